@@ -1,0 +1,104 @@
+# Red Lite — one Makefile, out-of-tree build in build/.
+#
+#   make              CPU build: build/redlite (scalar + AVX2 + AVX-512 kernels, picked at run time)
+#   make CUDA=1       also the CUDA backend (needs nvcc; CUDA_ARCH overrides the targets)
+#   make test         the whole test suite (C unit tests + Python oracle tests, via pytest)
+#   make asan         build/asan/redlite with AddressSanitizer + UBSan
+#   make fuzz         build/fuzz/fuzz_gguf (libFuzzer, needs clang)
+#   make format       clang-format every C source
+#
+# No -march=native: ISA-specific kernels live in files named *_avx2.c / *_avx512.c and get their
+# own flags; the CPUID dispatcher in src/cpu.c picks them at run time.
+
+BUILD    ?= build
+CC       ?= cc
+CUDA     ?= 0
+NVCC     ?= nvcc
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+OPT      ?= -O2
+PYTHON   ?= python3
+
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -pthread -MMD -MP -Isrc
+LDLIBS   += -lutf8proc -lm -pthread
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(filter-out %_avx2.c %_avx512.c,$(wildcard src/*.c))
+AVX2_SRC := $(wildcard src/*_avx2.c)
+A512_SRC := $(wildcard src/*_avx512.c)
+CLI_SRC  := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/c/test_*.c)
+CUDA_SRC := $(wildcard src/cuda/*.cu)
+
+LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(AVX2_SRC) $(A512_SRC))
+CLI_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRC))
+TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+ifeq ($(CUDA),1)
+  CFLAGS  += -DRL_CUDA=1
+  LIB_OBJ += $(patsubst src/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRC))
+  CUDA_HOME ?= $(dir $(shell command -v $(NVCC)))..
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+endif
+
+.PHONY: all test asan fuzz format clean default-model features
+all: $(BUILD)/redlite $(TEST_BIN) default-model features
+
+features:
+	@printf 'redlite build: CPU scalar ✓  AVX2 ✓  AVX-512/VNNI ✓ (run-time dispatch)  CUDA %s\n' \
+	  "$(if $(filter 1,$(CUDA)),✓,✗ (make CUDA=1))"
+
+$(BUILD)/libredlite.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/redlite: $(CLI_OBJ) $(BUILD)/libredlite.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libredlite.a $(LDLIBS)
+
+$(BUILD)/obj/%_avx2.o: src/%_avx2.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: src/%_avx512.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Werror,-Wno-unused-parameter -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libredlite.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+
+# The bundled default model: until a trained model exists, the committed tiny oracle fixture.
+default-model: models/default.gguf
+models/default.gguf: tests/fixtures/tiny-a.gguf
+	@mkdir -p models
+	cp $< $@
+
+test: all
+	./tests/run.sh
+
+asan:
+	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	  LDLIBS="$(LDLIBS) -fsanitize=address,undefined" build/asan/redlite
+
+fuzz:
+	@mkdir -p $(BUILD)/fuzz
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
+	  tools/fuzz_gguf.c src/gguf.c src/common.c src/quant.c src/quant_tables.c -lm -o $(BUILD)/fuzz/fuzz_gguf
+
+format:
+	clang-format -i src/*.c src/*.h src/cli/*.c tests/c/*.c
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,108 @@
+/* main.c — `redlite` entry point: dispatches to the subcommands of src/cli/cmd_*.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+
+/* Commands that a build may not have yet are weak, so the table below stays the single
+ * list of commands; an absent one reports itself as not built. */
+#pragma weak cmd_chat
+#pragma weak cmd_dump
+#pragma weak cmd_synth
+#pragma weak cmd_bench
+#pragma weak cmd_serve
+#pragma weak cmd_tokenize
+#pragma weak cmd_generate
+#pragma weak cmd_info
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"info", cmd_info, "describe a GGUF model: hyperparameters, layer map, tensor types, sizes"},
+    {"generate", cmd_generate, "complete a prompt (one shot)"},
+    {"chat", cmd_chat, "interactive chat with the model"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"dump", cmd_dump, "dump named per-layer activations (debugging)"},
+    {"synth", cmd_synth, "write a full-size synthetic Qwen3-Next GGUF"},
+    {"bench", cmd_bench, "measure decode and prompt-ingestion speed"},
+    {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "redlite %s — Qwen3-Next MoE inference from GGUF files\n\n"
+            "usage: redlite <command> [options]   (redlite <command> --help for details)\n\ncommands:\n",
+            RL_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].fn) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int cli_fail(const char *cmd, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "redlite %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+bool cli_is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) {
+        cli_fail(cmd, 2, "%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *cmd, const char *flag, const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end) {
+        cli_fail(cmd, 2, "%s expects a number, got '%s'", flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+const char *cli_need_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_fail(cmd, 2, "%s needs a value (see redlite %s --help)", argv[*i], cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || cli_is_help(argv[1])) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("redlite %s\n", RL_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        if (!commands[i].fn) {
+            fprintf(stderr, "redlite: command '%s' is not available in this build\n", argv[1]);
+            return 2;
+        }
+        return commands[i].fn(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "redlite: unknown command '%s' (run redlite --help for the list)\n", argv[1]);
+    return 2;
+}

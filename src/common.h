@@ -1,0 +1,111 @@
+/* common.h — small utilities shared by every Red Lite module.
+ *
+ * Errors (two tiers, see docs/DESIGN.md):
+ *   - recoverable failures (bad file, bad argument, out of memory) are reported by
+ *     returning NULL / a negative status AND calling rl_seterr() with one line that
+ *     says what is wrong and what to do. The caller prints rl_lasterr().
+ *     The error buffer is thread-local, so the server's threads do not race.
+ *   - broken invariants use RL_ASSERT, which prints the expression and aborts.
+ */
+#ifndef RL_COMMON_H
+#define RL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define RL_VERSION "0.1.0"
+
+#if defined(__GNUC__)
+#define RL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define RL_UNUSED __attribute__((unused))
+#else
+#define RL_PRINTF(a, b)
+#define RL_UNUSED
+#endif
+
+/* Set the calling thread's last error (one line, no trailing newline). Returns -1 so
+ * callers can write `return rl_seterr(...)`. */
+int rl_seterr(const char *fmt, ...) RL_PRINTF(1, 2);
+/* The calling thread's last error, "" if none. Valid until the next rl_seterr. */
+const char *rl_lasterr(void);
+void rl_clearerr(void);
+
+#define RL_ASSERT(x)                                                                  \
+    do {                                                                              \
+        if (!(x)) rl_assert_fail(#x, __FILE__, __LINE__, __func__);                   \
+    } while (0)
+_Noreturn void rl_assert_fail(const char *expr, const char *file, int line, const char *fn);
+
+/* Allocation helpers: return NULL and set an error naming `what` on failure. */
+void *rl_malloc(size_t n, const char *what);
+void *rl_calloc(size_t count, size_t size, const char *what);
+/* 64-byte aligned allocation, freed with free(). */
+void *rl_aligned_alloc(size_t n, const char *what);
+
+/* Overflow-checked arithmetic: return false on overflow. */
+static inline bool rl_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool rl_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* IEEE half / bfloat16 conversions (exact, round-to-nearest-even for fp32->fp16). */
+float rl_fp16_to_fp32(uint16_t h);
+uint16_t rl_fp32_to_fp16(float f);
+static inline float rl_bf16_to_fp32(uint16_t h) {
+    union { uint32_t u; float f; } v = { .u = (uint32_t)h << 16 };
+    return v.f;
+}
+uint16_t rl_fp32_to_bf16(float f);
+
+/* Little-endian loads from possibly unaligned memory. */
+static inline uint16_t rl_le16(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+static inline uint32_t rl_le32(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+static inline uint64_t rl_le64(const void *p) {
+    return (uint64_t)rl_le32(p) | ((uint64_t)rl_le32((const uint8_t *)p + 4) << 32);
+}
+
+/* Monotonic wall clock in seconds. */
+double rl_now(void);
+
+/* Peak resident set size of this process in bytes (from /proc/self/status VmHWM). */
+uint64_t rl_peak_rss(void);
+/* Current resident set size in bytes (VmRSS). */
+uint64_t rl_cur_rss(void);
+/* Total physical memory in bytes. */
+uint64_t rl_total_ram(void);
+
+/* Progress bar on stderr, drawn only when stderr is a terminal (or RL_PROGRESS=1).
+ * Usage: rl_progress p; rl_progress_start(&p, "loading", total); rl_progress_update(&p, done);
+ * rl_progress_end(&p). Updates are rate-limited to ~10 Hz. */
+typedef struct {
+    const char *label;
+    uint64_t total;
+    double t0, last;
+    bool enabled;
+} rl_progress;
+void rl_progress_start(rl_progress *p, const char *label, uint64_t total);
+void rl_progress_update(rl_progress *p, uint64_t done);
+void rl_progress_end(rl_progress *p);
+
+/* Deterministic PRNG (xoshiro256**-style splitmix seeding): used by synth and tests. */
+typedef struct { uint64_t s[4]; } rl_rng;
+void rl_rng_seed(rl_rng *r, uint64_t seed);
+uint64_t rl_rng_u64(rl_rng *r);
+/* uniform in [0,1) with 24 random bits */
+float rl_rng_f32(rl_rng *r);
+/* standard normal (Box-Muller) */
+float rl_rng_normal(rl_rng *r);
+
+/* Number of online CPUs (at least 1). */
+int rl_ncpu(void);
+
+#endif

@@ -1,0 +1,34 @@
+/* check.h — minimal assertion helpers for the C unit tests.
+ * Each test binary runs its cases, prints one line per failure and a closing
+ * "N passed, N failed" line, and exits non-zero if anything failed. tests/test_c_units.py
+ * runs every binary under pytest. */
+#ifndef RL_CHECK_H
+#define RL_CHECK_H
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_pass, check_fail;
+
+#define CHECK(cond, ...)                                                              \
+    do {                                                                              \
+        if (cond) {                                                                   \
+            check_pass++;                                                             \
+        } else {                                                                      \
+            check_fail++;                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fputc('\n', stderr);                                                      \
+        }                                                                             \
+    } while (0)
+
+static inline int check_done(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, check_pass, check_fail);
+    return check_fail ? 1 : 0;
+}
+
+/* NaN poison for outputs so unwritten elements fail comparisons. */
+static inline void check_poison(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+#endif
