@@ -1,5 +1,4 @@
 /* common.c — see common.h. */
-#define _GNU_SOURCE
 #include "common.h"
 
 #include <math.h>

@@ -1,0 +1,76 @@
+/* engine.h — the public inference API that the CLI and the server build on.
+ *
+ * An `engine` is an opened model (weights, read-only, shareable); an `engine_ctx` is one
+ * sequence: its state (KV cache of the full-attention layers, conv + recurrent state of the
+ * DeltaNet layers, position) and scratch. All calls on one context come from one thread
+ * (the server's inference thread); different contexts of one engine may not run
+ * concurrently either (they share the thread pool).
+ *
+ * Exactness contract: evaluating tokens one at a time (engine_step), as a prompt
+ * (engine_prefill) or as a multi-row verify (engine_verify) gives bit-identical logits for
+ * each row, because every row's arithmetic is the same whatever the batch.
+ *
+ * Snapshots hold the recurrent state and the position; the KV cache is append-only and is
+ * not copied, so a snapshot stays valid as long as the tokens before its position are not
+ * rewritten (true for rewinding speculative drafts and for prefix reuse).
+ */
+#ifndef RL_ENGINE_H
+#define RL_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "qwen3next.h"
+
+typedef struct engine engine;
+typedef struct engine_ctx engine_ctx;
+typedef struct engine_snapshot engine_snapshot;
+
+typedef struct {
+    int n_threads;        /* 0 = all online CPUs */
+    bool progress;        /* progress bar while loading */
+} engine_params;
+
+/* Open a model. NULL on failure with rl_lasterr() set (one line naming the file). */
+engine *engine_open(const char *path, const engine_params *p);
+void engine_close(engine *e);
+const q3n_hparams *engine_hparams(const engine *e);
+const q3n_model *engine_model(const engine *e);
+gguf_file *engine_gguf(const engine *e);
+
+typedef struct {
+    int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */
+    int n_batch; /* rows per forward chunk for prefill/verify; 0 = 64 */
+} engine_ctx_params;
+
+engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p);
+void engine_ctx_free(engine_ctx *c);
+int engine_pos(const engine_ctx *c);
+int engine_n_ctx(const engine_ctx *c);
+/* Clear the sequence (position 0, zero state). */
+void engine_reset(engine_ctx *c);
+
+/* One token at the current position; logits (n_vocab floats, may be NULL). 0 or -1. */
+int engine_step(engine_ctx *c, int32_t token, float *logits);
+/* n tokens in chunks of n_batch; logits of the last token only (may be NULL). */
+int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_last);
+/* Multi-row verify: n tokens (n <= n_batch) in one pass; logits: n x n_vocab (each row
+ * identical to single steps); snaps (optional, n entries from engine_snapshot_new): snaps[i]
+ * receives the state after token i, so a verifier can roll back to any accepted prefix. */
+int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps);
+/* Final-norm hidden states of the last forward's rows are kept for MTP drafting:
+ * returns a pointer to row `row` (D floats) of the last call, or NULL. */
+const float *engine_last_hidden(const engine_ctx *c, int row);
+
+engine_snapshot *engine_snapshot_new(engine_ctx *c);
+int engine_snapshot_save(engine_ctx *c, engine_snapshot *s);
+int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s);
+int engine_snapshot_pos(const engine_snapshot *s);
+void engine_snapshot_free(engine_snapshot *s);
+
+/* Debug observers (NULL to disable): named activations and router choices. */
+void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void *ud);
+/* Replace the expert source (the bounded expert cache installs itself here). */
+void engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src);
+#endif

@@ -1,0 +1,160 @@
+/* ops.c — see ops.h. Reference implementations: clarity first, double reductions. */
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "quant.h"
+
+#define OPS_MAX_ROW 16384 /* largest n_in of any Qwen3-Next matrix is 4096 (MTP fc: 4096) */
+
+typedef struct {
+    const ops_mat *W;
+    int64_t r0, n;
+    const float *x;
+    int T;
+    float *y;
+} matmul_job;
+
+static void matmul_worker(void *arg, int ith, int nth) {
+    matmul_job *j = arg;
+    const ops_mat *W = j->W;
+    const quant_traits *qt = quant_get(W->type);
+    float row[OPS_MAX_ROW];
+    long lo, hi;
+    pool_range((long)j->n, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        qt->to_float(W->data + (size_t)(j->r0 + r) * W->row_bytes, row, W->n_in);
+        for (int t = 0; t < j->T; t++) {
+            const float *x = j->x + (size_t)t * W->n_in;
+            double s = 0;
+            for (int64_t i = 0; i < W->n_in; i++) s += (double)row[i] * (double)x[i];
+            j->y[(size_t)t * j->n + r] = (float)s;
+        }
+    }
+}
+
+void ops_matmul_rows_ref(pool *p, const ops_mat *W, int64_t r0, int64_t n, const float *x, int T, float *y) {
+    RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type) && r0 >= 0 && r0 + n <= W->n_out);
+    matmul_job j = {W, r0, n, x, T, y};
+    if (n * W->n_in * T < 32768) /* too small to be worth waking threads */
+        matmul_worker(&j, 0, 1);
+    else
+        pool_run(p, matmul_worker, &j);
+}
+
+void ops_matmul_ref(pool *p, const ops_mat *W, const float *x, int T, float *y) {
+    ops_matmul_rows_ref(p, W, 0, W->n_out, x, T, y);
+}
+
+void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+void ops_l2norm(float *x, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss + eps));
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+void ops_rope_neox(float *x, int n_rot, int pos, float base) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        /* inv_freq in float32 as the reference computes it: base^(-(2i)/n_rot) */
+        float inv_freq = (float)(1.0 / pow((double)base, (double)(2 * i) / (double)n_rot));
+        float theta = (float)pos * inv_freq;
+        float c = cosf(theta), s = sinf(theta);
+        float a = x[i], b = x[i + half];
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+    }
+}
+
+float ops_silu(float x) { return x / (1.0f + expf(-x)); }
+float ops_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+float ops_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+void ops_softmax(float *x, int n) {
+    float mx = x[0];
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        s += x[i];
+    }
+    float inv = (float)(1.0 / s);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void ops_topk(const float *x, int n, int k, int32_t *idx) {
+    for (int j = 0; j < k; j++) idx[j] = -1;
+    for (int i = 0; i < n; i++) {
+        /* insertion into the sorted top list; strict > keeps the lower index on ties */
+        int pos = k;
+        while (pos > 0 && (idx[pos - 1] < 0 || x[i] > x[idx[pos - 1]])) pos--;
+        if (pos >= k) continue;
+        for (int j = k - 1; j > pos; j--) idx[j] = idx[j - 1];
+        idx[pos] = i;
+    }
+}
+
+void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, size_t stride, int hd,
+                   float scale, float *out) {
+    /* two passes: max score, then exp-weighted sum (double) */
+    double mx = -INFINITY;
+    for (int p = 0; p < n_kv; p++) {
+        double s = 0;
+        for (int j = 0; j < hd; j++) s += (double)q[j] * K[(size_t)p * stride + j];
+        s *= scale;
+        if (s > mx) mx = s;
+    }
+    double acc[1024];
+    RL_ASSERT(hd <= 1024);
+    for (int j = 0; j < hd; j++) acc[j] = 0;
+    double den = 0;
+    for (int p = 0; p < n_kv; p++) {
+        double s = 0;
+        for (int j = 0; j < hd; j++) s += (double)q[j] * K[(size_t)p * stride + j];
+        double e = exp(s * scale - mx);
+        den += e;
+        for (int j = 0; j < hd; j++) acc[j] += e * V[(size_t)p * stride + j];
+    }
+    for (int j = 0; j < hd; j++) out[j] = (float)(acc[j] / den);
+}
+
+void ops_conv_step(float *state, const float *w, const float *u, int C, int kw, float *out) {
+    for (int c = 0; c < C; c++) {
+        double s = 0;
+        for (int j = 0; j < kw - 1; j++) s += (double)w[(size_t)c * kw + j] * state[(size_t)j * C + c];
+        s += (double)w[(size_t)c * kw + kw - 1] * u[c];
+        out[c] = ops_silu((float)s);
+    }
+    if (kw > 1) {
+        memmove(state, state + C, sizeof(float) * (size_t)C * (kw - 2));
+        memcpy(state + (size_t)C * (kw - 2), u, sizeof(float) * C);
+    }
+}
+
+void ops_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                    int dk, int dv, float *out) {
+    for (int c = 0; c < dv; c++) {
+        float *s = S + (size_t)c * dk;
+        double m = 0;
+        for (int i = 0; i < dk; i++) {
+            s[i] *= alpha;
+            m += (double)s[i] * k[i];
+        }
+        float delta = beta * (v[c] - (float)m);
+        double o = 0;
+        for (int i = 0; i < dk; i++) {
+            s[i] += k[i] * delta;
+            o += (double)s[i] * q[i];
+        }
+        out[c] = (float)o;
+    }
+}

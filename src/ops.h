@@ -1,0 +1,64 @@
+/* ops.h — generic CPU reference ops used by the architecture file (qwen3next.c).
+ *
+ * These are the oracle: straightforward loops, double accumulation for every reduction,
+ * float32 storage (the precision of the Hugging Face reference). Faster kernels (SIMD, CUDA)
+ * are checked against them and never replace them.
+ */
+#ifndef RL_OPS_H
+#define RL_OPS_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "pool.h"
+
+/* A weight matrix view: n_out rows of n_in values in ggml type `type`, row r at
+ * data + r * row_bytes (GGUF ne = {n_in, n_out}). */
+typedef struct {
+    const char *name;
+    uint32_t type;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    const uint8_t *data;
+} ops_mat;
+
+/* y[t][r] = sum_i W[r][i] * x[t][i] for t < T, r < n_out; x is T x n_in, y is T x n_out.
+ * Each weight row is dequantised once and dotted with all T inputs in double precision, so
+ * the result of a row does not depend on T (batched prefill == single steps, bit for bit).
+ * Rows are split over the pool's threads. */
+void ops_matmul_ref(pool *p, const ops_mat *W, const float *x, int T, float *y);
+/* Same for a row range [r0, r0 + n) of W only (used for expert slices); y is T x n. */
+void ops_matmul_rows_ref(pool *p, const ops_mat *W, int64_t r0, int64_t n, const float *x, int T, float *y);
+
+/* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
+void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
+/* x = x / sqrt(sum(x^2) + eps)  (the Hugging Face l2norm of Gated DeltaNet). */
+void ops_l2norm(float *x, int n, float eps);
+/* NeoX ("rotate half") RoPE on dims [0, n_rot) of one head: pairs (i, i + n_rot/2),
+ * theta_i = pos * base^(-2i/n_rot). Dims >= n_rot untouched. */
+void ops_rope_neox(float *x, int n_rot, int pos, float base);
+float ops_silu(float x);
+float ops_sigmoid(float x);
+float ops_softplus(float x);
+/* In-place softmax over n values (max-subtracted, double sum). */
+void ops_softmax(float *x, int n);
+/* Indices of the k largest values of x[0..n) in descending order (ties: lower index first). */
+void ops_topk(const float *x, int n, int k, int32_t *idx);
+
+/* One query head against n_kv cached positions.
+ *   q[hd]; K, V: position-major caches, element (pos, j) at pos * stride + j (head offset
+ *   already applied); out[hd]. Softmax over q.k * scale in double. */
+void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, size_t stride, int hd,
+                   float scale, float *out);
+
+/* Causal depthwise conv1d step for C channels with kernel width kw:
+ *   state: (kw-1) x C previous inputs, oldest first; w: C x kw (GGUF ssm_conv1d, ne = {kw, C});
+ *   u: the current input (C). out[c] = silu(sum_j w[c][j] * window[j][c]) where window is
+ *   state rows then u. Then the state shifts by one (drops the oldest, appends u). */
+void ops_conv_step(float *state, const float *w, const float *u, int C, int kw, float *out);
+
+/* Gated delta rule, one token, one value head:
+ *   S: dv x dk state with the key index contiguous (element (i, v) at v*dk + i);
+ *   S <- alpha S; m = S^T k; delta = beta (v - m); S <- S + k delta^T; out = S^T q. */
+void ops_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                    int dk, int dv, float *out);
+#endif

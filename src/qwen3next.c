@@ -1,0 +1,585 @@
+/* qwen3next.c — the Qwen3-Next architecture file (hyperparameters, tensor binding, the
+ * CPU reference forward pass). See qwen3next.h for the contract and the shared spec for
+ * the op order (§A), tensor names of both GGUF generations (§B) and MTP (§F).
+ *
+ * Per decoder layer:  h = x + Mixer(RMSNorm(x)),  out = h + MoE(RMSNorm(h))
+ * where Mixer is gated full attention on layers (i+1) % interval == 0 and Gated DeltaNet
+ * elsewhere. Norm weights in GGUF already include the +1 of the zero-centred HF norms.
+ */
+#include "qwen3next.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "quant.h"
+
+/* ---- hyperparameters ------------------------------------------------------------------ */
+
+static int need_u32(gguf_file *f, const char *key, int *out) {
+    uint32_t v;
+    if (!gguf_get_u32(f, key, &v))
+        return rl_seterr("%s: missing or invalid metadata key %s (not a qwen3next GGUF?)", f->path, key);
+    if (v == 0 || v > (1u << 30)) return rl_seterr("%s: metadata %s = %u is out of range", f->path, key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int load_hparams(q3n_hparams *hp, gguf_file *f) {
+    char *arch = gguf_get_str_dup(f, "general.architecture");
+    if (!arch) return rl_seterr("%s: no general.architecture key (not a model GGUF?)", f->path);
+    if (strcmp(arch, "qwen3next") != 0) {
+        rl_seterr("%s: architecture '%s' is not supported (Red Lite runs qwen3next models)", f->path, arch);
+        free(arch);
+        return -1;
+    }
+    free(arch);
+    int block_count, inner;
+    if (need_u32(f, "qwen3next.embedding_length", &hp->n_embd) ||
+        need_u32(f, "qwen3next.block_count", &block_count) ||
+        need_u32(f, "qwen3next.attention.head_count", &hp->n_head) ||
+        need_u32(f, "qwen3next.attention.head_count_kv", &hp->n_head_kv) ||
+        need_u32(f, "qwen3next.attention.key_length", &hp->head_dim) ||
+        need_u32(f, "qwen3next.rope.dimension_count", &hp->n_rot) ||
+        need_u32(f, "qwen3next.expert_count", &hp->n_expert) ||
+        need_u32(f, "qwen3next.expert_used_count", &hp->n_expert_used) ||
+        need_u32(f, "qwen3next.expert_feed_forward_length", &hp->n_ff_exp) ||
+        need_u32(f, "qwen3next.ssm.conv_kernel", &hp->ssm_kw) ||
+        need_u32(f, "qwen3next.ssm.state_size", &hp->ssm_dk) ||
+        need_u32(f, "qwen3next.ssm.group_count", &hp->ssm_hk) ||
+        need_u32(f, "qwen3next.ssm.time_step_rank", &hp->ssm_hv) ||
+        need_u32(f, "qwen3next.ssm.inner_size", &inner))
+        return -1;
+    uint32_t v;
+    hp->n_ff_shexp = gguf_get_u32(f, "qwen3next.expert_shared_feed_forward_length", &v) ? (int)v : hp->n_ff_exp;
+    hp->full_attn_interval = gguf_get_u32(f, "qwen3next.full_attention_interval", &v) && v ? (int)v : 4;
+    hp->n_nextn = gguf_get_u32(f, "qwen3next.nextn_predict_layers", &v) ? (int)v : 0;
+    hp->n_ctx_train = gguf_get_u32(f, "qwen3next.context_length", &v) ? (int)v : 262144;
+    if (!gguf_get_f32(f, "qwen3next.rope.freq_base", &hp->rope_base)) hp->rope_base = 10000000.0f;
+    if (!gguf_get_f32(f, "qwen3next.attention.layer_norm_rms_epsilon", &hp->rms_eps)) hp->rms_eps = 1e-6f;
+    hp->n_layer = block_count - hp->n_nextn;
+    if (hp->n_layer <= 0 || block_count > Q3N_MAX_LAYERS || hp->n_nextn > 1)
+        return rl_seterr("%s: block_count %d with %d MTP layers is not supported", f->path, block_count,
+                         hp->n_nextn);
+    if (hp->n_head % hp->n_head_kv || hp->ssm_hv % hp->ssm_hk || inner % hp->ssm_hv || hp->n_rot > hp->head_dim ||
+        hp->n_rot % 2 || hp->n_expert_used > hp->n_expert || hp->ssm_kw < 2)
+        return rl_seterr("%s: inconsistent attention/SSM/expert hyperparameters", f->path);
+    hp->ssm_dv = inner / hp->ssm_hv;
+    hp->ssm_conv_dim = 2 * hp->ssm_hk * hp->ssm_dk + inner;
+    for (int i = 0; i < block_count; i++)
+        hp->is_attn[i] = i >= hp->n_layer || (i + 1) % hp->full_attn_interval == 0;
+    return 0;
+}
+
+/* ---- tensor binding ------------------------------------------------------------------- */
+
+static const gguf_tensor *find(gguf_file *f, const char *fmt, int il) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, il);
+    return gguf_find_tensor(f, name);
+}
+
+/* Bind a matrix with ne = {n_in, n_out(, n_exp)}; n_exp > 0 for stacked experts. */
+static int bind_mat(gguf_file *f, ops_mat *m, const char *fmt, int il, int64_t n_in, int64_t n_out, int64_t n_exp,
+                    bool required) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, il);
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    memset(m, 0, sizeof *m);
+    if (!t) return required ? rl_seterr("%s: missing tensor %s", f->path, name) : 0;
+    const quant_traits *qt = quant_get(t->type);
+    if (!qt || !qt->to_float)
+        return rl_seterr("%s: tensor %s has unsupported type %s (%u)", f->path, name, quant_name(t->type), t->type);
+    int64_t want2 = n_exp > 0 ? n_exp : 1;
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != want2 || t->ne[3] != 1)
+        return rl_seterr("%s: tensor %s has shape {%lld,%lld,%lld}, expected {%lld,%lld,%lld}", f->path, name,
+                         (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in,
+                         (long long)n_out, (long long)want2);
+    m->name = t->name;
+    m->type = t->type;
+    m->n_in = n_in;
+    m->n_out = n_out * want2;
+    m->row_bytes = quant_row_size(t->type, n_in);
+    m->data = t->data;
+    return 0;
+}
+
+/* Copy a 1-D (or {n,1}) float tensor of any float type into an owned float array. */
+static int bind_vec(gguf_file *f, float **out, const char *fmt, int il, int64_t n, bool required) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, il);
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    *out = NULL;
+    if (!t) return required ? rl_seterr("%s: missing tensor %s", f->path, name) : 0;
+    int64_t total = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    const quant_traits *qt = quant_get(t->type);
+    if (total != n || !qt || !qt->to_float || n % qt->blck)
+        return rl_seterr("%s: tensor %s has %lld values of type %s, expected %lld floats", f->path, name,
+                         (long long)total, quant_name(t->type), (long long)n);
+    *out = rl_malloc(sizeof(float) * (size_t)n, name);
+    if (!*out) return -1;
+    qt->to_float(t->data, *out, n);
+    return 0;
+}
+
+/* Older GGUFs store the raw HF in_proj_qkvz (per key head g: [q_g | k_g | v of the r value
+ * heads | z of the r value heads]); rebuild the split [q all | k all | v all] and z rows. */
+static int deinterleave_ssm_in(gguf_file *f, q3n_layer *L, const q3n_hparams *hp, int il) {
+    ops_mat in;
+    int r = hp->ssm_hv / hp->ssm_hk, dk = hp->ssm_dk, dv = hp->ssm_dv, hk = hp->ssm_hk;
+    int64_t group = 2 * dk + 2 * (int64_t)r * dv;
+    if (bind_mat(f, &in, "blk.%d.ssm_in.weight", il, hp->n_embd, group * hk, 0, true)) return -1;
+    size_t rb = in.row_bytes;
+    uint8_t *buf = rl_malloc(rb * (size_t)(group * hk), "legacy ssm_in");
+    if (!buf) return -1;
+    uint8_t *qkv = buf, *z = buf + rb * (size_t)hp->ssm_conv_dim;
+    for (int g = 0; g < hk; g++) {
+        const uint8_t *src = in.data + rb * (size_t)(g * group);
+        memcpy(qkv + rb * (size_t)(g * dk), src, rb * dk);                                  /* q_g */
+        memcpy(qkv + rb * (size_t)(hk * dk + g * dk), src + rb * dk, rb * dk);              /* k_g */
+        memcpy(qkv + rb * (size_t)(2 * hk * dk + g * r * dv), src + rb * 2 * dk, rb * r * dv); /* v */
+        memcpy(z + rb * (size_t)(g * r * dv), src + rb * (2 * dk + r * dv), rb * r * dv);   /* z */
+    }
+    L->owned = buf;
+    L->wqkv = (ops_mat){in.name, in.type, hp->n_embd, hp->ssm_conv_dim, rb, qkv};
+    L->wgate = (ops_mat){in.name, in.type, hp->n_embd, (int64_t)hp->ssm_hv * dv, rb, z};
+    return 0;
+}
+
+static int bind_layer(q3n_model *m, gguf_file *f, int il) {
+    const q3n_hparams *hp = &m->hp;
+    q3n_layer *L = &m->layers[il];
+    int D = hp->n_embd, hd = hp->head_dim, E = hp->n_expert, ff = hp->n_ff_exp;
+    L->is_attn = hp->is_attn[il];
+    if (bind_vec(f, &L->attn_norm, "blk.%d.attn_norm.weight", il, D, true) ||
+        bind_vec(f, &L->post_norm, "blk.%d.post_attention_norm.weight", il, D, true))
+        return -1;
+    if (L->is_attn) {
+        if (bind_mat(f, &L->wq, "blk.%d.attn_q.weight", il, D, (int64_t)hp->n_head * hd * 2, 0, true) ||
+            bind_mat(f, &L->wk, "blk.%d.attn_k.weight", il, D, (int64_t)hp->n_head_kv * hd, 0, true) ||
+            bind_mat(f, &L->wv, "blk.%d.attn_v.weight", il, D, (int64_t)hp->n_head_kv * hd, 0, true) ||
+            bind_mat(f, &L->wo, "blk.%d.attn_output.weight", il, (int64_t)hp->n_head * hd, D, 0, true) ||
+            bind_vec(f, &L->q_norm, "blk.%d.attn_q_norm.weight", il, hd, true) ||
+            bind_vec(f, &L->k_norm, "blk.%d.attn_k_norm.weight", il, hd, true))
+            return -1;
+    } else {
+        int64_t inner = (int64_t)hp->ssm_hv * hp->ssm_dv;
+        if (find(f, "blk.%d.attn_qkv.weight", il)) {
+            if (bind_mat(f, &L->wqkv, "blk.%d.attn_qkv.weight", il, D, hp->ssm_conv_dim, 0, true) ||
+                bind_mat(f, &L->wgate, "blk.%d.attn_gate.weight", il, D, inner, 0, true))
+                return -1;
+        } else {
+            m->hp.legacy_ssm_in = true;
+            if (deinterleave_ssm_in(f, L, hp, il)) return -1;
+        }
+        if (bind_mat(f, &L->wba, "blk.%d.ssm_ba.weight", il, D, 2 * (int64_t)hp->ssm_hv, 0, true) ||
+            bind_vec(f, &L->conv_w, "blk.%d.ssm_conv1d.weight", il, (int64_t)hp->ssm_kw * hp->ssm_conv_dim, true) ||
+            bind_vec(f, &L->dt_bias, "blk.%d.ssm_dt.bias", il, hp->ssm_hv, true) ||
+            bind_vec(f, &L->ssm_a, "blk.%d.ssm_a", il, hp->ssm_hv, true) ||
+            bind_vec(f, &L->ssm_norm, "blk.%d.ssm_norm.weight", il, hp->ssm_dv, true) ||
+            bind_mat(f, &L->wout, "blk.%d.ssm_out.weight", il, inner, D, 0, true))
+            return -1;
+    }
+    if (bind_mat(f, &L->router, "blk.%d.ffn_gate_inp.weight", il, D, E, 0, true)) return -1;
+    if (find(f, "blk.%d.ffn_gate_up_exps.weight", il)) {
+        L->fused_gate_up = true;
+        if (bind_mat(f, &L->gate_exps, "blk.%d.ffn_gate_up_exps.weight", il, D, 2 * (int64_t)ff, E, true)) return -1;
+        L->up_exps = L->gate_exps;
+    } else if (bind_mat(f, &L->gate_exps, "blk.%d.ffn_gate_exps.weight", il, D, ff, E, true) ||
+               bind_mat(f, &L->up_exps, "blk.%d.ffn_up_exps.weight", il, D, ff, E, true))
+        return -1;
+    if (bind_mat(f, &L->down_exps, "blk.%d.ffn_down_exps.weight", il, ff, D, E, true)) return -1;
+    if (bind_mat(f, &L->gate_sh, "blk.%d.ffn_gate_shexp.weight", il, D, hp->n_ff_shexp, 0, false) ||
+        bind_mat(f, &L->up_sh, "blk.%d.ffn_up_shexp.weight", il, D, hp->n_ff_shexp, 0, false) ||
+        bind_mat(f, &L->down_sh, "blk.%d.ffn_down_shexp.weight", il, hp->n_ff_shexp, D, 0, false) ||
+        bind_vec(f, &L->sh_gate, "blk.%d.ffn_gate_inp_shexp.weight", il, D, false))
+        return -1;
+    if (il >= hp->n_layer) { /* MTP block */
+        if (bind_mat(f, &L->eh_proj, "blk.%d.nextn.eh_proj.weight", il, 2 * (int64_t)D, D, 0, true) ||
+            bind_vec(f, &L->enorm, "blk.%d.nextn.enorm.weight", il, D, true) ||
+            bind_vec(f, &L->hnorm, "blk.%d.nextn.hnorm.weight", il, D, true) ||
+            bind_vec(f, &L->shared_head_norm, "blk.%d.nextn.shared_head_norm.weight", il, D, true))
+            return -1;
+    }
+    return 0;
+}
+
+int q3n_load(q3n_model *m, gguf_file *f) {
+    memset(m, 0, sizeof *m);
+    m->gguf = f;
+    if (load_hparams(&m->hp, f)) return -1;
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te) return rl_seterr("%s: missing tensor token_embd.weight", f->path);
+    m->hp.n_vocab = (int)te->ne[1];
+    if (bind_mat(f, &m->tok_embd, "token_embd.weight", 0, m->hp.n_embd, m->hp.n_vocab, 0, true) ||
+        bind_vec(f, &m->output_norm, "output_norm.weight", 0, m->hp.n_embd, true))
+        return -1;
+    if (gguf_find_tensor(f, "output.weight")) {
+        if (bind_mat(f, &m->output, "output.weight", 0, m->hp.n_embd, m->hp.n_vocab, 0, true)) return -1;
+    } else {
+        m->output = m->tok_embd; /* tied fallback */
+    }
+    for (int il = 0; il < m->hp.n_layer + m->hp.n_nextn; il++)
+        if (bind_layer(m, f, il)) return -1;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (strstr(t->name, "_exps.")) m->bytes_experts += t->nbytes;
+        else m->bytes_dense += t->nbytes;
+    }
+    return 0;
+}
+
+void q3n_free(q3n_model *m) {
+    free(m->output_norm);
+    for (int il = 0; il < Q3N_MAX_LAYERS; il++) {
+        q3n_layer *L = &m->layers[il];
+        float *vecs[] = {L->attn_norm, L->post_norm, L->q_norm,  L->k_norm, L->conv_w,          L->dt_bias, L->ssm_a,
+                         L->ssm_norm,  L->sh_gate,   L->enorm,   L->hnorm,  L->shared_head_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) free(vecs[i]);
+        free(L->owned);
+    }
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- forward pass (CPU reference) ----------------------------------------------------- */
+
+/* Scratch carved from r->scratch for T = max_rows rows. */
+typedef struct {
+    float *x, *xn, *y;   /* [T][D] residual stream, normed input, block output */
+    float *big;          /* [T][max(2*H*hd, conv_dim)]  q+gate or qkv */
+    float *kv;           /* [T][max(2*Hkv*hd, inner)]   k,v or z */
+    float *ba;           /* [T][2*hv] */
+    float *o;            /* [T][max(H*hd, inner)]       pre-projection output */
+    float *u;            /* [T][conv_dim]               conv output */
+    float *rl;           /* [T][E] router logits -> probs */
+    float *sel_w;        /* [T][K] mixture weights */
+    float *sel_id;       /* [T][K] expert ids (stored as float-sized int32 slots) */
+    float *xs, *g, *up;  /* [T][D], [T][ff], [T][ff] per-expert gathered batch */
+    float *eo;           /* [T][K][D] expert outputs */
+    float *sh;           /* [T][D] shared expert output */
+} scratch;
+
+static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
+
+static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *s) {
+    size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
+    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp);
+    size_t sizes[] = {D,
+                      D,
+                      D,
+                      mx(2 * hp->n_head * hd, hp->ssm_conv_dim),
+                      mx(2 * hp->n_head_kv * hd, inner),
+                      2 * (size_t)hp->ssm_hv,
+                      mx(hp->n_head * hd, inner),
+                      hp->ssm_conv_dim,
+                      hp->n_expert,
+                      hp->n_expert_used,
+                      hp->n_expert_used,
+                      mx(D, 2 * D),
+                      ff,
+                      ff,
+                      (size_t)hp->n_expert_used * D,
+                      D};
+    float **ptrs[] = {&s->x, &s->xn, &s->y,     &s->big,    &s->kv, &s->ba, &s->o,  &s->u,
+                      &s->rl, &s->sel_w, &s->sel_id, &s->xs, &s->g,  &s->up, &s->eo, &s->sh};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (base) *ptrs[i] = base + off;
+        off += ((sizes[i] * (size_t)T + 15) / 16) * 16; /* 64-byte aligned sub-buffers */
+    }
+    return off;
+}
+
+size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows) { return carve(hp, max_rows, NULL, NULL); }
+size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
+size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->ssm_dv * hp->ssm_dk; }
+
+#define DUMP(r, name, il, t, ptr, n)                                                                \
+    do {                                                                                           \
+        if ((r)->dump) (r)->dump((r)->hook_ud, name, il, t, ptr, n);                               \
+    } while (0)
+
+/* Gated full attention for T rows at positions pos..pos+T-1 (spec §A.4). xn -> s->y. */
+typedef struct {
+    q3n_run *r;
+    const q3n_layer *L;
+    scratch *s;
+    int il, T, pos;
+} attn_job;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
+    size_t kvw = (size_t)hp->n_head_kv * hd;
+    float *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
+    long lo, hi;
+    pool_range((long)j->T * H, ith, nth, &lo, &hi);
+    for (long w = lo; w < hi; w++) {
+        int t = (int)(w / H), h = (int)(w % H);
+        const float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
+        const float *gate = q + hd;
+        float *o = j->s->o + (size_t)t * H * hd + (size_t)h * hd;
+        size_t kvoff = (size_t)(h / group) * hd;
+        ops_attn_head(q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
+        for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
+    }
+}
+
+static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T, int pos) {
+    const q3n_hparams *hp = &r->m->hp;
+    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    size_t kvw = (size_t)Hkv * hd;
+    float *k = s->kv, *v = s->kv + (size_t)T * kvw;
+    ops_matmul_ref(r->pool, &L->wq, s->xn, T, s->big);
+    ops_matmul_ref(r->pool, &L->wk, s->xn, T, k);
+    ops_matmul_ref(r->pool, &L->wv, s->xn, T, v);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < H; h++) {
+            float *q = s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
+            ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
+            ops_rope_neox(q, hp->n_rot, pos + t, hp->rope_base);
+        }
+        float *kc = r->st->k_cache[il] + (size_t)(pos + t) * kvw, *vc = r->st->v_cache[il] + (size_t)(pos + t) * kvw;
+        for (int h = 0; h < Hkv; h++) {
+            float *kh = k + (size_t)t * kvw + (size_t)h * hd;
+            ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
+            ops_rope_neox(kh, hp->n_rot, pos + t, hp->rope_base);
+        }
+        memcpy(kc, k + (size_t)t * kvw, sizeof(float) * kvw);
+        memcpy(vc, v + (size_t)t * kvw, sizeof(float) * kvw);
+    }
+    attn_job j = {r, L, s, il, T, pos};
+    pool_run(r->pool, attn_worker, &j);
+    for (int t = 0; t < T; t++) DUMP(r, "attn_gated", il, t, s->o + (size_t)t * H * hd, H * hd);
+    ops_matmul_ref(r->pool, &L->wo, s->o, T, s->y);
+}
+
+/* Gated DeltaNet for T rows (spec §A.5): projections for all rows, then the conv and the
+ * delta rule token by token (value heads in parallel), then the output projection. */
+typedef struct {
+    q3n_run *r;
+    const q3n_layer *L;
+    scratch *s;
+    int il, t;
+} dn_job;
+
+static void dn_heads_worker(void *arg, int ith, int nth) {
+    dn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    const q3n_layer *L = j->L;
+    int dk = hp->ssm_dk, dv = hp->ssm_dv, hk = hp->ssm_hk, hv = hp->ssm_hv, rr = hv / hk;
+    int t = j->t;
+    const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
+    const float *ba = j->s->ba + (size_t)t * 2 * hv;
+    const float *z = j->s->kv + (size_t)t * hv * dv;
+    float *ssm = j->r->st->ssm[j->il];
+    long lo, hi;
+    pool_range(hv, ith, nth, &lo, &hi);
+    for (long h = lo; h < hi; h++) {
+        int g = (int)h / rr, e = (int)h % rr;
+        const float *q = u + (size_t)g * dk;           /* l2-normed and scaled in place before */
+        const float *k = u + (size_t)(hk + g) * dk;
+        const float *v = u + (size_t)2 * hk * dk + (size_t)h * dv;
+        float b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
+        float beta = ops_sigmoid(b);
+        float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
+        float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
+        ops_delta_step(ssm + (size_t)h * dv * dk, q, k, v, expf(gdecay), beta, dk, dv, o);
+        /* gated RMSNorm per value head: norm, weight, then * silu(z) */
+        ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
+        for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
+    }
+}
+
+static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
+    const q3n_hparams *hp = &r->m->hp;
+    int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
+    ops_matmul_ref(r->pool, &L->wqkv, s->xn, T, s->big);
+    ops_matmul_ref(r->pool, &L->wgate, s->xn, T, s->kv);
+    ops_matmul_ref(r->pool, &L->wba, s->xn, T, s->ba);
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < T; t++) {
+        float *u = s->u + (size_t)t * C;
+        ops_conv_step(r->st->conv[il], L->conv_w, s->big + (size_t)t * C, C, hp->ssm_kw, u);
+        DUMP(r, "dn_conv", il, t, u, C);
+        for (int g = 0; g < hk; g++) {
+            ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
+            for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
+            ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
+        }
+        dn_job j = {r, L, s, il, t};
+        pool_run(r->pool, dn_heads_worker, &j);
+        if (r->row_state) r->row_state(r->hook_ud, il, t, r->st->conv[il], r->st->ssm[il]);
+        DUMP(r, "dn_gated", il, t, s->o + (size_t)t * inner, inner);
+    }
+    ops_matmul_ref(r->pool, &L->wout, s->o, T, s->y);
+}
+
+/* Default expert source: slices of the mapped *_exps tensors. */
+static int mapped_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
+                          const uint8_t **down) {
+    const q3n_model *m = ud;
+    const q3n_layer *L = &m->layers[il];
+    int ff = m->hp.n_ff_exp, D = m->hp.n_embd;
+    for (int i = 0; i < n; i++) {
+        size_t e = (size_t)ids[i];
+        if (L->fused_gate_up) {
+            gate[i] = L->gate_exps.data + e * 2 * ff * L->gate_exps.row_bytes;
+            up[i] = gate[i] + (size_t)ff * L->gate_exps.row_bytes;
+        } else {
+            gate[i] = L->gate_exps.data + e * ff * L->gate_exps.row_bytes;
+            up[i] = L->up_exps.data + e * ff * L->up_exps.row_bytes;
+        }
+        down[i] = L->down_exps.data + e * D * L->down_exps.row_bytes;
+    }
+    return 0;
+}
+
+static ops_mat slice(const ops_mat *like, const uint8_t *data, int64_t n_out) {
+    ops_mat m = *like;
+    m.data = data;
+    m.n_out = n_out;
+    return m;
+}
+
+/* MoE block (spec §A.6): softmax router -> top-k -> renormalise; experts grouped so each
+ * selected expert runs once over the rows that chose it; each row sums its experts in its
+ * own selection order (so grouping never changes a row's result), then adds the
+ * sigmoid-gated shared expert. xn -> s->y. */
+static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
+    const q3n_hparams *hp = &r->m->hp;
+    int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp;
+    int32_t *ids = (int32_t *)s->sel_id;
+    ops_matmul_ref(r->pool, &L->router, s->xn, T, s->rl);
+    for (int t = 0; t < T; t++) {
+        float *p = s->rl + (size_t)t * E;
+        ops_softmax(p, E);
+        ops_topk(p, E, K, ids + (size_t)t * K);
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += p[ids[t * K + k]];
+        if (sum < 6.103515625e-5) sum = 6.103515625e-5;
+        for (int k = 0; k < K; k++) s->sel_w[t * K + k] = (float)(p[ids[t * K + k]] / sum);
+        if (r->route) {
+            float pr[64];
+            for (int k = 0; k < K && k < 64; k++) pr[k] = p[ids[t * K + k]];
+            r->route(r->hook_ud, il, t, ids + (size_t)t * K, s->sel_w + (size_t)t * K, pr, K);
+        }
+    }
+    /* union of the selected experts, in order of first use */
+    int32_t uniq[1024];
+    int nu = 0;
+    for (int i = 0; i < T * K; i++) {
+        int dup = 0;
+        for (int j = 0; j < nu && !dup; j++) dup = uniq[j] == ids[i];
+        if (!dup) {
+            RL_ASSERT(nu < 1024);
+            uniq[nu++] = ids[i];
+        }
+    }
+    const uint8_t *gp[1024], *upp[1024], *dp[1024];
+    const q3n_expert_src *src = &r->experts;
+    int rc = src->acquire ? src->acquire(src->ud, il, uniq, nu, gp, upp, dp)
+                          : mapped_acquire((void *)r->m, il, uniq, nu, gp, upp, dp);
+    if (rc) return -1;
+    for (int ui = 0; ui < nu; ui++) {
+        int rows[4096], slots[4096], n = 0;
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++)
+                if (ids[t * K + k] == uniq[ui]) {
+                    RL_ASSERT(n < 4096);
+                    rows[n] = t;
+                    slots[n++] = k;
+                    memcpy(s->xs + (size_t)(n - 1) * D, s->xn + (size_t)t * D, sizeof(float) * D);
+                }
+        ops_mat gm = slice(&L->gate_exps, gp[ui], ff), um = slice(&L->up_exps, upp[ui], ff);
+        ops_mat dm = slice(&L->down_exps, dp[ui], D);
+        ops_matmul_ref(r->pool, &gm, s->xs, n, s->g);
+        ops_matmul_ref(r->pool, &um, s->xs, n, s->up);
+        for (size_t i = 0; i < (size_t)n * ff; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
+        ops_matmul_ref(r->pool, &dm, s->g, n, s->xs);
+        for (int i = 0; i < n; i++)
+            memcpy(s->eo + ((size_t)rows[i] * K + slots[i]) * D, s->xs + (size_t)i * D, sizeof(float) * D);
+    }
+    if (src->release) src->release(src->ud, il);
+    /* shared expert */
+    bool has_sh = L->gate_sh.data != NULL;
+    if (has_sh) {
+        int fs = hp->n_ff_shexp;
+        ops_matmul_ref(r->pool, &L->gate_sh, s->xn, T, s->g);
+        ops_matmul_ref(r->pool, &L->up_sh, s->xn, T, s->up);
+        for (size_t i = 0; i < (size_t)T * fs; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
+        ops_matmul_ref(r->pool, &L->down_sh, s->g, T, s->sh);
+    }
+    for (int t = 0; t < T; t++) {
+        float gate = 1.0f;
+        if (has_sh && L->sh_gate) {
+            double d = 0;
+            for (int i = 0; i < D; i++) d += (double)L->sh_gate[i] * s->xn[(size_t)t * D + i];
+            gate = ops_sigmoid((float)d);
+        }
+        for (int i = 0; i < D; i++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) acc += (double)s->sel_w[t * K + k] * s->eo[((size_t)t * K + k) * D + i];
+            if (has_sh) acc += (double)gate * s->sh[(size_t)t * D + i];
+            s->y[(size_t)t * D + i] = (float)acc;
+        }
+    }
+    return 0;
+}
+
+int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
+                float *hidden_out) {
+    const q3n_model *m = r->m;
+    const q3n_hparams *hp = &m->hp;
+    int D = hp->n_embd;
+    RL_ASSERT(T >= 1 && T <= r->max_rows);
+    if (pos + T > r->st->n_ctx)
+        return rl_seterr("context is full: %d + %d tokens exceed the context size %d (raise --ctx)", pos, T,
+                         r->st->n_ctx);
+    scratch s;
+    carve(hp, T, r->scratch, &s);
+    const quant_traits *et = quant_get(m->tok_embd.type);
+    for (int t = 0; t < T; t++) {
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return rl_seterr("token id %d is outside the vocabulary (0..%d)", tokens[t], hp->n_vocab - 1);
+        et->to_float(m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s.x + (size_t)t * D, D);
+        DUMP(r, "inp_embd", -1, t, s.x + (size_t)t * D, D);
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        const q3n_layer *L = &m->layers[il];
+        for (int t = 0; t < T; t++) {
+            ops_rmsnorm(s.x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
+            DUMP(r, "attn_norm", il, t, s.xn + (size_t)t * D, D);
+        }
+        if (L->is_attn)
+            attention_layer(r, L, il, &s, T, pos);
+        else
+            deltanet_layer(r, L, il, &s, T);
+        for (int t = 0; t < T; t++) {
+            float *x = s.x + (size_t)t * D, *y = s.y + (size_t)t * D;
+            DUMP(r, "attn_out", il, t, y, D);
+            for (int i = 0; i < D; i++) x[i] += y[i];
+            DUMP(r, "ffn_inp", il, t, x, D);
+            ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
+            DUMP(r, "ffn_norm", il, t, s.xn + (size_t)t * D, D);
+        }
+        if (moe_layer(r, L, il, &s, T)) return -1;
+        for (int t = 0; t < T; t++) {
+            float *x = s.x + (size_t)t * D, *y = s.y + (size_t)t * D;
+            DUMP(r, "ffn_out", il, t, y, D);
+            for (int i = 0; i < D; i++) x[i] += y[i];
+            DUMP(r, "l_out", il, t, x, D);
+        }
+    }
+    int t0 = all_logits ? 0 : T - 1;
+    for (int t = 0; t < T; t++) {
+        ops_rmsnorm(s.x + (size_t)t * D, m->output_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
+        DUMP(r, "result_norm", -1, t, s.xn + (size_t)t * D, D);
+    }
+    if (hidden_out) memcpy(hidden_out, s.xn, sizeof(float) * (size_t)T * D);
+    if (logits) ops_matmul_ref(r->pool, &m->output, s.xn + (size_t)t0 * D, T - t0, logits);
+    return 0;
+}
