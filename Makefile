@@ -102,3 +102,9 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Quant oracle bridge for tests/test_quant_oracle.py (stdin blocks -> stdout floats).
+all: $(BUILD)/tools/rl_dequant
+$(BUILD)/tools/rl_dequant: tests/c/tool_dequant.c $(BUILD)/libredlite.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
