@@ -453,6 +453,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     const q3n_hparams *hp = &r->m->hp;
     int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp;
     int32_t *ids = (int32_t *)s->sel_id;
+    if (r->experts.hint) r->experts.hint(r->experts.ud, il, s->xn, T);
     ops_matmul_ref(r->pool, &L->router, s->xn, T, s->rl);
     for (int t = 0; t < T; t++) {
         float *p = s->rl + (size_t)t * E;

@@ -96,6 +96,10 @@ typedef struct {
     int (*acquire)(void *ud, int layer, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
                    const uint8_t **down);
     void (*release)(void *ud, int layer);
+    /* (optional) called at the start of layer `layer`'s MoE with its normed input
+     * xn (T x D), before acquire: lets a cache pre-gate layer+1's experts (apply layer+1's
+     * router to xn) and prefetch them while this layer computes. */
+    void (*hint)(void *ud, int layer, const float *xn, int T);
     void *ud;
 } q3n_expert_src;
 

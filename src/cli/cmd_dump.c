@@ -1,0 +1,255 @@
+/* cmd_dump.c — `redlite dump`: run token ids through the CPU reference and write what tests
+ * and debugging need: logits of every position, greedy continuations, router choices and
+ * named per-layer activations.
+ *
+ * Output files are raw little-endian float32 (logits: rows x n_vocab) plus JSON lines
+ * (routes, activation index) so Python tests can read them with numpy alone. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+
+static const char *USAGE =
+    "usage: redlite dump -m MODEL --tokens IDS [options]\n"
+    "\n"
+    "Evaluate token ids with the CPU reference and dump results.\n"
+    "\n"
+    "  -m, --model FILE     GGUF model\n"
+    "  --tokens IDS         comma-separated token ids, or @FILE with whitespace/comma separated ids\n"
+    "  --greedy N           then generate N tokens greedily, one step each (default 0)\n"
+    "  --batch N            rows per forward for the prompt (1 = token by token; default 64)\n"
+    "  --logits FILE        write float32 logits of every prompt and generated position\n"
+    "  --routes FILE        write router choices as JSON lines {layer,row,ids,w,p}\n"
+    "  --acts FILE          write named activations (float32) to FILE and an index to FILE.json\n"
+    "  --names a,b,...      activation names to dump (default: l_out); e.g. attn_norm, attn_out,\n"
+    "                       ffn_inp, ffn_norm, ffn_out, l_out, dn_conv, dn_gated, attn_gated,\n"
+    "                       inp_embd, result_norm\n"
+    "  --layers A-B         only layers A..B (default all)\n"
+    "  -t, --threads N      threads (default: all CPUs)\n"
+    "  --json               print {prompt, generated} ids as JSON on stdout\n";
+
+typedef struct {
+    FILE *acts, *acts_idx, *routes;
+    const char *names;
+    int lay_lo, lay_hi;
+    int row_base; /* position of row 0 of the current forward */
+    uint64_t acts_off;
+} dump_ctx;
+
+static bool name_wanted(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+static void on_dump(void *ud, const char *name, int layer, int row, const float *x, int n) {
+    dump_ctx *d = ud;
+    if (!d->acts || !name_wanted(d->names, name)) return;
+    if (layer >= 0 && (layer < d->lay_lo || layer > d->lay_hi)) return;
+    fwrite(x, sizeof(float), (size_t)n, d->acts);
+    fprintf(d->acts_idx, "{\"name\":\"%s\",\"layer\":%d,\"pos\":%d,\"offset\":%llu,\"n\":%d}\n", name, layer,
+            d->row_base + row, (unsigned long long)d->acts_off, n);
+    d->acts_off += (uint64_t)n * sizeof(float);
+}
+
+static void on_route(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *p, int k) {
+    dump_ctx *d = ud;
+    if (!d->routes) return;
+    fprintf(d->routes, "{\"layer\":%d,\"pos\":%d,\"ids\":[", layer, d->row_base + row);
+    for (int i = 0; i < k; i++) fprintf(d->routes, "%s%d", i ? "," : "", ids[i]);
+    fprintf(d->routes, "],\"w\":[");
+    for (int i = 0; i < k; i++) fprintf(d->routes, "%s%.9g", i ? "," : "", w[i]);
+    fprintf(d->routes, "],\"p\":[");
+    for (int i = 0; i < k; i++) fprintf(d->routes, "%s%.9g", i ? "," : "", p[i]);
+    fprintf(d->routes, "]}\n");
+}
+
+/* Parse "1,2,3" or "@file" into a malloc'd array. */
+static int32_t *parse_ids(const char *s, int *n) {
+    char *buf = NULL;
+    if (s[0] == '@') {
+        FILE *f = fopen(s + 1, "rb");
+        if (!f) {
+            rl_seterr("cannot open token file %s", s + 1);
+            return NULL;
+        }
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        buf = malloc((size_t)len + 1);
+        if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+            fclose(f);
+            free(buf);
+            rl_seterr("cannot read token file %s", s + 1);
+            return NULL;
+        }
+        buf[len] = 0;
+        fclose(f);
+    } else {
+        buf = strdup(s);
+    }
+    int cap = 64, cnt = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    for (char *p = buf; ids && *p;) {
+        while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+        if (!*p) break;
+        char *e;
+        long v = strtol(p, &e, 10);
+        if (e == p || v < 0 || v > 0x7fffffff) {
+            rl_seterr("bad token id near '%.20s'", p);
+            free(ids);
+            free(buf);
+            return NULL;
+        }
+        if (cnt == cap) ids = realloc(ids, sizeof(int32_t) * (size_t)(cap *= 2));
+        if (ids) ids[cnt++] = (int32_t)v;
+        p = e;
+    }
+    free(buf);
+    *n = cnt;
+    return ids;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+int cmd_dump(int argc, char **argv) {
+    const char *model = NULL, *tokens = NULL, *logits_path = NULL, *routes_path = NULL, *acts_path = NULL;
+    dump_ctx d = {.names = "l_out", .lay_lo = 0, .lay_hi = 1 << 20};
+    long long greedy = 0, batch = 64, threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (cli_is_help(a)) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!(tokens = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--logits")) {
+            if (!(logits_path = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--routes")) {
+            if (!(routes_path = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--acts")) {
+            if (!(acts_path = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--names")) {
+            if (!(d.names = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--layers")) {
+            if (!(v = cli_need_value("dump", argc, argv, &i))) return 2;
+            if (sscanf(v, "%d-%d", &d.lay_lo, &d.lay_hi) != 2) {
+                if (sscanf(v, "%d", &d.lay_lo) != 1) return cli_fail("dump", 2, "--layers expects A-B, got '%s'", v);
+                d.lay_hi = d.lay_lo;
+            }
+        } else if (!strcmp(a, "--greedy")) {
+            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 0, 1 << 20, &greedy))
+                return 2;
+        } else if (!strcmp(a, "--batch")) {
+            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 1, 4096, &batch))
+                return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 0, 1024, &threads))
+                return 2;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            return cli_fail("dump", 2, "unknown option '%s' (see redlite dump --help)", a);
+        }
+    }
+    if (!model || !tokens) return cli_fail("dump", 2, "need -m MODEL and --tokens IDS (see redlite dump --help)");
+    int n = 0;
+    int32_t *ids = parse_ids(tokens, &n);
+    if (!ids) return cli_fail("dump", 2, "%s", rl_lasterr());
+    if (n == 0) {
+        free(ids);
+        return cli_fail("dump", 2, "--tokens is empty");
+    }
+    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads});
+    if (!e) {
+        free(ids);
+        return cli_fail("dump", 1, "%s", rl_lasterr());
+    }
+    int rc = 1;
+    const q3n_hparams *hp = engine_hparams(e);
+    int V = hp->n_vocab;
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = n + (int)greedy + 1, .n_batch = (int)batch});
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)batch);
+    int32_t *gen = malloc(sizeof(int32_t) * (size_t)(greedy + 1));
+    FILE *lf = NULL;
+    if (!c || !logits || !gen) {
+        cli_fail("dump", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
+        goto done;
+    }
+    if (logits_path && !(lf = fopen(logits_path, "wb"))) {
+        cli_fail("dump", 1, "cannot write %s", logits_path);
+        goto done;
+    }
+    if (routes_path && !(d.routes = fopen(routes_path, "w"))) {
+        cli_fail("dump", 1, "cannot write %s", routes_path);
+        goto done;
+    }
+    if (acts_path) {
+        char idx[4096];
+        snprintf(idx, sizeof idx, "%s.json", acts_path);
+        d.acts = fopen(acts_path, "wb");
+        d.acts_idx = fopen(idx, "w");
+        if (!d.acts || !d.acts_idx) {
+            cli_fail("dump", 1, "cannot write %s", acts_path);
+            goto done;
+        }
+    }
+    engine_set_hooks(c, on_dump, on_route, &d);
+    /* prompt: chunks of `batch` rows, every row's logits */
+    for (int i = 0; i < n; i += (int)batch) {
+        int m = n - i < batch ? n - i : (int)batch;
+        d.row_base = engine_pos(c);
+        if (engine_verify(c, ids + i, m, logits, NULL)) {
+            cli_fail("dump", 1, "%s", rl_lasterr());
+            goto done;
+        }
+        if (lf) fwrite(logits, sizeof(float), (size_t)m * V, lf);
+    }
+    int next = argmax(logits + (size_t)((n - 1) % batch) * V, V);
+    for (int g = 0; g < greedy; g++) {
+        gen[g] = next;
+        d.row_base = engine_pos(c);
+        if (engine_step(c, next, logits)) {
+            cli_fail("dump", 1, "%s", rl_lasterr());
+            goto done;
+        }
+        if (lf) fwrite(logits, sizeof(float), (size_t)V, lf);
+        next = argmax(logits, V);
+    }
+    if (json) {
+        printf("{\"prompt\":[");
+        for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
+        printf("],\"generated\":[");
+        for (int i = 0; i < greedy; i++) printf("%s%d", i ? "," : "", gen[i]);
+        printf("]}\n");
+    }
+    rc = 0;
+done:
+    if (lf && fclose(lf)) rc = cli_fail("dump", 1, "error writing %s (disk full?)", logits_path);
+    if (d.routes) fclose(d.routes);
+    if (d.acts) fclose(d.acts);
+    if (d.acts_idx) fclose(d.acts_idx);
+    free(logits);
+    free(gen);
+    free(ids);
+    engine_ctx_free(c);
+    engine_close(e);
+    return rc;
+}
