@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages Red Lite needs to build and test (C libraries from Debian only;
+# Python test tools come from PyPI into build/venv, see tests/run.sh).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+PKGS="build-essential pkg-config libutf8proc-dev libcjson-dev libmicrohttpd-dev python3 python3-venv python3-pip tmux clang"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq $missing
+fi
