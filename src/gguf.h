@@ -125,9 +125,24 @@ char *gguf_get_str_dup(const gguf_file *f, const char *key);
 const gguf_value *gguf_get_arr(const gguf_file *f, const char *key);
 /* Element i of a string array (no bounds check beyond RL_ASSERT). */
 gguf_str gguf_arr_str(const gguf_value *arr, uint64_t i);
-/* Element i of a numeric array as int64 / double. */
+/* Element i of a numeric array as int64 / double (RL_ASSERT: numeric or bool elements).
+ * Floats convert to int64 truncating toward zero, saturating; NaN gives 0. */
 int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i);
 double gguf_arr_f64(const gguf_value *arr, uint64_t i);
+
+/* --- additions (gguf.c) --- */
+/* Zero-copy string value: true and *out set if the key exists with type string. */
+bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+/* Element i (< n, RL_ASSERT) of any array, decoded into *out: scalars decoded, strings point
+ * into the mapping, nested arrays give an array value (str_off NULL: its string elements are
+ * found by walking, O(i)). Nesting depth is at most 8 (the reader rejects deeper files). */
+void gguf_arr_get(const gguf_value *arr, uint64_t i, gguf_value *out);
+/* Wire size in bytes of the array's elements (from arr.data to the end of the last one). */
+uint64_t gguf_arr_nbytes(const gguf_value *arr);
+/* madvise(advice) the page range of t's data (MADV_WILLNEED before a bulk read, MADV_RANDOM
+ * for expert slabs read piecemeal, MADV_DONTNEED after upload to the GPU). 0 ok; -1 with the
+ * error set. No-op for gguf_open_mem buffers. */
+int gguf_tensor_advise(const gguf_file *f, const gguf_tensor *t, int advice);
 
 /* ---- writer ---------------------------------------------------------------------------
  * Collect metadata and tensor descriptions, then gguf_writer_write streams the file:
@@ -152,6 +167,13 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem, const v
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 /* Copy key/value pair from an opened file (any type, including arrays). */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
+/* Any value (addition): scalars from the decoded union field matching v->type (u64 for the
+ * unsigned types and bool, i64 for the signed ones, f64 for floats); strings from v.str; arrays
+ * from v.arr.data, which must hold n elements in GGUF wire format (for numeric arrays that is
+ * the packed little-endian values; string and nested-array elements carry their own length
+ * prefixes, see the layout above). This is how nested arrays and u8/i16/i64/f64... are written.
+ * Setting a key that already exists replaces its value (all setters). */
+int gguf_writer_set_val(gguf_writer *w, const char *key, const gguf_value *v);
 /* Tensor with bytes from `data` (must stay valid until write) or, when data is NULL, from
  * `fill`. Returns the tensor index, or -1. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
