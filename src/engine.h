@@ -30,6 +30,7 @@ typedef struct engine_snapshot engine_snapshot;
 typedef struct {
     int n_threads;        /* 0 = all online CPUs */
     bool progress;        /* progress bar while loading */
+    const char *backend;  /* "cpu", "cuda" or "auto" (NULL = "cpu") */
 } engine_params;
 
 /* Open a model. NULL on failure with rl_lasterr() set (one line naming the file). */
@@ -38,6 +39,8 @@ void engine_close(engine *e);
 const q3n_hparams *engine_hparams(const engine *e);
 const q3n_model *engine_model(const engine *e);
 gguf_file *engine_gguf(const engine *e);
+/* Name of the backend in use ("cpu", "cuda"). */
+const char *engine_backend_name(const engine *e);
 
 typedef struct {
     int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */

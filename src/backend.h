@@ -1,0 +1,55 @@
+/* backend.h — what a compute backend implements (CPU reference, CUDA).
+ *
+ * The engine (engine.c) owns the API, chunking and snapshots; a backend owns one sequence's
+ * device state (KV cache, conv and recurrent state) and runs the forward pass. Chosen at
+ * start with --backend cpu|cuda|auto.
+ *
+ * Contract of forward: T rows (1..n_batch) at positions pos..pos+T-1; each row's result is
+ * independent of T (multi-row verify == single steps). logits: T x n_vocab if all_logits else
+ * the last row only (host memory, may be NULL); hidden: T x n_embd final-norm states (host,
+ * may be NULL). row_state (optional) is called after each row's recurrent update with host
+ * copies (or pointers) of that DeltaNet layer's conv and recurrent state, for per-row
+ * snapshots. Returns 0 or -1 with rl_lasterr set.
+ */
+#ifndef RL_BACKEND_H
+#define RL_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "qwen3next.h"
+
+typedef struct backend_ctx backend_ctx;
+
+typedef struct {
+    q3n_dump_fn dump;
+    q3n_route_fn route;
+    q3n_row_state_fn row_state;
+    void *ud;
+} backend_hooks;
+
+typedef struct backend_ops {
+    const char *name;
+    /* true if this backend can run here (e.g. a CUDA device is present); *why on false */
+    bool (*available)(const char **why);
+    backend_ctx *(*ctx_new)(const q3n_model *m, pool *p, int n_ctx, int n_batch);
+    void (*ctx_free)(backend_ctx *c);
+    void (*reset)(backend_ctx *c);
+    int (*forward)(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
+                   float *hidden, const backend_hooks *hooks);
+    /* copy one DeltaNet layer's state out / in (host floats: conv (kw-1)*conv_dim, ssm hv*dv*dk) */
+    int (*state_get)(backend_ctx *c, int layer, float *conv, float *ssm);
+    int (*state_set)(backend_ctx *c, int layer, const float *conv, const float *ssm);
+    /* (optional) replace the routed-expert source (bounded expert cache) */
+    void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
+} backend_ops;
+
+extern const backend_ops backend_cpu;
+#ifdef RL_CUDA
+extern const backend_ops backend_cuda;
+#endif
+
+/* Pick by name ("cpu", "cuda", "auto"); NULL with rl_lasterr if unknown or unavailable. */
+const backend_ops *backend_find(const char *name);
+#endif

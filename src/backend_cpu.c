@@ -1,0 +1,154 @@
+/* backend_cpu.c — the CPU backend: the reference forward pass of qwen3next.c with its
+ * state in host memory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+
+struct backend_ctx {
+    const q3n_model *m;
+    q3n_state st;
+    q3n_run run;
+};
+
+static bool cpu_available(const char **why) {
+    (void)why;
+    return true;
+}
+
+static void cpu_ctx_free(backend_ctx *c) {
+    if (!c) return;
+    for (int il = 0; il < c->m->hp.n_layer; il++) {
+        if (c->st.k_cache) free(c->st.k_cache[il]);
+        if (c->st.v_cache) free(c->st.v_cache[il]);
+        if (c->st.conv) free(c->st.conv[il]);
+        if (c->st.ssm) free(c->st.ssm[il]);
+    }
+    free(c->st.k_cache);
+    free(c->st.v_cache);
+    free(c->st.conv);
+    free(c->st.ssm);
+    free(c->run.scratch);
+    free(c);
+}
+
+static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch) {
+    const q3n_hparams *hp = &m->hp;
+    backend_ctx *c = rl_calloc(1, sizeof *c, "context");
+    if (!c) return NULL;
+    c->m = m;
+    int nl = hp->n_layer;
+    q3n_state *st = &c->st;
+    st->n_ctx = n_ctx;
+    st->k_cache = rl_calloc((size_t)nl, sizeof(float *), "KV cache");
+    st->v_cache = rl_calloc((size_t)nl, sizeof(float *), "KV cache");
+    st->conv = rl_calloc((size_t)nl, sizeof(float *), "conv state");
+    st->ssm = rl_calloc((size_t)nl, sizeof(float *), "recurrent state");
+    if (!st->k_cache || !st->v_cache || !st->conv || !st->ssm) goto fail;
+    size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    for (int il = 0; il < nl; il++) {
+        if (hp->is_attn[il]) {
+            st->k_cache[il] = rl_malloc(sizeof(float) * kvw * (size_t)n_ctx, "KV cache (lower --ctx)");
+            st->v_cache[il] = rl_malloc(sizeof(float) * kvw * (size_t)n_ctx, "KV cache (lower --ctx)");
+            if (!st->k_cache[il] || !st->v_cache[il]) goto fail;
+        } else {
+            st->conv[il] = rl_calloc(q3n_conv_floats(hp), sizeof(float), "conv state");
+            st->ssm[il] = rl_calloc(q3n_ssm_floats(hp), sizeof(float), "recurrent state");
+            if (!st->conv[il] || !st->ssm[il]) goto fail;
+        }
+    }
+    c->run.m = m;
+    c->run.pool = p;
+    c->run.st = st;
+    c->run.max_rows = n_batch;
+    c->run.scratch = rl_aligned_alloc(sizeof(float) * q3n_scratch_floats(hp, n_batch), "scratch");
+    if (!c->run.scratch) goto fail;
+    return c;
+fail:
+    cpu_ctx_free(c);
+    return NULL;
+}
+
+static void cpu_reset(backend_ctx *c) {
+    const q3n_hparams *hp = &c->m->hp;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (c->st.conv[il]) memset(c->st.conv[il], 0, sizeof(float) * q3n_conv_floats(hp));
+        if (c->st.ssm[il]) memset(c->st.ssm[il], 0, sizeof(float) * q3n_ssm_floats(hp));
+    }
+}
+
+static int cpu_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
+                       float *hidden, const backend_hooks *h) {
+    c->run.dump = h ? h->dump : NULL;
+    c->run.route = h ? h->route : NULL;
+    c->run.row_state = h ? h->row_state : NULL;
+    c->run.hook_ud = h ? h->ud : NULL;
+    return q3n_forward(&c->run, tokens, T, pos, logits, all_logits, hidden);
+}
+
+static int cpu_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
+    const q3n_hparams *hp = &c->m->hp;
+    if (!c->st.conv[il]) return rl_seterr("layer %d has no recurrent state", il);
+    memcpy(conv, c->st.conv[il], sizeof(float) * q3n_conv_floats(hp));
+    memcpy(ssm, c->st.ssm[il], sizeof(float) * q3n_ssm_floats(hp));
+    return 0;
+}
+
+static int cpu_state_set(backend_ctx *c, int il, const float *conv, const float *ssm) {
+    const q3n_hparams *hp = &c->m->hp;
+    if (!c->st.conv[il]) return rl_seterr("layer %d has no recurrent state", il);
+    memcpy(c->st.conv[il], conv, sizeof(float) * q3n_conv_floats(hp));
+    memcpy(c->st.ssm[il], ssm, sizeof(float) * q3n_ssm_floats(hp));
+    return 0;
+}
+
+static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
+    if (src)
+        c->run.experts = *src;
+    else
+        memset(&c->run.experts, 0, sizeof c->run.experts);
+}
+
+const backend_ops backend_cpu = {
+    .name = "cpu",
+    .available = cpu_available,
+    .ctx_new = cpu_ctx_new,
+    .ctx_free = cpu_ctx_free,
+    .reset = cpu_reset,
+    .forward = cpu_forward,
+    .state_get = cpu_state_get,
+    .state_set = cpu_state_set,
+    .set_expert_src = cpu_set_expert_src,
+};
+
+const backend_ops *backend_find(const char *name) {
+    const backend_ops *all[] = {
+#ifdef RL_CUDA
+        &backend_cuda,
+#endif
+        &backend_cpu,
+    };
+    const char *why = NULL;
+    if (!name || !strcmp(name, "auto")) {
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (all[i]->available(&why)) return all[i];
+        return &backend_cpu;
+    }
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(all[i]->name, name) != 0) continue;
+        if (!all[i]->available(&why)) {
+            rl_seterr("backend %s is not available here: %s", name, why ? why : "unknown reason");
+            return NULL;
+        }
+        return all[i];
+    }
+    rl_seterr("unknown backend '%s' (this build has: cpu%s)", name,
+#ifdef RL_CUDA
+              ", cuda"
+#else
+              ""
+#endif
+    );
+    return NULL;
+}
