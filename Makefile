@@ -43,7 +43,7 @@ ifeq ($(CUDA),1)
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 endif
 
-.PHONY: all test asan fuzz format clean default-model features
+.PHONY: all test asan asan-tests fuzz format clean default-model features
 all: $(BUILD)/redlite $(TEST_BIN) default-model features
 
 features:
@@ -89,6 +89,11 @@ test: all
 asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" \
 	  LDLIBS="$(LDLIBS) -fsanitize=address,undefined" build/asan/redlite
+
+# C unit tests under ASan + UBSan: build/asan/tests/test_* (run them by hand).
+asan-tests:
+	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	  LDLIBS="$(LDLIBS) -fsanitize=address,undefined" $(patsubst tests/c/%.c,build/asan/tests/%,$(TEST_SRC))
 
 fuzz:
 	@mkdir -p $(BUILD)/fuzz

@@ -526,6 +526,9 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
         free(h.p);
         return rl_seterr("%s: cannot create: %s", path, strerror(e));
     }
+    /* Only a regular file we created may be removed on failure (never /dev/full & co). */
+    struct stat st;
+    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     int rc = write_stream(w, fd, path, &h, total);
     free(h.p);
     if (close(fd) != 0 && rc == 0) {
@@ -534,6 +537,6 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
                  ? rl_seterr("%s: disk full while closing the file (free some space)", path)
                  : rl_seterr("%s: close failed: %s", path, strerror(e));
     }
-    if (rc != 0) unlink(path); /* never leave a partial model behind */
+    if (rc != 0 && regular) unlink(path); /* never leave a partial model behind */
     return rc;
 }
