@@ -1,0 +1,130 @@
+/* kern.c — CPUID dispatch for the mat-vec kernels (see kern.h) and the scalar generic level,
+ * which simply calls the quant traits (vec_dot per row, from_float for activations).
+ * The per-level tables are built once: scalar entries first, then each higher level copies the
+ * level below and overrides what its ISA file implements.
+ */
+#include "kern.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static kern_table tables[KERN_NLEVELS];
+static bool has_simd[KERN_NLEVELS][QT_COUNT];
+static bool supported[KERN_NLEVELS];
+static int active = KERN_SCALAR;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
+                               int64_t n_cols, const void *act, float *out) {
+    const quant_traits *t = quant_get(wtype);
+    for (int64_t r = 0; r < n_rows; r++) out[r] = t->vec_dot(n_cols, (const uint8_t *)W + (size_t)r * row_bytes, act);
+}
+
+/* The table stores plain function pointers, so the scalar level needs one per type: generate
+ * them with a macro over the type ids that have a vec_dot. */
+#define SCALAR_MV(ID)                                                                          \
+    static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, \
+                               float *o) {                                                     \
+        scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                           \
+    }
+SCALAR_MV(0) SCALAR_MV(1) SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8)
+SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12) SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17)
+SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20) SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29)
+SCALAR_MV(30)
+#define SET_MV(ID) t->matvec[ID] = scalar_mv_##ID
+
+static void fill_scalar(kern_table *t) {
+    SET_MV(0); SET_MV(1); SET_MV(2); SET_MV(3); SET_MV(6); SET_MV(7); SET_MV(8); SET_MV(10);
+    SET_MV(11); SET_MV(12); SET_MV(13); SET_MV(14); SET_MV(16); SET_MV(17); SET_MV(18); SET_MV(19);
+    SET_MV(20); SET_MV(21); SET_MV(22); SET_MV(23); SET_MV(29); SET_MV(30);
+    for (uint32_t ty = 0; ty < QT_COUNT; ty++) {
+        const quant_traits *q = quant_get(ty);
+        if (q && q->from_float) t->quant[ty] = q->from_float;
+        /* every type with a vec_dot must have a scalar mat-vec above */
+        RL_ASSERT(!q || !q->vec_dot || t->matvec[ty]);
+    }
+}
+
+static void init(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    supported[KERN_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+    supported[KERN_AVX512] = supported[KERN_AVX2] && __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+#endif
+    supported[KERN_SCALAR] = true;
+    fill_scalar(&tables[KERN_SCALAR]);
+    /* The fill functions are compiled with their ISA's flags: the compiler may use those
+     * instructions even in them, so only call them when the CPU has the ISA. */
+    tables[KERN_AVX2] = tables[KERN_SCALAR];
+    if (supported[KERN_AVX2]) kern_fill_avx2(&tables[KERN_AVX2]);
+    tables[KERN_AVX512] = tables[KERN_AVX2];
+    if (supported[KERN_AVX512]) kern_fill_avx512(&tables[KERN_AVX512]);
+    for (int l = 1; l < KERN_NLEVELS; l++)
+        for (int ty = 0; ty < QT_COUNT; ty++)
+            has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];
+
+    int want = KERN_AVX512;
+    const char *env = getenv("RL_KERN");
+    if (env && *env) {
+        for (int l = 0; l < KERN_NLEVELS; l++)
+            if (strcmp(env, kern_level_name(l)) == 0) want = l;
+    }
+    while (want > 0 && !supported[want]) want--;
+    active = want;
+}
+
+int kern_level(void) {
+    pthread_once(&once, init);
+    return active;
+}
+
+const char *kern_level_name(int level) {
+    static const char *names[KERN_NLEVELS] = { "scalar", "avx2", "avx512" };
+    return level >= 0 && level < KERN_NLEVELS ? names[level] : "?";
+}
+
+bool kern_level_supported(int level) {
+    pthread_once(&once, init);
+    return level >= 0 && level < KERN_NLEVELS && supported[level];
+}
+
+int kern_set_level(int level) {
+    if (!kern_level_supported(level))
+        return rl_seterr("kernel level %s is not supported by this CPU", kern_level_name(level));
+    active = level;
+    return 0;
+}
+
+bool kern_has_simd(int level, uint32_t wtype) {
+    pthread_once(&once, init);
+    return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && has_simd[level][wtype];
+}
+
+int kern_act_type(uint32_t wtype) {
+    const quant_traits *t = quant_get(wtype);
+    return t && t->vec_dot ? t->vec_dot_type : -1;
+}
+
+size_t kern_act_size(uint32_t wtype, int64_t n_cols) {
+    const int a = kern_act_type(wtype);
+    return a < 0 ? 0 : quant_row_size((uint32_t)a, n_cols);
+}
+
+void kern_quantize_act(uint32_t wtype, const float *x, int64_t n, void *act_q) {
+    const int a = kern_act_type(wtype);
+    RL_ASSERT(a >= 0 && quant_row_size((uint32_t)a, n) > 0);
+    tables[kern_level()].quant[a](x, act_q, n);
+}
+
+void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
+                 float *out) {
+    const size_t rb = quant_row_size(wtype, n_cols);
+    RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0);
+    tables[kern_level()].matvec[wtype](W, rb, n_rows, n_cols, act_q, out);
+}

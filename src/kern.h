@@ -1,0 +1,74 @@
+/* kern.h — fast CPU mat-vec kernels over quantised weights, picked at run time by CPUID.
+ *
+ * A weight matrix is n_rows contiguous rows of n_cols values in type `wtype` (row stride
+ * quant_row_size(wtype, n_cols)). The activation vector is quantised ONCE per mat-vec into the
+ * weight type's vec_dot_type (Q8_K for K/IQ quants, Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL, ...) with
+ * kern_quantize_act, then every row is an integer dot product against it:
+ *
+ *     void *aq = rl_aligned_alloc(kern_act_size(wtype, n_cols), "act");
+ *     kern_quantize_act(wtype, x, n_cols, aq);
+ *     kern_matvec(wtype, W, n_rows, n_cols, aq, out);            // out[r] = W[r,:] . x
+ *
+ * Levels: KERN_SCALAR (quant_traits vec_dot / from_float: always present, the reference),
+ * KERN_AVX2 (AVX2+FMA+F16C), KERN_AVX512 (AVX-512 F/BW/VL/DQ + VNNI). The best level the CPU
+ * supports is used unless RL_KERN=scalar|avx2|avx512 asks for a lower one (a level the CPU
+ * lacks falls back to the best supported one). Types without a SIMD kernel at a level use the
+ * next lower level's kernel, ultimately the scalar one, so every type quant.h knows works.
+ *
+ * Results match the scalar vec_dot: for K and IQ types the integer sums are identical and the
+ * float operations per super-block are the scalar ones (bit-identical in practice); F32, F16 and
+ * Q8_0 accumulate in SIMD lanes, so only the float summation order differs.
+ *
+ * Threading: all functions are thread-safe and keep no state beyond the dispatch table
+ * (initialised once, on first use). Split rows across threads by calling kern_matvec on
+ * disjoint row ranges (W + r0 * row_bytes, out + r0).
+ * Tested by tests/c/test_kern.c (every level the CPU supports); RL_KERN_BENCH=1 makes it print
+ * GB/s per type and level.
+ */
+#ifndef RL_KERN_H
+#define RL_KERN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+enum { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX512 = 2, KERN_NLEVELS = 3 };
+
+/* The level in use (initialises the dispatch table on first call). */
+int kern_level(void);
+/* "scalar", "avx2", "avx512" ("?" for an invalid level). */
+const char *kern_level_name(int level);
+/* Whether this CPU (and OS) can run `level`. KERN_SCALAR is always supported. */
+bool kern_level_supported(int level);
+/* Force a level (tests, benchmarks). Returns 0, or -1 with rl_seterr if the CPU lacks it.
+ * Not to be called while other threads run kernels. */
+int kern_set_level(int level);
+/* Whether `level` has its own (non-fallback) kernel for weight type `wtype`. */
+bool kern_has_simd(int level, uint32_t wtype);
+
+/* The activation type kernels for `wtype` expect, -1 if wtype is unknown. */
+int kern_act_type(uint32_t wtype);
+/* Bytes of the quantised activation for a row of n_cols values; 0 if not representable. */
+size_t kern_act_size(uint32_t wtype, int64_t n_cols);
+/* Quantise x[n] (n a multiple of the activation block size) into kern_act_type(wtype).
+ * Byte-identical to quant_get(kern_act_type(wtype))->from_float at every level. */
+void kern_quantize_act(uint32_t wtype, const float *x, int64_t n, void *act_q);
+/* out[r] = dot(row r of W, activation) for r in [0, n_rows). W's rows are contiguous. */
+void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
+                 float *out);
+
+/* ---- internal: the dispatch table the ISA files fill (kern_avx2.c, kern_avx512.c) ---------- */
+typedef void (*kern_matvec_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
+                               const void *act, float *out);
+typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
+typedef struct {
+    kern_matvec_fn matvec[QT_COUNT]; /* by weight type */
+    kern_quant_fn quant[QT_COUNT];   /* by activation type */
+} kern_table;
+/* Each sets the entries it implements and leaves the others untouched. */
+void kern_fill_avx2(kern_table *t);
+void kern_fill_avx512(kern_table *t);
+
+#endif

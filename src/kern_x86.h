@@ -1,0 +1,536 @@
+/* kern_x86.h — the x86 SIMD mat-vec kernels, one source compiled twice:
+ *   kern_avx2.c   (-mavx2 -mfma -mf16c)            -> kern_fill_avx2
+ *   kern_avx512.c (+ AVX-512 F/BW/VL/DQ + VNNI)    -> kern_fill_avx512
+ * Included only by those two files. Everything here is static; the including file defines
+ * KERN_FILL (the name of its fill function).
+ *
+ * Integer core: weights and activations are 32-byte vectors of 8-bit codes. maddubs multiplies
+ * unsigned weight bytes by signed activation bytes and adds adjacent pairs into int16 (never
+ * saturating here: |pair| <= 2*63*127 for the largest code used with it, and 2*128*127 for the
+ * abs/sign trick); madd by a vector of int16 block scales then adds pairs again into int32 and
+ * applies the scales in one step. Signs (IQ grids store magnitudes) are moved onto the
+ * activation with sign_epi8. Per super-block, the int32 lanes are summed horizontally and the
+ * float epilogue is the scalar reference's expression (src/quant_k.c, quant_iq.c), so results
+ * equal quant_traits.vec_dot exactly. F32/F16/Q8_0 accumulate floats in lanes instead.
+ */
+#ifndef KERN_FILL
+#error "kern_x86.h is included by kern_avx2.c / kern_avx512.c only"
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kern.h"
+#include "quant_impl.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); } /* exact, like rl_fp16_to_fp32 */
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hsum_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* int32 lanes += scale16 (per int16 lane) * pairwise sums of u8 * s8 */
+static inline __m256i dot_scaled(__m256i acc, __m256i u, __m256i s, __m256i scale16) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16));
+}
+
+/* int32 lanes += sums of 4 products of signed bytes w * a (|a| <= 127). VNNI when available. */
+static inline __m256i dot_i8(__m256i acc, __m256i w, __m256i a) {
+    const __m256i u = _mm256_abs_epi8(w), s = _mm256_sign_epi8(a, w);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* [lo x 8 | hi x 8] int16: scales for the two 16-value halves of a 32-value vector */
+static inline __m256i scale_pair(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
+}
+
+static inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+/* ksigns_iq2xs expanded to byte masks (0xff where the value is negative), or-ed with 0x01 so it
+ * can be used directly as sign_epi8's second operand (+1 keeps, -1 negates). */
+static uint64_t ksigns64[128];
+static void init_ksigns64(void) {
+    for (int i = 0; i < 128; i++) {
+        uint64_t m = 0;
+        for (int j = 0; j < 8; j++) m |= (uint64_t)((ksigns_iq2xs[i] >> j) & 1 ? 0xff : 0x01) << (8 * j);
+        ksigns64[i] = m;
+    }
+}
+
+/* 32 explicit sign bits (LE u32) -> sign_epi8 operand (+1 / -1 bytes) */
+static inline __m256i signs_from_bits(uint32_t bits) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_or_si256(v, _mm256_set1_epi8(1));
+}
+
+/* A mat-vec over rows calling a per-row dot of nb blocks. */
+#define ROWS_MATVEC(fname, dotfn, WT, AT, BLK)                                                     \
+    static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) { \
+        for (int64_t r = 0; r < nr; r++)                                                           \
+            o[r] = dotfn((const WT *)((const uint8_t *)W + (size_t)r * rb), (const AT *)a, nc / (BLK)); \
+    }
+
+/* ---- F32 / F16 ------------------------------------------------------------------------------
+ * Products in float with FMA, 4 x 8 lanes (AVX-512: 4 x 16), tail scalar. */
+
+#if defined(__AVX512F__)
+static float dot_f32(const float *w, const float *x, int64_t n) {
+    __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), acc[k]);
+    for (; i + 16 <= n; i += 16) acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), acc[0]);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) s += w[i] * x[i];
+    return s;
+}
+static float dot_f16(const uint16_t *w, const uint16_t *x, int64_t n) {
+    __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 2; k++)
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16 * k))),
+                                     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16 * k))), acc[k]);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    for (; i < n; i++) s += h2f(w[i]) * h2f(x[i]);
+    return s;
+}
+#else
+static float dot_f32(const float *w, const float *x, int64_t n) {
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc[0]);
+    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) s += w[i] * x[i];
+    return s;
+}
+static float dot_f16(const uint16_t *w, const uint16_t *x, int64_t n) {
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8 * k))),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * k))), acc[k]);
+    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) s += h2f(w[i]) * h2f(x[i]);
+    return s;
+}
+#endif
+ROWS_MATVEC(mv_f32, dot_f32, float, float, 1)
+ROWS_MATVEC(mv_f16, dot_f16, uint16_t, uint16_t, 1)
+
+static void quant_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *d = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = rl_fp32_to_fp16(x[i]);
+}
+
+/* ---- Q8_0 ----------------------------------------------------------------------------------- */
+
+static float dot_q8_0(const blk_q8_0 *x, const blk_q8_0 *y, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i p = dot_i8(_mm256_setzero_si256(), loadu(x[i].qs), loadu(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+    }
+    return hsum_f32(acc);
+}
+ROWS_MATVEC(mv_q8_0, dot_q8_0, blk_q8_0, blk_q8_0, 32)
+
+/* 8 x int32 lanes (4 vectors, 32 values) -> 32 int8 in order */
+static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Q8_0 quantiser, byte-identical to the scalar one: d = amax/127 and id = 1/d in scalar float,
+ * q = round-half-away-from-zero(x * id) computed exactly as trunc + (|frac| >= 0.5 ? sign : 0). */
+static void quant_q8_0(const float *src, void *dst, int64_t n) {
+    blk_q8_0 *b = dst;
+    const __m256 sgnmask = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *x = src + 32 * i;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sgnmask, v[k]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = rl_fp32_to_fp16(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256 t = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+            const __m256 tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 frac = _mm256_andnot_ps(sgnmask, _mm256_sub_ps(t, tr));
+            const __m256 up = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                            _mm256_or_ps(_mm256_and_ps(t, sgnmask), _mm256_set1_ps(1.0f)));
+            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(tr, up));
+        }
+        _mm256_storeu_si256((__m256i *)b[i].qs, pack_i32x32(q[0], q[1], q[2], q[3]));
+    }
+}
+
+/* ---- Q8_K quantiser --------------------------------------------------------------------------
+ * Byte-identical to quant_from_float_q8_k: amax by vector max, the signed extreme is the FIRST
+ * element with |x| == amax (as the scalar strict-> scan), q = RNE(iscale*x) via cvtps_epi32,
+ * clamped to 127. */
+static void quant_q8_k(const float *src, void *dst, int64_t n) {
+    blk_q8_k *b = dst;
+    const __m256 sgnmask = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float *x = src + QK_K * i;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sgnmask, _mm256_loadu_ps(x + k)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int k = 0; k < QK_K; k += 8) {
+            const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sgnmask, _mm256_loadu_ps(x + k)), am, _CMP_EQ_OQ));
+            if (mask) {
+                max = x[k + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < QK_K; k += 32) {
+            __m256i q[4];
+            for (int j = 0; j < 4; j++)
+                q[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + k + 8 * j))), lim);
+            /* bsums of values k..k+15 and k+16..k+31 */
+            b[i].bsums[k / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
+            b[i].bsums[k / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(b[i].qs + k), pack_i32x32(q[0], q[1], q[2], q[3]));
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---- Q2_K ----------------------------------------------------------------------------------- */
+
+static float dot_q2_k(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
+        const int summs = hsum_i32(_mm256_madd_epi16(mins, loadu(y[i].bsums)));
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i Q = loadu(x[i].qs + 32 * h);
+            for (int j = 0; j < 4; j++) {
+                const __m256i codes = _mm256_and_si256(srl16(Q, 2 * j), m3);
+                const int k = 8 * h + 2 * j;
+                acc = dot_scaled(acc, codes, loadu(y[i].qs + 128 * h + 32 * j),
+                                 scale_pair(x[i].scales[k] & 15, x[i].scales[k + 1] & 15));
+            }
+        }
+        const int isum = hsum_i32(acc);
+        const float dall = y[i].d * h2f(x[i].d);
+        const float dmin = y[i].d * h2f(x[i].dmin);
+        sumf += dall * (float)isum - dmin * (float)summs;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q2_k, dot_q2_k, blk_q2_k, blk_q8_k, QK_K)
+
+/* ---- Q4_K / Q5_K ---------------------------------------------------------------------------- */
+
+/* scales and mins of a Q4_K/Q5_K block; returns the min term sum m_k * (bsum_2k + bsum_2k+1) */
+static inline int k45_scales(const uint8_t *scales, const blk_q8_k *y, uint8_t *sc) {
+    uint8_t m[8];
+    for (int k = 0; k < 8; k++) quant_k4_scale_min(scales, k, &sc[k], &m[k]);
+    uint64_t m64;
+    memcpy(&m64, m, 8);
+    /* mins as int16, each repeated for the two bsums of its 32 values */
+    const __m128i m8 = _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)m64), _mm_cvtsi64_si128((long long)m64));
+    return hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(m8), loadu(y->bsums)));
+}
+
+static float dot_q4_k(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t sc[8];
+        const int summs = k45_scales(x[i].scales, &y[i], sc);
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = loadu(x[i].qs + 32 * c);
+            acc = dot_scaled(acc, _mm256_and_si256(q, m4), loadu(y[i].qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
+            acc = dot_scaled(acc, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), loadu(y[i].qs + 64 * c + 32),
+                             _mm256_set1_epi16(sc[2 * c + 1]));
+        }
+        const int isum = hsum_i32(acc);
+        sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q4_k, dot_q4_k, blk_q4_k, blk_q8_k, QK_K)
+
+static float dot_q5_k(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t sc[8];
+        const int summs = k45_scales(x[i].scales, &y[i], sc);
+        const __m256i qh = loadu(x[i].qh);
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = loadu(x[i].qs + 32 * c);
+            const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c), one), 4);
+            const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c + 1), one), 4);
+            acc = dot_scaled(acc, _mm256_or_si256(_mm256_and_si256(q, m4), hl), loadu(y[i].qs + 64 * c),
+                             _mm256_set1_epi16(sc[2 * c]));
+            acc = dot_scaled(acc, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh),
+                             loadu(y[i].qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
+        }
+        const int isum = hsum_i32(acc);
+        sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q5_k, dot_q5_k, blk_q5_k, blk_q8_k, QK_K)
+
+/* ---- Q6_K ------------------------------------------------------------------------------------
+ * Codes are dotted unsigned (0..63); the -32 offset is applied once per block through bsums:
+ * sum_k s_k sum (c-32) a = sum_k s_k sum c a - 32 sum_k s_k bsum_k. */
+
+static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const int corr = hsum_i32(_mm256_madd_epi16(sc16, loadu(y[i].bsums)));
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i L0 = loadu(x[i].ql + 64 * h), L1 = loadu(x[i].ql + 64 * h + 32);
+            const __m256i H = loadu(x[i].qh + 32 * h);
+            const __m256i c[4] = {
+                _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_slli_epi16(_mm256_and_si256(H, m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)),
+            };
+            for (int r = 0; r < 4; r++) {
+                const int k = 8 * h + 2 * r;
+                acc = dot_scaled(acc, c[r], loadu(y[i].qs + 128 * h + 32 * r), scale_pair(x[i].scales[k], x[i].scales[k + 1]));
+            }
+        }
+        const int isum = hsum_i32(acc) - 32 * corr;
+        sumf += h2f(x[i].d) * y[i].d * (float)isum;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q6_k, dot_q6_k, blk_q6_k, blk_q8_k, QK_K)
+
+/* ---- IQ2_XXS / IQ2_XS ------------------------------------------------------------------------ */
+
+static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *q = (const uint8_t *)x[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t w[2];
+            memcpy(w, q + 8 * ib, 8);
+            const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[w[0] >> 24], (long long)iq2xxs_grid[(w[0] >> 16) & 255],
+                                                (long long)iq2xxs_grid[(w[0] >> 8) & 255], (long long)iq2xxs_grid[w[0] & 255]);
+            const __m256i s = _mm256_set_epi64x((long long)ksigns64[(w[1] >> 21) & 127], (long long)ksigns64[(w[1] >> 14) & 127],
+                                                (long long)ksigns64[(w[1] >> 7) & 127], (long long)ksigns64[w[1] & 127]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), s);
+            acc = dot_scaled(acc, g, a, _mm256_set1_epi16((short)(2 * (w[1] >> 28) + 1)));
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    return 0.125f * sumf;
+}
+ROWS_MATVEC(mv_iq2_xxs, dot_iq2_xxs, blk_iq2_xxs, blk_q8_k, QK_K)
+
+static float dot_iq2_xs(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const uint16_t *e = x[i].qs + 4 * ib;
+            const __m256i g = _mm256_set_epi64x((long long)iq2xs_grid[e[3] & 511], (long long)iq2xs_grid[e[2] & 511],
+                                                (long long)iq2xs_grid[e[1] & 511], (long long)iq2xs_grid[e[0] & 511]);
+            const __m256i s = _mm256_set_epi64x((long long)ksigns64[e[3] >> 9], (long long)ksigns64[e[2] >> 9],
+                                                (long long)ksigns64[e[1] >> 9], (long long)ksigns64[e[0] >> 9]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), s);
+            const int sc = x[i].scales[ib];
+            acc = dot_scaled(acc, g, a, scale_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1));
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    return 0.125f * sumf;
+}
+ROWS_MATVEC(mv_iq2_xs, dot_iq2_xs, blk_iq2_xs, blk_q8_k, QK_K)
+
+static float dot_iq2_s(const blk_iq2_s *x, const blk_q8_k *y, int64_t nb) {
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = x[i].qs + 4 * ib;
+            const int qh = x[i].qh[ib];
+            const __m256i g = _mm256_set_epi64x(
+                (long long)iq2s_grid[qs[3] | ((qh << 2) & 0x300)], (long long)iq2s_grid[qs[2] | ((qh << 4) & 0x300)],
+                (long long)iq2s_grid[qs[1] | ((qh << 6) & 0x300)], (long long)iq2s_grid[qs[0] | ((qh << 8) & 0x300)]);
+            uint32_t sb;
+            memcpy(&sb, x[i].qs + 32 + 4 * ib, 4);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_from_bits(sb));
+            const int sc = x[i].scales[ib];
+            acc = dot_scaled(acc, g, a, scale_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1));
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    return 0.125f * sumf;
+}
+ROWS_MATVEC(mv_iq2_s, dot_iq2_s, blk_iq2_s, blk_q8_k, QK_K)
+
+/* ---- IQ3_XXS / IQ3_S ------------------------------------------------------------------------- */
+
+static float dot_iq3_xxs(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *q = x[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *g8 = q + 8 * ib;
+            const __m256i g = _mm256_set_epi32((int)iq3xxs_grid[g8[7]], (int)iq3xxs_grid[g8[6]], (int)iq3xxs_grid[g8[5]],
+                                               (int)iq3xxs_grid[g8[4]], (int)iq3xxs_grid[g8[3]], (int)iq3xxs_grid[g8[2]],
+                                               (int)iq3xxs_grid[g8[1]], (int)iq3xxs_grid[g8[0]]);
+            uint32_t aux;
+            memcpy(&aux, q + 64 + 4 * ib, 4);
+            const __m256i s = _mm256_set_epi64x((long long)ksigns64[(aux >> 21) & 127], (long long)ksigns64[(aux >> 14) & 127],
+                                                (long long)ksigns64[(aux >> 7) & 127], (long long)ksigns64[aux & 127]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), s);
+            acc = dot_scaled(acc, g, a, _mm256_set1_epi16((short)(2 * (aux >> 28) + 1)));
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    return 0.25f * sumf;
+}
+ROWS_MATVEC(mv_iq3_xxs, dot_iq3_xxs, blk_iq3_xxs, blk_q8_k, QK_K)
+
+static float dot_iq3_s(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = x[i].qs + 8 * ib;
+            const int qh = x[i].qh[ib];
+            const __m256i g = _mm256_set_epi32(
+                (int)iq3s_grid[qs[7] | ((qh << 1) & 256)], (int)iq3s_grid[qs[6] | ((qh << 2) & 256)],
+                (int)iq3s_grid[qs[5] | ((qh << 3) & 256)], (int)iq3s_grid[qs[4] | ((qh << 4) & 256)],
+                (int)iq3s_grid[qs[3] | ((qh << 5) & 256)], (int)iq3s_grid[qs[2] | ((qh << 6) & 256)],
+                (int)iq3s_grid[qs[1] | ((qh << 7) & 256)], (int)iq3s_grid[qs[0] | ((qh << 8) & 256)]);
+            uint32_t sb;
+            memcpy(&sb, x[i].signs + 4 * ib, 4);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_from_bits(sb));
+            const int ls = 1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15);
+            acc = dot_scaled(acc, g, a, _mm256_set1_epi16((short)ls));
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_iq3_s, dot_iq3_s, blk_iq3_s, blk_q8_k, QK_K)
+
+/* ---- IQ1_M ------------------------------------------------------------------------------------
+ * Grid values are -1/0/+1, so sign_epi8(a, grid) is the product; maddubs with 1s sums pairs.
+ * The +-0.125 deltas need sum(q8) per group of 8 with the delta's sign: sign_epi8 again. */
+
+static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        uint16_t sc[4];
+        memcpy(sc, x[i].scales, 8);
+        __m256i acc1 = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = x[i].qs + 4 * ib;
+            const int q0 = x[i].qh[2 * ib], q1 = x[i].qh[2 * ib + 1];
+            const __m256i g = _mm256_set_epi64x(
+                (long long)iq1s_grid[qs[3] | ((q1 << 4) & 0x700)], (long long)iq1s_grid[qs[2] | ((q1 << 8) & 0x700)],
+                (long long)iq1s_grid[qs[1] | ((q0 << 4) & 0x700)], (long long)iq1s_grid[qs[0] | ((q0 << 8) & 0x700)]);
+            const long long neg = (long long)0xffffffffffffffffULL, pos = 0x0101010101010101LL;
+            const __m256i dm = _mm256_set_epi64x(q1 & 0x80 ? neg : pos, q1 & 0x08 ? neg : pos,
+                                                 q0 & 0x80 ? neg : pos, q0 & 0x08 ? neg : pos);
+            const int t = sc[ib / 2] >> (6 * (ib % 2));
+            const __m256i scale = scale_pair(2 * (t & 7) + 1, 2 * ((t >> 3) & 7) + 1);
+            const __m256i a = loadu(y[i].qs + 32 * ib);
+            acc1 = dot_scaled(acc1, ones, _mm256_sign_epi8(a, g), scale);
+            acc2 = dot_scaled(acc2, ones, _mm256_sign_epi8(a, dm), scale);
+        }
+        const int sumi1 = hsum_i32(acc1), sumi2 = hsum_i32(acc2);
+        sumf += quant_iq1m_d(&x[i]) * y[i].d * ((float)sumi1 + IQ1S_DELTA * (float)sumi2);
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_iq1_m, dot_iq1_m, blk_iq1_m, blk_q8_k, QK_K)
+
+/* ---- the fill function ----------------------------------------------------------------------- */
+
+void KERN_FILL(kern_table *t) {
+    init_ksigns64();
+    t->matvec[QT_F32] = mv_f32;
+    t->matvec[QT_F16] = mv_f16;
+    t->matvec[QT_Q8_0] = mv_q8_0;
+    t->matvec[QT_Q2_K] = mv_q2_k;
+    t->matvec[QT_Q4_K] = mv_q4_k;
+    t->matvec[QT_Q5_K] = mv_q5_k;
+    t->matvec[QT_Q6_K] = mv_q6_k;
+    t->matvec[QT_IQ2_XXS] = mv_iq2_xxs;
+    t->matvec[QT_IQ2_XS] = mv_iq2_xs;
+    t->matvec[QT_IQ2_S] = mv_iq2_s;
+    t->matvec[QT_IQ3_XXS] = mv_iq3_xxs;
+    t->matvec[QT_IQ3_S] = mv_iq3_s;
+    t->matvec[QT_IQ1_M] = mv_iq1_m;
+    t->quant[QT_F16] = quant_f16;
+    t->quant[QT_Q8_0] = quant_q8_0;
+    t->quant[QT_Q8_K] = quant_q8_k;
+}

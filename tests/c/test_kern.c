@@ -1,0 +1,177 @@
+/* test_kern.c — the SIMD mat-vec kernels (src/kern*.c) against the scalar reference, at every
+ * kernel level this CPU supports:
+ *   - kern_quantize_act must be byte-identical to the activation type's scalar from_float
+ *     (including all-zero blocks, +-amax ties and exact .5 rounding ties);
+ *   - kern_matvec on random valid weights (odd row counts, several widths, NaN-poisoned output)
+ *     must match quant_traits.vec_dot row by row. Tolerance, relative to M = sum_i |w_i a_i|
+ *     over the dequantised row and activation: K and IQ kernels compute the same integer sums
+ *     and the same float epilogue as the scalar code, so they should be exact; we allow 1e-6*M
+ *     for safety. F32/F16/Q8_0 sum floats in SIMD lanes in another order (and with FMA): each
+ *     lane adds about n/8 terms, so |error| <= (n/8 + 16) * 2^-24 * M.
+ * With RL_KERN_BENCH=1 it also prints mat-vec throughput (GB/s of weights) per type and level.
+ * Run: make all && build/tests/test_kern
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common.h"
+#include "kern.h"
+#include "quant.h"
+#include "quant_rand.h"
+
+static const uint32_t types[] = {
+    QT_IQ1_M, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_Q2_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,
+    QT_Q8_0,  QT_F32,     QT_F16,    QT_BF16,  QT_Q3_K,    QT_IQ1_S, QT_IQ4_XS, QT_IQ4_NL, QT_Q4_0, QT_Q4_1,
+    QT_Q5_0,  QT_Q5_1,
+};
+#define N_TYPES (sizeof types / sizeof types[0])
+
+static bool lane_summed(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16 || t == QT_Q8_0; }
+
+static void fill_x(float *x, int64_t n, rl_rng *r) {
+    for (int64_t i = 0; i < n; i++) x[i] = rl_rng_normal(r) * (1.0f + 4.0f * (float)(i % 7 == 0));
+}
+
+static void test_quantize(int level, rl_rng *r) {
+    const uint32_t acts[] = { QT_Q8_K, QT_Q8_0, QT_Q8_1, QT_F16, QT_BF16, QT_F32 };
+    const uint32_t wt_for[] = { QT_Q4_K, QT_Q8_0, QT_Q4_1, QT_F16, QT_BF16, QT_F32 };
+    const int64_t n = 4 * QK_K;
+    float x[4 * QK_K];
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) {
+        const quant_traits *ta = quant_get(acts[k]);
+        for (int rep = 0; rep < 8; rep++) {
+            fill_x(x, n, r);
+            if (rep == 1) /* all-zero block */
+                for (int i = 0; i < QK_K; i++) x[i] = 0.0f;
+            if (rep == 2) { x[5] = 3.0f; x[9] = -3.0f; x[300] = -2.0f; x[301] = 2.0f; } /* +-amax ties */
+            if (rep == 3) /* amax 127 -> Q8_0 d = 1 exactly; k + 0.5 are rounding ties */
+                for (int64_t i = 0; i < n; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(i % 61) - 30) + 0.5f;
+            const size_t sz = quant_row_size(acts[k], n);
+            uint8_t *a = malloc(sz), *b = malloc(sz);
+            memset(a, 0xAB, sz);
+            memset(b, 0xCD, sz);
+            ta->from_float(x, a, n);
+            kern_quantize_act(wt_for[k], x, n, b);
+            CHECK(memcmp(a, b, sz) == 0, "%s: quantize_act %s differs from scalar (rep %d)", kern_level_name(level),
+                  ta->name, rep);
+            free(a);
+            free(b);
+        }
+    }
+}
+
+static void test_matvec(int level, uint32_t type, int64_t n_rows, int64_t n_cols, rl_rng *r) {
+    const quant_traits *t = quant_get(type);
+    const quant_traits *ta = quant_get((uint32_t)t->vec_dot_type);
+    const size_t rb = quant_row_size(type, n_cols);
+    uint8_t *W = malloc(rb * (size_t)(n_rows ? n_rows : 1));
+    float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)(n_rows + 1) * sizeof(float));
+    float *wf = malloc((size_t)n_cols * sizeof(float)), *af = malloc((size_t)n_cols * sizeof(float));
+    void *act = malloc(kern_act_size(type, n_cols));
+    fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
+    fill_x(x, n_cols, r);
+    kern_quantize_act(type, x, n_cols, act);
+    ta->to_float(act, af, n_cols);
+    check_poison(out, (size_t)n_rows + 1);
+    kern_matvec(type, W, n_rows, n_cols, act, out);
+    int bad = 0, exact = 0;
+    for (int64_t row = 0; row < n_rows; row++) {
+        const void *w = W + (size_t)row * rb;
+        const double ref = t->vec_dot(n_cols, w, act);
+        t->to_float(w, wf, n_cols);
+        double mag = 0;
+        for (int64_t i = 0; i < n_cols; i++) mag += fabs((double)wf[i] * af[i]);
+        const double tol = lane_summed(type) ? ((double)n_cols / 8 + 16) * 0x1p-24 * mag : 1e-6 * mag;
+        exact += out[row] == (float)ref;
+        if (!(fabs(out[row] - ref) <= tol + 1e-30)) {
+            if (bad++ < 3)
+                fprintf(stderr, "  %s %s row %lld/%lld n=%lld: %.9g vs scalar %.9g (tol %.3g)\n", kern_level_name(level),
+                        t->name, (long long)row, (long long)n_rows, (long long)n_cols, out[row], ref, tol);
+        }
+    }
+    CHECK(bad == 0, "%s %s: %d of %lld rows out of tolerance", kern_level_name(level), t->name, bad, (long long)n_rows);
+    CHECK(isnan(out[n_rows]), "%s %s: wrote past n_rows", kern_level_name(level), t->name);
+    if (!lane_summed(type))
+        CHECK(exact == n_rows, "%s %s: only %d of %lld rows bit-identical to scalar", kern_level_name(level), t->name,
+              exact, (long long)n_rows);
+    free(W); free(x); free(out); free(wf); free(af); free(act);
+}
+
+static void bench(void) {
+    const int64_t n_cols = 2048;
+    printf("mat-vec throughput, %lld columns, ~64 MiB of weights per type (GB/s of weight bytes):\n",
+           (long long)n_cols);
+    printf("%-8s", "type");
+    for (int l = 0; l < KERN_NLEVELS; l++)
+        if (kern_level_supported(l)) printf(" %10s", kern_level_name(l));
+    printf("\n");
+    rl_rng r;
+    rl_rng_seed(&r, 99);
+    for (size_t k = 0; k < N_TYPES; k++) {
+        const uint32_t type = types[k];
+        const quant_traits *t = quant_get(type);
+        const size_t rb = quant_row_size(type, n_cols);
+        const int64_t n_rows = (int64_t)((64u << 20) / rb);
+        uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
+        float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
+        void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
+        fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, &r);
+        fill_x(x, n_cols, &r);
+        printf("%-8s", t->name);
+        for (int l = 0; l < KERN_NLEVELS; l++) {
+            if (!kern_level_supported(l)) continue;
+            kern_set_level(l);
+            kern_quantize_act(type, x, n_cols, act);
+            kern_matvec(type, W, n_rows, n_cols, act, out); /* warm */
+            double best = 1e30;
+            for (int it = 0; it < (l == 0 ? 1 : 3); it++) {
+                const double t0 = rl_now();
+                kern_matvec(type, W, n_rows, n_cols, act, out);
+                const double dt = rl_now() - t0;
+                best = dt < best ? dt : best;
+            }
+            printf(" %10.2f", (double)rb * (double)n_rows / best / 1e9);
+            fflush(stdout);
+        }
+        printf("\n");
+        free(W); free(x); free(out); free(act);
+    }
+}
+
+int main(void) {
+    const int initial = kern_level();
+    printf("test_kern: CPU best level %s\n", kern_level_name(initial));
+    CHECK(kern_level_supported(KERN_SCALAR), "scalar always supported");
+    CHECK(kern_act_type(QT_IQ2_XXS) == QT_Q8_K && kern_act_type(QT_Q8_0) == QT_Q8_0 && kern_act_type(QT_F16) == QT_F16,
+          "act types");
+    CHECK(kern_act_type(QT_Q8_K) == -1 && kern_act_type(5) == -1, "no kernel for activation-only/unknown types");
+    CHECK(kern_act_size(QT_IQ1_M, 2048) == 8 * 292, "act size");
+    rl_rng r;
+    rl_rng_seed(&r, 4242);
+    for (int level = 0; level < KERN_NLEVELS; level++) {
+        if (!kern_level_supported(level)) {
+            printf("  level %s not supported by this CPU: skipped\n", kern_level_name(level));
+            CHECK(kern_set_level(level) == -1, "setting an unsupported level fails");
+            continue;
+        }
+        CHECK(kern_set_level(level) == 0 && kern_level() == level, "set level %s", kern_level_name(level));
+        int n_simd = 0;
+        for (size_t k = 0; k < N_TYPES; k++) n_simd += kern_has_simd(level, types[k]);
+        printf("  level %s: %d of %zu types have SIMD kernels\n", kern_level_name(level), n_simd, N_TYPES);
+        test_quantize(level, &r);
+        for (size_t k = 0; k < N_TYPES; k++) {
+            const quant_traits *t = quant_get(types[k]);
+            const int64_t b = t->blck == 1 ? 1 : t->blck;
+            const int64_t widths[] = { b == 1 ? 37 : b, 2048, b == 1 ? 4096 + 13 : 4096 + 3 * b };
+            const int64_t rows[] = { 1, 37, 3 };
+            for (int i = 0; i < 3; i++) test_matvec(level, types[k], rows[i], widths[i], &r);
+            test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
+        }
+    }
+    kern_set_level(initial);
+    const char *bench_env = getenv("RL_KERN_BENCH");
+    if (bench_env && *bench_env == '1') bench();
+    return check_done("test_kern");
+}
