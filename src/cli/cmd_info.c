@@ -1,0 +1,602 @@
+/* cmd_info.c — `redlite info MODEL.gguf [--json]`: describe a Qwen3-Next GGUF without
+ * loading it: hyperparameters, layer map (Gated DeltaNet / full attention / MTP, classified from
+ * tensor names), converter generation, tensor-type histogram, dense vs routed-expert bytes,
+ * the bytes of one expert per layer, MTP block and tokenizer summary.
+ *
+ * Only the GGUF reader is used (no model binding), so it also describes files the engine would
+ * refuse. Test: tests/test_info.py.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "gguf.h"
+#include "json.h"
+#include "quant.h"
+
+static const char *CMD = "info";
+#define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: redlite info MODEL.gguf [--json]\n\n"
+            "Describe a GGUF model without loading it: hyperparameters, which layers are full\n"
+            "attention / Gated DeltaNet / MTP, the converter generation, tensor types and sizes,\n"
+            "dense vs routed-expert bytes, one expert's bytes per layer and the tokenizer.\n"
+            "For a split model give the first part (NAME-00001-of-0000N.gguf).\n\n"
+            "  --json      print one JSON object instead of text\n"
+            "  -h, --help  this help\n");
+}
+
+/* Hyperparameters: JSON name and key suffix after "<arch>.". */
+static const struct {
+    const char *name, *suffix;
+} HP[] = {
+    {"context_length", "context_length"},
+    {"embedding_length", "embedding_length"},
+    {"block_count", "block_count"},
+    {"feed_forward_length", "feed_forward_length"},
+    {"head_count", "attention.head_count"},
+    {"head_count_kv", "attention.head_count_kv"},
+    {"key_length", "attention.key_length"},
+    {"value_length", "attention.value_length"},
+    {"rms_norm_eps", "attention.layer_norm_rms_epsilon"},
+    {"rope_freq_base", "rope.freq_base"},
+    {"rope_dimension_count", "rope.dimension_count"},
+    {"expert_count", "expert_count"},
+    {"expert_used_count", "expert_used_count"},
+    {"expert_feed_forward_length", "expert_feed_forward_length"},
+    {"expert_shared_feed_forward_length", "expert_shared_feed_forward_length"},
+    {"ssm_conv_kernel", "ssm.conv_kernel"},
+    {"ssm_state_size", "ssm.state_size"},
+    {"ssm_group_count", "ssm.group_count"},
+    {"ssm_time_step_rank", "ssm.time_step_rank"},
+    {"ssm_inner_size", "ssm.inner_size"},
+    {"full_attention_interval", "full_attention_interval"},
+    {"nextn_predict_layers", "nextn_predict_layers"},
+};
+#define N_HP (sizeof HP / sizeof HP[0])
+
+typedef struct {
+    uint32_t type;
+    uint64_t bytes; /* one expert */
+    bool present;
+} exp_part;
+
+typedef struct {
+    bool any;                          /* some tensor names this layer */
+    bool nextn, ssm, ssm_in, gate, qkv, attn;
+    exp_part gate_e, up_e, down_e, gate_up_e; /* routed-expert slabs */
+    int64_t n_expert;
+    uint64_t n_tensors, bytes;
+} layer_info;
+
+enum { K_UNKNOWN, K_DELTANET, K_ATTENTION, K_MTP };
+static const char *const KIND_NAME[] = {"unknown", "deltanet", "attention", "mtp"};
+static const char KIND_CHAR[] = {'?', 'D', 'A', 'M'};
+
+typedef struct {
+    gguf_file *f;
+    char arch[64];   /* key prefix: general.architecture, "qwen3next" if absent */
+    bool arch_present;
+    uint64_t file_size;
+    /* hyperparameters as found (NULL if absent) */
+    const gguf_kv *hp[N_HP];
+    uint32_t interval;
+    bool interval_default;
+    int n_layer, n_main;
+    layer_info *layers;
+    int *kind;
+    int n_kind[4];
+    const char *generation;
+    uint64_t type_count[QT_COUNT], type_bytes[QT_COUNT];
+    uint64_t total_bytes, routed_bytes, mtp_bytes, mtp_tensors;
+    bool has_active;
+    uint64_t active_bytes;
+} info;
+
+/* "blk.N.rest" -> N and rest; -1 if the name is not a block tensor. */
+static int block_of(const char *name, const char **rest) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    const char *p = name + 4;
+    long n = 0;
+    if (*p < '0' || *p > '9') return -1;
+    while (*p >= '0' && *p <= '9') {
+        n = n * 10 + (*p++ - '0');
+        if (n >= MAX_LAYERS) return -1;
+    }
+    if (*p != '.') return -1;
+    *rest = p + 1;
+    return (int)n;
+}
+
+static bool starts(const char *s, const char *pre) { return strncmp(s, pre, strlen(pre)) == 0; }
+
+static void note_expert(exp_part *e, const gguf_tensor *t, int64_t *n_expert) {
+    int64_t ne2 = t->n_dims >= 3 ? t->ne[2] : 1;
+    e->present = true;
+    e->type = t->type;
+    e->bytes = t->nbytes / (uint64_t)ne2;
+    *n_expert = ne2;
+}
+
+static bool hp_u64(const info *in, const char *name, uint64_t *out) {
+    for (size_t i = 0; i < N_HP; i++) {
+        if (strcmp(HP[i].name, name) != 0 || !in->hp[i]) continue;
+        const gguf_value *v = &in->hp[i]->val;
+        if (v->type == GGUF_TYPE_UINT8 || v->type == GGUF_TYPE_UINT16 || v->type == GGUF_TYPE_UINT32 ||
+            v->type == GGUF_TYPE_UINT64) {
+            *out = v->v.u64;
+            return true;
+        }
+        if ((v->type == GGUF_TYPE_INT8 || v->type == GGUF_TYPE_INT16 || v->type == GGUF_TYPE_INT32 ||
+             v->type == GGUF_TYPE_INT64) && v->v.i64 >= 0) {
+            *out = (uint64_t)v->v.i64;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Gather everything printed; false (error set) on out of memory. */
+static bool analyse(info *in) {
+    gguf_file *f = in->f;
+    gguf_str a;
+    snprintf(in->arch, sizeof in->arch, "qwen3next");
+    if (gguf_get_str(f, "general.architecture", &a) && a.n > 0 && a.n < sizeof in->arch) {
+        memcpy(in->arch, a.p, a.n);
+        in->arch[a.n] = 0;
+        in->arch_present = true;
+    }
+    for (size_t i = 0; i < N_HP; i++) {
+        char key[160];
+        snprintf(key, sizeof key, "%s.%s", in->arch, HP[i].suffix);
+        in->hp[i] = gguf_find_kv(f, key);
+    }
+    for (int i = 0; i < f->n_parts; i++) in->file_size += f->parts[i].size;
+    uint64_t v;
+    in->interval = 4;
+    in->interval_default = !hp_u64(in, "full_attention_interval", &v) || v == 0 || v > MAX_LAYERS;
+    if (!in->interval_default) in->interval = (uint32_t)v;
+
+    /* layers: block_count, extended by any higher blk.N seen */
+    uint64_t bc = 0;
+    hp_u64(in, "block_count", &bc);
+    int n_layer = bc < MAX_LAYERS ? (int)bc : MAX_LAYERS;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const char *rest;
+        int b = block_of(f->tensors[i].name, &rest);
+        if (b >= n_layer) n_layer = b + 1;
+    }
+    in->n_layer = n_layer;
+    in->layers = rl_calloc((size_t)n_layer + 1, sizeof *in->layers, "layer table");
+    in->kind = rl_calloc((size_t)n_layer + 1, sizeof *in->kind, "layer kinds");
+    if (!in->layers || !in->kind) return false;
+
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        in->type_count[t->type]++;
+        in->type_bytes[t->type] += t->nbytes;
+        in->total_bytes += t->nbytes;
+        if (strstr(t->name, "_exps.")) in->routed_bytes += t->nbytes;
+        const char *r;
+        int b = block_of(t->name, &r);
+        if (b < 0) continue;
+        layer_info *L = &in->layers[b];
+        L->any = true;
+        L->n_tensors++;
+        L->bytes += t->nbytes;
+        if (starts(r, "nextn.")) L->nextn = true;
+        else if (starts(r, "ssm_in.")) L->ssm = L->ssm_in = true;
+        else if (starts(r, "ssm_")) L->ssm = true;
+        else if (starts(r, "attn_gate.")) L->gate = true;
+        else if (starts(r, "attn_qkv.")) L->qkv = true;
+        else if (starts(r, "attn_q.") || starts(r, "attn_k.") || starts(r, "attn_v.") || starts(r, "attn_output."))
+            L->attn = true;
+        else if (starts(r, "ffn_gate_exps.")) note_expert(&L->gate_e, t, &L->n_expert);
+        else if (starts(r, "ffn_up_exps.")) note_expert(&L->up_e, t, &L->n_expert);
+        else if (starts(r, "ffn_down_exps.")) note_expert(&L->down_e, t, &L->n_expert);
+        else if (starts(r, "ffn_gate_up_exps.")) note_expert(&L->gate_up_e, t, &L->n_expert);
+    }
+
+    /* classify: nextn.* marks the MTP block; ssm_* / attn_gate (with attn_qkv) mark Gated
+     * DeltaNet; separate attn_q/k/v/output, or a fused attn_qkv alone, mark full attention. */
+    bool split = false, legacy = false;
+    for (int i = 0; i < n_layer; i++) {
+        const layer_info *L = &in->layers[i];
+        int k = K_UNKNOWN;
+        if (L->nextn) k = K_MTP;
+        else if (L->ssm || L->gate) k = K_DELTANET;
+        else if (L->attn || L->qkv) k = K_ATTENTION;
+        in->kind[i] = k;
+        in->n_kind[k]++;
+        if (k == K_DELTANET && (L->gate || L->qkv)) split = true;
+        if (k == K_DELTANET && L->ssm_in) legacy = true;
+        if (k == K_MTP) {
+            in->mtp_bytes += L->bytes;
+            in->mtp_tensors += L->n_tensors;
+        }
+    }
+    in->generation = split && legacy ? "mixed" : split ? "split" : legacy ? "legacy" : "unknown";
+    uint64_t nextn = 0;
+    in->n_main = n_layer - in->n_kind[K_MTP];
+    if (hp_u64(in, "nextn_predict_layers", &nextn) && nextn < (uint64_t)n_layer && in->n_kind[K_MTP] == 0)
+        in->n_main = n_layer - (int)nextn;
+
+    uint64_t n_exp = 0, n_used = 0;
+    if (hp_u64(in, "expert_count", &n_exp) && hp_u64(in, "expert_used_count", &n_used) && n_exp > 0 &&
+        n_used <= n_exp) {
+        in->has_active = true; /* main model only: the MTP block runs once per drafted token */
+        uint64_t routed_main = 0, dense_main = 0;
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const char *r;
+            int b = block_of(f->tensors[i].name, &r);
+            if (b >= 0 && in->kind[b] == K_MTP) continue;
+            if (strstr(f->tensors[i].name, "_exps.")) routed_main += f->tensors[i].nbytes;
+            else dense_main += f->tensors[i].nbytes;
+        }
+        /* token_embd is a row lookup, not a matmul: count one row at most; keep it simple and
+         * exclude it entirely (its row is negligible). */
+        const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+        if (emb && dense_main >= emb->nbytes) dense_main -= emb->nbytes;
+        in->active_bytes = dense_main + (uint64_t)((double)routed_main * (double)n_used / (double)n_exp);
+    }
+    return true;
+}
+
+/* Expected layer kind from the interval (main layers only). */
+static int expected_kind(const info *in, int i) {
+    if (i >= in->n_main) return K_MTP;
+    return (i + 1) % (int)in->interval == 0 ? K_ATTENTION : K_DELTANET;
+}
+
+/* ---- output helpers -------------------------------------------------------------------- */
+
+static const char *human_bytes(uint64_t b, char *buf, size_t n) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)b;
+    int k = 0;
+    while (x >= 1024 && k < 4) x /= 1024, k++;
+    if (k == 0) snprintf(buf, n, "%llu B", (unsigned long long)b);
+    else snprintf(buf, n, "%.2f %s", x, u[k]);
+    return buf;
+}
+
+/* Print a GGUF string to a text stream with control bytes as '?', at most `max` bytes. */
+static void put_text(FILE *o, const char *s, uint64_t n, uint64_t max) {
+    for (uint64_t i = 0; i < n && i < max; i++) fputc((unsigned char)s[i] < 0x20 ? '?' : s[i], o);
+    if (n > max) fputs("...", o);
+}
+
+static void json_kv_value(json_writer *j, const char *name, const gguf_kv *kv) {
+    json_key(j, name);
+    if (!kv) return json_null(j);
+    const gguf_value *v = &kv->val;
+    switch (v->type) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
+        json_uint(j, v->v.u64); break;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        json_int(j, v->v.i64); break;
+    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: json_num(j, v->v.f64); break;
+    case GGUF_TYPE_BOOL: json_bool(j, v->v.u64 != 0); break;
+    case GGUF_TYPE_STRING: json_strn(j, v->v.str.p, (size_t)v->v.str.n); break;
+    default: json_null(j); break; /* arrays are not hyperparameters */
+    }
+}
+
+static void text_value(FILE *o, const gguf_kv *kv) {
+    if (!kv) return (void)fputs("-", o);
+    const gguf_value *v = &kv->val;
+    switch (v->type) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_BOOL:
+        fprintf(o, "%llu", (unsigned long long)v->v.u64); break;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        fprintf(o, "%lld", (long long)v->v.i64); break;
+    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: fprintf(o, "%g", v->v.f64); break;
+    case GGUF_TYPE_STRING: put_text(o, v->v.str.p, v->v.str.n, 80); break;
+    default: fprintf(o, "(%s)", gguf_type_name(v->type)); break;
+    }
+}
+
+/* The expert row of layer i as comparable text (for run-length grouping) or "" if none. */
+static void expert_desc(const info *in, int i, char *buf, size_t n) {
+    const layer_info *L = &in->layers[i];
+    char b1[32], b2[32], b3[32], b4[32];
+    buf[0] = 0;
+    if (L->gate_up_e.present && L->down_e.present)
+        snprintf(buf, n, "gate_up %s %s + down %s %s = %s", quant_name(L->gate_up_e.type),
+                 human_bytes(L->gate_up_e.bytes, b1, 32), quant_name(L->down_e.type),
+                 human_bytes(L->down_e.bytes, b2, 32), human_bytes(L->gate_up_e.bytes + L->down_e.bytes, b4, 32));
+    else if (L->gate_e.present || L->up_e.present || L->down_e.present)
+        snprintf(buf, n, "gate %s %s + up %s %s + down %s %s = %s",
+                 L->gate_e.present ? quant_name(L->gate_e.type) : "-", human_bytes(L->gate_e.bytes, b1, 32),
+                 L->up_e.present ? quant_name(L->up_e.type) : "-", human_bytes(L->up_e.bytes, b2, 32),
+                 L->down_e.present ? quant_name(L->down_e.type) : "-", human_bytes(L->down_e.bytes, b3, 32),
+                 human_bytes(L->gate_e.bytes + L->up_e.bytes + L->down_e.bytes, b4, 32));
+}
+
+static void tok_text(FILE *o, const gguf_file *f) {
+    gguf_str s;
+    const gguf_value *tok = gguf_get_arr(f, "tokenizer.ggml.tokens");
+    const gguf_value *mer = gguf_get_arr(f, "tokenizer.ggml.merges");
+    fprintf(o, "tokenizer          ");
+    if (gguf_get_str(f, "tokenizer.ggml.model", &s)) put_text(o, s.p, s.n, 40);
+    else fputs("-", o);
+    fputs(" / ", o);
+    if (gguf_get_str(f, "tokenizer.ggml.pre", &s)) put_text(o, s.p, s.n, 40);
+    else fputs("-", o);
+    fprintf(o, ", %llu tokens, %llu merges\n", tok ? (unsigned long long)tok->v.arr.n : 0ull,
+            mer ? (unsigned long long)mer->v.arr.n : 0ull);
+    const char *ids[3] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id",
+                          "tokenizer.ggml.padding_token_id"};
+    fprintf(o, "  eos/bos/pad      ");
+    for (int i = 0; i < 3; i++) {
+        uint64_t v;
+        if (i) fputs(" / ", o);
+        if (gguf_get_u64(f, ids[i], &v)) fprintf(o, "%llu", (unsigned long long)v);
+        else fputs("-", o);
+    }
+    bool has = gguf_get_str(f, "tokenizer.chat_template", &s);
+    fprintf(o, "\n  chat template    ");
+    if (has) fprintf(o, "yes (%llu bytes)\n", (unsigned long long)s.n);
+    else fprintf(o, "no\n");
+}
+
+static void print_text(const info *in, FILE *o) {
+    const gguf_file *f = in->f;
+    char b1[32], b2[32], b3[32];
+    gguf_str s;
+    fprintf(o, "file               %s (%d part%s, %s, GGUF v%u, alignment %u)\n", f->path, f->n_parts,
+            f->n_parts > 1 ? "s" : "", human_bytes(in->file_size, b1, 32), f->version, f->alignment);
+    fprintf(o, "architecture       %s%s", in->arch, in->arch_present ? "" : " (general.architecture absent)");
+    if (gguf_get_str(f, "general.name", &s)) fputs("  (", o), put_text(o, s.p, s.n, 80), fputs(")", o);
+    fprintf(o, "\ntensors            %llu (%llu metadata keys)\n\nhyperparameters\n", (unsigned long long)f->n_tensors,
+            (unsigned long long)f->n_kv);
+    for (size_t i = 0; i < N_HP; i++) {
+        fprintf(o, "  %-36s", HP[i].name);
+        if (!strcmp(HP[i].name, "full_attention_interval") && in->interval_default)
+            fprintf(o, "%u (default: key absent or invalid)", in->interval);
+        else text_value(o, in->hp[i]);
+        fputc('\n', o);
+    }
+    fprintf(o, "\nlayers             %d: %d Gated DeltaNet, %d full attention, %d MTP", in->n_layer,
+            in->n_kind[K_DELTANET], in->n_kind[K_ATTENTION], in->n_kind[K_MTP]);
+    if (in->n_kind[K_UNKNOWN]) fprintf(o, ", %d unclassified", in->n_kind[K_UNKNOWN]);
+    fprintf(o, "\n  map              ");
+    for (int i = 0; i < in->n_layer; i++) {
+        if (i && i % 4 == 0) fputc(' ', o);
+        if (i && i % 32 == 0) fputs("\n                   ", o);
+        fputc(KIND_CHAR[in->kind[i]], o);
+    }
+    fprintf(o, "   (D DeltaNet, A attention, M MTP)\n");
+    int mism = 0;
+    for (int i = 0; i < in->n_layer; i++) mism += in->kind[i] != expected_kind(in, i);
+    if (mism) fprintf(o, "  warning          %d layer(s) disagree with full_attention_interval %u\n", mism, in->interval);
+    const char *gen_desc = !strcmp(in->generation, "split")    ? "split attn_qkv + attn_gate (current converter)"
+                           : !strcmp(in->generation, "legacy") ? "legacy fused ssm_in (Nov-2025 converter)"
+                           : !strcmp(in->generation, "mixed")  ? "mixed (both ssm_in and attn_qkv/attn_gate)"
+                                                                : "unknown (no Gated DeltaNet layers)";
+    fprintf(o, "  generation       %s\n\ntensor types\n", gen_desc);
+    for (int t = 0; t < QT_COUNT; t++)
+        if (in->type_count[t])
+            fprintf(o, "  %-8s %6llu tensors  %12s\n", quant_name((uint32_t)t), (unsigned long long)in->type_count[t],
+                    human_bytes(in->type_bytes[t], b1, 32));
+    fprintf(o, "\nweights            %s: dense %s, routed experts %s (%.1f %%)\n", human_bytes(in->total_bytes, b1, 32),
+            human_bytes(in->total_bytes - in->routed_bytes, b2, 32), human_bytes(in->routed_bytes, b3, 32),
+            in->total_bytes ? 100.0 * (double)in->routed_bytes / (double)in->total_bytes : 0.0);
+    if (in->has_active)
+        fprintf(o, "  active/token     %s (dense without token_embd + used/total of the routed experts)\n",
+                human_bytes(in->active_bytes, b1, 32));
+    fprintf(o, "\nexperts (bytes of one expert)\n");
+    int any = 0;
+    for (int i = 0; i < in->n_layer;) {
+        char d[256], d2[256];
+        expert_desc(in, i, d, sizeof d);
+        int j = i + 1;
+        while (j < in->n_layer && (expert_desc(in, j, d2, sizeof d2), !strcmp(d, d2))) j++;
+        if (d[0]) {
+            char r[32];
+            snprintf(r, sizeof r, j - 1 > i ? "layers %d-%d" : "layer %d", i, j - 1);
+            fprintf(o, "  %-16s %s\n", r, d);
+            any = 1;
+        }
+        i = j;
+    }
+    if (!any) fprintf(o, "  (no routed-expert tensors)\n");
+    fprintf(o, "\nmtp                ");
+    if (in->n_kind[K_MTP]) {
+        fprintf(o, "present: layer");
+        for (int i = 0; i < in->n_layer; i++)
+            if (in->kind[i] == K_MTP) fprintf(o, " %d", i);
+        fprintf(o, ", %llu tensors, %s\n", (unsigned long long)in->mtp_tensors, human_bytes(in->mtp_bytes, b1, 32));
+    } else {
+        fprintf(o, "absent\n");
+    }
+    fputc('\n', o);
+    tok_text(o, f);
+}
+
+static void print_json(const info *in, FILE *o) {
+    const gguf_file *f = in->f;
+    json_writer jw, *j = &jw;
+    gguf_str s;
+    json_init(j, o, 2);
+    json_obj_begin(j);
+    json_key(j, "file");
+    json_obj_begin(j);
+    json_kv_str(j, "path", f->path);
+    json_kv_int(j, "parts", f->n_parts);
+    json_kv_uint(j, "size_bytes", in->file_size);
+    json_kv_uint(j, "gguf_version", f->version);
+    json_kv_uint(j, "alignment", f->alignment);
+    json_kv_uint(j, "n_tensors", f->n_tensors);
+    json_kv_uint(j, "n_kv", f->n_kv);
+    json_obj_end(j);
+    json_kv_str(j, "architecture", in->arch_present ? in->arch : NULL);
+    json_key(j, "name");
+    if (gguf_get_str(f, "general.name", &s)) json_strn(j, s.p, (size_t)s.n);
+    else json_null(j);
+    json_kv_value(j, "file_type", gguf_find_kv(f, "general.file_type"));
+
+    json_key(j, "hparams");
+    json_obj_begin(j);
+    for (size_t i = 0; i < N_HP; i++) {
+        if (!strcmp(HP[i].name, "full_attention_interval")) json_kv_uint(j, HP[i].name, in->interval);
+        else json_kv_value(j, HP[i].name, in->hp[i]);
+    }
+    json_obj_end(j);
+    json_kv_bool(j, "full_attention_interval_default", in->interval_default);
+
+    json_key(j, "layers");
+    json_obj_begin(j);
+    json_kv_int(j, "n_layer", in->n_layer);
+    json_kv_int(j, "n_main", in->n_main);
+    json_kv_int(j, "n_deltanet", in->n_kind[K_DELTANET]);
+    json_kv_int(j, "n_attention", in->n_kind[K_ATTENTION]);
+    json_kv_int(j, "n_mtp", in->n_kind[K_MTP]);
+    json_kv_int(j, "n_unknown", in->n_kind[K_UNKNOWN]);
+    json_key(j, "kinds");
+    json_arr_begin(j);
+    for (int i = 0; i < in->n_layer; i++) json_str(j, KIND_NAME[in->kind[i]]);
+    json_arr_end(j);
+    json_key(j, "attention_layers");
+    json_arr_begin(j);
+    for (int i = 0; i < in->n_layer; i++)
+        if (in->kind[i] == K_ATTENTION) json_int(j, i);
+    json_arr_end(j);
+    json_key(j, "interval_mismatch");
+    json_arr_begin(j);
+    for (int i = 0; i < in->n_layer; i++)
+        if (in->kind[i] != expected_kind(in, i)) json_int(j, i);
+    json_arr_end(j);
+    json_obj_end(j);
+    json_kv_str(j, "generation", in->generation);
+
+    json_key(j, "tensor_types");
+    json_arr_begin(j);
+    for (int t = 0; t < QT_COUNT; t++) {
+        if (!in->type_count[t]) continue;
+        json_obj_begin(j);
+        json_kv_str(j, "type", quant_name((uint32_t)t));
+        json_kv_int(j, "id", t);
+        json_kv_uint(j, "count", in->type_count[t]);
+        json_kv_uint(j, "bytes", in->type_bytes[t]);
+        json_obj_end(j);
+    }
+    json_arr_end(j);
+
+    json_key(j, "bytes");
+    json_obj_begin(j);
+    json_kv_uint(j, "total", in->total_bytes);
+    json_kv_uint(j, "dense", in->total_bytes - in->routed_bytes);
+    json_kv_uint(j, "routed_experts", in->routed_bytes);
+    json_key(j, "active_per_token");
+    if (in->has_active) json_uint(j, in->active_bytes);
+    else json_null(j);
+    json_obj_end(j);
+
+    json_key(j, "experts");
+    json_arr_begin(j);
+    for (int i = 0; i < in->n_layer; i++) {
+        const layer_info *L = &in->layers[i];
+        if (!(L->gate_e.present || L->up_e.present || L->down_e.present || L->gate_up_e.present)) continue;
+        json_obj_begin(j);
+        json_kv_int(j, "layer", i);
+        json_kv_int(j, "n_expert", L->n_expert);
+        json_kv_bool(j, "fused_gate_up", L->gate_up_e.present);
+        const char *nm[4] = {"gate", "up", "down", "gate_up"};
+        const exp_part *ep[4] = {&L->gate_e, &L->up_e, &L->down_e, &L->gate_up_e};
+        uint64_t sum = 0;
+        for (int k = 0; k < 4; k++) {
+            json_key(j, nm[k]);
+            if (!ep[k]->present) {
+                json_null(j);
+                continue;
+            }
+            json_obj_begin(j);
+            json_kv_str(j, "type", quant_name(ep[k]->type));
+            json_kv_uint(j, "bytes", ep[k]->bytes);
+            json_obj_end(j);
+            sum += ep[k]->bytes;
+        }
+        json_kv_uint(j, "expert_bytes", sum);
+        json_obj_end(j);
+    }
+    json_arr_end(j);
+
+    json_key(j, "mtp");
+    json_obj_begin(j);
+    json_kv_bool(j, "present", in->n_kind[K_MTP] > 0);
+    json_key(j, "layers");
+    json_arr_begin(j);
+    for (int i = 0; i < in->n_layer; i++)
+        if (in->kind[i] == K_MTP) json_int(j, i);
+    json_arr_end(j);
+    json_kv_uint(j, "n_tensors", in->mtp_tensors);
+    json_kv_uint(j, "bytes", in->mtp_bytes);
+    json_obj_end(j);
+
+    json_key(j, "tokenizer");
+    json_obj_begin(j);
+    json_key(j, "model");
+    if (gguf_get_str(f, "tokenizer.ggml.model", &s)) json_strn(j, s.p, (size_t)s.n);
+    else json_null(j);
+    json_key(j, "pre");
+    if (gguf_get_str(f, "tokenizer.ggml.pre", &s)) json_strn(j, s.p, (size_t)s.n);
+    else json_null(j);
+    const gguf_value *tok = gguf_get_arr(f, "tokenizer.ggml.tokens");
+    const gguf_value *mer = gguf_get_arr(f, "tokenizer.ggml.merges");
+    json_key(j, "vocab_size");
+    if (tok) json_uint(j, tok->v.arr.n);
+    else json_null(j);
+    json_key(j, "merges");
+    if (mer) json_uint(j, mer->v.arr.n);
+    else json_null(j);
+    json_kv_value(j, "eos_token_id", gguf_find_kv(f, "tokenizer.ggml.eos_token_id"));
+    json_kv_value(j, "bos_token_id", gguf_find_kv(f, "tokenizer.ggml.bos_token_id"));
+    json_kv_value(j, "padding_token_id", gguf_find_kv(f, "tokenizer.ggml.padding_token_id"));
+    json_kv_value(j, "add_bos_token", gguf_find_kv(f, "tokenizer.ggml.add_bos_token"));
+    bool has = gguf_get_str(f, "tokenizer.chat_template", &s);
+    json_kv_bool(j, "chat_template", has);
+    json_kv_uint(j, "chat_template_bytes", has ? s.n : 0);
+    json_obj_end(j);
+    json_obj_end(j);
+    json_finish(j);
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    bool as_json = false;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_fail(CMD, 2, "unknown option '%s' (see redlite info --help)", argv[i]);
+        } else if (path) {
+            return cli_fail(CMD, 2, "one model file expected, got '%s' and '%s'", path, argv[i]);
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    info in = {0};
+    in.f = gguf_open(path);
+    if (!in.f) return cli_fail(CMD, 1, "%s", rl_lasterr());
+    int rc = 0;
+    if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+    else if (as_json) print_json(&in, stdout);
+    else print_text(&in, stdout);
+    if (!rc && (fflush(stdout) != 0 || ferror(stdout))) rc = cli_fail(CMD, 1, "writing the output failed");
+    free(in.layers);
+    free(in.kind);
+    gguf_close(in.f);
+    return rc;
+}
