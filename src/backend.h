@@ -41,6 +41,9 @@ typedef struct backend_ops {
     /* copy one DeltaNet layer's state out / in (host floats: conv (kw-1)*conv_dim, ssm hv*dv*dk) */
     int (*state_get)(backend_ctx *c, int layer, float *conv, float *ssm);
     int (*state_set)(backend_ctx *c, int layer, const float *conv, const float *ssm);
+    /* (optional) choose the CPU double-precision reference arithmetic (the oracle) over the
+     * fast kernels; backends without a reference mode ignore it */
+    void (*set_reference)(backend_ctx *c, bool reference);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
 } backend_ops;

@@ -30,6 +30,7 @@ static void cpu_ctx_free(backend_ctx *c) {
     free(c->st.conv);
     free(c->st.ssm);
     free(c->run.scratch);
+    free(c->run.actq);
     free(c);
 }
 
@@ -63,7 +64,9 @@ static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_ba
     c->run.st = st;
     c->run.max_rows = n_batch;
     c->run.scratch = rl_aligned_alloc(sizeof(float) * q3n_scratch_floats(hp, n_batch), "scratch");
-    if (!c->run.scratch) goto fail;
+    c->run.actq = rl_aligned_alloc(q3n_actq_bytes(hp, n_batch), "activation buffer");
+    c->run.fast = true;
+    if (!c->run.scratch || !c->run.actq) goto fail;
     return c;
 fail:
     cpu_ctx_free(c);
@@ -103,6 +106,8 @@ static int cpu_state_set(backend_ctx *c, int il, const float *conv, const float 
     return 0;
 }
 
+static void cpu_set_reference(backend_ctx *c, bool reference) { c->run.fast = !reference; }
+
 static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
     if (src)
         c->run.experts = *src;
@@ -119,6 +124,7 @@ const backend_ops backend_cpu = {
     .forward = cpu_forward,
     .state_get = cpu_state_get,
     .state_set = cpu_state_set,
+    .set_reference = cpu_set_reference,
     .set_expert_src = cpu_set_expert_src,
 };
 

@@ -15,6 +15,7 @@ struct engine {
     q3n_model m;
     pool *pool;
     const backend_ops *be;
+    bool reference;
 };
 
 struct engine_ctx {
@@ -43,6 +44,7 @@ engine *engine_open(const char *path, const engine_params *p) {
     e->f = gguf_open(path);
     if (!e->f) goto fail;
     if (q3n_load(&e->m, e->f)) goto fail;
+    e->reference = p && p->reference;
     e->pool = pool_new(p ? p->n_threads : 0);
     if (!e->pool) goto fail;
     return e;
@@ -77,6 +79,7 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
         engine_ctx_free(c);
         return NULL;
     }
+    if (e->be->set_reference) e->be->set_reference(c->bc, e->reference);
     return c;
 }
 

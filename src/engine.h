@@ -31,6 +31,8 @@ typedef struct {
     int n_threads;        /* 0 = all online CPUs */
     bool progress;        /* progress bar while loading */
     const char *backend;  /* "cpu", "cuda" or "auto" (NULL = "cpu") */
+    bool reference;       /* CPU: double-precision reference arithmetic (the oracle) instead
+                             of the fast SIMD kernels with quantised activations */
 } engine_params;
 
 /* Open a model. NULL on failure with rl_lasterr() set (one line naming the file). */

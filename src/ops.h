@@ -29,6 +29,15 @@ void ops_matmul_ref(pool *p, const ops_mat *W, const float *x, int T, float *y);
 /* Same for a row range [r0, r0 + n) of W only (used for expert slices); y is T x n. */
 void ops_matmul_rows_ref(pool *p, const ops_mat *W, int64_t r0, int64_t n, const float *x, int T, float *y);
 
+/* Fast path (kern.h): each input row is quantised once to the weight type's activation
+ * type (Q8_K / Q8_0 / F32 ...) into `actq` (caller scratch of at least
+ * T * kern_act_size(W->type, W->n_in) bytes), then SIMD integer dot products; rows split
+ * over the pool's threads in blocks so a block of weights is reused for all T inputs.
+ * Differs from the reference only by the activation rounding (see tests/c/test_kern.c). */
+void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y, void *actq);
+/* Bytes of actq ops_matmul_fast needs for T rows of W. */
+size_t ops_actq_bytes(const ops_mat *W, int T);
+
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 /* x = x / sqrt(sum(x^2) + eps)  (the Hugging Face l2norm of Gated DeltaNet). */

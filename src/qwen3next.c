@@ -293,6 +293,14 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *s) {
 }
 
 size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows) { return carve(hp, max_rows, NULL, NULL); }
+/* Quantised activations: at most 4 bytes per value (F32 activations of F32 weights) for the
+ * widest input (2*D of the MTP eh_proj, or the attention/DeltaNet output widths). */
+size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows) {
+    size_t w = mx(mx(2 * (size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->ssm_hv * hp->ssm_dv);
+    w = mx(w, mx(hp->n_ff_exp, hp->n_ff_shexp));
+    return (4 * w + 64) * (size_t)max_rows + 4096;
+}
+
 size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
 size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->ssm_dv * hp->ssm_dk; }
 
@@ -300,6 +308,14 @@ size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->s
     do {                                                                                           \
         if ((r)->dump) (r)->dump((r)->hook_ud, name, il, t, ptr, n);                               \
     } while (0)
+
+/* Every projection goes through here: the reference (oracle) or the fast SIMD path. */
+static void mm(q3n_run *r, const ops_mat *W, const float *x, int T, float *y) {
+    if (r->fast && r->actq)
+        ops_matmul_fast(r->pool, W, x, T, y, r->actq);
+    else
+        ops_matmul_ref(r->pool, W, x, T, y);
+}
 
 /* Gated full attention for T rows at positions pos..pos+T-1 (spec §A.4). xn -> s->y. */
 typedef struct {
@@ -333,9 +349,9 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     size_t kvw = (size_t)Hkv * hd;
     float *k = s->kv, *v = s->kv + (size_t)T * kvw;
-    ops_matmul_ref(r->pool, &L->wq, s->xn, T, s->big);
-    ops_matmul_ref(r->pool, &L->wk, s->xn, T, k);
-    ops_matmul_ref(r->pool, &L->wv, s->xn, T, v);
+    mm(r, &L->wq, s->xn, T, s->big);
+    mm(r, &L->wk, s->xn, T, k);
+    mm(r, &L->wv, s->xn, T, v);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < H; h++) {
             float *q = s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
@@ -354,7 +370,7 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     attn_job j = {r, L, s, il, T, pos};
     pool_run(r->pool, attn_worker, &j);
     for (int t = 0; t < T; t++) DUMP(r, "attn_gated", il, t, s->o + (size_t)t * H * hd, H * hd);
-    ops_matmul_ref(r->pool, &L->wo, s->o, T, s->y);
+    mm(r, &L->wo, s->o, T, s->y);
 }
 
 /* Gated DeltaNet for T rows (spec §A.5): projections for all rows, then the conv and the
@@ -397,9 +413,9 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
 static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
     const q3n_hparams *hp = &r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
-    ops_matmul_ref(r->pool, &L->wqkv, s->xn, T, s->big);
-    ops_matmul_ref(r->pool, &L->wgate, s->xn, T, s->kv);
-    ops_matmul_ref(r->pool, &L->wba, s->xn, T, s->ba);
+    mm(r, &L->wqkv, s->xn, T, s->big);
+    mm(r, &L->wgate, s->xn, T, s->kv);
+    mm(r, &L->wba, s->xn, T, s->ba);
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
@@ -415,7 +431,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         if (r->row_state) r->row_state(r->hook_ud, il, t, r->st->conv[il], r->st->ssm[il]);
         DUMP(r, "dn_gated", il, t, s->o + (size_t)t * inner, inner);
     }
-    ops_matmul_ref(r->pool, &L->wout, s->o, T, s->y);
+    mm(r, &L->wout, s->o, T, s->y);
 }
 
 /* Default expert source: slices of the mapped *_exps tensors. */
@@ -454,7 +470,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp;
     int32_t *ids = (int32_t *)s->sel_id;
     if (r->experts.hint) r->experts.hint(r->experts.ud, il, s->xn, T);
-    ops_matmul_ref(r->pool, &L->router, s->xn, T, s->rl);
+    mm(r, &L->router, s->xn, T, s->rl);
     for (int t = 0; t < T; t++) {
         float *p = s->rl + (size_t)t * E;
         ops_softmax(p, E);
@@ -497,10 +513,10 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
                 }
         ops_mat gm = slice(&L->gate_exps, gp[ui], ff), um = slice(&L->up_exps, upp[ui], ff);
         ops_mat dm = slice(&L->down_exps, dp[ui], D);
-        ops_matmul_ref(r->pool, &gm, s->xs, n, s->g);
-        ops_matmul_ref(r->pool, &um, s->xs, n, s->up);
+        mm(r, &gm, s->xs, n, s->g);
+        mm(r, &um, s->xs, n, s->up);
         for (size_t i = 0; i < (size_t)n * ff; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
-        ops_matmul_ref(r->pool, &dm, s->g, n, s->xs);
+        mm(r, &dm, s->g, n, s->xs);
         for (int i = 0; i < n; i++)
             memcpy(s->eo + ((size_t)rows[i] * K + slots[i]) * D, s->xs + (size_t)i * D, sizeof(float) * D);
     }
@@ -509,10 +525,10 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     bool has_sh = L->gate_sh.data != NULL;
     if (has_sh) {
         int fs = hp->n_ff_shexp;
-        ops_matmul_ref(r->pool, &L->gate_sh, s->xn, T, s->g);
-        ops_matmul_ref(r->pool, &L->up_sh, s->xn, T, s->up);
+        mm(r, &L->gate_sh, s->xn, T, s->g);
+        mm(r, &L->up_sh, s->xn, T, s->up);
         for (size_t i = 0; i < (size_t)T * fs; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
-        ops_matmul_ref(r->pool, &L->down_sh, s->g, T, s->sh);
+        mm(r, &L->down_sh, s->g, T, s->sh);
     }
     for (int t = 0; t < T; t++) {
         float gate = 1.0f;
@@ -581,6 +597,6 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
         DUMP(r, "result_norm", -1, t, s.xn + (size_t)t * D, D);
     }
     if (hidden_out) memcpy(hidden_out, s.xn, sizeof(float) * (size_t)T * D);
-    if (logits) ops_matmul_ref(r->pool, &m->output, s.xn + (size_t)t0 * D, T - t0, logits);
+    if (logits) mm(r, &m->output, s.xn + (size_t)t0 * D, T - t0, logits);
     return 0;
 }

@@ -128,11 +128,15 @@ typedef struct {
     q3n_row_state_fn row_state;
     void *hook_ud;
     int max_rows;                /* largest T a forward may be called with */
+    bool fast;                   /* SIMD kernels with quantised activations instead of the
+                                    double-precision reference (ops_matmul_fast) */
+    void *actq;                  /* owned, q3n_actq_bytes(max_rows): quantised activations */
     float *scratch;              /* owned, sized by q3n_scratch_floats(max_rows) */
 } q3n_run;
 
 size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows);
 size_t q3n_conv_floats(const q3n_hparams *hp);
+size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows);
 size_t q3n_ssm_floats(const q3n_hparams *hp);
 
 /* Run T tokens (T <= r->max_rows) at positions pos..pos+T-1 through the main model,

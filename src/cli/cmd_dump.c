@@ -29,6 +29,7 @@ static const char *USAGE =
     "                       inp_embd, result_norm\n"
     "  --layers A-B         only layers A..B (default all)\n"
     "  -t, --threads N      threads (default: all CPUs)\n"
+    "  --fast               fast SIMD kernels (quantised activations) instead of the reference\n"
     "  --json               print {prompt, generated} ids as JSON on stdout\n";
 
 typedef struct {
@@ -130,7 +131,7 @@ int cmd_dump(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *logits_path = NULL, *routes_path = NULL, *acts_path = NULL;
     dump_ctx d = {.names = "l_out", .lay_lo = 0, .lay_hi = 1 << 20};
     long long greedy = 0, batch = 64, threads = 0;
-    bool json = false;
+    bool json = false, fast = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) {
@@ -165,6 +166,8 @@ int cmd_dump(int argc, char **argv) {
                 return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--fast")) {
+            fast = true;
         } else {
             return cli_fail("dump", 2, "unknown option '%s' (see redlite dump --help)", a);
         }
@@ -177,7 +180,7 @@ int cmd_dump(int argc, char **argv) {
         free(ids);
         return cli_fail("dump", 2, "--tokens is empty");
     }
-    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads});
+    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads, .reference = !fast});
     if (!e) {
         free(ids);
         return cli_fail("dump", 1, "%s", rl_lasterr());

@@ -15,15 +15,10 @@
 #define N 12
 static const int32_t TOKS[N] = {151644, 872, 198, 9707, 11, 1879, 0, 34, 4340, 151645, 198, 77091};
 
-int main(void) {
-    const char *model = "tests/fixtures/tiny-a.gguf";
-    if (access(model, R_OK) != 0) {
-        CHECK(0, "fixture %s is missing", model);
-        return check_done("test_engine");
-    }
-    engine *e = engine_open(model, &(engine_params){.n_threads = 2});
+static void run(const char *model, bool reference) {
+    engine *e = engine_open(model, &(engine_params){.n_threads = 2, .reference = reference});
     CHECK(e != NULL, "open: %s", rl_lasterr());
-    if (!e) return check_done("test_engine");
+    if (!e) return;
     int V = engine_hparams(e)->n_vocab;
     float *step = malloc(sizeof(float) * V * N), *ver = malloc(sizeof(float) * V * N), *tmp = malloc(sizeof(float) * V);
 
@@ -93,5 +88,15 @@ int main(void) {
     engine_ctx_free(c2);
     engine_ctx_free(c3);
     engine_close(e);
+}
+
+int main(void) {
+    const char *model = "tests/fixtures/tiny-a.gguf";
+    if (access(model, R_OK) != 0) {
+        CHECK(0, "fixture %s is missing", model);
+        return check_done("test_engine");
+    }
+    run(model, true);  /* the double-precision reference */
+    run(model, false); /* the fast SIMD path: same contract */
     return check_done("test_engine");
 }

@@ -71,8 +71,8 @@ static void compare(const char *model) {
     char out[256];
     snprintf(out, sizeof out, "/tmp/redlite-legacy-%d.gguf", (int)getpid());
     CHECK(write_legacy(model, out) == 0, "writing legacy copy of %s: %s", model, rl_lasterr());
-    engine *a = engine_open(model, &(engine_params){.n_threads = 2});
-    engine *b = engine_open(out, &(engine_params){.n_threads = 2});
+    engine *a = engine_open(model, &(engine_params){.n_threads = 2, .reference = true});
+    engine *b = engine_open(out, &(engine_params){.n_threads = 2, .reference = true});
     CHECK(a && b, "open: %s", rl_lasterr());
     if (!a || !b) return;
     CHECK(!engine_hparams(a)->legacy_ssm_in && engine_hparams(b)->legacy_ssm_in, "generations detected");
