@@ -370,7 +370,7 @@ static void print_text(const info *in, FILE *o) {
         if (i && i % 32 == 0) fputs("\n                   ", o);
         fputc(KIND_CHAR[in->kind[i]], o);
     }
-    fprintf(o, "   (D DeltaNet, A attention, M MTP)\n");
+    fprintf(o, in->n_layer ? "   (D DeltaNet, A attention, M MTP)\n" : "(no block tensors)\n");
     int mism = 0;
     for (int i = 0; i < in->n_layer; i++) mism += in->kind[i] != expected_kind(in, i);
     if (mism) fprintf(o, "  warning          %d layer(s) disagree with full_attention_interval %u\n", mism, in->interval);
