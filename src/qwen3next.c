@@ -474,7 +474,15 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     for (int t = 0; t < T; t++) {
         float *p = s->rl + (size_t)t * E;
         ops_softmax(p, E);
-        ops_topk(p, E, K, ids + (size_t)t * K);
+        if (r->experts.bias) { /* cache-aware routing (opt-in, changes outputs): rank a biased copy */
+            float sc[1024];
+            RL_ASSERT(E <= 1024);
+            memcpy(sc, p, sizeof(float) * (size_t)E);
+            r->experts.bias(r->experts.ud, il, sc, E);
+            ops_topk(sc, E, K, ids + (size_t)t * K);
+        } else {
+            ops_topk(p, E, K, ids + (size_t)t * K);
+        }
         double sum = 0;
         for (int k = 0; k < K; k++) sum += p[ids[t * K + k]];
         if (sum < 6.103515625e-5) sum = 6.103515625e-5;

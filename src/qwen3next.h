@@ -100,6 +100,11 @@ typedef struct {
      * xn (T x D), before acquire: lets a cache pre-gate layer+1's experts (apply layer+1's
      * router to xn) and prefetch them while this layer computes. */
     void (*hint)(void *ud, int layer, const float *xn, int T);
+    /* (optional) cache-aware routing — CHANGES OUTPUTS, NULL (exact routing) by default:
+     * called per row with a copy of the router probabilities (n = n_expert) that may be
+     * rewritten into any ranking scores; the top-k ids are chosen from the scores, the
+     * mixture weights still come from the unbiased probabilities. */
+    void (*bias)(void *ud, int layer, float *scores, int n);
     void *ud;
 } q3n_expert_src;
 

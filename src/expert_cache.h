@@ -1,0 +1,142 @@
+/* expert_cache.h — the bounded expert cache: dense weights stay mapped, the routed experts
+ * live in a pool of slots under a hard byte budget (docs/EXPERT_CACHE.md has the design).
+ *
+ * Unit: one (layer, expert) triplet — the gate, up and down slices of that expert, copied
+ * byte for byte from the GGUF file into one slot, so the row layout inside a slot is the
+ * file's (gate rows, up rows, down rows; a fused ffn_gate_up_exps slice is gate then up).
+ * Results are therefore bit-identical to the mapped source whatever the budget.
+ *
+ * Modes:
+ *   EC_BOUNDED  slots under a byte budget; misses are read with pread (never through the
+ *               mapping, so the page cache does not grow behind the budget) by a small I/O
+ *               thread pool; pre-gated prefetch of the next layer's predicted experts.
+ *   EC_FULL     every expert resident: the mapping is preloaded (MADV_WILLNEED + one touch per
+ *               page, with a progress bar) and served zero-copy.
+ *   EC_MMAP     the plain mapped source (pages fault in on demand), with stats and tracing.
+ *
+ * Threads: the q3n_expert_src callbacks come from the inference thread (one per cache);
+ * the I/O threads only fill slots. Cache state (which keys are resident, LRU order) is a
+ * deterministic function of the call sequence: I/O timing never changes a decision.
+ */
+#ifndef RL_EXPERT_CACHE_H
+#define RL_EXPERT_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine.h"
+#include "qwen3next.h"
+
+typedef struct expert_cache expert_cache;
+
+typedef enum { EC_MMAP = 0, EC_FULL = 1, EC_BOUNDED = 2 } ec_mode;
+
+const char *ec_mode_name(ec_mode m);
+
+typedef struct {
+    uint64_t budget;        /* bytes of slots (EC_BOUNDED) */
+    int io_threads;         /* I/O threads (0 = 4, or RL_CACHE_IO_THREADS) */
+    bool no_prefetch;       /* disable pre-gated prefetch (RL_CACHE_PREFETCH=0) */
+    bool direct_io;         /* O_DIRECT reads instead of pread + FADV_DONTNEED (RL_CACHE_DIRECT=1) */
+    bool uniform;           /* one slot size for every layer (RL_CACHE_CLASSES=0) */
+    float route_bias;       /* > 0: cache-aware routing (CHANGES OUTPUTS); 0 = exact */
+    const char *trace_path; /* route trace, JSON lines (RL_ROUTE_TRACE) */
+    bool progress;          /* progress bar for the EC_FULL preload */
+} ec_params;
+
+/* Create a cache for model m. Environment variables (RL_CACHE_IO_THREADS, RL_CACHE_PREFETCH,
+ * RL_CACHE_DIRECT, RL_CACHE_CLASSES, RL_ROUTE_TRACE, RL_CACHE_FAULT) override/extend p.
+ * NULL with rl_lasterr set on failure (budget below the minimum, out of memory, ...). */
+expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params *p);
+void expert_cache_free(expert_cache *ec);
+/* The expert source to install with engine_set_expert_src (valid while ec lives). */
+q3n_expert_src expert_cache_src(expert_cache *ec);
+ec_mode expert_cache_mode(const expert_cache *ec);
+
+/* ---- sizing -------------------------------------------------------------------------- */
+/* Bytes of one slot of layer il (4 KiB aligned triplet; larger with direct I/O padding). */
+uint64_t expert_cache_slot_bytes(const q3n_model *m, int il, bool direct_io);
+/* Smallest budget expert_cache_new accepts: every class must hold one whole layer's experts
+ * plus a prefetch margin (uniform slots of the largest size). */
+uint64_t expert_cache_min_budget(const q3n_model *m, bool direct_io);
+/* Bytes to hold every expert of every layer in slots (no eviction ever). */
+uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io);
+
+/* ---- planner ------------------------------------------------------------------------- */
+#define EC_RAM_SHARE 0.70 /* full residency when experts + dense + KV state < 70 % of RAM */
+
+typedef struct {
+    ec_mode mode;
+    uint64_t budget;   /* EC_BOUNDED: slot bytes */
+    char reason[256];  /* one line */
+} ec_plan;
+
+/* spec: NULL/"" or "auto", "full", "mmap", or a number of MiB. ram_bytes: physical memory
+ * (0 = this machine's); n_ctx: context positions (KV cache). 0, or -1 with rl_lasterr set on
+ * a bad spec or a budget below the minimum. */
+int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, const char *spec, ec_plan *out);
+/* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
+uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
+
+/* ---- CLI glue ------------------------------------------------------------------------ */
+typedef struct {
+    const char *spec;        /* --cache-mib value (NULL = auto) */
+    float route_bias;        /* --route-bias (0 = exact routing) */
+    const char *trace_path;  /* --route-trace */
+    bool verbose;            /* the one-line plan on stderr */
+} ec_attach_opts;
+
+/* Parse the spec, plan for this context, create the cache and install it with
+ * engine_set_expert_src; prints "expert cache: <mode>, <budget>: <reason>" on stderr when
+ * verbose. 0 or -1 (rl_lasterr). The cache belongs to the context: call expert_cache_detach
+ * before engine_ctx_free. */
+int expert_cache_attach(engine_ctx *c, engine *e, const char *cache_spec, bool verbose);
+int expert_cache_attach_opts(engine_ctx *c, engine *e, const ec_attach_opts *o);
+/* The cache attached to c (NULL if none). */
+expert_cache *expert_cache_of(const engine_ctx *c);
+/* Uninstall and free c's cache (no-op if none). */
+void expert_cache_detach(engine_ctx *c);
+
+/* ---- observability ------------------------------------------------------------------- */
+typedef struct {
+    ec_mode mode;
+    uint64_t budget, n_slots, n_classes;
+    uint64_t tokens;              /* rows seen (counted at layer 0) */
+    uint64_t acquires, lookups;   /* acquire calls; experts requested (union sizes) */
+    uint64_t hits;                /* resident and loaded when requested */
+    uint64_t hits_inflight;       /* prefetch still in flight when requested (waited for) */
+    uint64_t misses;              /* demand loads */
+    uint64_t evictions;           /* valid entries replaced (demand or prefetch) */
+    uint64_t bytes_demand, bytes_prefetch; /* bytes read from the file */
+    uint64_t pf_predicted;        /* experts predicted by pre-gating */
+    uint64_t pf_predicted_used;   /* ... that the next layer then used */
+    uint64_t pf_used_total;       /* experts used at layers that had a prediction */
+    uint64_t pf_loads;            /* prefetch loads issued */
+    uint64_t pf_loads_used;       /* ... later hit by an acquire */
+    uint64_t pf_loads_wasted;     /* ... evicted unused */
+    uint64_t pf_no_slot;          /* predictions not loaded: no evictable slot */
+    uint64_t io_errors, aborts;   /* failed reads; acquires rolled back */
+    uint64_t short_reads, eintr;  /* retried partial / interrupted reads */
+    uint64_t bias_calls;          /* cache-aware routing decisions */
+    double io_wait_s;             /* inference thread blocked on loads */
+    double hint_s;                /* inference thread in pre-gating */
+    uint64_t peak_rss;
+} ec_stats;
+
+void expert_cache_get_stats(expert_cache *ec, ec_stats *out);
+void expert_cache_reset_stats(expert_cache *ec);
+/* Human-readable summary (a few lines) to out. */
+void expert_cache_print_stats(expert_cache *ec, FILE *out);
+/* Consistency check of the index, lists and slot states (tests): 0 or -1 (rl_lasterr). */
+int expert_cache_check(expert_cache *ec);
+/* Is (layer, expert) resident (valid or being loaded)? */
+bool expert_cache_resident(expert_cache *ec, int layer, int expert);
+
+/* ---- fault injection (tests; also RL_CACHE_FAULT="eio@N" | "eof@N" | "short%N" | "eintr%N") ----
+ * The N-th read call from now (1-based, counted over all I/O threads) fails with EIO or
+ * returns end of file (once), or every N-th read is short / interrupted (periodic). */
+typedef enum { EC_FAULT_NONE = 0, EC_FAULT_EIO, EC_FAULT_EOF, EC_FAULT_SHORT, EC_FAULT_EINTR } ec_fault;
+void expert_cache_set_fault(expert_cache *ec, ec_fault kind, uint64_t n);
+
+#endif
