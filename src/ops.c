@@ -85,6 +85,72 @@ void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y,
         pool_run(p, fast_worker, &j);
 }
 
+typedef struct {
+    const ops_mm_task *tasks;
+    int n_tasks;
+    const long *first_blk; /* prefix sums of blocks per task, n_tasks + 1 entries */
+    bool fast;
+} batch_job;
+
+#define BATCH_BLOCK 16
+
+static void batch_worker(void *arg, int ith, int nth) {
+    batch_job *j = arg;
+    long lo, hi;
+    pool_range(j->first_blk[j->n_tasks], ith, nth, &lo, &hi);
+    int ti = 0;
+    float row[OPS_MAX_ROW];
+    for (long b = lo; b < hi; b++) {
+        while (b >= j->first_blk[ti + 1]) ti++;
+        const ops_mm_task *tk = &j->tasks[ti];
+        const ops_mat *W = tk->W;
+        int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK;
+        int64_t n = W->n_out - r0 < BATCH_BLOCK ? W->n_out - r0 : BATCH_BLOCK;
+        if (j->fast) {
+            size_t ab = kern_act_size(W->type, W->n_in);
+            for (int t = 0; t < tk->T; t++)
+                kern_matvec(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in,
+                            (const uint8_t *)tk->actq + (size_t)t * ab, tk->y + (size_t)t * W->n_out + r0);
+        } else {
+            const quant_traits *qt = quant_get(W->type);
+            for (int64_t r = r0; r < r0 + n; r++) {
+                qt->to_float(W->data + (size_t)r * W->row_bytes, row, W->n_in);
+                for (int t = 0; t < tk->T; t++) {
+                    const float *x = tk->x + (size_t)t * W->n_in;
+                    double s = 0;
+                    for (int64_t i = 0; i < W->n_in; i++) s += (double)row[i] * (double)x[i];
+                    tk->y[(size_t)t * W->n_out + r] = (float)s;
+                }
+            }
+        }
+    }
+}
+
+void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast) {
+    long first[1025];
+    RL_ASSERT(n_tasks <= 1024);
+    first[0] = 0;
+    int64_t work = 0;
+    for (int i = 0; i < n_tasks; i++) {
+        const ops_mat *W = tasks[i].W;
+        RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type));
+        first[i + 1] = first[i] + (long)((W->n_out + BATCH_BLOCK - 1) / BATCH_BLOCK);
+        work += W->n_out * W->n_in * tasks[i].T;
+        if (fast) {
+            size_t ab = kern_act_size(W->type, W->n_in);
+            RL_ASSERT(ab > 0 && tasks[i].actq);
+            for (int t = 0; t < tasks[i].T; t++)
+                kern_quantize_act(W->type, tasks[i].x + (size_t)t * W->n_in, W->n_in,
+                                  (uint8_t *)tasks[i].actq + ab * t);
+        }
+    }
+    batch_job j = {tasks, n_tasks, first, fast};
+    if (work < 32768)
+        batch_worker(&j, 0, 1);
+    else
+        pool_run(p, batch_worker, &j);
+}
+
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];

@@ -7,6 +7,7 @@
 #ifndef RL_OPS_H
 #define RL_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include "pool.h"
@@ -37,6 +38,20 @@ void ops_matmul_rows_ref(pool *p, const ops_mat *W, int64_t r0, int64_t n, const
 void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y, void *actq);
 /* Bytes of actq ops_matmul_fast needs for T rows of W. */
 size_t ops_actq_bytes(const ops_mat *W, int T);
+
+/* Several independent products in ONE pool dispatch (e.g. the gate and up projections of every
+ * selected expert of a layer): the tasks' rows are cut into blocks and the blocks spread over
+ * the threads. Each row's arithmetic is exactly that of ops_matmul_ref (fast = false) or
+ * ops_matmul_fast (fast = true), so batching never changes a result. In fast mode each task's
+ * `actq` must hold ops_actq_bytes(W, T) bytes (quantised here, before the dispatch). */
+typedef struct {
+    const ops_mat *W;
+    const float *x; /* T x W->n_in */
+    int T;
+    float *y;       /* T x W->n_out */
+    void *actq;     /* fast mode only */
+} ops_mm_task;
+void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast);
 
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);

@@ -256,8 +256,9 @@ typedef struct {
     float *rl;           /* [T][E] router logits -> probs */
     float *sel_w;        /* [T][K] mixture weights */
     float *sel_id;       /* [T][K] expert ids (stored as float-sized int32 slots) */
-    float *xs, *g, *up;  /* [T][D], [T][ff], [T][ff] per-expert gathered batch */
-    float *eo;           /* [T][K][D] expert outputs */
+    float *xs;           /* [T*K][D]   inputs gathered per expert */
+    float *g, *up;       /* [T*K + T][ff] gate / up outputs (experts, then shared expert) */
+    float *eo;           /* [T*K][D]   expert outputs, in gathered order */
     float *sh;           /* [T][D] shared expert output */
 } scratch;
 
@@ -277,9 +278,9 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *s) {
                       hp->n_expert,
                       hp->n_expert_used,
                       hp->n_expert_used,
-                      mx(D, 2 * D),
-                      ff,
-                      ff,
+                      (size_t)hp->n_expert_used * D,
+                      (size_t)(hp->n_expert_used + 1) * ff,
+                      (size_t)(hp->n_expert_used + 1) * ff,
                       (size_t)hp->n_expert_used * D,
                       D};
     float **ptrs[] = {&s->x, &s->xn, &s->y,     &s->big,    &s->kv, &s->ba, &s->o,  &s->u,
@@ -298,7 +299,25 @@ size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows) { return carve(hp
 size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows) {
     size_t w = mx(mx(2 * (size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->ssm_hv * hp->ssm_dv);
     w = mx(w, mx(hp->n_ff_exp, hp->n_ff_shexp));
-    return (4 * w + 64) * (size_t)max_rows + 4096;
+    /* a batch holds at most T*K expert rows + T shared-expert rows, or 3 projections of T rows */
+    size_t rows = (size_t)max_rows * (size_t)(hp->n_expert_used + 4);
+    return (4 * w + 64) * rows + 4096;
+}
+
+/* Carve quantised-activation space for one task of a batch (fast mode only). */
+static void *actq_take(q3n_run *r, size_t *off, const ops_mat *W, int T) {
+    if (!r->fast) return NULL;
+    void *p = (uint8_t *)r->actq + *off;
+    *off += (ops_actq_bytes(W, T) + 63) & ~(size_t)63;
+    RL_ASSERT(*off <= q3n_actq_bytes(&r->m->hp, r->max_rows));
+    return p;
+}
+
+/* Run n independent projections in one dispatch. */
+static void mm_batch(q3n_run *r, ops_mm_task *tasks, int n) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) tasks[i].actq = actq_take(r, &off, tasks[i].W, tasks[i].T);
+    ops_matmul_batch(r->pool, tasks, n, r->fast);
 }
 
 size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
@@ -349,9 +368,8 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     size_t kvw = (size_t)Hkv * hd;
     float *k = s->kv, *v = s->kv + (size_t)T * kvw;
-    mm(r, &L->wq, s->xn, T, s->big);
-    mm(r, &L->wk, s->xn, T, k);
-    mm(r, &L->wv, s->xn, T, v);
+    ops_mm_task proj[3] = {{&L->wq, s->xn, T, s->big, NULL}, {&L->wk, s->xn, T, k, NULL}, {&L->wv, s->xn, T, v, NULL}};
+    mm_batch(r, proj, 3);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < H; h++) {
             float *q = s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
@@ -413,9 +431,9 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
 static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
     const q3n_hparams *hp = &r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
-    mm(r, &L->wqkv, s->xn, T, s->big);
-    mm(r, &L->wgate, s->xn, T, s->kv);
-    mm(r, &L->wba, s->xn, T, s->ba);
+    ops_mm_task proj[3] = {
+        {&L->wqkv, s->xn, T, s->big, NULL}, {&L->wgate, s->xn, T, s->kv, NULL}, {&L->wba, s->xn, T, s->ba, NULL}};
+    mm_batch(r, proj, 3);
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
@@ -509,35 +527,51 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     int rc = src->acquire ? src->acquire(src->ud, il, uniq, nu, gp, upp, dp)
                           : mapped_acquire((void *)r->m, il, uniq, nu, gp, upp, dp);
     if (rc) return -1;
+    /* gather each expert's rows; gidx maps (row, slot) to the gathered row */
+    static _Thread_local int gidx[4096 * 16];
+    RL_ASSERT(T * K <= 4096 * 16);
+    int first[1025], ng = 0;
     for (int ui = 0; ui < nu; ui++) {
-        int rows[4096], slots[4096], n = 0;
+        first[ui] = ng;
         for (int t = 0; t < T; t++)
             for (int k = 0; k < K; k++)
                 if (ids[t * K + k] == uniq[ui]) {
-                    RL_ASSERT(n < 4096);
-                    rows[n] = t;
-                    slots[n++] = k;
-                    memcpy(s->xs + (size_t)(n - 1) * D, s->xn + (size_t)t * D, sizeof(float) * D);
+                    gidx[t * K + k] = ng;
+                    memcpy(s->xs + (size_t)ng * D, s->xn + (size_t)t * D, sizeof(float) * D);
+                    ng++;
                 }
-        ops_mat gm = slice(&L->gate_exps, gp[ui], ff), um = slice(&L->up_exps, upp[ui], ff);
-        ops_mat dm = slice(&L->down_exps, dp[ui], D);
-        mm(r, &gm, s->xs, n, s->g);
-        mm(r, &um, s->xs, n, s->up);
-        for (size_t i = 0; i < (size_t)n * ff; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
-        mm(r, &dm, s->g, n, s->xs);
-        for (int i = 0; i < n; i++)
-            memcpy(s->eo + ((size_t)rows[i] * K + slots[i]) * D, s->xs + (size_t)i * D, sizeof(float) * D);
     }
-    if (src->release) src->release(src->ud, il);
-    /* shared expert */
+    first[nu] = ng;
+    /* all gate/up projections (and the shared expert's) in one dispatch, then all downs */
+    static _Thread_local ops_mat mats[3 * 1024];
+    static _Thread_local ops_mm_task tasks[2 * 1024 + 2];
     bool has_sh = L->gate_sh.data != NULL;
-    if (has_sh) {
-        int fs = hp->n_ff_shexp;
-        mm(r, &L->gate_sh, s->xn, T, s->g);
-        mm(r, &L->up_sh, s->xn, T, s->up);
-        for (size_t i = 0; i < (size_t)T * fs; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
-        mm(r, &L->down_sh, s->g, T, s->sh);
+    int fs = hp->n_ff_shexp, nt = 0;
+    float *gsh = s->g + (size_t)T * K * ff, *ush = s->up + (size_t)T * K * ff;
+    for (int ui = 0; ui < nu; ui++) {
+        int n = first[ui + 1] - first[ui];
+        const float *xs = s->xs + (size_t)first[ui] * D;
+        mats[3 * ui] = slice(&L->gate_exps, gp[ui], ff);
+        mats[3 * ui + 1] = slice(&L->up_exps, upp[ui], ff);
+        mats[3 * ui + 2] = slice(&L->down_exps, dp[ui], D);
+        tasks[nt++] = (ops_mm_task){&mats[3 * ui], xs, n, s->g + (size_t)first[ui] * ff, NULL};
+        tasks[nt++] = (ops_mm_task){&mats[3 * ui + 1], xs, n, s->up + (size_t)first[ui] * ff, NULL};
     }
+    if (has_sh) {
+        tasks[nt++] = (ops_mm_task){&L->gate_sh, s->xn, T, gsh, NULL};
+        tasks[nt++] = (ops_mm_task){&L->up_sh, s->xn, T, ush, NULL};
+    }
+    mm_batch(r, tasks, nt);
+    for (size_t i = 0; i < (size_t)ng * ff; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
+    if (has_sh)
+        for (size_t i = 0; i < (size_t)T * fs; i++) gsh[i] = ops_silu(gsh[i]) * ush[i];
+    nt = 0;
+    for (int ui = 0; ui < nu; ui++)
+        tasks[nt++] = (ops_mm_task){&mats[3 * ui + 2], s->g + (size_t)first[ui] * ff, first[ui + 1] - first[ui],
+                                    s->eo + (size_t)first[ui] * D, NULL};
+    if (has_sh) tasks[nt++] = (ops_mm_task){&L->down_sh, gsh, T, s->sh, NULL};
+    mm_batch(r, tasks, nt);
+    if (src->release) src->release(src->ud, il);
     for (int t = 0; t < T; t++) {
         float gate = 1.0f;
         if (has_sh && L->sh_gate) {
@@ -547,7 +581,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         }
         for (int i = 0; i < D; i++) {
             double acc = 0;
-            for (int k = 0; k < K; k++) acc += (double)s->sel_w[t * K + k] * s->eo[((size_t)t * K + k) * D + i];
+            for (int k = 0; k < K; k++) acc += (double)s->sel_w[t * K + k] * s->eo[(size_t)gidx[t * K + k] * D + i];
             if (has_sh) acc += (double)gate * s->sh[(size_t)t * D + i];
             s->y[(size_t)t * D + i] = (float)acc;
         }
