@@ -20,7 +20,7 @@ PYTHON   ?= python3
 
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -pthread -MMD -MP -Isrc
-LDLIBS   += -lutf8proc -lm -pthread
+LDLIBS   += -lutf8proc -lcjson -lm -pthread
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
@@ -112,5 +112,11 @@ clean:
 # Quant oracle bridge for tests/test_quant_oracle.py (stdin blocks -> stdout floats).
 all: $(BUILD)/tools/rl_dequant
 $(BUILD)/tools/rl_dequant: tests/c/tool_dequant.c $(BUILD)/libredlite.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+
+# Chat template / tool-call parser bridge for tests/test_chat_template.py.
+all: $(BUILD)/tools/rl_chat_render
+$(BUILD)/tools/rl_chat_render: tests/c/tool_chat_render.c $(BUILD)/libredlite.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)

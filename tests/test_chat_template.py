@@ -1,0 +1,413 @@
+"""Chat rendering (src/chat.c) against jinja2 in Hugging Face's apply_chat_template environment.
+
+Every conversation is rendered by jinja2 from the template fixtures (tests/fixtures/templates/)
+and by our C renderer (through build/tools/rl_chat_render), and the bytes must be identical.
+The jinja2 environment mirrors transformers' `_compile_jinja_template`: ImmutableSandboxedEnvironment
+with trim_blocks and lstrip_blocks, the loopcontrols extension, `tojson` overridden by
+json.dumps(ensure_ascii=False), and `raise_exception` as a global.
+
+Also checks the tool-call parser on the assistant turns those templates render (a call rendered
+by the template must parse back to the same name and arguments), plus slips and streaming.
+"""
+
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+jinja2 = pytest.importorskip("jinja2")
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("RL_BUILD", REPO / "build"))
+TOOL = BUILD / "tools" / "rl_chat_render"
+TPL = REPO / "tests" / "fixtures" / "templates"
+SHARED_CONFIG = Path("/work/shared/data/qwen3-tokenizer/tokenizer_config.json")
+
+TEMPLATES = {
+    "hybrid": ("Qwen3-hybrid.jinja", "hermes", 1),
+    "nothink": ("Qwen3-Instruct-nothink.jinja", "hermes", 0),
+    "coder": ("Qwen3-Coder.jinja", "coder", 0),
+}
+
+
+def hf_env():
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
+def jinja_render(template_text, case):
+    kw = {
+        "messages": case["messages"],
+        "tools": case.get("tools"),
+        "add_generation_prompt": case.get("add_generation_prompt", False),
+    }
+    if "enable_thinking" in case:
+        kw["enable_thinking"] = case["enable_thinking"]
+    return compiled(template_text).render(**kw)
+
+
+_COMPILED = {}
+
+
+def compiled(template_text):
+    if template_text not in _COMPILED:
+        _COMPILED[template_text] = hf_env().from_string(template_text)
+    return _COMPILED[template_text]
+
+
+def c_render(template_path, cases):
+    lines = "".join(json.dumps(c, ensure_ascii=(i % 2 == 0)) + "\n" for i, c in enumerate(cases))
+    r = subprocess.run([str(TOOL), str(template_path)], input=lines.encode(), capture_output=True, check=True)
+    out = r.stdout
+    head, _, out = out.partition(b"\n")
+    res = []
+    for _ in cases:
+        line, _, out = out.partition(b"\n")
+        if line.startswith(b"ERR"):
+            res.append(line.decode(errors="replace"))
+            continue
+        n = int(line)
+        res.append(out[:n].decode())
+        out = out[n + 1:]
+    return head.decode(), res
+
+
+# ---- conversations ---------------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "  Get the current weather for a city.\n",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            },
+            "required": ["city"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search_files",
+        "description": "Search files.\u3000Returns matches\u00a0",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "regex ‘quoted’ \"x\""},
+                "paths": {"type": "array", "items": {"type": "string"}, "description": "where"},
+                "options": {
+                    "type": "object",
+                    "properties": {"case": {"type": "boolean"}, "max": {"type": "number"}},
+                    "additionalProperties": False,
+                },
+                "limit": {"type": ["integer", "null"], "description": "max hits"},
+                "ratio": {"type": "number", "default": 0.5, "exclusiveMinimum": 0},
+                "big": {"type": "integer", "default": 123456789012345678901234567890},
+                "tiny": {"type": "number", "default": 1e-07, "multipleOf": 1e16},
+            },
+            "required": ["query", "paths"],
+        },
+        "strict": True,
+    },
+}
+BARE = {"name": "ping", "description": "no wrapper, no parameters"}
+ODD = {
+    "type": "function",
+    "function": {
+        "name": "odd",
+        "parameters": {"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                                                         "y": {"description": "no type", "examples": ["a", 1, None, True]}}},
+        "x-extra": {"nested": [1, 2.5, "é"]},
+        "x-none": None,
+    },
+}
+
+
+def call(name, args):
+    return {"id": "call_" + name, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def base_cases():
+    sysm = {"role": "system", "content": "You are a helpful assistant."}
+    u = lambda s: {"role": "user", "content": s}  # noqa: E731
+    a = lambda s, calls=None: {"role": "assistant", "content": s, **({"tool_calls": calls} if calls else {})}  # noqa: E731
+    t = lambda s: {"role": "tool", "content": s, "tool_call_id": "x"}  # noqa: E731
+    cases = []
+
+    def add(msgs, tools=None, gp=True, **kw):
+        c = {"messages": msgs, "add_generation_prompt": gp, **kw}
+        if tools is not None:
+            c["tools"] = tools
+        cases.append(c)
+
+    add([u("Hello")])
+    add([u("Hello")], gp=False)
+    add([sysm, u("Hello")])
+    add([sysm, u("Hi"), a("Hello! How can I help?"), u("Tell me a joke.")])
+    add([sysm, u("Hi"), a("Hello!"), u("x"), a("y")], gp=False)
+    add([u("")])
+    add([sysm, u(""), a(""), u("")])
+    add([{"role": "system", "content": ""}, u("a")])
+    add([u("Ünïcödé ✓ 日本語 🎉 \u2028 line\u0085sep"), a("Réponse — «ok»"), u("e\u0301 combining")])
+    add([u("a"), {"role": "system", "content": "mid-conversation system"}, u("b")])
+    add([u("multi\nline\n\ncontent\n"), a("\n\nleading newlines\n"), u("  spaces  ")])
+    add([u("Weather in Paris?")], tools=[WEATHER])
+    add([sysm, u("Weather in Paris?")], tools=[WEATHER])
+    add([sysm, u("find foo")], tools=[WEATHER, SEARCH, BARE, ODD])
+    add([u("hi")], tools=[])
+    add([u("Weather?"), a("", [call("get_weather", {"city": "Paris"})]),
+         t('{"temp": 21}'), a("It is 21 °C.")], tools=[WEATHER], gp=False)
+    add([u("Weather?"), a("Let me check.", [call("get_weather", {"city": "Paris", "unit": "celsius", "days": 3})]),
+         t("sunny")], tools=[WEATHER])
+    add([sysm, u("two calls"),
+         a("", [call("get_weather", {"city": "Paris"}), call("get_weather", {"city": "Tōkyō"})]),
+         t("r1"), t("r2"), u("thanks")], tools=[WEATHER])
+    add([u("nested"), a("Searching…", [call("search_files", {
+        "query": "a\"b\\c\n\t\u0001", "paths": ["src/", "tests/é"],
+        "options": {"case": True, "max": 1.0, "deep": {"x": [1, 2.5, -3e-9, 1e16, 12345678901234567890]}},
+        "limit": None, "ratio": 0.1, "flag": False})]), t("[]")], tools=[SEARCH])
+    add([u("empty args"), a(None, [call("ping", {})]), t("pong")], tools=[BARE])
+    add([u("q"), a("   ", [call("ping", {})]), t("pong"), a("done")], tools=[BARE], gp=False)
+    add([u("q"), a("text", [call("odd", {"x": "1", "y": [1, {"k": "v"}]})]), t("")], tools=[ODD])
+    add([t("orphan tool message first"), u("then user")])
+    add([u("q"), t("r1"), t("r2"), t("r3")], gp=False)
+    add([u("<tool_response>\nfake\n</tool_response>"), a("ok")], gp=False)
+    add([u("x"), a("y"), u("<tool_response>r</tool_response>"), a("z")], gp=False)
+    add([u("x"), a("call", [call("ping", {"a": 1})]), u("<tool_response>r</tool_response>"), a("after")], gp=False)
+    return cases
+
+
+def think_cases():
+    u = lambda s: {"role": "user", "content": s}  # noqa: E731
+    cases = []
+    for gp in (True, False):
+        cases.append({"messages": [u("q"), {"role": "assistant", "content": "<think>\nreason\n</think>\n\nanswer"}],
+                      "add_generation_prompt": gp})
+        cases.append({"messages": [u("q"), {"role": "assistant", "content": "<think>r1</think>a1"}, u("q2"),
+                                   {"role": "assistant", "content": "x</think>\n\ny</think>z"}], "add_generation_prompt": gp})
+        cases.append({"messages": [u("q"), {"role": "assistant", "content": "ans", "reasoning_content": "\nR\n"}],
+                      "add_generation_prompt": gp})
+        cases.append({"messages": [u("q"), {"role": "assistant", "content": "ans", "reasoning_content": ""}],
+                      "add_generation_prompt": gp})
+        cases.append({"messages": [u("q"), {"role": "assistant", "content": "a", "tool_calls": [call("ping", {})]},
+                                   {"role": "tool", "content": "r"},
+                                   {"role": "assistant", "content": "<think>\nafter tool\n</think>\n\nfinal"}],
+                      "tools": [BARE], "add_generation_prompt": gp})
+    for et in (True, False):
+        cases.append({"messages": [u("q")], "add_generation_prompt": True, "enable_thinking": et})
+    return cases
+
+
+STRINGS = ["", "hi", "a\nb", " lead", "trail ", "\n", "é🎉", "<b>x</b>", "tab\there", "quote ' \" \\", "日本",
+           "</think>", "<think>x</think>y", "\u00a0nbsp\u00a0", "1.0", "true"]
+VALUES = [0, 1, -1, 2.5, 1e-05, 1e16, 1.0, 123456789012345678901, True, False, None, "s", "", "多", [1, "a"],
+          {"k": [True, None]}, {"a": {"b": {"c": 0.1}}}, [], {}]
+
+
+def random_cases(seed, n, think):
+    rng = random.Random(seed)
+    tools_pool = [WEATHER, SEARCH, BARE, ODD]
+    cases = []
+    for _ in range(n):
+        msgs = []
+        if rng.random() < 0.5:
+            msgs.append({"role": "system", "content": rng.choice(STRINGS)})
+        for _ in range(rng.randint(1, 7)):
+            r = rng.random()
+            if r < 0.35:
+                msgs.append({"role": "user", "content": rng.choice(STRINGS)})
+            elif r < 0.7:
+                m = {"role": "assistant", "content": rng.choice(STRINGS)}
+                if rng.random() < 0.5:
+                    m["tool_calls"] = [call(rng.choice(["get_weather", "search_files", "ping"]),
+                                            {rng.choice(["a", "city", "query", "x y", "é"]): rng.choice(VALUES)
+                                             for _ in range(rng.randint(0, 3))})
+                                       for _ in range(rng.randint(1, 3))]
+                if think and rng.random() < 0.2:
+                    m["reasoning_content"] = rng.choice(STRINGS)
+                msgs.append(m)
+            else:
+                msgs.append({"role": "tool", "content": rng.choice(STRINGS)})
+        if msgs[0]["role"] == "system" and len(msgs) == 1:
+            msgs.append({"role": "user", "content": "x"})
+        c = {"messages": msgs, "add_generation_prompt": rng.random() < 0.6}
+        if rng.random() < 0.5:
+            c["tools"] = rng.sample(tools_pool, rng.randint(0, 3))
+        if think and rng.random() < 0.2:
+            c["enable_thinking"] = rng.random() < 0.5
+        cases.append(c)
+    return cases
+
+
+def all_cases(name):
+    cases = base_cases()
+    if name == "hybrid":
+        cases += think_cases()
+    cases += random_cases({"hybrid": 1, "nothink": 2, "coder": 3}[name], 150, name == "hybrid")
+    return cases
+
+
+@pytest.fixture(scope="module")
+def tool():
+    if not TOOL.exists():
+        pytest.skip(f"{TOOL} not built (run make)")
+    return TOOL
+
+
+def test_hybrid_fixture_is_the_shared_template():
+    if not SHARED_CONFIG.exists():
+        pytest.skip("shared tokenizer_config.json not present")
+    shared = json.loads(SHARED_CONFIG.read_text())["chat_template"]
+    assert (TPL / "Qwen3-hybrid.jinja").read_text() == shared
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_render_matches_jinja(tool, name):
+    fname, family, think = TEMPLATES[name]
+    text = (TPL / fname).read_text()
+    cases = all_cases(name)
+    expected, skipped = [], 0
+    for c in cases:
+        try:
+            expected.append(jinja_render(text, c))
+        except Exception:  # the template itself fails on this input (e.g. None content)
+            expected.append(None)
+            skipped += 1
+    head, got = c_render(TPL / fname, cases)
+    assert head == f"family={family} think={think} known=1"
+    bad = []
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if e is not None and e != g:
+            bad.append((i, cases[i], e, g))
+    same = len(cases) - skipped - len(bad)
+    print(f"{name}: {same}/{len(cases) - skipped} conversations byte-identical ({skipped} rejected by jinja2)")
+    if bad:
+        i, c, e, g = bad[0]
+        pytest.fail(f"{len(bad)} mismatches; first #{i}: {json.dumps(c, ensure_ascii=False)}\n"
+                    f"--- jinja2:\n{e!r}\n--- ours:\n{g!r}")
+    assert skipped <= len(cases) // 10
+
+
+def test_detection_of_other_templates(tool, tmp_path):
+    p = tmp_path / "llama.jinja"
+    p.write_text("{% for m in messages %}<|start_header_id|>{{ m.role }}{% endfor %}")
+    head, got = c_render(p, [{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True}])
+    assert head == "family=chatml think=0 known=0"
+    assert got == ["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"]
+    plain = tmp_path / "chatml.jinja"
+    plain.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")
+    head, _ = c_render(plain, [])
+    assert head == "family=chatml think=0 known=0"
+
+
+# ---- tool-call parsing ------------------------------------------------------------------
+
+def c_parse(tools, texts, tmp_path):
+    tp = tmp_path / "tools.json"
+    tp.write_text(json.dumps(tools))
+    inp = "".join(json.dumps(t) + "\n" for t in texts)
+    r = subprocess.run([str(TOOL), "--parse", str(tp)], input=inp.encode(), capture_output=True, check=True)
+    return [json.loads(line) for line in r.stdout.decode().splitlines()]
+
+
+def assistant_part(rendered):
+    """The generated part of the last assistant turn (after '<|im_start|>assistant', up to <|im_end|>)."""
+    s = rendered[rendered.rindex("<|im_start|>assistant") + len("<|im_start|>assistant"):]
+    s = s[:s.index("<|im_end|>")]
+    s = s[1:] if s.startswith("\n") else s
+    if s.startswith("<think>"):  # the hybrid template's empty think block of the last turn
+        s = s[s.index("</think>") + len("</think>\n\n"):]
+    return s
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_rendered_calls_parse_back(tool, name, tmp_path):
+    """A call rendered by the template parses back to the same call (XML values typed by schema)."""
+    text = (TPL / TEMPLATES[name][0]).read_text()
+    tools = [WEATHER, SEARCH, BARE, ODD]
+    calls = [
+        ("get_weather", {"city": "Paris", "unit": "celsius", "days": 3}),
+        ("search_files", {"query": "a\"b\\c\n\ttab", "paths": ["src/", "é"], "options": {"case": True, "max": 1.5},
+                          "limit": None, "ratio": 0.25}),
+        ("search_files", {"query": "x", "paths": [], "limit": 7}),
+        ("ping", {}),
+        ("odd", {"x": "text", "y": "free text\nwith lines"}),
+    ]
+    texts, want = [], []
+    for k in range(len(calls)):
+        chosen = calls[k:] + calls[:k]
+        chosen = chosen[: 1 + k % 3]
+        prefix = ["", "I'll look that up.", "Sure:\n"][k % 3]
+        msgs = [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": prefix, "tool_calls": [call(n, a) for n, a in chosen]}]
+        rendered = jinja_render(text, {"messages": msgs, "tools": tools})
+        texts.append(assistant_part(rendered))
+        want.append((prefix.strip(), [(n, a) for n, a in chosen]))
+    got = c_parse(tools, texts, tmp_path)
+    for t, (prefix, calls_want), g in zip(texts, want, got):
+        assert g["failed"] == 0, t
+        assert g["text"] == prefix, t
+        assert [(c["name"], json.loads(c["arguments"])) for c in g["calls"]] == calls_want, t
+        for c, (_, a) in zip(g["calls"], calls_want):  # json.dumps form, so re-rendering matches
+            assert c["arguments"] == json.dumps(a, ensure_ascii=False)
+
+
+def test_slips_and_plain_text(tool, tmp_path):
+    tools = [WEATHER, SEARCH]
+    cases = [
+        # (generated text, expected text, expected calls, expected failed)
+        ("Just text, no calls.\n", "Just text, no calls.\n", [], 0),
+        ("a < b and <tool but not a tag", "a < b and <tool but not a tag", [], 0),
+        ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>", "",
+         [("get_weather", {"city": "Paris"})], 0),
+        ("<tool_call>\n<function=get_weather>\n<city>\nParis\n</city>\n<days>\n4\n</parameter>\n</function>\n</tool_call>",
+         "", [("get_weather", {"city": "Paris", "days": 4})], 0),
+        ("<tool_call>\n<function=get_weather>\n<city>\nParis\n<days>\n4\n</function>", "",
+         [("get_weather", {"city": "Paris", "days": 4})], 0),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"]}\n</tool_call>', "",
+         [("get_weather", {"city": "Paris"})], 0),
+        ('<tool_call>\n{"name": "search_files", "arguments": {"query": "x", "paths": ["a", "b"}}\n</tool_call>', "",
+         [("search_files", {"query": "x", "paths": ["a", "b"]})], 0),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}}\n</tool_call>', "",
+         [("get_weather", {"city": "Oslo"})], 0),
+        ('<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Rome\\"}"}\n</tool_call>', "",
+         [("get_weather", {"city": "Rome"})], 0),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lima"}\n</tool_call>', "",
+         [("get_weather", {"city": "Lima"})], 0),
+        ('Text first.\n<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>\nTrailing words.',
+         "Text first.\nTrailing words.", [("get_weather", {})], 0),
+        ("<tool_call>\nnot a call at all\n</tool_call>", "<tool_call>\nnot a call at all\n</tool_call>", [], 1),
+        ("<tool_call>\n{\"oops\": 1}\n</tool_call> after", "<tool_call>\n{\"oops\": 1}\n</tool_call> after", [], 1),
+        ("unterminated <tool_call>\n{\"name\": \"get_weather\"", "unterminated", [("get_weather", {})], 0),
+        ("<function=get_weather>\n<parameter=city>\nBern\n</parameter>\n</function>", "",
+         [("get_weather", {"city": "Bern"})], 0),
+        ("<tool_call>\n<function=search_files>\n<parameter=query>\nfoo\n</parameter>\n<parameter=options>\n"
+         "{\"case\": false, \"max\": 2}\n</parameter>\n<parameter=limit>\nnull\n</parameter>\n<parameter=paths>\n"
+         "not json\n</parameter>\n</function>\n</tool_call>", "",
+         [("search_files", {"query": "foo", "options": {"case": False, "max": 2}, "limit": None, "paths": "not json"})], 0),
+        ("<tool_call>\n<function=get_weather>\n<parameter=city>\n<b>Paris</b>\n</parameter>\n</function>\n</tool_call>"
+         "\n<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n", "",
+         [("get_weather", {"city": "<b>Paris</b>"}), ("get_weather", {"days": 2})], 0),
+    ]
+    got = c_parse(tools, [c[0] for c in cases], tmp_path)
+    for (src, text, calls, failed), g in zip(cases, got):
+        assert g["text"] == text, src
+        assert [(c["name"], json.loads(c["arguments"])) for c in g["calls"]] == calls, src
+        assert g["failed"] == failed, src
