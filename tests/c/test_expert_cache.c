@@ -1,0 +1,500 @@
+/* test_expert_cache.c — the bounded expert cache against the mapped source.
+ *
+ * A tiny Qwen3-Next GGUF is written here with gguf_writer (4 layers: DeltaNet/attention
+ * alternating, 16 experts top-4; experts Q8_0 and Q4_0, separate and fused gate_up, so there
+ * are two slot size classes and both layouts). Every cached run must give logits bit-identical
+ * to the mapped source over 64 tokens; eviction, prefetch, abort and fault paths are checked
+ * through the counters. If tests/fixtures/tiny-a.gguf exists it is checked the same way. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "common.h"
+#include "engine.h"
+#include "expert_cache.h"
+#include "gguf.h"
+#include "quant.h"
+
+#define D 64
+#define V 64
+#define NL 4
+#define E 16
+#define K 4
+#define FF 32
+#define NTOK 64
+
+static char g_path[256];
+static int32_t g_tokens[NTOK];
+
+/* ---- building the tiny model ---------------------------------------------------------- */
+
+typedef struct {
+    void **bufs;
+    int n;
+    rl_rng rng;
+    float router_base[D * E];
+} builder;
+
+static const void *keep(builder *b, void *p) {
+    b->bufs = realloc(b->bufs, sizeof(void *) * (size_t)(b->n + 1));
+    b->bufs[b->n++] = p;
+    return p;
+}
+
+/* n_in x n_rows(x n_exp) random values of the given std, quantised to type. */
+static void add_mat(gguf_writer *w, builder *b, const char *name, uint32_t type, int64_t n_in, int64_t n_out,
+                    int64_t n_exp, float std, const float *base) {
+    int64_t n = n_in * n_out * (n_exp ? n_exp : 1);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = std * rl_rng_normal(&b->rng) + (base ? base[i] : 0.0f);
+    size_t bytes = quant_row_size(type, n_in) * (size_t)(n / n_in);
+    void *q = malloc(bytes);
+    quant_get(type)->from_float(x, q, n);
+    free(x);
+    int64_t ne[3] = {n_in, n_out, n_exp};
+    gguf_writer_add_tensor(w, name, type, n_exp ? 3 : 2, ne, keep(b, q));
+}
+
+static void add_vec(gguf_writer *w, builder *b, const char *name, int64_t n, float mean, float std) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = mean + std * rl_rng_normal(&b->rng);
+    gguf_writer_add_tensor(w, name, QT_F32, 1, &n, keep(b, x));
+}
+
+static int write_tiny(const char *path) {
+    gguf_writer *w = gguf_writer_new();
+    builder b = {0};
+    rl_rng_seed(&b.rng, 1234);
+    gguf_writer_set_str(w, "general.architecture", "qwen3next");
+    gguf_writer_set_u32(w, "qwen3next.embedding_length", D);
+    gguf_writer_set_u32(w, "qwen3next.block_count", NL);
+    gguf_writer_set_u32(w, "qwen3next.attention.head_count", 2);
+    gguf_writer_set_u32(w, "qwen3next.attention.head_count_kv", 1);
+    gguf_writer_set_u32(w, "qwen3next.attention.key_length", 32);
+    gguf_writer_set_u32(w, "qwen3next.rope.dimension_count", 16);
+    gguf_writer_set_u32(w, "qwen3next.expert_count", E);
+    gguf_writer_set_u32(w, "qwen3next.expert_used_count", K);
+    gguf_writer_set_u32(w, "qwen3next.expert_feed_forward_length", FF);
+    gguf_writer_set_u32(w, "qwen3next.expert_shared_feed_forward_length", FF);
+    gguf_writer_set_u32(w, "qwen3next.ssm.conv_kernel", 4);
+    gguf_writer_set_u32(w, "qwen3next.ssm.state_size", 16);
+    gguf_writer_set_u32(w, "qwen3next.ssm.group_count", 2);
+    gguf_writer_set_u32(w, "qwen3next.ssm.time_step_rank", 4);
+    gguf_writer_set_u32(w, "qwen3next.ssm.inner_size", 64);
+    gguf_writer_set_u32(w, "qwen3next.full_attention_interval", 2);
+    gguf_writer_set_f32(w, "qwen3next.rope.freq_base", 10000.0f);
+    add_mat(w, &b, "token_embd.weight", QT_F32, D, V, 0, 1.0f, NULL);
+    add_vec(w, &b, "output_norm.weight", D, 1.0f, 0.1f);
+    add_mat(w, &b, "output.weight", QT_F32, D, V, 0, 0.125f, NULL);
+    /* routers share a base so layer l+1's router on layer l's input predicts well */
+    for (int i = 0; i < D * E; i++) b.router_base[i] = 0.5f * rl_rng_normal(&b.rng);
+    char nm[128];
+#define NAME(fmt) (snprintf(nm, sizeof nm, fmt, il), nm)
+    for (int il = 0; il < NL; il++) {
+        add_vec(w, &b, NAME("blk.%d.attn_norm.weight"), D, 1.0f, 0.1f);
+        add_vec(w, &b, NAME("blk.%d.post_attention_norm.weight"), D, 1.0f, 0.1f);
+        if (il % 2 == 1) {
+            add_mat(w, &b, NAME("blk.%d.attn_q.weight"), QT_F32, D, 2 * 2 * 32, 0, 0.125f, NULL);
+            add_mat(w, &b, NAME("blk.%d.attn_k.weight"), QT_F32, D, 32, 0, 0.125f, NULL);
+            add_mat(w, &b, NAME("blk.%d.attn_v.weight"), QT_F32, D, 32, 0, 0.125f, NULL);
+            add_mat(w, &b, NAME("blk.%d.attn_output.weight"), QT_F32, 64, D, 0, 0.125f, NULL);
+            add_vec(w, &b, NAME("blk.%d.attn_q_norm.weight"), 32, 1.0f, 0.1f);
+            add_vec(w, &b, NAME("blk.%d.attn_k_norm.weight"), 32, 1.0f, 0.1f);
+        } else {
+            add_mat(w, &b, NAME("blk.%d.attn_qkv.weight"), QT_F32, D, 128, 0, 0.125f, NULL);
+            add_mat(w, &b, NAME("blk.%d.attn_gate.weight"), QT_F32, D, 64, 0, 0.125f, NULL);
+            add_mat(w, &b, NAME("blk.%d.ssm_ba.weight"), QT_F32, D, 8, 0, 0.125f, NULL);
+            add_vec(w, &b, NAME("blk.%d.ssm_conv1d.weight"), 4 * 128, 0.0f, 0.5f);
+            add_vec(w, &b, NAME("blk.%d.ssm_dt.bias"), 4, 0.0f, 0.5f);
+            add_vec(w, &b, NAME("blk.%d.ssm_a"), 4, -1.0f, 0.2f);
+            add_vec(w, &b, NAME("blk.%d.ssm_norm.weight"), 16, 1.0f, 0.1f);
+            add_mat(w, &b, NAME("blk.%d.ssm_out.weight"), QT_F32, 64, D, 0, 0.125f, NULL);
+        }
+        add_mat(w, &b, NAME("blk.%d.ffn_gate_inp.weight"), QT_F32, D, E, 0, 0.25f, b.router_base);
+        /* experts: Q8_0 separate, Q4_0 fused, Q8_0 fused, Q4_0 separate */
+        uint32_t et = il % 2 ? QT_Q4_0 : QT_Q8_0;
+        if (il == 1 || il == 2) {
+            add_mat(w, &b, NAME("blk.%d.ffn_gate_up_exps.weight"), et, D, 2 * FF, E, 0.125f, NULL);
+        } else {
+            add_mat(w, &b, NAME("blk.%d.ffn_gate_exps.weight"), et, D, FF, E, 0.125f, NULL);
+            add_mat(w, &b, NAME("blk.%d.ffn_up_exps.weight"), et, D, FF, E, 0.125f, NULL);
+        }
+        add_mat(w, &b, NAME("blk.%d.ffn_down_exps.weight"), et, FF, D, E, 0.18f, NULL);
+        add_mat(w, &b, NAME("blk.%d.ffn_gate_shexp.weight"), QT_F32, D, FF, 0, 0.125f, NULL);
+        add_mat(w, &b, NAME("blk.%d.ffn_up_shexp.weight"), QT_F32, D, FF, 0, 0.125f, NULL);
+        add_mat(w, &b, NAME("blk.%d.ffn_down_shexp.weight"), QT_F32, FF, D, 0, 0.18f, NULL);
+        add_vec(w, &b, NAME("blk.%d.ffn_gate_inp_shexp.weight"), D, 0.0f, 0.1f);
+    }
+#undef NAME
+    int rc = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    for (int i = 0; i < b.n; i++) free(b.bufs[i]);
+    free(b.bufs);
+    return rc;
+}
+
+/* ---- running ------------------------------------------------------------------------ */
+
+typedef struct {
+    engine *e;
+    float *ref;      /* NTOK x n_vocab logits of the mapped source, token by token */
+    float *ref_pre;  /* NTOK x n_vocab logits of engine_verify in chunks of 8 */
+    int nv;
+} fixture;
+
+static int run_steps(engine *e, expert_cache *ec, float *out, int n, int nv) {
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
+    if (!c) return -1;
+    if (ec) {
+        q3n_expert_src src = expert_cache_src(ec);
+        engine_set_expert_src(c, &src);
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) rc = engine_step(c, g_tokens[i], out + (size_t)i * nv);
+    engine_ctx_free(c);
+    return rc;
+}
+
+static int run_verify(engine *e, expert_cache *ec, float *out, int nv) {
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
+    if (!c) return -1;
+    if (ec) {
+        q3n_expert_src src = expert_cache_src(ec);
+        engine_set_expert_src(c, &src);
+    }
+    int rc = 0;
+    for (int i = 0; i < NTOK && !rc; i += 8) rc = engine_verify(c, g_tokens + i, 8, out + (size_t)i * nv, NULL);
+    engine_ctx_free(c);
+    return rc;
+}
+
+static bool same(const float *a, const float *b, size_t n) { return memcmp(a, b, sizeof(float) * n) == 0; }
+
+static expert_cache *mk(fixture *fx, ec_mode mode, ec_params p) {
+    expert_cache *ec = expert_cache_new(engine_model(fx->e), mode, &p);
+    CHECK(ec != NULL, "expert_cache_new: %s", rl_lasterr());
+    return ec;
+}
+
+/* One cached configuration: bit-identical logits step by step; returns the stats. */
+static ec_stats check_config(fixture *fx, const char *what, ec_mode mode, ec_params p) {
+    ec_stats st = {0};
+    expert_cache *ec = mk(fx, mode, p);
+    if (!ec) return st;
+    float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
+    check_poison(out, (size_t)NTOK * fx->nv);
+    int rc = run_steps(fx->e, ec, out, NTOK, fx->nv);
+    CHECK(rc == 0, "%s: step failed: %s", what, rl_lasterr());
+    CHECK(same(out, fx->ref, (size_t)NTOK * fx->nv), "%s: logits differ from the mapped source", what);
+    CHECK(expert_cache_check(ec) == 0, "%s: %s", what, rl_lasterr());
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.tokens == NTOK, "%s: counted %llu tokens", what, (unsigned long long)st.tokens);
+    if (getenv("VERBOSE")) {
+        printf("[%s]\n", what);
+        expert_cache_print_stats(ec, stdout);
+    }
+    expert_cache_free(ec);
+    free(out);
+    return st;
+}
+
+static uint64_t slot_sum(const q3n_model *m, bool direct) {
+    uint64_t s = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) s += expert_cache_slot_bytes(m, il, direct);
+    return s;
+}
+
+static void test_modes(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    CHECK(expert_cache_slot_bytes(m, 0, false) == 8192 && expert_cache_slot_bytes(m, 1, false) == 4096,
+          "slot sizes %llu %llu", (unsigned long long)expert_cache_slot_bytes(m, 0, false),
+          (unsigned long long)expert_cache_slot_bytes(m, 1, false));
+    uint64_t per10 = 10 * slot_sum(m, false); /* 10 slots per layer: 40 of the 64 experts */
+
+    ec_stats a = check_config(fx, "bounded, classes, prefetch", EC_BOUNDED, (ec_params){.budget = per10});
+    CHECK(a.n_classes == 2 && a.n_slots == 40, "classes %llu slots %llu", (unsigned long long)a.n_classes,
+          (unsigned long long)a.n_slots);
+    CHECK(a.misses > 0 && a.hits > 0 && a.evictions > 0, "misses %llu hits %llu evictions %llu",
+          (unsigned long long)a.misses, (unsigned long long)a.hits, (unsigned long long)a.evictions);
+    CHECK(a.pf_loads > 0 && a.pf_loads_used > 0 && a.pf_predicted_used > 0, "prefetch loads %llu used %llu",
+          (unsigned long long)a.pf_loads, (unsigned long long)a.pf_loads_used);
+    CHECK(a.lookups == (uint64_t)NTOK * NL * K, "lookups %llu", (unsigned long long)a.lookups);
+    CHECK(a.bytes_demand + a.bytes_prefetch > 0 && a.io_errors == 0 && a.aborts == 0, "bytes/errors");
+    CHECK(a.pf_used_total == (uint64_t)NTOK * (NL - 1) * K, "pf_used_total %llu", (unsigned long long)a.pf_used_total);
+
+    /* decisions never depend on I/O timing: a second run counts exactly the same */
+    ec_stats a2 = check_config(fx, "bounded, classes, prefetch (again)", EC_BOUNDED, (ec_params){.budget = per10});
+    /* (only the split of hits into "loaded" and "still in flight" depends on timing) */
+    CHECK(a2.misses == a.misses && a2.evictions == a.evictions && a2.pf_loads == a.pf_loads &&
+              a2.pf_loads_used == a.pf_loads_used && a2.hits_inflight + a2.hits == a.hits_inflight + a.hits,
+          "stats differ between identical runs");
+
+    ec_stats b = check_config(fx, "bounded, uniform, no prefetch, 1 I/O thread", EC_BOUNDED,
+                              (ec_params){.budget = 24 * 8192, .uniform = true, .no_prefetch = true, .io_threads = 1});
+    CHECK(b.n_classes == 1 && b.n_slots == 24 && b.pf_loads == 0 && b.evictions > 0, "uniform: %llu classes",
+          (unsigned long long)b.n_classes);
+    CHECK(b.misses + b.hits == b.lookups && b.hits_inflight == 0, "uniform: hits + misses != lookups");
+
+    /* prefetch makes demand misses rarer than without it at the same budget */
+    ec_stats c = check_config(fx, "bounded, classes, no prefetch", EC_BOUNDED,
+                              (ec_params){.budget = per10, .no_prefetch = true});
+    CHECK(a.misses < c.misses, "prefetch did not reduce misses (%llu vs %llu)", (unsigned long long)a.misses,
+          (unsigned long long)c.misses);
+
+    /* a budget holding everything: after the first touch, never a miss */
+    ec_stats d = check_config(fx, "bounded, everything fits", EC_BOUNDED, (ec_params){.budget = 1 << 24});
+    CHECK(d.evictions == 0 && d.misses + d.pf_loads <= (uint64_t)NL * E, "everything fits: %llu evictions",
+          (unsigned long long)d.evictions);
+
+    int fd = open(g_path, O_RDONLY | O_DIRECT);
+    if (fd >= 0) {
+        close(fd);
+        uint64_t ds = expert_cache_slot_bytes(m, 0, true);
+        ec_stats x = check_config(fx, "bounded, O_DIRECT", EC_BOUNDED, (ec_params){.budget = 24 * ds, .direct_io = true});
+        CHECK(x.misses > 0 && x.evictions > 0, "direct: no misses");
+    } else {
+        printf("note: O_DIRECT not supported here (%s), direct test skipped\n", strerror(errno));
+    }
+
+    ec_stats f = check_config(fx, "full", EC_FULL, (ec_params){0});
+    CHECK(f.misses == 0 && f.hits == f.lookups, "full: misses");
+    check_config(fx, "mmap", EC_MMAP, (ec_params){0});
+
+    /* too small: one layer plus the margin must fit */
+    uint64_t minb = expert_cache_min_budget(m, false);
+    CHECK(minb == (uint64_t)(E + K) * 8192, "min budget %llu", (unsigned long long)minb);
+    expert_cache *ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = minb - 1});
+    CHECK(!ec && strstr(rl_lasterr(), "minimum"), "too small accepted: %s", rl_lasterr());
+    expert_cache_free(ec);
+}
+
+static void test_prefill(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false)});
+    if (!ec) return;
+    float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
+    check_poison(out, (size_t)NTOK * fx->nv);
+    CHECK(run_verify(fx->e, ec, out, fx->nv) == 0, "verify: %s", rl_lasterr());
+    CHECK(same(out, fx->ref_pre, (size_t)NTOK * fx->nv), "8-row verify logits differ from the mapped source");
+    ec_stats st;
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.tokens == NTOK && st.acquires == (uint64_t)NTOK / 8 * NL && st.lookups > st.acquires * K,
+          "prefill: %llu acquires %llu lookups", (unsigned long long)st.acquires, (unsigned long long)st.lookups);
+    CHECK(expert_cache_check(ec) == 0, "prefill: %s", rl_lasterr());
+    expert_cache_free(ec);
+    free(out);
+}
+
+/* Inject a failing read; the step fails with a clear error, the cache stays consistent, and
+ * after restoring the snapshot the step and all later ones match the reference. */
+static void run_fault(fixture *fx, ec_fault kind, uint64_t nth, bool prefetch, const char *want) {
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec =
+        mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .no_prefetch = !prefetch});
+    if (!ec) return;
+    engine_ctx *c = engine_ctx_new(fx->e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
+    q3n_expert_src src = expert_cache_src(ec);
+    engine_set_expert_src(c, &src);
+    engine_snapshot *snap = engine_snapshot_new(c);
+    float *lg = malloc(sizeof(float) * (size_t)fx->nv);
+    int failures = 0, mismatches = 0;
+    for (int i = 0; i < NTOK; i++) {
+        if (i == 5) expert_cache_set_fault(ec, kind, nth);
+        engine_snapshot_save(c, snap);
+        check_poison(lg, (size_t)fx->nv);
+        if (engine_step(c, g_tokens[i], lg) != 0) {
+            failures++;
+            CHECK(strstr(rl_lasterr(), "reading expert ") && strstr(rl_lasterr(), g_path) &&
+                      strstr(rl_lasterr(), want),
+                  "error message: %s", rl_lasterr());
+            CHECK(expert_cache_check(ec) == 0, "after abort: %s", rl_lasterr());
+            CHECK(engine_pos(c) == i, "position advanced on failure");
+            engine_snapshot_restore(c, snap);
+            CHECK(engine_step(c, g_tokens[i], lg) == 0, "retry failed: %s", rl_lasterr());
+        }
+        mismatches += !same(lg, fx->ref + (size_t)i * fx->nv, (size_t)fx->nv);
+    }
+    ec_stats st;
+    expert_cache_get_stats(ec, &st);
+    CHECK(mismatches == 0, "%d steps differ from the reference after a fault", mismatches);
+    CHECK(st.io_errors >= 1, "fault %d@%llu: no read error counted", kind, (unsigned long long)nth);
+    if (!prefetch) /* a demand read failed: exactly one step failed and was rolled back */
+        CHECK(failures == 1 && st.aborts == 1, "failures %d aborts %llu", failures, (unsigned long long)st.aborts);
+    else /* a failed prefetch is retried on demand; only a failed demand read aborts */
+        CHECK(failures == (int)st.aborts && failures <= 1, "failures %d aborts %llu", failures,
+              (unsigned long long)st.aborts);
+    CHECK(expert_cache_check(ec) == 0, "end: %s", rl_lasterr());
+    free(lg);
+    engine_snapshot_free(snap);
+    engine_ctx_free(c);
+    expert_cache_free(ec);
+}
+
+static void test_faults(fixture *fx) {
+    run_fault(fx, EC_FAULT_EIO, 3, false, "Input/output error");
+    run_fault(fx, EC_FAULT_EOF, 7, false, "unexpected end of file");
+    for (uint64_t n = 1; n <= 9; n += 4) run_fault(fx, EC_FAULT_EIO, n, true, "Input/output error");
+    /* short and interrupted reads are absorbed */
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false)});
+    if (!ec) return;
+    float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
+    for (int pass = 0; pass < 2; pass++) {
+        expert_cache_set_fault(ec, pass ? EC_FAULT_EINTR : EC_FAULT_SHORT, 2);
+        check_poison(out, (size_t)NTOK * fx->nv);
+        CHECK(run_steps(fx->e, ec, out, NTOK, fx->nv) == 0, "short/eintr: %s", rl_lasterr());
+        CHECK(same(out, fx->ref, (size_t)NTOK * fx->nv), "short/eintr reads changed the logits");
+    }
+    ec_stats st;
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.short_reads > 0 && st.eintr > 0 && st.io_errors == 0, "short %llu eintr %llu errors %llu",
+          (unsigned long long)st.short_reads, (unsigned long long)st.eintr, (unsigned long long)st.io_errors);
+    expert_cache_free(ec);
+    free(out);
+}
+
+static void test_route_bias(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    uint64_t budget = 10 * slot_sum(m, false);
+    float *o1 = malloc(sizeof(float) * (size_t)NTOK * fx->nv), *o2 = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
+    ec_stats s1, s2;
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f});
+    CHECK(expert_cache_src(ec).bias != NULL, "bias hook not installed");
+    CHECK(run_steps(fx->e, ec, o1, NTOK, fx->nv) == 0, "bias run: %s", rl_lasterr());
+    expert_cache_get_stats(ec, &s1);
+    expert_cache_free(ec);
+    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f});
+    CHECK(run_steps(fx->e, ec, o2, NTOK, fx->nv) == 0, "bias run: %s", rl_lasterr());
+    expert_cache_get_stats(ec, &s2);
+    expert_cache_free(ec);
+    CHECK(same(o1, o2, (size_t)NTOK * fx->nv), "cache-aware routing is not deterministic");
+    CHECK(s1.bias_calls == (uint64_t)NTOK * NL && s1.misses == s2.misses, "bias calls %llu",
+          (unsigned long long)s1.bias_calls);
+    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget});
+    CHECK(expert_cache_src(ec).bias == NULL, "exact routing must not install the bias hook");
+    run_steps(fx->e, ec, o2, NTOK, fx->nv);
+    ec_stats s0;
+    expert_cache_get_stats(ec, &s0);
+    expert_cache_free(ec);
+    CHECK(s1.misses < s0.misses, "bias did not reduce misses: %llu vs %llu", (unsigned long long)s1.misses,
+          (unsigned long long)s0.misses);
+    free(o1);
+    free(o2);
+}
+
+static void test_plan_attach_trace(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    ec_plan p;
+    CHECK(expert_cache_plan(m, 64ull << 30, 4096, "auto", &p) == 0 && p.mode == EC_FULL, "auto, big RAM: %s",
+          p.reason);
+    CHECK(expert_cache_plan(m, 1 << 20, 4096, NULL, &p) == 0 && p.mode == EC_BOUNDED &&
+              p.budget == expert_cache_min_budget(m, false) && strstr(p.reason, "tight"),
+          "auto, tiny RAM: %s", p.reason);
+    CHECK(expert_cache_plan(m, 0, 4096, "full", &p) == 0 && p.mode == EC_FULL, "full");
+    CHECK(expert_cache_plan(m, 0, 4096, "mmap", &p) == 0 && p.mode == EC_MMAP, "mmap");
+    CHECK(expert_cache_plan(m, 0, 4096, "0.25", &p) == 0 && p.mode == EC_BOUNDED && p.budget == 262144, "0.25 MiB");
+    CHECK(expert_cache_plan(m, 0, 4096, "4096", &p) == 0 && p.budget == expert_cache_full_bytes(m, false),
+          "capped at full");
+    CHECK(expert_cache_plan(m, 0, 4096, "0.1", &p) == -1 && strstr(rl_lasterr(), "minimum"), "below min: %s",
+          rl_lasterr());
+    CHECK(expert_cache_plan(m, 0, 4096, "lots", &p) == -1 && strstr(rl_lasterr(), "--cache-mib"), "bad spec");
+    CHECK(expert_cache_state_bytes(m, 100) == 100ull * 2 * 2 * 32 * 4 + 2ull * (3 * 128 + 4 * 16 * 16) * 4,
+          "state bytes %llu", (unsigned long long)expert_cache_state_bytes(m, 100));
+
+    /* attach through the CLI glue, with a route trace */
+    char trace[300];
+    snprintf(trace, sizeof trace, "%s.trace", g_path);
+    engine_ctx *c = engine_ctx_new(fx->e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
+    ec_attach_opts o = {.spec = "0.25", .trace_path = trace};
+    CHECK(expert_cache_attach_opts(c, fx->e, &o) == 0, "attach: %s", rl_lasterr());
+    CHECK(expert_cache_of(c) && expert_cache_mode(expert_cache_of(c)) == EC_BOUNDED, "attached cache");
+    float *lg = malloc(sizeof(float) * (size_t)fx->nv);
+    int bad = 0;
+    for (int i = 0; i < 16; i++) {
+        engine_step(c, g_tokens[i], lg);
+        bad += !same(lg, fx->ref + (size_t)i * fx->nv, (size_t)fx->nv);
+    }
+    CHECK(bad == 0, "attached cache: %d steps differ", bad);
+    expert_cache_detach(c);
+    CHECK(expert_cache_of(c) == NULL, "detach");
+    CHECK(expert_cache_attach(c, fx->e, "lots", false) == -1, "attach with a bad spec");
+    engine_ctx_free(c);
+    FILE *f = fopen(trace, "r");
+    int lines = 0, ch;
+    while (f && (ch = fgetc(f)) != EOF) lines += ch == '\n';
+    if (f) fclose(f);
+    CHECK(lines == 16 * NL, "trace has %d lines", lines);
+    unlink(trace);
+    free(lg);
+}
+
+/* The committed oracle fixture, if present: a bounded cache below its expert bytes. */
+static void test_fixture(void) {
+    const char *path = "tests/fixtures/tiny-a.gguf";
+    if (access(path, R_OK) != 0) {
+        printf("note: %s absent, fixture check skipped\n", path);
+        return;
+    }
+    engine *e = engine_open(path, &(engine_params){.n_threads = 2});
+    CHECK(e != NULL, "open %s: %s", path, rl_lasterr());
+    if (!e) return;
+    const q3n_model *m = engine_model(e);
+    int nv = m->hp.n_vocab;
+    float *ref = malloc(sizeof(float) * (size_t)NTOK * nv), *out = malloc(sizeof(float) * (size_t)NTOK * nv);
+    for (int i = 0; i < NTOK; i++) g_tokens[i] %= nv;
+    CHECK(run_steps(e, NULL, ref, NTOK, nv) == 0, "fixture ref: %s", rl_lasterr());
+    uint64_t budget = expert_cache_min_budget(m, false);
+    if (budget < expert_cache_full_bytes(m, false) / 2) budget = expert_cache_full_bytes(m, false) / 2;
+    expert_cache *ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = budget});
+    CHECK(ec != NULL, "fixture cache: %s", rl_lasterr());
+    if (ec) {
+        check_poison(out, (size_t)NTOK * nv);
+        CHECK(run_steps(e, ec, out, NTOK, nv) == 0, "fixture bounded: %s", rl_lasterr());
+        CHECK(same(out, ref, (size_t)NTOK * nv), "fixture: bounded logits differ from the mapped source");
+        ec_stats st;
+        expert_cache_get_stats(ec, &st);
+        CHECK(st.misses > 0, "fixture: no misses");
+        if (getenv("VERBOSE")) expert_cache_print_stats(ec, stdout);
+        expert_cache_free(ec);
+    }
+    free(ref);
+    free(out);
+    engine_close(e);
+}
+
+int main(void) {
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(g_path, sizeof g_path, "%s/rl-test-expert-cache-%d.gguf", tmp, (int)getpid());
+    if (write_tiny(g_path)) {
+        fprintf(stderr, "cannot write %s: %s\n", g_path, rl_lasterr());
+        return 1;
+    }
+    rl_rng r;
+    rl_rng_seed(&r, 99);
+    for (int i = 0; i < NTOK; i++) g_tokens[i] = (int32_t)(rl_rng_u64(&r) % V);
+    fixture fx = {0};
+    fx.e = engine_open(g_path, &(engine_params){.n_threads = 2});
+    CHECK(fx.e != NULL, "engine_open: %s", rl_lasterr());
+    if (fx.e) {
+        fx.nv = engine_hparams(fx.e)->n_vocab;
+        fx.ref = malloc(sizeof(float) * (size_t)NTOK * fx.nv);
+        fx.ref_pre = malloc(sizeof(float) * (size_t)NTOK * fx.nv);
+        CHECK(run_steps(fx.e, NULL, fx.ref, NTOK, fx.nv) == 0, "reference: %s", rl_lasterr());
+        CHECK(run_verify(fx.e, NULL, fx.ref_pre, fx.nv) == 0, "reference verify: %s", rl_lasterr());
+        test_modes(&fx);
+        test_prefill(&fx);
+        test_faults(&fx);
+        test_route_bias(&fx);
+        test_plan_attach_trace(&fx);
+        free(fx.ref);
+        free(fx.ref_pre);
+        engine_close(fx.e);
+    }
+    unlink(g_path);
+    test_fixture();
+    return check_done("test_expert_cache");
+}
