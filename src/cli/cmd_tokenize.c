@@ -1,0 +1,386 @@
+/* cmd_tokenize.c — `redlite tokenize`: print the token ids of a text (see --help).
+ *
+ * Also the batch interface of the tokenizer oracle test (--jsonl) and the tokenizer speed
+ * measurement (--bench, recorded in docs/TOKENIZER.md). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "tokenizer.h"
+
+static const char *CMD = "tokenize";
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]\n\n"
+            "Print the token ids of a text, one \"id<TAB>piece\" line per token.\n\n"
+            "  -m, --model PATH  GGUF file with the vocabulary (a full model or a vocab-only file)\n"
+            "  --text TEXT       the text to tokenize\n"
+            "  --file PATH       read the text from PATH (\"-\" = stdin), bytes as they are\n"
+            "  --jsonl PATH      batch mode: PATH holds one JSON string per line; prints one JSON\n"
+            "                    object per line: {\"ids\":[...],\"decoded\":\"...\"} (decoded = the\n"
+            "                    ids decoded again, special tokens rendered)\n"
+            "  --json            print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\n"
+            "                    strings in the byte-level alphabet, e.g. \"\\u0120world\")\n"
+            "  --no-special      treat added tokens (<|im_start|>, <think>, ...) in the text as plain\n"
+            "                    text (default: they map to their ids, as in HF tokenizers)\n"
+            "  --bench           tokenize the input repeatedly for about 2 s and report MB/s\n"
+            "  -h, --help        this help\n");
+}
+
+/* ---- small JSON helpers (strings only) ----------------------------------------------- */
+
+/* Write s[0..n) as a JSON string literal; ill-formed UTF-8 bytes become \ufffd. */
+static void json_str(FILE *o, const char *s, size_t n) {
+    const uint8_t *p = (const uint8_t *)s;
+    fputc('"', o);
+    for (size_t i = 0; i < n;) {
+        uint8_t c = p[i];
+        if (c >= 0x80) {
+            size_t len = tok_utf8_len(p + i, n - i);
+            if (len) {
+                fwrite(p + i, 1, len, o);
+                i += len;
+            } else {
+                fputs("\\ufffd", o);
+                i++;
+            }
+            continue;
+        }
+        switch (c) {
+        case '"': fputs("\\\"", o); break;
+        case '\\': fputs("\\\\", o); break;
+        case '\n': fputs("\\n", o); break;
+        case '\r': fputs("\\r", o); break;
+        case '\t': fputs("\\t", o); break;
+        case '\b': fputs("\\b", o); break;
+        case '\f': fputs("\\f", o); break;
+        default:
+            if (c < 0x20 || c == 0x7F) fprintf(o, "\\u%04x", c);
+            else fputc(c, o);
+        }
+        i++;
+    }
+    fputc('"', o);
+}
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int hex4(const char *s, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval((unsigned char)s[i]);
+        if (h < 0) return -1;
+        *v = *v << 4 | (uint32_t)h;
+    }
+    return 0;
+}
+
+static size_t put_utf8(uint32_t cp, char *o) {
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Parse one line holding a JSON string literal (surrounding blanks allowed) into out
+ * (which needs n bytes: the decoded string is never longer than its literal). Returns the
+ * decoded length, or -1 with an error message in *why. */
+static long parse_json_line(const char *s, size_t n, char *out, const char **why) {
+    size_t i = 0, o = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    if (i >= n || s[i] != '"') return *why = "expected a JSON string", -1;
+    i++;
+    for (;;) {
+        if (i >= n) return *why = "unterminated string", -1;
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') break;
+        if (c < 0x20) return *why = "raw control character in string", -1;
+        if (c != '\\') {
+            out[o++] = (char)c;
+            i++;
+            continue;
+        }
+        if (i + 1 >= n) return *why = "unterminated escape", -1;
+        char e = s[i + 1];
+        i += 2;
+        switch (e) {
+        case '"': out[o++] = '"'; break;
+        case '\\': out[o++] = '\\'; break;
+        case '/': out[o++] = '/'; break;
+        case 'b': out[o++] = '\b'; break;
+        case 'f': out[o++] = '\f'; break;
+        case 'n': out[o++] = '\n'; break;
+        case 'r': out[o++] = '\r'; break;
+        case 't': out[o++] = '\t'; break;
+        case 'u': {
+            uint32_t cp, lo;
+            if (i + 4 > n || hex4(s + i, &cp) < 0) return *why = "bad \\u escape", -1;
+            i += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return *why = "lone low surrogate", -1;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u' || hex4(s + i + 2, &lo) < 0 || lo < 0xDC00 ||
+                    lo > 0xDFFF)
+                    return *why = "lone high surrogate", -1;
+                i += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            o += put_utf8(cp, out + o);
+            break;
+        }
+        default: return *why = "unknown escape", -1;
+        }
+    }
+    i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    if (i != n) return *why = "trailing characters after the string", -1;
+    return (long)o;
+}
+
+/* ---- input ---------------------------------------------------------------------------- */
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) {
+        rl_seterr("cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    bool err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf) {
+        rl_seterr("out of memory reading '%s'", path);
+        return NULL;
+    }
+    if (err) {
+        free(buf);
+        rl_seterr("error reading '%s'", path);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* ---- modes ---------------------------------------------------------------------------- */
+
+static void print_piece(const char *p, size_t n) {
+    /* C-style escapes for control characters and ill-formed bytes, UTF-8 as it is */
+    const uint8_t *s = (const uint8_t *)p;
+    putchar('\'');
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        size_t len = c >= 0x80 ? tok_utf8_len(s + i, n - i) : 1;
+        if (c >= 0x80 && len) {
+            fwrite(s + i, 1, len, stdout);
+            i += len;
+            continue;
+        }
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c == '\\') fputs("\\\\", stdout);
+        else if (c == '\'') fputs("\\'", stdout);
+        else if (c < 0x20 || c >= 0x7F) printf("\\x%02x", c);
+        else putchar(c);
+        i++;
+    }
+    putchar('\'');
+}
+
+static int run_jsonl(const tokenizer *t, const char *path, unsigned flags) {
+    size_t n;
+    char *data = read_all(path, &n);
+    if (!data) return cli_fail(CMD, 1, "%s", rl_lasterr());
+    char *text = malloc(n + 1);
+    if (!text) {
+        free(data);
+        return cli_fail(CMD, 1, "out of memory");
+    }
+    tok_ids ids = {0};
+    int rc = 0;
+    size_t line = 0;
+    for (size_t a = 0; a < n;) {
+        const char *nl = memchr(data + a, '\n', n - a);
+        size_t b = nl ? (size_t)(nl - data) : n;
+        line++;
+        if (b > a) {
+            const char *why = "";
+            long tl = parse_json_line(data + a, b - a, text, &why);
+            if (tl < 0) {
+                rc = cli_fail(CMD, 1, "%s:%zu: %s", path, line, why);
+                break;
+            }
+            ids.n = 0;
+            char *dec = NULL;
+            size_t dl = 0;
+            if (tokenizer_encode(t, text, (size_t)tl, flags, &ids) < 0 ||
+                tokenizer_decode(t, ids.ids, ids.n, TOK_DECODE_SPECIAL | TOK_DECODE_REPLACE, &dec, &dl) < 0) {
+                rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+                break;
+            }
+            fputs("{\"ids\":[", stdout);
+            for (size_t i = 0; i < ids.n; i++) printf(i ? ",%d" : "%d", ids.ids[i]);
+            fputs("],\"decoded\":", stdout);
+            json_str(stdout, dec, dl);
+            fputs("}\n", stdout);
+            free(dec);
+        }
+        a = b + 1;
+    }
+    tok_ids_free(&ids);
+    free(text);
+    free(data);
+    if (fflush(stdout) != 0 && rc == 0) rc = cli_fail(CMD, 1, "error writing output");
+    return rc;
+}
+
+static int run_bench(const tokenizer *t, const char *text, size_t n, unsigned flags, bool json) {
+    tok_ids ids = {0};
+    size_t iters = 0, ntok = 0;
+    double t0 = rl_now(), el;
+    do {
+        ids.n = 0;
+        if (tokenizer_encode(t, text, n, flags, &ids) < 0) {
+            tok_ids_free(&ids);
+            return cli_fail(CMD, 1, "%s", rl_lasterr());
+        }
+        ntok = ids.n;
+        iters++;
+        el = rl_now() - t0;
+    } while (el < 2.0);
+    tok_ids_free(&ids);
+    double mbs = (double)n * (double)iters / el / 1e6;
+    if (json)
+        printf("{\"bytes\":%zu,\"tokens\":%zu,\"iterations\":%zu,\"seconds\":%.3f,\"mb_per_s\":%.2f}\n", n, ntok,
+               iters, el, mbs);
+    else
+        printf("%zu bytes -> %zu tokens (%.2f bytes/token); %zu runs in %.2f s: %.2f MB/s, %.0f tokens/s\n", n,
+               ntok, ntok ? (double)n / (double)ntok : 0.0, iters, el, mbs, (double)ntok * (double)iters / el);
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *text = NULL, *file = NULL, *jsonl = NULL;
+    bool json = false, bench = false;
+    unsigned flags = TOK_PARSE_SPECIAL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--text")) {
+            if (!(text = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--file")) {
+            if (!(file = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--jsonl")) {
+            if (!(jsonl = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--no-special")) {
+            flags &= ~TOK_PARSE_SPECIAL;
+        } else if (!strcmp(a, "--bench")) {
+            bench = true;
+        } else {
+            return cli_fail(CMD, 2, "unknown option '%s' (see redlite tokenize --help)", a);
+        }
+    }
+    if (!model) return cli_fail(CMD, 2, "-m MODEL is required (see redlite tokenize --help)");
+    if (!!text + !!file + !!jsonl != 1)
+        return cli_fail(CMD, 2, "give exactly one of --text, --file, --jsonl (see redlite tokenize --help)");
+    if (jsonl && bench) return cli_fail(CMD, 2, "--bench takes --text or --file, not --jsonl");
+
+    tokenizer *t = tokenizer_load_file(model);
+    if (!t) return cli_fail(CMD, 1, "%s", rl_lasterr());
+    int rc = 0;
+    if (jsonl) {
+        rc = run_jsonl(t, jsonl, flags);
+        tokenizer_free(t);
+        return rc;
+    }
+    size_t n = 0;
+    char *owned = NULL;
+    if (file) {
+        owned = read_all(file, &n);
+        if (!owned) {
+            tokenizer_free(t);
+            return cli_fail(CMD, 1, "%s", rl_lasterr());
+        }
+        text = owned;
+    } else {
+        n = strlen(text);
+    }
+    if (bench) {
+        rc = run_bench(t, text, n, flags, json);
+    } else {
+        tok_ids ids = {0};
+        if (tokenizer_encode(t, text, n, flags, &ids) < 0) {
+            rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+        } else if (json) {
+            printf("{\"n_tokens\":%zu,\"ids\":[", ids.n);
+            for (size_t i = 0; i < ids.n; i++) printf(i ? ",%d" : "%d", ids.ids[i]);
+            fputs("],\"tokens\":[", stdout);
+            for (size_t i = 0; i < ids.n; i++) {
+                size_t tl;
+                const char *tt = tokenizer_token_text(t, ids.ids[i], &tl);
+                if (i) putchar(',');
+                json_str(stdout, tt, tl);
+            }
+            fputs("]}\n", stdout);
+        } else {
+            for (size_t i = 0; i < ids.n; i++) {
+                size_t pl;
+                const char *p = tokenizer_token_piece(t, ids.ids[i], &pl);
+                printf("%6d\t", ids.ids[i]);
+                print_piece(p, pl);
+                putchar('\n');
+            }
+            printf("%zu tokens\n", ids.n);
+        }
+        tok_ids_free(&ids);
+    }
+    free(owned);
+    tokenizer_free(t);
+    if (fflush(stdout) != 0 && rc == 0) rc = cli_fail(CMD, 1, "error writing output");
+    return rc;
+}
