@@ -480,34 +480,121 @@ static float dot_iq3_s(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
 }
 ROWS_MATVEC(mv_iq3_s, dot_iq3_s, blk_iq3_s, blk_q8_k, QK_K)
 
-/* ---- IQ1_M ------------------------------------------------------------------------------------
- * Grid values are -1/0/+1, so sign_epi8(a, grid) is the product; maddubs with 1s sums pairs.
- * The +-0.125 deltas need sum(q8) per group of 8 with the delta's sign: sign_epi8 again. */
+/* ---- IQ1_S / IQ1_M ------------------------------------------------------------------------------
+ * Value = (grid + delta) with grid in {-1,0,1} and delta = +-1/8. We fold the delta into a derived
+ * table: iq1_fold[(index << 1) | neg] has bytes 8*grid + (neg ? -1 : +1) + 9, all in 0..18, so a
+ * single unsigned maddubs does the whole group: sum (8g + delta8) a = sum (byte) a - 9 sum a, and
+ * sum a over 16 values is a bsum. Per super-block with S = sum_k ls_k sum (8g + delta8) a:
+ *   sumi1 + sumi2 / 8 = S / 8 exactly, and |S| < 2^22, so (float)S * 0.125f equals the scalar
+ *   (float)sumi1 + 0.125f * (float)sumi2 bit for bit. */
+static uint64_t iq1_fold[4096];
+static void init_iq1_fold(void) {
+    for (int i = 0; i < 4096; i++) {
+        const uint64_t g = iq1s_grid[i >> 1];
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++)
+            v |= (uint64_t)(8 * (int)(int8_t)(g >> (8 * j)) + ((i & 1) ? -1 : 1) + 9) << (8 * j);
+        iq1_fold[i] = v;
+    }
+}
 
-static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
-    const __m256i ones = _mm256_set1_epi8(1);
+/* shuffle controls: from a 128-bit lane of 8 int16, broadcast int16 #2k (low lane) and #2k+1
+ * (high lane) -> the [s_lo x 8 | s_hi x 8] scale vector of 32-value block k (k = 0..3) */
+static const uint8_t scale_ctrl[4][32] __attribute__((aligned(32))) = {
+#define SC_ROW(k) { 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, \
+                    4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3 }
+    SC_ROW(0), SC_ROW(1), SC_ROW(2), SC_ROW(3)
+#undef SC_ROW
+};
+static inline __m256i scale_from(__m256i lanes, int k) {
+    return _mm256_shuffle_epi8(lanes, _mm256_load_si256((const __m256i *)scale_ctrl[k]));
+}
+
+/* One super-block: 8 blocks of 4 folded-table keys (KEYS(ib, k0..k3) computes them), the 16
+ * half-block scales in lsv (int16). Returns S = sum ls * sum (8g + delta8) a. */
+#define IQ1_SUPERBLOCK(S, lsv, y, KEYS)                                                            \
+    do {                                                                                           \
+        const int corr_ = hsum_i32(_mm256_madd_epi16(lsv, loadu((y)->bsums)));                     \
+        const __m256i lanes_[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00),                     \
+                                    _mm256_permute2x128_si256(lsv, lsv, 0x11) };                   \
+        __m256i acc_ = _mm256_setzero_si256();                                                     \
+        for (int ib = 0; ib < 8; ib++) {                                                           \
+            unsigned k0, k1, k2, k3;                                                               \
+            KEYS(ib, k0, k1, k2, k3);                                                              \
+            const __m256i g_ = _mm256_set_epi64x((long long)iq1_fold[k3], (long long)iq1_fold[k2], \
+                                                 (long long)iq1_fold[k1], (long long)iq1_fold[k0]); \
+            acc_ = dot_scaled(acc_, g_, loadu((y)->qs + 32 * ib), scale_from(lanes_[ib / 4], ib % 4)); \
+        }                                                                                          \
+        S = hsum_i32(acc_) - 9 * corr_;                                                            \
+    } while (0)
+
+static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i pair = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), m7 = _mm256_set1_epi32(7);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        uint16_t sc[4];
-        memcpy(sc, x[i].scales, 8);
-        __m256i acc1 = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *qs = x[i].qs + 4 * ib;
-            const int q0 = x[i].qh[2 * ib], q1 = x[i].qh[2 * ib + 1];
-            const __m256i g = _mm256_set_epi64x(
-                (long long)iq1s_grid[qs[3] | ((q1 << 4) & 0x700)], (long long)iq1s_grid[qs[2] | ((q1 << 8) & 0x700)],
-                (long long)iq1s_grid[qs[1] | ((q0 << 4) & 0x700)], (long long)iq1s_grid[qs[0] | ((q0 << 8) & 0x700)]);
-            const long long neg = (long long)0xffffffffffffffffULL, pos = 0x0101010101010101LL;
-            const __m256i dm = _mm256_set_epi64x(q1 & 0x80 ? neg : pos, q1 & 0x08 ? neg : pos,
-                                                 q0 & 0x80 ? neg : pos, q0 & 0x08 ? neg : pos);
-            const int t = sc[ib / 2] >> (6 * (ib % 2));
-            const __m256i scale = scale_pair(2 * (t & 7) + 1, 2 * ((t >> 3) & 7) + 1);
-            const __m256i a = loadu(y[i].qs + 32 * ib);
-            acc1 = dot_scaled(acc1, ones, _mm256_sign_epi8(a, g), scale);
-            acc2 = dot_scaled(acc2, ones, _mm256_sign_epi8(a, dm), scale);
+        /* ls = 2 * ((qh >> 12) & 7) + 1 per block, duplicated for its two halves */
+        const __m128i h = _mm_loadu_si128((const __m128i *)x[i].qh);
+        const __m128i l8 = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7)), 1),
+                                         _mm_set1_epi16(1));
+        const __m256i lsv = _mm256_set_m128i(_mm_unpackhi_epi16(l8, l8), _mm_unpacklo_epi16(l8, l8));
+        /* the 32 table keys (qs << 1) | (3 index bits from qh) << 9 | delta sign, 8 at a time
+         * in 32-bit lanes (lane j of vector v: block 2v + j/4, group j%4) */
+        uint32_t keys[32] __attribute__((aligned(32)));
+        const __m256i h32 = _mm256_cvtepu16_epi32(h);
+        for (int v = 0; v < 4; v++) {
+            const __m256i hp = _mm256_permutevar8x32_epi32(h32, _mm256_add_epi32(pair, _mm256_set1_epi32(2 * v)));
+            const __m256i bits = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(hp, sh), m7), 9);
+            const __m256i q32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * v)));
+            _mm256_store_si256((__m256i *)keys + v, _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(q32, 1), bits),
+                                                                    _mm256_srli_epi32(hp, 15)));
         }
-        const int sumi1 = hsum_i32(acc1), sumi2 = hsum_i32(acc2);
-        sumf += quant_iq1m_d(&x[i]) * y[i].d * ((float)sumi1 + IQ1S_DELTA * (float)sumi2);
+#define IQ1S_KEYS(ib, k0, k1, k2, k3) \
+        k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
+        int S;
+        IQ1_SUPERBLOCK(S, lsv, &y[i], IQ1S_KEYS);
+#undef IQ1S_KEYS
+        sumf += h2f(x[i].d) * y[i].d * ((float)S * 0.125f);
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_iq1_s, dot_iq1_s, blk_iq1_s, blk_q8_k, QK_K)
+
+static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i sel0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), sel1 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), m7 = _mm256_set1_epi32(7);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        uint64_t sc;
+        memcpy(&sc, x[i].scales, 8);
+        /* d: fp16 from the top nibbles of the 4 scale words */
+        const uint16_t dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) |
+                                          ((sc >> 48) & 0xf000));
+        /* ls[k] = 2 * ((word k/4 >> 3*(k%4)) & 7) + 1, k = 0..15 (one per 16 values) */
+        const __m256i w32 = _mm256_cvtepu16_epi32(_mm_cvtsi64_si128((long long)sc));
+        const __m256i v0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel0), sh), m7);
+        const __m256i v1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel1), sh), m7);
+        const __m256i l16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xd8);
+        const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+        /* the 32 table keys (qs << 1) | (nibble & 7) << 9 | nibble >> 3, nibble j = 4 bits of qh
+         * (low nibble first), in 16-bit lanes */
+        uint16_t keys[32] __attribute__((aligned(32)));
+        const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh), m4 = _mm_set1_epi8(15);
+        const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+        const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) };
+        for (int v = 0; v < 2; v++) {
+            const __m256i n16 = _mm256_cvtepu8_epi16(nib[v]);
+            const __m256i q16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * v)));
+            const __m256i k = _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(q16, 1), _mm256_srli_epi16(n16, 3)),
+                                              _mm256_slli_epi16(_mm256_and_si256(n16, _mm256_set1_epi16(7)), 9));
+            _mm256_store_si256((__m256i *)keys + v, k);
+        }
+#define IQ1M_KEYS(ib, k0, k1, k2, k3) \
+        k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
+        int S;
+        IQ1_SUPERBLOCK(S, lsv, &y[i], IQ1M_KEYS);
+#undef IQ1M_KEYS
+        sumf += h2f(dbits) * y[i].d * ((float)S * 0.125f);
     }
     return sumf;
 }
@@ -517,6 +604,7 @@ ROWS_MATVEC(mv_iq1_m, dot_iq1_m, blk_iq1_m, blk_q8_k, QK_K)
 
 void KERN_FILL(kern_table *t) {
     init_ksigns64();
+    init_iq1_fold();
     t->matvec[QT_F32] = mv_f32;
     t->matvec[QT_F16] = mv_f16;
     t->matvec[QT_Q8_0] = mv_q8_0;
@@ -529,6 +617,7 @@ void KERN_FILL(kern_table *t) {
     t->matvec[QT_IQ2_S] = mv_iq2_s;
     t->matvec[QT_IQ3_XXS] = mv_iq3_xxs;
     t->matvec[QT_IQ3_S] = mv_iq3_s;
+    t->matvec[QT_IQ1_S] = mv_iq1_s;
     t->matvec[QT_IQ1_M] = mv_iq1_m;
     t->quant[QT_F16] = quant_f16;
     t->quant[QT_Q8_0] = quant_q8_0;

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "common.h"
@@ -99,44 +100,57 @@ static void test_matvec(int level, uint32_t type, int64_t n_rows, int64_t n_cols
     free(W); free(x); free(out); free(wf); free(af); free(act);
 }
 
-static void bench(void) {
+/* Thread CPU time: the benchmark measures the kernel, not the scheduler of a shared machine. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GB/s of weight bytes for one type at one level: best of `reps` mat-vecs over `bytes` of rows. */
+static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng *r) {
     const int64_t n_cols = 2048;
-    printf("mat-vec throughput, %lld columns, ~64 MiB of weights per type (GB/s of weight bytes):\n",
-           (long long)n_cols);
-    printf("%-8s", "type");
-    for (int l = 0; l < KERN_NLEVELS; l++)
-        if (kern_level_supported(l)) printf(" %10s", kern_level_name(l));
-    printf("\n");
+    const quant_traits *t = quant_get(type);
+    const size_t rb = quant_row_size(type, n_cols);
+    const int64_t n_rows = (int64_t)(bytes / rb);
+    uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
+    float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
+    void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
+    fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
+    fill_x(x, n_cols, r);
+    kern_set_level(level);
+    kern_quantize_act(type, x, n_cols, act);
+    kern_matvec(type, W, n_rows, n_cols, act, out); /* warm */
+    double best = 1e30;
+    for (int it = 0; it < reps; it++) {
+        const double t0 = cpu_now();
+        kern_matvec(type, W, n_rows, n_cols, act, out);
+        const double dt = cpu_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    free(W); free(x); free(out); free(act);
+    return (double)rb * (double)n_rows / best / 1e9;
+}
+
+/* RL_KERN_BENCH=1: single-thread mat-vec throughput, 2048 columns; "hot" = 512 KiB of weights
+ * (cache resident: kernel compute speed), "cold" = 64 MiB (streams from DRAM). */
+static void bench(void) {
     rl_rng r;
     rl_rng_seed(&r, 99);
+    printf("single-thread mat-vec, 2048 cols, GB/s of weight bytes (hot 512 KiB / cold 64 MiB), per CPU-second\n%-8s", "type");
+    for (int l = 0; l < KERN_NLEVELS; l++)
+        if (kern_level_supported(l)) printf(" %15s", kern_level_name(l));
+    printf("\n");
     for (size_t k = 0; k < N_TYPES; k++) {
-        const uint32_t type = types[k];
-        const quant_traits *t = quant_get(type);
-        const size_t rb = quant_row_size(type, n_cols);
-        const int64_t n_rows = (int64_t)((64u << 20) / rb);
-        uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
-        float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
-        void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
-        fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, &r);
-        fill_x(x, n_cols, &r);
-        printf("%-8s", t->name);
+        printf("%-8s", quant_name(types[k]));
         for (int l = 0; l < KERN_NLEVELS; l++) {
             if (!kern_level_supported(l)) continue;
-            kern_set_level(l);
-            kern_quantize_act(type, x, n_cols, act);
-            kern_matvec(type, W, n_rows, n_cols, act, out); /* warm */
-            double best = 1e30;
-            for (int it = 0; it < (l == 0 ? 1 : 3); it++) {
-                const double t0 = rl_now();
-                kern_matvec(type, W, n_rows, n_cols, act, out);
-                const double dt = rl_now() - t0;
-                best = dt < best ? dt : best;
-            }
-            printf(" %10.2f", (double)rb * (double)n_rows / best / 1e9);
+            const double hot = bench_one(types[k], l, 512u << 10, l == 0 ? 3 : 50, &r);
+            const double cold = l == 0 ? NAN : bench_one(types[k], l, 64u << 20, 3, &r);
+            printf(" %7.2f/%7.2f", hot, cold);
             fflush(stdout);
         }
         printf("\n");
-        free(W); free(x); free(out); free(act);
     }
 }
 
