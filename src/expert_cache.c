@@ -84,7 +84,8 @@ uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io) {
 
 /* Classes: one per distinct slot size, the same slot count per layer (budget / sum of the
  * layers' slot sizes, at most n_expert), used when every class then holds a whole layer plus
- * the prefetch margin; otherwise one uniform class of the largest size. */
+ * the prefetch margin (or all of its layers' experts); otherwise one uniform class of the
+ * largest size. */
 static int setup_classes(expert_cache *ec) {
     const q3n_model *m = ec->m;
     int nl = ec->n_layer, E = ec->E, need = E + class_margin(m);
@@ -104,7 +105,8 @@ static int setup_classes(expert_cache *ec) {
     for (int c = 0; c < n_distinct && use_classes; c++) {
         int nlc = 0;
         for (int il = 0; il < nl; il++) nlc += ec->layers[il].slot_bytes == sizes[c];
-        if (per_layer * (uint64_t)nlc < (uint64_t)need) use_classes = false;
+        uint64_t need_c = (uint64_t)E * nlc < (uint64_t)need ? (uint64_t)E * nlc : (uint64_t)need;
+        if (per_layer * (uint64_t)nlc < need_c) use_classes = false;
     }
     ec->n_cls = use_classes ? n_distinct : 1;
     ec->cls = rl_calloc((size_t)ec->n_cls, sizeof(ec_class), "expert cache classes");
@@ -289,7 +291,7 @@ static void trace_and_count(expert_cache *ec, int il, const int32_t *ids, int n)
         ec->has_pred[il] = 0;
     }
     if (ec->trace) {
-        fprintf(ec->trace, "{\"f\":%llu,\"l\":%d,\"ids\":[", (unsigned long long)ec->fwd, il);
+        fprintf(ec->trace, "{\"f\":%llu,\"l\":%d,\"n\":%d,\"ids\":[", (unsigned long long)ec->fwd, il, ec->rows);
         for (int i = 0; i < n; i++) fprintf(ec->trace, "%s%d", i ? "," : "", ids[i]);
         fputs("]}\n", ec->trace);
     }
@@ -439,6 +441,7 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
         ec->st.tokens += (uint64_t)T;
         ec->fwd++;
     }
+    ec->rows = T;
     int nl = il + 1, E = ec->E, K = ec->K;
     if (ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
     double t0 = rl_now();
@@ -628,6 +631,13 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
             rl_seterr("cannot write route trace %s: %s", ec->p.trace_path, strerror(errno));
             goto fail;
         }
+        /* header: what tools/cache_sim.py needs to replay the trace under other budgets */
+        fprintf(ec->trace, "{\"header\":{\"mode\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,\"top_k\":%d,"
+                           "\"budget\":%llu,\"slot_bytes\":[",
+                ec_mode_name(mode), ec->n_layer, ec->E, ec->K, (unsigned long long)ec->p.budget);
+        for (int il = 0; il < ec->n_layer; il++)
+            fprintf(ec->trace, "%s%llu", il ? "," : "", (unsigned long long)expert_cache_slot_bytes(m, il, false));
+        fputs("]}}\n", ec->trace);
     }
     ec->st.budget = mode == EC_BOUNDED ? ec->p.budget : 0;
     return ec;

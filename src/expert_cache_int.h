@@ -95,6 +95,7 @@ struct expert_cache {
     ec_stats st;
     FILE *trace;
     uint64_t fwd;          /* forward counter (trace) */
+    int rows;              /* rows of the current forward (from the hint) */
 };
 
 static inline int ec_layer_of(const expert_cache *ec, int32_t key) { return key / ec->E; }

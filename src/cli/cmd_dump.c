@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
+#include "expert_cache.h"
 
 static const char *USAGE =
     "usage: redlite dump -m MODEL --tokens IDS [options]\n"
@@ -30,7 +31,15 @@ static const char *USAGE =
     "  --layers A-B         only layers A..B (default all)\n"
     "  -t, --threads N      threads (default: all CPUs)\n"
     "  --fast               fast SIMD kernels (quantised activations) instead of the reference\n"
-    "  --json               print {prompt, generated} ids as JSON on stdout\n";
+    "  --json               print {prompt, generated} ids as JSON on stdout\n"
+    "  --cache-mib N|full|auto|mmap\n"
+    "                       routed experts from a bounded cache of N MiB (bit-identical output), every\n"
+    "                       expert preloaded (full), the planner's choice (auto) or the plain mapping\n"
+    "                       (mmap, the default)\n"
+    "  --stats              print expert-cache statistics on stderr at the end\n"
+    "  --route-trace FILE   write the experts each layer acquires as JSON lines (tools/cache_sim.py)\n"
+    "  --route-bias L       cache-aware routing: prefer resident experts by L in log-probability\n"
+    "                       (CHANGES OUTPUTS; bounded cache only; default 0 = exact routing)\n";
 
 typedef struct {
     FILE *acts, *acts_idx, *routes;
@@ -131,7 +140,9 @@ int cmd_dump(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *logits_path = NULL, *routes_path = NULL, *acts_path = NULL;
     dump_ctx d = {.names = "l_out", .lay_lo = 0, .lay_hi = 1 << 20};
     long long greedy = 0, batch = 64, threads = 0;
-    bool json = false, fast = false;
+    bool json = false, fast = false, stats = false;
+    const char *cache_spec = NULL, *route_trace = NULL;
+    double route_bias = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) {
@@ -168,6 +179,15 @@ int cmd_dump(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--fast")) {
             fast = true;
+        } else if (!strcmp(a, "--cache-mib")) {
+            if (!(cache_spec = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--stats")) {
+            stats = true;
+        } else if (!strcmp(a, "--route-trace")) {
+            if (!(route_trace = cli_need_value("dump", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--route-bias")) {
+            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_float("dump", a, v, &route_bias)) return 2;
+            if (route_bias < 0) return cli_fail("dump", 2, "--route-bias must be >= 0");
         } else {
             return cli_fail("dump", 2, "unknown option '%s' (see redlite dump --help)", a);
         }
@@ -214,6 +234,14 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
     }
+    if (cache_spec || stats || route_trace || route_bias > 0) {
+        ec_attach_opts o = {.spec = cache_spec ? cache_spec : "mmap", .route_bias = (float)route_bias,
+                            .trace_path = route_trace, .verbose = true};
+        if (expert_cache_attach_opts(c, e, &o)) {
+            cli_fail("dump", 1, "%s", rl_lasterr());
+            goto done;
+        }
+    }
     engine_set_hooks(c, on_dump, on_route, &d);
     /* prompt: chunks of `batch` rows, every row's logits */
     for (int i = 0; i < n; i += (int)batch) {
@@ -252,6 +280,8 @@ done:
     free(logits);
     free(gen);
     free(ids);
+    if (c && stats && expert_cache_of(c)) expert_cache_print_stats(expert_cache_of(c), stderr);
+    if (c) expert_cache_detach(c);
     engine_ctx_free(c);
     engine_close(e);
     return rc;
