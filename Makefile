@@ -120,3 +120,9 @@ all: $(BUILD)/tools/rl_chat_render
 $(BUILD)/tools/rl_chat_render: tests/c/tool_chat_render.c $(BUILD)/libredlite.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+
+# Sampler bridge for tests/test_sampler.py.
+all: $(BUILD)/tools/rl_sampler
+$(BUILD)/tools/rl_sampler: tests/c/tool_sampler.c $(BUILD)/libredlite.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
