@@ -36,6 +36,8 @@ struct tokenizer {
 
     int32_t *thash; /* text -> id, -1 empty */
     uint64_t thash_mask;
+    int32_t *phash; /* piece bytes -> id, for normal tokens that BPE maps to themselves */
+    uint64_t phash_mask;
 
     merge_slot *merges;
     uint64_t merge_mask;
@@ -256,6 +258,7 @@ void tokenizer_free(tokenizer *t) {
     free(t->piece_off);
     free(t->type);
     free(t->thash);
+    free(t->phash);
     free(t->merges);
     free(t->added);
     free(t);
@@ -446,6 +449,8 @@ static void add_eog(tokenizer *t, int32_t id) {
     t->eog[j] = id;
 }
 
+static int build_piece_hash(tokenizer *t);
+
 tokenizer *tokenizer_load(const gguf_file *f) {
     char *model = gguf_get_str_dup(f, "tokenizer.ggml.model");
     if (!model) {
@@ -469,7 +474,7 @@ tokenizer *tokenizer_load(const gguf_file *f) {
 
     tokenizer *t = rl_calloc(1, sizeof *t, "tokenizer");
     if (!t) return NULL;
-    if (load_vocab(t, f) < 0 || load_merges(t, f) < 0 || load_added(t) < 0) {
+    if (load_vocab(t, f) < 0 || load_merges(t, f) < 0 || load_added(t) < 0 || build_piece_hash(t) < 0) {
         tokenizer_free(t);
         return NULL;
     }
@@ -837,6 +842,55 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
     return 0;
 }
 
+/* Shortcut table: the piece bytes of every normal token whose own BPE is that token alone
+ * (checked here by running BPE on it), so a pre-token equal to such a piece needs one lookup
+ * instead of a merge loop. Exact by construction: BPE is a function of the bytes. */
+#define PIECE_SHORTCUT_MAX 64
+
+static int build_piece_hash(tokenizer *t) {
+    uint64_t cap = 1;
+    while (cap < (uint64_t)t->n_vocab * 2) cap <<= 1;
+    t->phash = rl_malloc(cap * sizeof(int32_t), "piece hash");
+    if (!t->phash) return -1;
+    memset(t->phash, 0xFF, cap * sizeof(int32_t));
+    t->phash_mask = cap - 1;
+    enc_ctx c = {0};
+    tok_ids v = {0};
+    int rc = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        uint32_t a = t->piece_off[id], len = t->piece_off[id + 1] - a;
+        if (t->type[id] != TOK_TYPE_NORMAL || len < 2 || len > PIECE_SHORTCUT_MAX) continue;
+        v.n = 0;
+        if (bpe(t, &c, (const uint8_t *)t->piece + a, len, &v) < 0) {
+            rc = -1;
+            break;
+        }
+        if (v.n != 1 || v.ids[0] != id) continue;
+        uint64_t h = hash_bytes(t->piece + a, len) & t->phash_mask;
+        bool dup = false;
+        for (; t->phash[h] >= 0; h = (h + 1) & t->phash_mask) {
+            int32_t o = t->phash[h];
+            if (t->piece_off[o + 1] - t->piece_off[o] == len && !memcmp(t->piece + t->piece_off[o], t->piece + a, len)) {
+                dup = true;
+                break;
+            }
+        }
+        if (!dup) t->phash[h] = id;
+    }
+    ctx_free(&c);
+    tok_ids_free(&v);
+    return rc;
+}
+
+static inline int32_t piece_find(const tokenizer *t, const uint8_t *s, size_t len) {
+    for (uint64_t h = hash_bytes((const char *)s, len) & t->phash_mask;; h = (h + 1) & t->phash_mask) {
+        int32_t id = t->phash[h];
+        if (id < 0) return -1;
+        uint32_t a = t->piece_off[id];
+        if (t->piece_off[id + 1] - a == len && memcmp(t->piece + a, s, len) == 0) return id;
+    }
+}
+
 /* One span of text between added tokens: NFC, pre-tokenise, BPE. */
 static int encode_span(const tokenizer *t, enc_ctx *c, const uint8_t *s, size_t n, tok_ids *out) {
     if (n == 0) return 0;
@@ -879,7 +933,14 @@ static int encode_span(const tokenizer *t, enc_ctx *c, const uint8_t *s, size_t 
     c->off[nch] = (uint32_t)n;
     for (size_t i = 0; i < nch;) {
         size_t j = pretok_end(c->cp, c->cls, i, nch);
-        if (bpe(t, c, s + c->off[i], c->off[j] - c->off[i], out) < 0) return -1;
+        const uint8_t *w = s + c->off[i];
+        size_t wl = c->off[j] - c->off[i];
+        int32_t id = wl >= 2 && wl <= PIECE_SHORTCUT_MAX ? piece_find(t, w, wl) : -1;
+        if (id >= 0) {
+            if (tok_ids_push(out, id) < 0) return -1;
+        } else if (bpe(t, c, w, wl, out) < 0) {
+            return -1;
+        }
         i = j;
     }
     return 0;
