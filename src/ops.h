@@ -52,6 +52,10 @@ typedef struct {
     void *actq;     /* fast mode only */
 } ops_mm_task;
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast);
+/* Test oracle for the fast path: the reference arithmetic on activations that went through the
+ * same quantisation round trip as the fast path's (from_float then to_float of the activation
+ * type). Fast and this differ only by float summation order. Allocates; not for hot paths. */
+void ops_matmul_batch_actq_ref(pool *p, const ops_mm_task *tasks, int n_tasks);
 
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);

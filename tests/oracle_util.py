@@ -48,13 +48,14 @@ def output_matrix(gguf_path):
     return _W[gguf_path]
 
 
-def run_dump(gguf_path, ids, n_greedy, extra=()):
+def run_dump(gguf_path, ids, n_greedy, extra=(), env=None):
     """Run redlite dump; returns (generated ids, logits [T+G, V], routes list)."""
     with tempfile.TemporaryDirectory() as td:
         lf, rf = os.path.join(td, "logits.f32"), os.path.join(td, "routes.jsonl")
         cmd = [REDLITE, "dump", "-m", gguf_path, "--tokens", ",".join(map(str, ids)),
                "--greedy", str(n_greedy), "--logits", lf, "--routes", rf, "--json", *extra]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                           env={**os.environ, **(env or {})})
         assert r.returncode == 0, f"{' '.join(cmd)} failed: {r.stderr}"
         out = json.loads(r.stdout)
         logits = np.fromfile(lf, dtype=np.float32)
