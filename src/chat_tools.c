@@ -494,8 +494,7 @@ static void process(chat_parser *p, bool final) {
             const char *a = find(s, 0, TAG_OPEN), *f = find(s, 0, TAG_FN);
             const char *st = a && (!f || a < f) ? a : f;
             if (st) {
-                emit_text(p, s.p, (size_t)(st - s.p));
-                p->held.n = 0;
+                emit_text(p, s.p, (size_t)(st - s.p)); /* its trailing whitespace stays held */
                 drop_front(&p->buf, (size_t)(st - s.p));
                 p->in_call = true;
                 p->implicit = st == f;
