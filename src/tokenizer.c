@@ -650,12 +650,12 @@ static int nfc_run(enc_ctx *c, const uint8_t *s, size_t n, bool high) {
     return rc;
 }
 
-/* NFC of s[0..n) into c->norm, as the oracle computes it. Well-formed runs are normalised
- * separately; bytes of ill-formed sequences and inert code points (above) are copied through
- * unchanged and split the runs (an inert code point is a starter that nothing composes
- * with, so normalising the pieces apart is the same as normalising the whole). */
-static int nfc(enc_ctx *c, const uint8_t *s, size_t n) {
-    c->norm_len = 0;
+/* NFC of a stretch without ASCII (but possibly one leading ASCII starter), as the oracle
+ * computes it. Well-formed runs are normalised separately; bytes of ill-formed sequences and
+ * inert code points (above) are copied through unchanged and split the runs (an inert code
+ * point is a starter that nothing composes with, so normalising the pieces apart is the same
+ * as normalising the whole). */
+static int nfc_stretch(enc_ctx *c, const uint8_t *s, size_t n) {
     size_t a = 0, i = 0;
     bool high = false;
     while (i < n) {
@@ -679,6 +679,27 @@ static int nfc(enc_ctx *c, const uint8_t *s, size_t n) {
         high = false;
     }
     return nfc_run(c, s + a, n - a, high);
+}
+
+/* NFC of s[0..n) into c->norm. An ASCII character is a starter that never composes with what
+ * precedes it, so the text can be cut before any ASCII character: only the stretches of
+ * non-ASCII characters, each with the ASCII character just before it (which a combining mark
+ * may compose with), go through the normaliser; ASCII is copied. */
+static int nfc(enc_ctx *c, const uint8_t *s, size_t n) {
+    c->norm_len = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && s[j] < 0x80) j++;
+        size_t start = j > i ? j - 1 : j;
+        if (norm_append(c, s + i, start - i) < 0) return -1;
+        if (j == n) return norm_append(c, s + start, n - start);
+        size_t end = j;
+        while (end < n && s[end] >= 0x80) end++;
+        if (nfc_stretch(c, s + start, end - start) < 0) return -1;
+        i = end;
+    }
+    return 0;
 }
 
 /* End (character index) of the pre-token starting at character i, per the qwen2 regex
