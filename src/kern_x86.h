@@ -58,32 +58,17 @@ static inline __m256i dot_i8(__m256i acc, __m256i w, __m256i a) {
 #endif
 }
 
-/* [lo x 8 | hi x 8] int16: scales for the two 16-value halves of a 32-value vector */
-static inline __m256i scale_pair(int lo, int hi) {
-    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
-}
-
 static inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
 
-/* ksigns_iq2xs expanded to byte masks (0xff where the value is negative), or-ed with 0x01 so it
- * can be used directly as sign_epi8's second operand (+1 keeps, -1 negates). */
-static uint64_t ksigns64[128];
-static void init_ksigns64(void) {
-    for (int i = 0; i < 128; i++) {
-        uint64_t m = 0;
-        for (int j = 0; j < 8; j++) m |= (uint64_t)((ksigns_iq2xs[i] >> j) & 1 ? 0xff : 0x01) << (8 * j);
-        ksigns64[i] = m;
-    }
+/* shuffle controls: from a 128-bit lane of 8 int16, broadcast int16 #2k (low lane) and #2k+1
+ * (high lane) -> the [s_lo x 8 | s_hi x 8] scale vector of 32-value block k (k = 0..3) */
+/* Scale vector of block k from a 128-bit lane of 8 int16 (duplicated in both lanes): int16 #2k
+ * broadcast to the low lane, #2k+1 to the high lane. The shuffle control for block k is
+ * scale_ctrl0() + 4k in every byte; kernels step it by scale_step() instead of loading it. */
+static inline __m256i scale_ctrl0(void) {
+    return _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
 }
-
-/* 32 explicit sign bits (LE u32) -> sign_epi8 operand (+1 / -1 bytes) */
-static inline __m256i signs_from_bits(uint32_t bits) {
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_or_si256(v, _mm256_set1_epi8(1));
-}
+static inline __m256i scale_step(__m256i ctrl) { return _mm256_add_epi8(ctrl, _mm256_set1_epi8(4)); }
 
 /* A mat-vec over rows calling a per-row dot of nb blocks. */
 #define ROWS_MATVEC(fname, dotfn, WT, AT, BLK)                                                     \
@@ -256,14 +241,16 @@ static float dot_q2_k(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
         const int summs = hsum_i32(_mm256_madd_epi16(mins, loadu(y[i].bsums)));
+        const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(15)));
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11) };
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i Q = loadu(x[i].qs + 32 * h);
+            __m256i ctrl = scale_ctrl0(); /* sub-blocks 8h+2j, 8h+2j+1 */
             for (int j = 0; j < 4; j++) {
                 const __m256i codes = _mm256_and_si256(srl16(Q, 2 * j), m3);
-                const int k = 8 * h + 2 * j;
-                acc = dot_scaled(acc, codes, loadu(y[i].qs + 128 * h + 32 * j),
-                                 scale_pair(x[i].scales[k] & 15, x[i].scales[k + 1] & 15));
+                acc = dot_scaled(acc, codes, loadu(y[i].qs + 128 * h + 32 * j), _mm256_shuffle_epi8(lanes[h], ctrl));
+                ctrl = scale_step(ctrl);
             }
         }
         const int isum = hsum_i32(acc);
@@ -277,29 +264,37 @@ ROWS_MATVEC(mv_q2_k, dot_q2_k, blk_q2_k, blk_q8_k, QK_K)
 
 /* ---- Q4_K / Q5_K ---------------------------------------------------------------------------- */
 
-/* scales and mins of a Q4_K/Q5_K block; returns the min term sum m_k * (bsum_2k + bsum_2k+1) */
-static inline int k45_scales(const uint8_t *scales, const blk_q8_k *y, uint8_t *sc) {
-    uint8_t m[8];
-    for (int k = 0; k < 8; k++) quant_k4_scale_min(scales, k, &sc[k], &m[k]);
-    uint64_t m64;
-    memcpy(&m64, m, 8);
-    /* mins as int16, each repeated for the two bsums of its 32 values */
-    const __m128i m8 = _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)m64), _mm_cvtsi64_si128((long long)m64));
-    return hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(m8), loadu(y->bsums)));
+/* Scales and mins of a Q4_K/Q5_K block, unpacked with 32-bit word ops (same bits as
+ * quant_k4_scale_min). Sets *lanes to the 8 scales as int16 in both 128-bit lanes and returns the
+ * min term sum_k m_k * (bsum_2k + bsum_2k+1). */
+static inline int k45_scales(const uint8_t *scales, const blk_q8_k *y, __m256i *lanes) {
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+    const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+    *lanes = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    const __m128i mv = _mm_cvtsi64_si128((long long)m); /* each min twice: once per bsum of its 32 */
+    return hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(y->bsums)));
 }
+/* shuffle control broadcasting int16 #0 of each lane; +2 per byte selects the next int16 */
+static inline __m256i bcast16_ctrl0(void) { return _mm256_set1_epi16(0x0100); }
+static inline __m256i bcast16_step(__m256i c) { return _mm256_add_epi8(c, _mm256_set1_epi8(2)); }
 
 static float dot_q4_k(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m4 = _mm256_set1_epi8(15);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        uint8_t sc[8];
-        const int summs = k45_scales(x[i].scales, &y[i], sc);
+        __m256i lanes, ctrl = bcast16_ctrl0();
+        const int summs = k45_scales(x[i].scales, &y[i], &lanes);
         __m256i acc = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             const __m256i q = loadu(x[i].qs + 32 * c);
-            acc = dot_scaled(acc, _mm256_and_si256(q, m4), loadu(y[i].qs + 64 * c), _mm256_set1_epi16(sc[2 * c]));
-            acc = dot_scaled(acc, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), loadu(y[i].qs + 64 * c + 32),
-                             _mm256_set1_epi16(sc[2 * c + 1]));
+            const __m256i s0 = _mm256_shuffle_epi8(lanes, ctrl);
+            ctrl = bcast16_step(ctrl);
+            const __m256i s1 = _mm256_shuffle_epi8(lanes, ctrl);
+            ctrl = bcast16_step(ctrl);
+            acc = dot_scaled(acc, _mm256_and_si256(q, m4), loadu(y[i].qs + 64 * c), s0);
+            acc = dot_scaled(acc, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), loadu(y[i].qs + 64 * c + 32), s1);
         }
         const int isum = hsum_i32(acc);
         sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
@@ -312,18 +307,21 @@ static float dot_q5_k(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        uint8_t sc[8];
-        const int summs = k45_scales(x[i].scales, &y[i], sc);
+        __m256i lanes, ctrl = bcast16_ctrl0();
+        const int summs = k45_scales(x[i].scales, &y[i], &lanes);
         const __m256i qh = loadu(x[i].qh);
         __m256i acc = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             const __m256i q = loadu(x[i].qs + 32 * c);
             const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c), one), 4);
             const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c + 1), one), 4);
-            acc = dot_scaled(acc, _mm256_or_si256(_mm256_and_si256(q, m4), hl), loadu(y[i].qs + 64 * c),
-                             _mm256_set1_epi16(sc[2 * c]));
+            const __m256i s0 = _mm256_shuffle_epi8(lanes, ctrl);
+            ctrl = bcast16_step(ctrl);
+            const __m256i s1 = _mm256_shuffle_epi8(lanes, ctrl);
+            ctrl = bcast16_step(ctrl);
+            acc = dot_scaled(acc, _mm256_or_si256(_mm256_and_si256(q, m4), hl), loadu(y[i].qs + 64 * c), s0);
             acc = dot_scaled(acc, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh),
-                             loadu(y[i].qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1]));
+                             loadu(y[i].qs + 64 * c + 32), s1);
         }
         const int isum = hsum_i32(acc);
         sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
@@ -342,6 +340,7 @@ static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const int corr = hsum_i32(_mm256_madd_epi16(sc16, loadu(y[i].bsums)));
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i L0 = loadu(x[i].ql + 64 * h), L1 = loadu(x[i].ql + 64 * h + 32);
@@ -354,9 +353,10 @@ static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
                                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)),
             };
+            __m256i ctrl = scale_ctrl0(); /* sub-blocks 8h+2r, 8h+2r+1 */
             for (int r = 0; r < 4; r++) {
-                const int k = 8 * h + 2 * r;
-                acc = dot_scaled(acc, c[r], loadu(y[i].qs + 128 * h + 32 * r), scale_pair(x[i].scales[k], x[i].scales[k + 1]));
+                acc = dot_scaled(acc, c[r], loadu(y[i].qs + 128 * h + 32 * r), _mm256_shuffle_epi8(lanes[h], ctrl));
+                ctrl = scale_step(ctrl);
             }
         }
         const int isum = hsum_i32(acc) - 32 * corr;
@@ -366,22 +366,70 @@ static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
 }
 ROWS_MATVEC(mv_q6_k, dot_q6_k, blk_q6_k, blk_q8_k, QK_K)
 
-/* ---- IQ2_XXS / IQ2_XS ------------------------------------------------------------------------ */
+/* ---- IQ2_XXS / IQ2_XS / IQ3_XXS: signs and scales of a whole super-block at once -----------
+ * These types store, per group of 8 values, a 7-bit index into ksigns_iq2xs, whose bit 7 is the
+ * parity of bits 0..6. We compute the 32 sign bytes of a super-block in vector registers
+ * (idx | parity << 7, parity from a nibble table), and the 16 half-block scales as int16 in the
+ * layout scale_from() expects (int16 #2k / #2k+1 of each lane = the two halves of block k). */
+
+static inline __m256i ksigns_vec(__m256i idx) { /* 32 indices 0..127 -> sign bytes */
+    const __m256i lut = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
+                                         0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i par = _mm256_xor_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(idx, m4)),
+                                         _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(idx, 4), m4)));
+    return _mm256_or_si256(idx, par);
+}
+
+/* 8 words (one per block) holding four 7-bit sign indices at bits 0, 7, 14, 21 -> the 32 sign
+ * bytes in block order */
+static inline __m256i signs_from_words(__m256i w) {
+    const __m256i m = _mm256_set1_epi32(127);
+    const __m256i t0 = _mm256_and_si256(w, m), t1 = _mm256_and_si256(_mm256_srli_epi32(w, 7), m);
+    const __m256i t2 = _mm256_and_si256(_mm256_srli_epi32(w, 14), m), t3 = _mm256_and_si256(_mm256_srli_epi32(w, 21), m);
+    /* in-lane bytes: t0[b], t1[b], t2[b], t3[b] for the lane's 4 blocks b -> regroup by block */
+    const __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
+    const __m256i ctrl = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                          0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return ksigns_vec(_mm256_shuffle_epi8(v, ctrl));
+}
+
+/* 8 words with a 4-bit scale s in bits 31..28 -> int16 (2s+1), each twice (both halves) */
+static inline __m256i scales_from_words(__m256i w) {
+    const __m256i l = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(w, 28), 1), _mm256_set1_epi32(1));
+    const __m256i p = _mm256_packs_epi32(l, l);
+    return _mm256_unpacklo_epi16(p, p);
+}
+
+/* sign_epi8 operand from 4 sign bytes (one per group of 8) at p */
+static inline __m256i signs_at(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i e = _mm256_shuffle_epi8(_mm256_set1_epi32(v), shuf);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(e, bit), bit), _mm256_set1_epi8(1));
+}
 
 static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *q = (const uint8_t *)x[i].qs;
-        __m256i acc = _mm256_setzero_si256();
+        const uint8_t *q = (const uint8_t *)x[i].qs; /* 8 x (w0: 4 grid indices, w1: signs + scale) */
+        const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
+        const __m256i w1 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0xdd)), 0xd8);
+        uint8_t sg[32] __attribute__((aligned(32)));
+        _mm256_store_si256((__m256i *)sg, signs_from_words(w1));
+        const __m256i lsv = scales_from_words(w1);
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
-            uint32_t w[2];
-            memcpy(w, q + 8 * ib, 8);
-            const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[w[0] >> 24], (long long)iq2xxs_grid[(w[0] >> 16) & 255],
-                                                (long long)iq2xxs_grid[(w[0] >> 8) & 255], (long long)iq2xxs_grid[w[0] & 255]);
-            const __m256i s = _mm256_set_epi64x((long long)ksigns64[(w[1] >> 21) & 127], (long long)ksigns64[(w[1] >> 14) & 127],
-                                                (long long)ksigns64[(w[1] >> 7) & 127], (long long)ksigns64[w[1] & 127]);
-            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), s);
-            acc = dot_scaled(acc, g, a, _mm256_set1_epi16((short)(2 * (w[1] >> 28) + 1)));
+            uint32_t w0;
+            memcpy(&w0, q + 8 * ib, 4);
+            const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[w0 >> 24], (long long)iq2xxs_grid[(w0 >> 16) & 255],
+                                                (long long)iq2xxs_grid[(w0 >> 8) & 255], (long long)iq2xxs_grid[w0 & 255]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(sg + 4 * ib));
+            acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
+            ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
         }
         sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
     }
@@ -389,19 +437,34 @@ static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
 }
 ROWS_MATVEC(mv_iq2_xxs, dot_iq2_xxs, blk_iq2_xxs, blk_q8_k, QK_K)
 
+/* half-block scales of IQ2_XS / IQ2_S: 8 bytes, low nibble -> first 16 values of block b, high
+ * nibble -> last 16; as int16 (2s+1) in the scale_ctrl layout */
+static inline __m256i iq2_half_scales(const uint8_t *scales) {
+    const __m128i m4 = _mm_set1_epi8(15), sc = _mm_loadl_epi64((const __m128i *)scales);
+    const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4)));
+    return _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+}
+
 static float dot_iq2_xs(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        __m256i acc = _mm256_setzero_si256();
+        /* entries: bits 8..0 grid index, bits 15..9 sign index */
+        const __m256i e0 = loadu(x[i].qs), e1 = loadu(x[i].qs + 16);
+        const __m256i idx = _mm256_permute4x64_epi64(
+            _mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
+        uint8_t sg[32] __attribute__((aligned(32)));
+        _mm256_store_si256((__m256i *)sg, ksigns_vec(idx));
+        const __m256i lsv = iq2_half_scales(x[i].scales);
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
-            const uint16_t *e = x[i].qs + 4 * ib;
-            const __m256i g = _mm256_set_epi64x((long long)iq2xs_grid[e[3] & 511], (long long)iq2xs_grid[e[2] & 511],
-                                                (long long)iq2xs_grid[e[1] & 511], (long long)iq2xs_grid[e[0] & 511]);
-            const __m256i s = _mm256_set_epi64x((long long)ksigns64[e[3] >> 9], (long long)ksigns64[e[2] >> 9],
-                                                (long long)ksigns64[e[1] >> 9], (long long)ksigns64[e[0] >> 9]);
-            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), s);
-            const int sc = x[i].scales[ib];
-            acc = dot_scaled(acc, g, a, scale_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1));
+            uint64_t e;
+            memcpy(&e, x[i].qs + 4 * ib, 8);
+            const __m256i g = _mm256_set_epi64x((long long)iq2xs_grid[(e >> 48) & 511], (long long)iq2xs_grid[(e >> 32) & 511],
+                                                (long long)iq2xs_grid[(e >> 16) & 511], (long long)iq2xs_grid[e & 511]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(sg + 4 * ib));
+            acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
+            ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
         }
         sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
     }
@@ -410,20 +473,31 @@ static float dot_iq2_xs(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
 ROWS_MATVEC(mv_iq2_xs, dot_iq2_xs, blk_iq2_xs, blk_q8_k, QK_K)
 
 static float dot_iq2_s(const blk_iq2_s *x, const blk_q8_k *y, int64_t nb) {
+    /* index = qs[4b+l] | ((qh[b] >> 2l) & 3) << 8, 16 at a time in 16-bit lanes: replicate qh[b] to
+     * lanes 4b..4b+3, mask bits 2l..2l+1, multiply by 2^(8-2l) */
+    const __m128i rep0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m128i rep1 = _mm_add_epi8(rep0, _mm_set1_epi8(4));
+    const __m256i hmask = _mm256_set1_epi64x(0x00c00030000c0003LL), hmul = _mm256_set1_epi64x(0x0004001000400100LL);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        __m256i acc = _mm256_setzero_si256();
+        uint16_t idx[32] __attribute__((aligned(32)));
+        const __m128i qh = _mm_loadl_epi64((const __m128i *)x[i].qh);
+        for (int v = 0; v < 2; v++) {
+            const __m256i h16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(qh, v ? rep1 : rep0));
+            const __m256i hi = _mm256_mullo_epi16(_mm256_and_si256(h16, hmask), hmul);
+            const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * v)));
+            _mm256_store_si256((__m256i *)idx + v, _mm256_or_si256(lo, hi));
+        }
+        const __m256i lsv = iq2_half_scales(x[i].scales);
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *qs = x[i].qs + 4 * ib;
-            const int qh = x[i].qh[ib];
-            const __m256i g = _mm256_set_epi64x(
-                (long long)iq2s_grid[qs[3] | ((qh << 2) & 0x300)], (long long)iq2s_grid[qs[2] | ((qh << 4) & 0x300)],
-                (long long)iq2s_grid[qs[1] | ((qh << 6) & 0x300)], (long long)iq2s_grid[qs[0] | ((qh << 8) & 0x300)]);
-            uint32_t sb;
-            memcpy(&sb, x[i].qs + 32 + 4 * ib, 4);
-            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_from_bits(sb));
-            const int sc = x[i].scales[ib];
-            acc = dot_scaled(acc, g, a, scale_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1));
+            const uint16_t *e = idx + 4 * ib;
+            const __m256i g = _mm256_set_epi64x((long long)iq2s_grid[e[3]], (long long)iq2s_grid[e[2]],
+                                                (long long)iq2s_grid[e[1]], (long long)iq2s_grid[e[0]]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(x[i].qs + 32 + 4 * ib));
+            acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
+            ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
         }
         sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
     }
@@ -436,19 +510,23 @@ ROWS_MATVEC(mv_iq2_s, dot_iq2_s, blk_iq2_s, blk_q8_k, QK_K)
 static float dot_iq3_xxs(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *q = x[i].qs;
-        __m256i acc = _mm256_setzero_si256();
+        const uint8_t *q = x[i].qs; /* 64 grid indices, then 8 words of signs + scale */
+        const __m256i w = loadu(q + 64);
+        uint8_t sg[32] __attribute__((aligned(32)));
+        _mm256_store_si256((__m256i *)sg, signs_from_words(w));
+        const __m256i lsv = scales_from_words(w);
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *g8 = q + 8 * ib;
-            const __m256i g = _mm256_set_epi32((int)iq3xxs_grid[g8[7]], (int)iq3xxs_grid[g8[6]], (int)iq3xxs_grid[g8[5]],
-                                               (int)iq3xxs_grid[g8[4]], (int)iq3xxs_grid[g8[3]], (int)iq3xxs_grid[g8[2]],
-                                               (int)iq3xxs_grid[g8[1]], (int)iq3xxs_grid[g8[0]]);
-            uint32_t aux;
-            memcpy(&aux, q + 64 + 4 * ib, 4);
-            const __m256i s = _mm256_set_epi64x((long long)ksigns64[(aux >> 21) & 127], (long long)ksigns64[(aux >> 14) & 127],
-                                                (long long)ksigns64[(aux >> 7) & 127], (long long)ksigns64[aux & 127]);
-            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), s);
-            acc = dot_scaled(acc, g, a, _mm256_set1_epi16((short)(2 * (aux >> 28) + 1)));
+            uint64_t gi; /* 8 grid indices: extracting from one load keeps the load ports free */
+            memcpy(&gi, q + 8 * ib, 8);
+            const __m256i g = _mm256_set_epi32(
+                (int)iq3xxs_grid[gi >> 56], (int)iq3xxs_grid[(gi >> 48) & 255], (int)iq3xxs_grid[(gi >> 40) & 255],
+                (int)iq3xxs_grid[(gi >> 32) & 255], (int)iq3xxs_grid[(gi >> 24) & 255], (int)iq3xxs_grid[(gi >> 16) & 255],
+                (int)iq3xxs_grid[(gi >> 8) & 255], (int)iq3xxs_grid[gi & 255]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(sg + 4 * ib));
+            acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
+            ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
         }
         sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
     }
@@ -457,22 +535,39 @@ static float dot_iq3_xxs(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
 ROWS_MATVEC(mv_iq3_xxs, dot_iq3_xxs, blk_iq3_xxs, blk_q8_k, QK_K)
 
 static float dot_iq3_s(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), one = _mm256_set1_epi8(1);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        __m256i acc = _mm256_setzero_si256();
+        /* 9-bit indices: qs[k] | (bit k%8 of qh[k/8]) << 8, 64 of them, 32 per step */
+        uint16_t idx[64] __attribute__((aligned(32)));
+        for (int v = 0; v < 2; v++) {
+            int32_t hb;
+            memcpy(&hb, x[i].qh + 4 * v, 4);
+            const __m256i e = _mm256_shuffle_epi8(_mm256_set1_epi32(hb), shuf);
+            const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(e, bit), bit), one);
+            const __m256i q = loadu(x[i].qs + 32 * v);
+            const __m256i lo = _mm256_unpacklo_epi8(q, h), hi = _mm256_unpackhi_epi8(q, h); /* in-lane interleave */
+            _mm256_store_si256((__m256i *)idx + 2 * v, _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_store_si256((__m256i *)idx + 2 * v + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+        /* block scales 1 + 2s, each for both halves */
+        uint32_t s4;
+        memcpy(&s4, x[i].scales, 4);
+        const __m128i sc = _mm_cvtsi32_si128((int)s4), m4 = _mm_set1_epi8(15);
+        const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+        const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
+        const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *qs = x[i].qs + 8 * ib;
-            const int qh = x[i].qh[ib];
-            const __m256i g = _mm256_set_epi32(
-                (int)iq3s_grid[qs[7] | ((qh << 1) & 256)], (int)iq3s_grid[qs[6] | ((qh << 2) & 256)],
-                (int)iq3s_grid[qs[5] | ((qh << 3) & 256)], (int)iq3s_grid[qs[4] | ((qh << 4) & 256)],
-                (int)iq3s_grid[qs[3] | ((qh << 5) & 256)], (int)iq3s_grid[qs[2] | ((qh << 6) & 256)],
-                (int)iq3s_grid[qs[1] | ((qh << 7) & 256)], (int)iq3s_grid[qs[0] | ((qh << 8) & 256)]);
-            uint32_t sb;
-            memcpy(&sb, x[i].signs + 4 * ib, 4);
-            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_from_bits(sb));
-            const int ls = 1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15);
-            acc = dot_scaled(acc, g, a, _mm256_set1_epi16((short)ls));
+            const uint16_t *k = idx + 8 * ib;
+            const __m256i g = _mm256_set_epi32((int)iq3s_grid[k[7]], (int)iq3s_grid[k[6]], (int)iq3s_grid[k[5]],
+                                               (int)iq3s_grid[k[4]], (int)iq3s_grid[k[3]], (int)iq3s_grid[k[2]],
+                                               (int)iq3s_grid[k[1]], (int)iq3s_grid[k[0]]);
+            const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(x[i].signs + 4 * ib));
+            acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
+            ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
         }
         sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
     }
@@ -498,18 +593,6 @@ static void init_iq1_fold(void) {
     }
 }
 
-/* shuffle controls: from a 128-bit lane of 8 int16, broadcast int16 #2k (low lane) and #2k+1
- * (high lane) -> the [s_lo x 8 | s_hi x 8] scale vector of 32-value block k (k = 0..3) */
-static const uint8_t scale_ctrl[4][32] __attribute__((aligned(32))) = {
-#define SC_ROW(k) { 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, 4*k, 4*k+1, \
-                    4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3, 4*k+2, 4*k+3 }
-    SC_ROW(0), SC_ROW(1), SC_ROW(2), SC_ROW(3)
-#undef SC_ROW
-};
-static inline __m256i scale_from(__m256i lanes, int k) {
-    return _mm256_shuffle_epi8(lanes, _mm256_load_si256((const __m256i *)scale_ctrl[k]));
-}
-
 /* One super-block: 8 blocks of 4 folded-table keys (KEYS(ib, k0..k3) computes them), the 16
  * half-block scales in lsv (int16). Returns S = sum ls * sum (8g + delta8) a. */
 #define IQ1_SUPERBLOCK(S, lsv, y, KEYS)                                                            \
@@ -517,13 +600,14 @@ static inline __m256i scale_from(__m256i lanes, int k) {
         const int corr_ = hsum_i32(_mm256_madd_epi16(lsv, loadu((y)->bsums)));                     \
         const __m256i lanes_[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00),                     \
                                     _mm256_permute2x128_si256(lsv, lsv, 0x11) };                   \
-        __m256i acc_ = _mm256_setzero_si256();                                                     \
+        __m256i acc_ = _mm256_setzero_si256(), ctrl_ = scale_ctrl0();                              \
         for (int ib = 0; ib < 8; ib++) {                                                           \
             unsigned k0, k1, k2, k3;                                                               \
             KEYS(ib, k0, k1, k2, k3);                                                              \
             const __m256i g_ = _mm256_set_epi64x((long long)iq1_fold[k3], (long long)iq1_fold[k2], \
                                                  (long long)iq1_fold[k1], (long long)iq1_fold[k0]); \
-            acc_ = dot_scaled(acc_, g_, loadu((y)->qs + 32 * ib), scale_from(lanes_[ib / 4], ib % 4)); \
+            acc_ = dot_scaled(acc_, g_, loadu((y)->qs + 32 * ib), _mm256_shuffle_epi8(lanes_[ib / 4], ctrl_)); \
+            ctrl_ = ib == 3 ? scale_ctrl0() : scale_step(ctrl_);                                   \
         }                                                                                          \
         S = hsum_i32(acc_) - 9 * corr_;                                                            \
     } while (0)
@@ -603,7 +687,6 @@ ROWS_MATVEC(mv_iq1_m, dot_iq1_m, blk_iq1_m, blk_q8_k, QK_K)
 /* ---- the fill function ----------------------------------------------------------------------- */
 
 void KERN_FILL(kern_table *t) {
-    init_ksigns64();
     init_iq1_fold();
     t->matvec[QT_F32] = mv_f32;
     t->matvec[QT_F16] = mv_f16;
