@@ -32,24 +32,60 @@ int synth_preset_find(const char *name, synth_preset *out) {
     return rl_seterr("unknown preset '%s' (choose cf2, iq2_xxs, q4_k_m or tiny)", name);
 }
 
-const char *synth_preset_name(synth_preset p) { return (unsigned)p < SYNTH_N_PRESETS ? preset_names[p] : "?"; }
+const char *synth_preset_name(synth_preset p) {
+    return (unsigned)p < SYNTH_N_PRESETS ? preset_names[p] : "?";
+}
 
 /* ---- geometry ---------------------------------------------------------------------------- */
 
 void synth_geom_default(synth_preset p, synth_geom *g) {
     /* Qwen3-Next-80B-A3B (spec §A.1) */
-    *g = (synth_geom){.n_embd = 2048, .n_layer = 48, .n_vocab = 151936, .n_ctx = 262144, .n_ff = 5120,
-                      .n_head = 16, .n_head_kv = 2, .head_dim = 256, .n_rot = 64, .rope_base = 1e7f,
-                      .rms_eps = 1e-6f, .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 512,
-                      .n_ff_shexp = 512, .ssm_kw = 4, .ssm_dk = 128, .ssm_hk = 16, .ssm_hv = 32,
-                      .ssm_inner = 4096, .attn_interval = 4, .n_precise = 8};
+    *g = (synth_geom){.n_embd = 2048,
+                      .n_layer = 48,
+                      .n_vocab = 151936,
+                      .n_ctx = 262144,
+                      .n_ff = 5120,
+                      .n_head = 16,
+                      .n_head_kv = 2,
+                      .head_dim = 256,
+                      .n_rot = 64,
+                      .rope_base = 1e7f,
+                      .rms_eps = 1e-6f,
+                      .n_expert = 512,
+                      .n_expert_used = 10,
+                      .n_ff_exp = 512,
+                      .n_ff_shexp = 512,
+                      .ssm_kw = 4,
+                      .ssm_dk = 128,
+                      .ssm_hk = 16,
+                      .ssm_hv = 32,
+                      .ssm_inner = 4096,
+                      .attn_interval = 4,
+                      .n_precise = 8};
     if (p == SYNTH_TINY) {
         /* every quantised row length a multiple of 256 (K and IQ super-blocks) */
-        *g = (synth_geom){.n_embd = 256, .n_layer = 4, .n_vocab = 4096, .n_ctx = 4096, .n_ff = 640,
-                          .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_rot = 16, .rope_base = 1e7f,
-                          .rms_eps = 1e-6f, .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 256,
-                          .n_ff_shexp = 256, .ssm_kw = 4, .ssm_dk = 64, .ssm_hk = 2, .ssm_hv = 4,
-                          .ssm_inner = 256, .attn_interval = 4, .n_precise = 1};
+        *g = (synth_geom){.n_embd = 256,
+                          .n_layer = 4,
+                          .n_vocab = 4096,
+                          .n_ctx = 4096,
+                          .n_ff = 640,
+                          .n_head = 4,
+                          .n_head_kv = 2,
+                          .head_dim = 64,
+                          .n_rot = 16,
+                          .rope_base = 1e7f,
+                          .rms_eps = 1e-6f,
+                          .n_expert = 16,
+                          .n_expert_used = 4,
+                          .n_ff_exp = 256,
+                          .n_ff_shexp = 256,
+                          .ssm_kw = 4,
+                          .ssm_dk = 64,
+                          .ssm_hk = 2,
+                          .ssm_hv = 4,
+                          .ssm_inner = 256,
+                          .attn_interval = 4,
+                          .n_precise = 1};
     }
 }
 
@@ -59,15 +95,33 @@ typedef struct {
     bool is_float;
 } geom_key;
 
-#define GK(k, f) {k, offsetof(synth_geom, f), false}
-#define GKF(k, f) {k, offsetof(synth_geom, f), true}
+#define GK(k, f)                                                                                             \
+    { k, offsetof(synth_geom, f), false }
+#define GKF(k, f)                                                                                            \
+    { k, offsetof(synth_geom, f), true }
 static const geom_key geom_keys[] = {
-    GK("hidden", n_embd),      GK("layers", n_layer),      GK("vocab", n_vocab),     GK("ctx", n_ctx),
-    GK("ff", n_ff),            GK("heads", n_head),        GK("kv_heads", n_head_kv), GK("head_dim", head_dim),
-    GK("rope_dims", n_rot),    GKF("rope_base", rope_base), GKF("eps", rms_eps),     GK("experts", n_expert),
-    GK("top_k", n_expert_used), GK("expert_ff", n_ff_exp), GK("shared_ff", n_ff_shexp), GK("conv", ssm_kw),
-    GK("state", ssm_dk),       GK("groups", ssm_hk),       GK("dt_rank", ssm_hv),    GK("inner", ssm_inner),
-    GK("interval", attn_interval), GK("precise", n_precise),
+    GK("hidden", n_embd),
+    GK("layers", n_layer),
+    GK("vocab", n_vocab),
+    GK("ctx", n_ctx),
+    GK("ff", n_ff),
+    GK("heads", n_head),
+    GK("kv_heads", n_head_kv),
+    GK("head_dim", head_dim),
+    GK("rope_dims", n_rot),
+    GKF("rope_base", rope_base),
+    GKF("eps", rms_eps),
+    GK("experts", n_expert),
+    GK("top_k", n_expert_used),
+    GK("expert_ff", n_ff_exp),
+    GK("shared_ff", n_ff_shexp),
+    GK("conv", ssm_kw),
+    GK("state", ssm_dk),
+    GK("groups", ssm_hk),
+    GK("dt_rank", ssm_hv),
+    GK("inner", ssm_inner),
+    GK("interval", attn_interval),
+    GK("precise", n_precise),
 };
 
 int synth_geom_parse(synth_geom *g, const char *spec) {
@@ -84,7 +138,8 @@ int synth_geom_parse(synth_geom *g, const char *spec) {
         if (!k) {
             char known[512] = "";
             for (size_t i = 0; i < sizeof geom_keys / sizeof geom_keys[0]; i++)
-                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? "," : "", geom_keys[i].key);
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? "," : "",
+                         geom_keys[i].key);
             return rl_seterr("--geometry: unknown key '%s' (known: %s)", item, known);
         }
         char *end;
@@ -112,13 +167,16 @@ int synth_geom_check(const synth_params *p) {
         if (*fields[i] <= 0) return rl_seterr("geometry: every size must be positive");
     if (g->n_layer + (p->mtp ? 1 : 0) > 127) return rl_seterr("geometry: at most 127 layers");
     if (g->n_head % g->n_head_kv) return rl_seterr("geometry: heads must be a multiple of kv_heads");
-    if (g->n_rot > g->head_dim || g->n_rot % 2) return rl_seterr("geometry: rope_dims must be even and <= head_dim");
-    if (g->ssm_hv % g->ssm_hk) return rl_seterr("geometry: dt_rank (value heads) must be a multiple of groups");
+    if (g->n_rot > g->head_dim || g->n_rot % 2)
+        return rl_seterr("geometry: rope_dims must be even and <= head_dim");
+    if (g->ssm_hv % g->ssm_hk)
+        return rl_seterr("geometry: dt_rank (value heads) must be a multiple of groups");
     if (g->ssm_inner % g->ssm_hv) return rl_seterr("geometry: inner must be a multiple of dt_rank");
     if (g->n_expert_used > g->n_expert) return rl_seterr("geometry: top_k exceeds experts");
     if (g->ssm_kw < 2) return rl_seterr("geometry: conv must be at least 2");
     if (g->n_vocab < 260) return rl_seterr("geometry: vocab must be at least 260 (256 bytes + specials)");
-    if (g->n_precise < 0 || g->n_precise > g->n_layer) return rl_seterr("geometry: precise must be 0..layers");
+    if (g->n_precise < 0 || g->n_precise > g->n_layer)
+        return rl_seterr("geometry: precise must be 0..layers");
     return 0; /* block-size multiples are checked per tensor by synth_plan */
 }
 
@@ -139,15 +197,36 @@ int synth_resolve_vocab(synth_params *p) {
 /* ---- tensor roles and the presets' type tables ---------------------------------------------- */
 
 typedef enum {
-    R_TOKEN_EMBD, R_OUTPUT, R_ROUTER,
+    R_TOKEN_EMBD,
+    R_OUTPUT,
+    R_ROUTER,
     /* matrices of a layer */
-    R_Q, R_K, R_V, R_O, R_QKV, R_GATE, R_BA, R_SSM_OUT,
-    R_GATE_EXPS, R_UP_EXPS, R_DOWN_EXPS, R_GATE_SH, R_UP_SH, R_DOWN_SH, R_EH_PROJ,
+    R_Q,
+    R_K,
+    R_V,
+    R_O,
+    R_QKV,
+    R_GATE,
+    R_BA,
+    R_SSM_OUT,
+    R_GATE_EXPS,
+    R_UP_EXPS,
+    R_DOWN_EXPS,
+    R_GATE_SH,
+    R_UP_SH,
+    R_DOWN_SH,
+    R_EH_PROJ,
     /* float vectors (always F32) */
-    R_NORM, R_CONV, R_DT, R_A, R_SH_GATE_INP,
+    R_NORM,
+    R_CONV,
+    R_DT,
+    R_A,
+    R_SH_GATE_INP,
 } role;
 
-static bool is_vector(role r) { return r >= R_NORM; }
+static bool is_vector(role r) {
+    return r >= R_NORM;
+}
 
 typedef struct {
     int i_ffn_down, n_blocks; /* ffn_down* tensors seen so far; decoder blocks incl. MTP */
@@ -155,7 +234,9 @@ typedef struct {
 } pick_state;
 
 /* llama.cpp's use_more_bits(): first and last eighth, and every third layer in between. */
-static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+static bool more_bits(int i, int n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
 
 static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) {
     if (is_vector(r)) return QT_F32;
@@ -167,33 +248,58 @@ static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) 
          * them the file size matches the published 19,319,619,264 B to a few KB (all-Q4_K would be
          * 19.4 MB short). */
         switch (r) {
-        case R_TOKEN_EMBD: return QT_Q2_K;
-        case R_OUTPUT: return QT_Q5_K;
-        case R_ROUTER: return QT_F32;
-        case R_K: case R_V: case R_DOWN_SH: return QT_Q6_K;
-        case R_BA: return QT_Q8_0;
-        case R_GATE_EXPS: case R_UP_EXPS: case R_DOWN_EXPS:
+        case R_TOKEN_EMBD:
+            return QT_Q2_K;
+        case R_OUTPUT:
+            return QT_Q5_K;
+        case R_ROUTER:
+            return QT_F32;
+        case R_K:
+        case R_V:
+        case R_DOWN_SH:
+            return QT_Q6_K;
+        case R_BA:
+            return QT_Q8_0;
+        case R_GATE_EXPS:
+        case R_UP_EXPS:
+        case R_DOWN_EXPS:
             return il >= p->g.n_layer - p->g.n_precise ? QT_IQ2_XS : QT_IQ1_M;
-        default: return QT_Q4_K;
+        default:
+            return QT_Q4_K;
         }
     case SYNTH_IQ2_XXS: /* llama.cpp IQ2_XXS mix (spec §D.4) */
         switch (r) {
-        case R_TOKEN_EMBD: return QT_Q2_K;
-        case R_OUTPUT: return QT_Q5_K;
-        case R_ROUTER: return QT_F16;
-        case R_V: case R_QKV: return QT_Q4_K;
-        case R_DOWN_EXPS: case R_DOWN_SH: return s->i_ffn_down++ < s->n_blocks / 8 ? QT_Q2_K : QT_IQ2_XXS;
-        default: return QT_IQ2_XXS;
+        case R_TOKEN_EMBD:
+            return QT_Q2_K;
+        case R_OUTPUT:
+            return QT_Q5_K;
+        case R_ROUTER:
+            return QT_F16;
+        case R_V:
+        case R_QKV:
+            return QT_Q4_K;
+        case R_DOWN_EXPS:
+        case R_DOWN_SH:
+            return s->i_ffn_down++ < s->n_blocks / 8 ? QT_Q2_K : QT_IQ2_XXS;
+        default:
+            return QT_IQ2_XXS;
         }
     case SYNTH_Q4_K_M: /* llama.cpp Q4_K_M mix: census 55 Q6_K (output, 6 attn_v, 48 ffn_down*) */
         switch (r) {
-        case R_OUTPUT: return QT_Q6_K;
-        case R_ROUTER: return QT_F16;
-        case R_V: return more_bits(s->i_attn_v++, s->n_attn_v) ? QT_Q6_K : QT_Q4_K;
-        case R_DOWN_EXPS: case R_DOWN_SH: return more_bits(il, s->n_blocks) ? QT_Q6_K : QT_Q4_K;
-        default: return QT_Q4_K;
+        case R_OUTPUT:
+            return QT_Q6_K;
+        case R_ROUTER:
+            return QT_F16;
+        case R_V:
+            return more_bits(s->i_attn_v++, s->n_attn_v) ? QT_Q6_K : QT_Q4_K;
+        case R_DOWN_EXPS:
+        case R_DOWN_SH:
+            return more_bits(il, s->n_blocks) ? QT_Q6_K : QT_Q4_K;
+        default:
+            return QT_Q4_K;
         }
-    default: return QT_F32;
+    default:
+        return QT_F32;
     }
 }
 
@@ -204,11 +310,11 @@ typedef struct tmpl tmpl;
 typedef struct {
     synth_tensor_info info;
     role r;
-    int layer;         /* -1 for global tensors */
-    float sigma;       /* target std of the dequantised values (matrices) */
-    uint64_t key;      /* per-tensor random key */
-    const tmpl *tp;    /* matrices: block template */
-    float *vec;        /* vectors: owned data */
+    int layer;      /* -1 for global tensors */
+    float sigma;    /* target std of the dequantised values (matrices) */
+    uint64_t key;   /* per-tensor random key */
+    const tmpl *tp; /* matrices: block template */
+    float *vec;     /* vectors: owned data */
 } stensor;
 
 typedef struct {
@@ -226,7 +332,8 @@ static uint64_t mix64(uint64_t z) {
 
 static uint64_t name_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    for (const char *c = name; *c; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
     return mix64(h ^ mix64(seed + 0x9e3779b97f4a7c15ull));
 }
 
@@ -247,11 +354,13 @@ static int add(plan *pl, role r, int il, const char *fmt, int64_t n_in, int64_t 
     t->info.type = pick_type(pl->p, &pl->ps, r, il);
     int64_t ne[3] = {n_in, n_out, n_exp};
     t->info.n_dims = n_exp ? 3 : n_out ? 2 : 1;
-    for (int d = 0; d < 4; d++) t->info.ne[d] = d < (int)t->info.n_dims ? ne[d] : 1;
+    for (int d = 0; d < 4; d++)
+        t->info.ne[d] = d < (int)t->info.n_dims ? ne[d] : 1;
     size_t rb = quant_row_size(t->info.type, n_in);
     if (!rb)
-        return rl_seterr("geometry: %s has rows of %lld values, not a multiple of the %s block size %d", t->info.name,
-                         (long long)n_in, quant_name(t->info.type), quant_get(t->info.type)->blck);
+        return rl_seterr("geometry: %s has rows of %lld values, not a multiple of the %s block size %d",
+                         t->info.name, (long long)n_in, quant_name(t->info.type),
+                         quant_get(t->info.type)->blck);
     t->info.nbytes = (uint64_t)rb * (uint64_t)t->info.ne[1] * (uint64_t)t->info.ne[2];
     t->sigma = 0.02f * sqrtf(2048.0f / (float)n_in); /* trained-layer spread, Xavier-like in n_in */
     t->key = name_key(pl->p->seed, t->info.name);
@@ -326,7 +435,8 @@ synth_tensor_info *synth_plan(const synth_params *p, int *n) {
     if (build_plan(&pl, p)) return NULL;
     synth_tensor_info *out = rl_malloc(sizeof *out * (size_t)pl.n, "tensor plan");
     if (out)
-        for (int i = 0; i < pl.n; i++) out[i] = pl.t[i].info;
+        for (int i = 0; i < pl.n; i++)
+            out[i] = pl.t[i].info;
     *n = pl.n;
     free(pl.t);
     return out;
@@ -356,30 +466,50 @@ typedef struct {
     void (*mask)(uint8_t *m);
 } qgen;
 
-static int rnd(rl_rng *r, int lo, int hi) { return lo + (int)(rl_rng_u64(r) % (uint64_t)(hi - lo + 1)); }
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
-static float f16at(const uint8_t *p) { return rl_fp16_to_fp32(rl_le16(p)); }
-static void mask_range(uint8_t *m, int lo, int hi) { memset(m + lo, 0xff, (size_t)(hi - lo)); }
+static int rnd(rl_rng *r, int lo, int hi) {
+    return lo + (int)(rl_rng_u64(r) % (uint64_t)(hi - lo + 1));
+}
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
+}
+static float f16at(const uint8_t *p) {
+    return rl_fp16_to_fp32(rl_le16(p));
+}
+static void mask_range(uint8_t *m, int lo, int hi) {
+    memset(m + lo, 0xff, (size_t)(hi - lo));
+}
 
 /* Q8_0: | d | qs[32] | */
-static void q8_0_set(uint8_t *b, float d) { put16(b, rl_fp32_to_fp16(d)); }
-static float q8_0_get(const uint8_t *b) { return f16at(b); }
-static void q8_0_init(uint8_t *b, rl_rng *r) { (void)r; }
-static void q8_0_mask(uint8_t *m) { mask_range(m, 2, 34); }
+static void q8_0_set(uint8_t *b, float d) {
+    put16(b, rl_fp32_to_fp16(d));
+}
+static float q8_0_get(const uint8_t *b) {
+    return f16at(b);
+}
+static void q8_0_init(uint8_t *b, rl_rng *r) {
+    (void)r;
+}
+static void q8_0_mask(uint8_t *m) {
+    mask_range(m, 2, 34);
+}
 
 /* Q2_K: | scales[16] | qs[64] | d | dmin |; min = scale and dmin = 1.5 d centre q in 0..3 on 0. */
 static void q2_k_set(uint8_t *b, float d) {
     put16(b + 80, rl_fp32_to_fp16(d));
     put16(b + 82, rl_fp32_to_fp16(1.5f * d));
 }
-static float q2_k_get(const uint8_t *b) { return f16at(b + 80); }
+static float q2_k_get(const uint8_t *b) {
+    return f16at(b + 80);
+}
 static void q2_k_init(uint8_t *b, rl_rng *r) {
     for (int k = 0; k < 16; k++) {
         int s = rnd(r, 8, 15);
         b[k] = (uint8_t)(s | s << 4);
     }
 }
-static void q2_k_mask(uint8_t *m) { mask_range(m, 16, 80); }
+static void q2_k_mask(uint8_t *m) {
+    mask_range(m, 16, 80);
+}
 
 /* Q4_K / Q5_K: | d | dmin | scales[12] | (qh[32]) | qs[128] |; even 6-bit scales s, mins s/2 and
  * dmin = 15 d (Q4_K) or 31 d (Q5_K) put the mean of each sub-block at zero. */
@@ -403,24 +533,44 @@ static void q5_k_set(uint8_t *b, float d) {
     put16(b, rl_fp32_to_fp16(d));
     put16(b + 2, rl_fp32_to_fp16(31.0f * d));
 }
-static float k45_get(const uint8_t *b) { return f16at(b); }
-static void k45_init(uint8_t *b, rl_rng *r) { k45_scales(b + 4, r); }
-static void q4_k_mask(uint8_t *m) { mask_range(m, 16, 144); }
-static void q5_k_mask(uint8_t *m) { mask_range(m, 16, 176); }
+static float k45_get(const uint8_t *b) {
+    return f16at(b);
+}
+static void k45_init(uint8_t *b, rl_rng *r) {
+    k45_scales(b + 4, r);
+}
+static void q4_k_mask(uint8_t *m) {
+    mask_range(m, 16, 144);
+}
+static void q5_k_mask(uint8_t *m) {
+    mask_range(m, 16, 176);
+}
 
 /* Q6_K: | ql[128] | qh[64] | scales[16] int8 | d | */
-static void q6_k_set(uint8_t *b, float d) { put16(b + 208, rl_fp32_to_fp16(d)); }
-static float q6_k_get(const uint8_t *b) { return f16at(b + 208); }
-static void q6_k_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 16; k++) b[192 + k] = (uint8_t)(int8_t)(rnd(r, 16, 63) * (rl_rng_u64(r) & 1 ? -1 : 1));
+static void q6_k_set(uint8_t *b, float d) {
+    put16(b + 208, rl_fp32_to_fp16(d));
 }
-static void q6_k_mask(uint8_t *m) { mask_range(m, 0, 192); }
+static float q6_k_get(const uint8_t *b) {
+    return f16at(b + 208);
+}
+static void q6_k_init(uint8_t *b, rl_rng *r) {
+    for (int k = 0; k < 16; k++)
+        b[192 + k] = (uint8_t)(int8_t)(rnd(r, 16, 63) * (rl_rng_u64(r) & 1 ? -1 : 1));
+}
+static void q6_k_mask(uint8_t *m) {
+    mask_range(m, 0, 192);
+}
 
 /* IQ2_XXS: | d | 8 x (grid indices u32, signs+scale u32) |; the scale is the top nibble */
-static void d0_set(uint8_t *b, float d) { put16(b, rl_fp32_to_fp16(d)); }
-static float d0_get(const uint8_t *b) { return f16at(b); }
+static void d0_set(uint8_t *b, float d) {
+    put16(b, rl_fp32_to_fp16(d));
+}
+static float d0_get(const uint8_t *b) {
+    return f16at(b);
+}
 static void iq2_xxs_init(uint8_t *b, rl_rng *r) {
-    for (int ib = 0; ib < 8; ib++) b[2 + 8 * ib + 7] = (uint8_t)((b[2 + 8 * ib + 7] & 0x0f) | rnd(r, 3, 15) << 4);
+    for (int ib = 0; ib < 8; ib++)
+        b[2 + 8 * ib + 7] = (uint8_t)((b[2 + 8 * ib + 7] & 0x0f) | rnd(r, 3, 15) << 4);
 }
 static void iq2_xxs_mask(uint8_t *m) {
     for (int ib = 0; ib < 8; ib++) {
@@ -431,9 +581,12 @@ static void iq2_xxs_mask(uint8_t *m) {
 
 /* IQ2_XS: | d | qs[32] u16 (grid index + sign index: any value valid) | scales[8] | */
 static void iq2_xs_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 8; k++) b[66 + k] = (uint8_t)(rnd(r, 3, 15) | rnd(r, 3, 15) << 4);
+    for (int k = 0; k < 8; k++)
+        b[66 + k] = (uint8_t)(rnd(r, 3, 15) | rnd(r, 3, 15) << 4);
 }
-static void iq2_xs_mask(uint8_t *m) { mask_range(m, 2, 66); }
+static void iq2_xs_mask(uint8_t *m) {
+    mask_range(m, 2, 66);
+}
 
 /* IQ1_M: | qs[32] | qh[16] | four u16 words: 3-bit scales in bits 0..11, d's nibbles on top | */
 static void iq1_m_set(uint8_t *b, float d) {
@@ -443,15 +596,20 @@ static void iq1_m_set(uint8_t *b, float d) {
         put16(b + 48 + 2 * i, w);
     }
 }
-static float iq1_m_get(const uint8_t *b) { return quant_iq1m_d((const blk_iq1_m *)b); }
+static float iq1_m_get(const uint8_t *b) {
+    return quant_iq1m_d((const blk_iq1_m *)b);
+}
 static void iq1_m_init(uint8_t *b, rl_rng *r) {
     for (int i = 0; i < 4; i++) {
         uint16_t w = 0;
-        for (int k = 0; k < 4; k++) w = (uint16_t)(w | rnd(r, 1, 7) << (3 * k));
+        for (int k = 0; k < 4; k++)
+            w = (uint16_t)(w | rnd(r, 1, 7) << (3 * k));
         put16(b + 48 + 2 * i, w);
     }
 }
-static void iq1_m_mask(uint8_t *m) { mask_range(m, 0, 48); }
+static void iq1_m_mask(uint8_t *m) {
+    mask_range(m, 0, 48);
+}
 
 static const qgen qgens[] = {
     {QT_Q8_0, q8_0_init, q8_0_get, q8_0_set, q8_0_mask},
@@ -467,7 +625,8 @@ static const qgen qgens[] = {
 static double tmpl_std(const tmpl *t, float *buf, int64_t n) {
     quant_get(t->type)->to_float(t->bytes, buf, n);
     double s = 0, s2 = 0;
-    for (int64_t i = 0; i < n; i++) s += buf[i], s2 += (double)buf[i] * buf[i];
+    for (int64_t i = 0; i < n; i++)
+        s += buf[i], s2 += (double)buf[i] * buf[i];
     double mean = s / (double)n;
     return sqrt(s2 / (double)n - mean * mean);
 }
@@ -536,7 +695,9 @@ static int tmpl_build(tmpl *t, uint32_t type, float sigma, uint64_t seed) {
 }
 
 /* Counter-based noise: 64 random bits for word k of a tensor (splitmix64 of key + k). */
-static inline uint64_t noise(uint64_t key, uint64_t k) { return mix64(key + k * 0x9e3779b97f4a7c15ull); }
+static inline uint64_t noise(uint64_t key, uint64_t k) {
+    return mix64(key + k * 0x9e3779b97f4a7c15ull);
+}
 
 /* Tensor bytes [off, off + n) into dst: a pure function of (template, key, offset). */
 static void gen_bytes(const tmpl *tp, uint64_t key, uint8_t *dst, uint64_t off, uint64_t n) {
@@ -546,7 +707,8 @@ static void gen_bytes(const tmpl *tp, uint64_t key, uint8_t *dst, uint64_t off, 
         const uint8_t *src = tp->bytes + pos, *msk = tp->mask + pos;
         uint64_t i = 0;
         for (; i < run && ((off + i) & 7); i++) /* head up to a word boundary */
-            dst[i] = (uint8_t)(src[i] ^ (msk[i] & (uint8_t)(noise(key, (off + i) >> 3) >> (8 * ((off + i) & 7)))));
+            dst[i] =
+                (uint8_t)(src[i] ^ (msk[i] & (uint8_t)(noise(key, (off + i) >> 3) >> (8 * ((off + i) & 7)))));
         for (; i + 8 <= run; i += 8) {
             uint64_t w, m;
             memcpy(&w, src + i, 8);
@@ -555,7 +717,8 @@ static void gen_bytes(const tmpl *tp, uint64_t key, uint8_t *dst, uint64_t off, 
             memcpy(dst + i, &w, 8);
         }
         for (; i < run; i++)
-            dst[i] = (uint8_t)(src[i] ^ (msk[i] & (uint8_t)(noise(key, (off + i) >> 3) >> (8 * ((off + i) & 7)))));
+            dst[i] =
+                (uint8_t)(src[i] ^ (msk[i] & (uint8_t)(noise(key, (off + i) >> 3) >> (8 * ((off + i) & 7)))));
         dst += run;
         off += run;
         n -= run;
@@ -573,15 +736,23 @@ static int make_vector(stensor *t) {
     for (int64_t i = 0; i < n; i++) {
         float v;
         switch (t->r) {
-        case R_NORM: v = 1.0f + 0.05f * rl_rng_normal(&r); break; /* +1 baked in, as in GGUF */
-        case R_CONV: v = 0.3f * rl_rng_normal(&r); break;
-        case R_A: v = -expf(logf(16.0f) * rl_rng_f32(&r)); break; /* -exp(A_log), A in [1, 16] */
-        case R_DT: {                                             /* softplus^-1 of dt in [1e-3, 1e-1] */
+        case R_NORM:
+            v = 1.0f + 0.05f * rl_rng_normal(&r);
+            break; /* +1 baked in, as in GGUF */
+        case R_CONV:
+            v = 0.3f * rl_rng_normal(&r);
+            break;
+        case R_A:
+            v = -expf(logf(16.0f) * rl_rng_f32(&r));
+            break;   /* -exp(A_log), A in [1, 16] */
+        case R_DT: { /* softplus^-1 of dt in [1e-3, 1e-1] */
             float dt = expf(logf(1e-3f) + (logf(1e-1f) - logf(1e-3f)) * rl_rng_f32(&r));
             v = logf(expm1f(dt));
             break;
         }
-        default: v = t->sigma * rl_rng_normal(&r); break; /* shared-expert gate vector */
+        default:
+            v = t->sigma * rl_rng_normal(&r);
+            break; /* shared-expert gate vector */
         }
         t->vec[i] = v;
     }
@@ -628,7 +799,8 @@ static int synth_vocab(gguf_writer *w, int n) {
             snprintf(s, 24, "[PAD%d]", i);
         }
     }
-    rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2") | gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2") |
+    rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2") |
+         gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2") |
          gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n) |
          gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) |
          gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", NULL, 0) |
@@ -648,12 +820,15 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
     char name[128];
     snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu)", synth_preset_name(p->preset),
              (unsigned long long)p->seed);
-    int rc = gguf_writer_set_str(w, "general.architecture", "qwen3next") | gguf_writer_set_str(w, "general.name", name) |
+    int rc = gguf_writer_set_str(w, "general.architecture", "qwen3next") |
+             gguf_writer_set_str(w, "general.name", name) |
              gguf_writer_set_u32(w, "general.quantization_version", 2) |
              gguf_writer_set_str(w, "redlite.synth.preset", synth_preset_name(p->preset)) |
              gguf_writer_set_u64(w, "redlite.synth.seed", p->seed);
-    if (p->preset == SYNTH_IQ2_XXS) rc |= gguf_writer_set_u32(w, "general.file_type", 19); /* LLAMA_FTYPE_MOSTLY_IQ2_XXS */
-    if (p->preset == SYNTH_Q4_K_M) rc |= gguf_writer_set_u32(w, "general.file_type", 15);  /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
+    if (p->preset == SYNTH_IQ2_XXS)
+        rc |= gguf_writer_set_u32(w, "general.file_type", 19); /* LLAMA_FTYPE_MOSTLY_IQ2_XXS */
+    if (p->preset == SYNTH_Q4_K_M)
+        rc |= gguf_writer_set_u32(w, "general.file_type", 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
 #define U(k, v) rc |= gguf_writer_set_u32(w, "qwen3next." k, (uint32_t)(v))
     U("context_length", g->n_ctx);
     U("embedding_length", g->n_embd);
@@ -747,8 +922,9 @@ int synth_write(const synth_params *p, const char *path, synth_stats *st) {
         if (!(vocab = gguf_open(p->vocab_path))) return -1;
         const gguf_value *tok = gguf_get_arr(vocab, "tokenizer.ggml.tokens");
         if (!tok || tok->v.arr.n != (uint64_t)p->g.n_vocab) {
-            rl_seterr("%s: its vocabulary has %llu tokens but the geometry says %d (call synth_resolve_vocab)",
-                      p->vocab_path, tok ? (unsigned long long)tok->v.arr.n : 0ull, p->g.n_vocab);
+            rl_seterr(
+                "%s: its vocabulary has %llu tokens but the geometry says %d (call synth_resolve_vocab)",
+                p->vocab_path, tok ? (unsigned long long)tok->v.arr.n : 0ull, p->g.n_vocab);
             goto out;
         }
     }
@@ -763,7 +939,8 @@ int synth_write(const synth_params *p, const char *path, synth_stats *st) {
             if (!(t->tp = get_tmpl(&c, t->info.type, t->sigma, p->seed))) goto out;
             c.total += t->info.nbytes;
         }
-        if (gguf_writer_add_tensor(w, t->info.name, t->info.type, t->info.n_dims, t->info.ne, t->vec) != i) goto out;
+        if (gguf_writer_add_tensor(w, t->info.name, t->info.type, t->info.n_dims, t->info.ne, t->vec) != i)
+            goto out;
     }
     gguf_writer_set_fill(w, fill, &c);
     c.prog.enabled = false;
@@ -784,7 +961,8 @@ out:
         free(c.tmpls[i].bytes);
         free(c.tmpls[i].mask);
     }
-    for (int i = 0; i < c.pl.n; i++) free(c.pl.t[i].vec);
+    for (int i = 0; i < c.pl.n; i++)
+        free(c.pl.t[i].vec);
     free(c.pl.t);
     return rc;
 }

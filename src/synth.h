@@ -29,28 +29,28 @@ typedef enum { SYNTH_CF2, SYNTH_IQ2_XXS, SYNTH_Q4_K_M, SYNTH_TINY, SYNTH_N_PRESE
 
 /* Geometry; field names follow q3n_hparams. Keys for synth_geom_parse in brackets. */
 typedef struct {
-    int n_embd;          /* [hidden] 2048 */
-    int n_layer;         /* [layers] 48 main decoder layers (MTP layer extra) */
-    int n_vocab;         /* [vocab] 151936; replaced by the vocabulary file's size if one is given */
-    int n_ctx;           /* [ctx] 262144 (context_length metadata) */
-    int n_ff;            /* [ff] 5120 (feed_forward_length, unused by the model) */
-    int n_head;          /* [heads] 16 */
-    int n_head_kv;       /* [kv_heads] 2 */
-    int head_dim;        /* [head_dim] 256 */
-    int n_rot;           /* [rope_dims] 64 */
-    float rope_base;     /* [rope_base] 1e7 (Qwen3-Coder-Next: 5e6) */
-    float rms_eps;       /* [eps] 1e-6 */
-    int n_expert;        /* [experts] 512 */
-    int n_expert_used;   /* [top_k] 10 */
-    int n_ff_exp;        /* [expert_ff] 512 */
-    int n_ff_shexp;      /* [shared_ff] 512 */
-    int ssm_kw;          /* [conv] 4 */
-    int ssm_dk;          /* [state] 128 (key head dim) */
-    int ssm_hk;          /* [groups] 16 (key heads) */
-    int ssm_hv;          /* [dt_rank] 32 (value heads) */
-    int ssm_inner;       /* [inner] 4096 (value heads x value head dim) */
-    int attn_interval;   /* [interval] 4: layer i is full attention iff (i+1) % interval == 0 */
-    int n_precise;       /* [precise] cf2/tiny: the last n_precise layers get IQ2_XS experts (8) */
+    int n_embd;        /* [hidden] 2048 */
+    int n_layer;       /* [layers] 48 main decoder layers (MTP layer extra) */
+    int n_vocab;       /* [vocab] 151936; replaced by the vocabulary file's size if one is given */
+    int n_ctx;         /* [ctx] 262144 (context_length metadata) */
+    int n_ff;          /* [ff] 5120 (feed_forward_length, unused by the model) */
+    int n_head;        /* [heads] 16 */
+    int n_head_kv;     /* [kv_heads] 2 */
+    int head_dim;      /* [head_dim] 256 */
+    int n_rot;         /* [rope_dims] 64 */
+    float rope_base;   /* [rope_base] 1e7 (Qwen3-Coder-Next: 5e6) */
+    float rms_eps;     /* [eps] 1e-6 */
+    int n_expert;      /* [experts] 512 */
+    int n_expert_used; /* [top_k] 10 */
+    int n_ff_exp;      /* [expert_ff] 512 */
+    int n_ff_shexp;    /* [shared_ff] 512 */
+    int ssm_kw;        /* [conv] 4 */
+    int ssm_dk;        /* [state] 128 (key head dim) */
+    int ssm_hk;        /* [groups] 16 (key heads) */
+    int ssm_hv;        /* [dt_rank] 32 (value heads) */
+    int ssm_inner;     /* [inner] 4096 (value heads x value head dim) */
+    int attn_interval; /* [interval] 4: layer i is full attention iff (i+1) % interval == 0 */
+    int n_precise;     /* [precise] cf2/tiny: the last n_precise layers get IQ2_XS experts (8) */
 } synth_geom;
 
 typedef struct {
@@ -66,7 +66,7 @@ typedef struct {
 /* One tensor of the plan, in file order. */
 typedef struct {
     char name[96];
-    uint32_t type;       /* ggml type id */
+    uint32_t type; /* ggml type id */
     uint32_t n_dims;
     int64_t ne[4];
     uint64_t nbytes;
@@ -75,7 +75,7 @@ typedef struct {
 typedef struct {
     uint64_t file_bytes; /* size of the written file */
     int n_tensors;
-    double seconds;      /* wall time of the whole write */
+    double seconds; /* wall time of the whole write */
 } synth_stats;
 
 /* "cf2" etc. -> preset; -1 with the error set if unknown. */

@@ -41,7 +41,8 @@ static int list_plan(const synth_params *p) {
     uint64_t cnt[QT_COUNT] = {0}, bytes[QT_COUNT] = {0}, total = 0;
     for (int i = 0; i < n; i++) {
         printf("%-40s %-8s {", t[i].name, quant_name(t[i].type));
-        for (uint32_t d = 0; d < t[i].n_dims; d++) printf("%s%lld", d ? ", " : "", (long long)t[i].ne[d]);
+        for (uint32_t d = 0; d < t[i].n_dims; d++)
+            printf("%s%lld", d ? ", " : "", (long long)t[i].ne[d]);
         printf("} %llu\n", (unsigned long long)t[i].nbytes);
         cnt[t[i].type]++;
         bytes[t[i].type] += t[i].nbytes;
@@ -76,11 +77,13 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--geometry")) {
             if (!(geometry = cli_need_value("synth", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_need_value("synth", argc, argv, &i)) || !cli_parse_int("synth", a, v, 0, INT64_MAX, &ll))
+            if (!(v = cli_need_value("synth", argc, argv, &i)) ||
+                !cli_parse_int("synth", a, v, 0, INT64_MAX, &ll))
                 return 2;
             p.seed = (uint64_t)ll;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_need_value("synth", argc, argv, &i)) || !cli_parse_int("synth", a, v, 0, 1024, &ll)) return 2;
+            if (!(v = cli_need_value("synth", argc, argv, &i)) || !cli_parse_int("synth", a, v, 0, 1024, &ll))
+                return 2;
             p.n_threads = (int)ll;
         } else if (!strcmp(a, "--mtp")) {
             p.mtp = true;
@@ -92,7 +95,8 @@ int cmd_synth(int argc, char **argv) {
             return cli_fail("synth", 2, "unknown option '%s' (see redlite synth --help)", a);
         }
     }
-    if (!preset) return cli_fail("synth", 2, "need --preset cf2|iq2_xxs|q4_k_m|tiny (see redlite synth --help)");
+    if (!preset)
+        return cli_fail("synth", 2, "need --preset cf2|iq2_xxs|q4_k_m|tiny (see redlite synth --help)");
     if (synth_preset_find(preset, &p.preset)) return cli_fail("synth", 2, "%s", rl_lasterr());
     synth_geom_default(p.preset, &p.g);
     if (geometry && synth_geom_parse(&p.g, geometry)) return cli_fail("synth", 2, "%s", rl_lasterr());
@@ -100,7 +104,8 @@ int cmd_synth(int argc, char **argv) {
         int want = p.g.n_vocab;
         if (synth_resolve_vocab(&p)) return cli_fail("synth", 1, "%s", rl_lasterr());
         if (geometry && strstr(geometry, "vocab=") && want != p.g.n_vocab)
-            return cli_fail("synth", 2, "--geometry vocab=%d contradicts --vocab (%d tokens)", want, p.g.n_vocab);
+            return cli_fail("synth", 2, "--geometry vocab=%d contradicts --vocab (%d tokens)", want,
+                            p.g.n_vocab);
     }
     int n_t;
     synth_tensor_info *plan = synth_plan(&p, &n_t); /* validates every tensor's row length too */
@@ -111,9 +116,10 @@ int cmd_synth(int argc, char **argv) {
     p.progress = !quiet;
     synth_stats st;
     if (synth_write(&p, out, &st)) return cli_fail("synth", 1, "%s", rl_lasterr());
-    printf("synth: wrote %s (preset %s, seed %llu%s): %d tensors, %llu bytes (%.2f GiB) in %.2f s, %.0f MB/s\n", out,
-           synth_preset_name(p.preset), (unsigned long long)p.seed, p.mtp ? ", MTP" : "", st.n_tensors,
-           (unsigned long long)st.file_bytes, (double)st.file_bytes / (1u << 30), st.seconds,
-           st.seconds > 0 ? (double)st.file_bytes / st.seconds / 1e6 : 0.0);
+    printf(
+        "synth: wrote %s (preset %s, seed %llu%s): %d tensors, %llu bytes (%.2f GiB) in %.2f s, %.0f MB/s\n",
+        out, synth_preset_name(p.preset), (unsigned long long)p.seed, p.mtp ? ", MTP" : "", st.n_tensors,
+        (unsigned long long)st.file_bytes, (double)st.file_bytes / (1u << 30), st.seconds,
+        st.seconds > 0 ? (double)st.file_bytes / st.seconds / 1e6 : 0.0);
     return 0;
 }
