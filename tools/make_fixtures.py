@@ -1,0 +1,948 @@
+#!/usr/bin/env python3
+"""Build tiny random Qwen3-Next checkpoints, convert them with llama.cpp's own converter and record
+oracle outputs with HF transformers (and, optionally, llama.cpp through llama-cpp-python).
+
+Developer tool: run it on a developer machine, never in CI.  Needs torch + transformers (>= 5, with
+Qwen3-Next), numpy, safetensors, tokenizers, and a llama.cpp source tree that contains
+`convert_hf_to_gguf.py` + `gguf-py/` (used as an external tool, never committed; see tools/README.md,
+`--fetch-converter` downloads llama-cpp-python's sdist with pip and unpacks the converter from it).
+
+Pipeline (one model per run; see tests/fixtures/README.md for the file format):
+
+ 1. build a random `Qwen3NextForCausalLM` (fp32) with our own initialisation (non-trivial norms,
+    A_log, dt_bias, conv weights; logit/router scales chosen so greedy paths are not degenerate);
+ 2. round every weight to the type the GGUF will store: Q8_0 (quantise+dequantise with gguf-py along
+    the input dim) for the matrices the converter quantises, F32 for the rest;
+ 3. save safetensors + config.json + tokenizer files (+ our own random `mtp.*` block with --mtp);
+ 4. run `convert_hf_to_gguf.py --outtype q8_0`, then read the GGUF back and check that every tensor
+    dequantises bit-exactly to the HF weight after the converter's documented transforms;
+ 5. record the oracle with transformers (fp32, eager attention, eager experts): prompt logits,
+    32 greedy tokens decoded step by step with the cache, per-step logits summaries and margins,
+    router top-k ids/probs/gaps, per-layer hidden states of the first prompt, MTP head outputs;
+ 6. optionally replay the same prompts through llama.cpp (llama-cpp-python) and store its logits
+    summaries, greedy tokens and the difference to transformers.
+
+Example:
+    python3 tools/make_fixtures.py --preset tiny-a --out tests/fixtures \
+        --llama-cpp-src /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TOKENIZER_DIR = Path("/work/shared/data/qwen3-tokenizer")
+LCP_VERSION = "0.3.36"  # llama-cpp-python release whose sdist carries the converter we use
+VOCAB = 151936          # rows of token_embd / output in every Qwen3-Next checkpoint
+TOPK_STORE = 16         # how many top logits are stored per position
+
+PRESETS = {
+    # 4 layers (3 Gated DeltaNet + 1 full attention), 16 experts top-4, no MTP.
+    "tiny-a": dict(seed=1, hidden=64, layers=4, experts=16, topk=4, moe_ff=32, shared_ff=32,
+                   heads=4, kv_heads=2, head_dim=64, lin_k_heads=4, lin_v_heads=8,
+                   lin_k_dim=32, lin_v_dim=32, full_interval=4, rope_theta=1e7, mtp=False,
+                   full_logits_prompts=[0]),
+    # 8 layers (layers 3 and 7 full attention), 32 experts top-8, MTP block. Every dimension differs
+    # from every other one (hidden 32, head_dim 128, dk 64, dv 96, moe_ff 64, shared_ff 96, GQA 4) so a
+    # loader that mixes two of them up cannot pass by accident.  Hidden is 32 (not 96/128) to keep the
+    # Q8_0 embedding + output (2 x 151936 rows) inside the repository size budget.
+    "tiny-b": dict(seed=2, hidden=32, layers=8, experts=32, topk=8, moe_ff=64, shared_ff=96,
+                   heads=8, kv_heads=2, head_dim=128, lin_k_heads=4, lin_v_heads=8,
+                   lin_k_dim=64, lin_v_dim=96, full_interval=4, rope_theta=5e6, mtp=True,
+                   full_logits_prompts=[]),
+}
+
+DEFAULT_PROMPTS = [
+    # prompt 0 is kept short: its full logits (T x 151936 fp32) are stored verbatim.
+    {"name": "code", "text": "def fibonacci(n):\n    if n < 2:\n        return n"},
+    {"name": "prose", "text": "The old lighthouse keeper climbed the spiral stairs every evening, "
+                              "counting each of the one hundred and twelve steps"},
+    {"name": "unicode", "text": "Grüße aus Köln! 日本語のテキスト、中文字符，한국어 문장. "
+                                "Emoji: 🚀🔥👍🏽 — «ελληνικά», русский текст, العربية, naïve café ﬁ Å"},
+    {"name": "chatml", "text": "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                               "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n"
+                               "<|im_start|>assistant\n"},
+    # > 128 tokens: prefill crosses the 64-token chunk boundaries of the chunked delta rule twice.
+    {"name": "long", "text": (
+        "In the beginning the project was only a small C program that read a file, split it into "
+        "tokens and printed them again. Over the following months it grew a tokenizer with byte-level "
+        "BPE, a reader for the GGUF container, quantised matrix kernels for several CPU instruction "
+        "sets, a recurrent state cache for the linear-attention layers, and finally a full mixture of "
+        "experts forward pass. Every piece was tested against an independent oracle:\n"
+        "```python\nfor step in range(32):\n    logits = model(ids)[-1]\n    ids.append(int(logits.argmax()))\n```\n"
+        "The numbers 3.14159, 2.71828 and 1.41421 appear in the tests, as do the words café, naïve and "
+        "Zürich, because digits and accents are where tokenizers usually break.")},
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# small helpers
+
+def log(msg: str) -> None:
+    print(f"[make_fixtures {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def import_gguf(llama_src: Path | None):
+    """Prefer the gguf-py that ships with the converter (it knows the newest keys)."""
+    if llama_src is not None and (llama_src / "gguf-py").is_dir():
+        sys.path.insert(0, str(llama_src / "gguf-py"))
+    import gguf  # noqa: E402
+    return gguf
+
+
+def git_commit(path: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=30)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except Exception:
+        pass
+    return None
+
+
+def fetch_converter(cache: Path) -> Path:
+    """pip-download llama-cpp-python's sdist and unpack it; returns vendor/llama.cpp."""
+    cache.mkdir(parents=True, exist_ok=True)
+    root = cache / f"llama_cpp_python-{LCP_VERSION}"
+    src = root / "vendor" / "llama.cpp"
+    if (src / "convert_hf_to_gguf.py").is_file():
+        return src
+    tarball = cache / f"llama_cpp_python-{LCP_VERSION}.tar.gz"
+    if not tarball.is_file():
+        log(f"downloading llama-cpp-python=={LCP_VERSION} sdist with pip")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                        f"llama-cpp-python=={LCP_VERSION}", "-d", str(cache)], check=True)
+    with tarfile.open(tarball) as tf:
+        tf.extractall(cache)
+    return src
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. model construction
+
+def make_config(a):
+    from transformers import Qwen3NextConfig
+    cfg = Qwen3NextConfig(
+        vocab_size=VOCAB, hidden_size=a.hidden, intermediate_size=4 * a.hidden,
+        num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+        head_dim=a.head_dim,
+        rope_parameters={"rope_type": "default", "rope_theta": float(a.rope_theta),
+                         "partial_rotary_factor": 0.25},
+        linear_conv_kernel_dim=4, linear_key_head_dim=a.lin_k_dim, linear_value_head_dim=a.lin_v_dim,
+        linear_num_key_heads=a.lin_k_heads, linear_num_value_heads=a.lin_v_heads,
+        moe_intermediate_size=a.moe_ff, shared_expert_intermediate_size=a.shared_ff,
+        num_experts=a.experts, num_experts_per_tok=a.topk, norm_topk_prob=True, decoder_sparse_step=1,
+        full_attention_interval=a.full_interval, max_position_embeddings=4096,
+        tie_word_embeddings=False, rms_norm_eps=1e-6,
+        bos_token_id=151643, eos_token_id=151645, pad_token_id=None,
+    )
+    return cfg
+
+
+def check_dims(cfg) -> None:
+    """Every matrix input dim must be a multiple of 32 (Q8_0 block)."""
+    ins = {
+        "hidden": cfg.hidden_size,
+        "attn heads*head_dim (o_proj in)": cfg.num_attention_heads * cfg.head_dim,
+        "linear value dim (out_proj in)": cfg.linear_num_value_heads * cfg.linear_value_head_dim,
+        "moe_intermediate (expert down in)": cfg.moe_intermediate_size,
+        "shared_expert_intermediate (down in)": cfg.shared_expert_intermediate_size,
+    }
+    for k, v in ins.items():
+        if v % 32:
+            raise SystemExit(f"make_fixtures: {k} = {v} is not a multiple of 32 (Q8_0 blocks)")
+    if cfg.linear_num_value_heads % cfg.linear_num_key_heads:
+        raise SystemExit("make_fixtures: linear value heads must be a multiple of linear key heads")
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        raise SystemExit("make_fixtures: attention heads must be a multiple of KV heads")
+    if int(cfg.head_dim * 0.25) % 2:
+        raise SystemExit("make_fixtures: head_dim * 0.25 must be even (NeoX RoPE pairs)")
+
+
+# Which HF tensors end up Q8_0 in the GGUF for `--outtype q8_0` (decided by the converter:
+# every tensor with >= 2 dims except norms, routers `ffn_gate_inp`, `ffn_gate_inp_shexp` and
+# `ssm_conv1d`, which stay F32; all 1-D tensors are F32). Checked against the GGUF after conversion.
+def will_be_q8(name: str, ndim: int) -> bool:
+    if ndim < 2:
+        return False
+    if name.endswith("norm.weight"):
+        return False
+    if name.endswith("mlp.gate.weight") or name.endswith("shared_expert_gate.weight"):
+        return False
+    if "conv1d" in name:
+        return False
+    return True
+
+
+def q8_round(t, gguf):
+    """Quantise to Q8_0 along the last (input) axis and dequantise again."""
+    import torch
+    arr = t.detach().to(torch.float32).cpu().numpy()
+    q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
+    d = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(arr.shape)
+    return torch.from_numpy(np.ascontiguousarray(d, dtype=np.float32))
+
+
+class Init:
+    """Our own random initialisation (HF's would give zero norms, all-ones dt_bias, tiny logits)."""
+
+    def __init__(self, seed: int, a):
+        import torch
+        self.g = torch.Generator().manual_seed(seed)
+        self.a = a
+
+    def normal(self, shape, std, mean=0.0):
+        import torch
+        return torch.randn(shape, generator=self.g, dtype=torch.float32) * std + mean
+
+    def uniform(self, shape, lo, hi):
+        import torch
+        return torch.rand(shape, generator=self.g, dtype=torch.float32) * (hi - lo) + lo
+
+    def tensor(self, name: str, shape):
+        a = self.a
+        fan_in = shape[-1]
+        if name.endswith("embed_tokens.weight"):
+            return self.normal(shape, 1.0)
+        if name.endswith("lm_head.weight"):
+            return self.normal(shape, a.logit_gain / math.sqrt(fan_in))
+        if name.endswith("linear_attn.norm.weight"):          # gated norm, plain weight (not +1)
+            return self.normal(shape, a.norm_std, mean=1.0)
+        if name.endswith("norm.weight"):                       # zero-centred RMSNorm (HF adds 1)
+            return self.normal(shape, a.norm_std)
+        if name.endswith("A_log"):                             # A in [0.05, 8): slow and fast decays
+            return self.uniform(shape, math.log(0.05), math.log(8.0))
+        if name.endswith("dt_bias"):
+            return self.uniform(shape, -2.5, 1.0)
+        if "conv1d" in name:                                   # [C, 1, K]
+            return self.normal(shape, 0.5)
+        if name.endswith("mlp.gate.weight"):                   # router
+            return self.normal(shape, a.router_gain / math.sqrt(fan_in))
+        if name.endswith("shared_expert_gate.weight"):
+            return self.normal(shape, 1.0 / math.sqrt(fan_in))
+        # every other matrix: [.., out, in] (experts: [E, out, in])
+        return self.normal(shape, a.mat_gain / math.sqrt(fan_in))
+
+
+def mtp_tensor_shapes(cfg) -> dict[str, tuple]:
+    """Shapes of the `mtp.*` block (spec F.1), HF layout, per-expert tensors like the real checkpoint."""
+    D, E = cfg.hidden_size, cfg.num_experts
+    H, Hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    I, Is = cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
+    s = {
+        "mtp.fc.weight": (D, 2 * D),
+        "mtp.pre_fc_norm_embedding.weight": (D,),
+        "mtp.pre_fc_norm_hidden.weight": (D,),
+        "mtp.norm.weight": (D,),
+        "mtp.layers.0.input_layernorm.weight": (D,),
+        "mtp.layers.0.post_attention_layernorm.weight": (D,),
+        "mtp.layers.0.self_attn.q_proj.weight": (2 * H * hd, D),
+        "mtp.layers.0.self_attn.k_proj.weight": (Hkv * hd, D),
+        "mtp.layers.0.self_attn.v_proj.weight": (Hkv * hd, D),
+        "mtp.layers.0.self_attn.o_proj.weight": (D, H * hd),
+        "mtp.layers.0.self_attn.q_norm.weight": (hd,),
+        "mtp.layers.0.self_attn.k_norm.weight": (hd,),
+        "mtp.layers.0.mlp.gate.weight": (E, D),
+        "mtp.layers.0.mlp.shared_expert.gate_proj.weight": (Is, D),
+        "mtp.layers.0.mlp.shared_expert.up_proj.weight": (Is, D),
+        "mtp.layers.0.mlp.shared_expert.down_proj.weight": (D, Is),
+        "mtp.layers.0.mlp.shared_expert_gate.weight": (1, D),
+    }
+    for e in range(E):
+        s[f"mtp.layers.0.mlp.experts.{e}.gate_proj.weight"] = (I, D)
+        s[f"mtp.layers.0.mlp.experts.{e}.up_proj.weight"] = (I, D)
+        s[f"mtp.layers.0.mlp.experts.{e}.down_proj.weight"] = (D, I)
+    return s
+
+
+def build_model(a, cfg, gguf):
+    import torch
+    from transformers import Qwen3NextForCausalLM
+    torch.manual_seed(a.seed)
+    model = Qwen3NextForCausalLM(cfg).to(torch.float32).eval()
+    init = Init(a.seed, a)
+    n_q8 = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            t = init.tensor(name, tuple(p.shape))
+            if will_be_q8(name, p.dim()):
+                t = q8_round(t, gguf)
+                n_q8 += 1
+            p.copy_(t)
+    mtp = {}
+    if a.mtp:
+        for name, shape in mtp_tensor_shapes(cfg).items():
+            t = init.tensor(name, shape)
+            if will_be_q8(name, len(shape)):
+                t = q8_round(t, gguf)
+            mtp[name] = t.contiguous()
+    log(f"model built: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params, "
+        f"{n_q8} Q8_0-rounded tensors, {len(mtp)} mtp tensors")
+    return model, mtp
+
+
+def save_checkpoint(model, mtp: dict, cfg, a, ckpt: Path, tokenizer_dir: Path) -> None:
+    from safetensors.torch import load_file, save_file
+    ckpt.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(ckpt, safe_serialization=True)
+    files = sorted(ckpt.glob("*.safetensors"))
+    if len(files) != 1:
+        raise SystemExit(f"make_fixtures: expected one safetensors file, got {files}")
+    if mtp:
+        sd = load_file(str(files[0]))
+        sd.update(mtp)
+        save_file(sd, str(files[0]), metadata={"format": "pt"})
+    # Mirror the real config.json, which also carries full_attention_interval.
+    cj = json.loads((ckpt / "config.json").read_text())
+    cj["full_attention_interval"] = a.full_interval
+    (ckpt / "config.json").write_text(json.dumps(cj, indent=2) + "\n")
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / fn, ckpt / fn)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. conversion + read-back verification
+
+def convert(ckpt: Path, out_gguf: Path, llama_src: Path, extra: list[str]) -> str:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(llama_src / "gguf-py") + os.pathsep + env.get("PYTHONPATH", "")
+    env["NO_LOCAL_GGUF"] = ""
+    cmd = [sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(ckpt), "--outtype", "q8_0",
+           "--outfile", str(out_gguf), *extra]
+    log("converting: " + " ".join(cmd[1:]))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-5000:] + r.stderr[-5000:])
+        raise SystemExit("make_fixtures: convert_hf_to_gguf.py failed")
+    return r.stdout + r.stderr
+
+
+def expected_gguf_tensors(sd: dict, mtp: dict, cfg) -> dict[str, np.ndarray]:
+    """Our own statement of what the converter must write (numpy, HF/PyTorch axis order), derived
+    from the spec (§B.3/§B.4/§F.3): names, +1 on zero-centred norms, -exp(A_log), de-interleaved
+    in_proj_qkvz, stacked experts, MTP block appended as block n_layer."""
+    import torch
+    L = cfg.num_hidden_layers
+    Hk, Hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    E = cfg.num_experts
+    f = lambda t: t.detach().to(torch.float32).cpu().numpy()
+    exp: dict[str, np.ndarray] = {
+        "token_embd.weight": f(sd["model.embed_tokens.weight"]),
+        "output.weight": f(sd["lm_head.weight"]),
+        "output_norm.weight": f(sd["model.norm.weight"] + 1),
+    }
+
+    def layer(src: dict, pre: str, n: int, kind: str):
+        b = f"blk.{n}."
+        exp[b + "attn_norm.weight"] = f(src[pre + "input_layernorm.weight"] + 1)
+        exp[b + "post_attention_norm.weight"] = f(src[pre + "post_attention_layernorm.weight"] + 1)
+        exp[b + "ffn_gate_inp.weight"] = f(src[pre + "mlp.gate.weight"])
+        exp[b + "ffn_gate_inp_shexp.weight"] = f(src[pre + "mlp.shared_expert_gate.weight"])
+        for w, g in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            exp[b + f"ffn_{w}_shexp.weight"] = f(src[pre + f"mlp.shared_expert.{g}.weight"])
+            if pre + "mlp.experts.gate_up_proj" in src:   # fused in-memory layout [E, 2I, D]
+                if w == "down":
+                    exp[b + "ffn_down_exps.weight"] = f(src[pre + "mlp.experts.down_proj"])
+                else:
+                    gu = src[pre + "mlp.experts.gate_up_proj"]
+                    half = gu.shape[1] // 2
+                    exp[b + f"ffn_{w}_exps.weight"] = f(gu[:, :half] if w == "gate" else gu[:, half:])
+            else:
+                exp[b + f"ffn_{w}_exps.weight"] = np.stack(
+                    [f(src[pre + f"mlp.experts.{e}.{g}.weight"]) for e in range(E)])
+        if kind == "full_attention":
+            for t, h in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("output", "o_proj")):
+                exp[b + f"attn_{t}.weight"] = f(src[pre + f"self_attn.{h}.weight"])
+            exp[b + "attn_q_norm.weight"] = f(src[pre + "self_attn.q_norm.weight"] + 1)
+            exp[b + "attn_k_norm.weight"] = f(src[pre + "self_attn.k_norm.weight"] + 1)
+        else:
+            la = pre + "linear_attn."
+            w = f(src[la + "in_proj_qkvz.weight"])                 # [Hk*(2dk+2r dv), D]
+            r = Hv // Hk
+            grp = w.reshape(Hk, 2 * dk + 2 * r * dv, -1)
+            q = grp[:, :dk]; k = grp[:, dk:2 * dk]
+            v = grp[:, 2 * dk:2 * dk + r * dv]; z = grp[:, 2 * dk + r * dv:]
+            D = w.shape[-1]
+            exp[b + "attn_qkv.weight"] = np.concatenate(
+                [q.reshape(-1, D), k.reshape(-1, D), v.reshape(-1, D)], axis=0)
+            exp[b + "attn_gate.weight"] = z.reshape(-1, D)
+            exp[b + "ssm_ba.weight"] = f(src[la + "in_proj_ba.weight"])
+            exp[b + "ssm_conv1d.weight"] = f(src[la + "conv1d.weight"]).squeeze(1)
+            exp[b + "ssm_dt.bias"] = f(src[la + "dt_bias"])
+            exp[b + "ssm_a"] = f(-torch.exp(src[la + "A_log"].float()))
+            exp[b + "ssm_norm.weight"] = f(src[la + "norm.weight"])
+            exp[b + "ssm_out.weight"] = f(src[la + "out_proj.weight"])
+
+    for n in range(L):
+        layer(sd, f"model.layers.{n}.", n, cfg.layer_types[n])
+    if mtp:
+        layer(mtp, "mtp.layers.0.", L, "full_attention")
+        b = f"blk.{L}."
+        exp[b + "nextn.eh_proj.weight"] = f(mtp["mtp.fc.weight"])
+        exp[b + "nextn.enorm.weight"] = f(mtp["mtp.pre_fc_norm_embedding.weight"] + 1)
+        exp[b + "nextn.hnorm.weight"] = f(mtp["mtp.pre_fc_norm_hidden.weight"] + 1)
+        exp[b + "nextn.shared_head_norm.weight"] = f(mtp["mtp.norm.weight"] + 1)
+    return exp
+
+
+def read_gguf(path: Path, gguf):
+    rd = gguf.GGUFReader(str(path))
+    kv = {}
+    for fld in rd.fields.values():
+        if fld.name.startswith("tokenizer.ggml.") and fld.name not in (
+                "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.eos_token_id",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.padding_token_id",
+                "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"):
+            kv[fld.name] = f"<array of {len(fld.data)}>"
+            continue
+        if fld.name == "tokenizer.chat_template":
+            kv[fld.name] = f"<string of {len(bytes(fld.parts[-1]))} bytes>"
+            continue
+        try:
+            v = fld.contents()
+        except Exception:
+            v = "<unreadable>"
+        if isinstance(v, (np.generic,)):
+            v = v.item()
+        kv[fld.name] = v
+    return rd, kv
+
+
+def verify_gguf(path: Path, exp: dict[str, np.ndarray], gguf) -> dict:
+    rd, kv = read_gguf(path, gguf)
+    types: dict[str, str] = {}
+    census: dict[str, int] = {}
+    names = set()
+    worst = 0.0
+    for t in rd.tensors:
+        names.add(t.name)
+        tname = gguf.GGMLQuantizationType(t.tensor_type).name
+        types[t.name] = tname
+        census[tname] = census.get(tname, 0) + 1
+        shape = tuple(int(x) for x in reversed(list(t.shape)))  # PyTorch order
+        deq = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType(t.tensor_type))
+        deq = np.asarray(deq, dtype=np.float32).reshape(shape)
+        if t.name not in exp:
+            raise SystemExit(f"make_fixtures: GGUF has an unexpected tensor {t.name}")
+        e = exp[t.name].reshape(shape) if exp[t.name].size == deq.size else None
+        if e is None:
+            raise SystemExit(f"make_fixtures: {t.name}: shape {shape} vs expected {exp[t.name].shape}")
+        d = float(np.max(np.abs(deq - e))) if deq.size else 0.0
+        worst = max(worst, d)
+        if d != 0.0:
+            raise SystemExit(f"make_fixtures: {t.name} ({tname}) differs from the HF weight by {d}")
+    missing = sorted(set(exp) - names)
+    if missing:
+        raise SystemExit(f"make_fixtures: GGUF lacks tensors {missing[:8]}")
+    log(f"GGUF read back: {len(names)} tensors, all bit-exact to the (rounded) HF weights; types {census}")
+    return {"tensor_types": types, "type_census": census, "n_tensors": len(names), "metadata": kv,
+            "readback_max_abs_diff": worst}
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. oracle
+
+class Recorder:
+    """Forward hooks that collect per-layer activations and router decisions."""
+
+    def __init__(self, model, cfg):
+        self.cfg = cfg
+        self.on = False
+        self.acts: dict[str, list] = {}
+        self.router: list[list] = [[] for _ in range(cfg.num_hidden_layers)]
+        self.handles = []
+        layers = model.model.layers
+        for i, lyr in enumerate(layers):
+            self.handles.append(lyr.register_forward_hook(self._act(f"l_out.{i}")))
+            self.handles.append(lyr.input_layernorm.register_forward_hook(self._act(f"attn_norm.{i}")))
+            mixer = lyr.linear_attn if cfg.layer_types[i] == "linear_attention" else lyr.self_attn
+            self.handles.append(mixer.register_forward_hook(self._act(f"mixer_out.{i}")))
+            self.handles.append(lyr.post_attention_layernorm.register_forward_hook(self._act(f"ffn_inp_norm.{i}")))
+            self.handles.append(lyr.mlp.register_forward_hook(self._act(f"ffn_out.{i}")))
+            self.handles.append(lyr.mlp.gate.register_forward_hook(self._route(i)))
+        self.handles.append(model.model.embed_tokens.register_forward_hook(self._act("embd")))
+        self.handles.append(model.model.norm.register_forward_hook(self._act("out_norm")))
+
+    def _act(self, key):
+        def hook(mod, inp, out):
+            if not self.on:
+                return
+            t = out[0] if isinstance(out, tuple) else out
+            self.acts.setdefault(key, []).append(t.detach().reshape(-1, t.shape[-1]).float().numpy().copy())
+        return hook
+
+    def _route(self, i):
+        def hook(mod, inp, out):
+            if not self.on:
+                return
+            logits = out[0].detach().float()
+            self.router[i].append(logits.numpy().copy())
+        return hook
+
+    def reset(self):
+        self.acts = {}
+        self.router = [[] for _ in range(self.cfg.num_hidden_layers)]
+
+    def take(self):
+        acts = {k: np.concatenate(v, axis=0) for k, v in self.acts.items()}
+        router = [np.concatenate(r, axis=0) for r in self.router]
+        self.reset()
+        return acts, router
+
+
+def router_summary(logits_list, k):
+    """[L] x [N, E] router logits -> ids [L,N,k], probs [L,N,k] (full softmax), gap [L,N]."""
+    ids, probs, gaps = [], [], []
+    for lg in logits_list:
+        lg = lg.astype(np.float64)
+        p = np.exp(lg - lg.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        order = np.argsort(-p, axis=-1, kind="stable")
+        top = order[:, :k + 1]
+        pv = np.take_along_axis(p, top, -1)
+        ids.append(top[:, :k])
+        probs.append(pv[:, :k])
+        gaps.append(pv[:, k - 1] - pv[:, k] if p.shape[1] > k else np.full(p.shape[0], np.inf))
+    return (np.stack(ids).astype(np.int16), np.stack(probs).astype(np.float32),
+            np.stack(gaps).astype(np.float32))
+
+
+def logit_summary(lg: np.ndarray, k=TOPK_STORE):
+    """[N, V] -> top-k ids/values, logsumexp, top1-top2 margin."""
+    lg64 = lg.astype(np.float64)
+    top = np.argsort(-lg, axis=-1, kind="stable")[:, :k]
+    vals = np.take_along_axis(lg, top, -1)
+    m = lg64.max(-1, keepdims=True)
+    lse = (m[:, 0] + np.log(np.exp(lg64 - m).sum(-1)))
+    margin = vals[:, 0].astype(np.float64) - vals[:, 1]
+    return top.astype(np.int32), vals.astype(np.float32), lse.astype(np.float32), margin.astype(np.float32)
+
+
+def kl_rows(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
+    """KL(P || Q) per row, logits in, float64 math."""
+    a = p_logits.astype(np.float64); b = q_logits.astype(np.float64)
+    la = a - a.max(-1, keepdims=True); la -= np.log(np.exp(la).sum(-1, keepdims=True))
+    lb = b - b.max(-1, keepdims=True); lb -= np.log(np.exp(lb).sum(-1, keepdims=True))
+    return (np.exp(la) * (la - lb)).sum(-1)
+
+
+def mtp_forward(model, cfg, mtp: dict, h_post: np.ndarray, next_ids: np.ndarray, pos0: int = 1):
+    """Our own MTP head oracle (spec §F.2, pairing convention of llama.cpp's draft-mtp: pair
+    (h_p, x_{p+1}) sits at RoPE position p+1).  Built from transformers' own modules:
+    e = RMSNorm_emb(Embed(x)), hn = RMSNorm_hid(h), u = fc([e; hn]), u = full-attention decoder layer
+    (causal over the pairs, own KV), out = RMSNorm_mtp(u), logits = lm_head(out)."""
+    import copy
+    import torch
+    from transformers.models.qwen3_next import modeling_qwen3_next as M
+    c2 = copy.deepcopy(cfg)
+    c2.num_hidden_layers = 1
+    c2.layer_types = ["full_attention"]
+    c2._attn_implementation = "eager"
+    c2._experts_implementation = "eager"
+    layer = M.Qwen3NextDecoderLayer(c2, 0).to(torch.float32).eval()
+    D = cfg.hidden_size
+    norm_e = M.Qwen3NextRMSNorm(D, eps=cfg.rms_norm_eps)
+    norm_h = M.Qwen3NextRMSNorm(D, eps=cfg.rms_norm_eps)
+    norm_o = M.Qwen3NextRMSNorm(D, eps=cfg.rms_norm_eps)
+    fc = torch.nn.Linear(2 * D, D, bias=False)
+    with torch.no_grad():
+        norm_e.weight.copy_(mtp["mtp.pre_fc_norm_embedding.weight"])
+        norm_h.weight.copy_(mtp["mtp.pre_fc_norm_hidden.weight"])
+        norm_o.weight.copy_(mtp["mtp.norm.weight"])
+        fc.weight.copy_(mtp["mtp.fc.weight"])
+        sd = {}
+        for k, v in mtp.items():
+            if k.startswith("mtp.layers.0."):
+                sd[k[len("mtp.layers.0."):]] = v
+        E = cfg.num_experts
+        sd["mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([sd.pop(f"mlp.experts.{e}.gate_proj.weight"), sd.pop(f"mlp.experts.{e}.up_proj.weight")], 0)
+             for e in range(E)])
+        sd["mlp.experts.down_proj"] = torch.stack([sd.pop(f"mlp.experts.{e}.down_proj.weight") for e in range(E)])
+        layer.load_state_dict(sd, strict=True)
+        rot = M.Qwen3NextRotaryEmbedding(c2)
+        n = h_post.shape[0]
+        x = model.model.embed_tokens(torch.as_tensor(next_ids, dtype=torch.long))[None]
+        h = torch.as_tensor(h_post, dtype=torch.float32)[None]
+        u = fc(torch.cat([norm_e(x), norm_h(h)], dim=-1))
+        pos = torch.arange(pos0, pos0 + n)[None]
+        pe = rot(u, pos)
+        mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+        u = layer(u, position_embeddings=pe, attention_mask=mask, position_ids=pos)
+        out = norm_o(u)
+        logits = model.lm_head(out)
+    return out[0].numpy(), logits[0].numpy()
+
+
+def run_oracle(model, cfg, a, prompts, tok, mtp: dict):
+    import torch
+    rec = Recorder(model, cfg)
+    arrays: dict[str, np.ndarray] = {}
+    meta_prompts = []
+    checks = {}
+    full_set = set(a.full_logits_prompts)
+    for pi, pr in enumerate(prompts):
+        ids = tok.encode(pr["text"], add_special_tokens=False).ids
+        T = len(ids)
+        P = f"p{pi}."
+        arrays[P + "ids"] = np.asarray(ids, dtype=np.int32)
+        rec.reset(); rec.on = True
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids]), use_cache=True)
+            cache = out.cache
+            pl = out.logits[0].float().numpy()
+            # post-norm hidden (input of lm_head) of the prompt positions
+            acts_prompt, router_prompt = rec.take()
+            rec.on = True
+            gen, gen_logits, gen_hidden = [], [pl[-1]], []
+            tokid = int(np.argmax(pl[-1]))
+            for s in range(a.n_gen):
+                gen.append(tokid)
+                if s == a.n_gen - 1:
+                    break
+                o = model(input_ids=torch.tensor([[tokid]]), cache=cache, use_cache=True)
+                cache = o.cache
+                lg = o.logits[0, -1].float().numpy()
+                gen_logits.append(lg)
+                tokid = int(np.argmax(lg))
+            acts_gen, router_gen = rec.take()
+            rec.on = False
+        gen_logits = np.stack(gen_logits)                          # [G, V]; row s predicts gen[s]
+        step_logits = np.concatenate([pl, gen_logits[1:]], 0)        # [T+G-1, V] from the cached path
+        # post-norm hidden (input of lm_head) along the same cached path
+        hidden = np.concatenate([acts_prompt.pop("out_norm"), acts_gen.pop("out_norm")], 0)
+        with torch.no_grad():
+            # one uncached forward over prompt + greedy tokens (chunked delta rule) as a cross-check
+            ref_logits = model(input_ids=torch.tensor([ids + gen[:-1]]), use_cache=False).logits[0].float().numpy()
+        d_chunk = float(np.max(np.abs(ref_logits - step_logits)))
+        checks[f"p{pi}.prefill_vs_stepwise_max_abs_dlogit"] = d_chunk
+        # the stored hidden state must reproduce the logits through output.weight
+        W = model.lm_head.weight.detach().numpy()
+        recon = hidden @ W.T
+        d_rec = float(np.max(np.abs(recon - step_logits)))
+        checks[f"p{pi}.hidden_recon_max_abs_dlogit"] = d_rec
+
+        top_ids, top_vals, lse, margin = logit_summary(step_logits)
+        arrays[P + "greedy_ids"] = np.asarray(gen, dtype=np.int32)
+        arrays[P + "hidden"] = hidden.astype(np.float32)       # [T+G-1, D], post output_norm
+        arrays[P + "top_ids"] = top_ids
+        arrays[P + "top_logits"] = top_vals
+        arrays[P + "lse"] = lse
+        arrays[P + "margin"] = margin
+        if pi in full_set:
+            arrays[P + "prompt_logits"] = pl.astype(np.float32)  # [T, V] full
+        # router decisions along the whole path (prompt prefill + decode steps)
+        rlog = [np.concatenate([rp, rg], 0) for rp, rg in zip(router_prompt, router_gen)]
+        r_ids, r_probs, r_gap = router_summary(rlog, cfg.num_experts_per_tok)
+        arrays[P + "router_ids"] = r_ids
+        arrays[P + "router_probs"] = r_probs
+        arrays[P + "router_gap"] = r_gap
+        if pi == 0:
+            for k, v in acts_prompt.items():
+                arrays[P + k] = v.astype(np.float32)
+        gmarg = margin[T - 1:]
+        meta = {
+            "name": pr["name"], "text": pr["text"], "n_prompt": T, "ids": ids, "greedy_ids": gen,
+            "greedy_text": tok.decode(gen, skip_special_tokens=False),
+            "greedy_margins": [round(float(x), 6) for x in gmarg],
+            "min_greedy_margin": float(gmarg.min()), "argmin_greedy_margin": int(gmarg.argmin()),
+            "min_prompt_margin": float(margin[:T].min()),
+            "min_router_gap": float(r_gap.min()),
+            "router_near_ties_lt_1e-3": int((r_gap < 1e-3).sum()),
+            "full_prompt_logits": pi in full_set,
+        }
+        if mtp:
+            seq = np.asarray(ids + gen, dtype=np.int64)
+            # pairs (h_p, x_{p+1}) for p = 0 .. len(seq)-2  (hidden has len(seq)-1 rows)
+            m_hidden, m_logits = mtp_forward(model, cfg, mtp, hidden, seq[1:], pos0=1)
+            mi, mv, ml, mm = logit_summary(m_logits)
+            arrays[P + "mtp_hidden"] = m_hidden.astype(np.float32)
+            arrays[P + "mtp_top_ids"] = mi
+            arrays[P + "mtp_top_logits"] = mv
+            arrays[P + "mtp_lse"] = ml
+            arrays[P + "mtp_margin"] = mm
+            m_rec = m_hidden @ W.T
+            checks[f"p{pi}.mtp_hidden_recon_max_abs_dlogit"] = float(np.max(np.abs(m_rec - m_logits)))
+            meta["mtp_draft_ids"] = [int(x) for x in mi[:, 0]]
+            meta["min_mtp_margin"] = float(mm.min())
+        meta_prompts.append(meta)
+        log(f"prompt {pi} ({pr['name']}): T={T}, greedy min margin {meta['min_greedy_margin']:.4f}, "
+            f"router min gap {meta['min_router_gap']:.2e}, prefill-vs-step {d_chunk:.2e}, recon {d_rec:.2e}")
+    for h in rec.handles:
+        h.remove()
+    return arrays, meta_prompts, checks
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. llama.cpp cross-check
+
+def run_llama_cpp(gguf_path: Path, arrays: dict, meta_prompts: list, W: np.ndarray, n_gen: int):
+    try:
+        import llama_cpp
+    except Exception as e:  # pragma: no cover
+        log(f"llama-cpp-python not importable ({e}); skipping the llama.cpp cross-check")
+        return {}, {"available": False, "reason": str(e)}
+    n_ctx = max(len(m["ids"]) for m in meta_prompts) + n_gen + 16
+    llm = llama_cpp.Llama(model_path=str(gguf_path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx,
+                          n_ubatch=n_ctx, n_threads=2, n_threads_batch=2, verbose=False, seed=0)
+    out: dict[str, np.ndarray] = {}
+    info = {"available": True, "llama_cpp_python": llama_cpp.__version__, "prompts": []}
+    for pi, m in enumerate(meta_prompts):
+        P = f"p{pi}."
+        ids = m["ids"]; T = len(ids)
+        hf_gen = m["greedy_ids"]
+        hf_logits = arrays[P + "hidden"].astype(np.float32) @ W.T       # [T+G-1, V]
+        # (a) teacher-forced over the transformers path: one batch, prompt + HF greedy tokens
+        llm.reset()
+        llm.eval(ids + hf_gen[:-1])
+        tf = np.array(llm.scores[:T + n_gen - 1], dtype=np.float32)
+        # (b) free-running greedy: prompt batch, then one token at a time
+        llm.reset()
+        llm.eval(ids)
+        free_logits = [np.array(llm.scores[T - 1], dtype=np.float32)]
+        gen = []
+        for s in range(n_gen):
+            t = int(np.argmax(free_logits[-1]))
+            gen.append(t)
+            if s == n_gen - 1:
+                break
+            llm.eval([t])
+            free_logits.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32))
+        free_logits = np.stack(free_logits)
+        dabs = np.max(np.abs(tf - hf_logits), axis=-1)
+        kl = kl_rows(hf_logits, tf)
+        ti, tv, tl, tm = logit_summary(tf)
+        out[P + "greedy_ids"] = np.asarray(gen, dtype=np.int32)
+        out[P + "top_ids"] = ti
+        out[P + "top_logits"] = tv
+        out[P + "lse"] = tl
+        out[P + "max_abs_dlogit"] = dabs.astype(np.float32)
+        out[P + "kl"] = kl.astype(np.float32)
+        agree = 0
+        while agree < n_gen and gen[agree] == hf_gen[agree]:
+            agree += 1
+        fm = logit_summary(free_logits)[3]
+        pinfo = {
+            "name": m["name"], "greedy_ids": gen, "greedy_agree_prefix": agree,
+            "greedy_identical": agree == n_gen,
+            "max_abs_dlogit_prompt": float(dabs[:T].max()), "max_abs_dlogit_gen": float(dabs[T - 1:].max()),
+            "mean_abs_dlogit_max": float(dabs.mean()),
+            "max_kl": float(kl.max()), "mean_kl": float(kl.mean()),
+            "argmax_agree_teacher_forced": int((tf.argmax(-1) == hf_logits.argmax(-1)).sum()),
+            "n_positions": int(tf.shape[0]),
+            "min_free_running_margin": float(fm.min()),
+        }
+        if agree < n_gen:
+            pinfo["hf_margin_at_first_divergence"] = m["greedy_margins"][agree]
+        info["prompts"].append(pinfo)
+        log(f"llama.cpp prompt {pi}: greedy agrees for {agree}/{n_gen}, max|dlogit| {dabs.max():.3e}, "
+            f"max KL {kl.max():.3e}")
+    del llm
+    return out, info
+
+
+# ----------------------------------------------------------------------------------------------
+
+def versions(llama_src: Path | None) -> dict:
+    import tokenizers
+    import torch
+    import transformers
+    v = {"python": platform.python_version(), "torch": torch.__version__,
+         "transformers": transformers.__version__, "numpy": np.__version__,
+         "tokenizers": tokenizers.__version__}
+    try:
+        import gguf
+        v["gguf_py"] = getattr(gguf, "__version__", None) or "see llama.cpp tree"
+    except Exception:
+        pass
+    if llama_src is not None:
+        v["llama_cpp_converter_commit"] = git_commit(llama_src)
+        v["llama_cpp_converter_source"] = f"llama-cpp-python {LCP_VERSION} sdist, vendor/llama.cpp"
+    return v
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="start from a named configuration")
+    ap.add_argument("--name", help="output base name (default: the preset, else 'tiny-seed<seed>')")
+    ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures", help="output directory")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--hidden", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--experts", type=int)
+    ap.add_argument("--topk", type=int)
+    ap.add_argument("--moe-ff", type=int, dest="moe_ff")
+    ap.add_argument("--shared-ff", type=int, dest="shared_ff")
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int, dest="kv_heads")
+    ap.add_argument("--head-dim", type=int, dest="head_dim")
+    ap.add_argument("--lin-k-heads", type=int, dest="lin_k_heads")
+    ap.add_argument("--lin-v-heads", type=int, dest="lin_v_heads")
+    ap.add_argument("--lin-k-dim", type=int, dest="lin_k_dim")
+    ap.add_argument("--lin-v-dim", type=int, dest="lin_v_dim")
+    ap.add_argument("--full-interval", type=int, dest="full_interval")
+    ap.add_argument("--rope-theta", type=float, dest="rope_theta")
+    ap.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=None,
+                    help="add a random mtp.* block (converted into blk.<n_layer>.nextn.*)")
+    ap.add_argument("--logit-gain", type=float, default=8.0, dest="logit_gain",
+                    help="std of lm_head rows times sqrt(hidden) (sets the logit scale)")
+    ap.add_argument("--router-gain", type=float, default=1.5, dest="router_gain")
+    ap.add_argument("--mat-gain", type=float, default=1.0, dest="mat_gain")
+    ap.add_argument("--norm-std", type=float, default=0.2, dest="norm_std")
+    ap.add_argument("--prompts", type=Path, help="JSON list of {name, text} (default: built-in 5 prompts)")
+    ap.add_argument("--n-gen", type=int, default=32, dest="n_gen")
+    ap.add_argument("--full-logits-prompts", type=int, nargs="*", default=None, dest="full_logits_prompts",
+                    help="prompt indices whose full prompt logits are stored verbatim (default: preset, else 0)")
+    ap.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_TOKENIZER_DIR, dest="tokenizer_dir")
+    ap.add_argument("--llama-cpp-src", type=Path, dest="llama_src",
+                    help="llama.cpp tree with convert_hf_to_gguf.py and gguf-py/ (env LLAMA_CPP_SRC)")
+    ap.add_argument("--fetch-converter", action="store_true",
+                    help=f"pip-download llama-cpp-python=={LCP_VERSION} sdist into ~/.cache/redlite and use it")
+    ap.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python cross-check")
+    ap.add_argument("--workdir", type=Path, help="keep the HF checkpoint here (default: temp dir, deleted)")
+    a = ap.parse_args(argv)
+    base = dict(PRESETS.get(a.preset or "tiny-a"))
+    if a.preset is None:
+        base["full_logits_prompts"] = [0]
+    for k, v in base.items():
+        if getattr(a, k, None) is None:
+            setattr(a, k, v)
+    if a.name is None:
+        a.name = a.preset or f"tiny-seed{a.seed}"
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    llama_src = a.llama_src or (Path(os.environ["LLAMA_CPP_SRC"]) if os.environ.get("LLAMA_CPP_SRC") else None)
+    if a.fetch_converter:
+        llama_src = fetch_converter(Path.home() / ".cache" / "redlite")
+    if llama_src is None or not (llama_src / "convert_hf_to_gguf.py").is_file():
+        raise SystemExit("make_fixtures: need a llama.cpp tree with convert_hf_to_gguf.py: pass "
+                         "--llama-cpp-src DIR or --fetch-converter (see tools/README.md)")
+    gguf = import_gguf(llama_src)
+    import torch
+    from tokenizers import Tokenizer
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+    prompts = json.loads(a.prompts.read_text()) if a.prompts else DEFAULT_PROMPTS
+    tok = Tokenizer.from_file(str(a.tokenizer_dir / "tokenizer.json"))
+    cfg = make_config(a)
+    check_dims(cfg)
+    model, mtp = build_model(a, cfg, gguf)
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="redlite-fixture-")) if a.workdir is None else a.workdir
+    ckpt = tmp / "hf"
+    try:
+        save_checkpoint(model, mtp, cfg, a, ckpt, a.tokenizer_dir)
+        out_gguf = a.out / f"{a.name}.gguf"
+        # This converter asserts when a Qwen3-Next checkpoint has no mtp.* tensors unless --no-mtp is
+        # given (real checkpoints always ship them); with mtp.* present it appends blk.<n_layer>.nextn.*
+        conv_args = ["--model-name", a.name] + ([] if mtp else ["--no-mtp"])
+        conv_log = convert(ckpt, out_gguf, llama_src, conv_args)
+        (tmp / "convert.log").write_text(conv_log)
+
+        # reload through transformers: the oracle runs on exactly what was saved (mtp.* ignored)
+        from transformers import Qwen3NextForCausalLM
+        m2 = Qwen3NextForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
+        m2.set_experts_implementation("eager")
+        m2.eval()
+        sd_mem = model.state_dict()
+        for k, v in m2.state_dict().items():
+            if not torch.equal(v, sd_mem[k]):
+                raise SystemExit(f"make_fixtures: reloaded weight {k} differs")
+        model = m2
+        sd = {k: v for k, v in model.state_dict().items()}
+
+        exp = expected_gguf_tensors(sd, mtp, cfg)
+        ginfo = verify_gguf(out_gguf, exp, gguf)
+        names = ginfo["tensor_types"]
+        generation = ("split attn_qkv+attn_gate" if any(n.endswith("attn_qkv.weight") for n in names)
+                      else "legacy ssm_in" if any(n.endswith("ssm_in.weight") for n in names) else "none")
+
+        arrays, meta_prompts, checks = run_oracle(model, cfg, a, prompts, tok, mtp)
+        W = model.lm_head.weight.detach().numpy()
+        llama_info = {"available": False, "reason": "--no-llama-cpp"}
+        if not a.no_llama_cpp:
+            la, llama_info = run_llama_cpp(out_gguf, arrays, meta_prompts, W, a.n_gen)
+            arrays.update({"llama." + k: v for k, v in la.items()})
+
+        npz = a.out / f"{a.name}.npz"
+        np.savez_compressed(npz, **arrays)
+        cj = json.loads((ckpt / "config.json").read_text())
+        meta = {
+            "name": a.name,
+            "format_version": 1,
+            "generator": "tools/make_fixtures.py",
+            "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
+            "seed": a.seed,
+            "init": {"logit_gain": a.logit_gain, "router_gain": a.router_gain, "mat_gain": a.mat_gain,
+                     "norm_std": a.norm_std},
+            "versions": versions(llama_src),
+            "hf_config": cj,
+            "derived": {
+                "n_layer": cfg.num_hidden_layers, "layer_types": cfg.layer_types,
+                "full_attention_layers": [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"],
+                "rope_dims": int(cfg.head_dim * 0.25), "rope_theta": float(a.rope_theta),
+                "attn_scale": 1.0 / math.sqrt(cfg.head_dim),
+                "linear_key_dim": cfg.linear_num_key_heads * cfg.linear_key_head_dim,
+                "linear_value_dim": cfg.linear_num_value_heads * cfg.linear_value_head_dim,
+                "conv_dim": 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
+                            + cfg.linear_num_value_heads * cfg.linear_value_head_dim,
+                "mtp": bool(mtp), "mtp_block": cfg.num_hidden_layers if mtp else None,
+            },
+            "gguf": {
+                "file": out_gguf.name, "bytes": out_gguf.stat().st_size, "sha256": sha256_file(out_gguf),
+                "converter_args": ["--outtype", "q8_0", *conv_args],
+                "linear_attn_generation": generation,
+                "n_tensors": ginfo["n_tensors"], "type_census": ginfo["type_census"],
+                "tensor_types": ginfo["tensor_types"], "metadata": ginfo["metadata"],
+                "readback_max_abs_diff_vs_hf": ginfo["readback_max_abs_diff"],
+            },
+            "oracle": {
+                "engine": "transformers Qwen3NextForCausalLM, fp32, attn eager, experts eager, CPU",
+                "n_gen": a.n_gen, "topk_stored": TOPK_STORE,
+                "checks": checks,
+                "min_greedy_margin_all_prompts": min(m["min_greedy_margin"] for m in meta_prompts),
+            },
+            "prompts": meta_prompts,
+            "llama_cpp": llama_info,
+            "npz": {"file": npz.name, "bytes": npz.stat().st_size},
+        }
+        (a.out / f"{a.name}.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")
+        log(f"wrote {out_gguf} ({out_gguf.stat().st_size / 1e6:.1f} MB), {npz} "
+            f"({npz.stat().st_size / 1e6:.1f} MB), {a.out / (a.name + '.json')}")
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
