@@ -1,0 +1,232 @@
+/* gen.c — shared sampler flags and decoding loop of generate / chat (see gen.h). */
+#include "gen.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+
+const char GEN_FLAGS_HELP[] =
+    "sampling (llama.cpp's chain: penalties -> top-k -> top-p -> min-p -> temperature):\n"
+    "  --temp T               temperature; 0 = greedy\n"
+    "  --top-k N              keep the N most likely tokens (0 = off)\n"
+    "  --top-p P              keep the smallest set with probability >= P (1 = off)\n"
+    "  --min-p P              drop tokens below P x the best one's probability (0 = off)\n"
+    "  --repeat-penalty R     penalise tokens seen in the last --repeat-last-n tokens (1 = off)\n"
+    "  --repeat-last-n N      history length for the penalties (default 64, -1 = context)\n"
+    "  --presence-penalty A   subtract A from every token seen (0 = off)\n"
+    "  --frequency-penalty F  subtract F per occurrence (0 = off)\n"
+    "  --seed S               random seed (default: from the clock)\n"
+    "  --stop STR             stop when STR is generated (repeatable; STR is not printed)\n";
+
+void gen_flags_init(gen_flags *g, bool chat) {
+    memset(g, 0, sizeof *g);
+    g->sp = sampler_default_params();
+    if (chat) {
+        g->sp.temp = 0.7f;
+        g->sp.min_p = 0.0f;
+    } else {
+        g->sp.temp = 0.0f;
+    }
+}
+
+static int fval(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out) {
+    const char *flag = argv[*i], *v = cli_need_value(cmd, argc, argv, i);
+    double d;
+    if (!v || !cli_parse_float(cmd, flag, v, &d)) return -1;
+    if (!(d >= lo && d <= hi)) {
+        cli_fail(cmd, 2, "%s must be in [%g, %g], got %s", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (float)d;
+    return 1;
+}
+
+static int ival(const char *cmd, int argc, char **argv, int *i, long long lo, long long hi, long long *out) {
+    const char *flag = argv[*i], *v = cli_need_value(cmd, argc, argv, i);
+    if (!v || !cli_parse_int(cmd, flag, v, lo, hi, out)) return -1;
+    return 1;
+}
+
+int gen_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_flags *g) {
+    const char *a = argv[*i];
+    long long n;
+    int r;
+    if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) return fval(cmd, argc, argv, i, -1e9, 1e9, &g->sp.temp);
+    if (!strcmp(a, "--top-p")) return fval(cmd, argc, argv, i, 0, 1e9, &g->sp.top_p);
+    if (!strcmp(a, "--min-p")) return fval(cmd, argc, argv, i, 0, 1, &g->sp.min_p);
+    if (!strcmp(a, "--repeat-penalty")) return fval(cmd, argc, argv, i, 1e-6, 1e6, &g->sp.repeat_penalty);
+    if (!strcmp(a, "--presence-penalty")) return fval(cmd, argc, argv, i, -1e6, 1e6, &g->sp.presence_penalty);
+    if (!strcmp(a, "--frequency-penalty")) return fval(cmd, argc, argv, i, -1e6, 1e6, &g->sp.frequency_penalty);
+    if (!strcmp(a, "--top-k")) {
+        if ((r = ival(cmd, argc, argv, i, 0, INT32_MAX, &n)) > 0) g->sp.top_k = (int32_t)n;
+        return r;
+    }
+    if (!strcmp(a, "--repeat-last-n")) {
+        if ((r = ival(cmd, argc, argv, i, -1, INT32_MAX, &n)) > 0) g->sp.repeat_last_n = (int32_t)n;
+        return r;
+    }
+    if (!strcmp(a, "--seed")) {
+        if ((r = ival(cmd, argc, argv, i, 0, UINT32_MAX, &n)) > 0) g->sp.seed = (uint32_t)n;
+        return r;
+    }
+    if (!strcmp(a, "--stop")) {
+        const char *v = cli_need_value(cmd, argc, argv, i);
+        if (!v) return -1;
+        if (!*v) {
+            cli_fail(cmd, 2, "--stop needs a non-empty string");
+            return -1;
+        }
+        if (g->n_stops == GEN_MAX_STOPS) {
+            cli_fail(cmd, 2, "at most %d --stop strings", GEN_MAX_STOPS);
+            return -1;
+        }
+        g->stops[g->n_stops++] = v;
+        return 1;
+    }
+    return 0;
+}
+
+const char *gen_reason_name(gen_reason r) {
+    static const char *const names[] = {"eog", "length", "stop", "context", "interrupted", "error"};
+    return (unsigned)r < 6 ? names[r] : "?";
+}
+
+static int text_add(gen_run *g, const char *s, size_t n) {
+    if (n == 0) return 0;
+    char *t = realloc(g->text, g->text_len + n + 1);
+    if (!t) return rl_seterr("out of memory (generated text)");
+    g->text = t;
+    memcpy(g->text + g->text_len, s, n);
+    g->text_len += n;
+    g->text[g->text_len] = 0;
+    if (g->emit) g->emit(g->ud, s, n);
+    return 0;
+}
+
+int gen_decode(gen_run *g) {
+    int rc = -1;
+    double t0 = rl_now();
+    tokdec dec;
+    tokdec_init(&dec, g->tok, 0);
+    stopper st;
+    if (stopper_init(&st, g->flags ? g->flags->stops : NULL, g->flags ? g->flags->n_stops : 0)) {
+        tokdec_free(&dec);
+        return -1;
+    }
+    if (!(g->text = calloc(1, 1))) goto oom;
+    g->text_len = 0;
+    g->reason = GEN_LENGTH;
+    const int n_ctx = engine_n_ctx(g->ctx);
+    for (long long k = 0; g->n_predict < 0 || k < g->n_predict; k++) {
+        if (g->stop && *g->stop) {
+            g->reason = GEN_INTERRUPTED;
+            break;
+        }
+        int32_t t = sampler_sample(g->smp, g->logits);
+        if (t < 0 || tokenizer_is_eog(g->tok, t)) {
+            g->reason = GEN_EOG;
+            break;
+        }
+        if (tok_ids_push(&g->ids, t)) goto oom;
+        sampler_accept(g->smp, t);
+        size_t n;
+        const char *piece = tokdec_push(&dec, t, &n);
+        if (!piece) goto oom;
+        const char *out;
+        size_t out_n;
+        bool hit = stopper_push(&st, piece, n, &out, &out_n);
+        if (text_add(g, out, out_n)) goto fail;
+        if (hit) {
+            g->reason = GEN_STOP;
+            break;
+        }
+        if (g->n_predict >= 0 && k + 1 >= g->n_predict) {
+            g->reason = GEN_LENGTH;
+            break;
+        }
+        if (engine_pos(g->ctx) >= n_ctx) {
+            g->reason = GEN_CONTEXT;
+            break;
+        }
+        if (g->stop && *g->stop) {
+            g->reason = GEN_INTERRUPTED;
+            break;
+        }
+        if (engine_step(g->ctx, t, g->logits)) {
+            g->reason = GEN_ERROR;
+            goto fail;
+        }
+    }
+    if (g->reason != GEN_STOP) {
+        size_t n;
+        const char *tail = tokdec_flush(&dec, &n);
+        const char *out = "";
+        size_t out_n = 0;
+        bool hit = tail && n && stopper_push(&st, tail, n, &out, &out_n);
+        if (text_add(g, out, out_n)) goto fail;
+        if (hit) {
+            g->reason = GEN_STOP;
+        } else {
+            stopper_flush(&st, &out, &out_n);
+            if (text_add(g, out, out_n)) goto fail;
+        }
+    }
+    rc = 0;
+    goto done;
+oom:
+    rl_seterr("out of memory (generation)");
+fail:
+    rc = -1;
+done:
+    g->seconds = rl_now() - t0;
+    tokdec_free(&dec);
+    stopper_free(&st);
+    return rc;
+}
+
+void gen_run_free(gen_run *g) {
+    tok_ids_free(&g->ids);
+    free(g->text);
+    g->text = NULL;
+    g->text_len = 0;
+}
+
+char *gen_read_file(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        rl_seterr("cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = b;
+            }
+        }
+    }
+    bool err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf) {
+        rl_seterr("out of memory reading %s", path);
+        return NULL;
+    }
+    if (err) {
+        free(buf);
+        rl_seterr("cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
