@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "quant.h"
+#include "vec.h"
 
 /* ---- hyperparameters ------------------------------------------------------------------ */
 
@@ -365,7 +366,10 @@ static void attn_worker(void *arg, int ith, int nth) {
         const float *gate = q + hd;
         float *o = j->s->o + (size_t)t * H * hd + (size_t)h * hd;
         size_t kvoff = (size_t)(h / group) * hd;
-        ops_attn_head(q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
+        if (j->r->fast)
+            vec_attn_head(vec_get(), q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
+        else
+            ops_attn_head(q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
         for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
     }
 }
@@ -428,7 +432,10 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
         float beta = ops_sigmoid(b);
         float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
         float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
-        ops_delta_step(ssm + (size_t)h * dv * dk, q, k, v, expf(gdecay), beta, dk, dv, o);
+        if (j->r->fast)
+            vec_get()->delta_step(ssm + (size_t)h * dv * dk, q, k, v, expf(gdecay), beta, dk, dv, o);
+        else
+            ops_delta_step(ssm + (size_t)h * dv * dk, q, k, v, expf(gdecay), beta, dk, dv, o);
         /* gated RMSNorm per value head: norm, weight, then * silu(z) */
         ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
         for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);

@@ -1,0 +1,79 @@
+/* vec.c — portable vector primitives and the run-time pick (see vec.h). */
+#include "vec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static float dot_portable(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    float s = 0;
+    for (; i < n; i++) s += a[i] * b[i];
+    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void axpy_portable(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void delta_portable(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                           int dk, int dv, float *out) {
+    for (int c = 0; c < dv; c++) {
+        float *s = S + (size_t)c * dk;
+        for (int i = 0; i < dk; i++) s[i] *= alpha;
+        float delta = beta * (v[c] - dot_portable(s, k, dk));
+        axpy_portable(s, delta, k, dk);
+        out[c] = dot_portable(s, q, dk);
+    }
+}
+
+static const vec_ops portable = {"portable", dot_portable, axpy_portable, delta_portable};
+
+const vec_ops *vec_portable(void) { return &portable; }
+
+#if defined(__x86_64__)
+const vec_ops *vec_avx2_table(void); /* vec_avx2.c */
+const vec_ops *vec_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? vec_avx2_table() : NULL;
+}
+#else
+const vec_ops *vec_avx2(void) { return NULL; }
+#endif
+
+const vec_ops *vec_get(void) {
+    static const vec_ops *chosen;
+    if (!chosen) {
+        const char *env = getenv("RL_KERN");
+        const vec_ops *v = env && !strcmp(env, "scalar") ? NULL : vec_avx2();
+        chosen = v ? v : &portable;
+    }
+    return chosen;
+}
+
+void vec_attn_head(const vec_ops *v, const float *q, const float *K, const float *V, int n_kv, size_t stride,
+                   int hd, float scale, float *out) {
+    /* online softmax: running max m, running denominator l, output accumulated in place */
+    float m = -INFINITY, l = 0;
+    RL_ASSERT(hd <= 1024);
+    for (int j = 0; j < hd; j++) out[j] = 0;
+    for (int p = 0; p < n_kv; p++) {
+        float s = v->dot(q, K + (size_t)p * stride, hd) * scale;
+        if (s > m) {
+            float c = expf(m - s); /* rescale what was accumulated under the old max */
+            for (int j = 0; j < hd; j++) out[j] *= c;
+            l *= c;
+            m = s;
+        }
+        float e = expf(s - m);
+        l += e;
+        v->axpy(out, e, V + (size_t)p * stride, hd);
+    }
+    float inv = 1.0f / l;
+    for (int j = 0; j < hd; j++) out[j] *= inv;
+}

@@ -1,0 +1,31 @@
+/* vec.h — float32 vector primitives for the fast CPU path (DeltaNet state update, decode
+ * attention), with a portable version and an AVX2+FMA version picked at run time (RL_KERN=scalar
+ * forces the portable one). Float accumulation in 8 (or 16) lanes: results differ from the
+ * double-precision reference ops (ops.h) only by rounding; tests/c/test_vec.c bounds it. */
+#ifndef RL_VEC_H
+#define RL_VEC_H
+
+#include <stddef.h>
+
+typedef struct {
+    const char *name;
+    float (*dot)(const float *a, const float *b, int n);
+    /* y += a * x */
+    void (*axpy)(float *y, float a, const float *x, int n);
+    /* one token of the gated delta rule for one value head (see ops_delta_step) */
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                       int dk, int dv, float *out);
+} vec_ops;
+
+/* The best implementation this CPU runs (initialised on first call, thread-safe after). */
+const vec_ops *vec_get(void);
+/* The portable implementation (tests compare against it). */
+const vec_ops *vec_portable(void);
+/* NULL if the CPU lacks AVX2+FMA. */
+const vec_ops *vec_avx2(void);
+
+/* Decode attention of one query head with float math and an online softmax (fast path twin of
+ * ops_attn_head). */
+void vec_attn_head(const vec_ops *v, const float *q, const float *K, const float *V, int n_kv, size_t stride,
+                   int hd, float scale, float *out);
+#endif
