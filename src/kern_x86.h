@@ -70,6 +70,16 @@ static inline __m256i scale_ctrl0(void) {
 }
 static inline __m256i scale_step(__m256i ctrl) { return _mm256_add_epi8(ctrl, _mm256_set1_epi8(4)); }
 
+/* sign_epi8 operand from 4 sign bytes (one per group of 8) at p */
+static inline __m256i signs_at(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i e = _mm256_shuffle_epi8(_mm256_set1_epi32(v), shuf);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(e, bit), bit), _mm256_set1_epi8(1));
+}
+
 /* A mat-vec over rows calling a per-row dot of nb blocks. */
 #define ROWS_MATVEC(fname, dotfn, WT, AT, BLK)                                                     \
     static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) { \
@@ -128,6 +138,23 @@ static float dot_f16(const uint16_t *w, const uint16_t *x, int64_t n) {
 }
 #endif
 ROWS_MATVEC(mv_f32, dot_f32, float, float, 1)
+/* bf16 -> f32 is a 16-bit shift; products with FMA in 8 lanes x 2 */
+static inline __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static float dot_bf16(const uint16_t *w, const uint16_t *x, int64_t n) {
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc[0] = _mm256_fmadd_ps(bf16x8(w + i), bf16x8(x + i), acc[0]);
+        acc[1] = _mm256_fmadd_ps(bf16x8(w + i + 8), bf16x8(x + i + 8), acc[1]);
+    }
+    float s = hsum_f32(_mm256_add_ps(acc[0], acc[1]));
+    for (; i < n; i++) s += rl_bf16_to_fp32(w[i]) * rl_bf16_to_fp32(x[i]);
+    return s;
+}
+ROWS_MATVEC(mv_bf16, dot_bf16, uint16_t, uint16_t, 1)
+
 ROWS_MATVEC(mv_f16, dot_f16, uint16_t, uint16_t, 1)
 
 static void quant_f16(const float *x, void *dst, int64_t n) {
@@ -149,6 +176,79 @@ static float dot_q8_0(const blk_q8_0 *x, const blk_q8_0 *y, int64_t nb) {
     return hsum_f32(acc);
 }
 ROWS_MATVEC(mv_q8_0, dot_q8_0, blk_q8_0, blk_q8_0, 32)
+
+/* ---- Q4_0 / Q5_0 / IQ4_NL (x Q8_0) and Q4_1 / Q5_1 (x Q8_1) ------------------------------------
+ * 32-value blocks: codes of one block fill one vector (low nibbles = values 0..15, high = 16..31);
+ * per block the int32 lanes are scaled by d_w*d_a in float lanes, as Q8_0. */
+
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+}
+/* 32 bits (LE) -> bytes 0x10 where set: the fifth bit of Q5 codes */
+static inline __m256i bit5(const uint8_t *qh) {
+    return _mm256_and_si256(_mm256_andnot_si256(_mm256_set1_epi8(1), signs_at(qh)), _mm256_set1_epi8(0x10));
+}
+
+static float dot_q4_0(const blk_q4_0 *x, const blk_q8_0 *y, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i w = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
+        const __m256i p = dot_i8(_mm256_setzero_si256(), w, loadu(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+    }
+    return hsum_f32(acc);
+}
+ROWS_MATVEC(mv_q4_0, dot_q4_0, blk_q4_0, blk_q8_0, 32)
+
+static float dot_q5_0(const blk_q5_0 *x, const blk_q8_0 *y, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nibbles32(x[i].qs), bit5(x[i].qh)), _mm256_set1_epi8(16));
+        const __m256i p = dot_i8(_mm256_setzero_si256(), w, loadu(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+    }
+    return hsum_f32(acc);
+}
+ROWS_MATVEC(mv_q5_0, dot_q5_0, blk_q5_0, blk_q8_0, 32)
+
+static float dot_iq4_nl(const blk_iq4_nl *x, const blk_q8_0 *y, int64_t nb) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i w = _mm256_shuffle_epi8(kv, nibbles32(x[i].qs));
+        const __m256i p = dot_i8(_mm256_setzero_si256(), w, loadu(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+    }
+    return hsum_f32(acc);
+}
+ROWS_MATVEC(mv_iq4_nl, dot_iq4_nl, blk_iq4_nl, blk_q8_0, 32)
+
+/* unsigned codes: sum (d q + m) d_a a = d d_a sum q a + m s_a */
+static float dot_q4_1(const blk_q4_1 *x, const blk_q8_1 *y, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles32(x[i].qs), loadu(y[i].qs)), _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+        summ += h2f(x[i].m) * h2f(y[i].s);
+    }
+    return hsum_f32(acc) + summ;
+}
+ROWS_MATVEC(mv_q4_1, dot_q4_1, blk_q4_1, blk_q8_1, 32)
+
+static float dot_q5_1(const blk_q5_1 *x, const blk_q8_1 *y, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i c = _mm256_or_si256(nibbles32(x[i].qs), bit5(x[i].qh));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c, loadu(y[i].qs)), _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+        summ += h2f(x[i].m) * h2f(y[i].s);
+    }
+    return hsum_f32(acc) + summ;
+}
+ROWS_MATVEC(mv_q5_1, dot_q5_1, blk_q5_1, blk_q8_1, 32)
 
 /* 8 x int32 lanes (4 vectors, 32 values) -> 32 int8 in order */
 static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d) {
@@ -262,6 +362,42 @@ static float dot_q2_k(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
 }
 ROWS_MATVEC(mv_q2_k, dot_q2_k, blk_q2_k, blk_q8_k, QK_K)
 
+/* ---- Q3_K ------------------------------------------------------------------------------------
+ * Unsigned codes c = low2 | hbit << 2 in 0..7 (q = c - 4); the -4 goes through bsums as in Q6_K. */
+
+static float dot_q3_k(const blk_q3_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        /* 16 six-bit scales: low nibbles from bytes 0..7, bits 5..4 from bytes 8..11 */
+        uint32_t a[3];
+        memcpy(a, x[i].scales, 12);
+        const uint32_t k0 = 0x0f0f0f0f, k1 = 0x03030303;
+        const uint32_t g0 = (a[0] & k0) | ((a[2] & k1) << 4), g1 = (a[1] & k0) | (((a[2] >> 2) & k1) << 4);
+        const uint32_t g2 = ((a[0] >> 4) & k0) | (((a[2] >> 4) & k1) << 4), g3 = ((a[1] >> 4) & k0) | (((a[2] >> 6) & k1) << 4);
+        const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)g0, (int)g1, (int)g2, (int)g3), _mm_set1_epi8(32));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+        const int corr = hsum_i32(_mm256_madd_epi16(sc16, loadu(y[i].bsums)));
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
+        const __m256i hm = loadu(x[i].hmask);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i Q = loadu(x[i].qs + 32 * h);
+            __m256i ctrl = scale_ctrl0(); /* sub-blocks 8h+2j, 8h+2j+1 */
+            for (int j = 0; j < 4; j++) {
+                const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(srl16(hm, 4 * h + j), one), 2);
+                const __m256i codes = _mm256_or_si256(_mm256_and_si256(srl16(Q, 2 * j), m3), hb);
+                acc = dot_scaled(acc, codes, loadu(y[i].qs + 128 * h + 32 * j), _mm256_shuffle_epi8(lanes[h], ctrl));
+                ctrl = scale_step(ctrl);
+            }
+        }
+        const int isum = hsum_i32(acc) - 4 * corr;
+        sumf += h2f(x[i].d) * y[i].d * (float)isum;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q3_k, dot_q3_k, blk_q3_k, blk_q8_k, QK_K)
+
 /* ---- Q4_K / Q5_K ---------------------------------------------------------------------------- */
 
 /* Scales and mins of a Q4_K/Q5_K block, unpacked with 32-bit word ops (same bits as
@@ -366,6 +502,42 @@ static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
 }
 ROWS_MATVEC(mv_q6_k, dot_q6_k, blk_q6_k, blk_q8_k, QK_K)
 
+/* ---- IQ4_XS --------------------------------------------------------------------------------------
+ * Codes index the signed codebook with one pshufb; signed weights x signed activations use the
+ * abs/sign trick (|w| <= 127, so maddubs pairs stay below 2*127*127). */
+
+static float dot_iq4_xs(const blk_iq4_xs *x, const blk_q8_k *y, int64_t nb) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m128i m4 = _mm_set1_epi8(15);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        /* block scales ls_b - 32: low 4 bits from scales_l nibbles, bits 5..4 from scales_h */
+        uint32_t sl;
+        memcpy(&sl, x[i].scales_l, 4);
+        const __m128i slv = _mm_cvtsi32_si128((int)sl);
+        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(slv, m4), _mm_and_si128(_mm_srli_epi16(slv, 4), m4));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x[i].scales_h), shifts), _mm256_set1_epi32(3));
+        const __m256i l32 = _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(nib), _mm256_slli_epi32(hi, 4)),
+                                             _mm256_set1_epi32(32));
+        const __m256i p = _mm256_packs_epi32(l32, l32);
+        const __m256i lsv = _mm256_unpacklo_epi16(p, p);
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
+        for (int ib = 0; ib < 8; ib++) {
+            const __m128i q = _mm_loadu_si128((const __m128i *)(x[i].qs + 16 * ib));
+            const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+            const __m256i w = _mm256_shuffle_epi8(kv, codes);
+            const __m256i a = loadu(y[i].qs + 32 * ib);
+            acc = dot_scaled(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(a, w), _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
+            ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_iq4_xs, dot_iq4_xs, blk_iq4_xs, blk_q8_k, QK_K)
+
 /* ---- IQ2_XXS / IQ2_XS / IQ3_XXS: signs and scales of a whole super-block at once -----------
  * These types store, per group of 8 values, a 7-bit index into ksigns_iq2xs, whose bit 7 is the
  * parity of bits 0..6. We compute the 32 sign bytes of a super-block in vector registers
@@ -399,16 +571,6 @@ static inline __m256i scales_from_words(__m256i w) {
     const __m256i l = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(w, 28), 1), _mm256_set1_epi32(1));
     const __m256i p = _mm256_packs_epi32(l, l);
     return _mm256_unpacklo_epi16(p, p);
-}
-
-/* sign_epi8 operand from 4 sign bytes (one per group of 8) at p */
-static inline __m256i signs_at(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i e = _mm256_shuffle_epi8(_mm256_set1_epi32(v), shuf);
-    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(e, bit), bit), _mm256_set1_epi8(1));
 }
 
 static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
@@ -690,11 +852,19 @@ void KERN_FILL(kern_table *t) {
     init_iq1_fold();
     t->matvec[QT_F32] = mv_f32;
     t->matvec[QT_F16] = mv_f16;
+    t->matvec[QT_BF16] = mv_bf16;
     t->matvec[QT_Q8_0] = mv_q8_0;
+    t->matvec[QT_Q4_0] = mv_q4_0;
+    t->matvec[QT_Q5_0] = mv_q5_0;
+    t->matvec[QT_IQ4_NL] = mv_iq4_nl;
+    t->matvec[QT_Q4_1] = mv_q4_1;
+    t->matvec[QT_Q5_1] = mv_q5_1;
     t->matvec[QT_Q2_K] = mv_q2_k;
+    t->matvec[QT_Q3_K] = mv_q3_k;
     t->matvec[QT_Q4_K] = mv_q4_k;
     t->matvec[QT_Q5_K] = mv_q5_k;
     t->matvec[QT_Q6_K] = mv_q6_k;
+    t->matvec[QT_IQ4_XS] = mv_iq4_xs;
     t->matvec[QT_IQ2_XXS] = mv_iq2_xxs;
     t->matvec[QT_IQ2_XS] = mv_iq2_xs;
     t->matvec[QT_IQ2_S] = mv_iq2_s;

@@ -6,8 +6,9 @@
  *     must match quant_traits.vec_dot row by row. Tolerance, relative to M = sum_i |w_i a_i|
  *     over the dequantised row and activation: K and IQ kernels compute the same integer sums
  *     and the same float epilogue as the scalar code, so they should be exact; we allow 1e-6*M
- *     for safety. F32/F16/Q8_0 sum floats in SIMD lanes in another order (and with FMA): each
- *     lane adds about n/8 terms, so |error| <= (n/8 + 16) * 2^-24 * M.
+ *     for safety. F32/F16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) sum
+ *     floats in SIMD lanes in another order (and with FMA): each lane adds about n/8 terms, so
+ *     |error| <= (n/8 + 16) * 2^-24 * M. Q4_1/Q5_1's min term m*s is summed in float as in scalar.
  * With RL_KERN_BENCH=1 it also prints mat-vec throughput (GB/s of weights) per type and level.
  * Run: make all && build/tests/test_kern
  */
@@ -29,7 +30,10 @@ static const uint32_t types[] = {
 };
 #define N_TYPES (sizeof types / sizeof types[0])
 
-static bool lane_summed(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16 || t == QT_Q8_0; }
+static bool lane_summed(uint32_t t) {
+    return t == QT_F32 || t == QT_F16 || t == QT_BF16 || t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q5_0 ||
+           t == QT_IQ4_NL || t == QT_Q4_1 || t == QT_Q5_1;
+}
 
 static void fill_x(float *x, int64_t n, rl_rng *r) {
     for (int64_t i = 0; i < n; i++) x[i] = rl_rng_normal(r) * (1.0f + 4.0f * (float)(i % 7 == 0));
