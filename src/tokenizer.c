@@ -29,7 +29,7 @@ typedef struct {
 
 struct tokenizer {
     int32_t n_vocab;
-    char *text;        /* all token texts, back to back */
+    char *text;         /* all token texts, back to back */
     uint32_t *text_off; /* n_vocab + 1 offsets */
     char *piece;        /* decoded bytes of each token */
     uint32_t *piece_off;
@@ -59,12 +59,15 @@ struct tokenizer {
 /* ---- byte-level alphabet (GPT-2): printable bytes map to themselves, the other 68 bytes
  * map in increasing order to U+0100, U+0101, ... ---------------------------------------- */
 
-static bool byte_is_printable(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+static bool byte_is_printable(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 static uint32_t byte_to_cp(int b) {
     if (byte_is_printable(b)) return (uint32_t)b;
     uint32_t k = 0;
-    for (int x = 0; x < b; x++) k += !byte_is_printable(x);
+    for (int x = 0; x < b; x++)
+        k += !byte_is_printable(x);
     return 0x100 + k;
 }
 
@@ -84,11 +87,14 @@ static int cp_to_byte(uint32_t cp) {
 
 static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
 
-static inline uint64_t merge_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+static inline uint64_t merge_key(int32_t a, int32_t b) {
+    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+}
 
 static inline uint64_t merge_hash(uint64_t key, int bits) {
     return (key * 0x9E3779B97F4A7C15ull) >> (64 - bits);
@@ -148,11 +154,14 @@ static int load_vocab(tokenizer *t, const gguf_file *f) {
     int32_t n = (int32_t)tok->v.arr.n;
     t->n_vocab = n;
     const gguf_value *ty = gguf_get_arr(f, "tokenizer.ggml.token_type");
-    if (ty && (ty->v.arr.n != (uint64_t)n || ty->v.arr.elem == GGUF_TYPE_STRING || ty->v.arr.elem == GGUF_TYPE_ARRAY))
-        return rl_seterr("%s: tokenizer.ggml.token_type must be an integer array with one entry per token", f->path);
+    if (ty && (ty->v.arr.n != (uint64_t)n || ty->v.arr.elem == GGUF_TYPE_STRING ||
+               ty->v.arr.elem == GGUF_TYPE_ARRAY))
+        return rl_seterr("%s: tokenizer.ggml.token_type must be an integer array with one entry per token",
+                         f->path);
 
     uint64_t total = 0;
-    for (int32_t i = 0; i < n; i++) total += gguf_arr_str(tok, (uint64_t)i).n;
+    for (int32_t i = 0; i < n; i++)
+        total += gguf_arr_str(tok, (uint64_t)i).n;
     if (total >= UINT32_MAX) return rl_seterr("%s: token texts too large", f->path);
     t->text = rl_malloc(total + 1, "token texts");
     t->piece = rl_malloc(total + 1, "token pieces");
@@ -194,7 +203,8 @@ static int load_vocab(tokenizer *t, const gguf_file *f) {
     t->piece_off[n] = po;
 
     uint64_t cap = 1;
-    while (cap < (uint64_t)n * 2) cap <<= 1;
+    while (cap < (uint64_t)n * 2)
+        cap <<= 1;
     t->thash = rl_malloc(cap * sizeof(int32_t), "token hash");
     if (!t->thash) return -1;
     memset(t->thash, 0xFF, cap * sizeof(int32_t));
@@ -219,8 +229,9 @@ static int load_vocab(tokenizer *t, const gguf_file *f) {
         size_t len = tok_utf8_encode(byte_to_cp(b), u);
         t->byte_id[b] = tokenizer_find(t, (const char *)u, len);
         if (t->byte_id[b] < 0)
-            return rl_seterr("%s: the vocab lacks the byte-level token for byte 0x%02X (not a gpt2 BPE vocab?)",
-                             f->path, b);
+            return rl_seterr(
+                "%s: the vocab lacks the byte-level token for byte 0x%02X (not a gpt2 BPE vocab?)", f->path,
+                b);
     }
     return 0;
 }
@@ -232,10 +243,12 @@ static int load_merges(tokenizer *t, const gguf_file *f) {
     if (m->v.arr.n >= (uint64_t)INT32_MAX) return rl_seterr("%s: too many merges", f->path);
     uint64_t n = m->v.arr.n, cap = 16;
     int bits = 4;
-    while (cap < n * 2) cap <<= 1, bits++;
+    while (cap < n * 2)
+        cap <<= 1, bits++;
     t->merges = rl_malloc(cap * sizeof(merge_slot), "merge table");
     if (!t->merges) return -1;
-    for (uint64_t i = 0; i < cap; i++) t->merges[i].key = MERGE_EMPTY;
+    for (uint64_t i = 0; i < cap; i++)
+        t->merges[i].key = MERGE_EMPTY;
     t->merge_mask = cap - 1;
     t->merge_bits = bits;
 
@@ -264,7 +277,8 @@ static int load_merges(tokenizer *t, const gguf_file *f) {
         int32_t c = tokenizer_find(t, cat, la + lb);
         if (a < 0 || b < 0 || c < 0) continue; /* unusable merge: skipped */
         uint64_t key = merge_key(a, b), h = merge_hash(key, bits);
-        while (t->merges[h].key != MERGE_EMPTY && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
+        while (t->merges[h].key != MERGE_EMPTY && t->merges[h].key != key)
+            h = (h + 1) & t->merge_mask;
         if (t->merges[h].key == key) continue; /* duplicate pair: the lower rank wins */
         t->merges[h] = (merge_slot){key, (int32_t)r, c};
         if (produced[c]) t->dup_results = true;
@@ -285,7 +299,8 @@ static int load_added(tokenizer *t) {
     t->added = rl_malloc((total ? total : 1) * sizeof(int32_t), "added tokens");
     if (!t->added) return -1;
     t->added_start[0] = 0;
-    for (int b = 0; b < 256; b++) t->added_start[b + 1] = t->added_start[b] + (uint32_t)cnt[b];
+    for (int b = 0; b < 256; b++)
+        t->added_start[b + 1] = t->added_start[b] + (uint32_t)cnt[b];
     uint32_t fill[256];
     memcpy(fill, t->added_start, sizeof fill);
     for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -374,7 +389,9 @@ tokenizer *tokenizer_load_file(const char *path) {
 
 /* ---- accessors ------------------------------------------------------------------------ */
 
-int32_t tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
+int32_t tokenizer_n_vocab(const tokenizer *t) {
+    return t->n_vocab;
+}
 
 const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n_vocab) return NULL;
@@ -392,10 +409,18 @@ int tokenizer_token_type(const tokenizer *t, int32_t id) {
     return id < 0 || id >= t->n_vocab ? TOK_TYPE_UNDEFINED : t->type[id];
 }
 
-int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
-int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
-int32_t tokenizer_pad(const tokenizer *t) { return t->pad; }
-bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
+int32_t tokenizer_eos(const tokenizer *t) {
+    return t->eos;
+}
+int32_t tokenizer_bos(const tokenizer *t) {
+    return t->bos;
+}
+int32_t tokenizer_pad(const tokenizer *t) {
+    return t->pad;
+}
+bool tokenizer_add_bos(const tokenizer *t) {
+    return t->add_bos;
+}
 
 bool tokenizer_is_eog(const tokenizer *t, int32_t id) {
     for (size_t i = 0; i < t->n_eog; i++)
@@ -424,7 +449,8 @@ void tok_ids_free(tok_ids *v) {
 static int ids_reserve(tok_ids *v, size_t extra) {
     if (v->n + extra <= v->cap) return 0;
     size_t cap = v->cap ? v->cap : 64;
-    while (cap < v->n + extra) cap *= 2;
+    while (cap < v->n + extra)
+        cap *= 2;
     int32_t *p = realloc(v->ids, cap * sizeof(int32_t));
     if (!p) return rl_seterr("out of memory growing a token list to %zu ids", cap);
     v->ids = p;
@@ -440,7 +466,7 @@ int tok_ids_push(tok_ids *v, int32_t id) {
 
 /* Per-call scratch (so a tokenizer can be shared between threads). */
 typedef struct {
-    tok_buf norm; /* NFC output */
+    tok_buf norm;  /* NFC output */
     uint32_t *cp;  /* per character: code point (UINT32_MAX for an invalid byte) */
     uint32_t *off; /* byte offset of each character, plus one past the end */
     uint8_t *cls;
@@ -460,7 +486,8 @@ static void ctx_free(enc_ctx *c) {
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 256;
-    while (n < need) n *= 2;
+    while (n < need)
+        n *= 2;
     void *q = realloc(*p, n * elem);
     if (!q) return rl_seterr("out of memory in the tokenizer (%zu bytes)", n * elem);
     *p = q;
@@ -492,12 +519,14 @@ static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_
     /* 2: [^\r\n\p{L}\p{N}]?\p{L}+ */
     if ((c == TOK_C_WS || c == TOK_C_P) && i + 1 < n && cls[i + 1] == TOK_C_L) {
         size_t j = i + 2;
-        while (j < n && cls[j] == TOK_C_L) j++;
+        while (j < n && cls[j] == TOK_C_L)
+            j++;
         return j;
     }
     if (c == TOK_C_L) {
         size_t j = i + 1;
-        while (j < n && cls[j] == TOK_C_L) j++;
+        while (j < n && cls[j] == TOK_C_L)
+            j++;
         return j;
     }
     /* 3: \p{N} (one digit per pre-token) */
@@ -506,8 +535,10 @@ static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_
     size_t s = (cp[i] == ' ' && i + 1 < n && cls[i + 1] == TOK_C_P) ? i + 1 : i;
     if (cls[s] == TOK_C_P) {
         size_t j = s + 1;
-        while (j < n && cls[j] == TOK_C_P) j++;
-        while (j < n && cls[j] == TOK_C_NL) j++;
+        while (j < n && cls[j] == TOK_C_P)
+            j++;
+        while (j < n && cls[j] == TOK_C_NL)
+            j++;
         return j;
     }
     /* c is whitespace from here on. j = end of the whitespace run. */
@@ -538,8 +569,10 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
         /* lowest rank first, leftmost among equal ranks (equal rank = same pair) */
         int32_t sym[BPE_SMALL], rk[BPE_SMALL], nid[BPE_SMALL];
         size_t n = m;
-        for (size_t k = 0; k < n; k++) sym[k] = t->byte_id[p[k]];
-        for (size_t k = 0; k + 1 < n; k++) rk[k] = merge_find(t, sym[k], sym[k + 1], &nid[k]);
+        for (size_t k = 0; k < n; k++)
+            sym[k] = t->byte_id[p[k]];
+        for (size_t k = 0; k + 1 < n; k++)
+            rk[k] = merge_find(t, sym[k], sym[k + 1], &nid[k]);
         while (n > 1) {
             size_t best = 0;
             for (size_t k = 1; k + 1 < n; k++)
@@ -568,21 +601,21 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
     int32_t(*heap)[4] = (int32_t(*)[4])(next + m); /* rank, pos, new id, unused */
     size_t hn = 0;
 #define HLESS(x, y) (heap[x][0] < heap[y][0] || (heap[x][0] == heap[y][0] && heap[x][1] < heap[y][1]))
-#define HSWAP(x, y)                                                                              \
-    do {                                                                                         \
-        int32_t tmp_[4];                                                                         \
-        memcpy(tmp_, heap[x], sizeof tmp_);                                                      \
-        memcpy(heap[x], heap[y], sizeof tmp_);                                                   \
-        memcpy(heap[y], tmp_, sizeof tmp_);                                                      \
+#define HSWAP(x, y)                                                                                          \
+    do {                                                                                                     \
+        int32_t tmp_[4];                                                                                     \
+        memcpy(tmp_, heap[x], sizeof tmp_);                                                                  \
+        memcpy(heap[x], heap[y], sizeof tmp_);                                                               \
+        memcpy(heap[y], tmp_, sizeof tmp_);                                                                  \
     } while (0)
-#define HPUSH(r_, pos_, nid_)                                                                    \
-    do {                                                                                         \
-        size_t k_ = hn++;                                                                        \
-        heap[k_][0] = (r_), heap[k_][1] = (int32_t)(pos_), heap[k_][2] = (nid_), heap[k_][3] = 0; \
-        while (k_ > 0 && HLESS(k_, (k_ - 1) / 2)) {                                              \
-            HSWAP(k_, (k_ - 1) / 2);                                                             \
-            k_ = (k_ - 1) / 2;                                                                   \
-        }                                                                                        \
+#define HPUSH(r_, pos_, nid_)                                                                                \
+    do {                                                                                                     \
+        size_t k_ = hn++;                                                                                    \
+        heap[k_][0] = (r_), heap[k_][1] = (int32_t)(pos_), heap[k_][2] = (nid_), heap[k_][3] = 0;            \
+        while (k_ > 0 && HLESS(k_, (k_ - 1) / 2)) {                                                          \
+            HSWAP(k_, (k_ - 1) / 2);                                                                         \
+            k_ = (k_ - 1) / 2;                                                                               \
+        }                                                                                                    \
     } while (0)
     for (size_t k = 0; k < m; k++) {
         id[k] = t->byte_id[p[k]];
@@ -625,7 +658,8 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
 #undef HLESS
 #undef HSWAP
 #undef HPUSH
-    for (int32_t k = 0; k >= 0; k = next[k]) out->ids[out->n++] = id[k];
+    for (int32_t k = 0; k >= 0; k = next[k])
+        out->ids[out->n++] = id[k];
     return 0;
 }
 
@@ -636,7 +670,8 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
 
 static int build_piece_hash(tokenizer *t) {
     uint64_t cap = 1;
-    while (cap < (uint64_t)t->n_vocab * 2) cap <<= 1;
+    while (cap < (uint64_t)t->n_vocab * 2)
+        cap <<= 1;
     t->phash = rl_malloc(cap * sizeof(int32_t), "piece hash");
     if (!t->phash) return -1;
     memset(t->phash, 0xFF, cap * sizeof(int32_t));
@@ -657,7 +692,8 @@ static int build_piece_hash(tokenizer *t) {
         bool dup = false;
         for (; t->phash[h] >= 0; h = (h + 1) & t->phash_mask) {
             int32_t o = t->phash[h];
-            if (t->piece_off[o + 1] - t->piece_off[o] == len && !memcmp(t->piece + t->piece_off[o], t->piece + a, len)) {
+            if (t->piece_off[o + 1] - t->piece_off[o] == len &&
+                !memcmp(t->piece + t->piece_off[o], t->piece + a, len)) {
                 dup = true;
                 break;
             }
@@ -779,7 +815,9 @@ void tokdec_init(tokdec *d, const tokenizer *t, unsigned flags) {
     d->flags = flags;
 }
 
-void tokdec_reset(tokdec *d) { d->npend = 0; }
+void tokdec_reset(tokdec *d) {
+    d->npend = 0;
+}
 
 void tokdec_free(tokdec *d) {
     free(d->buf);
@@ -827,7 +865,8 @@ const char *tokdec_push(tokdec *d, int32_t id, size_t *len) {
     size_t plen = 0;
     const char *piece = tokenizer_token_piece(t, id, &plen);
     int ty = tokenizer_token_type(t, id);
-    if (!piece || ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNUSED) && !(d->flags & TOK_DECODE_SPECIAL))) plen = 0;
+    if (!piece || ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNUSED) && !(d->flags & TOK_DECODE_SPECIAL)))
+        plen = 0;
     if (grow((void **)&d->work, &d->work_cap, (size_t)d->npend + plen + 1, 1) < 0) return NULL;
     memcpy(d->work, d->pend, (size_t)d->npend);
     if (plen) memcpy(d->work + d->npend, piece, plen);
@@ -841,7 +880,8 @@ const char *tokdec_flush(tokdec *d, size_t *len) {
     return tokdec_emit(d, tmp, n, true, len);
 }
 
-int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out, size_t *out_len) {
+int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+                     size_t *out_len) {
     tokdec d;
     tokdec_init(&d, t, flags);
     char *res = NULL;

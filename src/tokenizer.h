@@ -57,8 +57,9 @@ void tok_ids_free(tok_ids *v);
 int tok_ids_push(tok_ids *v, int32_t id);
 
 /* Encode flags. */
-#define TOK_PARSE_SPECIAL 1u /* match added tokens (control + user-defined) in the text; off:
-                                their text is encoded as plain text like everything else */
+#define TOK_PARSE_SPECIAL                                                                                    \
+    1u /* match added tokens (control + user-defined) in the text; off:                                      \
+          their text is encoded as plain text like everything else */
 
 /* Append the ids of text[0..len) to `out`. No BOS/EOS is added (Qwen: add_bos_token=false).
  * `text` may contain NUL bytes and invalid UTF-8. Returns 0, or -1 on out of memory (out
@@ -97,10 +98,12 @@ bool tokenizer_is_added(const tokenizer *t, int32_t id);
 /* ---- decoding ------------------------------------------------------------------------ */
 
 /* Decode flags. */
-#define TOK_DECODE_SPECIAL 1u /* emit the text of CONTROL and UNUSED tokens (default: nothing);
-                                 USER_DEFINED tokens such as <think> are always emitted */
-#define TOK_DECODE_REPLACE 2u /* replace ill-formed UTF-8 with U+FFFD, one per maximal
-                                 subpart (HF's errors="replace"); default: raw bytes */
+#define TOK_DECODE_SPECIAL                                                                                   \
+    1u /* emit the text of CONTROL and UNUSED tokens (default: nothing);                                     \
+          USER_DEFINED tokens such as <think> are always emitted */
+#define TOK_DECODE_REPLACE                                                                                   \
+    2u /* replace ill-formed UTF-8 with U+FFFD, one per maximal                                              \
+          subpart (HF's errors="replace"); default: raw bytes */
 
 /* Decode ids into a malloc'd NUL-terminated buffer (*out, *out_len excludes the NUL).
  * Out-of-range ids are skipped. Returns 0, or -1 on out of memory. */

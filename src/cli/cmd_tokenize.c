@@ -15,21 +15,20 @@
 static const char *CMD = "tokenize";
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]\n\n"
-            "Print the token ids of a text, one \"id<TAB>piece\" line per token.\n\n"
-            "  -m, --model PATH  GGUF file with the vocabulary (a full model or a vocab-only file)\n"
-            "  --text TEXT       the text to tokenize\n"
-            "  --file PATH       read the text from PATH (\"-\" = stdin), bytes as they are\n"
-            "  --jsonl PATH      batch mode: PATH holds one JSON string per line; prints one JSON\n"
-            "                    object per line: {\"ids\":[...],\"decoded\":\"...\"} (decoded = the\n"
-            "                    ids decoded again, special tokens rendered)\n"
-            "  --json            print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\n"
-            "                    strings in the byte-level alphabet, e.g. \"\\u0120world\")\n"
-            "  --no-special      treat added tokens (<|im_start|>, <think>, ...) in the text as plain\n"
-            "                    text (default: they map to their ids, as in HF tokenizers)\n"
-            "  --bench           tokenize the input repeatedly for about 2 s and report MB/s\n"
-            "  -h, --help        this help\n");
+    fprintf(out, "usage: redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]\n\n"
+                 "Print the token ids of a text, one \"id<TAB>piece\" line per token.\n\n"
+                 "  -m, --model PATH  GGUF file with the vocabulary (a full model or a vocab-only file)\n"
+                 "  --text TEXT       the text to tokenize\n"
+                 "  --file PATH       read the text from PATH (\"-\" = stdin), bytes as they are\n"
+                 "  --jsonl PATH      batch mode: PATH holds one JSON string per line; prints one JSON\n"
+                 "                    object per line: {\"ids\":[...],\"decoded\":\"...\"} (decoded = the\n"
+                 "                    ids decoded again, special tokens rendered)\n"
+                 "  --json            print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\n"
+                 "                    strings in the byte-level alphabet, e.g. \"\\u0120world\")\n"
+                 "  --no-special      treat added tokens (<|im_start|>, <think>, ...) in the text as plain\n"
+                 "                    text (default: they map to their ids, as in HF tokenizers)\n"
+                 "  --bench           tokenize the input repeatedly for about 2 s and report MB/s\n"
+                 "  -h, --help        this help\n");
 }
 
 /* ---- small JSON helpers (strings only) ----------------------------------------------- */
@@ -52,16 +51,32 @@ static void json_str(FILE *o, const char *s, size_t n) {
             continue;
         }
         switch (c) {
-        case '"': fputs("\\\"", o); break;
-        case '\\': fputs("\\\\", o); break;
-        case '\n': fputs("\\n", o); break;
-        case '\r': fputs("\\r", o); break;
-        case '\t': fputs("\\t", o); break;
-        case '\b': fputs("\\b", o); break;
-        case '\f': fputs("\\f", o); break;
+        case '"':
+            fputs("\\\"", o);
+            break;
+        case '\\':
+            fputs("\\\\", o);
+            break;
+        case '\n':
+            fputs("\\n", o);
+            break;
+        case '\r':
+            fputs("\\r", o);
+            break;
+        case '\t':
+            fputs("\\t", o);
+            break;
+        case '\b':
+            fputs("\\b", o);
+            break;
+        case '\f':
+            fputs("\\f", o);
+            break;
         default:
-            if (c < 0x20 || c == 0x7F) fprintf(o, "\\u%04x", c);
-            else fputc(c, o);
+            if (c < 0x20 || c == 0x7F)
+                fprintf(o, "\\u%04x", c);
+            else
+                fputc(c, o);
         }
         i++;
     }
@@ -113,7 +128,8 @@ static size_t put_utf8(uint32_t cp, char *o) {
  * decoded length, or -1 with an error message in *why. */
 static long parse_json_line(const char *s, size_t n, char *out, const char **why) {
     size_t i = 0, o = 0;
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+        i++;
     if (i >= n || s[i] != '"') return *why = "expected a JSON string", -1;
     i++;
     for (;;) {
@@ -130,14 +146,30 @@ static long parse_json_line(const char *s, size_t n, char *out, const char **why
         char e = s[i + 1];
         i += 2;
         switch (e) {
-        case '"': out[o++] = '"'; break;
-        case '\\': out[o++] = '\\'; break;
-        case '/': out[o++] = '/'; break;
-        case 'b': out[o++] = '\b'; break;
-        case 'f': out[o++] = '\f'; break;
-        case 'n': out[o++] = '\n'; break;
-        case 'r': out[o++] = '\r'; break;
-        case 't': out[o++] = '\t'; break;
+        case '"':
+            out[o++] = '"';
+            break;
+        case '\\':
+            out[o++] = '\\';
+            break;
+        case '/':
+            out[o++] = '/';
+            break;
+        case 'b':
+            out[o++] = '\b';
+            break;
+        case 'f':
+            out[o++] = '\f';
+            break;
+        case 'n':
+            out[o++] = '\n';
+            break;
+        case 'r':
+            out[o++] = '\r';
+            break;
+        case 't':
+            out[o++] = '\t';
+            break;
         case 'u': {
             uint32_t cp, lo;
             if (i + 4 > n || hex4(s + i, &cp) < 0) return *why = "bad \\u escape", -1;
@@ -153,11 +185,13 @@ static long parse_json_line(const char *s, size_t n, char *out, const char **why
             o += put_utf8(cp, out + o);
             break;
         }
-        default: return *why = "unknown escape", -1;
+        default:
+            return *why = "unknown escape", -1;
         }
     }
     i++;
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+        i++;
     if (i != n) return *why = "trailing characters after the string", -1;
     return (long)o;
 }
@@ -215,13 +249,20 @@ static void print_piece(const char *p, size_t n) {
             i += len;
             continue;
         }
-        if (c == '\n') fputs("\\n", stdout);
-        else if (c == '\r') fputs("\\r", stdout);
-        else if (c == '\t') fputs("\\t", stdout);
-        else if (c == '\\') fputs("\\\\", stdout);
-        else if (c == '\'') fputs("\\'", stdout);
-        else if (c < 0x20 || c >= 0x7F) printf("\\x%02x", c);
-        else putchar(c);
+        if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\r')
+            fputs("\\r", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c == '\\')
+            fputs("\\\\", stdout);
+        else if (c == '\'')
+            fputs("\\'", stdout);
+        else if (c < 0x20 || c >= 0x7F)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
         i++;
     }
     putchar('\'');
@@ -259,7 +300,8 @@ static int run_jsonl(const tokenizer *t, const char *path, unsigned flags) {
                 break;
             }
             fputs("{\"ids\":[", stdout);
-            for (size_t i = 0; i < ids.n; i++) printf(i ? ",%d" : "%d", ids.ids[i]);
+            for (size_t i = 0; i < ids.n; i++)
+                printf(i ? ",%d" : "%d", ids.ids[i]);
             fputs("],\"decoded\":", stdout);
             json_str(stdout, dec, dl);
             fputs("}\n", stdout);
@@ -298,7 +340,8 @@ static int run_bench(const tokenizer *t, const char *text, size_t n, unsigned fl
     } while (el < 2.0);
     double cpu = cpu_now() - c0;
     tok_ids_free(&ids);
-    double mbs = (double)n * (double)iters / el / 1e6, mbs_cpu = cpu > 0 ? (double)n * (double)iters / cpu / 1e6 : 0;
+    double mbs = (double)n * (double)iters / el / 1e6,
+           mbs_cpu = cpu > 0 ? (double)n * (double)iters / cpu / 1e6 : 0;
     if (json)
         printf("{\"bytes\":%zu,\"tokens\":%zu,\"iterations\":%zu,\"seconds\":%.3f,\"cpu_seconds\":%.3f,"
                "\"mb_per_s\":%.2f,\"mb_per_cpu_s\":%.2f}\n",
@@ -371,7 +414,8 @@ int cmd_tokenize(int argc, char **argv) {
             rc = cli_fail(CMD, 1, "%s", rl_lasterr());
         } else if (json) {
             printf("{\"n_tokens\":%zu,\"ids\":[", ids.n);
-            for (size_t i = 0; i < ids.n; i++) printf(i ? ",%d" : "%d", ids.ids[i]);
+            for (size_t i = 0; i < ids.n; i++)
+                printf(i ? ",%d" : "%d", ids.ids[i]);
             fputs("],\"tokens\":[", stdout);
             for (size_t i = 0; i < ids.n; i++) {
                 size_t tl;

@@ -53,7 +53,8 @@ static int32_t byte_token(const tokenizer *t, uint8_t b) {
     uint32_t cp = b;
     if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
         cp = 0x100;
-        for (int x = 0; x < b; x++) cp += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+        for (int x = 0; x < b; x++)
+            cp += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
     }
     char u[3];
     size_t n;
@@ -81,10 +82,12 @@ static void test_vocab(const tokenizer *t) {
     CHECK(tokenizer_token_type(t, 151644) == TOK_TYPE_CONTROL, "im_start control");
     CHECK(tokenizer_token_type(t, 151667) == TOK_TYPE_USER_DEFINED, "<think> user-defined");
     CHECK(tokenizer_token_type(t, 151700) == TOK_TYPE_UNUSED, "[PAD] unused");
-    CHECK(tokenizer_token_type(t, -1) == TOK_TYPE_UNDEFINED && tokenizer_token_type(t, 151936) == TOK_TYPE_UNDEFINED,
+    CHECK(tokenizer_token_type(t, -1) == TOK_TYPE_UNDEFINED &&
+              tokenizer_token_type(t, 151936) == TOK_TYPE_UNDEFINED,
           "out of range type");
     size_t len;
-    CHECK(tokenizer_token_text(t, 151936, &len) == NULL && tokenizer_token_piece(t, -5, &len) == NULL, "range");
+    CHECK(tokenizer_token_text(t, 151936, &len) == NULL && tokenizer_token_piece(t, -5, &len) == NULL,
+          "range");
     const char *p = tokenizer_token_piece(t, 1879, &len);
     CHECK(len == 6 && memcmp(p, " world", 6) == 0, "piece of Ġworld");
     p = tokenizer_token_text(t, 1879, &len);
@@ -97,7 +100,8 @@ static void test_vocab(const tokenizer *t) {
     CHECK(!tokenizer_is_eog(t, 151644) && !tokenizer_is_eog(t, 9707), "im_start / Hello are not eog");
     CHECK(tokenizer_is_added(t, 151657) && !tokenizer_is_added(t, 151700) && !tokenizer_is_added(t, 100),
           "is_added");
-    for (int b = 0; b < 256; b++) CHECK(byte_token(t, (uint8_t)b) >= 0, "byte token 0x%02x", b);
+    for (int b = 0; b < 256; b++)
+        CHECK(byte_token(t, (uint8_t)b) >= 0, "byte token 0x%02x", b);
 }
 
 static void test_encode_basic(const tokenizer *t) {
@@ -127,11 +131,13 @@ static void test_special_switch(const tokenizer *t) {
     tok_ids on = enc(t, txt, n, TOK_PARSE_SPECIAL);
     CHECK(on.n >= 6 && on.ids[0] == 151644 && on.ids[on.n - 1] == 151645, "specials matched");
     bool think = false;
-    for (size_t i = 0; i < on.n; i++) think |= on.ids[i] == 151667;
+    for (size_t i = 0; i < on.n; i++)
+        think |= on.ids[i] == 151667;
     CHECK(think, "<think> matched (user-defined)");
     tok_ids off = enc(t, txt, n, 0);
     bool any = false;
-    for (size_t i = 0; i < off.n; i++) any |= tokenizer_is_added(t, off.ids[i]);
+    for (size_t i = 0; i < off.n; i++)
+        any |= tokenizer_is_added(t, off.ids[i]);
     CHECK(!any, "no added token ids without TOK_PARSE_SPECIAL");
     char *s = dec(t, &off, 0, &len);
     CHECK(len == n && memcmp(s, txt, n) == 0, "plain-text specials round trip");
@@ -145,7 +151,8 @@ static void test_special_switch(const tokenizer *t) {
     free(s);
     /* longest match: "<|im_end|>" must not be cut at a shorter prefix; partial text is text */
     tok_ids p = enc(t, "<|im_end|", 9, TOK_PARSE_SPECIAL);
-    for (size_t i = 0; i < p.n; i++) CHECK(!tokenizer_is_added(t, p.ids[i]), "partial special is text");
+    for (size_t i = 0; i < p.n; i++)
+        CHECK(!tokenizer_is_added(t, p.ids[i]), "partial special is text");
     tok_ids_free(&p);
     /* [PAD] ids are not added tokens: their text stays text */
     p = enc(t, "[PAD151700]", 11, TOK_PARSE_SPECIAL);
@@ -181,7 +188,8 @@ static void test_stream_split_chars(const tokenizer *t) {
     tokdec_free(&d);
 
     /* real text whose tokens split characters: chunks are whole characters and add up */
-    const char *txt = "🤷‍♀️ 中文字符 ü ŋ 👨‍👩‍👧‍👦 ∑ 𝔘𝔫𝔦 ÿ ẞ ᚠᚢᚦ 🇯🇵 a";
+    const char *txt = "🤷‍♀️ 中文字符 ü ŋ 👨‍👩‍👧‍👦 ∑ 𝔘𝔫𝔦 ÿ ẞ ᚠᚢᚦ 🇯🇵 "
+                      "a";
     size_t n = strlen(txt);
     tok_ids v = enc(t, txt, n, TOK_PARSE_SPECIAL);
     tokdec_init(&d, t, 0);
@@ -218,7 +226,11 @@ static void test_stream_invalid(const tokenizer *t) {
     o = tokdec_push(&d, byte_token(t, 0x82), &len);
     CHECK(len == 0, "E2 82 held");
     o = tokdec_push(&d, byte_token(t, 'a'), &len);
-    CHECK(len == 4 && memcmp(o, "\xef\xbf\xbd" "a", 4) == 0, "E2 82 a -> U+FFFD a");
+    CHECK(len == 4 && memcmp(o,
+                             "\xef\xbf\xbd"
+                             "a",
+                             4) == 0,
+          "E2 82 a -> U+FFFD a");
     o = tokdec_push(&d, byte_token(t, 0xF0), &len);
     o = tokdec_flush(&d, &len);
     CHECK(len == 3 && memcmp(o, "\xef\xbf\xbd", 3) == 0, "flush of a held lead byte -> U+FFFD");
@@ -227,7 +239,11 @@ static void test_stream_invalid(const tokenizer *t) {
     tokdec_init(&d, t, 0);
     tokdec_push(&d, byte_token(t, 0xE2), &len);
     o = tokdec_push(&d, byte_token(t, 'a'), &len);
-    CHECK(len == 2 && memcmp(o, "\xe2" "a", 2) == 0, "raw ill-formed byte");
+    CHECK(len == 2 && memcmp(o,
+                             "\xe2"
+                             "a",
+                             2) == 0,
+          "raw ill-formed byte");
     tokdec_push(&d, byte_token(t, 0xF0), &len);
     o = tokdec_flush(&d, &len);
     CHECK(len == 1 && (uint8_t)o[0] == 0xF0, "raw flush");
@@ -264,7 +280,8 @@ static void test_stream_invalid(const tokenizer *t) {
         size_t m = rl_rng_u64(&r) % sizeof buf;
         for (size_t i = 0; i < m; i++) {
             uint8_t b;
-            do b = (uint8_t)rl_rng_u64(&r);
+            do
+                b = (uint8_t)rl_rng_u64(&r);
             while (b >= 0xCC && b <= 0xF4);
             buf[i] = (char)b;
         }
@@ -283,11 +300,24 @@ static void test_utf8_len(void) {
         size_t n, want;
     } cases[] = {
         {"a", 1, 1},
-        {"\xc2\x80", 2, 2},         {"\xdf\xbf", 2, 2},         {"\xc0\x80", 2, 0},         {"\xc1\xbf", 2, 0},
-        {"\xe0\xa0\x80", 3, 3},     {"\xe0\x9f\xbf", 3, 0},     {"\xed\x9f\xbf", 3, 3},     {"\xed\xa0\x80", 3, 0},
-        {"\xef\xbf\xbf", 3, 3},     {"\xf0\x90\x80\x80", 4, 4}, {"\xf0\x8f\xbf\xbf", 4, 0}, {"\xf4\x8f\xbf\xbf", 4, 4},
-        {"\xf4\x90\x80\x80", 4, 0}, {"\xf5\x80\x80\x80", 4, 0}, {"\x80", 1, 0},             {"\xe2\x82", 2, 0},
-        {"\xe2\x82\xac", 3, 3},     {"\xff", 1, 0},
+        {"\xc2\x80", 2, 2},
+        {"\xdf\xbf", 2, 2},
+        {"\xc0\x80", 2, 0},
+        {"\xc1\xbf", 2, 0},
+        {"\xe0\xa0\x80", 3, 3},
+        {"\xe0\x9f\xbf", 3, 0},
+        {"\xed\x9f\xbf", 3, 3},
+        {"\xed\xa0\x80", 3, 0},
+        {"\xef\xbf\xbf", 3, 3},
+        {"\xf0\x90\x80\x80", 4, 4},
+        {"\xf0\x8f\xbf\xbf", 4, 0},
+        {"\xf4\x8f\xbf\xbf", 4, 4},
+        {"\xf4\x90\x80\x80", 4, 0},
+        {"\xf5\x80\x80\x80", 4, 0},
+        {"\x80", 1, 0},
+        {"\xe2\x82", 2, 0},
+        {"\xe2\x82\xac", 3, 3},
+        {"\xff", 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK(tok_utf8_len((const uint8_t *)cases[i].s, cases[i].n) == cases[i].want, "utf8 case %zu", i);
