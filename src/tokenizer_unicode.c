@@ -99,6 +99,7 @@ uint8_t tok_class_nonascii(uint32_t cp) {
 /* ---- NFC -------------------------------------------------------------------------------- */
 
 static int buf_append(tok_buf *c, const uint8_t *s, size_t n) {
+    if (n == 0) return 0;
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 256;
         while (cap < c->len + n)
