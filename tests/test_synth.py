@@ -264,3 +264,21 @@ def test_full_size_censuses():
     assert c["Q2_K"][0] == 1 + 6 and c["Q4_K"][0] == 12 + 36 and c["Q5_K"][0] == 1
     c, _ = census("cf2", "--mtp")
     assert c["IQ2_XS"][0] == 3 * 9
+
+
+def test_bench_json(tiny):
+    r = redlite("bench", "-m", str(tiny), "--n-decode", "4", "--reps", "2", "--warmup", "1", "--depth", "8",
+                "--prompt", "16,32", "--batch", "16", "--json", "--profile", "-t", "2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert [d["depth"] for d in j["decode"]] == [0, 8]
+    assert all(d["tok_s"] > 0 and d["gb_s"] > 0 and len(d["runs_tok_s"]) == 2 for d in j["decode"])
+    assert [p["n_tokens"] for p in j["prompt"]] == [16, 32] and all(p["tok_s"] > 0 for p in j["prompt"])
+    bpt = j["bytes_per_token"]
+    assert bpt["routed_experts"] > 0 and bpt["dense"] > bpt["routed_experts"]  # tiny: the head dominates
+    assert j["peak_rss_bytes"] > 0 and j["backend"] == "cpu"
+    stages = {s["stage"]: s for s in j["profile"]["decode"]}
+    assert stages["moe experts"]["ms_per_token"] > 0 and stages["output head"]["ms_per_token"] > 0
+    assert abs(sum(s["pct"] for s in j["profile"]["decode"]) - 100) < 0.01
+    bad = redlite("bench", "-m", str(tiny), "--prompt", "x")
+    assert bad.returncode == 2

@@ -1,0 +1,604 @@
+/* cmd_bench.c — `redlite bench`: decode and prompt-ingestion speed of a model, with the
+ * effective bandwidth over the bytes one token must read and an optional per-stage profile.
+ *
+ * Decode: after a warm-up, N timed runs of --n-decode single steps (random token ids, fixed
+ * seed) from position 0 and, with --depth D, from a context already filled with D tokens
+ * (restored from a snapshot before each run); the median run is reported. Prompt ingestion:
+ * engine_prefill of 512 and 2048 random tokens (--prompt) in --batch chunks.
+ *
+ * Bytes per decoded token = dense weights (everything but the routed experts, the MTP block and
+ * the embedding table, of which one row) + top-k of each layer's experts (k/E of its *_exps
+ * bytes) + recurrent state (read and written) + the KV cache rows attention reads at that
+ * position (f32). GB/s = bytes per token x tokens per second.
+ *
+ * --profile splits a token's time into stages without touching the engine: it timestamps the
+ * engine's debug observers (named activations, router choices) and the routed-expert source
+ * (acquire / release around the routed experts), and attributes each interval by the pair of
+ * events that bound it. The observers are off while the speed itself is measured. "moe experts"
+ * is acquire..release: the routed experts and, in the current engine, the shared expert, which
+ * runs in the same dispatch; "moe tail" is release..ffn_out (the weighted sum).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "json.h"
+#include "kern.h"
+
+static const char *USAGE =
+    "usage: redlite bench -m MODEL [options]\n"
+    "\n"
+    "Measure decode and prompt-ingestion speed (random token ids, deterministic).\n"
+    "\n"
+    "  -m, --model FILE     GGUF model\n"
+    "  -t, --threads N      threads (default: all CPUs)\n"
+    "  --n-decode N         decode steps per timed run (default 32)\n"
+    "  --reps N             timed runs per measurement; the median is reported (default 3)\n"
+    "  --warmup N           untimed decode steps first (default 2)\n"
+    "  --depth N            also decode after N tokens of filled context (default 0: off)\n"
+    "  --prompt LIST        prompt lengths to ingest, comma separated (default 512,2048; 0 = none)\n"
+    "  --batch N            rows per forward chunk while ingesting (default 512)\n"
+    "  --backend NAME       cpu, cuda or auto (default cpu)\n"
+    "  --reference          CPU: the double-precision reference arithmetic instead of the fast kernels\n"
+    "  --seed N             token-id seed (default 1)\n"
+    "  --profile            per-stage time breakdown of a decode run and of the first prompt\n"
+    "  --json               one JSON object on stdout\n";
+
+/* ---- bytes a token reads ------------------------------------------------------------------ */
+
+enum {
+    ST_OTHER,
+    ST_DN_PROJ,
+    ST_DN_REC,
+    ST_DN_OUT,
+    ST_ATT_CORE,
+    ST_ATT_OUT,
+    ST_ROUTER,
+    ST_EXPERTS,
+    ST_SHARED,
+    ST_HEAD,
+    ST_N
+};
+static const char *const stage_names[ST_N] = {
+    "norms/residual/other", "deltanet projections", "deltanet conv+recurrence",
+    "deltanet ssm_out",     "attention qkv+core",   "attention output",
+    "moe router",           "moe experts",          "moe tail",
+    "output head"};
+
+typedef struct {
+    double stage[ST_N];    /* bytes per decoded token per stage (weights + state; KV separately) */
+    double dense, experts; /* weights read per token */
+    double state;          /* recurrent + conv state, read and written */
+    double kv_per_pos;     /* K and V bytes attention reads per position of context */
+    uint64_t file_bytes;
+} token_bytes;
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+static void count_bytes(const engine *e, token_bytes *b) {
+    const q3n_hparams *hp = engine_hparams(e);
+    const gguf_file *f = engine_gguf((engine *)e);
+    memset(b, 0, sizeof *b);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        const char *n = t->name;
+        double nb = (double)t->nbytes;
+        b->file_bytes += t->nbytes;
+        int layer = -1;
+        if (sscanf(n, "blk.%d.", &layer) == 1 && layer >= hp->n_layer) continue; /* MTP block */
+        if (strstr(n, "_exps.")) {
+            double per_tok = nb * hp->n_expert_used / hp->n_expert;
+            b->experts += per_tok;
+            b->stage[ST_EXPERTS] += per_tok;
+            continue;
+        }
+        if (!strcmp(n, "token_embd.weight")) nb = t->ne[1] ? nb / (double)t->ne[1] : nb; /* one row */
+        b->dense += nb;
+        int st = ST_OTHER;
+        if (has_suffix(n, "attn_qkv.weight") || has_suffix(n, "attn_gate.weight") ||
+            has_suffix(n, "ssm_ba.weight") || has_suffix(n, "ssm_in.weight"))
+            st = ST_DN_PROJ;
+        else if (has_suffix(n, "ssm_out.weight"))
+            st = ST_DN_OUT;
+        else if (has_suffix(n, "attn_q.weight") || has_suffix(n, "attn_k.weight") ||
+                 has_suffix(n, "attn_v.weight"))
+            st = ST_ATT_CORE;
+        else if (has_suffix(n, "attn_output.weight"))
+            st = ST_ATT_OUT;
+        else if (has_suffix(n, "ffn_gate_inp.weight"))
+            st = ST_ROUTER;
+        else if (strstr(n, "shexp"))
+            st = ST_EXPERTS; /* computed together with the routed experts */
+        else if (!strcmp(n, "output.weight"))
+            st = ST_HEAD;
+        b->stage[st] += nb;
+    }
+    int n_attn = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        n_attn += hp->is_attn[il];
+    double per_dn = 4.0 * (double)(q3n_ssm_floats(hp) + q3n_conv_floats(hp));
+    b->state = 2.0 * per_dn * (hp->n_layer - n_attn);
+    b->stage[ST_DN_REC] += b->state;
+    b->kv_per_pos = 2.0 * 4.0 * hp->n_head_kv * hp->head_dim * n_attn;
+}
+
+/* bytes one decoded token reads at context position pos */
+static double bytes_at(const token_bytes *b, double pos) {
+    return b->dense + b->experts + b->state + b->kv_per_pos * pos;
+}
+
+/* ---- profile via the engine's observers ------------------------------------------------------ */
+
+enum {
+    EV_START,
+    EV_OTHER,
+    EV_ATTN_NORM,
+    EV_DN_CONV,
+    EV_DN_GATED,
+    EV_ATT_GATED,
+    EV_ATTN_OUT,
+    EV_FFN_NORM,
+    EV_ROUTE,
+    EV_ACQUIRE,
+    EV_RELEASE,
+    EV_FFN_OUT,
+    EV_RESULT_NORM,
+    EV_END
+};
+
+typedef struct {
+    const q3n_model *m;
+    double t_last;
+    int last;
+    double sec[ST_N];
+} prof;
+
+static int stage_of(int prev, int cur) {
+    switch (cur) {
+    case EV_DN_CONV:
+        return prev == EV_ATTN_NORM ? ST_DN_PROJ : ST_DN_REC;
+    case EV_DN_GATED:
+        return ST_DN_REC;
+    case EV_ATT_GATED:
+        return ST_ATT_CORE;
+    case EV_ATTN_OUT:
+        return prev == EV_DN_GATED ? ST_DN_OUT : prev == EV_ATT_GATED ? ST_ATT_OUT : ST_OTHER;
+    case EV_ROUTE:
+    case EV_ACQUIRE:
+        return prev == EV_FFN_NORM || prev == EV_ROUTE ? ST_ROUTER : ST_OTHER;
+    case EV_RELEASE:
+        return ST_EXPERTS;
+    case EV_FFN_OUT:
+        return prev == EV_RELEASE ? ST_SHARED : ST_OTHER;
+    case EV_END:
+        return prev == EV_RESULT_NORM ? ST_HEAD : ST_OTHER;
+    default:
+        return ST_OTHER;
+    }
+}
+
+static void mark(prof *p, int ev) {
+    double now = rl_now();
+    p->sec[stage_of(p->last, ev)] += now - p->t_last;
+    p->t_last = now;
+    p->last = ev;
+}
+
+static void on_dump(void *ud, const char *name, int layer, int row, const float *x, int n) {
+    static const struct {
+        const char *name;
+        int ev;
+    } evs[] = {{"attn_norm", EV_ATTN_NORM},  {"dn_conv", EV_DN_CONV},        {"dn_gated", EV_DN_GATED},
+               {"attn_gated", EV_ATT_GATED}, {"attn_out", EV_ATTN_OUT},      {"ffn_norm", EV_FFN_NORM},
+               {"ffn_out", EV_FFN_OUT},      {"result_norm", EV_RESULT_NORM}};
+    int ev = EV_OTHER;
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (!strcmp(name, evs[i].name)) ev = evs[i].ev;
+    mark(ud, ev);
+}
+
+static void on_route(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *p,
+                     int k) {
+    mark(ud, EV_ROUTE);
+}
+
+/* The mapped-file expert source (slices of the *_exps tensors), with timestamps. */
+static int prof_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
+                        const uint8_t **down) {
+    prof *p = ud;
+    mark(p, EV_ACQUIRE);
+    const q3n_layer *L = &p->m->layers[il];
+    size_t ff = (size_t)p->m->hp.n_ff_exp, D = (size_t)p->m->hp.n_embd;
+    for (int i = 0; i < n; i++) {
+        size_t e = (size_t)ids[i];
+        if (L->fused_gate_up) {
+            gate[i] = L->gate_exps.data + e * 2 * ff * L->gate_exps.row_bytes;
+            up[i] = gate[i] + ff * L->gate_exps.row_bytes;
+        } else {
+            gate[i] = L->gate_exps.data + e * ff * L->gate_exps.row_bytes;
+            up[i] = L->up_exps.data + e * ff * L->up_exps.row_bytes;
+        }
+        down[i] = L->down_exps.data + e * D * L->down_exps.row_bytes;
+    }
+    return 0;
+}
+
+static void prof_release(void *ud, int il) {
+    mark(ud, EV_RELEASE);
+}
+
+static void prof_begin(engine_ctx *c, prof *p) {
+    engine_set_hooks(c, on_dump, on_route, p);
+    q3n_expert_src src = {.acquire = prof_acquire, .release = prof_release, .ud = p};
+    engine_set_expert_src(c, &src);
+}
+
+static void prof_end(engine_ctx *c) {
+    engine_set_hooks(c, NULL, NULL, NULL);
+    engine_set_expert_src(c, NULL);
+}
+
+/* ---- measurements ------------------------------------------------------------------------- */
+
+typedef struct {
+    engine *e;
+    engine_ctx *c;
+    float *logits;
+    rl_rng rng;
+    int n_vocab;
+} bench;
+
+static int32_t rand_tok(bench *b) {
+    return (int32_t)(rl_rng_u64(&b->rng) % (uint64_t)b->n_vocab);
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double *s = malloc(sizeof(double) * (size_t)n);
+    if (!s) return v[0];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_dbl);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+/* n decode steps from the current state; tokens/s, or -1 on error. p: profile (optional). */
+static double decode_run(bench *b, int n, prof *p) {
+    double t0 = rl_now();
+    if (p) p->t_last = t0, p->last = EV_START;
+    for (int i = 0; i < n; i++) {
+        if (engine_step(b->c, rand_tok(b), b->logits)) return -1;
+        if (p) mark(p, EV_END), p->last = EV_START;
+    }
+    return n / (rl_now() - t0);
+}
+
+static double prefill_run(bench *b, int n, prof *p) {
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n);
+    if (!tok) return rl_seterr("out of memory"), -1;
+    for (int i = 0; i < n; i++)
+        tok[i] = rand_tok(b);
+    engine_reset(b->c);
+    double t0 = rl_now();
+    if (p) p->t_last = t0, p->last = EV_START;
+    int rc = engine_prefill(b->c, tok, n, b->logits);
+    if (p && !rc) mark(p, EV_END);
+    double dt = rl_now() - t0;
+    free(tok);
+    return rc ? -1 : n / dt;
+}
+
+typedef struct {
+    int depth;
+    double tok_s, all[64], pos_avg;
+    int reps;
+} decode_res;
+
+typedef struct {
+    int n;
+    double tok_s, all[64];
+    int reps;
+} prompt_res;
+
+static void print_profile(const char *title, const prof *p, double per, const token_bytes *tb,
+                          json_writer *j) {
+    double tot = 0;
+    for (int s = 0; s < ST_N; s++)
+        tot += p->sec[s];
+    if (j) {
+        json_key(j, title);
+        json_arr_begin(j);
+    } else {
+        printf("\nprofile: %s (%.3f ms per token)\n  %-26s %10s %6s", title, 1e3 * tot / per, "stage",
+               "ms/token", "%");
+        printf(tb ? " %10s %8s\n" : "\n", "MB/token", "GB/s");
+    }
+    for (int s = 0; s < ST_N; s++) {
+        double ms = 1e3 * p->sec[s] / per, mb = tb ? tb->stage[s] / 1e6 : 0;
+        double gbs = tb && p->sec[s] > 0 && s != ST_OTHER ? tb->stage[s] * per / p->sec[s] / 1e9 : 0;
+        if (j) {
+            json_obj_begin(j);
+            json_kv_str(j, "stage", stage_names[s]);
+            json_kv_num(j, "ms_per_token", ms);
+            json_kv_num(j, "pct", tot > 0 ? 100 * p->sec[s] / tot : 0);
+            if (tb) {
+                json_kv_num(j, "bytes_per_token", tb->stage[s]);
+                json_kv_num(j, "gb_s", gbs);
+            }
+            json_obj_end(j);
+        } else if (tb && s != ST_OTHER) {
+            printf("  %-26s %10.3f %5.1f%% %10.2f %8.2f\n", stage_names[s], ms,
+                   tot > 0 ? 100 * p->sec[s] / tot : 0, mb, gbs);
+        } else {
+            printf("  %-26s %10.3f %5.1f%%\n", stage_names[s], ms, tot > 0 ? 100 * p->sec[s] / tot : 0);
+        }
+    }
+    if (j) json_arr_end(j);
+}
+
+static bool parse_list(const char *s, int *out, int *n, int max) {
+    *n = 0;
+    if (!strcmp(s, "0") || !strcmp(s, "none")) return true;
+    for (const char *p = s; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v <= 0 || v > (1 << 24) || *n == max) return false;
+        out[(*n)++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return false;
+    }
+    return *n > 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *backend = NULL, *v;
+    long long n_decode = 32, reps = 3, warmup = 2, depth = 0, batch = 512, threads = 0, seed = 1;
+    int prompts[16] = {512, 2048}, n_prompts = 2;
+    bool json = false, profile = false, reference = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long long *iv = NULL, lo = 0, hi = 1 << 24;
+        if (cli_is_help(a)) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_need_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--backend")) {
+            if (!(backend = cli_need_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--prompt")) {
+            if (!(v = cli_need_value("bench", argc, argv, &i))) return 2;
+            if (!parse_list(v, prompts, &n_prompts, 16))
+                return cli_fail("bench", 2, "--prompt expects lengths like 512,2048 (or 0), got '%s'", v);
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--profile")) {
+            profile = true;
+        } else if (!strcmp(a, "--reference")) {
+            reference = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            iv = &threads, hi = 1024;
+        } else if (!strcmp(a, "--n-decode")) {
+            iv = &n_decode, lo = 1;
+        } else if (!strcmp(a, "--reps")) {
+            iv = &reps, lo = 1, hi = 64;
+        } else if (!strcmp(a, "--warmup")) {
+            iv = &warmup;
+        } else if (!strcmp(a, "--depth")) {
+            iv = &depth;
+        } else if (!strcmp(a, "--batch")) {
+            iv = &batch, lo = 1, hi = 4096;
+        } else if (!strcmp(a, "--seed")) {
+            iv = &seed, hi = INT64_MAX;
+        } else {
+            return cli_fail("bench", 2, "unknown option '%s' (see redlite bench --help)", a);
+        }
+        if (iv &&
+            (!(v = cli_need_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, lo, hi, iv)))
+            return 2;
+    }
+    if (!model) return cli_fail("bench", 2, "need -m MODEL (see redlite bench --help)");
+
+    double t_load = rl_now();
+    engine_params ep = {
+        .n_threads = (int)threads, .backend = backend, .reference = reference, .progress = !json};
+    bench b = {0};
+    if (!(b.e = engine_open(model, &ep))) return cli_fail("bench", 1, "%s", rl_lasterr());
+    t_load = rl_now() - t_load;
+    const q3n_hparams *hp = engine_hparams(b.e);
+    b.n_vocab = hp->n_vocab;
+    rl_rng_seed(&b.rng, (uint64_t)seed);
+    int max_prompt = 0;
+    for (int i = 0; i < n_prompts; i++)
+        max_prompt = prompts[i] > max_prompt ? prompts[i] : max_prompt;
+    long long need = depth + warmup + n_decode;
+    if (need < max_prompt) need = max_prompt;
+    if (need > (1 << 24)) return cli_fail("bench", 2, "--depth + --n-decode is too large");
+    engine_ctx_params cp = {.n_ctx = (int)need + 8, .n_batch = (int)batch};
+    int rc = 1;
+    engine_snapshot *snap = NULL;
+    token_bytes tb;
+    count_bytes(b.e, &tb);
+    decode_res dec[2] = {{0}};
+    prompt_res pr[16] = {{0}};
+    int n_dec = 0;
+    prof pdec = {.m = engine_model(b.e)}, ppre = {.m = engine_model(b.e)};
+    b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    if (!b.logits || !(b.c = engine_ctx_new(b.e, &cp))) {
+        cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
+        goto done;
+    }
+    char path[96];
+    if (!strcmp(engine_backend_name(b.e), "cpu"))
+        snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
+    else
+        snprintf(path, sizeof path, "%s", "device");
+    if (!json) {
+        printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", model,
+               (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
+               t_load);
+        printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(b.e), path,
+               kern_level_name(kern_level()), threads ? (int)threads : rl_ncpu());
+        printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
+               "%.1f KB per "
+               "position\n",
+               bytes_at(&tb, 0) / 1e6, tb.dense / 1e6, tb.experts / 1e6, tb.state / 1e6, tb.kv_per_pos / 1e3);
+        fflush(stdout);
+    }
+    /* decode at position 0 */
+    engine_reset(b.c);
+    if (warmup && decode_run(&b, (int)warmup, NULL) < 0) goto fail;
+    for (int d = 0; d < (depth ? 2 : 1); d++) {
+        decode_res *r = &dec[n_dec++];
+        r->depth = d ? (int)depth : 0;
+        r->reps = (int)reps;
+        r->pos_avg = r->depth + 0.5 * (double)n_decode;
+        if (d) { /* fill the context once, then restore it before every run */
+            int32_t *tok = malloc(sizeof(int32_t) * (size_t)depth);
+            if (!tok) goto fail;
+            for (int i = 0; i < depth; i++)
+                tok[i] = rand_tok(&b);
+            engine_reset(b.c);
+            int e = engine_prefill(b.c, tok, (int)depth, b.logits);
+            free(tok);
+            if (e || !(snap = engine_snapshot_new(b.c)) || engine_snapshot_save(b.c, snap)) goto fail;
+        }
+        for (int k = 0; k < reps; k++) {
+            if (d ? engine_snapshot_restore(b.c, snap) : (engine_reset(b.c), 0)) goto fail;
+            if ((r->all[k] = decode_run(&b, (int)n_decode, NULL)) < 0) goto fail;
+        }
+        r->tok_s = median(r->all, (int)reps);
+        if (!json) {
+            printf(
+                "decode    ctx %-6d %8.3f tok/s  %9.2f ms/tok  %7.2f GB/s   (median of %d x %lld tokens)\n",
+                r->depth, r->tok_s, 1e3 / r->tok_s, bytes_at(&tb, r->pos_avg) * r->tok_s / 1e9, r->reps,
+                n_decode);
+            fflush(stdout);
+        }
+    }
+    for (int i = 0; i < n_prompts; i++) {
+        prompt_res *r = &pr[i];
+        r->n = prompts[i];
+        r->reps = (int)reps;
+        for (int k = 0; k < reps; k++)
+            if ((r->all[k] = prefill_run(&b, r->n, NULL)) < 0) goto fail;
+        r->tok_s = median(r->all, (int)reps);
+        if (!json) {
+            printf("prompt    %-10d %8.2f tok/s  %9.2f s         (median of %d, batch %lld)\n", r->n,
+                   r->tok_s, r->n / r->tok_s, r->reps, batch);
+            fflush(stdout);
+        }
+    }
+    if (profile) {
+        prof_begin(b.c, &pdec);
+        engine_reset(b.c);
+        if (decode_run(&b, (int)n_decode, &pdec) < 0) goto fail;
+        prof_begin(b.c, &ppre);
+        if (n_prompts && prefill_run(&b, prompts[0], &ppre) < 0) goto fail;
+        prof_end(b.c);
+    }
+    uint64_t rss = rl_peak_rss();
+    if (json) {
+        json_writer j;
+        json_init(&j, stdout, 2);
+        json_obj_begin(&j);
+        json_kv_str(&j, "model", model);
+        json_kv_uint(&j, "file_bytes", tb.file_bytes);
+        json_kv_str(&j, "backend", engine_backend_name(b.e));
+        json_kv_str(&j, "path", path);
+        json_kv_str(&j, "cpu_kernels", kern_level_name(kern_level()));
+        json_kv_int(&j, "threads", threads ? threads : rl_ncpu());
+        json_kv_num(&j, "load_seconds", t_load);
+        json_key(&j, "hparams");
+        json_obj_begin(&j);
+        json_kv_int(&j, "n_layer", hp->n_layer);
+        json_kv_int(&j, "n_embd", hp->n_embd);
+        json_kv_int(&j, "n_expert", hp->n_expert);
+        json_kv_int(&j, "n_expert_used", hp->n_expert_used);
+        json_kv_int(&j, "n_vocab", hp->n_vocab);
+        json_obj_end(&j);
+        json_key(&j, "bytes_per_token");
+        json_obj_begin(&j);
+        json_kv_num(&j, "dense", tb.dense);
+        json_kv_num(&j, "routed_experts", tb.experts);
+        json_kv_num(&j, "state", tb.state);
+        json_kv_num(&j, "kv_per_position", tb.kv_per_pos);
+        json_kv_num(&j, "total_ctx0", bytes_at(&tb, 0));
+        json_obj_end(&j);
+        json_key(&j, "decode");
+        json_arr_begin(&j);
+        for (int d = 0; d < n_dec; d++) {
+            json_obj_begin(&j);
+            json_kv_int(&j, "depth", dec[d].depth);
+            json_kv_int(&j, "n_tokens", n_decode);
+            json_kv_num(&j, "tok_s", dec[d].tok_s);
+            json_kv_num(&j, "ms_per_token", 1e3 / dec[d].tok_s);
+            json_kv_num(&j, "gb_s", bytes_at(&tb, dec[d].pos_avg) * dec[d].tok_s / 1e9);
+            json_key(&j, "runs_tok_s");
+            json_arr_begin(&j);
+            for (int k = 0; k < dec[d].reps; k++)
+                json_num(&j, dec[d].all[k]);
+            json_arr_end(&j);
+            json_obj_end(&j);
+        }
+        json_arr_end(&j);
+        json_key(&j, "prompt");
+        json_arr_begin(&j);
+        for (int i = 0; i < n_prompts; i++) {
+            json_obj_begin(&j);
+            json_kv_int(&j, "n_tokens", pr[i].n);
+            json_kv_int(&j, "batch", batch);
+            json_kv_num(&j, "tok_s", pr[i].tok_s);
+            json_key(&j, "runs_tok_s");
+            json_arr_begin(&j);
+            for (int k = 0; k < pr[i].reps; k++)
+                json_num(&j, pr[i].all[k]);
+            json_arr_end(&j);
+            json_obj_end(&j);
+        }
+        json_arr_end(&j);
+        json_kv_uint(&j, "peak_rss_bytes", rss);
+        if (profile) {
+            json_key(&j, "profile");
+            json_obj_begin(&j);
+            print_profile("decode", &pdec, (double)n_decode, &tb, &j);
+            if (n_prompts) print_profile("prompt", &ppre, (double)prompts[0], NULL, &j);
+            json_obj_end(&j);
+        }
+        json_obj_end(&j);
+        if (json_finish(&j)) {
+            cli_fail("bench", 1, "error writing the JSON output");
+            goto done;
+        }
+    } else {
+        printf("memory    peak RSS %.2f GiB\n", (double)rss / (1u << 30));
+        if (profile) {
+            print_profile("decode", &pdec, (double)n_decode, &tb, NULL);
+            if (n_prompts) {
+                char t[64];
+                snprintf(t, sizeof t, "prompt of %d tokens", prompts[0]);
+                print_profile(t, &ppre, (double)prompts[0], NULL, NULL);
+            }
+        }
+    }
+    rc = 0;
+    goto done;
+fail:
+    cli_fail("bench", 1, "%s", rl_lasterr());
+done:
+    engine_snapshot_free(snap);
+    engine_ctx_free(b.c);
+    engine_close(b.e);
+    free(b.logits);
+    return rc;
+}
