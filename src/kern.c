@@ -8,6 +8,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "common.h"
 
@@ -48,15 +51,28 @@ static void fill_scalar(kern_table *t) {
     }
 }
 
-static void init(void) {
+/* CPU + OS support from CPUID directly (GCC's and clang's __builtin_cpu_supports differ in the
+ * feature names they accept, e.g. clang lacks "f16c"). XGETBV checks that the OS saves the
+ * YMM (and for AVX-512 the ZMM/opmask) state. */
+static void detect(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    supported[KERN_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
-    supported[KERN_AVX512] = supported[KERN_AVX2] && __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx) return;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    const bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
+               vl = b & (1u << 31), vnni = c & (1u << 11);
+    supported[KERN_AVX2] = avx2 && fma && f16c;
+    supported[KERN_AVX512] = supported[KERN_AVX2] && (xlo & 0xe0) == 0xe0 && f && dq && bw && vl && vnni;
 #endif
+}
+
+static void init(void) {
+    detect();
     supported[KERN_SCALAR] = true;
     fill_scalar(&tables[KERN_SCALAR]);
     /* The fill functions are compiled with their ISA's flags: the compiler may use those

@@ -13,11 +13,15 @@
  * KERN_AVX2 (AVX2+FMA+F16C), KERN_AVX512 (AVX-512 F/BW/VL/DQ + VNNI). The best level the CPU
  * supports is used unless RL_KERN=scalar|avx2|avx512 asks for a lower one (a level the CPU
  * lacks falls back to the best supported one). Types without a SIMD kernel at a level use the
- * next lower level's kernel, ultimately the scalar one, so every type quant.h knows works.
+ * next lower level's kernel, ultimately the scalar one.
  *
- * Results match the scalar vec_dot: for K and IQ types the integer sums are identical and the
- * float operations per super-block are the scalar ones (bit-identical in practice); F32, F16 and
- * Q8_0 accumulate in SIMD lanes, so only the float summation order differs.
+ * Every type quant.h can vec_dot has a SIMD kernel at the AVX2 and AVX-512 levels. Results match
+ * the scalar vec_dot: for K and IQ types the integer sums are identical and the float operations
+ * per super-block are the scalar ones, so results are bit-identical (tests/c/test_kern.c checks
+ * it); F32, F16, BF16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)
+ * accumulate floats in SIMD lanes, so only the float summation order differs.
+ * The AVX-512 level differs from AVX2 in 512-bit F32/F16 loops and VNNI for signed int8 dots;
+ * the quantised kernels are otherwise the same source (src/kern_x86.h) with EVEX encodings.
  *
  * Threading: all functions are thread-safe and keep no state beyond the dispatch table
  * (initialised once, on first use). Split rows across threads by calling kern_matvec on

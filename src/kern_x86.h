@@ -11,7 +11,8 @@
  * applies the scales in one step. Signs (IQ grids store magnitudes) are moved onto the
  * activation with sign_epi8. Per super-block, the int32 lanes are summed horizontally and the
  * float epilogue is the scalar reference's expression (src/quant_k.c, quant_iq.c), so results
- * equal quant_traits.vec_dot exactly. F32/F16/Q8_0 accumulate floats in lanes instead.
+ * equal quant_traits.vec_dot exactly. F32/F16/BF16 and the 32-value block types (Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL) accumulate floats in lanes instead.
  */
 #ifndef KERN_FILL
 #error "kern_x86.h is included by kern_avx2.c / kern_avx512.c only"
@@ -19,6 +20,12 @@
 
 #include <immintrin.h>
 #include <string.h>
+
+/* The float epilogues must not be fused into FMAs (the scalar reference, built without FMA,
+ * rounds every product): GCC does not contract in ISO C mode (-std=c11); clang needs this. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 #include "kern.h"
 #include "quant_impl.h"
