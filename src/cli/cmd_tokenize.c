@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "json.h"
 #include "tokenizer.h"
 
 static const char *CMD = "tokenize";
@@ -32,56 +33,6 @@ static void usage(FILE *out) {
 }
 
 /* ---- small JSON helpers (strings only) ----------------------------------------------- */
-
-/* Write s[0..n) as a JSON string literal; ill-formed UTF-8 bytes become \ufffd. */
-static void json_str(FILE *o, const char *s, size_t n) {
-    const uint8_t *p = (const uint8_t *)s;
-    fputc('"', o);
-    for (size_t i = 0; i < n;) {
-        uint8_t c = p[i];
-        if (c >= 0x80) {
-            size_t len = tok_utf8_len(p + i, n - i);
-            if (len) {
-                fwrite(p + i, 1, len, o);
-                i += len;
-            } else {
-                fputs("\\ufffd", o);
-                i++;
-            }
-            continue;
-        }
-        switch (c) {
-        case '"':
-            fputs("\\\"", o);
-            break;
-        case '\\':
-            fputs("\\\\", o);
-            break;
-        case '\n':
-            fputs("\\n", o);
-            break;
-        case '\r':
-            fputs("\\r", o);
-            break;
-        case '\t':
-            fputs("\\t", o);
-            break;
-        case '\b':
-            fputs("\\b", o);
-            break;
-        case '\f':
-            fputs("\\f", o);
-            break;
-        default:
-            if (c < 0x20 || c == 0x7F)
-                fprintf(o, "\\u%04x", c);
-            else
-                fputc(c, o);
-        }
-        i++;
-    }
-    fputc('"', o);
-}
 
 static int hexval(int c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -303,7 +254,7 @@ static int run_jsonl(const tokenizer *t, const char *path, unsigned flags) {
             for (size_t i = 0; i < ids.n; i++)
                 printf(i ? ",%d" : "%d", ids.ids[i]);
             fputs("],\"decoded\":", stdout);
-            json_str(stdout, dec, dl);
+            json_write_escaped(stdout, dec, dl);
             fputs("}\n", stdout);
             free(dec);
         }
@@ -342,11 +293,21 @@ static int run_bench(const tokenizer *t, const char *text, size_t n, unsigned fl
     tok_ids_free(&ids);
     double mbs = (double)n * (double)iters / el / 1e6,
            mbs_cpu = cpu > 0 ? (double)n * (double)iters / cpu / 1e6 : 0;
-    if (json)
-        printf("{\"bytes\":%zu,\"tokens\":%zu,\"iterations\":%zu,\"seconds\":%.3f,\"cpu_seconds\":%.3f,"
-               "\"mb_per_s\":%.2f,\"mb_per_cpu_s\":%.2f}\n",
-               n, ntok, iters, el, cpu, mbs, mbs_cpu);
-    else
+    if (json) {
+        json_writer j;
+        json_init(&j, stdout, 0);
+        json_obj_begin(&j);
+        json_kv_uint(&j, "bytes", n);
+        json_kv_uint(&j, "tokens", ntok);
+        json_kv_uint(&j, "iterations", iters);
+        json_kv_num(&j, "seconds", el);
+        json_kv_num(&j, "cpu_seconds", cpu);
+        json_kv_num(&j, "mb_per_s", mbs);
+        json_kv_num(&j, "mb_per_cpu_s", mbs_cpu);
+        json_obj_end(&j);
+        if (json_finish(&j) != 0) return cli_fail(CMD, 1, "error writing output");
+        putchar('\n');
+    } else
         printf("%zu bytes -> %zu tokens (%.2f bytes/token); %zu runs in %.2f s (%.2f s CPU): %.2f MB/s "
                "(%.2f MB per CPU-second), %.0f tokens/s\n",
                n, ntok, ntok ? (double)n / (double)ntok : 0.0, iters, el, cpu, mbs, mbs_cpu,
@@ -413,17 +374,26 @@ int cmd_tokenize(int argc, char **argv) {
         if (tokenizer_encode(t, text, n, flags, &ids) < 0) {
             rc = cli_fail(CMD, 1, "%s", rl_lasterr());
         } else if (json) {
-            printf("{\"n_tokens\":%zu,\"ids\":[", ids.n);
+            json_writer j;
+            json_init(&j, stdout, 0);
+            json_obj_begin(&j);
+            json_kv_uint(&j, "n_tokens", ids.n);
+            json_key(&j, "ids");
+            json_arr_begin(&j);
             for (size_t i = 0; i < ids.n; i++)
-                printf(i ? ",%d" : "%d", ids.ids[i]);
-            fputs("],\"tokens\":[", stdout);
+                json_int(&j, ids.ids[i]);
+            json_arr_end(&j);
+            json_key(&j, "tokens");
+            json_arr_begin(&j);
             for (size_t i = 0; i < ids.n; i++) {
                 size_t tl;
                 const char *tt = tokenizer_token_text(t, ids.ids[i], &tl);
-                if (i) putchar(',');
-                json_str(stdout, tt, tl);
+                json_strn(&j, tt, tl);
             }
-            fputs("]}\n", stdout);
+            json_arr_end(&j);
+            json_obj_end(&j);
+            if (json_finish(&j) != 0) rc = cli_fail(CMD, 1, "error writing output");
+            putchar('\n');
         } else {
             for (size_t i = 0; i < ids.n; i++) {
                 size_t pl;
