@@ -6,7 +6,8 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BINS = sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
+BINS = sorted(b for b in glob.glob(os.path.join(ROOT, "build", "tests", "test_*"))
+              if "." not in os.path.basename(b) and os.access(b, os.X_OK))
 
 
 @pytest.mark.parametrize("binary", BINS, ids=[os.path.basename(b) for b in BINS])
