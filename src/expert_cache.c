@@ -453,7 +453,18 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
         ec->rbuf_rows = ec->rbuf && ec->topk ? T : 0;
         if (!ec->rbuf_rows) return; /* prefetch is an optimisation: skip it */
     }
-    ops_matmul_ref(ec->pool, &ec->m->layers[nl].router, xn, T, ec->rbuf);
+    /* the SIMD path where the router type has one: a prediction needs no oracle precision */
+    const ops_mat *R = &ec->m->layers[nl].router;
+    size_t ab = ops_actq_bytes(R, T);
+    if (ab > ec->actq_bytes) {
+        free(ec->actq);
+        ec->actq = rl_aligned_alloc(ab, "router scratch");
+        ec->actq_bytes = ec->actq ? ab : 0;
+    }
+    if (ab && ec->actq)
+        ops_matmul_fast(ec->pool, R, xn, T, ec->rbuf, ec->actq);
+    else
+        ops_matmul_ref(ec->pool, R, xn, T, ec->rbuf);
     /* softmax is monotonic, so the top-k of the logits is the top-k of the probabilities */
     uint8_t *pred = ec->pred + (size_t)nl * E;
     int32_t *order = ec->topk + (size_t)T * K;
@@ -555,6 +566,39 @@ static int preload_mapping(expert_cache *ec) {
     return 0;
 }
 
+/* Bounded mode: the page cache must not fill with expert pages behind the budget. Our reads
+ * bypass the mapping, but a fault on a dense page makes the kernel read around it (up to
+ * read_ahead_kb, often several MiB) and the dense tensors sit between expert tensors in the
+ * file. So the whole mapping is first marked MADV_RANDOM (no read-around, no async readahead
+ * triggered by touching a readahead marker), the dense tensors are read once (MADV_WILLNEED
+ * over each one's exact range, then one touch per page) and get MADV_NORMAL back; the expert
+ * ranges stay MADV_RANDOM, so a stray touch reads one page, not a window. */
+static void prepare_mapping(expert_cache *ec) {
+    gguf_file *f = ec->f;
+    uint64_t total = 0, done = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (!strstr(f->tensors[i].name, "_exps.")) total += f->tensors[i].nbytes;
+    rl_progress pr;
+    rl_progress_start(&pr, "dense", total);
+    if (!ec->p.progress) pr.enabled = false;
+    volatile uint8_t sink = 0;
+    for (int i = 0; i < f->n_parts; i++)
+        if (f->parts[i].fd >= 0) madvise((void *)f->parts[i].map, (size_t)f->parts[i].size, MADV_RANDOM);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        const struct gguf_part *p = &f->parts[t->part];
+        if (p->fd < 0 || !t->nbytes || strstr(t->name, "_exps.")) continue;
+        uint64_t beg = t->file_off - t->file_off % EC_ALIGN, end = t->file_off + t->nbytes;
+        madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_WILLNEED);
+        for (uint64_t off = beg; off < end; off += EC_ALIGN) sink ^= p->map[off < t->file_off ? t->file_off : off];
+        madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_NORMAL);
+        done += t->nbytes;
+        rl_progress_update(&pr, done);
+    }
+    (void)sink;
+    rl_progress_end(&pr);
+}
+
 /* ---- lifetime ------------------------------------------------------------------------ */
 
 static void env_params(ec_params *p) {
@@ -615,6 +659,7 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
         if (!ec->index || !ec->pinned || !ec->n_pinned || !ec->qd || !ec->qp) goto fail;
         for (size_t i = 0; i < nk; i++) ec->index[i] = -1;
         if (ec_io_start(ec)) goto fail;
+        prepare_mapping(ec);
         if (!ec->p.no_prefetch) {
             ec->pred = rl_calloc(nk, 1, "prefetch predictions");
             ec->has_pred = rl_calloc((size_t)ec->n_layer, 1, "prefetch predictions");
@@ -667,6 +712,7 @@ void expert_cache_free(expert_cache *ec) {
     free(ec->has_pred);
     free(ec->rbuf);
     free(ec->topk);
+    free(ec->actq);
     pthread_mutex_destroy(&ec->mu);
     pthread_cond_destroy(&ec->cv_job);
     pthread_cond_destroy(&ec->cv_done);
@@ -705,6 +751,7 @@ void expert_cache_reset_stats(expert_cache *ec) {
     uint64_t budget = ec->st.budget;
     memset(&ec->st, 0, sizeof ec->st);
     ec->st.budget = budget;
+    for (int s = 0; s < ec->n_slots; s++) ec->slots[s].prefetched = 0; /* count only new loads */
     pthread_mutex_unlock(&ec->mu);
 }
 

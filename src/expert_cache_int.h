@@ -79,7 +79,7 @@ struct expert_cache {
     bool quit, io_started;
     int32_t *qd, *qp;      /* demand / prefetch job rings of n_slots entries */
     int qd_head, qd_n, qp_head, qp_n;
-    int *dfd;              /* per part: O_DIRECT descriptor (direct_io) */
+    int *dfd;              /* per part: our own read descriptor (O_DIRECT with direct_io) */
     atomic_uint_fast64_t reads;
     ec_fault fault;
     uint64_t fault_n;
@@ -89,6 +89,8 @@ struct expert_cache {
     float *rbuf;           /* [rows][E] router logits */
     int rbuf_rows;
     int32_t *topk;
+    void *actq;            /* quantised activations for the SIMD router product */
+    size_t actq_bytes;
     uint8_t *pred;         /* [n_layer * E] predicted for that layer by the previous hint */
     uint8_t *has_pred;     /* [n_layer] */
 

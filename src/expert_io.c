@@ -84,6 +84,8 @@ static int read_range(expert_cache *ec, int fd, uint8_t *dst, uint64_t off, uint
     return 0;
 }
 
+static uint64_t align_page(uint64_t x) { return (x + EC_ALIGN - 1) / EC_ALIGN * EC_ALIGN; }
+
 static void load_slot(expert_cache *ec, int32_t key, uint8_t *mem, load_result *res) {
     const ec_layer *ly = &ec->layers[ec_layer_of(ec, key)];
     int e = ec_expert_of(ec, key);
@@ -96,10 +98,13 @@ static void load_slot(expert_cache *ec, int32_t key, uint8_t *mem, load_result *
             uint64_t alen = (pad + r->stride + EC_ALIGN - 1) / EC_ALIGN * EC_ALIGN;
             if (read_range(ec, ec->dfd[r->part], mem + r->dst, a0, alen, pad + r->stride, res)) return;
         } else {
-            int fd = ec->f->parts[r->part].fd;
+            int fd = ec->dfd[r->part];
             if (read_range(ec, fd, mem + r->dst, off, r->stride, r->stride, res)) return;
-            /* drop the page-cache copy: the slot holds these bytes now (best effort) */
-            posix_fadvise(fd, (off_t)off, (off_t)r->stride, POSIX_FADV_DONTNEED);
+            /* drop the page-cache copy: the slot holds these bytes now (best effort). The range
+             * is widened to whole pages: the edge pages belong to neighbouring experts (or to a
+             * dense tensor, whose pages are mapped and therefore never dropped). */
+            uint64_t b = off - off % EC_ALIGN, e = align_page(off + r->stride);
+            posix_fadvise(fd, (off_t)b, (off_t)(e - b), POSIX_FADV_DONTNEED);
         }
     }
 }
@@ -176,17 +181,15 @@ int ec_io_start(expert_cache *ec) {
     ec->dfd = rl_malloc(sizeof(int) * (size_t)np, "expert cache descriptors");
     if (!ec->dfd) return -1;
     for (int i = 0; i < np; i++) ec->dfd[i] = -1;
-    if (ec->p.direct_io) {
-        for (int i = 0; i < np; i++) {
-            ec->dfd[i] = open(ec->f->parts[i].path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-            if (ec->dfd[i] < 0)
-                return rl_seterr("%s: cannot open with O_DIRECT: %s (unset RL_CACHE_DIRECT)", ec->f->parts[i].path,
-                                 strerror(errno));
-        }
-    } else {
-        /* expert reads are scattered: no readahead beyond what we ask for */
-        for (int i = 0; i < np; i++)
-            if (ec->f->parts[i].fd >= 0) posix_fadvise(ec->f->parts[i].fd, 0, 0, POSIX_FADV_RANDOM);
+    /* Descriptors of our own: readahead state is per open file, and the mapping's faults (dense
+     * weights) must keep theirs while expert reads are told they are random. */
+    for (int i = 0; i < np; i++) {
+        const char *path = ec->f->parts[i].path;
+        ec->dfd[i] = open(path, O_RDONLY | O_CLOEXEC | (ec->p.direct_io ? O_DIRECT : 0));
+        if (ec->dfd[i] < 0)
+            return rl_seterr("%s: cannot open%s for expert reads: %s%s", path, ec->p.direct_io ? " with O_DIRECT" : "",
+                             strerror(errno), ec->p.direct_io ? " (unset RL_CACHE_DIRECT)" : "");
+        if (!ec->p.direct_io) posix_fadvise(ec->dfd[i], 0, 0, POSIX_FADV_RANDOM);
     }
     ec->io = rl_calloc((size_t)ec->p.io_threads, sizeof(pthread_t), "expert I/O threads");
     if (!ec->io) return -1;
