@@ -111,7 +111,7 @@ int gen_decode(gen_run *g) {
     int rc = -1;
     double t0 = rl_now();
     tokdec dec;
-    tokdec_init(&dec, g->tok, 0);
+    tokdec_init(&dec, g->tok, g->decode_flags);
     stopper st;
     if (stopper_init(&st, g->flags ? g->flags->stops : NULL, g->flags ? g->flags->n_stops : 0)) {
         tokdec_free(&dec);

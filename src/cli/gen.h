@@ -42,6 +42,7 @@ typedef struct {
     volatile sig_atomic_t *stop; /* set asynchronously (SIGINT) to stop between tokens */
     void (*emit)(void *ud, const char *s, size_t n); /* streamed text (may be NULL) */
     void *ud;
+    unsigned decode_flags;       /* TOK_DECODE_* for the text (chat: TOK_DECODE_REPLACE) */
     /* out */
     tok_ids ids;      /* sampled tokens (end-of-generation token excluded); free with tok_ids_free */
     char *text;       /* the text emitted, NUL terminated (malloc'd) */

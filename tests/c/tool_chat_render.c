@@ -11,7 +11,11 @@
  *
  * Each input line is a JSON string (generated text); it is fed to the streaming tool-call
  * parser in chunks of 1..7 bytes (varying), and one JSON line per input is printed:
- * {"text": "...", "calls": [{"name": ..., "arguments": "..."}], "failed": N}. */
+ * {"text": "...", "calls": [{"name": ..., "arguments": "..."}], "failed": N}.
+ *
+ *   rl_chat_render --gguf-template MODEL.gguf
+ *
+ * Prints the GGUF's tokenizer.chat_template as is (exit 3 if it has none). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,8 +145,25 @@ static int parse_mode(const char *tools_path) {
     return 0;
 }
 
+static int template_mode(const char *path) {
+    gguf_file *g = gguf_open(path);
+    if (!g) {
+        fprintf(stderr, "%s\n", rl_lasterr());
+        return 1;
+    }
+    gguf_str t;
+    int rc = 3;
+    if (gguf_get_str(g, "tokenizer.chat_template", &t)) {
+        fwrite(t.p, 1, t.n, stdout);
+        rc = 0;
+    }
+    gguf_close(g);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2) return render_mode(argv[1]);
+    if (argc == 3 && !strcmp(argv[1], "--gguf-template")) return template_mode(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--parse")) return parse_mode(argv[2]);
     fprintf(stderr, "usage: rl_chat_render TEMPLATE|- < cases.jsonl\n       rl_chat_render --parse TOOLS|- < texts.jsonl\n");
     return 2;

@@ -1,0 +1,419 @@
+/* cmd_chat.c — `redlite chat`: interactive, streaming, multi-turn chat in the terminal.
+ *
+ * Each turn renders the whole conversation with the model's chat template (src/chat.h),
+ * tokenises it and compares it with the tokens the engine context already holds: only the new
+ * tail is evaluated. When the re-tokenised history differs from what was generated (BPE can
+ * spell the same text differently), the context goes back to the snapshot taken after the
+ * previous prompt, so only the last answer is evaluated again; an edit further back restarts.
+ *
+ * Ctrl-C stops an answer (a SIGINT handler sets a flag the decoding loop checks between
+ * tokens); Ctrl-C at the prompt exits with status 130, Ctrl-D (end of input) with 0. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chat.h"
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "gen.h"
+#include "tokenizer.h"
+
+static const char *CMD = "chat";
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: redlite chat -m MODEL [options]\n"
+            "\n"
+            "Chat with the model in the terminal. Answers stream as they are generated; the\n"
+            "context is kept between turns, so only each new turn is evaluated.\n"
+            "\n"
+            "  -m, --model FILE     GGUF model (qwen3next)\n"
+            "  --system TEXT        system prompt\n"
+            "  -p, --prompt TEXT    send TEXT as the first message, print the answer and exit\n"
+            "  -n, --n-predict N    most tokens per answer (default -1: until the answer ends)\n"
+            "  -c, --ctx N          context size in tokens (default 4096)\n"
+            "  -b, --batch N        prompt rows per forward (default 64)\n"
+            "  -t, --threads N      threads (default: all CPUs)\n"
+            "  --history FILE       load earlier turns from FILE and append each new turn to it\n"
+            "                       (lines \"user: ...\" / \"assistant: ...\", newlines written as \\n)\n"
+            "  -h, --help           this help\n"
+            "\n%s"
+            "\nDefaults: --temp 0.7 --top-k 40 --top-p 0.95 --min-p 0.\n"
+            "\n"
+            "In the chat: /reset starts over, /help lists commands, /quit (or Ctrl-D) exits.\n"
+            "Ctrl-C stops an answer; at the prompt it exits (status 130). A line ending in \\\n"
+            "continues on the next line.\n",
+            GEN_FLAGS_HELP);
+}
+
+static volatile sig_atomic_t g_interrupt;
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupt = 1;
+}
+
+typedef struct {
+    engine *e;
+    engine_ctx *ctx;
+    tokenizer *tok;
+    sampler *smp;
+    chat_format fmt;
+    chat_conv conv;
+    int n_sys;              /* 1 when conv starts with the system prompt */
+    tok_ids held;           /* tokens evaluated in ctx, in order */
+    engine_snapshot *snap;  /* state after the last prompt */
+    float *logits;
+    gen_flags gf;
+    long long n_predict;
+    const char *history;
+} session;
+
+static void emit_stdout(void *ud, const char *s, size_t n) {
+    (void)ud;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
+}
+
+/* ---- history file ------------------------------------------------------------------------ */
+
+static void hist_write_escaped(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '\n') fputs("\\n", f);
+        else if (*s == '\\') fputs("\\\\", f);
+        else fputc(*s, f);
+    }
+}
+
+static void hist_append(const session *S, const char *user, const char *answer) {
+    if (!S->history) return;
+    FILE *f = fopen(S->history, "a");
+    if (!f) {
+        fprintf(stderr, "redlite chat: cannot append to %s: %s\n", S->history, strerror(errno));
+        return;
+    }
+    fputs("user: ", f);
+    hist_write_escaped(f, user);
+    fputs("\nassistant: ", f);
+    hist_write_escaped(f, answer);
+    fputc('\n', f);
+    fclose(f);
+}
+
+/* Load "user: ..." / "assistant: ..." lines; other lines are ignored. Returns turns or -1. */
+static int hist_load(session *S) {
+    FILE *f = fopen(S->history, "r");
+    if (!f) return errno == ENOENT ? 0 : rl_seterr("cannot read %s: %s", S->history, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0, rc = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        chat_role role;
+        const char *t;
+        if (!strncmp(line, "user: ", 6)) role = CHAT_USER, t = line + 6;
+        else if (!strncmp(line, "assistant: ", 11)) role = CHAT_ASSISTANT, t = line + 11;
+        else continue;
+        char *u = malloc(strlen(t) + 1), *o = u;
+        if (!u) {
+            rc = rl_seterr("out of memory (history)");
+            break;
+        }
+        for (; *t; t++) {
+            if (*t == '\\' && t[1] == 'n') *o++ = '\n', t++;
+            else if (*t == '\\' && t[1] == '\\') *o++ = '\\', t++;
+            else *o++ = *t;
+        }
+        *o = 0;
+        int r = chat_conv_add(&S->conv, role, u);
+        free(u);
+        if (r < 0) {
+            rc = -1;
+            break;
+        }
+        n += role == CHAT_USER;
+    }
+    free(line);
+    fclose(f);
+    return rc < 0 ? -1 : n;
+}
+
+/* ---- one turn ---------------------------------------------------------------------------- */
+
+static void reset_conversation(session *S) {
+    chat_conv_truncate(&S->conv, S->n_sys);
+    engine_reset(S->ctx);
+    S->held.n = 0;
+}
+
+/* Bring the context to `want` (tokens of the rendered conversation) and leave the logits of
+ * its last token in S->logits. Returns the number of tokens evaluated, -1 on error. */
+static long sync_context(session *S, const tok_ids *want) {
+    size_t L = 0;
+    while (L < S->held.n && L < want->n && S->held.ids[L] == want->ids[L]) L++;
+    if (L >= want->n) L = want->n - 1; /* always evaluate at least the last token */
+    if (L < S->held.n) {
+        int sp = S->snap ? engine_snapshot_pos(S->snap) : -1;
+        if (sp > 0 && (size_t)sp <= L && engine_snapshot_restore(S->ctx, S->snap) == 0) {
+            S->held.n = (size_t)sp;
+        } else {
+            engine_reset(S->ctx);
+            S->held.n = 0;
+        }
+    }
+    size_t from = S->held.n;
+    if (engine_prefill(S->ctx, want->ids + from, (int)(want->n - from), S->logits)) return -1;
+    S->held.n = 0;
+    for (size_t i = 0; i < want->n; i++)
+        if (tok_ids_push(&S->held, want->ids[i])) return rl_seterr("out of memory (context tokens)");
+    if (!S->snap) S->snap = engine_snapshot_new(S->ctx);
+    if (S->snap && engine_snapshot_save(S->ctx, S->snap)) {
+        engine_snapshot_free(S->snap);
+        S->snap = NULL;
+    }
+    return (long)(want->n - from);
+}
+
+/* 0 ok (including an interrupted or refused turn), -1 fatal. */
+static int turn(session *S, const char *user) {
+    int mi = chat_conv_add(&S->conv, CHAT_USER, user);
+    if (mi < 0) return -1;
+    chat_buf text = {0};
+    tok_ids ids = {0};
+    gen_run g = {0};
+    int rc = -1;
+    if (chat_render(&S->fmt, &S->conv, NULL, &text) ||
+        tokenizer_encode(S->tok, text.p ? text.p : "", text.n, TOK_PARSE_SPECIAL, &ids)) {
+        if (!rl_lasterr()[0]) rl_seterr("out of memory (prompt)");
+        goto out;
+    }
+    int n_ctx = engine_n_ctx(S->ctx);
+    if ((long long)ids.n + 1 >= n_ctx) {
+        fprintf(stderr, "redlite chat: the conversation (%zu tokens) no longer fits the context (%d): "
+                        "/reset, or restart with a larger --ctx\n", ids.n, n_ctx);
+        chat_conv_truncate(&S->conv, mi);
+        rc = 0;
+        goto out;
+    }
+    double t0 = rl_now();
+    long evaluated = sync_context(S, &ids);
+    if (evaluated < 0) goto out;
+    double t_prompt = rl_now() - t0;
+    sampler_reset(S->smp);
+    for (size_t i = 0; i < S->held.n; i++) sampler_accept(S->smp, S->held.ids[i]);
+    g = (gen_run){.ctx = S->ctx, .tok = S->tok, .smp = S->smp, .logits = S->logits, .n_predict = S->n_predict,
+                  .flags = &S->gf, .stop = &g_interrupt, .emit = emit_stdout,
+                  .decode_flags = TOK_DECODE_REPLACE};
+    if (gen_decode(&g)) goto out;
+    /* the tokens of the answer that were evaluated (all but the last sampled one, usually) */
+    size_t n_eval = (size_t)engine_pos(S->ctx) - S->held.n;
+    for (size_t i = 0; i < n_eval && i < g.ids.n; i++)
+        if (tok_ids_push(&S->held, g.ids.ids[i])) goto out;
+    if (chat_conv_add(&S->conv, CHAT_ASSISTANT, g.text) < 0) goto out;
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (g.reason == GEN_INTERRUPTED) fprintf(stderr, "[stopped]\n");
+    if (g.reason == GEN_CONTEXT) fprintf(stderr, "[context full: /reset to start over]\n");
+    fprintf(stderr, "[prompt %ld tok, %.1f tok/s | answer %zu tok, %.1f tok/s | %s]\n", evaluated,
+            evaluated / (t_prompt > 0 ? t_prompt : 1e-9), g.ids.n, g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9),
+            gen_reason_name(g.reason));
+    hist_append(S, user, g.text);
+    rc = 0;
+out:
+    g_interrupt = 0;
+    gen_run_free(&g);
+    tok_ids_free(&ids);
+    chat_buf_free(&text);
+    return rc;
+}
+
+/* ---- input ------------------------------------------------------------------------------- */
+
+/* Read one message (lines ending in '\' continue). Returns 1 with *out set, 0 at end of
+ * input, 130 when interrupted. */
+static int read_message(bool tty, char **out) {
+    chat_buf msg = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (bool more = true; more;) {
+        if (tty) {
+            fputs(msg.n ? "... " : "> ", stdout);
+            fflush(stdout);
+        }
+        errno = 0;
+        ssize_t len = getline(&line, &cap, stdin);
+        if (len < 0) {
+            if (g_interrupt) rc = 130;
+            else if (msg.n) rc = 1; /* end of input after a continued line: send what we have */
+            clearerr(stdin);
+            break;
+        }
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        more = len > 0 && line[len - 1] == '\\';
+        if (more) line[--len] = 0;
+        if (msg.n) chat_buf_putc(&msg, '\n');
+        chat_buf_put(&msg, line, (size_t)len);
+        rc = 1;
+    }
+    free(line);
+    if (rc == 1) {
+        chat_buf_putc(&msg, 0);
+        *out = chat_buf_take(&msg, NULL);
+        if (!*out) rc = 0;
+    } else {
+        chat_buf_free(&msg);
+    }
+    return rc;
+}
+
+static void help(void) {
+    fputs("commands:\n"
+          "  /reset   forget the conversation (keeps the system prompt)\n"
+          "  /help    this list\n"
+          "  /quit    leave (also /exit, Ctrl-D)\n"
+          "Ctrl-C stops an answer; at the prompt it leaves. End a line with \\ to continue it.\n",
+          stdout);
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *model = NULL, *system = NULL, *prompt = NULL, *history = NULL;
+    long long n_predict = -1, n_ctx = 4096, batch = 64, threads = 0;
+    gen_flags gf;
+    gen_flags_init(&gf, true);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int r = gen_flags_parse(CMD, argc, argv, &i, &gf);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (cli_is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--system")) {
+            if (!(system = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(prompt = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--history")) {
+            if (!(history = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
+            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, -1, 1 << 24, &n_predict))
+                return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--context")) {
+            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 64, 1 << 24, &n_ctx))
+                return 2;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 4096, &batch)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 1024, &threads))
+                return 2;
+        } else {
+            return cli_fail(CMD, 2, "unknown option '%s' (see redlite chat --help)", a);
+        }
+    }
+    if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite chat --help)");
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a Ctrl-C at the prompt interrupts the read */
+    sigaction(SIGINT, &sa, NULL);
+
+    session S;
+    memset(&S, 0, sizeof S);
+    S.gf = gf;
+    S.n_predict = n_predict;
+    S.history = history;
+    chat_conv_init(&S.conv);
+    int rc = 1;
+    bool tty = isatty(0);
+    if (isatty(2)) fprintf(stderr, "loading %s ...\n", model);
+    double t0 = rl_now();
+    S.e = engine_open(model, &(engine_params){.n_threads = (int)threads, .progress = true});
+    if (!S.e || !(S.tok = tokenizer_load(engine_gguf(S.e)))) goto fail;
+    if (g_interrupt) {
+        rc = 130;
+        goto done;
+    }
+    S.fmt = chat_format_from_gguf(engine_gguf(S.e));
+    if (S.gf.sp.repeat_last_n < 0) S.gf.sp.repeat_last_n = (int32_t)n_ctx;
+    int V = tokenizer_n_vocab(S.tok);
+    if (engine_hparams(S.e)->n_vocab < V) V = engine_hparams(S.e)->n_vocab;
+    S.ctx = engine_ctx_new(S.e, &(engine_ctx_params){.n_ctx = (int)n_ctx, .n_batch = (int)batch});
+    S.logits = malloc(sizeof(float) * (size_t)engine_hparams(S.e)->n_vocab);
+    if (!S.ctx || !S.logits || !(S.smp = sampler_new(&S.gf.sp, V))) goto fail;
+    if (system) {
+        if (chat_conv_add(&S.conv, CHAT_SYSTEM, system) < 0) goto fail;
+        S.n_sys = 1;
+    }
+    if (history) {
+        int n = hist_load(&S);
+        if (n < 0) goto fail;
+        if (n > 0) fprintf(stderr, "(%d earlier turns from %s)\n", n, history);
+    }
+    fprintf(stderr, "redlite chat: %s loaded in %.1f s (template: %s%s, context %lld). /help for commands.\n", model,
+            rl_now() - t0, chat_family_name(S.fmt.family), S.fmt.known ? "" : " fallback", n_ctx);
+
+    if (prompt) {
+        rc = turn(&S, prompt) ? 1 : 0;
+        if (rc) goto fail;
+        goto done;
+    }
+    for (;;) {
+        char *msg = NULL;
+        int r = read_message(tty, &msg);
+        if (r == 130) {
+            fputc('\n', stdout);
+            rc = 130;
+            break;
+        }
+        if (r == 0) {
+            if (tty) fputc('\n', stdout);
+            rc = 0;
+            break;
+        }
+        const char *m = msg;
+        while (*m == ' ' || *m == '\t') m++;
+        if (!*m) {
+            free(msg);
+            continue;
+        }
+        if (!strcmp(m, "/quit") || !strcmp(m, "/exit")) {
+            free(msg);
+            rc = 0;
+            break;
+        } else if (!strcmp(m, "/reset")) {
+            reset_conversation(&S);
+            fputs("(conversation reset)\n", stdout);
+        } else if (!strcmp(m, "/help")) {
+            help();
+        } else if (m[0] == '/' && !strchr(m, ' ') && !strchr(m, '\n')) {
+            printf("unknown command %s (/help lists them)\n", m);
+        } else if (turn(&S, msg)) {
+            free(msg);
+            goto fail;
+        }
+        free(msg);
+        fflush(stdout);
+    }
+    goto done;
+fail:
+    rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
+done:
+    fflush(stdout);
+    engine_snapshot_free(S.snap);
+    tok_ids_free(&S.held);
+    chat_conv_free(&S.conv);
+    free(S.logits);
+    sampler_free(S.smp);
+    tokenizer_free(S.tok);
+    engine_ctx_free(S.ctx);
+    engine_close(S.e);
+    return rc;
+}

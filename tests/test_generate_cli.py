@@ -1,0 +1,153 @@
+"""`redlite generate` and piped `redlite chat` on the bundled tiny model (gibberish text, exact ids).
+
+- generate --raw --json: special tokens in the prompt are parsed, greedy is deterministic, the
+  JSON object has the prompt ids, generated ids and text, and the text is the ids decoded;
+- the chat template mode renders what jinja2 renders from the GGUF's own template;
+- sampler flags: a seed reproduces, --stop cuts the text, bad values are usage errors (exit 2);
+- chat keeps its context between turns: the second greedy answer equals `generate --raw` on the
+  whole conversation rendered by jinja2 (so the reused context holds exactly those tokens).
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("RL_BUILD", REPO / "build"))
+BIN = BUILD / "redlite"
+MODEL = Path(os.environ.get("RL_CHAT_MODEL", REPO / "models" / "default.gguf"))
+
+
+@pytest.fixture(scope="module")
+def model():
+    if not BIN.exists():
+        pytest.skip(f"{BIN} not built")
+    if not MODEL.exists():
+        pytest.skip(f"{MODEL} does not exist yet (make builds it from tests/fixtures/tiny-a.gguf)")
+    return str(MODEL)
+
+
+def rl(*args, stdin=None, check=True):
+    r = subprocess.run([str(BIN), *args], input=stdin, capture_output=True, cwd=REPO)
+    if check and r.returncode != 0:
+        pytest.fail(f"redlite {' '.join(args)} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
+    return r
+
+
+def gen_json(model, *args, stdin=None):
+    r = rl("generate", "-m", model, "--json", *args, stdin=stdin)
+    return json.loads(r.stdout)
+
+
+_TEMPLATES = {}
+
+
+def gguf_template(path):
+    if path not in _TEMPLATES:
+        _TEMPLATES[path] = read_template(path)
+    return _TEMPLATES[path]
+
+
+def read_template(path):
+    tool = BUILD / "tools" / "rl_chat_render"
+    if not tool.exists():
+        pytest.skip(f"{tool} not built")
+    r = subprocess.run([str(tool), "--gguf-template", path], capture_output=True)
+    if r.returncode == 3:
+        pytest.skip("the model has no chat template")
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode()
+
+
+def jinja(template, messages, add_generation_prompt=True):
+    from test_chat_template import hf_env  # the same HF environment as the rendering tests
+
+    return hf_env().from_string(template).render(messages=messages, tools=None,
+                                                 add_generation_prompt=add_generation_prompt)
+
+
+def test_generate_raw_json(model):
+    out = gen_json(model, "--raw", "-p", "Hello<|im_end|>\n<|im_start|>assistant", "-n", "10")
+    assert 151645 in out["prompt_ids"] and 151644 in out["prompt_ids"]  # parsed as special tokens
+    assert out["n_prompt"] == len(out["prompt_ids"]) and out["n_generated"] == len(out["generated_ids"])
+    assert out["stop_reason"] in ("length", "eog")
+    again = gen_json(model, "--raw", "-p", "Hello<|im_end|>\n<|im_start|>assistant", "-n", "10", "--temp", "0")
+    assert again["generated_ids"] == out["generated_ids"] and again["text"] == out["text"]  # greedy default
+    plain = rl("generate", "-m", model, "--raw", "-p", "Hello<|im_end|>\n<|im_start|>assistant", "-n", "10")
+    assert plain.stdout.decode() == out["text"] + "\n"
+
+
+def test_generate_chat_template(model):
+    tmpl = gguf_template(model)
+    out = gen_json(model, "-p", "What is 2+2?", "--system", "Be brief.", "-n", "1")
+    want = jinja(tmpl, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}])
+    raw = gen_json(model, "--raw", "-p", want, "-n", "1")
+    assert out["prompt_ids"] == raw["prompt_ids"]
+
+
+def test_sampling_flags(model):
+    args = ["--raw", "-p", "Once upon a time", "-n", "24", "--temp", "1.0", "--top-k", "50", "--top-p", "0.9",
+            "--min-p", "0.01", "--repeat-penalty", "1.1", "--presence-penalty", "0.2", "--frequency-penalty", "0.1"]
+    a = gen_json(model, *args, "--seed", "123")
+    b = gen_json(model, *args, "--seed", "123")
+    c = gen_json(model, *args, "--seed", "124")
+    assert a["seed"] == 123 and a["generated_ids"] == b["generated_ids"]
+    assert a["generated_ids"] != c["generated_ids"]
+    # --stop: cut before the stop string (take a piece of the greedy text as the stop string)
+    g = gen_json(model, "--raw", "-p", "Once upon a time", "-n", "24")
+    text = g["text"]
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    if stop.strip() and text.find(stop) > 0:
+        s = gen_json(model, "--raw", "-p", "Once upon a time", "-n", "24", "--stop", stop)
+        assert s["stop_reason"] == "stop" and s["text"] == text[: text.find(stop)]
+
+
+@pytest.mark.parametrize("args", [["--temp", "x"], ["--top-k", "-3"], ["--min-p", "2"], ["--seed", "-1"],
+                                  ["--stop"], ["--bogus"]])
+def test_usage_errors(model, args):
+    r = rl("generate", "-m", model, "-p", "x", *args, check=False)
+    assert r.returncode == 2
+    err = r.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("redlite generate: ")
+
+
+def test_missing_model():
+    if not BIN.exists():
+        pytest.skip("not built")
+    for cmd in ("generate", "chat"):
+        r = rl(cmd, "-m", "/nonexistent.gguf", "-p", "x", check=False)
+        assert r.returncode == 1
+        lines = r.stderr.decode().strip().splitlines()
+        assert lines[-1].startswith(f"redlite {cmd}: ") and "nonexistent" in lines[-1]
+
+
+def test_chat_context_reuse_is_exact(model, tmp_path):
+    tmpl = gguf_template(model)
+    hist = tmp_path / "hist.txt"
+    turns = ["Hello there", "And a second question?", "Third"]
+    r = rl("chat", "-m", model, "-n", "12", "--temp", "0", "--history", str(hist), "--system", "Be kind.",
+           stdin=("\n".join(turns) + "\n").encode())
+    assert r.stderr.decode().count("[prompt ") == 3
+    lines = hist.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 6
+    unesc = lambda s: s.replace("\\\\", "\0").replace("\\n", "\n").replace("\0", "\\")  # noqa: E731
+    answers = [unesc(x[len("assistant: "):]) for x in lines[1::2]]
+    msgs = [{"role": "system", "content": "Be kind."}]
+    for k in range(3):
+        msgs.append({"role": "user", "content": turns[k]})
+        prompt = jinja(tmpl, msgs)
+        (tmp_path / "p.txt").write_text(prompt)
+        # raw bytes, decoded like the chat decodes (U+FFFD per maximal ill-formed subpart)
+        g = rl("generate", "-m", model, "--raw", "-f", str(tmp_path / "p.txt"), "-n", "12").stdout
+        assert g.decode(errors="replace")[:-1] == answers[k], f"turn {k}"
+        msgs.append({"role": "assistant", "content": answers[k]})
+    # --history reloads the turns: the next answer continues the same conversation
+    r2 = rl("chat", "-m", model, "-n", "12", "--temp", "0", "--history", str(hist), "--system", "Be kind.",
+            "-p", "Fourth")
+    msgs.append({"role": "user", "content": "Fourth"})
+    (tmp_path / "p.txt").write_text(jinja(tmpl, msgs))
+    g = rl("generate", "-m", model, "--raw", "-f", str(tmp_path / "p.txt"), "-n", "12").stdout
+    assert r2.stdout.decode() == g.decode(errors="replace")
