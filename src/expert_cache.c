@@ -126,7 +126,7 @@ static int setup_classes(expert_cache *ec) {
         if (n < (uint64_t)need && n < cap)
             return rl_seterr("expert cache budget %.1f MiB is below the minimum %.1f MiB (%d slots of %.0f KiB: one "
                              "layer's %d experts plus a prefetch margin); raise --cache-mib",
-                             ec->p.budget / 1048576.0, expert_cache_min_budget(m, ec->p.direct_io) / 1048576.0,
+                             ec->p.budget / 1048576.0, expert_cache_min_budget(m, ec->direct) / 1048576.0,
                              need, mx / 1024.0, E);
         C->first = (int)total;
         C->n = (int)n;
@@ -334,7 +334,12 @@ static int acquire_bounded(expert_cache *ec, int il, const int32_t *ids, int n, 
         if (sl->in_lru) lru_unlink(ec, s);
         sl->pins++;
         slot_of[i] = s;
-        if (sl->state == EC_S_LOADING) ec->st.hits_inflight++; else ec->st.hits++;
+        if (sl->state == EC_S_LOADING) { /* a prefetch on its way: needed now */
+            ec->st.hits_inflight++;
+            ec_io_promote(ec, s);
+        } else {
+            ec->st.hits++;
+        }
         if (sl->prefetched) {
             ec->st.pf_loads_used++;
             sl->prefetched = 0;
@@ -442,14 +447,15 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
         ec->fwd++;
     }
     ec->rows = T;
-    int nl = il + 1, E = ec->E, K = ec->K;
+    int nl = il + 1, E = ec->E;
     if (ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
+    int pk = ec->pk;
     double t0 = rl_now();
     if (T > ec->rbuf_rows) {
         free(ec->rbuf);
         free(ec->topk);
         ec->rbuf = rl_malloc(sizeof(float) * (size_t)T * E, "router scratch");
-        ec->topk = rl_malloc(sizeof(int32_t) * (size_t)T * K + sizeof(int32_t) * (size_t)E, "router scratch");
+        ec->topk = rl_malloc(sizeof(int32_t) * (size_t)T * pk + sizeof(int32_t) * (size_t)E, "router scratch");
         ec->rbuf_rows = ec->rbuf && ec->topk ? T : 0;
         if (!ec->rbuf_rows) return; /* prefetch is an optimisation: skip it */
     }
@@ -467,15 +473,12 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
         ops_matmul_ref(ec->pool, R, xn, T, ec->rbuf);
     /* softmax is monotonic, so the top-k of the logits is the top-k of the probabilities */
     uint8_t *pred = ec->pred + (size_t)nl * E;
-    int32_t *order = ec->topk + (size_t)T * K;
+    int32_t *order = ec->topk + (size_t)T * pk;
     int np = 0;
-    for (int t = 0; t < T; t++) {
-        int32_t *tk = ec->topk + (size_t)t * K;
-        ops_topk(ec->rbuf + (size_t)t * E, E, K, tk);
-    }
-    for (int k = 0; k < K; k++) /* rank-major order: every row's best guess first */
+    for (int t = 0; t < T; t++) ops_topk(ec->rbuf + (size_t)t * E, E, pk, ec->topk + (size_t)t * pk);
+    for (int k = 0; k < pk; k++) /* rank-major order: every row's best guess first */
         for (int t = 0; t < T; t++) {
-            int32_t e = ec->topk[(size_t)t * K + k];
+            int32_t e = ec->topk[(size_t)t * pk + k];
             if (!pred[e]) {
                 pred[e] = 1;
                 order[np++] = e;
@@ -529,6 +532,7 @@ q3n_expert_src expert_cache_src(expert_cache *ec) {
 }
 
 ec_mode expert_cache_mode(const expert_cache *ec) { return ec->mode; }
+bool expert_cache_direct_io(const expert_cache *ec) { return ec->direct; }
 
 bool expert_cache_resident(expert_cache *ec, int layer, int expert) {
     if (ec->mode != EC_BOUNDED) return true;
@@ -605,7 +609,8 @@ static void env_params(ec_params *p) {
     const char *v;
     if ((v = getenv("RL_CACHE_IO_THREADS")) && atoi(v) > 0) p->io_threads = atoi(v);
     if ((v = getenv("RL_CACHE_PREFETCH"))) p->no_prefetch = atoi(v) == 0;
-    if ((v = getenv("RL_CACHE_DIRECT"))) p->direct_io = atoi(v) != 0;
+    if ((v = getenv("RL_CACHE_DIRECT"))) p->io = atoi(v) != 0 ? EC_IO_DIRECT : EC_IO_BUFFERED;
+    if ((v = getenv("RL_CACHE_PREFETCH_K")) && atoi(v) > 0) p->prefetch_k = atoi(v);
     if ((v = getenv("RL_CACHE_CLASSES"))) p->uniform = atoi(v) == 0;
     if (!p->trace_path && (v = getenv("RL_ROUTE_TRACE")) && *v) p->trace_path = v;
     if (p->io_threads <= 0) p->io_threads = 4;
@@ -632,10 +637,16 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
     ec->mode = mode;
     if (p) ec->p = *p;
     env_params(&ec->p);
-    if (mode != EC_BOUNDED) ec->p.direct_io = false;
     ec->n_layer = cache_layers(m);
     ec->E = m->hp.n_expert;
     ec->K = m->hp.n_expert_used;
+    ec->pk = ec->p.prefetch_k > 0 && ec->p.prefetch_k < ec->K ? ec->p.prefetch_k : ec->K;
+    /* AUTO: direct when the file system takes it and its block padding costs under 5 % of the
+     * slot bytes (large experts; a tiny model's few-KiB slices would double in size) */
+    if (mode == EC_BOUNDED && ec->f)
+        ec->direct = ec->p.io == EC_IO_DIRECT ||
+                     (ec->p.io == EC_IO_AUTO && expert_cache_full_bytes(m, true) * 100 <= expert_cache_full_bytes(m, false) * 105 &&
+                      ec_io_probe_direct(ec->f));
     pthread_mutex_init(&ec->mu, NULL);
     pthread_cond_init(&ec->cv_job, NULL);
     pthread_cond_init(&ec->cv_done, NULL);
@@ -647,7 +658,7 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
     ec->layers = rl_calloc((size_t)ec->n_layer, sizeof(ec_layer), "expert cache layers");
     if (!ec->layers) goto fail;
     for (int il = 0; il < ec->n_layer; il++)
-        if (layer_geometry(m, il, ec->p.direct_io, &ec->layers[il])) goto fail;
+        if (layer_geometry(m, il, ec->direct, &ec->layers[il])) goto fail;
     size_t nk = (size_t)ec->n_layer * ec->E;
     if (mode == EC_BOUNDED) {
         if (setup_classes(ec) || alloc_slots(ec)) goto fail;
@@ -766,7 +777,7 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
         fprintf(out, ", %.0f MiB in %llu slots (", s.budget / MiB, (unsigned long long)s.n_slots);
         for (int c = 0; c < ec->n_cls; c++)
             fprintf(out, "%s%d x %.0f KiB", c ? ", " : "", ec->cls[c].n, ec->cls[c].slot_bytes / 1024.0);
-        fprintf(out, ")%s", ec->p.direct_io ? ", O_DIRECT" : "");
+        fprintf(out, ")%s", ec->direct ? ", O_DIRECT" : ", buffered + FADV_DONTNEED");
     }
     fprintf(out, "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f MiB/token "
                  "(demand %.2f, prefetch %.2f), evictions %llu\n",

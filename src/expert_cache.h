@@ -34,11 +34,18 @@ typedef enum { EC_MMAP = 0, EC_FULL = 1, EC_BOUNDED = 2 } ec_mode;
 
 const char *ec_mode_name(ec_mode m);
 
+/* How misses are read: O_DIRECT into the slot (faster and no page cache at all, measured in
+ * bench/results/cache-*.md), or buffered pread + POSIX_FADV_DONTNEED. AUTO = direct when the
+ * file system takes an aligned O_DIRECT read and the block padding of direct slots costs under
+ * 5 % of the slot bytes (true for real expert sizes), else buffered. */
+typedef enum { EC_IO_AUTO = 0, EC_IO_BUFFERED, EC_IO_DIRECT } ec_io;
+
 typedef struct {
     uint64_t budget;        /* bytes of slots (EC_BOUNDED) */
     int io_threads;         /* I/O threads (0 = 4, or RL_CACHE_IO_THREADS) */
     bool no_prefetch;       /* disable pre-gated prefetch (RL_CACHE_PREFETCH=0) */
-    bool direct_io;         /* O_DIRECT reads instead of pread + FADV_DONTNEED (RL_CACHE_DIRECT=1) */
+    int prefetch_k;         /* predictions per row to prefetch (0 = top-k; RL_CACHE_PREFETCH_K) */
+    ec_io io;               /* RL_CACHE_DIRECT=1 / =0 force direct / buffered */
     bool uniform;           /* one slot size for every layer (RL_CACHE_CLASSES=0) */
     float route_bias;       /* > 0: cache-aware routing (CHANGES OUTPUTS); 0 = exact */
     const char *trace_path; /* route trace, JSON lines (RL_ROUTE_TRACE) */
@@ -53,6 +60,8 @@ void expert_cache_free(expert_cache *ec);
 /* The expert source to install with engine_set_expert_src (valid while ec lives). */
 q3n_expert_src expert_cache_src(expert_cache *ec);
 ec_mode expert_cache_mode(const expert_cache *ec);
+/* Whether misses are read with O_DIRECT (after AUTO resolved). */
+bool expert_cache_direct_io(const expert_cache *ec);
 
 /* ---- sizing -------------------------------------------------------------------------- */
 /* Bytes of one slot of layer il (4 KiB aligned triplet; larger with direct I/O padding). */

@@ -38,7 +38,8 @@ typedef struct {
     uint8_t state;     /* EC_S_* (written by I/O threads under mu) */
     uint8_t in_lru;    /* linked in its class's LRU list */
     uint8_t prefetched;/* loaded by prefetch and not yet used */
-    uint8_t queued;    /* a load job is queued or running */
+    uint8_t queued;    /* waiting in a job ring (cleared when an I/O thread takes it) */
+    uint8_t in_qd;     /* ... in the demand ring (else the prefetch ring) */
     uint16_t pins;     /* pinned by the current selection (never evicted) */
     int io_err;        /* errno of a failed load, or -1 for an unexpected end of file */
     int io_range;      /* which range failed */
@@ -58,6 +59,8 @@ struct expert_cache {
     gguf_file *f;
     ec_mode mode;
     ec_params p;
+    bool direct;           /* O_DIRECT reads (p.io resolved) */
+    int pk;                /* predictions per row to prefetch */
     int n_layer, E, K;     /* layers with experts (main + MTP), experts, experts per token */
     ec_layer *layers;
     ec_class *cls;
@@ -104,13 +107,17 @@ static inline int ec_layer_of(const expert_cache *ec, int32_t key) { return key 
 static inline int ec_expert_of(const expert_cache *ec, int32_t key) { return key % ec->E; }
 /* Offset of expert e's bytes inside its region (direct I/O reads whole aligned blocks). */
 static inline uint64_t ec_pad(const expert_cache *ec, const ec_range *r, int e) {
-    return ec->p.direct_io ? (r->base + (uint64_t)e * r->stride) % EC_ALIGN : 0;
+    return ec->direct ? (r->base + (uint64_t)e * r->stride) % EC_ALIGN : 0;
 }
 
 /* expert_io.c */
 int ec_io_start(expert_cache *ec);          /* threads + direct descriptors; -1 (rl_lasterr) */
 void ec_io_stop(expert_cache *ec);
 void ec_io_submit(expert_cache *ec, int32_t slot, bool demand); /* caller holds mu */
+/* A prefetch still waiting in its ring that an acquire now needs: move it to the demand ring. */
+void ec_io_promote(expert_cache *ec, int32_t slot);
+/* Can part files be read with O_DIRECT here (open + one aligned read)? */
+bool ec_io_probe_direct(gguf_file *f);
 /* Format the error of a failed slot load into rl_seterr. Caller holds mu. */
 int ec_io_error(expert_cache *ec, int32_t slot);
 

@@ -30,9 +30,10 @@ uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx) {
     return kv_pos * (uint64_t)(n_ctx > 0 ? n_ctx : 4096) + dn;
 }
 
+/* Slot sizes for the planner: O_DIRECT's (a little larger) unless buffered reads are forced. */
 static bool env_direct(void) {
     const char *v = getenv("RL_CACHE_DIRECT");
-    return v && atoi(v) != 0;
+    return !v || atoi(v) != 0;
 }
 
 int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, const char *spec, ec_plan *out) {

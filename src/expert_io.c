@@ -35,7 +35,7 @@ static ssize_t fault_pread(expert_cache *ec, int fd, uint8_t *buf, size_t len, u
         break;
     case EC_FAULT_SHORT:
         if (n % k == 0) {
-            size_t part = ec->p.direct_io ? (len / 2) & ~(size_t)(EC_ALIGN - 1) : len / 2;
+            size_t part = ec->direct ? (len / 2) & ~(size_t)(EC_ALIGN - 1) : len / 2;
             if (part > 0) len = part;
         }
         break;
@@ -93,7 +93,7 @@ static void load_slot(expert_cache *ec, int32_t key, uint8_t *mem, load_result *
         const ec_range *r = &ly->r[i];
         uint64_t off = r->base + (uint64_t)e * r->stride;
         res->range = i;
-        if (ec->p.direct_io) {
+        if (ec->direct) {
             uint64_t pad = off % EC_ALIGN, a0 = off - pad;
             uint64_t alen = (pad + r->stride + EC_ALIGN - 1) / EC_ALIGN * EC_ALIGN;
             if (read_range(ec, ec->dfd[r->part], mem + r->dst, a0, alen, pad + r->stride, res)) return;
@@ -126,6 +126,8 @@ static void *io_main(void *arg) {
         int32_t s = demand ? pop(ec->qd, &ec->qd_head, &ec->qd_n, ec->n_slots)
                            : pop(ec->qp, &ec->qp_head, &ec->qp_n, ec->n_slots);
         ec_slot *sl = &ec->slots[s];
+        RL_ASSERT(sl->queued && sl->state == EC_S_LOADING);
+        sl->queued = 0;
         int32_t key = sl->key;
         uint8_t *mem = sl->mem;
         pthread_mutex_unlock(&ec->mu);
@@ -135,7 +137,6 @@ static void *io_main(void *arg) {
 
         pthread_mutex_lock(&ec->mu);
         RL_ASSERT(sl->state == EC_S_LOADING && sl->key == key);
-        sl->queued = 0;
         sl->state = res.err ? EC_S_FAILED : EC_S_VALID;
         sl->io_err = res.err;
         sl->io_range = res.range;
@@ -156,6 +157,7 @@ void ec_io_submit(expert_cache *ec, int32_t s, bool demand) {
     ec_slot *sl = &ec->slots[s];
     RL_ASSERT(!sl->queued && sl->state == EC_S_LOADING);
     sl->queued = 1;
+    sl->in_qd = demand;
     if (demand) {
         RL_ASSERT(ec->qd_n < ec->n_slots);
         ec->qd[(ec->qd_head + ec->qd_n++) % ec->n_slots] = s;
@@ -164,6 +166,32 @@ void ec_io_submit(expert_cache *ec, int32_t s, bool demand) {
         ec->qp[(ec->qp_head + ec->qp_n++) % ec->n_slots] = s;
     }
     pthread_cond_signal(&ec->cv_job);
+}
+
+void ec_io_promote(expert_cache *ec, int32_t s) {
+    ec_slot *sl = &ec->slots[s];
+    if (!sl->queued || sl->in_qd) return;
+    int n = ec->n_slots, found = -1;
+    for (int i = 0; i < ec->qp_n && found < 0; i++)
+        if (ec->qp[(ec->qp_head + i) % n] == s) found = i;
+    RL_ASSERT(found >= 0);
+    for (int i = found; i + 1 < ec->qp_n; i++) ec->qp[(ec->qp_head + i) % n] = ec->qp[(ec->qp_head + i + 1) % n];
+    ec->qp_n--;
+    sl->queued = 0;
+    ec_io_submit(ec, s, true);
+}
+
+bool ec_io_probe_direct(gguf_file *f) {
+    void *buf = NULL;
+    if (posix_memalign(&buf, EC_ALIGN, EC_ALIGN) != 0) return false;
+    bool ok = true;
+    for (int i = 0; i < f->n_parts && ok; i++) {
+        int fd = f->parts[i].path ? open(f->parts[i].path, O_RDONLY | O_DIRECT | O_CLOEXEC) : -1;
+        ok = fd >= 0 && pread(fd, buf, EC_ALIGN, 0) > 0;
+        if (fd >= 0) close(fd);
+    }
+    free(buf);
+    return ok;
 }
 
 int ec_io_error(expert_cache *ec, int32_t s) {
@@ -185,11 +213,11 @@ int ec_io_start(expert_cache *ec) {
      * weights) must keep theirs while expert reads are told they are random. */
     for (int i = 0; i < np; i++) {
         const char *path = ec->f->parts[i].path;
-        ec->dfd[i] = open(path, O_RDONLY | O_CLOEXEC | (ec->p.direct_io ? O_DIRECT : 0));
+        ec->dfd[i] = open(path, O_RDONLY | O_CLOEXEC | (ec->direct ? O_DIRECT : 0));
         if (ec->dfd[i] < 0)
-            return rl_seterr("%s: cannot open%s for expert reads: %s%s", path, ec->p.direct_io ? " with O_DIRECT" : "",
-                             strerror(errno), ec->p.direct_io ? " (unset RL_CACHE_DIRECT)" : "");
-        if (!ec->p.direct_io) posix_fadvise(ec->dfd[i], 0, 0, POSIX_FADV_RANDOM);
+            return rl_seterr("%s: cannot open%s for expert reads: %s%s", path, ec->direct ? " with O_DIRECT" : "",
+                             strerror(errno), ec->direct ? " (set RL_CACHE_DIRECT=0)" : "");
+        if (!ec->direct) posix_fadvise(ec->dfd[i], 0, 0, POSIX_FADV_RANDOM);
     }
     ec->io = rl_calloc((size_t)ec->p.io_threads, sizeof(pthread_t), "expert I/O threads");
     if (!ec->io) return -1;

@@ -215,7 +215,7 @@ static void test_modes(fixture *fx) {
           (unsigned long long)expert_cache_slot_bytes(m, 1, false));
     uint64_t per10 = 10 * slot_sum(m, false); /* 10 slots per layer: 40 of the 64 experts */
 
-    ec_stats a = check_config(fx, "bounded, classes, prefetch", EC_BOUNDED, (ec_params){.budget = per10});
+    ec_stats a = check_config(fx, "bounded, classes, prefetch", EC_BOUNDED, (ec_params){.budget = per10, .io = EC_IO_BUFFERED});
     CHECK(a.n_classes == 2 && a.n_slots == 40, "classes %llu slots %llu", (unsigned long long)a.n_classes,
           (unsigned long long)a.n_slots);
     CHECK(a.misses > 0 && a.hits > 0 && a.evictions > 0, "misses %llu hits %llu evictions %llu",
@@ -227,26 +227,33 @@ static void test_modes(fixture *fx) {
     CHECK(a.pf_used_total == (uint64_t)NTOK * (NL - 1) * K, "pf_used_total %llu", (unsigned long long)a.pf_used_total);
 
     /* decisions never depend on I/O timing: a second run counts exactly the same */
-    ec_stats a2 = check_config(fx, "bounded, classes, prefetch (again)", EC_BOUNDED, (ec_params){.budget = per10});
+    ec_stats a2 = check_config(fx, "bounded, classes, prefetch (again)", EC_BOUNDED,
+                               (ec_params){.budget = per10, .io = EC_IO_BUFFERED});
     /* (only the split of hits into "loaded" and "still in flight" depends on timing) */
     CHECK(a2.misses == a.misses && a2.evictions == a.evictions && a2.pf_loads == a.pf_loads &&
               a2.pf_loads_used == a.pf_loads_used && a2.hits_inflight + a2.hits == a.hits_inflight + a.hits,
           "stats differ between identical runs");
 
     ec_stats b = check_config(fx, "bounded, uniform, no prefetch, 1 I/O thread", EC_BOUNDED,
-                              (ec_params){.budget = 24 * 8192, .uniform = true, .no_prefetch = true, .io_threads = 1});
+                              (ec_params){.budget = 24 * 8192, .uniform = true, .no_prefetch = true, .io_threads = 1,
+                                          .io = EC_IO_BUFFERED});
     CHECK(b.n_classes == 1 && b.n_slots == 24 && b.pf_loads == 0 && b.evictions > 0, "uniform: %llu classes",
           (unsigned long long)b.n_classes);
     CHECK(b.misses + b.hits == b.lookups && b.hits_inflight == 0, "uniform: hits + misses != lookups");
 
     /* prefetch makes demand misses rarer than without it at the same budget */
     ec_stats c = check_config(fx, "bounded, classes, no prefetch", EC_BOUNDED,
-                              (ec_params){.budget = per10, .no_prefetch = true});
+                              (ec_params){.budget = per10, .no_prefetch = true, .io = EC_IO_BUFFERED});
     CHECK(a.misses < c.misses, "prefetch did not reduce misses (%llu vs %llu)", (unsigned long long)a.misses,
           (unsigned long long)c.misses);
 
     /* a budget holding everything: after the first touch, never a miss */
     ec_stats d = check_config(fx, "bounded, everything fits", EC_BOUNDED, (ec_params){.budget = 1 << 24});
+    /* fewer predictions per row: fewer prefetch loads */
+    ec_stats k2 = check_config(fx, "bounded, prefetch top-2", EC_BOUNDED,
+                               (ec_params){.budget = per10, .io = EC_IO_BUFFERED, .prefetch_k = 2});
+    CHECK(k2.pf_predicted == (uint64_t)NTOK * (NL - 1) * 2 && k2.pf_loads < a.pf_loads, "prefetch_k: %llu predicted",
+          (unsigned long long)k2.pf_predicted);
     CHECK(d.evictions == 0 && d.misses + d.pf_loads <= (uint64_t)NL * E, "everything fits: %llu evictions",
           (unsigned long long)d.evictions);
 
@@ -254,7 +261,7 @@ static void test_modes(fixture *fx) {
     if (fd >= 0) {
         close(fd);
         uint64_t ds = expert_cache_slot_bytes(m, 0, true);
-        ec_stats x = check_config(fx, "bounded, O_DIRECT", EC_BOUNDED, (ec_params){.budget = 24 * ds, .direct_io = true});
+        ec_stats x = check_config(fx, "bounded, O_DIRECT", EC_BOUNDED, (ec_params){.budget = 24 * ds, .io = EC_IO_DIRECT});
         CHECK(x.misses > 0 && x.evictions > 0, "direct: no misses");
     } else {
         printf("note: O_DIRECT not supported here (%s), direct test skipped\n", strerror(errno));
@@ -267,14 +274,14 @@ static void test_modes(fixture *fx) {
     /* too small: one layer plus the margin must fit */
     uint64_t minb = expert_cache_min_budget(m, false);
     CHECK(minb == (uint64_t)(E + K) * 8192, "min budget %llu", (unsigned long long)minb);
-    expert_cache *ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = minb - 1});
+    expert_cache *ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = minb - 1, .io = EC_IO_BUFFERED});
     CHECK(!ec && strstr(rl_lasterr(), "minimum"), "too small accepted: %s", rl_lasterr());
     expert_cache_free(ec);
 }
 
 static void test_prefill(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
-    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false)});
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .io = EC_IO_BUFFERED});
     if (!ec) return;
     float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
     check_poison(out, (size_t)NTOK * fx->nv);
@@ -291,10 +298,10 @@ static void test_prefill(fixture *fx) {
 
 /* Inject a failing read; the step fails with a clear error, the cache stays consistent, and
  * after restoring the snapshot the step and all later ones match the reference. */
-static void run_fault(fixture *fx, ec_fault kind, uint64_t nth, bool prefetch, const char *want) {
+static void run_fault(fixture *fx, ec_fault kind, uint64_t nth, bool prefetch, const char *want, ec_io io) {
     const q3n_model *m = engine_model(fx->e);
-    expert_cache *ec =
-        mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .no_prefetch = !prefetch});
+    uint64_t budget = io == EC_IO_DIRECT ? 24 * expert_cache_slot_bytes(m, 0, true) : 10 * slot_sum(m, false);
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .no_prefetch = !prefetch, .io = io});
     if (!ec) return;
     engine_ctx *c = engine_ctx_new(fx->e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
     q3n_expert_src src = expert_cache_src(ec);
@@ -335,12 +342,18 @@ static void run_fault(fixture *fx, ec_fault kind, uint64_t nth, bool prefetch, c
 }
 
 static void test_faults(fixture *fx) {
-    run_fault(fx, EC_FAULT_EIO, 3, false, "Input/output error");
-    run_fault(fx, EC_FAULT_EOF, 7, false, "unexpected end of file");
-    for (uint64_t n = 1; n <= 9; n += 4) run_fault(fx, EC_FAULT_EIO, n, true, "Input/output error");
+    run_fault(fx, EC_FAULT_EIO, 3, false, "Input/output error", EC_IO_BUFFERED);
+    run_fault(fx, EC_FAULT_EOF, 7, false, "unexpected end of file", EC_IO_BUFFERED);
+    for (uint64_t n = 1; n <= 9; n += 4) run_fault(fx, EC_FAULT_EIO, n, true, "Input/output error", EC_IO_BUFFERED);
+    int fd = open(g_path, O_RDONLY | O_DIRECT);
+    if (fd >= 0) {
+        close(fd);
+        run_fault(fx, EC_FAULT_EIO, 4, false, "Input/output error", EC_IO_DIRECT);
+        run_fault(fx, EC_FAULT_EOF, 2, true, "unexpected end of file", EC_IO_DIRECT);
+    }
     /* short and interrupted reads are absorbed */
     const q3n_model *m = engine_model(fx->e);
-    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false)});
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .io = EC_IO_BUFFERED});
     if (!ec) return;
     float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
     for (int pass = 0; pass < 2; pass++) {
@@ -362,19 +375,19 @@ static void test_route_bias(fixture *fx) {
     uint64_t budget = 10 * slot_sum(m, false);
     float *o1 = malloc(sizeof(float) * (size_t)NTOK * fx->nv), *o2 = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
     ec_stats s1, s2;
-    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f});
+    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f, .io = EC_IO_BUFFERED});
     CHECK(expert_cache_src(ec).bias != NULL, "bias hook not installed");
     CHECK(run_steps(fx->e, ec, o1, NTOK, fx->nv) == 0, "bias run: %s", rl_lasterr());
     expert_cache_get_stats(ec, &s1);
     expert_cache_free(ec);
-    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f});
+    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f, .io = EC_IO_BUFFERED});
     CHECK(run_steps(fx->e, ec, o2, NTOK, fx->nv) == 0, "bias run: %s", rl_lasterr());
     expert_cache_get_stats(ec, &s2);
     expert_cache_free(ec);
     CHECK(same(o1, o2, (size_t)NTOK * fx->nv), "cache-aware routing is not deterministic");
     CHECK(s1.bias_calls == (uint64_t)NTOK * NL && s1.misses == s2.misses, "bias calls %llu",
           (unsigned long long)s1.bias_calls);
-    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget});
+    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .io = EC_IO_BUFFERED});
     CHECK(expert_cache_src(ec).bias == NULL, "exact routing must not install the bias hook");
     run_steps(fx->e, ec, o2, NTOK, fx->nv);
     ec_stats s0;
@@ -392,12 +405,12 @@ static void test_plan_attach_trace(fixture *fx) {
     CHECK(expert_cache_plan(m, 64ull << 30, 4096, "auto", &p) == 0 && p.mode == EC_FULL, "auto, big RAM: %s",
           p.reason);
     CHECK(expert_cache_plan(m, 1 << 20, 4096, NULL, &p) == 0 && p.mode == EC_BOUNDED &&
-              p.budget == expert_cache_min_budget(m, false) && strstr(p.reason, "tight"),
+              p.budget == expert_cache_min_budget(m, true) && strstr(p.reason, "tight"),
           "auto, tiny RAM: %s", p.reason);
     CHECK(expert_cache_plan(m, 0, 4096, "full", &p) == 0 && p.mode == EC_FULL, "full");
     CHECK(expert_cache_plan(m, 0, 4096, "mmap", &p) == 0 && p.mode == EC_MMAP, "mmap");
-    CHECK(expert_cache_plan(m, 0, 4096, "0.25", &p) == 0 && p.mode == EC_BOUNDED && p.budget == 262144, "0.25 MiB");
-    CHECK(expert_cache_plan(m, 0, 4096, "4096", &p) == 0 && p.budget == expert_cache_full_bytes(m, false),
+    CHECK(expert_cache_plan(m, 0, 4096, "0.5", &p) == 0 && p.mode == EC_BOUNDED && p.budget == 524288, "0.5 MiB");
+    CHECK(expert_cache_plan(m, 0, 4096, "4096", &p) == 0 && p.budget == expert_cache_full_bytes(m, true),
           "capped at full");
     CHECK(expert_cache_plan(m, 0, 4096, "0.1", &p) == -1 && strstr(rl_lasterr(), "minimum"), "below min: %s",
           rl_lasterr());
@@ -409,7 +422,7 @@ static void test_plan_attach_trace(fixture *fx) {
     char trace[300];
     snprintf(trace, sizeof trace, "%s.trace", g_path);
     engine_ctx *c = engine_ctx_new(fx->e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
-    ec_attach_opts o = {.spec = "0.25", .trace_path = trace};
+    ec_attach_opts o = {.spec = "0.5", .trace_path = trace};
     CHECK(expert_cache_attach_opts(c, fx->e, &o) == 0, "attach: %s", rl_lasterr());
     CHECK(expert_cache_of(c) && expert_cache_mode(expert_cache_of(c)) == EC_BOUNDED, "attached cache");
     float *lg = malloc(sizeof(float) * (size_t)fx->nv);
@@ -447,8 +460,8 @@ static void test_fixture(void) {
     float *ref = malloc(sizeof(float) * (size_t)NTOK * nv), *out = malloc(sizeof(float) * (size_t)NTOK * nv);
     for (int i = 0; i < NTOK; i++) g_tokens[i] %= nv;
     CHECK(run_steps(e, NULL, ref, NTOK, nv) == 0, "fixture ref: %s", rl_lasterr());
-    uint64_t budget = expert_cache_min_budget(m, false);
-    if (budget < expert_cache_full_bytes(m, false) / 2) budget = expert_cache_full_bytes(m, false) / 2;
+    uint64_t budget = expert_cache_min_budget(m, true);
+    if (budget < expert_cache_full_bytes(m, true) / 2) budget = expert_cache_full_bytes(m, true) / 2;
     expert_cache *ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = budget});
     CHECK(ec != NULL, "fixture cache: %s", rl_lasterr());
     if (ec) {

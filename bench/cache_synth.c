@@ -1,0 +1,27 @@
+/* cache_synth.c — write a synthetic cf2 (or other preset) model for the expert-cache benchmark
+ * on a machine without the full CLI's libraries: `cache_synth PRESET OUT.gguf` (seed 1, the
+ * preset's geometry, byte vocabulary). Same bytes as `redlite synth --preset PRESET -o OUT`. */
+#include <stdio.h>
+
+#include "common.h"
+#include "synth.h"
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: cache_synth PRESET OUT.gguf\n");
+        return 2;
+    }
+    synth_params p = {.seed = 1, .progress = false};
+    if (synth_preset_find(argv[1], &p.preset)) {
+        fprintf(stderr, "cache_synth: %s\n", rl_lasterr());
+        return 2;
+    }
+    synth_geom_default(p.preset, &p.g);
+    synth_stats st;
+    if (synth_write(&p, argv[2], &st)) {
+        fprintf(stderr, "cache_synth: %s\n", rl_lasterr());
+        return 1;
+    }
+    fprintf(stderr, "cache_synth: %s: %llu bytes in %.1f s\n", argv[2], (unsigned long long)st.file_bytes, st.seconds);
+    return 0;
+}
