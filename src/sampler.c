@@ -64,7 +64,7 @@ struct sampler {
     int ring_n, ring_pos;
     int32_t *count;
     /* candidates */
-    sampler_cand *cand, *tmp;
+    sampler_cand *cand, *tmp, *tmp2;
     size_t size;
     bool sorted;
 };
@@ -105,9 +105,10 @@ sampler *sampler_new(const sampler_params *p, int32_t n_vocab) {
     rl_mt19937_seed(&s->rng, s->seed);
     s->cand = rl_malloc(sizeof *s->cand * (size_t)n_vocab, "sampler candidates");
     s->tmp = rl_malloc(sizeof *s->tmp * (size_t)n_vocab, "sampler candidates");
+    s->tmp2 = rl_malloc(sizeof *s->tmp2 * (size_t)n_vocab, "sampler candidates");
     s->count = rl_calloc((size_t)n_vocab, sizeof *s->count, "sampler history");
     if (s->p.repeat_last_n > 0) s->ring = rl_malloc(sizeof *s->ring * (size_t)s->p.repeat_last_n, "sampler history");
-    if (!s->cand || !s->tmp || !s->count || (s->p.repeat_last_n > 0 && !s->ring)) {
+    if (!s->cand || !s->tmp || !s->tmp2 || !s->count || (s->p.repeat_last_n > 0 && !s->ring)) {
         sampler_free(s);
         return NULL;
     }
@@ -120,6 +121,7 @@ void sampler_free(sampler *s) {
     free(s->count);
     free(s->cand);
     free(s->tmp);
+    free(s->tmp2);
     free(s);
 }
 
@@ -159,9 +161,56 @@ static int cand_cmp(const void *a, const void *b) {
 
 static bool cand_before(const sampler_cand *x, const sampler_cand *y) { return cand_cmp(x, y) < 0; }
 
+/* Order key: ascending key = descending logit (the float's bits made monotonic, inverted). */
+static inline uint32_t desc_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending with f */
+    return ~u;
+}
+
+/* Stable LSD radix sort (3 passes of 11 bits) of c[0..n) by `by_id` ? id : descending logit,
+ * using tmp[0..n) as scratch. Stability makes equal logits keep their (id) order. */
+static void radix_sort(sampler_cand *c, size_t n, sampler_cand *tmp, bool by_id) {
+    sampler_cand *src = c, *dst = tmp;
+    for (int pass = 0; pass < 3; pass++) {
+        int shift = pass * 11;
+        size_t cnt[2048] = {0};
+        for (size_t i = 0; i < n; i++) {
+            uint32_t k = by_id ? (uint32_t)src[i].id : desc_key(src[i].logit);
+            cnt[(k >> shift) & 2047]++;
+        }
+        size_t sum = 0;
+        for (int b = 0; b < 2048; b++) {
+            size_t t = cnt[b];
+            cnt[b] = sum;
+            sum += t;
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint32_t k = by_id ? (uint32_t)src[i].id : desc_key(src[i].logit);
+            dst[cnt[(k >> shift) & 2047]++] = src[i];
+        }
+        sampler_cand *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != c) memcpy(c, src, sizeof *c * n); /* 3 passes end in tmp */
+}
+
+/* Sort c[0..n) descending by logit, ties by ascending id (cand_cmp order). `in_id_order`: the
+ * list is already ordered by id, so one stable pass suffices. */
+static void sort_desc(sampler_cand *c, size_t n, sampler_cand *tmp, bool in_id_order) {
+    if (n < 64 || !tmp) {
+        qsort(c, n, sizeof *c, cand_cmp);
+        return;
+    }
+    if (!in_id_order) radix_sort(c, n, tmp, true);
+    radix_sort(c, n, tmp, false);
+}
+
 /* The k best of c[0..n) in descending order into out[0..k): a bounded min-heap (the heap root
  * is the worst kept candidate), then a sort of the k. */
-static void top_k_select(const sampler_cand *c, size_t n, size_t k, sampler_cand *out) {
+static void top_k_select(const sampler_cand *c, size_t n, size_t k, sampler_cand *out, sampler_cand *scratch) {
     size_t h = 0;
     for (size_t i = 0; i < n; i++) {
         if (h < k) { /* sift up */
@@ -190,15 +239,15 @@ static void top_k_select(const sampler_cand *c, size_t n, size_t k, sampler_cand
             }
         }
     }
-    qsort(out, h, sizeof *out, cand_cmp);
+    sort_desc(out, h, scratch, false);
 }
 
 /* Keep the best k, sorted (llama_token_data_array_partial_sort_inplace). */
 static void sort_prefix(sampler *s, size_t k) {
     if (k >= s->size) {
-        qsort(s->cand, s->size, sizeof *s->cand, cand_cmp);
+        sort_desc(s->cand, s->size, s->tmp, true); /* unsorted lists are in id order */
     } else {
-        top_k_select(s->cand, s->size, k, s->tmp);
+        top_k_select(s->cand, s->size, k, s->tmp, s->tmp2);
         memcpy(s->cand, s->tmp, sizeof *s->cand * k);
     }
     s->size = k;
@@ -247,7 +296,7 @@ static void apply_top_p(sampler *s) {
         size_t k = s->size > 1024 ? 256 : s->size;
         float cum = 0.0f;
         if (k < s->size) {
-            top_k_select(s->cand, s->size, k, s->tmp);
+            top_k_select(s->cand, s->size, k, s->tmp, s->tmp2);
             for (size_t i = 0; i < k; i++) {
                 cum += s->tmp[i].p;
                 if (cum >= p && i + 1 >= (size_t)s->p.min_keep) {
@@ -258,7 +307,7 @@ static void apply_top_p(sampler *s) {
                 }
             }
         }
-        qsort(s->cand, s->size, sizeof *s->cand, cand_cmp);
+        sort_desc(s->cand, s->size, s->tmp, true); /* unsorted lists are in id order */
         s->sorted = true;
     }
     float cum = 0.0f;

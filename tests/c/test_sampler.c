@@ -58,6 +58,34 @@ static void test_chain(void) {
     CHECK(n == 2 && c[0].p > 0.49f && c[0].p < 0.51f, "min-p probabilities");
     sampler_free(s);
 
+    /* ties are ordered by ascending id, whatever sort is used (qsort for short lists, radix for
+     * long ones) */
+    {
+        enum { NV = 1000 };
+        static float flat[NV];
+        for (int i = 0; i < NV; i++) flat[i] = (i % 3 == 0) ? 1.0f : 0.5f;
+        sampler_params q = sampler_default_params();
+        q.top_k = 0;
+        q.min_p = 0;
+        q.top_p = 0.5f;
+        q.temp = 1;
+        sampler *t = sampler_new(&q, NV);
+        const sampler_cand *cc;
+        size_t m = sampler_candidates(t, flat, &cc);
+        bool ok = m > 1;
+        for (size_t j = 1; j < m; j++)
+            if (!(cc[j - 1].logit > cc[j].logit || (cc[j - 1].logit == cc[j].logit && cc[j - 1].id < cc[j].id)))
+                ok = false;
+        CHECK(ok && cc[0].id == 0 && cc[1].id == 3, "tie order (n=%zu)", m);
+        q.top_k = 300;
+        q.top_p = 1;
+        sampler_free(t);
+        t = sampler_new(&q, NV);
+        m = sampler_candidates(t, flat, &cc);
+        CHECK(m == 300 && cc[0].id == 0 && cc[299].id == 897, "top-k ties by id (n=%zu, last %d)", m, m ? cc[m - 1].id : -1);
+        sampler_free(t);
+    }
+
     /* repetition penalty over the last N tokens only */
     p = sampler_default_params();
     p.temp = 0;
