@@ -411,3 +411,15 @@ def test_slips_and_plain_text(tool, tmp_path):
         assert g["text"] == text, src
         assert [(c["name"], json.loads(c["arguments"])) for c in g["calls"]] == calls, src
         assert g["failed"] == failed, src
+
+
+def test_parser_never_loses_text(tool, tmp_path):
+    """Random text made of tag fragments (but unable to form a call: no '=' and no '"') comes out
+    byte for byte, whatever the chunking."""
+    rng = random.Random(99)
+    pieces = ["<", ">", "/", "tool_call", "<tool_call>", "</tool_call>", "<function", "</function>", "<parameter",
+              "{", "}", "[", "]", "\n", " ", "  \n", "text", "é", "🎉", "<b>", "name", ":", ","]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(400)]
+    got = c_parse([WEATHER], texts, tmp_path)
+    for t, g in zip(texts, got):
+        assert g["calls"] == [] and g["text"] == t, t
