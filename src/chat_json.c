@@ -122,12 +122,7 @@ cJSON *chat_json_parse(const char *s, size_t n) {
             return NULL;
         }
     lex_scan L = {s, used, 0};
-    cJSON *wrap = v; /* a scalar top-level value is its own list of one */
-    cJSON *saved_next = wrap->next;
-    wrap->next = NULL;
-    int rc = attach_lexemes(wrap, &L);
-    wrap->next = saved_next;
-    if (rc) {
+    if (attach_lexemes(v, &L)) { /* v->next is NULL: the top value is a list of one */
         cJSON_Delete(v);
         if (!rl_lasterr()[0]) rl_seterr("JSON: number scan mismatch");
         return NULL;
