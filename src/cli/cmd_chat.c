@@ -41,13 +41,13 @@ static void usage(FILE *out) {
             "  --history FILE       load earlier turns from FILE and append each new turn to it\n"
             "                       (lines \"user: ...\" / \"assistant: ...\", newlines written as \\n)\n"
             "  -h, --help           this help\n"
-            "\n%s"
+            "\n%s\n%s"
             "\nDefaults: --temp 0.7 --top-k 40 --top-p 0.95 --min-p 0.\n"
             "\n"
             "In the chat: /reset starts over, /help lists commands, /quit (or Ctrl-D) exits.\n"
             "Ctrl-C stops an answer; at the prompt it exits (status 130). A line ending in \\\n"
             "continues on the next line.\n",
-            GEN_FLAGS_HELP);
+            GEN_FLAGS_HELP, GEN_MODEL_HELP);
 }
 
 static volatile sig_atomic_t g_interrupt;
@@ -284,10 +284,12 @@ int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *prompt = NULL, *history = NULL;
     long long n_predict = -1, n_ctx = 4096, batch = 64, threads = 0;
     gen_flags gf;
+    gen_model_flags mf = {0};
     gen_flags_init(&gf, true);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = gen_flags_parse(CMD, argc, argv, &i, &gf);
+        if (r == 0) r = gen_model_flags_parse(CMD, argc, argv, &i, &mf);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (cli_is_help(a)) {
@@ -335,7 +337,7 @@ int cmd_chat(int argc, char **argv) {
     bool tty = isatty(0);
     if (isatty(2)) fprintf(stderr, "loading %s ...\n", model);
     double t0 = rl_now();
-    S.e = engine_open(model, &(engine_params){.n_threads = (int)threads, .progress = true});
+    S.e = gen_engine_open(&mf, model, (int)threads, true);
     if (!S.e || !(S.tok = tokenizer_load(engine_gguf(S.e)))) goto fail;
     if (g_interrupt) {
         rc = 130;
@@ -345,7 +347,7 @@ int cmd_chat(int argc, char **argv) {
     if (S.gf.sp.repeat_last_n < 0) S.gf.sp.repeat_last_n = (int32_t)n_ctx;
     int V = tokenizer_n_vocab(S.tok);
     if (engine_hparams(S.e)->n_vocab < V) V = engine_hparams(S.e)->n_vocab;
-    S.ctx = engine_ctx_new(S.e, &(engine_ctx_params){.n_ctx = (int)n_ctx, .n_batch = (int)batch});
+    S.ctx = gen_ctx_new(&mf, S.e, (int)n_ctx, (int)batch, true);
     S.logits = malloc(sizeof(float) * (size_t)engine_hparams(S.e)->n_vocab);
     if (!S.ctx || !S.logits || !(S.smp = sampler_new(&S.gf.sp, V))) goto fail;
     if (system) {
@@ -413,7 +415,7 @@ done:
     free(S.logits);
     sampler_free(S.smp);
     tokenizer_free(S.tok);
-    engine_ctx_free(S.ctx);
+    gen_ctx_free(S.ctx);
     engine_close(S.e);
     return rc;
 }

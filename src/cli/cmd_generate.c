@@ -39,9 +39,9 @@ static void usage(FILE *out) {
             "  --stats              print timings to stderr\n"
             "  --json               print one JSON object instead of streaming text\n"
             "  -h, --help           this help\n"
-            "\n%s"
+            "\n%s\n%s"
             "\nDefaults: greedy (--temp 0); with --temp > 0: top-k 40, top-p 0.95, min-p 0.05.\n",
-            GEN_FLAGS_HELP);
+            GEN_FLAGS_HELP, GEN_MODEL_HELP);
 }
 
 static void emit_stdout(void *ud, const char *s, size_t n) {
@@ -62,10 +62,12 @@ int cmd_generate(int argc, char **argv) {
     long long n_predict = 128, n_ctx = 0, batch = 64, threads = 0;
     bool raw = false, json = false, stats = false;
     gen_flags gf;
+    gen_model_flags mf = {0};
     gen_flags_init(&gf, false);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = gen_flags_parse(CMD, argc, argv, &i, &gf);
+        if (r == 0) r = gen_model_flags_parse(CMD, argc, argv, &i, &mf);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (cli_is_help(a)) {
@@ -115,7 +117,7 @@ int cmd_generate(int argc, char **argv) {
 
     int rc = 1;
     double t0 = rl_now();
-    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads, .progress = !json});
+    engine *e = gen_engine_open(&mf, model, (int)threads, !json);
     tokenizer *tok = NULL;
     engine_ctx *c = NULL;
     sampler *smp = NULL;
@@ -150,7 +152,7 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n, n_ctx);
         goto done;
     }
-    c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = (int)n_ctx, .n_batch = (int)batch});
+    c = gen_ctx_new(&mf, e, (int)n_ctx, (int)batch, !json);
     int V = tokenizer_n_vocab(tok);
     if (engine_hparams(e)->n_vocab < V) V = engine_hparams(e)->n_vocab;
     if (gf.sp.repeat_last_n < 0) gf.sp.repeat_last_n = (int32_t)n_ctx;
@@ -191,6 +193,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         fputc('\n', stdout);
     }
+    if (stats) gen_print_cache_stats(c);
     if (stats)
         fprintf(stderr,
                 "redlite: load %.2f s | prompt %zu tok %.1f tok/s | decode %zu tok %.2f tok/s | stop: %s | "
@@ -209,7 +212,7 @@ done:
     tok_ids_free(&ids);
     sampler_free(smp);
     tokenizer_free(tok);
-    engine_ctx_free(c);
+    gen_ctx_free(c);
     engine_close(e);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "expert_cache.h"
 #include "common.h"
 
 const char GEN_FLAGS_HELP[] =
@@ -21,6 +22,53 @@ const char GEN_FLAGS_HELP[] =
     "  --frequency-penalty F  subtract F per occurrence (0 = off)\n"
     "  --seed S               random seed (default: from the clock)\n"
     "  --stop STR             stop when STR is generated (repeatable; STR is not printed)\n";
+
+static int fval(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out);
+
+const char GEN_MODEL_HELP[] =
+    "model:\n"
+    "  --backend B            cpu | cuda | auto (default cpu)\n"
+    "  --cache-mib N|full|auto|mmap\n"
+    "                         routed experts: a bounded cache of N MiB, all resident (full),\n"
+    "                         planned from RAM (auto, default), or the plain file mapping (mmap)\n"
+    "  --route-bias L         cache-aware routing: prefer resident experts when scores are\n"
+    "                         within L (CHANGES OUTPUTS; default 0 = exact routing)\n"
+    "  --route-trace FILE     record every token's expert choices (tools/cache_sim.py replays)\n";
+
+int gen_model_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_model_flags *m) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--backend")) return (m->backend = cli_need_value(cmd, argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--cache-mib")) return (m->cache_spec = cli_need_value(cmd, argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--route-trace")) return (m->route_trace = cli_need_value(cmd, argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--route-bias")) return fval(cmd, argc, argv, i, 0, 1, &m->route_bias);
+    return 0;
+}
+
+engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads, bool verbose) {
+    return engine_open(model, &(engine_params){.n_threads = threads, .progress = verbose, .backend = mf->backend});
+}
+
+engine_ctx *gen_ctx_new(const gen_model_flags *mf, engine *e, int n_ctx, int n_batch, bool verbose) {
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = n_ctx, .n_batch = n_batch});
+    ec_attach_opts o = {.spec = mf->cache_spec, .route_bias = mf->route_bias, .trace_path = mf->route_trace,
+                        .verbose = verbose};
+    if (c && expert_cache_attach_opts(c, e, &o)) {
+        gen_ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void gen_ctx_free(engine_ctx *c) {
+    if (!c) return;
+    expert_cache_detach(c);
+    engine_ctx_free(c);
+}
+
+void gen_print_cache_stats(engine_ctx *c) {
+    expert_cache *ec = c ? expert_cache_of(c) : NULL;
+    if (ec) expert_cache_print_stats(ec, stderr);
+}
 
 void gen_flags_init(gen_flags *g, bool chat) {
     memset(g, 0, sizeof *g);

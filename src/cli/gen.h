@@ -57,6 +57,25 @@ typedef struct {
 int gen_decode(gen_run *g);
 void gen_run_free(gen_run *g);
 
+/* Model-side flags shared by generate and chat: backend and the routed-expert cache. */
+typedef struct {
+    const char *backend;     /* --backend cpu|cuda|auto (default cpu) */
+    const char *cache_spec;  /* --cache-mib N|full|auto|mmap (default auto) */
+    float route_bias;        /* --route-bias L (0 = exact routing) */
+    const char *route_trace; /* --route-trace FILE */
+} gen_model_flags;
+extern const char GEN_MODEL_HELP[];
+/* Like gen_flags_parse, for the model flags. */
+int gen_model_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_model_flags *m);
+/* Open the model on the flags' backend. NULL with rl_lasterr set. */
+engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads, bool verbose);
+/* A context with the expert cache the flags ask for (the plan is one line on stderr when
+ * verbose: mode, budget, why). NULL with rl_lasterr set. Free with gen_ctx_free. */
+engine_ctx *gen_ctx_new(const gen_model_flags *mf, engine *e, int n_ctx, int n_batch, bool verbose);
+void gen_ctx_free(engine_ctx *c);
+/* With --stats: the expert cache's line (hits, misses/token, MiB read/token, prefetch). */
+void gen_print_cache_stats(engine_ctx *c);
+
 /* Read a whole file (NUL terminated). NULL with rl_lasterr set. */
 char *gen_read_file(const char *path, size_t *len);
 
