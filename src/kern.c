@@ -82,8 +82,13 @@ static void init(void) {
     tables[KERN_AVX512] = tables[KERN_AVX2];
     if (supported[KERN_AVX512]) kern_fill_avx512(&tables[KERN_AVX512]);
     for (int l = 1; l < KERN_NLEVELS; l++)
-        for (int ty = 0; ty < QT_COUNT; ty++)
+        for (int ty = 0; ty < QT_COUNT; ty++) {
             has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];
+            /* a matmul inherited from the level below next to this level's own matvec could
+             * round differently (float-lane types): fall back to the matvec loop */
+            if (tables[l].matvec[ty] != tables[l - 1].matvec[ty] && tables[l].matmul[ty] == tables[l - 1].matmul[ty])
+                tables[l].matmul[ty] = NULL;
+        }
 
     int want = KERN_AVX512;
     const char *env = getenv("RL_KERN");
@@ -143,4 +148,22 @@ void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, 
     const size_t rb = quant_row_size(wtype, n_cols);
     RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0);
     tables[kern_level()].matvec[wtype](W, rb, n_rows, n_cols, act_q, out);
+}
+
+void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
+                 float *out, int64_t ldo) {
+    const size_t rb = quant_row_size(wtype, n_cols), ab = kern_act_size(wtype, n_cols);
+    RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0 && T >= 0 && (T <= 1 || ldo >= n_rows));
+    const kern_table *tb = &tables[kern_level()];
+    if (T == 1 || !tb->matmul[wtype]) {
+        for (int t = 0; t < T; t++)
+            tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab, out + (size_t)t * ldo);
+        return;
+    }
+    tb->matmul[wtype](W, rb, n_rows, n_cols, act_q, ab, T, out, (size_t)ldo);
+}
+
+bool kern_has_matmul(int level, uint32_t wtype) {
+    pthread_once(&once, init);
+    return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && tables[level].matmul[wtype] != NULL;
 }

@@ -62,16 +62,32 @@ void kern_quantize_act(uint32_t wtype, const float *x, int64_t n, void *act_q);
 /* out[r] = dot(row r of W, activation) for r in [0, n_rows). W's rows are contiguous. */
 void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
                  float *out);
+/* Batched mat-vec (prefill, verify, experts over their gathered rows): T activation rows, each
+ * kern_act_size(wtype, n_cols) bytes, back to back in act_q (as kern_quantize_act wrote them):
+ *     out[t * ldo + r] = dot(row r of W, activation row t)   for t < T, r < n_rows.
+ * Each weight super-block is decoded once and applied to up to 8 activation rows at a time
+ * (kern_x86_mm.h). Every value is bit-identical to kern_matvec's for that activation row at the
+ * same level: batching never changes a result (tests/c/test_kern.c checks T = 1..9). Types
+ * without a batched kernel at a level call kern_matvec once per activation row. */
+void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
+                 float *out, int64_t ldo);
+/* Whether `level` has a real batched kernel (not the loop over kern_matvec) for `wtype`. */
+bool kern_has_matmul(int level, uint32_t wtype);
 
 /* ---- internal: the dispatch table the ISA files fill (kern_avx2.c, kern_avx512.c) ---------- */
 typedef void (*kern_matvec_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
                                const void *act, float *out);
+typedef void (*kern_matmul_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
+                               const void *act, size_t act_bytes, int T, float *out, size_t ldo);
 typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 typedef struct {
     kern_matvec_fn matvec[QT_COUNT]; /* by weight type */
+    kern_matmul_fn matmul[QT_COUNT]; /* by weight type; NULL: kern_matvec per activation row */
     kern_quant_fn quant[QT_COUNT];   /* by activation type */
 } kern_table;
-/* Each sets the entries it implements and leaves the others untouched. */
+/* Each sets the entries it implements and leaves the others untouched. A level that overrides a
+ * type's matvec must override its matmul too (else init() drops the inherited matmul, so a
+ * batched result never comes from another level's arithmetic). */
 void kern_fill_avx2(kern_table *t);
 void kern_fill_avx512(kern_table *t);
 

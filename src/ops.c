@@ -108,10 +108,10 @@ static void batch_worker(void *arg, int ith, int nth) {
         int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK;
         int64_t n = W->n_out - r0 < BATCH_BLOCK ? W->n_out - r0 : BATCH_BLOCK;
         if (j->fast) {
-            size_t ab = kern_act_size(W->type, W->n_in);
-            for (int t = 0; t < tk->T; t++)
-                kern_matvec(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in,
-                            (const uint8_t *)tk->actq + (size_t)t * ab, tk->y + (size_t)t * W->n_out + r0);
+            /* all T activation rows against this block of weight rows: kern_matmul decodes each
+             * weight block once for several rows, bit-identical to kern_matvec per row */
+            kern_matmul(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in, tk->actq, tk->T, tk->y + r0,
+                        W->n_out);
         } else {
             const quant_traits *qt = quant_get(W->type);
             for (int64_t r = r0; r < r0 + n; r++) {

@@ -9,7 +9,8 @@
  *     for safety. F32/F16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) sum
  *     floats in SIMD lanes in another order (and with FMA): each lane adds about n/8 terms, so
  *     |error| <= (n/8 + 16) * 2^-24 * M. Q4_1/Q5_1's min term m*s is summed in float as in scalar.
- * With RL_KERN_BENCH=1 it also prints mat-vec throughput (GB/s of weights) per type and level.
+ * With RL_KERN_BENCH=1 it also prints mat-vec throughput (GB/s of weights) per type and level and
+ * the batched kernels' speedup over per-row mat-vecs (RL_KERN_BENCH=mm: only the latter).
  * Run: make all && build/tests/test_kern
  */
 #include <math.h>
@@ -104,6 +105,41 @@ static void test_matvec(int level, uint32_t type, int64_t n_rows, int64_t n_cols
     free(W); free(x); free(out); free(wf); free(af); free(act);
 }
 
+/* kern_matmul against T calls of kern_matvec at the same level: bit-identical for every type
+ * (batched verify must give each row the single-step result). The output has a row stride
+ * ldo > n_rows, NaN-poisoned: the gaps and everything past the last row must stay NaN. */
+static void test_matmul(int level, uint32_t type, int64_t n_rows, int64_t n_cols, int T, rl_rng *r) {
+    const quant_traits *t = quant_get(type);
+    const size_t rb = quant_row_size(type, n_cols), ab = kern_act_size(type, n_cols);
+    const int64_t ldo = n_rows + 3;
+    uint8_t *W = malloc(rb * (size_t)(n_rows ? n_rows : 1));
+    float *x = malloc((size_t)n_cols * sizeof(float));
+    uint8_t *act = malloc(ab * (size_t)T);
+    const size_t n_out = (size_t)ldo * (size_t)T + 1;
+    float *out = malloc(n_out * sizeof(float)), *ref = malloc(n_out * sizeof(float));
+    fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
+    for (int k = 0; k < T; k++) {
+        fill_x(x, n_cols, r);
+        if (k == 2) /* an all-zero activation row (Q8_K d = 0) */
+            for (int64_t i = 0; i < n_cols; i++) x[i] = 0.0f;
+        kern_quantize_act(type, x, n_cols, act + (size_t)k * ab);
+    }
+    check_poison(out, n_out);
+    check_poison(ref, n_out);
+    for (int k = 0; k < T; k++) kern_matvec(type, W, n_rows, n_cols, act + (size_t)k * ab, ref + (size_t)k * ldo);
+    kern_matmul(type, W, n_rows, n_cols, act, T, out, ldo);
+    int bad = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        const bool same = isnan(ref[i]) ? isnan(out[i]) : memcmp(&ref[i], &out[i], sizeof(float)) == 0;
+        if (!same && bad++ < 3)
+            fprintf(stderr, "  %s %s matmul T=%d rows=%lld cols=%lld: out[%zu] = %.9g, matvec %.9g\n",
+                    kern_level_name(level), t->name, T, (long long)n_rows, (long long)n_cols, i, out[i], ref[i]);
+    }
+    CHECK(bad == 0, "%s %s: matmul T=%d rows=%lld cols=%lld: %d values differ from kern_matvec", kern_level_name(level),
+          t->name, T, (long long)n_rows, (long long)n_cols, bad);
+    free(W); free(x); free(act); free(out); free(ref);
+}
+
 /* Thread CPU time: the benchmark measures the kernel, not the scheduler of a shared machine. */
 static double cpu_now(void) {
     struct timespec ts;
@@ -158,6 +194,59 @@ static void bench(void) {
     }
 }
 
+/* Batched kernel speed: T activation rows against 16-row weight blocks (as ops_matmul_batch cuts
+ * them) of 256 rows x 2048 columns, kern_matmul vs T calls of kern_matvec; returns the speedup
+ * and sets *gops to the batched rate in G row-dots x columns (multiply-adds) per CPU-second. */
+static double bench_mm_one(uint32_t type, int T, double *gmacs, rl_rng *r) {
+    const int64_t n_cols = 2048, n_rows = 256, blk = 16;
+    const quant_traits *t = quant_get(type);
+    const size_t rb = quant_row_size(type, n_cols), ab = kern_act_size(type, n_cols);
+    uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
+    uint8_t *act = rl_aligned_alloc(ab * (size_t)T, "bench act");
+    float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * T * sizeof(float));
+    fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
+    for (int k = 0; k < T; k++) {
+        fill_x(x, n_cols, r);
+        kern_quantize_act(type, x, n_cols, act + (size_t)k * ab);
+    }
+    double best[2] = { 1e30, 1e30 };
+    const int reps = T >= 64 ? 5 : 20;
+    for (int it = 0; it < reps; it++)
+        for (int v = 0; v < 2; v++) {
+            const double t0 = cpu_now();
+            for (int64_t r0 = 0; r0 < n_rows; r0 += blk) {
+                if (v)
+                    kern_matmul(type, W + (size_t)r0 * rb, blk, n_cols, act, T, out + r0, n_rows);
+                else
+                    for (int k = 0; k < T; k++)
+                        kern_matvec(type, W + (size_t)r0 * rb, blk, n_cols, act + (size_t)k * ab, out + (size_t)k * n_rows + r0);
+            }
+            const double dt = cpu_now() - t0;
+            best[v] = dt < best[v] ? dt : best[v];
+        }
+    *gmacs = (double)n_rows * n_cols * T / best[1] / 1e9;
+    free(W); free(act); free(x); free(out);
+    return best[0] / best[1];
+}
+
+static void bench_mm(void) {
+    rl_rng r;
+    rl_rng_seed(&r, 77);
+    printf("batched kernel (level %s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
+           "G multiply-adds per CPU-second\n%-8s %22s %22s\n", kern_level_name(kern_level()), "type", "T=8", "T=64");
+    for (size_t k = 0; k < N_TYPES; k++) {
+        if (!kern_has_matmul(kern_level(), types[k])) continue;
+        printf("%-8s", quant_name(types[k]));
+        for (int T = 8; T <= 64; T *= 8) {
+            double g;
+            const double sp = bench_mm_one(types[k], T, &g, &r);
+            printf("   %6.2fx %7.1f GMAC/s", sp, g);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+}
+
 int main(void) {
     const int initial = kern_level();
     printf("test_kern: CPU best level %s\n", kern_level_name(initial));
@@ -175,9 +264,13 @@ int main(void) {
             continue;
         }
         CHECK(kern_set_level(level) == 0 && kern_level() == level, "set level %s", kern_level_name(level));
-        int n_simd = 0;
-        for (size_t k = 0; k < N_TYPES; k++) n_simd += kern_has_simd(level, types[k]);
-        printf("  level %s: %d of %zu types have SIMD kernels\n", kern_level_name(level), n_simd, N_TYPES);
+        int n_simd = 0, n_mm = 0;
+        for (size_t k = 0; k < N_TYPES; k++) {
+            n_simd += kern_has_simd(level, types[k]);
+            n_mm += kern_has_matmul(level, types[k]);
+        }
+        printf("  level %s: %d of %zu types have SIMD kernels, %d batched kernels\n", kern_level_name(level), n_simd,
+               N_TYPES, n_mm);
         test_quantize(level, &r);
         for (size_t k = 0; k < N_TYPES; k++) {
             const quant_traits *t = quant_get(types[k]);
@@ -186,10 +279,14 @@ int main(void) {
             const int64_t rows[] = { 1, 37, 3 };
             for (int i = 0; i < 3; i++) test_matvec(level, types[k], rows[i], widths[i], &r);
             test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
+            for (int T = 1; T <= 9; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
+            test_matmul(level, types[k], 37, widths[1], 17, &r);
+            test_matmul(level, types[k], 0, widths[1], 4, &r);
         }
     }
     kern_set_level(initial);
     const char *bench_env = getenv("RL_KERN_BENCH");
     if (bench_env && *bench_env == '1') bench();
+    if (bench_env && (*bench_env == '1' || !strcmp(bench_env, "mm"))) bench_mm();
     return check_done("test_kern");
 }

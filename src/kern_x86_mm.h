@@ -1,0 +1,389 @@
+/* kern_x86_mm.h — batched kernels (several activation rows per weight row) for the K and IQ types;
+ * part of kern_x86.h (included there only, after the mat-vec kernels whose helpers it uses).
+ *
+ * Prefill, speculative verify and the experts of a batch multiply one weight matrix by T activation
+ * rows. The mat-vec kernels would decode every weight super-block T times; here a group of weight
+ * rows is decoded ONCE into a canonical form (kdsb below) and then applied to the activation rows
+ * eight at a time:
+ *
+ *     u[256]   unsigned codes in value order; the weight value, in the type's integer unit, is
+ *              u - off (off: 0 for Q2_K/Q4_K/Q5_K, 32 for Q6_K, 43 for IQ2_XXS/IQ2_XS, 62 for
+ *              IQ3_XXS, 15 for IQ3_S, 9 for IQ1_M whose unit is 1/8 and whose codes carry the
+ *              +-1/8 delta, see iq1_fold). Signs of the IQ grids are applied here, once.
+ *     sv[8]    per 32-value chunk, the int16 scale of each maddubs pair (lanes 0-7: the chunk's
+ *              first 16 values, lanes 8-15: the last 16)
+ *     bc[16]   off * scale of each 16 values, subtracted through the activation's bsums:
+ *              sum_k s_k sum_j (u_j - off) a_j = sum_k s_k sum_j u_j a_j - sum_k off s_k bsum_k
+ *     mn[16]   the min of each 16 values (Q2_K, Q4_K, Q5_K): summs = sum_k mn_k bsum_k
+ *     d, dmin  the float super-block scales
+ *
+ * Per activation row and super-block the integer sums are the scalar reference's (integer addition
+ * is exact in any order: maddubs pairs stay below 2 * 126 * 127 < 2^15, no int32 overflow), and the
+ * float epilogue is the scalar expression evaluated in one SIMD lane per activation row, in the
+ * same order, without FMA contraction: so every output equals quant_traits.vec_dot (and
+ * kern_matvec) bit for bit.
+ */
+
+typedef struct {
+    uint8_t u[256];
+    int16_t sv[8][16];
+    int16_t bc[16];
+    int16_t mn[16];
+    float d, dmin;
+    float pad_[6];
+} kdsb;
+_Static_assert(sizeof(kdsb) % 32 == 0, "kdsb keeps 32-byte alignment in arrays");
+
+enum { EP_MIN, EP_PLAIN, EP_IQ1 }; /* epilogue: (yd*d)*isum - (yd*dmin)*summs | (d*yd)*isum | (d*yd)*(isum/8) */
+
+/* sv[] from 16 int16 scales (one per 16 values, value order) */
+static inline void kdsb_scales16(kdsb *o, __m256i s16) {
+    const __m256i lanes[2] = { _mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11) };
+    __m256i ctrl = scale_ctrl0();
+    for (int c = 0; c < 8; c++) {
+        _mm256_store_si256((__m256i *)o->sv[c], _mm256_shuffle_epi8(lanes[c / 4], ctrl));
+        ctrl = c == 3 ? scale_ctrl0() : scale_step(ctrl);
+    }
+}
+
+/* ---- decoders: one super-block -> kdsb ------------------------------------------------------- */
+
+static inline void dec_q2_k(const void *p, kdsb *o) {
+    const blk_q2_k *x = p;
+    const __m128i sc = _mm_loadu_si128((const __m128i *)x->scales);
+    kdsb_scales16(o, _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(15))));
+    _mm256_store_si256((__m256i *)o->mn, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15))));
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i Q = loadu(x->qs + 32 * h);
+        for (int j = 0; j < 4; j++) _mm256_store_si256((__m256i *)(o->u + 128 * h + 32 * j), _mm256_and_si256(srl16(Q, 2 * j), m3));
+    }
+    o->d = h2f(x->d);
+    o->dmin = h2f(x->dmin);
+}
+
+/* Q4_K/Q5_K scales (one per 32 values) and mins, as k45_scales */
+static inline void dec_k45_scales(const uint8_t *scales, kdsb *o) {
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+    const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+    const __m256i lanes = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    __m256i ctrl = bcast16_ctrl0();
+    for (int c = 0; c < 8; c++) {
+        _mm256_store_si256((__m256i *)o->sv[c], _mm256_shuffle_epi8(lanes, ctrl));
+        ctrl = bcast16_step(ctrl);
+    }
+    const __m128i mv = _mm_cvtsi64_si128((long long)m);
+    _mm256_store_si256((__m256i *)o->mn, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)));
+}
+
+static inline void dec_q4_k(const void *p, kdsb *o) {
+    const blk_q4_k *x = p;
+    dec_k45_scales(x->scales, o);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = loadu(x->qs + 32 * c);
+        _mm256_store_si256((__m256i *)(o->u + 64 * c), _mm256_and_si256(q, m4));
+        _mm256_store_si256((__m256i *)(o->u + 64 * c + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    }
+    o->d = h2f(x->d);
+    o->dmin = h2f(x->dmin);
+}
+
+static inline void dec_q5_k(const void *p, kdsb *o) {
+    const blk_q5_k *x = p;
+    dec_k45_scales(x->scales, o);
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), qh = loadu(x->qh);
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = loadu(x->qs + 32 * c);
+        const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c), one), 4);
+        const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c + 1), one), 4);
+        _mm256_store_si256((__m256i *)(o->u + 64 * c), _mm256_or_si256(_mm256_and_si256(q, m4), hl));
+        _mm256_store_si256((__m256i *)(o->u + 64 * c + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh));
+    }
+    o->d = h2f(x->d);
+    o->dmin = h2f(x->dmin);
+}
+
+static inline void dec_q6_k(const void *p, kdsb *o) {
+    const blk_q6_k *x = p;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    kdsb_scales16(o, sc16);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_slli_epi16(sc16, 5)); /* 32 * s */
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i L0 = loadu(x->ql + 64 * h), L1 = loadu(x->ql + 64 * h + 32), H = loadu(x->qh + 32 * h);
+        uint8_t *u = o->u + 128 * h;
+        _mm256_store_si256((__m256i *)u, _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_slli_epi16(_mm256_and_si256(H, m3), 4)));
+        _mm256_store_si256((__m256i *)(u + 32), _mm256_or_si256(_mm256_and_si256(L1, m4),
+                                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m3), 4)));
+        _mm256_store_si256((__m256i *)(u + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
+                                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m3), 4)));
+        _mm256_store_si256((__m256i *)(u + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)));
+    }
+    o->d = h2f(x->d);
+}
+
+/* grid magnitudes g (bytes) with sign bytes +-1 s -> u = sign(g) + off */
+static inline __m256i signed_codes(__m256i g, __m256i s, int off) {
+    return _mm256_add_epi8(_mm256_sign_epi8(g, s), _mm256_set1_epi8((char)off));
+}
+
+static inline void dec_iq2_xxs(const void *p, kdsb *o) {
+    const blk_iq2_xxs *x = p;
+    const uint8_t *q = (const uint8_t *)x->qs;
+    const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
+    const __m256i w1 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0xdd)), 0xd8);
+    uint8_t sg[32] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)sg, signs_from_words(w1));
+    const __m256i lsv = scales_from_words(w1);
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(43)));
+    for (int ib = 0; ib < 8; ib++) {
+        uint32_t w0;
+        memcpy(&w0, q + 8 * ib, 4);
+        const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[w0 >> 24], (long long)iq2xxs_grid[(w0 >> 16) & 255],
+                                            (long long)iq2xxs_grid[(w0 >> 8) & 255], (long long)iq2xxs_grid[w0 & 255]);
+        _mm256_store_si256((__m256i *)(o->u + 32 * ib), signed_codes(g, signs_at(sg + 4 * ib), 43));
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq2_xs(const void *p, kdsb *o) {
+    const blk_iq2_xs *x = p;
+    const __m256i e0 = loadu(x->qs), e1 = loadu(x->qs + 16);
+    const __m256i idx = _mm256_permute4x64_epi64(_mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
+    uint8_t sg[32] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)sg, ksigns_vec(idx));
+    const __m256i lsv = iq2_half_scales(x->scales);
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(43)));
+    for (int ib = 0; ib < 8; ib++) {
+        uint64_t e;
+        memcpy(&e, x->qs + 4 * ib, 8);
+        const __m256i g = _mm256_set_epi64x((long long)iq2xs_grid[(e >> 48) & 511], (long long)iq2xs_grid[(e >> 32) & 511],
+                                            (long long)iq2xs_grid[(e >> 16) & 511], (long long)iq2xs_grid[e & 511]);
+        _mm256_store_si256((__m256i *)(o->u + 32 * ib), signed_codes(g, signs_at(sg + 4 * ib), 43));
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq3_xxs(const void *p, kdsb *o) {
+    const blk_iq3_xxs *x = p;
+    const uint8_t *q = x->qs;
+    const __m256i w = loadu(q + 64);
+    uint8_t sg[32] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)sg, signs_from_words(w));
+    const __m256i lsv = scales_from_words(w);
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(62)));
+    for (int ib = 0; ib < 8; ib++) {
+        uint64_t gi;
+        memcpy(&gi, q + 8 * ib, 8);
+        const __m256i g = _mm256_set_epi32(
+            (int)iq3xxs_grid[gi >> 56], (int)iq3xxs_grid[(gi >> 48) & 255], (int)iq3xxs_grid[(gi >> 40) & 255],
+            (int)iq3xxs_grid[(gi >> 32) & 255], (int)iq3xxs_grid[(gi >> 24) & 255], (int)iq3xxs_grid[(gi >> 16) & 255],
+            (int)iq3xxs_grid[(gi >> 8) & 255], (int)iq3xxs_grid[gi & 255]);
+        _mm256_store_si256((__m256i *)(o->u + 32 * ib), signed_codes(g, signs_at(sg + 4 * ib), 62));
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq3_s(const void *p, kdsb *o) {
+    const blk_iq3_s *x = p;
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), one = _mm256_set1_epi8(1);
+    uint16_t idx[64] __attribute__((aligned(32)));
+    for (int v = 0; v < 2; v++) {
+        int32_t hb;
+        memcpy(&hb, x->qh + 4 * v, 4);
+        const __m256i e = _mm256_shuffle_epi8(_mm256_set1_epi32(hb), shuf);
+        const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(e, bit), bit), one);
+        const __m256i q = loadu(x->qs + 32 * v);
+        const __m256i lo = _mm256_unpacklo_epi8(q, h), hi = _mm256_unpackhi_epi8(q, h);
+        _mm256_store_si256((__m256i *)idx + 2 * v, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_store_si256((__m256i *)idx + 2 * v + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    uint32_t s4;
+    memcpy(&s4, x->scales, 4);
+    const __m128i sc = _mm_cvtsi32_si128((int)s4), m4 = _mm_set1_epi8(15);
+    const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
+    const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(15)));
+    for (int ib = 0; ib < 8; ib++) {
+        const uint16_t *k = idx + 8 * ib;
+        const __m256i g = _mm256_set_epi32((int)iq3s_grid[k[7]], (int)iq3s_grid[k[6]], (int)iq3s_grid[k[5]],
+                                           (int)iq3s_grid[k[4]], (int)iq3s_grid[k[3]], (int)iq3s_grid[k[2]],
+                                           (int)iq3s_grid[k[1]], (int)iq3s_grid[k[0]]);
+        _mm256_store_si256((__m256i *)(o->u + 32 * ib), signed_codes(g, signs_at(x->signs + 4 * ib), 15));
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq1_m(const void *p, kdsb *o) {
+    const blk_iq1_m *x = p;
+    const __m256i sel0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), sel1 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), m7 = _mm256_set1_epi32(7);
+    uint64_t sc;
+    memcpy(&sc, x->scales, 8);
+    const uint16_t dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
+    const __m256i w32 = _mm256_cvtepu16_epi32(_mm_cvtsi64_si128((long long)sc));
+    const __m256i v0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel0), sh), m7);
+    const __m256i v1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel1), sh), m7);
+    const __m256i l16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xd8);
+    const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(9)));
+    uint16_t keys[32] __attribute__((aligned(32)));
+    const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh), m4 = _mm_set1_epi8(15);
+    const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+    const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) };
+    for (int v = 0; v < 2; v++) {
+        const __m256i n16 = _mm256_cvtepu8_epi16(nib[v]);
+        const __m256i q16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16 * v)));
+        const __m256i k = _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(q16, 1), _mm256_srli_epi16(n16, 3)),
+                                          _mm256_slli_epi16(_mm256_and_si256(n16, _mm256_set1_epi16(7)), 9));
+        _mm256_store_si256((__m256i *)keys + v, k);
+    }
+    for (int ib = 0; ib < 8; ib++) {
+        const uint16_t *k = keys + 4 * ib;
+        _mm256_store_si256((__m256i *)(o->u + 32 * ib),
+                           _mm256_set_epi64x((long long)iq1_fold[k[3]], (long long)iq1_fold[k[2]],
+                                             (long long)iq1_fold[k[1]], (long long)iq1_fold[k[0]]));
+    }
+    o->d = h2f(dbits);
+}
+
+/* ---- the core: one decoded weight row x N activation rows ------------------------------------- */
+
+/* int32 lanes += int16 pairs p * s16 */
+static inline __m256i madd_acc(__m256i acc, __m256i p, __m256i s16) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(acc, p, s16);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s16));
+#endif
+}
+
+/* lane t of the result = sum of the 8 int32 lanes of v[t] (exact) */
+static inline __m256i hsum8_i32(const __m256i *v) {
+    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+/* One decoded weight row (nsb super-blocks) against N activation rows ap[0..N) (Q8_K rows);
+ * writes o[t * ldo] for t < nstore. mode/bias/post are compile-time constants of each kernel. */
+KI void mm_core(const kdsb *w, int64_t nsb, const uint8_t *const *ap, int N, int mode, int bias, float post,
+                float *o, size_t ldo, int nstore) {
+    __m256 sumf = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const kdsb *b = w + i;
+        const blk_q8_k *y[8];
+        UNROLL for (int t = 0; t < N; t++) y[t] = (const blk_q8_k *)ap[t] + i;
+        __m256i acc[8], ms[8];
+        UNROLL for (int t = 0; t < 8; t++) acc[t] = ms[t] = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 8; c++) {
+            const __m256i u = _mm256_load_si256((const __m256i *)(b->u + 32 * c));
+            const __m256i s = _mm256_load_si256((const __m256i *)b->sv[c]);
+            UNROLL for (int t = 0; t < N; t++)
+                acc[t] = madd_acc(acc[t], _mm256_maddubs_epi16(u, loadu(y[t]->qs + 32 * c)), s);
+        }
+        if (bias) {
+            const __m256i bc = _mm256_load_si256((const __m256i *)b->bc);
+            UNROLL for (int t = 0; t < N; t++) acc[t] = _mm256_sub_epi32(acc[t], _mm256_madd_epi16(bc, loadu(y[t]->bsums)));
+        }
+        float ydv[8] = { 0 };
+        UNROLL for (int t = 0; t < N; t++) ydv[t] = y[t]->d;
+        const __m256 yd = _mm256_loadu_ps(ydv);
+        __m256 fi = _mm256_cvtepi32_ps(N == 1 ? _mm256_set1_epi32(hsum_i32(acc[0])) : hsum8_i32(acc));
+        __m256 term;
+        if (mode == EP_MIN) {
+            const __m256i mn = _mm256_load_si256((const __m256i *)b->mn);
+            UNROLL for (int t = 0; t < N; t++) ms[t] = _mm256_madd_epi16(mn, loadu(y[t]->bsums));
+            const __m256 fm = _mm256_cvtepi32_ps(N == 1 ? _mm256_set1_epi32(hsum_i32(ms[0])) : hsum8_i32(ms));
+            term = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(yd, _mm256_set1_ps(b->d)), fi),
+                                 _mm256_mul_ps(_mm256_mul_ps(yd, _mm256_set1_ps(b->dmin)), fm));
+        } else {
+            if (mode == EP_IQ1) fi = _mm256_mul_ps(fi, _mm256_set1_ps(0.125f));
+            term = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(b->d), yd), fi);
+        }
+        sumf = _mm256_add_ps(sumf, term);
+    }
+    if (post != 1.0f) sumf = _mm256_mul_ps(_mm256_set1_ps(post), sumf);
+    float r[8];
+    _mm256_storeu_ps(r, sumf);
+    for (int t = 0; t < nstore; t++) o[t * ldo] = r[t];
+}
+
+/* Rows are decoded in groups that fit MM_BUF super-blocks (78 KiB, L2-resident), then every tile of
+ * 8 activation rows (18 KiB at 2048 columns, L1-resident) runs over the whole group. Rows wider
+ * than MM_BUF super-blocks (no Qwen3-Next matrix: at most 4096 columns = 16) use the mat-vec. */
+#define MM_BUF 128
+KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn mv, int mode, int bias, float post,
+                  const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, size_t ab, int T, float *o,
+                  size_t ldo) {
+    const int64_t nsb = nc / QK_K;
+    if (nsb > MM_BUF || nsb == 0) {
+        for (int t = 0; t < T; t++) mv(W, rb, nr, nc, (const uint8_t *)act + (size_t)t * ab, o + (size_t)t * ldo);
+        return;
+    }
+    kdsb buf[MM_BUF] __attribute__((aligned(32)));
+    const int64_t g = MM_BUF / nsb;
+    for (int64_t r0 = 0; r0 < nr; r0 += g) {
+        const int64_t gn = nr - r0 < g ? nr - r0 : g;
+        for (int64_t r = 0; r < gn; r++) {
+            const uint8_t *row = (const uint8_t *)W + (size_t)(r0 + r) * rb;
+            for (int64_t i = 0; i < nsb; i++) dec(row + (size_t)i * bsz, &buf[r * nsb + i]);
+        }
+        for (int t0 = 0; t0 < T; t0 += 8) {
+            const int n = T - t0 < 8 ? T - t0 : 8;
+            const uint8_t *ap[8];
+            for (int k = 0; k < 8; k++) ap[k] = (const uint8_t *)act + (size_t)(t0 + (k < n ? k : n - 1)) * ab;
+            float *ot = o + (size_t)t0 * ldo + r0;
+            for (int64_t r = 0; r < gn; r++) {
+                const kdsb *wr = buf + r * nsb;
+                if (n > 4)
+                    mm_core(wr, nsb, ap, 8, mode, bias, post, ot + r, ldo, n);
+                else if (n > 2)
+                    mm_core(wr, nsb, ap, 4, mode, bias, post, ot + r, ldo, n);
+                else if (n == 2)
+                    mm_core(wr, nsb, ap, 2, mode, bias, post, ot + r, ldo, n);
+                else
+                    mm_core(wr, nsb, ap, 1, mode, bias, post, ot + r, ldo, n);
+            }
+        }
+    }
+}
+
+#define KQ_MATMUL(name, BLK, MODE, BIAS, POST)                                                        \
+    static void mm_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
+                          float *o, size_t ldo) {                                                    \
+        mm_driver(dec_##name, sizeof(BLK), mv_##name, MODE, BIAS, POST, W, rb, nr, nc, a, ab, T, o, ldo); \
+    }
+KQ_MATMUL(q2_k, blk_q2_k, EP_MIN, 0, 1.0f)
+KQ_MATMUL(q4_k, blk_q4_k, EP_MIN, 0, 1.0f)
+KQ_MATMUL(q5_k, blk_q5_k, EP_MIN, 0, 1.0f)
+KQ_MATMUL(q6_k, blk_q6_k, EP_PLAIN, 1, 1.0f)
+KQ_MATMUL(iq2_xxs, blk_iq2_xxs, EP_PLAIN, 1, 0.125f)
+KQ_MATMUL(iq2_xs, blk_iq2_xs, EP_PLAIN, 1, 0.125f)
+KQ_MATMUL(iq3_xxs, blk_iq3_xxs, EP_PLAIN, 1, 0.25f)
+KQ_MATMUL(iq3_s, blk_iq3_s, EP_PLAIN, 1, 1.0f)
+KQ_MATMUL(iq1_m, blk_iq1_m, EP_IQ1, 1, 1.0f)
+
+static void fill_matmul_kq(kern_table *t) {
+    t->matmul[QT_Q2_K] = mm_q2_k;
+    t->matmul[QT_Q4_K] = mm_q4_k;
+    t->matmul[QT_Q5_K] = mm_q5_k;
+    t->matmul[QT_Q6_K] = mm_q6_k;
+    t->matmul[QT_IQ2_XXS] = mm_iq2_xxs;
+    t->matmul[QT_IQ2_XS] = mm_iq2_xs;
+    t->matmul[QT_IQ3_XXS] = mm_iq3_xxs;
+    t->matmul[QT_IQ3_S] = mm_iq3_s;
+    t->matmul[QT_IQ1_M] = mm_iq1_m;
+}
