@@ -35,9 +35,6 @@ static void usage(FILE *out) {
             "  --system TEXT        system prompt\n"
             "  -p, --prompt TEXT    send TEXT as the first message, print the answer and exit\n"
             "  -n, --n-predict N    most tokens per answer (default -1: until the answer ends)\n"
-            "  -c, --ctx N          context size in tokens (default 4096)\n"
-            "  -b, --batch N        prompt rows per forward (default 64)\n"
-            "  -t, --threads N      threads (default: all CPUs)\n"
             "  --history FILE       load earlier turns from FILE and append each new turn to it\n"
             "                       (lines \"user: ...\" / \"assistant: ...\", newlines written as \\n)\n"
             "  -h, --help           this help\n"
@@ -306,19 +303,14 @@ int cmd_chat(int argc, char **argv) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
             if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, -1, 1 << 24, &n_predict))
                 return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--context")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 64, 1 << 24, &n_ctx))
-                return 2;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 4096, &batch)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 1024, &threads))
-                return 2;
         } else {
             return cli_fail(CMD, 2, "unknown option '%s' (see redlite chat --help)", a);
         }
     }
     if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite chat --help)");
+    if (mf.n_ctx) n_ctx = mf.n_ctx;
+    if (mf.batch) batch = mf.batch;
+    threads = mf.threads;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -33,9 +33,6 @@ static void usage(FILE *out) {
             "  -n, --n-predict N    tokens to generate (default 128; -1 = until the end of the answer)\n"
             "  --raw                no chat template: complete the text as is\n"
             "  --system TEXT        system message (chat template mode)\n"
-            "  -c, --ctx N          context size in tokens (default: prompt + n, at least 4096)\n"
-            "  -b, --batch N        prompt rows per forward (default 64)\n"
-            "  -t, --threads N      threads (default: all CPUs)\n"
             "  --stats              print timings to stderr\n"
             "  --json               print one JSON object instead of streaming text\n"
             "  -h, --help           this help\n"
@@ -84,14 +81,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
             if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, -1, 1 << 24, &n_predict))
                 return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--context")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 16, 1 << 24, &n_ctx))
-                return 2;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 4096, &batch)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 1024, &threads))
-                return 2;
         } else if (!strcmp(a, "--raw")) {
             raw = true;
         } else if (!strcmp(a, "--json")) {
@@ -103,6 +92,9 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite generate --help)");
+    if (mf.n_ctx) n_ctx = mf.n_ctx;
+    if (mf.batch) batch = mf.batch;
+    threads = mf.threads;
     if (!prompt && !file) return cli_fail(CMD, 2, "need -p TEXT or -f FILE (see redlite generate --help)");
     if (prompt && file) return cli_fail(CMD, 2, "give either -p or -f, not both");
     if (raw && system) return cli_fail(CMD, 2, "--system needs the chat template (drop --raw)");

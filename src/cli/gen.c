@@ -24,9 +24,14 @@ const char GEN_FLAGS_HELP[] =
     "  --stop STR             stop when STR is generated (repeatable; STR is not printed)\n";
 
 static int fval(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out);
+static int ival(const char *cmd, int argc, char **argv, int *i, long long lo, long long hi, long long *out);
 
 const char GEN_MODEL_HELP[] =
     "model:\n"
+    "  -c, --ctx N            context size in tokens (generate: prompt + n, at least 4096;\n"
+    "                         chat: 4096)\n"
+    "  -b, --batch N          prompt rows per forward (default 64)\n"
+    "  -t, --threads N        threads (default: all CPUs)\n"
     "  --backend B            cpu | cuda | auto (default cpu)\n"
     "  --cache-mib N|full|auto|mmap\n"
     "                         routed experts: a bounded cache of N MiB, all resident (full),\n"
@@ -41,6 +46,10 @@ int gen_model_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_mo
     if (!strcmp(a, "--cache-mib")) return (m->cache_spec = cli_need_value(cmd, argc, argv, i)) ? 1 : -1;
     if (!strcmp(a, "--route-trace")) return (m->route_trace = cli_need_value(cmd, argc, argv, i)) ? 1 : -1;
     if (!strcmp(a, "--route-bias")) return fval(cmd, argc, argv, i, 0, 1, &m->route_bias);
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) return ival(cmd, argc, argv, i, 0, 1024, &m->threads);
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--context"))
+        return ival(cmd, argc, argv, i, 16, 1 << 24, &m->n_ctx);
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch")) return ival(cmd, argc, argv, i, 1, 4096, &m->batch);
     return 0;
 }
 

@@ -63,6 +63,9 @@ typedef struct {
     const char *cache_spec;  /* --cache-mib N|full|auto|mmap (default auto) */
     float route_bias;        /* --route-bias L (0 = exact routing) */
     const char *route_trace; /* --route-trace FILE */
+    long long threads;       /* -t (0 = all CPUs) */
+    long long n_ctx;         /* -c (0 = the command's default) */
+    long long batch;         /* -b (default 64) */
 } gen_model_flags;
 extern const char GEN_MODEL_HELP[];
 /* Like gen_flags_parse, for the model flags. */
