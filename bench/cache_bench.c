@@ -3,7 +3,7 @@
  *
  * build: bench/cache_bench.sh builds it against build/cache/libredlite.a
  * usage: cache_bench -m MODEL [--cache-mib SPEC] [--prompt N] [--decode N] [--batch N] [--fast]
- *                    [-t N] [--drop-cache] [--trace FILE] [--label TEXT]
+ *                    [-t N] [--drop-cache] [--trace FILE] [--label TEXT] [--route-bias L]
  *
  * Memory is sampled every 50 ms by a thread: the process's VmRSS (peak) and the system's
  * "Cached" from /proc/meminfo (growth over the value at start). --drop-cache first evicts
@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *spec = NULL, *trace = NULL, *label = "";
     int prompt = 16, decode = 32, batch = 64, threads = 0;
     bool fast = false, drop = false;
+    float bias = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -96,6 +97,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--trace") && v) trace = argv[++i];
         else if (!strcmp(a, "--label") && v) label = argv[++i];
+        else if (!strcmp(a, "--route-bias") && v) bias = (float)atof(argv[++i]);
         else if (!strcmp(a, "--fast")) fast = true;
         else if (!strcmp(a, "--drop-cache")) drop = true;
         else {
@@ -130,7 +132,7 @@ int main(int argc, char **argv) {
     const q3n_hparams *hp = engine_hparams(e);
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = prompt + decode + 8, .n_batch = batch});
     t0 = rl_now();
-    ec_attach_opts o = {.spec = spec ? spec : "mmap", .trace_path = trace, .verbose = true};
+    ec_attach_opts o = {.spec = spec ? spec : "mmap", .trace_path = trace, .route_bias = bias, .verbose = true};
     if (!c || expert_cache_attach_opts(c, e, &o)) {
         fprintf(stderr, "cache_bench: %s\n", rl_lasterr());
         return 1;
