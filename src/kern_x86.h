@@ -48,6 +48,15 @@ static inline float hsum_f32(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* Software prefetch of the weight stream, PF_DIST bytes ahead: the hardware streamer stops at
+ * 4 KiB page boundaries (and the mapped model file has 4 KiB pages), so without it every page
+ * starts with a full-latency miss; measured on the 512 MiB mat-vec benchmark: Q4_K 5.6 -> 8.3
+ * GB/s per thread. Harmless past the end of a matrix (prefetches never fault). */
+#define PF_DIST 2048
+static inline void pf_block(const void *p, size_t bsz) {
+    for (size_t off = 0; off < bsz; off += 64) _mm_prefetch((const char *)p + PF_DIST + off, _MM_HINT_T0);
+}
+
 static inline __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* int32 lanes += scale16 (per int16 lane) * pairwise sums of u8 * s8 */
@@ -192,6 +201,7 @@ KI void dotn_q8_0(const blk_q8_0 *x, const uint8_t *act, size_t ab, int N, int64
     __m256 acc[8];
     UNROLL for (int t = 0; t < N; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         const __m256i wv = loadu(x[i].qs), u = _mm256_abs_epi8(wv);
         const float dw = h2f(x[i].d);
         UNROLL for (int t = 0; t < N; t++) {
@@ -414,6 +424,7 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
 #include "kern_x86_k.h"
 #include "kern_x86_iq.h"
 #include "kern_x86_mm.h"
+#include "kern_x86_512.h"
 
 /* ---- the fill function ----------------------------------------------------------------------- */
 
@@ -448,4 +459,5 @@ void KERN_FILL(kern_table *t) {
     t->quant[QT_F16] = quant_f16;
     t->quant[QT_Q8_0] = quant_q8_0;
     t->quant[QT_Q8_K] = quant_q8_k;
+    fill_512(t);
 }

@@ -39,6 +39,7 @@ static inline __m256i scales_from_words(__m256i w) {
 static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         const uint8_t *q = (const uint8_t *)x[i].qs; /* 8 x (w0: 4 grid indices, w1: signs + scale) */
         const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
         const __m256i w1 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0xdd)), 0xd8);
@@ -73,6 +74,7 @@ static inline __m256i iq2_half_scales(const uint8_t *scales) {
 static float dot_iq2_xs(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         /* entries: bits 8..0 grid index, bits 15..9 sign index */
         const __m256i e0 = loadu(x[i].qs), e1 = loadu(x[i].qs + 16);
         const __m256i idx = _mm256_permute4x64_epi64(
@@ -105,6 +107,7 @@ static float dot_iq2_s(const blk_iq2_s *x, const blk_q8_k *y, int64_t nb) {
     const __m256i hmask = _mm256_set1_epi64x(0x00c00030000c0003LL), hmul = _mm256_set1_epi64x(0x0004001000400100LL);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         uint16_t idx[32] __attribute__((aligned(32)));
         const __m128i qh = _mm_loadl_epi64((const __m128i *)x[i].qh);
         for (int v = 0; v < 2; v++) {
@@ -135,6 +138,7 @@ ROWS_MATVEC(mv_iq2_s, dot_iq2_s, blk_iq2_s, blk_q8_k, QK_K)
 static float dot_iq3_xxs(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         const uint8_t *q = x[i].qs; /* 64 grid indices, then 8 words of signs + scale */
         const __m256i w = loadu(q + 64);
         uint8_t sg[32] __attribute__((aligned(32)));
@@ -164,6 +168,7 @@ static float dot_iq3_s(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), one = _mm256_set1_epi8(1);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         /* 9-bit indices: qs[k] | (bit k%8 of qh[k/8]) << 8, 64 of them, 32 per step */
         uint16_t idx[64] __attribute__((aligned(32)));
         for (int v = 0; v < 2; v++) {
@@ -242,6 +247,7 @@ static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), m7 = _mm256_set1_epi32(7);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         /* ls = 2 * ((qh >> 12) & 7) + 1 per block, duplicated for its two halves */
         const __m128i h = _mm_loadu_si128((const __m128i *)x[i].qh);
         const __m128i l8 = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7)), 1),
@@ -274,6 +280,7 @@ static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), m7 = _mm256_set1_epi32(7);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         uint64_t sc;
         memcpy(&sc, x[i].scales, 8);
         /* d: fp16 from the top nibbles of the 4 scale words */

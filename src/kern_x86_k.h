@@ -7,6 +7,7 @@ static float dot_q2_k(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m3 = _mm256_set1_epi8(3);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
         const int summs = hsum_i32(_mm256_madd_epi16(mins, loadu(y[i].bsums)));
@@ -38,6 +39,7 @@ static float dot_q3_k(const blk_q3_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         /* 16 six-bit scales: low nibbles from bytes 0..7, bits 5..4 from bytes 8..11 */
         uint32_t a[3];
         memcpy(a, x[i].scales, 12);
@@ -89,6 +91,7 @@ static float dot_q4_k(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m4 = _mm256_set1_epi8(15);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         __m256i lanes, ctrl = bcast16_ctrl0();
         const int summs = k45_scales(x[i].scales, &y[i], &lanes);
         __m256i acc = _mm256_setzero_si256();
@@ -112,6 +115,7 @@ static float dot_q5_k(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         __m256i lanes, ctrl = bcast16_ctrl0();
         const int summs = k45_scales(x[i].scales, &y[i], &lanes);
         const __m256i qh = loadu(x[i].qh);
@@ -143,6 +147,7 @@ static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const int corr = hsum_i32(_mm256_madd_epi16(sc16, loadu(y[i].bsums)));
         const __m256i lanes[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
@@ -181,6 +186,7 @@ static float dot_iq4_xs(const blk_iq4_xs *x, const blk_q8_k *y, int64_t nb) {
     const __m128i m4 = _mm_set1_epi8(15);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
         /* block scales ls_b - 32: low 4 bits from scales_l nibbles, bits 5..4 from scales_h */
         uint32_t sl;
         memcpy(&sl, x[i].scales_l, 4);

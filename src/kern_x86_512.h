@@ -1,0 +1,210 @@
+/* kern_x86_512.h — 512-bit mat-vec kernels of the AVX-512 level for the hot decode types; part of
+ * kern_x86.h (included there only; empty unless compiled for AVX-512, i.e. in kern_avx512.c).
+ *
+ * Same arithmetic contract as the 256-bit kernels: per super-block the integer sum of the scalar
+ * reference (any order: integer addition is exact) and the scalar float epilogue, so results are
+ * bit-identical to quant_traits.vec_dot. What changes:
+ *   - 64 values per vector: one maddubs (u8 x s8 pairs -> int16) and one VNNI vpdpwssd (int16
+ *     pairs x int16 scales -> int32, accumulating) per 64 values, no separate madd + add;
+ *   - the per-16-value scales of a 64-value chunk come from one vpermw of the super-block's 16
+ *     scales (index vector: lane j -> 4c + j/8);
+ *   - IQ grids are read with vpgatherdq (8 table entries of 8 bytes per instruction) instead of
+ *     scalar loads assembled by inserts, which were the bottleneck (one shuffle port);
+ *   - IQ signs become a 64-bit mask per 64 values (one bit per value) and a masked negate of the
+ *     activation bytes (AVX-512 has no vpsignb).
+ */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+
+static inline __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
+
+/* vpermw indices of chunk 0: int16 lane j -> scale j/8 (lanes 8k..8k+7 hold the maddubs pairs of
+ * values 16k..16k+15 of the chunk); chunk c adds 4c */
+static inline __m512i scale_idx0(void) {
+    return _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                              12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                             3);
+}
+
+/* acc += maddubs(u, a) * (scale of each 16 values), chunk c of a super-block with 16 scales s16 */
+static inline __m512i dot_chunk512(__m512i acc, __m512i u, __m512i a, __m512i s16, __m512i idx) {
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, a), _mm512_permutexvar_epi16(idx, s16));
+}
+
+/* ---- IQ1_M ------------------------------------------------------------------------------------
+ * The folded table (see iq1_fold) re-indexed by the raw bytes: iq1_fold_nq[n << 8 | q] for the qs
+ * byte q and the 4-bit qh nibble n of a group (bits 0-2: grid index bits 8-10, bit 3: delta sign),
+ * so a key is just the two bytes interleaved (one unpack), widened to 32 bits for the gather. */
+static uint64_t iq1_fold_nq[4096];
+static void init_iq1_fold_nq(void) {
+    for (int k = 0; k < 4096; k++) iq1_fold_nq[k] = iq1_fold[((k & 255) << 1) | ((k >> 8) & 7) << 9 | (k >> 11)];
+}
+
+static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
+    /* scale k (of 16 values) = bits 3(k%4)..+2 of scale word k/4: pick the word per int16 lane,
+     * shift per lane */
+    const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
+                                          6, 7, 6, 7);
+    const __m256i wsh = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    const __m128i m4 = _mm_set1_epi8(15);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        uint64_t sc;
+        memcpy(&sc, x[i].scales, 8);
+        const uint16_t dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) |
+                                          ((sc >> 48) & 0xf000));
+        const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
+        const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
+        const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+        /* the -9 * sum ls * bsum correction starts the accumulator */
+        const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
+        __m512i acc = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y[i].bsums))));
+        const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
+        const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+        const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) }; /* groups 0-15, 16-31 */
+        const __m512i s16 = _mm512_castsi256_si512(lsv);
+        __m512i idx = idx0;
+        for (int c = 0; c < 4; c++) {
+            const __m128i q = _mm_loadu_si128((const __m128i *)(x[i].qs + 16 * (c >> 1)));
+            const __m128i k = (c & 1) ? _mm_unpackhi_epi8(q, nib[c >> 1]) : _mm_unpacklo_epi8(q, nib[c >> 1]);
+            const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(k), (const void *)iq1_fold_nq, 8);
+            acc = dot_chunk512(acc, g, loadu512(y[i].qs + 64 * c), s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        const int S = _mm512_reduce_add_epi32(acc);
+        sumf += h2f(dbits) * y[i].d * ((float)S * 0.125f);
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_iq1_m_512, dot_iq1_m_512, blk_iq1_m, blk_q8_k, QK_K)
+
+/* ---- IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S -------------------------------------------------------
+ * Grid magnitudes gathered per 64 values (8 entries of 8 bytes, or 16 of 4); the sign bits of a
+ * 64-value chunk are one 64-bit mask (bit j: value j negative) that negates activation bytes. */
+
+/* acc += sum over the chunk of scale * grid * (sign ? -a : a) */
+static inline __m512i dot_chunk512_signed(__m512i acc, __m512i g, const int8_t *a, __mmask64 neg, __m512i s16,
+                                          __m512i idx) {
+    const __m512i av = loadu512(a);
+    return dot_chunk512(acc, g, _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av), s16, idx);
+}
+
+static float dot_iq2_xxs_512(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        const uint8_t *q = (const uint8_t *)x[i].qs; /* 8 x (w0: 4 grid indices, w1: signs + scale) */
+        const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
+        const __m256i w0 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0x88)), 0xd8);
+        const __m256i w1 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0xdd)), 0xd8);
+        uint64_t gi[4], sg[4];
+        _mm256_storeu_si256((__m256i *)gi, w0); /* the 32 grid indices in group order */
+        _mm256_storeu_si256((__m256i *)sg, signs_from_words(w1));
+        const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w1));
+        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        for (int c = 0; c < 4; c++) {
+            const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gi + c)));
+            const __m512i g = _mm512_i32gather_epi64(k, (const void *)iq2xxs_grid, 8);
+            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+    }
+    return 0.125f * sumf;
+}
+ROWS_MATVEC(mv_iq2_xxs_512, dot_iq2_xxs_512, blk_iq2_xxs, blk_q8_k, QK_K)
+
+static float dot_iq2_xs_512(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    const __m256i m9 = _mm256_set1_epi32(511);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        /* entries: bits 8..0 grid index, bits 15..9 sign index */
+        const __m256i e0 = loadu(x[i].qs), e1 = loadu(x[i].qs + 16);
+        const __m256i sidx = _mm256_permute4x64_epi64(_mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
+        uint64_t sg[4];
+        _mm256_storeu_si256((__m256i *)sg, ksigns_vec(sidx));
+        const __m512i s16 = _mm512_castsi256_si512(iq2_half_scales(x[i].scales));
+        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        for (int c = 0; c < 4; c++) {
+            const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 8 * c))), m9);
+            const __m512i g = _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8);
+            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+    }
+    return 0.125f * sumf;
+}
+ROWS_MATVEC(mv_iq2_xs_512, dot_iq2_xs_512, blk_iq2_xs, blk_q8_k, QK_K)
+
+static float dot_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        const uint8_t *q = x[i].qs; /* 64 grid indices, then 8 words of signs + scale */
+        const __m256i w = loadu(q + 64);
+        uint64_t sg[4];
+        _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
+        const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w));
+        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        for (int c = 0; c < 4; c++) {
+            const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * c)));
+            const __m512i g = _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4);
+            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+    }
+    return 0.25f * sumf;
+}
+ROWS_MATVEC(mv_iq3_xxs_512, dot_iq3_xxs_512, blk_iq3_xxs, blk_q8_k, QK_K)
+
+static float dot_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4), b8 = _mm512_set1_epi32(256);
+    const __m128i m4 = _mm_set1_epi8(15);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        /* block scales 1 + 2s (one per 32 values), each for both halves */
+        uint32_t s4;
+        memcpy(&s4, x[i].scales, 4);
+        const __m128i sc = _mm_cvtsi32_si128((int)s4);
+        const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+        const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
+        const __m512i s16 = _mm512_castsi256_si512(_mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1)));
+        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        for (int c = 0; c < 4; c++) {
+            /* 9-bit indices: qs byte | (bit k%8 of qh[k/8]) << 8, 16 per chunk */
+            uint16_t hb;
+            memcpy(&hb, x[i].qh + 2 * c, 2);
+            const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * c)));
+            const __m512i k = _mm512_mask_or_epi32(q, (__mmask16)hb, q, b8);
+            const __m512i g = _mm512_i32gather_epi32(k, (const void *)iq3s_grid, 4);
+            uint64_t sg;
+            memcpy(&sg, x[i].signs + 8 * c, 8);
+            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg, s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_iq3_s_512, dot_iq3_s_512, blk_iq3_s, blk_q8_k, QK_K)
+
+static void fill_512(kern_table *t) {
+    init_iq1_fold_nq();
+    t->matvec[QT_IQ1_M] = mv_iq1_m_512;
+    t->matvec[QT_IQ2_XXS] = mv_iq2_xxs_512;
+    t->matvec[QT_IQ2_XS] = mv_iq2_xs_512;
+    t->matvec[QT_IQ3_XXS] = mv_iq3_xxs_512;
+    t->matvec[QT_IQ3_S] = mv_iq3_s_512;
+}
+
+#else
+static void fill_512(kern_table *t) { (void)t; }
+#endif
