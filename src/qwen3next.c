@@ -265,7 +265,8 @@ typedef struct {
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
-static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *s) {
+static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
+    scratch dummy, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
     size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
     size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp);
     size_t sizes[] = {D,

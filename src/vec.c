@@ -2,6 +2,7 @@
 #include "vec.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,13 +47,17 @@ const vec_ops *vec_avx2(void) {
 const vec_ops *vec_avx2(void) { return NULL; }
 #endif
 
+static const vec_ops *chosen;
+static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
+
+static void choose(void) {
+    const char *env = getenv("RL_KERN");
+    const vec_ops *v = env && !strcmp(env, "scalar") ? NULL : vec_avx2();
+    chosen = v ? v : &portable;
+}
+
 const vec_ops *vec_get(void) {
-    static const vec_ops *chosen;
-    if (!chosen) {
-        const char *env = getenv("RL_KERN");
-        const vec_ops *v = env && !strcmp(env, "scalar") ? NULL : vec_avx2();
-        chosen = v ? v : &portable;
-    }
+    pthread_once(&chosen_once, choose); /* threads of the pool call this concurrently */
     return chosen;
 }
 
