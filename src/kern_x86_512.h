@@ -59,7 +59,7 @@ static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
         const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
         /* the -9 * sum ls * bsum correction starts the accumulator */
         const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
-        __m512i acc = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y[i].bsums))));
+        __m512i acc2 = _mm512_setzero_si512(), acc = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y[i].bsums))));
         const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
         const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
         const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) }; /* groups 0-15, 16-31 */
@@ -69,10 +69,13 @@ static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
             const __m128i q = _mm_loadu_si128((const __m128i *)(x[i].qs + 16 * (c >> 1)));
             const __m128i k = (c & 1) ? _mm_unpackhi_epi8(q, nib[c >> 1]) : _mm_unpacklo_epi8(q, nib[c >> 1]);
             const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(k), (const void *)iq1_fold_nq, 8);
-            acc = dot_chunk512(acc, g, loadu512(y[i].qs + 64 * c), s16, idx);
+            if (c & 1)
+                acc2 = dot_chunk512(acc2, g, loadu512(y[i].qs + 64 * c), s16, idx);
+            else
+                acc = dot_chunk512(acc, g, loadu512(y[i].qs + 64 * c), s16, idx);
             idx = _mm512_add_epi16(idx, four);
         }
-        const int S = _mm512_reduce_add_epi32(acc);
+        const int S = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
         sumf += h2f(dbits) * y[i].d * ((float)S * 0.125f);
     }
     return sumf;
@@ -103,14 +106,17 @@ static float dot_iq2_xxs_512(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb
         _mm256_storeu_si256((__m256i *)gi, w0); /* the 32 grid indices in group order */
         _mm256_storeu_si256((__m256i *)sg, signs_from_words(w1));
         const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w1));
-        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
         for (int c = 0; c < 4; c++) {
             const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gi + c)));
             const __m512i g = _mm512_i32gather_epi64(k, (const void *)iq2xxs_grid, 8);
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            if (c & 1)
+                acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            else
+                acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
             idx = _mm512_add_epi16(idx, four);
         }
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
     }
     return 0.125f * sumf;
 }
@@ -128,14 +134,17 @@ static float dot_iq2_xs_512(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) 
         uint64_t sg[4];
         _mm256_storeu_si256((__m256i *)sg, ksigns_vec(sidx));
         const __m512i s16 = _mm512_castsi256_si512(iq2_half_scales(x[i].scales));
-        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
         for (int c = 0; c < 4; c++) {
             const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 8 * c))), m9);
             const __m512i g = _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8);
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            if (c & 1)
+                acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            else
+                acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
             idx = _mm512_add_epi16(idx, four);
         }
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
     }
     return 0.125f * sumf;
 }
@@ -151,14 +160,17 @@ static float dot_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb
         uint64_t sg[4];
         _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
         const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w));
-        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
         for (int c = 0; c < 4; c++) {
             const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * c)));
             const __m512i g = _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4);
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            if (c & 1)
+                acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
+            else
+                acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
             idx = _mm512_add_epi16(idx, four);
         }
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
     }
     return 0.25f * sumf;
 }
@@ -177,7 +189,7 @@ static float dot_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
         const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
         const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
         const __m512i s16 = _mm512_castsi256_si512(_mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1)));
-        __m512i acc = _mm512_setzero_si512(), idx = idx0;
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
         for (int c = 0; c < 4; c++) {
             /* 9-bit indices: qs byte | (bit k%8 of qh[k/8]) << 8, 16 per chunk */
             uint16_t hb;
@@ -187,14 +199,167 @@ static float dot_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
             const __m512i g = _mm512_i32gather_epi32(k, (const void *)iq3s_grid, 4);
             uint64_t sg;
             memcpy(&sg, x[i].signs + 8 * c, 8);
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg, s16, idx);
+            if (c & 1)
+                acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg, s16, idx);
+            else
+                acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg, s16, idx);
             idx = _mm512_add_epi16(idx, four);
         }
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(acc);
+        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
     }
     return sumf;
 }
 ROWS_MATVEC(mv_iq3_s_512, dot_iq3_s_512, blk_iq3_s, blk_q8_k, QK_K)
+
+/* ---- Q4_K / Q5_K / Q6_K / Q2_K -----------------------------------------------------------------
+ * 64 bytes of codes per vector, taken in the storage order: a zmm of Q4_K nibbles holds two
+ * 32-value sub-blocks that are 64 values apart (low nibbles of qs[0..63]: values 0..31 and
+ * 64..95), so its activation vector is assembled from two 32-byte loads (vinserti64x4 from memory,
+ * no shuffle port), and its scales are two sub-block scales, 16 int16 lanes each (vpermw). */
+
+/* vpermw index: lanes 0-15 -> a, lanes 16-31 -> b */
+static inline __m512i pair_idx(int a, int b) {
+    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b));
+}
+static inline __m512i load2x256(const void *lo, const void *hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(loadu(lo)), loadu(hi), 1);
+}
+
+static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        uint32_t u[3];
+        memcpy(u, x[i].scales, 12);
+        const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+        const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+        const __m128i mv = _mm_cvtsi64_si128((long long)m);
+        const int summs = hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(y[i].bsums)));
+        const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = loadu512(x[i].qs + 64 * h);
+            const int8_t *a = y[i].qs + 128 * h;
+            acc = dot_chunk512(acc, _mm512_and_si512(q, m4), load2x256(a, a + 64), s16, ix[2 * h]);
+            acc2 = dot_chunk512(acc2, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), load2x256(a + 32, a + 96), s16,
+                               ix[2 * h + 1]);
+        }
+        const int isum = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
+        sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q4_k_512, dot_q4_k_512, blk_q4_k, blk_q8_k, QK_K)
+
+/* Q5_K: the fifth bit of value 32c + l is bit c of qh[l]; for the nibble vectors above (two
+ * sub-blocks c0, c1 = c0 + 2) move bit c0 (low half) / c1 (high half) of each byte of [qh | qh] to
+ * bit 4 with one variable 16-bit shift (left for c <= 4, right above; no bits cross into the
+ * neighbour byte's bit 4 for shifts up to 4) */
+static inline __m512i q5_hbit(__m512i qh2, int c0, int c1) {
+    const __m512i sl = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)(c0 <= 4 ? 4 - c0 : 0)),
+                                               _mm512_set1_epi16((short)(c1 <= 4 ? 4 - c1 : 0)));
+    const __m512i sr = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)(c0 > 4 ? c0 - 4 : 0)),
+                                               _mm512_set1_epi16((short)(c1 > 4 ? c1 - 4 : 0)));
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_sllv_epi16(qh2, sl), sr), _mm512_set1_epi8(16));
+}
+
+static float dot_q5_k_512(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        uint32_t u[3];
+        memcpy(u, x[i].scales, 12);
+        const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+        const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+        const __m128i mv = _mm_cvtsi64_si128((long long)m);
+        const int summs = hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(y[i].bsums)));
+        const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        const __m512i qh2 = _mm512_broadcast_i64x4(loadu(x[i].qh));
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = loadu512(x[i].qs + 64 * h);
+            const int8_t *a = y[i].qs + 128 * h;
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), q5_hbit(qh2, 4 * h, 4 * h + 2));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), q5_hbit(qh2, 4 * h + 1, 4 * h + 3));
+            acc = dot_chunk512(acc, lo, load2x256(a, a + 64), s16, ix[2 * h]);
+            acc2 = dot_chunk512(acc2, hi, load2x256(a + 32, a + 96), s16, ix[2 * h + 1]);
+        }
+        const int isum = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
+        sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q5_k_512, dot_q5_k_512, blk_q5_k, blk_q8_k, QK_K)
+
+/* Q6_K: half h: codes of values 128h + 32r + l from ql[64h + l + 32(r&1)] (low nibble for r < 2)
+ * and bits 2r..2r+1 of qh[32h + l]; a zmm of ql[64h..64h+63] low nibbles = values r = 0 | r = 1,
+ * high nibbles = r = 2 | r = 3 (consecutive: the activation is one plain load). Unsigned codes
+ * 0..63 with the -32 through bsums. */
+static float dot_q6_k_512(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    /* bits 2r..2r+1 of qh to bits 4..5: r = 0 | 1 -> shift left 4 | 2; r = 2 | 3 -> 0 | right 2 */
+    const __m512i sl_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i sr_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const int corr = hsum_i32(_mm256_madd_epi16(sc16, loadu(y[i].bsums)));
+        const __m512i s16 = _mm512_castsi256_si512(sc16);
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
+        for (int h = 0; h < 2; h++) {
+            const __m512i L = loadu512(x[i].ql + 64 * h);
+            const __m512i H = _mm512_broadcast_i64x4(loadu(x[i].qh + 32 * h));
+            const __m512i c01 = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sl_lo), m30));
+            const __m512i c23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                                _mm512_and_si512(_mm512_srlv_epi16(H, sr_hi), m30));
+            acc = dot_chunk512(acc, c01, loadu512(y[i].qs + 128 * h), s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+            acc2 = dot_chunk512(acc2, c23, loadu512(y[i].qs + 128 * h + 64), s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        const int isum = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2)) - 32 * corr;
+        sumf += h2f(x[i].d) * y[i].d * (float)isum;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q6_k_512, dot_q6_k_512, blk_q6_k, blk_q8_k, QK_K)
+
+/* Q2_K: value 128h + 32j + l = bits 2j..2j+1 of qs[32h + l]; a zmm of [qs[32h..] | same] shifted
+ * by 2j | 2j + 2 per half gives values 32j.. | 32(j+1).. of half h (consecutive) */
+static float dot_q2_k_512(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
+    const __m512i m3 = _mm512_set1_epi8(3), idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    const __m512i sh0 = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    const __m512i sh1 = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6));
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
+        const int summs = hsum_i32(_mm256_madd_epi16(mins, loadu(y[i].bsums)));
+        const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(15))));
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
+        for (int h = 0; h < 2; h++) {
+            const __m512i Q = _mm512_broadcast_i64x4(loadu(x[i].qs + 32 * h));
+            acc = dot_chunk512(acc, _mm512_and_si512(_mm512_srlv_epi16(Q, sh0), m3), loadu512(y[i].qs + 128 * h), s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+            acc2 = dot_chunk512(acc2, _mm512_and_si512(_mm512_srlv_epi16(Q, sh1), m3), loadu512(y[i].qs + 128 * h + 64), s16, idx);
+            idx = _mm512_add_epi16(idx, four);
+        }
+        const int isum = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
+        const float dall = y[i].d * h2f(x[i].d);
+        const float dmin = y[i].d * h2f(x[i].dmin);
+        sumf += dall * (float)isum - dmin * (float)summs;
+    }
+    return sumf;
+}
+ROWS_MATVEC(mv_q2_k_512, dot_q2_k_512, blk_q2_k, blk_q8_k, QK_K)
 
 static void fill_512(kern_table *t) {
     init_iq1_fold_nq();
@@ -203,6 +368,10 @@ static void fill_512(kern_table *t) {
     t->matvec[QT_IQ2_XS] = mv_iq2_xs_512;
     t->matvec[QT_IQ3_XXS] = mv_iq3_xxs_512;
     t->matvec[QT_IQ3_S] = mv_iq3_s_512;
+    t->matvec[QT_Q2_K] = mv_q2_k_512;
+    t->matvec[QT_Q4_K] = mv_q4_k_512;
+    t->matvec[QT_Q5_K] = mv_q5_k_512;
+    t->matvec[QT_Q6_K] = mv_q6_k_512;
 }
 
 #else
