@@ -44,6 +44,10 @@ typedef struct backend_ops {
     /* (optional) choose the CPU double-precision reference arithmetic (the oracle) over the
      * fast kernels; backends without a reference mode ignore it */
     void (*set_reference)(backend_ctx *c, bool reference);
+    /* (optional) the MTP head on T pairs (hidden p, token p+1) into KV slots slot.. (see
+     * q3n_mtp_forward); logits T x n_vocab, hidden_out T x n_embd (host, may be NULL) */
+    int (*mtp_forward)(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T, int slot,
+                       float *logits, float *hidden_out);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
 } backend_ops;

@@ -19,7 +19,7 @@ static bool cpu_available(const char **why) {
 
 static void cpu_ctx_free(backend_ctx *c) {
     if (!c) return;
-    for (int il = 0; il < c->m->hp.n_layer; il++) {
+    for (int il = 0; il < c->m->hp.n_layer + c->m->hp.n_nextn; il++) {
         if (c->st.k_cache) free(c->st.k_cache[il]);
         if (c->st.v_cache) free(c->st.v_cache[il]);
         if (c->st.conv) free(c->st.conv[il]);
@@ -39,7 +39,7 @@ static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_ba
     backend_ctx *c = rl_calloc(1, sizeof *c, "context");
     if (!c) return NULL;
     c->m = m;
-    int nl = hp->n_layer;
+    int nl = hp->n_layer + hp->n_nextn; /* the MTP layer keeps a KV cache of its own */
     q3n_state *st = &c->st;
     st->n_ctx = n_ctx;
     st->k_cache = rl_calloc((size_t)nl, sizeof(float *), "KV cache");
@@ -90,6 +90,14 @@ static int cpu_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     return q3n_forward(&c->run, tokens, T, pos, logits, all_logits, hidden);
 }
 
+static int cpu_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T, int slot,
+                           float *logits, float *hidden_out) {
+    c->run.dump = NULL;
+    c->run.route = NULL;
+    c->run.row_state = NULL;
+    return q3n_mtp_forward(&c->run, hidden, next_tokens, T, slot, logits, hidden_out);
+}
+
 static int cpu_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
     const q3n_hparams *hp = &c->m->hp;
     if (!c->st.conv[il]) return rl_seterr("layer %d has no recurrent state", il);
@@ -130,6 +138,7 @@ const backend_ops backend_cpu = {
     .state_get = cpu_state_get,
     .state_set = cpu_state_set,
     .set_reference = cpu_set_reference,
+    .mtp_forward = cpu_mtp_forward,
     .set_expert_src = cpu_set_expert_src,
 };
 

@@ -22,6 +22,7 @@ struct engine_ctx {
     engine *e;
     backend_ctx *bc;
     int n_ctx, n_batch, pos;
+    int mtp_pos;           /* pairs in the MTP head's KV cache */
     backend_hooks hooks;   /* user debug hooks */
     float *hidden;         /* [n_batch][D] final-norm hidden of the last forward */
     int hidden_rows;
@@ -30,7 +31,7 @@ struct engine_ctx {
 };
 
 struct engine_snapshot {
-    int pos;
+    int pos, mtp_pos;
     int n_layer;
     size_t conv_n, ssm_n;
     float **conv, **ssm;   /* per DeltaNet layer, NULL for attention layers */
@@ -96,6 +97,7 @@ int engine_n_ctx(const engine_ctx *c) { return c->n_ctx; }
 void engine_reset(engine_ctx *c) {
     c->e->be->reset(c->bc);
     c->pos = 0;
+    c->mtp_pos = 0;
     c->hidden_rows = 0;
 }
 
@@ -145,6 +147,28 @@ const float *engine_last_hidden(const engine_ctx *c, int row) {
     return c->hidden + (size_t)row * c->e->m.hp.n_embd;
 }
 
+bool engine_has_mtp(const engine *e) { return e->m.hp.n_nextn > 0 && e->be->mtp_forward; }
+int engine_mtp_pos(const engine_ctx *c) { return c->mtp_pos; }
+
+void engine_mtp_rewind(engine_ctx *c, int pos) {
+    if (pos >= 0 && pos < c->mtp_pos) c->mtp_pos = pos;
+}
+
+int engine_mtp(engine_ctx *c, const float *hidden, const int32_t *next_tokens, int n, float *logits,
+               float *hidden_out) {
+    if (!engine_has_mtp(c->e)) return rl_seterr("this model has no MTP head (no blk.N.nextn.* tensors)");
+    const q3n_hparams *hp = &c->e->m.hp;
+    for (int i = 0; i < n; i += c->n_batch) {
+        int m = n - i < c->n_batch ? n - i : c->n_batch;
+        int rc = c->e->be->mtp_forward(c->bc, hidden + (size_t)i * hp->n_embd, next_tokens + i, m, c->mtp_pos,
+                                       logits ? logits + (size_t)i * hp->n_vocab : NULL,
+                                       hidden_out ? hidden_out + (size_t)i * hp->n_embd : NULL);
+        if (rc) return rc;
+        c->mtp_pos += m;
+    }
+    return 0;
+}
+
 engine_snapshot *engine_snapshot_new(engine_ctx *c) {
     const q3n_hparams *hp = &c->e->m.hp;
     engine_snapshot *s = rl_calloc(1, sizeof *s, "snapshot");
@@ -171,6 +195,7 @@ int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) {
     for (int il = 0; il < s->n_layer; il++)
         if (s->conv[il] && c->e->be->state_get(c->bc, il, s->conv[il], s->ssm[il])) return -1;
     s->pos = c->pos;
+    s->mtp_pos = c->mtp_pos;
     return 0;
 }
 
@@ -180,6 +205,7 @@ int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s) {
     for (int il = 0; il < s->n_layer; il++)
         if (s->conv[il] && c->e->be->state_set(c->bc, il, s->conv[il], s->ssm[il])) return -1;
     c->pos = s->pos;
+    c->mtp_pos = s->mtp_pos < c->mtp_pos ? s->mtp_pos : c->mtp_pos;
     c->hidden_rows = 0;
     return 0;
 }

@@ -68,6 +68,18 @@ int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, en
  * returns a pointer to row `row` (D floats) of the last call, or NULL. */
 const float *engine_last_hidden(const engine_ctx *c, int row);
 
+/* MTP drafting (models with a blk.N.nextn.* block): run the MTP head on n pairs
+ * (hidden[i], next_tokens[i]) — hidden[i] the final-norm state of position p (engine_last_hidden),
+ * next_tokens[i] the token at p+1 — appending them to the head's own KV cache (its position
+ * is engine_mtp_pos). logits: n x n_vocab, the draft distribution for position p+2;
+ * hidden_out (optional): n x n_embd, to chain a further draft. 0 or -1 (rl_lasterr). */
+int engine_mtp(engine_ctx *c, const float *hidden, const int32_t *next_tokens, int n, float *logits,
+               float *hidden_out);
+int engine_mtp_pos(const engine_ctx *c);
+/* Drop MTP pairs after position pos (e.g. rejected drafts). */
+void engine_mtp_rewind(engine_ctx *c, int pos);
+bool engine_has_mtp(const engine *e);
+
 engine_snapshot *engine_snapshot_new(engine_ctx *c);
 int engine_snapshot_save(engine_ctx *c, engine_snapshot *s);
 int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s);

@@ -375,7 +375,9 @@ static void attn_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T, int pos) {
+/* KV slots pos..pos+T-1; RoPE positions are the slots + rope_delta (the MTP layer puts pair
+ * (h_p, x_{p+1}) in slot p at position p+1). */
+static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T, int pos, int rope_delta) {
     const q3n_hparams *hp = &r->m->hp;
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     size_t kvw = (size_t)Hkv * hd;
@@ -386,13 +388,13 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
         for (int h = 0; h < H; h++) {
             float *q = s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
             ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
-            ops_rope_neox(q, hp->n_rot, pos + t, hp->rope_base);
+            ops_rope_neox(q, hp->n_rot, pos + t + rope_delta, hp->rope_base);
         }
         float *kc = r->st->k_cache[il] + (size_t)(pos + t) * kvw, *vc = r->st->v_cache[il] + (size_t)(pos + t) * kvw;
         for (int h = 0; h < Hkv; h++) {
             float *kh = k + (size_t)t * kvw + (size_t)h * hd;
             ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
-            ops_rope_neox(kh, hp->n_rot, pos + t, hp->rope_base);
+            ops_rope_neox(kh, hp->n_rot, pos + t + rope_delta, hp->rope_base);
         }
         memcpy(kc, k + (size_t)t * kvw, sizeof(float) * kvw);
         memcpy(vc, v + (size_t)t * kvw, sizeof(float) * kvw);
@@ -604,6 +606,38 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     return 0;
 }
 
+/* One decoder layer on s->x (T rows): h = x + Mixer(RMSNorm(x)); x = h + MoE(RMSNorm(h)). */
+static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rope_delta) {
+    const q3n_model *m = r->m;
+    const q3n_hparams *hp = &m->hp;
+    int D = hp->n_embd;
+    const q3n_layer *L = &m->layers[il];
+    for (int t = 0; t < T; t++) {
+        ops_rmsnorm(s->x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
+        DUMP(r, "attn_norm", il, t, s->xn + (size_t)t * D, D);
+    }
+    if (L->is_attn)
+        attention_layer(r, L, il, s, T, pos, rope_delta);
+    else
+        deltanet_layer(r, L, il, s, T);
+    for (int t = 0; t < T; t++) {
+        float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
+        DUMP(r, "attn_out", il, t, y, D);
+        for (int i = 0; i < D; i++) x[i] += y[i];
+        DUMP(r, "ffn_inp", il, t, x, D);
+        ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
+        DUMP(r, "ffn_norm", il, t, s->xn + (size_t)t * D, D);
+    }
+    if (moe_layer(r, L, il, s, T)) return -1;
+    for (int t = 0; t < T; t++) {
+        float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
+        DUMP(r, "ffn_out", il, t, y, D);
+        for (int i = 0; i < D; i++) x[i] += y[i];
+        DUMP(r, "l_out", il, t, x, D);
+    }
+    return 0;
+}
+
 int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
                 float *hidden_out) {
     const q3n_model *m = r->m;
@@ -622,32 +656,8 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
         et->to_float(m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s.x + (size_t)t * D, D);
         DUMP(r, "inp_embd", -1, t, s.x + (size_t)t * D, D);
     }
-    for (int il = 0; il < hp->n_layer; il++) {
-        const q3n_layer *L = &m->layers[il];
-        for (int t = 0; t < T; t++) {
-            ops_rmsnorm(s.x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
-            DUMP(r, "attn_norm", il, t, s.xn + (size_t)t * D, D);
-        }
-        if (L->is_attn)
-            attention_layer(r, L, il, &s, T, pos);
-        else
-            deltanet_layer(r, L, il, &s, T);
-        for (int t = 0; t < T; t++) {
-            float *x = s.x + (size_t)t * D, *y = s.y + (size_t)t * D;
-            DUMP(r, "attn_out", il, t, y, D);
-            for (int i = 0; i < D; i++) x[i] += y[i];
-            DUMP(r, "ffn_inp", il, t, x, D);
-            ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
-            DUMP(r, "ffn_norm", il, t, s.xn + (size_t)t * D, D);
-        }
-        if (moe_layer(r, L, il, &s, T)) return -1;
-        for (int t = 0; t < T; t++) {
-            float *x = s.x + (size_t)t * D, *y = s.y + (size_t)t * D;
-            DUMP(r, "ffn_out", il, t, y, D);
-            for (int i = 0; i < D; i++) x[i] += y[i];
-            DUMP(r, "l_out", il, t, x, D);
-        }
-    }
+    for (int il = 0; il < hp->n_layer; il++)
+        if (decoder_layer(r, il, &s, T, pos, 0)) return -1;
     int t0 = all_logits ? 0 : T - 1;
     for (int t = 0; t < T; t++) {
         ops_rmsnorm(s.x + (size_t)t * D, m->output_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
@@ -655,5 +665,38 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
     }
     if (hidden_out) memcpy(hidden_out, s.xn, sizeof(float) * (size_t)T * D);
     if (logits) mm(r, &m->output, s.xn + (size_t)t0 * D, T - t0, logits);
+    return 0;
+}
+
+int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot, float *logits,
+                    float *hidden_out) {
+    const q3n_model *m = r->m;
+    const q3n_hparams *hp = &m->hp;
+    int D = hp->n_embd, il = hp->n_layer;
+    if (hp->n_nextn < 1) return rl_seterr("this model has no MTP block (blk.N.nextn.*)");
+    RL_ASSERT(T >= 1 && T <= r->max_rows);
+    if (slot + T > r->st->n_ctx)
+        return rl_seterr("MTP context is full: %d + %d pairs exceed %d", slot, T, r->st->n_ctx);
+    const q3n_layer *L = &m->layers[il];
+    scratch s;
+    carve(hp, T, r->scratch, &s);
+    /* [RMSNorm_e(embed(x_{p+1})) ; RMSNorm_h(h_p)] -> eh_proj (embedding first, spec F.2) */
+    float *cat = s.xs;
+    RL_ASSERT((size_t)hp->n_expert_used * D >= 2 * (size_t)D);
+    const quant_traits *et = quant_get(m->tok_embd.type);
+    for (int t = 0; t < T; t++) {
+        if (next_tokens[t] < 0 || next_tokens[t] >= hp->n_vocab)
+            return rl_seterr("token id %d is outside the vocabulary (0..%d)", next_tokens[t], hp->n_vocab - 1);
+        float *e = cat + (size_t)t * 2 * D, *h = e + D;
+        et->to_float(m->tok_embd.data + (size_t)next_tokens[t] * m->tok_embd.row_bytes, e, D);
+        ops_rmsnorm(e, L->enorm, D, hp->rms_eps, e);
+        ops_rmsnorm(hidden + (size_t)t * D, L->hnorm, D, hp->rms_eps, h);
+    }
+    mm(r, &L->eh_proj, cat, T, s.x);
+    if (decoder_layer(r, il, &s, T, slot, 1)) return -1;
+    for (int t = 0; t < T; t++)
+        ops_rmsnorm(s.x + (size_t)t * D, L->shared_head_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
+    if (hidden_out) memcpy(hidden_out, s.xn, sizeof(float) * (size_t)T * D);
+    if (logits) mm(r, &m->output, s.xn, T, logits);
     return 0;
 }

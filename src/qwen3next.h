@@ -152,4 +152,10 @@ size_t q3n_ssm_floats(const q3n_hparams *hp);
  * Returns 0 or -1 (rl_lasterr) — e.g. the expert source failed to load a slice. */
 int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
                 float *hidden_out);
+/* The MTP head (spec F.2) on T pairs (h_p, x_{p+1}): hidden is T x D final-norm states of the
+ * main model, next_tokens the tokens that followed. Pair i goes to the MTP layer's KV slot
+ * slot+i at RoPE position slot+i+1. logits: T x n_vocab (drafts for p+2); hidden_out (optional):
+ * T x D states after the MTP head's norm (the input of a further draft step). */
+int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot, float *logits,
+                    float *hidden_out);
 #endif

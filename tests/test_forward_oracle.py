@@ -168,3 +168,30 @@ def test_against_llama_cpp_record(fdir, meta, pi):
         margin = npz[f"p{pi}.margin"][len(pr["ids"]) - 1 + agree]
         assert margin < 1e-2, f"ours and llama.cpp diverge at step {agree} with oracle margin {margin:.3e}"
     print(f"{meta['name']}/{pr['name']}: greedy agrees with llama.cpp for {agree}/{len(lg)} tokens")
+
+
+MTP_CASES = [(d, m, pi) for d, m, pi in CASES if m.get("derived", {}).get("mtp")]
+
+
+@pytest.mark.parametrize("fdir,meta,pi", MTP_CASES,
+                         ids=[f"{m['name']}-{m['prompts'][pi]['name']}" for d, m, pi in MTP_CASES])
+def test_mtp_head(fdir, meta, pi, tmp_path):
+    """The MTP head (spec F.2) on every pair (h_p, x_{p+1}) of the greedy path against the
+    fixture's oracle (transformers' own modules, pair p at RoPE position p+1). Same bounds as the
+    main model: the head is one more full-attention + MoE layer on the same float32 arithmetic."""
+    gguf_path = os.path.join(fdir, meta["gguf"]["file"])
+    pr = meta["prompts"][pi]
+    ids, hf_gen = list(pr["ids"]), list(pr["greedy_ids"])
+    mtp_file = tmp_path / "mtp.f32"
+    gen, _, _ = run_dump(gguf_path, ids, len(hf_gen), ["--mtp", str(mtp_file)])
+    assert gen == hf_gen, "main-model greedy path differs; see test_against_transformers"
+    W = output_matrix(gguf_path)
+    ours = np.fromfile(mtp_file, dtype=np.float32).reshape(-1, W.shape[0]).astype(np.float64)
+    ref = np.load(os.path.join(fdir, meta["npz"]["file"]))[f"p{pi}.mtp_hidden"].astype(np.float64) @ W.T
+    assert ours.shape == ref.shape
+    d = np.abs(ours - ref).max(-1)
+    kl = kl_rows(ref, ours)
+    agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
+    print(f"{meta['name']}/{pr['name']} [mtp]: {len(d)} drafts, max|dlogit| {d.max():.3e}, max KL {kl.max():.3e}, "
+          f"top-1 agreement {agree:.0%}")
+    assert d.max() <= BOUNDS[0] and kl.max() <= BOUNDS[1]

@@ -21,6 +21,8 @@ static const char *USAGE =
     "  -m, --model FILE     GGUF model\n"
     "  --tokens IDS         comma-separated token ids, or @FILE with whitespace/comma separated ids\n"
     "  --greedy N           then generate N tokens greedily, one step each (default 0)\n"
+    "  --mtp FILE           then run the MTP head over every pair (hidden p, token p+1) of the\n"
+    "                       sequence and write its float32 draft logits (rows x n_vocab)\n"
     "  --batch N            rows per forward for the prompt (1 = token by token; default 64)\n"
     "  --logits FILE        write float32 logits of every prompt and generated position\n"
     "  --routes FILE        write router choices as JSON lines {layer,row,ids,w,p}\n"
@@ -31,6 +33,7 @@ static const char *USAGE =
     "  --layers A-B         only layers A..B (default all)\n"
     "  -t, --threads N      threads (default: all CPUs)\n"
     "  --fast               fast SIMD kernels (quantised activations) instead of the reference\n"
+    "  --backend NAME       cpu, cuda or auto (default cpu: the reference)\n"
     "  --json               print {prompt, generated} ids as JSON on stdout\n"
     "  --cache-mib N|full|auto|mmap\n"
     "                       routed experts from a bounded cache of N MiB (bit-identical output), every\n"
@@ -138,9 +141,11 @@ static int argmax(const float *x, int n) {
 
 int cmd_dump(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *logits_path = NULL, *routes_path = NULL, *acts_path = NULL;
+    const char *mtp_path = NULL;
     dump_ctx d = {.names = "l_out", .lay_lo = 0, .lay_hi = 1 << 20};
     long long greedy = 0, batch = 64, threads = 0;
     bool json = false, fast = false, stats = false;
+    const char *backend = NULL;
     const char *cache_spec = NULL, *route_trace = NULL;
     double route_bias = 0;
     for (int i = 1; i < argc; i++) {
@@ -166,6 +171,8 @@ int cmd_dump(int argc, char **argv) {
                 if (sscanf(v, "%d", &d.lay_lo) != 1) return cli_fail("dump", 2, "--layers expects A-B, got '%s'", v);
                 d.lay_hi = d.lay_lo;
             }
+        } else if (!strcmp(a, "--mtp")) {
+            if (!(mtp_path = cli_need_value("dump", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--greedy")) {
             if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 0, 1 << 20, &greedy))
                 return 2;
@@ -179,6 +186,8 @@ int cmd_dump(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--fast")) {
             fast = true;
+        } else if (!strcmp(a, "--backend")) {
+            if (!(backend = cli_need_value("dump", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--cache-mib")) {
             if (!(cache_spec = cli_need_value("dump", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--stats")) {
@@ -200,7 +209,7 @@ int cmd_dump(int argc, char **argv) {
         free(ids);
         return cli_fail("dump", 2, "--tokens is empty");
     }
-    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads, .reference = !fast});
+    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads, .reference = !fast, .backend = backend});
     if (!e) {
         free(ids);
         return cli_fail("dump", 1, "%s", rl_lasterr());
@@ -211,8 +220,10 @@ int cmd_dump(int argc, char **argv) {
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = n + (int)greedy + 1, .n_batch = (int)batch});
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)batch);
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)(greedy + 1));
+    /* with --mtp: the final-norm hidden state of every position */
+    float *hid = mtp_path ? malloc(sizeof(float) * (size_t)hp->n_embd * (size_t)(n + greedy)) : NULL;
     FILE *lf = NULL;
-    if (!c || !logits || !gen) {
+    if (!c || !logits || !gen || (mtp_path && !hid)) {
         cli_fail("dump", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
         goto done;
     }
@@ -242,7 +253,7 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
     }
-    engine_set_hooks(c, on_dump, on_route, &d);
+    engine_set_hooks(c, d.acts ? on_dump : NULL, d.routes ? on_route : NULL, &d); /* observers only when wanted */
     /* prompt: chunks of `batch` rows, every row's logits */
     for (int i = 0; i < n; i += (int)batch) {
         int m = n - i < batch ? n - i : (int)batch;
@@ -252,6 +263,8 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
         if (lf) fwrite(logits, sizeof(float), (size_t)m * V, lf);
+        for (int r = 0; hid && r < m; r++)
+            memcpy(hid + (size_t)(i + r) * hp->n_embd, engine_last_hidden(c, r), sizeof(float) * hp->n_embd);
     }
     int next = argmax(logits + (size_t)((n - 1) % batch) * V, V);
     for (int g = 0; g < greedy; g++) {
@@ -262,7 +275,29 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
         if (lf) fwrite(logits, sizeof(float), (size_t)V, lf);
+        if (hid) memcpy(hid + (size_t)(n + g) * hp->n_embd, engine_last_hidden(c, 0), sizeof(float) * hp->n_embd);
         next = argmax(logits, V);
+    }
+    if (mtp_path) { /* pairs (h_p, x_{p+1}) for p = 0 .. n+greedy-2, one row at a time */
+        FILE *mf = fopen(mtp_path, "wb");
+        int total = n + (int)greedy;
+        if (!mf) {
+            cli_fail("dump", 1, "cannot write %s", mtp_path);
+            goto done;
+        }
+        for (int p = 0; p + 1 < total; p++) {
+            int32_t x = p + 1 < n ? ids[p + 1] : gen[p + 1 - n];
+            if (engine_mtp(c, hid + (size_t)p * hp->n_embd, &x, 1, logits, NULL)) {
+                fclose(mf);
+                cli_fail("dump", 1, "%s", rl_lasterr());
+                goto done;
+            }
+            fwrite(logits, sizeof(float), (size_t)V, mf);
+        }
+        if (fclose(mf)) {
+            cli_fail("dump", 1, "error writing %s (disk full?)", mtp_path);
+            goto done;
+        }
     }
     if (json) {
         printf("{\"prompt\":[");
@@ -279,6 +314,7 @@ done:
     if (d.acts_idx) fclose(d.acts_idx);
     free(logits);
     free(gen);
+    free(hid);
     free(ids);
     if (c && stats && expert_cache_of(c)) expert_cache_print_stats(expert_cache_of(c), stderr);
     if (c) expert_cache_detach(c);
