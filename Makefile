@@ -36,12 +36,18 @@ LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(AVX2_SRC) $(A512_SR
 CLI_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
+# CUDA=1: the kernels (src/cuda/*.cu, nvcc, -fmad=false so dequantisation is bit-exact with the
+# CPU; fused multiply-adds only where the code says fmaf), the host side (src/backend_cuda.c) and
+# the GPU tests (tests/cuda/test_cuda_*.c, which skip cleanly without a device). The CUDA runtime
+# is linked statically so the binary needs only the driver at run time.
 ifeq ($(CUDA),1)
-  CFLAGS  += -DRL_CUDA=1
-  LIB_OBJ += $(patsubst src/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRC))
   CUDA_HOME ?= $(dir $(shell command -v $(NVCC)))..
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+  CFLAGS  += -DRL_CUDA=1 -I$(CUDA_HOME)/include
+  LIB_OBJ += $(patsubst src/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRC))
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+  TEST_BIN += $(patsubst tests/cuda/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_cuda_*.c))
 endif
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -fmad=false -Isrc -Xcompiler -Wall,-Werror,-Wno-unused-parameter
 
 .PHONY: all test asan asan-tests fuzz format clean default-model features
 all: $(BUILD)/redlite $(TEST_BIN) default-model features
@@ -71,7 +77,11 @@ $(BUILD)/obj/%.o: src/%.c
 
 $(BUILD)/obj/cuda/%.o: src/cuda/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Werror,-Wno-unused-parameter -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/test_cuda_%: tests/cuda/test_cuda_%.c $(BUILD)/libredlite.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libredlite.a
 	@mkdir -p $(@D)

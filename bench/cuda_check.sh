@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# bench/cuda_check.sh — what one call on the GPU machine does: take the carried binaries (or build
+# them there), run the GPU tests and the CUDA benchmarks, and write every log under $OUT.
+#
+#   bench/cuda_check.sh [STAGES]      STAGES: comma list of
+#     build     use build/cuda binaries carried from the dev machine if they run, else make CUDA=1
+#     ops       build/cuda/tests/test_cuda_ops      (every kernel vs the CPU reference)
+#     engine    build/cuda/tests/test_cuda_engine   (exactness contract on the tiny fixture)
+#     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
+#     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
+#     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
+#     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
+#     depth     redlite bench --backend cuda --depth 32768 (decode slope at long context)
+#   default: build,ops,engine,fixtures,synth,bench,long
+# Carry (device tool): build/cuda/redlite, build/cuda/tests, .cudabin (shared libs + headers for a
+# build there) and, for bench/cuda_compare.sh, .lcp.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/rl_cuda_out}
+mkdir -p "$OUT"
+STAGES=${1:-build,ops,engine,fixtures,synth,bench,long}
+CF2=${CF2:-/tmp/cf2.gguf}
+S=$OUT/summary.txt
+T0=$(date +%s)
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$S"; }
+run() { # run NAME TIMEOUT CMD...: log to $OUT/NAME.log, tail into the summary
+    local name=$1 to=$2
+    shift 2
+    say "--- $name: $*"
+    timeout "$to" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    tail -n 25 "$OUT/$name.log" | tee -a "$S"
+    say "--- $name: exit $rc"
+    return $rc
+}
+
+say "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo ?) ($(git status --porcelain 2>/dev/null | wc -l) files differ)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | tee -a "$S"
+echo "cpus $(nproc); $(free -g | awk '/Mem:/{print $2" GiB RAM"}'); nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*')" | tee -a "$S"
+
+export LD_LIBRARY_PATH="$PWD/.cudabin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+B=build/cuda
+if has build; then
+    if [ -x $B/redlite ] && $B/redlite --version >/dev/null 2>&1 && [ -x $B/tests/test_cuda_ops ]; then
+        say "using the carried binaries ($($B/redlite --version))"
+    else
+        say "carried binaries missing or not runnable here: building"
+        export C_INCLUDE_PATH="$PWD/.cudabin/include" LIBRARY_PATH="$PWD/.cudabin/lib"
+        run build 500 make -j"$(nproc)" CUDA=1 BUILD=$B $B/redlite $B/tests/test_cuda_ops $B/tests/test_cuda_engine
+    fi
+fi
+has ops && run ops 120 $B/tests/test_cuda_ops
+has engine && run engine 120 $B/tests/test_cuda_engine
+if has fixtures; then
+    RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/cuda/test_cuda_fixtures.py -k "not long"
+fi
+if has synth && [ ! -s "$CF2" ]; then
+    run synth 200 $B/redlite synth --preset cf2 -o "$CF2" --quiet
+    ls -la "$CF2" | tee -a "$S"
+fi
+if has bench; then
+    RL_CUDA_VERBOSE=1 run bench 240 $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 5 --warmup 8 \
+        --prompt 512,2048 --batch 2048
+fi
+if has depth; then
+    RL_CUDA_VERBOSE=1 run depth 300 $B/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 3 --warmup 4 \
+        --depth 32768 --prompt 0 --batch 2048
+fi
+if has long; then
+    RL_CUDA_BIN=$PWD/$B/redlite RL_CUDA_LONG=1 run long 400 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/cuda/test_cuda_fixtures.py -k long
+fi
+say "== done"

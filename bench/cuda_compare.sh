@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench/cuda_compare.sh — llama.cpp's CUDA llama-bench against `redlite bench --backend cuda` on the
+# same synthetic CF2 file, interleaved, with the ratios. Runs on the GPU machine (device tool):
+#
+#   carry: .lcp (llama.cpp.tar.xz: the llama-cpp-python sdist's vendor/llama.cpp without docs,
+#          models, tests and other backends), build/cuda/redlite, .cudabin
+#   bench/cuda_compare.sh [ROUNDS] [DEPTH]    (default 2 rounds; DEPTH > 0 adds decode at that depth)
+#
+# llama.cpp: sm_90-only build of llama-bench (-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90, no curl),
+# -ngl 99 -fa 1, pp2048 and tg128, 3 repetitions. redlite: prompt 2048 in one 2048-row chunk,
+# 128 decode steps, median of 5. Logs and JSON under $OUT; the table at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/rl_cuda_out}
+CF2=${CF2:-/tmp/cf2.gguf}
+ROUNDS=${1:-2}
+DEPTH=${2:-0}
+LCP=/tmp/lcpp
+mkdir -p "$OUT" "$LCP"
+export LD_LIBRARY_PATH="$PWD/.cudabin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+T0=$(date +%s)
+say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/compare.txt"; }
+
+if [ ! -x $LCP/build/bin/llama-bench ]; then
+    say "building llama-bench (sm_90 only)"
+    tar -xJf .lcp/llama.cpp.tar.xz -C $LCP || exit 1
+    cmake -S $LCP/llama.cpp -B $LCP/build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON >"$OUT/lcpp_cmake.log" 2>&1 || { tail -30 "$OUT/lcpp_cmake.log"; exit 1; }
+    cmake --build $LCP/build --target llama-bench -j"$(($(nproc) - 1))" >"$OUT/lcpp_build.log" 2>&1 ||
+        { tail -30 "$OUT/lcpp_build.log"; exit 1; }
+    say "llama-bench built"
+fi
+if [ ! -s "$CF2" ]; then
+    say "writing $CF2"
+    build/cuda/redlite synth --preset cf2 -o "$CF2" --quiet || exit 1
+fi
+for r in $(seq 1 "$ROUNDS"); do
+    say "round $r: llama.cpp"
+    $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 2048 -n 128 -r 3 -o json >"$OUT/lcpp_$r.json" 2>"$OUT/lcpp_$r.err"
+    if [ "$DEPTH" -gt 0 ]; then
+        $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 0 -n 64 -d "$DEPTH" -r 2 -o json \
+            >"$OUT/lcpp_depth_$r.json" 2>>"$OUT/lcpp_$r.err"
+    fi
+    say "round $r: redlite"
+    build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 5 --warmup 8 --prompt 2048 --batch 2048 \
+        --json >"$OUT/rl_$r.json" 2>"$OUT/rl_$r.err"
+    if [ "$DEPTH" -gt 0 ]; then
+        build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 3 --warmup 4 --depth "$DEPTH" \
+            --prompt 0 --batch 2048 --json >"$OUT/rl_depth_$r.json" 2>>"$OUT/rl_$r.err"
+    fi
+done
+python3 - "$OUT" "$ROUNDS" "$DEPTH" <<'EOF' | tee -a "$OUT/compare.txt"
+import json, sys, statistics as st
+out, rounds, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def lc(path, key):
+    try:
+        rows = json.load(open(path))
+    except Exception as e:
+        return None
+    for r in rows:
+        if key == "pp" and r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0: return r["avg_ts"]
+        if key == "tg" and r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0: return r["avg_ts"]
+    return None
+def rl(path, key, d=0):
+    try:
+        j = json.load(open(path))
+    except Exception:
+        return None
+    if key == "pp": return next((p["tok_s"] for p in j.get("prompt", [])), None)
+    return next((x["tok_s"] for x in j.get("decode", []) if x["depth"] == d), None)
+res = {}
+for r in range(1, rounds + 1):
+    res.setdefault("lc_pp", []).append(lc(f"{out}/lcpp_{r}.json", "pp"))
+    res.setdefault("lc_tg", []).append(lc(f"{out}/lcpp_{r}.json", "tg"))
+    res.setdefault("rl_pp", []).append(rl(f"{out}/rl_{r}.json", "pp"))
+    res.setdefault("rl_tg", []).append(rl(f"{out}/rl_{r}.json", "tg"))
+    if depth:
+        res.setdefault("lc_tgd", []).append(lc(f"{out}/lcpp_depth_{r}.json", "tg"))
+        res.setdefault("rl_tgd", []).append(rl(f"{out}/rl_depth_{r}.json", "tg", depth))
+def med(v):
+    v = [x for x in v if x]
+    return st.median(v) if v else float("nan")
+print(f"{'':24s} {'llama.cpp':>10s} {'redlite':>10s} {'ratio':>7s}   (tok/s, median of {rounds} interleaved rounds)")
+for name, a, b in [("prompt 2048", "lc_pp", "rl_pp"), ("decode tg128 ctx 0", "lc_tg", "rl_tg")] + \
+        ([(f"decode at depth {depth}", "lc_tgd", "rl_tgd")] if depth else []):
+    x, y = med(res[a]), med(res[b])
+    print(f"{name:24s} {x:10.1f} {y:10.1f} {y / x if x == x and x else float('nan'):7.2f}x   runs: lc {res[a]} rl {res[b]}")
+EOF
+say "== done"

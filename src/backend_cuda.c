@@ -1,0 +1,758 @@
+/* backend_cuda.c — the CUDA backend: full residency (every tensor uploaded once, raw
+ * quantised blocks), the sequence state on the device, the forward pass as a sequence of
+ * kernel launches on one stream (plus a side stream for the shared expert), and the decode
+ * step captured as one CUDA graph.
+ *
+ * Shape of a forward (T rows; kernels in src/cuda, contract in src/cuda/cuda_ops.h):
+ *   embedding gather -> per layer: [mixer] -> x += y, xn = norm -> router -> plan ->
+ *   expert gate/up, down (grouped by expert) || shared expert -> combine (+ next norm) -> head.
+ * Decode (T = 1, no debug hooks) is captured once per context into a graph that reads the
+ * token id and position from device memory; RL_CUDA_GRAPHS=0 runs the same launches directly.
+ * The only host round trip of a step is the final copy of the logits and hidden state.
+ * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
+ *
+ * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_KV=f16 (half KV cache),
+ * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N.
+ */
+#ifdef RL_CUDA
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "common.h"
+#include "cuda/cuda_ops.h"
+#include "quant.h"
+
+#define TRY(x)                                                                                              \
+    do {                                                                                                     \
+        if ((x)) return -1;                                                                                  \
+    } while (0)
+
+/* ---- device copy of the model (shared by the contexts of one q3n_model) ----------------- */
+
+typedef struct {
+    const uint8_t *d; /* device rows */
+    uint32_t type;
+    int n_in;
+    int64_t n_out;
+    size_t row_bytes;
+} dmat;
+
+typedef struct {
+    float *attn_norm, *post_norm, *q_norm, *k_norm, *conv_w, *dt_bias, *ssm_a, *ssm_norm, *sh_gate;
+    dmat wq, wk, wv, wo, wqkv, wgate, wba, wout, router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    bool fused_gate_up;
+} dlayer;
+
+typedef struct dmodel {
+    const q3n_model *m;
+    int refs;
+    uint8_t *arena;
+    size_t arena_bytes;
+    dmat tok_embd, output;
+    float *output_norm, *inv_freq;
+    dlayer L[Q3N_MAX_LAYERS];
+    struct dmodel *next;
+} dmodel;
+
+static pthread_mutex_t g_models_lock = PTHREAD_MUTEX_INITIALIZER;
+static dmodel *g_models;
+
+static bool env_on(const char *name, bool def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    return strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "no") != 0;
+}
+
+/* Upload plan: pass 0 sizes the arena (deduplicating host pointers), pass 1 copies. */
+typedef struct {
+    int pass;
+    const void **host;
+    size_t *off, *bytes;
+    int n, cap;
+    size_t total;
+    uint8_t *arena;
+    /* staging for pass 1 */
+    uint8_t *pin[2];
+    cudaEvent_t ev[2];
+    int cur;
+    cudaStream_t st;
+} upl;
+
+#define STAGE_BYTES ((size_t)64 << 20)
+
+static int upl_copy(upl *u, uint8_t *dst, const uint8_t *src, size_t n) {
+    while (n) {
+        size_t k = n < STAGE_BYTES ? n : STAGE_BYTES;
+        int b = u->cur;
+        u->cur ^= 1;
+        TRY(CU_CHECK(cudaEventSynchronize(u->ev[b])));
+        memcpy(u->pin[b], src, k);
+        TRY(CU_CHECK(cudaMemcpyAsync(dst, u->pin[b], k, cudaMemcpyHostToDevice, u->st)));
+        TRY(CU_CHECK(cudaEventRecord(u->ev[b], u->st)));
+        dst += k;
+        src += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Device address of host bytes [h, h+n) (uploaded once per distinct host pointer). */
+static int upl_add(upl *u, const void *h, size_t n, const uint8_t **out) {
+    *out = NULL;
+    if (!h || !n) return 0;
+    for (int i = 0; i < u->n; i++)
+        if (u->host[i] == h && u->bytes[i] >= n) {
+            if (u->pass) *out = u->arena + u->off[i];
+            return 0;
+        }
+    if (u->pass) return rl_seterr("CUDA upload: tensor planned twice differently (internal)");
+    if (u->n == u->cap) {
+        int cap = u->cap ? 2 * u->cap : 256;
+        const void **nh = realloc(u->host, sizeof(void *) * (size_t)cap);
+        if (nh) u->host = nh;
+        size_t *no = realloc(u->off, sizeof(size_t) * (size_t)cap);
+        if (no) u->off = no;
+        size_t *nb = realloc(u->bytes, sizeof(size_t) * (size_t)cap);
+        if (nb) u->bytes = nb;
+        if (!nh || !no || !nb) return rl_seterr("out of memory planning the CUDA upload");
+        u->cap = cap;
+    }
+    u->host[u->n] = h;
+    u->off[u->n] = u->total;
+    u->bytes[u->n] = n;
+    u->n++;
+    u->total += (n + 255) & ~(size_t)255;
+    return 0;
+}
+
+static int up_mat(upl *u, dmat *d, const ops_mat *m) {
+    memset(d, 0, sizeof *d);
+    if (!m->data) return 0;
+    if (!cu_type_supported(m->type))
+        return rl_seterr("tensor %s has type %s, which the CUDA backend does not decode (use --backend cpu)",
+                         m->name ? m->name : "?", quant_name(m->type));
+    if (m->n_in % 8) return rl_seterr("tensor %s: %lld columns is not a multiple of 8", m->name, (long long)m->n_in);
+    d->type = m->type;
+    d->n_in = (int)m->n_in;
+    d->n_out = m->n_out;
+    d->row_bytes = m->row_bytes;
+    if (u->pass == 1) {
+        int i;
+        for (i = 0; i < u->n && u->host[i] != m->data; i++) {}
+        if (i < u->n && (u->off[i] & 15)) return rl_seterr("CUDA upload: misaligned tensor (internal)");
+    }
+    return upl_add(u, m->data, m->row_bytes * (size_t)m->n_out, &d->d);
+}
+
+static int up_vec(upl *u, float **d, const float *h, size_t n) {
+    const uint8_t *p;
+    TRY(upl_add(u, h, n * sizeof(float), &p));
+    *d = (float *)p;
+    return 0;
+}
+
+static int plan_model(upl *u, dmodel *dm, const float *inv_freq) {
+    const q3n_model *m = dm->m;
+    const q3n_hparams *hp = &m->hp;
+    size_t D = hp->n_embd, hd = hp->head_dim;
+    TRY(up_mat(u, &dm->tok_embd, &m->tok_embd));
+    TRY(up_mat(u, &dm->output, &m->output));
+    TRY(up_vec(u, &dm->output_norm, m->output_norm, D));
+    TRY(up_vec(u, &dm->inv_freq, inv_freq, (size_t)hp->n_rot / 2));
+    for (int il = 0; il < hp->n_layer; il++) {
+        const q3n_layer *L = &m->layers[il];
+        dlayer *d = &dm->L[il];
+        d->fused_gate_up = L->fused_gate_up;
+        TRY(up_vec(u, &d->attn_norm, L->attn_norm, D));
+        TRY(up_vec(u, &d->post_norm, L->post_norm, D));
+        if (L->is_attn) {
+            TRY(up_mat(u, &d->wq, &L->wq));
+            TRY(up_mat(u, &d->wk, &L->wk));
+            TRY(up_mat(u, &d->wv, &L->wv));
+            TRY(up_mat(u, &d->wo, &L->wo));
+            TRY(up_vec(u, &d->q_norm, L->q_norm, hd));
+            TRY(up_vec(u, &d->k_norm, L->k_norm, hd));
+        } else {
+            TRY(up_mat(u, &d->wqkv, &L->wqkv));
+            TRY(up_mat(u, &d->wgate, &L->wgate));
+            TRY(up_mat(u, &d->wba, &L->wba));
+            TRY(up_mat(u, &d->wout, &L->wout));
+            TRY(up_vec(u, &d->conv_w, L->conv_w, (size_t)hp->ssm_conv_dim * hp->ssm_kw));
+            TRY(up_vec(u, &d->dt_bias, L->dt_bias, (size_t)hp->ssm_hv));
+            TRY(up_vec(u, &d->ssm_a, L->ssm_a, (size_t)hp->ssm_hv));
+            TRY(up_vec(u, &d->ssm_norm, L->ssm_norm, (size_t)hp->ssm_dv));
+        }
+        TRY(up_mat(u, &d->router, &L->router));
+        TRY(up_mat(u, &d->gate_exps, &L->gate_exps));
+        TRY(up_mat(u, &d->up_exps, &L->up_exps));
+        TRY(up_mat(u, &d->down_exps, &L->down_exps));
+        TRY(up_mat(u, &d->gate_sh, &L->gate_sh));
+        TRY(up_mat(u, &d->up_sh, &L->up_sh));
+        TRY(up_mat(u, &d->down_sh, &L->down_sh));
+        TRY(up_vec(u, &d->sh_gate, L->sh_gate, D));
+    }
+    return 0;
+}
+
+static void dmodel_free(dmodel *dm) {
+    if (!dm) return;
+    if (dm->arena) cudaFree(dm->arena);
+    free(dm);
+}
+
+static dmodel *dmodel_upload(const q3n_model *m) {
+    const q3n_hparams *hp = &m->hp;
+    dmodel *dm = rl_calloc(1, sizeof *dm, "CUDA model");
+    float *inv_freq = rl_calloc((size_t)hp->n_rot / 2 + 1, sizeof(float), "rope table");
+    upl u = {0};
+    if (!dm || !inv_freq) goto fail;
+    dm->m = m;
+    /* RoPE inverse frequencies exactly as the CPU reference computes them (ops_rope_neox) */
+    for (int i = 0; i < hp->n_rot / 2; i++)
+        inv_freq[i] = (float)(1.0 / pow((double)hp->rope_base, (double)(2 * i) / (double)hp->n_rot));
+    double t0 = rl_now();
+    if (plan_model(&u, dm, inv_freq)) goto fail;
+    if (CU_CHECK(cudaMalloc((void **)&u.arena, u.total))) {
+        rl_seterr("cannot allocate %.2f GiB of GPU memory for the model (%s)", u.total / 1073741824.0, rl_lasterr());
+        goto fail;
+    }
+    dm->arena = u.arena;
+    dm->arena_bytes = u.total;
+    if (CU_CHECK(cudaStreamCreateWithFlags(&u.st, cudaStreamNonBlocking))) goto fail;
+    for (int b = 0; b < 2; b++) {
+        if (CU_CHECK(cudaMallocHost((void **)&u.pin[b], STAGE_BYTES)) || CU_CHECK(cudaEventCreate(&u.ev[b])))
+            goto fail_stage;
+        if (CU_CHECK(cudaEventRecord(u.ev[b], u.st))) goto fail_stage;
+    }
+    for (int i = 0; i < u.n; i++)
+        if (upl_copy(&u, u.arena + u.off[i], u.host[i], u.bytes[i])) goto fail_stage;
+    if (CU_CHECK(cudaStreamSynchronize(u.st))) goto fail_stage;
+    u.pass = 1;
+    if (plan_model(&u, dm, inv_freq)) goto fail_stage;
+    if (env_on("RL_CUDA_VERBOSE", false))
+        fprintf(stderr, "redlite cuda: uploaded %d tensors, %.2f GiB in %.2f s\n", u.n, u.total / 1073741824.0,
+                rl_now() - t0);
+    for (int b = 0; b < 2; b++) {
+        cudaFreeHost(u.pin[b]);
+        cudaEventDestroy(u.ev[b]);
+    }
+    cudaStreamDestroy(u.st);
+    free(u.host);
+    free(u.off);
+    free(u.bytes);
+    free(inv_freq);
+    return dm;
+fail_stage:
+    for (int b = 0; b < 2; b++) {
+        if (u.pin[b]) cudaFreeHost(u.pin[b]);
+        if (u.ev[b]) cudaEventDestroy(u.ev[b]);
+    }
+    if (u.st) cudaStreamDestroy(u.st);
+fail:
+    free(u.host);
+    free(u.off);
+    free(u.bytes);
+    free(inv_freq);
+    dmodel_free(dm);
+    return NULL;
+}
+
+static dmodel *dmodel_get(const q3n_model *m) {
+    pthread_mutex_lock(&g_models_lock);
+    dmodel *dm;
+    for (dm = g_models; dm && dm->m != m; dm = dm->next) {}
+    if (!dm && (dm = dmodel_upload(m))) {
+        dm->next = g_models;
+        g_models = dm;
+    }
+    if (dm) dm->refs++;
+    pthread_mutex_unlock(&g_models_lock);
+    return dm;
+}
+
+static void dmodel_put(dmodel *dm) {
+    pthread_mutex_lock(&g_models_lock);
+    if (--dm->refs == 0) {
+        dmodel **pp = &g_models;
+        while (*pp != dm) pp = &(*pp)->next;
+        *pp = dm->next;
+        dmodel_free(dm);
+    }
+    pthread_mutex_unlock(&g_models_lock);
+}
+
+/* ---- context -------------------------------------------------------------------------- */
+
+struct backend_ctx {
+    dmodel *dm;
+    const q3n_model *m;
+    const q3n_hparams *hp;
+    int n_ctx, n_batch, max_tiles, logit_rows;
+    bool kv_f16, graphs;
+    cudaStream_t st, st2;
+    cudaEvent_t ev_fork, ev_join;
+    uint8_t *dev;                /* one allocation: state + scratch */
+    size_t dev_bytes;
+    void *kc[Q3N_MAX_LAYERS], *vc[Q3N_MAX_LAYERS];
+    float *conv[Q3N_MAX_LAYERS], *ssm[Q3N_MAX_LAYERS];
+    /* scratch (device), rows = n_batch */
+    float *x, *xn, *y, *big, *kvb, *ba, *ab, *o, *u, *rl, *wts, *probs, *h, *eo, *hs, *sh, *part, *logits;
+    int32_t *tok, *ids, *pair_in, *pair_out;
+    int *pos0, *n_tiles, *counts;
+    cu_tile *tiles;
+    /* pinned host */
+    int32_t *h_tok;
+    float *h_logits, *h_hidden, *h_tmp;
+    size_t h_tmp_floats;
+    cudaGraphExec_t gexec;
+    bool gtried;
+};
+
+static bool cuda_available(const char **why) {
+    static char buf[160];
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        snprintf(buf, sizeof buf, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
+        (void)cudaGetLastError();
+        if (why) *why = buf;
+        return false;
+    }
+    return true;
+}
+
+static size_t al(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Carve the device allocation; base NULL only sizes it. */
+static size_t carve(backend_ctx *c, uint8_t *base) {
+    const q3n_hparams *hp = c->hp;
+    size_t T = (size_t)c->n_batch, D = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    size_t C = hp->ssm_conv_dim, inner = (size_t)hp->ssm_hv * hp->ssm_dv, E = hp->n_expert, K = hp->n_expert_used;
+    size_t ff = hp->n_ff_exp, ffs = hp->n_ff_shexp, V = hp->n_vocab, kvw = Hkv * hd;
+    size_t kv_el = c->kv_f16 ? 2 : 4, off = 0;
+#define TAKE(ptr, bytes)                                                                                     \
+    do {                                                                                                     \
+        if (base) ptr = (void *)(base + off);                                                                \
+        off += al(bytes);                                                                                    \
+    } while (0)
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->is_attn[il]) {
+            TAKE(c->kc[il], kv_el * kvw * (size_t)c->n_ctx);
+            TAKE(c->vc[il], kv_el * kvw * (size_t)c->n_ctx);
+        } else {
+            TAKE(c->conv[il], sizeof(float) * q3n_conv_floats(hp));
+            TAKE(c->ssm[il], sizeof(float) * q3n_ssm_floats(hp));
+        }
+    }
+    size_t big = 2 * H * hd > C ? 2 * H * hd : C, kvb = 2 * kvw > inner ? 2 * kvw : inner;
+    size_t ow = H * hd > inner ? H * hd : inner;
+    cu_attn_dims ad = {.H = (int)H, .Hkv = (int)Hkv, .hd = (int)hd, .n_ctx = c->n_ctx};
+    size_t tsplit = T < CU_ATTN_SPLIT_MAX_T ? T : CU_ATTN_SPLIT_MAX_T;
+    TAKE(c->x, 4 * T * D);
+    TAKE(c->xn, 4 * T * D);
+    TAKE(c->y, 4 * T * D);
+    TAKE(c->big, 4 * T * big);
+    TAKE(c->kvb, 4 * T * kvb);
+    TAKE(c->ba, 4 * T * 2 * hp->ssm_hv);
+    TAKE(c->ab, 4 * T * 2 * hp->ssm_hv);
+    TAKE(c->o, 4 * T * ow);
+    TAKE(c->u, 4 * T * C);
+    TAKE(c->rl, 4 * T * E);
+    TAKE(c->wts, 4 * T * K);
+    TAKE(c->probs, 4 * T * K);
+    TAKE(c->h, 4 * T * K * ff);
+    TAKE(c->eo, 4 * T * K * D);
+    TAKE(c->hs, 4 * T * (ffs ? ffs : 1));
+    TAKE(c->sh, 4 * T * D);
+    TAKE(c->part, 4 * cu_attn_part_floats(&ad, (int)tsplit));
+    TAKE(c->logits, 4 * (size_t)c->logit_rows * V);
+    TAKE(c->tok, 4 * T);
+    TAKE(c->ids, 4 * T * K);
+    TAKE(c->pair_in, 4 * T * K);
+    TAKE(c->pair_out, 4 * T * K);
+    TAKE(c->pos0, 4);
+    TAKE(c->n_tiles, 4);
+    TAKE(c->counts, 4 * E);
+    TAKE(c->tiles, sizeof(cu_tile) * (size_t)c->max_tiles);
+#undef TAKE
+    return off;
+}
+
+static void cuda_ctx_free(backend_ctx *c) {
+    if (!c) return;
+    if (c->st) cudaStreamSynchronize(c->st);
+    if (c->gexec) cudaGraphExecDestroy(c->gexec);
+    if (c->dev) cudaFree(c->dev);
+    if (c->h_tok) cudaFreeHost(c->h_tok);
+    if (c->h_logits) cudaFreeHost(c->h_logits);
+    if (c->h_hidden) cudaFreeHost(c->h_hidden);
+    if (c->h_tmp) cudaFreeHost(c->h_tmp);
+    if (c->ev_fork) cudaEventDestroy(c->ev_fork);
+    if (c->ev_join) cudaEventDestroy(c->ev_join);
+    if (c->st2) cudaStreamDestroy(c->st2);
+    if (c->st) cudaStreamDestroy(c->st);
+    if (c->dm) dmodel_put(c->dm);
+    free(c);
+}
+
+static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch) {
+    (void)p;
+    const q3n_hparams *hp = &m->hp;
+    const char *why = NULL;
+    if (!cuda_available(&why)) {
+        rl_seterr("CUDA backend: %s", why);
+        return NULL;
+    }
+    const char *dev = getenv("RL_CUDA_DEVICE");
+    if (dev && CU_CHECK(cudaSetDevice(atoi(dev)))) return NULL;
+    if (hp->n_expert > 1024 || hp->n_expert_used > 32 || n_batch * hp->n_expert_used > 65536) {
+        rl_seterr("CUDA backend: %d experts / top-%d with batch %d is not supported", hp->n_expert,
+                  hp->n_expert_used, n_batch);
+        return NULL;
+    }
+    if (cu_tables_init()) return NULL;
+    backend_ctx *c = rl_calloc(1, sizeof *c, "CUDA context");
+    if (!c) return NULL;
+    c->m = m;
+    c->hp = hp;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->kv_f16 = getenv("RL_CUDA_KV") && !strcmp(getenv("RL_CUDA_KV"), "f16");
+    c->graphs = env_on("RL_CUDA_GRAPHS", true);
+    c->logit_rows = n_batch < 64 ? n_batch : 64;
+    c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
+    if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
+    if (!(c->dm = dmodel_get(m))) goto fail;
+    if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
+        CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)))
+        goto fail;
+    c->dev_bytes = carve(c, NULL);
+    if (CU_CHECK(cudaMalloc((void **)&c->dev, c->dev_bytes))) {
+        rl_seterr("cannot allocate %.2f GiB of GPU memory for the context (lower --ctx or --batch): %s",
+                  c->dev_bytes / 1073741824.0, rl_lasterr());
+        goto fail;
+    }
+    carve(c, c->dev);
+    size_t V = hp->n_vocab, D = hp->n_embd;
+    {   /* host staging of the debug hooks: 3 dumped buffers of the widest activation, the
+         * route triples, or one layer's state */
+        size_t w = D, K3 = 3 * (size_t)hp->n_expert_used;
+        size_t cand[] = {(size_t)hp->ssm_conv_dim, (size_t)hp->ssm_hv * hp->ssm_dv, (size_t)hp->n_head * hp->head_dim, K3};
+        for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) w = cand[i] > w ? cand[i] : w;
+        c->h_tmp_floats = 3 * (size_t)n_batch * w;
+        if (c->h_tmp_floats < q3n_ssm_floats(hp) + q3n_conv_floats(hp)) c->h_tmp_floats = q3n_ssm_floats(hp) + q3n_conv_floats(hp);
+    }
+    if (CU_CHECK(cudaMallocHost((void **)&c->h_tok, sizeof(int32_t) * ((size_t)n_batch + 1))) ||
+        CU_CHECK(cudaMallocHost((void **)&c->h_logits, sizeof(float) * (size_t)c->logit_rows * V)) ||
+        CU_CHECK(cudaMallocHost((void **)&c->h_hidden, sizeof(float) * (size_t)n_batch * D)) ||
+        CU_CHECK(cudaMallocHost((void **)&c->h_tmp, sizeof(float) * c->h_tmp_floats)))
+        goto fail;
+    if (CU_CHECK(cudaMemsetAsync(c->dev, 0, c->dev_bytes, c->st)) || CU_CHECK(cudaStreamSynchronize(c->st))) goto fail;
+    if (env_on("RL_CUDA_VERBOSE", false))
+        fprintf(stderr, "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s)\n", n_ctx, n_batch,
+                c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
+    return c;
+fail:
+    cuda_ctx_free(c);
+    return NULL;
+}
+
+static void cuda_reset(backend_ctx *c) {
+    const q3n_hparams *hp = c->hp;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->is_attn[il]) continue;
+        CU_CHECK(cudaMemsetAsync(c->conv[il], 0, sizeof(float) * q3n_conv_floats(hp), c->st));
+        CU_CHECK(cudaMemsetAsync(c->ssm[il], 0, sizeof(float) * q3n_ssm_floats(hp), c->st));
+    }
+    CU_CHECK(cudaStreamSynchronize(c->st));
+}
+
+static int cuda_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
+    if (il < 0 || il >= c->hp->n_layer || !c->conv[il]) return rl_seterr("layer %d has no recurrent state", il);
+    TRY(CU_CHECK(cudaMemcpyAsync(conv, c->conv[il], sizeof(float) * q3n_conv_floats(c->hp), cudaMemcpyDeviceToHost, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(ssm, c->ssm[il], sizeof(float) * q3n_ssm_floats(c->hp), cudaMemcpyDeviceToHost, c->st)));
+    return CU_CHECK(cudaStreamSynchronize(c->st));
+}
+
+static int cuda_state_set(backend_ctx *c, int il, const float *conv, const float *ssm) {
+    if (il < 0 || il >= c->hp->n_layer || !c->conv[il]) return rl_seterr("layer %d has no recurrent state", il);
+    TRY(CU_CHECK(cudaMemcpyAsync(c->conv[il], conv, sizeof(float) * q3n_conv_floats(c->hp), cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(c->ssm[il], ssm, sizeof(float) * q3n_ssm_floats(c->hp), cudaMemcpyHostToDevice, c->st)));
+    return CU_CHECK(cudaStreamSynchronize(c->st));
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* Debug dump of k device buffers of T rows (row-major, widths n[i]) in the CPU's order: row by
+ * row, the k names within a row. Synchronous; only when a dump hook is set. */
+static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, int T, int k, const char *const *names,
+                     float *const *ptrs, const int *n) {
+    if (!hk || !hk->dump) return 0;
+    size_t off[4], tot = 0;
+    for (int i = 0; i < k; i++) {
+        off[i] = tot;
+        tot += (size_t)T * n[i];
+    }
+    RL_ASSERT(k <= 4 && tot <= c->h_tmp_floats);
+    for (int i = 0; i < k; i++)
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + off[i], ptrs[i], sizeof(float) * (size_t)T * n[i], cudaMemcpyDeviceToHost, c->st)));
+    TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < k; i++) hk->dump(hk->ud, names[i], il, row0 + t, c->h_tmp + off[i] + (size_t)t * n[i], n[i]);
+    return 0;
+}
+
+static int dump1(backend_ctx *c, const backend_hooks *hk, const char *name, int il, int row0, int T, float *p, int n) {
+    return dump_rows(c, hk, il, row0, T, 1, &name, &p, &n);
+}
+
+/* y_i = W_i x for up to 3 matrices of one input; runs of equal type share a launch. */
+static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const int *ldy, const int *epi, int n,
+                  const float *x, int ldx, int T, const cu_conv *conv, cudaStream_t s) {
+    for (int i = 0; i < n;) {
+        cu_seg seg[3];
+        int k = 0;
+        do {
+            seg[k] = (cu_seg){.w = W[i]->d, .row_bytes = W[i]->row_bytes, .n_out = (int)W[i]->n_out, .y = Y[i],
+                              .ldy = ldy[i], .epi = epi ? epi[i] : CU_EPI_STORE};
+            k++;
+            i++;
+        } while (i < n && W[i]->type == W[i - 1]->type && W[i]->n_in == W[i - 1]->n_in);
+        TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv, s));
+    }
+    return 0;
+}
+
+static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk) {
+    const q3n_hparams *hp = c->hp;
+    const dlayer *L = &c->dm->L[il];
+    const int C = hp->ssm_conv_dim, inner = hp->ssm_hv * hp->ssm_dv, D = hp->n_embd, hv2 = 2 * hp->ssm_hv;
+    const cu_dn_dims d = {.C = C, .kw = hp->ssm_kw, .dk = hp->ssm_dk, .dv = hp->ssm_dv, .hk = hp->ssm_hk,
+                          .hv = hp->ssm_hv, .eps = hp->rms_eps, .conv_w = L->conv_w, .ssm_a = L->ssm_a,
+                          .dt_bias = L->dt_bias, .ssm_norm = L->ssm_norm};
+    const bool per_row = hk && hk->row_state, fused = T == 1 && !per_row;
+    const cu_conv cv = {L->conv_w, c->conv[il], hp->ssm_kw, C};
+    const dmat *W[3] = {&L->wqkv, &L->wgate, &L->wba};
+    float *Y[3] = {fused ? c->u : c->big, c->kvb, c->ba};
+    const int ldy[3] = {C, inner, hv2}, epi[3] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
+    TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
+    if (fused) { /* conv done in the qkv epilogue */
+        TRY(dump1(c, hk, "dn_conv", il, 0, 1, c->u, C));
+        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->st));
+    } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
+        size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
+        for (int t = 0; t < T; t++) {
+            float *u = c->u + (size_t)t * C, *ab = c->ab + (size_t)t * hv2;
+            TRY(cu_dn_conv(&d, c->big + (size_t)t * C, C, u, c->conv[il], 1, c->st));
+            TRY(dump1(c, hk, "dn_conv", il, t, 1, u, C));
+            TRY(cu_dn_prep(&d, u, c->ba + (size_t)t * hv2, ab, 1, c->st));
+            TRY(cu_dn_scan(&d, u, ab, c->ssm[il], c->o + (size_t)t * inner, 1, c->st));
+            TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp, c->conv[il], sizeof(float) * nc, cudaMemcpyDeviceToHost, c->st)));
+            TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + nc, c->ssm[il], sizeof(float) * ns, cudaMemcpyDeviceToHost, c->st)));
+            TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+            hk->row_state(hk->ud, il, t, c->h_tmp, c->h_tmp + nc);
+        }
+        TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
+    } else {
+        TRY(cu_dn_conv(&d, c->big, C, c->u, c->conv[il], T, c->st));
+        TRY(dump1(c, hk, "dn_conv", il, 0, T, c->u, C));
+        TRY(cu_dn_prep(&d, c->u, c->ba, c->ab, T, c->st));
+        TRY(cu_dn_scan(&d, c->u, c->ab, c->ssm[il], c->o, T, c->st));
+        TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
+    }
+    TRY(dump1(c, hk, "dn_gated", il, 0, T, c->o, inner));
+    const dmat *Wo[1] = {&L->wout};
+    float *Yo[1] = {c->y};
+    return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, inner, T, NULL, c->st);
+}
+
+static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk) {
+    const q3n_hparams *hp = c->hp;
+    const dlayer *L = &c->dm->L[il];
+    const int H = hp->n_head, hd = hp->head_dim, kvw = hp->n_head_kv * hd, D = hp->n_embd;
+    float *k = c->kvb, *v = c->kvb + (size_t)T * kvw;
+    const dmat *W[3] = {&L->wq, &L->wk, &L->wv};
+    float *Y[3] = {c->big, k, v};
+    const int ldy[3] = {2 * H * hd, kvw, kvw};
+    TRY(mm_run(c, W, Y, ldy, NULL, 3, c->xn, D, T, NULL, c->st));
+    const cu_attn_dims a = {.H = H, .Hkv = hp->n_head_kv, .hd = hd, .n_rot = hp->n_rot, .n_ctx = c->n_ctx,
+                            .eps = hp->rms_eps, .scale = 1.0f / sqrtf((float)hd), .inv_freq = c->dm->inv_freq,
+                            .kv_f16 = c->kv_f16};
+    TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
+    TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
+    TRY(dump1(c, hk, "attn_gated", il, 0, T, c->o, H * hd));
+    const dmat *Wo[1] = {&L->wo};
+    float *Yo[1] = {c->y};
+    return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, H * hd, T, NULL, c->st);
+}
+
+static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
+    const q3n_hparams *hp = c->hp;
+    const dlayer *L = &c->dm->L[il];
+    const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
+    const bool has_sh = L->gate_sh.d != NULL, direct = T == 1;
+    if (has_sh) { /* the shared expert runs beside the router and the routed experts */
+        if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
+        TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
+        TRY(CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)));
+        cu_seg gu = {.w = L->gate_sh.d, .w2 = L->up_sh.d, .row_bytes = L->gate_sh.row_bytes, .n_out = ffs, .y = c->hs, .ldy = ffs};
+        TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->st2));
+        cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
+        TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->st2));
+        TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
+    }
+    const dmat *Wr[1] = {&L->router};
+    float *Yr[1] = {c->rl};
+    TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
+    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct ? c->tiles : NULL, c->n_tiles, c->pair_in,
+                  c->pair_out, c->st));
+    if (!direct)
+        TRY(cu_moe_plan(c->ids, T, K, E, CU_TT, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
+    if (hk && hk->route) {
+        int32_t *hid = (int32_t *)c->h_tmp;
+        float *hw = c->h_tmp + (size_t)T * K, *hpr = hw + (size_t)T * K;
+        TRY(CU_CHECK(cudaMemcpyAsync(hid, c->ids, sizeof(int32_t) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(hw, c->wts, sizeof(float) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(hpr, c->probs, sizeof(float) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+        for (int t = 0; t < T; t++) hk->route(hk->ud, il, t, hid + (size_t)t * K, hw + (size_t)t * K, hpr + (size_t)t * K, K);
+    }
+    /* routed experts, grouped by expert: gate/up (silu(g) * u) then down */
+    if (!L->fused_gate_up && L->gate_exps.type != L->up_exps.type)
+        return rl_seterr("CUDA backend: expert gate/up types differ (layer %d)", il);
+    const size_t rb = L->gate_exps.row_bytes;
+    cu_group g = {.tiles = c->tiles, .n_tiles = c->n_tiles, .max_tiles = direct ? K : c->max_tiles,
+                  .tt = direct ? 1 : CU_TT, .pair_in = c->pair_in, .pair_out = NULL};
+    cu_seg gu = {.w = L->gate_exps.d, .w2 = L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb : L->up_exps.d,
+                 .row_bytes = rb, .expert_stride = (size_t)ff * rb * (L->fused_gate_up ? 2 : 1), .n_out = ff,
+                 .y = c->h, .ldy = ff};
+    TRY(cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &g, true, NULL, c->st));
+    g.pair_in = NULL;
+    g.pair_out = c->pair_out;
+    cu_seg dn = {.w = L->down_exps.d, .row_bytes = L->down_exps.row_bytes,
+                 .expert_stride = (size_t)D * L->down_exps.row_bytes, .n_out = D, .y = c->eo, .ldy = D};
+    TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->st));
+    if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
+    const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm : c->dm->output_norm;
+    return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next, c->xn, D, T,
+                          hp->rms_eps, c->st);
+}
+
+/* Logits of rows [t0, t0+n) (n <= logit_rows) into c->logits. */
+static int head(backend_ctx *c, int t0, int n) {
+    const dmat *o = &c->dm->output;
+    cu_seg s = {.w = o->d, .row_bytes = o->row_bytes, .n_out = (int)o->n_out, .y = c->logits, .ldy = (int)o->n_out};
+    return cu_matmul(o->type, c->hp->n_embd, &s, 1, c->xn + (size_t)t0 * c->hp->n_embd, c->hp->n_embd, n, NULL, false,
+                     NULL, c->st);
+}
+
+/* Every launch of a forward of T rows (tokens and position already in c->tok / c->pos0).
+ * last_logits: also the head of the last row. */
+static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_logits) {
+    const q3n_hparams *hp = c->hp;
+    const dmodel *dm = c->dm;
+    const int D = hp->n_embd;
+    TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
+    TRY(dump1(c, hk, "inp_embd", -1, 0, T, c->x, D));
+    TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->st));
+    for (int il = 0; il < hp->n_layer; il++) {
+        TRY(dump1(c, hk, "attn_norm", il, 0, T, c->xn, D));
+        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk) : mixer_deltanet(c, il, T, hk));
+        TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
+        static const char *const n1[3] = {"attn_out", "ffn_inp", "ffn_norm"};
+        float *const p1[3] = {c->y, c->x, c->xn};
+        const int w1[3] = {D, D, D};
+        TRY(dump_rows(c, hk, il, 0, T, 3, n1, p1, w1));
+        TRY(moe(c, il, T, hk));
+        static const char *const n2[2] = {"ffn_out", "l_out"};
+        float *const p2[2] = {c->y, c->x};
+        TRY(dump_rows(c, hk, il, 0, T, 2, n2, p2, w1));
+    }
+    TRY(dump1(c, hk, "result_norm", -1, 0, T, c->xn, D));
+    return last_logits ? head(c, T - 1, 1) : 0;
+}
+
+static int capture(backend_ctx *c) {
+    cudaGraph_t g = NULL;
+    c->gtried = true;
+    TRY(CU_CHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal)));
+    int rc = enqueue(c, 1, NULL, true);
+    cudaError_t e = cudaStreamEndCapture(c->st, &g);
+    if (rc || e != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        return rc ? -1 : cu_fail(e, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
+    e = cudaGraphInstantiate(&c->gexec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        c->gexec = NULL;
+        return cu_fail(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    return 0;
+}
+
+static int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
+                        float *hidden, const backend_hooks *hooks) {
+    const q3n_hparams *hp = c->hp;
+    const int V = hp->n_vocab, D = hp->n_embd;
+    if (T < 1 || T > c->n_batch) return rl_seterr("forward of %d rows: must be 1..%d (n_batch)", T, c->n_batch);
+    if (pos < 0 || pos + T > c->n_ctx)
+        return rl_seterr("context is full: %d + %d tokens exceed the context size %d (raise --ctx)", pos, T, c->n_ctx);
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return rl_seterr("token id %d is outside the vocabulary (0..%d)", tokens[t], V - 1);
+    const bool hooked = hooks && (hooks->dump || hooks->route || hooks->row_state);
+    memcpy(c->h_tok, tokens, sizeof(int32_t) * (size_t)T);
+    c->h_tok[c->n_batch] = pos;
+    TRY(CU_CHECK(cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(c->pos0, c->h_tok + c->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
+    const bool one_row_logits = logits && (!all_logits || T == 1);
+    if (T == 1 && !hooked && c->graphs) {
+        if (!c->gexec && !c->gtried) TRY(capture(c));
+        if (c->gexec) TRY(CU_CHECK(cudaGraphLaunch(c->gexec, c->st)));
+        else TRY(enqueue(c, 1, NULL, true));
+    } else {
+        TRY(enqueue(c, T, hooks, one_row_logits));
+    }
+    if (one_row_logits)
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, c->st)));
+    if (hidden)
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D, cudaMemcpyDeviceToHost, c->st)));
+    TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+    if (one_row_logits) memcpy(logits, c->h_logits, sizeof(float) * V);
+    if (hidden) memcpy(hidden, c->h_hidden, sizeof(float) * (size_t)T * D);
+    if (logits && !one_row_logits) { /* every row's logits, in chunks of logit_rows */
+        for (int t0 = 0; t0 < T; t0 += c->logit_rows) {
+            int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
+            TRY(head(c, t0, n));
+            TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
+            TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+            memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
+        }
+    }
+    return 0;
+}
+
+const backend_ops backend_cuda = {
+    .name = "cuda",
+    .available = cuda_available,
+    .ctx_new = cuda_ctx_new,
+    .ctx_free = cuda_ctx_free,
+    .reset = cuda_reset,
+    .forward = cuda_forward,
+    .state_get = cuda_state_get,
+    .state_set = cuda_state_set,
+    .set_reference = NULL,  /* no double-precision mode: the CPU backend is the oracle */
+    .set_expert_src = NULL, /* full residency: every expert is on the device */
+};
+#else
+typedef int backend_cuda_unused; /* ISO C wants a declaration in every translation unit */
+#endif

@@ -1,0 +1,341 @@
+// attn.cu — gated full attention: per-head q/k RMSNorm + partial NeoX RoPE + KV-cache store,
+// and causal GQA attention with the sigmoid output gate.
+//
+// The positions 0..pos of a row are cut into chunks of CU_ATTN_CHUNK. A chunk partial
+// (m = max score, l = sum of exp, acc = sum of exp * v) is computed by attn_chunk(), and the
+// partials are merged in chunk order by merge_step(). Decode (few rows) computes all chunk
+// partials in parallel blocks and merges them in a second kernel; prefill walks the chunks
+// inside one block per (row tile, KV head) and merges as it goes: the same operations in the
+// same order, so both paths give the same bits (the backend's batch-invariance contract).
+#include "common.cuh"
+
+#define CH CU_ATTN_CHUNK
+#define NI (CH / 32)
+#define PF_RT 4 // query rows per prefill block
+
+__device__ __forceinline__ float ldkv(const float *p) { return *p; }
+__device__ __forceinline__ float ldkv(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float4 ldkv4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 ldkv4(const __half *p) {
+    const uint2 r = *(const uint2 *)p;
+    const float2 a = __half22float2(*(const __half2 *)&r.x), b = __half22float2(*(const __half2 *)&r.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// ---- q/k norm + RoPE + store ------------------------------------------------------------------
+
+// One warp per head vector: warps [0, H) query heads, [H, H+Hkv) key heads (which also copy v).
+template <int DPL, typename KV>
+__global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float *__restrict__ v,
+                               const float *__restrict__ qn, const float *__restrict__ kn, const int *pos0, KV *kc,
+                               KV *vc) {
+    constexpr int HD = DPL * 32;
+    __shared__ float buf[32][HD];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, t = blockIdx.x;
+    if (wid >= a.H + a.Hkv) return;
+    const bool isq = wid < a.H;
+    const int h = isq ? wid : wid - a.H;
+    const size_t kvw = (size_t)a.Hkv * HD;
+    float *x = isq ? qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD : k + (size_t)t * kvw + (size_t)h * HD;
+    const float *nw = isq ? qn : kn;
+    float r[DPL];
+    double ss = 0;
+#pragma unroll
+    for (int d = 0; d < DPL; d++) {
+        r[d] = x[lane * DPL + d];
+        ss += (double)r[d] * (double)r[d];
+    }
+    ss = warp_sumd(ss);
+    const float scale = (float)(1.0 / sqrt(ss / HD + (double)a.eps));
+#pragma unroll
+    for (int d = 0; d < DPL; d++) buf[wid][lane * DPL + d] = (r[d] * scale) * nw[lane * DPL + d];
+    __syncwarp();
+    const int pos = *pos0 + t, half = a.n_rot / 2;
+    for (int i = lane; i < half; i += 32) {
+        const float theta = (float)pos * a.inv_freq[i];
+        const float c = (float)cos((double)theta), s = (float)sin((double)theta);
+        const float p = buf[wid][i], q = buf[wid][i + half];
+        buf[wid][i] = p * c - q * s;
+        buf[wid][i + half] = q * c + p * s;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int d = 0; d < DPL; d++) {
+        const int j = lane * DPL + d;
+        x[j] = buf[wid][j];
+        if (!isq) {
+            const size_t o = (size_t)pos * kvw + (size_t)h * HD + j;
+            kc[o] = (KV)buf[wid][j];
+            vc[o] = (KV)v[(size_t)t * kvw + (size_t)h * HD + j];
+        }
+    }
+}
+
+// ---- the chunk partial and the merge --------------------------------------------------------
+
+// Rows r < RT (query vectors qs[r][HD] in shared memory) against positions p0.. of this chunk;
+// row r sees positions < nkv[r]. Lane-per-position scores (sequential fmaf over the head dims),
+// then lane-per-dims values. Masked positions contribute exact zeros.
+template <int DPL, int RT, typename KV>
+__device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
+                                           const int *nkv, float scale, float *m, float *l, float (*acc)[DPL]) {
+    constexpr int HD = DPL * 32;
+    const int lane = threadIdx.x & 31;
+    int nmax = 0;
+#pragma unroll
+    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
+    float s[RT][NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int p = p0 + 32 * i + lane;
+        float dot[RT];
+#pragma unroll
+        for (int r = 0; r < RT; r++) dot[r] = 0.0f;
+        if (p < nmax) {
+            const KV *kr = K + (size_t)p * kvw;
+            for (int j = 0; j < HD; j += 4) {
+                const float4 k4 = ldkv4(kr + j);
+#pragma unroll
+                for (int r = 0; r < RT; r++) {
+                    const float4 q4 = *(const float4 *)(qs + r * HD + j);
+                    dot[r] = fmaf(q4.x, k4.x, dot[r]);
+                    dot[r] = fmaf(q4.y, k4.y, dot[r]);
+                    dot[r] = fmaf(q4.z, k4.z, dot[r]);
+                    dot[r] = fmaf(q4.w, k4.w, dot[r]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[r][i]);
+        m[r] = warp_max(mx);
+        float ls = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            s[r][i] = s[r][i] == -INFINITY ? 0.0f : expf(s[r][i] - m[r]);
+            ls += s[r][i];
+        }
+        l[r] = warp_sum(ls);
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[r][d] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        if (p0 + 32 * i >= nmax) break;
+        for (int src = 0; src < 32; src++) {
+            const int p = p0 + 32 * i + src;
+            if (p >= nmax) break;
+            const KV *vr = V + (size_t)p * kvw + lane * DPL;
+            float vv[DPL];
+            if constexpr (DPL % 4 == 0) {
+#pragma unroll
+                for (int d = 0; d < DPL; d += 4) {
+                    const float4 v4 = ldkv4(vr + d);
+                    vv[d] = v4.x; vv[d + 1] = v4.y; vv[d + 2] = v4.z; vv[d + 3] = v4.w;
+                }
+            } else {
+#pragma unroll
+                for (int d = 0; d < DPL; d++) vv[d] = ldkv(vr + d);
+            }
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const float e = __shfl_sync(FULL_MASK, s[r][i], src);
+#pragma unroll
+                for (int d = 0; d < DPL; d++) acc[r][d] = fmaf(e, vv[d], acc[r][d]);
+            }
+        }
+    }
+}
+
+template <int DPL>
+__device__ __forceinline__ void merge_step(float &M, float &L, float *O, float m, float l, const float *acc) {
+    const float Mn = fmaxf(M, m);
+    const float a = expf(M - Mn), b = expf(m - Mn);
+    L = L * a + l * b;
+#pragma unroll
+    for (int d = 0; d < DPL; d++) O[d] = O[d] * a + acc[d] * b;
+    M = Mn;
+}
+
+template <int DPL>
+__device__ __forceinline__ void attn_finish(const float *O, float L, const float *gate, float *out) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int d = 0; d < DPL; d++) {
+        const int j = lane * DPL + d;
+        out[j] = (O[d] / L) * sigmoid_f(gate[j]);
+    }
+}
+
+// ---- decode: split over chunks, then merge ----------------------------------------------------
+
+template <int DPL, typename KV>
+__global__ void k_attn_split(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
+                             const KV *__restrict__ vc, const int *pos0, float *part, int nch) {
+    constexpr int HD = DPL * 32;
+    extern __shared__ float qsm[]; // [G][HD]
+    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, G = a.H / a.Hkv, h = kvh * G + w;
+    const int nkv = *pos0 + t + 1, p0 = c * CH;
+    if (p0 >= nkv) return;
+    float *qs = qsm + w * HD;
+    const float *q = qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD;
+    for (int j = lane; j < HD; j += 32) qs[j] = q[j];
+    __syncwarp();
+    const size_t kvw = (size_t)a.Hkv * HD;
+    float m, l, acc[1][DPL];
+    attn_chunk<DPL, 1>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, &nkv, a.scale, &m, &l, acc);
+    float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
+    if (lane == 0) {
+        pp[0] = m;
+        pp[1] = l;
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; d++) pp[2 + lane * DPL + d] = acc[0][d];
+}
+
+template <int DPL>
+__global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
+                             const float *__restrict__ part, int nch, float *o) {
+    constexpr int HD = DPL * 32;
+    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int last = (*pos0 + t) / CH;
+    float M = -INFINITY, L = 0.0f, O[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; d++) O[d] = 0.0f;
+    for (int c = 0; c <= last; c++) {
+        const float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
+        float acc[DPL];
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[d] = pp[2 + lane * DPL + d];
+        merge_step<DPL>(M, L, O, pp[0], pp[1], acc);
+    }
+    attn_finish<DPL>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD);
+}
+
+// ---- prefill: one block per (tile of PF_RT rows, KV head), chunks in order ---------------------
+
+template <int DPL, typename KV>
+__global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
+                               const KV *__restrict__ vc, const int *pos0, int T, float *o) {
+    constexpr int HD = DPL * 32;
+    extern __shared__ float qsm[]; // [G][PF_RT][HD]
+    const int kvh = blockIdx.y, t0 = blockIdx.x * PF_RT;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, G = a.H / a.Hkv, h = kvh * G + w;
+    float *qs = qsm + (size_t)w * PF_RT * HD;
+    int nkv[PF_RT];
+#pragma unroll
+    for (int r = 0; r < PF_RT; r++) {
+        const int t = t0 + r;
+        nkv[r] = t < T ? *pos0 + t + 1 : 0;
+        const float *q = qg + (size_t)min(t, T - 1) * a.H * 2 * HD + (size_t)h * 2 * HD;
+        for (int j = lane; j < HD; j += 32) qs[r * HD + j] = q[j];
+    }
+    __syncwarp();
+    const size_t kvw = (size_t)a.Hkv * HD;
+    int nmax = 0;
+#pragma unroll
+    for (int r = 0; r < PF_RT; r++) nmax = max(nmax, nkv[r]);
+    float M[PF_RT], L[PF_RT], O[PF_RT][DPL];
+#pragma unroll
+    for (int r = 0; r < PF_RT; r++) {
+        M[r] = -INFINITY;
+        L[r] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DPL; d++) O[r][d] = 0.0f;
+    }
+    for (int p0 = 0; p0 < nmax; p0 += CH) {
+        float m[PF_RT], l[PF_RT], acc[PF_RT][DPL];
+        attn_chunk<DPL, PF_RT>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m, l, acc);
+#pragma unroll
+        for (int r = 0; r < PF_RT; r++)
+            if (p0 < nkv[r]) merge_step<DPL>(M[r], L[r], O[r], m[r], l[r], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < PF_RT; r++) {
+        const int t = t0 + r;
+        if (t >= T) break;
+        attn_finish<DPL>(O[r], L[r], qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD,
+                         o + (size_t)t * a.H * HD + (size_t)h * HD);
+    }
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+static int check_dims(const cu_attn_dims *a) {
+    if ((a->hd != 64 && a->hd != 128 && a->hd != 256) || a->H % a->Hkv || a->H / a->Hkv > 32 || a->H + a->Hkv > 32 ||
+        a->n_rot > a->hd)
+        return rl_seterr("CUDA attention: head_dim %d with %d/%d heads is not supported (head_dim 64/128/256, "
+                         "at most 32 heads)", a->hd, a->H, a->Hkv);
+    return 0;
+}
+
+template <int DPL>
+static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn, const float *kn,
+                     const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
+    const int threads = 32 * (a->H + a->Hkv);
+    if (a->kv_f16)
+        k_qk_norm_rope<DPL, __half><<<T, threads, 0, s>>>(*a, qg, k, v, qn, kn, pos0, (__half *)kc, (__half *)vc);
+    else
+        k_qk_norm_rope<DPL, float><<<T, threads, 0, s>>>(*a, qg, k, v, qn, kn, pos0, (float *)kc, (float *)vc);
+    CU_LAUNCHED("k_qk_norm_rope");
+    return 0;
+}
+
+extern "C" int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn,
+                                     const float *kn, const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
+    if (check_dims(a)) return -1;
+    switch (a->hd) {
+    case 64: return qk_launch<2>(a, qg, k, v, qn, kn, pos0, T, kc, vc, s);
+    case 128: return qk_launch<4>(a, qg, k, v, qn, kn, pos0, T, kc, vc, s);
+    default: return qk_launch<8>(a, qg, k, v, qn, kn, pos0, T, kc, vc, s);
+    }
+}
+
+extern "C" size_t cu_attn_part_floats(const cu_attn_dims *a, int T) {
+    const size_t nch = ((size_t)a->n_ctx + CH - 1) / CH;
+    return (size_t)T * a->H * nch * (a->hd + 2);
+}
+
+template <int DPL, typename KV>
+static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
+                       int T, bool split, float *part, float *o, cudaStream_t s) {
+    constexpr int HD = DPL * 32;
+    const int G = a->H / a->Hkv;
+    if (split) {
+        const int nch = (a->n_ctx + CH - 1) / CH;
+        k_attn_split<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s>>>(
+            *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        CU_LAUNCHED("k_attn_split");
+        k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+        CU_LAUNCHED("k_attn_merge");
+    } else {
+        k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv), 32 * G, G * PF_RT * HD * sizeof(float), s>>>(
+            *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        CU_LAUNCHED("k_attn_prefill");
+    }
+    return 0;
+}
+
+template <int DPL>
+static int attn_kv(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
+                   bool split, float *part, float *o, cudaStream_t s) {
+    return a->kv_f16 ? attn_launch<DPL, __half>(a, qg, kc, vc, pos0, T, split, part, o, s)
+                     : attn_launch<DPL, float>(a, qg, kc, vc, pos0, T, split, part, o, s);
+}
+
+extern "C" int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
+                            int T, bool split, float *part, float *o, cudaStream_t s) {
+    if (check_dims(a)) return -1;
+    if (split && T > CU_ATTN_SPLIT_MAX_T) return rl_seterr("cu_attention: split path with %d rows", T);
+    switch (a->hd) {
+    case 64: return attn_kv<2>(a, qg, kc, vc, pos0, T, split, part, o, s);
+    case 128: return attn_kv<4>(a, qg, kc, vc, pos0, T, split, part, o, s);
+    default: return attn_kv<8>(a, qg, kc, vc, pos0, T, split, part, o, s);
+    }
+}

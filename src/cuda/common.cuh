@@ -1,0 +1,71 @@
+// common.cuh — shared device helpers of the CUDA kernels: launch checks, warp/block
+// reductions with a fixed order (batch invariance, see cuda_ops.h), fp16/bf16 loads, the
+// float helpers that mirror the CPU reference (ops.c).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_ops.h"
+
+// After a launch: report a launch error (bad configuration, no device, ...).
+#define CU_LAUNCHED(what)                                                      \
+    do {                                                                       \
+        cudaError_t e_ = cudaGetLastError();                                   \
+        if (e_ != cudaSuccess) return cu_fail(e_, what, __FILE__, __LINE__);   \
+    } while (0)
+
+#define FULL_MASK 0xffffffffu
+
+// Butterfly sums: every lane ends with the same value, summed in one fixed tree.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sumd(double v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+// Block sum in double (blockDim.x a multiple of 32, <= 1024): warp butterflies, then warp 0
+// sums the per-warp values. sh: 32 doubles of shared memory. All threads get the result.
+__device__ __forceinline__ double block_sumd(double v, double *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sumd(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        double t = lane < nw ? sh[lane] : 0.0;
+        t = warp_sumd(t);
+        if (lane == 0) sh[0] = t;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// CPU reference helpers (ops.c), float math with the same formulas.
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Unaligned little-endian loads from a byte pointer (2-byte aligned blocks: Q8_0, Q6_K, IQ*).
+__device__ __forceinline__ uint16_t ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+__device__ __forceinline__ uint32_t ld32_2(const uint8_t *p) { // p 2-byte aligned
+    return (uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16);
+}
+__device__ __forceinline__ uint32_t ld32_b(const uint8_t *p) { // any alignment
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}

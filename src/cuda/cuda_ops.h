@@ -1,0 +1,169 @@
+/* cuda_ops.h — the C interface of the CUDA kernels (src/cuda/ *.cu), used by backend_cuda.c
+ * and tests/cuda. Self-contained (C and C++): the .cu files include no other project header.
+ *
+ * Conventions
+ *   - Every pointer is device memory unless named h_*; activations are float32 row-major
+ *     [rows][ld]. Every launcher enqueues on `s`, checks the launch and returns 0, or -1 with
+ *     one line in rl_lasterr ("CUDA error <name> (<text>) in <what> at file:line").
+ *   - Row positions come from device memory (`pos0`: row t sits at *pos0 + t) so that a
+ *     captured decode graph replays at any position.
+ *   - Batch invariance: every kernel computes a row's result with the same arithmetic
+ *     whatever the number of rows T (the backend contract: multi-row verify == single
+ *     steps, bit for bit). Matmuls split the input dimension over the 32 lanes of a warp in
+ *     units of 8 values (lane L owns units L, L+32, ...), accumulate each unit sequentially
+ *     with fmaf and reduce the lanes with one fixed butterfly; tiling over rows and tokens
+ *     never changes that order. Decode (split-K) and prefill attention share the per-chunk
+ *     partial and the in-order merge.
+ *   - Dequantisation is bit-exact with the CPU's quant_traits.to_float (same float ops, no
+ *     contraction: the .cu files are compiled with -fmad=false; fused multiply-adds appear
+ *     only where written as fmaf).
+ */
+#ifndef RL_CUDA_OPS_H
+#define RL_CUDA_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int rl_seterr(const char *fmt, ...);
+
+/* Report a failed CUDA call: one line naming the error, the call and file:line; returns -1.
+ * Also clears the (non-sticky) last error. */
+int cu_fail(cudaError_t e, const char *what, const char *file, int line);
+static inline int cu_check_(cudaError_t e, const char *what, const char *file, int line) {
+    return e == cudaSuccess ? 0 : cu_fail(e, what, file, line);
+}
+#define CU_CHECK(call) cu_check_((call), #call, __FILE__, __LINE__)
+
+/* Device copies of the IQ lookup grids (from quant_tables.c). Idempotent; 0 or -1. */
+int cu_tables_init(void);
+/* true if the matmul / row-gather kernels decode this ggml type */
+bool cu_type_supported(uint32_t type);
+
+/* out[t][0..n_in) = row rows[t] of W (dequantised), t < T. (Embedding lookup; tests.) */
+int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows, int T, float *out,
+                int ldo, cudaStream_t s);
+
+/* ---- matmul: y[t][r] = sum_i W[r][i] * x[t][i] ------------------------------------------ */
+
+enum { CU_EPI_STORE = 0, CU_EPI_CONV = 1 };
+
+/* One output segment of a launch: n_out rows of W (all segments of a launch share the type,
+ * n_in and the input rows). For grouped (expert) launches, expert e's rows start at
+ * w + e * expert_stride. gate/up launches: w = gate rows, w2 = up rows, y = silu(g) * u. */
+typedef struct {
+    const uint8_t *w, *w2;
+    size_t row_bytes, expert_stride;
+    int n_out;
+    float *y;
+    int ldy;
+    int epi; /* CU_EPI_STORE, or CU_EPI_CONV (T = 1 only): y = silu(causal conv) with state shift */
+} cu_seg;
+
+/* Conv epilogue of the DeltaNet qkv projection: channel r = output row r. */
+typedef struct {
+    const float *w; /* [C][kw] */
+    float *state;   /* [kw-1][C], oldest first */
+    int kw, C;
+} cu_conv;
+
+/* A tile of up to `tt` pairs of one expert: pairs start..start+count-1 of the plan. */
+typedef struct {
+    int32_t expert, start, count, pad;
+} cu_tile;
+
+/* Grouped launch: tiles from the MoE plan (count in device memory), pair p reads input row
+ * pair_in[p] and writes output row pair_out[p] (NULL = identity). tt: tokens per tile the
+ * plan was built for (1 or CU_TT). */
+typedef struct {
+    const cu_tile *tiles;
+    const int *n_tiles;
+    int max_tiles, tt;
+    const int32_t *pair_in, *pair_out;
+} cu_group;
+
+#define CU_TT 8 /* tokens per tile of the batched (prefill) matmul */
+
+/* Dense when g == NULL (T input rows, tiles of CU_TT tokens, or 1 when T == 1).
+ * gateup: segment 0 holds w (gate) and w2 (up). Returns 0 or -1. */
+int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
+              const cu_group *g, bool gateup, const cu_conv *conv, cudaStream_t s);
+
+/* ---- norms -------------------------------------------------------------------------------- */
+
+/* Per row t < T: if y: x += y (float adds, in place); if out: out = rmsnorm(x) * w. */
+int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps, cudaStream_t s);
+
+/* ---- MoE ------------------------------------------------------------------------------------ */
+
+/* Router on logits [T][E]: softmax, top-k (ties: lower id), renormalised weights.
+ * ids/w/p: [T][K] (p = the selected softmax probabilities, for route hooks).
+ * If tiles != NULL (T == 1 only): also writes the decode plan: tile k = expert ids[k],
+ * pair k (pair_in = 0, pair_out = k), *n_tiles = K. */
+int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
+              int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s);
+/* Group the T*K (row, slot) pairs by expert: tiles of <= tt pairs; pair_in = row t,
+ * pair_out = t*K + k. counts: E ints of scratch. One block; T*K <= 65536. */
+int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
+                int32_t *pair_out, int *counts, cudaStream_t s);
+/* Per row t: y = sum_k w[t][k] * eo[t*K+k] + sigmoid(sh_gate . xn[t]) * sh[t]  (double
+ * accumulation as the CPU reference; sh / sh_gate may be NULL), x += y, then
+ * out = rmsnorm(x) * w_next (out may alias xn; NULL out skips the norm). */
+int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *xn,
+                   float *y, float *x, const float *w_next, float *out, int D, int T, float eps, cudaStream_t s);
+
+/* ---- gated full attention ----------------------------------------------------------------- */
+
+typedef struct {
+    int H, Hkv, hd, n_rot, n_ctx;
+    float eps, scale;
+    const float *inv_freq; /* [n_rot/2] */
+    bool kv_f16;
+} cu_attn_dims;
+
+/* q (in qg [T][H][2*hd], first half of each head) and k [T][Hkv*hd]: per-head RMSNorm then
+ * partial NeoX RoPE at *pos0 + t; k and v are stored into the caches at that position. */
+int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *q_norm,
+                          const float *k_norm, const int *pos0, int T, void *kc, void *vc, cudaStream_t s);
+/* o[t][h*hd..] = softmax(q k^T * scale) v * sigmoid(gate) over positions 0..*pos0+t.
+ * split: chunk partials in `part` (cu_attn_part_floats), then an in-order merge (few rows, long
+ * contexts); otherwise one block per (row tile, KV head) walks the chunks itself. Both give
+ * the same bits. */
+#define CU_ATTN_CHUNK 256
+#define CU_ATTN_SPLIT_MAX_T 4
+size_t cu_attn_part_floats(const cu_attn_dims *a, int T);
+int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
+                 bool split, float *part, float *o, cudaStream_t s);
+
+/* ---- Gated DeltaNet ----------------------------------------------------------------------- */
+
+typedef struct {
+    int C, kw, dk, dv, hk, hv;
+    float eps;
+    const float *conv_w;              /* [C][kw] */
+    const float *ssm_a, *dt_bias;     /* [hv] */
+    const float *ssm_norm;            /* [dv] */
+} cu_dn_dims;
+
+/* Causal conv + SiLU over T rows (sequential per channel): in [T][ldi] -> u [T][C], state shifts. */
+int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s);
+/* Prefill pieces: (1) l2norm + scale q, l2norm k in u (in place), gates ab [T][2][hv] from ba;
+ * (2) the delta rule over the T rows (state in registers), raw outputs o [T][hv*dv];
+ * (3) gated RMSNorm with z [T][ldz]: o = rmsnorm(o_h) * ssm_norm * silu(z_h). */
+int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s);
+int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, cudaStream_t s);
+int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s);
+/* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. */
+int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
+               cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,294 @@
+// deltanet.cu — Gated DeltaNet: causal conv (prefill; decode does it in the qkv matmul's
+// epilogue), q/k l2norm + gates, the delta rule, the gated RMSNorm.
+//
+// Prefill runs three kernels over the T rows (prep, scan, gnorm); decode one fused kernel.
+// Both call the same device functions with the same lane mapping (lane owns dims
+// lane*DPL.. of a head; the recurrent state column c of value head h is held by one warp,
+// 4 keys per lane), so a row's result does not depend on T.
+#include "common.cuh"
+#include "matmul.cuh" // conv_channel
+
+// l2norm of a head vector held DPL per lane (CPU ops_l2norm: double ss, scale in float).
+template <int DPL> __device__ __forceinline__ void l2norm_lanes(float *v, float eps) {
+    double ss = 0;
+#pragma unroll
+    for (int d = 0; d < DPL; d++) ss += (double)v[d] * (double)v[d];
+    ss = warp_sumd(ss);
+    const float scale = (float)(1.0 / sqrt(ss + (double)eps));
+#pragma unroll
+    for (int d = 0; d < DPL; d++) v[d] *= scale;
+}
+
+// beta = sigmoid(b), alpha = exp(ssm_a * softplus(a + dt_bias)) for value head h of a row.
+__device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, int h, float &alpha, float &beta) {
+    const int r = d.hv / d.hk, g = h / r, e = h % r;
+    const float b = ba[g * 2 * r + e], a = ba[g * 2 * r + r + e];
+    beta = sigmoid_f(b);
+    alpha = expf(d.ssm_a[h] * softplus_f(a + d.dt_bias[h]));
+}
+
+// One token of the delta rule for state column s (DK = 32*KPL keys, KPL per lane):
+// S *= alpha; m = S.k; delta = beta (v - m); S += k delta; returns S.q   (CPU ops_delta_step)
+template <int KPL>
+__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+    double m = 0;
+#pragma unroll
+    for (int i = 0; i < KPL; i++) {
+        s[i] = s[i] * alpha;
+        m += (double)s[i] * (double)k[i];
+    }
+    m = warp_sumd(m);
+    const float delta = beta * (v - (float)m);
+    double o = 0;
+#pragma unroll
+    for (int i = 0; i < KPL; i++) {
+        s[i] = s[i] + k[i] * delta;
+        o += (double)s[i] * (double)q[i];
+    }
+    return (float)warp_sumd(o);
+}
+
+// Gated RMSNorm of one value head (DPL per lane): o = (o * scale) * w, then * silu(z).
+template <int DPL>
+__device__ __forceinline__ void gnorm_lanes(float *o, const float *w, const float *z, float eps) {
+    const int lane = threadIdx.x & 31;
+    double ss = 0;
+#pragma unroll
+    for (int d = 0; d < DPL; d++) ss += (double)o[d] * (double)o[d];
+    ss = warp_sumd(ss);
+    const float scale = (float)(1.0 / sqrt(ss / (DPL * 32) + (double)eps));
+#pragma unroll
+    for (int d = 0; d < DPL; d++) {
+        const int j = lane * DPL + d;
+        o[d] = (o[d] * scale) * w[j];
+        o[d] *= silu_f(z[j]);
+    }
+}
+
+// ---- conv (prefill) -----------------------------------------------------------------------
+
+__global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u, float *state, int T) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= d.C) return;
+    const float *w = d.conv_w + (size_t)c * d.kw;
+    for (int t = 0; t < T; t++) u[(size_t)t * d.C + c] = conv_channel(w, state, d.C, c, d.kw, in[(size_t)t * ldi + c]);
+}
+
+extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s) {
+    k_dn_conv<<<(d->C + 127) / 128, 128, 0, s>>>(*d, in, ldi, u, state, T);
+    CU_LAUNCHED("k_dn_conv");
+    return 0;
+}
+
+// ---- prep: one block per row; warps over the 2*hk q/k head vectors, then the gates -------
+
+template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, float *ab) {
+    const int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float *ut = u + (size_t)t * d.C;
+    for (int vi = w; vi < 2 * d.hk; vi += nw) {
+        float *x = ut + (size_t)vi * d.dk + lane * KPL; // q heads then k heads
+        float v[KPL];
+#pragma unroll
+        for (int i = 0; i < KPL; i++) v[i] = x[i];
+        l2norm_lanes<KPL>(v, d.eps);
+        if (vi < d.hk) {
+            const float qscale = 1.0f / sqrtf((float)d.dk);
+#pragma unroll
+            for (int i = 0; i < KPL; i++) v[i] *= qscale;
+        }
+#pragma unroll
+        for (int i = 0; i < KPL; i++) x[i] = v[i];
+    }
+    for (int h = threadIdx.x; h < d.hv; h += blockDim.x) {
+        float alpha, beta;
+        dn_gates(d, ba + (size_t)t * 2 * d.hv, h, alpha, beta);
+        ab[(size_t)t * 2 * d.hv + h] = alpha;
+        ab[(size_t)t * 2 * d.hv + d.hv + h] = beta;
+    }
+}
+
+// ---- scan: warp per state column, the T rows in order, state in registers ------------------
+
+#define SCAN_WARPS 8
+template <int KPL>
+__global__ void __launch_bounds__(SCAN_WARPS * 32)
+    k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T) {
+    const int lane = threadIdx.x & 31, h = blockIdx.x, c = blockIdx.y * SCAN_WARPS + (threadIdx.x >> 5);
+    if (c >= d.dv) return;
+    const int g = h / (d.hv / d.hk);
+    float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+    float s[KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; i++) s[i] = S[i];
+    // inputs of row t+1 are loaded while row t computes (the scan is latency-bound)
+    float q[KPL], k[KPL], v = 0, alpha = 0, beta = 0;
+    auto load = [&](int t, float *qq, float *kk, float &vv, float &al, float &be) {
+        const float *ut = u + (size_t)t * d.C;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) {
+            qq[i] = ut[(size_t)g * d.dk + lane * KPL + i];
+            kk[i] = ut[(size_t)(d.hk + g) * d.dk + lane * KPL + i];
+        }
+        vv = ut[(size_t)2 * d.hk * d.dk + (size_t)h * d.dv + c];
+        al = ab[(size_t)t * 2 * d.hv + h];
+        be = ab[(size_t)t * 2 * d.hv + d.hv + h];
+    };
+    if (T > 0) load(0, q, k, v, alpha, beta);
+    for (int t = 0; t < T; t++) {
+        float qn[KPL] = {}, kn[KPL] = {}, vn = 0, an = 0, bn = 0;
+        if (t + 1 < T) load(t + 1, qn, kn, vn, an, bn);
+        const float out = delta_col<KPL>(s, q, k, v, alpha, beta);
+        if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) {
+            q[i] = qn[i];
+            k[i] = kn[i];
+        }
+        v = vn;
+        alpha = an;
+        beta = bn;
+    }
+#pragma unroll
+    for (int i = 0; i < KPL; i++) S[i] = s[i];
+}
+
+// ---- gated norm: warp per (row, value head) ------------------------------------------------
+
+template <int DPL> __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const float *__restrict__ z, int ldz, int T) {
+    const int lane = threadIdx.x & 31, wi = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (wi >= T * d.hv) return;
+    const int t = wi / d.hv, h = wi % d.hv;
+    float *x = o + (size_t)t * d.hv * d.dv + (size_t)h * d.dv;
+    float v[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; i++) v[i] = x[lane * DPL + i];
+    gnorm_lanes<DPL>(v, d.ssm_norm, z + (size_t)t * ldz + (size_t)h * d.dv, d.eps);
+#pragma unroll
+    for (int i = 0; i < DPL; i++) x[lane * DPL + i] = v[i];
+}
+
+// ---- decode: everything of one value head in one block -------------------------------------
+
+#define STEP_WARPS 32
+template <int KPL, int DPL>
+__global__ void __launch_bounds__(STEP_WARPS * 32)
+    k_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba, const float *__restrict__ z,
+              float *ssm, float *o) {
+    __shared__ float qk[2][KPL * 32];
+    __shared__ float ov[DPL * 32];
+    __shared__ float gates[2];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, h = blockIdx.x;
+    const int g = h / (d.hv / d.hk);
+    if (w < 2) { // q (w = 0) or k (w = 1) of key head g, as k_dn_prep
+        float v[KPL];
+        const float *x = u + (size_t)(w == 0 ? g : d.hk + g) * d.dk + lane * KPL;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) v[i] = x[i];
+        l2norm_lanes<KPL>(v, d.eps);
+        if (w == 0) {
+            const float qscale = 1.0f / sqrtf((float)d.dk);
+#pragma unroll
+            for (int i = 0; i < KPL; i++) v[i] *= qscale;
+        }
+#pragma unroll
+        for (int i = 0; i < KPL; i++) qk[w][lane * KPL + i] = v[i];
+    } else if (w == 2 && lane == 0) {
+        dn_gates(d, ba, h, gates[0], gates[1]);
+    }
+    __syncthreads();
+    float q[KPL], k[KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; i++) {
+        q[i] = qk[0][lane * KPL + i];
+        k[i] = qk[1][lane * KPL + i];
+    }
+    const float alpha = gates[0], beta = gates[1];
+    // columns w, w+32, ... (DPL of them when dv = 32*DPL): all state loads first, then the updates
+    float s[DPL][KPL];
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const float *S = ssm + ((size_t)h * d.dv + w + STEP_WARPS * j) * d.dk + lane * KPL;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) s[j][i] = S[i];
+    }
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int c = w + STEP_WARPS * j;
+        const float out = delta_col<KPL>(s[j], q, k, u[(size_t)2 * d.hk * d.dk + (size_t)h * d.dv + c], alpha, beta);
+        float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) S[i] = s[j][i];
+        if (lane == 0) ov[c] = out;
+    }
+    __syncthreads();
+    if (w == 0) {
+        float v[DPL];
+#pragma unroll
+        for (int i = 0; i < DPL; i++) v[i] = ov[lane * DPL + i];
+        gnorm_lanes<DPL>(v, d.ssm_norm, z + (size_t)h * d.dv, d.eps);
+#pragma unroll
+        for (int i = 0; i < DPL; i++) o[(size_t)h * d.dv + lane * DPL + i] = v[i];
+    }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------
+
+static int check(const cu_dn_dims *d) {
+    const bool ok = (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
+    if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
+        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)", d->dk,
+                         d->dv, d->hk, d->hv);
+    return 0;
+}
+
+// Run F<KPL>() for KPL = n/32 in {1, 2, 4}.
+#define BY_PL(n, CALL1, CALL2, CALL4)                                                                        \
+    do {                                                                                                     \
+        if ((n) == 32) { CALL1; } else if ((n) == 64) { CALL2; } else { CALL4; }                             \
+    } while (0)
+
+extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s) {
+    if (check(d)) return -1;
+    const int threads = 32 * min(32, 2 * d->hk);
+    BY_PL(d->dk, (k_dn_prep<1><<<T, threads, 0, s>>>(*d, u, ba, ab)), (k_dn_prep<2><<<T, threads, 0, s>>>(*d, u, ba, ab)),
+          (k_dn_prep<4><<<T, threads, 0, s>>>(*d, u, ba, ab)));
+    CU_LAUNCHED("k_dn_prep");
+    return 0;
+}
+
+extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+                          cudaStream_t s) {
+    if (check(d)) return -1;
+    dim3 grid(d->hv, (d->dv + SCAN_WARPS - 1) / SCAN_WARPS);
+    BY_PL(d->dk, (k_dn_scan<1><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T)),
+          (k_dn_scan<2><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T)),
+          (k_dn_scan<4><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T)));
+    CU_LAUNCHED("k_dn_scan");
+    return 0;
+}
+
+extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s) {
+    if (check(d)) return -1;
+    const int blocks = (T * d->hv + 7) / 8;
+    BY_PL(d->dv, (k_dn_gnorm<1><<<blocks, 256, 0, s>>>(*d, o, z, ldz, T)),
+          (k_dn_gnorm<2><<<blocks, 256, 0, s>>>(*d, o, z, ldz, T)), (k_dn_gnorm<4><<<blocks, 256, 0, s>>>(*d, o, z, ldz, T)));
+    CU_LAUNCHED("k_dn_gnorm");
+    return 0;
+}
+
+template <int KPL>
+static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
+                     cudaStream_t s) {
+    BY_PL(d->dv, (k_dn_step<KPL, 1><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o)),
+          (k_dn_step<KPL, 2><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o)),
+          (k_dn_step<KPL, 4><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o)));
+}
+
+extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
+                          cudaStream_t s) {
+    if (check(d)) return -1;
+    BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, s), step_kpl<2>(d, u, ba, z, ssm, o, s),
+          step_kpl<4>(d, u, ba, z, ssm, o, s));
+    CU_LAUNCHED("k_dn_step");
+    return 0;
+}

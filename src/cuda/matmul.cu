@@ -1,0 +1,73 @@
+// matmul.cu — the entry point cu_matmul: segment layout, variant choice, dispatch to the
+// per-type instance files mm_<type>.cu.
+#include "matmul.cuh"
+
+#define MM_DECL(n) int mm_run_##n(const mm_launch &L, bool gateup, int tt);
+MM_DECL(f32)
+MM_DECL(f16)
+MM_DECL(bf16)
+MM_DECL(q8_0)
+MM_DECL(q2_k)
+MM_DECL(q3_k)
+MM_DECL(q4_k)
+MM_DECL(q5_k)
+MM_DECL(q6_k)
+MM_DECL(iq2_xxs)
+MM_DECL(iq2_xs)
+MM_DECL(iq2_s)
+MM_DECL(iq3_xxs)
+MM_DECL(iq3_s)
+MM_DECL(iq1_s)
+MM_DECL(iq1_m)
+MM_DECL(iq4_xs)
+
+static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
+    switch (type) {
+    case T_F32: return mm_run_f32(L, gateup, tt);
+    case T_F16: return mm_run_f16(L, gateup, tt);
+    case T_BF16: return mm_run_bf16(L, gateup, tt);
+    case T_Q8_0: return mm_run_q8_0(L, gateup, tt);
+    case T_Q2_K: return mm_run_q2_k(L, gateup, tt);
+    case T_Q3_K: return mm_run_q3_k(L, gateup, tt);
+    case T_Q4_K: return mm_run_q4_k(L, gateup, tt);
+    case T_Q5_K: return mm_run_q5_k(L, gateup, tt);
+    case T_Q6_K: return mm_run_q6_k(L, gateup, tt);
+    case T_IQ2_XXS: return mm_run_iq2_xxs(L, gateup, tt);
+    case T_IQ2_XS: return mm_run_iq2_xs(L, gateup, tt);
+    case T_IQ2_S: return mm_run_iq2_s(L, gateup, tt);
+    case T_IQ3_XXS: return mm_run_iq3_xxs(L, gateup, tt);
+    case T_IQ3_S: return mm_run_iq3_s(L, gateup, tt);
+    case T_IQ1_S: return mm_run_iq1_s(L, gateup, tt);
+    case T_IQ1_M: return mm_run_iq1_m(L, gateup, tt);
+    case T_IQ4_XS: return mm_run_iq4_xs(L, gateup, tt);
+    default:
+        return rl_seterr("CUDA backend: no matmul kernel for tensor type %u", type);
+    }
+}
+
+extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
+                         const cu_group *g, bool gateup, const cu_conv *conv, cudaStream_t s) {
+    if (nseg < 1 || nseg > 3 || n_in % 8 || ldx % 4 || T < 1)
+        return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
+    mm_launch L = {};
+    const int tt = g ? g->tt : (T == 1 ? 1 : CU_TT);
+    if (tt != 1 && tt != CU_TT) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
+    const int rpb = mm_rows_per_block(gateup, tt);
+    L.nseg = nseg;
+    for (int i = 0; i < nseg; i++) {
+        L.seg[i] = segs[i];
+        if (segs[i].epi == CU_EPI_CONV && (T != 1 || !conv || g))
+            return rl_seterr("cu_matmul: the conv epilogue needs one dense row and cu_conv");
+        if (gateup && !segs[i].w2) return rl_seterr("cu_matmul: gate/up needs w2");
+        L.seg_start[i + 1] = L.seg_start[i] + (segs[i].n_out + rpb - 1) / rpb;
+    }
+    L.x = x;
+    L.ldx = ldx;
+    L.T = T;
+    L.n_in = n_in;
+    L.grouped = g != NULL;
+    if (g) L.g = *g;
+    if (conv) L.conv = *conv;
+    L.s = s;
+    return mm_dispatch(type, L, gateup, tt);
+}

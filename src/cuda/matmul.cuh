@@ -1,0 +1,146 @@
+// matmul.cuh — the one matmul kernel: dequantise-on-the-fly, any weight type, dense or
+// grouped by expert, optional gate/up (silu(g)*u) and conv epilogues.
+//
+// Work split (the batch-invariance rule of cuda_ops.h): a warp owns NR weight rows and a tile
+// of TT tokens; the input dimension is cut into units of 8 values and lane L takes units
+// L, L+32, L+64, ... For each (row, token) the lane accumulates its units in order with fmaf,
+// then one butterfly sums the 32 lanes. That sequence is the same for every (NR, TT), so a
+// decode GEMV (NR=2, TT=1) and a prefill tile (NR=8, TT=8) give bit-identical outputs.
+// Block: 4 warps. grid.x: row blocks of all segments; grid.y: token tiles (dense) or plan
+// tiles (grouped; blocks past *n_tiles exit at once).
+#pragma once
+
+#include "quant.cuh"
+
+#define MM_WARPS 4
+
+struct mm_launch {
+    cu_seg seg[3];
+    int nseg;
+    int seg_start[4]; // first grid.x block of each segment (+ total)
+    const float *x;
+    int ldx, T, n_in;
+    cu_group g;
+    bool grouped;
+    cu_conv conv;
+    cudaStream_t s;
+};
+
+// CPU ops_conv_step for one channel: double sum over the window, then the state shift.
+__device__ __forceinline__ float conv_channel(const float *__restrict__ w, float *state, int C, int c, int kw,
+                                              float x) {
+    double s = 0;
+    for (int j = 0; j < kw - 1; j++) s += (double)w[j] * (double)state[(size_t)j * C + c];
+    s += (double)w[kw - 1] * (double)x;
+    for (int j = 0; j + 1 < kw - 1; j++) state[(size_t)j * C + c] = state[(size_t)(j + 1) * C + c];
+    if (kw > 1) state[(size_t)(kw - 2) * C + c] = x;
+    return silu_f((float)s);
+}
+
+template <int TYPE, int NR, int TT, bool GU>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) {
+    constexpr int ROWS = GU ? NR / 2 : NR; // output rows per warp
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // segment and first row
+    int si = 0;
+    while (si + 1 < a.nseg && (int)blockIdx.x >= a.seg_start[si + 1]) si++;
+    const cu_seg &sg = a.seg[si];
+    const int r0 = ((int)blockIdx.x - a.seg_start[si]) * (MM_WARPS * ROWS) + warp * ROWS;
+    if (r0 >= sg.n_out) return;
+    // token tile
+    int start, count, expert = 0;
+    if (a.grouped) {
+        if ((int)blockIdx.y >= *a.g.n_tiles) return;
+        const cu_tile t = a.g.tiles[blockIdx.y];
+        start = t.start;
+        count = t.count;
+        expert = t.expert;
+    } else {
+        start = blockIdx.y * TT;
+        count = min(TT, a.T - start);
+    }
+    const uint8_t *wbase = sg.w + (size_t)expert * sg.expert_stride;
+    const uint8_t *wbase2 = GU ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
+    const uint8_t *wr[NR];
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        const int r = min(r0 + i, sg.n_out - 1);
+        wr[i] = wbase + (size_t)r * sg.row_bytes;
+        if constexpr (GU) wr[ROWS + i] = wbase2 + (size_t)r * sg.row_bytes;
+    }
+    const float *xr[TT];
+#pragma unroll
+    for (int j = 0; j < TT; j++) {
+        const int p = start + (j < count ? j : 0);
+        const int in = a.g.pair_in ? a.g.pair_in[p] : p;
+        xr[j] = a.x + (size_t)in * a.ldx;
+    }
+    float acc[NR][TT];
+#pragma unroll
+    for (int i = 0; i < NR; i++)
+#pragma unroll
+        for (int j = 0; j < TT; j++) acc[i][j] = 0.0f;
+
+    const int nunits = a.n_in >> 3;
+#pragma unroll(TT == 1 ? 2 : 1)
+    for (int u = lane; u < nunits; u += 32) {
+        // all rows' weights of this unit first, then stream the tokens through them
+        float wv[NR][8];
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            int sub;
+            const uint8_t *blk = unit_block<TYPE>(wr[i], u, sub);
+            deq8<TYPE>(tb, blk, sub, wv[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < TT; j++) {
+            const float4 p0 = __ldg((const float4 *)(xr[j] + 8 * u)), p1 = __ldg((const float4 *)(xr[j] + 8 * u + 4));
+            const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[i][j] = fmaf(wv[i][e], xv[e], acc[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NR; i++)
+#pragma unroll
+        for (int j = 0; j < TT; j++) acc[i][j] = warp_sum(acc[i][j]);
+
+    // stores: output (i, j) by lane (i*TT + j) % 32
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        const int r = r0 + i;
+#pragma unroll
+        for (int j = 0; j < TT; j++) {
+            if (lane != (i * TT + j) % 32 || r >= sg.n_out || j >= count) continue;
+            float v = acc[i][j];
+            if constexpr (GU) v = silu_f(v) * acc[ROWS + i][j];
+            const int p = start + j;
+            const int orow = a.g.pair_out ? a.g.pair_out[p] : p;
+            if (sg.epi == CU_EPI_CONV) v = conv_channel(a.conv.w + (size_t)r * a.conv.kw, a.conv.state, a.conv.C, r, a.conv.kw, v);
+            sg.y[(size_t)orow * sg.ldy + r] = v;
+        }
+    }
+}
+
+template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
+    const cu_qtabs &tb = cu_qtabs_get();
+    dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
+    if (tt == 1) {
+        if (gateup) k_mm<TYPE, 2, 1, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        else k_mm<TYPE, 2, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    } else {
+        if (gateup) k_mm<TYPE, 8, CU_TT, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        else k_mm<TYPE, 8, CU_TT, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    }
+    CU_LAUNCHED("k_mm");
+    return 0;
+}
+
+// Rows per block for a variant (host side).
+static inline int mm_rows_per_block(bool gateup, int tt) { return MM_WARPS * (tt == 1 ? 2 : 8) / (gateup ? 2 : 1); }
+
+// One instance file per type (mm_<type>.cu): int mm_run_<name>(launch, gateup, tt).
+#define MM_INSTANCE(T, n)                                                                                    \
+    int mm_run_##n(const mm_launch &L, bool gateup, int tt) { return mm_launch_type<T>(L, gateup, tt); }

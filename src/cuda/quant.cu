@@ -1,0 +1,93 @@
+// quant.cu — error reporting, the device copies of the IQ grids, and the row gather
+// (embedding lookup, and the dequantisation oracle test of tests/cuda).
+#include <stdio.h>
+#include <string.h>
+
+#include "quant.cuh"
+
+extern "C" {
+#include "quant_tables.h"
+}
+
+extern "C" int cu_fail(cudaError_t e, const char *what, const char *file, int line) {
+    (void)cudaGetLastError(); // clear a non-sticky error so the next call starts clean
+    const char *base = strrchr(file, '/');
+    return rl_seterr("CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), what,
+                     base ? base + 1 : file, line);
+}
+
+static cu_qtabs g_tabs;
+static bool g_tabs_ready;
+
+const cu_qtabs &cu_qtabs_get() { return g_tabs; }
+
+template <typename T> static int upload(const T *src, size_t n, const T **dst, uint8_t **cursor) {
+    *dst = (const T *)*cursor;
+    if (CU_CHECK(cudaMemcpy(*cursor, src, n * sizeof(T), cudaMemcpyHostToDevice))) return -1;
+    *cursor += (n * sizeof(T) + 255) & ~(size_t)255;
+    return 0;
+}
+
+extern "C" int cu_tables_init(void) {
+    if (g_tabs_ready) return 0;
+    size_t total = 0;
+    size_t sizes[] = {sizeof iq2xxs_grid, sizeof iq2xs_grid, sizeof iq2s_grid, sizeof iq1s_grid,
+                      sizeof iq3xxs_grid, sizeof iq3s_grid, sizeof ksigns_iq2xs, sizeof kvalues_iq4nl};
+    for (size_t s : sizes) total += (s + 255) & ~(size_t)255;
+    uint8_t *base = NULL;
+    if (CU_CHECK(cudaMalloc(&base, total))) return -1;
+    uint8_t *cur = base;
+    if (upload(iq2xxs_grid, 256, &g_tabs.iq2xxs, &cur) || upload(iq2xs_grid, 512, &g_tabs.iq2xs, &cur) ||
+        upload(iq2s_grid, 1024, &g_tabs.iq2s, &cur) || upload(iq1s_grid, 2048, &g_tabs.iq1s, &cur) ||
+        upload(iq3xxs_grid, 256, &g_tabs.iq3xxs, &cur) || upload(iq3s_grid, 512, &g_tabs.iq3s, &cur) ||
+        upload(ksigns_iq2xs, 128, &g_tabs.ksigns, &cur) || upload(kvalues_iq4nl, 16, &g_tabs.kvalues, &cur)) {
+        cudaFree(base);
+        return -1;
+    }
+    g_tabs_ready = true; // kept for the life of the process (a few KB)
+    return 0;
+}
+
+extern "C" bool cu_type_supported(uint32_t type) {
+    switch (type) {
+#define X(T) case T:
+        CU_FOR_TYPES(X)
+#undef X
+        return true;
+    default:
+        return false;
+    }
+}
+
+// One thread per unit of 8 values.
+template <int TYPE>
+__global__ void k_get_rows(cu_qtabs tb, const uint8_t *__restrict__ w, size_t row_bytes, int n_in,
+                           const int32_t *__restrict__ rows, float *__restrict__ out, int ldo) {
+    const int t = blockIdx.y, u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= n_in / 8) return;
+    int sub;
+    const uint8_t *blk = unit_block<TYPE>(w + (size_t)rows[t] * row_bytes, u, sub);
+    float v[8];
+    deq8<TYPE>(tb, blk, sub, v);
+    float *o = out + (size_t)t * ldo + 8 * u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = v[i];
+}
+
+extern "C" int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows, int T,
+                           float *out, int ldo, cudaStream_t s) {
+    if (n_in % 8 || T <= 0) return rl_seterr("cu_get_rows: n_in %d must be a multiple of 8", n_in);
+    dim3 grid((n_in / 8 + 127) / 128, T);
+    switch (type) {
+#define X(TY)                                                                                                \
+    case TY:                                                                                                 \
+        k_get_rows<TY><<<grid, 128, 0, s>>>(g_tabs, w, row_bytes, n_in, rows, out, ldo);                     \
+        break;
+        CU_FOR_TYPES(X)
+#undef X
+    default:
+        return rl_seterr("CUDA backend: no kernel for tensor type %u", type);
+    }
+    CU_LAUNCHED("k_get_rows");
+    return 0;
+}

@@ -1,0 +1,341 @@
+/* test_cuda_ops.c — every CUDA kernel against the CPU reference (ops.c / quant.c) on random
+ * data, outputs NaN-poisoned, odd sizes:
+ *   - dequantisation of every supported type: bit-exact with quant_traits.to_float;
+ *   - matmul (dense, multi-segment, gate/up, grouped by expert) vs ops_matmul_ref (double):
+ *     |err| <= 2e-5 * sum|w x| + 1e-30 per output (fp32 accumulation of <= 4096 products);
+ *     and batch invariance: every row of a T-row launch equals its 1-row launch bit for bit;
+ *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
+ *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
+ *     pieces bit for bit), router + plan, combine.
+ * Exits 0 with "skipped: no CUDA device" where there is no GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "check.h"
+#include "common.h"
+#include "cuda/cuda_ops.h"
+#include "ops.h"
+#include "quant.h"
+#include "quant_rand.h"
+
+static rl_rng R;
+static double worst_rel[64]; /* per type: max err / bound of the matmul test */
+
+static void *dalloc(size_t n) {
+    void *p = NULL;
+    if (CU_CHECK(cudaMalloc(&p, n ? n : 16))) {
+        fprintf(stderr, "%s\n", rl_lasterr());
+        exit(1);
+    }
+    return p;
+}
+static void *dup_to_dev(const void *h, size_t n) {
+    void *d = dalloc(n);
+    CU_CHECK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+static void to_host(void *h, const void *d, size_t n) {
+    if (CU_CHECK(cudaDeviceSynchronize()) || CU_CHECK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)))
+        fprintf(stderr, "%s\n", rl_lasterr());
+}
+static float *dpoison(size_t n) { /* device floats, NaN-filled */
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    check_poison(h, n);
+    float *d = dup_to_dev(h, sizeof(float) * n);
+    free(h);
+    return d;
+}
+static float *randv(size_t n, float scale) {
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = rl_rng_normal(&R) * scale;
+    return x;
+}
+static int count_bad(const float *a, const float *b, size_t n) { /* bit differences, NaN never equal */
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += isnan(a[i]) || memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return bad;
+}
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = isnan(a[i]) || isnan(b[i]) ? INFINITY : fabs((double)a[i] - b[i]);
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+static const uint32_t TYPES[] = {QT_F32,     QT_F16,    QT_BF16,    QT_Q8_0,    QT_Q2_K,   QT_Q3_K,
+                                 QT_Q4_K,    QT_Q5_K,   QT_Q6_K,    QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
+                                 QT_IQ3_XXS, QT_IQ3_S,  QT_IQ1_S,   QT_IQ1_M,   QT_IQ4_XS};
+#define NTYPES (sizeof TYPES / sizeof TYPES[0])
+
+/* ---- dequantisation --------------------------------------------------------------------- */
+
+static void test_dequant(uint32_t type) {
+    const quant_traits *qt = quant_get(type);
+    const int n_in = 1024, rows = 7;
+    size_t rb = quant_row_size(type, n_in);
+    uint8_t *w = malloc(rb * rows);
+    fill_random_blocks(type, w, (int64_t)rows * n_in / qt->blck, &R);
+    int32_t idx[5] = {3, 0, 6, 3, 1};
+    float *ref = malloc(sizeof(float) * 5 * n_in), *got = malloc(sizeof(float) * 5 * n_in);
+    for (int t = 0; t < 5; t++) qt->to_float(w + (size_t)idx[t] * rb, ref + (size_t)t * n_in, n_in);
+    uint8_t *dw = dup_to_dev(w, rb * rows);
+    int32_t *di = dup_to_dev(idx, sizeof idx);
+    float *dout = dpoison(5 * (size_t)n_in);
+    CHECK(cu_get_rows(type, dw, rb, n_in, di, 5, dout, n_in, 0) == 0, "get_rows %s: %s", qt->name, rl_lasterr());
+    to_host(got, dout, sizeof(float) * 5 * n_in);
+    int bad = count_bad(got, ref, 5 * (size_t)n_in);
+    CHECK(bad == 0, "dequant %s: %d of %d values differ from the CPU (bit-exact expected)", qt->name, bad, 5 * n_in);
+    cudaFree(dw);
+    cudaFree(di);
+    cudaFree(dout);
+    free(w);
+    free(ref);
+    free(got);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* bound per output: 2e-5 * sum_i |w_i x_i| */
+static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float *x, int T, const float *got, int ldg,
+                    double *worst) {
+    const quant_traits *qt = quant_get(W->type);
+    float *row = malloc(sizeof(float) * W->n_in);
+    int bad = 0;
+    for (int64_t r = 0; r < W->n_out - r0 && bad < 5; r++) {
+        qt->to_float(W->data + (size_t)(r0 + r) * W->row_bytes, row, W->n_in);
+        for (int t = 0; t < T; t++) {
+            double s = 0, a = 0;
+            for (int64_t i = 0; i < W->n_in; i++) {
+                s += (double)row[i] * x[(size_t)t * W->n_in + i];
+                a += fabs((double)row[i] * x[(size_t)t * W->n_in + i]);
+            }
+            double g = got[(size_t)t * ldg + r], err = fabs(g - s), bound = 2e-5 * a + 1e-30;
+            if (!(err <= bound)) {
+                if (bad++ < 3) fprintf(stderr, "  %s row %lld tok %d: got %.9g want %.9g (bound %.3g)\n", what, (long long)r, t, g, s, bound);
+            }
+            if (err / bound > *worst) *worst = err / bound;
+        }
+    }
+    free(row);
+    return bad;
+}
+
+static void test_matmul(uint32_t type, int ti) {
+    const quant_traits *qt = quant_get(type);
+    const int n_in = qt->blck == 256 ? 768 : 520, n_out = 37, TMAX = 13;
+    size_t rb = quant_row_size(type, n_in);
+    uint8_t *w = malloc(rb * n_out);
+    fill_random_blocks(type, w, (int64_t)n_out * n_in / qt->blck, &R);
+    ops_mat W = {"w", type, n_in, n_out, rb, w};
+    float *x = randv((size_t)TMAX * n_in, 1.0f);
+    uint8_t *dw = dup_to_dev(w, rb * n_out);
+    float *dx = dup_to_dev(x, sizeof(float) * TMAX * n_in);
+    float *got = malloc(sizeof(float) * TMAX * n_out), *one = malloc(sizeof(float) * n_out);
+    float *dy = dpoison((size_t)TMAX * n_out);
+    /* T = 13 in one launch (tiles of 8, a partial tile) */
+    cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
+    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+    to_host(got, dy, sizeof(float) * TMAX * n_out);
+    int bad = check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
+    CHECK(bad == 0, "matmul %s T=%d: %d outputs outside the bound", qt->name, TMAX, bad);
+    /* batch invariance: each row alone (the decode variant) */
+    int diff = 0;
+    for (int t = 0; t < TMAX; t++) {
+        float *d1 = dpoison(n_out);
+        cu_seg s1 = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = d1, .ldy = n_out};
+        cu_matmul(type, n_in, &s1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, false, NULL, 0);
+        to_host(one, d1, sizeof(float) * n_out);
+        diff += count_bad(one, got + (size_t)t * n_out, n_out);
+        cudaFree(d1);
+    }
+    CHECK(diff == 0, "matmul %s: %d outputs of 1-row launches differ from the %d-row launch", qt->name, diff, TMAX);
+    /* two segments (rows 0..19 and 20..36 as separate matrices) in one launch, T = 3 */
+    float *dy2 = dpoison((size_t)3 * 20), *dy3 = dpoison((size_t)3 * 17);
+    cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = 20, .y = dy2, .ldy = 20},
+                    {.w = dw + 20 * rb, .row_bytes = rb, .n_out = 17, .y = dy3, .ldy = 17}};
+    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 3, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+    float h2[60], h3[51];
+    to_host(h2, dy2, sizeof h2);
+    to_host(h3, dy3, sizeof h3);
+    diff = 0;
+    for (int t = 0; t < 3; t++) {
+        diff += count_bad(h2 + t * 20, got + (size_t)t * n_out, 20);
+        diff += count_bad(h3 + t * 17, got + (size_t)t * n_out + 20, 17);
+    }
+    CHECK(diff == 0, "matmul %s: two-segment launch differs from one matrix (%d)", qt->name, diff);
+    /* gate/up: rows 0..17 gate, 18..35 up -> silu(g) * u, T = 13 */
+    float *dh = dpoison((size_t)TMAX * 18), hh[13 * 18];
+    cu_seg gu = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dh, .ldy = 18};
+    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, TMAX, NULL, true, NULL, 0) == 0, "%s", rl_lasterr());
+    to_host(hh, dh, sizeof hh);
+    diff = 0;
+    for (int t = 0; t < TMAX; t++)
+        for (int r = 0; r < 18; r++) {
+            float g = got[(size_t)t * n_out + r], u = got[(size_t)t * n_out + 18 + r];
+            float want = ops_silu(g) * u;
+            diff += !(fabsf(hh[t * 18 + r] - want) <= 1e-6f * (1 + fabsf(want)));
+        }
+    CHECK(diff == 0, "matmul %s: gate/up epilogue differs from silu(g)*u (%d)", qt->name, diff);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dy2);
+    cudaFree(dy3);
+    cudaFree(dh);
+    free(w);
+    free(x);
+    free(got);
+    free(one);
+}
+
+/* ---- norms ---------------------------------------------------------------------------------- */
+
+static void test_rmsnorm(void) {
+    const int n = 2048 + 64, T = 3;
+    float *x = randv((size_t)T * n, 2.0f), *y = randv((size_t)T * n, 1.0f), *w = randv(n, 1.0f);
+    float *ref = malloc(sizeof(float) * T * n), *got = malloc(sizeof(float) * T * n), *gx = malloc(sizeof(float) * T * n);
+    float *dx = dup_to_dev(x, sizeof(float) * T * n), *dy = dup_to_dev(y, sizeof(float) * T * n),
+          *dw = dup_to_dev(w, sizeof(float) * n), *dout = dpoison((size_t)T * n);
+    CHECK(cu_add_rmsnorm(dx, dy, dw, dout, n, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
+    to_host(got, dout, sizeof(float) * T * n);
+    to_host(gx, dx, sizeof(float) * T * n);
+    for (int i = 0; i < T * n; i++) x[i] += y[i];
+    for (int t = 0; t < T; t++) ops_rmsnorm(x + (size_t)t * n, w, n, 1e-6f, ref + (size_t)t * n);
+    CHECK(count_bad(gx, x, (size_t)T * n) == 0, "residual add differs");
+    double d = max_abs_diff(got, ref, (size_t)T * n);
+    CHECK(d <= 1e-6, "rmsnorm max |diff| %.3g", d);
+    printf("  rmsnorm: max |gpu - cpu| = %.3g\n", d);
+    cudaFree(dx); cudaFree(dy); cudaFree(dw); cudaFree(dout);
+    free(x); free(y); free(w); free(ref); free(got); free(gx);
+}
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+static void test_attention(int hd, bool f16) {
+    const int H = 8, Hkv = 2, n_rot = hd / 4, n_ctx = 700, T = 6, pos = 600; /* 3 chunks */
+    const size_t kvw = (size_t)Hkv * hd;
+    float *inv = malloc(sizeof(float) * n_rot / 2);
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = (float)(1.0 / pow(1e7, (double)(2 * i) / n_rot));
+    float *qg = randv((size_t)T * H * 2 * hd, 1.0f), *k = randv((size_t)T * kvw, 1.0f), *v = randv((size_t)T * kvw, 1.0f);
+    float *qn = randv(hd, 0.3f), *kn = randv(hd, 0.3f);
+    for (int i = 0; i < hd; i++) { qn[i] += 1; kn[i] += 1; }
+    float *K = randv((size_t)n_ctx * kvw, 1.0f), *V = randv((size_t)n_ctx * kvw, 1.0f);
+    if (f16) /* the cache stores halves: round the host copy the same way */
+        for (size_t i = 0; i < (size_t)n_ctx * kvw; i++) { K[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(K[i])); V[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(V[i])); }
+    void *dK, *dV;
+    size_t el = f16 ? 2 : 4;
+    if (f16) {
+        uint16_t *hk = malloc(2 * (size_t)n_ctx * kvw), *hv = malloc(2 * (size_t)n_ctx * kvw);
+        for (size_t i = 0; i < (size_t)n_ctx * kvw; i++) { hk[i] = rl_fp32_to_fp16(K[i]); hv[i] = rl_fp32_to_fp16(V[i]); }
+        dK = dup_to_dev(hk, el * n_ctx * kvw);
+        dV = dup_to_dev(hv, el * n_ctx * kvw);
+        free(hk); free(hv);
+    } else {
+        dK = dup_to_dev(K, el * n_ctx * kvw);
+        dV = dup_to_dev(V, el * n_ctx * kvw);
+    }
+    float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd), *dk = dup_to_dev(k, sizeof(float) * T * kvw);
+    float *dv = dup_to_dev(v, sizeof(float) * T * kvw), *dqn = dup_to_dev(qn, sizeof(float) * hd), *dkn = dup_to_dev(kn, sizeof(float) * hd);
+    float *dinv = dup_to_dev(inv, sizeof(float) * n_rot / 2);
+    int *dpos = dup_to_dev(&pos, sizeof pos);
+    cu_attn_dims a = {.H = H, .Hkv = Hkv, .hd = hd, .n_rot = n_rot, .n_ctx = n_ctx, .eps = 1e-6f,
+                      .scale = 1.0f / sqrtf((float)hd), .inv_freq = dinv, .kv_f16 = f16};
+    CHECK(cu_qk_norm_rope_store(&a, dqg, dk, dv, dqn, dkn, dpos, T, dK, dV, 0) == 0, "%s", rl_lasterr());
+    /* CPU: the same norm + rope, cache rows pos..pos+T-1 */
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < H; h++) {
+            float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
+            ops_rmsnorm(q, qn, hd, 1e-6f, q);
+            ops_rope_neox(q, n_rot, pos + t, 1e7f);
+        }
+        for (int h = 0; h < Hkv; h++) {
+            float *kh = k + (size_t)t * kvw + (size_t)h * hd;
+            ops_rmsnorm(kh, kn, hd, 1e-6f, kh);
+            ops_rope_neox(kh, n_rot, pos + t, 1e7f);
+        }
+        for (size_t j = 0; j < kvw; j++) {
+            float kk = k[(size_t)t * kvw + j], vv = v[(size_t)t * kvw + j];
+            if (f16) { kk = rl_fp16_to_fp32(rl_fp32_to_fp16(kk)); vv = rl_fp16_to_fp32(rl_fp32_to_fp16(vv)); }
+            K[(size_t)(pos + t) * kvw + j] = kk;
+            V[(size_t)(pos + t) * kvw + j] = vv;
+        }
+    }
+    float *gq = malloc(sizeof(float) * T * H * 2 * hd), *gK = malloc(sizeof(float) * n_ctx * kvw);
+    to_host(gq, dqg, sizeof(float) * T * H * 2 * hd);
+    double dq = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            size_t o = (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
+            double m = max_abs_diff(gq + o, qg + o, hd);
+            dq = m > dq ? m : dq;
+        }
+    CHECK(dq <= 2e-5, "q norm+rope max |diff| %.3g", dq);
+    /* attention: split (rows one by one, T<=4 per launch) vs prefill (all rows) */
+    float *o_pf = dpoison((size_t)T * H * hd), *o_sp = dpoison((size_t)T * H * hd);
+    float *part = dpoison(cu_attn_part_floats(&a, 1));
+    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
+    for (int t = 0; t < T; t++) {
+        int p1 = pos + t;
+        int *dp1 = dup_to_dev(&p1, sizeof p1);
+        CHECK(cu_attention(&a, dqg + (size_t)t * H * 2 * hd, dK, dV, dp1, 1, true, part, o_sp + (size_t)t * H * hd, 0) == 0, "%s", rl_lasterr());
+        cudaDeviceSynchronize();
+        cudaFree(dp1);
+    }
+    float *gpf = malloc(sizeof(float) * T * H * hd), *gsp = malloc(sizeof(float) * T * H * hd), *ref = malloc(sizeof(float) * T * H * hd);
+    to_host(gpf, o_pf, sizeof(float) * T * H * hd);
+    to_host(gsp, o_sp, sizeof(float) * T * H * hd);
+    CHECK(count_bad(gpf, gsp, (size_t)T * H * hd) == 0, "attention hd %d: split and prefill paths differ", hd);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
+            float *o = ref + (size_t)t * H * hd + (size_t)h * hd;
+            ops_attn_head(q, K + (size_t)(h / (H / Hkv)) * hd, V + (size_t)(h / (H / Hkv)) * hd, pos + t + 1, kvw, hd,
+                          1.0f / sqrtf((float)hd), o);
+            for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(q[hd + i]);
+        }
+    double d = max_abs_diff(gpf, ref, (size_t)T * H * hd);
+    CHECK(d <= 5e-5, "attention hd %d%s: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", d);
+    printf("  attention hd %d%s: max |gpu - cpu| = %.3g (q norm+rope %.3g)\n", hd, f16 ? " (f16 KV)" : "", d, dq);
+    (void)gK;
+    cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dk); cudaFree(dv); cudaFree(dqn); cudaFree(dkn);
+    cudaFree(dinv); cudaFree(dpos); cudaFree(o_pf); cudaFree(o_sp); cudaFree(part);
+    free(inv); free(qg); free(k); free(v); free(qn); free(kn); free(K); free(V); free(gq); free(gK);
+    free(gpf); free(gsp); free(ref);
+}
+
+#include "test_cuda_ops_dn.h"
+
+int main(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("test_cuda_ops: skipped: no CUDA device\n");
+        return 0;
+    }
+    rl_rng_seed(&R, 20261130);
+    if (cu_tables_init()) {
+        fprintf(stderr, "%s\n", rl_lasterr());
+        return 1;
+    }
+    for (size_t i = 0; i < NTYPES; i++) {
+        CHECK(cu_type_supported(TYPES[i]), "type %s unsupported", quant_name(TYPES[i]));
+        test_dequant(TYPES[i]);
+        test_matmul(TYPES[i], (int)i);
+    }
+    printf("  dequant: %zu types bit-exact; matmul worst err/bound per type:", NTYPES);
+    for (size_t i = 0; i < NTYPES; i++) printf(" %s %.2g", quant_name(TYPES[i]), worst_rel[i]);
+    printf("\n");
+    test_rmsnorm();
+    test_attention(256, false);
+    test_attention(64, false);
+    test_attention(128, true);
+    test_deltanet(128, 128, 16, 32);
+    test_deltanet(32, 32, 4, 8);
+    test_moe();
+    return check_done("test_cuda_ops");
+}
