@@ -327,11 +327,11 @@ def save_checkpoint(model, mtp: dict, cfg, a, ckpt: Path, tokenizer_dir: Path) -
 # ----------------------------------------------------------------------------------------------
 # 2. conversion + read-back verification
 
-def convert(ckpt: Path, out_gguf: Path, llama_src: Path, extra: list[str]) -> str:
+def convert(ckpt: Path, out_gguf: Path, llama_src: Path, extra: list[str], outtype: str = "q8_0") -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(llama_src / "gguf-py") + os.pathsep + env.get("PYTHONPATH", "")
     env["NO_LOCAL_GGUF"] = ""
-    cmd = [sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(ckpt), "--outtype", "q8_0",
+    cmd = [sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(ckpt), "--outtype", outtype,
            "--outfile", str(out_gguf), *extra]
     log("converting: " + " ".join(cmd[1:]))
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -699,69 +699,159 @@ def run_oracle(model, cfg, a, prompts, tok, mtp: dict):
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. llama.cpp cross-check
+# 4. second oracle: transformers with ggml-style Q8_0 activations
 
-def run_llama_cpp(gguf_path: Path, arrays: dict, meta_prompts: list, W: np.ndarray, n_gen: int):
+def q8_act_roundtrip(x):
+    """What ggml's CPU mat-mul does to the activation row before a Q8_0 x Q8_0 dot product
+    (quantize_row_q8_0): per 32 values, d = amax/127 stored as fp16, q = round(x * 127/amax)."""
+    import torch
+    shp = x.shape
+    xb = x.float().reshape(*shp[:-1], shp[-1] // 32, 32)
+    amax = xb.abs().amax(-1, keepdim=True)
+    q = torch.round(xb * torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax)))
+    d = (amax / 127.0).half().float()
+    return (q * d).reshape(shp).to(x.dtype)
+
+
+class Q8Activations:
+    """Context manager: every F.linear whose weight is stored Q8_0 in the GGUF sees Q8_0-rounded
+    inputs (routers, shared-expert gate and conv stay fp32 as in llama.cpp, where they are F32)."""
+
+    def __init__(self, model):
+        self.f32 = {p.untyped_storage().data_ptr() for n, p in model.named_parameters()
+                    if not will_be_q8(n, p.dim())}
+
+    def __enter__(self):
+        import torch.nn.functional as F
+        self.F, self.orig = F, F.linear
+        orig, f32 = self.orig, self.f32
+
+        def linear(x, w, b=None):
+            if w.untyped_storage().data_ptr() not in f32 and x.shape[-1] % 32 == 0:
+                x = q8_act_roundtrip(x)
+            return orig(x, w, b)
+        F.linear = linear
+        return self
+
+    def __exit__(self, *exc):
+        self.F.linear = self.orig
+
+
+def run_q8act(model, meta_prompts, arrays, n_gen):
+    """Replays every prompt with Q8_0 activations: teacher-forced over the fp32 greedy path (one
+    uncached forward) and free-running greedy (cached, token by token)."""
+    import torch
+    W = model.lm_head.weight.detach().numpy()
+    out, info, full = {}, [], []
+    with Q8Activations(model), torch.no_grad():
+        for pi, m in enumerate(meta_prompts):
+            P = f"p{pi}."
+            ids, gen = m["ids"], m["greedy_ids"]
+            T = len(ids)
+            tf = model(input_ids=torch.tensor([ids + gen[:-1]]), use_cache=False).logits[0].float().numpy()
+            ref = arrays[P + "hidden"] @ W.T
+            o = model(input_ids=torch.tensor([ids]), use_cache=True)
+            cache, lg = o.cache, o.logits[0, -1].float().numpy()
+            free = []
+            for s in range(n_gen):
+                free.append(int(np.argmax(lg)))
+                if s == n_gen - 1:
+                    break
+                o = model(input_ids=torch.tensor([[free[-1]]]), cache=cache, use_cache=True)
+                cache, lg = o.cache, o.logits[0, -1].float().numpy()
+            ti, tv, tl, tm = logit_summary(tf)
+            dabs = np.max(np.abs(tf - ref), -1)
+            kl = kl_rows(ref, tf)
+            out.update({P + "greedy_ids": np.asarray(free, np.int32), P + "top_ids": ti,
+                        P + "top_logits": tv, P + "lse": tl, P + "margin": tm,
+                        P + "max_abs_dlogit": dabs.astype(np.float32), P + "kl": kl.astype(np.float32)})
+            agree = next((i for i in range(n_gen) if free[i] != gen[i]), n_gen)
+            info.append({"name": m["name"], "greedy_agree_prefix": agree,
+                         "max_abs_dlogit": float(dabs.max()), "median_abs_dlogit": float(np.median(dabs)),
+                         "max_kl": float(kl.max()), "mean_kl": float(kl.mean()),
+                         "argmax_agree_teacher_forced": f"{int((tf.argmax(-1) == ref.argmax(-1)).sum())}/{len(ref)}"})
+            full.append(tf)
+            log(f"q8act prompt {pi}: greedy agrees with fp32 for {agree}/{n_gen}, max|dlogit| {dabs.max():.3f}, "
+                f"max KL {kl.max():.2e}")
+    return out, info, full
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. llama.cpp cross-check
+
+def open_llama(path: Path, n_ctx: int):
+    import llama_cpp
+    import llama_cpp.llama as LL
+    # No extra buffer types (AMX / CPU_REPACK): llama-cpp-python built with GGML_NATIVE=ON enables the
+    # AMX kernels on a CPU that advertises AMX, and they die with SIGILL on our VMs.
+    orig = LL.llama_cpp.llama_model_default_params
+
+    def params():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+    LL.llama_cpp.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx,
+                               n_ubatch=n_ctx, n_threads=2, n_threads_batch=2, verbose=False, seed=0,
+                               type_k=0, type_v=0, flash_attn=False)   # F32 KV cache
+    finally:
+        LL.llama_cpp.llama_model_default_params = orig
+
+
+def run_llama_cpp(gguf_path: Path, meta_prompts: list, refs: dict, n_gen: int, store: bool = True):
+    """refs: name -> list (per prompt) of full reference logits [N, V] along the fp32 greedy path.
+    Returns (arrays, info). Teacher-forced = one batch over prompt + transformers' greedy tokens;
+    free-running = prompt batch, then llama.cpp's own greedy tokens one at a time."""
     try:
         import llama_cpp
     except Exception as e:  # pragma: no cover
         log(f"llama-cpp-python not importable ({e}); skipping the llama.cpp cross-check")
         return {}, {"available": False, "reason": str(e)}
     n_ctx = max(len(m["ids"]) for m in meta_prompts) + n_gen + 16
-    llm = llama_cpp.Llama(model_path=str(gguf_path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx,
-                          n_ubatch=n_ctx, n_threads=2, n_threads_batch=2, verbose=False, seed=0)
+    llm = open_llama(gguf_path, n_ctx)
     out: dict[str, np.ndarray] = {}
-    info = {"available": True, "llama_cpp_python": llama_cpp.__version__, "prompts": []}
+    info = {"available": True, "llama_cpp_python": llama_cpp.__version__, "gguf": gguf_path.name,
+            "settings": "use_extra_bufts=false, KV cache F32, flash_attn off, n_threads 2", "prompts": []}
     for pi, m in enumerate(meta_prompts):
         P = f"p{pi}."
-        ids = m["ids"]; T = len(ids)
-        hf_gen = m["greedy_ids"]
-        hf_logits = arrays[P + "hidden"].astype(np.float32) @ W.T       # [T+G-1, V]
-        # (a) teacher-forced over the transformers path: one batch, prompt + HF greedy tokens
+        ids, hf_gen = m["ids"], m["greedy_ids"]
+        T = len(ids)
         llm.reset()
         llm.eval(ids + hf_gen[:-1])
         tf = np.array(llm.scores[:T + n_gen - 1], dtype=np.float32)
-        # (b) free-running greedy: prompt batch, then one token at a time
         llm.reset()
         llm.eval(ids)
-        free_logits = [np.array(llm.scores[T - 1], dtype=np.float32)]
-        gen = []
+        lg, gen = np.array(llm.scores[T - 1], dtype=np.float32), []
         for s in range(n_gen):
-            t = int(np.argmax(free_logits[-1]))
-            gen.append(t)
+            gen.append(int(np.argmax(lg)))
             if s == n_gen - 1:
                 break
-            llm.eval([t])
-            free_logits.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32))
-        free_logits = np.stack(free_logits)
-        dabs = np.max(np.abs(tf - hf_logits), axis=-1)
-        kl = kl_rows(hf_logits, tf)
-        ti, tv, tl, tm = logit_summary(tf)
-        out[P + "greedy_ids"] = np.asarray(gen, dtype=np.int32)
-        out[P + "top_ids"] = ti
-        out[P + "top_logits"] = tv
-        out[P + "lse"] = tl
-        out[P + "max_abs_dlogit"] = dabs.astype(np.float32)
-        out[P + "kl"] = kl.astype(np.float32)
-        agree = 0
-        while agree < n_gen and gen[agree] == hf_gen[agree]:
-            agree += 1
-        fm = logit_summary(free_logits)[3]
-        pinfo = {
-            "name": m["name"], "greedy_ids": gen, "greedy_agree_prefix": agree,
-            "greedy_identical": agree == n_gen,
-            "max_abs_dlogit_prompt": float(dabs[:T].max()), "max_abs_dlogit_gen": float(dabs[T - 1:].max()),
-            "mean_abs_dlogit_max": float(dabs.mean()),
-            "max_kl": float(kl.max()), "mean_kl": float(kl.mean()),
-            "argmax_agree_teacher_forced": int((tf.argmax(-1) == hf_logits.argmax(-1)).sum()),
-            "n_positions": int(tf.shape[0]),
-            "min_free_running_margin": float(fm.min()),
-        }
+            llm.eval([gen[-1]])
+            lg = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        agree = next((i for i in range(n_gen) if gen[i] != hf_gen[i]), n_gen)
+        pinfo = {"name": m["name"], "greedy_ids": gen, "greedy_agree_prefix_vs_fp32": agree}
         if agree < n_gen:
-            pinfo["hf_margin_at_first_divergence"] = m["greedy_margins"][agree]
+            pinfo["fp32_margin_at_first_divergence"] = m["greedy_margins"][agree]
+        for rname, rlist in refs.items():
+            ref = rlist[pi]
+            dabs = np.max(np.abs(tf - ref), -1)
+            kl = kl_rows(ref, tf)
+            pinfo[f"vs_{rname}"] = {
+                "max_abs_dlogit": float(dabs.max()), "median_abs_dlogit": float(np.median(dabs)),
+                "max_kl": float(kl.max()), "mean_kl": float(kl.mean()),
+                "argmax_agree_teacher_forced": f"{int((tf.argmax(-1) == ref.argmax(-1)).sum())}/{len(ref)}"}
+            if store and rname == "fp32":
+                out[P + "max_abs_dlogit"] = dabs.astype(np.float32)
+                out[P + "kl"] = kl.astype(np.float32)
+        if store:
+            ti, tv, tl, _ = logit_summary(tf)
+            out.update({P + "greedy_ids": np.asarray(gen, np.int32), P + "top_ids": ti,
+                        P + "top_logits": tv, P + "lse": tl})
         info["prompts"].append(pinfo)
-        log(f"llama.cpp prompt {pi}: greedy agrees for {agree}/{n_gen}, max|dlogit| {dabs.max():.3e}, "
-            f"max KL {kl.max():.3e}")
+        log(f"llama.cpp [{gguf_path.name}] prompt {pi}: greedy agrees with fp32 for {agree}/{n_gen}; " +
+            ", ".join(f"vs {k}: max|dlogit| {pinfo['vs_' + k]['max_abs_dlogit']:.3g} "
+                      f"max KL {pinfo['vs_' + k]['max_kl']:.2g}" for k in refs))
     del llm
     return out, info
 
@@ -812,7 +902,10 @@ def parse_args(argv=None):
     ap.add_argument("--logit-gain", type=float, default=8.0, dest="logit_gain",
                     help="std of lm_head rows times sqrt(hidden) (sets the logit scale)")
     ap.add_argument("--router-gain", type=float, default=1.5, dest="router_gain")
-    ap.add_argument("--mat-gain", type=float, default=1.0, dest="mat_gain")
+    ap.add_argument("--mat-gain", type=float, default=0.7, dest="mat_gain",
+                    help="std of every other matrix times sqrt(fan_in); 0.7 keeps the random net from "
+                         "amplifying Q8_0-activation noise chaotically (at 1.0 fp32 vs Q8_0 activations "
+                         "differ by KL ~0.1)")
     ap.add_argument("--norm-std", type=float, default=0.2, dest="norm_std")
     ap.add_argument("--prompts", type=Path, help="JSON list of {name, text} (default: built-in 5 prompts)")
     ap.add_argument("--n-gen", type=int, default=32, dest="n_gen")
@@ -824,6 +917,10 @@ def parse_args(argv=None):
     ap.add_argument("--fetch-converter", action="store_true",
                     help=f"pip-download llama-cpp-python=={LCP_VERSION} sdist into ~/.cache/redlite and use it")
     ap.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python cross-check")
+    ap.add_argument("--llama-cpp-only", action="store_true",
+                    help="only (re)run the llama.cpp cross-check on existing OUT/NAME.{gguf,npz,json}")
+    ap.add_argument("--q8act-dir", type=Path, dest="q8act_dir", help=argparse.SUPPRESS)
+    ap.add_argument("--f32-gguf", type=Path, dest="f32_gguf", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, help="keep the HF checkpoint here (default: temp dir, deleted)")
     a = ap.parse_args(argv)
     base = dict(PRESETS.get(a.preset or "tiny-a"))
@@ -837,8 +934,46 @@ def parse_args(argv=None):
     return a
 
 
+def dequant_output_weight(path: Path, gguf) -> np.ndarray:
+    rd = gguf.GGUFReader(str(path))
+    t = next(t for t in rd.tensors if t.name == "output.weight")
+    w = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType(t.tensor_type))
+    return np.asarray(w, dtype=np.float32).reshape(int(t.shape[1]), int(t.shape[0]))
+
+
+def llama_cpp_only(a, gguf) -> int:
+    """Runs the llama.cpp cross-check on existing OUT/NAME.{gguf,npz,json} and updates npz + json.
+    Run as a separate process by the main pipeline, so a llama.cpp abort cannot lose the oracle."""
+    base = a.out / a.name
+    gpath, npath, jpath = (base.parent / (base.name + ext) for ext in (".gguf", ".npz", ".json"))
+    meta = json.loads(jpath.read_text())
+    with np.load(npath) as z:
+        arrays = {k: z[k] for k in z.files if not k.startswith("llama.")}
+    W = dequant_output_weight(gpath, gguf)
+    n = len(meta["prompts"])
+    refs = {"fp32": [arrays[f"p{i}.hidden"] @ W.T for i in range(n)]}
+    if a.q8act_dir is not None:
+        refs["q8act"] = [np.load(a.q8act_dir / f"q8act_p{i}.npy") for i in range(n)]
+    la, info = run_llama_cpp(gpath, meta["prompts"], refs, meta["oracle"]["n_gen"])
+    if not info.get("available"):
+        raise SystemExit("make_fixtures: llama-cpp-python is not available")
+    if a.f32_gguf is not None:
+        _, info["f32_gguf"] = run_llama_cpp(a.f32_gguf, meta["prompts"], {"fp32": refs["fp32"]},
+                                            meta["oracle"]["n_gen"], store=False)
+        info["f32_gguf"]["gguf"] = "same checkpoint converted with --outtype f32 (not kept)"
+    arrays.update({"llama." + k: v for k, v in la.items()})
+    np.savez_compressed(npath, **arrays)
+    meta["llama_cpp"] = info
+    meta["npz"] = {"file": npath.name, "bytes": npath.stat().st_size}
+    jpath.write_text(json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")
+    log(f"updated {npath} and {jpath} with the llama.cpp cross-check")
+    return 0
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.llama_cpp_only:
+        return llama_cpp_only(a, import_gguf(a.llama_src))
     llama_src = a.llama_src or (Path(os.environ["LLAMA_CPP_SRC"]) if os.environ.get("LLAMA_CPP_SRC") else None)
     if a.fetch_converter:
         llama_src = fetch_converter(Path.home() / ".cache" / "redlite")
@@ -888,11 +1023,9 @@ def main(argv=None) -> int:
 
         arrays, meta_prompts, checks = run_oracle(model, cfg, a, prompts, tok, mtp)
         W = model.lm_head.weight.detach().numpy()
-        llama_info = {"available": False, "reason": "--no-llama-cpp"}
-        if not a.no_llama_cpp:
-            la, llama_info = run_llama_cpp(out_gguf, arrays, meta_prompts, W, a.n_gen)
-            arrays.update({"llama." + k: v for k, v in la.items()})
-
+        qa, q8info, q8full = run_q8act(model, meta_prompts, arrays, a.n_gen)
+        arrays.update({k.replace(".", ".q8act.", 1): v for k, v in qa.items()})
+        llama_info = {"available": False, "reason": "--no-llama-cpp" if a.no_llama_cpp else "pending"}
         npz = a.out / f"{a.name}.npz"
         np.savez_compressed(npz, **arrays)
         cj = json.loads((ckpt / "config.json").read_text())
@@ -929,6 +1062,9 @@ def main(argv=None) -> int:
                 "engine": "transformers Qwen3NextForCausalLM, fp32, attn eager, experts eager, CPU",
                 "n_gen": a.n_gen, "topk_stored": TOPK_STORE,
                 "checks": checks,
+                "q8act": {"what": "same model, every activation entering a Q8_0-stored matrix rounded to "
+                                  "Q8_0 like ggml's CPU mat-mul (routers/shared gate/conv stay fp32)",
+                          "prompts": q8info},
                 "min_greedy_margin_all_prompts": min(m["min_greedy_margin"] for m in meta_prompts),
             },
             "prompts": meta_prompts,
@@ -938,6 +1074,25 @@ def main(argv=None) -> int:
         (a.out / f"{a.name}.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")
         log(f"wrote {out_gguf} ({out_gguf.stat().st_size / 1e6:.1f} MB), {npz} "
             f"({npz.stat().st_size / 1e6:.1f} MB), {a.out / (a.name + '.json')}")
+        if not a.no_llama_cpp:
+            for i, lg in enumerate(q8full):
+                np.save(tmp / f"q8act_p{i}.npy", lg)
+            f32 = tmp / f"{a.name}-f32.gguf"
+            convert(ckpt, f32, llama_src, conv_args, outtype="f32")
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--llama-cpp-only", "--name", a.name,
+                   "--out", str(a.out), "--llama-cpp-src", str(llama_src), "--q8act-dir", str(tmp),
+                   "--f32-gguf", str(f32)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            sys.stdout.write(r.stdout)
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr[-3000:])
+                jp = a.out / f"{a.name}.json"
+                m = json.loads(jp.read_text())
+                m["llama_cpp"] = {"available": False,
+                                  "reason": f"llama.cpp cross-check process failed (rc {r.returncode}): "
+                                            + r.stderr.strip()[-400:]}
+                jp.write_text(json.dumps(m, indent=1, ensure_ascii=False, default=str) + "\n")
+                log("llama.cpp cross-check FAILED; fixture kept without it (see llama_cpp.reason)")
     finally:
         if a.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
