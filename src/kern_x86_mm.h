@@ -323,13 +323,16 @@ KI void mm_core(const kdsb *w, int64_t nsb, const uint8_t *const *ap, int N, int
 
 /* Rows are decoded in groups that fit MM_BUF super-blocks (78 KiB, L2-resident), then every tile of
  * 8 activation rows (18 KiB at 2048 columns, L1-resident) runs over the whole group. Rows wider
- * than MM_BUF super-blocks (no Qwen3-Next matrix: at most 4096 columns = 16) use the mat-vec. */
+ * than MM_BUF super-blocks (no Qwen3-Next matrix: at most 4096 columns = 16) and fewer than 4
+ * activation rows use the mat-vec. */
 #define MM_BUF 128
 KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn mv, int mode, int bias, float post,
                   const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, size_t ab, int T, float *o,
                   size_t ldo) {
     const int64_t nsb = nc / QK_K;
-    if (nsb > MM_BUF || nsb == 0) {
+    /* below 4 rows, decoding to memory and reloading costs more than it saves: per-row mat-vecs
+     * (the same results) are as fast or faster (RL_KERN_BENCH=mm, T = 2) */
+    if (nsb > MM_BUF || nsb == 0 || T < 4) {
         for (int t = 0; t < T; t++) mv(W, rb, nr, nc, (const uint8_t *)act + (size_t)t * ab, o + (size_t)t * ldo);
         return;
     }

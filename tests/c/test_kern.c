@@ -147,16 +147,20 @@ static double cpu_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* GB/s of weight bytes for one type at one level: best of `reps` mat-vecs over `bytes` of rows. */
+/* GB/s of weight bytes for one type at one level: best of `reps` mat-vecs over `bytes` of rows.
+ * Large matrices are filled with 4 MiB of random blocks repeated (the data do not matter to the
+ * speed, the filling would dominate the run). */
 static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng *r) {
     const int64_t n_cols = 2048;
     const quant_traits *t = quant_get(type);
     const size_t rb = quant_row_size(type, n_cols);
-    const int64_t n_rows = (int64_t)(bytes / rb);
+    const int64_t n_rows = (int64_t)(bytes / rb), fill_rows = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
     uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
     float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
     void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
-    fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
+    fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * fill_rows, r);
+    for (int64_t r0 = fill_rows; r0 < n_rows; r0 += fill_rows)
+        memcpy(W + (size_t)r0 * rb, W, rb * (size_t)(n_rows - r0 < fill_rows ? n_rows - r0 : fill_rows));
     fill_x(x, n_cols, r);
     kern_set_level(level);
     kern_quantize_act(type, x, n_cols, act);
@@ -173,20 +177,31 @@ static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng
 }
 
 /* RL_KERN_BENCH=1: single-thread mat-vec throughput, 2048 columns; "hot" = 512 KiB of weights
- * (cache resident: kernel compute speed), "cold" = 64 MiB (streams from DRAM). */
+ * (cache resident: kernel compute speed), "cold" = RL_KERN_BENCH_MIB MiB (default 512, more than
+ * this machine's 300 MiB L3: streams from DRAM). RL_KERN_BENCH_TYPES=Q4_K,IQ1_M limits the types. */
 static void bench(void) {
     rl_rng r;
     rl_rng_seed(&r, 99);
-    printf("single-thread mat-vec, 2048 cols, GB/s of weight bytes (hot 512 KiB / cold 64 MiB), per CPU-second\n%-8s", "type");
+    const char *mib_env = getenv("RL_KERN_BENCH_MIB"), *types_env = getenv("RL_KERN_BENCH_TYPES");
+    const size_t mib = mib_env && atoi(mib_env) > 0 ? (size_t)atoi(mib_env) : 512;
+    printf("single-thread mat-vec, 2048 cols, GB/s of weight bytes (hot 512 KiB / cold %zu MiB), per CPU-second\n%-8s",
+           mib, "type");
     for (int l = 0; l < KERN_NLEVELS; l++)
         if (kern_level_supported(l)) printf(" %15s", kern_level_name(l));
     printf("\n");
     for (size_t k = 0; k < N_TYPES; k++) {
+        if (types_env && *types_env) {
+            char want[64];
+            snprintf(want, sizeof want, ",%s,", quant_name(types[k]));
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", types_env);
+            if (!strstr(list, want)) continue;
+        }
         printf("%-8s", quant_name(types[k]));
         for (int l = 0; l < KERN_NLEVELS; l++) {
             if (!kern_level_supported(l)) continue;
             const double hot = bench_one(types[k], l, 512u << 10, l == 0 ? 3 : 50, &r);
-            const double cold = l == 0 ? NAN : bench_one(types[k], l, 64u << 20, 3, &r);
+            const double cold = l == 0 ? NAN : bench_one(types[k], l, mib << 20, 3, &r);
             printf(" %7.2f/%7.2f", hot, cold);
             fflush(stdout);
         }
@@ -233,11 +248,12 @@ static void bench_mm(void) {
     rl_rng r;
     rl_rng_seed(&r, 77);
     printf("batched kernel (level %s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
-           "G multiply-adds per CPU-second\n%-8s %22s %22s\n", kern_level_name(kern_level()), "type", "T=8", "T=64");
+           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s\n", kern_level_name(kern_level()), "type", "T=2", "T=4",
+           "T=8", "T=64");
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!kern_has_matmul(kern_level(), types[k])) continue;
         printf("%-8s", quant_name(types[k]));
-        for (int T = 8; T <= 64; T *= 8) {
+        for (int T = 2; T <= 64; T *= T == 8 ? 8 : 2) {
             double g;
             const double sp = bench_mm_one(types[k], T, &g, &r);
             printf("   %6.2fx %7.1f GMAC/s", sp, g);
@@ -279,7 +295,7 @@ int main(void) {
             const int64_t rows[] = { 1, 37, 3 };
             for (int i = 0; i < 3; i++) test_matvec(level, types[k], rows[i], widths[i], &r);
             test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
-            for (int T = 1; T <= 9; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
+            for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
             test_matmul(level, types[k], 37, widths[1], 17, &r);
             test_matmul(level, types[k], 0, widths[1], 4, &r);
         }
