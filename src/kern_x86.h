@@ -423,8 +423,8 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
 
 #include "kern_x86_k.h"
 #include "kern_x86_iq.h"
-#include "kern_x86_mm.h"
 #include "kern_x86_512.h"
+#include "kern_x86_mm.h"
 
 /* ---- the fill function ----------------------------------------------------------------------- */
 

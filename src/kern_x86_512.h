@@ -14,6 +14,7 @@
  *     activation bytes (AVX-512 has no vpsignb).
  */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define KERN_X86_512 1
 
 static inline __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
 

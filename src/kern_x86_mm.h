@@ -10,8 +10,7 @@
  *              u - off (off: 0 for Q2_K/Q4_K/Q5_K, 32 for Q6_K, 43 for IQ2_XXS/IQ2_XS, 62 for
  *              IQ3_XXS, 15 for IQ3_S, 9 for IQ1_M whose unit is 1/8 and whose codes carry the
  *              +-1/8 delta, see iq1_fold). Signs of the IQ grids are applied here, once.
- *     sv[8]    per 32-value chunk, the int16 scale of each maddubs pair (lanes 0-7: the chunk's
- *              first 16 values, lanes 8-15: the last 16)
+ *     s16[16]  the int16 scale of each 16 values (the core broadcasts them per maddubs pair)
  *     bc[16]   off * scale of each 16 values, subtracted through the activation's bsums:
  *              sum_k s_k sum_j (u_j - off) a_j = sum_k s_k sum_j u_j a_j - sum_k off s_k bsum_k
  *     mn[16]   the min of each 16 values (Q2_K, Q4_K, Q5_K): summs = sum_k mn_k bsum_k
@@ -26,7 +25,7 @@
 
 typedef struct {
     uint8_t u[256];
-    int16_t sv[8][16];
+    int16_t s16[16];
     int16_t bc[16];
     int16_t mn[16];
     float d, dmin;
@@ -36,15 +35,7 @@ _Static_assert(sizeof(kdsb) % 32 == 0, "kdsb keeps 32-byte alignment in arrays")
 
 enum { EP_MIN, EP_PLAIN, EP_IQ1 }; /* epilogue: (yd*d)*isum - (yd*dmin)*summs | (d*yd)*isum | (d*yd)*(isum/8) */
 
-/* sv[] from 16 int16 scales (one per 16 values, value order) */
-static inline void kdsb_scales16(kdsb *o, __m256i s16) {
-    const __m256i lanes[2] = { _mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11) };
-    __m256i ctrl = scale_ctrl0();
-    for (int c = 0; c < 8; c++) {
-        _mm256_store_si256((__m256i *)o->sv[c], _mm256_shuffle_epi8(lanes[c / 4], ctrl));
-        ctrl = c == 3 ? scale_ctrl0() : scale_step(ctrl);
-    }
-}
+static inline void kdsb_scales16(kdsb *o, __m256i s16) { _mm256_store_si256((__m256i *)o->s16, s16); }
 
 /* ---- decoders: one super-block -> kdsb ------------------------------------------------------- */
 
@@ -68,12 +59,8 @@ static inline void dec_k45_scales(const uint8_t *scales, kdsb *o) {
     memcpy(u, scales, 12);
     const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
     const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
-    const __m256i lanes = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-    __m256i ctrl = bcast16_ctrl0();
-    for (int c = 0; c < 8; c++) {
-        _mm256_store_si256((__m256i *)o->sv[c], _mm256_shuffle_epi8(lanes, ctrl));
-        ctrl = bcast16_step(ctrl);
-    }
+    const __m128i sv = _mm_cvtsi64_si128((long long)sc);
+    kdsb_scales16(o, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sv, sv)));
     const __m128i mv = _mm_cvtsi64_si128((long long)m);
     _mm256_store_si256((__m256i *)o->mn, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)));
 }
@@ -258,6 +245,120 @@ static inline void dec_iq1_m(const void *p, kdsb *o) {
     o->d = h2f(dbits);
 }
 
+#if defined(KERN_X86_512)
+/* AVX-512 decoders of the IQ types: grids by gather (see kern_x86_512.h), signs applied to the
+ * gathered magnitudes with the 64-bit sign mask of each 64 values, then + off. */
+static inline void store_signed512(uint8_t *u, __m512i g, __mmask64 neg, int off) {
+    const __m512i w = _mm512_mask_sub_epi8(g, neg, _mm512_setzero_si512(), g);
+    _mm512_store_si512((void *)u, _mm512_add_epi8(w, _mm512_set1_epi8((char)off)));
+}
+
+static inline void dec_iq1_m_512(const void *p, kdsb *o) {
+    const blk_iq1_m *x = p;
+    const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
+                                          6, 7, 6, 7);
+    const __m256i wsh = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+    const __m128i m4 = _mm_set1_epi8(15);
+    uint64_t sc;
+    memcpy(&sc, x->scales, 8);
+    const uint16_t dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
+    const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
+    const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
+    const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv));
+    const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+    const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+    const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) };
+    for (int c = 0; c < 4; c++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(x->qs + 16 * (c >> 1)));
+        const __m128i k = (c & 1) ? _mm_unpackhi_epi8(q, nib[c >> 1]) : _mm_unpacklo_epi8(q, nib[c >> 1]);
+        _mm512_store_si512((void *)(o->u + 64 * c), _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(k), (const void *)iq1_fold_nq, 8));
+    }
+    o->d = h2f(dbits);
+}
+
+static inline void dec_iq2_xxs_512(const void *p, kdsb *o) {
+    const blk_iq2_xxs *x = p;
+    const uint8_t *q = (const uint8_t *)x->qs;
+    const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
+    const __m256i w0 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0x88)), 0xd8);
+    const __m256i w1 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0xdd)), 0xd8);
+    uint64_t gi[4], sg[4];
+    _mm256_storeu_si256((__m256i *)gi, w0);
+    _mm256_storeu_si256((__m256i *)sg, signs_from_words(w1));
+    const __m256i lsv = scales_from_words(w1);
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(43)));
+    for (int c = 0; c < 4; c++) {
+        const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gi + c)));
+        store_signed512(o->u + 64 * c, _mm512_i32gather_epi64(k, (const void *)iq2xxs_grid, 8), (__mmask64)sg[c], 43);
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq2_xs_512(const void *p, kdsb *o) {
+    const blk_iq2_xs *x = p;
+    const __m256i e0 = loadu(x->qs), e1 = loadu(x->qs + 16);
+    const __m256i sidx = _mm256_permute4x64_epi64(_mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
+    uint64_t sg[4];
+    _mm256_storeu_si256((__m256i *)sg, ksigns_vec(sidx));
+    const __m256i lsv = iq2_half_scales(x->scales);
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(43)));
+    for (int c = 0; c < 4; c++) {
+        const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 8 * c))),
+                                           _mm256_set1_epi32(511));
+        store_signed512(o->u + 64 * c, _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8), (__mmask64)sg[c], 43);
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq3_xxs_512(const void *p, kdsb *o) {
+    const blk_iq3_xxs *x = p;
+    const uint8_t *q = x->qs;
+    const __m256i w = loadu(q + 64);
+    uint64_t sg[4];
+    _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
+    const __m256i lsv = scales_from_words(w);
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(62)));
+    for (int c = 0; c < 4; c++) {
+        const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * c)));
+        store_signed512(o->u + 64 * c, _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4), (__mmask64)sg[c], 62);
+    }
+    o->d = h2f(x->d);
+}
+
+static inline void dec_iq3_s_512(const void *p, kdsb *o) {
+    const blk_iq3_s *x = p;
+    const __m128i m4 = _mm_set1_epi8(15);
+    uint32_t s4;
+    memcpy(&s4, x->scales, 4);
+    const __m128i sc = _mm_cvtsi32_si128((int)s4);
+    const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
+    const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+    kdsb_scales16(o, lsv);
+    _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(15)));
+    for (int c = 0; c < 4; c++) {
+        uint16_t hb;
+        memcpy(&hb, x->qh + 2 * c, 2);
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * c)));
+        const __m512i k = _mm512_mask_or_epi32(q, (__mmask16)hb, q, _mm512_set1_epi32(256));
+        uint64_t sg;
+        memcpy(&sg, x->signs + 8 * c, 8);
+        store_signed512(o->u + 64 * c, _mm512_i32gather_epi32(k, (const void *)iq3s_grid, 4), (__mmask64)sg, 15);
+    }
+    o->d = h2f(x->d);
+}
+#define DEC_IQ(name) dec_##name##_512
+#define MV_LEVEL(name) mv_##name##_512 /* the level's own mat-vec, for the fallback */
+#else
+#define DEC_IQ(name) dec_##name
+#define MV_LEVEL(name) mv_##name
+#endif
+
 /* ---- the core: one decoded weight row x N activation rows ------------------------------------- */
 
 /* int32 lanes += int16 pairs p * s16 */
@@ -288,9 +389,13 @@ KI void mm_core(const kdsb *w, int64_t nsb, const uint8_t *const *ap, int N, int
         UNROLL for (int t = 0; t < N; t++) y[t] = (const blk_q8_k *)ap[t] + i;
         __m256i acc[8], ms[8];
         UNROLL for (int t = 0; t < 8; t++) acc[t] = ms[t] = _mm256_setzero_si256();
+        const __m256i s16 = _mm256_load_si256((const __m256i *)b->s16);
+        const __m256i lanes[2] = { _mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11) };
+        __m256i ctrl = scale_ctrl0();
         UNROLL for (int c = 0; c < 8; c++) {
             const __m256i u = _mm256_load_si256((const __m256i *)(b->u + 32 * c));
-            const __m256i s = _mm256_load_si256((const __m256i *)b->sv[c]);
+            const __m256i s = _mm256_shuffle_epi8(lanes[c / 4], ctrl);
+            ctrl = c == 3 ? scale_ctrl0() : scale_step(ctrl);
             UNROLL for (int t = 0; t < N; t++)
                 acc[t] = madd_acc(acc[t], _mm256_maddubs_epi16(u, loadu(y[t]->qs + 32 * c)), s);
         }
@@ -364,20 +469,20 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
     }
 }
 
-#define KQ_MATMUL(name, BLK, MODE, BIAS, POST)                                                        \
+#define KQ_MATMUL(name, DEC, BLK, MODE, BIAS, POST)                                                   \
     static void mm_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
                           float *o, size_t ldo) {                                                    \
-        mm_driver(dec_##name, sizeof(BLK), mv_##name, MODE, BIAS, POST, W, rb, nr, nc, a, ab, T, o, ldo); \
+        mm_driver(DEC, sizeof(BLK), MV_LEVEL(name), MODE, BIAS, POST, W, rb, nr, nc, a, ab, T, o, ldo); \
     }
-KQ_MATMUL(q2_k, blk_q2_k, EP_MIN, 0, 1.0f)
-KQ_MATMUL(q4_k, blk_q4_k, EP_MIN, 0, 1.0f)
-KQ_MATMUL(q5_k, blk_q5_k, EP_MIN, 0, 1.0f)
-KQ_MATMUL(q6_k, blk_q6_k, EP_PLAIN, 1, 1.0f)
-KQ_MATMUL(iq2_xxs, blk_iq2_xxs, EP_PLAIN, 1, 0.125f)
-KQ_MATMUL(iq2_xs, blk_iq2_xs, EP_PLAIN, 1, 0.125f)
-KQ_MATMUL(iq3_xxs, blk_iq3_xxs, EP_PLAIN, 1, 0.25f)
-KQ_MATMUL(iq3_s, blk_iq3_s, EP_PLAIN, 1, 1.0f)
-KQ_MATMUL(iq1_m, blk_iq1_m, EP_IQ1, 1, 1.0f)
+KQ_MATMUL(q2_k, dec_q2_k, blk_q2_k, EP_MIN, 0, 1.0f)
+KQ_MATMUL(q4_k, dec_q4_k, blk_q4_k, EP_MIN, 0, 1.0f)
+KQ_MATMUL(q5_k, dec_q5_k, blk_q5_k, EP_MIN, 0, 1.0f)
+KQ_MATMUL(q6_k, dec_q6_k, blk_q6_k, EP_PLAIN, 1, 1.0f)
+KQ_MATMUL(iq2_xxs, DEC_IQ(iq2_xxs), blk_iq2_xxs, EP_PLAIN, 1, 0.125f)
+KQ_MATMUL(iq2_xs, DEC_IQ(iq2_xs), blk_iq2_xs, EP_PLAIN, 1, 0.125f)
+KQ_MATMUL(iq3_xxs, DEC_IQ(iq3_xxs), blk_iq3_xxs, EP_PLAIN, 1, 0.25f)
+KQ_MATMUL(iq3_s, DEC_IQ(iq3_s), blk_iq3_s, EP_PLAIN, 1, 1.0f)
+KQ_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, EP_IQ1, 1, 1.0f)
 
 static void fill_matmul_kq(kern_table *t) {
     t->matmul[QT_Q2_K] = mm_q2_k;
