@@ -57,13 +57,15 @@ PRESETS = {
                    heads=4, kv_heads=2, head_dim=64, lin_k_heads=4, lin_v_heads=8,
                    lin_k_dim=32, lin_v_dim=32, full_interval=4, rope_theta=1e7, mtp=False,
                    full_logits_prompts=[0]),
-    # 8 layers (layers 3 and 7 full attention), 32 experts top-8, MTP block. Every dimension differs
-    # from every other one (hidden 32, head_dim 128, dk 64, dv 96, moe_ff 64, shared_ff 96, GQA 4) so a
-    # loader that mixes two of them up cannot pass by accident.  Hidden is 32 (not 96/128) to keep the
-    # Q8_0 embedding + output (2 x 151936 rows) inside the repository size budget.
-    "tiny-b": dict(seed=2, hidden=32, layers=8, experts=32, topk=8, moe_ff=64, shared_ff=96,
-                   heads=8, kv_heads=2, head_dim=128, lin_k_heads=4, lin_v_heads=8,
-                   lin_k_dim=64, lin_v_dim=96, full_interval=4, rope_theta=5e6, mtp=True,
+    # 8 layers (layers 3 and 7 full attention), 32 experts top-8, MTP block. Dimensions chosen to differ
+    # from each other (hidden 32, head_dim 256 as in the real model, GQA 4, linear head dim 64, moe_ff 96,
+    # shared_ff 128) so a loader that mixes two of them up cannot pass by accident. Linear key and value
+    # head dims are equal, as in the real model: llama.cpp (0c1e5709) sizes attn_qkv from ssm.state_size
+    # alone and refuses dk != dv. Hidden is 32 (not 96/128) to keep the Q8_0 embedding + output
+    # (2 x 151936 rows) inside the repository size budget.
+    "tiny-b": dict(seed=2, hidden=32, layers=8, experts=32, topk=8, moe_ff=96, shared_ff=128,
+                   heads=8, kv_heads=2, head_dim=256, lin_k_heads=4, lin_v_heads=8,
+                   lin_k_dim=64, lin_v_dim=64, full_interval=4, rope_theta=5e6, mtp=True,
                    full_logits_prompts=[]),
 }
 
@@ -856,6 +858,69 @@ def run_llama_cpp(gguf_path: Path, meta_prompts: list, refs: dict, n_gen: int, s
     return out, info
 
 
+def run_llama_mtp(path: Path, meta_prompts: list, arrays: dict, W: np.ndarray) -> dict:
+    """llama.cpp's own Qwen3-Next MTP graph (LLAMA_CONTEXT_TYPE_MTP, low-level API) fed with our
+    pairs (hidden[p], token[p+1]) at position p+1, compared with our MTP oracle."""
+    import ctypes
+    import llama_cpp as L
+    mp = L.llama_model_default_params()
+    mp.use_extra_bufts = False
+    mp.load_mtp = True
+    model = L.llama_model_load_from_file(str(path).encode(), mp)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path} with load_mtp")
+    n_max = max(arrays[f"p{i}.mtp_hidden"].shape[0] for i in range(len(meta_prompts)))
+    cp = L.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = n_max + 16
+    cp.n_seq_max = 1
+    cp.n_threads = cp.n_threads_batch = 2
+    cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+    cp.type_k = cp.type_v = 0
+    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, cp)
+    if not ctx:
+        raise RuntimeError("llama.cpp could not create an MTP context")
+    V = W.shape[0]
+    info = {"gguf": path.name, "prompts": []}
+    try:
+        for pi, m in enumerate(meta_prompts):
+            P = f"p{pi}."
+            h = np.ascontiguousarray(arrays[P + "hidden"], dtype=np.float32)
+            toks = (m["ids"] + m["greedy_ids"])[1:]
+            n = h.shape[0]
+            L.llama_memory_clear(L.llama_get_memory(ctx), True)
+            batch = L.llama_batch_init(n, 0, 1)
+            try:
+                batch.embd = h.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+                for i in range(n):
+                    batch.token[i] = toks[i]
+                    batch.pos[i] = i + 1
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = 1
+                batch.n_tokens = n
+                rc = L.llama_decode(ctx, batch)
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode (MTP) returned {rc}")
+                lg = np.ctypeslib.as_array(L.llama_get_logits(ctx), shape=(n * V,)).reshape(n, V).copy()
+            finally:
+                batch.embd = ctypes.POINTER(ctypes.c_float)()   # ours, not llama.cpp's to free
+                L.llama_batch_free(batch)
+            ref = arrays[P + "mtp_hidden"] @ W.T
+            dabs = np.max(np.abs(lg - ref), -1)
+            kl = kl_rows(ref, lg)
+            info["prompts"].append({
+                "name": m["name"], "max_abs_dlogit": float(dabs.max()), "median_abs_dlogit": float(np.median(dabs)),
+                "max_kl": float(kl.max()), "mean_kl": float(kl.mean()),
+                "argmax_agree": f"{int((lg.argmax(-1) == ref.argmax(-1)).sum())}/{n}"})
+            log(f"llama.cpp MTP [{path.name}] prompt {pi}: max|dlogit| {dabs.max():.3g}, max KL {kl.max():.2g}, "
+                f"argmax agree {info['prompts'][-1]['argmax_agree']}")
+    finally:
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+    return info
+
+
 # ----------------------------------------------------------------------------------------------
 
 def versions(llama_src: Path | None) -> dict:
@@ -961,6 +1026,17 @@ def llama_cpp_only(a, gguf) -> int:
         _, info["f32_gguf"] = run_llama_cpp(a.f32_gguf, meta["prompts"], {"fp32": refs["fp32"]},
                                             meta["oracle"]["n_gen"], store=False)
         info["f32_gguf"]["gguf"] = "same checkpoint converted with --outtype f32 (not kept)"
+    if meta["derived"].get("mtp"):
+        info["mtp"] = {"what": "llama.cpp MTP graph (ctx_type MTP) on our (hidden[p], token[p+1]) pairs at "
+                               "position p+1 vs our MTP oracle"}
+        for key, gp in (("q8_0_gguf", gpath), ("f32_gguf", a.f32_gguf)):
+            if gp is None:
+                continue
+            try:
+                info["mtp"][key] = run_llama_mtp(gp, meta["prompts"], arrays, W)
+            except Exception as e:  # keep the rest of the cross-check
+                info["mtp"][key] = {"error": str(e)}
+                log(f"llama.cpp MTP check failed on {gp.name}: {e}")
     arrays.update({"llama." + k: v for k, v in la.items()})
     np.savez_compressed(npath, **arrays)
     meta["llama_cpp"] = info
