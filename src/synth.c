@@ -128,6 +128,7 @@ int synth_geom_parse(synth_geom *g, const char *spec) {
     char buf[1024];
     if (strlen(spec) >= sizeof buf) return rl_seterr("--geometry: specification too long");
     strcpy(buf, spec);
+    bool layers_set = false, precise_set = false;
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         if (!eq) return rl_seterr("--geometry: '%s' is not key=value", item);
@@ -153,7 +154,11 @@ int synth_geom_parse(synth_geom *g, const char *spec) {
                 return rl_seterr("--geometry: %s needs a non-negative integer, got '%s'", item, eq + 1);
             *(int *)((char *)g + k->off) = (int)v;
         }
+        layers_set |= k->off == offsetof(synth_geom, n_layer);
+        precise_set |= k->off == offsetof(synth_geom, n_precise);
     }
+    /* CF2 keeps its precise experts on the last sixth of the layers (8 of 48) unless told */
+    if (layers_set && !precise_set) g->n_precise = g->n_layer / 6 > 0 ? g->n_layer / 6 : 1;
     return 0;
 }
 

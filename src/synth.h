@@ -50,7 +50,8 @@ typedef struct {
     int ssm_hv;        /* [dt_rank] 32 (value heads) */
     int ssm_inner;     /* [inner] 4096 (value heads x value head dim) */
     int attn_interval; /* [interval] 4: layer i is full attention iff (i+1) % interval == 0 */
-    int n_precise;     /* [precise] cf2/tiny: the last n_precise layers get IQ2_XS experts (8) */
+    int n_precise;     /* [precise] cf2/tiny: the last n_precise layers get IQ2_XS experts (8);
+                          follows layers (n_layer/6, at least 1) unless given */
 } synth_geom;
 
 typedef struct {

@@ -264,6 +264,8 @@ def test_full_size_censuses():
     assert c["Q2_K"][0] == 1 + 6 and c["Q4_K"][0] == 12 + 36 and c["Q5_K"][0] == 1
     c, _ = census("cf2", "--mtp")
     assert c["IQ2_XS"][0] == 3 * 9
+    c, _ = census("cf2", "--geometry", "layers=24,experts=256,hidden=1024")
+    assert c["IQ2_XS"][0] == 3 * 4 and c["IQ1_M"][0] == 3 * 20  # precise layers follow: 24 / 6
 
 
 def test_bench_json(tiny):
