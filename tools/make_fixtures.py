@@ -1065,6 +1065,9 @@ def main(argv=None) -> int:
     tok = Tokenizer.from_file(str(a.tokenizer_dir / "tokenizer.json"))
     cfg = make_config(a)
     check_dims(cfg)
+    if a.lin_k_dim != a.lin_v_dim and not a.no_llama_cpp:
+        log("note: llama.cpp refuses linear key dim != value dim (it sizes attn_qkv from ssm.state_size); "
+            "the llama.cpp cross-check will be recorded as failed")
     model, mtp = build_model(a, cfg, gguf)
 
     a.out.mkdir(parents=True, exist_ok=True)
