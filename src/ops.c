@@ -86,6 +86,49 @@ void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y,
         pool_run(p, fast_worker, &j);
 }
 
+/* ---- shadow check of the fast path (RL_FAST_CHECK=1 / ops_fast_check_enable) -------------
+ * Every fast product is recomputed from the SAME quantised activation bytes, dequantised, with
+ * double accumulation, and compared element by element. Unlike an end-to-end comparison this
+ * cannot be thrown off by a rounding flip upstream: both sides see identical inputs. */
+static struct {
+    bool on;
+    long checked, bad;
+    double worst; /* max |fast - ref| / (sum |w a| + 1e-30) */
+} g_check;
+
+void ops_fast_check_enable(bool on) { g_check.on = on; }
+
+void ops_fast_check_report(long *checked, long *bad, double *worst) {
+    *checked = g_check.checked;
+    *bad = g_check.bad;
+    *worst = g_check.worst;
+}
+
+static void check_fast(const ops_mm_task *tasks, int n_tasks) {
+    float row[OPS_MAX_ROW], act[OPS_MAX_ROW];
+    for (int i = 0; i < n_tasks; i++) {
+        const ops_mat *W = tasks[i].W;
+        const quant_traits *wt = quant_get(W->type), *at = quant_get((uint32_t)kern_act_type(W->type));
+        size_t ab = kern_act_size(W->type, W->n_in);
+        for (int t = 0; t < tasks[i].T; t++) {
+            at->to_float((const uint8_t *)tasks[i].actq + ab * t, act, W->n_in);
+            for (int64_t r = 0; r < W->n_out; r++) {
+                wt->to_float(W->data + (size_t)r * W->row_bytes, row, W->n_in);
+                double s = 0, mag = 0;
+                for (int64_t k = 0; k < W->n_in; k++) {
+                    s += (double)row[k] * act[k];
+                    mag += fabs((double)row[k] * act[k]);
+                }
+                double err = fabs(tasks[i].y[(size_t)t * W->n_out + r] - s) / (mag + 1e-30);
+                g_check.checked++;
+                /* float epilogues and lane sums: ~n * 2^-24 relative to sum |w a| at worst */
+                if (!(err <= 1e-5 + (double)W->n_in * 6e-8)) g_check.bad++;
+                if (!(err <= g_check.worst)) g_check.worst = isnan(err) ? INFINITY : err;
+            }
+        }
+    }
+}
+
 typedef struct {
     const ops_mm_task *tasks;
     int n_tasks;
@@ -150,6 +193,7 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         batch_worker(&j, 0, 1);
     else
         pool_run(p, batch_worker, &j);
+    if (fast && g_check.on) check_fast(tasks, n_tasks);
 }
 
 void ops_matmul_batch_actq_ref(pool *p, const ops_mm_task *tasks, int n_tasks) {

@@ -52,6 +52,11 @@ typedef struct {
     void *actq;     /* fast mode only */
 } ops_mm_task;
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast);
+/* Shadow check of the fast path (tests, RL_FAST_CHECK=1): after every fast product, recompute
+ * it from the same quantised activation bytes in double and count elements whose error exceeds
+ * 1e-5 + n_in * 6e-8 relative to sum |w a|. Slow; single inference thread only. */
+void ops_fast_check_enable(bool on);
+void ops_fast_check_report(long *checked, long *bad, double *worst);
 /* Test oracle for the fast path: the reference arithmetic on activations that went through the
  * same quantisation round trip as the fast path's (from_float then to_float of the activation
  * type). Fast and this differ only by float summation order. Allocates; not for hot paths. */

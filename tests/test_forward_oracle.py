@@ -35,7 +35,6 @@ CASES = [(d, m, pi) for d, m in FIX for pi in range(len(m["prompts"]))]
 IDS = [f"{m['name']}-{m['prompts'][pi]['name']}" for d, m, pi in CASES]
 
 BOUNDS = (2e-3, 1e-6)
-FAST_BOUND = 1e-3
 ROUTER_TIE = 1e-5
 REPORT = []
 
@@ -100,74 +99,75 @@ def test_against_transformers(fdir, meta, pi):
     assert checked > 0
 
 
-def first_router_flip(ra, rb, n_pos):
-    """First (pos, layer), pos < n_pos (the rows both runs computed on the same tokens), where two
-    route traces choose different expert sets, with the probabilities of the swapped experts;
-    None if identical."""
-    a = {(r["pos"], r["layer"]): r for r in ra if r["pos"] < n_pos}
-    b = {(r["pos"], r["layer"]): r for r in rb}
-    for key in sorted(a):
-        if key in b and sorted(a[key]["ids"]) != sorted(b[key]["ids"]):
-            pa = dict(zip(a[key]["ids"], a[key]["p"]))
-            pb = dict(zip(b[key]["ids"], b[key]["p"]))
-            only_a = [pa[i] for i in pa if i not in pb]
-            only_b = [pb[i] for i in pb if i not in pa]
-            return key, only_a, only_b
-    return None
-
-
 @pytest.mark.parametrize("fdir,meta,pi", CASES, ids=IDS)
 def test_fast_path(fdir, meta, pi):
-    """--fast against its oracle: the reference arithmetic on the same round-tripped quantised
-    activations (RL_ACTQ_REF=1). The two agree to float-order rounding (~1e-6) until a value
-    lands within that rounding of an activation-quantisation step (or a router near-tie) and
-    rounds the other way; on these chaotic random models such a flip then spreads through the
-    recurrent state. So: the first position (fresh state) must agree to <= 1e-3 for every prompt
-    (a wrong kernel fails here) and any router disagreement must be at a near-tie (swapped
-    experts' probabilities within 1e-2); the share of positions that still agree is reported.
-    The per-op exactness of every kernel is tested in tests/c/test_kern.c."""
+    """--fast (SIMD kernels on quantised activations) checked by `dump --check-fast`: every fast
+    product of the run is recomputed from the SAME quantised activation bytes in double and must
+    agree to 1e-5 + n_in * 6e-8 relative to sum |w a| (K/IQ integer sums are exact; only float
+    epilogues and lane sums differ). An end-to-end comparison cannot do this job: on these random
+    models a value that lands within rounding of a quantisation step flips, and the flip spreads.
+    The distance to transformers is reported (activation quantisation costs what it costs
+    llama.cpp too: see the fixture's llama_cpp.vs_fp32 numbers)."""
+    import subprocess
+    from oracle_util import REDLITE
     gguf_path = os.path.join(fdir, meta["gguf"]["file"])
     pr = meta["prompts"][pi]
     ids, G = list(pr["ids"]), len(pr["greedy_ids"])
-    gen_f, lf, rf = run_dump(gguf_path, ids, G, ["--fast"])
-    gen_q, lq, rq = run_dump(gguf_path, ids, G, env={"RL_ACTQ_REF": "1"})
-    V = output_matrix(gguf_path).shape[0]
-    lf, lq = lf.reshape(-1, V).astype(np.float64), lq.reshape(-1, V).astype(np.float64)
+    cmd = [REDLITE, "dump", "-m", gguf_path, "--tokens", ",".join(map(str, ids)), "--greedy", str(G),
+           "--fast", "--check-fast", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    line = [x for x in r.stderr.splitlines() if x.startswith("fast-check:")]
+    assert line, r.stderr
+    print(f"{meta['name']}/{pr['name']} [fast] {line[0]}")
+    checked = int(line[0].split()[1])
+    assert r.returncode == 0 and " 0 beyond tolerance" in line[0] and checked > 0, r.stderr
+    gen_f, lf, _ = run_dump(gguf_path, ids, G, ["--fast"])
+    W = output_matrix(gguf_path)
+    lf = lf.reshape(-1, W.shape[0]).astype(np.float64)
     agree = 0
-    while agree < G and gen_f[agree] == gen_q[agree]:
+    while agree < G and gen_f[agree] == pr["greedy_ids"][agree]:
         agree += 1
-    n_cmp = len(ids) + agree
-    flip = first_router_flip(rq, rf, n_cmp)
-    if flip is not None:
-        (pos, layer), pq, pf = flip
-        assert max(abs(a - b) for a in pq for b in pf) < 1e-2, (
-            f"router choice differs at pos {pos} layer {layer} away from a near-tie: {pq} vs {pf}")
-    d = np.abs(lf[:n_cmp] - lq[:n_cmp]).max(-1)
-    exact = float((d <= FAST_BOUND).mean())
-    print(f"{meta['name']}/{pr['name']} [fast]: {exact:.0%} of {n_cmp} positions within {FAST_BOUND} of the "
-          f"oracle (first position {d[0]:.1e}; router flip: {flip[0] if flip else 'none'}); greedy {agree}/{G} equal")
-    assert d[0] <= FAST_BOUND, f"fast path differs from its oracle at the first position by {d[0]:.3e}"
-    assert np.isfinite(lf).all()
+    k = len(ids) + agree if agree < G else len(ids) + G - 1
+    ref = np.load(os.path.join(fdir, meta["npz"]["file"]))[f"p{pi}.hidden"][:k].astype(np.float64) @ W.T
+    print(f"    vs transformers: greedy {agree}/{G}, max|dlogit| {np.abs(lf[:k] - ref).max():.3e}, "
+          f"max KL {kl_rows(ref, lf[:k]).max():.3e}")
 
 
 @pytest.mark.parametrize("fdir,meta,pi", CASES, ids=IDS)
 def test_against_llama_cpp_record(fdir, meta, pi):
-    """llama.cpp's greedy tokens recorded by the fixture tool (llama-cpp-python) must equal ours."""
+    """llama.cpp (llama-cpp-python, recorded by the fixture tool on the same GGUF) against ours.
+    llama.cpp's CPU backend quantises activations (Q8_0), so it is itself off transformers by up to
+    a few logits on these models (llama_cpp.vs_fp32); our reference path is within 1e-4. So:
+    wherever llama.cpp follows transformers' greedy path, ours follows it too (identical tokens);
+    where llama.cpp leaves it, transformers' own margin there must be within llama.cpp's error
+    (2 x its max |dlogit|): the divergence is llama.cpp's rounding, not a disagreement about the
+    model. On the shared prefix, llama.cpp's top-16 logits must be within its recorded error of ours."""
     info = meta.get("llama_cpp", {})
     if not info.get("available"):
         pytest.skip(f"fixture has no llama.cpp record: {info.get('reason', 'not recorded')}")
-    import numpy as np
     npz = np.load(os.path.join(fdir, meta["npz"]["file"]))
     pr = meta["prompts"][pi]
+    rec = info["prompts"][pi]
     lg = list(npz[f"llama.p{pi}.greedy_ids"])
-    gen, logits, _ = run_dump(os.path.join(fdir, meta["gguf"]["file"]), pr["ids"], len(lg))
+    gguf_path = os.path.join(fdir, meta["gguf"]["file"])
+    gen, logits, _ = run_dump(gguf_path, pr["ids"], len(pr["greedy_ids"]))
     agree = 0
     while agree < len(lg) and gen[agree] == lg[agree]:
         agree += 1
+    llama_err = rec["vs_fp32"]["max_abs_dlogit"]
+    print(f"{meta['name']}/{pr['name']}: greedy agrees with llama.cpp for {agree}/{len(lg)} tokens "
+          f"(llama.cpp vs transformers: {rec['greedy_agree_prefix_vs_fp32']}; its max|dlogit| {llama_err:.3f})")
+    assert agree >= rec["greedy_agree_prefix_vs_fp32"]
     if agree < len(lg):
         margin = npz[f"p{pi}.margin"][len(pr["ids"]) - 1 + agree]
-        assert margin < 1e-2, f"ours and llama.cpp diverge at step {agree} with oracle margin {margin:.3e}"
-    print(f"{meta['name']}/{pr['name']}: greedy agrees with llama.cpp for {agree}/{len(lg)} tokens")
+        assert margin < 2 * llama_err, f"ours and llama.cpp diverge at step {agree} where the margin is {margin:.3e}"
+    V = output_matrix(gguf_path).shape[0]
+    ours = logits.reshape(-1, V)
+    n = min(len(pr["ids"]) + agree, npz[f"llama.p{pi}.top_ids"].shape[0])
+    top_ids, top_val = npz[f"llama.p{pi}.top_ids"][:n], npz[f"llama.p{pi}.top_logits"][:n]
+    d = np.abs(np.take_along_axis(ours[:n], top_ids, -1) - top_val).max()
+    print(f"    llama.cpp top-16 logits vs ours on {n} positions: max |d| {d:.3f}")
+    assert d <= llama_err * 1.05 + 1e-3, f"llama.cpp's top logits differ from ours by {d:.3f} (> {llama_err:.3f})"
 
 
 MTP_CASES = [(d, m, pi) for d, m, pi in CASES if m.get("derived", {}).get("mtp")]

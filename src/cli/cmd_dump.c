@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
+#include "ops.h"
 #include "expert_cache.h"
 
 static const char *USAGE =
@@ -33,6 +34,8 @@ static const char *USAGE =
     "  --layers A-B         only layers A..B (default all)\n"
     "  -t, --threads N      threads (default: all CPUs)\n"
     "  --fast               fast SIMD kernels (quantised activations) instead of the reference\n"
+    "  --check-fast         with --fast: recompute every product from the same quantised\n"
+    "                       activations in double and report mismatches on stderr (slow)\n"
     "  --backend NAME       cpu, cuda or auto (default cpu: the reference)\n"
     "  --json               print {prompt, generated} ids as JSON on stdout\n"
     "  --cache-mib N|full|auto|mmap\n"
@@ -144,7 +147,7 @@ int cmd_dump(int argc, char **argv) {
     const char *mtp_path = NULL;
     dump_ctx d = {.names = "l_out", .lay_lo = 0, .lay_hi = 1 << 20};
     long long greedy = 0, batch = 64, threads = 0;
-    bool json = false, fast = false, stats = false;
+    bool json = false, fast = false, stats = false, check_fast = false;
     const char *backend = NULL;
     const char *cache_spec = NULL, *route_trace = NULL;
     double route_bias = 0;
@@ -186,6 +189,8 @@ int cmd_dump(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--fast")) {
             fast = true;
+        } else if (!strcmp(a, "--check-fast")) {
+            check_fast = true;
         } else if (!strcmp(a, "--backend")) {
             if (!(backend = cli_need_value("dump", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--cache-mib")) {
@@ -253,6 +258,7 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
     }
+    ops_fast_check_enable(check_fast && fast);
     engine_set_hooks(c, d.acts ? on_dump : NULL, d.routes ? on_route : NULL, &d); /* observers only when wanted */
     /* prompt: chunks of `batch` rows, every row's logits */
     for (int i = 0; i < n; i += (int)batch) {
@@ -307,6 +313,14 @@ int cmd_dump(int argc, char **argv) {
         printf("]}\n");
     }
     rc = 0;
+    if (check_fast) {
+        long checked, bad;
+        double worst;
+        ops_fast_check_report(&checked, &bad, &worst);
+        fprintf(stderr, "fast-check: %ld products checked, %ld beyond tolerance, worst relative error %.3e\n", checked,
+                bad, worst);
+        if (bad) rc = 1;
+    }
 done:
     if (lf && fclose(lf)) rc = cli_fail("dump", 1, "error writing %s (disk full?)", logits_path);
     if (d.routes) fclose(d.routes);
