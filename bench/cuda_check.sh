@@ -17,7 +17,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rl_cuda_out}
-mkdir -p "$OUT"
+LOGS=${LOGS:-$OUT} # full logs (the device tool returns at most 8 files from $OUT)
+mkdir -p "$OUT" "$LOGS"
 STAGES=${1:-build,ops,engine,fixtures,synth,bench,long}
 CF2=${CF2:-/tmp/cf2.gguf}
 S=$OUT/summary.txt
@@ -28,9 +29,9 @@ run() { # run NAME TIMEOUT CMD...: log to $OUT/NAME.log, tail into the summary
     local name=$1 to=$2
     shift 2
     say "--- $name: $*"
-    timeout "$to" "$@" >"$OUT/$name.log" 2>&1
+    timeout "$to" "$@" >"$LOGS/$name.log" 2>&1
     local rc=$?
-    tail -n 25 "$OUT/$name.log" | tee -a "$S"
+    tail -n 25 "$LOGS/$name.log" | tee -a "$S"
     say "--- $name: exit $rc"
     return $rc
 }

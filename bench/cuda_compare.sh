@@ -4,7 +4,8 @@
 #
 #   carry: .lcp (llama.cpp.tar.xz: the llama-cpp-python sdist's vendor/llama.cpp without docs,
 #          models, tests and other backends), build/cuda/redlite, .cudabin
-#   bench/cuda_compare.sh [ROUNDS] [DEPTH]    (default 2 rounds; DEPTH > 0 adds decode at that depth)
+#   bench/cuda_compare.sh [ROUNDS] [DEPTH]    (default 2 rounds; DEPTH > 0 adds decode at that depth,
+#                                             in the first round only; ROUNDS 0 = build llama-bench only)
 #
 # llama.cpp: sm_90-only build of llama-bench (-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90, no curl),
 # -ngl 99 -fa 1, pp2048 and tg128, 3 repetitions. redlite: prompt 2048 in one 2048-row chunk,
@@ -12,11 +13,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rl_cuda_out}
+LOGS=${LOGS:-$OUT}
 CF2=${CF2:-/tmp/cf2.gguf}
 ROUNDS=${1:-2}
 DEPTH=${2:-0}
 LCP=/tmp/lcpp
-mkdir -p "$OUT" "$LCP"
+mkdir -p "$OUT" "$LOGS" "$LCP"
 export LD_LIBRARY_PATH="$PWD/.cudabin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/compare.txt"; }
@@ -26,31 +28,32 @@ if [ ! -x $LCP/build/bin/llama-bench ]; then
     tar -xJf .lcp/llama.cpp.tar.xz -C $LCP || exit 1
     cmake -S $LCP/llama.cpp -B $LCP/build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON >"$OUT/lcpp_cmake.log" 2>&1 || { tail -30 "$OUT/lcpp_cmake.log"; exit 1; }
-    cmake --build $LCP/build --target llama-bench -j"$(($(nproc) - 1))" >"$OUT/lcpp_build.log" 2>&1 ||
-        { tail -30 "$OUT/lcpp_build.log"; exit 1; }
+        -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON >"$LOGS/lcpp_cmake.log" 2>&1 || { tail -30 "$LOGS/lcpp_cmake.log"; exit 1; }
+    cmake --build $LCP/build --target llama-bench -j"$(($(nproc) - 1))" >"$LOGS/lcpp_build.log" 2>&1 ||
+        { tail -30 "$LOGS/lcpp_build.log"; exit 1; }
     say "llama-bench built"
 fi
+[ "$ROUNDS" -gt 0 ] || exit 0
 if [ ! -s "$CF2" ]; then
     say "writing $CF2"
     build/cuda/redlite synth --preset cf2 -o "$CF2" --quiet || exit 1
 fi
 for r in $(seq 1 "$ROUNDS"); do
     say "round $r: llama.cpp"
-    $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 2048 -n 128 -r 3 -o json >"$OUT/lcpp_$r.json" 2>"$OUT/lcpp_$r.err"
-    if [ "$DEPTH" -gt 0 ]; then
-        $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 0 -n 64 -d "$DEPTH" -r 2 -o json \
-            >"$OUT/lcpp_depth_$r.json" 2>>"$OUT/lcpp_$r.err"
+    $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 2048 -n 128 -r 3 -o json >"$LOGS/lcpp_$r.json" 2>"$LOGS/lcpp_$r.err"
+    if [ "$DEPTH" -gt 0 ] && [ "$r" = 1 ]; then
+        $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 0 -n 64 -d "$DEPTH" -r 1 -o json \
+            >"$LOGS/lcpp_depth_$r.json" 2>>"$LOGS/lcpp_$r.err"
     fi
     say "round $r: redlite"
-    build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 5 --warmup 8 --prompt 2048 --batch 2048 \
-        --json >"$OUT/rl_$r.json" 2>"$OUT/rl_$r.err"
-    if [ "$DEPTH" -gt 0 ]; then
-        build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 3 --warmup 4 --depth "$DEPTH" \
-            --prompt 0 --batch 2048 --json >"$OUT/rl_depth_$r.json" 2>>"$OUT/rl_$r.err"
+    build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 --prompt 2048 --batch 2048 \
+        --json >"$LOGS/rl_$r.json" 2>"$LOGS/rl_$r.err"
+    if [ "$DEPTH" -gt 0 ] && [ "$r" = 1 ]; then
+        build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 2 --warmup 4 --depth "$DEPTH" \
+            --prompt 0 --batch 2048 --json >"$LOGS/rl_depth_$r.json" 2>>"$LOGS/rl_$r.err"
     fi
 done
-python3 - "$OUT" "$ROUNDS" "$DEPTH" <<'EOF' | tee -a "$OUT/compare.txt"
+python3 - "$LOGS" "$ROUNDS" "$DEPTH" <<'EOF' | tee -a "$OUT/compare.txt"
 import json, sys, statistics as st
 out, rounds, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def lc(path, key):
@@ -75,7 +78,7 @@ for r in range(1, rounds + 1):
     res.setdefault("lc_tg", []).append(lc(f"{out}/lcpp_{r}.json", "tg"))
     res.setdefault("rl_pp", []).append(rl(f"{out}/rl_{r}.json", "pp"))
     res.setdefault("rl_tg", []).append(rl(f"{out}/rl_{r}.json", "tg"))
-    if depth:
+    if depth and r == 1:
         res.setdefault("lc_tgd", []).append(lc(f"{out}/lcpp_depth_{r}.json", "tg"))
         res.setdefault("rl_tgd", []).append(rl(f"{out}/rl_depth_{r}.json", "tg", depth))
 def med(v):

@@ -67,15 +67,44 @@ __device__ __forceinline__ void gnorm_lanes(float *o, const float *w, const floa
 
 // ---- conv (prefill) -----------------------------------------------------------------------
 
+// Thread per channel, the window in registers, the next input loaded ahead; the arithmetic is
+// conv_channel's (the decode epilogue), so both give the same bits.
+template <int KW>
 __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u, float *state, int T) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d.C) return;
-    const float *w = d.conv_w + (size_t)c * d.kw;
-    for (int t = 0; t < T; t++) u[(size_t)t * d.C + c] = conv_channel(w, state, d.C, c, d.kw, in[(size_t)t * ldi + c]);
+    const float *w = d.conv_w + (size_t)c * KW;
+    float win[KW > 1 ? KW - 1 : 1], wk[KW];
+#pragma unroll
+    for (int j = 0; j < KW; j++) wk[j] = w[j];
+#pragma unroll
+    for (int j = 0; j < KW - 1; j++) win[j] = state[(size_t)j * d.C + c];
+    float x = T > 0 ? in[c] : 0.0f;
+    for (int t = 0; t < T; t++) {
+        const float xn = t + 1 < T ? in[(size_t)(t + 1) * ldi + c] : 0.0f;
+        double s = 0;
+#pragma unroll
+        for (int j = 0; j < KW - 1; j++) s += (double)wk[j] * (double)win[j];
+        s += (double)wk[KW - 1] * (double)x;
+#pragma unroll
+        for (int j = 0; j + 1 < KW - 1; j++) win[j] = win[j + 1];
+        if (KW > 1) win[KW - 2] = x;
+        u[(size_t)t * d.C + c] = silu_f((float)s);
+        x = xn;
+    }
+#pragma unroll
+    for (int j = 0; j < KW - 1; j++) state[(size_t)j * d.C + c] = win[j];
 }
 
 extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s) {
-    k_dn_conv<<<(d->C + 127) / 128, 128, 0, s>>>(*d, in, ldi, u, state, T);
+    const int blocks = (d->C + 127) / 128;
+    switch (d->kw) {
+    case 2: k_dn_conv<2><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
+    case 3: k_dn_conv<3><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
+    case 4: k_dn_conv<4><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
+    case 5: k_dn_conv<5><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
+    default: return rl_seterr("CUDA DeltaNet: conv kernel width %d is not supported (2..5)", d->kw);
+    }
     CU_LAUNCHED("k_dn_conv");
     return 0;
 }

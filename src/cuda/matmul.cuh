@@ -37,6 +37,38 @@ __device__ __forceinline__ float conv_channel(const float *__restrict__ w, float
     return silu_f((float)s);
 }
 
+// Sum N values over the 32 lanes with the butterfly's tree (warp_sum: at offset o a lane adds
+// its partner's value), but scattering: while a lane holds n >= 2 values, at offset o it keeps
+// one half (the upper one if its lane bit o is set) and adds the partner's copy of that half.
+// Every partial sum is the butterfly's (same operands, same order), so the result is bit-identical
+// to warp_sum on each value, with ~N shuffles instead of 5N. Afterwards the lane holds
+// max(N/32, 1) sums in v[0..), flat indices off.. (returned); for N < 32 the 32/N lanes of a
+// group hold the same sums.
+template <int K, int NR, int TT> struct rs_level { // level K: offset 16 >> K, N >> K values held
+    static __device__ __forceinline__ void run(float (&a)[NR][TT], int lane, int &off) {
+        constexpr int N = NR * TT, o = 16 >> K, n = N >> K;
+        if constexpr (n >= 2) {
+            constexpr int half = n / 2;
+            const bool up = lane & o;
+#pragma unroll
+            for (int j = 0; j < half; j++) {
+                const float send = up ? a[j / TT][j % TT] : a[(j + half) / TT][(j + half) % TT];
+                const float keep = up ? a[(j + half) / TT][(j + half) % TT] : a[j / TT][j % TT];
+                a[j / TT][j % TT] = keep + __shfl_xor_sync(FULL_MASK, send, o);
+            }
+            off += up ? half : 0;
+        } else {
+            a[0][0] += __shfl_xor_sync(FULL_MASK, a[0][0], o);
+        }
+        if constexpr (K < 4) rs_level<K + 1, NR, TT>::run(a, lane, off);
+    }
+};
+template <int NR, int TT> __device__ __forceinline__ int warp_reduce_scatter(float (&a)[NR][TT], int lane) {
+    int off = 0;
+    rs_level<0, NR, TT>::run(a, lane, off);
+    return off;
+}
+
 template <int TYPE, int NR, int TT, bool GU>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) {
     constexpr int ROWS = GU ? NR / 2 : NR; // output rows per warp
@@ -82,7 +114,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
         for (int j = 0; j < TT; j++) acc[i][j] = 0.0f;
 
     const int nunits = a.n_in >> 3;
-#pragma unroll(TT == 1 ? 2 : 1)
+#pragma unroll(TT == 1 ? 4 : 1)
     for (int u = lane; u < nunits; u += 32) {
         // all rows' weights of this unit first, then stream the tokens through them
         float wv[NR][8];
@@ -102,25 +134,26 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
                 for (int e = 0; e < 8; e++) acc[i][j] = fmaf(wv[i][e], xv[e], acc[i][j]);
         }
     }
+    // lane sums; flat index f = i*TT + j (for gate/up the up rows are the upper half, f + N/2)
+    constexpr int N = NR * TT, NV = N >= 32 ? N / 32 : 1, GRP = N >= 32 ? 1 : 32 / N;
+    const int off = warp_reduce_scatter<NR, TT>(acc, lane);
+    float upv[NV];
 #pragma unroll
-    for (int i = 0; i < NR; i++)
+    for (int q = 0; q < NV; q++) upv[q] = GU ? __shfl_xor_sync(FULL_MASK, acc[q / TT][q % TT], 16) : 0.0f;
+    if (lane % GRP) return;
 #pragma unroll
-        for (int j = 0; j < TT; j++) acc[i][j] = warp_sum(acc[i][j]);
-
-    // stores: output (i, j) by lane (i*TT + j) % 32
-#pragma unroll
-    for (int i = 0; i < ROWS; i++) {
-        const int r = r0 + i;
-#pragma unroll
-        for (int j = 0; j < TT; j++) {
-            if (lane != (i * TT + j) % 32 || r >= sg.n_out || j >= count) continue;
-            float v = acc[i][j];
-            if constexpr (GU) v = silu_f(v) * acc[ROWS + i][j];
-            const int p = start + j;
-            const int orow = a.g.pair_out ? a.g.pair_out[p] : p;
-            if (sg.epi == CU_EPI_CONV) v = conv_channel(a.conv.w + (size_t)r * a.conv.kw, a.conv.state, a.conv.C, r, a.conv.kw, v);
-            sg.y[(size_t)orow * sg.ldy + r] = v;
-        }
+    for (int q = 0; q < NV; q++) {
+        const int f = off + q;
+        if (GU && f >= N / 2) continue; // up values: stored with their gate by lane ^ 16
+        const int i = f / TT, j = f % TT, r = r0 + i;
+        if (r >= sg.n_out || j >= count) continue;
+        float val = acc[q / TT][q % TT];
+        if constexpr (GU) val = silu_f(val) * upv[q];
+        const int p = start + j;
+        const int orow = a.g.pair_out ? a.g.pair_out[p] : p;
+        if (sg.epi == CU_EPI_CONV)
+            val = conv_channel(a.conv.w + (size_t)r * a.conv.kw, a.conv.state, a.conv.C, r, a.conv.kw, val);
+        sg.y[(size_t)orow * sg.ldy + r] = val;
     }
 }
 

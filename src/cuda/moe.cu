@@ -131,41 +131,35 @@ extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_t
 
 #define COMB_THREADS 256
 
+// grid (D / COMB_THREADS, T): every block recomputes the row's shared-expert gate (the same
+// fixed-order sum), then its slice of y = sum_k w_k eo_k + gate * sh and x += y. The next
+// RMSNorm needs the whole row: cu_add_rmsnorm afterwards.
 __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
-                  const float *__restrict__ sh_gate, const float *xn, float *y, float *x,
-                  const float *__restrict__ w_next, float *out, int D, float eps) {
+                  const float *__restrict__ sh_gate, const float *__restrict__ xn, float *y, float *x, int D) {
     __shared__ double red[32];
-    const int t = blockIdx.x;
+    const int t = blockIdx.y, i = blockIdx.x * COMB_THREADS + threadIdx.x;
     float gate = 1.0f;
     if (sh && sh_gate) {
         double d = 0;
-        for (int i = threadIdx.x; i < D; i += COMB_THREADS) d += (double)sh_gate[i] * (double)xn[(size_t)t * D + i];
+        for (int j = threadIdx.x; j < D; j += COMB_THREADS) d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
         d = block_sumd(d, red);
         gate = sigmoid_f((float)d);
     }
-    float *xr = x + (size_t)t * D;
-    double ss = 0;
-    for (int i = threadIdx.x; i < D; i += COMB_THREADS) {
-        double acc = 0;
-        for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
-        if (sh) acc += (double)gate * (double)sh[(size_t)t * D + i];
-        const float yv = (float)acc;
-        y[(size_t)t * D + i] = yv;
-        const float xv = xr[i] + yv;
-        xr[i] = xv;
-        ss += (double)xv * (double)xv;
-    }
-    if (!out) return;
-    ss = block_sumd(ss, red); // its barriers also order the xn reads above before the writes below
-    const float scale = (float)(1.0 / sqrt(ss / D + (double)eps));
-    for (int i = threadIdx.x; i < D; i += COMB_THREADS) out[(size_t)t * D + i] = (xr[i] * scale) * w_next[i];
+    if (i >= D) return;
+    double acc = 0;
+    for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
+    if (sh) acc += (double)gate * (double)sh[(size_t)t * D + i];
+    const float yv = (float)acc;
+    y[(size_t)t * D + i] = yv;
+    x[(size_t)t * D + i] = x[(size_t)t * D + i] + yv;
 }
 
 extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                               const float *xn, float *y, float *x, const float *w_next, float *out, int D, int T,
                               float eps, cudaStream_t s) {
-    k_moe_combine<<<T, COMB_THREADS, 0, s>>>(eo, w, K, sh, sh_gate, xn, y, x, w_next, out, D, eps);
+    k_moe_combine<<<dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s>>>(eo, w, K, sh, sh_gate, xn, y,
+                                                                                          x, D);
     CU_LAUNCHED("k_moe_combine");
-    return 0;
+    return out ? cu_add_rmsnorm(x, NULL, w_next, out, D, T, eps, s) : 0;
 }

@@ -128,7 +128,7 @@ static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float 
 
 static void test_matmul(uint32_t type, int ti) {
     const quant_traits *qt = quant_get(type);
-    const int n_in = qt->blck == 256 ? 768 : 520, n_out = 37, TMAX = 13;
+    const int n_in = qt->blck == 256 ? 768 : qt->blck == 32 ? 544 : 520, n_out = 37, TMAX = 13;
     size_t rb = quant_row_size(type, n_in);
     uint8_t *w = malloc(rb * n_out);
     fill_random_blocks(type, w, (int64_t)n_out * n_in / qt->blck, &R);
