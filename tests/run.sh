@@ -15,4 +15,6 @@ else
         cp tests/requirements.txt build/venv/requirements.txt
     fi
 fi
-exec "$PY" -m pytest -q -ra tests "$@"
+# no arguments: the whole suite; otherwise pytest's own arguments (files, -k, ...)
+[ $# -eq 0 ] && set -- tests
+exec "$PY" -m pytest -q -ra "$@"
