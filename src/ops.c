@@ -171,8 +171,8 @@ static void batch_worker(void *arg, int ith, int nth) {
 }
 
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast) {
-    long first[1025];
-    RL_ASSERT(n_tasks <= 1024);
+    long first[OPS_MAX_TASKS + 1];
+    RL_ASSERT(n_tasks <= OPS_MAX_TASKS);
     first[0] = 0;
     int64_t work = 0;
     for (int i = 0; i < n_tasks; i++) {

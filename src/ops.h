@@ -44,6 +44,10 @@ size_t ops_actq_bytes(const ops_mat *W, int T);
  * the threads. Each row's arithmetic is exactly that of ops_matmul_ref (fast = false) or
  * ops_matmul_fast (fast = true), so batching never changes a result. In fast mode each task's
  * `actq` must hold ops_actq_bytes(W, T) bytes (quantised here, before the dispatch). */
+/* Tasks per dispatch: a layer's gate and up of up to 1024 distinct experts plus the shared
+ * expert's (a 512-expert model in a long prefill chunk selects all 512). */
+#define OPS_MAX_TASKS 2050
+
 typedef struct {
     const ops_mat *W;
     const float *x; /* T x W->n_in */

@@ -284,3 +284,23 @@ def test_bench_json(tiny):
     assert abs(sum(s["pct"] for s in j["profile"]["decode"]) - 100) < 0.01
     bad = redlite("bench", "-m", str(tiny), "--prompt", "x")
     assert bad.returncode == 2
+
+
+def test_all_experts_in_one_prefill_chunk(tmp_path):
+    """A 512-expert top-10 model and a 1024-row prefill chunk: every expert of a layer is selected in one
+    forward (2 x 512 + 2 projections in one dispatch); regression test for a task-count limit.
+    The chunked prefill must end with the same logits as a one-row-at-a-time run."""
+    path = str(tmp_path / "e512.gguf")
+    subprocess.run([BIN, "synth", "--preset", "tiny", "--geometry", "experts=512,top_k=10,layers=2", "-o", path],
+                   check=True, capture_output=True)
+    ids = ",".join(str((i * 7919) % 4000 + 10) for i in range(1024))
+    outs = []
+    for batch in ("1024", "1"):
+        lf = str(tmp_path / f"l{batch}.f32")
+        r = subprocess.run([BIN, "dump", "-m", path, "--tokens", ids, "--batch", batch, "--fast", "--logits", lf,
+                            "--routes", str(tmp_path / "r.jsonl")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        outs.append(np.fromfile(lf, dtype=np.float32))
+    used = {e for line in open(tmp_path / "r.jsonl") for e in json.loads(line)["ids"] if json.loads(line)["layer"] == 0}
+    assert len(used) == 512
+    assert np.array_equal(outs[0], outs[1])
