@@ -528,37 +528,37 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
             r->route(r->hook_ud, il, t, ids + (size_t)t * K, s->sel_w + (size_t)t * K, pr, K);
         }
     }
-    /* union of the selected experts, in order of first use */
+    /* union of the selected experts, in order of first use (slot_of: expert -> index in uniq) */
     int32_t uniq[1024];
+    int16_t slot_of[1024];
     int nu = 0;
-    for (int i = 0; i < T * K; i++) {
-        int dup = 0;
-        for (int j = 0; j < nu && !dup; j++) dup = uniq[j] == ids[i];
-        if (!dup) {
-            RL_ASSERT(nu < 1024);
+    RL_ASSERT(E <= 1024);
+    memset(slot_of, 0xff, sizeof(int16_t) * (size_t)E);
+    for (int i = 0; i < T * K; i++)
+        if (slot_of[ids[i]] < 0) {
+            slot_of[ids[i]] = (int16_t)nu;
             uniq[nu++] = ids[i];
         }
-    }
     const uint8_t *gp[1024], *upp[1024], *dp[1024];
     const q3n_expert_src *src = &r->experts;
     int rc = src->acquire ? src->acquire(src->ud, il, uniq, nu, gp, upp, dp)
                           : mapped_acquire((void *)r->m, il, uniq, nu, gp, upp, dp);
     if (rc) return -1;
-    /* gather each expert's rows; gidx maps (row, slot) to the gathered row */
+    /* gather each expert's rows (a counting sort by expert that keeps row order); gidx maps
+     * (row, slot) to the gathered row */
     static _Thread_local int gidx[4096 * 16];
     RL_ASSERT(T * K <= 4096 * 16);
-    int first[1025], ng = 0;
-    for (int ui = 0; ui < nu; ui++) {
-        first[ui] = ng;
-        for (int t = 0; t < T; t++)
-            for (int k = 0; k < K; k++)
-                if (ids[t * K + k] == uniq[ui]) {
-                    gidx[t * K + k] = ng;
-                    memcpy(s->xs + (size_t)ng * D, s->xn + (size_t)t * D, sizeof(float) * D);
-                    ng++;
-                }
+    int first[1025], fill[1024];
+    memset(first, 0, sizeof(int) * (size_t)(nu + 1));
+    for (int i = 0; i < T * K; i++) first[slot_of[ids[i]] + 1]++;
+    for (int ui = 0; ui < nu; ui++) first[ui + 1] += first[ui];
+    memcpy(fill, first, sizeof(int) * (size_t)nu);
+    int ng = first[nu];
+    for (int i = 0; i < T * K; i++) {
+        int g = fill[slot_of[ids[i]]]++;
+        gidx[i] = g;
+        memcpy(s->xs + (size_t)g * D, s->xn + (size_t)(i / K) * D, sizeof(float) * D);
     }
-    first[nu] = ng;
     /* all gate/up projections (and the shared expert's) in one dispatch, then all downs */
     static _Thread_local ops_mat mats[3 * 1024];
     static _Thread_local ops_mm_task tasks[2 * 1024 + 2];
