@@ -20,14 +20,17 @@
  * per super-block are the scalar ones, so results are bit-identical (tests/c/test_kern.c checks
  * it); F32, F16, BF16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)
  * accumulate floats in SIMD lanes, so only the float summation order differs.
- * The AVX-512 level differs from AVX2 in 512-bit F32/F16 loops and VNNI for signed int8 dots;
- * the quantised kernels are otherwise the same source (src/kern_x86.h) with EVEX encodings.
+ * The AVX-512 level has its own 512-bit mat-vecs for the hot decode types (IQ1_M, IQ2_XXS, IQ2_XS,
+ * IQ3_XXS, IQ3_S, Q2_K, Q4_K, Q5_K, Q6_K: src/kern_x86_512.h; grids by gather, VNNI vpdpwssd),
+ * 512-bit F32/F16 loops and VNNI for the int8 dots; the other types share the AVX2 source
+ * (src/kern_x86.h, kern_x86_k.h, kern_x86_iq.h) with EVEX encodings. The quantised mat-vecs
+ * prefetch the weight stream 2 KiB ahead (the hardware streamer stops at 4 KiB pages).
  *
  * Threading: all functions are thread-safe and keep no state beyond the dispatch table
  * (initialised once, on first use). Split rows across threads by calling kern_matvec on
  * disjoint row ranges (W + r0 * row_bytes, out + r0).
  * Tested by tests/c/test_kern.c (every level the CPU supports); RL_KERN_BENCH=1 makes it print
- * GB/s per type and level.
+ * GB/s per type and level and the batched kernels' speedups (bench/results/kernels-*.md).
  */
 #ifndef RL_KERN_H
 #define RL_KERN_H

@@ -13,6 +13,9 @@
  * float epilogue is the scalar reference's expression (src/quant_k.c, quant_iq.c), so results
  * equal quant_traits.vec_dot exactly. F32/F16/BF16 and the 32-value block types (Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, IQ4_NL) accumulate floats in lanes instead.
+ *
+ * Parts: kern_x86_k.h (K-quants, IQ4_XS), kern_x86_iq.h (IQ2/IQ3/IQ1), kern_x86_512.h (512-bit
+ * mat-vecs, AVX-512 build only), kern_x86_mm.h (batched kernels for several activation rows).
  */
 #ifndef KERN_FILL
 #error "kern_x86.h is included by kern_avx2.c / kern_avx512.c only"
