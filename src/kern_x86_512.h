@@ -252,7 +252,92 @@ static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_q4_k_512, dot_q4_k_512, blk_q4_k, blk_q8_k, QK_K)
+
+/* Q4_K, four rows at a time (the mat-vec): the per-super-block work that does not depend on the
+ * row's codes is shared or vectorised across the rows: activation vectors loaded once, the 6-bit
+ * scale/min unpacking for 4 rows in 32-bit lanes, the bsum pairs once, the 4 integer sums and 4
+ * min sums reduced together (transposed), and the float epilogue evaluated in 4 lanes, one per
+ * row, with exactly the scalar expression and order, so each row's result is that of
+ * dot_q4_k_512 / the scalar vec_dot bit for bit. Cache-resident weights: 1.55x the one-row kernel
+ * (14-16.7 vs 9.4-10.9 GB/s); streaming from DRAM both are memory-bound (~9.5 GB/s per thread). */
+static inline __m128i hsum4x_i32(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+    /* lane k of the result = sum of the 16 lanes of a_k */
+    const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i64x2(a0, a1, 0x44), _mm512_shuffle_i64x2(a0, a1, 0xee));
+    const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i64x2(a2, a3, 0x44), _mm512_shuffle_i64x2(a2, a3, 0xee));
+    /* t01 quarters: a0 lo, a0 hi, a1 lo, a1 hi (each 4 partial sums); same for t23 */
+    const __m512i u = _mm512_add_epi32(_mm512_shuffle_i64x2(t01, t23, 0x88), _mm512_shuffle_i64x2(t01, t23, 0xdd));
+    /* u quarters: a0, a1, a2, a3 (4 partial sums each) */
+    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, 0x4e));
+    const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, 0xb1));
+    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
+static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q4_k *x[4];
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            UNROLL for (int k = 0; k < 4; k++) pf_block(&x[k][i], sizeof x[k][i]);
+            /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
+            const __m128i w0 = _mm_loadu_si128((const __m128i *)x[0][i].scales), w1 = _mm_loadu_si128((const __m128i *)x[1][i].scales);
+            const __m128i w2 = _mm_loadu_si128((const __m128i *)x[2][i].scales), w3 = _mm_loadu_si128((const __m128i *)x[3][i].scales);
+            const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
+            const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
+            const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+            const __m128i sc_lo = _mm_and_si128(u0, k3f);
+            const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
+            const __m128i m_lo = _mm_and_si128(u1, k3f);
+            const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
+            /* per row: 8 scales and 8 mins as bytes (row k: 8 bytes at 8k) */
+            const __m256i sc8 = _mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi));
+            const __m256i mn8 = _mm256_set_m128i(_mm_unpackhi_epi32(m_lo, m_hi), _mm_unpacklo_epi32(m_lo, m_hi));
+            /* min sums: the bsum pairs once, then one madd per two rows */
+            const __m256i bs = loadu(y[i].bsums);
+            const __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
+                                               _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
+            const __m256i bp2 = _mm256_broadcastsi128_si256(bp);
+            const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mn8)), bp2);
+            const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn8, 1)), bp2);
+            /* ms01: row 0 in the low 128 bits (4 partial sums), row 1 in the high; same for ms23 */
+            const __m256i h = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+            const __m256i h2 = _mm256_hadd_epi32(h, h);      /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
+            const __m128i summs = _mm_unpacklo_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+            /* the activation vectors of the 4 chunk pairs */
+            const int8_t *a = y[i].qs;
+            const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
+                                   load2x256(a + 160, a + 224) };
+            __m512i acc[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(
+                    k & 1 ? _mm_srli_si128(k & 2 ? _mm256_extracti128_si256(sc8, 1) : _mm256_castsi256_si128(sc8), 8)
+                          : (k & 2 ? _mm256_extracti128_si256(sc8, 1) : _mm256_castsi256_si128(sc8))));
+                const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
+                __m512i c = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(q0, m4), A[0], s16, ix[0]);
+                __m512i d = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), A[1], s16, ix[1]);
+                c = dot_chunk512(c, _mm512_and_si512(q1, m4), A[2], s16, ix[2]);
+                d = dot_chunk512(d, _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), A[3], s16, ix[3]);
+                acc[k] = _mm512_add_epi32(c, d);
+            }
+            const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0));
+            const __m128 dmin = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin,
+                                                            (short)x[3][i].dmin, 0, 0, 0, 0));
+            const __m128 yd = _mm_set1_ps(y[i].d);
+            /* scalar: y.d * d * (float)isum - y.d * dmin * (float)summs, per row */
+            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
+                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
 
 /* Q5_K: the fifth bit of value 32c + l is bit c of qh[l]; for the nibble vectors above (two
  * sub-blocks c0, c1 = c0 + 2) move bit c0 (low half) / c1 (high half) of each byte of [qh | qh] to
