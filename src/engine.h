@@ -29,7 +29,6 @@ typedef struct engine_snapshot engine_snapshot;
 
 typedef struct {
     int n_threads;        /* 0 = all online CPUs */
-    bool progress;        /* progress bar while loading */
     const char *backend;  /* "cpu", "cuda" or "auto" (NULL = "cpu") */
     bool reference;       /* CPU: double-precision reference arithmetic (the oracle) instead
                              of the fast SIMD kernels with quantised activations */

@@ -411,7 +411,7 @@ int cmd_bench(int argc, char **argv) {
 
     double t_load = rl_now();
     engine_params ep = {
-        .n_threads = (int)threads, .backend = backend, .reference = reference, .progress = !json};
+        .n_threads = (int)threads, .backend = backend, .reference = reference};
     bench b = {0};
     if (!(b.e = engine_open(model, &ep))) return cli_fail("bench", 1, "%s", rl_lasterr());
     t_load = rl_now() - t_load;

@@ -329,7 +329,7 @@ int cmd_chat(int argc, char **argv) {
     bool tty = isatty(0);
     if (isatty(2)) fprintf(stderr, "loading %s ...\n", model);
     double t0 = rl_now();
-    S.e = gen_engine_open(&mf, model, (int)threads, true);
+    S.e = gen_engine_open(&mf, model, (int)threads);
     if (!S.e || !(S.tok = tokenizer_load(engine_gguf(S.e)))) goto fail;
     if (g_interrupt) {
         rc = 130;

@@ -109,7 +109,7 @@ int cmd_generate(int argc, char **argv) {
 
     int rc = 1;
     double t0 = rl_now();
-    engine *e = gen_engine_open(&mf, model, (int)threads, !json);
+    engine *e = gen_engine_open(&mf, model, (int)threads);
     tokenizer *tok = NULL;
     engine_ctx *c = NULL;
     sampler *smp = NULL;

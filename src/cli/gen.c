@@ -53,8 +53,8 @@ int gen_model_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_mo
     return 0;
 }
 
-engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads, bool verbose) {
-    return engine_open(model, &(engine_params){.n_threads = threads, .progress = verbose, .backend = mf->backend});
+engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads) {
+    return engine_open(model, &(engine_params){.n_threads = threads, .backend = mf->backend});
 }
 
 engine_ctx *gen_ctx_new(const gen_model_flags *mf, engine *e, int n_ctx, int n_batch, bool verbose) {

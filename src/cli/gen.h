@@ -71,7 +71,7 @@ extern const char GEN_MODEL_HELP[];
 /* Like gen_flags_parse, for the model flags. */
 int gen_model_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_model_flags *m);
 /* Open the model on the flags' backend. NULL with rl_lasterr set. */
-engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads, bool verbose);
+engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads);
 /* A context with the expert cache the flags ask for (the plan is one line on stderr when
  * verbose: mode, budget, why). NULL with rl_lasterr set. Free with gen_ctx_free. */
 engine_ctx *gen_ctx_new(const gen_model_flags *mf, engine *e, int n_ctx, int n_batch, bool verbose);
