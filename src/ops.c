@@ -11,82 +11,20 @@
 
 #define OPS_MAX_ROW 16384 /* largest n_in of any Qwen3-Next matrix is 4096 (MTP fc: 4096) */
 
-typedef struct {
-    const ops_mat *W;
-    int64_t r0, n;
-    const float *x;
-    int T;
-    float *y;
-} matmul_job;
-
-static void matmul_worker(void *arg, int ith, int nth) {
-    matmul_job *j = arg;
-    const ops_mat *W = j->W;
-    const quant_traits *qt = quant_get(W->type);
-    float row[OPS_MAX_ROW];
-    long lo, hi;
-    pool_range((long)j->n, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++) {
-        qt->to_float(W->data + (size_t)(j->r0 + r) * W->row_bytes, row, W->n_in);
-        for (int t = 0; t < j->T; t++) {
-            const float *x = j->x + (size_t)t * W->n_in;
-            double s = 0;
-            for (int64_t i = 0; i < W->n_in; i++) s += (double)row[i] * (double)x[i];
-            j->y[(size_t)t * j->n + r] = (float)s;
-        }
-    }
-}
-
-void ops_matmul_rows_ref(pool *p, const ops_mat *W, int64_t r0, int64_t n, const float *x, int T, float *y) {
-    RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type) && r0 >= 0 && r0 + n <= W->n_out);
-    matmul_job j = {W, r0, n, x, T, y};
-    if (n * W->n_in * T < 32768) /* too small to be worth waking threads */
-        matmul_worker(&j, 0, 1);
-    else
-        pool_run(p, matmul_worker, &j);
-}
-
-void ops_matmul_ref(pool *p, const ops_mat *W, const float *x, int T, float *y) {
-    ops_matmul_rows_ref(p, W, 0, W->n_out, x, T, y);
-}
-
-typedef struct {
-    const ops_mat *W;
-    const uint8_t *actq;
-    size_t act_bytes;
-    int T;
-    float *y;
-} fast_job;
-
-#define FAST_ROW_BLOCK 32 /* rows per block: 32 rows of 2048 Q4_K = 36 KiB, stays in L2 */
-
-static void fast_worker(void *arg, int ith, int nth) {
-    fast_job *j = arg;
-    const ops_mat *W = j->W;
-    long nblk = (long)((W->n_out + FAST_ROW_BLOCK - 1) / FAST_ROW_BLOCK), lo, hi;
-    pool_range(nblk, ith, nth, &lo, &hi);
-    for (long b = lo; b < hi; b++) {
-        int64_t r0 = b * FAST_ROW_BLOCK, n = W->n_out - r0 < FAST_ROW_BLOCK ? W->n_out - r0 : FAST_ROW_BLOCK;
-        for (int t = 0; t < j->T; t++)
-            kern_matvec(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in, j->actq + (size_t)t * j->act_bytes,
-                        j->y + (size_t)t * W->n_out + r0);
-    }
-}
-
 size_t ops_actq_bytes(const ops_mat *W, int T) { return kern_act_size(W->type, W->n_in) * (size_t)T; }
 
-void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y, void *actq) {
-    size_t ab = kern_act_size(W->type, W->n_in);
-    RL_ASSERT(ab > 0);
-    for (int t = 0; t < T; t++) kern_quantize_act(W->type, x + (size_t)t * W->n_in, W->n_in, (uint8_t *)actq + ab * t);
-    fast_job j = {W, actq, ab, T, y};
-    if (W->n_out * W->n_in * T < 65536)
-        fast_worker(&j, 0, 1);
-    else
-        pool_run(p, fast_worker, &j);
+/* One product = a batch of one task: the same blocks, threads and arithmetic. */
+void ops_matmul_ref(pool *p, const ops_mat *W, const float *x, int T, float *y) {
+    ops_mm_task t = {W, x, T, y, NULL};
+    ops_matmul_batch(p, &t, 1, false);
 }
 
-/* ---- shadow check of the fast path (RL_FAST_CHECK=1 / ops_fast_check_enable) -------------
+void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y, void *actq) {
+    ops_mm_task t = {W, x, T, y, actq};
+    ops_matmul_batch(p, &t, 1, true);
+}
+
+/* ---- shadow check of the fast path (ops_fast_check_enable; redlite dump --check-fast) -------------
  * Every fast product is recomputed from the SAME quantised activation bytes, dequantised, with
  * double accumulation, and compared element by element. Unlike an end-to-end comparison this
  * cannot be thrown off by a rounding flip upstream: both sides see identical inputs. */

@@ -27,8 +27,6 @@ typedef struct {
  * the result of a row does not depend on T (batched prefill == single steps, bit for bit).
  * Rows are split over the pool's threads. */
 void ops_matmul_ref(pool *p, const ops_mat *W, const float *x, int T, float *y);
-/* Same for a row range [r0, r0 + n) of W only (used for expert slices); y is T x n. */
-void ops_matmul_rows_ref(pool *p, const ops_mat *W, int64_t r0, int64_t n, const float *x, int T, float *y);
 
 /* Fast path (kern.h): each input row is quantised once to the weight type's activation
  * type (Q8_K / Q8_0 / F32 ...) into `actq` (caller scratch of at least
@@ -56,7 +54,7 @@ typedef struct {
     void *actq;     /* fast mode only */
 } ops_mm_task;
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast);
-/* Shadow check of the fast path (tests, RL_FAST_CHECK=1): after every fast product, recompute
+/* Shadow check of the fast path (tests; redlite dump --check-fast): after every fast product, recompute
  * it from the same quantised activation bytes in double and count elements whose error exceeds
  * 1e-5 + n_in * 6e-8 relative to sum |w a|. Slow; single inference thread only. */
 void ops_fast_check_enable(bool on);
