@@ -114,12 +114,7 @@ static int cpu_state_set(backend_ctx *c, int il, const float *conv, const float 
     return 0;
 }
 
-/* RL_ACTQ_REF=1 (tests): the fast path's oracle, reference math on quantised activations. */
-static void cpu_set_reference(backend_ctx *c, bool reference) {
-    const char *env = getenv("RL_ACTQ_REF");
-    c->run.fast = !reference;
-    c->run.actq_ref = env && atoi(env) != 0;
-}
+static void cpu_set_reference(backend_ctx *c, bool reference) { c->run.fast = !reference; }
 
 static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
     if (src)

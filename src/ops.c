@@ -134,31 +134,6 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
     if (fast && g_check.on) check_fast(tasks, n_tasks);
 }
 
-void ops_matmul_batch_actq_ref(pool *p, const ops_mm_task *tasks, int n_tasks) {
-    ops_mm_task *tk = rl_malloc(sizeof(ops_mm_task) * (size_t)n_tasks, "actq reference");
-    float **xs = rl_calloc((size_t)n_tasks, sizeof(float *), "actq reference");
-    RL_ASSERT(tk && xs);
-    for (int i = 0; i < n_tasks; i++) {
-        const ops_mat *W = tasks[i].W;
-        const quant_traits *at = quant_get((uint32_t)kern_act_type(W->type));
-        size_t ab = kern_act_size(W->type, W->n_in);
-        uint8_t *q = rl_malloc(ab, "actq reference");
-        xs[i] = rl_malloc(sizeof(float) * (size_t)W->n_in * tasks[i].T, "actq reference");
-        RL_ASSERT(q && xs[i] && at && at->to_float);
-        for (int t = 0; t < tasks[i].T; t++) {
-            kern_quantize_act(W->type, tasks[i].x + (size_t)t * W->n_in, W->n_in, q);
-            at->to_float(q, xs[i] + (size_t)t * W->n_in, W->n_in);
-        }
-        free(q);
-        tk[i] = tasks[i];
-        tk[i].x = xs[i];
-    }
-    ops_matmul_batch(p, tk, n_tasks, false);
-    for (int i = 0; i < n_tasks; i++) free(xs[i]);
-    free(xs);
-    free(tk);
-}
-
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];

@@ -59,10 +59,6 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
  * 1e-5 + n_in * 6e-8 relative to sum |w a|. Slow; single inference thread only. */
 void ops_fast_check_enable(bool on);
 void ops_fast_check_report(long *checked, long *bad, double *worst);
-/* Test oracle for the fast path: the reference arithmetic on activations that went through the
- * same quantisation round trip as the fast path's (from_float then to_float of the activation
- * type). Fast and this differ only by float summation order. Allocates; not for hot paths. */
-void ops_matmul_batch_actq_ref(pool *p, const ops_mm_task *tasks, int n_tasks);
 
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);

@@ -318,10 +318,6 @@ static void *actq_take(q3n_run *r, size_t *off, const ops_mat *W, int T) {
 /* Run n independent projections in one dispatch. */
 static void mm_batch(q3n_run *r, ops_mm_task *tasks, int n) {
     size_t off = 0;
-    if (r->actq_ref) {
-        ops_matmul_batch_actq_ref(r->pool, tasks, n);
-        return;
-    }
     for (int i = 0; i < n; i++) tasks[i].actq = actq_take(r, &off, tasks[i].W, tasks[i].T);
     ops_matmul_batch(r->pool, tasks, n, r->fast);
 }
@@ -336,13 +332,8 @@ size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->s
 
 /* Every projection goes through here: the reference (oracle) or the fast SIMD path. */
 static void mm(q3n_run *r, const ops_mat *W, const float *x, int T, float *y) {
-    if (r->actq_ref) {
-        ops_mm_task t = {W, x, T, y, NULL};
-        ops_matmul_batch_actq_ref(r->pool, &t, 1);
-    } else if (r->fast && r->actq)
-        ops_matmul_fast(r->pool, W, x, T, y, r->actq);
-    else
-        ops_matmul_ref(r->pool, W, x, T, y);
+    ops_mm_task t = {W, x, T, y, NULL};
+    mm_batch(r, &t, 1);
 }
 
 /* Gated full attention for T rows at positions pos..pos+T-1 (spec §A.4). xn -> s->y. */

@@ -135,8 +135,6 @@ typedef struct {
     int max_rows;                /* largest T a forward may be called with */
     bool fast;                   /* SIMD kernels with quantised activations instead of the
                                     double-precision reference (ops_matmul_fast) */
-    bool actq_ref;               /* (tests) reference arithmetic on round-tripped quantised
-                                    activations: the oracle of the fast path */
     void *actq;                  /* owned, q3n_actq_bytes(max_rows): quantised activations */
     float *scratch;              /* owned, sized by q3n_scratch_floats(max_rows) */
 } q3n_run;
