@@ -2,6 +2,7 @@
 #include "ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,14 +43,14 @@ void ops_fast_check_report(long *checked, long *bad, double *worst) {
     *worst = g_check.worst;
 }
 
-static void check_fast(const ops_mm_task *tasks, int n_tasks) {
+static void check_fast(const ops_mm_task *tasks, const void *const *actq, int n_tasks) {
     float row[OPS_MAX_ROW], act[OPS_MAX_ROW];
     for (int i = 0; i < n_tasks; i++) {
         const ops_mat *W = tasks[i].W;
         const quant_traits *wt = quant_get(W->type), *at = quant_get((uint32_t)kern_act_type(W->type));
         size_t ab = kern_act_size(W->type, W->n_in);
         for (int t = 0; t < tasks[i].T; t++) {
-            at->to_float((const uint8_t *)tasks[i].actq + ab * t, act, W->n_in);
+            at->to_float((const uint8_t *)actq[i] + ab * t, act, W->n_in);
             for (int64_t r = 0; r < W->n_out; r++) {
                 wt->to_float(W->data + (size_t)r * W->row_bytes, row, W->n_in);
                 double s = 0, mag = 0;
@@ -71,67 +72,128 @@ typedef struct {
     const ops_mm_task *tasks;
     int n_tasks;
     const long *first_blk; /* prefix sums of blocks per task, n_tasks + 1 entries */
+    const void *const *actq; /* per task: its quantised activations (shared between tasks with
+                                the same input) */
     bool fast;
+    long chunk;          /* blocks per claim */
+    atomic_long next;    /* next unclaimed block */
 } batch_job;
 
 #define BATCH_BLOCK 16
 
+/* Threads claim chunks of blocks from a shared counter instead of fixed ranges: a worker that
+ * wakes late, or shares its core with a busy sibling, simply computes fewer blocks. Every block
+ * writes only its own outputs, so which thread computes it never changes a result. */
 static void batch_worker(void *arg, int ith, int nth) {
     batch_job *j = arg;
-    long lo, hi;
-    pool_range(j->first_blk[j->n_tasks], ith, nth, &lo, &hi);
+    (void)ith, (void)nth;
+    const long total = j->first_blk[j->n_tasks];
     int ti = 0;
     float row[OPS_MAX_ROW];
-    for (long b = lo; b < hi; b++) {
-        while (b >= j->first_blk[ti + 1]) ti++;
-        const ops_mm_task *tk = &j->tasks[ti];
-        const ops_mat *W = tk->W;
-        int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK;
-        int64_t n = W->n_out - r0 < BATCH_BLOCK ? W->n_out - r0 : BATCH_BLOCK;
-        if (j->fast) {
-            /* all T activation rows against this block of weight rows: kern_matmul decodes each
-             * weight block once for several rows, bit-identical to kern_matvec per row */
-            kern_matmul(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in, tk->actq, tk->T, tk->y + r0,
-                        W->n_out);
-        } else {
-            const quant_traits *qt = quant_get(W->type);
-            for (int64_t r = r0; r < r0 + n; r++) {
-                qt->to_float(W->data + (size_t)r * W->row_bytes, row, W->n_in);
-                for (int t = 0; t < tk->T; t++) {
-                    const float *x = tk->x + (size_t)t * W->n_in;
-                    double s = 0;
-                    for (int64_t i = 0; i < W->n_in; i++) s += (double)row[i] * (double)x[i];
-                    tk->y[(size_t)t * W->n_out + r] = (float)s;
+    for (;;) {
+        long lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (lo >= total) break;
+        long hi = lo + j->chunk < total ? lo + j->chunk : total;
+        for (long b = lo; b < hi; b++) {
+            while (b >= j->first_blk[ti + 1]) ti++;
+            const ops_mm_task *tk = &j->tasks[ti];
+            const ops_mat *W = tk->W;
+            int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK;
+            int64_t n = W->n_out - r0 < BATCH_BLOCK ? W->n_out - r0 : BATCH_BLOCK;
+            if (j->fast) {
+                /* all T activation rows against this block of weight rows: kern_matmul decodes
+                 * each weight block once for several rows, bit-identical to kern_matvec per row */
+                kern_matmul(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in, j->actq[ti], tk->T,
+                            tk->y + r0, W->n_out);
+            } else {
+                const quant_traits *qt = quant_get(W->type);
+                for (int64_t r = r0; r < r0 + n; r++) {
+                    qt->to_float(W->data + (size_t)r * W->row_bytes, row, W->n_in);
+                    for (int t = 0; t < tk->T; t++) {
+                        const float *x = tk->x + (size_t)t * W->n_in;
+                        double s = 0;
+                        for (int64_t i = 0; i < W->n_in; i++) s += (double)row[i] * (double)x[i];
+                        tk->y[(size_t)t * W->n_out + r] = (float)s;
+                    }
                 }
             }
         }
     }
 }
 
+/* Activation quantisation of the tasks that own their buffer (quant_of[i] == i), rows split
+ * over the threads (prefill and verify quantise hundreds of rows per product). */
+typedef struct {
+    const ops_mm_task *tasks;
+    const int *owners;
+    int n_owners;
+} quant_job;
+
+static void quant_worker(void *arg, int ith, int nth) {
+    quant_job *q = arg;
+    long rows = 0;
+    for (int k = 0; k < q->n_owners; k++) rows += q->tasks[q->owners[k]].T;
+    long lo, hi, base = 0;
+    pool_range(rows, ith, nth, &lo, &hi);
+    for (int k = 0; k < q->n_owners; k++) {
+        const ops_mm_task *tk = &q->tasks[q->owners[k]];
+        const ops_mat *W = tk->W;
+        size_t ab = kern_act_size(W->type, W->n_in);
+        for (int t = 0; t < tk->T; t++, base++)
+            if (base >= lo && base < hi)
+                kern_quantize_act(W->type, tk->x + (size_t)t * W->n_in, W->n_in, (uint8_t *)tk->actq + ab * t);
+    }
+}
+
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast) {
     long first[OPS_MAX_TASKS + 1];
+    const void *actq[OPS_MAX_TASKS];
+    int owners[OPS_MAX_TASKS], n_owners = 0;
     RL_ASSERT(n_tasks <= OPS_MAX_TASKS);
     first[0] = 0;
-    int64_t work = 0;
+    int64_t work = 0, qrows = 0;
     for (int i = 0; i < n_tasks; i++) {
         const ops_mat *W = tasks[i].W;
         RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type));
         first[i + 1] = first[i] + (long)((W->n_out + BATCH_BLOCK - 1) / BATCH_BLOCK);
         work += W->n_out * W->n_in * tasks[i].T;
+        actq[i] = tasks[i].actq;
         if (fast) {
-            size_t ab = kern_act_size(W->type, W->n_in);
-            RL_ASSERT(ab > 0 && tasks[i].actq);
-            for (int t = 0; t < tasks[i].T; t++)
-                kern_quantize_act(W->type, tasks[i].x + (size_t)t * W->n_in, W->n_in,
-                                  (uint8_t *)tasks[i].actq + ab * t);
+            RL_ASSERT(kern_act_size(W->type, W->n_in) > 0 && tasks[i].actq);
+            /* tasks reading the same input in the same activation format share one quantisation
+             * (an MoE layer's gate and up products, the DeltaNet projections); sharers are adjacent, so
+             * only the last few owners are compared */
+            int share = -1;
+            for (int k = n_owners - 1; k >= 0 && k >= n_owners - 4 && share < 0; k--) {
+                const ops_mm_task *o = &tasks[owners[k]];
+                if (o->x == tasks[i].x && o->T == tasks[i].T && o->W->n_in == W->n_in &&
+                    kern_act_type(o->W->type) == kern_act_type(W->type))
+                    share = owners[k];
+            }
+            if (share >= 0) {
+                actq[i] = tasks[share].actq;
+            } else {
+                owners[n_owners++] = i;
+                qrows += tasks[i].T;
+            }
         }
     }
-    batch_job j = {tasks, n_tasks, first, fast};
+    if (fast) {
+        quant_job q = {tasks, owners, n_owners};
+        if (qrows >= 16)
+            pool_run(p, quant_worker, &q);
+        else
+            quant_worker(&q, 0, 1);
+    }
+    int nth = pool_size(p);
+    batch_job j = {tasks, n_tasks, first, actq, fast, 1, 0};
+    j.chunk = first[n_tasks] / (8L * nth);
+    if (j.chunk < 1) j.chunk = 1;
     if (work < 32768)
         batch_worker(&j, 0, 1);
     else
         pool_run(p, batch_worker, &j);
-    if (fast && g_check.on) check_fast(tasks, n_tasks);
+    if (fast && g_check.on) check_fast(tasks, actq, n_tasks);
 }
 
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
