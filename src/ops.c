@@ -94,20 +94,23 @@ static void batch_worker(void *arg, int ith, int nth) {
         long lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
         if (lo >= total) break;
         long hi = lo + j->chunk < total ? lo + j->chunk : total;
-        for (long b = lo; b < hi; b++) {
+        /* the claimed blocks, one call per task they cover */
+        for (long b = lo; b < hi;) {
             while (b >= j->first_blk[ti + 1]) ti++;
+            const long b1 = hi < j->first_blk[ti + 1] ? hi : j->first_blk[ti + 1];
             const ops_mm_task *tk = &j->tasks[ti];
             const ops_mat *W = tk->W;
-            int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK;
-            int64_t n = W->n_out - r0 < BATCH_BLOCK ? W->n_out - r0 : BATCH_BLOCK;
+            int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK, r1 = (b1 - j->first_blk[ti]) * BATCH_BLOCK;
+            if (r1 > W->n_out) r1 = W->n_out;
+            b = b1;
             if (j->fast) {
-                /* all T activation rows against this block of weight rows: kern_matmul decodes
-                 * each weight block once for several rows, bit-identical to kern_matvec per row */
-                kern_matmul(W->type, W->data + (size_t)r0 * W->row_bytes, n, W->n_in, j->actq[ti], tk->T,
+                /* all T activation rows against these weight rows: kern_matmul decodes each weight
+                 * block once for several rows, bit-identical to kern_matvec per row */
+                kern_matmul(W->type, W->data + (size_t)r0 * W->row_bytes, r1 - r0, W->n_in, j->actq[ti], tk->T,
                             tk->y + r0, W->n_out);
             } else {
                 const quant_traits *qt = quant_get(W->type);
-                for (int64_t r = r0; r < r0 + n; r++) {
+                for (int64_t r = r0; r < r1; r++) {
                     qt->to_float(W->data + (size_t)r * W->row_bytes, row, W->n_in);
                     for (int t = 0; t < tk->T; t++) {
                         const float *x = tk->x + (size_t)t * W->n_in;
