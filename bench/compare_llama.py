@@ -14,6 +14,8 @@ llama-bench is built once from the llama.cpp tree vendored in the llama-cpp-pyth
 CMAKE_FLAGS assume an AVX-512 (VNNI, VBMI, BF16) x86 host like the development VM; edit them
 for another CPU.
 Only the llama-bench target is built, niced, with -j2 (--build-jobs).
+The machine's memory bandwidth is measured in the same run (bench/stream.c, read kernel, same
+thread count, before and after the rounds) and decode is reported as a percentage of it.
 
 Python standard library only.
 """
@@ -122,6 +124,22 @@ def run_redlite(model, a):
             "path": f'{j["backend"]} {j["path"]} ({j["cpu_kernels"]})', "rss": j["peak_rss_bytes"]}
 
 
+def run_stream(threads, mib=512, reps=3):
+    """STREAM-like read bandwidth with the same thread count (bench/stream.c, compiled here):
+    returns (wall GB/s, per-CPU-second GB/s) of the read kernel at `threads` threads."""
+    exe = os.path.join(tempfile.gettempdir(), "redlite-stream")
+    src = os.path.join(ROOT, "bench", "stream.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        subprocess.run(["cc", "-std=c11", "-O2", "-D_GNU_SOURCE", "-pthread", "-o", exe, src], check=True)
+    r = subprocess.run([exe, "--mib", str(mib), "--threads", str(threads), "--reps", str(reps)],
+                       capture_output=True, text=True, check=True)
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if parts[:3] == ["read", "threads", f"{threads}:"]:
+            return float(parts[3]), float(parts[6])
+    raise RuntimeError(f"stream: no read line for {threads} threads:\n{r.stdout}")
+
+
 def cpu_model():
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
@@ -155,6 +173,8 @@ def main():
 
     build_llama_bench(a.build_jobs)
     load0 = os.getloadavg()
+    log(f"memory bandwidth: stream read, {a.threads} threads")
+    streams = [run_stream(a.threads)]
     rounds = []
     for i in range(a.rounds):
         log(f"round {i + 1}/{a.rounds}: llama-bench")
@@ -162,6 +182,7 @@ def main():
         log(f"round {i + 1}/{a.rounds}: redlite bench")
         rl = run_redlite(a.model, a)
         rounds.append((ll, rl))
+    streams.append(run_stream(a.threads))
 
     def med(side, kind, key):
         vals = [r[side][kind][key] for r in rounds if key in r[side][kind]]
@@ -198,8 +219,15 @@ def main():
     for name, ll, rl in rows:
         ratio = rl / ll if ll and ll == ll and rl == rl else float("nan")
         lines.append(f"| {name} | {ll:.2f} | {rl:.2f} | {ratio:.3f} |")
-    lines += ["", f"Red Lite effective bandwidth at depth 0: {statistics.median(r[1]['gb_s'][0] for r in rounds):.2f} GB/s;"
-              f" peak RSS {rl0['rss'] / 2**30:.2f} GiB.", ""]
+    gbs = statistics.median(r[1]['gb_s'][0] for r in rounds)
+    bw = max(w for w, _ in streams)
+    lines += ["", f"Memory bandwidth of this machine (bench/stream.c read, {a.threads} threads, 512 MiB per thread, "
+              f"best of 3, measured before and after the rounds): "
+              + ", ".join(f"{w:.2f} GB/s wall ({c:.2f} per CPU-second)" for w, c in streams) + ".",
+              f"Red Lite effective bandwidth at depth 0 (bytes a token must read / time): {gbs:.2f} GB/s = "
+              f"**{100 * gbs / bw:.0f} % of the measured {bw:.2f} GB/s**; llama.cpp on the same bytes: "
+              f"{100 * gbs * (med(0, 'decode', 0) / med(1, 'decode', 0)) / bw:.0f} %; peak RSS {rl0['rss'] / 2**30:.2f} GiB.",
+              ""]
     lines += ["Per round (llama.cpp / Red Lite tok/s):", ""]
     for i, (ll, rl) in enumerate(rounds):
         parts = [f"tg@{d} {ll['decode'].get(d, float('nan')):.2f} / {rl['decode'].get(d, float('nan')):.2f}"
