@@ -31,6 +31,20 @@ static inline __m512i dot_chunk512(__m512i acc, __m512i u, __m512i a, __m512i s1
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, a), _mm512_permutexvar_epi16(idx, s16));
 }
 
+/* Lane k of the result = sum of the 16 int32 lanes of a_k (the 4-row mat-vecs reduce four rows
+ * together: 10 operations instead of 4 x 9). */
+static inline __m128i hsum4x_i32(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+    /* lane k of the result = sum of the 16 lanes of a_k */
+    const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i64x2(a0, a1, 0x44), _mm512_shuffle_i64x2(a0, a1, 0xee));
+    const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i64x2(a2, a3, 0x44), _mm512_shuffle_i64x2(a2, a3, 0xee));
+    /* t01 quarters: a0 lo, a0 hi, a1 lo, a1 hi (each 4 partial sums); same for t23 */
+    const __m512i u = _mm512_add_epi32(_mm512_shuffle_i64x2(t01, t23, 0x88), _mm512_shuffle_i64x2(t01, t23, 0xdd));
+    /* u quarters: a0, a1, a2, a3 (4 partial sums each) */
+    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, 0x4e));
+    const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, 0xb1));
+    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
 /* ---- IQ1_M ------------------------------------------------------------------------------------
  * The folded table (see iq1_fold) re-indexed by the raw bytes: iq1_fold_nq[n << 8 | q] for the qs
  * byte q and the 4-bit qh nibble n of a group (bits 0-2: grid index bits 8-10, bit 3: delta sign),
@@ -81,7 +95,69 @@ static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_iq1_m_512, dot_iq1_m_512, blk_iq1_m, blk_q8_k, QK_K)
+/* IQ1_M, four rows at a time (the mat-vec): activation vectors, bsums and the scale-index vectors
+ * loaded once per super-block for the 4 rows, the 4 integer sums reduced together and the float
+ * epilogue evaluated in 4 lanes with the scalar expression and order, so each row's result is
+ * dot_iq1_m_512's bit for bit. */
+static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
+                                          6, 7, 6, 7);
+    const __m256i wsh = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    const __m512i idx[4] = { idx0, _mm512_add_epi16(idx0, four), _mm512_add_epi16(idx0, _mm512_add_epi16(four, four)),
+                             _mm512_add_epi16(idx0, _mm512_set1_epi16(12)) };
+    const __m128i m4 = _mm_set1_epi8(15);
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_iq1_m *x[4];
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_iq1_m *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            const __m512i A[4] = { loadu512(y[i].qs), loadu512(y[i].qs + 64), loadu512(y[i].qs + 128),
+                                   loadu512(y[i].qs + 192) };
+            const __m256i bs = loadu(y[i].bsums);
+            __m512i acc[4];
+            uint16_t dbits[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                const blk_iq1_m *b = &x[k][i];
+                pf_block(b, sizeof *b);
+                uint64_t sc;
+                memcpy(&sc, b->scales, 8);
+                dbits[k] = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
+                const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
+                const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
+                const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+                const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
+                __m512i a0 = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, bs)));
+                __m512i a1 = _mm512_setzero_si512();
+                const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+                const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+                const __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+                const __m128i n0 = _mm_unpacklo_epi8(nl, nh), n1 = _mm_unpackhi_epi8(nl, nh);
+                const __m512i s16 = _mm512_castsi256_si512(lsv);
+                const __m128i key[4] = { _mm_unpacklo_epi8(q0, n0), _mm_unpackhi_epi8(q0, n0), _mm_unpacklo_epi8(q1, n1),
+                                         _mm_unpackhi_epi8(q1, n1) };
+                UNROLL for (int c = 0; c < 4; c++) {
+                    const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(key[c]), (const void *)iq1_fold_nq, 8);
+                    if (c & 1)
+                        a1 = dot_chunk512(a1, g, A[c], s16, idx[c]);
+                    else
+                        a0 = dot_chunk512(a0, g, A[c], s16, idx[c]);
+                }
+                acc[k] = _mm512_add_epi32(a0, a1);
+            }
+            const __m128i S = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)dbits[0], (short)dbits[1], (short)dbits[2], (short)dbits[3], 0, 0, 0, 0));
+            /* scalar: h2f(d) * y.d * ((float)S * 0.125f), per row */
+            sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)),
+                                               _mm_mul_ps(_mm_cvtepi32_ps(S), _mm_set1_ps(0.125f))));
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_iq1_m_512((const blk_iq1_m *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
 
 /* ---- IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S -------------------------------------------------------
  * Grid magnitudes gathered per 64 values (8 entries of 8 bytes, or 16 of 4); the sign bits of a
@@ -260,18 +336,6 @@ static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
  * row, with exactly the scalar expression and order, so each row's result is that of
  * dot_q4_k_512 / the scalar vec_dot bit for bit. Cache-resident weights: 1.55x the one-row kernel
  * (14-16.7 vs 9.4-10.9 GB/s); streaming from DRAM both are memory-bound (~9.5 GB/s per thread). */
-static inline __m128i hsum4x_i32(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
-    /* lane k of the result = sum of the 16 lanes of a_k */
-    const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i64x2(a0, a1, 0x44), _mm512_shuffle_i64x2(a0, a1, 0xee));
-    const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i64x2(a2, a3, 0x44), _mm512_shuffle_i64x2(a2, a3, 0xee));
-    /* t01 quarters: a0 lo, a0 hi, a1 lo, a1 hi (each 4 partial sums); same for t23 */
-    const __m512i u = _mm512_add_epi32(_mm512_shuffle_i64x2(t01, t23, 0x88), _mm512_shuffle_i64x2(t01, t23, 0xdd));
-    /* u quarters: a0, a1, a2, a3 (4 partial sums each) */
-    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, 0x4e));
-    const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, 0xb1));
-    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
-}
-
 static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
