@@ -41,7 +41,10 @@ size_t ops_actq_bytes(const ops_mat *W, int T);
  * selected expert of a layer): the tasks' rows are cut into blocks and the blocks spread over
  * the threads. Each row's arithmetic is exactly that of ops_matmul_ref (fast = false) or
  * ops_matmul_fast (fast = true), so batching never changes a result. In fast mode each task's
- * `actq` must hold ops_actq_bytes(W, T) bytes (quantised here, before the dispatch). */
+ * `actq` must hold ops_actq_bytes(W, T) bytes (quantised here, before the dispatch; tasks with
+ * the same x, T and activation format share one quantisation, so only the first of such a run
+ * of tasks has its actq written). Threads claim chunks of blocks from a shared counter, so a
+ * late or slowed thread computes fewer blocks; the result does not depend on who computes what. */
 /* Tasks per dispatch: a layer's gate and up of up to 1024 distinct experts plus the shared
  * expert's (a 512-expert model in a long prefill chunk selects all 512). */
 #define OPS_MAX_TASKS 2050
