@@ -21,7 +21,9 @@
  * it); F32, F16, BF16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)
  * accumulate floats in SIMD lanes, so only the float summation order differs.
  * The AVX-512 level has its own 512-bit mat-vecs for the hot decode types (IQ1_M, IQ2_XXS, IQ2_XS,
- * IQ3_XXS, IQ3_S, Q2_K, Q4_K, Q5_K, Q6_K: src/kern_x86_512.h; grids by gather, VNNI vpdpwssd),
+ * IQ3_XXS, IQ3_S, Q2_K, Q4_K, Q5_K, Q6_K: src/kern_x86_512.h; grids by gather, VNNI vpdpwssd;
+ * IQ1_M, the IQ2/IQ3 types and Q4_K run four rows at a time, sharing activation loads, the
+ * reductions and a 4-lane float epilogue that keeps each row's scalar arithmetic),
  * 512-bit F32/F16 loops and VNNI for the int8 dots; the other types share the AVX2 source
  * (src/kern_x86.h, kern_x86_k.h, kern_x86_iq.h) with EVEX encodings. The quantised mat-vecs
  * prefetch the weight stream 2 KiB ahead (the hardware streamer stops at 4 KiB pages).
