@@ -24,11 +24,15 @@ static void cpu_ctx_free(backend_ctx *c) {
         if (c->st.v_cache) free(c->st.v_cache[il]);
         if (c->st.conv) free(c->st.conv[il]);
         if (c->st.ssm) free(c->st.ssm[il]);
+        if (c->st.conv_next) free(c->st.conv_next[il]);
+        if (c->st.ssm_next) free(c->st.ssm_next[il]);
     }
     free(c->st.k_cache);
     free(c->st.v_cache);
     free(c->st.conv);
     free(c->st.ssm);
+    free(c->st.conv_next);
+    free(c->st.ssm_next);
     free(c->run.scratch);
     free(c->run.actq);
     free(c);
@@ -46,7 +50,9 @@ static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_ba
     st->v_cache = rl_calloc((size_t)nl, sizeof(float *), "KV cache");
     st->conv = rl_calloc((size_t)nl, sizeof(float *), "conv state");
     st->ssm = rl_calloc((size_t)nl, sizeof(float *), "recurrent state");
-    if (!st->k_cache || !st->v_cache || !st->conv || !st->ssm) goto fail;
+    st->conv_next = rl_calloc((size_t)nl, sizeof(float *), "conv state");
+    st->ssm_next = rl_calloc((size_t)nl, sizeof(float *), "recurrent state");
+    if (!st->k_cache || !st->v_cache || !st->conv || !st->ssm || !st->conv_next || !st->ssm_next) goto fail;
     size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
     for (int il = 0; il < nl; il++) {
         if (hp->is_attn[il]) {
@@ -56,7 +62,10 @@ static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_ba
         } else {
             st->conv[il] = rl_calloc(q3n_conv_floats(hp), sizeof(float), "conv state");
             st->ssm[il] = rl_calloc(q3n_ssm_floats(hp), sizeof(float), "recurrent state");
-            if (!st->conv[il] || !st->ssm[il]) goto fail;
+            /* the uncommitted copy a step writes (see q3n_state): a failed step loses nothing */
+            st->conv_next[il] = rl_calloc(q3n_conv_floats(hp), sizeof(float), "conv state");
+            st->ssm_next[il] = rl_calloc(q3n_ssm_floats(hp), sizeof(float), "recurrent state");
+            if (!st->conv[il] || !st->ssm[il] || !st->conv_next[il] || !st->ssm_next[il]) goto fail;
         }
     }
     c->run.m = m;

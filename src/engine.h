@@ -55,9 +55,12 @@ int engine_n_ctx(const engine_ctx *c);
 /* Clear the sequence (position 0, zero state). */
 void engine_reset(engine_ctx *c);
 
-/* One token at the current position; logits (n_vocab floats, may be NULL). 0 or -1. */
+/* One token at the current position; logits (n_vocab floats, may be NULL). 0 or -1.
+ * A call that fails (e.g. an expert read error with a bounded cache) leaves the context as it
+ * was (CPU backend: position, recurrent state and hidden state unchanged), so it can be retried. */
 int engine_step(engine_ctx *c, int32_t token, float *logits);
-/* n tokens in chunks of n_batch; logits of the last token only (may be NULL). */
+/* n tokens in chunks of n_batch; logits of the last token only (may be NULL). On failure the
+ * chunks that completed stay committed (engine_pos says how far) and the failed one left no trace. */
 int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_last);
 /* Multi-row verify: n tokens (n <= n_batch) in one pass; logits: n x n_vocab (each row
  * identical to single steps); snaps (optional, n entries from engine_snapshot_new): snaps[i]

@@ -278,7 +278,7 @@ void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, siz
     for (int j = 0; j < hd; j++) out[j] = (float)(acc[j] / den);
 }
 
-void ops_conv_step(float *state, const float *w, const float *u, int C, int kw, float *out) {
+void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out) {
     for (int c = 0; c < C; c++) {
         double s = 0;
         for (int j = 0; j < kw - 1; j++) s += (double)w[(size_t)c * kw + j] * state[(size_t)j * C + c];
@@ -286,18 +286,19 @@ void ops_conv_step(float *state, const float *w, const float *u, int C, int kw, 
         out[c] = ops_silu((float)s);
     }
     if (kw > 1) {
-        memmove(state, state + C, sizeof(float) * (size_t)C * (kw - 2));
-        memcpy(state + (size_t)C * (kw - 2), u, sizeof(float) * C);
+        memmove(state_out, state + C, sizeof(float) * (size_t)C * (kw - 2));
+        memcpy(state_out + (size_t)C * (kw - 2), u, sizeof(float) * C);
     }
 }
 
-void ops_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                     int dk, int dv, float *out) {
     for (int c = 0; c < dv; c++) {
+        const float *si = S_in + (size_t)c * dk;
         float *s = S + (size_t)c * dk;
         double m = 0;
         for (int i = 0; i < dk; i++) {
-            s[i] *= alpha;
+            s[i] = si[i] * alpha;
             m += (double)s[i] * k[i];
         }
         float delta = beta * (v[c] - (float)m);

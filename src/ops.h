@@ -87,12 +87,14 @@ void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, siz
 /* Causal depthwise conv1d step for C channels with kernel width kw:
  *   state: (kw-1) x C previous inputs, oldest first; w: C x kw (GGUF ssm_conv1d, ne = {kw, C});
  *   u: the current input (C). out[c] = silu(sum_j w[c][j] * window[j][c]) where window is
- *   state rows then u. Then the state shifts by one (drops the oldest, appends u). */
-void ops_conv_step(float *state, const float *w, const float *u, int C, int kw, float *out);
+ *   state rows then u. The shifted state (oldest dropped, u appended) goes to state_out, which
+ *   may be `state` itself (in place) or another buffer (the engine's uncommitted state). */
+void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out);
 
 /* Gated delta rule, one token, one value head:
  *   S: dv x dk state with the key index contiguous (element (i, v) at v*dk + i);
- *   S <- alpha S; m = S^T k; delta = beta (v - m); S <- S + k delta^T; out = S^T q. */
-void ops_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+ *   S <- alpha S; m = S^T k; delta = beta (v - m); S <- S + k delta^T; out = S^T q.
+ * Reads S_in, writes the new state to S (S_in == S: in place). */
+void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                     int dk, int dv, float *out);
 #endif

@@ -414,7 +414,10 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
     const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
     const float *ba = j->s->ba + (size_t)t * 2 * hv;
     const float *z = j->s->kv + (size_t)t * hv * dv;
-    float *ssm = j->r->st->ssm[j->il];
+    /* row 0 reads the committed state and writes the uncommitted one; later rows update it */
+    const q3n_state *st = j->r->st;
+    float *ssm = st->ssm_next ? st->ssm_next[j->il] : st->ssm[j->il];
+    const float *ssm_in = t == 0 ? st->ssm[j->il] : ssm;
     long lo, hi;
     pool_range(hv, ith, nth, &lo, &hi);
     for (long h = lo; h < hi; h++) {
@@ -426,10 +429,11 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
         float beta = ops_sigmoid(b);
         float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
         float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
+        const size_t so = (size_t)h * dv * dk;
         if (j->r->fast)
-            vec_get()->delta_step(ssm + (size_t)h * dv * dk, q, k, v, expf(gdecay), beta, dk, dv, o);
+            vec_get()->delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
         else
-            ops_delta_step(ssm + (size_t)h * dv * dk, q, k, v, expf(gdecay), beta, dk, dv, o);
+            ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
         /* gated RMSNorm per value head: norm, weight, then * silu(z) */
         ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
         for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
@@ -445,7 +449,8 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
-        ops_conv_step(r->st->conv[il], L->conv_w, s->big + (size_t)t * C, C, hp->ssm_kw, u);
+        float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
+        ops_conv_step(t == 0 ? r->st->conv[il] : conv, conv, L->conv_w, s->big + (size_t)t * C, C, hp->ssm_kw, u);
         DUMP(r, "dn_conv", il, t, u, C);
         for (int g = 0; g < hk; g++) {
             ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
@@ -454,7 +459,8 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         }
         dn_job j = {r, L, s, il, t};
         pool_run(r->pool, dn_heads_worker, &j);
-        if (r->row_state) r->row_state(r->hook_ud, il, t, r->st->conv[il], r->st->ssm[il]);
+        if (r->row_state)
+            r->row_state(r->hook_ud, il, t, conv, r->st->ssm_next ? r->st->ssm_next[il] : r->st->ssm[il]);
         DUMP(r, "dn_gated", il, t, s->o + (size_t)t * inner, inner);
     }
     mm(r, &L->wout, s->o, T, s->y);
@@ -648,7 +654,14 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
         DUMP(r, "inp_embd", -1, t, s.x + (size_t)t * D, D);
     }
     for (int il = 0; il < hp->n_layer; il++)
-        if (decoder_layer(r, il, &s, T, pos, 0)) return -1;
+        if (decoder_layer(r, il, &s, T, pos, 0)) return -1; /* committed state untouched */
+    if (r->st->conv_next)
+        for (int il = 0; il < hp->n_layer; il++) {
+            if (!r->st->conv[il]) continue;
+            float *c = r->st->conv[il], *S = r->st->ssm[il];
+            r->st->conv[il] = r->st->conv_next[il], r->st->ssm[il] = r->st->ssm_next[il];
+            r->st->conv_next[il] = c, r->st->ssm_next[il] = S;
+        }
     int t0 = all_logits ? 0 : T - 1;
     for (int t = 0; t < T; t++) {
         ops_rmsnorm(s.x + (size_t)t * D, m->output_norm, D, hp->rms_eps, s.xn + (size_t)t * D);

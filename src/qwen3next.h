@@ -114,6 +114,12 @@ typedef struct {
     float **k_cache, **v_cache;  /* per layer (attention layers): [n_ctx][Hkv*hd] */
     float **conv;                /* per layer (DeltaNet): [(kw-1)][conv_dim] */
     float **ssm;                 /* per layer (DeltaNet): [hv][dv][dk] */
+    /* Uncommitted recurrent state, same shapes (NULL: updates in place). A forward pass reads
+     * conv/ssm and writes its new state here; only when every layer succeeded are the pointer
+     * pairs swapped. A step that fails half-way (an expert read error in a bounded cache) thus
+     * leaves the committed state exactly as it was, with no snapshot: KV rows past the context
+     * position are ignored anyway, so the next step simply runs again. */
+    float **conv_next, **ssm_next;
 } q3n_state;
 
 /* Optional observers for debugging and tests. */

@@ -22,11 +22,12 @@ static void axpy_portable(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static void delta_portable(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
-                           int dk, int dv, float *out) {
+static void delta_portable(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
+                           float beta, int dk, int dv, float *out) {
     for (int c = 0; c < dv; c++) {
+        const float *si = S_in + (size_t)c * dk;
         float *s = S + (size_t)c * dk;
-        for (int i = 0; i < dk; i++) s[i] *= alpha;
+        for (int i = 0; i < dk; i++) s[i] = si[i] * alpha;
         float delta = beta * (v[c] - dot_portable(s, k, dk));
         axpy_portable(s, delta, k, dk);
         out[c] = dot_portable(s, q, dk);

@@ -12,8 +12,9 @@ typedef struct {
     float (*dot)(const float *a, const float *b, int n);
     /* y += a * x */
     void (*axpy)(float *y, float a, const float *x, int n);
-    /* one token of the gated delta rule for one value head (see ops_delta_step) */
-    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+    /* one token of the gated delta rule for one value head (see ops_delta_step: reads S_in,
+     * writes S, which may be S_in) */
+    void (*delta_step)(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                        int dk, int dv, float *out);
 } vec_ops;
 

@@ -32,21 +32,22 @@ static void axpy_avx2(float *y, float a, const float *x, int n) {
 
 /* One pass to decay and project (m = S^T k), one pass to update and read out (o = S^T q):
  * the column of S stays in registers/L1 between the two. */
-static void delta_avx2(float *S, const float *q, const float *k, const float *v, float alpha, float beta, int dk,
-                       int dv, float *out) {
+static void delta_avx2(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
+                       float beta, int dk, int dv, float *out) {
     __m256 va = _mm256_set1_ps(alpha);
     for (int c = 0; c < dv; c++) {
+        const float *si = S_in + (size_t)c * dk;
         float *s = S + (size_t)c * dk;
         __m256 m0 = _mm256_setzero_ps();
         int i = 0;
         for (; i + 8 <= dk; i += 8) {
-            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + i), va);
+            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(si + i), va);
             _mm256_storeu_ps(s + i, x);
             m0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k + i), m0);
         }
         float m = hsum(m0);
         for (; i < dk; i++) {
-            s[i] *= alpha;
+            s[i] = si[i] * alpha;
             m += s[i] * k[i];
         }
         float delta = beta * (v[c] - m);

@@ -26,14 +26,38 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
         for (int t = 0; t < 4; t++) {
             check_poison(o1, DV);
             check_poison(o2, DV);
-            ops_delta_step(S1, q, k, val, 0.9f, 0.6f, dk, DV, o1);
-            v->delta_step(S2, q, k, val, 0.9f, 0.6f, dk, DV, o2);
+            ops_delta_step(S1, S1, q, k, val, 0.9f, 0.6f, dk, DV, o1);
+            v->delta_step(S2, S2, q, k, val, 0.9f, 0.6f, dk, DV, o2);
             for (int c = 0; c < DV; c++) {
                 double e = fabs(o1[c] - o2[c]) / (1e-3 + fabs(o1[c]));
                 if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
             }
         }
         CHECK(worst < 1e-4, "%s delta_step dk=%d: worst relative error %.3e", v->name, dk, worst);
+    }
+    /* out of place (the engine's uncommitted state): the same bits as in place, input untouched */
+    {
+        float *Sin = malloc(sizeof(float) * DK * DV), *Sout = malloc(sizeof(float) * DK * DV);
+        memcpy(S1, S0, sizeof(float) * DK * DV);
+        memcpy(Sin, S0, sizeof(float) * DK * DV);
+        check_poison(Sout, DK * DV);
+        for (int impl = 0; impl < 2; impl++) {
+            if (impl == 0) {
+                ops_delta_step(S1, S1, q, k, val, 0.9f, 0.6f, DK, DV, o1);
+                ops_delta_step(Sin, Sout, q, k, val, 0.9f, 0.6f, DK, DV, o2);
+            } else {
+                memcpy(S1, S0, sizeof(float) * DK * DV);
+                check_poison(Sout, DK * DV);
+                v->delta_step(S1, S1, q, k, val, 0.9f, 0.6f, DK, DV, o1);
+                v->delta_step(Sin, Sout, q, k, val, 0.9f, 0.6f, DK, DV, o2);
+            }
+            CHECK(memcmp(S1, Sout, sizeof(float) * DK * DV) == 0 && memcmp(o1, o2, sizeof o1) == 0,
+                  "%s delta_step out of place differs from in place", impl ? v->name : "ops");
+            CHECK(memcmp(Sin, S0, sizeof(float) * DK * DV) == 0, "%s delta_step wrote its input",
+                  impl ? v->name : "ops");
+        }
+        free(Sin);
+        free(Sout);
     }
     /* attention over 37 positions */
     float *K = malloc(sizeof(float) * NKV * HD), *V = malloc(sizeof(float) * NKV * HD), qa[HD], a1[HD], a2[HD];
