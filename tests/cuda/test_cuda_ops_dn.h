@@ -73,7 +73,7 @@ static void test_deltanet(int dk, int dv, int hk, int hv) {
     float *uu = malloc(sizeof(float) * C);
     const int rr = hv / hk;
     for (int t = 0; t < T; t++) {
-        ops_conv_step(st, cw, in + (size_t)t * C, C, kw, uu);
+        ops_conv_step(st, st, cw, in + (size_t)t * C, C, kw, uu);
         for (int g = 0; g < hk; g++) {
             ops_l2norm(uu + (size_t)g * dk, dk, 1e-6f);
             for (int i = 0; i < dk; i++) uu[(size_t)g * dk + i] *= 1.0f / sqrtf((float)dk);
@@ -83,7 +83,7 @@ static void test_deltanet(int dk, int dv, int hk, int hv) {
             int g = h / rr, e = h % rr;
             float b = ba[(size_t)t * 2 * hv + g * 2 * rr + e], a = ba[(size_t)t * 2 * hv + g * 2 * rr + rr + e];
             float *out = ref + (size_t)t * inner + (size_t)h * dv;
-            ops_delta_step(S + (size_t)h * dv * dk, uu + (size_t)g * dk, uu + (size_t)(hk + g) * dk,
+            ops_delta_step(S + (size_t)h * dv * dk, S + (size_t)h * dv * dk, uu + (size_t)g * dk, uu + (size_t)(hk + g) * dk,
                            uu + (size_t)2 * hk * dk + (size_t)h * dv, expf(A[h] * ops_softplus(a + dtb[h])),
                            ops_sigmoid(b), dk, dv, out);
             ops_rmsnorm(out, nw, dv, 1e-6f, out);
