@@ -159,12 +159,21 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
     for (; r < nr; r++) o[r] = dot_iq1_m_512((const blk_iq1_m *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
-/* The 4-row mat-vec of a type whose super-block result is d * y.d * (integer sum of sbfn's lanes)
- * and whose row result is C * (sum over super-blocks): sbfn runs for 4 rows (the compiler shares
- * their activation loads), the 4 sums are reduced together and the float epilogue runs in 4
- * lanes with the scalar expression and order, so each row equals dotfn's result bit for bit. */
-#define MV4_D(fname, dotfn, sbfn, WT, C)                                                              \
-    static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {  \
+/* The one-row dot (dot_NAME_512) and 4-row mat-vec (mv_NAME_512) of a type whose super-block
+ * result is d * y.d * (integer sum of sb_NAME_512's lanes) and whose row result is
+ * C * (sum over super-blocks). The mat-vec runs sb for 4 rows (the compiler shares their
+ * activation loads), reduces the 4 sums together and evaluates the float epilogue in 4 lanes with
+ * the scalar expression and order, so each row equals the one-row dot bit for bit. */
+#define MV4_D(NAME, WT, C)                                                                            \
+    static float dot_##NAME##_512(const WT *x, const blk_q8_k *y, int64_t nb) {                      \
+        float sumf = 0.0f;                                                                           \
+        for (int64_t i = 0; i < nb; i++) {                                                           \
+            pf_block(&x[i], sizeof x[i]);                                                            \
+            sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_##NAME##_512(&x[i], &y[i])); \
+        }                                                                                            \
+        return C * sumf;                                                                             \
+    }                                                                                                \
+    static void mv_##NAME##_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) { \
         const blk_q8_k *y = act;                                                                     \
         const int64_t nb = nc / QK_K;                                                                \
         int64_t r = 0;                                                                               \
@@ -176,7 +185,7 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
                 __m512i acc[4];                                                                      \
                 UNROLL for (int k = 0; k < 4; k++) {                                                 \
                     pf_block(&x[k][i], sizeof x[k][i]);                                              \
-                    acc[k] = sbfn(&x[k][i], &y[i]);                                                  \
+                    acc[k] = sb_##NAME##_512(&x[k][i], &y[i]);                                                  \
                 }                                                                                    \
                 const __m128i S = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);                        \
                 const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d,     \
@@ -185,7 +194,7 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
             }                                                                                        \
             _mm_storeu_ps(o + r, _mm_mul_ps(_mm_set1_ps(C), sumf));                                  \
         }                                                                                            \
-        for (; r < nr; r++) o[r] = dotfn((const WT *)((const uint8_t *)W + (size_t)r * rb), y, nb);  \
+        for (; r < nr; r++) o[r] = dot_##NAME##_512((const WT *)((const uint8_t *)W + (size_t)r * rb), y, nb); \
     }
 
 /* ---- IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S -------------------------------------------------------
@@ -199,12 +208,26 @@ static inline __m512i dot_chunk512_signed(__m512i acc, __m512i g, const int8_t *
     return dot_chunk512(acc, g, _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av), s16, idx);
 }
 
+/* The 4 chunks of 64 values of a super-block: sum over chunk c of scale * grid g[c] * (sign ?
+ * -a : a), with the sign bits of chunk c in sg[c]; two accumulators for two dependency chains. */
+static inline __m512i sum_chunks_signed(const __m512i g[4], const int8_t *a, const uint64_t sg[4], __m512i s16) {
+    const __m512i four = _mm512_set1_epi16(4);
+    __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = scale_idx0();
+    for (int c = 0; c < 4; c++) {
+        if (c & 1)
+            acc2 = dot_chunk512_signed(acc2, g[c], a + 64 * c, (__mmask64)sg[c], s16, idx);
+        else
+            acc = dot_chunk512_signed(acc, g[c], a + 64 * c, (__mmask64)sg[c], s16, idx);
+        idx = _mm512_add_epi16(idx, four);
+    }
+    return _mm512_add_epi32(acc, acc2);
+}
+
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
 static inline __m512i sb_iq2_xxs_512(const blk_iq2_xxs *xb, const blk_q8_k *yb) {
     const blk_iq2_xxs *x = xb;
     const blk_q8_k *y = yb;
     const int64_t i = 0;
-    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
     const uint8_t *q = (const uint8_t *)x[i].qs; /* 8 x (w0: 4 grid indices, w1: signs + scale) */
     const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
     const __m256i w0 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0x88)), 0xd8);
@@ -213,35 +236,21 @@ static inline __m512i sb_iq2_xxs_512(const blk_iq2_xxs *xb, const blk_q8_k *yb) 
     _mm256_storeu_si256((__m256i *)gi, w0); /* the 32 grid indices in group order */
     _mm256_storeu_si256((__m256i *)sg, signs_from_words(w1));
     const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w1));
-    __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
+    __m512i g[4];
     for (int c = 0; c < 4; c++) {
         const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gi + c)));
-        const __m512i g = _mm512_i32gather_epi64(k, (const void *)iq2xxs_grid, 8);
-        if (c & 1)
-            acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
-        else
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
-        idx = _mm512_add_epi16(idx, four);
+        g[c] = _mm512_i32gather_epi64(k, (const void *)iq2xxs_grid, 8);
     }
-    return _mm512_add_epi32(acc, acc2);
+    return sum_chunks_signed(g, y[i].qs, sg, s16);
 }
 
-static float dot_iq2_xxs_512(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        pf_block(&x[i], sizeof x[i]);
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_iq2_xxs_512(&x[i], &y[i]));
-    }
-    return 0.125f * sumf;
-}
-MV4_D(mv_iq2_xxs_512, dot_iq2_xxs_512, sb_iq2_xxs_512, blk_iq2_xxs, 0.125f)
+MV4_D(iq2_xxs, blk_iq2_xxs, 0.125f)
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
 static inline __m512i sb_iq2_xs_512(const blk_iq2_xs *xb, const blk_q8_k *yb) {
     const blk_iq2_xs *x = xb;
     const blk_q8_k *y = yb;
     const int64_t i = 0;
-    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
     const __m256i m9 = _mm256_set1_epi32(511);
     /* entries: bits 8..0 grid index, bits 15..9 sign index */
     const __m256i e0 = loadu(x[i].qs), e1 = loadu(x[i].qs + 16);
@@ -249,69 +258,42 @@ static inline __m512i sb_iq2_xs_512(const blk_iq2_xs *xb, const blk_q8_k *yb) {
     uint64_t sg[4];
     _mm256_storeu_si256((__m256i *)sg, ksigns_vec(sidx));
     const __m512i s16 = _mm512_castsi256_si512(iq2_half_scales(x[i].scales));
-    __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
+    __m512i g[4];
     for (int c = 0; c < 4; c++) {
         const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 8 * c))), m9);
-        const __m512i g = _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8);
-        if (c & 1)
-            acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
-        else
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
-        idx = _mm512_add_epi16(idx, four);
+        g[c] = _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8);
     }
-    return _mm512_add_epi32(acc, acc2);
+    return sum_chunks_signed(g, y[i].qs, sg, s16);
 }
 
-static float dot_iq2_xs_512(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        pf_block(&x[i], sizeof x[i]);
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_iq2_xs_512(&x[i], &y[i]));
-    }
-    return 0.125f * sumf;
-}
-MV4_D(mv_iq2_xs_512, dot_iq2_xs_512, sb_iq2_xs_512, blk_iq2_xs, 0.125f)
+MV4_D(iq2_xs, blk_iq2_xs, 0.125f)
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
 static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *xb, const blk_q8_k *yb) {
     const blk_iq3_xxs *x = xb;
     const blk_q8_k *y = yb;
     const int64_t i = 0;
-    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
     const uint8_t *q = x[i].qs; /* 64 grid indices, then 8 words of signs + scale */
     const __m256i w = loadu(q + 64);
     uint64_t sg[4];
     _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
     const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w));
-    __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
+    __m512i g[4];
     for (int c = 0; c < 4; c++) {
         const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * c)));
-        const __m512i g = _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4);
-        if (c & 1)
-            acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
-        else
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg[c], s16, idx);
-        idx = _mm512_add_epi16(idx, four);
+        g[c] = _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4);
     }
-    return _mm512_add_epi32(acc, acc2);
+    return sum_chunks_signed(g, y[i].qs, sg, s16);
 }
 
-static float dot_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        pf_block(&x[i], sizeof x[i]);
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_iq3_xxs_512(&x[i], &y[i]));
-    }
-    return 0.25f * sumf;
-}
-MV4_D(mv_iq3_xxs_512, dot_iq3_xxs_512, sb_iq3_xxs_512, blk_iq3_xxs, 0.25f)
+MV4_D(iq3_xxs, blk_iq3_xxs, 0.25f)
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
 static inline __m512i sb_iq3_s_512(const blk_iq3_s *xb, const blk_q8_k *yb) {
     const blk_iq3_s *x = xb;
     const blk_q8_k *y = yb;
     const int64_t i = 0;
-    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4), b8 = _mm512_set1_epi32(256);
+    const __m512i b8 = _mm512_set1_epi32(256);
     const __m128i m4 = _mm_set1_epi8(15);
     /* block scales 1 + 2s (one per 32 values), each for both halves */
     uint32_t s4;
@@ -320,34 +302,21 @@ static inline __m512i sb_iq3_s_512(const blk_iq3_s *xb, const blk_q8_k *yb) {
     const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
     const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
     const __m512i s16 = _mm512_castsi256_si512(_mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1)));
-    __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
+    uint64_t sg[4];
+    memcpy(sg, x[i].signs, 32);
+    __m512i g[4];
     for (int c = 0; c < 4; c++) {
         /* 9-bit indices: qs byte | (bit k%8 of qh[k/8]) << 8, 16 per chunk */
         uint16_t hb;
         memcpy(&hb, x[i].qh + 2 * c, 2);
         const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * c)));
         const __m512i k = _mm512_mask_or_epi32(q, (__mmask16)hb, q, b8);
-        const __m512i g = _mm512_i32gather_epi32(k, (const void *)iq3s_grid, 4);
-        uint64_t sg;
-        memcpy(&sg, x[i].signs + 8 * c, 8);
-        if (c & 1)
-            acc2 = dot_chunk512_signed(acc2, g, y[i].qs + 64 * c, (__mmask64)sg, s16, idx);
-        else
-            acc = dot_chunk512_signed(acc, g, y[i].qs + 64 * c, (__mmask64)sg, s16, idx);
-        idx = _mm512_add_epi16(idx, four);
+        g[c] = _mm512_i32gather_epi32(k, (const void *)iq3s_grid, 4);
     }
-    return _mm512_add_epi32(acc, acc2);
+    return sum_chunks_signed(g, y[i].qs, sg, s16);
 }
 
-static float dot_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        pf_block(&x[i], sizeof x[i]);
-        sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_iq3_s_512(&x[i], &y[i]));
-    }
-    return sumf;
-}
-MV4_D(mv_iq3_s_512, dot_iq3_s_512, sb_iq3_s_512, blk_iq3_s, 1.0f)
+MV4_D(iq3_s, blk_iq3_s, 1.0f)
 
 /* ---- Q4_K / Q5_K / Q6_K / Q2_K -----------------------------------------------------------------
  * 64 bytes of codes per vector, taken in the storage order: a zmm of Q4_K nibbles holds two
