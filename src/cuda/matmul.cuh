@@ -5,10 +5,12 @@
 // of TT tokens; the input dimension is cut into units of 8 values and lane L takes units
 // L, L+32, L+64, ... For each (row, token) the lane accumulates its units in order with fmaf,
 // then one butterfly sums the 32 lanes. That sequence is the same for every (NR, TT), so a
-// decode GEMV (NR=2, TT=1) and a prefill tile (NR=8, TT=8) give bit-identical outputs.
+// decode GEMV (NR=1, TT=1) and a prefill tile (NR=8, TT=8) give bit-identical outputs.
 // Block: 4 warps. grid.x: row blocks of all segments; grid.y: token tiles (dense) or plan
 // tiles (grouped; blocks past *n_tiles exit at once).
 #pragma once
+
+#include <stdlib.h>
 
 #include "quant.cuh"
 
@@ -157,12 +159,35 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
     }
 }
 
+// Rows per warp of the decode GEMV (TT = 1): 1 (gate/up launches, which pair a gate and an up row,
+// 2), or RL_CUDA_DECODE_NR=2|4|8. Any NR gives the same bits (the batch-invariance rule above).
+// H200, cf2 decode: NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound and
+// more, smaller warps keep more loads in flight than more rows per warp.
+static inline int mm_decode_nr(bool gateup) {
+    static int nr = 0;
+    if (!nr) {
+        const char *e = getenv("RL_CUDA_DECODE_NR");
+        const int v = e ? atoi(e) : 1;
+        nr = (v == 2 || v == 4 || v == 8) ? v : 1;
+    }
+    return gateup && nr == 1 ? 2 : nr;
+}
+
+template <int TYPE, int NR> static void mm_launch_decode(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
+    if (gateup) k_mm<TYPE, NR, 1, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    else k_mm<TYPE, NR, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+}
+
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
     const cu_qtabs &tb = cu_qtabs_get();
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) {
-        if (gateup) k_mm<TYPE, 2, 1, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
-        else k_mm<TYPE, 2, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        switch (mm_decode_nr(gateup)) {
+        case 1: if (!gateup) k_mm<TYPE, 1, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L); break;
+        case 4: mm_launch_decode<TYPE, 4>(tb, grid, L, gateup); break;
+        case 8: mm_launch_decode<TYPE, 8>(tb, grid, L, gateup); break;
+        default: mm_launch_decode<TYPE, 2>(tb, grid, L, gateup); break;
+        }
     } else {
         if (gateup) k_mm<TYPE, 8, CU_TT, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
         else k_mm<TYPE, 8, CU_TT, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
@@ -172,7 +197,7 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
 }
 
 // Rows per block for a variant (host side).
-static inline int mm_rows_per_block(bool gateup, int tt) { return MM_WARPS * (tt == 1 ? 2 : 8) / (gateup ? 2 : 1); }
+static inline int mm_rows_per_block(bool gateup, int tt) { return MM_WARPS * (tt == 1 ? mm_decode_nr(gateup) : 8) / (gateup ? 2 : 1); }
 
 // One instance file per type (mm_<type>.cu): int mm_run_<name>(launch, gateup, tt).
 #define MM_INSTANCE(T, n)                                                                                    \
