@@ -344,25 +344,39 @@ typedef struct {
     int il, T, pos;
 } attn_job;
 
+/* Work items: (row, KV head, slice of its query-head group). The fast path takes a slice of
+ * heads at once (vec_attn_group reads each K and V row once for the slice); slices are as large
+ * as the thread count allows (decode on 2 threads: a whole group of 8 per thread). */
+static int attn_slice(const q3n_hparams *hp, int T, int nth) {
+    int group = hp->n_head / hp->n_head_kv, gs = group;
+    while (gs > 1 && (long)T * hp->n_head_kv * (group / gs) < nth && gs % 2 == 0) gs /= 2;
+    return gs > VEC_ATTN_MAX_G ? 1 : gs;
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const q3n_hparams *hp = &j->r->m->hp;
     int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
+    int gs = j->r->fast ? attn_slice(hp, j->T, nth) : 1, ns = H / gs; /* slices per row */
     size_t kvw = (size_t)hp->n_head_kv * hd;
     float *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
+    const float scale = 1.0f / sqrtf((float)hd);
     long lo, hi;
-    pool_range((long)j->T * H, ith, nth, &lo, &hi);
+    pool_range((long)j->T * ns, ith, nth, &lo, &hi);
     for (long w = lo; w < hi; w++) {
-        int t = (int)(w / H), h = (int)(w % H);
-        const float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
-        const float *gate = q + hd;
-        float *o = j->s->o + (size_t)t * H * hd + (size_t)h * hd;
-        size_t kvoff = (size_t)(h / group) * hd;
+        int t = (int)(w / ns), h0 = (int)(w % ns) * gs;
+        const float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd;
+        float *o = j->s->o + (size_t)t * H * hd + (size_t)h0 * hd;
+        size_t kvoff = (size_t)(h0 / group) * hd;
         if (j->r->fast)
-            vec_attn_head(vec_get(), q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
+            vec_attn_group(vec_get(), q, 2 * (size_t)hd, gs, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, scale, o,
+                           hd);
         else
-            ops_attn_head(q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
-        for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
+            ops_attn_head(q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, scale, o);
+        for (int g = 0; g < gs; g++) {
+            const float *gate = q + (size_t)g * 2 * hd + hd;
+            for (int i = 0; i < hd; i++) o[(size_t)g * hd + i] *= ops_sigmoid(gate[i]);
+        }
     }
 }
 

@@ -83,3 +83,44 @@ void vec_attn_head(const vec_ops *v, const float *q, const float *K, const float
     float inv = 1.0f / l;
     for (int j = 0; j < hd; j++) out[j] *= inv;
 }
+
+void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
+                    size_t stride, int hd, float scale, float *out, size_t ostride) {
+    float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];
+    RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && hd <= 1024);
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0;
+        memset(out + (size_t)g * ostride, 0, sizeof(float) * (size_t)hd);
+    }
+    for (int p0 = 0; p0 < n_kv; p0 += VEC_ATTN_BLOCK) {
+        const int nb = n_kv - p0 < VEC_ATTN_BLOCK ? n_kv - p0 : VEC_ATTN_BLOCK;
+        for (int p = 0; p < nb; p++) {
+            const float *k = K + (size_t)(p0 + p) * stride;
+            for (int g = 0; g < G; g++) e[g][p] = v->dot(q + (size_t)g * qstride, k, hd) * scale;
+        }
+        for (int g = 0; g < G; g++) {
+            float bm = e[g][0];
+            for (int p = 1; p < nb; p++) bm = e[g][p] > bm ? e[g][p] : bm;
+            if (bm > m[g]) { /* rescale what was accumulated under the old max */
+                const float c = expf(m[g] - bm);
+                float *o = out + (size_t)g * ostride;
+                for (int j = 0; j < hd; j++) o[j] *= c;
+                l[g] *= c;
+                m[g] = bm;
+            }
+            for (int p = 0; p < nb; p++) {
+                e[g][p] = expf(e[g][p] - m[g]);
+                l[g] += e[g][p];
+            }
+        }
+        for (int p = 0; p < nb; p++) {
+            const float *vr = V + (size_t)(p0 + p) * stride;
+            for (int g = 0; g < G; g++) v->axpy(out + (size_t)g * ostride, e[g][p], vr, hd);
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const float inv = 1.0f / l[g];
+        float *o = out + (size_t)g * ostride;
+        for (int j = 0; j < hd; j++) o[j] *= inv;
+    }
+}

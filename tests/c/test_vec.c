@@ -73,6 +73,37 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
     CHECK(worst < 1e-5, "%s attention: max abs error %.3e (values are convex combinations of N(0,1))", v->name, worst);
+    /* grouped attention: 8 heads on one KV head over 300 positions (3 blocks), each head against
+     * the double reference, and a head's result independent of the group size */
+    {
+        enum { G = 8, NP = 300 };
+        float *K2 = malloc(sizeof(float) * NP * HD), *V2 = malloc(sizeof(float) * NP * HD);
+        float *qg = malloc(sizeof(float) * G * 2 * HD), *og = malloc(sizeof(float) * G * HD), ref[HD], one[HD];
+        for (int i = 0; i < NP * HD; i++) K2[i] = rl_rng_normal(rng), V2[i] = rl_rng_normal(rng);
+        for (int i = 0; i < G * 2 * HD; i++) qg[i] = rl_rng_normal(rng);
+        for (int n_kv = 1; n_kv <= NP; n_kv += n_kv < 128 ? 127 : 86) {
+            check_poison(og, (size_t)G * HD);
+            vec_attn_group(v, qg, 2 * HD, G, K2, V2, n_kv, HD, HD, 0.0625f, og, HD);
+            double gw = 0;
+            int indep = 1;
+            for (int g = 0; g < G; g++) {
+                ops_attn_head(qg + (size_t)g * 2 * HD, K2, V2, n_kv, HD, HD, 0.0625f, ref);
+                for (int j = 0; j < HD; j++) {
+                    double e = fabs(og[(size_t)g * HD + j] - ref[j]);
+                    if (!(e <= gw)) gw = isnan(e) ? INFINITY : e;
+                }
+                check_poison(one, HD);
+                vec_attn_group(v, qg + (size_t)g * 2 * HD, 2 * HD, 1, K2, V2, n_kv, HD, HD, 0.0625f, one, HD);
+                indep &= memcmp(one, og + (size_t)g * HD, sizeof one) == 0;
+            }
+            CHECK(gw < 1e-5, "%s grouped attention n_kv %d: max abs error %.3e", v->name, n_kv, gw);
+            CHECK(indep, "%s grouped attention n_kv %d: a head's result depends on the group size", v->name, n_kv);
+        }
+        free(K2);
+        free(V2);
+        free(qg);
+        free(og);
+    }
     float d1 = v->dot(qa, K, HD);
     double d0 = 0, mag = 0;
     for (int j = 0; j < HD; j++) d0 += (double)qa[j] * K[j], mag += fabs((double)qa[j] * K[j]);
