@@ -416,42 +416,45 @@ typedef struct {
     q3n_run *r;
     const q3n_layer *L;
     scratch *s;
-    int il, t;
+    int il, t0, t1; /* rows t0..t1-1 */
 } dn_job;
 
+/* The delta rule and gated norm of rows t0..t1-1 for a range of value heads: each head runs its rows
+ * in order (a head's state depends only on its own previous rows), so one dispatch can cover a
+ * whole prefill chunk and a head's 64 KiB state stays in cache across the rows. */
 static void dn_heads_worker(void *arg, int ith, int nth) {
     dn_job *j = arg;
     const q3n_hparams *hp = &j->r->m->hp;
     const q3n_layer *L = j->L;
     int dk = hp->ssm_dk, dv = hp->ssm_dv, hk = hp->ssm_hk, hv = hp->ssm_hv, rr = hv / hk;
-    int t = j->t;
-    const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
-    const float *ba = j->s->ba + (size_t)t * 2 * hv;
-    const float *z = j->s->kv + (size_t)t * hv * dv;
     /* row 0 reads the committed state and writes the uncommitted one; later rows update it */
     const q3n_state *st = j->r->st;
     float *ssm = st->ssm_next ? st->ssm_next[j->il] : st->ssm[j->il];
-    const float *ssm_in = t == 0 ? st->ssm[j->il] : ssm;
     long lo, hi;
     pool_range(hv, ith, nth, &lo, &hi);
-    for (long h = lo; h < hi; h++) {
-        int g = (int)h / rr, e = (int)h % rr;
-        const float *q = u + (size_t)g * dk;           /* l2-normed and scaled in place before */
-        const float *k = u + (size_t)(hk + g) * dk;
-        const float *v = u + (size_t)2 * hk * dk + (size_t)h * dv;
-        float b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
-        float beta = ops_sigmoid(b);
-        float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
-        float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
-        const size_t so = (size_t)h * dv * dk;
-        if (j->r->fast)
-            vec_get()->delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
-        else
-            ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
-        /* gated RMSNorm per value head: norm, weight, then * silu(z) */
-        ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
-        for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
-    }
+    for (long h = lo; h < hi; h++)
+        for (int t = j->t0; t < j->t1; t++) {
+            const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
+            const float *ba = j->s->ba + (size_t)t * 2 * hv;
+            const float *z = j->s->kv + (size_t)t * hv * dv;
+            const float *ssm_in = t == 0 ? st->ssm[j->il] : ssm;
+            int g = (int)h / rr, e = (int)h % rr;
+            const float *q = u + (size_t)g * dk; /* l2-normed and scaled in place before */
+            const float *k = u + (size_t)(hk + g) * dk;
+            const float *v = u + (size_t)2 * hk * dk + (size_t)h * dv;
+            float b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
+            float beta = ops_sigmoid(b);
+            float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
+            float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
+            const size_t so = (size_t)h * dv * dk;
+            if (j->r->fast)
+                vec_get()->delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
+            else
+                ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
+            /* gated RMSNorm per value head: norm, weight, then * silu(z) */
+            ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
+            for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
+        }
 }
 
 static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
@@ -461,9 +464,13 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         {&L->wqkv, s->xn, T, s->big, NULL}, {&L->wgate, s->xn, T, s->kv, NULL}, {&L->wba, s->xn, T, s->ba, NULL}};
     mm_batch(r, proj, 3);
     float qscale = 1.0f / sqrtf((float)dk);
+    float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
+    /* Per-row observers (verify snapshots, dumps) need the rows one at a time; otherwise the conv
+     * runs for all rows and one dispatch does the recurrence of all rows, head by head. The
+     * arithmetic is the same either way. */
+    const bool per_row = r->row_state || r->dump;
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
-        float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
         ops_conv_step(t == 0 ? r->st->conv[il] : conv, conv, L->conv_w, s->big + (size_t)t * C, C, hp->ssm_kw, u);
         DUMP(r, "dn_conv", il, t, u, C);
         for (int g = 0; g < hk; g++) {
@@ -471,11 +478,16 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
             for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
             ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
         }
-        dn_job j = {r, L, s, il, t};
+        if (!per_row) continue;
+        dn_job j = {r, L, s, il, t, t + 1};
         pool_run(r->pool, dn_heads_worker, &j);
         if (r->row_state)
             r->row_state(r->hook_ud, il, t, conv, r->st->ssm_next ? r->st->ssm_next[il] : r->st->ssm[il]);
         DUMP(r, "dn_gated", il, t, s->o + (size_t)t * inner, inner);
+    }
+    if (!per_row) {
+        dn_job j = {r, L, s, il, 0, T};
+        pool_run(r->pool, dn_heads_worker, &j);
     }
     mm(r, &L->wout, s->o, T, s->y);
 }
