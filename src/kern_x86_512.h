@@ -54,99 +54,71 @@ static void init_iq1_fold_nq(void) {
     for (int k = 0; k < 4096; k++) iq1_fold_nq[k] = iq1_fold[((k & 255) << 1) | ((k >> 8) & 7) << 9 | (k >> 11)];
 }
 
-static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
+/* One super-block: S = sum over its 16-value blocks of ls * sum (8g + delta8) a, in 16 int32 lanes
+ * (the -9 * sum ls * bsum correction included); *dbits = the fp16 super-block scale. */
+static inline __m512i sb_iq1_m_512(const blk_iq1_m *b, const blk_q8_k *y, uint16_t *dbits) {
     /* scale k (of 16 values) = bits 3(k%4)..+2 of scale word k/4: pick the word per int16 lane,
      * shift per lane */
     const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
                                           6, 7, 6, 7);
     const __m256i wsh = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
-    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
+    const __m512i four = _mm512_set1_epi16(4);
     const __m128i m4 = _mm_set1_epi8(15);
+    uint64_t sc;
+    memcpy(&sc, b->scales, 8);
+    *dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
+    const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
+    const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
+    const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+    /* the -9 * sum ls * bsum correction starts the accumulator */
+    const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
+    __m512i a0 = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y->bsums))));
+    __m512i a1 = _mm512_setzero_si512(), idx = scale_idx0();
+    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+    const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+    const __m128i n0 = _mm_unpacklo_epi8(nl, nh), n1 = _mm_unpackhi_epi8(nl, nh); /* groups 0-15, 16-31 */
+    const __m128i key[4] = { _mm_unpacklo_epi8(q0, n0), _mm_unpackhi_epi8(q0, n0), _mm_unpacklo_epi8(q1, n1),
+                             _mm_unpackhi_epi8(q1, n1) };
+    const __m512i s16 = _mm512_castsi256_si512(lsv);
+    UNROLL for (int c = 0; c < 4; c++) {
+        const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(key[c]), (const void *)iq1_fold_nq, 8);
+        if (c & 1)
+            a1 = dot_chunk512(a1, g, loadu512(y->qs + 64 * c), s16, idx);
+        else
+            a0 = dot_chunk512(a0, g, loadu512(y->qs + 64 * c), s16, idx);
+        idx = _mm512_add_epi16(idx, four);
+    }
+    return _mm512_add_epi32(a0, a1);
+}
+
+static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
-        uint64_t sc;
-        memcpy(&sc, x[i].scales, 8);
-        const uint16_t dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) |
-                                          ((sc >> 48) & 0xf000));
-        const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
-        const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
-        const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
-        /* the -9 * sum ls * bsum correction starts the accumulator */
-        const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
-        __m512i acc2 = _mm512_setzero_si512(), acc = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y[i].bsums))));
-        const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
-        const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
-        const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) }; /* groups 0-15, 16-31 */
-        const __m512i s16 = _mm512_castsi256_si512(lsv);
-        __m512i idx = idx0;
-        for (int c = 0; c < 4; c++) {
-            const __m128i q = _mm_loadu_si128((const __m128i *)(x[i].qs + 16 * (c >> 1)));
-            const __m128i k = (c & 1) ? _mm_unpackhi_epi8(q, nib[c >> 1]) : _mm_unpacklo_epi8(q, nib[c >> 1]);
-            const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(k), (const void *)iq1_fold_nq, 8);
-            if (c & 1)
-                acc2 = dot_chunk512(acc2, g, loadu512(y[i].qs + 64 * c), s16, idx);
-            else
-                acc = dot_chunk512(acc, g, loadu512(y[i].qs + 64 * c), s16, idx);
-            idx = _mm512_add_epi16(idx, four);
-        }
-        const int S = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
+        uint16_t dbits;
+        const int S = _mm512_reduce_add_epi32(sb_iq1_m_512(&x[i], &y[i], &dbits));
         sumf += h2f(dbits) * y[i].d * ((float)S * 0.125f);
     }
     return sumf;
 }
-/* IQ1_M, four rows at a time (the mat-vec): activation vectors, bsums and the scale-index vectors
- * loaded once per super-block for the 4 rows, the 4 integer sums reduced together and the float
- * epilogue evaluated in 4 lanes with the scalar expression and order, so each row's result is
- * dot_iq1_m_512's bit for bit. */
+/* IQ1_M, four rows at a time (the mat-vec): sb_iq1_m_512 for 4 rows (the compiler shares their
+ * activation loads), the 4 integer sums reduced together and the float epilogue evaluated in 4
+ * lanes with the scalar expression and order, so each row's result is dot_iq1_m_512's bit for bit. */
 static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
-    const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
-                                          6, 7, 6, 7);
-    const __m256i wsh = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
-    const __m512i idx0 = scale_idx0(), four = _mm512_set1_epi16(4);
-    const __m512i idx[4] = { idx0, _mm512_add_epi16(idx0, four), _mm512_add_epi16(idx0, _mm512_add_epi16(four, four)),
-                             _mm512_add_epi16(idx0, _mm512_set1_epi16(12)) };
-    const __m128i m4 = _mm_set1_epi8(15);
     int64_t r = 0;
     for (; r + 4 <= nr; r += 4) {
         const blk_iq1_m *x[4];
         UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_iq1_m *)((const uint8_t *)W + (size_t)(r + k) * rb);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            const __m512i A[4] = { loadu512(y[i].qs), loadu512(y[i].qs + 64), loadu512(y[i].qs + 128),
-                                   loadu512(y[i].qs + 192) };
-            const __m256i bs = loadu(y[i].bsums);
             __m512i acc[4];
             uint16_t dbits[4];
             UNROLL for (int k = 0; k < 4; k++) {
-                const blk_iq1_m *b = &x[k][i];
-                pf_block(b, sizeof *b);
-                uint64_t sc;
-                memcpy(&sc, b->scales, 8);
-                dbits[k] = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
-                const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
-                const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
-                const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
-                const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
-                __m512i a0 = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, bs)));
-                __m512i a1 = _mm512_setzero_si512();
-                const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
-                const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
-                const __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
-                const __m128i n0 = _mm_unpacklo_epi8(nl, nh), n1 = _mm_unpackhi_epi8(nl, nh);
-                const __m512i s16 = _mm512_castsi256_si512(lsv);
-                const __m128i key[4] = { _mm_unpacklo_epi8(q0, n0), _mm_unpackhi_epi8(q0, n0), _mm_unpacklo_epi8(q1, n1),
-                                         _mm_unpackhi_epi8(q1, n1) };
-                UNROLL for (int c = 0; c < 4; c++) {
-                    const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(key[c]), (const void *)iq1_fold_nq, 8);
-                    if (c & 1)
-                        a1 = dot_chunk512(a1, g, A[c], s16, idx[c]);
-                    else
-                        a0 = dot_chunk512(a0, g, A[c], s16, idx[c]);
-                }
-                acc[k] = _mm512_add_epi32(a0, a1);
+                pf_block(&x[k][i], sizeof x[k][i]);
+                acc[k] = sb_iq1_m_512(&x[k][i], &y[i], &dbits[k]);
             }
             const __m128i S = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
             const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)dbits[0], (short)dbits[1], (short)dbits[2], (short)dbits[3], 0, 0, 0, 0));
