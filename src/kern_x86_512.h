@@ -196,11 +196,8 @@ static inline __m512i sum_chunks_signed(const __m512i g[4], const int8_t *a, con
 }
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
-static inline __m512i sb_iq2_xxs_512(const blk_iq2_xxs *xb, const blk_q8_k *yb) {
-    const blk_iq2_xxs *x = xb;
-    const blk_q8_k *y = yb;
-    const int64_t i = 0;
-    const uint8_t *q = (const uint8_t *)x[i].qs; /* 8 x (w0: 4 grid indices, w1: signs + scale) */
+static inline __m512i sb_iq2_xxs_512(const blk_iq2_xxs *x, const blk_q8_k *y) {
+    const uint8_t *q = (const uint8_t *)x->qs; /* 8 x (w0: 4 grid indices, w1: signs + scale) */
     const __m256 A = _mm256_castsi256_ps(loadu(q)), B = _mm256_castsi256_ps(loadu(q + 32));
     const __m256i w0 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0x88)), 0xd8);
     const __m256i w1 = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(A, B, 0xdd)), 0xd8);
@@ -213,39 +210,33 @@ static inline __m512i sb_iq2_xxs_512(const blk_iq2_xxs *xb, const blk_q8_k *yb) 
         const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gi + c)));
         g[c] = _mm512_i32gather_epi64(k, (const void *)iq2xxs_grid, 8);
     }
-    return sum_chunks_signed(g, y[i].qs, sg, s16);
+    return sum_chunks_signed(g, y->qs, sg, s16);
 }
 
 MV4_D(iq2_xxs, blk_iq2_xxs, 0.125f)
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
-static inline __m512i sb_iq2_xs_512(const blk_iq2_xs *xb, const blk_q8_k *yb) {
-    const blk_iq2_xs *x = xb;
-    const blk_q8_k *y = yb;
-    const int64_t i = 0;
+static inline __m512i sb_iq2_xs_512(const blk_iq2_xs *x, const blk_q8_k *y) {
     const __m256i m9 = _mm256_set1_epi32(511);
     /* entries: bits 8..0 grid index, bits 15..9 sign index */
-    const __m256i e0 = loadu(x[i].qs), e1 = loadu(x[i].qs + 16);
+    const __m256i e0 = loadu(x->qs), e1 = loadu(x->qs + 16);
     const __m256i sidx = _mm256_permute4x64_epi64(_mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
     uint64_t sg[4];
     _mm256_storeu_si256((__m256i *)sg, ksigns_vec(sidx));
-    const __m512i s16 = _mm512_castsi256_si512(iq2_half_scales(x[i].scales));
+    const __m512i s16 = _mm512_castsi256_si512(iq2_half_scales(x->scales));
     __m512i g[4];
     for (int c = 0; c < 4; c++) {
-        const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 8 * c))), m9);
+        const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 8 * c))), m9);
         g[c] = _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8);
     }
-    return sum_chunks_signed(g, y[i].qs, sg, s16);
+    return sum_chunks_signed(g, y->qs, sg, s16);
 }
 
 MV4_D(iq2_xs, blk_iq2_xs, 0.125f)
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
-static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *xb, const blk_q8_k *yb) {
-    const blk_iq3_xxs *x = xb;
-    const blk_q8_k *y = yb;
-    const int64_t i = 0;
-    const uint8_t *q = x[i].qs; /* 64 grid indices, then 8 words of signs + scale */
+static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y) {
+    const uint8_t *q = x->qs; /* 64 grid indices, then 8 words of signs + scale */
     const __m256i w = loadu(q + 64);
     uint64_t sg[4];
     _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
@@ -255,37 +246,34 @@ static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *xb, const blk_q8_k *yb) 
         const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * c)));
         g[c] = _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4);
     }
-    return sum_chunks_signed(g, y[i].qs, sg, s16);
+    return sum_chunks_signed(g, y->qs, sg, s16);
 }
 
 MV4_D(iq3_xxs, blk_iq3_xxs, 0.25f)
 
 /* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
-static inline __m512i sb_iq3_s_512(const blk_iq3_s *xb, const blk_q8_k *yb) {
-    const blk_iq3_s *x = xb;
-    const blk_q8_k *y = yb;
-    const int64_t i = 0;
+static inline __m512i sb_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y) {
     const __m512i b8 = _mm512_set1_epi32(256);
     const __m128i m4 = _mm_set1_epi8(15);
     /* block scales 1 + 2s (one per 32 values), each for both halves */
     uint32_t s4;
-    memcpy(&s4, x[i].scales, 4);
+    memcpy(&s4, x->scales, 4);
     const __m128i sc = _mm_cvtsi32_si128((int)s4);
     const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
     const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
     const __m512i s16 = _mm512_castsi256_si512(_mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1)));
     uint64_t sg[4];
-    memcpy(sg, x[i].signs, 32);
+    memcpy(sg, x->signs, 32);
     __m512i g[4];
     for (int c = 0; c < 4; c++) {
         /* 9-bit indices: qs byte | (bit k%8 of qh[k/8]) << 8, 16 per chunk */
         uint16_t hb;
-        memcpy(&hb, x[i].qh + 2 * c, 2);
-        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * c)));
+        memcpy(&hb, x->qh + 2 * c, 2);
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * c)));
         const __m512i k = _mm512_mask_or_epi32(q, (__mmask16)hb, q, b8);
         g[c] = _mm512_i32gather_epi32(k, (const void *)iq3s_grid, 4);
     }
-    return sum_chunks_signed(g, y[i].qs, sg, s16);
+    return sum_chunks_signed(g, y->qs, sg, s16);
 }
 
 MV4_D(iq3_s, blk_iq3_s, 1.0f)
