@@ -292,19 +292,26 @@ static inline __m512i load2x256(const void *lo, const void *hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(loadu(lo)), loadu(hi), 1);
 }
 
+/* Q4_K / Q5_K: the 8 six-bit sub-block scales as int16 lanes 0-7 (for pair_idx) and, in *summs, the
+ * min term sum over sub-blocks of min * (bsum pair) */
+static inline __m512i k4_scales_512(const uint8_t *scales, const int16_t *bsums, int *summs) {
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+    const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+    const __m128i mv = _mm_cvtsi64_si128((long long)m);
+    *summs = hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(bsums)));
+    return _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+}
+
 static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
-        uint32_t u[3];
-        memcpy(u, x[i].scales, 12);
-        const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
-        const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
-        const __m128i mv = _mm_cvtsi64_si128((long long)m);
-        const int summs = hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(y[i].bsums)));
-        const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        int summs;
+        const __m512i s16 = k4_scales_512(x[i].scales, y[i].bsums, &summs);
         __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             const __m512i q = loadu512(x[i].qs + 64 * h);
@@ -411,13 +418,8 @@ static float dot_q5_k_512(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
-        uint32_t u[3];
-        memcpy(u, x[i].scales, 12);
-        const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
-        const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
-        const __m128i mv = _mm_cvtsi64_si128((long long)m);
-        const int summs = hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(y[i].bsums)));
-        const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        int summs;
+        const __m512i s16 = k4_scales_512(x[i].scales, y[i].bsums, &summs);
         const __m512i qh2 = _mm512_broadcast_i64x4(loadu(x[i].qh));
         __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
