@@ -124,8 +124,8 @@ static void batch_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* Activation quantisation of the tasks that own their buffer (quant_of[i] == i), rows split
- * over the threads (prefill and verify quantise hundreds of rows per product). */
+/* Activation quantisation of the tasks that own their buffer (the first task of each distinct
+ * input; the others share it), rows split over the threads (prefill and verify quantise hundreds of rows per product). */
 typedef struct {
     const ops_mm_task *tasks;
     const int *owners;

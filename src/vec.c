@@ -62,28 +62,6 @@ const vec_ops *vec_get(void) {
     return chosen;
 }
 
-void vec_attn_head(const vec_ops *v, const float *q, const float *K, const float *V, int n_kv, size_t stride,
-                   int hd, float scale, float *out) {
-    /* online softmax: running max m, running denominator l, output accumulated in place */
-    float m = -INFINITY, l = 0;
-    RL_ASSERT(hd <= 1024);
-    for (int j = 0; j < hd; j++) out[j] = 0;
-    for (int p = 0; p < n_kv; p++) {
-        float s = v->dot(q, K + (size_t)p * stride, hd) * scale;
-        if (s > m) {
-            float c = expf(m - s); /* rescale what was accumulated under the old max */
-            for (int j = 0; j < hd; j++) out[j] *= c;
-            l *= c;
-            m = s;
-        }
-        float e = expf(s - m);
-        l += e;
-        v->axpy(out, e, V + (size_t)p * stride, hd);
-    }
-    float inv = 1.0f / l;
-    for (int j = 0; j < hd; j++) out[j] *= inv;
-}
-
 void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
                     size_t stride, int hd, float scale, float *out, size_t ostride) {
     float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];

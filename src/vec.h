@@ -25,16 +25,12 @@ const vec_ops *vec_portable(void);
 /* NULL if the CPU lacks AVX2+FMA. */
 const vec_ops *vec_avx2(void);
 
-/* Decode attention of one query head with float math and an online softmax (fast path twin of
- * ops_attn_head). */
-void vec_attn_head(const vec_ops *v, const float *q, const float *K, const float *V, int n_kv, size_t stride,
-                   int hd, float scale, float *out);
-/* The same for G query heads that share one KV head (grouped-query attention): head g's query at
- * q + g*qstride, its output at out + g*ostride (G <= VEC_ATTN_MAX_G). Positions go in blocks of
- * VEC_ATTN_BLOCK: all G x B scores first (independent dot products, each K row read once for the
- * G heads), one max/rescale per block, then each V row read once for the G outputs. The
- * softmax max is taken per block instead of per position, so results match vec_attn_head to
- * float rounding, not bit for bit. */
+/* Decode attention with float math and an online softmax (fast path twin of ops_attn_head), for
+ * G query heads that share one KV head (grouped-query attention; G = 1 for a single head): head
+ * g's query at q + g*qstride, its output at out + g*ostride (G <= VEC_ATTN_MAX_G). Positions go in
+ * blocks of VEC_ATTN_BLOCK: all G x B scores first (independent dot products, each K row read once
+ * for the G heads), one max/rescale per block, then each V row read once for the G outputs. A
+ * head's result does not depend on G. */
 #define VEC_ATTN_MAX_G 16
 #define VEC_ATTN_BLOCK 128
 void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,

@@ -66,7 +66,7 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
     check_poison(a1, HD);
     check_poison(a2, HD);
     ops_attn_head(qa, K, V, NKV, HD, HD, 0.0625f, a1);
-    vec_attn_head(v, qa, K, V, NKV, HD, HD, 0.0625f, a2);
+    vec_attn_group(v, qa, HD, 1, K, V, NKV, HD, HD, 0.0625f, a2, HD);
     double worst = 0;
     for (int j = 0; j < HD; j++) {
         double e = fabs(a1[j] - a2[j]);
