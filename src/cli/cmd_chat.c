@@ -303,7 +303,7 @@ int cmd_chat(int argc, char **argv) {
     if (isatty(2)) fprintf(stderr, "loading %s ...\n", model);
     double t0 = rl_now();
     if (!(S.m = gen_model_open(&mf, model))) goto fail;
-    S.tok = session_model_tokenizer(S.m);
+    if (!(S.tok = session_model_tokenizer(S.m))) goto fail;
     if (g_interrupt) {
         rc = 130;
         goto done;

@@ -120,7 +120,7 @@ int cmd_generate(int argc, char **argv) {
     chat_conv_init(&conv);
     chat_buf text = {0};
     if (!sm) goto fail;
-    tok = session_model_tokenizer(sm);
+    if (!(tok = session_model_tokenizer(sm))) goto fail;
     if (raw) {
         chat_buf_put(&text, prompt, plen);
     } else {
