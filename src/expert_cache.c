@@ -550,8 +550,8 @@ static int preload_mapping(expert_cache *ec) {
     for (int il = 0; il < ec->n_layer; il++)
         for (int i = 0; i < ec->layers[il].n_ranges; i++) total += ec->layers[il].r[i].stride * (uint64_t)ec->E;
     rl_progress pr;
-    rl_progress_start(&pr, "experts", total);
-    if (!ec->p.progress) pr.enabled = false;
+    if (ec->p.progress) rl_progress_start(&pr, "experts", total); /* (it draws at once) */
+    else pr = (rl_progress){.enabled = false};
     volatile uint8_t sink = 0;
     for (int il = 0; il < ec->n_layer; il++)
         for (int i = 0; i < ec->layers[il].n_ranges; i++) {
@@ -583,8 +583,8 @@ static void prepare_mapping(expert_cache *ec) {
     for (uint64_t i = 0; i < f->n_tensors; i++)
         if (!strstr(f->tensors[i].name, "_exps.")) total += f->tensors[i].nbytes;
     rl_progress pr;
-    rl_progress_start(&pr, "dense", total);
-    if (!ec->p.progress) pr.enabled = false;
+    if (ec->p.progress) rl_progress_start(&pr, "dense", total); /* (it draws at once) */
+    else pr = (rl_progress){.enabled = false};
     volatile uint8_t sink = 0;
     for (int i = 0; i < f->n_parts; i++)
         if (f->parts[i].fd >= 0) madvise((void *)f->parts[i].map, (size_t)f->parts[i].size, MADV_RANDOM);
