@@ -674,18 +674,18 @@ void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out) {
         char head[80], def[64];
         snprintf(head, sizeof head, "%s%s%s", t->names, t->value ? " " : "", t->value ? t->value : "");
         fmt_default(t, o, def, sizeof def);
-        if (strlen(head) > 22)
-            fprintf(out, "  %s\n%25s", head, "");
+        if (strlen(head) > 24)
+            fprintf(out, "  %s\n%27s", head, "");
         else
-            fprintf(out, "  %-22s ", head);
+            fprintf(out, "  %-24s ", head);
         for (const char *h = t->help; *h; h++) {
             fputc(*h, out);
-            if (*h == '\n') fprintf(out, "%25s", "");
+            if (*h == '\n') fprintf(out, "%27s", "");
         }
         if (def[0]) fprintf(out, " (default %s)", def);
         fputc('\n', out);
     }
-    fprintf(out, "  %-22s %s\n", "-h, --help", "this help");
+    fprintf(out, "  %-24s %s\n", "-h, --help", "this help");
     fputs("\nExit status: 0 success, 1 runtime error, 2 usage error.\n", out);
     if (c->footer) fprintf(out, "\n%s", c->footer);
 }
