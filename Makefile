@@ -15,7 +15,9 @@
 # Objects are kept per configuration (build/obj-cpu, build/obj-cuda), so `make` then `make CUDA=1`
 # in the same tree compiles each configuration once and links the right one; a stamp per object
 # directory holds its compile flags (a changed flag recompiles that directory) and build/.link
-# the configuration the binaries were last linked with (a change relinks them).
+# the configuration the binaries were last linked with (a change relinks them). OBJ= puts the
+# objects elsewhere: tests/test_cuda_build.py links build/cuda from build/obj-cuda, so `make
+# CUDA=1` and the test compile the CUDA objects once between them.
 
 BUILD    ?= build
 CC       ?= cc
@@ -40,7 +42,7 @@ TEST_SRC := $(wildcard tests/c/test_*.c)
 CUDA_SRC := $(wildcard src/cuda/*.cu)
 
 CONFIG   := $(if $(filter 1,$(CUDA)),cuda,cpu)
-OBJ      := $(BUILD)/obj-$(CONFIG)
+OBJ      ?= $(BUILD)/obj-$(CONFIG)
 LIB_OBJ  := $(patsubst src/%.c,$(OBJ)/%.o,$(LIB_SRC) $(AVX2_SRC) $(A512_SRC))
 CLI_OBJ  := $(patsubst src/%.c,$(OBJ)/%.o,$(CLI_SRC))
 LIB      := $(OBJ)/libredlite.a
@@ -142,7 +144,7 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(sort $(shell find $(BUILD) $(OBJ) -name '*.d' 2>/dev/null))
 
 # Quant oracle bridge for tests/test_quant_oracle.py (stdin blocks -> stdout floats).
 all: $(BUILD)/tools/rl_dequant

@@ -21,7 +21,8 @@ def cuda_build():
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not on PATH: the CUDA build is not checked here")
     jobs = os.environ.get("RL_CUDA_JOBS", "2")
-    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", f"-j{jobs}", f"{BUILD}/redlite",
+    # the objects are shared with `make CUDA=1` (build/obj-cuda): same flags, compiled once
+    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"-j{jobs}", f"{BUILD}/redlite",
                         f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine"],
                        cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, f"make CUDA=1 failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"

@@ -42,7 +42,7 @@ int main(void) {
     for (int i = 0; cr && i < N; i++) CHECK(engine_step(cr, TOKS[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
     double dmax = 0;
     for (size_t i = 0; i < (size_t)V * N; i++) {
-        double d = isnan(step[i]) || isnan(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
+        double d = !isfinite(step[i]) || !isfinite(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
         dmax = d > dmax ? d : dmax;
     }
     CHECK(dmax <= 1e-2, "CUDA vs CPU reference: max |logit diff| %.3g", dmax);
