@@ -116,8 +116,7 @@ def test_usage_errors(model, args):
 
 
 def test_missing_model():
-    if not BIN.exists():
-        pytest.skip("not built")
+    assert BIN.exists(), f"{BIN} not built: run make"
     for cmd in ("generate", "chat"):
         r = rl(cmd, "-m", "/nonexistent.gguf", "-p", "x", check=False)
         assert r.returncode == 1
