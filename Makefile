@@ -65,7 +65,8 @@ NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -fmad=false -Isrc -Xcompiler -Wall,-Wer
 # rebuilds nothing): $(OBJ)/.flags = what compiles the objects, $(BUILD)/.link = what links.
 FLAGS_STAMP := $(OBJ)/.flags
 LINK_STAMP  := $(BUILD)/.link
-stamp = $(shell mkdir -p $(dir $(1)) && printf '%s\n' '$(2)' | cmp -s - $(1) || printf '%s\n' '$(2)' > $(1))
+quote = '$(subst ','\'',$(1))'
+stamp = $(shell mkdir -p $(dir $(1)) && printf '%s\n' $(call quote,$(2)) | cmp -s - $(1) || printf '%s\n' $(call quote,$(2)) > $(1))
 ifeq ($(filter clean format,$(MAKECMDGOALS)),)
   $(call stamp,$(FLAGS_STAMP),$(CC) $(CFLAGS) | $(AVX2_FLAGS) | $(AVX512_FLAGS) | $(if $(filter 1,$(CUDA)),$(NVCC) $(NVCCFLAGS)))
   $(call stamp,$(LINK_STAMP),$(CONFIG) | $(CC) $(CFLAGS) $(LDLIBS))
