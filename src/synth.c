@@ -335,6 +335,23 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* Determinism across compilers and flags (the bytes are a contract, tests/test_synth_determinism.py):
+ * (1) every random draw is its own statement, never two calls in one expression, whose order C
+ * leaves unspecified (an ASan/UBSan build used to draw the IQ2_XS scale nibbles in the other
+ * order); (2) a product that feeds an addition is rounded through these helpers, so a compiler
+ * allowed to fuse a*b+c into one FMA (-ffp-contract=fast with -mfma, clang's default "on") still
+ * computes the same, separately rounded, value: a volatile store must hold the rounded product.
+ * The remaining float work is IEEE-exact operations (+ - * / sqrt), the scalar dequantisers and
+ * libm's logf/expf/expm1f/cosf (the same glibc gives the same bits). */
+static float rounded_f(float x) {
+    volatile float v = x;
+    return v;
+}
+static double rounded_d(double x) {
+    volatile double v = x;
+    return v;
+}
+
 static uint64_t name_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (const char *c = name; *c; c++)
@@ -559,8 +576,10 @@ static float q6_k_get(const uint8_t *b) {
     return f16at(b + 208);
 }
 static void q6_k_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 16; k++)
-        b[192 + k] = (uint8_t)(int8_t)(rnd(r, 16, 63) * (rl_rng_u64(r) & 1 ? -1 : 1));
+    for (int k = 0; k < 16; k++) {
+        int mag = rnd(r, 16, 63), neg = (int)(rl_rng_u64(r) & 1);
+        b[192 + k] = (uint8_t)(int8_t)(neg ? -mag : mag);
+    }
 }
 static void q6_k_mask(uint8_t *m) {
     mask_range(m, 0, 192);
@@ -586,8 +605,10 @@ static void iq2_xxs_mask(uint8_t *m) {
 
 /* IQ2_XS: | d | qs[32] u16 (grid index + sign index: any value valid) | scales[8] | */
 static void iq2_xs_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 8; k++)
-        b[66 + k] = (uint8_t)(rnd(r, 3, 15) | rnd(r, 3, 15) << 4);
+    for (int k = 0; k < 8; k++) {
+        int lo = rnd(r, 3, 15), hi = rnd(r, 3, 15); /* two declarators: drawn in this order */
+        b[66 + k] = (uint8_t)(lo | hi << 4);
+    }
 }
 static void iq2_xs_mask(uint8_t *m) {
     mask_range(m, 2, 66);
@@ -630,10 +651,10 @@ static const qgen qgens[] = {
 static double tmpl_std(const tmpl *t, float *buf, int64_t n) {
     quant_get(t->type)->to_float(t->bytes, buf, n);
     double s = 0, s2 = 0;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) /* float x float is exact in double: fused or not, same sum */
         s += buf[i], s2 += (double)buf[i] * buf[i];
     double mean = s / (double)n;
-    return sqrt(s2 / (double)n - mean * mean);
+    return sqrt(s2 / (double)n - rounded_d(mean * mean));
 }
 
 static int tmpl_build(tmpl *t, uint32_t type, float sigma, uint64_t seed) {
@@ -675,7 +696,7 @@ static int tmpl_build(tmpl *t, uint32_t type, float sigma, uint64_t seed) {
     for (int b = 0; b < TMPL_BLOCKS; b++) {
         uint8_t *blk = t->bytes + (size_t)b * bs;
         g->init(blk, &r);
-        g->set_d(blk, 0.75f + 0.5f * rl_rng_f32(&r)); /* block-to-block spread of the super-scale */
+        g->set_d(blk, 0.75f + rounded_f(0.5f * rl_rng_f32(&r))); /* block-to-block spread of d */
         g->mask(t->mask + (size_t)b * bs);
     }
     int64_t n = (int64_t)TMPL_BLOCKS * qt->blck;
@@ -742,7 +763,7 @@ static int make_vector(stensor *t) {
         float v;
         switch (t->r) {
         case R_NORM:
-            v = 1.0f + 0.05f * rl_rng_normal(&r);
+            v = 1.0f + rounded_f(0.05f * rl_rng_normal(&r));
             break; /* +1 baked in, as in GGUF */
         case R_CONV:
             v = 0.3f * rl_rng_normal(&r);
@@ -751,7 +772,7 @@ static int make_vector(stensor *t) {
             v = -expf(logf(16.0f) * rl_rng_f32(&r));
             break;   /* -exp(A_log), A in [1, 16] */
         case R_DT: { /* softplus^-1 of dt in [1e-3, 1e-1] */
-            float dt = expf(logf(1e-3f) + (logf(1e-1f) - logf(1e-3f)) * rl_rng_f32(&r));
+            float dt = expf(logf(1e-3f) + rounded_f((logf(1e-1f) - logf(1e-3f)) * rl_rng_f32(&r)));
             v = logf(expm1f(dt));
             break;
         }
