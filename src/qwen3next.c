@@ -290,8 +290,8 @@ static int load_hparams(q3n_hparams *hp, gguf_file *f) {
         int64_t n_in = q3n_dim_value(hp, d->ne[0]);
         if (d->vec || d->ne[0] == Q3N_DIM_VOCAB || n_in <= OPS_MAX_ROW) continue;
         if (d->kind == Q3N_KIND_MTP && hp->n_nextn == 0) continue;
-        rl_seterr("%s: tensor %s would have rows of %lld values, more than the kernels' %d", f->path, d->name,
-                  (long long)n_in, OPS_MAX_ROW);
+        rl_seterr("%s: tensor %s would have rows of %lld values, more than the kernels' %d", f->path,
+                  d->kind == Q3N_KIND_GLOBAL ? d->name : d->name + strlen("blk.%d."), (long long)n_in, OPS_MAX_ROW);
         return -2;
     }
     return 0;
@@ -477,37 +477,93 @@ typedef struct {
     float *g, *up;       /* [T*K + T][ff] gate / up outputs (experts, then shared expert) */
     float *eo;           /* [T*K][D]   expert outputs, in gathered order */
     float *sh;           /* [T][D] shared expert output */
+    /* MoE bookkeeping, sized by the model (n_expert E, top-k K) and the rows, never by a guess: */
+    float *sc;           /* [E] biased ranking scores of one row (cache-aware routing) */
+    float *pr;           /* [K] the selected experts' probabilities of one row (route hook) */
+    int32_t *uniq;       /* [E] union of the selected experts, in order of first use */
+    int32_t *slot_of;    /* [E] expert -> index in uniq, or -1 */
+    int32_t *first;      /* [E + 1] first gathered row of each expert of uniq */
+    int32_t *fill;       /* [E] gather cursor per expert */
+    int32_t *gidx;       /* [T*K] gathered row of (row, slot) */
+    const uint8_t **gp, **upp, **dp; /* [E] expert weight rows from the expert source */
+    ops_mat *mats;       /* [3E] per-expert slices of gate, up, down */
+    ops_mm_task *tasks;  /* [2E + 2] one dispatch's products */
 } scratch;
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
+static size_t fl(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); } /* bytes -> floats */
+
 static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
     scratch dummy, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
     size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
-    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp);
-    size_t sizes[] = {D,
-                      D,
-                      D,
-                      mx(2 * hp->n_head * hd, hp->ssm_conv_dim),
-                      mx(2 * hp->n_head_kv * hd, inner),
-                      2 * (size_t)hp->ssm_hv,
-                      mx(hp->n_head * hd, inner),
-                      hp->ssm_conv_dim,
-                      hp->n_expert,
-                      hp->n_expert_used,
-                      hp->n_expert_used,
-                      (size_t)hp->n_expert_used * D,
-                      (size_t)(hp->n_expert_used + 1) * ff,
-                      (size_t)(hp->n_expert_used + 1) * ff,
-                      (size_t)hp->n_expert_used * D,
-                      D};
-    float **ptrs[] = {&s->x, &s->xn, &s->y,     &s->big,    &s->kv, &s->ba, &s->o,  &s->u,
-                      &s->rl, &s->sel_w, &s->sel_id, &s->xs, &s->g,  &s->up, &s->eo, &s->sh};
+    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp), E = hp->n_expert, K = hp->n_expert_used;
+    /* {floats per row (times T), floats once}, in the order of the members below */
+    const size_t parts[][2] = {
+        {D, 0}, /* x */
+        {D, 0}, /* xn */
+        {D, 0}, /* y */
+        {mx(2 * hp->n_head * hd, hp->ssm_conv_dim), 0}, /* big */
+        {mx(2 * hp->n_head_kv * hd, inner), 0}, /* kv */
+        {2 * (size_t)hp->ssm_hv, 0}, /* ba */
+        {mx(hp->n_head * hd, inner), 0}, /* o */
+        {hp->ssm_conv_dim, 0}, /* u */
+        {E, 0}, /* rl */
+        {K, 0}, /* sel_w */
+        {K, 0}, /* sel_id */
+        {mx(K, 2) * D, 0}, /* xs */
+        {(K + 1) * ff, 0}, /* g */
+        {(K + 1) * ff, 0}, /* up */
+        {K * D, 0}, /* eo */
+        {D, 0}, /* sh */
+        {0, E}, /* sc */
+        {0, K}, /* pr */
+        {0, fl(sizeof(int32_t) * E)}, /* uniq */
+        {0, fl(sizeof(int32_t) * E)}, /* slot_of */
+        {0, fl(sizeof(int32_t) * (E + 1))}, /* first */
+        {0, fl(sizeof(int32_t) * E)}, /* fill */
+        {fl(sizeof(int32_t) * K), 0}, /* gidx */
+        {0, fl(sizeof(uint8_t *) * E)}, /* gp */
+        {0, fl(sizeof(uint8_t *) * E)}, /* upp */
+        {0, fl(sizeof(uint8_t *) * E)}, /* dp */
+        {0, fl(sizeof(ops_mat) * 3 * E)}, /* mats */
+        {0, fl(sizeof(ops_mm_task) * (2 * E + 2))}, /* tasks */
+    };
+    enum { NP = sizeof parts / sizeof parts[0] };
+    float *p[NP];
     size_t off = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (base) *ptrs[i] = base + off;
-        off += ((sizes[i] * (size_t)T + 15) / 16) * 16; /* 64-byte aligned sub-buffers */
+    for (size_t i = 0; i < NP; i++) {
+        p[i] = base ? base + off : NULL;
+        off += ((parts[i][0] * (size_t)T + parts[i][1] + 15) / 16) * 16; /* 64-byte aligned */
     }
+    s->x = p[0];
+    s->xn = p[1];
+    s->y = p[2];
+    s->big = p[3];
+    s->kv = p[4];
+    s->ba = p[5];
+    s->o = p[6];
+    s->u = p[7];
+    s->rl = p[8];
+    s->sel_w = p[9];
+    s->sel_id = p[10];
+    s->xs = p[11];
+    s->g = p[12];
+    s->up = p[13];
+    s->eo = p[14];
+    s->sh = p[15];
+    s->sc = p[16];
+    s->pr = p[17];
+    s->uniq = (int32_t *)p[18];
+    s->slot_of = (int32_t *)p[19];
+    s->first = (int32_t *)p[20];
+    s->fill = (int32_t *)p[21];
+    s->gidx = (int32_t *)p[22];
+    s->gp = (const uint8_t **)p[23];
+    s->upp = (const uint8_t **)p[24];
+    s->dp = (const uint8_t **)p[25];
+    s->mats = (ops_mat *)p[26];
+    s->tasks = (ops_mm_task *)p[27];
     return off;
 }
 
@@ -749,8 +805,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         float *p = s->rl + (size_t)t * E;
         ops_softmax(p, E);
         if (r->experts.bias) { /* cache-aware routing (opt-in, changes outputs): rank a biased copy */
-            float sc[1024];
-            RL_ASSERT(E <= 1024);
+            float *sc = s->sc;
             memcpy(sc, p, sizeof(float) * (size_t)E);
             r->experts.bias(r->experts.ud, il, sc, E);
             ops_topk(sc, E, K, ids + (size_t)t * K);
@@ -762,36 +817,32 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         if (sum < 6.103515625e-5) sum = 6.103515625e-5;
         for (int k = 0; k < K; k++) s->sel_w[t * K + k] = (float)(p[ids[t * K + k]] / sum);
         if (r->route) {
-            float pr[64];
-            for (int k = 0; k < K && k < 64; k++) pr[k] = p[ids[t * K + k]];
+            float *pr = s->pr;
+            for (int k = 0; k < K; k++) pr[k] = p[ids[t * K + k]];
             r->route(r->hook_ud, il, t, ids + (size_t)t * K, s->sel_w + (size_t)t * K, pr, K);
         }
     }
     /* union of the selected experts, in order of first use (slot_of: expert -> index in uniq) */
-    int32_t uniq[1024];
-    int16_t slot_of[1024];
+    int32_t *uniq = s->uniq, *slot_of = s->slot_of;
     int nu = 0;
-    RL_ASSERT(E <= 1024);
-    memset(slot_of, 0xff, sizeof(int16_t) * (size_t)E);
+    memset(slot_of, 0xff, sizeof(int32_t) * (size_t)E);
     for (int i = 0; i < T * K; i++)
         if (slot_of[ids[i]] < 0) {
-            slot_of[ids[i]] = (int16_t)nu;
+            slot_of[ids[i]] = nu;
             uniq[nu++] = ids[i];
         }
-    const uint8_t *gp[1024], *upp[1024], *dp[1024];
+    const uint8_t **gp = s->gp, **upp = s->upp, **dp = s->dp;
     const q3n_expert_src *src = &r->experts;
     int rc = src->acquire ? src->acquire(src->ud, il, uniq, nu, gp, upp, dp)
                           : mapped_acquire((void *)r->m, il, uniq, nu, gp, upp, dp);
     if (rc) return -1;
     /* gather each expert's rows (a counting sort by expert that keeps row order); gidx maps
      * (row, slot) to the gathered row */
-    static _Thread_local int gidx[4096 * 16];
-    RL_ASSERT(T * K <= 4096 * 16);
-    int first[1025], fill[1024];
-    memset(first, 0, sizeof(int) * (size_t)(nu + 1));
+    int32_t *gidx = s->gidx, *first = s->first, *fill = s->fill;
+    memset(first, 0, sizeof(int32_t) * (size_t)(nu + 1));
     for (int i = 0; i < T * K; i++) first[slot_of[ids[i]] + 1]++;
     for (int ui = 0; ui < nu; ui++) first[ui + 1] += first[ui];
-    memcpy(fill, first, sizeof(int) * (size_t)nu);
+    memcpy(fill, first, sizeof(int32_t) * (size_t)nu);
     int ng = first[nu];
     for (int i = 0; i < T * K; i++) {
         int g = fill[slot_of[ids[i]]]++;
@@ -799,8 +850,8 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         memcpy(s->xs + (size_t)g * D, s->xn + (size_t)(i / K) * D, sizeof(float) * D);
     }
     /* all gate/up projections (and the shared expert's) in one dispatch, then all downs */
-    static _Thread_local ops_mat mats[3 * 1024];
-    static _Thread_local ops_mm_task tasks[2 * 1024 + 2];
+    ops_mat *mats = s->mats;
+    ops_mm_task *tasks = s->tasks;
     bool has_sh = L->gate_sh.data != NULL;
     int fs = hp->n_ff_shexp, nt = 0;
     float *gsh = s->g + (size_t)T * K * ff, *ush = s->up + (size_t)T * K * ff;
@@ -927,8 +978,7 @@ int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens,
     scratch s;
     carve(hp, T, r->scratch, &s);
     /* [RMSNorm_e(embed(x_{p+1})) ; RMSNorm_h(h_p)] -> eh_proj (embedding first, spec F.2) */
-    float *cat = s.xs;
-    RL_ASSERT((size_t)hp->n_expert_used * D >= 2 * (size_t)D);
+    float *cat = s.xs; /* carve gives xs at least 2D floats per row */
     const quant_traits *et = quant_get(m->tok_embd.type);
     for (int t = 0; t < T; t++) {
         if (next_tokens[t] < 0 || next_tokens[t] >= hp->n_vocab)

@@ -12,8 +12,8 @@ Checks:
   determinism contract itself (any change of the generator that changes the bytes must update
   it knowingly; a compiler, flag set or platform that changes them is a bug). It assumes IEEE
   binary32/64 and glibc's libm (logf/expf/expm1f/cosf feed the norm and SSM vectors).
-- the synth modules compiled by themselves (tests/c/tool_synth.c + synth, gguf, gguf_write,
-  quant*, pool, common) under other flag sets and compilers write the same bytes as
+- the synth modules compiled by themselves (tests/c/tool_synth.c + synth, qwen3next (the tensor
+  table), gguf, gguf_write, quant*, pool, common; the rest linked from build/libredlite.a) under other flag sets and compilers write the same bytes as
   build/redlite, for the tiny, iq2_xxs and q4_k_m presets (the last two at a small geometry):
   -O0; -O3 -march=native -ffp-contract=fast; -O1 with UBSan (aborting on any finding); clang
   -O2 -march=native -ffp-contract=fast when clang is installed.
@@ -34,8 +34,12 @@ TINY_SHA256 = "a7d24666138d0e5a916351b2cf664eede0a5d52cfc998253f960a3881ffa723a"
 SMALL = ("hidden=256,layers=4,vocab=1024,ff=512,heads=4,kv_heads=2,head_dim=64,rope_dims=16,"
          "experts=8,top_k=2,expert_ff=256,shared_ff=256,state=64,groups=2,dt_rank=4,inner=256")
 PRESETS = [("tiny", None), ("iq2_xxs", SMALL), ("q4_k_m", SMALL)]
-SRCS = ["tests/c/tool_synth.c", "src/synth.c", "src/common.c", "src/gguf.c", "src/gguf_write.c",
-        "src/pool.c", "src/quant.c", "src/quant_iq.c", "src/quant_k.c", "src/quant_tables.c"]
+# compiled under the flag set: everything synth's bytes pass through; the rest (the forward code
+# qwen3next.c links against) comes from build/libredlite.a
+SRCS = ["tests/c/tool_synth.c", "src/synth.c", "src/qwen3next.c", "src/common.c", "src/gguf.c",
+        "src/gguf_write.c", "src/pool.c", "src/quant.c", "src/quant_iq.c", "src/quant_k.c",
+        "src/quant_tables.c"]
+LIB = os.path.join(ROOT, "build", "libredlite.a")
 
 
 def sha256(path):
@@ -85,7 +89,8 @@ def test_same_bytes_under_other_flags(tmp_path, reference, cc, flags):
         pytest.skip(f"{cc} is not installed")
     exe = tmp_path / "tool_synth"
     r = subprocess.run([cc, "-std=c11", *flags, "-g0", "-D_GNU_SOURCE", "-pthread", "-Isrc", *SRCS,
-                        "-lm", "-o", str(exe)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        LIB, "-lutf8proc", "-lcjson", "-lm", "-o", str(exe)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{cc} {flags} failed to build the synth modules:\n{r.stderr[-3000:]}"
     for p, g in PRESETS:
         out = tmp_path / f"{p}.gguf"

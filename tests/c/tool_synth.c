@@ -1,8 +1,8 @@
 /* tool_synth.c — `tool_synth PRESET SEED THREADS OUT.gguf [GEOMETRY]`: synth_write alone, for
- * tests/test_synth_determinism.py, which compiles it together with the few modules synth needs
- * (synth, gguf, gguf_write, quant*, pool, common) under several compilers' flag sets
- * (-O0 .. -O3, -march=native -ffp-contract=fast, UBSan) and checks that every build writes the
- * same bytes as build/redlite. Exit 0, 1 on a runtime error, 2 on a usage error. */
+ * tests/test_synth_determinism.py, which compiles it together with the modules synth's bytes
+ * pass through (synth, qwen3next, gguf, gguf_write, quant*, pool, common; the rest comes from
+ * build/libredlite.a) under several compilers' flag sets (-O0 .. -O3, -march=native
+ * -ffp-contract=fast, UBSan) and checks that every build writes the same bytes as build/redlite. Exit 0, 1 on a runtime error, 2 on a usage error. */
 #include <stdio.h>
 #include <stdlib.h>
 
