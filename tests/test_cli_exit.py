@@ -57,9 +57,6 @@ USAGE = [
     ("generate", [], "-p"),
     ("generate", ["-p", "x", "-f", "y"], "-f"),
     ("generate", ["--raw", "--system", "s", "-p", "x"], "--system"),
-    ("generate", ["-p", "x", "--spec", "fast"], "--spec"),
-    ("generate", ["-p", "x", "--draft-max", "9"], "--draft-max"),
-    ("generate", ["-p", "x", "--spec", "mtp"], "MTP"),  # checked once the model is open: it has no head
     ("chat", ["--top-p", "2"], "--top-p"),
     ("chat", ["--temp", "-1"], "--temp"),
     ("chat", ["--cache-mib", "0"], "--cache-mib"),

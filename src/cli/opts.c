@@ -63,32 +63,6 @@ static int set_stop(const char *cmd, const char *flag, const char *v, cli_opts *
     return 0;
 }
 
-static const char *const SPEC_NAMES[] = {"none", "lookup", "mtp", "auto"};
-
-const char *cli_spec_name(spec_mode m) { return (unsigned)m < 4 ? SPEC_NAMES[m] : "?"; }
-
-static int set_spec(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(v, SPEC_NAMES[i])) {
-            o->spec = (spec_mode)i;
-            o->spec_set = true;
-            return 0;
-        }
-    return cli_fail(cmd, 2, "%s expects none, lookup, mtp or auto, got '%s'", flag, v), -1;
-}
-
-int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
-    engine *e = session_model_engine(m);
-    if (!o->spec_set && o->route_bias > 0) o->spec = SPEC_NONE;
-    if (o->spec != SPEC_MTP || engine_has_mtp(e)) return 0;
-    if (engine_hparams(e)->n_nextn > 0)
-        return cli_fail(cmd, 2,
-                        "--spec mtp: the %s backend has no MTP head forward yet (use --spec lookup or auto, or "
-                        "--backend cpu)",
-                        engine_backend_name(e));
-    return cli_fail(cmd, 2, "--spec mtp: this model has no MTP head (no blk.N.nextn.* tensors); use --spec lookup or auto");
-}
-
 static int set_prompts(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     int n = 0;
     if (strcmp(v, "0") && strcmp(v, "none")) {
@@ -498,23 +472,6 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = NULL,
      .set = set_stop},
-    {.cmds = GEN,
-     .section = "speculative decoding (never changes the tokens, only the speed)",
-     .names = "--spec",
-     .value = "MODE",
-     .help = "none | lookup (copy from the prompt and answer) | mtp (the model's\nMTP head) | auto (mtp when the "
-             "model has a head, else lookup)",
-     .kind = K_FN,
-     .off = OFF(spec),
-     .set = set_spec},
-    {.cmds = GEN,
-     .names = "--draft-max",
-     .value = "N",
-     .help = "at most N drafted tokens per verify",
-     .kind = K_I64,
-     .off = OFF(draft_max),
-     .lo = 1,
-     .hi = 8},
     /* output */
     {.cmds = CMD_GENERATE,
      .section = "output",
@@ -574,8 +531,6 @@ void opts_defaults(cli_opts *o) {
     o->prompts[0] = 512, o->prompts[1] = 2048, o->n_prompts = 2;
     o->n_decode = 32, o->reps = 3, o->warmup = 2, o->bench_seed = 1;
     o->names = "l_out";
-    o->spec = SPEC_NONE; /* speculation lands with the spec branch (default auto there) */
-    o->draft_max = 8;
 }
 
 static bool has_name(const char *names, const char *a, size_t n) {
@@ -673,10 +628,6 @@ static void fmt_default(const opt *t, const cli_opts *o, char *buf, size_t n) {
     case K_STR:
     case K_FN:
         if (t->set == set_stop) return;
-        if (t->set == set_spec) {
-            snprintf(buf, n, "%s", cli_spec_name(o->spec));
-            return;
-        }
         if (t->set == set_prompts) {
             size_t k = 0;
             for (int i = 0; i < o->n_prompts && k + 12 < n; i++)

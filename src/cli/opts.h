@@ -53,10 +53,6 @@ typedef struct {
     sampler_params sp;
     const char *stops[OPTS_MAX_STOPS];
     int n_stops;
-    /* speculative decoding */
-    spec_mode spec;          /* --spec none|lookup|mtp|auto */
-    bool spec_set;           /* --spec was given */
-    long long draft_max;     /* --draft-max (1..8) */
     /* output */
     bool json, stats, verbose;
     /* bench */
@@ -105,13 +101,6 @@ typedef struct {
 session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, volatile sig_atomic_t *cancel);
 void cli_feed_done(cli_progress *p);
 void cli_warn_ctx_train(const char *cmd, const session *s, int n_tokens, bool *warned);
-
-/* Settle --spec once the model is open: without an explicit --spec, speculation is off under
- * --route-bias (cache-aware routing and speculation exclude each other); --spec mtp on a model
- * or backend without an MTP head is a usage error (returns 2 after one line; 0 when the flags
- * can run). */
-int cli_spec_check(const char *cmd, cli_opts *o, session_model *m);
-const char *cli_spec_name(spec_mode m); /* "none" "lookup" "mtp" "auto" */
 
 /* Read a whole file ("-" = stdin), NUL terminated. NULL with rl_lasterr set. */
 char *cli_read_file(const char *path, size_t *len);
