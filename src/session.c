@@ -132,7 +132,7 @@ static int attach_experts(session *s, const session_params *p) {
 session *session_new(session_model *m, const session_params *p) {
     session_params dp = {0};
     if (!p) p = &dp;
-    if (p->n_ctx < 0 || p->n_batch < 0 || p->max_checkpoints < 0) {
+    if (p->n_ctx < 0 || p->n_batch < 0 || p->max_checkpoints < -1) {
         rl_seterr("session: negative context, batch or checkpoint count");
         return NULL;
     }
@@ -145,7 +145,7 @@ session *session_new(session_model *m, const session_params *p) {
     s->m = m;
     m->n_sessions++; /* session_free decrements */
     s->verbose = p->verbose;
-    s->max_ck = p->max_checkpoints ? p->max_checkpoints : 8;
+    s->max_ck = p->max_checkpoints < 0 ? 0 : p->max_checkpoints ? p->max_checkpoints : 8;
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
@@ -155,7 +155,7 @@ session *session_new(session_model *m, const session_params *p) {
     s->n_batch = p->n_batch > 0 ? p->n_batch : 64;
     if (s->n_batch > 4096) s->n_batch = 4096;
     s->logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logits");
-    s->ck = rl_calloc((size_t)s->max_ck, sizeof *s->ck, "checkpoints");
+    s->ck = rl_calloc((size_t)s->max_ck + 1, sizeof *s->ck, "checkpoints");
     if (!s->logits || !s->ck || attach_experts(s, p)) goto fail;
     return s;
 fail:
@@ -226,7 +226,7 @@ static int hist_append(session *s, const int32_t *t, int m) {
 /* Checkpoint of the current state (position hist.n). A failure only costs the reuse. */
 static void ck_take(session *s) {
     int pos = (int)s->hist.n, slot = -1;
-    if (pos == 0) return;
+    if (pos == 0 || s->max_ck == 0) return;
     for (int i = 0; i < s->max_ck; i++) {
         checkpoint *k = &s->ck[i];
         if (k->snap && k->pos == pos && !memcmp(k->toks, s->hist.ids, sizeof(int32_t) * (size_t)pos)) {

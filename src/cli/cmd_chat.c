@@ -250,6 +250,7 @@ int cmd_chat(int argc, char **argv) {
     o.n_ctx = 4096;
     o.sp.temp = 0.7f;
     o.sp.min_p = 0.0f;
+    o.checkpoints = 4; /* the next turn restores the last prompt's end (re-tokenised answers) */
     int r = opts_parse(&CHAT, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;
     const char *model = o.model, *system = o.system, *prompt = o.prompt, *history = o.history;

@@ -46,6 +46,7 @@ static void json_ids(json_writer *j, const char *key, const int32_t *ids, size_t
 int cmd_generate(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
+    o.checkpoints = -1; /* one feed: a checkpoint would only copy the state */
     int r = opts_parse(&GENERATE, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;
     const char *prompt = o.prompt, *file = o.file, *system = o.system;

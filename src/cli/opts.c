@@ -703,6 +703,7 @@ session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_b
                                             .cache_spec = o->cache_spec,
                                             .route_bias = o->route_bias,
                                             .route_trace = o->route_trace,
+                                            .max_checkpoints = o->checkpoints,
                                             .verbose = o->verbose || o->stats, .progress = !o->json});
 }
 

@@ -42,6 +42,7 @@ typedef struct {
     long long n_ctx;         /* -c (0 = the command's choice) */
     long long batch;         /* -b */
     bool reference;          /* bench --reference */
+    int checkpoints;         /* session_params.max_checkpoints (the command's choice, no flag) */
     /* prompt and answer */
     const char *prompt;  /* -p TEXT (bench: --prompt LIST) */
     const char *file;    /* -f FILE */

@@ -111,6 +111,14 @@ static void test_prefix_reuse(void) {
     CHECK(feed_check(s, a, 80, "l2") == 40, "l2"); /* 72a 80a replace them */
     CHECK(feed_check(s, b, 60, "l3") == 0, "l3: no checkpoint of b's prefix left");
     session_free(s);
+
+    /* no checkpoints at all (-1): only the held prefix is reused */
+    if (!(s = fresh(-1))) return;
+    CHECK(feed_check(s, a, 40, "n1") == 0, "n1");
+    CHECK(feed_check(s, a, 80, "n2") == 40, "n2: the held prefix");
+    CHECK(feed_check(s, b, 60, "n3") == 0, "n3: nothing to restore");
+    CHECK(feed_check(s, b, 60, "n4") == 0, "n4: the same prompt again starts over");
+    session_free(s);
 }
 
 /* The reference loop: what the CLI's gen_decode did (prefill, then sample / eog / step). */
