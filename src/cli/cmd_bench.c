@@ -80,11 +80,6 @@ typedef struct {
     uint64_t file_bytes;
 } token_bytes;
 
-static bool has_suffix(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
 static void count_bytes(const engine *e, token_bytes *b) {
     const q3n_hparams *hp = engine_hparams(e);
     const gguf_file *f = engine_gguf((engine *)e);
@@ -94,33 +89,35 @@ static void count_bytes(const engine *e, token_bytes *b) {
         const char *n = t->name;
         double nb = (double)t->nbytes;
         b->file_bytes += t->nbytes;
-        int layer = -1;
-        if (sscanf(n, "blk.%d.", &layer) == 1 && layer >= hp->n_layer) continue; /* MTP block */
-        if (strstr(n, "_exps.")) {
+        int layer = -1, id = q3n_tensor_lookup(n, &layer); /* the model's tensor table */
+        if (layer >= hp->n_layer) continue; /* MTP block */
+        if (id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed) {
             double per_tok = nb * hp->n_expert_used / hp->n_expert;
             b->experts += per_tok;
             b->stage[ST_EXPERTS] += per_tok;
             continue;
         }
-        if (!strcmp(n, "token_embd.weight")) nb = t->ne[1] ? nb / (double)t->ne[1] : nb; /* one row */
+        if (id == Q3N_T_TOKEN_EMBD) nb = t->ne[1] ? nb / (double)t->ne[1] : nb; /* one row */
         b->dense += nb;
         int st = ST_OTHER;
-        if (has_suffix(n, "attn_qkv.weight") || has_suffix(n, "attn_gate.weight") ||
-            has_suffix(n, "ssm_ba.weight") || has_suffix(n, "ssm_in.weight"))
-            st = ST_DN_PROJ;
-        else if (has_suffix(n, "ssm_out.weight"))
-            st = ST_DN_OUT;
-        else if (has_suffix(n, "attn_q.weight") || has_suffix(n, "attn_k.weight") ||
-                 has_suffix(n, "attn_v.weight"))
-            st = ST_ATT_CORE;
-        else if (has_suffix(n, "attn_output.weight"))
-            st = ST_ATT_OUT;
-        else if (has_suffix(n, "ffn_gate_inp.weight"))
-            st = ST_ROUTER;
-        else if (strstr(n, "shexp"))
-            st = ST_EXPERTS; /* computed together with the routed experts */
-        else if (!strcmp(n, "output.weight"))
-            st = ST_HEAD;
+        switch (id) {
+        case Q3N_T_SSM_QKV:
+        case Q3N_T_SSM_GATE:
+        case Q3N_T_SSM_BA:
+        case Q3N_T_SSM_IN: st = ST_DN_PROJ; break;
+        case Q3N_T_SSM_OUT: st = ST_DN_OUT; break;
+        case Q3N_T_ATTN_Q:
+        case Q3N_T_ATTN_K:
+        case Q3N_T_ATTN_V: st = ST_ATT_CORE; break;
+        case Q3N_T_ATTN_OUTPUT: st = ST_ATT_OUT; break;
+        case Q3N_T_ROUTER: st = ST_ROUTER; break;
+        case Q3N_T_SH_GATE:
+        case Q3N_T_GATE_SH:
+        case Q3N_T_UP_SH:
+        case Q3N_T_DOWN_SH: st = ST_EXPERTS; break; /* computed together with the routed experts */
+        case Q3N_T_OUTPUT: st = ST_HEAD; break;
+        default: break;
+        }
         b->stage[st] += nb;
     }
     int n_attn = 0;
@@ -196,15 +193,18 @@ static void mark(prof *p, int ev) {
 }
 
 static void on_dump(void *ud, const char *name, int layer, int row, const float *x, int n) {
-    static const struct {
-        const char *name;
-        int ev;
-    } evs[] = {{"attn_norm", EV_ATTN_NORM},  {"dn_conv", EV_DN_CONV},        {"dn_gated", EV_DN_GATED},
-               {"attn_gated", EV_ATT_GATED}, {"attn_out", EV_ATTN_OUT},      {"ffn_norm", EV_FFN_NORM},
-               {"ffn_out", EV_FFN_OUT},      {"result_norm", EV_RESULT_NORM}};
-    int ev = EV_OTHER;
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
-        if (!strcmp(name, evs[i].name)) ev = evs[i].ev;
+    int ev;
+    switch (q3n_act_find(name)) {
+    case Q3N_ACT_ATTN_NORM: ev = EV_ATTN_NORM; break;
+    case Q3N_ACT_DN_CONV: ev = EV_DN_CONV; break;
+    case Q3N_ACT_DN_GATED: ev = EV_DN_GATED; break;
+    case Q3N_ACT_ATTN_GATED: ev = EV_ATT_GATED; break;
+    case Q3N_ACT_ATTN_OUT: ev = EV_ATTN_OUT; break;
+    case Q3N_ACT_FFN_NORM: ev = EV_FFN_NORM; break;
+    case Q3N_ACT_FFN_OUT: ev = EV_FFN_OUT; break;
+    case Q3N_ACT_RESULT_NORM: ev = EV_RESULT_NORM; break;
+    default: ev = EV_OTHER; break;
+    }
     mark(ud, ev);
 }
 
