@@ -14,14 +14,19 @@ BUDGET=${BUDGET:-17}
 export PYTHONUNBUFFERED=1
 mkdir -p "$RL"
 prep_full() {
+    echo $$ > "$RL/prep.pid"
     python3 "$HERE/prep_data.py" --tokenizer-dir "$TOK" --out "$RL/full" --max-total-mb 400 && touch "$RL/full/DONE"
+    touch "$RL/prep.end"
+}
+prep_running() {   # a background preparation started by 'smoke' is still going
+    [ -f "$RL/prep.pid" ] && [ ! -f "$RL/prep.end" ] && kill -0 "$(cat "$RL/prep.pid")" 2>/dev/null
 }
 case "${1:-}" in
 smoke)
     nvidia-smi --query-gpu=name,memory.total --format=csv
     python3 -c "import torch, transformers, tokenizers; print(torch.__version__, transformers.__version__, tokenizers.__version__)"
-    if [ ! -f "$RL/full/DONE" ] && ! pgrep -f "prep_data.py.*$RL/full" >/dev/null; then
-        setsid nohup bash -c "$(declare -f prep_full); HERE=$HERE; RL=$RL; TOK=$TOK; prep_full" \
+    if [ ! -f "$RL/full/DONE" ] && ! prep_running; then
+        setsid nohup bash -c "$(declare -f prep_full prep_running); HERE=$HERE; RL=$RL; TOK=$TOK; prep_full" \
             > "$RL/prep_full.log" 2>&1 < /dev/null &
     fi
     python3 "$HERE/prep_data.py" --tokenizer-dir "$TOK" --out "$RL/small" --max-total-mb 12 \
@@ -33,8 +38,8 @@ smoke)
 start)
     START=$(date +%s)
     setsid nohup bash -c "
-        $(declare -f prep_full); HERE=$HERE; RL=$RL; TOK=$TOK
-        while [ ! -f $RL/full/DONE ] && pgrep -f 'prep_data.py.*$RL/full' >/dev/null; do sleep 2; done
+        $(declare -f prep_full prep_running); HERE=$HERE; RL=$RL; TOK=$TOK
+        while [ ! -f $RL/full/DONE ] && prep_running; do sleep 2; done
         [ -f $RL/full/DONE ] || prep_full || exit 1
         python3 $HERE/train.py --data $RL/full --out $RL/run --start-ts $START --budget-min $BUDGET && touch $RL/run/DONE
         touch $RL/run/FINISHED" > "$RL/run.log" 2>&1 < /dev/null &
