@@ -161,3 +161,16 @@ def test_chat_context_reuse_is_exact(model, tmp_path):
     (tmp_path / "p.txt").write_text(jinja(tmpl, msgs))
     g = rl("generate", "-m", model, "--raw", "-f", str(tmp_path / "p.txt"), "-n", "12").stdout
     assert r2.stdout.decode() == g.decode(errors="replace")
+
+
+def test_default_model_writes_code(model):
+    """The bundled default is the trained coder (tools/train/README.md), not a random model: its greedy
+    completion of a Python def is indented Python, and a coding request in chat gets a code answer."""
+    if Path(model).resolve() != (REPO / "models" / "default.gguf").resolve():
+        pytest.skip("RL_CHAT_MODEL points to another model")
+    out = gen_json(model, "--raw", "-p", "def quicksort(arr):\n", "-n", "48")
+    lines = out["text"].split("\n")
+    assert sum(l.startswith("    ") for l in lines) >= 3, out["text"]
+    assert any(k in out["text"] for k in ("return", "if ", "for ", "\"\"\"")), out["text"]
+    chat = gen_json(model, "-p", "Write a Python function that reverses a string.", "-n", "-1")
+    assert chat["stop_reason"] == "eog" and "def " in chat["text"], chat["text"]
