@@ -120,9 +120,10 @@ $(BUILD)/tests/%: tests/c/%.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(LIB) $(LDLIBS)
 
-# The bundled default model: until a trained model exists, the committed tiny oracle fixture.
+# The bundled default model: the trained small coder (tools/train/README.md); the random
+# fixtures stay for the oracle tests.
 default-model: models/default.gguf
-models/default.gguf: tests/fixtures/tiny-a.gguf
+models/default.gguf: models/redlite-coder-tiny-q8_0.gguf
 	@mkdir -p models
 	cp $< $@
 
