@@ -15,7 +15,10 @@
  *
  * The logits come from engine_verify rows, chunked by --batch; the rows are bit-identical to
  * single steps (the engine's exactness contract), so the batch never changes the result. The
- * context half of a window needs no logits and goes through engine_prefill.
+ * context half of a window needs no logits and goes through engine_prefill. The session layer
+ * opens the model, its tokenizer and the routed-expert source; the windows drive the session's
+ * engine context directly (session_reset, then engine calls), because every scored row's logits
+ * are needed and session_feed keeps only the last one.
  *
  * Also reported for every scored position r (predicting token r+1): the trunk's top-1 accuracy
  * (argmax of row r == the text's token). --mtp-accept (models with an MTP head) runs the MTP head
@@ -36,6 +39,7 @@
 #include "engine.h"
 #include "gen.h"
 #include "json.h"
+#include "session.h"
 #include "tokenizer.h"
 
 static const char *CMD = "perplexity";
@@ -99,7 +103,8 @@ static int argmax(const float *x, int n) {
 
 /* Everything one run needs; freed by ppl_free. */
 typedef struct {
-    engine_ctx *c;
+    session *s;
+    engine_ctx *c;      /* session_ctx(s) */
     int V, D, ctx, batch, first;
     bool mtp;
     float *logits;      /* [batch][V] */
@@ -125,7 +130,7 @@ static void ppl_free(ppl_run *r) {
 /* Evaluate window number wi (tokens w[0..ctx)) from an empty state; adds its NLLs to pw and
  * *nll2 and its top-1 / MTP counts to *ts. 0 or -1 (rl_lasterr). */
 static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw, double *nll2, top_stats *ts) {
-    engine_reset(r->c);
+    session_reset(r->s); /* empty state: position 0, zero recurrent state, empty MTP cache */
     const int ctx = r->ctx, first = r->first;
     int pos = 0;
     if (!r->mtp && first > 0) {
@@ -226,13 +231,14 @@ int cmd_perplexity(int argc, char **argv) {
 
     int rc = 1;
     double t0 = rl_now();
-    engine *e = engine_open(model, &(engine_params){.n_threads = (int)mf.threads, .backend = mf.backend,
-                                                    .reference = reference});
-    tokenizer *tok = NULL;
+    session_model *sm = session_model_open(&(session_model_params){
+        .model_path = model, .backend = mf.backend, .n_threads = (int)mf.threads, .reference = reference});
+    engine *e = sm ? session_model_engine(sm) : NULL;
+    const tokenizer *tok = sm ? session_model_tokenizer(sm) : NULL;
     tok_ids ids = {0};
     ppl_run r = {0};
     ppl_window *wins = NULL;
-    if (!e || !(tok = tokenizer_load(engine_gguf(e)))) goto fail;
+    if (!sm) goto fail;
     if (mtp && !engine_has_mtp(e)) {
         rc = cli_fail(CMD, 2, "--mtp-accept: %s has no MTP head (no blk.N.nextn.* tensors)", model);
         goto done;
@@ -261,7 +267,11 @@ int cmd_perplexity(int argc, char **argv) {
             goto fail;
         }
     bool add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    if (!(r.c = gen_ctx_new(&mf, e, r.ctx, r.batch, !json))) goto fail;
+    r.s = session_new(sm, &(session_params){.n_ctx = r.ctx, .n_batch = r.batch, .cache_spec = mf.cache_spec,
+                                            .route_bias = mf.route_bias, .route_trace = mf.route_trace,
+                                            .verbose = !json});
+    if (!r.s) goto fail;
+    r.c = session_ctx(r.s);
     r.logits = rl_malloc(sizeof(float) * (size_t)r.batch * r.V, "logits");
     r.win = rl_malloc(sizeof(int32_t) * (size_t)r.ctx, "window");
     r.top = rl_malloc(sizeof(int) * (size_t)r.ctx, "argmax");
@@ -380,10 +390,9 @@ done:
         rc = cli_fail(CMD, 1, "cannot write %s: %s", tokens_out, strerror(errno));
     free(wins);
     ppl_free(&r);
-    gen_ctx_free(r.c);
+    session_free(r.s);
     tok_ids_free(&ids);
-    tokenizer_free(tok);
-    engine_close(e);
+    session_model_close(sm);
     free(text);
     return rc;
 }
