@@ -221,7 +221,7 @@ def llama_perplexity(model, text_file, ctx):
                         "--no-repack", "-fa", "off", "-ctk", "f32", "-ctv", "f32"],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
-    for line in r.stderr.splitlines():
+    for line in (r.stdout + r.stderr).splitlines():
         if "Final estimate: PPL = " in line:
             return float(line.split("PPL = ")[1].split()[0])
     pytest.fail("no 'Final estimate' in llama-perplexity's output:\n" + r.stderr[-2000:])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build_llama_cpp.sh — build llama.cpp's CPU tools (llama-perplexity, llama-quantize, llama-simple,
-# llama-cli, llama-tokenize) outside the repository, from the source that llama-cpp-python 0.3.36
+# llama-tokenize) outside the repository, from the source that llama-cpp-python 0.3.36
 # ships (its vendor/llama.cpp is llama.cpp 0c1e5709, the converter version of our fixtures).
 #
 # The comparison tool for `redlite perplexity`, greedy-token agreement and the quantized variants
@@ -9,14 +9,14 @@
 #   tools/build_llama_cpp.sh [DEST]        DEST defaults to /work/llama.cpp-build
 #   env: LCP_VERSION (0.3.36), JOBS (2), LCP_SDIST_DIR (/tmp/lcp)
 #
-# Result: DEST/bin/llama-{perplexity,quantize,simple,cli,tokenize}; DEST/SOURCE says what was built.
+# Result: DEST/bin/llama-{perplexity,quantize,simple,tokenize}; DEST/SOURCE says what was built.
 set -euo pipefail
 
 DEST=${1:-/work/llama.cpp-build}
 VER=${LCP_VERSION:-0.3.36}
 JOBS=${JOBS:-2}
 SDIR=${LCP_SDIST_DIR:-/tmp/lcp}
-TARGETS="llama-perplexity llama-quantize llama-simple llama-cli llama-tokenize"
+TARGETS="llama-perplexity llama-quantize llama-simple llama-tokenize"
 
 case "$DEST" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 command -v cmake >/dev/null || { echo "build_llama_cpp: cmake not found (apt-get install cmake, or pip install cmake)" >&2; exit 1; }

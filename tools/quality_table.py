@@ -59,14 +59,23 @@ def tensor_types(path):
     return dict(by), {k: dict(v) for k, v in sorted(detail.items())}
 
 
-def quantize(llama_bin, src, dst, qtype):
+def quantize(llama_bin, src, dst, qtype, allow_requantize=False):
+    """llama-quantize src -> dst; returns its shape fallbacks summarised per tensor kind."""
     if os.path.exists(dst) and os.path.getmtime(dst) > os.path.getmtime(src):
         log(f"{dst} exists, kept")
-        return ""
-    r = run([os.path.join(llama_bin, "llama-quantize"), src, dst, qtype, "2"])
-    out = r.stdout + r.stderr
-    fallback = sorted({ln.strip() for ln in out.splitlines() if "fallback" in ln.lower()})
-    return "\n".join(fallback)
+        return QUANT_LOGS.get(dst, "")
+    cmd = [os.path.join(llama_bin, "llama-quantize")] + (["--allow-requantize"] if allow_requantize else [])
+    r = run(cmd + [src, dst, qtype, "2"])
+    by = Counter()
+    for m in re.finditer(r"warning: (\S+)\s+- ncols\s+(\d+) not divisible by\s+(\d+) \(required for type\s+(\S+)\)"
+                         r".*?falling back to\s+(\S+)", r.stdout + r.stderr):
+        kind = re.sub(r"^blk\.\d+\.", "", m.group(1)).replace(".weight", "")
+        by[(kind, m.group(2), m.group(4), m.group(5))] += 1
+    QUANT_LOGS[dst] = "; ".join(f"{k} (ncols {n}): {a} -> {b} x{c}" for (k, n, a, b), c in sorted(by.items()))
+    return QUANT_LOGS[dst]
+
+
+QUANT_LOGS = {}
 
 
 def redlite_ppl(model, heldout, ctx, chunks, mtp, extra=()):
@@ -139,6 +148,7 @@ def main():
     ap.add_argument("--types", default="Q4_K_M,Q2_K", help="llama-quantize types to make")
     ap.add_argument("--llama-bin", default="/work/llama.cpp-build/bin")
     ap.add_argument("--work", default="/work/quality-work")
+    ap.add_argument("--allow-requantize", action="store_true", help="--float is itself quantized (tests)")
     ap.add_argument("--greedy-n", type=int, default=32)
     ap.add_argument("--md", help="write the markdown report here")
     ap.add_argument("--json", help="write all numbers here")
@@ -154,11 +164,11 @@ def main():
     q8 = a.q8
     if not q8:
         q8 = os.path.join(WORK, base + "-Q8_0.gguf")
-        quant_log["Q8_0"] = quantize(a.llama_bin, a.float, q8, "Q8_0")
+        quant_log["Q8_0"] = quantize(a.llama_bin, a.float, q8, "Q8_0", a.allow_requantize)
     models.append(("Q8_0", q8))
     for t in [t for t in a.types.split(",") if t]:
         dst = os.path.join(WORK, f"{base}-{t}.gguf")
-        quant_log[t] = quantize(a.llama_bin, a.float, dst, t)
+        quant_log[t] = quantize(a.llama_bin, a.float, dst, t, a.allow_requantize)
         models.append((t, dst))
     res = {"commit": commit, "heldout": a.heldout, "ctx": a.ctx, "chunks": a.chunks, "models": []}
     first_json = None
@@ -233,7 +243,7 @@ def render_md(res, a):
     for m in res["models"]:
         L.append(f"- {m['name']}: " + ", ".join(f"{k} {v}" for k, v in sorted(m["tensor_types"].items())))
         if m["quantize_fallbacks"]:
-            L.append("  - llama-quantize: " + "; ".join(m["quantize_fallbacks"].splitlines()[:6]))
+            L.append("  - llama-quantize fallbacks: " + m["quantize_fallbacks"])
     L.append("")
     if res["greedy"] and "equal" in res["greedy"][0]:
         eq = sum(g["equal"] for g in res["greedy"])
