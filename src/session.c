@@ -26,7 +26,8 @@
 
 struct session_model {
     engine *e;
-    tokenizer *tok;
+    tokenizer *tok;      /* NULL: the file has none (token ids work, text does not) */
+    char tok_err[256];   /* why not */
     int n_sessions;
 };
 
@@ -61,9 +62,13 @@ session_model *session_model_open(const session_model_params *p) {
     session_model *m = rl_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
     engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference};
-    if (!(m->e = engine_open(p->model_path, &ep)) || !(m->tok = tokenizer_load(engine_gguf(m->e)))) {
+    if (!(m->e = engine_open(p->model_path, &ep))) {
         session_model_close(m);
         return NULL;
+    }
+    if (!(m->tok = tokenizer_load(engine_gguf(m->e)))) {
+        snprintf(m->tok_err, sizeof m->tok_err, "%s", rl_lasterr());
+        rl_clearerr();
     }
     return m;
 }
@@ -77,7 +82,10 @@ void session_model_close(session_model *m) {
 }
 
 engine *session_model_engine(const session_model *m) { return m->e; }
-const tokenizer *session_model_tokenizer(const session_model *m) { return m->tok; }
+const tokenizer *session_model_tokenizer(const session_model *m) {
+    if (!m->tok) rl_seterr("%s", m->tok_err);
+    return m->tok;
+}
 
 /* ---- session ------------------------------------------------------------------------------ */
 
@@ -136,7 +144,7 @@ session *session_new(session_model *m, const session_params *p) {
     s->max_ck = p->max_checkpoints ? p->max_checkpoints : 8;
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
-    s->n_sample = tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
+    s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
     engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
@@ -448,6 +456,7 @@ int session_generate(session *s, const session_gen_params *gp, session_gen_resul
     memset(out, 0, sizeof *out);
     out->reason = SESSION_ERROR;
     if (!session_logits(s)) return rl_seterr("nothing to continue: feed a prompt first");
+    if (!s->m->tok) return rl_seterr("cannot generate text: %s", s->m->tok_err);
     if (!(out->text = calloc(1, 1))) return rl_seterr("out of memory (generated text)");
     double t0 = rl_now();
     int rc = -1;

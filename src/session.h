@@ -58,13 +58,15 @@ typedef struct {
 session_model *session_model_open(const session_model_params *p);
 void session_model_close(session_model *m); /* after every session of it is freed */
 engine *session_model_engine(const session_model *m);
+/* NULL (rl_lasterr says why) when the file has no tokenizer: token ids still work (feed,
+ * bench, perplexity over ids); session_generate refuses. */
 const tokenizer *session_model_tokenizer(const session_model *m);
 
 session *session_new(session_model *m, const session_params *p);
 void session_free(session *s);
 
 engine_ctx *session_ctx(const session *s);
-const tokenizer *session_tokenizer(const session *s);
+const tokenizer *session_tokenizer(const session *s); /* NULL: see session_model_tokenizer */
 const q3n_hparams *session_hparams(const session *s);
 int session_n_ctx(const session *s);
 /* The session's routed-expert cache (its q3n_expert_src is expert_cache_src), or NULL when the

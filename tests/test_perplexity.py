@@ -48,8 +48,7 @@ def npz(name):
 
 
 def rl(*args, check=True):
-    if not os.path.exists(REDLITE):
-        pytest.skip(f"{REDLITE} not built")
+    assert os.path.exists(REDLITE), f"{REDLITE} not built (make)"
     r = subprocess.run([REDLITE, *args], capture_output=True, text=True, timeout=900)
     if check and r.returncode != 0:
         pytest.fail(f"redlite {' '.join(args)} exited {r.returncode}: {r.stderr}")
