@@ -143,11 +143,15 @@ def main():
     ap.add_argument("--q8", help="Q8_0 GGUF from the converter (default: llama-quantize makes one)")
     ap.add_argument("--heldout", required=True)
     ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--chunks", type=int, default=0, help="windows per run (0 = all)")
+    ap.add_argument("--chunks", type=int, default=0, help="windows per redlite run (0 = all)")
+    ap.add_argument("--llama-chunks", type=int, default=16, help="windows for the llama.cpp comparison (compared "
+                    "with the same first windows of the redlite run)")
+    ap.add_argument("--f16", help="the F16 GGUF too (a row of the table)")
     ap.add_argument("--routing-chunks", type=int, default=4, help="windows for the route trace (0 = skip)")
     ap.add_argument("--types", default="Q4_K_M,Q2_K", help="llama-quantize types to make")
     ap.add_argument("--llama-bin", default="/work/llama.cpp-build/bin")
     ap.add_argument("--work", default="/work/quality-work")
+    ap.add_argument("--reuse", action="store_true", help="reuse per-model results kept in --work")
     ap.add_argument("--allow-requantize", action="store_true", help="--float is itself quantized (tests)")
     ap.add_argument("--greedy-n", type=int, default=32)
     ap.add_argument("--md", help="write the markdown report here")
@@ -159,7 +163,9 @@ def main():
                             text=True).stdout.strip()
     info = json.loads(run([REDLITE, "info", a.float, "--json"]).stdout)
     base = os.path.splitext(os.path.basename(a.float))[0]
-    models = [("float", a.float)]
+    models = [(info.get("file_type_name") or ("F32" if info["file_type"] == 0 else "float"), a.float)]
+    if a.f16:
+        models.append(("F16", a.f16))
     quant_log = {}
     q8 = a.q8
     if not q8:
@@ -173,23 +179,38 @@ def main():
     res = {"commit": commit, "heldout": a.heldout, "ctx": a.ctx, "chunks": a.chunks, "models": []}
     first_json = None
     for name, path in models:
+        cache = os.path.join(WORK, f"result-{name}-{a.ctx}-{a.chunks}-{a.llama_chunks}.json")
+        if a.reuse and os.path.exists(cache) and os.path.getmtime(cache) > os.path.getmtime(path):
+            res["models"].append(json.load(open(cache)))
+            first_json = first_json or {"n_windows": res["models"][-1]["redlite"]["n_windows"]}
+            log(f"{name}: reused {cache}")
+            continue
         ty, detail = tensor_types(path)
         has_mtp = "nextn.eh_proj" in detail
         ours = redlite_ppl(path, a.heldout, a.ctx, a.chunks, has_mtp)
         first_json = first_json or ours
-        theirs = llama_ppl(a.llama_bin, path, a.heldout, a.ctx, a.chunks) if os.path.isdir(a.llama_bin) else None
+        theirs = None
+        if os.path.isdir(a.llama_bin) and a.llama_chunks:
+            theirs = llama_ppl(a.llama_bin, path, a.heldout, a.ctx, a.llama_chunks)
+            w = ours["windows"][:a.llama_chunks]
+            nl, ns = sum(x["nll_sum"] for x in w), sum(x["n_scored"] for x in w)
+            theirs["redlite_same_windows"] = math.exp(nl / ns)
+            theirs["n_windows"] = len(w)
         res["models"].append({"name": name, "path": path, "bytes": os.path.getsize(path), "tensor_types": ty,
                               "tensor_detail": detail, "quantize_fallbacks": quant_log.get(name, ""),
                               "redlite": {k: ours[k] for k in ("ppl", "ppl_err", "nll", "n_scored", "n_windows",
-                                                               "top1", "seconds", "tok_s")} | {"mtp": ours.get("mtp")},
+                                                               "top1", "seconds", "tok_s", "windows")}
+                              | {"mtp": ours.get("mtp")},
                               "llama": theirs})
+        with open(cache, "w") as f:
+            json.dump(res["models"][-1], f)
         log(f"{name}: redlite {ours['ppl']:.4f}, llama.cpp {theirs['ppl'] if theirs else '-'}")
     n_vocab = info["tokenizer"]["vocab_size"]
     res["unigram"] = unigram(a.float, a.heldout, a.ctx, first_json["n_windows"], n_vocab)
     res["unigram"]["n_vocab"] = n_vocab
     # greedy agreement with llama.cpp and sample completions
     res["greedy"] = []
-    for name, path in models[:2]:
+    for name, path in [m for m in models if m[0] in ("F32", "Q8_0")]:
         for p in SAMPLE_PROMPTS:
             g = generate(path, p, a.greedy_n)
             row = {"model": name, "prompt": p, "redlite_text": g["text"], "n": len(g["generated_ids"])}
@@ -222,24 +243,27 @@ def main():
 def render_md(res, a):
     L = []
     u = res["unigram"]
-    L.append(f"Held-out file `{res['heldout']}` ({u['n_tokens']} tokens, {u['distinct']} distinct ids); "
-             f"windows of {res['ctx']} tokens, second half scored "
-             f"({res['models'][0]['redlite']['n_scored']} tokens in {res['models'][0]['redlite']['n_windows']} "
-             f"windows); commit {res['commit']}.\n")
-    L.append("| type | file MiB | PPL redlite | PPL llama.cpp | Δ | top-1 | MTP accept | MTP = text |")
-    L.append("|---|---|---|---|---|---|---|---|")
+    r0 = res["models"][0]["redlite"]
+    L.append(f"Held-out file `{res['heldout']}` ({u['n_tokens']} tokens); windows of {res['ctx']} tokens from an "
+             f"empty state, second half scored: {r0['n_windows']} windows ({r0['n_scored']} scored tokens) for "
+             f"redlite, the first {a.llama_chunks} of them for the llama.cpp comparison. Commit {res['commit']}.\n")
+    L.append(f"| type | file MiB | PPL redlite ({r0['n_windows']} windows) | top-1 | MTP accept | MTP draft = text | "
+             f"PPL redlite, first {a.llama_chunks} | PPL llama.cpp, first {a.llama_chunks} | Δ |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
     for m in res["models"]:
-        r, l = m["redlite"], m["llama"]
-        d = f"{100 * (r['ppl'] / l['ppl'] - 1):+.2f} %" if l else "-"
-        mt = r.get("mtp")
-        L.append(f"| {m['name']} | {m['bytes'] / 1048576:.1f} | {r['ppl']:.4f} ± {r['ppl_err']:.4f} | "
-                 f"{l['ppl']:.4f} ± {l['ppl_err']:.4f} | {d} | {100 * r['top1']:.1f} % | "
-                 + (f"{100 * mt['accept_rate']:.1f} % | {100 * mt['text_match_rate']:.1f} % |" if mt else "- | - |")
-                 if l else f"| {m['name']} | {m['bytes'] / 1048576:.1f} | {r['ppl']:.4f} | - | - | "
-                 f"{100 * r['top1']:.1f} % | " + (f"{100 * mt['accept_rate']:.1f} % | {100 * mt['text_match_rate']:.1f} % |"
-                                                   if mt else "- | - |"))
-    L.append(f"| unigram (add-one, fitted on the held-out file) | | {u['ppl_scored']:.2f} | | | | | |\n")
-    L.append("Tensor types per file (count of tensors):\n")
+        r, l, mt = m["redlite"], m["llama"], m["redlite"].get("mtp")
+        row = [m["name"], f"{m['bytes'] / 1048576:.1f}", f"{r['ppl']:.4f} ± {r['ppl_err']:.4f}", f"{100 * r['top1']:.1f} %",
+               f"{100 * mt['accept_rate']:.1f} %" if mt else "-", f"{100 * mt['text_match_rate']:.1f} %" if mt else "-"]
+        if l:
+            row += [f"{l['redlite_same_windows']:.4f}", f"{l['ppl']:.4f} ± {l['ppl_err']:.4f}",
+                    f"{100 * (l['redlite_same_windows'] / l['ppl'] - 1):+.3f} %"]
+        else:
+            row += ["-", "-", "-"]
+        L.append("| " + " | ".join(row) + " |")
+    L.append(f"\nUnigram baseline (add-one smoothing over {u['n_vocab']} ids, fitted on the held-out file itself, "
+             f"scored on the same positions): PPL {u['ppl_scored']:.1f} (all {u['n_tokens']} tokens: "
+             f"{u['ppl_all']:.1f}).\n")
+    L.append("Tensor types per file (number of tensors):\n")
     for m in res["models"]:
         L.append(f"- {m['name']}: " + ", ".join(f"{k} {v}" for k, v in sorted(m["tensor_types"].items())))
         if m["quantize_fallbacks"]:
@@ -247,8 +271,16 @@ def render_md(res, a):
     L.append("")
     if res["greedy"] and "equal" in res["greedy"][0]:
         eq = sum(g["equal"] for g in res["greedy"])
-        L.append(f"Greedy agreement with llama.cpp (llama-simple, {a.greedy_n} tokens): {eq} / {len(res['greedy'])} "
-                 "completions identical.\n")
+        L.append(f"Greedy agreement with llama.cpp (llama-simple vs `redlite generate --raw`, {a.greedy_n} tokens): "
+                 f"{eq} / {len(res['greedy'])} completions identical.\n")
+        for g in res["greedy"]:
+            if not g["equal"]:
+                L.append(f"- differs: {g['model']} {g['prompt']!r}: redlite {g['redlite_text']!r} / llama.cpp "
+                         f"{g['llama_text']!r}")
+    L.append("\nSamples (Q8_0, greedy):\n")
+    for smp in res["samples"]:
+        L.append(("Chat: " if smp.get("chat") else "Prompt: ") + f"`{smp['prompt']!r}`\n")
+        L.append("```\n" + md_escape_block((smp["prompt"] if not smp.get("chat") else "") + smp["text"]) + "\n```\n")
     return "\n".join(L) + "\n"
 
 
