@@ -92,12 +92,20 @@ def llama_ppl(llama_bin, model, heldout, ctx, chunks):
            "-t", str(os.cpu_count() or 2), "--no-repack", "-fa", "off", "-ctk", "f32", "-ctv", "f32"]
     if chunks:
         cmd += ["--chunks", str(chunks)]
-    t0 = time.time()
-    r = run(cmd)
-    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", r.stdout + r.stderr)
-    if not m:
-        sys.exit("quality_table: no 'Final estimate' in llama-perplexity's output:\n" + r.stderr[-3000:])
-    return {"ppl": float(m.group(1)), "ppl_err": float(m.group(2)), "seconds": time.time() - t0}
+    # llama.cpp logs from a worker thread and can exit before the last line is flushed: the final
+    # estimate is then read from the running "[N]ppl," values of the last window; one retry
+    for attempt in range(2):
+        t0 = time.time()
+        r = run(cmd)
+        out = r.stdout + r.stderr
+        m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
+        if m:
+            return {"ppl": float(m.group(1)), "ppl_err": float(m.group(2)), "seconds": time.time() - t0}
+        runs = re.findall(r"\[(\d+)\]([0-9.]+),", out)
+        if runs and chunks and int(runs[-1][0]) == chunks:
+            return {"ppl": float(runs[-1][1]), "ppl_err": float("nan"), "seconds": time.time() - t0}
+        log("llama-perplexity printed no final estimate, retrying")
+    sys.exit("quality_table: no 'Final estimate' in llama-perplexity's output:\n" + r.stderr[-3000:])
 
 
 def unigram(model, heldout, ctx, n_windows, n_vocab):
@@ -139,9 +147,11 @@ def md_escape_block(s):
 def main():
     global WORK
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--float", required=True, help="F32/F16 GGUF from llama.cpp's converter")
+    ap.add_argument("--float", help="F32/F16 GGUF from llama.cpp's converter")
     ap.add_argument("--q8", help="Q8_0 GGUF from the converter (default: llama-quantize makes one)")
-    ap.add_argument("--heldout", required=True)
+    ap.add_argument("--heldout")
+    ap.add_argument("--routing-md", help="write the routing statistics (markdown) here")
+    ap.add_argument("--from-json", help="only render --md / --routing-md from a saved --json")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=0, help="windows per redlite run (0 = all)")
     ap.add_argument("--llama-chunks", type=int, default=16, help="windows for the llama.cpp comparison (compared "
@@ -157,6 +167,15 @@ def main():
     ap.add_argument("--md", help="write the markdown report here")
     ap.add_argument("--json", help="write all numbers here")
     a = ap.parse_args()
+    if a.from_json:
+        res = json.load(open(a.from_json))
+        if a.md:
+            open(a.md, "w").write(render_md(res, a))
+        if a.routing_md and "routing" in res:
+            open(a.routing_md, "w").write(render_routing(res))
+        return
+    if not a.float or not a.heldout:
+        ap.error("--float and --heldout are required")
     WORK = a.work
     os.makedirs(WORK, exist_ok=True)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -236,6 +255,9 @@ def main():
     if a.md:
         with open(a.md, "w") as f:
             f.write(render_md(res, a))
+    if a.routing_md and "routing" in res:
+        with open(a.routing_md, "w") as f:
+            f.write(render_routing(res))
     print(json.dumps({m["name"]: (m["redlite"]["ppl"], m["llama"]["ppl"] if m["llama"] else None)
                       for m in res["models"]}))
 
@@ -281,6 +303,37 @@ def render_md(res, a):
     for smp in res["samples"]:
         L.append(("Chat: " if smp.get("chat") else "Prompt: ") + f"`{smp['prompt']!r}`\n")
         L.append("```\n" + md_escape_block((smp["prompt"] if not smp.get("chat") else "") + smp["text"]) + "\n```\n")
+    return "\n".join(L) + "\n"
+
+
+def render_routing(res):
+    r = res["routing"]
+    L = [f"Model `{os.path.basename(r['model'])}` ({r['n_expert']} routed experts per layer, top-{r['top_k']}), "
+         f"held-out file `{res['heldout']}`: the first {r['tokens_traced']} tokens ({r['tokens_traced'] // res['ctx']} "
+         f"perplexity windows of {res['ctx']}), one token per forward (`--batch 1`), exact routing; commit "
+         f"{res['commit']}.\n",
+         "| layer | usage entropy, bits (of log2 E) | effective experts | max share | unused | previous token's "
+         "experts reused | reuse distance 1 | ≤ 4 | ≤ 16 | median |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in r["layers"]:
+        L.append(f"| {x['layer']} | {x['entropy_bits']:.3f} ({x['entropy_norm']:.3f}) | {x['effective_experts']:.1f} | "
+                 f"{100 * x['max_share']:.1f} % | {x['unused']} | {100 * x['prev_token_overlap']:.1f} % | "
+                 f"{100 * x['reuse_d1']:.1f} % | {100 * x['reuse_le4']:.1f} % | {100 * x['reuse_le16']:.1f} % | "
+                 f"{x['reuse_median']} |")
+    K, E = r["top_k"], r["n_expert"]
+    L.append(f"\nRandom routing would reuse {100 * K / E:.1f} % of the previous token's experts (top-{K} of {E}).\n")
+    L.append("Hit rates of one uniform pool of slots (all traced layers' experts compete), demand misses only:\n")
+    L.append("| cache size (of all experts) | slots | LRU hit rate | LRU misses/token | Belady hit rate | Belady misses/token |")
+    L.append("|---|---|---|---|---|---|")
+    by = {}
+    for c in r["cache"]:
+        by.setdefault(c["frac"], {})[c["policy"]] = c
+    for f, d in sorted(by.items()):
+        lr, bl = d.get("lru", {}), d.get("belady", {})
+        cell = lambda z, k, fmt: fmt.format(z[k]) if k in z else z.get("error", "-")
+        L.append(f"| {100 * f:.0f} % | {lr.get('slots', bl.get('slots'))} | {cell(lr, 'hit_rate', '{:.1%}')} | "
+                 f"{cell(lr, 'misses_per_token', '{:.2f}')} | {cell(bl, 'hit_rate', '{:.1%}')} | "
+                 f"{cell(bl, 'misses_per_token', '{:.2f}')} |")
     return "\n".join(L) + "\n"
 
 
