@@ -17,6 +17,7 @@
 #pragma weak cmd_tokenize
 #pragma weak cmd_generate
 #pragma weak cmd_info
+#pragma weak cmd_perplexity
 
 typedef struct {
     const char *name;
@@ -32,6 +33,7 @@ static const command commands[] = {
     {"dump", cmd_dump, "dump named per-layer activations (debugging)"},
     {"synth", cmd_synth, "write a full-size synthetic Qwen3-Next GGUF"},
     {"bench", cmd_bench, "measure decode and prompt-ingestion speed"},
+    {"perplexity", cmd_perplexity, "perplexity of a model on a text file (llama.cpp's definition)"},
     {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
 };
 
