@@ -326,6 +326,7 @@ struct server {
     int n_waiting;
     srv_job *running;
     bool stopping;
+    int n_open;             /* requests between on_access and on_completed */
     srv_metrics m;
     double t_start;
 };
@@ -743,6 +744,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         *con_cls = r;
+        pthread_mutex_lock(&s->mu);
+        s->n_open++;
+        pthread_mutex_unlock(&s->mu);
         bool path_known = false;
         for (size_t i = 0; i < N_ROUTES && !r->rt; i++) {
             if (strcmp(url, ROUTES[i].path)) continue;
@@ -788,8 +792,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    server *s = cls;
     conn_req *r = *con_cls;
     if (!r) return;
+    pthread_mutex_lock(&s->mu);
+    s->n_open--;
+    pthread_mutex_unlock(&s->mu);
     if (r->job) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->job->cancel = 1;
         job_unref(r->job);
@@ -872,6 +880,15 @@ void server_stop(server *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->infer_started) pthread_join(s->infer, NULL); /* flushes the backend's checkpoints */
+    /* let the connections send what their jobs produced (bounded: 5 s) before closing them */
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&s->mu);
+        int open = s->n_open;
+        pthread_mutex_unlock(&s->mu);
+        if (!open) break;
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
     if (s->d) MHD_stop_daemon(s->d);
     server_free(s);
 }
