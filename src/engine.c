@@ -242,24 +242,41 @@ const char *engine_state_format(const engine_ctx *c) {
     return m->state_fmt;
 }
 
-int engine_state_export(engine_ctx *c, void *buf, size_t n) {
+/* Export with the recurrent state from snapshot `snap` (or the context's own when NULL) and the
+ * KV rows [0, pos) from the context. */
+static int state_export(engine_ctx *c, const engine_snapshot *snap, void *buf, size_t n) {
     const q3n_hparams *hp = &c->e->m.hp;
     const backend_ops *be = c->e->be;
+    int pos = snap ? snap->pos : c->pos;
     if (!be->kv_get) return rl_seterr("the %s backend cannot export its state", be->name);
-    if (n != engine_state_bytes(c, c->pos)) return rl_seterr("state export: buffer of %zu bytes, need %zu", n, engine_state_bytes(c, c->pos));
+    if (snap && (snap->n_layer != hp->n_layer || pos > c->pos))
+        return rl_seterr("state export: the snapshot (position %d) does not belong to this context (at %d)", pos, c->pos);
+    if (n != engine_state_bytes(c, pos))
+        return rl_seterr("state export: buffer of %zu bytes, need %zu", n, engine_state_bytes(c, pos));
     uint8_t *p = buf;
-    size_t kv = be->kv_row_bytes(c->bc) * (size_t)c->pos;
+    size_t kv = be->kv_row_bytes(c->bc) * (size_t)pos, cn = q3n_conv_floats(hp), sn = q3n_ssm_floats(hp);
     for (int il = 0; il < hp->n_layer; il++) {
         if (hp->is_attn[il]) {
-            if (be->kv_get(c->bc, il, c->pos, p, p + kv)) return -1;
+            if (be->kv_get(c->bc, il, pos, p, p + kv)) return -1;
             p += 2 * kv;
-        } else {
-            float *conv = (float *)p, *ssm = conv + q3n_conv_floats(hp);
-            if (be->state_get(c->bc, il, conv, ssm)) return -1;
-            p += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+            continue;
         }
+        float *conv = (float *)p, *ssm = conv + cn;
+        if (snap) {
+            memcpy(conv, snap->conv[il], sizeof(float) * cn);
+            memcpy(ssm, snap->ssm[il], sizeof(float) * sn);
+        } else if (be->state_get(c->bc, il, conv, ssm)) {
+            return -1;
+        }
+        p += sizeof(float) * (cn + sn);
     }
     return 0;
+}
+
+int engine_state_export(engine_ctx *c, void *buf, size_t n) { return state_export(c, NULL, buf, n); }
+
+int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n) {
+    return state_export(c, s, buf, n);
 }
 
 int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {

@@ -99,6 +99,11 @@ size_t engine_state_bytes(const engine_ctx *c, int pos);
 const char *engine_state_format(const engine_ctx *c);
 /* Write the state at the current position: n must be engine_state_bytes(c, engine_pos(c)). */
 int engine_state_export(engine_ctx *c, void *buf, size_t n);
+/* The same for the state saved in snapshot s (taken from this context): its recurrent state,
+ * and KV rows [0, engine_snapshot_pos(s)) read from the context — valid while those rows are
+ * unchanged (true after decoding past the snapshot: the KV cache is append-only). n must be
+ * engine_state_bytes(c, engine_snapshot_pos(s)). */
+int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n);
 /* Replace the context's state by a blob of n = engine_state_bytes(c, pos) bytes; the position
  * becomes pos. On failure the context is reset (position 0). 0 or -1 (rl_lasterr). */
 int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n);

@@ -254,8 +254,9 @@ static void trim(statefile_dir *d) {
     }
 }
 
-int statefile_save(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n) {
-    if (n != engine_pos(c) || n <= 0) return rl_seterr("checkpoint: %d tokens for a context at %d", n, engine_pos(c));
+int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens, int n) {
+    int pos = snap ? engine_snapshot_pos(snap) : engine_pos(c);
+    if (n != pos || n <= 0) return rl_seterr("checkpoint: %d tokens for a state at position %d", n, pos);
     double t0 = rl_now();
     size_t sb = engine_state_bytes(c, n);
     if (!sb) return rl_seterr("checkpoint: the %s backend cannot export its state", engine_state_format(c));
@@ -275,7 +276,7 @@ int statefile_save(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n
         goto out;
     }
     memcpy(toks, tokens, sizeof(int32_t) * (size_t)n);
-    if (engine_state_export(c, buf, sb) || statefile_write(path, d->fp, d->format, tokens, n, buf, sb)) goto out;
+    if ((snap ? engine_state_export_snapshot(c, snap, buf, sb) : engine_state_export(c, buf, sb)) || statefile_write(path, d->fp, d->format, tokens, n, buf, sb)) goto out;
     /* superseded: this model's files whose tokens are a prefix of these (incl. the same path) */
     for (int i = d->n - 1; i >= 0; i--)
         if (d->e[i].n <= n && !memcmp(d->e[i].toks, tokens, sizeof(int32_t) * (size_t)d->e[i].n))

@@ -37,8 +37,10 @@ uint64_t statefile_model_fingerprint(const gguf_file *f);
 statefile_dir *statefile_open(const char *dir, uint64_t max_bytes, uint64_t model_fp, const char *format);
 void statefile_close(statefile_dir *d);
 
-/* Save c's state (position engine_pos(c)) with tokens[0..n) (n == engine_pos(c)). 0 or -1. */
-int statefile_save(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n);
+/* Save c's state with tokens[0..n): the current one (snap NULL, n == engine_pos(c)) or the one
+ * of snapshot snap taken from c (n == engine_snapshot_pos(snap); see engine_state_export_snapshot).
+ * 0 or -1. */
+int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens, int n);
 /* Position of the longest saved state whose tokens are a prefix of tokens[0..n), at most max_pos
  * and more than min_pos; 0 if none. Cheap (the token lists are indexed in memory). */
 int statefile_best(statefile_dir *d, const int32_t *tokens, int n, int min_pos, int max_pos);

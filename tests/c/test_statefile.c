@@ -96,6 +96,20 @@ int main(void) {
     for (int i = N; i < N + M; i++) CHECK(engine_step(b, t[i], lb) == 0, "step");
     CHECK(!memcmp(lb, lc, sizeof(float) * V), "steps after import == cold");
 
+    /* export from a snapshot after decoding past it (what the server does after an answer) */
+    engine_snapshot *snap = engine_snapshot_new(a);
+    engine_reset(a);
+    CHECK(engine_prefill(a, t, N, NULL) == 0 && engine_snapshot_save(a, snap) == 0, "snapshot at N");
+    CHECK(engine_prefill(a, t + N, M, NULL) == 0, "decode past the snapshot");
+    memset(blob, 0xAB, sb);
+    CHECK(engine_state_export_snapshot(a, snap, blob, sb) == 0, "export snapshot: %s", rl_lasterr());
+    engine_reset(b);
+    CHECK(engine_state_import(b, N, blob, sb) == 0, "import snapshot state");
+    check_poison(lb, V);
+    CHECK(engine_prefill(b, t + N, M, lb) == 0, "continue");
+    CHECK(!memcmp(lb, lc, sizeof(float) * V), "state exported from a snapshot == cold (bit-identical)");
+    engine_snapshot_free(snap);
+
     /* the checkpoint directory */
     char dir[] = "/tmp/rl-statefile-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -106,9 +120,9 @@ int main(void) {
     CHECK(d != NULL, "open dir: %s", rl_lasterr());
     engine_reset(a);
     CHECK(engine_prefill(a, t, 20, NULL) == 0, "prefill 20");
-    CHECK(statefile_save(d, a, t, 20) == 0, "save 20: %s", rl_lasterr());
+    CHECK(statefile_save(d, a, NULL, t, 20) == 0, "save 20: %s", rl_lasterr());
     CHECK(engine_prefill(a, t + 20, N - 20, NULL) == 0, "prefill to N");
-    CHECK(statefile_save(d, a, t, N) == 0, "save N: %s", rl_lasterr());
+    CHECK(statefile_save(d, a, NULL, t, N) == 0, "save N: %s", rl_lasterr());
     CHECK(count_files(dir) == 1, "the N file supersedes the 20 file (%d files)", count_files(dir));
     statefile_close(d);
 
@@ -159,7 +173,7 @@ int main(void) {
     d = statefile_open(dir, 0, fp, fmt);
     engine_reset(a);
     CHECK(engine_prefill(a, t, N, NULL) == 0, "prefill");
-    CHECK(statefile_save(d, a, t, N) == 0, "save");
+    CHECK(statefile_save(d, a, NULL, t, N) == 0, "save");
     statefile_close(d);
     first_file(dir, path, sizeof path);
     struct stat st;
@@ -172,10 +186,10 @@ int main(void) {
     /* size cap: room for one file only; the least recently used goes */
     uint64_t one = sizeof(int32_t) * N + engine_state_bytes(a, N) + 200;
     d = statefile_open(dir, one + one / 2, fp, fmt);
-    CHECK(statefile_save(d, a, t, N) == 0, "save 1");
+    CHECK(statefile_save(d, a, NULL, t, N) == 0, "save 1");
     engine_reset(a);
     CHECK(engine_prefill(a, other, N, NULL) == 0, "prefill other");
-    CHECK(statefile_save(d, a, other, N) == 0, "save 2");
+    CHECK(statefile_save(d, a, NULL, other, N) == 0, "save 2");
     CHECK(count_files(dir) == 1, "LRU trim keeps one file (%d)", count_files(dir));
     CHECK(statefile_best(d, other, N + 1, 0, N) == N && statefile_best(d, t, N + 1, 0, N) == 0, "the newest stays");
     statefile_stats ss;
