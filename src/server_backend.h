@@ -24,5 +24,22 @@ typedef struct {
 
 /* NULL with rl_lasterr set. */
 srv_backend *srv_backend_script(const srv_script_params *p);
+
+typedef struct {
+    const char *model_path;
+    const char *backend;      /* "cpu" | "cuda" | "auto" */
+    int n_threads;
+    int n_ctx, n_batch;
+    const char *cache_spec;
+    float route_bias;
+    int max_checkpoints;      /* in-memory (0 = session default) */
+    const char *state_dir;    /* disk checkpoints, or NULL */
+    uint64_t state_max_bytes;
+    int state_min_tokens;     /* new tokens since the last disk save before saving again */
+    bool verbose;
+} srv_session_params;
+
+/* The real model through the session layer. NULL with rl_lasterr set. */
+srv_backend *srv_backend_session(const srv_session_params *p);
 void srv_backend_free(srv_backend *b);
 #endif

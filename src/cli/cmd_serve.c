@@ -40,6 +40,11 @@ static void usage(FILE *out) {
             "  --max-body MIB         largest request body (default 32)\n"
             "  -n, --max-tokens N     answer length when a request does not say (default -1:\n"
             "                         until the answer ends or the context is full)\n"
+            "  --checkpoints N        in-memory prefix checkpoints (default 8)\n"
+            "  --state-dir DIR        disk checkpoints: a restarted server resumes long conversations\n"
+            "                         without re-reading them (files of other models are ignored)\n"
+            "  --state-max-mib N      size cap of --state-dir, least recently used files go (8192)\n"
+            "  --state-min-tokens N   evaluated tokens between two disk saves (default 256; and at exit)\n"
             "  -v, --verbose          one line per request on stderr\n"
             "  -h, --help             this help\n"
             "\n%s\n%s"
@@ -60,7 +65,8 @@ static const char *base_name(const char *p) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = getenv("REDLITE_API_KEY"), *alias = NULL;
-    const char *script_path = NULL;
+    const char *script_path = NULL, *state_dir = NULL;
+    long long checkpoints = 0, state_max_mib = 8192, state_min_tokens = 256;
     long long port = 8080, queue = 16, max_body = 32, max_tokens = -1, delay_ms = 0;
     bool verbose = false;
     gen_flags gf;
@@ -97,6 +103,17 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             const char *v = cli_need_value(CMD, argc, argv, &i);
             if (!v || !cli_parse_int(CMD, a, v, -1, 1LL << 40, &max_tokens)) return 2;
+        } else if (!strcmp(a, "--state-dir")) {
+            if (!(state_dir = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--state-max-mib")) {
+            const char *v = cli_need_value(CMD, argc, argv, &i);
+            if (!v || !cli_parse_int(CMD, a, v, 1, 1LL << 24, &state_max_mib)) return 2;
+        } else if (!strcmp(a, "--state-min-tokens")) {
+            const char *v = cli_need_value(CMD, argc, argv, &i);
+            if (!v || !cli_parse_int(CMD, a, v, 1, 1LL << 30, &state_min_tokens)) return 2;
+        } else if (!strcmp(a, "--checkpoints")) {
+            const char *v = cli_need_value(CMD, argc, argv, &i);
+            if (!v || !cli_parse_int(CMD, a, v, 1, 1024, &checkpoints)) return 2;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = true;
         } else if (!strcmp(a, "--test-script")) {
@@ -131,8 +148,21 @@ int cmd_serve(int argc, char **argv) {
         free(script);
         if (b) fprintf(stderr, "redlite serve: TEST MODE: scripted answers from %s, the model is not evaluated\n", script_path);
     } else {
-        (void)n_ctx;
-        rl_seterr("serving a real model needs the session layer, which this build does not have yet");
+        srv_session_params pp = {
+            .model_path = model,
+            .backend = mf.backend,
+            .n_threads = (int)mf.threads,
+            .n_ctx = n_ctx,
+            .n_batch = (int)(mf.batch ? mf.batch : 64),
+            .cache_spec = mf.cache_spec,
+            .route_bias = mf.route_bias,
+            .max_checkpoints = (int)checkpoints,
+            .state_dir = state_dir,
+            .state_max_bytes = (uint64_t)state_max_mib << 20,
+            .state_min_tokens = (int)state_min_tokens,
+            .verbose = verbose,
+        };
+        b = srv_backend_session(&pp);
     }
     if (!b) return cli_fail(CMD, 1, "%s", rl_lasterr());
 

@@ -16,6 +16,7 @@
 #include "check.h"
 #include "common.h"
 #include "engine.h"
+#include "session.h"
 #include "statefile.h"
 
 #define N 37
@@ -196,6 +197,35 @@ int main(void) {
     statefile_get_stats(d, &ss);
     CHECK(ss.saves == 2 && ss.n_files == 1, "stats");
     statefile_close(d);
+
+    /* a session adopts an imported state: the next feed evaluates only the rest, bit-identically */
+    session_model *sm = session_model_open(&(session_model_params){.model_path = model, .n_threads = 2});
+    CHECK(sm != NULL, "session model: %s", rl_lasterr());
+    if (sm) {
+        session_params spp = {.n_ctx = 128, .n_batch = 8};
+        session *s1 = session_new(sm, &spp), *s2 = session_new(sm, &spp), *s3 = session_new(sm, &spp);
+        session_feed_stats fst;
+        CHECK(session_feed(s1, t, N, NULL, &fst) == 0, "feed s1");
+        size_t sb2 = engine_state_bytes(session_ctx(s1), N);
+        void *b2 = malloc(sb2);
+        CHECK(engine_state_export(session_ctx(s1), b2, sb2) == 0, "export s1");
+        CHECK(session_feed(s2, other, 11, NULL, &fst) == 0, "s2 holds something else first");
+        CHECK(engine_state_import(session_ctx(s2), N, b2, sb2) == 0, "import into s2");
+        CHECK(session_adopt(s2, t, N) == 0, "adopt: %s", rl_lasterr());
+        CHECK(session_adopt(s3, t, N) == -1, "adopt refuses tokens that do not match the position");
+        int hn;
+        session_history(s2, &hn);
+        CHECK(hn == N && session_logits(s2) == NULL, "adopted history, no logits yet");
+        CHECK(session_feed(s2, t, N + M, NULL, &fst) == 0 && fst.n_reused == N && fst.n_evaluated == M,
+              "feed after adopt: reused %d evaluated %d", fst.n_reused, fst.n_evaluated);
+        CHECK(session_feed(s3, t, N + M, NULL, NULL) == 0, "cold session");
+        CHECK(!memcmp(session_logits(s2), session_logits(s3), sizeof(float) * V), "adopted session == cold");
+        free(b2);
+        session_free(s1);
+        session_free(s2);
+        session_free(s3);
+        session_model_close(sm);
+    }
 
     clean(dir);
     free(blob);
