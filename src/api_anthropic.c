@@ -446,7 +446,7 @@ static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish
 int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
     static const char *const known[] = {"model", "max_tokens", "messages", "system", "stop_sequences", "stream",
                                         "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata",
-                                        "thinking", "service_tier", NULL};
+                                        "thinking", "service_tier", "context_management", NULL};
     if (srv_check_fields(b, known, NULL, e)) return -1;
     ant_st *s = calloc(1, sizeof *s);
     if (!s) return OOM(e);

@@ -395,3 +395,31 @@ def test_graceful_shutdown(tmp_path):
         assert "stopped" in s.stderr()
     finally:
         s.kill()
+
+
+# ---- command line ----------------------------------------------------------------------------
+
+def test_cli_usage(tmp_path):
+    import subprocess
+    from server_util import BIN, MODEL, need_binary
+    need_binary()
+    r = subprocess.run([str(BIN), "serve", "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "/v1/chat/completions" in r.stdout and "--state-dir" in r.stdout
+    r = subprocess.run([str(BIN), "serve", "--frob"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "unknown option" in r.stderr
+    r = subprocess.run([str(BIN), "serve"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "-m" in r.stderr
+    r = subprocess.run([str(BIN), "serve", "-m", str(MODEL), "--port", "70000"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "--port" in r.stderr
+    with Server("--test-script", script_file(tmp_path, [HELLO])) as s:
+        r = subprocess.run([str(BIN), "serve", "-m", str(MODEL), "--port", str(s.port), "--test-script",
+                            str(tmp_path / "script.txt")], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and "cannot listen" in r.stderr  # the port is taken: one clear line
+        # oversize request headers: refused, and the server keeps serving
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        c.request("GET", "/v1/models", headers={"X-Big": "a" * 100_000})
+        r = c.getresponse()
+        assert 400 <= r.status < 500
+        c.close()
+        assert s.alive()
