@@ -268,6 +268,9 @@ typedef struct {
     const srv_request *rq;
     char *stops[16];    /* copies, to name the stop_sequence hit */
     int n_stops;
+    srv_think think;    /* <think> blocks -> thinking content blocks */
+    bool think_open;    /* streaming: a thinking block is open */
+    chat_buf thinking;  /* non-streaming */
 } ant_st;
 
 static void ant_free(void *p) {
@@ -276,6 +279,8 @@ static void ant_free(void *p) {
     cJSON_Delete(s->tools);
     cJSON_Delete(s->content);
     chat_buf_free(&s->text);
+    chat_buf_free(&s->thinking);
+    srv_think_free(&s->think);
     for (int i = 0; i < s->n_stops; i++) free(s->stops[i]);
     free(s->model);
     free(s);
@@ -287,7 +292,51 @@ static cJSON *ev(const char *type) {
     return o;
 }
 
+/* The thinking block ends where the first text or tool call begins. */
+static void close_thinking(ant_st *s) {
+    if (s->stream) {
+        if (!s->think_open) return;
+        cJSON *o = ev("content_block_stop");
+        cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
+        srv_job_sse(s->j, "content_block_stop", o);
+        s->think_open = false;
+        return;
+    }
+    if (!s->thinking.n) return;
+    chat_buf_puts(&s->thinking, "");
+    cJSON *b = ev("thinking");
+    cJSON_AddStringToObject(b, "thinking", s->thinking.p);
+    cJSON_AddStringToObject(b, "signature", "");
+    cJSON_AddItemToArray(s->content, b);
+    s->thinking.n = 0;
+}
+
+static void on_thinking(void *ud, const char *t, size_t n) {
+    ant_st *s = ud;
+    if (!s->stream) {
+        chat_buf_put(&s->thinking, t, n);
+        return;
+    }
+    if (!s->think_open) {
+        cJSON *o = ev("content_block_start"), *b = ev("thinking");
+        cJSON_AddNumberToObject(o, "index", s->n_blocks++);
+        cJSON_AddStringToObject(b, "thinking", "");
+        cJSON_AddStringToObject(b, "signature", "");
+        cJSON_AddItemToObject(o, "content_block", b);
+        srv_job_sse(s->j, "content_block_start", o);
+        s->think_open = true;
+    }
+    cJSON *o = ev("content_block_delta"), *d = ev("thinking_delta");
+    cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
+    char *c = strndup(t, n);
+    cJSON_AddStringToObject(d, "thinking", c ? c : "");
+    free(c);
+    cJSON_AddItemToObject(o, "delta", d);
+    srv_job_sse(s->j, "content_block_delta", o);
+}
+
 static void close_text(ant_st *s) {
+    close_thinking(s);
     if (s->stream) {
         if (!s->text_open) return;
         cJSON *o = ev("content_block_stop");
@@ -307,6 +356,7 @@ static void close_text(ant_st *s) {
 static void on_text_piece(void *ud, const char *t, size_t n) {
     ant_st *s = ud;
     if (!n) return;
+    close_thinking(s);
     if (!s->stream) {
         chat_buf_put(&s->text, t, n);
         return;
@@ -394,17 +444,23 @@ static void ant_start(srv_job *j, void *st, int n_prompt, int n_reused) {
     srv_job_sse(j, "ping", ev("ping"));
 }
 
+static void ant_content(void *ud, const char *t, size_t n) {
+    ant_st *s = ud;
+    if (s->parser) chat_parser_feed(s->parser, t, n);
+    else on_text_piece(s, t, n);
+}
+
 static int ant_text(srv_job *j, void *st, const char *t, size_t n) {
     ant_st *s = st;
     s->j = j;
-    if (s->parser) return chat_parser_feed(s->parser, t, n) ? 1 : 0;
-    on_text_piece(s, t, n);
+    srv_think_feed(&s->think, t, n);
     return 0;
 }
 
 static void ant_finish(srv_job *j, void *st, const srv_result *r) {
     ant_st *s = st;
     s->j = j;
+    srv_think_finish(&s->think);
     if (s->parser) chat_parser_finish(s->parser);
     if (r->reason == SRV_ERROR) {
         srv_error e;
@@ -452,6 +508,7 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (!s) return OOM(e);
     rq->api = &MESSAGES_API;
     rq->st = s;
+    srv_think_init(&s->think, 0, on_thinking, ant_content, s);
     s->content = cJSON_CreateArray();
     srv_new_id(s->id, sizeof s->id, "msg_");
     const char *model = NULL;
@@ -483,6 +540,7 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
     chat_conv_init(&conv);
     int think, rc = -1;
     if (load_conv(b, &conv, &think, e) || srv_render_prompt(in, &conv, think, rq, e)) goto out;
+    srv_think_init(&s->think, rq->think, on_thinking, ant_content, s);
     if (conv.tools) {
         s->tools = conv.tools;
         conv.tools = NULL;

@@ -171,6 +171,8 @@ typedef struct {
     int n_calls;
     bool started;
     char *echo;          /* completions: echo the prompt */
+    srv_think think;     /* <think> blocks -> reasoning_content */
+    chat_buf reasoning;  /* non-streaming */
 } oai_st;
 
 static void oai_free(void *p) {
@@ -179,6 +181,8 @@ static void oai_free(void *p) {
     cJSON_Delete(s->tools);
     cJSON_Delete(s->calls);
     chat_buf_free(&s->text);
+    chat_buf_free(&s->reasoning);
+    srv_think_free(&s->think);
     free(s->model);
     free(s->echo);
     free(s);
@@ -279,11 +283,29 @@ static void oai_start(srv_job *j, void *st, int n_prompt, int n_reused) {
     }
 }
 
+static void oai_content(void *ud, const char *t, size_t n) {
+    oai_st *s = ud;
+    if (s->parser) chat_parser_feed(s->parser, t, n);
+    else on_parser_text(s, t, n);
+}
+
+static void oai_reasoning(void *ud, const char *t, size_t n) {
+    oai_st *s = ud;
+    if (!s->stream) {
+        chat_buf_put(&s->reasoning, t, n);
+        return;
+    }
+    cJSON *d = cJSON_CreateObject();
+    char *c = strndup(t, n);
+    cJSON_AddStringToObject(d, "reasoning_content", c ? c : "");
+    free(c);
+    send_delta(s, d, NULL, 0, NULL);
+}
+
 static int oai_text(srv_job *j, void *st, const char *t, size_t n) {
     oai_st *s = st;
     s->j = j;
-    if (s->parser) return chat_parser_feed(s->parser, t, n) ? 1 : 0;
-    on_parser_text(s, t, n);
+    srv_think_feed(&s->think, t, n);
     return 0;
 }
 
@@ -304,6 +326,7 @@ static const char *finish_reason(const oai_st *s, const srv_result *r) {
 static void oai_finish(srv_job *j, void *st, const srv_result *r) {
     oai_st *s = st;
     s->j = j;
+    srv_think_finish(&s->think);
     if (s->parser) chat_parser_finish(s->parser);
     if (r->reason == SRV_ERROR) {
         srv_error e;
@@ -341,6 +364,10 @@ static void oai_finish(srv_job *j, void *st, const srv_result *r) {
         cJSON_AddStringToObject(m, "role", "assistant");
         if (s->n_calls && s->text.n == 0) cJSON_AddNullToObject(m, "content");
         else cJSON_AddStringToObject(m, "content", s->text.p ? s->text.p : "");
+        if (s->reasoning.n) {
+            chat_buf_puts(&s->reasoning, "");
+            cJSON_AddStringToObject(m, "reasoning_content", s->reasoning.p);
+        }
         if (s->calls) {
             cJSON_AddItemToObject(m, "tool_calls", s->calls);
             s->calls = NULL;
@@ -411,6 +438,7 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
     oai_st *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
     s->chat = true;
+    srv_think_init(&s->think, 0, oai_reasoning, oai_content, s);
     rq->api = &CHAT_API;
     rq->st = s;
     if (common_fields(b, in, rq, s, e)) return -1;
@@ -446,6 +474,7 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
                          &conv, e))
         goto out;
     if (srv_render_prompt(in, &conv, think, rq, e)) goto out;
+    srv_think_init(&s->think, rq->think, oai_reasoning, oai_content, s);
     if (conv.tools) {
         s->tools = conv.tools;
         conv.tools = NULL;
@@ -471,6 +500,7 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
     rq->api = &COMPL_API;
     rq->st = s;
+    srv_think_init(&s->think, 0, oai_reasoning, oai_content, s);
     long long best_of = 1;
     if (srv_get_int(b, "best_of", 1, 1, &best_of, e) < 0) return -1;
     const char *suffix = NULL;

@@ -161,6 +161,10 @@ typedef struct {
     chat_buf text;    /* the open message's text */
     bool text_open;
     int n_calls;
+    srv_think think;  /* <think> blocks -> a reasoning item */
+    chat_buf rtext;   /* the open reasoning item's text */
+    bool r_open;
+    char rs_id[64];
 } rsp_st;
 
 static void rsp_free(void *p) {
@@ -170,6 +174,8 @@ static void rsp_free(void *p) {
     cJSON_Delete(s->req_tools);
     cJSON_Delete(s->output);
     chat_buf_free(&s->text);
+    chat_buf_free(&s->rtext);
+    srv_think_free(&s->think);
     free(s->model);
     free(s);
 }
@@ -251,7 +257,65 @@ static cJSON *idx_obj(rsp_st *s, bool content) {
     return o;
 }
 
+static cJSON *reasoning_item(rsp_st *s, const char *text) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->rs_id);
+    cJSON_AddStringToObject(m, "type", "reasoning");
+    cJSON_AddArrayToObject(m, "summary");
+    cJSON *c = cJSON_AddArrayToObject(m, "content");
+    if (text) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "type", "reasoning_text");
+        cJSON_AddStringToObject(p, "text", text);
+        cJSON_AddItemToArray(c, p);
+    }
+    return m;
+}
+
+static void close_reasoning(rsp_st *s) {
+    if (!s->r_open) return;
+    chat_buf_puts(&s->rtext, "");
+    const char *t = s->rtext.p ? s->rtext.p : "";
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "item_id", s->rs_id);
+    cJSON_AddNumberToObject(o, "output_index", cJSON_GetArraySize(s->output));
+    cJSON_AddNumberToObject(o, "content_index", 0);
+    cJSON_AddStringToObject(o, "text", t);
+    event(s, "response.reasoning_text.done", o);
+    o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "output_index", cJSON_GetArraySize(s->output));
+    cJSON_AddItemToObject(o, "item", reasoning_item(s, t));
+    event(s, "response.output_item.done", o);
+    cJSON_AddItemToArray(s->output, reasoning_item(s, t));
+    s->rtext.n = 0;
+    s->r_open = false;
+}
+
+static void on_reasoning(void *ud, const char *t, size_t n) {
+    rsp_st *s = ud;
+    if (!s->r_open) {
+        s->r_open = true;
+        srv_new_id(s->rs_id, sizeof s->rs_id, "rs_");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "output_index", cJSON_GetArraySize(s->output));
+        cJSON_AddItemToObject(o, "item", reasoning_item(s, NULL));
+        event(s, "response.output_item.added", o);
+    }
+    chat_buf_put(&s->rtext, t, n);
+    if (s->stream) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "item_id", s->rs_id);
+        cJSON_AddNumberToObject(o, "output_index", cJSON_GetArraySize(s->output));
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        char *c = strndup(t, n);
+        cJSON_AddStringToObject(o, "delta", c ? c : "");
+        free(c);
+        event(s, "response.reasoning_text.delta", o);
+    }
+}
+
 static void close_text(rsp_st *s) {
+    close_reasoning(s);
     if (!s->text_open) return;
     chat_buf_puts(&s->text, "");
     const char *t = s->text.p ? s->text.p : "";
@@ -273,6 +337,7 @@ static void close_text(rsp_st *s) {
 static void on_text_piece(void *ud, const char *t, size_t n) {
     rsp_st *s = ud;
     if (!n) return;
+    close_reasoning(s);
     if (!s->text_open) {
         s->text_open = true;
         srv_new_id(s->msg_id, sizeof s->msg_id, "msg_");
@@ -348,17 +413,23 @@ static void rsp_start(srv_job *j, void *st, int n_prompt, int n_reused) {
     event(s, "response.in_progress", o);
 }
 
+static void rsp_content(void *ud, const char *t, size_t n) {
+    rsp_st *s = ud;
+    if (s->parser) chat_parser_feed(s->parser, t, n);
+    else on_text_piece(s, t, n);
+}
+
 static int rsp_text(srv_job *j, void *st, const char *t, size_t n) {
     rsp_st *s = st;
     s->j = j;
-    if (s->parser) return chat_parser_feed(s->parser, t, n) ? 1 : 0;
-    on_text_piece(s, t, n);
+    srv_think_feed(&s->think, t, n);
     return 0;
 }
 
 static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     rsp_st *s = st;
     s->j = j;
+    srv_think_finish(&s->think);
     if (s->parser) chat_parser_finish(s->parser);
     if (r->reason == SRV_ERROR) {
         srv_error e;
@@ -409,6 +480,7 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
     if (!s) return OOM(e);
     rq->api = &RESPONSES_API;
     rq->st = s;
+    srv_think_init(&s->think, 0, on_reasoning, rsp_content, s);
     s->output = cJSON_CreateArray();
     s->created = (long)time(NULL);
     srv_new_id(s->id, sizeof s->id, "resp_");
@@ -431,6 +503,7 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
     chat_conv_init(&conv);
     int rc = -1;
     if (load_input(b, &conv, e) || load_tools(b, &conv, e) || srv_render_prompt(in, &conv, -1, rq, e)) goto out;
+    srv_think_init(&s->think, rq->think, on_reasoning, rsp_content, s);
     if (conv.tools) {
         s->tools = conv.tools;
         conv.tools = NULL;

@@ -423,3 +423,52 @@ def test_cli_usage(tmp_path):
         assert 400 <= r.status < 500
         c.close()
         assert s.alive()
+
+
+# ---- reasoning: <think> blocks ------------------------------------------------------------------
+
+THINK = "<think>\nThe user wants a greeting.\nKeep it short.\n</think>\n\nHello there!"
+THINK_CALL = "<think>\nI need the weather.\n</think>\n\n" + CALL
+
+
+def test_reasoning_split(tmp_path):
+    with Server("--test-script", script_file(tmp_path, [THINK, THINK_CALL]), "--reasoning", "on") as s:
+        c = oai(s)
+        r = c.chat.completions.create(model="m", messages=USER, max_tokens=100)
+        m = r.choices[0].message
+        assert m.content == "Hello there!"
+        assert m.model_extra["reasoning_content"] == "The user wants a greeting.\nKeep it short."
+        chunks = list(c.chat.completions.create(model="m", messages=USER, max_tokens=100, tools=TOOLS, stream=True))
+        reasoning = "".join((ch.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                            for ch in chunks if ch.choices)
+        assert reasoning == "I need the weather."
+        calls = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+        assert calls[0].function.name == "get_weather"
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == ""
+        a = ant(s)
+        msg = a.messages.create(model="m", max_tokens=100, messages=USER)
+        assert [b.type for b in msg.content] == ["thinking", "text"]
+        assert msg.content[0].thinking == "The user wants a greeting.\nKeep it short."
+        assert msg.content[1].text == "Hello there!"
+        with a.messages.stream(model="m", max_tokens=100, messages=USER, tools=ANT_TOOLS) as st:
+            final = st.get_final_message()
+        assert [b.type for b in final.content] == ["thinking", "tool_use"] and final.stop_reason == "tool_use"
+        assert final.content[0].thinking == "I need the weather."
+        # the thinking block sent back is rendered as the template's reasoning (count_tokens sees it)
+        back = USER + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
+                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": final.content[1].id,
+                                                     "content": "sunny"}]}]
+        assert a.messages.count_tokens(model="m", messages=back, tools=ANT_TOOLS).input_tokens > 0
+        r = c.responses.create(model="m", input="hi")
+        assert [o.type for o in r.output] == ["reasoning", "message"]
+        assert r.output[0].content[0].text == "The user wants a greeting.\nKeep it short."
+        assert r.output_text == "Hello there!"
+        ev = list(c.responses.create(model="m", input="hi", tools=RSP_TOOLS, stream=True))
+        assert "".join(e.delta for e in ev if e.type == "response.reasoning_text.delta") == "I need the weather."
+        assert [o.type for o in ev[-1].response.output] == ["reasoning", "function_call"]
+
+
+def test_reasoning_off_passes_text_through(tmp_path):
+    with Server("--test-script", script_file(tmp_path, [THINK]), "--reasoning", "off") as s:
+        r = oai(s).chat.completions.create(model="m", messages=USER, max_tokens=100)
+        assert r.choices[0].message.content == THINK

@@ -45,6 +45,9 @@ static void usage(FILE *out) {
             "                         without re-reading them (files of other models are ignored)\n"
             "  --state-max-mib N      size cap of --state-dir, least recently used files go (8192)\n"
             "  --state-min-tokens N   evaluated tokens between two disk saves (default 256; and at exit)\n"
+            "  --reasoning auto|on|off  answer text inside <think>...</think> goes to reasoning_content\n"
+            "                         / thinking blocks / reasoning items (auto: when the chat\n"
+            "                         template has thinking; default auto)\n"
             "  -v, --verbose          one line per request on stderr\n"
             "  -h, --help             this help\n"
             "\n%s\n%s"
@@ -69,6 +72,7 @@ int cmd_serve(int argc, char **argv) {
     long long checkpoints = 0, state_max_mib = 8192, state_min_tokens = 256;
     long long port = 8080, queue = 16, max_body = 32, max_tokens = -1, delay_ms = 0;
     bool verbose = false;
+    int reasoning = -1;
     gen_flags gf;
     gen_model_flags mf = {0};
     gen_flags_init(&gf, true);
@@ -114,6 +118,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--checkpoints")) {
             const char *v = cli_need_value(CMD, argc, argv, &i);
             if (!v || !cli_parse_int(CMD, a, v, 1, 1024, &checkpoints)) return 2;
+        } else if (!strcmp(a, "--reasoning")) {
+            const char *v = cli_need_value(CMD, argc, argv, &i);
+            if (!v) return 2;
+            if (!strcmp(v, "auto")) reasoning = -1;
+            else if (!strcmp(v, "on")) reasoning = 1;
+            else if (!strcmp(v, "off")) reasoning = 0;
+            else return cli_fail(CMD, 2, "--reasoning expects auto, on or off, got '%s'", v);
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = true;
         } else if (!strcmp(a, "--test-script")) {
@@ -176,6 +187,7 @@ int cmd_serve(int argc, char **argv) {
         .max_tokens = max_tokens,
         .sp = gf.sp,
         .verbose = verbose,
+        .reasoning = reasoning,
     };
     server *s = server_start(&sp, b);
     if (!s) return cli_fail(CMD, 1, "%s", rl_lasterr());
