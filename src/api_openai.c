@@ -255,8 +255,11 @@ static void on_parser_call(void *ud, const char *name, const char *args) {
         return;
     }
     /* as OpenAI streams it: the call's id, type and name with empty arguments, then arguments */
-    cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls"), *c = call_obj(id, name, "");
+    cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", idx);
+    cJSON *full = call_obj(id, name, ""), *it;
+    while ((it = full->child)) cJSON_AddItemToObject(c, it->string, cJSON_DetachItemViaPointer(full, it));
+    cJSON_Delete(full);
     cJSON_AddItemToArray(arr, c);
     send_delta(s, d, NULL, 0, NULL);
     d = cJSON_CreateObject();
