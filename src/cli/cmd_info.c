@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "json.h"
 #include "quant.h"
+#include "qwen3next.h"
 
 static const char *CMD = "info";
 #define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */
@@ -112,7 +113,15 @@ static int block_of(const char *name, const char **rest) {
     return (int)n;
 }
 
-static bool starts(const char *s, const char *pre) { return strncmp(s, pre, strlen(pre)) == 0; }
+/* "blk.%d.attn_qkv.weight" -> "attn_qkv" */
+static void short_name(q3n_tensor_id id, char *buf, size_t n) {
+    const char *s = q3n_tensor(id)->name, *dot;
+    if (!strncmp(s, "blk.%d.", 7)) s += 7;
+    dot = strrchr(s, '.');
+    snprintf(buf, n, "%.*s", (int)(dot ? dot - s : (long)strlen(s)), s);
+}
+
+static bool is_routed(int id) { return id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed; }
 
 static void note_expert(exp_part *e, const gguf_tensor *t, int64_t *n_expert) {
     int64_t ne2 = t->n_dims >= 3 ? t->ne[2] : 1;
@@ -180,7 +189,8 @@ static bool analyse(info *in) {
         in->type_count[t->type]++;
         in->type_bytes[t->type] += t->nbytes;
         in->total_bytes += t->nbytes;
-        if (strstr(t->name, "_exps.")) in->routed_bytes += t->nbytes;
+        int tb, id = q3n_tensor_lookup(t->name, &tb); /* the model's tensor table */
+        if (is_routed(id)) in->routed_bytes += t->nbytes;
         const char *r;
         int b = block_of(t->name, &r);
         if (b < 0) continue;
@@ -188,21 +198,23 @@ static bool analyse(info *in) {
         L->any = true;
         L->n_tensors++;
         L->bytes += t->nbytes;
-        if (starts(r, "nextn.")) L->nextn = true;
-        else if (starts(r, "ssm_in.")) L->ssm = L->ssm_in = true;
-        else if (starts(r, "ssm_")) L->ssm = true;
-        else if (starts(r, "attn_gate.")) L->gate = true;
-        else if (starts(r, "attn_qkv.")) L->qkv = true;
-        else if (starts(r, "attn_q.") || starts(r, "attn_k.") || starts(r, "attn_v.") || starts(r, "attn_output."))
-            L->attn = true;
-        else if (starts(r, "ffn_gate_exps.")) note_expert(&L->gate_e, t, &L->n_expert);
-        else if (starts(r, "ffn_up_exps.")) note_expert(&L->up_e, t, &L->n_expert);
-        else if (starts(r, "ffn_down_exps.")) note_expert(&L->down_e, t, &L->n_expert);
-        else if (starts(r, "ffn_gate_up_exps.")) note_expert(&L->gate_up_e, t, &L->n_expert);
+        if (id < 0) continue; /* a name the model does not know: counted, not classified */
+        const q3n_tensor_desc *d = q3n_tensor((q3n_tensor_id)id);
+        if (d->kind == Q3N_KIND_MTP) L->nextn = true;
+        else if (id == Q3N_T_SSM_IN) L->ssm = L->ssm_in = true;
+        else if (id == Q3N_T_SSM_GATE) L->gate = true;
+        else if (id == Q3N_T_SSM_QKV) L->qkv = true; /* a fused qkv alone would be attention */
+        else if (d->kind == Q3N_KIND_DELTANET) L->ssm = true;
+        else if (d->kind == Q3N_KIND_ATTN && id != Q3N_T_ATTN_Q_NORM && id != Q3N_T_ATTN_K_NORM) L->attn = true;
+        else if (id == Q3N_T_GATE_EXPS) note_expert(&L->gate_e, t, &L->n_expert);
+        else if (id == Q3N_T_UP_EXPS) note_expert(&L->up_e, t, &L->n_expert);
+        else if (id == Q3N_T_DOWN_EXPS) note_expert(&L->down_e, t, &L->n_expert);
+        else if (id == Q3N_T_GATE_UP_EXPS) note_expert(&L->gate_up_e, t, &L->n_expert);
     }
 
-    /* classify: nextn.* marks the MTP block; ssm_* / attn_gate (with attn_qkv) mark Gated
-     * DeltaNet; separate attn_q/k/v/output, or a fused attn_qkv alone, mark full attention. */
+    /* classify (kinds from the tensor table): MTP extras mark the MTP block; DeltaNet tensors
+     * (the split q|k|v + gate, or the fused projection) mark Gated DeltaNet; the attention
+     * projections, or a fused q|k|v alone, mark full attention. */
     bool split = false, legacy = false;
     for (int i = 0; i < n_layer; i++) {
         const layer_info *L = &in->layers[i];
@@ -234,12 +246,12 @@ static bool analyse(info *in) {
             const char *r;
             int b = block_of(f->tensors[i].name, &r);
             if (b >= 0 && in->kind[b] == K_MTP) continue;
-            if (strstr(f->tensors[i].name, "_exps.")) routed_main += f->tensors[i].nbytes;
+            if (is_routed(q3n_tensor_lookup(f->tensors[i].name, NULL))) routed_main += f->tensors[i].nbytes;
             else dense_main += f->tensors[i].nbytes;
         }
         /* token_embd is a row lookup, not a matmul: count one row at most; keep it simple and
          * exclude it entirely (its row is negligible). */
-        const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+        const gguf_tensor *emb = gguf_find_tensor(f, q3n_tensor(Q3N_T_TOKEN_EMBD)->name);
         if (emb && dense_main >= emb->nbytes) dense_main -= emb->nbytes;
         in->active_bytes = dense_main + (uint64_t)((double)routed_main * (double)n_used / (double)n_exp);
     }
@@ -374,10 +386,17 @@ static void print_text(const info *in, FILE *o) {
     int mism = 0;
     for (int i = 0; i < in->n_layer; i++) mism += in->kind[i] != expected_kind(in, i);
     if (mism) fprintf(o, "  warning          %d layer(s) disagree with full_attention_interval %u\n", mism, in->interval);
-    const char *gen_desc = !strcmp(in->generation, "split")    ? "split attn_qkv + attn_gate (current converter)"
-                           : !strcmp(in->generation, "legacy") ? "legacy fused ssm_in (Nov-2025 converter)"
-                           : !strcmp(in->generation, "mixed")  ? "mixed (both ssm_in and attn_qkv/attn_gate)"
-                                                                : "unknown (no Gated DeltaNet layers)";
+    char gen_desc[160], qkv[32], gate[32], in_[32]; /* tensor names from the model's table */
+    short_name(Q3N_T_SSM_QKV, qkv, sizeof qkv), short_name(Q3N_T_SSM_GATE, gate, sizeof gate);
+    short_name(Q3N_T_SSM_IN, in_, sizeof in_);
+    if (!strcmp(in->generation, "split"))
+        snprintf(gen_desc, sizeof gen_desc, "split %s + %s (current converter)", qkv, gate);
+    else if (!strcmp(in->generation, "legacy"))
+        snprintf(gen_desc, sizeof gen_desc, "legacy fused %s (Nov-2025 converter)", in_);
+    else if (!strcmp(in->generation, "mixed"))
+        snprintf(gen_desc, sizeof gen_desc, "mixed (both %s and %s/%s)", in_, qkv, gate);
+    else
+        snprintf(gen_desc, sizeof gen_desc, "unknown (no Gated DeltaNet layers)");
     fprintf(o, "  generation       %s\n\ntensor types\n", gen_desc);
     for (int t = 0; t < QT_COUNT; t++)
         if (in->type_count[t])
@@ -591,7 +610,10 @@ int cmd_info(int argc, char **argv) {
     in.f = gguf_open(path);
     if (!in.f) return cli_fail(CMD, 1, "%s", rl_lasterr());
     int rc = 0;
-    if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+    q3n_hparams hp; /* values out of the model's limits: refused as the engine would; missing keys
+                       (another architecture, a partial file) are still described */
+    if (q3n_read_hparams(in.f, &hp) == -2) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+    else if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
     else if (as_json) print_json(&in, stdout);
     else print_text(&in, stdout);
     if (!rc && (fflush(stdout) != 0 || ferror(stdout))) rc = cli_fail(CMD, 1, "writing the output failed");
