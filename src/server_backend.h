@@ -32,6 +32,7 @@ typedef struct {
     int n_ctx, n_batch;
     const char *cache_spec;
     float route_bias;
+    const char *route_trace;
     int max_checkpoints;      /* in-memory (0 = session default) */
     const char *state_dir;    /* disk checkpoints, or NULL */
     uint64_t state_max_bytes;
