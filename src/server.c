@@ -635,19 +635,23 @@ static bool valid_utf8(const char *s, size_t n) {
     return true;
 }
 
-static bool key_ok(server *s, struct MHD_Connection *c) {
-    if (!s->p.api_key) return true;
-    const char *want = s->p.api_key, *got = NULL;
-    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (auth && !strncasecmp(auth, "Bearer ", 7)) got = auth + 7;
-    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    if (!got || (x && strlen(got) != strlen(want))) got = x;
-    if (!got) return false;
+/* Constant-time comparison of a presented key with the server's. */
+static bool key_eq(const char *got, const char *want) {
     size_t n = strlen(want);
-    if (strlen(got) != n) return false;
-    unsigned char d = 0; /* constant time */
+    if (!got || strlen(got) != n) return false;
+    unsigned char d = 0;
     for (size_t i = 0; i < n; i++) d |= (unsigned char)(got[i] ^ want[i]);
     return d == 0;
+}
+
+/* Either header may carry the key (OpenAI clients send Authorization: Bearer, Anthropic ones
+ * x-api-key; Claude Code with ANTHROPIC_AUTH_TOKEN sends Bearer). */
+static bool key_ok(server *s, struct MHD_Connection *c) {
+    if (!s->p.api_key) return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    bool bearer = auth && !strncasecmp(auth, "Bearer ", 7) && key_eq(auth + 7, s->p.api_key);
+    return bearer || key_eq(x, s->p.api_key);
 }
 
 static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {

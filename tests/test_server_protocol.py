@@ -315,6 +315,10 @@ def test_api_key(tmp_path):
         st, _, body = raw(s, "GET", "/v1/models")
         assert st == 401 and "API key" in json.loads(body)["error"]["message"]
         assert s.alive()  # /health needs no key
+        st, _, _ = raw(s, "GET", "/v1/models", headers={"Authorization": "Bearer nope", "x-api-key": "s3cret"})
+        assert st == 200  # either header may carry the key
+        st, _, _ = raw(s, "GET", "/v1/models", headers={"Authorization": "Bearer s3cre", "x-api-key": "s3cre"})
+        assert st == 401
         assert oai(s, key="s3cret").chat.completions.create(model="m", messages=USER).choices[0].message.content == HELLO
         assert ant(s, key="s3cret").messages.create(model="m", max_tokens=50, messages=USER).content[0].text == HELLO
 
