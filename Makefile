@@ -29,7 +29,7 @@ PYTHON   ?= python3
 
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -pthread -MMD -MP -Isrc
-LDLIBS   += -lutf8proc -lcjson -lm -pthread
+LDLIBS   += -lutf8proc -lcjson -lmicrohttpd -lm -pthread
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c

@@ -88,6 +88,26 @@ int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s);
 int engine_snapshot_pos(const engine_snapshot *s);
 void engine_snapshot_free(engine_snapshot *s);
 
+/* ---- state export / import (disk checkpoints) -----------------------------------------
+ * The sequence state at position pos is every DeltaNet layer's conv + recurrent state and the
+ * first pos K/V rows of every attention layer, as one byte blob in the backend's layout.
+ * engine_state_format names that layout ("cpu/f32", "cuda/f16", ...): a blob is only meaningful
+ * for the same model and format, and restoring it continues exactly as the exported context
+ * would (bit-identical logits, by the exactness contract). The MTP head's cache is not part of
+ * it (after an import the head starts empty). */
+size_t engine_state_bytes(const engine_ctx *c, int pos);
+const char *engine_state_format(const engine_ctx *c);
+/* Write the state at the current position: n must be engine_state_bytes(c, engine_pos(c)). */
+int engine_state_export(engine_ctx *c, void *buf, size_t n);
+/* The same for the state saved in snapshot s (taken from this context): its recurrent state,
+ * and KV rows [0, engine_snapshot_pos(s)) read from the context — valid while those rows are
+ * unchanged (true after decoding past the snapshot: the KV cache is append-only). n must be
+ * engine_state_bytes(c, engine_snapshot_pos(s)). */
+int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n);
+/* Replace the context's state by a blob of n = engine_state_bytes(c, pos) bytes; the position
+ * becomes pos. On failure the context is reset (position 0). 0 or -1 (rl_lasterr). */
+int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n);
+
 /* Debug observers (NULL to disable): named activations and router choices. */
 void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void *ud);
 /* Replace the routed-expert source (the session installs its expert cache here; NULL = the

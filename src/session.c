@@ -333,6 +333,21 @@ int session_feed(session *s, const int32_t *tokens, int n, const session_feed_op
     return 0;
 }
 
+int session_adopt(session *s, const int32_t *tokens, int n) {
+    if (n < 0 || n > s->n_ctx || n != engine_pos(s->c)) {
+        session_reset(s);
+        return rl_seterr("session_adopt: %d tokens for a context at position %d", n, engine_pos(s->c));
+    }
+    ck_invalidate(s, 0, tokens, n);
+    s->hist.n = 0;
+    s->have_logits = false;
+    if (hist_append(s, tokens, n)) {
+        session_reset(s);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- generation --------------------------------------------------------------------------- */
 
 const char *session_reason_name(session_reason r) {

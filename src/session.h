@@ -85,6 +85,11 @@ const int32_t *session_history(const session *s, int *n);
 const float *session_logits(const session *s);
 /* Forget the sequence (position 0). Checkpoints are kept (they stay valid: see above). */
 void session_reset(session *s);
+/* The context was brought to tokens[0..n) from outside the session (engine_state_import of a
+ * disk checkpoint, see statefile.h): take them as the history. Checkpoints whose tokens disagree
+ * with them are dropped (the KV rows they relied on were rewritten). No logits until the next
+ * feed. 0 or -1 (n out of range, or oom: the sequence is then reset). */
+int session_adopt(session *s, const int32_t *tokens, int n);
 
 typedef struct {
     /* progress while a long prompt is evaluated (called after each chunk), or NULL */
