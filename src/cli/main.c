@@ -17,6 +17,7 @@
 #pragma weak cmd_tokenize
 #pragma weak cmd_generate
 #pragma weak cmd_info
+#pragma weak cmd_verify_check
 
 typedef struct {
     const char *name;
@@ -33,6 +34,7 @@ static const command commands[] = {
     {"synth", cmd_synth, "write a full-size synthetic Qwen3-Next GGUF"},
     {"bench", cmd_bench, "measure decode and prompt-ingestion speed"},
     {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
+    {"verify-check", cmd_verify_check, "check that K-row verifies and rollbacks equal single steps, bit for bit"},
 };
 
 static void usage(FILE *out) {
