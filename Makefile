@@ -8,7 +8,16 @@
 #   make format       clang-format every C source
 #
 # No -march=native: ISA-specific kernels live in files named *_avx2.c / *_avx512.c and get their
-# own flags; the CPUID dispatcher in src/cpu.c picks them at run time.
+# own flags; the run-time dispatch picks them: CPUID + XGETBV in src/kern.c (kern_level: scalar /
+# AVX2 / AVX-512 for the quantised dot products) and __builtin_cpu_supports in src/vec.c (the
+# AVX2 float vector table).
+#
+# Objects are kept per configuration (build/obj-cpu, build/obj-cuda), so `make` then `make CUDA=1`
+# in the same tree compiles each configuration once and links the right one; a stamp per object
+# directory holds its compile flags (a changed flag recompiles that directory) and build/.link
+# the configuration the binaries were last linked with (a change relinks them). OBJ= puts the
+# objects elsewhere: tests/test_cuda_build.py links build/cuda from build/obj-cuda, so `make
+# CUDA=1` and the test compile the CUDA objects once between them.
 
 BUILD    ?= build
 CC       ?= cc
@@ -32,8 +41,11 @@ CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/c/test_*.c)
 CUDA_SRC := $(wildcard src/cuda/*.cu)
 
-LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(AVX2_SRC) $(A512_SRC))
-CLI_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRC))
+CONFIG   := $(if $(filter 1,$(CUDA)),cuda,cpu)
+OBJ      ?= $(BUILD)/obj-$(CONFIG)
+LIB_OBJ  := $(patsubst src/%.c,$(OBJ)/%.o,$(LIB_SRC) $(AVX2_SRC) $(A512_SRC))
+CLI_OBJ  := $(patsubst src/%.c,$(OBJ)/%.o,$(CLI_SRC))
+LIB      := $(OBJ)/libredlite.a
 TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 # CUDA=1: the kernels (src/cuda/*.cu, nvcc, -fmad=false so dequantisation is bit-exact with the
@@ -43,11 +55,24 @@ TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ifeq ($(CUDA),1)
   CUDA_HOME ?= $(dir $(shell command -v $(NVCC)))..
   CFLAGS  += -DRL_CUDA=1 -I$(CUDA_HOME)/include
-  LIB_OBJ += $(patsubst src/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRC))
+  LIB_OBJ += $(patsubst src/cuda/%.cu,$(OBJ)/cuda/%.o,$(CUDA_SRC))
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
   TEST_BIN += $(patsubst tests/cuda/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_cuda_*.c))
 endif
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -fmad=false -Isrc -Xcompiler -Wall,-Werror,-Wno-unused-parameter
+
+# Stamps, refreshed at parse time only when their text changes (so an unchanged configuration
+# rebuilds nothing): $(OBJ)/.flags = what compiles the objects, $(BUILD)/.link = what links.
+FLAGS_STAMP := $(OBJ)/.flags
+LINK_STAMP  := $(BUILD)/.link
+quote = '$(subst ','\'',$(1))'
+stamp = $(shell mkdir -p $(dir $(1)) && printf '%s\n' $(call quote,$(2)) | cmp -s - $(1) || printf '%s\n' $(call quote,$(2)) > $(1))
+ifeq ($(filter clean format,$(MAKECMDGOALS)),)
+  $(call stamp,$(FLAGS_STAMP),$(CC) $(CFLAGS) | $(AVX2_FLAGS) | $(AVX512_FLAGS) | $(if $(filter 1,$(CUDA)),$(NVCC) $(NVCCFLAGS)))
+  $(call stamp,$(LINK_STAMP),$(CONFIG) | $(CC) $(CFLAGS) $(LDLIBS))
+  # the binaries in $(BUILD) are one configuration: a CPU build drops the GPU tests of a CUDA one
+  $(if $(filter cpu,$(CONFIG)),$(shell rm -f $(BUILD)/tests/test_cuda_*))
+endif
 
 .PHONY: all test asan asan-tests fuzz format clean default-model features
 all: $(BUILD)/redlite $(TEST_BIN) default-model features
@@ -56,36 +81,39 @@ features:
 	@printf 'redlite build: CPU scalar ✓  AVX2 ✓  AVX-512/VNNI ✓ (run-time dispatch)  CUDA %s\n' \
 	  "$(if $(filter 1,$(CUDA)),✓,✗ (make CUDA=1))"
 
-$(BUILD)/libredlite.a: $(LIB_OBJ)
+# The archive is rebuilt from scratch: `ar rcs` into an old one would keep members of sources
+# that no longer exist.
+$(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
+	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/redlite: $(CLI_OBJ) $(BUILD)/libredlite.a
-	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libredlite.a $(LDLIBS)
+$(BUILD)/redlite: $(CLI_OBJ) $(LIB) $(LINK_STAMP)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
-$(BUILD)/obj/%_avx2.o: src/%_avx2.c
+$(OBJ)/%_avx2.o: src/%_avx2.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
 
-$(BUILD)/obj/%_avx512.o: src/%_avx512.c
+$(OBJ)/%_avx512.o: src/%_avx512.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: src/%.c
+$(OBJ)/%.o: src/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/cuda/%.o: src/cuda/%.cu
+$(OBJ)/cuda/%.o: src/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/tests/test_cuda_%: tests/cuda/test_cuda_%.c $(BUILD)/libredlite.a
+$(BUILD)/tests/test_cuda_%: tests/cuda/test_cuda_%.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libredlite.a
+$(BUILD)/tests/%: tests/c/%.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(LIB) $(LDLIBS)
 
 # The bundled default model: until a trained model exists, the committed tiny oracle fixture.
 default-model: models/default.gguf
@@ -117,22 +145,22 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(sort $(shell find $(BUILD) $(OBJ) -name '*.d' 2>/dev/null))
 
 # Quant oracle bridge for tests/test_quant_oracle.py (stdin blocks -> stdout floats).
 all: $(BUILD)/tools/rl_dequant
-$(BUILD)/tools/rl_dequant: tests/c/tool_dequant.c $(BUILD)/libredlite.a
+$(BUILD)/tools/rl_dequant: tests/c/tool_dequant.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # Chat template / tool-call parser bridge for tests/test_chat_template.py.
 all: $(BUILD)/tools/rl_chat_render
-$(BUILD)/tools/rl_chat_render: tests/c/tool_chat_render.c $(BUILD)/libredlite.a
+$(BUILD)/tools/rl_chat_render: tests/c/tool_chat_render.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # Sampler bridge for tests/test_sampler.py.
 all: $(BUILD)/tools/rl_sampler
-$(BUILD)/tools/rl_sampler: tests/c/tool_sampler.c $(BUILD)/libredlite.a
+$(BUILD)/tools/rl_sampler: tests/c/tool_sampler.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libredlite.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)

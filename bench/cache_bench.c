@@ -22,6 +22,7 @@
 #include "common.h"
 #include "engine.h"
 #include "expert_cache.h"
+#include "session.h"
 
 static uint64_t meminfo_kib(const char *key) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -37,7 +38,7 @@ static uint64_t meminfo_kib(const char *key) {
 static atomic_bool g_stop;
 static atomic_uint_fast64_t g_peak_rss, g_peak_cached;
 
-static void *sampler(void *arg) {
+static void *mem_sampler(void *arg) {
     (void)arg;
     while (!atomic_load(&g_stop)) {
         uint64_t r = rl_cur_rss(), c = meminfo_kib("Cached") * 1024;
@@ -120,25 +121,29 @@ int main(int argc, char **argv) {
     uint64_t cached0 = meminfo_kib("Cached") * 1024;
     atomic_store(&g_peak_cached, cached0);
     pthread_t th;
-    pthread_create(&th, NULL, sampler, NULL);
+    pthread_create(&th, NULL, mem_sampler, NULL);
 
     double t0 = rl_now();
-    engine *e = engine_open(model, &(engine_params){.n_threads = threads, .reference = !fast});
-    if (!e) {
+    session_model *sm = session_model_open(&(session_model_params){.model_path = model, .n_threads = threads,
+                                                                    .reference = !fast});
+    if (!sm) {
         fprintf(stderr, "cache_bench: %s\n", rl_lasterr());
         return 1;
     }
+    engine *e = session_model_engine(sm);
     double t_open = rl_now() - t0;
     const q3n_hparams *hp = engine_hparams(e);
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = prompt + decode + 8, .n_batch = batch});
     t0 = rl_now();
-    ec_attach_opts o = {.spec = spec ? spec : "mmap", .trace_path = trace, .route_bias = bias, .verbose = true};
-    if (!c || expert_cache_attach_opts(c, e, &o)) {
-        fprintf(stderr, "cache_bench: %s\n", rl_lasterr());
+    session *S = session_new(sm, &(session_params){.n_ctx = prompt + decode + 8, .n_batch = batch,
+                                                   .cache_spec = spec ? spec : "mmap", .route_trace = trace,
+                                                   .route_bias = bias, .verbose = true});
+    if (!S || !session_expert_cache(S)) {
+        fprintf(stderr, "cache_bench: %s\n", S ? "the backend takes no expert cache" : rl_lasterr());
         return 1;
     }
+    engine_ctx *c = session_ctx(S);
     double t_attach = rl_now() - t0;
-    expert_cache *ec = expert_cache_of(c);
+    expert_cache *ec = session_expert_cache(S);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)prompt);
     rl_rng r;
     rl_rng_seed(&r, 7);
@@ -203,8 +208,7 @@ int main(int argc, char **argv) {
     free(dt);
     free(lg);
     free(toks);
-    expert_cache_detach(c);
-    engine_ctx_free(c);
-    engine_close(e);
+    session_free(S);
+    session_model_close(sm);
     return 0;
 }

@@ -493,7 +493,7 @@ static int cuda_state_set(backend_ctx *c, int il, const float *conv, const float
 
 /* Debug dump of k device buffers of T rows (row-major, widths n[i]) in the CPU's order: row by
  * row, the k names within a row. Synchronous; only when a dump hook is set. */
-static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, int T, int k, const char *const *names,
+static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, int T, int k, const q3n_act *acts,
                      float *const *ptrs, const int *n) {
     if (!hk || !hk->dump) return 0;
     size_t off[4], tot = 0;
@@ -506,12 +506,13 @@ static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, 
         TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + off[i], ptrs[i], sizeof(float) * (size_t)T * n[i], cudaMemcpyDeviceToHost, c->st)));
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
     for (int t = 0; t < T; t++)
-        for (int i = 0; i < k; i++) hk->dump(hk->ud, names[i], il, row0 + t, c->h_tmp + off[i] + (size_t)t * n[i], n[i]);
+        for (int i = 0; i < k; i++)
+            hk->dump(hk->ud, q3n_act_name(acts[i]), il, row0 + t, c->h_tmp + off[i] + (size_t)t * n[i], n[i]);
     return 0;
 }
 
-static int dump1(backend_ctx *c, const backend_hooks *hk, const char *name, int il, int row0, int T, float *p, int n) {
-    return dump_rows(c, hk, il, row0, T, 1, &name, &p, &n);
+static int dump1(backend_ctx *c, const backend_hooks *hk, q3n_act act, int il, int row0, int T, float *p, int n) {
+    return dump_rows(c, hk, il, row0, T, 1, &act, &p, &n);
 }
 
 /* y_i = W_i x for up to 3 matrices of one input; runs of equal type share a launch. */
@@ -545,14 +546,14 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     const int ldy[3] = {C, inner, hv2}, epi[3] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
     TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
     if (fused) { /* conv done in the qkv epilogue */
-        TRY(dump1(c, hk, "dn_conv", il, 0, 1, c->u, C));
+        TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->st));
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
         size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
         for (int t = 0; t < T; t++) {
             float *u = c->u + (size_t)t * C, *ab = c->ab + (size_t)t * hv2;
             TRY(cu_dn_conv(&d, c->big + (size_t)t * C, C, u, c->conv[il], 1, c->st));
-            TRY(dump1(c, hk, "dn_conv", il, t, 1, u, C));
+            TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, t, 1, u, C));
             TRY(cu_dn_prep(&d, u, c->ba + (size_t)t * hv2, ab, 1, c->st));
             TRY(cu_dn_scan(&d, u, ab, c->ssm[il], c->o + (size_t)t * inner, 1, c->st));
             TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp, c->conv[il], sizeof(float) * nc, cudaMemcpyDeviceToHost, c->st)));
@@ -563,12 +564,12 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
         TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
     } else {
         TRY(cu_dn_conv(&d, c->big, C, c->u, c->conv[il], T, c->st));
-        TRY(dump1(c, hk, "dn_conv", il, 0, T, c->u, C));
+        TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, T, c->u, C));
         TRY(cu_dn_prep(&d, c->u, c->ba, c->ab, T, c->st));
         TRY(cu_dn_scan(&d, c->u, c->ab, c->ssm[il], c->o, T, c->st));
         TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
     }
-    TRY(dump1(c, hk, "dn_gated", il, 0, T, c->o, inner));
+    TRY(dump1(c, hk, Q3N_ACT_DN_GATED, il, 0, T, c->o, inner));
     const dmat *Wo[1] = {&L->wout};
     float *Yo[1] = {c->y};
     return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, inner, T, NULL, c->st);
@@ -588,7 +589,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
                             .kv_f16 = c->kv_f16};
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
-    TRY(dump1(c, hk, "attn_gated", il, 0, T, c->o, H * hd));
+    TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
     const dmat *Wo[1] = {&L->wo};
     float *Yo[1] = {c->y};
     return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, H * hd, T, NULL, c->st);
@@ -661,22 +662,22 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     const dmodel *dm = c->dm;
     const int D = hp->n_embd;
     TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
-    TRY(dump1(c, hk, "inp_embd", -1, 0, T, c->x, D));
+    TRY(dump1(c, hk, Q3N_ACT_INP_EMBD, -1, 0, T, c->x, D));
     TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->st));
     for (int il = 0; il < hp->n_layer; il++) {
-        TRY(dump1(c, hk, "attn_norm", il, 0, T, c->xn, D));
+        TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
         TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk) : mixer_deltanet(c, il, T, hk));
         TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
-        static const char *const n1[3] = {"attn_out", "ffn_inp", "ffn_norm"};
+        static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
         float *const p1[3] = {c->y, c->x, c->xn};
         const int w1[3] = {D, D, D};
         TRY(dump_rows(c, hk, il, 0, T, 3, n1, p1, w1));
         TRY(moe(c, il, T, hk));
-        static const char *const n2[2] = {"ffn_out", "l_out"};
+        static const q3n_act n2[2] = {Q3N_ACT_FFN_OUT, Q3N_ACT_L_OUT};
         float *const p2[2] = {c->y, c->x};
         TRY(dump_rows(c, hk, il, 0, T, 2, n2, p2, w1));
     }
-    TRY(dump1(c, hk, "result_norm", -1, 0, T, c->xn, D));
+    TRY(dump1(c, hk, Q3N_ACT_RESULT_NORM, -1, 0, T, c->xn, D));
     return last_logits ? head(c, T - 1, 1) : 0;
 }
 

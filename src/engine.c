@@ -236,6 +236,13 @@ void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void 
     c->hooks = (backend_hooks){.dump = dump, .route = route, .ud = ud};
 }
 
-void engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src) {
-    if (c->e->be->set_expert_src) c->e->be->set_expert_src(c->bc, src);
+bool engine_can_set_expert_src(const engine *e) { return e->be->set_expert_src != NULL; }
+
+int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src) {
+    if (!c->e->be->set_expert_src)
+        return src ? rl_seterr("the %s backend holds every expert in device memory: it takes no expert source (cache, "
+                               "route bias, profile); use the CPU backend for those", c->e->be->name)
+                   : 0;
+    c->e->be->set_expert_src(c->bc, src);
+    return 0;
 }

@@ -96,6 +96,9 @@ void engine_snapshot_free(engine_snapshot *s);
 
 /* Debug observers (NULL to disable): named activations and router choices. */
 void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void *ud);
-/* Replace the expert source (the bounded expert cache installs itself here). */
-void engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src);
+/* Replace the routed-expert source (the session installs its expert cache here; NULL = the
+ * mapped file). 0, or -1 with rl_lasterr set on a backend that holds every expert itself
+ * (engine_can_set_expert_src false: CUDA). */
+int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src);
+bool engine_can_set_expert_src(const engine *e);
 #endif

@@ -25,7 +25,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine.h"
 #include "qwen3next.h"
 
 typedef struct expert_cache expert_cache;
@@ -57,7 +56,8 @@ typedef struct {
  * NULL with rl_lasterr set on failure (budget below the minimum, out of memory, ...). */
 expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params *p);
 void expert_cache_free(expert_cache *ec);
-/* The expert source to install with engine_set_expert_src (valid while ec lives). */
+/* The expert source to install in an engine context (the session does: engine_set_expert_src);
+ * valid while ec lives. The cache knows nothing of the engine: the arrow runs session -> cache. */
 q3n_expert_src expert_cache_src(expert_cache *ec);
 ec_mode expert_cache_mode(const expert_cache *ec);
 /* Whether misses are read with O_DIRECT (after AUTO resolved). */
@@ -87,25 +87,6 @@ typedef struct {
 int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, const char *spec, ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
-
-/* ---- CLI glue ------------------------------------------------------------------------ */
-typedef struct {
-    const char *spec;        /* --cache-mib value (NULL = auto) */
-    float route_bias;        /* --route-bias (0 = exact routing) */
-    const char *trace_path;  /* --route-trace */
-    bool verbose;            /* the one-line plan on stderr */
-} ec_attach_opts;
-
-/* Parse the spec, plan for this context, create the cache and install it with
- * engine_set_expert_src; prints "expert cache: <mode>, <budget>: <reason>" on stderr when
- * verbose. 0 or -1 (rl_lasterr). The cache belongs to the context: call expert_cache_detach
- * before engine_ctx_free. */
-int expert_cache_attach(engine_ctx *c, engine *e, const char *cache_spec, bool verbose);
-int expert_cache_attach_opts(engine_ctx *c, engine *e, const ec_attach_opts *o);
-/* The cache attached to c (NULL if none). */
-expert_cache *expert_cache_of(const engine_ctx *c);
-/* Uninstall and free c's cache (no-op if none). */
-void expert_cache_detach(engine_ctx *c);
 
 /* ---- observability ------------------------------------------------------------------- */
 typedef struct {

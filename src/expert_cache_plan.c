@@ -1,12 +1,11 @@
-/* expert_cache_plan.c — the --cache-mib planner and the CLI glue that attaches a cache to
- * an engine context (see expert_cache.h).
+/* expert_cache_plan.c — the --cache-mib planner (see expert_cache.h); the session
+ * (src/session.c) creates the cache it plans and installs it in its context.
  *
  * Planner rule (upstream's, docs/EXPERT_CACHE.md): full residency when
  *   experts + dense weights + per-context state (KV cache + DeltaNet states)
  * stay under EC_RAM_SHARE (70 %) of physical RAM; otherwise a bounded cache whose budget is
  * that share minus the dense weights, the state and a working-memory reserve, clamped to
  * [the minimum a layer needs, what every expert needs]. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,76 +92,4 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, const char *s
     snprintf(out->reason, sizeof out->reason, "requested %s MiB%s", spec,
              b >= fullb ? " (holds every expert: nothing is evicted)" : "");
     return 0;
-}
-
-/* ---- contexts and their caches ----------------------------------------------------------- */
-
-#define EC_MAX_ATTACHED 64
-static struct {
-    const engine_ctx *c;
-    expert_cache *ec;
-} g_attached[EC_MAX_ATTACHED];
-static pthread_mutex_t g_attached_mu = PTHREAD_MUTEX_INITIALIZER;
-
-expert_cache *expert_cache_of(const engine_ctx *c) {
-    expert_cache *ec = NULL;
-    pthread_mutex_lock(&g_attached_mu);
-    for (int i = 0; i < EC_MAX_ATTACHED && !ec; i++)
-        if (g_attached[i].c == c) ec = g_attached[i].ec;
-    pthread_mutex_unlock(&g_attached_mu);
-    return ec;
-}
-
-void expert_cache_detach(engine_ctx *c) {
-    expert_cache *ec = NULL;
-    pthread_mutex_lock(&g_attached_mu);
-    for (int i = 0; i < EC_MAX_ATTACHED; i++)
-        if (g_attached[i].c == c) {
-            ec = g_attached[i].ec;
-            g_attached[i].c = NULL;
-            g_attached[i].ec = NULL;
-        }
-    pthread_mutex_unlock(&g_attached_mu);
-    if (!ec) return;
-    engine_set_expert_src(c, NULL);
-    expert_cache_free(ec);
-}
-
-int expert_cache_attach_opts(engine_ctx *c, engine *e, const ec_attach_opts *o) {
-    const q3n_model *m = engine_model(e);
-    ec_plan plan;
-    if (expert_cache_plan(m, 0, engine_n_ctx(c), o->spec, &plan)) return -1;
-    if (o->verbose) {
-        char b[64] = "";
-        if (plan.mode == EC_BOUNDED) snprintf(b, sizeof b, " %.0f MiB", plan.budget / MiB);
-        fprintf(stderr, "expert cache: %s%s: %s\n", ec_mode_name(plan.mode), b, plan.reason);
-        if (o->route_bias > 0)
-            fprintf(stderr, plan.mode == EC_BOUNDED
-                                ? "expert cache: cache-aware routing, bias %.2f: outputs differ from exact routing\n"
-                                : "expert cache: --route-bias %.2f ignored: every expert is resident\n",
-                    o->route_bias);
-    }
-    ec_params p = {.budget = plan.budget, .route_bias = o->route_bias, .trace_path = o->trace_path,
-                   .progress = o->verbose};
-    expert_cache_detach(c);
-    expert_cache *ec = expert_cache_new(m, plan.mode, &p);
-    if (!ec) return -1;
-    pthread_mutex_lock(&g_attached_mu);
-    int slot = -1;
-    for (int i = 0; i < EC_MAX_ATTACHED && slot < 0; i++)
-        if (!g_attached[i].c) slot = i;
-    if (slot >= 0) g_attached[slot].c = c, g_attached[slot].ec = ec;
-    pthread_mutex_unlock(&g_attached_mu);
-    if (slot < 0) {
-        expert_cache_free(ec);
-        return rl_seterr("too many contexts with an expert cache (%d)", EC_MAX_ATTACHED);
-    }
-    q3n_expert_src src = expert_cache_src(ec);
-    engine_set_expert_src(c, &src);
-    return 0;
-}
-
-int expert_cache_attach(engine_ctx *c, engine *e, const char *cache_spec, bool verbose) {
-    ec_attach_opts o = {.spec = cache_spec, .verbose = verbose};
-    return expert_cache_attach_opts(c, e, &o);
 }

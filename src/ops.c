@@ -10,7 +10,6 @@
 #include "kern.h"
 #include "quant.h"
 
-#define OPS_MAX_ROW 16384 /* largest n_in of any Qwen3-Next matrix is 4096 (MTP fc: 4096) */
 
 size_t ops_actq_bytes(const ops_mat *W, int T) { return kern_act_size(W->type, W->n_in) * (size_t)T; }
 
@@ -152,12 +151,12 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
     long first[OPS_MAX_TASKS + 1];
     const void *actq[OPS_MAX_TASKS];
     int owners[OPS_MAX_TASKS], n_owners = 0;
-    RL_ASSERT(n_tasks <= OPS_MAX_TASKS);
+    RL_ASSERT(n_tasks <= OPS_MAX_TASKS); /* n_expert <= Q3N_MAX_EXPERTS, checked at open */
     first[0] = 0;
     int64_t work = 0, qrows = 0;
     for (int i = 0; i < n_tasks; i++) {
         const ops_mat *W = tasks[i].W;
-        RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type));
+        RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type)); /* checked when the model is opened */
         first[i + 1] = first[i] + (long)((W->n_out + BATCH_BLOCK - 1) / BATCH_BLOCK);
         work += W->n_out * W->n_in * tasks[i].T;
         actq[i] = tasks[i].actq;
@@ -265,7 +264,7 @@ void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, siz
         if (s > mx) mx = s;
     }
     double acc[1024];
-    RL_ASSERT(hd <= 1024);
+    RL_ASSERT(hd <= 1024); /* head_dim <= Q3N_MAX_HEAD_DIM, checked at open */
     for (int j = 0; j < hd; j++) acc[j] = 0;
     double den = 0;
     for (int p = 0; p < n_kv; p++) {

@@ -14,6 +14,11 @@
 
 /* A weight matrix view: n_out rows of n_in values in ggml type `type`, row r at
  * data + r * row_bytes (GGUF ne = {n_in, n_out}). */
+/* Longest matrix row (n_in) the kernels take: their row buffers live on the worker's stack.
+ * Qwen3-Next's widest is 4096 (the MTP eh_proj, attention output, ssm_out); q3n_load refuses a
+ * file whose rows would be longer. */
+#define OPS_MAX_ROW 16384
+
 typedef struct {
     const char *name;
     uint32_t type;

@@ -9,6 +9,7 @@
 #include "qwen3next.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +18,217 @@
 #include "quant.h"
 #include "vec.h"
 
-/* ---- hyperparameters ------------------------------------------------------------------ */
+/* ---- the model description ---------------------------------------------------------- */
 
-static int need_u32(gguf_file *f, const char *key, int *out) {
-    uint32_t v;
-    if (!gguf_get_u32(f, key, &v))
-        return rl_seterr("%s: missing or invalid metadata key %s (not a qwen3next GGUF?)", f->path, key);
-    if (v == 0 || v > (1u << 30)) return rl_seterr("%s: metadata %s = %u is out of range", f->path, key, v);
-    *out = (int)v;
-    return 0;
+#define LF(f) (int)offsetof(q3n_layer, f)
+#define MF(f) (int)offsetof(q3n_model, f)
+#define NO Q3N_DIM_NONE
+/* The one table of Qwen3-Next tensor names (contract in qwen3next.h). */
+static const q3n_tensor_desc TENSORS[Q3N_T_COUNT] = {
+    [Q3N_T_TOKEN_EMBD] = {"token_embd.weight", "token embedding (row lookup)", Q3N_KIND_GLOBAL,
+                          {Q3N_DIM_D, Q3N_DIM_VOCAB, NO}, Q3N_REQUIRED, false, false, MF(tok_embd)},
+    [Q3N_T_ATTN_NORM] = {"blk.%d.attn_norm.weight", "mixer input RMSNorm", Q3N_KIND_BLOCK, {Q3N_DIM_D, NO, NO},
+                         Q3N_REQUIRED, true, false, LF(attn_norm)},
+    [Q3N_T_ATTN_Q] = {"blk.%d.attn_q.weight", "attention query + output gate", Q3N_KIND_ATTN,
+                      {Q3N_DIM_D, Q3N_DIM_Q_GATE, NO}, Q3N_REQUIRED, false, false, LF(wq)},
+    [Q3N_T_ATTN_K] = {"blk.%d.attn_k.weight", "attention key", Q3N_KIND_ATTN, {Q3N_DIM_D, Q3N_DIM_KV, NO},
+                      Q3N_REQUIRED, false, false, LF(wk)},
+    [Q3N_T_ATTN_V] = {"blk.%d.attn_v.weight", "attention value", Q3N_KIND_ATTN, {Q3N_DIM_D, Q3N_DIM_KV, NO},
+                      Q3N_REQUIRED, false, false, LF(wv)},
+    [Q3N_T_ATTN_OUTPUT] = {"blk.%d.attn_output.weight", "attention output", Q3N_KIND_ATTN,
+                           {Q3N_DIM_ATT, Q3N_DIM_D, NO}, Q3N_REQUIRED, false, false, LF(wo)},
+    [Q3N_T_ATTN_Q_NORM] = {"blk.%d.attn_q_norm.weight", "query head RMSNorm", Q3N_KIND_ATTN, {Q3N_DIM_HD, NO, NO},
+                           Q3N_REQUIRED, true, false, LF(q_norm)},
+    [Q3N_T_ATTN_K_NORM] = {"blk.%d.attn_k_norm.weight", "key head RMSNorm", Q3N_KIND_ATTN, {Q3N_DIM_HD, NO, NO},
+                           Q3N_REQUIRED, true, false, LF(k_norm)},
+    /* split generation; the older files hold ssm_in instead of these two */
+    [Q3N_T_SSM_QKV] = {"blk.%d.attn_qkv.weight", "DeltaNet q|k|v projection", Q3N_KIND_DELTANET,
+                       {Q3N_DIM_D, Q3N_DIM_CONV, NO}, Q3N_REQUIRED, false, false, LF(wqkv)},
+    [Q3N_T_SSM_GATE] = {"blk.%d.attn_gate.weight", "DeltaNet output gate z", Q3N_KIND_DELTANET,
+                        {Q3N_DIM_D, Q3N_DIM_INNER, NO}, Q3N_REQUIRED, false, false, LF(wgate)},
+    [Q3N_T_SSM_IN] = {"blk.%d.ssm_in.weight", "DeltaNet fused qkvz (older GGUFs, de-interleaved at load)",
+                      Q3N_KIND_DELTANET, {Q3N_DIM_D, Q3N_DIM_SSM_IN, NO}, Q3N_ALTERNATIVE, false, false, -1},
+    [Q3N_T_SSM_BA] = {"blk.%d.ssm_ba.weight", "DeltaNet beta|alpha per key head", Q3N_KIND_DELTANET,
+                      {Q3N_DIM_D, Q3N_DIM_2HV, NO}, Q3N_REQUIRED, false, false, LF(wba)},
+    [Q3N_T_SSM_CONV] = {"blk.%d.ssm_conv1d.weight", "DeltaNet causal conv", Q3N_KIND_DELTANET,
+                        {Q3N_DIM_KW, Q3N_DIM_CONV, NO}, Q3N_REQUIRED, true, false, LF(conv_w)},
+    [Q3N_T_SSM_DT] = {"blk.%d.ssm_dt.bias", "DeltaNet dt bias", Q3N_KIND_DELTANET, {Q3N_DIM_HV, NO, NO},
+                      Q3N_REQUIRED, true, false, LF(dt_bias)},
+    [Q3N_T_SSM_A] = {"blk.%d.ssm_a", "DeltaNet decay -exp(A_log)", Q3N_KIND_DELTANET, {Q3N_DIM_HV, NO, NO},
+                     Q3N_REQUIRED, true, false, LF(ssm_a)},
+    [Q3N_T_SSM_NORM] = {"blk.%d.ssm_norm.weight", "DeltaNet gated RMSNorm", Q3N_KIND_DELTANET,
+                        {Q3N_DIM_DV, NO, NO}, Q3N_REQUIRED, true, false, LF(ssm_norm)},
+    [Q3N_T_SSM_OUT] = {"blk.%d.ssm_out.weight", "DeltaNet output", Q3N_KIND_DELTANET,
+                       {Q3N_DIM_INNER, Q3N_DIM_D, NO}, Q3N_REQUIRED, false, false, LF(wout)},
+    [Q3N_T_POST_NORM] = {"blk.%d.post_attention_norm.weight", "MoE input RMSNorm", Q3N_KIND_MOE,
+                         {Q3N_DIM_D, NO, NO}, Q3N_REQUIRED, true, false, LF(post_norm)},
+    [Q3N_T_ROUTER] = {"blk.%d.ffn_gate_inp.weight", "router", Q3N_KIND_MOE, {Q3N_DIM_D, Q3N_DIM_E, NO},
+                      Q3N_REQUIRED, false, false, LF(router)},
+    /* separate gate/up slabs, or one fused gate_up slab (gate rows first per expert) */
+    [Q3N_T_GATE_EXPS] = {"blk.%d.ffn_gate_exps.weight", "routed experts' gate", Q3N_KIND_MOE,
+                         {Q3N_DIM_D, Q3N_DIM_FF, Q3N_DIM_E}, Q3N_REQUIRED, false, true, LF(gate_exps)},
+    [Q3N_T_UP_EXPS] = {"blk.%d.ffn_up_exps.weight", "routed experts' up", Q3N_KIND_MOE,
+                       {Q3N_DIM_D, Q3N_DIM_FF, Q3N_DIM_E}, Q3N_REQUIRED, false, true, LF(up_exps)},
+    [Q3N_T_GATE_UP_EXPS] = {"blk.%d.ffn_gate_up_exps.weight", "routed experts' fused gate|up", Q3N_KIND_MOE,
+                            {Q3N_DIM_D, Q3N_DIM_2FF, Q3N_DIM_E}, Q3N_ALTERNATIVE, false, true, LF(gate_exps)},
+    [Q3N_T_DOWN_EXPS] = {"blk.%d.ffn_down_exps.weight", "routed experts' down", Q3N_KIND_MOE,
+                         {Q3N_DIM_FF, Q3N_DIM_D, Q3N_DIM_E}, Q3N_REQUIRED, false, true, LF(down_exps)},
+    [Q3N_T_SH_GATE] = {"blk.%d.ffn_gate_inp_shexp.weight", "shared expert's sigmoid gate", Q3N_KIND_MOE,
+                       {Q3N_DIM_D, NO, NO}, Q3N_OPTIONAL, true, false, LF(sh_gate)},
+    [Q3N_T_GATE_SH] = {"blk.%d.ffn_gate_shexp.weight", "shared expert's gate", Q3N_KIND_MOE,
+                       {Q3N_DIM_D, Q3N_DIM_FF_SH, NO}, Q3N_OPTIONAL, false, false, LF(gate_sh)},
+    [Q3N_T_UP_SH] = {"blk.%d.ffn_up_shexp.weight", "shared expert's up", Q3N_KIND_MOE,
+                     {Q3N_DIM_D, Q3N_DIM_FF_SH, NO}, Q3N_OPTIONAL, false, false, LF(up_sh)},
+    [Q3N_T_DOWN_SH] = {"blk.%d.ffn_down_shexp.weight", "shared expert's down", Q3N_KIND_MOE,
+                       {Q3N_DIM_FF_SH, Q3N_DIM_D, NO}, Q3N_OPTIONAL, false, false, LF(down_sh)},
+    /* MTP head, llama.cpp converter names (spec §F.3) */
+    [Q3N_T_EH_PROJ] = {"blk.%d.nextn.eh_proj.weight", "MTP [embedding ; hidden] projection", Q3N_KIND_MTP,
+                       {Q3N_DIM_2D, Q3N_DIM_D, NO}, Q3N_REQUIRED, false, false, LF(eh_proj)},
+    [Q3N_T_ENORM] = {"blk.%d.nextn.enorm.weight", "MTP embedding RMSNorm", Q3N_KIND_MTP, {Q3N_DIM_D, NO, NO},
+                     Q3N_REQUIRED, true, false, LF(enorm)},
+    [Q3N_T_HNORM] = {"blk.%d.nextn.hnorm.weight", "MTP hidden RMSNorm", Q3N_KIND_MTP, {Q3N_DIM_D, NO, NO},
+                     Q3N_REQUIRED, true, false, LF(hnorm)},
+    [Q3N_T_SHARED_HEAD_NORM] = {"blk.%d.nextn.shared_head_norm.weight", "MTP output RMSNorm", Q3N_KIND_MTP,
+                                {Q3N_DIM_D, NO, NO}, Q3N_REQUIRED, true, false, LF(shared_head_norm)},
+    [Q3N_T_OUTPUT_NORM] = {"output_norm.weight", "final RMSNorm", Q3N_KIND_GLOBAL, {Q3N_DIM_D, NO, NO},
+                           Q3N_REQUIRED, true, false, MF(output_norm)},
+    [Q3N_T_OUTPUT] = {"output.weight", "output head (absent: tied to token_embd)", Q3N_KIND_GLOBAL,
+                      {Q3N_DIM_D, Q3N_DIM_VOCAB, NO}, Q3N_OPTIONAL, false, false, MF(output)},
+};
+#undef NO
+
+static const char *const ACTS[Q3N_ACT_COUNT] = {
+    [Q3N_ACT_INP_EMBD] = "inp_embd", [Q3N_ACT_ATTN_NORM] = "attn_norm",   [Q3N_ACT_DN_CONV] = "dn_conv",
+    [Q3N_ACT_DN_GATED] = "dn_gated", [Q3N_ACT_ATTN_GATED] = "attn_gated", [Q3N_ACT_ATTN_OUT] = "attn_out",
+    [Q3N_ACT_FFN_INP] = "ffn_inp",   [Q3N_ACT_FFN_NORM] = "ffn_norm",     [Q3N_ACT_FFN_OUT] = "ffn_out",
+    [Q3N_ACT_L_OUT] = "l_out",       [Q3N_ACT_RESULT_NORM] = "result_norm"};
+
+const q3n_tensor_desc *q3n_tensor(q3n_tensor_id id) {
+    return (unsigned)id < Q3N_T_COUNT ? &TENSORS[id] : NULL;
 }
 
+const char *q3n_tensor_name(q3n_tensor_id id, int il, char *buf, size_t n) {
+    if (TENSORS[id].kind == Q3N_KIND_GLOBAL) snprintf(buf, n, "%s", TENSORS[id].name);
+    else snprintf(buf, n, TENSORS[id].name, il);
+    return buf;
+}
+
+int q3n_tensor_lookup(const char *name, int *il) {
+    static const char blk[] = "blk.%d.";
+    const char *rest = NULL;
+    long b = -1;
+    if (!strncmp(name, "blk.", 4) && name[4] >= '0' && name[4] <= '9') {
+        char *end;
+        b = strtol(name + 4, &end, 10);
+        if (*end != '.' || b > (1L << 30)) return -1;
+        rest = end + 1;
+    }
+    for (int id = 0; id < Q3N_T_COUNT; id++) {
+        const q3n_tensor_desc *d = &TENSORS[id];
+        bool global = d->kind == Q3N_KIND_GLOBAL;
+        if (global ? !rest && !strcmp(name, d->name) : rest && !strcmp(rest, d->name + sizeof blk - 1)) {
+            if (il) *il = global ? -1 : (int)b;
+            return id;
+        }
+    }
+    return -1;
+}
+
+const char *q3n_act_name(q3n_act a) { return (unsigned)a < Q3N_ACT_COUNT ? ACTS[a] : "?"; }
+
+int q3n_act_find(const char *name) {
+    for (int a = 0; a < Q3N_ACT_COUNT; a++)
+        if (!strcmp(name, ACTS[a])) return a;
+    return -1;
+}
+
+int64_t q3n_dim_value(const q3n_hparams *hp, q3n_dim d) {
+    int64_t hd = hp->head_dim, inner = (int64_t)hp->ssm_hv * hp->ssm_dv;
+    switch (d) {
+    case Q3N_DIM_NONE: return 0;
+    case Q3N_DIM_D: return hp->n_embd;
+    case Q3N_DIM_2D: return 2 * (int64_t)hp->n_embd;
+    case Q3N_DIM_VOCAB: return hp->n_vocab;
+    case Q3N_DIM_E: return hp->n_expert;
+    case Q3N_DIM_FF: return hp->n_ff_exp;
+    case Q3N_DIM_2FF: return 2 * (int64_t)hp->n_ff_exp;
+    case Q3N_DIM_FF_SH: return hp->n_ff_shexp;
+    case Q3N_DIM_HD: return hd;
+    case Q3N_DIM_Q_GATE: return 2 * hd * hp->n_head;
+    case Q3N_DIM_KV: return hd * hp->n_head_kv;
+    case Q3N_DIM_ATT: return hd * hp->n_head;
+    case Q3N_DIM_CONV: return hp->ssm_conv_dim;
+    case Q3N_DIM_INNER: return inner;
+    case Q3N_DIM_SSM_IN: return hp->ssm_conv_dim + inner;
+    case Q3N_DIM_HV: return hp->ssm_hv;
+    case Q3N_DIM_2HV: return 2 * (int64_t)hp->ssm_hv;
+    case Q3N_DIM_DV: return hp->ssm_dv;
+    case Q3N_DIM_KW: return hp->ssm_kw;
+    default: return 0;
+    }
+}
+
+bool q3n_block_is_attn(const q3n_hparams *hp, int il) {
+    return il >= hp->n_layer || (il + 1) % hp->full_attn_interval == 0;
+}
+
+bool q3n_kind_in_block(const q3n_hparams *hp, q3n_kind k, int il) {
+    if (il < 0 || il >= hp->n_layer + hp->n_nextn) return false;
+    switch (k) {
+    case Q3N_KIND_BLOCK:
+    case Q3N_KIND_MOE: return true;
+    case Q3N_KIND_DELTANET: return !q3n_block_is_attn(hp, il);
+    case Q3N_KIND_ATTN: return q3n_block_is_attn(hp, il);
+    case Q3N_KIND_MTP: return il >= hp->n_layer;
+    default: return false;
+    }
+}
+
+/* ---- hyperparameters ------------------------------------------------------------------ */
+
+/* File-derived limits. Every value that sizes a buffer, a loop or a kernel's work comes from the
+ * file, so each is checked here, once, when the model is opened: a value out of range is refused
+ * with one line naming the file, the key and the value (never an assert later). The bounds are the
+ * code's real limits (named where they come from), far above Qwen3-Next's own values (in the
+ * comments). */
+typedef struct {
+    const char *key; /* after "qwen3next." */
+    int off;         /* offset of the int in q3n_hparams; -1: read into *extra */
+    int dflt;        /* 0: required */
+    int lo, hi;
+} hp_key;
+
+#define HO(f) (int)offsetof(q3n_hparams, f)
+static const hp_key HP_KEYS[] = {
+    {"embedding_length", HO(n_embd), 0, 1, OPS_MAX_ROW / 2},              /* 2048; MTP eh_proj reads 2D */
+    {"attention.head_count", HO(n_head), 0, 1, 1024},                     /* 16 */
+    {"attention.head_count_kv", HO(n_head_kv), 0, 1, 1024},               /* 2 */
+    {"attention.key_length", HO(head_dim), 0, 2, Q3N_MAX_HEAD_DIM},       /* 256 */
+    {"rope.dimension_count", HO(n_rot), 0, 2, Q3N_MAX_HEAD_DIM},          /* 64 */
+    {"expert_count", HO(n_expert), 0, 1, Q3N_MAX_EXPERTS},                /* 512 */
+    {"expert_used_count", HO(n_expert_used), 0, 1, Q3N_MAX_EXPERTS},      /* 10 */
+    {"expert_feed_forward_length", HO(n_ff_exp), 0, 1, OPS_MAX_ROW},      /* 512 */
+    {"expert_shared_feed_forward_length", HO(n_ff_shexp), -1, 1, OPS_MAX_ROW}, /* 512; default n_ff_exp */
+    {"ssm.conv_kernel", HO(ssm_kw), 0, 2, 64},                            /* 4 */
+    {"ssm.state_size", HO(ssm_dk), 0, 1, Q3N_MAX_HEAD_DIM},               /* 128 */
+    {"ssm.group_count", HO(ssm_hk), 0, 1, 1024},                          /* 16 */
+    {"ssm.time_step_rank", HO(ssm_hv), 0, 1, 1024},                       /* 32 */
+    {"ssm.inner_size", -1, 0, 1, OPS_MAX_ROW},                            /* 4096 */
+    {"full_attention_interval", HO(full_attn_interval), 4, 1, Q3N_MAX_LAYERS}, /* 4 */
+    {"nextn_predict_layers", HO(n_nextn), -2, 0, 1},                      /* 0 or 1 (-2: default 0) */
+    {"context_length", HO(n_ctx_train), 262144, 1, 1 << 30},             /* 262144 */
+    {"block_count", -2, 0, 1, Q3N_MAX_LAYERS},                            /* 48 (+1 with MTP) */
+};
+#undef HO
+
+static int hp_fail(gguf_file *f, const char *what, long long v, const char *why) {
+    return rl_seterr("%s: %s = %lld %s", f->path, what, v, why);
+}
+
+/* Reads and checks the hyperparameters; returns 0, -1 (missing keys: not a Qwen3-Next GGUF) or -2
+ * (a value out of range or inconsistent), with rl_lasterr set. */
 static int load_hparams(q3n_hparams *hp, gguf_file *f) {
+    memset(hp, 0, sizeof *hp);
     char *arch = gguf_get_str_dup(f, "general.architecture");
     if (!arch) return rl_seterr("%s: no general.architecture key (not a model GGUF?)", f->path);
     if (strcmp(arch, "qwen3next") != 0) {
@@ -37,67 +237,95 @@ static int load_hparams(q3n_hparams *hp, gguf_file *f) {
         return -1;
     }
     free(arch);
-    int block_count, inner;
-    if (need_u32(f, "qwen3next.embedding_length", &hp->n_embd) ||
-        need_u32(f, "qwen3next.block_count", &block_count) ||
-        need_u32(f, "qwen3next.attention.head_count", &hp->n_head) ||
-        need_u32(f, "qwen3next.attention.head_count_kv", &hp->n_head_kv) ||
-        need_u32(f, "qwen3next.attention.key_length", &hp->head_dim) ||
-        need_u32(f, "qwen3next.rope.dimension_count", &hp->n_rot) ||
-        need_u32(f, "qwen3next.expert_count", &hp->n_expert) ||
-        need_u32(f, "qwen3next.expert_used_count", &hp->n_expert_used) ||
-        need_u32(f, "qwen3next.expert_feed_forward_length", &hp->n_ff_exp) ||
-        need_u32(f, "qwen3next.ssm.conv_kernel", &hp->ssm_kw) ||
-        need_u32(f, "qwen3next.ssm.state_size", &hp->ssm_dk) ||
-        need_u32(f, "qwen3next.ssm.group_count", &hp->ssm_hk) ||
-        need_u32(f, "qwen3next.ssm.time_step_rank", &hp->ssm_hv) ||
-        need_u32(f, "qwen3next.ssm.inner_size", &inner))
-        return -1;
-    uint32_t v;
-    hp->n_ff_shexp = gguf_get_u32(f, "qwen3next.expert_shared_feed_forward_length", &v) ? (int)v : hp->n_ff_exp;
-    hp->full_attn_interval = gguf_get_u32(f, "qwen3next.full_attention_interval", &v) && v ? (int)v : 4;
-    hp->n_nextn = gguf_get_u32(f, "qwen3next.nextn_predict_layers", &v) ? (int)v : 0;
-    hp->n_ctx_train = gguf_get_u32(f, "qwen3next.context_length", &v) ? (int)v : 262144;
+    int inner = 0, block_count = 0;
+    for (size_t i = 0; i < sizeof HP_KEYS / sizeof HP_KEYS[0]; i++) {
+        const hp_key *k = &HP_KEYS[i];
+        char key[96];
+        snprintf(key, sizeof key, "qwen3next.%s", k->key);
+        int *dst = k->off >= 0 ? (int *)((char *)hp + k->off) : k->off == -1 ? &inner : &block_count;
+        uint32_t v;
+        if (!gguf_get_u32(f, key, &v)) {
+            if (!k->dflt)
+                return rl_seterr("%s: missing or invalid metadata key %s (not a qwen3next GGUF?)", f->path, key);
+            *dst = k->dflt == -1 ? hp->n_ff_exp : k->dflt == -2 ? 0 : k->dflt;
+            continue;
+        }
+        if ((int64_t)v < k->lo || (int64_t)v > k->hi) {
+            rl_seterr("%s: metadata %s = %u is out of range (%d..%d)", f->path, key, v, k->lo, k->hi);
+            return -2;
+        }
+        *dst = (int)v;
+    }
     if (!gguf_get_f32(f, "qwen3next.rope.freq_base", &hp->rope_base)) hp->rope_base = 10000000.0f;
     if (!gguf_get_f32(f, "qwen3next.attention.layer_norm_rms_epsilon", &hp->rms_eps)) hp->rms_eps = 1e-6f;
+    int rc = 0;
     hp->n_layer = block_count - hp->n_nextn;
-    if (hp->n_layer <= 0 || block_count > Q3N_MAX_LAYERS || hp->n_nextn > 1)
-        return rl_seterr("%s: block_count %d with %d MTP layers is not supported", f->path, block_count,
-                         hp->n_nextn);
-    if (hp->n_head % hp->n_head_kv || hp->ssm_hv % hp->ssm_hk || inner % hp->ssm_hv || hp->n_rot > hp->head_dim ||
-        hp->n_rot % 2 || hp->n_expert_used > hp->n_expert || hp->ssm_kw < 2)
-        return rl_seterr("%s: inconsistent attention/SSM/expert hyperparameters", f->path);
+    if (!(hp->rope_base > 0 && hp->rope_base < 1e30f))
+        rc = rl_seterr("%s: metadata qwen3next.rope.freq_base = %g must be positive and finite", f->path,
+                       (double)hp->rope_base);
+    else if (!(hp->rms_eps >= 0 && hp->rms_eps < 1.0f))
+        rc = rl_seterr("%s: metadata qwen3next.attention.layer_norm_rms_epsilon = %g must be in [0, 1)", f->path,
+                       (double)hp->rms_eps);
+    else if (hp->n_layer < 1)
+        rc = hp_fail(f, "qwen3next.block_count", block_count, "leaves no decoder layer beside the MTP block");
+    else if (hp->n_head % hp->n_head_kv)
+        rc = hp_fail(f, "qwen3next.attention.head_count", hp->n_head, "is not a multiple of head_count_kv");
+    else if (hp->ssm_hv % hp->ssm_hk)
+        rc = hp_fail(f, "qwen3next.ssm.time_step_rank", hp->ssm_hv, "is not a multiple of ssm.group_count");
+    else if (inner % hp->ssm_hv)
+        rc = hp_fail(f, "qwen3next.ssm.inner_size", inner, "is not a multiple of ssm.time_step_rank");
+    else if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        rc = hp_fail(f, "qwen3next.rope.dimension_count", hp->n_rot, "must be even and at most key_length");
+    else if (hp->head_dim % 2)
+        rc = hp_fail(f, "qwen3next.attention.key_length", hp->head_dim, "must be even (rotary halves)");
+    else if (hp->n_expert_used > hp->n_expert)
+        rc = hp_fail(f, "qwen3next.expert_used_count", hp->n_expert_used, "exceeds expert_count");
+    if (rc) return -2;
     hp->ssm_dv = inner / hp->ssm_hv;
     hp->ssm_conv_dim = 2 * hp->ssm_hk * hp->ssm_dk + inner;
-    for (int i = 0; i < block_count; i++)
-        hp->is_attn[i] = i >= hp->n_layer || (i + 1) % hp->full_attn_interval == 0;
+    for (int i = 0; i < block_count; i++) hp->is_attn[i] = q3n_block_is_attn(hp, i);
+    /* every matrix's rows must fit the kernels' row buffers (ops.h OPS_MAX_ROW) */
+    for (int id = 0; id < Q3N_T_COUNT; id++) {
+        const q3n_tensor_desc *d = &TENSORS[id];
+        int64_t n_in = q3n_dim_value(hp, d->ne[0]);
+        if (d->vec || d->ne[0] == Q3N_DIM_VOCAB || n_in <= OPS_MAX_ROW) continue;
+        if (d->kind == Q3N_KIND_MTP && hp->n_nextn == 0) continue;
+        rl_seterr("%s: tensor %s would have rows of %lld values, more than the kernels' %d", f->path,
+                  d->kind == Q3N_KIND_GLOBAL ? d->name : d->name + strlen("blk.%d."), (long long)n_in, OPS_MAX_ROW);
+        return -2;
+    }
     return 0;
 }
 
+int q3n_read_hparams(gguf_file *f, q3n_hparams *hp) { return load_hparams(hp, f); }
+
 /* ---- tensor binding ------------------------------------------------------------------- */
 
-static const gguf_tensor *find(gguf_file *f, const char *fmt, int il) {
+static const gguf_tensor *find(gguf_file *f, q3n_tensor_id id, int il) {
     char name[128];
-    snprintf(name, sizeof name, fmt, il);
-    return gguf_find_tensor(f, name);
+    return gguf_find_tensor(f, q3n_tensor_name(id, il, name, sizeof name));
 }
 
-/* Bind a matrix with ne = {n_in, n_out(, n_exp)}; n_exp > 0 for stacked experts. */
-static int bind_mat(gguf_file *f, ops_mat *m, const char *fmt, int il, int64_t n_in, int64_t n_out, int64_t n_exp,
-                    bool required) {
+/* Bind matrix `id` of block il with the table's shape {n_in, n_out(, n_expert)}. */
+static int bind_mat(gguf_file *f, ops_mat *m, q3n_tensor_id id, int il, const q3n_hparams *hp, bool required) {
+    const q3n_tensor_desc *d = q3n_tensor(id);
     char name[128];
-    snprintf(name, sizeof name, fmt, il);
+    q3n_tensor_name(id, il, name, sizeof name);
     const gguf_tensor *t = gguf_find_tensor(f, name);
     memset(m, 0, sizeof *m);
     if (!t) return required ? rl_seterr("%s: missing tensor %s", f->path, name) : 0;
     const quant_traits *qt = quant_get(t->type);
     if (!qt || !qt->to_float)
         return rl_seterr("%s: tensor %s has unsupported type %s (%u)", f->path, name, quant_name(t->type), t->type);
-    int64_t want2 = n_exp > 0 ? n_exp : 1;
+    int64_t n_in = q3n_dim_value(hp, d->ne[0]), n_out = q3n_dim_value(hp, d->ne[1]);
+    int64_t want2 = d->ne[2] != Q3N_DIM_NONE ? q3n_dim_value(hp, d->ne[2]) : 1;
     if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != want2 || t->ne[3] != 1)
         return rl_seterr("%s: tensor %s has shape {%lld,%lld,%lld}, expected {%lld,%lld,%lld}", f->path, name,
                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in,
                          (long long)n_out, (long long)want2);
+    if (n_in % qt->blck)
+        return rl_seterr("%s: tensor %s has rows of %lld values, not a multiple of the %s block (%d)", f->path, name,
+                         (long long)n_in, quant_name(t->type), qt->blck);
     m->name = t->name;
     m->type = t->type;
     m->n_in = n_in;
@@ -107,13 +335,18 @@ static int bind_mat(gguf_file *f, ops_mat *m, const char *fmt, int il, int64_t n
     return 0;
 }
 
-/* Copy a 1-D (or {n,1}) float tensor of any float type into an owned float array. */
-static int bind_vec(gguf_file *f, float **out, const char *fmt, int il, int64_t n, bool required) {
+/* Copy float vector `id` of block il (any float type, any dims whose product is the table's
+ * shape) into an owned float array. */
+static int bind_vec(gguf_file *f, float **out, q3n_tensor_id id, int il, const q3n_hparams *hp, bool required) {
+    const q3n_tensor_desc *d = q3n_tensor(id);
     char name[128];
-    snprintf(name, sizeof name, fmt, il);
+    q3n_tensor_name(id, il, name, sizeof name);
     const gguf_tensor *t = gguf_find_tensor(f, name);
     *out = NULL;
     if (!t) return required ? rl_seterr("%s: missing tensor %s", f->path, name) : 0;
+    int64_t n = 1;
+    for (int k = 0; k < 3; k++)
+        if (d->ne[k] != Q3N_DIM_NONE) n *= q3n_dim_value(hp, d->ne[k]);
     int64_t total = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     const quant_traits *qt = quant_get(t->type);
     if (total != n || !qt || !qt->to_float || n % qt->blck)
@@ -125,13 +358,23 @@ static int bind_vec(gguf_file *f, float **out, const char *fmt, int il, int64_t 
     return 0;
 }
 
+/* Bind one table entry into its field of base (a q3n_layer or the q3n_model). */
+static int bind_entry(gguf_file *f, void *base, q3n_tensor_id id, int il, const q3n_hparams *hp) {
+    const q3n_tensor_desc *d = q3n_tensor(id);
+    bool required = d->need != Q3N_OPTIONAL;
+    void *field = (char *)base + d->field;
+    return d->vec ? bind_vec(f, (float **)field, id, il, hp, required)
+                  : bind_mat(f, (ops_mat *)field, id, il, hp, required);
+}
+
 /* Older GGUFs store the raw HF in_proj_qkvz (per key head g: [q_g | k_g | v of the r value
  * heads | z of the r value heads]); rebuild the split [q all | k all | v all] and z rows. */
 static int deinterleave_ssm_in(gguf_file *f, q3n_layer *L, const q3n_hparams *hp, int il) {
     ops_mat in;
     int r = hp->ssm_hv / hp->ssm_hk, dk = hp->ssm_dk, dv = hp->ssm_dv, hk = hp->ssm_hk;
     int64_t group = 2 * dk + 2 * (int64_t)r * dv;
-    if (bind_mat(f, &in, "blk.%d.ssm_in.weight", il, hp->n_embd, group * hk, 0, true)) return -1;
+    if (bind_mat(f, &in, Q3N_T_SSM_IN, il, hp, true)) return -1;
+    RL_ASSERT(in.n_out == group * hk); /* the table's SSM_IN dimension */
     size_t rb = in.row_bytes;
     uint8_t *buf = rl_malloc(rb * (size_t)(group * hk), "legacy ssm_in");
     if (!buf) return -1;
@@ -149,60 +392,31 @@ static int deinterleave_ssm_in(gguf_file *f, q3n_layer *L, const q3n_hparams *hp
     return 0;
 }
 
+/* Every table entry of block il's kinds. Two GGUF generations: the DeltaNet projections split
+ * (attn_qkv + attn_gate) or fused (ssm_in, de-interleaved here); expert gate and up separate or
+ * fused (gate_up_exps). */
 static int bind_layer(q3n_model *m, gguf_file *f, int il) {
     const q3n_hparams *hp = &m->hp;
     q3n_layer *L = &m->layers[il];
-    int D = hp->n_embd, hd = hp->head_dim, E = hp->n_expert, ff = hp->n_ff_exp;
     L->is_attn = hp->is_attn[il];
-    if (bind_vec(f, &L->attn_norm, "blk.%d.attn_norm.weight", il, D, true) ||
-        bind_vec(f, &L->post_norm, "blk.%d.post_attention_norm.weight", il, D, true))
-        return -1;
-    if (L->is_attn) {
-        if (bind_mat(f, &L->wq, "blk.%d.attn_q.weight", il, D, (int64_t)hp->n_head * hd * 2, 0, true) ||
-            bind_mat(f, &L->wk, "blk.%d.attn_k.weight", il, D, (int64_t)hp->n_head_kv * hd, 0, true) ||
-            bind_mat(f, &L->wv, "blk.%d.attn_v.weight", il, D, (int64_t)hp->n_head_kv * hd, 0, true) ||
-            bind_mat(f, &L->wo, "blk.%d.attn_output.weight", il, (int64_t)hp->n_head * hd, D, 0, true) ||
-            bind_vec(f, &L->q_norm, "blk.%d.attn_q_norm.weight", il, hd, true) ||
-            bind_vec(f, &L->k_norm, "blk.%d.attn_k_norm.weight", il, hd, true))
-            return -1;
-    } else {
-        int64_t inner = (int64_t)hp->ssm_hv * hp->ssm_dv;
-        if (find(f, "blk.%d.attn_qkv.weight", il)) {
-            if (bind_mat(f, &L->wqkv, "blk.%d.attn_qkv.weight", il, D, hp->ssm_conv_dim, 0, true) ||
-                bind_mat(f, &L->wgate, "blk.%d.attn_gate.weight", il, D, inner, 0, true))
-                return -1;
-        } else {
-            m->hp.legacy_ssm_in = true;
-            if (deinterleave_ssm_in(f, L, hp, il)) return -1;
+    bool legacy = !L->is_attn && !find(f, Q3N_T_SSM_QKV, il) && find(f, Q3N_T_SSM_IN, il);
+    L->fused_gate_up = find(f, Q3N_T_GATE_UP_EXPS, il) != NULL;
+    for (int i = 0; i < Q3N_T_COUNT; i++) {
+        q3n_tensor_id id = (q3n_tensor_id)i;
+        const q3n_tensor_desc *d = q3n_tensor(id);
+        if (d->kind == Q3N_KIND_GLOBAL || !q3n_kind_in_block(hp, d->kind, il)) continue;
+        if (id == Q3N_T_SSM_IN) {
+            if (legacy) {
+                m->hp.legacy_ssm_in = true;
+                if (deinterleave_ssm_in(f, L, hp, il)) return -1;
+            }
+            continue;
         }
-        if (bind_mat(f, &L->wba, "blk.%d.ssm_ba.weight", il, D, 2 * (int64_t)hp->ssm_hv, 0, true) ||
-            bind_vec(f, &L->conv_w, "blk.%d.ssm_conv1d.weight", il, (int64_t)hp->ssm_kw * hp->ssm_conv_dim, true) ||
-            bind_vec(f, &L->dt_bias, "blk.%d.ssm_dt.bias", il, hp->ssm_hv, true) ||
-            bind_vec(f, &L->ssm_a, "blk.%d.ssm_a", il, hp->ssm_hv, true) ||
-            bind_vec(f, &L->ssm_norm, "blk.%d.ssm_norm.weight", il, hp->ssm_dv, true) ||
-            bind_mat(f, &L->wout, "blk.%d.ssm_out.weight", il, inner, D, 0, true))
-            return -1;
-    }
-    if (bind_mat(f, &L->router, "blk.%d.ffn_gate_inp.weight", il, D, E, 0, true)) return -1;
-    if (find(f, "blk.%d.ffn_gate_up_exps.weight", il)) {
-        L->fused_gate_up = true;
-        if (bind_mat(f, &L->gate_exps, "blk.%d.ffn_gate_up_exps.weight", il, D, 2 * (int64_t)ff, E, true)) return -1;
-        L->up_exps = L->gate_exps;
-    } else if (bind_mat(f, &L->gate_exps, "blk.%d.ffn_gate_exps.weight", il, D, ff, E, true) ||
-               bind_mat(f, &L->up_exps, "blk.%d.ffn_up_exps.weight", il, D, ff, E, true))
-        return -1;
-    if (bind_mat(f, &L->down_exps, "blk.%d.ffn_down_exps.weight", il, ff, D, E, true)) return -1;
-    if (bind_mat(f, &L->gate_sh, "blk.%d.ffn_gate_shexp.weight", il, D, hp->n_ff_shexp, 0, false) ||
-        bind_mat(f, &L->up_sh, "blk.%d.ffn_up_shexp.weight", il, D, hp->n_ff_shexp, 0, false) ||
-        bind_mat(f, &L->down_sh, "blk.%d.ffn_down_shexp.weight", il, hp->n_ff_shexp, D, 0, false) ||
-        bind_vec(f, &L->sh_gate, "blk.%d.ffn_gate_inp_shexp.weight", il, D, false))
-        return -1;
-    if (il >= hp->n_layer) { /* MTP block */
-        if (bind_mat(f, &L->eh_proj, "blk.%d.nextn.eh_proj.weight", il, 2 * (int64_t)D, D, 0, true) ||
-            bind_vec(f, &L->enorm, "blk.%d.nextn.enorm.weight", il, D, true) ||
-            bind_vec(f, &L->hnorm, "blk.%d.nextn.hnorm.weight", il, D, true) ||
-            bind_vec(f, &L->shared_head_norm, "blk.%d.nextn.shared_head_norm.weight", il, D, true))
-            return -1;
+        if (legacy && (id == Q3N_T_SSM_QKV || id == Q3N_T_SSM_GATE)) continue;
+        if (id == Q3N_T_GATE_UP_EXPS && !L->fused_gate_up) continue;
+        if (L->fused_gate_up && (id == Q3N_T_GATE_EXPS || id == Q3N_T_UP_EXPS)) continue;
+        if (bind_entry(f, L, id, il, hp)) return -1;
+        if (id == Q3N_T_GATE_UP_EXPS) L->up_exps = L->gate_exps;
     }
     return 0;
 }
@@ -211,22 +425,24 @@ int q3n_load(q3n_model *m, gguf_file *f) {
     memset(m, 0, sizeof *m);
     m->gguf = f;
     if (load_hparams(&m->hp, f)) return -1;
-    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (!te) return rl_seterr("%s: missing tensor token_embd.weight", f->path);
+    if (m->hp.n_layer + m->hp.n_nextn > Q3N_MAX_LAYERS) /* block_count's bound covers it */
+        return rl_seterr("%s: %d blocks exceed %d", f->path, m->hp.n_layer + m->hp.n_nextn, Q3N_MAX_LAYERS);
+    const gguf_tensor *te = find(f, Q3N_T_TOKEN_EMBD, -1);
+    if (!te) return rl_seterr("%s: missing tensor %s", f->path, q3n_tensor(Q3N_T_TOKEN_EMBD)->name);
+    if (te->ne[1] < 1 || te->ne[1] > Q3N_MAX_VOCAB)
+        return rl_seterr("%s: tensor %s has %lld rows: the vocabulary must have 1..%d tokens", f->path, te->name,
+                         (long long)te->ne[1], Q3N_MAX_VOCAB);
     m->hp.n_vocab = (int)te->ne[1];
-    if (bind_mat(f, &m->tok_embd, "token_embd.weight", 0, m->hp.n_embd, m->hp.n_vocab, 0, true) ||
-        bind_vec(f, &m->output_norm, "output_norm.weight", 0, m->hp.n_embd, true))
+    if (bind_entry(f, m, Q3N_T_TOKEN_EMBD, -1, &m->hp) || bind_entry(f, m, Q3N_T_OUTPUT_NORM, -1, &m->hp) ||
+        bind_entry(f, m, Q3N_T_OUTPUT, -1, &m->hp))
         return -1;
-    if (gguf_find_tensor(f, "output.weight")) {
-        if (bind_mat(f, &m->output, "output.weight", 0, m->hp.n_embd, m->hp.n_vocab, 0, true)) return -1;
-    } else {
-        m->output = m->tok_embd; /* tied fallback */
-    }
+    if (!m->output.data) m->output = m->tok_embd; /* tied fallback */
     for (int il = 0; il < m->hp.n_layer + m->hp.n_nextn; il++)
         if (bind_layer(m, f, il)) return -1;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        if (strstr(t->name, "_exps.")) m->bytes_experts += t->nbytes;
+        int id = q3n_tensor_lookup(t->name, NULL);
+        if (id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed) m->bytes_experts += t->nbytes;
         else m->bytes_dense += t->nbytes;
     }
     return 0;
@@ -261,37 +477,93 @@ typedef struct {
     float *g, *up;       /* [T*K + T][ff] gate / up outputs (experts, then shared expert) */
     float *eo;           /* [T*K][D]   expert outputs, in gathered order */
     float *sh;           /* [T][D] shared expert output */
+    /* MoE bookkeeping, sized by the model (n_expert E, top-k K) and the rows, never by a guess: */
+    float *sc;           /* [E] biased ranking scores of one row (cache-aware routing) */
+    float *pr;           /* [K] the selected experts' probabilities of one row (route hook) */
+    int32_t *uniq;       /* [E] union of the selected experts, in order of first use */
+    int32_t *slot_of;    /* [E] expert -> index in uniq, or -1 */
+    int32_t *first;      /* [E + 1] first gathered row of each expert of uniq */
+    int32_t *fill;       /* [E] gather cursor per expert */
+    int32_t *gidx;       /* [T*K] gathered row of (row, slot) */
+    const uint8_t **gp, **upp, **dp; /* [E] expert weight rows from the expert source */
+    ops_mat *mats;       /* [3E] per-expert slices of gate, up, down */
+    ops_mm_task *tasks;  /* [2E + 2] one dispatch's products */
 } scratch;
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
+static size_t fl(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); } /* bytes -> floats */
+
 static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
     scratch dummy, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
     size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
-    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp);
-    size_t sizes[] = {D,
-                      D,
-                      D,
-                      mx(2 * hp->n_head * hd, hp->ssm_conv_dim),
-                      mx(2 * hp->n_head_kv * hd, inner),
-                      2 * (size_t)hp->ssm_hv,
-                      mx(hp->n_head * hd, inner),
-                      hp->ssm_conv_dim,
-                      hp->n_expert,
-                      hp->n_expert_used,
-                      hp->n_expert_used,
-                      (size_t)hp->n_expert_used * D,
-                      (size_t)(hp->n_expert_used + 1) * ff,
-                      (size_t)(hp->n_expert_used + 1) * ff,
-                      (size_t)hp->n_expert_used * D,
-                      D};
-    float **ptrs[] = {&s->x, &s->xn, &s->y,     &s->big,    &s->kv, &s->ba, &s->o,  &s->u,
-                      &s->rl, &s->sel_w, &s->sel_id, &s->xs, &s->g,  &s->up, &s->eo, &s->sh};
+    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp), E = hp->n_expert, K = hp->n_expert_used;
+    /* {floats per row (times T), floats once}, in the order of the members below */
+    const size_t parts[][2] = {
+        {D, 0}, /* x */
+        {D, 0}, /* xn */
+        {D, 0}, /* y */
+        {mx(2 * hp->n_head * hd, hp->ssm_conv_dim), 0}, /* big */
+        {mx(2 * hp->n_head_kv * hd, inner), 0}, /* kv */
+        {2 * (size_t)hp->ssm_hv, 0}, /* ba */
+        {mx(hp->n_head * hd, inner), 0}, /* o */
+        {hp->ssm_conv_dim, 0}, /* u */
+        {E, 0}, /* rl */
+        {K, 0}, /* sel_w */
+        {K, 0}, /* sel_id */
+        {mx(K, 2) * D, 0}, /* xs */
+        {(K + 1) * ff, 0}, /* g */
+        {(K + 1) * ff, 0}, /* up */
+        {K * D, 0}, /* eo */
+        {D, 0}, /* sh */
+        {0, E}, /* sc */
+        {0, K}, /* pr */
+        {0, fl(sizeof(int32_t) * E)}, /* uniq */
+        {0, fl(sizeof(int32_t) * E)}, /* slot_of */
+        {0, fl(sizeof(int32_t) * (E + 1))}, /* first */
+        {0, fl(sizeof(int32_t) * E)}, /* fill */
+        {fl(sizeof(int32_t) * K), 0}, /* gidx */
+        {0, fl(sizeof(uint8_t *) * E)}, /* gp */
+        {0, fl(sizeof(uint8_t *) * E)}, /* upp */
+        {0, fl(sizeof(uint8_t *) * E)}, /* dp */
+        {0, fl(sizeof(ops_mat) * 3 * E)}, /* mats */
+        {0, fl(sizeof(ops_mm_task) * (2 * E + 2))}, /* tasks */
+    };
+    enum { NP = sizeof parts / sizeof parts[0] };
+    float *p[NP];
     size_t off = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (base) *ptrs[i] = base + off;
-        off += ((sizes[i] * (size_t)T + 15) / 16) * 16; /* 64-byte aligned sub-buffers */
+    for (size_t i = 0; i < NP; i++) {
+        p[i] = base ? base + off : NULL;
+        off += ((parts[i][0] * (size_t)T + parts[i][1] + 15) / 16) * 16; /* 64-byte aligned */
     }
+    s->x = p[0];
+    s->xn = p[1];
+    s->y = p[2];
+    s->big = p[3];
+    s->kv = p[4];
+    s->ba = p[5];
+    s->o = p[6];
+    s->u = p[7];
+    s->rl = p[8];
+    s->sel_w = p[9];
+    s->sel_id = p[10];
+    s->xs = p[11];
+    s->g = p[12];
+    s->up = p[13];
+    s->eo = p[14];
+    s->sh = p[15];
+    s->sc = p[16];
+    s->pr = p[17];
+    s->uniq = (int32_t *)p[18];
+    s->slot_of = (int32_t *)p[19];
+    s->first = (int32_t *)p[20];
+    s->fill = (int32_t *)p[21];
+    s->gidx = (int32_t *)p[22];
+    s->gp = (const uint8_t **)p[23];
+    s->upp = (const uint8_t **)p[24];
+    s->dp = (const uint8_t **)p[25];
+    s->mats = (ops_mat *)p[26];
+    s->tasks = (ops_mm_task *)p[27];
     return off;
 }
 
@@ -325,9 +597,9 @@ static void mm_batch(q3n_run *r, ops_mm_task *tasks, int n) {
 size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
 size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->ssm_dv * hp->ssm_dk; }
 
-#define DUMP(r, name, il, t, ptr, n)                                                                \
+#define DUMP(r, act, il, t, ptr, n)                                                                \
     do {                                                                                           \
-        if ((r)->dump) (r)->dump((r)->hook_ud, name, il, t, ptr, n);                               \
+        if ((r)->dump) (r)->dump((r)->hook_ud, q3n_act_name(act), il, t, ptr, n);                               \
     } while (0)
 
 /* Every projection goes through here: the reference (oracle) or the fast SIMD path. */
@@ -406,7 +678,7 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     }
     attn_job j = {r, L, s, il, T, pos};
     pool_run(r->pool, attn_worker, &j);
-    for (int t = 0; t < T; t++) DUMP(r, "attn_gated", il, t, s->o + (size_t)t * H * hd, H * hd);
+    for (int t = 0; t < T; t++) DUMP(r, Q3N_ACT_ATTN_GATED, il, t, s->o + (size_t)t * H * hd, H * hd);
     mm(r, &L->wo, s->o, T, s->y);
 }
 
@@ -472,7 +744,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
         ops_conv_step(t == 0 ? r->st->conv[il] : conv, conv, L->conv_w, s->big + (size_t)t * C, C, hp->ssm_kw, u);
-        DUMP(r, "dn_conv", il, t, u, C);
+        DUMP(r, Q3N_ACT_DN_CONV, il, t, u, C);
         for (int g = 0; g < hk; g++) {
             ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
             for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
@@ -483,7 +755,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         pool_run(r->pool, dn_heads_worker, &j);
         if (r->row_state)
             r->row_state(r->hook_ud, il, t, conv, r->st->ssm_next ? r->st->ssm_next[il] : r->st->ssm[il]);
-        DUMP(r, "dn_gated", il, t, s->o + (size_t)t * inner, inner);
+        DUMP(r, Q3N_ACT_DN_GATED, il, t, s->o + (size_t)t * inner, inner);
     }
     if (!per_row) {
         dn_job j = {r, L, s, il, 0, T};
@@ -533,8 +805,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         float *p = s->rl + (size_t)t * E;
         ops_softmax(p, E);
         if (r->experts.bias) { /* cache-aware routing (opt-in, changes outputs): rank a biased copy */
-            float sc[1024];
-            RL_ASSERT(E <= 1024);
+            float *sc = s->sc;
             memcpy(sc, p, sizeof(float) * (size_t)E);
             r->experts.bias(r->experts.ud, il, sc, E);
             ops_topk(sc, E, K, ids + (size_t)t * K);
@@ -546,36 +817,32 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         if (sum < 6.103515625e-5) sum = 6.103515625e-5;
         for (int k = 0; k < K; k++) s->sel_w[t * K + k] = (float)(p[ids[t * K + k]] / sum);
         if (r->route) {
-            float pr[64];
-            for (int k = 0; k < K && k < 64; k++) pr[k] = p[ids[t * K + k]];
+            float *pr = s->pr;
+            for (int k = 0; k < K; k++) pr[k] = p[ids[t * K + k]];
             r->route(r->hook_ud, il, t, ids + (size_t)t * K, s->sel_w + (size_t)t * K, pr, K);
         }
     }
     /* union of the selected experts, in order of first use (slot_of: expert -> index in uniq) */
-    int32_t uniq[1024];
-    int16_t slot_of[1024];
+    int32_t *uniq = s->uniq, *slot_of = s->slot_of;
     int nu = 0;
-    RL_ASSERT(E <= 1024);
-    memset(slot_of, 0xff, sizeof(int16_t) * (size_t)E);
+    memset(slot_of, 0xff, sizeof(int32_t) * (size_t)E);
     for (int i = 0; i < T * K; i++)
         if (slot_of[ids[i]] < 0) {
-            slot_of[ids[i]] = (int16_t)nu;
+            slot_of[ids[i]] = nu;
             uniq[nu++] = ids[i];
         }
-    const uint8_t *gp[1024], *upp[1024], *dp[1024];
+    const uint8_t **gp = s->gp, **upp = s->upp, **dp = s->dp;
     const q3n_expert_src *src = &r->experts;
     int rc = src->acquire ? src->acquire(src->ud, il, uniq, nu, gp, upp, dp)
                           : mapped_acquire((void *)r->m, il, uniq, nu, gp, upp, dp);
     if (rc) return -1;
     /* gather each expert's rows (a counting sort by expert that keeps row order); gidx maps
      * (row, slot) to the gathered row */
-    static _Thread_local int gidx[4096 * 16];
-    RL_ASSERT(T * K <= 4096 * 16);
-    int first[1025], fill[1024];
-    memset(first, 0, sizeof(int) * (size_t)(nu + 1));
+    int32_t *gidx = s->gidx, *first = s->first, *fill = s->fill;
+    memset(first, 0, sizeof(int32_t) * (size_t)(nu + 1));
     for (int i = 0; i < T * K; i++) first[slot_of[ids[i]] + 1]++;
     for (int ui = 0; ui < nu; ui++) first[ui + 1] += first[ui];
-    memcpy(fill, first, sizeof(int) * (size_t)nu);
+    memcpy(fill, first, sizeof(int32_t) * (size_t)nu);
     int ng = first[nu];
     for (int i = 0; i < T * K; i++) {
         int g = fill[slot_of[ids[i]]]++;
@@ -583,8 +850,8 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         memcpy(s->xs + (size_t)g * D, s->xn + (size_t)(i / K) * D, sizeof(float) * D);
     }
     /* all gate/up projections (and the shared expert's) in one dispatch, then all downs */
-    static _Thread_local ops_mat mats[3 * 1024];
-    static _Thread_local ops_mm_task tasks[2 * 1024 + 2];
+    ops_mat *mats = s->mats;
+    ops_mm_task *tasks = s->tasks;
     bool has_sh = L->gate_sh.data != NULL;
     int fs = hp->n_ff_shexp, nt = 0;
     float *gsh = s->g + (size_t)T * K * ff, *ush = s->up + (size_t)T * K * ff;
@@ -637,7 +904,7 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
     const q3n_layer *L = &m->layers[il];
     for (int t = 0; t < T; t++) {
         ops_rmsnorm(s->x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
-        DUMP(r, "attn_norm", il, t, s->xn + (size_t)t * D, D);
+        DUMP(r, Q3N_ACT_ATTN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
     if (L->is_attn)
         attention_layer(r, L, il, s, T, pos, rope_delta);
@@ -645,18 +912,18 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         deltanet_layer(r, L, il, s, T);
     for (int t = 0; t < T; t++) {
         float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
-        DUMP(r, "attn_out", il, t, y, D);
+        DUMP(r, Q3N_ACT_ATTN_OUT, il, t, y, D);
         for (int i = 0; i < D; i++) x[i] += y[i];
-        DUMP(r, "ffn_inp", il, t, x, D);
+        DUMP(r, Q3N_ACT_FFN_INP, il, t, x, D);
         ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
-        DUMP(r, "ffn_norm", il, t, s->xn + (size_t)t * D, D);
+        DUMP(r, Q3N_ACT_FFN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
     if (moe_layer(r, L, il, s, T)) return -1;
     for (int t = 0; t < T; t++) {
         float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
-        DUMP(r, "ffn_out", il, t, y, D);
+        DUMP(r, Q3N_ACT_FFN_OUT, il, t, y, D);
         for (int i = 0; i < D; i++) x[i] += y[i];
-        DUMP(r, "l_out", il, t, x, D);
+        DUMP(r, Q3N_ACT_L_OUT, il, t, x, D);
     }
     return 0;
 }
@@ -677,7 +944,7 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return rl_seterr("token id %d is outside the vocabulary (0..%d)", tokens[t], hp->n_vocab - 1);
         et->to_float(m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s.x + (size_t)t * D, D);
-        DUMP(r, "inp_embd", -1, t, s.x + (size_t)t * D, D);
+        DUMP(r, Q3N_ACT_INP_EMBD, -1, t, s.x + (size_t)t * D, D);
     }
     for (int il = 0; il < hp->n_layer; il++)
         if (decoder_layer(r, il, &s, T, pos, 0)) return -1; /* committed state untouched */
@@ -691,7 +958,7 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
     int t0 = all_logits ? 0 : T - 1;
     for (int t = 0; t < T; t++) {
         ops_rmsnorm(s.x + (size_t)t * D, m->output_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
-        DUMP(r, "result_norm", -1, t, s.xn + (size_t)t * D, D);
+        DUMP(r, Q3N_ACT_RESULT_NORM, -1, t, s.xn + (size_t)t * D, D);
     }
     if (hidden_out) memcpy(hidden_out, s.xn, sizeof(float) * (size_t)T * D);
     if (logits) mm(r, &m->output, s.xn + (size_t)t0 * D, T - t0, logits);
@@ -703,7 +970,7 @@ int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens,
     const q3n_model *m = r->m;
     const q3n_hparams *hp = &m->hp;
     int D = hp->n_embd, il = hp->n_layer;
-    if (hp->n_nextn < 1) return rl_seterr("this model has no MTP block (blk.N.nextn.*)");
+    if (hp->n_nextn < 1) return rl_seterr("this model has no MTP block (nextn_predict_layers is 0)");
     RL_ASSERT(T >= 1 && T <= r->max_rows);
     if (slot + T > r->st->n_ctx)
         return rl_seterr("MTP context is full: %d + %d pairs exceed %d", slot, T, r->st->n_ctx);
@@ -711,8 +978,7 @@ int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens,
     scratch s;
     carve(hp, T, r->scratch, &s);
     /* [RMSNorm_e(embed(x_{p+1})) ; RMSNorm_h(h_p)] -> eh_proj (embedding first, spec F.2) */
-    float *cat = s.xs;
-    RL_ASSERT((size_t)hp->n_expert_used * D >= 2 * (size_t)D);
+    float *cat = s.xs; /* carve gives xs at least 2D floats per row */
     const quant_traits *et = quant_get(m->tok_embd.type);
     for (int t = 0; t < T; t++) {
         if (next_tokens[t] < 0 || next_tokens[t] >= hp->n_vocab)

@@ -9,13 +9,148 @@
 #define RL_QWEN3NEXT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gguf.h"
 #include "ops.h"
 #include "pool.h"
 
-#define Q3N_MAX_LAYERS 128
+/* Limits on values read from a file (checked by q3n_load / q3n_read_hparams, with a one-line
+ * error naming the file, the key and the value): */
+#define Q3N_MAX_LAYERS 128    /* blocks incl. MTP (48 + 1): per-layer tables of the backends, cache */
+#define Q3N_MAX_EXPERTS 1024  /* n_expert (512): ops_matmul_batch's task table (OPS_MAX_TASKS), the
+                                 expert cache's selection (EC_MAX_SEL), the CUDA router's lanes */
+#define Q3N_MAX_HEAD_DIM 1024 /* head_dim (256), DeltaNet dk (128): the reference attention's row */
+#define Q3N_MAX_VOCAB (1 << 30) /* token_embd rows (151936): token ids are int32 */
+
+/* ---- the model description: tensors and named activations ----------------------------------
+ * Every GGUF tensor name of Qwen3-Next lives in one table (qwen3next.c, q3n_tensor), with its
+ * role, the kind of block it belongs to, its shape as a function of the hyperparameters and
+ * whether it is required. Binding, `synth`, `info`, `bench --profile` and the expert cache read
+ * it; adding or renaming a tensor is one edit there. Names of both GGUF generations are listed
+ * (spec §B): the split DeltaNet projections (attn_qkv + attn_gate) and the older fused ssm_in,
+ * separate or fused (gate_up) expert slabs. */
+
+/* Where a tensor lives. */
+typedef enum {
+    Q3N_KIND_GLOBAL,   /* once per model (embedding, head) */
+    Q3N_KIND_BLOCK,    /* every decoder block (the mixer's input norm) */
+    Q3N_KIND_DELTANET, /* Gated DeltaNet blocks: (i+1) % full_attention_interval != 0 */
+    Q3N_KIND_ATTN,     /* gated full attention blocks (and the MTP block) */
+    Q3N_KIND_MOE,      /* the mixture of experts of every block */
+    Q3N_KIND_MTP,      /* the MTP (nextn) block's extras, blocks >= n_layer */
+    Q3N_KIND_COUNT
+} q3n_kind;
+
+/* Symbolic dimensions: a tensor's shape {ne0 (n_in), ne1 (n_out), ne2 (experts)}. */
+typedef enum {
+    Q3N_DIM_NONE, /* dimension absent */
+    Q3N_DIM_D,    /* n_embd */
+    Q3N_DIM_2D,   /* 2 * n_embd (MTP: [embedding ; hidden]) */
+    Q3N_DIM_VOCAB,
+    Q3N_DIM_E,       /* n_expert */
+    Q3N_DIM_FF,      /* expert_feed_forward_length */
+    Q3N_DIM_2FF,     /* fused gate_up: 2 * expert_feed_forward_length */
+    Q3N_DIM_FF_SH,   /* expert_shared_feed_forward_length */
+    Q3N_DIM_HD,      /* attention head dim */
+    Q3N_DIM_Q_GATE,  /* n_head * head_dim * 2 (query and output gate per head) */
+    Q3N_DIM_KV,      /* n_head_kv * head_dim */
+    Q3N_DIM_ATT,     /* n_head * head_dim */
+    Q3N_DIM_CONV,    /* conv_dim = 2 * hk * dk + hv * dv */
+    Q3N_DIM_INNER,   /* hv * dv */
+    Q3N_DIM_SSM_IN,  /* legacy fused projection: conv_dim + hv * dv */
+    Q3N_DIM_HV,      /* value heads */
+    Q3N_DIM_2HV,     /* ssm_ba rows: beta and alpha per value head */
+    Q3N_DIM_DV,      /* value head dim */
+    Q3N_DIM_KW,      /* conv kernel width */
+    Q3N_DIM_COUNT
+} q3n_dim;
+
+typedef enum {
+    Q3N_REQUIRED,    /* missing: the model is refused */
+    Q3N_OPTIONAL,    /* may be absent (shared expert, untied output) */
+    Q3N_ALTERNATIVE, /* another GGUF generation's form of required tensors (see the table) */
+} q3n_need;
+
+typedef enum {
+    Q3N_T_TOKEN_EMBD,
+    Q3N_T_ATTN_NORM,
+    Q3N_T_ATTN_Q,
+    Q3N_T_ATTN_K,
+    Q3N_T_ATTN_V,
+    Q3N_T_ATTN_OUTPUT,
+    Q3N_T_ATTN_Q_NORM,
+    Q3N_T_ATTN_K_NORM,
+    Q3N_T_SSM_QKV,
+    Q3N_T_SSM_GATE,
+    Q3N_T_SSM_IN,
+    Q3N_T_SSM_BA,
+    Q3N_T_SSM_CONV,
+    Q3N_T_SSM_DT,
+    Q3N_T_SSM_A,
+    Q3N_T_SSM_NORM,
+    Q3N_T_SSM_OUT,
+    Q3N_T_POST_NORM,
+    Q3N_T_ROUTER,
+    Q3N_T_GATE_EXPS,
+    Q3N_T_UP_EXPS,
+    Q3N_T_GATE_UP_EXPS,
+    Q3N_T_DOWN_EXPS,
+    Q3N_T_SH_GATE,
+    Q3N_T_GATE_SH,
+    Q3N_T_UP_SH,
+    Q3N_T_DOWN_SH,
+    Q3N_T_EH_PROJ,
+    Q3N_T_ENORM,
+    Q3N_T_HNORM,
+    Q3N_T_SHARED_HEAD_NORM,
+    Q3N_T_OUTPUT_NORM,
+    Q3N_T_OUTPUT,
+    Q3N_T_COUNT
+} q3n_tensor_id;
+
+typedef struct {
+    const char *name; /* GGUF name; in block tensors "%d" stands for the block index */
+    const char *role; /* what it is, in words */
+    q3n_kind kind;
+    q3n_dim ne[3];    /* {n_in, n_out, n_expert}; vectors use ne[0] (and ne[1] for conv1d) */
+    q3n_need need;
+    bool vec;         /* float vector, converted to an owned float copy at load */
+    bool routed;      /* a stacked routed-expert slab (ne[2] = n_expert), served by the cache */
+    int field;        /* byte offset of its ops_mat / float * in q3n_layer (block tensors) or
+                         q3n_model (global ones); -1: bound by special code */
+} q3n_tensor_desc;
+
+/* Table order is the file order `synth` writes (and the binding order): token_embd, then per
+ * block the table's block entries, then output_norm and output. */
+const q3n_tensor_desc *q3n_tensor(q3n_tensor_id id);
+/* Name of tensor id in block il (ignored for global tensors) into buf; returns buf. */
+const char *q3n_tensor_name(q3n_tensor_id id, int il, char *buf, size_t n);
+/* A GGUF tensor name -> its id (and *il: block index, -1 for global tensors); -1 if the name is
+ * not a Qwen3-Next tensor. */
+int q3n_tensor_lookup(const char *name, int *il);
+
+/* Named activations the forward passes emit to the dump hook (both backends, in this order
+ * within a block); `redlite dump --names` and `bench --profile` select by them. */
+typedef enum {
+    Q3N_ACT_INP_EMBD,    /* token embedding rows (layer -1) */
+    Q3N_ACT_ATTN_NORM,   /* the block's normed input */
+    Q3N_ACT_DN_CONV,     /* DeltaNet: conv output (q|k|v, before the l2 norms) */
+    Q3N_ACT_DN_GATED,    /* DeltaNet: gated-normed recurrence output */
+    Q3N_ACT_ATTN_GATED,  /* attention: sigmoid-gated attention output */
+    Q3N_ACT_ATTN_OUT,    /* the mixer's output projection */
+    Q3N_ACT_FFN_INP,     /* residual after the mixer */
+    Q3N_ACT_FFN_NORM,    /* the MoE's normed input */
+    Q3N_ACT_FFN_OUT,     /* the MoE's output (routed + shared) */
+    Q3N_ACT_L_OUT,       /* the block's output */
+    Q3N_ACT_RESULT_NORM, /* final norm (layer -1) */
+    Q3N_ACT_COUNT
+} q3n_act;
+
+const char *q3n_act_name(q3n_act a);
+/* name -> q3n_act, or -1. */
+int q3n_act_find(const char *name);
 
 typedef struct {
     int n_vocab;          /* rows of token_embd / output */
@@ -39,6 +174,13 @@ typedef struct {
     bool legacy_ssm_in;   /* older GGUF generation: fused, interleaved ssm_in */
     bool is_attn[Q3N_MAX_LAYERS]; /* per layer (including MTP layers, which are attention) */
 } q3n_hparams;
+
+/* A symbolic dimension's value for these hyperparameters. */
+int64_t q3n_dim_value(const q3n_hparams *hp, q3n_dim d);
+/* Whether tensor kind k is present in block il (main blocks, then the MTP block). */
+bool q3n_kind_in_block(const q3n_hparams *hp, q3n_kind k, int il);
+/* Block il is gated full attention (every full_attention_interval-th, and the MTP block). */
+bool q3n_block_is_attn(const q3n_hparams *hp, int il);
 
 /* Weights of one decoder layer. Float vectors are owned copies (converted from any float
  * type at load); matrices are zero-copy views into the GGUF mapping (or owned buffers for the
@@ -82,8 +224,12 @@ typedef struct {
     uint64_t bytes_dense, bytes_experts;   /* as stored in the file */
 } q3n_model;
 
-/* Read hyperparameters (one function, explicit required/optional keys) and bind every
- * tensor with type and shape checks. Returns 0, or -1 with rl_lasterr set. */
+/* Read and check the hyperparameters alone (for tools that describe a file without binding
+ * it): 0; -1 if keys are missing (not a Qwen3-Next GGUF); -2 if a value is out of range or
+ * inconsistent (the file would be refused). rl_lasterr set on failure. */
+int q3n_read_hparams(gguf_file *f, q3n_hparams *hp);
+/* Read hyperparameters (one table of keys with defaults and limits) and bind every tensor of the
+ * table with type and shape checks. Returns 0, or -1 with rl_lasterr set. */
 int q3n_load(q3n_model *m, gguf_file *f);
 void q3n_free(q3n_model *m);
 

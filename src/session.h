@@ -58,14 +58,21 @@ typedef struct {
 session_model *session_model_open(const session_model_params *p);
 void session_model_close(session_model *m); /* after every session of it is freed */
 engine *session_model_engine(const session_model *m);
+/* NULL (rl_lasterr says why) when the file has no tokenizer: token ids still work (feed,
+ * bench, perplexity over ids); session_generate refuses. */
 const tokenizer *session_model_tokenizer(const session_model *m);
 
 session *session_new(session_model *m, const session_params *p);
 void session_free(session *s);
 
 engine_ctx *session_ctx(const session *s);
-const tokenizer *session_tokenizer(const session *s);
+const tokenizer *session_tokenizer(const session *s); /* NULL: see session_model_tokenizer */
 const q3n_hparams *session_hparams(const session *s);
+int session_n_ctx(const session *s);
+/* The session's routed-expert cache (its q3n_expert_src is expert_cache_src), or NULL when the
+ * engine serves the experts itself (a backend that holds them all, e.g. CUDA). */
+typedef struct expert_cache expert_cache;
+expert_cache *session_expert_cache(const session *s);
 
 /* ---- the sequence ------------------------------------------------------------------------ */
 /* Tokens the context holds (valid until the next call that changes the sequence). */
@@ -90,7 +97,10 @@ typedef struct {
 } session_feed_stats;
 
 /* Bring the context to exactly tokens[0..n) (see the header comment). n >= 1 and
- * n <= n_ctx. The last token is always evaluated so that session_logits is its row. */
+ * n <= n_ctx. The last token is always evaluated so that session_logits is its row.
+ * Checkpoints: at the end of each feed, before its last chunk (a re-run of the same prompt
+ * restarts there) and every max(512, n_batch) tokens of a long feed at a chunk boundary.
+ * On failure or cancel the history holds the chunks that completed; session_logits is NULL. */
 int session_feed(session *s, const int32_t *tokens, int n, const session_feed_opts *o,
                  session_feed_stats *st);
 
@@ -116,7 +126,8 @@ typedef struct {
     int n_stops;
     unsigned decode_flags;          /* TOK_DECODE_* for the text */
     /* Streaming: called for each emitted token with the text that became final with it (may
-     * be empty: an incomplete UTF-8 sequence or a possible stop-string prefix is held back).
+     * be empty: an incomplete UTF-8 sequence or a possible stop-string prefix is held back),
+     * and once more with token -1 for text released at the end (never empty then).
      * Return non-zero to stop (reason SESSION_CANCELLED). May be NULL. */
     int (*on_text)(void *ud, int32_t token, const char *text, size_t n);
     void *ud;
@@ -134,10 +145,13 @@ typedef struct {
     long long n_drafted;  /* speculation: drafted tokens, of which accepted */
     long long n_accepted;
     long long n_verifies; /* engine_verify calls */
+    uint32_t seed;        /* the sampler's seed (resolved when a random one was asked for) */
 } session_gen_result;
 
-/* Sample from session_logits(), emit, evaluate, until a stop condition. Every emitted token
- * except the last is evaluated into the sequence (history grows accordingly). The sampler's
+/* Sample from session_logits(), emit, evaluate, until a stop condition. 0, or -1 with
+ * rl_lasterr set (out->reason SESSION_ERROR; out holds what was emitted before the failure,
+ * free it either way). spec != SPEC_NONE: -1 "not available yet" until the speculative loop
+ * lands. Every emitted token except the last is evaluated into the sequence (history grows accordingly). The sampler's
  * random stream is consumed once per emitted token, in order, so speculation never changes the
  * result for a given seed. The sampler's penalty history is the session's history. */
 int session_generate(session *s, const session_gen_params *gp, session_gen_result *out);

@@ -20,6 +20,7 @@
 #include "pool.h"
 #include "quant.h"
 #include "quant_impl.h"
+#include "qwen3next.h"
 
 static const char *const preset_names[SYNTH_N_PRESETS] = {"cf2", "iq2_xxs", "q4_k_m", "tiny"};
 
@@ -335,6 +336,23 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* Determinism across compilers and flags (the bytes are a contract, tests/test_synth_determinism.py):
+ * (1) every random draw is its own statement, never two calls in one expression, whose order C
+ * leaves unspecified (an ASan/UBSan build used to draw the IQ2_XS scale nibbles in the other
+ * order); (2) a product that feeds an addition is rounded through these helpers, so a compiler
+ * allowed to fuse a*b+c into one FMA (-ffp-contract=fast with -mfma, clang's default "on") still
+ * computes the same, separately rounded, value: a volatile store must hold the rounded product.
+ * The remaining float work is IEEE-exact operations (+ - * / sqrt), the scalar dequantisers and
+ * libm's logf/expf/expm1f/cosf (the same glibc gives the same bits). */
+static float rounded_f(float x) {
+    volatile float v = x;
+    return v;
+}
+static double rounded_d(double x) {
+    volatile double v = x;
+    return v;
+}
+
 static uint64_t name_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (const char *c = name; *c; c++)
@@ -343,7 +361,7 @@ static uint64_t name_key(uint64_t seed, const char *name) {
 }
 
 /* Add a tensor: ne = {n_in, n_out, n_exp} (unused trailing dims 0). */
-static int add(plan *pl, role r, int il, const char *fmt, int64_t n_in, int64_t n_out, int64_t n_exp) {
+static int add(plan *pl, role r, int il, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp) {
     if (pl->n == pl->cap) {
         int nc = pl->cap ? 2 * pl->cap : 1024;
         stensor *nt = realloc(pl->t, sizeof *nt * (size_t)nc);
@@ -353,7 +371,7 @@ static int add(plan *pl, role r, int il, const char *fmt, int64_t n_in, int64_t 
     }
     stensor *t = &pl->t[pl->n];
     memset(t, 0, sizeof *t);
-    snprintf(t->info.name, sizeof t->info.name, fmt, il);
+    snprintf(t->info.name, sizeof t->info.name, "%s", name);
     t->r = r;
     t->layer = il;
     t->info.type = pick_type(pl->p, &pl->ps, r, il);
@@ -373,55 +391,70 @@ static int add(plan *pl, role r, int il, const char *fmt, int64_t n_in, int64_t 
     return 0;
 }
 
-static int build_plan(plan *pl, const synth_params *p) {
+/* The synth role of each entry of the model's tensor table (the type tables key on roles);
+ * entries of the older GGUF generation (Q3N_ALTERNATIVE) are not written. */
+static const role ROLE_OF[Q3N_T_COUNT] = {
+    [Q3N_T_TOKEN_EMBD] = R_TOKEN_EMBD, [Q3N_T_ATTN_NORM] = R_NORM,    [Q3N_T_ATTN_Q] = R_Q,
+    [Q3N_T_ATTN_K] = R_K,              [Q3N_T_ATTN_V] = R_V,          [Q3N_T_ATTN_OUTPUT] = R_O,
+    [Q3N_T_ATTN_Q_NORM] = R_NORM,      [Q3N_T_ATTN_K_NORM] = R_NORM,  [Q3N_T_SSM_QKV] = R_QKV,
+    [Q3N_T_SSM_GATE] = R_GATE,         [Q3N_T_SSM_BA] = R_BA,         [Q3N_T_SSM_CONV] = R_CONV,
+    [Q3N_T_SSM_DT] = R_DT,             [Q3N_T_SSM_A] = R_A,           [Q3N_T_SSM_NORM] = R_NORM,
+    [Q3N_T_SSM_OUT] = R_SSM_OUT,       [Q3N_T_POST_NORM] = R_NORM,    [Q3N_T_ROUTER] = R_ROUTER,
+    [Q3N_T_GATE_EXPS] = R_GATE_EXPS,   [Q3N_T_UP_EXPS] = R_UP_EXPS,   [Q3N_T_DOWN_EXPS] = R_DOWN_EXPS,
+    [Q3N_T_SH_GATE] = R_SH_GATE_INP,   [Q3N_T_GATE_SH] = R_GATE_SH,   [Q3N_T_UP_SH] = R_UP_SH,
+    [Q3N_T_DOWN_SH] = R_DOWN_SH,       [Q3N_T_EH_PROJ] = R_EH_PROJ,   [Q3N_T_ENORM] = R_NORM,
+    [Q3N_T_HNORM] = R_NORM,            [Q3N_T_SHARED_HEAD_NORM] = R_NORM, [Q3N_T_OUTPUT_NORM] = R_NORM,
+    [Q3N_T_OUTPUT] = R_OUTPUT};
+
+/* The geometry as the model's hyperparameters (what the table's shapes are written in). */
+static void geom_hparams(const synth_params *p, q3n_hparams *hp) {
     const synth_geom *g = &p->g;
-    int nb = g->n_layer + (p->mtp ? 1 : 0);
-    int64_t D = g->n_embd, E = g->n_expert, hd = g->head_dim, H = g->n_head, Hkv = g->n_head_kv;
-    int64_t conv_dim = 2 * (int64_t)g->ssm_hk * g->ssm_dk + g->ssm_inner;
+    memset(hp, 0, sizeof *hp);
+    hp->n_vocab = g->n_vocab, hp->n_embd = g->n_embd, hp->n_layer = g->n_layer, hp->n_nextn = p->mtp ? 1 : 0;
+    hp->n_head = g->n_head, hp->n_head_kv = g->n_head_kv, hp->head_dim = g->head_dim, hp->n_rot = g->n_rot;
+    hp->n_expert = g->n_expert, hp->n_expert_used = g->n_expert_used;
+    hp->n_ff_exp = g->n_ff_exp, hp->n_ff_shexp = g->n_ff_shexp;
+    hp->ssm_kw = g->ssm_kw, hp->ssm_dk = g->ssm_dk, hp->ssm_hk = g->ssm_hk, hp->ssm_hv = g->ssm_hv;
+    hp->ssm_dv = g->ssm_inner / g->ssm_hv;
+    hp->ssm_conv_dim = 2 * g->ssm_hk * g->ssm_dk + g->ssm_inner;
+    hp->full_attn_interval = g->attn_interval;
+}
+
+static int add_entry(plan *pl, const q3n_hparams *hp, q3n_tensor_id id, int il) {
+    const q3n_tensor_desc *d = q3n_tensor(id);
+    char name[96];
+    return add(pl, ROLE_OF[id], il, q3n_tensor_name(id, il, name, sizeof name), q3n_dim_value(hp, d->ne[0]),
+               q3n_dim_value(hp, d->ne[1]), q3n_dim_value(hp, d->ne[2]));
+}
+
+/* File order = table order: the global tensors before the block entries, every block's entries
+ * (those of its kinds), then the global tensors after them. */
+static int build_plan(plan *pl, const synth_params *p) {
+    q3n_hparams hp;
+    geom_hparams(p, &hp);
+    int nb = hp.n_layer + hp.n_nextn;
     memset(pl, 0, sizeof *pl);
     pl->p = p;
     pl->ps.n_blocks = nb;
     for (int il = 0; il < nb; il++)
-        if (il >= g->n_layer || (il + 1) % g->attn_interval == 0) pl->ps.n_attn_v++;
-    int rc = add(pl, R_TOKEN_EMBD, -1, "token_embd.weight", D, g->n_vocab, 0);
-    for (int il = 0; il < nb && !rc; il++) {
-        bool attn = il >= g->n_layer || (il + 1) % g->attn_interval == 0;
-        rc |= add(pl, R_NORM, il, "blk.%d.attn_norm.weight", D, 0, 0);
-        if (attn) {
-            rc |= add(pl, R_Q, il, "blk.%d.attn_q.weight", D, 2 * H * hd, 0);
-            rc |= add(pl, R_K, il, "blk.%d.attn_k.weight", D, Hkv * hd, 0);
-            rc |= add(pl, R_V, il, "blk.%d.attn_v.weight", D, Hkv * hd, 0);
-            rc |= add(pl, R_O, il, "blk.%d.attn_output.weight", H * hd, D, 0);
-            rc |= add(pl, R_NORM, il, "blk.%d.attn_q_norm.weight", hd, 0, 0);
-            rc |= add(pl, R_NORM, il, "blk.%d.attn_k_norm.weight", hd, 0, 0);
-        } else {
-            rc |= add(pl, R_QKV, il, "blk.%d.attn_qkv.weight", D, conv_dim, 0);
-            rc |= add(pl, R_GATE, il, "blk.%d.attn_gate.weight", D, g->ssm_inner, 0);
-            rc |= add(pl, R_BA, il, "blk.%d.ssm_ba.weight", D, 2 * (int64_t)g->ssm_hv, 0);
-            rc |= add(pl, R_CONV, il, "blk.%d.ssm_conv1d.weight", g->ssm_kw, conv_dim, 0);
-            rc |= add(pl, R_DT, il, "blk.%d.ssm_dt.bias", g->ssm_hv, 0, 0);
-            rc |= add(pl, R_A, il, "blk.%d.ssm_a", g->ssm_hv, 0, 0);
-            rc |= add(pl, R_NORM, il, "blk.%d.ssm_norm.weight", g->ssm_inner / g->ssm_hv, 0, 0);
-            rc |= add(pl, R_SSM_OUT, il, "blk.%d.ssm_out.weight", g->ssm_inner, D, 0);
+        if (q3n_block_is_attn(&hp, il)) pl->ps.n_attn_v++;
+    int rc = 0;
+    for (int id = 0; id < Q3N_T_COUNT && !rc; id++) {
+        const q3n_tensor_desc *d = q3n_tensor((q3n_tensor_id)id);
+        if (d->kind == Q3N_KIND_GLOBAL) {
+            rc = add_entry(pl, &hp, (q3n_tensor_id)id, -1);
+            continue;
         }
-        rc |= add(pl, R_NORM, il, "blk.%d.post_attention_norm.weight", D, 0, 0);
-        rc |= add(pl, R_ROUTER, il, "blk.%d.ffn_gate_inp.weight", D, E, 0);
-        rc |= add(pl, R_GATE_EXPS, il, "blk.%d.ffn_gate_exps.weight", D, g->n_ff_exp, E);
-        rc |= add(pl, R_UP_EXPS, il, "blk.%d.ffn_up_exps.weight", D, g->n_ff_exp, E);
-        rc |= add(pl, R_DOWN_EXPS, il, "blk.%d.ffn_down_exps.weight", g->n_ff_exp, D, E);
-        rc |= add(pl, R_SH_GATE_INP, il, "blk.%d.ffn_gate_inp_shexp.weight", D, 0, 0);
-        rc |= add(pl, R_GATE_SH, il, "blk.%d.ffn_gate_shexp.weight", D, g->n_ff_shexp, 0);
-        rc |= add(pl, R_UP_SH, il, "blk.%d.ffn_up_shexp.weight", D, g->n_ff_shexp, 0);
-        rc |= add(pl, R_DOWN_SH, il, "blk.%d.ffn_down_shexp.weight", g->n_ff_shexp, D, 0);
-        if (il >= g->n_layer) { /* MTP head, llama.cpp converter names (spec §F.3) */
-            rc |= add(pl, R_EH_PROJ, il, "blk.%d.nextn.eh_proj.weight", 2 * D, D, 0);
-            rc |= add(pl, R_NORM, il, "blk.%d.nextn.enorm.weight", D, 0, 0);
-            rc |= add(pl, R_NORM, il, "blk.%d.nextn.hnorm.weight", D, 0, 0);
-            rc |= add(pl, R_NORM, il, "blk.%d.nextn.shared_head_norm.weight", D, 0, 0);
-        }
+        int last = id; /* the block entries are contiguous in the table */
+        while (last + 1 < Q3N_T_COUNT && q3n_tensor((q3n_tensor_id)(last + 1))->kind != Q3N_KIND_GLOBAL) last++;
+        for (int il = 0; il < nb && !rc; il++)
+            for (int j = id; j <= last && !rc; j++) {
+                const q3n_tensor_desc *e = q3n_tensor((q3n_tensor_id)j);
+                if (e->need != Q3N_ALTERNATIVE && q3n_kind_in_block(&hp, e->kind, il))
+                    rc = add_entry(pl, &hp, (q3n_tensor_id)j, il);
+            }
+        id = last;
     }
-    if (!rc) rc = add(pl, R_NORM, -1, "output_norm.weight", D, 0, 0);
-    if (!rc) rc = add(pl, R_OUTPUT, -1, "output.weight", D, g->n_vocab, 0);
     if (rc) {
         free(pl->t);
         pl->t = NULL;
@@ -559,8 +592,10 @@ static float q6_k_get(const uint8_t *b) {
     return f16at(b + 208);
 }
 static void q6_k_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 16; k++)
-        b[192 + k] = (uint8_t)(int8_t)(rnd(r, 16, 63) * (rl_rng_u64(r) & 1 ? -1 : 1));
+    for (int k = 0; k < 16; k++) {
+        int mag = rnd(r, 16, 63), neg = (int)(rl_rng_u64(r) & 1);
+        b[192 + k] = (uint8_t)(int8_t)(neg ? -mag : mag);
+    }
 }
 static void q6_k_mask(uint8_t *m) {
     mask_range(m, 0, 192);
@@ -586,8 +621,10 @@ static void iq2_xxs_mask(uint8_t *m) {
 
 /* IQ2_XS: | d | qs[32] u16 (grid index + sign index: any value valid) | scales[8] | */
 static void iq2_xs_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 8; k++)
-        b[66 + k] = (uint8_t)(rnd(r, 3, 15) | rnd(r, 3, 15) << 4);
+    for (int k = 0; k < 8; k++) {
+        int lo = rnd(r, 3, 15), hi = rnd(r, 3, 15); /* two declarators: drawn in this order */
+        b[66 + k] = (uint8_t)(lo | hi << 4);
+    }
 }
 static void iq2_xs_mask(uint8_t *m) {
     mask_range(m, 2, 66);
@@ -630,10 +667,10 @@ static const qgen qgens[] = {
 static double tmpl_std(const tmpl *t, float *buf, int64_t n) {
     quant_get(t->type)->to_float(t->bytes, buf, n);
     double s = 0, s2 = 0;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) /* float x float is exact in double: fused or not, same sum */
         s += buf[i], s2 += (double)buf[i] * buf[i];
     double mean = s / (double)n;
-    return sqrt(s2 / (double)n - mean * mean);
+    return sqrt(s2 / (double)n - rounded_d(mean * mean));
 }
 
 static int tmpl_build(tmpl *t, uint32_t type, float sigma, uint64_t seed) {
@@ -675,7 +712,7 @@ static int tmpl_build(tmpl *t, uint32_t type, float sigma, uint64_t seed) {
     for (int b = 0; b < TMPL_BLOCKS; b++) {
         uint8_t *blk = t->bytes + (size_t)b * bs;
         g->init(blk, &r);
-        g->set_d(blk, 0.75f + 0.5f * rl_rng_f32(&r)); /* block-to-block spread of the super-scale */
+        g->set_d(blk, 0.75f + rounded_f(0.5f * rl_rng_f32(&r))); /* block-to-block spread of d */
         g->mask(t->mask + (size_t)b * bs);
     }
     int64_t n = (int64_t)TMPL_BLOCKS * qt->blck;
@@ -742,7 +779,7 @@ static int make_vector(stensor *t) {
         float v;
         switch (t->r) {
         case R_NORM:
-            v = 1.0f + 0.05f * rl_rng_normal(&r);
+            v = 1.0f + rounded_f(0.05f * rl_rng_normal(&r));
             break; /* +1 baked in, as in GGUF */
         case R_CONV:
             v = 0.3f * rl_rng_normal(&r);
@@ -751,7 +788,7 @@ static int make_vector(stensor *t) {
             v = -expf(logf(16.0f) * rl_rng_f32(&r));
             break;   /* -exp(A_log), A in [1, 16] */
         case R_DT: { /* softplus^-1 of dt in [1e-3, 1e-1] */
-            float dt = expf(logf(1e-3f) + (logf(1e-1f) - logf(1e-3f)) * rl_rng_f32(&r));
+            float dt = expf(logf(1e-3f) + rounded_f((logf(1e-1f) - logf(1e-3f)) * rl_rng_f32(&r)));
             v = logf(expm1f(dt));
             break;
         }

@@ -15,6 +15,16 @@ else
         cp tests/requirements.txt build/venv/requirements.txt
     fi
 fi
-# no arguments: the whole suite; otherwise pytest's own arguments (files, -k, ...)
-[ $# -eq 0 ] && set -- tests
+# No arguments: the whole suite, in an explicit order (pytest runs its arguments in the order
+# given): the test files of tests/ (test_cuda_build.py among them builds build/cuda where nvcc
+# is on PATH), then every test directory, tests/cuda/ last because its fixture tests use that
+# build. Otherwise pytest's own arguments (files, -k, ...).
+if [ $# -eq 0 ]; then
+    set -- tests/test_*.py
+    for d in tests/*/; do
+        d=${d%/}
+        case $d in tests/c | tests/fixtures | tests/cuda | */__pycache__) ;; *) set -- "$@" "$d" ;; esac
+    done
+    set -- "$@" tests/cuda
+fi
 exec "$PY" -m pytest -q -ra "$@"

@@ -24,10 +24,8 @@ MODEL = Path(os.environ.get("RL_CHAT_MODEL", REPO / "models" / "default.gguf"))
 def need():
     if not shutil.which("tmux"):
         pytest.skip("tmux is not installed")
-    if not BIN.exists():
-        pytest.skip(f"{BIN} not built")
-    if not MODEL.exists():
-        pytest.skip(f"{MODEL} does not exist yet (make builds it from tests/fixtures/tiny-a.gguf)")
+    assert BIN.exists(), f"{BIN} not built: run make"  # make test builds it first
+    assert MODEL.exists(), f"{MODEL} does not exist (make builds it from tests/fixtures/tiny-a.gguf)"
 
 
 class Term:

@@ -1,9 +1,12 @@
 """The CUDA build must never rot: where nvcc is on PATH (CI has no GPU), compile the whole tree
 with CUDA=1 into build/cuda (-Werror applies to the .cu files too) and check that the binary
-reports a missing device cleanly: `redlite dump --backend cuda` exits 1 with one line, and the
-GPU op test skips with exit 0. On a machine with a GPU the binary runs instead (the GPU checks
-themselves are bench/cuda_check.sh)."""
+reports a missing device cleanly: `redlite dump --backend cuda` exits 1 with one line. The GPU C
+tests (test_cuda_ops, test_cuda_engine) run from that build: on a GPU they must pass; without one
+they exit 77 saying "no CUDA device" and are reported as skips with that reason. A build that
+fails, or a GPU test that fails or crashes, is a failure, never a skip. tests/run.sh runs this
+file before tests/cuda/, whose fixture tests use the binary built here."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -18,8 +21,10 @@ def cuda_build():
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not on PATH: the CUDA build is not checked here")
     jobs = os.environ.get("RL_CUDA_JOBS", "2")
-    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", f"-j{jobs}", f"{BUILD}/redlite",
-                        f"{BUILD}/tests/test_cuda_ops"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    # the objects are shared with `make CUDA=1` (build/obj-cuda): same flags, compiled once
+    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"-j{jobs}", f"{BUILD}/redlite",
+                        f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, f"make CUDA=1 failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return os.path.join(ROOT, BUILD)
 
@@ -36,12 +41,17 @@ def test_cuda_unavailable_is_one_line(cuda_build):
     assert "cuda" in lines[0] and "not available" in lines[0] and "no CUDA device" in lines[0], lines[0]
 
 
-def test_cuda_op_test_skips_cleanly(cuda_build):
-    r = subprocess.run([os.path.join(cuda_build, "tests", "test_cuda_ops")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=1800)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    if "skipped: no CUDA device" not in r.stdout:
-        assert "0 failed" in r.stdout, r.stdout[-2000:]
+@pytest.mark.parametrize("name", ["test_cuda_ops", "test_cuda_engine"])
+def test_cuda_c_test(cuda_build, name):
+    r = subprocess.run([os.path.join(cuda_build, "tests", name)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=1800)
+    out = r.stdout[-2000:] + r.stderr[-2000:]
+    if r.returncode == 77:
+        line = next((l for l in r.stdout.splitlines() if l.startswith(f"{name}: skipped: ")), None)
+        assert line and "no CUDA device" in line, f"{name} skipped without saying it lacks a device:\n{out}"
+        pytest.skip(line)
+    assert r.returncode == 0, f"{name} failed (exit {r.returncode}):\n{out}"
+    assert re.search(rf"^{name}: [1-9]\d* passed, 0 failed$", r.stdout, re.M), out
 
 
 def test_cpu_backend_still_works_in_cuda_build(cuda_build):

@@ -23,10 +23,9 @@ MODEL = Path(os.environ.get("RL_CHAT_MODEL", REPO / "models" / "default.gguf"))
 
 @pytest.fixture(scope="module")
 def model():
-    if not BIN.exists():
-        pytest.skip(f"{BIN} not built")
-    if not MODEL.exists():
-        pytest.skip(f"{MODEL} does not exist yet (make builds it from tests/fixtures/tiny-a.gguf)")
+    # `make` builds both (tests/run.sh runs it first): a missing one is a failure, not a skip
+    assert BIN.exists(), f"{BIN} not built: run make"
+    assert MODEL.exists(), f"{MODEL} does not exist (make builds it from tests/fixtures/tiny-a.gguf)"
     return str(MODEL)
 
 
@@ -53,8 +52,7 @@ def gguf_template(path):
 
 def read_template(path):
     tool = BUILD / "tools" / "rl_chat_render"
-    if not tool.exists():
-        pytest.skip(f"{tool} not built")
+    assert tool.exists(), f"{tool} not built: run make"
     r = subprocess.run([str(tool), "--gguf-template", path], capture_output=True)
     if r.returncode == 3:
         pytest.skip("the model has no chat template")
@@ -96,13 +94,16 @@ def test_sampling_flags(model):
     c = gen_json(model, *args, "--seed", "124")
     assert a["seed"] == 123 and a["generated_ids"] == b["generated_ids"]
     assert a["generated_ids"] != c["generated_ids"]
-    # --stop: cut before the stop string (take a piece of the greedy text as the stop string)
+    # --stop: cut before the stop string (a piece of the greedy text whose first occurrence is at
+    # or after its middle, so there is text to keep and the cut point is known)
     g = gen_json(model, "--raw", "-p", "Once upon a time", "-n", "24")
     text = g["text"]
-    stop = text[len(text) // 2: len(text) // 2 + 3]
-    if stop.strip() and text.find(stop) > 0:
-        s = gen_json(model, "--raw", "-p", "Once upon a time", "-n", "24", "--stop", stop)
-        assert s["stop_reason"] == "stop" and s["text"] == text[: text.find(stop)]
+    at = next((i for i in range(len(text) // 2, len(text) - 2)
+               if text[i:i + 3].strip() and text.find(text[i:i + 3]) == i), None)
+    assert at is not None, f"no usable stop string in the greedy text {text!r}"
+    stop = text[at:at + 3]
+    s = gen_json(model, "--raw", "-p", "Once upon a time", "-n", "24", "--stop", stop)
+    assert s["stop_reason"] == "stop" and s["text"] == text[:at], (stop, s["text"])
 
 
 @pytest.mark.parametrize("args", [["--temp", "x"], ["--top-k", "-3"], ["--min-p", "2"], ["--seed", "-1"],
@@ -115,8 +116,7 @@ def test_usage_errors(model, args):
 
 
 def test_missing_model():
-    if not BIN.exists():
-        pytest.skip("not built")
+    assert BIN.exists(), f"{BIN} not built: run make"
     for cmd in ("generate", "chat"):
         r = rl(cmd, "-m", "/nonexistent.gguf", "-p", "x", check=False)
         assert r.returncode == 1

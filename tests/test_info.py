@@ -239,9 +239,9 @@ def test_info_text(tmp_path):
     assert "mtp                present: layer 4" in out
     assert "gpt2 / qwen2, 16 tokens, 3 merges" in out
     assert "eos/bos/pad      15 / 14 / 14" in out
-    for line in out.splitlines():  # the hyperparameter table is aligned
-        if line.startswith("  ssm_inner_size"):
-            assert line.split() == ["ssm_inner_size", str(SSM_INNER)] and line.index(str(SSM_INNER)) == 38
+    lines = [line for line in out.splitlines() if line.startswith("  ssm_inner_size")]
+    assert len(lines) == 1, out  # the hyperparameter table is aligned
+    assert lines[0].split() == ["ssm_inner_size", str(SSM_INNER)] and lines[0].index(str(SSM_INNER)) == 38
 
 
 def test_interval_default_and_mismatch(tmp_path):
@@ -311,8 +311,11 @@ FIXTURES = sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "*.gguf")))
 @pytest.mark.parametrize("path", FIXTURES, ids=[os.path.basename(p) for p in FIXTURES])
 def test_fixtures(path):
     d = info_json(path)
-    assert d["file"]["n_tensors"] >= 0
-    if d["file"]["n_tensors"]:
+    # the vocabulary fixture is metadata only; every other fixture is a whole model
+    if os.path.basename(path) == "qwen3-vocab.gguf":
+        assert d["file"]["n_tensors"] == 0
+    else:
+        assert d["file"]["n_tensors"] > 0
         assert d["architecture"] == "qwen3next"
         assert d["layers"]["n_unknown"] == 0
         assert d["generation"] in ("split", "legacy")

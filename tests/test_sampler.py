@@ -29,8 +29,7 @@ TOOL = BUILD / "tools" / "rl_sampler"
 
 @pytest.fixture(scope="module")
 def tool():
-    if not TOOL.exists():
-        pytest.skip(f"{TOOL} not built (run make)")
+    assert TOOL.exists(), f"{TOOL} not built (run make)"  # make test builds it first
     return TOOL
 
 

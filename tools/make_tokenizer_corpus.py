@@ -14,7 +14,13 @@ locale (day and month names per locale), emoji, marks (combining marks, Zalgo), 
 (whitespace runs, tabs, CR/LF, Unicode spaces), digits, contractions, special (added tokens
 inside text), nfc (NFC/NFD/compatibility variants), unicode-random, control, long, misc.
 
+Oracle (--oracle): HF `tokenizers` loading Qwen3's tokenizer.json encodes the corpus (with and
+without added tokens) and the seeded random and normalisation strings; the ids, the expected round
+trips and digests of the vocabulary and merges go to tests/fixtures/tokenizer_oracle.json.gz, so
+the tests need nothing outside the repository. --check re-derives it and compares.
+
 usage: tools/make_tokenizer_corpus.py [--out PATH]
+       tools/make_tokenizer_corpus.py --oracle|--check [--hf-dir DIR]
 """
 import argparse
 import glob
@@ -656,10 +662,194 @@ def build():
     return corpus
 
 
+# ---------------------------------------------------------------------------------------------
+# The oracle: HF `tokenizers` ids for every test string, committed next to the corpus so that the
+# tokenizer tests need nothing outside the repository. Generated once (--oracle) from Qwen's
+# tokenizer.json; --check re-derives it and compares.
+
+ORACLE = os.path.join(ROOT, "tests", "fixtures", "tokenizer_oracle.json.gz")
+HF_DIR = "/work/shared/data/qwen3-tokenizer"
+
+
+def random_strings(seed, n):
+    """Seeded strings mixing the tokenizer's hard cases: contractions, whitespace kinds, added
+    tokens and their fragments, emoji sequences, scripts, control bytes, random code points."""
+    rng = random.Random(seed)
+    pieces = ["'s", "'LL", "'Re", " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "a", "Z", "é", "e\u0301",
+              "ß", "ſ", "1", "42", "٣", "!", "?!", "...", "<|im_end|>", "<think>", "<|", "|>", "😀", "👨‍👩‍👧",
+              "中文", "日本", "한", "\u1100\u1161", "Ω", "\u0301", "\u0338", ">", "<", "'", "_", "-", "\x00", "\x7f",
+              "\x85", "\u2028", "𝔘", "\U0002ebf0", "\U00016d40", "\ue000"]
+    out = []
+    for _ in range(n):
+        s = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
+        if rng.random() < 0.3:
+            s += "".join(chr(rng.randint(0x20, 0x2FFFF)) for _ in range(rng.randint(1, 10)))
+        out.append("".join(ch for ch in s if not 0xD800 <= ord(ch) < 0xE000))
+    return out
+
+
+def normalization_strings(seed, n):
+    """Strings dense in combining marks and canonically decomposable characters (every one that
+    Python's unicodedata knows), to pin down NFC: reordering, composition, blocking, Hangul."""
+    rng = random.Random(seed)
+    marks, decomposable = [], []
+    for cp in range(0x80, 0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        ch = chr(cp)
+        if unicodedata.combining(ch):
+            marks.append(ch)
+        d = unicodedata.decomposition(ch)
+        if d and not d.startswith("<"):
+            decomposable.append(ch)
+    bases = list("aeiouAEOUnNcCsSzZ <>'1") + ["\u1100", "\u1161", "\u11a8", "\uac00", "\u0915", "\u05d0"]
+    out = []
+    for _ in range(n):
+        s = ""
+        for _ in range(rng.randint(1, 12)):
+            r = rng.random()
+            if r < 0.35:
+                s += rng.choice(bases)
+            elif r < 0.7:
+                s += rng.choice(marks)
+            else:
+                s += unicodedata.normalize(rng.choice(["NFD", "NFC"]), rng.choice(decomposable))
+        out.append(s)
+    return out
+
+
+def sha256_json(x):
+    import hashlib
+
+    return hashlib.sha256(json.dumps(x, ensure_ascii=False, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def make_oracle(hf_dir, corpus_path):
+    """The oracle dict: for each string set its texts (except the corpus, named by its sha256),
+    HF's ids with added tokens parsed, without them (corpus only), and the expected round trip
+    decode(encode(s)) = s NFC-normalised between added tokens, stored only where it differs from s (HF normalises the spans around
+    added tokens separately; its NFC uses its own Unicode data, so it is the reference); and
+    digests of the vocabulary and merges for the vocab fixture check."""
+    import hashlib
+
+    import tokenizers
+
+    path = os.path.join(hf_dir, "tokenizer.json")
+    raw = open(path, "rb").read()
+    tj = json.loads(raw)
+    hf = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
+    plain_tj = dict(tj, added_tokens=[])
+    hf_plain = tokenizers.Tokenizer.from_str(json.dumps(plain_tj))
+    added = sorted((t.content for t in hf.get_added_tokens_decoder().values()), key=len, reverse=True)
+    special_re = re.compile("(" + "|".join(re.escape(a) for a in added) + ")")
+    nfc = hf.normalizer.normalize_str
+
+    def roundtrip(text, special):
+        if not special:
+            return nfc(text)
+        parts = special_re.split(text)
+        return "".join(p if i % 2 else nfc(p) for i, p in enumerate(parts))
+
+    def changed(texts, special):  # round trips that differ from the text: {index: expected}
+        return {str(i): r for i, (t, r) in enumerate((t, roundtrip(t, special)) for t in texts) if r != t}
+
+    def entry(texts, with_plain, store_texts):
+        e = {"ids": [x.ids for x in hf.encode_batch(texts, add_special_tokens=False)],
+             "roundtrip": changed(texts, True)}
+        if with_plain:
+            e["ids_plain"] = [x.ids for x in hf_plain.encode_batch(texts, add_special_tokens=False)]
+            e["roundtrip_plain"] = changed(texts, False)
+        if store_texts:
+            e["texts"] = texts
+        return e
+
+    with open(corpus_path, "rb") as f:
+        corpus_raw = f.read()
+    corpus = [json.loads(line)["text"] for line in corpus_raw.decode("utf-8").split("\n") if line]
+    vocab = hf.get_vocab(with_added_tokens=True)
+    by_id = [None] * len(vocab)
+    for text, i in vocab.items():
+        by_id[i] = text
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    return {
+        "about": "HF tokenizers ids for the tokenizer tests; made by tools/make_tokenizer_corpus.py --oracle",
+        "tokenizers_version": tokenizers.__version__,
+        "tokenizer_json_sha256": hashlib.sha256(raw).hexdigest(),
+        "n_vocab": len(vocab),
+        "vocab_sha256": sha256_json(by_id),
+        "merges_sha256": sha256_json(merges),
+        "added_tokens": added,
+        "sets": {
+            "corpus": dict(entry(corpus, True, False), corpus_sha256=hashlib.sha256(corpus_raw).hexdigest()),
+            "random": entry(random_strings(1234, 3000), False, True),
+            "nfc": entry(normalization_strings(99, 4000), False, True),
+        },
+    }
+
+
+def write_oracle(oracle, path):
+    import gzip
+
+    data = json.dumps(oracle, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    with open(path, "wb") as f:  # mtime 0 and no file name: the same oracle gives the same bytes
+        with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=9) as g:
+            g.write(data)
+
+
+def check_oracle(oracle, path):
+    """Compare a fresh oracle with the committed one. Only the ids and round trips of strings
+    that both hold are compared for the generated sets (their texts depend on the Python
+    version's Unicode data); everything else must be equal."""
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        old = json.load(f)
+    bad = [k for k in ("tokenizer_json_sha256", "n_vocab", "vocab_sha256", "merges_sha256", "added_tokens")
+           if old[k] != oracle[k]]
+    for name, new in oracle["sets"].items():
+        o = old["sets"][name]
+        if "texts" in new:
+            idx = {t: i for i, t in enumerate(o["texts"])}
+            pairs = [(i, idx[t]) for i, t in enumerate(new["texts"]) if t in idx]
+        else:
+            if o["corpus_sha256"] != new["corpus_sha256"]:
+                bad.append("corpus (tokenizer_corpus.jsonl changed: regenerate with --oracle)")
+                continue
+            pairs = [(i, i) for i in range(len(new["ids"]))]
+        for key in ("ids", "ids_plain"):
+            if key in new and any(new[key][i] != o[key][j] for i, j in pairs):
+                bad.append(f"{name}.{key}")
+        for key in ("roundtrip", "roundtrip_plain"):
+            if key in new and any(new[key].get(str(i)) != o[key].get(str(j)) for i, j in pairs):
+                bad.append(f"{name}.{key}")
+        print(f"{name}: {len(pairs)} strings compared")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "tokenizer_corpus.jsonl"))
+    ap.add_argument("--oracle", action="store_true",
+                    help=f"write the HF ids of the corpus and the generated strings to {os.path.relpath(ORACLE, ROOT)} "
+                         "(needs the `tokenizers` package and --hf-dir)")
+    ap.add_argument("--check", action="store_true", help="re-derive the oracle from --hf-dir and compare it "
+                                                         "with the committed one (exit 1 if they differ)")
+    ap.add_argument("--hf-dir", default=HF_DIR, help="directory of Qwen3's tokenizer.json (default %(default)s)")
     args = ap.parse_args()
+    if args.oracle or args.check:
+        if not os.path.exists(os.path.join(args.hf_dir, "tokenizer.json")):
+            sys.exit(f"{args.hf_dir}/tokenizer.json not found: pass --hf-dir DIR (Qwen3's tokenizer)")
+        oracle = make_oracle(args.hf_dir, args.out)
+        if args.check:
+            bad = check_oracle(oracle, ORACLE)
+            if bad:
+                sys.exit("the committed oracle differs from HF tokenizers in: " + ", ".join(bad))
+            print(f"{os.path.relpath(ORACLE, ROOT)} agrees with tokenizers {oracle['tokenizers_version']}")
+            return
+        write_oracle(oracle, ORACLE)
+        n = sum(len(v["ids"]) for v in oracle["sets"].values())
+        print(f"wrote {ORACLE}: {n} strings, {os.path.getsize(ORACLE)} bytes")
+        return
     if sys.version_info[:2] != (3, 11):
         print("note: the committed corpus was generated with Python 3.11 (Unicode 14.0); other versions "
               "give a different script section", file=sys.stderr)

@@ -24,9 +24,10 @@
 
 #include "cli.h"
 #include "common.h"
-#include "engine.h"
+#include "expert_cache.h"
 #include "json.h"
 #include "kern.h"
+#include "session.h"
 
 static const char *USAGE =
     "usage: redlite bench -m MODEL [options]\n"
@@ -42,6 +43,9 @@ static const char *USAGE =
     "  --prompt LIST        prompt lengths to ingest, comma separated (default 512,2048; 0 = none)\n"
     "  --batch N            rows per forward chunk while ingesting (default 512)\n"
     "  --backend NAME       cpu, cuda or auto (default cpu)\n"
+    "  --cache-mib N|full|auto|mmap\n"
+    "                       routed experts: a bounded cache of N MiB, all resident (full),\n"
+    "                       planned from RAM (auto, default), or the plain file mapping (mmap)\n"
     "  --reference          CPU: the double-precision reference arithmetic instead of the fast kernels\n"
     "  --seed N             token-id seed (default 1)\n"
     "  --profile            per-stage time breakdown of a decode run and of the first prompt\n"
@@ -76,11 +80,6 @@ typedef struct {
     uint64_t file_bytes;
 } token_bytes;
 
-static bool has_suffix(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
 static void count_bytes(const engine *e, token_bytes *b) {
     const q3n_hparams *hp = engine_hparams(e);
     const gguf_file *f = engine_gguf((engine *)e);
@@ -90,33 +89,35 @@ static void count_bytes(const engine *e, token_bytes *b) {
         const char *n = t->name;
         double nb = (double)t->nbytes;
         b->file_bytes += t->nbytes;
-        int layer = -1;
-        if (sscanf(n, "blk.%d.", &layer) == 1 && layer >= hp->n_layer) continue; /* MTP block */
-        if (strstr(n, "_exps.")) {
+        int layer = -1, id = q3n_tensor_lookup(n, &layer); /* the model's tensor table */
+        if (layer >= hp->n_layer) continue; /* MTP block */
+        if (id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed) {
             double per_tok = nb * hp->n_expert_used / hp->n_expert;
             b->experts += per_tok;
             b->stage[ST_EXPERTS] += per_tok;
             continue;
         }
-        if (!strcmp(n, "token_embd.weight")) nb = t->ne[1] ? nb / (double)t->ne[1] : nb; /* one row */
+        if (id == Q3N_T_TOKEN_EMBD) nb = t->ne[1] ? nb / (double)t->ne[1] : nb; /* one row */
         b->dense += nb;
         int st = ST_OTHER;
-        if (has_suffix(n, "attn_qkv.weight") || has_suffix(n, "attn_gate.weight") ||
-            has_suffix(n, "ssm_ba.weight") || has_suffix(n, "ssm_in.weight"))
-            st = ST_DN_PROJ;
-        else if (has_suffix(n, "ssm_out.weight"))
-            st = ST_DN_OUT;
-        else if (has_suffix(n, "attn_q.weight") || has_suffix(n, "attn_k.weight") ||
-                 has_suffix(n, "attn_v.weight"))
-            st = ST_ATT_CORE;
-        else if (has_suffix(n, "attn_output.weight"))
-            st = ST_ATT_OUT;
-        else if (has_suffix(n, "ffn_gate_inp.weight"))
-            st = ST_ROUTER;
-        else if (strstr(n, "shexp"))
-            st = ST_EXPERTS; /* computed together with the routed experts */
-        else if (!strcmp(n, "output.weight"))
-            st = ST_HEAD;
+        switch (id) {
+        case Q3N_T_SSM_QKV:
+        case Q3N_T_SSM_GATE:
+        case Q3N_T_SSM_BA:
+        case Q3N_T_SSM_IN: st = ST_DN_PROJ; break;
+        case Q3N_T_SSM_OUT: st = ST_DN_OUT; break;
+        case Q3N_T_ATTN_Q:
+        case Q3N_T_ATTN_K:
+        case Q3N_T_ATTN_V: st = ST_ATT_CORE; break;
+        case Q3N_T_ATTN_OUTPUT: st = ST_ATT_OUT; break;
+        case Q3N_T_ROUTER: st = ST_ROUTER; break;
+        case Q3N_T_SH_GATE:
+        case Q3N_T_GATE_SH:
+        case Q3N_T_UP_SH:
+        case Q3N_T_DOWN_SH: st = ST_EXPERTS; break; /* computed together with the routed experts */
+        case Q3N_T_OUTPUT: st = ST_HEAD; break;
+        default: break;
+        }
         b->stage[st] += nb;
     }
     int n_attn = 0;
@@ -157,6 +158,7 @@ typedef struct {
     double t_last;
     int last;
     double sec[ST_N];
+    q3n_expert_src inner; /* the session's expert source, timed around (acquire NULL: the mapping) */
 } prof;
 
 static int stage_of(int prev, int cur) {
@@ -191,15 +193,18 @@ static void mark(prof *p, int ev) {
 }
 
 static void on_dump(void *ud, const char *name, int layer, int row, const float *x, int n) {
-    static const struct {
-        const char *name;
-        int ev;
-    } evs[] = {{"attn_norm", EV_ATTN_NORM},  {"dn_conv", EV_DN_CONV},        {"dn_gated", EV_DN_GATED},
-               {"attn_gated", EV_ATT_GATED}, {"attn_out", EV_ATTN_OUT},      {"ffn_norm", EV_FFN_NORM},
-               {"ffn_out", EV_FFN_OUT},      {"result_norm", EV_RESULT_NORM}};
-    int ev = EV_OTHER;
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
-        if (!strcmp(name, evs[i].name)) ev = evs[i].ev;
+    int ev;
+    switch (q3n_act_find(name)) {
+    case Q3N_ACT_ATTN_NORM: ev = EV_ATTN_NORM; break;
+    case Q3N_ACT_DN_CONV: ev = EV_DN_CONV; break;
+    case Q3N_ACT_DN_GATED: ev = EV_DN_GATED; break;
+    case Q3N_ACT_ATTN_GATED: ev = EV_ATT_GATED; break;
+    case Q3N_ACT_ATTN_OUT: ev = EV_ATTN_OUT; break;
+    case Q3N_ACT_FFN_NORM: ev = EV_FFN_NORM; break;
+    case Q3N_ACT_FFN_OUT: ev = EV_FFN_OUT; break;
+    case Q3N_ACT_RESULT_NORM: ev = EV_RESULT_NORM; break;
+    default: ev = EV_OTHER; break;
+    }
     mark(ud, ev);
 }
 
@@ -208,11 +213,13 @@ static void on_route(void *ud, int layer, int row, const int32_t *ids, const flo
     mark(ud, EV_ROUTE);
 }
 
-/* The mapped-file expert source (slices of the *_exps tensors), with timestamps. */
+/* The session's expert source, or the mapped file (slices of the *_exps tensors), with
+ * timestamps. */
 static int prof_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
                         const uint8_t **down) {
     prof *p = ud;
     mark(p, EV_ACQUIRE);
+    if (p->inner.acquire) return p->inner.acquire(p->inner.ud, il, ids, n, gate, up, down);
     const q3n_layer *L = &p->m->layers[il];
     size_t ff = (size_t)p->m->hp.n_ff_exp, D = (size_t)p->m->hp.n_embd;
     for (int i = 0; i < n; i++) {
@@ -230,25 +237,48 @@ static int prof_acquire(void *ud, int il, const int32_t *ids, int n, const uint8
 }
 
 static void prof_release(void *ud, int il) {
+    prof *p = ud;
+    if (p->inner.release) p->inner.release(p->inner.ud, il);
     mark(ud, EV_RELEASE);
 }
 
-static void prof_begin(engine_ctx *c, prof *p) {
-    engine_set_hooks(c, on_dump, on_route, p);
-    q3n_expert_src src = {.acquire = prof_acquire, .release = prof_release, .ud = p};
-    engine_set_expert_src(c, &src);
+static void prof_hint(void *ud, int il, const float *xn, int T) {
+    prof *p = ud;
+    p->inner.hint(p->inner.ud, il, xn, T);
 }
 
-static void prof_end(engine_ctx *c) {
+static void prof_bias(void *ud, int il, float *scores, int n) {
+    prof *p = ud;
+    p->inner.bias(p->inner.ud, il, scores, n);
+}
+
+/* The profile wraps the session's expert source (timing the routed experts); a backend that
+ * takes no expert source (CUDA) is profiled by the observers alone. */
+static void prof_begin(session *S, prof *p) {
+    engine_ctx *c = session_ctx(S);
+    engine_set_hooks(c, on_dump, on_route, p);
+    expert_cache *ec = session_expert_cache(S);
+    if (ec) p->inner = expert_cache_src(ec);
+    q3n_expert_src src = {.acquire = prof_acquire, .release = prof_release,
+                          .hint = p->inner.hint ? prof_hint : NULL, .bias = p->inner.bias ? prof_bias : NULL, .ud = p};
+    if (engine_set_expert_src(c, &src)) rl_clearerr(); /* CUDA: observers only */
+}
+
+static void prof_end(session *S) {
+    engine_ctx *c = session_ctx(S);
     engine_set_hooks(c, NULL, NULL, NULL);
-    engine_set_expert_src(c, NULL);
+    expert_cache *ec = session_expert_cache(S);
+    q3n_expert_src src = ec ? expert_cache_src(ec) : (q3n_expert_src){0};
+    engine_set_expert_src(c, ec ? &src : NULL);
 }
 
 /* ---- measurements ------------------------------------------------------------------------- */
 
 typedef struct {
+    session_model *m;
+    session *S;
     engine *e;
-    engine_ctx *c;
+    engine_ctx *c; /* the session's context, driven step by step: bench times the engine */
     float *logits;
     rl_rng rng;
     int n_vocab;
@@ -362,7 +392,7 @@ static bool parse_list(const char *s, int *out, int *n, int max) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *backend = NULL, *v;
+    const char *model = NULL, *backend = NULL, *cache_spec = NULL, *v;
     long long n_decode = 32, reps = 3, warmup = 2, depth = 0, batch = 512, threads = 0, seed = 1;
     int prompts[16] = {512, 2048}, n_prompts = 2;
     bool json = false, profile = false, reference = false;
@@ -376,6 +406,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(model = cli_need_value("bench", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--backend")) {
             if (!(backend = cli_need_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--cache-mib")) {
+            if (!(cache_spec = cli_need_value("bench", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--prompt")) {
             if (!(v = cli_need_value("bench", argc, argv, &i))) return 2;
             if (!parse_list(v, prompts, &n_prompts, 16))
@@ -410,10 +442,10 @@ int cmd_bench(int argc, char **argv) {
     if (!model) return cli_fail("bench", 2, "need -m MODEL (see redlite bench --help)");
 
     double t_load = rl_now();
-    engine_params ep = {
-        .n_threads = (int)threads, .backend = backend, .reference = reference};
+    session_model_params mp = {.model_path = model, .n_threads = (int)threads, .backend = backend, .reference = reference};
     bench b = {0};
-    if (!(b.e = engine_open(model, &ep))) return cli_fail("bench", 1, "%s", rl_lasterr());
+    if (!(b.m = session_model_open(&mp))) return cli_fail("bench", 1, "%s", rl_lasterr());
+    b.e = session_model_engine(b.m);
     t_load = rl_now() - t_load;
     const q3n_hparams *hp = engine_hparams(b.e);
     b.n_vocab = hp->n_vocab;
@@ -423,9 +455,12 @@ int cmd_bench(int argc, char **argv) {
         max_prompt = prompts[i] > max_prompt ? prompts[i] : max_prompt;
     long long need = depth + warmup + n_decode;
     if (need < max_prompt) need = max_prompt;
-    if (need > (1 << 24)) return cli_fail("bench", 2, "--depth + --n-decode is too large");
-    engine_ctx_params cp = {.n_ctx = (int)need + 8, .n_batch = (int)batch};
     int rc = 1;
+    if (need > (1 << 24)) {
+        session_model_close(b.m);
+        return cli_fail("bench", 2, "--depth + --n-decode is too large");
+    }
+    session_params cp = {.n_ctx = (int)need + 8, .n_batch = (int)batch, .cache_spec = cache_spec};
     engine_snapshot *snap = NULL;
     token_bytes tb;
     count_bytes(b.e, &tb);
@@ -434,7 +469,7 @@ int cmd_bench(int argc, char **argv) {
     int n_dec = 0;
     prof pdec = {.m = engine_model(b.e)}, ppre = {.m = engine_model(b.e)};
     b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    if (!b.logits || !(b.c = engine_ctx_new(b.e, &cp))) {
+    if (!b.logits || !(b.S = session_new(b.m, &cp))) {
         cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
         goto done;
     }
@@ -455,6 +490,7 @@ int cmd_bench(int argc, char **argv) {
                bytes_at(&tb, 0) / 1e6, tb.dense / 1e6, tb.experts / 1e6, tb.state / 1e6, tb.kv_per_pos / 1e3);
         fflush(stdout);
     }
+    b.c = session_ctx(b.S);
     /* decode at position 0 */
     engine_reset(b.c);
     if (warmup && decode_run(&b, (int)warmup, NULL) < 0) goto fail;
@@ -500,12 +536,12 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (profile) {
-        prof_begin(b.c, &pdec);
+        prof_begin(b.S, &pdec);
         engine_reset(b.c);
         if (decode_run(&b, (int)n_decode, &pdec) < 0) goto fail;
-        prof_begin(b.c, &ppre);
+        prof_begin(b.S, &ppre);
         if (n_prompts && prefill_run(&b, prompts[0], &ppre) < 0) goto fail;
-        prof_end(b.c);
+        prof_end(b.S);
     }
     uint64_t rss = rl_peak_rss();
     if (json) {
@@ -597,8 +633,8 @@ fail:
     cli_fail("bench", 1, "%s", rl_lasterr());
 done:
     engine_snapshot_free(snap);
-    engine_ctx_free(b.c);
-    engine_close(b.e);
+    session_free(b.S);
+    session_model_close(b.m);
     free(b.logits);
     return rc;
 }

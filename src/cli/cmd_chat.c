@@ -1,10 +1,10 @@
 /* cmd_chat.c — `redlite chat`: interactive, streaming, multi-turn chat in the terminal.
  *
  * Each turn renders the whole conversation with the model's chat template (src/chat.h),
- * tokenises it and compares it with the tokens the engine context already holds: only the new
- * tail is evaluated. When the re-tokenised history differs from what was generated (BPE can
- * spell the same text differently), the context goes back to the snapshot taken after the
- * previous prompt, so only the last answer is evaluated again; an edit further back restarts.
+ * tokenises it and hands it to the session (src/session.h), which evaluates only what its
+ * context does not hold yet. When the re-tokenised history differs from what was generated
+ * (BPE can spell the same text differently), the session restores its checkpoint taken after
+ * the previous prompt, so only the last answer is evaluated again.
  *
  * Ctrl-C stops an answer (a SIGINT handler sets a flag the decoding loop checks between
  * tokens); Ctrl-C at the prompt exits with status 130, Ctrl-D (end of input) with 0. */
@@ -18,7 +18,6 @@
 #include "chat.h"
 #include "cli.h"
 #include "common.h"
-#include "engine.h"
 #include "gen.h"
 #include "tokenizer.h"
 
@@ -53,26 +52,28 @@ static void on_sigint(int sig) {
     g_interrupt = 1;
 }
 
+/* The conversation; the session holds the tokens, the context and its checkpoints. */
 typedef struct {
-    engine *e;
-    engine_ctx *ctx;
-    tokenizer *tok;
-    sampler *smp;
+    session_model *m;
+    session *s;
+    const tokenizer *tok;
+    sampler *smp;           /* one random stream across the turns */
     chat_format fmt;
     chat_conv conv;
     int n_sys;              /* 1 when conv starts with the system prompt */
-    tok_ids held;           /* tokens evaluated in ctx, in order */
-    engine_snapshot *snap;  /* state after the last prompt */
-    float *logits;
     gen_flags gf;
     long long n_predict;
     const char *history;
-} session;
+} chat_state;
 
-static void emit_stdout(void *ud, const char *s, size_t n) {
+static int emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
     (void)ud;
-    fwrite(s, 1, n, stdout);
-    fflush(stdout);
+    (void)token;
+    if (n) {
+        fwrite(s, 1, n, stdout);
+        fflush(stdout);
+    }
+    return 0;
 }
 
 /* ---- history file ------------------------------------------------------------------------ */
@@ -85,7 +86,7 @@ static void hist_write_escaped(FILE *f, const char *s) {
     }
 }
 
-static void hist_append(const session *S, const char *user, const char *answer) {
+static void hist_append(const chat_state *S, const char *user, const char *answer) {
     if (!S->history) return;
     FILE *f = fopen(S->history, "a");
     if (!f) {
@@ -101,7 +102,7 @@ static void hist_append(const session *S, const char *user, const char *answer) 
 }
 
 /* Load "user: ..." / "assistant: ..." lines; other lines are ignored. Returns turns or -1. */
-static int hist_load(session *S) {
+static int hist_load(chat_state *S) {
     FILE *f = fopen(S->history, "r");
     if (!f) return errno == ENOENT ? 0 : rl_seterr("cannot read %s: %s", S->history, strerror(errno));
     char *line = NULL;
@@ -141,54 +142,28 @@ static int hist_load(session *S) {
 
 /* ---- one turn ---------------------------------------------------------------------------- */
 
-static void reset_conversation(session *S) {
+static void reset_conversation(chat_state *S) {
     chat_conv_truncate(&S->conv, S->n_sys);
-    engine_reset(S->ctx);
-    S->held.n = 0;
+    session_reset(S->s);
 }
 
-/* Bring the context to `want` (tokens of the rendered conversation) and leave the logits of
- * its last token in S->logits. Returns the number of tokens evaluated, -1 on error. */
-static long sync_context(session *S, const tok_ids *want) {
-    size_t L = 0;
-    while (L < S->held.n && L < want->n && S->held.ids[L] == want->ids[L]) L++;
-    if (L >= want->n) L = want->n - 1; /* always evaluate at least the last token */
-    if (L < S->held.n) {
-        int sp = S->snap ? engine_snapshot_pos(S->snap) : -1;
-        if (sp > 0 && (size_t)sp <= L && engine_snapshot_restore(S->ctx, S->snap) == 0) {
-            S->held.n = (size_t)sp;
-        } else {
-            engine_reset(S->ctx);
-            S->held.n = 0;
-        }
-    }
-    size_t from = S->held.n;
-    if (engine_prefill(S->ctx, want->ids + from, (int)(want->n - from), S->logits)) return -1;
-    S->held.n = 0;
-    for (size_t i = 0; i < want->n; i++)
-        if (tok_ids_push(&S->held, want->ids[i])) return rl_seterr("out of memory (context tokens)");
-    if (!S->snap) S->snap = engine_snapshot_new(S->ctx);
-    if (S->snap && engine_snapshot_save(S->ctx, S->snap)) {
-        engine_snapshot_free(S->snap);
-        S->snap = NULL;
-    }
-    return (long)(want->n - from);
-}
-
-/* 0 ok (including an interrupted or refused turn), -1 fatal. */
-static int turn(session *S, const char *user) {
+/* 0 ok (including an interrupted or refused turn), -1 fatal. The session reuses what its
+ * context holds: only the new tail of the rendered conversation is evaluated (or, when the
+ * re-tokenised history differs from what was generated, the tail after the last checkpoint
+ * that is a prefix: bit-identical to evaluating it all). */
+static int turn(chat_state *S, const char *user) {
     int mi = chat_conv_add(&S->conv, CHAT_USER, user);
     if (mi < 0) return -1;
     chat_buf text = {0};
     tok_ids ids = {0};
-    gen_run g = {0};
+    session_gen_result g = {0};
     int rc = -1;
     if (chat_render(&S->fmt, &S->conv, NULL, &text) ||
         tokenizer_encode(S->tok, text.p ? text.p : "", text.n, TOK_PARSE_SPECIAL, &ids)) {
         if (!rl_lasterr()[0]) rl_seterr("out of memory (prompt)");
         goto out;
     }
-    int n_ctx = engine_n_ctx(S->ctx);
+    int n_ctx = session_n_ctx(S->s);
     if ((long long)ids.n + 1 >= n_ctx) {
         fprintf(stderr, "redlite chat: the conversation (%zu tokens) no longer fits the context (%d): "
                         "/reset, or restart with a larger --ctx\n", ids.n, n_ctx);
@@ -196,33 +171,32 @@ static int turn(session *S, const char *user) {
         rc = 0;
         goto out;
     }
-    double t0 = rl_now();
-    long evaluated = sync_context(S, &ids);
-    if (evaluated < 0) goto out;
-    double t_prompt = rl_now() - t0;
-    sampler_reset(S->smp);
-    for (size_t i = 0; i < S->held.n; i++) sampler_accept(S->smp, S->held.ids[i]);
-    g = (gen_run){.ctx = S->ctx, .tok = S->tok, .smp = S->smp, .logits = S->logits, .n_predict = S->n_predict,
-                  .flags = &S->gf, .stop = &g_interrupt, .emit = emit_stdout,
-                  .decode_flags = TOK_DECODE_REPLACE};
-    if (gen_decode(&g)) goto out;
-    /* the tokens of the answer that were evaluated (all but the last sampled one, usually) */
-    size_t n_eval = (size_t)engine_pos(S->ctx) - S->held.n;
-    for (size_t i = 0; i < n_eval && i < g.ids.n; i++)
-        if (tok_ids_push(&S->held, g.ids.ids[i])) goto out;
+    session_feed_stats st;
+    session_feed_opts fo = {.cancel = &g_interrupt};
+    if (session_feed(S->s, ids.ids, (int)ids.n, &fo, &st)) {
+        if (!g_interrupt) goto out;
+        fprintf(stderr, "[stopped]\n"); /* Ctrl-C while the prompt was evaluated */
+        chat_conv_truncate(&S->conv, mi);
+        rc = 0;
+        goto out;
+    }
+    session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->gf.stops, .n_stops = S->gf.n_stops,
+                             .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE};
+    if (session_generate(S->s, &gp, &g)) goto out;
     if (chat_conv_add(&S->conv, CHAT_ASSISTANT, g.text) < 0) goto out;
     fputc('\n', stdout);
     fflush(stdout);
-    if (g.reason == GEN_INTERRUPTED) fprintf(stderr, "[stopped]\n");
-    if (g.reason == GEN_CONTEXT) fprintf(stderr, "[context full: /reset to start over]\n");
-    fprintf(stderr, "[prompt %ld tok, %.1f tok/s | answer %zu tok, %.1f tok/s | %s]\n", evaluated,
-            evaluated / (t_prompt > 0 ? t_prompt : 1e-9), g.ids.n, g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9),
-            gen_reason_name(g.reason));
+    if (g.reason == SESSION_CANCELLED) fprintf(stderr, "[stopped]\n");
+    if (g.reason == SESSION_CONTEXT) fprintf(stderr, "[context full: /reset to start over]\n");
+    fprintf(stderr, "[prompt %d tok, %.1f tok/s | answer %zu tok, %.1f tok/s | %s]\n", st.n_evaluated,
+            st.n_evaluated / (st.seconds > 0 ? st.seconds : 1e-9), g.ids.n,
+            g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9),
+            g.reason == SESSION_CANCELLED ? "interrupted" : session_reason_name(g.reason));
     hist_append(S, user, g.text);
     rc = 0;
 out:
     g_interrupt = 0;
-    gen_run_free(&g);
+    session_gen_result_free(&g);
     tok_ids_free(&ids);
     chat_buf_free(&text);
     return rc;
@@ -279,7 +253,7 @@ static void help(void) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *prompt = NULL, *history = NULL;
-    long long n_predict = -1, n_ctx = 4096, batch = 64, threads = 0;
+    long long n_predict = -1, n_ctx = 4096, batch = 64;
     gen_flags gf;
     gen_model_flags mf = {0};
     gen_flags_init(&gf, true);
@@ -310,7 +284,6 @@ int cmd_chat(int argc, char **argv) {
     if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite chat --help)");
     if (mf.n_ctx) n_ctx = mf.n_ctx;
     if (mf.batch) batch = mf.batch;
-    threads = mf.threads;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -319,7 +292,7 @@ int cmd_chat(int argc, char **argv) {
     sa.sa_flags = 0; /* no SA_RESTART: a Ctrl-C at the prompt interrupts the read */
     sigaction(SIGINT, &sa, NULL);
 
-    session S;
+    chat_state S;
     memset(&S, 0, sizeof S);
     S.gf = gf;
     S.n_predict = n_predict;
@@ -329,19 +302,18 @@ int cmd_chat(int argc, char **argv) {
     bool tty = isatty(0);
     if (isatty(2)) fprintf(stderr, "loading %s ...\n", model);
     double t0 = rl_now();
-    S.e = gen_engine_open(&mf, model, (int)threads);
-    if (!S.e || !(S.tok = tokenizer_load(engine_gguf(S.e)))) goto fail;
+    if (!(S.m = gen_model_open(&mf, model))) goto fail;
+    if (!(S.tok = session_model_tokenizer(S.m))) goto fail;
     if (g_interrupt) {
         rc = 130;
         goto done;
     }
-    S.fmt = chat_format_from_gguf(engine_gguf(S.e));
+    S.fmt = chat_format_from_gguf(engine_gguf(session_model_engine(S.m)));
     if (S.gf.sp.repeat_last_n < 0) S.gf.sp.repeat_last_n = (int32_t)n_ctx;
     int V = tokenizer_n_vocab(S.tok);
-    if (engine_hparams(S.e)->n_vocab < V) V = engine_hparams(S.e)->n_vocab;
-    S.ctx = gen_ctx_new(&mf, S.e, (int)n_ctx, (int)batch, true);
-    S.logits = malloc(sizeof(float) * (size_t)engine_hparams(S.e)->n_vocab);
-    if (!S.ctx || !S.logits || !(S.smp = sampler_new(&S.gf.sp, V))) goto fail;
+    if (engine_hparams(session_model_engine(S.m))->n_vocab < V) V = engine_hparams(session_model_engine(S.m))->n_vocab;
+    if (!(S.s = gen_session_new(&mf, S.m, (int)n_ctx, (int)batch, true)) || !(S.smp = sampler_new(&S.gf.sp, V)))
+        goto fail;
     if (system) {
         if (chat_conv_add(&S.conv, CHAT_SYSTEM, system) < 0) goto fail;
         S.n_sys = 1;
@@ -401,13 +373,9 @@ fail:
     rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
 done:
     fflush(stdout);
-    engine_snapshot_free(S.snap);
-    tok_ids_free(&S.held);
     chat_conv_free(&S.conv);
-    free(S.logits);
     sampler_free(S.smp);
-    tokenizer_free(S.tok);
-    gen_ctx_free(S.ctx);
-    engine_close(S.e);
+    session_free(S.s);
+    session_model_close(S.m);
     return rc;
 }

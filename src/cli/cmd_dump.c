@@ -12,7 +12,7 @@
 #include "common.h"
 #include "engine.h"
 #include "ops.h"
-#include "expert_cache.h"
+#include "session.h"
 
 static const char *USAGE =
     "usage: redlite dump -m MODEL --tokens IDS [options]\n"
@@ -214,15 +214,26 @@ int cmd_dump(int argc, char **argv) {
         free(ids);
         return cli_fail("dump", 2, "--tokens is empty");
     }
-    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads, .reference = !fast, .backend = backend});
-    if (!e) {
+    session_model *sm = session_model_open(&(session_model_params){
+        .model_path = model, .n_threads = (int)threads, .reference = !fast, .backend = backend});
+    if (!sm) {
         free(ids);
         return cli_fail("dump", 1, "%s", rl_lasterr());
     }
     int rc = 1;
+    engine *e = session_model_engine(sm);
     const q3n_hparams *hp = engine_hparams(e);
     int V = hp->n_vocab;
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = n + (int)greedy + 1, .n_batch = (int)batch});
+    /* The session opens the context with its expert source: the plain mapping unless a cache,
+     * stats or a route trace / bias are asked for (a backend that holds every expert: its own).
+     * The rows below are driven on the context directly: dump is the oracle's tool and needs
+     * every row's logits and observers, which generation does not expose. */
+    bool want_cache = cache_spec || stats || route_trace || route_bias > 0;
+    session_params sp = {.n_ctx = n + (int)greedy + 1, .n_batch = (int)batch,
+                         .cache_spec = cache_spec ? cache_spec : engine_can_set_expert_src(e) ? "mmap" : "auto",
+                         .route_bias = (float)route_bias, .route_trace = route_trace, .verbose = want_cache};
+    session *S = session_new(sm, &sp);
+    engine_ctx *c = S ? session_ctx(S) : NULL;
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)batch);
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)(greedy + 1));
     /* with --mtp: the final-norm hidden state of every position */
@@ -247,14 +258,6 @@ int cmd_dump(int argc, char **argv) {
         d.acts_idx = fopen(idx, "w");
         if (!d.acts || !d.acts_idx) {
             cli_fail("dump", 1, "cannot write %s", acts_path);
-            goto done;
-        }
-    }
-    if (cache_spec || stats || route_trace || route_bias > 0) {
-        ec_attach_opts o = {.spec = cache_spec ? cache_spec : "mmap", .route_bias = (float)route_bias,
-                            .trace_path = route_trace, .verbose = true};
-        if (expert_cache_attach_opts(c, e, &o)) {
-            cli_fail("dump", 1, "%s", rl_lasterr());
             goto done;
         }
     }
@@ -330,9 +333,8 @@ done:
     free(gen);
     free(hid);
     free(ids);
-    if (c && stats && expert_cache_of(c)) expert_cache_print_stats(expert_cache_of(c), stderr);
-    if (c) expert_cache_detach(c);
-    engine_ctx_free(c);
-    engine_close(e);
+    if (S && stats) session_print_cache_stats(S, stderr);
+    session_free(S);
+    session_model_close(sm);
     return rc;
 }

@@ -14,7 +14,6 @@
 #include "chat.h"
 #include "cli.h"
 #include "common.h"
-#include "engine.h"
 #include "gen.h"
 #include "json.h"
 #include "tokenizer.h"
@@ -41,10 +40,14 @@ static void usage(FILE *out) {
             GEN_FLAGS_HELP, GEN_MODEL_HELP);
 }
 
-static void emit_stdout(void *ud, const char *s, size_t n) {
+static int emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
     (void)ud;
-    fwrite(s, 1, n, stdout);
-    fflush(stdout);
+    (void)token;
+    if (n) {
+        fwrite(s, 1, n, stdout);
+        fflush(stdout);
+    }
+    return 0;
 }
 
 static void json_ids(json_writer *j, const char *key, const int32_t *ids, size_t n) {
@@ -56,7 +59,7 @@ static void json_ids(json_writer *j, const char *key, const int32_t *ids, size_t
 
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL, *system = NULL;
-    long long n_predict = 128, n_ctx = 0, batch = 64, threads = 0;
+    long long n_predict = 128, n_ctx = 0, batch = 64;
     bool raw = false, json = false, stats = false;
     gen_flags gf;
     gen_model_flags mf = {0};
@@ -94,7 +97,6 @@ int cmd_generate(int argc, char **argv) {
     if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite generate --help)");
     if (mf.n_ctx) n_ctx = mf.n_ctx;
     if (mf.batch) batch = mf.batch;
-    threads = mf.threads;
     if (!prompt && !file) return cli_fail(CMD, 2, "need -p TEXT or -f FILE (see redlite generate --help)");
     if (prompt && file) return cli_fail(CMD, 2, "give either -p or -f, not both");
     if (raw && system) return cli_fail(CMD, 2, "--system needs the chat template (drop --raw)");
@@ -109,21 +111,20 @@ int cmd_generate(int argc, char **argv) {
 
     int rc = 1;
     double t0 = rl_now();
-    engine *e = gen_engine_open(&mf, model, (int)threads);
-    tokenizer *tok = NULL;
-    engine_ctx *c = NULL;
-    sampler *smp = NULL;
-    float *logits = NULL;
+    session_model *sm = gen_model_open(&mf, model);
+    const tokenizer *tok = NULL;
+    session *S = NULL;
     tok_ids ids = {0};
-    gen_run g = {0};
+    session_gen_result g = {0};
     chat_conv conv;
     chat_conv_init(&conv);
     chat_buf text = {0};
-    if (!e || !(tok = tokenizer_load(engine_gguf(e)))) goto fail;
+    if (!sm) goto fail;
+    if (!(tok = session_model_tokenizer(sm))) goto fail;
     if (raw) {
         chat_buf_put(&text, prompt, plen);
     } else {
-        chat_format fmt = chat_format_from_gguf(engine_gguf(e));
+        chat_format fmt = chat_format_from_gguf(engine_gguf(session_model_engine(sm)));
         if ((system && chat_conv_add(&conv, CHAT_SYSTEM, system) < 0) || chat_conv_add(&conv, CHAT_USER, prompt) < 0 ||
             chat_render(&fmt, &conv, NULL, &text))
             goto fail;
@@ -144,19 +145,14 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n, n_ctx);
         goto done;
     }
-    c = gen_ctx_new(&mf, e, (int)n_ctx, (int)batch, !json);
-    int V = tokenizer_n_vocab(tok);
-    if (engine_hparams(e)->n_vocab < V) V = engine_hparams(e)->n_vocab;
-    if (gf.sp.repeat_last_n < 0) gf.sp.repeat_last_n = (int32_t)n_ctx;
-    logits = malloc(sizeof(float) * (size_t)engine_hparams(e)->n_vocab);
-    if (!c || !logits || !(smp = sampler_new(&gf.sp, V))) goto fail;
-    for (size_t i = 0; i < ids.n; i++) sampler_accept(smp, ids.ids[i]);
+    if (!(S = gen_session_new(&mf, sm, (int)n_ctx, (int)batch, !json))) goto fail;
     double t1 = rl_now();
-    if (engine_prefill(c, ids.ids, (int)ids.n, logits)) goto fail;
+    session_feed_stats fst;
+    if (session_feed(S, ids.ids, (int)ids.n, NULL, &fst)) goto fail;
     double t2 = rl_now();
-    g = (gen_run){.ctx = c, .tok = tok, .smp = smp, .logits = logits, .n_predict = n_predict, .flags = &gf,
-                  .emit = json ? NULL : emit_stdout};
-    if (gen_decode(&g)) goto fail;
+    session_gen_params gp = {.sp = gf.sp, .n_predict = n_predict, .stops = gf.stops, .n_stops = gf.n_stops,
+                             .on_text = json ? NULL : emit_stdout};
+    if (session_generate(S, &gp, &g)) goto fail;
     double pp = (double)ids.n / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);
     if (json) {
@@ -169,8 +165,8 @@ int cmd_generate(int argc, char **argv) {
         json_strn(&j, g.text, g.text_len);
         json_kv_int(&j, "n_prompt", (int64_t)ids.n);
         json_kv_int(&j, "n_generated", (int64_t)g.ids.n);
-        json_kv_str(&j, "stop_reason", gen_reason_name(g.reason));
-        json_kv_uint(&j, "seed", sampler_seed(smp));
+        json_kv_str(&j, "stop_reason", session_reason_name(g.reason));
+        json_kv_uint(&j, "seed", g.seed);
         json_kv_num(&j, "load_s", t1 - t0);
         json_kv_num(&j, "prompt_s", t2 - t1);
         json_kv_num(&j, "decode_s", g.seconds);
@@ -185,26 +181,23 @@ int cmd_generate(int argc, char **argv) {
     } else {
         fputc('\n', stdout);
     }
-    if (stats) gen_print_cache_stats(c);
+    if (stats) session_print_cache_stats(S, stderr);
     if (stats)
         fprintf(stderr,
                 "redlite: load %.2f s | prompt %zu tok %.1f tok/s | decode %zu tok %.2f tok/s | stop: %s | "
                 "peak RSS %.0f MiB\n",
-                t1 - t0, ids.n, pp, g.ids.n, tg, gen_reason_name(g.reason), rl_peak_rss() / 1048576.0);
+                t1 - t0, ids.n, pp, g.ids.n, tg, session_reason_name(g.reason), rl_peak_rss() / 1048576.0);
     rc = 0;
     goto done;
 fail:
     rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
 done:
-    gen_run_free(&g);
+    session_gen_result_free(&g);
     chat_buf_free(&text);
     chat_conv_free(&conv);
     free(owned);
-    free(logits);
     tok_ids_free(&ids);
-    sampler_free(smp);
-    tokenizer_free(tok);
-    gen_ctx_free(c);
-    engine_close(e);
+    session_free(S);
+    session_model_close(sm);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "json.h"
 #include "quant.h"
+#include "qwen3next.h"
 
 static const char *CMD = "info";
 #define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */
@@ -112,7 +113,7 @@ static int block_of(const char *name, const char **rest) {
     return (int)n;
 }
 
-static bool starts(const char *s, const char *pre) { return strncmp(s, pre, strlen(pre)) == 0; }
+static bool is_routed(int id) { return id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed; }
 
 static void note_expert(exp_part *e, const gguf_tensor *t, int64_t *n_expert) {
     int64_t ne2 = t->n_dims >= 3 ? t->ne[2] : 1;
@@ -180,7 +181,8 @@ static bool analyse(info *in) {
         in->type_count[t->type]++;
         in->type_bytes[t->type] += t->nbytes;
         in->total_bytes += t->nbytes;
-        if (strstr(t->name, "_exps.")) in->routed_bytes += t->nbytes;
+        int tb, id = q3n_tensor_lookup(t->name, &tb); /* the model's tensor table */
+        if (is_routed(id)) in->routed_bytes += t->nbytes;
         const char *r;
         int b = block_of(t->name, &r);
         if (b < 0) continue;
@@ -188,17 +190,18 @@ static bool analyse(info *in) {
         L->any = true;
         L->n_tensors++;
         L->bytes += t->nbytes;
-        if (starts(r, "nextn.")) L->nextn = true;
-        else if (starts(r, "ssm_in.")) L->ssm = L->ssm_in = true;
-        else if (starts(r, "ssm_")) L->ssm = true;
-        else if (starts(r, "attn_gate.")) L->gate = true;
-        else if (starts(r, "attn_qkv.")) L->qkv = true;
-        else if (starts(r, "attn_q.") || starts(r, "attn_k.") || starts(r, "attn_v.") || starts(r, "attn_output."))
-            L->attn = true;
-        else if (starts(r, "ffn_gate_exps.")) note_expert(&L->gate_e, t, &L->n_expert);
-        else if (starts(r, "ffn_up_exps.")) note_expert(&L->up_e, t, &L->n_expert);
-        else if (starts(r, "ffn_down_exps.")) note_expert(&L->down_e, t, &L->n_expert);
-        else if (starts(r, "ffn_gate_up_exps.")) note_expert(&L->gate_up_e, t, &L->n_expert);
+        if (id < 0) continue; /* a name the model does not know: counted, not classified */
+        const q3n_tensor_desc *d = q3n_tensor((q3n_tensor_id)id);
+        if (d->kind == Q3N_KIND_MTP) L->nextn = true;
+        else if (id == Q3N_T_SSM_IN) L->ssm = L->ssm_in = true;
+        else if (id == Q3N_T_SSM_GATE) L->gate = true;
+        else if (id == Q3N_T_SSM_QKV) L->qkv = true; /* a fused qkv alone would be attention */
+        else if (d->kind == Q3N_KIND_DELTANET) L->ssm = true;
+        else if (d->kind == Q3N_KIND_ATTN && id != Q3N_T_ATTN_Q_NORM && id != Q3N_T_ATTN_K_NORM) L->attn = true;
+        else if (id == Q3N_T_GATE_EXPS) note_expert(&L->gate_e, t, &L->n_expert);
+        else if (id == Q3N_T_UP_EXPS) note_expert(&L->up_e, t, &L->n_expert);
+        else if (id == Q3N_T_DOWN_EXPS) note_expert(&L->down_e, t, &L->n_expert);
+        else if (id == Q3N_T_GATE_UP_EXPS) note_expert(&L->gate_up_e, t, &L->n_expert);
     }
 
     /* classify: nextn.* marks the MTP block; ssm_* / attn_gate (with attn_qkv) mark Gated
@@ -234,12 +237,12 @@ static bool analyse(info *in) {
             const char *r;
             int b = block_of(f->tensors[i].name, &r);
             if (b >= 0 && in->kind[b] == K_MTP) continue;
-            if (strstr(f->tensors[i].name, "_exps.")) routed_main += f->tensors[i].nbytes;
+            if (is_routed(q3n_tensor_lookup(f->tensors[i].name, NULL))) routed_main += f->tensors[i].nbytes;
             else dense_main += f->tensors[i].nbytes;
         }
         /* token_embd is a row lookup, not a matmul: count one row at most; keep it simple and
          * exclude it entirely (its row is negligible). */
-        const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+        const gguf_tensor *emb = gguf_find_tensor(f, q3n_tensor(Q3N_T_TOKEN_EMBD)->name);
         if (emb && dense_main >= emb->nbytes) dense_main -= emb->nbytes;
         in->active_bytes = dense_main + (uint64_t)((double)routed_main * (double)n_used / (double)n_exp);
     }
@@ -591,7 +594,10 @@ int cmd_info(int argc, char **argv) {
     in.f = gguf_open(path);
     if (!in.f) return cli_fail(CMD, 1, "%s", rl_lasterr());
     int rc = 0;
-    if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+    q3n_hparams hp; /* values out of the model's limits: refused as the engine would; missing keys
+                       (another architecture, a partial file) are still described */
+    if (q3n_read_hparams(in.f, &hp) == -2) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+    else if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
     else if (as_json) print_json(&in, stdout);
     else print_text(&in, stdout);
     if (!rc && (fflush(stdout) != 0 || ferror(stdout))) rc = cli_fail(CMD, 1, "writing the output failed");

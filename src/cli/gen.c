@@ -1,4 +1,5 @@
-/* gen.c — shared sampler flags and decoding loop of generate / chat (see gen.h). */
+/* gen.c — the sampler / stop / model flags that generate and chat share (see gen.h); the
+ * decoding itself is the session's (src/session.h). */
 #include "gen.h"
 
 #include <errno.h>
@@ -7,7 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "expert_cache.h"
 #include "common.h"
 
 const char GEN_FLAGS_HELP[] =
@@ -53,30 +53,15 @@ int gen_model_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_mo
     return 0;
 }
 
-engine *gen_engine_open(const gen_model_flags *mf, const char *model, int threads) {
-    return engine_open(model, &(engine_params){.n_threads = threads, .backend = mf->backend});
+session_model *gen_model_open(const gen_model_flags *mf, const char *model) {
+    return session_model_open(
+        &(session_model_params){.model_path = model, .backend = mf->backend, .n_threads = (int)mf->threads});
 }
 
-engine_ctx *gen_ctx_new(const gen_model_flags *mf, engine *e, int n_ctx, int n_batch, bool verbose) {
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = n_ctx, .n_batch = n_batch});
-    ec_attach_opts o = {.spec = mf->cache_spec, .route_bias = mf->route_bias, .trace_path = mf->route_trace,
-                        .verbose = verbose};
-    if (c && expert_cache_attach_opts(c, e, &o)) {
-        gen_ctx_free(c);
-        return NULL;
-    }
-    return c;
-}
-
-void gen_ctx_free(engine_ctx *c) {
-    if (!c) return;
-    expert_cache_detach(c);
-    engine_ctx_free(c);
-}
-
-void gen_print_cache_stats(engine_ctx *c) {
-    expert_cache *ec = c ? expert_cache_of(c) : NULL;
-    if (ec) expert_cache_print_stats(ec, stderr);
+session *gen_session_new(const gen_model_flags *mf, session_model *m, int n_ctx, int n_batch, bool verbose) {
+    return session_new(m, &(session_params){.n_ctx = n_ctx, .n_batch = n_batch, .cache_spec = mf->cache_spec,
+                                            .route_bias = mf->route_bias, .route_trace = mf->route_trace,
+                                            .verbose = verbose});
 }
 
 void gen_flags_init(gen_flags *g, bool chat) {
@@ -145,111 +130,6 @@ int gen_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_flags *g
         return 1;
     }
     return 0;
-}
-
-const char *gen_reason_name(gen_reason r) {
-    static const char *const names[] = {"eog", "length", "stop", "context", "interrupted", "error"};
-    return (unsigned)r < 6 ? names[r] : "?";
-}
-
-static int text_add(gen_run *g, const char *s, size_t n) {
-    if (n == 0) return 0;
-    char *t = realloc(g->text, g->text_len + n + 1);
-    if (!t) return rl_seterr("out of memory (generated text)");
-    g->text = t;
-    memcpy(g->text + g->text_len, s, n);
-    g->text_len += n;
-    g->text[g->text_len] = 0;
-    if (g->emit) g->emit(g->ud, s, n);
-    return 0;
-}
-
-int gen_decode(gen_run *g) {
-    int rc = -1;
-    double t0 = rl_now();
-    tokdec dec;
-    tokdec_init(&dec, g->tok, g->decode_flags);
-    stopper st;
-    if (stopper_init(&st, g->flags ? g->flags->stops : NULL, g->flags ? g->flags->n_stops : 0)) {
-        tokdec_free(&dec);
-        return -1;
-    }
-    if (!(g->text = calloc(1, 1))) goto oom;
-    g->text_len = 0;
-    g->reason = GEN_LENGTH;
-    const int n_ctx = engine_n_ctx(g->ctx);
-    for (long long k = 0; g->n_predict < 0 || k < g->n_predict; k++) {
-        if (g->stop && *g->stop) {
-            g->reason = GEN_INTERRUPTED;
-            break;
-        }
-        int32_t t = sampler_sample(g->smp, g->logits);
-        if (t < 0 || tokenizer_is_eog(g->tok, t)) {
-            g->reason = GEN_EOG;
-            break;
-        }
-        if (tok_ids_push(&g->ids, t)) goto oom;
-        sampler_accept(g->smp, t);
-        size_t n;
-        const char *piece = tokdec_push(&dec, t, &n);
-        if (!piece) goto oom;
-        const char *out;
-        size_t out_n;
-        bool hit = stopper_push(&st, piece, n, &out, &out_n);
-        if (text_add(g, out, out_n)) goto fail;
-        if (hit) {
-            g->reason = GEN_STOP;
-            break;
-        }
-        if (g->n_predict >= 0 && k + 1 >= g->n_predict) {
-            g->reason = GEN_LENGTH;
-            break;
-        }
-        if (engine_pos(g->ctx) >= n_ctx) {
-            g->reason = GEN_CONTEXT;
-            break;
-        }
-        if (g->stop && *g->stop) {
-            g->reason = GEN_INTERRUPTED;
-            break;
-        }
-        if (engine_step(g->ctx, t, g->logits)) {
-            g->reason = GEN_ERROR;
-            goto fail;
-        }
-    }
-    if (g->reason != GEN_STOP) {
-        size_t n;
-        const char *tail = tokdec_flush(&dec, &n);
-        const char *out = "";
-        size_t out_n = 0;
-        bool hit = tail && n && stopper_push(&st, tail, n, &out, &out_n);
-        if (text_add(g, out, out_n)) goto fail;
-        if (hit) {
-            g->reason = GEN_STOP;
-        } else {
-            stopper_flush(&st, &out, &out_n);
-            if (text_add(g, out, out_n)) goto fail;
-        }
-    }
-    rc = 0;
-    goto done;
-oom:
-    rl_seterr("out of memory (generation)");
-fail:
-    rc = -1;
-done:
-    g->seconds = rl_now() - t0;
-    tokdec_free(&dec);
-    stopper_free(&st);
-    return rc;
-}
-
-void gen_run_free(gen_run *g) {
-    tok_ids_free(&g->ids);
-    free(g->text);
-    g->text = NULL;
-    g->text_len = 0;
 }
 
 char *gen_read_file(const char *path, size_t *len) {

@@ -1,7 +1,9 @@
 /* check.h — minimal assertion helpers for the C unit tests.
  * Each test binary runs its cases, prints one line per failure and a closing
  * "N passed, N failed" line, and exits non-zero if anything failed. tests/test_c_units.py
- * runs every binary under pytest. */
+ * runs every binary under pytest. A binary that cannot run here at all (no GPU) returns
+ * check_skip(name, why): it prints "NAME: skipped: WHY" and exits 77, which the wrapper reports as
+ * a pytest skip with that reason (never a pass). */
 #ifndef RL_CHECK_H
 #define RL_CHECK_H
 #include <math.h>
@@ -25,6 +27,12 @@ static int check_pass, check_fail;
 static inline int check_done(const char *name) {
     printf("%s: %d passed, %d failed\n", name, check_pass, check_fail);
     return check_fail ? 1 : 0;
+}
+
+#define CHECK_SKIP 77
+static inline int check_skip(const char *name, const char *why) {
+    printf("%s: skipped: %s\n", name, why);
+    return CHECK_SKIP;
 }
 
 /* NaN poison for outputs so unwritten elements fail comparisons. */

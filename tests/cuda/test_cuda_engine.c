@@ -6,7 +6,7 @@
  *   - snapshot / restore / replay and reset are exact;
  *   - every step's logits within 1e-2 of the CPU reference (bound: tests/cuda/test_cuda_fixtures.py);
  *   - bad input is a clean error.
- * Exits 0 with "skipped: no CUDA device" where there is no GPU. */
+ * Without a GPU: prints "NAME: skipped: no CUDA device ..." and exits 77 (check.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +19,7 @@
 int main(void) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) {
-        printf("test_cuda_engine: skipped: %s\n", why ? why : "no CUDA device");
-        return 0;
+        return check_skip("test_cuda_engine", why ? why : "no CUDA device");
     }
     const char *model = "tests/fixtures/tiny-a.gguf";
     if (access(model, R_OK) != 0) {
@@ -43,7 +42,7 @@ int main(void) {
     for (int i = 0; cr && i < N; i++) CHECK(engine_step(cr, TOKS[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
     double dmax = 0;
     for (size_t i = 0; i < (size_t)V * N; i++) {
-        double d = isnan(step[i]) || isnan(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
+        double d = !isfinite(step[i]) || !isfinite(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
         dmax = d > dmax ? d : dmax;
     }
     CHECK(dmax <= 1e-2, "CUDA vs CPU reference: max |logit diff| %.3g", dmax);

@@ -7,7 +7,7 @@
  *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
  *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
  *     pieces bit for bit), router + plan, combine.
- * Exits 0 with "skipped: no CUDA device" where there is no GPU. */
+ * Without a GPU: prints "NAME: skipped: no CUDA device ..." and exits 77 (check.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,8 +314,7 @@ static void test_attention(int hd, bool f16) {
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("test_cuda_ops: skipped: no CUDA device\n");
-        return 0;
+        return check_skip("test_cuda_ops", "no CUDA device");
     }
     rl_rng_seed(&R, 20261130);
     if (cu_tables_init()) {
