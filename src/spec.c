@@ -283,34 +283,20 @@ fail:
     return 0;
 }
 
-typedef enum { EM_GO, EM_STOP_EMITTED, EM_STOP_EOG } em_status;
-
-/* Sample the token at position `pos` from lg, with the plain decoder's checks in its order. */
-static em_status emit_one(spec *s, sampler *smp, const float *lg, int pos, const spec_params *p,
-                          const spec_sink *sk, spec_result *r, int32_t *tok) {
+/* Sample the token at position pos from lg and give it to the sink: 0 go on, 1 stop, -1 error. */
+static int emit_one(spec *s, sampler *smp, const float *lg, int pos, const spec_sink *sk, spec_result *r,
+                    int32_t *tok) {
     int32_t t = sampler_sample(smp, lg);
     *tok = t;
-    if (t < 0 || (sk->is_eog && sk->is_eog(sk->ud, t))) {
-        r->end = SPEC_END_EOG;
-        return EM_STOP_EOG;
-    }
-    sampler_accept(smp, t);
-    if (spec_lookup_push(s->lk, t)) spec_lookup_clear(s->lk); /* oom: lookup finds nothing */
-    r->n_emitted++;
-    int code = sk->emit ? sk->emit(sk->ud, t) : 0;
-    if (code) {
-        r->end = SPEC_END_SINK;
+    r->n_sampled++;
+    int code = sk->emit(sk->ud, t, pos);
+    if (code < 0) return -1;
+    if (code > 0) {
         r->sink_code = code;
-    } else if (p->n_predict >= 0 && r->n_emitted >= p->n_predict) {
-        r->end = SPEC_END_LENGTH;
-    } else if (pos >= engine_n_ctx(s->c)) {
-        r->end = SPEC_END_CONTEXT;
-    } else if (sk->cancel && *sk->cancel) {
-        r->end = SPEC_END_CANCELLED;
-    } else {
-        return EM_GO;
+        return 1;
     }
-    return EM_STOP_EMITTED;
+    if (spec_lookup_push(s->lk, t)) spec_lookup_clear(s->lk); /* oom: lookup finds nothing */
+    return 0;
 }
 
 static int min_i(int a, int b) { return a < b ? a : b; }
@@ -320,7 +306,6 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
     engine_ctx *c = s->c;
     size_t V = (size_t)s->V, D = (size_t)s->D;
     memset(r, 0, sizeof *r);
-    r->end = SPEC_END_ERROR;
     if (spec_check(s, p->mode, p->draft_max)) return -1;
     int dmax = p->draft_max > 0 ? p->draft_max : SPEC_DRAFT_MAX;
     if (dmax > s->n_batch - 1) dmax = s->n_batch - 1;
@@ -343,14 +328,16 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
     int k_lookup = min_i(K_START, dmax), k_mtp = min_i(K_START, dmax);
     int32_t rows[SPEC_DRAFT_MAX + 1];
     int32_t u;
+    long long n_go = 0; /* tokens the sink took with 0 */
     /* the first token comes from the caller's logits */
-    em_status st = emit_one(s, smp, logits, engine_pos(c), p, sk, r, &u);
-    while (st == EM_GO) {
+    int st = emit_one(s, smp, logits, engine_pos(c), sk, r, &u);
+    while (st == 0) {
+        n_go++;
         /* u is emitted and must now be evaluated (at P), possibly with drafts behind it */
         int P = engine_pos(c);
         int kcap = min_i(dmax, engine_n_ctx(c) - P - 1);
         /* rows 0..K give K + 1 tokens: no draft past the n_predict-th */
-        if (p->n_predict >= 0) kcap = min_i(kcap, (int)(p->n_predict - r->n_emitted - 1));
+        if (p->n_predict >= 0 && p->n_predict - n_go - 1 < kcap) kcap = (int)(p->n_predict - n_go - 1);
         if (use_mtp && s->have_lasth) pend_push(s, s->lasth, u);
         int nd = 0, src = SPEC_DRAFT_NONE, committed = 0, match = 0;
         int32_t *d = rows + 1;
@@ -362,23 +349,29 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
             int nm = mtp_draft(s, smp, min_i(k_mtp, kcap), d, &committed, &use_mtp);
             if (nm) nd = nm, src = SPEC_DRAFT_MTP;
         }
-        if (nd == 0) { /* a plain step */
-            if (engine_step(c, u, logits)) goto engine_fail;
+        rows[0] = u;
+        if (sk->will_write) sk->will_write(sk->ud, P, rows, nd + 1);
+        if (nd == 0) { /* a plain step (into a scratch row: a failed step keeps `logits` valid) */
+            if (engine_step(c, u, s->vlogits)) goto fail;
+            memcpy(logits, s->vlogits, sizeof(float) * V);
             r->n_steps++;
             r->n_evaluated++;
+            if (sk->kept && sk->kept(sk->ud, &u, 1)) goto fail;
             if (use_mtp) {
                 const float *h = engine_last_hidden(c, 0);
                 if (h) memcpy(s->lasth, h, sizeof(float) * D), s->have_lasth = true;
             }
-            st = emit_one(s, smp, logits, P + 1, p, sk, r, &u);
+            st = emit_one(s, smp, logits, P + 1, sk, r, &u);
             continue;
         }
-        rows[0] = u;
         int K = nd;
         engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
         memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
         sn[K] = NULL; /* keeping every row is the state the verify ends in */
-        if (engine_verify(c, rows, K + 1, s->vlogits, sn)) goto engine_fail;
+        if (engine_verify(c, rows, K + 1, s->vlogits, sn)) {
+            if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
+            goto fail;
+        }
         r->n_verifies++;
         r->n_drafted += K;
         if (src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
@@ -389,26 +382,32 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
                 RL_ASSERT(h);
                 memcpy(s->vhid + (size_t)i * D, h, sizeof(float) * D);
             }
-        /* accept: row i's logits give the token at P + i + 1 */
+        /* accept: row i's logits give the token at P + i + 1; the context keeps rows 0..last */
         int last = 0, acc = 0;
         for (int i = 0;; i++) {
             int32_t t;
-            st = emit_one(s, smp, s->vlogits + (size_t)i * V, P + i + 1, p, sk, r, &t);
+            st = emit_one(s, smp, s->vlogits + (size_t)i * V, P + i + 1, sk, r, &t);
             last = i;
             bool match_d = i < K && t == d[i];
-            if (match_d && st != EM_STOP_EOG) acc++;
-            if (st != EM_GO || !match_d) {
-                u = t;
-                break;
+            if (st == 0 && match_d) {
+                acc++;
+                n_go++;
+                continue;
             }
+            u = t;
+            break;
         }
         r->n_accepted += acc;
         if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
         else r->n_accepted_lookup += acc;
-        /* the context keeps rows 0..last */
-        if (last < K && engine_snapshot_restore(c, s->snaps[last])) goto engine_fail_after_verify;
+        if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
+            rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
+                      rl_lasterr());
+            goto fail;
+        }
         r->n_evaluated += last + 1;
         memcpy(logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
+        if (sk->kept && sk->kept(sk->ud, rows, last + 1)) goto fail;
         if (use_mtp) {
             if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
             for (int i = 0; i < last; i++) pend_push(s, s->vhid + (size_t)i * D, d[i]);
@@ -416,20 +415,15 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
             s->have_lasth = true;
         }
         /* adaptive K: grow after a fully accepted verify, else follow the accepted run */
-        if (st == EM_GO) {
+        if (st == 0) {
             int *k = src == SPEC_DRAFT_MTP ? &k_mtp : &k_lookup;
             *k = acc == K ? min_i(dmax, *k + 1) : (acc + 1 < *k ? acc + 1 : *k);
         }
     }
     r->k_final = use_mtp ? k_mtp : k_lookup;
-    return 0;
-engine_fail:
-    r->end = SPEC_END_ERROR;
+    return st < 0 ? -1 : 0;
+fail:
     r->k_final = use_mtp ? k_mtp : k_lookup;
-    return -1;
-engine_fail_after_verify:
-    /* a restore failed after tokens were emitted: the context holds more than them; say so */
-    r->end = SPEC_END_ERROR;
-    rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence", rl_lasterr());
+    r->sink_code = 0;
     return -1;
 }

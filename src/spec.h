@@ -53,38 +53,37 @@ int spec_lookup_draft(const spec_lookup *l, int k, int32_t *out, int *match);
 uint64_t spec_lookup_probes(const spec_lookup *l);
 
 /* ---- the speculative loop ---------------------------------------------------------------- */
-typedef enum {
-    SPEC_END_EOG,       /* an end-of-generation token was sampled (not emitted, not evaluated) */
-    SPEC_END_LENGTH,    /* n_predict tokens emitted */
-    SPEC_END_SINK,      /* the sink's emit returned non-zero (stop string, client gone, ...) */
-    SPEC_END_CONTEXT,   /* the context is full */
-    SPEC_END_CANCELLED, /* *cancel was set */
-    SPEC_END_ERROR,     /* engine failure (rl_lasterr): the last emitted token is not evaluated */
-} spec_end;
-
+/* What the caller does with tokens: the SAME path plain decoding uses. */
 typedef struct {
-    /* end-of-generation test (required) */
-    bool (*is_eog)(void *ud, int32_t token);
-    /* one emitted token, in order, already in the sampler's history; return 0 to go on or a
-     * non-zero code (kept in spec_result.sink_code) to stop after it */
-    int (*emit)(void *ud, int32_t token);
+    /* A sampled token, to take through the caller's whole emit path: end-of-generation (not
+     * emitted), sampler_accept (the loop never touches the penalty history), output, stop
+     * strings, n_predict, the context end (pos: the position the token would be evaluated
+     * at; pos >= n_ctx means full), cancellation. Return 0 to go on (the loop evaluates it),
+     * > 0 to end generation here (the token is not evaluated; the value is kept in
+     * spec_result.sink_code), < 0 on error (rl_lasterr). Required. */
+    int (*emit)(void *ud, int32_t token, int pos);
+    /* (optional) KV rows [pos, pos + n) are about to be written with these tokens (a step, or
+     * a verify with its drafts): a caller that keeps prefix checkpoints drops the ones these
+     * rows overwrite. */
+    void (*will_write)(void *ud, int pos, const int32_t *tokens, int n);
+    /* (optional) these tokens are now in the context, in order (after a step, or the kept rows
+     * of a verify). 0, or < 0 on error (rl_lasterr). */
+    int (*kept)(void *ud, const int32_t *tokens, int n);
     void *ud;
-    volatile sig_atomic_t *cancel; /* checked after each emitted token (may be NULL) */
 } spec_sink;
 
 typedef struct {
     int mode;            /* SPEC_DRAFT_*; AUTO: MTP when the engine has a head (lookup when it
                             has a long match), lookup otherwise */
-    int draft_max;       /* K upper bound 1..8 (0 = 8); capped by n_batch - 1 and by what
-                            n_predict and the context still allow */
-    long long n_predict; /* < 0: no limit */
+    int draft_max;       /* K upper bound 1..8 (0 = 8); capped by n_batch - 1, by the context
+                            end and by n_predict */
+    long long n_predict; /* the most tokens the sink will take (< 0: no limit); only caps drafts */
 } spec_params;
 
 typedef struct {
-    spec_end end;
-    int sink_code;
-    long long n_emitted;   /* tokens given to the sink */
-    long long n_evaluated; /* of those, entered into the context (all, or all but the last) */
+    int sink_code;         /* the sink's stop value (0 after an error) */
+    long long n_sampled;   /* tokens given to the sink */
+    long long n_evaluated; /* tokens that entered the context */
     long long n_drafted, n_accepted; /* all sources */
     long long n_drafted_lookup, n_accepted_lookup, n_drafted_mtp, n_accepted_mtp;
     long long n_verifies, n_steps;   /* engine_verify / engine_step calls */
@@ -99,12 +98,12 @@ void spec_free(spec *s);
  * head or on a backend without the MTP forward, draft_max out of range, ...). */
 int spec_check(const spec *s, int mode, int draft_max);
 
-/* Decode from `logits` (n_vocab, in/out: those of the last evaluated token; on return those of
- * the last token the context holds). history[0..n_hist) are the tokens the context holds (the
- * lookup index is built from them). Returns 0 (out->end says why it stopped) or -1 on engine
- * failure (out->end = SPEC_END_ERROR, rl_lasterr); either way out->n_evaluated says which of
- * the emitted tokens are in the context, and the context is exactly that of plain decoding
- * after those tokens. */
+/* Decode from `logits` (n_vocab, in/out: those of the last evaluated token; on return, also
+ * after an error, those of the last token the context holds). history[0..n_hist) are the tokens
+ * the context holds (the lookup index is built from them). Returns 0 when the sink ended
+ * generation, -1 on an engine or sink error (rl_lasterr). Either way the context holds exactly
+ * what plain decoding would hold after the same tokens: every token the sink took with 0, none
+ * after (a failed verify or step leaves the context as it was before it). */
 int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n_hist, const spec_params *p,
              const spec_sink *sink, spec_result *out);
 #endif

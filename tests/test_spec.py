@@ -53,3 +53,65 @@ def test_verify_check_text_and_errors():
     assert rl("verify-check", "-m", TINY_A, "--draft", "9", check=False).returncode == 2
     bad = rl("verify-check", "-m", REPO / "no-such-model.gguf", check=False)
     assert bad.returncode == 1 and b"no-such-model.gguf" in bad.stderr
+
+
+PROMPTS = {
+    "prose": "The history of the lighthouse begins with fires lit on hills to guide ships home at night.",
+    "code": "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\nprint(fib(10))\n",
+    "repetitive": "int a0 = 0; int a1 = 1; int a2 = 2; int a3 = 3; int a4 = 4; int a5 = 5; int a6 = 6;",
+}
+SAMPLERS = {
+    "greedy": [],
+    "sampled": ["--temp", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.02", "--repeat-penalty", "1.1",
+                "--frequency-penalty", "0.1", "--seed", "42"],
+}
+# Random models never repeat themselves over a 152K vocabulary; a strongly negative presence
+# penalty (a real sampler setting) makes them reuse the tokens seen: the text lookup copies from.
+REPEAT = ["--presence-penalty", "-100", "--repeat-last-n", "64"]
+
+
+def gen(model, mode, args):
+    r = rl("generate", "-m", model, "--raw", "--json", "-t", "1", "--spec", mode, *args)
+    return json.loads(r.stdout)
+
+
+CASES = [(m, c, p, s) for m in ("tiny-a", "tiny-b") for c in ("full", "1") for p in PROMPTS for s in SAMPLERS
+         if c == "full" or p == "repetitive"]
+
+
+@pytest.mark.parametrize("model,cache,prompt,smp", CASES,
+                         ids=[f"{m}-{'full' if c == 'full' else 'bounded'}-{p}-{s}" for m, c, p, s in CASES])
+def test_generate_identity(model, cache, prompt, smp):
+    path = TINY_A if model == "tiny-a" else TINY_B
+    args = ["-p", PROMPTS[prompt], "-n", "40", "--cache-mib", cache, *SAMPLERS[smp]]
+    if prompt == "repetitive":
+        args += REPEAT
+    plain = gen(path, "none", args)
+    assert plain["n_generated"] == 40 and plain["n_drafted"] == 0 and plain["n_verifies"] == 0
+    modes = ["lookup", "auto"] + (["mtp"] if model == "tiny-b" else [])
+    for mode in modes:
+        for k in ("2", "8"):
+            out = gen(path, mode, args + ["--draft-max", k])
+            assert out["generated_ids"] == plain["generated_ids"], f"--spec {mode} --draft-max {k} changed the tokens"
+            assert out["text"] == plain["text"] and out["stop_reason"] == plain["stop_reason"]
+            assert out["n_accepted"] <= out["n_drafted"]
+            if prompt == "repetitive" and mode == "lookup":
+                assert out["n_accepted"] > 0, "lookup accepted nothing on repetitive text: the identity proves little"
+            if mode == "mtp":
+                assert out["n_drafted"] > 0 and out["n_verifies"] > 0
+
+
+def test_spec_usage_errors():
+    r = rl("generate", "-m", TINY_A, "-p", "hi", "--spec", "mtp", check=False)
+    assert r.returncode == 2 and b"no MTP head" in r.stderr
+    r = rl("generate", "-m", TINY_A, "-p", "hi", "--spec", "fast", check=False)
+    assert r.returncode == 2 and b"--spec" in r.stderr
+    r = rl("generate", "-m", TINY_A, "-p", "hi", "--draft-max", "9", check=False)
+    assert r.returncode == 2
+    r = rl("generate", "-m", TINY_B, "-p", "hi", "--spec", "lookup", "--cache-mib", "1", "--route-bias", "0.5",
+           check=False)
+    assert r.returncode == 1 and b"exact routing" in r.stderr
+    for spec in (["--spec", "none"], []):  # the default (auto) steps aside for cache-aware routing
+        out = json.loads(rl("generate", "-m", TINY_B, "-p", "hi", *spec, "--cache-mib", "1", "--route-bias", "0.5",
+                            "-n", "4", "--json").stdout)
+        assert out["n_generated"] == 4 and out["spec"] == "none"

@@ -16,6 +16,7 @@
 #include "common.h"
 #include "gen.h"
 #include "json.h"
+#include "spec.h"
 #include "tokenizer.h"
 
 static const char *CMD = "generate";
@@ -145,13 +146,15 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n, n_ctx);
         goto done;
     }
+    if ((rc = gen_spec_check(CMD, &gf, &mf, sm))) goto done;
+    rc = 1;
     if (!(S = gen_session_new(&mf, sm, (int)n_ctx, (int)batch, !json))) goto fail;
     double t1 = rl_now();
     session_feed_stats fst;
     if (session_feed(S, ids.ids, (int)ids.n, NULL, &fst)) goto fail;
     double t2 = rl_now();
     session_gen_params gp = {.sp = gf.sp, .n_predict = n_predict, .stops = gf.stops, .n_stops = gf.n_stops,
-                             .on_text = json ? NULL : emit_stdout};
+                             .on_text = json ? NULL : emit_stdout, .spec = gf.spec, .draft_max = gf.draft_max};
     if (session_generate(S, &gp, &g)) goto fail;
     double pp = (double)ids.n / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);
@@ -172,6 +175,10 @@ int cmd_generate(int argc, char **argv) {
         json_kv_num(&j, "decode_s", g.seconds);
         json_kv_num(&j, "prompt_tok_s", pp);
         json_kv_num(&j, "decode_tok_s", tg);
+        json_kv_str(&j, "spec", spec_mode_name(gf.spec));
+        json_kv_int(&j, "n_drafted", g.n_drafted);
+        json_kv_int(&j, "n_accepted", g.n_accepted);
+        json_kv_int(&j, "n_verifies", g.n_verifies);
         json_obj_end(&j);
         fputc('\n', stdout);
         if (json_finish(&j)) {
@@ -182,6 +189,10 @@ int cmd_generate(int argc, char **argv) {
         fputc('\n', stdout);
     }
     if (stats) session_print_cache_stats(S, stderr);
+    if (stats && gf.spec != SPEC_NONE)
+        fprintf(stderr, "redlite: speculation %s: %lld of %lld drafts accepted (%.0f%%), %lld verifies\n",
+                spec_mode_name(gf.spec), g.n_accepted, g.n_drafted,
+                g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0, g.n_verifies);
     if (stats)
         fprintf(stderr,
                 "redlite: load %.2f s | prompt %zu tok %.1f tok/s | decode %zu tok %.2f tok/s | stop: %s | "

@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "expert_cache.h"
 #include "json.h"
+#include "session.h"
 
 static const char *CMD = "verify-check";
 
@@ -109,15 +110,22 @@ int cmd_verify_check(int argc, char **argv) {
     if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite verify-check --help)");
 
     int rc = 1, K = (int)dmax + 1; /* rows of the largest verify */
-    engine *e = engine_open(model, &(engine_params){.n_threads = (int)threads, .backend = backend, .reference = reference});
+    /* the session opens the model and plans the expert cache as generate does; the check then
+     * drives the engine context directly (no prefix reuse, no sampling) */
+    session_model *sm = session_model_open(&(session_model_params){
+        .model_path = model, .backend = backend, .n_threads = (int)threads, .reference = reference});
+    session *S = NULL;
+    engine *e = sm ? session_model_engine(sm) : NULL;
     engine_ctx *c = NULL;
     float *plain = NULL, *vl = NULL;
     int32_t *tok = NULL;
     engine_snapshot *snaps[9] = {0};
     if (!e) goto fail;
     size_t V = (size_t)engine_hparams(e)->n_vocab;
-    c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = (int)n + 16, .n_batch = K < 16 ? 16 : K});
-    if (!c || expert_cache_attach(c, e, cache, !json)) goto fail;
+    S = session_new(sm, &(session_params){.n_ctx = (int)n + 16, .n_batch = K < 16 ? 16 : K, .cache_spec = cache,
+                                          .verbose = !json});
+    if (!S) goto fail;
+    c = session_ctx(S);
     plain = malloc(sizeof(float) * V * (size_t)n);
     vl = malloc(sizeof(float) * V * (size_t)K);
     tok = malloc(sizeof(int32_t) * (size_t)n);
@@ -188,8 +196,8 @@ int cmd_verify_check(int argc, char **argv) {
     }
     int total_pairs = K * (K + 1) / 2;
     double step_ms = 1e3 * t_steps / (double)n;
-    expert_cache *ec = expert_cache_of(c);
-    const char *cmode = ec ? ec_mode_name(expert_cache_mode(ec)) : "mapped";
+    expert_cache *ec = session_expert_cache(S);
+    const char *cmode = ec ? ec_mode_name(expert_cache_mode(ec)) : "device (the backend holds every expert)";
     if (json) {
         json_writer j;
         json_init(&j, stdout, 0);
@@ -266,8 +274,7 @@ done:
     free(plain);
     free(vl);
     free(tok);
-    if (c) expert_cache_detach(c);
-    engine_ctx_free(c);
-    engine_close(e);
+    session_free(S);
+    session_model_close(sm);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "spec.h"
 #include "common.h"
 
 const char GEN_FLAGS_HELP[] =
@@ -21,7 +22,12 @@ const char GEN_FLAGS_HELP[] =
     "  --presence-penalty A   subtract A from every token seen (0 = off)\n"
     "  --frequency-penalty F  subtract F per occurrence (0 = off)\n"
     "  --seed S               random seed (default: from the clock)\n"
-    "  --stop STR             stop when STR is generated (repeatable; STR is not printed)\n";
+    "  --stop STR             stop when STR is generated (repeatable; STR is not printed)\n"
+    "speculative decoding (never changes the tokens, only the speed):\n"
+    "  --spec MODE            none | lookup (copy from the prompt and answer) | mtp (the\n"
+    "                         model's MTP head) | auto (default: mtp when the model has a\n"
+    "                         head, lookup on long matches and otherwise)\n"
+    "  --draft-max N          at most N drafted tokens per verify, 1..8 (default 8)\n";
 
 static int fval(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out);
 static int ival(const char *cmd, int argc, char **argv, int *i, long long lo, long long hi, long long *out);
@@ -67,6 +73,7 @@ session *gen_session_new(const gen_model_flags *mf, session_model *m, int n_ctx,
 void gen_flags_init(gen_flags *g, bool chat) {
     memset(g, 0, sizeof *g);
     g->sp = sampler_default_params();
+    g->spec = SPEC_AUTO;
     if (chat) {
         g->sp.temp = 0.7f;
         g->sp.min_p = 0.0f;
@@ -115,6 +122,22 @@ int gen_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_flags *g
         if ((r = ival(cmd, argc, argv, i, 0, UINT32_MAX, &n)) > 0) g->sp.seed = (uint32_t)n;
         return r;
     }
+    if (!strcmp(a, "--spec")) {
+        const char *v = cli_need_value(cmd, argc, argv, i);
+        if (!v) return -1;
+        int m = spec_mode_parse(v);
+        if (m < 0) {
+            cli_fail(cmd, 2, "--spec expects none, lookup, mtp or auto, got '%s'", v);
+            return -1;
+        }
+        g->spec = (spec_mode)m;
+        g->spec_set = true;
+        return 1;
+    }
+    if (!strcmp(a, "--draft-max")) {
+        if ((r = ival(cmd, argc, argv, i, 1, SPEC_DRAFT_MAX, &n)) > 0) g->draft_max = (int)n;
+        return r;
+    }
     if (!strcmp(a, "--stop")) {
         const char *v = cli_need_value(cmd, argc, argv, i);
         if (!v) return -1;
@@ -130,6 +153,17 @@ int gen_flags_parse(const char *cmd, int argc, char **argv, int *i, gen_flags *g
         return 1;
     }
     return 0;
+}
+
+int gen_spec_check(const char *cmd, gen_flags *g, const gen_model_flags *mf, session_model *m) {
+    engine *e = session_model_engine(m);
+    if (!g->spec_set && mf->route_bias > 0) g->spec = SPEC_NONE;
+    if (g->spec != SPEC_MTP || engine_has_mtp(e)) return 0;
+    if (engine_hparams(e)->n_nextn > 0)
+        return cli_fail(cmd, 2, "--spec mtp: the %s backend has no MTP head forward yet (use --spec lookup or auto, "
+                        "or --backend cpu)", engine_backend_name(e));
+    return cli_fail(cmd, 2, "--spec mtp: this model has no MTP head (no blk.N.nextn.* tensors); use --spec lookup "
+                    "or auto");
 }
 
 char *gen_read_file(const char *path, size_t *len) {

@@ -15,6 +15,9 @@ typedef struct {
     sampler_params sp;
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
+    spec_mode spec;      /* --spec (default auto; none with --route-bias) */
+    bool spec_set;       /* --spec was given */
+    int draft_max;       /* --draft-max (0 = 8) */
 } gen_flags;
 
 /* generate: greedy unless --temp; chat: temperature 0.7, top-k 40, top-p 0.95, min-p 0. */
@@ -43,6 +46,12 @@ session_model *gen_model_open(const gen_model_flags *mf, const char *model);
 /* A session with the expert cache the flags ask for (the plan is one line on stderr when
  * verbose: mode, budget, why). NULL with rl_lasterr set. */
 session *gen_session_new(const gen_model_flags *mf, session_model *m, int n_ctx, int n_batch, bool verbose);
+
+/* Settle --spec: the default (auto) turns off under --route-bias (cache-aware routing and
+ * speculation exclude each other; an explicit --spec with it is refused by the session);
+ * --spec mtp on a model or backend without an MTP head prints a one-line usage error and
+ * returns 2 (0 when the flags can run). */
+int gen_spec_check(const char *cmd, gen_flags *g, const gen_model_flags *mf, session_model *m);
 
 /* Read a whole file (NUL terminated). NULL with rl_lasterr set. */
 char *gen_read_file(const char *path, size_t *len);

@@ -118,22 +118,44 @@ static void test_lookup_64k(void) {
 }
 
 /* ---- identity on the fixtures -------------------------------------------------------------- */
+/* The test's emit path: what a plain decoder does with a sampled token, in the session's order
+ * (end of generation, penalty history, record, stop, n_predict, context end, cancel). */
 typedef struct {
     int32_t toks[512];
     int n;
-    int stop_at;       /* sink: stop after this many tokens (0: never) */
-    int cancel_at;     /* set *cancel after this many tokens */
+    sampler *smp;
+    long long n_predict;
+    int n_ctx;
+    int stop_at;       /* stop after this many tokens (0: never) */
+    int cancel_at;     /* set cancel after this many tokens */
     int32_t eog;       /* this id is an end-of-generation token (-1: none) */
     volatile sig_atomic_t cancel;
+    int evaluated;     /* tokens reported kept */
 } sink_state;
 
-static bool t_is_eog(void *ud, int32_t t) { return t == ((sink_state *)ud)->eog; }
-static int t_emit(void *ud, int32_t t) {
+enum { END_EOG = 1, END_STOP, END_LENGTH, END_CONTEXT, END_CANCEL };
+
+static int t_emit(void *ud, int32_t t, int pos) {
     sink_state *s = ud;
+    if (t == s->eog) return END_EOG;
+    sampler_accept(s->smp, t);
     if (s->n < 512) s->toks[s->n] = t;
     s->n++;
     if (s->cancel_at && s->n == s->cancel_at) s->cancel = 1;
-    return s->stop_at && s->n == s->stop_at ? 7 : 0;
+    if (s->stop_at && s->n == s->stop_at) return END_STOP;
+    if (s->n_predict >= 0 && s->n >= s->n_predict) return END_LENGTH;
+    if (pos >= s->n_ctx) return END_CONTEXT;
+    if (s->cancel) return END_CANCEL;
+    return 0;
+}
+
+static int t_kept(void *ud, const int32_t *t, int n) {
+    sink_state *s = ud;
+    /* kept tokens are the emitted ones, in order */
+    for (int i = 0; i < n; i++)
+        if (s->evaluated + i >= s->n || s->toks[(s->evaluated + i) % 512] != t[i]) return rl_seterr("kept token %d is not the emitted one", s->evaluated + i);
+    s->evaluated += n;
+    return 0;
 }
 
 typedef struct {
@@ -200,12 +222,17 @@ static void run_job(rig *g, const job *j, int mode, int dmax, outcome *o) {
     o->sk.stop_at = j->stop_at;
     o->sk.cancel_at = j->cancel_at;
     o->sk.eog = j->eog;
+    o->sk.smp = smp;
+    o->sk.n_predict = j->n_predict;
+    o->sk.n_ctx = engine_n_ctx(g->c);
     o->rc = engine_prefill(g->c, j->prompt, j->n_prompt, o->lg_end);
     CHECK(o->rc == 0, "prefill: %s", rl_lasterr());
-    spec_sink sink = {.is_eog = t_is_eog, .emit = t_emit, .ud = &o->sk, .cancel = &o->sk.cancel};
+    spec_sink sink = {.emit = t_emit, .kept = t_kept, .ud = &o->sk};
     spec_params p = {.mode = mode, .draft_max = dmax, .n_predict = j->n_predict};
     o->rc = spec_run(g->sp, smp, o->lg_end, j->prompt, j->n_prompt, &p, &sink, &o->r);
     o->pos = engine_pos(g->c);
+    CHECK(o->sk.evaluated == o->r.n_evaluated && o->pos == j->n_prompt + o->r.n_evaluated,
+          "kept %d, evaluated %lld, position %d", o->sk.evaluated, o->r.n_evaluated, o->pos);
     int32_t next = o->sk.n > 0 ? o->sk.toks[(o->sk.n - 1) % 512] : 11;
     if (o->pos < engine_n_ctx(g->c) && engine_step(g->c, next, o->lg_next) == 0) o->next_draw = sampler_sample(smp, o->lg_next);
     sampler_free(smp);
@@ -219,9 +246,9 @@ static void outcome_free(outcome *o) {
 static int g_cases, g_bad;
 
 static bool same_outcome(const outcome *a, const outcome *b, int V, const char *what) {
-    bool ok = a->rc == b->rc && a->r.end == b->r.end && a->sk.n == b->sk.n &&
+    bool ok = a->rc == b->rc && a->r.sink_code == b->r.sink_code && a->sk.n == b->sk.n &&
               !memcmp(a->sk.toks, b->sk.toks, sizeof(int32_t) * (size_t)(a->sk.n < 512 ? a->sk.n : 512)) &&
-              a->r.n_evaluated == b->r.n_evaluated && a->r.n_emitted == b->r.n_emitted && a->pos == b->pos &&
+              a->r.n_evaluated == b->r.n_evaluated && a->r.n_sampled == b->r.n_sampled && a->pos == b->pos &&
               !memcmp(a->lg_end, b->lg_end, sizeof(float) * (size_t)V) &&
               !memcmp(a->lg_next, b->lg_next, sizeof(float) * (size_t)V) && a->next_draw == b->next_draw;
     g_cases++;
@@ -233,7 +260,7 @@ static bool same_outcome(const outcome *a, const outcome *b, int V, const char *
             fprintf(stderr,
                     "  %s: end %d/%d, %d/%d tokens (first difference at %d), pos %d/%d, evaluated %lld/%lld, "
                     "end logits %s, next logits %s\n",
-                    what, a->r.end, b->r.end, a->sk.n, b->sk.n, first, a->pos, b->pos, a->r.n_evaluated,
+                    what, a->r.sink_code, b->r.sink_code, a->sk.n, b->sk.n, first, a->pos, b->pos, a->r.n_evaluated,
                     b->r.n_evaluated, memcmp(a->lg_end, b->lg_end, sizeof(float) * (size_t)V) ? "differ" : "same",
                     memcmp(a->lg_next, b->lg_next, sizeof(float) * (size_t)V) ? "differ" : "same");
         }
@@ -308,7 +335,8 @@ static void identity(const char *path, bool bounded, bool has_mtp) {
             if (pi >= 2) repetitive(&j.sp);
             outcome plain;
             run_job(&g, &j, SPEC_DRAFT_NONE, 0, &plain);
-            CHECK(plain.rc == 0 && plain.r.n_verifies == 0 && plain.r.n_emitted == 40, "plain run");
+            CHECK(plain.rc == 0 && plain.r.n_verifies == 0 && plain.sk.n == 40 && plain.r.sink_code == END_LENGTH,
+                  "plain run");
             for (int mi = 0; mi < 3; mi++) {
                 if (modes[mi] == SPEC_DRAFT_MTP && !has_mtp) {
                     CHECK(spec_check(g.sp, SPEC_DRAFT_MTP, 4) == -1 && strstr(rl_lasterr(), "no MTP head"),
@@ -406,10 +434,10 @@ static void failed_verify(const char *path) {
         sampler *smp = sampler_new(&j.sp, g.V);
         for (int i = 0; i < j.n_prompt; i++) sampler_accept(smp, j.prompt[i]);
         float *lg = malloc(sizeof(float) * (size_t)g.V);
-        sink_state sk = {.eog = -1};
+        sink_state sk = {.eog = -1, .smp = smp, .n_predict = 40, .n_ctx = engine_n_ctx(g.c)};
         CHECK(engine_prefill(g.c, j.prompt, j.n_prompt, lg) == 0, "prefill");
         expert_cache_set_fault(g.ec, EC_FAULT_EIO, nth);
-        spec_sink sink = {.is_eog = t_is_eog, .emit = t_emit, .ud = &sk};
+        spec_sink sink = {.emit = t_emit, .kept = t_kept, .ud = &sk};
         spec_params p = {.mode = SPEC_DRAFT_LOOKUP, .draft_max = 8, .n_predict = 40};
         spec_result r;
         int rc = spec_run(g.sp, smp, lg, j.prompt, j.n_prompt, &p, &sink, &r);
@@ -419,8 +447,19 @@ static void failed_verify(const char *path) {
                   "fault %llu: tokens differ", (unsigned long long)nth);
         } else {
             failures++;
-            CHECK(r.end == SPEC_END_ERROR && r.n_evaluated == r.n_emitted - 1, "fault: evaluated %lld of %lld",
-                  r.n_evaluated, r.n_emitted);
+            CHECK(r.sink_code == 0 && r.n_evaluated == sk.n - 1 && sk.evaluated == sk.n - 1,
+                  "fault: evaluated %lld of %d", r.n_evaluated, sk.n);
+            /* the logits are still those of the last token held */
+            engine_ctx *c1 = engine_ctx_new(g.e, &(engine_ctx_params){.n_ctx = 640, .n_batch = 16});
+            float *lg1 = malloc(sizeof(float) * (size_t)g.V);
+            int32_t held[640];
+            memcpy(held, j.prompt, sizeof(int32_t) * (size_t)j.n_prompt);
+            memcpy(held + j.n_prompt, sk.toks, sizeof(int32_t) * (size_t)(sk.n - 1));
+            CHECK(engine_prefill(c1, held, j.n_prompt + sk.n - 1, lg1) == 0, "prefill 1");
+            CHECK(!memcmp(lg, lg1, sizeof(float) * (size_t)g.V), "fault %llu: logits after the failure are not the "
+                  "held token's", (unsigned long long)nth);
+            free(lg1);
+            engine_ctx_free(c1);
             CHECK(engine_pos(g.c) == j.n_prompt + r.n_evaluated, "fault: position %d", engine_pos(g.c));
             CHECK(sk.n <= plain.sk.n && !memcmp(sk.toks, plain.sk.toks, sizeof(int32_t) * (size_t)sk.n),
                   "fault: emitted tokens differ from plain decoding");
