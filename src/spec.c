@@ -11,6 +11,28 @@
 #define LOOKUP_LONG 8       /* auto: a lookup match this long beats the MTP head */
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
 #define K_START 3           /* adaptive K starts here (capped by draft_max) */
+#define MISS_LIMIT 3        /* verifies in a row with nothing accepted before a source pauses */
+#define PAUSE_MIN 4         /* ... for this many tokens, doubling up to PAUSE_MAX while it fails */
+#define PAUSE_MAX 128
+
+/* Per draft source: adaptive K, and a pause when its drafts keep failing (a verify costs more
+ * than a step: drafts that are never accepted only slow decoding down). */
+typedef struct {
+    int k, miss, pause, pause_len;
+} src_state;
+
+static void src_update(src_state *q, int K, int acc, int dmax) {
+    /* K: grow after a fully accepted verify, else follow the accepted run */
+    q->k = acc == K ? (q->k + 1 < dmax ? q->k + 1 : dmax) : (acc + 1 < q->k ? acc + 1 : q->k);
+    if (acc > 0) {
+        q->miss = 0;
+        q->pause_len = PAUSE_MIN;
+    } else if (++q->miss >= MISS_LIMIT) {
+        q->pause = q->pause_len;
+        q->pause_len = q->pause_len * 2 < PAUSE_MAX ? q->pause_len * 2 : PAUSE_MAX;
+        q->miss = 0;
+    }
+}
 
 const char *spec_mode_name(int mode) {
     static const char *const n[] = {"none", "lookup", "mtp", "auto"};
@@ -325,7 +347,7 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         const float *h = rows > 0 ? engine_last_hidden(c, rows - 1) : NULL;
         if (h) memcpy(s->lasth, h, sizeof(float) * D), s->have_lasth = true;
     }
-    int k_lookup = min_i(K_START, dmax), k_mtp = min_i(K_START, dmax);
+    src_state qs_l = {.k = min_i(K_START, dmax), .pause_len = PAUSE_MIN}, qs_m = qs_l;
     int32_t rows[SPEC_DRAFT_MAX + 1];
     int32_t u;
     long long n_go = 0; /* tokens the sink took with 0 */
@@ -341,12 +363,15 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         if (use_mtp && s->have_lasth) pend_push(s, s->lasth, u);
         int nd = 0, src = SPEC_DRAFT_NONE, committed = 0, match = 0;
         int32_t *d = rows + 1;
-        if (kcap > 0 && use_lookup) {
-            nd = spec_lookup_draft(s->lk, min_i(k_lookup, kcap), d, &match);
+        if (qs_l.pause > 0) qs_l.pause--;
+        if (qs_m.pause > 0) qs_m.pause--;
+        if (kcap > 0 && use_lookup && qs_l.pause == 0) {
+            nd = spec_lookup_draft(s->lk, min_i(qs_l.k, kcap), d, &match);
             if (nd) src = SPEC_DRAFT_LOOKUP;
         }
-        if (kcap > 0 && use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG))) {
-            int nm = mtp_draft(s, smp, min_i(k_mtp, kcap), d, &committed, &use_mtp);
+        if (kcap > 0 && use_mtp && qs_m.pause == 0 &&
+            (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG))) {
+            int nm = mtp_draft(s, smp, min_i(qs_m.k, kcap), d, &committed, &use_mtp);
             if (nm) nd = nm, src = SPEC_DRAFT_MTP;
         }
         rows[0] = u;
@@ -414,16 +439,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
             memcpy(s->lasth, s->vhid + (size_t)last * D, sizeof(float) * D);
             s->have_lasth = true;
         }
-        /* adaptive K: grow after a fully accepted verify, else follow the accepted run */
-        if (st == 0) {
-            int *k = src == SPEC_DRAFT_MTP ? &k_mtp : &k_lookup;
-            *k = acc == K ? min_i(dmax, *k + 1) : (acc + 1 < *k ? acc + 1 : *k);
-        }
+        if (st == 0) src_update(src == SPEC_DRAFT_MTP ? &qs_m : &qs_l, K, acc, dmax);
     }
-    r->k_final = use_mtp ? k_mtp : k_lookup;
+    r->k_final = use_mtp ? qs_m.k : qs_l.k;
     return st < 0 ? -1 : 0;
 fail:
-    r->k_final = use_mtp ? k_mtp : k_lookup;
+    r->k_final = use_mtp ? qs_m.k : qs_l.k;
     r->sink_code = 0;
     return -1;
 }
