@@ -84,6 +84,7 @@ def main():
     ap.add_argument("--verify-model", default=None, help="GGUF for the K-row verify cost (verify-check)")
     ap.add_argument("--verify-n", type=int, default=200)
     ap.add_argument("--verify-cache-mib", default=None)
+    ap.add_argument("--verify-rounds", type=int, default=5, help="timing rounds of verify-check (default 5)")
     ap.add_argument("--out", default=None, help="markdown report (default: print)")
     a = ap.parse_args()
 
@@ -121,7 +122,8 @@ def main():
 
     verify = None
     if a.verify_model:
-        cmd = [a.bin, "verify-check", "-m", a.verify_model, "--json", "-n", str(a.verify_n)]
+        cmd = [a.bin, "verify-check", "-m", a.verify_model, "--json", "-n", str(a.verify_n), "--timing",
+               str(a.verify_rounds)]
         if a.threads:
             cmd += ["-t", str(a.threads)]
         if a.verify_cache_mib:
@@ -148,10 +150,24 @@ def main():
                      f"{tpv:.2f} | {'yes' if same else '**NO**'} |")
     if verify:
         lines += ["", f"K-row verify cost (`redlite verify-check -m {a.verify_model} -n {a.verify_n}`, cache "
-                      f"{verify['cache']}, ok = {verify['ok']}): one step {verify['step_ms']:.1f} ms", "",
-                  "| rows | verify ms | / step |", "|---:|---:|---:|"]
+                      f"{verify['cache']}, bit-identical: {verify['ok']}): one step {verify['step_ms']:.1f} ms mean, "
+                      f"{verify['step_min_ms']:.1f} ms min. The minimum is the better estimate of the cost on a "
+                      "shared machine (interference only adds).", "",
+                  "| rows | verify ms (mean) | / step (mean) | verify ms (min) | / step (min) |",
+                  "|---:|---:|---:|---:|---:|"]
         for k, ms in sorted(verify["verify_ms"].items(), key=lambda kv: int(kv[0])):
-            lines.append(f"| {k} | {ms:.1f} | {ms / verify['step_ms']:.2f} |")
+            mn = verify["verify_min_ms"][k]
+            lines.append(f"| {k} | {ms:.1f} | {ms / verify['step_ms']:.2f} | {mn:.1f} | "
+                         f"{mn / verify['step_min_ms']:.2f} |")
+        t = verify.get("timing")
+        if t:
+            lines += ["", f"Timing rounds at one position ({t['rounds']} rounds, rows interleaved, snapshots as the "
+                          "loop takes them: rows 0..K-1):", "",
+                      "| rows | median ms | / step | min ms | / step |", "|---:|---:|---:|---:|---:|"]
+            m1, n1 = t["median_ms"]["1"], t["min_ms"]["1"]
+            for k in sorted(t["median_ms"], key=int):
+                lines.append(f"| {k} | {t['median_ms'][k]:.1f} | {t['median_ms'][k] / m1:.2f} | "
+                             f"{t['min_ms'][k]:.1f} | {t['min_ms'][k] / n1:.2f} |")
     text = "\n".join(lines) + "\n"
     if a.out:
         Path(a.out).write_text(text)

@@ -90,7 +90,7 @@ def test_generate_identity(model, cache, prompt, smp):
     assert plain["n_generated"] == 40 and plain["n_drafted"] == 0 and plain["n_verifies"] == 0
     modes = ["lookup", "auto"] + (["mtp"] if model == "tiny-b" else [])
     for mode in modes:
-        for k in ("2", "8"):
+        for k in (("2", "8") if prompt == "repetitive" else ("8",)):
             out = gen(path, mode, args + ["--draft-max", k])
             assert out["generated_ids"] == plain["generated_ids"], f"--spec {mode} --draft-max {k} changed the tokens"
             assert out["text"] == plain["text"] and out["stop_reason"] == plain["stop_reason"]

@@ -45,6 +45,9 @@ static void usage(FILE *out) {
             "  -t, --threads N        threads (default: all CPUs)\n"
             "  --reference            CPU double-precision reference arithmetic\n"
             "  --seed S               seed of the token sequence (default 1)\n"
+            "  --timing R             after the check, time R rounds of one step and of 2..K+1-row\n"
+            "                         verifies at the same position (interleaved; snapshots as the\n"
+            "                         speculative loop takes them), report min and median\n"
             "  --json                 one JSON object on stdout\n"
             "  -h, --help             this help\n");
 }
@@ -77,7 +80,7 @@ typedef struct {
 
 int cmd_verify_check(int argc, char **argv) {
     const char *model = NULL, *backend = NULL, *cache = NULL;
-    long long n = 200, dmax = 8, threads = 0, seed = 1;
+    long long n = 200, dmax = 8, threads = 0, seed = 1, timing = 0;
     bool json = false, reference = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -99,6 +102,8 @@ int cmd_verify_check(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, UINT32_MAX, &seed))
                 return 2;
+        } else if (!strcmp(a, "--timing")) {
+            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 1000, &timing)) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--reference")) {
@@ -140,26 +145,35 @@ int cmd_verify_check(int argc, char **argv) {
     for (long long i = 0; i < n; i++) tok[i] = (int32_t)(xs_next(&st) % V);
 
     /* the reference: one step per token (poisoned first, so an unwritten row fails) */
-    double t0 = rl_now();
+    /* times: the mean, and the minimum (the best estimate of the cost itself on a shared,
+     * noisy machine: interference only ever adds) */
+    double t0 = rl_now(), step_min = 1e30;
     for (long long p = 0; p < n; p++) {
         float *row = plain + (size_t)p * V;
         for (size_t j = 0; j < V; j++) row[j] = NAN;
+        double ts = rl_now();
         if (engine_step(c, tok[p], row)) goto fail;
+        ts = rl_now() - ts;
+        if (p > 0 && ts < step_min) step_min = ts; /* the first step pays first touches */
     }
     double t_steps = rl_now() - t0;
+    if (step_min > 1e29) step_min = t_steps;
     engine_reset(c);
 
     /* the verifies: (K rows, restore to row r) pairs in order, K = 1..dmax, r = 0..K-1 */
     mismatch mm = {0};
     int k = 1, r = 0, p = 0, n_verifies = 0, n_restores = 0, pairs = 0, prev_r = -1;
     long long rows = 0;
-    double t_verify[10] = {0};
+    double t_verify[10] = {0}, v_min[10];
+    for (int i = 0; i < 10; i++) v_min[i] = 1e30;
     int n_k[10] = {0};
     while (p + k <= n && !mm.found) {
         for (size_t j = 0; j < V * (size_t)k; j++) vl[j] = NAN;
         double tv = rl_now();
         if (engine_verify(c, tok + p, k, vl, snaps)) goto fail;
-        t_verify[k] += rl_now() - tv;
+        tv = rl_now() - tv;
+        t_verify[k] += tv;
+        if (tv < v_min[k]) v_min[k] = tv;
         n_k[k]++;
         n_verifies++;
         for (int i = 0; i < k; i++) {
@@ -194,6 +208,45 @@ int cmd_verify_check(int argc, char **argv) {
         if (memcmp(vl, plain + (size_t)p * V, sizeof(float) * V))
             mm = (mismatch){.found = true, .pos = p, .k = 1, .row = 0, .restored_row = prev_r, .verify_index = -1};
     }
+    /* timing rounds: rows 1 (a step) .. K at the current position, restored after each */
+    double *tm = NULL; /* [timing][K] seconds */
+    if (!mm.found && timing > 0) {
+        tm = malloc(sizeof(double) * (size_t)timing * (size_t)K);
+        engine_snapshot *base = engine_snapshot_new(c);
+        if (!tm || !base || engine_snapshot_save(c, base)) {
+            engine_snapshot_free(base);
+            goto fail;
+        }
+        int p0 = engine_pos(c);
+        int32_t rowtok[9];
+        for (int i = 0; i < K; i++) rowtok[i] = tok[(p0 + i) % n];
+        for (long long rep = 0; rep < timing; rep++)
+            for (int rows = 1; rows <= K; rows++) {
+                engine_snapshot *sn[9];
+                for (int i = 0; i < rows; i++) sn[i] = i < rows - 1 ? snaps[i] : NULL;
+                double tv = rl_now();
+                int e1 = rows == 1 ? engine_step(c, rowtok[0], vl) : engine_verify(c, rowtok, rows, vl, sn);
+                tm[rep * K + rows - 1] = rl_now() - tv;
+                if (e1 || engine_snapshot_restore(c, base)) {
+                    engine_snapshot_free(base);
+                    goto fail;
+                }
+            }
+        engine_snapshot_free(base);
+    }
+    double t_min[9] = {0}, t_med[9] = {0};
+    for (int rows = 1; tm && rows <= K; rows++) {
+        double col[1000];
+        for (long long rep = 0; rep < timing; rep++) col[rep] = tm[rep * K + rows - 1];
+        for (long long x = 1; x < timing; x++) /* insertion sort: timing <= 1000 */
+            for (long long y = x; y > 0 && col[y] < col[y - 1]; y--) {
+                double t = col[y];
+                col[y] = col[y - 1], col[y - 1] = t;
+            }
+        t_min[rows - 1] = col[0];
+        t_med[rows - 1] = timing % 2 ? col[timing / 2] : 0.5 * (col[timing / 2 - 1] + col[timing / 2]);
+    }
+    free(tm);
     int total_pairs = K * (K + 1) / 2;
     double step_ms = 1e3 * t_steps / (double)n;
     expert_cache *ec = session_expert_cache(S);
@@ -214,6 +267,7 @@ int cmd_verify_check(int argc, char **argv) {
         json_kv_int(&j, "pairs_covered", pairs < total_pairs ? pairs : total_pairs);
         json_kv_int(&j, "pairs_total", total_pairs);
         json_kv_num(&j, "step_ms", step_ms);
+        json_kv_num(&j, "step_min_ms", 1e3 * step_min);
         json_key(&j, "verify_ms");
         json_obj_begin(&j);
         for (int i = 1; i <= K; i++) {
@@ -223,6 +277,31 @@ int cmd_verify_check(int argc, char **argv) {
             json_kv_num(&j, key, 1e3 * t_verify[i] / n_k[i]);
         }
         json_obj_end(&j);
+        json_key(&j, "verify_min_ms");
+        json_obj_begin(&j);
+        for (int i = 1; i <= K; i++) {
+            if (!n_k[i]) continue;
+            char key[8];
+            snprintf(key, sizeof key, "%d", i);
+            json_kv_num(&j, key, 1e3 * v_min[i]);
+        }
+        json_obj_end(&j);
+        if (timing > 0 && !mm.found) {
+            json_key(&j, "timing");
+            json_obj_begin(&j);
+            json_kv_int(&j, "rounds", timing);
+            for (int pass = 0; pass < 2; pass++) {
+                json_key(&j, pass ? "median_ms" : "min_ms");
+                json_obj_begin(&j);
+                for (int rows = 1; rows <= K; rows++) {
+                    char key[8];
+                    snprintf(key, sizeof key, "%d", rows);
+                    json_kv_num(&j, key, 1e3 * (pass ? t_med : t_min)[rows - 1]);
+                }
+                json_obj_end(&j);
+            }
+            json_obj_end(&j);
+        }
         json_key(&j, "first_mismatch");
         if (mm.found) {
             json_obj_begin(&j);
@@ -247,10 +326,18 @@ int cmd_verify_check(int argc, char **argv) {
                "pairs), %lld rows bit-identical to %lld steps (backend %s, experts %s)\n",
                n_verifies, K, n_restores, pairs < total_pairs ? pairs : total_pairs, total_pairs, rows, n,
                engine_backend_name(e), cmode);
-        printf("timing: step %.2f ms", step_ms);
+        printf("timing (mean / min): step %.2f / %.2f ms", step_ms, 1e3 * step_min);
         for (int i = 1; i <= K; i++)
-            if (n_k[i]) printf(" | %d rows %.2f ms (%.2fx)", i, 1e3 * t_verify[i] / n_k[i], 1e3 * t_verify[i] / n_k[i] / step_ms);
+            if (n_k[i])
+                printf(" | %d rows %.2f / %.2f ms (%.2fx / %.2fx)", i, 1e3 * t_verify[i] / n_k[i], 1e3 * v_min[i],
+                       1e3 * t_verify[i] / n_k[i] / step_ms, v_min[i] / step_min);
         printf("\n");
+        if (timing > 0) {
+            printf("timing, %lld rounds at one position (median, relative to the median step):", timing);
+            for (int rows = 1; rows <= K; rows++)
+                printf(" %d rows %.2f ms (%.2fx)%s", rows, 1e3 * t_med[rows - 1], t_med[rows - 1] / t_med[0],
+                       rows < K ? " |" : "\n");
+        }
     }
     if (mm.found) {
         if (mm.verify_index < 0)

@@ -9,8 +9,8 @@
  *     state and KV rows), and the same sampler state (one more draw), with full residency and a
  *     bounded expert cache at its minimum budget; over random, repetitive and periodic prompts,
  *     with drafts actually accepted (else the test proves nothing);
- *   - stops inside a verify: n_predict, a sink stop, an end-of-generation token and a cancel at
- *     every token index leave the context exactly as plain decoding does;
+ *   - stops inside a verify: n_predict, a sink stop, an end-of-generation token, a cancel and the
+ *     context end at every token index leave the context exactly as plain decoding does;
  *   - a failed verify (injected read error in the bounded cache) leaves the context as it was:
  *     the failed token is evaluated again by a plain step and matches. */
 #include <math.h>
@@ -174,12 +174,15 @@ typedef struct {
     int V;
 } rig;
 
-static int rig_open(rig *g, const char *path, bool bounded) {
+static int rig_open_ctx(rig *g, const char *path, bool bounded, int n_ctx);
+static int rig_open(rig *g, const char *path, bool bounded) { return rig_open_ctx(g, path, bounded, 640); }
+
+static int rig_open_ctx(rig *g, const char *path, bool bounded, int n_ctx) {
     memset(g, 0, sizeof *g);
     g->e = engine_open(path, &(engine_params){.n_threads = 1});
     if (!g->e) return -1;
     g->V = engine_hparams(g->e)->n_vocab;
-    g->c = engine_ctx_new(g->e, &(engine_ctx_params){.n_ctx = 640, .n_batch = 16});
+    g->c = engine_ctx_new(g->e, &(engine_ctx_params){.n_ctx = n_ctx, .n_batch = 16});
     if (!g->c) return -1;
     if (bounded) {
         const q3n_model *m = engine_model(g->e);
@@ -407,6 +410,28 @@ static void stops(const char *path, bool has_mtp) {
                 outcome_free(&b);
             }
         }
+    /* the context end inside a verify: contexts of prompt + 1 .. prompt + 11 positions */
+    for (int at = 1; at <= 11; at++) {
+        rig g2;
+        if (rig_open_ctx(&g2, path, false, base.n_prompt + at)) {
+            CHECK(0, "open: %s", rl_lasterr());
+            rig_close(&g2);
+            break;
+        }
+        job j = base;
+        j.n_predict = -1;
+        outcome a, b;
+        run_job(&g2, &j, SPEC_DRAFT_NONE, 0, &a);
+        run_job(&g2, &j, mode, 8, &b);
+        CHECK(a.r.sink_code == END_CONTEXT, "context end expected, got %d", a.r.sink_code);
+        char what[128];
+        snprintf(what, sizeof what, "%s context end at %d", path, at);
+        same_outcome(&b, &a, g2.V, what);
+        verifies += b.r.n_verifies;
+        outcome_free(&a);
+        outcome_free(&b);
+        rig_close(&g2);
+    }
     CHECK(g_bad == bad0, "%s: %d stop cases differ from plain decoding", path, g_bad - bad0);
     CHECK(verifies > 0, "no verifies in the stop cases");
     outcome_free(&ref);
