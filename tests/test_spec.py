@@ -101,6 +101,11 @@ def test_generate_identity(model, cache, prompt, smp):
                 assert out["n_drafted"] > 0 and out["n_verifies"] > 0
 
 
+def test_default_is_lookup():
+    out = json.loads(rl("generate", "-m", TINY_B, "--raw", "-p", "a b a b a b", "-n", "4", "--json").stdout)
+    assert out["spec"] == "lookup"
+
+
 def test_spec_usage_errors():
     r = rl("generate", "-m", TINY_A, "-p", "hi", "--spec", "mtp", check=False)
     assert r.returncode == 2 and b"no MTP head" in r.stderr
@@ -111,7 +116,7 @@ def test_spec_usage_errors():
     r = rl("generate", "-m", TINY_B, "-p", "hi", "--spec", "lookup", "--cache-mib", "1", "--route-bias", "0.5",
            check=False)
     assert r.returncode == 1 and b"exact routing" in r.stderr
-    for spec in (["--spec", "none"], []):  # the default (auto) steps aside for cache-aware routing
+    for spec in (["--spec", "none"], []):  # the default (lookup) steps aside for cache-aware routing
         out = json.loads(rl("generate", "-m", TINY_B, "-p", "hi", *spec, "--cache-mib", "1", "--route-bias", "0.5",
                             "-n", "4", "--json").stdout)
         assert out["n_generated"] == 4 and out["spec"] == "none"

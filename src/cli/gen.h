@@ -15,7 +15,7 @@ typedef struct {
     sampler_params sp;
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
-    spec_mode spec;      /* --spec (default auto; none with --route-bias) */
+    spec_mode spec;      /* --spec (default lookup; none with --route-bias) */
     bool spec_set;       /* --spec was given */
     int draft_max;       /* --draft-max (0 = 8) */
 } gen_flags;
@@ -47,7 +47,7 @@ session_model *gen_model_open(const gen_model_flags *mf, const char *model);
  * verbose: mode, budget, why). NULL with rl_lasterr set. */
 session *gen_session_new(const gen_model_flags *mf, session_model *m, int n_ctx, int n_batch, bool verbose);
 
-/* Settle --spec: the default (auto) turns off under --route-bias (cache-aware routing and
+/* Settle --spec: the default (lookup) turns off under --route-bias (cache-aware routing and
  * speculation exclude each other; an explicit --spec with it is refused by the session);
  * --spec mtp on a model or backend without an MTP head prints a one-line usage error and
  * returns 2 (0 when the flags can run). */
