@@ -106,15 +106,19 @@ static int attach_experts(session *s, const session_params *p) {
         if (p->route_bias > 0 || p->route_trace)
             return rl_seterr("--route-bias / --route-trace need the CPU backend (the %s backend keeps every expert "
                              "in device memory)", engine_backend_name(e));
-        if (p->verbose) fprintf(stderr, "expert cache: none: the %s backend holds every expert\n", engine_backend_name(e));
+        if (p->verbose) fprintf(stderr, "expert cache: none; the %s backend holds every expert\n", engine_backend_name(e));
         return 0;
     }
     ec_plan plan;
     if (expert_cache_plan(m, 0, s->n_ctx, spec, &plan)) return -1;
     if (p->verbose) {
-        char b[64] = "";
-        if (plan.mode == EC_BOUNDED) snprintf(b, sizeof b, " %.0f MiB", plan.budget / MiB);
-        fprintf(stderr, "expert cache: %s%s: %s\n", ec_mode_name(plan.mode), b, plan.reason);
+        if (plan.mode == EC_FULL)
+            fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
+        else if (plan.mode == EC_BOUNDED)
+            fprintf(stderr, "expert cache: %.0f MiB keep the most used experts, the others are read from the file "
+                            "when needed (%s)\n", plan.budget / MiB, plan.reason);
+        else
+            fprintf(stderr, "expert cache: none; the experts are paged in from the file mapping (%s)\n", plan.reason);
         if (p->route_bias > 0)
             fprintf(stderr, plan.mode == EC_BOUNDED
                                 ? "expert cache: cache-aware routing, bias %.2f: outputs differ from exact routing\n"
@@ -122,7 +126,7 @@ static int attach_experts(session *s, const session_params *p) {
                     p->route_bias);
     }
     ec_params ecp = {.budget = plan.budget, .route_bias = p->route_bias, .trace_path = p->route_trace,
-                     .progress = p->verbose};
+                     .progress = p->progress || p->verbose};
     if (!(s->ec = expert_cache_new(m, plan.mode, &ecp))) return -1;
     q3n_expert_src src = expert_cache_src(s->ec);
     return engine_set_expert_src(s->c, &src);

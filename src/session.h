@@ -52,6 +52,8 @@ typedef struct {
     float route_bias;        /* > 0: cache-aware routing (changes outputs; refused with spec) */
     const char *route_trace; /* JSON-lines trace of every row's expert choices (or NULL) */
     bool verbose;            /* one-line plan of the expert cache and similar notes on stderr */
+    bool progress;           /* progress bars of long work (the experts' preload) on stderr when it
+                                is a terminal */
     int max_checkpoints;     /* in-memory prefix checkpoints kept (0 = 8, count-capped LRU) */
 } session_params;
 
