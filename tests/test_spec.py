@@ -65,9 +65,10 @@ SAMPLERS = {
     "sampled": ["--temp", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.02", "--repeat-penalty", "1.1",
                 "--frequency-penalty", "0.1", "--seed", "42"],
 }
-# Random models never repeat themselves over a 152K vocabulary; a strongly negative presence
-# penalty (a real sampler setting) makes them reuse the tokens seen: the text lookup copies from.
-REPEAT = ["--presence-penalty", "-100", "--repeat-last-n", "64"]
+# Random models never repeat themselves over a 152K vocabulary; a repeat "penalty" below 1 and a
+# negative presence penalty (real sampler settings) make them reuse the tokens seen: the text
+# lookup copies from.
+REPEAT = ["--repeat-penalty", "0.01", "--presence-penalty", "-2", "--repeat-last-n", "64"]
 
 
 def gen(model, mode, args):
