@@ -94,6 +94,7 @@ void engine_ctx_free(engine_ctx *c) {
 
 int engine_pos(const engine_ctx *c) { return c->pos; }
 int engine_n_ctx(const engine_ctx *c) { return c->n_ctx; }
+int engine_n_batch(const engine_ctx *c) { return c->n_batch; }
 
 void engine_reset(engine_ctx *c) {
     c->e->be->reset(c->bc);
@@ -124,6 +125,7 @@ int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_la
 static void verify_row_state(void *ud, int il, int row, const float *conv, const float *ssm) {
     engine_ctx *c = ud;
     engine_snapshot *s = c->row_snaps[row];
+    if (!s) return; /* the caller does not need this row's state */
     memcpy(s->conv[il], conv, sizeof(float) * s->conv_n);
     memcpy(s->ssm[il], ssm, sizeof(float) * s->ssm_n);
     s->pos = c->verify_pos + row + 1;
@@ -140,8 +142,15 @@ int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, en
     }
     int rc = forward(c, tokens, n, logits, true, &h);
     c->row_snaps = NULL;
+    /* positions set here too, not only per DeltaNet row; the MTP head's position is not touched
+     * by a verify: without this a restore would take the stale value of the snapshot's previous
+     * use and cut the head's KV history */
+    for (int i = 0; rc == 0 && snaps && i < n; i++)
+        if (snaps[i]) snaps[i]->pos = c->verify_pos + i + 1, snaps[i]->mtp_pos = c->mtp_pos;
     return rc;
 }
+
+int engine_last_rows(const engine_ctx *c) { return c->hidden_rows; }
 
 const float *engine_last_hidden(const engine_ctx *c, int row) {
     if (row < 0 || row >= c->hidden_rows) return NULL;

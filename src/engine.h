@@ -52,6 +52,8 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p);
 void engine_ctx_free(engine_ctx *c);
 int engine_pos(const engine_ctx *c);
 int engine_n_ctx(const engine_ctx *c);
+/* Rows one prefill chunk / verify may hold (engine_ctx_params.n_batch after defaults). */
+int engine_n_batch(const engine_ctx *c);
 /* Clear the sequence (position 0, zero state). */
 void engine_reset(engine_ctx *c);
 
@@ -64,11 +66,15 @@ int engine_step(engine_ctx *c, int32_t token, float *logits);
 int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_last);
 /* Multi-row verify: n tokens (n <= n_batch) in one pass; logits: n x n_vocab (each row
  * identical to single steps); snaps (optional, n entries from engine_snapshot_new): snaps[i]
- * receives the state after token i, so a verifier can roll back to any accepted prefix. */
+ * receives the state after token i (position and MTP position included), so a verifier can
+ * roll back to any accepted prefix. A NULL entry skips that row's copy (a speculative loop
+ * never needs the last row's: keeping every row is the state the verify ends in). */
 int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps);
 /* Final-norm hidden states of the last forward's rows are kept for MTP drafting:
  * returns a pointer to row `row` (D floats) of the last call, or NULL. */
 const float *engine_last_hidden(const engine_ctx *c, int row);
+/* Rows of the last forward whose hidden states engine_last_hidden serves (0 after a restore). */
+int engine_last_rows(const engine_ctx *c);
 
 /* MTP drafting (models with a blk.N.nextn.* block): run the MTP head on n pairs
  * (hidden[i], next_tokens[i]) — hidden[i] the final-norm state of position p (engine_last_hidden),

@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "expert_cache.h"
+#include "spec.h"
 
 #define MiB 1048576.0
 
@@ -50,6 +51,8 @@ struct session {
     checkpoint *ck;
     int max_ck;
     uint64_t tick;
+    float route_bias;   /* cache-aware routing asked for (speculation refuses it) */
+    spec *sp;           /* speculative decoding state (created on first use) */
 };
 
 /* ---- model -------------------------------------------------------------------------------- */
@@ -145,6 +148,7 @@ session *session_new(session_model *m, const session_params *p) {
     s->m = m;
     m->n_sessions++; /* session_free decrements */
     s->verbose = p->verbose;
+    s->route_bias = p->route_bias;
     s->max_ck = p->max_checkpoints < 0 ? 0 : p->max_checkpoints ? p->max_checkpoints : 8;
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
@@ -171,6 +175,7 @@ static void ck_drop(checkpoint *k) {
 
 void session_free(session *s) {
     if (!s) return;
+    spec_free(s->sp);
     for (int i = 0; s->ck && i < s->max_ck; i++) ck_drop(&s->ck[i]);
     free(s->ck);
     if (s->c) {
@@ -379,10 +384,11 @@ static int out_text(gen_state *g, int32_t token, const char *t, size_t n, bool *
     return 0;
 }
 
-/* Emit a sampled token: 0 = continue (the caller evaluates it, then samples the next one),
- * 1 = generation ends here (out->reason set; the token, if emitted, is not evaluated),
- * -1 = error. The one path every emitted token takes, whatever loop produced it. */
-static int gen_emit(gen_state *g, int32_t t) {
+/* Emit a sampled token that would be evaluated at position pos: 0 = continue (the caller
+ * evaluates it, then samples the next one), 1 = generation ends here (out->reason set; the
+ * token, if emitted, is not evaluated), -1 = error. The one path every emitted token takes,
+ * whatever loop produced it (a speculative loop's pos runs ahead of hist.n inside a verify). */
+static int gen_emit(gen_state *g, int32_t t, int pos) {
     session_gen_result *r = g->out;
     const session_gen_params *gp = g->gp;
     if (t < 0 || tokenizer_is_eog(g->s->m->tok, t)) {
@@ -408,7 +414,7 @@ static int gen_emit(gen_state *g, int32_t t) {
         r->reason = SESSION_LENGTH;
         return 1;
     }
-    if ((int)g->s->hist.n >= g->s->n_ctx) {
+    if (pos >= g->s->n_ctx) {
         r->reason = SESSION_CONTEXT;
         return 1;
     }
@@ -455,20 +461,44 @@ static int gen_plain(gen_state *g) {
             g->out->reason = SESSION_CANCELLED;
             return 0;
         }
-        int r = gen_emit(g, sampler_sample(g->smp, s->logits));
+        int r = gen_emit(g, sampler_sample(g->smp, s->logits), (int)s->hist.n);
         if (r) return r < 0 ? -1 : 0;
         if (gen_eval(s, g->out->ids.ids[g->out->ids.n - 1])) return -1;
     }
 }
 
-/* The speculative loop plugs in here: draft K tokens (lookup / MTP), engine_verify them with
- * per-row snapshots, sample row by row from the verify logits with g->smp, pass each sampled
- * token through gen_emit (stopping at the first mismatch or at a stop condition), restore the
- * snapshot of the last accepted row and record the accepted tokens in the history
- * (ck_invalidate + hist_append) — so the tokens and the text equal gen_plain's. */
+/* The speculative loop (src/spec.h): it drafts and verifies; every sampled token goes through
+ * gen_emit, the rows a step or verify writes drop the checkpoints they overwrite, and the kept
+ * rows join the history, so the tokens, the text and the sequence equal gen_plain's. */
+static int spec_emit(void *ud, int32_t t, int pos) { return gen_emit(ud, t, pos); }
+static void spec_will_write(void *ud, int pos, const int32_t *t, int n) {
+    gen_state *g = ud;
+    ck_invalidate(g->s, pos, t, n);
+}
+static int spec_kept(void *ud, const int32_t *t, int n) { return hist_append(((gen_state *)ud)->s, t, n); }
+
 static int gen_spec(gen_state *g) {
-    (void)g;
-    return rl_seterr("speculative decoding is not available yet in this build: use --spec none");
+    session *s = g->s;
+    const session_gen_params *gp = g->gp;
+    _Static_assert((int)SPEC_LOOKUP == SPEC_DRAFT_LOOKUP && (int)SPEC_MTP == SPEC_DRAFT_MTP &&
+                       (int)SPEC_AUTO == SPEC_DRAFT_AUTO, "spec_mode values");
+    if (s->route_bias > 0 && s->ec && expert_cache_mode(s->ec) == EC_BOUNDED)
+        return rl_seterr("speculative decoding needs exact routing: --route-bias picks experts from the cache "
+                         "state, which a verify changes in another order than steps (use --spec none, or drop "
+                         "--route-bias)");
+    if (!s->sp && !(s->sp = spec_new(s->m->e, s->c))) return -1;
+    if (gp->cancel && *gp->cancel) {
+        g->out->reason = SESSION_CANCELLED;
+        return 0;
+    }
+    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .n_predict = gp->n_predict};
+    spec_sink sink = {.emit = spec_emit, .will_write = spec_will_write, .kept = spec_kept, .ud = g};
+    spec_result r;
+    int rc = spec_run(s->sp, g->smp, s->logits, s->hist.ids, (int)s->hist.n, &p, &sink, &r);
+    g->out->n_drafted = r.n_drafted;
+    g->out->n_accepted = r.n_accepted;
+    g->out->n_verifies = r.n_verifies;
+    return rc;
 }
 
 int session_generate(session *s, const session_gen_params *gp, session_gen_result *out) {

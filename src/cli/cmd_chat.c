@@ -174,16 +174,19 @@ static int turn(chat_state *S, const char *user) {
         goto out;
     }
     session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->o.stops, .n_stops = S->o.n_stops,
-                             .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE};
+                             .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE,
+                             .spec = S->o.spec, .draft_max = S->o.draft_max};
     if (session_generate(S->s, &gp, &g)) goto out;
     if (chat_conv_add(&S->conv, CHAT_ASSISTANT, g.text) < 0) goto out;
     fputc('\n', stdout);
     fflush(stdout);
     if (g.reason == SESSION_CANCELLED) fprintf(stderr, "[stopped]\n");
     if (g.reason == SESSION_CONTEXT) fprintf(stderr, "[context full: /reset to start over]\n");
-    fprintf(stderr, "[prompt %d tok, %.1f tok/s | answer %zu tok, %.1f tok/s | %s]\n", st.n_evaluated,
+    char drafts[64] = "";
+    if (g.n_drafted) snprintf(drafts, sizeof drafts, " | drafts %lld/%lld accepted", g.n_accepted, g.n_drafted);
+    fprintf(stderr, "[prompt %d tok, %.1f tok/s | answer %zu tok, %.1f tok/s%s | %s]\n", st.n_evaluated,
             st.n_evaluated / (st.seconds > 0 ? st.seconds : 1e-9), g.ids.n,
-            g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9),
+            g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9), drafts,
             g.reason == SESSION_CANCELLED ? "interrupted" : session_reason_name(g.reason));
     rc = hist_append(S, user, g.text) ? 1 : 0;
 out:
@@ -279,6 +282,8 @@ int cmd_chat(int argc, char **argv) {
         rc = 130;
         goto done;
     }
+    if ((rc = cli_spec_check(CMD, &S.o, S.m))) goto done;
+    rc = 1;
     S.fmt = chat_format_from_gguf(engine_gguf(session_model_engine(S.m)));
     if (S.o.sp.repeat_last_n < 0) S.o.sp.repeat_last_n = (int32_t)n_ctx;
     int V = tokenizer_n_vocab(S.tok);

@@ -100,6 +100,8 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n, n_ctx);
         goto done;
     }
+    if ((rc = cli_spec_check(CMD, &o, sm))) goto done;
+    rc = 1;
     if (!(S = cli_session_new(&o, sm, (int)n_ctx, (int)batch))) goto fail;
     double t1 = rl_now();
     cli_warn_ctx_train(CMD, S, (int)ids.n, NULL);
@@ -111,7 +113,7 @@ int cmd_generate(int argc, char **argv) {
     if (fr) goto fail;
     double t2 = rl_now();
     session_gen_params gp = {.sp = o.sp, .n_predict = n_predict, .stops = o.stops, .n_stops = o.n_stops,
-                             .on_text = json ? NULL : emit_stdout};
+                             .on_text = json ? NULL : emit_stdout, .spec = o.spec, .draft_max = o.draft_max};
     if (session_generate(S, &gp, &g)) goto fail;
     double pp = (double)ids.n / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);
@@ -132,6 +134,10 @@ int cmd_generate(int argc, char **argv) {
         json_kv_num(&j, "decode_s", g.seconds);
         json_kv_num(&j, "prompt_tok_s", pp);
         json_kv_num(&j, "decode_tok_s", tg);
+        json_kv_str(&j, "spec", o.spec_name);
+        json_kv_int(&j, "n_drafted", g.n_drafted);
+        json_kv_int(&j, "n_accepted", g.n_accepted);
+        json_kv_int(&j, "n_verifies", g.n_verifies);
         json_obj_end(&j);
         fputc('\n', stdout);
         if (json_finish(&j)) {
@@ -142,6 +148,10 @@ int cmd_generate(int argc, char **argv) {
         fputc('\n', stdout);
     }
     if (stats) session_print_cache_stats(S, stderr);
+    if (stats && o.spec != SPEC_NONE)
+        fprintf(stderr, "redlite: speculation %s: %lld of %lld drafts accepted (%.0f%%), %lld verifies\n", o.spec_name,
+                g.n_accepted, g.n_drafted, g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0,
+                g.n_verifies);
     if (stats)
         fprintf(stderr,
                 "redlite: load %.2f s | prompt %zu tok %.1f tok/s | decode %zu tok %.2f tok/s | stop: %s | "

@@ -18,6 +18,7 @@
 #pragma weak cmd_generate
 #pragma weak cmd_info
 #pragma weak cmd_perplexity
+#pragma weak cmd_verify_check
 
 typedef struct {
     const char *name;
@@ -35,6 +36,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure decode and prompt-ingestion speed"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text file (llama.cpp's definition)"},
     {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
+    {"verify-check", cmd_verify_check, "check that K-row verifies and rollbacks equal single steps, bit for bit"},
 };
 
 static void usage(FILE *out) {

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "spec.h"
 
 typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN } opt_kind;
 
@@ -60,6 +61,15 @@ static int set_stop(const char *cmd, const char *flag, const char *v, cli_opts *
     if (o->n_stops == OPTS_MAX_STOPS)
         return cli_fail(cmd, 2, "at most %d %s strings", OPTS_MAX_STOPS, flag), -1;
     o->stops[o->n_stops++] = v;
+    return 0;
+}
+
+static int set_spec(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    int m = spec_mode_parse(v);
+    if (m < 0) return cli_fail(cmd, 2, "%s expects none, lookup, mtp or auto, got '%s'", flag, v), -1;
+    o->spec_name = v;
+    o->spec = (spec_mode)m;
+    o->spec_set = true;
     return 0;
 }
 
@@ -472,6 +482,24 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = NULL,
      .set = set_stop},
+    {.cmds = GEN,
+     .section = "speculative decoding (never changes the tokens, only the speed; docs/SPECULATION.md)",
+     .names = "--spec",
+     .value = "MODE",
+     .help = "none | lookup (copy from the prompt and the answer where they repeat) |\nmtp (the model's MTP "
+             "head) | auto (mtp when the model has a head, lookup on\nlong matches and otherwise)",
+     .kind = K_FN,
+     .off = OFF(spec_name),
+     .set = set_spec},
+    {.cmds = GEN,
+     .section = NULL,
+     .names = "--draft-max",
+     .value = "N",
+     .help = "at most N drafted tokens per verify",
+     .kind = K_I32,
+     .off = OFF(draft_max),
+     .lo = 1,
+     .hi = SPEC_DRAFT_MAX},
     /* output */
     {.cmds = CMD_GENERATE,
      .section = "output",
@@ -528,6 +556,11 @@ void opts_defaults(cli_opts *o) {
     o->n_predict = 128;
     o->sp = sampler_default_params();
     o->sp.temp = 0;
+    /* measured: a 2-row verify costs about 2 steps on a CPU, so MTP drafts do not pay there;
+     * lookup drafts only where the text repeats (docs/SPECULATION.md, "Default") */
+    o->spec = SPEC_LOOKUP;
+    o->spec_name = "lookup";
+    o->draft_max = SPEC_DRAFT_MAX;
     o->prompts[0] = 512, o->prompts[1] = 2048, o->n_prompts = 2;
     o->n_decode = 32, o->reps = 3, o->warmup = 2, o->bench_seed = 1;
     o->names = "l_out";
@@ -695,6 +728,17 @@ session_model *cli_model_open(const cli_opts *o) {
                                                       .backend = o->backend,
                                                       .n_threads = (int)o->threads,
                                                       .reference = o->reference});
+}
+
+int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
+    engine *e = session_model_engine(m);
+    if (!o->spec_set && o->route_bias > 0) o->spec = SPEC_NONE, o->spec_name = "none";
+    if (o->spec != SPEC_MTP || engine_has_mtp(e)) return 0;
+    if (engine_hparams(e)->n_nextn > 0)
+        return cli_fail(cmd, 2, "--spec mtp: the %s backend has no MTP head forward yet (use --spec lookup or auto, "
+                        "or --backend cpu)", engine_backend_name(e));
+    return cli_fail(cmd, 2, "--spec mtp: this model has no MTP head (no blk.N.nextn.* tensors); use --spec lookup "
+                    "or auto");
 }
 
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch) {

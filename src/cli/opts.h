@@ -54,6 +54,11 @@ typedef struct {
     sampler_params sp;
     const char *stops[OPTS_MAX_STOPS];
     int n_stops;
+    /* speculative decoding */
+    const char *spec_name; /* --spec none|lookup|mtp|auto */
+    spec_mode spec;        /* its value (default lookup; none under --route-bias unless given) */
+    bool spec_set;         /* --spec was given */
+    int32_t draft_max;     /* --draft-max (default 8) */
     /* output */
     bool json, stats, verbose;
     /* bench */
@@ -102,6 +107,12 @@ typedef struct {
 session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, volatile sig_atomic_t *cancel);
 void cli_feed_done(cli_progress *p);
 void cli_warn_ctx_train(const char *cmd, const session *s, int n_tokens, bool *warned);
+
+/* Settle --spec once the model is open: the default (lookup) turns off under --route-bias
+ * (cache-aware routing and speculation exclude each other; an explicit --spec with it is
+ * refused by the session); --spec mtp on a model or backend without an MTP head prints a
+ * one-line usage error and returns 2. 0 when the options can run. */
+int cli_spec_check(const char *cmd, cli_opts *o, session_model *m);
 
 /* Read a whole file ("-" = stdin), NUL terminated. NULL with rl_lasterr set. */
 char *cli_read_file(const char *path, size_t *len);

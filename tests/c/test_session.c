@@ -261,13 +261,19 @@ static void test_generate(void) {
             session_feed_opts fo = {.cancel = &flag};
             CHECK(session_feed(s, big, 100, &fo, NULL) == -1 && strstr(rl_lasterr(), "cancel"), "cancelled feed");
             CHECK(session_logits(s) == NULL, "no logits after a cancelled feed");
-            /* speculation is not there yet: a clear error */
+            /* speculation gives plain decoding's tokens and history (the full checks: test_spec) */
+            session_gen_result r3;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 4, .spec = SPEC_LOOKUP}, &r2) ==
-                          -1 &&
-                      strstr(rl_lasterr(), "not available"),
-                  "spec refused");
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12}, &r3) == 0, "plain");
+            CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12, .spec = SPEC_AUTO}, &r2) == 0,
+                  "spec: %s", rl_lasterr());
+            session_history(s, &hn);
+            CHECK(r2.ids.n == r3.ids.n && !memcmp(r2.ids.ids, r3.ids.ids, sizeof(int32_t) * r3.ids.n) &&
+                      hn == (int)p.n + 11,
+                  "spec tokens / history");
             session_gen_result_free(&r2);
+            session_gen_result_free(&r3);
         }
         session_gen_result_free(&r);
         tok_ids_free(&want);
