@@ -37,6 +37,21 @@ const char *synth_preset_name(synth_preset p) {
     return (unsigned)p < SYNTH_N_PRESETS ? preset_names[p] : "?";
 }
 
+static const char *const routing_names[SYNTH_N_ROUTING] = {"uniform", "calibrated", "skewed"};
+
+int synth_routing_find(const char *name, synth_routing *out) {
+    for (int i = 0; i < SYNTH_N_ROUTING; i++)
+        if (!strcmp(name, routing_names[i])) {
+            *out = (synth_routing)i;
+            return 0;
+        }
+    return rl_seterr("unknown routing '%s' (choose uniform, calibrated or skewed)", name);
+}
+
+const char *synth_routing_name(synth_routing r) {
+    return (unsigned)r < SYNTH_N_ROUTING ? routing_names[r] : "?";
+}
+
 /* ---- geometry ---------------------------------------------------------------------------- */
 
 void synth_geom_default(synth_preset p, synth_geom *g) {
@@ -321,6 +336,7 @@ typedef struct {
     uint64_t key;   /* per-tensor random key */
     const tmpl *tp; /* matrices: block template */
     float *vec;     /* vectors: owned data */
+    uint8_t *raw;   /* routers of a non-uniform routing model: owned bytes in the tensor's type */
 } stensor;
 
 typedef struct {
@@ -801,6 +817,33 @@ static int make_vector(stensor *t) {
     return 0;
 }
 
+/* Router of a non-uniform routing model (synth.h): row e (one expert, n_in values) is
+ * sigma * s_e * N(0,1) with s_e = exp(beta*g_e - beta^2), g_e ~ N(0,1). Which experts win depends
+ * only on the relative row norms and directions; the -beta^2 keeps E[s_e^2] = 1, so the logits'
+ * spread (and the routing weights' sharpness) stays that of the uniform file. F32 or F16 bytes. */
+static int make_router(stensor *t, synth_routing routing) {
+    const int64_t n_in = t->info.ne[0], n_exp = t->info.ne[1];
+    const float beta = routing == SYNTH_ROUTING_SKEWED ? SYNTH_BETA_SKEWED : SYNTH_BETA_CALIBRATED;
+    if (t->info.type != QT_F32 && t->info.type != QT_F16)
+        return rl_seterr("synth: router %s has type %s (need F32 or F16)", t->info.name, quant_name(t->info.type));
+    t->raw = rl_malloc(t->info.nbytes, t->info.name);
+    if (!t->raw) return -1;
+    rl_rng r;
+    rl_rng_seed(&r, mix64(t->key ^ 0x726f757465ull));
+    for (int64_t e = 0; e < n_exp; e++) {
+        float g = rl_rng_normal(&r);
+        float s = t->sigma * expf(rounded_f(beta * g) - rounded_f(beta * beta));
+        for (int64_t i = 0; i < n_in; i++) {
+            float v = s * rl_rng_normal(&r);
+            if (t->info.type == QT_F32)
+                memcpy(t->raw + 4 * (e * n_in + i), &v, 4);
+            else
+                put16(t->raw + 2 * (e * n_in + i), rl_fp32_to_fp16(v));
+        }
+    }
+    return 0;
+}
+
 /* ---- metadata and vocabulary ------------------------------------------------------------- */
 
 /* GPT-2 byte-level alphabet: printable bytes map to themselves, the rest to U+0100.. in order. */
@@ -860,13 +903,19 @@ out:
 static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab) {
     const synth_geom *g = &p->g;
     char name[128];
-    snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu)", synth_preset_name(p->preset),
-             (unsigned long long)p->seed);
+    if (p->routing == SYNTH_ROUTING_UNIFORM) /* the original name: uniform files keep their bytes */
+        snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu)", synth_preset_name(p->preset),
+                 (unsigned long long)p->seed);
+    else
+        snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu, %s routing)", synth_preset_name(p->preset),
+                 (unsigned long long)p->seed, synth_routing_name(p->routing));
     int rc = gguf_writer_set_str(w, "general.architecture", "qwen3next") |
              gguf_writer_set_str(w, "general.name", name) |
              gguf_writer_set_u32(w, "general.quantization_version", 2) |
              gguf_writer_set_str(w, "redlite.synth.preset", synth_preset_name(p->preset)) |
              gguf_writer_set_u64(w, "redlite.synth.seed", p->seed);
+    if (p->routing != SYNTH_ROUTING_UNIFORM) /* absent = uniform (files written before the option) */
+        rc |= gguf_writer_set_str(w, "redlite.synth.routing", synth_routing_name(p->routing));
     if (p->preset == SYNTH_IQ2_XXS)
         rc |= gguf_writer_set_u32(w, "general.file_type", 19); /* LLAMA_FTYPE_MOSTLY_IQ2_XXS */
     if (p->preset == SYNTH_Q4_K_M)
@@ -977,11 +1026,14 @@ int synth_write(const synth_params *p, const char *path, synth_stats *st) {
         stensor *t = &c.pl.t[i];
         if (is_vector(t->r)) {
             if (make_vector(t)) goto out;
+        } else if (t->r == R_ROUTER && p->routing != SYNTH_ROUTING_UNIFORM) {
+            if (make_router(t, p->routing)) goto out;
         } else {
             if (!(t->tp = get_tmpl(&c, t->info.type, t->sigma, p->seed))) goto out;
             c.total += t->info.nbytes;
         }
-        if (gguf_writer_add_tensor(w, t->info.name, t->info.type, t->info.n_dims, t->info.ne, t->vec) != i)
+        const void *data = t->raw ? (const void *)t->raw : (const void *)t->vec;
+        if (gguf_writer_add_tensor(w, t->info.name, t->info.type, t->info.n_dims, t->info.ne, data) != i)
             goto out;
     }
     gguf_writer_set_fill(w, fill, &c);
@@ -1004,8 +1056,10 @@ out:
         free(c.tmpls[i].bytes);
         free(c.tmpls[i].mask);
     }
-    for (int i = 0; i < c.pl.n; i++)
+    for (int i = 0; i < c.pl.n; i++) {
         free(c.pl.t[i].vec);
+        free(c.pl.t[i].raw);
+    }
     free(c.pl.t);
     return rc;
 }

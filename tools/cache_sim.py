@@ -189,11 +189,36 @@ def frac_runs(header, reqs, fracs):
     return out
 
 
-def print_stats(path, header, reqs, fracs, as_json):
+def per_layer_lru(reqs, E, slots):
+    """Per-layer LRU with `slots` entries per layer (llama.cpp's expert-cache model): hit rate."""
+    pools, hits, misses = {}, 0, 0
+    for layer, _, ids in reqs:
+        pool = pools.setdefault(layer, OrderedDict())
+        cur = set(ids)
+        for e in ids:
+            if e in pool:
+                hits += 1
+                pool.move_to_end(e)
+        for e in ids:
+            if e in pool:
+                continue
+            misses += 1
+            while len(pool) >= max(slots, len(cur)):
+                for victim in pool:
+                    if victim not in cur:
+                        break
+                del pool[victim]
+            pool[e] = True
+    return hits / max(hits + misses, 1)
+
+
+def print_stats(path, header, reqs, fracs, as_json, layer_slots=None):
     if any(n != 1 for _, n, _ in reqs):
         sys.exit(f"{path}: --stats needs one token per forward (record the trace with --batch 1)")
     st = routing_stats(header, reqs)
     st["cache"] = frac_runs(header, reqs, fracs)
+    st["per_layer_lru"] = [{"slots": s, "hit_rate": per_layer_lru(reqs, header["n_expert"], s)}
+                           for s in (layer_slots or [])]
     if as_json:
         print(json.dumps(st))
         return
@@ -210,6 +235,8 @@ def print_stats(path, header, reqs, fracs, as_json):
         else:
             print(f"  {100 * r['frac']:4.0f}% of experts ({r['slots']} slots)  {r['policy']:<7} hit rate "
                   f"{100 * r['hit_rate']:5.1f}%  misses/token {r['misses_per_token']:7.2f}")
+    for r in st["per_layer_lru"]:
+        print(f"  per-layer LRU, {r['slots']} slots per layer: hit rate {100 * r['hit_rate']:5.1f}%")
 
 
 def main():
@@ -221,12 +248,14 @@ def main():
                     "at --frac of the experts")
     ap.add_argument("--frac", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
                     help="with --stats: cache sizes as fractions of all experts (default 0.1 .. 0.5)")
+    ap.add_argument("--layer-slots", type=int, nargs="*", default=[64, 128],
+                    help="with --stats: per-layer LRU hit rates at these slots per layer (default 64 128)")
     a = ap.parse_args()
     header, reqs = load(a.trace)
     if a.stats:
         if not reqs:
             sys.exit(f"{a.trace}: no routing lines")
-        print_stats(a.trace, header, reqs, a.frac, a.json)
+        print_stats(a.trace, header, reqs, a.frac, a.json, a.layer_slots)
         return
     E = header["n_expert"]
     tokens = sum(n for layer, n, _ in reqs if layer == 0) or 1
