@@ -112,3 +112,12 @@ def test_bad_routing_exit_2(tmp_path):
     assert not os.path.exists(tmp_path / "x.gguf")
     r = redlite("synth", "--preset", "tiny", "--routing")
     assert r.returncode == 2
+
+
+def test_per_layer_lru_by_hand():
+    # slots 2 per layer: [1,2] 2 misses; [1,3] hit 1, miss 3 (evicts 2); [2,1] hit 1, miss 2
+    # (evicts 3); layer 1 has its own pool: 2 misses. 2 hits of 8 lookups.
+    reqs = [(0, 1, [1, 2]), (0, 1, [1, 3]), (0, 1, [2, 1]), (1, 1, [1, 2])]
+    assert cache_sim.per_layer_lru(reqs, 4, 2) == 0.25
+    # a selection larger than the slots is held whole (all experts of one acquire resident)
+    assert cache_sim.per_layer_lru([(0, 1, [0, 1, 2]), (0, 1, [0, 1, 2])], 4, 2) == 0.5
