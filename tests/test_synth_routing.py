@@ -121,3 +121,31 @@ def test_per_layer_lru_by_hand():
     assert cache_sim.per_layer_lru(reqs, 4, 2) == 0.25
     # a selection larger than the slots is held whole (all experts of one acquire resident)
     assert cache_sim.per_layer_lru([(0, 1, [0, 1, 2]), (0, 1, [0, 1, 2])], 4, 2) == 0.5
+
+
+SMALL_Q4 = ("hidden=256,layers=2,vocab=512,ctx=1024,ff=640,heads=4,kv_heads=2,head_dim=64,rope_dims=16,"
+            "experts=64,top_k=4,expert_ff=256,shared_ff=256,state=64,groups=2,dt_rank=4,inner=256")
+
+
+def test_f16_routers_and_threads(tmp_path):
+    # q4_k_m stores routers as F16: the routing model writes them in that type, and the bytes do
+    # not depend on the generator's thread count
+    paths = []
+    for t in ("1", "3"):
+        p = tmp_path / f"q{t}.gguf"
+        r = redlite("synth", "--preset", "q4_k_m", "--geometry", SMALL_Q4, "--routing", "skewed", "-t", t,
+                    "--quiet", "-o", str(p))
+        assert r.returncode == 0, r.stderr
+        paths.append(p)
+    assert sha256(paths[0]) == sha256(paths[1])
+    import numpy as np
+    rd = gguf.GGUFReader(str(paths[0]))
+    routers = [t for t in rd.tensors if t.name.endswith("ffn_gate_inp.weight")]
+    assert len(routers) == 2 and all(t.tensor_type.name == "F16" for t in routers)
+    w = np.asarray(routers[0].data, dtype=np.float64).reshape(64, 256)
+    norms = np.linalg.norm(w, axis=1)
+    assert np.isfinite(w).all()
+    # skewed: beta 1.5, row norms spread over orders of magnitude; E[s^2] = 1 keeps the mean
+    # squared element at sigma^2 = 0.02^2 * 2048/256 within sampling error of 64 lognormal rows
+    assert norms.max() / norms.min() > 20
+    assert 0.1 < (w ** 2).mean() / (0.02 ** 2 * 2048 / 256) < 3
