@@ -18,6 +18,13 @@ once, so none of them can be a victim for another):
 Prefetch is not simulated: these are the demand misses of each policy alone.
 
 usage: tools/cache_sim.py TRACE [--budget-mib N ...] [--json]
+       tools/cache_sim.py TRACE --stats [--frac 0.1 0.2 ...] [--json]
+
+--stats describes the routing itself (needs a trace of one token per forward: `--batch 1`):
+per layer the expert-usage entropy (bits; 2^H = the "effective" number of experts; normalised
+by log2 E), the share of a token's experts that the previous token also used, and the reuse
+distance (tokens since the same layer last used the expert; first uses excluded); then LRU and
+Belady hit rates with uniform slots holding --frac of all the traced layers' experts.
 """
 import argparse
 import heapq
@@ -129,13 +136,98 @@ def sim_belady(reqs, E, cls, cap):
     return hits, misses
 
 
+def routing_stats(header, reqs):
+    """Per-layer statistics of a one-token-per-forward trace (see the module docstring)."""
+    import math
+    E, K = header["n_expert"], header["top_k"]
+    layers = sorted({layer for layer, _, _ in reqs})
+    per = {}
+    for L in layers:
+        seq = [ids for layer, _, ids in reqs if layer == L]
+        cnt = [0] * E
+        for ids in seq:
+            for e in ids:
+                cnt[e] += 1
+        tot = sum(cnt)
+        h = -sum(c / tot * math.log2(c / tot) for c in cnt if c)
+        overlap = [len(set(a) & set(b)) / len(b) for a, b in zip(seq, seq[1:])]
+        last, dist = {}, []
+        for t, ids in enumerate(seq):
+            for e in ids:
+                if e in last:
+                    dist.append(t - last[e])
+                last[e] = t
+        dist.sort()
+        per[L] = {"layer": L, "tokens": len(seq), "entropy_bits": h, "entropy_norm": h / math.log2(E),
+                  "effective_experts": 2 ** h, "max_share": max(cnt) / tot, "unused": cnt.count(0),
+                  "prev_token_overlap": sum(overlap) / len(overlap) if overlap else 0.0,
+                  "reuse_d1": sum(d == 1 for d in dist) / len(dist) if dist else 0.0,
+                  "reuse_le4": sum(d <= 4 for d in dist) / len(dist) if dist else 0.0,
+                  "reuse_le16": sum(d <= 16 for d in dist) / len(dist) if dist else 0.0,
+                  "reuse_median": dist[len(dist) // 2] if dist else None,
+                  "reuse_mean": sum(dist) / len(dist) if dist else None}
+    return {"n_expert": E, "top_k": K, "layers": [per[L] for L in layers]}
+
+
+def frac_runs(header, reqs, fracs):
+    """LRU / Belady hit rates with uniform slots = frac of the traced layers' experts."""
+    E = header["n_expert"]
+    nl = len({layer for layer, _, _ in reqs})
+    lookups = sum(len(ids) for _, _, ids in reqs)
+    tokens = sum(n for layer, n, _ in reqs if layer == min(r[0] for r in reqs)) or 1
+    out = []
+    for f in fracs:
+        slots = int(round(f * E * nl))
+        cls, cap = [0] * len(header["slot_bytes"]), [slots]
+        for name, sim in (("lru", sim_lru), ("belady", sim_belady)):
+            r = sim(reqs, E, cls, cap)
+            if r is None:
+                out.append({"frac": f, "slots": slots, "policy": name, "error": "a selection exceeds the slots"})
+            else:
+                out.append({"frac": f, "slots": slots, "policy": name, "hit_rate": r[0] / max(lookups, 1),
+                            "misses_per_token": r[1] / tokens})
+    return out
+
+
+def print_stats(path, header, reqs, fracs, as_json):
+    if any(n != 1 for _, n, _ in reqs):
+        sys.exit(f"{path}: --stats needs one token per forward (record the trace with --batch 1)")
+    st = routing_stats(header, reqs)
+    st["cache"] = frac_runs(header, reqs, fracs)
+    if as_json:
+        print(json.dumps(st))
+        return
+    L = st["layers"]
+    print(f"{path}: {L[0]['tokens'] if L else 0} tokens, {len(L)} layers, {st['n_expert']} experts, top-{st['top_k']}")
+    print("layer  entropy bits (norm)  effective  max share  unused  prev-token overlap  reuse d=1  d<=4  d<=16  median")
+    for r in L:
+        print(f"{r['layer']:5d}  {r['entropy_bits']:6.3f} ({r['entropy_norm']:.3f})  {r['effective_experts']:9.1f}  "
+              f"{r['max_share']:9.3f}  {r['unused']:6d}  {r['prev_token_overlap']:18.3f}  {r['reuse_d1']:9.3f}  "
+              f"{r['reuse_le4']:.3f}  {r['reuse_le16']:.3f}  {r['reuse_median']}")
+    for r in st["cache"]:
+        if "error" in r:
+            print(f"  {100 * r['frac']:4.0f}% of experts ({r['slots']} slots)  {r['policy']:<7} {r['error']}")
+        else:
+            print(f"  {100 * r['frac']:4.0f}% of experts ({r['slots']} slots)  {r['policy']:<7} hit rate "
+                  f"{100 * r['hit_rate']:5.1f}%  misses/token {r['misses_per_token']:7.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--budget-mib", type=float, nargs="*", help="budgets to simulate (default: the trace's)")
     ap.add_argument("--json", action="store_true", help="one JSON object per budget and policy")
+    ap.add_argument("--stats", action="store_true", help="routing statistics (entropy, reuse) and hit rates "
+                    "at --frac of the experts")
+    ap.add_argument("--frac", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
+                    help="with --stats: cache sizes as fractions of all experts (default 0.1 .. 0.5)")
     a = ap.parse_args()
     header, reqs = load(a.trace)
+    if a.stats:
+        if not reqs:
+            sys.exit(f"{a.trace}: no routing lines")
+        print_stats(a.trace, header, reqs, a.frac, a.json)
+        return
     E = header["n_expert"]
     tokens = sum(n for layer, n, _ in reqs if layer == 0) or 1
     lookups = sum(len(ids) for _, _, ids in reqs)
