@@ -651,22 +651,6 @@ int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o) {
     return 0;
 }
 
-int opts_parse_model_flag(const char *cmd, int argc, char **argv, int *i, cli_opts *o) {
-    const char *a = argv[*i];
-    const char *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
-    size_t n = eq ? (size_t)(eq - a) : strlen(a);
-    const opt *t = a[0] == '-' ? find(CMD_GENERATE, a, n) : NULL;
-    if (!t || !t->section || strcmp(t->section, "model")) return 0;
-    char flag[64];
-    snprintf(flag, sizeof flag, "%.*s", (int)n, a);
-    const char *v = eq ? eq + 1 : NULL;
-    if (!v) {
-        if (*i + 1 >= argc) return cli_fail(cmd, 2, "%s needs a value %s (see redlite %s --help)", flag, t->value, cmd), -1;
-        v = argv[++*i];
-    }
-    return set_value(cmd, t, flag, v, o) ? -1 : 1;
-}
-
 /* The default of an entry as o holds it ("" = none worth printing). */
 static void fmt_default(const opt *t, const cli_opts *o, char *buf, size_t n) {
     const char *p = (const char *)o + t->off;

@@ -85,10 +85,6 @@ void opts_defaults(cli_opts *o);
 /* Parse argv[1..argc) into o: 0, OPTS_HELP (help printed on stdout), or 2 (a one-line usage
  * error printed). -m is required for every command of the table. */
 int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o);
-/* One of the model flags (-c, -b, -t, --backend, --cache-mib, --route-bias, --route-trace) at
- * argv[*i], for a command that parses the rest itself: 1 consumed (and its value), 0 not one
- * of them, -1 after a usage error. */
-int opts_parse_model_flag(const char *cmd, int argc, char **argv, int *i, cli_opts *o);
 /* The help of the command: usage, about, its options by section with o's values as defaults. */
 void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out);
 
