@@ -66,6 +66,10 @@ typedef struct {
     long long n_decode, reps, warmup, depth;
     long long bench_seed;
     bool profile;
+    /* perplexity */
+    long long chunks;       /* --chunks (0 = every window) */
+    bool mtp_accept;        /* --mtp-accept */
+    const char *tokens_out; /* --tokens-out FILE */
     /* dump */
     const char *tokens, *logits_path, *routes_path, *acts_path, *mtp_path, *names, *layers;
     long long greedy;
