@@ -416,6 +416,7 @@ static void run_job(server *s, srv_job *j) {
         free(m->backend_lines);
         m->backend_lines = chat_buf_take(&extra, NULL);
     }
+    s->running = NULL; /* with the counters, so /metrics never shows a counted job as running */
     pthread_mutex_unlock(&s->mu);
     chat_buf_free(&extra);
     pthread_mutex_lock(&j->mu);

@@ -188,6 +188,8 @@ typedef struct {
     session *s;
     statefile_dir *sd;
     int min_tokens;
+    spec_mode spec;
+    int draft_max;
     long long unsaved;     /* tokens evaluated since the last disk save */
     engine_snapshot *snap; /* the state at pending_n, to be written */
     int32_t *pending;      /* its tokens (NULL: nothing pending) */
@@ -288,6 +290,8 @@ static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
         .on_text = sess_on_text,
         .ud = (void *)g,
         .cancel = g->cancel,
+        .spec = s->spec,
+        .draft_max = s->draft_max,
     };
     session_gen_result out;
     int rc = session_generate(s->s, &gp, &out);
@@ -357,6 +361,12 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         goto fail;
     }
     if (!(s->s = session_new(s->m, &sp))) goto fail;
+    if (p->spec == SPEC_MTP && !engine_has_mtp(session_model_engine(s->m))) {
+        rl_seterr("--spec mtp: this model or backend has no MTP head forward; use --spec lookup or auto");
+        goto fail;
+    }
+    s->spec = (spec_mode)p->spec;
+    s->draft_max = p->draft_max;
     if (p->state_dir) {
         engine *e = session_model_engine(s->m);
         s->sd = statefile_open(p->state_dir, p->state_max_bytes, statefile_model_fingerprint(engine_gguf(e)),

@@ -37,6 +37,8 @@ typedef struct {
     const char *state_dir;    /* disk checkpoints, or NULL */
     uint64_t state_max_bytes;
     int state_min_tokens;     /* new tokens since the last disk save before saving again */
+    int spec;                 /* spec_mode (session.h): speculative decoding, never changes tokens */
+    int draft_max;            /* 0 = the session's default */
     bool verbose;
 } srv_session_params;
 

@@ -182,3 +182,15 @@ def test_queue_503_and_disconnect():
         assert m["redlite_requests_cancelled_total"] == before["redlite_requests_cancelled_total"] + 1
         assert m["redlite_generated_tokens_total"] - before["redlite_generated_tokens_total"] < 20000
         assert chat(s, CONV, max_tokens=3).usage.completion_tokens <= 3
+
+
+def test_speculation_never_changes_the_answer(srv):
+    """The server's default speculation (lookup) against --spec none: the same greedy answers."""
+    conv = CONV + [{"role": "assistant", "content": "def rev(s):\n    return s[::-1]"},
+                   {"role": "user", "content": "Repeat that function exactly, then add a docstring to it."}]
+    spec = [chat(srv, c, max_tokens=48).choices[0].message.content for c in (CONV, conv)]
+    m = srv.metrics()
+    assert m["redlite_spec_accepted_tokens_total"] <= m["redlite_spec_drafted_tokens_total"]
+    with Server(*THREADS, "--spec", "none") as plain:
+        assert [chat(plain, c, max_tokens=48).choices[0].message.content for c in (CONV, conv)] == spec
+        assert plain.metrics()["redlite_spec_drafted_tokens_total"] == 0

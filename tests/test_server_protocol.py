@@ -372,7 +372,8 @@ def test_disconnect_cancels(tmp_path):
             deadline = time.time() + 10
             while time.time() < deadline:
                 m = s.metrics()
-                if m["redlite_requests_cancelled_total"] > before["redlite_requests_cancelled_total"]:
+                if (m["redlite_requests_cancelled_total"] > before["redlite_requests_cancelled_total"]
+                        and m["redlite_requests_running"] == 0):
                     break
                 time.sleep(0.05)
             assert m["redlite_requests_cancelled_total"] == before["redlite_requests_cancelled_total"] + 1

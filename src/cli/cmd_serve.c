@@ -200,6 +200,9 @@ int cmd_serve(int argc, char **argv) {
             .state_dir = state_dir,
             .state_max_bytes = (uint64_t)state_max_mib << 20,
             .state_min_tokens = (int)state_min_tokens,
+            /* cache-aware routing and speculation exclude each other: the default gives way */
+            .spec = o.route_bias > 0 && !o.spec_set ? SPEC_NONE : o.spec,
+            .draft_max = o.draft_max,
             .verbose = verbose,
         };
         b = srv_backend_session(&pp);
