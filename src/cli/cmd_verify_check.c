@@ -294,7 +294,7 @@ int cmd_verify_check(int argc, char **argv) {
                 json_key(&j, pass ? "median_ms" : "min_ms");
                 json_obj_begin(&j);
                 for (int rows = 1; rows <= K; rows++) {
-                    char key[8];
+                    char key[16];
                     snprintf(key, sizeof key, "%d", rows);
                     json_kv_num(&j, key, 1e3 * (pass ? t_med : t_min)[rows - 1]);
                 }
