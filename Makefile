@@ -29,7 +29,7 @@ PYTHON   ?= python3
 
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -pthread -MMD -MP -Isrc
-LDLIBS   += -lutf8proc -lcjson -lm -pthread
+LDLIBS   += -lutf8proc -lcjson -lmicrohttpd -lm -pthread
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
@@ -75,7 +75,7 @@ ifeq ($(filter clean format,$(MAKECMDGOALS)),)
 endif
 
 .PHONY: all test asan asan-tests fuzz format clean default-model features
-all: $(BUILD)/redlite $(TEST_BIN) default-model features
+all: $(BUILD)/redlite $(BUILD)/libredlite.a $(TEST_BIN) default-model features
 
 features:
 	@printf 'redlite build: CPU scalar ✓  AVX2 ✓  AVX-512/VNNI ✓ (run-time dispatch)  CUDA %s\n' \
@@ -87,6 +87,11 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@
 	ar rcs $@ $^
+
+# The library of the configuration last built, at a stable path for what links against it from
+# outside (bench/cache_bench.sh, tests/test_synth_determinism.py).
+$(BUILD)/libredlite.a: $(LIB) $(LINK_STAMP)
+	cp -f $(LIB) $@
 
 $(BUILD)/redlite: $(CLI_OBJ) $(LIB) $(LINK_STAMP)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
@@ -115,9 +120,10 @@ $(BUILD)/tests/%: tests/c/%.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(LIB) $(LDLIBS)
 
-# The bundled default model: until a trained model exists, the committed tiny oracle fixture.
+# The bundled default model: the trained small coder (tools/train/README.md); the random
+# fixtures stay for the oracle tests.
 default-model: models/default.gguf
-models/default.gguf: tests/fixtures/tiny-a.gguf
+models/default.gguf: models/redlite-coder-tiny-q8_0.gguf
 	@mkdir -p models
 	cp $< $@
 

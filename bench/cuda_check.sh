@@ -8,6 +8,10 @@
 #     engine    build/cuda/tests/test_cuda_engine   (exactness contract on the tiny fixture)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
+#     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
+#               and rollbacks == single steps, bit for bit), and greedy generate with --spec lookup
+#               == --spec none on CUDA (identical stdout) on a repetitive code prompt
+#     default   redlite bench --backend cuda on models/default.gguf (the trained default model)
 #     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
 #     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
 #     depth     redlite bench --backend cuda --depth 32768 (decode slope at long context)
@@ -68,6 +72,25 @@ fi
 if has depth; then
     RL_CUDA_VERBOSE=1 run depth 300 $B/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 3 --warmup 4 \
         --depth 32768 --prompt 0 --batch 2048
+fi
+if has spec; then
+    for m in tests/fixtures/tiny-a.gguf tests/fixtures/tiny-b.gguf ${SPEC_MODEL:-models/default.gguf}; do
+        run "verify-$(basename "$m" .gguf)" 120 $B/redlite verify-check -m "$m" --backend cuda -n 200 --draft 8
+    done
+    P=$OUT/spec_prompt.txt
+    { sed -n 1,60p tools/cache_sim.py; printf '\n# The same file again, unchanged:\n'; sed -n 1,20p tools/cache_sim.py; } >"$P"
+    for mode in none lookup; do
+        run "gen-$mode" 120 $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 \
+            --spec $mode --stats
+    done
+    $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 --spec none >"$OUT/g0.txt" 2>/dev/null
+    $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 --spec lookup >"$OUT/g1.txt" 2>/dev/null
+    if cmp -s "$OUT/g0.txt" "$OUT/g1.txt" && [ -s "$OUT/g0.txt" ]; then say "spec identity (CUDA, lookup vs none): identical"
+    else say "spec identity (CUDA, lookup vs none): DIFFERENT or empty"; fi
+fi
+if has default; then
+    RL_CUDA_VERBOSE=1 run default 120 $B/redlite bench -m models/default.gguf --backend cuda --n-decode 128 --reps 5 \
+        --warmup 8 --prompt 512,2048 --batch 2048
 fi
 if has long; then
     RL_CUDA_BIN=$PWD/$B/redlite RL_CUDA_LONG=1 run long 400 python3 -m pytest -q -s -p no:cacheprovider \

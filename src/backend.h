@@ -48,6 +48,14 @@ typedef struct backend_ops {
      * q3n_mtp_forward); logits T x n_vocab, hidden_out T x n_embd (host, may be NULL) */
     int (*mtp_forward)(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T, int slot,
                        float *logits, float *hidden_out);
+    /* (optional; disk checkpoints) the KV cache rows [0, n) of attention layer il, as raw
+     * bytes in the backend's own layout: kv_row_bytes(c) bytes per row for K and for V (f32
+     * rows on the CPU; f32 or f16 on CUDA). kv_format names that layout ("f32", "f16") so a
+     * saved state is only loaded where it means the same. */
+    size_t (*kv_row_bytes)(backend_ctx *c);
+    const char *(*kv_format)(backend_ctx *c);
+    int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);
+    int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
 } backend_ops;

@@ -123,6 +123,28 @@ static int cpu_state_set(backend_ctx *c, int il, const float *conv, const float 
     return 0;
 }
 
+static size_t cpu_kv_row_bytes(backend_ctx *c) {
+    return sizeof(float) * (size_t)c->m->hp.n_head_kv * (size_t)c->m->hp.head_dim;
+}
+
+static const char *cpu_kv_format(backend_ctx *c) { return "f32"; }
+
+static int cpu_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
+    if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (n < 0 || n > c->st.n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->st.n_ctx);
+    memcpy(k, c->st.k_cache[il], cpu_kv_row_bytes(c) * (size_t)n);
+    memcpy(v, c->st.v_cache[il], cpu_kv_row_bytes(c) * (size_t)n);
+    return 0;
+}
+
+static int cpu_kv_set(backend_ctx *c, int il, int n, const void *k, const void *v) {
+    if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (n < 0 || n > c->st.n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->st.n_ctx);
+    memcpy(c->st.k_cache[il], k, cpu_kv_row_bytes(c) * (size_t)n);
+    memcpy(c->st.v_cache[il], v, cpu_kv_row_bytes(c) * (size_t)n);
+    return 0;
+}
+
 static void cpu_set_reference(backend_ctx *c, bool reference) { c->run.fast = !reference; }
 
 static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
@@ -143,6 +165,10 @@ const backend_ops backend_cpu = {
     .state_set = cpu_state_set,
     .set_reference = cpu_set_reference,
     .mtp_forward = cpu_mtp_forward,
+    .kv_row_bytes = cpu_kv_row_bytes,
+    .kv_format = cpu_kv_format,
+    .kv_get = cpu_kv_get,
+    .kv_set = cpu_kv_set,
     .set_expert_src = cpu_set_expert_src,
 };
 

@@ -489,6 +489,30 @@ static int cuda_state_set(backend_ctx *c, int il, const float *conv, const float
     return CU_CHECK(cudaStreamSynchronize(c->st));
 }
 
+static size_t cuda_kv_row_bytes(backend_ctx *c) {
+    return (c->kv_f16 ? 2 : 4) * (size_t)c->hp->n_head_kv * (size_t)c->hp->head_dim;
+}
+
+static const char *cuda_kv_format(backend_ctx *c) { return c->kv_f16 ? "f16" : "f32"; }
+
+static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
+    if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
+    size_t b = cuda_kv_row_bytes(c) * (size_t)n;
+    TRY(CU_CHECK(cudaMemcpyAsync(k, c->kc[il], b, cudaMemcpyDeviceToHost, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(v, c->vc[il], b, cudaMemcpyDeviceToHost, c->st)));
+    return CU_CHECK(cudaStreamSynchronize(c->st));
+}
+
+static int cuda_kv_set(backend_ctx *c, int il, int n, const void *k, const void *v) {
+    if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
+    size_t b = cuda_kv_row_bytes(c) * (size_t)n;
+    TRY(CU_CHECK(cudaMemcpyAsync(c->kc[il], k, b, cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(c->vc[il], v, b, cudaMemcpyHostToDevice, c->st)));
+    return CU_CHECK(cudaStreamSynchronize(c->st));
+}
+
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* Debug dump of k device buffers of T rows (row-major, widths n[i]) in the CPU's order: row by
@@ -752,6 +776,10 @@ const backend_ops backend_cuda = {
     .state_get = cuda_state_get,
     .state_set = cuda_state_set,
     .set_reference = NULL,  /* no double-precision mode: the CPU backend is the oracle */
+    .kv_row_bytes = cuda_kv_row_bytes,
+    .kv_format = cuda_kv_format,
+    .kv_get = cuda_kv_get,
+    .kv_set = cuda_kv_set,
     .set_expert_src = NULL, /* full residency: every expert is on the device */
 };
 #else

@@ -28,6 +28,7 @@ struct engine_ctx {
     int hidden_rows;
     engine_snapshot **row_snaps; /* during verify */
     int verify_pos;
+    char state_fmt[48];    /* engine_state_format's answer */
 };
 
 struct engine_snapshot {
@@ -93,6 +94,7 @@ void engine_ctx_free(engine_ctx *c) {
 
 int engine_pos(const engine_ctx *c) { return c->pos; }
 int engine_n_ctx(const engine_ctx *c) { return c->n_ctx; }
+int engine_n_batch(const engine_ctx *c) { return c->n_batch; }
 
 void engine_reset(engine_ctx *c) {
     c->e->be->reset(c->bc);
@@ -123,6 +125,7 @@ int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_la
 static void verify_row_state(void *ud, int il, int row, const float *conv, const float *ssm) {
     engine_ctx *c = ud;
     engine_snapshot *s = c->row_snaps[row];
+    if (!s) return; /* the caller does not need this row's state */
     memcpy(s->conv[il], conv, sizeof(float) * s->conv_n);
     memcpy(s->ssm[il], ssm, sizeof(float) * s->ssm_n);
     s->pos = c->verify_pos + row + 1;
@@ -139,8 +142,15 @@ int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, en
     }
     int rc = forward(c, tokens, n, logits, true, &h);
     c->row_snaps = NULL;
+    /* positions set here too, not only per DeltaNet row; the MTP head's position is not touched
+     * by a verify: without this a restore would take the stale value of the snapshot's previous
+     * use and cut the head's KV history */
+    for (int i = 0; rc == 0 && snaps && i < n; i++)
+        if (snaps[i]) snaps[i]->pos = c->verify_pos + i + 1, snaps[i]->mtp_pos = c->mtp_pos;
     return rc;
 }
+
+int engine_last_rows(const engine_ctx *c) { return c->hidden_rows; }
 
 const float *engine_last_hidden(const engine_ctx *c, int row) {
     if (row < 0 || row >= c->hidden_rows) return NULL;
@@ -221,6 +231,90 @@ void engine_snapshot_free(engine_snapshot *s) {
     free(s->conv);
     free(s->ssm);
     free(s);
+}
+
+/* ---- state export / import --------------------------------------------------------------- */
+size_t engine_state_bytes(const engine_ctx *c, int pos) {
+    const q3n_hparams *hp = &c->e->m.hp;
+    const backend_ops *be = c->e->be;
+    if (!be->kv_row_bytes) return 0;
+    size_t n = 0, rec = sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    size_t kv = 2 * be->kv_row_bytes(c->bc) * (size_t)pos;
+    for (int il = 0; il < hp->n_layer; il++) n += hp->is_attn[il] ? kv : rec;
+    return n;
+}
+
+const char *engine_state_format(const engine_ctx *c) {
+    engine_ctx *m = (engine_ctx *)c;
+    const backend_ops *be = c->e->be;
+    snprintf(m->state_fmt, sizeof m->state_fmt, "%s/%s", be->name, be->kv_format ? be->kv_format(c->bc) : "none");
+    return m->state_fmt;
+}
+
+/* Export with the recurrent state from snapshot `snap` (or the context's own when NULL) and the
+ * KV rows [0, pos) from the context. */
+static int state_export(engine_ctx *c, const engine_snapshot *snap, void *buf, size_t n) {
+    const q3n_hparams *hp = &c->e->m.hp;
+    const backend_ops *be = c->e->be;
+    int pos = snap ? snap->pos : c->pos;
+    if (!be->kv_get) return rl_seterr("the %s backend cannot export its state", be->name);
+    if (snap && (snap->n_layer != hp->n_layer || pos > c->pos))
+        return rl_seterr("state export: the snapshot (position %d) does not belong to this context (at %d)", pos, c->pos);
+    if (n != engine_state_bytes(c, pos))
+        return rl_seterr("state export: buffer of %zu bytes, need %zu", n, engine_state_bytes(c, pos));
+    uint8_t *p = buf;
+    size_t kv = be->kv_row_bytes(c->bc) * (size_t)pos, cn = q3n_conv_floats(hp), sn = q3n_ssm_floats(hp);
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->is_attn[il]) {
+            if (be->kv_get(c->bc, il, pos, p, p + kv)) return -1;
+            p += 2 * kv;
+            continue;
+        }
+        float *conv = (float *)p, *ssm = conv + cn;
+        if (snap) {
+            memcpy(conv, snap->conv[il], sizeof(float) * cn);
+            memcpy(ssm, snap->ssm[il], sizeof(float) * sn);
+        } else if (be->state_get(c->bc, il, conv, ssm)) {
+            return -1;
+        }
+        p += sizeof(float) * (cn + sn);
+    }
+    return 0;
+}
+
+int engine_state_export(engine_ctx *c, void *buf, size_t n) { return state_export(c, NULL, buf, n); }
+
+int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n) {
+    return state_export(c, s, buf, n);
+}
+
+int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
+    const q3n_hparams *hp = &c->e->m.hp;
+    const backend_ops *be = c->e->be;
+    if (!be->kv_set) return rl_seterr("the %s backend cannot import a state", be->name);
+    if (pos < 0 || pos > c->n_ctx) return rl_seterr("state import: position %d is beyond the context (%d)", pos, c->n_ctx);
+    if (n != engine_state_bytes(c, pos)) return rl_seterr("state import: %zu bytes, need %zu for position %d", n, engine_state_bytes(c, pos), pos);
+    const uint8_t *p = buf;
+    size_t kv = be->kv_row_bytes(c->bc) * (size_t)pos;
+    for (int il = 0; il < hp->n_layer; il++) {
+        int rc;
+        if (hp->is_attn[il]) {
+            rc = be->kv_set(c->bc, il, pos, p, p + kv);
+            p += 2 * kv;
+        } else {
+            const float *conv = (const float *)p, *ssm = conv + q3n_conv_floats(hp);
+            rc = be->state_set(c->bc, il, conv, ssm);
+            p += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+        }
+        if (rc) {
+            engine_reset(c);
+            return -1;
+        }
+    }
+    c->pos = pos;
+    c->mtp_pos = 0;
+    c->hidden_rows = 0;
+    return 0;
 }
 
 void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void *ud) {

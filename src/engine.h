@@ -52,6 +52,8 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p);
 void engine_ctx_free(engine_ctx *c);
 int engine_pos(const engine_ctx *c);
 int engine_n_ctx(const engine_ctx *c);
+/* Rows one prefill chunk / verify may hold (engine_ctx_params.n_batch after defaults). */
+int engine_n_batch(const engine_ctx *c);
 /* Clear the sequence (position 0, zero state). */
 void engine_reset(engine_ctx *c);
 
@@ -64,11 +66,15 @@ int engine_step(engine_ctx *c, int32_t token, float *logits);
 int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_last);
 /* Multi-row verify: n tokens (n <= n_batch) in one pass; logits: n x n_vocab (each row
  * identical to single steps); snaps (optional, n entries from engine_snapshot_new): snaps[i]
- * receives the state after token i, so a verifier can roll back to any accepted prefix. */
+ * receives the state after token i (position and MTP position included), so a verifier can
+ * roll back to any accepted prefix. A NULL entry skips that row's copy (a speculative loop
+ * never needs the last row's: keeping every row is the state the verify ends in). */
 int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps);
 /* Final-norm hidden states of the last forward's rows are kept for MTP drafting:
  * returns a pointer to row `row` (D floats) of the last call, or NULL. */
 const float *engine_last_hidden(const engine_ctx *c, int row);
+/* Rows of the last forward whose hidden states engine_last_hidden serves (0 after a restore). */
+int engine_last_rows(const engine_ctx *c);
 
 /* MTP drafting (models with a blk.N.nextn.* block): run the MTP head on n pairs
  * (hidden[i], next_tokens[i]) — hidden[i] the final-norm state of position p (engine_last_hidden),
@@ -87,6 +93,26 @@ int engine_snapshot_save(engine_ctx *c, engine_snapshot *s);
 int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s);
 int engine_snapshot_pos(const engine_snapshot *s);
 void engine_snapshot_free(engine_snapshot *s);
+
+/* ---- state export / import (disk checkpoints) -----------------------------------------
+ * The sequence state at position pos is every DeltaNet layer's conv + recurrent state and the
+ * first pos K/V rows of every attention layer, as one byte blob in the backend's layout.
+ * engine_state_format names that layout ("cpu/f32", "cuda/f16", ...): a blob is only meaningful
+ * for the same model and format, and restoring it continues exactly as the exported context
+ * would (bit-identical logits, by the exactness contract). The MTP head's cache is not part of
+ * it (after an import the head starts empty). */
+size_t engine_state_bytes(const engine_ctx *c, int pos);
+const char *engine_state_format(const engine_ctx *c);
+/* Write the state at the current position: n must be engine_state_bytes(c, engine_pos(c)). */
+int engine_state_export(engine_ctx *c, void *buf, size_t n);
+/* The same for the state saved in snapshot s (taken from this context): its recurrent state,
+ * and KV rows [0, engine_snapshot_pos(s)) read from the context — valid while those rows are
+ * unchanged (true after decoding past the snapshot: the KV cache is append-only). n must be
+ * engine_state_bytes(c, engine_snapshot_pos(s)). */
+int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n);
+/* Replace the context's state by a blob of n = engine_state_bytes(c, pos) bytes; the position
+ * becomes pos. On failure the context is reset (position 0). 0 or -1 (rl_lasterr). */
+int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n);
 
 /* Debug observers (NULL to disable): named activations and router choices. */
 void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void *ud);

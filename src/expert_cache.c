@@ -550,8 +550,8 @@ static int preload_mapping(expert_cache *ec) {
     for (int il = 0; il < ec->n_layer; il++)
         for (int i = 0; i < ec->layers[il].n_ranges; i++) total += ec->layers[il].r[i].stride * (uint64_t)ec->E;
     rl_progress pr;
-    rl_progress_start(&pr, "experts", total);
-    if (!ec->p.progress) pr.enabled = false;
+    if (ec->p.progress) rl_progress_start(&pr, "experts", total); /* (it draws at once) */
+    else pr = (rl_progress){.enabled = false};
     volatile uint8_t sink = 0;
     for (int il = 0; il < ec->n_layer; il++)
         for (int i = 0; i < ec->layers[il].n_ranges; i++) {
@@ -581,17 +581,17 @@ static void prepare_mapping(expert_cache *ec) {
     gguf_file *f = ec->f;
     uint64_t total = 0, done = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (!strstr(f->tensors[i].name, "_exps.")) total += f->tensors[i].nbytes;
+        if (!q3n_tensor_is_routed(f->tensors[i].name)) total += f->tensors[i].nbytes;
     rl_progress pr;
-    rl_progress_start(&pr, "dense", total);
-    if (!ec->p.progress) pr.enabled = false;
+    if (ec->p.progress) rl_progress_start(&pr, "dense", total); /* (it draws at once) */
+    else pr = (rl_progress){.enabled = false};
     volatile uint8_t sink = 0;
     for (int i = 0; i < f->n_parts; i++)
         if (f->parts[i].fd >= 0) madvise((void *)f->parts[i].map, (size_t)f->parts[i].size, MADV_RANDOM);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         const struct gguf_part *p = &f->parts[t->part];
-        if (p->fd < 0 || !t->nbytes || strstr(t->name, "_exps.")) continue;
+        if (p->fd < 0 || !t->nbytes || q3n_tensor_is_routed(t->name)) continue;
         uint64_t beg = t->file_off - t->file_off % EC_ALIGN, end = t->file_off + t->nbytes;
         madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_WILLNEED);
         for (uint64_t off = beg; off < end; off += EC_ALIGN) sink ^= p->map[off < t->file_off ? t->file_off : off];

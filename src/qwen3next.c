@@ -134,6 +134,11 @@ int q3n_tensor_lookup(const char *name, int *il) {
     return -1;
 }
 
+bool q3n_tensor_is_routed(const char *name) {
+    int id = q3n_tensor_lookup(name, NULL);
+    return id >= 0 && TENSORS[id].routed;
+}
+
 const char *q3n_act_name(q3n_act a) { return (unsigned)a < Q3N_ACT_COUNT ? ACTS[a] : "?"; }
 
 int q3n_act_find(const char *name) {
@@ -441,8 +446,7 @@ int q3n_load(q3n_model *m, gguf_file *f) {
         if (bind_layer(m, f, il)) return -1;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        int id = q3n_tensor_lookup(t->name, NULL);
-        if (id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed) m->bytes_experts += t->nbytes;
+        if (q3n_tensor_is_routed(t->name)) m->bytes_experts += t->nbytes;
         else m->bytes_dense += t->nbytes;
     }
     return 0;

@@ -130,6 +130,8 @@ const char *q3n_tensor_name(q3n_tensor_id id, int il, char *buf, size_t n);
 /* A GGUF tensor name -> its id (and *il: block index, -1 for global tensors); -1 if the name is
  * not a Qwen3-Next tensor. */
 int q3n_tensor_lookup(const char *name, int *il);
+/* The tensor is a stacked routed-expert slab (what the expert cache serves, not dense weights). */
+bool q3n_tensor_is_routed(const char *name);
 
 /* Named activations the forward passes emit to the dump hook (both backends, in this order
  * within a block); `redlite dump --names` and `bench --profile` select by them. */

@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "expert_cache.h"
+#include "spec.h"
 
 #define MiB 1048576.0
 
@@ -50,6 +51,8 @@ struct session {
     checkpoint *ck;
     int max_ck;
     uint64_t tick;
+    float route_bias;   /* cache-aware routing asked for (speculation refuses it) */
+    spec *sp;           /* speculative decoding state (created on first use) */
 };
 
 /* ---- model -------------------------------------------------------------------------------- */
@@ -103,15 +106,19 @@ static int attach_experts(session *s, const session_params *p) {
         if (p->route_bias > 0 || p->route_trace)
             return rl_seterr("--route-bias / --route-trace need the CPU backend (the %s backend keeps every expert "
                              "in device memory)", engine_backend_name(e));
-        if (p->verbose) fprintf(stderr, "expert cache: none: the %s backend holds every expert\n", engine_backend_name(e));
+        if (p->verbose) fprintf(stderr, "expert cache: none; the %s backend holds every expert\n", engine_backend_name(e));
         return 0;
     }
     ec_plan plan;
     if (expert_cache_plan(m, 0, s->n_ctx, spec, &plan)) return -1;
     if (p->verbose) {
-        char b[64] = "";
-        if (plan.mode == EC_BOUNDED) snprintf(b, sizeof b, " %.0f MiB", plan.budget / MiB);
-        fprintf(stderr, "expert cache: %s%s: %s\n", ec_mode_name(plan.mode), b, plan.reason);
+        if (plan.mode == EC_FULL)
+            fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
+        else if (plan.mode == EC_BOUNDED)
+            fprintf(stderr, "expert cache: %.0f MiB keep the most used experts, the others are read from the file "
+                            "when needed (%s)\n", plan.budget / MiB, plan.reason);
+        else
+            fprintf(stderr, "expert cache: none; the experts are paged in from the file mapping (%s)\n", plan.reason);
         if (p->route_bias > 0)
             fprintf(stderr, plan.mode == EC_BOUNDED
                                 ? "expert cache: cache-aware routing, bias %.2f: outputs differ from exact routing\n"
@@ -119,7 +126,7 @@ static int attach_experts(session *s, const session_params *p) {
                     p->route_bias);
     }
     ec_params ecp = {.budget = plan.budget, .route_bias = p->route_bias, .trace_path = p->route_trace,
-                     .progress = p->verbose};
+                     .progress = p->progress || p->verbose};
     if (!(s->ec = expert_cache_new(m, plan.mode, &ecp))) return -1;
     q3n_expert_src src = expert_cache_src(s->ec);
     return engine_set_expert_src(s->c, &src);
@@ -128,7 +135,7 @@ static int attach_experts(session *s, const session_params *p) {
 session *session_new(session_model *m, const session_params *p) {
     session_params dp = {0};
     if (!p) p = &dp;
-    if (p->n_ctx < 0 || p->n_batch < 0 || p->max_checkpoints < 0) {
+    if (p->n_ctx < 0 || p->n_batch < 0 || p->max_checkpoints < -1) {
         rl_seterr("session: negative context, batch or checkpoint count");
         return NULL;
     }
@@ -141,7 +148,8 @@ session *session_new(session_model *m, const session_params *p) {
     s->m = m;
     m->n_sessions++; /* session_free decrements */
     s->verbose = p->verbose;
-    s->max_ck = p->max_checkpoints ? p->max_checkpoints : 8;
+    s->route_bias = p->route_bias;
+    s->max_ck = p->max_checkpoints < 0 ? 0 : p->max_checkpoints ? p->max_checkpoints : 8;
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
@@ -151,7 +159,7 @@ session *session_new(session_model *m, const session_params *p) {
     s->n_batch = p->n_batch > 0 ? p->n_batch : 64;
     if (s->n_batch > 4096) s->n_batch = 4096;
     s->logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logits");
-    s->ck = rl_calloc((size_t)s->max_ck, sizeof *s->ck, "checkpoints");
+    s->ck = rl_calloc((size_t)s->max_ck + 1, sizeof *s->ck, "checkpoints");
     if (!s->logits || !s->ck || attach_experts(s, p)) goto fail;
     return s;
 fail:
@@ -167,6 +175,7 @@ static void ck_drop(checkpoint *k) {
 
 void session_free(session *s) {
     if (!s) return;
+    spec_free(s->sp);
     for (int i = 0; s->ck && i < s->max_ck; i++) ck_drop(&s->ck[i]);
     free(s->ck);
     if (s->c) {
@@ -222,7 +231,7 @@ static int hist_append(session *s, const int32_t *t, int m) {
 /* Checkpoint of the current state (position hist.n). A failure only costs the reuse. */
 static void ck_take(session *s) {
     int pos = (int)s->hist.n, slot = -1;
-    if (pos == 0) return;
+    if (pos == 0 || s->max_ck == 0) return;
     for (int i = 0; i < s->max_ck; i++) {
         checkpoint *k = &s->ck[i];
         if (k->snap && k->pos == pos && !memcmp(k->toks, s->hist.ids, sizeof(int32_t) * (size_t)pos)) {
@@ -329,6 +338,21 @@ int session_feed(session *s, const int32_t *tokens, int n, const session_feed_op
     return 0;
 }
 
+int session_adopt(session *s, const int32_t *tokens, int n) {
+    if (n < 0 || n > s->n_ctx || n != engine_pos(s->c)) {
+        session_reset(s);
+        return rl_seterr("session_adopt: %d tokens for a context at position %d", n, engine_pos(s->c));
+    }
+    ck_invalidate(s, 0, tokens, n);
+    s->hist.n = 0;
+    s->have_logits = false;
+    if (hist_append(s, tokens, n)) {
+        session_reset(s);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- generation --------------------------------------------------------------------------- */
 
 const char *session_reason_name(session_reason r) {
@@ -360,10 +384,11 @@ static int out_text(gen_state *g, int32_t token, const char *t, size_t n, bool *
     return 0;
 }
 
-/* Emit a sampled token: 0 = continue (the caller evaluates it, then samples the next one),
- * 1 = generation ends here (out->reason set; the token, if emitted, is not evaluated),
- * -1 = error. The one path every emitted token takes, whatever loop produced it. */
-static int gen_emit(gen_state *g, int32_t t) {
+/* Emit a sampled token that would be evaluated at position pos: 0 = continue (the caller
+ * evaluates it, then samples the next one), 1 = generation ends here (out->reason set; the
+ * token, if emitted, is not evaluated), -1 = error. The one path every emitted token takes,
+ * whatever loop produced it (a speculative loop's pos runs ahead of hist.n inside a verify). */
+static int gen_emit(gen_state *g, int32_t t, int pos) {
     session_gen_result *r = g->out;
     const session_gen_params *gp = g->gp;
     if (t < 0 || tokenizer_is_eog(g->s->m->tok, t)) {
@@ -389,7 +414,7 @@ static int gen_emit(gen_state *g, int32_t t) {
         r->reason = SESSION_LENGTH;
         return 1;
     }
-    if ((int)g->s->hist.n >= g->s->n_ctx) {
+    if (pos >= g->s->n_ctx) {
         r->reason = SESSION_CONTEXT;
         return 1;
     }
@@ -436,20 +461,44 @@ static int gen_plain(gen_state *g) {
             g->out->reason = SESSION_CANCELLED;
             return 0;
         }
-        int r = gen_emit(g, sampler_sample(g->smp, s->logits));
+        int r = gen_emit(g, sampler_sample(g->smp, s->logits), (int)s->hist.n);
         if (r) return r < 0 ? -1 : 0;
         if (gen_eval(s, g->out->ids.ids[g->out->ids.n - 1])) return -1;
     }
 }
 
-/* The speculative loop plugs in here: draft K tokens (lookup / MTP), engine_verify them with
- * per-row snapshots, sample row by row from the verify logits with g->smp, pass each sampled
- * token through gen_emit (stopping at the first mismatch or at a stop condition), restore the
- * snapshot of the last accepted row and record the accepted tokens in the history
- * (ck_invalidate + hist_append) — so the tokens and the text equal gen_plain's. */
+/* The speculative loop (src/spec.h): it drafts and verifies; every sampled token goes through
+ * gen_emit, the rows a step or verify writes drop the checkpoints they overwrite, and the kept
+ * rows join the history, so the tokens, the text and the sequence equal gen_plain's. */
+static int spec_emit(void *ud, int32_t t, int pos) { return gen_emit(ud, t, pos); }
+static void spec_will_write(void *ud, int pos, const int32_t *t, int n) {
+    gen_state *g = ud;
+    ck_invalidate(g->s, pos, t, n);
+}
+static int spec_kept(void *ud, const int32_t *t, int n) { return hist_append(((gen_state *)ud)->s, t, n); }
+
 static int gen_spec(gen_state *g) {
-    (void)g;
-    return rl_seterr("speculative decoding is not available yet in this build: use --spec none");
+    session *s = g->s;
+    const session_gen_params *gp = g->gp;
+    _Static_assert((int)SPEC_LOOKUP == SPEC_DRAFT_LOOKUP && (int)SPEC_MTP == SPEC_DRAFT_MTP &&
+                       (int)SPEC_AUTO == SPEC_DRAFT_AUTO, "spec_mode values");
+    if (s->route_bias > 0 && s->ec && expert_cache_mode(s->ec) == EC_BOUNDED)
+        return rl_seterr("speculative decoding needs exact routing: --route-bias picks experts from the cache "
+                         "state, which a verify changes in another order than steps (use --spec none, or drop "
+                         "--route-bias)");
+    if (!s->sp && !(s->sp = spec_new(s->m->e, s->c))) return -1;
+    if (gp->cancel && *gp->cancel) {
+        g->out->reason = SESSION_CANCELLED;
+        return 0;
+    }
+    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .n_predict = gp->n_predict};
+    spec_sink sink = {.emit = spec_emit, .will_write = spec_will_write, .kept = spec_kept, .ud = g};
+    spec_result r;
+    int rc = spec_run(s->sp, g->smp, s->logits, s->hist.ids, (int)s->hist.n, &p, &sink, &r);
+    g->out->n_drafted = r.n_drafted;
+    g->out->n_accepted = r.n_accepted;
+    g->out->n_verifies = r.n_verifies;
+    return rc;
 }
 
 int session_generate(session *s, const session_gen_params *gp, session_gen_result *out) {

@@ -52,7 +52,11 @@ typedef struct {
     float route_bias;        /* > 0: cache-aware routing (changes outputs; refused with spec) */
     const char *route_trace; /* JSON-lines trace of every row's expert choices (or NULL) */
     bool verbose;            /* one-line plan of the expert cache and similar notes on stderr */
-    int max_checkpoints;     /* in-memory prefix checkpoints kept (0 = 8, count-capped LRU) */
+    bool progress;           /* progress bars of long work (the experts' preload) on stderr when it
+                                is a terminal */
+    int max_checkpoints;     /* in-memory prefix checkpoints kept (0 = 8, -1 = none; count-capped
+                                LRU). Each holds a copy of the DeltaNet state: ~76 MB on the 80B
+                                model, so a one-shot command takes none */
 } session_params;
 
 session_model *session_model_open(const session_model_params *p);
@@ -81,6 +85,11 @@ const int32_t *session_history(const session *s, int *n);
 const float *session_logits(const session *s);
 /* Forget the sequence (position 0). Checkpoints are kept (they stay valid: see above). */
 void session_reset(session *s);
+/* The context was brought to tokens[0..n) from outside the session (engine_state_import of a
+ * disk checkpoint, see statefile.h): take them as the history. Checkpoints whose tokens disagree
+ * with them are dropped (the KV rows they relied on were rewritten). No logits until the next
+ * feed. 0 or -1 (n out of range, or oom: the sequence is then reset). */
+int session_adopt(session *s, const int32_t *tokens, int n);
 
 typedef struct {
     /* progress while a long prompt is evaluated (called after each chunk), or NULL */

@@ -4,6 +4,8 @@
 # tests/requirements.txt; PyPI only). Set RL_TEST_PYTHON to use another interpreter instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the configuration comes from make: `make CUDA=1 test` passes CUDA=1 down (MAKEFLAGS), so the
+# CUDA build is the one tested; ./tests/run.sh alone tests the CPU build
 make -s all
 if [ -n "${RL_TEST_PYTHON:-}" ]; then
     PY="$RL_TEST_PYTHON"

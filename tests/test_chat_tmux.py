@@ -1,8 +1,8 @@
 """`redlite chat` in a real terminal (tmux): streaming answers, the speed line, /reset, Ctrl-C
 during an answer, Ctrl-C at the prompt (exit 130), /quit and Ctrl-D (exit 0).
 
-The bundled models/default.gguf is a tiny random model, so its answers are gibberish; the test
-only looks at the terminal behaviour. Skipped without tmux, the binary or the model.
+The bundled models/default.gguf is a tiny trained coder (tools/train/README.md); the test only
+looks at the terminal behaviour, not at what the model answers. Skipped without tmux, the binary or the model.
 """
 
 import os
@@ -25,7 +25,7 @@ def need():
     if not shutil.which("tmux"):
         pytest.skip("tmux is not installed")
     assert BIN.exists(), f"{BIN} not built: run make"  # make test builds it first
-    assert MODEL.exists(), f"{MODEL} does not exist (make builds it from tests/fixtures/tiny-a.gguf)"
+    assert MODEL.exists(), f"{MODEL} does not exist (make copies it from models/redlite-coder-tiny-q8_0.gguf)"
 
 
 class Term:

@@ -25,7 +25,7 @@ MODEL = Path(os.environ.get("RL_CHAT_MODEL", REPO / "models" / "default.gguf"))
 def model():
     # `make` builds both (tests/run.sh runs it first): a missing one is a failure, not a skip
     assert BIN.exists(), f"{BIN} not built: run make"
-    assert MODEL.exists(), f"{MODEL} does not exist (make builds it from tests/fixtures/tiny-a.gguf)"
+    assert MODEL.exists(), f"{MODEL} does not exist (make copies it from models/redlite-coder-tiny-q8_0.gguf)"
     return str(MODEL)
 
 
@@ -67,9 +67,19 @@ def jinja(template, messages, add_generation_prompt=True):
                                                  add_generation_prompt=add_generation_prompt)
 
 
+def special_id(model, text):
+    """The id of an added token in this model's vocabulary (the default model has a cut vocabulary,
+    so <|im_end|> is not Qwen's 151645 there)."""
+    ids = json.loads(rl("tokenize", "-m", model, "--json", "--text", text).stdout)["ids"]
+    assert len(ids) == 1, f"{text} is not one token: {ids}"
+    return ids[0]
+
+
 def test_generate_raw_json(model):
     out = gen_json(model, "--raw", "-p", "Hello<|im_end|>\n<|im_start|>assistant", "-n", "10")
-    assert 151645 in out["prompt_ids"] and 151644 in out["prompt_ids"]  # parsed as special tokens
+    im_end, im_start = special_id(model, "<|im_end|>"), special_id(model, "<|im_start|>")
+    assert im_end in out["prompt_ids"] and im_start in out["prompt_ids"]  # parsed as special tokens
+    assert out["prompt_ids"].index(im_end) < out["prompt_ids"].index(im_start)
     assert out["n_prompt"] == len(out["prompt_ids"]) and out["n_generated"] == len(out["generated_ids"])
     assert out["stop_reason"] in ("length", "eog")
     again = gen_json(model, "--raw", "-p", "Hello<|im_end|>\n<|im_start|>assistant", "-n", "10", "--temp", "0")
@@ -151,3 +161,16 @@ def test_chat_context_reuse_is_exact(model, tmp_path):
     (tmp_path / "p.txt").write_text(jinja(tmpl, msgs))
     g = rl("generate", "-m", model, "--raw", "-f", str(tmp_path / "p.txt"), "-n", "12").stdout
     assert r2.stdout.decode() == g.decode(errors="replace")
+
+
+def test_default_model_writes_code(model):
+    """The bundled default is the trained coder (tools/train/README.md), not a random model: its greedy
+    completion of a Python def is indented Python, and a coding request in chat gets a code answer."""
+    if Path(model).resolve() != (REPO / "models" / "default.gguf").resolve():
+        pytest.skip("RL_CHAT_MODEL points to another model")
+    out = gen_json(model, "--raw", "-p", "def quicksort(arr):\n", "-n", "48")
+    lines = out["text"].split("\n")
+    assert sum(l.startswith("    ") for l in lines) >= 3, out["text"]
+    assert any(k in out["text"] for k in ("return", "if ", "for ", "\"\"\"")), out["text"]
+    chat = gen_json(model, "-p", "Write a Python function that reverses a string.", "-n", "-1")
+    assert chat["stop_reason"] == "eog" and "def " in chat["text"], chat["text"]

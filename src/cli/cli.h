@@ -14,6 +14,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_verify_check(int argc, char **argv);
 
 /* Print "redlite <cmd>: <msg>" to stderr; returns `code`. */
 int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

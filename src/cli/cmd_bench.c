@@ -27,29 +27,12 @@
 #include "expert_cache.h"
 #include "json.h"
 #include "kern.h"
+#include "opts.h"
 #include "session.h"
 
-static const char *USAGE =
-    "usage: redlite bench -m MODEL [options]\n"
-    "\n"
-    "Measure decode and prompt-ingestion speed (random token ids, deterministic).\n"
-    "\n"
-    "  -m, --model FILE     GGUF model\n"
-    "  -t, --threads N      threads (default: all CPUs)\n"
-    "  --n-decode N         decode steps per timed run (default 32)\n"
-    "  --reps N             timed runs per measurement; the median is reported (default 3)\n"
-    "  --warmup N           untimed decode steps first (default 2)\n"
-    "  --depth N            also decode after N tokens of filled context (default 0: off)\n"
-    "  --prompt LIST        prompt lengths to ingest, comma separated (default 512,2048; 0 = none)\n"
-    "  --batch N            rows per forward chunk while ingesting (default 512)\n"
-    "  --backend NAME       cpu, cuda or auto (default cpu)\n"
-    "  --cache-mib N|full|auto|mmap\n"
-    "                       routed experts: a bounded cache of N MiB, all resident (full),\n"
-    "                       planned from RAM (auto, default), or the plain file mapping (mmap)\n"
-    "  --reference          CPU: the double-precision reference arithmetic instead of the fast kernels\n"
-    "  --seed N             token-id seed (default 1)\n"
-    "  --profile            per-stage time breakdown of a decode run and of the first prompt\n"
-    "  --json               one JSON object on stdout\n";
+static const opts_cmd BENCH = {
+    "bench", CMD_BENCH, "redlite bench -m MODEL [options]",
+    "Measure decode and prompt-ingestion speed (random token ids, deterministic).", NULL};
 
 /* ---- bytes a token reads ------------------------------------------------------------------ */
 
@@ -377,74 +360,20 @@ static void print_profile(const char *title, const prof *p, double per, const to
     if (j) json_arr_end(j);
 }
 
-static bool parse_list(const char *s, int *out, int *n, int max) {
-    *n = 0;
-    if (!strcmp(s, "0") || !strcmp(s, "none")) return true;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v <= 0 || v > (1 << 24) || *n == max) return false;
-        out[(*n)++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return false;
-    }
-    return *n > 0;
-}
-
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *backend = NULL, *cache_spec = NULL, *v;
-    long long n_decode = 32, reps = 3, warmup = 2, depth = 0, batch = 512, threads = 0, seed = 1;
-    int prompts[16] = {512, 2048}, n_prompts = 2;
-    bool json = false, profile = false, reference = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long long *iv = NULL, lo = 0, hi = 1 << 24;
-        if (cli_is_help(a)) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(backend = cli_need_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--cache-mib")) {
-            if (!(cache_spec = cli_need_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--prompt")) {
-            if (!(v = cli_need_value("bench", argc, argv, &i))) return 2;
-            if (!parse_list(v, prompts, &n_prompts, 16))
-                return cli_fail("bench", 2, "--prompt expects lengths like 512,2048 (or 0), got '%s'", v);
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--profile")) {
-            profile = true;
-        } else if (!strcmp(a, "--reference")) {
-            reference = true;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            iv = &threads, hi = 1024;
-        } else if (!strcmp(a, "--n-decode")) {
-            iv = &n_decode, lo = 1;
-        } else if (!strcmp(a, "--reps")) {
-            iv = &reps, lo = 1, hi = 64;
-        } else if (!strcmp(a, "--warmup")) {
-            iv = &warmup;
-        } else if (!strcmp(a, "--depth")) {
-            iv = &depth;
-        } else if (!strcmp(a, "--batch")) {
-            iv = &batch, lo = 1, hi = 4096;
-        } else if (!strcmp(a, "--seed")) {
-            iv = &seed, hi = INT64_MAX;
-        } else {
-            return cli_fail("bench", 2, "unknown option '%s' (see redlite bench --help)", a);
-        }
-        if (iv &&
-            (!(v = cli_need_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, lo, hi, iv)))
-            return 2;
-    }
-    if (!model) return cli_fail("bench", 2, "need -m MODEL (see redlite bench --help)");
-
+    cli_opts o;
+    opts_defaults(&o);
+    o.batch = 512;
+    int r = opts_parse(&BENCH, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *model = o.model;
+    long long n_decode = o.n_decode, reps = o.reps, warmup = o.warmup, depth = o.depth, batch = o.batch,
+              threads = o.threads, seed = o.bench_seed;
+    const int *prompts = o.prompts, n_prompts = o.n_prompts;
+    bool json = o.json, profile = o.profile, reference = o.reference;
     double t_load = rl_now();
-    session_model_params mp = {.model_path = model, .n_threads = (int)threads, .backend = backend, .reference = reference};
     bench b = {0};
-    if (!(b.m = session_model_open(&mp))) return cli_fail("bench", 1, "%s", rl_lasterr());
+    if (!(b.m = cli_model_open(&o))) return cli_fail("bench", 1, "%s", rl_lasterr());
     b.e = session_model_engine(b.m);
     t_load = rl_now() - t_load;
     const q3n_hparams *hp = engine_hparams(b.e);
@@ -460,7 +389,7 @@ int cmd_bench(int argc, char **argv) {
         session_model_close(b.m);
         return cli_fail("bench", 2, "--depth + --n-decode is too large");
     }
-    session_params cp = {.n_ctx = (int)need + 8, .n_batch = (int)batch, .cache_spec = cache_spec};
+
     engine_snapshot *snap = NULL;
     token_bytes tb;
     count_bytes(b.e, &tb);
@@ -469,7 +398,7 @@ int cmd_bench(int argc, char **argv) {
     int n_dec = 0;
     prof pdec = {.m = engine_model(b.e)}, ppre = {.m = engine_model(b.e)};
     b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    if (!b.logits || !(b.S = session_new(b.m, &cp))) {
+    if (!b.logits || !(b.S = cli_session_new(&o, b.m, (int)need + 8, (int)batch))) {
         cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
         goto done;
     }

@@ -18,33 +18,19 @@
 #include "chat.h"
 #include "cli.h"
 #include "common.h"
-#include "gen.h"
+#include "opts.h"
 #include "tokenizer.h"
 
 static const char *CMD = "chat";
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: redlite chat -m MODEL [options]\n"
-            "\n"
-            "Chat with the model in the terminal. Answers stream as they are generated; the\n"
-            "context is kept between turns, so only each new turn is evaluated.\n"
-            "\n"
-            "  -m, --model FILE     GGUF model (qwen3next)\n"
-            "  --system TEXT        system prompt\n"
-            "  -p, --prompt TEXT    send TEXT as the first message, print the answer and exit\n"
-            "  -n, --n-predict N    most tokens per answer (default -1: until the answer ends)\n"
-            "  --history FILE       load earlier turns from FILE and append each new turn to it\n"
-            "                       (lines \"user: ...\" / \"assistant: ...\", newlines written as \\n)\n"
-            "  -h, --help           this help\n"
-            "\n%s\n%s"
-            "\nDefaults: --temp 0.7 --top-k 40 --top-p 0.95 --min-p 0.\n"
-            "\n"
-            "In the chat: /reset starts over, /help lists commands, /quit (or Ctrl-D) exits.\n"
-            "Ctrl-C stops an answer; at the prompt it exits (status 130). A line ending in \\\n"
-            "continues on the next line.\n",
-            GEN_FLAGS_HELP, GEN_MODEL_HELP);
-}
+static const opts_cmd CHAT = {
+    "chat", CMD_CHAT, "redlite chat -m MODEL [options]",
+    "Chat with the model in the terminal. Answers stream as they are generated; the\n"
+    "context is kept between turns, so only each new turn is evaluated.",
+    "In the chat: /reset starts over, /help lists commands, /quit (or Ctrl-D) exits.\n"
+    "Ctrl-C stops an answer; at the prompt it exits (status 130). A line ending in \\\n"
+    "continues on the next line. A turn that no longer fits the context, or a --history\n"
+    "file that cannot be written, makes the exit status 1 (with -p: at once).\n"};
 
 static volatile sig_atomic_t g_interrupt;
 static void on_sigint(int sig) {
@@ -61,9 +47,11 @@ typedef struct {
     chat_format fmt;
     chat_conv conv;
     int n_sys;              /* 1 when conv starts with the system prompt */
-    gen_flags gf;
+    cli_opts o;
     long long n_predict;
     const char *history;
+    bool failed;            /* a turn was refused or the history not written: exit 1 */
+    bool warned;            /* the trained-context warning was shown */
 } chat_state;
 
 static int emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
@@ -86,19 +74,19 @@ static void hist_write_escaped(FILE *f, const char *s) {
     }
 }
 
-static void hist_append(const chat_state *S, const char *user, const char *answer) {
-    if (!S->history) return;
+/* 0, or -1 after printing why (the turn is lost from the file, not from the chat). */
+static int hist_append(const chat_state *S, const char *user, const char *answer) {
+    if (!S->history) return 0;
     FILE *f = fopen(S->history, "a");
-    if (!f) {
-        fprintf(stderr, "redlite chat: cannot append to %s: %s\n", S->history, strerror(errno));
-        return;
-    }
+    if (!f) return cli_fail(CMD, -1, "cannot append to %s: %s", S->history, strerror(errno));
     fputs("user: ", f);
     hist_write_escaped(f, user);
     fputs("\nassistant: ", f);
     hist_write_escaped(f, answer);
     fputc('\n', f);
-    fclose(f);
+    bool err = ferror(f) != 0;
+    if (fclose(f) || err) return cli_fail(CMD, -1, "error writing %s (disk full?)", S->history);
+    return 0;
 }
 
 /* Load "user: ..." / "assistant: ..." lines; other lines are ignored. Returns turns or -1. */
@@ -147,7 +135,8 @@ static void reset_conversation(chat_state *S) {
     session_reset(S->s);
 }
 
-/* 0 ok (including an interrupted or refused turn), -1 fatal. The session reuses what its
+/* 0 ok (including an interrupted turn), 1 refused (does not fit the context) or not written
+ * to --history (the message is printed), -1 fatal. The session reuses what its
  * context holds: only the new tail of the rendered conversation is evaluated (or, when the
  * re-tokenised history differs from what was generated, the tail after the last checkpoint
  * that is a prefix: bit-identical to evaluating it all). */
@@ -168,32 +157,38 @@ static int turn(chat_state *S, const char *user) {
         fprintf(stderr, "redlite chat: the conversation (%zu tokens) no longer fits the context (%d): "
                         "/reset, or restart with a larger --ctx\n", ids.n, n_ctx);
         chat_conv_truncate(&S->conv, mi);
-        rc = 0;
+        rc = 1;
         goto out;
     }
+    cli_warn_ctx_train(CMD, S->s, (int)ids.n, &S->warned);
     session_feed_stats st;
-    session_feed_opts fo = {.cancel = &g_interrupt};
-    if (session_feed(S->s, ids.ids, (int)ids.n, &fo, &st)) {
+    cli_progress prog;
+    session_feed_opts fo = cli_feed_opts(&prog, &S->o, &g_interrupt);
+    int fr = session_feed(S->s, ids.ids, (int)ids.n, &fo, &st);
+    cli_feed_done(&prog);
+    if (fr) {
         if (!g_interrupt) goto out;
         fprintf(stderr, "[stopped]\n"); /* Ctrl-C while the prompt was evaluated */
         chat_conv_truncate(&S->conv, mi);
         rc = 0;
         goto out;
     }
-    session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->gf.stops, .n_stops = S->gf.n_stops,
-                             .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE};
+    session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->o.stops, .n_stops = S->o.n_stops,
+                             .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE,
+                             .spec = S->o.spec, .draft_max = S->o.draft_max};
     if (session_generate(S->s, &gp, &g)) goto out;
     if (chat_conv_add(&S->conv, CHAT_ASSISTANT, g.text) < 0) goto out;
     fputc('\n', stdout);
     fflush(stdout);
     if (g.reason == SESSION_CANCELLED) fprintf(stderr, "[stopped]\n");
     if (g.reason == SESSION_CONTEXT) fprintf(stderr, "[context full: /reset to start over]\n");
-    fprintf(stderr, "[prompt %d tok, %.1f tok/s | answer %zu tok, %.1f tok/s | %s]\n", st.n_evaluated,
+    char drafts[64] = "";
+    if (g.n_drafted) snprintf(drafts, sizeof drafts, " | drafts %lld/%lld accepted", g.n_accepted, g.n_drafted);
+    fprintf(stderr, "[prompt %d tok, %.1f tok/s | answer %zu tok, %.1f tok/s%s | %s]\n", st.n_evaluated,
             st.n_evaluated / (st.seconds > 0 ? st.seconds : 1e-9), g.ids.n,
-            g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9),
+            g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9), drafts,
             g.reason == SESSION_CANCELLED ? "interrupted" : session_reason_name(g.reason));
-    hist_append(S, user, g.text);
-    rc = 0;
+    rc = hist_append(S, user, g.text) ? 1 : 0;
 out:
     g_interrupt = 0;
     session_gen_result_free(&g);
@@ -252,38 +247,17 @@ static void help(void) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL, *prompt = NULL, *history = NULL;
-    long long n_predict = -1, n_ctx = 4096, batch = 64;
-    gen_flags gf;
-    gen_model_flags mf = {0};
-    gen_flags_init(&gf, true);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = gen_flags_parse(CMD, argc, argv, &i, &gf);
-        if (r == 0) r = gen_model_flags_parse(CMD, argc, argv, &i, &mf);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--system")) {
-            if (!(system = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--history")) {
-            if (!(history = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, -1, 1 << 24, &n_predict))
-                return 2;
-        } else {
-            return cli_fail(CMD, 2, "unknown option '%s' (see redlite chat --help)", a);
-        }
-    }
-    if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite chat --help)");
-    if (mf.n_ctx) n_ctx = mf.n_ctx;
-    if (mf.batch) batch = mf.batch;
+    cli_opts o;
+    opts_defaults(&o);
+    o.n_predict = -1;
+    o.n_ctx = 4096;
+    o.sp.temp = 0.7f;
+    o.sp.min_p = 0.0f;
+    o.checkpoints = 4; /* the next turn restores the last prompt's end (re-tokenised answers) */
+    int r = opts_parse(&CHAT, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *model = o.model, *system = o.system, *prompt = o.prompt, *history = o.history;
+    long long n_ctx = o.n_ctx, batch = o.batch;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -294,25 +268,27 @@ int cmd_chat(int argc, char **argv) {
 
     chat_state S;
     memset(&S, 0, sizeof S);
-    S.gf = gf;
-    S.n_predict = n_predict;
+    S.o = o;
+    S.n_predict = o.n_predict;
     S.history = history;
     chat_conv_init(&S.conv);
     int rc = 1;
     bool tty = isatty(0);
     if (isatty(2)) fprintf(stderr, "loading %s ...\n", model);
     double t0 = rl_now();
-    if (!(S.m = gen_model_open(&mf, model))) goto fail;
+    if (!(S.m = cli_model_open(&o))) goto fail;
     if (!(S.tok = session_model_tokenizer(S.m))) goto fail;
     if (g_interrupt) {
         rc = 130;
         goto done;
     }
+    if ((rc = cli_spec_check(CMD, &S.o, S.m))) goto done;
+    rc = 1;
     S.fmt = chat_format_from_gguf(engine_gguf(session_model_engine(S.m)));
-    if (S.gf.sp.repeat_last_n < 0) S.gf.sp.repeat_last_n = (int32_t)n_ctx;
+    if (S.o.sp.repeat_last_n < 0) S.o.sp.repeat_last_n = (int32_t)n_ctx;
     int V = tokenizer_n_vocab(S.tok);
     if (engine_hparams(session_model_engine(S.m))->n_vocab < V) V = engine_hparams(session_model_engine(S.m))->n_vocab;
-    if (!(S.s = gen_session_new(&mf, S.m, (int)n_ctx, (int)batch, true)) || !(S.smp = sampler_new(&S.gf.sp, V)))
+    if (!(S.s = cli_session_new(&o, S.m, (int)n_ctx, (int)batch)) || !(S.smp = sampler_new(&S.o.sp, V)))
         goto fail;
     if (system) {
         if (chat_conv_add(&S.conv, CHAT_SYSTEM, system) < 0) goto fail;
@@ -327,8 +303,9 @@ int cmd_chat(int argc, char **argv) {
             rl_now() - t0, chat_family_name(S.fmt.family), S.fmt.known ? "" : " fallback", n_ctx);
 
     if (prompt) {
-        rc = turn(&S, prompt) ? 1 : 0;
-        if (rc) goto fail;
+        int t = turn(&S, prompt);
+        if (t < 0) goto fail;
+        rc = t ? 1 : 0;
         goto done;
     }
     for (;;) {
@@ -361,9 +338,13 @@ int cmd_chat(int argc, char **argv) {
             help();
         } else if (m[0] == '/' && !strchr(m, ' ') && !strchr(m, '\n')) {
             printf("unknown command %s (/help lists them)\n", m);
-        } else if (turn(&S, msg)) {
-            free(msg);
-            goto fail;
+        } else {
+            int t = turn(&S, msg);
+            if (t < 0) {
+                free(msg);
+                goto fail;
+            }
+            S.failed |= t > 0;
         }
         free(msg);
         fflush(stdout);
@@ -373,6 +354,8 @@ fail:
     rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
 done:
     fflush(stdout);
+    if (S.s && o.stats) session_print_cache_stats(S.s, stderr);
+    if (rc == 0 && S.failed) rc = 1;
     chat_conv_free(&S.conv);
     sampler_free(S.smp);
     session_free(S.s);

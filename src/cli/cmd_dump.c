@@ -12,40 +12,15 @@
 #include "common.h"
 #include "engine.h"
 #include "ops.h"
+#include "opts.h"
 #include "session.h"
 
-static const char *USAGE =
-    "usage: redlite dump -m MODEL --tokens IDS [options]\n"
-    "\n"
-    "Evaluate token ids with the CPU reference and dump results.\n"
-    "\n"
-    "  -m, --model FILE     GGUF model\n"
-    "  --tokens IDS         comma-separated token ids, or @FILE with whitespace/comma separated ids\n"
-    "  --greedy N           then generate N tokens greedily, one step each (default 0)\n"
-    "  --mtp FILE           then run the MTP head over every pair (hidden p, token p+1) of the\n"
-    "                       sequence and write its float32 draft logits (rows x n_vocab)\n"
-    "  --batch N            rows per forward for the prompt (1 = token by token; default 64)\n"
-    "  --logits FILE        write float32 logits of every prompt and generated position\n"
-    "  --routes FILE        write router choices as JSON lines {layer,row,ids,w,p}\n"
-    "  --acts FILE          write named activations (float32) to FILE and an index to FILE.json\n"
-    "  --names a,b,...      activation names to dump (default: l_out); e.g. attn_norm, attn_out,\n"
-    "                       ffn_inp, ffn_norm, ffn_out, l_out, dn_conv, dn_gated, attn_gated,\n"
-    "                       inp_embd, result_norm\n"
-    "  --layers A-B         only layers A..B (default all)\n"
-    "  -t, --threads N      threads (default: all CPUs)\n"
-    "  --fast               fast SIMD kernels (quantised activations) instead of the reference\n"
-    "  --check-fast         with --fast: recompute every product from the same quantised\n"
-    "                       activations in double and report mismatches on stderr (slow)\n"
-    "  --backend NAME       cpu, cuda or auto (default cpu: the reference)\n"
-    "  --json               print {prompt, generated} ids as JSON on stdout\n"
-    "  --cache-mib N|full|auto|mmap\n"
-    "                       routed experts from a bounded cache of N MiB (bit-identical output), every\n"
-    "                       expert preloaded (full), the planner's choice (auto) or the plain mapping\n"
-    "                       (mmap, the default)\n"
-    "  --stats              print expert-cache statistics on stderr at the end\n"
-    "  --route-trace FILE   write the experts each layer acquires as JSON lines (tools/cache_sim.py)\n"
-    "  --route-bias L       cache-aware routing: prefer resident experts by L in log-probability\n"
-    "                       (CHANGES OUTPUTS; bounded cache only; default 0 = exact routing)\n";
+static const opts_cmd DUMP = {
+    "dump", CMD_DUMP, "redlite dump -m MODEL --tokens IDS [options]",
+    "Evaluate token ids with the CPU reference and dump results (every row's logits,\n"
+    "greedy continuations, router choices, named activations, MTP drafts).",
+    "The expert source is the plain file mapping unless --cache-mib says otherwise\n"
+    "(every choice gives the same output).\n"};
 
 typedef struct {
     FILE *acts, *acts_idx, *routes;
@@ -143,70 +118,21 @@ static int argmax(const float *x, int n) {
 }
 
 int cmd_dump(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *logits_path = NULL, *routes_path = NULL, *acts_path = NULL;
-    const char *mtp_path = NULL;
-    dump_ctx d = {.names = "l_out", .lay_lo = 0, .lay_hi = 1 << 20};
-    long long greedy = 0, batch = 64, threads = 0;
-    bool json = false, fast = false, stats = false, check_fast = false;
-    const char *backend = NULL;
-    const char *cache_spec = NULL, *route_trace = NULL;
-    double route_bias = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(tokens = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--logits")) {
-            if (!(logits_path = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--routes")) {
-            if (!(routes_path = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--acts")) {
-            if (!(acts_path = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--names")) {
-            if (!(d.names = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--layers")) {
-            if (!(v = cli_need_value("dump", argc, argv, &i))) return 2;
-            if (sscanf(v, "%d-%d", &d.lay_lo, &d.lay_hi) != 2) {
-                if (sscanf(v, "%d", &d.lay_lo) != 1) return cli_fail("dump", 2, "--layers expects A-B, got '%s'", v);
-                d.lay_hi = d.lay_lo;
-            }
-        } else if (!strcmp(a, "--mtp")) {
-            if (!(mtp_path = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--greedy")) {
-            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 0, 1 << 20, &greedy))
-                return 2;
-        } else if (!strcmp(a, "--batch")) {
-            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 1, 4096, &batch))
-                return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_int("dump", a, v, 0, 1024, &threads))
-                return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--fast")) {
-            fast = true;
-        } else if (!strcmp(a, "--check-fast")) {
-            check_fast = true;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(backend = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--cache-mib")) {
-            if (!(cache_spec = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--stats")) {
-            stats = true;
-        } else if (!strcmp(a, "--route-trace")) {
-            if (!(route_trace = cli_need_value("dump", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--route-bias")) {
-            if (!(v = cli_need_value("dump", argc, argv, &i)) || !cli_parse_float("dump", a, v, &route_bias)) return 2;
-            if (route_bias < 0) return cli_fail("dump", 2, "--route-bias must be >= 0");
-        } else {
-            return cli_fail("dump", 2, "unknown option '%s' (see redlite dump --help)", a);
-        }
+    cli_opts o;
+    opts_defaults(&o);
+    o.cache_spec = "mmap";
+    int r = opts_parse(&DUMP, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *tokens = o.tokens, *logits_path = o.logits_path, *routes_path = o.routes_path, *acts_path = o.acts_path;
+    const char *mtp_path = o.mtp_path;
+    dump_ctx d = {.names = o.names, .lay_lo = 0, .lay_hi = 1 << 20};
+    if (o.layers && sscanf(o.layers, "%d-%d", &d.lay_lo, &d.lay_hi) != 2) {
+        sscanf(o.layers, "%d", &d.lay_lo);
+        d.lay_hi = d.lay_lo;
     }
-    if (!model || !tokens) return cli_fail("dump", 2, "need -m MODEL and --tokens IDS (see redlite dump --help)");
+    long long greedy = o.greedy, batch = o.batch;
+    bool json = o.json, fast = o.fast, stats = o.stats, check_fast = o.check_fast;
+    if (!tokens) return cli_fail("dump", 2, "need --tokens IDS (see redlite dump --help)");
     int n = 0;
     int32_t *ids = parse_ids(tokens, &n);
     if (!ids) return cli_fail("dump", 2, "%s", rl_lasterr());
@@ -214,8 +140,8 @@ int cmd_dump(int argc, char **argv) {
         free(ids);
         return cli_fail("dump", 2, "--tokens is empty");
     }
-    session_model *sm = session_model_open(&(session_model_params){
-        .model_path = model, .n_threads = (int)threads, .reference = !fast, .backend = backend});
+    o.reference = !fast;
+    session_model *sm = cli_model_open(&o);
     if (!sm) {
         free(ids);
         return cli_fail("dump", 1, "%s", rl_lasterr());
@@ -224,15 +150,12 @@ int cmd_dump(int argc, char **argv) {
     engine *e = session_model_engine(sm);
     const q3n_hparams *hp = engine_hparams(e);
     int V = hp->n_vocab;
-    /* The session opens the context with its expert source: the plain mapping unless a cache,
-     * stats or a route trace / bias are asked for (a backend that holds every expert: its own).
+    /* The session opens the context with its expert source: the plain mapping unless --cache-mib
+     * says otherwise (a backend that holds every expert: its own).
      * The rows below are driven on the context directly: dump is the oracle's tool and needs
      * every row's logits and observers, which generation does not expose. */
-    bool want_cache = cache_spec || stats || route_trace || route_bias > 0;
-    session_params sp = {.n_ctx = n + (int)greedy + 1, .n_batch = (int)batch,
-                         .cache_spec = cache_spec ? cache_spec : engine_can_set_expert_src(e) ? "mmap" : "auto",
-                         .route_bias = (float)route_bias, .route_trace = route_trace, .verbose = want_cache};
-    session *S = session_new(sm, &sp);
+    if (!o.cache_set && !engine_can_set_expert_src(e)) o.cache_spec = "auto"; /* the device holds them */
+    session *S = cli_session_new(&o, sm, n + (int)greedy + 1, (int)batch);
     engine_ctx *c = S ? session_ctx(S) : NULL;
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)batch);
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)(greedy + 1));

@@ -14,31 +14,17 @@
 #include "chat.h"
 #include "cli.h"
 #include "common.h"
-#include "gen.h"
+#include "opts.h"
 #include "json.h"
 #include "tokenizer.h"
 
 static const char *CMD = "generate";
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: redlite generate -m MODEL (-p TEXT | -f FILE) [options]\n"
-            "\n"
-            "Complete a prompt once and exit.\n"
-            "\n"
-            "  -m, --model FILE     GGUF model (qwen3next)\n"
-            "  -p, --prompt TEXT    prompt text (special tokens like <|im_start|> are parsed)\n"
-            "  -f, --file FILE      read the prompt from FILE (\"-\" = stdin)\n"
-            "  -n, --n-predict N    tokens to generate (default 128; -1 = until the end of the answer)\n"
-            "  --raw                no chat template: complete the text as is\n"
-            "  --system TEXT        system message (chat template mode)\n"
-            "  --stats              print timings to stderr\n"
-            "  --json               print one JSON object instead of streaming text\n"
-            "  -h, --help           this help\n"
-            "\n%s\n%s"
-            "\nDefaults: greedy (--temp 0); with --temp > 0: top-k 40, top-p 0.95, min-p 0.05.\n",
-            GEN_FLAGS_HELP, GEN_MODEL_HELP);
-}
+static const opts_cmd GENERATE = {
+    "generate", CMD_GENERATE, "redlite generate -m MODEL (-p TEXT | -f FILE) [options]",
+    "Complete a prompt once and exit. Without --raw the prompt is the user turn of a\n"
+    "conversation rendered with the model's chat template. The answer streams to stdout.",
+    "Defaults: greedy (--temp 0); with --temp > 0: top-k 40, top-p 0.95, min-p 0.05.\n"};
 
 static int emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
     (void)ud;
@@ -58,52 +44,21 @@ static void json_ids(json_writer *j, const char *key, const int32_t *ids, size_t
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *file = NULL, *system = NULL;
-    long long n_predict = 128, n_ctx = 0, batch = 64;
-    bool raw = false, json = false, stats = false;
-    gen_flags gf;
-    gen_model_flags mf = {0};
-    gen_flags_init(&gf, false);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = gen_flags_parse(CMD, argc, argv, &i, &gf);
-        if (r == 0) r = gen_model_flags_parse(CMD, argc, argv, &i, &mf);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--system")) {
-            if (!(system = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, -1, 1 << 24, &n_predict))
-                return 2;
-        } else if (!strcmp(a, "--raw")) {
-            raw = true;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--stats")) {
-            stats = true;
-        } else {
-            return cli_fail(CMD, 2, "unknown option '%s' (see redlite generate --help)", a);
-        }
-    }
-    if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite generate --help)");
-    if (mf.n_ctx) n_ctx = mf.n_ctx;
-    if (mf.batch) batch = mf.batch;
+    cli_opts o;
+    opts_defaults(&o);
+    o.checkpoints = -1; /* one feed: a checkpoint would only copy the state */
+    int r = opts_parse(&GENERATE, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *prompt = o.prompt, *file = o.file, *system = o.system;
+    long long n_predict = o.n_predict, n_ctx = o.n_ctx, batch = o.batch;
+    bool raw = o.raw, json = o.json, stats = o.stats;
     if (!prompt && !file) return cli_fail(CMD, 2, "need -p TEXT or -f FILE (see redlite generate --help)");
     if (prompt && file) return cli_fail(CMD, 2, "give either -p or -f, not both");
     if (raw && system) return cli_fail(CMD, 2, "--system needs the chat template (drop --raw)");
     size_t plen = 0;
     char *owned = NULL;
     if (file) {
-        if (!(owned = gen_read_file(file, &plen))) return cli_fail(CMD, 1, "%s", rl_lasterr());
+        if (!(owned = cli_read_file(file, &plen))) return cli_fail(CMD, 1, "%s", rl_lasterr());
         prompt = owned;
     } else {
         plen = strlen(prompt);
@@ -111,7 +66,7 @@ int cmd_generate(int argc, char **argv) {
 
     int rc = 1;
     double t0 = rl_now();
-    session_model *sm = gen_model_open(&mf, model);
+    session_model *sm = cli_model_open(&o);
     const tokenizer *tok = NULL;
     session *S = NULL;
     tok_ids ids = {0};
@@ -145,13 +100,20 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n, n_ctx);
         goto done;
     }
-    if (!(S = gen_session_new(&mf, sm, (int)n_ctx, (int)batch, !json))) goto fail;
+    if ((rc = cli_spec_check(CMD, &o, sm))) goto done;
+    rc = 1;
+    if (!(S = cli_session_new(&o, sm, (int)n_ctx, (int)batch))) goto fail;
     double t1 = rl_now();
+    cli_warn_ctx_train(CMD, S, (int)ids.n, NULL);
     session_feed_stats fst;
-    if (session_feed(S, ids.ids, (int)ids.n, NULL, &fst)) goto fail;
+    cli_progress prog;
+    session_feed_opts fo = cli_feed_opts(&prog, &o, NULL);
+    int fr = session_feed(S, ids.ids, (int)ids.n, &fo, &fst);
+    cli_feed_done(&prog);
+    if (fr) goto fail;
     double t2 = rl_now();
-    session_gen_params gp = {.sp = gf.sp, .n_predict = n_predict, .stops = gf.stops, .n_stops = gf.n_stops,
-                             .on_text = json ? NULL : emit_stdout};
+    session_gen_params gp = {.sp = o.sp, .n_predict = n_predict, .stops = o.stops, .n_stops = o.n_stops,
+                             .on_text = json ? NULL : emit_stdout, .spec = o.spec, .draft_max = o.draft_max};
     if (session_generate(S, &gp, &g)) goto fail;
     double pp = (double)ids.n / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);
@@ -172,6 +134,10 @@ int cmd_generate(int argc, char **argv) {
         json_kv_num(&j, "decode_s", g.seconds);
         json_kv_num(&j, "prompt_tok_s", pp);
         json_kv_num(&j, "decode_tok_s", tg);
+        json_kv_str(&j, "spec", o.spec_name);
+        json_kv_int(&j, "n_drafted", g.n_drafted);
+        json_kv_int(&j, "n_accepted", g.n_accepted);
+        json_kv_int(&j, "n_verifies", g.n_verifies);
         json_obj_end(&j);
         fputc('\n', stdout);
         if (json_finish(&j)) {
@@ -182,6 +148,10 @@ int cmd_generate(int argc, char **argv) {
         fputc('\n', stdout);
     }
     if (stats) session_print_cache_stats(S, stderr);
+    if (stats && o.spec != SPEC_NONE)
+        fprintf(stderr, "redlite: speculation %s: %lld of %lld drafts accepted (%.0f%%), %lld verifies\n", o.spec_name,
+                g.n_accepted, g.n_drafted, g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0,
+                g.n_verifies);
     if (stats)
         fprintf(stderr,
                 "redlite: load %.2f s | prompt %zu tok %.1f tok/s | decode %zu tok %.2f tok/s | stop: %s | "

@@ -113,6 +113,14 @@ static int block_of(const char *name, const char **rest) {
     return (int)n;
 }
 
+/* "blk.%d.attn_qkv.weight" -> "attn_qkv" */
+static void short_name(q3n_tensor_id id, char *buf, size_t n) {
+    const char *s = q3n_tensor(id)->name, *dot;
+    if (!strncmp(s, "blk.%d.", 7)) s += 7;
+    dot = strrchr(s, '.');
+    snprintf(buf, n, "%.*s", (int)(dot ? dot - s : (long)strlen(s)), s);
+}
+
 static bool is_routed(int id) { return id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed; }
 
 static void note_expert(exp_part *e, const gguf_tensor *t, int64_t *n_expert) {
@@ -204,8 +212,9 @@ static bool analyse(info *in) {
         else if (id == Q3N_T_GATE_UP_EXPS) note_expert(&L->gate_up_e, t, &L->n_expert);
     }
 
-    /* classify: nextn.* marks the MTP block; ssm_* / attn_gate (with attn_qkv) mark Gated
-     * DeltaNet; separate attn_q/k/v/output, or a fused attn_qkv alone, mark full attention. */
+    /* classify (kinds from the tensor table): MTP extras mark the MTP block; DeltaNet tensors
+     * (the split q|k|v + gate, or the fused projection) mark Gated DeltaNet; the attention
+     * projections, or a fused q|k|v alone, mark full attention. */
     bool split = false, legacy = false;
     for (int i = 0; i < n_layer; i++) {
         const layer_info *L = &in->layers[i];
@@ -377,10 +386,17 @@ static void print_text(const info *in, FILE *o) {
     int mism = 0;
     for (int i = 0; i < in->n_layer; i++) mism += in->kind[i] != expected_kind(in, i);
     if (mism) fprintf(o, "  warning          %d layer(s) disagree with full_attention_interval %u\n", mism, in->interval);
-    const char *gen_desc = !strcmp(in->generation, "split")    ? "split attn_qkv + attn_gate (current converter)"
-                           : !strcmp(in->generation, "legacy") ? "legacy fused ssm_in (Nov-2025 converter)"
-                           : !strcmp(in->generation, "mixed")  ? "mixed (both ssm_in and attn_qkv/attn_gate)"
-                                                                : "unknown (no Gated DeltaNet layers)";
+    char gen_desc[160], qkv[32], gate[32], in_[32]; /* tensor names from the model's table */
+    short_name(Q3N_T_SSM_QKV, qkv, sizeof qkv), short_name(Q3N_T_SSM_GATE, gate, sizeof gate);
+    short_name(Q3N_T_SSM_IN, in_, sizeof in_);
+    if (!strcmp(in->generation, "split"))
+        snprintf(gen_desc, sizeof gen_desc, "split %s + %s (current converter)", qkv, gate);
+    else if (!strcmp(in->generation, "legacy"))
+        snprintf(gen_desc, sizeof gen_desc, "legacy fused %s (Nov-2025 converter)", in_);
+    else if (!strcmp(in->generation, "mixed"))
+        snprintf(gen_desc, sizeof gen_desc, "mixed (both %s and %s/%s)", in_, qkv, gate);
+    else
+        snprintf(gen_desc, sizeof gen_desc, "unknown (no Gated DeltaNet layers)");
     fprintf(o, "  generation       %s\n\ntensor types\n", gen_desc);
     for (int t = 0; t < QT_COUNT; t++)
         if (in->type_count[t])

@@ -37,39 +37,20 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
-#include "gen.h"
+#include "opts.h"
 #include "json.h"
 #include "session.h"
 #include "tokenizer.h"
 
 static const char *CMD = "perplexity";
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: redlite perplexity -m MODEL -f FILE [options]\n"
-            "\n"
-            "Perplexity of MODEL on the text of FILE, as llama.cpp's llama-perplexity defines it:\n"
-            "non-overlapping windows of --ctx tokens, each from an empty state, the second half of\n"
-            "each window scored; PPL = exp(mean negative log-likelihood).\n"
-            "\n"
-            "  -m, --model FILE     GGUF model (qwen3next)\n"
-            "  -f, --file FILE      text file (\"-\" = stdin); special tokens in it are plain text\n"
-            "  -c, --ctx N          window size in tokens (default 512; needs >= 2*N tokens)\n"
-            "  -b, --batch N        rows per forward (default 64; never changes the result)\n"
-            "  --chunks N           evaluate only the first N windows (default all)\n"
-            "  --mtp-accept         also measure the MTP head's draft acceptance (teacher-forced)\n"
-            "  --tokens-out FILE    one JSON line per scored position: window, position, next token,\n"
-            "                       its NLL, the trunk's top-1 (and the MTP draft with --mtp-accept)\n"
-            "  --reference          CPU double-precision reference arithmetic (slow; the oracle)\n"
-            "  --json               print one JSON object (ppl, nll, counts, per-window values)\n"
-            "  -t, --threads N      threads (default: all CPUs)\n"
-            "  --backend B          cpu | cuda | auto (default cpu)\n"
-            "  --cache-mib N|full|auto|mmap   routed-expert cache (default auto; never changes results)\n"
-            "  --route-trace FILE   record every token's expert choices (tools/cache_sim.py replays)\n"
-            "  -h, --help           this help\n"
-            "\n"
-            "Progress per window goes to stderr when it is a terminal.\n");
-}
+static const opts_cmd PERPLEXITY = {
+    "perplexity", CMD_PERPLEXITY, "redlite perplexity -m MODEL -f FILE [options]",
+    "Perplexity of MODEL on the text of FILE, as llama.cpp's llama-perplexity defines it:\n"
+    "non-overlapping windows of --ctx tokens, each from an empty state, the second half of\n"
+    "each window scored; PPL = exp(mean negative log-likelihood). The batch and the expert\n"
+    "cache never change the result.",
+    "Progress per window goes to stderr when it is a terminal.\n"};
 
 typedef struct {
     int start;        /* first token of the window in the file's token list */
@@ -184,55 +165,28 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *tokens_out = NULL;
-    long long ctx = 512, batch = 64, chunks = -1;
-    bool json = false, mtp = false, reference = false;
-    gen_model_flags mf = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
-            /* 3 = the smallest window that scores a token (ctx - ctx/2 - 1 >= 1) */
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 3, 1 << 20, &ctx)) return 2;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch") || !strcmp(a, "--batch-size")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 4096, &batch)) return 2;
-        } else if (!strcmp(a, "--chunks")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 1 << 30, &chunks))
-                return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--mtp-accept")) {
-            mtp = true;
-        } else if (!strcmp(a, "--tokens-out")) {
-            if (!(tokens_out = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--reference")) {
-            reference = true;
-        } else {
-            int r = gen_model_flags_parse(CMD, argc, argv, &i, &mf);
-            if (r < 0) return 2;
-            if (r == 0) return cli_fail(CMD, 2, "unknown option '%s' (see redlite perplexity --help)", a);
-        }
-    }
-    if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite perplexity --help)");
+    cli_opts o;
+    opts_defaults(&o);
+    o.n_ctx = 512;
+    o.chunks = 0; /* all windows */
+    int pr = opts_parse(&PERPLEXITY, argc, argv, &o);
+    if (pr) return pr == OPTS_HELP ? 0 : pr;
+    const char *model = o.model, *file = o.file, *tokens_out = o.tokens_out;
+    long long ctx = o.n_ctx, batch = o.batch, chunks = o.chunks;
+    bool json = o.json, mtp = o.mtp_accept, reference = o.reference;
     if (!file) return cli_fail(CMD, 2, "need -f FILE with the text to score (see redlite perplexity --help)");
-    if (reference && mf.backend && strcmp(mf.backend, "cpu"))
-        return cli_fail(CMD, 2, "--reference is the CPU reference; drop --backend %s", mf.backend);
+    if (reference && o.backend && strcmp(o.backend, "cpu"))
+        return cli_fail(CMD, 2, "--reference is the CPU reference; drop --backend %s", o.backend);
 
     size_t tlen = 0;
-    char *text = gen_read_file(file, &tlen);
+    char *text = cli_read_file(file, &tlen);
     if (!text) return cli_fail(CMD, 1, "%s", rl_lasterr());
     if (tlen > 0 && text[tlen - 1] == '\n') text[--tlen] = 0; /* as llama.cpp's -f */
 
     int rc = 1;
     double t0 = rl_now();
     session_model *sm = session_model_open(&(session_model_params){
-        .model_path = model, .backend = mf.backend, .n_threads = (int)mf.threads, .reference = reference});
+        .model_path = model, .backend = o.backend, .n_threads = (int)o.threads, .reference = reference});
     engine *e = sm ? session_model_engine(sm) : NULL;
     const tokenizer *tok = sm ? session_model_tokenizer(sm) : NULL;
     tok_ids ids = {0};
@@ -253,7 +207,7 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     int n_win_max = (int)(ids.n / (size_t)ctx);
-    int n_win = chunks < 0 || chunks > n_win_max ? n_win_max : (int)chunks;
+    int n_win = chunks <= 0 || chunks > n_win_max ? n_win_max : (int)chunks;
     const q3n_hparams *hp = engine_hparams(e);
     r.V = hp->n_vocab;
     r.D = hp->n_embd;
@@ -267,8 +221,8 @@ int cmd_perplexity(int argc, char **argv) {
             goto fail;
         }
     bool add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    r.s = session_new(sm, &(session_params){.n_ctx = r.ctx, .n_batch = r.batch, .cache_spec = mf.cache_spec,
-                                            .route_bias = mf.route_bias, .route_trace = mf.route_trace,
+    r.s = session_new(sm, &(session_params){.n_ctx = r.ctx, .n_batch = r.batch, .cache_spec = o.cache_spec,
+                                            .route_bias = o.route_bias, .route_trace = o.route_trace,
                                             .verbose = !json});
     if (!r.s) goto fail;
     r.c = session_ctx(r.s);

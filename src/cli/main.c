@@ -18,6 +18,7 @@
 #pragma weak cmd_generate
 #pragma weak cmd_info
 #pragma weak cmd_perplexity
+#pragma weak cmd_verify_check
 
 typedef struct {
     const char *name;
@@ -35,15 +36,18 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure decode and prompt-ingestion speed"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text file (llama.cpp's definition)"},
     {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
+    {"verify-check", cmd_verify_check, "check that K-row verifies and rollbacks equal single steps, bit for bit"},
 };
 
 static void usage(FILE *out) {
     fprintf(out,
             "redlite %s — Qwen3-Next MoE inference from GGUF files\n\n"
-            "usage: redlite <command> [options]   (redlite <command> --help for details)\n\ncommands:\n",
+            "usage: redlite <command> [options]   (redlite help <command>, or redlite <command> --help)\n\n"
+            "commands:\n",
             RL_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fputs("\nExit status: 0 success, 1 runtime error, 2 usage error.\n", out);
 }
 
 int cli_fail(const char *cmd, int code, const char *fmt, ...) {
@@ -92,6 +96,22 @@ int main(int argc, char **argv) {
     if (argc < 2 || cli_is_help(argv[1])) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "help")) { /* redlite help [CMD] = redlite CMD --help */
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        if (argc > 3) {
+            fprintf(stderr, "redlite help: one command at a time (redlite help CMD)\n");
+            return 2;
+        }
+        static char help_flag[] = "--help";
+        char *hargv[] = {argv[2], help_flag, NULL};
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (!strcmp(argv[2], commands[i].name) && commands[i].fn) return commands[i].fn(2, hargv);
+        fprintf(stderr, "redlite help: unknown command '%s' (run redlite help for the list)\n", argv[2]);
+        return 2;
     }
     if (!strcmp(argv[1], "--version")) {
         printf("redlite %s\n", RL_VERSION);

@@ -111,6 +111,14 @@ static void test_prefix_reuse(void) {
     CHECK(feed_check(s, a, 80, "l2") == 40, "l2"); /* 72a 80a replace them */
     CHECK(feed_check(s, b, 60, "l3") == 0, "l3: no checkpoint of b's prefix left");
     session_free(s);
+
+    /* no checkpoints at all (-1): only the held prefix is reused */
+    if (!(s = fresh(-1))) return;
+    CHECK(feed_check(s, a, 40, "n1") == 0, "n1");
+    CHECK(feed_check(s, a, 80, "n2") == 40, "n2: the held prefix");
+    CHECK(feed_check(s, b, 60, "n3") == 0, "n3: nothing to restore");
+    CHECK(feed_check(s, b, 60, "n4") == 0, "n4: the same prompt again starts over");
+    session_free(s);
 }
 
 /* The reference loop: what the CLI's gen_decode did (prefill, then sample / eog / step). */
@@ -253,13 +261,19 @@ static void test_generate(void) {
             session_feed_opts fo = {.cancel = &flag};
             CHECK(session_feed(s, big, 100, &fo, NULL) == -1 && strstr(rl_lasterr(), "cancel"), "cancelled feed");
             CHECK(session_logits(s) == NULL, "no logits after a cancelled feed");
-            /* speculation is not there yet: a clear error */
+            /* speculation gives plain decoding's tokens and history (the full checks: test_spec) */
+            session_gen_result r3;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 4, .spec = SPEC_LOOKUP}, &r2) ==
-                          -1 &&
-                      strstr(rl_lasterr(), "not available"),
-                  "spec refused");
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12}, &r3) == 0, "plain");
+            CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12, .spec = SPEC_AUTO}, &r2) == 0,
+                  "spec: %s", rl_lasterr());
+            session_history(s, &hn);
+            CHECK(r2.ids.n == r3.ids.n && !memcmp(r2.ids.ids, r3.ids.ids, sizeof(int32_t) * r3.ids.n) &&
+                      hn == (int)p.n + 11,
+                  "spec tokens / history");
             session_gen_result_free(&r2);
+            session_gen_result_free(&r3);
         }
         session_gen_result_free(&r);
         tok_ids_free(&want);

@@ -1,0 +1,232 @@
+/* cmd_serve.c — `redlite serve`: OpenAI- and Anthropic-compatible HTTP server (server.h).
+ *
+ * The main thread parses flags, opens the backend, starts the server and then only waits for
+ * SIGINT/SIGTERM (blocked in every thread and taken with sigwait, so no handler runs inside a
+ * library call); on a signal it stops the server gracefully (server_stop). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "opts.h"
+#include "server.h"
+#include "server_backend.h"
+
+static const char *CMD = "serve";
+
+/* serve's own flags (the model, context and sampling flags come from the option table) */
+static const char SERVE_FOOTER[] =
+    "serving:\n"
+    "  --host ADDR            address to bind (default 127.0.0.1: this machine only;\n"
+    "                         0.0.0.0 exposes the server to the network: set --api-key)\n"
+    "  --port N               port (default 8080; 0 = any free port, printed at start)\n"
+    "  --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+    "                         (default: $REDLITE_API_KEY if set, else no authentication)\n"
+    "  --alias NAME           model id in /v1/models and answers (default: the file name)\n"
+    "  --queue N              requests waiting behind the running one before 503 (default 16)\n"
+    "  --max-body MIB         largest request body (default 32)\n"
+    "  -n, --max-tokens N     answer length when a request does not say (default -1:\n"
+    "                         until the answer ends or the context is full)\n"
+    "  --reasoning auto|on|off  text inside <think>...</think> goes to reasoning_content /\n"
+    "                         thinking blocks / reasoning items (auto: when the chat template\n"
+    "                         has thinking; default auto)\n"
+    "  --checkpoints N        in-memory prefix checkpoints (default 8)\n"
+    "  --state-dir DIR        disk checkpoints: a restarted server resumes long conversations\n"
+    "                         without re-reading them (files of other models are ignored)\n"
+    "  --state-max-mib N      size cap of --state-dir, least recently used files go (8192)\n"
+    "  --state-min-tokens N   evaluated tokens between two disk saves (default 256; and at exit)\n"
+    "  -v, --verbose          one line per request on stderr\n"
+    "\n"
+    "Sampling defaults (a request's own fields win): temperature 0.7, top-k 20, top-p 0.8,\n"
+    "min-p 0 (Qwen's recommendation for Qwen3-Next / Qwen3-Coder). --stop is per request.\n"
+    "\n"
+    "TEST ONLY (no model evaluation; protocol tests):\n"
+    "  --test-script FILE     answer every request with the next scripted text from FILE\n"
+    "                         (answers separated by a line '---')\n"
+    "  --test-delay-ms N      delay per scripted token\n";
+
+static const opts_cmd SERVE = {
+    "serve", CMD_SERVE, "redlite serve -m MODEL [options]",
+    "Serve the model over HTTP for coding agents and other clients:\n"
+    "  POST /v1/chat/completions   OpenAI Chat Completions (aider, Continue, opencode, ...)\n"
+    "  POST /v1/responses          OpenAI Responses (Codex CLI)\n"
+    "  POST /v1/messages           Anthropic Messages (Claude Code); /v1/messages/count_tokens\n"
+    "  POST /v1/completions        OpenAI legacy completions (raw text)\n"
+    "  GET  /v1/models, /health, /metrics (Prometheus)\n"
+    "One request is evaluated at a time; others wait in a queue. A conversation that extends\n"
+    "the previous one only evaluates its new tokens (docs/SERVER.md).",
+    SERVE_FOOTER};
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+typedef struct {
+    const char *host, *api_key, *alias, *script_path, *state_dir;
+    long long port, queue, max_body, max_tokens, delay_ms, checkpoints, state_max_mib, state_min_tokens;
+    int reasoning;
+    bool verbose;
+} serve_flags;
+
+/* If argv[*i] is one of serve's own flags, consume it (and its value): 1; 0 if not ours; -1
+ * after a usage error. Accepts "--flag value" and "--flag=value". */
+static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
+    static const struct {
+        const char *name;
+        int kind; /* 0 string, 1 integer, 2 switch, 3 reasoning */
+        size_t off;
+        long long lo, hi;
+    } T[] = {
+        {"--host", 0, offsetof(serve_flags, host), 0, 0},
+        {"--api-key", 0, offsetof(serve_flags, api_key), 0, 0},
+        {"--alias", 0, offsetof(serve_flags, alias), 0, 0},
+        {"--test-script", 0, offsetof(serve_flags, script_path), 0, 0},
+        {"--state-dir", 0, offsetof(serve_flags, state_dir), 0, 0},
+        {"--port", 1, offsetof(serve_flags, port), 0, 65535},
+        {"--queue", 1, offsetof(serve_flags, queue), 0, 4096},
+        {"--max-body", 1, offsetof(serve_flags, max_body), 1, 4096},
+        {"-n", 1, offsetof(serve_flags, max_tokens), -1, 1LL << 40},
+        {"--max-tokens", 1, offsetof(serve_flags, max_tokens), -1, 1LL << 40},
+        {"--test-delay-ms", 1, offsetof(serve_flags, delay_ms), 0, 60000},
+        {"--checkpoints", 1, offsetof(serve_flags, checkpoints), 1, 1024},
+        {"--state-max-mib", 1, offsetof(serve_flags, state_max_mib), 1, 1LL << 24},
+        {"--state-min-tokens", 1, offsetof(serve_flags, state_min_tokens), 1, 1LL << 30},
+        {"-v", 2, offsetof(serve_flags, verbose), 0, 0},
+        {"--reasoning", 3, offsetof(serve_flags, reasoning), 0, 0},
+    };
+    const char *a = argv[*i], *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
+    size_t n = eq ? (size_t)(eq - a) : strlen(a);
+    for (size_t k = 0; k < sizeof T / sizeof T[0]; k++) {
+        if (strlen(T[k].name) != n || strncmp(a, T[k].name, n)) continue;
+        char *field = (char *)f + T[k].off;
+        if (T[k].kind == 2) {
+            if (eq) return cli_fail(CMD, 2, "%s takes no value", T[k].name), -1;
+            *(bool *)field = true;
+            return 1;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (!v) {
+            if (*i + 1 >= argc) return cli_fail(CMD, 2, "%s needs a value (see redlite serve --help)", T[k].name), -1;
+            v = argv[++*i];
+        }
+        if (T[k].kind == 0) {
+            *(const char **)field = v;
+        } else if (T[k].kind == 1) {
+            if (!cli_parse_int(CMD, T[k].name, v, T[k].lo, T[k].hi, (long long *)field)) return -1;
+        } else {
+            if (!strcmp(v, "auto")) *(int *)field = -1;
+            else if (!strcmp(v, "on")) *(int *)field = 1;
+            else if (!strcmp(v, "off")) *(int *)field = 0;
+            else return cli_fail(CMD, 2, "--reasoning expects auto, on or off, got '%s'", v), -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_flags f = {.host = "127.0.0.1", .api_key = getenv("REDLITE_API_KEY"), .port = 8080, .queue = 16,
+                     .max_body = 32, .max_tokens = -1, .state_max_mib = 8192, .state_min_tokens = 256,
+                     .reasoning = -1};
+    cli_opts o;
+    opts_defaults(&o);
+    o.sp.temp = 0.7f;
+    o.sp.top_k = 20;
+    o.sp.top_p = 0.8f;
+    o.sp.min_p = 0.0f;
+    o.n_ctx = 32768;
+    /* serve's own flags first; the rest goes through the option table */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return cli_fail(CMD, 1, "out of memory");
+    int nrest = 0;
+    rest[nrest++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            rest[nrest++] = argv[i];
+            continue;
+        }
+        int r = serve_flag(argc, argv, &i, &f);
+        if (r < 0) {
+            free(rest);
+            return 2;
+        }
+        if (r == 0) rest[nrest++] = argv[i];
+    }
+    int r = opts_parse(&SERVE, nrest, rest, &o);
+    free(rest);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *model = o.model, *host = f.host, *api_key = f.api_key, *alias = f.alias;
+    const char *script_path = f.script_path, *state_dir = f.state_dir;
+    long long port = f.port, queue = f.queue, max_body = f.max_body, max_tokens = f.max_tokens;
+    long long delay_ms = f.delay_ms, checkpoints = f.checkpoints, state_max_mib = f.state_max_mib;
+    long long state_min_tokens = f.state_min_tokens;
+    int reasoning = f.reasoning;
+    bool verbose = f.verbose || o.verbose;
+    if (o.n_stops) return cli_fail(CMD, 2, "--stop is per request here: send 'stop' / 'stop_sequences' in the request");
+    if (api_key && !*api_key) api_key = NULL;
+
+    /* every thread started from here on inherits the blocked signals; sigwait takes them */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int n_ctx = (int)o.n_ctx;
+    srv_backend *b = NULL;
+    if (script_path) {
+        size_t n;
+        char *script = cli_read_file(script_path, &n);
+        if (!script) return cli_fail(CMD, 1, "%s", rl_lasterr());
+        b = srv_backend_script(&(srv_script_params){.model_path = model, .n_ctx = n_ctx,
+                                                    .script = script, .delay_ms = (int)delay_ms});
+        free(script);
+        if (b) fprintf(stderr, "redlite serve: TEST MODE: scripted answers from %s, the model is not evaluated\n", script_path);
+    } else {
+        srv_session_params pp = {
+            .model_path = model,
+            .backend = o.backend,
+            .n_threads = (int)o.threads,
+            .n_ctx = n_ctx,
+            .n_batch = (int)o.batch,
+            .cache_spec = o.cache_spec,
+            .route_bias = o.route_bias,
+            .route_trace = o.route_trace,
+            .max_checkpoints = (int)checkpoints,
+            .state_dir = state_dir,
+            .state_max_bytes = (uint64_t)state_max_mib << 20,
+            .state_min_tokens = (int)state_min_tokens,
+            .verbose = verbose,
+        };
+        b = srv_backend_session(&pp);
+    }
+    if (!b) return cli_fail(CMD, 1, "%s", rl_lasterr());
+
+    server_params sp = {
+        .host = host,
+        .port = (int)port,
+        .queue = (int)queue,
+        .max_body = (size_t)max_body << 20,
+        .api_key = api_key,
+        .model_id = alias ? alias : base_name(model),
+        .max_tokens = max_tokens,
+        .sp = o.sp,
+        .verbose = verbose,
+        .reasoning = reasoning,
+    };
+    server *s = server_start(&sp, b);
+    if (!s) return cli_fail(CMD, 1, "%s", rl_lasterr());
+    fprintf(stderr, "redlite serve: listening on http://%s:%d (backend %s, context %d, queue %lld%s)\n", host,
+            server_port(s), b->name, b->n_ctx, queue, api_key ? ", API key required" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "redlite serve: %s: stopping (in-flight requests are cancelled, checkpoints flushed)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server_stop(s);
+    fprintf(stderr, "redlite serve: stopped\n");
+    return 0;
+}

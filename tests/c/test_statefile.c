@@ -1,0 +1,240 @@
+/* test_statefile.c — context state export/import and disk checkpoints on the tiny fixture:
+ *   - engine_state_export + engine_state_import into a fresh context, then more tokens: logits
+ *     bit-identical to a cold context that evaluated everything (and to the exporting one);
+ *   - statefile: save, reopen the directory (index rebuilt from the files), restore the longest
+ *     prefix, continue bit-identically; superseded files are replaced;
+ *   - files of another model fingerprint are ignored and left alone; a corrupted or truncated
+ *     file is rejected and deleted, the context is left reset; a size cap evicts the LRU file;
+ *   - wrong-size imports are refused. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "common.h"
+#include "engine.h"
+#include "session.h"
+#include "statefile.h"
+
+#define N 37
+#define M 9
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".rlstate")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void first_file(const char *dir, char *out, size_t cap) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    out[0] = 0;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".rlstate")) {
+            snprintf(out, cap, "%s/%s", dir, e->d_name);
+            break;
+        }
+    if (d) closedir(d);
+}
+
+static void clean(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[4096];
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.' || strlen(e->d_name) > 2) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+int main(void) {
+    const char *model = "tests/fixtures/tiny-a.gguf";
+    if (access(model, R_OK) != 0) {
+        CHECK(0, "fixture %s is missing", model);
+        return check_done("test_statefile");
+    }
+    engine *e = engine_open(model, &(engine_params){.n_threads = 2});
+    CHECK(e != NULL, "open: %s", rl_lasterr());
+    if (!e) return check_done("test_statefile");
+    int V = engine_hparams(e)->n_vocab;
+    engine_ctx_params cp = {.n_ctx = 128, .n_batch = 8};
+    engine_ctx *a = engine_ctx_new(e, &cp), *b = engine_ctx_new(e, &cp), *cold = engine_ctx_new(e, &cp);
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *lc = malloc(sizeof(float) * V);
+    int32_t t[N + M];
+    rl_rng rng;
+    rl_rng_seed(&rng, 7);
+    for (int i = 0; i < N + M; i++) t[i] = (int32_t)(rl_rng_u64(&rng) % (uint64_t)V);
+
+    /* export after N tokens, import into a fresh context, continue with M more */
+    CHECK(engine_prefill(a, t, N, NULL) == 0, "prefill: %s", rl_lasterr());
+    size_t sb = engine_state_bytes(a, N);
+    CHECK(sb > 0, "state bytes");
+    void *blob = malloc(sb);
+    CHECK(engine_state_export(a, blob, sb) == 0, "export: %s", rl_lasterr());
+    CHECK(engine_state_export(a, blob, sb - 1) == -1, "export with a wrong size must fail");
+    CHECK(engine_state_import(b, N, blob, sb - 4) == -1 && engine_pos(b) == 0, "import with a wrong size must fail");
+    CHECK(engine_state_import(b, N, blob, sb) == 0 && engine_pos(b) == N, "import: %s", rl_lasterr());
+    check_poison(la, V);
+    check_poison(lb, V);
+    check_poison(lc, V);
+    CHECK(engine_prefill(a, t + N, M, la) == 0, "continue a");
+    CHECK(engine_prefill(b, t + N, M, lb) == 0, "continue b");
+    CHECK(engine_prefill(cold, t, N + M, lc) == 0, "cold");
+    CHECK(!memcmp(la, lc, sizeof(float) * V), "exporting context == cold");
+    CHECK(!memcmp(lb, lc, sizeof(float) * V), "imported context == cold (bit-identical)");
+    /* single steps after an import, too */
+    CHECK(engine_state_import(b, N, blob, sb) == 0, "re-import");
+    for (int i = N; i < N + M; i++) CHECK(engine_step(b, t[i], lb) == 0, "step");
+    CHECK(!memcmp(lb, lc, sizeof(float) * V), "steps after import == cold");
+
+    /* export from a snapshot after decoding past it (what the server does after an answer) */
+    engine_snapshot *snap = engine_snapshot_new(a);
+    engine_reset(a);
+    CHECK(engine_prefill(a, t, N, NULL) == 0 && engine_snapshot_save(a, snap) == 0, "snapshot at N");
+    CHECK(engine_prefill(a, t + N, M, NULL) == 0, "decode past the snapshot");
+    memset(blob, 0xAB, sb);
+    CHECK(engine_state_export_snapshot(a, snap, blob, sb) == 0, "export snapshot: %s", rl_lasterr());
+    engine_reset(b);
+    CHECK(engine_state_import(b, N, blob, sb) == 0, "import snapshot state");
+    check_poison(lb, V);
+    CHECK(engine_prefill(b, t + N, M, lb) == 0, "continue");
+    CHECK(!memcmp(lb, lc, sizeof(float) * V), "state exported from a snapshot == cold (bit-identical)");
+    engine_snapshot_free(snap);
+
+    /* the checkpoint directory */
+    char dir[] = "/tmp/rl-statefile-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    uint64_t fp = statefile_model_fingerprint(engine_gguf(e));
+    const char *fmt = engine_state_format(a);
+    CHECK(!strcmp(fmt, "cpu/f32"), "format %s", fmt);
+    statefile_dir *d = statefile_open(dir, 0, fp, fmt);
+    CHECK(d != NULL, "open dir: %s", rl_lasterr());
+    engine_reset(a);
+    CHECK(engine_prefill(a, t, 20, NULL) == 0, "prefill 20");
+    CHECK(statefile_save(d, a, NULL, t, 20) == 0, "save 20: %s", rl_lasterr());
+    CHECK(engine_prefill(a, t + 20, N - 20, NULL) == 0, "prefill to N");
+    CHECK(statefile_save(d, a, NULL, t, N) == 0, "save N: %s", rl_lasterr());
+    CHECK(count_files(dir) == 1, "the N file supersedes the 20 file (%d files)", count_files(dir));
+    statefile_close(d);
+
+    d = statefile_open(dir, 0, fp, fmt); /* index from the files */
+    CHECK(statefile_best(d, t, N + M, 0, N + M - 1) == N, "best prefix");
+    CHECK(statefile_best(d, t, N + M, N, N + M - 1) == 0, "nothing longer than min_pos");
+    int32_t other[N + M];
+    memcpy(other, t, sizeof other);
+    other[5] ^= 1;
+    CHECK(statefile_best(d, other, N + M, 0, N + M - 1) == 0, "a different prefix does not match");
+    engine_reset(b);
+    CHECK(statefile_restore(d, b, t, N + M, 0, N + M - 1) == N, "restore: %s", rl_lasterr());
+    check_poison(lb, V);
+    CHECK(engine_prefill(b, t + N, M, lb) == 0, "continue restored");
+    CHECK(!memcmp(lb, lc, sizeof(float) * V), "restored from disk == cold (bit-identical)");
+    statefile_close(d);
+
+    /* another model's fingerprint: ignored, left alone */
+    d = statefile_open(dir, 0, fp ^ 1, fmt);
+    CHECK(statefile_best(d, t, N + M, 0, N + M - 1) == 0, "other model: ignored");
+    statefile_close(d);
+    d = statefile_open(dir, 0, fp, "cuda/f16");
+    CHECK(statefile_best(d, t, N + M, 0, N + M - 1) == 0, "other format: ignored");
+    statefile_close(d);
+    CHECK(count_files(dir) == 1, "ignored files are kept");
+
+    /* corruption: a flipped byte in the state is caught by the checksum, the file deleted */
+    char path[4096];
+    first_file(dir, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL, "open %s", path);
+    if (f) {
+        fseek(f, -100, SEEK_END);
+        int ch = fgetc(f);
+        fseek(f, -100, SEEK_END);
+        fputc(ch ^ 0x40, f);
+        fclose(f);
+    }
+    d = statefile_open(dir, 0, fp, fmt);
+    CHECK(statefile_best(d, t, N + M, 0, N + M - 1) == N, "corrupt file still indexed (header is fine)");
+    CHECK(engine_prefill(b, t, 3, NULL) == 0 || 1, "dirty b");
+    CHECK(statefile_restore(d, b, t, N + M, 0, N + M - 1) == -1, "corrupt file rejected");
+    CHECK(engine_pos(b) == 0, "context reset after a rejected file");
+    CHECK(count_files(dir) == 0, "corrupt file deleted");
+    statefile_close(d);
+
+    /* truncated file: deleted when the directory is opened */
+    d = statefile_open(dir, 0, fp, fmt);
+    engine_reset(a);
+    CHECK(engine_prefill(a, t, N, NULL) == 0, "prefill");
+    CHECK(statefile_save(d, a, NULL, t, N) == 0, "save");
+    statefile_close(d);
+    first_file(dir, path, sizeof path);
+    struct stat st;
+    stat(path, &st);
+    CHECK(truncate(path, st.st_size - 10) == 0, "truncate");
+    d = statefile_open(dir, 0, fp, fmt);
+    CHECK(count_files(dir) == 0 && statefile_best(d, t, N + M, 0, N + M) == 0, "truncated file deleted");
+    statefile_close(d);
+
+    /* size cap: room for one file only; the least recently used goes */
+    uint64_t one = sizeof(int32_t) * N + engine_state_bytes(a, N) + 200;
+    d = statefile_open(dir, one + one / 2, fp, fmt);
+    CHECK(statefile_save(d, a, NULL, t, N) == 0, "save 1");
+    engine_reset(a);
+    CHECK(engine_prefill(a, other, N, NULL) == 0, "prefill other");
+    CHECK(statefile_save(d, a, NULL, other, N) == 0, "save 2");
+    CHECK(count_files(dir) == 1, "LRU trim keeps one file (%d)", count_files(dir));
+    CHECK(statefile_best(d, other, N + 1, 0, N) == N && statefile_best(d, t, N + 1, 0, N) == 0, "the newest stays");
+    statefile_stats ss;
+    statefile_get_stats(d, &ss);
+    CHECK(ss.saves == 2 && ss.n_files == 1, "stats");
+    statefile_close(d);
+
+    /* a session adopts an imported state: the next feed evaluates only the rest, bit-identically */
+    session_model *sm = session_model_open(&(session_model_params){.model_path = model, .n_threads = 2});
+    CHECK(sm != NULL, "session model: %s", rl_lasterr());
+    if (sm) {
+        session_params spp = {.n_ctx = 128, .n_batch = 8};
+        session *s1 = session_new(sm, &spp), *s2 = session_new(sm, &spp), *s3 = session_new(sm, &spp);
+        session_feed_stats fst;
+        CHECK(session_feed(s1, t, N, NULL, &fst) == 0, "feed s1");
+        size_t sb2 = engine_state_bytes(session_ctx(s1), N);
+        void *b2 = malloc(sb2);
+        CHECK(engine_state_export(session_ctx(s1), b2, sb2) == 0, "export s1");
+        CHECK(session_feed(s2, other, 11, NULL, &fst) == 0, "s2 holds something else first");
+        CHECK(engine_state_import(session_ctx(s2), N, b2, sb2) == 0, "import into s2");
+        CHECK(session_adopt(s2, t, N) == 0, "adopt: %s", rl_lasterr());
+        CHECK(session_adopt(s3, t, N) == -1, "adopt refuses tokens that do not match the position");
+        int hn;
+        session_history(s2, &hn);
+        CHECK(hn == N && session_logits(s2) == NULL, "adopted history, no logits yet");
+        CHECK(session_feed(s2, t, N + M, NULL, &fst) == 0 && fst.n_reused == N && fst.n_evaluated == M,
+              "feed after adopt: reused %d evaluated %d", fst.n_reused, fst.n_evaluated);
+        CHECK(session_feed(s3, t, N + M, NULL, NULL) == 0, "cold session");
+        CHECK(!memcmp(session_logits(s2), session_logits(s3), sizeof(float) * V), "adopted session == cold");
+        free(b2);
+        session_free(s1);
+        session_free(s2);
+        session_free(s3);
+        session_model_close(sm);
+    }
+
+    clean(dir);
+    free(blob);
+    free(la);
+    free(lb);
+    free(lc);
+    engine_ctx_free(a);
+    engine_ctx_free(b);
+    engine_ctx_free(cold);
+    engine_close(e);
+    return check_done("test_statefile");
+}
