@@ -61,9 +61,10 @@ def tensor_types(path):
 
 def quantize(llama_bin, src, dst, qtype, allow_requantize=False):
     """llama-quantize src -> dst; returns its shape fallbacks summarised per tensor kind."""
-    if os.path.exists(dst) and os.path.getmtime(dst) > os.path.getmtime(src):
+    side = dst + ".fallbacks.txt"
+    if os.path.exists(dst) and os.path.exists(side) and os.path.getmtime(dst) > os.path.getmtime(src):
         log(f"{dst} exists, kept")
-        return QUANT_LOGS.get(dst, "")
+        return open(side).read()
     cmd = [os.path.join(llama_bin, "llama-quantize")] + (["--allow-requantize"] if allow_requantize else [])
     r = run(cmd + [src, dst, qtype, "2"])
     by = Counter()
@@ -71,11 +72,10 @@ def quantize(llama_bin, src, dst, qtype, allow_requantize=False):
                          r".*?falling back to\s+(\S+)", r.stdout + r.stderr):
         kind = re.sub(r"^blk\.\d+\.", "", m.group(1)).replace(".weight", "")
         by[(kind, m.group(2), m.group(4), m.group(5))] += 1
-    QUANT_LOGS[dst] = "; ".join(f"{k} (ncols {n}): {a} -> {b} x{c}" for (k, n, a, b), c in sorted(by.items()))
-    return QUANT_LOGS[dst]
-
-
-QUANT_LOGS = {}
+    text = "; ".join(f"{k} (ncols {n}): {a} -> {b} x{c}" for (k, n, a, b), c in sorted(by.items()))
+    with open(side, "w") as f:
+        f.write(text)
+    return text
 
 
 def redlite_ppl(model, heldout, ctx, chunks, mtp, extra=()):
