@@ -6,8 +6,9 @@
    equals a closed-form numpy reference (ids and probabilities).
 3. 100k draws through the C sampler fit that distribution (chi-square) and never pick a
    truncated token.
-4. With llama-cpp-python importable (in this interpreter or in `python3`), the same seed and
-   settings pick exactly the same tokens as llama.cpp's sampler chain, draw for draw.
+4. The same seed and settings pick exactly the same tokens as llama.cpp's sampler chain, draw for
+   draw: against llama.cpp's draws recorded in tests/fixtures/sampler_llama_oracle.json, and also
+   live when llama-cpp-python is importable (in this interpreter or in `python3`).
 """
 
 import json
@@ -247,19 +248,54 @@ def llama_python():
     return None
 
 
-def test_exact_against_llama_cpp(tool):
-    py = llama_python()
-    if not py:
-        pytest.skip("llama-cpp-python is not installed (neither in this venv nor in python3): "
-                    "exactness against llama.cpp not checked")
+# llama.cpp's draws for llama_cases(), recorded once with llama-cpp-python (the version is in the
+# file) so the comparison runs everywhere: `python3 tests/test_sampler.py --write-llama-oracle`
+# (an interpreter where llama_cpp imports) rewrites it. The cases' hash guards against a numpy
+# that draws other logits: then the oracle no longer applies and the test fails, saying so.
+LLAMA_ORACLE = REPO / "tests" / "fixtures" / "sampler_llama_oracle.json"
+
+
+def llama_cases():
     rng = np.random.default_rng(5)
     cases = []
     for i, s in enumerate(SETTINGS):
         for V in (64, 2000):
             lg = random_logits(rng, V)
             cases.append({"logits": lg, **s, "seed": 17 + i, "n": 300, "accept_drawn": i % 2 == 0})
-    want = json.loads(subprocess.run([py, "-c", LLAMA_SCRIPT], input=json.dumps(cases).encode(),
+    return cases
+
+
+def cases_hash(cases):
+    import hashlib
+    return hashlib.sha256(json.dumps(cases, sort_keys=True).encode()).hexdigest()
+
+
+def llama_draws(py, cases):
+    return json.loads(subprocess.run([py, "-c", LLAMA_SCRIPT], input=json.dumps(cases).encode(),
                                      capture_output=True, check=True).stdout)
+
+
+def test_exact_against_llama_cpp(tool):
+    cases = llama_cases()
+    oracle = json.loads(LLAMA_ORACLE.read_text())
+    assert oracle["cases_sha256"] == cases_hash(cases), (
+        "the sampler cases changed (numpy draws other logits?): regenerate the oracle with "
+        "`python3 tests/test_sampler.py --write-llama-oracle` where llama-cpp-python is installed")
+    want = oracle["draws"]
+    py = llama_python()
+    if py:  # llama.cpp itself is here: it must still draw what the oracle recorded
+        assert llama_draws(py, cases) == want
     got = [g["ids"] for g in run(tool, cases)]
+    assert len(got) == len(want) == len(cases)
     for c, w, g in zip(cases, want, got):
         assert g == w, {k: v for k, v in c.items() if k != "logits"}
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-llama-oracle"]:
+    import llama_cpp
+    cs = llama_cases()
+    LLAMA_ORACLE.write_text(json.dumps({
+        "what": "llama.cpp sampler chain draws for tests/test_sampler.py llama_cases()",
+        "llama_cpp_python": llama_cpp.__version__, "cases_sha256": cases_hash(cs),
+        "draws": llama_draws(sys.executable, cs)}) + "\n")
+    print(f"wrote {LLAMA_ORACLE}")
