@@ -346,6 +346,13 @@ static void apply_min_p(sampler *s) {
     s->size = i;
 }
 
+int32_t sampler_argmax(const float *logits, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[b]) b = i;
+    return b;
+}
+
 /* Run the chain up to (not including) the draw. Returns false for greedy (winner in cand[0]). */
 static bool run_chain(sampler *s, const float *logits) {
     for (int32_t i = 0; i < s->n_vocab; i++) s->cand[i] = (sampler_cand){i, logits[i], 0.0f};

@@ -79,6 +79,9 @@ uint32_t sampler_seed(const sampler *s);
 void sampler_accept(sampler *s, int32_t token);
 /* Forget the penalty history (the random stream continues). */
 void sampler_reset(sampler *s);
+/* The greedy choice over n logits: the largest, the lowest id among exact ties (what
+ * sampler_sample picks at temperature 0 without penalties). */
+int32_t sampler_argmax(const float *logits, int32_t n);
 /* Pick the next token from n_vocab logits (not modified). */
 int32_t sampler_sample(sampler *s, const float *logits);
 /* The candidates the final draw chooses from, in the order it scans them, with their

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "ops.h"
 #include "opts.h"
+#include "sampler.h"
 #include "session.h"
 
 static const opts_cmd DUMP = {
@@ -110,13 +111,6 @@ static int32_t *parse_ids(const char *s, int *n) {
     return ids;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 int cmd_dump(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
@@ -198,7 +192,7 @@ int cmd_dump(int argc, char **argv) {
         for (int r = 0; hid && r < m; r++)
             memcpy(hid + (size_t)(i + r) * hp->n_embd, engine_last_hidden(c, r), sizeof(float) * hp->n_embd);
     }
-    int next = argmax(logits + (size_t)((n - 1) % batch) * V, V);
+    int next = sampler_argmax(logits + (size_t)((n - 1) % batch) * V, V);
     for (int g = 0; g < greedy; g++) {
         gen[g] = next;
         d.row_base = engine_pos(c);
@@ -208,7 +202,7 @@ int cmd_dump(int argc, char **argv) {
         }
         if (lf) fwrite(logits, sizeof(float), (size_t)V, lf);
         if (hid) memcpy(hid + (size_t)(n + g) * hp->n_embd, engine_last_hidden(c, 0), sizeof(float) * hp->n_embd);
-        next = argmax(logits, V);
+        next = sampler_argmax(logits, V);
     }
     if (mtp_path) { /* pairs (h_p, x_{p+1}) for p = 0 .. n+greedy-2, one row at a time */
         FILE *mf = fopen(mtp_path, "wb");

@@ -39,6 +39,7 @@
 #include "engine.h"
 #include "opts.h"
 #include "json.h"
+#include "sampler.h"
 #include "session.h"
 #include "tokenizer.h"
 
@@ -73,13 +74,6 @@ static double log_prob(const float *logits, int n, int tok) {
     double s = 0;
     for (int i = 0; i < n; i++) s += exp((double)logits[i] - mx);
     return (double)logits[tok] - mx - log(s);
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 /* Everything one run needs; freed by ppl_free. */
@@ -127,7 +121,7 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
             if (p < first || p > ctx - 2) continue;
             const float *lg = r->logits + (size_t)i * r->V;
             r->nll_row[p] = -log_prob(lg, r->V, w[p + 1]);
-            r->top[p] = argmax(lg, r->V);
+            r->top[p] = sampler_argmax(lg, r->V);
         }
         if (r->mtp) {
             /* pairs (hidden p, token p+1) for p in [pos, pos+n); the last position has no p+1 */
@@ -138,7 +132,7 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
                 memcpy(r->hid + (size_t)i * r->D, h, sizeof(float) * (size_t)r->D);
             }
             if (m > 0 && engine_mtp(r->c, r->hid, w + pos + 1, m, r->mtp_logits, NULL)) return -1;
-            for (int i = 0; i < m; i++) r->draft[pos + i] = argmax(r->mtp_logits + (size_t)i * r->V, r->V);
+            for (int i = 0; i < m; i++) r->draft[pos + i] = sampler_argmax(r->mtp_logits + (size_t)i * r->V, r->V);
         }
         pos += n;
     }

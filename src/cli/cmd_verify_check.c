@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "expert_cache.h"
 #include "json.h"
+#include "sampler.h"
 #include "session.h"
 
 static const char *CMD = "verify-check";
@@ -61,13 +62,6 @@ static bool finite_row(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return false;
     return true;
-}
-
-static size_t argmax(const float *x, size_t n) {
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 typedef struct {
@@ -184,7 +178,7 @@ int cmd_verify_check(int argc, char **argv) {
                             .verify_index = n_verifies, .nonfinite = !finite_row(b, V)};
             for (size_t j = 0; j < V; j++)
                 if (fabs((double)a[j] - b[j]) > mm.max_diff || isnan(b[j])) mm.max_diff = fabs((double)a[j] - b[j]);
-            mm.argmax_step = argmax(a, V), mm.argmax_verify = argmax(b, V);
+            mm.argmax_step = sampler_argmax(a, V), mm.argmax_verify = sampler_argmax(b, V);
             break;
         }
         if (mm.found) break;
