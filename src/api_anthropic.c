@@ -311,28 +311,37 @@ static void close_thinking(ant_st *s) {
     s->thinking.n = 0;
 }
 
+/* Streaming: n bytes of t as a delta of the open content block of `type` ("text" or "thinking",
+ * whose field has the same name), opening the block first (content_block_start) when *open is
+ * false. A thinking block starts with an empty signature. */
+static void stream_block(ant_st *s, bool *open, const char *type, const char *t, size_t n) {
+    if (!*open) {
+        cJSON *o = ev("content_block_start"), *b = ev(type);
+        cJSON_AddNumberToObject(o, "index", s->n_blocks++);
+        cJSON_AddStringToObject(b, type, "");
+        if (!strcmp(type, "thinking")) cJSON_AddStringToObject(b, "signature", "");
+        cJSON_AddItemToObject(o, "content_block", b);
+        srv_job_sse(s->j, "content_block_start", o);
+        *open = true;
+    }
+    char dtype[32];
+    snprintf(dtype, sizeof dtype, "%s_delta", type);
+    cJSON *o = ev("content_block_delta"), *d = ev(dtype);
+    cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
+    char *c = strndup(t, n);
+    cJSON_AddStringToObject(d, type, c ? c : "");
+    free(c);
+    cJSON_AddItemToObject(o, "delta", d);
+    srv_job_sse(s->j, "content_block_delta", o);
+}
+
 static void on_thinking(void *ud, const char *t, size_t n) {
     ant_st *s = ud;
     if (!s->stream) {
         chat_buf_put(&s->thinking, t, n);
         return;
     }
-    if (!s->think_open) {
-        cJSON *o = ev("content_block_start"), *b = ev("thinking");
-        cJSON_AddNumberToObject(o, "index", s->n_blocks++);
-        cJSON_AddStringToObject(b, "thinking", "");
-        cJSON_AddStringToObject(b, "signature", "");
-        cJSON_AddItemToObject(o, "content_block", b);
-        srv_job_sse(s->j, "content_block_start", o);
-        s->think_open = true;
-    }
-    cJSON *o = ev("content_block_delta"), *d = ev("thinking_delta");
-    cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-    char *c = strndup(t, n);
-    cJSON_AddStringToObject(d, "thinking", c ? c : "");
-    free(c);
-    cJSON_AddItemToObject(o, "delta", d);
-    srv_job_sse(s->j, "content_block_delta", o);
+    stream_block(s, &s->think_open, "thinking", t, n);
 }
 
 static void close_text(ant_st *s) {
@@ -361,21 +370,7 @@ static void on_text_piece(void *ud, const char *t, size_t n) {
         chat_buf_put(&s->text, t, n);
         return;
     }
-    if (!s->text_open) {
-        cJSON *o = ev("content_block_start"), *b = ev("text");
-        cJSON_AddNumberToObject(o, "index", s->n_blocks++);
-        cJSON_AddStringToObject(b, "text", "");
-        cJSON_AddItemToObject(o, "content_block", b);
-        srv_job_sse(s->j, "content_block_start", o);
-        s->text_open = true;
-    }
-    cJSON *o = ev("content_block_delta"), *d = ev("text_delta");
-    cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-    char *c = strndup(t, n);
-    cJSON_AddStringToObject(d, "text", c ? c : "");
-    free(c);
-    cJSON_AddItemToObject(o, "delta", d);
-    srv_job_sse(s->j, "content_block_delta", o);
+    stream_block(s, &s->text_open, "text", t, n);
 }
 
 static void on_call(void *ud, const char *name, const char *args) {
