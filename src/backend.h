@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pool.h"
 #include "qwen3next.h"
@@ -28,6 +29,11 @@ typedef struct {
     q3n_row_state_fn row_state;
     void *ud;
 } backend_hooks;
+
+/* Options of a context beyond its size (backends without them take ctx_new). */
+typedef struct {
+    const char *vram_spec; /* VRAM expert tier: "auto", "full" or MiB (NULL: every weight resident) */
+} backend_ctx_opts;
 
 typedef struct backend_ops {
     const char *name;
@@ -58,6 +64,12 @@ typedef struct backend_ops {
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
+    /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
+     * slots are filled from (NULL = the mapped file): -1 (rl_lasterr) where the context has
+     * no VRAM tier; the tier's plan and counters as a few lines (nothing without a tier) */
+    backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
+    int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
+    void (*print_stats)(backend_ctx *c, FILE *f);
 } backend_ops;
 
 extern const backend_ops backend_cpu;

@@ -53,6 +53,7 @@ struct session {
     uint64_t tick;
     float route_bias;   /* cache-aware routing asked for (speculation refuses it) */
     spec *sp;           /* speculative decoding state (created on first use) */
+    bool vram;          /* the context has a VRAM expert tier (ec, if any, feeds it) */
 };
 
 /* ---- model -------------------------------------------------------------------------------- */
@@ -99,7 +100,10 @@ static int attach_experts(session *s, const session_params *p) {
     engine *e = s->m->e;
     const q3n_model *m = engine_model(e);
     const char *spec = p->cache_spec && *p->cache_spec ? p->cache_spec : "auto";
-    if (!engine_can_set_expert_src(e)) {
+    const bool vram = p->vram_spec != NULL; /* VRAM tier: this cache is the host tier feeding it */
+    if (vram && (p->route_bias > 0 || p->route_trace))
+        return rl_seterr("--route-bias / --route-trace need the CPU backend (not with --vram-mib)");
+    if (!engine_can_set_expert_src(e) && !vram) {
         if (strcmp(spec, "auto") && strcmp(spec, "full"))
             return rl_seterr("--cache-mib %s: the %s backend keeps every expert in device memory; use --cache-mib "
                              "auto or full (or --backend cpu)", spec, engine_backend_name(e));
@@ -129,7 +133,7 @@ static int attach_experts(session *s, const session_params *p) {
                      .progress = p->progress || p->verbose};
     if (!(s->ec = expert_cache_new(m, plan.mode, &ecp))) return -1;
     q3n_expert_src src = expert_cache_src(s->ec);
-    return engine_set_expert_src(s->c, &src);
+    return vram ? engine_set_host_expert_src(s->c, &src) : engine_set_expert_src(s->c, &src);
 }
 
 session *session_new(session_model *m, const session_params *p) {
@@ -149,11 +153,12 @@ session *session_new(session_model *m, const session_params *p) {
     m->n_sessions++; /* session_free decrements */
     s->verbose = p->verbose;
     s->route_bias = p->route_bias;
+    s->vram = p->vram_spec != NULL;
     s->max_ck = p->max_checkpoints < 0 ? 0 : p->max_checkpoints ? p->max_checkpoints : 8;
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
-    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch};
+    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .vram_spec = p->vram_spec};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
     s->n_batch = p->n_batch > 0 ? p->n_batch : 64;
@@ -161,6 +166,7 @@ session *session_new(session_model *m, const session_params *p) {
     s->logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logits");
     s->ck = rl_calloc((size_t)s->max_ck + 1, sizeof *s->ck, "checkpoints");
     if (!s->logits || !s->ck || attach_experts(s, p)) goto fail;
+    if (s->vram && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
     return s;
 fail:
     session_free(s);
@@ -179,7 +185,8 @@ void session_free(session *s) {
     for (int i = 0; s->ck && i < s->max_ck; i++) ck_drop(&s->ck[i]);
     free(s->ck);
     if (s->c) {
-        if (s->ec) engine_set_expert_src(s->c, NULL);
+        if (s->ec && s->vram) engine_set_host_expert_src(s->c, NULL);
+        else if (s->ec) engine_set_expert_src(s->c, NULL);
         engine_ctx_free(s->c);
     }
     expert_cache_free(s->ec);
@@ -551,4 +558,5 @@ void session_gen_result_free(session_gen_result *r) {
 
 void session_print_cache_stats(const session *s, FILE *f) {
     if (s->ec) expert_cache_print_stats(s->ec, f);
+    if (s->vram) engine_print_backend_stats(s->c, f);
 }
