@@ -461,6 +461,16 @@ static int vram_setup(backend_ctx *c, const char *spec, bool *tier) {
             ((size_t)4 << 20);
     vram_plan plan;
     if (vram_plan_make(&g, spec, &plan)) return -1;
+    const char *force = getenv("RL_VRAM_SLOTS"); /* tests: N slots per layer whatever the budget */
+    if (force && atoi(force) > 0) {
+        int n = atoi(force) < hp->n_expert_used ? hp->n_expert_used : atoi(force);
+        n = n > hp->n_expert ? hp->n_expert : n;
+        plan.full = false;
+        for (int il = 0; il < hp->n_layer; il++) plan.slots[il] = n;
+        plan.min_slots = plan.max_slots = n;
+        snprintf(plan.reason, sizeof plan.reason, "%d of %d expert slots per layer (RL_VRAM_SLOTS=%s)", n,
+                 hp->n_expert, force);
+    }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
     if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch))) return -1;
