@@ -63,7 +63,7 @@ uint64_t vram_min_budget(const vram_geom *g) { return g->dense + g->ctx + (uint6
 uint64_t vram_full_budget(const vram_geom *g) { return g->dense + g->ctx + (uint64_t)g->n_expert * layer_sum(g); }
 
 int vram_spec_check(const char *spec) {
-    if (!spec || !*spec || !strcmp(spec, "auto") || !strcmp(spec, "full")) return 0;
+    if (!spec || !strcmp(spec, "auto") || !strcmp(spec, "full")) return 0;
     char *end;
     errno = 0;
     long long v = strtoll(spec, &end, 10);
@@ -74,7 +74,7 @@ int vram_spec_check(const char *spec) {
 
 int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *o) {
     memset(o, 0, sizeof *o);
-    if (vram_spec_check(spec)) return -1;
+    if (spec && *spec && vram_spec_check(spec)) return -1;
     if (g->n_layer <= 0 || g->n_layer > Q3N_MAX_LAYERS || g->n_expert <= 0 || g->top_k <= 0 || g->top_k > g->n_expert)
         return rl_seterr("VRAM plan: bad geometry (%d layers, %d experts, top-%d)", g->n_layer, g->n_expert, g->top_k);
     const uint64_t sum = layer_sum(g), fullb = vram_full_budget(g), minb = vram_min_budget(g);

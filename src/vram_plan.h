@@ -68,6 +68,7 @@ int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *out);
 /* Smallest budget that works (top_k slots per layer), and the budget of full residency. */
 uint64_t vram_min_budget(const vram_geom *g);
 uint64_t vram_full_budget(const vram_geom *g);
-/* Parse a --vram-mib value: "auto", "full" or a positive integer of MiB. 0 or -1 (rl_lasterr). */
+/* Check a --vram-mib value: "auto", "full" or a positive integer of MiB ("" is an error; NULL
+ * means auto). 0 or -1 (rl_lasterr). */
 int vram_spec_check(const char *spec);
 #endif

@@ -54,7 +54,8 @@ static void test_plan(void) {
     CHECK(vram_plan_make(&g, "161", &p) == -1 && strstr(rl_lasterr(), "minimum of 162 MiB"), "161: %s", rl_lasterr());
     CHECK(vram_plan_make(&g, "149", &p) == -1 && strstr(rl_lasterr(), "do not fit"), "149: %s", rl_lasterr());
     CHECK(vram_plan_make(&g, "abc", &p) == -1 && strstr(rl_lasterr(), "expected auto"), "abc: %s", rl_lasterr());
-    CHECK(vram_spec_check("0") == -1 && vram_spec_check("-5") == -1 && vram_spec_check("12x") == -1, "bad specs");
+    CHECK(vram_spec_check("0") == -1 && vram_spec_check("-5") == -1 && vram_spec_check("12x") == -1 && vram_spec_check("") == -1,
+          "bad specs");
     CHECK(vram_spec_check("auto") == 0 && vram_spec_check("full") == 0 && vram_spec_check("4096") == 0, "good specs");
     /* auto: free minus max(512 MiB, 5 % of the device) */
     g.dev_free = 1000 * MB;
