@@ -11,7 +11,8 @@
 # -ngl 99 -fa 1, pp2048 and tg128 at micro-batch 512 (its default) and 2048, 3 repetitions; the
 # better micro-batch is the baseline (bench/results/2026-12-01-lcpp-baseline-h200.md: on a uniformly
 # routed file the default -ub 512 gives half of -ub 2048). The file is written with calibrated
-# routing (ROUTING=uniform|calibrated|skewed to change it): llama.cpp's prompt speed depends on it. redlite: prompt 2048 in one 2048-row chunk,
+# routing (ROUTING=uniform|calibrated|skewed to change it): llama.cpp's prompt speed depends on it.
+# redlite: prompt 2048 in one 2048-row chunk,
 # 128 decode steps, median of 5. Logs and JSON under $OUT; the table at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
