@@ -65,8 +65,8 @@ typedef struct backend_ops {
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
     /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
-     * slots are filled from (NULL = the mapped file): -1 (rl_lasterr) where the context has
-     * no VRAM tier; the tier's plan and counters as a few lines (nothing without a tier) */
+     * slots are filled from (NULL = the mapped file): 0, or 1 where the context has no tier
+     * (every expert fit: nothing to feed); the tier's plan and counters as a few lines */
     backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
     int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
     void (*print_stats)(backend_ctx *c, FILE *f);

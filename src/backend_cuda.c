@@ -496,10 +496,7 @@ static int state_backup(backend_ctx *c, bool save) {
 }
 
 static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
-    if (!c->vt) {
-        if (!src) return 0;
-        return rl_seterr("this CUDA context holds every expert (no VRAM tier): it takes no host expert source");
-    }
+    if (!c->vt) return 1; /* every expert fit: nothing to feed */
     vram_tier_set_host_src(c->vt, src);
     return 0;
 }

@@ -125,7 +125,8 @@ void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void 
 int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src);
 bool engine_can_set_expert_src(const engine *e);
 /* VRAM expert tier: the host source its device slots are filled from (the session's RAM
- * cache; NULL = the mapped file). 0, or -1 (rl_lasterr) if the context has no VRAM tier. */
+ * cache; NULL = the mapped file). 0; 1 if the context has no tier (every expert fit on the
+ * device: the source is not used); -1 (rl_lasterr) if the backend has no VRAM tier at all. */
 int engine_set_host_expert_src(engine_ctx *c, const q3n_expert_src *src);
 /* The backend's own statistics (the VRAM tier's plan and counters), if any. */
 void engine_print_backend_stats(engine_ctx *c, FILE *f);

@@ -95,12 +95,17 @@ const tokenizer *session_model_tokenizer(const session_model *m) {
 
 /* Plan and install the routed-expert source that p->cache_spec asks for. A backend that keeps
  * every expert resident itself (CUDA) gets no cache at all: "auto"/"full" are what it does
- * anyway, anything that needs a host-side source is refused with a clear error. */
+ * anyway, anything that needs a host-side source is refused with a clear error. With a VRAM
+ * tier (--vram-mib, and not every expert fit) the cache is the host tier its slots are filled
+ * from (disk -> RAM -> VRAM). */
 static int attach_experts(session *s, const session_params *p) {
     engine *e = s->m->e;
     const q3n_model *m = engine_model(e);
     const char *spec = p->cache_spec && *p->cache_spec ? p->cache_spec : "auto";
-    const bool vram = p->vram_spec != NULL; /* VRAM tier: this cache is the host tier feeding it */
+    /* VRAM tier (slots, not everything fit): this cache becomes the host tier feeding it */
+    const bool vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
+    s->vram = vram;
+    if (p->vram_spec && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
     if (vram && (p->route_bias > 0 || p->route_trace))
         return rl_seterr("--route-bias / --route-trace need the CPU backend (not with --vram-mib)");
     if (!engine_can_set_expert_src(e) && !vram) {
@@ -153,7 +158,6 @@ session *session_new(session_model *m, const session_params *p) {
     m->n_sessions++; /* session_free decrements */
     s->verbose = p->verbose;
     s->route_bias = p->route_bias;
-    s->vram = p->vram_spec != NULL;
     s->max_ck = p->max_checkpoints < 0 ? 0 : p->max_checkpoints ? p->max_checkpoints : 8;
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
@@ -166,7 +170,6 @@ session *session_new(session_model *m, const session_params *p) {
     s->logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logits");
     s->ck = rl_calloc((size_t)s->max_ck + 1, sizeof *s->ck, "checkpoints");
     if (!s->logits || !s->ck || attach_experts(s, p)) goto fail;
-    if (s->vram && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
     return s;
 fail:
     session_free(s);
@@ -558,5 +561,5 @@ void session_gen_result_free(session_gen_result *r) {
 
 void session_print_cache_stats(const session *s, FILE *f) {
     if (s->ec) expert_cache_print_stats(s->ec, f);
-    if (s->vram) engine_print_backend_stats(s->c, f);
+    engine_print_backend_stats(s->c, f); /* the VRAM tier's plan and counters, if any */
 }
