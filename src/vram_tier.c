@@ -38,10 +38,13 @@ struct vram_tier {
     int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
     int32_t *bslot, *bmiss, *pf_slot, *pf_e;
     const uint8_t **hg, **hu, **hd;
+    const uint8_t *pin_lo, *pin_hi; /* RL_VRAM_PIN=1: page-locked span of the mapping (DMA from it) */
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
 };
+
+static void pin_mapping(vram_tier *vt);
 
 static void *pinned(size_t n, int *err) {
     void *p = NULL;
@@ -131,6 +134,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
         goto fail;
     for (int i = 0; i < VT_NSTAGE; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
+    pin_mapping(vt);
     return vt;
 fail:
     vram_tier_free(vt);
@@ -140,6 +144,7 @@ fail:
 void vram_tier_free(vram_tier *vt) {
     if (!vt) return;
     if (vt->cp) cudaStreamSynchronize(vt->cp);
+    if (vt->pin_lo) cudaHostUnregister((void *)vt->pin_lo);
     if (vt->arena) cudaFree(vt->arena);
     for (int i = 0; i < VT_NSTAGE; i++) {
         if (vt->stage[i]) cudaFreeHost(vt->stage[i]);
@@ -190,6 +195,45 @@ static void host_release(vram_tier *vt, int il) {
     if (vt->src.acquire && vt->src.release) vt->src.release(vt->src.ud, il);
 }
 
+/* RL_VRAM_PIN=1: page-lock one span of the file mapping covering every expert tensor
+ * (cudaHostRegisterReadOnly), so fills from it are DMA straight from the page cache, with no
+ * staging memcpy. Locks that span in RAM: only for files that fit (the RAM tier's full mode).
+ * Any failure (split files, not enough lockable memory, already registered by another context)
+ * leaves the staging path. */
+static void pin_mapping(vram_tier *vt) {
+    const char *v = getenv("RL_VRAM_PIN");
+    if (!v || strcmp(v, "1")) return;
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (int il = 0; il < vt->m->hp.n_layer; il++) {
+        const ops_mat *ms[3] = {&vt->m->layers[il].gate_exps, &vt->m->layers[il].up_exps,
+                                &vt->m->layers[il].down_exps};
+        for (int k = 0; k < 3; k++) {
+            if (!ms[k]->data) continue;
+            const uint8_t *a = ms[k]->data, *b = a + ms[k]->row_bytes * (size_t)ms[k]->n_out;
+            if (!lo || a < lo) lo = a;
+            if (!hi || b > hi) hi = b;
+        }
+    }
+    if (!lo) return;
+    const uintptr_t pg = 4096, a = (uintptr_t)lo & ~(pg - 1), b = ((uintptr_t)hi + pg - 1) & ~(pg - 1);
+    double t0 = rl_now();
+    cudaError_t e = cudaHostRegister((void *)a, b - a, cudaHostRegisterReadOnly);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "redlite: RL_VRAM_PIN: cannot page-lock %.2f GiB of the mapping (%s): staging copies\n",
+                (double)(b - a) / 1073741824.0, cudaGetErrorName(e));
+        return;
+    }
+    vt->pin_lo = (const uint8_t *)a;
+    vt->pin_hi = (const uint8_t *)b;
+    fprintf(stderr, "redlite: RL_VRAM_PIN: %.2f GiB of the mapping page-locked in %.1f s: fills are DMA from it\n",
+            (double)(b - a) / 1073741824.0, rl_now() - t0);
+}
+
+static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
+    return vt->pin_lo && p >= vt->pin_lo && p + n <= vt->pin_hi;
+}
+
 /* Copy expert i of the last host_rows into slot s of layer il via the staging ring. RL_VRAM_FAULT
  * counts demand fills only (a failed prefetch is dropped silently, so it would test nothing). */
 static int fill_slot(vram_tier *vt, int il, int s, int i, int e, bool demand) {
@@ -197,6 +241,16 @@ static int fill_slot(vram_tier *vt, int il, int s, int i, int e, bool demand) {
     if (demand && vt->fault_at && ++vt->fills == vt->fault_at)
         return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e,
                          (unsigned long long)vt->fault_at);
+    uint8_t *dst = vt->base[il] + (size_t)s * ly->slot_bytes;
+    if (in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
+        in_pin(vt, vt->hd[i], ly->src_bytes[2])) { /* DMA straight from the page-locked mapping */
+        if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
+            return -1;
+        if (ly->src_bytes[1] &&
+            CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
+            return -1;
+        return CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp));
+    }
     if (vt->spos + ly->slot_bytes > vt->stage_bytes) {
         if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
         vt->scur = (vt->scur + 1) % VT_NSTAGE;
@@ -211,8 +265,7 @@ static int fill_slot(vram_tier *vt, int il, int s, int i, int e, bool demand) {
     if (ly->src_bytes[1]) memcpy(st + ly->up_off, vt->hu[i], ly->src_bytes[1]);
     memcpy(st + ly->down_off, vt->hd[i], ly->src_bytes[2]);
     vt->stage_s += rl_now() - t0;
-    if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s * ly->slot_bytes, st, ly->slot_bytes, cudaMemcpyHostToDevice,
-                                 vt->cp)))
+    if (CU_CHECK(cudaMemcpyAsync(dst, st, ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
         return -1;
     vt->spos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
     return 0;
