@@ -9,6 +9,7 @@
 
 #define VT_NSTAGE 4                        /* staging buffers in the ring */
 #define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
+#define VT_NRING 4                         /* events of the last batches' ends (slot reuse) */
 
 struct vram_tier {
     const q3n_model *m;
@@ -24,6 +25,16 @@ struct vram_tier {
     cudaStream_t cp;               /* copy stream */
     cudaEvent_t ev_copy, ev_used, sev[VT_NSTAGE];
     bool used_recorded;
+    /* overlap (default; RL_VRAM_OVERLAP=0: off): a fill waits only for the end of the batch that
+     * last read its slot (ring[seq % VT_NRING], recorded at each batch end; a ring entry reused by
+     * a later batch makes the wait longer, never too short), and a chunk needing more experts than
+     * a layer has slots runs in batches of half the slots, so batch b+1's copies (into batch
+     * b-1's slots, the LRU ones) overlap batch b's compute. Off: every fill waits for the last
+     * batch end, batches use every slot. */
+    bool overlap;
+    cudaEvent_t ring[VT_NRING];
+    int64_t seq, *slot_seq[Q3N_MAX_LAYERS], *seq_arena; /* per slot: the batch that last read it */
+    int bcap;
     uint8_t *stage[VT_NSTAGE];     /* pinned */
     size_t stage_bytes, spos;
     int scur;
@@ -76,6 +87,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
     const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
     vt->prefetch = !(pf && !strcmp(pf, "0"));
     vt->fault_at = fault ? strtoull(fault, NULL, 10) : 0;
+    const char *ov = getenv("RL_VRAM_OVERLAP");
+    vt->overlap = !(ov && !strcmp(ov, "0"));
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
@@ -125,6 +138,16 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
     vt->hg = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hu = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hd = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    {
+        size_t ns = 0;
+        for (int il = 0; il < hp->n_layer; il++) ns += (size_t)plan->slots[il];
+        if (!(vt->seq_arena = rl_malloc(sizeof(int64_t) * (ns ? ns : 1), "VRAM tier"))) goto fail;
+        for (size_t i = 0; i < ns; i++) vt->seq_arena[i] = -1;
+        for (int il = 0, o = 0; il < hp->n_layer; il++) {
+            vt->slot_seq[il] = vt->seq_arena + o;
+            o += plan->slots[il];
+        }
+    }
     if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
         !vt->hg || !vt->hu || !vt->hd)
         goto fail;
@@ -134,6 +157,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
         goto fail;
     for (int i = 0; i < VT_NSTAGE; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
+    for (int i = 0; i < VT_NRING; i++)
+        if (CU_CHECK(cudaEventCreateWithFlags(&vt->ring[i], cudaEventDisableTiming))) goto fail;
     pin_mapping(vt);
     return vt;
 fail:
@@ -156,6 +181,9 @@ void vram_tier_free(vram_tier *vt) {
     void *dp[] = {vt->d_tiles, vt->d_pin, vt->d_pout, vt->d_ntiles, vt->d_pred, vt->d_predw};
     for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++)
         if (dp[i]) cudaFree(dp[i]);
+    for (int i = 0; i < VT_NRING; i++)
+        if (vt->ring[i]) cudaEventDestroy(vt->ring[i]);
+    free(vt->seq_arena);
     if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
     if (vt->ev_used) cudaEventDestroy(vt->ev_used);
     if (vt->cp) cudaStreamDestroy(vt->cp);
@@ -304,12 +332,24 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     vt->il = il;
     vt->T = T;
     vt->n_union = n;
-    vt->n_batches = (n + cap - 1) / cap;
+    vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
+    vt->n_batches = (n + vt->bcap - 1) / vt->bcap;
     vt->cur_b = -1;
     vt->tile_off = vt->pair_off = 0;
     vt->pf_pending = d_pred && il + 1 < vt->m->hp.n_layer;
     vt->n_pred = vt->pf_pending ? TK : 0;
     return vt->n_batches;
+}
+
+/* Make the copy stream wait until no queued launch reads slots[0..n) of layer il any more. */
+static int wait_slots(vram_tier *vt, int il, const int32_t *slots, const int32_t *idx, int n) {
+    if (!vt->overlap) return vt->used_recorded ? CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ev_used, 0)) : 0;
+    int64_t need = -1;
+    for (int j = 0; j < n; j++) {
+        int64_t q = vt->slot_seq[il][slots[idx ? idx[j] : j]];
+        need = q > need ? q : need;
+    }
+    return need < 0 ? 0 : CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ring[need % VT_NRING], 0));
 }
 
 /* Queue the copies of layer il+1's predicted experts (best effort: a failure drops them). */
@@ -318,7 +358,7 @@ static void prefetch_next(vram_tier *vt) {
     int k = vram_slots_prefetch(vt->slots, l, vt->h_pred, vt->n_pred, vt->pf_slot, vt->pf_e);
     if (k <= 0) return;
     int done = 0;
-    if (host_rows(vt, l, vt->pf_e, k) == 0) {
+    if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
         for (; done < k; done++)
             if (fill_slot(vt, l, vt->pf_slot[done], done, vt->pf_e[done], false)) break;
         host_release(vt, l);
@@ -328,7 +368,7 @@ static void prefetch_next(vram_tier *vt) {
 }
 
 int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
-    const int il = vt->il, cap = vram_slots_capacity(vt->slots, il);
+    const int il = vt->il, cap = vt->bcap;
     const int i0 = b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
     if (b < 0 || b >= vt->n_batches || vt->open) return rl_seterr("VRAM tier: batch %d out of order (internal)", b);
     const int32_t *ids = vt->uni + i0;
@@ -336,7 +376,7 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
     if (nm < 0) return -1;
     vt->open = true;
     vt->cur_b = b;
-    if (vt->used_recorded && CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ev_used, 0))) goto fail;
+    if (nm && wait_slots(vt, il, vt->bslot, vt->bmiss, nm)) goto fail;
     if (nm) {
         int32_t *mids = vt->pf_e; /* scratch: the missed ids (prefetch lists are not in use here) */
         for (int j = 0; j < nm; j++) mids[j] = ids[vt->bmiss[j]];
@@ -403,9 +443,12 @@ fail_committed: /* the slots are filled (or being filled): they stay valid, only
 
 int vram_tier_batch_end(vram_tier *vt, cudaStream_t st) {
     if (!vt->open) return 0;
+    const int cap = vt->bcap, i0 = vt->cur_b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
+    const int64_t q = vt->seq++;
+    for (int i = 0; i < nb; i++) vt->slot_seq[vt->il][vt->bslot[i]] = q;
     vram_slots_release(vt->slots, vt->il);
     vt->open = false;
-    if (CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
+    if (CU_CHECK(cudaEventRecord(vt->ring[q % VT_NRING], st)) || CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
     vt->used_recorded = true;
     return 0;
 }
