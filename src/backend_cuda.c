@@ -445,7 +445,7 @@ static size_t state_bytes(const q3n_hparams *hp) {
 
 /* Plan the tier for --vram-mib spec (c's sizes set, nothing allocated yet); *tier: slots are
  * used (false: every expert fits, the plain resident path). */
-static int vram_setup(backend_ctx *c, const char *spec, bool *tier) {
+static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p) {
     const q3n_hparams *hp = c->hp;
     vram_geom g;
     size_t fr = 0, tot = 0;
@@ -473,7 +473,7 @@ static int vram_setup(backend_ctx *c, const char *spec, bool *tier) {
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch))) return -1;
+    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p))) return -1;
     *tier = true;
     return 0;
 }
@@ -525,10 +525,9 @@ static void cuda_ctx_free(backend_ctx *c) {
     free(c);
 }
 
-static int vram_setup(backend_ctx *c, const char *spec, bool *tier);
+static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p);
 
 static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o) {
-    (void)p;
     const q3n_hparams *hp = &m->hp;
     const char *why = NULL;
     if (!cuda_available(&why)) {
@@ -555,7 +554,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
     if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
     bool tier = false;
-    if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier)) goto fail;
+    if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier, p)) goto fail;
     if (!(c->dm = dmodel_get(m, !tier))) goto fail;
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||

@@ -49,6 +49,8 @@ struct vram_tier {
     int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
     int32_t *bslot, *bmiss, *pf_slot, *pf_e;
     const uint8_t **hg, **hu, **hd;
+    uint8_t **hs;                  /* staging address of each expert of a fill */
+    pool *pool;                    /* staging memcpy threads (NULL: the calling thread) */
     const uint8_t *pin_lo, *pin_hi; /* RL_VRAM_PIN=1: page-locked span of the mapping (DMA from it) */
     bool open, pf_pending;
     int n_pred;
@@ -75,13 +77,14 @@ static void *dev(size_t n, int *err) {
     return p;
 }
 
-vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch) {
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p) {
     const q3n_hparams *hp = &m->hp;
     vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
     if (!vt) return NULL;
     vt->m = m;
     vt->plan = *plan;
     vt->n_batch = n_batch;
+    vt->pool = p;
     vt->K = hp->n_expert_used;
     vt->E = hp->n_expert;
     const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
@@ -138,6 +141,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
     vt->hg = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hu = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hd = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hs = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     {
         size_t ns = 0;
         for (int il = 0; il < hp->n_layer; il++) ns += (size_t)plan->slots[il];
@@ -149,7 +153,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
         }
     }
     if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
-        !vt->hg || !vt->hu || !vt->hd)
+        !vt->hg || !vt->hu || !vt->hd || !vt->hs)
         goto fail;
     if (CU_CHECK(cudaStreamCreateWithFlags(&vt->cp, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&vt->ev_copy, cudaEventDisableTiming)) ||
@@ -189,7 +193,7 @@ void vram_tier_free(vram_tier *vt) {
     if (vt->cp) cudaStreamDestroy(vt->cp);
     vram_slots_free(vt->slots);
     free(vt->uni), free(vt->cnt), free(vt->first), free(vt->order), free(vt->bslot), free(vt->bmiss);
-    free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd);
+    free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd), free(vt->hs);
     free(vt);
 }
 
@@ -262,41 +266,92 @@ static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
     return vt->pin_lo && p >= vt->pin_lo && p + n <= vt->pin_hi;
 }
 
-/* Copy expert i of the last host_rows into slot s of layer il via the staging ring. RL_VRAM_FAULT
- * counts demand fills only (a failed prefetch is dropped silently, so it would test nothing). */
-static int fill_slot(vram_tier *vt, int il, int s, int i, int e, bool demand) {
+/* The staging memcpy of a group of experts, split over the pool by region (deterministic: each
+ * region is one plain memcpy, whichever thread does it). */
+typedef struct {
+    vram_tier *vt;
+    const vram_layout *ly;
+    int i0, n;
+} stage_job;
+
+static void stage_run(void *ctx, int ith, int nth) {
+    const stage_job *j = ctx;
+    const vram_layout *ly = j->ly;
+    long lo, hi;
+    pool_range(3L * j->n, ith, nth, &lo, &hi);
+    for (long x = lo; x < hi; x++) {
+        const int i = j->i0 + (int)(x / 3), r = (int)(x % 3);
+        const uint8_t *src = r == 0 ? j->vt->hg[i] : r == 1 ? j->vt->hu[i] : j->vt->hd[i];
+        const uint64_t off = r == 0 ? ly->gate_off : r == 1 ? ly->up_off : ly->down_off;
+        if (ly->src_bytes[r]) memcpy(j->vt->hs[i] + off, src, ly->src_bytes[r]);
+    }
+}
+
+static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
+    return in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
+           in_pin(vt, vt->hd[i], ly->src_bytes[2]);
+}
+
+/* Copy experts 0..n-1 of the last host_rows (ids e[], for messages) into slots s[] of layer il
+ * on the copy stream: by DMA from the page-locked mapping (RL_VRAM_PIN), else through the
+ * staging ring, a chunk's group of experts staged in parallel on the pool. *done: experts whose
+ * copy was queued. RL_VRAM_FAULT counts demand fills only (a failed prefetch is dropped silently,
+ * so it would test nothing). 0 or -1 (rl_lasterr). */
+static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand, int *done) {
     const vram_layout *ly = &vt->ly[il];
-    if (demand && vt->fault_at && ++vt->fills == vt->fault_at)
-        return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e,
-                         (unsigned long long)vt->fault_at);
-    uint8_t *dst = vt->base[il] + (size_t)s * ly->slot_bytes;
-    if (in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
-        in_pin(vt, vt->hd[i], ly->src_bytes[2])) { /* DMA straight from the page-locked mapping */
-        if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
-            return -1;
-        if (ly->src_bytes[1] &&
-            CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
-            return -1;
-        return CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp));
-    }
-    if (vt->spos + ly->slot_bytes > vt->stage_bytes) {
-        if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
-        vt->scur = (vt->scur + 1) % VT_NSTAGE;
-        vt->spos = 0;
+    int i = 0;
+    *done = 0;
+    while (i < n) {
+        if (pinned_src(vt, ly, i)) {
+            if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
+            uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            if (ly->src_bytes[1] &&
+                CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            *done = ++i;
+            continue;
+        }
+        int j = i;
+        size_t pos = vt->spos;
+        while (j < n && !pinned_src(vt, ly, j) && pos + ly->slot_bytes <= vt->stage_bytes) {
+            vt->hs[j] = vt->stage[vt->scur] + pos;
+            pos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
+            j++;
+        }
+        if (j == i) { /* the chunk is full: the next one, once its earlier copies are done */
+            if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
+            vt->scur = (vt->scur + 1) % VT_NSTAGE;
+            vt->spos = 0;
+            double t0 = rl_now();
+            if (CU_CHECK(cudaEventSynchronize(vt->sev[vt->scur]))) return -1;
+            vt->wait_s += rl_now() - t0;
+            continue;
+        }
+        for (int k = i; k < j; k++)
+            if (demand && vt->fault_at && ++vt->fills == vt->fault_at) {
+                i = k;
+                goto fault;
+            }
         double t0 = rl_now();
-        if (CU_CHECK(cudaEventSynchronize(vt->sev[vt->scur]))) return -1;
-        vt->wait_s += rl_now() - t0;
+        stage_job job = {vt, ly, i, j - i};
+        if (vt->pool && (uint64_t)(j - i) * ly->slot_bytes >= ((uint64_t)4 << 20)) pool_run(vt->pool, stage_run, &job);
+        else stage_run(&job, 0, 1);
+        vt->stage_s += rl_now() - t0;
+        for (int k = i; k < j; k++)
+            if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k], ly->slot_bytes,
+                                         cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+        vt->spos = pos;
+        *done = i = j;
     }
-    uint8_t *st = vt->stage[vt->scur] + vt->spos;
-    double t0 = rl_now();
-    memcpy(st + ly->gate_off, vt->hg[i], ly->src_bytes[0]);
-    if (ly->src_bytes[1]) memcpy(st + ly->up_off, vt->hu[i], ly->src_bytes[1]);
-    memcpy(st + ly->down_off, vt->hd[i], ly->src_bytes[2]);
-    vt->stage_s += rl_now() - t0;
-    if (CU_CHECK(cudaMemcpyAsync(dst, st, ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
-        return -1;
-    vt->spos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
     return 0;
+fault:
+    return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e[i],
+                     (unsigned long long)vt->fault_at);
 }
 
 int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, cudaStream_t st) {
@@ -359,8 +414,7 @@ static void prefetch_next(vram_tier *vt) {
     if (k <= 0) return;
     int done = 0;
     if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
-        for (; done < k; done++)
-            if (fill_slot(vt, l, vt->pf_slot[done], done, vt->pf_e[done], false)) break;
+        fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
         host_release(vt, l);
     }
     for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
@@ -378,11 +432,13 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
     vt->cur_b = b;
     if (nm && wait_slots(vt, il, vt->bslot, vt->bmiss, nm)) goto fail;
     if (nm) {
-        int32_t *mids = vt->pf_e; /* scratch: the missed ids (prefetch lists are not in use here) */
-        for (int j = 0; j < nm; j++) mids[j] = ids[vt->bmiss[j]];
+        int32_t *mids = vt->pf_e, *ms = vt->pf_slot; /* scratch: the misses (no prefetch list in use) */
+        for (int j = 0; j < nm; j++) {
+            mids[j] = ids[vt->bmiss[j]];
+            ms[j] = vt->bslot[vt->bmiss[j]];
+        }
         if (host_rows(vt, il, mids, nm)) goto fail;
-        int rc = 0;
-        for (int j = 0; j < nm && !rc; j++) rc = fill_slot(vt, il, vt->bslot[vt->bmiss[j]], j, mids[j], true);
+        int done, rc = fill_slots(vt, il, ms, mids, nm, true, &done);
         host_release(vt, il);
         if (rc) goto fail;
     }

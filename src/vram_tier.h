@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_ops.h"
+#include "pool.h"
 #include "qwen3next.h"
 #include "vram_plan.h"
 #include "vram_slots.h"
@@ -43,9 +44,10 @@ typedef struct {
     cu_group g;
 } vram_batch;
 
-/* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging.
- * NULL with rl_lasterr (e.g. out of device memory: "cannot allocate N MiB of VRAM slots"). */
-vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch);
+/* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging;
+ * p (may be NULL): threads for the staging memcpy. NULL with rl_lasterr (e.g. out of device
+ * memory: "cannot allocate N MiB of VRAM slots"). */
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p);
 void vram_tier_free(vram_tier *vt);
 /* Host source of the slots' bytes (NULL: the mapped file). */
 void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src);
