@@ -79,7 +79,7 @@ const char *engine_kv_format(const engine_ctx *c) { return c->kv == BACKEND_KV_F
 
 engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     int kv = BACKEND_KV_F32;
-    if (engine_kv_parse(p && p->kv ? p->kv : ENGINE_KV_DEFAULT, &kv)) return NULL;
+    if (engine_kv_parse(p && p->kv ? p->kv : e->reference ? "f32" : "f16", &kv)) return NULL;
     engine_ctx *c = rl_calloc(1, sizeof *c, "context");
     if (!c) return NULL;
     c->kv = kv;

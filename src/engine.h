@@ -43,14 +43,15 @@ gguf_file *engine_gguf(const engine *e);
 /* Name of the backend in use ("cpu", "cuda"). */
 const char *engine_backend_name(const engine *e);
 
-/* The KV cache format a context gets when engine_ctx_params.kv is NULL (see docs/ENGINE.md,
- * "KV cache format", for the numbers behind the choice). */
-#define ENGINE_KV_DEFAULT "f32"
+/* The KV cache format a context gets when engine_ctx_params.kv is NULL: f16 on the fast paths
+ * (CPU SIMD, CUDA), f32 under engine_params.reference (the oracle stays f32). The numbers behind
+ * the choice: docs/ENGINE.md, "KV cache format", and bench/results/2026-12-01-kv-f16.md. */
+#define ENGINE_KV_DEFAULT_HELP "f16; f32 with the reference arithmetic"
 
 typedef struct {
     int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */
     int n_batch; /* rows per forward chunk for prefill/verify; 0 = 64 */
-    const char *kv; /* KV cache elements: "f32" or "f16" (half the memory); NULL = ENGINE_KV_DEFAULT */
+    const char *kv; /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
 } engine_ctx_params;
 
 /* "f32" / "f16" -> 0 with *out set; -1 with rl_lasterr naming the choices otherwise. */

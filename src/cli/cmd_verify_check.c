@@ -40,7 +40,7 @@ static void usage(FILE *out) {
             "  --draft K              most drafts per verify, 0..8 (default 8): verifies of 1..K+1\n"
             "                         rows, as the speculative loop makes (pending token + K drafts)\n"
             "  --backend B            cpu | cuda | auto (default cpu)\n"
-            "  --kv f32|f16           KV cache elements (default " ENGINE_KV_DEFAULT ")\n"
+            "  --kv f32|f16           KV cache elements (default " ENGINE_KV_DEFAULT_HELP ")\n"
             "  --cache-mib N|full|auto|mmap\n"
             "                         routed experts: bounded cache of N MiB, all resident, planned\n"
             "                         from RAM (default), or the plain mapping\n"

@@ -67,7 +67,7 @@ int main(void) {
     CHECK(e != NULL, "open: %s", rl_lasterr());
     if (!e) return check_done("test_statefile");
     int V = engine_hparams(e)->n_vocab;
-    engine_ctx_params cp = {.n_ctx = 128, .n_batch = 8};
+    engine_ctx_params cp = {.n_ctx = 128, .n_batch = 8, .kv = "f32"};
     engine_ctx *a = engine_ctx_new(e, &cp), *b = engine_ctx_new(e, &cp), *cold = engine_ctx_new(e, &cp);
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *lc = malloc(sizeof(float) * V);
     int32_t t[N + M];
