@@ -22,6 +22,10 @@
 
 typedef struct backend_ctx backend_ctx;
 
+/* KV cache element formats (engine_ctx_params.kv): f32, or IEEE half rounded to nearest even
+ * on store and widened exactly where attention reads it. */
+typedef enum { BACKEND_KV_F32 = 0, BACKEND_KV_F16 = 1 } backend_kv;
+
 typedef struct {
     q3n_dump_fn dump;
     q3n_route_fn route;
@@ -33,7 +37,7 @@ typedef struct backend_ops {
     const char *name;
     /* true if this backend can run here (e.g. a CUDA device is present); *why on false */
     bool (*available)(const char **why);
-    backend_ctx *(*ctx_new)(const q3n_model *m, pool *p, int n_ctx, int n_batch);
+    backend_ctx *(*ctx_new)(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv);
     void (*ctx_free)(backend_ctx *c);
     void (*reset)(backend_ctx *c);
     int (*forward)(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
@@ -49,8 +53,8 @@ typedef struct backend_ops {
     int (*mtp_forward)(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T, int slot,
                        float *logits, float *hidden_out);
     /* (optional; disk checkpoints) the KV cache rows [0, n) of attention layer il, as raw
-     * bytes in the backend's own layout: kv_row_bytes(c) bytes per row for K and for V (f32
-     * rows on the CPU; f32 or f16 on CUDA). kv_format names that layout ("f32", "f16") so a
+     * bytes in the backend's own layout: kv_row_bytes(c) bytes per row for K and for V (f32 or
+     * f16 rows, the context's backend_kv). kv_format names that layout ("f32", "f16") so a
      * saved state is only loaded where it means the same. */
     size_t (*kv_row_bytes)(backend_ctx *c);
     const char *(*kv_format)(backend_ctx *c);

@@ -11,7 +11,8 @@
  * The only host round trip of a step is the final copy of the logits and hidden state.
  * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
  *
- * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_KV=f16 (half KV cache),
+ * The KV cache format comes from --kv (engine_ctx_params.kv; the old RL_CUDA_KV switch is gone).
+ * Environment: RL_CUDA_GRAPHS=0 (no graphs),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N.
  */
 #ifdef RL_CUDA
@@ -401,7 +402,7 @@ static void cuda_ctx_free(backend_ctx *c) {
     free(c);
 }
 
-static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch) {
+static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv) {
     (void)p;
     const q3n_hparams *hp = &m->hp;
     const char *why = NULL;
@@ -423,7 +424,7 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     c->hp = hp;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
-    c->kv_f16 = getenv("RL_CUDA_KV") && !strcmp(getenv("RL_CUDA_KV"), "f16");
+    c->kv_f16 = kv == BACKEND_KV_F16; /* --kv (engine_ctx_params.kv); RL_CUDA_KV is gone */
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
     c->logit_rows = n_batch < 64 ? n_batch : 64;
     c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;

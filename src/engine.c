@@ -29,6 +29,7 @@ struct engine_ctx {
     engine_snapshot **row_snaps; /* during verify */
     int verify_pos;
     char state_fmt[48];    /* engine_state_format's answer */
+    int kv;                /* backend_kv: the KV cache format */
 };
 
 struct engine_snapshot {
@@ -68,14 +69,25 @@ const q3n_model *engine_model(const engine *e) { return &e->m; }
 gguf_file *engine_gguf(const engine *e) { return e->f; }
 const char *engine_backend_name(const engine *e) { return e->be->name; }
 
+int engine_kv_parse(const char *name, int *out) {
+    if (!strcmp(name, "f32")) return *out = BACKEND_KV_F32, 0;
+    if (!strcmp(name, "f16")) return *out = BACKEND_KV_F16, 0;
+    return rl_seterr("KV cache format '%s': expected f32 or f16", name);
+}
+
+const char *engine_kv_format(const engine_ctx *c) { return c->kv == BACKEND_KV_F16 ? "f16" : "f32"; }
+
 engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
+    int kv = BACKEND_KV_F32;
+    if (engine_kv_parse(p && p->kv ? p->kv : e->reference ? "f32" : "f16", &kv)) return NULL;
     engine_ctx *c = rl_calloc(1, sizeof *c, "context");
     if (!c) return NULL;
+    c->kv = kv;
     c->e = e;
     c->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : 4096;
     c->n_batch = p && p->n_batch > 0 ? p->n_batch : 64;
     if (c->n_batch > 4096) c->n_batch = 4096;
-    c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch);
+    c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
     c->hidden = rl_malloc(sizeof(float) * (size_t)c->n_batch * e->m.hp.n_embd, "hidden states");
     if (!c->bc || !c->hidden) {
         engine_ctx_free(c);
@@ -293,7 +305,9 @@ int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
     const backend_ops *be = c->e->be;
     if (!be->kv_set) return rl_seterr("the %s backend cannot import a state", be->name);
     if (pos < 0 || pos > c->n_ctx) return rl_seterr("state import: position %d is beyond the context (%d)", pos, c->n_ctx);
-    if (n != engine_state_bytes(c, pos)) return rl_seterr("state import: %zu bytes, need %zu for position %d", n, engine_state_bytes(c, pos), pos);
+    if (n != engine_state_bytes(c, pos))
+        return rl_seterr("state import: %zu bytes, need %zu for position %d (state format %s: KV %s)", n,
+                         engine_state_bytes(c, pos), pos, engine_state_format(c), engine_kv_format(c));
     const uint8_t *p = buf;
     size_t kv = be->kv_row_bytes(c->bc) * (size_t)pos;
     for (int il = 0; il < hp->n_layer; il++) {

@@ -48,6 +48,7 @@ typedef struct {
 typedef struct {
     int n_ctx;               /* positions (KV cache); 0 = 4096 */
     int n_batch;             /* rows per prefill/verify chunk; 0 = 64 */
+    const char *kv;          /* KV cache format "f32" | "f16" (NULL = the engine's default) */
     const char *cache_spec;  /* routed experts: NULL/"auto", "full", "mmap" or MiB ("4096") */
     float route_bias;        /* > 0: cache-aware routing (changes outputs; refused with spec) */
     const char *route_trace; /* JSON-lines trace of every row's expert choices (or NULL) */

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "engine.h"
 #include "spec.h"
 
 typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN } opt_kind;
@@ -37,6 +38,13 @@ static int set_backend(const char *cmd, const char *flag, const char *v, cli_opt
     if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
         return cli_fail(cmd, 2, "%s expects cpu, cuda or auto, got '%s'", flag, v), -1;
     o->backend = v;
+    return 0;
+}
+
+static int set_kv(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    int k;
+    if (engine_kv_parse(v, &k)) return cli_fail(cmd, 2, "%s expects f32 or f16, got '%s'", flag, v), -1;
+    o->kv = v;
     return 0;
 }
 
@@ -367,6 +375,17 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = "cpu",
      .set = set_backend},
+    {.cmds = ALL,
+     .section = "model",
+     .names = "--kv",
+     .value = "f32|f16",
+     .help = "KV cache elements: f16 halves its memory (rounded on store,\nexact f32 math after; see docs/ENGINE.md)",
+     .kind = K_FN,
+     .off = OFF(kv),
+     .lo = 0,
+     .hi = 0,
+     .zero = ENGINE_KV_DEFAULT_HELP,
+     .set = set_kv},
     {.cmds = ALL,
      .section = "model",
      .names = "--cache-mib",
@@ -792,6 +811,7 @@ int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch) {
     return session_new(m, &(session_params){.n_ctx = n_ctx,
                                             .n_batch = n_batch,
+                                            .kv = o->kv,
                                             .cache_spec = o->cache_spec,
                                             .route_bias = o->route_bias,
                                             .route_trace = o->route_trace,

@@ -41,6 +41,7 @@ typedef struct {
     long long threads;       /* -t (0 = all CPUs) */
     long long n_ctx;         /* -c (0 = the command's choice) */
     long long batch;         /* -b */
+    const char *kv;          /* --kv f32|f16 (NULL: the engine's default, engine.h) */
     bool reference;          /* bench --reference */
     int checkpoints;         /* session_params.max_checkpoints (the command's choice, no flag) */
     /* prompt and answer */
