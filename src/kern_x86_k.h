@@ -110,15 +110,6 @@ static float dot_q4_k(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     return sumf;
 }
 
-/* Prefetch for the 4-row mat-vecs: the 4 rows of a group are adjacent in memory, so a fixed distance
- * ahead of each row lands in rows already being read. Instead, while block i of the group's rows is
- * processed, the matching 4 blocks' worth of bytes of the NEXT group (gb bytes on) are prefetched, so
- * the whole next group is in flight once this one is done (distance: one group, 4 rows). */
-static inline void pf_group(const void *row0, size_t gb, int64_t i, size_t bsz) {
-    const char *p = (const char *)row0 + gb + (size_t)i * 4 * bsz;
-    for (size_t off = 0; off < 4 * bsz; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-}
-
 /* Lane k of the result = sum of the 8 int32 lanes of a_k (4-row mat-vecs: 3 hadds + 1 add for
  * four rows instead of 4 x 6 operations). Integer addition is exact in any order. */
 static inline __m128i hsum4_i32(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
