@@ -26,6 +26,8 @@
 # Routing is `calibrated` (real-model-like expert reuse); every expert is resident (page cache for
 # llama.cpp, the mapping/cache for Red Lite): these are compute/bandwidth numbers, not cache numbers.
 #
+# First, if build/tests/test_kern was carried (or built), it runs once: the kernel tests at every level the
+# host's CPU supports (the AVX-512 paths cannot run on the 2-core development VM).
 # Both tools: random token ids, decode from an empty context, prompt NPROMPT in one batch of 512 rows;
 # llama.cpp with its defaults (repacking on, as users run it), 1 repetition each after a warm-up; the
 # redlite run right after the llama-bench run of the same mix (interleaved per mix; the host is not
@@ -70,6 +72,14 @@ fi
     echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_vnni|avx512vnni|avx512_bf16|amx_int8|avx_vnni)$' | tr '\n' ' ')"
     echo "redlite: $REDLITE ($(git rev-parse --short HEAD 2>/dev/null || echo '?')); llama-bench: $LLB (present: $HAVE_LLB)"
 } | tee -a "$LOG" >&2
+
+# ---- kernel check: every level this CPU has (AVX-512 included, which the 2-core dev VM lacks) -------
+for c in build/tests/test_kern build/cuda/tests/test_kern; do
+    if [ -x "$c" ]; then
+        say "kernels: $(timeout 60 "$c" 2>&1 | tail -1) ($c; bit-exactness vs the scalar reference)"
+        break
+    fi
+done
 
 # ---- STREAM at each thread count ------------------------------------------------------------------
 cc -std=c11 -O2 -D_GNU_SOURCE -pthread -o "$FILES/stream" bench/stream.c 2>>"$LOG" || say "stream: compile failed"
