@@ -60,7 +60,7 @@ if [ -z "${REDLITE:-}" ]; then
 fi
 if [ -z "${REDLITE:-}" ]; then
     say "no runnable redlite binary: make -j$(nproc)"
-    make -j"$(nproc)" build/redlite >>"$LOG" 2>&1 && REDLITE=build/redlite || { say "build failed (see $LOG)"; exit 1; }
+    make -j"$(nproc)" build/redlite build/tests/test_kern >>"$LOG" 2>&1 && REDLITE=build/redlite || { say "build failed (see $LOG)"; exit 1; }
 fi
 HAVE_LLB=1
 if [ ! -x "$LLB" ] || ! "$LLB" --help >/dev/null 2>&1; then
