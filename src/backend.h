@@ -30,6 +30,8 @@ typedef struct {
     q3n_dump_fn dump;
     q3n_route_fn route;
     q3n_row_state_fn row_state;
+    q3n_row_dst_fn row_dst; /* (optional) preferred over row_state by a backend that writes each
+                               row's state straight into host snapshot buffers (the CPU) */
     void *ud;
 } backend_hooks;
 

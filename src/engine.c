@@ -143,6 +143,15 @@ static void verify_row_state(void *ud, int il, int row, const float *conv, const
     s->pos = c->verify_pos + row + 1;
 }
 
+/* The same snapshots without copies, on backends that take destinations (the CPU): the forward
+ * writes row `row`'s state of layer il straight into the snapshot's buffers. */
+static void verify_row_dst(void *ud, int il, int row, float **conv, float **ssm) {
+    engine_ctx *c = ud;
+    engine_snapshot *s = c->row_snaps[row];
+    *conv = s ? s->conv[il] : NULL;
+    *ssm = s ? s->ssm[il] : NULL;
+}
+
 int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
     if (n <= 0 || n > c->n_batch) return rl_seterr("verify of %d rows: must be 1..%d (n_batch)", n, c->n_batch);
     backend_hooks h = c->hooks;
@@ -150,7 +159,7 @@ int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, en
         /* the hooks share one user pointer; per-row snapshots need ours, so debug hooks pause */
         c->row_snaps = snaps;
         c->verify_pos = c->pos;
-        h = (backend_hooks){.row_state = verify_row_state, .ud = c};
+        h = (backend_hooks){.row_state = verify_row_state, .row_dst = verify_row_dst, .ud = c};
     }
     int rc = forward(c, tokens, n, logits, true, &h);
     c->row_snaps = NULL;

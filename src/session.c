@@ -491,7 +491,8 @@ static int gen_spec(gen_state *g) {
         g->out->reason = SESSION_CANCELLED;
         return 0;
     }
-    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .n_predict = gp->n_predict};
+    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .draft_min = gp->draft_min,
+                     .n_predict = gp->n_predict};
     spec_sink sink = {.emit = spec_emit, .will_write = spec_will_write, .kept = spec_kept, .ud = g};
     spec_result r;
     int rc = spec_run(s->sp, g->smp, s->logits, s->hist.ids, (int)s->hist.n, &p, &sink, &r);

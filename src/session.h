@@ -144,6 +144,7 @@ typedef struct {
     volatile sig_atomic_t *cancel;  /* checked between tokens */
     spec_mode spec;                 /* speculative decoding (never changes the tokens) */
     int draft_max;                  /* K upper bound, 1..8 (0 = 8) */
+    int draft_min;                  /* 0: cost-aware K; N: at least N drafts when a source has some */
 } session_gen_params;
 
 typedef struct {

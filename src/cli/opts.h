@@ -60,6 +60,7 @@ typedef struct {
     spec_mode spec;        /* its value (default lookup; none under --route-bias unless given) */
     bool spec_set;         /* --spec was given */
     int32_t draft_max;     /* --draft-max (default 8) */
+    int32_t draft_min;     /* --draft-min (default 0: cost-aware K) */
     /* output */
     bool json, stats, verbose;
     /* bench */
