@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pool.h"
 #include "qwen3next.h"
@@ -34,6 +35,12 @@ typedef struct {
                                row's state straight into host snapshot buffers (the CPU) */
     void *ud;
 } backend_hooks;
+
+/* Options of a context beyond its size (backends without them take ctx_new). */
+typedef struct {
+    const char *vram_spec; /* VRAM expert tier: "auto", "full" or MiB (NULL: every weight resident) */
+    backend_kv kv;         /* KV cache format (as ctx_new's kv) */
+} backend_ctx_opts;
 
 typedef struct backend_ops {
     const char *name;
@@ -64,6 +71,12 @@ typedef struct backend_ops {
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
+    /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
+     * slots are filled from (NULL = the mapped file): 0, or 1 where the context has no tier
+     * (every expert fit: nothing to feed); the tier's plan and counters as a few lines */
+    backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
+    int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
+    void (*print_stats)(backend_ctx *c, FILE *f);
 } backend_ops;
 
 extern const backend_ops backend_cpu;

@@ -87,7 +87,17 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     c->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : 4096;
     c->n_batch = p && p->n_batch > 0 ? p->n_batch : 64;
     if (c->n_batch > 4096) c->n_batch = 4096;
-    c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
+    if (p && p->vram_spec) {
+        if (!e->be->ctx_new_opts) {
+            rl_seterr("--vram-mib needs a GPU backend (--backend cuda); the %s backend keeps the experts in RAM "
+                      "(use --cache-mib)", e->be->name);
+            free(c);
+            return NULL;
+        }
+        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch, &(backend_ctx_opts){.vram_spec = p->vram_spec, .kv = (backend_kv)c->kv});
+    } else {
+        c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
+    }
     c->hidden = rl_malloc(sizeof(float) * (size_t)c->n_batch * e->m.hp.n_embd, "hidden states");
     if (!c->bc || !c->hidden) {
         engine_ctx_free(c);
@@ -345,6 +355,15 @@ void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void 
 }
 
 bool engine_can_set_expert_src(const engine *e) { return e->be->set_expert_src != NULL; }
+
+int engine_set_host_expert_src(engine_ctx *c, const q3n_expert_src *src) {
+    if (!c->e->be->set_host_src) return rl_seterr("the %s backend has no VRAM expert tier", c->e->be->name);
+    return c->e->be->set_host_src(c->bc, src);
+}
+
+void engine_print_backend_stats(engine_ctx *c, FILE *f) {
+    if (c->e->be->print_stats) c->e->be->print_stats(c->bc, f);
+}
 
 int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src) {
     if (!c->e->be->set_expert_src)

@@ -36,6 +36,7 @@ typedef struct {
     const char *backend;     /* --backend cpu|cuda|auto */
     const char *cache_spec;  /* --cache-mib N|full|auto|mmap (validated syntax) */
     bool cache_set;          /* --cache-mib was given */
+    const char *vram_spec;   /* --vram-mib N|auto|full (NULL: not given = every weight on the device) */
     const char *route_trace; /* --route-trace FILE */
     float route_bias;        /* --route-bias L */
     long long threads;       /* -t (0 = all CPUs) */
