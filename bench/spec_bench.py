@@ -65,8 +65,9 @@ def run(cmd):
     return r
 
 
-def has_mtp(binary, model):
-    r = subprocess.run([binary, "generate", "-m", model, "-p", "x", "-n", "1", "--spec", "mtp"], capture_output=True,
+def has_mtp(binary, model, backend=None):
+    extra = ["--backend", backend] if backend else []
+    r = subprocess.run([binary, "generate", "-m", model, "-p", "x", "-n", "1", "--spec", "mtp", *extra], capture_output=True,
                        text=True, cwd=REPO)
     return r.returncode == 0
 
@@ -78,6 +79,7 @@ def main():
     ap.add_argument("-n", type=int, default=256, help="tokens to generate per run (default 256)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (default 1)")
     ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--backend", default=None, help="cpu | cuda | auto (default: the binary's, cpu)")
     ap.add_argument("--cache-mib", default=None)
     ap.add_argument("--scenarios", default="rewrite,agent,prose")
     ap.add_argument("--draft-max", type=int, default=8)
@@ -93,7 +95,9 @@ def main():
         common += ["-t", str(a.threads)]
     if a.cache_mib:
         common += ["--cache-mib", a.cache_mib]
-    modes = ["none", "lookup"] + (["mtp"] if has_mtp(a.bin, a.model) else []) + ["auto"]
+    if a.backend:
+        common += ["--backend", a.backend]
+    modes = ["none", "lookup"] + (["mtp"] if has_mtp(a.bin, a.model, a.backend) else []) + ["auto"]
     sc = scenarios()
     names = [s for s in a.scenarios.split(",") if s]
     rows, raw = [], []
@@ -128,6 +132,8 @@ def main():
             cmd += ["-t", str(a.threads)]
         if a.verify_cache_mib:
             cmd += ["--cache-mib", a.verify_cache_mib]
+        if a.backend:
+            cmd += ["--backend", a.backend]
         verify = json.loads(run(cmd).stdout)
         raw.append({"verify_check": verify})
 
@@ -140,7 +146,7 @@ def main():
     lines = [f"# Speculative decoding bench ({now})", "",
              f"Model `{a.model}` ({os.path.getsize(a.model) / 2**20:.0f} MiB); `{a.bin}`; greedy, -n {a.n}, "
              f"--draft-max {a.draft_max}, {a.rounds} round(s), threads {a.threads or 'all'}, cache "
-             f"{a.cache_mib or 'auto'}; CPU: {cpu or '?'} ({os.cpu_count()} CPUs, shared).", "",
+             f"{a.cache_mib or 'auto'}; backend {a.backend or 'cpu'}; CPU: {cpu or '?'} ({os.cpu_count()} CPUs).", "",
              "| scenario | mode | prompt tok | generated | decode tok/s | vs none | drafted | accepted | "
              "tokens/verify | ids identical |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]

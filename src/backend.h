@@ -27,6 +27,10 @@ typedef struct {
     q3n_route_fn route;
     q3n_row_state_fn row_state;
     void *ud;
+    /* (backends with slot_restore) device-resident per-row snapshots: row t's recurrent state
+     * is written into snapshot slot row_slots[t] (-1: none) during the forward, with no host
+     * copy; NULL when no row needs one */
+    const int *row_slots;
 } backend_hooks;
 
 typedef struct backend_ops {
@@ -56,6 +60,12 @@ typedef struct backend_ops {
     const char *(*kv_format)(backend_ctx *c);
     int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
+    /* (optional; device-resident verify snapshots, see backend_hooks.row_slots) slot_restore
+     * makes slot `slot`'s recurrent state the live one (a device copy, ordered before the next
+     * forward); slot_get copies one DeltaNet layer of a slot to the host (conv, ssm as in
+     * state_get). The engine uses these when present, else the row_state hook. */
+    int (*slot_restore)(backend_ctx *c, int slot);
+    int (*slot_get)(backend_ctx *c, int slot, int layer, float *conv, float *ssm);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
 } backend_ops;

@@ -46,6 +46,8 @@ const char *engine_backend_name(const engine *e);
 typedef struct {
     int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */
     int n_batch; /* rows per forward chunk for prefill/verify; 0 = 64 */
+    bool host_snapshots; /* verify snapshots through host copies even where the backend keeps
+                            them on the device (tests of both paths; normally false) */
 } engine_ctx_params;
 
 engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p);

@@ -50,9 +50,11 @@ extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, 
     if (nseg < 1 || nseg > 3 || n_in % 8 || ldx % 4 || T < 1)
         return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
     mm_launch L = {};
-    const int tt = g ? g->tt : (T == 1 ? 1 : CU_TT);
-    if (tt != 1 && tt != CU_TT) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
-    const int rpb = mm_rows_per_block(gateup, tt);
+    const bool small = !g && T > 1 && T <= CU_SMALL_T;
+    const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 ? 2 : T <= 4 ? 4 : 8) : CU_TT;
+    if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
+    const int rpb = mm_rows_per_block(gateup, tt, small);
+    L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {
         L.seg[i] = segs[i];
