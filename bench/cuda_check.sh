@@ -114,14 +114,15 @@ if has specid; then
                     --stats >"$LOGS/id1.txt" 2>"$LOGS/id1.err"
                 nid=$((nid + 1))
                 if [ -s "$LOGS/id0.txt" ] && cmp -s "$LOGS/id0.txt" "$LOGS/id1.txt"; then r=identical; else r=DIFFERENT; nbad=$((nbad + 1)); fi
-                say "specid $(basename "$p") [$samp] $mode: $r; $(grep -o 'spec[^;]*accepted[^;]*' "$LOGS/id1.err" | head -1)"
+                say "specid $(basename "$p") [$samp] $mode: $r; $(grep -o 'speculation.*verifies' "$LOGS/id1.err" | head -1); $(grep -o 'decode [^|]*tok/s' "$LOGS/id1.err" | head -1)"
             done
         done
     done
     say "specid: $nid runs, $nbad differ from --spec none"
 fi
 if has specbench; then
-    run specbench 400 python3 bench/spec_bench.py --bin $B/redlite --backend cuda -m "$SM" -n 128 --rounds 2 \
+    run specbench 400 python3 bench/spec_bench.py --bin $B/redlite --backend cuda -m "$SM" -n "${SPEC_N:-128}" \
+        --rounds "${SPEC_ROUNDS:-2}" \
         --out "$OUT/spec_bench.md"
 fi
 if has vcost; then
@@ -129,7 +130,7 @@ if has vcost; then
     [ -s "$CF2M" ] || run synth_mtp 200 $B/redlite synth --preset cf2 --mtp -o "$CF2M" --quiet
     run vcost 300 $B/redlite verify-check -m "$CF2M" --backend cuda -n 48 --draft 8 --timing 10 --json
     cp "$LOGS/vcost.log" "$OUT/vcost.json" 2>/dev/null
-    for mode in none mtp lookup; do
+    for mode in none mtp; do
         run "cf2-gen-$mode" 120 $B/redlite generate -m "$CF2M" --backend cuda --raw -p "The history of the lighthouse" \
             -n 64 --spec $mode --json
     done
