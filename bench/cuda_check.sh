@@ -18,7 +18,9 @@
 #               sampling x 3 prompts (a repeated source file, prose, an agent turn): stdout identical to none
 #     specbench bench/spec_bench.py --backend cuda on $SPEC_MODEL (rewrite / agent / prose: tok/s, acceptance)
 #     vcost     redlite synth --preset cf2 --mtp -> $CF2M, then verify-check --timing (K-row verify vs one
-#               step at full size) and generate --spec none|mtp|lookup on it (MTP draft cost)
+#               step at full size) and generate --spec none|mtp on it
+#     tune      on $CF2M: the MTP head's call times (test_cuda_verify MODEL), and verify-check --timing under
+#               each small-batch tuning knob (RL_CUDA_SMALL_TT, RL_CUDA_SMALL_MOE, RL_CUDA_DECODE_NR, no graphs)
 #     default   redlite bench --backend cuda on models/default.gguf (the trained default model)
 #     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
 #     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
@@ -133,6 +135,20 @@ if has vcost; then
     for mode in none mtp; do
         run "cf2-gen-$mode" 120 $B/redlite generate -m "$CF2M" --backend cuda --raw -p "The history of the lighthouse" \
             -n 64 --spec $mode --json
+    done
+fi
+if has tune; then # the MTP call cost, and the verify cost under the small-batch tuning knobs (same bits)
+    CF2M=${CF2M:-/tmp/cf2m.gguf}
+    [ -s "$CF2M" ] || run synth_mtp 200 $B/redlite synth --preset cf2 --mtp -o "$CF2M" --quiet
+    run mtp-cost 120 $B/tests/test_cuda_verify "$CF2M"
+    for v in "" RL_CUDA_SMALL_TT=4 RL_CUDA_SMALL_MOE=4 RL_CUDA_DECODE_NR=2 RL_CUDA_GRAPHS=0; do
+        name=tune-${v:-default}
+        timeout 60 env $v $B/redlite verify-check -m "$CF2M" --backend cuda -n 24 --draft 8 --timing 8 --json \
+            >"$LOGS/$name.json" 2>&1
+        say "$name: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); t = d["timing"]["median_ms"]; ks = sorted(t, key=int)
+print("bit-identical" if d["ok"] else "MISMATCH", "median ms", " ".join("%s:%.2f" % (k, t[k]) for k in ks),
+      "| / step", " ".join("%.2f" % (t[k] / t["1"]) for k in ks))' "$LOGS/$name.json" 2>&1 | tail -1)"
     done
 fi
 if has default; then

@@ -12,7 +12,10 @@
  * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
  *
  * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_KV=f16 (half KV cache),
- * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N.
+ * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
+ * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
+ * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
+ * 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch).
  */
 #ifdef RL_CUDA
 #include <math.h>
@@ -333,6 +336,9 @@ struct backend_ctx {
     float *mcat;
     cudaGraphExec_t vexec[CU_SMALL_T + 1];
     bool vtried[CU_SMALL_T + 1];
+    cudaGraphExec_t mexec[2]; /* the MTP head on one pair, without / with its logits */
+    bool mtried[2];
+    int small_moe;            /* RL_CUDA_SMALL_MOE */
 };
 
 static bool cuda_available(const char **why) {
@@ -416,6 +422,8 @@ static void cuda_ctx_free(backend_ctx *c) {
     if (c->gexec) cudaGraphExecDestroy(c->gexec);
     for (int t = 0; t <= CU_SMALL_T; t++)
         if (c->vexec[t]) cudaGraphExecDestroy(c->vexec[t]);
+    for (int i = 0; i < 2; i++)
+        if (c->mexec[i]) cudaGraphExecDestroy(c->mexec[i]);
     if (c->slots) cudaFree(c->slots);
     if (c->dev) cudaFree(c->dev);
     if (c->h_tok) cudaFreeHost(c->h_tok);
@@ -454,6 +462,8 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     c->n_batch = n_batch;
     c->kv_f16 = getenv("RL_CUDA_KV") && !strcmp(getenv("RL_CUDA_KV"), "f16");
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
+    c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
+    if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
     c->logit_rows = n_batch < 64 ? n_batch : 64;
     c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
     if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
@@ -657,7 +667,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const dlayer *L = &c->dm->L[il];
     const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
-    const bool has_sh = L->gate_sh.d != NULL, direct = T <= CU_SMALL_T;
+    const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
         TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
@@ -868,24 +878,34 @@ static int snap_rows_upload(backend_ctx *c, const int *rows_to_slots, int T) {
     return 0;
 }
 
-/* The forward of T rows with every row's logits, captured (snapshot slots on). */
-static int capture_verify(backend_ctx *c, int T) {
+/* Capture what f(c, T, arg) enqueues into *out (inputs are read from device memory). */
+static int graph_capture(backend_ctx *c, cudaGraphExec_t *out, int (*f)(backend_ctx *, int, int), int T, int arg) {
     cudaGraph_t g = NULL;
-    c->vtried[T] = true;
     TRY(CU_CHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal)));
-    int rc = enqueue(c, T, NULL, false) || head(c, 0, T);
+    int rc = f(c, T, arg);
     cudaError_t e = cudaStreamEndCapture(c->st, &g);
     if (rc || e != cudaSuccess) {
         if (g) cudaGraphDestroy(g);
         return rc ? -1 : cu_fail(e, "cudaStreamEndCapture", __FILE__, __LINE__);
     }
-    e = cudaGraphInstantiate(&c->vexec[T], g, 0);
+    e = cudaGraphInstantiate(out, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
-        c->vexec[T] = NULL;
+        *out = NULL;
         return cu_fail(e, "cudaGraphInstantiate", __FILE__, __LINE__);
     }
     return 0;
+}
+
+/* The forward of T rows with every row's logits (snapshot slots on). */
+static int verify_enqueue(backend_ctx *c, int T, int unused) {
+    (void)unused;
+    return enqueue(c, T, NULL, false) || head(c, 0, T);
+}
+
+static int capture_verify(backend_ctx *c, int T) {
+    c->vtried[T] = true;
+    return graph_capture(c, &c->vexec[T], verify_enqueue, T, 0);
 }
 
 static int cuda_slot_restore(backend_ctx *c, int slot) {
@@ -905,6 +925,8 @@ static int cuda_slot_get(backend_ctx *c, int slot, int il, float *conv, float *s
                                  cudaMemcpyDeviceToHost, c->st)));
     return CU_CHECK(cudaStreamSynchronize(c->st));
 }
+
+static int mtp_enqueue(backend_ctx *c, int T, int with_head);
 
 /* The MTP head (q3n_mtp_forward's arithmetic, every kernel batch-invariant): pairs (hidden p,
  * token p+1) -> [enorm(embed) ; hnorm(hidden)] -> eh_proj -> the MTP decoder layer (its own KV
@@ -929,6 +951,44 @@ static int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *
     TRY(CU_CHECK(cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
     TRY(CU_CHECK(cudaMemcpyAsync(c->pos0, c->h_tok + c->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
     TRY(CU_CHECK(cudaMemcpyAsync(c->y, c->h_hidden, sizeof(float) * (size_t)T * D, cudaMemcpyHostToDevice, c->st)));
+    const bool with_head = logits != NULL;
+    if (T == 1 && c->graphs) { /* one pair (a chained draft): a captured graph */
+        if (!c->mexec[with_head] && !c->mtried[with_head]) {
+            c->mtried[with_head] = true;
+            TRY(graph_capture(c, &c->mexec[with_head], mtp_enqueue, 1, with_head));
+        }
+    }
+    if (T == 1 && c->mexec[with_head]) TRY(CU_CHECK(cudaGraphLaunch(c->mexec[with_head], c->st)));
+    else TRY(mtp_enqueue(c, T, 0));
+    if (hidden_out)
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D, cudaMemcpyDeviceToHost, c->st)));
+    if (T == 1 && c->mexec[with_head]) { /* the head (if asked for) ran in the graph */
+        if (with_head)
+            TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+        if (hidden_out) memcpy(hidden_out, c->h_hidden, sizeof(float) * D);
+        if (logits) memcpy(logits, c->h_logits, sizeof(float) * V);
+        return 0;
+    }
+    TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+    if (hidden_out) memcpy(hidden_out, c->h_hidden, sizeof(float) * (size_t)T * D);
+    for (int t0 = 0; logits && t0 < T; t0 += c->logit_rows) {
+        int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
+        TRY(head(c, t0, n));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+        memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
+    }
+    return 0;
+}
+
+/* The MTP head's launches on T pairs (tokens in c->tok, slot in c->pos0, hidden in c->y);
+ * with_head: also the logits of row 0 (the one-pair graph). */
+static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
+    const q3n_hparams *hp = c->hp;
+    const int D = hp->n_embd, il = hp->n_layer;
+    const dmodel *dm = c->dm;
+    const dlayer *L = &dm->L[il];
     const size_t row = sizeof(float) * (size_t)D;
     TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
     TRY(cu_add_rmsnorm(c->x, NULL, L->enorm, c->xn, D, T, hp->rms_eps, c->st));
@@ -942,18 +1002,7 @@ static int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *
     TRY(mixer_attention(c, il, T, NULL));
     TRY(cu_add_rmsnorm(c->x, c->y, L->post_norm, c->xn, D, T, hp->rms_eps, c->st));
     TRY(moe(c, il, T, NULL)); /* ends with xn = shared_head_norm(x) */
-    if (hidden_out)
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D, cudaMemcpyDeviceToHost, c->st)));
-    TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
-    if (hidden_out) memcpy(hidden_out, c->h_hidden, sizeof(float) * (size_t)T * D);
-    for (int t0 = 0; logits && t0 < T; t0 += c->logit_rows) {
-        int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
-        TRY(head(c, t0, n));
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
-        TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
-        memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
-    }
-    return 0;
+    return with_head ? head(c, 0, 1) : 0;
 }
 
 const backend_ops backend_cuda = {

@@ -21,6 +21,18 @@ MM_DECL(iq1_s)
 MM_DECL(iq1_m)
 MM_DECL(iq4_xs)
 
+// Largest token tile of the small-batch shape: RL_CUDA_SMALL_TT=2|4|8 (default 8; e.g. 6 rows
+// as one tile of 8 or two of 4). Tuning only: every shape gives the same bits.
+static int small_tt_max() {
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("RL_CUDA_SMALL_TT");
+        const int x = e ? atoi(e) : 8;
+        v = x == 2 || x == 4 ? x : 8;
+    }
+    return v;
+}
+
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     switch (type) {
     case T_F32: return mm_run_f32(L, gateup, tt);
@@ -51,7 +63,8 @@ extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, 
         return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
     mm_launch L = {};
     const bool small = !g && T > 1 && T <= CU_SMALL_T;
-    const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 ? 2 : T <= 4 ? 4 : 8) : CU_TT;
+    const int tmax = small_tt_max();
+    const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
     if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
     const int rpb = mm_rows_per_block(gateup, tt, small);
     L.small = small;

@@ -8,10 +8,13 @@
  *   3. slot reuse: a device snapshot whose slot a later verify takes for another snapshot keeps
  *      its state (moved to the host first); snapshots restore into another context and outlive
  *      the context that took them;
- *   4. the MTP head on CUDA (tiny-b has one): T pairs in one call == T single calls, bit for bit
- *      (logits and chained hidden states), a rewind and replay repeats exactly, and CUDA vs the
- *      CPU reference on the same inputs within 1e-2 per logit (the bound of test_cuda_engine).
- * Every output is NaN-poisoned before the call that writes it. Without a GPU: exit 77. */
+ *   4. the MTP head on CUDA (tiny-b has one): T pairs in one call == T single calls (the one-pair
+ *      graph) == single calls without graphs, bit for bit (logits and chained hidden states), a
+ *      rewind and replay repeats exactly, and CUDA vs the CPU reference on the same inputs within
+ *      1e-2 per logit (the bound of test_cuda_engine).
+ * Every output is NaN-poisoned before the call that writes it. Without a GPU: exit 77.
+ * `test_cuda_verify MODEL` instead times a step and the MTP head's calls on MODEL (a model with
+ * an MTP block, e.g. `redlite synth --preset cf2 --mtp`): median ms, graphs on and off. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +192,18 @@ static void mtp(engine *e, engine *ref) {
     CHECK(err == 0 && all_finite(LB + (size_t)5 * V, (size_t)(M - 6) * V) &&
               !memcmp(LA + (size_t)5 * V, LB + (size_t)5 * V, sizeof(float) * (size_t)(M - 6) * V),
           "MTP replay after a rewind differs: %s", rl_lasterr());
+    /* single calls without graphs (eager launches) */
+    setenv("RL_CUDA_GRAPHS", "0", 1);
+    engine_ctx *c3 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
+    unsetenv("RL_CUDA_GRAPHS");
+    CHECK(c3 != NULL, "ctx: %s", rl_lasterr());
+    check_poison(LB, nl);
+    check_poison(HB, nh);
+    for (int i = 0; c3 && i < M - 1; i++)
+        err += engine_mtp(c3, H + (size_t)i * D, tok + 1 + i, 1, LB + (size_t)i * V, HB + (size_t)i * D) != 0;
+    CHECK(err == 0 && !memcmp(LA, LB, sizeof(float) * nl) && !memcmp(HA, HB, sizeof(float) * nh),
+          "MTP: single calls without graphs differ from the graph: %s", rl_lasterr());
+    engine_ctx_free(c3);
     /* CUDA vs the CPU reference on the same inputs */
     check_poison(LC, nl);
     check_poison(HC, nh);
@@ -213,9 +228,81 @@ out:
     engine_ctx_free(cr);
 }
 
-int main(void) {
+static double median(double *x, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
+            double t = x[j];
+            x[j] = x[j - 1], x[j - 1] = t;
+        }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* MTP call times on a (full-size) model: the cost of a draft next to a step */
+#define NB 21
+static int bench(const char *model) {
+    engine *e = engine_open(model, &(engine_params){.n_threads = 4, .backend = "cuda"});
+    CHECK(e != NULL, "open %s: %s", model, rl_lasterr());
+    if (!e) return check_done("test_cuda_verify (timing)");
+    V = engine_hparams(e)->n_vocab;
+    D = engine_hparams(e)->n_embd;
+    float *lg = malloc(sizeof(float) * (size_t)V * 4), *h = malloc(sizeof(float) * (size_t)D * 4);
+    float *hout = malloc(sizeof(float) * (size_t)D * 4), *ref = malloc(sizeof(float) * (size_t)V);
+    double t_step[NB], t_m1[NB], t_m0[NB], t_m4[NB], t_e1[NB];
+    int err = 0;
+    for (int pass = 0; pass < 2 && lg && h && hout && ref; pass++) { /* graphs on, then off */
+        if (pass) setenv("RL_CUDA_GRAPHS", "0", 1);
+        engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 512, .n_batch = 16});
+        if (pass) unsetenv("RL_CUDA_GRAPHS");
+        if (!c) {
+            CHECK(0, "ctx: %s", rl_lasterr());
+            break;
+        }
+        err += engine_prefill(c, tok, 32, NULL) != 0;
+        for (int i = 0; i < NB; i++) {
+            double t0 = rl_now();
+            err += engine_step(c, tok[32 + i % 16], lg) != 0;
+            if (!pass) t_step[i] = rl_now() - t0;
+        }
+        for (int i = 0; i < 4; i++) memcpy(h + (size_t)i * D, engine_last_hidden(c, 0), sizeof(float) * (size_t)D);
+        for (int i = 0; i < NB; i++) { /* a chained draft: one pair, logits and hidden out */
+            engine_mtp_rewind(c, 0);
+            double t0 = rl_now();
+            err += engine_mtp(c, h, tok + i % 16, 1, lg, hout) != 0;
+            (pass ? t_e1 : t_m1)[i] = rl_now() - t0;
+        }
+        if (!pass) memcpy(ref, lg, sizeof(float) * (size_t)V);
+        else CHECK(!memcmp(ref, lg, sizeof(float) * (size_t)V), "MTP graph and eager launches differ on %s", model);
+        for (int i = 0; !pass && i < NB; i++) { /* catching up: one pair, no logits; four pairs */
+            engine_mtp_rewind(c, 0);
+            double t0 = rl_now();
+            err += engine_mtp(c, h, tok + i % 16, 1, NULL, NULL) != 0;
+            t_m0[i] = rl_now() - t0;
+            engine_mtp_rewind(c, 0);
+            t0 = rl_now();
+            err += engine_mtp(c, h, tok + i % 16, 4, lg, hout) != 0;
+            t_m4[i] = rl_now() - t0;
+        }
+        engine_ctx_free(c);
+    }
+    CHECK(err == 0, "timing calls failed: %s", rl_lasterr());
+    if (err == 0) {
+        double s = median(t_step, NB);
+        printf("  %s: step %.3f ms; MTP one pair (graph, logits + hidden) %.3f ms = %.3f steps; without logits "
+               "%.3f ms; four pairs %.3f ms; one pair without graphs %.3f ms (medians of %d)\n", model, 1e3 * s,
+               1e3 * median(t_m1, NB), median(t_m1, NB) / s, 1e3 * median(t_m0, NB), 1e3 * median(t_m4, NB),
+               1e3 * median(t_e1, NB), NB);
+    }
+    free(lg), free(h), free(hout), free(ref);
+    engine_close(e);
+    return check_done("test_cuda_verify (timing)");
+}
+
+int main(int argc, char **argv) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) return check_skip("test_cuda_verify", why ? why : "no CUDA device");
+    uint32_t r0 = 777;
+    for (int i = 0; argc > 1 && i < NT; i++) tok[i] = (int32_t)((r0 = r0 * 1664525u + 1013904223u) >> 8) % 1000;
+    if (argc > 1) return bench(argv[1]);
     const char *model = "tests/fixtures/tiny-b.gguf";
     if (access(model, R_OK) != 0) {
         CHECK(0, "fixture %s is missing", model);
