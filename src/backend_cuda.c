@@ -15,7 +15,8 @@
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
- * 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch).
+ * 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
+ * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md.
  */
 #ifdef RL_CUDA
 #include <math.h>
