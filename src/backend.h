@@ -34,6 +34,10 @@ typedef struct {
     q3n_row_dst_fn row_dst; /* (optional) preferred over row_state by a backend that writes each
                                row's state straight into host snapshot buffers (the CPU) */
     void *ud;
+    /* (backends with slot_restore) device-resident per-row snapshots: row t's recurrent state
+     * is written into snapshot slot row_slots[t] (-1: none) during the forward, with no host
+     * copy; NULL when no row needs one */
+    const int *row_slots;
 } backend_hooks;
 
 /* Options of a context beyond its size (backends without them take ctx_new). */
@@ -69,6 +73,12 @@ typedef struct backend_ops {
     const char *(*kv_format)(backend_ctx *c);
     int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
+    /* (optional; device-resident verify snapshots, see backend_hooks.row_slots) slot_restore
+     * makes slot `slot`'s recurrent state the live one (a device copy, ordered before the next
+     * forward); slot_get copies one DeltaNet layer of a slot to the host (conv, ssm as in
+     * state_get). The engine uses these when present, else the row_state hook. */
+    int (*slot_restore)(backend_ctx *c, int slot);
+    int (*slot_get)(backend_ctx *c, int slot, int layer, float *conv, float *ssm);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
     /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
