@@ -162,7 +162,7 @@ session *session_new(session_model *m, const session_params *p) {
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
-    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .vram_spec = p->vram_spec};
+    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .vram_spec = p->vram_spec};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
     s->n_batch = p->n_batch > 0 ? p->n_batch : 64;
@@ -501,7 +501,8 @@ static int gen_spec(gen_state *g) {
         g->out->reason = SESSION_CANCELLED;
         return 0;
     }
-    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .n_predict = gp->n_predict};
+    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .draft_min = gp->draft_min,
+                     .n_predict = gp->n_predict};
     spec_sink sink = {.emit = spec_emit, .will_write = spec_will_write, .kept = spec_kept, .ud = g};
     spec_result r;
     int rc = spec_run(s->sp, g->smp, s->logits, s->hist.ids, (int)s->hist.n, &p, &sink, &r);

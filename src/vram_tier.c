@@ -44,7 +44,7 @@ struct vram_tier {
     float *d_predw;
     int max_tiles;
     /* the open layer */
-    int il, T, n_union, n_batches, cur_b, tile_off, pair_off;
+    int il, T, tt, n_union, n_batches, cur_b, tile_off, pair_off;
     int32_t *uni;                  /* [E] the union: resident experts first, then the others */
     int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
     int32_t *bslot, *bmiss, *pf_slot, *pf_e;
@@ -354,7 +354,8 @@ fault:
                      (unsigned long long)vt->fault_at);
 }
 
-int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, cudaStream_t st) {
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, int tt,
+                    cudaStream_t st) {
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
@@ -386,6 +387,7 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     if (cap <= 0) return rl_seterr("VRAM tier: layer %d has no slots (internal)", il);
     vt->il = il;
     vt->T = T;
+    vt->tt = tt == 1 ? 1 : CU_TT;
     vt->n_union = n;
     vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
     vt->n_batches = (n + vt->bcap - 1) / vt->bcap;
@@ -451,7 +453,7 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
         prefetch_next(vt);
     }
     /* the batch's tile plan: per expert its pairs in tiles of tt (decode: one pair per tile) */
-    const int K = vt->K, tt = vt->T == 1 ? 1 : CU_TT;
+    const int K = vt->K, tt = vt->tt;
     cu_tile *tl = vt->h_tiles + vt->tile_off;
     int32_t *pin = vt->h_pin + vt->pair_off, *pout = vt->h_pout + vt->pair_off;
     int nt = 0, np = 0;

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "engine.h"
 #include "spec.h"
 #include "vram_plan.h"
 
@@ -40,6 +41,13 @@ static int set_backend(const char *cmd, const char *flag, const char *v, cli_opt
     if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
         return cli_fail(cmd, 2, "%s expects cpu, cuda or auto, got '%s'", flag, v), -1;
     o->backend = v;
+    return 0;
+}
+
+static int set_kv(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    int k;
+    if (engine_kv_parse(v, &k)) return cli_fail(cmd, 2, "%s expects f32 or f16, got '%s'", flag, v), -1;
+    o->kv = v;
     return 0;
 }
 
@@ -379,6 +387,17 @@ static const opt TABLE[] = {
      .set = set_backend},
     {.cmds = ALL,
      .section = "model",
+     .names = "--kv",
+     .value = "f32|f16",
+     .help = "KV cache elements: f16 halves its memory (rounded on store,\nexact f32 math after; see docs/ENGINE.md)",
+     .kind = K_FN,
+     .off = OFF(kv),
+     .lo = 0,
+     .hi = 0,
+     .zero = ENGINE_KV_DEFAULT_HELP,
+     .set = set_kv},
+    {.cmds = ALL,
+     .section = "model",
      .names = "--cache-mib",
      .value = "N|full|auto|mmap",
      .help = "routed experts: a bounded cache of N MiB (same output), all resident\n(full), planned from the "
@@ -537,6 +556,15 @@ static const opt TABLE[] = {
      .kind = K_I32,
      .off = OFF(draft_max),
      .lo = 1,
+     .hi = SPEC_DRAFT_MAX},
+    {.cmds = GEN,
+     .section = NULL,
+     .names = "--draft-min",
+     .value = "N",
+     .help = "draft at least N tokens whenever a source has drafts; 0: K (0 included)\nfrom the measured verify cost and acceptance",
+     .kind = K_I32,
+     .off = OFF(draft_min),
+     .lo = 0,
      .hi = SPEC_DRAFT_MAX},
     /* output */
     {.cmds = CMD_GENERATE,
@@ -814,6 +842,7 @@ int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch) {
     return session_new(m, &(session_params){.n_ctx = n_ctx,
                                             .n_batch = n_batch,
+                                            .kv = o->kv,
                                             .cache_spec = o->cache_spec,
                                             .vram_spec = o->vram_spec,
                                             .route_bias = o->route_bias,

@@ -42,6 +42,7 @@ typedef struct {
     long long threads;       /* -t (0 = all CPUs) */
     long long n_ctx;         /* -c (0 = the command's choice) */
     long long batch;         /* -b */
+    const char *kv;          /* --kv f32|f16 (NULL: the engine's default, engine.h) */
     bool reference;          /* bench --reference */
     int checkpoints;         /* session_params.max_checkpoints (the command's choice, no flag) */
     /* prompt and answer */
@@ -60,6 +61,7 @@ typedef struct {
     spec_mode spec;        /* its value (default lookup; none under --route-bias unless given) */
     bool spec_set;         /* --spec was given */
     int32_t draft_max;     /* --draft-max (default 8) */
+    int32_t draft_min;     /* --draft-min (default 0: cost-aware K) */
     /* output */
     bool json, stats, verbose;
     /* bench */
