@@ -19,13 +19,13 @@
 #include "engine.h"
 #include "sampler.h"
 
-#define NP 12  /* prompt tokens */
+#define NP 40  /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
 #define NG 80  /* greedy steps */
 
 /* Prompt then NG greedy steps; logits: (NG + 1) x V (the prompt's last row, then each step's). */
 static int run(engine *e, const char *vram, float *logits, int32_t *toks) {
     const int V = engine_hparams(e)->n_vocab;
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 16, .vram_spec = vram});
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .vram_spec = vram});
     if (!c) return -1;
     int32_t p[NP];
     for (int i = 0; i < NP; i++) p[i] = (int32_t)((i * 7919 + 13) % V);
