@@ -625,7 +625,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     if (tier) {
         const vram_plan *vp = vram_tier_plan(c->vt);
         if (CU_CHECK(cudaMalloc((void **)&c->bk, sizeof(float) * (c->state_floats ? c->state_floats : 1)))) goto fail;
-        c->graphs = false; /* the host picks the slots per layer: no decode graph */
+        /* the host picks the slots per layer: no decode or verify graph (forward_run); the MTP
+         * head's graph stays (its layer's experts are resident) */
         if (env_on("RL_CUDA_VERBOSE", false)) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
     }
     return c;
@@ -961,7 +962,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     const int *rows_to_slots = hooks && !hooks->row_state ? hooks->row_slots : NULL;
     /* small all-logits batches (verifies) replay a graph per row count, the snapshot slots of
      * its rows read from device memory (-1: none) */
-    const bool vgraph = !hooked && c->graphs && T > 1 && T <= CU_SMALL_T && logits && all_logits;
+    const bool vgraph = !hooked && c->graphs && !c->vt && T > 1 && T <= CU_SMALL_T && logits && all_logits;
     memcpy(c->h_tok, tokens, sizeof(int32_t) * (size_t)T);
     c->h_tok[c->n_batch] = pos;
     TRY(CU_CHECK(cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
@@ -970,7 +971,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (rows_to_slots || vgraph) TRY(snap_rows_upload(c, rows_to_slots, T));
     const bool one_row_logits = logits && (!all_logits || T == 1);
     bool all_done = false; /* every row's logits already in c->logits */
-    if (T == 1 && !hooked && !c->snap_rows && c->graphs) {
+    if (T == 1 && !hooked && !c->snap_rows && c->graphs && !c->vt) {
         if (!c->gexec && !c->gtried) TRY(capture(c));
         if (c->gexec) TRY(CU_CHECK(cudaGraphLaunch(c->gexec, c->st)));
         else TRY(enqueue(c, 1, NULL, true));
