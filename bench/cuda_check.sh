@@ -25,7 +25,12 @@
 #     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
 #     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
 #     depth     redlite bench --backend cuda --depth 32768 (decode slope at long context)
-#   default: build,ops,engine,fixtures,synth,bench,long
+#     vram      the VRAM expert tier: build/cuda/tests/test_cuda_vram (tiny fixtures, a few slots per layer:
+#               bit-identical to full residency, verify, injected fill failure), then on $CF2 (needs
+#               `synth` first): dump --greedy 64 logits at --vram-mib $VRAM_CHECK_MIB (default 4096) == full
+#               residency (cmp; also with RL_VRAM_PIN=1), and redlite bench at --vram-mib 4096, 8192, 16384
+#               (--verbose: plan and counters) and at 8192 with RL_VRAM_PIN=1
+#   default: build,ops,engine,fixtures,synth,bench,long   (the VRAM tier alone: build,synth,vram)
 # Carry (device tool): build/cuda/redlite, build/cuda/tests, .cudabin (shared libs + headers for a
 # build there) and, for bench/cuda_compare.sh, .lcp.
 set -uo pipefail
@@ -62,7 +67,8 @@ if has build; then
     else
         say "carried binaries missing or not runnable here: building"
         export C_INCLUDE_PATH="$PWD/.cudabin/include" LIBRARY_PATH="$PWD/.cudabin/lib"
-        run build 500 make -j"$(nproc)" CUDA=1 BUILD=$B $B/redlite $B/tests/test_cuda_ops $B/tests/test_cuda_engine
+        run build 500 make -j"$(nproc)" CUDA=1 BUILD=$B $B/redlite $B/tests/test_cuda_ops $B/tests/test_cuda_engine \
+            $B/tests/test_cuda_vram
     fi
 fi
 has ops && run ops 120 $B/tests/test_cuda_ops
@@ -154,6 +160,34 @@ fi
 if has default; then
     RL_CUDA_VERBOSE=1 run default 120 $B/redlite bench -m models/default.gguf --backend cuda --n-decode 128 --reps 5 \
         --warmup 8 --prompt 512,2048 --batch 2048
+fi
+if has vram; then
+    run vram-tiny 300 $B/tests/test_cuda_vram
+    if [ -s "$CF2" ]; then
+        TOK=$(seq -s, 101 37 2000) # 54 prompt ids: three prefill chunks at -b 16
+        V=${VRAM_CHECK_MIB:-4096}
+        run vram-full 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_full.f32" --json
+        run vram-$V 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_$V.f32" --json --vram-mib "$V" --cache-mib full --stats
+        if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_$V.f32"; then
+            say "vram identity (CF2, --vram-mib $V vs full residency, 54 + 64 positions): identical logits"
+        else say "vram identity (CF2, --vram-mib $V vs full residency): DIFFERENT or missing"; fi
+        RL_VRAM_PIN=1 run vram-$V-pin 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_${V}_pin.f32" --json --vram-mib "$V" --cache-mib full --stats
+        if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_${V}_pin.f32"; then
+            say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1 DMA from the mapping): identical logits"
+        else say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1): DIFFERENT or missing"; fi
+        rm -f "$OUT"/vram_*.f32
+        for v in 4096 8192 16384; do
+            run "vram-bench-$v" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib $v --cache-mib full \
+                --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
+        done
+        RL_VRAM_PIN=1 run "vram-bench-8192-pin" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib 8192 \
+            --cache-mib full --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
+    else
+        say "vram: no $CF2 (run the synth stage first): only the tiny-fixture test ran"
+    fi
 fi
 if has long; then
     RL_CUDA_BIN=$PWD/$B/redlite RL_CUDA_LONG=1 run long 400 python3 -m pytest -q -s -p no:cacheprovider \

@@ -11,7 +11,8 @@
  * The only host round trip of a step is the final copy of the logits and hidden state.
  * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
  *
- * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_KV=f16 (half KV cache),
+ * The KV cache format comes from --kv (engine_ctx_params.kv; the old RL_CUDA_KV switch is gone).
+ * Environment: RL_CUDA_GRAPHS=0 (no graphs),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
@@ -31,6 +32,8 @@
 #include "common.h"
 #include "cuda/cuda_ops.h"
 #include "quant.h"
+#include "vram_plan.h"
+#include "vram_tier.h"
 
 #define TRY(x)                                                                                              \
     do {                                                                                                     \
@@ -57,6 +60,7 @@ typedef struct {
 
 typedef struct dmodel {
     const q3n_model *m;
+    bool experts; /* routed experts uploaded (false: a VRAM tier serves them from slots) */
     int refs;
     uint8_t *arena;
     size_t arena_bytes;
@@ -156,6 +160,21 @@ static int up_mat(upl *u, dmat *d, const ops_mat *m) {
     return upl_add(u, m->data, m->row_bytes * (size_t)m->n_out, &d->d);
 }
 
+/* The matrix's description without its bytes (routed experts under a VRAM tier). */
+static int meta_mat(dmat *d, const ops_mat *m) {
+    memset(d, 0, sizeof *d);
+    if (!m->data) return 0;
+    if (!cu_type_supported(m->type))
+        return rl_seterr("tensor %s has type %s, which the CUDA backend does not decode (use --backend cpu)",
+                         m->name ? m->name : "?", quant_name(m->type));
+    if (m->n_in % 8) return rl_seterr("tensor %s: %lld columns is not a multiple of 8", m->name, (long long)m->n_in);
+    d->type = m->type;
+    d->n_in = (int)m->n_in;
+    d->n_out = m->n_out;
+    d->row_bytes = m->row_bytes;
+    return 0;
+}
+
 static int up_vec(upl *u, float **d, const float *h, size_t n) {
     const uint8_t *p;
     TRY(upl_add(u, h, n * sizeof(float), &p));
@@ -201,9 +220,15 @@ static int plan_model(upl *u, dmodel *dm, const float *inv_freq) {
             TRY(up_vec(u, &d->ssm_norm, L->ssm_norm, (size_t)hp->ssm_dv));
         }
         TRY(up_mat(u, &d->router, &L->router));
-        TRY(up_mat(u, &d->gate_exps, &L->gate_exps));
-        TRY(up_mat(u, &d->up_exps, &L->up_exps));
-        TRY(up_mat(u, &d->down_exps, &L->down_exps));
+        if (dm->experts || il >= hp->n_layer) { /* the MTP layer's experts stay resident (no VRAM tier there) */
+            TRY(up_mat(u, &d->gate_exps, &L->gate_exps));
+            TRY(up_mat(u, &d->up_exps, &L->up_exps));
+            TRY(up_mat(u, &d->down_exps, &L->down_exps));
+        } else {
+            TRY(meta_mat(&d->gate_exps, &L->gate_exps));
+            TRY(meta_mat(&d->up_exps, &L->up_exps));
+            TRY(meta_mat(&d->down_exps, &L->down_exps));
+        }
         TRY(up_mat(u, &d->gate_sh, &L->gate_sh));
         TRY(up_mat(u, &d->up_sh, &L->up_sh));
         TRY(up_mat(u, &d->down_sh, &L->down_sh));
@@ -218,13 +243,14 @@ static void dmodel_free(dmodel *dm) {
     free(dm);
 }
 
-static dmodel *dmodel_upload(const q3n_model *m) {
+static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     const q3n_hparams *hp = &m->hp;
     dmodel *dm = rl_calloc(1, sizeof *dm, "CUDA model");
     float *inv_freq = rl_calloc((size_t)hp->n_rot / 2 + 1, sizeof(float), "rope table");
     upl u = {0};
     if (!dm || !inv_freq) goto fail;
     dm->m = m;
+    dm->experts = experts;
     /* RoPE inverse frequencies exactly as the CPU reference computes them (ops_rope_neox) */
     for (int i = 0; i < hp->n_rot / 2; i++)
         inv_freq[i] = (float)(1.0 / pow((double)hp->rope_base, (double)(2 * i) / (double)hp->n_rot));
@@ -275,11 +301,30 @@ fail:
     return NULL;
 }
 
-static dmodel *dmodel_get(const q3n_model *m) {
+/* Device bytes of the model's upload (without the routed experts: the VRAM planner's dense part). */
+static size_t dmodel_bytes(const q3n_model *m, bool experts) {
+    dmodel *dm = rl_calloc(1, sizeof *dm, "CUDA model");
+    float *f = rl_calloc((size_t)m->hp.n_rot / 2 + 1, sizeof(float), "rope table");
+    upl u = {0};
+    size_t t = 0;
+    if (dm && f) {
+        dm->m = m;
+        dm->experts = experts;
+        t = plan_model(&u, dm, f) ? 0 : u.total;
+    }
+    free(u.host);
+    free(u.off);
+    free(u.bytes);
+    free(f);
+    free(dm);
+    return t;
+}
+
+static dmodel *dmodel_get(const q3n_model *m, bool experts) {
     pthread_mutex_lock(&g_models_lock);
     dmodel *dm;
-    for (dm = g_models; dm && dm->m != m; dm = dm->next) {}
-    if (!dm && (dm = dmodel_upload(m))) {
+    for (dm = g_models; dm && (dm->m != m || dm->experts != experts); dm = dm->next) {}
+    if (!dm && (dm = dmodel_upload(m, experts))) {
         dm->next = g_models;
         g_models = dm;
     }
@@ -324,6 +369,11 @@ struct backend_ctx {
     size_t h_tmp_floats;
     cudaGraphExec_t gexec;
     bool gtried;
+    /* VRAM expert tier (NULL: every expert resident); bk: the DeltaNet states saved before
+     * each forward, restored if a slot fill fails half-way (nothing corrupted, retry works) */
+    vram_tier *vt;
+    uint8_t *bk;
+    char vram_msg[256]; /* the plan in one line (--vram-mib given), or "" */
     /* speculative decoding (the end of this file): the DeltaNet states as one block (conv[] and
      * ssm[] point into it) so a verify row's snapshot slot is one copy of it; the slots; the
      * per-row slot ids of this forward; the MTP head's [embedding ; hidden] rows; one graph per
@@ -417,6 +467,79 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     return off;
 }
 
+/* ---- VRAM expert tier (vram_plan.h, vram_tier.h): set-up, state rollback, stats ---------- */
+
+/* Bytes of every DeltaNet layer's conv + recurrent state (the rollback copy of a tier forward). */
+static size_t state_bytes(const q3n_hparams *hp) {
+    size_t n = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (!hp->is_attn[il]) n += al(sizeof(float) * q3n_conv_floats(hp)) + al(sizeof(float) * q3n_ssm_floats(hp));
+    return n ? n : 256;
+}
+
+/* Plan the tier for --vram-mib spec (c's sizes set, nothing allocated yet); *tier: slots are
+ * used (false: every expert fits, the plain resident path). */
+static int vram_setup(backend_ctx *c, const char *spec, bool *tier) {
+    const q3n_hparams *hp = c->hp;
+    vram_geom g;
+    size_t fr = 0, tot = 0;
+    *tier = false;
+    if (vram_geom_of(c->m, &g) || CU_CHECK(cudaMemGetInfo(&fr, &tot))) return -1;
+    const size_t TK = (size_t)c->n_batch * hp->n_expert_used;
+    g.dev_free = fr;
+    g.dev_total = tot;
+    g.dense = dmodel_bytes(c->m, false);
+    if (!g.dense) return -1;
+    /* context + rollback copy + the tier's plan buffers (and slack for their alignment) */
+    g.ctx = carve(c, NULL) + state_bytes(hp) + sizeof(cu_tile) * (TK + (size_t)hp->n_expert + 1) + 24 * TK +
+            ((size_t)4 << 20);
+    vram_plan plan;
+    if (vram_plan_make(&g, spec, &plan)) return -1;
+    const char *force = getenv("RL_VRAM_SLOTS"); /* tests: N slots per layer whatever the budget */
+    if (force && atoi(force) > 0) {
+        int n = atoi(force) < hp->n_expert_used ? hp->n_expert_used : atoi(force);
+        n = n > hp->n_expert ? hp->n_expert : n;
+        plan.full = false;
+        for (int il = 0; il < hp->n_layer; il++) plan.slots[il] = n;
+        plan.min_slots = plan.max_slots = n;
+        snprintf(plan.reason, sizeof plan.reason, "%d of %d expert slots per layer (RL_VRAM_SLOTS=%s)", n,
+                 hp->n_expert, force);
+    }
+    snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
+    if (plan.full) return 0;
+    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch))) return -1;
+    *tier = true;
+    return 0;
+}
+
+/* Copy every DeltaNet state to (save) or from (restore) the rollback buffer, on the stream. */
+static int state_backup(backend_ctx *c, bool save) {
+    const q3n_hparams *hp = c->hp;
+    size_t off = 0, nc = sizeof(float) * q3n_conv_floats(hp), ns = sizeof(float) * q3n_ssm_floats(hp);
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->is_attn[il]) continue;
+        void *a[2] = {c->conv[il], c->ssm[il]};
+        size_t n[2] = {nc, ns};
+        for (int k = 0; k < 2; k++) {
+            void *dst = save ? (void *)(c->bk + off) : a[k], *src = save ? a[k] : (void *)(c->bk + off);
+            TRY(CU_CHECK(cudaMemcpyAsync(dst, src, n[k], cudaMemcpyDeviceToDevice, c->st)));
+            off += al(n[k]);
+        }
+    }
+    return 0;
+}
+
+static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
+    if (!c->vt) return 1; /* every expert fit: nothing to feed */
+    vram_tier_set_host_src(c->vt, src);
+    return 0;
+}
+
+static void cuda_print_stats(backend_ctx *c, FILE *f) {
+    if (c->vt) vram_tier_print(c->vt, f);
+    else if (c->vram_msg[0]) fprintf(f, "vram tier: %s\n", c->vram_msg);
+}
+
 static void cuda_ctx_free(backend_ctx *c) {
     if (!c) return;
     if (c->st) cudaStreamSynchronize(c->st);
@@ -434,12 +557,17 @@ static void cuda_ctx_free(backend_ctx *c) {
     if (c->ev_fork) cudaEventDestroy(c->ev_fork);
     if (c->ev_join) cudaEventDestroy(c->ev_join);
     if (c->st2) cudaStreamDestroy(c->st2);
+    vram_tier_free(c->vt);
+    if (c->bk) cudaFree(c->bk);
     if (c->st) cudaStreamDestroy(c->st);
     if (c->dm) dmodel_put(c->dm);
     free(c);
 }
 
-static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch) {
+static int vram_setup(backend_ctx *c, const char *spec, bool *tier);
+
+static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o) {
+    const backend_kv kv = o ? o->kv : BACKEND_KV_F32;
     (void)p;
     const q3n_hparams *hp = &m->hp;
     const char *why = NULL;
@@ -461,7 +589,7 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     c->hp = hp;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
-    c->kv_f16 = getenv("RL_CUDA_KV") && !strcmp(getenv("RL_CUDA_KV"), "f16");
+    c->kv_f16 = kv == BACKEND_KV_F16; /* --kv (engine_ctx_params.kv); RL_CUDA_KV is gone */
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
@@ -470,7 +598,9 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
     if (c->max_tiles < (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used) /* one tile per pair */
         c->max_tiles = (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used;
-    if (!(c->dm = dmodel_get(m))) goto fail;
+    bool tier = false;
+    if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier)) goto fail;
+    if (!(c->dm = dmodel_get(m, !tier))) goto fail;
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
@@ -501,10 +631,20 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     if (env_on("RL_CUDA_VERBOSE", false))
         fprintf(stderr, "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s)\n", n_ctx, n_batch,
                 c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
+    if (tier) {
+        const vram_plan *vp = vram_tier_plan(c->vt);
+        if (CU_CHECK(cudaMalloc((void **)&c->bk, state_bytes(hp)))) goto fail;
+        c->graphs = false; /* the host picks the slots per layer: no decode graph */
+        if (env_on("RL_CUDA_VERBOSE", false)) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
+    }
     return c;
 fail:
     cuda_ctx_free(c);
     return NULL;
+}
+
+static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv) {
+    return cuda_ctx_new_opts(m, p, n_ctx, n_batch, &(backend_ctx_opts){.kv = kv});
 }
 
 static void cuda_reset(backend_ctx *c) {
@@ -663,12 +803,49 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, H * hd, T, NULL, c->st);
 }
 
+/* The routed experts of layer il from the VRAM slots (router ids in c->ids): the same grouped
+ * launches as full residency, per batch of resident experts, with slot s as "expert" s. First
+ * the pre-gated prediction: layer il+1's router on this layer's input (its copies overlap). */
+static int experts_vram(backend_ctx *c, int il, int T) {
+    const q3n_hparams *hp = c->hp;
+    const dlayer *L = &c->dm->L[il];
+    const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp;
+    int32_t *pred = il + 1 < hp->n_layer ? vram_tier_pred_ids(c->vt) : NULL;
+    if (pred) {
+        const dmat *Wr[1] = {&c->dm->L[il + 1].router};
+        float *Yr[1] = {c->rl};
+        TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
+        TRY(cu_router(c->rl, E, K, T, pred, vram_tier_pred_w(c->vt), NULL, NULL, NULL, NULL, NULL, c->st));
+    }
+    int nb = vram_tier_layer(c->vt, il, c->ids, pred, T, c->st);
+    if (nb < 0) return -1;
+    for (int b = 0; b < nb; b++) {
+        vram_batch vb;
+        TRY(vram_tier_batch(c->vt, b, c->st, &vb));
+        cu_group gg = vb.g, gd = vb.g;
+        gg.pair_out = NULL; /* gate/up: input row pair_in[p] -> h row p; down: h row p -> eo row pair_out[p] */
+        gd.pair_in = NULL;
+        cu_seg gu = {.w = vb.gate, .w2 = vb.up, .row_bytes = L->gate_exps.row_bytes, .expert_stride = vb.stride,
+                     .n_out = ff, .y = c->h, .ldy = ff};
+        cu_seg dn = {.w = vb.down, .row_bytes = L->down_exps.row_bytes, .expert_stride = vb.stride, .n_out = D,
+                     .y = c->eo, .ldy = D};
+        if (cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &gg, true, NULL, c->st) ||
+            cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &gd, false, NULL, c->st)) {
+            vram_tier_abort(c->vt);
+            return -1;
+        }
+        TRY(vram_tier_batch_end(c->vt, c->st));
+    }
+    return 0;
+}
+
 static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
+    const bool tier = c->vt && il < hp->n_layer; /* the VRAM tier's slots (the MTP layer's experts stay resident) */
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
         TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
@@ -682,9 +859,9 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const dmat *Wr[1] = {&L->router};
     float *Yr[1] = {c->rl};
     TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
-    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct ? c->tiles : NULL, c->n_tiles, c->pair_in,
-                  c->pair_out, c->st));
-    if (!direct)
+    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
+                  c->pair_in, c->pair_out, c->st));
+    if (!direct && !tier)
         TRY(cu_moe_plan(c->ids, T, K, E, CU_TT, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
     if (hk && hk->route) {
         int32_t *hid = (int32_t *)c->h_tmp;
@@ -698,6 +875,10 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     /* routed experts, grouped by expert: gate/up (silu(g) * u) then down */
     if (!L->fused_gate_up && L->gate_exps.type != L->up_exps.type)
         return rl_seterr("CUDA backend: expert gate/up types differ (layer %d)", il);
+    if (tier) {
+        TRY(experts_vram(c, il, T));
+        goto combine;
+    }
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles, .n_tiles = c->n_tiles, .max_tiles = direct ? T * K : c->max_tiles,
                   .tt = direct ? 1 : CU_TT, .pair_in = c->pair_in, .pair_out = NULL};
@@ -710,6 +891,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     cu_seg dn = {.w = L->down_exps.d, .row_bytes = L->down_exps.row_bytes,
                  .expert_stride = (size_t)D * L->down_exps.row_bytes, .n_out = D, .y = c->eo, .ldy = D};
     TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->st));
+combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
                           : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
@@ -774,8 +956,8 @@ static int capture(backend_ctx *c) {
 static int snap_rows_upload(backend_ctx *c, const int *rows_to_slots, int T);
 static int capture_verify(backend_ctx *c, int T);
 
-static int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
-                        float *hidden, const backend_hooks *hooks) {
+static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
+                       float *hidden, const backend_hooks *hooks) {
     const q3n_hparams *hp = c->hp;
     const int V = hp->n_vocab, D = hp->n_embd;
     if (T < 1 || T > c->n_batch) return rl_seterr("forward of %d rows: must be 1..%d (n_batch)", T, c->n_batch);
@@ -831,6 +1013,22 @@ static int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, f
         }
     }
     return 0;
+}
+
+/* With a VRAM tier a forward can fail half-way (a slot fill): the DeltaNet states saved before
+ * it are put back, so the context is as it was (KV rows past its position are ignored). */
+static int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
+                        float *hidden, const backend_hooks *hooks) {
+    if (!c->vt) return forward_run(c, tokens, T, pos, logits, all_logits, hidden, hooks);
+    TRY(state_backup(c, true));
+    if (forward_run(c, tokens, T, pos, logits, all_logits, hidden, hooks) == 0) return 0;
+    char err[512];
+    snprintf(err, sizeof err, "%s", rl_lasterr());
+    cudaStreamSynchronize(c->st); /* let what was queued finish before the states go back */
+    (void)cudaGetLastError();
+    if (state_backup(c, false) || CU_CHECK(cudaStreamSynchronize(c->st)))
+        return rl_seterr("%s; restoring the recurrent state failed too: %s (reset the context)", err, rl_lasterr());
+    return rl_seterr("%s", err);
 }
 
 /* ---- speculative decoding: verify snapshots on the device, verify graphs, the MTP head ---- */
@@ -1023,7 +1221,10 @@ const backend_ops backend_cuda = {
     .kv_format = cuda_kv_format,
     .kv_get = cuda_kv_get,
     .kv_set = cuda_kv_set,
-    .set_expert_src = NULL, /* full residency: every expert is on the device */
+    .set_expert_src = NULL, /* full residency, or the VRAM tier's slots fed by set_host_src */
+    .ctx_new_opts = cuda_ctx_new_opts,
+    .set_host_src = cuda_set_host_src,
+    .print_stats = cuda_print_stats,
 };
 #else
 typedef int backend_cuda_unused; /* ISO C wants a declaration in every translation unit */

@@ -29,6 +29,7 @@ struct engine_ctx {
     engine_snapshot **row_snaps; /* during verify */
     int verify_pos;
     char state_fmt[48];    /* engine_state_format's answer */
+    int kv;                /* backend_kv: the KV cache format */
     /* device-resident verify snapshots (backend slot_restore/slot_get): verify row i's state
      * goes to backend slot i; slot_owner[i] is the snapshot whose state that slot holds */
     bool dev_snaps;
@@ -96,14 +97,35 @@ const q3n_model *engine_model(const engine *e) { return &e->m; }
 gguf_file *engine_gguf(const engine *e) { return e->f; }
 const char *engine_backend_name(const engine *e) { return e->be->name; }
 
+int engine_kv_parse(const char *name, int *out) {
+    if (!strcmp(name, "f32")) return *out = BACKEND_KV_F32, 0;
+    if (!strcmp(name, "f16")) return *out = BACKEND_KV_F16, 0;
+    return rl_seterr("KV cache format '%s': expected f32 or f16", name);
+}
+
+const char *engine_kv_format(const engine_ctx *c) { return c->kv == BACKEND_KV_F16 ? "f16" : "f32"; }
+
 engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
+    int kv = BACKEND_KV_F32;
+    if (engine_kv_parse(p && p->kv ? p->kv : e->reference ? "f32" : "f16", &kv)) return NULL;
     engine_ctx *c = rl_calloc(1, sizeof *c, "context");
     if (!c) return NULL;
+    c->kv = kv;
     c->e = e;
     c->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : 4096;
     c->n_batch = p && p->n_batch > 0 ? p->n_batch : 64;
     if (c->n_batch > 4096) c->n_batch = 4096;
-    c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch);
+    if (p && p->vram_spec) {
+        if (!e->be->ctx_new_opts) {
+            rl_seterr("--vram-mib needs a GPU backend (--backend cuda); the %s backend keeps the experts in RAM "
+                      "(use --cache-mib)", e->be->name);
+            free(c);
+            return NULL;
+        }
+        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch, &(backend_ctx_opts){.vram_spec = p->vram_spec, .kv = (backend_kv)c->kv});
+    } else {
+        c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
+    }
     c->hidden = rl_malloc(sizeof(float) * (size_t)c->n_batch * e->m.hp.n_embd, "hidden states");
     c->dev_snaps = e->be->slot_restore && e->be->slot_get && !(p && p->host_snapshots);
     c->slot_owner = rl_calloc((size_t)c->n_batch, sizeof(engine_snapshot *), "snapshot slots");
@@ -166,6 +188,15 @@ static void verify_row_state(void *ud, int il, int row, const float *conv, const
     s->pos = c->verify_pos + row + 1;
 }
 
+/* The same snapshots without copies, on backends that take destinations (the CPU): the forward
+ * writes row `row`'s state of layer il straight into the snapshot's buffers. */
+static void verify_row_dst(void *ud, int il, int row, float **conv, float **ssm) {
+    engine_ctx *c = ud;
+    engine_snapshot *s = c->row_snaps[row];
+    *conv = s ? s->conv[il] : NULL;
+    *ssm = s ? s->ssm[il] : NULL;
+}
+
 int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
     if (n <= 0 || n > c->n_batch) return rl_seterr("verify of %d rows: must be 1..%d (n_batch)", n, c->n_batch);
     backend_hooks h = c->hooks;
@@ -185,7 +216,7 @@ int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, en
         /* the hooks share one user pointer; per-row snapshots need ours, so debug hooks pause */
         c->row_snaps = snaps;
         c->verify_pos = c->pos;
-        h = (backend_hooks){.row_state = verify_row_state, .ud = c};
+        h = (backend_hooks){.row_state = verify_row_state, .row_dst = verify_row_dst, .ud = c};
     }
     int rc = forward(c, tokens, n, logits, true, &h);
     c->row_snaps = NULL;
@@ -359,7 +390,9 @@ int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
     const backend_ops *be = c->e->be;
     if (!be->kv_set) return rl_seterr("the %s backend cannot import a state", be->name);
     if (pos < 0 || pos > c->n_ctx) return rl_seterr("state import: position %d is beyond the context (%d)", pos, c->n_ctx);
-    if (n != engine_state_bytes(c, pos)) return rl_seterr("state import: %zu bytes, need %zu for position %d", n, engine_state_bytes(c, pos), pos);
+    if (n != engine_state_bytes(c, pos))
+        return rl_seterr("state import: %zu bytes, need %zu for position %d (state format %s: KV %s)", n,
+                         engine_state_bytes(c, pos), pos, engine_state_format(c), engine_kv_format(c));
     const uint8_t *p = buf;
     size_t kv = be->kv_row_bytes(c->bc) * (size_t)pos;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -388,6 +421,15 @@ void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void 
 }
 
 bool engine_can_set_expert_src(const engine *e) { return e->be->set_expert_src != NULL; }
+
+int engine_set_host_expert_src(engine_ctx *c, const q3n_expert_src *src) {
+    if (!c->e->be->set_host_src) return rl_seterr("the %s backend has no VRAM expert tier", c->e->be->name);
+    return c->e->be->set_host_src(c->bc, src);
+}
+
+void engine_print_backend_stats(engine_ctx *c, FILE *f) {
+    if (c->e->be->print_stats) c->e->be->print_stats(c->bc, f);
+}
 
 int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src) {
     if (!c->e->be->set_expert_src)
