@@ -259,7 +259,10 @@ typedef struct {
 /* Sequence state of one context (sizes from q3n_state_sizes). */
 typedef struct {
     int n_ctx;
-    float **k_cache, **v_cache;  /* per layer (attention layers): [n_ctx][Hkv*hd] */
+    void **k_cache, **v_cache;   /* per layer (attention layers): [n_ctx][Hkv*hd] rows of float, or
+                                    of IEEE halves (uint16_t) when kv_f16 */
+    bool kv_f16;                 /* the --kv f16 cache: K/V rows rounded to half (nearest even) on
+                                    store, widened exactly in the attention loops */
     float **conv;                /* per layer (DeltaNet): [(kw-1)][conv_dim] */
     float **ssm;                 /* per layer (DeltaNet): [hv][dv][dk] */
     /* Uncommitted recurrent state, same shapes (NULL: updates in place). A forward pass reads
@@ -270,12 +273,24 @@ typedef struct {
     float **conv_next, **ssm_next;
 } q3n_state;
 
+/* Store one position's K and V rows (kvw = Hkv*hd floats each) into layer il's cache slot, in
+ * the cache's format (f16: round to nearest even). */
+void q3n_kv_store(q3n_state *st, int il, int slot, const float *k, const float *v, size_t kvw);
+
 /* Optional observers for debugging and tests. */
 typedef void (*q3n_dump_fn)(void *ud, const char *name, int layer, int row, const float *x, int n);
 typedef void (*q3n_route_fn)(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *probs,
                              int k);
 /* Called after each row's recurrent update of each DeltaNet layer (for per-row snapshots). */
 typedef void (*q3n_row_state_fn)(void *ud, int layer, int row, const float *conv, const float *ssm);
+/* Per-row snapshots without copies: where row `row`'s conv and recurrent state of DeltaNet layer
+ * `layer` go (*conv = *ssm = NULL: that row needs none). The recurrence writes each such row's
+ * state there as its output (the next row reads it back), so a verify pays no snapshot copy and
+ * runs the recurrence of all rows in one dispatch; the last row's state also lands in the live
+ * state as always. The arithmetic is that of the plain forward (only where the values are
+ * stored differs), so rows stay bit-identical to single steps. When set, row_state is not
+ * called. */
+typedef void (*q3n_row_dst_fn)(void *ud, int layer, int row, float **conv, float **ssm);
 
 typedef struct {
     const q3n_model *m;
@@ -285,6 +300,7 @@ typedef struct {
     q3n_dump_fn dump;
     q3n_route_fn route;
     q3n_row_state_fn row_state;
+    q3n_row_dst_fn row_dst;
     void *hook_ud;
     int max_rows;                /* largest T a forward may be called with */
     bool fast;                   /* SIMD kernels with quantised activations instead of the
