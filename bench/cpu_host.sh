@@ -32,7 +32,8 @@
 # llama.cpp with its defaults (repacking on, as users run it), 1 repetition each after a warm-up; the
 # redlite run right after the llama-bench run of the same mix (interleaved per mix; the host is not
 # shared, so one round is the measurement). Writes OUTDIR/cpu_host.md (table + ratios), cpu_host.jsonl
-# (raw rows) and cpu_host.log.
+# (raw rows), profile.txt (per-stage decode profile of the first mix at the most threads), stream.txt
+# and cpu_host.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-${OUT:-/tmp/rl_cpu_host}}
@@ -135,6 +136,13 @@ for p in j["prompt"]:
 ' "$m" "$t" >>"$RAW"
     done
 done
+
+# ---- per-stage profile of a decode token at the most threads (what bounds it: GB/s per stage) -------
+m1=$(echo $MIXES | cut -d' ' -f1)
+if [ -s "$FILES/$m1-l$LAYERS.gguf" ] && left; then
+    say "profile: redlite bench $m1 -t $MAXT --profile"
+    timeout 60 "$REDLITE" bench -m "$FILES/$m1-l$LAYERS.gguf" -t "$MAXT" --reps 1 --n-decode "$NGEN" --prompt 0         --profile >"$OUTDIR/profile.txt" 2>>"$LOG"
+fi
 
 # ---- table ---------------------------------------------------------------------------------------
 python3 - "$RAW" "$OUTDIR/stream.txt" "$LAYERS" "$NGEN" "$NPROMPT" >"$OUTDIR/cpu_host.md" <<'EOF'
