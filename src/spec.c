@@ -29,6 +29,7 @@
 #define ACC_PRIOR_R 1.0
 #define PROBE_MIN 8
 #define PROBE_MAX 128
+#define STEP_PROBE 16 /* with fewer than 2 steps measured, a plain step after this many verifies */
 enum { B_MTP = 0, B_LOOKUP = 1, N_LOOKUP_BUCKETS = 4, N_BUCKETS = 1 + N_LOOKUP_BUCKETS };
 
 typedef struct {
@@ -58,10 +59,19 @@ static double ring_median(const double *ring, int n) {
     return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
-/* c(rows) in seconds, or in steps (c(1) = 1) while no step was measured */
+/* c(1): measured, else from the smallest measured verify and the prior slope, else 1 (all costs
+ * then in steps) */
+static double cost_step(const spec_costs *cm) {
+    if (cm->n[1]) return ring_median(cm->t[1], cm->n[1]);
+    for (int m = 2; m <= SPEC_DRAFT_MAX + 1; m++)
+        if (cm->n[m]) return ring_median(cm->t[m], cm->n[m]) / (1 + COST_PRIOR_SLOPE * (m - 1));
+    return 1.0;
+}
+
+/* c(rows), in the unit of cost_step */
 static double cost_rows(const spec_costs *cm, int rows) {
     if (cm->n[rows]) return ring_median(cm->t[rows], cm->n[rows]);
-    double c1 = cm->n[1] ? ring_median(cm->t[1], cm->n[1]) : 1.0;
+    double c1 = cost_step(cm);
     int lo = 1, hi = 0;
     for (int m = rows - 1; m > 1; m--)
         if (cm->n[m]) {
@@ -444,7 +454,7 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
     int dmin = p->draft_min < dmax ? p->draft_min : dmax;
     if (dmin < 0) dmin = 0;
     for (int b = 0; b < N_BUCKETS; b++) s->cm.b[b] = (acc_bucket){.probe = PROBE_MIN};
-    int k_last = 0;
+    int k_last = 0, verifies_since_step = 0;
     int32_t rows[SPEC_DRAFT_MAX + 1];
     int32_t u;
     long long n_go = 0; /* tokens the sink took with 0 */
@@ -471,6 +481,8 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         }
         if (kcap > 0 && use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
             k_m = choose_k(&s->cm, B_MTP, dmin, kcap, &r_m);
+        if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++verifies_since_step > STEP_PROBE) /* measure c(1) */
+            k_l = k_m = 0, verifies_since_step = 0;
         if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
             double t0 = rl_now();
             nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
