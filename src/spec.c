@@ -12,9 +12,10 @@
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
 
 /* ---- cost-aware K ---------------------------------------------------------------------------
- * A verify of n rows costs c(n) (measured: the median of the last COST_RING forwards of n rows,
- * this run; unmeasured sizes interpolated between measured ones, or extrapolated from a step
- * and the largest measured size, with COST_PRIOR_SLOPE steps per extra row before any), plus
+ * A verify of n rows costs c(n) (measured: the fastest of the last COST_RING forwards of n rows,
+ * kept across runs; unmeasured sizes interpolated between measured ones, or extrapolated from a
+ * step and the largest measured size, with COST_PRIOR_SLOPE steps per extra row before any; the
+ * curve made non-decreasing in n), plus
  * the restore after a rejection and, for MTP, the drafting itself. A draft source's drafts are
  * accepted with probability p each while the previous one was (a geometric run: p is the
  * decayed count of accepted drafts over accepted + rejected, per source and, for lookup, per
@@ -22,11 +23,10 @@
  * and a plain step 1 token for c(1): the loop takes the K (0 = a plain step) with the most
  * tokens per second. A source whose best K is 0 is probed with its best K > 0 every
  * PROBE_MIN tokens, doubling to PROBE_MAX while probes fail, so its estimate can recover. */
-#define COST_RING 8
+#define COST_RING 16
 #define COST_PRIOR_SLOPE 0.5 /* extra rows cost half a step each until measured */
 #define ACC_DECAY 0.85       /* weight of the past per verify of a bucket (window ~7) */
-#define ACC_PRIOR_A 1.0      /* prior pseudo-counts: p = 0.5 with the weight of 2 drafts */
-#define ACC_PRIOR_R 1.0
+#define ACC_PRIOR_W 2.0      /* prior weight (pseudo-drafts) of a bucket's prior p (bucket_prior) */
 #define PROBE_MIN 8
 #define PROBE_MAX 128
 #define STEP_PROBE 16 /* with fewer than 2 steps measured, a plain step after this many verifies */
@@ -47,30 +47,28 @@ typedef struct {
 
 static void ring_add(double *ring, int *n, double v) { ring[(*n)++ % COST_RING] = v; }
 
-static double ring_median(const double *ring, int n) {
-    double v[COST_RING];
+/* The cost estimate of a ring: its minimum. On a shared machine interference only ever adds
+ * time, so the fastest recent run is the best estimate of what a forward costs (the median let a
+ * busy spell make a step look dearer than a 2-row verify); the ring keeps it recent. */
+static double ring_est(const double *ring, int n) {
     int m = n < COST_RING ? n : COST_RING;
-    for (int i = 0; i < m; i++) { /* insertion sort of <= 8 values */
-        double x = ring[i];
-        int j = i;
-        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
-        v[j] = x;
-    }
-    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    double v = ring[0];
+    for (int i = 1; i < m; i++) v = ring[i] < v ? ring[i] : v;
+    return v;
 }
 
 /* c(1): measured, else from the smallest measured verify and the prior slope, else 1 (all costs
  * then in steps) */
 static double cost_step(const spec_costs *cm) {
-    if (cm->n[1]) return ring_median(cm->t[1], cm->n[1]);
+    if (cm->n[1]) return ring_est(cm->t[1], cm->n[1]);
     for (int m = 2; m <= SPEC_DRAFT_MAX + 1; m++)
-        if (cm->n[m]) return ring_median(cm->t[m], cm->n[m]) / (1 + COST_PRIOR_SLOPE * (m - 1));
+        if (cm->n[m]) return ring_est(cm->t[m], cm->n[m]) / (1 + COST_PRIOR_SLOPE * (m - 1));
     return 1.0;
 }
 
 /* c(rows), in the unit of cost_step */
 static double cost_rows(const spec_costs *cm, int rows) {
-    if (cm->n[rows]) return ring_median(cm->t[rows], cm->n[rows]);
+    if (cm->n[rows]) return ring_est(cm->t[rows], cm->n[rows]);
     double c1 = cost_step(cm);
     int lo = 1, hi = 0;
     for (int m = rows - 1; m > 1; m--)
@@ -83,8 +81,8 @@ static double cost_rows(const spec_costs *cm, int rows) {
             hi = m;
             break;
         }
-    double clo = lo == 1 ? c1 : ring_median(cm->t[lo], cm->n[lo]);
-    if (hi) return clo + (ring_median(cm->t[hi], cm->n[hi]) - clo) * (rows - lo) / (hi - lo);
+    double clo = lo == 1 ? c1 : ring_est(cm->t[lo], cm->n[lo]);
+    if (hi) return clo + (ring_est(cm->t[hi], cm->n[hi]) - clo) * (rows - lo) / (hi - lo);
     double slope = COST_PRIOR_SLOPE * c1;
     if (lo > 1 && clo > c1) slope = (clo - c1) / (lo - 1);
     return clo + slope * (rows - lo);
@@ -106,7 +104,13 @@ int spec_best_k(const double *cost, int kmin, int kmax, double p, double draft_c
     return best;
 }
 
-static double bucket_p(const acc_bucket *b) { return (b->a + ACC_PRIOR_A) / (b->a + b->r + ACC_PRIOR_A + ACC_PRIOR_R); }
+/* Prior p per bucket before its drafts were seen: MTP 0.5; lookup by match length (a longer match
+ * is more likely a copy): <= 2 tokens 0.4, 3-5 0.55, 6-11 0.7, >= 12 0.85 */
+static const double bucket_prior[N_BUCKETS] = {0.5, 0.4, 0.55, 0.7, 0.85};
+
+static double bucket_p(const acc_bucket *b, int bi) {
+    return (b->a + ACC_PRIOR_W * bucket_prior[bi]) / (b->a + b->r + ACC_PRIOR_W);
+}
 
 static void bucket_update(acc_bucket *b, int K, int acc) {
     b->a = b->a * ACC_DECAY + acc;
@@ -123,12 +127,15 @@ static int lookup_bucket(int match) { return B_LOOKUP + (match <= 2 ? 0 : match 
  * drafts anyway (a probe) once it has skipped `probe` tokens. */
 static int choose_k(spec_costs *cm, int bi, int kmin, int kmax, double *rate) {
     double cost[SPEC_DRAFT_MAX + 2];
-    for (int n = 1; n <= kmax + 1; n++) cost[n] = cost_rows(cm, n);
+    for (int n = 1; n <= kmax + 1; n++) {
+        cost[n] = cost_rows(cm, n);
+        if (n > 1 && cost[n] < cost[n - 1]) cost[n] = cost[n - 1]; /* more rows never cost less */
+    }
     double c1 = cost[1]; /* seconds, or 1 (step units) before a step was measured */
-    double dc = bi == B_MTP ? (cm->n_mtp ? ring_median(cm->mtp, cm->n_mtp) : 0.2 * c1) : 0;
-    double rc = cm->n_restore ? ring_median(cm->restore, cm->n_restore) : 0.02 * c1;
+    double dc = bi == B_MTP ? (cm->n_mtp ? ring_est(cm->mtp, cm->n_mtp) : 0.2 * c1) : 0;
+    double rc = cm->n_restore ? ring_est(cm->restore, cm->n_restore) : 0.02 * c1;
     acc_bucket *b = &cm->b[bi];
-    double p = bucket_p(b);
+    double p = bucket_p(b, bi);
     int k = spec_best_k(cost, 0, kmax, p, dc, rc);
     if (k < kmin && kmin <= kmax) k = kmin;
     if (k == 0 && kmax > 0 && ++b->skipped >= b->probe) k = spec_best_k(cost, 1, kmax, p, dc, rc);
