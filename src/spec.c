@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -12,7 +13,7 @@
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
 
 /* ---- cost-aware K ---------------------------------------------------------------------------
- * A verify of n rows costs c(n) (measured: the fastest of the last COST_RING forwards of n rows,
+ * A verify of n rows costs c(n) (measured in CPU time: the least of the last COST_RING forwards of n rows,
  * kept across runs; unmeasured sizes interpolated between measured ones, or extrapolated from a
  * step and the largest measured size, with COST_PRIOR_SLOPE steps per extra row before any; the
  * curve made non-decreasing in n), plus
@@ -46,6 +47,17 @@ typedef struct {
 } spec_costs;
 
 static void ring_add(double *ring, int *n, double v) { ring[(*n)++ % COST_RING] = v; }
+
+/* Costs are process CPU seconds (all threads), not wall time: on a machine shared with other
+ * work, wall time measures the neighbours (a 2-CPU machine at load 12 showed steps of 5 and 15
+ * ms minutes apart, and a verify size timed in a busy spell looked 3x dearer than it is), while
+ * the CPU time of a compute-bound forward is its work. Waiting is not counted: where a bounded
+ * expert cache reads misses from disk, a verify's extra reads are underestimated. */
+static double cost_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* The cost estimate of a ring: its minimum. On a shared machine interference only ever adds
  * time, so the fastest recent run is the best estimate of what a forward costs (the median let a
@@ -491,9 +503,9 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++verifies_since_step > STEP_PROBE) /* measure c(1) */
             k_l = k_m = 0, verifies_since_step = 0;
         if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
-            double t0 = rl_now();
+            double t0 = cost_clock();
             nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
-            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (rl_now() - t0) / nd);
+            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock() - t0) / nd);
             src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE, bucket = B_MTP;
         } else if (k_l > 0) {
             nd = k_l, src = SPEC_DRAFT_LOOKUP, bucket = lookup_bucket(match);
@@ -504,9 +516,9 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         rows[0] = u;
         if (sk->will_write) sk->will_write(sk->ud, P, rows, nd + 1);
         if (nd == 0) { /* a plain step (into a scratch row: a failed step keeps `logits` valid) */
-            double t0 = rl_now();
+            double t0 = cost_clock();
             if (engine_step(c, u, s->vlogits)) goto fail;
-            ring_add(s->cm.t[1], &s->cm.n[1], rl_now() - t0);
+            ring_add(s->cm.t[1], &s->cm.n[1], cost_clock() - t0);
             memcpy(logits, s->vlogits, sizeof(float) * V);
             r->n_steps++;
             r->n_evaluated++;
@@ -522,12 +534,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
         memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
         sn[K] = NULL; /* keeping every row is the state the verify ends in */
-        double t0 = rl_now();
+        double t0 = cost_clock();
         if (engine_verify(c, rows, K + 1, s->vlogits, sn)) {
             if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
             goto fail;
         }
-        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], rl_now() - t0);
+        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], cost_clock() - t0);
         r->n_verifies++;
         r->n_drafted += K;
         if (src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
@@ -556,13 +568,13 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         r->n_accepted += acc;
         if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
         else r->n_accepted_lookup += acc;
-        t0 = rl_now();
+        t0 = cost_clock();
         if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
             rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
                       rl_lasterr());
             goto fail;
         }
-        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, rl_now() - t0);
+        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, cost_clock() - t0);
         r->n_evaluated += last + 1;
         memcpy(logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
         if (sk->kept && sk->kept(sk->ud, rows, last + 1)) goto fail;
