@@ -13,9 +13,10 @@
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
 
 /* ---- cost-aware K ---------------------------------------------------------------------------
- * A verify of n rows costs c(n) (measured in CPU time: the least of the last COST_RING forwards of n rows,
- * kept across runs; unmeasured sizes interpolated between measured ones, or extrapolated from a
- * step and the largest measured size, with COST_PRIOR_SLOPE steps per extra row before any; the
+ * A verify of n rows costs c(n) (measured in CPU time: the least of the last COST_RING forwards
+ * of n rows, kept across runs, and no more than the prior's 1 + COST_PRIOR_SLOPE (n - 1) steps
+ * until COST_TRUST were seen; unmeasured sizes interpolated between measured ones, or
+ * extrapolated from a step and the largest measured size, at the prior slope before any; the
  * curve made non-decreasing in n), plus
  * the restore after a rejection and, for MTP, the drafting itself. A draft source's drafts are
  * accepted with probability p each while the previous one was (a geometric run: p is the
@@ -25,7 +26,10 @@
  * tokens per second. A source whose best K is 0 is probed with its best K > 0 every
  * PROBE_MIN tokens, doubling to PROBE_MAX while probes fail, so its estimate can recover. */
 #define COST_RING 16
-#define COST_PRIOR_SLOPE 0.5 /* extra rows cost half a step each until measured */
+#define COST_PRIOR_SLOPE 0.35 /* extra rows cost 0.35 steps each until measured (optimistic: a size
+                                 that is never tried is never measured) */
+#define COST_TRUST 4          /* samples before a size's own estimate replaces the prior's if
+                                 higher (the least of 1-3 noisy runs overstates the cost) */
 #define ACC_DECAY 0.85       /* weight of the past per verify of a bucket (window ~7) */
 #define ACC_PRIOR_W 2.0      /* prior weight (pseudo-drafts) of a bucket's prior p (bucket_prior) */
 #define PROBE_MIN 8
@@ -80,8 +84,11 @@ static double cost_step(const spec_costs *cm) {
 
 /* c(rows), in the unit of cost_step */
 static double cost_rows(const spec_costs *cm, int rows) {
-    if (cm->n[rows]) return ring_est(cm->t[rows], cm->n[rows]);
     double c1 = cost_step(cm);
+    if (cm->n[rows]) {
+        double m = ring_est(cm->t[rows], cm->n[rows]), prior = c1 * (1 + COST_PRIOR_SLOPE * (rows - 1));
+        return rows > 1 && cm->n[rows] < COST_TRUST && prior < m ? prior : m;
+    }
     int lo = 1, hi = 0;
     for (int m = rows - 1; m > 1; m--)
         if (cm->n[m]) {
