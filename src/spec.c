@@ -13,7 +13,7 @@
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
 
 /* ---- cost-aware K ---------------------------------------------------------------------------
- * A verify of n rows costs c(n) (measured in CPU time: the least of the last COST_RING forwards
+ * A verify of n rows costs c(n) (measured in CPU time: the median of the last COST_RING forwards
  * of n rows, kept across runs, and no more than the prior's 1 + COST_PRIOR_SLOPE (n - 1) steps
  * until COST_TRUST were seen; unmeasured sizes interpolated between measured ones, or
  * extrapolated from a step and the largest measured size, at the prior slope before any; the
@@ -29,7 +29,7 @@
 #define COST_PRIOR_SLOPE 0.35 /* extra rows cost 0.35 steps each until measured (optimistic: a size
                                  that is never tried is never measured) */
 #define COST_TRUST 4          /* samples before a size's own estimate replaces the prior's if
-                                 higher (the least of 1-3 noisy runs overstates the cost) */
+                                 higher (1-3 noisy runs can overstate the cost) */
 #define ACC_DECAY 0.85       /* weight of the past per verify of a bucket (window ~7) */
 #define ACC_PRIOR_W 2.0      /* prior weight (pseudo-drafts) of a bucket's prior p (bucket_prior) */
 #define PROBE_MIN 8
@@ -63,14 +63,19 @@ static double cost_clock(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The cost estimate of a ring: its minimum. On a shared machine interference only ever adds
- * time, so the fastest recent run is the best estimate of what a forward costs (the median let a
- * busy spell make a step look dearer than a 2-row verify); the ring keeps it recent. */
+/* The cost estimate of a ring: its median. (Not the minimum: the process CPU clock credits another
+ * thread's time up to a scheduler tick late, so single readings of a 5 ms forward swing by a few
+ * ms both ways and the least of them is an outlier; the median is not.) */
 static double ring_est(const double *ring, int n) {
+    double v[COST_RING];
     int m = n < COST_RING ? n : COST_RING;
-    double v = ring[0];
-    for (int i = 1; i < m; i++) v = ring[i] < v ? ring[i] : v;
-    return v;
+    for (int i = 0; i < m; i++) { /* insertion sort of <= COST_RING values */
+        double x = ring[i];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
 /* c(1): measured, else from the smallest measured verify and the prior slope, else 1 (all costs
