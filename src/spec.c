@@ -52,12 +52,14 @@ typedef struct {
 
 static void ring_add(double *ring, int *n, double v) { ring[(*n)++ % COST_RING] = v; }
 
-/* Costs are process CPU seconds (all threads), not wall time: on a machine shared with other
- * work, wall time measures the neighbours (a 2-CPU machine at load 12 showed steps of 5 and 15
- * ms minutes apart, and a verify size timed in a busy spell looked 3x dearer than it is), while
- * the CPU time of a compute-bound forward is its work. Waiting is not counted: where a bounded
- * expert cache reads misses from disk, a verify's extra reads are underestimated. */
-static double cost_clock(void) {
+/* On the CPU backend costs are process CPU seconds (all threads), not wall time: on a machine
+ * shared with other work, wall time measures the neighbours (a 2-CPU machine at load 12 showed
+ * steps of 5 and 15 ms minutes apart, and a verify size timed in a busy spell looked 3x dearer
+ * than it is), while the CPU time of a compute-bound forward is its work. Waiting is not counted:
+ * where a bounded expert cache reads misses from disk, a verify's extra reads are underestimated.
+ * A GPU backend's work is not host CPU time (the host may sleep in a synchronise): wall time. */
+static double cost_clock(bool cpu) {
+    if (!cpu) return rl_now();
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -333,6 +335,7 @@ struct spec {
     int np;
     float *lasth;     /* D: hidden of the last token the context holds */
     bool have_lasth;
+    bool cpu_clock;   /* costs in process CPU time (the CPU backend) or wall time */
     spec_costs cm;    /* measured forward costs (kept across runs: same context and backend) and
                          acceptance (reset per run) */
 };
@@ -345,6 +348,7 @@ spec *spec_new(engine *e, engine_ctx *c) {
     s->V = engine_hparams(e)->n_vocab;
     s->D = engine_hparams(e)->n_embd;
     s->n_batch = engine_n_batch(c);
+    s->cpu_clock = !strcmp(engine_backend_name(e), "cpu");
     size_t V = (size_t)s->V, D = (size_t)s->D, R = SPEC_DRAFT_MAX + 1;
     s->lk = spec_lookup_new();
     s->vlogits = rl_malloc(sizeof(float) * R * V, "verify logits");
@@ -515,9 +519,9 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++verifies_since_step > STEP_PROBE) /* measure c(1) */
             k_l = k_m = 0, verifies_since_step = 0;
         if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
-            double t0 = cost_clock();
+            double t0 = cost_clock(s->cpu_clock);
             nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
-            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock() - t0) / nd);
+            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock(s->cpu_clock) - t0) / nd);
             src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE, bucket = B_MTP;
         } else if (k_l > 0) {
             nd = k_l, src = SPEC_DRAFT_LOOKUP, bucket = lookup_bucket(match);
@@ -528,9 +532,9 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         rows[0] = u;
         if (sk->will_write) sk->will_write(sk->ud, P, rows, nd + 1);
         if (nd == 0) { /* a plain step (into a scratch row: a failed step keeps `logits` valid) */
-            double t0 = cost_clock();
+            double t0 = cost_clock(s->cpu_clock);
             if (engine_step(c, u, s->vlogits)) goto fail;
-            ring_add(s->cm.t[1], &s->cm.n[1], cost_clock() - t0);
+            ring_add(s->cm.t[1], &s->cm.n[1], cost_clock(s->cpu_clock) - t0);
             memcpy(logits, s->vlogits, sizeof(float) * V);
             r->n_steps++;
             r->n_evaluated++;
@@ -546,12 +550,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
         memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
         sn[K] = NULL; /* keeping every row is the state the verify ends in */
-        double t0 = cost_clock();
+        double t0 = cost_clock(s->cpu_clock);
         if (engine_verify(c, rows, K + 1, s->vlogits, sn)) {
             if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
             goto fail;
         }
-        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], cost_clock() - t0);
+        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], cost_clock(s->cpu_clock) - t0);
         r->n_verifies++;
         r->n_drafted += K;
         if (src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
@@ -580,13 +584,13 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         r->n_accepted += acc;
         if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
         else r->n_accepted_lookup += acc;
-        t0 = cost_clock();
+        t0 = cost_clock(s->cpu_clock);
         if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
             rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
                       rl_lasterr());
             goto fail;
         }
-        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, cost_clock() - t0);
+        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, cost_clock(s->cpu_clock) - t0);
         r->n_evaluated += last + 1;
         memcpy(logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
         if (sk->kept && sk->kept(sk->ud, rows, last + 1)) goto fail;
