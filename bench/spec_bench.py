@@ -71,8 +71,9 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def has_mtp(binary, model):
-    r = subprocess.run([binary, "generate", "-m", model, "-p", "x", "-n", "1", "--spec", "mtp"], capture_output=True,
+def has_mtp(binary, model, backend=None):
+    extra = ["--backend", backend] if backend else []
+    r = subprocess.run([binary, "generate", "-m", model, "-p", "x", "-n", "1", "--spec", "mtp", *extra], capture_output=True,
                        text=True, cwd=REPO)
     return r.returncode == 0
 
@@ -84,6 +85,7 @@ def main():
     ap.add_argument("-n", type=int, default=256, help="tokens to generate per run (default 256)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (default 1)")
     ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--backend", default=None, help="cpu | cuda | auto (default: the binary's, cpu)")
     ap.add_argument("--cache-mib", default=None)
     ap.add_argument("--scenarios", default="rewrite,agent,prose")
     ap.add_argument("--draft-max", type=int, default=8)
@@ -101,7 +103,9 @@ def main():
         common += ["-t", str(a.threads)]
     if a.cache_mib:
         common += ["--cache-mib", a.cache_mib]
-    modes = ["none", "lookup"] + (["mtp"] if has_mtp(a.bin, a.model) else []) + ["auto"]
+    if a.backend:
+        common += ["--backend", a.backend]
+    modes = ["none", "lookup"] + (["mtp"] if has_mtp(a.bin, a.model, a.backend) else []) + ["auto"]
     spec_extra = ["--draft-min", str(a.draft_min)] if a.draft_min is not None else []
     sc = scenarios()
     names = [s for s in a.scenarios.split(",") if s]
@@ -146,6 +150,8 @@ def main():
             cmd += ["-t", str(a.threads)]
         if a.verify_cache_mib:
             cmd += ["--cache-mib", a.verify_cache_mib]
+        if a.backend:
+            cmd += ["--backend", a.backend]
         verify = json.loads(run(cmd).stdout)
         raw.append({"verify_check": verify})
 
@@ -160,7 +166,7 @@ def main():
              f"--draft-max {a.draft_max}"
              f"{'' if a.draft_min is None else f', --draft-min {a.draft_min}'}, {a.rounds} round(s) (medians; "
              f"speed-up: median of per-round ratios), threads {a.threads or 'all'}, cache "
-             f"{a.cache_mib or 'auto'}; CPU: {cpu or '?'} ({os.cpu_count()} CPUs, shared).", "",
+             f"{a.cache_mib or 'auto'}; backend {a.backend or 'cpu'}; CPU: {cpu or '?'} ({os.cpu_count()} CPUs, shared).", "",
              "| scenario | mode | prompt tok | generated | decode tok/s (median) | vs none | CPU ms/token | "
              "vs none (CPU) | drafted | accepted | tokens/verify | ids identical |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]

@@ -16,11 +16,16 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pool.h"
 #include "qwen3next.h"
 
 typedef struct backend_ctx backend_ctx;
+
+/* KV cache element formats (engine_ctx_params.kv): f32, or IEEE half rounded to nearest even
+ * on store and widened exactly where attention reads it. */
+typedef enum { BACKEND_KV_F32 = 0, BACKEND_KV_F16 = 1 } backend_kv;
 
 typedef struct {
     q3n_dump_fn dump;
@@ -29,13 +34,23 @@ typedef struct {
     q3n_row_dst_fn row_dst; /* (optional) preferred over row_state by a backend that writes each
                                row's state straight into host snapshot buffers (the CPU) */
     void *ud;
+    /* (backends with slot_restore) device-resident per-row snapshots: row t's recurrent state
+     * is written into snapshot slot row_slots[t] (-1: none) during the forward, with no host
+     * copy; NULL when no row needs one */
+    const int *row_slots;
 } backend_hooks;
+
+/* Options of a context beyond its size (backends without them take ctx_new). */
+typedef struct {
+    const char *vram_spec; /* VRAM expert tier: "auto", "full" or MiB (NULL: every weight resident) */
+    backend_kv kv;         /* KV cache format (as ctx_new's kv) */
+} backend_ctx_opts;
 
 typedef struct backend_ops {
     const char *name;
     /* true if this backend can run here (e.g. a CUDA device is present); *why on false */
     bool (*available)(const char **why);
-    backend_ctx *(*ctx_new)(const q3n_model *m, pool *p, int n_ctx, int n_batch);
+    backend_ctx *(*ctx_new)(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv);
     void (*ctx_free)(backend_ctx *c);
     void (*reset)(backend_ctx *c);
     int (*forward)(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
@@ -51,15 +66,27 @@ typedef struct backend_ops {
     int (*mtp_forward)(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T, int slot,
                        float *logits, float *hidden_out);
     /* (optional; disk checkpoints) the KV cache rows [0, n) of attention layer il, as raw
-     * bytes in the backend's own layout: kv_row_bytes(c) bytes per row for K and for V (f32
-     * rows on the CPU; f32 or f16 on CUDA). kv_format names that layout ("f32", "f16") so a
+     * bytes in the backend's own layout: kv_row_bytes(c) bytes per row for K and for V (f32 or
+     * f16 rows, the context's backend_kv). kv_format names that layout ("f32", "f16") so a
      * saved state is only loaded where it means the same. */
     size_t (*kv_row_bytes)(backend_ctx *c);
     const char *(*kv_format)(backend_ctx *c);
     int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
+    /* (optional; device-resident verify snapshots, see backend_hooks.row_slots) slot_restore
+     * makes slot `slot`'s recurrent state the live one (a device copy, ordered before the next
+     * forward); slot_get copies one DeltaNet layer of a slot to the host (conv, ssm as in
+     * state_get). The engine uses these when present, else the row_state hook. */
+    int (*slot_restore)(backend_ctx *c, int slot);
+    int (*slot_get)(backend_ctx *c, int slot, int layer, float *conv, float *ssm);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
+    /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
+     * slots are filled from (NULL = the mapped file): 0, or 1 where the context has no tier
+     * (every expert fit: nothing to feed); the tier's plan and counters as a few lines */
+    backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
+    int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
+    void (*print_stats)(backend_ctx *c, FILE *f);
 } backend_ops;
 
 extern const backend_ops backend_cpu;

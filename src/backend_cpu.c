@@ -38,7 +38,7 @@ static void cpu_ctx_free(backend_ctx *c) {
     free(c);
 }
 
-static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch) {
+static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv) {
     const q3n_hparams *hp = &m->hp;
     backend_ctx *c = rl_calloc(1, sizeof *c, "context");
     if (!c) return NULL;
@@ -46,18 +46,19 @@ static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_ba
     int nl = hp->n_layer + hp->n_nextn; /* the MTP layer keeps a KV cache of its own */
     q3n_state *st = &c->st;
     st->n_ctx = n_ctx;
-    st->k_cache = rl_calloc((size_t)nl, sizeof(float *), "KV cache");
-    st->v_cache = rl_calloc((size_t)nl, sizeof(float *), "KV cache");
+    st->kv_f16 = kv == BACKEND_KV_F16;
+    st->k_cache = rl_calloc((size_t)nl, sizeof(void *), "KV cache");
+    st->v_cache = rl_calloc((size_t)nl, sizeof(void *), "KV cache");
     st->conv = rl_calloc((size_t)nl, sizeof(float *), "conv state");
     st->ssm = rl_calloc((size_t)nl, sizeof(float *), "recurrent state");
     st->conv_next = rl_calloc((size_t)nl, sizeof(float *), "conv state");
     st->ssm_next = rl_calloc((size_t)nl, sizeof(float *), "recurrent state");
     if (!st->k_cache || !st->v_cache || !st->conv || !st->ssm || !st->conv_next || !st->ssm_next) goto fail;
-    size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t kv_row = (st->kv_f16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)hp->n_head_kv * hp->head_dim;
     for (int il = 0; il < nl; il++) {
         if (hp->is_attn[il]) {
-            st->k_cache[il] = rl_malloc(sizeof(float) * kvw * (size_t)n_ctx, "KV cache (lower --ctx)");
-            st->v_cache[il] = rl_malloc(sizeof(float) * kvw * (size_t)n_ctx, "KV cache (lower --ctx)");
+            st->k_cache[il] = rl_malloc(kv_row * (size_t)n_ctx, "KV cache (lower --ctx or use --kv f16)");
+            st->v_cache[il] = rl_malloc(kv_row * (size_t)n_ctx, "KV cache (lower --ctx or use --kv f16)");
             if (!st->k_cache[il] || !st->v_cache[il]) goto fail;
         } else {
             st->conv[il] = rl_calloc(q3n_conv_floats(hp), sizeof(float), "conv state");
@@ -126,10 +127,10 @@ static int cpu_state_set(backend_ctx *c, int il, const float *conv, const float 
 }
 
 static size_t cpu_kv_row_bytes(backend_ctx *c) {
-    return sizeof(float) * (size_t)c->m->hp.n_head_kv * (size_t)c->m->hp.head_dim;
+    return (c->st.kv_f16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)c->m->hp.n_head_kv * (size_t)c->m->hp.head_dim;
 }
 
-static const char *cpu_kv_format(backend_ctx *c) { return "f32"; }
+static const char *cpu_kv_format(backend_ctx *c) { return c->st.kv_f16 ? "f16" : "f32"; }
 
 static int cpu_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
     if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il]) return rl_seterr("layer %d has no KV cache", il);

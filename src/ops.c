@@ -257,11 +257,20 @@ void ops_topk(const float *x, int n, int k, int32_t *idx) {
 
 void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, size_t stride, int hd,
                    float scale, float *out) {
+    ops_attn_head_kv(q, K, V, false, n_kv, stride, hd, scale, out);
+}
+
+static inline double kv_at(const void *X, bool f16, size_t i) {
+    return f16 ? (double)rl_fp16_to_fp32(((const uint16_t *)X)[i]) : (double)((const float *)X)[i];
+}
+
+void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, int n_kv, size_t stride, int hd,
+                      float scale, float *out) {
     /* two passes: max score, then exp-weighted sum (double) */
     double mx = -INFINITY;
     for (int p = 0; p < n_kv; p++) {
         double s = 0;
-        for (int j = 0; j < hd; j++) s += (double)q[j] * K[(size_t)p * stride + j];
+        for (int j = 0; j < hd; j++) s += (double)q[j] * kv_at(K, f16, (size_t)p * stride + j);
         s *= scale;
         if (s > mx) mx = s;
     }
@@ -271,10 +280,10 @@ void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, siz
     double den = 0;
     for (int p = 0; p < n_kv; p++) {
         double s = 0;
-        for (int j = 0; j < hd; j++) s += (double)q[j] * K[(size_t)p * stride + j];
+        for (int j = 0; j < hd; j++) s += (double)q[j] * kv_at(K, f16, (size_t)p * stride + j);
         double e = exp(s * scale - mx);
         den += e;
-        for (int j = 0; j < hd; j++) acc[j] += e * V[(size_t)p * stride + j];
+        for (int j = 0; j < hd; j++) acc[j] += e * kv_at(V, f16, (size_t)p * stride + j);
     }
     for (int j = 0; j < hd; j++) out[j] = (float)(acc[j] / den);
 }

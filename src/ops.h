@@ -88,6 +88,9 @@ void ops_topk(const float *x, int n, int k, int32_t *idx);
  *   already applied); out[hd]. Softmax over q.k * scale in double. */
 void ops_attn_head(const float *q, const float *K, const float *V, int n_kv, size_t stride, int hd,
                    float scale, float *out);
+/* The same over f32 (f16 false) or IEEE half (f16 true: K, V are uint16_t) cache rows. */
+void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, int n_kv, size_t stride, int hd,
+                      float scale, float *out);
 
 /* Causal depthwise conv1d step for C channels with kernel width kw:
  *   state: (kw-1) x C previous inputs, oldest first; w: C x kw (GGUF ssm_conv1d, ne = {kw, C});

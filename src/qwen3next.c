@@ -638,7 +638,8 @@ static void attn_worker(void *arg, int ith, int nth) {
     int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
     int gs = j->r->fast ? attn_slice(hp, j->T, nth) : 1, ns = H / gs; /* slices per row */
     size_t kvw = (size_t)hp->n_head_kv * hd;
-    float *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
+    const void *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
+    const bool f16 = j->r->st->kv_f16;
     const float scale = 1.0f / sqrtf((float)hd);
     long lo, hi;
     pool_range((long)j->T * ns, ith, nth, &lo, &hi);
@@ -647,15 +648,26 @@ static void attn_worker(void *arg, int ith, int nth) {
         const float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd;
         float *o = j->s->o + (size_t)t * H * hd + (size_t)h0 * hd;
         size_t kvoff = (size_t)(h0 / group) * hd;
+        const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
+        const void *Kh = (const char *)K + kvoff * eb, *Vh = (const char *)V + kvoff * eb;
         if (j->r->fast)
-            vec_attn_group(vec_get(), q, 2 * (size_t)hd, gs, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, scale, o,
-                           hd);
+            vec_attn_group_kv(vec_get(), q, 2 * (size_t)hd, gs, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o, hd);
         else
-            ops_attn_head(q, K + kvoff, V + kvoff, j->pos + t + 1, kvw, hd, scale, o);
+            ops_attn_head_kv(q, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o);
         for (int g = 0; g < gs; g++) {
             const float *gate = q + (size_t)g * 2 * hd + hd;
             for (int i = 0; i < hd; i++) o[(size_t)g * hd + i] *= ops_sigmoid(gate[i]);
         }
+    }
+}
+
+void q3n_kv_store(q3n_state *st, int il, int slot, const float *k, const float *v, size_t kvw) {
+    if (st->kv_f16) {
+        uint16_t *kc = (uint16_t *)st->k_cache[il] + (size_t)slot * kvw, *vc = (uint16_t *)st->v_cache[il] + (size_t)slot * kvw;
+        for (size_t i = 0; i < kvw; i++) kc[i] = rl_fp32_to_fp16(k[i]), vc[i] = rl_fp32_to_fp16(v[i]);
+    } else {
+        memcpy((float *)st->k_cache[il] + (size_t)slot * kvw, k, sizeof(float) * kvw);
+        memcpy((float *)st->v_cache[il] + (size_t)slot * kvw, v, sizeof(float) * kvw);
     }
 }
 
@@ -674,14 +686,12 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
             ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
             ops_rope_neox(q, hp->n_rot, pos + t + rope_delta, hp->rope_base);
         }
-        float *kc = r->st->k_cache[il] + (size_t)(pos + t) * kvw, *vc = r->st->v_cache[il] + (size_t)(pos + t) * kvw;
         for (int h = 0; h < Hkv; h++) {
             float *kh = k + (size_t)t * kvw + (size_t)h * hd;
             ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
             ops_rope_neox(kh, hp->n_rot, pos + t + rope_delta, hp->rope_base);
         }
-        memcpy(kc, k + (size_t)t * kvw, sizeof(float) * kvw);
-        memcpy(vc, v + (size_t)t * kvw, sizeof(float) * kvw);
+        q3n_kv_store(r->st, il, pos + t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
     }
     attn_job j = {r, L, s, il, T, pos};
     pool_run(r->pool, attn_worker, &j);

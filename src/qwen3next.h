@@ -259,7 +259,10 @@ typedef struct {
 /* Sequence state of one context (sizes from q3n_state_sizes). */
 typedef struct {
     int n_ctx;
-    float **k_cache, **v_cache;  /* per layer (attention layers): [n_ctx][Hkv*hd] */
+    void **k_cache, **v_cache;   /* per layer (attention layers): [n_ctx][Hkv*hd] rows of float, or
+                                    of IEEE halves (uint16_t) when kv_f16 */
+    bool kv_f16;                 /* the --kv f16 cache: K/V rows rounded to half (nearest even) on
+                                    store, widened exactly in the attention loops */
     float **conv;                /* per layer (DeltaNet): [(kw-1)][conv_dim] */
     float **ssm;                 /* per layer (DeltaNet): [hv][dv][dk] */
     /* Uncommitted recurrent state, same shapes (NULL: updates in place). A forward pass reads
@@ -269,6 +272,10 @@ typedef struct {
      * position are ignored anyway, so the next step simply runs again. */
     float **conv_next, **ssm_next;
 } q3n_state;
+
+/* Store one position's K and V rows (kvw = Hkv*hd floats each) into layer il's cache slot, in
+ * the cache's format (f16: round to nearest even). */
+void q3n_kv_store(q3n_state *st, int il, int slot, const float *k, const float *v, size_t kvw);
 
 /* Optional observers for debugging and tests. */
 typedef void (*q3n_dump_fn)(void *ud, const char *name, int layer, int row, const float *x, int n);

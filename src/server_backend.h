@@ -30,6 +30,7 @@ typedef struct {
     const char *backend;      /* "cpu" | "cuda" | "auto" */
     int n_threads;
     int n_ctx, n_batch;
+    const char *kv;           /* KV cache format "f32" | "f16" (NULL = the default) */
     const char *cache_spec;
     float route_bias;
     const char *route_trace;

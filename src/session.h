@@ -48,7 +48,10 @@ typedef struct {
 typedef struct {
     int n_ctx;               /* positions (KV cache); 0 = 4096 */
     int n_batch;             /* rows per prefill/verify chunk; 0 = 64 */
+    const char *kv;          /* KV cache format "f32" | "f16" (NULL = the engine's default) */
     const char *cache_spec;  /* routed experts: NULL/"auto", "full", "mmap" or MiB ("4096") */
+    const char *vram_spec;   /* VRAM expert tier (GPU backends): NULL = every weight on the device,
+                                "auto", "full" or MiB; the RAM tier (cache_spec) feeds its slots */
     float route_bias;        /* > 0: cache-aware routing (changes outputs; refused with spec) */
     const char *route_trace; /* JSON-lines trace of every row's expert choices (or NULL) */
     bool verbose;            /* one-line plan of the expert cache and similar notes on stderr */

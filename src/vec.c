@@ -34,7 +34,23 @@ static void delta_portable(const float *S_in, float *S, const float *q, const fl
     }
 }
 
-static const vec_ops portable = {"portable", dot_portable, axpy_portable, delta_portable};
+/* f16 twins: widen a block of halves, then the f32 arithmetic above, unchanged */
+static float dot_f16_portable(const float *a, const uint16_t *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * rl_fp16_to_fp32(b[i + j]);
+    float s = 0;
+    for (; i < n; i++) s += a[i] * rl_fp16_to_fp32(b[i]);
+    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void axpy_f16_portable(float *y, float a, const uint16_t *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * rl_fp16_to_fp32(x[i]);
+}
+
+static const vec_ops portable = {"portable", dot_portable, axpy_portable, delta_portable, dot_f16_portable,
+                                 axpy_f16_portable};
 
 const vec_ops *vec_portable(void) { return &portable; }
 
@@ -42,7 +58,9 @@ const vec_ops *vec_portable(void) { return &portable; }
 const vec_ops *vec_avx2_table(void); /* vec_avx2.c */
 const vec_ops *vec_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? vec_avx2_table() : NULL;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+               ? vec_avx2_table()
+               : NULL;
 }
 #else
 const vec_ops *vec_avx2(void) { return NULL; }
@@ -64,6 +82,11 @@ const vec_ops *vec_get(void) {
 
 void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
                     size_t stride, int hd, float scale, float *out, size_t ostride) {
+    vec_attn_group_kv(v, q, qstride, G, K, V, false, n_kv, stride, hd, scale, out, ostride);
+}
+
+void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
+                       bool f16, int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride) {
     float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];
     RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && hd <= 1024);
     for (int g = 0; g < G; g++) {
@@ -73,8 +96,14 @@ void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, con
     for (int p0 = 0; p0 < n_kv; p0 += VEC_ATTN_BLOCK) {
         const int nb = n_kv - p0 < VEC_ATTN_BLOCK ? n_kv - p0 : VEC_ATTN_BLOCK;
         for (int p = 0; p < nb; p++) {
-            const float *k = K + (size_t)(p0 + p) * stride;
-            for (int g = 0; g < G; g++) e[g][p] = v->dot(q + (size_t)g * qstride, k, hd) * scale;
+            const size_t ko = (size_t)(p0 + p) * stride;
+            if (f16) {
+                const uint16_t *k = (const uint16_t *)K + ko;
+                for (int g = 0; g < G; g++) e[g][p] = v->dot_f16(q + (size_t)g * qstride, k, hd) * scale;
+            } else {
+                const float *k = (const float *)K + ko;
+                for (int g = 0; g < G; g++) e[g][p] = v->dot(q + (size_t)g * qstride, k, hd) * scale;
+            }
         }
         for (int g = 0; g < G; g++) {
             float bm = e[g][0];
@@ -92,8 +121,14 @@ void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, con
             }
         }
         for (int p = 0; p < nb; p++) {
-            const float *vr = V + (size_t)(p0 + p) * stride;
-            for (int g = 0; g < G; g++) v->axpy(out + (size_t)g * ostride, e[g][p], vr, hd);
+            const size_t vo = (size_t)(p0 + p) * stride;
+            if (f16) {
+                const uint16_t *vr = (const uint16_t *)V + vo;
+                for (int g = 0; g < G; g++) v->axpy_f16(out + (size_t)g * ostride, e[g][p], vr, hd);
+            } else {
+                const float *vr = (const float *)V + vo;
+                for (int g = 0; g < G; g++) v->axpy(out + (size_t)g * ostride, e[g][p], vr, hd);
+            }
         }
     }
     for (int g = 0; g < G; g++) {

@@ -5,7 +5,9 @@
 #ifndef RL_VEC_H
 #define RL_VEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     const char *name;
@@ -16,6 +18,11 @@ typedef struct {
      * writes S, which may be S_in) */
     void (*delta_step)(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                        int dk, int dv, float *out);
+    /* the same two with the second operand an IEEE half row (an f16 KV cache): the halves are
+     * widened exactly (F16C on AVX2), then the arithmetic is that of dot / axpy, so
+     * dot_f16(a, h) == dot(a, widen(h)) bit for bit within one table (tests/c/test_vec.c) */
+    float (*dot_f16)(const float *a, const uint16_t *b, int n);
+    void (*axpy_f16)(float *y, float a, const uint16_t *x, int n);
 } vec_ops;
 
 /* The best implementation this CPU runs (initialised on first call, thread-safe after). */
@@ -35,4 +42,9 @@ const vec_ops *vec_avx2(void);
 #define VEC_ATTN_BLOCK 128
 void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
                     size_t stride, int hd, float scale, float *out, size_t ostride);
+/* The same over a KV cache of f32 rows (f16 false: K, V are float) or f16 rows (K, V are
+ * uint16_t halves; stride and offsets count elements). An f16 cache gives exactly the result
+ * of an f32 cache holding the widened halves. */
+void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
+                       bool f16, int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride);
 #endif

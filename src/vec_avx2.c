@@ -66,7 +66,30 @@ static void delta_avx2(const float *S_in, float *S, const float *q, const float 
     }
 }
 
-static const vec_ops avx2 = {"avx2", dot_avx2, axpy_avx2, delta_avx2};
+/* f16 rows: 8 halves widened by F16C (vcvtph2ps, exact), then dot_avx2 / axpy_avx2's arithmetic */
+static inline __m256 ld16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+static float dot_f16_avx2(const float *a, const uint16_t *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), ld16(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), ld16(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), ld16(b + i), s0);
+    float s = hsum(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * _cvtsh_ss(b[i]);
+    return s;
+}
+
+static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld16(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * _cvtsh_ss(x[i]);
+}
+
+static const vec_ops avx2 = {"avx2", dot_avx2, axpy_avx2, delta_avx2, dot_f16_avx2, axpy_f16_avx2};
 
 const vec_ops *vec_avx2_table(void);
 const vec_ops *vec_avx2_table(void) { return &avx2; }

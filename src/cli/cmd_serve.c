@@ -193,6 +193,7 @@ int cmd_serve(int argc, char **argv) {
             .n_threads = (int)o.threads,
             .n_ctx = n_ctx,
             .n_batch = (int)o.batch,
+            .kv = o.kv,
             .cache_spec = o.cache_spec,
             .route_bias = o.route_bias,
             .route_trace = o.route_trace,

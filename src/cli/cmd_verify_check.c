@@ -40,6 +40,7 @@ static void usage(FILE *out) {
             "  --draft K              most drafts per verify, 0..8 (default 8): verifies of 1..K+1\n"
             "                         rows, as the speculative loop makes (pending token + K drafts)\n"
             "  --backend B            cpu | cuda | auto (default cpu)\n"
+            "  --kv f32|f16           KV cache elements (default " ENGINE_KV_DEFAULT_HELP ")\n"
             "  --cache-mib N|full|auto|mmap\n"
             "                         routed experts: bounded cache of N MiB, all resident, planned\n"
             "                         from RAM (default), or the plain mapping\n"
@@ -73,7 +74,7 @@ typedef struct {
 } mismatch;
 
 int cmd_verify_check(int argc, char **argv) {
-    const char *model = NULL, *backend = NULL, *cache = NULL;
+    const char *model = NULL, *backend = NULL, *cache = NULL, *kv = NULL;
     long long n = 200, dmax = 8, threads = 0, seed = 1, timing = 0;
     bool json = false, reference = false;
     for (int i = 1; i < argc; i++) {
@@ -85,6 +86,10 @@ int cmd_verify_check(int argc, char **argv) {
             if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--backend")) {
             if (!(backend = cli_need_value(CMD, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv")) {
+            int k;
+            if (!(kv = cli_need_value(CMD, argc, argv, &i))) return 2;
+            if (engine_kv_parse(kv, &k)) return cli_fail(CMD, 2, "--kv expects f32 or f16, got '%s'", kv);
         } else if (!strcmp(a, "--cache-mib")) {
             if (!(cache = cli_need_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-n")) {
@@ -121,7 +126,7 @@ int cmd_verify_check(int argc, char **argv) {
     engine_snapshot *snaps[9] = {0};
     if (!e) goto fail;
     size_t V = (size_t)engine_hparams(e)->n_vocab;
-    S = session_new(sm, &(session_params){.n_ctx = (int)n + 16, .n_batch = K < 16 ? 16 : K, .cache_spec = cache,
+    S = session_new(sm, &(session_params){.n_ctx = (int)n + 16, .n_batch = K < 16 ? 16 : K, .kv = kv, .cache_spec = cache,
                                           .verbose = !json});
     if (!S) goto fail;
     c = session_ctx(S);
@@ -252,6 +257,7 @@ int cmd_verify_check(int argc, char **argv) {
         json_kv_bool(&j, "ok", !mm.found);
         json_kv_str(&j, "model", model);
         json_kv_str(&j, "backend", engine_backend_name(e));
+        json_kv_str(&j, "kv", engine_kv_format(c));
         json_kv_str(&j, "cache", cmode);
         json_kv_int(&j, "n", n);
         json_kv_int(&j, "draft", K - 1);

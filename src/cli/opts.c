@@ -1,6 +1,8 @@
 /* opts.c — the option table and its parser / help printer (see opts.h). */
 #include "opts.h"
 
+#include "vram_plan.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -11,7 +13,9 @@
 
 #include "cli.h"
 #include "common.h"
+#include "engine.h"
 #include "spec.h"
+#include "vram_plan.h"
 
 typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN } opt_kind;
 
@@ -40,6 +44,13 @@ static int set_backend(const char *cmd, const char *flag, const char *v, cli_opt
     return 0;
 }
 
+static int set_kv(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    int k;
+    if (engine_kv_parse(v, &k)) return cli_fail(cmd, 2, "%s expects f32 or f16, got '%s'", flag, v), -1;
+    o->kv = v;
+    return 0;
+}
+
 /* The syntax here (a usage error); the planner checks the budget against the model later. */
 static int set_cache(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     if (strcmp(v, "auto") && strcmp(v, "full") && strcmp(v, "mmap")) {
@@ -53,6 +64,13 @@ static int set_cache(const char *cmd, const char *flag, const char *v, cli_opts 
     }
     o->cache_spec = v;
     o->cache_set = true;
+    return 0;
+}
+
+/* --vram-mib: the syntax here; the VRAM planner checks the budget against the model and device. */
+static int set_vram(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    if (vram_spec_check(v)) return cli_fail(cmd, 2, "%s expects auto, full or a number of MiB above 0, got '%s'", flag, v), -1;
+    o->vram_spec = v;
     return 0;
 }
 
@@ -369,6 +387,17 @@ static const opt TABLE[] = {
      .set = set_backend},
     {.cmds = ALL,
      .section = "model",
+     .names = "--kv",
+     .value = "f32|f16",
+     .help = "KV cache elements: f16 halves its memory (rounded on store,\nexact f32 math after; see docs/ENGINE.md)",
+     .kind = K_FN,
+     .off = OFF(kv),
+     .lo = 0,
+     .hi = 0,
+     .zero = ENGINE_KV_DEFAULT_HELP,
+     .set = set_kv},
+    {.cmds = ALL,
+     .section = "model",
      .names = "--cache-mib",
      .value = "N|full|auto|mmap",
      .help = "routed experts: a bounded cache of N MiB (same output), all resident\n(full), planned from the "
@@ -380,6 +409,18 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = "auto",
      .set = set_cache},
+    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY,
+     .section = "model",
+     .names = "--vram-mib",
+     .value = "N|auto|full",
+     .help = "GPU: routed experts in a VRAM slot cache of a budget of N MiB\n(everything on the device: weights, "
+             "context, slots; same output), what\nthe device has free (auto), or all resident (full)",
+     .kind = K_FN,
+     .off = OFF(vram_spec),
+     .lo = 0,
+     .hi = 0,
+     .zero = "full",
+     .set = set_vram},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_DUMP | CMD_SERVE,
      .section = "model",
      .names = "--route-bias",
@@ -801,7 +842,9 @@ int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch) {
     return session_new(m, &(session_params){.n_ctx = n_ctx,
                                             .n_batch = n_batch,
+                                            .kv = o->kv,
                                             .cache_spec = o->cache_spec,
+                                            .vram_spec = o->vram_spec,
                                             .route_bias = o->route_bias,
                                             .route_trace = o->route_trace,
                                             .max_checkpoints = o->checkpoints,

@@ -36,11 +36,13 @@ typedef struct {
     const char *backend;     /* --backend cpu|cuda|auto */
     const char *cache_spec;  /* --cache-mib N|full|auto|mmap (validated syntax) */
     bool cache_set;          /* --cache-mib was given */
+    const char *vram_spec;   /* --vram-mib N|auto|full (NULL: not given = every weight on the device) */
     const char *route_trace; /* --route-trace FILE */
     float route_bias;        /* --route-bias L */
     long long threads;       /* -t (0 = all CPUs) */
     long long n_ctx;         /* -c (0 = the command's choice) */
     long long batch;         /* -b */
+    const char *kv;          /* --kv f32|f16 (NULL: the engine's default, engine.h) */
     bool reference;          /* bench --reference */
     int checkpoints;         /* session_params.max_checkpoints (the command's choice, no flag) */
     /* prompt and answer */

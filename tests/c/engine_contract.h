@@ -28,7 +28,7 @@ static int contract_finite(const float *x, size_t n) {
 /* Runs the contract on e; step (n_vocab x N floats) receives the single-step logits of TOKS.
  * Every call's return code is checked, every output is poisoned before the call that writes it
  * and checked to be finite after it. */
-static void engine_contract(engine *e, float *step) {
+static void engine_contract_kv(engine *e, const char *kv, float *step) {
     int V = engine_hparams(e)->n_vocab;
     size_t VN = (size_t)V * N;
     float *ver = malloc(sizeof(float) * VN), *tmp = malloc(sizeof(float) * V);
@@ -36,10 +36,11 @@ static void engine_contract(engine *e, float *step) {
     CHECK(ver && tmp && a && b, "out of memory");
 
     /* 1. token by token */
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    engine_ctx *c2 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    engine_ctx *c3 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 5});
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = kv});
+    engine_ctx *c2 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = kv});
+    engine_ctx *c3 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 5, .kv = kv});
     CHECK(c && c2 && c3, "ctx_new: %s", rl_lasterr());
+    if (c && kv) CHECK(!strcmp(engine_kv_format(c), kv), "context KV format %s, asked %s", engine_kv_format(c), kv);
     if (!c || !c2 || !c3 || !ver || !tmp || !a || !b) goto out;
     check_poison(step, VN);
     for (int i = 0; i < N; i++) CHECK(engine_step(c, TOKS[i], step + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
@@ -111,7 +112,7 @@ static void engine_contract(engine *e, float *step) {
     CHECK(engine_step(c3, -1, tmp) != 0 && strstr(rl_lasterr(), "outside the vocabulary"), "negative id: %s",
           rl_lasterr());
     CHECK(engine_pos(c3) == 1, "a rejected token moved the position to %d", engine_pos(c3));
-    engine_ctx *small = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 4, .n_batch = 8});
+    engine_ctx *small = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 4, .n_batch = 8, .kv = kv});
     CHECK(small && engine_prefill(small, TOKS, 6, tmp) != 0 && strstr(rl_lasterr(), "context is full"), "overflow: %s",
           rl_lasterr());
     engine_ctx_free(small);
@@ -125,4 +126,6 @@ out:
     engine_ctx_free(c2);
     engine_ctx_free(c3);
 }
+/* The contract with the default KV cache format. */
+static inline void engine_contract(engine *e, float *step) { engine_contract_kv(e, NULL, step); }
 #endif

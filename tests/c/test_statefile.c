@@ -67,7 +67,7 @@ int main(void) {
     CHECK(e != NULL, "open: %s", rl_lasterr());
     if (!e) return check_done("test_statefile");
     int V = engine_hparams(e)->n_vocab;
-    engine_ctx_params cp = {.n_ctx = 128, .n_batch = 8};
+    engine_ctx_params cp = {.n_ctx = 128, .n_batch = 8, .kv = "f32"};
     engine_ctx *a = engine_ctx_new(e, &cp), *b = engine_ctx_new(e, &cp), *cold = engine_ctx_new(e, &cp);
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *lc = malloc(sizeof(float) * V);
     int32_t t[N + M];
@@ -149,6 +149,57 @@ int main(void) {
     CHECK(statefile_best(d, t, N + M, 0, N + M - 1) == 0, "other format: ignored");
     statefile_close(d);
     CHECK(count_files(dir) == 1, "ignored files are kept");
+
+    /* the KV format travels with the state: an f16 context saves "cpu/f16" checkpoints (half the
+     * KV bytes), restores them bit-exactly, and an f32 context never takes them (a widened f16
+     * cache would not continue like a cold f32 evaluation, so no conversion: the files are
+     * ignored and kept, and a raw import of the blob is refused with the format named) */
+    {
+        engine_ctx_params hp16 = {.n_ctx = 128, .n_batch = 8, .kv = "f16"};
+        engine_ctx *h = engine_ctx_new(e, &hp16), *hcold = engine_ctx_new(e, &hp16);
+        CHECK(h && hcold, "f16 ctx: %s", rl_lasterr());
+        const char *f16fmt = h ? engine_state_format(h) : "";
+        CHECK(!strcmp(f16fmt, "cpu/f16"), "f16 format %s", f16fmt);
+        char dir16[] = "/tmp/rl-statefile16-XXXXXX";
+        CHECK(mkdtemp(dir16) != NULL, "mkdtemp");
+        CHECK(h && engine_prefill(h, t, N, NULL) == 0, "f16 prefill");
+        size_t sb16 = h ? engine_state_bytes(h, N) : 0;
+        const q3n_hparams *hpar = engine_hparams(e);
+        size_t kvrow = (size_t)hpar->n_head_kv * hpar->head_dim;
+        int n_attn = 0;
+        for (int il = 0; il < hpar->n_layer; il++) n_attn += hpar->is_attn[il];
+        CHECK(sb - sb16 == (size_t)n_attn * 2 * kvrow * N * 2, "f16 state saves half the KV bytes (%zu vs %zu)", sb16,
+              sb);
+        statefile_dir *d16 = statefile_open(dir16, 0, fp, f16fmt);
+        CHECK(d16 && statefile_save(d16, h, NULL, t, N) == 0, "save f16: %s", rl_lasterr());
+        statefile_close(d16);
+        statefile_dir *d32 = statefile_open(dir16, 0, fp, fmt);
+        CHECK(statefile_best(d32, t, N + M, 0, N + M - 1) == 0 && statefile_restore(d32, b, t, N + M, 0, N + M - 1) == 0,
+              "an f32 context must not take an f16 checkpoint");
+        statefile_close(d32);
+        CHECK(count_files(dir16) == 1, "the f16 checkpoint is kept for f16 sessions");
+        void *blob16 = malloc(sb16);
+        CHECK(h && blob16 && engine_state_export(h, blob16, sb16) == 0, "f16 export");
+        CHECK(engine_state_import(b, N, blob16, sb16) == -1 && strstr(rl_lasterr(), "KV f32"), "raw import of an f16 "
+              "state into an f32 context: %s", rl_lasterr());
+        free(blob16);
+        engine_ctx *h2 = engine_ctx_new(e, &hp16);
+        d16 = statefile_open(dir16, 0, fp, f16fmt);
+        CHECK(h2 && statefile_restore(d16, h2, t, N + M, 0, N + M - 1) == N, "restore f16: %s", rl_lasterr());
+        float *l16 = malloc(sizeof(float) * V), *l16c = malloc(sizeof(float) * V);
+        check_poison(l16, V);
+        check_poison(l16c, V);
+        CHECK(h2 && engine_prefill(h2, t + N, M, l16) == 0, "continue f16");
+        CHECK(hcold && engine_prefill(hcold, t, N + M, l16c) == 0, "cold f16");
+        CHECK(!memcmp(l16, l16c, sizeof(float) * V), "f16 restored from disk == cold f16 (bit-identical)");
+        statefile_close(d16);
+        free(l16), free(l16c);
+        engine_ctx_free(h), engine_ctx_free(h2), engine_ctx_free(hcold);
+        char p16[4096];
+        first_file(dir16, p16, sizeof p16);
+        unlink(p16);
+        rmdir(dir16);
+    }
 
     /* corruption: a flipped byte in the state is caught by the checksum, the file deleted */
     char path[4096];

@@ -115,11 +115,68 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
     free(V);
 }
 
+/* f16 KV rows: the f16 primitives must give exactly the bits of the f32 ones on the widened
+ * halves (the widening is exact, the arithmetic the same), and the attention over an f16 cache
+ * must match the double reference over the same halves. Odd lengths cover the scalar tails. */
+static void check_f16(const vec_ops *v, rl_rng *rng) {
+    enum { HD = 256, NP = 300, G = 8 };
+    uint16_t *Kh = malloc(sizeof(uint16_t) * NP * HD), *Vh = malloc(sizeof(uint16_t) * NP * HD);
+    float *Kf = malloc(sizeof(float) * NP * HD), *Vf = malloc(sizeof(float) * NP * HD);
+    float *qg = malloc(sizeof(float) * G * 2 * HD), *o16 = malloc(sizeof(float) * G * HD), *o32 = malloc(sizeof(float) * G * HD);
+    float ref[HD], y1[HD], y2[HD];
+    for (int i = 0; i < NP * HD; i++) {
+        /* a wide spread of magnitudes, subnormal halves included */
+        float x = rl_rng_normal(rng) * (i % 97 == 0 ? 1e-6f : i % 89 == 0 ? 300.0f : 1.0f);
+        Kh[i] = rl_fp32_to_fp16(x);
+        Vh[i] = rl_fp32_to_fp16(rl_rng_normal(rng));
+        Kf[i] = rl_fp16_to_fp32(Kh[i]);
+        Vf[i] = rl_fp16_to_fp32(Vh[i]);
+    }
+    for (int i = 0; i < G * 2 * HD; i++) qg[i] = rl_rng_normal(rng) * 0.05f;
+    int same = 1;
+    for (int n = 1; n <= HD; n += n < 24 ? 1 : 29) {
+        float a = v->dot(qg, Kf + 3 * HD, n), b = v->dot_f16(qg, Kh + 3 * HD, n);
+        same &= memcmp(&a, &b, sizeof a) == 0;
+        for (int j = 0; j < HD; j++) y1[j] = y2[j] = rl_rng_normal(rng);
+        v->axpy(y1, 0.37f, Vf + 5 * HD, n);
+        v->axpy_f16(y2, 0.37f, Vh + 5 * HD, n);
+        same &= memcmp(y1, y2, sizeof y1) == 0;
+    }
+    CHECK(same, "%s dot_f16/axpy_f16 differ from dot/axpy on the widened halves", v->name);
+    for (int n_kv = 1; n_kv <= NP; n_kv += n_kv < 128 ? 127 : 86) {
+        check_poison(o16, (size_t)G * HD);
+        check_poison(o32, (size_t)G * HD);
+        vec_attn_group_kv(v, qg, 2 * HD, G, Kh, Vh, true, n_kv, HD, HD, 0.0625f, o16, HD);
+        vec_attn_group(v, qg, 2 * HD, G, Kf, Vf, n_kv, HD, HD, 0.0625f, o32, HD);
+        CHECK(memcmp(o16, o32, sizeof(float) * G * HD) == 0, "%s f16 attention n_kv %d: not the f32 result on the "
+              "widened cache", v->name, n_kv);
+        double w = 0;
+        for (int g = 0; g < G; g++) {
+            float r2[HD];
+            check_poison(ref, HD);
+            check_poison(r2, HD);
+            ops_attn_head_kv(qg + (size_t)g * 2 * HD, Kh, Vh, true, n_kv, HD, HD, 0.0625f, ref);
+            ops_attn_head(qg + (size_t)g * 2 * HD, Kf, Vf, n_kv, HD, HD, 0.0625f, r2);
+            CHECK(memcmp(ref, r2, sizeof ref) == 0, "ops_attn_head_kv f16 differs from f32 on the widened cache");
+            for (int j = 0; j < HD; j++) {
+                double e = fabs(o16[(size_t)g * HD + j] - ref[j]);
+                if (!(e <= w)) w = isnan(e) ? INFINITY : e;
+            }
+        }
+        CHECK(w < 1e-5, "%s f16 attention n_kv %d: max abs error %.3e vs the double reference", v->name, n_kv, w);
+    }
+    /* the store rounding: nearest even, and f16 of a widened half is the half itself */
+    CHECK(rl_fp32_to_fp16(1.0f + 1.0f / 2048) == 0x3c00 && rl_fp32_to_fp16(1.0f + 3.0f / 2048) == 0x3c02,
+          "fp32->fp16 is not round-to-nearest-even");
+    free(Kh), free(Vh), free(Kf), free(Vf), free(qg), free(o16), free(o32);
+}
+
 int main(void) {
     rl_rng rng;
     rl_rng_seed(&rng, 7);
     check_ops(vec_portable(), &rng);
-    if (vec_avx2()) check_ops(vec_avx2(), &rng);
+    check_f16(vec_portable(), &rng);
+    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, portable only\n");
     return check_done("test_vec");
 }

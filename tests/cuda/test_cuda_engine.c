@@ -5,7 +5,8 @@
  *   - chunked prefill ends with the logits of the last single step;
  *   - snapshot / restore / replay and reset are exact;
  *   - every step's logits within 1e-2 of the CPU reference (bound: tests/cuda/test_cuda_fixtures.py);
- *   - bad input is a clean error.
+ *   - bad input is a clean error;
+ * with each KV cache format (f32, f16: each against the CPU reference with the same format).
  * Without a GPU: prints "NAME: skipped: no CUDA device ..." and exits 77 (check.h). */
 #include <math.h>
 #include <stdio.h>
@@ -33,24 +34,27 @@ int main(void) {
     CHECK(!strcmp(engine_backend_name(e), "cuda"), "backend %s", engine_backend_name(e));
     int V = engine_hparams(e)->n_vocab;
     float *step = malloc(sizeof(float) * V * N), *cpu = malloc(sizeof(float) * V * N);
-    engine_contract(e, step); /* the single steps run the decode graph */
+    static const char *const kvs[2] = {"f32", "f16"};
+    for (int f = 0; f < 2; f++) {
+        engine_contract_kv(e, kvs[f], step); /* the single steps run the decode graph */
 
-    /* every step's logits against the CPU reference */
-    engine_ctx *cr = engine_ctx_new(ref, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    CHECK(cr != NULL, "ctx: %s", rl_lasterr());
-    check_poison(cpu, (size_t)V * N);
-    for (int i = 0; cr && i < N; i++) CHECK(engine_step(cr, TOKS[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
-    double dmax = 0;
-    for (size_t i = 0; i < (size_t)V * N; i++) {
-        double d = !isfinite(step[i]) || !isfinite(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
-        dmax = d > dmax ? d : dmax;
+        /* every step's logits against the CPU reference with the same KV format */
+        engine_ctx *cr = engine_ctx_new(ref, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = kvs[f]});
+        CHECK(cr != NULL, "ctx: %s", rl_lasterr());
+        check_poison(cpu, (size_t)V * N);
+        for (int i = 0; cr && i < N; i++) CHECK(engine_step(cr, TOKS[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
+        double dmax = 0;
+        for (size_t i = 0; i < (size_t)V * N; i++) {
+            double d = !isfinite(step[i]) || !isfinite(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
+            dmax = d > dmax ? d : dmax;
+        }
+        CHECK(dmax <= 1e-2, "KV %s: CUDA vs CPU reference: max |logit diff| %.3g", kvs[f], dmax);
+        printf("  KV %s steps: CUDA vs CPU reference max |logit diff| %.3g over %d positions\n", kvs[f], dmax, N);
+        engine_ctx_free(cr);
     }
-    CHECK(dmax <= 1e-2, "CUDA vs CPU reference: max |logit diff| %.3g", dmax);
-    printf("  steps: CUDA vs CPU reference max |logit diff| %.3g over %d positions\n", dmax, N);
 
     free(step);
     free(cpu);
-    engine_ctx_free(cr);
     engine_close(e);
     engine_close(ref);
     return check_done("test_cuda_engine");
