@@ -89,13 +89,16 @@ static double cost_step(const spec_costs *cm) {
     return 1.0;
 }
 
+/* a measured size's estimate: its ring, capped by the prior until COST_TRUST samples */
+static double size_est(const spec_costs *cm, int rows, double c1) {
+    double m = ring_est(cm->t[rows], cm->n[rows]), prior = c1 * (1 + COST_PRIOR_SLOPE * (rows - 1));
+    return rows > 1 && cm->n[rows] < COST_TRUST && prior < m ? prior : m;
+}
+
 /* c(rows), in the unit of cost_step */
 static double cost_rows(const spec_costs *cm, int rows) {
     double c1 = cost_step(cm);
-    if (cm->n[rows]) {
-        double m = ring_est(cm->t[rows], cm->n[rows]), prior = c1 * (1 + COST_PRIOR_SLOPE * (rows - 1));
-        return rows > 1 && cm->n[rows] < COST_TRUST && prior < m ? prior : m;
-    }
+    if (cm->n[rows]) return size_est(cm, rows, c1);
     int lo = 1, hi = 0;
     for (int m = rows - 1; m > 1; m--)
         if (cm->n[m]) {
@@ -107,8 +110,8 @@ static double cost_rows(const spec_costs *cm, int rows) {
             hi = m;
             break;
         }
-    double clo = lo == 1 ? c1 : ring_est(cm->t[lo], cm->n[lo]);
-    if (hi) return clo + (ring_est(cm->t[hi], cm->n[hi]) - clo) * (rows - lo) / (hi - lo);
+    double clo = lo == 1 ? c1 : size_est(cm, lo, c1);
+    if (hi) return clo + (size_est(cm, hi, c1) - clo) * (rows - lo) / (hi - lo);
     double slope = COST_PRIOR_SLOPE * c1;
     if (lo > 1 && clo > c1) slope = (clo - c1) / (lo - 1);
     return clo + slope * (rows - lo);
