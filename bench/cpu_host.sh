@@ -46,7 +46,7 @@ NGEN=${NGEN:-16}
 NPROMPT=${NPROMPT:-512}
 BUDGET=${BUDGET:-320}
 FILES=${FILES:-/tmp/rl_cpu_files}
-case "${1:-}" in -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
+case "${1:-}" in -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 mkdir -p "$OUTDIR" "$FILES"
 LOG="$OUTDIR/cpu_host.log" RAW="$OUTDIR/cpu_host.jsonl"
 : >"$RAW"
