@@ -845,6 +845,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
+    const bool tier = c->vt && il < hp->n_layer; /* the VRAM tier's slots (the MTP layer's experts stay resident) */
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
         TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
@@ -858,9 +859,9 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const dmat *Wr[1] = {&L->router};
     float *Yr[1] = {c->rl};
     TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
-    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !c->vt ? c->tiles : NULL, c->n_tiles,
+    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
                   c->pair_in, c->pair_out, c->st));
-    if (!direct && !c->vt)
+    if (!direct && !tier)
         TRY(cu_moe_plan(c->ids, T, K, E, CU_TT, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
     if (hk && hk->route) {
         int32_t *hid = (int32_t *)c->h_tmp;
@@ -874,7 +875,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     /* routed experts, grouped by expert: gate/up (silu(g) * u) then down */
     if (!L->fused_gate_up && L->gate_exps.type != L->up_exps.type)
         return rl_seterr("CUDA backend: expert gate/up types differ (layer %d)", il);
-    if (c->vt && il < hp->n_layer) {
+    if (tier) {
         TRY(experts_vram(c, il, T));
         goto combine;
     }
