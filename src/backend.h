@@ -67,6 +67,9 @@ typedef struct backend_ops {
 extern const backend_ops backend_cpu;
 #ifdef RL_CUDA
 extern const backend_ops backend_cuda;
+/* Bytes of the device allocation a CUDA context of n_ctx positions and n_batch rows makes
+ * (KV cache + DeltaNet state + scratch; the weights come on top): redlite info's figure. */
+size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, backend_kv kv);
 #endif
 
 /* Pick by name ("cpu", "cuda", "auto"); NULL with rl_lasterr if unknown or unavailable. */

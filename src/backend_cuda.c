@@ -385,6 +385,22 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     return off;
 }
 
+static void ctx_geometry(backend_ctx *c, const q3n_hparams *hp, int n_ctx, int n_batch, backend_kv kv) {
+    c->hp = hp;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->kv_f16 = kv == BACKEND_KV_F16; /* --kv (engine_ctx_params.kv); RL_CUDA_KV is gone */
+    c->logit_rows = n_batch < 64 ? n_batch : 64;
+    c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
+    if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
+}
+
+size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, backend_kv kv) {
+    backend_ctx c = {0};
+    ctx_geometry(&c, hp, n_ctx, n_batch, kv);
+    return carve(&c, NULL);
+}
+
 static void cuda_ctx_free(backend_ctx *c) {
     if (!c) return;
     if (c->st) cudaStreamSynchronize(c->st);
@@ -421,14 +437,8 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     backend_ctx *c = rl_calloc(1, sizeof *c, "CUDA context");
     if (!c) return NULL;
     c->m = m;
-    c->hp = hp;
-    c->n_ctx = n_ctx;
-    c->n_batch = n_batch;
-    c->kv_f16 = kv == BACKEND_KV_F16; /* --kv (engine_ctx_params.kv); RL_CUDA_KV is gone */
+    ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
-    c->logit_rows = n_batch < 64 ? n_batch : 64;
-    c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
-    if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
     if (!(c->dm = dmodel_get(m))) goto fail;
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
