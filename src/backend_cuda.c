@@ -12,7 +12,8 @@
  * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
  *
  * The KV cache format comes from --kv (engine_ctx_params.kv; the old RL_CUDA_KV switch is gone).
- * Environment: RL_CUDA_GRAPHS=0 (no graphs),
+ * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_ATTN=per-warp (the previous decode attention
+ * split kernel, for A/B timing: same bits),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N.
  */
 #ifdef RL_CUDA
@@ -296,6 +297,7 @@ struct backend_ctx {
     const q3n_hparams *hp;
     int n_ctx, n_batch, max_tiles, logit_rows;
     bool kv_f16, graphs;
+    bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
     cudaStream_t st, st2;
     cudaEvent_t ev_fork, ev_join;
     uint8_t *dev;                /* one allocation: state + scratch */
@@ -439,6 +441,7 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     c->m = m;
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
+    c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
     if (!(c->dm = dmodel_get(m))) goto fail;
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
@@ -621,7 +624,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     TRY(mm_run(c, W, Y, ldy, NULL, 3, c->xn, D, T, NULL, c->st));
     const cu_attn_dims a = {.H = H, .Hkv = hp->n_head_kv, .hd = hd, .n_rot = hp->n_rot, .n_ctx = c->n_ctx,
                             .eps = hp->rms_eps, .scale = 1.0f / sqrtf((float)hd), .inv_freq = c->dm->inv_freq,
-                            .kv_f16 = c->kv_f16};
+                            .kv_f16 = c->kv_f16, .split_per_warp = c->attn_per_warp};
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
