@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine.h"
 #include "pool.h"
 #include "qwen3next.h"
 
@@ -60,6 +61,8 @@ typedef struct backend_ops {
     const char *(*kv_format)(backend_ctx *c);
     int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
+    /* (optional) what the context allocated (engine_mem, engine.h) */
+    void (*mem_info)(backend_ctx *c, engine_mem *out);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
 } backend_ops;

@@ -298,6 +298,7 @@ struct backend_ctx {
     int n_ctx, n_batch, max_tiles, logit_rows;
     bool kv_f16, graphs;
     bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
+    size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
     cudaEvent_t ev_fork, ev_join;
     uint8_t *dev;                /* one allocation: state + scratch */
@@ -442,7 +443,13 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
     c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
+    size_t mfree = 0;
+    (void)cudaMemGetInfo(&mfree, &c->mem_total); /* for engine_mem_info; a failure leaves zeros */
+    (void)cudaGetLastError();
+    c->mem_free0 = mfree;
     if (!(c->dm = dmodel_get(m))) goto fail;
+    (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
+    (void)cudaGetLastError();
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
@@ -470,6 +477,8 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
         CU_CHECK(cudaMallocHost((void **)&c->h_tmp, sizeof(float) * c->h_tmp_floats)))
         goto fail;
     if (CU_CHECK(cudaMemsetAsync(c->dev, 0, c->dev_bytes, c->st)) || CU_CHECK(cudaStreamSynchronize(c->st))) goto fail;
+    (void)cudaMemGetInfo(&c->mem_free2, &c->mem_total);
+    (void)cudaGetLastError();
     if (env_on("RL_CUDA_VERBOSE", false))
         fprintf(stderr, "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s)\n", n_ctx, n_batch,
                 c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
@@ -508,6 +517,21 @@ static size_t cuda_kv_row_bytes(backend_ctx *c) {
 }
 
 static const char *cuda_kv_format(backend_ctx *c) { return c->kv_f16 ? "f16" : "f32"; }
+
+static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
+    const q3n_hparams *hp = c->hp;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->is_attn[il]) out->kv_bytes += 2 * cuda_kv_row_bytes(c) * (size_t)c->n_ctx;
+        else out->state_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    }
+    out->scratch_bytes = c->dev_bytes - out->kv_bytes - out->state_bytes; /* carve's alignment padding included */
+    out->device = true;
+    out->dev_total = c->mem_total;
+    /* a model already uploaded by another context: mem_free0 == mem_free1 says nothing of the weights */
+    out->dev_free_before_weights = c->mem_free0 > c->mem_free1 ? c->mem_free0 : 0;
+    out->dev_free_after_weights = c->mem_free1;
+    out->dev_free_after_ctx = c->mem_free2;
+}
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
     if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il]) return rl_seterr("layer %d has no KV cache", il);
@@ -792,6 +816,7 @@ const backend_ops backend_cuda = {
     .set_reference = NULL,  /* no double-precision mode: the CPU backend is the oracle */
     .kv_row_bytes = cuda_kv_row_bytes,
     .kv_format = cuda_kv_format,
+    .mem_info = cuda_mem_info,
     .kv_get = cuda_kv_get,
     .kv_set = cuda_kv_set,
     .set_expert_src = NULL, /* full residency: every expert is on the device */
