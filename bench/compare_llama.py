@@ -3,6 +3,11 @@
 
     bench/compare_llama.py MODEL.gguf --preset NAME [-t THREADS] [--rounds 2] [--reps 3]
                            [--n-decode 32] [--prompt 512] [--depth 0] [--out FILE.md]
+                           [--llama-bench PATH]
+
+--llama-bench PATH uses an already built llama-bench (e.g. the GGML_NATIVE=ON CPU build of
+tools/build_llama_cpp.sh at /work/llama.cpp-build/bin/llama-bench) instead of building one under
+vendor/ with the flags below.
 
 Each round runs llama.cpp's `llama-bench` and then `redlite bench` on the model (so drifts in
 machine load hit both alike); the medians over rounds are compared. Writes
@@ -87,7 +92,7 @@ def llama_version():
 
 
 def run_llama(model, a):
-    cmd = [LLAMA_BENCH, "-m", model, "-t", str(a.threads), "-r", str(a.reps), "-o", "json",
+    cmd = [a.llama_bench, "-m", model, "-t", str(a.threads), "-r", str(a.reps), "-o", "json",
            "-p", ",".join(str(p) for p in a.prompt) if a.prompt else "0", "-n", str(a.n_decode)]
     if a.depth:
         cmd += ["-d", f"0,{a.depth}"]
@@ -169,15 +174,29 @@ def main():
     ap.add_argument("--build-jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--note", default="", help="free text added to the results file")
+    ap.add_argument("--llama-bench", default=None, help="a built llama-bench binary (default: build one under vendor/)")
     a = ap.parse_args()
 
-    build_llama_bench(a.build_jobs)
+    if a.llama_bench:
+        if not os.access(a.llama_bench, os.X_OK):
+            sys.exit(f"compare_llama: --llama-bench {a.llama_bench} is not an executable file")
+        llama_desc = (f"llama-bench `{a.llama_bench}` (as given; for /work/llama.cpp-build: the llama-cpp-python sdist's "
+                      "vendor/llama.cpp, CPU, Release, static, GGML_NATIVE=ON, default repacking)")
+    else:
+        build_llama_bench(a.build_jobs)
+        a.llama_bench = LLAMA_BENCH
+        llama_desc = (f"{llama_version()}, llama-bench built with AMX off "
+                      "(the AMX path crashed on IQ files on this CPU): GGML_NATIVE=OFF with the native ISA minus AMX "
+                      "(AVX2, FMA, F16C, BMI2, AVX-VNNI, AVX-512 F/CD/VL/DQ/BW/VBMI/VNNI/BF16), because with "
+                      "GGML_NATIVE=ON -march=native re-enables AMX whatever GGML_AMX_* say")
     load0 = os.getloadavg()
     log(f"memory bandwidth: stream read, {a.threads} threads")
     streams = [run_stream(a.threads)]
     rounds = []
+    loads = []
     for i in range(a.rounds):
-        log(f"round {i + 1}/{a.rounds}: llama-bench")
+        loads.append(os.getloadavg()[0])
+        log(f"round {i + 1}/{a.rounds}: llama-bench (load {loads[-1]:.1f})")
         ll = run_llama(a.model, a)
         log(f"round {i + 1}/{a.rounds}: redlite bench")
         rl = run_redlite(a.model, a)
@@ -204,10 +223,7 @@ def main():
         f"{ll0.get('model_type', '?')})",
         f"- machine: {cpu_model()}, {os.cpu_count()} CPUs, {a.threads} threads for both",
         f"- Red Lite commit {git_commit()}, path: {rl0['path']}",
-        f"- llama.cpp: {llama_version()} ({ll0['build']}), llama-bench built with AMX off "
-        "(the AMX path crashed on IQ files on this CPU): GGML_NATIVE=OFF with the native ISA minus AMX "
-        "(AVX2, FMA, F16C, BMI2, AVX-VNNI, AVX-512 F/CD/VL/DQ/BW/VBMI/VNNI/BF16), because with "
-        "GGML_NATIVE=ON -march=native re-enables AMX whatever GGML_AMX_* say",
+        f"- llama.cpp ({ll0['build']}): {llama_desc}",
         f"- method: {a.rounds} interleaved rounds (llama-bench, then redlite bench), each {a.reps} repetitions; "
         f"medians over rounds; decode = {a.n_decode} tokens, random token ids",
         f"- machine load (1-minute load average) before / after: {load0[0]:.1f} / {load1[0]:.1f} "
@@ -234,7 +250,7 @@ def main():
                  for d in sorted(rl["decode"])]
         parts += [f"pp{p} {ll['prompt'].get(p, float('nan')):.2f} / {rl['prompt'].get(p, float('nan')):.2f}"
                   for p in a.prompt]
-        lines.append(f"- round {i + 1}: " + ", ".join(parts))
+        lines.append(f"- round {i + 1} (load {loads[i]:.1f}): " + ", ".join(parts))
     if a.note:
         lines += ["", a.note]
     os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -11,11 +11,26 @@
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
 #               and rollbacks == single steps, bit for bit), and greedy generate with --spec lookup
 #               == --spec none on CUDA (identical stdout) on a repetitive code prompt
+#     specunit  build/cuda/tests/test_cuda_verify (verify sizes 1..20 == steps, rollback at every row from
+#               device snapshot slots, slot reuse, the MTP head == single calls and ~ the CPU) and
+#               test_cuda_spec (tests/c/test_spec.c's identity and stop tests on CUDA)
+#     specid    generate on $SPEC_MODEL with every --spec mode (none lookup mtp auto) x greedy and seeded
+#               sampling x 3 prompts (a repeated source file, prose, an agent turn): stdout identical to none
+#     specbench bench/spec_bench.py --backend cuda on $SPEC_MODEL (rewrite / agent / prose: tok/s, acceptance)
+#     vcost     redlite synth --preset cf2 --mtp -> $CF2M, then verify-check --timing (K-row verify vs one
+#               step at full size) and generate --spec none|mtp on it
+#     tune      on $CF2M: the MTP head's call times (test_cuda_verify MODEL), and verify-check --timing under
+#               each small-batch tuning knob (RL_CUDA_SMALL_TT, RL_CUDA_SMALL_MOE, RL_CUDA_DECODE_NR, no graphs)
 #     default   redlite bench --backend cuda on models/default.gguf (the trained default model)
 #     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
 #     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
 #     depth     redlite bench --backend cuda --depth 32768 (decode slope at long context)
-#   default: build,ops,engine,fixtures,synth,bench,long
+#     vram      the VRAM expert tier: build/cuda/tests/test_cuda_vram (tiny fixtures, a few slots per layer:
+#               bit-identical to full residency, verify, injected fill failure), then on $CF2 (needs
+#               `synth` first): dump --greedy 64 logits at --vram-mib $VRAM_CHECK_MIB (default 4096) == full
+#               residency (cmp; also with RL_VRAM_PIN=1), and redlite bench at --vram-mib 4096, 8192, 16384
+#               (--verbose: plan and counters) and at 8192 with RL_VRAM_PIN=1
+#   default: build,ops,engine,fixtures,synth,bench,long   (the VRAM tier alone: build,synth,vram)
 # Carry (device tool): build/cuda/redlite, build/cuda/tests, .cudabin (shared libs + headers for a
 # build there) and, for bench/cuda_compare.sh, .lcp.
 set -uo pipefail
@@ -52,10 +67,13 @@ if has build; then
     else
         say "carried binaries missing or not runnable here: building"
         export C_INCLUDE_PATH="$PWD/.cudabin/include" LIBRARY_PATH="$PWD/.cudabin/lib"
-        run build 500 make -j"$(nproc)" CUDA=1 BUILD=$B $B/redlite $B/tests/test_cuda_ops $B/tests/test_cuda_engine
+        run build 500 make -j"$(nproc)" CUDA=1 BUILD=$B $B/redlite $B/tests/test_cuda_ops $B/tests/test_cuda_engine \
+            $B/tests/test_cuda_vram $B/tests/test_cuda_verify $B/tests/test_cuda_spec
     fi
 fi
 has ops && run ops 120 $B/tests/test_cuda_ops
+has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
+has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
 if has fixtures; then
     RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
@@ -77,20 +95,99 @@ if has spec; then
     for m in tests/fixtures/tiny-a.gguf tests/fixtures/tiny-b.gguf ${SPEC_MODEL:-models/default.gguf}; do
         run "verify-$(basename "$m" .gguf)" 120 $B/redlite verify-check -m "$m" --backend cuda -n 200 --draft 8
     done
-    P=$OUT/spec_prompt.txt
+    P=$LOGS/spec_prompt.txt
     { sed -n 1,60p tools/cache_sim.py; printf '\n# The same file again, unchanged:\n'; sed -n 1,20p tools/cache_sim.py; } >"$P"
     for mode in none lookup; do
         run "gen-$mode" 120 $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 \
             --spec $mode --stats
     done
-    $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 --spec none >"$OUT/g0.txt" 2>/dev/null
-    $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 --spec lookup >"$OUT/g1.txt" 2>/dev/null
-    if cmp -s "$OUT/g0.txt" "$OUT/g1.txt" && [ -s "$OUT/g0.txt" ]; then say "spec identity (CUDA, lookup vs none): identical"
+    $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 --spec none >"$LOGS/g0.txt" 2>/dev/null
+    $B/redlite generate -m "${SPEC_MODEL:-models/default.gguf}" --backend cuda --raw -f "$P" -n 200 --spec lookup >"$LOGS/g1.txt" 2>/dev/null
+    if cmp -s "$LOGS/g0.txt" "$LOGS/g1.txt" && [ -s "$LOGS/g0.txt" ]; then say "spec identity (CUDA, lookup vs none): identical"
     else say "spec identity (CUDA, lookup vs none): DIFFERENT or empty"; fi
+fi
+SM=${SPEC_MODEL:-models/default.gguf}
+if has specid; then
+    P1=$LOGS/p_rewrite.txt P2=$LOGS/p_prose.txt P3=$LOGS/p_agent.txt
+    { sed -n 1,60p tools/cache_sim.py; printf '\n# The same file again, unchanged:\n'; sed -n 1,40p tools/cache_sim.py; } >"$P1"
+    printf '<|im_start|>user\nWrite a short essay about lighthouses and the people who kept them.<|im_end|>\n<|im_start|>assistant\n' >"$P2"
+    { printf '<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nFix the bug in this function:\n'
+      sed -n 1,40p src/json.c; printf '<|im_end|>\n<|im_start|>assistant\n'; } >"$P3"
+    nid=0 nbad=0
+    for p in "$P1" "$P2" "$P3"; do
+        for samp in "--temp 0" "--temp 0.8 --seed 7 --top-k 40"; do
+            $B/redlite generate -m "$SM" --backend cuda --raw -f "$p" -n 96 $samp --spec none >"$LOGS/id0.txt" 2>/dev/null
+            for mode in lookup mtp auto; do
+                $B/redlite generate -m "$SM" --backend cuda --raw -f "$p" -n 96 $samp --spec $mode --draft-max 8 \
+                    --stats >"$LOGS/id1.txt" 2>"$LOGS/id1.err"
+                nid=$((nid + 1))
+                if [ -s "$LOGS/id0.txt" ] && cmp -s "$LOGS/id0.txt" "$LOGS/id1.txt"; then r=identical; else r=DIFFERENT; nbad=$((nbad + 1)); fi
+                say "specid $(basename "$p") [$samp] $mode: $r; $(grep -o 'speculation.*verifies' "$LOGS/id1.err" | head -1); $(grep -o 'decode [^|]*tok/s' "$LOGS/id1.err" | head -1)"
+            done
+        done
+    done
+    say "specid: $nid runs, $nbad differ from --spec none"
+fi
+if has specbench; then
+    run specbench 400 python3 bench/spec_bench.py --bin $B/redlite --backend cuda -m "$SM" -n "${SPEC_N:-128}" \
+        --rounds "${SPEC_ROUNDS:-2}" \
+        --out "$OUT/spec_bench.md"
+fi
+if has vcost; then
+    CF2M=${CF2M:-/tmp/cf2m.gguf}
+    [ -s "$CF2M" ] || run synth_mtp 200 $B/redlite synth --preset cf2 --mtp -o "$CF2M" --quiet
+    run vcost 300 $B/redlite verify-check -m "$CF2M" --backend cuda -n 48 --draft 8 --timing 10 --json
+    cp "$LOGS/vcost.log" "$OUT/vcost.json" 2>/dev/null
+    for mode in none mtp; do
+        run "cf2-gen-$mode" 120 $B/redlite generate -m "$CF2M" --backend cuda --raw -p "The history of the lighthouse" \
+            -n 64 --spec $mode --json
+    done
+fi
+if has tune; then # the MTP call cost, and the verify cost under the small-batch tuning knobs (same bits)
+    CF2M=${CF2M:-/tmp/cf2m.gguf}
+    [ -s "$CF2M" ] || run synth_mtp 200 $B/redlite synth --preset cf2 --mtp -o "$CF2M" --quiet
+    run mtp-cost 120 $B/tests/test_cuda_verify "$CF2M"
+    for v in "" RL_CUDA_SMALL_TT=4 RL_CUDA_SMALL_MOE=4 RL_CUDA_DECODE_NR=2 RL_CUDA_GRAPHS=0; do
+        name=tune-${v:-default}
+        timeout 60 env $v $B/redlite verify-check -m "$CF2M" --backend cuda -n 24 --draft 8 --timing 8 --json \
+            >"$LOGS/$name.json" 2>&1
+        say "$name: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); t = d["timing"]["median_ms"]; ks = sorted(t, key=int)
+print("bit-identical" if d["ok"] else "MISMATCH", "median ms", " ".join("%s:%.2f" % (k, t[k]) for k in ks),
+      "| / step", " ".join("%.2f" % (t[k] / t["1"]) for k in ks))' "$LOGS/$name.json" 2>&1 | tail -1)"
+    done
 fi
 if has default; then
     RL_CUDA_VERBOSE=1 run default 120 $B/redlite bench -m models/default.gguf --backend cuda --n-decode 128 --reps 5 \
         --warmup 8 --prompt 512,2048 --batch 2048
+fi
+if has vram; then
+    run vram-tiny 300 $B/tests/test_cuda_vram
+    if [ -s "$CF2" ]; then
+        TOK=$(seq -s, 101 37 2000) # 54 prompt ids: three prefill chunks at -b 16
+        V=${VRAM_CHECK_MIB:-4096}
+        run vram-full 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_full.f32" --json
+        run vram-$V 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_$V.f32" --json --vram-mib "$V" --cache-mib full --stats
+        if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_$V.f32"; then
+            say "vram identity (CF2, --vram-mib $V vs full residency, 54 + 64 positions): identical logits"
+        else say "vram identity (CF2, --vram-mib $V vs full residency): DIFFERENT or missing"; fi
+        RL_VRAM_PIN=1 run vram-$V-pin 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_${V}_pin.f32" --json --vram-mib "$V" --cache-mib full --stats
+        if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_${V}_pin.f32"; then
+            say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1 DMA from the mapping): identical logits"
+        else say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1): DIFFERENT or missing"; fi
+        rm -f "$OUT"/vram_*.f32
+        for v in 4096 8192 16384; do
+            run "vram-bench-$v" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib $v --cache-mib full \
+                --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
+        done
+        RL_VRAM_PIN=1 run "vram-bench-8192-pin" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib 8192 \
+            --cache-mib full --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
+    else
+        say "vram: no $CF2 (run the synth stage first): only the tiny-fixture test ran"
+    fi
 fi
 if has long; then
     RL_CUDA_BIN=$PWD/$B/redlite RL_CUDA_LONG=1 run long 400 python3 -m pytest -q -s -p no:cacheprovider \

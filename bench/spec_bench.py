@@ -65,8 +65,15 @@ def run(cmd):
     return r
 
 
-def has_mtp(binary, model):
-    r = subprocess.run([binary, "generate", "-m", model, "-p", "x", "-n", "1", "--spec", "mtp"], capture_output=True,
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def has_mtp(binary, model, backend=None):
+    extra = ["--backend", backend] if backend else []
+    r = subprocess.run([binary, "generate", "-m", model, "-p", "x", "-n", "1", "--spec", "mtp", *extra], capture_output=True,
                        text=True, cwd=REPO)
     return r.returncode == 0
 
@@ -78,9 +85,12 @@ def main():
     ap.add_argument("-n", type=int, default=256, help="tokens to generate per run (default 256)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (default 1)")
     ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--backend", default=None, help="cpu | cuda | auto (default: the binary's, cpu)")
     ap.add_argument("--cache-mib", default=None)
     ap.add_argument("--scenarios", default="rewrite,agent,prose")
     ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-min", type=int, default=None,
+                    help="passed to the speculative modes (default: the binary's, 0 = cost-aware K)")
     ap.add_argument("--verify-model", default=None, help="GGUF for the K-row verify cost (verify-check)")
     ap.add_argument("--verify-n", type=int, default=200)
     ap.add_argument("--verify-cache-mib", default=None)
@@ -93,7 +103,10 @@ def main():
         common += ["-t", str(a.threads)]
     if a.cache_mib:
         common += ["--cache-mib", a.cache_mib]
-    modes = ["none", "lookup"] + (["mtp"] if has_mtp(a.bin, a.model) else []) + ["auto"]
+    if a.backend:
+        common += ["--backend", a.backend]
+    modes = ["none", "lookup"] + (["mtp"] if has_mtp(a.bin, a.model, a.backend) else []) + ["auto"]
+    spec_extra = ["--draft-min", str(a.draft_min)] if a.draft_min is not None else []
     sc = scenarios()
     names = [s for s in a.scenarios.split(",") if s]
     rows, raw = [], []
@@ -101,7 +114,9 @@ def main():
         res = {m: [] for m in modes}
         for rnd in range(a.rounds):
             for mode in modes:
-                out = json.loads(run([a.bin, "generate", "-m", a.model, "-p", sc[name], "--spec", mode, *common]).stdout)
+                extra = spec_extra if mode != "none" else []
+                out = json.loads(run([a.bin, "generate", "-m", a.model, "-p", sc[name], "--spec", mode, *common,
+                                      *extra]).stdout)
                 out.update(scenario=name, mode=mode, round=rnd)
                 raw.append({k: v for k, v in out.items() if k not in ("prompt_ids", "text")})
                 res[mode].append(out)
@@ -109,15 +124,18 @@ def main():
                       f"{out['n_accepted']}/{out['n_drafted']} accepted, {out['n_verifies']} verifies",
                       file=sys.stderr)
         base = res["none"]
-        base_tps = sum(o["decode_tok_s"] for o in base) / len(base)
+        # medians: on a shared machine a mean is pulled by the slowest run; the speed-up is the
+        # median over rounds of the ratio to the same round's plain run (interleaved, so the two
+        # saw similar load)
         for mode in modes:
             os_ = res[mode]
-            tps = sum(o["decode_tok_s"] for o in os_) / len(os_)
+            tps = median([o["decode_tok_s"] for o in os_])
+            ratio = median([o["decode_tok_s"] / b["decode_tok_s"] for o, b in zip(os_, base)])
             same = all(o["generated_ids"] == b["generated_ids"] for o, b in zip(os_, base))
             dr = sum(o["n_drafted"] for o in os_)
             ac = sum(o["n_accepted"] for o in os_)
             ver = sum(o["n_verifies"] for o in os_)
-            rows.append((name, mode, os_[0]["n_prompt"], os_[0]["n_generated"], tps, tps / base_tps, dr, ac,
+            rows.append((name, mode, os_[0]["n_prompt"], os_[0]["n_generated"], tps, ratio, dr, ac,
                          (ac + ver) / ver if ver else 0.0, same))
 
     verify = None
@@ -128,6 +146,8 @@ def main():
             cmd += ["-t", str(a.threads)]
         if a.verify_cache_mib:
             cmd += ["--cache-mib", a.verify_cache_mib]
+        if a.backend:
+            cmd += ["--backend", a.backend]
         verify = json.loads(run(cmd).stdout)
         raw.append({"verify_check": verify})
 
@@ -139,9 +159,11 @@ def main():
         pass
     lines = [f"# Speculative decoding bench ({now})", "",
              f"Model `{a.model}` ({os.path.getsize(a.model) / 2**20:.0f} MiB); `{a.bin}`; greedy, -n {a.n}, "
-             f"--draft-max {a.draft_max}, {a.rounds} round(s), threads {a.threads or 'all'}, cache "
-             f"{a.cache_mib or 'auto'}; CPU: {cpu or '?'} ({os.cpu_count()} CPUs, shared).", "",
-             "| scenario | mode | prompt tok | generated | decode tok/s | vs none | drafted | accepted | "
+             f"--draft-max {a.draft_max}"
+             f"{'' if a.draft_min is None else f', --draft-min {a.draft_min}'}, {a.rounds} round(s) (medians; "
+             f"speed-up: median of per-round ratios), threads {a.threads or 'all'}, cache "
+             f"{a.cache_mib or 'auto'}; backend {a.backend or 'cpu'}; CPU: {cpu or '?'} ({os.cpu_count()} CPUs, shared).", "",
+             "| scenario | mode | prompt tok | generated | decode tok/s (median) | vs none | drafted | accepted | "
              "tokens/verify | ids identical |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, mode, npr, ngen, tps, sp, dr, ac, tpv, same in rows:

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine.h"
 #include "pool.h"
@@ -31,8 +32,20 @@ typedef struct {
     q3n_dump_fn dump;
     q3n_route_fn route;
     q3n_row_state_fn row_state;
+    q3n_row_dst_fn row_dst; /* (optional) preferred over row_state by a backend that writes each
+                               row's state straight into host snapshot buffers (the CPU) */
     void *ud;
+    /* (backends with slot_restore) device-resident per-row snapshots: row t's recurrent state
+     * is written into snapshot slot row_slots[t] (-1: none) during the forward, with no host
+     * copy; NULL when no row needs one */
+    const int *row_slots;
 } backend_hooks;
+
+/* Options of a context beyond its size (backends without them take ctx_new). */
+typedef struct {
+    const char *vram_spec; /* VRAM expert tier: "auto", "full" or MiB (NULL: every weight resident) */
+    backend_kv kv;         /* KV cache format (as ctx_new's kv) */
+} backend_ctx_opts;
 
 typedef struct backend_ops {
     const char *name;
@@ -63,8 +76,20 @@ typedef struct backend_ops {
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
     /* (optional) what the context allocated (engine_mem, engine.h) */
     void (*mem_info)(backend_ctx *c, engine_mem *out);
+    /* (optional; device-resident verify snapshots, see backend_hooks.row_slots) slot_restore
+     * makes slot `slot`'s recurrent state the live one (a device copy, ordered before the next
+     * forward); slot_get copies one DeltaNet layer of a slot to the host (conv, ssm as in
+     * state_get). The engine uses these when present, else the row_state hook. */
+    int (*slot_restore)(backend_ctx *c, int slot);
+    int (*slot_get)(backend_ctx *c, int slot, int layer, float *conv, float *ssm);
     /* (optional) replace the routed-expert source (bounded expert cache) */
     void (*set_expert_src)(backend_ctx *c, const q3n_expert_src *src);
+    /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
+     * slots are filled from (NULL = the mapped file): 0, or 1 where the context has no tier
+     * (every expert fit: nothing to feed); the tier's plan and counters as a few lines */
+    backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
+    int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
+    void (*print_stats)(backend_ctx *c, FILE *f);
 } backend_ops;
 
 extern const backend_ops backend_cpu;

@@ -96,6 +96,7 @@ static int cpu_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     c->run.dump = h ? h->dump : NULL;
     c->run.route = h ? h->route : NULL;
     c->run.row_state = h ? h->row_state : NULL;
+    c->run.row_dst = h ? h->row_dst : NULL;
     c->run.hook_ud = h ? h->ud : NULL;
     return q3n_forward(&c->run, tokens, T, pos, logits, all_logits, hidden);
 }
@@ -105,6 +106,7 @@ static int cpu_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *n
     c->run.dump = NULL;
     c->run.route = NULL;
     c->run.row_state = NULL;
+    c->run.row_dst = NULL;
     return q3n_mtp_forward(&c->run, hidden, next_tokens, T, slot, logits, hidden_out);
 }
 

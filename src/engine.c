@@ -30,6 +30,11 @@ struct engine_ctx {
     int verify_pos;
     char state_fmt[48];    /* engine_state_format's answer */
     int kv;                /* backend_kv: the KV cache format */
+    /* device-resident verify snapshots (backend slot_restore/slot_get): verify row i's state
+     * goes to backend slot i; slot_owner[i] is the snapshot whose state that slot holds */
+    bool dev_snaps;
+    engine_snapshot **slot_owner; /* [n_batch] */
+    int *row_slot;                /* [n_batch] scratch of engine_verify */
 };
 
 struct engine_snapshot {
@@ -37,7 +42,30 @@ struct engine_snapshot {
     int n_layer;
     size_t conv_n, ssm_n;
     float **conv, **ssm;   /* per DeltaNet layer, NULL for attention layers */
+    engine_ctx *dev;       /* non-NULL: the recurrent state is in backend slot dev_slot of this
+                              context, not in conv/ssm (a verify row's snapshot on the device) */
+    int dev_slot;
 };
+
+/* Detach a device-resident snapshot from its slot (its state there is given up). */
+static void snap_detach(engine_snapshot *s) {
+    if (!s->dev) return;
+    if (s->dev->slot_owner[s->dev_slot] == s) s->dev->slot_owner[s->dev_slot] = NULL;
+    s->dev = NULL;
+    s->dev_slot = -1;
+}
+
+/* Bring a device-resident snapshot's state into its host buffers (before its slot is reused,
+ * its context freed, or its state exported); it is a host snapshot afterwards. */
+static int snap_materialize(engine_snapshot *s) {
+    engine_ctx *c = s->dev;
+    if (!c) return 0;
+    int rc = 0;
+    for (int il = 0; il < s->n_layer && !rc; il++)
+        if (s->conv[il]) rc = c->e->be->slot_get(c->bc, s->dev_slot, il, s->conv[il], s->ssm[il]);
+    snap_detach(s);
+    return rc;
+}
 
 engine *engine_open(const char *path, const engine_params *p) {
     engine *e = rl_calloc(1, sizeof *e, "engine");
@@ -94,9 +122,22 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     c->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : 4096;
     c->n_batch = p && p->n_batch > 0 ? p->n_batch : 64;
     if (c->n_batch > 4096) c->n_batch = 4096;
-    c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
+    if (p && p->vram_spec) {
+        if (!e->be->ctx_new_opts) {
+            rl_seterr("--vram-mib needs a GPU backend (--backend cuda); the %s backend keeps the experts in RAM "
+                      "(use --cache-mib)", e->be->name);
+            free(c);
+            return NULL;
+        }
+        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch, &(backend_ctx_opts){.vram_spec = p->vram_spec, .kv = (backend_kv)c->kv});
+    } else {
+        c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
+    }
     c->hidden = rl_malloc(sizeof(float) * (size_t)c->n_batch * e->m.hp.n_embd, "hidden states");
-    if (!c->bc || !c->hidden) {
+    c->dev_snaps = e->be->slot_restore && e->be->slot_get && !(p && p->host_snapshots);
+    c->slot_owner = rl_calloc((size_t)c->n_batch, sizeof(engine_snapshot *), "snapshot slots");
+    c->row_slot = rl_calloc((size_t)c->n_batch, sizeof(int), "snapshot slots");
+    if (!c->bc || !c->hidden || !c->slot_owner || !c->row_slot) {
         engine_ctx_free(c);
         return NULL;
     }
@@ -106,7 +147,11 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
 
 void engine_ctx_free(engine_ctx *c) {
     if (!c) return;
+    for (int i = 0; c->slot_owner && i < c->n_batch; i++) /* snapshots outlive their slots */
+        if (c->slot_owner[i]) snap_materialize(c->slot_owner[i]);
     if (c->bc) c->e->be->ctx_free(c->bc);
+    free(c->slot_owner);
+    free(c->row_slot);
     free(c->hidden);
     free(c);
 }
@@ -150,17 +195,48 @@ static void verify_row_state(void *ud, int il, int row, const float *conv, const
     s->pos = c->verify_pos + row + 1;
 }
 
+/* The same snapshots without copies, on backends that take destinations (the CPU): the forward
+ * writes row `row`'s state of layer il straight into the snapshot's buffers. */
+static void verify_row_dst(void *ud, int il, int row, float **conv, float **ssm) {
+    engine_ctx *c = ud;
+    engine_snapshot *s = c->row_snaps[row];
+    *conv = s ? s->conv[il] : NULL;
+    *ssm = s ? s->ssm[il] : NULL;
+}
+
 int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
     if (n <= 0 || n > c->n_batch) return rl_seterr("verify of %d rows: must be 1..%d (n_batch)", n, c->n_batch);
     backend_hooks h = c->hooks;
-    if (snaps) {
+    if (snaps && c->dev_snaps) {
+        /* row i's state goes to backend slot i, written in the forward itself (no host copy) */
+        for (int i = 0; i < n; i++) {
+            c->row_slot[i] = -1;
+            if (!snaps[i]) continue;
+            engine_snapshot *o = c->slot_owner[i];
+            if (o && o != snaps[i] && snap_materialize(o)) return -1; /* keep another snapshot's state */
+            if (snaps[i]->dev && (snaps[i]->dev != c || snaps[i]->dev_slot != i)) snap_detach(snaps[i]);
+            c->row_slot[i] = i;
+        }
+        c->verify_pos = c->pos;
+        h = (backend_hooks){.row_slots = c->row_slot};
+    } else if (snaps) {
         /* the hooks share one user pointer; per-row snapshots need ours, so debug hooks pause */
         c->row_snaps = snaps;
         c->verify_pos = c->pos;
-        h = (backend_hooks){.row_state = verify_row_state, .ud = c};
+        h = (backend_hooks){.row_state = verify_row_state, .row_dst = verify_row_dst, .ud = c};
     }
     int rc = forward(c, tokens, n, logits, true, &h);
     c->row_snaps = NULL;
+    for (int i = 0; snaps && h.row_slots && i < n; i++) {
+        if (!snaps[i]) continue;
+        if (rc) { /* the slot holds a partial state now */
+            snap_detach(snaps[i]);
+            continue;
+        }
+        snaps[i]->dev = c;
+        snaps[i]->dev_slot = i;
+        c->slot_owner[i] = snaps[i];
+    }
     /* positions set here too, not only per DeltaNet row; the MTP head's position is not touched
      * by a verify: without this a restore would take the stale value of the snapshot's previous
      * use and cut the head's KV history */
@@ -203,6 +279,7 @@ engine_snapshot *engine_snapshot_new(engine_ctx *c) {
     engine_snapshot *s = rl_calloc(1, sizeof *s, "snapshot");
     if (!s) return NULL;
     s->n_layer = hp->n_layer;
+    s->dev_slot = -1;
     s->conv_n = q3n_conv_floats(hp);
     s->ssm_n = q3n_ssm_floats(hp);
     s->conv = rl_calloc((size_t)hp->n_layer, sizeof(float *), "snapshot");
@@ -221,6 +298,7 @@ fail:
 }
 
 int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) {
+    snap_detach(s);
     for (int il = 0; il < s->n_layer; il++)
         if (s->conv[il] && c->e->be->state_get(c->bc, il, s->conv[il], s->ssm[il])) return -1;
     s->pos = c->pos;
@@ -231,8 +309,13 @@ int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) {
 int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s) {
     if (s->n_layer != c->e->m.hp.n_layer) return rl_seterr("snapshot belongs to another model");
     if (s->pos > c->n_ctx) return rl_seterr("snapshot position %d is beyond the context (%d)", s->pos, c->n_ctx);
-    for (int il = 0; il < s->n_layer; il++)
-        if (s->conv[il] && c->e->be->state_set(c->bc, il, s->conv[il], s->ssm[il])) return -1;
+    if (s->dev && s->dev != c && snap_materialize((engine_snapshot *)s)) return -1; /* another context's slot */
+    if (s->dev) {
+        if (c->e->be->slot_restore(c->bc, s->dev_slot)) return -1;
+    } else {
+        for (int il = 0; il < s->n_layer; il++)
+            if (s->conv[il] && c->e->be->state_set(c->bc, il, s->conv[il], s->ssm[il])) return -1;
+    }
     c->pos = s->pos;
     c->mtp_pos = s->mtp_pos < c->mtp_pos ? s->mtp_pos : c->mtp_pos;
     c->hidden_rows = 0;
@@ -243,6 +326,7 @@ int engine_snapshot_pos(const engine_snapshot *s) { return s->pos; }
 
 void engine_snapshot_free(engine_snapshot *s) {
     if (!s) return;
+    snap_detach(s);
     for (int il = 0; il < s->n_layer; il++) {
         if (s->conv) free(s->conv[il]);
         if (s->ssm) free(s->ssm[il]);
@@ -279,6 +363,7 @@ static int state_export(engine_ctx *c, const engine_snapshot *snap, void *buf, s
     if (!be->kv_get) return rl_seterr("the %s backend cannot export its state", be->name);
     if (snap && (snap->n_layer != hp->n_layer || pos > c->pos))
         return rl_seterr("state export: the snapshot (position %d) does not belong to this context (at %d)", pos, c->pos);
+    if (snap && snap_materialize((engine_snapshot *)snap)) return -1;
     if (n != engine_state_bytes(c, pos))
         return rl_seterr("state export: buffer of %zu bytes, need %zu", n, engine_state_bytes(c, pos));
     uint8_t *p = buf;
@@ -343,6 +428,15 @@ void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void 
 }
 
 bool engine_can_set_expert_src(const engine *e) { return e->be->set_expert_src != NULL; }
+
+int engine_set_host_expert_src(engine_ctx *c, const q3n_expert_src *src) {
+    if (!c->e->be->set_host_src) return rl_seterr("the %s backend has no VRAM expert tier", c->e->be->name);
+    return c->e->be->set_host_src(c->bc, src);
+}
+
+void engine_print_backend_stats(engine_ctx *c, FILE *f) {
+    if (c->e->be->print_stats) c->e->be->print_stats(c->bc, f);
+}
 
 int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src) {
     if (!c->e->be->set_expert_src)

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gguf.h"
 #include "qwen3next.h"
@@ -52,6 +53,10 @@ typedef struct {
     int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */
     int n_batch; /* rows per forward chunk for prefill/verify; 0 = 64 */
     const char *kv; /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
+    const char *vram_spec; /* VRAM expert tier (--vram-mib auto|full|MiB; CUDA): NULL = every
+                              weight resident on the device (docs/EXPERT_CACHE.md) */
+    bool host_snapshots; /* verify snapshots through host copies even where the backend keeps
+                            them on the device (tests of both paths; normally false) */
 } engine_ctx_params;
 
 /* "f32" / "f16" -> 0 with *out set; -1 with rl_lasterr naming the choices otherwise. */
@@ -145,4 +150,10 @@ void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void 
  * (engine_can_set_expert_src false: CUDA). */
 int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src);
 bool engine_can_set_expert_src(const engine *e);
+/* VRAM expert tier: the host source its device slots are filled from (the session's RAM
+ * cache; NULL = the mapped file). 0; 1 if the context has no tier (every expert fit on the
+ * device: the source is not used); -1 (rl_lasterr) if the backend has no VRAM tier at all. */
+int engine_set_host_expert_src(engine_ctx *c, const q3n_expert_src *src);
+/* The backend's own statistics (the VRAM tier's plan and counters), if any. */
+void engine_print_backend_stats(engine_ctx *c, FILE *f);
 #endif

@@ -25,8 +25,12 @@
  * IQ1_M, the IQ2/IQ3 types and Q4_K run four rows at a time, sharing activation loads, the
  * reductions and a 4-lane float epilogue that keeps each row's scalar arithmetic),
  * 512-bit F32/F16 loops and VNNI for the int8 dots; the other types share the AVX2 source
- * (src/kern_x86.h, kern_x86_k.h, kern_x86_iq.h) with EVEX encodings. The quantised mat-vecs
- * prefetch the weight stream 2 KiB ahead (the hardware streamer stops at 4 KiB pages).
+ * (src/kern_x86.h, kern_x86_k.h, kern_x86_iq.h) with EVEX encodings. At the AVX2 level Q4_K, Q6_K
+ * and Q8_0 run four weight rows at a time too (scale unpacking shared, one transposed reduction, the
+ * scalar epilogue in 4 float lanes; Q8_0 keeps each row's float lanes of the one-row kernel).
+ * The one-row mat-vecs prefetch the weight stream 2 KiB ahead (the hardware streamer stops at 4 KiB
+ * pages); the 4-row ones prefetch the next group of 4 rows while they read the current one
+ * (pf_group: the rows of a group are adjacent, so a fixed distance per row lands in rows being read).
  *
  * Threading: all functions are thread-safe and keep no state beyond the dispatch table
  * (initialised once, on first use). Split rows across threads by calling kern_matvec on

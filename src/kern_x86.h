@@ -60,6 +60,15 @@ static inline void pf_block(const void *p, size_t bsz) {
     for (size_t off = 0; off < bsz; off += 64) _mm_prefetch((const char *)p + PF_DIST + off, _MM_HINT_T0);
 }
 
+/* Prefetch for the 4-row mat-vecs: the 4 rows of a group are adjacent in memory, so a fixed distance
+ * ahead of each row lands in rows already being read. Instead, while block i of the group's rows is
+ * processed, the matching 4 blocks' worth of bytes of the NEXT group (gb bytes on) are prefetched, so
+ * the whole next group is in flight once this one is done (distance: one group, 4 rows). */
+static inline void pf_group(const void *row0, size_t gb, int64_t i, size_t bsz) {
+    const char *p = (const char *)row0 + gb + (size_t)i * 4 * bsz;
+    for (size_t off = 0; off < 4 * bsz; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 static inline __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* int32 lanes += scale16 (per int16 lane) * pairwise sums of u8 * s8 */
@@ -222,8 +231,34 @@ static void mv_f32(const void *W, size_t rb, int64_t nr, int64_t nc, const void 
 static void mv_f16(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {
     for (int64_t r = 0; r < nr; r++) dotn_f16((const uint16_t *)((const uint8_t *)W + r * rb), a, 0, 1, nc, o + r, 0);
 }
+/* Q8_0 mat-vec, four weight rows at a time: each row's float operations are exactly those of
+ * dotn_q8_0 with N = 1 (same per-block fmadd into its own 8 lanes, same final reduction), so the
+ * results equal the one-row kernel and the batched mm_q8_0 bit for bit; the 4 rows share the
+ * activation loads and prefetch the next group of rows (pf_group). */
 static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {
-    for (int64_t r = 0; r < nr; r++) dotn_q8_0((const blk_q8_0 *)((const uint8_t *)W + r * rb), a, 0, 1, nc / 32, o + r, 0);
+    const int64_t nb = nc / 32;
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q8_0 *x[4];
+        __m256 acc[4];
+        for (int k = 0; k < 4; k++) {
+            x[k] = (const blk_q8_0 *)((const uint8_t *)W + (size_t)(r + k) * rb);
+            acc[k] = _mm256_setzero_ps();
+        }
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof(blk_q8_0));
+            const blk_q8_0 *y = (const blk_q8_0 *)a + i;
+            const __m256i av = loadu(y->qs);
+            const float dy = h2f(y->d);
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m256i wv = loadu(x[k][i].qs);
+                const __m256i p = dot_us(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(av, wv));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[k][i].d) * dy), acc[k]);
+            }
+        }
+        for (int k = 0; k < 4; k++) o[r + k] = hsum_f32(acc[k]);
+    }
+    for (; r < nr; r++) dotn_q8_0((const blk_q8_0 *)((const uint8_t *)W + r * rb), a, 0, 1, nb, o + r, 0);
 }
 
 /* Batched: activation rows in passes of NT (then 2, then 1) per weight row; a pass reads the

@@ -48,11 +48,12 @@ static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
         const __m256i lsv = scales_from_words(w1);
         const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
         __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t w0;
-            memcpy(&w0, q + 8 * ib, 4);
-            const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[w0 >> 24], (long long)iq2xxs_grid[(w0 >> 16) & 255],
-                                                (long long)iq2xxs_grid[(w0 >> 8) & 255], (long long)iq2xxs_grid[w0 & 255]);
+        /* unrolled: the scale lanes/controls become constants and each grid index is one byte load
+         * (the rolled loop extracted them with shifts and read the scale lanes back from the stack) */
+        UNROLL for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *gi = q + 8 * ib;
+            const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[gi[3]], (long long)iq2xxs_grid[gi[2]],
+                                                (long long)iq2xxs_grid[gi[1]], (long long)iq2xxs_grid[gi[0]]);
             const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(sg + 4 * ib));
             acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
             ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);

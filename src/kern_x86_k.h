@@ -109,7 +109,87 @@ static float dot_q4_k(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_q4_k, dot_q4_k, blk_q4_k, blk_q8_k, QK_K)
+
+/* Lane k of the result = sum of the 8 int32 lanes of a_k (4-row mat-vecs: 3 hadds + 1 add for
+ * four rows instead of 4 x 6 operations). Integer addition is exact in any order. */
+static inline __m128i hsum4_i32(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* 4 fp16 values -> 4 floats (exact) */
+static inline __m128 h2f4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+    return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
+}
+
+/* Q4_K, four rows at a time (the AVX2 mat-vec; the AVX-512 level has mv_q4_k_512). What does not
+ * depend on a row's codes is shared or done for the 4 rows together: the 6-bit scale/min unpacking
+ * of 4 rows in 32-bit lanes, the bsum pairs, the reduction of the 4 integer sums and 4 min sums
+ * (transposed), and the float epilogue in 4 lanes, one per row, with exactly the scalar expression
+ * and order, so each row is the scalar vec_dot bit for bit. The activation is re-read per row from
+ * L1 (cheap) so the codes path keeps few registers live. */
+static void mv_q4_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q4_k *x[4];
+        for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
+            const __m128i w0 = _mm_loadu_si128((const __m128i *)x[0][i].scales), w1 = _mm_loadu_si128((const __m128i *)x[1][i].scales);
+            const __m128i w2 = _mm_loadu_si128((const __m128i *)x[2][i].scales), w3 = _mm_loadu_si128((const __m128i *)x[3][i].scales);
+            const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
+            const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
+            const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+            const __m128i sc_lo = _mm_and_si128(u0, k3f);
+            const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
+            const __m128i m_lo = _mm_and_si128(u1, k3f);
+            const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
+            /* per row: 8 scales / 8 mins as bytes; rows 0,1 in sc01 (8 bytes each), rows 2,3 in sc23 */
+            const __m128i sc01 = _mm_unpacklo_epi32(sc_lo, sc_hi), sc23 = _mm_unpackhi_epi32(sc_lo, sc_hi);
+            const __m128i mn01 = _mm_unpacklo_epi32(m_lo, m_hi), mn23 = _mm_unpackhi_epi32(m_lo, m_hi);
+            /* min sums: the bsum pairs once, then one madd per two rows */
+            const __m256i bsp = _mm256_madd_epi16(loadu(y[i].bsums), _mm256_set1_epi16(1));
+            const __m256i bp2 = _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)));
+            const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn01), bp2);
+            const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn23), bp2);
+            const __m256i hm = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+            const __m256i hm2 = _mm256_hadd_epi32(hm, hm);    /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
+            const __m128i summs = _mm_unpacklo_epi32(_mm256_castsi256_si128(hm2), _mm256_extracti128_si256(hm2, 1));
+            const int8_t *a = y[i].qs;
+            __m256i acc[4];
+            for (int k = 0; k < 4; k++) {
+                const __m128i s8 = k & 1 ? _mm_srli_si128(k & 2 ? sc23 : sc01, 8) : (k & 2 ? sc23 : sc01);
+                const __m256i lanes = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
+                __m256i ctrl = bcast16_ctrl0(), s = _mm256_setzero_si256();
+                for (int c = 0; c < 4; c++) {
+                    const __m256i q = loadu(x[k][i].qs + 32 * c);
+                    const __m256i s0 = _mm256_shuffle_epi8(lanes, ctrl);
+                    ctrl = bcast16_step(ctrl);
+                    const __m256i s1 = _mm256_shuffle_epi8(lanes, ctrl);
+                    ctrl = bcast16_step(ctrl);
+                    s = dot_scaled(s, _mm256_and_si256(q, m4), loadu(a + 64 * c), s0);
+                    s = dot_scaled(s, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), loadu(a + 64 * c + 32), s1);
+                }
+                acc[k] = s;
+            }
+            const __m128i isum = hsum4_i32(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 d = h2f4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
+            const __m128 dmin = h2f4(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin);
+            const __m128 yd = _mm_set1_ps(y[i].d);
+            /* scalar: y.d * d * (float)isum - y.d * dmin * (float)summs, per row */
+            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
+                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q4_k((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
 
 static float dot_q5_k(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
@@ -137,7 +217,74 @@ static float dot_q5_k(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_q5_k, dot_q5_k, blk_q5_k, blk_q8_k, QK_K)
+
+/* Q5_K, four rows at a time: mv_q4_k plus the fifth bit of each code (as dot_q5_k). */
+static void mv_q5_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q5_k *x[4];
+        for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
+            const __m128i w0 = _mm_loadu_si128((const __m128i *)x[0][i].scales), w1 = _mm_loadu_si128((const __m128i *)x[1][i].scales);
+            const __m128i w2 = _mm_loadu_si128((const __m128i *)x[2][i].scales), w3 = _mm_loadu_si128((const __m128i *)x[3][i].scales);
+            const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
+            const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
+            const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+            const __m128i sc_lo = _mm_and_si128(u0, k3f);
+            const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
+            const __m128i m_lo = _mm_and_si128(u1, k3f);
+            const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
+            /* per row: 8 scales / 8 mins as bytes; rows 0,1 in sc01 (8 bytes each), rows 2,3 in sc23 */
+            const __m128i sc01 = _mm_unpacklo_epi32(sc_lo, sc_hi), sc23 = _mm_unpackhi_epi32(sc_lo, sc_hi);
+            const __m128i mn01 = _mm_unpacklo_epi32(m_lo, m_hi), mn23 = _mm_unpackhi_epi32(m_lo, m_hi);
+            /* min sums: the bsum pairs once, then one madd per two rows */
+            const __m256i bsp = _mm256_madd_epi16(loadu(y[i].bsums), _mm256_set1_epi16(1));
+            const __m256i bp2 = _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)));
+            const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn01), bp2);
+            const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn23), bp2);
+            const __m256i hm = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+            const __m256i hm2 = _mm256_hadd_epi32(hm, hm);    /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
+            const __m128i summs = _mm_unpacklo_epi32(_mm256_castsi256_si128(hm2), _mm256_extracti128_si256(hm2, 1));
+            const int8_t *a = y[i].qs;
+            __m256i acc[4];
+            for (int k = 0; k < 4; k++) {
+                const __m128i s8 = k & 1 ? _mm_srli_si128(k & 2 ? sc23 : sc01, 8) : (k & 2 ? sc23 : sc01);
+                const __m256i lanes = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
+                __m256i ctrl = bcast16_ctrl0(), s = _mm256_setzero_si256();
+                const __m256i qh = loadu(x[k][i].qh);
+                for (int c = 0; c < 4; c++) {
+                    const __m256i q = loadu(x[k][i].qs + 32 * c);
+                    const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c), one), 4);
+                    const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * c + 1), one), 4);
+                    const __m256i s0 = _mm256_shuffle_epi8(lanes, ctrl);
+                    ctrl = bcast16_step(ctrl);
+                    const __m256i s1 = _mm256_shuffle_epi8(lanes, ctrl);
+                    ctrl = bcast16_step(ctrl);
+                    s = dot_scaled(s, _mm256_or_si256(_mm256_and_si256(q, m4), hl), loadu(a + 64 * c), s0);
+                    s = dot_scaled(s, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh), loadu(a + 64 * c + 32), s1);
+                }
+                acc[k] = s;
+            }
+            const __m128i isum = hsum4_i32(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 d = h2f4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
+            const __m128 dmin = h2f4(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin);
+            const __m128 yd = _mm_set1_ps(y[i].d);
+            /* scalar: y.d * d * (float)isum - y.d * dmin * (float)summs, per row */
+            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
+                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q5_k((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
+
 
 /* ---- Q6_K ------------------------------------------------------------------------------------
  * Codes are dotted unsigned (0..63); the -32 offset is applied once per block through bsums:
@@ -174,7 +321,58 @@ static float dot_q6_k(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_q6_k, dot_q6_k, blk_q6_k, blk_q8_k, QK_K)
+
+/* Q6_K, four rows at a time: the -32 offset term is folded into each row's int32 lanes
+ * (acc starts at -32 * madd(scales, bsums)), so one transposed reduction gives the 4 rows'
+ * isum - 32 * corr; the epilogue (d * y.d) * isum runs in 4 lanes with the scalar order.
+ * The high bits are moved with one shift + mask each (H << 4, H << 2, H, H >> 2, masked 0x30). */
+static void mv_q6_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q6_k *x[4];
+        for (int k = 0; k < 4; k++) x[k] = (const blk_q6_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            const __m256i bs = loadu(y[i].bsums);
+            const int8_t *a = y[i].qs;
+            __m256i acc[4];
+            for (int k = 0; k < 4; k++) {
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[k][i].scales));
+                __m256i s = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+                const __m256i lanes2[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
+                for (int h = 0; h < 2; h++) {
+                    const __m256i lanes = lanes2[h];
+                    const __m256i L0 = loadu(x[k][i].ql + 64 * h), L1 = loadu(x[k][i].ql + 64 * h + 32);
+                    const __m256i H = loadu(x[k][i].qh + 32 * h);
+                    const __m256i c0 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    const __m256i c1 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                    const __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m30));
+                    const __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                                                       _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+                    __m256i ctrl = scale_ctrl0(); /* sub-blocks 8h+2j, 8h+2j+1 */
+                    s = dot_scaled(s, c0, loadu(a + 128 * h), _mm256_shuffle_epi8(lanes, ctrl));
+                    ctrl = scale_step(ctrl);
+                    s = dot_scaled(s, c1, loadu(a + 128 * h + 32), _mm256_shuffle_epi8(lanes, ctrl));
+                    ctrl = scale_step(ctrl);
+                    s = dot_scaled(s, c2, loadu(a + 128 * h + 64), _mm256_shuffle_epi8(lanes, ctrl));
+                    ctrl = scale_step(ctrl);
+                    s = dot_scaled(s, c3, loadu(a + 128 * h + 96), _mm256_shuffle_epi8(lanes, ctrl));
+                }
+                acc[k] = s;
+            }
+            const __m128i isum = hsum4_i32(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 d = h2f4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
+            /* scalar: d * y.d * (float)isum, per row */
+            sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(isum)));
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q6_k((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
 
 /* ---- IQ4_XS --------------------------------------------------------------------------------------
  * Codes index the signed codebook with one pshufb; signed weights x signed activations use the

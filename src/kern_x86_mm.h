@@ -435,9 +435,10 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
                   const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, size_t ab, int T, float *o,
                   size_t ldo) {
     const int64_t nsb = nc / QK_K;
-    /* below 4 rows, decoding to memory and reloading costs more than it saves: per-row mat-vecs
-     * (the same results) are as fast or faster (RL_KERN_BENCH=mm, T = 2) */
-    if (nsb > MM_BUF || nsb == 0 || T < 4) {
+    /* from 2 rows on the decoded block pays (RL_KERN_BENCH=mm on the 2-CPU EPYC, AVX2, T = 2:
+     * 1.13x Q4_K, 1.3-1.5x Q2_K/Q5_K/Q6_K/IQ1_M, 1.5-1.7x IQ2/IQ3 over two mat-vecs; a 2-row
+     * speculative verify is the case) */
+    if (nsb > MM_BUF || nsb == 0 || T < 2) {
         for (int t = 0; t < T; t++) mv(W, rb, nr, nc, (const uint8_t *)act + (size_t)t * ab, o + (size_t)t * ldo);
         return;
     }

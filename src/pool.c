@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
@@ -29,17 +30,23 @@
 
 #define POOL_SPIN 2000 /* pause iterations before sleeping (pause ~ 30-140 cycles) */
 
+/* The spun-on words live on their own cache lines: every worker decrements `pending` when it
+ * finishes while the others still spin on `gen`; on one line, each decrement invalidated the line
+ * in every spinning core (false sharing that grows with the thread count). `gen` shares its line
+ * only with what is read together with it (fn, ctx, quit: written before gen is bumped). */
+#define POOL_LINE 64
 struct pool {
+    _Alignas(POOL_LINE) atomic_ulong gen;
+    pool_fn fn;
+    void *ctx;
+    atomic_int quit;
+    _Alignas(POOL_LINE) atomic_int pending;
+    atomic_int caller_sleeps;
+    _Alignas(POOL_LINE) atomic_int sleepers;
     int n;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv_job, cv_done;
-    atomic_ulong gen;
-    atomic_int pending;
-    atomic_int sleepers, caller_sleeps;
-    atomic_int quit;
-    pool_fn fn;
-    void *ctx;
 };
 
 typedef struct {
@@ -75,8 +82,9 @@ static void *worker(void *arg) {
 
 pool *pool_new(int n_threads) {
     if (n_threads <= 0) n_threads = rl_ncpu();
-    pool *p = rl_calloc(1, sizeof *p, "thread pool");
+    pool *p = rl_aligned_alloc(sizeof *p, "thread pool"); /* the cache-line alignment above */
     if (!p) return NULL;
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_job, NULL);

@@ -492,6 +492,7 @@ typedef struct {
     const uint8_t **gp, **upp, **dp; /* [E] expert weight rows from the expert source */
     ops_mat *mats;       /* [3E] per-expert slices of gate, up, down */
     ops_mm_task *tasks;  /* [2E + 2] one dispatch's products */
+    float **rdst;        /* [T][2] per-row snapshot destinations (conv, ssm) of a DeltaNet layer */
 } scratch;
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
@@ -532,6 +533,7 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
         {0, fl(sizeof(uint8_t *) * E)}, /* dp */
         {0, fl(sizeof(ops_mat) * 3 * E)}, /* mats */
         {0, fl(sizeof(ops_mm_task) * (2 * E + 2))}, /* tasks */
+        {fl(sizeof(float *) * 2), 0}, /* rdst */
     };
     enum { NP = sizeof parts / sizeof parts[0] };
     float *p[NP];
@@ -568,6 +570,7 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
     s->dp = (const uint8_t **)p[25];
     s->mats = (ops_mat *)p[26];
     s->tasks = (ops_mm_task *)p[27];
+    s->rdst = (float **)p[28];
     return off;
 }
 
@@ -703,7 +706,18 @@ typedef struct {
     const q3n_layer *L;
     scratch *s;
     int il, t0, t1; /* rows t0..t1-1 */
+    int T;          /* rows of the forward */
+    bool dst;       /* s->rdst holds per-row snapshot destinations (q3n_row_dst_fn) */
 } dn_job;
+
+/* Where row t's state of a DeltaNet layer is written (k = 0: conv, 1: ssm): its snapshot
+ * destination if it has one and is not the last row, else the uncommitted live copy (rows without
+ * a destination update it in place). The last row always ends in the live copy (the state the
+ * forward commits); its snapshot, if any, is a copy of it. Row t reads row t-1's output. */
+static float *dn_row_out(const dn_job *j, int t, int k, float *live) {
+    float *d = j->dst ? j->s->rdst[2 * t + k] : NULL;
+    return d && t < j->T - 1 ? d : live;
+}
 
 /* The delta rule and gated norm of rows t0..t1-1 for a range of value heads: each head runs its rows
  * in order (a head's state depends only on its own previous rows), so one dispatch can cover a
@@ -715,7 +729,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
     int dk = hp->ssm_dk, dv = hp->ssm_dv, hk = hp->ssm_hk, hv = hp->ssm_hv, rr = hv / hk;
     /* row 0 reads the committed state and writes the uncommitted one; later rows update it */
     const q3n_state *st = j->r->st;
-    float *ssm = st->ssm_next ? st->ssm_next[j->il] : st->ssm[j->il];
+    float *live = st->ssm_next ? st->ssm_next[j->il] : st->ssm[j->il];
     long lo, hi;
     pool_range(hv, ith, nth, &lo, &hi);
     for (long h = lo; h < hi; h++)
@@ -723,7 +737,8 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
             const float *ba = j->s->ba + (size_t)t * 2 * hv;
             const float *z = j->s->kv + (size_t)t * hv * dv;
-            const float *ssm_in = t == 0 ? st->ssm[j->il] : ssm;
+            const float *ssm_in = t == 0 ? st->ssm[j->il] : dn_row_out(j, t - 1, 1, live);
+            float *ssm = dn_row_out(j, t, 1, live);
             int g = (int)h / rr, e = (int)h % rr;
             const float *q = u + (size_t)g * dk; /* l2-normed and scaled in place before */
             const float *k = u + (size_t)(hk + g) * dk;
@@ -737,6 +752,9 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
                 vec_get()->delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             else
                 ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
+            /* the last row's snapshot: a copy of this head's slice while it is in cache */
+            if (t == j->T - 1 && j->dst && j->s->rdst[2 * t + 1])
+                memcpy(j->s->rdst[2 * t + 1] + so, ssm + so, sizeof(float) * (size_t)dv * dk);
             /* gated RMSNorm per value head: norm, weight, then * silu(z) */
             ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
             for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
@@ -751,13 +769,21 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     mm_batch(r, proj, 3);
     float qscale = 1.0f / sqrtf((float)dk);
     float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
-    /* Per-row observers (verify snapshots, dumps) need the rows one at a time; otherwise the conv
-     * runs for all rows and one dispatch does the recurrence of all rows, head by head. The
-     * arithmetic is the same either way. */
-    const bool per_row = r->row_state || r->dump;
+    /* Per-row observers (dumps, the row_state copies) need the rows one at a time; otherwise the
+     * conv runs for all rows and one dispatch does the recurrence of all rows, head by head. With
+     * row_dst the snapshot rows are written in place (dn_row_out). The arithmetic is the same
+     * either way. */
+    dn_job jb = {r, L, s, il, 0, T, T, r->row_dst != NULL};
+    if (jb.dst)
+        for (int t = 0; t < T; t++) r->row_dst(r->hook_ud, il, t, &s->rdst[2 * t], &s->rdst[2 * t + 1]);
+    const bool row_state = r->row_state && !jb.dst;
+    const bool per_row = row_state || r->dump;
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
-        ops_conv_step(t == 0 ? r->st->conv[il] : conv, conv, L->conv_w, s->big + (size_t)t * C, C, hp->ssm_kw, u);
+        float *cout = dn_row_out(&jb, t, 0, conv);
+        ops_conv_step(t == 0 ? r->st->conv[il] : dn_row_out(&jb, t - 1, 0, conv), cout, L->conv_w,
+                      s->big + (size_t)t * C, C, hp->ssm_kw, u);
+        if (t == T - 1 && jb.dst && s->rdst[2 * t]) memcpy(s->rdst[2 * t], cout, sizeof(float) * q3n_conv_floats(hp));
         DUMP(r, Q3N_ACT_DN_CONV, il, t, u, C);
         for (int g = 0; g < hk; g++) {
             ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
@@ -765,16 +791,14 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
             ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
         }
         if (!per_row) continue;
-        dn_job j = {r, L, s, il, t, t + 1};
+        dn_job j = jb;
+        j.t0 = t, j.t1 = t + 1;
         pool_run(r->pool, dn_heads_worker, &j);
-        if (r->row_state)
+        if (row_state)
             r->row_state(r->hook_ud, il, t, conv, r->st->ssm_next ? r->st->ssm_next[il] : r->st->ssm[il]);
         DUMP(r, Q3N_ACT_DN_GATED, il, t, s->o + (size_t)t * inner, inner);
     }
-    if (!per_row) {
-        dn_job j = {r, L, s, il, 0, T};
-        pool_run(r->pool, dn_heads_worker, &j);
-    }
+    if (!per_row) pool_run(r->pool, dn_heads_worker, &jb);
     mm(r, &L->wout, s->o, T, s->y);
 }
 

@@ -283,6 +283,14 @@ typedef void (*q3n_route_fn)(void *ud, int layer, int row, const int32_t *ids, c
                              int k);
 /* Called after each row's recurrent update of each DeltaNet layer (for per-row snapshots). */
 typedef void (*q3n_row_state_fn)(void *ud, int layer, int row, const float *conv, const float *ssm);
+/* Per-row snapshots without copies: where row `row`'s conv and recurrent state of DeltaNet layer
+ * `layer` go (*conv = *ssm = NULL: that row needs none). The recurrence writes each such row's
+ * state there as its output (the next row reads it back), so a verify pays no snapshot copy and
+ * runs the recurrence of all rows in one dispatch; the last row's state also lands in the live
+ * state as always. The arithmetic is that of the plain forward (only where the values are
+ * stored differs), so rows stay bit-identical to single steps. When set, row_state is not
+ * called. */
+typedef void (*q3n_row_dst_fn)(void *ud, int layer, int row, float **conv, float **ssm);
 
 typedef struct {
     const q3n_model *m;
@@ -292,6 +300,7 @@ typedef struct {
     q3n_dump_fn dump;
     q3n_route_fn route;
     q3n_row_state_fn row_state;
+    q3n_row_dst_fn row_dst;
     void *hook_ud;
     int max_rows;                /* largest T a forward may be called with */
     bool fast;                   /* SIMD kernels with quantised activations instead of the

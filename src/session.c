@@ -53,6 +53,7 @@ struct session {
     uint64_t tick;
     float route_bias;   /* cache-aware routing asked for (speculation refuses it) */
     spec *sp;           /* speculative decoding state (created on first use) */
+    bool vram;          /* the context has a VRAM expert tier (ec, if any, feeds it) */
 };
 
 /* ---- model -------------------------------------------------------------------------------- */
@@ -94,12 +95,20 @@ const tokenizer *session_model_tokenizer(const session_model *m) {
 
 /* Plan and install the routed-expert source that p->cache_spec asks for. A backend that keeps
  * every expert resident itself (CUDA) gets no cache at all: "auto"/"full" are what it does
- * anyway, anything that needs a host-side source is refused with a clear error. */
+ * anyway, anything that needs a host-side source is refused with a clear error. With a VRAM
+ * tier (--vram-mib, and not every expert fit) the cache is the host tier its slots are filled
+ * from (disk -> RAM -> VRAM). */
 static int attach_experts(session *s, const session_params *p) {
     engine *e = s->m->e;
     const q3n_model *m = engine_model(e);
     const char *spec = p->cache_spec && *p->cache_spec ? p->cache_spec : "auto";
-    if (!engine_can_set_expert_src(e)) {
+    /* VRAM tier (slots, not everything fit): this cache becomes the host tier feeding it */
+    const bool vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
+    s->vram = vram;
+    if (p->vram_spec && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
+    if (vram && (p->route_bias > 0 || p->route_trace))
+        return rl_seterr("--route-bias / --route-trace need the CPU backend (not with --vram-mib)");
+    if (!engine_can_set_expert_src(e) && !vram) {
         if (strcmp(spec, "auto") && strcmp(spec, "full"))
             return rl_seterr("--cache-mib %s: the %s backend keeps every expert in device memory; use --cache-mib "
                              "auto or full (or --backend cpu)", spec, engine_backend_name(e));
@@ -129,7 +138,7 @@ static int attach_experts(session *s, const session_params *p) {
                      .progress = p->progress || p->verbose};
     if (!(s->ec = expert_cache_new(m, plan.mode, &ecp))) return -1;
     q3n_expert_src src = expert_cache_src(s->ec);
-    return engine_set_expert_src(s->c, &src);
+    return vram ? engine_set_host_expert_src(s->c, &src) : engine_set_expert_src(s->c, &src);
 }
 
 session *session_new(session_model *m, const session_params *p) {
@@ -153,7 +162,7 @@ session *session_new(session_model *m, const session_params *p) {
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
-    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv};
+    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .vram_spec = p->vram_spec};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
     s->n_batch = p->n_batch > 0 ? p->n_batch : 64;
@@ -179,7 +188,8 @@ void session_free(session *s) {
     for (int i = 0; s->ck && i < s->max_ck; i++) ck_drop(&s->ck[i]);
     free(s->ck);
     if (s->c) {
-        if (s->ec) engine_set_expert_src(s->c, NULL);
+        if (s->ec && s->vram) engine_set_host_expert_src(s->c, NULL);
+        else if (s->ec) engine_set_expert_src(s->c, NULL);
         engine_ctx_free(s->c);
     }
     expert_cache_free(s->ec);
@@ -491,7 +501,8 @@ static int gen_spec(gen_state *g) {
         g->out->reason = SESSION_CANCELLED;
         return 0;
     }
-    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .n_predict = gp->n_predict};
+    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .draft_min = gp->draft_min,
+                     .n_predict = gp->n_predict};
     spec_sink sink = {.emit = spec_emit, .will_write = spec_will_write, .kept = spec_kept, .ud = g};
     spec_result r;
     int rc = spec_run(s->sp, g->smp, s->logits, s->hist.ids, (int)s->hist.n, &p, &sink, &r);
@@ -551,4 +562,5 @@ void session_gen_result_free(session_gen_result *r) {
 
 void session_print_cache_stats(const session *s, FILE *f) {
     if (s->ec) expert_cache_print_stats(s->ec, f);
+    engine_print_backend_stats(s->c, f); /* the VRAM tier's plan and counters, if any */
 }

@@ -50,6 +50,8 @@ typedef struct {
     int n_batch;             /* rows per prefill/verify chunk; 0 = 64 */
     const char *kv;          /* KV cache format "f32" | "f16" (NULL = the engine's default) */
     const char *cache_spec;  /* routed experts: NULL/"auto", "full", "mmap" or MiB ("4096") */
+    const char *vram_spec;   /* VRAM expert tier (GPU backends): NULL = every weight on the device,
+                                "auto", "full" or MiB; the RAM tier (cache_spec) feeds its slots */
     float route_bias;        /* > 0: cache-aware routing (changes outputs; refused with spec) */
     const char *route_trace; /* JSON-lines trace of every row's expert choices (or NULL) */
     bool verbose;            /* one-line plan of the expert cache and similar notes on stderr */
@@ -144,6 +146,7 @@ typedef struct {
     volatile sig_atomic_t *cancel;  /* checked between tokens */
     spec_mode spec;                 /* speculative decoding (never changes the tokens) */
     int draft_max;                  /* K upper bound, 1..8 (0 = 8) */
+    int draft_min;                  /* 0: cost-aware K; N: at least N drafts when a source has some */
 } session_gen_params;
 
 typedef struct {

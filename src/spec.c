@@ -10,28 +10,120 @@
 #define LOOKUP_MATCH_MAX 16 /* how far back a match is measured */
 #define LOOKUP_LONG 8       /* auto: a lookup match this long beats the MTP head */
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
-#define K_START 3           /* adaptive K starts here (capped by draft_max) */
-#define MISS_LIMIT 3        /* verifies in a row with nothing accepted before a source pauses */
-#define PAUSE_MIN 4         /* ... for this many tokens, doubling up to PAUSE_MAX while it fails */
-#define PAUSE_MAX 128
 
-/* Per draft source: adaptive K, and a pause when its drafts keep failing (a verify costs more
- * than a step: drafts that are never accepted only slow decoding down). */
+/* ---- cost-aware K ---------------------------------------------------------------------------
+ * A verify of n rows costs c(n) (measured: the median of the last COST_RING forwards of n rows,
+ * this run; unmeasured sizes interpolated between measured ones, or extrapolated from a step
+ * and the largest measured size, with COST_PRIOR_SLOPE steps per extra row before any), plus
+ * the restore after a rejection and, for MTP, the drafting itself. A draft source's drafts are
+ * accepted with probability p each while the previous one was (a geometric run: p is the
+ * decayed count of accepted drafts over accepted + rejected, per source and, for lookup, per
+ * match-length bucket). K drafts then give E(K) = 1 + p + ... + p^K tokens for c(K + 1) + ...,
+ * and a plain step 1 token for c(1): the loop takes the K (0 = a plain step) with the most
+ * tokens per second. A source whose best K is 0 is probed with its best K > 0 every
+ * PROBE_MIN tokens, doubling to PROBE_MAX while probes fail, so its estimate can recover. */
+#define COST_RING 8
+#define COST_PRIOR_SLOPE 0.5 /* extra rows cost half a step each until measured */
+#define ACC_DECAY 0.85       /* weight of the past per verify of a bucket (window ~7) */
+#define ACC_PRIOR_A 1.0      /* prior pseudo-counts: p = 0.5 with the weight of 2 drafts */
+#define ACC_PRIOR_R 1.0
+#define PROBE_MIN 8
+#define PROBE_MAX 128
+enum { B_MTP = 0, B_LOOKUP = 1, N_LOOKUP_BUCKETS = 4, N_BUCKETS = 1 + N_LOOKUP_BUCKETS };
+
 typedef struct {
-    int k, miss, pause, pause_len;
-} src_state;
+    double a, r;        /* decayed accepted drafts, rejections */
+    int skipped, probe; /* tokens since this bucket last drafted (while it had drafts); probe interval */
+} acc_bucket;
 
-static void src_update(src_state *q, int K, int acc, int dmax) {
-    /* K: grow after a fully accepted verify, else follow the accepted run */
-    q->k = acc == K ? (q->k + 1 < dmax ? q->k + 1 : dmax) : (acc + 1 < q->k ? acc + 1 : q->k);
-    if (acc > 0) {
-        q->miss = 0;
-        q->pause_len = PAUSE_MIN;
-    } else if (++q->miss >= MISS_LIMIT) {
-        q->pause = q->pause_len;
-        q->pause_len = q->pause_len * 2 < PAUSE_MAX ? q->pause_len * 2 : PAUSE_MAX;
-        q->miss = 0;
+typedef struct {
+    double t[SPEC_DRAFT_MAX + 2][COST_RING]; /* [rows][ring] seconds */
+    int n[SPEC_DRAFT_MAX + 2];
+    double restore[COST_RING], mtp[COST_RING]; /* a restore; one MTP draft */
+    int n_restore, n_mtp;
+    acc_bucket b[N_BUCKETS];
+} spec_costs;
+
+static void ring_add(double *ring, int *n, double v) { ring[(*n)++ % COST_RING] = v; }
+
+static double ring_median(const double *ring, int n) {
+    double v[COST_RING];
+    int m = n < COST_RING ? n : COST_RING;
+    for (int i = 0; i < m; i++) { /* insertion sort of <= 8 values */
+        double x = ring[i];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
     }
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+/* c(rows) in seconds, or in steps (c(1) = 1) while no step was measured */
+static double cost_rows(const spec_costs *cm, int rows) {
+    if (cm->n[rows]) return ring_median(cm->t[rows], cm->n[rows]);
+    double c1 = cm->n[1] ? ring_median(cm->t[1], cm->n[1]) : 1.0;
+    int lo = 1, hi = 0;
+    for (int m = rows - 1; m > 1; m--)
+        if (cm->n[m]) {
+            lo = m;
+            break;
+        }
+    for (int m = rows + 1; m <= SPEC_DRAFT_MAX + 1; m++)
+        if (cm->n[m]) {
+            hi = m;
+            break;
+        }
+    double clo = lo == 1 ? c1 : ring_median(cm->t[lo], cm->n[lo]);
+    if (hi) return clo + (ring_median(cm->t[hi], cm->n[hi]) - clo) * (rows - lo) / (hi - lo);
+    double slope = COST_PRIOR_SLOPE * c1;
+    if (lo > 1 && clo > c1) slope = (clo - c1) / (lo - 1);
+    return clo + slope * (rows - lo);
+}
+
+double spec_rate(const double *cost, int K, double p, double draft_cost, double restore_cost) {
+    double e = 1, pk = 1;
+    for (int i = 1; i <= K; i++) pk *= p, e += pk;
+    return e / (cost[K + 1] + draft_cost * K + (K > 0 ? (1 - pk) * restore_cost : 0));
+}
+
+int spec_best_k(const double *cost, int kmin, int kmax, double p, double draft_cost, double restore_cost) {
+    int best = kmin;
+    double br = spec_rate(cost, kmin, p, draft_cost, restore_cost);
+    for (int k = kmin + 1; k <= kmax; k++) {
+        double r = spec_rate(cost, k, p, draft_cost, restore_cost);
+        if (r > br) best = k, br = r;
+    }
+    return best;
+}
+
+static double bucket_p(const acc_bucket *b) { return (b->a + ACC_PRIOR_A) / (b->a + b->r + ACC_PRIOR_A + ACC_PRIOR_R); }
+
+static void bucket_update(acc_bucket *b, int K, int acc) {
+    b->a = b->a * ACC_DECAY + acc;
+    b->r = b->r * ACC_DECAY + (acc < K);
+    b->skipped = 0;
+    if (acc > 0) b->probe = PROBE_MIN;
+    else b->probe = b->probe * 2 < PROBE_MAX ? b->probe * 2 : PROBE_MAX;
+}
+
+static int lookup_bucket(int match) { return B_LOOKUP + (match <= 2 ? 0 : match <= 5 ? 1 : match <= 11 ? 2 : 3); }
+
+/* The best K for bucket b with at most kmax drafts (at least kmin when it drafts at all);
+ * *rate: its tokens per second (per step before a step was measured). A bucket whose best is 0
+ * drafts anyway (a probe) once it has skipped `probe` tokens. */
+static int choose_k(spec_costs *cm, int bi, int kmin, int kmax, double *rate) {
+    double cost[SPEC_DRAFT_MAX + 2];
+    for (int n = 1; n <= kmax + 1; n++) cost[n] = cost_rows(cm, n);
+    double c1 = cost[1]; /* seconds, or 1 (step units) before a step was measured */
+    double dc = bi == B_MTP ? (cm->n_mtp ? ring_median(cm->mtp, cm->n_mtp) : 0.2 * c1) : 0;
+    double rc = cm->n_restore ? ring_median(cm->restore, cm->n_restore) : 0.02 * c1;
+    acc_bucket *b = &cm->b[bi];
+    double p = bucket_p(b);
+    int k = spec_best_k(cost, 0, kmax, p, dc, rc);
+    if (k < kmin && kmin <= kmax) k = kmin;
+    if (k == 0 && kmax > 0 && ++b->skipped >= b->probe) k = spec_best_k(cost, 1, kmax, p, dc, rc);
+    *rate = spec_rate(cost, k, p, dc, rc);
+    return k;
 }
 
 const char *spec_mode_name(int mode) {
@@ -200,6 +292,8 @@ struct spec {
     int np;
     float *lasth;     /* D: hidden of the last token the context holds */
     bool have_lasth;
+    spec_costs cm;    /* measured forward costs (kept across runs: same context and backend) and
+                         acceptance (reset per run) */
 };
 
 spec *spec_new(engine *e, engine_ctx *c) {
@@ -347,7 +441,10 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         const float *h = rows > 0 ? engine_last_hidden(c, rows - 1) : NULL;
         if (h) memcpy(s->lasth, h, sizeof(float) * D), s->have_lasth = true;
     }
-    src_state qs_l = {.k = min_i(K_START, dmax), .pause_len = PAUSE_MIN}, qs_m = qs_l;
+    int dmin = p->draft_min < dmax ? p->draft_min : dmax;
+    if (dmin < 0) dmin = 0;
+    for (int b = 0; b < N_BUCKETS; b++) s->cm.b[b] = (acc_bucket){.probe = PROBE_MIN};
+    int k_last = 0;
     int32_t rows[SPEC_DRAFT_MAX + 1];
     int32_t u;
     long long n_go = 0; /* tokens the sink took with 0 */
@@ -361,23 +458,36 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         /* rows 0..K give K + 1 tokens: no draft past the n_predict-th */
         if (p->n_predict >= 0 && p->n_predict - n_go - 1 < kcap) kcap = (int)(p->n_predict - n_go - 1);
         if (use_mtp && s->have_lasth) pend_push(s, s->lasth, u);
-        int nd = 0, src = SPEC_DRAFT_NONE, committed = 0, match = 0;
+        int nd = 0, src = SPEC_DRAFT_NONE, committed = 0, match = 0, bucket = -1;
         int32_t *d = rows + 1;
-        if (qs_l.pause > 0) qs_l.pause--;
-        if (qs_m.pause > 0) qs_m.pause--;
-        if (kcap > 0 && use_lookup && qs_l.pause == 0) {
-            nd = spec_lookup_draft(s->lk, min_i(qs_l.k, kcap), d, &match);
-            if (nd) src = SPEC_DRAFT_LOOKUP;
+        /* the candidates: lookup's drafts (free: drafted first, then cut to its K) and the MTP
+         * head (drafted only when chosen); the one with more tokens per second, if it beats a
+         * plain step (auto: a long lookup match wins outright, a copy beats a guess) */
+        int k_l = 0, k_m = 0;
+        double r_l = 0, r_m = 0;
+        if (kcap > 0 && use_lookup) {
+            nd = spec_lookup_draft(s->lk, kcap, d, &match);
+            if (nd) k_l = choose_k(&s->cm, lookup_bucket(match), dmin, nd, &r_l);
         }
-        if (kcap > 0 && use_mtp && qs_m.pause == 0 &&
-            (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG))) {
-            int nm = mtp_draft(s, smp, min_i(qs_m.k, kcap), d, &committed, &use_mtp);
-            if (nm) nd = nm, src = SPEC_DRAFT_MTP;
+        if (kcap > 0 && use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
+            k_m = choose_k(&s->cm, B_MTP, dmin, kcap, &r_m);
+        if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
+            double t0 = rl_now();
+            nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
+            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (rl_now() - t0) / nd);
+            src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE, bucket = B_MTP;
+        } else if (k_l > 0) {
+            nd = k_l, src = SPEC_DRAFT_LOOKUP, bucket = lookup_bucket(match);
+        } else {
+            nd = 0;
         }
+        k_last = nd;
         rows[0] = u;
         if (sk->will_write) sk->will_write(sk->ud, P, rows, nd + 1);
         if (nd == 0) { /* a plain step (into a scratch row: a failed step keeps `logits` valid) */
+            double t0 = rl_now();
             if (engine_step(c, u, s->vlogits)) goto fail;
+            ring_add(s->cm.t[1], &s->cm.n[1], rl_now() - t0);
             memcpy(logits, s->vlogits, sizeof(float) * V);
             r->n_steps++;
             r->n_evaluated++;
@@ -393,10 +503,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
         memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
         sn[K] = NULL; /* keeping every row is the state the verify ends in */
+        double t0 = rl_now();
         if (engine_verify(c, rows, K + 1, s->vlogits, sn)) {
             if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
             goto fail;
         }
+        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], rl_now() - t0);
         r->n_verifies++;
         r->n_drafted += K;
         if (src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
@@ -425,11 +537,13 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         r->n_accepted += acc;
         if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
         else r->n_accepted_lookup += acc;
+        t0 = rl_now();
         if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
             rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
                       rl_lasterr());
             goto fail;
         }
+        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, rl_now() - t0);
         r->n_evaluated += last + 1;
         memcpy(logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
         if (sk->kept && sk->kept(sk->ud, rows, last + 1)) goto fail;
@@ -439,12 +553,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
             memcpy(s->lasth, s->vhid + (size_t)last * D, sizeof(float) * D);
             s->have_lasth = true;
         }
-        if (st == 0) src_update(src == SPEC_DRAFT_MTP ? &qs_m : &qs_l, K, acc, dmax);
+        if (st == 0) bucket_update(&s->cm.b[bucket], K, acc);
     }
-    r->k_final = use_mtp ? qs_m.k : qs_l.k;
+    r->k_final = k_last;
     return st < 0 ? -1 : 0;
 fail:
-    r->k_final = use_mtp ? qs_m.k : qs_l.k;
+    r->k_final = k_last;
     r->sink_code = 0;
     return -1;
 }

@@ -77,6 +77,8 @@ typedef struct {
                             has a long match), lookup otherwise */
     int draft_max;       /* K upper bound 1..8 (0 = 8); capped by n_batch - 1, by the context
                             end and by n_predict */
+    int draft_min;       /* 0: cost-aware K (below), which may draft nothing; N > 0: a source
+                            that has drafts drafts at least N (tests: every path runs) */
     long long n_predict; /* the most tokens the sink will take (< 0: no limit); only caps drafts */
 } spec_params;
 
@@ -87,8 +89,21 @@ typedef struct {
     long long n_drafted, n_accepted; /* all sources */
     long long n_drafted_lookup, n_accepted_lookup, n_drafted_mtp, n_accepted_mtp;
     long long n_verifies, n_steps;   /* engine_verify / engine_step calls */
-    int k_final;           /* adaptive K at the end */
+    int k_final;           /* the drafts of the last verify (0: the last was a plain step) */
 } spec_result;
+
+/* Cost-aware K. For each draft source the loop measures what a forward of n rows costs this
+ * context (c(n), seconds, the median of the last few; unmeasured sizes interpolated) and how
+ * often its drafts are accepted (p: the chance that a draft is accepted when the one before it
+ * was, decayed so it follows the text; lookup keeps one per match-length bucket), and drafts
+ * the K that maximises tokens per second,
+ *     rate(K) = (1 + p + ... + p^K) / (c(K+1) + K * draft + (1 - p^K) * restore),
+ * K = 0 being a plain step (rate 1 / c(1)): so drafts that do not pay on this machine are not
+ * made, and the loop is never slower than plain decoding by more than the occasional probe
+ * (a source whose best K is 0 is tried again every 8 tokens, doubling to 128 while it fails).
+ * spec_rate / spec_best_k are that rule (cost[1..kmax+1]; exported for the tests). */
+double spec_rate(const double *cost, int K, double p, double draft_cost, double restore_cost);
+int spec_best_k(const double *cost, int kmin, int kmax, double p, double draft_cost, double restore_cost);
 
 typedef struct spec spec;
 /* Per-sequence state (lookup index, snapshots, buffers); reusable across runs. */

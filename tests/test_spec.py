@@ -92,7 +92,9 @@ def test_generate_identity(model, cache, prompt, smp):
     modes = ["lookup", "auto"] + (["mtp"] if model == "tiny-b" else [])
     for mode in modes:
         for k in (("2", "8") if prompt == "repetitive" else ("8",)):
-            out = gen(path, mode, args + ["--draft-max", k])
+            # --draft-min 1: every source with drafts drafts, so the verify paths run (the cost-aware
+            # default may draft nothing on these models); the default must give the same tokens too
+            out = gen(path, mode, args + ["--draft-max", k, "--draft-min", "1"])
             assert out["generated_ids"] == plain["generated_ids"], f"--spec {mode} --draft-max {k} changed the tokens"
             assert out["text"] == plain["text"] and out["stop_reason"] == plain["stop_reason"]
             assert out["n_accepted"] <= out["n_drafted"]
@@ -100,6 +102,9 @@ def test_generate_identity(model, cache, prompt, smp):
                 assert out["n_accepted"] > 0, "lookup accepted nothing on repetitive text: the identity proves little"
             if mode == "mtp":
                 assert out["n_drafted"] > 0 and out["n_verifies"] > 0
+        auto_k = gen(path, mode, args)
+        assert auto_k["generated_ids"] == plain["generated_ids"], f"--spec {mode} (cost-aware K) changed the tokens"
+        assert auto_k["text"] == plain["text"] and auto_k["stop_reason"] == plain["stop_reason"]
 
 
 def test_default_is_lookup():

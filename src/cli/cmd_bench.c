@@ -582,6 +582,7 @@ int cmd_bench(int argc, char **argv) {
         }
     } else {
         printf("memory    peak RSS %.2f GiB\n", (double)rss / (1u << 30));
+        if (o.verbose) session_print_cache_stats(b.S, stderr); /* expert cache / VRAM tier counters */
         if (profile) {
             print_profile("decode", &pdec, (double)n_decode, &tb, NULL);
             if (n_prompts) {

@@ -175,7 +175,8 @@ static int turn(chat_state *S, const char *user) {
     }
     session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->o.stops, .n_stops = S->o.n_stops,
                              .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE,
-                             .spec = S->o.spec, .draft_max = S->o.draft_max};
+                             .spec = S->o.spec, .draft_max = S->o.draft_max,
+                             .draft_min = S->o.draft_min};
     if (session_generate(S->s, &gp, &g)) goto out;
     if (chat_conv_add(&S->conv, CHAT_ASSISTANT, g.text) < 0) goto out;
     fputc('\n', stdout);

@@ -113,7 +113,8 @@ int cmd_generate(int argc, char **argv) {
     if (fr) goto fail;
     double t2 = rl_now();
     session_gen_params gp = {.sp = o.sp, .n_predict = n_predict, .stops = o.stops, .n_stops = o.n_stops,
-                             .on_text = json ? NULL : emit_stdout, .spec = o.spec, .draft_max = o.draft_max};
+                             .on_text = json ? NULL : emit_stdout, .spec = o.spec, .draft_max = o.draft_max,
+                             .draft_min = o.draft_min};
     if (session_generate(S, &gp, &g)) goto fail;
     double pp = (double)ids.n / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);

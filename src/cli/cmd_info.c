@@ -107,7 +107,7 @@ typedef struct {
         bool ok, cuda_ok;
         int n_ctx, n_batch, n_attn, n_mtp_attn, n_dn;
         uint64_t kv_token[2];     /* per position, main attention layers: [0] f32, [1] f16 */
-        uint64_t kv_token_mtp[2]; /* the MTP layer's own cache (CPU) */
+        uint64_t kv_token_mtp[2]; /* the MTP layer's own cache */
         uint64_t state;           /* DeltaNet conv + recurrent state, one copy */
         uint64_t cpu_scratch;     /* activations + quantised activations of n_batch rows */
         uint64_t cuda_ctx[2];     /* the CUDA context allocation (KV + state + scratch), per format */
@@ -115,7 +115,7 @@ typedef struct {
 } info;
 
 /* What a context needs (see docs/ENGINE.md, "Memory"): the KV cache holds K and V rows of
- * Hkv*hd elements per attention layer and position (the CPU also caches the MTP layer's); a
+ * Hkv*hd elements per attention layer and position (the MTP layer has a cache of its own); a
  * DeltaNet layer keeps (kw-1)*conv_dim conv floats and hv*dv*dk recurrent floats, twice on the
  * CPU (committed + the uncommitted copy a step writes); scratch is sized by the backends' own
  * functions, so these figures are the allocations, not a model of them. */
@@ -417,7 +417,7 @@ static void mem_text(const info *in, FILE *o) {
     fprintf(o, "  KV / token       f16 %s, f32 %s  (%d attention layers x K+V)", human_bytes(in->mem.kv_token[1], a, 32),
             human_bytes(in->mem.kv_token[0], b, 32), in->mem.n_attn);
     if (in->mem.n_mtp_attn)
-        fprintf(o, "; MTP layer +%s / +%s on the CPU", human_bytes(in->mem.kv_token_mtp[1], c, 32),
+        fprintf(o, "; MTP layer +%s / +%s (its own cache)", human_bytes(in->mem.kv_token_mtp[1], c, 32),
                 human_bytes(in->mem.kv_token_mtp[0], d, 32));
     fprintf(o, "\n  KV at %-10d f16 %s, f32 %s\n", in->mem.n_ctx, human_bytes(in->mem.kv_token[1] * n, a, 32),
             human_bytes(in->mem.kv_token[0] * n, b, 32));

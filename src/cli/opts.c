@@ -1,6 +1,8 @@
 /* opts.c — the option table and its parser / help printer (see opts.h). */
 #include "opts.h"
 
+#include "vram_plan.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include "common.h"
 #include "engine.h"
 #include "spec.h"
+#include "vram_plan.h"
 
 typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN } opt_kind;
 
@@ -61,6 +64,13 @@ static int set_cache(const char *cmd, const char *flag, const char *v, cli_opts 
     }
     o->cache_spec = v;
     o->cache_set = true;
+    return 0;
+}
+
+/* --vram-mib: the syntax here; the VRAM planner checks the budget against the model and device. */
+static int set_vram(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    if (vram_spec_check(v)) return cli_fail(cmd, 2, "%s expects auto, full or a number of MiB above 0, got '%s'", flag, v), -1;
+    o->vram_spec = v;
     return 0;
 }
 
@@ -399,6 +409,18 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = "auto",
      .set = set_cache},
+    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY,
+     .section = "model",
+     .names = "--vram-mib",
+     .value = "N|auto|full",
+     .help = "GPU: routed experts in a VRAM slot cache of a budget of N MiB\n(everything on the device: weights, "
+             "context, slots; same output), what\nthe device has free (auto), or all resident (full)",
+     .kind = K_FN,
+     .off = OFF(vram_spec),
+     .lo = 0,
+     .hi = 0,
+     .zero = "full",
+     .set = set_vram},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_DUMP | CMD_SERVE,
      .section = "model",
      .names = "--route-bias",
@@ -534,6 +556,15 @@ static const opt TABLE[] = {
      .kind = K_I32,
      .off = OFF(draft_max),
      .lo = 1,
+     .hi = SPEC_DRAFT_MAX},
+    {.cmds = GEN,
+     .section = NULL,
+     .names = "--draft-min",
+     .value = "N",
+     .help = "draft at least N tokens whenever a source has drafts; 0: K (0 included)\nfrom the measured verify cost and acceptance",
+     .kind = K_I32,
+     .off = OFF(draft_min),
+     .lo = 0,
      .hi = SPEC_DRAFT_MAX},
     /* output */
     {.cmds = CMD_GENERATE,
@@ -813,6 +844,7 @@ session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_b
                                             .n_batch = n_batch,
                                             .kv = o->kv,
                                             .cache_spec = o->cache_spec,
+                                            .vram_spec = o->vram_spec,
                                             .route_bias = o->route_bias,
                                             .route_trace = o->route_trace,
                                             .max_checkpoints = o->checkpoints,

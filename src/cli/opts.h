@@ -36,6 +36,7 @@ typedef struct {
     const char *backend;     /* --backend cpu|cuda|auto */
     const char *cache_spec;  /* --cache-mib N|full|auto|mmap (validated syntax) */
     bool cache_set;          /* --cache-mib was given */
+    const char *vram_spec;   /* --vram-mib N|auto|full (NULL: not given = every weight on the device) */
     const char *route_trace; /* --route-trace FILE */
     float route_bias;        /* --route-bias L */
     long long threads;       /* -t (0 = all CPUs) */
@@ -60,6 +61,7 @@ typedef struct {
     spec_mode spec;        /* its value (default lookup; none under --route-bias unless given) */
     bool spec_set;         /* --spec was given */
     int32_t draft_max;     /* --draft-max (default 8) */
+    int32_t draft_min;     /* --draft-min (default 0: cost-aware K) */
     /* output */
     bool json, stats, verbose;
     /* bench */

@@ -58,7 +58,7 @@ __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float 
     __syncwarp();
     const int pos = *pos0 + t, half = a.n_rot / 2;
     for (int i = lane; i < half; i += 32) {
-        const float theta = (float)pos * a.inv_freq[i];
+        const float theta = (float)(pos + a.rope_delta) * a.inv_freq[i];
         const float c = (float)cos((double)theta), s = (float)sin((double)theta);
         const float p = buf[wid][i], q = buf[wid][i + half];
         buf[wid][i] = p * c - q * s;

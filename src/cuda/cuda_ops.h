@@ -89,6 +89,10 @@ typedef struct {
 } cu_group;
 
 #define CU_TT 8 /* tokens per tile of the batched (prefill) matmul */
+/* Up to this many rows (a verify, a short chunk) run the decode-shaped kernels: dense matmuls
+ * with one weight row per warp and tiles of 2, 4 or 8 tokens, and the MoE as one tile per
+ * (row, expert) pair. Same bits as any other shape (batch invariance); fewer wasted lanes. */
+#define CU_SMALL_T 16
 
 /* Dense when g == NULL (T input rows, tiles of CU_TT tokens, or 1 when T == 1).
  * gateup: segment 0 holds w (gate) and w2 (up). Returns 0 or -1. */
@@ -104,8 +108,9 @@ int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, 
 
 /* Router on logits [T][E]: softmax, top-k (ties: lower id), renormalised weights.
  * ids/w/p: [T][K] (p = the selected softmax probabilities, for route hooks).
- * If tiles != NULL (T == 1 only): also writes the decode plan: tile k = expert ids[k],
- * pair k (pair_in = 0, pair_out = k), *n_tiles = K. */
+ * If tiles != NULL: also writes the decode plan (decode and small verify batches): one tile
+ * per (row, slot) pair p = t*K + k: expert ids[p], pair_in = t, pair_out = p; *n_tiles = T*K
+ * (tiles / pair_in / pair_out hold T*K entries). */
 int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
               int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s);
 /* Group the T*K (row, slot) pairs by expert: tiles of <= tt pairs; pair_in = row t,
@@ -127,6 +132,8 @@ typedef struct {
     bool kv_f16;
     bool split_per_warp;   /* decode: the previous split kernel (each warp reads the KV rows of its
                               own head) instead of the grouped one (RL_CUDA_ATTN=per-warp); same bits */
+    int rope_delta; /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
+                       (h_p, x_{p+1}) sits in slot p at position p+1) */
 } cu_attn_dims;
 
 /* q (in qg [T][H][2*hd], first half of each head) and k [T][Hkv*hd]: per-head RMSNorm then
@@ -164,6 +171,14 @@ int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *s
 int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s);
 int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, cudaStream_t s);
 int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s);
+/* The same with per-row snapshots (verify rows): where row_slot[t] >= 0 (device ints, T of
+ * them; NULL = none), the conv window / recurrent state after row t is also written to
+ * snap + row_slot[t] * stride (floats; snap is the layer's state in slot 0, laid out as
+ * `state` / `ssm`). The outputs and the live state are those of the plain calls. */
+int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, float *snap,
+                    size_t stride, const int *row_slot, cudaStream_t s);
+int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
+                    size_t stride, const int *row_slot, cudaStream_t s);
 /* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. */
 int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
                cudaStream_t s);

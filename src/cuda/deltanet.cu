@@ -69,8 +69,11 @@ __device__ __forceinline__ void gnorm_lanes(float *o, const float *w, const floa
 
 // Thread per channel, the window in registers, the next input loaded ahead; the arithmetic is
 // conv_channel's (the decode epilogue), so both give the same bits.
+// snap (optional): row t's window after its shift also goes to snap + row_slot[t] * stride (a
+// verify row's snapshot slot; row_slot[t] < 0: none).
 template <int KW>
-__global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u, float *state, int T) {
+__global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u, float *state, int T,
+                          float *snap, size_t stride, const int *row_slot) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d.C) return;
     const float *w = d.conv_w + (size_t)c * KW;
@@ -91,22 +94,32 @@ __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, f
         if (KW > 1) win[KW - 2] = x;
         u[(size_t)t * d.C + c] = silu_f((float)s);
         x = xn;
+        if (row_slot && row_slot[t] >= 0) {
+            float *sn = snap + (size_t)row_slot[t] * stride;
+#pragma unroll
+            for (int j = 0; j < KW - 1; j++) sn[(size_t)j * d.C + c] = win[j];
+        }
     }
 #pragma unroll
     for (int j = 0; j < KW - 1; j++) state[(size_t)j * d.C + c] = win[j];
 }
 
-extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s) {
+extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
+                               float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     const int blocks = (d->C + 127) / 128;
     switch (d->kw) {
-    case 2: k_dn_conv<2><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
-    case 3: k_dn_conv<3><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
-    case 4: k_dn_conv<4><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
-    case 5: k_dn_conv<5><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T); break;
+    case 2: k_dn_conv<2><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 3: k_dn_conv<3><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 4: k_dn_conv<4><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 5: k_dn_conv<5><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
     default: return rl_seterr("CUDA DeltaNet: conv kernel width %d is not supported (2..5)", d->kw);
     }
     CU_LAUNCHED("k_dn_conv");
     return 0;
+}
+
+extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s) {
+    return cu_dn_conv_snap(d, in, ldi, u, state, T, NULL, 0, NULL, s);
 }
 
 // ---- prep: one block per row; warps over the 2*hk q/k head vectors, then the gates -------
@@ -141,7 +154,8 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 #define SCAN_WARPS 8
 template <int KPL>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
-    k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T) {
+    k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
+              float *snap, size_t stride, const int *row_slot) {
     const int lane = threadIdx.x & 31, h = blockIdx.x, c = blockIdx.y * SCAN_WARPS + (threadIdx.x >> 5);
     if (c >= d.dv) return;
     const int g = h / (d.hv / d.hk);
@@ -168,6 +182,11 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         if (t + 1 < T) load(t + 1, qn, kn, vn, an, bn);
         const float out = delta_col<KPL>(s, q, k, v, alpha, beta);
         if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
+        if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
+            float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+#pragma unroll
+            for (int i = 0; i < KPL; i++) sn[i] = s[i];
+        }
 #pragma unroll
         for (int i = 0; i < KPL; i++) {
             q[i] = qn[i];
@@ -285,15 +304,20 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
     return 0;
 }
 
-extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                          cudaStream_t s) {
+extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+                               float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
     dim3 grid(d->hv, (d->dv + SCAN_WARPS - 1) / SCAN_WARPS);
-    BY_PL(d->dk, (k_dn_scan<1><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T)),
-          (k_dn_scan<2><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T)),
-          (k_dn_scan<4><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T)));
+    BY_PL(d->dk, (k_dn_scan<1><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (k_dn_scan<2><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (k_dn_scan<4><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T, snap, stride, row_slot)));
     CU_LAUNCHED("k_dn_scan");
     return 0;
+}
+
+extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+                          cudaStream_t s) {
+    return cu_dn_scan_snap(d, u, ab, ssm, o, T, NULL, 0, NULL, s);
 }
 
 extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s) {

@@ -21,6 +21,20 @@ MM_DECL(iq1_s)
 MM_DECL(iq1_m)
 MM_DECL(iq4_xs)
 
+// Largest token tile of the small-batch shape: RL_CUDA_SMALL_TT=2|4|8 (default 4: 6 rows run as
+// two tiles of 4, not one of 8). Tuning only: every shape gives the same bits. H200, cf2 (full
+// size), verify of 5 / 7 / 9 rows: 14.7 / 17.7 / 24.0 ms with tiles of 8, 14.1 / 16.7 / 21.8 ms
+// with tiles of 4 (a step 5.7 ms); 2-4 rows unchanged.
+static int small_tt_max() {
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("RL_CUDA_SMALL_TT");
+        const int x = e ? atoi(e) : 4;
+        v = x == 2 || x == 8 ? x : 4;
+    }
+    return v;
+}
+
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     switch (type) {
     case T_F32: return mm_run_f32(L, gateup, tt);
@@ -50,9 +64,12 @@ extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, 
     if (nseg < 1 || nseg > 3 || n_in % 8 || ldx % 4 || T < 1)
         return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
     mm_launch L = {};
-    const int tt = g ? g->tt : (T == 1 ? 1 : CU_TT);
-    if (tt != 1 && tt != CU_TT) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
-    const int rpb = mm_rows_per_block(gateup, tt);
+    const bool small = !g && T > 1 && T <= CU_SMALL_T;
+    const int tmax = small_tt_max();
+    const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
+    if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
+    const int rpb = mm_rows_per_block(gateup, tt, small);
+    L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {
         L.seg[i] = segs[i];

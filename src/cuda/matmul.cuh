@@ -24,6 +24,7 @@ struct mm_launch {
     int ldx, T, n_in;
     cu_group g;
     bool grouped;
+    bool small; // dense T <= CU_SMALL_T: decode-shaped warps (1 row, 2 for gate/up) x tiles of tt tokens
     cu_conv conv;
     cudaStream_t s;
 };
@@ -178,6 +179,13 @@ template <int TYPE, int NR> static void mm_launch_decode(const cu_qtabs &tb, dim
     else k_mm<TYPE, NR, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
 }
 
+// Small batches (verify rows): one weight row per warp (a gate and an up row for gate/up) as
+// in decode, tiles of TT = 2, 4 or 8 tokens.
+template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
+    if (gateup) k_mm<TYPE, 2, TT, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    else k_mm<TYPE, 1, TT, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+}
+
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
     const cu_qtabs &tb = cu_qtabs_get();
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
@@ -188,6 +196,10 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
         case 8: mm_launch_decode<TYPE, 8>(tb, grid, L, gateup); break;
         default: mm_launch_decode<TYPE, 2>(tb, grid, L, gateup); break;
         }
+    } else if (L.small) {
+        if (tt == 2) mm_launch_small<TYPE, 2>(tb, grid, L, gateup);
+        else if (tt == 4) mm_launch_small<TYPE, 4>(tb, grid, L, gateup);
+        else mm_launch_small<TYPE, 8>(tb, grid, L, gateup);
     } else {
         if (gateup) k_mm<TYPE, 8, CU_TT, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
         else k_mm<TYPE, 8, CU_TT, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
@@ -197,7 +209,9 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
 }
 
 // Rows per block for a variant (host side).
-static inline int mm_rows_per_block(bool gateup, int tt) { return MM_WARPS * (tt == 1 ? mm_decode_nr(gateup) : 8) / (gateup ? 2 : 1); }
+static inline int mm_rows_per_block(bool gateup, int tt, bool small) {
+    return MM_WARPS * (tt == 1 ? mm_decode_nr(gateup) : small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
+}
 
 // One instance file per type (mm_<type>.cu): int mm_run_<name>(launch, gateup, tt).
 #define MM_INSTANCE(T, n)                                                                                    \

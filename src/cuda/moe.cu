@@ -68,18 +68,18 @@ __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, 
         ids[o] = my_id;
         wout[o] = (float)((double)my_p / sum);
         if (pout) pout[o] = my_p;
-        if (tiles) { // decode plan: one tile per selected expert
-            tiles[lane] = cu_tile{my_id, lane, 1, 0};
-            pair_in[lane] = 0;
-            pair_out[lane] = lane;
-            if (lane == 0) *n_tiles = K;
+        if (tiles) { // decode plan: one tile per (row, selected expert) pair
+            tiles[o] = cu_tile{my_id, (int32_t)o, 1, 0};
+            pair_in[o] = t;
+            pair_out[o] = (int32_t)o;
+            if (t == 0 && lane == 0) *n_tiles = T * K;
         }
     }
 }
 
 extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
                          int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
-    if (E > ROUTER_MAXE || K > 32 || K > E || (tiles && T != 1))
+    if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
     k_router<<<(T + 3) / 4, 128, 0, s>>>(logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     CU_LAUNCHED("k_router");

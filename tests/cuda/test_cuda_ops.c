@@ -182,6 +182,31 @@ static void test_matmul(uint32_t type, int ti) {
             diff += !(fabsf(hh[t * 18 + r] - want) <= 1e-6f * (1 + fabsf(want)));
         }
     CHECK(diff == 0, "matmul %s: gate/up epilogue differs from silu(g)*u (%d)", qt->name, diff);
+    /* the other shapes give the same bits: small batches (tiles of 2 and 4 tokens, one weight row
+     * per warp) and a large one (T = 20 > CU_SMALL_T: 8 rows per warp), plain and gate/up */
+    const int TB = 20;
+    float *xb = malloc(sizeof(float) * TB * n_in), *gb = malloc(sizeof(float) * TB * n_out);
+    for (int t = 0; t < TB; t++) memcpy(xb + (size_t)t * n_in, x + (size_t)(t % TMAX) * n_in, sizeof(float) * n_in);
+    float *dxb = dup_to_dev(xb, sizeof(float) * TB * n_in), *dyb = dpoison((size_t)TB * n_out);
+    const int shapes[3] = {2, 4, TB};
+    diff = 0;
+    for (int k = 0; k < 3; k++) {
+        const int Tk = shapes[k];
+        cu_seg sb = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dyb, .ldy = n_out};
+        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+        to_host(gb, dyb, sizeof(float) * Tk * n_out);
+        for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * n_out, got + (size_t)(t % TMAX) * n_out, n_out);
+        cu_seg gub = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dyb, .ldy = 18};
+        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, 0) == 0, "%s", rl_lasterr());
+        to_host(gb, dyb, sizeof(float) * Tk * 18);
+        for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * 18, hh + (size_t)(t % TMAX) * 18, 18);
+    }
+    CHECK(diff == 0, "matmul %s: launches of 2, 4 and %d rows differ from the %d-row launch (%d)", qt->name, TB, TMAX,
+          diff);
+    cudaFree(dxb);
+    cudaFree(dyb);
+    free(xb);
+    free(gb);
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dy);

@@ -1,0 +1,430 @@
+/* vram_tier.c — see vram_tier.h. Host code of the CUDA backend (compiled with CUDA=1 only). */
+#ifdef RL_CUDA
+#include "vram_tier.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define VT_NSTAGE 4                        /* staging buffers in the ring */
+#define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
+
+struct vram_tier {
+    const q3n_model *m;
+    vram_plan plan;
+    vram_layout ly[Q3N_MAX_LAYERS];
+    uint8_t *base[Q3N_MAX_LAYERS]; /* slot 0 of each layer (device) */
+    uint8_t *arena;                /* every slot (device) */
+    vram_slots *slots;
+    q3n_expert_src src;            /* host source (.acquire NULL: the mapped file) */
+    int n_batch, K, E;
+    bool prefetch;
+    uint64_t fault_at, fills;      /* RL_VRAM_FAULT: the fault_at-th fill fails (0 = never) */
+    cudaStream_t cp;               /* copy stream */
+    cudaEvent_t ev_copy, ev_used, sev[VT_NSTAGE];
+    bool used_recorded;
+    uint8_t *stage[VT_NSTAGE];     /* pinned */
+    size_t stage_bytes, spos;
+    int scur;
+    /* device plan + prediction scratch; pinned host mirrors */
+    cu_tile *d_tiles, *h_tiles;
+    int32_t *d_pin, *d_pout, *h_pin, *h_pout, *d_ntiles, *h_ntiles, *d_pred, *h_ids, *h_pred;
+    float *d_predw;
+    int max_tiles;
+    /* the open layer */
+    int il, T, n_union, n_batches, cur_b, tile_off, pair_off;
+    int32_t *uni;                  /* [E] the union: resident experts first, then the others */
+    int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
+    int32_t *bslot, *bmiss, *pf_slot, *pf_e;
+    const uint8_t **hg, **hu, **hd;
+    const uint8_t *pin_lo, *pin_hi; /* RL_VRAM_PIN=1: page-locked span of the mapping (DMA from it) */
+    bool open, pf_pending;
+    int n_pred;
+    double wait_s, stage_s;
+};
+
+static void pin_mapping(vram_tier *vt);
+
+static void *pinned(size_t n, int *err) {
+    void *p = NULL;
+    if (*err || CU_CHECK(cudaMallocHost(&p, n ? n : 1))) {
+        *err = 1;
+        return NULL;
+    }
+    return p;
+}
+
+static void *dev(size_t n, int *err) {
+    void *p = NULL;
+    if (*err || CU_CHECK(cudaMalloc(&p, n ? n : 1))) {
+        *err = 1;
+        return NULL;
+    }
+    return p;
+}
+
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch) {
+    const q3n_hparams *hp = &m->hp;
+    vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
+    if (!vt) return NULL;
+    vt->m = m;
+    vt->plan = *plan;
+    vt->n_batch = n_batch;
+    vt->K = hp->n_expert_used;
+    vt->E = hp->n_expert;
+    const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
+    vt->prefetch = !(pf && !strcmp(pf, "0"));
+    vt->fault_at = fault ? strtoull(fault, NULL, 10) : 0;
+    uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
+        bytes[il] = vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2];
+        total += (uint64_t)plan->slots[il] * vt->ly[il].slot_bytes;
+        if (vt->ly[il].slot_bytes > maxslot) maxslot = vt->ly[il].slot_bytes;
+    }
+    if (!(vt->slots = vram_slots_new(hp->n_layer, vt->E, plan->slots, bytes))) goto fail;
+    if (cudaMalloc((void **)&vt->arena, total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rl_seterr("cannot allocate %.0f MiB of VRAM expert slots (lower --vram-mib or use auto)", total / 1048576.0);
+        goto fail;
+    }
+    {
+        uint64_t off = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
+            vt->base[il] = vt->arena + off;
+            off += (uint64_t)plan->slots[il] * vt->ly[il].slot_bytes;
+        }
+    }
+    int err = 0;
+    const size_t TK = (size_t)n_batch * vt->K;
+    vt->max_tiles = (int)(TK + (size_t)vt->E + 1);
+    vt->stage_bytes = maxslot > VT_STAGE_MIN ? maxslot : VT_STAGE_MIN;
+    for (int i = 0; i < VT_NSTAGE; i++) vt->stage[i] = pinned(vt->stage_bytes, &err);
+    vt->h_tiles = pinned(sizeof(cu_tile) * (size_t)vt->max_tiles, &err);
+    vt->h_pin = pinned(4 * TK, &err);
+    vt->h_pout = pinned(4 * TK, &err);
+    vt->h_ntiles = pinned(4 * ((size_t)vt->E + 1), &err);
+    vt->h_ids = pinned(4 * TK, &err);
+    vt->h_pred = pinned(4 * TK, &err);
+    vt->d_tiles = dev(sizeof(cu_tile) * (size_t)vt->max_tiles, &err);
+    vt->d_pin = dev(4 * TK, &err);
+    vt->d_pout = dev(4 * TK, &err);
+    vt->d_ntiles = dev(4 * ((size_t)vt->E + 1), &err);
+    vt->d_pred = dev(4 * TK, &err);
+    vt->d_predw = dev(4 * TK, &err);
+    if (err) goto fail;
+    vt->uni = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->cnt = rl_calloc((size_t)vt->E, 4, "VRAM tier");
+    vt->first = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->order = rl_malloc(4 * TK, "VRAM tier");
+    vt->bslot = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->bmiss = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->pf_slot = rl_malloc(4 * TK, "VRAM tier");
+    vt->pf_e = rl_malloc(4 * TK, "VRAM tier");
+    vt->hg = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hu = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hd = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
+        !vt->hg || !vt->hu || !vt->hd)
+        goto fail;
+    if (CU_CHECK(cudaStreamCreateWithFlags(&vt->cp, cudaStreamNonBlocking)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_copy, cudaEventDisableTiming)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_used, cudaEventDisableTiming)))
+        goto fail;
+    for (int i = 0; i < VT_NSTAGE; i++)
+        if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
+    pin_mapping(vt);
+    return vt;
+fail:
+    vram_tier_free(vt);
+    return NULL;
+}
+
+void vram_tier_free(vram_tier *vt) {
+    if (!vt) return;
+    if (vt->cp) cudaStreamSynchronize(vt->cp);
+    if (vt->pin_lo) cudaHostUnregister((void *)vt->pin_lo);
+    if (vt->arena) cudaFree(vt->arena);
+    for (int i = 0; i < VT_NSTAGE; i++) {
+        if (vt->stage[i]) cudaFreeHost(vt->stage[i]);
+        if (vt->sev[i]) cudaEventDestroy(vt->sev[i]);
+    }
+    void *hp[] = {vt->h_tiles, vt->h_pin, vt->h_pout, vt->h_ntiles, vt->h_ids, vt->h_pred};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (hp[i]) cudaFreeHost(hp[i]);
+    void *dp[] = {vt->d_tiles, vt->d_pin, vt->d_pout, vt->d_ntiles, vt->d_pred, vt->d_predw};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++)
+        if (dp[i]) cudaFree(dp[i]);
+    if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
+    if (vt->ev_used) cudaEventDestroy(vt->ev_used);
+    if (vt->cp) cudaStreamDestroy(vt->cp);
+    vram_slots_free(vt->slots);
+    free(vt->uni), free(vt->cnt), free(vt->first), free(vt->order), free(vt->bslot), free(vt->bmiss);
+    free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd);
+    free(vt);
+}
+
+void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
+    if (src) vt->src = *src;
+    else memset(&vt->src, 0, sizeof vt->src);
+}
+
+int32_t *vram_tier_pred_ids(vram_tier *vt) { return vt->prefetch ? vt->d_pred : NULL; }
+float *vram_tier_pred_w(vram_tier *vt) { return vt->prefetch ? vt->d_predw : NULL; }
+const vram_plan *vram_tier_plan(const vram_tier *vt) { return &vt->plan; }
+void vram_tier_get_stats(const vram_tier *vt, vram_stats *out) { vram_slots_get_stats(vt->slots, out); }
+
+/* Host pointers of experts ids[0..n) of layer il: the host source's (acquire; the caller
+ * releases) or the mapped file's slices. */
+static int host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
+    if (vt->src.acquire) return vt->src.acquire(vt->src.ud, il, ids, n, vt->hg, vt->hu, vt->hd);
+    const q3n_layer *L = &vt->m->layers[il];
+    const size_t ff = (size_t)vt->m->hp.n_ff_exp, D = (size_t)vt->m->hp.n_embd;
+    const size_t gs = ff * L->gate_exps.row_bytes * (L->fused_gate_up ? 2 : 1), ds = D * L->down_exps.row_bytes;
+    for (int i = 0; i < n; i++) {
+        vt->hg[i] = (const uint8_t *)L->gate_exps.data + (size_t)ids[i] * gs;
+        vt->hu[i] = L->fused_gate_up ? vt->hg[i] + ff * L->gate_exps.row_bytes
+                                     : (const uint8_t *)L->up_exps.data + (size_t)ids[i] * gs;
+        vt->hd[i] = (const uint8_t *)L->down_exps.data + (size_t)ids[i] * ds;
+    }
+    return 0;
+}
+
+static void host_release(vram_tier *vt, int il) {
+    if (vt->src.acquire && vt->src.release) vt->src.release(vt->src.ud, il);
+}
+
+/* RL_VRAM_PIN=1: page-lock one span of the file mapping covering every expert tensor
+ * (cudaHostRegisterReadOnly), so fills from it are DMA straight from the page cache, with no
+ * staging memcpy. Locks that span in RAM: only for files that fit (the RAM tier's full mode).
+ * Any failure (split files, not enough lockable memory, already registered by another context)
+ * leaves the staging path. */
+static void pin_mapping(vram_tier *vt) {
+    const char *v = getenv("RL_VRAM_PIN");
+    if (!v || strcmp(v, "1")) return;
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (int il = 0; il < vt->m->hp.n_layer; il++) {
+        const ops_mat *ms[3] = {&vt->m->layers[il].gate_exps, &vt->m->layers[il].up_exps,
+                                &vt->m->layers[il].down_exps};
+        for (int k = 0; k < 3; k++) {
+            if (!ms[k]->data) continue;
+            const uint8_t *a = ms[k]->data, *b = a + ms[k]->row_bytes * (size_t)ms[k]->n_out;
+            if (!lo || a < lo) lo = a;
+            if (!hi || b > hi) hi = b;
+        }
+    }
+    if (!lo) return;
+    const uintptr_t pg = 4096, a = (uintptr_t)lo & ~(pg - 1), b = ((uintptr_t)hi + pg - 1) & ~(pg - 1);
+    double t0 = rl_now();
+    cudaError_t e = cudaHostRegister((void *)a, b - a, cudaHostRegisterReadOnly);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "redlite: RL_VRAM_PIN: cannot page-lock %.2f GiB of the mapping (%s): staging copies\n",
+                (double)(b - a) / 1073741824.0, cudaGetErrorName(e));
+        return;
+    }
+    vt->pin_lo = (const uint8_t *)a;
+    vt->pin_hi = (const uint8_t *)b;
+    fprintf(stderr, "redlite: RL_VRAM_PIN: %.2f GiB of the mapping page-locked in %.1f s: fills are DMA from it\n",
+            (double)(b - a) / 1073741824.0, rl_now() - t0);
+}
+
+static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
+    return vt->pin_lo && p >= vt->pin_lo && p + n <= vt->pin_hi;
+}
+
+/* Copy expert i of the last host_rows into slot s of layer il via the staging ring. RL_VRAM_FAULT
+ * counts demand fills only (a failed prefetch is dropped silently, so it would test nothing). */
+static int fill_slot(vram_tier *vt, int il, int s, int i, int e, bool demand) {
+    const vram_layout *ly = &vt->ly[il];
+    if (demand && vt->fault_at && ++vt->fills == vt->fault_at)
+        return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e,
+                         (unsigned long long)vt->fault_at);
+    uint8_t *dst = vt->base[il] + (size_t)s * ly->slot_bytes;
+    if (in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
+        in_pin(vt, vt->hd[i], ly->src_bytes[2])) { /* DMA straight from the page-locked mapping */
+        if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
+            return -1;
+        if (ly->src_bytes[1] &&
+            CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
+            return -1;
+        return CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp));
+    }
+    if (vt->spos + ly->slot_bytes > vt->stage_bytes) {
+        if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
+        vt->scur = (vt->scur + 1) % VT_NSTAGE;
+        vt->spos = 0;
+        double t0 = rl_now();
+        if (CU_CHECK(cudaEventSynchronize(vt->sev[vt->scur]))) return -1;
+        vt->wait_s += rl_now() - t0;
+    }
+    uint8_t *st = vt->stage[vt->scur] + vt->spos;
+    double t0 = rl_now();
+    memcpy(st + ly->gate_off, vt->hg[i], ly->src_bytes[0]);
+    if (ly->src_bytes[1]) memcpy(st + ly->up_off, vt->hu[i], ly->src_bytes[1]);
+    memcpy(st + ly->down_off, vt->hd[i], ly->src_bytes[2]);
+    vt->stage_s += rl_now() - t0;
+    if (CU_CHECK(cudaMemcpyAsync(dst, st, ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
+        return -1;
+    vt->spos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
+    return 0;
+}
+
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, cudaStream_t st) {
+    const int K = vt->K, E = vt->E, TK = T * K;
+    if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
+    if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
+    if (d_pred && CU_CHECK(cudaMemcpyAsync(vt->h_pred, d_pred, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
+    double t0 = rl_now();
+    if (CU_CHECK(cudaStreamSynchronize(st))) return -1;
+    vt->wait_s += rl_now() - t0;
+    /* pairs grouped by expert (pair order inside an expert: ascending, as read) */
+    memset(vt->cnt, 0, 4 * (size_t)E);
+    for (int p = 0; p < TK; p++) {
+        if (vt->h_ids[p] < 0 || vt->h_ids[p] >= E) return rl_seterr("VRAM tier: router chose expert %d (internal)", vt->h_ids[p]);
+        vt->cnt[vt->h_ids[p]]++;
+    }
+    int n = 0, o = 0;
+    for (int e = 0; e < E; e++) { /* resident experts first, so later batches cannot evict them first */
+        vt->first[e] = o;
+        o += vt->cnt[e];
+        if (vt->cnt[e] && vram_slots_lookup(vt->slots, il, e) >= 0) vt->uni[n++] = e;
+    }
+    for (int e = 0; e < E; e++)
+        if (vt->cnt[e] && vram_slots_lookup(vt->slots, il, e) < 0) vt->uni[n++] = e;
+    memset(vt->cnt, 0, 4 * (size_t)E);
+    for (int p = 0; p < TK; p++) {
+        int e = vt->h_ids[p];
+        vt->order[vt->first[e] + vt->cnt[e]++] = p;
+    }
+    vram_slots_begin(vt->slots, il, vt->uni, n, T);
+    const int cap = vram_slots_capacity(vt->slots, il);
+    if (cap <= 0) return rl_seterr("VRAM tier: layer %d has no slots (internal)", il);
+    vt->il = il;
+    vt->T = T;
+    vt->n_union = n;
+    vt->n_batches = (n + cap - 1) / cap;
+    vt->cur_b = -1;
+    vt->tile_off = vt->pair_off = 0;
+    vt->pf_pending = d_pred && il + 1 < vt->m->hp.n_layer;
+    vt->n_pred = vt->pf_pending ? TK : 0;
+    return vt->n_batches;
+}
+
+/* Queue the copies of layer il+1's predicted experts (best effort: a failure drops them). */
+static void prefetch_next(vram_tier *vt) {
+    const int l = vt->il + 1;
+    int k = vram_slots_prefetch(vt->slots, l, vt->h_pred, vt->n_pred, vt->pf_slot, vt->pf_e);
+    if (k <= 0) return;
+    int done = 0;
+    if (host_rows(vt, l, vt->pf_e, k) == 0) {
+        for (; done < k; done++)
+            if (fill_slot(vt, l, vt->pf_slot[done], done, vt->pf_e[done], false)) break;
+        host_release(vt, l);
+    }
+    for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
+    rl_clearerr();
+}
+
+int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
+    const int il = vt->il, cap = vram_slots_capacity(vt->slots, il);
+    const int i0 = b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
+    if (b < 0 || b >= vt->n_batches || vt->open) return rl_seterr("VRAM tier: batch %d out of order (internal)", b);
+    const int32_t *ids = vt->uni + i0;
+    int nm = vram_slots_prepare(vt->slots, il, ids, nb, vt->bslot, vt->bmiss);
+    if (nm < 0) return -1;
+    vt->open = true;
+    vt->cur_b = b;
+    if (vt->used_recorded && CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ev_used, 0))) goto fail;
+    if (nm) {
+        int32_t *mids = vt->pf_e; /* scratch: the missed ids (prefetch lists are not in use here) */
+        for (int j = 0; j < nm; j++) mids[j] = ids[vt->bmiss[j]];
+        if (host_rows(vt, il, mids, nm)) goto fail;
+        int rc = 0;
+        for (int j = 0; j < nm && !rc; j++) rc = fill_slot(vt, il, vt->bslot[vt->bmiss[j]], j, mids[j], true);
+        host_release(vt, il);
+        if (rc) goto fail;
+    }
+    if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp)) || CU_CHECK(cudaEventRecord(vt->ev_copy, vt->cp)) ||
+        CU_CHECK(cudaStreamWaitEvent(st, vt->ev_copy, 0)))
+        goto fail;
+    vram_slots_commit(vt->slots, il);
+    if (b == 0 && vt->pf_pending) {
+        vt->pf_pending = false;
+        prefetch_next(vt);
+    }
+    /* the batch's tile plan: per expert its pairs in tiles of tt (decode: one pair per tile) */
+    const int K = vt->K, tt = vt->T == 1 ? 1 : CU_TT;
+    cu_tile *tl = vt->h_tiles + vt->tile_off;
+    int32_t *pin = vt->h_pin + vt->pair_off, *pout = vt->h_pout + vt->pair_off;
+    int nt = 0, np = 0;
+    for (int i = 0; i < nb; i++) {
+        const int e = ids[i], c = vt->cnt[e];
+        for (int j = 0; j < c; j += tt) {
+            tl[nt++] = (cu_tile){vt->bslot[i], np + j, c - j < tt ? c - j : tt, 0};
+        }
+        for (int j = 0; j < c; j++) {
+            const int p = vt->order[vt->first[e] + j];
+            pin[np + j] = p / K;
+            pout[np + j] = p;
+        }
+        np += c;
+    }
+    vt->h_ntiles[b] = nt;
+    if (vt->tile_off + nt > vt->max_tiles || vt->pair_off + np > vt->n_batch * K) {
+        rl_seterr("VRAM tier: plan overflow (internal)");
+        goto fail;
+    }
+    if (CU_CHECK(cudaMemcpyAsync(vt->d_tiles + vt->tile_off, tl, sizeof(cu_tile) * (size_t)nt, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(cudaMemcpyAsync(vt->d_pin + vt->pair_off, pin, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(cudaMemcpyAsync(vt->d_pout + vt->pair_off, pout, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(cudaMemcpyAsync(vt->d_ntiles + b, vt->h_ntiles + b, 4, cudaMemcpyHostToDevice, st)))
+        goto fail_committed;
+    const vram_layout *ly = &vt->ly[il];
+    out->gate = vt->base[il] + ly->gate_off;
+    out->up = vt->base[il] + ly->up_off;
+    out->down = vt->base[il] + ly->down_off;
+    out->stride = ly->slot_bytes;
+    out->g = (cu_group){.tiles = vt->d_tiles + vt->tile_off, .n_tiles = vt->d_ntiles + b, .max_tiles = nt, .tt = tt,
+                        .pair_in = vt->d_pin + vt->pair_off, .pair_out = vt->d_pout + vt->pair_off};
+    vt->tile_off += nt;
+    vt->pair_off += np;
+    return 0;
+fail:
+    vram_slots_abort(vt->slots, il);
+    vt->open = false;
+    return -1;
+fail_committed: /* the slots are filled (or being filled): they stay valid, only unpinned */
+    vram_slots_release(vt->slots, il);
+    vt->open = false;
+    return -1;
+}
+
+int vram_tier_batch_end(vram_tier *vt, cudaStream_t st) {
+    if (!vt->open) return 0;
+    vram_slots_release(vt->slots, vt->il);
+    vt->open = false;
+    if (CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
+    vt->used_recorded = true;
+    return 0;
+}
+
+void vram_tier_abort(vram_tier *vt) {
+    if (!vt->open) return;
+    vram_slots_release(vt->slots, vt->il); /* filled slots stay valid: their copies were queued */
+    vt->open = false;
+}
+
+void vram_tier_print(const vram_tier *vt, FILE *f) {
+    fprintf(f, "vram tier: %s\n", vt->plan.reason);
+    vram_stats s;
+    vram_slots_get_stats(vt->slots, &s);
+    if (!s.tokens) return;
+    vram_stats_print(&s, f);
+    fprintf(f, "vram tier: host waits %.3f s (router sync + staging ring), staging memcpy %.3f s\n", vt->wait_s,
+            vt->stage_s);
+}
+#else
+typedef int vram_tier_unused; /* ISO C wants a declaration in every translation unit */
+#endif

@@ -1,0 +1,213 @@
+/* test_vram.c — the VRAM expert tier's CPU-side logic (src/vram_plan.c, src/vram_slots.c):
+ * slot layouts, the planner's budgets and errors, and the slot cache on hand-worked traces
+ * (hits pinned before misses evict, LRU order, abort, prefetch never evicting a prediction,
+ * counters), plus a random stress run against the structure's invariants. No GPU needed. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "common.h"
+#include "vram_plan.h"
+#include "vram_slots.h"
+
+#define MB ((uint64_t)1 << 20)
+
+static void test_layout(void) {
+    vram_layout a, b;
+    vram_layout_make(100, 50, 4, 8, false, &a); /* gate 400, up 400, down 400 bytes */
+    CHECK(a.gate_off == 0 && a.up_off == 512 && a.down_off == 1024 && a.slot_bytes == 1536, "split %llu %llu %llu",
+          (unsigned long long)a.up_off, (unsigned long long)a.down_off, (unsigned long long)a.slot_bytes);
+    CHECK(a.src_bytes[0] == 400 && a.src_bytes[1] == 400 && a.src_bytes[2] == 400, "split sizes");
+    vram_layout_make(100, 50, 4, 8, true, &b); /* fused gate_up 800 bytes: up = gate + 4 rows */
+    CHECK(b.up_off == 400 && b.down_off == 1024 && b.slot_bytes == 1536 && b.src_bytes[0] == 800 && b.src_bytes[1] == 0,
+          "fused %llu %llu", (unsigned long long)b.up_off, (unsigned long long)b.down_off);
+    CHECK(a.down_off % VRAM_ALIGN == 0 && a.slot_bytes % VRAM_ALIGN == 0, "aligned");
+}
+
+static vram_geom geom(void) {
+    vram_geom g = {.n_layer = 4, .n_expert = 16, .top_k = 2, .dense = 100 * MB, .ctx = 50 * MB};
+    g.slot_bytes[0] = g.slot_bytes[1] = 1 * MB; /* two size classes: 1 and 2 MiB experts */
+    g.slot_bytes[2] = g.slot_bytes[3] = 2 * MB;
+    return g;
+}
+
+static void test_plan(void) {
+    vram_geom g = geom();
+    vram_plan p;
+    CHECK(vram_min_budget(&g) == 162 * MB, "min %llu", (unsigned long long)(vram_min_budget(&g) / MB));
+    CHECK(vram_full_budget(&g) == 246 * MB, "full %llu", (unsigned long long)(vram_full_budget(&g) / MB));
+    CHECK(vram_plan_make(&g, "162", &p) == 0 && !p.full, "162: %s", rl_lasterr());
+    CHECK(p.slots[0] == 2 && p.slots[3] == 2 && p.slot_total == 12 * MB, "162 slots %d", p.slots[0]);
+    /* 200: 50 MiB for slots = 8 per layer (48 MiB), the 2 left give layers 0 and 1 one more */
+    CHECK(vram_plan_make(&g, "200", &p) == 0, "200: %s", rl_lasterr());
+    CHECK(p.slots[0] == 9 && p.slots[1] == 9 && p.slots[2] == 8 && p.slots[3] == 8, "200: %d %d %d %d", p.slots[0],
+          p.slots[1], p.slots[2], p.slots[3]);
+    CHECK(p.slot_total == 50 * MB && p.min_slots == 8 && p.max_slots == 9, "200 total %llu",
+          (unsigned long long)(p.slot_total / MB));
+    CHECK(p.slot_total + g.dense + g.ctx <= p.budget, "within budget");
+    /* 245: 15 per layer + the rest, never more than n_expert, not full */
+    CHECK(vram_plan_make(&g, "245", &p) == 0 && !p.full, "245");
+    CHECK(p.slots[0] == 16 && p.slots[1] == 16 && p.slots[2] == 16 && p.slots[3] == 15, "245: %d %d %d %d",
+          p.slots[0], p.slots[1], p.slots[2], p.slots[3]);
+    CHECK(vram_plan_make(&g, "246", &p) == 0 && p.full && p.slots[2] == 16, "246 is full residency");
+    CHECK(vram_plan_make(&g, "100000", &p) == 0 && p.full, "large is full residency");
+    /* errors */
+    CHECK(vram_plan_make(&g, "161", &p) == -1 && strstr(rl_lasterr(), "minimum of 162 MiB"), "161: %s", rl_lasterr());
+    CHECK(vram_plan_make(&g, "149", &p) == -1 && strstr(rl_lasterr(), "do not fit"), "149: %s", rl_lasterr());
+    CHECK(vram_plan_make(&g, "abc", &p) == -1 && strstr(rl_lasterr(), "expected auto"), "abc: %s", rl_lasterr());
+    CHECK(vram_spec_check("0") == -1 && vram_spec_check("-5") == -1 && vram_spec_check("12x") == -1 && vram_spec_check("") == -1,
+          "bad specs");
+    CHECK(vram_spec_check("auto") == 0 && vram_spec_check("full") == 0 && vram_spec_check("4096") == 0, "good specs");
+    /* auto: free minus max(512 MiB, 5 % of the device) */
+    g.dev_free = 1000 * MB;
+    g.dev_total = 4096 * MB;
+    CHECK(vram_plan_make(&g, "auto", &p) == 0 && p.full && p.budget == 488 * MB, "auto full: %llu",
+          (unsigned long long)(p.budget / MB));
+    g.dev_free = 700 * MB; /* 5 % of 10240 MiB = 512: budget 188, 38 MiB of slots: 6 per layer + 2 */
+    g.dev_total = 10240 * MB;
+    CHECK(vram_plan_make(&g, NULL, &p) == 0 && !p.full && p.budget == 188 * MB, "auto bounded %llu",
+          (unsigned long long)(p.budget / MB));
+    CHECK(p.slots[0] == 7 && p.slots[1] == 7 && p.slots[3] == 6 && p.slot_total == 38 * MB, "auto bounded slots %d (%llu)", p.slots[0],
+          (unsigned long long)(p.slot_total / MB));
+    g.dev_total = 20480 * MB; /* margin 1024 > free: nothing fits */
+    CHECK(vram_plan_make(&g, "auto", &p) == -1 && strstr(rl_lasterr(), "do not fit"), "auto too small: %s",
+          rl_lasterr());
+    g.dev_free = 300 * MB;
+    g.dev_total = 4096 * MB;
+    CHECK(vram_plan_make(&g, "full", &p) == -1 && strstr(rl_lasterr(), "need 246 MiB"), "full: %s", rl_lasterr());
+}
+
+static int prep(vram_slots *vs, int l, const int32_t *ids, int n, int32_t *slot) {
+    int32_t miss[64];
+    int m = vram_slots_prepare(vs, l, ids, n, slot, miss);
+    return m;
+}
+
+static void test_slots_trace(void) {
+    const int slots[2] = {3, 0};
+    const uint64_t bytes[2] = {10, 10};
+    vram_slots *vs = vram_slots_new(2, 8, slots, bytes);
+    int32_t s[8], miss[8];
+    CHECK(vs && vram_slots_capacity(vs, 0) == 3 && vram_slots_capacity(vs, 1) == 0, "new");
+    /* [1,2]: two misses into free slots 0, 1 */
+    CHECK(vram_slots_prepare(vs, 0, (int32_t[]){1, 2}, 2, s, miss) == 2 && s[0] == 0 && s[1] == 1, "p1 %d %d", s[0], s[1]);
+    CHECK(miss[0] == 0 && miss[1] == 1, "miss indices");
+    CHECK(vram_slots_check(vs) == 0, "check: %s", rl_lasterr());
+    vram_slots_commit(vs, 0);
+    vram_slots_release(vs, 0); /* LRU (MRU first): e2 e1 */
+    /* [2,3]: hit e2 (slot 1), e3 takes free slot 2 */
+    CHECK(prep(vs, 0, (int32_t[]){2, 3}, 2, s) == 1 && s[0] == 1 && s[1] == 2, "p2");
+    CHECK(vram_slots_prepare(vs, 0, (int32_t[]){4}, 1, s, miss) == -1, "prepare twice refused");
+    vram_slots_commit(vs, 0);
+    vram_slots_release(vs, 0); /* e3 e2 e1 */
+    /* [4]: no free slot: the LRU tail e1 (slot 0) is evicted */
+    CHECK(prep(vs, 0, (int32_t[]){4}, 1, s) == 1 && s[0] == 0, "p3 %d", s[0]);
+    CHECK(vram_slots_lookup(vs, 0, 1) == -1 && vram_slots_lookup(vs, 0, 4) == 0, "e1 evicted");
+    vram_slots_commit(vs, 0);
+    vram_slots_release(vs, 0); /* e4(0) e3(2) e2(1) */
+    /* [5,6,7]: whole capacity, evicting in LRU order: e2 (slot 1), e3 (slot 2), e4 (slot 0) */
+    CHECK(prep(vs, 0, (int32_t[]){5, 6, 7}, 3, s) == 3 && s[0] == 1 && s[1] == 2 && s[2] == 0, "p4 %d %d %d", s[0],
+          s[1], s[2]);
+    vram_slots_commit(vs, 0);
+    vram_slots_release(vs, 0); /* e7(0) e6(2) e5(1) */
+    CHECK(prep(vs, 0, (int32_t[]){1, 2, 3, 4}, 4, s) == -1 && strstr(rl_lasterr(), "3 slots"), "over capacity");
+    CHECK(prep(vs, 0, (int32_t[]){1, 1}, 2, s) == -1 && strstr(rl_lasterr(), "repeated"), "repeat");
+    CHECK(prep(vs, 0, (int32_t[]){8}, 1, s) == -1, "out of range");
+    /* [1,5]: e5 is the LRU tail but a hit, so it is pinned first; e1 evicts e6 (slot 2) */
+    CHECK(prep(vs, 0, (int32_t[]){1, 5}, 2, s) == 1 && s[0] == 2 && s[1] == 1, "p5 %d %d", s[0], s[1]);
+    vram_slots_abort(vs, 0); /* copy failed: e1's slot free again, e5 back in the LRU list */
+    CHECK(vram_slots_lookup(vs, 0, 1) == -1 && vram_slots_lookup(vs, 0, 6) == -1 && vram_slots_key(vs, 0, 2) == -1,
+          "abort frees the miss");
+    CHECK(vram_slots_lookup(vs, 0, 5) == 1 && vram_slots_lookup(vs, 0, 7) == 0, "abort keeps hits");
+    CHECK(vram_slots_check(vs) == 0, "check after abort: %s", rl_lasterr());
+    CHECK(prep(vs, 0, (int32_t[]){1}, 1, s) == 1 && s[0] == 2, "retry takes the freed slot");
+    vram_slots_commit(vs, 0);
+    vram_slots_release(vs, 0); /* e1(2) e5(1) e7(0) */
+    /* prefetch {7, 3, 2}: e7 resident -> MRU; e3 evicts e5 (slot 1), e2 evicts e1 (slot 2) */
+    int32_t ps[8], pe[8];
+    CHECK(vram_slots_prefetch(vs, 0, (int32_t[]){7, 3, 3, 2}, 4, ps, pe) == 2, "prefetch count");
+    CHECK(ps[0] == 1 && pe[0] == 3 && ps[1] == 2 && pe[1] == 2, "prefetch slots %d/%d %d/%d", ps[0], pe[0], ps[1], pe[1]);
+    CHECK(vram_slots_check(vs) == 0, "check after prefetch: %s", rl_lasterr());
+    /* a second prefetch with every slot predicted finds no victim */
+    vram_slots_begin(vs, 0, (int32_t[]){3, 4, 5}, 3, 1);
+    /* [3,4,5]: e3 hit (prefetched), e4 evicts e7 (slot 0), e5 evicts e2 (slot 2, prefetched unused) */
+    CHECK(prep(vs, 0, (int32_t[]){3, 4, 5}, 3, s) == 2 && s[0] == 1 && s[1] == 0 && s[2] == 2, "p6 %d %d %d", s[0],
+          s[1], s[2]);
+    vram_slots_commit(vs, 0);
+    vram_slots_release(vs, 0);
+    CHECK(vram_slots_prefetch(vs, 0, (int32_t[]){3, 4, 5, 6}, 4, ps, pe) == 0, "no victim outside the prediction");
+    vram_stats st;
+    vram_slots_get_stats(vs, &st);
+    CHECK(st.misses == 11 && st.hits == 3 && st.evictions == 9, "counts: misses %llu hits %llu evictions %llu",
+          (unsigned long long)st.misses, (unsigned long long)st.hits, (unsigned long long)st.evictions);
+    CHECK(st.hits_prefetched == 1 && st.pf_loads == 2 && st.pf_loads_wasted == 1 && st.pf_no_slot == 1,
+          "prefetch counts %llu %llu %llu %llu", (unsigned long long)st.hits_prefetched, (unsigned long long)st.pf_loads,
+          (unsigned long long)st.pf_loads_wasted, (unsigned long long)st.pf_no_slot);
+    CHECK(st.pf_predicted == 7 && st.pf_predicted_used == 1 && st.pf_used_total == 3, "precision %llu/%llu of %llu",
+          (unsigned long long)st.pf_predicted_used, (unsigned long long)st.pf_predicted,
+          (unsigned long long)st.pf_used_total);
+    CHECK(st.bytes_demand == 110 && st.bytes_prefetch == 20 && st.aborts == 1 && st.tokens == 1 && st.batches == 7,
+          "bytes %llu %llu aborts %llu tokens %llu batches %llu", (unsigned long long)st.bytes_demand,
+          (unsigned long long)st.bytes_prefetch, (unsigned long long)st.aborts, (unsigned long long)st.tokens,
+          (unsigned long long)st.batches);
+    CHECK(vram_slots_check(vs) == 0, "final check: %s", rl_lasterr());
+    vram_slots_free(vs);
+}
+
+/* Random traces: after every step the invariants hold, a prepared selection is resident in
+ * distinct slots, nothing pinned is ever the target of a prefetch, and the same trace twice
+ * gives the same counters (determinism). */
+static void stress(uint64_t seed, vram_stats *out) {
+    const int L = 3, E = 32, slots[3] = {4, 10, 32};
+    const uint64_t bytes[3] = {1, 2, 3};
+    vram_slots *vs = vram_slots_new(L, E, slots, bytes);
+    uint64_t r = seed;
+    int bad = 0;
+    for (int it = 0; it < 3000 && !bad; it++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        int l = (int)((r >> 33) % L), cap = slots[l];
+        int n = 1 + (int)((r >> 40) % (uint64_t)(cap < 12 ? cap : 12)); /* ids below reach >= 12 distinct */
+        int32_t ids[32], s[32], miss[32], pe[32], ps[32];
+        uint8_t used[32] = {0};
+        for (int i = 0; i < n;) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            int e = (int)((r >> 35) % 12 + ((r >> 50) & 1) * ((r >> 20) % 20)) % E; /* skewed */
+            if (!used[e]) used[e] = 1, ids[i++] = e;
+        }
+        vram_slots_begin(vs, l, ids, n, 1);
+        int m = vram_slots_prepare(vs, l, ids, n, s, miss);
+        if (m < 0) bad = 1;
+        for (int i = 0; i < n && !bad; i++) {
+            if (vram_slots_lookup(vs, l, ids[i]) != s[i]) bad = 2;
+            for (int j = 0; j < i; j++)
+                if (s[j] == s[i]) bad = 3;
+        }
+        if (vram_slots_check(vs)) bad = 4;
+        if ((r >> 13) % 17 == 0) vram_slots_abort(vs, l);
+        else {
+            vram_slots_commit(vs, l);
+            vram_slots_release(vs, l);
+        }
+        int k = vram_slots_prefetch(vs, (l + 1) % L, ids, n, ps, pe);
+        for (int i = 0; i < k && !bad; i++)
+            if (vram_slots_lookup(vs, (l + 1) % L, pe[i]) != ps[i]) bad = 5;
+        if (k > 0 && (r >> 7) % 5 == 0) vram_slots_drop(vs, (l + 1) % L, ps[0]);
+        if (vram_slots_check(vs)) bad = 6;
+    }
+    CHECK(!bad, "stress seed %llu failed (%d): %s", (unsigned long long)seed, bad, rl_lasterr());
+    vram_slots_get_stats(vs, out);
+    vram_slots_free(vs);
+}
+
+int main(void) {
+    test_layout();
+    test_plan();
+    test_slots_trace();
+    vram_stats a, b, c;
+    stress(1, &a);
+    stress(1, &b);
+    stress(2, &c);
+    CHECK(!memcmp(&a, &b, sizeof a), "same trace, same counters");
+    CHECK(a.hits > 0 && a.misses > 0 && a.evictions > 0 && a.pf_loads > 0 && a.aborts > 0, "stress exercised everything");
+    CHECK(memcmp(&a, &c, sizeof a) != 0, "another trace, other counters");
+    return check_done("test_vram");
+}
