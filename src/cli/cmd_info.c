@@ -408,7 +408,7 @@ static uint64_t mem_cpu_total(const info *in, int f) {
 }
 
 static void mem_text(const info *in, FILE *o) {
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32], d[32], e[32];
     uint64_t n = (uint64_t)in->mem.n_ctx;
     fprintf(o, "\nmemory             context %d, batch %d (--ctx, --batch); f16 is the KV default of the fast paths\n",
             in->mem.n_ctx, in->mem.n_batch);
@@ -431,7 +431,7 @@ static void mem_text(const info *in, FILE *o) {
         fprintf(o, "  CUDA device      weights %s + context f16 %s / f32 %s (KV + state + scratch) = f16 %s, f32 %s\n",
                 human_bytes(in->total_bytes, a, 32), human_bytes(in->mem.cuda_ctx[1], b, 32),
                 human_bytes(in->mem.cuda_ctx[0], c, 32), human_bytes(in->total_bytes + in->mem.cuda_ctx[1], d, 32),
-                human_bytes(in->total_bytes + in->mem.cuda_ctx[0], a, 32));
+                human_bytes(in->total_bytes + in->mem.cuda_ctx[0], e, 32));
     else
         fprintf(o, "  CUDA device      weights %s + KV + state + scratch (the scratch is sized by a CUDA build:\n"
                 "                   make CUDA=1; redlite bench --backend cuda --json measures the allocation)\n",
