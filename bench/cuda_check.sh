@@ -164,16 +164,16 @@ fi
 if has vram; then
     run vram-tiny 300 $B/tests/test_cuda_vram
     if [ -s "$CF2" ]; then
-        TOK=$(seq -s, 101 37 2000) # 54 prompt ids: three prefill chunks at -b 16
+        TOK=$(seq -s, 101 37 2000) # 54 prompt ids: chunks of 20, 20 (tiles of 8 pairs) and 14 (one pair per tile) at -b 20
         V=${VRAM_CHECK_MIB:-4096}
-        run vram-full 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+        run vram-full 300 $B/redlite dump -m "$CF2" --backend cuda -b 20 --tokens "$TOK" --greedy 64 \
             --logits "$OUT/vram_full.f32" --json
-        run vram-$V 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+        run vram-$V 300 $B/redlite dump -m "$CF2" --backend cuda -b 20 --tokens "$TOK" --greedy 64 \
             --logits "$OUT/vram_$V.f32" --json --vram-mib "$V" --cache-mib full --stats
         if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_$V.f32"; then
             say "vram identity (CF2, --vram-mib $V vs full residency, 54 + 64 positions): identical logits"
         else say "vram identity (CF2, --vram-mib $V vs full residency): DIFFERENT or missing"; fi
-        RL_VRAM_PIN=1 run vram-$V-pin 300 $B/redlite dump -m "$CF2" --backend cuda -b 16 --tokens "$TOK" --greedy 64 \
+        RL_VRAM_PIN=1 run vram-$V-pin 300 $B/redlite dump -m "$CF2" --backend cuda -b 20 --tokens "$TOK" --greedy 64 \
             --logits "$OUT/vram_${V}_pin.f32" --json --vram-mib "$V" --cache-mib full --stats
         if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_${V}_pin.f32"; then
             say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1 DMA from the mapping): identical logits"

@@ -500,7 +500,7 @@ static size_t state_bytes(const q3n_hparams *hp) {
 
 /* Plan the tier for --vram-mib spec (c's sizes set, nothing allocated yet); *tier: slots are
  * used (false: every expert fits, the plain resident path). */
-static int vram_setup(backend_ctx *c, const char *spec, bool *tier) {
+static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p) {
     const q3n_hparams *hp = c->hp;
     vram_geom g;
     size_t fr = 0, tot = 0;
@@ -528,26 +528,18 @@ static int vram_setup(backend_ctx *c, const char *spec, bool *tier) {
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch))) return -1;
+    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p))) return -1;
     *tier = true;
     return 0;
 }
 
-/* Copy every DeltaNet state to (save) or from (restore) the rollback buffer, on the stream. */
+/* Copy the recurrent-state block (every DeltaNet layer's conv + ssm, carve's first block) to
+ * (save) or from (restore) the rollback buffer, on the stream. */
 static int state_backup(backend_ctx *c, bool save) {
-    const q3n_hparams *hp = c->hp;
-    size_t off = 0, nc = sizeof(float) * q3n_conv_floats(hp), ns = sizeof(float) * q3n_ssm_floats(hp);
-    for (int il = 0; il < hp->n_layer; il++) {
-        if (hp->is_attn[il]) continue;
-        void *a[2] = {c->conv[il], c->ssm[il]};
-        size_t n[2] = {nc, ns};
-        for (int k = 0; k < 2; k++) {
-            void *dst = save ? (void *)(c->bk + off) : a[k], *src = save ? a[k] : (void *)(c->bk + off);
-            TRY(CU_CHECK(cudaMemcpyAsync(dst, src, n[k], cudaMemcpyDeviceToDevice, c->st)));
-            off += al(n[k]);
-        }
-    }
-    return 0;
+    const size_t n = sizeof(float) * c->state_floats;
+    if (!n) return 0;
+    return CU_CHECK(cudaMemcpyAsync(save ? (void *)c->bk : (void *)c->state, save ? (const void *)c->state : (const void *)c->bk,
+                                    n, cudaMemcpyDeviceToDevice, c->st));
 }
 
 static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
@@ -585,11 +577,10 @@ static void cuda_ctx_free(backend_ctx *c) {
     free(c);
 }
 
-static int vram_setup(backend_ctx *c, const char *spec, bool *tier);
+static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p);
 
 static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o) {
     const backend_kv kv = o ? o->kv : BACKEND_KV_F32;
-    (void)p;
     const q3n_hparams *hp = &m->hp;
     const char *why = NULL;
     if (!cuda_available(&why)) {
@@ -617,7 +608,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     (void)cudaGetLastError();
     c->mem_free0 = mfree;
     bool tier = false;
-    if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier)) goto fail;
+    if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier, p)) goto fail;
     if (!(c->dm = dmodel_get(m, !tier))) goto fail;
     (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
     (void)cudaGetLastError();
@@ -655,7 +646,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
                 c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
     if (tier) {
         const vram_plan *vp = vram_tier_plan(c->vt);
-        if (CU_CHECK(cudaMalloc((void **)&c->bk, state_bytes(hp)))) goto fail;
+        if (CU_CHECK(cudaMalloc((void **)&c->bk, sizeof(float) * (c->state_floats ? c->state_floats : 1)))) goto fail;
         c->graphs = false; /* the host picks the slots per layer: no decode graph */
         if (env_on("RL_CUDA_VERBOSE", false)) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
     }
@@ -843,7 +834,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
 /* The routed experts of layer il from the VRAM slots (router ids in c->ids): the same grouped
  * launches as full residency, per batch of resident experts, with slot s as "expert" s. First
  * the pre-gated prediction: layer il+1's router on this layer's input (its copies overlap). */
-static int experts_vram(backend_ctx *c, int il, int T) {
+static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp;
@@ -854,7 +845,7 @@ static int experts_vram(backend_ctx *c, int il, int T) {
         TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
         TRY(cu_router(c->rl, E, K, T, pred, vram_tier_pred_w(c->vt), NULL, NULL, NULL, NULL, NULL, c->st));
     }
-    int nb = vram_tier_layer(c->vt, il, c->ids, pred, T, c->st);
+    int nb = vram_tier_layer(c->vt, il, c->ids, pred, T, direct ? 1 : CU_TT, c->st); /* tiles as full residency's */
     if (nb < 0) return -1;
     for (int b = 0; b < nb; b++) {
         vram_batch vb;
@@ -882,7 +873,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
-    const bool tier = c->vt && il < hp->n_layer; /* the VRAM tier's slots (the MTP layer's experts stay resident) */
+    const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
         TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
@@ -913,7 +904,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     if (!L->fused_gate_up && L->gate_exps.type != L->up_exps.type)
         return rl_seterr("CUDA backend: expert gate/up types differ (layer %d)", il);
     if (tier) {
-        TRY(experts_vram(c, il, T));
+        TRY(experts_vram(c, il, T, direct));
         goto combine;
     }
     const size_t rb = L->gate_exps.row_bytes;

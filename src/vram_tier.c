@@ -9,6 +9,7 @@
 
 #define VT_NSTAGE 4                        /* staging buffers in the ring */
 #define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
+#define VT_NRING 4                         /* events of the last batches' ends (slot reuse) */
 
 struct vram_tier {
     const q3n_model *m;
@@ -24,6 +25,16 @@ struct vram_tier {
     cudaStream_t cp;               /* copy stream */
     cudaEvent_t ev_copy, ev_used, sev[VT_NSTAGE];
     bool used_recorded;
+    /* overlap (default; RL_VRAM_OVERLAP=0: off): a fill waits only for the end of the batch that
+     * last read its slot (ring[seq % VT_NRING], recorded at each batch end; a ring entry reused by
+     * a later batch makes the wait longer, never too short), and a chunk needing more experts than
+     * a layer has slots runs in batches of half the slots, so batch b+1's copies (into batch
+     * b-1's slots, the LRU ones) overlap batch b's compute. Off: every fill waits for the last
+     * batch end, batches use every slot. */
+    bool overlap;
+    cudaEvent_t ring[VT_NRING];
+    int64_t seq, *slot_seq[Q3N_MAX_LAYERS], *seq_arena; /* per slot: the batch that last read it */
+    int bcap;
     uint8_t *stage[VT_NSTAGE];     /* pinned */
     size_t stage_bytes, spos;
     int scur;
@@ -33,11 +44,13 @@ struct vram_tier {
     float *d_predw;
     int max_tiles;
     /* the open layer */
-    int il, T, n_union, n_batches, cur_b, tile_off, pair_off;
+    int il, T, tt, n_union, n_batches, cur_b, tile_off, pair_off;
     int32_t *uni;                  /* [E] the union: resident experts first, then the others */
     int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
     int32_t *bslot, *bmiss, *pf_slot, *pf_e;
     const uint8_t **hg, **hu, **hd;
+    uint8_t **hs;                  /* staging address of each expert of a fill */
+    pool *pool;                    /* staging memcpy threads (NULL: the calling thread) */
     const uint8_t *pin_lo, *pin_hi; /* RL_VRAM_PIN=1: page-locked span of the mapping (DMA from it) */
     bool open, pf_pending;
     int n_pred;
@@ -64,18 +77,21 @@ static void *dev(size_t n, int *err) {
     return p;
 }
 
-vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch) {
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p) {
     const q3n_hparams *hp = &m->hp;
     vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
     if (!vt) return NULL;
     vt->m = m;
     vt->plan = *plan;
     vt->n_batch = n_batch;
+    vt->pool = p;
     vt->K = hp->n_expert_used;
     vt->E = hp->n_expert;
     const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
     vt->prefetch = !(pf && !strcmp(pf, "0"));
     vt->fault_at = fault ? strtoull(fault, NULL, 10) : 0;
+    const char *ov = getenv("RL_VRAM_OVERLAP");
+    vt->overlap = !(ov && !strcmp(ov, "0"));
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
@@ -125,8 +141,19 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
     vt->hg = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hu = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hd = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hs = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    {
+        size_t ns = 0;
+        for (int il = 0; il < hp->n_layer; il++) ns += (size_t)plan->slots[il];
+        if (!(vt->seq_arena = rl_malloc(sizeof(int64_t) * (ns ? ns : 1), "VRAM tier"))) goto fail;
+        for (size_t i = 0; i < ns; i++) vt->seq_arena[i] = -1;
+        for (int il = 0, o = 0; il < hp->n_layer; il++) {
+            vt->slot_seq[il] = vt->seq_arena + o;
+            o += plan->slots[il];
+        }
+    }
     if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
-        !vt->hg || !vt->hu || !vt->hd)
+        !vt->hg || !vt->hu || !vt->hd || !vt->hs)
         goto fail;
     if (CU_CHECK(cudaStreamCreateWithFlags(&vt->cp, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&vt->ev_copy, cudaEventDisableTiming)) ||
@@ -134,6 +161,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch)
         goto fail;
     for (int i = 0; i < VT_NSTAGE; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
+    for (int i = 0; i < VT_NRING; i++)
+        if (CU_CHECK(cudaEventCreateWithFlags(&vt->ring[i], cudaEventDisableTiming))) goto fail;
     pin_mapping(vt);
     return vt;
 fail:
@@ -156,12 +185,15 @@ void vram_tier_free(vram_tier *vt) {
     void *dp[] = {vt->d_tiles, vt->d_pin, vt->d_pout, vt->d_ntiles, vt->d_pred, vt->d_predw};
     for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++)
         if (dp[i]) cudaFree(dp[i]);
+    for (int i = 0; i < VT_NRING; i++)
+        if (vt->ring[i]) cudaEventDestroy(vt->ring[i]);
+    free(vt->seq_arena);
     if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
     if (vt->ev_used) cudaEventDestroy(vt->ev_used);
     if (vt->cp) cudaStreamDestroy(vt->cp);
     vram_slots_free(vt->slots);
     free(vt->uni), free(vt->cnt), free(vt->first), free(vt->order), free(vt->bslot), free(vt->bmiss);
-    free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd);
+    free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd), free(vt->hs);
     free(vt);
 }
 
@@ -234,44 +266,96 @@ static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
     return vt->pin_lo && p >= vt->pin_lo && p + n <= vt->pin_hi;
 }
 
-/* Copy expert i of the last host_rows into slot s of layer il via the staging ring. RL_VRAM_FAULT
- * counts demand fills only (a failed prefetch is dropped silently, so it would test nothing). */
-static int fill_slot(vram_tier *vt, int il, int s, int i, int e, bool demand) {
-    const vram_layout *ly = &vt->ly[il];
-    if (demand && vt->fault_at && ++vt->fills == vt->fault_at)
-        return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e,
-                         (unsigned long long)vt->fault_at);
-    uint8_t *dst = vt->base[il] + (size_t)s * ly->slot_bytes;
-    if (in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
-        in_pin(vt, vt->hd[i], ly->src_bytes[2])) { /* DMA straight from the page-locked mapping */
-        if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
-            return -1;
-        if (ly->src_bytes[1] &&
-            CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
-            return -1;
-        return CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp));
+/* The staging memcpy of a group of experts, split over the pool by region (deterministic: each
+ * region is one plain memcpy, whichever thread does it). */
+typedef struct {
+    vram_tier *vt;
+    const vram_layout *ly;
+    int i0, n;
+} stage_job;
+
+static void stage_run(void *ctx, int ith, int nth) {
+    const stage_job *j = ctx;
+    const vram_layout *ly = j->ly;
+    long lo, hi;
+    pool_range(3L * j->n, ith, nth, &lo, &hi);
+    for (long x = lo; x < hi; x++) {
+        const int i = j->i0 + (int)(x / 3), r = (int)(x % 3);
+        const uint8_t *src = r == 0 ? j->vt->hg[i] : r == 1 ? j->vt->hu[i] : j->vt->hd[i];
+        const uint64_t off = r == 0 ? ly->gate_off : r == 1 ? ly->up_off : ly->down_off;
+        if (ly->src_bytes[r]) memcpy(j->vt->hs[i] + off, src, ly->src_bytes[r]);
     }
-    if (vt->spos + ly->slot_bytes > vt->stage_bytes) {
-        if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
-        vt->scur = (vt->scur + 1) % VT_NSTAGE;
-        vt->spos = 0;
-        double t0 = rl_now();
-        if (CU_CHECK(cudaEventSynchronize(vt->sev[vt->scur]))) return -1;
-        vt->wait_s += rl_now() - t0;
-    }
-    uint8_t *st = vt->stage[vt->scur] + vt->spos;
-    double t0 = rl_now();
-    memcpy(st + ly->gate_off, vt->hg[i], ly->src_bytes[0]);
-    if (ly->src_bytes[1]) memcpy(st + ly->up_off, vt->hu[i], ly->src_bytes[1]);
-    memcpy(st + ly->down_off, vt->hd[i], ly->src_bytes[2]);
-    vt->stage_s += rl_now() - t0;
-    if (CU_CHECK(cudaMemcpyAsync(dst, st, ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
-        return -1;
-    vt->spos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
-    return 0;
 }
 
-int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, cudaStream_t st) {
+static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
+    return in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
+           in_pin(vt, vt->hd[i], ly->src_bytes[2]);
+}
+
+/* Copy experts 0..n-1 of the last host_rows (ids e[], for messages) into slots s[] of layer il
+ * on the copy stream: by DMA from the page-locked mapping (RL_VRAM_PIN), else through the
+ * staging ring, a chunk's group of experts staged in parallel on the pool. *done: experts whose
+ * copy was queued. RL_VRAM_FAULT counts demand fills only (a failed prefetch is dropped silently,
+ * so it would test nothing). 0 or -1 (rl_lasterr). */
+static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand, int *done) {
+    const vram_layout *ly = &vt->ly[il];
+    int i = 0;
+    *done = 0;
+    while (i < n) {
+        if (pinned_src(vt, ly, i)) {
+            if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
+            uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            if (ly->src_bytes[1] &&
+                CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            *done = ++i;
+            continue;
+        }
+        int j = i;
+        size_t pos = vt->spos;
+        while (j < n && !pinned_src(vt, ly, j) && pos + ly->slot_bytes <= vt->stage_bytes) {
+            vt->hs[j] = vt->stage[vt->scur] + pos;
+            pos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
+            j++;
+        }
+        if (j == i) { /* the chunk is full: the next one, once its earlier copies are done */
+            if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
+            vt->scur = (vt->scur + 1) % VT_NSTAGE;
+            vt->spos = 0;
+            double t0 = rl_now();
+            if (CU_CHECK(cudaEventSynchronize(vt->sev[vt->scur]))) return -1;
+            vt->wait_s += rl_now() - t0;
+            continue;
+        }
+        for (int k = i; k < j; k++)
+            if (demand && vt->fault_at && ++vt->fills == vt->fault_at) {
+                i = k;
+                goto fault;
+            }
+        double t0 = rl_now();
+        stage_job job = {vt, ly, i, j - i};
+        if (vt->pool && (uint64_t)(j - i) * ly->slot_bytes >= ((uint64_t)4 << 20)) pool_run(vt->pool, stage_run, &job);
+        else stage_run(&job, 0, 1);
+        vt->stage_s += rl_now() - t0;
+        for (int k = i; k < j; k++)
+            if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k], ly->slot_bytes,
+                                         cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+        vt->spos = pos;
+        *done = i = j;
+    }
+    return 0;
+fault:
+    return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e[i],
+                     (unsigned long long)vt->fault_at);
+}
+
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, int tt,
+                    cudaStream_t st) {
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
@@ -303,13 +387,26 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     if (cap <= 0) return rl_seterr("VRAM tier: layer %d has no slots (internal)", il);
     vt->il = il;
     vt->T = T;
+    vt->tt = tt == 1 ? 1 : CU_TT;
     vt->n_union = n;
-    vt->n_batches = (n + cap - 1) / cap;
+    vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
+    vt->n_batches = (n + vt->bcap - 1) / vt->bcap;
     vt->cur_b = -1;
     vt->tile_off = vt->pair_off = 0;
     vt->pf_pending = d_pred && il + 1 < vt->m->hp.n_layer;
     vt->n_pred = vt->pf_pending ? TK : 0;
     return vt->n_batches;
+}
+
+/* Make the copy stream wait until no queued launch reads slots[0..n) of layer il any more. */
+static int wait_slots(vram_tier *vt, int il, const int32_t *slots, const int32_t *idx, int n) {
+    if (!vt->overlap) return vt->used_recorded ? CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ev_used, 0)) : 0;
+    int64_t need = -1;
+    for (int j = 0; j < n; j++) {
+        int64_t q = vt->slot_seq[il][slots[idx ? idx[j] : j]];
+        need = q > need ? q : need;
+    }
+    return need < 0 ? 0 : CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ring[need % VT_NRING], 0));
 }
 
 /* Queue the copies of layer il+1's predicted experts (best effort: a failure drops them). */
@@ -318,9 +415,8 @@ static void prefetch_next(vram_tier *vt) {
     int k = vram_slots_prefetch(vt->slots, l, vt->h_pred, vt->n_pred, vt->pf_slot, vt->pf_e);
     if (k <= 0) return;
     int done = 0;
-    if (host_rows(vt, l, vt->pf_e, k) == 0) {
-        for (; done < k; done++)
-            if (fill_slot(vt, l, vt->pf_slot[done], done, vt->pf_e[done], false)) break;
+    if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
+        fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
         host_release(vt, l);
     }
     for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
@@ -328,7 +424,7 @@ static void prefetch_next(vram_tier *vt) {
 }
 
 int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
-    const int il = vt->il, cap = vram_slots_capacity(vt->slots, il);
+    const int il = vt->il, cap = vt->bcap;
     const int i0 = b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
     if (b < 0 || b >= vt->n_batches || vt->open) return rl_seterr("VRAM tier: batch %d out of order (internal)", b);
     const int32_t *ids = vt->uni + i0;
@@ -336,13 +432,15 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
     if (nm < 0) return -1;
     vt->open = true;
     vt->cur_b = b;
-    if (vt->used_recorded && CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ev_used, 0))) goto fail;
+    if (nm && wait_slots(vt, il, vt->bslot, vt->bmiss, nm)) goto fail;
     if (nm) {
-        int32_t *mids = vt->pf_e; /* scratch: the missed ids (prefetch lists are not in use here) */
-        for (int j = 0; j < nm; j++) mids[j] = ids[vt->bmiss[j]];
+        int32_t *mids = vt->pf_e, *ms = vt->pf_slot; /* scratch: the misses (no prefetch list in use) */
+        for (int j = 0; j < nm; j++) {
+            mids[j] = ids[vt->bmiss[j]];
+            ms[j] = vt->bslot[vt->bmiss[j]];
+        }
         if (host_rows(vt, il, mids, nm)) goto fail;
-        int rc = 0;
-        for (int j = 0; j < nm && !rc; j++) rc = fill_slot(vt, il, vt->bslot[vt->bmiss[j]], j, mids[j], true);
+        int done, rc = fill_slots(vt, il, ms, mids, nm, true, &done);
         host_release(vt, il);
         if (rc) goto fail;
     }
@@ -355,7 +453,7 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
         prefetch_next(vt);
     }
     /* the batch's tile plan: per expert its pairs in tiles of tt (decode: one pair per tile) */
-    const int K = vt->K, tt = vt->T == 1 ? 1 : CU_TT;
+    const int K = vt->K, tt = vt->tt;
     cu_tile *tl = vt->h_tiles + vt->tile_off;
     int32_t *pin = vt->h_pin + vt->pair_off, *pout = vt->h_pout + vt->pair_off;
     int nt = 0, np = 0;
@@ -403,9 +501,12 @@ fail_committed: /* the slots are filled (or being filled): they stay valid, only
 
 int vram_tier_batch_end(vram_tier *vt, cudaStream_t st) {
     if (!vt->open) return 0;
+    const int cap = vt->bcap, i0 = vt->cur_b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
+    const int64_t q = vt->seq++;
+    for (int i = 0; i < nb; i++) vt->slot_seq[vt->il][vt->bslot[i]] = q;
     vram_slots_release(vt->slots, vt->il);
     vt->open = false;
-    if (CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
+    if (CU_CHECK(cudaEventRecord(vt->ring[q % VT_NRING], st)) || CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
     vt->used_recorded = true;
     return 0;
 }

@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_ops.h"
+#include "pool.h"
 #include "qwen3next.h"
 #include "vram_plan.h"
 #include "vram_slots.h"
@@ -43,9 +44,10 @@ typedef struct {
     cu_group g;
 } vram_batch;
 
-/* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging.
- * NULL with rl_lasterr (e.g. out of device memory: "cannot allocate N MiB of VRAM slots"). */
-vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch);
+/* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging;
+ * p (may be NULL): threads for the staging memcpy. NULL with rl_lasterr (e.g. out of device
+ * memory: "cannot allocate N MiB of VRAM slots"). */
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p);
 void vram_tier_free(vram_tier *vt);
 /* Host source of the slots' bytes (NULL: the mapped file). */
 void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src);
@@ -53,8 +55,10 @@ void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src);
  * or NULL when prefetch is off (RL_VRAM_PREFETCH=0). */
 int32_t *vram_tier_pred_ids(vram_tier *vt);
 float *vram_tier_pred_w(vram_tier *vt);
-/* After layer il's router: returns the number of batches (>= 1), or -1. */
-int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, cudaStream_t st);
+/* After layer il's router: returns the number of batches (>= 1), or -1. tt: pairs per tile of
+ * the plans (1: one tile per pair, as full residency's direct path for small T; else CU_TT). */
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, int tt,
+                    cudaStream_t st);
 int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out);
 int vram_tier_batch_end(vram_tier *vt, cudaStream_t st);
 /* An error between vram_tier_batch and _end (a failed launch): roll the open batch back. */

@@ -19,13 +19,13 @@
 #include "engine.h"
 #include "sampler.h"
 
-#define NP 12  /* prompt tokens */
+#define NP 40  /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
 #define NG 80  /* greedy steps */
 
 /* Prompt then NG greedy steps; logits: (NG + 1) x V (the prompt's last row, then each step's). */
 static int run(engine *e, const char *vram, float *logits, int32_t *toks) {
     const int V = engine_hparams(e)->n_vocab;
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 16, .vram_spec = vram});
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .vram_spec = vram});
     if (!c) return -1;
     int32_t p[NP];
     for (int i = 0; i < NP; i++) p[i] = (int32_t)((i * 7919 + 13) % V);
@@ -49,7 +49,7 @@ static int run(engine *e, const char *vram, float *logits, int32_t *toks) {
     return rc;
 }
 
-static void vram_vs_full(const char *model, const char *slots, bool prefetch) {
+static void vram_vs_full(const char *model, const char *slots, bool prefetch, bool overlap) {
     engine *e = engine_open(model, &(engine_params){.n_threads = 2, .backend = "cuda"});
     CHECK(e != NULL, "open %s: %s", model, rl_lasterr());
     if (!e) return;
@@ -60,17 +60,19 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch) {
     CHECK(run(e, NULL, ref, tr) == 0, "%s full residency: %s", model, rl_lasterr());
     setenv("RL_VRAM_SLOTS", slots, 1);
     setenv("RL_VRAM_PREFETCH", prefetch ? "1" : "0", 1);
+    setenv("RL_VRAM_OVERLAP", overlap ? "1" : "0", 1);
     CHECK(run(e, "auto", got, tg) == 0, "%s vram %s slots: %s", model, slots, rl_lasterr());
     unsetenv("RL_VRAM_SLOTS");
     unsetenv("RL_VRAM_PREFETCH");
+    unsetenv("RL_VRAM_OVERLAP");
     size_t first = n;
     for (size_t i = 0; i < n && first == n; i++)
         if (memcmp(&ref[i], &got[i], sizeof(float))) first = i;
-    CHECK(first == n, "%s, %s slots, prefetch %d: logits differ first at step %zu, token %zu (%g vs %g)", model, slots,
-          prefetch, first / V, first % V, first < n ? ref[first] : 0, first < n ? got[first] : 0);
+    CHECK(first == n, "%s, %s slots, prefetch %d, overlap %d: logits differ first at step %zu, token %zu (%g vs %g)", model, slots,
+          prefetch, overlap, first / V, first % V, first < n ? ref[first] : 0, first < n ? got[first] : 0);
     CHECK(!memcmp(tr, tg, sizeof tr), "%s: greedy tokens differ", model);
-    printf("  %s, %s slots/layer, prefetch %s: %d steps bit-identical to full residency\n", model, slots,
-           prefetch ? "on" : "off", NG);
+    printf("  %s, %s slots/layer, prefetch %s, overlap %s: prompt + %d steps bit-identical to full residency\n",
+           model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", NG);
     free(ref);
     free(got);
     engine_close(e);
@@ -136,10 +138,11 @@ int main(void) {
         CHECK(0, "fixtures missing");
         return check_done("test_cuda_vram");
     }
-    vram_vs_full(a, "4", true);   /* top_k slots: every token evicts */
-    vram_vs_full(a, "6", false);
-    vram_vs_full(b, "10", true);
-    vram_vs_full(b, "31", true);  /* all but one */
+    vram_vs_full(a, "4", true, true);   /* top_k slots: every token evicts */
+    vram_vs_full(a, "4", true, false);  /* batches of every slot, each fill waits for the last batch */
+    vram_vs_full(a, "6", false, true);
+    vram_vs_full(b, "10", true, true);
+    vram_vs_full(b, "31", true, true);  /* all but one */
     verify_and_fault(a);
     verify_and_fault(b);
     return check_done("test_cuda_vram");
