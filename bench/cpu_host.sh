@@ -8,7 +8,8 @@
 # env:
 #   LLB       llama-bench binary (default .llb/llama-bench: static, CPU only, GGML_NATIVE=ON, built and
 #             carried by the caller; missing -> Red Lite alone is measured, and the table says so)
-#   REDLITE   redlite binary (default: build/redlite if it runs here, else build/cuda/redlite, else make)
+#   REDLITE   redlite binary (default: build/redlite if it runs here, else build/cuda/redlite, else make;
+#             .cudabin/{lib,include} are used for the libraries when present, as bench/cuda_check.sh does)
 #   MIXES     presets (default "q4_k_m cf2 iq2_xxs"); LAYERS geometry subset (default 4; see below)
 #   THREADS   thread counts (default "16 8 4 2": fastest first, so a cut-off run keeps the most)
 #   NGEN      decode tokens per run (default 16); NPROMPT prompt length (default 512)
@@ -32,7 +33,8 @@
 # llama.cpp with its defaults (repacking on, as users run it), 1 repetition each after a warm-up; the
 # redlite run right after the llama-bench run of the same mix (interleaved per mix; the host is not
 # shared, so one round is the measurement). Writes OUTDIR/cpu_host.md (table + ratios), cpu_host.jsonl
-# (raw rows) and cpu_host.log.
+# (raw rows), profile.txt (per-stage decode profile of the first mix at the most threads), stream.txt
+# and cpu_host.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-${OUT:-/tmp/rl_cpu_host}}
@@ -44,7 +46,7 @@ NGEN=${NGEN:-16}
 NPROMPT=${NPROMPT:-512}
 BUDGET=${BUDGET:-320}
 FILES=${FILES:-/tmp/rl_cpu_files}
-case "${1:-}" in -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
+case "${1:-}" in -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 mkdir -p "$OUTDIR" "$FILES"
 LOG="$OUTDIR/cpu_host.log" RAW="$OUTDIR/cpu_host.jsonl"
 : >"$RAW"
@@ -53,6 +55,11 @@ say() { echo "[cpu_host +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG" >&2; }
 left() { [ $(( $(date +%s) - T0 )) -lt "$BUDGET" ]; }
 
 # ---- binaries ------------------------------------------------------------------------------------
+# the shared libraries (utf8proc, cjson, microhttpd) and their headers, where carried as for the CUDA
+# scripts (.cudabin/lib, .cudabin/include)
+if [ -d .cudabin ]; then
+    export C_INCLUDE_PATH=$PWD/.cudabin/include LIBRARY_PATH=$PWD/.cudabin/lib LD_LIBRARY_PATH=$PWD/.cudabin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 if [ -z "${REDLITE:-}" ]; then
     for c in build/redlite build/cuda/redlite; do
         if [ -x "$c" ] && "$c" --help >/dev/null 2>&1; then REDLITE=$c; break; fi
@@ -135,6 +142,13 @@ for p in j["prompt"]:
 ' "$m" "$t" >>"$RAW"
     done
 done
+
+# ---- per-stage profile of a decode token at the most threads (what bounds it: GB/s per stage) -------
+m1=$(echo $MIXES | cut -d' ' -f1)
+if [ -s "$FILES/$m1-l$LAYERS.gguf" ] && left; then
+    say "profile: redlite bench $m1 -t $MAXT --profile"
+    timeout 60 "$REDLITE" bench -m "$FILES/$m1-l$LAYERS.gguf" -t "$MAXT" --reps 1 --n-decode "$NGEN" --prompt 0         --profile >"$OUTDIR/profile.txt" 2>>"$LOG"
+fi
 
 # ---- table ---------------------------------------------------------------------------------------
 python3 - "$RAW" "$OUTDIR/stream.txt" "$LAYERS" "$NGEN" "$NPROMPT" >"$OUTDIR/cpu_host.md" <<'EOF'

@@ -68,7 +68,7 @@ if has build; then
         say "carried binaries missing or not runnable here: building"
         export C_INCLUDE_PATH="$PWD/.cudabin/include" LIBRARY_PATH="$PWD/.cudabin/lib"
         run build 500 make -j"$(nproc)" CUDA=1 BUILD=$B $B/redlite $B/tests/test_cuda_ops $B/tests/test_cuda_engine \
-            $B/tests/test_cuda_vram
+            $B/tests/test_cuda_vram $B/tests/test_cuda_verify $B/tests/test_cuda_spec
     fi
 fi
 has ops && run ops 120 $B/tests/test_cuda_ops

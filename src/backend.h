@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine.h"
 #include "pool.h"
 #include "qwen3next.h"
 
@@ -73,6 +74,8 @@ typedef struct backend_ops {
     const char *(*kv_format)(backend_ctx *c);
     int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);
     int (*kv_set)(backend_ctx *c, int il, int n, const void *k, const void *v);
+    /* (optional) what the context allocated (engine_mem, engine.h) */
+    void (*mem_info)(backend_ctx *c, engine_mem *out);
     /* (optional; device-resident verify snapshots, see backend_hooks.row_slots) slot_restore
      * makes slot `slot`'s recurrent state the live one (a device copy, ordered before the next
      * forward); slot_get copies one DeltaNet layer of a slot to the host (conv, ssm as in
@@ -92,6 +95,9 @@ typedef struct backend_ops {
 extern const backend_ops backend_cpu;
 #ifdef RL_CUDA
 extern const backend_ops backend_cuda;
+/* Bytes of the device allocation a CUDA context of n_ctx positions and n_batch rows makes
+ * (KV cache + DeltaNet state + scratch; the weights come on top): redlite info's figure. */
+size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, backend_kv kv);
 #endif
 
 /* Pick by name ("cpu", "cuda", "auto"); NULL with rl_lasterr if unknown or unavailable. */

@@ -132,6 +132,15 @@ static size_t cpu_kv_row_bytes(backend_ctx *c) {
 
 static const char *cpu_kv_format(backend_ctx *c) { return c->st.kv_f16 ? "f16" : "f32"; }
 
+static void cpu_mem_info(backend_ctx *c, engine_mem *out) {
+    const q3n_hparams *hp = &c->m->hp;
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
+        if (c->st.k_cache[il]) out->kv_bytes += 2 * cpu_kv_row_bytes(c) * (size_t)c->st.n_ctx;
+        if (c->st.conv[il]) out->state_bytes += 2 * sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    }
+    out->scratch_bytes = sizeof(float) * q3n_scratch_floats(hp, c->run.max_rows) + q3n_actq_bytes(hp, c->run.max_rows);
+}
+
 static int cpu_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
     if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il]) return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->st.n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->st.n_ctx);
@@ -170,6 +179,7 @@ const backend_ops backend_cpu = {
     .mtp_forward = cpu_mtp_forward,
     .kv_row_bytes = cpu_kv_row_bytes,
     .kv_format = cpu_kv_format,
+    .mem_info = cpu_mem_info,
     .kv_get = cpu_kv_get,
     .kv_set = cpu_kv_set,
     .set_expert_src = cpu_set_expert_src,

@@ -12,7 +12,8 @@
  * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
  *
  * The KV cache format comes from --kv (engine_ctx_params.kv; the old RL_CUDA_KV switch is gone).
- * Environment: RL_CUDA_GRAPHS=0 (no graphs),
+ * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_ATTN=per-warp (the previous decode attention
+ * split kernel, for A/B timing: same bits),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
@@ -352,6 +353,8 @@ struct backend_ctx {
     const q3n_hparams *hp;
     int n_ctx, n_batch, max_tiles, logit_rows;
     bool kv_f16, graphs;
+    bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
+    size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
     cudaEvent_t ev_fork, ev_join;
     uint8_t *dev;                /* one allocation: state + scratch */
@@ -467,6 +470,24 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     return off;
 }
 
+static void ctx_geometry(backend_ctx *c, const q3n_hparams *hp, int n_ctx, int n_batch, backend_kv kv) {
+    c->hp = hp;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->kv_f16 = kv == BACKEND_KV_F16; /* --kv (engine_ctx_params.kv); RL_CUDA_KV is gone */
+    c->logit_rows = n_batch < 64 ? n_batch : 64;
+    c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
+    if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
+    if (c->max_tiles < (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used) /* one tile per pair */
+        c->max_tiles = (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used;
+}
+
+size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, backend_kv kv) {
+    backend_ctx c = {0};
+    ctx_geometry(&c, hp, n_ctx, n_batch, kv);
+    return carve(&c, NULL);
+}
+
 /* ---- VRAM expert tier (vram_plan.h, vram_tier.h): set-up, state rollback, stats ---------- */
 
 /* Bytes of every DeltaNet layer's conv + recurrent state (the rollback copy of a tier forward). */
@@ -577,21 +598,20 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     backend_ctx *c = rl_calloc(1, sizeof *c, "CUDA context");
     if (!c) return NULL;
     c->m = m;
-    c->hp = hp;
-    c->n_ctx = n_ctx;
-    c->n_batch = n_batch;
-    c->kv_f16 = kv == BACKEND_KV_F16; /* --kv (engine_ctx_params.kv); RL_CUDA_KV is gone */
+    ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
+    c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
-    c->logit_rows = n_batch < 64 ? n_batch : 64;
-    c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
-    if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
-    if (c->max_tiles < (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used) /* one tile per pair */
-        c->max_tiles = (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used;
+    size_t mfree = 0;
+    (void)cudaMemGetInfo(&mfree, &c->mem_total); /* for engine_mem_info; a failure leaves zeros */
+    (void)cudaGetLastError();
+    c->mem_free0 = mfree;
     bool tier = false;
     if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier, p)) goto fail;
     if (!(c->dm = dmodel_get(m, !tier))) goto fail;
+    (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
+    (void)cudaGetLastError();
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
@@ -619,6 +639,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         CU_CHECK(cudaMallocHost((void **)&c->h_tmp, sizeof(float) * c->h_tmp_floats)))
         goto fail;
     if (CU_CHECK(cudaMemsetAsync(c->dev, 0, c->dev_bytes, c->st)) || CU_CHECK(cudaStreamSynchronize(c->st))) goto fail;
+    (void)cudaMemGetInfo(&c->mem_free2, &c->mem_total);
+    (void)cudaGetLastError();
     if (env_on("RL_CUDA_VERBOSE", false))
         fprintf(stderr, "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s)\n", n_ctx, n_batch,
                 c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
@@ -668,6 +690,21 @@ static size_t cuda_kv_row_bytes(backend_ctx *c) {
 }
 
 static const char *cuda_kv_format(backend_ctx *c) { return c->kv_f16 ? "f16" : "f32"; }
+
+static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
+    const q3n_hparams *hp = c->hp;
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) { /* the MTP layer's KV cache too */
+        if (hp->is_attn[il]) out->kv_bytes += 2 * cuda_kv_row_bytes(c) * (size_t)c->n_ctx;
+        else if (il < hp->n_layer) out->state_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    }
+    out->scratch_bytes = c->dev_bytes - out->kv_bytes - out->state_bytes; /* carve's alignment padding included */
+    out->device = true;
+    out->dev_total = c->mem_total;
+    /* a model already uploaded by another context: mem_free0 == mem_free1 says nothing of the weights */
+    out->dev_free_before_weights = c->mem_free0 > c->mem_free1 ? c->mem_free0 : 0;
+    out->dev_free_after_weights = c->mem_free1;
+    out->dev_free_after_ctx = c->mem_free2;
+}
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
     if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il]) return rl_seterr("layer %d has no KV cache", il);
@@ -786,7 +823,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     TRY(mm_run(c, W, Y, ldy, NULL, 3, c->xn, D, T, NULL, c->st));
     const cu_attn_dims a = {.H = H, .Hkv = hp->n_head_kv, .hd = hd, .n_rot = hp->n_rot, .n_ctx = c->n_ctx,
                             .eps = hp->rms_eps, .scale = 1.0f / sqrtf((float)hd), .inv_freq = c->dm->inv_freq,
-                            .kv_f16 = c->kv_f16, .rope_delta = il >= hp->n_layer};
+                            .kv_f16 = c->kv_f16, .split_per_warp = c->attn_per_warp, .rope_delta = il >= hp->n_layer};
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
@@ -1211,6 +1248,7 @@ const backend_ops backend_cuda = {
     .slot_get = cuda_slot_get,
     .kv_row_bytes = cuda_kv_row_bytes,
     .kv_format = cuda_kv_format,
+    .mem_info = cuda_mem_info,
     .kv_get = cuda_kv_get,
     .kv_set = cuda_kv_set,
     .set_expert_src = NULL, /* full residency, or the VRAM tier's slots fed by set_host_src */

@@ -105,6 +105,13 @@ int engine_kv_parse(const char *name, int *out) {
 
 const char *engine_kv_format(const engine_ctx *c) { return c->kv == BACKEND_KV_F16 ? "f16" : "f32"; }
 
+int engine_mem_info(const engine_ctx *c, engine_mem *out) {
+    memset(out, 0, sizeof *out);
+    if (!c->e->be->mem_info) return rl_seterr("the %s backend does not report its memory", c->e->be->name);
+    c->e->be->mem_info(c->bc, out);
+    return 0;
+}
+
 engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     int kv = BACKEND_KV_F32;
     if (engine_kv_parse(p && p->kv ? p->kv : e->reference ? "f32" : "f16", &kv)) return NULL;

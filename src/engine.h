@@ -70,6 +70,19 @@ int engine_n_ctx(const engine_ctx *c);
 int engine_n_batch(const engine_ctx *c);
 /* The context's KV cache format: "f32" or "f16". */
 const char *engine_kv_format(const engine_ctx *c);
+
+/* What a context allocated (bytes), from the backend: KV cache (attention layers, the MTP
+ * layer's included where the backend caches it), recurrent state (all copies), scratch. On a
+ * device backend also the device's memory as cudaMemGetInfo saw it: total, free before the
+ * weights were uploaded (0 if this context found them uploaded already), after the upload, and
+ * after the context's own allocation. */
+typedef struct {
+    uint64_t kv_bytes, state_bytes, scratch_bytes;
+    bool device;
+    uint64_t dev_total, dev_free_before_weights, dev_free_after_weights, dev_free_after_ctx;
+} engine_mem;
+/* 0, or -1 (rl_lasterr set) when the backend does not report. */
+int engine_mem_info(const engine_ctx *c, engine_mem *out);
 /* Clear the sequence (position 0, zero state). */
 void engine_reset(engine_ctx *c);
 

@@ -31,7 +31,7 @@ typedef struct {
     float d, dmin;
     float pad_[6];
 } kdsb;
-_Static_assert(sizeof(kdsb) % 32 == 0, "kdsb keeps 32-byte alignment in arrays");
+_Static_assert(sizeof(kdsb) % 64 == 0, "kdsb keeps 64-byte alignment in arrays (the AVX-512 decoders store u with aligned 512-bit stores)");
 
 enum { EP_MIN, EP_PLAIN, EP_IQ1 }; /* epilogue: (yd*d)*isum - (yd*dmin)*summs | (d*yd)*isum | (d*yd)*(isum/8) */
 
@@ -442,7 +442,9 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
         for (int t = 0; t < T; t++) mv(W, rb, nr, nc, (const uint8_t *)act + (size_t)t * ab, o + (size_t)t * ldo);
         return;
     }
-    kdsb buf[MM_BUF] __attribute__((aligned(32)));
+    /* 64-byte aligned: the AVX-512 IQ decoders write u[] with _mm512_store_si512 (a 32-byte aligned
+     * buffer faulted on the H200 host whenever the stack put it at 32 mod 64) */
+    kdsb buf[MM_BUF] __attribute__((aligned(64)));
     const int64_t g = MM_BUF / nsb;
     for (int64_t r0 = 0; r0 < nr; r0 += g) {
         const int64_t gn = nr - r0 < g ? nr - r0 : g;

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -12,9 +13,11 @@
 #define MTP_PEND_MAX 64     /* (hidden, next token) pairs waiting for the MTP head */
 
 /* ---- cost-aware K ---------------------------------------------------------------------------
- * A verify of n rows costs c(n) (measured: the median of the last COST_RING forwards of n rows,
- * this run; unmeasured sizes interpolated between measured ones, or extrapolated from a step
- * and the largest measured size, with COST_PRIOR_SLOPE steps per extra row before any), plus
+ * A verify of n rows costs c(n) (measured in CPU time: the median of the last COST_RING forwards
+ * of n rows, kept across runs, and no more than the prior's 1 + COST_PRIOR_SLOPE (n - 1) steps
+ * until COST_TRUST were seen; unmeasured sizes interpolated between measured ones, or
+ * extrapolated from a step and the largest measured size, at the prior slope before any; the
+ * curve made non-decreasing in n), plus
  * the restore after a rejection and, for MTP, the drafting itself. A draft source's drafts are
  * accepted with probability p each while the previous one was (a geometric run: p is the
  * decayed count of accepted drafts over accepted + rejected, per source and, for lookup, per
@@ -22,13 +25,16 @@
  * and a plain step 1 token for c(1): the loop takes the K (0 = a plain step) with the most
  * tokens per second. A source whose best K is 0 is probed with its best K > 0 every
  * PROBE_MIN tokens, doubling to PROBE_MAX while probes fail, so its estimate can recover. */
-#define COST_RING 8
-#define COST_PRIOR_SLOPE 0.5 /* extra rows cost half a step each until measured */
+#define COST_RING 16
+#define COST_PRIOR_SLOPE 0.35 /* extra rows cost 0.35 steps each until measured (optimistic: a size
+                                 that is never tried is never measured) */
+#define COST_TRUST 4          /* samples before a size's own estimate replaces the prior's if
+                                 higher (1-3 noisy runs can overstate the cost) */
 #define ACC_DECAY 0.85       /* weight of the past per verify of a bucket (window ~7) */
-#define ACC_PRIOR_A 1.0      /* prior pseudo-counts: p = 0.5 with the weight of 2 drafts */
-#define ACC_PRIOR_R 1.0
+#define ACC_PRIOR_W 2.0      /* prior weight (pseudo-drafts) of a bucket's prior p (bucket_prior) */
 #define PROBE_MIN 8
 #define PROBE_MAX 128
+#define STEP_PROBE 16 /* with fewer than 2 steps measured, a plain step after this many verifies */
 enum { B_MTP = 0, B_LOOKUP = 1, N_LOOKUP_BUCKETS = 4, N_BUCKETS = 1 + N_LOOKUP_BUCKETS };
 
 typedef struct {
@@ -46,10 +52,26 @@ typedef struct {
 
 static void ring_add(double *ring, int *n, double v) { ring[(*n)++ % COST_RING] = v; }
 
-static double ring_median(const double *ring, int n) {
+/* On the CPU backend costs are process CPU seconds (all threads), not wall time: on a machine
+ * shared with other work, wall time measures the neighbours (a 2-CPU machine at load 12 showed
+ * steps of 5 and 15 ms minutes apart, and a verify size timed in a busy spell looked 3x dearer
+ * than it is), while the CPU time of a compute-bound forward is its work. Waiting is not counted:
+ * where a bounded expert cache reads misses from disk, a verify's extra reads are underestimated.
+ * A GPU backend's work is not host CPU time (the host may sleep in a synchronise): wall time. */
+static double cost_clock(bool cpu) {
+    if (!cpu) return rl_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The cost estimate of a ring: its median. (Not the minimum: the process CPU clock credits another
+ * thread's time up to a scheduler tick late, so single readings of a 5 ms forward swing by a few
+ * ms both ways and the least of them is an outlier; the median is not.) */
+static double ring_est(const double *ring, int n) {
     double v[COST_RING];
     int m = n < COST_RING ? n : COST_RING;
-    for (int i = 0; i < m; i++) { /* insertion sort of <= 8 values */
+    for (int i = 0; i < m; i++) { /* insertion sort of <= COST_RING values */
         double x = ring[i];
         int j = i;
         for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
@@ -58,10 +80,25 @@ static double ring_median(const double *ring, int n) {
     return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
-/* c(rows) in seconds, or in steps (c(1) = 1) while no step was measured */
+/* c(1): measured, else from the smallest measured verify and the prior slope, else 1 (all costs
+ * then in steps) */
+static double cost_step(const spec_costs *cm) {
+    if (cm->n[1]) return ring_est(cm->t[1], cm->n[1]);
+    for (int m = 2; m <= SPEC_DRAFT_MAX + 1; m++)
+        if (cm->n[m]) return ring_est(cm->t[m], cm->n[m]) / (1 + COST_PRIOR_SLOPE * (m - 1));
+    return 1.0;
+}
+
+/* a measured size's estimate: its ring, capped by the prior until COST_TRUST samples */
+static double size_est(const spec_costs *cm, int rows, double c1) {
+    double m = ring_est(cm->t[rows], cm->n[rows]), prior = c1 * (1 + COST_PRIOR_SLOPE * (rows - 1));
+    return rows > 1 && cm->n[rows] < COST_TRUST && prior < m ? prior : m;
+}
+
+/* c(rows), in the unit of cost_step */
 static double cost_rows(const spec_costs *cm, int rows) {
-    if (cm->n[rows]) return ring_median(cm->t[rows], cm->n[rows]);
-    double c1 = cm->n[1] ? ring_median(cm->t[1], cm->n[1]) : 1.0;
+    double c1 = cost_step(cm);
+    if (cm->n[rows]) return size_est(cm, rows, c1);
     int lo = 1, hi = 0;
     for (int m = rows - 1; m > 1; m--)
         if (cm->n[m]) {
@@ -73,8 +110,8 @@ static double cost_rows(const spec_costs *cm, int rows) {
             hi = m;
             break;
         }
-    double clo = lo == 1 ? c1 : ring_median(cm->t[lo], cm->n[lo]);
-    if (hi) return clo + (ring_median(cm->t[hi], cm->n[hi]) - clo) * (rows - lo) / (hi - lo);
+    double clo = lo == 1 ? c1 : size_est(cm, lo, c1);
+    if (hi) return clo + (size_est(cm, hi, c1) - clo) * (rows - lo) / (hi - lo);
     double slope = COST_PRIOR_SLOPE * c1;
     if (lo > 1 && clo > c1) slope = (clo - c1) / (lo - 1);
     return clo + slope * (rows - lo);
@@ -96,7 +133,13 @@ int spec_best_k(const double *cost, int kmin, int kmax, double p, double draft_c
     return best;
 }
 
-static double bucket_p(const acc_bucket *b) { return (b->a + ACC_PRIOR_A) / (b->a + b->r + ACC_PRIOR_A + ACC_PRIOR_R); }
+/* Prior p per bucket before its drafts were seen: MTP 0.5; lookup by match length (a longer match
+ * is more likely a copy): <= 2 tokens 0.4, 3-5 0.55, 6-11 0.7, >= 12 0.85 */
+static const double bucket_prior[N_BUCKETS] = {0.5, 0.4, 0.55, 0.7, 0.85};
+
+static double bucket_p(const acc_bucket *b, int bi) {
+    return (b->a + ACC_PRIOR_W * bucket_prior[bi]) / (b->a + b->r + ACC_PRIOR_W);
+}
 
 static void bucket_update(acc_bucket *b, int K, int acc) {
     b->a = b->a * ACC_DECAY + acc;
@@ -113,12 +156,15 @@ static int lookup_bucket(int match) { return B_LOOKUP + (match <= 2 ? 0 : match 
  * drafts anyway (a probe) once it has skipped `probe` tokens. */
 static int choose_k(spec_costs *cm, int bi, int kmin, int kmax, double *rate) {
     double cost[SPEC_DRAFT_MAX + 2];
-    for (int n = 1; n <= kmax + 1; n++) cost[n] = cost_rows(cm, n);
+    for (int n = 1; n <= kmax + 1; n++) {
+        cost[n] = cost_rows(cm, n);
+        if (n > 1 && cost[n] < cost[n - 1]) cost[n] = cost[n - 1]; /* more rows never cost less */
+    }
     double c1 = cost[1]; /* seconds, or 1 (step units) before a step was measured */
-    double dc = bi == B_MTP ? (cm->n_mtp ? ring_median(cm->mtp, cm->n_mtp) : 0.2 * c1) : 0;
-    double rc = cm->n_restore ? ring_median(cm->restore, cm->n_restore) : 0.02 * c1;
+    double dc = bi == B_MTP ? (cm->n_mtp ? ring_est(cm->mtp, cm->n_mtp) : 0.2 * c1) : 0;
+    double rc = cm->n_restore ? ring_est(cm->restore, cm->n_restore) : 0.02 * c1;
     acc_bucket *b = &cm->b[bi];
-    double p = bucket_p(b);
+    double p = bucket_p(b, bi);
     int k = spec_best_k(cost, 0, kmax, p, dc, rc);
     if (k < kmin && kmin <= kmax) k = kmin;
     if (k == 0 && kmax > 0 && ++b->skipped >= b->probe) k = spec_best_k(cost, 1, kmax, p, dc, rc);
@@ -292,6 +338,7 @@ struct spec {
     int np;
     float *lasth;     /* D: hidden of the last token the context holds */
     bool have_lasth;
+    bool cpu_clock;   /* costs in process CPU time (the CPU backend) or wall time */
     spec_costs cm;    /* measured forward costs (kept across runs: same context and backend) and
                          acceptance (reset per run) */
 };
@@ -304,6 +351,7 @@ spec *spec_new(engine *e, engine_ctx *c) {
     s->V = engine_hparams(e)->n_vocab;
     s->D = engine_hparams(e)->n_embd;
     s->n_batch = engine_n_batch(c);
+    s->cpu_clock = !strcmp(engine_backend_name(e), "cpu");
     size_t V = (size_t)s->V, D = (size_t)s->D, R = SPEC_DRAFT_MAX + 1;
     s->lk = spec_lookup_new();
     s->vlogits = rl_malloc(sizeof(float) * R * V, "verify logits");
@@ -444,7 +492,7 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
     int dmin = p->draft_min < dmax ? p->draft_min : dmax;
     if (dmin < 0) dmin = 0;
     for (int b = 0; b < N_BUCKETS; b++) s->cm.b[b] = (acc_bucket){.probe = PROBE_MIN};
-    int k_last = 0;
+    int k_last = 0, verifies_since_step = 0;
     int32_t rows[SPEC_DRAFT_MAX + 1];
     int32_t u;
     long long n_go = 0; /* tokens the sink took with 0 */
@@ -471,10 +519,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         }
         if (kcap > 0 && use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
             k_m = choose_k(&s->cm, B_MTP, dmin, kcap, &r_m);
+        if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++verifies_since_step > STEP_PROBE) /* measure c(1) */
+            k_l = k_m = 0, verifies_since_step = 0;
         if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
-            double t0 = rl_now();
+            double t0 = cost_clock(s->cpu_clock);
             nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
-            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (rl_now() - t0) / nd);
+            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock(s->cpu_clock) - t0) / nd);
             src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE, bucket = B_MTP;
         } else if (k_l > 0) {
             nd = k_l, src = SPEC_DRAFT_LOOKUP, bucket = lookup_bucket(match);
@@ -485,9 +535,9 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         rows[0] = u;
         if (sk->will_write) sk->will_write(sk->ud, P, rows, nd + 1);
         if (nd == 0) { /* a plain step (into a scratch row: a failed step keeps `logits` valid) */
-            double t0 = rl_now();
+            double t0 = cost_clock(s->cpu_clock);
             if (engine_step(c, u, s->vlogits)) goto fail;
-            ring_add(s->cm.t[1], &s->cm.n[1], rl_now() - t0);
+            ring_add(s->cm.t[1], &s->cm.n[1], cost_clock(s->cpu_clock) - t0);
             memcpy(logits, s->vlogits, sizeof(float) * V);
             r->n_steps++;
             r->n_evaluated++;
@@ -503,12 +553,12 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
         memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
         sn[K] = NULL; /* keeping every row is the state the verify ends in */
-        double t0 = rl_now();
+        double t0 = cost_clock(s->cpu_clock);
         if (engine_verify(c, rows, K + 1, s->vlogits, sn)) {
             if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
             goto fail;
         }
-        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], rl_now() - t0);
+        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], cost_clock(s->cpu_clock) - t0);
         r->n_verifies++;
         r->n_drafted += K;
         if (src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
@@ -537,13 +587,13 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         r->n_accepted += acc;
         if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
         else r->n_accepted_lookup += acc;
-        t0 = rl_now();
+        t0 = cost_clock(s->cpu_clock);
         if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
             rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
                       rl_lasterr());
             goto fail;
         }
-        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, rl_now() - t0);
+        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, cost_clock(s->cpu_clock) - t0);
         r->n_evaluated += last + 1;
         memcpy(logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
         if (sk->kept && sk->kept(sk->ud, rows, last + 1)) goto fail;

@@ -1,8 +1,8 @@
 """The CUDA build must never rot: where nvcc is on PATH (CI has no GPU), compile the whole tree
 with CUDA=1 into build/cuda (-Werror applies to the .cu files too) and check that the binary
 reports a missing device cleanly: `redlite dump --backend cuda` exits 1 with one line. The GPU C
-tests (test_cuda_ops, test_cuda_engine, test_cuda_vram) run from that build: on a GPU they must pass; without one
-they exit 77 saying "no CUDA device" and are reported as skips with that reason. A build that
+tests (test_cuda_ops, test_cuda_engine, test_cuda_vram, test_cuda_verify, test_cuda_spec) run from that
+build: on a GPU they must pass; without one they exit 77 saying "no CUDA device" and are reported as skips with that reason. A build that
 fails, or a GPU test that fails or crashes, is a failure, never a skip. tests/run.sh runs this
 file before tests/cuda/, whose fixture tests use the binary built here."""
 import os
@@ -24,7 +24,8 @@ def cuda_build():
     # the objects are shared with `make CUDA=1` (build/obj-cuda): same flags, compiled once
     r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"-j{jobs}", f"{BUILD}/redlite",
                         f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine",
-                        f"{BUILD}/tests/test_cuda_vram"],
+                        f"{BUILD}/tests/test_cuda_vram", f"{BUILD}/tests/test_cuda_verify",
+                        f"{BUILD}/tests/test_cuda_spec"],
                        cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, f"make CUDA=1 failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return os.path.join(ROOT, BUILD)
@@ -42,7 +43,8 @@ def test_cuda_unavailable_is_one_line(cuda_build):
     assert "cuda" in lines[0] and "not available" in lines[0] and "no CUDA device" in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("name", ["test_cuda_ops", "test_cuda_engine", "test_cuda_vram"])
+@pytest.mark.parametrize("name", ["test_cuda_ops", "test_cuda_engine", "test_cuda_vram", "test_cuda_verify",
+                                  "test_cuda_spec"])
 def test_cuda_c_test(cuda_build, name):
     r = subprocess.run([os.path.join(cuda_build, "tests", name)], cwd=ROOT, capture_output=True, text=True,
                        timeout=1800)

@@ -7,6 +7,7 @@ fixtures (tests/fixtures/*.gguf) when present.
 
 The binary is build/redlite (override with REDLITE_BIN).
 """
+import functools
 import glob
 import json
 import os
@@ -322,3 +323,79 @@ def test_fixtures(path):
         assert d["bytes"]["total"] == sum(t["bytes"] for t in d["tensor_types"])
     r = run(path)
     assert r.returncode == 0 and "tokenizer" in r.stdout
+
+
+MODELS = [p for p in FIXTURES if os.path.basename(p) != "qwen3-vocab.gguf"]
+
+
+@functools.lru_cache(maxsize=None)
+def expected_memory(path):
+    """Figures computed here from the GGUF tensor list with gguf-py (see test_memory_figures)."""
+    r = gguf.GGUFReader(path)
+    f = lambda key: int(r.fields[key].parts[-1][0])  # noqa: E731
+    n_layer, n_nextn = f("qwen3next.block_count"), 0
+    if "qwen3next.nextn_predict_layers" in r.fields:
+        n_nextn = f("qwen3next.nextn_predict_layers")
+    hkv, hd = f("qwen3next.attention.head_count_kv"), f("qwen3next.attention.key_length")
+    dk, inner = f("qwen3next.ssm.state_size"), f("qwen3next.ssm.inner_size")
+    names = {t.name: t for t in r.tensors}
+    attn = [i for i in range(n_layer) if f"blk.{i}.attn_k.weight" in names]
+    main_attn = [i for i in attn if i < n_layer - n_nextn]
+    dn = [i for i in range(n_layer) if f"blk.{i}.ssm_conv1d.weight" in names]
+    conv = names[f"blk.{dn[0]}.ssm_conv1d.weight"].shape  # gguf-py: ne order (kw, channels)
+    kw, chans = int(conv[0]), int(conv[1])
+    hv = int(names[f"blk.{dn[0]}.ssm_a"].shape[0])
+    return dict(n_nextn=n_nextn, hkv=hkv, hd=hd, attn=len(attn), main_attn=len(main_attn), dn=len(dn),
+                state=len(dn) * 4 * ((kw - 1) * chans + hv * (inner // hv) * dk),
+                weights=sum(int(t.n_bytes) for t in r.tensors),
+                routed=sum(int(t.n_bytes) for t in r.tensors if "_exps" in t.name),
+                ctx_train=f("qwen3next.context_length"))
+
+
+@pytest.mark.skipif(not MODELS, reason="no committed GGUF model fixtures")
+@pytest.mark.parametrize("path", MODELS, ids=[os.path.basename(p) for p in MODELS])
+@pytest.mark.parametrize("ctx", [None, 32768])
+def test_memory_figures(path, ctx):
+    """The memory section against figures computed here from the GGUF tensor list with gguf-py:
+    attention layers are the blocks with an attn_k tensor (the MTP block included, counted
+    apart), DeltaNet layers those with ssm_conv1d; KV per token = 2 (K, V) x layers x Hkv x hd
+    x element size; DeltaNet state = (kw-1) x conv channels (ssm_conv1d's shape) + value heads
+    (ssm_a's length) x dv x dk floats; weights = the tensors' byte sizes, routed = *_exps."""
+    e = expected_memory(path)
+    n_nextn, hkv, hd, state, weights, routed = e["n_nextn"], e["hkv"], e["hd"], e["state"], e["weights"], e["routed"]
+    main_attn, n_attn, n_dn = e["main_attn"], e["attn"], e["dn"]
+    n_ctx = ctx or e["ctx_train"]
+    d = info_json(path) if ctx is None else json.loads(run(path, "--json", "--ctx", str(ctx)).stdout)
+    m = d["memory"]
+    assert m["n_ctx"] == n_ctx and m["n_batch"] == 64
+    assert m["n_attention_layers"] == main_attn > 0
+    assert m["n_mtp_attention_layers"] == n_attn - main_attn == n_nextn
+    assert m["n_deltanet_layers"] == n_dn > 0
+    for fmt, el in (("f32", 4), ("f16", 2)):
+        assert m["kv_bytes_per_token"][fmt] == 2 * main_attn * hkv * hd * el
+        assert m["kv_bytes_per_token_mtp"][fmt] == 2 * n_nextn * hkv * hd * el
+        assert m["kv_bytes"][fmt] == m["kv_bytes_per_token"][fmt] * n_ctx
+        kv_cpu = (m["kv_bytes_per_token"][fmt] + m["kv_bytes_per_token_mtp"][fmt]) * n_ctx
+        assert m["cpu"]["total_bytes"][fmt] == weights + kv_cpu + 2 * state + m["cpu"]["scratch_bytes"]
+    assert m["kv_bytes"]["f16"] * 2 == m["kv_bytes"]["f32"]
+    assert m["deltanet_state_bytes"] == state and m["cpu"]["state_bytes"] == 2 * state
+    assert m["weights_bytes"] == weights and m["weights_routed_bytes"] == routed
+    assert m["weights_dense_bytes"] == weights - routed
+    assert m["cpu"]["scratch_bytes"] > 0
+    # a CPU build cannot size the CUDA scratch and says so; a CUDA build gives the context bytes,
+    # at least the KV cache and the state it holds
+    if m["cuda"]["sized"]:
+        for fmt in ("f32", "f16"):
+            assert m["cuda"]["context_bytes"][fmt] >= m["kv_bytes"][fmt] + state
+            assert m["cuda"]["total_bytes"][fmt] == weights + m["cuda"]["context_bytes"][fmt]
+    text = run(path, *(["--ctx", str(ctx)] if ctx else [])).stdout
+    assert f"memory             context {n_ctx}, batch 64" in text and "KV / token" in text
+
+
+def test_memory_usage_errors():
+    model = MODELS[0] if MODELS else None
+    if model is None:
+        pytest.skip("no committed GGUF model fixtures")
+    for bad in (["--ctx", "0"], ["--ctx", "x"], ["--batch", "0"], ["--ctx"]):
+        r = run(model, *bad)
+        assert r.returncode == 2 and r.stderr.startswith("redlite info: ") and r.stderr.count("\n") == 1, bad

@@ -93,3 +93,29 @@ def test_kv_f16_against_f32_and_transformers(fdir, meta, pi):
         m = margin[T - 1 + agree]
         assert m < 2 * dt.max(), (f"f16 greedy diverges from transformers at step {agree} where the oracle "
                                   f"margin {m:.3e} exceeds 2x our max logit error {dt.max():.3e}")
+
+
+def test_bench_memory_matches_info():
+    """`bench --json` reports what the context allocated (engine_mem_info); on the CPU it must equal
+    what `redlite info --json --ctx N --batch B` computes for the same context, per KV format."""
+    import json
+    import subprocess
+    from oracle_util import REDLITE
+    model = os.path.join(os.path.dirname(__file__), "fixtures", "tiny-b.gguf")  # has an MTP layer
+    for kv in ("f32", "f16"):
+        r = subprocess.run([REDLITE, "bench", "-m", model, "--prompt", "64", "--n-decode", "2", "--reps", "1",
+                            "--warmup", "0", "-t", "2", "-b", "64", "--kv", kv, "--json"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        mem = json.loads(r.stdout)["memory"]
+        assert mem["kv_format"] == kv
+        n_ctx = mem["n_ctx"]
+        r = subprocess.run([REDLITE, "info", model, "--json", "--ctx", str(n_ctx), "--batch", "64"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        info = json.loads(r.stdout)["memory"]
+        kv_tok = info["kv_bytes_per_token"][kv] + info["kv_bytes_per_token_mtp"][kv]
+        assert info["kv_bytes_per_token_mtp"][kv] > 0
+        assert mem["kv_bytes"] == kv_tok * n_ctx
+        assert mem["state_bytes"] == info["cpu"]["state_bytes"]
+        assert mem["scratch_bytes"] == info["cpu"]["scratch_bytes"]

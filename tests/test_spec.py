@@ -119,6 +119,9 @@ def test_spec_usage_errors():
     assert r.returncode == 2 and b"--spec" in r.stderr
     r = rl("generate", "-m", TINY_A, "-p", "hi", "--draft-max", "9", check=False)
     assert r.returncode == 2
+    for bad in ("9", "-1", "x"):
+        r = rl("generate", "-m", TINY_A, "-p", "hi", "--draft-min", bad, check=False)
+        assert r.returncode == 2 and b"--draft-min" in r.stderr
     r = rl("generate", "-m", TINY_B, "-p", "hi", "--spec", "lookup", "--cache-mib", "1", "--route-bias", "0.5",
            check=False)
     assert r.returncode == 1 and b"exact routing" in r.stderr

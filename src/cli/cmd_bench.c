@@ -402,6 +402,12 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
         goto done;
     }
+    /* the context's KV format sets the bytes attention reads per position; what it allocated */
+    const char *kv_fmt = engine_kv_format(session_ctx(b.S));
+    if (!strcmp(kv_fmt, "f16")) tb.kv_per_pos /= 2;
+    engine_mem mem;
+    bool have_mem = engine_mem_info(session_ctx(b.S), &mem) == 0;
+    if (!have_mem) rl_clearerr();
     char path[96];
     if (!strcmp(engine_backend_name(b.e), "cpu"))
         snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
@@ -417,6 +423,16 @@ int cmd_bench(int argc, char **argv) {
                "%.1f KB per "
                "position\n",
                bytes_at(&tb, 0) / 1e6, tb.dense / 1e6, tb.experts / 1e6, tb.state / 1e6, tb.kv_per_pos / 1e3);
+        if (have_mem) {
+            printf("context   %d positions: KV %s %.2f MiB, state %.2f MiB, scratch %.2f MiB", (int)need + 8,
+                   kv_fmt, mem.kv_bytes / 1048576.0, mem.state_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
+            if (mem.device)
+                printf("; device %.2f GiB used of %.2f (weights %.2f GiB, context %.2f GiB)",
+                       (mem.dev_total - mem.dev_free_after_ctx) / 1073741824.0, mem.dev_total / 1073741824.0,
+                       mem.dev_free_before_weights ? (mem.dev_free_before_weights - mem.dev_free_after_weights) / 1073741824.0 : 0.0,
+                       (mem.dev_free_after_weights - mem.dev_free_after_ctx) / 1073741824.0);
+            printf("\n");
+        }
         fflush(stdout);
     }
     b.c = session_ctx(b.S);
@@ -499,6 +515,25 @@ int cmd_bench(int argc, char **argv) {
         json_kv_num(&j, "state", tb.state);
         json_kv_num(&j, "kv_per_position", tb.kv_per_pos);
         json_kv_num(&j, "total_ctx0", bytes_at(&tb, 0));
+        json_obj_end(&j);
+        json_key(&j, "memory"); /* the context's allocations (engine_mem_info); device: cudaMemGetInfo */
+        json_obj_begin(&j);
+        json_kv_str(&j, "kv_format", kv_fmt);
+        json_kv_int(&j, "n_ctx", need + 8);
+        if (have_mem) {
+            json_kv_uint(&j, "kv_bytes", mem.kv_bytes);
+            json_kv_uint(&j, "state_bytes", mem.state_bytes);
+            json_kv_uint(&j, "scratch_bytes", mem.scratch_bytes);
+            if (mem.device) {
+                json_kv_uint(&j, "device_total_bytes", mem.dev_total);
+                json_kv_uint(&j, "device_free_before_weights", mem.dev_free_before_weights);
+                json_kv_uint(&j, "device_free_after_weights", mem.dev_free_after_weights);
+                json_kv_uint(&j, "device_free_after_context", mem.dev_free_after_ctx);
+                if (mem.dev_free_before_weights)
+                    json_kv_uint(&j, "device_weights_bytes", mem.dev_free_before_weights - mem.dev_free_after_weights);
+                json_kv_uint(&j, "device_context_bytes", mem.dev_free_after_weights - mem.dev_free_after_ctx);
+            }
+        }
         json_obj_end(&j);
         json_key(&j, "decode");
         json_arr_begin(&j);

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "common.h"
 #include "gguf.h"
+#include "backend.h"
 #include "json.h"
 #include "quant.h"
 #include "qwen3next.h"
@@ -22,11 +23,16 @@ static const char *CMD = "info";
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: redlite info MODEL.gguf [--json]\n\n"
+            "usage: redlite info MODEL.gguf [--ctx N] [--batch N] [--json]\n\n"
             "Describe a GGUF model without loading it: hyperparameters, which layers are full\n"
             "attention / Gated DeltaNet / MTP, the converter generation, tensor types and sizes,\n"
-            "dense vs routed-expert bytes, one expert's bytes per layer and the tokenizer.\n"
+            "dense vs routed-expert bytes, one expert's bytes per layer, the tokenizer, and the\n"
+            "memory a context needs: weights, KV cache per token and at --ctx (f32 and f16),\n"
+            "DeltaNet state and scratch, on the CPU and on a CUDA device (what the CUDA backend\n"
+            "allocates; its scratch is sized by CUDA builds only).\n"
             "For a split model give the first part (NAME-00001-of-0000N.gguf).\n\n"
+            "  --ctx N     context of the memory figures (default: the model's context_length)\n"
+            "  --batch N   rows per forward of the memory figures (default 64)\n"
             "  --json      print one JSON object instead of text\n"
             "  -h, --help  this help\n");
 }
@@ -96,7 +102,46 @@ typedef struct {
     uint64_t total_bytes, routed_bytes, mtp_bytes, mtp_tensors;
     bool has_active;
     uint64_t active_bytes;
+    /* memory a context needs (mem.ok: the hyperparameters were read) */
+    struct {
+        bool ok, cuda_ok;
+        int n_ctx, n_batch, n_attn, n_mtp_attn, n_dn;
+        uint64_t kv_token[2];     /* per position, main attention layers: [0] f32, [1] f16 */
+        uint64_t kv_token_mtp[2]; /* the MTP layer's own cache */
+        uint64_t state;           /* DeltaNet conv + recurrent state, one copy */
+        uint64_t cpu_scratch;     /* activations + quantised activations of n_batch rows */
+        uint64_t cuda_ctx[2];     /* the CUDA context allocation (KV + state + scratch), per format */
+    } mem;
 } info;
+
+/* What a context needs (see docs/ENGINE.md, "Memory"): the KV cache holds K and V rows of
+ * Hkv*hd elements per attention layer and position (the MTP layer has a cache of its own); a
+ * DeltaNet layer keeps (kw-1)*conv_dim conv floats and hv*dv*dk recurrent floats, twice on the
+ * CPU (committed + the uncommitted copy a step writes); scratch is sized by the backends' own
+ * functions, so these figures are the allocations, not a model of them. */
+static void mem_compute(info *in, const q3n_hparams *hp, int n_ctx, int n_batch) {
+    in->mem.n_ctx = n_ctx > 0 ? n_ctx : hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+    in->mem.n_batch = n_batch;
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
+        if (il >= hp->n_layer) in->mem.n_mtp_attn += hp->is_attn[il];
+        else if (hp->is_attn[il]) in->mem.n_attn++;
+        else in->mem.n_dn++;
+    }
+    uint64_t row = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    for (int f = 0; f < 2; f++) {
+        uint64_t el = f ? 2 : 4;
+        in->mem.kv_token[f] = 2 * row * el * (uint64_t)in->mem.n_attn;
+        in->mem.kv_token_mtp[f] = 2 * row * el * (uint64_t)in->mem.n_mtp_attn;
+    }
+    in->mem.state = (uint64_t)in->mem.n_dn * sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    in->mem.cpu_scratch = sizeof(float) * q3n_scratch_floats(hp, n_batch) + q3n_actq_bytes(hp, n_batch);
+#ifdef RL_CUDA
+    in->mem.cuda_ok = true;
+    for (int f = 0; f < 2; f++)
+        in->mem.cuda_ctx[f] = backend_cuda_ctx_bytes(hp, in->mem.n_ctx, n_batch, f ? BACKEND_KV_F16 : BACKEND_KV_F32);
+#endif
+    in->mem.ok = true;
+}
 
 /* "blk.N.rest" -> N and rest; -1 if the name is not a block tensor. */
 static int block_of(const char *name, const char **rest) {
@@ -356,6 +401,43 @@ static void tok_text(FILE *o, const gguf_file *f) {
     else fprintf(o, "no\n");
 }
 
+static uint64_t mem_cpu_total(const info *in, int f) {
+    uint64_t n = (uint64_t)in->mem.n_ctx;
+    return in->total_bytes + (in->mem.kv_token[f] + in->mem.kv_token_mtp[f]) * n + 2 * in->mem.state +
+           in->mem.cpu_scratch;
+}
+
+static void mem_text(const info *in, FILE *o) {
+    char a[32], b[32], c[32], d[32], e[32];
+    uint64_t n = (uint64_t)in->mem.n_ctx;
+    fprintf(o, "\nmemory             context %d, batch %d (--ctx, --batch); f16 is the KV default of the fast paths\n",
+            in->mem.n_ctx, in->mem.n_batch);
+    fprintf(o, "  weights          %s (dense %s, routed experts %s)\n", human_bytes(in->total_bytes, a, 32),
+            human_bytes(in->total_bytes - in->routed_bytes, b, 32), human_bytes(in->routed_bytes, c, 32));
+    fprintf(o, "  KV / token       f16 %s, f32 %s  (%d attention layers x K+V)", human_bytes(in->mem.kv_token[1], a, 32),
+            human_bytes(in->mem.kv_token[0], b, 32), in->mem.n_attn);
+    if (in->mem.n_mtp_attn)
+        fprintf(o, "; MTP layer +%s / +%s (its own cache)", human_bytes(in->mem.kv_token_mtp[1], c, 32),
+                human_bytes(in->mem.kv_token_mtp[0], d, 32));
+    fprintf(o, "\n  KV at %-10d f16 %s, f32 %s\n", in->mem.n_ctx, human_bytes(in->mem.kv_token[1] * n, a, 32),
+            human_bytes(in->mem.kv_token[0] * n, b, 32));
+    fprintf(o, "  DeltaNet state   %s (%d layers: conv + recurrent; the CPU keeps 2 copies)\n",
+            human_bytes(in->mem.state, a, 32), in->mem.n_dn);
+    fprintf(o, "  CPU              scratch %s; total with the weights f16 %s, f32 %s (weights are mapped:\n"
+            "                   resident as far as the expert cache plan keeps them)\n",
+            human_bytes(in->mem.cpu_scratch, a, 32), human_bytes(mem_cpu_total(in, 1), b, 32),
+            human_bytes(mem_cpu_total(in, 0), c, 32));
+    if (in->mem.cuda_ok)
+        fprintf(o, "  CUDA device      weights %s + context f16 %s / f32 %s (KV + state + scratch) = f16 %s, f32 %s\n",
+                human_bytes(in->total_bytes, a, 32), human_bytes(in->mem.cuda_ctx[1], b, 32),
+                human_bytes(in->mem.cuda_ctx[0], c, 32), human_bytes(in->total_bytes + in->mem.cuda_ctx[1], d, 32),
+                human_bytes(in->total_bytes + in->mem.cuda_ctx[0], e, 32));
+    else
+        fprintf(o, "  CUDA device      weights %s + KV + state + scratch (the scratch is sized by a CUDA build:\n"
+                "                   make CUDA=1; redlite bench --backend cuda --json measures the allocation)\n",
+                human_bytes(in->total_bytes, a, 32));
+}
+
 static void print_text(const info *in, FILE *o) {
     const gguf_file *f = in->f;
     char b1[32], b2[32], b3[32];
@@ -433,8 +515,61 @@ static void print_text(const info *in, FILE *o) {
     } else {
         fprintf(o, "absent\n");
     }
+    if (in->mem.ok) mem_text(in, o);
     fputc('\n', o);
     tok_text(o, f);
+}
+
+static void mem_json(const info *in, json_writer *j) {
+    uint64_t n = (uint64_t)in->mem.n_ctx;
+    static const char *const FMT[2] = {"f32", "f16"};
+    json_key(j, "memory");
+    json_obj_begin(j);
+    json_kv_int(j, "n_ctx", in->mem.n_ctx);
+    json_kv_int(j, "n_batch", in->mem.n_batch);
+    json_kv_int(j, "n_attention_layers", in->mem.n_attn);
+    json_kv_int(j, "n_mtp_attention_layers", in->mem.n_mtp_attn);
+    json_kv_int(j, "n_deltanet_layers", in->mem.n_dn);
+    json_kv_uint(j, "weights_bytes", in->total_bytes);
+    json_kv_uint(j, "weights_dense_bytes", in->total_bytes - in->routed_bytes);
+    json_kv_uint(j, "weights_routed_bytes", in->routed_bytes);
+    json_key(j, "kv_bytes_per_token");
+    json_obj_begin(j);
+    for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->mem.kv_token[f]);
+    json_obj_end(j);
+    json_key(j, "kv_bytes_per_token_mtp");
+    json_obj_begin(j);
+    for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->mem.kv_token_mtp[f]);
+    json_obj_end(j);
+    json_key(j, "kv_bytes");
+    json_obj_begin(j);
+    for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->mem.kv_token[f] * n);
+    json_obj_end(j);
+    json_kv_uint(j, "deltanet_state_bytes", in->mem.state);
+    json_key(j, "cpu");
+    json_obj_begin(j);
+    json_kv_uint(j, "scratch_bytes", in->mem.cpu_scratch);
+    json_kv_uint(j, "state_bytes", 2 * in->mem.state);
+    json_key(j, "total_bytes");
+    json_obj_begin(j);
+    for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], mem_cpu_total(in, f));
+    json_obj_end(j);
+    json_obj_end(j);
+    json_key(j, "cuda");
+    json_obj_begin(j);
+    json_kv_bool(j, "sized", in->mem.cuda_ok); /* false: a CPU-only build cannot size the scratch */
+    if (in->mem.cuda_ok) {
+        json_key(j, "context_bytes");
+        json_obj_begin(j);
+        for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->mem.cuda_ctx[f]);
+        json_obj_end(j);
+        json_key(j, "total_bytes");
+        json_obj_begin(j);
+        for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->total_bytes + in->mem.cuda_ctx[f]);
+        json_obj_end(j);
+    }
+    json_obj_end(j);
+    json_obj_end(j);
 }
 
 static void print_json(const info *in, FILE *o) {
@@ -581,6 +716,7 @@ static void print_json(const info *in, FILE *o) {
     json_kv_bool(j, "chat_template", has);
     json_kv_uint(j, "chat_template_bytes", has ? s.n : 0);
     json_obj_end(j);
+    if (in->mem.ok) mem_json(in, j);
     json_obj_end(j);
     json_finish(j);
 }
@@ -588,12 +724,19 @@ static void print_json(const info *in, FILE *o) {
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     bool as_json = false;
+    long long n_ctx = 0, n_batch = 64;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             as_json = true;
+        } else if (!strcmp(argv[i], "--ctx") || !strcmp(argv[i], "-c")) {
+            const char *v = cli_need_value(CMD, argc, argv, &i);
+            if (!v || !cli_parse_int(CMD, "--ctx", v, 1, 1 << 24, &n_ctx)) return 2;
+        } else if (!strcmp(argv[i], "--batch") || !strcmp(argv[i], "-b")) {
+            const char *v = cli_need_value(CMD, argc, argv, &i);
+            if (!v || !cli_parse_int(CMD, "--batch", v, 1, 4096, &n_batch)) return 2;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_fail(CMD, 2, "unknown option '%s' (see redlite info --help)", argv[i]);
         } else if (path) {
@@ -612,9 +755,12 @@ int cmd_info(int argc, char **argv) {
     int rc = 0;
     q3n_hparams hp; /* values out of the model's limits: refused as the engine would; missing keys
                        (another architecture, a partial file) are still described */
-    if (q3n_read_hparams(in.f, &hp) == -2) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
+    int hrc = q3n_read_hparams(in.f, &hp);
+    if (hrc == -2) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
     else if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
-    else if (as_json) print_json(&in, stdout);
+    if (!rc && hrc == 0) mem_compute(&in, &hp, (int)n_ctx, (int)n_batch);
+    if (rc) {
+    } else if (as_json) print_json(&in, stdout);
     else print_text(&in, stdout);
     if (!rc && (fflush(stdout) != 0 || ferror(stdout))) rc = cli_fail(CMD, 1, "writing the output failed");
     free(in.layers);

@@ -7,6 +7,12 @@
 // partials in parallel blocks and merges them in a second kernel; prefill walks the chunks
 // inside one block per (row tile, KV head) and merges as it goes: the same operations in the
 // same order, so both paths give the same bits (the backend's batch-invariance contract).
+//
+// Decode has two split kernels with the same bits: the grouped one (default) stages each
+// 32-position slice of K, then of V, in shared memory with coalesced 16-byte loads by the whole
+// block, once for the G query heads of the KV group (attn_chunk_staged: attn_chunk's arithmetic,
+// operation for operation, reading the rows from shared memory); the per-warp one (RL_CUDA_ATTN=
+// per-warp, cu_attn_dims.split_per_warp) lets each head's warp read the rows itself, lane per row.
 #include "common.cuh"
 
 #define CH CU_ATTN_CHUNK
@@ -152,6 +158,100 @@ __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const K
     }
 }
 
+// ---- the grouped decode chunk: staged K/V slices ----------------------------------------------
+
+// A staged row is HD elements + 4 of padding: lane-per-row vector reads (16 bytes of f32, 8 of
+// f16) then hit distinct banks, and every row start stays 8-byte aligned.
+template <int DPL, typename KV> struct stage_ld {
+    static constexpr int HD = DPL * 32, LD = HD + 4;
+    static constexpr size_t bytes = 32 * (size_t)LD * sizeof(KV);
+};
+
+// Rows b0..b0+n-1 (n <= 32) of a cache (row stride kvw elements, head offset applied) into stg,
+// 8-byte pieces by every thread of the block (consecutive threads take consecutive pieces of a
+// row: coalesced).
+template <int DPL, typename KV>
+__device__ __forceinline__ void stage_rows(KV *stg, const KV *src, size_t kvw, int b0, int n) {
+    constexpr int HD = DPL * 32, LD = stage_ld<DPL, KV>::LD, PPR = HD * (int)sizeof(KV) / 8; // pieces per row
+    for (int idx = threadIdx.x; idx < n * PPR; idx += blockDim.x) {
+        const int r = idx / PPR, c = idx % PPR;
+        const uint2 v = __ldg((const uint2 *)(src + (size_t)(b0 + r) * kvw) + c);
+        *((uint2 *)(stg + (size_t)r * LD) + c) = v;
+    }
+}
+
+// attn_chunk<DPL, 1> for one query row per warp, every warp of the block on the same positions
+// (one KV head, one row t: nkv is uniform in the block). Called by all threads (it synchronises
+// the block). The scores, max, exp-sum and value sums are the same operations in the same order
+// as attn_chunk's, so the partial has the same bits; only the rows come from shared memory.
+template <int DPL, typename KV>
+__device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
+                                                  int nkv, float scale, float &m, float &l, float *acc, KV *stg) {
+    constexpr int HD = DPL * 32, LD = stage_ld<DPL, KV>::LD;
+    const int lane = threadIdx.x & 31;
+    float s[NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int b0 = p0 + 32 * i, n = min(32, nkv - b0);
+        __syncthreads(); // the previous slice is consumed
+        if (n > 0) stage_rows<DPL, KV>(stg, K, kvw, b0, n);
+        __syncthreads();
+        const int p = b0 + lane;
+        float dot = 0.0f;
+        if (p < nkv) {
+            const KV *kr = stg + (size_t)lane * LD;
+            for (int j = 0; j < HD; j += 4) {
+                const float4 k4 = ldkv4(kr + j);
+                const float4 q4 = *(const float4 *)(qs + j);
+                dot = fmaf(q4.x, k4.x, dot);
+                dot = fmaf(q4.y, k4.y, dot);
+                dot = fmaf(q4.z, k4.z, dot);
+                dot = fmaf(q4.w, k4.w, dot);
+            }
+        }
+        s[i] = p < nkv ? dot * scale : -INFINITY;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[i]);
+    m = warp_max(mx);
+    float ls = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - m);
+        ls += s[i];
+    }
+    l = warp_sum(ls);
+#pragma unroll
+    for (int d = 0; d < DPL; d++) acc[d] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int b0 = p0 + 32 * i;
+        if (b0 >= nkv) break; // uniform in the block
+        const int n = min(32, nkv - b0);
+        __syncthreads();
+        stage_rows<DPL, KV>(stg, V, kvw, b0, n);
+        __syncthreads();
+        for (int src = 0; src < n; src++) {
+            const KV *vr = stg + (size_t)src * LD + lane * DPL;
+            float vv[DPL];
+            if constexpr (DPL % 4 == 0) {
+#pragma unroll
+                for (int d = 0; d < DPL; d += 4) {
+                    const float4 v4 = ldkv4(vr + d);
+                    vv[d] = v4.x; vv[d + 1] = v4.y; vv[d + 2] = v4.z; vv[d + 3] = v4.w;
+                }
+            } else {
+#pragma unroll
+                for (int d = 0; d < DPL; d++) vv[d] = ldkv(vr + d);
+            }
+            const float e = __shfl_sync(FULL_MASK, s[i], src);
+#pragma unroll
+            for (int d = 0; d < DPL; d++) acc[d] = fmaf(e, vv[d], acc[d]);
+        }
+    }
+}
+
 template <int DPL>
 __device__ __forceinline__ void merge_step(float &M, float &L, float *O, float m, float l, const float *acc) {
     const float Mn = fmaxf(M, m);
@@ -197,6 +297,34 @@ __global__ void k_attn_split(cu_attn_dims a, const float *__restrict__ qg, const
     }
 #pragma unroll
     for (int d = 0; d < DPL; d++) pp[2 + lane * DPL + d] = acc[0][d];
+}
+
+// The grouped split kernel: block (chunk, KV head, row), one warp per query head of the group;
+// the same partials as k_attn_split.
+template <int DPL, typename KV>
+__global__ void k_attn_split_grouped(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
+                                     const KV *__restrict__ vc, const int *pos0, float *part, int nch) {
+    constexpr int HD = DPL * 32;
+    extern __shared__ float smg[]; // [G][HD] queries, then the staged slice
+    const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, G = a.H / a.Hkv, h = kvh * G + w;
+    const int nkv = *pos0 + t + 1, p0 = c * CH;
+    if (p0 >= nkv) return; // the whole block
+    float *qs = smg + w * HD;
+    const float *q = qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD;
+    for (int j = lane; j < HD; j += 32) qs[j] = q[j];
+    __syncwarp();
+    KV *stg = (KV *)(smg + (size_t)G * HD);
+    const size_t kvw = (size_t)a.Hkv * HD;
+    float m, l, acc[DPL];
+    attn_chunk_staged<DPL, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m, l, acc, stg);
+    float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
+    if (lane == 0) {
+        pp[0] = m;
+        pp[1] = l;
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; d++) pp[2 + lane * DPL + d] = acc[d];
 }
 
 template <int DPL>
@@ -307,7 +435,22 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
                        int T, bool split, float *part, float *o, cudaStream_t s) {
     constexpr int HD = DPL * 32;
     const int G = a->H / a->Hkv;
-    if (split) {
+    if (split && !a->split_per_warp) {
+        const int nch = (a->n_ctx + CH - 1) / CH;
+        const size_t smem = G * HD * sizeof(float) + stage_ld<DPL, KV>::bytes;
+        static bool opted; /* per instantiation: allow more than 48 KiB (large groups at hd 256) */
+        if (smem > 48 * 1024 && !opted) {
+            if (CU_CHECK(cudaFuncSetAttribute(k_attn_split_grouped<DPL, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)smem)))
+                return -1;
+            opted = true;
+        }
+        k_attn_split_grouped<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, smem, s>>>(
+            *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        CU_LAUNCHED("k_attn_split_grouped");
+        k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+        CU_LAUNCHED("k_attn_merge");
+    } else if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
         k_attn_split<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);

@@ -130,6 +130,8 @@ typedef struct {
     float eps, scale;
     const float *inv_freq; /* [n_rot/2] */
     bool kv_f16;
+    bool split_per_warp;   /* decode: the previous split kernel (each warp reads the KV rows of its
+                              own head) instead of the grouped one (RL_CUDA_ATTN=per-warp); same bits */
     int rope_delta; /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
                        (h_p, x_{p+1}) sits in slot p at position p+1) */
 } cu_attn_dims;
@@ -140,8 +142,11 @@ int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const floa
                           const float *k_norm, const int *pos0, int T, void *kc, void *vc, cudaStream_t s);
 /* o[t][h*hd..] = softmax(q k^T * scale) v * sigmoid(gate) over positions 0..*pos0+t.
  * split: chunk partials in `part` (cu_attn_part_floats), then an in-order merge (few rows, long
- * contexts); otherwise one block per (row tile, KV head) walks the chunks itself. Both give
- * the same bits. */
+ * contexts: one block per (chunk, KV head, row), so a long context spreads over the SMs; the
+ * block stages each 32-position slice of K, then of V, in shared memory with coalesced 16-byte
+ * loads, once for all the query heads of its group); otherwise one block per (row tile, KV
+ * head) walks the chunks itself. All give the same bits (the same per-chunk arithmetic in the
+ * same order, merged in chunk order). */
 #define CU_ATTN_CHUNK 256
 #define CU_ATTN_SPLIT_MAX_T 4
 size_t cu_attn_part_floats(const cu_attn_dims *a, int T);

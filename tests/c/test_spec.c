@@ -34,6 +34,7 @@
  * and stop tests on the GPU; the bounded cache and its injected failures are CPU-only) */
 #ifndef TEST_SPEC_BACKEND
 #define TEST_SPEC_BACKEND "cpu"
+#define TEST_SPEC_NAME "test_spec"
 #endif
 
 /* ---- lookup index ------------------------------------------------------------------------ */
@@ -577,7 +578,7 @@ int main(void) {
     const char *a = "tests/fixtures/tiny-a.gguf", *b = "tests/fixtures/tiny-b.gguf";
     if (access(a, R_OK) != 0 || access(b, R_OK) != 0) {
         CHECK(0, "fixtures tiny-a / tiny-b are missing");
-        return check_done("test_spec");
+        return check_done(TEST_SPEC_NAME);
     }
     make_prompts();
     test_cost_rule();
@@ -597,5 +598,5 @@ int main(void) {
     if (cpu) failed_verify(a);
     lap("failed verify", t0);
     printf("%d runs compared with plain decoding, %d differ\n", g_cases, g_bad);
-    return check_done("test_spec");
+    return check_done(TEST_SPEC_NAME);
 }

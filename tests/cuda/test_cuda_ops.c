@@ -242,6 +242,68 @@ static void test_rmsnorm(void) {
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
+/* Decode attention at long contexts: the grouped split kernel (default: K/V slices staged in
+ * shared memory once per KV group), the per-warp split kernel (RL_CUDA_ATTN=per-warp) and the
+ * prefill kernel must give the same bits, row by row, for T = 1..4 rows per split launch and
+ * contexts that end inside a chunk, at a chunk edge and inside a 32-position slice; every
+ * output poisoned first; and all within 5e-5 of the CPU double reference (ops_attn_head_kv on
+ * the same f32 / f16 cache). H/Hkv: the group sizes of the 80B (16/2) and a large group (24/1,
+ * 24 warps: more than 48 KiB of shared memory at hd 256). */
+static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_last) {
+    const int T = 4, n_ctx = n_kv_last + 8, pos = n_kv_last - T; /* rows see pos+1 .. n_kv_last */
+    const size_t kvw = (size_t)Hkv * hd, n = (size_t)n_ctx * kvw;
+    float *qg = randv((size_t)T * H * 2 * hd, 1.0f), *K = randv(n, 1.0f), *V = randv(n, 1.0f);
+    void *hk = malloc((f16 ? 2 : 4) * n), *hv = malloc((f16 ? 2 : 4) * n);
+    for (size_t i = 0; i < n; i++) {
+        if (f16) {
+            ((uint16_t *)hk)[i] = rl_fp32_to_fp16(K[i]), ((uint16_t *)hv)[i] = rl_fp32_to_fp16(V[i]);
+        } else {
+            ((float *)hk)[i] = K[i], ((float *)hv)[i] = V[i];
+        }
+    }
+    void *dK = dup_to_dev(hk, (f16 ? 2 : 4) * n), *dV = dup_to_dev(hv, (f16 ? 2 : 4) * n);
+    float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd);
+    int *dpos = dup_to_dev(&pos, sizeof pos);
+    cu_attn_dims a = {.H = H, .Hkv = Hkv, .hd = hd, .n_rot = 0, .n_ctx = n_ctx, .eps = 1e-6f,
+                      .scale = 1.0f / sqrtf((float)hd), .inv_freq = NULL, .kv_f16 = f16};
+    size_t on = (size_t)T * H * hd;
+    float *o_pf = dpoison(on), *part = dpoison(cu_attn_part_floats(&a, T));
+    float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on), *ref = malloc(sizeof(float) * on);
+    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
+    to_host(g_pf, o_pf, sizeof(float) * on);
+    for (int per_warp = 0; per_warp < 2; per_warp++)
+        for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
+            a.split_per_warp = per_warp;
+            float *o = dpoison(on);
+            for (int t0 = 0; t0 < T; t0 += rows) {
+                int nr = T - t0 < rows ? T - t0 : rows, p1 = pos + t0;
+                int *dp1 = dup_to_dev(&p1, sizeof p1);
+                CHECK(cu_attention(&a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part, o + (size_t)t0 * H * hd,
+                                   0) == 0, "%s", rl_lasterr());
+                CHECK(cudaDeviceSynchronize() == cudaSuccess, "split launch failed");
+                cudaFree(dp1);
+            }
+            to_host(g, o, sizeof(float) * on);
+            CHECK(count_bad(g, g_pf, on) == 0, "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill",
+                  hd, f16 ? " f16" : "", H, Hkv, n_kv_last, per_warp ? "per-warp" : "grouped", rows);
+            cudaFree(o);
+        }
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
+            float *o = ref + (size_t)t * H * hd + (size_t)h * hd;
+            size_t ho = (size_t)(h / (H / Hkv)) * hd * (f16 ? 2 : 4);
+            ops_attn_head_kv(q, (char *)hk + ho, (char *)hv + ho, f16, pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
+            for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(q[hd + i]);
+        }
+    double d = max_abs_diff(g_pf, ref, on);
+    CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", n_kv_last, d);
+    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == prefill (1..4 rows), |gpu - cpu| %.3g\n",
+           hd, f16 ? " (f16 KV)" : "", H, Hkv, n_kv_last, d);
+    cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dpos); cudaFree(o_pf); cudaFree(part);
+    free(qg); free(K); free(V); free(hk); free(hv); free(g_pf); free(g); free(ref);
+}
+
 static void test_attention(int hd, bool f16) {
     const int H = 8, Hkv = 2, n_rot = hd / 4, n_ctx = 700, T = 6, pos = 600; /* 3 chunks */
     const size_t kvw = (size_t)Hkv * hd;
@@ -358,6 +420,11 @@ int main(void) {
     test_attention(256, false);
     test_attention(64, false);
     test_attention(128, true);
+    test_attention_decode(256, false, 16, 2, 5000);  /* 80B geometry: ends inside a chunk */
+    test_attention_decode(256, true, 16, 2, 4096);   /* ends at a chunk edge */
+    test_attention_decode(128, true, 16, 2, 2600);
+    test_attention_decode(64, false, 8, 2, 777);     /* DPL 2: scalar V loads */
+    test_attention_decode(256, false, 24, 1, 1500);  /* 24 warps: > 48 KiB of shared memory */
     test_deltanet(128, 128, 16, 32);
     test_deltanet(32, 32, 4, 8);
     test_moe();

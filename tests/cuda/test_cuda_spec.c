@@ -7,6 +7,7 @@
  * Without a GPU: "test_cuda_spec: skipped: ..." and exit 77. */
 #include "backend.h"
 #define TEST_SPEC_BACKEND "cuda"
+#define TEST_SPEC_NAME "test_cuda_spec"
 #define main test_spec_main
 #include "test_spec.c"
 #undef main
