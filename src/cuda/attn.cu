@@ -458,7 +458,15 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
         CU_LAUNCHED("k_attn_merge");
     } else {
-        k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv), 32 * G, G * PF_RT * HD * sizeof(float), s>>>(
+        const size_t smem = G * PF_RT * HD * sizeof(float);
+        static bool opted; /* per instantiation: allow more than 48 KiB (groups of more than 8 heads at hd 256) */
+        if (smem > 48 * 1024 && !opted) {
+            if (CU_CHECK(cudaFuncSetAttribute(k_attn_prefill<DPL, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)smem)))
+                return -1;
+            opted = true;
+        }
+        k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv), 32 * G, smem, s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
         CU_LAUNCHED("k_attn_prefill");
     }
