@@ -19,7 +19,7 @@ JOBS=${JOBS:-2}
 SDIR=${LCP_SDIST_DIR:-/tmp/lcp}
 TARGETS="llama-perplexity llama-quantize llama-simple llama-tokenize llama-bench"
 
-case "$DEST" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
+case "$DEST" in -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 command -v cmake >/dev/null || { echo "build_llama_cpp: cmake not found (apt-get install cmake, or pip install cmake)" >&2; exit 1; }
 command -v g++ >/dev/null || { echo "build_llama_cpp: g++ not found (apt-get install g++)" >&2; exit 1; }
 
