@@ -9,16 +9,17 @@
 #   tools/build_llama_cpp.sh [DEST]        DEST defaults to /work/llama.cpp-build
 #   env: LCP_VERSION (0.3.36), JOBS (2), LCP_SDIST_DIR (/tmp/lcp)
 #
-# Result: DEST/bin/llama-{perplexity,quantize,simple,tokenize}; DEST/SOURCE says what was built.
+# Result: DEST/bin/llama-{perplexity,quantize,simple,tokenize,bench}; DEST/SOURCE says what was built.
+# (llama-bench: the CPU comparison of bench/compare_llama.py --llama-bench DEST/bin/llama-bench.)
 set -euo pipefail
 
 DEST=${1:-/work/llama.cpp-build}
 VER=${LCP_VERSION:-0.3.36}
 JOBS=${JOBS:-2}
 SDIR=${LCP_SDIST_DIR:-/tmp/lcp}
-TARGETS="llama-perplexity llama-quantize llama-simple llama-tokenize"
+TARGETS="llama-perplexity llama-quantize llama-simple llama-tokenize llama-bench"
 
-case "$DEST" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
+case "$DEST" in -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 command -v cmake >/dev/null || { echo "build_llama_cpp: cmake not found (apt-get install cmake, or pip install cmake)" >&2; exit 1; }
 command -v g++ >/dev/null || { echo "build_llama_cpp: g++ not found (apt-get install g++)" >&2; exit 1; }
 
