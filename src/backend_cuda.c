@@ -142,25 +142,6 @@ static int upl_add(upl *u, const void *h, size_t n, const uint8_t **out) {
     return 0;
 }
 
-static int up_mat(upl *u, dmat *d, const ops_mat *m) {
-    memset(d, 0, sizeof *d);
-    if (!m->data) return 0;
-    if (!cu_type_supported(m->type))
-        return rl_seterr("tensor %s has type %s, which the CUDA backend does not decode (use --backend cpu)",
-                         m->name ? m->name : "?", quant_name(m->type));
-    if (m->n_in % 8) return rl_seterr("tensor %s: %lld columns is not a multiple of 8", m->name, (long long)m->n_in);
-    d->type = m->type;
-    d->n_in = (int)m->n_in;
-    d->n_out = m->n_out;
-    d->row_bytes = m->row_bytes;
-    if (u->pass == 1) {
-        int i;
-        for (i = 0; i < u->n && u->host[i] != m->data; i++) {}
-        if (i < u->n && (u->off[i] & 15)) return rl_seterr("CUDA upload: misaligned tensor (internal)");
-    }
-    return upl_add(u, m->data, m->row_bytes * (size_t)m->n_out, &d->d);
-}
-
 /* The matrix's description without its bytes (routed experts under a VRAM tier). */
 static int meta_mat(dmat *d, const ops_mat *m) {
     memset(d, 0, sizeof *d);
@@ -174,6 +155,18 @@ static int meta_mat(dmat *d, const ops_mat *m) {
     d->n_out = m->n_out;
     d->row_bytes = m->row_bytes;
     return 0;
+}
+
+/* The description plus the bytes, queued for upload. */
+static int up_mat(upl *u, dmat *d, const ops_mat *m) {
+    TRY(meta_mat(d, m));
+    if (!m->data) return 0;
+    if (u->pass == 1) {
+        int i;
+        for (i = 0; i < u->n && u->host[i] != m->data; i++) {}
+        if (i < u->n && (u->off[i] & 15)) return rl_seterr("CUDA upload: misaligned tensor (internal)");
+    }
+    return upl_add(u, m->data, m->row_bytes * (size_t)m->n_out, &d->d);
 }
 
 static int up_vec(upl *u, float **d, const float *h, size_t n) {

@@ -122,6 +122,46 @@ static inline __m128 h2f4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
     return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
 }
 
+/* The 4-row Q4_K / Q5_K mat-vecs' shared part of a super-block: the 6-bit scales and mins of four
+ * rows (scale arrays s0..s3) unpacked in 32-bit lanes; per row 8 scale bytes in *sc01 (rows 0, 1) and
+ * *sc23 (rows 2, 3); returns the 4 rows' min sums (mins . bsum pairs of y), lane k = row k. */
+static inline __m128i k45_scales4(const uint8_t *s0, const uint8_t *s1, const uint8_t *s2, const uint8_t *s3,
+                                  const blk_q8_k *y, __m128i *sc01, __m128i *sc23) {
+    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
+    /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
+    const __m128i w0 = _mm_loadu_si128((const __m128i *)s0), w1 = _mm_loadu_si128((const __m128i *)s1);
+    const __m128i w2 = _mm_loadu_si128((const __m128i *)s2), w3 = _mm_loadu_si128((const __m128i *)s3);
+    const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
+    const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
+    const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+    const __m128i sc_lo = _mm_and_si128(u0, k3f);
+    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
+    const __m128i m_lo = _mm_and_si128(u1, k3f);
+    const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
+    /* per row: 8 scales / 8 mins as bytes; rows 0,1 in sc01 (8 bytes each), rows 2,3 in sc23 */
+    *sc01 = _mm_unpacklo_epi32(sc_lo, sc_hi);
+    *sc23 = _mm_unpackhi_epi32(sc_lo, sc_hi);
+    const __m128i mn01 = _mm_unpacklo_epi32(m_lo, m_hi), mn23 = _mm_unpackhi_epi32(m_lo, m_hi);
+    /* min sums: the bsum pairs once, then one madd per two rows */
+    const __m256i bsp = _mm256_madd_epi16(loadu(y->bsums), _mm256_set1_epi16(1));
+    const __m256i bp2 = _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)));
+    const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn01), bp2);
+    const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn23), bp2);
+    const __m256i hm = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+    const __m256i hm2 = _mm256_hadd_epi32(hm, hm);    /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(hm2), _mm256_extracti128_si256(hm2, 1));
+}
+
+/* The float epilogue of four rows in 4 lanes, each lane exactly the scalar
+ * sumf += y.d * d * (float)isum - y.d * dmin * (float)summs. */
+static inline __m128 k45_epilogue4(__m128 sumf, const __m256i acc[4], uint16_t d0, uint16_t d1, uint16_t d2, uint16_t d3,
+                                   uint16_t m0, uint16_t m1, uint16_t m2, uint16_t m3, __m128i summs, float ydf) {
+    const __m128i isum = hsum4_i32(acc[0], acc[1], acc[2], acc[3]);
+    const __m128 d = h2f4(d0, d1, d2, d3), dmin = h2f4(m0, m1, m2, m3), yd = _mm_set1_ps(ydf);
+    return _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
+                                       _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+}
+
 /* Q4_K, four rows at a time (the AVX2 mat-vec; the AVX-512 level has mv_q4_k_512). What does not
  * depend on a row's codes is shared or done for the 4 rows together: the 6-bit scale/min unpacking
  * of 4 rows in 32-bit lanes, the bsum pairs, the reduction of the 4 integer sums and 4 min sums
@@ -132,7 +172,6 @@ static void mv_q4_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m256i m4 = _mm256_set1_epi8(15);
-    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
     int64_t r = 0;
     for (; r + 4 <= nr; r += 4) {
         const blk_q4_k *x[4];
@@ -140,27 +179,8 @@ static void mv_q4_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
-            /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
-            const __m128i w0 = _mm_loadu_si128((const __m128i *)x[0][i].scales), w1 = _mm_loadu_si128((const __m128i *)x[1][i].scales);
-            const __m128i w2 = _mm_loadu_si128((const __m128i *)x[2][i].scales), w3 = _mm_loadu_si128((const __m128i *)x[3][i].scales);
-            const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
-            const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
-            const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
-            const __m128i sc_lo = _mm_and_si128(u0, k3f);
-            const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
-            const __m128i m_lo = _mm_and_si128(u1, k3f);
-            const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
-            /* per row: 8 scales / 8 mins as bytes; rows 0,1 in sc01 (8 bytes each), rows 2,3 in sc23 */
-            const __m128i sc01 = _mm_unpacklo_epi32(sc_lo, sc_hi), sc23 = _mm_unpackhi_epi32(sc_lo, sc_hi);
-            const __m128i mn01 = _mm_unpacklo_epi32(m_lo, m_hi), mn23 = _mm_unpackhi_epi32(m_lo, m_hi);
-            /* min sums: the bsum pairs once, then one madd per two rows */
-            const __m256i bsp = _mm256_madd_epi16(loadu(y[i].bsums), _mm256_set1_epi16(1));
-            const __m256i bp2 = _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)));
-            const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn01), bp2);
-            const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn23), bp2);
-            const __m256i hm = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-            const __m256i hm2 = _mm256_hadd_epi32(hm, hm);    /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
-            const __m128i summs = _mm_unpacklo_epi32(_mm256_castsi256_si128(hm2), _mm256_extracti128_si256(hm2, 1));
+            __m128i sc01, sc23;
+            const __m128i summs = k45_scales4(x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales, &y[i], &sc01, &sc23);
             const int8_t *a = y[i].qs;
             __m256i acc[4];
             for (int k = 0; k < 4; k++) {
@@ -178,13 +198,8 @@ static void mv_q4_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
                 }
                 acc[k] = s;
             }
-            const __m128i isum = hsum4_i32(acc[0], acc[1], acc[2], acc[3]);
-            const __m128 d = h2f4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
-            const __m128 dmin = h2f4(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin);
-            const __m128 yd = _mm_set1_ps(y[i].d);
-            /* scalar: y.d * d * (float)isum - y.d * dmin * (float)summs, per row */
-            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
-                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+            sumf = k45_epilogue4(sumf, acc, x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d, x[0][i].dmin, x[1][i].dmin,
+                                 x[2][i].dmin, x[3][i].dmin, summs, y[i].d);
         }
         _mm_storeu_ps(o + r, sumf);
     }
@@ -223,7 +238,6 @@ static void mv_q5_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
     int64_t r = 0;
     for (; r + 4 <= nr; r += 4) {
         const blk_q5_k *x[4];
@@ -231,27 +245,8 @@ static void mv_q5_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
-            /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
-            const __m128i w0 = _mm_loadu_si128((const __m128i *)x[0][i].scales), w1 = _mm_loadu_si128((const __m128i *)x[1][i].scales);
-            const __m128i w2 = _mm_loadu_si128((const __m128i *)x[2][i].scales), w3 = _mm_loadu_si128((const __m128i *)x[3][i].scales);
-            const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
-            const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
-            const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
-            const __m128i sc_lo = _mm_and_si128(u0, k3f);
-            const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
-            const __m128i m_lo = _mm_and_si128(u1, k3f);
-            const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
-            /* per row: 8 scales / 8 mins as bytes; rows 0,1 in sc01 (8 bytes each), rows 2,3 in sc23 */
-            const __m128i sc01 = _mm_unpacklo_epi32(sc_lo, sc_hi), sc23 = _mm_unpackhi_epi32(sc_lo, sc_hi);
-            const __m128i mn01 = _mm_unpacklo_epi32(m_lo, m_hi), mn23 = _mm_unpackhi_epi32(m_lo, m_hi);
-            /* min sums: the bsum pairs once, then one madd per two rows */
-            const __m256i bsp = _mm256_madd_epi16(loadu(y[i].bsums), _mm256_set1_epi16(1));
-            const __m256i bp2 = _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)));
-            const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn01), bp2);
-            const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn23), bp2);
-            const __m256i hm = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-            const __m256i hm2 = _mm256_hadd_epi32(hm, hm);    /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
-            const __m128i summs = _mm_unpacklo_epi32(_mm256_castsi256_si128(hm2), _mm256_extracti128_si256(hm2, 1));
+            __m128i sc01, sc23;
+            const __m128i summs = k45_scales4(x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales, &y[i], &sc01, &sc23);
             const int8_t *a = y[i].qs;
             __m256i acc[4];
             for (int k = 0; k < 4; k++) {
@@ -272,13 +267,8 @@ static void mv_q5_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
                 }
                 acc[k] = s;
             }
-            const __m128i isum = hsum4_i32(acc[0], acc[1], acc[2], acc[3]);
-            const __m128 d = h2f4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
-            const __m128 dmin = h2f4(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin);
-            const __m128 yd = _mm_set1_ps(y[i].d);
-            /* scalar: y.d * d * (float)isum - y.d * dmin * (float)summs, per row */
-            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
-                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+            sumf = k45_epilogue4(sumf, acc, x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d, x[0][i].dmin, x[1][i].dmin,
+                                 x[2][i].dmin, x[3][i].dmin, summs, y[i].d);
         }
         _mm_storeu_ps(o + r, sumf);
     }

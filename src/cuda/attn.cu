@@ -28,6 +28,20 @@ __device__ __forceinline__ float4 ldkv4(const __half *p) {
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
+// A lane's DPL values of a K or V row as floats (16-byte loads where DPL allows).
+template <int DPL, typename KV> __device__ __forceinline__ void load_row(const KV *vr, float (&vv)[DPL]) {
+    if constexpr (DPL % 4 == 0) {
+#pragma unroll
+        for (int d = 0; d < DPL; d += 4) {
+            const float4 v4 = ldkv4(vr + d);
+            vv[d] = v4.x; vv[d + 1] = v4.y; vv[d + 2] = v4.z; vv[d + 3] = v4.w;
+        }
+    } else {
+#pragma unroll
+        for (int d = 0; d < DPL; d++) vv[d] = ldkv(vr + d);
+    }
+}
+
 // ---- q/k norm + RoPE + store ------------------------------------------------------------------
 
 // One warp per head vector: warps [0, H) query heads, [H, H+Hkv) key heads (which also copy v).
@@ -138,16 +152,7 @@ __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const K
             if (p >= nmax) break;
             const KV *vr = V + (size_t)p * kvw + lane * DPL;
             float vv[DPL];
-            if constexpr (DPL % 4 == 0) {
-#pragma unroll
-                for (int d = 0; d < DPL; d += 4) {
-                    const float4 v4 = ldkv4(vr + d);
-                    vv[d] = v4.x; vv[d + 1] = v4.y; vv[d + 2] = v4.z; vv[d + 3] = v4.w;
-                }
-            } else {
-#pragma unroll
-                for (int d = 0; d < DPL; d++) vv[d] = ldkv(vr + d);
-            }
+            load_row<DPL>(vr, vv);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const float e = __shfl_sync(FULL_MASK, s[r][i], src);
@@ -235,16 +240,7 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
         for (int src = 0; src < n; src++) {
             const KV *vr = stg + (size_t)src * LD + lane * DPL;
             float vv[DPL];
-            if constexpr (DPL % 4 == 0) {
-#pragma unroll
-                for (int d = 0; d < DPL; d += 4) {
-                    const float4 v4 = ldkv4(vr + d);
-                    vv[d] = v4.x; vv[d + 1] = v4.y; vv[d + 2] = v4.z; vv[d + 3] = v4.w;
-                }
-            } else {
-#pragma unroll
-                for (int d = 0; d < DPL; d++) vv[d] = ldkv(vr + d);
-            }
+            load_row<DPL>(vr, vv);
             const float e = __shfl_sync(FULL_MASK, s[i], src);
 #pragma unroll
             for (int d = 0; d < DPL; d++) acc[d] = fmaf(e, vv[d], acc[d]);
