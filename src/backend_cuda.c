@@ -975,6 +975,20 @@ static int capture(backend_ctx *c) {
     return 0;
 }
 
+/* The lm head over rows 0..T-1 of xn in chunks of logit_rows, each chunk's logits copied to the
+ * host rows of logits (T x n_vocab). */
+static int head_rows_to_host(backend_ctx *c, int T, float *logits) {
+    const size_t V = (size_t)c->hp->n_vocab;
+    for (int t0 = 0; t0 < T; t0 += c->logit_rows) {
+        const int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
+        TRY(head(c, t0, n));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+        memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
+    }
+    return 0;
+}
+
 static int snap_rows_upload(backend_ctx *c, const int *rows_to_slots, int T);
 static int capture_verify(backend_ctx *c, int T);
 
@@ -1026,13 +1040,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
         memcpy(logits, c->h_logits, sizeof(float) * (size_t)T * V);
     } else if (logits && !one_row_logits) { /* every row's logits, in chunks of logit_rows */
-        for (int t0 = 0; t0 < T; t0 += c->logit_rows) {
-            int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
-            TRY(head(c, t0, n));
-            TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
-            TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
-            memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
-        }
+        TRY(head_rows_to_host(c, T, logits));
     }
     return 0;
 }
@@ -1193,14 +1201,7 @@ static int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *
     }
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
     if (hidden_out) memcpy(hidden_out, c->h_hidden, sizeof(float) * (size_t)T * D);
-    for (int t0 = 0; logits && t0 < T; t0 += c->logit_rows) {
-        int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
-        TRY(head(c, t0, n));
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
-        TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
-        memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
-    }
-    return 0;
+    return logits ? head_rows_to_host(c, T, logits) : 0;
 }
 
 /* The MTP head's launches on T pairs (tokens in c->tok, slot in c->pos0, hidden in c->y);
