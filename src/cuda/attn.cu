@@ -426,6 +426,16 @@ extern "C" size_t cu_attn_part_floats(const cu_attn_dims *a, int T) {
     return (size_t)T * a->H * nch * (a->hd + 2);
 }
 
+// Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs
+// the opt-in attribute; *allowed (one per kernel instantiation) is the size opted in so far, raised
+// when a larger launch comes (a flag set once would refuse a later, larger group). 0 or -1 (error set).
+template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) {
+    if (smem <= 48 * 1024 || smem <= *allowed) return 0;
+    if (CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return -1;
+    *allowed = smem;
+    return 0;
+}
+
 template <int DPL, typename KV>
 static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
                        int T, bool split, float *part, float *o, cudaStream_t s) {
@@ -434,13 +444,8 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
     if (split && !a->split_per_warp) {
         const int nch = (a->n_ctx + CH - 1) / CH;
         const size_t smem = G * HD * sizeof(float) + stage_ld<DPL, KV>::bytes;
-        static bool opted; /* per instantiation: allow more than 48 KiB (large groups at hd 256) */
-        if (smem > 48 * 1024 && !opted) {
-            if (CU_CHECK(cudaFuncSetAttribute(k_attn_split_grouped<DPL, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)smem)))
-                return -1;
-            opted = true;
-        }
+        static size_t allowed; /* per instantiation (large groups at hd 256) */
+        if (smem_allow(k_attn_split_grouped<DPL, KV>, smem, &allowed)) return -1;
         k_attn_split_grouped<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, smem, s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split_grouped");
@@ -455,13 +460,8 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         CU_LAUNCHED("k_attn_merge");
     } else {
         const size_t smem = G * PF_RT * HD * sizeof(float);
-        static bool opted; /* per instantiation: allow more than 48 KiB (groups of more than 8 heads at hd 256) */
-        if (smem > 48 * 1024 && !opted) {
-            if (CU_CHECK(cudaFuncSetAttribute(k_attn_prefill<DPL, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)smem)))
-                return -1;
-            opted = true;
-        }
+        static size_t allowed; /* per instantiation (groups of more than 8 heads at hd 256) */
+        if (smem_allow(k_attn_prefill<DPL, KV>, smem, &allowed)) return -1;
         k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv), 32 * G, smem, s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
         CU_LAUNCHED("k_attn_prefill");
