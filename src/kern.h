@@ -75,7 +75,8 @@ void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, 
  * kern_act_size(wtype, n_cols) bytes, back to back in act_q (as kern_quantize_act wrote them):
  *     out[t * ldo + r] = dot(row r of W, activation row t)   for t < T, r < n_rows.
  * Each weight super-block is decoded once and applied to up to 8 activation rows at a time
- * (kern_x86_mm.h). Every value is bit-identical to kern_matvec's for that activation row at the
+ * (kern_x86_mm.h; at the AVX-512 level 2 weight rows x 8 activation rows per register tile, 64
+ * values per maddubs + vpdpwssd; RL_KERN_MM=256 selects the 256-bit core there, for comparison). Every value is bit-identical to kern_matvec's for that activation row at the
  * same level: batching never changes a result (tests/c/test_kern.c checks T = 1..12 and 17). Types
  * without a batched kernel at a level call kern_matvec once per activation row. */
 void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,

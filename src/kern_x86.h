@@ -22,6 +22,7 @@
 #endif
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The float epilogues must not be fused into FMAs (the scalar reference, built without FMA,
