@@ -250,8 +250,15 @@ static void bench_mm(void) {
     printf("batched kernel (level %s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
            "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s\n", kern_level_name(kern_level()), "type", "T=2", "T=4",
            "T=8", "T=64");
+    const char *types_env = getenv("RL_KERN_BENCH_TYPES"); /* as in bench() */
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!kern_has_matmul(kern_level(), types[k])) continue;
+        if (types_env && *types_env) {
+            char want[64], list[256];
+            snprintf(want, sizeof want, ",%s,", quant_name(types[k]));
+            snprintf(list, sizeof list, ",%s,", types_env);
+            if (!strstr(list, want)) continue;
+        }
         printf("%-8s", quant_name(types[k]));
         for (int T = 2; T <= 64; T *= T == 8 ? 8 : 2) {
             double g;
@@ -297,6 +304,7 @@ int main(void) {
             test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
             for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
             test_matmul(level, types[k], 37, widths[1], 17, &r);
+            test_matmul(level, types[k], 19, widths[2], 23, &r); /* odd rows per group, 3 tiles */
             test_matmul(level, types[k], 0, widths[1], 4, &r);
         }
     }
