@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # bench/cpu_prompt_check.sh — one short call on the 16-core AVX-512 host (issue 17, prompt ingestion):
 #   1. build this tree (and, with BASE=DIR, another tree for a before/after comparison);
-#   2. test_kern at every level the CPU has, with the 512-bit batched core (default) and the
-#      256-bit one (RL_KERN_MM=256), then the batched kernels' speed with each;
+#   2. test_kern at every level the CPU has (at the AVX-512 level both batched cores: the 256-bit
+#      default and the 512-bit one of kern_set_mm512), then the batched kernels' speed with each;
 #   3. test_prefill_par (threaded prefill loops == steps, bit for bit);
 #   4. a 4-layer q4_k_m file (real geometry, byte vocabulary: the head does not run in a prompt
 #      except on its last row) and `redlite bench --prompt 512 --profile` at 16, 8 and 2 threads
-#      (the products/threads table), plus 16 threads with the 256-bit core and with BASE.
+#      (the products/threads table), plus 16 threads with the 512-bit core (RL_KERN_MM=512) and BASE.
+# Libraries: .cudabin/{include,lib} of the repository root are used when present (the GPU image has
+# no cjson/utf8proc/microhttpd headers; carry .cudabin).
 # Usage: bench/cpu_prompt_check.sh OUTDIR [BUDGET_S]   (BASE=DIR: a tree to compare against)
 # Writes OUTDIR/summary.txt (one line per step), bench.txt (the bench outputs), tests.log, build.log;
 # a budget (default 150 s) stops starting steps so it ends in time.
@@ -19,6 +21,13 @@ left() { echo $((BUDGET - ($(date +%s) - T0))); }
 log() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$OUT/summary.txt"; }
 FILE=${FILE:-/tmp/rl_cpp_q4km.gguf}
 
+for d in .cudabin ../.cudabin; do
+    if [ -d "$d" ]; then
+        d=$(cd "$d" && pwd)
+        export C_INCLUDE_PATH=$d/include LIBRARY_PATH=$d/lib LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        break
+    fi
+done
 log "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), flags: $(grep -m1 -o 'avx512_vnni\|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 make -j"$(nproc)" >"$OUT/build.log" 2>&1 || { log "build failed"; tail -30 "$OUT/build.log"; exit 1; }
 if [ -n "${BASE:-}" ]; then
@@ -27,14 +36,11 @@ if [ -n "${BASE:-}" ]; then
 fi
 log "built"
 build/tests/test_kern >"$OUT/t.log" 2>&1
-log "test_kern (512-bit core): rc=$? $(tail -1 "$OUT/t.log")"
+log "test_kern (both batched cores at AVX-512): rc=$? $(tail -1 "$OUT/t.log")"
 grep -m5 FAIL "$OUT/t.log" | tee -a "$OUT/summary.txt"
 cat "$OUT/t.log" >>"$OUT/tests.log"
-RL_KERN_MM=256 build/tests/test_kern >"$OUT/t.log" 2>&1
-log "test_kern (RL_KERN_MM=256): rc=$? $(tail -1 "$OUT/t.log")"
-cat "$OUT/t.log" >>"$OUT/tests.log"
 TY=Q4_K,Q5_K,Q6_K,IQ2_XXS,IQ2_XS,IQ1_M
-{ echo "== 512-bit core"; RL_KERN_BENCH=mm RL_KERN_BENCH_TYPES=$TY build/tests/test_kern | grep -v "^test_kern\|level"
+{ echo "== 512-bit core"; RL_KERN_MM=512 RL_KERN_BENCH=mm RL_KERN_BENCH_TYPES=$TY build/tests/test_kern | grep -v "^test_kern\|level"
   echo "== 256-bit core"; RL_KERN_MM=256 RL_KERN_BENCH=mm RL_KERN_BENCH_TYPES=$TY build/tests/test_kern | grep -v "^test_kern\|level"; } \
     >>"$OUT/summary.txt" 2>&1
 log "kernel speeds done"
@@ -56,7 +62,7 @@ bench() { # label, threads, [env...] redlite
 bench t16 16 RL_KERN=avx512 build/redlite bench
 [ -n "${BASE:-}" ] && wait "$BPID" && bench t16_base 16 RL_KERN=avx512 "$BASE/build/cpp_base/redlite" bench
 bench t8 8 RL_KERN=avx512 build/redlite bench
-bench t16_mm256 16 RL_KERN_MM=256 build/redlite bench
+bench t16_mm512 16 RL_KERN_MM=512 build/redlite bench
 bench t2 2 RL_KERN=avx512 build/redlite bench
 [ -n "${BASE:-}" ] && bench t2_base 2 RL_KERN=avx512 "$BASE/build/cpp_base/redlite" bench
 log "done"

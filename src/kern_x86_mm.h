@@ -594,9 +594,9 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
     }
 }
 
-/* mm_<type>: the level's batched kernel (AVX-512: the 512-bit core); mm256_<type>: the 256-bit core,
- * kept at the AVX-512 level for comparison (RL_KERN_MM=256 selects it, read once at kernel
- * initialisation; both are bit-identical to the mat-vec). */
+/* mm256_<type>: the 256-bit core (every level); mm_<type>: the 512-bit core at the AVX-512 level
+ * (matmul_w, selected by kern_set_mm512; the same as mm256_ at the AVX2 level, where it is unused).
+ * Both are bit-identical to the mat-vec. */
 #define KQ_MATMUL(name, DEC, BLK, MODE, BIAS, POST)                                                   \
     static void mm_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
                           float *o, size_t ldo) {                                                    \
@@ -618,12 +618,10 @@ KQ_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, EP_IQ1, 1, 1.0f)
 
 static void fill_matmul_kq(kern_table *t) {
 #if defined(KERN_X86_512)
-    const char *env = getenv("RL_KERN_MM");
-    const int wide = !(env && !strcmp(env, "256"));
+#define SET_MM(QT, name) t->matmul[QT] = mm256_##name, t->matmul_w[QT] = mm_##name
 #else
-    const int wide = 0;
+#define SET_MM(QT, name) t->matmul[QT] = mm256_##name, (void)mm_##name
 #endif
-#define SET_MM(QT, name) t->matmul[QT] = wide ? mm_##name : mm256_##name
     SET_MM(QT_Q2_K, q2_k);
     SET_MM(QT_Q4_K, q4_k);
     SET_MM(QT_Q5_K, q5_k);
