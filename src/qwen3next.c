@@ -823,7 +823,8 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     if (!per_row) {
         /* all rows at once: the conv chain by channel ranges, then the per-row norms, each split over
          * the threads (the same arithmetic as the loop below, which ran on one thread) */
-        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw * 2, dn_conv_channels, &jb);
+        /* (one decode row's conv, 32K multiply-adds, stays on the calling thread: a dispatch costs as much) */
+        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw, dn_conv_channels, &jb);
         if (jb.dst && s->rdst[2 * (T - 1)])
             memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
         ops_parallel_for(r->pool, T, (long)2 * hk * dk * 4, dn_qk_norm_rows, &jb);
