@@ -83,7 +83,33 @@ static struct {
     double inline_wall;       /* products and quantisations run on the calling thread alone */
     double pool_mm_wall;      /* pool_run time of products and their quantisation */
     pool_stat pool_total;     /* every pool_run while on */
+    /* labelled loops and jobs (ops_parallel_for, ops_run): wall, busy, slowest thread; inline: the
+     * part that ran on the calling thread alone (below the dispatch threshold) */
+    struct { const char *label; long calls; double wall, busy, busy_max, inl, pool_wall; } job[24];
+    int n_job;
 } g_prof;
+
+static void prof_job(const char *label, pool *p, double t0, bool dispatched) {
+    const double dt = rl_now() - t0;
+    int k = 0;
+    while (k < g_prof.n_job && strcmp(g_prof.job[k].label, label)) k++;
+    if (k == g_prof.n_job) {
+        if (k == (int)(sizeof g_prof.job / sizeof g_prof.job[0])) return;
+        g_prof.job[g_prof.n_job++].label = label;
+    }
+    g_prof.job[k].calls++;
+    g_prof.job[k].wall += dt;
+    if (dispatched) {
+        const pool_stat st = pool_prof_last(p);
+        g_prof.job[k].busy += st.busy;
+        g_prof.job[k].busy_max += st.busy_max;
+        g_prof.job[k].pool_wall += dt;
+    } else {
+        g_prof.job[k].busy += dt;
+        g_prof.job[k].busy_max += dt;
+        g_prof.job[k].inl += dt;
+    }
+}
 
 static int op_class(const char *name) {
     if (!name) return OC_OTHER;
@@ -132,13 +158,24 @@ void ops_prof_print(FILE *f, const char *title, double per) {
                 g_prof.quant[c] * k);
     }
     const pool_stat *pt = &g_prof.pool_total;
-    const double other = pt->wall - g_prof.pool_mm_wall, other_busy = pt->busy;
-    double serial = tot - mm - (other > 0 ? other : 0);
+    double other = pt->wall - g_prof.pool_mm_wall, inl = 0, labelled = 0;
+    if (other < 0) other = 0;
+    for (int j = 0; j < g_prof.n_job; j++) {
+        const double w = g_prof.job[j].wall;
+        inl += g_prof.job[j].inl;
+        labelled += g_prof.job[j].pool_wall;
+        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8s %6.1f%% %9.3f %9.3f   (on the calling thread alone: %.3f)\n",
+                g_prof.job[j].label, g_prof.job[j].calls, w * k, 100 * w / tot, "",
+                w > 0 ? 100 * g_prof.job[j].busy / (nth * w) : 0, (g_prof.job[j].busy_max - g_prof.job[j].busy / nth) * k,
+                (w - g_prof.job[j].busy_max) * k, g_prof.job[j].inl * k);
+    }
+    const double unl = other - labelled > 0 ? other - labelled : 0;
+    double serial = tot - mm - other - inl;
     fprintf(f, "  %-26s %6s %9.3f %5.1f%%\n", "products, all", "", mm * k, 100 * mm / tot);
     fprintf(f, "  %-26s %6ld %9.3f %5.1f%%          (all pool jobs: %.1f%% of thread time busy)\n",
-            "other parallel jobs", pt->jobs, (other > 0 ? other : 0) * k, 100 * (other > 0 ? other : 0) / tot,
-            pt->wall > 0 ? 100 * other_busy / (nth * pt->wall) : 0);
-    fprintf(f, "  %-26s %6s %9.3f %5.1f%%          (the calling thread alone: norms, conv, routing, gathers, ...)\n",
+            "other parallel jobs", pt->jobs, other * k, 100 * other / tot, pt->wall > 0 ? 100 * pt->busy / (nth * pt->wall) : 0);
+    fprintf(f, "  %-26s %6s %9.3f %5.1f%%\n", "  of which unlabelled", "", unl * k, 100 * unl / tot);
+    fprintf(f, "  %-26s %6s %9.3f %5.1f%%          (the calling thread alone, outside the rows above)\n",
             "serial", "", serial * k, 100 * serial / tot);
 }
 
@@ -321,14 +358,23 @@ static void pfor_worker(void *arg, int ith, int nth) {
     if (lo < hi) j->fn(j->ctx, lo, hi);
 }
 
-void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx) {
+void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label) {
     if (n <= 0) return;
-    if (!p || pool_size(p) == 1 || n < 2 || (double)n * (double)cost < 65536.0) {
+    const double t0 = g_prof.on ? rl_now() : 0;
+    const bool inl = !p || pool_size(p) == 1 || n < 2 || (double)n * (double)cost < 65536.0;
+    if (inl) {
         fn(ctx, 0, n);
-        return;
+    } else {
+        pfor_job j = {n, fn, ctx};
+        pool_run(p, pfor_worker, &j);
     }
-    pfor_job j = {n, fn, ctx};
-    pool_run(p, pfor_worker, &j);
+    if (g_prof.on && label) prof_job(label, p, t0, !inl && p == g_prof.p);
+}
+
+void ops_run(pool *p, pool_fn fn, void *ctx, const char *label) {
+    const double t0 = g_prof.on ? rl_now() : 0;
+    pool_run(p, fn, ctx);
+    if (g_prof.on && label) prof_job(label, p, t0, p && p == g_prof.p);
 }
 
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {

@@ -83,9 +83,12 @@ void ops_prof_print(FILE *f, const char *title, double per);
 /* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread of the pool (pool_range);
  * on the calling thread alone when n * cost (rough operations per item) is below ~64K, where a
  * dispatch would cost more than it saves. For loops whose items are independent (rows of a norm,
- * channels of the conv), so the split never changes a result. */
+ * channels of the conv), so the split never changes a result. `label` (a string literal) names
+ * the loop in the profile (ops_prof_print). */
 typedef void (*ops_range_fn)(void *ctx, long lo, long hi);
-void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx);
+void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label);
+/* pool_run(p, fn, ctx), timed under `label` while the profile (ops_prof_begin) is on. */
+void ops_run(pool *p, pool_fn fn, void *ctx, const char *label);
 
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);

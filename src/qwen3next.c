@@ -706,8 +706,8 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     mm_batch(r, proj, 3);
     attn_job j = {r, L, s, il, T, pos, rope_delta};
     /* rows are independent: split over the threads (a prefill's 512 rows of RoPE were serial) */
-    ops_parallel_for(r->pool, T, (long)(H + Hkv) * hd * 8, attn_qk_rows, &j);
-    pool_run(r->pool, attn_worker, &j);
+    ops_parallel_for(r->pool, T, (long)(H + Hkv) * hd * 8, attn_qk_rows, &j, "attention q/k norm+rope");
+    ops_run(r->pool, attn_worker, &j, "attention core");
     for (int t = 0; t < T; t++) DUMP(r, Q3N_ACT_ATTN_GATED, il, t, s->o + (size_t)t * H * hd, H * hd);
     mm(r, &L->wo, s->o, T, s->y);
 }
@@ -824,11 +824,11 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         /* all rows at once: the conv chain by channel ranges, then the per-row norms, each split over
          * the threads (the same arithmetic as the loop below, which ran on one thread) */
         /* (one decode row's conv, 32K multiply-adds, stays on the calling thread: a dispatch costs as much) */
-        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw, dn_conv_channels, &jb);
+        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw, dn_conv_channels, &jb, "deltanet conv");
         if (jb.dst && s->rdst[2 * (T - 1)])
             memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
-        ops_parallel_for(r->pool, T, (long)2 * hk * dk * 4, dn_qk_norm_rows, &jb);
-        pool_run(r->pool, dn_heads_worker, &jb);
+        ops_parallel_for(r->pool, T, (long)2 * hk * dk * 4, dn_qk_norm_rows, &jb, "deltanet q/k norms");
+        ops_run(r->pool, dn_heads_worker, &jb, "deltanet recurrence");
         mm(r, &L->wout, s->o, T, s->y);
         return;
     }
@@ -955,7 +955,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     moe_job mj = {r, L, s, T, NULL, NULL};
     /* without the observers and the cache bias (one shared scratch row) rows route independently */
     if (!r->experts.bias && !r->route)
-        ops_parallel_for(r->pool, T, (long)E * (K + 8), moe_route_rows, &mj);
+        ops_parallel_for(r->pool, T, (long)E * (K + 8), moe_route_rows, &mj, "moe routing");
     else for (int t = 0; t < T; t++) {
         float *p = s->rl + (size_t)t * E;
         ops_softmax(p, E);
@@ -1000,7 +1000,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     memcpy(fill, first, sizeof(int32_t) * (size_t)nu);
     int ng = first[nu];
     for (int i = 0; i < T * K; i++) gidx[i] = fill[slot_of[ids[i]]]++;
-    ops_parallel_for(r->pool, (long)T * K, D, moe_gather_rows, &mj);
+    ops_parallel_for(r->pool, (long)T * K, D, moe_gather_rows, &mj, "moe gather");
     /* all gate/up projections (and the shared expert's) in one dispatch, then all downs */
     ops_mat *mats = s->mats;
     ops_mm_task *tasks = s->tasks;
@@ -1022,10 +1022,10 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     }
     mm_batch(r, tasks, nt);
     mj.a = s->g, mj.b = s->up;
-    ops_parallel_for(r->pool, (long)ng * ff, 24, moe_swiglu, &mj);
+    ops_parallel_for(r->pool, (long)ng * ff, 24, moe_swiglu, &mj, "moe swiglu");
     if (has_sh) {
         mj.a = gsh, mj.b = ush;
-        ops_parallel_for(r->pool, (long)T * fs, 24, moe_swiglu, &mj);
+        ops_parallel_for(r->pool, (long)T * fs, 24, moe_swiglu, &mj, "moe swiglu");
     }
     nt = 0;
     for (int ui = 0; ui < nu; ui++)
@@ -1034,7 +1034,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     if (has_sh) tasks[nt++] = (ops_mm_task){&L->down_sh, gsh, T, s->sh, NULL};
     mm_batch(r, tasks, nt);
     if (src->release) src->release(src->ud, il);
-    ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj);
+    ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj, "moe expert sum");
     return 0;
 }
 
@@ -1064,7 +1064,7 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
     const q3n_layer *L = &m->layers[il];
     /* without observers the row loops run split over the threads (resnorm_rows), else in row order */
     resnorm_job rj = {hp, s->x, s->xn, NULL, L->attn_norm};
-    if (!r->dump) ops_parallel_for(r->pool, T, 4L * D, resnorm_rows, &rj);
+    if (!r->dump) ops_parallel_for(r->pool, T, 4L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {
         ops_rmsnorm(s->x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
         DUMP(r, Q3N_ACT_ATTN_NORM, il, t, s->xn + (size_t)t * D, D);
@@ -1074,7 +1074,7 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
     else
         deltanet_layer(r, L, il, s, T);
     rj.y = s->y, rj.w = L->post_norm;
-    if (!r->dump) ops_parallel_for(r->pool, T, 5L * D, resnorm_rows, &rj);
+    if (!r->dump) ops_parallel_for(r->pool, T, 5L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {
         float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
         DUMP(r, Q3N_ACT_ATTN_OUT, il, t, y, D);
@@ -1085,7 +1085,7 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
     }
     if (moe_layer(r, L, il, s, T)) return -1;
     rj.w = NULL;
-    if (!r->dump) ops_parallel_for(r->pool, T, 2L * D, resnorm_rows, &rj);
+    if (!r->dump) ops_parallel_for(r->pool, T, 2L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {
         float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
         DUMP(r, Q3N_ACT_FFN_OUT, il, t, y, D);
