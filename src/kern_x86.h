@@ -22,7 +22,6 @@
 #endif
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* The float epilogues must not be fused into FMAs (the scalar reference, built without FMA,

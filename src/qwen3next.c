@@ -822,8 +822,8 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     const bool per_row = row_state || r->dump;
     if (!per_row) {
         /* all rows at once: the conv chain by channel ranges, then the per-row norms, each split over
-         * the threads (the same arithmetic as the loop below, which ran on one thread) */
-        /* (one decode row's conv, 32K multiply-adds, stays on the calling thread: a dispatch costs as much) */
+         * the threads (the same arithmetic as the loop below, which ran on one thread); one decode
+         * row's conv (32K multiply-adds) stays on the calling thread: a dispatch costs as much */
         ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw, dn_conv_channels, &jb, "deltanet conv");
         if (jb.dst && s->rdst[2 * (T - 1)])
             memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
