@@ -89,6 +89,15 @@ static struct {
     int n_job;
 } g_prof;
 
+/* The first profiled call on a pool switches the pool's own profiling on (the engine owns the pool). */
+static void prof_attach(pool *p) {
+    if (g_prof.on && !g_prof.p && p) {
+        g_prof.p = p;
+        g_prof.nth = pool_size(p);
+        pool_prof(p, 1);
+    }
+}
+
 static void prof_job(const char *label, pool *p, double t0, bool dispatched) {
     const double dt = rl_now() - t0;
     int k = 0;
@@ -295,11 +304,7 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
     const int pc = g_prof.on ? op_class(tasks[0].W->name) : 0;
     double pt0 = 0;
     if (g_prof.on) {
-        if (!g_prof.p && p) {
-            g_prof.p = p;
-            g_prof.nth = pool_size(p);
-            pool_prof(p, 1);
-        }
+        prof_attach(p);
         pt0 = rl_now();
     }
     if (fast) {
@@ -360,6 +365,7 @@ static void pfor_worker(void *arg, int ith, int nth) {
 
 void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label) {
     if (n <= 0) return;
+    prof_attach(p);
     const double t0 = g_prof.on ? rl_now() : 0;
     const bool inl = !p || pool_size(p) == 1 || n < 2 || (double)n * (double)cost < 65536.0;
     if (inl) {
@@ -372,6 +378,7 @@ void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, co
 }
 
 void ops_run(pool *p, pool_fn fn, void *ctx, const char *label) {
+    prof_attach(p);
     const double t0 = g_prof.on ? rl_now() : 0;
     pool_run(p, fn, ctx);
     if (g_prof.on && label) prof_job(label, p, t0, p && p == g_prof.p);
