@@ -3,6 +3,7 @@
  * (hits pinned before misses evict, LRU order, abort, prefetch never evicting a prediction,
  * counters), plus a random stress run against the structure's invariants. No GPU needed. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "common.h"
@@ -198,7 +199,47 @@ static void stress(uint64_t seed, vram_stats *out) {
     vram_slots_free(vs);
 }
 
+/* --vram-pin / --vram-miss parsing and the cost model of --vram-miss auto (vram_miss_split). */
+static void test_pin_miss(void) {
+    vram_pin_mode pm = VRAM_PIN_OFF;
+    vram_miss_mode mm = VRAM_MISS_CPU;
+    CHECK(vram_pin_parse(NULL, &pm) == 0 && pm == VRAM_PIN_AUTO, "pin default auto");
+    CHECK(vram_pin_parse("on", &pm) == 0 && pm == VRAM_PIN_ON && !strcmp(vram_pin_name(pm), "on"), "pin on");
+    CHECK(vram_pin_parse("off", &pm) == 0 && pm == VRAM_PIN_OFF, "pin off");
+    CHECK(vram_pin_parse("yes", &pm) == -1 && strstr(rl_lasterr(), "auto, on or off"), "pin bad: %s", rl_lasterr());
+    CHECK(vram_miss_parse(NULL, &mm) == 0 && mm == VRAM_MISS_COPY, "miss default copy (exact)");
+    CHECK(vram_miss_parse("cpu", &mm) == 0 && mm == VRAM_MISS_CPU && !strcmp(vram_miss_name(mm), "cpu"), "miss cpu");
+    CHECK(vram_miss_parse("auto", &mm) == 0 && mm == VRAM_MISS_AUTO, "miss auto");
+    CHECK(vram_miss_parse("gpu", &mm) == -1 && strstr(rl_lasterr(), "copy, cpu or auto"), "miss bad: %s", rl_lasterr());
+    /* auto pins the mapping only at <= 60 % of RAM */
+    CHECK(vram_pin_mapping_ok(60 * MB, 100 * MB) && !vram_pin_mapping_ok(61 * MB, 100 * MB), "60 %% rule");
+    CHECK(!vram_pin_mapping_ok(1, 0), "unknown RAM: not pinned");
+    /* cost model, worked by hand: k on the CPU costs max(k*cpu + fixed, (m-k)*copy) */
+    CHECK(vram_miss_split(4, 1.0, 1.0, 0.0) == 2, "equal costs: half each (%d)", vram_miss_split(4, 1.0, 1.0, 0.0));
+    CHECK(vram_miss_split(4, 1.0, 1.0, 0.5) == 2, "fixed 0.5: max(2.5, 2) = 2.5 beats k=1 max(1.5, 3)");
+    CHECK(vram_miss_split(3, 1.0, 10.0, 0.0) == 0, "slow CPU: copy all");
+    CHECK(vram_miss_split(3, 10.0, 1.0, 0.0) == 3, "slow copies: CPU all");
+    CHECK(vram_miss_split(10, 2.0, 1.0, 1.0) == 6, "10 misses: k=6 max(7, 8) = 8 ties k=7 max(8, 6), fewer on the CPU (%d)",
+          vram_miss_split(10, 2.0, 1.0, 1.0));
+    CHECK(vram_miss_split(1, 1.0, 1.0, 0.0) == 0, "tie: copy (stays resident)");
+    CHECK(vram_miss_split(0, 1.0, 1.0, 0.0) == 0 && vram_miss_split(5, 0.0, 1.0, 0.0) == 0 &&
+              vram_miss_split(5, 1.0, -1.0, 0.0) == 0 && vram_miss_split(5, 1.0, 0.0 / 0.0, 0.0) == 0,
+          "no estimate: copy");
+    /* brute force: the returned k is never worse than any other */
+    for (int m = 1; m <= 12; m++)
+        for (int i = 1; i <= 5; i++) {
+            double cp = 0.3 * i, cpu = 1.7 / i, fx = 0.1 * (i - 1);
+            int k = vram_miss_split(m, cp, cpu, fx);
+            double tk = (k ? k * cpu + fx : 0) > (m - k) * cp ? (k ? k * cpu + fx : 0) : (m - k) * cp;
+            for (int j = 0; j <= m; j++) {
+                double a = j ? j * cpu + fx : 0, b = (m - j) * cp, t = a > b ? a : b;
+                if (t < tk - 1e-12) CHECK(0, "m %d: k %d costs %g, k %d costs %g", m, k, tk, j, t);
+            }
+        }
+}
+
 int main(void) {
+    test_pin_miss();
     test_layout();
     test_plan();
     test_slots_trace();
