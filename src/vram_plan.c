@@ -152,6 +152,24 @@ const char *vram_miss_name(vram_miss_mode m) { return m == VRAM_MISS_CPU ? "cpu"
 
 bool vram_pin_mapping_ok(uint64_t span, uint64_t ram) { return ram > 0 && (double)span <= VRAM_PIN_RAM_SHARE * (double)ram; }
 
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
+                  int *n_out) {
+    int pairs = 0, no = 0;
+    for (int want = 1; want <= max_rows && no < k; want++)
+        for (int i = nres; i < n && no < k; i++) {
+            const int e = uni[i];
+            if (e < 0 || cnt[e] != want || pairs + want > max_pairs) continue; /* e < 0: taken in an earlier pass */
+            out[no++] = e;
+            pairs += want;
+            uni[i] = -1 - e;
+        }
+    int o = nres;
+    for (int i = nres; i < n; i++)
+        if (uni[i] >= 0) uni[o++] = uni[i];
+    *n_out = no;
+    return o;
+}
+
 int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s) {
     if (m <= 0 || !(copy_s > 0) || !(cpu_s > 0) || !(cpu_fixed_s >= 0) || copy_s > 1e9 || cpu_s > 1e9 || cpu_fixed_s > 1e9)
         return 0;

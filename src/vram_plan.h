@@ -105,4 +105,10 @@ bool vram_pin_mapping_ok(uint64_t span, uint64_t ram);
  * returns the k in 0..m with the least cost (ties: fewer on the CPU, since a copied expert stays
  * resident for later tokens). Non-positive or non-finite estimates: 0 (copy everything). */
 int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s);
+/* Which k of a layer's non-resident experts uni[nres..n) the CPU computes: those with the fewest
+ * rows first (cnt[e]: the expert's rows in this forward, 1..max_rows), ties in uni order, at most
+ * max_pairs rows in all. They go to out[0..*n_out) and leave uni, whose other entries keep their
+ * order; returns the new n. */
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
+                  int *n_out);
 #endif

@@ -605,20 +605,7 @@ static int choose_cpu(vram_tier *vt, int il, int nres, int n) {
     if (vt->miss == VRAM_MISS_AUTO)
         k = vram_miss_split(m, vt->copy_s_per_byte * (double)vt->ly[il].slot_bytes, vt->cpu_s[vt->kind[il]],
                             vt->cpu_fixed_s);
-    int pairs = 0;
-    vt->n_cpu = 0;
-    for (int want = 1; want <= VRAM_CPU_MAX_T && vt->n_cpu < k; want++) /* fewest rows first */
-        for (int i = nres; i < n && vt->n_cpu < k; i++) {
-            const int e = vt->uni[i];
-            if (vt->cnt[e] != want || pairs + want > VT_CPU_PAIRS) continue;
-            vt->cpu_e[vt->n_cpu++] = e;
-            pairs += want;
-            vt->uni[i] = -1 - e; /* taken */
-        }
-    int o = nres;
-    for (int i = nres; i < n; i++)
-        if (vt->uni[i] >= 0) vt->uni[o++] = vt->uni[i];
-    return o;
+    return vram_cpu_pick(vt->uni, nres, n, vt->cnt, k, VRAM_CPU_MAX_T, VT_CPU_PAIRS, vt->cpu_e, &vt->n_cpu);
 }
 
 int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn, int T,

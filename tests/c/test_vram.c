@@ -238,8 +238,27 @@ static void test_pin_miss(void) {
         }
 }
 
+/* vram_cpu_pick: fewest rows first over several passes (taken entries are skipped, never
+ * picked twice), the pair limit, the rest of the union compacted in order. */
+static void test_cpu_pick(void) {
+    int32_t cnt[8] = {0, 2, 1, 3, 1, 2, 0, 1}, out[8], uni[8] = {6, 0, 1, 2, 3, 4, 5, 7};
+    int no = -1, n = vram_cpu_pick(uni, 2, 8, cnt, 6, 8, 64, out, &no); /* residents 6, 0; k = 6 of 6 */
+    CHECK(n == 2 && no == 6, "all six: n %d, picked %d", n, no);
+    CHECK(out[0] == 2 && out[1] == 4 && out[2] == 7 && out[3] == 1 && out[4] == 5 && out[5] == 3,
+          "order by rows: %d %d %d %d %d %d", out[0], out[1], out[2], out[3], out[4], out[5]);
+    CHECK(uni[0] == 6 && uni[1] == 0, "residents stay first");
+    int32_t uni2[8] = {6, 0, 1, 2, 3, 4, 5, 7};
+    n = vram_cpu_pick(uni2, 2, 8, cnt, 4, 8, 64, out, &no); /* k = 4: the 1-row ones, then expert 1 */
+    CHECK(no == 4 && out[3] == 1 && n == 4 && uni2[2] == 3 && uni2[3] == 5, "k 4: n %d, %d %d %d %d", n, out[3], uni2[2],
+          uni2[3], no);
+    int32_t uni3[8] = {6, 0, 1, 2, 3, 4, 5, 7};
+    n = vram_cpu_pick(uni3, 2, 8, cnt, 6, 8, 4, out, &no); /* at most 4 rows: 2, 4, 7 (3 rows) then none fits but 1 row */
+    CHECK(no == 3 && n == 5 && uni3[2] == 1 && uni3[3] == 3 && uni3[4] == 5, "pair limit: n %d, %d picked", n, no);
+}
+
 int main(void) {
     test_pin_miss();
+    test_cpu_pick();
     test_layout();
     test_plan();
     test_slots_trace();
