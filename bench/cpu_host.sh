@@ -30,7 +30,7 @@
 # per-layer cost ratio is what carries over to the full model (every 4 layers = 3 DeltaNet + 1
 # attention, the model's repeating unit), but the output head (151,936 x 2,048; Q6_K / Q5_K) is per
 # token: at 4 layers it was ~60 % of the bytes a q4_k_m decode token reads (the ratios then compare
-# mostly the head kernels), at 12 layers ~32 % (q4_k_m: ~11 GiB; cf2 / iq2_xxs ~5 GiB each), at 48
+# mostly the head kernels), at 12 layers ~32 % (q4_k_m 11.6 GiB, cf2 4.7, iq2_xxs 5.1), at 48
 # layers ~12 %. LAYERS=12 is the default: 3x the work of 4 layers per token, which the budget below
 # was sized for (prompt ingestion is not distorted either way: the head runs on the last row only).
 # A llama-bench that fails on a mix (e.g. a crash of an AMX path) leaves that mix's llama.cpp cells empty.
