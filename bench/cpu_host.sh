@@ -7,10 +7,10 @@
 #   bench/cpu_host.sh [OUTDIR]          OUTDIR defaults to $OUT (the device tool's folder) or /tmp/rl_cpu_host
 #
 # env:
-#   LLB       llama-bench binary (default .llb/llama-bench: static, CPU only, GGML_NATIVE=ON, built and
-#             carried by the caller; missing -> Red Lite alone is measured, and the table says so)
+#   LLB       llama-bench binary (default .llb/llama-bench, else ../.llb/llama-bench: static, CPU only,
+#             GGML_NATIVE=ON, built and carried by the caller; missing -> Red Lite alone is measured)
 #   REDLITE   redlite binary (default: build/redlite if it runs here, else build/cuda/redlite, else make;
-#             .cudabin/{lib,include} are used for the libraries when present, as bench/cuda_check.sh does)
+#             .cudabin/{lib,include} (here or in ..) are used for the libraries, as bench/cuda_check.sh does)
 #   MIXES     presets (default "q4_k_m cf2 iq2_xxs"); LAYERS geometry subset (default 12; see below)
 #   THREADS   main thread counts (default "16 2"), run in every round; XTHREADS extra ones (default
 #             "8 4"), one round of the cheap cells (tg at depth 0, pp512) when the budget allows
@@ -50,6 +50,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-${OUT:-/tmp/rl_cpu_host}}
 LLB=${LLB:-.llb/llama-bench}
+[ ! -x "$LLB" ] && [ -x ../.llb/llama-bench ] && LLB=../.llb/llama-bench
 MIXES=${MIXES:-q4_k_m cf2 iq2_xxs}
 LAYERS=${LAYERS:-12}
 THREADS=${THREADS:-16 2}
@@ -75,9 +76,14 @@ cap() { local c=$(( BUDGET + 40 - ($(date +%s) - T0) )); [ "$c" -gt 5 ] && echo 
 # ---- binaries ------------------------------------------------------------------------------------
 # the shared libraries (utf8proc, cjson, microhttpd) and their headers, where carried as for the CUDA
 # scripts (.cudabin/lib, .cudabin/include)
-if [ -d .cudabin ]; then
-    export C_INCLUDE_PATH=$PWD/.cudabin/include LIBRARY_PATH=$PWD/.cudabin/lib LD_LIBRARY_PATH=$PWD/.cudabin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+# (in this tree, or one level up: a stage folder inside the repository root the device tool ships)
+for d in .cudabin ../.cudabin; do
+    if [ -d "$d" ]; then
+        d=$(cd "$d" && pwd)
+        export C_INCLUDE_PATH=$d/include LIBRARY_PATH=$d/lib LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        break
+    fi
+done
 if [ -z "${REDLITE:-}" ]; then
     for c in build/redlite build/cuda/redlite; do
         if [ -x "$c" ] && "$c" --help >/dev/null 2>&1; then REDLITE=$c; break; fi
@@ -124,11 +130,16 @@ if [ -x "$FILES/stream" ]; then
 fi
 
 # ---- files ---------------------------------------------------------------------------------------
+# the real vocabulary (copy tests/fixtures/qwen3-vocab.gguf into a stage: *.gguf are not staged by
+# default); without it synth's byte-level vocabulary of the same size (151,936: the same head)
+VOCAB=()
+if [ -s tests/fixtures/qwen3-vocab.gguf ]; then VOCAB=(--vocab tests/fixtures/qwen3-vocab.gguf)
+else say "tests/fixtures/qwen3-vocab.gguf missing: synthetic byte vocabulary (same size, same head)"; fi
 for m in $MIXES; do
     f="$FILES/$m-l$LAYERS.gguf"
     [ -s "$f" ] && continue
     say "synth $m, layers=$LAYERS"
-    "$REDLITE" synth --preset "$m" --vocab tests/fixtures/qwen3-vocab.gguf --geometry "layers=$LAYERS" \
+    "$REDLITE" synth --preset "$m" "${VOCAB[@]}" --geometry "layers=$LAYERS" \
         --routing calibrated --quiet -o "$f" >>"$LOG" 2>&1 || { say "synth $m failed"; rm -f "$f"; }
     say "synth $m: $(du -h "$f" 2>/dev/null | cut -f1)"
 done
