@@ -238,8 +238,10 @@ rows = [json.loads(l) for l in open(raw) if l.strip()]
 core = next((r for r in rows if r["tool"] == "redlite-core"), None)
 seen, keep = set(), []
 for r in rows: # the first row of each (tool, mix, threads, kind, n, round): a later call of the same round repeats a cell
+    if r["tool"] not in ("llama.cpp", "redlite"):  # e.g. the batched-core record: no kind/n
+        continue
     k = (r["tool"], r["mix"], r["threads"], r["kind"], r["n"], r.get("round"))
-    if r["tool"] in ("llama.cpp", "redlite") and k not in seen:
+    if k not in seen:
         seen.add(k)
         keep.append(r)
 rows = keep

@@ -191,38 +191,39 @@ void ops_prof_print(FILE *f, const char *title, double per) {
 typedef struct {
     const ops_mm_task *tasks;
     int n_tasks;
-    const long *first_blk; /* prefix sums of blocks per task, n_tasks + 1 entries */
     const void *const *actq; /* per task: its quantised activations (shared between tasks with
                                 the same input) */
     bool fast;
-    long chunk;          /* blocks per claim */
-    atomic_long next;    /* next unclaimed block */
+    const long *first_unit; /* prefix sums of claim units per task, n_tasks + 1 entries */
+    const long *unit_blk;   /* blocks per claim unit of each task (the last unit may be shorter) */
+    atomic_long next;       /* next unclaimed unit */
 } batch_job;
 
 #define BATCH_BLOCK 16
 
-/* Threads claim chunks of blocks from a shared counter instead of fixed ranges: a worker that
- * wakes late, or shares its core with a busy sibling, simply computes fewer blocks. Every block
- * writes only its own outputs, so which thread computes it never changes a result. */
+/* Threads claim units of blocks from a shared counter instead of fixed ranges: a worker that
+ * wakes late, or shares its core with a busy sibling, simply computes fewer blocks. A unit lies in
+ * one task and holds about the same number of multiply-adds as any other (a block of a task with T
+ * activation rows costs T times a block of a one-row task): with units counted in blocks, the 64
+ * blocks of a prompt's shared expert (T = 512) fell into one claim and one thread computed them
+ * while fifteen waited (the 16-thread prompt profile: experts 49 % busy). Every block writes only
+ * its own outputs, so which thread computes it never changes a result. */
 static void batch_worker(void *arg, int ith, int nth) {
     batch_job *j = arg;
     (void)ith, (void)nth;
-    const long total = j->first_blk[j->n_tasks];
+    const long total = j->first_unit[j->n_tasks];
     int ti = 0;
     float row[OPS_MAX_ROW];
     for (;;) {
-        long lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (lo >= total) break;
-        long hi = lo + j->chunk < total ? lo + j->chunk : total;
-        /* the claimed blocks, one call per task they cover */
-        for (long b = lo; b < hi;) {
-            while (b >= j->first_blk[ti + 1]) ti++;
-            const long b1 = hi < j->first_blk[ti + 1] ? hi : j->first_blk[ti + 1];
+        const long u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (u >= total) break;
+        while (u >= j->first_unit[ti + 1]) ti++; /* a thread's claims only grow */
+        {
             const ops_mm_task *tk = &j->tasks[ti];
             const ops_mat *W = tk->W;
-            int64_t r0 = (b - j->first_blk[ti]) * BATCH_BLOCK, r1 = (b1 - j->first_blk[ti]) * BATCH_BLOCK;
+            const long b0 = (u - j->first_unit[ti]) * j->unit_blk[ti];
+            int64_t r0 = b0 * BATCH_BLOCK, r1 = (b0 + j->unit_blk[ti]) * BATCH_BLOCK;
             if (r1 > W->n_out) r1 = W->n_out;
-            b = b1;
             if (j->fast) {
                 /* all T activation rows against these weight rows: kern_matmul decodes each weight
                  * block once for several rows, bit-identical to kern_matvec per row */
@@ -323,10 +324,21 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         if (qvals >= 65536) g_prof.pool_mm_wall += pt1 - pt0;
         else g_prof.inline_wall += pt1 - pt0;
     }
-    int nth = pool_size(p);
-    batch_job j = {tasks, n_tasks, first, actq, fast, 1, 0};
-    j.chunk = first[n_tasks] / (8L * nth);
-    if (j.chunk < 1) j.chunk = 1;
+    /* claim units of ~1/8 of a thread's share of the multiply-adds each (see batch_worker) */
+    const int nth = pool_size(p) > 0 ? pool_size(p) : 1;
+    long first_unit[OPS_MAX_TASKS + 1], unit_blk[OPS_MAX_TASKS];
+    const double target = (double)work / (8.0 * nth);
+    first_unit[0] = 0;
+    for (int i = 0; i < n_tasks; i++) {
+        const long nb = first[i + 1] - first[i];
+        const double wblk = (double)BATCH_BLOCK * (double)tasks[i].W->n_in * (double)(tasks[i].T > 0 ? tasks[i].T : 1);
+        long c = (long)(target / wblk);
+        if (c < 1) c = 1;
+        if (c > nb) c = nb > 0 ? nb : 1;
+        unit_blk[i] = c;
+        first_unit[i + 1] = first_unit[i] + (nb + c - 1) / c;
+    }
+    batch_job j = {tasks, n_tasks, actq, fast, first_unit, unit_blk, 0};
     if (work < 32768)
         batch_worker(&j, 0, 1);
     else
