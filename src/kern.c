@@ -94,7 +94,10 @@ static void init(void) {
 
     for (int l = 0; l < KERN_NLEVELS; l++) memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
     const char *mm = getenv("RL_KERN_MM");
-    if (mm && !strcmp(mm, "512") && supported[KERN_AVX512]) {
+    /* the 512-bit core is the default at the AVX-512 level since the H200 host run of 2026-12-01
+     * (test_kern bit-exact with both cores; prompt 512 on q4_k_m at 16 threads 365 vs 319 tok/s);
+     * RL_KERN_MM=256 keeps the 256-bit core */
+    if (!(mm && !strcmp(mm, "256")) && supported[KERN_AVX512]) {
         for (int ty = 0; ty < QT_COUNT; ty++)
             if (tables[KERN_AVX512].matmul_w[ty] && tables[KERN_AVX512].matmul[ty]) tables[KERN_AVX512].matmul[ty] = tables[KERN_AVX512].matmul_w[ty];
         mm512_on = true;
