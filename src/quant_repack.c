@@ -2,6 +2,7 @@
  * (layout, exactness argument and memory cost: quant_repack.h). */
 #include "quant_repack.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "quant_impl.h"
@@ -21,19 +22,40 @@ uint64_t quant_repack_bytes(uint32_t src, int64_t n_rows, int64_t n_cols) {
     return t < 0 ? 0 : (uint64_t)n_rows * quant_row_size((uint32_t)t, n_cols);
 }
 
-/* grid byte -> magnitude index; the grids of IQ2_XXS/IQ2_XS hold only 8, 25 and 43 */
-static inline int mag_index(int g) {
-    RL_ASSERT(g == 8 || g == 25 || g == 43);
-    return g == 8 ? 0 : g == 25 ? 1 : 2;
+/* Per-group lookup tables, built once (pthread_once):
+ *   mag_xxs[i] / mag_xs[i]: the 8 magnitude indices (0, 1, 2 for 8, 25, 43) of grid entry i, one per byte;
+ *   sign_bits[s]: bit j of sign mask s moved to bit 2 of byte j.
+ * The 8 codes of a group are then mag | sign_bits, one 64-bit OR into the nibble plane. */
+static uint64_t mag_xxs[256], mag_xs[512], sign_bits[256];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static uint64_t mag_of(uint64_t g) {
+    uint64_t m = 0;
+    for (int j = 0; j < 8; j++) {
+        const int v = (int)(uint8_t)(g >> (8 * j));
+        RL_ASSERT(v == 8 || v == 25 || v == 43); /* the grids of IQ2_XXS/IQ2_XS (tests/c/test_repack.c) */
+        m |= (uint64_t)(v == 8 ? 0 : v == 25 ? 1 : 2) << (8 * j);
+    }
+    return m;
 }
 
-/* the 8 codes of one group: grid entry g, sign mask s (bit j set: value j negative) */
-static inline void put_group(uint8_t *qs, int first, uint64_t g, uint8_t s) {
-    for (int j = 0; j < 8; j++) {
-        const int k = first + j, c = mag_index((int)(uint8_t)(g >> (8 * j))) | ((s >> j) & 1) << 2;
-        uint8_t *q = qs + 32 * (k / 64) + k % 32;
-        *q = (uint8_t)((k % 64) < 32 ? (*q & 0xf0) | c : (*q & 0x0f) | c << 4);
+static void build_tables(void) {
+    for (int i = 0; i < 256; i++) mag_xxs[i] = mag_of(iq2xxs_grid[i]);
+    for (int i = 0; i < 512; i++) mag_xs[i] = mag_of(iq2xs_grid[i]);
+    for (int s = 0; s < 256; s++) {
+        uint64_t b = 0;
+        for (int j = 0; j < 8; j++) b |= (uint64_t)((s >> j) & 1) << (8 * j + 2);
+        sign_bits[s] = b;
     }
+}
+
+/* the codes of group l (8 values) of block ib: bytes 32*(ib/2) + 8l .. +7, nibble ib%2 */
+static inline void put_group(uint8_t *qs, int ib, int l, uint64_t codes) {
+    uint8_t *q = qs + 32 * (ib / 2) + 8 * l;
+    uint64_t v;
+    memcpy(&v, q, 8);
+    v |= codes << (4 * (ib % 2));
+    memcpy(q, &v, 8);
 }
 
 static void repack_iq2_xxs(const blk_iq2_xxs *x, blk_iq2_lf *o) {
@@ -43,7 +65,7 @@ static void repack_iq2_xxs(const blk_iq2_xxs *x, blk_iq2_lf *o) {
         const uint32_t w0 = rl_le32(x->qs + 4 * ib), w1 = rl_le32(x->qs + 4 * ib + 2);
         o->scales[ib] = (uint8_t)((w1 >> 28) | (w1 >> 28) << 4);
         for (int l = 0; l < 4; l++)
-            put_group(o->qs, 32 * ib + 8 * l, iq2xxs_grid[(w0 >> (8 * l)) & 255], ksigns_iq2xs[(w1 >> (7 * l)) & 127]);
+            put_group(o->qs, ib, l, mag_xxs[(w0 >> (8 * l)) & 255] | sign_bits[ksigns_iq2xs[(w1 >> (7 * l)) & 127]]);
     }
 }
 
@@ -54,12 +76,13 @@ static void repack_iq2_xs(const blk_iq2_xs *x, blk_iq2_lf *o) {
     for (int ib = 0; ib < 8; ib++)
         for (int l = 0; l < 4; l++) {
             const uint16_t e = x->qs[4 * ib + l];
-            put_group(o->qs, 32 * ib + 8 * l, iq2xs_grid[e & 511], ksigns_iq2xs[e >> 9]);
+            put_group(o->qs, ib, l, mag_xs[e & 511] | sign_bits[ksigns_iq2xs[e >> 9]]);
         }
 }
 
 void quant_repack_rows(uint32_t src, const void *in, void *out, int64_t n_rows, int64_t n_cols) {
     RL_ASSERT(quant_repack_type(src) >= 0 && n_cols % QK_K == 0);
+    pthread_once(&tables_once, build_tables);
     const int64_t nb = n_rows * (n_cols / QK_K); /* rows are whole super-blocks: one flat loop */
     blk_iq2_lf *o = out;
     if (src == QT_IQ2_XXS)

@@ -6,7 +6,7 @@
  * whatever the source: 17 % of the memory bandwidth (bench/results/2026-12-01-cpu-mixes.md).
  *
  * The layout (internal type IQ2_LF, "lookup-free"): every grid byte of these two types is one of
- * the magnitudes 8, 25, 43 (checked by quant_repack_init), so a weight with its sign folded in is
+ * the magnitudes 8, 25, 43 (checked when the repack tables are built, and by tests/c/test_repack.c), so a weight with its sign folded in is
  * one of six integers. Each weight becomes a 4-bit code into one 16-byte value table, which one
  * pshufb decodes for 32 weights at a time; the fp16 super-block scale and the 4-bit half-block
  * scales are kept as they are:

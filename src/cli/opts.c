@@ -396,6 +396,14 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = ENGINE_KV_DEFAULT_HELP,
      .set = set_kv},
+    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY,
+     .section = "model",
+     .names = "--iq-repack",
+     .value = NULL,
+     .help = "CPU: repack IQ2_XXS/IQ2_XS experts at load into a lookup-free layout\n(same output, ~2x faster "
+             "kernels, ~2x their memory; all resident)",
+     .kind = K_FLAG,
+     .off = OFF(iq_repack)},
     {.cmds = ALL,
      .section = "model",
      .names = "--cache-mib",
@@ -825,7 +833,8 @@ session_model *cli_model_open(const cli_opts *o) {
     return session_model_open(&(session_model_params){.model_path = o->model,
                                                       .backend = o->backend,
                                                       .n_threads = (int)o->threads,
-                                                      .reference = o->reference});
+                                                      .reference = o->reference,
+                                                      .iq_repack = o->iq_repack});
 }
 
 int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
