@@ -169,11 +169,19 @@ void expert_repack_free(expert_repack *r) {
 
 void expert_repack_get_info(const expert_repack *r, expert_repack_info *out) { *out = r->info; }
 
+/* GiB, or MiB below one GiB (test models) */
+static const char *fmt_bytes(char *b, size_t n, double bytes) {
+    if (bytes >= GiB) snprintf(b, n, "%.2f GiB", bytes / GiB);
+    else snprintf(b, n, "%.1f MiB", bytes / 1048576.0);
+    return b;
+}
+
 void expert_repack_describe(const expert_repack *r, char *buf, size_t n) {
     const expert_repack_info *i = &r->info;
-    snprintf(buf, n,
-             "iq-repack: %d expert tensors %s, %.2f GiB in the file -> %.2f GiB in memory (+%.2f GiB, %.2fx), %.1f s%s",
-             i->n_tensors, i->types, i->bytes_file / GiB, i->bytes_mem / GiB, (i->bytes_mem - i->bytes_file) / GiB,
+    char f[32], m[32], d[32];
+    snprintf(buf, n, "iq-repack: %d expert tensors %s, %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
+             i->n_tensors, i->types, fmt_bytes(f, sizeof f, (double)i->bytes_file),
+             fmt_bytes(m, sizeof m, (double)i->bytes_mem), fmt_bytes(d, sizeof d, (double)(i->bytes_mem - i->bytes_file)),
              (double)i->bytes_mem / (double)i->bytes_file, i->seconds,
              i->bytes_kept ? "; other experts stay in the file's layout" : "");
 }

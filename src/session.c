@@ -120,12 +120,13 @@ static int attach_experts(session *s, const session_params *p) {
         return 0;
     }
     /* --iq-repack: every repacked expert is resident in the model's own views, which the engine's
-     * default source serves; the cache's slots and its full mode would read the file's layout */
+     * default source serves (mmap: experts without a lookup-free form still fault in from the file);
+     * the cache's slots and its full mode would read the file's layout */
     char rp[256];
     if (engine_repack_describe(e, rp, sizeof rp)) {
-        if (strcmp(spec, "auto") && strcmp(spec, "full"))
+        if (strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap"))
             return rl_seterr("--cache-mib %s: --iq-repack keeps every repacked expert resident in memory; use --cache-mib "
-                             "auto or full (or drop --iq-repack for a bounded cache)", spec);
+                             "auto, full or mmap (or drop --iq-repack for a bounded cache)", spec);
         if (p->route_bias > 0 || p->route_trace)
             return rl_seterr("--route-bias / --route-trace need the expert cache, which --iq-repack replaces");
         if (p->verbose) fprintf(stderr, "expert cache: none; %s\n", rp);
