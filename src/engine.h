@@ -33,8 +33,8 @@ typedef struct {
     const char *backend;  /* "cpu", "cuda" or "auto" (NULL = "cpu") */
     bool reference;       /* CPU: double-precision reference arithmetic (the oracle) instead
                              of the fast SIMD kernels with quantised activations */
-    bool iq_repack;       /* CPU: routed IQ2_XXS/IQ2_XS experts repacked at load into a lookup-free
-                             layout in memory (src/expert_repack.h; same results, ~2x their bytes) */
+    bool iq_repack;       /* CPU: routed IQ2_XXS/IQ2_XS/IQ1_M experts repacked at load into a lookup-free
+                             layout in memory (src/expert_repack.h; same results, 1.9-2.5x their bytes) */
 } engine_params;
 
 /* Open a model. NULL on failure with rl_lasterr() set (one line naming the file). */

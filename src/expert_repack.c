@@ -55,11 +55,13 @@ static uint64_t ram_bytes(void) {
     return rl_total_ram();
 }
 
+/* "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF": each source type once */
 static void add_type(char *types, size_t n, uint32_t src) {
-    const char *name = quant_name(src);
-    if (strstr(types, name)) return;
+    char pair[40];
+    snprintf(pair, sizeof pair, "%s->%s", quant_name(src), quant_name((uint32_t)quant_repack_type(src)));
+    if (strstr(types, pair)) return;
     size_t l = strlen(types);
-    snprintf(types + l, n - l, "%s%s", l ? "," : "", name);
+    snprintf(types + l, n - l, "%s%s", l ? ", " : "", pair);
 }
 
 expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
@@ -86,8 +88,8 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
         }
     }
     if (!n_mats) {
-        rl_seterr("--iq-repack: no routed expert of this model has a lookup-free layout (only IQ2_XXS and IQ2_XS "
-                  "experts do); run without --iq-repack");
+        rl_seterr("--iq-repack: no routed expert of this model has a lookup-free layout (only IQ2_XXS, IQ2_XS and "
+                  "IQ1_M experts do); run without --iq-repack");
         goto fail;
     }
     const uint64_t ram = ram_bytes(), limit = (uint64_t)(EXPERT_REPACK_RAM_SHARE * (double)ram);
@@ -102,7 +104,6 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
     }
     r->bufs = rl_calloc((size_t)n_mats, sizeof(rp_buf), "expert repack buffers");
     if (!r->bufs) goto fail;
-    snprintf(in->types + strlen(in->types), sizeof in->types - strlen(in->types), "->%s", quant_name(QT_IQ2_LF));
     /* repack into fresh buffers first; only when all succeeded are the views re-pointed */
     const double t0 = rl_now();
     rl_progress pr;
@@ -179,7 +180,7 @@ static const char *fmt_bytes(char *b, size_t n, double bytes) {
 void expert_repack_describe(const expert_repack *r, char *buf, size_t n) {
     const expert_repack_info *i = &r->info;
     char f[32], m[32], d[32];
-    snprintf(buf, n, "iq-repack: %d expert tensors %s, %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
+    snprintf(buf, n, "iq-repack: %d expert tensors (%s), %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
              i->n_tensors, i->types, fmt_bytes(f, sizeof f, (double)i->bytes_file),
              fmt_bytes(m, sizeof m, (double)i->bytes_mem), fmt_bytes(d, sizeof d, (double)(i->bytes_mem - i->bytes_file)),
              (double)i->bytes_mem / (double)i->bytes_file, i->seconds,

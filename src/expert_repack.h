@@ -2,7 +2,7 @@
  *
  * When asked (engine_params.iq_repack, off by default), every routed-expert tensor of the model
  * (ffn_{gate,up,down,gate_up}_exps of every layer, MTP layer included) whose type has a
- * lookup-free form (quant_repack.h: IQ2_XXS, IQ2_XS -> IQ2_LF) is repacked into an anonymous
+ * lookup-free form (quant_repack.h: IQ2_XXS, IQ2_XS -> IQ2_LF; IQ1_M -> IQ1_LF) is repacked into an anonymous
  * copy, and the model's matrix views (q3n_layer.*_exps: type, row_bytes, data) are pointed at
  * it. The file is never changed; the mapping's pages of the repacked tensors are released
  * (madvise DONTNEED) once read. Every later use of those matrices goes through the views: the
@@ -37,7 +37,7 @@ typedef struct {
     uint64_t bytes_mem;       /* their bytes repacked (anonymous memory) */
     uint64_t bytes_kept;      /* routed-expert bytes left in the file's layout (no lookup-free form) */
     double seconds;           /* wall time of the repack */
-    char types[64];           /* "IQ2_XXS->IQ2_LF" or "IQ2_XXS,IQ2_XS->IQ2_LF" */
+    char types[96];           /* "IQ2_XXS->IQ2_LF" or "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF" */
 } expert_repack_info;
 
 /* Repack m's routed experts in place (see above), rows split over p's threads; progress bar on
@@ -47,7 +47,7 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress);
 /* Frees the repacked copies: after the model's last use. NULL is fine. */
 void expert_repack_free(expert_repack *r);
 void expert_repack_get_info(const expert_repack *r, expert_repack_info *out);
-/* One line: "iq-repack: 144 expert tensors IQ2_XXS->IQ2_LF, 1.23 GiB in the file -> 2.57 GiB in memory
+/* One line: "iq-repack: 144 expert tensors (IQ2_XXS->IQ2_LF), 1.23 GiB in the file -> 2.57 GiB in memory
  * (+1.34 GiB, 2.09x), 0.8 s" */
 void expert_repack_describe(const expert_repack *r, char *buf, size_t n);
 

@@ -399,6 +399,7 @@ static const quant_traits traits[QT_COUNT] = {
     KQ(QT_IQ1_S, "IQ1_S", iq1_s, 50),
     KQ(QT_IQ1_M, "IQ1_M", iq1_m, 56),
     KQ(QT_IQ2_LF, "IQ2_LF", iq2_lf, 138), /* in-memory only (quant_repack.h) */
+    KQ(QT_IQ1_LF, "IQ1_LF", iq1_lf, 138),
 };
 
 const quant_traits *quant_get(uint32_t type) {

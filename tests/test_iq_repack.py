@@ -1,9 +1,9 @@
-"""--iq-repack (src/expert_repack.c, src/quant_repack.h): the routed IQ2_XXS experts repacked at load
-into the lookup-free IQ2_LF layout must change no result, bit for bit.
+"""--iq-repack (src/expert_repack.c, src/quant_repack.h): the routed IQ2_XXS / IQ2_XS / IQ1_M experts
+repacked at load into the lookup-free IQ2_LF / IQ1_LF layouts must change no result, bit for bit.
 
 - A small IQ2_XXS-mix model (`redlite synth --preset iq2_xxs`, tiny geometry, MTP block) and the
-  tiny CF2 model (IQ2_XS experts on its last layer, IQ1_M on the others, which stay in the file's
-  layout) are run by `redlite dump` with and without --iq-repack: the float32 logits of every prompt row (batched
+  tiny CF2 model (IQ2_XS experts on its last layer, IQ1_M on the others) are run by `redlite dump`
+  with and without --iq-repack: the float32 logits of every prompt row (batched
   prefill: the batched kernels, batch 5 so chunks of 5 and 2 rows) and of greedy steps (one row:
   the mat-vec kernels) must be byte-identical, on the fast path (the SIMD kernels), the scalar
   kernels (RL_KERN=scalar) and the double-precision reference (IQ2_LF's to_float).
@@ -58,8 +58,8 @@ def dump_logits(models, tag, *extra, model="iq2", env=None):
     return data, r.stderr
 
 
-EXPECT = {"iq2": ("iq-repack: 15 expert tensors IQ2_XXS->IQ2_LF", "2.09x"),
-          "cf2": ("iq-repack: 3 expert tensors IQ2_XS->IQ2_LF", "1.86x), 0.0 s; other experts stay in the file's layout")}
+EXPECT = {"iq2": ("iq-repack: 15 expert tensors (IQ2_XXS->IQ2_LF)", "2.09x"),
+          "cf2": ("iq-repack: 12 expert tensors (IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF)",)}
 
 
 @pytest.mark.parametrize("model", ["iq2", "cf2"])

@@ -1,15 +1,16 @@
 /* test_repack.c — the lookup-free IQ layouts (src/quant_repack.h, src/kern_x86_repack.h):
- *   - the premise: every grid byte of IQ2_XXS / IQ2_XS is 8, 25 or 43;
- *   - repacking random valid IQ2_XXS / IQ2_XS rows into IQ2_LF keeps to_float and the scalar
- *     vec_dot against Q8_K rows bit for bit (exact equality of the float bits: the integer sums
- *     and the float epilogue are the original type's);
- *   - at every kernel level this CPU supports, kern_matvec(IQ2_LF) equals the ORIGINAL type's
+ *   - the premise: every grid byte of IQ2_XXS / IQ2_XS is 8, 25 or 43, every IQ1 grid byte -1, 0, 1;
+ *   - repacking random valid IQ2_XXS / IQ2_XS rows into IQ2_LF and IQ1_M rows into IQ1_LF keeps
+ *     to_float and the scalar vec_dot against Q8_K rows bit for bit (exact equality of the float
+ *     bits: the integer sums and the float epilogue are the original type's);
+ *   - at every kernel level this CPU supports, kern_matvec(IQ*_LF) equals the ORIGINAL type's
  *     scalar vec_dot bit for bit (1, 3, 6, 13, 37 rows; 1 to 19 super-blocks per row; outputs
- *     NaN-poisoned), and kern_matmul(IQ2_LF) equals kern_matvec bit for bit for T = 1..12 and 17;
- *   - extreme blocks (every weight +-43, every scale 15, activations -128 / 127): no saturation,
+ *     NaN-poisoned), and kern_matmul equals it bit for bit for T = 1..12 and 17 (ldo > rows: the
+ *     padding stays poisoned);
+ *   - extreme blocks (every weight +-43 / +-9, every scale 15, activations -128 / 127): no saturation,
  *     kernels equal the scalar reference;
  *   - internal type ids are refused in files (gguf.c), and quant_repack_bytes is the layout's.
- * RL_KERN_BENCH=1 prints the mat-vec speed of IQ2_XXS / IQ2_XS against their repacked form (GB/s of
+ * RL_KERN_BENCH=1 prints the mat-vec speed of IQ2_XXS / IQ2_XS / IQ1_M against their repacked form (GB/s of
  * bytes read and G weights/s, hot = 512 KiB, cold = RL_KERN_BENCH_MIB MiB, per CPU-second, best of
  * the runs) and the batched kernel's speed at T = 2, 8, 64.
  * Run: make all && build/tests/test_repack
@@ -27,7 +28,7 @@
 #include "quant_repack.h"
 #include "quant_tables.h"
 
-static const uint32_t srcs[] = { QT_IQ2_XXS, QT_IQ2_XS };
+static const uint32_t srcs[] = { QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M };
 
 static uint32_t fbits(float f) {
     uint32_t u;
@@ -52,14 +53,22 @@ static void test_grids(void) {
             bad += g != 8 && g != 25 && g != 43;
         }
     CHECK(bad == 0, "%d grid bytes outside {8, 25, 43}", bad);
+    bad = 0;
+    for (int i = 0; i < 2048; i++)
+        for (int j = 0; j < 8; j++) {
+            const int g = (int)(int8_t)(iq1s_grid[i] >> (8 * j));
+            bad += g < -1 || g > 1;
+        }
+    CHECK(bad == 0, "%d IQ1 grid bytes outside {-1, 0, 1}", bad);
 }
 
 /* One matrix of n_rows x nb super-blocks of type src: repack, compare with the original. */
 static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
     const int64_t n = nb * QK_K;
-    const quant_traits *ts = quant_get(src), *tl = quant_get(QT_IQ2_LF), *tq = quant_get(QT_Q8_K);
-    const size_t rbs = quant_row_size(src, n), rbl = quant_row_size(QT_IQ2_LF, n), ab = quant_row_size(QT_Q8_K, n);
-    CHECK(quant_repack_type(src) == QT_IQ2_LF && rbl == (size_t)nb * 138, "row size");
+    const uint32_t lf = src == QT_IQ1_M ? QT_IQ1_LF : QT_IQ2_LF;
+    const quant_traits *ts = quant_get(src), *tl = quant_get(lf), *tq = quant_get(QT_Q8_K);
+    const size_t rbs = quant_row_size(src, n), rbl = quant_row_size(lf, n), ab = quant_row_size(QT_Q8_K, n);
+    CHECK(quant_repack_type(src) == (int)lf && rbl == (size_t)nb * 138, "row size");
     CHECK(quant_repack_bytes(src, n_rows, n) == (uint64_t)rbl * (uint64_t)n_rows, "repack bytes");
     uint8_t *W = malloc(rbs * (size_t)n_rows + 1), *L = malloc(rbl * (size_t)n_rows + 1);
     fill_random_blocks(src, W, nb * n_rows, r);
@@ -97,7 +106,7 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
             ref[t * n_rows + row] = a;
             dbad += fbits(a) != fbits(b);
         }
-    CHECK(dbad == 0, "%s: %d scalar IQ2_LF dots differ from the original", quant_name(src), dbad);
+    CHECK(dbad == 0, "%s: %d scalar %s dots differ from the original", quant_name(src), dbad, quant_name(lf));
 
     /* kernels at every supported level */
     float *out = malloc(sizeof(float) * (size_t)(n_rows * T + 1)), *mm = malloc(sizeof(float) * (size_t)((n_rows + 3) * T + 1));
@@ -107,7 +116,7 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
         int mbad = 0;
         for (int t = 0; t < T; t++) {
             check_poison(out, (size_t)n_rows);
-            kern_matvec(QT_IQ2_LF, L, n_rows, n, act + (size_t)t * ab, out);
+            kern_matvec(lf, L, n_rows, n, act + (size_t)t * ab, out);
             for (int64_t row = 0; row < n_rows; row++) mbad += fbits(out[row]) != fbits(ref[t * n_rows + row]);
         }
         CHECK(mbad == 0, "%s level %s rows %lld nb %lld: %d mat-vec values differ from the original vec_dot",
@@ -115,7 +124,7 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
         const int64_t ldo = n_rows + 3;
         for (int TT = 1; TT <= T; TT += TT == 12 ? 5 : 1) {
             check_poison(mm, (size_t)(ldo * TT));
-            kern_matmul(QT_IQ2_LF, L, n_rows, n, act, TT, mm, ldo);
+            kern_matmul(lf, L, n_rows, n, act, TT, mm, ldo);
             int bbad = 0, pad = 0;
             for (int t = 0; t < TT; t++) {
                 for (int64_t row = 0; row < n_rows; row++) bbad += fbits(mm[t * ldo + row]) != fbits(ref[t * n_rows + row]);
@@ -130,14 +139,16 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
 }
 
 /* Hand-built extreme IQ2_LF blocks against the scalar reference and an int64 oracle. */
-static void test_extremes(rl_rng *r) {
+static void test_extremes(uint32_t lf, rl_rng *r) {
     enum { NB = 4, ROWS = 5 };
+    /* the largest magnitudes: IQ2_LF codes 2 / 6 (+-43), IQ1_LF codes 2 / 4 (+9 / -9) */
+    const uint8_t hi = 0x22, lo = lf == QT_IQ2_LF ? 0x66 : 0x44;
     const int64_t n = NB * QK_K;
     blk_iq2_lf *L = malloc(sizeof(blk_iq2_lf) * NB * ROWS);
     for (int k = 0; k < NB * ROWS; k++) {
         L[k].d = rl_fp32_to_fp16(0.0625f);
         memset(L[k].scales, 0xff, 8);
-        for (int j = 0; j < 128; j++) L[k].qs[j] = (k % 3 == 0) ? 0x22 : (k % 3 == 1) ? 0x66 : (uint8_t)rl_rng_u64(r) & 0x77;
+        for (int j = 0; j < 128; j++) L[k].qs[j] = (k % 3 == 0) ? hi : (k % 3 == 1) ? lo : (uint8_t)rl_rng_u64(r) & 0x77;
     }
     const size_t ab = quant_row_size(QT_Q8_K, n);
     uint8_t *act = malloc(ab);
@@ -147,26 +158,26 @@ static void test_extremes(rl_rng *r) {
     float ref[ROWS], out[ROWS];
     int obad = 0;
     for (int row = 0; row < ROWS; row++) {
-        ref[row] = quant_vec_dot_iq2_lf(n, L + row * NB, act);
+        ref[row] = quant_get(lf)->vec_dot(n, L + row * NB, act);
         /* oracle: dequantised weights (exact here: d*(0.5+15)*0.25 * v) times the Q8_K values in double */
         double s = 0;
         float w[NB * QK_K], a[NB * QK_K];
-        quant_get(QT_IQ2_LF)->to_float(L + row * NB, w, n);
+        quant_get(lf)->to_float(L + row * NB, w, n);
         quant_get(QT_Q8_K)->to_float(act, a, n);
         for (int64_t i = 0; i < n; i++) s += (double)w[i] * a[i];
         obad += fabs(s - ref[row]) > 1e-6 * fabs(s) + 1e-3;
     }
-    CHECK(obad == 0, "extreme blocks: scalar IQ2_LF dot differs from the dequantised oracle");
+    CHECK(obad == 0, "extreme blocks: scalar %s dot differs from the dequantised oracle", quant_name(lf));
     for (int level = 1; level < KERN_NLEVELS; level++) {
         if (!kern_level_supported(level)) continue;
         kern_set_level(level);
-        CHECK(kern_has_simd(level, QT_IQ2_LF) && kern_has_matmul(level, QT_IQ2_LF), "level %s has IQ2_LF kernels",
-              kern_level_name(level));
+        CHECK(kern_has_simd(level, lf) && kern_has_matmul(level, lf), "level %s has %s kernels",
+              kern_level_name(level), quant_name(lf));
         check_poison(out, ROWS);
-        kern_matvec(QT_IQ2_LF, L, ROWS, n, act, out);
+        kern_matvec(lf, L, ROWS, n, act, out);
         int bad = 0;
         for (int row = 0; row < ROWS; row++) bad += fbits(out[row]) != fbits(ref[row]);
-        CHECK(bad == 0, "extreme blocks level %s: %d rows differ", kern_level_name(level), bad);
+        CHECK(bad == 0, "extreme blocks %s level %s: %d rows differ", quant_name(lf), kern_level_name(level), bad);
     }
     free(L); free(act); free(x);
 }
@@ -183,7 +194,7 @@ static double cpu_now(void) {
  * repacked type); 4 MiB of random blocks repeated */
 static double bench_one(uint32_t src, bool repacked, size_t bytes, int reps, int64_t *n_weights, rl_rng *r) {
     const int64_t n_cols = 2048;
-    const uint32_t type = repacked ? QT_IQ2_LF : src;
+    const uint32_t type = repacked ? (uint32_t)quant_repack_type(src) : src;
     const size_t rbs = quant_row_size(src, n_cols), rb = quant_row_size(type, n_cols);
     const int64_t n_rows = (int64_t)(bytes / rb), fill = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
     uint8_t *S = malloc(rbs * (size_t)fill), *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
@@ -222,7 +233,7 @@ static void bench(void) {
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int rp = 0; rp < 2; rp++) {
             int64_t nw;
-            const uint32_t type = rp ? QT_IQ2_LF : srcs[k];
+            const uint32_t type = rp ? (uint32_t)quant_repack_type(srcs[k]) : srcs[k];
             const double rb = (double)quant_row_size(type, 2048) / 2048;
             const double hot = bench_one(srcs[k], rp, 512u << 10, 50, &nw, &r), hw = (double)nw / hot / 1e9;
             const double cold = bench_one(srcs[k], rp, mib << 20, 3, &nw, &r), cw = (double)nw / cold / 1e9;
@@ -234,7 +245,7 @@ static void bench(void) {
            "source", "layout", "T=2", "T=8", "T=64");
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int rp = 0; rp < 2; rp++) {
-            const uint32_t type = rp ? QT_IQ2_LF : srcs[k];
+            const uint32_t type = rp ? (uint32_t)quant_repack_type(srcs[k]) : srcs[k];
             const int64_t nc = 2048, nr = 256;
             const size_t rbs = quant_row_size(srcs[k], nc), rb = quant_row_size(type, nc), ab = kern_act_size(type, nc);
             uint8_t *S = malloc(rbs * nr), *W = rl_aligned_alloc(rb * nr, "W"), *act = rl_aligned_alloc(ab * 64, "act");
@@ -271,11 +282,13 @@ int main(void) {
     CHECK(quant_is_internal(QT_IQ2_LF) && !quant_is_internal(QT_IQ1_M) && quant_get(QT_IQ2_LF) &&
               quant_get(QT_IQ2_LF)->vec_dot_type == QT_Q8_K && kern_act_type(QT_IQ2_LF) == QT_Q8_K,
           "IQ2_LF is an internal type with a Q8_K vec_dot");
+    CHECK(quant_is_internal(QT_IQ1_LF) && quant_get(QT_IQ1_LF) && kern_act_type(QT_IQ1_LF) == QT_Q8_K, "IQ1_LF");
     CHECK(quant_repack_type(QT_Q4_K) == -1 && quant_repack_bytes(QT_Q4_K, 4, 256) == 0, "no repack of Q4_K");
     const int64_t rows[] = { 1, 3, 6, 13, 37 }, nbs[] = { 1, 2, 8, 19, 8 };
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int i = 0; i < 5; i++) test_rows(srcs[k], rows[i], nbs[i], &r);
-    test_extremes(&r);
+    test_extremes(QT_IQ2_LF, &r);
+    test_extremes(QT_IQ1_LF, &r);
     kern_set_level(initial);
     const char *b = getenv("RL_KERN_BENCH");
     if (b && *b == '1') bench();
