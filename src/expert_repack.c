@@ -130,13 +130,17 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
             madvise(b->mem, b->len, MADV_HUGEPAGE); /* fewer TLB misses over the streamed rows (best effort) */
             j.out = b->mem;
             pool_run(p, rp_worker, &j);
+            /* drop the mapping's pages of the source now (clean file pages: the page cache may keep
+             * them, but they leave this process's RSS and the peak is one tensor, not all) */
+            const uintptr_t a = (uintptr_t)j.in, e = a + (uintptr_t)j.n_rows * j.rb_in;
+            const uintptr_t pa = (a + 4095) & ~(uintptr_t)4095, pe = e & ~(uintptr_t)4095;
+            if (pe > pa) madvise((void *)pa, pe - pa, MADV_DONTNEED);
             done += (uint64_t)j.n_rows * j.rb_in;
             if (progress) rl_progress_update(&pr, done);
         }
     }
     if (progress) rl_progress_end(&pr);
-    /* re-point the views; drop the mapping's pages of the originals (the page cache keeps them
-     * only as long as the kernel likes: they are clean) */
+    /* every tensor repacked: re-point the views */
     int bi = 0;
     for (int il = 0; il < n_layer; il++) {
         ops_mat *mats[3];
@@ -144,9 +148,6 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
         for (int i = 0; i < k; i++) {
             const int t = quant_repack_type(mats[i]->type);
             if (t < 0) continue;
-            const uintptr_t a = (uintptr_t)mats[i]->data, e = a + (uintptr_t)mats[i]->n_out * mats[i]->row_bytes;
-            const uintptr_t pa = (a + 4095) & ~(uintptr_t)4095, pe = e & ~(uintptr_t)4095;
-            if (pe > pa) madvise((void *)pa, pe - pa, MADV_DONTNEED);
             mats[i]->type = (uint32_t)t;
             mats[i]->row_bytes = quant_row_size((uint32_t)t, mats[i]->n_in);
             mats[i]->data = r->bufs[bi++].mem;

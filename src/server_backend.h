@@ -32,6 +32,7 @@ typedef struct {
     int n_ctx, n_batch;
     const char *kv;           /* KV cache format "f32" | "f16" (NULL = the default) */
     const char *cache_spec;
+    bool iq_repack;           /* session_model_params.iq_repack */
     float route_bias;
     const char *route_trace;
     int max_checkpoints;      /* in-memory (0 = session default) */

@@ -195,6 +195,7 @@ int cmd_serve(int argc, char **argv) {
             .n_batch = (int)o.batch,
             .kv = o.kv,
             .cache_spec = o.cache_spec,
+            .iq_repack = o.iq_repack,
             .route_bias = o.route_bias,
             .route_trace = o.route_trace,
             .max_checkpoints = (int)checkpoints,

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Red Lite with and without --iq-repack on the same files, interleaved (bench/results/*iq-repack*).
+
+    bench/iq_repack.py FILE... [-t 1,2] [--rounds 3] [--n-decode 16] [--prompt 512] [--out X.json]
+
+Each round runs, for every file and thread count, `redlite bench` once without and once with
+--iq-repack (order alternating between rounds), one timed repetition each (--reps 1): the
+medians over rounds are reported with every round's value and the 1-minute load average before
+each run, so a noisy shared machine shows in the numbers.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REDLITE = os.path.join(ROOT, "build", "redlite")
+
+
+def run(path, threads, repack, args):
+    cmd = [REDLITE, "bench", "-m", path, "-t", str(threads), "--prompt", str(args.prompt), "--n-decode",
+           str(args.n_decode), "--reps", "1", "--json"] + (["--iq-repack"] if repack else [])
+    load = os.getloadavg()[0]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
+    j = json.loads(r.stdout)
+    return {"load": load, "decode": j["decode"][0]["tok_s"], "prompt": j["prompt"][0]["tok_s"] if j["prompt"] else None,
+            "load_s": j["load_seconds"], "rss": j.get("peak_rss_bytes")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("-t", default="1,2")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n-decode", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    threads = [int(t) for t in args.t.split(",")]
+    res = {}
+    for rnd in range(args.rounds):
+        for f in args.files:
+            for t in threads:
+                for repack in ((False, True) if rnd % 2 == 0 else (True, False)):
+                    r = run(f, t, repack, args)
+                    res.setdefault((f, t, repack), []).append(r)
+                    print(f"round {rnd} {os.path.basename(f)} t={t} repack={int(repack)}: decode {r['decode']:.2f} "
+                          f"prompt {r['prompt']:.2f} tok/s, load {r['load']:.1f}, loaded in {r['load_s']:.1f} s, "
+                          f"peak RSS {r['rss'] / 2**30:.2f} GiB", flush=True)
+    out = []
+    print(f"\n{'file':24} {'t':>2} {'decode off':>10} {'on':>8} {'x':>6} {'prompt off':>11} {'on':>8} {'x':>6}  load")
+    for f in args.files:
+        for t in threads:
+            a, b = res[(f, t, False)], res[(f, t, True)]
+            md = [statistics.median(x["decode"] for x in v) for v in (a, b)]
+            mp = [statistics.median(x["prompt"] for x in v) for v in (a, b)]
+            loads = [x["load"] for x in a + b]
+            print(f"{os.path.basename(f):24} {t:2} {md[0]:10.2f} {md[1]:8.2f} {md[1] / md[0]:6.2f} {mp[0]:11.2f} "
+                  f"{mp[1]:8.2f} {mp[1] / mp[0]:6.2f}  {min(loads):.1f}-{max(loads):.1f}")
+            out.append({"file": f, "threads": t, "off": a, "on": b, "decode_median": md, "prompt_median": mp})
+    if args.out:
+        json.dump(out, open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
