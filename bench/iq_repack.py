@@ -2,11 +2,13 @@
 """Red Lite with and without --iq-repack on the same files, interleaved (bench/results/*iq-repack*).
 
     bench/iq_repack.py FILE... [-t 1,2] [--rounds 3] [--n-decode 16] [--prompt 512] [--out X.json]
+    (RL_BENCH_REDLITE: the binary to run, default build/redlite)
 
-Each round runs, for every file and thread count, `redlite bench` once without and once with
---iq-repack (order alternating between rounds), one timed repetition each (--reps 1): the
-medians over rounds are reported with every round's value and the 1-minute load average before
-each run, so a noisy shared machine shows in the numbers.
+Each round runs, for every file and thread count, `redlite bench` once per mode: without
+--iq-repack ("off"), with it for the routed experts only (RL_REPACK_DENSE=0, "experts") and for
+every IQ matrix ("all"), in an order rotating between rounds, one timed repetition each
+(--reps 1): the medians over rounds are reported with every round's value and the 1-minute load
+average before each run, so a noisy shared machine shows in the numbers.
 """
 import argparse
 import json
@@ -16,14 +18,18 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REDLITE = os.path.join(ROOT, "build", "redlite")
+REDLITE = os.environ.get("RL_BENCH_REDLITE", os.path.join(ROOT, "build", "redlite"))
 
 
-def run(path, threads, repack, args):
+MODES = ("off", "experts", "all")
+
+
+def run(path, threads, mode, args):
     cmd = [REDLITE, "bench", "-m", path, "-t", str(threads), "--prompt", str(args.prompt), "--n-decode",
-           str(args.n_decode), "--reps", "1", "--json"] + (["--iq-repack"] if repack else [])
+           str(args.n_decode), "--reps", "1", "--json"] + (["--iq-repack"] if mode != "off" else [])
+    env = dict(os.environ, RL_REPACK_DENSE="0" if mode == "experts" else "1")
     load = os.getloadavg()[0]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
     j = json.loads(r.stdout)
@@ -45,23 +51,26 @@ def main():
     for rnd in range(args.rounds):
         for f in args.files:
             for t in threads:
-                for repack in ((False, True) if rnd % 2 == 0 else (True, False)):
-                    r = run(f, t, repack, args)
-                    res.setdefault((f, t, repack), []).append(r)
-                    print(f"round {rnd} {os.path.basename(f)} t={t} repack={int(repack)}: decode {r['decode']:.2f} "
+                for k in range(len(MODES)):
+                    mode = MODES[(k + rnd) % len(MODES)]
+                    r = run(f, t, mode, args)
+                    res.setdefault((f, t, mode), []).append(r)
+                    print(f"round {rnd} {os.path.basename(f)} t={t} {mode:8}: decode {r['decode']:.2f} "
                           f"prompt {r['prompt']:.2f} tok/s, load {r['load']:.1f}, loaded in {r['load_s']:.1f} s, "
                           f"peak RSS {r['rss'] / 2**30:.2f} GiB", flush=True)
     out = []
-    print(f"\n{'file':24} {'t':>2} {'decode off':>10} {'on':>8} {'x':>6} {'prompt off':>11} {'on':>8} {'x':>6}  load")
+    print(f"\n{'file':20} {'t':>2} | decode tok/s: off experts (x) all (x) | prompt tok/s: off experts (x) all (x) | load")
     for f in args.files:
         for t in threads:
-            a, b = res[(f, t, False)], res[(f, t, True)]
-            md = [statistics.median(x["decode"] for x in v) for v in (a, b)]
-            mp = [statistics.median(x["prompt"] for x in v) for v in (a, b)]
-            loads = [x["load"] for x in a + b]
-            print(f"{os.path.basename(f):24} {t:2} {md[0]:10.2f} {md[1]:8.2f} {md[1] / md[0]:6.2f} {mp[0]:11.2f} "
-                  f"{mp[1]:8.2f} {mp[1] / mp[0]:6.2f}  {min(loads):.1f}-{max(loads):.1f}")
-            out.append({"file": f, "threads": t, "off": a, "on": b, "decode_median": md, "prompt_median": mp})
+            v = [res[(f, t, m)] for m in MODES]
+            md = [statistics.median(x["decode"] for x in r) for r in v]
+            mp = [statistics.median(x["prompt"] for x in r) for r in v]
+            loads = [x["load"] for r in v for x in r]
+            print(f"{os.path.basename(f):20} {t:2} | {md[0]:6.2f} {md[1]:6.2f} ({md[1] / md[0]:.2f}) {md[2]:6.2f} "
+                  f"({md[2] / md[0]:.2f}) | {mp[0]:6.2f} {mp[1]:6.2f} ({mp[1] / mp[0]:.2f}) {mp[2]:6.2f} "
+                  f"({mp[2] / mp[0]:.2f}) | {min(loads):.1f}-{max(loads):.1f}")
+            out.append({"file": f, "threads": t, "runs": dict(zip(MODES, v)), "decode_median": dict(zip(MODES, md)),
+                        "prompt_median": dict(zip(MODES, mp))})
     if args.out:
         json.dump(out, open(args.out, "w"), indent=1)
 

@@ -24,13 +24,23 @@ struct expert_repack {
     expert_repack_info info;
 };
 
-/* the routed-expert views of layer il (NULL where absent: up_exps of a fused gate_up) */
-static int layer_mats(q3n_model *m, int il, ops_mat **out) {
+/* The matrix views --iq-repack considers: the routed experts of layer il (NULL where absent: up_exps
+ * of a fused gate_up), then its dense projections; the output head with the last layer. Not the
+ * token embedding: rows of it are only dequantised one at a time, which no layout speeds up. */
+#define RP_MAX_MATS 17
+static int layer_mats(q3n_model *m, int il, int n_layer, ops_mat **out, int *n_experts) {
     q3n_layer *L = &m->layers[il];
-    ops_mat *c[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    ops_mat *c[] = {&L->gate_exps, &L->up_exps, &L->down_exps, &L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv,
+                    &L->wgate, &L->wba, &L->wout, &L->router, &L->gate_sh, &L->up_sh, &L->down_sh, &L->eh_proj,
+                    il == n_layer - 1 ? &m->output : NULL};
+    _Static_assert(sizeof c / sizeof c[0] == RP_MAX_MATS, "RP_MAX_MATS");
     int n = 0;
-    for (int i = 0; i < 3; i++)
-        if (c[i]->data) out[n++] = c[i];
+    *n_experts = 0;
+    for (int i = 0; i < RP_MAX_MATS; i++)
+        if (c[i] && c[i]->data) {
+            out[n++] = c[i];
+            if (i < 3) (*n_experts)++;
+        }
     return n;
 }
 
@@ -66,39 +76,44 @@ static void add_type(char *types, size_t n, uint32_t src) {
 
 expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
     const int n_layer = m->hp.n_layer + m->hp.n_nextn;
+    const char *dv = getenv("RL_REPACK_DENSE");
+    const bool dense = !dv || atoi(dv) != 0; /* RL_REPACK_DENSE=0: routed experts only (measurements) */
     expert_repack *r = rl_calloc(1, sizeof *r, "expert repack");
     if (!r) return NULL;
     expert_repack_info *in = &r->info;
     /* plan: what is repacked, and does it fit */
     int n_mats = 0;
     for (int il = 0; il < n_layer; il++) {
-        ops_mat *mats[3];
-        const int k = layer_mats(m, il, mats);
+        ops_mat *mats[RP_MAX_MATS];
+        int ne;
+        const int k = layer_mats(m, il, n_layer, mats, &ne);
         for (int i = 0; i < k; i++) {
             const uint64_t file = (uint64_t)mats[i]->n_out * mats[i]->row_bytes;
-            const uint64_t mem = quant_repack_bytes(mats[i]->type, mats[i]->n_out, mats[i]->n_in);
+            const uint64_t mem = i < ne || dense ? quant_repack_bytes(mats[i]->type, mats[i]->n_out, mats[i]->n_in) : 0;
             if (mem) {
                 n_mats++;
+                in->n_dense += i >= ne;
                 in->bytes_file += file;
                 in->bytes_mem += mem;
+                if (i >= ne) in->dense_file += file, in->dense_mem += mem;
                 add_type(in->types, sizeof in->types, mats[i]->type);
-            } else {
+            } else if (i < ne) {
                 in->bytes_kept += file;
             }
         }
     }
-    if (!n_mats) {
+    if (n_mats == in->n_dense) {
         rl_seterr("--iq-repack: no routed expert of this model has a lookup-free layout (only IQ2_XXS, IQ2_XS and "
                   "IQ1_M experts do); run without --iq-repack");
         goto fail;
     }
     const uint64_t ram = ram_bytes(), limit = (uint64_t)(EXPERT_REPACK_RAM_SHARE * (double)ram);
-    const uint64_t need = m->bytes_dense + in->bytes_mem + in->bytes_kept;
+    const uint64_t need = m->bytes_dense - in->dense_file + in->bytes_mem + in->bytes_kept;
     if (need > limit) {
-        rl_seterr("--iq-repack: the repacked experts need %.2f GiB (%.2f GiB in the file) + %.2f GiB of other weights, "
+        rl_seterr("--iq-repack: the repacked matrices need %.2f GiB (%.2f GiB in the file) + %.2f GiB of other weights, "
                   "more than %d%% of this machine's %.1f GiB RAM; run without --iq-repack (the expert cache serves the "
                   "file's layout)",
-                  in->bytes_mem / GiB, in->bytes_file / GiB, (m->bytes_dense + in->bytes_kept) / GiB,
+                  in->bytes_mem / GiB, in->bytes_file / GiB, (m->bytes_dense - in->dense_file + in->bytes_kept) / GiB,
                   (int)(EXPERT_REPACK_RAM_SHARE * 100 + 0.5), ram / GiB);
         goto fail;
     }
@@ -110,11 +125,12 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
     if (progress) rl_progress_start(&pr, "repacking experts", in->bytes_file);
     uint64_t done = 0;
     for (int il = 0; il < n_layer; il++) {
-        ops_mat *mats[3];
-        const int k = layer_mats(m, il, mats);
+        ops_mat *mats[RP_MAX_MATS];
+        int ne;
+        const int k = layer_mats(m, il, n_layer, mats, &ne);
         for (int i = 0; i < k; i++) {
             const int t = quant_repack_type(mats[i]->type);
-            if (t < 0) continue;
+            if (t < 0 || (i >= ne && !dense)) continue;
             rp_job j = {.src = mats[i]->type, .in = mats[i]->data, .n_rows = mats[i]->n_out, .n_cols = mats[i]->n_in,
                         .rb_in = mats[i]->row_bytes, .rb_out = quant_row_size((uint32_t)t, mats[i]->n_in)};
             rp_buf *b = &r->bufs[r->n_bufs];
@@ -134,7 +150,8 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
              * them, but they leave this process's RSS and the peak is one tensor, not all) */
             const uintptr_t a = (uintptr_t)j.in, e = a + (uintptr_t)j.n_rows * j.rb_in;
             const uintptr_t pa = (a + 4095) & ~(uintptr_t)4095, pe = e & ~(uintptr_t)4095;
-            if (pe > pa) madvise((void *)pa, pe - pa, MADV_DONTNEED);
+            if (i < ne && pe > pa) madvise((void *)pa, pe - pa, MADV_DONTNEED); /* experts: always the file
+                                                                              mapping (a dense view may be owned) */
             done += (uint64_t)j.n_rows * j.rb_in;
             if (progress) rl_progress_update(&pr, done);
         }
@@ -143,11 +160,12 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
     /* every tensor repacked: re-point the views */
     int bi = 0;
     for (int il = 0; il < n_layer; il++) {
-        ops_mat *mats[3];
-        const int k = layer_mats(m, il, mats);
+        ops_mat *mats[RP_MAX_MATS];
+        int ne;
+        const int k = layer_mats(m, il, n_layer, mats, &ne);
         for (int i = 0; i < k; i++) {
             const int t = quant_repack_type(mats[i]->type);
-            if (t < 0) continue;
+            if (t < 0 || (i >= ne && !dense)) continue;
             mats[i]->type = (uint32_t)t;
             mats[i]->row_bytes = quant_row_size((uint32_t)t, mats[i]->n_in);
             mats[i]->data = r->bufs[bi++].mem;
@@ -181,8 +199,8 @@ static const char *fmt_bytes(char *b, size_t n, double bytes) {
 void expert_repack_describe(const expert_repack *r, char *buf, size_t n) {
     const expert_repack_info *i = &r->info;
     char f[32], m[32], d[32];
-    snprintf(buf, n, "iq-repack: %d expert tensors (%s), %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
-             i->n_tensors, i->types, fmt_bytes(f, sizeof f, (double)i->bytes_file),
+    snprintf(buf, n, "iq-repack: %d expert + %d dense tensors (%s), %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
+             i->n_tensors - i->n_dense, i->n_dense, i->types, fmt_bytes(f, sizeof f, (double)i->bytes_file),
              fmt_bytes(m, sizeof m, (double)i->bytes_mem), fmt_bytes(d, sizeof d, (double)(i->bytes_mem - i->bytes_file)),
              (double)i->bytes_mem / (double)i->bytes_file, i->seconds,
              i->bytes_kept ? "; other experts stay in the file's layout" : "");

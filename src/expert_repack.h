@@ -1,21 +1,25 @@
-/* expert_repack.h — --iq-repack: the routed experts in a lookup-free layout, made at load.
+/* expert_repack.h — --iq-repack: the IQ matrices in a lookup-free layout, made at load.
  *
  * When asked (engine_params.iq_repack, off by default), every routed-expert tensor of the model
  * (ffn_{gate,up,down,gate_up}_exps of every layer, MTP layer included) whose type has a
- * lookup-free form (quant_repack.h: IQ2_XXS, IQ2_XS -> IQ2_LF; IQ1_M -> IQ1_LF) is repacked into an anonymous
- * copy, and the model's matrix views (q3n_layer.*_exps: type, row_bytes, data) are pointed at
- * it. The file is never changed; the mapping's pages of the repacked tensors are released
- * (madvise DONTNEED) once read. Every later use of those matrices goes through the views: the
- * engine's default expert source (the mapped one) serves the repacked rows, the kernels dispatch
- * on the new type, and results are bit-identical to the original layout (quant_repack.h), so the
- * exactness contract holds unchanged. Experts of other types stay in the mapping.
+ * lookup-free form (quant_repack.h: IQ2_XXS, IQ2_XS -> IQ2_LF; IQ1_M -> IQ1_LF) is repacked into an
+ * anonymous copy, and so are the dense projections of those types (attention, DeltaNet, shared
+ * expert, router, MTP eh_proj, output head; not the token embedding, whose rows are only
+ * dequantised one at a time): in the IQ2_XXS mix they carry as many weights per decoded token as
+ * the routed experts, for ~2 % of the model's bytes. RL_REPACK_DENSE=0 repacks the experts only.
+ * The model's matrix views (type, row_bytes, data) are pointed at the copies. The file is never
+ * changed; the mapping's pages of each repacked expert tensor are released (madvise DONTNEED)
+ * once read. Every later use of those matrices goes through the views: the engine's default
+ * expert source (the mapped one) serves the repacked rows, the kernels dispatch on the new type,
+ * and results are bit-identical to the original layout (quant_repack.h), so the exactness
+ * contract holds unchanged. Tensors of other types stay in the mapping.
  *
- * Memory: the repacked experts are resident (full residency, an anonymous copy instead of the
- * mapping). The repack is refused, with a one-line error, when dense weights + repacked experts
- * + the experts left in the file would exceed EXPERT_REPACK_RAM_SHARE of physical RAM
+ * Memory: the repacked matrices are resident (full residency, an anonymous copy instead of the
+ * mapping). The repack is refused, with a one-line error, when the weights after it (repacked
+ * copies + everything else) would exceed EXPERT_REPACK_RAM_SHARE of physical RAM
  * (RL_REPACK_RAM_MIB overrides the RAM size, for tests). The bounded expert cache reads the
  * file's layout into its slots, so a repacked model runs without it (session.c refuses
- * --cache-mib N|mmap with --iq-repack); repacking inside the cache's slot fill is not done yet.
+ * --cache-mib N with --iq-repack); repacking inside the cache's slot fill is not done yet.
  */
 #ifndef RL_EXPERT_REPACK_H
 #define RL_EXPERT_REPACK_H
@@ -33,8 +37,10 @@ typedef struct expert_repack expert_repack;
 
 typedef struct {
     int n_tensors;            /* tensors repacked */
+    int n_dense;              /* ... of which dense (not routed experts) */
     uint64_t bytes_file;      /* their bytes in the file */
     uint64_t bytes_mem;       /* their bytes repacked (anonymous memory) */
+    uint64_t dense_file, dense_mem; /* the dense tensors' share of those */
     uint64_t bytes_kept;      /* routed-expert bytes left in the file's layout (no lookup-free form) */
     double seconds;           /* wall time of the repack */
     char types[96];           /* "IQ2_XXS->IQ2_LF" or "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF" */

@@ -1,14 +1,16 @@
-"""--iq-repack (src/expert_repack.c, src/quant_repack.h): the routed IQ2_XXS / IQ2_XS / IQ1_M experts
-repacked at load into the lookup-free IQ2_LF / IQ1_LF layouts must change no result, bit for bit.
+"""--iq-repack (src/expert_repack.c, src/quant_repack.h): the IQ2_XXS / IQ2_XS / IQ1_M matrices (routed
+experts, and the dense ones unless RL_REPACK_DENSE=0) repacked at load into the lookup-free IQ2_LF /
+IQ1_LF layouts must change no result, bit for bit.
 
 - A small IQ2_XXS-mix model (`redlite synth --preset iq2_xxs`, tiny geometry, MTP block) and the
   tiny CF2 model (IQ2_XS experts on its last layer, IQ1_M on the others) are run by `redlite dump`
   with and without --iq-repack: the float32 logits of every prompt row (batched
   prefill: the batched kernels, batch 5 so chunks of 5 and 2 rows) and of greedy steps (one row:
   the mat-vec kernels) must be byte-identical, on the fast path (the SIMD kernels), the scalar
-  kernels (RL_KERN=scalar) and the double-precision reference (IQ2_LF's to_float).
-- The repack really happened: --stats names the tensors (4 layers + the MTP block, 3 each) and the
-  2.09x memory cost.
+  kernels (RL_KERN=scalar), the double-precision reference (IQ2_LF's to_float), and with the
+  experts alone repacked.
+- The repack really happened: --stats names the tensors (4 layers + the MTP block, 3 experts each,
+  and the dense IQ2_XXS projections) and the 2.09x memory cost.
 - Refusals, exit 1 with one line: a bounded --cache-mib, a model whose experts have no lookup-free
   form (the Q4_K_M preset), and a RAM too small (RL_REPACK_RAM_MIB).
 """
@@ -58,19 +60,23 @@ def dump_logits(models, tag, *extra, model="iq2", env=None):
     return data, r.stderr
 
 
-EXPECT = {"iq2": ("iq-repack: 15 expert tensors (IQ2_XXS->IQ2_LF)", "2.09x"),
-          "cf2": ("iq-repack: 12 expert tensors (IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF)",)}
+# 4 layers + the MTP block: 3 expert tensors each; dense IQ2_XXS: the iq2_xxs preset's projections
+EXPECT = {"iq2": ("iq-repack: 15 expert + 31 dense tensors (IQ2_XXS->IQ2_LF)", "2.09x"),
+          "cf2": ("iq-repack: 12 expert + 0 dense tensors (IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF)",),
+          "experts": ("iq-repack: 15 expert + 0 dense tensors (IQ2_XXS->IQ2_LF)",)}
 
 
 @pytest.mark.parametrize("model", ["iq2", "cf2"])
-@pytest.mark.parametrize("mode", ["fast", "scalar", "reference"])
+@pytest.mark.parametrize("mode", ["fast", "scalar", "reference", "experts"])
 def test_repack_bit_identical(models, model, mode):
     extra, env = (["--fast"], None) if mode != "reference" else ([], None)
     if mode == "scalar":
         env = {"RL_KERN": "scalar"}
+    if mode == "experts":  # the routed experts only, the dense IQ matrices stay in the file's layout
+        env = {"RL_REPACK_DENSE": "0"}
     base, _ = dump_logits(models, f"{mode}-file", *extra, model=model, env=env)
     rep, err = dump_logits(models, f"{mode}-repack", *extra, "--iq-repack", "--stats", model=model, env=env)
-    for want in EXPECT[model]:
+    for want in EXPECT["experts" if mode == "experts" and model == "iq2" else model]:
         assert want in err, err
     assert rep == base, f"{model} {mode}: logits differ with --iq-repack"
 

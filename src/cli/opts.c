@@ -400,8 +400,8 @@ static const opt TABLE[] = {
      .section = "model",
      .names = "--iq-repack",
      .value = NULL,
-     .help = "CPU: repack IQ2_XXS/IQ2_XS/IQ1_M experts at load into a lookup-free\nlayout (same output, ~2x "
-             "faster kernels, 1.9-2.5x their memory; all resident)",
+     .help = "CPU: repack IQ2_XXS/IQ2_XS/IQ1_M matrices (experts, dense) at load into\na lookup-free layout "
+             "(same output, ~2x faster kernels, 1.9-2.5x their\nmemory; all resident)",
      .kind = K_FLAG,
      .off = OFF(iq_repack)},
     {.cmds = ALL,
