@@ -11,8 +11,9 @@ every IQ matrix ("all"), in an order rotating between rounds, one timed repetiti
 (--reps 1): the medians over rounds are reported with every round's value and the 1-minute load
 average before each run, so a noisy shared machine shows in the numbers.
 
---cpu: one thread, CPU seconds instead of wall time (a run's user + system time from the
-kernel's accounting, which time slices lost to other processes do not inflate): per mode three
+--cpu: one thread, CPU seconds instead of wall time (a run's user time from the kernel's
+accounting, which time slices lost to other processes do not inflate; system time is left out: the
+page faults of loading and repacking vary by seconds from run to run and would not cancel): per mode three
 runs, B = load + 1 decode step, D = B + n_decode steps, P = B + a prompt of --prompt tokens;
 (D - B) / n_decode is the CPU time per decoded token and (P - B) / prompt per prompt token, so the
 load (and the repack) cancels out. Reported as tokens per CPU-second.
@@ -54,7 +55,7 @@ def cpu_run(path, mode, extra):
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         sys.exit(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
-    return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return r1.ru_utime - r0.ru_utime
 
 
 def cpu_main(args):
