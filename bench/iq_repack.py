@@ -31,6 +31,7 @@ REDLITE = os.environ.get("RL_BENCH_REDLITE", os.path.join(ROOT, "build", "redlit
 
 
 MODES = ("off", "experts", "all")
+MODES = tuple(os.environ.get("RL_BENCH_MODES", ",".join(MODES)).split(","))  # e.g. off,all
 
 
 def run(path, threads, mode, args):
@@ -71,13 +72,13 @@ def cpu_main(args):
                 res.setdefault((f, mode), []).append((dec, pro))
                 print(f"round {rnd} {os.path.basename(f)} {mode:8}: decode {dec:.2f} prompt {pro:.2f} tok per CPU-s "
                       f"(CPU s: base {b:.1f}, decode {d:.1f}, prompt {p:.1f}), load {os.getloadavg()[0]:.1f}", flush=True)
-    print(f"\n{'file':20} | decode tok/CPU-s: off experts (x) all (x) | prompt tok/CPU-s: off experts (x) all (x)")
+    print(f"\n{'file':20} | decode tok/CPU-s: {' '.join(MODES)} (x vs the first) | prompt tok/CPU-s: the same")
     out = []
     for f in args.files:
         md = [statistics.median(x[0] for x in res[(f, m)]) for m in MODES]
         mp = [statistics.median(x[1] for x in res[(f, m)]) for m in MODES]
-        print(f"{os.path.basename(f):20} | {md[0]:6.2f} {md[1]:6.2f} ({md[1] / md[0]:.2f}) {md[2]:6.2f} ({md[2] / md[0]:.2f})"
-              f" | {mp[0]:6.2f} {mp[1]:6.2f} ({mp[1] / mp[0]:.2f}) {mp[2]:6.2f} ({mp[2] / mp[0]:.2f})")
+        print(f"{os.path.basename(f):20} | " + " ".join(f"{v:6.2f} ({v / md[0]:.2f})" for v in md) + " | " +
+              " ".join(f"{v:6.2f} ({v / mp[0]:.2f})" for v in mp))
         out.append({"file": f, "runs": {m: res[(f, m)] for m in MODES}, "decode_median": dict(zip(MODES, md)),
                     "prompt_median": dict(zip(MODES, mp))})
     if args.out:
