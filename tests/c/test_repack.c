@@ -12,7 +12,8 @@
  *   - internal type ids are refused in files (gguf.c), and quant_repack_bytes is the layout's.
  * RL_KERN_BENCH=1 prints the mat-vec speed of IQ2_XXS / IQ2_XS / IQ1_M against their repacked form (GB/s of
  * bytes read and G weights/s, hot = 512 KiB, cold = RL_KERN_BENCH_MIB MiB, per CPU-second, best of
- * the runs) and the batched kernel's speed at T = 2, 8, 64.
+ * the runs), the repack's own speed (MB of source per CPU-second) and the batched kernel's speed at
+ * T = 2, 8, 64.
  * Run: make all && build/tests/test_repack
  */
 #include <math.h>
@@ -240,6 +241,26 @@ static void bench(void) {
             printf("%-9s %-8s %17.2f %17.2f %17.2f %17.2f\n", quant_name(srcs[k]), quant_name(type), hw * rb, hw, cw * rb, cw);
             fflush(stdout);
         }
+    /* the repack itself (load time of --iq-repack): MB of source per CPU-second, 64 MiB of rows */
+    printf("repack (quant_repack_rows), 64 MiB of source rows, MB of source per CPU-second:");
+    for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++) {
+        const int64_t nc = 2048;
+        const size_t rbs = quant_row_size(srcs[k], nc), rbl = quant_row_size((uint32_t)quant_repack_type(srcs[k]), nc);
+        const int64_t nr = (int64_t)((64u << 20) / rbs);
+        uint8_t *S = malloc(rbs * (size_t)nr), *D = malloc(rbl * (size_t)nr);
+        fill_random_blocks(srcs[k], S, nr * nc / QK_K, &r);
+        memset(D, 0, rbl * (size_t)nr);
+        double best = 1e30;
+        for (int it = 0; it < 3; it++) {
+            const double t0 = cpu_now();
+            quant_repack_rows(srcs[k], S, D, nr, nc);
+            const double dt = cpu_now() - t0;
+            best = dt < best ? dt : best;
+        }
+        printf(" %s %.0f", quant_name(srcs[k]), (double)rbs * (double)nr / best / 1e6);
+        free(S); free(D);
+    }
+    printf("\n");
     /* batched: 256 x 2048 weights, T activation rows, G multiply-adds per CPU-second */
     printf("batched kernel, 256 x 2048 weights in 16-row blocks, G multiply-adds per CPU-second\n%-9s %-8s %10s %10s %10s\n",
            "source", "layout", "T=2", "T=8", "T=64");
