@@ -6,9 +6,8 @@
  * whatever the source: 17 % of the memory bandwidth (bench/results/2026-12-01-cpu-mixes.md).
  *
  * The layout (internal type IQ2_LF, "lookup-free"; IQ1_M's form IQ1_LF below): every grid byte of
- * IQ2_XXS / IQ2_XS is one of
- * the magnitudes 8, 25, 43 (checked when the repack tables are built, and by tests/c/test_repack.c), so a weight with its sign folded in is
- * one of six integers. Each weight becomes a 4-bit code into one 16-byte value table, which one
+ * IQ2_XXS / IQ2_XS is one of the magnitudes 8, 25, 43 (checked when the repack tables are built,
+ * and by tests/c/test_repack.c), so a weight with its sign folded in is one of six integers. Each weight becomes a 4-bit code into one 16-byte value table, which one
  * pshufb decodes for 32 weights at a time; the fp16 super-block scale and the 4-bit half-block
  * scales are kept as they are:
  *
@@ -43,7 +42,7 @@
  * (4.31 vs 1.75 bits per weight).
  *
  * These type ids are never valid in a file (gguf.c refuses them): they exist only in memory,
- * where the model's routed-expert tensors were repacked at load (src/expert_repack.c).
+ * where the model's IQ matrices were repacked at load (src/expert_repack.c).
  */
 #ifndef RL_QUANT_REPACK_H
 #define RL_QUANT_REPACK_H
