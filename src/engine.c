@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "expert_repack.h"
 #include "pool.h"
 
 struct engine {
@@ -16,6 +17,7 @@ struct engine {
     pool *pool;
     const backend_ops *be;
     bool reference;
+    expert_repack *rp;     /* --iq-repack: the repacked experts the model's views point at */
 };
 
 struct engine_ctx {
@@ -78,6 +80,14 @@ engine *engine_open(const char *path, const engine_params *p) {
     e->reference = p && p->reference;
     e->pool = pool_new(p ? p->n_threads : 0);
     if (!e->pool) goto fail;
+    if (p && p->iq_repack) {
+        if (strcmp(e->be->name, "cpu")) {
+            rl_seterr("--iq-repack is a CPU layout; the %s backend keeps its own (drop --iq-repack or use --backend cpu)",
+                      e->be->name);
+            goto fail;
+        }
+        if (!(e->rp = expert_repack_model(&e->m, e->pool, true))) goto fail;
+    }
     return e;
 fail:
     engine_close(e);
@@ -87,6 +97,7 @@ fail:
 void engine_close(engine *e) {
     if (!e) return;
     q3n_free(&e->m);
+    expert_repack_free(e->rp);
     if (e->f) gguf_close(e->f);
     pool_free(e->pool);
     free(e);
@@ -96,6 +107,10 @@ const q3n_hparams *engine_hparams(const engine *e) { return &e->m.hp; }
 const q3n_model *engine_model(const engine *e) { return &e->m; }
 gguf_file *engine_gguf(const engine *e) { return e->f; }
 const char *engine_backend_name(const engine *e) { return e->be->name; }
+bool engine_repack_describe(const engine *e, char *buf, size_t n) {
+    if (e->rp) expert_repack_describe(e->rp, buf, n);
+    return e->rp != NULL;
+}
 
 int engine_kv_parse(const char *name, int *out) {
     if (!strcmp(name, "f32")) return *out = BACKEND_KV_F32, 0;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "quant.h"
+#include "quant_repack.h"
 
 /* Arrays nested deeper than this are rejected: real files never nest at all, and the limit
  * bounds the recursion of the parser and of gguf_arr_get / gguf_arr_nbytes. */
@@ -477,7 +478,7 @@ static bool parse_part(const uint8_t *map, uint64_t size, const char *name, int 
             t->ne[d] = (int64_t)ne;
         }
         if (!cur_u32(&c, &t->type, what) || !cur_u64(&c, &t->offset, what)) goto fail;
-        const quant_traits *q = quant_get(t->type);
+        const quant_traits *q = quant_is_internal(t->type) ? NULL : quant_get(t->type); /* in-memory layouts */
         if (!q) {
             cur_fail(&c, "tensor '%s' has unknown or unsupported ggml type id %u (this build cannot "
                          "read it)",

@@ -32,6 +32,10 @@
  * pages); the 4-row ones prefetch the next group of 4 rows while they read the current one
  * (pf_group: the rows of a group are adjacent, so a fixed distance per row lands in rows being read).
  *
+ * Internal in-memory types (quant_repack.h: IQ2_LF, IQ1_LF, the lookup-free forms --iq-repack makes
+ * at load) have scalar, AVX2 and batched kernels like the file types (kern_x86_repack.h), each
+ * bit-identical to the original type's vec_dot on the rows before repacking.
+ *
  * Threading: all functions are thread-safe and keep no state beyond the dispatch table
  * (initialised once, on first use). Split rows across threads by calling kern_matvec on
  * disjoint row ranges (W + r0 * row_bytes, out + r0).

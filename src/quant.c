@@ -15,6 +15,7 @@
 
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_repack.h"
 
 /* ---- F32 / F16 / BF16 --------------------------------------------------------------------- */
 
@@ -397,6 +398,8 @@ static const quant_traits traits[QT_COUNT] = {
     KQ(QT_IQ2_S, "IQ2_S", iq2_s, 82),
     KQ(QT_IQ1_S, "IQ1_S", iq1_s, 50),
     KQ(QT_IQ1_M, "IQ1_M", iq1_m, 56),
+    KQ(QT_IQ2_LF, "IQ2_LF", iq2_lf, 138), /* in-memory only (quant_repack.h) */
+    KQ(QT_IQ1_LF, "IQ1_LF", iq1_lf, 138),
 };
 
 const quant_traits *quant_get(uint32_t type) {

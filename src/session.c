@@ -65,7 +65,8 @@ session_model *session_model_open(const session_model_params *p) {
     }
     session_model *m = rl_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
-    engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference};
+    engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference,
+                        .iq_repack = p->iq_repack};
     if (!(m->e = engine_open(p->model_path, &ep))) {
         session_model_close(m);
         return NULL;
@@ -116,6 +117,19 @@ static int attach_experts(session *s, const session_params *p) {
             return rl_seterr("--route-bias / --route-trace need the CPU backend (the %s backend keeps every expert "
                              "in device memory)", engine_backend_name(e));
         if (p->verbose) fprintf(stderr, "expert cache: none; the %s backend holds every expert\n", engine_backend_name(e));
+        return 0;
+    }
+    /* --iq-repack: every repacked expert is resident in the model's own views, which the engine's
+     * default source serves (mmap: experts without a lookup-free form still fault in from the file);
+     * the cache's slots and its full mode would read the file's layout */
+    char rp[256];
+    if (engine_repack_describe(e, rp, sizeof rp)) {
+        if (strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap"))
+            return rl_seterr("--cache-mib %s: --iq-repack keeps every repacked expert resident in memory; use --cache-mib "
+                             "auto, full or mmap (or drop --iq-repack for a bounded cache)", spec);
+        if (p->route_bias > 0 || p->route_trace)
+            return rl_seterr("--route-bias / --route-trace need the expert cache, which --iq-repack replaces");
+        if (p->verbose) fprintf(stderr, "expert cache: none; %s\n", rp);
         return 0;
     }
     ec_plan plan;

@@ -43,6 +43,8 @@ typedef struct {
     const char *backend;     /* "cpu" | "cuda" | "auto" (NULL = "cpu") */
     int n_threads;           /* 0 = all online CPUs */
     bool reference;          /* CPU double-precision reference arithmetic (the oracle) */
+    bool iq_repack;          /* CPU: IQ2/IQ1_M experts in the lookup-free layout (engine_params.iq_repack);
+                                every session then runs without the expert cache */
 } session_model_params;
 
 typedef struct {

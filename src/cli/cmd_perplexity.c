@@ -180,7 +180,8 @@ int cmd_perplexity(int argc, char **argv) {
     int rc = 1;
     double t0 = rl_now();
     session_model *sm = session_model_open(&(session_model_params){
-        .model_path = model, .backend = o.backend, .n_threads = (int)o.threads, .reference = reference});
+        .model_path = model, .backend = o.backend, .n_threads = (int)o.threads, .reference = reference,
+        .iq_repack = o.iq_repack});
     engine *e = sm ? session_model_engine(sm) : NULL;
     const tokenizer *tok = sm ? session_model_tokenizer(sm) : NULL;
     tok_ids ids = {0};

@@ -195,6 +195,7 @@ int cmd_serve(int argc, char **argv) {
             .n_batch = (int)o.batch,
             .kv = o.kv,
             .cache_spec = o.cache_spec,
+            .iq_repack = o.iq_repack,
             .vram_spec = o.vram_spec,
             .vram_pin = o.vram_pin,
             .vram_miss = o.vram_miss,

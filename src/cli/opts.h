@@ -46,6 +46,7 @@ typedef struct {
     long long batch;         /* -b */
     const char *kv;          /* --kv f32|f16 (NULL: the engine's default, engine.h) */
     bool reference;          /* bench --reference */
+    bool iq_repack;          /* --iq-repack (session_model_params.iq_repack) */
     int checkpoints;         /* session_params.max_checkpoints (the command's choice, no flag) */
     /* prompt and answer */
     const char *prompt;  /* -p TEXT (bench: --prompt LIST) */

@@ -230,6 +230,13 @@ static void c_unknown_tensor_type(bytes *b) {
     pad_to(b, 32);
     zeros(b, 256);
 }
+static void c_internal_type(bytes *b) { /* IQ2_LF (quant_repack.h): an in-memory layout only */
+    hdr(b, 3, 1, 0);
+    uint64_t ne[1] = {256};
+    ti(b, "blk.0.ffn_up_exps.weight", 1, ne, 48, 0);
+    pad_to(b, 32);
+    zeros(b, 256);
+}
 static void c_misaligned(bytes *b) {
     hdr(b, 3, 1, 0);
     uint64_t ne[1] = {8};
@@ -387,6 +394,7 @@ static const corrupt_case corrupt[] = {
     {"array huge count", c_array_huge_count, "claims 4611686018427387904 u32 elements"},
     {"string array huge count", c_strarray_huge_count, "claims 151936 string elements"},
     {"unknown tensor type", c_unknown_tensor_type, "tensor 'blk.0.weird.weight' has unknown or unsupported ggml type id 99"},
+    {"internal type id", c_internal_type, "tensor 'blk.0.ffn_up_exps.weight' has unknown or unsupported ggml type id 48"},
     {"misaligned offset", c_misaligned, "offset 4 is not a multiple of the alignment 32"},
     {"offset past EOF", c_offset_past_eof, "extends past the end"},
     {"offset wraps u64", c_offset_wraps, "extends past the end"},
