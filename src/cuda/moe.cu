@@ -74,12 +74,14 @@ __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const 
     float gate = 1.0f;
     if (sh && sh_gate) {
         double d = 0;
+#pragma unroll 8
         for (int j = threadIdx.x; j < D; j += COMB_THREADS) d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
         d = block_sumd(d, red);
         gate = sigmoid_f((float)d);
     }
     for (int i = i0; i < D; i += step) {
         double acc = 0;
+#pragma unroll 8 // the loads ahead of the (ordered) sum
         for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
         if (sh) acc += (double)gate * (double)sh[(size_t)t * D + i];
         const float yv = (float)acc;

@@ -20,17 +20,30 @@
 // the block must call it (barriers inside).
 __device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, const float *__restrict__ w, float *o,
                                                 int n, float eps, double *sh) {
+    constexpr int B = 8; // values loaded before any is stored: one memory round trip per 8, not per value
     const int nt = blockDim.x, lane = threadIdx.x & 31;
     for (int v0 = 0; v0 < NORM_VT; v0 += nt) {
         const int v = v0 + (int)threadIdx.x;
         double ss = 0;
-        for (int i = v; i < n; i += NORM_VT) {
-            float x = __ldcg(xr + i);
-            if (yr) {
-                x = x + __ldcg(yr + i);
-                xr[i] = x;
+        for (int i0 = v; i0 < n; i0 += B * NORM_VT) {
+            float xs[B], ys[B];
+#pragma unroll
+            for (int j = 0; j < B; j++) {
+                const int i = i0 + j * NORM_VT;
+                xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
+                ys[j] = yr && i < n ? __ldcg(yr + i) : 0.0f;
             }
-            ss += (double)x * (double)x;
+#pragma unroll
+            for (int j = 0; j < B; j++) {
+                const int i = i0 + j * NORM_VT;
+                if (i >= n) break;
+                float x = xs[j];
+                if (yr) {
+                    x = x + ys[j];
+                    xr[i] = x;
+                }
+                ss += (double)x * (double)x;
+            }
         }
         ss = warp_sumd(ss);
         if (lane == 0) sh[v >> 5] = ss;
@@ -45,7 +58,20 @@ __device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, cons
     __syncthreads();
     const float scale = (float)(1.0 / sqrt(sh[NORM_VT / 32] / n + (double)eps));
     // element i was written above by virtual thread i % 256, i.e. by thread i % nt: this thread
-    for (int i = threadIdx.x; i < n; i += nt) o[i] = w ? (xr[i] * scale) * w[i] : xr[i] * scale;
+    for (int i0 = threadIdx.x; i0 < n; i0 += B * nt) {
+        float xs[B], ws[B];
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            const int i = i0 + j * nt;
+            xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
+            ws[j] = w && i < n ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            const int i = i0 + j * nt;
+            if (i < n) o[i] = w ? (xs[j] * scale) * ws[j] : xs[j] * scale;
+        }
+    }
 }
 
 // The router of row t, by one warp. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
