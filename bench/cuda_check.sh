@@ -94,8 +94,8 @@ if has bench; then
         --prompt 512,2048 --batch 2048
 fi
 if has decodeab; then
-    for v in "RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" "RL_CUDA_DEFAULTS=1" \
-        "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" ${DECODEAB_EXTRA:-}; do
+    for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"

@@ -74,6 +74,20 @@ typedef struct dmodel {
 static pthread_mutex_t g_models_lock = PTHREAD_MUTEX_INITIALIZER;
 static dmodel *g_models;
 
+enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
+
+/* RL_CUDA_FUSE: unset = the default (the combine + norm tail only: the one that measured faster
+ * on the H200, bench/results/2026-12-01-cuda-decode-h200.md), "0" none, "1"/"all" every tail, or a
+ * comma list of combine, norm, router. */
+static int fuse_mask(void) {
+    const char *v = getenv("RL_CUDA_FUSE");
+    if (!v || !*v) return FUSE_COMBINE;
+    if (!strcmp(v, "0") || !strcmp(v, "off")) return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "all")) return FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER;
+    return (strstr(v, "combine") ? FUSE_COMBINE : 0) | (strstr(v, "norm") ? FUSE_NORM : 0) |
+           (strstr(v, "router") ? FUSE_ROUTER : 0);
+}
+
 static bool env_on(const char *name, bool def) {
     const char *v = getenv(name);
     if (!v || !*v) return def;
@@ -386,10 +400,11 @@ struct backend_ctx {
     cudaGraphExec_t mexec[2]; /* the MTP head on one pair, without / with its logits */
     bool mtried[2];
     int small_moe;            /* RL_CUDA_SMALL_MOE */
-    /* decode kernel fusion (RL_CUDA_FUSE=0: the separate launches, same bits): the mixer's output
-     * projection ends with the residual add + norm, the router GEMV with the top-k (cu_tail);
+    /* decode kernel fusion, a mask of FUSE_* (RL_CUDA_FUSE, fuse_mask): the combine ends with
+     * the next norm, the mixer's output projection with the residual add + norm, the router GEMV
+     * with the top-k (last-block tails; same bits as the separate launches);
      * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back) */
-    bool fuse;
+    int fuse;
     unsigned *ctr;
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
@@ -601,7 +616,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
     c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
-    c->fuse = env_on("RL_CUDA_FUSE", true);
+    c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
     size_t mfree = 0;
@@ -899,7 +914,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->st2));
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
-    if (T == 1 && c->fuse) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
+    if (T == 1 && (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
         cu_seg s = {.w = L->router.d, .row_bytes = L->router.row_bytes, .n_out = E, .y = c->rl, .ldy = E};
         cu_tail t = {.kind = CU_TAIL_ROUTER, .counter = c->ctr + 1, .K = K, .ids = c->ids, .wts = c->wts,
                      .probs = c->probs, .tiles = direct && !tier ? c->tiles : NULL, .n_tiles = c->n_tiles,
@@ -947,7 +962,7 @@ combine:
     const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
                           : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
                                                : c->dm->output_norm;
-    if (T == 1 && c->fuse) /* the next norm in the combine's last block (same bits) */
+    if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
         return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next,
                                     c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
     return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next, c->xn, D, T,
@@ -974,7 +989,7 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
         /* decode: the residual add + norm in the output projection's tail (same bits) */
-        const float *fz = c->fuse && T == 1 && !hk ? dm->L[il].post_norm : NULL;
+        const float *fz = (c->fuse & FUSE_NORM) && T == 1 && !hk ? dm->L[il].post_norm : NULL;
         TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz) : mixer_deltanet(c, il, T, hk, fz));
         if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};

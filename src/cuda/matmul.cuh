@@ -255,15 +255,24 @@ static inline int mm_decode_nr(bool gateup) {
     return gateup && nr == 1 ? 2 : nr;
 }
 
-// Staged weights (mm_body's ST) for decode and small-batch launches: on unless RL_CUDA_MM_STAGE=0
-// (the previous kernels, for A/B timing; same bits).
-static inline bool mm_stage_on() {
-    static int on = -1;
-    if (on < 0) {
+// Staged weights (mm_body's ST) for decode and small-batch launches, RL_CUDA_MM_STAGE: "iq" (the
+// default: the IQ types, whose grid lookups lengthen the per-unit load chain), "1" every type, "0"
+// none (the previous kernels). Same bits whatever the setting. H200, cf2 decode (2026-12-01):
+// staging every type 178.8 tok/s vs 192.6 unstaged; per kernel (ncu) it sped the IQ1_M expert
+// launches by 9-10 % and slowed nothing it alone ran (bench/results/2026-12-01-cuda-decode-h200.md).
+static inline int mm_stage_mode() {
+    static int mode = -1;
+    if (mode < 0) {
         const char *e = getenv("RL_CUDA_MM_STAGE");
-        on = !(e && !strcmp(e, "0"));
+        mode = !e || !strcmp(e, "iq") ? 2 : strcmp(e, "0") ? 1 : 0;
     }
-    return on == 1;
+    return mode;
+}
+template <int TYPE> static inline bool mm_stage_on() {
+    constexpr bool iq = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
+                        TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
+    const int m = mm_stage_mode();
+    return m == 1 || (m == 2 && iq);
 }
 
 // The staging plan of a launch with NR rows per warp: chunks of whole 32-unit iterations (256
@@ -280,7 +289,7 @@ template <int TYPE, int NR> static size_t mm_stage_plan(mm_launch &L) {
 }
 
 template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &tb, dim3 grid, mm_launch L) {
-    if (mm_stage_on()) {
+    if (mm_stage_on<TYPE>()) {
         const size_t sm = mm_stage_plan<TYPE, NR>(L);
         k_mm<TYPE, NR, TT, GU, true><<<grid, MM_WARPS * 32, sm, L.s>>>(tb, L);
     } else {
