@@ -18,7 +18,10 @@
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
  * 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
- * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md.
+ * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md. Decode kernels, same bits
+ * whatever the value: RL_CUDA_MM_STAGE=iq|1|0 (weights staged in shared memory: IQ types, the
+ * default; all; none), RL_CUDA_FUSE=0|all|combine,norm,router (last-block tails; default none),
+ * measured in bench/results/2026-12-01-cuda-decode-h200.md.
  */
 #ifdef RL_CUDA
 #include <math.h>
@@ -76,12 +79,12 @@ static dmodel *g_models;
 
 enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
 
-/* RL_CUDA_FUSE: unset = the default (the combine + norm tail only: the one that measured faster
- * on the H200, bench/results/2026-12-01-cuda-decode-h200.md), "0" none, "1"/"all" every tail, or a
- * comma list of combine, norm, router. */
+/* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
+ * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md),
+ * "1"/"all" every tail, or a comma list of combine, norm, router. */
 static int fuse_mask(void) {
     const char *v = getenv("RL_CUDA_FUSE");
-    if (!v || !*v) return FUSE_COMBINE;
+    if (!v || !*v) return 0;
     if (!strcmp(v, "0") || !strcmp(v, "off")) return 0;
     if (!strcmp(v, "1") || !strcmp(v, "all")) return FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER;
     return (strstr(v, "combine") ? FUSE_COMBINE : 0) | (strstr(v, "norm") ? FUSE_NORM : 0) |
