@@ -992,7 +992,7 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
         /* decode: the residual add + norm in the output projection's tail (same bits) */
-        const float *fz = (c->fuse & FUSE_NORM) && T == 1 && !hk ? dm->L[il].post_norm : NULL;
+        const float *fz = (c->fuse & FUSE_NORM) && T == 1 ? dm->L[il].post_norm : NULL;
         TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz) : mixer_deltanet(c, il, T, hk, fz));
         if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
