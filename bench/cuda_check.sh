@@ -78,9 +78,12 @@ if has build; then
     fi
 fi
 has ops && run ops 120 $B/tests/test_cuda_ops
+# the non-default decode kernels (staging of every type; the fused tails at the engine level): same bits
+has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
+has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
 if has fixtures; then
     RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
         tests/cuda/test_cuda_fixtures.py -k "not long"
