@@ -28,8 +28,9 @@
 #     vram      the VRAM expert tier: build/cuda/tests/test_cuda_vram (tiny fixtures, a few slots per layer:
 #               bit-identical to full residency, verify, injected fill failure), then on $CF2 (needs
 #               `synth` first): dump --greedy 64 logits at --vram-mib $VRAM_CHECK_MIB (default 4096) == full
-#               residency (cmp; also with RL_VRAM_PIN=1), and redlite bench at --vram-mib 4096, 8192, 16384
-#               (--verbose: plan and counters) and at 8192 with RL_VRAM_PIN=1
+#               residency (cmp; page-locked by default, also with --vram-pin off), and redlite bench at
+#               --vram-mib 4096, 8192, 16384 (--verbose: plan and counters), at 8192 with --vram-pin off and
+#               with --vram-miss auto (the full comparison with llama.cpp: bench/vram_bench.sh)
 #     decodeab  decode A/B on $CF2 (synth it first; `synth` with SYNTH_ROUTING=calibrated for the issue-15
 #               figures): redlite bench --json, decode 128 x 3 after 8 warm-up, under RL_CUDA_MM_STAGE /
 #               RL_CUDA_FUSE / RL_CUDA_DECODE_NR settings (the old kernels first: "before"); tok/s, ms/token
@@ -207,17 +208,19 @@ if has vram; then
         if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_$V.f32"; then
             say "vram identity (CF2, --vram-mib $V vs full residency, 54 + 64 positions): identical logits"
         else say "vram identity (CF2, --vram-mib $V vs full residency): DIFFERENT or missing"; fi
-        RL_VRAM_PIN=1 run vram-$V-pin 300 $B/redlite dump -m "$CF2" --backend cuda -b 20 --tokens "$TOK" --greedy 64 \
-            --logits "$OUT/vram_${V}_pin.f32" --json --vram-mib "$V" --cache-mib full --stats
+        run vram-$V-nopin 300 $B/redlite dump -m "$CF2" --backend cuda -b 20 --tokens "$TOK" --greedy 64 \
+            --logits "$OUT/vram_${V}_pin.f32" --json --vram-mib "$V" --cache-mib full --vram-pin off --stats
         if [ -s "$OUT/vram_full.f32" ] && cmp -s "$OUT/vram_full.f32" "$OUT/vram_${V}_pin.f32"; then
-            say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1 DMA from the mapping): identical logits"
-        else say "vram identity (CF2, --vram-mib $V, RL_VRAM_PIN=1): DIFFERENT or missing"; fi
+            say "vram identity (CF2, --vram-mib $V, --vram-pin off: the staging ring): identical logits"
+        else say "vram identity (CF2, --vram-mib $V, --vram-pin off): DIFFERENT or missing"; fi
         rm -f "$OUT"/vram_*.f32
         for v in 4096 8192 16384; do
             run "vram-bench-$v" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib $v --cache-mib full \
                 --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
         done
-        RL_VRAM_PIN=1 run "vram-bench-8192-pin" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib 8192 \
+        run "vram-bench-8192-nopin" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib 8192 --vram-pin off \
+            --cache-mib full --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
+        run "vram-bench-8192-miss-auto" 400 $B/redlite bench -m "$CF2" --backend cuda --vram-mib 8192 --vram-miss auto \
             --cache-mib full --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 2048 --verbose
     else
         say "vram: no $CF2 (run the synth stage first): only the tiny-fixture test ran"

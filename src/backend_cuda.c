@@ -518,11 +518,18 @@ static size_t state_bytes(const q3n_hparams *hp) {
 
 /* Plan the tier for --vram-mib spec (c's sizes set, nothing allocated yet); *tier: slots are
  * used (false: every expert fits, the plain resident path). */
-static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p) {
+static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, pool *p) {
     const q3n_hparams *hp = c->hp;
+    const char *spec = o->vram_spec;
     vram_geom g;
     size_t fr = 0, tot = 0;
     *tier = false;
+    vram_pin_mode pin;
+    vram_miss_mode miss;
+    const char *pin_env = getenv("RL_VRAM_PIN"); /* the older switch: 1 = on, 0 = off */
+    const char *pin_s = o->vram_pin ? o->vram_pin : pin_env && !strcmp(pin_env, "1") ? "on"
+                                                  : pin_env && !strcmp(pin_env, "0") ? "off" : NULL;
+    if (vram_pin_parse(pin_s, &pin) || vram_miss_parse(o->vram_miss, &miss)) return -1;
     if (vram_geom_of(c->m, &g) || CU_CHECK(cudaMemGetInfo(&fr, &tot))) return -1;
     const size_t TK = (size_t)c->n_batch * hp->n_expert_used;
     g.dev_free = fr;
@@ -546,7 +553,7 @@ static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p) {
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p))) return -1;
+    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss))) return -1;
     *tier = true;
     return 0;
 }
@@ -595,7 +602,7 @@ static void cuda_ctx_free(backend_ctx *c) {
     free(c);
 }
 
-static int vram_setup(backend_ctx *c, const char *spec, bool *tier, pool *p);
+static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, pool *p);
 
 static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o) {
     const backend_kv kv = o ? o->kv : BACKEND_KV_F32;
@@ -627,7 +634,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     (void)cudaGetLastError();
     c->mem_free0 = mfree;
     bool tier = false;
-    if (o && o->vram_spec && vram_setup(c, o->vram_spec, &tier, p)) goto fail;
+    if (o && o->vram_spec && vram_setup(c, o, &tier, p)) goto fail;
     if (!(c->dm = dmodel_get(m, !tier))) goto fail;
     (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
     (void)cudaGetLastError();
@@ -878,7 +885,7 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
         TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
         TRY(cu_router(c->rl, E, K, T, pred, vram_tier_pred_w(c->vt), NULL, NULL, NULL, NULL, NULL, c->st));
     }
-    int nb = vram_tier_layer(c->vt, il, c->ids, pred, T, direct ? 1 : CU_TT, c->st); /* tiles as full residency's */
+    int nb = vram_tier_layer(c->vt, il, c->ids, pred, c->xn, T, direct ? 1 : CU_TT, c->st); /* tiles as full residency's */
     if (nb < 0) return -1;
     for (int b = 0; b < nb; b++) {
         vram_batch vb;
@@ -897,7 +904,7 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
         }
         TRY(vram_tier_batch_end(c->vt, c->st));
     }
-    return 0;
+    return vram_tier_cpu(c->vt, c->eo, c->st); /* misses left to the CPU (--vram-miss cpu|auto), if any */
 }
 
 static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {

@@ -129,7 +129,8 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
             free(c);
             return NULL;
         }
-        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch, &(backend_ctx_opts){.vram_spec = p->vram_spec, .kv = (backend_kv)c->kv});
+        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch, &(backend_ctx_opts){.vram_spec = p->vram_spec, .kv = (backend_kv)c->kv,
+                                                                             .vram_pin = p->vram_pin, .vram_miss = p->vram_miss});
     } else {
         c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
     }

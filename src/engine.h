@@ -55,6 +55,8 @@ typedef struct {
     const char *kv; /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
     const char *vram_spec; /* VRAM expert tier (--vram-mib auto|full|MiB; CUDA): NULL = every
                               weight resident on the device (docs/EXPERT_CACHE.md) */
+    const char *vram_pin;  /* with vram_spec: --vram-pin auto|on|off (NULL: auto; vram_plan.h) */
+    const char *vram_miss; /* with vram_spec: --vram-miss copy|cpu|auto (NULL: copy = exact) */
     bool host_snapshots; /* verify snapshots through host copies even where the backend keeps
                             them on the device (tests of both paths; normally false) */
 } engine_ctx_params;

@@ -525,8 +525,17 @@ static void ec_bias(void *ud, int il, float *scores, int n) {
     pthread_mutex_unlock(&ec->mu);
 }
 
+/* The slot arenas (bounded mode; the other modes serve the mapping): a GPU tier page-locks them. */
+static int ec_span(void *ud, int i, void **p, uint64_t *n) {
+    expert_cache *ec = ud;
+    if (ec->mode != EC_BOUNDED || i < 0 || i >= ec->n_arenas || !ec->arenas[i]) return 0;
+    *p = ec->arenas[i];
+    *n = ec->arena_len[i];
+    return 1;
+}
+
 q3n_expert_src expert_cache_src(expert_cache *ec) {
-    q3n_expert_src s = {.acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .ud = ec};
+    q3n_expert_src s = {.acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
     if (ec->mode == EC_BOUNDED && ec->p.route_bias > 0) s.bias = ec_bias;
     return s;
 }

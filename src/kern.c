@@ -18,6 +18,8 @@ static kern_table tables[KERN_NLEVELS];
 static bool has_simd[KERN_NLEVELS][QT_COUNT];
 static bool supported[KERN_NLEVELS];
 static int active = KERN_SCALAR;
+static kern_matmul_fn mm_base[KERN_NLEVELS][QT_COUNT]; /* matmul as filled (kern_set_mm512 off) */
+static bool mm512_on;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
@@ -90,6 +92,13 @@ static void init(void) {
                 tables[l].matmul[ty] = NULL;
         }
 
+    for (int l = 0; l < KERN_NLEVELS; l++) memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
+    const char *mm = getenv("RL_KERN_MM");
+    if (mm && !strcmp(mm, "512") && supported[KERN_AVX512]) {
+        for (int ty = 0; ty < QT_COUNT; ty++)
+            if (tables[KERN_AVX512].matmul_w[ty] && tables[KERN_AVX512].matmul[ty]) tables[KERN_AVX512].matmul[ty] = tables[KERN_AVX512].matmul_w[ty];
+        mm512_on = true;
+    }
     int want = KERN_AVX512;
     const char *env = getenv("RL_KERN");
     if (env && *env) {
@@ -166,4 +175,19 @@ void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, 
 bool kern_has_matmul(int level, uint32_t wtype) {
     pthread_once(&once, init);
     return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && tables[level].matmul[wtype] != NULL;
+}
+
+int kern_set_mm512(bool on) {
+    if (!kern_level_supported(KERN_AVX512))
+        return rl_seterr("the 512-bit batched core needs AVX-512 (F/BW/VL/DQ + VNNI), which this CPU lacks");
+    kern_table *t = &tables[KERN_AVX512];
+    for (int ty = 0; ty < QT_COUNT; ty++)
+        if (t->matmul_w[ty] && mm_base[KERN_AVX512][ty]) t->matmul[ty] = on ? t->matmul_w[ty] : mm_base[KERN_AVX512][ty];
+    mm512_on = on;
+    return 0;
+}
+
+bool kern_mm512(void) {
+    pthread_once(&once, init);
+    return mm512_on;
 }

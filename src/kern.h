@@ -75,13 +75,20 @@ void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, 
  * kern_act_size(wtype, n_cols) bytes, back to back in act_q (as kern_quantize_act wrote them):
  *     out[t * ldo + r] = dot(row r of W, activation row t)   for t < T, r < n_rows.
  * Each weight super-block is decoded once and applied to up to 8 activation rows at a time
- * (kern_x86_mm.h). Every value is bit-identical to kern_matvec's for that activation row at the
+ * (kern_x86_mm.h; kern_set_mm512 below selects the AVX-512 level's 512-bit core). Every value is bit-identical to kern_matvec's for that activation row at the
  * same level: batching never changes a result (tests/c/test_kern.c checks T = 1..12 and 17). Types
  * without a batched kernel at a level call kern_matvec once per activation row. */
 void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
                  float *out, int64_t ldo);
 /* Whether `level` has a real batched kernel (not the loop over kern_matvec) for `wtype`. */
 bool kern_has_matmul(int level, uint32_t wtype);
+/* The AVX-512 level's 512-bit batched core (kern_x86_mm.h: 2 weight rows x 8 activation rows per
+ * register tile) instead of its 256-bit one. Off by default until measured on an AVX-512 host;
+ * RL_KERN_MM=512 switches it on at initialisation. Both are bit-identical to the mat-vec.
+ * Returns 0, or -1 with rl_seterr when the CPU has no AVX-512 level. Not to be called while other
+ * threads run kernels (tests, benchmarks). */
+int kern_set_mm512(bool on);
+bool kern_mm512(void);
 
 /* ---- internal: the dispatch table the ISA files fill (kern_avx2.c, kern_avx512.c) ---------- */
 typedef void (*kern_matvec_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -92,6 +99,7 @@ typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 typedef struct {
     kern_matvec_fn matvec[QT_COUNT]; /* by weight type */
     kern_matmul_fn matmul[QT_COUNT]; /* by weight type; NULL: kern_matvec per activation row */
+    kern_matmul_fn matmul_w[QT_COUNT]; /* 512-bit alternatives of matmul (kern_set_mm512), or NULL */
     kern_quant_fn quant[QT_COUNT];   /* by activation type */
 } kern_table;
 /* Each sets the entries it implements and leaves the others untouched. A level that overrides a

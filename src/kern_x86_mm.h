@@ -426,6 +426,109 @@ KI void mm_core(const kdsb *w, int64_t nsb, const uint8_t *const *ap, int N, int
     for (int t = 0; t < nstore; t++) o[t * ldo] = r[t];
 }
 
+#if defined(KERN_X86_512)
+/* ---- the 512-bit core (AVX-512 level): two decoded weight rows x N activation rows ------------
+ * Same integer sums and float epilogue as mm_core, 64 values per instruction: one maddubs (u8 x s8
+ * pairs -> int16) and one VNNI vpdpwssd (int16 pairs x the int16 scale of their 16 values -> int32,
+ * accumulating) per 64 values and (row, activation row) pair. A register tile is 2 weight rows x up
+ * to 8 activation rows (16 accumulators of the 32 zmm registers): each activation load serves both
+ * weight rows, each decoded chunk and its scale vector all N activation rows. Per super-block the
+ * 16 accumulators are reduced together (red16_i32: lane j = sum of source j, 45 operations for 16
+ * sums) and the epilogue runs once on 16 float lanes (lane 8r + t: weight row r, activation row t),
+ * each lane in the scalar order. The bias (off * scale against the bsums) is a vpdpwssd with the
+ * negated bc into the same accumulators; the mins (EP_MIN) are 256-bit madds reduced by red16_256. */
+
+/* lane j of the result = sum of the 16 int32 lanes of v[j] (exact) */
+static inline __m512i red16_i32(const __m512i *v) {
+    __m512i x[8], y[4], z[2];
+    UNROLL for (int i = 0; i < 8; i++)
+        x[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    UNROLL for (int i = 0; i < 4; i++)
+        y[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2 * i], x[2 * i + 1]), _mm512_unpackhi_epi64(x[2 * i], x[2 * i + 1]));
+    /* y[i]: every 128-bit lane holds partial sums of sources 4i..4i+3 */
+    UNROLL for (int i = 0; i < 2; i++)
+        z[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(y[2 * i], y[2 * i + 1], 0x88), _mm512_shuffle_i32x4(y[2 * i], y[2 * i + 1], 0xdd));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(z[0], z[1], 0x88), _mm512_shuffle_i32x4(z[0], z[1], 0xdd));
+}
+
+/* the same for 16 sources of 8 int32 lanes */
+static inline __m512i red16_256(const __m256i *v) {
+    __m256i x[8], y[4];
+    UNROLL for (int i = 0; i < 8; i++)
+        x[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    UNROLL for (int i = 0; i < 4; i++)
+        y[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(x[2 * i], x[2 * i + 1]), _mm256_unpackhi_epi64(x[2 * i], x[2 * i + 1]));
+    const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(y[0]), y[1], 1);
+    const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(y[2]), y[3], 1);
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
+}
+
+/* Weight rows w[0], w[1] (nsb decoded super-blocks each; nrow = 1 computes w[0] twice and stores
+ * one) against activation rows ap[0..N); writes o[t * ldo + r] for t < nstore, r < nrow. */
+KI void mm_core512(const kdsb *w0, const kdsb *w1, int64_t nsb, const uint8_t *const *ap, int N, int mode, int bias,
+                   float post, float *o, size_t ldo, int nstore, int nrow) {
+    __m512 sumf = _mm512_setzero_ps();
+    const __m512i idx0 = scale_idx0();
+    for (int64_t i = 0; i < nsb; i++) {
+        const kdsb *b[2] = { w0 + i, w1 + i };
+        const blk_q8_k *y[8];
+        UNROLL for (int t = 0; t < N; t++) y[t] = (const blk_q8_k *)ap[t] + i;
+        __m512i acc[16];
+        UNROLL for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_si512();
+        const __m512i s16[2] = { _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)b[0]->s16)),
+                                 _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)b[1]->s16)) };
+        UNROLL for (int c = 0; c < 4; c++) {
+            const __m512i idx = _mm512_add_epi16(idx0, _mm512_set1_epi16((short)(4 * c)));
+            const __m512i u0 = _mm512_load_si512((const void *)(b[0]->u + 64 * c)), u1 = _mm512_load_si512((const void *)(b[1]->u + 64 * c));
+            const __m512i sc0 = _mm512_permutexvar_epi16(idx, s16[0]), sc1 = _mm512_permutexvar_epi16(idx, s16[1]);
+            UNROLL for (int t = 0; t < N; t++) {
+                const __m512i a = _mm512_loadu_si512((const void *)(y[t]->qs + 64 * c));
+                acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_maddubs_epi16(u0, a), sc0);
+                acc[8 + t] = _mm512_dpwssd_epi32(acc[8 + t], _mm512_maddubs_epi16(u1, a), sc1);
+            }
+        }
+        if (bias) {
+            const __m256i z = _mm256_setzero_si256();
+            const __m512i nb0 = _mm512_zextsi256_si512(_mm256_sub_epi16(z, _mm256_load_si256((const __m256i *)b[0]->bc)));
+            const __m512i nb1 = _mm512_zextsi256_si512(_mm256_sub_epi16(z, _mm256_load_si256((const __m256i *)b[1]->bc)));
+            UNROLL for (int t = 0; t < N; t++) {
+                const __m512i bs = _mm512_zextsi256_si512(loadu(y[t]->bsums));
+                acc[t] = _mm512_dpwssd_epi32(acc[t], nb0, bs);
+                acc[8 + t] = _mm512_dpwssd_epi32(acc[8 + t], nb1, bs);
+            }
+        }
+        float ydv[8] = { 0 };
+        UNROLL for (int t = 0; t < N; t++) ydv[t] = y[t]->d;
+        const __m512 yd = _mm512_broadcast_f32x8(_mm256_loadu_ps(ydv));
+        const __m512 dv = _mm512_insertf32x8(_mm512_set1_ps(b[0]->d), _mm256_set1_ps(b[1]->d), 1);
+        __m512 fi = _mm512_cvtepi32_ps(red16_i32(acc));
+        __m512 term;
+        if (mode == EP_MIN) {
+            __m256i ms[16];
+            const __m256i mn0 = _mm256_load_si256((const __m256i *)b[0]->mn), mn1 = _mm256_load_si256((const __m256i *)b[1]->mn);
+            UNROLL for (int k = 0; k < 16; k++) ms[k] = _mm256_setzero_si256();
+            UNROLL for (int t = 0; t < N; t++) {
+                const __m256i bs = loadu(y[t]->bsums);
+                ms[t] = _mm256_madd_epi16(mn0, bs);
+                ms[8 + t] = _mm256_madd_epi16(mn1, bs);
+            }
+            const __m512 fm = _mm512_cvtepi32_ps(red16_256(ms));
+            const __m512 dm = _mm512_insertf32x8(_mm512_set1_ps(b[0]->dmin), _mm256_set1_ps(b[1]->dmin), 1);
+            term = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd, dv), fi), _mm512_mul_ps(_mm512_mul_ps(yd, dm), fm));
+        } else {
+            if (mode == EP_IQ1) fi = _mm512_mul_ps(fi, _mm512_set1_ps(0.125f));
+            term = _mm512_mul_ps(_mm512_mul_ps(dv, yd), fi);
+        }
+        sumf = _mm512_add_ps(sumf, term);
+    }
+    if (post != 1.0f) sumf = _mm512_mul_ps(_mm512_set1_ps(post), sumf);
+    float r[16];
+    _mm512_storeu_ps(r, sumf);
+    for (int rw = 0; rw < nrow; rw++)
+        for (int t = 0; t < nstore; t++) o[t * ldo + rw] = r[8 * rw + t];
+}
+#endif
+
 /* Rows are decoded in groups that fit MM_BUF super-blocks (78 KiB, L2-resident), then every tile of
  * 8 activation rows (18 KiB at 2048 columns, L1-resident) runs over the whole group. Rows wider
  * than MM_BUF super-blocks (no Qwen3-Next matrix: at most 4096 columns = 16) and fewer than 4
@@ -433,7 +536,7 @@ KI void mm_core(const kdsb *w, int64_t nsb, const uint8_t *const *ap, int N, int
 #define MM_BUF 128
 KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn mv, int mode, int bias, float post,
                   const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, size_t ab, int T, float *o,
-                  size_t ldo) {
+                  size_t ldo, int wide) {
     const int64_t nsb = nc / QK_K;
     /* from 2 rows on the decoded block pays (RL_KERN_BENCH=mm on the 2-CPU EPYC, AVX2, T = 2:
      * 1.13x Q4_K, 1.3-1.5x Q2_K/Q5_K/Q6_K/IQ1_M, 1.5-1.7x IQ2/IQ3 over two mat-vecs; a 2-row
@@ -457,6 +560,25 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
             const uint8_t *ap[8];
             for (int k = 0; k < 8; k++) ap[k] = (const uint8_t *)act + (size_t)(t0 + (k < n ? k : n - 1)) * ab;
             float *ot = o + (size_t)t0 * ldo + r0;
+#if defined(KERN_X86_512)
+            if (wide) { /* weight rows in pairs (an odd last row is computed twice, stored once) */
+                for (int64_t r = 0; r < gn; r += 2) {
+                    const kdsb *w0 = buf + r * nsb, *w1 = r + 1 < gn ? w0 + nsb : w0;
+                    const int nrow = r + 1 < gn ? 2 : 1;
+                    if (n > 4)
+                        mm_core512(w0, w1, nsb, ap, 8, mode, bias, post, ot + r, ldo, n, nrow);
+                    else if (n > 2)
+                        mm_core512(w0, w1, nsb, ap, 4, mode, bias, post, ot + r, ldo, n, nrow);
+                    else if (n == 2)
+                        mm_core512(w0, w1, nsb, ap, 2, mode, bias, post, ot + r, ldo, n, nrow);
+                    else
+                        mm_core512(w0, w1, nsb, ap, 1, mode, bias, post, ot + r, ldo, n, nrow);
+                }
+                continue;
+            }
+#else
+            (void)wide;
+#endif
             for (int64_t r = 0; r < gn; r++) {
                 const kdsb *wr = buf + r * nsb;
                 if (n > 4)
@@ -472,10 +594,17 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
     }
 }
 
+/* mm256_<type>: the 256-bit core (every level); mm_<type>: the 512-bit core at the AVX-512 level
+ * (matmul_w, selected by kern_set_mm512; the same as mm256_ at the AVX2 level, where it is unused).
+ * Both are bit-identical to the mat-vec. */
 #define KQ_MATMUL(name, DEC, BLK, MODE, BIAS, POST)                                                   \
     static void mm_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
                           float *o, size_t ldo) {                                                    \
-        mm_driver(DEC, sizeof(BLK), MV_LEVEL(name), MODE, BIAS, POST, W, rb, nr, nc, a, ab, T, o, ldo); \
+        mm_driver(DEC, sizeof(BLK), MV_LEVEL(name), MODE, BIAS, POST, W, rb, nr, nc, a, ab, T, o, ldo, 1); \
+    }                                                                                                \
+    static void mm256_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
+                             float *o, size_t ldo) {                                                 \
+        mm_driver(DEC, sizeof(BLK), MV_LEVEL(name), MODE, BIAS, POST, W, rb, nr, nc, a, ab, T, o, ldo, 0); \
     }
 KQ_MATMUL(q2_k, dec_q2_k, blk_q2_k, EP_MIN, 0, 1.0f)
 KQ_MATMUL(q4_k, dec_q4_k, blk_q4_k, EP_MIN, 0, 1.0f)
@@ -488,13 +617,19 @@ KQ_MATMUL(iq3_s, DEC_IQ(iq3_s), blk_iq3_s, EP_PLAIN, 1, 1.0f)
 KQ_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, EP_IQ1, 1, 1.0f)
 
 static void fill_matmul_kq(kern_table *t) {
-    t->matmul[QT_Q2_K] = mm_q2_k;
-    t->matmul[QT_Q4_K] = mm_q4_k;
-    t->matmul[QT_Q5_K] = mm_q5_k;
-    t->matmul[QT_Q6_K] = mm_q6_k;
-    t->matmul[QT_IQ2_XXS] = mm_iq2_xxs;
-    t->matmul[QT_IQ2_XS] = mm_iq2_xs;
-    t->matmul[QT_IQ3_XXS] = mm_iq3_xxs;
-    t->matmul[QT_IQ3_S] = mm_iq3_s;
-    t->matmul[QT_IQ1_M] = mm_iq1_m;
+#if defined(KERN_X86_512)
+#define SET_MM(QT, name) t->matmul[QT] = mm256_##name, t->matmul_w[QT] = mm_##name
+#else
+#define SET_MM(QT, name) t->matmul[QT] = mm256_##name, (void)mm_##name
+#endif
+    SET_MM(QT_Q2_K, q2_k);
+    SET_MM(QT_Q4_K, q4_k);
+    SET_MM(QT_Q5_K, q5_k);
+    SET_MM(QT_Q6_K, q6_k);
+    SET_MM(QT_IQ2_XXS, iq2_xxs);
+    SET_MM(QT_IQ2_XS, iq2_xs);
+    SET_MM(QT_IQ3_XXS, iq3_xxs);
+    SET_MM(QT_IQ3_S, iq3_s);
+    SET_MM(QT_IQ1_M, iq1_m);
+#undef SET_MM
 }

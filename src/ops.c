@@ -67,6 +67,127 @@ static void check_fast(const ops_mm_task *tasks, const void *const *actq, int n_
     }
 }
 
+/* ---- profile (ops_prof_begin/end/print) ------------------------------------------------------- */
+enum { OC_DN_PROJ, OC_DN_OUT, OC_ATT_QKV, OC_ATT_OUT, OC_ROUTER, OC_EXP_GU, OC_EXP_DOWN, OC_SHARED, OC_HEAD, OC_OTHER, OC_N };
+static const char *const oc_names[OC_N] = {
+    "deltanet projections", "deltanet ssm_out", "attention q/k/v", "attention output", "moe router",
+    "experts gate+up (+shared)", "experts down (+shared)", "shared expert", "output head", "other products"};
+
+static struct {
+    bool on;
+    pool *p;   /* the pool the products ran on (profiling switched on at its first product) */
+    int nth;
+    double t0, t1;
+    double wall[OC_N], busy[OC_N], busy_max[OC_N], quant[OC_N], macs[OC_N];
+    long calls[OC_N];
+    double inline_wall;       /* products and quantisations run on the calling thread alone */
+    double pool_mm_wall;      /* pool_run time of products and their quantisation */
+    pool_stat pool_total;     /* every pool_run while on */
+    /* labelled loops and jobs (ops_parallel_for, ops_run): wall, busy, slowest thread; inline: the
+     * part that ran on the calling thread alone (below the dispatch threshold) */
+    struct { const char *label; long calls; double wall, busy, busy_max, inl, pool_wall; } job[24];
+    int n_job;
+} g_prof;
+
+/* The first profiled call on a pool switches the pool's own profiling on (the engine owns the pool). */
+static void prof_attach(pool *p) {
+    if (g_prof.on && !g_prof.p && p) {
+        g_prof.p = p;
+        g_prof.nth = pool_size(p);
+        pool_prof(p, 1);
+    }
+}
+
+static void prof_job(const char *label, pool *p, double t0, bool dispatched) {
+    const double dt = rl_now() - t0;
+    int k = 0;
+    while (k < g_prof.n_job && strcmp(g_prof.job[k].label, label)) k++;
+    if (k == g_prof.n_job) {
+        if (k == (int)(sizeof g_prof.job / sizeof g_prof.job[0])) return;
+        g_prof.job[g_prof.n_job++].label = label;
+    }
+    g_prof.job[k].calls++;
+    g_prof.job[k].wall += dt;
+    if (dispatched) {
+        const pool_stat st = pool_prof_last(p);
+        g_prof.job[k].busy += st.busy;
+        g_prof.job[k].busy_max += st.busy_max;
+        g_prof.job[k].pool_wall += dt;
+    } else {
+        g_prof.job[k].busy += dt;
+        g_prof.job[k].busy_max += dt;
+        g_prof.job[k].inl += dt;
+    }
+}
+
+static int op_class(const char *name) {
+    if (!name) return OC_OTHER;
+    if (strstr(name, "_exps")) return strstr(name, "down") ? OC_EXP_DOWN : OC_EXP_GU;
+    if (strstr(name, "shexp")) return OC_SHARED;
+    if (strstr(name, "ssm_out")) return OC_DN_OUT;
+    if (strstr(name, "ssm_in") || strstr(name, "attn_qkv") || strstr(name, "attn_gate") || strstr(name, "ssm_ba"))
+        return OC_DN_PROJ;
+    if (strstr(name, "attn_output")) return OC_ATT_OUT;
+    if (strstr(name, "attn_q.") || strstr(name, "attn_k.") || strstr(name, "attn_v.")) return OC_ATT_QKV;
+    if (strstr(name, "ffn_gate_inp")) return OC_ROUTER;
+    if (!strncmp(name, "output", 6)) return OC_HEAD;
+    return OC_OTHER;
+}
+
+void ops_prof_begin(void) {
+    memset(&g_prof, 0, sizeof g_prof);
+    g_prof.on = true;
+    g_prof.t0 = rl_now();
+}
+
+void ops_prof_end(void) {
+    g_prof.t1 = rl_now();
+    g_prof.on = false;
+    if (g_prof.p) {
+        g_prof.pool_total = pool_prof_total(g_prof.p);
+        pool_prof(g_prof.p, 0);
+    }
+}
+
+void ops_prof_print(FILE *f, const char *title, double per) {
+    const double tot = g_prof.t1 - g_prof.t0, k = 1e3 / per;
+    const int nth = g_prof.nth ? g_prof.nth : 1;
+    fprintf(f, "\nprofile: %s, products and threads (%d threads, %.3f ms per token)\n", title, nth, tot * k);
+    fprintf(f, "  %-26s %6s %9s %6s %8s %7s %9s %9s %8s\n", "stage", "calls", "ms/token", "%", "GMAC/s", "busy%",
+            "imbal ms", "dispat ms", "quant ms");
+    double mm = 0;
+    for (int c = 0; c < OC_N; c++) {
+        if (!g_prof.calls[c]) continue;
+        const double w = g_prof.wall[c] + g_prof.quant[c];
+        mm += w;
+        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f\n", oc_names[c], g_prof.calls[c], w * k,
+                100 * w / tot, g_prof.macs[c] / (g_prof.wall[c] > 0 ? g_prof.wall[c] : 1) / 1e9,
+                g_prof.wall[c] > 0 ? 100 * g_prof.busy[c] / (nth * g_prof.wall[c]) : 0,
+                (g_prof.busy_max[c] - g_prof.busy[c] / nth) * k, (g_prof.wall[c] - g_prof.busy_max[c]) * k,
+                g_prof.quant[c] * k);
+    }
+    const pool_stat *pt = &g_prof.pool_total;
+    double other = pt->wall - g_prof.pool_mm_wall, inl = 0, labelled = 0;
+    if (other < 0) other = 0;
+    for (int j = 0; j < g_prof.n_job; j++) {
+        const double w = g_prof.job[j].wall;
+        inl += g_prof.job[j].inl;
+        labelled += g_prof.job[j].pool_wall;
+        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8s %6.1f%% %9.3f %9.3f   (on the calling thread alone: %.3f)\n",
+                g_prof.job[j].label, g_prof.job[j].calls, w * k, 100 * w / tot, "",
+                w > 0 ? 100 * g_prof.job[j].busy / (nth * w) : 0, (g_prof.job[j].busy_max - g_prof.job[j].busy / nth) * k,
+                (w - g_prof.job[j].busy_max) * k, g_prof.job[j].inl * k);
+    }
+    const double unl = other - labelled > 0 ? other - labelled : 0;
+    double serial = tot - mm - other - inl;
+    fprintf(f, "  %-26s %6s %9.3f %5.1f%%\n", "products, all", "", mm * k, 100 * mm / tot);
+    fprintf(f, "  %-26s %6ld %9.3f %5.1f%%          (all pool jobs: %.1f%% of thread time busy)\n",
+            "other parallel jobs", pt->jobs, other * k, 100 * other / tot, pt->wall > 0 ? 100 * pt->busy / (nth * pt->wall) : 0);
+    fprintf(f, "  %-26s %6s %9.3f %5.1f%%\n", "  of which unlabelled", "", unl * k, 100 * unl / tot);
+    fprintf(f, "  %-26s %6s %9.3f %5.1f%%          (the calling thread alone, outside the rows above)\n",
+            "serial", "", serial * k, 100 * serial / tot);
+}
+
 typedef struct {
     const ops_mm_task *tasks;
     int n_tasks;
@@ -180,6 +301,12 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
             }
         }
     }
+    const int pc = g_prof.on ? op_class(tasks[0].W->name) : 0;
+    double pt0 = 0;
+    if (g_prof.on) {
+        prof_attach(p);
+        pt0 = rl_now();
+    }
     if (fast) {
         quant_job q = {tasks, owners, n_owners};
         /* a dispatch costs more than quantising a few thousand values (the tiny models' 16 expert
@@ -189,6 +316,13 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         else
             quant_worker(&q, 0, 1);
     }
+    double pt1 = 0;
+    if (g_prof.on) {
+        pt1 = rl_now();
+        g_prof.quant[pc] += pt1 - pt0;
+        if (qvals >= 65536) g_prof.pool_mm_wall += pt1 - pt0;
+        else g_prof.inline_wall += pt1 - pt0;
+    }
     int nth = pool_size(p);
     batch_job j = {tasks, n_tasks, first, actq, fast, 1, 0};
     j.chunk = first[n_tasks] / (8L * nth);
@@ -197,7 +331,57 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         batch_worker(&j, 0, 1);
     else
         pool_run(p, batch_worker, &j);
+    if (g_prof.on) {
+        const double dt = rl_now() - pt1;
+        g_prof.calls[pc]++;
+        g_prof.wall[pc] += dt;
+        g_prof.macs[pc] += (double)work;
+        if (work < 32768 || !p) {
+            g_prof.busy[pc] += dt; /* one thread busy, the others idle */
+            g_prof.busy_max[pc] += dt;
+            g_prof.inline_wall += dt;
+        } else {
+            const pool_stat st = pool_prof_last(p);
+            g_prof.busy[pc] += st.busy;
+            g_prof.busy_max[pc] += st.busy_max;
+            g_prof.pool_mm_wall += dt;
+        }
+    }
     if (fast && g_check.on) check_fast(tasks, actq, n_tasks);
+}
+
+typedef struct {
+    long n;
+    ops_range_fn fn;
+    void *ctx;
+} pfor_job;
+
+static void pfor_worker(void *arg, int ith, int nth) {
+    const pfor_job *j = arg;
+    long lo, hi;
+    pool_range(j->n, ith, nth, &lo, &hi);
+    if (lo < hi) j->fn(j->ctx, lo, hi);
+}
+
+void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label) {
+    if (n <= 0) return;
+    prof_attach(p);
+    const double t0 = g_prof.on ? rl_now() : 0;
+    const bool inl = !p || pool_size(p) == 1 || n < 2 || (double)n * (double)cost < 65536.0;
+    if (inl) {
+        fn(ctx, 0, n);
+    } else {
+        pfor_job j = {n, fn, ctx};
+        pool_run(p, pfor_worker, &j);
+    }
+    if (g_prof.on && label) prof_job(label, p, t0, !inl && p == g_prof.p);
+}
+
+void ops_run(pool *p, pool_fn fn, void *ctx, const char *label) {
+    prof_attach(p);
+    const double t0 = g_prof.on ? rl_now() : 0;
+    pool_run(p, fn, ctx);
+    if (g_prof.on && label) prof_job(label, p, t0, p && p == g_prof.p);
 }
 
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
@@ -289,16 +473,21 @@ void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, in
 }
 
 void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out) {
-    for (int c = 0; c < C; c++) {
+    ops_conv_step_range(state, state_out, w, u, C, kw, 0, C, out);
+}
+
+void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw, int c0,
+                         int c1, float *out) {
+    for (int c = c0; c < c1; c++) {
         double s = 0;
         for (int j = 0; j < kw - 1; j++) s += (double)w[(size_t)c * kw + j] * state[(size_t)j * C + c];
         s += (double)w[(size_t)c * kw + kw - 1] * u[c];
         out[c] = ops_silu((float)s);
     }
-    if (kw > 1) {
-        memmove(state_out, state + C, sizeof(float) * (size_t)C * (kw - 2));
-        memcpy(state_out + (size_t)C * (kw - 2), u, sizeof(float) * C);
-    }
+    /* shift the window by one input: row j <- row j + 1 (in increasing j, so in place is safe) */
+    for (int j = 0; j + 1 < kw - 1; j++)
+        memmove(state_out + (size_t)j * C + c0, state + (size_t)(j + 1) * C + c0, sizeof(float) * (size_t)(c1 - c0));
+    if (kw > 1) memcpy(state_out + (size_t)C * (kw - 2) + c0, u + c0, sizeof(float) * (size_t)(c1 - c0));
 }
 
 void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,

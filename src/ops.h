@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdio.h>
 #include "pool.h"
 
 /* A weight matrix view: n_out rows of n_in values in ggml type `type`, row r at
@@ -68,6 +69,27 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
 void ops_fast_check_enable(bool on);
 void ops_fast_check_report(long *checked, long *bad, double *worst);
 
+/* Profile of the products and of the pool (bench --profile, prompt ingestion): between begin and
+ * end, every ops_matmul_batch is timed by class (its first task's tensor name: DeltaNet
+ * projections, experts gate+up, ...), with its activation quantisation, the threads' busy time
+ * (pool_prof) and the multiply-adds; end also takes the pool's totals, so the time in other
+ * parallel jobs (attention, the delta rule) and the time the calling thread ran alone (norms,
+ * conv, routing, gathers: the serial part) are reported too. ops_prof_print writes the table to
+ * f, times per `per` (e.g. tokens). Single inference thread only; costs ~0.1 us per product. */
+void ops_prof_begin(void);
+void ops_prof_end(void);
+void ops_prof_print(FILE *f, const char *title, double per);
+
+/* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread of the pool (pool_range);
+ * on the calling thread alone when n * cost (rough operations per item) is below ~64K, where a
+ * dispatch would cost more than it saves. For loops whose items are independent (rows of a norm,
+ * channels of the conv), so the split never changes a result. `label` (a string literal) names
+ * the loop in the profile (ops_prof_print). */
+typedef void (*ops_range_fn)(void *ctx, long lo, long hi);
+void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label);
+/* pool_run(p, fn, ctx), timed under `label` while the profile (ops_prof_begin) is on. */
+void ops_run(pool *p, pool_fn fn, void *ctx, const char *label);
+
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL for no weight). In place allowed. */
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 /* x = x / sqrt(sum(x^2) + eps)  (the Hugging Face l2norm of Gated DeltaNet). */
@@ -98,6 +120,10 @@ void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, in
  *   state rows then u. The shifted state (oldest dropped, u appended) goes to state_out, which
  *   may be `state` itself (in place) or another buffer (the engine's uncommitted state). */
 void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out);
+/* The same for channels [c0, c1) only (out, state_out and u indexed by channel as above): the
+ * channels are independent, so threads may run disjoint ranges of one step (prefill). */
+void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw, int c0,
+                         int c1, float *out);
 
 /* Gated delta rule, one token, one value head:
  *   S: dv x dk state with the key index contiguous (element (i, v) at v*dk + i);

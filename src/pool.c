@@ -44,10 +44,15 @@ struct pool {
     atomic_int caller_sleeps;
     _Alignas(POOL_LINE) atomic_int sleepers;
     int n;
+    int prof;     /* pool_prof: time each thread's share (written between jobs only) */
+    double *busy; /* per thread, POOL_LINE apart: seconds in fn during the last job */
+    pool_stat last, total;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv_job, cv_done;
 };
+
+#define BUSY_STRIDE (POOL_LINE / sizeof(double))
 
 typedef struct {
     pool *p;
@@ -71,7 +76,13 @@ static void *worker(void *arg) {
         }
         if (atomic_load(&p->quit)) return NULL;
         seen = atomic_load(&p->gen);
-        p->fn(p->ctx, ith, p->n); /* fn/ctx were written before gen (seq_cst store) */
+        if (p->prof) {
+            const double t0 = rl_now();
+            p->fn(p->ctx, ith, p->n);
+            p->busy[ith * BUSY_STRIDE] = rl_now() - t0;
+        } else {
+            p->fn(p->ctx, ith, p->n); /* fn/ctx/prof were written before gen (seq_cst store) */
+        }
         if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeps)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->cv_done);
@@ -90,7 +101,10 @@ pool *pool_new(int n_threads) {
     pthread_cond_init(&p->cv_job, NULL);
     pthread_cond_init(&p->cv_done, NULL);
     p->threads = rl_calloc((size_t)n_threads, sizeof(pthread_t), "thread pool");
-    if (!p->threads) {
+    p->busy = rl_calloc((size_t)n_threads * BUSY_STRIDE, sizeof(double), "thread pool");
+    if (!p->threads || !p->busy) {
+        free(p->threads);
+        free(p->busy);
         free(p);
         return NULL;
     }
@@ -119,14 +133,48 @@ void pool_free(pool *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
+    free(p->busy);
     free(p);
 }
 
+void pool_prof(pool *p, int on) {
+    if (!p) return;
+    if (on && !p->prof) p->total = (pool_stat){0};
+    p->prof = on;
+}
+
+pool_stat pool_prof_last(const pool *p) { return p ? p->last : (pool_stat){0}; }
+pool_stat pool_prof_total(const pool *p) { return p ? p->total : (pool_stat){0}; }
+
 int pool_size(const pool *p) { return p ? p->n : 1; }
 
+static void run_job(pool *p, pool_fn fn, void *ctx);
+
 void pool_run(pool *p, pool_fn fn, void *ctx) {
+    if (!p || !p->prof) {
+        run_job(p, fn, ctx);
+        return;
+    }
+    const double t0 = rl_now();
+    run_job(p, fn, ctx);
+    pool_stat s = {rl_now() - t0, 0, 0, 1};
+    for (int i = 0; i < p->n; i++) {
+        const double b = p->busy[i * BUSY_STRIDE];
+        s.busy += b;
+        s.busy_max = b > s.busy_max ? b : s.busy_max;
+    }
+    p->last = s;
+    p->total.wall += s.wall;
+    p->total.busy += s.busy;
+    p->total.busy_max += s.busy_max;
+    p->total.jobs++;
+}
+
+static void run_job(pool *p, pool_fn fn, void *ctx) {
     if (!p || p->n == 1) {
+        const double t0 = p && p->prof ? rl_now() : 0;
         fn(ctx, 0, 1);
+        if (p && p->prof) p->busy[0] = rl_now() - t0;
         return;
     }
     p->fn = fn;
@@ -138,7 +186,9 @@ void pool_run(pool *p, pool_fn fn, void *ctx) {
         pthread_cond_broadcast(&p->cv_job);
         pthread_mutex_unlock(&p->mu);
     }
+    const double t0 = p->prof ? rl_now() : 0;
     fn(ctx, 0, p->n);
+    if (p->prof) p->busy[0] = rl_now() - t0;
     for (int i = 0; i < POOL_SPIN && atomic_load(&p->pending) > 0; i++) cpu_relax();
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);

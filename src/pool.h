@@ -16,6 +16,21 @@ void pool_free(pool *p);
 int pool_size(const pool *p);
 void pool_run(pool *p, pool_fn fn, void *ctx);
 
+/* Profiling (bench --profile): while on, every pool_run times each thread's share of the job.
+ * wall: the caller's time in pool_run (post, its own share, the wait for the others); busy: the
+ * sum over threads of the time spent in fn; busy_max: the slowest thread's. wall - busy_max is
+ * the dispatch cost (wake-up and join), nth * busy_max - busy the time threads waited for the
+ * slowest one (imbalance). Off by default; switch only between jobs. */
+typedef struct {
+    double wall, busy, busy_max;
+    long jobs;
+} pool_stat;
+void pool_prof(pool *p, int on);
+/* The last job's times (jobs = 1), valid after a pool_run with profiling on. */
+pool_stat pool_prof_last(const pool *p);
+/* The sums over every job since profiling was switched on (pool_prof(p, 1) resets them). */
+pool_stat pool_prof_total(const pool *p);
+
 /* Split [0, n) into nth nearly equal ranges; range ith is [*lo, *hi). */
 static inline void pool_range(long n, int ith, int nth, long *lo, long *hi) {
     long per = n / nth, rem = n % nth;

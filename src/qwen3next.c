@@ -620,8 +620,32 @@ typedef struct {
     q3n_run *r;
     const q3n_layer *L;
     scratch *s;
-    int il, T, pos;
+    int il, T, pos, rope_delta;
 } attn_job;
+
+/* Rows lo..hi-1 of the projections: q/k head norms, RoPE, then K and V into the cache. */
+static void attn_qk_rows(void *arg, long lo, long hi) {
+    attn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    const q3n_layer *L = j->L;
+    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    size_t kvw = (size_t)Hkv * hd;
+    float *k = j->s->kv, *v = j->s->kv + (size_t)j->T * kvw;
+    for (long t = lo; t < hi; t++) {
+        const int p = j->pos + (int)t + j->rope_delta;
+        for (int h = 0; h < H; h++) {
+            float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
+            ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
+            ops_rope_neox(q, hp->n_rot, p, hp->rope_base);
+        }
+        for (int h = 0; h < Hkv; h++) {
+            float *kh = k + (size_t)t * kvw + (size_t)h * hd;
+            ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
+            ops_rope_neox(kh, hp->n_rot, p, hp->rope_base);
+        }
+        q3n_kv_store(j->r->st, j->il, j->pos + (int)t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
+    }
+}
 
 /* Work items: (row, KV head, slice of its query-head group). The fast path takes a slice of
  * heads at once (vec_attn_group reads each K and V row once for the slice); slices are as large
@@ -680,21 +704,10 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     float *k = s->kv, *v = s->kv + (size_t)T * kvw;
     ops_mm_task proj[3] = {{&L->wq, s->xn, T, s->big, NULL}, {&L->wk, s->xn, T, k, NULL}, {&L->wv, s->xn, T, v, NULL}};
     mm_batch(r, proj, 3);
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < H; h++) {
-            float *q = s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
-            ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
-            ops_rope_neox(q, hp->n_rot, pos + t + rope_delta, hp->rope_base);
-        }
-        for (int h = 0; h < Hkv; h++) {
-            float *kh = k + (size_t)t * kvw + (size_t)h * hd;
-            ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
-            ops_rope_neox(kh, hp->n_rot, pos + t + rope_delta, hp->rope_base);
-        }
-        q3n_kv_store(r->st, il, pos + t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
-    }
-    attn_job j = {r, L, s, il, T, pos};
-    pool_run(r->pool, attn_worker, &j);
+    attn_job j = {r, L, s, il, T, pos, rope_delta};
+    /* rows are independent: split over the threads (a prefill's 512 rows of RoPE were serial) */
+    ops_parallel_for(r->pool, T, (long)(H + Hkv) * hd * 8, attn_qk_rows, &j, "attention q/k norm+rope");
+    ops_run(r->pool, attn_worker, &j, "attention core");
     for (int t = 0; t < T; t++) DUMP(r, Q3N_ACT_ATTN_GATED, il, t, s->o + (size_t)t * H * hd, H * hd);
     mm(r, &L->wo, s->o, T, s->y);
 }
@@ -761,13 +774,42 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
         }
 }
 
+/* The causal conv of channels lo..hi-1 for every row in order (a channel's window depends only on
+ * its own previous inputs), with the rows' state destinations of dn_row_out. */
+static void dn_conv_channels(void *arg, long lo, long hi) {
+    dn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    const q3n_state *st = j->r->st;
+    int C = hp->ssm_conv_dim;
+    float *conv = st->conv_next ? st->conv_next[j->il] : st->conv[j->il];
+    for (int t = 0; t < j->T; t++)
+        ops_conv_step_range(t == 0 ? st->conv[j->il] : dn_row_out(j, t - 1, 0, conv), dn_row_out(j, t, 0, conv),
+                            j->L->conv_w, j->s->big + (size_t)t * C, C, hp->ssm_kw, (int)lo, (int)hi,
+                            j->s->u + (size_t)t * C);
+}
+
+/* Rows lo..hi-1 after the conv: l2-normalise each key head's q (then scale it) and k. */
+static void dn_qk_norm_rows(void *arg, long lo, long hi) {
+    dn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk;
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (long t = lo; t < hi; t++) {
+        float *u = j->s->u + (size_t)t * C;
+        for (int g = 0; g < hk; g++) {
+            ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
+            for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
+            ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
+        }
+    }
+}
+
 static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
     const q3n_hparams *hp = &r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
     ops_mm_task proj[3] = {
         {&L->wqkv, s->xn, T, s->big, NULL}, {&L->wgate, s->xn, T, s->kv, NULL}, {&L->wba, s->xn, T, s->ba, NULL}};
     mm_batch(r, proj, 3);
-    float qscale = 1.0f / sqrtf((float)dk);
     float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
     /* Per-row observers (dumps, the row_state copies) need the rows one at a time; otherwise the
      * conv runs for all rows and one dispatch does the recurrence of all rows, head by head. With
@@ -778,6 +820,18 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         for (int t = 0; t < T; t++) r->row_dst(r->hook_ud, il, t, &s->rdst[2 * t], &s->rdst[2 * t + 1]);
     const bool row_state = r->row_state && !jb.dst;
     const bool per_row = row_state || r->dump;
+    if (!per_row) {
+        /* all rows at once: the conv chain by channel ranges, then the per-row norms, each split over
+         * the threads (the same arithmetic as the loop below, which ran on one thread); one decode
+         * row's conv (32K multiply-adds) stays on the calling thread: a dispatch costs as much */
+        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw, dn_conv_channels, &jb, "deltanet conv");
+        if (jb.dst && s->rdst[2 * (T - 1)])
+            memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
+        ops_parallel_for(r->pool, T, (long)2 * hk * dk * 4, dn_qk_norm_rows, &jb, "deltanet q/k norms");
+        ops_run(r->pool, dn_heads_worker, &jb, "deltanet recurrence");
+        mm(r, &L->wout, s->o, T, s->y);
+        return;
+    }
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
         float *cout = dn_row_out(&jb, t, 0, conv);
@@ -785,12 +839,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
                       s->big + (size_t)t * C, C, hp->ssm_kw, u);
         if (t == T - 1 && jb.dst && s->rdst[2 * t]) memcpy(s->rdst[2 * t], cout, sizeof(float) * q3n_conv_floats(hp));
         DUMP(r, Q3N_ACT_DN_CONV, il, t, u, C);
-        for (int g = 0; g < hk; g++) {
-            ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
-            for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
-            ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
-        }
-        if (!per_row) continue;
+        dn_qk_norm_rows(&jb, t, t + 1);
         dn_job j = jb;
         j.t0 = t, j.t1 = t + 1;
         pool_run(r->pool, dn_heads_worker, &j);
@@ -798,7 +847,6 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
             r->row_state(r->hook_ud, il, t, conv, r->st->ssm_next ? r->st->ssm_next[il] : r->st->ssm[il]);
         DUMP(r, Q3N_ACT_DN_GATED, il, t, s->o + (size_t)t * inner, inner);
     }
-    if (!per_row) pool_run(r->pool, dn_heads_worker, &jb);
     mm(r, &L->wout, s->o, T, s->y);
 }
 
@@ -829,6 +877,71 @@ static ops_mat slice(const ops_mat *like, const uint8_t *data, int64_t n_out) {
     return m;
 }
 
+/* The per-row loops of the MoE block, split over the threads by ops_parallel_for (rows are
+ * independent; each keeps the arithmetic of the single-thread loop). */
+typedef struct {
+    q3n_run *r;
+    const q3n_layer *L;
+    scratch *s;
+    int T;
+    float *a;       /* moe_swiglu: a = silu(a) * b */
+    const float *b;
+} moe_job;
+
+/* softmax, top-k, renormalised weights of rows lo..hi-1 (no cache bias, no route observer) */
+static void moe_route_rows(void *arg, long lo, long hi) {
+    moe_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    int E = hp->n_expert, K = hp->n_expert_used;
+    int32_t *ids = (int32_t *)j->s->sel_id;
+    for (long t = lo; t < hi; t++) {
+        float *p = j->s->rl + (size_t)t * E;
+        ops_softmax(p, E);
+        ops_topk(p, E, K, ids + (size_t)t * K);
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += p[ids[t * K + k]];
+        if (sum < 6.103515625e-5) sum = 6.103515625e-5;
+        for (int k = 0; k < K; k++) j->s->sel_w[t * K + k] = (float)(p[ids[t * K + k]] / sum);
+    }
+}
+
+/* copy the input row of (row, slot) pairs lo..hi-1 to its gathered position gidx */
+static void moe_gather_rows(void *arg, long lo, long hi) {
+    moe_job *j = arg;
+    int D = j->r->m->hp.n_embd, K = j->r->m->hp.n_expert_used;
+    for (long i = lo; i < hi; i++)
+        memcpy(j->s->xs + (size_t)j->s->gidx[i] * D, j->s->xn + (size_t)(i / K) * D, sizeof(float) * D);
+}
+
+static void moe_swiglu(void *arg, long lo, long hi) {
+    moe_job *j = arg;
+    for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
+}
+
+/* y of rows lo..hi-1: the experts' outputs in each row's selection order, plus the gated shared expert */
+static void moe_combine_rows(void *arg, long lo, long hi) {
+    moe_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    const q3n_layer *L = j->L;
+    scratch *s = j->s;
+    int D = hp->n_embd, K = hp->n_expert_used;
+    bool has_sh = L->gate_sh.data != NULL;
+    for (long t = lo; t < hi; t++) {
+        float gate = 1.0f;
+        if (has_sh && L->sh_gate) {
+            double d = 0;
+            for (int i = 0; i < D; i++) d += (double)L->sh_gate[i] * s->xn[(size_t)t * D + i];
+            gate = ops_sigmoid((float)d);
+        }
+        for (int i = 0; i < D; i++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) acc += (double)s->sel_w[t * K + k] * s->eo[(size_t)s->gidx[t * K + k] * D + i];
+            if (has_sh) acc += (double)gate * s->sh[(size_t)t * D + i];
+            s->y[(size_t)t * D + i] = (float)acc;
+        }
+    }
+}
+
 /* MoE block (spec §A.6): softmax router -> top-k -> renormalise; experts grouped so each
  * selected expert runs once over the rows that chose it; each row sums its experts in its
  * own selection order (so grouping never changes a row's result), then adds the
@@ -839,7 +952,11 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     int32_t *ids = (int32_t *)s->sel_id;
     if (r->experts.hint) r->experts.hint(r->experts.ud, il, s->xn, T);
     mm(r, &L->router, s->xn, T, s->rl);
-    for (int t = 0; t < T; t++) {
+    moe_job mj = {r, L, s, T, NULL, NULL};
+    /* without the observers and the cache bias (one shared scratch row) rows route independently */
+    if (!r->experts.bias && !r->route)
+        ops_parallel_for(r->pool, T, (long)E * (K + 8), moe_route_rows, &mj, "moe routing");
+    else for (int t = 0; t < T; t++) {
         float *p = s->rl + (size_t)t * E;
         ops_softmax(p, E);
         if (r->experts.bias) { /* cache-aware routing (opt-in, changes outputs): rank a biased copy */
@@ -882,11 +999,8 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     for (int ui = 0; ui < nu; ui++) first[ui + 1] += first[ui];
     memcpy(fill, first, sizeof(int32_t) * (size_t)nu);
     int ng = first[nu];
-    for (int i = 0; i < T * K; i++) {
-        int g = fill[slot_of[ids[i]]]++;
-        gidx[i] = g;
-        memcpy(s->xs + (size_t)g * D, s->xn + (size_t)(i / K) * D, sizeof(float) * D);
-    }
+    for (int i = 0; i < T * K; i++) gidx[i] = fill[slot_of[ids[i]]]++;
+    ops_parallel_for(r->pool, (long)T * K, D, moe_gather_rows, &mj, "moe gather");
     /* all gate/up projections (and the shared expert's) in one dispatch, then all downs */
     ops_mat *mats = s->mats;
     ops_mm_task *tasks = s->tasks;
@@ -907,9 +1021,12 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         tasks[nt++] = (ops_mm_task){&L->up_sh, s->xn, T, ush, NULL};
     }
     mm_batch(r, tasks, nt);
-    for (size_t i = 0; i < (size_t)ng * ff; i++) s->g[i] = ops_silu(s->g[i]) * s->up[i];
-    if (has_sh)
-        for (size_t i = 0; i < (size_t)T * fs; i++) gsh[i] = ops_silu(gsh[i]) * ush[i];
+    mj.a = s->g, mj.b = s->up;
+    ops_parallel_for(r->pool, (long)ng * ff, 24, moe_swiglu, &mj, "moe swiglu");
+    if (has_sh) {
+        mj.a = gsh, mj.b = ush;
+        ops_parallel_for(r->pool, (long)T * fs, 24, moe_swiglu, &mj, "moe swiglu");
+    }
     nt = 0;
     for (int ui = 0; ui < nu; ui++)
         tasks[nt++] = (ops_mm_task){&mats[3 * ui + 2], s->g + (size_t)first[ui] * ff, first[ui + 1] - first[ui],
@@ -917,21 +1034,26 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     if (has_sh) tasks[nt++] = (ops_mm_task){&L->down_sh, gsh, T, s->sh, NULL};
     mm_batch(r, tasks, nt);
     if (src->release) src->release(src->ud, il);
-    for (int t = 0; t < T; t++) {
-        float gate = 1.0f;
-        if (has_sh && L->sh_gate) {
-            double d = 0;
-            for (int i = 0; i < D; i++) d += (double)L->sh_gate[i] * s->xn[(size_t)t * D + i];
-            gate = ops_sigmoid((float)d);
-        }
-        for (int i = 0; i < D; i++) {
-            double acc = 0;
-            for (int k = 0; k < K; k++) acc += (double)s->sel_w[t * K + k] * s->eo[(size_t)gidx[t * K + k] * D + i];
-            if (has_sh) acc += (double)gate * s->sh[(size_t)t * D + i];
-            s->y[(size_t)t * D + i] = (float)acc;
-        }
-    }
+    ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj, "moe expert sum");
     return 0;
+}
+
+/* Rows lo..hi-1: x += y (y not NULL), then xn = RMSNorm(x) * w (w not NULL). */
+typedef struct {
+    const q3n_hparams *hp;
+    float *x, *xn;
+    const float *y, *w;
+} resnorm_job;
+
+static void resnorm_rows(void *arg, long lo, long hi) {
+    const resnorm_job *j = arg;
+    int D = j->hp->n_embd;
+    for (long t = lo; t < hi; t++) {
+        float *x = j->x + (size_t)t * D;
+        if (j->y)
+            for (int i = 0; i < D; i++) x[i] += j->y[(size_t)t * D + i];
+        if (j->w) ops_rmsnorm(x, j->w, D, j->hp->rms_eps, j->xn + (size_t)t * D);
+    }
 }
 
 /* One decoder layer on s->x (T rows): h = x + Mixer(RMSNorm(x)); x = h + MoE(RMSNorm(h)). */
@@ -940,7 +1062,10 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
     const q3n_hparams *hp = &m->hp;
     int D = hp->n_embd;
     const q3n_layer *L = &m->layers[il];
-    for (int t = 0; t < T; t++) {
+    /* without observers the row loops run split over the threads (resnorm_rows), else in row order */
+    resnorm_job rj = {hp, s->x, s->xn, NULL, L->attn_norm};
+    if (!r->dump) ops_parallel_for(r->pool, T, 4L * D, resnorm_rows, &rj, "norms+residuals");
+    for (int t = 0; t < T && r->dump; t++) {
         ops_rmsnorm(s->x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
         DUMP(r, Q3N_ACT_ATTN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
@@ -948,7 +1073,9 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         attention_layer(r, L, il, s, T, pos, rope_delta);
     else
         deltanet_layer(r, L, il, s, T);
-    for (int t = 0; t < T; t++) {
+    rj.y = s->y, rj.w = L->post_norm;
+    if (!r->dump) ops_parallel_for(r->pool, T, 5L * D, resnorm_rows, &rj, "norms+residuals");
+    for (int t = 0; t < T && r->dump; t++) {
         float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
         DUMP(r, Q3N_ACT_ATTN_OUT, il, t, y, D);
         for (int i = 0; i < D; i++) x[i] += y[i];
@@ -957,7 +1084,9 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         DUMP(r, Q3N_ACT_FFN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
     if (moe_layer(r, L, il, s, T)) return -1;
-    for (int t = 0; t < T; t++) {
+    rj.w = NULL;
+    if (!r->dump) ops_parallel_for(r->pool, T, 2L * D, resnorm_rows, &rj, "norms+residuals");
+    for (int t = 0; t < T && r->dump; t++) {
         float *x = s->x + (size_t)t * D, *y = s->y + (size_t)t * D;
         DUMP(r, Q3N_ACT_FFN_OUT, il, t, y, D);
         for (int i = 0; i < D; i++) x[i] += y[i];

@@ -253,6 +253,11 @@ typedef struct {
      * rewritten into any ranking scores; the top-k ids are chosen from the scores, the
      * mixture weights still come from the unbiased probabilities. */
     void (*bias)(void *ud, int layer, float *scores, int n);
+    /* (optional) the i-th memory span the source serves experts from (its own buffers, e.g.
+     * the bounded cache's slot arenas: a GPU tier page-locks them for DMA): 1 with *p, *n set,
+     * 0 past the last one. NULL or no span: experts come from the file mapping. The bytes of
+     * a span may be rewritten after release (a slot reused). */
+    int (*span)(void *ud, int i, void **p, uint64_t *n);
     void *ud;
 } q3n_expert_src;
 

@@ -355,6 +355,7 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     session_model_params mp = {.model_path = p->model_path, .backend = p->backend, .n_threads = p->n_threads};
     if (!(s->m = session_model_open(&mp))) goto fail;
     session_params sp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .cache_spec = p->cache_spec,
+                         .vram_spec = p->vram_spec, .vram_pin = p->vram_pin, .vram_miss = p->vram_miss,
                          .route_bias = p->route_bias, .route_trace = p->route_trace, .verbose = p->verbose, .max_checkpoints = p->max_checkpoints};
     if (!session_model_tokenizer(s->m)) {
         rl_seterr("%s has no tokenizer: serve needs one to read and write text", p->model_path);

@@ -32,6 +32,8 @@ typedef struct {
     int n_ctx, n_batch;
     const char *kv;           /* KV cache format "f32" | "f16" (NULL = the default) */
     const char *cache_spec;
+    const char *vram_spec;    /* --vram-mib (NULL: every weight on the device) */
+    const char *vram_pin, *vram_miss;
     float route_bias;
     const char *route_trace;
     int max_checkpoints;      /* in-memory (0 = session default) */

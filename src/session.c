@@ -162,7 +162,8 @@ session *session_new(session_model *m, const session_params *p) {
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
-    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .vram_spec = p->vram_spec};
+    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .vram_spec = p->vram_spec,
+                            .vram_pin = p->vram_pin, .vram_miss = p->vram_miss};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
     s->n_batch = p->n_batch > 0 ? p->n_batch : 64;

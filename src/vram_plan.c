@@ -130,3 +130,54 @@ int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *o) {
              o->budget / MIB, src);
     return 0;
 }
+
+int vram_pin_parse(const char *s, vram_pin_mode *out) {
+    if (!s || !*s || !strcmp(s, "auto")) *out = VRAM_PIN_AUTO;
+    else if (!strcmp(s, "on")) *out = VRAM_PIN_ON;
+    else if (!strcmp(s, "off")) *out = VRAM_PIN_OFF;
+    else return rl_seterr("--vram-pin %s: expected auto, on or off", s);
+    return 0;
+}
+
+int vram_miss_parse(const char *s, vram_miss_mode *out) {
+    if (!s || !*s || !strcmp(s, "copy")) *out = VRAM_MISS_COPY;
+    else if (!strcmp(s, "cpu")) *out = VRAM_MISS_CPU;
+    else if (!strcmp(s, "auto")) *out = VRAM_MISS_AUTO;
+    else return rl_seterr("--vram-miss %s: expected copy, cpu or auto", s);
+    return 0;
+}
+
+const char *vram_pin_name(vram_pin_mode m) { return m == VRAM_PIN_ON ? "on" : m == VRAM_PIN_OFF ? "off" : "auto"; }
+const char *vram_miss_name(vram_miss_mode m) { return m == VRAM_MISS_CPU ? "cpu" : m == VRAM_MISS_AUTO ? "auto" : "copy"; }
+
+bool vram_pin_mapping_ok(uint64_t span, uint64_t ram) { return ram > 0 && (double)span <= VRAM_PIN_RAM_SHARE * (double)ram; }
+
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
+                  int *n_out) {
+    int pairs = 0, no = 0;
+    for (int want = 1; want <= max_rows && no < k; want++)
+        for (int i = nres; i < n && no < k; i++) {
+            const int e = uni[i];
+            if (e < 0 || cnt[e] != want || pairs + want > max_pairs) continue; /* e < 0: taken in an earlier pass */
+            out[no++] = e;
+            pairs += want;
+            uni[i] = -1 - e;
+        }
+    int o = nres;
+    for (int i = nres; i < n; i++)
+        if (uni[i] >= 0) uni[o++] = uni[i];
+    *n_out = no;
+    return o;
+}
+
+int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s) {
+    if (m <= 0 || !(copy_s > 0) || !(cpu_s > 0) || !(cpu_fixed_s >= 0) || copy_s > 1e9 || cpu_s > 1e9 || cpu_fixed_s > 1e9)
+        return 0;
+    int best = 0;
+    double best_t = m * copy_s;
+    for (int k = 1; k <= m; k++) {
+        const double a = k * cpu_s + cpu_fixed_s, b = (m - k) * copy_s, t = a > b ? a : b;
+        if (t < best_t) best_t = t, best = k;
+    }
+    return best;
+}

@@ -71,4 +71,44 @@ uint64_t vram_full_budget(const vram_geom *g);
 /* Check a --vram-mib value: "auto", "full" or a positive integer of MiB ("" is an error; NULL
  * means auto). 0 or -1 (rl_lasterr). */
 int vram_spec_check(const char *spec);
+
+/* ---- host tier and misses (--vram-pin, --vram-miss; docs/EXPERT_CACHE.md "VRAM tier") ---- */
+
+/* --vram-pin: page-lock the host tier so every slot fill is a DMA (no staging memcpy).
+ * auto: the bounded RAM cache's arena always (it is within the RAM budget already); the file
+ * mapping (--cache-mib full/mmap) only when its expert span is at most VRAM_PIN_RAM_SHARE of
+ * the machine's RAM. on: always try. off: the staging ring. A failed registration falls back to
+ * the staging ring with one stderr line. Same bytes either way: outputs do not change. */
+typedef enum { VRAM_PIN_AUTO = 0, VRAM_PIN_ON, VRAM_PIN_OFF } vram_pin_mode;
+#define VRAM_PIN_RAM_SHARE 0.60
+/* --vram-miss: what a small forward (T <= VRAM_CPU_MAX_T rows: decode, short verifies) does with
+ * a routed expert that is not in VRAM. copy (default): fill a slot (bit-identical to full
+ * residency). cpu: compute it on the CPU from host memory while the GPU computes the resident
+ * ones, upload its output rows for the combine (a different arithmetic: a tested tolerance, not
+ * bit-identical). auto: per layer, as many misses on the CPU as the measured cost model says
+ * (vram_miss_split). Larger forwards (prefill) always copy. */
+typedef enum { VRAM_MISS_COPY = 0, VRAM_MISS_CPU, VRAM_MISS_AUTO } vram_miss_mode;
+#define VRAM_CPU_MAX_T 8
+/* NULL or "" = the default (auto / copy); 0, or -1 with rl_lasterr naming the choices. */
+int vram_pin_parse(const char *s, vram_pin_mode *out);
+int vram_miss_parse(const char *s, vram_miss_mode *out);
+const char *vram_pin_name(vram_pin_mode m);
+const char *vram_miss_name(vram_miss_mode m);
+/* auto's rule for the mapping: span <= VRAM_PIN_RAM_SHARE * ram (ram 0: refuse). */
+bool vram_pin_mapping_ok(uint64_t span, uint64_t ram);
+
+/* The cost model of --vram-miss auto for one layer of a forward: m experts not in VRAM;
+ * copy_s = seconds to fill one slot (PCIe and staging; the GPU waits for the copies),
+ * cpu_s = seconds to compute one expert for the forward's rows on the CPU pool, cpu_fixed_s =
+ * the CPU path's fixed cost (activation download, output upload, dispatch). The copies and the
+ * CPU run at the same time, so k experts on the CPU cost max(k*cpu_s + cpu_fixed_s, (m-k)*copy_s);
+ * returns the k in 0..m with the least cost (ties: fewer on the CPU, since a copied expert stays
+ * resident for later tokens). Non-positive or non-finite estimates: 0 (copy everything). */
+int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s);
+/* Which k of a layer's non-resident experts uni[nres..n) the CPU computes: those with the fewest
+ * rows first (cnt[e]: the expert's rows in this forward, 1..max_rows), ties in uni order, at most
+ * max_pairs rows in all. They go to out[0..*n_out) and leave uni, whose other entries keep their
+ * order; returns the new n. */
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
+                  int *n_out);
 #endif

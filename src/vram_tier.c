@@ -2,14 +2,22 @@
 #ifdef RL_CUDA
 #include "vram_tier.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
+#include "ops.h"
+#include "quant.h"
 
 #define VT_NSTAGE 4                        /* staging buffers in the ring */
 #define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
 #define VT_NRING 4                         /* events of the last batches' ends (slot reuse) */
+#define VT_MAX_SPANS 16                    /* page-locked host spans (the RAM cache's arenas) */
+#define VT_MAX_KINDS 8                     /* CPU-cost classes: distinct (gate, down) types */
+#define VT_CPU_PAIRS (VRAM_CPU_MAX_T * 32) /* CPU-computed (row, expert) pairs per layer at most */
+#define VT_EMA 0.1                         /* weight of a new measurement in the online estimates */
 
 struct vram_tier {
     const q3n_model *m;
@@ -51,13 +59,39 @@ struct vram_tier {
     const uint8_t **hg, **hu, **hd;
     uint8_t **hs;                  /* staging address of each expert of a fill */
     pool *pool;                    /* staging memcpy threads (NULL: the calling thread) */
-    const uint8_t *pin_lo, *pin_hi; /* RL_VRAM_PIN=1: page-locked span of the mapping (DMA from it) */
+    /* --vram-pin: page-locked host spans (the mapping's expert span, or the RAM cache's arenas);
+     * fills from them are DMA. volatile_src: the spans are the RAM cache's slots, which may be
+     * rewritten after release, so a DMA from them is waited for before the release. */
+    vram_pin_mode pin;
+    bool pin_resolved, volatile_src;
+    struct { uint8_t *lo, *hi; } span[VT_MAX_SPANS];
+    int n_span;
+    double pin_s;
+    uint64_t pin_bytes;
+    char pin_msg[200];
+    /* --vram-miss: CPU-computed experts of small forwards (T <= VRAM_CPU_MAX_T) */
+    vram_miss_mode miss;
+    bool calibrated;
+    int kind[Q3N_MAX_LAYERS], n_kind;        /* cost class of each layer */
+    uint32_t kind_gate[VT_MAX_KINDS], kind_down[VT_MAX_KINDS];
+    double cpu_s[VT_MAX_KINDS];              /* seconds per CPU expert (per row pair), EMA */
+    double copy_s_per_byte, cpu_fixed_s;     /* fill cost, CPU path's fixed cost (EMA) */
+    float *h_xn, *h_eo;                      /* pinned: the layer's input rows, CPU outputs */
+    float *xg, *gb, *ub;                     /* gathered rows, gate and up outputs */
+    void *actq;
+    size_t actq_cap;
+    ops_mat *mats;
+    ops_mm_task *tasks;
+    int32_t *cpu_e, *cpu_pair;               /* the open layer's CPU experts, their pairs */
+    int n_cpu, n_cpu_pairs;
+    uint64_t cpu_experts, cpu_pairs_total, cpu_layers, fills_demand;
+    double cpu_total_s;
+    bool dma_pending;
+    cudaEvent_t ev_dma;
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
 };
-
-static void pin_mapping(vram_tier *vt);
 
 static void *pinned(size_t n, int *err) {
     void *p = NULL;
@@ -77,7 +111,8 @@ static void *dev(size_t n, int *err) {
     return p;
 }
 
-vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p) {
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p, vram_pin_mode pin,
+                         vram_miss_mode miss) {
     const q3n_hparams *hp = &m->hp;
     vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
     if (!vt) return NULL;
@@ -85,6 +120,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->plan = *plan;
     vt->n_batch = n_batch;
     vt->pool = p;
+    vt->pin = pin;
+    vt->miss = miss;
     vt->K = hp->n_expert_used;
     vt->E = hp->n_expert;
     const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
@@ -155,15 +192,40 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
         !vt->hg || !vt->hu || !vt->hd || !vt->hs)
         goto fail;
+    if (miss != VRAM_MISS_COPY) { /* the CPU path's buffers (decode / small verifies only) */
+        const size_t P = VT_CPU_PAIRS, D = (size_t)hp->n_embd, ff = (size_t)hp->n_ff_exp;
+        vt->h_xn = pinned(4 * (size_t)(n_batch < VRAM_CPU_MAX_T ? n_batch : VRAM_CPU_MAX_T) * D, &err);
+        vt->h_eo = pinned(4 * P * D, &err);
+        if (err) goto fail;
+        vt->xg = rl_malloc(4 * P * D, "VRAM tier CPU experts");
+        vt->gb = rl_malloc(4 * P * 2 * ff, "VRAM tier CPU experts");
+        vt->ub = rl_malloc(4 * P * ff, "VRAM tier CPU experts");
+        vt->mats = rl_malloc(sizeof(ops_mat) * 3 * P, "VRAM tier CPU experts");
+        vt->tasks = rl_malloc(sizeof(ops_mm_task) * 2 * P, "VRAM tier CPU experts");
+        vt->cpu_e = rl_malloc(4 * (size_t)vt->E, "VRAM tier CPU experts");
+        vt->cpu_pair = rl_malloc(4 * P, "VRAM tier CPU experts");
+        if (!vt->xg || !vt->gb || !vt->ub || !vt->mats || !vt->tasks || !vt->cpu_e || !vt->cpu_pair) goto fail;
+        for (int il = 0; il < hp->n_layer; il++) { /* cost classes: the layers' expert types */
+            const q3n_layer *L = &m->layers[il];
+            int k = 0;
+            while (k < vt->n_kind && (vt->kind_gate[k] != L->gate_exps.type || vt->kind_down[k] != L->down_exps.type)) k++;
+            if (k == vt->n_kind && k < VT_MAX_KINDS) {
+                vt->kind_gate[k] = L->gate_exps.type;
+                vt->kind_down[k] = L->down_exps.type;
+                vt->n_kind++;
+            }
+            vt->kind[il] = k < vt->n_kind ? k : vt->n_kind - 1;
+        }
+    }
     if (CU_CHECK(cudaStreamCreateWithFlags(&vt->cp, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&vt->ev_copy, cudaEventDisableTiming)) ||
-        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_used, cudaEventDisableTiming)))
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_used, cudaEventDisableTiming)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_dma, cudaEventDisableTiming)))
         goto fail;
     for (int i = 0; i < VT_NSTAGE; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
     for (int i = 0; i < VT_NRING; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->ring[i], cudaEventDisableTiming))) goto fail;
-    pin_mapping(vt);
     return vt;
 fail:
     vram_tier_free(vt);
@@ -173,7 +235,11 @@ fail:
 void vram_tier_free(vram_tier *vt) {
     if (!vt) return;
     if (vt->cp) cudaStreamSynchronize(vt->cp);
-    if (vt->pin_lo) cudaHostUnregister((void *)vt->pin_lo);
+    for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
+    if (vt->h_xn) cudaFreeHost(vt->h_xn);
+    if (vt->h_eo) cudaFreeHost(vt->h_eo);
+    free(vt->xg), free(vt->gb), free(vt->ub), free(vt->actq), free(vt->mats), free(vt->tasks), free(vt->cpu_e);
+    free(vt->cpu_pair);
     if (vt->arena) cudaFree(vt->arena);
     for (int i = 0; i < VT_NSTAGE; i++) {
         if (vt->stage[i]) cudaFreeHost(vt->stage[i]);
@@ -190,6 +256,7 @@ void vram_tier_free(vram_tier *vt) {
     free(vt->seq_arena);
     if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
     if (vt->ev_used) cudaEventDestroy(vt->ev_used);
+    if (vt->ev_dma) cudaEventDestroy(vt->ev_dma);
     if (vt->cp) cudaStreamDestroy(vt->cp);
     vram_slots_free(vt->slots);
     free(vt->uni), free(vt->cnt), free(vt->first), free(vt->order), free(vt->bslot), free(vt->bmiss);
@@ -197,9 +264,15 @@ void vram_tier_free(vram_tier *vt) {
     free(vt);
 }
 
+static void pin_resolve(vram_tier *vt);
+static void pin_drop(vram_tier *vt);
+
 void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
+    if (vt->cp) cudaStreamSynchronize(vt->cp); /* no copy from the old source in flight */
+    pin_drop(vt);
     if (src) vt->src = *src;
     else memset(&vt->src, 0, sizeof vt->src);
+    if (src) pin_resolve(vt); /* NULL: the probe before the real source; resolved at first use */
 }
 
 int32_t *vram_tier_pred_ids(vram_tier *vt) { return vt->prefetch ? vt->d_pred : NULL; }
@@ -223,18 +296,73 @@ static int host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
     return 0;
 }
 
-static void host_release(vram_tier *vt, int il) {
+/* End the use of the last host_rows. A DMA from the RAM cache's page-locked slots must be done
+ * before they may be reused (dma_pending: fill_slots queued one): the host waits for the copy
+ * stream here. The mapping is never rewritten, so its copies are not waited for. */
+static int host_release(vram_tier *vt, int il) {
+    int rc = 0;
+    if (vt->dma_pending) {
+        double t0 = rl_now();
+        rc = CU_CHECK(cudaEventRecord(vt->ev_dma, vt->cp)) || CU_CHECK(cudaEventSynchronize(vt->ev_dma)) ? -1 : 0;
+        vt->wait_s += rl_now() - t0;
+        vt->dma_pending = false;
+    }
     if (vt->src.acquire && vt->src.release) vt->src.release(vt->src.ud, il);
+    return rc;
 }
 
-/* RL_VRAM_PIN=1: page-lock one span of the file mapping covering every expert tensor
- * (cudaHostRegisterReadOnly), so fills from it are DMA straight from the page cache, with no
- * staging memcpy. Locks that span in RAM: only for files that fit (the RAM tier's full mode).
- * Any failure (split files, not enough lockable memory, already registered by another context)
- * leaves the staging path. */
-static void pin_mapping(vram_tier *vt) {
-    const char *v = getenv("RL_VRAM_PIN");
-    if (!v || strcmp(v, "1")) return;
+/* --vram-pin (vram_plan.h). Registers the host tier's memory so fills from it are DMA: the RAM
+ * cache's arenas (the source's span callback), else one span of the file mapping covering every
+ * expert tensor (cudaHostRegisterReadOnly: the page cache is never written through it). auto
+ * locks the mapping only when that span is at most VRAM_PIN_RAM_SHARE of RAM (it stays resident
+ * while locked). A failure leaves the staging ring, with one stderr line saying why. */
+static void pin_drop(vram_tier *vt) {
+    for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
+    vt->n_span = 0;
+    vt->pin_resolved = vt->volatile_src = false;
+    vt->pin_bytes = 0;
+}
+
+static bool pin_add(vram_tier *vt, void *p, uint64_t n, unsigned flags, const char *what) {
+    const uintptr_t pg = 4096, a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+    if (vt->n_span == VT_MAX_SPANS) return false;
+    double t0 = rl_now();
+    cudaError_t e = cudaHostRegister((void *)a, b - a, flags);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "cannot page-lock %.2f GiB of %s (%s): fills use the staging ring",
+                 (double)(b - a) / 1073741824.0, what, cudaGetErrorName(e));
+        fprintf(stderr, "redlite: --vram-pin: %s\n", vt->pin_msg);
+        return false;
+    }
+    vt->span[vt->n_span].lo = (uint8_t *)a;
+    vt->span[vt->n_span++].hi = (uint8_t *)b;
+    vt->pin_s += rl_now() - t0;
+    vt->pin_bytes += b - a;
+    return true;
+}
+
+static void pin_resolve(vram_tier *vt) {
+    vt->pin_resolved = true;
+    if (vt->pin == VRAM_PIN_OFF) {
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "off (--vram-pin off): fills use the staging ring");
+        return;
+    }
+    void *p;
+    uint64_t n;
+    if (vt->src.span && vt->src.span(vt->src.ud, 0, &p, &n)) { /* the RAM cache's arenas */
+        bool ok = true;
+        for (int i = 0; ok && vt->src.span(vt->src.ud, i, &p, &n); i++) ok = pin_add(vt, p, n, cudaHostRegisterDefault, "the RAM cache");
+        if (!ok) {
+            pin_drop(vt);
+            vt->pin_resolved = true;
+            return;
+        }
+        vt->volatile_src = true;
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "the RAM cache's %.2f GiB page-locked in %.1f s: fills are DMA",
+                 vt->pin_bytes / 1073741824.0, vt->pin_s);
+        return;
+    }
     const uint8_t *lo = NULL, *hi = NULL;
     for (int il = 0; il < vt->m->hp.n_layer; il++) {
         const ops_mat *ms[3] = {&vt->m->layers[il].gate_exps, &vt->m->layers[il].up_exps,
@@ -247,23 +375,26 @@ static void pin_mapping(vram_tier *vt) {
         }
     }
     if (!lo) return;
-    const uintptr_t pg = 4096, a = (uintptr_t)lo & ~(pg - 1), b = ((uintptr_t)hi + pg - 1) & ~(pg - 1);
-    double t0 = rl_now();
-    cudaError_t e = cudaHostRegister((void *)a, b - a, cudaHostRegisterReadOnly);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        fprintf(stderr, "redlite: RL_VRAM_PIN: cannot page-lock %.2f GiB of the mapping (%s): staging copies\n",
-                (double)(b - a) / 1073741824.0, cudaGetErrorName(e));
+    const uint64_t span = (uint64_t)(hi - lo);
+    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    const uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    if (vt->pin == VRAM_PIN_AUTO && !vram_pin_mapping_ok(span, ram)) {
+        snprintf(vt->pin_msg, sizeof vt->pin_msg,
+                 "the mapping's experts (%.1f GiB) are more than %.0f %% of RAM (%.1f GiB): not page-locked, fills use "
+                 "the staging ring (--vram-pin on forces it)",
+                 span / 1073741824.0, 100 * VRAM_PIN_RAM_SHARE, ram / 1073741824.0);
+        fprintf(stderr, "redlite: --vram-pin auto: %s\n", vt->pin_msg);
         return;
     }
-    vt->pin_lo = (const uint8_t *)a;
-    vt->pin_hi = (const uint8_t *)b;
-    fprintf(stderr, "redlite: RL_VRAM_PIN: %.2f GiB of the mapping page-locked in %.1f s: fills are DMA from it\n",
-            (double)(b - a) / 1073741824.0, rl_now() - t0);
+    if (pin_add(vt, (void *)lo, span, cudaHostRegisterReadOnly, "the mapping"))
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "%.2f GiB of the mapping page-locked in %.1f s: fills are DMA",
+                 vt->pin_bytes / 1073741824.0, vt->pin_s);
 }
 
 static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
-    return vt->pin_lo && p >= vt->pin_lo && p + n <= vt->pin_hi;
+    for (int i = 0; i < vt->n_span; i++)
+        if (p >= vt->span[i].lo && p + n <= vt->span[i].hi) return true;
+    return false;
 }
 
 /* The staging memcpy of a group of experts, split over the pool by region (deterministic: each
@@ -312,6 +443,7 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
                 return -1;
             if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
+            vt->dma_pending |= vt->volatile_src;
             *done = ++i;
             continue;
         }
@@ -354,12 +486,141 @@ fault:
                      (unsigned long long)vt->fault_at);
 }
 
-int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, int T, int tt,
-                    cudaStream_t st) {
+/* ---- CPU-computed experts (--vram-miss cpu|auto) ------------------------------------------ */
+
+/* Experts ids[0..n) of layer il on the CPU pool: expert j's rows are xg rows [off_j, off_j + c[j])
+ * (off: the running sum of c), its outputs (before the router weight) go to the same rows of
+ * h_eo. The fast CPU kernels (ops_matmul_batch, quantised activations): the arithmetic of the
+ * CPU backend, not of the GPU kernels, so outputs differ within a tolerance. 0 or -1. */
+static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t *c, int n) {
+    const q3n_layer *L = &vt->m->layers[il];
+    const int D = vt->m->hp.n_embd, ff = vt->m->hp.n_ff_exp;
+    if (host_rows(vt, il, ids, n)) return -1;
+    size_t need = 0;
+    int nt = 0, off = 0;
+    for (int j = 0; j < n; j++) { /* gate and up (fused: one matrix of 2 ff rows) per expert */
+        ops_mat *g = &vt->mats[3 * j], *u = g + 1, *d = g + 2;
+        *g = L->gate_exps;
+        g->data = vt->hg[j];
+        g->n_out = L->fused_gate_up ? 2 * ff : ff;
+        *d = L->down_exps;
+        d->data = vt->hd[j];
+        d->n_out = D;
+        vt->tasks[nt++] = (ops_mm_task){g, vt->xg + (size_t)off * D, c[j], vt->gb + (size_t)off * g->n_out, NULL};
+        if (!L->fused_gate_up) {
+            *u = L->up_exps;
+            u->data = vt->hu[j];
+            u->n_out = ff;
+            vt->tasks[nt++] = (ops_mm_task){u, vt->xg + (size_t)off * D, c[j], vt->ub + (size_t)off * ff, NULL};
+        }
+        need += 2 * (((ops_actq_bytes(g, c[j]) + 63) & ~(size_t)63) + ((ops_actq_bytes(d, c[j]) + 63) & ~(size_t)63));
+        off += c[j];
+    }
+    if (need > vt->actq_cap) {
+        free(vt->actq);
+        if (!(vt->actq = rl_malloc(need, "VRAM tier CPU experts"))) {
+            vt->actq_cap = 0;
+            host_release(vt, il);
+            return -1;
+        }
+        vt->actq_cap = need;
+    }
+    size_t ao = 0;
+    for (int i = 0; i < nt; i++) {
+        vt->tasks[i].actq = (uint8_t *)vt->actq + ao;
+        ao += (ops_actq_bytes(vt->tasks[i].W, vt->tasks[i].T) + 63) & ~(size_t)63;
+    }
+    ops_matmul_batch(vt->pool, vt->tasks, nt, true);
+    for (int r = 0; r < off; r++) { /* h = silu(gate) * up, into ub rows of ff (in place when not fused) */
+        float *g = vt->gb + (size_t)r * (L->fused_gate_up ? 2 * ff : ff), *u = L->fused_gate_up ? g + ff : vt->ub + (size_t)r * ff;
+        float *h = vt->ub + (size_t)r * ff;
+        for (int i = 0; i < ff; i++) h[i] = ops_silu(g[i]) * u[i];
+    }
+    nt = 0;
+    off = 0;
+    for (int j = 0; j < n; j++) {
+        vt->tasks[nt++] = (ops_mm_task){&vt->mats[3 * j + 2], vt->ub + (size_t)off * ff, c[j], vt->h_eo + (size_t)off * D, NULL};
+        off += c[j];
+    }
+    ao = 0;
+    for (int i = 0; i < nt; i++) {
+        vt->tasks[i].actq = (uint8_t *)vt->actq + ao;
+        ao += (ops_actq_bytes(vt->tasks[i].W, vt->tasks[i].T) + 63) & ~(size_t)63;
+    }
+    ops_matmul_batch(vt->pool, vt->tasks, nt, true);
+    return host_release(vt, il);
+}
+
+/* The cost model's estimates, measured once before the first forward: a fill of n slots of
+ * layer 0 (through the path fills really take: DMA or the staging ring; into free slots, so no
+ * cached expert is touched), and per cost class 1 and 4 experts on the CPU (one row). */
+static void calibrate(vram_tier *vt) {
+    vt->calibrated = true;
+    if (!vt->pin_resolved) pin_resolve(vt);
+    const int D = vt->m->hp.n_embd, n = vt->plan.slots[0] < 8 ? vt->plan.slots[0] : 8;
+    int32_t ids[8], sl[8], c[8];
+    for (int i = 0; i < 8; i++) ids[i] = sl[i] = i % vt->E, c[i] = 1;
+    double best = 0;
+    for (int rep = 0; rep < 3 && n > 0; rep++) { /* the first warms the path up */
+        int done = 0;
+        double t0 = rl_now();
+        if (host_rows(vt, 0, ids, n) || fill_slots(vt, 0, sl, ids, n, false, &done) || host_release(vt, 0) ||
+            CU_CHECK(cudaStreamSynchronize(vt->cp))) {
+            rl_clearerr();
+            return; /* no estimate: auto copies */
+        }
+        double t = rl_now() - t0;
+        if (rep && (best == 0 || t < best)) best = t;
+    }
+    vt->copy_s_per_byte = best / ((double)n * (double)vt->ly[0].slot_bytes);
+    for (size_t i = 0; i < 4 * (size_t)D; i++) vt->xg[i] = 0.01f * (float)((i * 37) % 17) - 0.08f;
+    double fixed = 0;
+    for (int k = 0; k < vt->n_kind; k++) {
+        int il = 0;
+        while (il < vt->m->hp.n_layer && vt->kind[il] != k) il++;
+        double t1 = 1e30, t4 = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = rl_now();
+            if (cpu_compute(vt, il, ids, c, 1)) break;
+            double ta = rl_now();
+            if (cpu_compute(vt, il, ids, c, 4)) break;
+            double tb = rl_now();
+            t1 = ta - t0 < t1 ? ta - t0 : t1;
+            t4 = tb - ta < t4 ? tb - ta : t4;
+        }
+        rl_clearerr();
+        const double per = t4 > t1 ? (t4 - t1) / 3 : t1;
+        vt->cpu_s[k] = per;
+        fixed += t1 - per > 0 ? t1 - per : 0;
+    }
+    vt->cpu_fixed_s = vt->n_kind ? fixed / vt->n_kind : 0;
+}
+
+/* Which of the layer's non-resident experts (uni[nres..n)) the CPU computes: all (cpu), or the
+ * cost model's k (auto), those with the fewest rows first. They leave uni; the rest keep order.
+ * Returns the new n. */
+static int choose_cpu(vram_tier *vt, int il, int nres, int n) {
+    const int m = n - nres;
+    int k = m;
+    if (vt->miss == VRAM_MISS_AUTO)
+        k = vram_miss_split(m, vt->copy_s_per_byte * (double)vt->ly[il].slot_bytes, vt->cpu_s[vt->kind[il]],
+                            vt->cpu_fixed_s);
+    return vram_cpu_pick(vt->uni, nres, n, vt->cnt, k, VRAM_CPU_MAX_T, VT_CPU_PAIRS, vt->cpu_e, &vt->n_cpu);
+}
+
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn, int T,
+                    int tt, cudaStream_t st) {
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
+    if (!vt->pin_resolved) pin_resolve(vt);
+    if (vt->miss != VRAM_MISS_COPY && !vt->calibrated) calibrate(vt);
+    const bool hyb = vt->miss != VRAM_MISS_COPY && T <= VRAM_CPU_MAX_T && d_xn;
+    vt->n_cpu = 0;
     if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
     if (d_pred && CU_CHECK(cudaMemcpyAsync(vt->h_pred, d_pred, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
+    if (hyb && CU_CHECK(cudaMemcpyAsync(vt->h_xn, d_xn, sizeof(float) * (size_t)T * vt->m->hp.n_embd,
+                                        cudaMemcpyDeviceToHost, st)))
+        return -1;
     double t0 = rl_now();
     if (CU_CHECK(cudaStreamSynchronize(st))) return -1;
     vt->wait_s += rl_now() - t0;
@@ -383,6 +644,11 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
         vt->order[vt->first[e] + vt->cnt[e]++] = p;
     }
     vram_slots_begin(vt->slots, il, vt->uni, n, T);
+    if (hyb) {
+        int nres = 0;
+        while (nres < n && vram_slots_lookup(vt->slots, il, vt->uni[nres]) >= 0) nres++;
+        if (nres < n) n = choose_cpu(vt, il, nres, n);
+    }
     const int cap = vram_slots_capacity(vt->slots, il);
     if (cap <= 0) return rl_seterr("VRAM tier: layer %d has no slots (internal)", il);
     vt->il = il;
@@ -390,7 +656,7 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     vt->tt = tt == 1 ? 1 : CU_TT;
     vt->n_union = n;
     vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
-    vt->n_batches = (n + vt->bcap - 1) / vt->bcap;
+    vt->n_batches = (n + vt->bcap - 1) / vt->bcap; /* 0: every expert on the CPU */
     vt->cur_b = -1;
     vt->tile_off = vt->pair_off = 0;
     vt->pf_pending = d_pred && il + 1 < vt->m->hp.n_layer;
@@ -417,7 +683,7 @@ static void prefetch_next(vram_tier *vt) {
     int done = 0;
     if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
         fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
-        host_release(vt, l);
+        if (host_release(vt, l)) done = 0; /* the copies' state is unknown: none counts */
     }
     for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
     rl_clearerr();
@@ -441,8 +707,9 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
         }
         if (host_rows(vt, il, mids, nm)) goto fail;
         int done, rc = fill_slots(vt, il, ms, mids, nm, true, &done);
-        host_release(vt, il);
+        if (host_release(vt, il)) rc = -1;
         if (rc) goto fail;
+        vt->fills_demand += (uint64_t)nm;
     }
     if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp)) || CU_CHECK(cudaEventRecord(vt->ev_copy, vt->cp)) ||
         CU_CHECK(cudaStreamWaitEvent(st, vt->ev_copy, 0)))
@@ -511,6 +778,42 @@ int vram_tier_batch_end(vram_tier *vt, cudaStream_t st) {
     return 0;
 }
 
+int vram_tier_cpu(vram_tier *vt, float *d_eo, cudaStream_t st) {
+    if (vt->pf_pending) { /* every expert on the CPU: no batch 0 queued the prefetch */
+        vt->pf_pending = false;
+        prefetch_next(vt);
+    }
+    if (!vt->n_cpu) return 0;
+    const int il = vt->il, D = vt->m->hp.n_embd, K = vt->K;
+    int32_t c[VT_CPU_PAIRS] = {0};
+    int np = 0;
+    double t0 = rl_now();
+    for (int j = 0; j < vt->n_cpu; j++) { /* gather: expert j's pairs, in pair order */
+        const int e = vt->cpu_e[j];
+        c[j] = vt->cnt[e];
+        for (int i = 0; i < vt->cnt[e]; i++) {
+            const int p = vt->order[vt->first[e] + i];
+            vt->cpu_pair[np] = p;
+            memcpy(vt->xg + (size_t)np * D, vt->h_xn + (size_t)(p / K) * D, sizeof(float) * D);
+            np++;
+        }
+    }
+    if (cpu_compute(vt, il, vt->cpu_e, c, vt->n_cpu)) return -1;
+    for (int i = 0; i < np; i++) /* row i -> eo row of pair cpu_pair[i]: the combine weighs it */
+        if (CU_CHECK(cudaMemcpyAsync(d_eo + (size_t)vt->cpu_pair[i] * D, vt->h_eo + (size_t)i * D, sizeof(float) * D,
+                                     cudaMemcpyHostToDevice, st)))
+            return -1;
+    const double t = rl_now() - t0, per = (t - vt->cpu_fixed_s) / vt->n_cpu;
+    double *est = &vt->cpu_s[vt->kind[il]];
+    if (per > 0) *est = (1 - VT_EMA) * *est + VT_EMA * per;
+    vt->cpu_experts += (uint64_t)vt->n_cpu;
+    vt->cpu_pairs_total += (uint64_t)np;
+    vt->cpu_layers++;
+    vt->cpu_total_s += t;
+    vt->n_cpu = 0;
+    return 0;
+}
+
 void vram_tier_abort(vram_tier *vt) {
     if (!vt->open) return;
     vram_slots_release(vt->slots, vt->il); /* filled slots stay valid: their copies were queued */
@@ -519,12 +822,28 @@ void vram_tier_abort(vram_tier *vt) {
 
 void vram_tier_print(const vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: %s\n", vt->plan.reason);
+    fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
+            vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
+    if (vt->miss != VRAM_MISS_COPY) {
+        fprintf(f, "vram tier: --vram-miss %s (forwards of <= %d rows; CHANGES OUTPUTS within a tolerance): fill %.3f ms "
+                   "per MiB (%.1f GB/s incl. staging)",
+                vram_miss_name(vt->miss), VRAM_CPU_MAX_T, vt->copy_s_per_byte * 1048576.0 * 1e3,
+                vt->copy_s_per_byte > 0 ? 1e-9 / vt->copy_s_per_byte : 0.0);
+        for (int k = 0; k < vt->n_kind; k++)
+            fprintf(f, "; CPU expert %s/%s %.3f ms", quant_name(vt->kind_gate[k]), quant_name(vt->kind_down[k]),
+                    vt->cpu_s[k] * 1e3);
+        fprintf(f, " + %.3f ms per layer\n", vt->cpu_fixed_s * 1e3);
+    }
     vram_stats s;
     vram_slots_get_stats(vt->slots, &s);
     if (!s.tokens) return;
     vram_stats_print(&s, f);
-    fprintf(f, "vram tier: host waits %.3f s (router sync + staging ring), staging memcpy %.3f s\n", vt->wait_s,
-            vt->stage_s);
+    const double tok = (double)s.tokens;
+    fprintf(f, "vram tier: demand fills %.2f/token, CPU-computed experts %.2f/token (%llu in %llu layers, %.3f s)\n",
+            (double)vt->fills_demand / tok, (double)vt->cpu_experts / tok, (unsigned long long)vt->cpu_experts,
+            (unsigned long long)vt->cpu_layers, vt->cpu_total_s);
+    fprintf(f, "vram tier: host waits %.3f s (router sync + staging ring + RAM-cache DMA), staging memcpy %.3f s\n",
+            vt->wait_s, vt->stage_s);
 }
 #else
 typedef int vram_tier_unused; /* ISO C wants a declaration in every translation unit */

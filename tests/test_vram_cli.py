@@ -52,3 +52,41 @@ def test_vram_mib_in_help(cmd):
     r = rl(cmd, "--help")
     assert r.returncode == 0
     assert "--vram-mib N|auto|full" in r.stdout.decode(), cmd
+
+
+@pytest.mark.parametrize("flag,bad,choices", [("--vram-pin", "yes", "auto, on or off"), ("--vram-pin", "", "auto, on or off"),
+                                              ("--vram-miss", "gpu", "copy, cpu or auto")])
+def test_vram_pin_miss_syntax_is_a_usage_error(flag, bad, choices):
+    r = rl("generate", "-m", str(MODEL), flag, bad, "-p", "hi", "-n", "1")
+    assert r.returncode == 2, r.stderr
+    line = last_line(r)
+    assert line.startswith("redlite generate: ") and flag in line and choices in line, line
+
+
+@pytest.mark.parametrize("cmd", ["generate", "chat", "bench", "dump", "perplexity", "serve"])
+def test_vram_options_in_help(cmd):
+    r = rl(cmd, "--help")
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    for opt in ("--vram-mib N|auto|full", "--vram-pin auto|on|off", "--vram-miss copy|cpu|auto"):
+        assert opt in out, (cmd, opt)
+    assert "CHANGE OUTPUTS" in out  # --vram-miss cpu/auto is not exact, and says so
+
+
+def test_serve_vram_mib_reaches_the_session():
+    """serve passes --vram-mib down to the session like the other commands: on the CPU backend
+    the engine refuses it (exit 1, one line) before the server listens."""
+    r = rl("serve", "-m", str(MODEL), "--backend", "cpu", "--vram-mib", "4096", "--vram-miss", "cpu", "--port", "0")
+    assert r.returncode == 1, r.stderr
+    line = last_line(r)
+    assert line.startswith("redlite serve: ") and "--vram-mib needs a GPU backend" in line, line
+
+
+@pytest.mark.parametrize("cmd", ["chat", "perplexity"])
+def test_vram_mib_reaches_the_session_in_chat_and_perplexity(cmd, tmp_path):
+    extra = {"chat": [], "perplexity": ["-f", str(REPO / "README.md")]}
+    r = subprocess.run([str(BIN), cmd, "-m", str(MODEL), "--backend", "cpu", "--vram-mib", "2048", *extra[cmd]],
+                       capture_output=True, cwd=REPO, timeout=120, input=b"")
+    assert r.returncode == 1, r.stderr
+    line = last_line(r)
+    assert line.startswith(f"redlite {cmd}: ") and "--vram-mib needs a GPU backend" in line, line

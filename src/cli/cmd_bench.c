@@ -28,6 +28,7 @@
 #include "json.h"
 #include "kern.h"
 #include "opts.h"
+#include "ops.h"
 #include "session.h"
 
 static const opts_cmd BENCH = {
@@ -487,6 +488,10 @@ int cmd_bench(int argc, char **argv) {
         prof_begin(b.S, &ppre);
         if (n_prompts && prefill_run(&b, prompts[0], &ppre) < 0) goto fail;
         prof_end(b.S);
+        /* the products and threads of a prompt without the observers (they make DeltaNet run row by row) */
+        ops_prof_begin();
+        if (n_prompts && prefill_run(&b, prompts[0], NULL) < 0) goto fail;
+        ops_prof_end();
     }
     uint64_t rss = rl_peak_rss();
     if (json) {
@@ -604,6 +609,7 @@ int cmd_bench(int argc, char **argv) {
                 char t[64];
                 snprintf(t, sizeof t, "prompt of %d tokens", prompts[0]);
                 print_profile(t, &ppre, (double)prompts[0], NULL, NULL);
+                if (!strcmp(engine_backend_name(b.e), "cpu")) ops_prof_print(stdout, t, (double)prompts[0]);
             }
         }
     }

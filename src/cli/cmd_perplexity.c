@@ -216,7 +216,7 @@ int cmd_perplexity(int argc, char **argv) {
         }
     bool add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
     r.s = session_new(sm, &(session_params){.n_ctx = r.ctx, .n_batch = r.batch, .kv = o.kv, .cache_spec = o.cache_spec,
-                                             .vram_spec = o.vram_spec,
+                                             .vram_spec = o.vram_spec, .vram_pin = o.vram_pin, .vram_miss = o.vram_miss,
                                             .route_bias = o.route_bias, .route_trace = o.route_trace,
                                             .verbose = !json});
     if (!r.s) goto fail;

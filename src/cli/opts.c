@@ -74,6 +74,20 @@ static int set_vram(const char *cmd, const char *flag, const char *v, cli_opts *
     return 0;
 }
 
+static int set_vram_pin(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    vram_pin_mode m;
+    if (vram_pin_parse(v, &m) || !*v) return cli_fail(cmd, 2, "%s expects auto, on or off, got '%s'", flag, v), -1;
+    o->vram_pin = v;
+    return 0;
+}
+
+static int set_vram_miss(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    vram_miss_mode m;
+    if (vram_miss_parse(v, &m) || !*v) return cli_fail(cmd, 2, "%s expects copy, cpu or auto, got '%s'", flag, v), -1;
+    o->vram_miss = v;
+    return 0;
+}
+
 static int set_stop(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     if (!*v) return cli_fail(cmd, 2, "%s needs a non-empty string", flag), -1;
     if (o->n_stops == OPTS_MAX_STOPS)
@@ -409,7 +423,7 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = "auto",
      .set = set_cache},
-    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY,
+    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE,
      .section = "model",
      .names = "--vram-mib",
      .value = "N|auto|full",
@@ -421,6 +435,30 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = "full",
      .set = set_vram},
+    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE,
+     .section = "model",
+     .names = "--vram-pin",
+     .value = "auto|on|off",
+     .help = "with --vram-mib: page-lock the host tier (slot fills by DMA); auto:\nthe RAM cache, or the file "
+             "mapping if its experts are <= 60 % of RAM",
+     .kind = K_FN,
+     .off = OFF(vram_pin),
+     .lo = 0,
+     .hi = 0,
+     .zero = "auto",
+     .set = set_vram_pin},
+    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE,
+     .section = "model",
+     .names = "--vram-miss",
+     .value = "copy|cpu|auto",
+     .help = "with --vram-mib, decode/verify of <= 8 rows: an expert not in VRAM is\ncopied (copy: same output), "
+             "computed on the CPU (cpu), or either by\nmeasured cost (auto); cpu/auto CHANGE OUTPUTS slightly",
+     .kind = K_FN,
+     .off = OFF(vram_miss),
+     .lo = 0,
+     .hi = 0,
+     .zero = "copy",
+     .set = set_vram_miss},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_DUMP | CMD_SERVE,
      .section = "model",
      .names = "--route-bias",
@@ -845,6 +883,8 @@ session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_b
                                             .kv = o->kv,
                                             .cache_spec = o->cache_spec,
                                             .vram_spec = o->vram_spec,
+                                            .vram_pin = o->vram_pin,
+                                            .vram_miss = o->vram_miss,
                                             .route_bias = o->route_bias,
                                             .route_trace = o->route_trace,
                                             .max_checkpoints = o->checkpoints,

@@ -37,6 +37,8 @@ typedef struct {
     const char *cache_spec;  /* --cache-mib N|full|auto|mmap (validated syntax) */
     bool cache_set;          /* --cache-mib was given */
     const char *vram_spec;   /* --vram-mib N|auto|full (NULL: not given = every weight on the device) */
+    const char *vram_pin;    /* --vram-pin auto|on|off */
+    const char *vram_miss;   /* --vram-miss copy|cpu|auto */
     const char *route_trace; /* --route-trace FILE */
     float route_bias;        /* --route-bias L */
     long long threads;       /* -t (0 = all CPUs) */

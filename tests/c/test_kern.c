@@ -247,11 +247,19 @@ static double bench_mm_one(uint32_t type, int T, double *gmacs, rl_rng *r) {
 static void bench_mm(void) {
     rl_rng r;
     rl_rng_seed(&r, 77);
-    printf("batched kernel (level %s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
-           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s\n", kern_level_name(kern_level()), "type", "T=2", "T=4",
-           "T=8", "T=64");
+    if (kern_level() == KERN_AVX512 && getenv("RL_KERN_MM")) kern_set_mm512(!strcmp(getenv("RL_KERN_MM"), "512"));
+    printf("batched kernel (level %s%s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
+           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s\n", kern_level_name(kern_level()),
+           kern_mm512() ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8", "T=64");
+    const char *types_env = getenv("RL_KERN_BENCH_TYPES"); /* as in bench() */
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!kern_has_matmul(kern_level(), types[k])) continue;
+        if (types_env && *types_env) {
+            char want[64], list[256];
+            snprintf(want, sizeof want, ",%s,", quant_name(types[k]));
+            snprintf(list, sizeof list, ",%s,", types_env);
+            if (!strstr(list, want)) continue;
+        }
         printf("%-8s", quant_name(types[k]));
         for (int T = 2; T <= 64; T *= T == 8 ? 8 : 2) {
             double g;
@@ -295,11 +303,19 @@ int main(void) {
             const int64_t rows[] = { 1, 37, 3 };
             for (int i = 0; i < 3; i++) test_matvec(level, types[k], rows[i], widths[i], &r);
             test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
-            for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
-            test_matmul(level, types[k], 37, widths[1], 17, &r);
-            test_matmul(level, types[k], 0, widths[1], 4, &r);
+            /* the AVX-512 level has two batched cores (kern_set_mm512): both must equal the mat-vec */
+            for (int w = 0; w < (level == KERN_AVX512 ? 2 : 1); w++) {
+                if (level == KERN_AVX512) CHECK(kern_set_mm512(w) == 0 && kern_mm512() == w, "mm512 %d", w);
+                for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
+                test_matmul(level, types[k], 37, widths[1], 17, &r);
+                test_matmul(level, types[k], 19, widths[2], 23, &r); /* odd rows per group, 3 tiles */
+                test_matmul(level, types[k], 0, widths[1], 4, &r);
+            }
+            if (level == KERN_AVX512) kern_set_mm512(false);
         }
     }
+    if (!kern_level_supported(KERN_AVX512))
+        CHECK(kern_set_mm512(true) == -1 && !kern_mm512(), "no 512-bit core without AVX-512");
     kern_set_level(initial);
     const char *bench_env = getenv("RL_KERN_BENCH");
     if (bench_env && *bench_env == '1') bench();

@@ -98,7 +98,74 @@ static void test_batch(int nth) {
     pool_free(pn);
 }
 
+/* pool_prof: per-job busy time of every thread, the slowest one, the wall time, totals that reset when
+ * profiling is switched on again; thread ith sleeps (ith + 1) ms, so the sums are known from below. */
+typedef struct {
+    int unused;
+} sleep_job;
+
+static void sleep_fn(void *arg, int ith, int nth) {
+    (void)arg, (void)nth;
+    sleep_us(1000L * (ith + 1));
+}
+
+static void test_prof(int nth) {
+    pool *p = pool_new(nth);
+    sleep_job sj = {0};
+    pool_prof(p, 1);
+    pool_run(p, sleep_fn, &sj);
+    pool_stat s = pool_prof_last(p);
+    const double want = 1e-3 * nth * (nth + 1) / 2; /* sum of the sleeps */
+    CHECK(s.jobs == 1 && s.busy >= want && s.busy < want + 2.0 * nth, "nth %d: busy %.4f s (sleeps %.4f)", nth, s.busy, want);
+    CHECK(s.busy_max >= 1e-3 * nth && s.busy_max <= s.wall && s.wall < 10.0, "nth %d: busy_max %.4f wall %.4f", nth,
+          s.busy_max, s.wall);
+    for (int i = 0; i < 4; i++) pool_run(p, sleep_fn, &sj);
+    pool_stat t = pool_prof_total(p);
+    CHECK(t.jobs == 5 && t.busy >= 5 * want && t.wall >= t.busy_max, "nth %d: totals %ld jobs busy %.4f", nth, t.jobs, t.busy);
+    pool_prof(p, 0);
+    pool_run(p, sleep_fn, &sj); /* not counted */
+    CHECK(pool_prof_total(p).jobs == 5, "nth %d: a job with profiling off counted", nth);
+    pool_prof(p, 1);
+    CHECK(pool_prof_total(p).jobs == 0, "nth %d: switching profiling on resets the totals", nth);
+    pool_prof(p, 0);
+    pool_free(p);
+}
+
+/* ops_parallel_for: every index exactly once, inline below the threshold and split above it */
+typedef struct {
+    atomic_int *hits;
+    atomic_int calls;
+} pfor_ctx;
+
+static void pfor_fn(void *arg, long lo, long hi) {
+    pfor_ctx *c = arg;
+    atomic_fetch_add(&c->calls, 1);
+    for (long i = lo; i < hi; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void test_parallel_for(int nth) {
+    pool *p = pool_new(nth);
+    const long ns[] = {0, 1, 7, 1000, 70000};
+    const long costs[] = {1, 1000};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 2; b++) {
+            const long n = ns[a];
+            pfor_ctx c = {calloc((size_t)n + 1, sizeof(atomic_int)), 0};
+            ops_parallel_for(p, n, costs[b], pfor_fn, &c, "test");
+            long bad = 0;
+            for (long i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
+            const bool split = n >= 2 && (double)n * costs[b] >= 65536.0;
+            CHECK(bad == 0, "nth %d n %ld cost %ld: %ld indices not run exactly once", nth, n, costs[b], bad);
+            CHECK(atomic_load(&c.calls) == (n == 0 ? 0 : split ? nth : 1), "nth %d n %ld cost %ld: %d calls", nth, n,
+                  costs[b], atomic_load(&c.calls));
+            free(c.hits);
+        }
+    pool_free(p);
+}
+
 int main(void) {
+    for (int nth = 1; nth <= 4; nth++) test_prof(nth);
+    for (int nth = 2; nth <= 4; nth++) test_parallel_for(nth);
     for (int nth = 2; nth <= 4; nth++) test_jobs(nth);
     for (int nth = 2; nth <= 4; nth++) test_batch(nth);
     return check_done("test_pool");

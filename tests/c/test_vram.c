@@ -3,6 +3,7 @@
  * (hits pinned before misses evict, LRU order, abort, prefetch never evicting a prediction,
  * counters), plus a random stress run against the structure's invariants. No GPU needed. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "common.h"
@@ -198,7 +199,66 @@ static void stress(uint64_t seed, vram_stats *out) {
     vram_slots_free(vs);
 }
 
+/* --vram-pin / --vram-miss parsing and the cost model of --vram-miss auto (vram_miss_split). */
+static void test_pin_miss(void) {
+    vram_pin_mode pm = VRAM_PIN_OFF;
+    vram_miss_mode mm = VRAM_MISS_CPU;
+    CHECK(vram_pin_parse(NULL, &pm) == 0 && pm == VRAM_PIN_AUTO, "pin default auto");
+    CHECK(vram_pin_parse("on", &pm) == 0 && pm == VRAM_PIN_ON && !strcmp(vram_pin_name(pm), "on"), "pin on");
+    CHECK(vram_pin_parse("off", &pm) == 0 && pm == VRAM_PIN_OFF, "pin off");
+    CHECK(vram_pin_parse("yes", &pm) == -1 && strstr(rl_lasterr(), "auto, on or off"), "pin bad: %s", rl_lasterr());
+    CHECK(vram_miss_parse(NULL, &mm) == 0 && mm == VRAM_MISS_COPY, "miss default copy (exact)");
+    CHECK(vram_miss_parse("cpu", &mm) == 0 && mm == VRAM_MISS_CPU && !strcmp(vram_miss_name(mm), "cpu"), "miss cpu");
+    CHECK(vram_miss_parse("auto", &mm) == 0 && mm == VRAM_MISS_AUTO, "miss auto");
+    CHECK(vram_miss_parse("gpu", &mm) == -1 && strstr(rl_lasterr(), "copy, cpu or auto"), "miss bad: %s", rl_lasterr());
+    /* auto pins the mapping only at <= 60 % of RAM */
+    CHECK(vram_pin_mapping_ok(60 * MB, 100 * MB) && !vram_pin_mapping_ok(61 * MB, 100 * MB), "60 %% rule");
+    CHECK(!vram_pin_mapping_ok(1, 0), "unknown RAM: not pinned");
+    /* cost model, worked by hand: k on the CPU costs max(k*cpu + fixed, (m-k)*copy) */
+    CHECK(vram_miss_split(4, 1.0, 1.0, 0.0) == 2, "equal costs: half each (%d)", vram_miss_split(4, 1.0, 1.0, 0.0));
+    CHECK(vram_miss_split(4, 1.0, 1.0, 0.5) == 2, "fixed 0.5: max(2.5, 2) = 2.5 beats k=1 max(1.5, 3)");
+    CHECK(vram_miss_split(3, 1.0, 10.0, 0.0) == 0, "slow CPU: copy all");
+    CHECK(vram_miss_split(3, 10.0, 1.0, 0.0) == 3, "slow copies: CPU all");
+    CHECK(vram_miss_split(10, 2.0, 1.0, 1.0) == 6, "10 misses: k=6 max(7, 8) = 8 ties k=7 max(8, 6), fewer on the CPU (%d)",
+          vram_miss_split(10, 2.0, 1.0, 1.0));
+    CHECK(vram_miss_split(1, 1.0, 1.0, 0.0) == 0, "tie: copy (stays resident)");
+    CHECK(vram_miss_split(0, 1.0, 1.0, 0.0) == 0 && vram_miss_split(5, 0.0, 1.0, 0.0) == 0 &&
+              vram_miss_split(5, 1.0, -1.0, 0.0) == 0 && vram_miss_split(5, 1.0, 0.0 / 0.0, 0.0) == 0,
+          "no estimate: copy");
+    /* brute force: the returned k is never worse than any other */
+    for (int m = 1; m <= 12; m++)
+        for (int i = 1; i <= 5; i++) {
+            double cp = 0.3 * i, cpu = 1.7 / i, fx = 0.1 * (i - 1);
+            int k = vram_miss_split(m, cp, cpu, fx);
+            double tk = (k ? k * cpu + fx : 0) > (m - k) * cp ? (k ? k * cpu + fx : 0) : (m - k) * cp;
+            for (int j = 0; j <= m; j++) {
+                double a = j ? j * cpu + fx : 0, b = (m - j) * cp, t = a > b ? a : b;
+                if (t < tk - 1e-12) CHECK(0, "m %d: k %d costs %g, k %d costs %g", m, k, tk, j, t);
+            }
+        }
+}
+
+/* vram_cpu_pick: fewest rows first over several passes (taken entries are skipped, never
+ * picked twice), the pair limit, the rest of the union compacted in order. */
+static void test_cpu_pick(void) {
+    int32_t cnt[8] = {0, 2, 1, 3, 1, 2, 0, 1}, out[8], uni[8] = {6, 0, 1, 2, 3, 4, 5, 7};
+    int no = -1, n = vram_cpu_pick(uni, 2, 8, cnt, 6, 8, 64, out, &no); /* residents 6, 0; k = 6 of 6 */
+    CHECK(n == 2 && no == 6, "all six: n %d, picked %d", n, no);
+    CHECK(out[0] == 2 && out[1] == 4 && out[2] == 7 && out[3] == 1 && out[4] == 5 && out[5] == 3,
+          "order by rows: %d %d %d %d %d %d", out[0], out[1], out[2], out[3], out[4], out[5]);
+    CHECK(uni[0] == 6 && uni[1] == 0, "residents stay first");
+    int32_t uni2[8] = {6, 0, 1, 2, 3, 4, 5, 7};
+    n = vram_cpu_pick(uni2, 2, 8, cnt, 4, 8, 64, out, &no); /* k = 4: the 1-row ones, then expert 1 */
+    CHECK(no == 4 && out[3] == 1 && n == 4 && uni2[2] == 3 && uni2[3] == 5, "k 4: n %d, %d %d %d %d", n, out[3], uni2[2],
+          uni2[3], no);
+    int32_t uni3[8] = {6, 0, 1, 2, 3, 4, 5, 7};
+    n = vram_cpu_pick(uni3, 2, 8, cnt, 6, 8, 4, out, &no); /* at most 4 rows: 2, 4, 7 (3 rows) then none fits but 1 row */
+    CHECK(no == 3 && n == 5 && uni3[2] == 1 && uni3[3] == 3 && uni3[4] == 5, "pair limit: n %d, %d picked", n, no);
+}
+
 int main(void) {
+    test_pin_miss();
+    test_cpu_pick();
     test_layout();
     test_plan();
     test_slots_trace();

@@ -6,8 +6,13 @@
  *   - a multi-row verify on the tier == full residency's single steps, row for row;
  *   - a forced slot-fill failure (RL_VRAM_FAULT=N): the step fails with one clear line, the
  *     retried step and every later one are bit-identical to full residency (nothing corrupted);
- *   - a budget below the dense part is refused in one line.
+ *   - a budget below the dense part is refused in one line;
+ *   - --vram-pin auto/on/off (DMA from the page-locked mapping, or the staging ring): bit-identical;
+ *   - --vram-miss cpu / auto (CPU-computed experts): logits within a measured tolerance of full
+ *     residency (twice the CPU backend's own distance to the GPU), greedy agreement reported and
+ *     every disagreement a near tie by the reference's margin (hybrid_vs_full).
  * Without a GPU: "skipped" and exit 77 (check.h). Never run in CI (no GPU there). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +27,26 @@
 #define NP 40  /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
 #define NG 80  /* greedy steps */
 
-/* Prompt then NG greedy steps; logits: (NG + 1) x V (the prompt's last row, then each step's). */
-static int run(engine *e, const char *vram, float *logits, int32_t *toks) {
+static const char *g_pin, *g_miss; /* --vram-pin / --vram-miss of the next run (NULL: defaults) */
+static double g_cpu_per_token;     /* CPU-computed experts per token of the last run (its stats) */
+
+/* Prompt then NG steps; logits: (NG + 1) x V (the prompt's last row, then each step's). The
+ * steps feed forced[i] when given (teacher forcing: the same positions and tokens as a
+ * reference run), else each step's greedy token; toks: the tokens fed. */
+static int run_forced(engine *e, const char *vram, float *logits, int32_t *toks, const int32_t *forced) {
     const int V = engine_hparams(e)->n_vocab;
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .vram_spec = vram});
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .vram_spec = vram,
+                                                           .vram_pin = g_pin, .vram_miss = g_miss});
     if (!c) return -1;
     int32_t p[NP];
     for (int i = 0; i < NP; i++) p[i] = (int32_t)((i * 7919 + 13) % V);
     check_poison(logits, (size_t)(NG + 1) * V);
     int rc = engine_prefill(c, p, NP, logits);
     for (int i = 0; rc == 0 && i < NG; i++) {
-        toks[i] = sampler_argmax(logits + (size_t)i * V, V);
+        toks[i] = forced ? forced[i] : sampler_argmax(logits + (size_t)i * V, V);
         rc = engine_step(c, toks[i], logits + (size_t)(i + 1) * V);
     }
+    g_cpu_per_token = 0;
     if (vram) {
         char *buf = NULL;
         size_t n = 0;
@@ -42,14 +54,96 @@ static int run(engine *e, const char *vram, float *logits, int32_t *toks) {
         engine_print_backend_stats(c, f);
         fclose(f);
         printf("  %s", buf ? buf : "(no stats)\n");
-        CHECK(buf && strstr(buf, "vram tier:") && strstr(buf, "evictions"), "stats printed: %s", buf ? buf : "");
+        CHECK(buf && strstr(buf, "vram tier:") && strstr(buf, "evictions") && strstr(buf, "--vram-pin"),
+              "stats printed: %s", buf ? buf : "");
+        const char *q = buf ? strstr(buf, "CPU-computed experts ") : NULL;
+        if (q) sscanf(q, "CPU-computed experts %lf", &g_cpu_per_token);
         free(buf);
     }
     engine_ctx_free(c);
     return rc;
 }
 
-static void vram_vs_full(const char *model, const char *slots, bool prefetch, bool overlap) {
+static int run(engine *e, const char *vram, float *logits, int32_t *toks) { return run_forced(e, vram, logits, toks, NULL); }
+
+/* Largest |a - b| and the root mean square over n values. */
+static void diff(const float *a, const float *b, size_t n, double *mx, double *rms) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        m = d > m ? d : m;
+        s += d * d;
+    }
+    *mx = m;
+    *rms = sqrt(s / (double)(n ? n : 1));
+}
+
+/* --vram-miss cpu / auto against full residency on the GPU (teacher-forced on its greedy
+ * tokens, so every position compares the same context). The tolerance is measured, not
+ * guessed: the CPU backend's own fast kernels on the same tokens differ from the GPU by some
+ * amount (activation quantisation, another summation order); a hybrid run computes only some
+ * experts that way, so its logits may differ from the GPU's by at most twice that (max and RMS;
+ * + 1e-4 absolute for a CPU-vs-GPU difference that happens to be 0). Greedy agreement is
+ * reported; a step whose argmax differs must have had a reference margin (top-1 minus top-2)
+ * smaller than twice the largest logit difference, i.e. be a near tie, not an error. */
+static void hybrid_vs_full(const char *model, const char *slots, const char *miss) {
+    engine *e = engine_open(model, &(engine_params){.n_threads = 2, .backend = "cuda"});
+    engine *ecpu = engine_open(model, &(engine_params){.n_threads = 2, .backend = "cpu"});
+    CHECK(e && ecpu, "open %s: %s", model, rl_lasterr());
+    if (!e || !ecpu) return;
+    const int V = engine_hparams(e)->n_vocab;
+    const size_t n = (size_t)(NG + 1) * V;
+    float *ref = malloc(sizeof(float) * n), *cpu = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    int32_t tr[NG], tc[NG], tg[NG];
+    CHECK(run(e, NULL, ref, tr) == 0, "%s full residency: %s", model, rl_lasterr());
+    CHECK(run_forced(ecpu, NULL, cpu, tc, tr) == 0, "%s CPU backend: %s", model, rl_lasterr());
+    setenv("RL_VRAM_SLOTS", slots, 1);
+    g_miss = miss;
+    CHECK(run_forced(e, "auto", got, tg, tr) == 0, "%s vram %s slots, --vram-miss %s: %s", model, slots, miss, rl_lasterr());
+    const double cpt = g_cpu_per_token;
+    g_miss = NULL;
+    unsetenv("RL_VRAM_SLOTS");
+    double cmx, crms, hmx, hrms;
+    diff(ref, cpu, n, &cmx, &crms);
+    diff(ref, got, n, &hmx, &hrms);
+    int agree = 0, bad = 0;
+    double worst_margin = 0;
+    for (int i = 0; i <= NG; i++) {
+        const float *r = ref + (size_t)i * V, *g = got + (size_t)i * V;
+        int a = sampler_argmax(r, V), b = sampler_argmax(g, V);
+        if (a == b) {
+            agree++;
+            continue;
+        }
+        float second = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if (v != a && r[v] > second) second = r[v];
+        double margin = (double)r[a] - second;
+        worst_margin = margin > worst_margin ? margin : worst_margin;
+        if (margin > 2 * hmx) bad++;
+    }
+    printf("  %s, %s slots/layer, --vram-miss %s: %.2f CPU-computed experts/token; logits vs full residency max %.3g "
+           "rms %.3g (CPU backend vs GPU: max %.3g rms %.3g); greedy argmax agrees at %d of %d positions (largest "
+           "reference margin of a disagreement %.3g)\n",
+           model, slots, miss, cpt, hmx, hrms, cmx, crms, agree, NG + 1, worst_margin);
+    if (!strcmp(miss, "cpu")) CHECK(cpt > 0, "%s --vram-miss cpu computed no expert on the CPU", model);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(got[i])) {
+            CHECK(0, "%s --vram-miss %s: logit %zu is not finite", model, miss, i);
+            break;
+        }
+    CHECK(hmx <= 2 * cmx + 1e-4 && hrms <= 2 * crms + 1e-4,
+          "%s --vram-miss %s: logits differ by max %g rms %g, more than twice the CPU backend's %g / %g", model, miss, hmx,
+          hrms, cmx, crms);
+    CHECK(bad == 0, "%s --vram-miss %s: %d greedy disagreements with a reference margin above 2 x %g", model, miss, bad, hmx);
+    free(ref);
+    free(cpu);
+    free(got);
+    engine_close(ecpu);
+    engine_close(e);
+}
+
+static void vram_vs_full(const char *model, const char *slots, bool prefetch, bool overlap, const char *pin) {
     engine *e = engine_open(model, &(engine_params){.n_threads = 2, .backend = "cuda"});
     CHECK(e != NULL, "open %s: %s", model, rl_lasterr());
     if (!e) return;
@@ -61,7 +155,10 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch, bo
     setenv("RL_VRAM_SLOTS", slots, 1);
     setenv("RL_VRAM_PREFETCH", prefetch ? "1" : "0", 1);
     setenv("RL_VRAM_OVERLAP", overlap ? "1" : "0", 1);
+    g_pin = pin;
+    g_miss = "copy";
     CHECK(run(e, "auto", got, tg) == 0, "%s vram %s slots: %s", model, slots, rl_lasterr());
+    g_pin = g_miss = NULL;
     unsetenv("RL_VRAM_SLOTS");
     unsetenv("RL_VRAM_PREFETCH");
     unsetenv("RL_VRAM_OVERLAP");
@@ -71,8 +168,9 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch, bo
     CHECK(first == n, "%s, %s slots, prefetch %d, overlap %d: logits differ first at step %zu, token %zu (%g vs %g)", model, slots,
           prefetch, overlap, first / V, first % V, first < n ? ref[first] : 0, first < n ? got[first] : 0);
     CHECK(!memcmp(tr, tg, sizeof tr), "%s: greedy tokens differ", model);
-    printf("  %s, %s slots/layer, prefetch %s, overlap %s: prompt + %d steps bit-identical to full residency\n",
-           model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", NG);
+    printf("  %s, %s slots/layer, prefetch %s, overlap %s, --vram-pin %s, --vram-miss copy: prompt + %d steps "
+           "bit-identical to full residency\n", model, slots, prefetch ? "on" : "off", overlap ? "on" : "off",
+           pin ? pin : "auto", NG);
     free(ref);
     free(got);
     engine_close(e);
@@ -138,11 +236,17 @@ int main(void) {
         CHECK(0, "fixtures missing");
         return check_done("test_cuda_vram");
     }
-    vram_vs_full(a, "4", true, true);   /* top_k slots: every token evicts */
-    vram_vs_full(a, "4", true, false);  /* batches of every slot, each fill waits for the last batch */
-    vram_vs_full(a, "6", false, true);
-    vram_vs_full(b, "10", true, true);
-    vram_vs_full(b, "31", true, true);  /* all but one */
+    vram_vs_full(a, "4", true, true, NULL);   /* top_k slots: every token evicts (pin auto: DMA) */
+    vram_vs_full(a, "4", true, true, "off");  /* the staging ring */
+    vram_vs_full(a, "4", true, false, NULL);  /* batches of every slot, each fill waits for the last batch */
+    vram_vs_full(a, "6", false, true, NULL);
+    vram_vs_full(b, "10", true, true, "off");
+    vram_vs_full(b, "10", true, true, "on");
+    vram_vs_full(b, "31", true, true, NULL);  /* all but one */
+    hybrid_vs_full(a, "4", "cpu");            /* every miss of a step (and of the 8-row chunk) on the CPU */
+    hybrid_vs_full(a, "6", "auto");
+    hybrid_vs_full(b, "10", "cpu");
+    hybrid_vs_full(b, "10", "auto");
     verify_and_fault(a);
     verify_and_fault(b);
     return check_done("test_cuda_vram");

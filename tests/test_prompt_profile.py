@@ -1,0 +1,42 @@
+"""`redlite bench --prompt N --profile`: the prompt's products-and-threads table (ops_prof, pool_prof).
+
+A synthetic model (tiny preset at 64 experts top-8, so the prompt's row loops are split over the
+threads) is benchmarked with 2 threads; the text output must end with the table: one row per class of
+product that ran (DeltaNet projections, experts gate+up, ...), the labelled loops between them
+(norms, DeltaNet conv and recurrence, MoE routing, ...), then the totals, whose shares must add up to
+the whole prompt (products + other parallel jobs + the labelled inline parts + serial = 100 %).
+The build is build/redlite (override with REDLITE_BIN).
+"""
+import os
+import re
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("REDLITE_BIN", os.path.join(ROOT, "build", "redlite"))
+
+
+def test_prompt_profile_table(tmp_path):
+    path = str(tmp_path / "m.gguf")
+    subprocess.run([BIN, "synth", "--preset", "tiny", "--geometry", "experts=64,top_k=8", "-o", path, "--quiet"],
+                   check=True, capture_output=True, timeout=120)
+    r = subprocess.run([BIN, "bench", "-m", path, "-t", "2", "--n-decode", "2", "--reps", "1", "--warmup", "1",
+                        "--prompt", "128", "--profile"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "profile: prompt of 128 tokens, products and threads (2 threads" in out, out[-3000:]
+    table = out[out.index("products and threads"):]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        m = re.match(r"^  (\S.*?)\s{2,}(\d+)?\s*([\d.]+)\s+([\d.]+)%", line)
+        if m:
+            rows[m.group(1).strip()] = (float(m.group(3)), float(m.group(4)))
+    for stage in ("deltanet projections", "experts gate+up (+shared)", "experts down (+shared)", "moe router",
+                  "deltanet recurrence", "deltanet conv", "moe routing", "norms+residuals", "attention core",
+                  "products, all", "other parallel jobs", "serial"):
+        assert stage in rows, f"{stage} missing:\n{table}"
+    # the labelled inline parts: "(on the calling thread alone: X)" in ms per token
+    inl = sum(float(x) for x in re.findall(r"on the calling thread alone: ([\d.]+)\)", table))
+    ms = rows["products, all"][0] + rows["other parallel jobs"][0] + inl + rows["serial"][0]
+    total = float(re.search(r"products and threads \(2 threads, ([\d.]+) ms per token\)", table).group(1))
+    assert abs(ms - total) <= 0.02 * total + 0.01, (ms, total, table)
+    assert rows["products, all"][0] > 0 and rows["serial"][1] < 50, table
