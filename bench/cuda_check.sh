@@ -31,6 +31,12 @@
 #               residency (cmp; page-locked by default, also with --vram-pin off), and redlite bench at
 #               --vram-mib 4096, 8192, 16384 (--verbose: plan and counters), at 8192 with --vram-pin off and
 #               with --vram-miss auto (the full comparison with llama.cpp: bench/vram_bench.sh)
+#     decodeab  decode A/B on $CF2 (synth it first; `synth` with SYNTH_ROUTING=calibrated for the issue-15
+#               figures): redlite bench --json, decode 128 x 3 after 8 warm-up, under RL_CUDA_MM_STAGE /
+#               RL_CUDA_FUSE / RL_CUDA_DECODE_NR settings (the old kernels first: "before"); tok/s, ms/token
+#               and the decode graph's node count per setting into the summary, the JSON lines in decodeab.jsonl
+#     profab    Nsight Compute per-kernel time of 2 decode tokens (graphs off) on $CF2, before (RL_CUDA_MM_STAGE=0
+#               RL_CUDA_FUSE=0) and after (defaults): prof_before.txt, prof_after.txt (bench/cuda_profile.sh)
 #   default: build,ops,engine,fixtures,synth,bench,long   (the VRAM tier alone: build,synth,vram)
 # Carry (device tool): build/cuda/redlite, build/cuda/tests, .cudabin (shared libs + headers for a
 # build there) and, for bench/cuda_compare.sh, .lcp.
@@ -73,20 +79,48 @@ if has build; then
     fi
 fi
 has ops && run ops 120 $B/tests/test_cuda_ops
+# the non-default decode kernels (staging of every type; the fused tails at the engine level): same bits
+has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
+has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
 if has fixtures; then
     RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
         tests/cuda/test_cuda_fixtures.py -k "not long"
 fi
 if has synth && [ ! -s "$CF2" ]; then
-    run synth 200 $B/redlite synth --preset cf2 -o "$CF2" --quiet
+    run synth 200 $B/redlite synth --preset cf2 ${SYNTH_ROUTING:+--routing $SYNTH_ROUTING} -o "$CF2" --quiet
     ls -la "$CF2" | tee -a "$S"
 fi
 if has bench; then
     RL_CUDA_VERBOSE=1 run bench 240 $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 5 --warmup 8 \
         --prompt 512,2048 --batch 2048
+fi
+if has decodeab; then
+    for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4"} ${DECODEAB_EXTRA:-}; do
+        v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
+        timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
+            --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"
+        say "decodeab [$v]: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); dec = d["decode"][0]; g = d.get("decode_graph", {})
+pr = " ".join("prompt %d: %.1f tok/s" % (p["n_tokens"], p["tok_s"]) for p in d.get("prompt", []))
+print("decode %.1f tok/s (%.3f ms/token, runs %s), graph %s nodes / %s kernels %s" % (dec["tok_s"], dec["ms_per_token"],
+      " ".join("%.1f" % r for r in dec["runs_tok_s"]), g.get("nodes", "?"), g.get("kernels", "?"), pr))' "$LOGS/ab.json" 2>&1 | tail -1)"
+        { printf '{"env": "%s", "result": ' "$v"; tr -d '\n' <"$LOGS/ab.json"; printf '}\n'; } >>"$OUT/decodeab.jsonl"
+    done
+fi
+if has profab; then
+    for side in before after; do
+        if [ $side = before ]; then e="RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0"; else e="RL_CUDA_DEFAULTS=1"; fi
+        say "--- profab $side ($e)"
+        mkdir -p /tmp/prof_$side
+        env $e OUT=/tmp/prof_$side LOGS=/tmp/prof_$side PROF_PREFILL=0 CF2="$CF2" timeout 200 bash bench/cuda_profile.sh \
+            >/tmp/prof_$side.log 2>&1
+        cp /tmp/prof_$side/prof.txt "$OUT/prof_$side.txt" 2>/dev/null || tail -5 /tmp/prof_$side.log | tee -a "$S"
+        head -12 "$OUT/prof_$side.txt" 2>/dev/null | tee -a "$S"
+    done
 fi
 if has depth; then
     RL_CUDA_VERBOSE=1 run depth 300 $B/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 3 --warmup 4 \

@@ -18,7 +18,10 @@
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
  * 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
- * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md.
+ * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md. Decode kernels, same bits
+ * whatever the value: RL_CUDA_MM_STAGE=iq|1|0 (weights staged in shared memory: IQ types, the
+ * default; all; none), RL_CUDA_FUSE=0|all|combine,norm,router (last-block tails; default none),
+ * measured in bench/results/2026-12-01-cuda-decode-h200.md.
  */
 #ifdef RL_CUDA
 #include <math.h>
@@ -73,6 +76,20 @@ typedef struct dmodel {
 
 static pthread_mutex_t g_models_lock = PTHREAD_MUTEX_INITIALIZER;
 static dmodel *g_models;
+
+enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
+
+/* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
+ * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md),
+ * "1"/"all" every tail, or a comma list of combine, norm, router. */
+static int fuse_mask(void) {
+    const char *v = getenv("RL_CUDA_FUSE");
+    if (!v || !*v) return 0;
+    if (!strcmp(v, "0") || !strcmp(v, "off")) return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "all")) return FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER;
+    return (strstr(v, "combine") ? FUSE_COMBINE : 0) | (strstr(v, "norm") ? FUSE_NORM : 0) |
+           (strstr(v, "router") ? FUSE_ROUTER : 0);
+}
 
 static bool env_on(const char *name, bool def) {
     const char *v = getenv(name);
@@ -386,6 +403,13 @@ struct backend_ctx {
     cudaGraphExec_t mexec[2]; /* the MTP head on one pair, without / with its logits */
     bool mtried[2];
     int small_moe;            /* RL_CUDA_SMALL_MOE */
+    /* decode kernel fusion, a mask of FUSE_* (RL_CUDA_FUSE, fuse_mask): the combine ends with
+     * the next norm, the mixer's output projection with the residual add + norm, the router GEMV
+     * with the top-k (last-block tails; same bits as the separate launches);
+     * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back) */
+    int fuse;
+    unsigned *ctr;
+    int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
 
 static bool cuda_available(const char **why) {
@@ -459,6 +483,7 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     TAKE(c->tiles, sizeof(cu_tile) * (size_t)c->max_tiles);
     TAKE(c->row_slot, 4 * T);
     TAKE(c->mcat, 4 * T * 2 * D);
+    TAKE(c->ctr, 4 * 16);
 #undef TAKE
     return off;
 }
@@ -601,6 +626,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
     c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
+    c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
     size_t mfree = 0;
@@ -704,6 +730,8 @@ static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
     out->dev_free_before_weights = c->mem_free0 > c->mem_free1 ? c->mem_free0 : 0;
     out->dev_free_after_weights = c->mem_free1;
     out->dev_free_after_ctx = c->mem_free2;
+    out->decode_graph_nodes = c->graph_nodes;
+    out->decode_graph_kernels = c->graph_kernels;
 }
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
@@ -767,7 +795,22 @@ static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const i
     return 0;
 }
 
-static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk) {
+/* The mixer's output projection y = W in; with norm_w (decode, c->fuse) its last block also does
+ * x += y, xn = rmsnorm(x) * norm_w (cu_tail: the bits of the separate cu_add_rmsnorm). */
+static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const float *norm_w) {
+    const int D = c->hp->n_embd;
+    if (norm_w) {
+        cu_seg s = {.w = W->d, .row_bytes = W->row_bytes, .n_out = (int)W->n_out, .y = c->y, .ldy = D};
+        cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = c->ctr, .x = c->x, .out = c->xn, .w = norm_w,
+                     .eps = c->hp->rms_eps};
+        return cu_matmul_tail(W->type, W->n_in, &s, 1, in, &t, c->st);
+    }
+    const dmat *Wo[1] = {W};
+    float *Yo[1] = {c->y};
+    return mm_run(c, Wo, Yo, &D, NULL, 1, in, W->n_in, T, NULL, c->st);
+}
+
+static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int C = hp->ssm_conv_dim, inner = hp->ssm_hv * hp->ssm_dv, D = hp->n_embd, hv2 = 2 * hp->ssm_hv;
@@ -807,12 +850,10 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
         TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
     }
     TRY(dump1(c, hk, Q3N_ACT_DN_GATED, il, 0, T, c->o, inner));
-    const dmat *Wo[1] = {&L->wout};
-    float *Yo[1] = {c->y};
-    return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, inner, T, NULL, c->st);
+    return out_proj(c, &L->wout, c->o, T, norm_w);
 }
 
-static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk) {
+static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int H = hp->n_head, hd = hp->head_dim, kvw = hp->n_head_kv * hd, D = hp->n_embd;
@@ -827,9 +868,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
-    const dmat *Wo[1] = {&L->wo};
-    float *Yo[1] = {c->y};
-    return mm_run(c, Wo, Yo, &D, NULL, 1, c->o, H * hd, T, NULL, c->st);
+    return out_proj(c, &L->wo, c->o, T, norm_w);
 }
 
 /* The routed experts of layer il from the VRAM slots (router ids in c->ids): the same grouped
@@ -885,11 +924,19 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->st2));
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
-    const dmat *Wr[1] = {&L->router};
-    float *Yr[1] = {c->rl};
-    TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
-    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
-                  c->pair_in, c->pair_out, c->st));
+    if (T == 1 && (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
+        cu_seg s = {.w = L->router.d, .row_bytes = L->router.row_bytes, .n_out = E, .y = c->rl, .ldy = E};
+        cu_tail t = {.kind = CU_TAIL_ROUTER, .counter = c->ctr + 1, .K = K, .ids = c->ids, .wts = c->wts,
+                     .probs = c->probs, .tiles = direct && !tier ? c->tiles : NULL, .n_tiles = c->n_tiles,
+                     .pair_in = c->pair_in, .pair_out = c->pair_out};
+        TRY(cu_matmul_tail(L->router.type, D, &s, 1, c->xn, &t, c->st));
+    } else {
+        const dmat *Wr[1] = {&L->router};
+        float *Yr[1] = {c->rl};
+        TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
+        TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
+                      c->pair_in, c->pair_out, c->st));
+    }
     if (!direct && !tier)
         TRY(cu_moe_plan(c->ids, T, K, E, CU_TT, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
     if (hk && hk->route) {
@@ -925,6 +972,9 @@ combine:
     const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
                           : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
                                                : c->dm->output_norm;
+    if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
+        return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next,
+                                    c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
     return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next, c->xn, D, T,
                           hp->rms_eps, c->st);
 }
@@ -948,8 +998,10 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->st));
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
-        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk) : mixer_deltanet(c, il, T, hk));
-        TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
+        /* decode: the residual add + norm in the output projection's tail (same bits) */
+        const float *fz = (c->fuse & FUSE_NORM) && T == 1 ? dm->L[il].post_norm : NULL;
+        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz) : mixer_deltanet(c, il, T, hk, fz));
+        if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
         float *const p1[3] = {c->y, c->x, c->xn};
         const int w1[3] = {D, D, D};
@@ -963,6 +1015,26 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     return last_logits ? head(c, T - 1, 1) : 0;
 }
 
+/* Nodes of a captured graph, and how many of them are kernels (bench --json: decode_graph). */
+static void graph_count(cudaGraph_t g, int *nodes, int *kernels) {
+    size_t n = 0;
+    *nodes = *kernels = 0;
+    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || !n) {
+        (void)cudaGetLastError();
+        return;
+    }
+    cudaGraphNode_t *v = malloc(sizeof *v * n);
+    if (v && cudaGraphGetNodes(g, v, &n) == cudaSuccess) {
+        *nodes = (int)n;
+        for (size_t i = 0; i < n; i++) {
+            enum cudaGraphNodeType t;
+            if (cudaGraphNodeGetType(v[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) ++*kernels;
+        }
+    }
+    (void)cudaGetLastError();
+    free(v);
+}
+
 static int capture(backend_ctx *c) {
     cudaGraph_t g = NULL;
     c->gtried = true;
@@ -973,6 +1045,7 @@ static int capture(backend_ctx *c) {
         if (g) cudaGraphDestroy(g);
         return rc ? -1 : cu_fail(e, "cudaStreamEndCapture", __FILE__, __LINE__);
     }
+    graph_count(g, &c->graph_nodes, &c->graph_kernels);
     e = cudaGraphInstantiate(&c->gexec, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
@@ -1228,7 +1301,7 @@ static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
     float *Ye[1] = {c->x};
     TRY(mm_run(c, We, Ye, &D, NULL, 1, c->mcat, 2 * D, T, NULL, c->st));
     TRY(cu_add_rmsnorm(c->x, NULL, L->attn_norm, c->xn, D, T, hp->rms_eps, c->st));
-    TRY(mixer_attention(c, il, T, NULL));
+    TRY(mixer_attention(c, il, T, NULL, NULL));
     TRY(cu_add_rmsnorm(c->x, c->y, L->post_norm, c->xn, D, T, hp->rms_eps, c->st));
     TRY(moe(c, il, T, NULL)); /* ends with xn = shared_head_norm(x) */
     return with_head ? head(c, 0, 1) : 0;

@@ -87,6 +87,7 @@ typedef struct {
     uint64_t kv_bytes, state_bytes, scratch_bytes;
     bool device;
     uint64_t dev_total, dev_free_before_weights, dev_free_after_weights, dev_free_after_ctx;
+    int decode_graph_nodes, decode_graph_kernels; /* CUDA: the captured decode step (0: none yet) */
 } engine_mem;
 /* 0, or -1 (rl_lasterr set) when the backend does not report. */
 int engine_mem_info(const engine_ctx *c, engine_mem *out);

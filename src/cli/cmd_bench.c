@@ -557,6 +557,16 @@ int cmd_bench(int argc, char **argv) {
             json_obj_end(&j);
         }
         json_arr_end(&j);
+        engine_mem gm; /* after the decode runs: the CUDA decode graph (captured on the first step) */
+        if (engine_mem_info(session_ctx(b.S), &gm) == 0 && gm.decode_graph_nodes) {
+            json_key(&j, "decode_graph");
+            json_obj_begin(&j);
+            json_kv_int(&j, "nodes", gm.decode_graph_nodes);
+            json_kv_int(&j, "kernels", gm.decode_graph_kernels);
+            json_obj_end(&j);
+        } else {
+            rl_clearerr();
+        }
         json_key(&j, "prompt");
         json_arr_begin(&j);
         for (int i = 0; i < n_prompts; i++) {
@@ -587,6 +597,11 @@ int cmd_bench(int argc, char **argv) {
         }
     } else {
         printf("memory    peak RSS %.2f GiB\n", (double)rss / (1u << 30));
+        engine_mem gm;
+        if (engine_mem_info(session_ctx(b.S), &gm) == 0 && gm.decode_graph_nodes)
+            printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes, gm.decode_graph_kernels);
+        else
+            rl_clearerr();
         if (o.verbose) session_print_cache_stats(b.S, stderr); /* expert cache / VRAM tier counters */
         if (profile) {
             print_profile("decode", &pdec, (double)n_decode, &tb, NULL);

@@ -10,11 +10,17 @@
 // tiles (grouped; blocks past *n_tiles exit at once).
 #pragma once
 
+#include <cuda_pipeline.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "quant.cuh"
+#include "rowops.cuh"
 
 #define MM_WARPS 4
+// Decode / small-batch launches stage each warp's weight rows in shared memory first (below):
+// at most this many bytes per warp per chunk of the row.
+#define MM_STAGE_WARP_BYTES 8192
 
 struct mm_launch {
     cu_seg seg[3];
@@ -26,8 +32,25 @@ struct mm_launch {
     bool grouped;
     bool small; // dense T <= CU_SMALL_T: decode-shaped warps (1 row, 2 for gate/up) x tiles of tt tokens
     cu_conv conv;
+    int st_units, st_row; // staged variants: units per chunk (a multiple of 32), smem bytes per row
+    cu_tail tail;         // one-row dense launches: the last block's extra step (cuda_ops.h)
     cudaStream_t s;
 };
+
+// Copy n bytes (n even) from global src to shared dst (16-byte aligned) with the warp's lanes:
+// asynchronous 16-, 8- or 4-byte copies (cp.async) when src and n allow, else 2-byte loads.
+// The caller waits (__pipeline_wait_prior) and syncs the warp before reading.
+__device__ __forceinline__ void stage_copy(uint8_t *dst, const uint8_t *src, int n, int lane) {
+    const unsigned al = (unsigned)((uintptr_t)src | (uintptr_t)n);
+    if (!(al & 15))
+        for (int o = lane * 16; o < n; o += 32 * 16) __pipeline_memcpy_async(dst + o, src + o, 16);
+    else if (!(al & 7))
+        for (int o = lane * 8; o < n; o += 32 * 8) __pipeline_memcpy_async(dst + o, src + o, 8);
+    else if (!(al & 3))
+        for (int o = lane * 4; o < n; o += 32 * 4) __pipeline_memcpy_async(dst + o, src + o, 4);
+    else
+        for (int o = lane * 2; o < n; o += 32 * 2) *(uint16_t *)(dst + o) = *(const uint16_t *)(src + o);
+}
 
 // CPU ops_conv_step for one channel: double sum over the window, then the state shift.
 __device__ __forceinline__ float conv_channel(const float *__restrict__ w, float *state, int C, int c, int kw,
@@ -72,8 +95,35 @@ template <int NR, int TT> __device__ __forceinline__ int warp_reduce_scatter(flo
     return off;
 }
 
-template <int TYPE, int NR, int TT, bool GU>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) {
+// One unit u of every row (weights at rows[i], unit index uu within them) times the TT tokens.
+template <int TYPE, int NR, int TT>
+__device__ __forceinline__ void mm_unit(const cu_qtabs &tb, const uint8_t *const (&rows)[NR], int uu, int u,
+                                        const float *const (&xr)[TT], float (&acc)[NR][TT]) {
+    // all rows' weights of this unit first, then stream the tokens through them
+    float wv[NR][8];
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        int sub;
+        const uint8_t *blk = unit_block<TYPE>(rows[i], uu, sub);
+        deq8<TYPE>(tb, blk, sub, wv[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < TT; j++) {
+        const float4 p0 = __ldg((const float4 *)(xr[j] + 8 * u)), p1 = __ldg((const float4 *)(xr[j] + 8 * u + 4));
+        const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[i][j] = fmaf(wv[i][e], xv[e], acc[i][j]);
+    }
+}
+
+// ST (staged): the warp first copies its rows' bytes of a chunk of units into shared memory with
+// wide asynchronous copies, all in flight at once (the whole row of a decode GEMV when it fits
+// MM_STAGE_WARP_BYTES), then every lane decodes its units from there. The lane -> unit mapping
+// and the order of the fmaf chain are unchanged: staged and unstaged launches give the same bits.
+template <int TYPE, int NR, int TT, bool GU, bool ST>
+__device__ __forceinline__ void mm_body(const cu_qtabs &tb, const mm_launch &a) {
     constexpr int ROWS = GU ? NR / 2 : NR; // output rows per warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // segment and first row
@@ -117,25 +167,28 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
         for (int j = 0; j < TT; j++) acc[i][j] = 0.0f;
 
     const int nunits = a.n_in >> 3;
+    if constexpr (ST) {
+        extern __shared__ __align__(16) uint8_t mm_stage[];
+        constexpr int UPB = qtraits<TYPE>::vals / 8, BB = qtraits<TYPE>::bytes;
+        const uint8_t *sr[NR];
+#pragma unroll
+        for (int i = 0; i < NR; i++) sr[i] = mm_stage + (size_t)(warp * NR + i) * a.st_row;
+        for (int u0 = 0; u0 < nunits; u0 += a.st_units) {
+            const int u1 = min(nunits, u0 + a.st_units);
+            const size_t b0 = (size_t)(u0 / UPB) * BB;
+            const int nb = ((u1 - 1) / UPB + 1 - u0 / UPB) * BB;
+#pragma unroll
+            for (int i = 0; i < NR; i++) stage_copy((uint8_t *)sr[i], wr[i] + b0, nb, lane);
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+            __syncwarp();
 #pragma unroll(TT == 1 ? 4 : 1)
-    for (int u = lane; u < nunits; u += 32) {
-        // all rows' weights of this unit first, then stream the tokens through them
-        float wv[NR][8];
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-            int sub;
-            const uint8_t *blk = unit_block<TYPE>(wr[i], u, sub);
-            deq8<TYPE>(tb, blk, sub, wv[i]);
+            for (int u = u0 + lane; u < u1; u += 32) mm_unit<TYPE, NR, TT>(tb, sr, u - u0, u, xr, acc);
+            __syncwarp(); // the next chunk overwrites the buffer
         }
-#pragma unroll
-        for (int j = 0; j < TT; j++) {
-            const float4 p0 = __ldg((const float4 *)(xr[j] + 8 * u)), p1 = __ldg((const float4 *)(xr[j] + 8 * u + 4));
-            const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-            for (int i = 0; i < NR; i++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[i][j] = fmaf(wv[i][e], xv[e], acc[i][j]);
-        }
+    } else {
+#pragma unroll(TT == 1 ? 4 : 1)
+        for (int u = lane; u < nunits; u += 32) mm_unit<TYPE, NR, TT>(tb, wr, u, u, xr, acc);
     }
     // lane sums; flat index f = i*TT + j (for gate/up the up rows are the upper half, f + N/2)
     constexpr int N = NR * TT, NV = N >= 32 ? N / 32 : 1, GRP = N >= 32 ? 1 : 32 / N;
@@ -160,10 +213,38 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
     }
 }
 
+// The tail of a one-row dense launch (cuda_ops.h, cu_tail): every block counts itself done after
+// its stores; the last one runs the per-row step on segment 0's output row.
+__device__ __forceinline__ void mm_tail(const mm_launch &a) {
+    __shared__ double red[32];
+    __shared__ bool last;
+    __threadfence(); // this thread's stores of y before the count
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.tail.counter, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const cu_seg &s0 = a.seg[0];
+    if (a.tail.kind == CU_TAIL_ADD_NORM) {
+        add_rmsnorm_row(a.tail.x, s0.y, a.tail.w, a.tail.out, s0.n_out, a.tail.eps, red);
+    } else if (threadIdx.x < 32) {
+        router_row(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs, a.tail.tiles, a.tail.n_tiles,
+                   a.tail.pair_in, a.tail.pair_out);
+    }
+    if (threadIdx.x == 0) *a.tail.counter = 0; // ready for the next launch (graph replays)
+}
+
+template <int TYPE, int NR, int TT, bool GU, bool ST>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) {
+    mm_body<TYPE, NR, TT, GU, ST>(tb, a);
+    if constexpr (TT == 1 && !GU)
+        if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
+}
+
 // Rows per warp of the decode GEMV (TT = 1): 1 (gate/up launches, which pair a gate and an up row,
 // 2), or RL_CUDA_DECODE_NR=2|4|8. Any NR gives the same bits (the batch-invariance rule above).
-// H200, cf2 decode: NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound and
-// more, smaller warps keep more loads in flight than more rows per warp.
+// H200, cf2 decode (unstaged): NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound
+// and more, smaller warps keep more loads in flight than more rows per warp.
 static inline int mm_decode_nr(bool gateup) {
     static int nr = 0;
     if (!nr) {
@@ -174,16 +255,59 @@ static inline int mm_decode_nr(bool gateup) {
     return gateup && nr == 1 ? 2 : nr;
 }
 
+// Staged weights (mm_body's ST) for decode and small-batch launches, RL_CUDA_MM_STAGE: "iq" (the
+// default: the IQ types, whose grid lookups lengthen the per-unit load chain), "1" every type, "0"
+// none (the previous kernels). Same bits whatever the setting. H200, cf2 decode (2026-12-01,
+// bench/results/2026-12-01-cuda-decode-h200.md): IQ types only 197.0 tok/s, none 191.7, every
+// type 179.4 (ncu: the IQ1_M expert launches 9-10 % faster; the dense K-quant GEMVs, whose loads
+// are already all in flight, only pay the copy and the wait).
+static inline int mm_stage_mode() {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("RL_CUDA_MM_STAGE");
+        mode = !e || !strcmp(e, "iq") ? 2 : strcmp(e, "0") ? 1 : 0;
+    }
+    return mode;
+}
+template <int TYPE> static inline bool mm_stage_on() {
+    constexpr bool iq = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
+                        TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
+    const int m = mm_stage_mode();
+    return m == 1 || (m == 2 && iq);
+}
+
+// The staging plan of a launch with NR rows per warp: chunks of whole 32-unit iterations (256
+// values) of at most MM_STAGE_WARP_BYTES per warp (at least one iteration); returns the dynamic
+// shared memory of a block.
+template <int TYPE, int NR> static size_t mm_stage_plan(mm_launch &L) {
+    constexpr int UPB = qtraits<TYPE>::vals / 8, B256 = 32 / UPB * qtraits<TYPE>::bytes; // bytes of 256 values
+    const int iters = (L.n_in / 8 + 31) / 32;
+    int ipc = MM_STAGE_WARP_BYTES / (NR * B256);
+    ipc = ipc < 1 ? 1 : ipc > iters ? iters : ipc;
+    L.st_units = 32 * ipc;
+    L.st_row = (ipc * B256 + 15) & ~15;
+    return (size_t)MM_WARPS * NR * L.st_row;
+}
+
+template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &tb, dim3 grid, mm_launch L) {
+    if (mm_stage_on<TYPE>()) {
+        const size_t sm = mm_stage_plan<TYPE, NR>(L);
+        k_mm<TYPE, NR, TT, GU, true><<<grid, MM_WARPS * 32, sm, L.s>>>(tb, L);
+    } else {
+        k_mm<TYPE, NR, TT, GU, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    }
+}
+
 template <int TYPE, int NR> static void mm_launch_decode(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
-    if (gateup) k_mm<TYPE, NR, 1, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
-    else k_mm<TYPE, NR, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    if (gateup) mm_go<TYPE, NR, 1, true>(tb, grid, L);
+    else mm_go<TYPE, NR, 1, false>(tb, grid, L);
 }
 
 // Small batches (verify rows): one weight row per warp (a gate and an up row for gate/up) as
 // in decode, tiles of TT = 2, 4 or 8 tokens.
 template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
-    if (gateup) k_mm<TYPE, 2, TT, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
-    else k_mm<TYPE, 1, TT, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+    if (gateup) mm_go<TYPE, 2, TT, true>(tb, grid, L);
+    else mm_go<TYPE, 1, TT, false>(tb, grid, L);
 }
 
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
@@ -191,7 +315,7 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) {
         switch (mm_decode_nr(gateup)) {
-        case 1: if (!gateup) k_mm<TYPE, 1, 1, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L); break;
+        case 1: if (!gateup) mm_go<TYPE, 1, 1, false>(tb, grid, L); break;
         case 4: mm_launch_decode<TYPE, 4>(tb, grid, L, gateup); break;
         case 8: mm_launch_decode<TYPE, 8>(tb, grid, L, gateup); break;
         default: mm_launch_decode<TYPE, 2>(tb, grid, L, gateup); break;
@@ -201,8 +325,8 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
         else if (tt == 4) mm_launch_small<TYPE, 4>(tb, grid, L, gateup);
         else mm_launch_small<TYPE, 8>(tb, grid, L, gateup);
     } else {
-        if (gateup) k_mm<TYPE, 8, CU_TT, true><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
-        else k_mm<TYPE, 8, CU_TT, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        if (gateup) k_mm<TYPE, 8, CU_TT, true, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        else k_mm<TYPE, 8, CU_TT, false, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
     }
     CU_LAUNCHED("k_mm");
     return 0;

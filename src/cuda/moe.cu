@@ -1,80 +1,14 @@
 // moe.cu — the MoE pieces around the expert matmuls (matmul.cuh): router softmax / top-k /
 // renormalise, the grouping plan of a chunk's (row, slot) pairs by expert, and the combine
 // (weighted sum + gated shared expert + residual + the next RMSNorm).
-#include "common.cuh"
+#include "rowops.cuh"
 
-#define ROUTER_MAXE 1024 // experts per lane-array: E <= 1024 (32 per lane)
-
-// One warp per row. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)), ops_topk
-// (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
+// One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
 __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, int32_t *ids, float *wout,
                          float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out) {
-    const int lane = threadIdx.x & 31, t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    const float *x = logits + (size_t)t * E;
-    float v[ROUTER_MAXE / 32];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < ROUTER_MAXE / 32; i++) {
-        const int e = i * 32 + lane;
-        v[i] = e < E ? x[e] : -INFINITY;
-        mx = fmaxf(mx, v[i]);
-    }
-    mx = warp_max(mx);
-    double s = 0;
-#pragma unroll
-    for (int i = 0; i < ROUTER_MAXE / 32; i++) {
-        if (i * 32 + lane < E) {
-            v[i] = expf(v[i] - mx);
-            s += (double)v[i];
-        }
-    }
-    s = warp_sumd(s);
-    const float inv = (float)(1.0 / s);
-#pragma unroll
-    for (int i = 0; i < ROUTER_MAXE / 32; i++) v[i] = i * 32 + lane < E ? v[i] * inv : -1.0f; // p >= 0
-    uint32_t taken = 0;
-    double sum = 0;
-    int my_id = -1;
-    float my_p = 0;
-    for (int k = 0; k < K; k++) {
-        float bv = -2.0f;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < ROUTER_MAXE / 32; i++)
-            if (!((taken >> i) & 1) && v[i] > bv) { // ascending ids per lane: first max wins ties
-                bv = v[i];
-                bi = i * 32 + lane;
-            }
-#pragma unroll
-        for (int o = 16; o; o >>= 1) {
-            float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-            int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-        sum += (double)bv; // same order as the CPU: selection order
-        if (lane == k) {
-            my_id = bi;
-            my_p = bv;
-        }
-    }
-    if (sum < 6.103515625e-5) sum = 6.103515625e-5;
-    if (lane < K) {
-        const size_t o = (size_t)t * K + lane;
-        ids[o] = my_id;
-        wout[o] = (float)((double)my_p / sum);
-        if (pout) pout[o] = my_p;
-        if (tiles) { // decode plan: one tile per (row, selected expert) pair
-            tiles[o] = cu_tile{my_id, (int32_t)o, 1, 0};
-            pair_in[o] = t;
-            pair_out[o] = (int32_t)o;
-            if (t == 0 && lane == 0) *n_tiles = T * K;
-        }
-    }
+    router_row(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
 }
 
 extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
@@ -131,28 +65,69 @@ extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_t
 
 #define COMB_THREADS 256
 
-// grid (D / COMB_THREADS, T): every block recomputes the row's shared-expert gate (the same
-// fixed-order sum), then its slice of y = sum_k w_k eo_k + gate * sh and x += y. The next
-// RMSNorm needs the whole row: cu_add_rmsnorm afterwards.
-__global__ void __launch_bounds__(COMB_THREADS)
-    k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
-                  const float *__restrict__ sh_gate, const float *__restrict__ xn, float *y, float *x, int D) {
-    __shared__ double red[32];
-    const int t = blockIdx.y, i = blockIdx.x * COMB_THREADS + threadIdx.x;
+// The row's shared-expert gate sigmoid(sh_gate . xn) (fixed-order double sum over the block) and
+// y = sum_k w_k eo_k + gate * sh, x += y for the elements i = i0, i0 + step, ... of row t.
+__device__ __forceinline__ void combine_row(const float *__restrict__ eo, const float *__restrict__ w, int K,
+                                            const float *__restrict__ sh, const float *__restrict__ sh_gate,
+                                            const float *__restrict__ xn, float *y, float *x, int D, int t, int i0,
+                                            int step, double *red) {
     float gate = 1.0f;
     if (sh && sh_gate) {
         double d = 0;
+#pragma unroll 8
         for (int j = threadIdx.x; j < D; j += COMB_THREADS) d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
         d = block_sumd(d, red);
         gate = sigmoid_f((float)d);
     }
-    if (i >= D) return;
-    double acc = 0;
-    for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
-    if (sh) acc += (double)gate * (double)sh[(size_t)t * D + i];
-    const float yv = (float)acc;
-    y[(size_t)t * D + i] = yv;
-    x[(size_t)t * D + i] = x[(size_t)t * D + i] + yv;
+    for (int i = i0; i < D; i += step) {
+        double acc = 0;
+#pragma unroll 8 // the loads ahead of the (ordered) sum
+        for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
+        if (sh) acc += (double)gate * (double)sh[(size_t)t * D + i];
+        const float yv = (float)acc;
+        y[(size_t)t * D + i] = yv;
+        x[(size_t)t * D + i] = x[(size_t)t * D + i] + yv;
+    }
+}
+
+// grid (D / COMB_THREADS, T): every block recomputes the row's shared-expert gate (the same
+// fixed-order sum), then its slice of y and x += y (no norm after it).
+__global__ void __launch_bounds__(COMB_THREADS)
+    k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
+                  const float *__restrict__ sh_gate, const float *__restrict__ xn, float *y, float *x, int D) {
+    __shared__ double red[32];
+    const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
+    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, blockIdx.y, i, D, red);
+}
+
+// Decode (T = 1): the same combine blocks, and the block that finishes last (counter) runs the
+// next RMSNorm of the row (add_rmsnorm_row: the bits of k_add_rmsnorm), one launch instead of
+// two. out may alias xn: every block reads xn (the gate) before it counts itself done.
+__global__ void __launch_bounds__(COMB_THREADS)
+    k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
+                        const float *__restrict__ sh_gate, const float *xn, float *y, float *x, int D,
+                        const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
+    __shared__ double red[32];
+    __shared__ bool last;
+    const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
+    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, 0, i, D, red);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    add_rmsnorm_row(x, NULL, w_next, out, D, eps, red);
+    if (threadIdx.x == 0) *counter = 0; // ready for the next launch (graph replays)
+}
+
+extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
+                                    const float *xn, float *y, float *x, const float *w_next, float *out, int D,
+                                    float eps, unsigned *counter, cudaStream_t s) {
+    k_moe_combine_norm1<<<(D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s>>>(eo, w, K, sh, sh_gate, xn, y, x,
+                                                                                       D, w_next, out, eps, counter);
+    CU_LAUNCHED("k_moe_combine_norm1");
+    return 0;
 }
 
 extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,

@@ -126,9 +126,12 @@ static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float 
     return bad;
 }
 
-static void test_matmul(uint32_t type, int ti) {
+/* n_in0: 0 for the default size; a large one makes the staged decode / small-batch launches
+ * (weights copied to shared memory in chunks of MM_STAGE_WARP_BYTES per warp) take several
+ * chunks, the last one partial: they must still equal the unstaged 13-row launch bit for bit. */
+static void test_matmul(uint32_t type, int ti, int n_in0) {
     const quant_traits *qt = quant_get(type);
-    const int n_in = qt->blck == 256 ? 768 : qt->blck == 32 ? 544 : 520, n_out = 37, TMAX = 13;
+    const int n_in = n_in0 ? n_in0 : qt->blck == 256 ? 768 : qt->blck == 32 ? 544 : 520, n_out = 37, TMAX = 13;
     size_t rb = quant_row_size(type, n_in);
     uint8_t *w = malloc(rb * n_out);
     fill_random_blocks(type, w, (int64_t)n_out * n_in / qt->blck, &R);
@@ -398,6 +401,134 @@ static void test_attention(int hd, bool f16) {
 
 #include "test_cuda_ops_dn.h"
 
+/* ---- fused decode kernels: the same bits as the separate launches --------------------------- */
+
+/* The decode combine with the next norm in its last block (cu_moe_combine_norm1) == cu_moe_combine
+ * (combine, then the norm kernel), with out aliasing xn (the backend's use), twice in a row (the
+ * counter must be back at 0, else the second norm never runs: poisoned out). */
+static void test_fused_combine(void) {
+    const int D = 2048 + 64, K = 10;
+    float *sg = randv(D, 0.05f), *wn = randv(D, 1.0f);
+    float *dsg = dup_to_dev(sg, sizeof(float) * D), *dwn = dup_to_dev(wn, sizeof(float) * D);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
+    float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D);
+    int bad = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        float *eo = randv((size_t)D * K, 1.0f), *w = randv(K, 0.3f), *sh = randv(D, 1.0f), *xn = randv(D, 1.0f),
+              *x0 = randv(D, 1.0f);
+        float *deo = dup_to_dev(eo, sizeof(float) * D * K), *dw = dup_to_dev(w, sizeof(float) * K),
+              *dsh = dup_to_dev(sh, sizeof(float) * D);
+        float *dxn1 = dup_to_dev(xn, sizeof(float) * D), *dxn2 = dup_to_dev(xn, sizeof(float) * D);
+        float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
+        float *dy1 = dpoison(D), *dy2 = dpoison(D);
+        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, dxn2, dy2, dx2, dwn, dxn2, D, 1e-6f, ctr, 0) == 0, "%s",
+              rl_lasterr());
+        to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, dxn1, sizeof(float) * D), to_host(b, dxn2, sizeof(float) * D), bad += count_bad(a, b, D);
+        cudaFree(deo); cudaFree(dw); cudaFree(dsh); cudaFree(dxn1); cudaFree(dxn2); cudaFree(dx1); cudaFree(dx2);
+        cudaFree(dy1); cudaFree(dy2);
+        free(eo); free(w); free(sh); free(xn); free(x0);
+    }
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0, "decode combine + norm tail differs from combine then norm (%d values; counter %u)", bad, hc);
+    printf("  decode combine + norm tail == combine, then norm (2 launches): %d values differ\n", bad);
+    cudaFree(dsg); cudaFree(dwn); cudaFree(ctr);
+    free(sg); free(wn); free(a); free(b);
+}
+
+/* The add+norm tail of a one-row matmul == cu_matmul then cu_add_rmsnorm, twice in a row (the
+ * counter must be back at 0 after each launch, else the second tail never runs: poisoned out). */
+static void test_tail_add_norm(void) {
+    const int n_in = 1024, D = 2048 + 64;
+    const size_t rb = quant_row_size(QT_Q4_K, n_in);
+    uint8_t *w = malloc(rb * D);
+    fill_random_blocks(QT_Q4_K, w, (int64_t)D * n_in / 256, &R);
+    uint8_t *dW = dup_to_dev(w, rb * D);
+    float *nw = randv(D, 1.0f), *dnw = dup_to_dev(nw, sizeof(float) * D);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
+    float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D);
+    int bad = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        float *in = randv(n_in, 1.0f), *x0 = randv(D, 1.0f);
+        float *din = dup_to_dev(in, sizeof(float) * n_in);
+        float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
+        float *dy1 = dpoison(D), *dy2 = dpoison(D), *do1 = dpoison(D), *do2 = dpoison(D);
+        cu_seg s1 = {.w = dW, .row_bytes = rb, .n_out = D, .y = dy1, .ldy = D}, s2 = s1;
+        s2.y = dy2;
+        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, 0) == 0, "%s", rl_lasterr());
+        cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = ctr, .x = dx2, .out = do2, .w = dnw, .eps = 1e-6f};
+        CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, 0) == 0, "%s", rl_lasterr());
+        to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, do1, sizeof(float) * D), to_host(b, do2, sizeof(float) * D), bad += count_bad(a, b, D);
+        cudaFree(din); cudaFree(dx1); cudaFree(dx2); cudaFree(dy1); cudaFree(dy2); cudaFree(do1); cudaFree(do2);
+        free(in); free(x0);
+    }
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0, "matmul + add/norm tail differs from matmul then norm (%d values; counter %u)", bad, hc);
+    printf("  matmul + add/norm tail == matmul, then norm (2 launches): %d values differ\n", bad);
+    cudaFree(dW); cudaFree(dnw); cudaFree(ctr);
+    free(w); free(nw); free(a); free(b);
+}
+
+/* The router tail of a one-row F32 router GEMV == cu_matmul then cu_router (ids, weights, probs,
+ * the decode plan), twice in a row; E not a multiple of 32. */
+static void test_tail_router(void) {
+    const int n_in = 2048, E = 500, K = 10;
+    const size_t rb = sizeof(float) * n_in;
+    float *w = randv((size_t)E * n_in, 0.05f);
+    uint8_t *dW = dup_to_dev(w, rb * E);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
+    int bad = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        float *in = randv(n_in, 1.0f), *din = dup_to_dev(in, sizeof(float) * n_in);
+        int32_t *ids[2], *pin[2], *pout[2];
+        float *wt[2], *pr[2], *lg[2];
+        cu_tile *tl[2];
+        int *nt[2];
+        for (int k = 0; k < 2; k++) {
+            ids[k] = dup_to_dev(in, 4 * K), pin[k] = dup_to_dev(in, 4 * K), pout[k] = dup_to_dev(in, 4 * K);
+            wt[k] = dpoison(K), pr[k] = dpoison(K), lg[k] = dpoison(E);
+            tl[k] = dup_to_dev(in, sizeof(cu_tile) * K), nt[k] = dup_to_dev(in, 4);
+        }
+        cu_seg s0 = {.w = dW, .row_bytes = rb, .n_out = E, .y = lg[0], .ldy = E}, s1 = s0;
+        s1.y = lg[1];
+        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], 0) == 0, "%s", rl_lasterr());
+        cu_tail t = {.kind = CU_TAIL_ROUTER, .counter = ctr, .K = K, .ids = ids[1], .wts = wt[1], .probs = pr[1],
+                     .tiles = tl[1], .n_tiles = nt[1], .pair_in = pin[1], .pair_out = pout[1]};
+        CHECK(cu_matmul_tail(QT_F32, n_in, &s1, 1, din, &t, 0) == 0, "%s", rl_lasterr());
+        uint8_t h[2][4096];
+        const void *pp[2][7] = {{ids[0], pin[0], pout[0], wt[0], pr[0], tl[0], nt[0]}, {ids[1], pin[1], pout[1], wt[1], pr[1], tl[1], nt[1]}};
+        const size_t nb[7] = {4 * K, 4 * K, 4 * K, 4 * K, 4 * K, sizeof(cu_tile) * K, 4};
+        for (int q = 0; q < 7; q++) {
+            to_host(h[0], pp[0][q], nb[q]);
+            to_host(h[1], pp[1][q], nb[q]);
+            bad += memcmp(h[0], h[1], nb[q]) != 0;
+        }
+        float *l0 = malloc(sizeof(float) * E), *l1 = malloc(sizeof(float) * E);
+        to_host(l0, lg[0], sizeof(float) * E), to_host(l1, lg[1], sizeof(float) * E), bad += count_bad(l0, l1, E);
+        free(l0); free(l1);
+        for (int k = 0; k < 2; k++) {
+            cudaFree(ids[k]); cudaFree(pin[k]); cudaFree(pout[k]); cudaFree(wt[k]); cudaFree(pr[k]); cudaFree(lg[k]);
+            cudaFree(tl[k]); cudaFree(nt[k]);
+        }
+        cudaFree(din);
+        free(in);
+    }
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0, "router GEMV + top-k tail differs from GEMV then router (%d; counter %u)", bad, hc);
+    printf("  router GEMV + top-k tail == GEMV, then router (2 launches): %d outputs differ\n", bad);
+    cudaFree(dW); cudaFree(ctr);
+    free(w);
+}
+
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -411,7 +542,10 @@ int main(void) {
     for (size_t i = 0; i < NTYPES; i++) {
         CHECK(cu_type_supported(TYPES[i]), "type %s unsupported", quant_name(TYPES[i]));
         test_dequant(TYPES[i]);
-        test_matmul(TYPES[i], (int)i);
+        test_matmul(TYPES[i], (int)i, 0);
+        if (TYPES[i] == QT_F32) test_matmul(TYPES[i], (int)i, 4360);      /* 17 KB rows: 3 chunks */
+        if (TYPES[i] == QT_Q8_0) test_matmul(TYPES[i], (int)i, 8288);     /* 8.8 KB rows, 2-byte aligned */
+        if (TYPES[i] == QT_IQ2_XS) test_matmul(TYPES[i], (int)i, 11 * 256); /* 814-byte rows: 2-byte copies */
     }
     printf("  dequant: %zu types bit-exact; matmul worst err/bound per type:", NTYPES);
     for (size_t i = 0; i < NTYPES; i++) printf(" %s %.2g", quant_name(TYPES[i]), worst_rel[i]);
@@ -428,5 +562,8 @@ int main(void) {
     test_deltanet(128, 128, 16, 32);
     test_deltanet(32, 32, 4, 8);
     test_moe();
+    test_fused_combine();
+    test_tail_add_norm();
+    test_tail_router();
     return check_done("test_cuda_ops");
 }

@@ -1,0 +1,148 @@
+// rowops.cuh — per-row device functions shared by a stand-alone kernel and a fused one, so both
+// give the same bits: the residual add + RMSNorm of a row (norm.cu's k_add_rmsnorm, the combine
+// of moe.cu, the add+norm tail of a decode matmul) and the router's softmax / top-k of a row
+// (moe.cu's k_router, the router tail of a decode matmul). Their reads of the row's inputs go
+// through L2 (__ldcg): inside a fused kernel they were written by other blocks of the same launch
+// (L1 is not coherent between SMs).
+#pragma once
+
+#include "common.cuh"
+
+#define NORM_VT 256   // the reduction order of a row norm: that of 256 threads (see add_rmsnorm_row)
+#define ROUTER_MAXE 1024 // experts per lane-array: E <= 1024 (32 per lane)
+
+// Per row: if yr: xr += yr (float adds, in place); if o: o = rmsnorm(xr) * w (CPU ops_rmsnorm:
+// ss in double, scale = (float)(1/sqrt(ss/n + eps)), (x*scale)*w). The sum of squares is taken in
+// the order of 256 virtual threads whatever blockDim.x (32, 64, 128 or 256): virtual thread v sums
+// elements v, v+256, ... in order, each virtual warp is summed by the butterfly, and the 8 warp
+// sums by one more butterfly (zeros above 8) — block_sumd's order at 256 threads, so the bits do
+// not depend on the block size of the caller. sh: 32 doubles of shared memory. Every thread of
+// the block must call it (barriers inside).
+__device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, const float *__restrict__ w, float *o,
+                                                int n, float eps, double *sh) {
+    constexpr int B = 8; // values loaded before any is stored: one memory round trip per 8, not per value
+    const int nt = blockDim.x, lane = threadIdx.x & 31;
+    for (int v0 = 0; v0 < NORM_VT; v0 += nt) {
+        const int v = v0 + (int)threadIdx.x;
+        double ss = 0;
+        for (int i0 = v; i0 < n; i0 += B * NORM_VT) {
+            float xs[B], ys[B];
+#pragma unroll
+            for (int j = 0; j < B; j++) {
+                const int i = i0 + j * NORM_VT;
+                xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
+                ys[j] = yr && i < n ? __ldcg(yr + i) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < B; j++) {
+                const int i = i0 + j * NORM_VT;
+                if (i >= n) break;
+                float x = xs[j];
+                if (yr) {
+                    x = x + ys[j];
+                    xr[i] = x;
+                }
+                ss += (double)x * (double)x;
+            }
+        }
+        ss = warp_sumd(ss);
+        if (lane == 0) sh[v >> 5] = ss;
+    }
+    if (!o) return;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double t = lane < NORM_VT / 32 ? sh[lane] : 0.0;
+        t = warp_sumd(t);
+        if (lane == 0) sh[NORM_VT / 32] = t;
+    }
+    __syncthreads();
+    const float scale = (float)(1.0 / sqrt(sh[NORM_VT / 32] / n + (double)eps));
+    // element i was written above by virtual thread i % 256, i.e. by thread i % nt: this thread
+    for (int i0 = threadIdx.x; i0 < n; i0 += B * nt) {
+        float xs[B], ws[B];
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            const int i = i0 + j * nt;
+            xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
+            ws[j] = w && i < n ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            const int i = i0 + j * nt;
+            if (i < n) o[i] = w ? (xs[j] * scale) * ws[j] : xs[j] * scale;
+        }
+    }
+}
+
+// The router of row t, by one warp. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
+// ops_topk (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
+// ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
+__device__ __forceinline__ void router_row(const float *x, int E, int K, int t, int T, int32_t *ids, float *wout,
+                                           float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
+                                           int32_t *pair_out) {
+    const int lane = threadIdx.x & 31;
+    float v[ROUTER_MAXE / 32];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROUTER_MAXE / 32; i++) {
+        const int e = i * 32 + lane;
+        v[i] = e < E ? __ldcg(x + e) : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+    mx = warp_max(mx);
+    double s = 0;
+#pragma unroll
+    for (int i = 0; i < ROUTER_MAXE / 32; i++) {
+        if (i * 32 + lane < E) {
+            v[i] = expf(v[i] - mx);
+            s += (double)v[i];
+        }
+    }
+    s = warp_sumd(s);
+    const float inv = (float)(1.0 / s);
+#pragma unroll
+    for (int i = 0; i < ROUTER_MAXE / 32; i++) v[i] = i * 32 + lane < E ? v[i] * inv : -1.0f; // p >= 0
+    uint32_t taken = 0;
+    double sum = 0;
+    int my_id = -1;
+    float my_p = 0;
+    for (int k = 0; k < K; k++) {
+        float bv = -2.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < ROUTER_MAXE / 32; i++)
+            if (!((taken >> i) & 1) && v[i] > bv) { // ascending ids per lane: first max wins ties
+                bv = v[i];
+                bi = i * 32 + lane;
+            }
+#pragma unroll
+        for (int o = 16; o; o >>= 1) {
+            float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+            int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+        sum += (double)bv; // same order as the CPU: selection order
+        if (lane == k) {
+            my_id = bi;
+            my_p = bv;
+        }
+    }
+    if (sum < 6.103515625e-5) sum = 6.103515625e-5;
+    if (lane < K) {
+        const size_t o = (size_t)t * K + lane;
+        ids[o] = my_id;
+        wout[o] = (float)((double)my_p / sum);
+        if (pout) pout[o] = my_p;
+        if (tiles) { // decode plan: one tile per (row, selected expert) pair
+            tiles[o] = cu_tile{my_id, (int32_t)o, 1, 0};
+            pair_in[o] = t;
+            pair_out[o] = (int32_t)o;
+            if (t == 0 && lane == 0) *n_tiles = T * K;
+        }
+    }
+}
+
