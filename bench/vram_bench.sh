@@ -17,7 +17,7 @@
 #      prompt 2048 twice.
 # Output: $OUT/vram_bench.md (one table), $OUT/vram_bench.jsonl (one line per run), vram_bench.log, and
 # every run's full output in $OUT/logs.tar.xz (the device tool returns at most 8 files).
-# Knobs: LIMIT (seconds), CF2, Q4, Q4_CACHE_MIB, LCPP_N, B, SKIP_Q4=1.
+# Knobs: LIMIT (seconds), CF2, Q4, Q4_CACHE_MIB, LCPP_N, AUTO_BUDGETS, B, SKIP_Q4=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rl_vram_out}
@@ -28,8 +28,9 @@ LIMIT=${LIMIT:-520}                       # seconds: stop starting runs after th
 CF2=${CF2:-/tmp/cf2.gguf}
 Q4=${Q4:-/tmp/q4km.gguf}
 Q4_CACHE_MIB=${Q4_CACHE_MIB:-32768}
-LCPP_N=${LCPP_N:-"4096:43 8192:32 16384:10"} # budget MiB : -ncmoe (experts of N layers on the CPU)
+LCPP_N=${LCPP_N:-"4096:43 8192:30 16384:10"} # budget MiB : -ncmoe (experts of N layers on the CPU)
 B=${B:-build/cuda/redlite}
+AUTO_BUDGETS=${AUTO_BUDGETS:-"4096 8192 16384"} # budgets also run with --vram-miss auto
 MD=$OUT/vram_bench.md
 JL=$OUT/vram_bench.jsonl
 : >"$JL"
@@ -127,7 +128,7 @@ RUN="--cache-mib full --n-decode 64 --reps 3 --warmup 4 --prompt 2048 --batch 20
 for v in 4096 8192 16384; do
     ours "cf2-$v-copy" "$CF2" --vram-mib $v --vram-miss copy $RUN
     for p in $LCPP_N; do [ "${p%%:*}" = "$v" ] && theirs "lcpp-cf2-$v" "$CF2" "${p##*:}" "$v"; done
-    ours "cf2-$v-auto" "$CF2" --vram-mib $v --vram-miss auto $RUN
+    case " $AUTO_BUDGETS " in *" $v "*) ours "cf2-$v-auto" "$CF2" --vram-mib $v --vram-miss auto $RUN ;; esac
 done
 
 # 3: Q4_K_M (45 GB) at 16 GiB with a RAM tier below the file size
