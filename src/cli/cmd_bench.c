@@ -494,6 +494,8 @@ int cmd_bench(int argc, char **argv) {
         ops_prof_end();
     }
     uint64_t rss = rl_peak_rss();
+    /* expert cache / VRAM tier counters on stderr, also with --json (bench/vram_bench.sh parses them) */
+    if (o.verbose) session_print_cache_stats(b.S, stderr);
     if (json) {
         json_writer j;
         json_init(&j, stdout, 2);
@@ -602,7 +604,6 @@ int cmd_bench(int argc, char **argv) {
             printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes, gm.decode_graph_kernels);
         else
             rl_clearerr();
-        if (o.verbose) session_print_cache_stats(b.S, stderr); /* expert cache / VRAM tier counters */
         if (profile) {
             print_profile("decode", &pdec, (double)n_decode, &tb, NULL);
             if (n_prompts) {
