@@ -74,6 +74,13 @@ static void add_type(char *types, size_t n, uint32_t src) {
     snprintf(types + l, n - l, "%s%s", l ? ", " : "", pair);
 }
 
+/* The repacked type of a layer's matrix i (the first ne are routed experts), or -1 when it stays:
+ * the repack pass and the re-point pass must choose the same matrices (the buffers are taken in
+ * that order). */
+static int repack_target(const ops_mat *w, int i, int ne, bool dense) {
+    return i >= ne && !dense ? -1 : quant_repack_type(w->type);
+}
+
 expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
     const int n_layer = m->hp.n_layer + m->hp.n_nextn;
     const char *dv = getenv("RL_REPACK_DENSE");
@@ -129,8 +136,8 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
         int ne;
         const int k = layer_mats(m, il, n_layer, mats, &ne);
         for (int i = 0; i < k; i++) {
-            const int t = quant_repack_type(mats[i]->type);
-            if (t < 0 || (i >= ne && !dense)) continue;
+            const int t = repack_target(mats[i], i, ne, dense);
+            if (t < 0) continue;
             rp_job j = {.src = mats[i]->type, .in = mats[i]->data, .n_rows = mats[i]->n_out, .n_cols = mats[i]->n_in,
                         .rb_in = mats[i]->row_bytes, .rb_out = quant_row_size((uint32_t)t, mats[i]->n_in)};
             rp_buf *b = &r->bufs[r->n_bufs];
@@ -164,8 +171,8 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
         int ne;
         const int k = layer_mats(m, il, n_layer, mats, &ne);
         for (int i = 0; i < k; i++) {
-            const int t = quant_repack_type(mats[i]->type);
-            if (t < 0 || (i >= ne && !dense)) continue;
+            const int t = repack_target(mats[i], i, ne, dense);
+            if (t < 0) continue;
             mats[i]->type = (uint32_t)t;
             mats[i]->row_bytes = quant_row_size((uint32_t)t, mats[i]->n_in);
             mats[i]->data = r->bufs[bi++].mem;
