@@ -77,13 +77,7 @@ cap() { local c=$(( BUDGET + 40 - ($(date +%s) - T0) )); [ "$c" -gt 5 ] && echo 
 # the shared libraries (utf8proc, cjson, microhttpd) and their headers, where carried as for the CUDA
 # scripts (.cudabin/lib, .cudabin/include)
 # (in this tree, or one level up: a stage folder inside the repository root the device tool ships)
-for d in .cudabin ../.cudabin; do
-    if [ -d "$d" ]; then
-        d=$(cd "$d" && pwd)
-        export C_INCLUDE_PATH=$d/include LIBRARY_PATH=$d/lib LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-        break
-    fi
-done
+. bench/env_cudabin.sh # (the script has cd-ed to the tree root above)
 if [ -z "${REDLITE:-}" ]; then
     for c in build/redlite build/cuda/redlite; do
         if [ -x "$c" ] && "$c" --help >/dev/null 2>&1; then REDLITE=$c; break; fi

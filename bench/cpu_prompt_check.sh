@@ -21,13 +21,7 @@ left() { echo $((BUDGET - ($(date +%s) - T0))); }
 log() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$OUT/summary.txt"; }
 FILE=${FILE:-/tmp/rl_cpp_q4km.gguf}
 
-for d in .cudabin ../.cudabin; do
-    if [ -d "$d" ]; then
-        d=$(cd "$d" && pwd)
-        export C_INCLUDE_PATH=$d/include LIBRARY_PATH=$d/lib LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-        break
-    fi
-done
+. "$(dirname "$0")/env_cudabin.sh"
 log "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), flags: $(grep -m1 -o 'avx512_vnni\|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 make -j"$(nproc)" >"$OUT/build.log" 2>&1 || { log "build failed"; tail -30 "$OUT/build.log"; exit 1; }
 if [ -n "${BASE:-}" ]; then
