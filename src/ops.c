@@ -270,16 +270,13 @@ static void quant_worker(void *arg, int ith, int nth) {
 }
 
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast) {
-    long first[OPS_MAX_TASKS + 1];
     const void *actq[OPS_MAX_TASKS];
     int owners[OPS_MAX_TASKS], n_owners = 0;
     RL_ASSERT(n_tasks <= OPS_MAX_TASKS); /* n_expert <= Q3N_MAX_EXPERTS, checked at open */
-    first[0] = 0;
     int64_t work = 0, qvals = 0;
     for (int i = 0; i < n_tasks; i++) {
         const ops_mat *W = tasks[i].W;
         RL_ASSERT(W->n_in <= OPS_MAX_ROW && quant_get(W->type)); /* checked when the model is opened */
-        first[i + 1] = first[i] + (long)((W->n_out + BATCH_BLOCK - 1) / BATCH_BLOCK);
         work += W->n_out * W->n_in * tasks[i].T;
         actq[i] = tasks[i].actq;
         if (fast) {
@@ -330,7 +327,7 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
     const double target = (double)work / (8.0 * nth);
     first_unit[0] = 0;
     for (int i = 0; i < n_tasks; i++) {
-        const long nb = first[i + 1] - first[i];
+        const long nb = (long)((tasks[i].W->n_out + BATCH_BLOCK - 1) / BATCH_BLOCK);
         const double wblk = (double)BATCH_BLOCK * (double)tasks[i].W->n_in * (double)(tasks[i].T > 0 ? tasks[i].T : 1);
         long c = (long)(target / wblk);
         if (c < 1) c = 1;
