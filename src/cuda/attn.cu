@@ -342,15 +342,23 @@ __global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const
     attn_finish<DPL>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD);
 }
 
-// ---- prefill: one block per (tile of PF_RT rows, KV head), chunks in order ---------------------
+// ---- prefill: one block per (tile of PF_RT rows, KV head, sub-group of <= PF_HEADS query heads),
+// chunks in order. Each warp owns one query head and touches only its own shared-memory slice
+// (no block-wide barrier), so how the heads of a group are cut into blocks changes no bits; the cut
+// keeps a block's registers (PF_RT rows of O per lane) within what one SM gives a block: 24 heads
+// in one 768-thread block ran out of resources at head dim 256.
+#define PF_HEADS 8
 
 template <int DPL, typename KV>
 __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
                                const KV *__restrict__ vc, const int *pos0, int T, float *o) {
     constexpr int HD = DPL * 32;
-    extern __shared__ float qsm[]; // [G][PF_RT][HD]
+    extern __shared__ float qsm[]; // [warps][PF_RT][HD]
     const int kvh = blockIdx.y, t0 = blockIdx.x * PF_RT;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, G = a.H / a.Hkv, h = kvh * G + w;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, G = a.H / a.Hkv;
+    const int hg = blockIdx.z * (blockDim.x >> 5) + w; // head within the group
+    if (hg >= G) return;                               // the last sub-group may be partial
+    const int h = kvh * G + hg;
     float *qs = qsm + (size_t)w * PF_RT * HD;
     int nkv[PF_RT];
 #pragma unroll
@@ -459,10 +467,11 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
         CU_LAUNCHED("k_attn_merge");
     } else {
-        const size_t smem = G * PF_RT * HD * sizeof(float);
-        static size_t allowed; /* per instantiation (groups of more than 8 heads at hd 256) */
+        const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */
+        const size_t smem = gs * PF_RT * HD * sizeof(float);
+        static size_t allowed; /* per instantiation */
         if (smem_allow(k_attn_prefill<DPL, KV>, smem, &allowed)) return -1;
-        k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv), 32 * G, smem, s>>>(
+        k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs), 32 * gs, smem, s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
         CU_LAUNCHED("k_attn_prefill");
     }
