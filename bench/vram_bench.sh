@@ -12,11 +12,11 @@
 #      -ncmoe N, for each budget the N from LCPP_N (budget:N pairs) whose VRAM use (nvidia-smi, the
 #      peak while it runs) is reported next to the budget; interleaved with ours (ours 4 GiB, theirs,
 #      ours 8 GiB, theirs, ...), same file. Its configuration is the best a user would pick:
-#      LCPP_ARGS (default `-t 16 -mmp 0 -ub 512,2048`): 16 threads, **no mmap** — llama.cpp keeps
+#      LCPP_ARGS (default `-t 16 -lm none -ub 512,2048`): 16 threads, **no mmap** (`-lm none`) — llama.cpp keeps
 #      CPU-side weights in page-locked (CUDA host) buffers only without mmap (with mmap they stay in
 #      the file's pageable pages, and prompt ingestion copies every CPU expert over PCIe at pageable
 #      speed), and the better of the two micro-batches per row (prompt 512 and 2048, decode 64).
-#      LCPP_CHECK (ncmoe:mmap pairs, default "48:0 48:1 30:1") adds prompt-512/decode runs that
+#      LCPP_CHECK (ncmoe:load-mode pairs, default "48:none 30:mmap") adds prompt-512/decode runs that
 #      compare with anchors.md's figures (-ncmoe 48: 29.4 tok/s; -ncmoe 30: 50.6, prompt 512 1,063)
 #      and show what mmap costs.
 #   3. CF2 deleted, the Q4_K_M preset written (45 GB, --routing calibrated) and run at each budget of
@@ -40,8 +40,8 @@ Q4=${Q4:-/tmp/q4km.gguf}
 Q4_CACHE_MIB=${Q4_CACHE_MIB:-32768}
 LCPP_N=${LCPP_N:-"4096:43 8192:30 16384:10"} # budget MiB : -ncmoe (experts of N layers on the CPU)
 LCPP_Q4_N=${LCPP_Q4_N:-"4096:46 8192:41 16384:33"} # the same for the Q4_K_M file (~0.9 GiB of experts a layer)
-LCPP_ARGS=${LCPP_ARGS:-"-t 16 -mmp 0 -ub 512,2048"}
-LCPP_CHECK=${LCPP_CHECK:-"48:0 48:1 30:1"}
+LCPP_ARGS=${LCPP_ARGS:-"-t 16 -lm none -ub 512,2048"}
+LCPP_CHECK=${LCPP_CHECK:-"48:none 30:mmap"}
 Q4_BUDGETS=${Q4_BUDGETS:-"4096 8192 16384"}
 B=${B:-build/cuda/redlite}
 AUTO_BUDGETS=${AUTO_BUDGETS:-"4096 8192 16384"} # budgets also run with --vram-miss auto
@@ -151,7 +151,7 @@ if [ "${SKIP_CF2:-0}" != 1 ]; then
         case " $AUTO_BUDGETS " in *" $v "*) ours "cf2-$v-auto" "$CF2" --vram-mib $v --vram-miss auto $RUN ;; esac
     done
     for c in $LCPP_CHECK; do
-        theirs "lcpp-cf2-check-ncmoe${c%%:*}-mmap${c##*:}" "$CF2" "${c%%:*}" 0 "-t 16 -mmp ${c##*:} -p 512"
+        theirs "lcpp-cf2-check-ncmoe${c%%:*}-${c##*:}" "$CF2" "${c%%:*}" 0 "-t 16 -lm ${c##*:} -p 512"
     done
 fi
 
