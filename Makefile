@@ -49,7 +49,7 @@ LIB      := $(OBJ)/libredlite.a
 TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 # CUDA=1: the kernels (src/cuda/*.cu, nvcc, -fmad=false so dequantisation is bit-exact with the
-# CPU; fused multiply-adds only where the code says fmaf), the host side (src/backend_cuda.c) and
+# CPU; fused multiply-adds only where the code says fmaf), the host side (src/backend_cuda*.c) and
 # the GPU tests (tests/cuda/test_cuda_*.c, which skip cleanly without a device). The CUDA runtime
 # is linked statically so the binary needs only the driver at run time.
 ifeq ($(CUDA),1)

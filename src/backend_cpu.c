@@ -1,4 +1,4 @@
-/* backend_cpu.c — the CPU backend: the reference forward pass of qwen3next.c with its
+/* backend_cpu.c — the CPU backend: the reference forward pass of qwen3next_forward.c with its
  * state in host memory. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* ops.h — generic CPU reference ops used by the architecture file (qwen3next.c).
+/* ops.h — generic CPU reference ops used by the architecture file's forward pass
+ * (qwen3next_forward.c).
  *
  * These are the oracle: straightforward loops, double accumulation for every reduction,
  * float32 storage (the precision of the Hugging Face reference). Faster kernels (SIMD, CUDA)

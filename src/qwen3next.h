@@ -1,9 +1,10 @@
 /* qwen3next.h — the Qwen3-Next architecture: hyperparameters, tensor binding, forward pass.
  *
- * Everything specific to Qwen3-Next lives in qwen3next.c (spec: docs/qwen3next-spec.md in
- * the shared reference material): which layers are Gated DeltaNet and which full attention,
- * the tensor names of both GGUF generations, the op order of each block. Generic math comes
- * from ops.h. The engine (engine.h) owns contexts and calls q3n_forward.
+ * Everything specific to Qwen3-Next lives in qwen3next.c (the description, hyperparameters,
+ * tensor binding) and qwen3next_forward.c (the CPU reference forward pass); spec:
+ * docs/qwen3next-spec.md in the shared reference material: which layers are Gated DeltaNet and
+ * which full attention, the tensor names of both GGUF generations, the op order of each block.
+ * Generic math comes from ops.h. The engine (engine.h) owns contexts and calls q3n_forward.
  */
 #ifndef RL_QWEN3NEXT_H
 #define RL_QWEN3NEXT_H

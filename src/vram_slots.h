@@ -1,7 +1,8 @@
 /* vram_slots.h — the VRAM expert tier's slot bookkeeping: which (layer, expert) lives in which
  * device slot, per-layer LRU, pinning, pre-gated prefetch and the counters. Pure C (no CUDA):
- * the backend (backend_cuda.c) moves the bytes; this module only decides, so it is tested in CI
- * on hand-worked traces (tests/c/test_vram.c). Design: docs/EXPERT_CACHE.md, "VRAM tier".
+ * the CUDA backend (vram_tier.c, driven by backend_cuda_forward.c) moves the bytes; this module
+ * only decides, so it is tested in CI on hand-worked traces (tests/c/test_vram.c). Design:
+ * docs/EXPERT_CACHE.md, "VRAM tier".
  *
  * Slots belong to a layer (a layer's slot size is its expert size: per-layer size classes);
  * slot s of layer l is the grouped matmul's "expert" s (expert_stride = the slot size).

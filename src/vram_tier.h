@@ -5,7 +5,7 @@
  * in the same order, given slot s of layer l as "expert" s (expert_stride = the slot size) and a
  * tile plan built on the host, so the output is bit-identical to full residency.
  *
- * Per layer of a forward (backend_cuda.c, moe()):
+ * Per layer of a forward (backend_cuda_forward.c, moe()):
  *   router (+ layer l+1's router on the same input: the pre-gated prediction) on the stream
  *   vram_tier_layer    copies the chosen ids (and predictions) to the host, waits, splits the
  *                      union of the experts into batches of at most the layer's slot count

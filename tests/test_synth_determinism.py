@@ -34,8 +34,9 @@ TINY_SHA256 = "a7d24666138d0e5a916351b2cf664eede0a5d52cfc998253f960a3881ffa723a"
 SMALL = ("hidden=256,layers=4,vocab=1024,ff=512,heads=4,kv_heads=2,head_dim=64,rope_dims=16,"
          "experts=8,top_k=2,expert_ff=256,shared_ff=256,state=64,groups=2,dt_rank=4,inner=256")
 PRESETS = [("tiny", None), ("iq2_xxs", SMALL), ("q4_k_m", SMALL)]
-# compiled under the flag set: everything synth's bytes pass through; the rest (the forward code
-# qwen3next.c links against) comes from build/libredlite.a
+# compiled under the flag set: everything synth's bytes pass through (of qwen3next, the tensor
+# table in qwen3next.c; the forward pass is qwen3next_forward.c); the rest comes from
+# build/libredlite.a
 SRCS = ["tests/c/tool_synth.c", "src/synth.c", "src/qwen3next.c", "src/common.c", "src/gguf.c",
         "src/gguf_write.c", "src/pool.c", "src/quant.c", "src/quant_iq.c", "src/quant_k.c",
         "src/quant_tables.c"]

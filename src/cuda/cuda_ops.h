@@ -1,5 +1,5 @@
-/* cuda_ops.h — the C interface of the CUDA kernels (src/cuda/ *.cu), used by backend_cuda.c
- * and tests/cuda. Self-contained (C and C++): the .cu files include no other project header.
+/* cuda_ops.h — the C interface of the CUDA kernels (src/cuda/ *.cu), used by the CUDA
+ * backend (backend_cuda*.c) and tests/cuda. Self-contained (C and C++): the .cu files include no other project header.
  *
  * Conventions
  *   - Every pointer is device memory unless named h_*; activations are float32 row-major

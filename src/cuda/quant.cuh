@@ -5,7 +5,7 @@
 // in the same order, so the values are bit-identical (files compiled with -fmad=false; see
 // quant_*.c for the layouts). Float types use a pseudo-block of 8 values (blk = the unit).
 // Alignment: F32/F16/BF16 units and Q4_K/Q5_K blocks are 16-byte aligned (rows are, see
-// backend_cuda.c); Q2_K blocks 4-byte; Q8_0/Q3_K/Q6_K/IQ* blocks only 2-byte aligned.
+// backend_cuda_model.c); Q2_K blocks 4-byte; Q8_0/Q3_K/Q6_K/IQ* blocks only 2-byte aligned.
 #pragma once
 
 #include "common.cuh"

@@ -1,4 +1,4 @@
-/* test_prefill_par.c — the prefill's threaded row loops (qwen3next.c: norms and residuals, the
+/* test_prefill_par.c — the prefill's threaded row loops (qwen3next_forward.c: norms and residuals, the
  * DeltaNet conv by channel ranges, q/k norms + RoPE, MoE routing, gathers, SwiGLU and the expert
  * sum, each split over the pool by ops_parallel_for) keep the exactness contract.
  *

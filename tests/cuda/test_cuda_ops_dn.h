@@ -66,7 +66,7 @@ static void test_deltanet(int dk, int dv, int hk, int hv) {
         cudaFree(dw); cudaFree(dx); cudaFree(raw); cudaFree(ua); cudaFree(ub); cudaFree(csa); cudaFree(csb);
         free(w); free(x); free(ha); free(hb);
     }
-    /* CPU reference (ops.c), the qwen3next.c order */
+    /* CPU reference (ops.c), the qwen3next_forward.c order */
     float *st = malloc(sizeof(float) * (kw - 1) * C), *S = malloc(sizeof(float) * ns), *ref = malloc(sizeof(float) * T * inner);
     memcpy(st, cs0, sizeof(float) * (kw - 1) * C);
     memcpy(S, s0, sizeof(float) * ns);
