@@ -604,11 +604,10 @@ static bool map_part(const char *path, struct gguf_part *p) {
     return true;
 }
 
-/* Move the parsed kvs of part 0 into f and build both indexes over f's tensors. */
-static bool index_file(gguf_file *f) {
-    gguf_index *ix = rl_calloc(1, sizeof *ix, "GGUF index");
-    if (!ix) return false;
-    f->index = ix;
+/* Build the tensor-name index of f (f->index allocated, its tensor table empty); a duplicate
+ * name is an error, `where` finishes its message ("" or " across split parts"). */
+static bool index_tensors(gguf_file *f, const char *where) {
+    gguf_index *ix = f->index;
     if (!htab_init(&ix->tensor, f->n_tensors)) return false;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         bool found;
@@ -616,12 +615,20 @@ static bool index_file(gguf_file *f) {
         if (found) {
             char nb[160];
             printable(f->tensors[i].name, strlen(f->tensors[i].name), nb, 100);
-            rl_seterr("%s: duplicate tensor name '%s' (file corrupt)", f->path, nb);
+            rl_seterr("%s: duplicate tensor name '%s'%s (file corrupt)", f->path, nb, where);
             return false;
         }
         ix->tensor.slot[s] = (uint32_t)i + 1;
     }
     return true;
+}
+
+/* Move the parsed kvs of part 0 into f and build both indexes over f's tensors. */
+static bool index_file(gguf_file *f) {
+    gguf_index *ix = rl_calloc(1, sizeof *ix, "GGUF index");
+    if (!ix) return false;
+    f->index = ix;
+    return index_tensors(f, "");
 }
 
 /* Build the file object from a single parsed part whose mapping is in f->parts[0]. */
@@ -791,18 +798,7 @@ gguf_file *gguf_open(const char *path) {
         rl_seterr("%s: %llu tensors across the split parts, too many", path, (unsigned long long)f->n_tensors);
         goto fail;
     }
-    if (!htab_init(&ix->tensor, f->n_tensors)) goto fail;
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        bool found;
-        uint64_t s = htab_find_tensor(&ix->tensor, f->tensors, f->tensors[i].name, &found);
-        if (found) {
-            char nb[160];
-            printable(f->tensors[i].name, strlen(f->tensors[i].name), nb, 100);
-            rl_seterr("%s: duplicate tensor name '%s' across split parts (file corrupt)", path, nb);
-            goto fail;
-        }
-        ix->tensor.slot[s] = (uint32_t)i + 1;
-    }
+    if (!index_tensors(f, " across split parts")) goto fail; /* f->path is path */
     /* tensor data pointers into each part's mapping */
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];

@@ -1,5 +1,5 @@
-/* gguf_int.h — private to the GGUF reader (gguf.c: parser and index; gguf_meta.c: getters and
- * array readers). Not part of the public API in gguf.h. */
+/* gguf_int.h — private to the GGUF module (gguf.c: parser and index; gguf_meta.c: getters and
+ * array readers; gguf_write.c: the writer). Not part of the public API in gguf.h. */
 #ifndef RL_GGUF_INT_H
 #define RL_GGUF_INT_H
 
