@@ -292,14 +292,19 @@ static cJSON *ev(const char *type) {
     return o;
 }
 
+/* Streaming: close the last content block (content_block_stop) when *open says it is open. */
+static void stream_block_stop(ant_st *s, bool *open) {
+    if (!*open) return;
+    cJSON *o = ev("content_block_stop");
+    cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
+    srv_job_sse(s->j, "content_block_stop", o);
+    *open = false;
+}
+
 /* The thinking block ends where the first text or tool call begins. */
 static void close_thinking(ant_st *s) {
     if (s->stream) {
-        if (!s->think_open) return;
-        cJSON *o = ev("content_block_stop");
-        cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-        srv_job_sse(s->j, "content_block_stop", o);
-        s->think_open = false;
+        stream_block_stop(s, &s->think_open);
         return;
     }
     if (!s->thinking.n) return;
@@ -347,11 +352,7 @@ static void on_thinking(void *ud, const char *t, size_t n) {
 static void close_text(ant_st *s) {
     close_thinking(s);
     if (s->stream) {
-        if (!s->text_open) return;
-        cJSON *o = ev("content_block_stop");
-        cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-        srv_job_sse(s->j, "content_block_stop", o);
-        s->text_open = false;
+        stream_block_stop(s, &s->text_open);
         return;
     }
     if (!s->text.n) return;

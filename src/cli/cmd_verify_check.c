@@ -315,12 +315,7 @@ int cmd_verify_check(int argc, char **argv) {
         } else {
             json_null(&j);
         }
-        json_obj_end(&j);
-        fputc('\n', stdout);
-        if (json_finish(&j)) {
-            rl_seterr("cannot write the JSON output");
-            goto fail;
-        }
+        if (cli_json_end(&j)) goto fail;
     } else if (!mm.found) {
         printf("verify-check: OK — %d verifies of 1..%d rows with %d rollbacks (%d of %d (rows, rollback row) "
                "pairs), %lld rows bit-identical to %lld steps (backend %s, experts %s)\n",
