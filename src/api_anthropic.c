@@ -292,28 +292,30 @@ static cJSON *ev(const char *type) {
     return o;
 }
 
-/* Streaming: close the last content block (content_block_stop) when *open says it is open. */
-static void stream_block_stop(ant_st *s, bool *open) {
-    if (!*open) return;
-    cJSON *o = ev("content_block_stop");
-    cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-    srv_job_sse(s->j, "content_block_stop", o);
-    *open = false;
+/* End the content block of `type` ("text" or "thinking", whose field has the same name).
+ * Streaming: content_block_stop when *open says it is open. Otherwise the text buffered in buf
+ * becomes a block of the content array (a thinking block with an empty signature). */
+static void close_block(ant_st *s, bool *open, chat_buf *buf, const char *type) {
+    if (s->stream) {
+        if (!*open) return;
+        cJSON *o = ev("content_block_stop");
+        cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
+        srv_job_sse(s->j, "content_block_stop", o);
+        *open = false;
+        return;
+    }
+    if (!buf->n) return;
+    chat_buf_puts(buf, "");
+    cJSON *b = ev(type);
+    cJSON_AddStringToObject(b, type, buf->p);
+    if (!strcmp(type, "thinking")) cJSON_AddStringToObject(b, "signature", "");
+    cJSON_AddItemToArray(s->content, b);
+    buf->n = 0;
 }
 
 /* The thinking block ends where the first text or tool call begins. */
 static void close_thinking(ant_st *s) {
-    if (s->stream) {
-        stream_block_stop(s, &s->think_open);
-        return;
-    }
-    if (!s->thinking.n) return;
-    chat_buf_puts(&s->thinking, "");
-    cJSON *b = ev("thinking");
-    cJSON_AddStringToObject(b, "thinking", s->thinking.p);
-    cJSON_AddStringToObject(b, "signature", "");
-    cJSON_AddItemToArray(s->content, b);
-    s->thinking.n = 0;
+    close_block(s, &s->think_open, &s->thinking, "thinking");
 }
 
 /* Streaming: n bytes of t as a delta of the open content block of `type` ("text" or "thinking",
@@ -351,16 +353,7 @@ static void on_thinking(void *ud, const char *t, size_t n) {
 
 static void close_text(ant_st *s) {
     close_thinking(s);
-    if (s->stream) {
-        stream_block_stop(s, &s->text_open);
-        return;
-    }
-    if (!s->text.n) return;
-    chat_buf_puts(&s->text, "");
-    cJSON *b = ev("text");
-    cJSON_AddStringToObject(b, "text", s->text.p);
-    cJSON_AddItemToArray(s->content, b);
-    s->text.n = 0;
+    close_block(s, &s->text_open, &s->text, "text");
 }
 
 static void on_text_piece(void *ud, const char *t, size_t n) {
