@@ -64,6 +64,20 @@ static int add_msg(chat_conv *c, chat_role role, chat_buf *text, srv_error *e) {
     return mi;
 }
 
+/* The "type" of a content block ("" when absent or not a string). */
+static const char *block_type(const cJSON *b) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
+    return cJSON_IsString(type) ? type->valuestring : "";
+}
+
+/* A text block's "text" appended to out: 0, or -1 with a 400 in e when it is not a string. */
+static int text_block(const cJSON *b, const char *where, chat_buf *out, srv_error *e) {
+    const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
+    if (!cJSON_IsString(tx)) return srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
+    chat_buf_puts(out, tx->valuestring);
+    return 0;
+}
+
 static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_error *e) {
     chat_buf text = {0};
     if (cJSON_IsString(content)) {
@@ -73,12 +87,9 @@ static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_
     bool have_text = false;
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        const char *t = block_type(b);
         if (!strcmp(t, "text")) {
-            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!cJSON_IsString(tx)) goto bad;
-            chat_buf_puts(&text, tx->valuestring);
+            if (text_block(b, where, &text, e)) goto fail;
             have_text = true;
         } else if (!strcmp(t, "tool_result")) {
             if (have_text) { /* text before a result: keep the order */
@@ -103,9 +114,6 @@ static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_
     if (have_text && add_msg(c, CHAT_USER, &text, e) < 0) goto fail;
     chat_buf_free(&text);
     return 0;
-bad:
-    srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
-    goto fail;
 oom:
     OOM(e);
 fail:
@@ -123,15 +131,9 @@ static int load_assistant(const cJSON *content, const char *where, chat_conv *c,
     if ((mi = chat_conv_add(c, CHAT_ASSISTANT, NULL)) < 0) return OOM(e);
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        const char *t = block_type(b);
         if (!strcmp(t, "text")) {
-            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!cJSON_IsString(tx)) {
-                srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
-                goto fail;
-            }
-            chat_buf_puts(&text, tx->valuestring);
+            if (text_block(b, where, &text, e)) goto fail;
         } else if (!strcmp(t, "thinking")) {
             const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "thinking");
             if (cJSON_IsString(tx)) chat_buf_puts(&think, tx->valuestring);
