@@ -119,8 +119,7 @@ int cmd_generate(int argc, char **argv) {
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_ids(&j, "prompt_ids", ids.ids, ids.n);
         json_ids(&j, "generated_ids", g.ids.ids, g.ids.n);
         json_key(&j, "text");

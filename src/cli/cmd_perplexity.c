@@ -269,8 +269,7 @@ int cmd_perplexity(int argc, char **argv) {
     double tok_s = (double)n_win * r.ctx / (secs > 0 ? secs : 1e-9);
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_kv_str(&j, "model", model);
         json_kv_str(&j, "file", file);
         json_kv_str(&j, "backend", engine_backend_name(e));

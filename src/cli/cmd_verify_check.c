@@ -252,8 +252,7 @@ int cmd_verify_check(int argc, char **argv) {
     const char *cmode = ec ? ec_mode_name(expert_cache_mode(ec)) : "device (the backend holds every expert)";
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_kv_bool(&j, "ok", !mm.found);
         json_kv_str(&j, "model", model);
         json_kv_str(&j, "backend", engine_backend_name(e));

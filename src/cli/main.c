@@ -102,6 +102,11 @@ int cli_emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
     return 0;
 }
 
+void cli_json_begin(json_writer *j) {
+    json_init(j, stdout, 0);
+    json_obj_begin(j);
+}
+
 int cli_json_end(json_writer *j) {
     json_obj_end(j);
     fputc('\n', stdout);
