@@ -142,7 +142,7 @@ asan-tests:
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined -pthread \
-	  tools/fuzz_gguf.c src/gguf.c src/common.c \
+	  tools/fuzz_gguf.c src/gguf.c src/gguf_meta.c src/common.c \
 	  $(filter-out %_avx2.c %_avx512.c,$(wildcard src/quant*.c)) -lm -o $(BUILD)/fuzz/fuzz_gguf
 
 format:

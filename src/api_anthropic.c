@@ -64,6 +64,20 @@ static int add_msg(chat_conv *c, chat_role role, chat_buf *text, srv_error *e) {
     return mi;
 }
 
+/* The "type" of a content block ("" when absent or not a string). */
+static const char *block_type(const cJSON *b) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
+    return cJSON_IsString(type) ? type->valuestring : "";
+}
+
+/* A text block's "text" appended to out: 0, or -1 with a 400 in e when it is not a string. */
+static int text_block(const cJSON *b, const char *where, chat_buf *out, srv_error *e) {
+    const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
+    if (!cJSON_IsString(tx)) return srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
+    chat_buf_puts(out, tx->valuestring);
+    return 0;
+}
+
 static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_error *e) {
     chat_buf text = {0};
     if (cJSON_IsString(content)) {
@@ -73,12 +87,9 @@ static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_
     bool have_text = false;
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        const char *t = block_type(b);
         if (!strcmp(t, "text")) {
-            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!cJSON_IsString(tx)) goto bad;
-            chat_buf_puts(&text, tx->valuestring);
+            if (text_block(b, where, &text, e)) goto fail;
             have_text = true;
         } else if (!strcmp(t, "tool_result")) {
             if (have_text) { /* text before a result: keep the order */
@@ -103,9 +114,6 @@ static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_
     if (have_text && add_msg(c, CHAT_USER, &text, e) < 0) goto fail;
     chat_buf_free(&text);
     return 0;
-bad:
-    srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
-    goto fail;
 oom:
     OOM(e);
 fail:
@@ -123,15 +131,9 @@ static int load_assistant(const cJSON *content, const char *where, chat_conv *c,
     if ((mi = chat_conv_add(c, CHAT_ASSISTANT, NULL)) < 0) return OOM(e);
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        const char *t = block_type(b);
         if (!strcmp(t, "text")) {
-            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-            if (!cJSON_IsString(tx)) {
-                srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
-                goto fail;
-            }
-            chat_buf_puts(&text, tx->valuestring);
+            if (text_block(b, where, &text, e)) goto fail;
         } else if (!strcmp(t, "thinking")) {
             const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "thinking");
             if (cJSON_IsString(tx)) chat_buf_puts(&think, tx->valuestring);
@@ -292,23 +294,30 @@ static cJSON *ev(const char *type) {
     return o;
 }
 
-/* The thinking block ends where the first text or tool call begins. */
-static void close_thinking(ant_st *s) {
+/* End the content block of `type` ("text" or "thinking", whose field has the same name).
+ * Streaming: content_block_stop when *open says it is open. Otherwise the text buffered in buf
+ * becomes a block of the content array (a thinking block with an empty signature). */
+static void close_block(ant_st *s, bool *open, chat_buf *buf, const char *type) {
     if (s->stream) {
-        if (!s->think_open) return;
+        if (!*open) return;
         cJSON *o = ev("content_block_stop");
         cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
         srv_job_sse(s->j, "content_block_stop", o);
-        s->think_open = false;
+        *open = false;
         return;
     }
-    if (!s->thinking.n) return;
-    chat_buf_puts(&s->thinking, "");
-    cJSON *b = ev("thinking");
-    cJSON_AddStringToObject(b, "thinking", s->thinking.p);
-    cJSON_AddStringToObject(b, "signature", "");
+    if (!buf->n) return;
+    chat_buf_puts(buf, "");
+    cJSON *b = ev(type);
+    cJSON_AddStringToObject(b, type, buf->p);
+    if (!strcmp(type, "thinking")) cJSON_AddStringToObject(b, "signature", "");
     cJSON_AddItemToArray(s->content, b);
-    s->thinking.n = 0;
+    buf->n = 0;
+}
+
+/* The thinking block ends where the first text or tool call begins. */
+static void close_thinking(ant_st *s) {
+    close_block(s, &s->think_open, &s->thinking, "thinking");
 }
 
 /* Streaming: n bytes of t as a delta of the open content block of `type` ("text" or "thinking",
@@ -346,20 +355,7 @@ static void on_thinking(void *ud, const char *t, size_t n) {
 
 static void close_text(ant_st *s) {
     close_thinking(s);
-    if (s->stream) {
-        if (!s->text_open) return;
-        cJSON *o = ev("content_block_stop");
-        cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-        srv_job_sse(s->j, "content_block_stop", o);
-        s->text_open = false;
-        return;
-    }
-    if (!s->text.n) return;
-    chat_buf_puts(&s->text, "");
-    cJSON *b = ev("text");
-    cJSON_AddStringToObject(b, "text", s->text.p);
-    cJSON_AddItemToArray(s->content, b);
-    s->text.n = 0;
+    close_block(s, &s->text_open, &s->text, "text");
 }
 
 static void on_text_piece(void *ud, const char *t, size_t n) {

@@ -216,6 +216,15 @@ static void send_delta(oai_st *s, cJSON *delta, const char *text, size_t n, cons
     srv_job_sse(s->j, NULL, o);
 }
 
+/* Chat streaming: a delta whose one string member `field` holds t[0..n). */
+static void send_str_delta(oai_st *s, const char *field, const char *t, size_t n) {
+    cJSON *d = cJSON_CreateObject();
+    char *c = strndup(t, n);
+    cJSON_AddStringToObject(d, field, c ? c : "");
+    free(c);
+    send_delta(s, d, NULL, 0, NULL);
+}
+
 static void on_parser_text(void *ud, const char *t, size_t n) {
     oai_st *s = ud;
     if (!n) return;
@@ -227,11 +236,7 @@ static void on_parser_text(void *ud, const char *t, size_t n) {
         send_delta(s, NULL, t, n, NULL);
         return;
     }
-    cJSON *d = cJSON_CreateObject();
-    char *c = strndup(t, n);
-    cJSON_AddStringToObject(d, "content", c ? c : "");
-    free(c);
-    send_delta(s, d, NULL, 0, NULL);
+    send_str_delta(s, "content", t, n);
 }
 
 static cJSON *call_obj(const char *id, const char *name, const char *args) {
@@ -298,11 +303,7 @@ static void oai_reasoning(void *ud, const char *t, size_t n) {
         chat_buf_put(&s->reasoning, t, n);
         return;
     }
-    cJSON *d = cJSON_CreateObject();
-    char *c = strndup(t, n);
-    cJSON_AddStringToObject(d, "reasoning_content", c ? c : "");
-    free(c);
-    send_delta(s, d, NULL, 0, NULL);
+    send_str_delta(s, "reasoning_content", t, n);
 }
 
 static int oai_text(srv_job *j, void *st, const char *t, size_t n) {

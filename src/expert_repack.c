@@ -16,6 +16,8 @@
 typedef struct {
     void *mem;
     size_t len;
+    ops_mat *mat;  /* the view re-pointed at mem once every buffer is filled */
+    uint32_t type; /* its repacked type */
 } rp_buf;
 
 struct expert_repack {
@@ -74,9 +76,7 @@ static void add_type(char *types, size_t n, uint32_t src) {
     snprintf(types + l, n - l, "%s%s", l ? ", " : "", pair);
 }
 
-/* The repacked type of a layer's matrix i (the first ne are routed experts), or -1 when it stays:
- * the repack pass and the re-point pass must choose the same matrices (the buffers are taken in
- * that order). */
+/* The repacked type of a layer's matrix i (the first ne are routed experts), or -1 when it stays. */
 static int repack_target(const ops_mat *w, int i, int ne, bool dense) {
     return i >= ne && !dense ? -1 : quant_repack_type(w->type);
 }
@@ -149,6 +149,8 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
                 if (progress) rl_progress_end(&pr);
                 goto fail;
             }
+            b->mat = mats[i];
+            b->type = (uint32_t)t;
             r->n_bufs++;
             madvise(b->mem, b->len, MADV_HUGEPAGE); /* fewer TLB misses over the streamed rows (best effort) */
             j.out = b->mem;
@@ -165,18 +167,11 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
     }
     if (progress) rl_progress_end(&pr);
     /* every tensor repacked: re-point the views */
-    int bi = 0;
-    for (int il = 0; il < n_layer; il++) {
-        ops_mat *mats[RP_MAX_MATS];
-        int ne;
-        const int k = layer_mats(m, il, n_layer, mats, &ne);
-        for (int i = 0; i < k; i++) {
-            const int t = repack_target(mats[i], i, ne, dense);
-            if (t < 0) continue;
-            mats[i]->type = (uint32_t)t;
-            mats[i]->row_bytes = quant_row_size((uint32_t)t, mats[i]->n_in);
-            mats[i]->data = r->bufs[bi++].mem;
-        }
+    for (int bi = 0; bi < r->n_bufs; bi++) {
+        const rp_buf *b = &r->bufs[bi];
+        b->mat->type = b->type;
+        b->mat->row_bytes = quant_row_size(b->type, b->mat->n_in);
+        b->mat->data = b->mem;
     }
     in->n_tensors = r->n_bufs;
     in->seconds = rl_now() - t0;

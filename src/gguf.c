@@ -7,6 +7,8 @@
  * mapping (zero copy); the only allocations are the kv / tensor arrays, the hash index and one
  * offsets table per top-level string array (so gguf_arr_str is O(1) on 151936-token vocabs).
  *
+ * The typed getters and array element readers are in gguf_meta.c (shared helpers: gguf_int.h).
+ *
  * Test: tests/c/test_gguf.c (round trips + a table of corrupt files), tools/fuzz_gguf.c
  * (libFuzzer; `make fuzz`), docs/FUZZING.md for the recorded fuzz runs.
  */
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf_int.h"
 #include "quant.h"
 #include "quant_repack.h"
 
@@ -31,51 +34,6 @@
 #define GGUF_MAX_KV (1u << 24)
 #define GGUF_MAX_TENSORS (1u << 24)
 #define GGUF_DEFAULT_ALIGNMENT 32
-
-const char *gguf_type_name(gguf_type t) {
-    static const char *const names[GGUF_TYPE_COUNT] = {
-        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
-    };
-    return (unsigned)t < GGUF_TYPE_COUNT ? names[t] : "?";
-}
-
-/* Wire size of a fixed-size value type; 0 for string / array / unknown. */
-static uint64_t fixed_size(uint32_t t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
-/* Decode one fixed-size scalar at p (validated memory) into v. */
-static void decode_scalar(gguf_type t, const uint8_t *p, gguf_value *v) {
-    v->type = t;
-    switch (t) {
-    case GGUF_TYPE_UINT8: v->v.u64 = p[0]; break;
-    case GGUF_TYPE_BOOL: v->v.u64 = p[0] != 0; break; /* any non-zero byte reads as true */
-    case GGUF_TYPE_INT8: v->v.i64 = (int8_t)p[0]; break;
-    case GGUF_TYPE_UINT16: v->v.u64 = rl_le16(p); break;
-    case GGUF_TYPE_INT16: v->v.i64 = (int16_t)rl_le16(p); break;
-    case GGUF_TYPE_UINT32: v->v.u64 = rl_le32(p); break;
-    case GGUF_TYPE_INT32: v->v.i64 = (int32_t)rl_le32(p); break;
-    case GGUF_TYPE_UINT64: v->v.u64 = rl_le64(p); break;
-    case GGUF_TYPE_INT64: v->v.i64 = (int64_t)rl_le64(p); break;
-    case GGUF_TYPE_FLOAT32: {
-        union { uint32_t u; float f; } c = { .u = rl_le32(p) };
-        v->v.f64 = c.f;
-        break;
-    }
-    case GGUF_TYPE_FLOAT64: {
-        union { uint64_t u; double f; } c = { .u = rl_le64(p) };
-        v->v.f64 = c.f;
-        break;
-    }
-    default: RL_ASSERT(!"decode_scalar: not a scalar type");
-    }
-}
 
 /* ---- bounds-checked cursor ------------------------------------------------------------ */
 
@@ -148,11 +106,11 @@ static bool cur_str(cursor *c, gguf_str *s, const char *what) {
 static bool parse_value(cursor *c, uint32_t t, gguf_value *v, int depth, bool want_off,
                         const char *what) {
     memset(v, 0, sizeof *v);
-    uint64_t fs = fixed_size(t);
+    uint64_t fs = gguf_fixed_size(t);
     if (fs) {
         const uint8_t *p = cur_take(c, fs, what);
         if (!p) return false;
-        decode_scalar((gguf_type)t, p, v);
+        gguf_decode_scalar((gguf_type)t, p, v);
         return true;
     }
     if (t == GGUF_TYPE_STRING) {
@@ -177,7 +135,7 @@ static bool parse_value(cursor *c, uint32_t t, gguf_value *v, int depth, bool wa
     v->v.arr.data = c->p + c->pos;
     /* Minimum wire size of one element: checked before any loop or allocation so a huge
      * count in a small file fails fast. */
-    uint64_t min_elem = fs = fixed_size(elem);
+    uint64_t min_elem = fs = gguf_fixed_size(elem);
     if (elem == GGUF_TYPE_STRING) min_elem = 8;
     if (elem == GGUF_TYPE_ARRAY) min_elem = 12;
     uint64_t min_bytes;
@@ -646,11 +604,10 @@ static bool map_part(const char *path, struct gguf_part *p) {
     return true;
 }
 
-/* Move the parsed kvs of part 0 into f and build both indexes over f's tensors. */
-static bool index_file(gguf_file *f) {
-    gguf_index *ix = rl_calloc(1, sizeof *ix, "GGUF index");
-    if (!ix) return false;
-    f->index = ix;
+/* Build the tensor-name index of f (f->index allocated, its tensor table empty); a duplicate
+ * name is an error, `where` finishes its message ("" or " across split parts"). */
+static bool index_tensors(gguf_file *f, const char *where) {
+    gguf_index *ix = f->index;
     if (!htab_init(&ix->tensor, f->n_tensors)) return false;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         bool found;
@@ -658,12 +615,20 @@ static bool index_file(gguf_file *f) {
         if (found) {
             char nb[160];
             printable(f->tensors[i].name, strlen(f->tensors[i].name), nb, 100);
-            rl_seterr("%s: duplicate tensor name '%s' (file corrupt)", f->path, nb);
+            rl_seterr("%s: duplicate tensor name '%s'%s (file corrupt)", f->path, nb, where);
             return false;
         }
         ix->tensor.slot[s] = (uint32_t)i + 1;
     }
     return true;
+}
+
+/* Move the parsed kvs of part 0 into f and build both indexes over f's tensors. */
+static bool index_file(gguf_file *f) {
+    gguf_index *ix = rl_calloc(1, sizeof *ix, "GGUF index");
+    if (!ix) return false;
+    f->index = ix;
+    return index_tensors(f, "");
 }
 
 /* Build the file object from a single parsed part whose mapping is in f->parts[0]. */
@@ -759,9 +724,9 @@ static bool open_split_parts(gguf_file *f, uint32_t n_split) {
         uint64_t s;
         uint64_t no = UINT64_MAX, cnt = UINT64_MAX;
         s = htab_find_kv(&pp.kv_index, pp.kv, "split.no", 8, &found);
-        if (found && fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type)) no = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
+        if (found && gguf_fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type)) no = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
         s = htab_find_kv(&pp.kv_index, pp.kv, "split.count", 11, &found);
-        if (found && fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type)) cnt = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
+        if (found && gguf_fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type)) cnt = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
         if (no != k || cnt != n_split) {
             rl_seterr("%s: split.no/split.count say part %lld of %lld, expected part %u of %u (a "
                       "part from another model?)",
@@ -833,18 +798,7 @@ gguf_file *gguf_open(const char *path) {
         rl_seterr("%s: %llu tensors across the split parts, too many", path, (unsigned long long)f->n_tensors);
         goto fail;
     }
-    if (!htab_init(&ix->tensor, f->n_tensors)) goto fail;
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        bool found;
-        uint64_t s = htab_find_tensor(&ix->tensor, f->tensors, f->tensors[i].name, &found);
-        if (found) {
-            char nb[160];
-            printable(f->tensors[i].name, strlen(f->tensors[i].name), nb, 100);
-            rl_seterr("%s: duplicate tensor name '%s' across split parts (file corrupt)", path, nb);
-            goto fail;
-        }
-        ix->tensor.slot[s] = (uint32_t)i + 1;
-    }
+    if (!index_tensors(f, " across split parts")) goto fail; /* f->path is path */
     /* tensor data pointers into each part's mapping */
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
@@ -856,7 +810,7 @@ fail:
     return NULL;
 }
 
-/* ---- lookups and getters -------------------------------------------------------------- */
+/* ---- index lookups -------------------------------------------------------------------- */
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
     const gguf_index *ix = f->index;
@@ -872,175 +826,6 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
     return found ? &f->tensors[ix->tensor.slot[s] - 1] : NULL;
 }
 
-static bool is_uint(gguf_type t) {
-    return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 || t == GGUF_TYPE_UINT64;
-}
-static bool is_sint(gguf_type t) {
-    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 || t == GGUF_TYPE_INT64;
-}
-
-bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) return false;
-    if (is_uint(kv->val.type)) {
-        *out = kv->val.v.u64;
-        return true;
-    }
-    if (is_sint(kv->val.type) && kv->val.v.i64 >= 0) {
-        *out = (uint64_t)kv->val.v.i64;
-        return true;
-    }
-    return false;
-}
-
-bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
-    uint64_t v;
-    if (!gguf_get_u64(f, key, &v) || v > UINT32_MAX) return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
-bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) return false;
-    if (is_sint(kv->val.type)) {
-        *out = kv->val.v.i64;
-        return true;
-    }
-    if (is_uint(kv->val.type) && kv->val.v.u64 <= (uint64_t)INT64_MAX) {
-        *out = (int64_t)kv->val.v.u64;
-        return true;
-    }
-    return false;
-}
-
-/* double -> float without the undefined behaviour of an out-of-range conversion. */
-static float to_f32(double d) {
-    if (d > 3.4028234663852886e38) return (float)__builtin_inf();
-    if (d < -3.4028234663852886e38) return -(float)__builtin_inf();
-    return (float)d;
-}
-
-bool gguf_get_f32(const gguf_file *f, const char *key, float *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || (kv->val.type != GGUF_TYPE_FLOAT32 && kv->val.type != GGUF_TYPE_FLOAT64)) return false;
-    *out = to_f32(kv->val.v.f64);
-    return true;
-}
-
-bool gguf_get_bool(const gguf_file *f, const char *key, bool *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || kv->val.type != GGUF_TYPE_BOOL) return false;
-    *out = kv->val.v.u64 != 0;
-    return true;
-}
-
-bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || kv->val.type != GGUF_TYPE_STRING) return false;
-    *out = kv->val.v.str;
-    return true;
-}
-
-char *gguf_get_str_dup(const gguf_file *f, const char *key) {
-    gguf_str s;
-    if (!gguf_get_str(f, key, &s)) return NULL;
-    char *p = rl_malloc(s.n + 1, "GGUF string copy");
-    if (!p) return NULL;
-    memcpy(p, s.p, s.n);
-    p[s.n] = 0;
-    return p;
-}
-
-const gguf_value *gguf_get_arr(const gguf_file *f, const char *key) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    return kv && kv->val.type == GGUF_TYPE_ARRAY ? &kv->val : NULL;
-}
-
-/* ---- array elements (data was validated by the parser, so walks need no bounds) -------- */
-
-static const uint8_t *skip_elem(gguf_type t, const uint8_t *p) {
-    uint64_t fs = fixed_size(t);
-    if (fs) return p + fs;
-    if (t == GGUF_TYPE_STRING) return p + 8 + rl_le64(p);
-    RL_ASSERT(t == GGUF_TYPE_ARRAY);
-    gguf_type et = (gguf_type)rl_le32(p);
-    uint64_t n = rl_le64(p + 4);
-    p += 12;
-    if (fixed_size(et)) return p + n * fixed_size(et);
-    for (uint64_t i = 0; i < n; i++) p = skip_elem(et, p);
-    return p;
-}
-
-static const uint8_t *arr_elem_ptr(const gguf_value *arr, uint64_t i) {
-    RL_ASSERT(arr->type == GGUF_TYPE_ARRAY && i < arr->v.arr.n);
-    gguf_type et = arr->v.arr.elem;
-    uint64_t fs = fixed_size(et);
-    if (fs) return arr->v.arr.data + i * fs;
-    if (et == GGUF_TYPE_STRING && arr->v.arr.str_off) return arr->v.arr.data + arr->v.arr.str_off[i];
-    const uint8_t *p = arr->v.arr.data;
-    for (uint64_t k = 0; k < i; k++) p = skip_elem(et, p);
-    return p;
-}
-
-uint64_t gguf_arr_nbytes(const gguf_value *arr) {
-    RL_ASSERT(arr->type == GGUF_TYPE_ARRAY);
-    uint64_t fs = fixed_size(arr->v.arr.elem);
-    if (fs) return arr->v.arr.n * fs;
-    const uint8_t *p = arr->v.arr.data;
-    for (uint64_t k = 0; k < arr->v.arr.n; k++) p = skip_elem(arr->v.arr.elem, p);
-    return (uint64_t)(p - arr->v.arr.data);
-}
-
-void gguf_arr_get(const gguf_value *arr, uint64_t i, gguf_value *out) {
-    const uint8_t *p = arr_elem_ptr(arr, i);
-    gguf_type et = arr->v.arr.elem;
-    memset(out, 0, sizeof *out);
-    if (fixed_size(et)) {
-        decode_scalar(et, p, out);
-    } else if (et == GGUF_TYPE_STRING) {
-        out->type = GGUF_TYPE_STRING;
-        out->v.str.n = rl_le64(p);
-        out->v.str.p = (const char *)p + 8;
-    } else {
-        out->type = GGUF_TYPE_ARRAY;
-        out->v.arr.elem = (gguf_type)rl_le32(p);
-        out->v.arr.n = rl_le64(p + 4);
-        out->v.arr.data = p + 12;
-        out->v.arr.str_off = NULL; /* nested string arrays are walked (O(i)) */
-    }
-}
-
-gguf_str gguf_arr_str(const gguf_value *arr, uint64_t i) {
-    RL_ASSERT(arr->type == GGUF_TYPE_ARRAY && arr->v.arr.elem == GGUF_TYPE_STRING);
-    const uint8_t *p = arr_elem_ptr(arr, i);
-    gguf_str s = {(const char *)p + 8, rl_le64(p)};
-    return s;
-}
-
-int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i) {
-    RL_ASSERT(arr->type == GGUF_TYPE_ARRAY && fixed_size(arr->v.arr.elem));
-    gguf_value v;
-    decode_scalar(arr->v.arr.elem, arr_elem_ptr(arr, i), &v);
-    if (is_sint(v.type)) return v.v.i64;
-    if (v.type == GGUF_TYPE_FLOAT32 || v.type == GGUF_TYPE_FLOAT64) {
-        double d = v.v.f64; /* truncate toward zero, saturating (NaN -> 0) */
-        if (!(d == d)) return 0;
-        if (d >= 9.2233720368547758e18) return INT64_MAX;
-        if (d <= -9.2233720368547758e18) return INT64_MIN;
-        return (int64_t)d;
-    }
-    return (int64_t)v.v.u64; /* unsigned and bool; u64 above INT64_MAX wraps */
-}
-
-double gguf_arr_f64(const gguf_value *arr, uint64_t i) {
-    RL_ASSERT(arr->type == GGUF_TYPE_ARRAY && fixed_size(arr->v.arr.elem));
-    gguf_value v;
-    decode_scalar(arr->v.arr.elem, arr_elem_ptr(arr, i), &v);
-    if (is_sint(v.type)) return (double)v.v.i64;
-    if (v.type == GGUF_TYPE_FLOAT32 || v.type == GGUF_TYPE_FLOAT64) return v.v.f64;
-    return (double)v.v.u64;
-}
 
 int gguf_tensor_advise(const gguf_file *f, const gguf_tensor *t, int advice) {
     const struct gguf_part *p = &f->parts[t->part];

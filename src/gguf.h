@@ -130,7 +130,7 @@ gguf_str gguf_arr_str(const gguf_value *arr, uint64_t i);
 int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i);
 double gguf_arr_f64(const gguf_value *arr, uint64_t i);
 
-/* --- additions (gguf.c) --- */
+/* --- additions (gguf.c, gguf_meta.c) --- */
 /* Zero-copy string value: true and *out set if the key exists with type string. */
 bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 /* Element i (< n, RL_ASSERT) of any array, decoded into *out: scalars decoded, strings point

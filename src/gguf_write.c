@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_int.h"
 #include "quant.h"
 
 #define WBUF_MAX (16u << 20) /* per stream buffer; two of them */
@@ -115,16 +116,6 @@ void gguf_writer_set_alignment(gguf_writer *w, uint32_t alignment) { w->alignmen
 void gguf_writer_set_fill(gguf_writer *w, gguf_fill_fn fill, void *ctx) {
     w->fill = fill;
     w->fill_ctx = ctx;
-}
-
-static uint64_t wire_fixed_size(gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
 }
 
 /* Encode v (tag + body) into b; -1 with the error set when a scalar is out of range. */
@@ -253,7 +244,7 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
 }
 
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem, const void *data, uint64_t n) {
-    uint64_t es = wire_fixed_size(elem);
+    uint64_t es = gguf_fixed_size(elem);
     if (!es)
         return rl_seterr("gguf writer: key '%s': gguf_writer_set_arr takes numeric/bool elements, "
                          "not %s (use gguf_writer_set_arr_str / gguf_writer_set_val)",

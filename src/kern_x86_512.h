@@ -251,17 +251,22 @@ static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y) {
 
 MV4_D(iq3_xxs, blk_iq3_xxs, 0.25f)
 
-/* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
-static inline __m512i sb_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y) {
-    const __m512i b8 = _mm512_set1_epi32(256);
+/* IQ3_S block scales 1 + 2s (one per 32 values), each for both 16-value halves: 16 int16 lanes
+ * (shared with dec_iq3_s_512 in kern_x86_mm.h) */
+static inline __m256i iq3_s_scales16(const blk_iq3_s *x) {
     const __m128i m4 = _mm_set1_epi8(15);
-    /* block scales 1 + 2s (one per 32 values), each for both halves */
     uint32_t s4;
     memcpy(&s4, x->scales, 4);
     const __m128i sc = _mm_cvtsi32_si128((int)s4);
     const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
     const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
-    const __m512i s16 = _mm512_castsi256_si512(_mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1)));
+    return _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+}
+
+/* one super-block: the integer sums of its 16-value blocks, times their scales, in 16 lanes */
+static inline __m512i sb_iq3_s_512(const blk_iq3_s *x, const blk_q8_k *y) {
+    const __m512i b8 = _mm512_set1_epi32(256);
+    const __m512i s16 = _mm512_castsi256_si512(iq3_s_scales16(x));
     uint64_t sg[4];
     memcpy(sg, x->signs, 32);
     __m512i g[4];

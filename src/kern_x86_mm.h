@@ -332,13 +332,7 @@ static inline void dec_iq3_xxs_512(const void *p, kdsb *o) {
 
 static inline void dec_iq3_s_512(const void *p, kdsb *o) {
     const blk_iq3_s *x = p;
-    const __m128i m4 = _mm_set1_epi8(15);
-    uint32_t s4;
-    memcpy(&s4, x->scales, 4);
-    const __m128i sc = _mm_cvtsi32_si128((int)s4);
-    const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
-    const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
-    const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
+    const __m256i lsv = iq3_s_scales16(x);
     kdsb_scales16(o, lsv);
     _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(15)));
     for (int c = 0; c < 4; c++) {

@@ -33,35 +33,25 @@ static float f32_vec_dot(int64_t n, const void *w, const void *act) {
     return (float)s;
 }
 
-static void f16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = rl_fp16_to_fp32(s[i]);
-}
-static void f16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = rl_fp32_to_fp16(src[i]);
-}
-static float f16_vec_dot(int64_t n, const void *w, const void *act) {
-    const uint16_t *a = w, *b = act;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)(rl_fp16_to_fp32(a[i]) * rl_fp16_to_fp32(b[i]));
-    return (float)s;
-}
-
-static void bf16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = rl_bf16_to_fp32(s[i]);
-}
-static void bf16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = rl_fp32_to_bf16(src[i]);
-}
-static float bf16_vec_dot(int64_t n, const void *w, const void *act) {
-    const uint16_t *a = w, *b = act;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)(rl_bf16_to_fp32(a[i]) * rl_bf16_to_fp32(b[i]));
-    return (float)s;
-}
+/* F16 and BF16: the same three functions over each type's own conversions. */
+#define HALF_FNS(name, to_fp32, from_fp32)                                                    \
+    static void name##_to_float(const void *src, float *dst, int64_t n) {                     \
+        const uint16_t *s = src;                                                              \
+        for (int64_t i = 0; i < n; i++) dst[i] = to_fp32(s[i]);                               \
+    }                                                                                         \
+    static void name##_from_float(const float *src, void *dst, int64_t n) {                   \
+        uint16_t *d = dst;                                                                    \
+        for (int64_t i = 0; i < n; i++) d[i] = from_fp32(src[i]);                             \
+    }                                                                                         \
+    static float name##_vec_dot(int64_t n, const void *w, const void *act) {                  \
+        const uint16_t *a = w, *b = act;                                                      \
+        double s = 0;                                                                         \
+        for (int64_t i = 0; i < n; i++) s += (double)(to_fp32(a[i]) * to_fp32(b[i]));         \
+        return (float)s;                                                                      \
+    }
+HALF_FNS(f16, rl_fp16_to_fp32, rl_fp32_to_fp16)
+HALF_FNS(bf16, rl_bf16_to_fp32, rl_fp32_to_bf16)
+#undef HALF_FNS
 
 /* ---- Q8_0 / Q8_1 --------------------------------------------------------------------------
  *  Q8_0 (34 B):  | d fp16 | qs[32] int8 |            x[j] = d * qs[j]
@@ -69,48 +59,44 @@ static float bf16_vec_dot(int64_t n, const void *w, const void *act) {
  *                                                    min term without touching qs again.
  * Quantiser: d = max|x| / 127, q = round-half-away(x / d) (computed as x * (1/d)). */
 
+/* One block's values (the part Q8_0 and Q8_1 share): x[j] = d * qs[j]. */
+static void q8_block_to_float(uint16_t d16, const int8_t *qs, float *dst) {
+    const float d = rl_fp16_to_fp32(d16);
+    for (int j = 0; j < QK8_0; j++) dst[j] = (float)qs[j] * d;
+}
+
+/* One block's quantiser (the part Q8_0 and Q8_1 share): fills qs, returns d. */
+static float q8_block_from_float(const float *x, int8_t *qs) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK8_0; j++) qs[j] = (int8_t)roundf(x[j] * id);
+    return d;
+}
+
 static void q8_0_to_float(const void *src, float *dst, int64_t n) {
     const blk_q8_0 *b = src;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const float d = rl_fp16_to_fp32(b[i].d);
-        for (int j = 0; j < QK8_0; j++) dst[i * QK8_0 + j] = (float)b[i].qs[j] * d;
-    }
+    for (int64_t i = 0; i < n / QK8_0; i++) q8_block_to_float(b[i].d, b[i].qs, dst + i * QK8_0);
 }
 
 static void q8_0_from_float(const float *src, void *dst, int64_t n) {
     blk_q8_0 *b = dst;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const float *x = src + i * QK8_0;
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = rl_fp32_to_fp16(d);
-        for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
-    }
+    for (int64_t i = 0; i < n / QK8_0; i++)
+        b[i].d = rl_fp32_to_fp16(q8_block_from_float(src + i * QK8_0, b[i].qs));
 }
 
 static void q8_1_to_float(const void *src, float *dst, int64_t n) {
     const blk_q8_1 *b = src;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const float d = rl_fp16_to_fp32(b[i].d);
-        for (int j = 0; j < QK8_0; j++) dst[i * QK8_0 + j] = (float)b[i].qs[j] * d;
-    }
+    for (int64_t i = 0; i < n / QK8_0; i++) q8_block_to_float(b[i].d, b[i].qs, dst + i * QK8_0);
 }
 
 static void q8_1_from_float(const float *src, void *dst, int64_t n) {
     blk_q8_1 *b = dst;
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const float *x = src + i * QK8_0;
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = q8_block_from_float(src + i * QK8_0, b[i].qs);
         int sum = 0;
-        for (int j = 0; j < QK8_0; j++) {
-            b[i].qs[j] = (int8_t)roundf(x[j] * id);
-            sum += b[i].qs[j];
-        }
+        for (int j = 0; j < QK8_0; j++) sum += b[i].qs[j];
         b[i].d = rl_fp32_to_fp16(d);
         b[i].s = rl_fp32_to_fp16((float)sum * d);
     }
@@ -132,6 +118,26 @@ static float q8_0_vec_dot(int64_t n, const void *w, const void *act) {
  *  qs byte j:    bits 7..4 = value j+16, bits 3..0 = value j
  *  Q4_0: x = d * (q - 8)                    Q4_1: x = d * q + m           (q in 0..15)  */
 
+/* The value of largest magnitude of a 32-value block, sign kept (the first one on ties):
+ * the Q4_0 / Q5_0 quantisers' scale source. */
+static float block_signed_absmax(const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    return max;
+}
+
+/* Minimum and maximum of a 32-value block (the Q4_1 / Q5_1 quantisers' range). */
+static void block_min_max(const float *x, float *min, float *max) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < 32; j++) {
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
+    }
+    *min = lo;
+    *max = hi;
+}
+
 static void q4_0_to_float(const void *src, float *dst, int64_t n) {
     const blk_q4_0 *b = src;
     for (int64_t i = 0; i < n / QK4_0; i++) {
@@ -147,10 +153,7 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     blk_q4_0 *b = dst;
     for (int64_t i = 0; i < n / QK4_0; i++) {
         const float *x = src + i * 32;
-        float amax = 0.0f, max = 0.0f; /* the value of largest magnitude, sign kept */
-        for (int j = 0; j < 32; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-        const float d = max / -8.0f;
+        const float d = block_signed_absmax(x) / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = rl_fp32_to_fp16(d);
         for (int j = 0; j < 16; j++) {
@@ -190,11 +193,8 @@ static void q4_1_from_float(const float *src, void *dst, int64_t n) {
     blk_q4_1 *b = dst;
     for (int64_t i = 0; i < n / QK4_0; i++) {
         const float *x = src + i * 32;
-        float min = INFINITY, max = -INFINITY;
-        for (int j = 0; j < 32; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, &min, &max);
         const float d = (max - min) / 15.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = rl_fp32_to_fp16(d);
@@ -253,10 +253,7 @@ static void q5_0_from_float(const float *src, void *dst, int64_t n) {
     blk_q5_0 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + i * 32;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < 32; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-        const float d = max / -16.0f;
+        const float d = block_signed_absmax(x) / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int q[32];
         for (int j = 0; j < 32; j++) {
@@ -294,11 +291,8 @@ static void q5_1_from_float(const float *src, void *dst, int64_t n) {
     blk_q5_1 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + i * 32;
-        float min = INFINITY, max = -INFINITY;
-        for (int j = 0; j < 32; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, &min, &max);
         const float d = (max - min) / 31.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int q[32];

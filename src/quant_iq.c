@@ -26,6 +26,27 @@ static inline int dot8_u64(uint64_t g, uint8_t signs, const int8_t *q8) {
     return s;
 }
 
+/* One group of 8 values (grid magnitudes with sign mask) times db: the float twin of dot8_u64. */
+static inline void put8_u64(float *o, float db, uint64_t g, uint8_t signs) {
+    for (int j = 0; j < 8; j++) o[j] = db * (float)grid8(g, j) * sgn(signs, j);
+}
+
+/* One group of 8 values from two 4-value grid entries (the IQ3 types) with sign mask, times db. */
+static inline void put8_grid4x2(float *o, float db, uint32_t g1, uint32_t g2, uint8_t signs) {
+    for (int j = 0; j < 4; j++) {
+        o[j] = db * (float)grid4(g1, j) * sgn(signs, j);
+        o[j + 4] = db * (float)grid4(g2, j) * sgn(signs, j + 4);
+    }
+}
+
+/* Integer dot of one group of 8 (two 4-value grid entries, sign mask) against 8 activations. */
+static inline int dot8_grid4x2(uint32_t g1, uint32_t g2, uint8_t signs, const int8_t *q8) {
+    int s = 0;
+    for (int j = 0; j < 4; j++)
+        s += sgni(signs, j) * grid4(g1, j) * q8[j] + sgni(signs, j + 4) * grid4(g2, j) * q8[4 + j];
+    return s;
+}
+
 /* ---- IQ4_XS (136 B) ------------------------------------------------------------------------
  *  | d fp16 | scales_h u16 | scales_l[4] | qs[128] |
  *  32-value block b: 6-bit scale ls = (scales_l[b/2] >> 4*(b%2)) & 15 | ((scales_h >> 2b) & 3) << 4
@@ -88,7 +109,7 @@ void quant_to_float_iq2_xxs(const void *src, float *dst, int64_t n) {
             for (int l = 0; l < 4; l++) {
                 const uint64_t g = iq2xxs_grid[(w0 >> (8 * l)) & 255];
                 const uint8_t s = ksigns_iq2xs[(w1 >> (7 * l)) & 127];
-                for (int j = 0; j < 8; j++) dst[32 * ib + 8 * l + j] = db * (float)grid8(g, j) * sgn(s, j);
+                put8_u64(dst + 32 * ib + 8 * l, db, g, s);
             }
         }
     }
@@ -119,19 +140,28 @@ float quant_vec_dot_iq2_xxs(int64_t n, const void *w, const void *act) {
  *  scales[b]: low nibble = s for groups 0,1; high nibble = s for groups 2,3
  *  x = d * (0.5 + s) * 0.25 * grid * sign                                                 */
 
+/* IQ2_XS / IQ2_S: a 32-value block's two 16-value scales s (low nibble: groups 0-1, high: 2-3),
+ * as float factors d * (0.5 + s) * 0.25 and as the dot product's integer 2s+1 weights. */
+static inline void iq2_half_scales(float d, uint8_t sc, float db[2]) {
+    db[0] = d * (0.5f + (float)(sc & 15)) * 0.25f;
+    db[1] = d * (0.5f + (float)(sc >> 4)) * 0.25f;
+}
+static inline int iq2_half_sum(const int s[2], uint8_t sc) {
+    return s[0] * (2 * (sc & 15) + 1) + s[1] * (2 * (sc >> 4) + 1);
+}
+
 void quant_to_float_iq2_xs(const void *src, float *dst, int64_t n) {
     const blk_iq2_xs *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
         const float d = rl_fp16_to_fp32(b[i].d);
         for (int ib = 0; ib < 8; ib++) {
-            const float db[2] = { d * (0.5f + (float)(b[i].scales[ib] & 15)) * 0.25f,
-                                  d * (0.5f + (float)(b[i].scales[ib] >> 4)) * 0.25f };
+            float db[2];
+            iq2_half_scales(d, b[i].scales[ib], db);
             for (int l = 0; l < 4; l++) {
                 const uint16_t e = b[i].qs[4 * ib + l];
                 const uint64_t g = iq2xs_grid[e & 511];
                 const uint8_t s = ksigns_iq2xs[e >> 9];
-                for (int j = 0; j < 8; j++)
-                    dst[32 * ib + 8 * l + j] = db[l / 2] * (float)grid8(g, j) * sgn(s, j);
+                put8_u64(dst + 32 * ib + 8 * l, db[l / 2], g, s);
             }
         }
     }
@@ -150,7 +180,7 @@ float quant_vec_dot_iq2_xs(int64_t n, const void *w, const void *act) {
                 const uint16_t e = x[i].qs[4 * ib + l];
                 s[l / 2] += dot8_u64(iq2xs_grid[e & 511], ksigns_iq2xs[e >> 9], q8 + 8 * l);
             }
-            bsum += s[0] * (2 * (x[i].scales[ib] & 15) + 1) + s[1] * (2 * (x[i].scales[ib] >> 4) + 1);
+            bsum += iq2_half_sum(s, x[i].scales[ib]);
         }
         sumf += rl_fp16_to_fp32(x[i].d) * y[i].d * (float)bsum;
     }
@@ -172,13 +202,12 @@ void quant_to_float_iq2_s(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
         const float d = rl_fp16_to_fp32(b[i].d);
         for (int ib = 0; ib < 8; ib++) {
-            const float db[2] = { d * (0.5f + (float)(b[i].scales[ib] & 15)) * 0.25f,
-                                  d * (0.5f + (float)(b[i].scales[ib] >> 4)) * 0.25f };
+            float db[2];
+            iq2_half_scales(d, b[i].scales[ib], db);
             for (int l = 0; l < 4; l++) {
                 const uint64_t g = iq2s_group(&b[i], ib, l);
                 const uint8_t s = b[i].qs[32 + 4 * ib + l];
-                for (int j = 0; j < 8; j++)
-                    dst[32 * ib + 8 * l + j] = db[l / 2] * (float)grid8(g, j) * sgn(s, j);
+                put8_u64(dst + 32 * ib + 8 * l, db[l / 2], g, s);
             }
         }
     }
@@ -195,7 +224,7 @@ float quant_vec_dot_iq2_s(int64_t n, const void *w, const void *act) {
             int s[2] = { 0, 0 };
             for (int l = 0; l < 4; l++)
                 s[l / 2] += dot8_u64(iq2s_group(&x[i], ib, l), x[i].qs[32 + 4 * ib + l], q8 + 8 * l);
-            bsum += s[0] * (2 * (x[i].scales[ib] & 15) + 1) + s[1] * (2 * (x[i].scales[ib] >> 4) + 1);
+            bsum += iq2_half_sum(s, x[i].scales[ib]);
         }
         sumf += rl_fp16_to_fp32(x[i].d) * y[i].d * (float)bsum;
     }
@@ -219,11 +248,7 @@ void quant_to_float_iq3_xxs(const void *src, float *dst, int64_t n) {
                 const uint8_t s = ksigns_iq2xs[(w >> (7 * l)) & 127];
                 const uint32_t g1 = iq3xxs_grid[b[i].qs[8 * ib + 2 * l]];
                 const uint32_t g2 = iq3xxs_grid[b[i].qs[8 * ib + 2 * l + 1]];
-                float *o = dst + 32 * ib + 8 * l;
-                for (int j = 0; j < 4; j++) {
-                    o[j] = db * (float)grid4(g1, j) * sgn(s, j);
-                    o[j + 4] = db * (float)grid4(g2, j) * sgn(s, j + 4);
-                }
+                put8_grid4x2(dst + 32 * ib + 8 * l, db, g1, g2, s);
             }
         }
     }
@@ -243,9 +268,7 @@ float quant_vec_dot_iq3_xxs(int64_t n, const void *w, const void *act) {
                 const uint8_t sg = ksigns_iq2xs[(aux >> (7 * l)) & 127];
                 const uint32_t g1 = iq3xxs_grid[x[i].qs[8 * ib + 2 * l]];
                 const uint32_t g2 = iq3xxs_grid[x[i].qs[8 * ib + 2 * l + 1]];
-                for (int j = 0; j < 4; j++)
-                    s += sgni(sg, j) * grid4(g1, j) * q8[8 * l + j] +
-                         sgni(sg, j + 4) * grid4(g2, j) * q8[8 * l + 4 + j];
+                s += dot8_grid4x2(g1, g2, sg, q8 + 8 * l);
             }
             bsum += s * (int)(2 * (aux >> 28) + 1);
         }
@@ -274,11 +297,7 @@ void quant_to_float_iq3_s(const void *src, float *dst, int64_t n) {
             for (int l = 0; l < 4; l++) {
                 const uint8_t s = b[i].signs[4 * ib + l];
                 const uint32_t g1 = iq3s_group(&b[i], ib, 2 * l), g2 = iq3s_group(&b[i], ib, 2 * l + 1);
-                float *o = dst + 32 * ib + 8 * l;
-                for (int j = 0; j < 4; j++) {
-                    o[j] = db * (float)grid4(g1, j) * sgn(s, j);
-                    o[j + 4] = db * (float)grid4(g2, j) * sgn(s, j + 4);
-                }
+                put8_grid4x2(dst + 32 * ib + 8 * l, db, g1, g2, s);
             }
         }
     }
@@ -296,9 +315,7 @@ float quant_vec_dot_iq3_s(int64_t n, const void *w, const void *act) {
             for (int l = 0; l < 4; l++) {
                 const uint8_t sg = x[i].signs[4 * ib + l];
                 const uint32_t g1 = iq3s_group(&x[i], ib, 2 * l), g2 = iq3s_group(&x[i], ib, 2 * l + 1);
-                for (int j = 0; j < 4; j++)
-                    s += sgni(sg, j) * grid4(g1, j) * q8[8 * l + j] +
-                         sgni(sg, j + 4) * grid4(g2, j) * q8[8 * l + 4 + j];
+                s += dot8_grid4x2(g1, g2, sg, q8 + 8 * l);
             }
             bsum += s * (1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15));
         }

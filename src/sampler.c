@@ -254,11 +254,17 @@ static void sort_prefix(sampler *s, size_t k) {
     s->sorted = true;
 }
 
-/* llama_sampler_softmax_impl(cur_p, do_sort = false) */
-static void softmax_inplace(sampler *s) {
+/* The largest candidate logit (the first one when the candidates are sorted). */
+static float max_logit(const sampler *s) {
     float max_l = s->cand[0].logit;
     if (!s->sorted)
         for (size_t i = 1; i < s->size; i++) max_l = fmaxf(max_l, s->cand[i].logit);
+    return max_l;
+}
+
+/* llama_sampler_softmax_impl(cur_p, do_sort = false) */
+static void softmax_inplace(sampler *s) {
+    const float max_l = max_logit(s);
     float cum = 0.0f;
     for (size_t i = 0; i < s->size; i++) {
         float p = expf(s->cand[i].logit - max_l);
@@ -381,9 +387,7 @@ static bool run_chain(sampler *s, const float *logits) {
 
 /* dist: probabilities in float, sums in double (llama_sampler_dist_apply). */
 static size_t dist_probs(sampler *s, double *sum_out) {
-    float max_l = s->cand[0].logit;
-    if (!s->sorted)
-        for (size_t i = 1; i < s->size; i++) max_l = fmaxf(max_l, s->cand[i].logit);
+    const float max_l = max_logit(s);
     double sum = 0.0;
     for (size_t i = 0; i < s->size; i++) {
         float p = expf(s->cand[i].logit - max_l);

@@ -1,4 +1,5 @@
-"""Synth determinism: the bytes of `redlite synth` are a contract (src/synth.c, "Determinism").
+"""Synth determinism: the bytes of `redlite synth` are a contract (src/synth.h, "Determinism";
+src/synth_gen.c, "Determinism across compilers and flags").
 
 A synthetic model stands in for a real one in benchmarks, cache simulations and bug reports, so
 two people (or one person with two builds) must get the same file from the same preset, geometry
@@ -12,11 +13,12 @@ Checks:
   determinism contract itself (any change of the generator that changes the bytes must update
   it knowingly; a compiler, flag set or platform that changes them is a bug). It assumes IEEE
   binary32/64 and glibc's libm (logf/expf/expm1f/cosf feed the norm and SSM vectors).
-- the synth modules compiled by themselves (tests/c/tool_synth.c + synth, qwen3next (the tensor
-  table), gguf, gguf_write, quant*, pool, common; the rest linked from build/libredlite.a) under other flag sets and compilers write the same bytes as
-  build/redlite, for the tiny, iq2_xxs and q4_k_m presets (the last two at a small geometry):
-  -O0; -O3 -march=native -ffp-contract=fast; -O1 with UBSan (aborting on any finding); clang
-  -O2 -march=native -ffp-contract=fast when clang is installed.
+- the synth modules compiled by themselves (tests/c/tool_synth.c + synth, synth_gen, qwen3next
+  (the tensor table), gguf, gguf_meta, gguf_write, quant*, pool, common; the rest linked from
+  build/libredlite.a) under other flag sets and compilers write the same bytes as build/redlite,
+  for the tiny, iq2_xxs and q4_k_m presets (the last two at a small geometry): -O0; -O3
+  -march=native -ffp-contract=fast; -O1 with UBSan (aborting on any finding); clang -O2
+  -march=native -ffp-contract=fast when clang is installed.
 """
 import hashlib
 import os
@@ -37,9 +39,9 @@ PRESETS = [("tiny", None), ("iq2_xxs", SMALL), ("q4_k_m", SMALL)]
 # compiled under the flag set: everything synth's bytes pass through (of qwen3next, the tensor
 # table in qwen3next.c; the forward pass is qwen3next_forward.c); the rest comes from
 # build/libredlite.a
-SRCS = ["tests/c/tool_synth.c", "src/synth.c", "src/qwen3next.c", "src/common.c", "src/gguf.c",
-        "src/gguf_write.c", "src/pool.c", "src/quant.c", "src/quant_iq.c", "src/quant_k.c",
-        "src/quant_tables.c"]
+SRCS = ["tests/c/tool_synth.c", "src/synth.c", "src/synth_gen.c", "src/qwen3next.c", "src/common.c",
+        "src/gguf.c", "src/gguf_meta.c", "src/gguf_write.c", "src/pool.c", "src/quant.c", "src/quant_iq.c",
+        "src/quant_k.c", "src/quant_tables.c"]
 LIB = os.path.join(ROOT, "build", "libredlite.a")
 
 

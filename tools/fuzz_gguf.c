@@ -1,4 +1,4 @@
-/* fuzz_gguf.c — libFuzzer target for the GGUF reader (src/gguf.c).
+/* fuzz_gguf.c — libFuzzer target for the GGUF reader (src/gguf.c, src/gguf_meta.c).
  *
  * Build: make fuzz   (clang, -fsanitize=fuzzer,address,undefined) -> build/fuzz/fuzz_gguf
  * Run:   build/fuzz/fuzz_gguf -max_len=4096 build/fuzz/corpus tests/fixtures/fuzz-seeds

@@ -4,6 +4,10 @@
 #ifndef RL_CLI_H
 #define RL_CLI_H
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "json.h"
 
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
@@ -25,4 +29,11 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long l
 bool cli_parse_float(const char *cmd, const char *flag, const char *s, double *out);
 /* Fetch the value of a flag that needs one: returns NULL and prints an error if missing. */
 const char *cli_need_value(const char *cmd, int argc, char **argv, int *i);
+/* Token-text callback (session on_text) that streams the text to stdout, flushed per piece. */
+int cli_emit_stdout(void *ud, int32_t token, const char *s, size_t n);
+/* Begin a --json document on stdout: compact (one line), its top-level object open. */
+void cli_json_begin(json_writer *j);
+/* End a --json document on stdout: close its top-level object, a newline, then json_finish.
+ * 0, or -1 with the error set ("cannot write the JSON output"). */
+int cli_json_end(json_writer *j);
 #endif

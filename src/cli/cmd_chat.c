@@ -54,16 +54,6 @@ typedef struct {
     bool warned;            /* the trained-context warning was shown */
 } chat_state;
 
-static int emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
-    (void)ud;
-    (void)token;
-    if (n) {
-        fwrite(s, 1, n, stdout);
-        fflush(stdout);
-    }
-    return 0;
-}
-
 /* ---- history file ------------------------------------------------------------------------ */
 
 static void hist_write_escaped(FILE *f, const char *s) {
@@ -174,7 +164,7 @@ static int turn(chat_state *S, const char *user) {
         goto out;
     }
     session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->o.stops, .n_stops = S->o.n_stops,
-                             .cancel = &g_interrupt, .on_text = emit_stdout, .decode_flags = TOK_DECODE_REPLACE,
+                             .cancel = &g_interrupt, .on_text = cli_emit_stdout, .decode_flags = TOK_DECODE_REPLACE,
                              .spec = S->o.spec, .draft_max = S->o.draft_max,
                              .draft_min = S->o.draft_min};
     if (session_generate(S->s, &gp, &g)) goto out;

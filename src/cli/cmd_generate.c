@@ -27,16 +27,6 @@ static const opts_cmd GENERATE = {
     "conversation rendered with the model's chat template. The answer streams to stdout.",
     "Defaults: greedy (--temp 0); with --temp > 0: top-k 40, top-p 0.95, min-p 0.05.\n"};
 
-static int emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
-    (void)ud;
-    (void)token;
-    if (n) {
-        fwrite(s, 1, n, stdout);
-        fflush(stdout);
-    }
-    return 0;
-}
-
 static void json_ids(json_writer *j, const char *key, const int32_t *ids, size_t n) {
     json_key(j, key);
     json_arr_begin(j);
@@ -121,7 +111,7 @@ int cmd_generate(int argc, char **argv) {
     if (fr) goto fail;
     double t2 = rl_now(), c2 = decode_cpu_now();
     session_gen_params gp = {.sp = o.sp, .n_predict = n_predict, .stops = o.stops, .n_stops = o.n_stops,
-                             .on_text = json ? NULL : emit_stdout, .spec = o.spec, .draft_max = o.draft_max,
+                             .on_text = json ? NULL : cli_emit_stdout, .spec = o.spec, .draft_max = o.draft_max,
                              .draft_min = o.draft_min};
     if (session_generate(S, &gp, &g)) goto fail;
     double decode_cpu = decode_cpu_now() - c2;
@@ -129,8 +119,7 @@ int cmd_generate(int argc, char **argv) {
     double tg = g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9);
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_ids(&j, "prompt_ids", ids.ids, ids.n);
         json_ids(&j, "generated_ids", g.ids.ids, g.ids.n);
         json_key(&j, "text");
@@ -149,12 +138,7 @@ int cmd_generate(int argc, char **argv) {
         json_kv_int(&j, "n_drafted", g.n_drafted);
         json_kv_int(&j, "n_accepted", g.n_accepted);
         json_kv_int(&j, "n_verifies", g.n_verifies);
-        json_obj_end(&j);
-        fputc('\n', stdout);
-        if (json_finish(&j)) {
-            rl_seterr("cannot write the JSON output");
-            goto fail;
-        }
+        if (cli_json_end(&j)) goto fail;
     } else {
         fputc('\n', stdout);
     }

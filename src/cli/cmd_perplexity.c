@@ -269,8 +269,7 @@ int cmd_perplexity(int argc, char **argv) {
     double tok_s = (double)n_win * r.ctx / (secs > 0 ? secs : 1e-9);
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_kv_str(&j, "model", model);
         json_kv_str(&j, "file", file);
         json_kv_str(&j, "backend", engine_backend_name(e));
@@ -314,12 +313,7 @@ int cmd_perplexity(int argc, char **argv) {
             json_kv_num(&j, "text_match_rate", (double)ts.n_draft_text / (double)count);
             json_obj_end(&j);
         }
-        json_obj_end(&j);
-        fputc('\n', stdout);
-        if (json_finish(&j)) {
-            rl_seterr("cannot write the JSON output");
-            goto fail;
-        }
+        if (cli_json_end(&j)) goto fail;
     } else {
         printf("perplexity: PPL = %.4f +/- %.5f  (mean NLL %.6f nats over %lld tokens: %d windows of %d)\n", ppl,
                sd * ppl, mean, count, n_win, r.ctx);

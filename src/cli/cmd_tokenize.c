@@ -295,8 +295,7 @@ static int run_bench(const tokenizer *t, const char *text, size_t n, unsigned fl
            mbs_cpu = cpu > 0 ? (double)n * (double)iters / cpu / 1e6 : 0;
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_kv_uint(&j, "bytes", n);
         json_kv_uint(&j, "tokens", ntok);
         json_kv_uint(&j, "iterations", iters);
@@ -375,8 +374,7 @@ int cmd_tokenize(int argc, char **argv) {
             rc = cli_fail(CMD, 1, "%s", rl_lasterr());
         } else if (json) {
             json_writer j;
-            json_init(&j, stdout, 0);
-            json_obj_begin(&j);
+            cli_json_begin(&j);
             json_kv_uint(&j, "n_tokens", ids.n);
             json_key(&j, "ids");
             json_arr_begin(&j);

@@ -252,8 +252,7 @@ int cmd_verify_check(int argc, char **argv) {
     const char *cmode = ec ? ec_mode_name(expert_cache_mode(ec)) : "device (the backend holds every expert)";
     if (json) {
         json_writer j;
-        json_init(&j, stdout, 0);
-        json_obj_begin(&j);
+        cli_json_begin(&j);
         json_kv_bool(&j, "ok", !mm.found);
         json_kv_str(&j, "model", model);
         json_kv_str(&j, "backend", engine_backend_name(e));
@@ -315,12 +314,7 @@ int cmd_verify_check(int argc, char **argv) {
         } else {
             json_null(&j);
         }
-        json_obj_end(&j);
-        fputc('\n', stdout);
-        if (json_finish(&j)) {
-            rl_seterr("cannot write the JSON output");
-            goto fail;
-        }
+        if (cli_json_end(&j)) goto fail;
     } else if (!mm.found) {
         printf("verify-check: OK — %d verifies of 1..%d rows with %d rollbacks (%d of %d (rows, rollback row) "
                "pairs), %lld rows bit-identical to %lld steps (backend %s, experts %s)\n",

@@ -92,6 +92,28 @@ const char *cli_need_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+int cli_emit_stdout(void *ud, int32_t token, const char *s, size_t n) {
+    (void)ud;
+    (void)token;
+    if (n) {
+        fwrite(s, 1, n, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+void cli_json_begin(json_writer *j) {
+    json_init(j, stdout, 0);
+    json_obj_begin(j);
+}
+
+int cli_json_end(json_writer *j) {
+    json_obj_end(j);
+    fputc('\n', stdout);
+    if (json_finish(j)) return rl_seterr("cannot write the JSON output");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || cli_is_help(argv[1])) {
         usage(argc < 2 ? stderr : stdout);

@@ -16,6 +16,11 @@ static inline uint16_t rand_scale16(rl_rng *r) {
 
 static inline void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 
+/* Random activations: N(0,1), every 7th value 5x larger (outliers as in real hidden states). */
+static inline void fill_x(float *x, int64_t n, rl_rng *r) {
+    for (int64_t i = 0; i < n; i++) x[i] = rl_rng_normal(r) * (1.0f + 4.0f * (float)(i % 7 == 0));
+}
+
 /* Fill nb blocks of `type` with random bytes, then give every fp16 scale field a valid value
  * (random bytes there would give NaN/Inf/huge scales that no real file contains). For float
  * types, fill with N(0,1) values. */

@@ -147,13 +147,19 @@ typedef struct {
     int nv;
 } fixture;
 
-static int run_steps(engine *e, expert_cache *ec, float *out, int n, int nv) {
+/* A context for the runs below whose routed experts come from ec (NULL: the mapping). */
+static engine_ctx *ctx_new(engine *e, expert_cache *ec) {
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
-    if (!c) return -1;
-    if (ec) {
+    if (c && ec) {
         q3n_expert_src src = expert_cache_src(ec);
         engine_set_expert_src(c, &src);
     }
+    return c;
+}
+
+static int run_steps(engine *e, expert_cache *ec, float *out, int n, int nv) {
+    engine_ctx *c = ctx_new(e, ec);
+    if (!c) return -1;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) rc = engine_step(c, g_tokens[i], out + (size_t)i * nv);
     engine_ctx_free(c);
@@ -161,12 +167,8 @@ static int run_steps(engine *e, expert_cache *ec, float *out, int n, int nv) {
 }
 
 static int run_verify(engine *e, expert_cache *ec, float *out, int nv) {
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
+    engine_ctx *c = ctx_new(e, ec);
     if (!c) return -1;
-    if (ec) {
-        q3n_expert_src src = expert_cache_src(ec);
-        engine_set_expert_src(c, &src);
-    }
     int rc = 0;
     for (int i = 0; i < NTOK && !rc; i += 8) rc = engine_verify(c, g_tokens + i, 8, out + (size_t)i * nv, NULL);
     engine_ctx_free(c);
@@ -307,9 +309,7 @@ static void run_fault(fixture *fx, ec_fault kind, uint64_t nth, bool prefetch, c
     uint64_t budget = io == EC_IO_DIRECT ? 24 * expert_cache_slot_bytes(m, 0, true) : 10 * slot_sum(m, false);
     expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .no_prefetch = !prefetch, .io = io});
     if (!ec) return;
-    engine_ctx *c = engine_ctx_new(fx->e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = 8});
-    q3n_expert_src src = expert_cache_src(ec);
-    engine_set_expert_src(c, &src);
+    engine_ctx *c = ctx_new(fx->e, ec);
     engine_snapshot *snap = engine_snapshot_new(c);
     float *lg = malloc(sizeof(float) * (size_t)fx->nv);
     int failures = 0, mismatches = 0;

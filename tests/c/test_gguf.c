@@ -1,4 +1,4 @@
-/* test_gguf.c — GGUF reader/writer tests (src/gguf.c, src/gguf_write.c).
+/* test_gguf.c — GGUF reader/writer tests (src/gguf.c, src/gguf_meta.c, src/gguf_write.c).
  *
  *   - writer -> reader round trips of every value type (nested arrays, empty strings and
  *     arrays), several alignments, pointer and fill-callback tensors across buffer boundaries,
@@ -109,6 +109,16 @@ static void one_tensor(bytes *b) {
     zeros(b, 32);
 }
 
+/* A v3 file of one tensor and no keys: its info, the padding to 32 when `pad`, then n_zero zero
+ * bytes of data (the tensor-info cases below vary one field each). */
+static void tensor_file(bytes *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+                        uint64_t off, bool pad, size_t n_zero) {
+    hdr(b, 3, 1, 0);
+    ti(b, name, n_dims, ne, type, off);
+    if (pad) pad_to(b, 32);
+    zeros(b, n_zero);
+}
+
 /* ---- corrupt-file table ------------------------------------------------------------------ */
 
 static void c_bad_magic(bytes *b) { put(b, "GGUX\3\0\0\0", 8), zeros(b, 16); }
@@ -158,39 +168,22 @@ static void c_str_len_past_eof(bytes *b) {
     zeros(b, 8);
 }
 static void c_ndims0(bytes *b) {
-    hdr(b, 3, 1, 0);
-    ti(b, "t", 0, NULL, QT_F32, 0);
-    zeros(b, 64);
+    tensor_file(b, "t", 0, NULL, QT_F32, 0, false, 64);
 }
 static void c_ndims5(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[5] = {1, 1, 1, 1, 1};
-    ti(b, "t", 5, ne, QT_F32, 0);
-    zeros(b, 64);
+    tensor_file(b, "t", 5, (uint64_t[]){1, 1, 1, 1, 1}, QT_F32, 0, false, 64);
 }
 static void c_ne0(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[2] = {8, 0};
-    ti(b, "t", 2, ne, QT_F32, 0);
-    zeros(b, 64);
+    tensor_file(b, "t", 2, (uint64_t[]){8, 0}, QT_F32, 0, false, 64);
 }
 static void c_ne_negative(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[2] = {8, (uint64_t)-1};
-    ti(b, "t", 2, ne, QT_F32, 0);
-    zeros(b, 64);
+    tensor_file(b, "t", 2, (uint64_t[]){8, (uint64_t)-1}, QT_F32, 0, false, 64);
 }
 static void c_ne_overflow(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[3] = {1ull << 40, 1ull << 20, 1ull << 10};
-    ti(b, "t", 3, ne, QT_F32, 0);
-    zeros(b, 64);
+    tensor_file(b, "t", 3, (uint64_t[]){1ull << 40, 1ull << 20, 1ull << 10}, QT_F32, 0, false, 64);
 }
-static void c_bytes_overflow(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {1ull << 62}; /* fits int64, but 4 bytes each overflows */
-    ti(b, "t", 1, ne, QT_F32, 0);
-    zeros(b, 64);
+static void c_bytes_overflow(bytes *b) { /* fits int64, but 4 bytes each overflows */
+    tensor_file(b, "t", 1, (uint64_t[]){1ull << 62}, QT_F32, 0, false, 64);
 }
 static void c_unknown_value_type(bytes *b) {
     hdr(b, 3, 0, 1);
@@ -224,39 +217,19 @@ static void c_strarray_huge_count(bytes *b) {
     str(b, "b");
 }
 static void c_unknown_tensor_type(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {32};
-    ti(b, "blk.0.weird.weight", 1, ne, 99, 0);
-    pad_to(b, 32);
-    zeros(b, 256);
+    tensor_file(b, "blk.0.weird.weight", 1, (uint64_t[]){32}, 99, 0, true, 256);
 }
 static void c_internal_type(bytes *b) { /* IQ2_LF (quant_repack.h): an in-memory layout only */
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {256};
-    ti(b, "blk.0.ffn_up_exps.weight", 1, ne, 48, 0);
-    pad_to(b, 32);
-    zeros(b, 256);
+    tensor_file(b, "blk.0.ffn_up_exps.weight", 1, (uint64_t[]){256}, 48, 0, true, 256);
 }
 static void c_misaligned(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {8};
-    ti(b, "t", 1, ne, QT_F32, 4);
-    pad_to(b, 32);
-    zeros(b, 64);
+    tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, 4, true, 64);
 }
 static void c_offset_past_eof(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {8};
-    ti(b, "t", 1, ne, QT_F32, 1024);
-    pad_to(b, 32);
-    zeros(b, 64);
+    tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, 1024, true, 64);
 }
 static void c_offset_wraps(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {8};
-    ti(b, "t", 1, ne, QT_F32, (uint64_t)-32);
-    pad_to(b, 32);
-    zeros(b, 64);
+    tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, (uint64_t)-32, true, 64);
 }
 static void c_overlap(bytes *b) {
     hdr(b, 3, 2, 0);
@@ -298,11 +271,7 @@ static void c_align_wrong_type(bytes *b) {
     one_tensor(b);
 }
 static void c_not_block_multiple(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[2] = {33, 2};
-    ti(b, "blk.0.ffn_up_exps.weight", 2, ne, QT_Q8_0, 0);
-    pad_to(b, 32);
-    zeros(b, 256);
+    tensor_file(b, "blk.0.ffn_up_exps.weight", 2, (uint64_t[]){33, 2}, QT_Q8_0, 0, true, 256);
 }
 static void c_depth_bomb(bytes *b) {
     hdr(b, 3, 0, 1);
@@ -320,11 +289,7 @@ static void c_empty_key(bytes *b) {
     kv_u32(b, "", 1);
 }
 static void c_empty_tensor_name(bytes *b) {
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {8};
-    ti(b, "", 1, ne, QT_F32, 0);
-    pad_to(b, 32);
-    zeros(b, 32);
+    tensor_file(b, "", 1, (uint64_t[]){8}, QT_F32, 0, true, 32);
 }
 static void c_long_tensor_name(bytes *b) {
     char name[201];
@@ -337,11 +302,7 @@ static void c_long_tensor_name(bytes *b) {
     zeros(b, 32);
 }
 static void c_name_with_newline(bytes *b) { /* message must stay one line */
-    hdr(b, 3, 1, 0);
-    uint64_t ne[1] = {8};
-    ti(b, "evil\nname", 1, ne, 99, 0);
-    pad_to(b, 32);
-    zeros(b, 32);
+    tensor_file(b, "evil\nname", 1, (uint64_t[]){8}, 99, 0, true, 32);
 }
 static void c_nested_bad_elem(bytes *b) {
     hdr(b, 3, 0, 1);

@@ -21,6 +21,7 @@
 #include "check.h"
 #include "common.h"
 #include "kern.h"
+#include "kern_bench.h"
 #include "quant.h"
 #include "quant_rand.h"
 
@@ -34,10 +35,6 @@ static const uint32_t types[] = {
 static bool lane_summed(uint32_t t) {
     return t == QT_F32 || t == QT_F16 || t == QT_BF16 || t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q5_0 ||
            t == QT_IQ4_NL || t == QT_Q4_1 || t == QT_Q5_1;
-}
-
-static void fill_x(float *x, int64_t n, rl_rng *r) {
-    for (int64_t i = 0; i < n; i++) x[i] = rl_rng_normal(r) * (1.0f + 4.0f * (float)(i % 7 == 0));
 }
 
 static void test_quantize(int level, rl_rng *r) {
@@ -140,13 +137,6 @@ static void test_matmul(int level, uint32_t type, int64_t n_rows, int64_t n_cols
     free(W); free(x); free(act); free(out); free(ref);
 }
 
-/* Thread CPU time: the benchmark measures the kernel, not the scheduler of a shared machine. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* GB/s of weight bytes for one type at one level: best of `reps` mat-vecs over `bytes` of rows.
  * Large matrices are filled with 4 MiB of random blocks repeated (the data do not matter to the
  * speed, the filling would dominate the run). */
@@ -159,19 +149,11 @@ static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng
     float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
     void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
     fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * fill_rows, r);
-    for (int64_t r0 = fill_rows; r0 < n_rows; r0 += fill_rows)
-        memcpy(W + (size_t)r0 * rb, W, rb * (size_t)(n_rows - r0 < fill_rows ? n_rows - r0 : fill_rows));
+    repeat_rows(W, rb, fill_rows, n_rows);
     fill_x(x, n_cols, r);
     kern_set_level(level);
     kern_quantize_act(type, x, n_cols, act);
-    kern_matvec(type, W, n_rows, n_cols, act, out); /* warm */
-    double best = 1e30;
-    for (int it = 0; it < reps; it++) {
-        const double t0 = cpu_now();
-        kern_matvec(type, W, n_rows, n_cols, act, out);
-        const double dt = cpu_now() - t0;
-        best = dt < best ? dt : best;
-    }
+    const double best = matvec_best(type, W, n_rows, n_cols, act, out, reps);
     free(W); free(x); free(out); free(act);
     return (double)rb * (double)n_rows / best / 1e9;
 }

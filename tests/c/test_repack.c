@@ -24,6 +24,7 @@
 #include "check.h"
 #include "common.h"
 #include "kern.h"
+#include "kern_bench.h"
 #include "quant.h"
 #include "quant_rand.h"
 #include "quant_repack.h"
@@ -35,10 +36,6 @@ static uint32_t fbits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
-}
-
-static void fill_x(float *x, int64_t n, rl_rng *r) {
-    for (int64_t i = 0; i < n; i++) x[i] = rl_rng_normal(r) * (1.0f + 4.0f * (float)(i % 7 == 0));
 }
 
 static void test_grids(void) {
@@ -185,12 +182,6 @@ static void test_extremes(uint32_t lf, rl_rng *r) {
 
 /* ---- RL_KERN_BENCH=1 --------------------------------------------------------------------------- */
 
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* seconds per mat-vec (best of reps) over `bytes` of type-`src` rows, run as `type` (src or its
  * repacked type); 4 MiB of random blocks repeated */
 static double bench_one(uint32_t src, bool repacked, size_t bytes, int reps, int64_t *n_weights, rl_rng *r) {
@@ -204,20 +195,12 @@ static double bench_one(uint32_t src, bool repacked, size_t bytes, int reps, int
         quant_repack_rows(src, S, W, fill, n_cols);
     else
         memcpy(W, S, rbs * (size_t)fill);
-    for (int64_t r0 = fill; r0 < n_rows; r0 += fill)
-        memcpy(W + (size_t)r0 * rb, W, rb * (size_t)(n_rows - r0 < fill ? n_rows - r0 : fill));
+    repeat_rows(W, rb, fill, n_rows);
     float *x = malloc(sizeof(float) * n_cols), *out = malloc(sizeof(float) * (size_t)n_rows);
     void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
     fill_x(x, n_cols, r);
     kern_quantize_act(type, x, n_cols, act);
-    kern_matvec(type, W, n_rows, n_cols, act, out);
-    double best = 1e30;
-    for (int it = 0; it < reps; it++) {
-        const double t0 = cpu_now();
-        kern_matvec(type, W, n_rows, n_cols, act, out);
-        const double dt = cpu_now() - t0;
-        best = dt < best ? dt : best;
-    }
+    const double best = matvec_best(type, W, n_rows, n_cols, act, out, reps);
     *n_weights = n_rows * n_cols;
     free(S); free(W); free(x); free(out); free(act);
     return best;
