@@ -340,9 +340,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (T < 1 || T > c->n_batch) return rl_seterr("forward of %d rows: must be 1..%d (n_batch)", T, c->n_batch);
     if (pos < 0 || pos + T > c->n_ctx)
         return rl_seterr("context is full: %d + %d tokens exceed the context size %d (raise --ctx)", pos, T, c->n_ctx);
-    for (int t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return rl_seterr("token id %d is outside the vocabulary (0..%d)", tokens[t], V - 1);
+    if (q3n_check_tokens(tokens, T, V)) return -1;
     const bool hooked = hooks && (hooks->dump || hooks->route || hooks->row_state);
     const int *rows_to_slots = hooks && !hooks->row_state ? hooks->row_slots : NULL;
     /* small all-logits batches (verifies) replay a graph per row count, the snapshot slots of
@@ -520,9 +518,7 @@ int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_to
     if (T < 1 || T > c->n_batch) return rl_seterr("MTP forward of %d pairs: must be 1..%d (n_batch)", T, c->n_batch);
     if (slot < 0 || slot + T > c->n_ctx)
         return rl_seterr("MTP context is full: %d + %d pairs exceed %d", slot, T, c->n_ctx);
-    for (int t = 0; t < T; t++)
-        if (next_tokens[t] < 0 || next_tokens[t] >= V)
-            return rl_seterr("token id %d is outside the vocabulary (0..%d)", next_tokens[t], V - 1);
+    if (q3n_check_tokens(next_tokens, T, V)) return -1;
     c->snap_rows = false;
     memcpy(c->h_tok, next_tokens, sizeof(int32_t) * (size_t)T);
     c->h_tok[c->n_batch] = slot;

@@ -299,6 +299,13 @@ static int load_hparams(q3n_hparams *hp, gguf_file *f) {
 
 int q3n_read_hparams(gguf_file *f, q3n_hparams *hp) { return load_hparams(hp, f); }
 
+int q3n_check_tokens(const int32_t *tokens, int T, int n_vocab) {
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= n_vocab)
+            return rl_seterr("token id %d is outside the vocabulary (0..%d)", tokens[t], n_vocab - 1);
+    return 0;
+}
+
 /* ---- tensor binding ------------------------------------------------------------------- */
 
 static const gguf_tensor *find(gguf_file *f, q3n_tensor_id id, int il) {

@@ -231,6 +231,9 @@ typedef struct {
  * it): 0; -1 if keys are missing (not a Qwen3-Next GGUF); -2 if a value is out of range or
  * inconsistent (the file would be refused). rl_lasterr set on failure. */
 int q3n_read_hparams(gguf_file *f, q3n_hparams *hp);
+/* Every forward's input check (CPU reference and CUDA): 0 when the T token ids are in
+ * 0..n_vocab-1, else -1 with rl_lasterr naming the first id outside. */
+int q3n_check_tokens(const int32_t *tokens, int T, int n_vocab);
 /* Read hyperparameters (one table of keys with defaults and limits) and bind every tensor of the
  * table with type and shape checks. Returns 0, or -1 with rl_lasterr set. */
 int q3n_load(q3n_model *m, gguf_file *f);

@@ -659,9 +659,8 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
     scratch s;
     carve(hp, T, r->scratch, &s);
     const quant_traits *et = quant_get(m->tok_embd.type);
+    if (q3n_check_tokens(tokens, T, hp->n_vocab)) return -1;
     for (int t = 0; t < T; t++) {
-        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
-            return rl_seterr("token id %d is outside the vocabulary (0..%d)", tokens[t], hp->n_vocab - 1);
         et->to_float(m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s.x + (size_t)t * D, D);
         DUMP(r, Q3N_ACT_INP_EMBD, -1, t, s.x + (size_t)t * D, D);
     }
@@ -699,9 +698,8 @@ int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens,
     /* [RMSNorm_e(embed(x_{p+1})) ; RMSNorm_h(h_p)] -> eh_proj (embedding first, spec F.2) */
     float *cat = s.xs; /* carve gives xs at least 2D floats per row */
     const quant_traits *et = quant_get(m->tok_embd.type);
+    if (q3n_check_tokens(next_tokens, T, hp->n_vocab)) return -1;
     for (int t = 0; t < T; t++) {
-        if (next_tokens[t] < 0 || next_tokens[t] >= hp->n_vocab)
-            return rl_seterr("token id %d is outside the vocabulary (0..%d)", next_tokens[t], hp->n_vocab - 1);
         float *e = cat + (size_t)t * 2 * D, *h = e + D;
         et->to_float(m->tok_embd.data + (size_t)next_tokens[t] * m->tok_embd.row_bytes, e, D);
         ops_rmsnorm(e, L->enorm, D, hp->rms_eps, e);
