@@ -99,6 +99,15 @@ typedef struct {
 int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
               const cu_group *g, bool gateup, const cu_conv *conv, cudaStream_t s);
 
+/* The integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K weights; src/cuda/mmq.cuh): in every
+ * shape (decode, verify, prefill tiles, grouped experts) each activation row is quantised to Q8_K
+ * as the CPU does and each output is quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU
+ * backend's value — with dp4a for one-row and small launches and int8 tensor cores (mma.sync) for
+ * prefill tiles. Off: the float path above. Process-wide; the initial setting is RL_CUDA_MMQ=0|1
+ * (default 0 while decode is slower). Set it before contexts run (a context's prefill and steps must use one arithmetic).
+ * Returns the previous setting. */
+int cu_matmul_set_int8(int on);
+
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's
  * output (segment 0's row, n_out values), with the same device function as the stand-alone

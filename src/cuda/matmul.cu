@@ -35,6 +35,24 @@ static int small_tt_max() {
     return v;
 }
 
+// The integer path of the K-quant matmuls (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1 at first use
+// (default 0), cu_matmul_set_int8() after. A context must not see it change between its prefill
+// and its steps (the two arithmetics give different bits).
+static int int8_mode = -1;
+static int int8_on() {
+    if (int8_mode < 0) {
+        const char *e = getenv("RL_CUDA_MMQ");
+        int8_mode = e && !strcmp(e, "1") ? 1 : 0;
+    }
+    return int8_mode;
+}
+extern "C" int cu_matmul_set_int8(int on) {
+    const int old = int8_on();
+    int8_mode = on ? 1 : 0;
+    return old;
+}
+static bool int8_type(uint32_t type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K; }
+
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     switch (type) {
     case T_F32: return mm_run_f32(L, gateup, tt);
@@ -68,7 +86,8 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     const int tmax = small_tt_max();
     const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
     if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
-    const int rpb = mm_rows_per_block(gateup, tt, small);
+    L.q8 = int8_type(type) && int8_on();
+    const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small) : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {

@@ -34,6 +34,7 @@ struct mm_launch {
     cu_conv conv;
     int st_units, st_row; // staged variants: units per chunk (a multiple of 32), smem bytes per row
     cu_tail tail;         // one-row dense launches: the last block's extra step (cuda_ops.h)
+    bool q8;              // the integer path (mmq.cuh) for this launch's K-quant type
     cudaStream_t s;
 };
 
@@ -310,7 +311,11 @@ template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3
     else mm_go<TYPE, 1, TT, false>(tb, grid, L);
 }
 
+#include "mmq.cuh"
+
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
+    if constexpr (mmq_type<TYPE>::ok)
+        if (L.q8) return mmq_launch_type<TYPE>(L, gateup, tt);
     const cu_qtabs &tb = cu_qtabs_get();
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) {

@@ -7,6 +7,12 @@
  *   - every step's logits within 1e-2 of the CPU reference (bound: tests/cuda/test_cuda_fixtures.py);
  *   - bad input is a clean error;
  * with each KV cache format (f32, f16: each against the CPU reference with the same format).
+ * `test_cuda_engine MODEL` runs the contract on MODEL instead (e.g. a synthetic K-quant file, whose
+ * matmuls take the integer path of src/cuda/mmq.cuh: bench/cuda_check.sh), plus a 40-row verify
+ * (the tensor-core prefill tiles, T > CU_SMALL_T) whose every row equals its single step bit for
+ * bit, and the steps against the CPU backend (not the double reference: its quantised matmul
+ * arithmetic is the integer path's): the integer path must be at least as close to it as the float
+ * path (cu_matmul_set_int8(0)) is.
  * Without a GPU: prints "NAME: skipped: no CUDA device ..." and exits 77 (check.h). */
 #include <math.h>
 #include <stdio.h>
@@ -15,12 +21,80 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cuda/cuda_ops.h"
 #include "engine_contract.h"
 
-int main(void) {
+/* A 40-row verify (prefill-shaped: tiles of CU_TT tokens) == 40 single steps, and the steps vs
+ * the CPU backend on the same model. */
+static void long_rows(engine *e, const char *model) {
+    enum { L = 40 };
+    const int V = engine_hparams(e)->n_vocab;
+    int32_t toks[L];
+    for (int i = 0; i < L; i++) toks[i] = TOKS[(i * 7) % N];
+    float *st = malloc(sizeof(float) * V * L), *ver = malloc(sizeof(float) * V * L), *cpu = malloc(sizeof(float) * V * L);
+    engine_ctx *a = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
+    engine_ctx *b = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
+    CHECK(st && ver && cpu && a && b, "ctx: %s", rl_lasterr());
+    if (!st || !ver || !cpu || !a || !b) goto out;
+    check_poison(st, (size_t)V * L);
+    check_poison(ver, (size_t)V * L);
+    for (int i = 0; i < L; i++) CHECK(engine_step(a, toks[i], st + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
+    CHECK(engine_verify(b, toks, L, ver, NULL) == 0, "verify: %s", rl_lasterr());
+    int rows = 0;
+    for (int i = 0; i < L; i++) rows += memcmp(st + (size_t)i * V, ver + (size_t)i * V, sizeof(float) * V) != 0;
+    CHECK(rows == 0, "%d of %d rows of a %d-row verify differ from single steps", rows, L, L);
+    printf("  %d-row verify == %d single steps: %d rows differ\n", L, L, rows);
+    engine *ce = engine_open(model, &(engine_params){.n_threads = 4, .backend = "cpu"});
+    engine_ctx *cc = ce ? engine_ctx_new(ce, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64}) : NULL;
+    CHECK(cc != NULL, "cpu: %s", rl_lasterr());
+    if (cc) {
+        check_poison(cpu, (size_t)V * L);
+        for (int i = 0; i < L; i++) CHECK(engine_step(cc, toks[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
+        /* the float path on a fresh context (its own arithmetic from the first row on) */
+        const int was = cu_matmul_set_int8(0);
+        engine_ctx *cf = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
+        check_poison(ver, (size_t)V * L);
+        for (int i = 0; cf && i < L; i++) CHECK(engine_step(cf, toks[i], ver + (size_t)i * V) == 0, "float step %d", i);
+        engine_ctx_free(cf);
+        cu_matmul_set_int8(was);
+        double dq = 0, df = 0, amax = 0;
+        for (size_t i = 0; i < (size_t)V * L; i++) {
+            double d = !isfinite(st[i]) || !isfinite(cpu[i]) ? INFINITY : fabs((double)st[i] - cpu[i]);
+            double f = !isfinite(ver[i]) ? INFINITY : fabs((double)ver[i] - cpu[i]);
+            dq = d > dq ? d : dq;
+            df = f > df ? f : df;
+            amax = fabs(cpu[i]) > amax ? fabs(cpu[i]) : amax;
+        }
+        CHECK(was ? dq <= df : dq == df, "CUDA vs CPU backend: max |logit diff| %.3g (int8 %s), float path %.3g", dq,
+              was ? "on" : "off", df);
+        printf("  steps vs the CPU backend (max |logit| %.3g): max |diff| %.3g with the int8 K-quant path %s, %.3g with the "
+               "float path\n", amax, dq, was ? "on" : "off", df);
+        engine_ctx_free(cc);
+    }
+    if (ce) engine_close(ce);
+out:
+    engine_ctx_free(a);
+    engine_ctx_free(b);
+    free(st);
+    free(ver);
+    free(cpu);
+}
+
+int main(int argc, char **argv) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) {
         return check_skip("test_cuda_engine", why ? why : "no CUDA device");
+    }
+    if (argc > 1) {
+        engine *e = engine_open(argv[1], &(engine_params){.n_threads = 4, .backend = "cuda"});
+        CHECK(e != NULL, "open %s: %s", argv[1], rl_lasterr());
+        if (!e) return check_done("test_cuda_engine");
+        float *step = malloc(sizeof(float) * engine_hparams(e)->n_vocab * N);
+        engine_contract_kv(e, NULL, step);
+        long_rows(e, argv[1]);
+        free(step);
+        engine_close(e);
+        return check_done("test_cuda_engine");
     }
     const char *model = "tests/fixtures/tiny-a.gguf";
     if (access(model, R_OK) != 0) {

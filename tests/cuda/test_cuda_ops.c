@@ -4,6 +4,10 @@
  *   - matmul (dense, multi-segment, gate/up, grouped by expert) vs ops_matmul_ref (double):
  *     |err| <= 2e-5 * sum|w x| + 1e-30 per output (fp32 accumulation of <= 4096 products);
  *     and batch invariance: every row of a T-row launch equals its 1-row launch bit for bit;
+ *   - the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K; cu_matmul_set_int8): every output
+ *     == quant_traits.vec_dot(row, Q8_K(x)) bit for bit (the CPU backend's value), in every shape
+ *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
+ *     the add+norm tail), with 3 and 9 super-blocks per row;
  *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
  *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
  *     pieces bit for bit), router + plan, combine.
@@ -24,6 +28,7 @@
 
 static rl_rng R;
 static double worst_rel[64]; /* per type: max err / bound of the matmul test */
+static int int8_on;          /* cu_matmul_set_int8 as set by main */
 
 static void *dalloc(size_t n) {
     void *p = NULL;
@@ -126,6 +131,23 @@ static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float 
     return bad;
 }
 
+/* The integer path: got[t][r] == vec_dot(row r, Q8_K(x_t)) bit for bit. */
+static int check_mm_q8(const ops_mat *W, const float *x, int T, const float *got, int ldg) {
+    const quant_traits *qt = quant_get(W->type), *q8 = quant_get(QT_Q8_K);
+    void *xq = malloc(quant_row_size(QT_Q8_K, W->n_in));
+    int bad = 0;
+    for (int t = 0; t < T; t++) {
+        q8->from_float(x + (size_t)t * W->n_in, xq, W->n_in);
+        for (int64_t r = 0; r < W->n_out; r++) {
+            const float want = qt->vec_dot(W->n_in, W->data + (size_t)r * W->row_bytes, xq), g = got[(size_t)t * ldg + r];
+            if (memcmp(&want, &g, sizeof g) && bad++ < 3)
+                fprintf(stderr, "  %s int8 row %lld tok %d: got %.9g want %.9g\n", qt->name, (long long)r, t, g, want);
+        }
+    }
+    free(xq);
+    return bad;
+}
+
 /* n_in0: 0 for the default size; a large one makes the staged decode / small-batch launches
  * (weights copied to shared memory in chunks of MM_STAGE_WARP_BYTES per warp) take several
  * chunks, the last one partial: they must still equal the unstaged 13-row launch bit for bit. */
@@ -145,8 +167,10 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
     CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
-    int bad = check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
-    CHECK(bad == 0, "matmul %s T=%d: %d outputs outside the bound", qt->name, TMAX, bad);
+    const bool exact = int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K);
+    int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out) : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
+    CHECK(bad == 0, "matmul %s%s T=%d: %d outputs %s", qt->name, exact ? " (int8)" : "", TMAX, bad,
+          exact ? "differ from the CPU's vec_dot" : "outside the bound");
     /* batch invariance: each row alone (the decode variant) */
     int diff = 0;
     for (int t = 0; t < TMAX; t++) {
@@ -535,6 +559,7 @@ int main(void) {
         return check_skip("test_cuda_ops", "no CUDA device");
     }
     rl_rng_seed(&R, 20261130);
+    cu_matmul_set_int8(int8_on = 0); /* the float path first (the bounds above) */
     if (cu_tables_init()) {
         fprintf(stderr, "%s\n", rl_lasterr());
         return 1;
@@ -550,6 +575,19 @@ int main(void) {
     printf("  dequant: %zu types bit-exact; matmul worst err/bound per type:", NTYPES);
     for (size_t i = 0; i < NTYPES; i++) printf(" %s %.2g", quant_name(TYPES[i]), worst_rel[i]);
     printf("\n");
+    /* the integer path of the K-quants: bit-exact with the CPU's vec_dot in every shape */
+    cu_matmul_set_int8(int8_on = 1);
+    static const uint32_t KQ[3] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    const int fails0 = check_fail;
+    for (int i = 0; i < 3; i++) {
+        test_matmul(KQ[i], 63, 0);        /* 3 super-blocks per row */
+        test_matmul(KQ[i], 63, 9 * 256);  /* 9: two full groups of four and one */
+    }
+    test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
+    test_tail_add_norm(); /* Q4_K one-row launch + tail */
+    printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
+           check_fail == fails0 ? "bit-identical to" : "DIFFERENT from");
+    cu_matmul_set_int8(int8_on = 0);
     test_rmsnorm();
     test_attention(256, false);
     test_attention(64, false);

@@ -1,0 +1,503 @@
+// mmq.cuh — the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K weights); part of
+// matmul.cuh (included there only, after mm_launch and mm_tail).
+//
+// Arithmetic (the same for every shape, so decode == verify == prefill bit for bit):
+//   - each activation row is quantised per 256 values to Q8_K exactly as quant_from_float_q8_k
+//     (max = the value of largest |x|, the first on ties; iscale = -127 / max; q = min(127,
+//     round-half-even(iscale * x)); d = 1 / iscale; an all-zero block gives q = 0, d = 0);
+//   - per super-block the integer sums of the CPU's vec_dot (Q4_K/Q5_K: isum = sum_k sc_k *
+//     dot_k over the 32-value sub-blocks, summs = sum_k m_k * sum(q of sub-block k); Q6_K: isum
+//     = sum_k sc_k * dot_k over the 16-value sub-blocks, codes - 32) — integers, exact in any order;
+//   - the float epilogue of quant_vec_dot_q4_k / _q5_k / _q6_k per super-block, evaluated
+//     without contraction (-fmad=false): (yd*d)*isum - (yd*dmin)*summs, or (d*yd)*isum;
+//   - the super-block terms summed in order from 0.0f, as the CPU's `sumf += ...`.
+// So every output equals quant_traits.vec_dot(row, q8_K(x)) — the CPU backend's own value —
+// bit for bit (test_cuda_ops checks it), whether the integer sums come from dp4a (k_mmq_vec:
+// decode, verify and direct expert tiles) or from int8 tensor-core MMAs (k_mmq_mma: prefill
+// tiles of CU_TT tokens, dense or grouped by expert). Both quantise the activations on the fly
+// (each warp redoes it for its tokens: no scratch buffer and no extra launch in the decode graph).
+#pragma once
+
+template <int TYPE> struct mmq_type {
+    static constexpr bool ok = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_Q6_K;
+};
+#define MMQ_MMA_ROWS 32 // output rows per warp of k_mmq_mma (16 for gate/up: a gate and an up tile)
+
+// ---- Q8_K quantisation ------------------------------------------------------------------------
+
+// The block's max as one 64-bit key: |x| bits, then 255 - index, then the sign bit. The largest key
+// is the CPU's choice (the first-strictly-greater scan: largest |x|, lowest index on ties) in any
+// reduction order; NaN gets key 0 (the CPU's `>` never picks it); |x| = 0 for every value means an
+// all-zero block.
+__device__ __forceinline__ uint64_t q8_key(float v, int i) {
+    const uint32_t b = __float_as_uint(v), a = b & 0x7fffffffu;
+    return a > 0x7f800000u ? 0ull : (uint64_t)a << 32 | (uint32_t)(255 - i) << 1 | b >> 31;
+}
+__device__ __forceinline__ uint64_t q8_key4(float4 f, int i, uint64_t m) {
+    m = max(m, q8_key(f.x, i));
+    m = max(m, q8_key(f.y, i + 1));
+    m = max(m, q8_key(f.z, i + 2));
+    return max(m, q8_key(f.w, i + 3));
+}
+__device__ __forceinline__ uint64_t q8_key_xor(uint64_t m, int o) { return max(m, __shfl_xor_sync(FULL_MASK, m, o)); }
+// iscale of the block (0 for an all-zero block) and the block scale d = 1 / iscale.
+__device__ __forceinline__ void q8_scale(uint64_t key, float &is, float &d) {
+    const uint32_t a = (uint32_t)(key >> 32);
+    if (a == 0) {
+        is = 0.0f;
+        d = 0.0f;
+    } else {
+        is = -127.0f / __uint_as_float(a | (uint32_t)(key & 1) << 31);
+        d = 1.0f / is;
+    }
+}
+__device__ __forceinline__ int q8_one(float is, float x) {
+    const int v = __float2int_rn(__fmul_rn(is, x));
+    return v < 127 ? v : 127;
+}
+__device__ __forceinline__ int q8_pack(float is, float4 f) {
+    return (q8_one(is, f.x) & 255) | (q8_one(is, f.y) & 255) << 8 | (q8_one(is, f.z) & 255) << 16 |
+           (q8_one(is, f.w) & 255) << 24;
+}
+
+// The CPU's float epilogue of one super-block.
+template <int TYPE> __device__ __forceinline__ float mmq_term(float yd, float d, float dmin, int isum, int summs) {
+    if constexpr (TYPE == T_Q6_K) return d * yd * (float)isum;
+    else return yd * d * (float)isum - yd * dmin * (float)summs;
+}
+
+// ---- weights -----------------------------------------------------------------------------------
+
+// 4 consecutive bytes at b + o, o a multiple of 4 (Q4_K/Q5_K blocks are 16-byte aligned, Q6_K
+// blocks only 2-byte: quant.cuh).
+template <int TYPE> __device__ __forceinline__ uint32_t mmq_ld4(const uint8_t *b, int o) {
+    if constexpr (TYPE == T_Q6_K) return ld32_2(b + o);
+    else return *(const uint32_t *)(b + o);
+}
+
+// Super-block scales: d, dmin (Q4_K/Q5_K; Q6_K: dmin unused).
+template <int TYPE> __device__ __forceinline__ void mmq_d(const uint8_t *b, float &d, float &dmin) {
+    if constexpr (TYPE == T_Q6_K) {
+        d = h2f(ld16(b + 208));
+        dmin = 0.0f;
+    } else {
+        d = h2f(ld16(b));
+        dmin = h2f(ld16(b + 2));
+    }
+}
+
+// 4 codes (signed bytes, the type's integer unit: Q6_K code - 32) of values 32*s + k .. +3 of the
+// super-block at b, k = 0..28 in steps of 4.
+template <int TYPE> __device__ __forceinline__ int mmq_codes4(const uint8_t *b, int s, int k) {
+    if constexpr (TYPE == T_Q4_K) {
+        return (int)((mmq_ld4<TYPE>(b, 16 + 32 * (s >> 1) + k) >> (4 * (s & 1))) & 0x0F0F0F0Fu);
+    } else if constexpr (TYPE == T_Q5_K) {
+        const uint32_t lo = (mmq_ld4<TYPE>(b, 48 + 32 * (s >> 1) + k) >> (4 * (s & 1))) & 0x0F0F0F0Fu;
+        const uint32_t hi = (mmq_ld4<TYPE>(b, 16 + k) >> s) & 0x01010101u;
+        return (int)(lo | hi << 4);
+    } else {
+        const int h = s >> 2, r = s & 3;
+        const uint32_t lo = (mmq_ld4<TYPE>(b, 64 * h + 32 * (r & 1) + k) >> (4 * (r >> 1))) & 0x0F0F0F0Fu;
+        const uint32_t hi = (mmq_ld4<TYPE>(b, 128 + 32 * h + k) >> (2 * r)) & 0x03030303u;
+        return (int)__vsub4(lo | hi << 4, 0x20202020u);
+    }
+}
+
+// The 32 codes of sub-block (Q6_K: 32-value slice) s as 8 words: mmq_codes4 for k = 0, 4, .., 28,
+// with 16-byte loads where the block's alignment allows (Q4_K, Q5_K).
+template <int TYPE> __device__ __forceinline__ void mmq_codes32(const uint8_t *b, int s, int (&w)[8]) {
+    if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K) {
+        const uint4 *q = (const uint4 *)(b + (TYPE == T_Q4_K ? 16 : 48) + 32 * (s >> 1));
+        const uint4 q0 = q[0], q1 = q[1];
+        const uint32_t v[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if constexpr (TYPE == T_Q5_K) {
+            const uint4 *qh = (const uint4 *)(b + 16);
+            const uint4 h0 = qh[0], h1 = qh[1];
+            const uint32_t hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) h[i] = ((hv[i] >> s) & 0x01010101u) << 4;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = (int)(((v[i] >> (4 * (s & 1))) & 0x0F0F0F0Fu) | h[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = mmq_codes4<TYPE>(b, s, 4 * i);
+    }
+}
+
+// Sub-block scales of the super-block: Q4_K/Q5_K sc[0..8), m[0..8) (6-bit); Q6_K sc[0..16) (int8).
+template <int TYPE> __device__ __forceinline__ void mmq_scales(const uint8_t *b, int *sc, int *m) {
+    if constexpr (TYPE == T_Q6_K) {
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const uint32_t v = mmq_ld4<TYPE>(b, 192 + 4 * w);
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[4 * w + e] = (int)(int8_t)(v >> (8 * e));
+        }
+    } else {
+        uint8_t s[12];
+#pragma unroll
+        for (int w = 0; w < 3; w++) {
+            const uint32_t v = mmq_ld4<TYPE>(b, 4 + 4 * w);
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[4 * w + e] = (uint8_t)(v >> (8 * e));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) k4_scale_min(s, k, sc[k], m[k]);
+    }
+}
+
+// ---- where a warp works (segment, rows, token tile), as mm_body ------------------------------
+
+struct mmq_at {
+    int si, r0, start, count;
+    const uint8_t *w, *w2; // this tile's expert (or the matrix) for gate (or plain) and up rows
+};
+// rows: output rows per warp. Returns false if the warp has nothing to do.
+__device__ __forceinline__ bool mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {
+    const int warp = threadIdx.x >> 5;
+    int si = 0;
+    while (si + 1 < a.nseg && (int)blockIdx.x >= a.seg_start[si + 1]) si++;
+    const cu_seg &sg = a.seg[si];
+    at.si = si;
+    at.r0 = ((int)blockIdx.x - a.seg_start[si]) * (MM_WARPS * rows) + warp * rows;
+    if (at.r0 >= sg.n_out) return false;
+    int expert = 0;
+    if (a.grouped) {
+        if ((int)blockIdx.y >= *a.g.n_tiles) return false;
+        const cu_tile t = a.g.tiles[blockIdx.y];
+        at.start = t.start;
+        at.count = t.count;
+        expert = t.expert;
+    } else {
+        at.start = blockIdx.y * tt;
+        at.count = min(tt, a.T - at.start);
+    }
+    at.w = sg.w + (size_t)expert * sg.expert_stride;
+    at.w2 = sg.w2 ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
+    return true;
+}
+__device__ __forceinline__ const float *mmq_xrow(const mm_launch &a, int p) {
+    return a.x + (size_t)(a.g.pair_in ? a.g.pair_in[p] : p) * a.ldx;
+}
+__device__ __forceinline__ void mmq_store(const mm_launch &a, const cu_seg &sg, int r, int p, float val) {
+    const int orow = a.g.pair_out ? a.g.pair_out[p] : p;
+    if (sg.epi == CU_EPI_CONV)
+        val = conv_channel(a.conv.w + (size_t)r * a.conv.kw, a.conv.state, a.conv.C, r, a.conv.kw, val);
+    sg.y[(size_t)orow * sg.ldy + r] = val;
+}
+
+// ---- dp4a: NR output rows per warp (two weight rows each for gate/up), TT tokens ---------------
+//
+// Lanes 8q .. 8q+7 take super-block ib0 + q (four per step); lane j of the group takes its 32
+// values (sub-block j: Q6_K sub-blocks 2j, 2j+1). A token's block is quantised once per warp for
+// its NR rows. Integer sums meet in the group (xor 1, 2, 4); the four groups' terms are added in
+// super-block order by every lane.
+template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
+    constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes;
+    const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
+    mmq_at at;
+    if (!mmq_locate(a, NR, TT, at)) return;
+    const cu_seg &sg = a.seg[at.si];
+    const uint8_t *wr[NW]; // plain: rows r0 + i; gate/up: gate rows i < NR, up rows NR + i
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        const size_t off = (size_t)min(at.r0 + i, sg.n_out - 1) * sg.row_bytes;
+        wr[i] = at.w + off;
+        if constexpr (GU) wr[NR + i] = at.w2 + off;
+    }
+    const float *xr[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) xr[t] = mmq_xrow(a, at.start + (t < at.count ? t : 0));
+    float acc[NW][TT];
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
+    const int nsb = a.n_in / 256;
+    for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
+        const int ib = ib0 + q;
+        const bool on = ib < nsb;
+        int wq[NW][8], sc[NW][2], mn[NW];
+        float dd[NW], dm[NW];
+#pragma unroll
+        for (int i = 0; i < NW; i++) {
+            mn[i] = 0;
+            dd[i] = dm[i] = 0.0f;
+            sc[i][0] = sc[i][1] = 0;
+#pragma unroll
+            for (int w = 0; w < 8; w++) wq[i][w] = 0;
+            if (on) {
+                const uint8_t *b = wr[i] + (size_t)ib * BB;
+                mmq_codes32<TYPE>(b, j, wq[i]);
+                if constexpr (TYPE == T_Q6_K) {
+                    sc[i][0] = (int8_t)b[192 + 2 * j];
+                    sc[i][1] = (int8_t)b[193 + 2 * j];
+                } else {
+                    k4_scale_min(b + 4, j, sc[i][0], mn[i]);
+                }
+                mmq_d<TYPE>(b, dd[i], dm[i]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            float4 xv[8];
+            uint64_t key = 0;
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                xv[w] = on ? __ldg((const float4 *)(xr[t] + (size_t)256 * ib + 32 * j + 4 * w)) : make_float4(0, 0, 0, 0);
+                key = q8_key4(xv[w], 32 * j + 4 * w, key);
+            }
+            key = q8_key_xor(key, 1);
+            key = q8_key_xor(key, 2);
+            key = q8_key_xor(key, 4);
+            float is, yd;
+            q8_scale(key, is, yd);
+            int xq[8], qsum = 0;
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                xq[w] = q8_pack(is, xv[w]);
+                qsum = __dp4a(xq[w], 0x01010101, qsum);
+            }
+#pragma unroll
+            for (int i = 0; i < NW; i++) {
+                int lo = 0, hi = 0;
+#pragma unroll
+                for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
+#pragma unroll
+                for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
+                int isum = TYPE == T_Q6_K ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
+                int summs = mn[i] * qsum;
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) {
+                    isum += __shfl_xor_sync(FULL_MASK, isum, o);
+                    if constexpr (TYPE != T_Q6_K) summs += __shfl_xor_sync(FULL_MASK, summs, o);
+                }
+                const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
+#pragma unroll
+                for (int g = 0; g < 4; g++) {
+                    const float tg = __shfl_sync(FULL_MASK, term, 8 * g);
+                    if (ib0 + g < nsb) acc[i][t] = acc[i][t] + tg;
+                }
+            }
+        }
+    }
+    if (lane) return;
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        if (at.r0 + i >= sg.n_out) break;
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (t >= at.count) break;
+            const float val = GU ? silu_f(acc[i][t]) * acc[GU ? NR + i : i][t] : acc[i][t];
+            mmq_store(a, sg, at.r0 + i, at.start + t, val);
+        }
+    }
+}
+
+template <int TYPE, int TT, bool GU, int NR>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
+    mmq_vec_body<TYPE, TT, GU, NR>(a);
+    if constexpr (TT == 1 && !GU)
+        if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
+}
+
+// ---- int8 tensor cores: 32 weight rows (a gate and an up tile of 16 for gate/up) x 8 tokens --------
+//
+// mma.sync m16n8k32 (Q6_K: two m16n8k16, one per 16-value sub-block) on s8 operands, s32
+// accumulators. Fragments (PTX ISA, integer mma): g = lane / 4, t = lane % 4; A regs 0/2 hold row g,
+// 1/3 row g + 8, at k = 4t..4t+3 (regs 0, 1) and 16 + 4t.. (regs 2, 3); B regs 0/1 hold token (column)
+// g at the same k; C regs 0..3 are (row g, token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+// The block first quantises its 8 tokens' rows into shared memory (once for its 4 warps; rows
+// padded by 16 bytes so the B loads of the 8 tokens hit distinct banks), then every warp walks the
+// super-blocks.
+__device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Shared memory of k_mmq_mma: the tile's 8 quantised rows (n_in + 16 bytes each), then their block
+// scales (8 x n_in/256 floats).
+static inline size_t mmq_mma_smem(int n_in) { return (size_t)CU_TT * (n_in + 16) + (size_t)CU_TT * (n_in / 256) * 4; }
+
+template <int TYPE, bool GU> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
+    constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8;
+    extern __shared__ __align__(16) uint8_t mmq_sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int nsb = a.n_in / 256, xs = a.n_in + 16;
+    float *syd = (float *)(mmq_sm + (size_t)CU_TT * xs);
+    mmq_at at;
+    const bool work = mmq_locate(a, GU ? 16 : 32, CU_TT, at);
+    // the block's tile (all warps of a block share it; a warp without rows still quantises)
+    int start, count;
+    if (a.grouped) {
+        if ((int)blockIdx.y >= *a.g.n_tiles) return; // the whole block
+        start = a.g.tiles[blockIdx.y].start;
+        count = a.g.tiles[blockIdx.y].count;
+    } else {
+        start = blockIdx.y * CU_TT;
+        count = min(CU_TT, a.T - start);
+    }
+    // quantise: warp w takes tokens w, w + 4; lanes 8q..8q+7 a super-block, lane j its 32 values
+    {
+        const int q = lane >> 3, j = lane & 7;
+        for (int n = warp; n < CU_TT; n += MM_WARPS) {
+            const float *xn = mmq_xrow(a, start + (n < count ? n : 0));
+            for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
+                const int ib = ib0 + q;
+                const bool on = ib < nsb;
+                float4 xv[8];
+                uint64_t key = 0;
+#pragma unroll
+                for (int w = 0; w < 8; w++) {
+                    xv[w] = on ? __ldg((const float4 *)(xn + (size_t)256 * ib + 32 * j + 4 * w)) : make_float4(0, 0, 0, 0);
+                    key = q8_key4(xv[w], 32 * j + 4 * w, key);
+                }
+                key = q8_key_xor(key, 1);
+                key = q8_key_xor(key, 2);
+                key = q8_key_xor(key, 4);
+                float is, yd;
+                q8_scale(key, is, yd);
+                if (on) {
+                    uint4 *dst = (uint4 *)(mmq_sm + (size_t)n * xs + 256 * ib + 32 * j);
+                    dst[0] = make_uint4(q8_pack(is, xv[0]), q8_pack(is, xv[1]), q8_pack(is, xv[2]), q8_pack(is, xv[3]));
+                    dst[1] = make_uint4(q8_pack(is, xv[4]), q8_pack(is, xv[5]), q8_pack(is, xv[6]), q8_pack(is, xv[7]));
+                    if (j == 0) syd[n * nsb + ib] = yd;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (!work) return;
+    const cu_seg &sg = a.seg[at.si];
+    // weight rows of the thread: tile mt, half h (row g + 8h)
+    const uint8_t *wr[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = min(at.r0 + (GU ? 0 : 16 * mt) + g + 8 * h, sg.n_out - 1);
+            wr[mt][h] = (GU && mt ? at.w2 : at.w) + (size_t)r * sg.row_bytes;
+        }
+    const uint8_t *xg = mmq_sm + (size_t)g * xs + 4 * t;
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[mt][i] = 0.0f;
+    for (int ib = 0; ib < nsb; ib++) {
+        int bq[16];
+#pragma unroll
+        for (int v = 0; v < 16; v++) bq[v] = *(const int *)(xg + 256 * ib + 32 * (v >> 1) + 16 * (v & 1));
+        const float yc[2] = {syd[(2 * t) * nsb + ib], syd[(2 * t + 1) * nsb + ib]};
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            int sc[2][NSC], mn[2][8];
+            float dd[2], dm[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *b = wr[mt][h] + (size_t)ib * BB;
+                mmq_scales<TYPE>(b, sc[h], mn[h]);
+                mmq_d<TYPE>(b, dd[h], dm[h]);
+            }
+            int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
+            const uint8_t *b0 = wr[mt][0] + (size_t)ib * BB, *b1 = wr[mt][1] + (size_t)ib * BB;
+#pragma unroll
+            for (int s = 0; s < 8; s++) {
+                const int a0 = mmq_codes4<TYPE>(b0, s, 4 * t), a1 = mmq_codes4<TYPE>(b1, s, 4 * t);
+                const int a2 = mmq_codes4<TYPE>(b0, s, 16 + 4 * t), a3 = mmq_codes4<TYPE>(b1, s, 16 + 4 * t);
+                if constexpr (TYPE == T_Q6_K) {
+                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                    mma_k16(lo, a0, a1, bq[2 * s]);
+                    mma_k16(hi, a2, a3, bq[2 * s + 1]);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) isum[i] += sc[i >> 1][2 * s] * lo[i] + sc[i >> 1][2 * s + 1] * hi[i];
+                } else {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k32(c, a0, a1, a2, a3, bq[2 * s], bq[2 * s + 1]);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) isum[i] += sc[i >> 1][s] * c[i];
+                    const int m0 = mn[0][s] * 0x01010101, m1 = mn[1][s] * 0x01010101;
+                    mma_k32(summs, m0, m1, m0, m1, bq[2 * s], bq[2 * s + 1]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[mt][i] = acc[mt][i] + mmq_term<TYPE>(yc[i & 1], dd[i >> 1], dm[i >> 1], isum[i], summs[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int n = 2 * t + (i & 1);
+        if (n >= at.count) continue;
+#pragma unroll
+        for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
+            const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
+            if (r >= sg.n_out) continue;
+            const float val = GU ? silu_f(acc[0][i]) * acc[1][i] : acc[mt][i];
+            mmq_store(a, sg, r, at.start + n, val);
+        }
+    }
+}
+
+// ---- launch ------------------------------------------------------------------------------------
+
+// Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2|4 (default 2). Tuning only: every
+// choice gives the same bits.
+static inline int mmq_vec_nr() {
+    static int nr = 0;
+    if (!nr) {
+        const char *e = getenv("RL_CUDA_MMQ_NR");
+        const int v = e ? atoi(e) : 2;
+        nr = v == 1 || v == 4 ? v : 2;
+    }
+    return nr;
+}
+
+// Rows per block of the integer path (host side; matmul_go's segment layout).
+static inline int mmq_rows_per_block(bool gateup, int tt, bool small) {
+    return tt == 1 || small ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
+}
+
+template <int TYPE, int TT, int NR> static void mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
+    if (gateup) k_mmq_vec<TYPE, TT, true, NR><<<grid, MM_WARPS * 32, 0, L.s>>>(L);
+    else k_mmq_vec<TYPE, TT, false, NR><<<grid, MM_WARPS * 32, 0, L.s>>>(L);
+}
+template <int TYPE, int TT> static void mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
+    switch (mmq_vec_nr()) {
+    case 1: mmq_go_vec_nr<TYPE, TT, 1>(grid, L, gateup); break;
+    case 4: mmq_go_vec_nr<TYPE, TT, 4>(grid, L, gateup); break;
+    default: mmq_go_vec_nr<TYPE, TT, 2>(grid, L, gateup); break;
+    }
+}
+
+template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
+    const size_t sm = mmq_mma_smem(L.n_in);
+    static size_t opted = 48 << 10; // dynamic shared memory this instance may use
+    if (sm > opted) {
+        if (CU_CHECK(cudaFuncSetAttribute(k_mmq_mma<TYPE, GU>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
+            return -1;
+        opted = sm;
+    }
+    k_mmq_mma<TYPE, GU><<<grid, MM_WARPS * 32, sm, L.s>>>(L);
+    return 0;
+}
+
+template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
+    dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
+    if (tt == 1) mmq_go_vec<TYPE, 1>(grid, L, gateup);
+    else if (L.small && tt == 2) mmq_go_vec<TYPE, 2>(grid, L, gateup);
+    else if (L.small && tt == 4) mmq_go_vec<TYPE, 4>(grid, L, gateup);
+    else if (L.small) mmq_go_vec<TYPE, 8>(grid, L, gateup);
+    else if ((gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L))) return -1;
+    CU_LAUNCHED("k_mmq");
+    return 0;
+}
