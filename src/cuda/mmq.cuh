@@ -154,18 +154,17 @@ struct mmq_at {
     int si, r0, start, count;
     const uint8_t *w, *w2; // this tile's expert (or the matrix) for gate (or plain) and up rows
 };
-// rows: output rows per warp. Returns false if the warp has nothing to do.
-__device__ __forceinline__ bool mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {
+// rows: output rows per warp. Returns 0 if the block's tile does not exist (grouped launches: the
+// whole block exits), 1 if the tile exists but this warp has no rows (it still helps quantise the
+// tile), 2 if the warp has work.
+__device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {
     const int warp = threadIdx.x >> 5;
     int si = 0;
     while (si + 1 < a.nseg && (int)blockIdx.x >= a.seg_start[si + 1]) si++;
     const cu_seg &sg = a.seg[si];
-    at.si = si;
-    at.r0 = ((int)blockIdx.x - a.seg_start[si]) * (MM_WARPS * rows) + warp * rows;
-    if (at.r0 >= sg.n_out) return false;
     int expert = 0;
     if (a.grouped) {
-        if ((int)blockIdx.y >= *a.g.n_tiles) return false;
+        if ((int)blockIdx.y >= *a.g.n_tiles) return 0;
         const cu_tile t = a.g.tiles[blockIdx.y];
         at.start = t.start;
         at.count = t.count;
@@ -174,9 +173,11 @@ __device__ __forceinline__ bool mmq_locate(const mm_launch &a, int rows, int tt,
         at.start = blockIdx.y * tt;
         at.count = min(tt, a.T - at.start);
     }
+    at.si = si;
+    at.r0 = ((int)blockIdx.x - a.seg_start[si]) * (MM_WARPS * rows) + warp * rows;
     at.w = sg.w + (size_t)expert * sg.expert_stride;
     at.w2 = sg.w2 ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
-    return true;
+    return at.r0 < sg.n_out ? 2 : 1;
 }
 __device__ __forceinline__ const float *mmq_xrow(const mm_launch &a, int p) {
     return a.x + (size_t)(a.g.pair_in ? a.g.pair_in[p] : p) * a.ldx;
@@ -188,17 +189,56 @@ __device__ __forceinline__ void mmq_store(const mm_launch &a, const cu_seg &sg, 
     sg.y[(size_t)orow * sg.ldy + r] = val;
 }
 
+// ---- the block's tokens, quantised once into shared memory ---------------------------------------
+//
+// Rows of n_in + 16 bytes (the 16 keep the 8 token rows of an MMA B load on distinct banks), then
+// the block scales [tt][n_in / 256] as floats. Groups of 8 lanes take one (token, super-block) task
+// at a time, lane j its 32 values; the tile's missing tokens (t >= count) repeat token 0.
+static inline size_t mmq_smem(int n_in, int tt) { return (size_t)tt * (n_in + 16) + (size_t)tt * (n_in / 256) * 4; }
+
+__device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start, int count, int tt, uint8_t *sm) {
+    const int nsb = a.n_in / 256, xs = a.n_in + 16, lane = threadIdx.x & 31, j = lane & 7;
+    float *syd = (float *)(sm + (size_t)tt * xs);
+    const int ng = blockDim.x >> 3, ntask = tt * nsb; // groups per block; the loop is uniform per warp
+    for (int base = ((int)threadIdx.x >> 5) * 4; base < ntask; base += ng) {
+        const int task = base + (lane >> 3);
+        const bool on = task < ntask;
+        const int n = on ? task / nsb : 0, ib = on ? task % nsb : 0;
+        const float *xn = mmq_xrow(a, start + (n < count ? n : 0)) + (size_t)256 * ib + 32 * j;
+        float4 xv[8];
+        uint64_t key = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            xv[w] = on ? __ldg((const float4 *)(xn + 4 * w)) : make_float4(0, 0, 0, 0);
+            key = q8_key4(xv[w], 32 * j + 4 * w, key);
+        }
+        key = q8_key_xor(key, 1);
+        key = q8_key_xor(key, 2);
+        key = q8_key_xor(key, 4);
+        float is, yd;
+        q8_scale(key, is, yd);
+        if (on) {
+            uint4 *dst = (uint4 *)(sm + (size_t)n * xs + 256 * ib + 32 * j);
+            dst[0] = make_uint4(q8_pack(is, xv[0]), q8_pack(is, xv[1]), q8_pack(is, xv[2]), q8_pack(is, xv[3]));
+            dst[1] = make_uint4(q8_pack(is, xv[4]), q8_pack(is, xv[5]), q8_pack(is, xv[6]), q8_pack(is, xv[7]));
+            if (j == 0) syd[n * nsb + ib] = yd;
+        }
+    }
+}
+
 // ---- dp4a: NR output rows per warp (two weight rows each for gate/up), TT tokens ---------------
 //
-// Lanes 8q .. 8q+7 take super-block ib0 + q (four per step); lane j of the group takes its 32
-// values (sub-block j: Q6_K sub-blocks 2j, 2j+1). A token's block is quantised once per warp for
-// its NR rows. Integer sums meet in the group (xor 1, 2, 4); the four groups' terms are added in
-// super-block order by every lane.
+// The block quantises its TT tokens into shared memory first (mmq_quantise_tile: once for its 4
+// warps and their rows), then lanes 8q .. 8q+7 of a warp take super-block ib0 + q (four per step),
+// lane j of the group its 32 values (sub-block j: Q6_K sub-blocks 2j, 2j+1). Integer sums meet in
+// the group (xor 1, 2, 4); the four groups' terms are added in super-block order by every lane.
 template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes;
+    extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
     mmq_at at;
-    if (!mmq_locate(a, NR, TT, at)) return;
+    const int where = mmq_locate(a, NR, TT, at);
+    if (!where) return; // the whole block
     const cu_seg &sg = a.seg[at.si];
     const uint8_t *wr[NW]; // plain: rows r0 + i; gate/up: gate rows i < NR, up rows NR + i
 #pragma unroll
@@ -207,20 +247,12 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
         wr[i] = at.w + off;
         if constexpr (GU) wr[NR + i] = at.w2 + off;
     }
-    const float *xr[TT];
-#pragma unroll
-    for (int t = 0; t < TT; t++) xr[t] = mmq_xrow(a, at.start + (t < at.count ? t : 0));
-    float acc[NW][TT];
-#pragma unroll
-    for (int i = 0; i < NW; i++)
-#pragma unroll
-        for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
-    const int nsb = a.n_in / 256;
-    for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
+    const int nsb = a.n_in / 256, xs = a.n_in + 16;
+    // this lane's weights of super-block ib0 + q (zeros past the row)
+    int wq[NW][8], sc[NW][2], mn[NW];
+    float dd[NW], dm[NW];
+    auto load_w = [&](int ib0) {
         const int ib = ib0 + q;
-        const bool on = ib < nsb;
-        int wq[NW][8], sc[NW][2], mn[NW];
-        float dd[NW], dm[NW];
 #pragma unroll
         for (int i = 0; i < NW; i++) {
             mn[i] = 0;
@@ -228,7 +260,7 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
             sc[i][0] = sc[i][1] = 0;
 #pragma unroll
             for (int w = 0; w < 8; w++) wq[i][w] = 0;
-            if (on) {
+            if (ib < nsb) {
                 const uint8_t *b = wr[i] + (size_t)ib * BB;
                 mmq_codes32<TYPE>(b, j, wq[i]);
                 if constexpr (TYPE == T_Q6_K) {
@@ -240,26 +272,34 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
                 mmq_d<TYPE>(b, dd[i], dm[i]);
             }
         }
+    };
+    if (where == 2) load_w(0); // in flight while the tile is quantised
+    mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
+    __syncthreads();
+    if (where < 2) return;
+    const float *syd = (const float *)(mmq_sm + (size_t)TT * xs);
+    float acc[NW][TT];
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
+    for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
+        const int ib = ib0 + q;
+        const bool on = ib < nsb;
+        if (ib0) load_w(ib0);
 #pragma unroll
         for (int t = 0; t < TT; t++) {
-            float4 xv[8];
-            uint64_t key = 0;
-#pragma unroll
-            for (int w = 0; w < 8; w++) {
-                xv[w] = on ? __ldg((const float4 *)(xr[t] + (size_t)256 * ib + 32 * j + 4 * w)) : make_float4(0, 0, 0, 0);
-                key = q8_key4(xv[w], 32 * j + 4 * w, key);
+            int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
+            float yd = 0.0f;
+            if (on) {
+                const uint4 *src = (const uint4 *)(mmq_sm + (size_t)t * xs + 256 * ib + 32 * j);
+                const uint4 u0 = src[0], u1 = src[1];
+                xq[0] = (int)u0.x; xq[1] = (int)u0.y; xq[2] = (int)u0.z; xq[3] = (int)u0.w;
+                xq[4] = (int)u1.x; xq[5] = (int)u1.y; xq[6] = (int)u1.z; xq[7] = (int)u1.w;
+                yd = syd[t * nsb + ib];
             }
-            key = q8_key_xor(key, 1);
-            key = q8_key_xor(key, 2);
-            key = q8_key_xor(key, 4);
-            float is, yd;
-            q8_scale(key, is, yd);
-            int xq[8], qsum = 0;
 #pragma unroll
-            for (int w = 0; w < 8; w++) {
-                xq[w] = q8_pack(is, xv[w]);
-                qsum = __dp4a(xq[w], 0x01010101, qsum);
-            }
+            for (int w = 0; w < 8; w++) qsum = __dp4a(xq[w], 0x01010101, qsum);
 #pragma unroll
             for (int i = 0; i < NW; i++) {
                 int lo = 0, hi = 0;
@@ -309,9 +349,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
 // accumulators. Fragments (PTX ISA, integer mma): g = lane / 4, t = lane % 4; A regs 0/2 hold row g,
 // 1/3 row g + 8, at k = 4t..4t+3 (regs 0, 1) and 16 + 4t.. (regs 2, 3); B regs 0/1 hold token (column)
 // g at the same k; C regs 0..3 are (row g, token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
-// The block first quantises its 8 tokens' rows into shared memory (once for its 4 warps; rows
-// padded by 16 bytes so the B loads of the 8 tokens hit distinct banks), then every warp walks the
-// super-blocks.
+// The block first quantises its 8 tokens' rows into shared memory (mmq_quantise_tile), then every
+// warp walks the super-blocks.
 __device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -324,59 +363,18 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
                  : "r"(a0), "r"(a1), "r"(b0));
 }
 
-// Shared memory of k_mmq_mma: the tile's 8 quantised rows (n_in + 16 bytes each), then their block
-// scales (8 x n_in/256 floats).
-static inline size_t mmq_mma_smem(int n_in) { return (size_t)CU_TT * (n_in + 16) + (size_t)CU_TT * (n_in / 256) * 4; }
-
 template <int TYPE, bool GU> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
     constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nsb = a.n_in / 256, xs = a.n_in + 16;
-    float *syd = (float *)(mmq_sm + (size_t)CU_TT * xs);
+    const float *syd = (const float *)(mmq_sm + (size_t)CU_TT * xs);
     mmq_at at;
-    const bool work = mmq_locate(a, GU ? 16 : 32, CU_TT, at);
-    // the block's tile (all warps of a block share it; a warp without rows still quantises)
-    int start, count;
-    if (a.grouped) {
-        if ((int)blockIdx.y >= *a.g.n_tiles) return; // the whole block
-        start = a.g.tiles[blockIdx.y].start;
-        count = a.g.tiles[blockIdx.y].count;
-    } else {
-        start = blockIdx.y * CU_TT;
-        count = min(CU_TT, a.T - start);
-    }
-    // quantise: warp w takes tokens w, w + 4; lanes 8q..8q+7 a super-block, lane j its 32 values
-    {
-        const int q = lane >> 3, j = lane & 7;
-        for (int n = warp; n < CU_TT; n += MM_WARPS) {
-            const float *xn = mmq_xrow(a, start + (n < count ? n : 0));
-            for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
-                const int ib = ib0 + q;
-                const bool on = ib < nsb;
-                float4 xv[8];
-                uint64_t key = 0;
-#pragma unroll
-                for (int w = 0; w < 8; w++) {
-                    xv[w] = on ? __ldg((const float4 *)(xn + (size_t)256 * ib + 32 * j + 4 * w)) : make_float4(0, 0, 0, 0);
-                    key = q8_key4(xv[w], 32 * j + 4 * w, key);
-                }
-                key = q8_key_xor(key, 1);
-                key = q8_key_xor(key, 2);
-                key = q8_key_xor(key, 4);
-                float is, yd;
-                q8_scale(key, is, yd);
-                if (on) {
-                    uint4 *dst = (uint4 *)(mmq_sm + (size_t)n * xs + 256 * ib + 32 * j);
-                    dst[0] = make_uint4(q8_pack(is, xv[0]), q8_pack(is, xv[1]), q8_pack(is, xv[2]), q8_pack(is, xv[3]));
-                    dst[1] = make_uint4(q8_pack(is, xv[4]), q8_pack(is, xv[5]), q8_pack(is, xv[6]), q8_pack(is, xv[7]));
-                    if (j == 0) syd[n * nsb + ib] = yd;
-                }
-            }
-        }
-    }
+    const int where = mmq_locate(a, GU ? 16 : 32, CU_TT, at);
+    if (!where) return; // the whole block
+    mmq_quantise_tile(a, at.start, at.count, CU_TT, mmq_sm);
     __syncthreads();
-    if (!work) return;
+    if (where < 2) return;
     const cu_seg &sg = a.seg[at.si];
     // weight rows of the thread: tile mt, half h (row g + 8h)
     const uint8_t *wr[MT][2];
@@ -450,14 +448,13 @@ template <int TYPE, bool GU> __global__ void __launch_bounds__(MM_WARPS * 32) k_
 
 // ---- launch ------------------------------------------------------------------------------------
 
-// Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2|4 (default 2). Tuning only: every
-// choice gives the same bits.
+// Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 1). Tuning only: both
+// give the same bits.
 static inline int mmq_vec_nr() {
     static int nr = 0;
     if (!nr) {
         const char *e = getenv("RL_CUDA_MMQ_NR");
-        const int v = e ? atoi(e) : 2;
-        nr = v == 1 || v == 4 ? v : 2;
+        nr = e && atoi(e) == 2 ? 2 : 1;
     }
     return nr;
 }
@@ -467,37 +464,39 @@ static inline int mmq_rows_per_block(bool gateup, int tt, bool small) {
     return tt == 1 || small ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
 }
 
-template <int TYPE, int TT, int NR> static void mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
-    if (gateup) k_mmq_vec<TYPE, TT, true, NR><<<grid, MM_WARPS * 32, 0, L.s>>>(L);
-    else k_mmq_vec<TYPE, TT, false, NR><<<grid, MM_WARPS * 32, 0, L.s>>>(L);
-}
-template <int TYPE, int TT> static void mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
-    switch (mmq_vec_nr()) {
-    case 1: mmq_go_vec_nr<TYPE, TT, 1>(grid, L, gateup); break;
-    case 4: mmq_go_vec_nr<TYPE, TT, 4>(grid, L, gateup); break;
-    default: mmq_go_vec_nr<TYPE, TT, 2>(grid, L, gateup); break;
-    }
-}
-
-template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
-    const size_t sm = mmq_mma_smem(L.n_in);
-    static size_t opted = 48 << 10; // dynamic shared memory this instance may use
+// Launch kernel K with the dynamic shared memory of a tile of tt tokens (opting in above 48 KiB once
+// per kernel: long rows).
+template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, int tt, size_t &opted) {
+    const size_t sm = mmq_smem(L.n_in, tt);
     if (sm > opted) {
-        if (CU_CHECK(cudaFuncSetAttribute(k_mmq_mma<TYPE, GU>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
-            return -1;
+        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
         opted = sm;
     }
-    k_mmq_mma<TYPE, GU><<<grid, MM_WARPS * 32, sm, L.s>>>(L);
+    kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
     return 0;
+}
+template <int TYPE, int TT, bool GU, int NR> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR>, grid, L, TT, opted);
+}
+template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_nr() == 1) return gateup ? mmq_go_vec<TYPE, TT, true, 1>(grid, L) : mmq_go_vec<TYPE, TT, false, 1>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, TT, true, 2>(grid, L) : mmq_go_vec<TYPE, TT, false, 2>(grid, L);
+}
+template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    return mmq_go(k_mmq_mma<TYPE, GU>, grid, L, CU_TT, opted);
 }
 
 template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
-    if (tt == 1) mmq_go_vec<TYPE, 1>(grid, L, gateup);
-    else if (L.small && tt == 2) mmq_go_vec<TYPE, 2>(grid, L, gateup);
-    else if (L.small && tt == 4) mmq_go_vec<TYPE, 4>(grid, L, gateup);
-    else if (L.small) mmq_go_vec<TYPE, 8>(grid, L, gateup);
-    else if ((gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L))) return -1;
+    int rc;
+    if (tt == 1) rc = mmq_go_vec<TYPE, 1>(grid, L, gateup);
+    else if (L.small && tt == 2) rc = mmq_go_vec<TYPE, 2>(grid, L, gateup);
+    else if (L.small && tt == 4) rc = mmq_go_vec<TYPE, 4>(grid, L, gateup);
+    else if (L.small) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);
+    else rc = gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L);
+    if (rc) return rc;
     CU_LAUNCHED("k_mmq");
     return 0;
 }
