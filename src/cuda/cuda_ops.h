@@ -104,7 +104,7 @@ int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float
  * as the CPU does and each output is quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU
  * backend's value — with dp4a for one-row and small launches and int8 tensor cores (mma.sync) for
  * prefill tiles. Off: the float path above. Process-wide; the initial setting is RL_CUDA_MMQ=0|1
- * (default 0 while decode is slower). Set it before contexts run (a context's prefill and steps must use one arithmetic).
+ * (default 1). Set it before contexts run (a context's prefill and steps must use one arithmetic).
  * Returns the previous setting. */
 int cu_matmul_set_int8(int on);
 
