@@ -6,6 +6,8 @@
 #     build     use build/cuda binaries carried from the dev machine if they run, else make CUDA=1
 #     ops       build/cuda/tests/test_cuda_ops      (every kernel vs the CPU reference)
 #     engine    build/cuda/tests/test_cuda_engine   (exactness contract on the tiny fixture)
+#     kquant    test_cuda_engine MODEL on two small synthetic K-quant models (the int8 K-quant path: contract,
+#               40-row verify == steps, vs the CPU backend), with 2 and 1 rows per warp
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -37,7 +39,7 @@
 #               and the decode graph's node count per setting into the summary, the JSON lines in decodeab.jsonl
 #     profab    Nsight Compute per-kernel time of 2 decode tokens (graphs off) on $CF2, before (RL_CUDA_MM_STAGE=0
 #               RL_CUDA_FUSE=0) and after (defaults): prof_before.txt, prof_after.txt (bench/cuda_profile.sh)
-#   default: build,ops,engine,fixtures,synth,bench,long   (the VRAM tier alone: build,synth,vram)
+#   default: build,ops,engine,kquant,fixtures,synth,bench,long   (the VRAM tier alone: build,synth,vram)
 # Carry (device tool): build/cuda/redlite, build/cuda/tests, .cudabin (shared libs + headers for a
 # build there) and, for bench/cuda_compare.sh, .lcp.
 set -uo pipefail
@@ -45,7 +47,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rl_cuda_out}
 LOGS=${LOGS:-$OUT} # full logs (the device tool returns at most 8 files from $OUT)
 mkdir -p "$OUT" "$LOGS"
-STAGES=${1:-build,ops,engine,fixtures,synth,bench,long}
+STAGES=${1:-build,ops,engine,kquant,fixtures,synth,bench,long}
 CF2=${CF2:-/tmp/cf2.gguf}
 S=$OUT/summary.txt
 T0=$(date +%s)
@@ -85,6 +87,16 @@ has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
+if has kquant; then # the integer K-quant path end to end: two small synthetic K-quant models, NR 2 and 1
+    V=tests/fixtures/qwen3-vocab.gguf
+    $B/redlite synth --preset tiny --vocab $V -o /tmp/t_cf2.gguf --quiet
+    $B/redlite synth --preset q4_k_m --vocab $V -o /tmp/t_q4.gguf --quiet --geometry \
+        hidden=256,layers=4,heads=4,kv_heads=2,head_dim=64,rope_dims=16,experts=16,top_k=4,expert_ff=256,shared_ff=256,inner=256,state=64,groups=2,dt_rank=4
+    for m in t_cf2 t_q4; do
+        run kquant-$m 120 $B/tests/test_cuda_engine /tmp/$m.gguf
+        RL_CUDA_MMQ_NR=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
+    done
+fi
 if has fixtures; then
     RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
         tests/cuda/test_cuda_fixtures.py -k "not long"
