@@ -363,16 +363,18 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
                  : "r"(a0), "r"(a1), "r"(b0));
 }
 
-template <int TYPE, bool GU> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
-    constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8;
+// NT token tiles of 8 per warp (dense launches: 2, so each decoded A fragment serves 16 tokens;
+// grouped launches: 1, the plan's tiles of CU_TT pairs). The per-output arithmetic does not depend on NT.
+template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
+    constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8, TTK = 8 * NT;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nsb = a.n_in / 256, xs = a.n_in + 16;
-    const float *syd = (const float *)(mmq_sm + (size_t)CU_TT * xs);
+    const float *syd = (const float *)(mmq_sm + (size_t)TTK * xs);
     mmq_at at;
-    const int where = mmq_locate(a, GU ? 16 : 32, CU_TT, at);
+    const int where = mmq_locate(a, GU ? 16 : 32, TTK, at);
     if (!where) return; // the whole block
-    mmq_quantise_tile(a, at.start, at.count, CU_TT, mmq_sm);
+    mmq_quantise_tile(a, at.start, at.count, TTK, mmq_sm);
     __syncthreads();
     if (where < 2) return;
     const cu_seg &sg = a.seg[at.si];
@@ -385,17 +387,24 @@ template <int TYPE, bool GU> __global__ void __launch_bounds__(MM_WARPS * 32) k_
             const int r = min(at.r0 + (GU ? 0 : 16 * mt) + g + 8 * h, sg.n_out - 1);
             wr[mt][h] = (GU && mt ? at.w2 : at.w) + (size_t)r * sg.row_bytes;
         }
-    const uint8_t *xg = mmq_sm + (size_t)g * xs + 4 * t;
-    float acc[MT][4];
+    float acc[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[mt][i] = 0.0f;
-    for (int ib = 0; ib < nsb; ib++) {
-        int bq[16];
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int v = 0; v < 16; v++) bq[v] = *(const int *)(xg + 256 * ib + 32 * (v >> 1) + 16 * (v & 1));
-        const float yc[2] = {syd[(2 * t) * nsb + ib], syd[(2 * t + 1) * nsb + ib]};
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    for (int ib = 0; ib < nsb; ib++) {
+        int bq[NT][16];
+        float yc[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint8_t *xg = mmq_sm + (size_t)(8 * nt + g) * xs + 4 * t + 256 * ib;
+#pragma unroll
+            for (int v = 0; v < 16; v++) bq[nt][v] = *(const int *)(xg + 32 * (v >> 1) + 16 * (v & 1));
+            yc[nt][0] = syd[(8 * nt + 2 * t) * nsb + ib];
+            yc[nt][1] = syd[(8 * nt + 2 * t + 1) * nsb + ib];
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             int sc[2][NSC], mn[2][8];
@@ -406,44 +415,57 @@ template <int TYPE, bool GU> __global__ void __launch_bounds__(MM_WARPS * 32) k_
                 mmq_scales<TYPE>(b, sc[h], mn[h]);
                 mmq_d<TYPE>(b, dd[h], dm[h]);
             }
-            int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
+            int isum[NT][4], summs[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) isum[nt][i] = summs[nt][i] = 0;
             const uint8_t *b0 = wr[mt][0] + (size_t)ib * BB, *b1 = wr[mt][1] + (size_t)ib * BB;
 #pragma unroll
             for (int s = 0; s < 8; s++) {
                 const int a0 = mmq_codes4<TYPE>(b0, s, 4 * t), a1 = mmq_codes4<TYPE>(b1, s, 4 * t);
                 const int a2 = mmq_codes4<TYPE>(b0, s, 16 + 4 * t), a3 = mmq_codes4<TYPE>(b1, s, 16 + 4 * t);
-                if constexpr (TYPE == T_Q6_K) {
-                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-                    mma_k16(lo, a0, a1, bq[2 * s]);
-                    mma_k16(hi, a2, a3, bq[2 * s + 1]);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) isum[i] += sc[i >> 1][2 * s] * lo[i] + sc[i >> 1][2 * s + 1] * hi[i];
-                } else {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k32(c, a0, a1, a2, a3, bq[2 * s], bq[2 * s + 1]);
+                for (int nt = 0; nt < NT; nt++) {
+                    if constexpr (TYPE == T_Q6_K) {
+                        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                        mma_k16(lo, a0, a1, bq[nt][2 * s]);
+                        mma_k16(hi, a2, a3, bq[nt][2 * s + 1]);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) isum[i] += sc[i >> 1][s] * c[i];
-                    const int m0 = mn[0][s] * 0x01010101, m1 = mn[1][s] * 0x01010101;
-                    mma_k32(summs, m0, m1, m0, m1, bq[2 * s], bq[2 * s + 1]);
+                        for (int i = 0; i < 4; i++)
+                            isum[nt][i] += sc[i >> 1][2 * s] * lo[i] + sc[i >> 1][2 * s + 1] * hi[i];
+                    } else {
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k32(c, a0, a1, a2, a3, bq[nt][2 * s], bq[nt][2 * s + 1]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) isum[nt][i] += sc[i >> 1][s] * c[i];
+                        const int m0 = mn[0][s] * 0x01010101, m1 = mn[1][s] * 0x01010101;
+                        mma_k32(summs[nt], m0, m1, m0, m1, bq[nt][2 * s], bq[nt][2 * s + 1]);
+                    }
                 }
             }
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[mt][i] = acc[mt][i] + mmq_term<TYPE>(yc[i & 1], dd[i >> 1], dm[i >> 1], isum[i], summs[i]);
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    acc[mt][nt][i] = acc[mt][nt][i] + mmq_term<TYPE>(yc[nt][i & 1], dd[i >> 1], dm[i >> 1], isum[nt][i],
+                                                                     summs[nt][i]);
         }
     }
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int n = 2 * t + (i & 1);
-        if (n >= at.count) continue;
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
-            const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
-            if (r >= sg.n_out) continue;
-            const float val = GU ? silu_f(acc[0][i]) * acc[1][i] : acc[mt][i];
-            mmq_store(a, sg, r, at.start + n, val);
+        for (int i = 0; i < 4; i++) {
+            const int n = 8 * nt + 2 * t + (i & 1);
+            if (n >= at.count) continue;
+#pragma unroll
+            for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
+                const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
+                if (r >= sg.n_out) continue;
+                const float val = GU ? silu_f(acc[0][nt][i]) * acc[1][nt][i] : acc[mt][nt][i];
+                mmq_store(a, sg, r, at.start + n, val);
+            }
         }
-    }
 }
 
 // ---- launch ------------------------------------------------------------------------------------
@@ -484,9 +506,24 @@ template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L,
     if (mmq_vec_nr() == 1) return gateup ? mmq_go_vec<TYPE, TT, true, 1>(grid, L) : mmq_go_vec<TYPE, TT, false, 1>(grid, L);
     return gateup ? mmq_go_vec<TYPE, TT, true, 2>(grid, L) : mmq_go_vec<TYPE, TT, false, 2>(grid, L);
 }
-template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
+// Token tiles per warp of dense prefill launches: RL_CUDA_MMQ_NT=1|2 (default 2; same bits). H200,
+// Q4_K_M prompt 2048: 1 tile 4,667 tok/s, 2 tiles 5,049 (bench/results/2026-12-01-cuda-mmq-h200.md).
+static inline int mmq_mma_nt() {
+    static int nt = 0;
+    if (!nt) {
+        const char *e = getenv("RL_CUDA_MMQ_NT");
+        nt = e && atoi(e) == 1 ? 1 : 2;
+    }
+    return nt;
+}
+template <int TYPE, bool GU, int NT> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    return mmq_go(k_mmq_mma<TYPE, GU>, grid, L, CU_TT, opted);
+    return mmq_go(k_mmq_mma<TYPE, GU, NT>, grid, L, 8 * NT, opted);
+}
+template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
+    if (L.grouped || mmq_mma_nt() == 1) return mmq_go_mma<TYPE, GU, 1>(grid, L);
+    grid.y = (L.T + 15) / 16;
+    return mmq_go_mma<TYPE, GU, 2>(grid, L);
 }
 
 template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
