@@ -14,8 +14,8 @@
 // So every output equals quant_traits.vec_dot(row, q8_K(x)) — the CPU backend's own value —
 // bit for bit (test_cuda_ops checks it), whether the integer sums come from dp4a (k_mmq_vec:
 // decode, verify and direct expert tiles) or from int8 tensor-core MMAs (k_mmq_mma: prefill
-// tiles of CU_TT tokens, dense or grouped by expert). Both quantise the activations on the fly
-// (each warp redoes it for its tokens: no scratch buffer and no extra launch in the decode graph).
+// tiles of 8 or 16 tokens, dense or grouped by expert). Both quantise the activations on the fly,
+// once per block into shared memory (no scratch buffer and no extra launch in the decode graph).
 #pragma once
 
 template <int TYPE> struct mmq_type {
@@ -343,13 +343,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
 
-// ---- int8 tensor cores: 32 weight rows (a gate and an up tile of 16 for gate/up) x 8 tokens --------
+// ---- int8 tensor cores: 32 weight rows (a gate and an up tile of 16 for gate/up) x 8 NT tokens -----
 //
 // mma.sync m16n8k32 (Q6_K: two m16n8k16, one per 16-value sub-block) on s8 operands, s32
 // accumulators. Fragments (PTX ISA, integer mma): g = lane / 4, t = lane % 4; A regs 0/2 hold row g,
 // 1/3 row g + 8, at k = 4t..4t+3 (regs 0, 1) and 16 + 4t.. (regs 2, 3); B regs 0/1 hold token (column)
 // g at the same k; C regs 0..3 are (row g, token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
-// The block first quantises its 8 tokens' rows into shared memory (mmq_quantise_tile), then every
+// The block first quantises its 8 NT tokens' rows into shared memory (mmq_quantise_tile), then every
 // warp walks the super-blocks.
 __device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
