@@ -473,12 +473,13 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 // Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
 // give the same bits (test_cuda_ops and the engine tests passed with each on the H200). H200 decode,
 // Q4_K_M: 1 row 183.4, 2 rows 196.8 tok/s (the float GEMV 197.1); CF2: 188.9 / 193.8-195.3 (196-198).
+// A tuning variable of value 1 or 2 (anything else: 2), read once by the caller.
+static inline int mmq_env12(const char *name) {
+    const char *e = getenv(name);
+    return e && atoi(e) == 1 ? 1 : 2;
+}
 static inline int mmq_vec_nr() {
-    static int nr = 0;
-    if (!nr) {
-        const char *e = getenv("RL_CUDA_MMQ_NR");
-        nr = e && atoi(e) == 1 ? 1 : 2;
-    }
+    static const int nr = mmq_env12("RL_CUDA_MMQ_NR");
     return nr;
 }
 
@@ -509,11 +510,7 @@ template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L,
 // Token tiles per warp of dense prefill launches: RL_CUDA_MMQ_NT=1|2 (default 2; same bits). H200,
 // Q4_K_M prompt 2048: 1 tile 4,667 tok/s, 2 tiles 5,049 (bench/results/2026-12-01-cuda-mmq-h200.md).
 static inline int mmq_mma_nt() {
-    static int nt = 0;
-    if (!nt) {
-        const char *e = getenv("RL_CUDA_MMQ_NT");
-        nt = e && atoi(e) == 1 ? 1 : 2;
-    }
+    static const int nt = mmq_env12("RL_CUDA_MMQ_NT");
     return nt;
 }
 template <int TYPE, bool GU, int NT> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
