@@ -7,7 +7,8 @@
 #     ops       build/cuda/tests/test_cuda_ops      (every kernel vs the CPU reference)
 #     engine    build/cuda/tests/test_cuda_engine   (exactness contract on the tiny fixture)
 #     kquant    test_cuda_engine MODEL on two small synthetic K-quant models (the int8 K-quant path: contract,
-#               40-row verify == steps, vs the CPU backend), with 2 and 1 rows per warp
+#               40-row verify == steps, vs the CPU backend), with the default tiles, with 1 row / 1 token tile
+#               per warp, and with the float path (RL_CUDA_MMQ=0)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -94,7 +95,8 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         hidden=256,layers=4,heads=4,kv_heads=2,head_dim=64,rope_dims=16,experts=16,top_k=4,expert_ff=256,shared_ff=256,inner=256,state=64,groups=2,dt_rank=4
     for m in t_cf2 t_q4; do
         run kquant-$m 120 $B/tests/test_cuda_engine /tmp/$m.gguf
-        RL_CUDA_MMQ_NR=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
+        RL_CUDA_MMQ_NR=1 RL_CUDA_MMQ_NT=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
+        RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
     done
 fi
 if has fixtures; then
