@@ -87,7 +87,10 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     const int tmax = small_tt_max();
     const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
     if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
-    L.q8 = int8_type(type) && int8_on();
+    /* the integer path when its largest tile (16 tokens) fits the shared memory of a block: a condition
+     * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
+     * 66 KiB) */
+    L.q8 = int8_type(type) && int8_on() && mmq_smem(n_in, 16) <= (200u << 10);
     const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small) : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
