@@ -34,8 +34,16 @@ class Term:
         cmd = " ".join(shlex.quote(a) for a in [str(BIN), "chat", "-m", str(MODEL), *args])
         # the shell (deaf to Ctrl-C) prints the exit status when redlite returns, then waits
         script = f"trap '' INT; {cmd}; echo EXIT=$?; sleep 600"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50",
-                        "sh", "-c", script], check=True, cwd=REPO)
+        # a new session right after the previous test killed the last one can reach the tmux server
+        # while it shuts down and fail ("server exited unexpectedly"): try again a few times
+        for attempt in range(5):
+            r = subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50",
+                                "sh", "-c", script], cwd=REPO, capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            time.sleep(0.3 * (attempt + 1))
+        else:
+            pytest.fail(f"tmux new-session failed 5 times: {r.stderr.strip()}")
 
     def screen(self):
         r = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-t", self.name, "-S", "-2000"],
