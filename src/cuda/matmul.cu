@@ -37,8 +37,8 @@ static int small_tt_max() {
 
 // The integer path of the K-quant matmuls (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1 at first use
 // (default 1), cu_matmul_set_int8() after. H200 (bench/results/2026-12-01-cuda-mmq-h200.md): prompt
-// 2048 on Q4_K_M 2,018 -> 4,670 tok/s, CF2 2,017 -> 2,742; decode unchanged within 1 %. A context must not see it change between its prefill
-// and its steps (the two arithmetics give different bits).
+// 2048 on Q4_K_M 2,018 -> 5,049 tok/s, CF2 2,017 -> 2,742; decode unchanged within 1 %. A context
+// must not see it change between its prefill and its steps (the two arithmetics give different bits).
 static int int8_mode = -1;
 static int int8_on() {
     if (int8_mode < 0) {
@@ -52,7 +52,6 @@ extern "C" int cu_matmul_set_int8(int on) {
     int8_mode = on ? 1 : 0;
     return old;
 }
-static bool int8_type(uint32_t type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K; }
 
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     switch (type) {
@@ -87,10 +86,10 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     const int tmax = small_tt_max();
     const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
     if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
-    /* the integer path when its largest tile (16 tokens) fits the shared memory of a block: a condition
+    /* the integer path when its largest tile of tokens fits the shared memory of a block: a condition
      * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
      * 66 KiB) */
-    L.q8 = int8_type(type) && int8_on() && mmq_smem(n_in, 16) <= (200u << 10);
+    L.q8 = mmq_type(type) && int8_on() && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
     const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small) : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;

@@ -314,7 +314,7 @@ template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3
 #include "mmq.cuh"
 
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
-    if constexpr (mmq_type<TYPE>::ok)
+    if constexpr (mmq_type(TYPE))
         if (L.q8) return mmq_launch_type<TYPE>(L, gateup, tt);
     const cu_qtabs &tb = cu_qtabs_get();
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);

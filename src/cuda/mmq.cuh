@@ -18,10 +18,13 @@
 // once per block into shared memory (no scratch buffer and no extra launch in the decode graph).
 #pragma once
 
-template <int TYPE> struct mmq_type {
-    static constexpr bool ok = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_Q6_K;
-};
+// The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time).
+__host__ __device__ constexpr bool mmq_type(uint32_t type) {
+    return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
+}
 #define MMQ_MMA_ROWS 32 // output rows per warp of k_mmq_mma (16 for gate/up: a gate and an up tile)
+#define MMQ_MAX_TT 16   // the largest tile of tokens a block quantises (k_mmq_mma with 2 token tiles per warp)
+#define MMQ_MAX_SMEM (200u << 10) // the shared memory of that tile must stay below (H100/H200 opt-in: 227 KiB)
 
 // ---- Q8_K quantisation ------------------------------------------------------------------------
 
@@ -86,15 +89,20 @@ template <int TYPE> __device__ __forceinline__ void mmq_d(const uint8_t *b, floa
     }
 }
 
+// Q4_K/Q5_K: 4 codes of sub-block s from the loaded qs word q (low nibbles for even s, high for odd)
+// and, for Q5_K, the qh word h (bit s of each byte is the fifth bit).
+template <int TYPE> __device__ __forceinline__ int mmq_k45_word(uint32_t q, uint32_t h, int s) {
+    const uint32_t lo = (q >> (4 * (s & 1))) & 0x0F0F0F0Fu;
+    if constexpr (TYPE == T_Q5_K) return (int)(lo | ((h >> s) & 0x01010101u) << 4);
+    else return (int)lo;
+}
+
 // 4 codes (signed bytes, the type's integer unit: Q6_K code - 32) of values 32*s + k .. +3 of the
 // super-block at b, k = 0..28 in steps of 4.
 template <int TYPE> __device__ __forceinline__ int mmq_codes4(const uint8_t *b, int s, int k) {
-    if constexpr (TYPE == T_Q4_K) {
-        return (int)((mmq_ld4<TYPE>(b, 16 + 32 * (s >> 1) + k) >> (4 * (s & 1))) & 0x0F0F0F0Fu);
-    } else if constexpr (TYPE == T_Q5_K) {
-        const uint32_t lo = (mmq_ld4<TYPE>(b, 48 + 32 * (s >> 1) + k) >> (4 * (s & 1))) & 0x0F0F0F0Fu;
-        const uint32_t hi = (mmq_ld4<TYPE>(b, 16 + k) >> s) & 0x01010101u;
-        return (int)(lo | hi << 4);
+    if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K) {
+        const uint32_t q = mmq_ld4<TYPE>(b, (TYPE == T_Q4_K ? 16 : 48) + 32 * (s >> 1) + k);
+        return mmq_k45_word<TYPE>(q, TYPE == T_Q5_K ? mmq_ld4<TYPE>(b, 16 + k) : 0u, s);
     } else {
         const int h = s >> 2, r = s & 3;
         const uint32_t lo = (mmq_ld4<TYPE>(b, 64 * h + 32 * (r & 1) + k) >> (4 * (r >> 1))) & 0x0F0F0F0Fu;
@@ -110,16 +118,14 @@ template <int TYPE> __device__ __forceinline__ void mmq_codes32(const uint8_t *b
         const uint4 *q = (const uint4 *)(b + (TYPE == T_Q4_K ? 16 : 48) + 32 * (s >> 1));
         const uint4 q0 = q[0], q1 = q[1];
         const uint32_t v[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-        uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0;
         if constexpr (TYPE == T_Q5_K) {
-            const uint4 *qh = (const uint4 *)(b + 16);
-            const uint4 h0 = qh[0], h1 = qh[1];
-            const uint32_t hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) h[i] = ((hv[i] >> s) & 0x01010101u) << 4;
+            h0 = ((const uint4 *)(b + 16))[0];
+            h1 = ((const uint4 *)(b + 16))[1];
         }
+        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
 #pragma unroll
-        for (int i = 0; i < 8; i++) w[i] = (int)(((v[i] >> (4 * (s & 1))) & 0x0F0F0F0Fu) | h[i]);
+        for (int i = 0; i < 8; i++) w[i] = mmq_k45_word<TYPE>(v[i], h[i], s);
     } else {
 #pragma unroll
         for (int i = 0; i < 8; i++) w[i] = mmq_codes4<TYPE>(b, s, 4 * i);
@@ -194,11 +200,16 @@ __device__ __forceinline__ void mmq_store(const mm_launch &a, const cu_seg &sg, 
 // Rows of n_in + 16 bytes (the 16 keep the 8 token rows of an MMA B load on distinct banks), then
 // the block scales [tt][n_in / 256] as floats. Groups of 8 lanes take one (token, super-block) task
 // at a time, lane j its 32 values; the tile's missing tokens (t >= count) repeat token 0.
-static inline size_t mmq_smem(int n_in, int tt) { return (size_t)tt * (n_in + 16) + (size_t)tt * (n_in / 256) * 4; }
+__host__ __device__ constexpr int mmq_row(int n_in) { return n_in + 16; } // bytes per quantised token row
+static inline size_t mmq_smem(int n_in, int tt) { return (size_t)tt * mmq_row(n_in) + (size_t)tt * (n_in / 256) * 4; }
+// the block scales of a tile of tt tokens in the shared memory at sm
+__device__ __forceinline__ float *mmq_scales_of(uint8_t *sm, int n_in, int tt) {
+    return (float *)(sm + (size_t)tt * mmq_row(n_in));
+}
 
 __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start, int count, int tt, uint8_t *sm) {
-    const int nsb = a.n_in / 256, xs = a.n_in + 16, lane = threadIdx.x & 31, j = lane & 7;
-    float *syd = (float *)(sm + (size_t)tt * xs);
+    const int nsb = a.n_in / 256, xs = mmq_row(a.n_in), lane = threadIdx.x & 31, j = lane & 7;
+    float *syd = mmq_scales_of(sm, a.n_in, tt);
     const int ng = blockDim.x >> 3, ntask = tt * nsb; // groups per block; the loop is uniform per warp
     for (int base = ((int)threadIdx.x >> 5) * 4; base < ntask; base += ng) {
         const int task = base + (lane >> 3);
@@ -247,7 +258,7 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
         wr[i] = at.w + off;
         if constexpr (GU) wr[NR + i] = at.w2 + off;
     }
-    const int nsb = a.n_in / 256, xs = a.n_in + 16;
+    const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
     // this lane's weights of super-block ib0 + q (zeros past the row)
     int wq[NW][8], sc[NW][2], mn[NW];
     float dd[NW], dm[NW];
@@ -277,7 +288,7 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
     mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
     __syncthreads();
     if (where < 2) return;
-    const float *syd = (const float *)(mmq_sm + (size_t)TT * xs);
+    const float *syd = mmq_scales_of(mmq_sm, a.n_in, TT);
     float acc[NW][TT];
 #pragma unroll
     for (int i = 0; i < NW; i++)
@@ -369,8 +380,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8, TTK = 8 * NT;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int nsb = a.n_in / 256, xs = a.n_in + 16;
-    const float *syd = (const float *)(mmq_sm + (size_t)TTK * xs);
+    const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
+    const float *syd = mmq_scales_of(mmq_sm, a.n_in, TTK);
     mmq_at at;
     const int where = mmq_locate(a, GU ? 16 : 32, TTK, at);
     if (!where) return; // the whole block
@@ -519,8 +530,8 @@ template <int TYPE, bool GU, int NT> static int mmq_go_mma(dim3 grid, const mm_l
 }
 template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
     if (L.grouped || mmq_mma_nt() == 1) return mmq_go_mma<TYPE, GU, 1>(grid, L);
-    grid.y = (L.T + 15) / 16;
-    return mmq_go_mma<TYPE, GU, 2>(grid, L);
+    grid.y = (L.T + MMQ_MAX_TT - 1) / MMQ_MAX_TT;
+    return mmq_go_mma<TYPE, GU, MMQ_MAX_TT / 8>(grid, L);
 }
 
 template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
