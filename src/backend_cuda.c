@@ -122,6 +122,15 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     TAKE(c->row_slot, 4 * T);
     TAKE(c->mcat, 4 * T * 2 * D);
     TAKE(c->ctr, 4 * 16);
+    { /* the largest input of a matmul on each stream (mixer/MTP inputs, expert downs; the shared expert) */
+        size_t w1 = cu_matmul_ws_bytes((int)D, (int)T), w2 = w1;
+        const size_t cand[4] = {cu_matmul_ws_bytes((int)inner, (int)T), cu_matmul_ws_bytes((int)(H * hd), (int)T),
+                                cu_matmul_ws_bytes((int)(2 * D), (int)T), cu_matmul_ws_bytes((int)ff, (int)(T * K))};
+        for (int i = 0; i < 4; i++) w1 = cand[i] > w1 ? cand[i] : w1;
+        if (ffs && cu_matmul_ws_bytes((int)ffs, (int)T) > w2) w2 = cu_matmul_ws_bytes((int)ffs, (int)T);
+        TAKE(c->ws, w1);
+        TAKE(c->ws2, w2);
+    }
 #undef TAKE
     return off;
 }

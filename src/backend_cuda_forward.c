@@ -51,7 +51,7 @@ static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const i
             k++;
             i++;
         } while (i < n && W[i]->type == W[i - 1]->type && W[i]->n_in == W[i - 1]->n_in);
-        TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv, s));
+        TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv, s == c->st2 ? c->ws2 : c->ws, s));
     }
     return 0;
 }
@@ -154,12 +154,14 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
         cu_group gg = vb.g, gd = vb.g;
         gg.pair_out = NULL; /* gate/up: input row pair_in[p] -> h row p; down: h row p -> eo row pair_out[p] */
         gd.pair_in = NULL;
+        gg.x_rows = T;
+        gd.x_rows = T * K;
         cu_seg gu = {.w = vb.gate, .w2 = vb.up, .row_bytes = L->gate_exps.row_bytes, .expert_stride = vb.stride,
                      .n_out = ff, .y = c->h, .ldy = ff};
         cu_seg dn = {.w = vb.down, .row_bytes = L->down_exps.row_bytes, .expert_stride = vb.stride, .n_out = D,
                      .y = c->eo, .ldy = D};
-        if (cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &gg, true, NULL, c->st) ||
-            cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &gd, false, NULL, c->st)) {
+        if (cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &gg, true, NULL, c->ws, c->st) ||
+            cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &gd, false, NULL, c->ws, c->st)) {
             vram_tier_abort(c->vt);
             return -1;
         }
@@ -180,9 +182,9 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
         TRY(CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)));
         cu_seg gu = {.w = L->gate_sh.d, .w2 = L->up_sh.d, .row_bytes = L->gate_sh.row_bytes, .n_out = ffs, .y = c->hs, .ldy = ffs};
-        TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->st2));
+        TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws2, c->st2));
         cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
-        TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->st2));
+        TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->ws2, c->st2));
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
     if (T == 1 && (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
@@ -218,16 +220,17 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     }
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles, .n_tiles = c->n_tiles, .max_tiles = direct ? T * K : c->max_tiles,
-                  .tt = direct ? 1 : CU_TT, .pair_in = c->pair_in, .pair_out = NULL};
+                  .tt = direct ? 1 : CU_TT, .pair_in = c->pair_in, .pair_out = NULL, .x_rows = T};
     cu_seg gu = {.w = L->gate_exps.d, .w2 = L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb : L->up_exps.d,
                  .row_bytes = rb, .expert_stride = (size_t)ff * rb * (L->fused_gate_up ? 2 : 1), .n_out = ff,
                  .y = c->h, .ldy = ff};
-    TRY(cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &g, true, NULL, c->st));
+    TRY(cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &g, true, NULL, c->ws, c->st));
     g.pair_in = NULL;
     g.pair_out = c->pair_out;
+    g.x_rows = T * K;
     cu_seg dn = {.w = L->down_exps.d, .row_bytes = L->down_exps.row_bytes,
                  .expert_stride = (size_t)D * L->down_exps.row_bytes, .n_out = D, .y = c->eo, .ldy = D};
-    TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->st));
+    TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->st));
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
@@ -245,7 +248,7 @@ static int head(backend_ctx *c, int t0, int n) {
     const dmat *o = &c->dm->output;
     cu_seg s = {.w = o->d, .row_bytes = o->row_bytes, .n_out = (int)o->n_out, .y = c->logits, .ldy = (int)o->n_out};
     return cu_matmul(o->type, c->hp->n_embd, &s, 1, c->xn + (size_t)t0 * c->hp->n_embd, c->hp->n_embd, n, NULL, false,
-                     NULL, c->st);
+                     NULL, c->ws, c->st);
 }
 
 /* Every launch of a forward of T rows (tokens and position already in c->tok / c->pos0).

@@ -84,6 +84,7 @@ struct backend_ctx {
     float *conv[Q3N_MAX_LAYERS], *ssm[Q3N_MAX_LAYERS];
     /* scratch (device), rows = n_batch */
     float *x, *xn, *y, *big, *kvb, *ba, *ab, *o, *u, *rl, *wts, *probs, *h, *eo, *hs, *sh, *part, *logits;
+    void *ws, *ws2; /* cu_matmul's scratch: the quantised input rows of the integer path (c->st, c->st2) */
     int32_t *tok, *ids, *pair_in, *pair_out;
     int *pos0, *n_tiles, *counts;
     cu_tile *tiles;

@@ -86,6 +86,8 @@ typedef struct {
     const int *n_tiles;
     int max_tiles, tt;
     const int32_t *pair_in, *pair_out;
+    int x_rows; /* rows of x that pairs read (pair_in's range, else the number of pairs); 0: not given
+                 * (then prefill tiles of the integer path quantise inside each block, no scratch) */
 } cu_group;
 
 #define CU_TT 8 /* tokens per tile of the batched (prefill) matmul */
@@ -95,9 +97,13 @@ typedef struct {
 #define CU_SMALL_T 16
 
 /* Dense when g == NULL (T input rows, tiles of CU_TT tokens, or 1 when T == 1).
- * gateup: segment 0 holds w (gate) and w2 (up). Returns 0 or -1. */
+ * gateup: segment 0 holds w (gate) and w2 (up). ws: device scratch of cu_matmul_ws_bytes(n_in, rows)
+ * bytes (rows: T, or g->x_rows), or NULL; the integer path's prefill tiles quantise the input rows
+ * into it once and stage weights and codes through shared memory (the same bits as without it; one
+ * launch at a time per scratch). Returns 0 or -1. */
 int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
-              const cu_group *g, bool gateup, const cu_conv *conv, cudaStream_t s);
+              const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cudaStream_t s);
+size_t cu_matmul_ws_bytes(int n_in, int rows);
 
 /* The integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K weights; src/cuda/mmq.cuh): in every
  * shape (decode, verify, prefill tiles, grouped experts) each activation row is quantised to Q8_K

@@ -53,6 +53,17 @@ extern "C" int cu_matmul_set_int8(int on) {
     return old;
 }
 
+// The staged tensor-core tiles when the caller gives a scratch: RL_CUDA_MMQ_TC=0|1 (default 1;
+// 0: k_mmq_mma, which quantises in every block). Same bits either way.
+static int mmq_tc_on() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("RL_CUDA_MMQ_TC");
+        v = e && !strcmp(e, "0") ? 0 : 1;
+    }
+    return v;
+}
+
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     switch (type) {
     case T_F32: return mm_run_f32(L, gateup, tt);
@@ -78,7 +89,8 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
 }
 
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
-                     const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, cudaStream_t s) {
+                     const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, void *ws,
+                     cudaStream_t s) {
     if (nseg < 1 || nseg > 3 || n_in % 8 || ldx % 4 || T < 1)
         return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
     mm_launch L = {};
@@ -90,7 +102,12 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
      * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
      * 66 KiB) */
     L.q8 = mmq_type(type) && int8_on() && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
-    const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small) : mm_rows_per_block(gateup, tt, small);
+    /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
+    if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on()) {
+        L.xq = (const uint8_t *)ws;
+        L.xq_rows = g ? g->x_rows : T;
+    }
+    const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small, L.xq != NULL) : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {
@@ -113,9 +130,11 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
 }
 
 extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
-                         const cu_group *g, bool gateup, const cu_conv *conv, cudaStream_t s) {
-    return matmul_go(type, n_in, segs, nseg, x, ldx, T, g, gateup, conv, NULL, s);
+                         const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cudaStream_t s) {
+    return matmul_go(type, n_in, segs, nseg, x, ldx, T, g, gateup, conv, NULL, ws, s);
 }
+
+extern "C" size_t cu_matmul_ws_bytes(int n_in, int rows) { return mmq_ws(n_in, rows); }
 
 extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x,
                               const cu_tail *tail, cudaStream_t s) {
@@ -125,5 +144,5 @@ extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int n
     if (tail->kind == CU_TAIL_ROUTER && (segs[0].n_out > ROUTER_MAXE || tail->K > 32 || tail->K > segs[0].n_out))
         return rl_seterr("cu_matmul_tail: %d experts / top-%d not supported (at most %d / 32)", segs[0].n_out, tail->K,
                          ROUTER_MAXE);
-    return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, s);
+    return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, NULL, s);
 }

@@ -207,33 +207,40 @@ __device__ __forceinline__ float *mmq_scales_of(uint8_t *sm, int n_in, int tt) {
     return (float *)(sm + (size_t)tt * mmq_row(n_in));
 }
 
+// One Q8_K block (256 values at src, lane j of an 8-lane group its 32 values src[32j..32j+31]) into
+// dst (the block's 256 codes; lane j writes 32j..) and *yd (lane 0). Every lane of the warp calls it
+// (the max key meets across the group by shuffles); lanes with on == false load zeros, store nothing.
+__device__ __forceinline__ void mmq_q8_group(const float *src, bool on, int j, uint8_t *dst, float *yd) {
+    float4 xv[8];
+    uint64_t key = 0;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        xv[w] = on ? __ldg((const float4 *)(src + 32 * j + 4 * w)) : make_float4(0, 0, 0, 0);
+        key = q8_key4(xv[w], 32 * j + 4 * w, key);
+    }
+    key = q8_key_xor(key, 1);
+    key = q8_key_xor(key, 2);
+    key = q8_key_xor(key, 4);
+    float is, d;
+    q8_scale(key, is, d);
+    if (on) {
+        uint4 *o = (uint4 *)(dst + 32 * j);
+        o[0] = make_uint4(q8_pack(is, xv[0]), q8_pack(is, xv[1]), q8_pack(is, xv[2]), q8_pack(is, xv[3]));
+        o[1] = make_uint4(q8_pack(is, xv[4]), q8_pack(is, xv[5]), q8_pack(is, xv[6]), q8_pack(is, xv[7]));
+        if (j == 0) *yd = d;
+    }
+}
+
 __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start, int count, int tt, uint8_t *sm) {
-    const int nsb = a.n_in / 256, xs = mmq_row(a.n_in), lane = threadIdx.x & 31, j = lane & 7;
+    const int nsb = a.n_in / 256, xs = mmq_row(a.n_in), lane = threadIdx.x & 31;
     float *syd = mmq_scales_of(sm, a.n_in, tt);
     const int ng = blockDim.x >> 3, ntask = tt * nsb; // groups per block; the loop is uniform per warp
     for (int base = ((int)threadIdx.x >> 5) * 4; base < ntask; base += ng) {
         const int task = base + (lane >> 3);
         const bool on = task < ntask;
         const int n = on ? task / nsb : 0, ib = on ? task % nsb : 0;
-        const float *xn = mmq_xrow(a, start + (n < count ? n : 0)) + (size_t)256 * ib + 32 * j;
-        float4 xv[8];
-        uint64_t key = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            xv[w] = on ? __ldg((const float4 *)(xn + 4 * w)) : make_float4(0, 0, 0, 0);
-            key = q8_key4(xv[w], 32 * j + 4 * w, key);
-        }
-        key = q8_key_xor(key, 1);
-        key = q8_key_xor(key, 2);
-        key = q8_key_xor(key, 4);
-        float is, yd;
-        q8_scale(key, is, yd);
-        if (on) {
-            uint4 *dst = (uint4 *)(sm + (size_t)n * xs + 256 * ib + 32 * j);
-            dst[0] = make_uint4(q8_pack(is, xv[0]), q8_pack(is, xv[1]), q8_pack(is, xv[2]), q8_pack(is, xv[3]));
-            dst[1] = make_uint4(q8_pack(is, xv[4]), q8_pack(is, xv[5]), q8_pack(is, xv[6]), q8_pack(is, xv[7]));
-            if (j == 0) syd[n * nsb + ib] = yd;
-        }
+        mmq_q8_group(mmq_xrow(a, start + (n < count ? n : 0)) + (size_t)256 * ib, on, lane & 7,
+                     sm + (size_t)n * xs + 256 * ib, syd + n * nsb + ib);
     }
 }
 
@@ -479,6 +486,248 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
         }
 }
 
+// ---- prefill tiles from a once-quantised input, staged through shared memory (k_mmq_tc) ---------
+//
+// The launch's input rows are first quantised once (k_q8k_rows) into the caller's scratch, in the
+// layout mmq_ws: codes [rows][n_in] int8, then the block scales [rows][n_in / 256] float; the same
+// mmq_q8_group as the in-block quantisation, so the same bits. Then a block of 4 warps owns 128
+// weight rows (gate/up: 64 gate + 64 up rows, 64 outputs) and a tile of 8 NT tokens; per
+// super-block the raw weight blocks of its rows and the token codes are copied into shared memory
+// with cp.async (16-byte chunks; double-buffered: super-block ib + 1 is in flight while ib is
+// multiplied), the Q4_K/Q5_K 6-bit scales are unpacked there once for the block, and each warp runs
+// k_mmq_mma's MMAs for its 32 rows x 8 NT tokens out of shared memory. The integer sums and the
+// per-super-block float epilogue are k_mmq_mma's, so the outputs are the same bits.
+__host__ __device__ constexpr size_t mmq_ws(int n_in, int rows) { return (size_t)rows * n_in + (size_t)rows * (n_in / 256) * 4; }
+
+static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, uint8_t *ws) {
+    const int nsb = n_in / 256, lane = threadIdx.x & 31;
+    const int task = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 3); // one (row, super-block) per 8 lanes
+    const bool on = task < rows * nsb;
+    const int r = on ? task / nsb : 0, ib = on ? task % nsb : 0;
+    float *yd = (float *)(ws + (size_t)rows * n_in);
+    mmq_q8_group(x + (size_t)r * ldx + 256 * ib, on, lane & 7, ws + (size_t)r * n_in + 256 * ib, yd + (size_t)r * nsb + ib);
+}
+
+#define MMQ_TC_ROWS 128    // weight rows a block stages (4 warps x 32)
+#define MMQ_TC_DENSE_TT 32 // tokens of a dense tile (grouped: the plan's CU_TT)
+// Bytes of a staged weight block: Q4_K/Q5_K as stored (16-byte aligned); Q6_K blocks (210 bytes,
+// 2-byte aligned) as the 16-byte-aligned window of 14 chunks that holds them, at offset p & 15. The
+// window's last chunk may reach up to 14 bytes past a tensor's last block, inside the aligned
+// 16-byte chunk that holds that block's last byte (so never into another page). The slot sizes keep
+// the 8 rows of an A-fragment load on distinct banks (row strides of 36, 44 and 60 words).
+template <int TYPE> struct mmq_tc_t {
+    static constexpr int BB = qtraits<TYPE>::bytes;
+    static constexpr int CH = TYPE == T_Q6_K ? 14 : BB / 16;                     // chunks per row
+    static constexpr int SLOT = TYPE == T_Q6_K ? 240 : BB;                       // bytes per staged row
+    static constexpr int XS = 272;                                               // bytes per staged token row
+    static constexpr bool K45 = TYPE != T_Q6_K;
+};
+template <int TYPE, int NT> __host__ __device__ constexpr int mmq_tc_stage() { // bytes of one stage
+    return MMQ_TC_ROWS * mmq_tc_t<TYPE>::SLOT + 8 * NT * (mmq_tc_t<TYPE>::XS + 4) + MMQ_TC_ROWS;
+}
+template <int TYPE, int NT> __host__ __device__ constexpr int mmq_tc_smem() { // + unpacked scales (Q4_K/Q5_K)
+    return 2 * mmq_tc_stage<TYPE, NT>() + (mmq_tc_t<TYPE>::K45 ? MMQ_TC_ROWS * (8 + 2) * 4 : 0);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_tc(mm_launch a) {
+    using P = mmq_tc_t<TYPE>;
+    constexpr int MT = 2, BT = 8 * NT, NSC = TYPE == T_Q6_K ? 16 : 8, STAGE = mmq_tc_stage<TYPE, NT>();
+    extern __shared__ __align__(16) uint8_t mmq_sm[];
+    __shared__ int srow[BT];                 // the scratch row of each token of the tile
+    __shared__ const uint8_t *wrow[MMQ_TC_ROWS]; // the global start of each staged weight row
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int nsb = a.n_in / 256;
+    // the block: segment, first output row, tile of tokens (grouped: the plan's tile)
+    int si = 0;
+    while (si + 1 < a.nseg && (int)blockIdx.x >= a.seg_start[si + 1]) si++;
+    const cu_seg &sg = a.seg[si];
+    int start, count, expert = 0;
+    if (a.grouped) {
+        if ((int)blockIdx.y >= *a.g.n_tiles) return;
+        const cu_tile tl = a.g.tiles[blockIdx.y];
+        start = tl.start;
+        count = tl.count;
+        expert = tl.expert;
+    } else {
+        start = blockIdx.y * BT;
+        count = min(BT, a.T - start);
+    }
+    const int r0 = ((int)blockIdx.x - a.seg_start[si]) * (GU ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS);
+    if (tid < BT) {
+        const int p = start + min(tid, count - 1);
+        srow[tid] = a.grouped && a.g.pair_in ? a.g.pair_in[p] : p;
+    }
+    {
+        const int h = GU ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS, j = tid; // one staged row per thread
+        const uint8_t *w = (GU && j >= h ? sg.w2 : sg.w) + (size_t)expert * sg.expert_stride;
+        wrow[j] = w + (size_t)min(r0 + (j % h), sg.n_out - 1) * sg.row_bytes;
+    }
+    __syncthreads();
+    const uint8_t *xq = a.xq;
+    const float *xyd = (const float *)(a.xq + (size_t)a.xq_rows * a.n_in);
+    // stage ib into buffer b: weight blocks, token codes, token scales, Q6_K window offsets
+    auto load = [&](int ib, int b) {
+        uint8_t *A = mmq_sm + b * STAGE, *X = A + MMQ_TC_ROWS * P::SLOT;
+        float *Y = (float *)(X + BT * P::XS);
+        uint8_t *O = (uint8_t *)(Y + BT);
+        for (int c = tid; c < MMQ_TC_ROWS * P::CH; c += MM_WARPS * 32) {
+            const int j = c / P::CH, k = c % P::CH;
+            const uint8_t *p = wrow[j] + (size_t)ib * P::BB;
+            if constexpr (TYPE == T_Q6_K) {
+                if (k == 0) O[j] = (uint8_t)((uintptr_t)p & 15);
+                p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
+            }
+            cp_async16(A + j * P::SLOT + 16 * k, p + 16 * k);
+        }
+        for (int c = tid; c < BT * 16; c += MM_WARPS * 32) {
+            const int n = c >> 4, k = c & 15;
+            cp_async16(X + n * P::XS + 16 * k, xq + (size_t)srow[n] * a.n_in + 256 * ib + 16 * k);
+        }
+        if (tid < BT) cp_async4(Y + tid, xyd + (size_t)srow[tid] * nsb + ib);
+        cp_async_commit();
+    };
+    int *scm = (int *)(mmq_sm + 2 * STAGE); // Q4_K/Q5_K: [8][128] sc | m << 8, then d[128], dmin[128]
+    float *sd = (float *)(scm + 8 * MMQ_TC_ROWS), *sdm = sd + MMQ_TC_ROWS;
+    // this warp's staged rows: tile mt, half h -> row (plain) 32 warp + 16 mt + g + 8 h; (gate/up)
+    // mt 0 gate rows 16 warp + g + 8 h, mt 1 the up rows 64 + the same
+    int rr[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) rr[mt][h] = GU ? 64 * mt + 16 * warp + g + 8 * h : 32 * warp + 16 * mt + g + 8 * h;
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    load(0, 0);
+    for (int ib = 0; ib < nsb; ib++) {
+        const int b = ib & 1;
+        cp_async_wait_all();
+        __syncthreads(); // stage ib is in; every warp is done with ib - 1 (its buffer and the scales)
+        if (ib + 1 < nsb) load(ib + 1, b ^ 1);
+        const uint8_t *A = mmq_sm + b * STAGE, *X = A + MMQ_TC_ROWS * P::SLOT;
+        const float *Y = (const float *)(X + BT * P::XS);
+        const uint8_t *O = (const uint8_t *)(Y + BT);
+        if constexpr (P::K45) { // unpack the 6-bit scales once for the block
+            for (int e = tid; e < 8 * MMQ_TC_ROWS; e += MM_WARPS * 32) {
+                const int j = e & (MMQ_TC_ROWS - 1), s = e / MMQ_TC_ROWS;
+                int sc, m;
+                k4_scale_min(A + j * P::SLOT + 4, s, sc, m);
+                scm[s * MMQ_TC_ROWS + j] = sc | m << 8;
+            }
+            sd[tid] = h2f(ld16(A + tid * P::SLOT));
+            sdm[tid] = h2f(ld16(A + tid * P::SLOT + 2));
+            __syncthreads();
+        }
+        // every (mt, h) row's scales of this super-block; then per 32-value slice s the B fragments
+        // of the NT token tiles once for both row tiles
+        const uint8_t *wb[MT][2];
+        float dd[MT][2], dm[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                wb[mt][h] = A + rr[mt][h] * P::SLOT + (P::K45 ? 0 : O[rr[mt][h]]);
+                if constexpr (P::K45) {
+                    dd[mt][h] = sd[rr[mt][h]];
+                    dm[mt][h] = sdm[rr[mt][h]];
+                } else {
+                    mmq_d<TYPE>(wb[mt][h], dd[mt][h], dm[mt][h]);
+                }
+            }
+        int isum[MT][NT][4], summs[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) isum[mt][nt][i] = summs[mt][nt][i] = 0;
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int bq[NT][2];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint8_t *xg = X + (8 * nt + g) * P::XS + 32 * s + 4 * t;
+                bq[nt][0] = *(const int *)xg;
+                bq[nt][1] = *(const int *)(xg + 16);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint8_t *b0 = wb[mt][0], *b1 = wb[mt][1];
+                const int a0 = mmq_codes4<TYPE>(b0, s, 4 * t), a1 = mmq_codes4<TYPE>(b1, s, 4 * t);
+                const int a2 = mmq_codes4<TYPE>(b0, s, 16 + 4 * t), a3 = mmq_codes4<TYPE>(b1, s, 16 + 4 * t);
+                if constexpr (TYPE == T_Q6_K) {
+                    int sl[2], sh[2]; // the int8 scales of the slice's two 16-value sub-blocks, rows g and g + 8
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        sl[h] = (int8_t)wb[mt][h][192 + 2 * s];
+                        sh[h] = (int8_t)wb[mt][h][193 + 2 * s];
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                        mma_k16(lo, a0, a1, bq[nt][0]);
+                        mma_k16(hi, a2, a3, bq[nt][1]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) isum[mt][nt][i] += sl[i >> 1] * lo[i] + sh[i >> 1] * hi[i];
+                    }
+                } else {
+                    int sc[2], mb[2];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int v = scm[s * MMQ_TC_ROWS + rr[mt][h]];
+                        sc[h] = v & 255;
+                        mb[h] = (v >> 8) * 0x01010101;
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k32(c, a0, a1, a2, a3, bq[nt][0], bq[nt][1]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) isum[mt][nt][i] += sc[i >> 1] * c[i];
+                        mma_k32(summs[mt][nt], mb[0], mb[1], mb[0], mb[1], bq[nt][0], bq[nt][1]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    acc[mt][nt][i] = acc[mt][nt][i] + mmq_term<TYPE>(Y[8 * nt + 2 * t + (i & 1)], dd[mt][i >> 1],
+                                                                     dm[mt][i >> 1], isum[mt][nt][i], summs[mt][nt][i]);
+    }
+    const int orow0 = r0 + (GU ? 16 * warp : 32 * warp);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int n = 8 * nt + 2 * t + (i & 1);
+            if (n >= count) continue;
+#pragma unroll
+            for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
+                const int r = orow0 + 16 * mt + g + 8 * (i >> 1);
+                if (r >= sg.n_out) continue;
+                const float val = GU ? silu_f(acc[0][nt][i]) * acc[1][nt][i] : acc[mt][nt][i];
+                mmq_store(a, sg, r, start + n, val);
+            }
+        }
+}
+
 // ---- launch ------------------------------------------------------------------------------------
 
 // Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
@@ -494,8 +743,9 @@ static inline int mmq_vec_nr() {
     return nr;
 }
 
-// Rows per block of the integer path (host side; matmul_go's segment layout).
-static inline int mmq_rows_per_block(bool gateup, int tt, bool small) {
+// Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
+static inline int mmq_rows_per_block(bool gateup, int tt, bool small, bool tc) {
+    if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
     return tt == 1 || small ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
 }
 
@@ -534,10 +784,42 @@ template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L
     return mmq_go_mma<TYPE, GU, MMQ_MAX_TT / 8>(grid, L);
 }
 
+// Dense tiles of 16 tokens instead of 32: RL_CUDA_MMQ_TC_TT=16 (tuning: fewer registers, twice the
+// weight staging; the same bits).
+static inline bool mmq_tc_half() {
+    static const bool h = getenv("RL_CUDA_MMQ_TC_TT") && atoi(getenv("RL_CUDA_MMQ_TC_TT")) == 16;
+    return h;
+}
+// Staged tensor-core tiles (k_mmq_tc) after one quantisation of the launch's input rows into L.xq.
+template <int TYPE, bool GU, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    constexpr size_t sm = mmq_tc_smem<TYPE, NT>();
+    if (sm > opted) {
+        if (CU_CHECK(cudaFuncSetAttribute(k_mmq_tc<TYPE, GU, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
+            return -1;
+        opted = sm;
+    }
+    k_mmq_tc<TYPE, GU, NT><<<grid, MM_WARPS * 32, sm, L.s>>>(L);
+    return 0;
+}
+template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
+    const long tasks = (long)L.xq_rows * (L.n_in / 256);
+    k_q8k_rows<<<(unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s>>>(L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
+    CU_LAUNCHED("k_q8k_rows");
+    dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + MMQ_TC_DENSE_TT - 1) / MMQ_TC_DENSE_TT);
+    if (L.grouped) return gateup ? mmq_go_tc<TYPE, true, CU_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, CU_TT / 8>(grid, L);
+    if (mmq_tc_half()) { // tiles of 16 tokens (tuning; same bits)
+        grid.y = (L.T + 15) / 16;
+        return gateup ? mmq_go_tc<TYPE, true, MMQ_TC_DENSE_TT / 16>(grid, L) : mmq_go_tc<TYPE, false, MMQ_TC_DENSE_TT / 16>(grid, L);
+    }
+    return gateup ? mmq_go_tc<TYPE, true, MMQ_TC_DENSE_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, MMQ_TC_DENSE_TT / 8>(grid, L);
+}
+
 template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     int rc;
-    if (tt == 1) rc = mmq_go_vec<TYPE, 1>(grid, L, gateup);
+    if (L.xq) rc = mmq_launch_tc<TYPE>(L, gateup);
+    else if (tt == 1) rc = mmq_go_vec<TYPE, 1>(grid, L, gateup);
     else if (L.small && tt == 2) rc = mmq_go_vec<TYPE, 2>(grid, L, gateup);
     else if (L.small && tt == 4) rc = mmq_go_vec<TYPE, 4>(grid, L, gateup);
     else if (L.small) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);

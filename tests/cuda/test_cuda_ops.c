@@ -7,7 +7,8 @@
  *   - the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K; cu_matmul_set_int8): every output
  *     == quant_traits.vec_dot(row, Q8_K(x)) bit for bit (the CPU backend's value), in every shape
  *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
- *     the add+norm tail), with 3 and 9 super-blocks per row;
+ *     the add+norm tail), with 3 and 9 super-blocks per row; the staged tiles of launches given a
+ *     scratch (test_cuda_ops_mmq.h) too;
  *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
  *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
  *     pieces bit for bit), router + plan, combine.
@@ -165,7 +166,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     float *dy = dpoison((size_t)TMAX * n_out);
     /* T = 13 in one launch (tiles of 8, a partial tile) */
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
-    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
     const bool exact = int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K);
     int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out) : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
@@ -176,7 +177,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int t = 0; t < TMAX; t++) {
         float *d1 = dpoison(n_out);
         cu_seg s1 = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = d1, .ldy = n_out};
-        cu_matmul(type, n_in, &s1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, false, NULL, 0);
+        cu_matmul(type, n_in, &s1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, false, NULL, NULL, 0);
         to_host(one, d1, sizeof(float) * n_out);
         diff += count_bad(one, got + (size_t)t * n_out, n_out);
         cudaFree(d1);
@@ -186,7 +187,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     float *dy2 = dpoison((size_t)3 * 20), *dy3 = dpoison((size_t)3 * 17);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = 20, .y = dy2, .ldy = 20},
                     {.w = dw + 20 * rb, .row_bytes = rb, .n_out = 17, .y = dy3, .ldy = 17}};
-    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 3, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 3, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     float h2[60], h3[51];
     to_host(h2, dy2, sizeof h2);
     to_host(h3, dy3, sizeof h3);
@@ -199,7 +200,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     /* gate/up: rows 0..17 gate, 18..35 up -> silu(g) * u, T = 13 */
     float *dh = dpoison((size_t)TMAX * 18), hh[13 * 18];
     cu_seg gu = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dh, .ldy = 18};
-    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, TMAX, NULL, true, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, TMAX, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     to_host(hh, dh, sizeof hh);
     diff = 0;
     for (int t = 0; t < TMAX; t++)
@@ -220,11 +221,11 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int k = 0; k < 3; k++) {
         const int Tk = shapes[k];
         cu_seg sb = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dyb, .ldy = n_out};
-        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * n_out);
         for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * n_out, got + (size_t)(t % TMAX) * n_out, n_out);
         cu_seg gub = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dyb, .ldy = 18};
-        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * 18);
         for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * 18, hh + (size_t)(t % TMAX) * 18, 18);
     }
@@ -424,6 +425,7 @@ static void test_attention(int hd, bool f16) {
 }
 
 #include "test_cuda_ops_dn.h"
+#include "test_cuda_ops_mmq.h"
 
 /* ---- fused decode kernels: the same bits as the separate launches --------------------------- */
 
@@ -482,7 +484,7 @@ static void test_tail_add_norm(void) {
         float *dy1 = dpoison(D), *dy2 = dpoison(D), *do1 = dpoison(D), *do2 = dpoison(D);
         cu_seg s1 = {.w = dW, .row_bytes = rb, .n_out = D, .y = dy1, .ldy = D}, s2 = s1;
         s2.y = dy2;
-        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
         CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, 0) == 0, "%s", rl_lasterr());
         cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = ctr, .x = dx2, .out = do2, .w = dnw, .eps = 1e-6f};
         CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, 0) == 0, "%s", rl_lasterr());
@@ -522,7 +524,7 @@ static void test_tail_router(void) {
         }
         cu_seg s0 = {.w = dW, .row_bytes = rb, .n_out = E, .y = lg[0], .ldy = E}, s1 = s0;
         s1.y = lg[1];
-        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
         CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], 0) == 0, "%s", rl_lasterr());
         cu_tail t = {.kind = CU_TAIL_ROUTER, .counter = ctr, .K = K, .ids = ids[1], .wts = wt[1], .probs = pr[1],
                      .tiles = tl[1], .n_tiles = nt[1], .pair_in = pin[1], .pair_out = pout[1]};
@@ -582,6 +584,10 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         test_matmul(KQ[i], 63, 0);        /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256);  /* 9: two full groups of four and one */
+    }
+    for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
+        test_mmq_tc(KQ[i], 768);
+        test_mmq_tc(KQ[i], 9 * 256);
     }
     test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
     test_tail_add_norm(); /* Q4_K one-row launch + tail */

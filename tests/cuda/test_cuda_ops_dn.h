@@ -56,9 +56,9 @@ static void test_deltanet(int dk, int dv, int hk, int hv) {
         cu_seg s1 = {.w = dw, .row_bytes = rb, .n_out = C, .y = raw, .ldy = C};
         cu_seg s2 = {.w = dw, .row_bytes = rb, .n_out = C, .y = ua, .ldy = C, .epi = CU_EPI_CONV};
         cu_conv cv = {d_cw, csa, kw, C};
-        CHECK(cu_matmul(QT_Q8_0, D, &s1, 1, dx, D, 1, NULL, false, NULL, 0) == 0 &&
+        CHECK(cu_matmul(QT_Q8_0, D, &s1, 1, dx, D, 1, NULL, false, NULL, NULL, 0) == 0 &&
               cu_dn_conv(&d, raw, C, ub, csb, 1, 0) == 0 &&
-              cu_matmul(QT_Q8_0, D, &s2, 1, dx, D, 1, NULL, false, &cv, 0) == 0, "%s", rl_lasterr());
+              cu_matmul(QT_Q8_0, D, &s2, 1, dx, D, 1, NULL, false, &cv, NULL, 0) == 0, "%s", rl_lasterr());
         float *ha = malloc(sizeof(float) * C), *hb = malloc(sizeof(float) * C);
         to_host(ha, ua, sizeof(float) * C);
         to_host(hb, ub, sizeof(float) * C);
@@ -146,11 +146,11 @@ static void test_moe(void) {
     CHECK(cu_moe_plan(ids, T, K, E, CU_TT, tiles, nt, pin, pout, cnt, 0) == 0, "%s", rl_lasterr());
     cu_group g = {.tiles = tiles, .n_tiles = nt, .max_tiles = max_tiles, .tt = CU_TT, .pair_in = pin};
     cu_seg gu = {.w = dg, .w2 = du, .row_bytes = rbg, .expert_stride = rbg * ff, .n_out = ff, .y = h, .ldy = ff};
-    CHECK(cu_matmul(QT_Q4_K, D, &gu, 1, dx, D, T, &g, true, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(QT_Q4_K, D, &gu, 1, dx, D, T, &g, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     g.pair_in = NULL;
     g.pair_out = pout;
     cu_seg dn = {.w = dd, .row_bytes = rbd, .expert_stride = rbd * D, .n_out = D, .y = eo, .ldy = D};
-    CHECK(cu_matmul(QT_Q8_0, ff, &dn, 1, h, ff, T, &g, false, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(QT_Q8_0, ff, &dn, 1, h, ff, T, &g, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     float *geo = malloc(sizeof(float) * T * K * D), *one = malloc(sizeof(float) * D);
     to_host(geo, eo, sizeof(float) * T * K * D);
     /* each (row, slot) alone through dense 1-row launches on that expert's rows: bit-identical */
@@ -161,8 +161,8 @@ static void test_moe(void) {
             int e = hid[t * K + k];
             cu_seg a = {.w = dg + (size_t)e * ff * rbg, .w2 = du + (size_t)e * ff * rbg, .row_bytes = rbg, .n_out = ff, .y = h1, .ldy = ff};
             cu_seg b = {.w = dd + (size_t)e * D * rbd, .row_bytes = rbd, .n_out = D, .y = o1, .ldy = D};
-            cu_matmul(QT_Q4_K, D, &a, 1, dx + (size_t)t * D, D, 1, NULL, true, NULL, 0);
-            cu_matmul(QT_Q8_0, ff, &b, 1, h1, ff, 1, NULL, false, NULL, 0);
+            cu_matmul(QT_Q4_K, D, &a, 1, dx + (size_t)t * D, D, 1, NULL, true, NULL, NULL, 0);
+            cu_matmul(QT_Q8_0, ff, &b, 1, h1, ff, 1, NULL, false, NULL, NULL, 0);
             to_host(one, o1, sizeof(float) * D);
             diff += count_bad(one, geo + ((size_t)t * K + k) * D, D);
         }
@@ -175,10 +175,10 @@ static void test_moe(void) {
     gu1.y = hh1;
     dn1.y = eo1;
     g1.pair_in = pin;
-    cu_matmul(QT_Q4_K, D, &gu1, 1, dx + 5 * D, D, 1, &g1, true, NULL, 0);
+    cu_matmul(QT_Q4_K, D, &gu1, 1, dx + 5 * D, D, 1, &g1, true, NULL, NULL, 0);
     g1.pair_in = NULL;
     g1.pair_out = pout;
-    cu_matmul(QT_Q8_0, ff, &dn1, 1, hh1, ff, 1, &g1, false, NULL, 0);
+    cu_matmul(QT_Q8_0, ff, &dn1, 1, hh1, ff, 1, &g1, false, NULL, NULL, 0);
     float *geo1 = malloc(sizeof(float) * K * D);
     to_host(geo1, eo1, sizeof(float) * K * D);
     CHECK(count_bad(geo1, geo + (size_t)5 * K * D, (size_t)K * D) == 0, "decode plan differs from the prefill plan for row 5");
