@@ -67,24 +67,31 @@ __device__ __forceinline__ void gnorm_lanes(float *o, const float *w, const floa
 
 // ---- conv (prefill) -----------------------------------------------------------------------
 
-// Thread per channel, the window in registers, the next input loaded ahead; the arithmetic is
-// conv_channel's (the decode epilogue), so both give the same bits.
+// Thread per channel and chunk of DN_CONV_ROWS rows (the chunks run in parallel: the window at a
+// chunk's start is the input rows before it, or the state before row 0); the arithmetic is
+// conv_channel's (the decode epilogue), so every row gives the same bits whatever the chunking.
 // snap (optional): row t's window after its shift also goes to snap + row_slot[t] * stride (a
-// verify row's snapshot slot; row_slot[t] < 0: none).
+// verify row's snapshot slot; row_slot[t] < 0: none). The new state (the last kw - 1 inputs) is
+// written by chunk 0's thread, the only reader of the old one.
+#define DN_CONV_ROWS 64
 template <int KW>
 __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u, float *state, int T,
                           float *snap, size_t stride, const int *row_slot) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d.C) return;
+    const int t0 = blockIdx.y * DN_CONV_ROWS, t1 = min(T, t0 + DN_CONV_ROWS);
     const float *w = d.conv_w + (size_t)c * KW;
     float win[KW > 1 ? KW - 1 : 1], wk[KW];
 #pragma unroll
     for (int j = 0; j < KW; j++) wk[j] = w[j];
 #pragma unroll
-    for (int j = 0; j < KW - 1; j++) win[j] = state[(size_t)j * d.C + c];
-    float x = T > 0 ? in[c] : 0.0f;
-    for (int t = 0; t < T; t++) {
-        const float xn = t + 1 < T ? in[(size_t)(t + 1) * ldi + c] : 0.0f;
+    for (int j = 0; j < KW - 1; j++) { // input row t0 - (KW - 1) + j; before row 0: state slot t0 + j
+        const int r = t0 - (KW - 1) + j;
+        win[j] = r >= 0 ? in[(size_t)r * ldi + c] : state[(size_t)(t0 + j) * d.C + c];
+    }
+    float x = t0 < t1 ? in[(size_t)t0 * ldi + c] : 0.0f;
+    for (int t = t0; t < t1; t++) {
+        const float xn = t + 1 < t1 ? in[(size_t)(t + 1) * ldi + c] : 0.0f;
         double s = 0;
 #pragma unroll
         for (int j = 0; j < KW - 1; j++) s += (double)wk[j] * (double)win[j];
@@ -100,13 +107,17 @@ __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, f
             for (int j = 0; j < KW - 1; j++) sn[(size_t)j * d.C + c] = win[j];
         }
     }
+    if (blockIdx.y) return;
+    if (t1 < T) // several chunks (T > DN_CONV_ROWS >= KW - 1): the last KW - 1 input rows
+#pragma unroll
+        for (int j = 0; j < KW - 1; j++) win[j] = in[(size_t)(T - (KW - 1) + j) * ldi + c];
 #pragma unroll
     for (int j = 0; j < KW - 1; j++) state[(size_t)j * d.C + c] = win[j];
 }
 
 extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
-    const int blocks = (d->C + 127) / 128;
+    const dim3 blocks((d->C + 127) / 128, T > 0 ? (T + DN_CONV_ROWS - 1) / DN_CONV_ROWS : 1);
     switch (d->kw) {
     case 2: k_dn_conv<2><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
     case 3: k_dn_conv<3><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
@@ -150,54 +161,82 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 }
 
 // ---- scan: warp per state column, the T rows in order, state in registers ------------------
-
+//
+// A block's warps hold SCAN_WARPS columns of one value head, so they read the same q, k and gates:
+// the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory with
+// cp.async, the next chunk in flight while the warps step through the current one (the scan is a
+// chain of dependent steps: loads from global memory in that chain cost more than the math). The
+// per-column arithmetic is delta_col's, as in the fused decode step.
 #define SCAN_WARPS 8
+#define SCAN_ROWS 16
+template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
+    float q[32 * KPL], k[32 * KPL], v[SCAN_WARPS], alpha, beta, pad[2];
+};
+__device__ __forceinline__ void cp_async_f(void *dst, const void *src, int bytes16) { // 16-byte chunks
+    const unsigned sd = (unsigned)__cvta_generic_to_shared(dst);
+    for (int i = 0; i < bytes16; i++)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sd + 16 * i), "l"((const char *)src + 16 * i));
+}
 template <int KPL>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
               float *snap, size_t stride, const int *row_slot) {
-    const int lane = threadIdx.x & 31, h = blockIdx.x, c = blockIdx.y * SCAN_WARPS + (threadIdx.x >> 5);
-    if (c >= d.dv) return;
-    const int g = h / (d.hv / d.hk);
-    float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+    __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
+    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_WARPS, c = c0 + (threadIdx.x >> 5);
+    const bool col = c < d.dv; // warps past the last column still help copy and meet the barriers
+    const int g = h / (d.hv / d.hk), dk = 32 * KPL;
+    const bool vec_v = c0 + SCAN_WARPS <= d.dv && d.C % 4 == 0 && (h * d.dv + c0) % 4 == 0;
+    float *S = ssm + ((size_t)h * d.dv + (col ? c : 0)) * d.dk + lane * KPL;
     float s[KPL];
 #pragma unroll
-    for (int i = 0; i < KPL; i++) s[i] = S[i];
-    // inputs of row t+1 are loaded while row t computes (the scan is latency-bound)
-    float q[KPL], k[KPL], v = 0, alpha = 0, beta = 0;
-    auto load = [&](int t, float *qq, float *kk, float &vv, float &al, float &be) {
-        const float *ut = u + (size_t)t * d.C;
-#pragma unroll
-        for (int i = 0; i < KPL; i++) {
-            qq[i] = ut[(size_t)g * d.dk + lane * KPL + i];
-            kk[i] = ut[(size_t)(d.hk + g) * d.dk + lane * KPL + i];
+    for (int i = 0; i < KPL; i++) s[i] = col ? S[i] : 0.0f;
+    // copy rows t0 .. t0 + n - 1 into buffer b: q, k as 16-byte chunks (dk / 4 each), v, gates
+    auto load = [&](int t0, int b) {
+        const int n = min(SCAN_ROWS, T - t0), per = dk / 4; // chunks of q (and of k) per row
+        for (int e = threadIdx.x; e < n * 2 * per; e += SCAN_WARPS * 32) {
+            const int r = e / (2 * per), k2 = e % (2 * per), which = k2 / per, i = k2 % per;
+            const float *src = u + (size_t)(t0 + r) * d.C + (size_t)(which ? d.hk + g : g) * dk + 4 * i;
+            cp_async_f((which ? rows[b][r].k : rows[b][r].q) + 4 * i, src, 1);
         }
-        vv = ut[(size_t)2 * d.hk * d.dk + (size_t)h * d.dv + c];
-        al = ab[(size_t)t * 2 * d.hv + h];
-        be = ab[(size_t)t * 2 * d.hv + d.hv + h];
+        if (threadIdx.x < n) {
+            const int r = threadIdx.x;
+            const float *ut = u + (size_t)(t0 + r) * d.C + (size_t)2 * d.hk * dk + (size_t)h * d.dv + c0;
+            if (vec_v) cp_async_f(rows[b][r].v, ut, SCAN_WARPS / 4);
+            else
+                for (int j = 0; j < SCAN_WARPS; j++) rows[b][r].v[j] = c0 + j < d.dv ? ut[j] : 0.0f;
+            rows[b][r].alpha = ab[(size_t)(t0 + r) * 2 * d.hv + h];
+            rows[b][r].beta = ab[(size_t)(t0 + r) * 2 * d.hv + d.hv + h];
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
     };
-    if (T > 0) load(0, q, k, v, alpha, beta);
-    for (int t = 0; t < T; t++) {
-        float qn[KPL] = {}, kn[KPL] = {}, vn = 0, an = 0, bn = 0;
-        if (t + 1 < T) load(t + 1, qn, kn, vn, an, bn);
-        const float out = delta_col<KPL>(s, q, k, v, alpha, beta);
-        if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
-        if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
-            float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+    if (T > 0) load(0, 0);
+    for (int t0 = 0, b = 0; t0 < T; t0 += SCAN_ROWS, b ^= 1) {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncthreads(); // chunk t0 is in; every warp is done with the previous chunk's buffer
+        if (t0 + SCAN_ROWS < T) load(t0 + SCAN_ROWS, b ^ 1);
+        const int n = min(SCAN_ROWS, T - t0);
+        if (!col) continue;
+        for (int r = 0; r < n; r++) {
+            const scan_row<KPL> &R = rows[b][r];
+            float q[KPL], k[KPL];
 #pragma unroll
-            for (int i = 0; i < KPL; i++) sn[i] = s[i];
-        }
+            for (int i = 0; i < KPL; i++) {
+                q[i] = R.q[lane * KPL + i];
+                k[i] = R.k[lane * KPL + i];
+            }
+            const int t = t0 + r;
+            const float out = delta_col<KPL>(s, q, k, R.v[c - c0], R.alpha, R.beta);
+            if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
+            if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
+                float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
-        for (int i = 0; i < KPL; i++) {
-            q[i] = qn[i];
-            k[i] = kn[i];
+                for (int i = 0; i < KPL; i++) sn[i] = s[i];
+            }
         }
-        v = vn;
-        alpha = an;
-        beta = bn;
     }
+    if (col)
 #pragma unroll
-    for (int i = 0; i < KPL; i++) S[i] = s[i];
+        for (int i = 0; i < KPL; i++) S[i] = s[i];
 }
 
 // ---- gated norm: warp per (row, value head) ------------------------------------------------

@@ -603,8 +603,10 @@ int main(void) {
     test_attention_decode(128, true, 16, 2, 2600);
     test_attention_decode(64, false, 8, 2, 777);     /* DPL 2: scalar V loads */
     test_attention_decode(256, false, 24, 1, 1500);  /* 24 warps: > 48 KiB of shared memory */
-    test_deltanet(128, 128, 16, 32);
-    test_deltanet(32, 32, 4, 8);
+    test_deltanet(128, 128, 16, 32, 5);
+    test_deltanet(128, 128, 16, 32, 150);
+    test_deltanet(32, 32, 4, 8, 5);
+    test_deltanet(64, 32, 4, 8, 37);
     test_moe();
     test_fused_combine();
     test_tail_add_norm();

@@ -2,8 +2,10 @@
 
 /* ---- Gated DeltaNet ------------------------------------------------------------------------- */
 
-static void test_deltanet(int dk, int dv, int hk, int hv) {
-    const int C = 2 * hk * dk + hv * dv, inner = hv * dv, kw = 4, T = 5, D = 256;
+/* T rows: 5, and 150 (the prefill conv in chunks of 64 rows, the scan's staged chunks of 16, both
+ * with a partial last chunk) */
+static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
+    const int C = 2 * hk * dk + hv * dv, inner = hv * dv, kw = 4, D = 256;
     float *in = randv((size_t)T * C, 1.0f), *cw = randv((size_t)C * kw, 0.5f), *cs0 = randv((size_t)(kw - 1) * C, 1.0f);
     float *ba = randv((size_t)T * 2 * hv, 1.0f), *z = randv((size_t)T * inner, 1.0f), *nw = randv(dv, 0.2f);
     float *A = malloc(sizeof(float) * hv), *dtb = malloc(sizeof(float) * hv);
@@ -43,7 +45,7 @@ static void test_deltanet(int dk, int dv, int hk, int hv) {
     to_host(g_c2, cs2, sizeof(float) * (kw - 1) * C);
     CHECK(count_bad(g_o, g_o2, (size_t)T * inner) == 0 && count_bad(g_s, g_s2, ns) == 0 &&
               count_bad(g_c, g_c2, (size_t)(kw - 1) * C) == 0,
-          "DeltaNet %d/%d: fused decode step differs from the prefill kernels", dk, dv);
+          "DeltaNet %d/%d, %d rows: fused decode step differs from the prefill kernels", dk, dv, T);
     /* conv in the matmul epilogue == matmul + conv kernel (Q8_0 weights D -> C) */
     {
         size_t rb = quant_row_size(QT_Q8_0, D);
