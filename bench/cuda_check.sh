@@ -8,7 +8,9 @@
 #     engine    build/cuda/tests/test_cuda_engine   (exactness contract on the tiny fixture)
 #     kquant    test_cuda_engine MODEL on two small synthetic K-quant models (the int8 K-quant path: contract,
 #               40-row verify == steps, vs the CPU backend), with the default tiles, with 1 row / 1 token tile
-#               per warp, and with the float path (RL_CUDA_MMQ=0)
+#               per warp, with the float path (RL_CUDA_MMQ=0) and with the unstaged prefill tiles (RL_CUDA_MMQ_TC=0)
+#     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
+#               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -97,7 +99,25 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         run kquant-$m 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ_NR=1 RL_CUDA_MMQ_NT=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
+        RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
     done
+fi
+if has iq; then # the integer path of the IQ types (RL_CUDA_MMQ=2): the tiny CF2-typed model (IQ1_M/IQ2_XS
+    # experts), then prompt/decode A/B on $CF2 (synth it first) against the float IQ path
+    V=tests/fixtures/qwen3-vocab.gguf
+    [ -s /tmp/t_cf2.gguf ] || $B/redlite synth --preset tiny --vocab $V -o /tmp/t_cf2.gguf --quiet
+    RL_CUDA_MMQ=2 run iq-t_cf2 120 $B/tests/test_cuda_engine /tmp/t_cf2.gguf
+    if [ -s "$CF2" ]; then
+        for r in 1 2; do
+            for m in 1 2; do
+                timeout 150 env RL_CUDA_MMQ=$m $B/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 3 \
+                    --warmup 8 --prompt 2048 --batch 2048 --json >"$LOGS/iq_$m.json" 2>"$LOGS/iq_$m.err"
+                say "iq A/B RL_CUDA_MMQ=$m round $r: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print("prompt", d["prompt"][0]["tok_s"], "decode", d["decode"][0]["tok_s"])' "$LOGS/iq_$m.json" 2>&1 | tail -1)"
+            done
+        done
+    fi
 fi
 if has fixtures; then
     RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \

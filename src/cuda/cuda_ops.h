@@ -105,14 +105,15 @@ int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float
               const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cudaStream_t s);
 size_t cu_matmul_ws_bytes(int n_in, int rows);
 
-/* The integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K weights; src/cuda/mmq.cuh): in every
- * shape (decode, verify, prefill tiles, grouped experts) each activation row is quantised to Q8_K
- * as the CPU does and each output is quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU
- * backend's value — with dp4a for one-row and small launches and int8 tensor cores (mma.sync) for
- * prefill tiles. Off: the float path above. Process-wide; the initial setting is RL_CUDA_MMQ=0|1
+/* The integer path of the matmuls (src/cuda/mmq.cuh): in every shape (decode, verify, prefill tiles,
+ * grouped experts) each activation row is quantised to Q8_K as the CPU does and each output is
+ * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
+ * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
+ * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh; not yet the
+ * default: written 2026-12-02 without a GPU run). Process-wide; the initial mode is RL_CUDA_MMQ=0|1|2
  * (default 1). Set it before contexts run (a context's prefill and steps must use one arithmetic).
- * Returns the previous setting. */
-int cu_matmul_set_int8(int on);
+ * Returns the previous mode. */
+int cu_matmul_set_int8(int mode);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's

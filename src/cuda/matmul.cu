@@ -35,21 +35,21 @@ static int small_tt_max() {
     return v;
 }
 
-// The integer path of the K-quant matmuls (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1 at first use
-// (default 1), cu_matmul_set_int8() after. H200 (bench/results/2026-12-01-cuda-mmq-h200.md): prompt
+// The integer path (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1|2 at first use (default 1: the K-quants;
+// 2: also IQ2_XXS, IQ2_XS and IQ1_M, mmq_iq.cuh), cu_matmul_set_int8() after. H200 (bench/results/2026-12-01-cuda-mmq-h200.md): prompt
 // 2048 on Q4_K_M 2,018 -> 5,049 tok/s, CF2 2,017 -> 2,742; decode unchanged within 1 %. A context
 // must not see it change between its prefill and its steps (the two arithmetics give different bits).
 static int int8_mode = -1;
 static int int8_on() {
     if (int8_mode < 0) {
         const char *e = getenv("RL_CUDA_MMQ");
-        int8_mode = e && !strcmp(e, "0") ? 0 : 1;
+        int8_mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : 1;
     }
     return int8_mode;
 }
-extern "C" int cu_matmul_set_int8(int on) {
+extern "C" int cu_matmul_set_int8(int mode) {
     const int old = int8_on();
-    int8_mode = on ? 1 : 0;
+    int8_mode = mode < 0 ? 0 : mode > 2 ? 2 : mode;
     return old;
 }
 
@@ -101,7 +101,8 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     /* the integer path when its largest tile of tokens fits the shared memory of a block: a condition
      * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
      * 66 KiB) */
-    L.q8 = mmq_type(type) && int8_on() && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
+    L.q8 = (mmq_k(type) ? int8_on() >= 1 : mmq_iq(type) && int8_on() == 2) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
+    if (L.q8) L.tb = cu_qtabs_get();
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
     if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on()) {
         L.xq = (const uint8_t *)ws;

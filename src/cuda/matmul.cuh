@@ -35,6 +35,7 @@ struct mm_launch {
     int st_units, st_row; // staged variants: units per chunk (a multiple of 32), smem bytes per row
     cu_tail tail;         // one-row dense launches: the last block's extra step (cuda_ops.h)
     bool q8;              // the integer path (mmq.cuh) for this launch's K-quant type
+    cu_qtabs tb;          // the integer path of the IQ types: the grids
     const uint8_t *xq;    // prefill tiles of the integer path: scratch of the quantised input rows (or NULL)
     int xq_rows;          // rows of x quantised into it
     cudaStream_t s;

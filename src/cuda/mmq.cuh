@@ -18,10 +18,12 @@
 // once per block into shared memory (no scratch buffer and no extra launch in the decode graph).
 #pragma once
 
-// The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time).
-__host__ __device__ constexpr bool mmq_type(uint32_t type) {
-    return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
-}
+#include "mmq_iq.cuh"
+
+// The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time):
+// the K-quants, and with cu_matmul_set_int8(2) the IQ types of mmq_iq.cuh.
+__host__ __device__ constexpr bool mmq_k(uint32_t type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K; }
+__host__ __device__ constexpr bool mmq_type(uint32_t type) { return mmq_k(type) || mmq_iq(type); }
 #define MMQ_MMA_ROWS 32 // output rows per warp of k_mmq_mma (16 for gate/up: a gate and an up tile)
 #define MMQ_MAX_TT 16   // the largest tile of tokens a block quantises (k_mmq_mma with 2 token tiles per warp)
 #define MMQ_MAX_SMEM (200u << 10) // the shared memory of that tile must stay below (H100/H200 opt-in: 227 KiB)
@@ -65,7 +67,8 @@ __device__ __forceinline__ int q8_pack(float is, float4 f) {
 
 // The CPU's float epilogue of one super-block.
 template <int TYPE> __device__ __forceinline__ float mmq_term(float yd, float d, float dmin, int isum, int summs) {
-    if constexpr (TYPE == T_Q6_K) return d * yd * (float)isum;
+    if constexpr (TYPE == T_Q6_K || TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS) return d * yd * (float)isum;
+    else if constexpr (TYPE == T_IQ1_M) return d * yd * ((float)isum + 0.125f * (float)summs);
     else return yd * d * (float)isum - yd * dmin * (float)summs;
 }
 
@@ -267,7 +270,8 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
     }
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
     // this lane's weights of super-block ib0 + q (zeros past the row)
-    int wq[NW][8], sc[NW][2], mn[NW];
+    constexpr bool IQ = mmq_iq(TYPE), M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
+    int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
     float dd[NW], dm[NW];
     auto load_w = [&](int ib0) {
         const int ib = ib0 + q;
@@ -280,6 +284,16 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
             for (int w = 0; w < 8; w++) wq[i][w] = 0;
             if (ib < nsb) {
                 const uint8_t *b = wr[i] + (size_t)ib * BB;
+                if constexpr (IQ) {
+#pragma unroll
+                    for (int w = 0; w < 8; w++) wq[i][w] = mmq_iq_a4<TYPE>(a.tb, b, j, 4 * w);
+                    if constexpr (TYPE == T_IQ1_M)
+#pragma unroll
+                        for (int w = 0; w < 8; w++) mq[i][w] = mmq_iq1m_m4(b, j, 4 * w);
+                    mmq_iq_w<TYPE>(b, j, sc[i][0], sc[i][1]);
+                    dd[i] = mmq_iq_d<TYPE>(b);
+                    continue;
+                }
                 mmq_codes32<TYPE>(b, j, wq[i]);
                 if constexpr (TYPE == T_Q6_K) {
                     sc[i][0] = (int8_t)b[192 + 2 * j];
@@ -325,12 +339,17 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
                 for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
 #pragma unroll
                 for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
-                int isum = TYPE == T_Q6_K ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
+                int isum = TYPE == T_Q6_K || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
                 int summs = mn[i] * qsum;
+                if constexpr (TYPE == T_IQ1_M) {
+                    summs = 0;
+#pragma unroll
+                    for (int w = 0; w < 8; w++) summs = __dp4a(mq[i][w], xq[w], summs);
+                }
 #pragma unroll
                 for (int o = 1; o < 8; o <<= 1) {
                     isum += __shfl_xor_sync(FULL_MASK, isum, o);
-                    if constexpr (TYPE != T_Q6_K) summs += __shfl_xor_sync(FULL_MASK, summs, o);
+                    if constexpr (M2) summs += __shfl_xor_sync(FULL_MASK, summs, o);
                 }
                 const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
 #pragma unroll
@@ -348,7 +367,8 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
 #pragma unroll
         for (int t = 0; t < TT; t++) {
             if (t >= at.count) break;
-            const float val = GU ? silu_f(acc[i][t]) * acc[GU ? NR + i : i][t] : acc[i][t];
+            const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
+                                 : mmq_out<TYPE>(acc[i][t]);
             mmq_store(a, sg, at.r0 + i, at.start + t, val);
         }
     }
@@ -379,6 +399,63 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// The MMAs of 32-value sub-block s of a 16-row tile (b0: the super-block of row g, b1: of row g + 8)
+// against NT token tiles (bq[nt]: the B fragments of values 4t.. and 16 + 4t.. of the sub-block),
+// added to the integer sums of the 4 outputs per tile this thread holds. kw/km: the K-quants'
+// weights of the sub-block for rows g (h = 0) and g + 8 (h = 1) — Q4_K/Q5_K: kw[h][0] = sc,
+// km[h] = m; Q6_K: kw[h] = the scales of its two 16-value halves; the IQ types read theirs here.
+template <int TYPE, int NT>
+__device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, const uint8_t *b1, int s, int t,
+                                        const int (&kw)[2][2], const int (&km)[2], const int (&bq)[NT][2],
+                                        int (&isum)[NT][4], int (&summs)[NT][4]) {
+    int a0, a1, a2, a3, w[2][2];
+    if constexpr (mmq_iq(TYPE)) {
+        a0 = mmq_iq_a4<TYPE>(tb, b0, s, 4 * t);
+        a1 = mmq_iq_a4<TYPE>(tb, b1, s, 4 * t);
+        a2 = mmq_iq_a4<TYPE>(tb, b0, s, 16 + 4 * t);
+        a3 = mmq_iq_a4<TYPE>(tb, b1, s, 16 + 4 * t);
+        mmq_iq_w<TYPE>(b0, s, w[0][0], w[0][1]);
+        mmq_iq_w<TYPE>(b1, s, w[1][0], w[1][1]);
+    } else {
+        a0 = mmq_codes4<TYPE>(b0, s, 4 * t);
+        a1 = mmq_codes4<TYPE>(b1, s, 4 * t);
+        a2 = mmq_codes4<TYPE>(b0, s, 16 + 4 * t);
+        a3 = mmq_codes4<TYPE>(b1, s, 16 + 4 * t);
+#pragma unroll
+        for (int h = 0; h < 2; h++) w[h][0] = kw[h][0], w[h][1] = kw[h][1];
+    }
+    if constexpr (TYPE == T_Q6_K || TYPE == T_IQ2_XS) { // two 16-value halves, each its own weight
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+            mma_k16(lo, a0, a1, bq[nt][0]);
+            mma_k16(hi, a2, a3, bq[nt][1]);
+#pragma unroll
+            for (int i = 0; i < 4; i++) isum[nt][i] += w[i >> 1][0] * lo[i] + w[i >> 1][1] * hi[i];
+        }
+    } else {
+        int m0 = 0, m1 = 0, m2 = 0, m3 = 0; // the second sum's A fragment (Q4_K/Q5_K mins, IQ1_M deltas)
+        if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K) {
+            m0 = m2 = km[0] * 0x01010101;
+            m1 = m3 = km[1] * 0x01010101;
+        } else if constexpr (TYPE == T_IQ1_M) {
+            m0 = mmq_iq1m_m4(b0, s, 4 * t);
+            m1 = mmq_iq1m_m4(b1, s, 4 * t);
+            m2 = mmq_iq1m_m4(b0, s, 16 + 4 * t);
+            m3 = mmq_iq1m_m4(b1, s, 16 + 4 * t);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            int c[4] = {0, 0, 0, 0};
+            mma_k32(c, a0, a1, a2, a3, bq[nt][0], bq[nt][1]);
+#pragma unroll
+            for (int i = 0; i < 4; i++) isum[nt][i] += w[i >> 1][0] * c[i];
+            if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M)
+                mma_k32(summs[nt], m0, m1, m2, m3, bq[nt][0], bq[nt][1]);
+        }
+    }
 }
 
 // NT token tiles of 8 per warp (dense launches: 2, so each decoded A fragment serves 16 tokens;
@@ -430,8 +507,13 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint8_t *b = wr[mt][h] + (size_t)ib * BB;
-                mmq_scales<TYPE>(b, sc[h], mn[h]);
-                mmq_d<TYPE>(b, dd[h], dm[h]);
+                if constexpr (mmq_iq(TYPE)) {
+                    dd[h] = mmq_iq_d<TYPE>(b);
+                    dm[h] = 0.0f;
+                } else {
+                    mmq_scales<TYPE>(b, sc[h], mn[h]);
+                    mmq_d<TYPE>(b, dd[h], dm[h]);
+                }
             }
             int isum[NT][4], summs[NT][4];
 #pragma unroll
@@ -441,26 +523,17 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             const uint8_t *b0 = wr[mt][0] + (size_t)ib * BB, *b1 = wr[mt][1] + (size_t)ib * BB;
 #pragma unroll
             for (int s = 0; s < 8; s++) {
-                const int a0 = mmq_codes4<TYPE>(b0, s, 4 * t), a1 = mmq_codes4<TYPE>(b1, s, 4 * t);
-                const int a2 = mmq_codes4<TYPE>(b0, s, 16 + 4 * t), a3 = mmq_codes4<TYPE>(b1, s, 16 + 4 * t);
+                int kw[2][2] = {{0, 0}, {0, 0}}, km[2] = {0, 0}, bs[NT][2];
+                if constexpr (!mmq_iq(TYPE))
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    if constexpr (TYPE == T_Q6_K) {
-                        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-                        mma_k16(lo, a0, a1, bq[nt][2 * s]);
-                        mma_k16(hi, a2, a3, bq[nt][2 * s + 1]);
-#pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            isum[nt][i] += sc[i >> 1][2 * s] * lo[i] + sc[i >> 1][2 * s + 1] * hi[i];
-                    } else {
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k32(c, a0, a1, a2, a3, bq[nt][2 * s], bq[nt][2 * s + 1]);
-#pragma unroll
-                        for (int i = 0; i < 4; i++) isum[nt][i] += sc[i >> 1][s] * c[i];
-                        const int m0 = mn[0][s] * 0x01010101, m1 = mn[1][s] * 0x01010101;
-                        mma_k32(summs[nt], m0, m1, m0, m1, bq[nt][2 * s], bq[nt][2 * s + 1]);
+                    for (int h = 0; h < 2; h++) {
+                        kw[h][0] = TYPE == T_Q6_K ? sc[h][2 * s] : sc[h][s];
+                        kw[h][1] = TYPE == T_Q6_K ? sc[h][2 * s + 1] : sc[h][s];
+                        km[h] = TYPE == T_Q6_K ? 0 : mn[h][s];
                     }
-                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) bs[nt][0] = bq[nt][2 * s], bs[nt][1] = bq[nt][2 * s + 1];
+                mmq_sub<TYPE, NT>(a.tb, b0, b1, s, t, kw, km, bs, isum, summs);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
@@ -480,7 +553,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
                 const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
                 if (r >= sg.n_out) continue;
-                const float val = GU ? silu_f(acc[0][nt][i]) * acc[1][nt][i] : acc[mt][nt][i];
+                const float val = GU ? silu_f(mmq_out<TYPE>(acc[0][nt][i])) * mmq_out<TYPE>(acc[1][nt][i])
+                                     : mmq_out<TYPE>(acc[mt][nt][i]);
                 mmq_store(a, sg, r, at.start + n, val);
             }
         }
@@ -510,17 +584,19 @@ static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, u
 
 #define MMQ_TC_ROWS 128    // weight rows a block stages (4 warps x 32)
 #define MMQ_TC_DENSE_TT 32 // tokens of a dense tile (grouped: the plan's CU_TT)
-// Bytes of a staged weight block: Q4_K/Q5_K as stored (16-byte aligned); Q6_K blocks (210 bytes,
-// 2-byte aligned) as the 16-byte-aligned window of 14 chunks that holds them, at offset p & 15. The
-// window's last chunk may reach up to 14 bytes past a tensor's last block, inside the aligned
-// 16-byte chunk that holds that block's last byte (so never into another page). The slot sizes keep
-// the 8 rows of an A-fragment load on distinct banks (row strides of 36, 44 and 60 words).
+// Bytes of a staged weight block: Q4_K/Q5_K as stored (16-byte aligned); the other types (Q6_K 210
+// bytes, IQ2_XXS 66, IQ2_XS 74: 2-byte aligned; IQ1_M 56: 8-byte aligned) as the 16-byte-aligned
+// window that holds them, at offset p & 15, copying only the chunks that hold a byte of the block:
+// the last one may reach up to 15 bytes past a tensor's last block, inside the aligned 16-byte chunk
+// that holds that block's last byte (so never into another page). Slot sizes keep the 8 rows of an
+// A-fragment load on distinct banks (row strides of 20, 28, 36, 44 or 60 words).
 template <int TYPE> struct mmq_tc_t {
     static constexpr int BB = qtraits<TYPE>::bytes;
-    static constexpr int CH = TYPE == T_Q6_K ? 14 : BB / 16;                     // chunks per row
-    static constexpr int SLOT = TYPE == T_Q6_K ? 240 : BB;                       // bytes per staged row
-    static constexpr int XS = 272;                                               // bytes per staged token row
-    static constexpr bool K45 = TYPE != T_Q6_K;
+    static constexpr bool WIN = TYPE != T_Q4_K && TYPE != T_Q5_K; // staged as an aligned window
+    static constexpr int CH = WIN ? (BB + 15 + 15) / 16 : BB / 16; // chunks per row, at most
+    static constexpr int SLOT = TYPE == T_Q6_K ? 240 : TYPE == T_IQ2_XS ? 112 : WIN ? 80 : BB; // bytes per staged row
+    static constexpr int XS = 272;                                                              // bytes per staged token row
+    static constexpr bool K45 = !WIN;
 };
 template <int TYPE, int NT> __host__ __device__ constexpr int mmq_tc_stage() { // bytes of one stage
     return MMQ_TC_ROWS * mmq_tc_t<TYPE>::SLOT + 8 * NT * (mmq_tc_t<TYPE>::XS + 4) + MMQ_TC_ROWS;
@@ -540,7 +616,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_tc(mm_launch a) {
     using P = mmq_tc_t<TYPE>;
-    constexpr int MT = 2, BT = 8 * NT, NSC = TYPE == T_Q6_K ? 16 : 8, STAGE = mmq_tc_stage<TYPE, NT>();
+    constexpr int MT = 2, BT = 8 * NT, STAGE = mmq_tc_stage<TYPE, NT>();
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     __shared__ int srow[BT];                 // the scratch row of each token of the tile
     __shared__ const uint8_t *wrow[MMQ_TC_ROWS]; // the global start of each staged weight row
@@ -582,8 +658,10 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
         for (int c = tid; c < MMQ_TC_ROWS * P::CH; c += MM_WARPS * 32) {
             const int j = c / P::CH, k = c % P::CH;
             const uint8_t *p = wrow[j] + (size_t)ib * P::BB;
-            if constexpr (TYPE == T_Q6_K) {
-                if (k == 0) O[j] = (uint8_t)((uintptr_t)p & 15);
+            if constexpr (P::WIN) {
+                const int o = (int)((uintptr_t)p & 15);
+                if (k == 0) O[j] = (uint8_t)o;
+                if (16 * k >= o + P::BB) continue; // no byte of the block in this chunk
                 p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
             }
             cp_async16(A + j * P::SLOT + 16 * k, p + 16 * k);
@@ -643,6 +721,9 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
                 if constexpr (P::K45) {
                     dd[mt][h] = sd[rr[mt][h]];
                     dm[mt][h] = sdm[rr[mt][h]];
+                } else if constexpr (mmq_iq(TYPE)) {
+                    dd[mt][h] = mmq_iq_d<TYPE>(wb[mt][h]);
+                    dm[mt][h] = 0.0f;
                 } else {
                     mmq_d<TYPE>(wb[mt][h], dd[mt][h], dm[mt][h]);
                 }
@@ -665,41 +746,19 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             }
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const uint8_t *b0 = wb[mt][0], *b1 = wb[mt][1];
-                const int a0 = mmq_codes4<TYPE>(b0, s, 4 * t), a1 = mmq_codes4<TYPE>(b1, s, 4 * t);
-                const int a2 = mmq_codes4<TYPE>(b0, s, 16 + 4 * t), a3 = mmq_codes4<TYPE>(b1, s, 16 + 4 * t);
-                if constexpr (TYPE == T_Q6_K) {
-                    int sl[2], sh[2]; // the int8 scales of the slice's two 16-value sub-blocks, rows g and g + 8
+                int kw[2][2] = {{0, 0}, {0, 0}}, km[2] = {0, 0};
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        sl[h] = (int8_t)wb[mt][h][192 + 2 * s];
-                        sh[h] = (int8_t)wb[mt][h][193 + 2 * s];
-                    }
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
-                        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-                        mma_k16(lo, a0, a1, bq[nt][0]);
-                        mma_k16(hi, a2, a3, bq[nt][1]);
-#pragma unroll
-                        for (int i = 0; i < 4; i++) isum[mt][nt][i] += sl[i >> 1] * lo[i] + sh[i >> 1] * hi[i];
-                    }
-                } else {
-                    int sc[2], mb[2];
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < 2; h++) {
+                    if constexpr (TYPE == T_Q6_K) { // the int8 scales of the slice's two 16-value sub-blocks
+                        kw[h][0] = (int8_t)wb[mt][h][192 + 2 * s];
+                        kw[h][1] = (int8_t)wb[mt][h][193 + 2 * s];
+                    } else if constexpr (P::K45) {
                         const int v = scm[s * MMQ_TC_ROWS + rr[mt][h]];
-                        sc[h] = v & 255;
-                        mb[h] = (v >> 8) * 0x01010101;
-                    }
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k32(c, a0, a1, a2, a3, bq[nt][0], bq[nt][1]);
-#pragma unroll
-                        for (int i = 0; i < 4; i++) isum[mt][nt][i] += sc[i >> 1] * c[i];
-                        mma_k32(summs[mt][nt], mb[0], mb[1], mb[0], mb[1], bq[nt][0], bq[nt][1]);
+                        kw[h][0] = kw[h][1] = v & 255;
+                        km[h] = v >> 8;
                     }
                 }
+                mmq_sub<TYPE, NT>(a.tb, wb[mt][0], wb[mt][1], s, t, kw, km, bq, isum[mt], summs[mt]);
             }
         }
 #pragma unroll
@@ -722,7 +781,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
                 const int r = orow0 + 16 * mt + g + 8 * (i >> 1);
                 if (r >= sg.n_out) continue;
-                const float val = GU ? silu_f(acc[0][nt][i]) * acc[1][nt][i] : acc[mt][nt][i];
+                const float val = GU ? silu_f(mmq_out<TYPE>(acc[0][nt][i])) * mmq_out<TYPE>(acc[1][nt][i])
+                                     : mmq_out<TYPE>(acc[mt][nt][i]);
                 mmq_store(a, sg, r, start + n, val);
             }
         }

@@ -8,7 +8,7 @@
  *     == quant_traits.vec_dot(row, Q8_K(x)) bit for bit (the CPU backend's value), in every shape
  *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
  *     the add+norm tail), with 3 and 9 super-blocks per row; the staged tiles of launches given a
- *     scratch (test_cuda_ops_mmq.h) too;
+ *     scratch (test_cuda_ops_mmq.h) too; and with mode 2 the same for IQ2_XXS, IQ2_XS and IQ1_M;
  *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
  *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
  *     pieces bit for bit), router + plan, combine.
@@ -168,7 +168,8 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
     CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
-    const bool exact = int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K);
+    const bool exact = (int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K)) ||
+                       (int8_on == 2 && (type == QT_IQ2_XXS || type == QT_IQ2_XS || type == QT_IQ1_M));
     int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out) : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
     CHECK(bad == 0, "matmul %s%s T=%d: %d outputs %s", qt->name, exact ? " (int8)" : "", TMAX, bad,
           exact ? "differ from the CPU's vec_dot" : "outside the bound");
@@ -593,6 +594,18 @@ int main(void) {
     test_tail_add_norm(); /* Q4_K one-row launch + tail */
     printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
            check_fail == fails0 ? "bit-identical to" : "DIFFERENT from");
+    /* mode 2: the IQ types too (mmq_iq.cuh), the same checks */
+    cu_matmul_set_int8(int8_on = 2);
+    static const uint32_t IQ[3] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M};
+    const int fails1 = check_fail;
+    for (int i = 0; i < 3; i++) {
+        test_matmul(IQ[i], 63, 0);
+        test_matmul(IQ[i], 63, 9 * 256);
+        test_mmq_tc(IQ[i], 768);
+        test_mmq_tc(IQ[i], 9 * 256);
+    }
+    printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
+           check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
     cu_matmul_set_int8(int8_on = 0);
     test_rmsnorm();
     test_attention(256, false);
