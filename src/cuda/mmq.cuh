@@ -72,6 +72,15 @@ template <int TYPE> __device__ __forceinline__ float mmq_term(float yd, float d,
     else return yd * d * (float)isum - yd * dmin * (float)summs;
 }
 
+template <int MT, int NT> __device__ __forceinline__ void mmq_zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+}
+
 // ---- weights -----------------------------------------------------------------------------------
 
 // 4 consecutive bytes at b + o, o a multiple of 4 (Q4_K/Q5_K blocks are 16-byte aligned, Q6_K
@@ -483,12 +492,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             wr[mt][h] = (GU && mt ? at.w2 : at.w) + (size_t)r * sg.row_bytes;
         }
     float acc[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    mmq_zero(acc);
     for (int ib = 0; ib < nsb; ib++) {
         int bq[NT][16];
         float yc[NT][2];
@@ -622,30 +626,19 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     __shared__ const uint8_t *wrow[MMQ_TC_ROWS]; // the global start of each staged weight row
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nsb = a.n_in / 256;
-    // the block: segment, first output row, tile of tokens (grouped: the plan's tile)
-    int si = 0;
-    while (si + 1 < a.nseg && (int)blockIdx.x >= a.seg_start[si + 1]) si++;
-    const cu_seg &sg = a.seg[si];
-    int start, count, expert = 0;
-    if (a.grouped) {
-        if ((int)blockIdx.y >= *a.g.n_tiles) return;
-        const cu_tile tl = a.g.tiles[blockIdx.y];
-        start = tl.start;
-        count = tl.count;
-        expert = tl.expert;
-    } else {
-        start = blockIdx.y * BT;
-        count = min(BT, a.T - start);
-    }
-    const int r0 = ((int)blockIdx.x - a.seg_start[si]) * (GU ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS);
+    // the block: segment, first output row, tile of tokens (grouped: the plan's tile); every warp
+    // stages, also one past the last output row
+    mmq_at at;
+    if (!mmq_locate(a, GU ? 16 : 32, BT, at)) return; // the whole block
+    const cu_seg &sg = a.seg[at.si];
+    const int start = at.start, count = at.count, r0 = at.r0 - warp * (GU ? 16 : 32);
     if (tid < BT) {
         const int p = start + min(tid, count - 1);
         srow[tid] = a.grouped && a.g.pair_in ? a.g.pair_in[p] : p;
     }
     {
         const int h = GU ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS, j = tid; // one staged row per thread
-        const uint8_t *w = (GU && j >= h ? sg.w2 : sg.w) + (size_t)expert * sg.expert_stride;
-        wrow[j] = w + (size_t)min(r0 + (j % h), sg.n_out - 1) * sg.row_bytes;
+        wrow[j] = (GU && j >= h ? at.w2 : at.w) + (size_t)min(r0 + (j % h), sg.n_out - 1) * sg.row_bytes;
     }
     __syncthreads();
     const uint8_t *xq = a.xq;
@@ -683,12 +676,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 #pragma unroll
         for (int h = 0; h < 2; h++) rr[mt][h] = GU ? 64 * mt + 16 * warp + g + 8 * h : 32 * warp + 16 * mt + g + 8 * h;
     float acc[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    mmq_zero(acc);
     load(0, 0);
     for (int ib = 0; ib < nsb; ib++) {
         const int b = ib & 1;
