@@ -102,6 +102,14 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
     done
 fi
+if has fixtures; then
+    RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/cuda/test_cuda_fixtures.py -k "not long"
+fi
+if has synth && [ ! -s "$CF2" ]; then
+    run synth 200 $B/redlite synth --preset cf2 ${SYNTH_ROUTING:+--routing $SYNTH_ROUTING} -o "$CF2" --quiet
+    ls -la "$CF2" | tee -a "$S"
+fi
 if has iq; then # the integer path of the IQ types (RL_CUDA_MMQ=2): the tiny CF2-typed model (IQ1_M/IQ2_XS
     # experts), then prompt/decode A/B on $CF2 (synth it first) against the float IQ path
     V=tests/fixtures/qwen3-vocab.gguf
@@ -118,14 +126,6 @@ print("prompt", d["prompt"][0]["tok_s"], "decode", d["decode"][0]["tok_s"])' "$L
             done
         done
     fi
-fi
-if has fixtures; then
-    RL_CUDA_BIN=$PWD/$B/redlite run fixtures 240 python3 -m pytest -q -s -p no:cacheprovider \
-        tests/cuda/test_cuda_fixtures.py -k "not long"
-fi
-if has synth && [ ! -s "$CF2" ]; then
-    run synth 200 $B/redlite synth --preset cf2 ${SYNTH_ROUTING:+--routing $SYNTH_ROUTING} -o "$CF2" --quiet
-    ls -la "$CF2" | tee -a "$S"
 fi
 if has bench; then
     RL_CUDA_VERBOSE=1 run bench 240 $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 5 --warmup 8 \
