@@ -185,55 +185,69 @@ __device__ __forceinline__ void stage_rows(KV *stg, const KV *src, size_t kvw, i
     }
 }
 
-// attn_chunk<DPL, 1> for one query row per warp, every warp of the block on the same positions
-// (one KV head, one row t: nkv is uniform in the block). Called by all threads (it synchronises
-// the block). The scores, max, exp-sum and value sums are the same operations in the same order
-// as attn_chunk's, so the partial has the same bits; only the rows come from shared memory.
-template <int DPL, typename KV>
+// attn_chunk<DPL, RT> with the K and V rows staged in shared memory by the whole block, every warp
+// of the block on the same positions (one KV head, the same RT rows: nkv is uniform in the block;
+// decode: one row, prefill: a tile of PF_RT rows). Called by all threads (it synchronises the
+// block). The scores, max, exp-sum and value sums are the same operations in the same order as
+// attn_chunk's, so the partial has the same bits; only the rows come from shared memory.
+template <int DPL, int RT, typename KV>
 __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
-                                                  int nkv, float scale, float &m, float &l, float *acc, KV *stg) {
+                                                  const int *nkv, float scale, float *m, float *l,
+                                                  float (*acc)[DPL], KV *stg) {
     constexpr int HD = DPL * 32, LD = stage_ld<DPL, KV>::LD;
     const int lane = threadIdx.x & 31;
-    float s[NI];
+    int nmax = 0;
+#pragma unroll
+    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
+    float s[RT][NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        const int b0 = p0 + 32 * i, n = min(32, nkv - b0);
+        const int b0 = p0 + 32 * i, n = min(32, nmax - b0);
         __syncthreads(); // the previous slice is consumed
         if (n > 0) stage_rows<DPL, KV>(stg, K, kvw, b0, n);
         __syncthreads();
         const int p = b0 + lane;
-        float dot = 0.0f;
-        if (p < nkv) {
+        float dot[RT];
+#pragma unroll
+        for (int r = 0; r < RT; r++) dot[r] = 0.0f;
+        if (p < nmax) {
             const KV *kr = stg + (size_t)lane * LD;
             for (int j = 0; j < HD; j += 4) {
                 const float4 k4 = ldkv4(kr + j);
-                const float4 q4 = *(const float4 *)(qs + j);
-                dot = fmaf(q4.x, k4.x, dot);
-                dot = fmaf(q4.y, k4.y, dot);
-                dot = fmaf(q4.z, k4.z, dot);
-                dot = fmaf(q4.w, k4.w, dot);
+#pragma unroll
+                for (int r = 0; r < RT; r++) {
+                    const float4 q4 = *(const float4 *)(qs + r * HD + j);
+                    dot[r] = fmaf(q4.x, k4.x, dot[r]);
+                    dot[r] = fmaf(q4.y, k4.y, dot[r]);
+                    dot[r] = fmaf(q4.z, k4.z, dot[r]);
+                    dot[r] = fmaf(q4.w, k4.w, dot[r]);
+                }
             }
         }
-        s[i] = p < nkv ? dot * scale : -INFINITY;
+#pragma unroll
+        for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
     }
-    float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[i]);
-    m = warp_max(mx);
-    float ls = 0.0f;
+    for (int r = 0; r < RT; r++) {
+        float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < NI; i++) {
-        s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - m);
-        ls += s[i];
+        for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[r][i]);
+        m[r] = warp_max(mx);
+        float ls = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            s[r][i] = s[r][i] == -INFINITY ? 0.0f : expf(s[r][i] - m[r]);
+            ls += s[r][i];
+        }
+        l[r] = warp_sum(ls);
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[r][d] = 0.0f;
     }
-    l = warp_sum(ls);
-#pragma unroll
-    for (int d = 0; d < DPL; d++) acc[d] = 0.0f;
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         const int b0 = p0 + 32 * i;
-        if (b0 >= nkv) break; // uniform in the block
-        const int n = min(32, nkv - b0);
+        if (b0 >= nmax) break; // uniform in the block
+        const int n = min(32, nmax - b0);
         __syncthreads();
         stage_rows<DPL, KV>(stg, V, kvw, b0, n);
         __syncthreads();
@@ -241,9 +255,12 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
             const KV *vr = stg + (size_t)src * LD + lane * DPL;
             float vv[DPL];
             load_row<DPL>(vr, vv);
-            const float e = __shfl_sync(FULL_MASK, s[i], src);
 #pragma unroll
-            for (int d = 0; d < DPL; d++) acc[d] = fmaf(e, vv[d], acc[d]);
+            for (int r = 0; r < RT; r++) {
+                const float e = __shfl_sync(FULL_MASK, s[r][i], src);
+#pragma unroll
+                for (int d = 0; d < DPL; d++) acc[r][d] = fmaf(e, vv[d], acc[r][d]);
+            }
         }
     }
 }
@@ -312,15 +329,16 @@ __global__ void k_attn_split_grouped(cu_attn_dims a, const float *__restrict__ q
     __syncwarp();
     KV *stg = (KV *)(smg + (size_t)G * HD);
     const size_t kvw = (size_t)a.Hkv * HD;
-    float m, l, acc[DPL];
-    attn_chunk_staged<DPL, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m, l, acc, stg);
+    float m, l, acc[1][DPL];
+    attn_chunk_staged<DPL, 1, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, &nkv, a.scale, &m, &l, acc,
+                                  stg);
     float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
     if (lane == 0) {
         pp[0] = m;
         pp[1] = l;
     }
 #pragma unroll
-    for (int d = 0; d < DPL; d++) pp[2 + lane * DPL + d] = acc[d];
+    for (int d = 0; d < DPL; d++) pp[2 + lane * DPL + d] = acc[0][d];
 }
 
 template <int DPL>
@@ -347,18 +365,23 @@ __global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const
 // (no block-wide barrier), so how the heads of a group are cut into blocks changes no bits; the cut
 // keeps a block's registers (PF_RT rows of O per lane) within what one SM gives a block: 24 heads
 // in one 768-thread block ran out of resources at head dim 256.
+// STAGED (cu_attn_dims.prefill_staged): the block copies each 32-position slice of K, then of V,
+// into shared memory once for its warps (attn_chunk_staged, the decode kernel's staging; the same
+// bits), instead of every warp reading the rows itself; warps past the group's heads then stay for
+// the barriers and store nothing.
 #define PF_HEADS 8
 
-template <int DPL, typename KV>
+template <int DPL, typename KV, bool STAGED>
 __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
                                const KV *__restrict__ vc, const int *pos0, int T, float *o) {
     constexpr int HD = DPL * 32;
-    extern __shared__ float qsm[]; // [warps][PF_RT][HD]
+    extern __shared__ float qsm[]; // [warps][PF_RT][HD] (STAGED: then the staged slice)
     const int kvh = blockIdx.y, t0 = blockIdx.x * PF_RT;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, G = a.H / a.Hkv;
     const int hg = blockIdx.z * (blockDim.x >> 5) + w; // head within the group
-    if (hg >= G) return;                               // the last sub-group may be partial
-    const int h = kvh * G + hg;
+    if (!STAGED && hg >= G) return;                    // the last sub-group may be partial
+    const bool own = hg < G;
+    const int h = kvh * G + (own ? hg : 0);
     float *qs = qsm + (size_t)w * PF_RT * HD;
     int nkv[PF_RT];
 #pragma unroll
@@ -383,11 +406,16 @@ __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, con
     }
     for (int p0 = 0; p0 < nmax; p0 += CH) {
         float m[PF_RT], l[PF_RT], acc[PF_RT][DPL];
-        attn_chunk<DPL, PF_RT>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m, l, acc);
+        if constexpr (STAGED)
+            attn_chunk_staged<DPL, PF_RT, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale,
+                                              m, l, acc, (KV *)(qsm + (size_t)(blockDim.x >> 5) * PF_RT * HD));
+        else
+            attn_chunk<DPL, PF_RT>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m, l, acc);
 #pragma unroll
         for (int r = 0; r < PF_RT; r++)
             if (p0 < nkv[r]) merge_step<DPL>(M[r], L[r], O[r], m[r], l[r], acc[r]);
     }
+    if (!own) return;
 #pragma unroll
     for (int r = 0; r < PF_RT; r++) {
         const int t = t0 + r;
@@ -468,11 +496,18 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         CU_LAUNCHED("k_attn_merge");
     } else {
         const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */
-        const size_t smem = gs * PF_RT * HD * sizeof(float);
-        static size_t allowed; /* per instantiation */
-        if (smem_allow(k_attn_prefill<DPL, KV>, smem, &allowed)) return -1;
-        k_attn_prefill<DPL, KV><<<dim3((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs), 32 * gs, smem, s>>>(
-            *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        const dim3 grid((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs);
+        size_t smem = gs * PF_RT * HD * sizeof(float);
+        if (a->prefill_staged) {
+            smem += stage_ld<DPL, KV>::bytes;
+            static size_t allowed; /* per instantiation */
+            if (smem_allow(k_attn_prefill<DPL, KV, true>, smem, &allowed)) return -1;
+            k_attn_prefill<DPL, KV, true><<<grid, 32 * gs, smem, s>>>(*a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        } else {
+            static size_t allowed; /* per instantiation */
+            if (smem_allow(k_attn_prefill<DPL, KV, false>, smem, &allowed)) return -1;
+            k_attn_prefill<DPL, KV, false><<<grid, 32 * gs, smem, s>>>(*a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        }
         CU_LAUNCHED("k_attn_prefill");
     }
     return 0;

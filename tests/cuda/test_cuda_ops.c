@@ -300,6 +300,16 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
     float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on), *ref = malloc(sizeof(float) * on);
     CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
     to_host(g_pf, o_pf, sizeof(float) * on);
+    { /* the staged prefill kernel: the same bits (24 heads: a partial second block of warps) */
+        cu_attn_dims as = a;
+        as.prefill_staged = true;
+        float *o = dpoison(on);
+        CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+        to_host(g, o, sizeof(float) * on);
+        CHECK(count_bad(g, g_pf, on) == 0, "attention hd %d%s H %d/%d ctx %d: staged prefill != prefill", hd,
+              f16 ? " f16" : "", H, Hkv, n_kv_last);
+        cudaFree(o);
+    }
     for (int per_warp = 0; per_warp < 2; per_warp++)
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
             a.split_per_warp = per_warp;
@@ -407,6 +417,16 @@ static void test_attention(int hd, bool f16) {
     to_host(gpf, o_pf, sizeof(float) * T * H * hd);
     to_host(gsp, o_sp, sizeof(float) * T * H * hd);
     CHECK(count_bad(gpf, gsp, (size_t)T * H * hd) == 0, "attention hd %d: split and prefill paths differ", hd);
+    { /* the staged prefill kernel (K/V slices in shared memory per block): the same bits */
+        cu_attn_dims as = a;
+        as.prefill_staged = true;
+        float *o_st = dpoison((size_t)T * H * hd), *gst = malloc(sizeof(float) * T * H * hd);
+        CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o_st, 0) == 0, "%s", rl_lasterr());
+        to_host(gst, o_st, sizeof(float) * T * H * hd);
+        CHECK(count_bad(gst, gpf, (size_t)T * H * hd) == 0, "attention hd %d: staged prefill differs from prefill", hd);
+        cudaFree(o_st);
+        free(gst);
+    }
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
