@@ -93,41 +93,27 @@ __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float 
 
 // ---- the chunk partial and the merge --------------------------------------------------------
 
-// Rows r < RT (query vectors qs[r][HD] in shared memory) against positions p0.. of this chunk;
-// row r sees positions < nkv[r]. Lane-per-position scores (sequential fmaf over the head dims),
-// then lane-per-dims values. Masked positions contribute exact zeros.
+// The scores of one key row kr against the RT query rows (sequential fmaf over the head dims).
 template <int DPL, int RT, typename KV>
-__device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
-                                           const int *nkv, float scale, float *m, float *l, float (*acc)[DPL]) {
+__device__ __forceinline__ void qk_dots(const float *qs, const KV *kr, float (&dot)[RT]) {
     constexpr int HD = DPL * 32;
-    const int lane = threadIdx.x & 31;
-    int nmax = 0;
+    for (int j = 0; j < HD; j += 4) {
+        const float4 k4 = ldkv4(kr + j);
 #pragma unroll
-    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
-    float s[RT][NI];
-#pragma unroll
-    for (int i = 0; i < NI; i++) {
-        const int p = p0 + 32 * i + lane;
-        float dot[RT];
-#pragma unroll
-        for (int r = 0; r < RT; r++) dot[r] = 0.0f;
-        if (p < nmax) {
-            const KV *kr = K + (size_t)p * kvw;
-            for (int j = 0; j < HD; j += 4) {
-                const float4 k4 = ldkv4(kr + j);
-#pragma unroll
-                for (int r = 0; r < RT; r++) {
-                    const float4 q4 = *(const float4 *)(qs + r * HD + j);
-                    dot[r] = fmaf(q4.x, k4.x, dot[r]);
-                    dot[r] = fmaf(q4.y, k4.y, dot[r]);
-                    dot[r] = fmaf(q4.z, k4.z, dot[r]);
-                    dot[r] = fmaf(q4.w, k4.w, dot[r]);
-                }
-            }
+        for (int r = 0; r < RT; r++) {
+            const float4 q4 = *(const float4 *)(qs + r * HD + j);
+            dot[r] = fmaf(q4.x, k4.x, dot[r]);
+            dot[r] = fmaf(q4.y, k4.y, dot[r]);
+            dot[r] = fmaf(q4.z, k4.z, dot[r]);
+            dot[r] = fmaf(q4.w, k4.w, dot[r]);
         }
-#pragma unroll
-        for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
     }
+}
+
+// A chunk's scores s (lane i of slice i) -> per row the max m, exp(s - m) in place (masked: 0) and
+// their sum l; the value sums acc zeroed.
+template <int DPL, int RT>
+__device__ __forceinline__ void chunk_exp(float (&s)[RT][NI], float *m, float *l, float (*acc)[DPL]) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         float mx = -INFINITY;
@@ -144,6 +130,30 @@ __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const K
 #pragma unroll
         for (int d = 0; d < DPL; d++) acc[r][d] = 0.0f;
     }
+}
+
+// Rows r < RT (query vectors qs[r][HD] in shared memory) against positions p0.. of this chunk;
+// row r sees positions < nkv[r]. Lane-per-position scores (sequential fmaf over the head dims),
+// then lane-per-dims values. Masked positions contribute exact zeros.
+template <int DPL, int RT, typename KV>
+__device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
+                                           const int *nkv, float scale, float *m, float *l, float (*acc)[DPL]) {
+    const int lane = threadIdx.x & 31;
+    int nmax = 0;
+#pragma unroll
+    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
+    float s[RT][NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int p = p0 + 32 * i + lane;
+        float dot[RT];
+#pragma unroll
+        for (int r = 0; r < RT; r++) dot[r] = 0.0f;
+        if (p < nmax) qk_dots<DPL, RT>(qs, K + (size_t)p * kvw, dot);
+#pragma unroll
+        for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
+    }
+    chunk_exp<DPL, RT>(s, m, l, acc);
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         if (p0 + 32 * i >= nmax) break;
@@ -194,7 +204,7 @@ template <int DPL, int RT, typename KV>
 __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
                                                   const int *nkv, float scale, float *m, float *l,
                                                   float (*acc)[DPL], KV *stg) {
-    constexpr int HD = DPL * 32, LD = stage_ld<DPL, KV>::LD;
+    constexpr int LD = stage_ld<DPL, KV>::LD;
     const int lane = threadIdx.x & 31;
     int nmax = 0;
 #pragma unroll
@@ -210,39 +220,11 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
         float dot[RT];
 #pragma unroll
         for (int r = 0; r < RT; r++) dot[r] = 0.0f;
-        if (p < nmax) {
-            const KV *kr = stg + (size_t)lane * LD;
-            for (int j = 0; j < HD; j += 4) {
-                const float4 k4 = ldkv4(kr + j);
-#pragma unroll
-                for (int r = 0; r < RT; r++) {
-                    const float4 q4 = *(const float4 *)(qs + r * HD + j);
-                    dot[r] = fmaf(q4.x, k4.x, dot[r]);
-                    dot[r] = fmaf(q4.y, k4.y, dot[r]);
-                    dot[r] = fmaf(q4.z, k4.z, dot[r]);
-                    dot[r] = fmaf(q4.w, k4.w, dot[r]);
-                }
-            }
-        }
+        if (p < nmax) qk_dots<DPL, RT>(qs, stg + (size_t)lane * LD, dot);
 #pragma unroll
         for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
     }
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[r][i]);
-        m[r] = warp_max(mx);
-        float ls = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NI; i++) {
-            s[r][i] = s[r][i] == -INFINITY ? 0.0f : expf(s[r][i] - m[r]);
-            ls += s[r][i];
-        }
-        l[r] = warp_sum(ls);
-#pragma unroll
-        for (int d = 0; d < DPL; d++) acc[r][d] = 0.0f;
-    }
+    chunk_exp<DPL, RT>(s, m, l, acc);
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         const int b0 = p0 + 32 * i;
