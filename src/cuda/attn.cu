@@ -110,6 +110,19 @@ __device__ __forceinline__ void qk_dots(const float *qs, const KV *kr, float (&d
     }
 }
 
+// This lane's position p of slice i (key row kr, read only if p < nmax) against the RT rows:
+// s[r][i] = its scaled score, or -inf where row r does not see p.
+template <int DPL, int RT, typename KV>
+__device__ __forceinline__ void slice_scores(const float *qs, const KV *kr, int p, int nmax, const int *nkv, float scale,
+                                             float (&s)[RT][NI], int i) {
+    float dot[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) dot[r] = 0.0f;
+    if (p < nmax) qk_dots<DPL, RT>(qs, kr, dot);
+#pragma unroll
+    for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
+}
+
 // A chunk's scores s (lane i of slice i) -> per row the max m, exp(s - m) in place (masked: 0) and
 // their sum l; the value sums acc zeroed.
 template <int DPL, int RT>
@@ -146,12 +159,7 @@ __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const K
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         const int p = p0 + 32 * i + lane;
-        float dot[RT];
-#pragma unroll
-        for (int r = 0; r < RT; r++) dot[r] = 0.0f;
-        if (p < nmax) qk_dots<DPL, RT>(qs, K + (size_t)p * kvw, dot);
-#pragma unroll
-        for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
+        slice_scores<DPL, RT>(qs, K + (size_t)p * kvw, p, nmax, nkv, scale, s, i);
     }
     chunk_exp<DPL, RT>(s, m, l, acc);
 #pragma unroll
@@ -216,13 +224,7 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
         __syncthreads(); // the previous slice is consumed
         if (n > 0) stage_rows<DPL, KV>(stg, K, kvw, b0, n);
         __syncthreads();
-        const int p = b0 + lane;
-        float dot[RT];
-#pragma unroll
-        for (int r = 0; r < RT; r++) dot[r] = 0.0f;
-        if (p < nmax) qk_dots<DPL, RT>(qs, stg + (size_t)lane * LD, dot);
-#pragma unroll
-        for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
+        slice_scores<DPL, RT>(qs, stg + (size_t)lane * LD, b0 + lane, nmax, nkv, scale, s, i);
     }
     chunk_exp<DPL, RT>(s, m, l, acc);
 #pragma unroll
