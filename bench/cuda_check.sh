@@ -11,7 +11,8 @@
 #               per warp, with the float path (RL_CUDA_MMQ=0) and with the unstaged prefill tiles (RL_CUDA_MMQ_TC=0)
 #     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
 #               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
-#     attnab    prompt 2048 / 8192 on $CF2 with the staged prefill attention (RL_CUDA_ATTN_PF=staged) and without
+#     pfab      prompt 2048 / 8192 on $CF2 under the prefill options not yet the default (PFAB_SETS; default: the
+#               staged prefill attention RL_CUDA_ATTN_PF=staged, plan tiles of 16 pairs RL_CUDA_MOE_TT=16, both)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -128,14 +129,16 @@ print("prompt", d["prompt"][0]["tok_s"], "decode", d["decode"][0]["tok_s"])' "$L
         done
     fi
 fi
-if has attnab && [ -s "$CF2" ]; then # prefill attention: staged K/V slices (RL_CUDA_ATTN_PF=staged) vs per-warp reads
+if has pfab && [ -s "$CF2" ]; then # prompt A/B of the prefill options not yet the default (same bits each)
     for r in 1 2; do
-        for v in default staged; do
-            timeout 200 env RL_CUDA_ATTN_PF=$v $B/redlite bench -m "$CF2" --backend cuda --n-decode 8 --reps 3 \
-                --warmup 2 --prompt 2048,8192 --batch 2048 --json >"$LOGS/attnab_$v.json" 2>"$LOGS/attnab_$v.err"
-            say "attnab RL_CUDA_ATTN_PF=$v round $r: $(python3 -c 'import json, sys
+        for v in ${PFAB_SETS:-"RL_CUDA_ATTN_PF=default" "RL_CUDA_ATTN_PF=staged" "RL_CUDA_MOE_TT=16" \
+            "RL_CUDA_ATTN_PF=staged+RL_CUDA_MOE_TT=16"}; do
+            v=${v//+/ }
+            timeout 200 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 8 --reps 3 --warmup 2 \
+                --prompt 2048,8192 --batch 2048 --json >"$LOGS/pfab.json" 2>"$LOGS/pfab.err"
+            say "pfab [$v] round $r: $(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print([(p["n_tokens"], round(p["tok_s"], 1)) for p in d["prompt"]])' "$LOGS/attnab_$v.json" 2>&1 | tail -1)"
+print([(p["n_tokens"], round(p["tok_s"], 1)) for p in d["prompt"]])' "$LOGS/pfab.json" 2>&1 | tail -1)"
         done
     done
 fi

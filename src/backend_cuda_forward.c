@@ -201,8 +201,12 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
                       c->pair_in, c->pair_out, c->st));
     }
+    /* the plan's tile: CU_TT pairs, or 2 * CU_TT where both expert launches run the staged integer tiles */
+    const int ptt = cu_matmul_group_tt(L->gate_exps.type) == 2 * CU_TT && cu_matmul_group_tt(L->down_exps.type) == 2 * CU_TT
+                        ? 2 * CU_TT
+                        : CU_TT;
     if (!direct && !tier)
-        TRY(cu_moe_plan(c->ids, T, K, E, CU_TT, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
+        TRY(cu_moe_plan(c->ids, T, K, E, ptt, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
     if (hk && hk->route) {
         int32_t *hid = (int32_t *)c->h_tmp;
         float *hw = c->h_tmp + (size_t)T * K, *hpr = hw + (size_t)T * K;
@@ -221,7 +225,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     }
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles, .n_tiles = c->n_tiles, .max_tiles = direct ? T * K : c->max_tiles,
-                  .tt = direct ? 1 : CU_TT, .pair_in = c->pair_in, .pair_out = NULL, .x_rows = T};
+                  .tt = direct ? 1 : ptt, .pair_in = c->pair_in, .pair_out = NULL, .x_rows = T};
     cu_seg gu = {.w = L->gate_exps.d, .w2 = L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb : L->up_exps.d,
                  .row_bytes = rb, .expert_stride = (size_t)ff * rb * (L->fused_gate_up ? 2 : 1), .n_out = ff,
                  .y = c->h, .ldy = ff};

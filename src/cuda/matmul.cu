@@ -53,6 +53,9 @@ extern "C" int cu_matmul_set_int8(int mode) {
     return old;
 }
 
+// Whether launches of `type` take the integer path (the mode and the type).
+static bool q8_type(uint32_t type) { return mmq_k(type) ? int8_on() >= 1 : mmq_iq(type) && int8_on() == 2; }
+
 // The staged tensor-core tiles when the caller gives a scratch: RL_CUDA_MMQ_TC=0|1 (default 1;
 // 0: k_mmq_mma, which quantises in every block). Same bits either way.
 static int mmq_tc_on() {
@@ -62,6 +65,18 @@ static int mmq_tc_on() {
         v = e && !strcmp(e, "0") ? 0 : 1;
     }
     return v;
+}
+
+// Pairs per tile of the grouped prefill launches of `type` (the MoE plan's tile size): 2 * CU_TT
+// where the staged integer tiles run them and RL_CUDA_MOE_TT=16 (tuning, same bits; not yet the
+// default: not run on a GPU), else CU_TT.
+extern "C" int cu_matmul_group_tt(uint32_t type) {
+    static int want = -1;
+    if (want < 0) {
+        const char *e = getenv("RL_CUDA_MOE_TT");
+        want = e && atoi(e) == 2 * CU_TT ? 2 * CU_TT : CU_TT;
+    }
+    return q8_type(type) && mmq_tc_on() ? want : CU_TT;
 }
 
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
@@ -97,17 +112,18 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     const bool small = !g && T > 1 && T <= CU_SMALL_T;
     const int tmax = small_tt_max();
     const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
-    if (tt != 1 && tt != CU_TT && !small) return rl_seterr("cu_matmul: tiles of %d tokens are not supported", tt);
     /* the integer path when its largest tile of tokens fits the shared memory of a block: a condition
      * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
      * 66 KiB) */
-    L.q8 = (mmq_k(type) ? int8_on() >= 1 : mmq_iq(type) && int8_on() == 2) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
+    L.q8 = q8_type(type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
     if (L.q8) L.tb = cu_qtabs_get();
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
     if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on()) {
         L.xq = (const uint8_t *)ws;
         L.xq_rows = g ? g->x_rows : T;
     }
+    if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
+        return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
     const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small, L.xq != NULL) : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;

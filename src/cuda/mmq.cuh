@@ -587,7 +587,7 @@ static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, u
 }
 
 #define MMQ_TC_ROWS 128    // weight rows a block stages (4 warps x 32)
-#define MMQ_TC_DENSE_TT 32 // tokens of a dense tile (grouped: the plan's CU_TT)
+#define MMQ_TC_DENSE_TT 32 // tokens of a dense tile (grouped: the plan's tile, CU_TT or 2 CU_TT)
 // Bytes of a staged weight block: Q4_K/Q5_K as stored (16-byte aligned); the other types (Q6_K 210
 // bytes, IQ2_XXS 66, IQ2_XS 74: 2-byte aligned; IQ1_M 56: 8-byte aligned) as the 16-byte-aligned
 // window that holds them, at offset p & 15, copying only the chunks that hold a byte of the block:
@@ -855,6 +855,8 @@ template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
     k_q8k_rows<<<(unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s>>>(L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
     CU_LAUNCHED("k_q8k_rows");
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + MMQ_TC_DENSE_TT - 1) / MMQ_TC_DENSE_TT);
+    if (L.grouped && L.g.tt == 2 * CU_TT) // the plan's tiles of 16 pairs (cu_matmul_group_tt)
+        return gateup ? mmq_go_tc<TYPE, true, 2 * CU_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, 2 * CU_TT / 8>(grid, L);
     if (L.grouped) return gateup ? mmq_go_tc<TYPE, true, CU_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, CU_TT / 8>(grid, L);
     if (mmq_tc_half()) { // tiles of 16 tokens (tuning; same bits)
         grid.y = (L.T + 15) / 16;

@@ -4,10 +4,10 @@
  * two segments; gate/up) and grouped ones (plan tiles of experts, pair_in and pair_out), and equal the
  * launches without a scratch (k_mmq_mma, same arithmetic) where the epilogue is silu(g) * u. */
 
-/* A grouped plan on the host: P pairs, pair p on expert ex[p] reading input row pin[p]; pairs sorted
- * by expert, tiles of up to CU_TT pairs of one expert. Returns the number of tiles. */
-static int mmq_plan(int P, int E, int T, int32_t *ex, int32_t *pin, cu_tile *tl) {
-    int n = 0, p = 0;
+/* A grouped plan on the host: P pairs, pair p on expert ex[p] reading input row pin[p], sorted by
+ * expert (mmq_pairs); then tiles of up to tt pairs of one expert (mmq_tiles, returns their number). */
+static void mmq_pairs(int P, int E, int T, int32_t *ex, int32_t *pin) {
+    int p = 0;
     for (int e = 0; e < E; e++) {
         const int cnt = e == E - 1 ? P - p : (int)(rl_rng_u64(&R) % (uint64_t)(P / E + 6));
         for (int i = 0; i < cnt && p < P; i++, p++) {
@@ -15,9 +15,12 @@ static int mmq_plan(int P, int E, int T, int32_t *ex, int32_t *pin, cu_tile *tl)
             pin[p] = (int32_t)(rl_rng_u64(&R) % (uint64_t)T);
         }
     }
+}
+static int mmq_tiles(int P, const int32_t *ex, int tt, cu_tile *tl) {
+    int n = 0;
     for (int s = 0; s < P;) {
         int c = 1;
-        while (s + c < P && c < CU_TT && ex[s + c] == ex[s]) c++;
+        while (s + c < P && c < tt && ex[s + c] == ex[s]) c++;
         tl[n++] = (cu_tile){.expert = ex[s], .start = s, .count = c};
         s += c;
     }
@@ -67,7 +70,8 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     /* grouped: 3 experts of 100 rows, 61 pairs over 70 input rows (pair_in), outputs by pair_out */
     int32_t ex[61], pin[61], pout[61];
     cu_tile tl[61];
-    const int nt = mmq_plan(P, E, T, ex, pin, tl);
+    mmq_pairs(P, E, T, ex, pin);
+    const int nt = mmq_tiles(P, ex, CU_TT, tl);
     for (int p = 0; p < P; p++) pout[p] = P - 1 - p;
     int32_t *dpin = dup_to_dev(pin, sizeof pin), *dpout = dup_to_dev(pout, sizeof pout);
     cu_tile *dtl = dup_to_dev(tl, sizeof(cu_tile) * nt);
@@ -89,6 +93,30 @@ static void test_mmq_tc(uint32_t type, int n_in) {
         }
     }
     CHECK(bad == 0, "staged int8 tiles %s: grouped outputs differ from the CPU's vec_dot (%d)", qt->name, bad);
+    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt with RL_CUDA_MOE_TT=16): the same bits */
+        cu_tile tl2[61];
+        int n16 = mmq_tiles(P, ex, 2 * CU_TT, tl2);
+        cu_tile *dtl2 = dup_to_dev(tl2, sizeof(cu_tile) * n16);
+        int *dnt2 = dup_to_dev(&n16, sizeof n16);
+        float *dg2 = dpoison((size_t)P * ER), *gg2 = malloc(sizeof(float) * P * ER);
+        cu_group g16 = g;
+        g16.tiles = dtl2;
+        g16.n_tiles = dnt2;
+        g16.max_tiles = n16 + 1;
+        g16.tt = 2 * CU_TT;
+        cu_seg s16 = sgp;
+        s16.y = dg2;
+        CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
+        to_host(gg2, dg2, sizeof(float) * P * ER);
+        const int d16 = count_bad(gg2, gg, (size_t)P * ER);
+        CHECK(d16 == 0, "staged int8 tiles %s: grouped tiles of 16 pairs differ from tiles of 8 (%d)", qt->name, d16);
+        CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, NULL, 0) != 0,
+              "tiles of 16 pairs without a scratch must be refused");
+        cudaFree(dtl2);
+        cudaFree(dnt2);
+        cudaFree(dg2);
+        free(gg2);
+    }
     /* grouped gate/up (experts of 50 gate + 50 up rows), rows of x by pair (no pair_in): == unstaged */
     float *dgu = dpoison((size_t)P * 50), *dgu0 = dpoison((size_t)P * 50), *hg = malloc(sizeof(float) * P * 50),
           *hg0 = malloc(sizeof(float) * P * 50);
