@@ -166,56 +166,48 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 // the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory with
 // cp.async, the next chunk in flight while the warps step through the current one (the scan is a
 // chain of dependent steps: loads from global memory in that chain cost more than the math). The
-// per-column arithmetic is delta_col's, as in the fused decode step.
+// per-column arithmetic is delta_col's, as in the fused decode step. check() holds dv to 32, 64 or
+// 128 and C to a multiple of 32, so every block has SCAN_WARPS columns and every copied piece is
+// 16-byte aligned.
 #define SCAN_WARPS 8
 #define SCAN_ROWS 16
 template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
     float q[32 * KPL], k[32 * KPL], v[SCAN_WARPS], alpha, beta, pad[2];
 };
-__device__ __forceinline__ void cp_async_f(void *dst, const void *src, int bytes16) { // 16-byte chunks
-    const unsigned sd = (unsigned)__cvta_generic_to_shared(dst);
-    for (int i = 0; i < bytes16; i++)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sd + 16 * i), "l"((const char *)src + 16 * i));
-}
 template <int KPL>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
               float *snap, size_t stride, const int *row_slot) {
     __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
     const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_WARPS, c = c0 + (threadIdx.x >> 5);
-    const bool col = c < d.dv; // warps past the last column still help copy and meet the barriers
     const int g = h / (d.hv / d.hk), dk = 32 * KPL;
-    const bool vec_v = c0 + SCAN_WARPS <= d.dv && d.C % 4 == 0 && (h * d.dv + c0) % 4 == 0;
-    float *S = ssm + ((size_t)h * d.dv + (col ? c : 0)) * d.dk + lane * KPL;
+    float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
     float s[KPL];
 #pragma unroll
-    for (int i = 0; i < KPL; i++) s[i] = col ? S[i] : 0.0f;
+    for (int i = 0; i < KPL; i++) s[i] = S[i];
     // copy rows t0 .. t0 + n - 1 into buffer b: q, k as 16-byte chunks (dk / 4 each), v, gates
     auto load = [&](int t0, int b) {
         const int n = min(SCAN_ROWS, T - t0), per = dk / 4; // chunks of q (and of k) per row
         for (int e = threadIdx.x; e < n * 2 * per; e += SCAN_WARPS * 32) {
             const int r = e / (2 * per), k2 = e % (2 * per), which = k2 / per, i = k2 % per;
             const float *src = u + (size_t)(t0 + r) * d.C + (size_t)(which ? d.hk + g : g) * dk + 4 * i;
-            cp_async_f((which ? rows[b][r].k : rows[b][r].q) + 4 * i, src, 1);
+            __pipeline_memcpy_async((which ? rows[b][r].k : rows[b][r].q) + 4 * i, src, 16);
         }
         if (threadIdx.x < n) {
             const int r = threadIdx.x;
             const float *ut = u + (size_t)(t0 + r) * d.C + (size_t)2 * d.hk * dk + (size_t)h * d.dv + c0;
-            if (vec_v) cp_async_f(rows[b][r].v, ut, SCAN_WARPS / 4);
-            else
-                for (int j = 0; j < SCAN_WARPS; j++) rows[b][r].v[j] = c0 + j < d.dv ? ut[j] : 0.0f;
+            for (int j = 0; j < SCAN_WARPS; j += 4) __pipeline_memcpy_async(rows[b][r].v + j, ut + j, 16);
             rows[b][r].alpha = ab[(size_t)(t0 + r) * 2 * d.hv + h];
             rows[b][r].beta = ab[(size_t)(t0 + r) * 2 * d.hv + d.hv + h];
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        __pipeline_commit();
     };
     if (T > 0) load(0, 0);
     for (int t0 = 0, b = 0; t0 < T; t0 += SCAN_ROWS, b ^= 1) {
-        asm volatile("cp.async.wait_group 0;\n" ::);
+        __pipeline_wait_prior(0);
         __syncthreads(); // chunk t0 is in; every warp is done with the previous chunk's buffer
         if (t0 + SCAN_ROWS < T) load(t0 + SCAN_ROWS, b ^ 1);
         const int n = min(SCAN_ROWS, T - t0);
-        if (!col) continue;
         for (int r = 0; r < n; r++) {
             const scan_row<KPL> &R = rows[b][r];
             float q[KPL], k[KPL];
@@ -234,9 +226,8 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
             }
         }
     }
-    if (col)
 #pragma unroll
-        for (int i = 0; i < KPL; i++) S[i] = s[i];
+    for (int i = 0; i < KPL; i++) S[i] = s[i];
 }
 
 // ---- gated norm: warp per (row, value head) ------------------------------------------------

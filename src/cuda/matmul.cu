@@ -36,9 +36,10 @@ static int small_tt_max() {
 }
 
 // The integer path (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1|2 at first use (default 1: the K-quants;
-// 2: also IQ2_XXS, IQ2_XS and IQ1_M, mmq_iq.cuh), cu_matmul_set_int8() after. H200 (bench/results/2026-12-01-cuda-mmq-h200.md): prompt
-// 2048 on Q4_K_M 2,018 -> 5,049 tok/s, CF2 2,017 -> 2,742; decode unchanged within 1 %. A context
-// must not see it change between its prefill and its steps (the two arithmetics give different bits).
+// 2: also IQ2_XXS, IQ2_XS and IQ1_M, mmq_iq.cuh), cu_matmul_set_int8() after. H200 (bench/results/
+// 2026-12-01-cuda-mmq-h200.md): prompt 2048 on Q4_K_M 2,018 -> 5,049 tok/s, CF2 2,017 -> 2,742; decode
+// unchanged within 1 %. A context must not see it change between its prefill and its steps (the two
+// arithmetics give different bits).
 static int int8_mode = -1;
 static int int8_on() {
     if (int8_mode < 0) {
@@ -71,11 +72,7 @@ static int mmq_tc_on() {
 // where the staged integer tiles run them and RL_CUDA_MOE_TT=16 (tuning, same bits; not yet the
 // default: not run on a GPU), else CU_TT.
 extern "C" int cu_matmul_group_tt(uint32_t type) {
-    static int want = -1;
-    if (want < 0) {
-        const char *e = getenv("RL_CUDA_MOE_TT");
-        want = e && atoi(e) == 2 * CU_TT ? 2 * CU_TT : CU_TT;
-    }
+    static const int want = mmq_env_int("RL_CUDA_MOE_TT", CU_TT) == 2 * CU_TT ? 2 * CU_TT : CU_TT;
     return q8_type(type) && mmq_tc_on() ? want : CU_TT;
 }
 

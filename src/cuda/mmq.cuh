@@ -467,6 +467,30 @@ __device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, c
     }
 }
 
+// A warp's MMA accumulators (2 row tiles x NT token tiles, C-fragment layout) to the outputs: the
+// type's final factor, silu(gate) * up for gate/up (tile 0 gate, tile 1 up), rows past n_out and
+// tokens past the tile's count skipped.
+template <int TYPE, bool GU, int NT>
+__device__ __forceinline__ void mmq_store_tile(const mm_launch &a, const cu_seg &sg, const mmq_at &at,
+                                               const float (&acc)[2][NT][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int n = 8 * nt + 2 * t + (i & 1);
+            if (n >= at.count) continue;
+#pragma unroll
+            for (int mt = 0; mt < (GU ? 1 : 2); mt++) {
+                const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
+                if (r >= sg.n_out) continue;
+                const float val = GU ? silu_f(mmq_out<TYPE>(acc[0][nt][i])) * mmq_out<TYPE>(acc[1][nt][i])
+                                     : mmq_out<TYPE>(acc[mt][nt][i]);
+                mmq_store(a, sg, r, at.start + n, val);
+            }
+        }
+}
+
 // NT token tiles of 8 per warp (dense launches: 2, so each decoded A fragment serves 16 tokens;
 // grouped launches: 1, the plan's tiles of CU_TT pairs). The per-output arithmetic does not depend on NT.
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
@@ -547,21 +571,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
                                                                      summs[nt][i]);
         }
     }
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int n = 8 * nt + 2 * t + (i & 1);
-            if (n >= at.count) continue;
-#pragma unroll
-            for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
-                const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
-                if (r >= sg.n_out) continue;
-                const float val = GU ? silu_f(mmq_out<TYPE>(acc[0][nt][i])) * mmq_out<TYPE>(acc[1][nt][i])
-                                     : mmq_out<TYPE>(acc[mt][nt][i]);
-                mmq_store(a, sg, r, at.start + n, val);
-            }
-        }
+    mmq_store_tile<TYPE, GU>(a, sg, at, acc);
 }
 
 // ---- prefill tiles from a once-quantised input, staged through shared memory (k_mmq_tc) ---------
@@ -609,15 +619,6 @@ template <int TYPE, int NT> __host__ __device__ constexpr int mmq_tc_smem() { //
     return 2 * mmq_tc_stage<TYPE, NT>() + (mmq_tc_t<TYPE>::K45 ? MMQ_TC_ROWS * (8 + 2) * 4 : 0);
 }
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_tc(mm_launch a) {
     using P = mmq_tc_t<TYPE>;
     constexpr int MT = 2, BT = 8 * NT, STAGE = mmq_tc_stage<TYPE, NT>();
@@ -631,9 +632,9 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     mmq_at at;
     if (!mmq_locate(a, GU ? 16 : 32, BT, at)) return; // the whole block
     const cu_seg &sg = a.seg[at.si];
-    const int start = at.start, count = at.count, r0 = at.r0 - warp * (GU ? 16 : 32);
+    const int r0 = at.r0 - warp * (GU ? 16 : 32); // the block's first output row
     if (tid < BT) {
-        const int p = start + min(tid, count - 1);
+        const int p = at.start + min(tid, at.count - 1);
         srow[tid] = a.grouped && a.g.pair_in ? a.g.pair_in[p] : p;
     }
     {
@@ -643,7 +644,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     __syncthreads();
     const uint8_t *xq = a.xq;
     const float *xyd = (const float *)(a.xq + (size_t)a.xq_rows * a.n_in);
-    // stage ib into buffer b: weight blocks, token codes, token scales, Q6_K window offsets
+    // stage ib into buffer b: weight blocks, token codes, token scales, window offsets (P::WIN)
     auto load = [&](int ib, int b) {
         uint8_t *A = mmq_sm + b * STAGE, *X = A + MMQ_TC_ROWS * P::SLOT;
         float *Y = (float *)(X + BT * P::XS);
@@ -657,14 +658,14 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
                 if (16 * k >= o + P::BB) continue; // no byte of the block in this chunk
                 p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
             }
-            cp_async16(A + j * P::SLOT + 16 * k, p + 16 * k);
+            __pipeline_memcpy_async(A + j * P::SLOT + 16 * k, p + 16 * k, 16);
         }
         for (int c = tid; c < BT * 16; c += MM_WARPS * 32) {
             const int n = c >> 4, k = c & 15;
-            cp_async16(X + n * P::XS + 16 * k, xq + (size_t)srow[n] * a.n_in + 256 * ib + 16 * k);
+            __pipeline_memcpy_async(X + n * P::XS + 16 * k, xq + (size_t)srow[n] * a.n_in + 256 * ib + 16 * k, 16);
         }
-        if (tid < BT) cp_async4(Y + tid, xyd + (size_t)srow[tid] * nsb + ib);
-        cp_async_commit();
+        if (tid < BT) __pipeline_memcpy_async(Y + tid, xyd + (size_t)srow[tid] * nsb + ib, 4);
+        __pipeline_commit();
     };
     int *scm = (int *)(mmq_sm + 2 * STAGE); // Q4_K/Q5_K: [8][128] sc | m << 8, then d[128], dmin[128]
     float *sd = (float *)(scm + 8 * MMQ_TC_ROWS), *sdm = sd + MMQ_TC_ROWS;
@@ -680,7 +681,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     load(0, 0);
     for (int ib = 0; ib < nsb; ib++) {
         const int b = ib & 1;
-        cp_async_wait_all();
+        __pipeline_wait_prior(0);
         __syncthreads(); // stage ib is in; every warp is done with ib - 1 (its buffer and the scales)
         if (ib + 1 < nsb) load(ib + 1, b ^ 1);
         const uint8_t *A = mmq_sm + b * STAGE, *X = A + MMQ_TC_ROWS * P::SLOT;
@@ -758,22 +759,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
                     acc[mt][nt][i] = acc[mt][nt][i] + mmq_term<TYPE>(Y[8 * nt + 2 * t + (i & 1)], dd[mt][i >> 1],
                                                                      dm[mt][i >> 1], isum[mt][nt][i], summs[mt][nt][i]);
     }
-    const int orow0 = r0 + (GU ? 16 * warp : 32 * warp);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int n = 8 * nt + 2 * t + (i & 1);
-            if (n >= count) continue;
-#pragma unroll
-            for (int mt = 0; mt < (GU ? 1 : MT); mt++) {
-                const int r = orow0 + 16 * mt + g + 8 * (i >> 1);
-                if (r >= sg.n_out) continue;
-                const float val = GU ? silu_f(mmq_out<TYPE>(acc[0][nt][i])) * mmq_out<TYPE>(acc[1][nt][i])
-                                     : mmq_out<TYPE>(acc[mt][nt][i]);
-                mmq_store(a, sg, r, start + n, val);
-            }
-        }
+    mmq_store_tile<TYPE, GU>(a, sg, at, acc);
 }
 
 // ---- launch ------------------------------------------------------------------------------------
@@ -781,11 +767,13 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 // Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
 // give the same bits (test_cuda_ops and the engine tests passed with each on the H200). H200 decode,
 // Q4_K_M: 1 row 183.4, 2 rows 196.8 tok/s (the float GEMV 197.1); CF2: 188.9 / 193.8-195.3 (196-198).
-// A tuning variable of value 1 or 2 (anything else: 2), read once by the caller.
-static inline int mmq_env12(const char *name) {
+// A tuning variable's value (dflt when unset), read once by the caller; mmq_env12: 1 or 2 (anything
+// else: 2).
+static inline int mmq_env_int(const char *name, int dflt) {
     const char *e = getenv(name);
-    return e && atoi(e) == 1 ? 1 : 2;
+    return e ? atoi(e) : dflt;
 }
+static inline int mmq_env12(const char *name) { return mmq_env_int(name, 2) == 1 ? 1 : 2; }
 static inline int mmq_vec_nr() {
     static const int nr = mmq_env12("RL_CUDA_MMQ_NR");
     return nr;
@@ -797,10 +785,9 @@ static inline int mmq_rows_per_block(bool gateup, int tt, bool small, bool tc) {
     return tt == 1 || small ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
 }
 
-// Launch kernel K with the dynamic shared memory of a tile of tt tokens (opting in above 48 KiB once
-// per kernel: long rows).
-template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, int tt, size_t &opted) {
-    const size_t sm = mmq_smem(L.n_in, tt);
+// Launch kernel K with sm bytes of dynamic shared memory (opting in above 48 KiB, again whenever a
+// launch of this kernel needs more than before: long rows).
+template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, size_t sm, size_t &opted) {
     if (sm > opted) {
         if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
         opted = sm;
@@ -810,7 +797,7 @@ template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, i
 }
 template <int TYPE, int TT, bool GU, int NR> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR>, grid, L, TT, opted);
+    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR>, grid, L, mmq_smem(L.n_in, TT), opted);
 }
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if (mmq_vec_nr() == 1) return gateup ? mmq_go_vec<TYPE, TT, true, 1>(grid, L) : mmq_go_vec<TYPE, TT, false, 1>(grid, L);
@@ -824,7 +811,7 @@ static inline int mmq_mma_nt() {
 }
 template <int TYPE, bool GU, int NT> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    return mmq_go(k_mmq_mma<TYPE, GU, NT>, grid, L, 8 * NT, opted);
+    return mmq_go(k_mmq_mma<TYPE, GU, NT>, grid, L, mmq_smem(L.n_in, 8 * NT), opted);
 }
 template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
     if (L.grouped || mmq_mma_nt() == 1) return mmq_go_mma<TYPE, GU, 1>(grid, L);
@@ -832,37 +819,32 @@ template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L
     return mmq_go_mma<TYPE, GU, MMQ_MAX_TT / 8>(grid, L);
 }
 
-// Dense tiles of 16 tokens instead of 32: RL_CUDA_MMQ_TC_TT=16 (tuning: fewer registers, twice the
-// weight staging; the same bits).
-static inline bool mmq_tc_half() {
-    static const bool h = getenv("RL_CUDA_MMQ_TC_TT") && atoi(getenv("RL_CUDA_MMQ_TC_TT")) == 16;
-    return h;
+// Tokens of a dense staged tile: RL_CUDA_MMQ_TC_TT=16|32 (default 32; tuning: 16 takes fewer
+// registers and stages the weights twice as often; the same bits).
+static inline int mmq_tc_dense_tt() {
+    static const int tt = mmq_env_int("RL_CUDA_MMQ_TC_TT", MMQ_TC_DENSE_TT) == 16 ? 16 : MMQ_TC_DENSE_TT;
+    return tt;
 }
 // Staged tensor-core tiles (k_mmq_tc) after one quantisation of the launch's input rows into L.xq.
 template <int TYPE, bool GU, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    constexpr size_t sm = mmq_tc_smem<TYPE, NT>();
-    if (sm > opted) {
-        if (CU_CHECK(cudaFuncSetAttribute(k_mmq_tc<TYPE, GU, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
-            return -1;
-        opted = sm;
-    }
-    k_mmq_tc<TYPE, GU, NT><<<grid, MM_WARPS * 32, sm, L.s>>>(L);
-    return 0;
+    return mmq_go(k_mmq_tc<TYPE, GU, NT>, grid, L, mmq_tc_smem<TYPE, NT>(), opted);
+}
+template <int TYPE, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L, bool gateup) {
+    return gateup ? mmq_go_tc<TYPE, true, NT>(grid, L) : mmq_go_tc<TYPE, false, NT>(grid, L);
 }
 template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
     const long tasks = (long)L.xq_rows * (L.n_in / 256);
     k_q8k_rows<<<(unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s>>>(L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
     CU_LAUNCHED("k_q8k_rows");
-    dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + MMQ_TC_DENSE_TT - 1) / MMQ_TC_DENSE_TT);
-    if (L.grouped && L.g.tt == 2 * CU_TT) // the plan's tiles of 16 pairs (cu_matmul_group_tt)
-        return gateup ? mmq_go_tc<TYPE, true, 2 * CU_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, 2 * CU_TT / 8>(grid, L);
-    if (L.grouped) return gateup ? mmq_go_tc<TYPE, true, CU_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, CU_TT / 8>(grid, L);
-    if (mmq_tc_half()) { // tiles of 16 tokens (tuning; same bits)
-        grid.y = (L.T + 15) / 16;
-        return gateup ? mmq_go_tc<TYPE, true, MMQ_TC_DENSE_TT / 16>(grid, L) : mmq_go_tc<TYPE, false, MMQ_TC_DENSE_TT / 16>(grid, L);
+    // tokens per block: grouped, the plan's tile (CU_TT, or 2 CU_TT from cu_matmul_group_tt); dense, 32 or 16
+    const int tt = L.grouped ? L.g.tt : mmq_tc_dense_tt();
+    const dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
+    switch (tt / 8) {
+    case 1: return mmq_go_tc<TYPE, 1>(grid, L, gateup);
+    case 2: return mmq_go_tc<TYPE, 2>(grid, L, gateup);
+    default: return mmq_go_tc<TYPE, 4>(grid, L, gateup);
     }
-    return gateup ? mmq_go_tc<TYPE, true, MMQ_TC_DENSE_TT / 8>(grid, L) : mmq_go_tc<TYPE, false, MMQ_TC_DENSE_TT / 8>(grid, L);
 }
 
 template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
