@@ -456,6 +456,17 @@ template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) 
     return 0;
 }
 
+// k_attn_prefill with gs warps (query heads) per block and smem bytes of shared memory.
+template <int DPL, typename KV, bool STAGED>
+static int pf_launch(const cu_attn_dims *a, dim3 grid, int gs, size_t smem, const float *qg, const void *kc,
+                     const void *vc, const int *pos0, int T, float *o, cudaStream_t s) {
+    static size_t allowed; /* per instantiation */
+    if (smem_allow(k_attn_prefill<DPL, KV, STAGED>, smem, &allowed)) return -1;
+    k_attn_prefill<DPL, KV, STAGED><<<grid, 32 * gs, smem, s>>>(*a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+    CU_LAUNCHED("k_attn_prefill");
+    return 0;
+}
+
 template <int DPL, typename KV>
 static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
                        int T, bool split, float *part, float *o, cudaStream_t s) {
@@ -481,18 +492,10 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
     } else {
         const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */
         const dim3 grid((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs);
-        size_t smem = gs * PF_RT * HD * sizeof(float);
-        if (a->prefill_staged) {
-            smem += stage_ld<DPL, KV>::bytes;
-            static size_t allowed; /* per instantiation */
-            if (smem_allow(k_attn_prefill<DPL, KV, true>, smem, &allowed)) return -1;
-            k_attn_prefill<DPL, KV, true><<<grid, 32 * gs, smem, s>>>(*a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
-        } else {
-            static size_t allowed; /* per instantiation */
-            if (smem_allow(k_attn_prefill<DPL, KV, false>, smem, &allowed)) return -1;
-            k_attn_prefill<DPL, KV, false><<<grid, 32 * gs, smem, s>>>(*a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
-        }
-        CU_LAUNCHED("k_attn_prefill");
+        const size_t smem = gs * PF_RT * HD * sizeof(float);
+        if (a->prefill_staged ? pf_launch<DPL, KV, true>(a, grid, gs, smem + stage_ld<DPL, KV>::bytes, qg, kc, vc, pos0, T, o, s)
+                              : pf_launch<DPL, KV, false>(a, grid, gs, smem, qg, kc, vc, pos0, T, o, s))
+            return -1;
     }
     return 0;
 }
