@@ -35,16 +35,17 @@ static int small_tt_max() {
     return v;
 }
 
-// The integer path (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1|2 at first use (default 1: the K-quants;
-// 2: also IQ2_XXS, IQ2_XS and IQ1_M, mmq_iq.cuh), cu_matmul_set_int8() after. H200 (bench/results/
-// 2026-12-01-cuda-mmq-h200.md): prompt 2048 on Q4_K_M 2,018 -> 5,049 tok/s, CF2 2,017 -> 2,742; decode
-// unchanged within 1 %. A context must not see it change between its prefill and its steps (the two
-// arithmetics give different bits).
+// The integer path (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1|2 at first use (default 2: the K-quants
+// and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the K-quants only), cu_matmul_set_int8() after. H200,
+// full CF2 file (bench/results/2026-12-02-cuda-iq-h200.md): mode 2 vs 1, prompt 2048 3,422 -> 7,395
+// tok/s, 32K 1,851 -> 2,612, decode 194.6 -> 184.3 (the dp4a IQ decode is 5 % slower than the float
+// GEMV: the price of decode == prefill bits). A context must not see it change between its prefill
+// and its steps (the two arithmetics give different bits).
 static int int8_mode = -1;
 static int int8_on() {
     if (int8_mode < 0) {
         const char *e = getenv("RL_CUDA_MMQ");
-        int8_mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : 1;
+        int8_mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : 2;
     }
     return int8_mode;
 }
@@ -69,10 +70,11 @@ static int mmq_tc_on() {
 }
 
 // Pairs per tile of the grouped prefill launches of `type` (the MoE plan's tile size): 2 * CU_TT
-// where the staged integer tiles run them and RL_CUDA_MOE_TT=16 (tuning, same bits; not yet the
-// default: not run on a GPU), else CU_TT.
+// where the staged integer tiles run them (RL_CUDA_MOE_TT=8 keeps CU_TT: tuning, same bits; H200,
+// 12-layer Q4_K_M prompt 2048: 16 pairs 1.10x, 8192 1.06x; bench/results/2026-12-02-cuda-iq-h200.md),
+// else CU_TT.
 extern "C" int cu_matmul_group_tt(uint32_t type) {
-    static const int want = mmq_env_int("RL_CUDA_MOE_TT", CU_TT) == 2 * CU_TT ? 2 * CU_TT : CU_TT;
+    static const int want = mmq_env_int("RL_CUDA_MOE_TT", 2 * CU_TT) == CU_TT ? CU_TT : 2 * CU_TT;
     return q8_type(type) && mmq_tc_on() ? want : CU_TT;
 }
 
@@ -121,7 +123,7 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     }
     if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
         return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
-    const int rpb = L.q8 ? mmq_rows_per_block(gateup, tt, small, L.xq != NULL) : mm_rows_per_block(gateup, tt, small);
+    const int rpb = L.q8 ? mmq_rows_per_block(type, gateup, tt, small, L.xq != NULL) : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {

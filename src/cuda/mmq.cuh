@@ -494,6 +494,7 @@ __device__ __forceinline__ void mmq_store_tile(const mm_launch &a, const cu_seg 
 // NT token tiles of 8 per warp (dense launches: 2, so each decoded A fragment serves 16 tokens;
 // grouped launches: 1, the plan's tiles of CU_TT pairs). The per-output arithmetic does not depend on NT.
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
+    static_assert(mmq_k(TYPE), "k_mmq_mma: the K-quants only (mmq_vec_tiles)");
     constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8, TTK = 8 * NT;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -535,13 +536,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint8_t *b = wr[mt][h] + (size_t)ib * BB;
-                if constexpr (mmq_iq(TYPE)) {
-                    dd[h] = mmq_iq_d<TYPE>(b);
-                    dm[h] = 0.0f;
-                } else {
-                    mmq_scales<TYPE>(b, sc[h], mn[h]);
-                    mmq_d<TYPE>(b, dd[h], dm[h]);
-                }
+                mmq_scales<TYPE>(b, sc[h], mn[h]);
+                mmq_d<TYPE>(b, dd[h], dm[h]);
             }
             int isum[NT][4], summs[NT][4];
 #pragma unroll
@@ -551,14 +547,13 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             const uint8_t *b0 = wr[mt][0] + (size_t)ib * BB, *b1 = wr[mt][1] + (size_t)ib * BB;
 #pragma unroll
             for (int s = 0; s < 8; s++) {
-                int kw[2][2] = {{0, 0}, {0, 0}}, km[2] = {0, 0}, bs[NT][2];
-                if constexpr (!mmq_iq(TYPE))
+                int kw[2][2], km[2], bs[NT][2];
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        kw[h][0] = TYPE == T_Q6_K ? sc[h][2 * s] : sc[h][s];
-                        kw[h][1] = TYPE == T_Q6_K ? sc[h][2 * s + 1] : sc[h][s];
-                        km[h] = TYPE == T_Q6_K ? 0 : mn[h][s];
-                    }
+                for (int h = 0; h < 2; h++) {
+                    kw[h][0] = TYPE == T_Q6_K ? sc[h][2 * s] : sc[h][s];
+                    kw[h][1] = TYPE == T_Q6_K ? sc[h][2 * s + 1] : sc[h][s];
+                    km[h] = TYPE == T_Q6_K ? 0 : mn[h][s];
+                }
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) bs[nt][0] = bq[nt][2 * s], bs[nt][1] = bq[nt][2 * s + 1];
                 mmq_sub<TYPE, NT>(a.tb, b0, b1, s, t, kw, km, bs, isum, summs);
@@ -779,10 +774,17 @@ static inline int mmq_vec_nr() {
     return nr;
 }
 
+// Whether a launch without the staged tiles runs the dp4a kernel: decode rows, small batches, and
+// the IQ types' prefill tiles without a scratch (k_mmq_mma takes the K-quants only: its IQ outputs
+// were wrong on the H200 — 2026-12-02, IQ2_XS all zeros, the others far off — while the same
+// mmq_sub in k_mmq_tc and the dp4a kernel matched vec_dot; the cause is not found).
+__host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool small) {
+    return tt == 1 || small || mmq_iq(type);
+}
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
-static inline int mmq_rows_per_block(bool gateup, int tt, bool small, bool tc) {
+static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc) {
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
-    return tt == 1 || small ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
+    return mmq_vec_tiles(type, tt, small) ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
 }
 
 // Launch kernel K with sm bytes of dynamic shared memory (opting in above 48 KiB, again whenever a
@@ -849,13 +851,13 @@ template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
 
 template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
-    int rc;
+    int rc = 0;
     if (L.xq) rc = mmq_launch_tc<TYPE>(L, gateup);
     else if (tt == 1) rc = mmq_go_vec<TYPE, 1>(grid, L, gateup);
     else if (L.small && tt == 2) rc = mmq_go_vec<TYPE, 2>(grid, L, gateup);
     else if (L.small && tt == 4) rc = mmq_go_vec<TYPE, 4>(grid, L, gateup);
-    else if (L.small) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);
-    else rc = gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L);
+    else if (mmq_vec_tiles(TYPE, tt, L.small)) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);
+    else if constexpr (!mmq_iq(TYPE)) rc = gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L);
     if (rc) return rc;
     CU_LAUNCHED("k_mmq");
     return 0;

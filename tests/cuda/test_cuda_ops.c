@@ -225,6 +225,10 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
         CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * n_out);
         for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * n_out, got + (size_t)(t % TMAX) * n_out, n_out);
+        if (exact && Tk == TB) { /* the prefill tiles (no scratch: k_mmq_mma) against vec_dot itself */
+            const int b20 = check_mm_q8(&W, xb, Tk, gb, n_out);
+            CHECK(b20 == 0, "matmul %s (int8) T=%d: %d outputs differ from the CPU's vec_dot", qt->name, Tk, b20);
+        }
         cu_seg gub = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dyb, .ldy = 18};
         CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * 18);
