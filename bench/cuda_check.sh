@@ -11,8 +11,9 @@
 #               per warp, with the float path (RL_CUDA_MMQ=0) and with the unstaged prefill tiles (RL_CUDA_MMQ_TC=0)
 #     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
 #               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
-#     pfab      prompt 2048 / 8192 on $CF2 under the prefill options not yet the default (PFAB_SETS; default: the
-#               staged prefill attention RL_CUDA_ATTN_PF=staged, plan tiles of 16 pairs RL_CUDA_MOE_TT=16, both)
+#     pfab      prompt 2048 / 8192 on $CF2: the prefill options before they became the default (PFAB_SETS; default:
+#               unstaged prefill attention RL_CUDA_ATTN_PF=unstaged, plan tiles of 8 pairs RL_CUDA_MOE_TT=8, both,
+#               and the defaults)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -129,10 +130,10 @@ print("prompt", d["prompt"][0]["tok_s"], "decode", d["decode"][0]["tok_s"])' "$L
         done
     fi
 fi
-if has pfab && [ -s "$CF2" ]; then # prompt A/B of the prefill options not yet the default (same bits each)
+if has pfab && [ -s "$CF2" ]; then # prompt A/B of the prefill options (same bits each)
     for r in 1 2; do
-        for v in ${PFAB_SETS:-"RL_CUDA_ATTN_PF=default" "RL_CUDA_ATTN_PF=staged" "RL_CUDA_MOE_TT=16" \
-            "RL_CUDA_ATTN_PF=staged+RL_CUDA_MOE_TT=16"}; do
+        for v in ${PFAB_SETS:-"RL_CUDA_ATTN_PF=unstaged+RL_CUDA_MOE_TT=8" "RL_CUDA_ATTN_PF=unstaged" "RL_CUDA_MOE_TT=8" \
+            "RL_CUDA_DEFAULTS=1"}; do
             v=${v//+/ }
             timeout 200 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 8 --reps 3 --warmup 2 \
                 --prompt 2048,8192 --batch 2048 --json >"$LOGS/pfab.json" 2>"$LOGS/pfab.err"
