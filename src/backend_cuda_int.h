@@ -75,7 +75,8 @@ struct backend_ctx {
     int n_ctx, n_batch, max_tiles, logit_rows;
     bool kv_f16, graphs;
     bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
-    bool attn_pf_staged;         /* RL_CUDA_ATTN_PF=staged: prefill attention with staged K/V slices */
+    bool attn_pf_staged;         /* prefill attention with staged K/V slices (RL_CUDA_ATTN_PF=unstaged: off) */
+    bool attn_pf_tiled;          /* RL_CUDA_ATTN_PF=tiled: the register-tiled prefill attention */
     size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
     cudaEvent_t ev_fork, ev_join;

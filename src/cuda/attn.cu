@@ -15,6 +15,8 @@
 // per-warp, cu_attn_dims.split_per_warp) lets each head's warp read the rows itself, lane per row.
 #include "common.cuh"
 
+#include <cuda_pipeline.h>
+
 #define CH CU_ATTN_CHUNK
 #define NI (CH / 32)
 #define PF_RT 4 // query rows per prefill block
@@ -409,6 +411,189 @@ __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, con
     }
 }
 
+// ---- prefill, register-tiled (cu_attn_dims.prefill_tiled) ------------------------------------
+//
+// The same chunk partials and merges as k_attn_prefill, bit for bit, with far fewer shared-memory
+// reads per multiply-add: a block owns PT_ROWS (position, head) rows — PT_ROWS / G consecutive
+// positions times the G query heads of one KV head — and 256 threads. Per chunk:
+//   scores  K staged PT_SL positions at a time; a thread holds 4 rows x 4 positions and walks the
+//           head dims in order (score = fmaf chain over d = 0, 1, .., HD - 1 from 0, then * scale:
+//           qk_dots' order), 8 shared loads per 64 multiply-adds instead of 5 per 16;
+//   softmax one warp per row with attn_chunk's lane mapping (lane L: positions 32 i + L) and its
+//           operations: the max, exp(s - m) (masked: 0), the per-lane sums over i, warp_sum;
+//   values  V staged the same way; a thread holds 4 rows x DPL dims and walks the positions in order
+//           (acc = fmaf(e, v, acc) for p = p0 .. min(p0 + CH, nmax) - 1: attn_chunk's order);
+//   merge   merge_step per row in chunk order (every thread of a row computes the same M, L).
+// The block's last position can lie past a row's own: those positions have e = 0, whose fmaf leaves
+// acc unchanged, as in k_attn_prefill's 4-row tiles and the split kernels' single rows. Blocks are
+// issued last positions first (the longest rows), so the causal tail is short.
+#define PT_ROWS 32
+#define PT_SL 128
+#define PT_THREADS 256
+
+template <int DPL, typename KV> struct pt_smem {
+    static constexpr int HD = DPL * 32, QLD = HD + 4, KLD = HD + 16 / (int)sizeof(KV), SLD = CH + 1;
+    // row strides of 4 mod 32 words: the 4 rows / 8 positions a warp reads at one d hit distinct banks
+    static constexpr size_t q = (size_t)PT_ROWS * QLD * 4, k = (size_t)PT_SL * KLD * sizeof(KV),
+                            sc = (size_t)PT_ROWS * SLD * 4, bytes = q + k + sc + 2 * PT_ROWS * 4;
+};
+
+// Row r of a block: its position t (t0 + r / G) and head; nkv = positions it sees (0: no row).
+__device__ __forceinline__ int pt_nkv(int r, int G, int rtq, int t0, int T, int pos0) {
+    const int t = t0 + r / G;
+    return r < rtq * G && t < T ? pos0 + t + 1 : 0;
+}
+
+// Stage n rows (positions b0..) of one head's K or V into dst (row stride KLD), 16-byte copies.
+template <int DPL, typename KV> __device__ __forceinline__ void pt_stage(KV *dst, const KV *src, size_t kvw, int b0, int n) {
+    constexpr int HD = DPL * 32, PPR = HD * (int)sizeof(KV) / 16, KLD = pt_smem<DPL, KV>::KLD;
+    for (int i = threadIdx.x; i < n * PPR; i += PT_THREADS) {
+        const int r = i / PPR, c = i % PPR;
+        __pipeline_memcpy_async(dst + (size_t)r * KLD + c * (16 / sizeof(KV)), src + (size_t)(b0 + r) * kvw + c * (16 / sizeof(KV)), 16);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+}
+
+template <int DPL, typename KV>
+__global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_dims a, const float *__restrict__ qg,
+                                                                   const KV *__restrict__ kc, const KV *__restrict__ vc,
+                                                                   const int *pos0p, int T, float *o) {
+    using P = pt_smem<DPL, KV>;
+    constexpr int HD = P::HD, QLD = P::QLD, KLD = P::KLD, SLD = P::SLD;
+    extern __shared__ __align__(16) uint8_t pt_sm[];
+    float *Qs = (float *)pt_sm, *S = (float *)(pt_sm + P::q + P::k), *Mc = S + PT_ROWS * SLD, *Lc = Mc + PT_ROWS;
+    KV *Ks = (KV *)(pt_sm + P::q);
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, kvh = blockIdx.y;
+    const int G = a.H / a.Hkv, rtq = PT_ROWS / G, pos0 = *pos0p;
+    const int t0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * rtq; // the longest rows first
+    const size_t kvw = (size_t)a.Hkv * HD;
+    const KV *K = kc + (size_t)kvh * HD, *V = vc + (size_t)kvh * HD;
+    for (int i = tid; i < PT_ROWS * HD / 4; i += PT_THREADS) { // the block's queries
+        const int r = i / (HD / 4), c = 4 * (i % (HD / 4)), t = min(t0 + r / G, T - 1);
+        const float *q = qg + (size_t)t * a.H * 2 * HD + (size_t)(kvh * G + r % G) * 2 * HD;
+        *(float4 *)(Qs + r * QLD + c) = r < rtq * G ? *(const float4 *)(q + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const int nmax = pos0 + min(t0 + rtq, T);
+    // this thread's rows in the value phase and after: lr + 8 kk; its dims dbase .. dbase + DPL - 1
+    const int lr = lane >> 2, dbase = w * (HD / 8) + (lane & 3) * DPL;
+    int nkv[4];
+    float M[4], L[4], O[4][DPL];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        nkv[kk] = pt_nkv(lr + 8 * kk, G, rtq, t0, T, pos0);
+        M[kk] = -INFINITY;
+        L[kk] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DPL; d++) O[kk][d] = 0.0f;
+    }
+    for (int p0 = 0; p0 < nmax; p0 += CH) {
+        { // scores: rows 16 rh + lr4 + 4 kk, positions 32 pg + lp + 8 j of each slice
+            const int rh = w & 1, pg = w >> 1, lr4 = lane >> 3, lp = lane & 7;
+            for (int sl = 0; sl < CH / PT_SL; sl++) {
+                const int b0 = p0 + sl * PT_SL, n = min(PT_SL, nmax - b0);
+                __syncthreads(); // Ks is free; at the first slice also: Qs is written
+                if (n > 0) pt_stage<DPL, KV>(Ks, K, kvw, b0, n);
+                __syncthreads();
+                float dot[4][4];
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) dot[kk][j] = 0.0f;
+                if (n > 0) {
+#pragma unroll 2
+                    for (int d = 0; d < HD; d += 4) {
+                        float4 q4[4], k4[4];
+#pragma unroll
+                        for (int kk = 0; kk < 4; kk++) q4[kk] = *(const float4 *)(Qs + (16 * rh + lr4 + 4 * kk) * QLD + d);
+#pragma unroll
+                        for (int j = 0; j < 4; j++) k4[j] = ldkv4(Ks + (size_t)(32 * pg + lp + 8 * j) * KLD + d);
+#pragma unroll
+                        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                            for (int j = 0; j < 4; j++) {
+                                dot[kk][j] = fmaf(q4[kk].x, k4[j].x, dot[kk][j]);
+                                dot[kk][j] = fmaf(q4[kk].y, k4[j].y, dot[kk][j]);
+                                dot[kk][j] = fmaf(q4[kk].z, k4[j].z, dot[kk][j]);
+                                dot[kk][j] = fmaf(q4[kk].w, k4[j].w, dot[kk][j]);
+                            }
+                    }
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const int r = 16 * rh + lr4 + 4 * kk, nk = pt_nkv(r, G, rtq, t0, T, pos0);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int pos = 32 * pg + lp + 8 * j;
+                        S[r * SLD + sl * PT_SL + pos] = b0 + pos < nk ? dot[kk][j] * a.scale : -INFINITY;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        // softmax statistics: warp w, rows 4 w .. 4 w + 3 (chunk_exp's operations and lane mapping)
+#pragma unroll
+        for (int rr = 0; rr < PT_ROWS / 8; rr++) {
+            const int r = (PT_ROWS / 8) * w + rr;
+            float sv[NI], mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                sv[i] = S[r * SLD + 32 * i + lane];
+                mx = fmaxf(mx, sv[i]);
+            }
+            const float m = warp_max(mx);
+            float ls = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                sv[i] = sv[i] == -INFINITY ? 0.0f : expf(sv[i] - m);
+                ls += sv[i];
+                S[r * SLD + 32 * i + lane] = sv[i];
+            }
+            const float l = warp_sum(ls);
+            if (lane == 0) {
+                Mc[r] = m;
+                Lc[r] = l;
+            }
+        }
+        // values: rows lr + 8 kk, dims dbase..; positions in order
+        float acc[4][DPL];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int d = 0; d < DPL; d++) acc[kk][d] = 0.0f;
+        for (int sl = 0; sl < CH / PT_SL; sl++) {
+            const int b0 = p0 + sl * PT_SL, n = min(PT_SL, nmax - b0);
+            if (n <= 0) break; // uniform in the block
+            __syncthreads();   // the scores' (or the previous slice's) Ks reads and S, Mc, Lc are done
+            pt_stage<DPL, KV>(Ks, V, kvw, b0, n);
+            __syncthreads();
+            for (int pp = 0; pp < n; pp++) {
+                float vv[DPL];
+                load_row<DPL>(Ks + (size_t)pp * KLD + dbase, vv);
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const float e = S[(lr + 8 * kk) * SLD + sl * PT_SL + pp];
+#pragma unroll
+                    for (int d = 0; d < DPL; d++) acc[kk][d] = fmaf(e, vv[d], acc[kk][d]);
+                }
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            if (p0 < nkv[kk]) merge_step<DPL>(M[kk], L[kk], O[kk], Mc[lr + 8 * kk], Lc[lr + 8 * kk], acc[kk]);
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const int r = lr + 8 * kk;
+        if (!nkv[kk]) continue;
+        const int t = t0 + r / G, h = kvh * G + r % G;
+        const float *gate = qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD;
+        float *out = o + (size_t)t * a.H * HD + (size_t)h * HD;
+#pragma unroll
+        for (int d = 0; d < DPL; d++) out[dbase + d] = (O[kk][d] / L[kk]) * sigmoid_f(gate[dbase + d]);
+    }
+}
+
 // ---- launchers -------------------------------------------------------------------------------
 
 static int check_dims(const cu_attn_dims *a) {
@@ -489,6 +674,14 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         CU_LAUNCHED("k_attn_split");
         k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
         CU_LAUNCHED("k_attn_merge");
+    } else if (a->prefill_tiled) {
+        using P = pt_smem<DPL, KV>;
+        static size_t allowed; /* per instantiation */
+        if (smem_allow(k_attn_prefill_tiled<DPL, KV>, P::bytes, &allowed)) return -1;
+        const int rtq = PT_ROWS / G;
+        k_attn_prefill_tiled<DPL, KV><<<dim3((T + rtq - 1) / rtq, a->Hkv), PT_THREADS, P::bytes, s>>>(
+            *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        CU_LAUNCHED("k_attn_prefill_tiled");
     } else {
         const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */
         const dim3 grid((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs);

@@ -304,14 +304,16 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
     float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on), *ref = malloc(sizeof(float) * on);
     CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
     to_host(g_pf, o_pf, sizeof(float) * on);
-    { /* the staged prefill kernel: the same bits (24 heads: a partial second block of warps) */
+    for (int v = 0; v < 2; v++) { /* the staged prefill kernel (24 heads: a partial second block of warps)
+                                    * and the tiled one: the same bits */
         cu_attn_dims as = a;
-        as.prefill_staged = true;
+        as.prefill_staged = v == 0;
+        as.prefill_tiled = v == 1;
         float *o = dpoison(on);
         CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
         to_host(g, o, sizeof(float) * on);
-        CHECK(count_bad(g, g_pf, on) == 0, "attention hd %d%s H %d/%d ctx %d: staged prefill != prefill", hd,
-              f16 ? " f16" : "", H, Hkv, n_kv_last);
+        CHECK(count_bad(g, g_pf, on) == 0, "attention hd %d%s H %d/%d ctx %d: %s prefill != prefill", hd,
+              f16 ? " f16" : "", H, Hkv, n_kv_last, v ? "tiled" : "staged");
         cudaFree(o);
     }
     for (int per_warp = 0; per_warp < 2; per_warp++)
@@ -451,6 +453,7 @@ static void test_attention(int hd, bool f16) {
 
 #include "test_cuda_ops_dn.h"
 #include "test_cuda_ops_mmq.h"
+#include "test_cuda_ops_attn.h"
 
 /* ---- fused decode kernels: the same bits as the separate launches --------------------------- */
 
@@ -640,6 +643,12 @@ int main(void) {
     test_attention_decode(128, true, 16, 2, 2600);
     test_attention_decode(64, false, 8, 2, 777);     /* DPL 2: scalar V loads */
     test_attention_decode(256, false, 24, 1, 1500);  /* 24 warps: > 48 KiB of shared memory */
+    test_attention_tiled(256, true, 16, 2, 70, 300);  /* 80B geometry: 18 blocks, the last partial; 2 chunks */
+    test_attention_tiled(256, false, 16, 2, 37, 0);   /* the first chunk only: second slice empty */
+    test_attention_tiled(128, true, 16, 2, 45, 220);  /* rows cross the edge of chunk 0 */
+    test_attention_tiled(64, false, 8, 2, 33, 500);   /* DPL 2: scalar V loads; G 4: 8 positions per block */
+    test_attention_tiled(256, false, 24, 2, 20, 700); /* G 12: 2 positions, 8 padded rows per block */
+    test_attention_tiled(128, false, 3, 1, 50, 260);  /* G 3: 10 positions, 2 padded rows */
     test_deltanet(128, 128, 16, 32, 5);
     test_deltanet(128, 128, 16, 32, 150);
     test_deltanet(32, 32, 4, 8, 5);
