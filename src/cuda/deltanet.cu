@@ -108,9 +108,10 @@ __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, f
         }
     }
     if (blockIdx.y) return;
-    if (t1 < T) // several chunks (T > DN_CONV_ROWS >= KW - 1): the last KW - 1 input rows
+    if (t1 < T) { // several chunks (T > DN_CONV_ROWS >= KW - 1): the last KW - 1 input rows
 #pragma unroll
         for (int j = 0; j < KW - 1; j++) win[j] = in[(size_t)(T - (KW - 1) + j) * ldi + c];
+    }
 #pragma unroll
     for (int j = 0; j < KW - 1; j++) state[(size_t)j * d.C + c] = win[j];
 }

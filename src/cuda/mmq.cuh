@@ -296,9 +296,10 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
                 if constexpr (IQ) {
 #pragma unroll
                     for (int w = 0; w < 8; w++) wq[i][w] = mmq_iq_a4<TYPE>(a.tb, b, j, 4 * w);
-                    if constexpr (TYPE == T_IQ1_M)
+                    if constexpr (TYPE == T_IQ1_M) { // braces: see mmq_vec_tiles
 #pragma unroll
                         for (int w = 0; w < 8; w++) mq[i][w] = mmq_iq1m_m4(b, j, 4 * w);
+                    }
                     mmq_iq_w<TYPE>(b, j, sc[i][0], sc[i][1]);
                     dd[i] = mmq_iq_d<TYPE>(b);
                     continue;
@@ -775,9 +776,12 @@ static inline int mmq_vec_nr() {
 }
 
 // Whether a launch without the staged tiles runs the dp4a kernel: decode rows, small batches, and
-// the IQ types' prefill tiles without a scratch (k_mmq_mma takes the K-quants only: its IQ outputs
-// were wrong on the H200 — 2026-12-02, IQ2_XS all zeros, the others far off — while the same
-// mmq_sub in k_mmq_tc and the dp4a kernel matched vec_dot; the cause is not found).
+// the IQ types' prefill tiles without a scratch. k_mmq_mma takes the K-quants only: its IQ outputs
+// were wrong on the H200 (2026-12-02: IQ2_XS all zeros, the others far off). The cause, found in
+// its PTX afterwards: nvcc 13.0 dropped the loop that filled the MMA B operands, the `#pragma
+// unroll` loop after an unbraced `if constexpr (!mmq_iq(TYPE)) #pragma unroll for (...) {...}`
+// (false for the IQ types), leaving undefined registers; tests/test_cuda_source.py now refuses
+// that shape. Giving k_mmq_mma the IQ types again waits for a GPU run.
 __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool small) {
     return tt == 1 || small || mmq_iq(type);
 }

@@ -1,0 +1,91 @@
+"""Source rules for the CUDA kernels that no compiler flag enforces.
+
+nvcc 13.0 drops code after `if constexpr (false)` when the branch is a `#pragma unroll` loop with a
+braced body written without braces around it: the NEXT `#pragma unroll` loop is discarded with it.
+k_mmq_mma's IQ instantiations lost the loop that fills their MMA B operands that way (their PTX
+had undefined B registers; 2026-12-02, bench/results/2026-12-02-cuda-iq-h200.md), while the K-quants,
+whose condition was true, were right. A minimal reproduction is REPRO below (X = 0 compiles to a
+kernel that stores 0 without reading `in`; with braces it reads it). So a branch of an `if` / `if
+constexpr` / `else` that starts with a `#pragma` must be braced."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+REPRO = r"""
+template <int X> __global__ void k(int *o, const int *in, const int *sc) {
+    int acc[2] = {0, 0};
+    for (int ib = 0; ib < in[100]; ib++) {
+        int bq[2][16];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int v = 0; v < 16; v++) bq[n][v] = in[ib * 32 + n * 16 + v];
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int kw[2] = {0, 0}, bs[2][2];
+            if constexpr (X == 1)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    kw[h] = sc[h * 8 + s];
+                }
+#pragma unroll
+            for (int n = 0; n < 2; n++) bs[n][0] = bq[n][2 * s], bs[n][1] = bq[n][2 * s + 1];
+#pragma unroll
+            for (int n = 0; n < 2; n++) acc[n] += bs[n][0] * bs[n][1] + kw[0];
+        }
+    }
+    o[0] = acc[0];
+    o[1] = acc[1];
+}
+template __global__ void k<0>(int *, const int *, const int *);
+"""
+
+_IF = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s*(?:constexpr\s*)?\(.*\)\s*(?://.*)?$|^\s*(?:\}\s*)?else\s*(?://.*)?$")
+
+
+def unbraced_pragma_sites(text):
+    """Line numbers (1-based) of `if (...)` / `if constexpr (...)` / `else` lines without a brace whose
+    next line is a #pragma."""
+    lines = text.splitlines()
+    return [i + 1 for i in range(len(lines) - 1)
+            if _IF.match(lines[i]) and lines[i + 1].lstrip().startswith("#pragma")]
+
+
+def test_detector_flags_the_miscompiled_shape():
+    assert unbraced_pragma_sites(REPRO) == [13]
+    braced = REPRO.replace("if constexpr (X == 1)\n", "if constexpr (X == 1) {\n", 1)
+    assert unbraced_pragma_sites(braced) == []
+
+
+def test_cuda_sources_brace_pragma_branches():
+    bad = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "src", "cuda", "*.cu*"))):
+        with open(path) as f:
+            for n in unbraced_pragma_sites(f.read()):
+                bad.append(f"{os.path.relpath(path, ROOT)}:{n}")
+    assert not bad, "brace the branch (nvcc drops the next #pragma loop; see this file's docstring): " + ", ".join(bad)
+
+
+def test_braced_form_compiles_right(tmp_path):
+    """Where nvcc is present: the braced form of REPRO keeps the loads of `in` (the fix this rule relies
+    on); a braced form that lost them would be a different, new problem."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc not on PATH")
+    def loads(src):
+        cu = tmp_path / "r.cu"
+        cu.write_text(src)
+        ptx = tmp_path / "r.ptx"
+        r = subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "--ptx", str(cu), "-o", str(ptx)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return len(re.findall(r"ld\.global", ptx.read_text()))
+    braced = loads(REPRO.replace("if constexpr (X == 1)\n", "if constexpr (X == 1) {\n", 1)
+                   .replace("                    kw[h] = sc[h * 8 + s];\n                }\n",
+                            "                    kw[h] = sc[h * 8 + s];\n                }}\n", 1))
+    assert braced > 1, "the braced form lost its loads too"
