@@ -1,12 +1,13 @@
 """Source rules for the CUDA kernels that no compiler flag enforces.
 
-nvcc 13.0 drops code after `if constexpr (false)` when the branch is a `#pragma unroll` loop with a
-braced body written without braces around it: the NEXT `#pragma unroll` loop is discarded with it.
-k_mmq_mma's IQ instantiations lost the loop that fills their MMA B operands that way (their PTX
-had undefined B registers; 2026-12-02, bench/results/2026-12-02-cuda-iq-h200.md), while the K-quants,
-whose condition was true, were right. A minimal reproduction is REPRO below (X = 0 compiles to a
-kernel that stores 0 without reading `in`; with braces it reads it). So a branch of an `if` / `if
-constexpr` / `else` that starts with a `#pragma` must be braced."""
+nvcc 13.0 miscompiles a discarded `if constexpr` branch (or `else` of one) that is an unbraced loop
+with a braced body: the `#pragma unroll` loop that FOLLOWS the branch is discarded with it, whether or
+not the branch's own loop carries a #pragma (a runtime `if` of the same shape compiles right). k_mmq_mma's
+IQ instantiations lost the loop that fills their MMA B operands that way (their PTX had undefined B
+registers; 2026-12-02, bench/results/2026-12-02-cuda-iq-h200.md), while the K-quants, whose condition was
+true, were right. REPRO below is a minimal case (X = 0 compiles to a kernel that stores 0 without
+reading `in`; with braces it reads it). The rules: a branch of an `if` / `if constexpr` / `else` that
+starts with a `#pragma` is braced, and so is an `if constexpr` branch that is a loop."""
 import glob
 import os
 import re
@@ -47,20 +48,32 @@ template __global__ void k<0>(int *, const int *, const int *);
 """
 
 _IF = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s*(?:constexpr\s*)?\(.*\)\s*(?://.*)?$|^\s*(?:\}\s*)?else\s*(?://.*)?$")
+_IFC = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s+constexpr\s*\(.*\)\s*(?://.*)?$")
+_IFC_LOOP = re.compile(r"\bif\s+constexpr\s*\([^{;]*\)\s*(?:for|while)\s*\(")
+_LOOP = re.compile(r"^\s*(?:for|while|do)\b")
 
 
 def unbraced_pragma_sites(text):
-    """Line numbers (1-based) of `if (...)` / `if constexpr (...)` / `else` lines without a brace whose
-    next line is a #pragma."""
+    """Line numbers (1-based) of unbraced branches the rules refuse: an `if (...)` / `if constexpr (...)` /
+    `else` line whose next line is a #pragma, an `if constexpr (...)` line whose next line is a loop, and
+    `if constexpr (...) for (...)` on one line."""
     lines = text.splitlines()
-    return [i + 1 for i in range(len(lines) - 1)
-            if _IF.match(lines[i]) and lines[i + 1].lstrip().startswith("#pragma")]
+    out = []
+    for i, ln in enumerate(lines):
+        nxt = lines[i + 1].lstrip() if i + 1 < len(lines) else ""
+        if (_IF.match(ln) and nxt.startswith("#pragma")) or (_IFC.match(ln) and _LOOP.match(nxt)) or _IFC_LOOP.search(ln):
+            out.append(i + 1)
+    return out
 
 
-def test_detector_flags_the_miscompiled_shape():
+def test_detector_flags_the_miscompiled_shapes():
     assert unbraced_pragma_sites(REPRO) == [13]
     braced = REPRO.replace("if constexpr (X == 1)\n", "if constexpr (X == 1) {\n", 1)
     assert unbraced_pragma_sites(braced) == []
+    no_pragma = REPRO.replace("if constexpr (X == 1)\n#pragma unroll\n", "if constexpr (X == 1)\n", 1)
+    assert unbraced_pragma_sites(no_pragma) == [13]  # miscompiled too (nvcc 13.0)
+    assert unbraced_pragma_sites("    if constexpr (A) for (int i = 0; i < 2; i++) { x(); }\n") == [1]
+    assert unbraced_pragma_sites("    if (a)\n        for (int i = 0; i < n; i++) x();\n") == []  # runtime if: fine
 
 
 def test_cuda_sources_brace_pragma_branches():
