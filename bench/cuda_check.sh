@@ -12,7 +12,7 @@
 #               with the tiled prefill attention (RL_CUDA_ATTN_PF=tiled)
 #     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
 #               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
-#     pfab      prompt 2048 / 8192 on $CF2: the prefill options before they became the default (PFAB_SETS; default:
+#     pfab      prompt 2048 / 8192 (PFAB_PROMPTS, e.g. 2048,32768) on $CF2: the prefill options (PFAB_SETS; default:
 #               unstaged prefill attention RL_CUDA_ATTN_PF=unstaged, plan tiles of 8 pairs RL_CUDA_MOE_TT=8, both,
 #               the defaults, and the register-tiled prefill attention RL_CUDA_ATTN_PF=tiled, not yet the default)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
@@ -138,7 +138,7 @@ if has pfab && [ -s "$CF2" ]; then # prompt A/B of the prefill options (same bit
             "RL_CUDA_DEFAULTS=1" "RL_CUDA_ATTN_PF=tiled"}; do
             v=${v//+/ }
             timeout 200 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 8 --reps 3 --warmup 2 \
-                --prompt 2048,8192 --batch 2048 --json >"$LOGS/pfab.json" 2>"$LOGS/pfab.err"
+                --prompt "${PFAB_PROMPTS:-2048,8192}" --batch 2048 --json >"$LOGS/pfab.json" 2>"$LOGS/pfab.err"
             say "pfab [$v] round $r: $(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 print([(p["n_tokens"], round(p["tok_s"], 1)) for p in d["prompt"]])' "$LOGS/pfab.json" 2>&1 | tail -1)"
