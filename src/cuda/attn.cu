@@ -125,25 +125,51 @@ __device__ __forceinline__ void slice_scores(const float *qs, const KV *kr, int 
     for (int r = 0; r < RT; r++) s[r][i] = p < nkv[r] ? dot[r] * scale : -INFINITY;
 }
 
-// A chunk's scores s (lane i of slice i) -> per row the max m, exp(s - m) in place (masked: 0) and
-// their sum l; the value sums acc zeroed.
+// One row's chunk scores (lane L holds positions 32 i + L) -> the max m, exp(s - m) in place (masked:
+// 0) and their sum l, reduced over the warp.
+__device__ __forceinline__ void row_exp(float (&s)[NI], float &m, float &l) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[i]);
+    m = warp_max(mx);
+    float ls = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - m);
+        ls += s[i];
+    }
+    l = warp_sum(ls);
+}
+
+// row_exp for the RT rows of a chunk; the value sums acc zeroed.
 template <int DPL, int RT>
 __device__ __forceinline__ void chunk_exp(float (&s)[RT][NI], float *m, float *l, float (*acc)[DPL]) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < NI; i++) mx = fmaxf(mx, s[r][i]);
-        m[r] = warp_max(mx);
-        float ls = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NI; i++) {
-            s[r][i] = s[r][i] == -INFINITY ? 0.0f : expf(s[r][i] - m[r]);
-            ls += s[r][i];
-        }
-        l[r] = warp_sum(ls);
+        row_exp(s[r], m[r], l[r]);
 #pragma unroll
         for (int d = 0; d < DPL; d++) acc[r][d] = 0.0f;
+    }
+}
+
+// The positions row r < RT of a tile sees at most: max nkv[r].
+template <int RT> __device__ __forceinline__ int rows_nmax(const int *nkv) {
+    int nmax = 0;
+#pragma unroll
+    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
+    return nmax;
+}
+
+// One value row vv (this lane's DPL dims of position 32 i + src) into the RT rows' sums, each weighted
+// by that position's exp, which lane src holds in s[r][i].
+template <int DPL, int RT>
+__device__ __forceinline__ void value_step(const float (&s)[RT][NI], int i, int src, const float (&vv)[DPL],
+                                           float (*acc)[DPL]) {
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const float e = __shfl_sync(FULL_MASK, s[r][i], src);
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[r][d] = fmaf(e, vv[d], acc[r][d]);
     }
 }
 
@@ -153,10 +179,7 @@ __device__ __forceinline__ void chunk_exp(float (&s)[RT][NI], float *m, float *l
 template <int DPL, int RT, typename KV>
 __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
                                            const int *nkv, float scale, float *m, float *l, float (*acc)[DPL]) {
-    const int lane = threadIdx.x & 31;
-    int nmax = 0;
-#pragma unroll
-    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
+    const int lane = threadIdx.x & 31, nmax = rows_nmax<RT>(nkv);
     float s[RT][NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
@@ -170,15 +193,9 @@ __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const K
         for (int src = 0; src < 32; src++) {
             const int p = p0 + 32 * i + src;
             if (p >= nmax) break;
-            const KV *vr = V + (size_t)p * kvw + lane * DPL;
             float vv[DPL];
-            load_row<DPL>(vr, vv);
-#pragma unroll
-            for (int r = 0; r < RT; r++) {
-                const float e = __shfl_sync(FULL_MASK, s[r][i], src);
-#pragma unroll
-                for (int d = 0; d < DPL; d++) acc[r][d] = fmaf(e, vv[d], acc[r][d]);
-            }
+            load_row<DPL>(V + (size_t)p * kvw + lane * DPL, vv);
+            value_step<DPL, RT>(s, i, src, vv, acc);
         }
     }
 }
@@ -215,10 +232,7 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
                                                   const int *nkv, float scale, float *m, float *l,
                                                   float (*acc)[DPL], KV *stg) {
     constexpr int LD = stage_ld<DPL, KV>::LD;
-    const int lane = threadIdx.x & 31;
-    int nmax = 0;
-#pragma unroll
-    for (int r = 0; r < RT; r++) nmax = max(nmax, nkv[r]);
+    const int lane = threadIdx.x & 31, nmax = rows_nmax<RT>(nkv);
     float s[RT][NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
@@ -238,15 +252,9 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
         stage_rows<DPL, KV>(stg, V, kvw, b0, n);
         __syncthreads();
         for (int src = 0; src < n; src++) {
-            const KV *vr = stg + (size_t)src * LD + lane * DPL;
             float vv[DPL];
-            load_row<DPL>(vr, vv);
-#pragma unroll
-            for (int r = 0; r < RT; r++) {
-                const float e = __shfl_sync(FULL_MASK, s[r][i], src);
-#pragma unroll
-                for (int d = 0; d < DPL; d++) acc[r][d] = fmaf(e, vv[d], acc[r][d]);
-            }
+            load_row<DPL>(stg + (size_t)src * LD + lane * DPL, vv);
+            value_step<DPL, RT>(s, i, src, vv, acc);
         }
     }
 }
@@ -261,14 +269,12 @@ __device__ __forceinline__ void merge_step(float &M, float &L, float *O, float m
     M = Mn;
 }
 
+// A row's output dims j0 .. j0 + DPL - 1 (default: this lane's): O / L times the sigmoid gate.
 template <int DPL>
-__device__ __forceinline__ void attn_finish(const float *O, float L, const float *gate, float *out) {
-    const int lane = threadIdx.x & 31;
+__device__ __forceinline__ void attn_finish(const float *O, float L, const float *gate, float *out,
+                                            int j0 = (threadIdx.x & 31) * DPL) {
 #pragma unroll
-    for (int d = 0; d < DPL; d++) {
-        const int j = lane * DPL + d;
-        out[j] = (O[d] / L) * sigmoid_f(gate[j]);
-    }
+    for (int d = 0; d < DPL; d++) out[j0 + d] = (O[d] / L) * sigmoid_f(gate[j0 + d]);
 }
 
 // ---- decode: split over chunks, then merge ----------------------------------------------------
@@ -379,9 +385,7 @@ __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, con
     }
     __syncwarp();
     const size_t kvw = (size_t)a.Hkv * HD;
-    int nmax = 0;
-#pragma unroll
-    for (int r = 0; r < PF_RT; r++) nmax = max(nmax, nkv[r]);
+    const int nmax = rows_nmax<PF_RT>(nkv);
     float M[PF_RT], L[PF_RT], O[PF_RT][DPL];
 #pragma unroll
     for (int r = 0; r < PF_RT; r++) {
@@ -419,8 +423,8 @@ __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, con
 //   scores  K staged PT_SL positions at a time; a thread holds 4 rows x 4 positions and walks the
 //           head dims in order (score = fmaf chain over d = 0, 1, .., HD - 1 from 0, then * scale:
 //           qk_dots' order), 8 shared loads per 64 multiply-adds instead of 5 per 16;
-//   softmax one warp per row with attn_chunk's lane mapping (lane L: positions 32 i + L) and its
-//           operations: the max, exp(s - m) (masked: 0), the per-lane sums over i, warp_sum;
+//   softmax one warp per row with attn_chunk's lane mapping (lane L: positions 32 i + L) through
+//           the same row_exp: the max, exp(s - m) (masked: 0), the per-lane sums over i, warp_sum;
 //   values  V staged the same way; a thread holds 4 rows x DPL dims and walks the positions in order
 //           (acc = fmaf(e, v, acc) for p = p0 .. min(p0 + CH, nmax) - 1: attn_chunk's order);
 //   merge   merge_step per row in chunk order (every thread of a row computes the same M, L).
@@ -531,25 +535,16 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
             }
         }
         __syncthreads();
-        // softmax statistics: warp w, rows 4 w .. 4 w + 3 (chunk_exp's operations and lane mapping)
+        // softmax statistics: warp w, rows 4 w .. 4 w + 3 (row_exp, with attn_chunk's lane mapping)
 #pragma unroll
         for (int rr = 0; rr < PT_ROWS / 8; rr++) {
             const int r = (PT_ROWS / 8) * w + rr;
-            float sv[NI], mx = -INFINITY;
+            float sv[NI], m, l;
 #pragma unroll
-            for (int i = 0; i < NI; i++) {
-                sv[i] = S[r * SLD + 32 * i + lane];
-                mx = fmaxf(mx, sv[i]);
-            }
-            const float m = warp_max(mx);
-            float ls = 0.0f;
+            for (int i = 0; i < NI; i++) sv[i] = S[r * SLD + 32 * i + lane];
+            row_exp(sv, m, l);
 #pragma unroll
-            for (int i = 0; i < NI; i++) {
-                sv[i] = sv[i] == -INFINITY ? 0.0f : expf(sv[i] - m);
-                ls += sv[i];
-                S[r * SLD + 32 * i + lane] = sv[i];
-            }
-            const float l = warp_sum(ls);
+            for (int i = 0; i < NI; i++) S[r * SLD + 32 * i + lane] = sv[i];
             if (lane == 0) {
                 Mc[r] = m;
                 Lc[r] = l;
@@ -587,10 +582,8 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
         const int r = lr + 8 * kk;
         if (!nkv[kk]) continue;
         const int t = t0 + r / G, h = kvh * G + r % G;
-        const float *gate = qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD;
-        float *out = o + (size_t)t * a.H * HD + (size_t)h * HD;
-#pragma unroll
-        for (int d = 0; d < DPL; d++) out[dbase + d] = (O[kk][d] / L[kk]) * sigmoid_f(gate[dbase + d]);
+        attn_finish<DPL>(O[kk], L[kk], qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD,
+                         o + (size_t)t * a.H * HD + (size_t)h * HD, dbase);
     }
 }
 

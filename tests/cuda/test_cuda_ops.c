@@ -282,18 +282,37 @@ static void test_rmsnorm(void) {
  * output poisoned first; and all within 5e-5 of the CPU double reference (ops_attn_head_kv on
  * the same f32 / f16 cache). H/Hkv: the group sizes of the 80B (16/2) and a large group (24/1,
  * 24 warps: more than 48 KiB of shared memory at hd 256). */
+/* n cache values as the cache stores them (f16 halves or f32), malloc'ed. */
+static void *kv_host(const float *x, size_t n, bool f16) {
+    void *h = malloc((f16 ? 2 : 4) * n);
+    for (size_t i = 0; i < n; i++) {
+        if (f16) ((uint16_t *)h)[i] = rl_fp32_to_fp16(x[i]);
+        else ((float *)h)[i] = x[i];
+    }
+    return h;
+}
+
+/* The CPU's gated attention of T query rows (qg: [T][H][q | gate]) at positions pos + 1 .. pos + T
+ * over the host cache hk / hv (rows of Hkv heads) into ref [T][H][hd]. */
+static void attn_ref(const float *qg, const void *hk, const void *hv, bool f16, int T, int H, int Hkv, int hd,
+                     int pos, float *ref) {
+    const size_t kvw = (size_t)Hkv * hd;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
+            float *o = ref + (size_t)t * H * hd + (size_t)h * hd;
+            const size_t ho = (size_t)(h / (H / Hkv)) * hd * (f16 ? 2 : 4);
+            ops_attn_head_kv(q, (const char *)hk + ho, (const char *)hv + ho, f16, pos + t + 1, kvw, hd,
+                             1.0f / sqrtf((float)hd), o);
+            for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(q[hd + i]);
+        }
+}
+
 static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_last) {
     const int T = 4, n_ctx = n_kv_last + 8, pos = n_kv_last - T; /* rows see pos+1 .. n_kv_last */
     const size_t kvw = (size_t)Hkv * hd, n = (size_t)n_ctx * kvw;
     float *qg = randv((size_t)T * H * 2 * hd, 1.0f), *K = randv(n, 1.0f), *V = randv(n, 1.0f);
-    void *hk = malloc((f16 ? 2 : 4) * n), *hv = malloc((f16 ? 2 : 4) * n);
-    for (size_t i = 0; i < n; i++) {
-        if (f16) {
-            ((uint16_t *)hk)[i] = rl_fp32_to_fp16(K[i]), ((uint16_t *)hv)[i] = rl_fp32_to_fp16(V[i]);
-        } else {
-            ((float *)hk)[i] = K[i], ((float *)hv)[i] = V[i];
-        }
-    }
+    void *hk = kv_host(K, n, f16), *hv = kv_host(V, n, f16);
     void *dK = dup_to_dev(hk, (f16 ? 2 : 4) * n), *dV = dup_to_dev(hv, (f16 ? 2 : 4) * n);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd);
     int *dpos = dup_to_dev(&pos, sizeof pos);
@@ -333,14 +352,7 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
                   hd, f16 ? " f16" : "", H, Hkv, n_kv_last, per_warp ? "per-warp" : "grouped", rows);
             cudaFree(o);
         }
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
-            float *o = ref + (size_t)t * H * hd + (size_t)h * hd;
-            size_t ho = (size_t)(h / (H / Hkv)) * hd * (f16 ? 2 : 4);
-            ops_attn_head_kv(q, (char *)hk + ho, (char *)hv + ho, f16, pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
-            for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(q[hd + i]);
-        }
+    attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     double d = max_abs_diff(g_pf, ref, on);
     CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", n_kv_last, d);
     printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == prefill (1..4 rows), |gpu - cpu| %.3g\n",

@@ -9,14 +9,7 @@ static void test_attention_tiled(int hd, bool f16, int H, int Hkv, int T, int po
     const int n_ctx = pos + T + 8;
     const size_t kvw = (size_t)Hkv * hd, n = (size_t)n_ctx * kvw, el = f16 ? 2 : 4, on = (size_t)T * H * hd;
     float *qg = randv((size_t)T * H * 2 * hd, 1.0f), *K = randv(n, 1.0f), *V = randv(n, 1.0f);
-    uint8_t *hk = malloc(el * n), *hv = malloc(el * n);
-    for (size_t i = 0; i < n; i++) {
-        if (f16) {
-            ((uint16_t *)hk)[i] = rl_fp32_to_fp16(K[i]), ((uint16_t *)hv)[i] = rl_fp32_to_fp16(V[i]);
-        } else {
-            ((float *)hk)[i] = K[i], ((float *)hv)[i] = V[i];
-        }
-    }
+    void *hk = kv_host(K, n, f16), *hv = kv_host(V, n, f16);
     void *dK = dup_to_dev(hk, el * n), *dV = dup_to_dev(hv, el * n);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd);
     int *dpos = dup_to_dev(&pos, sizeof pos);
@@ -37,14 +30,7 @@ static void test_attention_tiled(int hd, bool f16, int H, int Hkv, int T, int po
     const int b1 = count_bad(g[1], g[0], on), b2 = count_bad(g[2], g[0], on);
     CHECK(b1 == 0 && b2 == 0, "attention hd %d%s H %d/%d T %d at %d: staged %d, tiled %d values != prefill", hd,
           f16 ? " f16" : "", H, Hkv, T, pos, b1, b2);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
-            float *o = ref + (size_t)t * H * hd + (size_t)h * hd;
-            const size_t ho = (size_t)(h / (H / Hkv)) * hd * el;
-            ops_attn_head_kv(q, (char *)hk + ho, (char *)hv + ho, f16, pos + t + 1, kvw, hd, 1.0f / sqrtf((float)hd), o);
-            for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(q[hd + i]);
-        }
+    attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     const double d = max_abs_diff(g[2], ref, on); /* the bound of test_attention_decode */
     CHECK(d <= 5e-5, "tiled prefill attention hd %d%s T %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", T, d);
     printf("  tiled prefill attention hd %d%s H %d/%d, %d rows at %d: == prefill == staged (%s), |gpu - cpu| %.3g\n", hd,
