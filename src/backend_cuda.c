@@ -268,8 +268,9 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
     c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
-    c->attn_pf_staged = !(getenv("RL_CUDA_ATTN_PF") && !strcmp(getenv("RL_CUDA_ATTN_PF"), "unstaged"));
-    c->attn_pf_tiled = getenv("RL_CUDA_ATTN_PF") && !strcmp(getenv("RL_CUDA_ATTN_PF"), "tiled");
+    const char *pf = getenv("RL_CUDA_ATTN_PF");
+    c->attn_pf_staged = !(pf && !strcmp(pf, "unstaged"));
+    c->attn_pf_tiled = pf && !strcmp(pf, "tiled");
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
