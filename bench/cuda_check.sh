@@ -9,12 +9,12 @@
 #     kquant    test_cuda_engine MODEL on two small synthetic K-quant models (the int8 K-quant path: contract,
 #               40-row verify == steps, vs the CPU backend), with the default tiles, with 1 row / 1 token tile
 #               per warp, with the float path (RL_CUDA_MMQ=0), with the unstaged prefill tiles (RL_CUDA_MMQ_TC=0) and
-#               with the tiled prefill attention (RL_CUDA_ATTN_PF=tiled)
+#               with the staged prefill attention (RL_CUDA_ATTN_PF=staged, the previous default)
 #     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
 #               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
 #     pfab      prompt 2048 / 8192 (PFAB_PROMPTS, e.g. 2048,32768) on $CF2: the prefill options (PFAB_SETS; default:
 #               unstaged prefill attention RL_CUDA_ATTN_PF=unstaged, plan tiles of 8 pairs RL_CUDA_MOE_TT=8, both,
-#               the defaults, and the register-tiled prefill attention RL_CUDA_ATTN_PF=tiled, not yet the default)
+#               the defaults, and the staged prefill attention RL_CUDA_ATTN_PF=staged, the previous default)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -104,7 +104,7 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         RL_CUDA_MMQ_NR=1 RL_CUDA_MMQ_NT=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
         RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
-        RL_CUDA_ATTN_PF=tiled run kquant-$m-attn-tiled 120 $B/tests/test_cuda_engine /tmp/$m.gguf # tiled prefill attention
+        RL_CUDA_ATTN_PF=staged run kquant-$m-attn-staged 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the previous prefill attention
     done
 fi
 if has fixtures; then
@@ -135,7 +135,7 @@ fi
 if has pfab && [ -s "$CF2" ]; then # prompt A/B of the prefill options (same bits each)
     for r in 1 2; do
         for v in ${PFAB_SETS:-"RL_CUDA_ATTN_PF=unstaged+RL_CUDA_MOE_TT=8" "RL_CUDA_ATTN_PF=unstaged" "RL_CUDA_MOE_TT=8" \
-            "RL_CUDA_DEFAULTS=1" "RL_CUDA_ATTN_PF=tiled"}; do
+            "RL_CUDA_DEFAULTS=1" "RL_CUDA_ATTN_PF=staged"}; do
             v=${v//+/ }
             timeout 200 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 8 --reps 3 --warmup 2 \
                 --prompt "${PFAB_PROMPTS:-2048,8192}" --batch 2048 --json >"$LOGS/pfab.json" 2>"$LOGS/pfab.err"

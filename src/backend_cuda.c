@@ -13,10 +13,10 @@
  *
  * The KV cache format comes from --kv (engine_ctx_params.kv; the old RL_CUDA_KV switch is gone).
  * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_ATTN=per-warp (the previous decode attention
- * split kernel, for A/B timing: same bits), RL_CUDA_ATTN_PF=unstaged (the previous prefill attention,
- * each warp reading K/V from global memory; same bits — the default stages each K/V slice in shared
- * memory once per block: 1.05-1.35x prompt on the H200, bench/results/2026-12-02-cuda-iq-h200.md;
- * RL_CUDA_ATTN_PF=tiled: the register-tiled prefill kernel, same bits, not yet run on a GPU),
+ * split kernel, for A/B timing: same bits), RL_CUDA_ATTN_PF=staged|unstaged (the previous prefill
+ * attention kernels, same bits: `staged` stages each K/V slice in shared memory once per block,
+ * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
+ * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
@@ -270,7 +270,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
     const char *pf = getenv("RL_CUDA_ATTN_PF");
     c->attn_pf_staged = !(pf && !strcmp(pf, "unstaged"));
-    c->attn_pf_tiled = pf && !strcmp(pf, "tiled");
+    c->attn_pf_tiled = !(pf && (!strcmp(pf, "staged") || !strcmp(pf, "unstaged")));
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;

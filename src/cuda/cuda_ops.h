@@ -184,9 +184,9 @@ typedef struct {
     bool split_per_warp;   /* decode: the previous split kernel (each warp reads the KV rows of its
                               own head) instead of the grouped one (RL_CUDA_ATTN=per-warp); same bits */
     bool prefill_staged;   /* prefill: K/V slices staged in shared memory once per block for its heads
-                              (the backend's default; RL_CUDA_ATTN_PF=unstaged: false); same bits */
-    bool prefill_tiled;    /* prefill: the register-tiled kernel (32 rows x a chunk per block; RL_CUDA_ATTN_PF=
-                              tiled; not yet the default: not run on a GPU); same bits, precedes prefill_staged */
+                              (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
+    bool prefill_tiled;    /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
+                              RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
     int rope_delta; /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
                        (h_p, x_{p+1}) sits in slot p at position p+1) */
 } cu_attn_dims;
