@@ -271,6 +271,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     const char *pf = getenv("RL_CUDA_ATTN_PF");
     c->attn_pf_staged = !(pf && !strcmp(pf, "unstaged"));
     c->attn_pf_tiled = !(pf && (!strcmp(pf, "staged") || !strcmp(pf, "unstaged")));
+    c->attn_tc = env_on("RL_CUDA_ATTN_TC", false);
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;

@@ -13,11 +13,10 @@
 // block, once for the G query heads of the KV group (attn_chunk_staged: attn_chunk's arithmetic,
 // operation for operation, reading the rows from shared memory); the per-warp one (RL_CUDA_ATTN=
 // per-warp, cu_attn_dims.split_per_warp) lets each head's warp read the rows itself, lane per row.
-#include "common.cuh"
+#include "attn.cuh"
 
 #include <cuda_pipeline.h>
 
-#define CH CU_ATTN_CHUNK
 #define NI (CH / 32)
 #define PF_RT 4 // query rows per prefill block
 
@@ -259,24 +258,6 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
     }
 }
 
-template <int DPL>
-__device__ __forceinline__ void merge_step(float &M, float &L, float *O, float m, float l, const float *acc) {
-    const float Mn = fmaxf(M, m);
-    const float a = expf(M - Mn), b = expf(m - Mn);
-    L = L * a + l * b;
-#pragma unroll
-    for (int d = 0; d < DPL; d++) O[d] = O[d] * a + acc[d] * b;
-    M = Mn;
-}
-
-// A row's output dims j0 .. j0 + DPL - 1 (default: this lane's): O / L times the sigmoid gate.
-template <int DPL>
-__device__ __forceinline__ void attn_finish(const float *O, float L, const float *gate, float *out,
-                                            int j0 = (threadIdx.x & 31) * DPL) {
-#pragma unroll
-    for (int d = 0; d < DPL; d++) out[j0 + d] = (O[d] / L) * sigmoid_f(gate[j0 + d]);
-}
-
 // ---- decode: split over chunks, then merge ----------------------------------------------------
 
 template <int DPL, typename KV>
@@ -331,25 +312,6 @@ __global__ void k_attn_split_grouped(cu_attn_dims a, const float *__restrict__ q
     }
 #pragma unroll
     for (int d = 0; d < DPL; d++) pp[2 + lane * DPL + d] = acc[0][d];
-}
-
-template <int DPL>
-__global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
-                             const float *__restrict__ part, int nch, float *o) {
-    constexpr int HD = DPL * 32;
-    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    const int last = (*pos0 + t) / CH;
-    float M = -INFINITY, L = 0.0f, O[DPL];
-#pragma unroll
-    for (int d = 0; d < DPL; d++) O[d] = 0.0f;
-    for (int c = 0; c <= last; c++) {
-        const float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
-        float acc[DPL];
-#pragma unroll
-        for (int d = 0; d < DPL; d++) acc[d] = pp[2 + lane * DPL + d];
-        merge_step<DPL>(M, L, O, pp[0], pp[1], acc);
-    }
-    attn_finish<DPL>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD);
 }
 
 // ---- prefill: one block per (tile of PF_RT rows, KV head, sub-group of <= PF_HEADS query heads),
@@ -624,16 +586,6 @@ extern "C" size_t cu_attn_part_floats(const cu_attn_dims *a, int T) {
     return (size_t)T * a->H * nch * (a->hd + 2);
 }
 
-// Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs
-// the opt-in attribute; *allowed (one per kernel instantiation) is the size opted in so far, raised
-// when a larger launch comes (a flag set once would refuse a later, larger group). 0 or -1 (error set).
-template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) {
-    if (smem <= 48 * 1024 || smem <= *allowed) return 0;
-    if (CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return -1;
-    *allowed = smem;
-    return 0;
-}
-
 // k_attn_prefill with gs warps (query heads) per block and smem bytes of shared memory.
 template <int DPL, typename KV, bool STAGED>
 static int pf_launch(const cu_attn_dims *a, dim3 grid, int gs, size_t smem, const float *qg, const void *kc,
@@ -697,6 +649,7 @@ extern "C" int cu_attention(const cu_attn_dims *a, const float *qg, const void *
                             int T, bool split, float *part, float *o, cudaStream_t s) {
     if (check_dims(a)) return -1;
     if (split && T > CU_ATTN_SPLIT_MAX_T) return rl_seterr("cu_attention: split path with %d rows", T);
+    if (a->tc) return attn_tc(a, qg, kc, vc, pos0, T, split, part, o, s);
     switch (a->hd) {
     case 64: return attn_kv<2>(a, qg, kc, vc, pos0, T, split, part, o, s);
     case 128: return attn_kv<4>(a, qg, kc, vc, pos0, T, split, part, o, s);

@@ -187,6 +187,9 @@ typedef struct {
                               (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
     bool prefill_tiled;    /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
                               RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
+    bool tc;               /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
+                              accumulation; its own numerics, shared by all three, so their rows stay
+                              bit-identical); needs kv_f16 and H / Hkv <= 16 */
     int rope_delta; /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
                        (h_p, x_{p+1}) sits in slot p at position p+1) */
 } cu_attn_dims;

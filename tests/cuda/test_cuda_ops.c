@@ -661,6 +661,15 @@ int main(void) {
     test_attention_tiled(64, false, 8, 2, 33, 500);   /* DPL 2: scalar V loads; G 4: 8 positions per block */
     test_attention_tiled(256, false, 24, 2, 20, 700); /* G 12: 2 positions, 8 padded rows per block */
     test_attention_tiled(128, false, 3, 1, 50, 260);  /* G 3: 10 positions, 2 padded rows */
+    test_attention_tc(256, 16, 2, 70, 200, 3.0f);   /* 80B geometry: rows cross chunk 0's edge, 9 blocks */
+    test_attention_tc(256, 16, 2, 37, 0, 1.0f);     /* the first chunk only, short rows */
+    test_attention_tc(256, 16, 2, 6, 5000, 3.0f);   /* 20 chunks: the split decode's partials and merge */
+    test_attention_tc(128, 16, 2, 45, 220, 3.0f);
+    test_attention_tc(64, 8, 2, 33, 500, 3.0f);     /* hd 64: one value tile per warp in decode */
+    test_attention_tc(128, 3, 1, 50, 260, 3.0f);    /* G 3: 21 positions, 1 padded row per block; 13 in decode */
+    test_attention_tc(256, 24, 2, 20, 700, 3.0f);   /* G 12 */
+    test_attention_tc(128, 16, 1, 9, 1000, 3.0f);   /* G 16: a full row tile in decode */
+    test_attention_tc(64, 4, 4, 40, 100, 3.0f);     /* G 1: 64 positions per block */
     test_deltanet(128, 128, 16, 32, 5);
     test_deltanet(128, 128, 16, 32, 150);
     test_deltanet(32, 32, 4, 8, 5);

@@ -1,0 +1,75 @@
+// attn.cuh — what the attention kernels share (attn.cu: the FP32 kernels, attn_tc.cu: the tensor-core
+// ones): the chunk length, the in-order merge of chunk partials, the output gate, the decode merge
+// kernel and the shared-memory opt-in. A chunk partial of a row is (m = max score, l = sum of exp,
+// acc = sum of exp * v); merging them in chunk order with merge_ab / merge_o is what makes the split
+// decode and the prefill walk give the same bits, whatever kernel made the partials.
+#pragma once
+
+#include "common.cuh"
+
+#define CH CU_ATTN_CHUNK
+
+// Merge a chunk partial (m, l) into a row's running (M, L); a scales the running sums O, b the
+// chunk's acc (merge_o).
+__device__ __forceinline__ void merge_ab(float &M, float &L, float m, float l, float &a, float &b) {
+    const float Mn = fmaxf(M, m);
+    a = expf(M - Mn);
+    b = expf(m - Mn);
+    L = L * a + l * b;
+    M = Mn;
+}
+__device__ __forceinline__ float merge_o(float O, float acc, float a, float b) { return O * a + acc * b; }
+
+template <int DPL>
+__device__ __forceinline__ void merge_step(float &M, float &L, float *O, float m, float l, const float *acc) {
+    float a, b;
+    merge_ab(M, L, m, l, a, b);
+#pragma unroll
+    for (int d = 0; d < DPL; d++) O[d] = merge_o(O[d], acc[d], a, b);
+}
+
+// One output value: O / L times the sigmoid gate.
+__device__ __forceinline__ float attn_out(float O, float L, float gate) { return (O / L) * sigmoid_f(gate); }
+
+// A row's output dims j0 .. j0 + DPL - 1 (default: this lane's).
+template <int DPL>
+__device__ __forceinline__ void attn_finish(const float *O, float L, const float *gate, float *out,
+                                            int j0 = (threadIdx.x & 31) * DPL) {
+#pragma unroll
+    for (int d = 0; d < DPL; d++) out[j0 + d] = attn_out(O[d], L, gate[j0 + d]);
+}
+
+// Decode: the partials part[t][h][chunk][HD + 2] of chunks 0 .. (pos0 + t) / CH merged in order,
+// one warp per (row, query head).
+template <int DPL>
+__global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
+                             const float *__restrict__ part, int nch, float *o) {
+    constexpr int HD = DPL * 32;
+    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int last = (*pos0 + t) / CH;
+    float M = -INFINITY, L = 0.0f, O[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; d++) O[d] = 0.0f;
+    for (int c = 0; c <= last; c++) {
+        const float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
+        float acc[DPL];
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[d] = pp[2 + lane * DPL + d];
+        merge_step<DPL>(M, L, O, pp[0], pp[1], acc);
+    }
+    attn_finish<DPL>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD);
+}
+
+// Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs
+// the opt-in attribute; *allowed (one per kernel instantiation) is the size opted in so far, raised
+// when a larger launch comes (a flag set once would refuse a later, larger group). 0 or -1 (error set).
+template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) {
+    if (smem <= 48 * 1024 || smem <= *allowed) return 0;
+    if (CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return -1;
+    *allowed = smem;
+    return 0;
+}
+
+// The tensor-core kernels (attn_tc.cu) for cu_attention when a->tc: 0 or -1 (error set).
+int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T, bool split,
+            float *part, float *o, cudaStream_t s);
