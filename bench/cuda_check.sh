@@ -9,7 +9,8 @@
 #     kquant    test_cuda_engine MODEL on two small synthetic K-quant models (the int8 K-quant path: contract,
 #               40-row verify == steps, vs the CPU backend), with the default tiles, with 1 row / 1 token tile
 #               per warp, with the float path (RL_CUDA_MMQ=0), with the unstaged prefill tiles (RL_CUDA_MMQ_TC=0) and
-#               with the staged prefill attention (RL_CUDA_ATTN_PF=staged, the previous default)
+#               with the staged prefill attention (RL_CUDA_ATTN_PF=staged, the previous default) and with
+#               the FP32 attention kernels under the f16 cache (RL_CUDA_ATTN_TC=0)
 #     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
 #               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
 #     pfab      prompt 2048 / 8192 (PFAB_PROMPTS, e.g. 2048,32768) on $CF2: the prefill options (PFAB_SETS; default:
@@ -105,6 +106,7 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
         RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
         RL_CUDA_ATTN_PF=staged run kquant-$m-attn-staged 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the previous prefill attention
+        RL_CUDA_ATTN_TC=0 run kquant-$m-attn-fp32 120 $B/tests/test_cuda_engine /tmp/$m.gguf # FP32 attention with the f16 cache
     done
 fi
 if has fixtures; then

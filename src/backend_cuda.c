@@ -12,6 +12,8 @@
  * Debug hooks (dump, route, row_state) are served by synchronous copies (slow, exact).
  *
  * The KV cache format comes from --kv (engine_ctx_params.kv; the old RL_CUDA_KV switch is gone).
+ * Attention: with the f16 cache (the default) on tensor cores (attn_tc.cu: its own numerics, shared by
+ * decode, verify and prefill; RL_CUDA_ATTN_TC=0 turns it off), with the f32 cache the FP32 kernels.
  * Environment: RL_CUDA_GRAPHS=0 (no graphs), RL_CUDA_ATTN=per-warp (the previous decode attention
  * split kernel, for A/B timing: same bits), RL_CUDA_ATTN_PF=staged|unstaged (the previous prefill
  * attention kernels, same bits: `staged` stages each K/V slice in shared memory once per block,
@@ -271,7 +273,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     const char *pf = getenv("RL_CUDA_ATTN_PF");
     c->attn_pf_staged = !(pf && !strcmp(pf, "unstaged"));
     c->attn_pf_tiled = !(pf && (!strcmp(pf, "staged") || !strcmp(pf, "unstaged")));
-    c->attn_tc = env_on("RL_CUDA_ATTN_TC", false);
+    c->attn_tc = env_on("RL_CUDA_ATTN_TC", true);
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
