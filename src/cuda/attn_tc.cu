@@ -1,7 +1,7 @@
 // attn_tc.cu — attention on tensor cores (cu_attn_dims.tc: the CUDA backend's default with the f16 KV
-// cache and query groups of at most 16 heads; RL_CUDA_ATTN_TC=0 turns it off). mma.sync m16n8k16 on f16 operands with f32 accumulation, under
-// its own numerics contract, which the split decode kernel and the prefill walk share so that their
-// rows stay bit-identical (verify == steps == prefill rows):
+// cache and query groups of at most 16 heads; RL_CUDA_ATTN_TC=0 turns it off). mma.sync m16n8k16 on
+// f16 operands with f32 accumulation, under its own numerics contract, which the split decode kernel
+// and the prefill walk share so that their rows stay bit-identical (verify == steps == prefill rows):
 //   scores  s[r][p] = (sum over the head dims of f16(q[r][d]) * k[p][d], accumulated by HD / 16 mmas
 //           in dim order from 0) * scale; -inf where row r does not see position p;
 //   softmax per chunk of CH positions, one warp per row with the FP32 kernels' lane mapping (lane L:
