@@ -610,15 +610,13 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         k_attn_split_grouped<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, smem, s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split_grouped");
-        k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
-        CU_LAUNCHED("k_attn_merge");
+        if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
         k_attn_split<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s>>>(
             *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split");
-        k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
-        CU_LAUNCHED("k_attn_merge");
+        if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (a->prefill_tiled) {
         using P = pt_smem<DPL, KV>;
         static size_t allowed; /* per instantiation */

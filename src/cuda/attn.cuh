@@ -77,6 +77,53 @@ __global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const
     attn_finish<DPL>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD);
 }
 
+// The same merge with a block of HD threads per (row, query head), a thread per output dim
+// (cu_attn_dims.merge_wide, RL_CUDA_MERGE=wide; written 2026-12-02, not yet run on a GPU): each thread
+// runs the row's (M, L) chain itself — merge_step's operations, so the same values in every thread —
+// and its own dim's O chain, with MERGE_PF_WIDE partials in flight. At 32K the warp-per-(row, head)
+// merge above is as long as the split kernel (~27 us per layer on the H200: 16 warps on the GPU).
+#define MERGE_PF_WIDE 16
+template <int DPL>
+__global__ void __launch_bounds__(DPL * 32) k_attn_merge_wide(cu_attn_dims a, const float *__restrict__ qg,
+                                                             const int *pos0, const float *__restrict__ part, int nch,
+                                                             float *o) {
+    constexpr int HD = DPL * 32;
+    const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const int n = (*pos0 + t) / CH + 1;
+    const float *base = part + ((size_t)t * a.H + h) * nch * (HD + 2);
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int c0 = 0; c0 < n; c0 += MERGE_PF_WIDE) {
+        float pm[MERGE_PF_WIDE], pl[MERGE_PF_WIDE], pa[MERGE_PF_WIDE];
+#pragma unroll
+        for (int k = 0; k < MERGE_PF_WIDE; k++) {
+            if (c0 + k >= n) break;
+            const float *pp = base + (size_t)(c0 + k) * (HD + 2);
+            pm[k] = pp[0];
+            pl[k] = pp[1];
+            pa[k] = pp[2 + d];
+        }
+#pragma unroll
+        for (int k = 0; k < MERGE_PF_WIDE; k++) {
+            if (c0 + k >= n) break;
+            merge_step<1>(M, L, &O, pm[k], pl[k], &pa[k]);
+        }
+    }
+    const size_t row = (size_t)t * a.H + h;
+    o[row * HD + d] = attn_out(O, L, qg[row * 2 * HD + HD + d]);
+}
+
+// The decode merge of T rows x H heads (the kernel cu_attn_dims.merge_wide picks).
+template <int DPL>
+static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part, int nch,
+                             int T, float *o, cudaStream_t s) {
+    if (a->merge_wide)
+        k_attn_merge_wide<DPL><<<dim3(T, a->H), DPL * 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+    else
+        k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+    CU_LAUNCHED("k_attn_merge");
+    return 0;
+}
+
 // Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs
 // the opt-in attribute; *allowed (one per kernel instantiation) is the size opted in so far, raised
 // when a larger launch comes (a flag set once would refuse a later, larger group). 0 or -1 (error set).

@@ -314,8 +314,7 @@ static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, c
         if (smem_allow(k_attn_tc_split<HD>, P::bytes, &allowed)) return -1;
         k_attn_tc_split<HD><<<dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s>>>(*a, qg, kc, vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_tc_split");
-        k_attn_merge<HD / 32><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
-        CU_LAUNCHED("k_attn_merge");
+        if (attn_merge_launch<HD / 32>(a, qg, pos0, part, nch, T, o, s)) return -1;
         return 0;
     }
     using P = tc_smem<HD, TC_MT>;

@@ -335,9 +335,10 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
               f16 ? " f16" : "", H, Hkv, n_kv_last, v ? "tiled" : "staged");
         cudaFree(o);
     }
-    for (int per_warp = 0; per_warp < 2; per_warp++)
+    for (int v = 0; v < 3; v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide merge */
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
-            a.split_per_warp = per_warp;
+            a.split_per_warp = v == 1;
+            a.merge_wide = v == 2;
             float *o = dpoison(on);
             for (int t0 = 0; t0 < T; t0 += rows) {
                 int nr = T - t0 < rows ? T - t0 : rows, p1 = pos + t0;
@@ -349,13 +350,13 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
             }
             to_host(g, o, sizeof(float) * on);
             CHECK(count_bad(g, g_pf, on) == 0, "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill",
-                  hd, f16 ? " f16" : "", H, Hkv, n_kv_last, per_warp ? "per-warp" : "grouped", rows);
+                  hd, f16 ? " f16" : "", H, Hkv, n_kv_last, v == 1 ? "per-warp" : v ? "grouped, wide merge," : "grouped", rows);
             cudaFree(o);
         }
     attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     double d = max_abs_diff(g_pf, ref, on);
     CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", n_kv_last, d);
-    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == prefill (1..4 rows), |gpu - cpu| %.3g\n",
+    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide merge == prefill (1..4 rows), |gpu - cpu| %.3g\n",
            hd, f16 ? " (f16 KV)" : "", H, Hkv, n_kv_last, d);
     cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dpos); cudaFree(o_pf); cudaFree(part);
     free(qg); free(K); free(V); free(hk); free(hv); free(g_pf); free(g); free(ref);
