@@ -47,8 +47,9 @@ template <int X> __global__ void k(int *o, const int *in, const int *sc) {
 template __global__ void k<0>(int *, const int *, const int *);
 """
 
-_IF = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s*(?:constexpr\s*)?\(.*\)\s*(?://.*)?$|^\s*(?:\}\s*)?else\s*(?://.*)?$")
-_IFC = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s+constexpr\s*\(.*\)\s*(?://.*)?$")
+# (the condition holds no "{": a braced branch with a comment that ends in ")" is not a match)
+_IF = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s*(?:constexpr\s*)?\([^{]*\)\s*(?://.*)?$|^\s*(?:\}\s*)?else\s*(?://.*)?$")
+_IFC = re.compile(r"^\s*(?:\}\s*)?(?:else\s+)?if\s+constexpr\s*\([^{]*\)\s*(?://.*)?$")
 _IFC_LOOP = re.compile(r"\bif\s+constexpr\s*\([^{;]*\)\s*(?:for|while)\s*\(")
 _LOOP = re.compile(r"^\s*(?:for|while|do)\b")
 
@@ -74,6 +75,8 @@ def test_detector_flags_the_miscompiled_shapes():
     assert unbraced_pragma_sites(no_pragma) == [13]  # miscompiled too (nvcc 13.0)
     assert unbraced_pragma_sites("    if constexpr (A) for (int i = 0; i < 2; i++) { x(); }\n") == [1]
     assert unbraced_pragma_sites("    if (a)\n        for (int i = 0; i < n; i++) x();\n") == []  # runtime if: fine
+    assert unbraced_pragma_sites("    if (n > 0) { // (a comment)\n#pragma unroll 2\n        for (;;) {}\n    }\n") == []
+    assert unbraced_pragma_sites("    if (n > 0) // (a comment)\n#pragma unroll 2\n        for (;;) {}\n") == [1]
 
 
 def test_cuda_sources_brace_pragma_branches():
