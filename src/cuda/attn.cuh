@@ -39,87 +39,56 @@ __device__ __forceinline__ void attn_finish(const float *O, float L, const float
     for (int d = 0; d < DPL; d++) out[j0 + d] = attn_out(O[d], L, gate[j0 + d]);
 }
 
-// Decode: the partials part[t][h][chunk][HD + 2] of chunks 0 .. (pos0 + t) / CH merged in order,
-// one warp per (row, query head). The merge is a serial chain, but its loads are not: MERGE_PF
-// partials are loaded before they are merged, so a 32K context (128 chunks) waits for 16 load
-// latencies instead of 128 (H200, 12-layer Q4_K_M, decode at 32K depth: 603 -> 615-629 tok/s; the
-// merge still takes ~27 us per layer there, next to the split kernel's ~24 us: one warp per row and
-// head is too little parallelism for 128 x 1 KB of partials). Same operations in the same order
-// whatever MERGE_PF.
-#define MERGE_PF 8
-template <int DPL>
-__global__ void k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
-                             const float *__restrict__ part, int nch, float *o) {
-    constexpr int HD = DPL * 32;
-    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    const int n = (*pos0 + t) / CH + 1;
-    const float *base = part + ((size_t)t * a.H + h) * nch * (HD + 2);
-    float M = -INFINITY, L = 0.0f, O[DPL];
-#pragma unroll
-    for (int d = 0; d < DPL; d++) O[d] = 0.0f;
-    for (int c0 = 0; c0 < n; c0 += MERGE_PF) {
-        float pm[MERGE_PF], pl[MERGE_PF], pa[MERGE_PF][DPL];
-#pragma unroll
-        for (int k = 0; k < MERGE_PF; k++) {
-            if (c0 + k >= n) break;
-            const float *pp = base + (size_t)(c0 + k) * (HD + 2);
-            pm[k] = pp[0];
-            pl[k] = pp[1];
-#pragma unroll
-            for (int d = 0; d < DPL; d++) pa[k][d] = pp[2 + lane * DPL + d];
-        }
-#pragma unroll
-        for (int k = 0; k < MERGE_PF; k++) {
-            if (c0 + k >= n) break;
-            merge_step<DPL>(M, L, O, pm[k], pl[k], pa[k]);
-        }
-    }
-    attn_finish<DPL>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD);
-}
-
-// The same merge with a block of HD threads per (row, query head), a thread per output dim
-// (cu_attn_dims.merge_wide, RL_CUDA_MERGE=wide; written 2026-12-02, not yet run on a GPU): each thread
-// runs the row's (M, L) chain itself — merge_step's operations, so the same values in every thread —
-// and its own dim's O chain, with MERGE_PF_WIDE partials in flight. At 32K the warp-per-(row, head)
-// merge above is as long as the split kernel (~27 us per layer on the H200: 16 warps on the GPU).
-#define MERGE_PF_WIDE 16
-template <int DPL>
-__global__ void __launch_bounds__(DPL * 32) k_attn_merge_wide(cu_attn_dims a, const float *__restrict__ qg,
+// Decode: the partials part[t][h][chunk][HD + 2] of chunks 0 .. (pos0 + t) / CH merged in order, one
+// block per (row, query head) of HD / PT threads, PT output dims per thread: each thread runs the
+// row's (M, L) chain itself (merge_step's operations, so the same values in every thread) and its
+// dims' O chains. The chains are serial, their loads are not: PF partials are loaded before they are
+// merged. The operations and their order are merge_step's whatever PT and PF, so every shape gives
+// the same bits. The default is a warp per (row, head) (PT = DPL) with 8 partials in flight (H200,
+// 12-layer Q4_K_M, decode at 32K depth: 603 -> 615-629 tok/s over one at a time); there it still
+// takes ~27 us per layer, as long as the split kernel (16 warps on the GPU), hence the wide shape,
+// a thread per dim with 16 in flight (cu_attn_dims.merge_wide, RL_CUDA_MERGE=wide; written
+// 2026-12-02 after the GPU time was spent: not yet run).
+template <int DPL, int PT, int PF>
+__global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, const float *__restrict__ qg,
                                                              const int *pos0, const float *__restrict__ part, int nch,
                                                              float *o) {
     constexpr int HD = DPL * 32;
-    const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const int t = blockIdx.x, h = blockIdx.y, d0 = threadIdx.x * PT;
     const int n = (*pos0 + t) / CH + 1;
     const float *base = part + ((size_t)t * a.H + h) * nch * (HD + 2);
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
-    for (int c0 = 0; c0 < n; c0 += MERGE_PF_WIDE) {
-        float pm[MERGE_PF_WIDE], pl[MERGE_PF_WIDE], pa[MERGE_PF_WIDE];
+    float M = -INFINITY, L = 0.0f, O[PT];
 #pragma unroll
-        for (int k = 0; k < MERGE_PF_WIDE; k++) {
+    for (int d = 0; d < PT; d++) O[d] = 0.0f;
+    for (int c0 = 0; c0 < n; c0 += PF) {
+        float pm[PF], pl[PF], pa[PF][PT];
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
             if (c0 + k >= n) break;
             const float *pp = base + (size_t)(c0 + k) * (HD + 2);
             pm[k] = pp[0];
             pl[k] = pp[1];
-            pa[k] = pp[2 + d];
+#pragma unroll
+            for (int d = 0; d < PT; d++) pa[k][d] = pp[2 + d0 + d];
         }
 #pragma unroll
-        for (int k = 0; k < MERGE_PF_WIDE; k++) {
+        for (int k = 0; k < PF; k++) {
             if (c0 + k >= n) break;
-            merge_step<1>(M, L, &O, pm[k], pl[k], &pa[k]);
+            merge_step<PT>(M, L, O, pm[k], pl[k], pa[k]);
         }
     }
-    const size_t row = (size_t)t * a.H + h;
-    o[row * HD + d] = attn_out(O, L, qg[row * 2 * HD + HD + d]);
+    attn_finish<PT>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD,
+                    d0);
 }
 
-// The decode merge of T rows x H heads (the kernel cu_attn_dims.merge_wide picks).
+// The decode merge of T rows x H heads (the shape cu_attn_dims.merge_wide picks).
 template <int DPL>
 static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part, int nch,
                              int T, float *o, cudaStream_t s) {
     if (a->merge_wide)
-        k_attn_merge_wide<DPL><<<dim3(T, a->H), DPL * 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+        k_attn_merge<DPL, 1, 16><<<dim3(T, a->H), DPL * 32, 0, s>>>(*a, qg, pos0, part, nch, o);
     else
-        k_attn_merge<DPL><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+        k_attn_merge<DPL, DPL, 8><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
     CU_LAUNCHED("k_attn_merge");
     return 0;
 }

@@ -308,6 +308,25 @@ static void attn_ref(const float *qg, const void *hk, const void *hv, bool f16, 
         }
 }
 
+/* T query rows at positions pos + 1 .. through the split (decode / verify) path as launches of `rows`
+ * rows each, into the host buffer g [T][H][hd] (outputs poisoned first). */
+static void attn_split_rows(const cu_attn_dims *a, const float *dqg, const void *dK, const void *dV, int pos, int T,
+                            int rows, float *part, float *g) {
+    const int H = a->H, hd = a->hd;
+    const size_t on = (size_t)T * H * hd;
+    float *o = dpoison(on);
+    for (int t0 = 0; t0 < T; t0 += rows) {
+        int nr = T - t0 < rows ? T - t0 : rows, p1 = pos + t0;
+        int *dp1 = dup_to_dev(&p1, sizeof p1);
+        CHECK(cu_attention(a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part, o + (size_t)t0 * H * hd, 0) == 0,
+              "%s", rl_lasterr());
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "split launch failed");
+        cudaFree(dp1);
+    }
+    to_host(g, o, sizeof(float) * on);
+    cudaFree(o);
+}
+
 static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_last) {
     const int T = 4, n_ctx = n_kv_last + 8, pos = n_kv_last - T; /* rows see pos+1 .. n_kv_last */
     const size_t kvw = (size_t)Hkv * hd, n = (size_t)n_ctx * kvw;
@@ -339,19 +358,9 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
             a.split_per_warp = v == 1;
             a.merge_wide = v == 2;
-            float *o = dpoison(on);
-            for (int t0 = 0; t0 < T; t0 += rows) {
-                int nr = T - t0 < rows ? T - t0 : rows, p1 = pos + t0;
-                int *dp1 = dup_to_dev(&p1, sizeof p1);
-                CHECK(cu_attention(&a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part, o + (size_t)t0 * H * hd,
-                                   0) == 0, "%s", rl_lasterr());
-                CHECK(cudaDeviceSynchronize() == cudaSuccess, "split launch failed");
-                cudaFree(dp1);
-            }
-            to_host(g, o, sizeof(float) * on);
+            attn_split_rows(&a, dqg, dK, dV, pos, T, rows, part, g);
             CHECK(count_bad(g, g_pf, on) == 0, "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill",
                   hd, f16 ? " f16" : "", H, Hkv, n_kv_last, v == 1 ? "per-warp" : v ? "grouped, wide merge," : "grouped", rows);
-            cudaFree(o);
         }
     attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     double d = max_abs_diff(g_pf, ref, on);

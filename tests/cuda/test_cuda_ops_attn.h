@@ -76,21 +76,11 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
     for (int rows = 1; rows <= CU_ATTN_SPLIT_MAX_T + 2; rows++) { /* 5, 6: 1 and 4 rows with the wide merge */
         const int nrows = rows > CU_ATTN_SPLIT_MAX_T ? (rows == 5 ? 1 : 4) : rows;
         a.merge_wide = rows > CU_ATTN_SPLIT_MAX_T;
-        o = dpoison(on);
-        for (int t0 = 0; t0 < T; t0 += nrows) {
-            int nr = T - t0 < nrows ? T - t0 : nrows, p1 = pos + t0;
-            int *dp1 = dup_to_dev(&p1, sizeof p1);
-            CHECK(cu_attention(&a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part, o + (size_t)t0 * H * hd,
-                               0) == 0, "%s", rl_lasterr());
-            CHECK(cudaDeviceSynchronize() == cudaSuccess, "tc split launch failed");
-            cudaFree(dp1);
-        }
-        to_host(g, o, sizeof(float) * on);
+        attn_split_rows(&a, dqg, dK, dV, pos, T, nrows, part, g);
         const int b = count_bad(g, g_pf, on);
         CHECK(b == 0, "tc attention hd %d H %d/%d T %d at %d: split (%d rows%s) != prefill in %d values", hd, H, Hkv, T,
               pos, nrows, a.merge_wide ? ", wide merge" : "", b);
         bad += b;
-        cudaFree(o);
     }
     cu_attn_dims af = a; /* the FP32 kernels on the same cache, for the report */
     af.tc = false;
