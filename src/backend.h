@@ -70,8 +70,9 @@ typedef struct backend_ops {
                        float *logits, float *hidden_out);
     /* (optional; disk checkpoints) the KV cache rows [0, n) of attention layer il, as raw
      * bytes in the backend's own layout: kv_row_bytes(c) bytes per row for K and for V (f32 or
-     * f16 rows, the context's backend_kv). kv_format names that layout ("f32", "f16") so a
-     * saved state is only loaded where it means the same. */
+     * f16 rows, the context's backend_kv). kv_format names that layout ("f32", "f16"; CUDA's
+     * "f16-tc": the same rows written by the tensor-core attention) so a saved state is only
+     * loaded where it means the same. */
     size_t (*kv_row_bytes)(backend_ctx *c);
     const char *(*kv_format)(backend_ctx *c);
     int (*kv_get)(backend_ctx *c, int il, int n, void *k, void *v);

@@ -274,7 +274,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     const char *pf = getenv("RL_CUDA_ATTN_PF");
     c->attn_pf_staged = !(pf && !strcmp(pf, "unstaged"));
     c->attn_pf_tiled = !(pf && (!strcmp(pf, "staged") || !strcmp(pf, "unstaged")));
-    c->attn_tc = env_on("RL_CUDA_ATTN_TC", true);
+    /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
+    c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
     c->merge_wide = getenv("RL_CUDA_MERGE") && !strcmp(getenv("RL_CUDA_MERGE"), "wide");
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
@@ -365,7 +366,12 @@ static size_t cuda_kv_row_bytes(backend_ctx *c) {
     return (c->kv_f16 ? 2 : 4) * (size_t)c->hp->n_head_kv * (size_t)c->hp->head_dim;
 }
 
-static const char *cuda_kv_format(backend_ctx *c) { return c->kv_f16 ? "f16" : "f32"; }
+/* The state format's KV part: the layout, and "-tc" where attention runs on tensor cores (its K/V rows
+ * of later layers differ from the FP32 kernels', so a state is only restored under the arithmetic
+ * that wrote it; "f16" stays the FP32 kernels' name, as written before the tensor cores came). */
+static const char *cuda_kv_format(backend_ctx *c) {
+    return !c->kv_f16 ? "f32" : c->attn_tc ? "f16-tc" : "f16";
+}
 
 static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
     const q3n_hparams *hp = c->hp;

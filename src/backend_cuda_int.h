@@ -77,7 +77,7 @@ struct backend_ctx {
     bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
     bool attn_pf_staged;         /* prefill attention with staged K/V slices (RL_CUDA_ATTN_PF=unstaged: off) */
     bool attn_pf_tiled;          /* RL_CUDA_ATTN_PF=tiled: the register-tiled prefill attention */
-    bool attn_tc;                /* RL_CUDA_ATTN_TC=1: attention on tensor cores where it applies (f16 KV) */
+    bool attn_tc;                /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
     bool merge_wide;             /* RL_CUDA_MERGE=wide: the decode attention merge, a thread per dim */
     size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;

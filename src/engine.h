@@ -134,7 +134,7 @@ void engine_snapshot_free(engine_snapshot *s);
 /* ---- state export / import (disk checkpoints) -----------------------------------------
  * The sequence state at position pos is every DeltaNet layer's conv + recurrent state and the
  * first pos K/V rows of every attention layer, as one byte blob in the backend's layout.
- * engine_state_format names that layout ("cpu/f32", "cuda/f16", ...): a blob is only meaningful
+ * engine_state_format names that layout ("cpu/f32", "cuda/f16", "cuda/f16-tc", ...): a blob is only meaningful
  * for the same model and format, and restoring it continues exactly as the exported context
  * would (bit-identical logits, by the exactness contract). The MTP head's cache is not part of
  * it (after an import the head starts empty). */
