@@ -412,8 +412,9 @@ int cmd_bench(int argc, char **argv) {
     char path[96];
     if (!strcmp(engine_backend_name(b.e), "cpu"))
         snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
-    else
-        snprintf(path, sizeof path, "%s", "device");
+    else /* the state format names the attention arithmetic where it is the backend's choice */
+        snprintf(path, sizeof path, "device%s",
+                 strstr(engine_state_format(session_ctx(b.S)), "-tc") ? ", attention on tensor cores" : "");
     if (!json) {
         printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", model,
                (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
