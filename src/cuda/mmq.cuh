@@ -262,7 +262,7 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // warps and their rows), then lanes 8q .. 8q+7 of a warp take super-block ib0 + q (four per step),
 // lane j of the group its 32 values (sub-block j: Q6_K sub-blocks 2j, 2j+1). Integer sums meet in
 // the group (xor 1, 2, 4); the four groups' terms are added in super-block order by every lane.
-template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
+template <int TYPE, int TT, bool GU, int NR, bool PF> __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
@@ -280,9 +280,18 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
     // this lane's weights of super-block ib0 + q (zeros past the row)
     constexpr bool IQ = mmq_iq(TYPE), M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
-    int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
-    float dd[NW], dm[NW];
-    auto load_w = [&](int ib0) {
+    // (PF: two sets, the next step's weights in flight while this step's are multiplied)
+    struct wset {
+        int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
+        float dd[NW], dm[NW];
+    } cur, nxt;
+    auto load_w = [&](wset &ws, int ib0) {
+        auto &wq = ws.wq;
+        auto &sc = ws.sc;
+        auto &mn = ws.mn;
+        auto &mq = ws.mq;
+        auto &dd = ws.dd;
+        auto &dm = ws.dm;
         const int ib = ib0 + q;
 #pragma unroll
         for (int i = 0; i < NW; i++) {
@@ -315,7 +324,7 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
             }
         }
     };
-    if (where == 2) load_w(0); // in flight while the tile is quantised
+    if (where == 2) load_w(cur, 0); // in flight while the tile is quantised
     mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
     __syncthreads();
     if (where < 2) return;
@@ -328,7 +337,17 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
     for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
         const int ib = ib0 + q;
         const bool on = ib < nsb;
-        if (ib0) load_w(ib0);
+        if constexpr (PF) {
+            if (ib0 + 4 < nsb) load_w(nxt, ib0 + 4);
+        } else {
+            if (ib0) load_w(cur, ib0);
+        }
+        const auto &wq = cur.wq;
+        const auto &sc = cur.sc;
+        const auto &mn = cur.mn;
+        const auto &mq = cur.mq;
+        const auto &dd = cur.dd;
+        const auto &dm = cur.dm;
 #pragma unroll
         for (int t = 0; t < TT; t++) {
             int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
@@ -369,6 +388,7 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
                 }
             }
         }
+        if constexpr (PF) cur = nxt;
     }
     if (lane) return;
 #pragma unroll
@@ -384,9 +404,11 @@ template <int TYPE, int TT, bool GU, int NR> __device__ __forceinline__ void mmq
     }
 }
 
-template <int TYPE, int TT, bool GU, int NR>
+// PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
+// only; the same operations on the same values, so the same bits; written 2026-12-02, not yet run).
+template <int TYPE, int TT, bool GU, int NR, bool PF = false>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
-    mmq_vec_body<TYPE, TT, GU, NR>(a);
+    mmq_vec_body<TYPE, TT, GU, NR, PF>(a);
     if constexpr (TT == 1 && !GU)
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
@@ -801,13 +823,25 @@ template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, s
     kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
     return 0;
 }
-template <int TYPE, int TT, bool GU, int NR> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
+template <int TYPE, int TT, bool GU, int NR, bool PF> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR>, grid, L, mmq_smem(L.n_in, TT), opted);
+    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF>, grid, L, mmq_smem(L.n_in, TT), opted);
+}
+// Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
+static inline bool mmq_vec_pf() {
+    static const bool pf = mmq_env_int("RL_CUDA_MMQ_PF", 0) == 1;
+    return pf;
+}
+template <int TYPE, int TT, bool PF> static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_nr() == 1)
+        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF>(grid, L) : mmq_go_vec<TYPE, TT, false, 1, PF>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF>(grid, L);
 }
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
-    if (mmq_vec_nr() == 1) return gateup ? mmq_go_vec<TYPE, TT, true, 1>(grid, L) : mmq_go_vec<TYPE, TT, false, 1>(grid, L);
-    return gateup ? mmq_go_vec<TYPE, TT, true, 2>(grid, L) : mmq_go_vec<TYPE, TT, false, 2>(grid, L);
+    if constexpr (TT == 1) {
+        if (mmq_vec_pf()) return mmq_go_vec_nr<TYPE, TT, true>(grid, L, gateup);
+    }
+    return mmq_go_vec_nr<TYPE, TT, false>(grid, L, gateup);
 }
 // Token tiles per warp of dense prefill launches: RL_CUDA_MMQ_NT=1|2 (default 2; same bits). H200,
 // Q4_K_M prompt 2048: 1 tile 4,667 tok/s, 2 tiles 5,049 (bench/results/2026-12-01-cuda-mmq-h200.md).
