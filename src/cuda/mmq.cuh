@@ -259,26 +259,30 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // ---- dp4a: NR output rows per warp (two weight rows each for gate/up), TT tokens ---------------
 //
 // The block quantises its TT tokens into shared memory first (mmq_quantise_tile: once for its 4
-// warps and their rows), then lanes 8q .. 8q+7 of a warp take super-block ib0 + q (four per step),
+// warps and their rows), then lanes 8q .. 8q+7 of a warp take super-block ib0 + q (four per step; with
+// RS row sets, k_mmq_vec, lane group q takes super-block ib0 + q % GPR of row set q / GPR),
 // lane j of the group its 32 values (sub-block j: Q6_K sub-blocks 2j, 2j+1). Integer sums meet in
 // the group (xor 1, 2, 4); the four groups' terms are added in super-block order by every lane.
-template <int TYPE, int TT, bool GU, int NR, bool PF> __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
-    constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes;
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS>
+__device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
+    constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes, GPR = 4 / RS; // GPR: lane groups per row set
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
+    const int rs = RS == 1 ? 0 : q / GPR, qq = RS == 1 ? q : q % GPR; // (RS 1: the plain mapping)
     mmq_at at;
-    const int where = mmq_locate(a, NR, TT, at);
+    const int where = mmq_locate(a, NR * RS, TT, at);
     if (!where) return; // the whole block
     const cu_seg &sg = a.seg[at.si];
-    const uint8_t *wr[NW]; // plain: rows r0 + i; gate/up: gate rows i < NR, up rows NR + i
+    const int rb0 = at.r0 + rs * NR; // this lane's row set: rows rb0 .. rb0 + NR - 1
+    const uint8_t *wr[NW]; // plain: rows rb0 + i; gate/up: gate rows i < NR, up rows NR + i
 #pragma unroll
     for (int i = 0; i < NR; i++) {
-        const size_t off = (size_t)min(at.r0 + i, sg.n_out - 1) * sg.row_bytes;
+        const size_t off = (size_t)min(rb0 + i, sg.n_out - 1) * sg.row_bytes;
         wr[i] = at.w + off;
         if constexpr (GU) wr[NR + i] = at.w2 + off;
     }
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
-    // this lane's weights of super-block ib0 + q (zeros past the row)
+    // this lane's weights of super-block ib0 + qq (zeros past the row)
     constexpr bool IQ = mmq_iq(TYPE), M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
     // (PF: two sets, the next step's weights in flight while this step's are multiplied)
     struct wset {
@@ -292,7 +296,7 @@ template <int TYPE, int TT, bool GU, int NR, bool PF> __device__ __forceinline__
         auto &mq = ws.mq;
         auto &dd = ws.dd;
         auto &dm = ws.dm;
-        const int ib = ib0 + q;
+        const int ib = ib0 + qq;
 #pragma unroll
         for (int i = 0; i < NW; i++) {
             mn[i] = 0;
@@ -334,11 +338,11 @@ template <int TYPE, int TT, bool GU, int NR, bool PF> __device__ __forceinline__
     for (int i = 0; i < NW; i++)
 #pragma unroll
         for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
-    for (int ib0 = 0; ib0 < nsb; ib0 += 4) {
-        const int ib = ib0 + q;
+    for (int ib0 = 0; ib0 < nsb; ib0 += GPR) {
+        const int ib = ib0 + qq;
         const bool on = ib < nsb;
         if constexpr (PF) {
-            if (ib0 + 4 < nsb) load_w(nxt, ib0 + 4);
+            if (ib0 + GPR < nsb) load_w(nxt, ib0 + GPR);
         } else {
             if (ib0) load_w(cur, ib0);
         }
@@ -382,33 +386,37 @@ template <int TYPE, int TT, bool GU, int NR, bool PF> __device__ __forceinline__
                 }
                 const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
 #pragma unroll
-                for (int g = 0; g < 4; g++) {
-                    const float tg = __shfl_sync(FULL_MASK, term, 8 * g);
+                for (int g = 0; g < GPR; g++) {
+                    const float tg = __shfl_sync(FULL_MASK, term, 8 * (rs * GPR + g));
                     if (ib0 + g < nsb) acc[i][t] = acc[i][t] + tg;
                 }
             }
         }
         if constexpr (PF) cur = nxt;
     }
-    if (lane) return;
+    if (RS == 1 ? lane != 0 : j || qq) return; // the first lane of each row set stores its rows
 #pragma unroll
     for (int i = 0; i < NR; i++) {
-        if (at.r0 + i >= sg.n_out) break;
+        if (rb0 + i >= sg.n_out) break;
 #pragma unroll
         for (int t = 0; t < TT; t++) {
             if (t >= at.count) break;
             const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
                                  : mmq_out<TYPE>(acc[i][t]);
-            mmq_store(a, sg, at.r0 + i, at.start + t, val);
+            mmq_store(a, sg, rb0 + i, at.start + t, val);
         }
     }
 }
 
 // PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
 // only; the same operations on the same values, so the same bits; written 2026-12-02, not yet run).
-template <int TYPE, int TT, bool GU, int NR, bool PF = false>
+// RS: row sets per warp (1, or for rows of 2 / 1 super-blocks 2 / 4: RL_CUDA_MMQ_RS=1, decode rows only):
+// the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets of NR rows each, so short rows
+// (the expert down projections, 512 columns) keep every lane busy and a warp has RS NR rows; each
+// row's terms are still added in super-block order, so the same bits (written 2026-12-02, not yet run).
+template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
-    mmq_vec_body<TYPE, TT, GU, NR, PF>(a);
+    mmq_vec_body<TYPE, TT, GU, NR, PF, RS>(a);
     if constexpr (TT == 1 && !GU)
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
@@ -807,10 +815,17 @@ static inline int mmq_vec_nr() {
 __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool small) {
     return tt == 1 || small || mmq_iq(type);
 }
+// Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 2 for 2 super-blocks, 4
+// for 1, with RL_CUDA_MMQ_RS=1 (default 0: one row set; the same bits either way).
+static inline int mmq_vec_rs(int n_in) {
+    static const bool on = mmq_env_int("RL_CUDA_MMQ_RS", 0) == 1;
+    return !on ? 1 : n_in == 512 ? 2 : n_in == 256 ? 4 : 1;
+}
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
-static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc) {
+static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, int n_in) {
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
-    return mmq_vec_tiles(type, tt, small) ? MM_WARPS * mmq_vec_nr() : MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
+    if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
+    return MM_WARPS * mmq_vec_nr() * (tt == 1 ? mmq_vec_rs(n_in) : 1);
 }
 
 // Launch kernel K with sm bytes of dynamic shared memory (opting in above 48 KiB, again whenever a
@@ -823,9 +838,9 @@ template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, s
     kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
     return 0;
 }
-template <int TYPE, int TT, bool GU, int NR, bool PF> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS = 1> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF>, grid, L, mmq_smem(L.n_in, TT), opted);
+    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS>, grid, L, mmq_smem(L.n_in, TT), opted);
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf() {
@@ -837,8 +852,16 @@ template <int TYPE, int TT, bool PF> static int mmq_go_vec_nr(dim3 grid, const m
         return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF>(grid, L) : mmq_go_vec<TYPE, TT, false, 1, PF>(grid, L);
     return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF>(grid, L);
 }
+template <int TYPE, int RS> static int mmq_go_vec_rs(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_nr() == 1)
+        return gateup ? mmq_go_vec<TYPE, 1, true, 1, false, RS>(grid, L) : mmq_go_vec<TYPE, 1, false, 1, false, RS>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, 1, true, 2, false, RS>(grid, L) : mmq_go_vec<TYPE, 1, false, 2, false, RS>(grid, L);
+}
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if constexpr (TT == 1) {
+        const int rs = mmq_vec_rs(L.n_in);
+        if (rs == 2) return mmq_go_vec_rs<TYPE, 2>(grid, L, gateup);
+        if (rs == 4) return mmq_go_vec_rs<TYPE, 4>(grid, L, gateup);
         if (mmq_vec_pf()) return mmq_go_vec_nr<TYPE, TT, true>(grid, L, gateup);
     }
     return mmq_go_vec_nr<TYPE, TT, false>(grid, L, gateup);

@@ -211,6 +211,18 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
             diff += !(fabsf(hh[t * 18 + r] - want) <= 1e-6f * (1 + fabsf(want)));
         }
     CHECK(diff == 0, "matmul %s: gate/up epilogue differs from silu(g)*u (%d)", qt->name, diff);
+    diff = 0; /* gate/up, each row alone (the decode variant) */
+    for (int t = 0; t < TMAX; t++) {
+        float *d1 = dpoison(18), h1[18];
+        cu_seg g1 = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = d1, .ldy = 18};
+        CHECK(cu_matmul(type, n_in, &g1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, true, NULL, NULL, 0) == 0, "%s",
+              rl_lasterr());
+        to_host(h1, d1, sizeof h1);
+        diff += count_bad(h1, hh + (size_t)t * 18, 18);
+        cudaFree(d1);
+    }
+    CHECK(diff == 0, "matmul %s: %d gate/up outputs of 1-row launches differ from the %d-row launch", qt->name, diff,
+          TMAX);
     /* the other shapes give the same bits: small batches (tiles of 2 and 4 tokens, one weight row
      * per warp) and a large one (T = 20 > CU_SMALL_T: 8 rows per warp), plain and gate/up */
     const int TB = 20;
@@ -634,6 +646,8 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         test_matmul(KQ[i], 63, 0);        /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256);  /* 9: two full groups of four and one */
+        test_matmul(KQ[i], 63, 512);      /* 2 and 1 (the expert down rows; RL_CUDA_MMQ_RS=1: 2 and 4 row sets) */
+        test_matmul(KQ[i], 63, 256);
     }
     for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
         test_mmq_tc(KQ[i], 768);
@@ -650,6 +664,8 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         test_matmul(IQ[i], 63, 0);
         test_matmul(IQ[i], 63, 9 * 256);
+        test_matmul(IQ[i], 63, 512);
+        test_matmul(IQ[i], 63, 256);
         test_mmq_tc(IQ[i], 768);
         test_mmq_tc(IQ[i], 9 * 256);
     }
