@@ -270,13 +270,12 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->m = m;
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = env_on("RL_CUDA_GRAPHS", true);
-    c->attn_per_warp = getenv("RL_CUDA_ATTN") && !strcmp(getenv("RL_CUDA_ATTN"), "per-warp");
-    const char *pf = getenv("RL_CUDA_ATTN_PF");
-    c->attn_pf_staged = !(pf && !strcmp(pf, "unstaged"));
-    c->attn_pf_tiled = !(pf && (!strcmp(pf, "staged") || !strcmp(pf, "unstaged")));
+    c->attn_per_warp = env_is("RL_CUDA_ATTN", "per-warp");
+    c->attn_pf_staged = !env_is("RL_CUDA_ATTN_PF", "unstaged");
+    c->attn_pf_tiled = !env_is("RL_CUDA_ATTN_PF", "staged") && !env_is("RL_CUDA_ATTN_PF", "unstaged");
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
     c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
-    c->merge_wide = getenv("RL_CUDA_MERGE") && !strcmp(getenv("RL_CUDA_MERGE"), "wide");
+    c->merge_wide = env_is("RL_CUDA_MERGE", "wide");
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;

@@ -76,7 +76,7 @@ struct backend_ctx {
     bool kv_f16, graphs;
     bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
     bool attn_pf_staged;         /* prefill attention with staged K/V slices (RL_CUDA_ATTN_PF=unstaged: off) */
-    bool attn_pf_tiled;          /* RL_CUDA_ATTN_PF=tiled: the register-tiled prefill attention */
+    bool attn_pf_tiled;          /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;                /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
     bool merge_wide;             /* RL_CUDA_MERGE=wide: the decode attention merge, a thread per dim */
     size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
@@ -133,6 +133,12 @@ static inline bool env_on(const char *name, bool def) {
     const char *v = getenv(name);
     if (!v || !*v) return def;
     return strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "no") != 0;
+}
+
+/* An environment choice: whether name is set to value exactly. */
+static inline bool env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
 }
 
 /* The backend_ops entries of the forward pass and speculative decoding (backend_cuda_forward.c;

@@ -15,8 +15,6 @@
 // per-warp, cu_attn_dims.split_per_warp) lets each head's warp read the rows itself, lane per row.
 #include "attn.cuh"
 
-#include <cuda_pipeline.h>
-
 #define NI (CH / 32)
 #define PF_RT 4 // query rows per prefill block
 
@@ -410,17 +408,6 @@ __device__ __forceinline__ int pt_nkv(int r, int G, int rtq, int t0, int T, int 
     return r < rtq * G && t < T ? pos0 + t + 1 : 0;
 }
 
-// Stage n rows (positions b0..) of one head's K or V into dst (row stride KLD), 16-byte copies.
-template <int DPL, typename KV> __device__ __forceinline__ void pt_stage(KV *dst, const KV *src, size_t kvw, int b0, int n) {
-    constexpr int HD = DPL * 32, PPR = HD * (int)sizeof(KV) / 16, KLD = pt_smem<DPL, KV>::KLD;
-    for (int i = threadIdx.x; i < n * PPR; i += PT_THREADS) {
-        const int r = i / PPR, c = i % PPR;
-        __pipeline_memcpy_async(dst + (size_t)r * KLD + c * (16 / sizeof(KV)), src + (size_t)(b0 + r) * kvw + c * (16 / sizeof(KV)), 16);
-    }
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-}
-
 template <int DPL, typename KV>
 __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_dims a, const float *__restrict__ qg,
                                                                    const KV *__restrict__ kc, const KV *__restrict__ vc,
@@ -459,7 +446,7 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
             for (int sl = 0; sl < CH / PT_SL; sl++) {
                 const int b0 = p0 + sl * PT_SL, n = min(PT_SL, nmax - b0);
                 __syncthreads(); // Ks is free; at the first slice also: Qs is written
-                if (n > 0) pt_stage<DPL, KV>(Ks, K, kvw, b0, n);
+                if (n > 0) stage_kv_async<KV, HD, PT_THREADS>(Ks, KLD, K, kvw, b0, n);
                 __syncthreads();
                 float dot[4][4];
 #pragma unroll
@@ -522,7 +509,7 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
             const int b0 = p0 + sl * PT_SL, n = min(PT_SL, nmax - b0);
             if (n <= 0) break; // uniform in the block
             __syncthreads();   // the scores' (or the previous slice's) Ks reads and S, Mc, Lc are done
-            pt_stage<DPL, KV>(Ks, V, kvw, b0, n);
+            stage_kv_async<KV, HD, PT_THREADS>(Ks, KLD, V, kvw, b0, n);
             __syncthreads();
             for (int pp = 0; pp < n; pp++) {
                 float vv[DPL];

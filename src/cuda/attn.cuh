@@ -7,6 +7,8 @@
 
 #include "common.cuh"
 
+#include <cuda_pipeline.h>
+
 #define CH CU_ATTN_CHUNK
 
 // Merge a chunk partial (m, l) into a row's running (M, L); a scales the running sums O, b the
@@ -91,6 +93,20 @@ static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *
         k_attn_merge<DPL, DPL, 8><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
     CU_LAUNCHED("k_attn_merge");
     return 0;
+}
+
+// Rows b0 .. b0 + n - 1 of one head's K or V (row stride kvw elements) into dst (row stride ld elements),
+// 16-byte cp.async copies by the block's NTHREADS threads; returns when this thread's copies have
+// landed (the caller synchronises the block before reading them).
+template <typename KV, int HD, int NTHREADS>
+__device__ __forceinline__ void stage_kv_async(KV *dst, int ld, const KV *src, size_t kvw, int b0, int n) {
+    constexpr int EPC = 16 / (int)sizeof(KV), PPR = HD / EPC; // elements per copy, copies per row
+    for (int i = threadIdx.x; i < n * PPR; i += NTHREADS) {
+        const int r = i / PPR, c = i % PPR;
+        __pipeline_memcpy_async(dst + (size_t)r * ld + c * EPC, src + (size_t)(b0 + r) * kvw + c * EPC, 16);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
 }
 
 // Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs

@@ -20,8 +20,6 @@
 // relative each) and the tensor cores' accumulation: test_attention_tc derives its bound from them.
 #include "attn.cuh"
 
-#include <cuda_pipeline.h>
-
 #define TC_THREADS 256 // 8 warps
 #define TC_SL 128      // positions per staged K or V slice
 
@@ -56,20 +54,13 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Rows b0 .. b0 + n - 1 of one head's K or V (row stride kvw halves) into dst, 16-byte copies by the
-// whole block; rows n .. upto - 1 zeroed (V: the 16-position steps must not meet stale values).
-template <int HD> __device__ __forceinline__ void tc_stage(__half *dst, const __half *src, size_t kvw, int b0, int n, int upto) {
-    constexpr int PPR = HD / 8, LD = HD + 8;
-    for (int i = threadIdx.x; i < upto * PPR; i += TC_THREADS) {
-        const int r = i / PPR, c = i % PPR;
-        __half *d = dst + (size_t)r * LD + 8 * c;
-        if (r < n)
-            __pipeline_memcpy_async(d, src + (size_t)(b0 + r) * kvw + 8 * c, 16);
-        else
-            *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
-    }
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
+// Rows b0 .. b0 + n - 1 of one head's V into dst (stage_kv_async) and rows n .. upto - 1 zeroed: the
+// 16-position steps must not meet stale values.
+template <int HD> __device__ __forceinline__ void tc_stage_v(__half *dst, const __half *src, size_t kvw, int b0, int n, int upto) {
+    constexpr int LD = HD + 8;
+    for (int i = n * (HD / 8) + (int)threadIdx.x; i < upto * (HD / 8); i += TC_THREADS)
+        *(uint4 *)(dst + (size_t)(i / (HD / 8)) * LD + 8 * (i % (HD / 8))) = make_uint4(0u, 0u, 0u, 0u);
+    stage_kv_async<__half, HD, TC_THREADS>(dst, LD, src, kvw, b0, n);
 }
 
 // The value dims tiles of 8 a warp owns: HD / 8 split over the 8 / MT warps of one row tile.
@@ -93,7 +84,7 @@ __device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_
     for (int sl = 0; sl < CH / TC_SL; sl++) {
         const int b0 = p0 + sl * TC_SL, n = min(TC_SL, nmax - b0);
         __syncthreads(); // KVs free; at the first slice also: Qs and Nk written
-        if (n > 0) tc_stage<HD>(KVs, K, kvw, b0, n, n);
+        if (n > 0) stage_kv_async<__half, HD, TC_THREADS>(KVs, LD, K, kvw, b0, n);
         __syncthreads();
         float d[NS][4];
 #pragma unroll
@@ -161,7 +152,7 @@ __device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_
         if (n <= 0) break; // uniform in the block
         const int nks = (n + 15) / 16;
         __syncthreads(); // KVs: the scores' reads are done; the weights are written
-        tc_stage<HD>(KVs, V, kvw, b0, n, 16 * nks);
+        tc_stage_v<HD>(KVs, V, kvw, b0, n, 16 * nks);
         __syncthreads();
         for (int ks = 0; ks < nks; ks++) {
             uint32_t a[4];

@@ -819,7 +819,8 @@ __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool sma
 // for 1, with RL_CUDA_MMQ_RS=1 (default 0: one row set; the same bits either way).
 static inline int mmq_vec_rs(int n_in) {
     static const bool on = mmq_env_int("RL_CUDA_MMQ_RS", 0) == 1;
-    return !on ? 1 : n_in == 512 ? 2 : n_in == 256 ? 4 : 1;
+    const int nsb = n_in / 256;
+    return on && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
 static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, int n_in) {
@@ -838,7 +839,7 @@ template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, s
     kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
     return 0;
 }
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS = 1> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
     return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS>, grid, L, mmq_smem(L.n_in, TT), opted);
 }
@@ -847,24 +848,20 @@ static inline bool mmq_vec_pf() {
     static const bool pf = mmq_env_int("RL_CUDA_MMQ_PF", 0) == 1;
     return pf;
 }
-template <int TYPE, int TT, bool PF> static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
+// The launch of a (PF, RS) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
+template <int TYPE, int TT, bool PF, int RS> static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
     if (mmq_vec_nr() == 1)
-        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF>(grid, L) : mmq_go_vec<TYPE, TT, false, 1, PF>(grid, L);
-    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF>(grid, L);
-}
-template <int TYPE, int RS> static int mmq_go_vec_rs(dim3 grid, const mm_launch &L, bool gateup) {
-    if (mmq_vec_nr() == 1)
-        return gateup ? mmq_go_vec<TYPE, 1, true, 1, false, RS>(grid, L) : mmq_go_vec<TYPE, 1, false, 1, false, RS>(grid, L);
-    return gateup ? mmq_go_vec<TYPE, 1, true, 2, false, RS>(grid, L) : mmq_go_vec<TYPE, 1, false, 2, false, RS>(grid, L);
+        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS>(grid, L) : mmq_go_vec<TYPE, TT, false, 1, PF, RS>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF, RS>(grid, L);
 }
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if constexpr (TT == 1) {
         const int rs = mmq_vec_rs(L.n_in);
-        if (rs == 2) return mmq_go_vec_rs<TYPE, 2>(grid, L, gateup);
-        if (rs == 4) return mmq_go_vec_rs<TYPE, 4>(grid, L, gateup);
-        if (mmq_vec_pf()) return mmq_go_vec_nr<TYPE, TT, true>(grid, L, gateup);
+        if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2>(grid, L, gateup);
+        if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4>(grid, L, gateup);
+        if (mmq_vec_pf()) return mmq_go_vec_nr<TYPE, 1, true, 1>(grid, L, gateup);
     }
-    return mmq_go_vec_nr<TYPE, TT, false>(grid, L, gateup);
+    return mmq_go_vec_nr<TYPE, TT, false, 1>(grid, L, gateup);
 }
 // Token tiles per warp of dense prefill launches: RL_CUDA_MMQ_NT=1|2 (default 2; same bits). H200,
 // Q4_K_M prompt 2048: 1 tile 4,667 tok/s, 2 tiles 5,049 (bench/results/2026-12-01-cuda-mmq-h200.md).

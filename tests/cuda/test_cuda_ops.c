@@ -394,18 +394,11 @@ static void test_attention(int hd, bool f16) {
     float *K = randv((size_t)n_ctx * kvw, 1.0f), *V = randv((size_t)n_ctx * kvw, 1.0f);
     if (f16) /* the cache stores halves: round the host copy the same way */
         for (size_t i = 0; i < (size_t)n_ctx * kvw; i++) { K[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(K[i])); V[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(V[i])); }
-    void *dK, *dV;
-    size_t el = f16 ? 2 : 4;
-    if (f16) {
-        uint16_t *hk = malloc(2 * (size_t)n_ctx * kvw), *hv = malloc(2 * (size_t)n_ctx * kvw);
-        for (size_t i = 0; i < (size_t)n_ctx * kvw; i++) { hk[i] = rl_fp32_to_fp16(K[i]); hv[i] = rl_fp32_to_fp16(V[i]); }
-        dK = dup_to_dev(hk, el * n_ctx * kvw);
-        dV = dup_to_dev(hv, el * n_ctx * kvw);
-        free(hk); free(hv);
-    } else {
-        dK = dup_to_dev(K, el * n_ctx * kvw);
-        dV = dup_to_dev(V, el * n_ctx * kvw);
-    }
+    const size_t el = f16 ? 2 : 4;
+    void *hk = kv_host(K, (size_t)n_ctx * kvw, f16), *hv = kv_host(V, (size_t)n_ctx * kvw, f16);
+    void *dK = dup_to_dev(hk, el * n_ctx * kvw), *dV = dup_to_dev(hv, el * n_ctx * kvw);
+    free(hk);
+    free(hv);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd), *dk = dup_to_dev(k, sizeof(float) * T * kvw);
     float *dv = dup_to_dev(v, sizeof(float) * T * kvw), *dqn = dup_to_dev(qn, sizeof(float) * hd), *dkn = dup_to_dev(kn, sizeof(float) * hd);
     float *dinv = dup_to_dev(inv, sizeof(float) * n_rot / 2);
