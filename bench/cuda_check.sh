@@ -94,7 +94,7 @@ has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 # the decode GEMVs with the next step's weights in flight, and with row sets for short rows (both written
 # 2026-12-02, not yet run): same bits
 has ops && RL_CUDA_MMQ_PF=1 run ops-mmq-pf 120 $B/tests/test_cuda_ops
-has ops && RL_CUDA_MMQ_RS=1 run ops-mmq-rs 120 $B/tests/test_cuda_ops # row sets for 512/256-column rows
+has ops && RL_CUDA_MMQ_RS=0 run ops-mmq-rs0 120 $B/tests/test_cuda_ops # one row set (the default is row sets for 512/256-column rows)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
@@ -107,7 +107,7 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
     for m in t_cf2 t_q4; do
         run kquant-$m 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ_PF=1 run kquant-$m-pf 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, weights in flight
-        RL_CUDA_MMQ_RS=1 run kquant-$m-rs 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, row sets
+        RL_CUDA_MMQ_RS=0 run kquant-$m-rs0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, one row set
         RL_CUDA_MMQ_NR=1 RL_CUDA_MMQ_NT=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
         RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
@@ -159,7 +159,7 @@ if has bench; then
 fi
 if has decodeab; then
     for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
-        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=1" "RL_CUDA_MMQ_PF=1+RL_CUDA_MMQ_RS=1"} ${DECODEAB_EXTRA:-}; do
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=0" "RL_CUDA_MERGE=warp"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"

@@ -19,7 +19,8 @@
  * attention kernels, same bits: `staged` stages each K/V slice in shared memory once per block,
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
- * RL_CUDA_MERGE=wide (the decode attention merge, a thread per dim; same bits; not yet run on a GPU),
+ * RL_CUDA_MERGE=warp (the previous decode attention merge, a warp per (row, head); the default is a
+ * thread per dim, same bits: 12-layer decode at 32K depth +1-2 % on the H200, 2026-12-02),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
@@ -275,7 +276,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->attn_pf_tiled = !env_is("RL_CUDA_ATTN_PF", "staged") && !env_is("RL_CUDA_ATTN_PF", "unstaged");
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
     c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
-    c->merge_wide = env_is("RL_CUDA_MERGE", "wide");
+    c->merge_wide = !env_is("RL_CUDA_MERGE", "warp");
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;

@@ -219,6 +219,20 @@ __device__ __forceinline__ float *mmq_scales_of(uint8_t *sm, int n_in, int tt) {
     return (float *)(sm + (size_t)tt * mmq_row(n_in));
 }
 
+// ST launches (k_mmq_vec): the warps' weight slices start after the tile, 16-byte aligned; their size
+// per block, 0 if the rows do not allow staging (more than MMQ_ST_MAX bytes: the direct loads).
+#define MMQ_ST_MAX (96u << 10)
+__host__ __device__ constexpr size_t mmq_vec_st_off(int n_in, int tt) {
+    return ((size_t)tt * mmq_row(n_in) + (size_t)tt * (n_in / 256) * 4 + 15) & ~(size_t)15;
+}
+__host__ __device__ constexpr size_t mmq_vec_st_slice(size_t row_bytes, int rows) { // one matrix's rows of a warp
+    return ((size_t)rows * row_bytes + 15) & ~(size_t)15;
+}
+static inline size_t mmq_vec_st_bytes(size_t row_bytes, int rows_per_warp, bool gateup) {
+    const size_t b = (size_t)MM_WARPS * mmq_vec_st_slice(row_bytes, rows_per_warp) * (gateup ? 2 : 1);
+    return b <= MMQ_ST_MAX ? b : 0;
+}
+
 // One Q8_K block (256 values at src, lane j of an 8-lane group its 32 values src[32j..32j+31]) into
 // dst (the block's 256 codes; lane j writes 32j..) and *yd (lane 0). Every lane of the warp calls it
 // (the max key meets across the group by shuffles); lanes with on == false load zeros, store nothing.
@@ -263,7 +277,14 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // RS row sets, k_mmq_vec, lane group q takes super-block ib0 + q % GPR of row set q / GPR),
 // lane j of the group its 32 values (sub-block j: Q6_K sub-blocks 2j, 2j+1). Integer sums meet in
 // the group (xor 1, 2, 4); the four groups' terms are added in super-block order by every lane.
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS>
+//
+// ST (staged, decode rows only): each warp first copies its NR * RS weight rows (and the up rows) into
+// its slice of shared memory after the quantised tile (mmq_vec_st_smem) with 16-byte cp.async, all
+// at once, then reads them from there: the block's whole share of the matrix is in flight while the
+// tile is quantised, with no registers held for it (the direct loads keep one super-block per lane in
+// flight and 4 blocks per SM, register-bound, move ~1.1 TB/s on the H200). The same bytes reach the
+// same arithmetic, so the same bits.
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes, GPR = 4 / RS; // GPR: lane groups per row set
     extern __shared__ __align__(16) uint8_t mmq_sm[];
@@ -275,11 +296,26 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     const cu_seg &sg = a.seg[at.si];
     const int rb0 = at.r0 + rs * NR; // this lane's row set: rows rb0 .. rb0 + NR - 1
     const uint8_t *wr[NW]; // plain: rows rb0 + i; gate/up: gate rows i < NR, up rows NR + i
+    const uint8_t *base = at.w, *base2 = at.w2; // where rows are read from: the matrix, or (ST) the warp's slice
+    int rbase = 0;                              // the row at base (ST: at.r0)
+    if constexpr (ST) {
+        const int nv = min(NR * RS, sg.n_out - at.r0); // rows of the warp (where == 2: >= 1)
+        const size_t wb = mmq_vec_st_slice(sg.row_bytes, NR * RS);
+        uint8_t *mine = mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wb * (GU ? 2 : 1);
+        if (where == 2) {
+            stage_copy(mine, at.w + (size_t)at.r0 * sg.row_bytes, nv * sg.row_bytes, lane);
+            if constexpr (GU) stage_copy(mine + wb, at.w2 + (size_t)at.r0 * sg.row_bytes, nv * sg.row_bytes, lane);
+        }
+        __pipeline_commit();
+        base = mine;
+        base2 = mine + wb;
+        rbase = at.r0;
+    }
 #pragma unroll
     for (int i = 0; i < NR; i++) {
-        const size_t off = (size_t)min(rb0 + i, sg.n_out - 1) * sg.row_bytes;
-        wr[i] = at.w + off;
-        if constexpr (GU) wr[NR + i] = at.w2 + off;
+        const size_t off = (size_t)(min(rb0 + i, sg.n_out - 1) - rbase) * sg.row_bytes;
+        wr[i] = base + off;
+        if constexpr (GU) wr[NR + i] = base2 + off;
     }
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
     // this lane's weights of super-block ib0 + qq (zeros past the row)
@@ -328,10 +364,12 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
             }
         }
     };
-    if (where == 2) load_w(cur, 0); // in flight while the tile is quantised
+    if (!ST && where == 2) load_w(cur, 0); // in flight while the tile is quantised (ST: the copies are)
     mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
+    if constexpr (ST) __pipeline_wait_prior(0);
     __syncthreads();
     if (where < 2) return;
+    if (ST) load_w(cur, 0);
     const float *syd = mmq_scales_of(mmq_sm, a.n_in, TT);
     float acc[NW][TT];
 #pragma unroll
@@ -409,14 +447,16 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
 }
 
 // PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
-// only; the same operations on the same values, so the same bits; written 2026-12-02, not yet run).
-// RS: row sets per warp (1, or for rows of 2 / 1 super-blocks 2 / 4: RL_CUDA_MMQ_RS=1, decode rows only):
-// the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets of NR rows each, so short rows
-// (the expert down projections, 512 columns) keep every lane busy and a warp has RS NR rows; each
-// row's terms are still added in super-block order, so the same bits (written 2026-12-02, not yet run).
-template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1>
+// only; the same operations on the same values, so the same bits; H200 2026-12-02: bit-identical, a wash).
+// RS: row sets per warp (1, or for rows of 2 / 1 super-blocks 2 / 4, decode rows only; the default,
+// RL_CUDA_MMQ_RS=0 gives one set): the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets
+// of NR rows each, so short rows (the expert down projections, 512 columns) keep every lane busy and a
+// warp has RS NR rows; each row's terms are still added in super-block order, so the same bits (H200
+// 2026-12-02, 12-layer calibrated decode: CF2 662-665 -> 700-704 tok/s, Q4_K_M 677-689 -> 732-734;
+// test_cuda_ops / engine / verify bit-identical). PF measured a wash there (660-686): stays off.
+template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1, bool ST = false>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
-    mmq_vec_body<TYPE, TT, GU, NR, PF, RS>(a);
+    mmq_vec_body<TYPE, TT, GU, NR, PF, RS, ST>(a);
     if constexpr (TT == 1 && !GU)
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
@@ -816,9 +856,9 @@ __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool sma
     return tt == 1 || small || mmq_iq(type);
 }
 // Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 2 for 2 super-blocks, 4
-// for 1, with RL_CUDA_MMQ_RS=1 (default 0: one row set; the same bits either way).
+// for 1 (the default; RL_CUDA_MMQ_RS=0: one row set; the same bits either way).
 static inline int mmq_vec_rs(int n_in) {
-    static const bool on = mmq_env_int("RL_CUDA_MMQ_RS", 0) == 1;
+    static const bool on = mmq_env_int("RL_CUDA_MMQ_RS", 1) == 1;
     const int nsb = n_in / 256;
     return on && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
 }
@@ -839,24 +879,39 @@ template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, s
     kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
     return 0;
 }
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS> static int mmq_go_vec(dim3 grid, const mm_launch &L) {
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST = false>
+static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS>, grid, L, mmq_smem(L.n_in, TT), opted);
+    const size_t sm = ST ? mmq_vec_st_off(L.n_in, TT) + mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU)
+                         : mmq_smem(L.n_in, TT);
+    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS, ST>, grid, L, sm, opted);
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf() {
     static const bool pf = mmq_env_int("RL_CUDA_MMQ_PF", 0) == 1;
     return pf;
 }
-// The launch of a (PF, RS) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
-template <int TYPE, int TT, bool PF, int RS> static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
+// Decode rows staged in shared memory (k_mmq_vec's ST): RL_CUDA_MMQ_ST=1 (default 0; same bits).
+static inline bool mmq_vec_st() {
+    static const bool st = mmq_env_int("RL_CUDA_MMQ_ST", 0) == 1;
+    return st;
+}
+// The launch of a (PF, RS, ST) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
+template <int TYPE, int TT, bool PF, int RS, bool ST = false>
+static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
     if (mmq_vec_nr() == 1)
-        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS>(grid, L) : mmq_go_vec<TYPE, TT, false, 1, PF, RS>(grid, L);
-    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF, RS>(grid, L);
+        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS, ST>(grid, L)
+                      : mmq_go_vec<TYPE, TT, false, 1, PF, RS, ST>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS, ST>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF, RS, ST>(grid, L);
 }
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if constexpr (TT == 1) {
         const int rs = mmq_vec_rs(L.n_in);
+        if (mmq_vec_st() && mmq_vec_st_bytes(L.seg[0].row_bytes, mmq_vec_nr() * rs, gateup)) {
+            if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4, true>(grid, L, gateup);
+            return mmq_go_vec_nr<TYPE, 1, false, 1, true>(grid, L, gateup);
+        }
         if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2>(grid, L, gateup);
         if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4>(grid, L, gateup);
         if (mmq_vec_pf()) return mmq_go_vec_nr<TYPE, 1, true, 1>(grid, L, gateup);
