@@ -175,10 +175,11 @@ struct mmq_at {
 // rows: output rows per warp. Returns 0 if the block's tile does not exist (grouped launches: the
 // whole block exits), 1 if the tile exists but this warp has no rows (it still helps quantise the
 // tile), 2 if the warp has work.
-__device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {
+// bx: the block's index along the rows (blockIdx.x; a streaming launch's virtual block).
+__device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at, int bx) {
     const int warp = threadIdx.x >> 5;
     int si = 0;
-    while (si + 1 < a.nseg && (int)blockIdx.x >= a.seg_start[si + 1]) si++;
+    while (si + 1 < a.nseg && bx >= a.seg_start[si + 1]) si++;
     const cu_seg &sg = a.seg[si];
     int expert = 0;
     if (a.grouped) {
@@ -192,10 +193,13 @@ __device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, 
         at.count = min(tt, a.T - at.start);
     }
     at.si = si;
-    at.r0 = ((int)blockIdx.x - a.seg_start[si]) * (MM_WARPS * rows) + warp * rows;
+    at.r0 = (bx - a.seg_start[si]) * (MM_WARPS * rows) + warp * rows;
     at.w = sg.w + (size_t)expert * sg.expert_stride;
     at.w2 = sg.w2 ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
     return at.r0 < sg.n_out ? 2 : 1;
+}
+__device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {
+    return mmq_locate(a, rows, tt, at, (int)blockIdx.x);
 }
 __device__ __forceinline__ const float *mmq_xrow(const mm_launch &a, int p) {
     return a.x + (size_t)(a.g.pair_in ? a.g.pair_in[p] : p) * a.ldx;
@@ -285,38 +289,48 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // flight and 4 blocks per SM, register-bound, move ~1.1 TB/s on the H200). The same bytes reach the
 // same arithmetic, so the same bits (test_cuda_ops / engine / verify on the H200, 2026-12-02: the
 // default since; staged decode is 13-16 % faster on 12-layer CF2 and Q4_K_M files).
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST>
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST, bool SM>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes, GPR = 4 / RS; // GPR: lane groups per row set
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
     const int rs = RS == 1 ? 0 : q / GPR, qq = RS == 1 ? q : q % GPR; // (RS 1: the plain mapping)
     mmq_at at;
-    const int where = mmq_locate(a, NR * RS, TT, at);
+    int where = SM ? 2 : mmq_locate(a, NR * RS, TT, at);
     if (!where) return; // the whole block
-    const cu_seg &sg = a.seg[at.si];
-    const int rb0 = at.r0 + rs * NR; // this lane's row set: rows rb0 .. rb0 + NR - 1
+    const cu_seg *sgp = SM ? a.seg : a.seg + at.si;
+    int rb0 = SM ? 0 : at.r0 + rs * NR; // this lane's row set: rows rb0 .. rb0 + NR - 1
     const uint8_t *wr[NW]; // plain: rows rb0 + i; gate/up: gate rows i < NR, up rows NR + i
-    const uint8_t *base = at.w, *base2 = at.w2; // where rows are read from: the matrix, or (ST) the warp's slice
-    int rbase = 0;                              // the row at base (ST: at.r0)
-    if constexpr (ST) {
-        const int nv = min(NR * RS, sg.n_out - at.r0); // rows of the warp (where == 2: >= 1)
-        const size_t wb = mmq_vec_st_slice(sg.row_bytes, NR * RS);
-        uint8_t *mine = mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wb * (GU ? 2 : 1);
-        if (where == 2) {
-            stage_copy(mine, at.w + (size_t)at.r0 * sg.row_bytes, nv * sg.row_bytes, lane);
-            if constexpr (GU) stage_copy(mine + wb, at.w2 + (size_t)at.r0 * sg.row_bytes, nv * sg.row_bytes, lane);
+    // the warp's staged rows (ST, SM): one matrix's slice, and the warp's part of shared memory
+    const size_t wb = ST || SM ? mmq_vec_st_slice(sgp->row_bytes, NR * RS) : 0;
+    uint8_t *const mine = mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wb * (GU ? 2 : 1) * (SM ? 2 : 1);
+    // copy the rows of the warp at t (where == 2) into the slice at dst, one commit group either way
+    auto stage = [&](const mmq_at &t, int w2, uint8_t *dst) {
+        if (w2 == 2) {
+            const cu_seg &g = a.seg[t.si];
+            const int nv = min(NR * RS, g.n_out - t.r0); // rows of the warp (>= 1)
+            stage_copy(dst, t.w + (size_t)t.r0 * g.row_bytes, nv * g.row_bytes, lane);
+            if constexpr (GU) stage_copy(dst + wb, t.w2 + (size_t)t.r0 * g.row_bytes, nv * g.row_bytes, lane);
         }
         __pipeline_commit();
-        base = mine;
-        base2 = mine + wb;
-        rbase = at.r0;
-    }
+    };
+    // the row pointers of this lane's row set from the rows at base (gate / plain) and base2 (up),
+    // whose first row is rbase
+    auto point = [&](const uint8_t *base, const uint8_t *base2, int rbase) {
 #pragma unroll
-    for (int i = 0; i < NR; i++) {
-        const size_t off = (size_t)(min(rb0 + i, sg.n_out - 1) - rbase) * sg.row_bytes;
-        wr[i] = base + off;
-        if constexpr (GU) wr[NR + i] = base2 + off;
+        for (int i = 0; i < NR; i++) {
+            const size_t off = (size_t)(min(rb0 + i, sgp->n_out - 1) - rbase) * sgp->row_bytes;
+            wr[i] = base + off;
+            if constexpr (GU) wr[NR + i] = base2 + off;
+        }
+    };
+    if constexpr (!SM) {
+        if constexpr (ST) {
+            stage(at, where, mine);
+            point(mine, mine + wb, at.r0);
+        } else {
+            point(at.w, at.w2, 0);
+        }
     }
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
     // this lane's weights of super-block ib0 + qq (zeros past the row)
@@ -365,12 +379,9 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
             }
         }
     };
-    if (!ST && where == 2) load_w(cur, 0); // in flight while the tile is quantised (ST: the copies are)
-    mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
-    if constexpr (ST) __pipeline_wait_prior(0);
-    __syncthreads();
-    if (where < 2) return;
-    if (ST) load_w(cur, 0);
+    // this warp's rows times the tile (cur: super-block 0 loaded), stored by the first lane of each row set
+    auto rows = [&]() {
+    const cu_seg &sg = *sgp;
     const float *syd = mmq_scales_of(mmq_sm, a.n_in, TT);
     float acc[NW][TT];
 #pragma unroll
@@ -445,6 +456,42 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
             mmq_store(a, sg, rb0 + i, at.start + t, val);
         }
     }
+    };
+    if constexpr (!SM) {
+        if (!ST && where == 2) load_w(cur, 0); // in flight while the tile is quantised (ST: the copies are)
+        mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
+        if constexpr (ST) __pipeline_wait_prior(0);
+        __syncthreads();
+        if (where < 2) return;
+        if (ST) load_w(cur, 0);
+        rows();
+    } else {
+        // streaming (dense one-token launches): the block's virtual blocks bx, bx + gridDim.x, ..., each
+        // staged into one of the warp's two slices while the previous one is multiplied; the tile is
+        // quantised once for all of them
+        const int nvb = a.seg_start[a.nseg];
+        mmq_at nx;
+        stage(nx, mmq_locate(a, NR * RS, TT, nx, (int)blockIdx.x), mine);
+        mmq_quantise_tile(a, 0, 1, TT, mmq_sm);
+        __syncthreads();
+        int k = 0;
+        for (int bx = blockIdx.x; bx < nvb; bx += gridDim.x, k ^= 1) {
+            const int bn = bx + (int)gridDim.x;
+            stage(nx, bn < nvb ? mmq_locate(a, NR * RS, TT, nx, bn) : 0, mine + (k ^ 1) * wb * (GU ? 2 : 1));
+            __pipeline_wait_prior(1); // this thread's copies of bx
+            __syncwarp();             // and the warp's
+            where = mmq_locate(a, NR * RS, TT, at, bx);
+            if (where == 2) {
+                sgp = a.seg + at.si;
+                rb0 = at.r0 + rs * NR;
+                uint8_t *const buf = mine + k * wb * (GU ? 2 : 1);
+                point(buf, buf + wb, at.r0);
+                load_w(cur, 0);
+                rows();
+            }
+            __syncwarp(); // every lane is done with the slice before it is staged again
+        }
+    }
 }
 
 // PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
@@ -455,9 +502,9 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
 // warp has RS NR rows; each row's terms are still added in super-block order, so the same bits (H200
 // 2026-12-02, 12-layer calibrated decode: CF2 662-665 -> 700-704 tok/s, Q4_K_M 677-689 -> 732-734;
 // test_cuda_ops / engine / verify bit-identical). PF measured a wash there (660-686): stays off.
-template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1, bool ST = false>
+template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1, bool ST = false, bool SM = false>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
-    mmq_vec_body<TYPE, TT, GU, NR, PF, RS, ST>(a);
+    mmq_vec_body<TYPE, TT, GU, NR, PF, RS, ST, SM>(a);
     if constexpr (TT == 1 && !GU)
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
@@ -887,6 +934,26 @@ static int mmq_go_vec(dim3 grid, const mm_launch &L) {
                          : mmq_smem(L.n_in, TT);
     return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS, ST>, grid, L, sm, opted);
 }
+// The streaming launch (k_mmq_vec's SM: dense, one token): as many blocks as fit on the GPU at once
+// (at most the virtual blocks), each walking the virtual blocks with two staged slices per warp.
+template <int TYPE, bool GU, int NR, int RS> static int mmq_go_vec_sm(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    static int nsm = 0;
+    auto kern = k_mmq_vec<TYPE, 1, GU, NR, false, RS, true, true>;
+    const size_t sm = mmq_vec_st_off(L.n_in, 1) + 2 * mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU);
+    if (sm > opted) { // the occupancy query below needs the opt-in first
+        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
+        opted = sm;
+    }
+    int dev = 0, per_sm = 0;
+    if (!nsm && (CU_CHECK(cudaGetDevice(&dev)) ||
+                 CU_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev))))
+        return -1;
+    if (CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MM_WARPS * 32, sm))) return -1;
+    const unsigned resident = (unsigned)(nsm * (per_sm > 0 ? per_sm : 1));
+    grid.x = grid.x < resident ? grid.x : resident;
+    return mmq_go(kern, grid, L, sm, opted);
+}
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf() {
     static const bool pf = mmq_env_int("RL_CUDA_MMQ_PF", 0) == 1;
@@ -899,6 +966,16 @@ static inline bool mmq_vec_st() {
     static const bool st = mmq_env_int("RL_CUDA_MMQ_ST", 1) == 1;
     return st;
 }
+// Dense one-token launches streamed (k_mmq_vec's SM): RL_CUDA_MMQ_SM=1 (default 0; same bits).
+static inline bool mmq_vec_sm() {
+    static const bool sm = mmq_env_int("RL_CUDA_MMQ_SM", 0) == 1;
+    return sm;
+}
+template <int TYPE, int RS> static int mmq_go_vec_sm_nr(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_nr() == 1)
+        return gateup ? mmq_go_vec_sm<TYPE, true, 1, RS>(grid, L) : mmq_go_vec_sm<TYPE, false, 1, RS>(grid, L);
+    return gateup ? mmq_go_vec_sm<TYPE, true, 2, RS>(grid, L) : mmq_go_vec_sm<TYPE, false, 2, RS>(grid, L);
+}
 // The launch of a (PF, RS, ST) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
 template <int TYPE, int TT, bool PF, int RS, bool ST = false>
 static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
@@ -910,7 +987,13 @@ static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if constexpr (TT == 1) {
         const int rs = mmq_vec_rs(L.n_in);
-        if (mmq_vec_st() && mmq_vec_st_bytes(L.seg[0].row_bytes, mmq_vec_nr() * rs, gateup)) {
+        const size_t stb = mmq_vec_st_bytes(L.seg[0].row_bytes, mmq_vec_nr() * rs, gateup);
+        if (mmq_vec_sm() && !L.grouped && L.T == 1 && stb && 2 * stb <= MMQ_ST_MAX) {
+            if (rs == 2) return mmq_go_vec_sm_nr<TYPE, 2>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_sm_nr<TYPE, 4>(grid, L, gateup);
+            return mmq_go_vec_sm_nr<TYPE, 1>(grid, L, gateup);
+        }
+        if (mmq_vec_st() && stb) {
             if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true>(grid, L, gateup);
             if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4, true>(grid, L, gateup);
             return mmq_go_vec_nr<TYPE, 1, false, 1, true>(grid, L, gateup);

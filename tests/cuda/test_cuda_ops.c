@@ -646,6 +646,8 @@ int main(void) {
         test_mmq_tc(KQ[i], 768);
         test_mmq_tc(KQ[i], 9 * 256);
     }
+    test_mmq_many_rows(QT_Q4_K, 1024, 40003); /* one token, 5,000 row blocks (RL_CUDA_MMQ_SM=1: many per block) */
+    test_mmq_many_rows(QT_Q6_K, 512, 30001);  /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
     test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
     test_tail_add_norm(); /* Q4_K one-row launch + tail */
     printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
@@ -661,6 +663,7 @@ int main(void) {
         test_matmul(IQ[i], 63, 256);
         test_mmq_tc(IQ[i], 768);
         test_mmq_tc(IQ[i], 9 * 256);
+        test_mmq_many_rows(IQ[i], i == 1 ? 256 : 2048, 20001); /* IQ2_XS: 74-byte rows, 4 row sets */
     }
     printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
            check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");

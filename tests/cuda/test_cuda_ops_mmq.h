@@ -159,3 +159,44 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     free(hg);
     free(hg0);
 }
+
+/* One-token launches over many rows (n_out in two segments split at an odd row): every output equals
+ * vec_dot(row, q8_K(x)) bit for bit. Enough rows that a streaming launch (RL_CUDA_MMQ_SM=1: as many
+ * blocks as fit on the GPU, each walking several row blocks with two staged slices per warp) takes
+ * several trips through both slices, the last row block partial; gate/up too (silu(g) * u against the
+ * two plain launches). */
+static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
+    const size_t rb = quant_row_size(type, n_in);
+    const int n0 = n_out / 3 | 1, n1 = n_out - n0;
+    uint8_t *w = malloc(rb * n_out), *u = malloc(rb * n_out);
+    fill_random_blocks(type, w, (int64_t)n_out * n_in / 256, &R);
+    fill_random_blocks(type, u, (int64_t)n_out * n_in / 256, &R);
+    ops_mat W = {"w", type, n_in, n_out, rb, w};
+    float *x = randv(n_in, 1.0f), *got = malloc(sizeof(float) * n_out), *gu = malloc(sizeof(float) * n_out);
+    uint8_t *dw = dup_to_dev(w, rb * n_out), *du = dup_to_dev(u, rb * n_out);
+    float *dx = dup_to_dev(x, sizeof(float) * n_in), *dy = dpoison(n_out), *dz = dpoison(n_out), *dg = dpoison(n_out);
+    cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = n0, .y = dy, .ldy = n0},
+                    {.w = dw + (size_t)n0 * rb, .row_bytes = rb, .n_out = n1, .y = dy + n0, .ldy = n1}};
+    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    to_host(got, dy, sizeof(float) * n_out);
+    int bad = check_mm_q8(&W, x, 1, got, n_out);
+    CHECK(bad == 0, "one-token %s launch over %d rows: %d outputs differ from the CPU's vec_dot", quant_name(type), n_out,
+          bad);
+    /* gate/up: silu(w x) * (u x), from the plain launches of w and u */
+    cu_seg su = {.w = du, .row_bytes = rb, .n_out = n_out, .y = dz, .ldy = n_out};
+    cu_seg sg = {.w = dw, .w2 = du, .row_bytes = rb, .n_out = n_out, .y = dg, .ldy = n_out};
+    CHECK(cu_matmul(type, n_in, &su, 1, dx, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &sg, 1, dx, n_in, 1, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    float *hz = malloc(sizeof(float) * n_out);
+    to_host(hz, dz, sizeof(float) * n_out);
+    to_host(gu, dg, sizeof(float) * n_out);
+    int diff = 0;
+    for (int r = 0; r < n_out; r++) {
+        const float g = got[r], want = (g / (1.0f + expf(-g))) * hz[r];
+        diff += fabsf(gu[r] - want) > 1e-6f * fabsf(want) + 1e-30f;
+    }
+    CHECK(diff == 0, "one-token %s gate/up launch over %d rows: %d outputs differ from silu(g) * u", quant_name(type),
+          n_out, diff);
+    cudaFree(dw); cudaFree(du); cudaFree(dx); cudaFree(dy); cudaFree(dz); cudaFree(dg);
+    free(w); free(u); free(x); free(got); free(gu); free(hz);
+}
