@@ -86,7 +86,7 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
-        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->st));
+        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
         size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
         for (int t = 0; t < T; t++) {

@@ -20,6 +20,7 @@
 #include "cuda/cuda_ops.h"
 #include "vram_tier.h"
 
+#define CU_CTR_DN 4 /* backend_ctx.ctr: where the split DeltaNet step's per-head counters start */
 #define TRY(x)                                                                                              \
     do {                                                                                                     \
         if ((x)) return -1;                                                                                  \
@@ -124,7 +125,8 @@ struct backend_ctx {
      * with the top-k (last-block tails; same bits as the separate launches);
      * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back) */
     int fuse;
-    unsigned *ctr;
+    unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
+    bool dn_split; /* RL_CUDA_DN_SPLIT=1: the decode DeltaNet step of a value head over 4 blocks */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
 

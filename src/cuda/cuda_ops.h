@@ -239,9 +239,11 @@ int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, flo
                     size_t stride, const int *row_slot, cudaStream_t s);
 int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
                     size_t stride, const int *row_slot, cudaStream_t s);
-/* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. */
+/* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. ctr NULL: one
+ * block per value head; else d->hv counters (zeroed; each launch puts them back): the head spread over
+ * 4 blocks, the last one normalising (same bits; RL_CUDA_DN_SPLIT=1 in the backend). */
 int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-               cudaStream_t s);
+               unsigned *ctr, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -247,16 +247,24 @@ template <int DPL> __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const floa
 }
 
 // ---- decode: everything of one value head in one block -------------------------------------
-
+//
+// SPLIT 1: one block of STEP_WARPS warps per value head (hv blocks: 32 of the H200's 132 SMs for
+// the 80B). SPLIT > 1 (cu_dn_step with counters, RL_CUDA_DN_SPLIT=1): the head's warps spread over
+// SPLIT blocks, each block the warps blockIdx.y * STEP_WARPS / SPLIT .. of the one-block kernel with
+// their columns (the same per-column arithmetic; q, k and the gates computed again in every block,
+// the same operations); the columns' outputs go to o, and the head's last block (a counter per
+// head, put back to 0 by it) runs the gated norm on them as the one-block kernel's warp 0 does. So
+// both give the same bits (test_cuda_ops compares them).
 #define STEP_WARPS 32
-template <int KPL, int DPL>
-__global__ void __launch_bounds__(STEP_WARPS * 32)
+template <int KPL, int DPL, int SPLIT>
+__global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
     k_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba, const float *__restrict__ z,
-              float *ssm, float *o) {
+              float *ssm, float *o, unsigned *ctr) {
     __shared__ float qk[2][KPL * 32];
-    __shared__ float ov[DPL * 32];
+    __shared__ float ov[SPLIT == 1 ? DPL * 32 : 1];
     __shared__ float gates[2];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, h = blockIdx.x;
+    const int cw = SPLIT == 1 ? w : (int)blockIdx.y * (STEP_WARPS / SPLIT) + w; // the warp of the one-block kernel
     const int g = h / (d.hv / d.hk);
     if (w < 2) { // q (w = 0) or k (w = 1) of key head g, as k_dn_prep
         float v[KPL];
@@ -282,22 +290,44 @@ __global__ void __launch_bounds__(STEP_WARPS * 32)
         k[i] = qk[1][lane * KPL + i];
     }
     const float alpha = gates[0], beta = gates[1];
-    // columns w, w+32, ... (DPL of them when dv = 32*DPL): all state loads first, then the updates
+    // columns cw, cw+32, ... (DPL of them when dv = 32*DPL): all state loads first, then the updates
     float s[DPL][KPL];
 #pragma unroll
     for (int j = 0; j < DPL; j++) {
-        const float *S = ssm + ((size_t)h * d.dv + w + STEP_WARPS * j) * d.dk + lane * KPL;
+        const float *S = ssm + ((size_t)h * d.dv + cw + STEP_WARPS * j) * d.dk + lane * KPL;
 #pragma unroll
         for (int i = 0; i < KPL; i++) s[j][i] = S[i];
     }
 #pragma unroll
     for (int j = 0; j < DPL; j++) {
-        const int c = w + STEP_WARPS * j;
+        const int c = cw + STEP_WARPS * j;
         const float out = delta_col<KPL>(s[j], q, k, u[(size_t)2 * d.hk * d.dk + (size_t)h * d.dv + c], alpha, beta);
         float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
         for (int i = 0; i < KPL; i++) S[i] = s[j][i];
-        if (lane == 0) ov[c] = out;
+        if (lane == 0) {
+            if constexpr (SPLIT == 1) ov[c] = out;
+            else o[(size_t)h * d.dv + c] = out;
+        }
+    }
+    if constexpr (SPLIT > 1) { // the head's last block normalises its outputs
+        __shared__ bool last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(ctr + h, 1u) == SPLIT - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (w == 0) {
+            float v[DPL];
+#pragma unroll
+            for (int i = 0; i < DPL; i++) v[i] = __ldcg(o + (size_t)h * d.dv + lane * DPL + i);
+            gnorm_lanes<DPL>(v, d.ssm_norm, z + (size_t)h * d.dv, d.eps);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) o[(size_t)h * d.dv + lane * DPL + i] = v[i];
+            if (lane == 0) ctr[h] = 0; // ready for the next launch (graph replays)
+        }
+        return;
     }
     __syncthreads();
     if (w == 0) {
@@ -360,19 +390,28 @@ extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ld
     return 0;
 }
 
+#define STEP_SPLIT 4 // blocks per value head of the split step (8 warps each)
+template <int KPL, int DPL>
+static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
+                    unsigned *ctr, cudaStream_t s) {
+    if (ctr)
+        k_dn_step<KPL, DPL, STEP_SPLIT>
+            <<<dim3(d->hv, STEP_SPLIT), STEP_WARPS * 32 / STEP_SPLIT, 0, s>>>(*d, u, ba, z, ssm, o, ctr);
+    else
+        k_dn_step<KPL, DPL, 1><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o, NULL);
+}
 template <int KPL>
 static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-                     cudaStream_t s) {
-    BY_PL(d->dv, (k_dn_step<KPL, 1><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o)),
-          (k_dn_step<KPL, 2><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o)),
-          (k_dn_step<KPL, 4><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o)));
+                     unsigned *ctr, cudaStream_t s) {
+    BY_PL(d->dv, (step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, s)), (step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, s)),
+          (step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, s)));
 }
 
 extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-                          cudaStream_t s) {
+                          unsigned *ctr, cudaStream_t s) {
     if (check(d)) return -1;
-    BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, s), step_kpl<2>(d, u, ba, z, ssm, o, s),
-          step_kpl<4>(d, u, ba, z, ssm, o, s));
+    BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, ctr, s), step_kpl<2>(d, u, ba, z, ssm, o, ctr, s),
+          step_kpl<4>(d, u, ba, z, ssm, o, ctr, s));
     CU_LAUNCHED("k_dn_step");
     return 0;
 }

@@ -32,8 +32,15 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
     for (int t = 0; t < T; t++) {
         CHECK(cu_dn_conv(&d, d_in + (size_t)t * C, C, u2 + (size_t)t * C, cs2, 1, 0) == 0, "%s", rl_lasterr());
         CHECK(cu_dn_step(&d, u2 + (size_t)t * C, d_ba + (size_t)t * 2 * hv, d_z + (size_t)t * inner, ss2,
-                         o2 + (size_t)t * inner, 0) == 0, "%s", rl_lasterr());
+                         o2 + (size_t)t * inner, NULL, 0) == 0, "%s", rl_lasterr());
     }
+    /* the split step (a head over 4 blocks, counters) on the same inputs: the fused step's bits */
+    float *ss3 = dup_to_dev(s0, sizeof(float) * ns), *o3 = dpoison((size_t)T * inner);
+    unsigned *ctr = dalloc(sizeof(unsigned) * hv);
+    CHECK(cudaMemset(ctr, 0, sizeof(unsigned) * hv) == cudaSuccess, "memset");
+    for (int t = 0; t < T; t++)
+        CHECK(cu_dn_step(&d, u2 + (size_t)t * C, d_ba + (size_t)t * 2 * hv, d_z + (size_t)t * inner, ss3,
+                         o3 + (size_t)t * inner, ctr, 0) == 0, "%s", rl_lasterr());
     float *g_o = malloc(sizeof(float) * T * inner), *g_o2 = malloc(sizeof(float) * T * inner);
     float *g_s = malloc(sizeof(float) * ns), *g_s2 = malloc(sizeof(float) * ns);
     float *g_c = malloc(sizeof(float) * (kw - 1) * C), *g_c2 = malloc(sizeof(float) * (kw - 1) * C);
@@ -46,6 +53,20 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
     CHECK(count_bad(g_o, g_o2, (size_t)T * inner) == 0 && count_bad(g_s, g_s2, ns) == 0 &&
               count_bad(g_c, g_c2, (size_t)(kw - 1) * C) == 0,
           "DeltaNet %d/%d, %d rows: fused decode step differs from the prefill kernels", dk, dv, T);
+    {
+        float *g_o3 = malloc(sizeof(float) * T * inner), *g_s3 = malloc(sizeof(float) * ns);
+        unsigned hc[128];
+        to_host(g_o3, o3, sizeof(float) * T * inner);
+        to_host(g_s3, ss3, sizeof(float) * ns);
+        to_host(hc, ctr, sizeof(unsigned) * hv);
+        int left = 0;
+        for (int h = 0; h < hv; h++) left += hc[h] != 0;
+        CHECK(count_bad(g_o3, g_o2, (size_t)T * inner) == 0 && count_bad(g_s3, g_s2, ns) == 0 && left == 0,
+              "DeltaNet %d/%d, %d rows: split decode step differs from the fused one (or left %d counters set)", dk,
+              dv, T, left);
+        cudaFree(ss3); cudaFree(o3); cudaFree(ctr);
+        free(g_o3); free(g_s3);
+    }
     /* conv in the matmul epilogue == matmul + conv kernel (Q8_0 weights D -> C) */
     {
         size_t rb = quant_row_size(QT_Q8_0, D);
