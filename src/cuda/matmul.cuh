@@ -315,6 +315,7 @@ template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3
 }
 
 #include "mmq.cuh"
+#include "mmq_launch.cuh"
 
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
     if constexpr (mmq_type(TYPE))

@@ -1,0 +1,191 @@
+// mmq_launch.cuh — the host side of the integer path (mmq.cuh): tuning switches, launch shapes and
+// the choice of kernel per launch; part of matmul.cuh (included there only, after mmq.cuh).
+#pragma once
+
+#include "mmq.cuh"
+
+// ---- launch ------------------------------------------------------------------------------------
+
+// Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
+// give the same bits (test_cuda_ops and the engine tests passed with each on the H200). H200 decode,
+// Q4_K_M: 1 row 183.4, 2 rows 196.8 tok/s (the float GEMV 197.1); CF2: 188.9 / 193.8-195.3 (196-198).
+// A tuning variable's value (dflt when unset), read once by the caller; mmq_env12: 1 or 2 (anything
+// else: 2).
+static inline int mmq_env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e ? atoi(e) : dflt;
+}
+static inline int mmq_env12(const char *name) { return mmq_env_int(name, 2) == 1 ? 1 : 2; }
+static inline int mmq_vec_nr() {
+    static const int nr = mmq_env12("RL_CUDA_MMQ_NR");
+    return nr;
+}
+
+// Whether a launch without the staged tiles runs the dp4a kernel: decode rows, small batches, and
+// the IQ types' prefill tiles without a scratch. k_mmq_mma takes the K-quants only: its IQ outputs
+// were wrong on the H200 (2026-12-02: IQ2_XS all zeros, the others far off). The cause, found in
+// its PTX afterwards: nvcc 13.0 dropped the loop that filled the MMA B operands, the `#pragma
+// unroll` loop after an unbraced `if constexpr (!mmq_iq(TYPE)) #pragma unroll for (...) {...}`
+// (false for the IQ types), leaving undefined registers; tests/test_cuda_source.py now refuses
+// that shape. Giving k_mmq_mma the IQ types again waits for a GPU run.
+__host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool small) {
+    return tt == 1 || small || mmq_iq(type);
+}
+// Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 2 for 2 super-blocks, 4
+// for 1 (the default; RL_CUDA_MMQ_RS=0: one row set; the same bits either way).
+static inline int mmq_vec_rs(int n_in) {
+    static const bool on = mmq_env_int("RL_CUDA_MMQ_RS", 1) == 1;
+    const int nsb = n_in / 256;
+    return on && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
+}
+// Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
+static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, int n_in) {
+    if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
+    if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
+    return MM_WARPS * mmq_vec_nr() * (tt == 1 ? mmq_vec_rs(n_in) : 1);
+}
+
+// Launch kernel K with sm bytes of dynamic shared memory (opting in above 48 KiB, again whenever a
+// launch of this kernel needs more than before: long rows).
+template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, size_t sm, size_t &opted) {
+    if (sm > opted) {
+        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
+        opted = sm;
+    }
+    kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
+    return 0;
+}
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST = false>
+static int mmq_go_vec(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    const size_t sm = ST ? mmq_vec_st_off(L.n_in, TT) + mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU)
+                         : mmq_smem(L.n_in, TT);
+    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS, ST>, grid, L, sm, opted);
+}
+// The streaming launch (k_mmq_vec's SM: dense, one token): as many blocks as fit on the GPU at once
+// (at most the virtual blocks), each walking the virtual blocks with two staged slices per warp.
+template <int TYPE, bool GU, int NR, int RS> static int mmq_go_vec_sm(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    static int nsm = 0;
+    auto kern = k_mmq_vec<TYPE, 1, GU, NR, false, RS, true, true>;
+    const size_t sm = mmq_vec_st_off(L.n_in, 1) + 2 * mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU);
+    if (sm > opted) { // the occupancy query below needs the opt-in first
+        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
+        opted = sm;
+    }
+    int dev = 0, per_sm = 0;
+    if (!nsm && (CU_CHECK(cudaGetDevice(&dev)) ||
+                 CU_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev))))
+        return -1;
+    if (CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MM_WARPS * 32, sm))) return -1;
+    const unsigned resident = (unsigned)(nsm * (per_sm > 0 ? per_sm : 1));
+    grid.x = grid.x < resident ? grid.x : resident;
+    return mmq_go(kern, grid, L, sm, opted);
+}
+// Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
+static inline bool mmq_vec_pf() {
+    static const bool pf = mmq_env_int("RL_CUDA_MMQ_PF", 0) == 1;
+    return pf;
+}
+// Decode rows staged in shared memory (k_mmq_vec's ST): the default, RL_CUDA_MMQ_ST=0 loads them
+// directly (same bits). H200 2026-12-02, 12-layer calibrated decode: CF2 691-695 -> 798-804 tok/s,
+// Q4_K_M 720-732 -> 822-838, Q4_K_M at 32K depth 654 -> 743; the Q5_K output head 186 -> 136 us.
+static inline bool mmq_vec_st() {
+    static const bool st = mmq_env_int("RL_CUDA_MMQ_ST", 1) == 1;
+    return st;
+}
+// Dense one-token launches streamed (k_mmq_vec's SM): RL_CUDA_MMQ_SM=1 (default 0; same bits).
+static inline bool mmq_vec_sm() {
+    static const bool sm = mmq_env_int("RL_CUDA_MMQ_SM", 0) == 1;
+    return sm;
+}
+template <int TYPE, int RS> static int mmq_go_vec_sm_nr(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_nr() == 1)
+        return gateup ? mmq_go_vec_sm<TYPE, true, 1, RS>(grid, L) : mmq_go_vec_sm<TYPE, false, 1, RS>(grid, L);
+    return gateup ? mmq_go_vec_sm<TYPE, true, 2, RS>(grid, L) : mmq_go_vec_sm<TYPE, false, 2, RS>(grid, L);
+}
+// The launch of a (PF, RS, ST) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
+template <int TYPE, int TT, bool PF, int RS, bool ST = false>
+static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_nr() == 1)
+        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS, ST>(grid, L)
+                      : mmq_go_vec<TYPE, TT, false, 1, PF, RS, ST>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS, ST>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF, RS, ST>(grid, L);
+}
+template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
+    if constexpr (TT == 1) {
+        const int rs = mmq_vec_rs(L.n_in);
+        const size_t stb = mmq_vec_st_bytes(L.seg[0].row_bytes, mmq_vec_nr() * rs, gateup);
+        if (mmq_vec_sm() && !L.grouped && L.T == 1 && stb && 2 * stb <= MMQ_ST_MAX) {
+            if (rs == 2) return mmq_go_vec_sm_nr<TYPE, 2>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_sm_nr<TYPE, 4>(grid, L, gateup);
+            return mmq_go_vec_sm_nr<TYPE, 1>(grid, L, gateup);
+        }
+        if (mmq_vec_st() && stb) {
+            if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4, true>(grid, L, gateup);
+            return mmq_go_vec_nr<TYPE, 1, false, 1, true>(grid, L, gateup);
+        }
+        if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2>(grid, L, gateup);
+        if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4>(grid, L, gateup);
+        if (mmq_vec_pf()) return mmq_go_vec_nr<TYPE, 1, true, 1>(grid, L, gateup);
+    }
+    return mmq_go_vec_nr<TYPE, TT, false, 1>(grid, L, gateup);
+}
+// Token tiles per warp of dense prefill launches: RL_CUDA_MMQ_NT=1|2 (default 2; same bits). H200,
+// Q4_K_M prompt 2048: 1 tile 4,667 tok/s, 2 tiles 5,049 (bench/results/2026-12-01-cuda-mmq-h200.md).
+static inline int mmq_mma_nt() {
+    static const int nt = mmq_env12("RL_CUDA_MMQ_NT");
+    return nt;
+}
+template <int TYPE, bool GU, int NT> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    return mmq_go(k_mmq_mma<TYPE, GU, NT>, grid, L, mmq_smem(L.n_in, 8 * NT), opted);
+}
+template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L) {
+    if (L.grouped || mmq_mma_nt() == 1) return mmq_go_mma<TYPE, GU, 1>(grid, L);
+    grid.y = (L.T + MMQ_MAX_TT - 1) / MMQ_MAX_TT;
+    return mmq_go_mma<TYPE, GU, MMQ_MAX_TT / 8>(grid, L);
+}
+
+// Tokens of a dense staged tile: RL_CUDA_MMQ_TC_TT=16|32 (default 32; tuning: 16 takes fewer
+// registers and stages the weights twice as often; the same bits).
+static inline int mmq_tc_dense_tt() {
+    static const int tt = mmq_env_int("RL_CUDA_MMQ_TC_TT", MMQ_TC_DENSE_TT) == 16 ? 16 : MMQ_TC_DENSE_TT;
+    return tt;
+}
+// Staged tensor-core tiles (k_mmq_tc) after one quantisation of the launch's input rows into L.xq.
+template <int TYPE, bool GU, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    return mmq_go(k_mmq_tc<TYPE, GU, NT>, grid, L, mmq_tc_smem<TYPE, NT>(), opted);
+}
+template <int TYPE, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L, bool gateup) {
+    return gateup ? mmq_go_tc<TYPE, true, NT>(grid, L) : mmq_go_tc<TYPE, false, NT>(grid, L);
+}
+template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
+    const long tasks = (long)L.xq_rows * (L.n_in / 256);
+    k_q8k_rows<<<(unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s>>>(L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
+    CU_LAUNCHED("k_q8k_rows");
+    // tokens per block: grouped, the plan's tile (CU_TT, or 2 CU_TT from cu_matmul_group_tt); dense, 32 or 16
+    const int tt = L.grouped ? L.g.tt : mmq_tc_dense_tt();
+    const dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
+    switch (tt / 8) {
+    case 1: return mmq_go_tc<TYPE, 1>(grid, L, gateup);
+    case 2: return mmq_go_tc<TYPE, 2>(grid, L, gateup);
+    default: return mmq_go_tc<TYPE, 4>(grid, L, gateup);
+    }
+}
+
+template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, int tt) {
+    dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
+    int rc = 0;
+    if (L.xq) rc = mmq_launch_tc<TYPE>(L, gateup);
+    else if (tt == 1) rc = mmq_go_vec<TYPE, 1>(grid, L, gateup);
+    else if (L.small && tt == 2) rc = mmq_go_vec<TYPE, 2>(grid, L, gateup);
+    else if (L.small && tt == 4) rc = mmq_go_vec<TYPE, 4>(grid, L, gateup);
+    else if (mmq_vec_tiles(TYPE, tt, L.small)) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);
+    else if constexpr (!mmq_iq(TYPE)) rc = gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L);
+    if (rc) return rc;
+    CU_LAUNCHED("k_mmq");
+    return 0;
+}
