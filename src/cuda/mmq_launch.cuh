@@ -45,41 +45,52 @@ static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool sm
     return MM_WARPS * mmq_vec_nr() * (tt == 1 ? mmq_vec_rs(n_in) : 1);
 }
 
-// Launch kernel K with sm bytes of dynamic shared memory (opting in above 48 KiB, again whenever a
+// Let kernel K take sm bytes of dynamic shared memory (opting in above 48 KiB, again whenever a
 // launch of this kernel needs more than before: long rows).
-template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, size_t sm, size_t &opted) {
+template <typename K> static int mmq_optin(K kern, size_t sm, size_t &opted) {
     if (sm > opted) {
         if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
         opted = sm;
     }
+    return 0;
+}
+// Launch kernel K with sm bytes of dynamic shared memory.
+template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, size_t sm, size_t &opted) {
+    if (mmq_optin(kern, sm, opted)) return -1;
     kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
     return 0;
 }
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST = false>
+// How many blocks of kern with sm bytes of shared memory fit on the GPU at once (opted in already):
+// the occupancy query, answered from (last_sm, last_n) — the caller's, one pair per kernel — when sm
+// is the one asked last (a kernel serves few row widths).
+template <typename K> static int mmq_resident(K kern, size_t sm, size_t &last_sm, unsigned &last_n) {
+    static int nsm = 0; // the device's SMs
+    if (sm != last_sm) {
+        int dev = 0, per_sm = 0;
+        if (!nsm && (CU_CHECK(cudaGetDevice(&dev)) ||
+                     CU_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev))))
+            return -1;
+        if (CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MM_WARPS * 32, sm))) return -1;
+        last_n = (unsigned)(nsm * (per_sm > 0 ? per_sm : 1));
+        last_sm = sm;
+    }
+    return 0;
+}
+// A k_mmq_vec launch. SM (streaming: dense, one token): only the blocks that fit on the GPU at once
+// (at most the virtual blocks), each walking the virtual blocks with two staged slices per warp.
+template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST = false, bool SM = false>
 static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    const size_t sm = ST ? mmq_vec_st_off(L.n_in, TT) + mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU)
-                         : mmq_smem(L.n_in, TT);
-    return mmq_go(k_mmq_vec<TYPE, TT, GU, NR, PF, RS, ST>, grid, L, sm, opted);
-}
-// The streaming launch (k_mmq_vec's SM: dense, one token): as many blocks as fit on the GPU at once
-// (at most the virtual blocks), each walking the virtual blocks with two staged slices per warp.
-template <int TYPE, bool GU, int NR, int RS> static int mmq_go_vec_sm(dim3 grid, const mm_launch &L) {
-    static size_t opted = 48 << 10;
-    static int nsm = 0;
-    auto kern = k_mmq_vec<TYPE, 1, GU, NR, false, RS, true, true>;
-    const size_t sm = mmq_vec_st_off(L.n_in, 1) + 2 * mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU);
-    if (sm > opted) { // the occupancy query below needs the opt-in first
-        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
-        opted = sm;
+    auto kern = k_mmq_vec<TYPE, TT, GU, NR, PF, RS, ST, SM>;
+    const size_t sm = ST || SM ? mmq_vec_st_off(L.n_in, TT) +
+                                     (SM ? 2 : 1) * mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU)
+                               : mmq_smem(L.n_in, TT);
+    if constexpr (SM) {
+        static size_t occ_sm = 0;
+        static unsigned resident = 0;
+        if (mmq_optin(kern, sm, opted) || mmq_resident(kern, sm, occ_sm, resident)) return -1;
+        grid.x = grid.x < resident ? grid.x : resident;
     }
-    int dev = 0, per_sm = 0;
-    if (!nsm && (CU_CHECK(cudaGetDevice(&dev)) ||
-                 CU_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev))))
-        return -1;
-    if (CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MM_WARPS * 32, sm))) return -1;
-    const unsigned resident = (unsigned)(nsm * (per_sm > 0 ? per_sm : 1));
-    grid.x = grid.x < resident ? grid.x : resident;
     return mmq_go(kern, grid, L, sm, opted);
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
@@ -99,27 +110,23 @@ static inline bool mmq_vec_sm() {
     static const bool sm = mmq_env_int("RL_CUDA_MMQ_SM", 0) == 1;
     return sm;
 }
-template <int TYPE, int RS> static int mmq_go_vec_sm_nr(dim3 grid, const mm_launch &L, bool gateup) {
-    if (mmq_vec_nr() == 1)
-        return gateup ? mmq_go_vec_sm<TYPE, true, 1, RS>(grid, L) : mmq_go_vec_sm<TYPE, false, 1, RS>(grid, L);
-    return gateup ? mmq_go_vec_sm<TYPE, true, 2, RS>(grid, L) : mmq_go_vec_sm<TYPE, false, 2, RS>(grid, L);
-}
-// The launch of a (PF, RS, ST) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
-template <int TYPE, int TT, bool PF, int RS, bool ST = false>
+// The launch of a (PF, RS, ST, SM) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
+template <int TYPE, int TT, bool PF, int RS, bool ST = false, bool SM = false>
 static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
     if (mmq_vec_nr() == 1)
-        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS, ST>(grid, L)
-                      : mmq_go_vec<TYPE, TT, false, 1, PF, RS, ST>(grid, L);
-    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS, ST>(grid, L) : mmq_go_vec<TYPE, TT, false, 2, PF, RS, ST>(grid, L);
+        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS, ST, SM>(grid, L)
+                      : mmq_go_vec<TYPE, TT, false, 1, PF, RS, ST, SM>(grid, L);
+    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS, ST, SM>(grid, L)
+                  : mmq_go_vec<TYPE, TT, false, 2, PF, RS, ST, SM>(grid, L);
 }
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if constexpr (TT == 1) {
         const int rs = mmq_vec_rs(L.n_in);
         const size_t stb = mmq_vec_st_bytes(L.seg[0].row_bytes, mmq_vec_nr() * rs, gateup);
         if (mmq_vec_sm() && !L.grouped && L.T == 1 && stb && 2 * stb <= MMQ_ST_MAX) {
-            if (rs == 2) return mmq_go_vec_sm_nr<TYPE, 2>(grid, L, gateup);
-            if (rs == 4) return mmq_go_vec_sm_nr<TYPE, 4>(grid, L, gateup);
-            return mmq_go_vec_sm_nr<TYPE, 1>(grid, L, gateup);
+            if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true, true>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4, true, true>(grid, L, gateup);
+            return mmq_go_vec_nr<TYPE, 1, false, 1, true, true>(grid, L, gateup);
         }
         if (mmq_vec_st() && stb) {
             if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true>(grid, L, gateup);
