@@ -53,6 +53,19 @@ __device__ __forceinline__ double block_sumd(double v, double *sh) {
     return sh[0];
 }
 
+// Whether this block is the last of n blocks to count itself on counter (zeroed; the last block puts
+// it back after its extra step, ready for the next launch). Every thread of the block calls it after
+// its stores; the last block then sees the stores of all n (fences before the count and after it).
+__device__ __forceinline__ bool block_last(unsigned *counter, unsigned n) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == n - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 

@@ -311,13 +311,7 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
         }
     }
     if constexpr (SPLIT > 1) { // the head's last block normalises its outputs
-        __shared__ bool last;
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(ctr + h, 1u) == SPLIT - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
+        if (!block_last(ctr + h, SPLIT)) return;
         if (w == 0) {
             float v[DPL];
 #pragma unroll

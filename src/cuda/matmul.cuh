@@ -221,13 +221,7 @@ __device__ __forceinline__ void mm_body(const cu_qtabs &tb, const mm_launch &a) 
 // its stores; the last one runs the per-row step on segment 0's output row.
 __device__ __forceinline__ void mm_tail(const mm_launch &a) {
     __shared__ double red[32];
-    __shared__ bool last;
-    __threadfence(); // this thread's stores of y before the count
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.tail.counter, 1u) == gridDim.x * gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!block_last(a.tail.counter, gridDim.x * gridDim.y)) return;
     const cu_seg &s0 = a.seg[0];
     if (a.tail.kind == CU_TAIL_ADD_NORM) {
         add_rmsnorm_row(a.tail.x, s0.y, a.tail.w, a.tail.out, s0.n_out, a.tail.eps, red);

@@ -108,15 +108,9 @@ __global__ void __launch_bounds__(COMB_THREADS)
                         const float *__restrict__ sh_gate, const float *xn, float *y, float *x, int D,
                         const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
     __shared__ double red[32];
-    __shared__ bool last;
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
     combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, 0, i, D, red);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!block_last(counter, gridDim.x)) return;
     add_rmsnorm_row(x, NULL, w_next, out, D, eps, red);
     if (threadIdx.x == 0) *counter = 0; // ready for the next launch (graph replays)
 }
