@@ -20,8 +20,9 @@
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
  * RL_CUDA_DN_SPLIT=1 (the decode DeltaNet step of a value head over 4 blocks, same bits; written
- * 2026-12-02 after the GPU time was spent: not yet run), RL_CUDA_MERGE=warp (the previous decode attention merge, a warp per (row, head); the default is a
- * thread per dim, same bits: 12-layer decode at 32K depth +1-2 % on the H200, 2026-12-02),
+ * 2026-12-02 after the GPU time was spent: not yet run), RL_CUDA_MERGE=warp (the previous decode
+ * attention merge, a warp per (row, head); the default is a thread per dim, same bits: 12-layer
+ * decode at 32K depth +1-2 % on the H200, 2026-12-02),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;

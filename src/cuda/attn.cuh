@@ -46,12 +46,11 @@ __device__ __forceinline__ void attn_finish(const float *O, float L, const float
 // row's (M, L) chain itself (merge_step's operations, so the same values in every thread) and its
 // dims' O chains. The chains are serial, their loads are not: PF partials are loaded before they are
 // merged. The operations and their order are merge_step's whatever PT and PF, so every shape gives
-// the same bits. The default is a warp per (row, head) (PT = DPL) with 8 partials in flight (H200,
-// 12-layer Q4_K_M, decode at 32K depth: 603 -> 615-629 tok/s over one at a time); there it still
-// takes ~27 us per layer, as long as the split kernel (16 warps on the GPU), hence the wide shape,
-// a thread per dim with 16 in flight (cu_attn_dims.merge_wide, the default since 2026-12-02:
-// 12-layer decode at 32K depth CF2 596-605 -> 608-609, Q4_K_M 615-625 -> 626-634 tok/s;
-// RL_CUDA_MERGE=warp keeps the warp shape).
+// the same bits. A warp per (row, head) (PT = DPL) with 8 partials in flight (H200, 12-layer Q4_K_M,
+// decode at 32K depth: 603 -> 615-629 tok/s over one at a time) still took ~27 us per layer, as long
+// as the split kernel (16 warps on the GPU); hence the default, a thread per dim with 16 in flight
+// (cu_attn_dims.merge_wide, since 2026-12-02: 12-layer decode at 32K depth CF2 596-605 -> 608-609,
+// Q4_K_M 615-625 -> 626-634 tok/s; RL_CUDA_MERGE=warp keeps the warp shape).
 template <int DPL, int PT, int PF>
 __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, const float *__restrict__ qg,
                                                              const int *pos0, const float *__restrict__ part, int nch,

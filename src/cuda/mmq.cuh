@@ -306,9 +306,10 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     const cu_seg *sgp = SM ? a.seg : a.seg + at.si;
     int rb0 = SM ? 0 : at.r0 + rs * NR; // this lane's row set: rows rb0 .. rb0 + NR - 1
     const uint8_t *wr[NW]; // plain: rows rb0 + i; gate/up: gate rows i < NR, up rows NR + i
-    // the warp's staged rows (ST, SM): one matrix's slice, and the warp's part of shared memory
-    const size_t wb = ST || SM ? mmq_vec_st_slice(sgp->row_bytes, NR * RS) : 0;
-    uint8_t *const mine = mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wb * (GU ? 2 : 1) * (SM ? 2 : 1);
+    // the warp's staged rows (ST, SM): wb bytes of one matrix's rows, wslice with the up rows (gate/up),
+    // and the warp's part of shared memory (SM: two slices)
+    const size_t wb = ST || SM ? mmq_vec_st_slice(sgp->row_bytes, NR * RS) : 0, wslice = wb * (GU ? 2 : 1);
+    uint8_t *const mine = mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wslice * (SM ? 2 : 1);
     // copy the rows of the warp at t (where == 2) into the slice at dst, one commit group either way
     auto stage = [&](const mmq_at &t, int w2, uint8_t *dst) {
         if (w2 == 2) {
@@ -386,81 +387,81 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     };
     // this warp's rows times the tile (cur: super-block 0 loaded), stored by the first lane of each row set
     auto rows = [&]() {
-    const cu_seg &sg = *sgp;
-    const float *syd = mmq_scales_of(mmq_sm, a.n_in, TT);
-    float acc[NW][TT];
+        const cu_seg &sg = *sgp;
+        const float *syd = mmq_scales_of(mmq_sm, a.n_in, TT);
+        float acc[NW][TT];
 #pragma unroll
-    for (int i = 0; i < NW; i++)
+        for (int i = 0; i < NW; i++)
 #pragma unroll
-        for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
-    for (int ib0 = 0; ib0 < nsb; ib0 += GPR) {
-        const int ib = ib0 + qq;
-        const bool on = ib < nsb;
-        if constexpr (PF) {
-            if (ib0 + GPR < nsb) load_w(nxt, ib0 + GPR);
-        } else {
-            if (ib0) load_w(cur, ib0);
-        }
-        const auto &wq = cur.wq;
-        const auto &sc = cur.sc;
-        const auto &mn = cur.mn;
-        const auto &mq = cur.mq;
-        const auto &dd = cur.dd;
-        const auto &dm = cur.dm;
-#pragma unroll
-        for (int t = 0; t < TT; t++) {
-            int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
-            float yd = 0.0f;
-            if (on) {
-                const uint4 *src = (const uint4 *)(mmq_sm + (size_t)t * xs + 256 * ib + 32 * j);
-                const uint4 u0 = src[0], u1 = src[1];
-                xq[0] = (int)u0.x; xq[1] = (int)u0.y; xq[2] = (int)u0.z; xq[3] = (int)u0.w;
-                xq[4] = (int)u1.x; xq[5] = (int)u1.y; xq[6] = (int)u1.z; xq[7] = (int)u1.w;
-                yd = syd[t * nsb + ib];
+            for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
+        for (int ib0 = 0; ib0 < nsb; ib0 += GPR) {
+            const int ib = ib0 + qq;
+            const bool on = ib < nsb;
+            if constexpr (PF) {
+                if (ib0 + GPR < nsb) load_w(nxt, ib0 + GPR);
+            } else {
+                if (ib0) load_w(cur, ib0);
             }
+            const auto &wq = cur.wq;
+            const auto &sc = cur.sc;
+            const auto &mn = cur.mn;
+            const auto &mq = cur.mq;
+            const auto &dd = cur.dd;
+            const auto &dm = cur.dm;
 #pragma unroll
-            for (int w = 0; w < 8; w++) qsum = __dp4a(xq[w], 0x01010101, qsum);
-#pragma unroll
-            for (int i = 0; i < NW; i++) {
-                int lo = 0, hi = 0;
-#pragma unroll
-                for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
-#pragma unroll
-                for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
-                int isum = TYPE == T_Q6_K || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
-                int summs = mn[i] * qsum;
-                if constexpr (TYPE == T_IQ1_M) {
-                    summs = 0;
-#pragma unroll
-                    for (int w = 0; w < 8; w++) summs = __dp4a(mq[i][w], xq[w], summs);
+            for (int t = 0; t < TT; t++) {
+                int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
+                float yd = 0.0f;
+                if (on) {
+                    const uint4 *src = (const uint4 *)(mmq_sm + (size_t)t * xs + 256 * ib + 32 * j);
+                    const uint4 u0 = src[0], u1 = src[1];
+                    xq[0] = (int)u0.x; xq[1] = (int)u0.y; xq[2] = (int)u0.z; xq[3] = (int)u0.w;
+                    xq[4] = (int)u1.x; xq[5] = (int)u1.y; xq[6] = (int)u1.z; xq[7] = (int)u1.w;
+                    yd = syd[t * nsb + ib];
                 }
 #pragma unroll
-                for (int o = 1; o < 8; o <<= 1) {
-                    isum += __shfl_xor_sync(FULL_MASK, isum, o);
-                    if constexpr (M2) summs += __shfl_xor_sync(FULL_MASK, summs, o);
-                }
-                const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
+                for (int w = 0; w < 8; w++) qsum = __dp4a(xq[w], 0x01010101, qsum);
 #pragma unroll
-                for (int g = 0; g < GPR; g++) {
-                    const float tg = __shfl_sync(FULL_MASK, term, 8 * (rs * GPR + g));
-                    if (ib0 + g < nsb) acc[i][t] = acc[i][t] + tg;
+                for (int i = 0; i < NW; i++) {
+                    int lo = 0, hi = 0;
+#pragma unroll
+                    for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
+#pragma unroll
+                    for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
+                    int isum = TYPE == T_Q6_K || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
+                    int summs = mn[i] * qsum;
+                    if constexpr (TYPE == T_IQ1_M) {
+                        summs = 0;
+#pragma unroll
+                        for (int w = 0; w < 8; w++) summs = __dp4a(mq[i][w], xq[w], summs);
+                    }
+#pragma unroll
+                    for (int o = 1; o < 8; o <<= 1) {
+                        isum += __shfl_xor_sync(FULL_MASK, isum, o);
+                        if constexpr (M2) summs += __shfl_xor_sync(FULL_MASK, summs, o);
+                    }
+                    const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
+#pragma unroll
+                    for (int g = 0; g < GPR; g++) {
+                        const float tg = __shfl_sync(FULL_MASK, term, 8 * (rs * GPR + g));
+                        if (ib0 + g < nsb) acc[i][t] = acc[i][t] + tg;
+                    }
                 }
             }
+            if constexpr (PF) cur = nxt;
         }
-        if constexpr (PF) cur = nxt;
-    }
-    if (RS == 1 ? lane != 0 : j || qq) return; // the first lane of each row set stores its rows
+        if (RS == 1 ? lane != 0 : j || qq) return; // the first lane of each row set stores its rows
 #pragma unroll
-    for (int i = 0; i < NR; i++) {
-        if (rb0 + i >= sg.n_out) break;
+        for (int i = 0; i < NR; i++) {
+            if (rb0 + i >= sg.n_out) break;
 #pragma unroll
-        for (int t = 0; t < TT; t++) {
-            if (t >= at.count) break;
-            const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
-                                 : mmq_out<TYPE>(acc[i][t]);
-            mmq_store(a, sg, rb0 + i, at.start + t, val);
+            for (int t = 0; t < TT; t++) {
+                if (t >= at.count) break;
+                const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
+                                     : mmq_out<TYPE>(acc[i][t]);
+                mmq_store(a, sg, rb0 + i, at.start + t, val);
+            }
         }
-    }
     };
     if constexpr (!SM) {
         if (!ST && where == 2) load_w(cur, 0); // in flight while the tile is quantised (ST: the copies are)
@@ -482,14 +483,14 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
         int k = 0;
         for (int bx = blockIdx.x; bx < nvb; bx += gridDim.x, k ^= 1) {
             const int bn = bx + (int)gridDim.x;
-            stage(nx, bn < nvb ? mmq_locate(a, NR * RS, TT, nx, bn) : 0, mine + (k ^ 1) * wb * (GU ? 2 : 1));
+            stage(nx, bn < nvb ? mmq_locate(a, NR * RS, TT, nx, bn) : 0, mine + (k ^ 1) * wslice);
             __pipeline_wait_prior(1); // this thread's copies of bx
             __syncwarp();             // and the warp's
             where = mmq_locate(a, NR * RS, TT, at, bx);
             if (where == 2) {
                 sgp = a.seg + at.si;
                 rb0 = at.r0 + rs * NR;
-                uint8_t *const buf = mine + k * wb * (GU ? 2 : 1);
+                uint8_t *const buf = mine + k * wslice;
                 point(buf, buf + wb, at.r0);
                 load_w(cur, 0);
                 rows();
