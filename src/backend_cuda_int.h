@@ -126,7 +126,7 @@ struct backend_ctx {
      * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back) */
     int fuse;
     unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
-    bool dn_split; /* RL_CUDA_DN_SPLIT=1: the decode DeltaNet step of a value head over 4 blocks */
+    bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
 

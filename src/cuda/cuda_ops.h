@@ -241,7 +241,7 @@ int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float 
                     size_t stride, const int *row_slot, cudaStream_t s);
 /* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. ctr NULL: one
  * block per value head; else d->hv counters (zeroed; each launch puts them back): the head spread over
- * 4 blocks, the last one normalising (same bits; RL_CUDA_DN_SPLIT=1 in the backend). */
+ * 4 blocks, the last one normalising (same bits; the backend's default, RL_CUDA_DN_SPLIT=0 one block). */
 int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
                unsigned *ctr, cudaStream_t s);
 

@@ -249,7 +249,7 @@ template <int DPL> __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const floa
 // ---- decode: everything of one value head in one block -------------------------------------
 //
 // SPLIT 1: one block of STEP_WARPS warps per value head (hv blocks: 32 of the H200's 132 SMs for
-// the 80B). SPLIT > 1 (cu_dn_step with counters, RL_CUDA_DN_SPLIT=1): the head's warps spread over
+// the 80B). SPLIT > 1 (cu_dn_step with counters, the default; RL_CUDA_DN_SPLIT=0 one block): the head's warps spread over
 // SPLIT blocks, each block the warps blockIdx.y * STEP_WARPS / SPLIT .. of the one-block kernel with
 // their columns (the same per-column arithmetic; q, k and the gates computed again in every block,
 // the same operations); the columns' outputs go to o, and the head's last block (a counter per

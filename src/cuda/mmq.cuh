@@ -289,11 +289,11 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // flight and 4 blocks per SM, register-bound, move ~1.1 TB/s on the H200). The same bytes reach the
 // same arithmetic, so the same bits (test_cuda_ops / engine / verify on the H200, 2026-12-02: the
 // default since; staged decode is 13-16 % faster on 12-layer CF2 and Q4_K_M files).
-// SM (streaming: dense one-token launches, RL_CUDA_MMQ_SM=1; ST's copies, two slices per warp): a grid
+// SM (streaming: dense one-token launches, the default; RL_CUDA_MMQ_SM=0 off; ST's copies, two slices per warp): a grid
 // of only the blocks that fit on the GPU; each quantises its input once and walks the row blocks bx,
 // bx + gridDim.x, ..., copying the next block's rows into one slice while multiplying the other's.
-// Each row block's arithmetic is ST's, so the same bits (written 2026-12-02 after the GPU time: not
-// yet run).
+// Each row block's arithmetic is ST's, so the same bits (test_cuda_ops / engine on the H200,
+// 2026-12-02 session 11).
 template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST, bool SM>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes, GPR = 4 / RS; // GPR: lane groups per row set

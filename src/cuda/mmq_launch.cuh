@@ -105,9 +105,11 @@ static inline bool mmq_vec_st() {
     static const bool st = mmq_env_int("RL_CUDA_MMQ_ST", 1) == 1;
     return st;
 }
-// Dense one-token launches streamed (k_mmq_vec's SM): RL_CUDA_MMQ_SM=1 (default 0; same bits).
+// Dense one-token launches streamed (k_mmq_vec's SM): the default, RL_CUDA_MMQ_SM=0 gives one
+// block per row block (same bits). H200 2026-12-02 (session 11), 12-layer calibrated decode: CF2
+// 810 -> 837-839 tok/s, Q4_K_M 829-848 -> 875; with the split DeltaNet step 844-847 / 900-904.
 static inline bool mmq_vec_sm() {
-    static const bool sm = mmq_env_int("RL_CUDA_MMQ_SM", 0) == 1;
+    static const bool sm = mmq_env_int("RL_CUDA_MMQ_SM", 1) == 1;
     return sm;
 }
 // The launch of a (PF, RS, ST, SM) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.

@@ -646,7 +646,7 @@ int main(void) {
         test_mmq_tc(KQ[i], 768);
         test_mmq_tc(KQ[i], 9 * 256);
     }
-    test_mmq_many_rows(QT_Q4_K, 1024, 40003); /* one token, 5,000 row blocks (RL_CUDA_MMQ_SM=1: many per block) */
+    test_mmq_many_rows(QT_Q4_K, 1024, 40003); /* one token, 5,000 row blocks (streamed, the default: many per block) */
     test_mmq_many_rows(QT_Q6_K, 512, 30001);  /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
     test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
     test_tail_add_norm(); /* Q4_K one-row launch + tail */

@@ -161,7 +161,7 @@ static void test_mmq_tc(uint32_t type, int n_in) {
 }
 
 /* One-token launches over many rows (n_out in two segments split at an odd row): every output equals
- * vec_dot(row, q8_K(x)) bit for bit. Enough rows that a streaming launch (RL_CUDA_MMQ_SM=1: as many
+ * vec_dot(row, q8_K(x)) bit for bit. Enough rows that a streaming launch (the default, RL_CUDA_MMQ_SM: as many
  * blocks as fit on the GPU, each walking several row blocks with two staged slices per warp) takes
  * several trips through both slices, the last row block partial; gate/up too (silu(g) * u against the
  * two plain launches). */
