@@ -105,3 +105,80 @@ def test_braced_form_compiles_right(tmp_path):
                    .replace("                    kw[h] = sc[h * 8 + s];\n                }\n",
                             "                    kw[h] = sc[h * 8 + s];\n                }}\n", 1))
     assert braced > 1, "the braced form lost its loads too"
+
+
+# ---- programmatic dependent launch (common.cuh): every kernel waits in pdl_enter -----------------
+#
+# With RL_CUDA_PDL=1 a kernel may start before the one before it in the stream has finished; a kernel
+# that never calls pdl_enter would read stale inputs (or overwrite what its predecessor still reads)
+# on some runs only. So: every launch goes through cu_go (no <<< >>> left), and every __global__
+# function calls pdl_enter in its body or in the *_body function it calls first.
+
+def _strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def _bodies(text):
+    """(name, body text) of each __global__ function in text (comments removed)."""
+    text = _strip_comments(text)
+    out = []
+    for m in re.finditer(r"__global__", text):
+        b = text.index("{", m.end())
+        head = text[m.end():b]
+        name = re.search(r"void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)", head).group(1)
+        depth, j = 0, b
+        while True:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        out.append((name, text[b:j + 1]))
+    return out
+
+
+def kernels_without_pdl_enter(text):
+    """Names of the __global__ functions of text whose body neither calls pdl_enter nor calls a
+    function named *_body that (defined in text) does."""
+    clean = _strip_comments(text)
+    bad = []
+    for name, body in _bodies(text):
+        if "pdl_enter(" in body:
+            continue
+        ok = False
+        for callee in re.findall(r"\b(\w+_body)\s*<", body) + re.findall(r"\b(\w+_body)\s*\(", body):
+            d = re.search(r"\b" + callee + r"\s*\([^;{]*\)\s*\{", clean)
+            if d:
+                i, depth = d.end() - 1, 0
+                j = i
+                while True:
+                    depth += {"{": 1, "}": -1}.get(clean[j], 0)
+                    if depth == 0:
+                        break
+                    j += 1
+                ok = ok or "pdl_enter(" in clean[i:j]
+        if not ok:
+            bad.append(name)
+    return bad
+
+
+def test_pdl_detector():
+    assert kernels_without_pdl_enter("__global__ void k_a(int *o) {\n    pdl_enter();\n    o[0] = 1;\n}\n") == []
+    assert kernels_without_pdl_enter("__global__ void k_a(int *o) {\n    // pdl_enter();\n    o[0] = 1;\n}\n") == ["k_a"]
+    body = ("template <int T> __device__ void k_b_body(int *o) {\n    if (T) pdl_enter();\n    o[0] = T;\n}\n"
+            "template <int T> __global__ void k_b(int *o) {\n    k_b_body<T>(o);\n}\n")
+    assert kernels_without_pdl_enter(body) == []
+    assert kernels_without_pdl_enter(body.replace("if (T) pdl_enter();", "")) == ["k_b"]
+
+
+def test_cuda_kernels_wait_for_their_inputs():
+    bad, launches = [], []
+    for path in sorted(glob.glob(os.path.join(ROOT, "src", "cuda", "*.cu*"))):
+        with open(path) as f:
+            text = f.read()
+        rel = os.path.relpath(path, ROOT)
+        bad += [f"{rel}: {k}" for k in kernels_without_pdl_enter(text)]
+        if "<<<" in _strip_comments(text):
+            launches.append(rel)
+    assert not bad, "call pdl_enter before the kernel reads its inputs (common.cuh): " + ", ".join(bad)
+    assert not launches, "launch through cu_go (common.cuh), not <<< >>>: " + ", ".join(launches)

@@ -48,6 +48,7 @@ template <int DPL, typename KV>
 __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float *__restrict__ v,
                                const float *__restrict__ qn, const float *__restrict__ kn, const int *pos0, KV *kc,
                                KV *vc) {
+    pdl_enter();
     constexpr int HD = DPL * 32;
     __shared__ float buf[32][HD];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, t = blockIdx.x;
@@ -261,6 +262,7 @@ __device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, 
 template <int DPL, typename KV>
 __global__ void k_attn_split(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
                              const KV *__restrict__ vc, const int *pos0, float *part, int nch) {
+    pdl_enter();
     constexpr int HD = DPL * 32;
     extern __shared__ float qsm[]; // [G][HD]
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
@@ -288,6 +290,7 @@ __global__ void k_attn_split(cu_attn_dims a, const float *__restrict__ qg, const
 template <int DPL, typename KV>
 __global__ void k_attn_split_grouped(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
                                      const KV *__restrict__ vc, const int *pos0, float *part, int nch) {
+    pdl_enter();
     constexpr int HD = DPL * 32;
     extern __shared__ float smg[]; // [G][HD] queries, then the staged slice
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
@@ -326,6 +329,7 @@ __global__ void k_attn_split_grouped(cu_attn_dims a, const float *__restrict__ q
 template <int DPL, typename KV, bool STAGED>
 __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
                                const KV *__restrict__ vc, const int *pos0, int T, float *o) {
+    pdl_enter();
     constexpr int HD = DPL * 32;
     extern __shared__ float qsm[]; // [warps][PF_RT][HD] (STAGED: then the staged slice)
     const int kvh = blockIdx.y, t0 = blockIdx.x * PF_RT;
@@ -412,6 +416,7 @@ template <int DPL, typename KV>
 __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_dims a, const float *__restrict__ qg,
                                                                    const KV *__restrict__ kc, const KV *__restrict__ vc,
                                                                    const int *pos0p, int T, float *o) {
+    pdl_enter();
     using P = pt_smem<DPL, KV>;
     constexpr int HD = P::HD, QLD = P::QLD, KLD = P::KLD, SLD = P::SLD;
     extern __shared__ __align__(16) uint8_t pt_sm[];
@@ -551,9 +556,9 @@ static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v,
                      const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
     const int threads = 32 * (a->H + a->Hkv);
     if (a->kv_f16)
-        k_qk_norm_rope<DPL, __half><<<T, threads, 0, s>>>(*a, qg, k, v, qn, kn, pos0, (__half *)kc, (__half *)vc);
+        cu_go(k_qk_norm_rope<DPL, __half>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (__half *)kc, (__half *)vc);
     else
-        k_qk_norm_rope<DPL, float><<<T, threads, 0, s>>>(*a, qg, k, v, qn, kn, pos0, (float *)kc, (float *)vc);
+        cu_go(k_qk_norm_rope<DPL, float>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (float *)kc, (float *)vc);
     CU_LAUNCHED("k_qk_norm_rope");
     return 0;
 }
@@ -579,7 +584,7 @@ static int pf_launch(const cu_attn_dims *a, dim3 grid, int gs, size_t smem, cons
                      const void *vc, const int *pos0, int T, float *o, cudaStream_t s) {
     static size_t allowed; /* per instantiation */
     if (smem_allow(k_attn_prefill<DPL, KV, STAGED>, smem, &allowed)) return -1;
-    k_attn_prefill<DPL, KV, STAGED><<<grid, 32 * gs, smem, s>>>(*a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+    cu_go(k_attn_prefill<DPL, KV, STAGED>, grid, 32 * gs, smem, s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
     CU_LAUNCHED("k_attn_prefill");
     return 0;
 }
@@ -594,14 +599,12 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         const size_t smem = G * HD * sizeof(float) + stage_ld<DPL, KV>::bytes;
         static size_t allowed; /* per instantiation (large groups at hd 256) */
         if (smem_allow(k_attn_split_grouped<DPL, KV>, smem, &allowed)) return -1;
-        k_attn_split_grouped<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, smem, s>>>(
-            *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        cu_go(k_attn_split_grouped<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, smem, s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split_grouped");
         if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
-        k_attn_split<DPL, KV><<<dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s>>>(
-            *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        cu_go(k_attn_split<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split");
         if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (a->prefill_tiled) {
@@ -609,8 +612,7 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         static size_t allowed; /* per instantiation */
         if (smem_allow(k_attn_prefill_tiled<DPL, KV>, P::bytes, &allowed)) return -1;
         const int rtq = PT_ROWS / G;
-        k_attn_prefill_tiled<DPL, KV><<<dim3((T + rtq - 1) / rtq, a->Hkv), PT_THREADS, P::bytes, s>>>(
-            *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        cu_go(k_attn_prefill_tiled<DPL, KV>, dim3((T + rtq - 1) / rtq, a->Hkv), PT_THREADS, P::bytes, s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
         CU_LAUNCHED("k_attn_prefill_tiled");
     } else {
         const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */

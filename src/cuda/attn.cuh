@@ -55,6 +55,7 @@ template <int DPL, int PT, int PF>
 __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, const float *__restrict__ qg,
                                                              const int *pos0, const float *__restrict__ part, int nch,
                                                              float *o) {
+    pdl_enter();
     constexpr int HD = DPL * 32;
     const int t = blockIdx.x, h = blockIdx.y, d0 = threadIdx.x * PT;
     const int n = (*pos0 + t) / CH + 1;
@@ -88,9 +89,9 @@ template <int DPL>
 static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part, int nch,
                              int T, float *o, cudaStream_t s) {
     if (a->merge_wide)
-        k_attn_merge<DPL, 1, 16><<<dim3(T, a->H), DPL * 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+        cu_go(k_attn_merge<DPL, 1, 16>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
     else
-        k_attn_merge<DPL, DPL, 8><<<dim3(T, a->H), 32, 0, s>>>(*a, qg, pos0, part, nch, o);
+        cu_go(k_attn_merge<DPL, DPL, 8>, dim3(T, a->H), 32, 0, s, *a, qg, pos0, part, nch, o);
     CU_LAUNCHED("k_attn_merge");
     return 0;
 }

@@ -202,6 +202,7 @@ template <int HD>
 __global__ void __launch_bounds__(TC_THREADS) k_attn_tc_split(cu_attn_dims a, const float *__restrict__ qg,
                                                              const __half *__restrict__ kc, const __half *__restrict__ vc,
                                                              const int *pos0, float *part, int nch) {
+    pdl_enter();
     using P = tc_smem<HD, 1>;
     constexpr int NV = tc_nv<HD, 1>::n;
     extern __shared__ __align__(16) uint8_t tc_sm[];
@@ -240,6 +241,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) k_attn_tc_prefill(cu_attn_dims 
                                                                   const __half *__restrict__ kc,
                                                                   const __half *__restrict__ vc, const int *pos0p, int T,
                                                                   float *o) {
+    pdl_enter();
     using P = tc_smem<HD, TC_MT>;
     constexpr int NV = tc_nv<HD, TC_MT>::n;
     extern __shared__ __align__(16) uint8_t tc_sm[];
@@ -303,7 +305,7 @@ static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, c
         const int nch = (a->n_ctx + CH - 1) / CH;
         static size_t allowed;
         if (smem_allow(k_attn_tc_split<HD>, P::bytes, &allowed)) return -1;
-        k_attn_tc_split<HD><<<dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s>>>(*a, qg, kc, vc, pos0, part, nch);
+        cu_go(k_attn_tc_split<HD>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_tc_split");
         if (attn_merge_launch<HD / 32>(a, qg, pos0, part, nch, T, o, s)) return -1;
         return 0;
@@ -312,7 +314,7 @@ static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, c
     const int rtq = P::R / (a->H / a->Hkv);
     static size_t allowed;
     if (smem_allow(k_attn_tc_prefill<HD>, P::bytes, &allowed)) return -1;
-    k_attn_tc_prefill<HD><<<dim3((T + rtq - 1) / rtq, a->Hkv), TC_THREADS, P::bytes, s>>>(*a, qg, kc, vc, pos0, T, o);
+    cu_go(k_attn_tc_prefill<HD>, dim3((T + rtq - 1) / rtq, a->Hkv), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, T, o);
     CU_LAUNCHED("k_attn_tc_prefill");
     return 0;
 }

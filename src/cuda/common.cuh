@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 #include "cuda_ops.h"
@@ -18,6 +19,51 @@
     } while (0)
 
 #define FULL_MASK 0xffffffffu
+
+// ---- programmatic dependent launch (PDL, sm_90) --------------------------------------------------
+//
+// RL_CUDA_PDL=1: every kernel is launched (cu_go) with programmatic stream serialisation, so the next
+// kernel of the stream may be launched before this one ends: its blocks become resident as this
+// one's leave, do what needs no result of the kernels before them (a dense GEMV copies its weight
+// rows) and wait in pdl_enter until the previous grid has completed and its stores are visible.
+// The contract, for every kernel: pdl_enter runs before the first read of anything a kernel before
+// it wrote and before the first store to global memory; before it, only weights (written once at
+// load) may be read. tests/test_cuda_source.py checks that every kernel calls it. pdl_enter also
+// lets the next kernel launch (launch_dependents) once every block of this one has passed it; a
+// kernel launched without the attribute, or with no kernel before it, returns from the wait at once.
+// Same arithmetic either way: same bits.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches carry the PDL attribute: RL_CUDA_PDL=1 (default 0), read once per file.
+static inline bool cu_pdl() {
+    static const int on = [] {
+        const char *e = getenv("RL_CUDA_PDL");
+        return e && atoi(e) == 1 ? 1 : 0;
+    }();
+    return on;
+}
+
+// Launch kern<<<grid, block, sm, s>>>(args...) (with the PDL attribute when cu_pdl()); errors are
+// left for cudaGetLastError (CU_LAUNCHED) as with <<< >>>.
+template <typename... P, typename... A>
+static inline void cu_go(void (*kern)(P...), dim3 grid, dim3 block, size_t sm, cudaStream_t s, A... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = sm;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = cu_pdl() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kern, args...);
+}
 
 // Butterfly sums: every lane ends with the same value, summed in one fixed tree.
 __device__ __forceinline__ float warp_sum(float v) {

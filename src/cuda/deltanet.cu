@@ -77,6 +77,7 @@ __device__ __forceinline__ void gnorm_lanes(float *o, const float *w, const floa
 template <int KW>
 __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u, float *state, int T,
                           float *snap, size_t stride, const int *row_slot) {
+    pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d.C) return;
     const int t0 = blockIdx.y * DN_CONV_ROWS, t1 = min(T, t0 + DN_CONV_ROWS);
@@ -120,10 +121,10 @@ extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, fl
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     const dim3 blocks((d->C + 127) / 128, T > 0 ? (T + DN_CONV_ROWS - 1) / DN_CONV_ROWS : 1);
     switch (d->kw) {
-    case 2: k_dn_conv<2><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
-    case 3: k_dn_conv<3><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
-    case 4: k_dn_conv<4><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
-    case 5: k_dn_conv<5><<<blocks, 128, 0, s>>>(*d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 2: cu_go(k_dn_conv<2>, blocks, 128, 0, s, *d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 3: cu_go(k_dn_conv<3>, blocks, 128, 0, s, *d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 4: cu_go(k_dn_conv<4>, blocks, 128, 0, s, *d, in, ldi, u, state, T, snap, stride, row_slot); break;
+    case 5: cu_go(k_dn_conv<5>, blocks, 128, 0, s, *d, in, ldi, u, state, T, snap, stride, row_slot); break;
     default: return rl_seterr("CUDA DeltaNet: conv kernel width %d is not supported (2..5)", d->kw);
     }
     CU_LAUNCHED("k_dn_conv");
@@ -137,6 +138,7 @@ extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *
 // ---- prep: one block per row; warps over the 2*hk q/k head vectors, then the gates -------
 
 template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, float *ab) {
+    pdl_enter();
     const int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float *ut = u + (size_t)t * d.C;
     for (int vi = w; vi < 2 * d.hk; vi += nw) {
@@ -179,6 +181,7 @@ template <int KPL>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
               float *snap, size_t stride, const int *row_slot) {
+    pdl_enter();
     __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
     const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_WARPS, c = c0 + (threadIdx.x >> 5);
     const int g = h / (d.hv / d.hk), dk = 32 * KPL;
@@ -234,6 +237,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
 // ---- gated norm: warp per (row, value head) ------------------------------------------------
 
 template <int DPL> __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const float *__restrict__ z, int ldz, int T) {
+    pdl_enter();
     const int lane = threadIdx.x & 31, wi = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (wi >= T * d.hv) return;
     const int t = wi / d.hv, h = wi % d.hv;
@@ -260,6 +264,7 @@ template <int KPL, int DPL, int SPLIT>
 __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
     k_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba, const float *__restrict__ z,
               float *ssm, float *o, unsigned *ctr) {
+    pdl_enter();
     __shared__ float qk[2][KPL * 32];
     __shared__ float ov[SPLIT == 1 ? DPL * 32 : 1];
     __shared__ float gates[2];
@@ -353,8 +358,8 @@ static int check(const cu_dn_dims *d) {
 extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s) {
     if (check(d)) return -1;
     const int threads = 32 * min(32, 2 * d->hk);
-    BY_PL(d->dk, (k_dn_prep<1><<<T, threads, 0, s>>>(*d, u, ba, ab)), (k_dn_prep<2><<<T, threads, 0, s>>>(*d, u, ba, ab)),
-          (k_dn_prep<4><<<T, threads, 0, s>>>(*d, u, ba, ab)));
+    BY_PL(d->dk, (cu_go(k_dn_prep<1>, T, threads, 0, s, *d, u, ba, ab)), (cu_go(k_dn_prep<2>, T, threads, 0, s, *d, u, ba, ab)),
+          (cu_go(k_dn_prep<4>, T, threads, 0, s, *d, u, ba, ab)));
     CU_LAUNCHED("k_dn_prep");
     return 0;
 }
@@ -363,9 +368,9 @@ extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float 
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
     dim3 grid(d->hv, (d->dv + SCAN_WARPS - 1) / SCAN_WARPS);
-    BY_PL(d->dk, (k_dn_scan<1><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (k_dn_scan<2><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (k_dn_scan<4><<<grid, SCAN_WARPS * 32, 0, s>>>(*d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    BY_PL(d->dk, (cu_go(k_dn_scan<1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
@@ -378,8 +383,8 @@ extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, 
 extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s) {
     if (check(d)) return -1;
     const int blocks = (T * d->hv + 7) / 8;
-    BY_PL(d->dv, (k_dn_gnorm<1><<<blocks, 256, 0, s>>>(*d, o, z, ldz, T)),
-          (k_dn_gnorm<2><<<blocks, 256, 0, s>>>(*d, o, z, ldz, T)), (k_dn_gnorm<4><<<blocks, 256, 0, s>>>(*d, o, z, ldz, T)));
+    BY_PL(d->dv, (cu_go(k_dn_gnorm<1>, blocks, 256, 0, s, *d, o, z, ldz, T)),
+          (cu_go(k_dn_gnorm<2>, blocks, 256, 0, s, *d, o, z, ldz, T)), (cu_go(k_dn_gnorm<4>, blocks, 256, 0, s, *d, o, z, ldz, T)));
     CU_LAUNCHED("k_dn_gnorm");
     return 0;
 }
@@ -389,10 +394,9 @@ template <int KPL, int DPL>
 static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
                     unsigned *ctr, cudaStream_t s) {
     if (ctr)
-        k_dn_step<KPL, DPL, STEP_SPLIT>
-            <<<dim3(d->hv, STEP_SPLIT), STEP_WARPS * 32 / STEP_SPLIT, 0, s>>>(*d, u, ba, z, ssm, o, ctr);
+        cu_go(k_dn_step<KPL, DPL, STEP_SPLIT>, dim3(d->hv, STEP_SPLIT), STEP_WARPS * 32 / STEP_SPLIT, 0, s, *d, u, ba, z, ssm, o, ctr);
     else
-        k_dn_step<KPL, DPL, 1><<<d->hv, STEP_WARPS * 32, 0, s>>>(*d, u, ba, z, ssm, o, NULL);
+        cu_go(k_dn_step<KPL, DPL, 1>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
 }
 template <int KPL>
 static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,

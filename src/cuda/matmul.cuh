@@ -234,6 +234,7 @@ __device__ __forceinline__ void mm_tail(const mm_launch &a) {
 
 template <int TYPE, int NR, int TT, bool GU, bool ST>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) {
+    pdl_enter();
     mm_body<TYPE, NR, TT, GU, ST>(tb, a);
     if constexpr (TT == 1 && !GU)
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
@@ -290,9 +291,9 @@ template <int TYPE, int NR> static size_t mm_stage_plan(mm_launch &L) {
 template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &tb, dim3 grid, mm_launch L) {
     if (mm_stage_on<TYPE>()) {
         const size_t sm = mm_stage_plan<TYPE, NR>(L);
-        k_mm<TYPE, NR, TT, GU, true><<<grid, MM_WARPS * 32, sm, L.s>>>(tb, L);
+        cu_go(k_mm<TYPE, NR, TT, GU, true>, grid, MM_WARPS * 32, sm, L.s, tb, L);
     } else {
-        k_mm<TYPE, NR, TT, GU, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        cu_go(k_mm<TYPE, NR, TT, GU, false>, grid, MM_WARPS * 32, 0, L.s, tb, L);
     }
 }
 
@@ -328,8 +329,8 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
         else if (tt == 4) mm_launch_small<TYPE, 4>(tb, grid, L, gateup);
         else mm_launch_small<TYPE, 8>(tb, grid, L, gateup);
     } else {
-        if (gateup) k_mm<TYPE, 8, CU_TT, true, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
-        else k_mm<TYPE, 8, CU_TT, false, false><<<grid, MM_WARPS * 32, 0, L.s>>>(tb, L);
+        if (gateup) cu_go(k_mm<TYPE, 8, CU_TT, true, false>, grid, MM_WARPS * 32, 0, L.s, tb, L);
+        else cu_go(k_mm<TYPE, 8, CU_TT, false, false>, grid, MM_WARPS * 32, 0, L.s, tb, L);
     }
     CU_LAUNCHED("k_mm");
     return 0;

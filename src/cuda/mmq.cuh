@@ -301,6 +301,9 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
     const int rs = RS == 1 ? 0 : q / GPR, qq = RS == 1 ? q : q % GPR; // (RS 1: the plain mapping)
     mmq_at at;
+    // PDL (common.cuh): a grouped launch's tiles and expert rows come from the router, so it waits
+    // first; a dense launch's rows are weights, copied (ST, SM) or loaded before it waits
+    if (!SM && a.grouped) pdl_enter();
     int where = SM ? 2 : mmq_locate(a, NR * RS, TT, at);
     if (!where) return; // the whole block
     const cu_seg *sgp = SM ? a.seg : a.seg + at.si;
@@ -465,6 +468,7 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     };
     if constexpr (!SM) {
         if (!ST && where == 2) load_w(cur, 0); // in flight while the tile is quantised (ST: the copies are)
+        if (!a.grouped) pdl_enter();
         mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
         if constexpr (ST) __pipeline_wait_prior(0);
         __syncthreads();
@@ -478,6 +482,7 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
         const int nvb = a.seg_start[a.nseg];
         mmq_at nx;
         stage(nx, mmq_locate(a, NR * RS, TT, nx, (int)blockIdx.x), mine);
+        pdl_enter();
         mmq_quantise_tile(a, 0, 1, TT, mmq_sm);
         __syncthreads();
         int k = 0;
@@ -619,6 +624,7 @@ __device__ __forceinline__ void mmq_store_tile(const mm_launch &a, const cu_seg 
 // NT token tiles of 8 per warp (dense launches: 2, so each decoded A fragment serves 16 tokens;
 // grouped launches: 1, the plan's tiles of CU_TT pairs). The per-output arithmetic does not depend on NT.
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
+    pdl_enter();
     static_assert(mmq_k(TYPE), "k_mmq_mma: the K-quants only (mmq_vec_tiles)");
     constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8, TTK = 8 * NT;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
@@ -708,6 +714,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 __host__ __device__ constexpr size_t mmq_ws(int n_in, int rows) { return (size_t)rows * n_in + (size_t)rows * (n_in / 256) * 4; }
 
 static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, uint8_t *ws) {
+    pdl_enter();
     const int nsb = n_in / 256, lane = threadIdx.x & 31;
     const int task = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 3); // one (row, super-block) per 8 lanes
     const bool on = task < rows * nsb;
@@ -740,6 +747,7 @@ template <int TYPE, int NT> __host__ __device__ constexpr int mmq_tc_smem() { //
 }
 
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_tc(mm_launch a) {
+    pdl_enter();
     using P = mmq_tc_t<TYPE>;
     constexpr int MT = 2, BT = 8 * NT, STAGE = mmq_tc_stage<TYPE, NT>();
     extern __shared__ __align__(16) uint8_t mmq_sm[];

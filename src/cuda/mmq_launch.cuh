@@ -57,7 +57,7 @@ template <typename K> static int mmq_optin(K kern, size_t sm, size_t &opted) {
 // Launch kernel K with sm bytes of dynamic shared memory.
 template <typename K> static int mmq_go(K kern, dim3 grid, const mm_launch &L, size_t sm, size_t &opted) {
     if (mmq_optin(kern, sm, opted)) return -1;
-    kern<<<grid, MM_WARPS * 32, sm, L.s>>>(L);
+    cu_go(kern, grid, MM_WARPS * 32, sm, L.s, L);
     return 0;
 }
 // How many blocks of kern with sm bytes of shared memory fit on the GPU at once (opted in already):
@@ -173,7 +173,7 @@ template <int TYPE, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L, 
 }
 template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
     const long tasks = (long)L.xq_rows * (L.n_in / 256);
-    k_q8k_rows<<<(unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s>>>(L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
+    cu_go(k_q8k_rows, (unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s, L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
     CU_LAUNCHED("k_q8k_rows");
     // tokens per block: grouped, the plan's tile (CU_TT, or 2 CU_TT from cu_matmul_group_tt); dense, 32 or 16
     const int tt = L.grouped ? L.g.tt : mmq_tc_dense_tt();

@@ -6,6 +6,7 @@
 // One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
 __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, int32_t *ids, float *wout,
                          float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out) {
+    pdl_enter();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
     router_row(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
@@ -15,7 +16,7 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
                          int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
-    k_router<<<(T + 3) / 4, 128, 0, s>>>(logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
+    cu_go(k_router, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     CU_LAUNCHED("k_router");
     return 0;
 }
@@ -26,6 +27,7 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
 __global__ void __launch_bounds__(1024) k_moe_plan(const int32_t *__restrict__ ids, int n, int K, int E, int tt,
                                                    cu_tile *tiles, int *n_tiles, int32_t *pair_in,
                                                    int32_t *pair_out, int *counts) {
+    pdl_enter();
     extern __shared__ int sm[]; // cnt[E], off[E], toff[E]
     int *cnt = sm, *off = sm + E, *toff = sm + 2 * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -58,7 +60,7 @@ __global__ void __launch_bounds__(1024) k_moe_plan(const int32_t *__restrict__ i
 
 extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles,
                            int32_t *pair_in, int32_t *pair_out, int *counts, cudaStream_t s) {
-    k_moe_plan<<<1, 1024, 3 * E * sizeof(int), s>>>(ids, T * K, K, E, tt, tiles, n_tiles, pair_in, pair_out, counts);
+    cu_go(k_moe_plan, 1, 1024, 3 * E * sizeof(int), s, ids, T * K, K, E, tt, tiles, n_tiles, pair_in, pair_out, counts);
     CU_LAUNCHED("k_moe_plan");
     return 0;
 }
@@ -95,6 +97,7 @@ __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const 
 __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
                   const float *__restrict__ sh_gate, const float *__restrict__ xn, float *y, float *x, int D) {
+    pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
     combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, blockIdx.y, i, D, red);
@@ -107,6 +110,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
                         const float *__restrict__ sh_gate, const float *xn, float *y, float *x, int D,
                         const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
+    pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
     combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, 0, i, D, red);
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
 extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                                     const float *xn, float *y, float *x, const float *w_next, float *out, int D,
                                     float eps, unsigned *counter, cudaStream_t s) {
-    k_moe_combine_norm1<<<(D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s>>>(eo, w, K, sh, sh_gate, xn, y, x,
+    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, xn, y, x,
                                                                                        D, w_next, out, eps, counter);
     CU_LAUNCHED("k_moe_combine_norm1");
     return 0;
@@ -127,7 +131,7 @@ extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, cons
 extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                               const float *xn, float *y, float *x, const float *w_next, float *out, int D, int T,
                               float eps, cudaStream_t s) {
-    k_moe_combine<<<dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s>>>(eo, w, K, sh, sh_gate, xn, y,
+    cu_go(k_moe_combine, dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, xn, y,
                                                                                           x, D);
     CU_LAUNCHED("k_moe_combine");
     return out ? cu_add_rmsnorm(x, NULL, w_next, out, D, T, eps, s) : 0;

@@ -7,6 +7,7 @@
 // order of 256 threads, shared with the fused kernels).
 __global__ void __launch_bounds__(NORM_THREADS)
     k_add_rmsnorm(float *x, const float *y, const float *__restrict__ w, float *out, int n, float eps) {
+    pdl_enter();
     __shared__ double sh[32];
     const size_t r = (size_t)blockIdx.x * n;
     add_rmsnorm_row(x + r, y ? y + r : NULL, w, out ? out + r : NULL, n, eps, sh);
@@ -14,7 +15,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 
 extern "C" int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps,
                               cudaStream_t s) {
-    k_add_rmsnorm<<<T, NORM_THREADS, 0, s>>>(x, y, w, out, n, eps);
+    cu_go(k_add_rmsnorm, T, NORM_THREADS, 0, s, x, y, w, out, n, eps);
     CU_LAUNCHED("k_add_rmsnorm");
     return 0;
 }

@@ -63,6 +63,7 @@ extern "C" bool cu_type_supported(uint32_t type) {
 template <int TYPE>
 __global__ void k_get_rows(cu_qtabs tb, const uint8_t *__restrict__ w, size_t row_bytes, int n_in,
                            const int32_t *__restrict__ rows, float *__restrict__ out, int ldo) {
+    pdl_enter();
     const int t = blockIdx.y, u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= n_in / 8) return;
     int sub;
@@ -81,7 +82,7 @@ extern "C" int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, in
     switch (type) {
 #define X(TY)                                                                                                \
     case TY:                                                                                                 \
-        k_get_rows<TY><<<grid, 128, 0, s>>>(g_tabs, w, row_bytes, n_in, rows, out, ldo);                     \
+        cu_go(k_get_rows<TY>, grid, 128, 0, s, g_tabs, w, row_bytes, n_in, rows, out, ldo);                  \
         break;
         CU_FOR_TYPES(X)
 #undef X
