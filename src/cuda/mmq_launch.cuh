@@ -32,11 +32,14 @@ __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool sma
     return tt == 1 || small || mmq_iq(type);
 }
 // Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 2 for 2 super-blocks, 4
-// for 1 (the default; RL_CUDA_MMQ_RS=0: one row set; the same bits either way).
+// for 1 (the default; RL_CUDA_MMQ_RS=0: one row set; the same bits either way). RL_CUDA_MMQ_RS=2: 4 for
+// 2 super-blocks too (each lane group walks both): half the blocks, so a grouped expert down projection
+// (2,048 rows x 10 experts, 96 registers: 5 blocks per SM) fits the H200 in one wave instead of two.
 static inline int mmq_vec_rs(int n_in) {
-    static const bool on = mmq_env_int("RL_CUDA_MMQ_RS", 1) == 1;
+    static const int mode = mmq_env_int("RL_CUDA_MMQ_RS", 1);
     const int nsb = n_in / 256;
-    return on && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
+    if (mode == 2 && nsb == 2) return 4;
+    return mode >= 1 && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
 static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, int n_in) {

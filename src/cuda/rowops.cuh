@@ -74,6 +74,51 @@ __device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, cons
     }
 }
 
+// add_rmsnorm_row for a block of NORM_VT threads and n <= NORM_VT * B (B = 8: hidden sizes up to 2,048):
+// each thread's values and norm weights stay in registers between the sum of squares and the output,
+// so the row is read once (x, y and w in one round trip) instead of twice. The same operations in the
+// same order as add_rmsnorm_row (virtual thread v = this thread, one chunk of B): the same bits.
+__device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr, const float *__restrict__ w,
+                                                     float *o, int n, float eps, double *sh) {
+    constexpr int B = 8;
+    const int v = threadIdx.x, lane = threadIdx.x & 31;
+    float xs[B], ys[B], ws[B];
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int i = v + j * NORM_VT;
+        xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
+        ys[j] = yr && i < n ? __ldcg(yr + i) : 0.0f;
+        ws[j] = w && i < n ? w[i] : 1.0f;
+    }
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int i = v + j * NORM_VT;
+        if (i >= n) break;
+        if (yr) {
+            xs[j] = xs[j] + ys[j];
+            xr[i] = xs[j];
+        }
+        ss += (double)xs[j] * (double)xs[j];
+    }
+    ss = warp_sumd(ss);
+    if (lane == 0) sh[v >> 5] = ss;
+    if (!o) return;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double t = lane < NORM_VT / 32 ? sh[lane] : 0.0;
+        t = warp_sumd(t);
+        if (lane == 0) sh[NORM_VT / 32] = t;
+    }
+    __syncthreads();
+    const float scale = (float)(1.0 / sqrt(sh[NORM_VT / 32] / n + (double)eps));
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int i = v + j * NORM_VT;
+        if (i < n) o[i] = w ? (xs[j] * scale) * ws[j] : xs[j] * scale;
+    }
+}
+
 // The router of row t, by one warp. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
 // ops_topk (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.

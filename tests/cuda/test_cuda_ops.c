@@ -266,8 +266,8 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
 
 /* ---- norms ---------------------------------------------------------------------------------- */
 
-static void test_rmsnorm(void) {
-    const int n = 2048 + 64, T = 3;
+static void test_rmsnorm(int n) { /* n > 2048: the generic row, else the register row (norm.cu) */
+    const int T = 3;
     float *x = randv((size_t)T * n, 2.0f), *y = randv((size_t)T * n, 1.0f), *w = randv(n, 1.0f);
     float *ref = malloc(sizeof(float) * T * n), *got = malloc(sizeof(float) * T * n), *gx = malloc(sizeof(float) * T * n);
     float *dx = dup_to_dev(x, sizeof(float) * T * n), *dy = dup_to_dev(y, sizeof(float) * T * n),
@@ -280,7 +280,7 @@ static void test_rmsnorm(void) {
     CHECK(count_bad(gx, x, (size_t)T * n) == 0, "residual add differs");
     double d = max_abs_diff(got, ref, (size_t)T * n);
     CHECK(d <= 1e-6, "rmsnorm max |diff| %.3g", d);
-    printf("  rmsnorm: max |gpu - cpu| = %.3g\n", d);
+    printf("  rmsnorm n %d: max |gpu - cpu| = %.3g\n", n, d);
     cudaFree(dx); cudaFree(dy); cudaFree(dw); cudaFree(dout);
     free(x); free(y); free(w); free(ref); free(got); free(gx);
 }
@@ -521,9 +521,11 @@ static void test_fused_combine(void) {
 }
 
 /* The add+norm tail of a one-row matmul == cu_matmul then cu_add_rmsnorm, twice in a row (the
- * counter must be back at 0 after each launch, else the second tail never runs: poisoned out). */
-static void test_tail_add_norm(void) {
-    const int n_in = 1024, D = 2048 + 64;
+ * counter must be back at 0 after each launch, else the second tail never runs: poisoned out). The
+ * tail runs rowops.cuh's add_rmsnorm_row on 128 threads; k_add_rmsnorm takes add_rmsnorm_row_regs
+ * for D <= 2048 (the 80B's 2048 and a short row) and add_rmsnorm_row above: the same bits. */
+static void test_tail_add_norm(int D) {
+    const int n_in = 1024;
     const size_t rb = quant_row_size(QT_Q4_K, n_in);
     uint8_t *w = malloc(rb * D);
     fill_random_blocks(QT_Q4_K, w, (int64_t)D * n_in / 256, &R);
@@ -552,7 +554,7 @@ static void test_tail_add_norm(void) {
     unsigned hc = 1;
     to_host(&hc, ctr, sizeof hc);
     CHECK(bad == 0 && hc == 0, "matmul + add/norm tail differs from matmul then norm (%d values; counter %u)", bad, hc);
-    printf("  matmul + add/norm tail == matmul, then norm (2 launches): %d values differ\n", bad);
+    printf("  matmul + add/norm tail == matmul, then norm (2 launches), D %d: %d values differ\n", D, bad);
     cudaFree(dW); cudaFree(dnw); cudaFree(ctr);
     free(w); free(nw); free(a); free(b);
 }
@@ -649,7 +651,9 @@ int main(void) {
     test_mmq_many_rows(QT_Q4_K, 1024, 40003); /* one token, 5,000 row blocks (streamed, the default: many per block) */
     test_mmq_many_rows(QT_Q6_K, 512, 30001);  /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
     test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
-    test_tail_add_norm(); /* Q4_K one-row launch + tail */
+    test_tail_add_norm(2048 + 64); /* Q4_K one-row launch + tail; the norm kernel's generic row */
+    test_tail_add_norm(2048);      /* its register row (the 80B's hidden size) */
+    test_tail_add_norm(1000);      /* a partial last chunk */
     printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
            check_fail == fails0 ? "bit-identical to" : "DIFFERENT from");
     /* mode 2: the IQ types too (mmq_iq.cuh), the same checks */
@@ -668,7 +672,9 @@ int main(void) {
     printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
            check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
     cu_matmul_set_int8(int8_on = 0);
-    test_rmsnorm();
+    test_rmsnorm(2048 + 64);
+    test_rmsnorm(2048);
+    test_rmsnorm(1000);
     test_attention(256, false);
     test_attention(64, false);
     test_attention(128, true);
@@ -698,7 +704,8 @@ int main(void) {
     test_deltanet(64, 32, 4, 8, 37);
     test_moe();
     test_fused_combine();
-    test_tail_add_norm();
+    test_tail_add_norm(2048 + 64); /* the float path's GEMV + tail, both norm rows */
+    test_tail_add_norm(2048);
     test_tail_router();
     return check_done("test_cuda_ops");
 }
