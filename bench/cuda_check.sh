@@ -94,7 +94,8 @@ has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 # the decode GEMVs with the next step's weights in flight, and with row sets for short rows (both written
 # 2026-12-02, not yet run): same bits
 has ops && RL_CUDA_MMQ_PF=1 run ops-mmq-pf 120 $B/tests/test_cuda_ops
-has ops && RL_CUDA_MMQ_RS=0 run ops-mmq-rs0 120 $B/tests/test_cuda_ops # one row set (the default is row sets for 512/256-column rows)
+has ops && RL_CUDA_MMQ_RS=0 run ops-mmq-rs0 120 $B/tests/test_cuda_ops # one row set (the default is 4 row sets for 512/256-column rows)
+has ops && RL_CUDA_MMQ_RS=1 run ops-mmq-rs1 120 $B/tests/test_cuda_ops # 2 row sets for 512-column rows (the previous default)
 has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct weight loads (the default stages decode rows in shared memory)
 has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
@@ -163,7 +164,7 @@ if has bench; then
 fi
 if has decodeab; then
     for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
-        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=0" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=0" "RL_CUDA_MMQ_RS=1" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"

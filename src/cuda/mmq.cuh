@@ -507,8 +507,8 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
 
 // PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
 // only; the same operations on the same values, so the same bits; H200 2026-12-02: bit-identical, a wash).
-// RS: row sets per warp (1, or for rows of 2 / 1 super-blocks 2 / 4, decode rows only; the default,
-// RL_CUDA_MMQ_RS=0 gives one set): the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets
+// RS: row sets per warp (1, 2 or 4; for rows of 2 / 1 super-blocks 4 by default, decode rows only; see
+// mmq_vec_rs): the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets
 // of NR rows each, so short rows (the expert down projections, 512 columns) keep every lane busy and a
 // warp has RS NR rows; each row's terms are still added in super-block order, so the same bits (H200
 // 2026-12-02, 12-layer calibrated decode: CF2 662-665 -> 700-704 tok/s, Q4_K_M 677-689 -> 732-734;

@@ -31,12 +31,14 @@ static inline int mmq_vec_nr() {
 __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool small) {
     return tt == 1 || small || mmq_iq(type);
 }
-// Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 2 for 2 super-blocks, 4
-// for 1 (the default; RL_CUDA_MMQ_RS=0: one row set; the same bits either way). RL_CUDA_MMQ_RS=2: 4 for
-// 2 super-blocks too (each lane group walks both): half the blocks, so a grouped expert down projection
-// (2,048 rows x 10 experts, 96 registers: 5 blocks per SM) fits the H200 in one wave instead of two.
+// Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 4 for rows of 1 or 2
+// super-blocks (the default, RL_CUDA_MMQ_RS=2: each lane group walks a 2-super-block row's two blocks),
+// RL_CUDA_MMQ_RS=1: 2 for 2 super-blocks, 4 for 1; RL_CUDA_MMQ_RS=0: one row set; the same bits
+// whatever the value. 4 sets halve the blocks of a grouped expert down projection (2,048 rows x 10
+// experts, 96 registers: 5 blocks of 4 warps per SM), which then fits the H200 in one wave instead of
+// two: 12-layer calibrated decode CF2 855-862 -> 889-901 tok/s, Q4_K_M 899-919 -> 923-949 (2026-12-02).
 static inline int mmq_vec_rs(int n_in) {
-    static const int mode = mmq_env_int("RL_CUDA_MMQ_RS", 1);
+    static const int mode = mmq_env_int("RL_CUDA_MMQ_RS", 2);
     const int nsb = n_in / 256;
     if (mode == 2 && nsb == 2) return 4;
     return mode >= 1 && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
