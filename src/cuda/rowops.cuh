@@ -11,6 +11,20 @@
 #define NORM_VT 256   // the reduction order of a row norm: that of 256 threads (see add_rmsnorm_row)
 #define ROUTER_MAXE 1024 // experts per lane-array: E <= 1024 (32 per lane)
 
+// The scale of a row norm from the NORM_VT / 32 virtual-warp sums in sh[0 ..]: one more butterfly
+// (zeros above them), then (float)(1 / sqrt(ss / n + eps)). Every thread of the block calls it.
+__device__ __forceinline__ float row_norm_scale(double *sh, int n, float eps) {
+    const int lane = threadIdx.x & 31;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double t = lane < NORM_VT / 32 ? sh[lane] : 0.0;
+        t = warp_sumd(t);
+        if (lane == 0) sh[NORM_VT / 32] = t;
+    }
+    __syncthreads();
+    return (float)(1.0 / sqrt(sh[NORM_VT / 32] / n + (double)eps));
+}
+
 // Per row: if yr: xr += yr (float adds, in place); if o: o = rmsnorm(xr) * w (CPU ops_rmsnorm:
 // ss in double, scale = (float)(1/sqrt(ss/n + eps)), (x*scale)*w). The sum of squares is taken in
 // the order of 256 virtual threads whatever blockDim.x (32, 64, 128 or 256): virtual thread v sums
@@ -49,14 +63,7 @@ __device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, cons
         if (lane == 0) sh[v >> 5] = ss;
     }
     if (!o) return;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double t = lane < NORM_VT / 32 ? sh[lane] : 0.0;
-        t = warp_sumd(t);
-        if (lane == 0) sh[NORM_VT / 32] = t;
-    }
-    __syncthreads();
-    const float scale = (float)(1.0 / sqrt(sh[NORM_VT / 32] / n + (double)eps));
+    const float scale = row_norm_scale(sh, n, eps);
     // element i was written above by virtual thread i % 256, i.e. by thread i % nt: this thread
     for (int i0 = threadIdx.x; i0 < n; i0 += B * nt) {
         float xs[B], ws[B];
@@ -104,14 +111,7 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
     ss = warp_sumd(ss);
     if (lane == 0) sh[v >> 5] = ss;
     if (!o) return;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double t = lane < NORM_VT / 32 ? sh[lane] : 0.0;
-        t = warp_sumd(t);
-        if (lane == 0) sh[NORM_VT / 32] = t;
-    }
-    __syncthreads();
-    const float scale = (float)(1.0 / sqrt(sh[NORM_VT / 32] / n + (double)eps));
+    const float scale = row_norm_scale(sh, n, eps);
 #pragma unroll
     for (int j = 0; j < B; j++) {
         const int i = v + j * NORM_VT;
