@@ -1,22 +1,32 @@
 // moe.cu — the MoE pieces around the expert matmuls (matmul.cuh): router softmax / top-k /
 // renormalise, the grouping plan of a chunk's (row, slot) pairs by expert, and the combine
 // (weighted sum + gated shared expert + residual + the next RMSNorm).
+#include <string.h>
+
 #include "rowops.cuh"
 
 // One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
+template <bool PACKED>
 __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, int32_t *ids, float *wout,
                          float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out) {
     pdl_enter();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    router_row(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
+    router_row<PACKED>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
 }
 
 extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
                          int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
-    cu_go(k_router, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
+    static const bool packed = [] {
+        const char *e = getenv("RL_CUDA_ROUTER_TOPK");
+        return e && !strcmp(e, "packed");
+    }();
+    if (packed)
+        cu_go(k_router<true>, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
+    else
+        cu_go(k_router<false>, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     CU_LAUNCHED("k_router");
     return 0;
 }

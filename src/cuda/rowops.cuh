@@ -122,6 +122,13 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
 // The router of row t, by one warp. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
 // ops_topk (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
+// PACKED (RL_CUDA_ROUTER_TOPK=packed; default off, written 2026-12-02 after the GPU time, not yet run):
+// the same selection with two single-instruction warp reductions per pick instead of five two-value
+// butterfly rounds: a candidate's key is its probability's bits + 1 (p >= 0, so the bits order as the
+// values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the lowest
+// id holding it (each lane offers its lowest such id: ids ascend with i). The same ids in the same
+// order, the same p: the same outputs.
+template <bool PACKED = false>
 __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, int T, int32_t *ids, float *wout,
                                            float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
                                            int32_t *pair_out) {
@@ -147,11 +154,36 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
     const float inv = (float)(1.0 / s);
 #pragma unroll
     for (int i = 0; i < ROUTER_MAXE / 32; i++) v[i] = i * 32 + lane < E ? v[i] * inv : -1.0f; // p >= 0
-    uint32_t taken = 0;
     double sum = 0;
     int my_id = -1;
     float my_p = 0;
-    for (int k = 0; k < K; k++) {
+    if constexpr (PACKED) {
+        uint32_t key[ROUTER_MAXE / 32];
+#pragma unroll
+        for (int i = 0; i < ROUTER_MAXE / 32; i++) key[i] = i * 32 + lane < E ? __float_as_uint(v[i]) + 1u : 0u;
+        for (int k = 0; k < K; k++) {
+            uint32_t lm = 0;
+#pragma unroll
+            for (int i = 0; i < ROUTER_MAXE / 32; i++) lm = max(lm, key[i]);
+            const uint32_t m = __reduce_max_sync(FULL_MASK, lm);
+            uint32_t ci = 0xffffffffu;
+#pragma unroll
+            for (int i = ROUTER_MAXE / 32 - 1; i >= 0; i--) // the lowest i holding m wins
+                if (key[i] == m) ci = (uint32_t)(i * 32 + lane);
+            const int bi = (int)__reduce_min_sync(FULL_MASK, ci);
+            const float bv = __uint_as_float(m - 1u);
+#pragma unroll
+            for (int i = 0; i < ROUTER_MAXE / 32; i++)
+                if (bi == i * 32 + lane) key[i] = 0u; // taken
+            sum += (double)bv; // selection order, as below
+            if (lane == k) {
+                my_id = bi;
+                my_p = bv;
+            }
+        }
+    }
+    uint32_t taken = 0;
+    for (int k = 0; k < (PACKED ? 0 : K); k++) {
         float bv = -2.0f;
         int bi = 0x7fffffff;
 #pragma unroll

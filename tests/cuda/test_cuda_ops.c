@@ -612,6 +612,42 @@ static void test_tail_router(void) {
     free(w);
 }
 
+/* cu_router against the CPU (ops_softmax, ops_topk, the weights' double sum) on logits with many ties
+ * (6 levels; one row all equal, where the top 10 are ids 0..9): ids and their order exactly, weights
+ * and probabilities within 1e-6 (GPU and CPU expf may differ in the last bit; tied values are the same
+ * value on each side, so ties break the same way: lower id first). Under RL_CUDA_ROUTER_TOPK=packed
+ * this checks the packed-key selection; test_tail_router checks it bit for bit against the default. */
+static void test_router_ties(void) {
+    const int E = 512, K = 10, T = 4;
+    float *lg = malloc(sizeof(float) * E * T), *p = malloc(sizeof(float) * E);
+    for (int i = 0; i < E * T; i++) lg[i] = i >= 3 * E ? 0.25f : (float)(rl_rng_u64(&R) % 6) * 0.75f - 1.0f;
+    float *dlg = dup_to_dev(lg, sizeof(float) * E * T), *dw = dpoison(T * K), *dp = dpoison(T * K);
+    int32_t *dids = dup_to_dev(lg, sizeof(int32_t) * T * K);
+    CHECK(cu_router(dlg, E, K, T, dids, dw, dp, NULL, NULL, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    int32_t gid[40], rid[10];
+    float gw[40], gp[40];
+    to_host(gid, dids, sizeof gid), to_host(gw, dw, sizeof gw), to_host(gp, dp, sizeof gp);
+    int bad_ids = 0;
+    double dwmax = 0;
+    for (int t = 0; t < T; t++) {
+        memcpy(p, lg + (size_t)t * E, sizeof(float) * E);
+        ops_softmax(p, E);
+        ops_topk(p, E, K, rid);
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += p[rid[k]];
+        for (int k = 0; k < K; k++) {
+            bad_ids += gid[t * K + k] != rid[k];
+            const double w = (float)(p[rid[k]] / sum);
+            dwmax = fmax(dwmax, fmax(fabs(gw[t * K + k] - w), fabs(gp[t * K + k] - p[rid[k]])));
+        }
+    }
+    CHECK(bad_ids == 0, "router ids differ from the CPU's on tied logits (%d of %d)", bad_ids, T * K);
+    CHECK(dwmax <= 1e-6, "router weights / probabilities differ from the CPU's by %.3g", dwmax);
+    printf("  router on tied logits: ids == CPU (%d differ), max |w - w_cpu| %.3g\n", bad_ids, dwmax);
+    cudaFree(dlg); cudaFree(dw); cudaFree(dp); cudaFree(dids);
+    free(lg); free(p);
+}
+
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -707,5 +743,6 @@ int main(void) {
     test_tail_add_norm(2048 + 64); /* the float path's GEMV + tail, both norm rows */
     test_tail_add_norm(2048);
     test_tail_router();
+    test_router_ties();
     return check_done("test_cuda_ops");
 }
