@@ -8,7 +8,10 @@
 #
 # env:
 #   LLB       llama-bench binary (default .llb/llama-bench, else ../.llb/llama-bench: static, CPU only,
-#             GGML_NATIVE=ON, built and carried by the caller; missing -> Red Lite alone is measured)
+#             GGML_NATIVE=ON, built and carried by the caller; missing -> Red Lite alone is measured).
+#             Build it on the host itself (bench/lcpp_baseline.sh does, in parallel with its CUDA build):
+#             one cross-built on the AMD dev VM with explicit AVX-512 / AMX flags died with SIGILL there
+#             (2026-12-02, bench/results/2026-12-02-cpu-host-h200-threads.md)
 #   REDLITE   redlite binary (default: build/redlite if it runs here, else build/cuda/redlite, else make;
 #             .cudabin/{lib,include} (here or in ..) are used for the libraries, as bench/cuda_check.sh does)
 #   MIXES     presets (default "q4_k_m cf2 iq2_xxs"); LAYERS geometry subset (default 12; see below)
