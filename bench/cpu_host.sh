@@ -66,7 +66,7 @@ P2=${P2:-2048}
 BUDGET=${BUDGET:-470}
 MM512=${MM512:-auto}
 FILES=${FILES:-/tmp/rl_cpu_files}
-case "${1:-}" in -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
+case "${1:-}" in -h|--help) sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 mkdir -p "$OUTDIR" "$FILES"
 LOG="$OUTDIR/cpu_host.log" RAW="$OUTDIR/cpu_host.jsonl"
 : >"$RAW"
