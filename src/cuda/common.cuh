@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 
 #include "cuda_ops.h"
@@ -39,12 +40,19 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
+// A tuning variable's value (dflt when unset) / whether it is set to value; callers read it once.
+static inline int cu_env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e ? atoi(e) : dflt;
+}
+static inline bool cu_env_is(const char *name, const char *value) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
+
 // Whether launches carry the PDL attribute: RL_CUDA_PDL=1 (default 0), read once per file.
 static inline bool cu_pdl() {
-    static const int on = [] {
-        const char *e = getenv("RL_CUDA_PDL");
-        return e && atoi(e) == 1 ? 1 : 0;
-    }();
+    static const bool on = cu_env_int("RL_CUDA_PDL", 0) == 1;
     return on;
 }
 

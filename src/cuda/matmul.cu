@@ -74,7 +74,7 @@ static int mmq_tc_on() {
 // 12-layer Q4_K_M prompt 2048: 16 pairs 1.10x, 8192 1.06x; bench/results/2026-12-02-cuda-iq-h200.md),
 // else CU_TT.
 extern "C" int cu_matmul_group_tt(uint32_t type) {
-    static const int want = mmq_env_int("RL_CUDA_MOE_TT", 2 * CU_TT) == CU_TT ? CU_TT : 2 * CU_TT;
+    static const int want = cu_env_int("RL_CUDA_MOE_TT", 2 * CU_TT) == CU_TT ? CU_TT : 2 * CU_TT;
     return q8_type(type) && mmq_tc_on() ? want : CU_TT;
 }
 

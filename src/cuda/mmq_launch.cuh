@@ -9,13 +9,8 @@
 // Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
 // give the same bits (test_cuda_ops and the engine tests passed with each on the H200). H200 decode,
 // Q4_K_M: 1 row 183.4, 2 rows 196.8 tok/s (the float GEMV 197.1); CF2: 188.9 / 193.8-195.3 (196-198).
-// A tuning variable's value (dflt when unset), read once by the caller; mmq_env12: 1 or 2 (anything
-// else: 2).
-static inline int mmq_env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e ? atoi(e) : dflt;
-}
-static inline int mmq_env12(const char *name) { return mmq_env_int(name, 2) == 1 ? 1 : 2; }
+// mmq_env12: a tuning variable that is 1 or 2 (anything else: 2), read once by the caller.
+static inline int mmq_env12(const char *name) { return cu_env_int(name, 2) == 1 ? 1 : 2; }
 static inline int mmq_vec_nr() {
     static const int nr = mmq_env12("RL_CUDA_MMQ_NR");
     return nr;
@@ -38,10 +33,10 @@ __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool sma
 // experts, 96 registers: 5 blocks of 4 warps per SM), which then fits the H200 in one wave instead of
 // two: 12-layer calibrated decode CF2 855-862 -> 889-901 tok/s, Q4_K_M 899-919 -> 923-949 (2026-12-02).
 static inline int mmq_vec_rs(int n_in) {
-    static const int mode = mmq_env_int("RL_CUDA_MMQ_RS", 2);
+    static const int mode = cu_env_int("RL_CUDA_MMQ_RS", 2);
     const int nsb = n_in / 256;
-    if (mode == 2 && nsb == 2) return 4;
-    return mode >= 1 && (nsb == 1 || nsb == 2) ? 4 / nsb : 1;
+    if (mode < 1 || (nsb != 1 && nsb != 2)) return 1;
+    return mode == 2 ? 4 : 4 / nsb;
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
 static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, int n_in) {
@@ -100,21 +95,21 @@ static int mmq_go_vec(dim3 grid, const mm_launch &L) {
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf() {
-    static const bool pf = mmq_env_int("RL_CUDA_MMQ_PF", 0) == 1;
+    static const bool pf = cu_env_int("RL_CUDA_MMQ_PF", 0) == 1;
     return pf;
 }
 // Decode rows staged in shared memory (k_mmq_vec's ST): the default, RL_CUDA_MMQ_ST=0 loads them
 // directly (same bits). H200 2026-12-02, 12-layer calibrated decode: CF2 691-695 -> 798-804 tok/s,
 // Q4_K_M 720-732 -> 822-838, Q4_K_M at 32K depth 654 -> 743; the Q5_K output head 186 -> 136 us.
 static inline bool mmq_vec_st() {
-    static const bool st = mmq_env_int("RL_CUDA_MMQ_ST", 1) == 1;
+    static const bool st = cu_env_int("RL_CUDA_MMQ_ST", 1) == 1;
     return st;
 }
 // Dense one-token launches streamed (k_mmq_vec's SM): the default, RL_CUDA_MMQ_SM=0 gives one
 // block per row block (same bits). H200 2026-12-02 (session 11), 12-layer calibrated decode: CF2
 // 810 -> 837-839 tok/s, Q4_K_M 829-848 -> 875; with the split DeltaNet step 844-847 / 900-904.
 static inline bool mmq_vec_sm() {
-    static const bool sm = mmq_env_int("RL_CUDA_MMQ_SM", 1) == 1;
+    static const bool sm = cu_env_int("RL_CUDA_MMQ_SM", 1) == 1;
     return sm;
 }
 // The launch of a (PF, RS, ST, SM) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
@@ -165,7 +160,7 @@ template <int TYPE, bool GU> static int mmq_go_mma(dim3 grid, const mm_launch &L
 // Tokens of a dense staged tile: RL_CUDA_MMQ_TC_TT=16|32 (default 32; tuning: 16 takes fewer
 // registers and stages the weights twice as often; the same bits).
 static inline int mmq_tc_dense_tt() {
-    static const int tt = mmq_env_int("RL_CUDA_MMQ_TC_TT", MMQ_TC_DENSE_TT) == 16 ? 16 : MMQ_TC_DENSE_TT;
+    static const int tt = cu_env_int("RL_CUDA_MMQ_TC_TT", MMQ_TC_DENSE_TT) == 16 ? 16 : MMQ_TC_DENSE_TT;
     return tt;
 }
 // Staged tensor-core tiles (k_mmq_tc) after one quantisation of the launch's input rows into L.xq.

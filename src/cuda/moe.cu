@@ -1,8 +1,6 @@
 // moe.cu — the MoE pieces around the expert matmuls (matmul.cuh): router softmax / top-k /
 // renormalise, the grouping plan of a chunk's (row, slot) pairs by expert, and the combine
 // (weighted sum + gated shared expert + residual + the next RMSNorm).
-#include <string.h>
-
 #include "rowops.cuh"
 
 // One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
@@ -19,10 +17,7 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
                          int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
-    static const bool packed = [] {
-        const char *e = getenv("RL_CUDA_ROUTER_TOPK");
-        return e && !strcmp(e, "packed");
-    }();
+    static const bool packed = cu_env_is("RL_CUDA_ROUTER_TOPK", "packed");
     if (packed)
         cu_go(k_router<true>, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     else

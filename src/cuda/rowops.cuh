@@ -175,37 +175,38 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
 #pragma unroll
             for (int i = 0; i < ROUTER_MAXE / 32; i++)
                 if (bi == i * 32 + lane) key[i] = 0u; // taken
-            sum += (double)bv; // selection order, as below
+            sum += (double)bv; // selection order, as the CPU
             if (lane == k) {
                 my_id = bi;
                 my_p = bv;
             }
         }
-    }
-    uint32_t taken = 0;
-    for (int k = 0; k < (PACKED ? 0 : K); k++) {
-        float bv = -2.0f;
-        int bi = 0x7fffffff;
+    } else {
+        uint32_t taken = 0;
+        for (int k = 0; k < K; k++) {
+            float bv = -2.0f;
+            int bi = 0x7fffffff;
 #pragma unroll
-        for (int i = 0; i < ROUTER_MAXE / 32; i++)
-            if (!((taken >> i) & 1) && v[i] > bv) { // ascending ids per lane: first max wins ties
-                bv = v[i];
-                bi = i * 32 + lane;
-            }
+            for (int i = 0; i < ROUTER_MAXE / 32; i++)
+                if (!((taken >> i) & 1) && v[i] > bv) { // ascending ids per lane: first max wins ties
+                    bv = v[i];
+                    bi = i * 32 + lane;
+                }
 #pragma unroll
-        for (int o = 16; o; o >>= 1) {
-            float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-            int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
+            for (int o = 16; o; o >>= 1) {
+                float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+                int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) {
+                    bv = ov;
+                    bi = oi;
+                }
             }
-        }
-        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-        sum += (double)bv; // same order as the CPU: selection order
-        if (lane == k) {
-            my_id = bi;
-            my_p = bv;
+            if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+            sum += (double)bv; // same order as the CPU: selection order
+            if (lane == k) {
+                my_id = bi;
+                my_p = bv;
+            }
         }
     }
     if (sum < 6.103515625e-5) sum = 6.103515625e-5;
