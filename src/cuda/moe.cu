@@ -17,7 +17,9 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
                          int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
-    static const bool packed = cu_env_is("RL_CUDA_ROUTER_TOPK", "packed");
+    // packed-key picks by default since 2026-12-02 (H200, session 12: 12-layer decode +1.3 % CF2, +0.3 % Q4_K_M,
+    // the same selection: test_tail_router compares it with the butterfly picks of the matmul tail bit for bit)
+    static const bool packed = !cu_env_is("RL_CUDA_ROUTER_TOPK", "butterfly");
     if (packed)
         cu_go(k_router<true>, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     else

@@ -122,7 +122,7 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
 // The router of row t, by one warp. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
 // ops_topk (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
-// PACKED (RL_CUDA_ROUTER_TOPK=packed; default off, written 2026-12-02 after the GPU time, not yet run):
+// PACKED (k_router's default; RL_CUDA_ROUTER_TOPK=butterfly selects the other; the matmul tail keeps the butterfly):
 // the same selection with two single-instruction warp reductions per pick instead of five two-value
 // butterfly rounds: a candidate's key is its probability's bits + 1 (p >= 0, so the bits order as the
 // values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the lowest

@@ -615,8 +615,9 @@ static void test_tail_router(void) {
 /* cu_router against the CPU (ops_softmax, ops_topk, the weights' double sum) on logits with many ties
  * (6 levels; one row all equal, where the top 10 are ids 0..9): ids and their order exactly, weights
  * and probabilities within 1e-6 (GPU and CPU expf may differ in the last bit; tied values are the same
- * value on each side, so ties break the same way: lower id first). Under RL_CUDA_ROUTER_TOPK=packed
- * this checks the packed-key selection; test_tail_router checks it bit for bit against the default. */
+ * value on each side, so ties break the same way: lower id first). By default this checks the packed-key
+ * selection (RL_CUDA_ROUTER_TOPK=butterfly: the butterfly picks); test_tail_router checks it bit for bit
+ * against the matmul tail's butterfly picks. */
 static void test_router_ties(void) {
     const int E = 512, K = 10, T = 4;
     float *lg = malloc(sizeof(float) * E * T), *p = malloc(sizeof(float) * E);
