@@ -32,7 +32,7 @@ CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -pthread -MMD -MP -Isrc
 LDLIBS   += -lutf8proc -lcjson -lmicrohttpd -lm -pthread
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
-AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c -mamx-tile -mamx-int8
 
 LIB_SRC  := $(filter-out %_avx2.c %_avx512.c,$(wildcard src/*.c))
 AVX2_SRC := $(wildcard src/*_avx2.c)

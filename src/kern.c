@@ -11,6 +11,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "common.h"
 
@@ -20,6 +24,8 @@ static bool supported[KERN_NLEVELS];
 static int active = KERN_SCALAR;
 static kern_matmul_fn mm_base[KERN_NLEVELS][QT_COUNT]; /* matmul as filled (kern_set_mm512 off) */
 static bool mm512_on;
+static bool amx_ok;   /* CPU + OS + permission (detect) */
+static int amx_mode;  /* KERN_AMX_* */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
@@ -70,7 +76,27 @@ static void detect(void) {
                vl = b & (1u << 31), vnni = c & (1u << 11);
     supported[KERN_AVX2] = avx2 && fma && f16c;
     supported[KERN_AVX512] = supported[KERN_AVX2] && (xlo & 0xe0) == 0xe0 && f && dq && bw && vl && vnni;
+#if defined(__linux__) && defined(__x86_64__)
+    /* AMX-TILE (edx 24) + AMX-INT8 (edx 25), the OS enables XTILECFG/XTILEDATA (XCR0 bits 17, 18), and
+     * Linux grants this process the tile data state (ARCH_REQ_XCOMP_PERM = 0x1023, XTILEDATA = 18):
+     * without the grant the first tile instruction faults */
+    const bool tiles = (d >> 24 & 1) && (d >> 25 & 1) && (xlo & 0x60000) == 0x60000;
+    amx_ok = supported[KERN_AVX512] && tiles && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #endif
+#endif
+}
+
+/* The AVX-512 level's batched kernels: the 256-bit core as filled, the 512-bit one (mm512_on), the
+ * AMX tiles or their emulation (amx_mode) where the level has them. */
+static void select_mm(void) {
+    kern_table *t = &tables[KERN_AVX512];
+    for (int ty = 0; ty < QT_COUNT; ty++) {
+        kern_matmul_fn m = mm_base[KERN_AVX512][ty];
+        if (m && mm512_on && t->matmul_w[ty]) m = t->matmul_w[ty];
+        if (m && amx_mode == KERN_AMX_ON && t->matmul_x[ty]) m = t->matmul_x[ty];
+        if (m && amx_mode == KERN_AMX_EMUL && t->matmul_xe[ty]) m = t->matmul_xe[ty];
+        t->matmul[ty] = m;
+    }
 }
 
 static void init(void) {
@@ -93,15 +119,13 @@ static void init(void) {
         }
 
     for (int l = 0; l < KERN_NLEVELS; l++) memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
-    const char *mm = getenv("RL_KERN_MM");
+    const char *mm = getenv("RL_KERN_MM"), *amx = getenv("RL_KERN_AMX");
     /* the 512-bit core is the default at the AVX-512 level since the H200 host run of 2026-12-01
      * (test_kern bit-exact with both cores; prompt 512 on q4_k_m at 16 threads 365 vs 319 tok/s);
-     * RL_KERN_MM=256 keeps the 256-bit core */
-    if (!(mm && !strcmp(mm, "256")) && supported[KERN_AVX512]) {
-        for (int ty = 0; ty < QT_COUNT; ty++)
-            if (tables[KERN_AVX512].matmul_w[ty] && tables[KERN_AVX512].matmul[ty]) tables[KERN_AVX512].matmul[ty] = tables[KERN_AVX512].matmul_w[ty];
-        mm512_on = true;
-    }
+     * RL_KERN_MM=256 keeps the 256-bit core. AMX tiles where the CPU grants them, RL_KERN_AMX=0 not. */
+    mm512_on = !(mm && !strcmp(mm, "256")) && supported[KERN_AVX512];
+    amx_mode = amx_ok && !(amx && !strcmp(amx, "0")) ? KERN_AMX_ON : KERN_AMX_OFF;
+    if (supported[KERN_AVX512]) select_mm();
     int want = KERN_AVX512;
     const char *env = getenv("RL_KERN");
     if (env && *env) {
@@ -183,14 +207,34 @@ bool kern_has_matmul(int level, uint32_t wtype) {
 int kern_set_mm512(bool on) {
     if (!kern_level_supported(KERN_AVX512))
         return rl_seterr("the 512-bit batched core needs AVX-512 (F/BW/VL/DQ + VNNI), which this CPU lacks");
-    kern_table *t = &tables[KERN_AVX512];
-    for (int ty = 0; ty < QT_COUNT; ty++)
-        if (t->matmul_w[ty] && mm_base[KERN_AVX512][ty]) t->matmul[ty] = on ? t->matmul_w[ty] : mm_base[KERN_AVX512][ty];
     mm512_on = on;
+    select_mm();
     return 0;
 }
 
 bool kern_mm512(void) {
     pthread_once(&once, init);
     return mm512_on;
+}
+
+bool kern_amx_supported(void) {
+    pthread_once(&once, init);
+    return amx_ok;
+}
+
+int kern_set_amx(int mode) {
+    pthread_once(&once, init);
+    if (mode == KERN_AMX_ON && !amx_ok)
+        return rl_seterr("AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
+    if (mode == KERN_AMX_EMUL && !supported[KERN_AVX512])
+        return rl_seterr("the emulated AMX kernels need the AVX-512 level, which this CPU lacks");
+    if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL) return rl_seterr("kern_set_amx: unknown mode %d", mode);
+    amx_mode = mode;
+    if (supported[KERN_AVX512]) select_mm();
+    return 0;
+}
+
+int kern_amx(void) {
+    pthread_once(&once, init);
+    return amx_mode;
 }

@@ -94,6 +94,18 @@ bool kern_has_matmul(int level, uint32_t wtype);
  * threads run kernels (tests, benchmarks). */
 int kern_set_mm512(bool on);
 bool kern_mm512(void);
+/* Intel AMX int8 tiles for the batched K and IQ kernels at the AVX-512 level (src/kern_x86_amx.h):
+ * from 16 activation rows on, each 16 x 16 x 64 tile product replaces 512 VNNI instructions; same
+ * integer sums and float epilogue, so bit-identical to the mat-vec like the other cores. Used where
+ * the CPU has AMX-TILE + AMX-INT8, the OS enables the tile state and grants this process its use
+ * (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once at initialisation); RL_KERN_AMX=0 switches it
+ * off there. KERN_AMX_EMUL runs the same kernel with the tile operations done in C (slow: for tests
+ * on CPUs without AMX; it needs the AVX-512 level). kern_set_amx returns 0, or -1 with rl_seterr
+ * when the CPU cannot run the mode. Not to be called while other threads run kernels. */
+enum { KERN_AMX_OFF = 0, KERN_AMX_ON = 1, KERN_AMX_EMUL = 2 };
+bool kern_amx_supported(void);
+int kern_set_amx(int mode);
+int kern_amx(void);
 
 /* ---- internal: the dispatch table the ISA files fill (kern_avx2.c, kern_avx512.c) ---------- */
 typedef void (*kern_matvec_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -105,6 +117,8 @@ typedef struct {
     kern_matvec_fn matvec[QT_COUNT]; /* by weight type */
     kern_matmul_fn matmul[QT_COUNT]; /* by weight type; NULL: kern_matvec per activation row */
     kern_matmul_fn matmul_w[QT_COUNT]; /* 512-bit alternatives of matmul (kern_set_mm512), or NULL */
+    kern_matmul_fn matmul_x[QT_COUNT]; /* AMX tile alternatives (kern_set_amx), or NULL */
+    kern_matmul_fn matmul_xe[QT_COUNT]; /* the same with the tile operations emulated (tests) */
     kern_quant_fn quant[QT_COUNT];   /* by activation type */
 } kern_table;
 /* Each sets the entries it implements and leaves the others untouched. A level that overrides a

@@ -463,6 +463,7 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
 #include "kern_x86_iq.h"
 #include "kern_x86_512.h"
 #include "kern_x86_mm.h"
+#include "kern_x86_amx.h" /* AMX tiles (kern_set_amx) */
 #include "quant_repack.h"
 #include "kern_x86_repack.h" /* lookup-free IQ layouts (--iq-repack) */
 
@@ -500,5 +501,6 @@ void KERN_FILL(kern_table *t) {
     t->quant[QT_Q8_0] = quant_q8_0;
     t->quant[QT_Q8_K] = quant_q8_k;
     fill_512(t);
+    fill_amx(t);
     fill_repack(t);
 }

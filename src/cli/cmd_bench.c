@@ -419,8 +419,9 @@ int cmd_bench(int argc, char **argv) {
         printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", model,
                (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
                t_load);
-        printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(b.e), path,
-               kern_level_name(kern_level()), threads ? (int)threads : rl_ncpu());
+        printf("engine    backend %s, %s, CPU kernels %s%s, %d threads\n", engine_backend_name(b.e), path,
+               kern_level_name(kern_level()), kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON ? " + AMX tiles" : "",
+               threads ? (int)threads : rl_ncpu());
         printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
                "%.1f KB per "
                "position\n",
@@ -506,6 +507,7 @@ int cmd_bench(int argc, char **argv) {
         json_kv_str(&j, "backend", engine_backend_name(b.e));
         json_kv_str(&j, "path", path);
         json_kv_str(&j, "cpu_kernels", kern_level_name(kern_level()));
+        json_kv_bool(&j, "cpu_amx", kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON);
         json_kv_int(&j, "threads", threads ? threads : rl_ncpu());
         json_kv_num(&j, "load_seconds", t_load);
         json_key(&j, "hparams");

@@ -1,0 +1,330 @@
+/* kern_x86_amx.h — batched kernels on Intel AMX int8 tiles for the K and IQ types; part of
+ * kern_x86.h (included there only, after kern_x86_mm.h, whose decoded super-blocks it uses). Empty
+ * unless compiled with AVX-512 and AMX-TILE/AMX-INT8 (kern_avx512.c); used only where kern.c found
+ * the tiles usable (CPUID, XCR0 and the Linux permission request): kern_set_amx.
+ *
+ * Why: the 512-bit core (mm_core512) spends two multiply-class instructions per 64 int8 products;
+ * one TDPBSSD does 16 x 16 x 64 = 16,384 of them (the H200 host: 2,027 GMAC/s on one thread against
+ * ~54 for VPDPBUSD, bench/amx_probe.c). The same integer sums and the same float epilogue, so every
+ * output equals kern_matvec's bit for bit, as the other batched cores.
+ *
+ * The arithmetic. Per super-block and (weight row, activation row) the scalar reference forms
+ *     isum = sum_k s_k sum_{j in group k} (u_j - off) a_j      (16 groups of 16 values, kdsb)
+ * (and for Q2_K/Q4_K/Q5_K fm = sum_k mn_k bsum_k), then a float epilogue. Tiles multiply int8 by
+ * int8, and s_k (u - off) does not fit a byte, so each scale is written in digits,
+ * s = sum_p base^p dig_p with |(u - off) dig_p| within a byte, and product p is a tile product with
+ * the weights (u - off) * dig_p: C_p = sum_j (u_j - off) dig_p(k(j)) a_j, exact in int32, and
+ * isum = C_0 + base (C_1 + base C_2) exactly (integers). fm is one more product whose weight bytes
+ * are the group's min (bsum_k is the sum of the group's codes). Per type (digit range, base, count):
+ *     Q2_K   u 0..3 (unsigned)   s 0..15     digits 0..15,  base 16, 1   + mins
+ *     Q4_K   u 0..15 (unsigned)  s 0..63     digits 0..15,  base 16, 2   + mins
+ *     Q5_K   u 0..31 (unsigned)  s 0..63     digits 0..7,   base 8,  2   + mins
+ *     Q6_K   w -32..31           s -128..127 digits -3..4,  base 8,  3
+ *     IQ2_XXS/IQ2_XS  w -43..43  s 1..31     digits -2..2,  base 5,  3
+ *     IQ3_XXS w -62..62          s 1..31     digits -2..2,  base 5,  3
+ *     IQ3_S  w -15..15           s 1..31     digits -8..8,  base 17, 2
+ *     IQ1_M  w -9..9 (8ths)      s 1..15     digits -8..7,  base 16, 2
+ * ("unsigned": the weight bytes are unsigned and the tile op is TDPBSUD, else TDPBSSD; the largest
+ * product byte is 225 / 217 unsigned, -128..124 signed.)
+ *
+ * Layout. Activation rows are the tiles' M dimension: an A tile is 16 activation rows x 64 bytes of
+ * their Q8_K codes, loaded straight from the activation buffer with the row stride. Weight rows are
+ * N: a row tile of 16 weight rows is decoded once per call (kdsb), multiplied by its digits and
+ * transposed into the B layout (row k4 of the tile of K-step c: for each weight row n its values
+ * 64c + 4k4 .. +3), then every tile of 16 activation rows runs over it: per super-block 4 K-steps x
+ * (1 + mins + digits) products into C tiles, which are stored and finished with the 512-bit
+ * epilogue of mm_core512 in 16 float lanes (lane n = weight row n), in the scalar order. A last
+ * partial tile of activation rows starts at T - 16 (rows computed twice, stored once), so T >= 16;
+ * smaller batches and rows over 4096 columns take the 512-bit core.
+ *
+ * The same kernel runs with its tile operations emulated in C (kern_set_amx(KERN_AMX_EMUL)): tests on
+ * CPUs without AMX check the digits, layouts and epilogue; only the tile instructions themselves
+ * need AMX hardware (tests/c/test_kern_amx.c runs there).
+ */
+#if defined(KERN_X86_512) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define KERN_X86_AMX 1
+
+enum { AMX_MAXSB = 16, AMX_MAXP = 3 }; /* super-blocks per row (4096 columns); products per K-step */
+
+typedef struct {
+    uint8_t palette, start_row, pad[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* How a type's decoded super-blocks become B operands. */
+typedef struct {
+    int off;      /* weight value w = u - off */
+    int uns;      /* 1: weight bytes unsigned (TDPBSUD), 0: signed (TDPBSSD) */
+    int nd;       /* digit products */
+    int dmn;      /* digits lie in [dmn, dmn + base) */
+    int base, sh; /* sh = log2(base), or 0: base 5 / 17, divided by multiply-high with magic */
+    int magic;    /* ceil(65536 / base) when sh == 0 (exact for the small quotients here) */
+    int mins;     /* one more product: the group mins (EP_MIN) */
+    int mode;     /* EP_MIN / EP_PLAIN / EP_IQ1 */
+    float post;
+} amx_kind;
+
+/* C emulation of the tile state the kernel uses: C tiles 0..2, the A tile. */
+typedef struct {
+    int32_t c[AMX_MAXP][16][16];
+    int8_t a[16][64];
+} amx_emu;
+
+static inline void amx_emu_dp(amx_emu *e, int p, const int8_t *b, int uns) {
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            int32_t s = 0;
+            for (int k = 0; k < 64; k++) {
+                const int8_t bv = b[(k / 4) * 64 + 4 * n + k % 4];
+                s += (int32_t)e->a[m][k] * (uns ? (int32_t)(uint8_t)bv : (int32_t)bv);
+            }
+            e->c[p][m][n] += s;
+        }
+}
+
+/* digit p of every group's scale (16 int16 lanes) */
+static inline __m256i amx_digits(__m256i s, const amx_kind *k, int p) {
+    __m256i d = _mm256_setzero_si256();
+    for (int i = 0; i <= p; i++) {
+        const __m256i t = _mm256_sub_epi16(s, _mm256_set1_epi16((short)k->dmn));
+        __m256i q, r;
+        if (k->sh) {
+            q = _mm256_srai_epi16(t, k->sh);
+            r = _mm256_and_si256(t, _mm256_set1_epi16((short)(k->base - 1)));
+        } else { /* t >= 0 here (scales >= 1, dmn < 0) */
+            q = _mm256_mulhi_epu16(t, _mm256_set1_epi16((short)k->magic));
+            r = _mm256_sub_epi16(t, _mm256_mullo_epi16(q, _mm256_set1_epi16((short)k->base)));
+        }
+        d = _mm256_add_epi16(r, _mm256_set1_epi16((short)k->dmn));
+        s = q;
+    }
+    return d;
+}
+
+/* Transpose 16 rows of 16 dwords in place: r[i] lane j -> r[j] lane i. */
+static inline void amx_tr16(__m512i *r) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* r[4i + q], 128-bit lane L: rows 4L'..: dwords (4L + ?) — now exchange 128-bit lanes */
+    for (int i = 0; i < 8; i++) {
+        const int a = (i / 4) * 8 + (i % 4), b = a + 4;
+        t[a] = _mm512_shuffle_i32x4(r[a], r[b], 0x88);
+        t[b] = _mm512_shuffle_i32x4(r[a], r[b], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        const int a = i, b = i + 8;
+        r[a] = _mm512_shuffle_i32x4(t[a], t[b], 0x88);
+        r[b] = _mm512_shuffle_i32x4(t[a], t[b], 0xdd);
+    }
+}
+
+/* The B operands of one row tile and super-block: rows[n] (16 decoded super-blocks) ->
+ * bt[p * 4 + c] (1 KiB tiles, p < np: digit products then the mins). */
+static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[1024]) {
+    const int np = k->nd + k->mins;
+    __m512i tr[AMX_MAXP][4][16];
+    for (int n = 0; n < 16; n++) {
+        const kdsb *b = rows + n;
+        const __m256i s = _mm256_load_si256((const __m256i *)b->s16);
+        __m512i dg[AMX_MAXP];
+        for (int p = 0; p < k->nd; p++)
+            dg[p] = _mm512_zextsi256_si512(amx_digits(s, k, p));
+        if (k->mins) dg[k->nd] = _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)b->mn));
+        for (int c = 0; c < 4; c++) {
+            const __m512i w = _mm512_sub_epi8(_mm512_load_si512((const void *)(b->u + 64 * c)),
+                                              _mm512_set1_epi8((char)k->off));
+            const __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
+                          w1 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1));
+            /* int16 lane j of half h: group 4c + 2h + j / 16 */
+            const __m512i i0 = _mm512_add_epi16(
+                _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                                   16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                  4),
+                _mm512_set1_epi16((short)(4 * c)));
+            const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(2));
+            for (int p = 0; p < np; p++) {
+                const __m512i m0 = _mm512_permutexvar_epi16(i0, dg[p]),
+                              m1 = _mm512_permutexvar_epi16(i1, dg[p]);
+                const __m512i v0 = p < k->nd ? _mm512_mullo_epi16(w0, m0) : m0,
+                              v1 = p < k->nd ? _mm512_mullo_epi16(w1, m1) : m1;
+                tr[p][c][n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(v0)),
+                                                 _mm512_cvtepi16_epi8(v1), 1);
+            }
+        }
+    }
+    for (int p = 0; p < np; p++)
+        for (int c = 0; c < 4; c++) {
+            amx_tr16(tr[p][c]);
+            for (int r = 0; r < 16; r++)
+                _mm512_store_si512((void *)(bt[p * 4 + c] + 64 * r), tr[p][c][r]);
+        }
+}
+
+/* One tile product into C tile P from B tile BT (literal numbers: the intrinsics paste them into the
+ * instruction text). */
+#define AMX_DP(E, em, P, BT, bptr, uns)                                                                      \
+    do {                                                                                                     \
+        if (E) {                                                                                             \
+            amx_emu_dp(em, P, bptr, uns);                                                                    \
+        } else {                                                                                             \
+            _tile_loadd(BT, bptr, 64);                                                                       \
+            if (uns)                                                                                         \
+                _tile_dpbsud(P, 3, BT);                                                                      \
+            else                                                                                             \
+                _tile_dpbssd(P, 3, BT);                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+/* W: nr rows of nsb blocks (bsz bytes each, row stride rb); activation rows of ab bytes; T >= 16,
+ * 1 <= nsb <= AMX_MAXSB. o[t * ldo + r]. E: emulate the tile operations. */
+static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, const amx_kind *k, int E,
+                              const void *W, size_t rb, int64_t nr, int64_t nsb, const void *act, size_t ab,
+                              int T, float *o, size_t ldo) {
+    const int np = k->nd + k->mins;
+    int8_t bt[AMX_MAXSB * AMX_MAXP * 4][1024] __attribute__((aligned(64)));
+    float dv[AMX_MAXSB][16] __attribute__((aligned(64))), dm[AMX_MAXSB][16] __attribute__((aligned(64)));
+    int32_t cb[AMX_MAXP][16][16] __attribute__((aligned(64)));
+    kdsb rows[16] __attribute__((aligned(64)));
+    amx_emu em;
+    memset(rows, 0, sizeof rows); /* fields a type's decoder leaves alone (dmin, mn) stay defined */
+    if (!E) {
+        amx_cfg cfg __attribute__((aligned(64)));
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        for (int t = 0; t < 4 + AMX_MAXP; t++)
+            cfg.rows[t] = 16, cfg.colsb[t] = 64;
+        _tile_loadconfig(&cfg);
+    }
+    for (int64_t r0 = 0; r0 < nr; r0 += 16) {
+        const int nrow = nr - r0 < 16 ? (int)(nr - r0) : 16;
+        for (int64_t i = 0; i < nsb; i++) {
+            for (int n = 0; n < 16; n++) /* rows past the last repeat it (computed, never stored) */
+                dec((const uint8_t *)W + (size_t)(r0 + (n < nrow ? n : nrow - 1)) * rb + (size_t)i * bsz,
+                    &rows[n]);
+            for (int n = 0; n < 16; n++)
+                dv[i][n] = rows[n].d, dm[i][n] = rows[n].dmin;
+            amx_prep(rows, k, bt + i * np * 4);
+        }
+        const __mmask16 keep = (__mmask16)((1u << nrow) - 1);
+        for (int t0 = 0; t0 < T; t0 += 16) {
+            const int ts = t0 + 16 <= T ? t0 : T - 16; /* the last tile overlaps the one before */
+            const uint8_t *a0 = (const uint8_t *)act + (size_t)ts * ab;
+            __m512 sumf[16];
+            for (int m = 0; m < 16; m++)
+                sumf[m] = _mm512_setzero_ps();
+            for (int64_t i = 0; i < nsb; i++) {
+                const uint8_t *ai = a0 + (size_t)i * sizeof(blk_q8_k);
+                const int8_t(*bi)[1024] = bt + i * np * 4;
+                if (E) {
+                    memset(em.c, 0, sizeof em.c);
+                } else {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                }
+                for (int c = 0; c < 4; c++) {
+                    const uint8_t *ac = ai + offsetof(blk_q8_k, qs) + 64 * c;
+                    if (E)
+                        for (int m = 0; m < 16; m++)
+                            memcpy(em.a[m], ac + (size_t)m * ab, 64);
+                    else
+                        _tile_loadd(3, ac, (long)ab);
+                    AMX_DP(E, &em, 0, 4, bi[0 * 4 + c], k->uns);
+                    if (np > 1) AMX_DP(E, &em, 1, 5, bi[1 * 4 + c], k->uns);
+                    if (np > 2) AMX_DP(E, &em, 2, 6, bi[2 * 4 + c], k->uns);
+                }
+                if (E) {
+                    memcpy(cb, em.c, sizeof cb);
+                } else {
+                    _tile_stored(0, cb[0], 64);
+                    if (np > 1) _tile_stored(1, cb[1], 64);
+                    if (np > 2) _tile_stored(2, cb[2], 64);
+                }
+                const __m512 d = _mm512_load_ps(dv[i]), dmin = _mm512_load_ps(dm[i]);
+                const __m512i base = _mm512_set1_epi32(k->base);
+                for (int m = 0; m < 16; m++) {
+                    __m512i acc = _mm512_load_si512((const void *)cb[k->nd - 1][m]);
+                    for (int p = k->nd - 2; p >= 0; p--)
+                        acc = _mm512_add_epi32(_mm512_mullo_epi32(acc, base),
+                                               _mm512_load_si512((const void *)cb[p][m]));
+                    __m512 fi = _mm512_cvtepi32_ps(acc);
+                    const __m512 yd = _mm512_set1_ps(((const blk_q8_k *)(ai + (size_t)m * ab))->d);
+                    __m512 term;
+                    if (k->mode == EP_MIN) {
+                        const __m512 fm = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[k->nd][m]));
+                        term = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd, d), fi),
+                                             _mm512_mul_ps(_mm512_mul_ps(yd, dmin), fm));
+                    } else {
+                        if (k->mode == EP_IQ1) fi = _mm512_mul_ps(fi, _mm512_set1_ps(0.125f));
+                        term = _mm512_mul_ps(_mm512_mul_ps(d, yd), fi);
+                    }
+                    sumf[m] = _mm512_add_ps(sumf[m], term);
+                }
+            }
+            for (int m = t0 - ts; m < 16; m++) {
+                __m512 v = sumf[m];
+                if (k->post != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(k->post), v);
+                _mm512_mask_storeu_ps(o + (size_t)(ts + m) * ldo + r0, keep, v);
+            }
+        }
+    }
+    if (!E) _tile_release();
+}
+
+/* amx_<type> (tiles) and amxe_<type> (emulated): the 512-bit core below 16 activation rows or past
+ * AMX_MAXSB super-blocks per row. */
+#define AMX_MATMUL(name, DEC, BLK, ...)                                                                      \
+    static const amx_kind amx_kind_##name = {__VA_ARGS__};                                                   \
+    static void amx_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab,       \
+                           int T, float *o, size_t ldo) {                                                    \
+        if (T < 16 || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
+            mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
+        else                                                                                                 \
+            amx_driver(DEC, sizeof(BLK), &amx_kind_##name, 0, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
+    }                                                                                                        \
+    static void amxe_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab,      \
+                            int T, float *o, size_t ldo) {                                                   \
+        if (T < 16 || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
+            mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
+        else                                                                                                 \
+            amx_driver(DEC, sizeof(BLK), &amx_kind_##name, 1, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
+    }
+/*                                     off uns nd dmn base sh magic mins mode     post */
+AMX_MATMUL(q2_k, dec_q2_k, blk_q2_k, 0, 1, 1, 0, 16, 4, 0, 1, EP_MIN, 1.0f)
+AMX_MATMUL(q4_k, dec_q4_k, blk_q4_k, 0, 1, 2, 0, 16, 4, 0, 1, EP_MIN, 1.0f)
+AMX_MATMUL(q5_k, dec_q5_k, blk_q5_k, 0, 1, 2, 0, 8, 3, 0, 1, EP_MIN, 1.0f)
+AMX_MATMUL(q6_k, dec_q6_k, blk_q6_k, 32, 0, 3, -3, 8, 3, 0, 0, EP_PLAIN, 1.0f)
+AMX_MATMUL(iq2_xxs, DEC_IQ(iq2_xxs), blk_iq2_xxs, 43, 0, 3, -2, 5, 0, 13108, 0, EP_PLAIN, 0.125f)
+AMX_MATMUL(iq2_xs, DEC_IQ(iq2_xs), blk_iq2_xs, 43, 0, 3, -2, 5, 0, 13108, 0, EP_PLAIN, 0.125f)
+AMX_MATMUL(iq3_xxs, DEC_IQ(iq3_xxs), blk_iq3_xxs, 62, 0, 3, -2, 5, 0, 13108, 0, EP_PLAIN, 0.25f)
+AMX_MATMUL(iq3_s, DEC_IQ(iq3_s), blk_iq3_s, 15, 0, 2, -8, 17, 0, 3856, 0, EP_PLAIN, 1.0f)
+AMX_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, 9, 0, 2, -8, 16, 4, 0, 0, EP_IQ1, 1.0f)
+
+static void fill_amx(kern_table *t) {
+#define SET_AMX(QT, name) t->matmul_x[QT] = amx_##name, t->matmul_xe[QT] = amxe_##name
+    SET_AMX(QT_Q2_K, q2_k);
+    SET_AMX(QT_Q4_K, q4_k);
+    SET_AMX(QT_Q5_K, q5_k);
+    SET_AMX(QT_Q6_K, q6_k);
+    SET_AMX(QT_IQ2_XXS, iq2_xxs);
+    SET_AMX(QT_IQ2_XS, iq2_xs);
+    SET_AMX(QT_IQ3_XXS, iq3_xxs);
+    SET_AMX(QT_IQ3_S, iq3_s);
+    SET_AMX(QT_IQ1_M, iq1_m);
+#undef SET_AMX
+}
+#else
+static void fill_amx(kern_table *t) {
+    (void)t;
+}
+#endif
