@@ -95,7 +95,7 @@ bool kern_has_matmul(int level, uint32_t wtype);
 int kern_set_mm512(bool on);
 bool kern_mm512(void);
 /* Intel AMX int8 tiles for the batched K and IQ kernels at the AVX-512 level (src/kern_x86_amx.h):
- * from 16 activation rows on, each 16 x 16 x 64 tile product replaces 512 VNNI instructions; same
+ * from 64 activation rows on, each 16 x 16 x 64 tile product replaces 512 VNNI instructions; same
  * integer sums and float epilogue, so bit-identical to the mat-vec like the other cores. Used where
  * the CPU has AMX-TILE + AMX-INT8, the OS enables the tile state and grants this process its use
  * (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once at initialisation); RL_KERN_AMX=0 switches it

@@ -35,7 +35,7 @@
  * (1 + mins + digits) products into C tiles, which are stored and finished with the 512-bit
  * epilogue of mm_core512 in 16 float lanes (lane n = weight row n), in the scalar order. A last
  * partial tile of activation rows starts at T - 16 (rows computed twice, stored once), so T >= 16;
- * smaller batches and rows over 4096 columns take the 512-bit core.
+ * batches below AMX_MIN_T rows and rows over 4096 columns take the 512-bit core.
  *
  * The same kernel runs with its tile operations emulated in C (kern_set_amx(KERN_AMX_EMUL)): tests on
  * CPUs without AMX check the digits, layouts and epilogue; only the tile instructions themselves
@@ -44,7 +44,11 @@
 #if defined(KERN_X86_512) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define KERN_X86_AMX 1
 
-enum { AMX_MAXSB = 16, AMX_MAXP = 3 }; /* super-blocks per row (4096 columns); products per K-step */
+/* super-blocks per row (4096 columns); products per K-step; the fewest activation rows that take the
+ * tiles: below 64 the per-call decoding of the weights into B operands costs more than the tiles save
+ * (H200 host, one thread, GMAC/s tiles / 512-bit core: Q4_K 53/56 at 32 rows, 78/57 at 64; Q6_K 54/59,
+ * 73/60; IQ2_XS 67/83, 104/89 — bench/results/2026-12-02-cpu-amx-h200.md) */
+enum { AMX_MAXSB = 16, AMX_MAXP = 3, AMX_MIN_T = 64 };
 
 typedef struct {
     uint8_t palette, start_row, pad[14];
@@ -281,20 +285,20 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
     if (!E) _tile_release();
 }
 
-/* amx_<type> (tiles) and amxe_<type> (emulated): the 512-bit core below 16 activation rows or past
+/* amx_<type> (tiles) and amxe_<type> (emulated): the 512-bit core below AMX_MIN_T activation rows or past
  * AMX_MAXSB super-blocks per row. */
 #define AMX_MATMUL(name, DEC, BLK, ...)                                                                      \
     static const amx_kind amx_kind_##name = {__VA_ARGS__};                                                   \
     static void amx_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab,       \
                            int T, float *o, size_t ldo) {                                                    \
-        if (T < 16 || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
+        if (T < AMX_MIN_T || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
             mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
         else                                                                                                 \
             amx_driver(DEC, sizeof(BLK), &amx_kind_##name, 0, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
     }                                                                                                        \
     static void amxe_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab,      \
                             int T, float *o, size_t ldo) {                                                   \
-        if (T < 16 || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
+        if (T < AMX_MIN_T || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
             mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
         else                                                                                                 \
             amx_driver(DEC, sizeof(BLK), &amx_kind_##name, 1, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \

@@ -229,10 +229,11 @@ int main(void) {
                 test_matmul(level, types[k], 37, widths[1], 17, &r);
                 test_matmul(level, types[k], 19, widths[2], 23, &r); /* odd rows per group, 3 tiles */
                 test_matmul(level, types[k], 0, widths[1], 4, &r);
-                if (w == 2) { /* tiles of 16 activation rows: whole, overlapped last tile, one row tile short */
-                    test_matmul(level, types[k], 16, widths[0], 16, &r);
-                    test_matmul(level, types[k], 21, widths[1], 33, &r);
-                    test_matmul(level, types[k], 5, widths[1], 40, &r);
+                if (w == 2) { /* >= 64 activation rows take the tiles: whole tiles, an overlapped last tile,
+                               * a partial row tile */
+                    test_matmul(level, types[k], 16, widths[0], 64, &r);
+                    test_matmul(level, types[k], 21, widths[1], 73, &r);
+                    test_matmul(level, types[k], 5, widths[1], 100, &r);
                 }
             }
             if (level == KERN_AVX512) kern_set_mm512(false), kern_set_amx(KERN_AMX_OFF);
