@@ -287,21 +287,22 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
 
 /* amx_<type> (tiles) and amxe_<type> (emulated): the 512-bit core below AMX_MIN_T activation rows or past
  * AMX_MAXSB super-blocks per row. */
+#define AMX_ARGS                                                                                             \
+    const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o, size_t ldo
 #define AMX_MATMUL(name, DEC, BLK, ...)                                                                      \
     static const amx_kind amx_kind_##name = {__VA_ARGS__};                                                   \
-    static void amx_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab,       \
-                           int T, float *o, size_t ldo) {                                                    \
-        if (T < AMX_MIN_T || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
+    static void amx_go_##name(int E, const void *W, size_t rb, int64_t nr, int64_t nc, const void *a,        \
+                              size_t ab, int T, float *o, size_t ldo) {                                      \
+        if (T < AMX_MIN_T || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                             \
             mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
         else                                                                                                 \
-            amx_driver(DEC, sizeof(BLK), &amx_kind_##name, 0, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
+            amx_driver(DEC, sizeof(BLK), &amx_kind_##name, E, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
     }                                                                                                        \
-    static void amxe_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab,      \
-                            int T, float *o, size_t ldo) {                                                   \
-        if (T < AMX_MIN_T || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                                    \
-            mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
-        else                                                                                                 \
-            amx_driver(DEC, sizeof(BLK), &amx_kind_##name, 1, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
+    static void amx_##name(AMX_ARGS) {                                                                       \
+        amx_go_##name(0, W, rb, nr, nc, a, ab, T, o, ldo);                                                   \
+    }                                                                                                        \
+    static void amxe_##name(AMX_ARGS) {                                                                      \
+        amx_go_##name(1, W, rb, nr, nc, a, ab, T, o, ldo);                                                   \
     }
 /*                                     off uns nd dmn base sh magic mins mode     post */
 AMX_MATMUL(q2_k, dec_q2_k, blk_q2_k, 0, 1, 1, 0, 16, 4, 0, 1, EP_MIN, 1.0f)
