@@ -48,7 +48,7 @@
  * tiles: below 64 the per-call decoding of the weights into B operands costs more than the tiles save
  * (H200 host, one thread, GMAC/s tiles / 512-bit core: Q4_K 53/56 at 32 rows, 78/57 at 64; Q6_K 54/59,
  * 73/60; IQ2_XS 67/83, 104/89 — bench/results/2026-12-02-cpu-amx-h200.md) */
-enum { AMX_MAXSB = 16, AMX_MAXP = 3, AMX_MIN_T = 64 };
+enum { AMX_MAXSB = 16, AMX_MAXP = 3, AMX_MIN_T = 64, AMX_TCHUNK = 1024 /* activation rows per pass */ };
 
 typedef struct {
     uint8_t palette, start_row, pad[14];
@@ -198,6 +198,7 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
     int8_t bt[AMX_MAXSB * AMX_MAXP * 4][1024] __attribute__((aligned(64)));
     float dv[AMX_MAXSB][16] __attribute__((aligned(64))), dm[AMX_MAXSB][16] __attribute__((aligned(64)));
     int32_t cb[AMX_MAXP][16][16] __attribute__((aligned(64)));
+    float sum[AMX_TCHUNK][16] __attribute__((aligned(64))); /* running sums: [activation row][weight row] */
     kdsb rows[16] __attribute__((aligned(64)));
     amx_emu em;
     memset(rows, 0, sizeof rows); /* fields a type's decoder leaves alone (dmin, mn) stay defined */
@@ -220,65 +221,73 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
             amx_prep(rows, k, bt + i * np * 4);
         }
         const __mmask16 keep = (__mmask16)((1u << nrow) - 1);
-        for (int t0 = 0; t0 < T; t0 += 16) {
-            const int ts = t0 + 16 <= T ? t0 : T - 16; /* the last tile overlaps the one before */
-            const uint8_t *a0 = (const uint8_t *)act + (size_t)ts * ab;
-            __m512 sumf[16];
-            for (int m = 0; m < 16; m++)
-                sumf[m] = _mm512_setzero_ps();
+        /* super-blocks outside, activation tiles inside: a super-block's B operands (np x 4 KiB) stay in
+         * L1 while every activation tile of the chunk passes (tiles outside re-read the row tile's whole
+         * nsb x np x 4 KiB from L2 per activation tile); the running sums live in sum[] instead of
+         * registers, each row's terms still added in super-block order from 0 */
+        for (int c0 = 0; c0 < T; c0 += AMX_TCHUNK) {
+            const int cn = T - c0 < AMX_TCHUNK ? T - c0 : AMX_TCHUNK;
+            for (int t = 0; t < cn; t++)
+                _mm512_store_ps(sum[t], _mm512_setzero_ps());
             for (int64_t i = 0; i < nsb; i++) {
-                const uint8_t *ai = a0 + (size_t)i * sizeof(blk_q8_k);
                 const int8_t(*bi)[1024] = bt + i * np * 4;
-                if (E) {
-                    memset(em.c, 0, sizeof em.c);
-                } else {
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_zero(2);
-                }
-                for (int c = 0; c < 4; c++) {
-                    const uint8_t *ac = ai + offsetof(blk_q8_k, qs) + 64 * c;
-                    if (E)
-                        for (int m = 0; m < 16; m++)
-                            memcpy(em.a[m], ac + (size_t)m * ab, 64);
-                    else
-                        _tile_loadd(3, ac, (long)ab);
-                    AMX_DP(E, &em, 0, 4, bi[0 * 4 + c], k->uns);
-                    if (np > 1) AMX_DP(E, &em, 1, 5, bi[1 * 4 + c], k->uns);
-                    if (np > 2) AMX_DP(E, &em, 2, 6, bi[2 * 4 + c], k->uns);
-                }
-                if (E) {
-                    memcpy(cb, em.c, sizeof cb);
-                } else {
-                    _tile_stored(0, cb[0], 64);
-                    if (np > 1) _tile_stored(1, cb[1], 64);
-                    if (np > 2) _tile_stored(2, cb[2], 64);
-                }
                 const __m512 d = _mm512_load_ps(dv[i]), dmin = _mm512_load_ps(dm[i]);
                 const __m512i base = _mm512_set1_epi32(k->base);
-                for (int m = 0; m < 16; m++) {
-                    __m512i acc = _mm512_load_si512((const void *)cb[k->nd - 1][m]);
-                    for (int p = k->nd - 2; p >= 0; p--)
-                        acc = _mm512_add_epi32(_mm512_mullo_epi32(acc, base),
-                                               _mm512_load_si512((const void *)cb[p][m]));
-                    __m512 fi = _mm512_cvtepi32_ps(acc);
-                    const __m512 yd = _mm512_set1_ps(((const blk_q8_k *)(ai + (size_t)m * ab))->d);
-                    __m512 term;
-                    if (k->mode == EP_MIN) {
-                        const __m512 fm = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[k->nd][m]));
-                        term = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd, d), fi),
-                                             _mm512_mul_ps(_mm512_mul_ps(yd, dmin), fm));
+                for (int t0 = c0; t0 < c0 + cn; t0 += 16) {
+                    /* the last tile starts at T - 16 and adds only its rows from t0 on */
+                    const int ts = t0 + 16 <= T ? t0 : T - 16;
+                    const uint8_t *ai = (const uint8_t *)act + (size_t)ts * ab + (size_t)i * sizeof(blk_q8_k);
+                    if (E) {
+                        memset(em.c, 0, sizeof em.c);
                     } else {
-                        if (k->mode == EP_IQ1) fi = _mm512_mul_ps(fi, _mm512_set1_ps(0.125f));
-                        term = _mm512_mul_ps(_mm512_mul_ps(d, yd), fi);
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
                     }
-                    sumf[m] = _mm512_add_ps(sumf[m], term);
+                    for (int c = 0; c < 4; c++) {
+                        const uint8_t *ac = ai + offsetof(blk_q8_k, qs) + 64 * c;
+                        if (E)
+                            for (int m = 0; m < 16; m++)
+                                memcpy(em.a[m], ac + (size_t)m * ab, 64);
+                        else
+                            _tile_loadd(3, ac, (long)ab);
+                        AMX_DP(E, &em, 0, 4, bi[0 * 4 + c], k->uns);
+                        if (np > 1) AMX_DP(E, &em, 1, 5, bi[1 * 4 + c], k->uns);
+                        if (np > 2) AMX_DP(E, &em, 2, 6, bi[2 * 4 + c], k->uns);
+                    }
+                    if (E) {
+                        memcpy(cb, em.c, sizeof cb);
+                    } else {
+                        _tile_stored(0, cb[0], 64);
+                        if (np > 1) _tile_stored(1, cb[1], 64);
+                        if (np > 2) _tile_stored(2, cb[2], 64);
+                    }
+                    for (int m = t0 - ts; m < 16; m++) {
+                        __m512i acc = _mm512_load_si512((const void *)cb[k->nd - 1][m]);
+                        for (int p = k->nd - 2; p >= 0; p--)
+                            acc = _mm512_add_epi32(_mm512_mullo_epi32(acc, base),
+                                                   _mm512_load_si512((const void *)cb[p][m]));
+                        __m512 fi = _mm512_cvtepi32_ps(acc);
+                        const __m512 yd = _mm512_set1_ps(((const blk_q8_k *)(ai + (size_t)m * ab))->d);
+                        __m512 term;
+                        if (k->mode == EP_MIN) {
+                            const __m512 fm =
+                                _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[k->nd][m]));
+                            term = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd, d), fi),
+                                                 _mm512_mul_ps(_mm512_mul_ps(yd, dmin), fm));
+                        } else {
+                            if (k->mode == EP_IQ1) fi = _mm512_mul_ps(fi, _mm512_set1_ps(0.125f));
+                            term = _mm512_mul_ps(_mm512_mul_ps(d, yd), fi);
+                        }
+                        float *sr = sum[ts + m - c0];
+                        _mm512_store_ps(sr, _mm512_add_ps(_mm512_load_ps(sr), term));
+                    }
                 }
             }
-            for (int m = t0 - ts; m < 16; m++) {
-                __m512 v = sumf[m];
+            for (int t = 0; t < cn; t++) {
+                __m512 v = _mm512_load_ps(sum[t]);
                 if (k->post != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(k->post), v);
-                _mm512_mask_storeu_ps(o + (size_t)(ts + m) * ldo + r0, keep, v);
+                _mm512_mask_storeu_ps(o + (size_t)(c0 + t) * ldo + r0, keep, v);
             }
         }
     }

@@ -234,6 +234,7 @@ int main(void) {
                     test_matmul(level, types[k], 16, widths[0], 64, &r);
                     test_matmul(level, types[k], 21, widths[1], 73, &r);
                     test_matmul(level, types[k], 5, widths[1], 100, &r);
+                    test_matmul(level, types[k], 3, widths[0], 1030, &r); /* a second pass of 6 rows */
                 }
             }
             if (level == KERN_AVX512) kern_set_mm512(false), kern_set_amx(KERN_AMX_OFF);

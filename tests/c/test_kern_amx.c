@@ -4,7 +4,8 @@
  * row, and one wider row that takes the 512-bit core (tests/c/kern_mm_check.h: NaN-poisoned output
  * with gaps, an all-zero activation row). test_kern.c checks the same kernel with emulated tiles on
  * every AVX-512 CPU; this binary needs AMX (exit 77 and why, elsewhere). With RL_KERN_BENCH=mm it
- * also prints one thread's GMAC/s of the AMX kernels next to the 512-bit core at T = 64..512.
+ * also prints one thread's GMAC/s of the AMX kernels next to the 512-bit core at T = 32..512 (below 64
+ * rows both are the 512-bit core).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ int main(void) {
             test_matmul(KERN_AVX512, types[k], 5, widths[w], 90, &r);
         }
         test_matmul(KERN_AVX512, types[k], 64, 2048, 200, &r);
+        test_matmul(KERN_AVX512, types[k], 19, 2048, 1030, &r); /* two passes, the second of 6 rows */
         test_matmul(KERN_AVX512, types[k], 3, 2048, 40, &r); /* below AMX_MIN_T rows: the 512-bit core */
     }
     const char *b = getenv("RL_KERN_BENCH");
@@ -44,7 +46,7 @@ int main(void) {
         printf("one thread, 256 x 2048 weights in 16-row blocks: GMAC/s AMX / 512-bit core\n");
         for (size_t k = 0; k < N_TYPES; k++) {
             printf("  %-8s", quant_get(types[k])->name);
-            for (int T = 64; T <= 512; T *= 2) {
+            for (int T = 32; T <= 512; T *= 2) {
                 double g[2];
                 for (int v = 0; v < 2; v++) {
                     kern_set_amx(v ? KERN_AMX_OFF : KERN_AMX_ON);
