@@ -262,17 +262,25 @@ static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void
 }
 
 /* Batched: activation rows in passes of NT (then 2, then 1) per weight row; a pass reads the
- * weight row once for its NT activation rows. */
+ * weight row once for its NT activation rows. Activation rows in blocks of F_TB, all weight rows per
+ * block: with rows outside, every weight row re-read all T activation rows (a 512-row prompt's router
+ * input is 4 MiB of F32, past L2, streamed again for each of the 512 router rows); per block they stay
+ * in L2 and the weight rows of a call (16-64) are what is re-read. Each output's arithmetic is
+ * unchanged (dotn_*), so the order of the loops changes no result. */
+#define F_TB 64
 #define FLOAT_MATMUL(fname, dotfn, WT, NT, XS, NB)                                                    \
     static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
                       float *o, size_t ldo) {                                                        \
         const size_t xs = (XS);                                                                      \
-        for (int64_t r = 0; r < nr; r++) {                                                           \
-            const WT *w = (const WT *)((const uint8_t *)W + r * rb);                                 \
-            int t = 0;                                                                               \
-            for (; t + (NT) <= T; t += (NT)) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, NT, NB, o + t * ldo + r, ldo); \
-            for (; t + 2 <= T; t += 2) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 2, NB, o + t * ldo + r, ldo); \
-            for (; t < T; t++) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 1, NB, o + t * ldo + r, ldo); \
+        for (int t0 = 0; t0 < T; t0 += F_TB) {                                                       \
+            const int t1 = T - t0 < F_TB ? T : t0 + F_TB;                                            \
+            for (int64_t r = 0; r < nr; r++) {                                                       \
+                const WT *w = (const WT *)((const uint8_t *)W + r * rb);                             \
+                int t = t0;                                                                          \
+                for (; t + (NT) <= t1; t += (NT)) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, NT, NB, o + t * ldo + r, ldo); \
+                for (; t + 2 <= t1; t += 2) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 2, NB, o + t * ldo + r, ldo); \
+                for (; t < t1; t++) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 1, NB, o + t * ldo + r, ldo); \
+            }                                                                                        \
         }                                                                                            \
     }
 FLOAT_MATMUL(mm_f32, f32, float, F_NT, ab / sizeof(float), nc)

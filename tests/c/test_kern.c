@@ -162,8 +162,8 @@ static void bench_mm(void) {
     rl_rng_seed(&r, 77);
     if (kern_level() == KERN_AVX512 && getenv("RL_KERN_MM")) kern_set_mm512(!strcmp(getenv("RL_KERN_MM"), "512"));
     printf("batched kernel (level %s%s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
-           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s\n", kern_level_name(kern_level()),
-           kern_mm512() ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8", "T=64");
+           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s %22s\n", kern_level_name(kern_level()),
+           kern_mm512() ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8", "T=64", "T=512");
     const char *types_env = getenv("RL_KERN_BENCH_TYPES"); /* as in bench() */
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!kern_has_matmul(kern_level(), types[k])) continue;
@@ -174,7 +174,7 @@ static void bench_mm(void) {
             if (!strstr(list, want)) continue;
         }
         printf("%-8s", quant_name(types[k]));
-        for (int T = 2; T <= 64; T *= T == 8 ? 8 : 2) {
+        for (int T = 2; T <= 512; T *= T >= 8 ? 8 : 2) {
             double g;
             const double sp = bench_mm_one(types[k], T, &g, &r);
             printf("   %6.2fx %7.1f GMAC/s", sp, g);
