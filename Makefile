@@ -78,7 +78,7 @@ endif
 all: $(BUILD)/redlite $(BUILD)/libredlite.a $(TEST_BIN) default-model features
 
 features:
-	@printf 'redlite build: CPU scalar ✓  AVX2 ✓  AVX-512/VNNI ✓ (run-time dispatch)  CUDA %s\n' \
+	@printf 'redlite build: CPU scalar ✓  AVX2 ✓  AVX-512/VNNI ✓  AMX ✓ (run-time dispatch)  CUDA %s\n' \
 	  "$(if $(filter 1,$(CUDA)),✓,✗ (make CUDA=1))"
 
 # The archive is rebuilt from scratch: `ar rcs` into an old one would keep members of sources
