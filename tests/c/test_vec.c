@@ -59,6 +59,31 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
         free(Sin);
         free(Sout);
     }
+    /* delta_step_hot (the prefill's rows after the first): delta_step's bits, in place and out of place,
+     * with column counts that are and are not multiples of its 4 interleaved columns and odd dk (tails) */
+    for (int dk = DK; dk > 0; dk = dk == DK ? 13 : dk == 13 ? 6 : 0)
+        for (int dv = DV; dv > 0; dv = dv == DV ? 7 : dv == 7 ? 3 : 0)
+            for (int inpl = 0; inpl < 2; inpl++) {
+                float *A = malloc(sizeof(float) * DK * DV), *B = malloc(sizeof(float) * DK * DV);
+                memcpy(S1, S0, sizeof(float) * DK * DV);
+                memcpy(S2, S0, sizeof(float) * DK * DV);
+                check_poison(A, DK * DV);
+                check_poison(B, DK * DV);
+                int same = 1;
+                for (int t = 0; t < 3; t++) {
+                    check_poison(o1, DV);
+                    check_poison(o2, DV);
+                    v->delta_step(S1, inpl ? S1 : A, q, k, val, 0.9f, 0.6f, dk, dv, o1);
+                    v->delta_step_hot(S2, inpl ? S2 : B, q, k, val, 0.9f, 0.6f, dk, dv, o2);
+                    same &= memcmp(inpl ? S1 : A, inpl ? S2 : B, sizeof(float) * (size_t)dk * dv) == 0 &&
+                            memcmp(o1, o2, sizeof(float) * (size_t)dv) == 0;
+                    if (!inpl) memcpy(S1, A, sizeof(float) * DK * DV), memcpy(S2, B, sizeof(float) * DK * DV);
+                }
+                CHECK(same, "%s delta_step_hot dk=%d dv=%d %s: not delta_step's bits", v->name, dk, dv,
+                      inpl ? "in place" : "out of place");
+                free(A);
+                free(B);
+            }
     /* attention over 37 positions */
     float *K = malloc(sizeof(float) * NKV * HD), *V = malloc(sizeof(float) * NKV * HD), qa[HD], a1[HD], a2[HD];
     for (int i = 0; i < NKV * HD; i++) K[i] = rl_rng_normal(rng), V[i] = rl_rng_normal(rng);
