@@ -322,8 +322,8 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
             const size_t so = (size_t)h * dv * dk;
             if (j->r->fast)
-                (t > j->t0 ? vec_get()->delta_step_hot : vec_get()->delta_step)(ssm_in + so, ssm + so, q, k, v, expf(gdecay),
-                                                                              beta, dk, dv, o);
+                (t > j->t0 ? vec_get()->delta_step_hot : vec_get()->delta_step)(
+                    ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             else
                 ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             /* the last row's snapshot: a copy of this head's slice while it is in cache */

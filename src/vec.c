@@ -49,8 +49,8 @@ static void axpy_f16_portable(float *y, float a, const uint16_t *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * rl_fp16_to_fp32(x[i]);
 }
 
-static const vec_ops portable = {"portable", dot_portable, axpy_portable, delta_portable, delta_portable,
-                                 dot_f16_portable, axpy_f16_portable};
+static const vec_ops portable = {"portable",     dot_portable,     axpy_portable,    delta_portable,
+                                 delta_portable, dot_f16_portable, axpy_f16_portable};
 
 const vec_ops *vec_portable(void) { return &portable; }
 

@@ -20,8 +20,8 @@ typedef struct {
                        int dk, int dv, float *out);
     /* the same, bit for bit, for a state that is in cache (the rows after the first of a prefill:
      * each reads the state the row before wrote); faster there, slower on a state read from memory */
-    void (*delta_step_hot)(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
-                           float beta, int dk, int dv, float *out);
+    void (*delta_step_hot)(const float *S_in, float *S, const float *q, const float *k, const float *v,
+                           float alpha, float beta, int dk, int dv, float *out);
     /* the same two with the second operand an IEEE half row (an f16 KV cache): the halves are
      * widened exactly (F16C on AVX2), then the arithmetic is that of dot / axpy, so
      * dot_f16(a, h) == dot(a, widen(h)) bit for bit within one table (tests/c/test_vec.c) */

@@ -32,8 +32,8 @@ static void axpy_avx2(float *y, float a, const float *x, int n) {
 
 /* One column of S: one pass to decay and project (m = S^T k), one pass to update and read out
  * (o = S^T q); the column stays in registers/L1 between the two. */
-static void delta_col(const float *si, float *s, const float *q, const float *k, float v, __m256 va, float alpha,
-                      float beta, int dk, float *out) {
+static void delta_col(const float *si, float *s, const float *q, const float *k, float v, __m256 va,
+                      float alpha, float beta, int dk, float *out) {
     __m256 m0 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= dk; i += 8) {
@@ -66,7 +66,8 @@ static void delta_col(const float *si, float *s, const float *q, const float *k,
 static void delta_avx2(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
                        float beta, int dk, int dv, float *out) {
     const __m256 va = _mm256_set1_ps(alpha);
-    for (int c = 0; c < dv; c++) delta_col(S_in + (size_t)c * dk, S + (size_t)c * dk, q, k, v[c], va, alpha, beta, dk, out + c);
+    for (int c = 0; c < dv; c++)
+        delta_col(S_in + (size_t)c * dk, S + (size_t)c * dk, q, k, v[c], va, alpha, beta, dk, out + c);
 }
 
 /* Four columns at a time, interleaved: each column's operations are delta_col's in its order (one
@@ -76,8 +77,8 @@ static void delta_avx2(const float *S_in, float *S, const float *q, const float 
  * hide it (2-core Zen 4 VM: a 128 x 128 head step 3.4 -> 1.8 us, the prompt's recurrence stage
  * x1.35). With the state coming from memory (a decode step) the four interleaved streams were slower
  * than one (the same VM: that stage 0.65-0.84 -> 0.99-1.14 ms per token), so decode keeps delta_avx2. */
-static void delta_hot_avx2(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
-                       float beta, int dk, int dv, float *out) {
+static void delta_hot_avx2(const float *S_in, float *S, const float *q, const float *k, const float *v,
+                           float alpha, float beta, int dk, int dv, float *out) {
     const __m256 va = _mm256_set1_ps(alpha);
     int c = 0;
     for (; c + 4 <= dv; c += 4) {
@@ -127,7 +128,8 @@ static void delta_hot_avx2(const float *S_in, float *S, const float *q, const fl
             out[c + j] = o;
         }
     }
-    for (; c < dv; c++) delta_col(S_in + (size_t)c * dk, S + (size_t)c * dk, q, k, v[c], va, alpha, beta, dk, out + c);
+    for (; c < dv; c++)
+        delta_col(S_in + (size_t)c * dk, S + (size_t)c * dk, q, k, v[c], va, alpha, beta, dk, out + c);
 }
 
 /* f16 rows: 8 halves widened by F16C (vcvtph2ps, exact), then dot_avx2 / axpy_avx2's arithmetic */
@@ -153,7 +155,8 @@ static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * _cvtsh_ss(x[i]);
 }
 
-static const vec_ops avx2 = {"avx2", dot_avx2, axpy_avx2, delta_avx2, delta_hot_avx2, dot_f16_avx2, axpy_f16_avx2};
+static const vec_ops avx2 = {"avx2",         dot_avx2,     axpy_avx2,    delta_avx2,
+                             delta_hot_avx2, dot_f16_avx2, axpy_f16_avx2};
 
 const vec_ops *vec_avx2_table(void);
 const vec_ops *vec_avx2_table(void) { return &avx2; }
