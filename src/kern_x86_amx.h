@@ -87,10 +87,9 @@ static inline void amx_emu_dp(amx_emu *e, int p, const int8_t *b, int uns) {
         }
 }
 
-/* digit p of every group's scale (16 int16 lanes) */
-static inline __m256i amx_digits(__m256i s, const amx_kind *k, int p) {
-    __m256i d = _mm256_setzero_si256();
-    for (int i = 0; i <= p; i++) {
+/* The nd digits of every group's scale (16 int16 lanes), lowest first: dg[p] = digit p. */
+static inline void amx_digits(__m256i s, const amx_kind *k, __m256i *dg) {
+    for (int p = 0; p < k->nd; p++) {
         const __m256i t = _mm256_sub_epi16(s, _mm256_set1_epi16((short)k->dmn));
         __m256i q, r;
         if (k->sh) {
@@ -100,10 +99,9 @@ static inline __m256i amx_digits(__m256i s, const amx_kind *k, int p) {
             q = _mm256_mulhi_epu16(t, _mm256_set1_epi16((short)k->magic));
             r = _mm256_sub_epi16(t, _mm256_mullo_epi16(q, _mm256_set1_epi16((short)k->base)));
         }
-        d = _mm256_add_epi16(r, _mm256_set1_epi16((short)k->dmn));
+        dg[p] = _mm256_add_epi16(r, _mm256_set1_epi16((short)k->dmn));
         s = q;
     }
-    return d;
 }
 
 /* Transpose 16 rows of 16 dwords in place: r[i] lane j -> r[j] lane i. */
@@ -119,7 +117,8 @@ static inline void amx_tr16(__m512i *r) {
         r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
         r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
     }
-    /* r[4i + q], 128-bit lane L: rows 4L'..: dwords (4L + ?) — now exchange 128-bit lanes */
+    /* now 128-bit lane L of r[4i + q] holds dword 4L + q of rows 4i .. 4i + 3: a 4 x 4 transpose of
+     * 128-bit lanes over r[q], r[4 + q], r[8 + q], r[12 + q] finishes it */
     for (int i = 0; i < 8; i++) {
         const int a = (i / 4) * 8 + (i % 4), b = a + 4;
         t[a] = _mm512_shuffle_i32x4(r[a], r[b], 0x88);
@@ -140,9 +139,11 @@ static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[10
     for (int n = 0; n < 16; n++) {
         const kdsb *b = rows + n;
         const __m256i s = _mm256_load_si256((const __m256i *)b->s16);
+        __m256i d16[AMX_MAXP];
         __m512i dg[AMX_MAXP];
+        amx_digits(s, k, d16);
         for (int p = 0; p < k->nd; p++)
-            dg[p] = _mm512_zextsi256_si512(amx_digits(s, k, p));
+            dg[p] = _mm512_zextsi256_si512(d16[p]);
         if (k->mins) dg[k->nd] = _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)b->mn));
         for (int c = 0; c < 4; c++) {
             const __m512i w = _mm512_sub_epi8(_mm512_load_si512((const void *)(b->u + 64 * c)),
