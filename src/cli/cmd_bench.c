@@ -409,6 +409,7 @@ int cmd_bench(int argc, char **argv) {
     engine_mem mem;
     bool have_mem = engine_mem_info(session_ctx(b.S), &mem) == 0;
     if (!have_mem) rl_clearerr();
+    const bool amx = kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON; /* AMX tiles in use */
     char path[96];
     if (!strcmp(engine_backend_name(b.e), "cpu"))
         snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
@@ -420,7 +421,7 @@ int cmd_bench(int argc, char **argv) {
                (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
                t_load);
         printf("engine    backend %s, %s, CPU kernels %s%s, %d threads\n", engine_backend_name(b.e), path,
-               kern_level_name(kern_level()), kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON ? " + AMX tiles" : "",
+               kern_level_name(kern_level()), amx ? " + AMX tiles" : "",
                threads ? (int)threads : rl_ncpu());
         printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
                "%.1f KB per "
@@ -507,7 +508,7 @@ int cmd_bench(int argc, char **argv) {
         json_kv_str(&j, "backend", engine_backend_name(b.e));
         json_kv_str(&j, "path", path);
         json_kv_str(&j, "cpu_kernels", kern_level_name(kern_level()));
-        json_kv_bool(&j, "cpu_amx", kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON);
+        json_kv_bool(&j, "cpu_amx", amx);
         json_kv_int(&j, "threads", threads ? threads : rl_ncpu());
         json_kv_num(&j, "load_seconds", t_load);
         json_key(&j, "hparams");
