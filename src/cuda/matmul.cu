@@ -26,12 +26,7 @@ MM_DECL(iq4_xs)
 // size), verify of 5 / 7 / 9 rows: 14.7 / 17.7 / 24.0 ms with tiles of 8, 14.1 / 16.7 / 21.8 ms
 // with tiles of 4 (a step 5.7 ms); 2-4 rows unchanged.
 static int small_tt_max() {
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("RL_CUDA_SMALL_TT");
-        const int x = e ? atoi(e) : 4;
-        v = x == 2 || x == 8 ? x : 4;
-    }
+    static const int x = cu_env_int("RL_CUDA_SMALL_TT", 4), v = x == 2 || x == 8 ? x : 4;
     return v;
 }
 
@@ -43,10 +38,8 @@ static int small_tt_max() {
 // and its steps (the two arithmetics give different bits).
 static int int8_mode = -1;
 static int int8_on() {
-    if (int8_mode < 0) {
-        const char *e = getenv("RL_CUDA_MMQ");
-        int8_mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : 2;
-    }
+    if (int8_mode < 0)
+        int8_mode = cu_env_is("RL_CUDA_MMQ", "0") ? 0 : cu_env_is("RL_CUDA_MMQ", "1") ? 1 : 2;
     return int8_mode;
 }
 extern "C" int cu_matmul_set_int8(int mode) {
@@ -61,11 +54,7 @@ static bool q8_type(uint32_t type) { return mmq_k(type) ? int8_on() >= 1 : mmq_i
 // The staged tensor-core tiles when the caller gives a scratch: RL_CUDA_MMQ_TC=0|1 (default 1;
 // 0: k_mmq_mma, which quantises in every block). Same bits either way.
 static int mmq_tc_on() {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("RL_CUDA_MMQ_TC");
-        v = e && !strcmp(e, "0") ? 0 : 1;
-    }
+    static const int v = cu_env_is("RL_CUDA_MMQ_TC", "0") ? 0 : 1;
     return v;
 }
 

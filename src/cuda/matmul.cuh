@@ -245,12 +245,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
 // H200, cf2 decode (unstaged): NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound
 // and more, smaller warps keep more loads in flight than more rows per warp.
 static inline int mm_decode_nr(bool gateup) {
-    static int nr = 0;
-    if (!nr) {
-        const char *e = getenv("RL_CUDA_DECODE_NR");
-        const int v = e ? atoi(e) : 1;
-        nr = (v == 2 || v == 4 || v == 8) ? v : 1;
-    }
+    static const int v = cu_env_int("RL_CUDA_DECODE_NR", 1), nr = (v == 2 || v == 4 || v == 8) ? v : 1;
     return gateup && nr == 1 ? 2 : nr;
 }
 
