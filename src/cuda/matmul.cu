@@ -38,8 +38,7 @@ static int small_tt_max() {
 // and its steps (the two arithmetics give different bits).
 static int int8_mode = -1;
 static int int8_on() {
-    if (int8_mode < 0)
-        int8_mode = cu_env_is("RL_CUDA_MMQ", "0") ? 0 : cu_env_is("RL_CUDA_MMQ", "1") ? 1 : 2;
+    if (int8_mode < 0) int8_mode = cu_env_is("RL_CUDA_MMQ", "0") ? 0 : cu_env_is("RL_CUDA_MMQ", "1") ? 1 : 2;
     return int8_mode;
 }
 extern "C" int cu_matmul_set_int8(int mode) {
