@@ -95,7 +95,8 @@ bool kern_has_matmul(int level, uint32_t wtype);
 int kern_set_mm512(bool on);
 bool kern_mm512(void);
 /* Intel AMX int8 tiles for the batched K and IQ kernels at the AVX-512 level (src/kern_x86_amx.h):
- * from 64 activation rows on, each 16 x 16 x 64 tile product replaces 512 VNNI instructions; same
+ * from a per-type number of activation rows on (kern_table.amx_min), each 16 x 16 x 64 tile product
+ * replaces 512 VNNI instructions; same
  * integer sums and float epilogue, so bit-identical to the mat-vec like the other cores. Used where
  * the CPU has AMX-TILE + AMX-INT8, the OS enables the tile state and grants this process its use
  * (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once at initialisation); RL_KERN_AMX=0 switches it
@@ -106,6 +107,10 @@ enum { KERN_AMX_OFF = 0, KERN_AMX_ON = 1, KERN_AMX_EMUL = 2 };
 bool kern_amx_supported(void);
 int kern_set_amx(int mode);
 int kern_amx(void);
+/* The tiles from `rows` activation rows on for every type (tests, the speed sweep), or 0: each type's
+ * own threshold (kern_table.amx_min, measured). Returns 0, or -1 with rl_seterr for rows < 0. Not to
+ * be called while other threads run kernels. */
+int kern_set_amx_rows(int rows);
 
 /* ---- internal: the dispatch table the ISA files fill (kern_avx2.c, kern_avx512.c) ---------- */
 typedef void (*kern_matvec_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -119,6 +124,9 @@ typedef struct {
     kern_matmul_fn matmul_w[QT_COUNT]; /* 512-bit alternatives of matmul (kern_set_mm512), or NULL */
     kern_matmul_fn matmul_x[QT_COUNT]; /* AMX tile alternatives (kern_set_amx), or NULL */
     kern_matmul_fn matmul_xe[QT_COUNT]; /* the same with the tile operations emulated (tests) */
+    int amx_min[QT_COUNT];            /* activation rows from which matmul_x pays (fill_amx) */
+    kern_matmul_fn matmul_lo[QT_COUNT]; /* select_mm: the batched kernel below amx_from rows */
+    int amx_from[QT_COUNT];           /* select_mm: matmul takes T >= amx_from (0: any T) */
     kern_quant_fn quant[QT_COUNT];   /* by activation type */
 } kern_table;
 /* Each sets the entries it implements and leaves the others untouched. A level that overrides a

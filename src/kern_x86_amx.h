@@ -29,13 +29,15 @@
  *
  * Layout. Activation rows are the tiles' M dimension: an A tile is 16 activation rows x 64 bytes of
  * their Q8_K codes, loaded straight from the activation buffer with the row stride. Weight rows are
- * N: a row tile of 16 weight rows is decoded once per call (kdsb), multiplied by its digits and
- * transposed into the B layout (row k4 of the tile of K-step c: for each weight row n its values
- * 64c + 4k4 .. +3), then every tile of 16 activation rows runs over it: per super-block 4 K-steps x
- * (1 + mins + digits) products into C tiles, which are stored and finished with the 512-bit
- * epilogue of mm_core512 in 16 float lanes (lane n = weight row n), in the scalar order. A last
- * partial tile of activation rows starts at T - 16 (rows computed twice, stored once), so T >= 16;
- * batches below AMX_MIN_T rows and rows over 4096 columns take the 512-bit core.
+ * N: a row tile of 16 weight rows is decoded once per call (kdsb), transposed into the B layout (row
+ * k4 of the tile of K-step c: for each weight row n its values 64c + 4k4 .. +3) and multiplied by its
+ * digits, then every tile of 16 activation rows runs over it: per super-block 4 K-steps x (digits +
+ * mins) products into C tiles, which are stored and finished with the 512-bit epilogue of
+ * mm_core512 in 16 float lanes (lane n = weight row n), in the scalar order. A last partial tile of
+ * activation rows starts at T - 16 (rows computed twice, stored once); fewer than 16 rows are padded
+ * to one tile. Rows over 4096 columns take the 512-bit core, and so do batches below the type's
+ * threshold (kern_table.amx_min, set in fill_amx from the measured crossover: below it the per-call
+ * preparation of the weights costs more than the tiles save).
  *
  * The same kernel runs with its tile operations emulated in C (kern_set_amx(KERN_AMX_EMUL)): tests on
  * CPUs without AMX check the digits, layouts and epilogue; only the tile instructions themselves
@@ -44,11 +46,8 @@
 #if defined(KERN_X86_512) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define KERN_X86_AMX 1
 
-/* super-blocks per row (4096 columns); products per K-step; the fewest activation rows that take the
- * tiles: below 64 the per-call decoding of the weights into B operands costs more than the tiles save
- * (H200 host, one thread, GMAC/s tiles / 512-bit core: Q4_K 53/56 at 32 rows, 78/57 at 64; Q6_K 54/59,
- * 73/60; IQ2_XS 67/83, 104/89 — bench/results/2026-12-02-cpu-amx-h200.md) */
-enum { AMX_MAXSB = 16, AMX_MAXP = 3, AMX_MIN_T = 64, AMX_TCHUNK = 1024 /* activation rows per pass */ };
+/* super-blocks per row (4096 columns); products per K-step; activation rows per pass */
+enum { AMX_MAXSB = 16, AMX_MAXP = 3, AMX_TCHUNK = 1024 };
 
 typedef struct {
     uint8_t palette, start_row, pad[14];
@@ -87,21 +86,33 @@ static inline void amx_emu_dp(amx_emu *e, int p, const int8_t *b, int uns) {
         }
 }
 
-/* The nd digits of every group's scale (16 int16 lanes), lowest first: dg[p] = digit p. */
-static inline void amx_digits(__m256i s, const amx_kind *k, __m256i *dg) {
+/* Byte k of each dword lane replicated: the lane's low byte in all four. */
+#define AMX_REP4 _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000)
+
+/* The nd digits of 16 scales (dword lanes), lowest first, each lane's digit in all four of its bytes. */
+static inline void amx_digits(__m512i s, const amx_kind *k, __m512i *dg) {
     for (int p = 0; p < k->nd; p++) {
-        const __m256i t = _mm256_sub_epi16(s, _mm256_set1_epi16((short)k->dmn));
-        __m256i q, r;
+        const __m512i t = _mm512_sub_epi32(s, _mm512_set1_epi32(k->dmn));
+        __m512i q, r;
         if (k->sh) {
-            q = _mm256_srai_epi16(t, k->sh);
-            r = _mm256_and_si256(t, _mm256_set1_epi16((short)(k->base - 1)));
-        } else { /* t >= 0 here (scales >= 1, dmn < 0) */
-            q = _mm256_mulhi_epu16(t, _mm256_set1_epi16((short)k->magic));
-            r = _mm256_sub_epi16(t, _mm256_mullo_epi16(q, _mm256_set1_epi16((short)k->base)));
+            q = _mm512_srai_epi32(t, k->sh);
+            r = _mm512_and_si512(t, _mm512_set1_epi32(k->base - 1));
+        } else { /* 0 <= t < 2^16 here (scales >= 1, dmn < 0) */
+            q = _mm512_srli_epi32(_mm512_mullo_epi32(t, _mm512_set1_epi32(k->magic)), 16);
+            r = _mm512_sub_epi32(t, _mm512_mullo_epi32(q, _mm512_set1_epi32(k->base)));
         }
-        dg[p] = _mm256_add_epi16(r, _mm256_set1_epi16((short)k->dmn));
+        dg[p] = _mm512_shuffle_epi8(_mm512_add_epi32(r, _mm512_set1_epi32(k->dmn)), AMX_REP4);
         s = q;
     }
+}
+
+/* Byte-wise w * d modulo 256 (the digits keep every product within a byte, so this is the product):
+ * the low byte of a 16-bit product depends only on the two low bytes. */
+static inline __m512i amx_mul8(__m512i w, __m512i d) {
+    const __m512i lo8 = _mm512_set1_epi16(0x00ff);
+    const __m512i lo = _mm512_mullo_epi16(w, d),
+                  hi = _mm512_mullo_epi16(_mm512_srli_epi16(w, 8), _mm512_andnot_si512(lo8, d));
+    return _mm512_or_si512(_mm512_and_si512(lo, lo8), hi);
 }
 
 /* Transpose 16 rows of 16 dwords in place: r[i] lane j -> r[j] lane i. */
@@ -131,67 +142,87 @@ static inline void amx_tr16(__m512i *r) {
     }
 }
 
-/* The B operands of one row tile and super-block: rows[n] (16 decoded super-blocks) ->
- * bt[p * 4 + c] (1 KiB tiles, p < np: digit products then the mins). */
-static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[1024]) {
-    const int np = k->nd + k->mins;
-    __m512i tr[AMX_MAXP][4][16];
-    for (int n = 0; n < 16; n++) {
-        const kdsb *b = rows + n;
-        const __m256i s = _mm256_load_si256((const __m256i *)b->s16);
-        __m256i d16[AMX_MAXP];
-        __m512i dg[AMX_MAXP];
-        amx_digits(s, k, d16);
-        for (int p = 0; p < k->nd; p++)
-            dg[p] = _mm512_zextsi256_si512(d16[p]);
-        if (k->mins) dg[k->nd] = _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)b->mn));
-        for (int c = 0; c < 4; c++) {
-            const __m512i w = _mm512_sub_epi8(_mm512_load_si512((const void *)(b->u + 64 * c)),
-                                              _mm512_set1_epi8((char)k->off));
-            const __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
-                          w1 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1));
-            /* int16 lane j of half h: group 4c + 2h + j / 16 */
-            const __m512i i0 = _mm512_add_epi16(
-                _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
-                                                   16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                  4),
-                _mm512_set1_epi16((short)(4 * c)));
-            const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(2));
-            for (int p = 0; p < np; p++) {
-                const __m512i m0 = _mm512_permutexvar_epi16(i0, dg[p]),
-                              m1 = _mm512_permutexvar_epi16(i1, dg[p]);
-                const __m512i v0 = p < k->nd ? _mm512_mullo_epi16(w0, m0) : m0,
-                              v1 = p < k->nd ? _mm512_mullo_epi16(w1, m1) : m1;
-                tr[p][c][n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(v0)),
-                                                 _mm512_cvtepi16_epi8(v1), 1);
-            }
-        }
-    }
-    for (int p = 0; p < np; p++)
-        for (int c = 0; c < 4; c++) {
-            amx_tr16(tr[p][c]);
-            for (int r = 0; r < 16; r++)
-                _mm512_store_si512((void *)(bt[p * 4 + c] + 64 * r), tr[p][c][r]);
-        }
+/* 16 rows' int16 x 16 (a kdsb field at byte offset off) as dwords, transposed: v[g] lane n = row n's
+ * entry g. */
+static inline void amx_tr16_i16(const kdsb *rows, size_t off, __m512i *v) {
+    for (int n = 0; n < 16; n++)
+        v[n] = _mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)((const char *)(rows + n) + off)));
+    amx_tr16(v);
 }
 
-/* One tile product into C tile P from B tile BT (literal numbers: the intrinsics paste them into the
- * instruction text). */
-#define AMX_DP(E, em, P, BT, bptr, uns)                                                                      \
+/* The B operands of one row tile and super-block: rows[n] (16 decoded super-blocks) ->
+ * bt[p * 4 + c] (1 KiB tiles, p < np: digit products then the mins). The codes are transposed first
+ * (a dword of the B layout is 4 values of one weight row, all in one group of 16), then each B row
+ * is multiplied byte-wise by its dwords' digits: transposing once per K-step instead of once per
+ * product, and no widening to 16 bits (the previous form spent ~2,000 shuffle-port operations per
+ * row tile and super-block, now ~500). */
+static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[1024]) {
+    __m512i sc[16], mn[16], ct[16], dg[AMX_MAXP][16];
+    amx_tr16_i16(rows, offsetof(kdsb, s16), sc); /* sc[g] lane n: row n's scale of group g */
+    for (int g = 0; g < 16; g++) {
+        __m512i d[AMX_MAXP];
+        amx_digits(sc[g], k, d);
+        for (int p = 0; p < k->nd; p++)
+            dg[p][g] = d[p];
+    }
+    if (k->mins) {
+        amx_tr16_i16(rows, offsetof(kdsb, mn), mn);
+        for (int g = 0; g < 16; g++)
+            mn[g] = _mm512_shuffle_epi8(mn[g], AMX_REP4);
+    }
+    for (int c = 0; c < 4; c++) {
+        for (int n = 0; n < 16; n++)
+            ct[n] = _mm512_sub_epi8(_mm512_load_si512((const void *)(rows[n].u + 64 * c)),
+                                    _mm512_set1_epi8((char)k->off));
+        amx_tr16(ct); /* ct[k4] lane n: row n's values 64c + 4k4 .. +3, of group 4c + k4 / 4 */
+        for (int k4 = 0; k4 < 16; k4++) {
+            const int g = 4 * c + k4 / 4;
+            for (int p = 0; p < k->nd; p++)
+                _mm512_store_si512((void *)(bt[p * 4 + c] + 64 * k4), amx_mul8(ct[k4], dg[p][g]));
+            if (k->mins) _mm512_store_si512((void *)(bt[k->nd * 4 + c] + 64 * k4), mn[g]);
+        }
+    }
+}
+
+/* One tile product into C tile P from A tile AT and B tile BT (literal numbers: the intrinsics paste
+ * them into the instruction text). */
+#define AMX_DP(E, em, P, AT, BT, bptr, uns)                                                                  \
     do {                                                                                                     \
         if (E) {                                                                                             \
             amx_emu_dp(em, P, bptr, uns);                                                                    \
         } else {                                                                                             \
             _tile_loadd(BT, bptr, 64);                                                                       \
             if (uns)                                                                                         \
-                _tile_dpbsud(P, 3, BT);                                                                      \
+                _tile_dpbsud(P, AT, BT);                                                                     \
             else                                                                                             \
-                _tile_dpbssd(P, 3, BT);                                                                      \
+                _tile_dpbssd(P, AT, BT);                                                                     \
         }                                                                                                    \
     } while (0)
 
-/* W: nr rows of nsb blocks (bsz bytes each, row stride rb); activation rows of ab bytes; T >= 16,
- * 1 <= nsb <= AMX_MAXSB. o[t * ldo + r]. E: emulate the tile operations. */
+/* K-step c of one activation tile: its A tile into tile AT (3 and 7 alternate, so the next step's load
+ * need not wait for this step's products to release the tile), the products into C tiles 0..np-1;
+ * and 16 of the 64 lines of the next activation tile's A operands prefetched. */
+#define AMX_KSTEP(c, AT)                                                                                     \
+    do {                                                                                                     \
+        const uint8_t *ac = ai + offsetof(blk_q8_k, qs) + 64 * (c);                                          \
+        if (E)                                                                                               \
+            for (int m = 0; m < 16; m++)                                                                     \
+                memcpy(em.a[m], ac + (size_t)m * ab, 64);                                                    \
+        else                                                                                                 \
+            _tile_loadd(AT, ac, (long)ab);                                                                   \
+        if (an)                                                                                              \
+            for (int m = 4 * (c); m < 4 * (c) + 4; m++)                                                      \
+                for (int q = 0; q < 4; q++)                                                                  \
+                    _mm_prefetch((const char *)an + (size_t)m * ab + 64 * q, _MM_HINT_T0);                   \
+        AMX_DP(E, &em, 0, AT, 4, bi[0 * 4 + (c)], k->uns);                                                   \
+        if (np > 1) AMX_DP(E, &em, 1, AT, 5, bi[1 * 4 + (c)], k->uns);                                       \
+        if (np > 2) AMX_DP(E, &em, 2, AT, 6, bi[2 * 4 + (c)], k->uns);                                       \
+    } while (0)
+
+/* W: nr rows of nsb blocks (bsz bytes each, row stride rb); T >= 1 activation rows of ab bytes;
+ * 1 <= nsb <= AMX_MAXSB. o[t * ldo + r]. E: emulate the tile operations. Fewer than 16 activation rows
+ * are copied into a tile of 16 whose rows past the last repeat it (computed, never stored), as the
+ * weight rows past the last of a row tile. */
 static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, const amx_kind *k, int E,
                               const void *W, size_t rb, int64_t nr, int64_t nsb, const void *act, size_t ab,
                               int T, float *o, size_t ldo) {
@@ -202,12 +233,19 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
     float sum[AMX_TCHUNK][16] __attribute__((aligned(64))); /* running sums: [activation row][weight row] */
     kdsb rows[16] __attribute__((aligned(64)));
     amx_emu em;
+    const int Tt = T < 16 ? 16 : T; /* activation rows the tiles run over */
+    uint8_t pad[16 * AMX_MAXSB * sizeof(blk_q8_k)] __attribute__((aligned(64)));
+    if (T < 16) {
+        for (int t = 0; t < 16; t++)
+            memcpy(pad + (size_t)t * ab, (const uint8_t *)act + (size_t)(t < T ? t : T - 1) * ab, ab);
+        act = pad;
+    }
     memset(rows, 0, sizeof rows); /* fields a type's decoder leaves alone (dmin, mn) stay defined */
     if (!E) {
         amx_cfg cfg __attribute__((aligned(64)));
         memset(&cfg, 0, sizeof cfg);
         cfg.palette = 1;
-        for (int t = 0; t < 4 + AMX_MAXP; t++)
+        for (int t = 0; t < 8; t++)
             cfg.rows[t] = 16, cfg.colsb[t] = 64;
         _tile_loadconfig(&cfg);
     }
@@ -226,18 +264,20 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
          * L1 while every activation tile of the chunk passes (tiles outside re-read the row tile's whole
          * nsb x np x 4 KiB from L2 per activation tile); the running sums live in sum[] instead of
          * registers, each row's terms still added in super-block order from 0 */
-        for (int c0 = 0; c0 < T; c0 += AMX_TCHUNK) {
-            const int cn = T - c0 < AMX_TCHUNK ? T - c0 : AMX_TCHUNK;
+        for (int c0 = 0; c0 < Tt; c0 += AMX_TCHUNK) {
+            const int cn = Tt - c0 < AMX_TCHUNK ? Tt - c0 : AMX_TCHUNK;
             for (int t = 0; t < cn; t++)
                 _mm512_store_ps(sum[t], _mm512_setzero_ps());
             for (int64_t i = 0; i < nsb; i++) {
                 const int8_t(*bi)[1024] = bt + i * np * 4;
                 const __m512 d = _mm512_load_ps(dv[i]), dmin = _mm512_load_ps(dm[i]);
-                const __m512i base = _mm512_set1_epi32(k->base);
                 for (int t0 = c0; t0 < c0 + cn; t0 += 16) {
-                    /* the last tile starts at T - 16 and adds only its rows from t0 on */
-                    const int ts = t0 + 16 <= T ? t0 : T - 16;
+                    /* the last tile starts at Tt - 16 and adds only its rows from t0 on */
+                    const int ts = t0 + 16 <= Tt ? t0 : Tt - 16;
                     const uint8_t *ai = (const uint8_t *)act + (size_t)ts * ab + (size_t)i * sizeof(blk_q8_k);
+                    const int tn = t0 + 16 < c0 + cn ? (t0 + 32 <= Tt ? t0 + 16 : Tt - 16) : -1;
+                    const uint8_t *an =
+                        tn < 0 ? NULL : (const uint8_t *)act + (size_t)tn * ab + (size_t)i * sizeof(blk_q8_k);
                     if (E) {
                         memset(em.c, 0, sizeof em.c);
                     } else {
@@ -245,17 +285,10 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
                         _tile_zero(1);
                         _tile_zero(2);
                     }
-                    for (int c = 0; c < 4; c++) {
-                        const uint8_t *ac = ai + offsetof(blk_q8_k, qs) + 64 * c;
-                        if (E)
-                            for (int m = 0; m < 16; m++)
-                                memcpy(em.a[m], ac + (size_t)m * ab, 64);
-                        else
-                            _tile_loadd(3, ac, (long)ab);
-                        AMX_DP(E, &em, 0, 4, bi[0 * 4 + c], k->uns);
-                        if (np > 1) AMX_DP(E, &em, 1, 5, bi[1 * 4 + c], k->uns);
-                        if (np > 2) AMX_DP(E, &em, 2, 6, bi[2 * 4 + c], k->uns);
-                    }
+                    AMX_KSTEP(0, 3);
+                    AMX_KSTEP(1, 7);
+                    AMX_KSTEP(2, 3);
+                    AMX_KSTEP(3, 7);
                     if (E) {
                         memcpy(cb, em.c, sizeof cb);
                     } else {
@@ -264,10 +297,13 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
                         if (np > 2) _tile_stored(2, cb[2], 64);
                     }
                     for (int m = t0 - ts; m < 16; m++) {
+                        /* isum = C_0 + base (C_1 + base C_2), the digits' products recombined */
                         __m512i acc = _mm512_load_si512((const void *)cb[k->nd - 1][m]);
                         for (int p = k->nd - 2; p >= 0; p--)
-                            acc = _mm512_add_epi32(_mm512_mullo_epi32(acc, base),
-                                                   _mm512_load_si512((const void *)cb[p][m]));
+                            acc =
+                                _mm512_add_epi32(k->sh ? _mm512_slli_epi32(acc, k->sh)
+                                                       : _mm512_mullo_epi32(acc, _mm512_set1_epi32(k->base)),
+                                                 _mm512_load_si512((const void *)cb[p][m]));
                         __m512 fi = _mm512_cvtepi32_ps(acc);
                         const __m512 yd = _mm512_set1_ps(((const blk_q8_k *)(ai + (size_t)m * ab))->d);
                         __m512 term;
@@ -285,7 +321,7 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
                     }
                 }
             }
-            for (int t = 0; t < cn; t++) {
+            for (int t = 0; t < cn && c0 + t < T; t++) {
                 __m512 v = _mm512_load_ps(sum[t]);
                 if (k->post != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(k->post), v);
                 _mm512_mask_storeu_ps(o + (size_t)(c0 + t) * ldo + r0, keep, v);
@@ -295,15 +331,15 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
     if (!E) _tile_release();
 }
 
-/* amx_<type> (tiles) and amxe_<type> (emulated): the 512-bit core below AMX_MIN_T activation rows or past
- * AMX_MAXSB super-blocks per row. */
+/* amx_<type> (tiles) and amxe_<type> (emulated), for any T >= 1 (kern_matmul sends batches below the
+ * type's amx_min rows to the 512-bit core); the 512-bit core past AMX_MAXSB super-blocks per row. */
 #define AMX_ARGS                                                                                             \
     const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o, size_t ldo
 #define AMX_MATMUL(name, DEC, BLK, ...)                                                                      \
     static const amx_kind amx_kind_##name = {__VA_ARGS__};                                                   \
     static void amx_go_##name(int E, const void *W, size_t rb, int64_t nr, int64_t nc, const void *a,        \
                               size_t ab, int T, float *o, size_t ldo) {                                      \
-        if (T < AMX_MIN_T || nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0)                             \
+        if (nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0 || T < 1)                                     \
             mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
         else                                                                                                 \
             amx_driver(DEC, sizeof(BLK), &amx_kind_##name, E, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
@@ -326,16 +362,18 @@ AMX_MATMUL(iq3_s, DEC_IQ(iq3_s), blk_iq3_s, 15, 0, 2, -8, 17, 0, 3856, 0, EP_PLA
 AMX_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, 9, 0, 2, -8, 16, 4, 0, 0, EP_IQ1, 1.0f)
 
 static void fill_amx(kern_table *t) {
-#define SET_AMX(QT, name) t->matmul_x[QT] = amx_##name, t->matmul_xe[QT] = amxe_##name
-    SET_AMX(QT_Q2_K, q2_k);
-    SET_AMX(QT_Q4_K, q4_k);
-    SET_AMX(QT_Q5_K, q5_k);
-    SET_AMX(QT_Q6_K, q6_k);
-    SET_AMX(QT_IQ2_XXS, iq2_xxs);
-    SET_AMX(QT_IQ2_XS, iq2_xs);
-    SET_AMX(QT_IQ3_XXS, iq3_xxs);
-    SET_AMX(QT_IQ3_S, iq3_s);
-    SET_AMX(QT_IQ1_M, iq1_m);
+#define SET_AMX(QT, name, rows)                                                                              \
+    t->matmul_x[QT] = amx_##name, t->matmul_xe[QT] = amxe_##name, t->amx_min[QT] = rows
+    /* the activation rows from which the tiles beat the 512-bit core (one thread, AMX_MIN_ROWS) */
+    SET_AMX(QT_Q2_K, q2_k, 64);
+    SET_AMX(QT_Q4_K, q4_k, 64);
+    SET_AMX(QT_Q5_K, q5_k, 64);
+    SET_AMX(QT_Q6_K, q6_k, 64);
+    SET_AMX(QT_IQ2_XXS, iq2_xxs, 64);
+    SET_AMX(QT_IQ2_XS, iq2_xs, 64);
+    SET_AMX(QT_IQ3_XXS, iq3_xxs, 64);
+    SET_AMX(QT_IQ3_S, iq3_s, 64);
+    SET_AMX(QT_IQ1_M, iq1_m, 64);
 #undef SET_AMX
 }
 #else

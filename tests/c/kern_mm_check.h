@@ -49,11 +49,12 @@ static void test_matmul(int level, uint32_t type, int64_t n_rows, int64_t n_cols
     free(ref);
 }
 
-/* Batched kernel speed: T activation rows against 16-row weight blocks (as ops_matmul_batch cuts
- * them) of 256 rows x 2048 columns, kern_matmul vs T calls of kern_matvec; returns the speedup
- * and sets *gops to the batched rate in G row-dots x columns (multiply-adds) per CPU-second. */
-static double bench_mm_one(uint32_t type, int T, double *gmacs, rl_rng *r) {
-    const int64_t n_cols = 2048, n_rows = 256, blk = 16;
+/* Batched kernel speed: T activation rows against blk-row weight blocks of 256 rows x 2048 columns
+ * (ops_matmul_batch cuts a prompt's dense products into a few 16-row blocks per call, an expert's
+ * into one call), kern_matmul vs T calls of kern_matvec; returns the speedup and sets *gmacs to the
+ * batched rate in G row-dots x columns (multiply-adds) per CPU-second. */
+static double bench_mm_one(uint32_t type, int T, int64_t blk, double *gmacs, rl_rng *r) {
+    const int64_t n_cols = 2048, n_rows = 256;
     const quant_traits *t = quant_get(type);
     const size_t rb = quant_row_size(type, n_cols), ab = kern_act_size(type, n_cols);
     uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");

@@ -176,7 +176,7 @@ static void bench_mm(void) {
         printf("%-8s", quant_name(types[k]));
         for (int T = 2; T <= 512; T *= T >= 8 ? 8 : 2) {
             double g;
-            const double sp = bench_mm_one(types[k], T, &g, &r);
+            const double sp = bench_mm_one(types[k], T, 16, &g, &r);
             printf("   %6.2fx %7.1f GMAC/s", sp, g);
             fflush(stdout);
         }
@@ -224,25 +224,28 @@ int main(void) {
                 if (level == KERN_AVX512) {
                     CHECK(kern_set_mm512(w > 0) == 0 && kern_mm512() == (w > 0), "mm512 %d", w);
                     CHECK(kern_set_amx(w == 2 ? KERN_AMX_EMUL : KERN_AMX_OFF) == 0, "amx %d", w);
+                    /* the tiles from one activation row on, so the small batches below (padded to one
+                     * tile) take them too */
+                    CHECK(kern_set_amx_rows(w == 2 ? 1 : 0) == 0, "amx rows");
                 }
                 for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
                 test_matmul(level, types[k], 37, widths[1], 17, &r);
                 test_matmul(level, types[k], 19, widths[2], 23, &r); /* odd rows per group, 3 tiles */
                 test_matmul(level, types[k], 0, widths[1], 4, &r);
-                if (w == 2) { /* >= 64 activation rows take the tiles: whole tiles, an overlapped last tile,
-                               * a partial row tile */
+                if (w == 2) { /* whole tiles, an overlapped last tile, a partial row tile, two passes */
                     test_matmul(level, types[k], 16, widths[0], 64, &r);
                     test_matmul(level, types[k], 21, widths[1], 73, &r);
                     test_matmul(level, types[k], 5, widths[1], 100, &r);
                     test_matmul(level, types[k], 3, widths[0], 1030, &r); /* a second pass of 6 rows */
                 }
             }
-            if (level == KERN_AVX512) kern_set_mm512(false), kern_set_amx(KERN_AMX_OFF);
+            if (level == KERN_AVX512) kern_set_mm512(false), kern_set_amx(KERN_AMX_OFF), kern_set_amx_rows(0);
         }
     }
     if (!kern_level_supported(KERN_AVX512)) {
         CHECK(kern_set_mm512(true) == -1 && !kern_mm512(), "no 512-bit core without AVX-512");
         CHECK(kern_set_amx(KERN_AMX_EMUL) == -1 && kern_amx() == KERN_AMX_OFF, "no emulated AMX without AVX-512");
+    CHECK(kern_set_amx_rows(-1) == -1, "a negative AMX row threshold is refused");
     }
     if (!kern_amx_supported()) CHECK(kern_set_amx(KERN_AMX_ON) == -1 && kern_amx() != KERN_AMX_ON, "no AMX tiles without AMX");
     printf("  AMX tiles %s\n", kern_amx_supported() ? "usable here (tests/c/test_kern_amx.c checks them)" : "not usable on this CPU: only the emulated kernel was checked");

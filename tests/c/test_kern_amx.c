@@ -3,9 +3,10 @@
  * whole and partial row tiles, whole and overlapped activation-row tiles, 1 / 8 / 16 super-blocks per
  * row, and one wider row that takes the 512-bit core (tests/c/kern_mm_check.h: NaN-poisoned output
  * with gaps, an all-zero activation row). test_kern.c checks the same kernel with emulated tiles on
- * every AVX-512 CPU; this binary needs AMX (exit 77 and why, elsewhere). With RL_KERN_BENCH=mm it
- * also prints one thread's GMAC/s of the AMX kernels next to the 512-bit core at T = 32..512 (below 64
- * rows both are the 512-bit core).
+ * every AVX-512 CPU; this binary needs AMX (exit 77 and why, elsewhere). The tiles are forced from one
+ * activation row on (kern_set_amx_rows), so small batches padded to one tile are checked too. With
+ * RL_KERN_BENCH=mm it also prints one thread's GMAC/s of the AMX kernels next to the 512-bit core at
+ * T = 8..512: the measurement behind each type's threshold (fill_amx).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ int main(void) {
     }
     CHECK(kern_set_level(KERN_AVX512) == 0, "the AVX-512 level");
     CHECK(kern_set_amx(KERN_AMX_ON) == 0 && kern_amx() == KERN_AMX_ON, "AMX on");
+    CHECK(kern_set_amx_rows(1) == 0, "tiles from one row");
     rl_rng r;
     rl_rng_seed(&r, 911);
     for (size_t k = 0; k < N_TYPES; k++) {
@@ -39,18 +41,25 @@ int main(void) {
         }
         test_matmul(KERN_AVX512, types[k], 64, 2048, 200, &r);
         test_matmul(KERN_AVX512, types[k], 19, 2048, 1030, &r); /* two passes, the second of 6 rows */
-        test_matmul(KERN_AVX512, types[k], 3, 2048, 40, &r); /* below AMX_MIN_T rows: the 512-bit core */
+        const int small[] = {1, 2, 7, 15, 16, 17, 31, 40};
+        for (int i = 0; i < 8; i++)
+            test_matmul(KERN_AVX512, types[k], i % 2 ? 21 : 32, 2048, small[i],
+                        &r); /* padded / overlapped tiles */
     }
     const char *b = getenv("RL_KERN_BENCH");
     if (b && !strcmp(b, "mm")) {
-        printf("one thread, 256 x 2048 weights in 16-row blocks: GMAC/s AMX / 512-bit core\n");
+        printf("one thread, 256 x 2048 weights, one call below 64 rows (an expert), 16-row blocks from 64 "
+               "(dense):\n"
+               "GMAC/s AMX / 512-bit core\n");
+        static const int Ts[] = {8, 12, 16, 24, 32, 48, 64, 128, 512};
         for (size_t k = 0; k < N_TYPES; k++) {
             printf("  %-8s", quant_get(types[k])->name);
-            for (int T = 32; T <= 512; T *= 2) {
+            for (size_t j = 0; j < sizeof Ts / sizeof Ts[0]; j++) {
+                const int T = Ts[j];
                 double g[2];
                 for (int v = 0; v < 2; v++) {
                     kern_set_amx(v ? KERN_AMX_OFF : KERN_AMX_ON);
-                    bench_mm_one(types[k], T, &g[v], &r);
+                    bench_mm_one(types[k], T, T < 64 ? 256 : 16, &g[v], &r);
                 }
                 printf("  T=%d %.0f/%.0f", T, g[0], g[1]);
             }
