@@ -364,16 +364,16 @@ AMX_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, 9, 0, 2, -8, 16, 4, 0, 0, EP_IQ1, 1.
 static void fill_amx(kern_table *t) {
 #define SET_AMX(QT, name, rows)                                                                              \
     t->matmul_x[QT] = amx_##name, t->matmul_xe[QT] = amxe_##name, t->amx_min[QT] = rows
-    /* the activation rows from which the tiles beat the 512-bit core (one thread, AMX_MIN_ROWS) */
-    SET_AMX(QT_Q2_K, q2_k, 64);
-    SET_AMX(QT_Q4_K, q4_k, 64);
-    SET_AMX(QT_Q5_K, q5_k, 64);
-    SET_AMX(QT_Q6_K, q6_k, 64);
-    SET_AMX(QT_IQ2_XXS, iq2_xxs, 64);
-    SET_AMX(QT_IQ2_XS, iq2_xs, 64);
-    SET_AMX(QT_IQ3_XXS, iq3_xxs, 64);
-    SET_AMX(QT_IQ3_S, iq3_s, 64);
-    SET_AMX(QT_IQ1_M, iq1_m, 64);
+    /* the activation rows from which the tiles beat the 512-bit core: one-thread sweeps on the H200 host, bench/results/2026-12-02-cpu-amx2-h200-raw.txt */
+    SET_AMX(QT_Q2_K, q2_k, 16);
+    SET_AMX(QT_Q4_K, q4_k, 32);
+    SET_AMX(QT_Q5_K, q5_k, 32);
+    SET_AMX(QT_Q6_K, q6_k, 48);
+    SET_AMX(QT_IQ2_XXS, iq2_xxs, 32);
+    SET_AMX(QT_IQ2_XS, iq2_xs, 32);
+    SET_AMX(QT_IQ3_XXS, iq3_xxs, 32);
+    SET_AMX(QT_IQ3_S, iq3_s, 32);
+    SET_AMX(QT_IQ1_M, iq1_m, 32);
 #undef SET_AMX
 }
 #else
