@@ -24,56 +24,34 @@ static bool supported[KERN_NLEVELS];
 static int active = KERN_SCALAR;
 static kern_matmul_fn mm_base[KERN_NLEVELS][QT_COUNT]; /* matmul as filled (kern_set_mm512 off) */
 static bool mm512_on;
-static bool amx_ok;  /* CPU + OS + permission (detect) */
-static int amx_mode; /* KERN_AMX_* */
-static int amx_rows; /* kern_set_amx_rows: 0, or the tiles' threshold for every type */
+static bool amx_ok;   /* CPU + OS + permission (detect) */
+static int amx_mode;  /* KERN_AMX_* */
+static int amx_rows;  /* kern_set_amx_rows: 0, or the tiles' threshold for every type */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
                                int64_t n_cols, const void *act, float *out) {
     const quant_traits *t = quant_get(wtype);
-    for (int64_t r = 0; r < n_rows; r++)
-        out[r] = t->vec_dot(n_cols, (const uint8_t *)W + (size_t)r * row_bytes, act);
+    for (int64_t r = 0; r < n_rows; r++) out[r] = t->vec_dot(n_cols, (const uint8_t *)W + (size_t)r * row_bytes, act);
 }
 
 /* The table stores plain function pointers, so the scalar level needs one per type: generate
  * them with a macro over the type ids that have a vec_dot. */
-#define SCALAR_MV(ID)                                                                                        \
-    static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {  \
-        scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                                         \
+#define SCALAR_MV(ID)                                                                          \
+    static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, \
+                               float *o) {                                                     \
+        scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                           \
     }
-SCALAR_MV(0)
-SCALAR_MV(1) SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8) SCALAR_MV(10) SCALAR_MV(11)
-    SCALAR_MV(12) SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17) SCALAR_MV(18) SCALAR_MV(19)
-        SCALAR_MV(20) SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29) SCALAR_MV(30) SCALAR_MV(48)
-            SCALAR_MV(49) /* 48, 49: QT_IQ2_LF, QT_IQ1_LF (quant_repack.h) */
+SCALAR_MV(0) SCALAR_MV(1) SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8)
+SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12) SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17)
+SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20) SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29)
+SCALAR_MV(30) SCALAR_MV(48) SCALAR_MV(49) /* 48, 49: QT_IQ2_LF, QT_IQ1_LF (quant_repack.h) */
 #define SET_MV(ID) t->matvec[ID] = scalar_mv_##ID
 
-    static void fill_scalar(kern_table *t) {
-    SET_MV(0);
-    SET_MV(1);
-    SET_MV(2);
-    SET_MV(3);
-    SET_MV(6);
-    SET_MV(7);
-    SET_MV(8);
-    SET_MV(10);
-    SET_MV(11);
-    SET_MV(12);
-    SET_MV(13);
-    SET_MV(14);
-    SET_MV(16);
-    SET_MV(17);
-    SET_MV(18);
-    SET_MV(19);
-    SET_MV(20);
-    SET_MV(21);
-    SET_MV(22);
-    SET_MV(23);
-    SET_MV(29);
-    SET_MV(30);
-    SET_MV(48);
-    SET_MV(49);
+static void fill_scalar(kern_table *t) {
+    SET_MV(0); SET_MV(1); SET_MV(2); SET_MV(3); SET_MV(6); SET_MV(7); SET_MV(8); SET_MV(10);
+    SET_MV(11); SET_MV(12); SET_MV(13); SET_MV(14); SET_MV(16); SET_MV(17); SET_MV(18); SET_MV(19);
+    SET_MV(20); SET_MV(21); SET_MV(22); SET_MV(23); SET_MV(29); SET_MV(30); SET_MV(48); SET_MV(49);
     for (uint32_t ty = 0; ty < QT_COUNT; ty++) {
         const quant_traits *q = quant_get(ty);
         if (q && q->from_float) t->quant[ty] = q->from_float;
@@ -120,9 +98,7 @@ static void select_mm(void) {
          * than they save: the core chosen above takes those batches */
         t->matmul_lo[ty] = m;
         t->amx_from[ty] = 0;
-        kern_matmul_fn x = amx_mode == KERN_AMX_ON     ? t->matmul_x[ty]
-                           : amx_mode == KERN_AMX_EMUL ? t->matmul_xe[ty]
-                                                       : NULL;
+        kern_matmul_fn x = amx_mode == KERN_AMX_ON ? t->matmul_x[ty] : amx_mode == KERN_AMX_EMUL ? t->matmul_xe[ty] : NULL;
         if (m && x) {
             t->amx_from[ty] = amx_rows > 0 ? amx_rows : t->amx_min[ty];
             m = x;
@@ -146,13 +122,11 @@ static void init(void) {
             has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];
             /* a matmul inherited from the level below next to this level's own matvec could
              * round differently (float-lane types): fall back to the matvec loop */
-            if (tables[l].matvec[ty] != tables[l - 1].matvec[ty] &&
-                tables[l].matmul[ty] == tables[l - 1].matmul[ty])
+            if (tables[l].matvec[ty] != tables[l - 1].matvec[ty] && tables[l].matmul[ty] == tables[l - 1].matmul[ty])
                 tables[l].matmul[ty] = NULL;
         }
 
-    for (int l = 0; l < KERN_NLEVELS; l++)
-        memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
+    for (int l = 0; l < KERN_NLEVELS; l++) memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
     const char *mm = getenv("RL_KERN_MM"), *amx = getenv("RL_KERN_AMX");
     /* the 512-bit core is the default at the AVX-512 level since the H200 host run of 2026-12-01
      * (test_kern bit-exact with both cores; prompt 512 on q4_k_m at 16 threads 365 vs 319 tok/s);
@@ -161,7 +135,8 @@ static void init(void) {
     amx_mode = amx_ok && !(amx && !strcmp(amx, "0")) ? KERN_AMX_ON : KERN_AMX_OFF;
     /* RL_KERN_AMX_ROWS=n: the tiles from n activation rows on for every type (measuring thresholds) */
     const char *rows = getenv("RL_KERN_AMX_ROWS");
-    if (rows && atoi(rows) > 0) amx_rows = atoi(rows);
+    const int nrows = rows ? atoi(rows) : 0;
+    if (nrows > 0) amx_rows = nrows;
     if (supported[KERN_AVX512]) select_mm();
     int want = KERN_AVX512;
     const char *env = getenv("RL_KERN");
@@ -169,8 +144,7 @@ static void init(void) {
         for (int l = 0; l < KERN_NLEVELS; l++)
             if (strcmp(env, kern_level_name(l)) == 0) want = l;
     }
-    while (want > 0 && !supported[want])
-        want--;
+    while (want > 0 && !supported[want]) want--;
     active = want;
 }
 
@@ -180,7 +154,7 @@ int kern_level(void) {
 }
 
 const char *kern_level_name(int level) {
-    static const char *names[KERN_NLEVELS] = {"scalar", "avx2", "avx512"};
+    static const char *names[KERN_NLEVELS] = { "scalar", "avx2", "avx512" };
     return level >= 0 && level < KERN_NLEVELS ? names[level] : "?";
 }
 
@@ -231,12 +205,11 @@ void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, 
     const kern_table *tb = &tables[kern_level()];
     if (T == 1 || !tb->matmul[wtype]) {
         for (int t = 0; t < T; t++)
-            tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab,
-                              out + (size_t)t * ldo);
+            tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab, out + (size_t)t * ldo);
         return;
     }
-    (T < tb->amx_from[wtype] ? tb->matmul_lo[wtype] : tb->matmul[wtype])(W, rb, n_rows, n_cols, act_q, ab, T,
-                                                                         out, (size_t)ldo);
+    const kern_matmul_fn mm = T < tb->amx_from[wtype] ? tb->matmul_lo[wtype] : tb->matmul[wtype];
+    mm(W, rb, n_rows, n_cols, act_q, ab, T, out, (size_t)ldo);
 }
 
 bool kern_has_matmul(int level, uint32_t wtype) {
@@ -265,8 +238,7 @@ bool kern_amx_supported(void) {
 int kern_set_amx(int mode) {
     pthread_once(&once, init);
     if (mode == KERN_AMX_ON && !amx_ok)
-        return rl_seterr(
-            "AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
+        return rl_seterr("AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
     if (mode == KERN_AMX_EMUL && !supported[KERN_AVX512])
         return rl_seterr("the emulated AMX kernels need the AVX-512 level, which this CPU lacks");
     if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL) return rl_seterr("kern_set_amx: unknown mode %d", mode);
