@@ -49,8 +49,29 @@ static void axpy_f16_portable(float *y, float a, const uint16_t *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * rl_fp16_to_fp32(x[i]);
 }
 
-static const vec_ops portable = {"portable",     dot_portable,     axpy_portable,    delta_portable,
-                                 delta_portable, dot_f16_portable, axpy_f16_portable};
+static void attn_scores_portable(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride, int nb,
+                                 int hd, float scale, float *e, int es) {
+    for (int p = 0; p < nb; p++)
+        for (int g = 0; g < G; g++)
+            e[(size_t)g * es + p] = (f16 ? dot_f16_portable(q + (size_t)g * qstride, (const uint16_t *)K + (size_t)p * stride, hd)
+                                         : dot_portable(q + (size_t)g * qstride, (const float *)K + (size_t)p * stride, hd)) *
+                                    scale;
+}
+
+static void attn_mix_portable(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16,
+                              size_t stride, int nb, int hd) {
+    for (int p = 0; p < nb; p++)
+        for (int g = 0; g < G; g++) {
+            if (f16)
+                axpy_f16_portable(out + (size_t)g * ostride, e[(size_t)g * es + p], (const uint16_t *)V + (size_t)p * stride, hd);
+            else
+                axpy_portable(out + (size_t)g * ostride, e[(size_t)g * es + p], (const float *)V + (size_t)p * stride, hd);
+        }
+}
+
+static const vec_ops portable = {"portable",       dot_portable,        axpy_portable,    delta_portable,
+                                 delta_portable,   dot_f16_portable,    axpy_f16_portable, attn_scores_portable,
+                                 attn_mix_portable};
 
 const vec_ops *vec_portable(void) { return &portable; }
 
@@ -95,16 +116,9 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
     }
     for (int p0 = 0; p0 < n_kv; p0 += VEC_ATTN_BLOCK) {
         const int nb = n_kv - p0 < VEC_ATTN_BLOCK ? n_kv - p0 : VEC_ATTN_BLOCK;
-        for (int p = 0; p < nb; p++) {
-            const size_t ko = (size_t)(p0 + p) * stride;
-            if (f16) {
-                const uint16_t *k = (const uint16_t *)K + ko;
-                for (int g = 0; g < G; g++) e[g][p] = v->dot_f16(q + (size_t)g * qstride, k, hd) * scale;
-            } else {
-                const float *k = (const float *)K + ko;
-                for (int g = 0; g < G; g++) e[g][p] = v->dot(q + (size_t)g * qstride, k, hd) * scale;
-            }
-        }
+        const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
+        v->attn_scores(q, qstride, G, (const char *)K + (size_t)p0 * stride * eb, f16, stride, nb, hd, scale, &e[0][0],
+                       VEC_ATTN_BLOCK);
         for (int g = 0; g < G; g++) {
             float bm = e[g][0];
             for (int p = 1; p < nb; p++) bm = e[g][p] > bm ? e[g][p] : bm;
@@ -120,16 +134,8 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
                 l[g] += e[g][p];
             }
         }
-        for (int p = 0; p < nb; p++) {
-            const size_t vo = (size_t)(p0 + p) * stride;
-            if (f16) {
-                const uint16_t *vr = (const uint16_t *)V + vo;
-                for (int g = 0; g < G; g++) v->axpy_f16(out + (size_t)g * ostride, e[g][p], vr, hd);
-            } else {
-                const float *vr = (const float *)V + vo;
-                for (int g = 0; g < G; g++) v->axpy(out + (size_t)g * ostride, e[g][p], vr, hd);
-            }
-        }
+        v->attn_mix(out, ostride, G, &e[0][0], VEC_ATTN_BLOCK, (const char *)V + (size_t)p0 * stride * eb, f16, stride, nb,
+                    hd);
     }
     for (int g = 0; g < G; g++) {
         const float inv = 1.0f / l[g];

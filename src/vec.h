@@ -27,6 +27,18 @@ typedef struct {
      * dot_f16(a, h) == dot(a, widen(h)) bit for bit within one table (tests/c/test_vec.c) */
     float (*dot_f16)(const float *a, const uint16_t *b, int n);
     void (*axpy_f16)(float *y, float a, const uint16_t *x, int n);
+    /* The two halves of an attention block over nb cached rows (K, V: f32 rows, or f16 halves when
+     * f16; row p at p*stride elements), for G query heads; defined as loops over this table's own
+     * dot/axpy (or their f16 twins) and equal to those loops bit for bit (tests/c/test_vec.c):
+     *   attn_scores: e[g*es + p] = dot(q + g*qstride, K_p, hd) * scale       (g < G, p < nb)
+     *   attn_mix:    for p in order, for g: axpy(out + g*ostride, e[g*es + p], V_p, hd)
+     * The fast versions tile heads x rows so each K / V row is loaded (and widened) once for
+     * several heads and the outputs stay in registers across rows; a score's lanes, chains and
+     * reduction are dot's, an output element's updates axpy's in row order, whatever the tile. */
+    void (*attn_scores)(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride, int nb, int hd,
+                        float scale, float *e, int es);
+    void (*attn_mix)(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16, size_t stride,
+                     int nb, int hd);
 } vec_ops;
 
 /* The best implementation this CPU runs (initialised on first call, thread-safe after). */

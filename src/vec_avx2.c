@@ -155,8 +155,154 @@ static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * _cvtsh_ss(x[i]);
 }
 
-static const vec_ops avx2 = {"avx2",         dot_avx2,     axpy_avx2,    delta_avx2,
-                             delta_hot_avx2, dot_f16_avx2, axpy_f16_avx2};
+/* Attention blocks (vec.h attn_scores / attn_mix), rows taken 8 at a time; f16 rows are widened
+ * once into a buffer (exact, so the f32 arithmetic on it is dot_f16's / axpy_f16's). Head dims
+ * that are not a multiple of 16 take the plain loops (dot_avx2's and axpy_avx2's scalar tails). */
+#define ATT_ROWS 8
+#define ATT_MAXHD 1024
+#define INLINE static inline __attribute__((always_inline))
+
+/* rows p0..p0+n-1 as f32 rows: the cache itself, or widened into buf (row stride hd) */
+static const float *att_rows(const void *X, bool f16, size_t stride, int p0, int n, int hd, float *buf, size_t *rs) {
+    if (!f16) {
+        *rs = stride;
+        return (const float *)X + (size_t)p0 * stride;
+    }
+    for (int r = 0; r < n; r++) {
+        const uint16_t *h = (const uint16_t *)X + (size_t)(p0 + r) * stride;
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(buf + (size_t)r * hd + i, ld16(h + i));
+    }
+    *rs = (size_t)hd;
+    return buf;
+}
+
+/* NQ heads x NK rows of dot_avx2 (two accumulators: even and odd 8-lane chunks; then hsum(s0 + s1)) */
+INLINE void att_dot_tile(int NQ, int NK, const float *const *q, const float *const *k, int hd, float scale, float *e,
+                         int es, int p) {
+    __m256 s0[2][2], s1[2][2];
+    UNROLL4 for (int a = 0; a < NQ; a++)
+        UNROLL4 for (int b = 0; b < NK; b++) s0[a][b] = s1[a][b] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += 16) {
+        __m256 k0[2], k1[2];
+        UNROLL4 for (int b = 0; b < NK; b++) k0[b] = _mm256_loadu_ps(k[b] + i), k1[b] = _mm256_loadu_ps(k[b] + i + 8);
+        UNROLL4 for (int a = 0; a < NQ; a++) {
+            const __m256 q0 = _mm256_loadu_ps(q[a] + i), q1 = _mm256_loadu_ps(q[a] + i + 8);
+            UNROLL4 for (int b = 0; b < NK; b++) {
+                s0[a][b] = _mm256_fmadd_ps(q0, k0[b], s0[a][b]);
+                s1[a][b] = _mm256_fmadd_ps(q1, k1[b], s1[a][b]);
+            }
+        }
+    }
+    UNROLL4 for (int a = 0; a < NQ; a++)
+        UNROLL4 for (int b = 0; b < NK; b++) e[(size_t)a * es + p + b] = hsum(_mm256_add_ps(s0[a][b], s1[a][b])) * scale;
+}
+
+/* the full 2 x 2 tile written out: the array version kept one accumulator in memory (a store-load
+ * chain per step); the same operations in the same order as att_dot_tile(2, 2, ...) */
+static void att_dot_2x2(const float *q0, const float *q1, const float *k0, const float *k1, int hd, float scale,
+                        float *e0, float *e1) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+    for (int i = 0; i < hd; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(k0 + i), x1 = _mm256_loadu_ps(k0 + i + 8);
+        const __m256 y0 = _mm256_loadu_ps(k1 + i), y1 = _mm256_loadu_ps(k1 + i + 8);
+        __m256 u = _mm256_loadu_ps(q0 + i), w = _mm256_loadu_ps(q0 + i + 8);
+        a0 = _mm256_fmadd_ps(u, x0, a0), a1 = _mm256_fmadd_ps(w, x1, a1);
+        b0 = _mm256_fmadd_ps(u, y0, b0), b1 = _mm256_fmadd_ps(w, y1, b1);
+        u = _mm256_loadu_ps(q1 + i), w = _mm256_loadu_ps(q1 + i + 8);
+        c0 = _mm256_fmadd_ps(u, x0, c0), c1 = _mm256_fmadd_ps(w, x1, c1);
+        d0 = _mm256_fmadd_ps(u, y0, d0), d1 = _mm256_fmadd_ps(w, y1, d1);
+    }
+    e0[0] = hsum(_mm256_add_ps(a0, a1)) * scale, e0[1] = hsum(_mm256_add_ps(b0, b1)) * scale;
+    e1[0] = hsum(_mm256_add_ps(c0, c1)) * scale, e1[1] = hsum(_mm256_add_ps(d0, d1)) * scale;
+}
+
+static void attn_scores_avx2(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride, int nb,
+                             int hd, float scale, float *e, int es) {
+    if (hd % 16 || hd > ATT_MAXHD) {
+        for (int p = 0; p < nb; p++)
+            for (int g = 0; g < G; g++)
+                e[(size_t)g * es + p] = (f16 ? dot_f16_avx2(q + (size_t)g * qstride, (const uint16_t *)K + (size_t)p * stride, hd)
+                                             : dot_avx2(q + (size_t)g * qstride, (const float *)K + (size_t)p * stride, hd)) *
+                                        scale;
+        return;
+    }
+    float buf[ATT_ROWS * ATT_MAXHD] __attribute__((aligned(32)));
+    for (int p0 = 0; p0 < nb; p0 += ATT_ROWS) {
+        const int n = nb - p0 < ATT_ROWS ? nb - p0 : ATT_ROWS;
+        size_t rs;
+        const float *R = att_rows(K, f16, stride, p0, n, hd, buf, &rs);
+        for (int g = 0; g < G; g += 2) {
+            const float *qq[2] = {q + (size_t)g * qstride, q + (size_t)(g + 1) * qstride};
+            float *eg = e + (size_t)g * es;
+            int r = 0;
+            for (; r + 2 <= n; r += 2) {
+                const float *kk[2] = {R + (size_t)r * rs, R + (size_t)(r + 1) * rs};
+                if (g + 1 < G)
+                    att_dot_2x2(qq[0], qq[1], kk[0], kk[1], hd, scale, eg + p0 + r, eg + es + p0 + r);
+                else
+                    att_dot_tile(1, 2, qq, kk, hd, scale, eg, es, p0 + r);
+            }
+            if (r < n) {
+                const float *kk[2] = {R + (size_t)r * rs, NULL};
+                if (g + 1 < G)
+                    att_dot_tile(2, 1, qq, kk, hd, scale, eg, es, p0 + r);
+                else
+                    att_dot_tile(1, 1, qq, kk, hd, scale, eg, es, p0 + r);
+            }
+        }
+    }
+}
+
+/* NG heads' outputs, 16 values each, in registers across n rows: y = fma(a, x, y) row by row (axpy_avx2) */
+INLINE void att_mix_tile(int NG, float *const *o, const float *const *eg, const float *R, size_t rs, int n, int d) {
+    __m256 y0[4], y1[4];
+    UNROLL4 for (int a = 0; a < NG; a++) y0[a] = _mm256_loadu_ps(o[a] + d), y1[a] = _mm256_loadu_ps(o[a] + d + 8);
+    for (int r = 0; r < n; r++) {
+        const __m256 x0 = _mm256_loadu_ps(R + (size_t)r * rs + d), x1 = _mm256_loadu_ps(R + (size_t)r * rs + d + 8);
+        UNROLL4 for (int a = 0; a < NG; a++) {
+            const __m256 va = _mm256_broadcast_ss(eg[a] + r);
+            y0[a] = _mm256_fmadd_ps(va, x0, y0[a]);
+            y1[a] = _mm256_fmadd_ps(va, x1, y1[a]);
+        }
+    }
+    UNROLL4 for (int a = 0; a < NG; a++) _mm256_storeu_ps(o[a] + d, y0[a]), _mm256_storeu_ps(o[a] + d + 8, y1[a]);
+}
+
+static void attn_mix_avx2(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16,
+                          size_t stride, int nb, int hd) {
+    if (hd % 16 || hd > ATT_MAXHD) {
+        for (int p = 0; p < nb; p++)
+            for (int g = 0; g < G; g++) {
+                if (f16)
+                    axpy_f16_avx2(out + (size_t)g * ostride, e[(size_t)g * es + p], (const uint16_t *)V + (size_t)p * stride, hd);
+                else
+                    axpy_avx2(out + (size_t)g * ostride, e[(size_t)g * es + p], (const float *)V + (size_t)p * stride, hd);
+            }
+        return;
+    }
+    float buf[ATT_ROWS * ATT_MAXHD] __attribute__((aligned(32)));
+    for (int p0 = 0; p0 < nb; p0 += ATT_ROWS) {
+        const int n = nb - p0 < ATT_ROWS ? nb - p0 : ATT_ROWS;
+        size_t rs;
+        const float *R = att_rows(V, f16, stride, p0, n, hd, buf, &rs);
+        for (int g = 0; g < G; g += 4) {
+            const int ng = G - g < 4 ? G - g : 4;
+            float *o[4];
+            const float *eg[4];
+            for (int a = 0; a < ng; a++) o[a] = out + (size_t)(g + a) * ostride, eg[a] = e + (size_t)(g + a) * es + p0;
+            for (int d = 0; d < hd; d += 16) switch (ng) {
+                case 4: att_mix_tile(4, o, eg, R, rs, n, d); break;
+                case 3: att_mix_tile(3, o, eg, R, rs, n, d); break;
+                case 2: att_mix_tile(2, o, eg, R, rs, n, d); break;
+                default: att_mix_tile(1, o, eg, R, rs, n, d); break;
+                }
+        }
+    }
+}
+
+static const vec_ops avx2 = {"avx2",         dot_avx2,         axpy_avx2,    delta_avx2,
+                             delta_hot_avx2, dot_f16_avx2,     axpy_f16_avx2, attn_scores_avx2,
+                             attn_mix_avx2};
 
 const vec_ops *vec_avx2_table(void);
 const vec_ops *vec_avx2_table(void) { return &avx2; }

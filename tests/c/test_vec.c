@@ -196,12 +196,66 @@ static void check_f16(const vec_ops *v, rl_rng *rng) {
     free(Kh), free(Vh), free(Kf), free(Vf), free(qg), free(o16), free(o32);
 }
 
+/* attn_scores / attn_mix against their definition (loops over the same table's dot / axpy or their
+ * f16 twins), bit for bit: every head count 1..16 (tiles of 2 and 4 heads and their remainders),
+ * row counts around the 8-row and 2-row tiles, head dims with and without the 16-value tiles
+ * (24 and 40 take the loops), f32 and f16 rows, a row stride wider than a head (grouped KV). */
+static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
+    enum { MAXHD = 256, MAXG = 16, MAXNB = 130, KVH = 3 };
+    const size_t stride = (size_t)KVH * MAXHD;
+    float *Kf = malloc(sizeof(float) * MAXNB * stride), *q = malloc(sizeof(float) * MAXG * 2 * MAXHD);
+    uint16_t *Kh = malloc(sizeof(uint16_t) * MAXNB * stride);
+    float *e1 = malloc(sizeof(float) * MAXG * MAXNB), *e2 = malloc(sizeof(float) * MAXG * MAXNB);
+    float *o1 = malloc(sizeof(float) * MAXG * MAXHD), *o2 = malloc(sizeof(float) * MAXG * MAXHD);
+    for (size_t i = 0; i < MAXNB * stride; i++) Kf[i] = rl_rng_normal(rng), Kh[i] = rl_fp32_to_fp16(rl_rng_normal(rng));
+    for (int i = 0; i < MAXG * 2 * MAXHD; i++) q[i] = rl_rng_normal(rng);
+    static const int hds[] = {16, 24, 40, 64, 128, 256}, nbs[] = {1, 2, 3, 7, 8, 9, 17, 128, 130};
+    int fails = 0, cases = 0;
+    for (int ih = 0; ih < 6; ih++)
+        for (int G = 1; G <= MAXG; G++)
+            for (int in = 0; in < 9; in++)
+                for (int f16 = 0; f16 < 2; f16++) {
+                    const int hd = hds[ih], nb = nbs[in];
+                    const void *K = f16 ? (const void *)(Kh + MAXHD) : (const void *)(Kf + MAXHD); /* KV head 1 */
+                    const size_t qs = 2 * (size_t)hd;
+                    check_poison(e1, (size_t)MAXG * MAXNB);
+                    check_poison(e2, (size_t)MAXG * MAXNB);
+                    v->attn_scores(q, qs, G, K, f16, stride, nb, hd, 0.0625f, e1, MAXNB);
+                    for (int p = 0; p < nb; p++)
+                        for (int g = 0; g < G; g++)
+                            e2[(size_t)g * MAXNB + p] =
+                                (f16 ? v->dot_f16(q + g * qs, Kh + MAXHD + p * stride, hd) : v->dot(q + g * qs, Kf + MAXHD + p * stride, hd)) *
+                                0.0625f;
+                    int ok = 1;
+                    for (int g = 0; g < G; g++)
+                        ok &= memcmp(e1 + (size_t)g * MAXNB, e2 + (size_t)g * MAXNB, sizeof(float) * nb) == 0;
+                    /* mix with these scores as weights, outputs starting from random values */
+                    for (int i = 0; i < G * hd; i++) o1[i] = o2[i] = rl_rng_normal(rng);
+                    v->attn_mix(o1, hd, G, e2, MAXNB, K, f16, stride, nb, hd);
+                    for (int p = 0; p < nb; p++)
+                        for (int g = 0; g < G; g++) {
+                            if (f16)
+                                v->axpy_f16(o2 + g * hd, e2[(size_t)g * MAXNB + p], Kh + MAXHD + p * stride, hd);
+                            else
+                                v->axpy(o2 + g * hd, e2[(size_t)g * MAXNB + p], Kf + MAXHD + p * stride, hd);
+                        }
+                    ok &= memcmp(o1, o2, sizeof(float) * G * hd) == 0;
+                    if (!ok && fails++ < 5)
+                        printf("%s attention blocks hd %d G %d nb %d %s: not the loops' bits\n", v->name, hd, G, nb,
+                               f16 ? "f16" : "f32");
+                    cases++;
+                }
+    CHECK(fails == 0, "%s attn_scores/attn_mix: %d of %d cases differ from dot/axpy loops", v->name, fails, cases);
+    free(Kf), free(Kh), free(q), free(e1), free(e2), free(o1), free(o2);
+}
+
 int main(void) {
     rl_rng rng;
     rl_rng_seed(&rng, 7);
     check_ops(vec_portable(), &rng);
     check_f16(vec_portable(), &rng);
-    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng);
+    check_attn_blocks(vec_portable(), &rng);
+    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, portable only\n");
     return check_done("test_vec");
 }
