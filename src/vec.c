@@ -83,16 +83,27 @@ const vec_ops *vec_avx2(void) {
                ? vec_avx2_table()
                : NULL;
 }
+const vec_ops *vec_avx512_table(void); /* vec_avx512.c */
+const vec_ops *vec_avx512(void) {
+    __builtin_cpu_init();
+    return vec_avx2() && __builtin_cpu_supports("avx512f") ? vec_avx512_table() : NULL;
+}
 #else
 const vec_ops *vec_avx2(void) { return NULL; }
+const vec_ops *vec_avx512(void) { return NULL; }
 #endif
 
 static const vec_ops *chosen;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
+    /* RL_KERN names the widest level to use, as for the kernels (kern.c): scalar | avx2 | avx512 */
     const char *env = getenv("RL_KERN");
-    const vec_ops *v = env && !strcmp(env, "scalar") ? NULL : vec_avx2();
+    const vec_ops *v = NULL;
+    if (!(env && !strcmp(env, "scalar"))) {
+        v = env && !strcmp(env, "avx2") ? NULL : vec_avx512();
+        if (!v) v = vec_avx2();
+    }
     chosen = v ? v : &portable;
 }
 

@@ -1,6 +1,6 @@
-/* vec.h — float32 vector primitives for the fast CPU path (DeltaNet state update, decode
- * attention), with a portable version and an AVX2+FMA version picked at run time (RL_KERN=scalar
- * forces the portable one). Float accumulation in 8 (or 16) lanes: results differ from the
+/* vec.h — float32 vector primitives for the fast CPU path (DeltaNet state update, attention),
+ * with a portable table, an AVX2+FMA and an AVX-512F one picked at run time (RL_KERN=scalar forces
+ * the portable one, RL_KERN=avx2 the AVX2 one). Float accumulation in 8 (or 16) lanes: results differ from the
  * double-precision reference ops (ops.h) only by rounding; tests/c/test_vec.c bounds it. */
 #ifndef RL_VEC_H
 #define RL_VEC_H
@@ -47,6 +47,10 @@ const vec_ops *vec_get(void);
 const vec_ops *vec_portable(void);
 /* NULL if the CPU lacks AVX2+FMA. */
 const vec_ops *vec_avx2(void);
+/* NULL if the CPU lacks AVX-512F (or AVX2+FMA+F16C): 16-lane dot/axpy and attention blocks (a
+ * rounding-level different arithmetic from the AVX2 table's; the delta rule is AVX2's). The
+ * default where present; RL_KERN=avx2 keeps the AVX2 table, RL_KERN=scalar the portable one. */
+const vec_ops *vec_avx512(void);
 
 /* Decode attention with float math and an online softmax (fast path twin of ops_attn_head), for
  * G query heads that share one KV head (grouped-query attention; G = 1 for a single head): head

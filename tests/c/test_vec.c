@@ -256,6 +256,8 @@ int main(void) {
     check_f16(vec_portable(), &rng);
     check_attn_blocks(vec_portable(), &rng);
     if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng);
-    else printf("test_vec: AVX2 not available, portable only\n");
+    else printf("test_vec: AVX2 not available, its table not checked\n");
+    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng);
+    else printf("test_vec: AVX-512 not available, its table not checked\n");
     return check_done("test_vec");
 }
