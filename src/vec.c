@@ -97,8 +97,10 @@ static const vec_ops *chosen;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
-    /* RL_KERN names the widest level to use, as for the kernels (kern.c): scalar | avx2 | avx512 */
-    const char *env = getenv("RL_KERN");
+    /* RL_KERN names the widest level to use, as for the kernels (kern.c): scalar | avx2 | avx512;
+     * RL_VEC the same for this table alone (A/B of the attention arithmetic with the same kernels) */
+    const char *env = getenv("RL_VEC");
+    if (!env || !*env) env = getenv("RL_KERN");
     const vec_ops *v = NULL;
     if (!(env && !strcmp(env, "scalar"))) {
         v = env && !strcmp(env, "avx2") ? NULL : vec_avx512();

@@ -1,6 +1,6 @@
 /* vec.h — float32 vector primitives for the fast CPU path (DeltaNet state update, attention),
  * with a portable table, an AVX2+FMA and an AVX-512F one picked at run time (RL_KERN=scalar forces
- * the portable one, RL_KERN=avx2 the AVX2 one). Float accumulation in 8 (or 16) lanes: results differ from the
+ * the portable one, RL_KERN=avx2 the AVX2 one; RL_VEC does the same for this table alone). Float accumulation in 8 (or 16) lanes: results differ from the
  * double-precision reference ops (ops.h) only by rounding; tests/c/test_vec.c bounds it. */
 #ifndef RL_VEC_H
 #define RL_VEC_H
