@@ -93,6 +93,9 @@ typedef struct backend_ops {
     backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
     int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
     void (*print_stats)(backend_ctx *c, FILE *f);
+    /* (optional) the prompt rows per forward this backend runs the model best at: the engine's
+     * n_batch when the caller leaves it 0 (ENGINE_BATCH_DEFAULT without this hook) */
+    int (*prompt_batch)(const q3n_model *m);
 } backend_ops;
 
 extern const backend_ops backend_cpu;

@@ -135,8 +135,8 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     c->kv = kv;
     c->e = e;
     c->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : 4096;
-    c->n_batch = p && p->n_batch > 0 ? p->n_batch : 64;
-    if (c->n_batch > 4096) c->n_batch = 4096;
+    c->n_batch = p && p->n_batch > 0 ? p->n_batch : engine_default_batch(e);
+    if (c->n_batch > ENGINE_BATCH_MAX) c->n_batch = ENGINE_BATCH_MAX;
     if (p && p->vram_spec) {
         if (!e->be->ctx_new_opts) {
             rl_seterr("--vram-mib needs a GPU backend (--backend cuda); the %s backend keeps the experts in RAM "
@@ -175,6 +175,11 @@ void engine_ctx_free(engine_ctx *c) {
 int engine_pos(const engine_ctx *c) { return c->pos; }
 int engine_n_ctx(const engine_ctx *c) { return c->n_ctx; }
 int engine_n_batch(const engine_ctx *c) { return c->n_batch; }
+
+int engine_default_batch(const engine *e) {
+    int b = e->be->prompt_batch ? e->be->prompt_batch(&e->m) : ENGINE_BATCH_DEFAULT;
+    return b < 1 ? 1 : b > ENGINE_BATCH_MAX ? ENGINE_BATCH_MAX : b;
+}
 
 void engine_reset(engine_ctx *c) {
     c->e->be->reset(c->bc);

@@ -56,7 +56,8 @@ bool engine_repack_describe(const engine *e, char *buf, size_t n);
 
 typedef struct {
     int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */
-    int n_batch; /* rows per forward chunk for prefill/verify; 0 = 64 */
+    int n_batch; /* rows per forward chunk for prefill/verify (<= ENGINE_BATCH_MAX); 0 = the
+                    backend's prompt batch (backend_ops.prompt_batch), else ENGINE_BATCH_DEFAULT */
     const char *kv; /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
     const char *vram_spec; /* VRAM expert tier (--vram-mib auto|full|MiB; CUDA): NULL = every
                               weight resident on the device (docs/EXPERT_CACHE.md) */
@@ -75,6 +76,10 @@ int engine_pos(const engine_ctx *c);
 int engine_n_ctx(const engine_ctx *c);
 /* Rows one prefill chunk / verify may hold (engine_ctx_params.n_batch after defaults). */
 int engine_n_batch(const engine_ctx *c);
+#define ENGINE_BATCH_DEFAULT 512 /* rows per prompt chunk where the backend states none */
+#define ENGINE_BATCH_MAX 4096
+/* The n_batch a context of this engine gets for n_batch 0 (the backend's choice for the model). */
+int engine_default_batch(const engine *e);
 /* The context's KV cache format: "f32" or "f16". */
 const char *engine_kv_format(const engine_ctx *c);
 

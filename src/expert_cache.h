@@ -82,9 +82,12 @@ typedef struct {
 } ec_plan;
 
 /* spec: NULL/"" or "auto", "full", "mmap", or a number of MiB. ram_bytes: physical memory
- * (0 = this machine's); n_ctx: context positions (KV cache). 0, or -1 with rl_lasterr set on
- * a bad spec or a budget below the minimum. */
-int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, const char *spec, ec_plan *out);
+ * (0 = this machine's); n_ctx: context positions (KV cache); work_bytes: the context's scratch
+ * (engine_mem.scratch_bytes; it grows with the prompt batch), kept out of an auto budget with
+ * EC_SLACK on top (at least EC_RESERVE in all). 0, or -1 with rl_lasterr set on a bad spec or
+ * a budget below the minimum. */
+int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes, const char *spec,
+                      ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
 

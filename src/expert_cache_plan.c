@@ -15,7 +15,8 @@
 
 #define MiB 1048576.0
 #define GiB (1024.0 * MiB)
-#define EC_RESERVE (512ull << 20) /* scratch, tokenizer, allocator slack */
+#define EC_RESERVE (512ull << 20) /* the least kept free: scratch, tokenizer, allocator slack */
+#define EC_SLACK (256ull << 20)   /* kept free beyond the context's scratch */
 
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx) {
     const q3n_hparams *hp = &m->hp;
@@ -35,7 +36,8 @@ static bool env_direct(void) {
     return !v || atoi(v) != 0;
 }
 
-int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, const char *spec, ec_plan *out) {
+int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec,
+                      ec_plan *out) {
     memset(out, 0, sizeof *out);
     if (!ram) ram = rl_total_ram();
     bool direct = env_direct();
@@ -52,7 +54,8 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, const char *s
             return 0;
         }
         out->mode = EC_BOUNDED;
-        uint64_t fixed = dense + state + EC_RESERVE;
+        uint64_t reserve = work_bytes + EC_SLACK > EC_RESERVE ? work_bytes + EC_SLACK : EC_RESERVE;
+        uint64_t fixed = dense + state + reserve;
         uint64_t b = limit > fixed ? limit - fixed : 0;
         const char *note = "";
         if (b < minb) {
@@ -64,7 +67,7 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, const char *s
         snprintf(out->reason, sizeof out->reason,
                  "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB); cache = that share "
                  "- dense - state - %.1f GiB reserve%s",
-                 experts / GiB, dense / GiB, state / GiB, share, ram / GiB, EC_RESERVE / GiB, note);
+                 experts / GiB, dense / GiB, state / GiB, share, ram / GiB, reserve / GiB, note);
         return 0;
     }
     if (!strcmp(spec, "full")) {

@@ -133,7 +133,9 @@ static int attach_experts(session *s, const session_params *p) {
         return 0;
     }
     ec_plan plan;
-    if (expert_cache_plan(m, 0, s->n_ctx, spec, &plan)) return -1;
+    engine_mem mem = {0};
+    uint64_t work = engine_mem_info(s->c, &mem) == 0 ? mem.scratch_bytes : 0;
+    if (expert_cache_plan(m, 0, s->n_ctx, work, spec, &plan)) return -1;
     if (p->verbose) {
         if (plan.mode == EC_FULL)
             fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
@@ -180,8 +182,7 @@ session *session_new(session_model *m, const session_params *p) {
                             .vram_pin = p->vram_pin, .vram_miss = p->vram_miss};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
-    s->n_batch = p->n_batch > 0 ? p->n_batch : 64;
-    if (s->n_batch > 4096) s->n_batch = 4096;
+    s->n_batch = engine_n_batch(s->c);
     s->logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logits");
     s->ck = rl_calloc((size_t)s->max_ck + 1, sizeof *s->ck, "checkpoints");
     if (!s->logits || !s->ck || attach_experts(s, p)) goto fail;
@@ -218,6 +219,7 @@ engine_ctx *session_ctx(const session *s) { return s->c; }
 const tokenizer *session_tokenizer(const session *s) { return s->m->tok; }
 const q3n_hparams *session_hparams(const session *s) { return engine_hparams(s->m->e); }
 int session_n_ctx(const session *s) { return s->n_ctx; }
+int session_n_batch(const session *s) { return s->n_batch; }
 expert_cache *session_expert_cache(const session *s) { return s->ec; }
 
 const int32_t *session_history(const session *s, int *n) {

@@ -49,7 +49,7 @@ typedef struct {
 
 typedef struct {
     int n_ctx;               /* positions (KV cache); 0 = 4096 */
-    int n_batch;             /* rows per prefill/verify chunk; 0 = 64 */
+    int n_batch;             /* rows per prefill/verify chunk; 0 = the backend's (engine_default_batch) */
     const char *kv;          /* KV cache format "f32" | "f16" (NULL = the engine's default) */
     const char *cache_spec;  /* routed experts: NULL/"auto", "full", "mmap" or MiB ("4096") */
     const char *vram_spec;   /* VRAM expert tier (GPU backends): NULL = every weight on the device,
@@ -80,6 +80,7 @@ engine_ctx *session_ctx(const session *s);
 const tokenizer *session_tokenizer(const session *s); /* NULL: see session_model_tokenizer */
 const q3n_hparams *session_hparams(const session *s);
 int session_n_ctx(const session *s);
+int session_n_batch(const session *s); /* rows per prefill/verify chunk (after defaults) */
 /* The session's routed-expert cache (its q3n_expert_src is expert_cache_src), or NULL when the
  * engine serves the experts itself (a backend that holds them all, e.g. CUDA). */
 typedef struct expert_cache expert_cache;

@@ -367,7 +367,7 @@ def test_memory_figures(path, ctx):
     n_ctx = ctx or e["ctx_train"]
     d = info_json(path) if ctx is None else json.loads(run(path, "--json", "--ctx", str(ctx)).stdout)
     m = d["memory"]
-    assert m["n_ctx"] == n_ctx and m["n_batch"] == 64
+    assert m["n_ctx"] == n_ctx and m["n_batch"] == 512  # the CPU's prompt batch without AMX tiles
     assert m["n_attention_layers"] == main_attn > 0
     assert m["n_mtp_attention_layers"] == n_attn - main_attn == n_nextn
     assert m["n_deltanet_layers"] == n_dn > 0
@@ -389,7 +389,7 @@ def test_memory_figures(path, ctx):
             assert m["cuda"]["context_bytes"][fmt] >= m["kv_bytes"][fmt] + state
             assert m["cuda"]["total_bytes"][fmt] == weights + m["cuda"]["context_bytes"][fmt]
     text = run(path, *(["--ctx", str(ctx)] if ctx else [])).stdout
-    assert f"memory             context {n_ctx}, batch 64" in text and "KV / token" in text
+    assert f"memory             context {n_ctx}, batch 512" in text and "KV / token" in text
 
 
 def test_memory_usage_errors():

@@ -123,7 +123,9 @@ def test_every_window_matches_step_by_step(long_text, ctx, batch):
 def test_batch_never_changes_the_result(long_text):
     a = ppl_json("-m", TINY_A, "-f", long_text, "--ctx", "40", "-b", "1")
     b = ppl_json("-m", TINY_A, "-f", long_text, "--ctx", "40", "-b", "256")
+    c = ppl_json("-m", TINY_A, "-f", long_text, "--ctx", "40", "-b", "auto")  # the backend's batch (512)
     assert a["nll"] == b["nll"] and [w["nll_sum"] for w in a["windows"]] == [w["nll_sum"] for w in b["windows"]]
+    assert c["nll"] == a["nll"] and [w["nll_sum"] for w in c["windows"]] == [w["nll_sum"] for w in a["windows"]]
 
 
 def test_window_edges(long_text, tmp_path):
@@ -151,7 +153,8 @@ def test_usage_and_runtime_errors(long_text, tmp_path):
         ["-m", TINY_A],
         ["-m", TINY_A, "-f", long_text, "--ctx", "2"],
         ["-m", TINY_A, "-f", long_text, "--ctx", "abc"],
-        ["-m", TINY_A, "-f", long_text, "--batch", "0"],
+        ["-m", TINY_A, "-f", long_text, "--batch", "-1"],
+        ["-m", TINY_A, "-f", long_text, "--batch", "autox"],
         ["-m", TINY_A, "-f", long_text, "--chunks", "0"],
         ["-m", TINY_A, "-f", long_text, "--bogus"],
         ["-m", TINY_A, "-f", long_text, "--ctx"],

@@ -4,7 +4,8 @@
  * Decode: after a warm-up, N timed runs of --n-decode single steps (random token ids, fixed
  * seed) from position 0 and, with --depth D, from a context already filled with D tokens
  * (restored from a snapshot before each run); the median run is reported. Prompt ingestion:
- * engine_prefill of 512 and 2048 random tokens (--prompt) in --batch chunks.
+ * engine_prefill of 512 and 2048 random tokens (--prompt) in --batch chunks (default: the backend's
+ * choice, what generate/chat/serve use).
  *
  * Bytes per decoded token = dense weights (everything but the routed experts, the MTP block and
  * the embedding table, of which one row) + top-k of each layer's experts (k/E of its *_exps
@@ -364,7 +365,6 @@ static void print_profile(const char *title, const prof *p, double per, const to
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
-    o.batch = 512;
     int r = opts_parse(&BENCH, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;
     const char *model = o.model;
@@ -403,6 +403,7 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
         goto done;
     }
+    batch = session_n_batch(b.S); /* -b auto: the backend's choice */
     /* the context's KV format sets the bytes attention reads per position; what it allocated */
     const char *kv_fmt = engine_kv_format(session_ctx(b.S));
     if (!strcmp(kv_fmt, "f16")) tb.kv_per_pos /= 2;

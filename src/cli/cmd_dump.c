@@ -115,6 +115,7 @@ int cmd_dump(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
     o.cache_spec = "mmap";
+    o.batch = 64; /* every row's logits are kept: 64 x n_vocab floats */
     int r = opts_parse(&DUMP, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;
     const char *tokens = o.tokens, *logits_path = o.logits_path, *routes_path = o.routes_path, *acts_path = o.acts_path;
@@ -144,6 +145,7 @@ int cmd_dump(int argc, char **argv) {
     engine *e = session_model_engine(sm);
     const q3n_hparams *hp = engine_hparams(e);
     int V = hp->n_vocab;
+    if (batch == 0) batch = engine_default_batch(e); /* -b auto */
     /* The session opens the context with its expert source: the plain mapping unless --cache-mib
      * says otherwise (a backend that holds every expert: its own).
      * The rows below are driven on the context directly: dump is the oracle's tool and needs

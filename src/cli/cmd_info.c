@@ -32,7 +32,8 @@ static void usage(FILE *out) {
             "allocates; its scratch is sized by CUDA builds only).\n"
             "For a split model give the first part (NAME-00001-of-0000N.gguf).\n\n"
             "  --ctx N     context of the memory figures (default: the model's context_length)\n"
-            "  --batch N   rows per forward of the memory figures (default 64)\n"
+            "  --batch N   rows per forward of the memory figures (default 512, the prompt batch of\n"
+            "              generate/chat/serve on the CPU; 2048 where AMX tiles run the experts)\n"
             "  --json      print one JSON object instead of text\n"
             "  -h, --help  this help\n");
 }
@@ -724,7 +725,7 @@ static void print_json(const info *in, FILE *o) {
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     bool as_json = false;
-    long long n_ctx = 0, n_batch = 64;
+    long long n_ctx = 0, n_batch = ENGINE_BATCH_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             usage(stdout);

@@ -163,6 +163,7 @@ int cmd_perplexity(int argc, char **argv) {
     opts_defaults(&o);
     o.n_ctx = 512;
     o.chunks = 0; /* all windows */
+    o.batch = 64; /* every row's logits are kept: batch x n_vocab floats */
     int pr = opts_parse(&PERPLEXITY, argc, argv, &o);
     if (pr) return pr == OPTS_HELP ? 0 : pr;
     const char *model = o.model, *file = o.file, *tokens_out = o.tokens_out;
@@ -207,6 +208,7 @@ int cmd_perplexity(int argc, char **argv) {
     r.V = hp->n_vocab;
     r.D = hp->n_embd;
     r.ctx = (int)ctx;
+    if (batch == 0) batch = engine_default_batch(e); /* -b auto */
     r.batch = (int)(batch < ctx ? batch : ctx);
     r.first = (int)(ctx / 2);
     r.mtp = mtp;

@@ -372,12 +372,14 @@ static const opt TABLE[] = {
     {.cmds = ALL,
      .section = "model",
      .names = "-b, --batch",
-     .value = "N",
-     .help = "prompt rows per forward",
+     .value = "N|auto",
+     .help = "prompt rows per forward; auto: the backend's (CPU: 512, or 2048 where\n"
+             "AMX tiles run the experts); scratch grows with it (redlite info --batch N)",
      .kind = K_I64,
      .off = OFF(batch),
-     .lo = 1,
-     .hi = 4096},
+     .lo = 0,
+     .hi = 4096,
+     .zero = "auto"},
     {.cmds = ALL,
      .section = "model",
      .names = "-t, --threads",
@@ -696,7 +698,7 @@ void opts_defaults(cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "cpu";
     o->cache_spec = "auto";
-    o->batch = 64;
+    o->batch = 0; /* auto: engine_default_batch */
     o->n_predict = 128;
     o->sp = sampler_default_params();
     o->sp.temp = 0;
@@ -740,6 +742,10 @@ static int set_value(const char *cmd, const opt *t, const char *flag, const char
     case K_I64:
     case K_I32:
     case K_U32:
+        if (t->kind == K_I64 && t->lo == 0 && t->zero && !strcmp(t->zero, "auto") && !strcmp(v, "auto")) {
+            *(long long *)p = 0;
+            return 0;
+        }
         if (!cli_parse_int(cmd, flag, v, (long long)t->lo, (long long)t->hi, &iv)) return -1;
         if (t->kind == K_I64)
             *(long long *)p = iv;
