@@ -108,6 +108,7 @@ def run_llama(model, a):
             out["prompt"][row["n_prompt"]] = row["avg_ts"]
         out["build"] = f"build {row.get('build_number', '?')}, commit {row.get('build_commit', '?')}"
         out["cpu"] = row.get("cpu_info", "")
+        out["batch"] = f"n_batch {row.get('n_batch', '?')} / n_ubatch {row.get('n_ubatch', '?')}"
         out["model_type"] = row.get("model_type", "")
     return out
 
@@ -126,7 +127,8 @@ def run_redlite(model, a):
     return {"decode": {d["depth"]: d["tok_s"] for d in j["decode"]},
             "prompt": {p["n_tokens"]: p["tok_s"] for p in j["prompt"]},
             "gb_s": {d["depth"]: d["gb_s"] for d in j["decode"]},
-            "path": f'{j["backend"]} {j["path"]} ({j["cpu_kernels"]})', "rss": j["peak_rss_bytes"]}
+            "path": f'{j["backend"]} {j["path"]} ({j["cpu_kernels"]})', "rss": j["peak_rss_bytes"],
+            "batch": j["prompt"][0].get("batch", "?") if j["prompt"] else "-"}
 
 
 def run_stream(threads, mib=512, reps=3):
@@ -153,6 +155,8 @@ def cpu_model():
 
 
 def git_commit():
+    if os.environ.get("RL_COMMIT"):  # a copied tree whose .git is not the source's (the device machine)
+        return os.environ["RL_COMMIT"]
     c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                        text=True)
@@ -226,6 +230,8 @@ def main():
         f"- llama.cpp ({ll0['build']}): {llama_desc}",
         f"- method: {a.rounds} interleaved rounds (llama-bench, then redlite bench), each {a.reps} repetitions; "
         f"medians over rounds; decode = {a.n_decode} tokens, random token ids",
+        f"- prompt batch: Red Lite {rl0['batch']} rows per forward (`redlite bench` default: --batch auto), "
+        f"llama.cpp {ll0.get('batch', '?')} (llama-bench defaults)",
         f"- machine load (1-minute load average) before / after: {load0[0]:.1f} / {load1[0]:.1f} "
         "(the machine is shared; with load above the CPU count both tools lose time slices)",
         "",
