@@ -25,6 +25,7 @@ static int active = KERN_SCALAR;
 static kern_matmul_fn mm_base[KERN_NLEVELS][QT_COUNT]; /* matmul as filled (kern_set_mm512 off) */
 static bool mm512_on;
 static bool amx_ok;   /* CPU + OS + permission (detect) */
+static bool cpu_amd;  /* CPUID vendor AuthenticAMD (detect): picks the IQ2 mat-vecs, see init */
 static int amx_mode;  /* KERN_AMX_* */
 static int amx_rows;  /* kern_set_amx_rows: 0, or the tiles' threshold for every type */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -66,6 +67,7 @@ static void fill_scalar(kern_table *t) {
 static void detect(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) cpu_amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
     if (!osxsave || !avx) return;
@@ -117,6 +119,17 @@ static void init(void) {
     if (supported[KERN_AVX2]) kern_fill_avx2(&tables[KERN_AVX2]);
     tables[KERN_AVX512] = tables[KERN_AVX2];
     if (supported[KERN_AVX512]) kern_fill_avx512(&tables[KERN_AVX512]);
+    /* The IQ2_XXS / IQ2_XS mat-vecs at the AVX-512 level: the 4-row 512-bit kernels gather the grid
+     * entries (vpgatherdq), which Intel runs fast and Zen 4 slowly. Measured (test_kern, one thread,
+     * cache-resident weights, best of 5): Zen 4 VM IQ2_XXS AVX2 3.83 vs AVX-512 3.36 GB/s, IQ2_XS 4.12
+     * vs 3.64; Emerald Rapids VM (kernels-2026-11-30.md) IQ2_XXS 2.76 vs 3.52, IQ2_XS 3.11 vs 4.73.
+     * So AMD CPUs keep the AVX2 ones. Same results either way (both equal the scalar vec_dot bit for
+     * bit); RL_KERN_IQ2_MV=256|512 overrides the choice. */
+    const char *iq2 = getenv("RL_KERN_IQ2_MV");
+    if (supported[KERN_AVX512] && (iq2 ? !strcmp(iq2, "256") : cpu_amd)) {
+        tables[KERN_AVX512].matvec[QT_IQ2_XXS] = tables[KERN_AVX2].matvec[QT_IQ2_XXS];
+        tables[KERN_AVX512].matvec[QT_IQ2_XS] = tables[KERN_AVX2].matvec[QT_IQ2_XS];
+    }
     for (int l = 1; l < KERN_NLEVELS; l++)
         for (int ty = 0; ty < QT_COUNT; ty++) {
             has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];

@@ -48,3 +48,16 @@ def test_c_unit(binary):
     m = re.search(r"^" + re.escape(name) + r": (\d+) passed, (\d+) failed$", r.stdout, re.M)
     assert m, f"{name} exited 0 without its closing 'N passed, N failed' line:\n{r.stdout[-2000:]}"
     assert int(m.group(1)) > 0 and int(m.group(2)) == 0, m.group(0)
+
+
+@pytest.mark.parametrize("choice", ["256", "512"])
+def test_kern_both_iq2_matvecs(choice):
+    """The AVX-512 level takes the AVX2 IQ2_XXS/IQ2_XS mat-vecs on AMD CPUs and its own elsewhere
+    (src/kern.c, init): test_kern above checks only this CPU's pick, so each pick is checked here
+    against the scalar reference (RL_KERN_IQ2_MV forces it). Without AVX-512 both are the AVX2 one."""
+    binary = os.path.join(BUILD, "tests", "test_kern")
+    r = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                       env=dict(os.environ, RL_KERN_IQ2_MV=choice))
+    assert r.returncode == 0, f"test_kern with RL_KERN_IQ2_MV={choice} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    m = re.search(r"^test_kern: (\d+) passed, 0 failed$", r.stdout, re.M)
+    assert m and int(m.group(1)) > 0, r.stdout[-2000:]
