@@ -217,6 +217,8 @@ def test_per_position_and_mtp_match_oracle(long_text, tmp_path):
 
 
 def llama_perplexity(model, text_file, ctx):
+    """(PPL, SIMD level) of the built llama-perplexity: the level ("avx512" or "avx2") from its
+    system_info line, since its quantised dot products accumulate floats in a width-dependent order."""
     exe = os.path.join(LLAMA_BIN, "llama-perplexity")
     if not os.access(exe, os.X_OK):
         pytest.skip(f"{exe} not built (tools/build_llama_cpp.sh)")
@@ -225,25 +227,15 @@ def llama_perplexity(model, text_file, ctx):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout + r.stderr
+    level = "avx512" if re.search(r"AVX512 = 1", out) else "avx2"
     m = re.search(r"Final estimate: PPL = ([0-9.]+)", out)
     if m:
-        return float(m.group(1))
+        return float(m.group(1)), level
     # its logger thread can lose the last line at exit: the running value after the last window
     # ("[N]ppl," on stdout) is the same number
     runs = re.findall(r"\[(\d+)\]([0-9.]+),", r.stdout)
     assert runs, "no estimate in llama-perplexity's output:\n" + out[-2000:]
-    return float(runs[-1][1])
-
-
-def llama_simd():
-    """The widest SIMD level the built llama.cpp runs here ("avx512" or "avx2", from its system_info
-    line): its quantised dot products accumulate floats in a width-dependent order."""
-    exe = os.path.join(LLAMA_BIN, "llama-perplexity")
-    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
-    info = subprocess.run([exe, "-m", TINY_A, "-p", "x", "-c", "16", "--chunks", "1"], capture_output=True,
-                          text=True, timeout=120)
-    text = r.stdout + r.stderr + info.stdout + info.stderr
-    return "avx512" if re.search(r"AVX512 = 1", text) else "avx2"
+    return float(runs[-1][1]), level
 
 
 # llama-perplexity's values for the cases below, recorded once with tools/build_llama_cpp.sh's build
@@ -270,8 +262,7 @@ def test_agrees_with_llama_cpp(long_text, model):
     ours = ppl_json("-m", model, "-f", long_text, "--ctx", str(LLAMA_CTX))["ppl"]
     theirs = llama_recorded(model)
     if os.access(os.path.join(LLAMA_BIN, "llama-perplexity"), os.X_OK):
-        live = llama_perplexity(model, long_text, LLAMA_CTX)
-        level = llama_simd()
+        live, level = llama_perplexity(model, long_text, LLAMA_CTX)
         by = json.load(open(LLAMA_ORACLE)).get("ppl_by_simd", {}).get(level, {})
         key = f"{os.path.basename(model)}@{LLAMA_CTX}"
         assert key in by, f"no {level} record of {key}: run python3 tests/test_perplexity.py --write-llama-oracle"
@@ -284,8 +275,9 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write-llama-oracle"]:
     with tempfile.TemporaryDirectory() as d:
         txt = os.path.join(d, "long.txt")
         open(txt, "w").write(meta("tiny-a")["prompts"][4]["text"])
-        vals = {f"{os.path.basename(m)}@{LLAMA_CTX}": llama_perplexity(m, txt, LLAMA_CTX) for m in (TINY_A, TINY_B)}
-    level = llama_simd()
+        runs = {f"{os.path.basename(m)}@{LLAMA_CTX}": llama_perplexity(m, txt, LLAMA_CTX) for m in (TINY_A, TINY_B)}
+    vals = {k: v[0] for k, v in runs.items()}
+    level = next(iter(runs.values()))[1]
     rec = json.load(open(LLAMA_ORACLE)) if os.path.exists(LLAMA_ORACLE) else {}
     rec.update({"what": "llama-perplexity on tiny-a's prompt 4 ('long'), -c 64 -b 64 --no-repack -fa off, f32 KV",
                 "llama_cpp": "0c1e5709 (llama-cpp-python 0.3.36 sdist, tools/build_llama_cpp.sh)"})
