@@ -271,6 +271,15 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, h = blockIdx.x;
     const int cw = SPLIT == 1 ? w : (int)blockIdx.y * (STEP_WARPS / SPLIT) + w; // the warp of the one-block kernel
     const int g = h / (d.hv / d.hk);
+    // this warp's state columns cw, cw+32, ... (DPL of them when dv = 32*DPL): loaded first, so they
+    // are in flight while q, k and the gates are computed (the same values: the same bits)
+    float s[DPL][KPL];
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const float *S = ssm + ((size_t)h * d.dv + cw + STEP_WARPS * j) * d.dk + lane * KPL;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) s[j][i] = S[i];
+    }
     if (w < 2) { // q (w = 0) or k (w = 1) of key head g, as k_dn_prep
         float v[KPL];
         const float *x = u + (size_t)(w == 0 ? g : d.hk + g) * d.dk + lane * KPL;
@@ -295,14 +304,6 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
         k[i] = qk[1][lane * KPL + i];
     }
     const float alpha = gates[0], beta = gates[1];
-    // columns cw, cw+32, ... (DPL of them when dv = 32*DPL): all state loads first, then the updates
-    float s[DPL][KPL];
-#pragma unroll
-    for (int j = 0; j < DPL; j++) {
-        const float *S = ssm + ((size_t)h * d.dv + cw + STEP_WARPS * j) * d.dk + lane * KPL;
-#pragma unroll
-        for (int i = 0; i < KPL; i++) s[j][i] = S[i];
-    }
 #pragma unroll
     for (int j = 0; j < DPL; j++) {
         const int c = cw + STEP_WARPS * j;
@@ -389,12 +390,19 @@ extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ld
     return 0;
 }
 
-#define STEP_SPLIT 4 // blocks per value head of the split step (8 warps each)
+// Blocks per value head of the split step: 4 (8 warps each; the default) or RL_CUDA_DN_BLOCKS=8 (4
+// warps each). Tuning only: the same per-column arithmetic, the same bits.
+static int step_split() {
+    static const int v = cu_env_int("RL_CUDA_DN_BLOCKS", 4) == 8 ? 8 : 4;
+    return v;
+}
 template <int KPL, int DPL>
 static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
                     unsigned *ctr, cudaStream_t s) {
-    if (ctr)
-        cu_go(k_dn_step<KPL, DPL, STEP_SPLIT>, dim3(d->hv, STEP_SPLIT), STEP_WARPS * 32 / STEP_SPLIT, 0, s, *d, u, ba, z, ssm, o, ctr);
+    if (ctr && step_split() == 8)
+        cu_go(k_dn_step<KPL, DPL, 8>, dim3(d->hv, 8), STEP_WARPS * 32 / 8, 0, s, *d, u, ba, z, ssm, o, ctr);
+    else if (ctr)
+        cu_go(k_dn_step<KPL, DPL, 4>, dim3(d->hv, 4), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, ssm, o, ctr);
     else
         cu_go(k_dn_step<KPL, DPL, 1>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
 }

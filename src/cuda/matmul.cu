@@ -111,7 +111,9 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     }
     if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
         return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
-    const int rpb = L.q8 ? mmq_rows_per_block(type, gateup, tt, small, L.xq != NULL, n_in) : mm_rows_per_block(gateup, tt, small);
+    L.lane = L.q8 && !L.xq && mmq_lane_ok(tt, n_in, tail && tail->kind != CU_TAIL_NONE);
+    const int rpb = L.q8 ? mmq_rows_per_block(type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
+                         : mm_rows_per_block(gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {

@@ -38,6 +38,7 @@ struct mm_launch {
     cu_qtabs tb;          // the integer path of the IQ types: the grids
     const uint8_t *xq;    // prefill tiles of the integer path: scratch of the quantised input rows (or NULL)
     int xq_rows;          // rows of x quantised into it
+    bool lane;            // one-token launches of the integer path: k_mmq_lane (mmq_lane.cuh)
     cudaStream_t s;
 };
 

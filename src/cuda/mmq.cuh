@@ -238,9 +238,11 @@ static inline size_t mmq_vec_st_bytes(size_t row_bytes, int rows_per_warp, bool 
 }
 
 // One Q8_K block (256 values at src, lane j of an 8-lane group its 32 values src[32j..32j+31]) into
-// dst (the block's 256 codes; lane j writes 32j..) and *yd (lane 0). Every lane of the warp calls it
+// dst (the block's 256 codes; lane j writes 32j..) and *yd (lane 0); with bs, also the sum of its 32
+// codes into bs[j] (the Q4_K / Q5_K mins' term in k_mmq_lane). Every lane of the warp calls it
 // (the max key meets across the group by shuffles); lanes with on == false load zeros, store nothing.
-__device__ __forceinline__ void mmq_q8_group(const float *src, bool on, int j, uint8_t *dst, float *yd) {
+__device__ __forceinline__ void mmq_q8_group(const float *src, bool on, int j, uint8_t *dst, float *yd,
+                                             int *bs = nullptr) {
     float4 xv[8];
     uint64_t key = 0;
 #pragma unroll
@@ -254,10 +256,19 @@ __device__ __forceinline__ void mmq_q8_group(const float *src, bool on, int j, u
     float is, d;
     q8_scale(key, is, d);
     if (on) {
+        int q[8];
+#pragma unroll
+        for (int w = 0; w < 8; w++) q[w] = q8_pack(is, xv[w]);
         uint4 *o = (uint4 *)(dst + 32 * j);
-        o[0] = make_uint4(q8_pack(is, xv[0]), q8_pack(is, xv[1]), q8_pack(is, xv[2]), q8_pack(is, xv[3]));
-        o[1] = make_uint4(q8_pack(is, xv[4]), q8_pack(is, xv[5]), q8_pack(is, xv[6]), q8_pack(is, xv[7]));
+        o[0] = make_uint4((unsigned)q[0], (unsigned)q[1], (unsigned)q[2], (unsigned)q[3]);
+        o[1] = make_uint4((unsigned)q[4], (unsigned)q[5], (unsigned)q[6], (unsigned)q[7]);
         if (j == 0) *yd = d;
+        if (bs) {
+            int sum = 0;
+#pragma unroll
+            for (int w = 0; w < 8; w++) sum = __dp4a(q[w], 0x01010101, sum);
+            bs[j] = sum;
+        }
     }
 }
 

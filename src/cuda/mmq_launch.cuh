@@ -3,6 +3,7 @@
 #pragma once
 
 #include "mmq.cuh"
+#include "mmq_lane.cuh"
 
 // ---- launch ------------------------------------------------------------------------------------
 
@@ -38,8 +39,20 @@ static inline int mmq_vec_rs(int n_in) {
     if (mode < 1 || (nsb != 1 && nsb != 2)) return 1;
     return mode == 2 ? 4 : 4 / nsb;
 }
-// Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc.
-static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, int n_in) {
+// One-token launches with a lane per (row, super-block) (k_mmq_lane, mmq_lane.cuh): the default,
+// RL_CUDA_MMQ_LANE=0 keeps k_mmq_vec (same bits). Rows of more than MQL_MAX_NSB super-blocks and the
+// fused tails (RL_CUDA_FUSE) keep k_mmq_vec.
+static inline bool mmq_lane_on() {
+    static const bool v = cu_env_int("RL_CUDA_MMQ_LANE", 1) == 1;
+    return v;
+}
+static inline bool mmq_lane_ok(int tt, int n_in, bool tail) {
+    return tt == 1 && !tail && n_in / 256 <= MQL_MAX_NSB && mmq_lane_on();
+}
+// Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc; lane:
+// k_mmq_lane.
+static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, bool lane, int n_in) {
+    if (lane) return MM_WARPS * (32 / mql_lpr(n_in / 256));
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
     if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
     return MM_WARPS * mmq_vec_nr() * (tt == 1 ? mmq_vec_rs(n_in) : 1);
@@ -92,6 +105,26 @@ static int mmq_go_vec(dim3 grid, const mm_launch &L) {
         grid.x = grid.x < resident ? grid.x : resident;
     }
     return mmq_go(kern, grid, L, sm, opted);
+}
+// A k_mmq_lane launch; SM (dense one-token launches, RL_CUDA_MMQ_SM as k_mmq_vec's): only the blocks
+// that fit on the GPU at once, each walking the row blocks.
+template <int TYPE, bool GU, bool SM> static int mql_go(dim3 grid, const mm_launch &L) {
+    static size_t opted = 48 << 10;
+    auto kern = k_mmq_lane<TYPE, GU, SM>;
+    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, GU, SM);
+    if constexpr (SM) {
+        static size_t occ_sm = 0;
+        static unsigned resident = 0;
+        if (mmq_optin(kern, sm, opted) || mmq_resident(kern, sm, occ_sm, resident)) return -1;
+        grid.x = grid.x < resident ? grid.x : resident;
+    }
+    return mmq_go(kern, grid, L, sm, opted);
+}
+static inline bool mmq_vec_sm();
+template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
+    if (mmq_vec_sm() && !L.grouped && L.T == 1)
+        return gateup ? mql_go<TYPE, true, true>(grid, L) : mql_go<TYPE, false, true>(grid, L);
+    return gateup ? mql_go<TYPE, true, false>(grid, L) : mql_go<TYPE, false, false>(grid, L);
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf() {
@@ -189,7 +222,7 @@ template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, 
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     int rc = 0;
     if (L.xq) rc = mmq_launch_tc<TYPE>(L, gateup);
-    else if (tt == 1) rc = mmq_go_vec<TYPE, 1>(grid, L, gateup);
+    else if (tt == 1) rc = L.lane ? mql_launch<TYPE>(grid, L, gateup) : mmq_go_vec<TYPE, 1>(grid, L, gateup);
     else if (L.small && tt == 2) rc = mmq_go_vec<TYPE, 2>(grid, L, gateup);
     else if (L.small && tt == 4) rc = mmq_go_vec<TYPE, 4>(grid, L, gateup);
     else if (mmq_vec_tiles(TYPE, tt, L.small)) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);

@@ -685,6 +685,11 @@ int main(void) {
         test_mmq_tc(KQ[i], 768);
         test_mmq_tc(KQ[i], 9 * 256);
     }
+    /* one-token launches take k_mmq_lane (a lane per row and super-block) up to 32 super-blocks per row,
+     * k_mmq_vec beyond (RL_CUDA_MMQ_LANE=0: always): 16 (the 80B's 4096-column rows), 32 and 33 */
+    test_matmul(QT_Q4_K, 63, 16 * 256);
+    test_matmul(QT_Q6_K, 63, 32 * 256);
+    test_matmul(QT_Q5_K, 63, 33 * 256);
     test_mmq_many_rows(QT_Q4_K, 1024, 40003); /* one token, 5,000 row blocks (streamed, the default: many per block) */
     test_mmq_many_rows(QT_Q6_K, 512, 30001);  /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
     test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
@@ -705,6 +710,7 @@ int main(void) {
         test_mmq_tc(IQ[i], 768);
         test_mmq_tc(IQ[i], 9 * 256);
         test_mmq_many_rows(IQ[i], i == 1 ? 256 : 2048, 20001); /* IQ2_XS: 74-byte rows, 4 row sets */
+        test_matmul(IQ[i], 63, 6 * 256); /* 6 super-blocks: 2 idle lanes of 8 per row in k_mmq_lane */
     }
     printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
            check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
