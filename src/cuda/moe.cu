@@ -75,11 +75,22 @@ extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_t
 #define COMB_THREADS 256
 
 // The row's shared-expert gate sigmoid(sh_gate . xn) (fixed-order double sum over the block) and
-// y = sum_k w_k eo_k + gate * sh, x += y for the elements i = i0, i0 + step, ... of row t.
+// y = sum_k w_k eo_k + gate * sh, x += y for element i of row t (none if i >= D). The experts' sum
+// (and the loads of sh and x) come before the gate's block reduction, so they are in flight during
+// it; the sum is the same (in k order, then + gate * sh): the same bits.
 __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const float *__restrict__ w, int K,
                                             const float *__restrict__ sh, const float *__restrict__ sh_gate,
-                                            const float *__restrict__ xn, float *y, float *x, int D, int t, int i0,
-                                            int step, double *red) {
+                                            const float *__restrict__ xn, float *y, float *x, int D, int t, int i,
+                                            double *red) {
+    const bool on = i < D;
+    double acc = 0;
+    float shv = 0.0f, xv = 0.0f;
+    if (on) {
+#pragma unroll 8 // the loads ahead of the (ordered) sum
+        for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
+        if (sh) shv = sh[(size_t)t * D + i];
+        xv = x[(size_t)t * D + i];
+    }
     float gate = 1.0f;
     if (sh && sh_gate) {
         double d = 0;
@@ -88,15 +99,11 @@ __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const 
         d = block_sumd(d, red);
         gate = sigmoid_f((float)d);
     }
-    for (int i = i0; i < D; i += step) {
-        double acc = 0;
-#pragma unroll 8 // the loads ahead of the (ordered) sum
-        for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
-        if (sh) acc += (double)gate * (double)sh[(size_t)t * D + i];
-        const float yv = (float)acc;
-        y[(size_t)t * D + i] = yv;
-        x[(size_t)t * D + i] = x[(size_t)t * D + i] + yv;
-    }
+    if (!on) return;
+    if (sh) acc += (double)gate * (double)shv;
+    const float yv = (float)acc;
+    y[(size_t)t * D + i] = yv;
+    x[(size_t)t * D + i] = xv + yv;
 }
 
 // grid (D / COMB_THREADS, T): every block recomputes the row's shared-expert gate (the same
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
     pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
-    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, blockIdx.y, i, D, red);
+    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, blockIdx.y, i, red);
 }
 
 // Decode (T = 1): the same combine blocks, and the block that finishes last (counter) runs the
@@ -120,7 +127,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
     pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
-    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, 0, i, D, red);
+    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, 0, i, red);
     if (!block_last(counter, gridDim.x)) return;
     add_rmsnorm_row(x, NULL, w_next, out, D, eps, red);
     if (threadIdx.x == 0) *counter = 0; // ready for the next launch (graph replays)
