@@ -24,34 +24,38 @@
 #pragma once
 
 #define MQL_XS 272     // bytes per quantised super-block of the token (256 codes + 16: bank spread)
-#define MQL_MAX_NSB 32 // longest rows: 32 super-blocks (n_in 8192); longer rows take k_mmq_vec
+#define MQL_MAX_NSB 32 // longest rows: 32 super-blocks (n_in 8192) at one lane per super-block
 
 __host__ __device__ constexpr int mql_lpr(int nsb) {
     return nsb <= 1 ? 1 : nsb <= 2 ? 2 : nsb <= 4 ? 4 : nsb <= 8 ? 8 : nsb <= 16 ? 16 : 32;
 }
+// rows per warp with SPL lanes per super-block (0: the rows are too long for this SPL)
+__host__ __device__ constexpr int mql_rpw(int nsb, int spl) { return mql_lpr(nsb) * spl <= 32 ? 32 / (mql_lpr(nsb) * spl) : 0; }
 // the token in shared memory: codes [nsb][MQL_XS], scales [nsb], 32-value sums [nsb][8]; then the
 // warps' slices (16-byte aligned)
 __host__ __device__ constexpr size_t mql_tile_bytes(int nsb) { return ((size_t)nsb * (MQL_XS + 4 + 32) + 15) & ~(size_t)15; }
 // one matrix's rows of a warp (rpw rows of row_bytes), 16-byte aligned
-__host__ __device__ constexpr size_t mql_slice(size_t row_bytes, int nsb) {
-    return ((size_t)(32 / mql_lpr(nsb)) * row_bytes + 15) & ~(size_t)15;
+__host__ __device__ constexpr size_t mql_slice(size_t row_bytes, int nsb, int spl) {
+    return ((size_t)mql_rpw(nsb, spl) * row_bytes + 15) & ~(size_t)15;
 }
-static inline size_t mql_smem(size_t row_bytes, int nsb, bool gateup, bool sm) {
-    return mql_tile_bytes(nsb) + (size_t)MM_WARPS * mql_slice(row_bytes, nsb) * (gateup ? 2 : 1) * (sm ? 2 : 1);
+static inline size_t mql_smem(size_t row_bytes, int nsb, int spl, bool gateup, bool sm) {
+    return mql_tile_bytes(nsb) + (size_t)MM_WARPS * mql_slice(row_bytes, nsb, spl) * (gateup ? 2 : 1) * (sm ? 2 : 1);
 }
 
-// The term of one super-block: weights at b (shared memory), the token's codes at xs, its scale yd
-// and 32-value code sums bs. The per-sub-block integers are k_mmq_vec's (lane j of its group computes
-// sub-block j's), summed here in the lane.
-template <int TYPE>
-__device__ __forceinline__ float mql_term(const cu_qtabs &tb, const uint8_t *b, const uint8_t *xs, float yd,
-                                          const int *bs) {
+// The integer sums of sub-blocks p * 8 / SPL .. of one super-block: weights at b (shared memory), the
+// token's codes at xs and 32-value code sums bs. The per-sub-block integers are k_mmq_vec's (lane j
+// of its group computes sub-block j's).
+template <int TYPE, int SPL>
+__device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, const uint8_t *xs, const int *bs, int p,
+                                         int &isum, int &summs) {
     constexpr bool IQ = mmq_iq(TYPE);
+    constexpr int NS = 8 / SPL;
     int sc[TYPE == T_Q6_K ? 16 : 8], mn[8];
-    if constexpr (!IQ) mmq_scales<TYPE>(b, sc, mn);
-    int isum = 0, summs = 0;
+    if constexpr (!IQ && SPL == 1) mmq_scales<TYPE>(b, sc, mn);
+    isum = summs = 0;
 #pragma unroll
-    for (int s = 0; s < 8; s++) {
+    for (int i = 0; i < NS; i++) {
+        const int s = (SPL == 1 ? 0 : p * NS) + i;
         const uint4 u0 = *(const uint4 *)(xs + 32 * s), u1 = *(const uint4 *)(xs + 32 * s + 16);
         const int xq[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
         int wq[8];
@@ -67,7 +71,8 @@ __device__ __forceinline__ float mql_term(const cu_qtabs &tb, const uint8_t *b, 
 #pragma unroll
         for (int w = 4; w < 8; w++) hi = __dp4a(wq[w], xq[w], hi);
         if constexpr (TYPE == T_Q6_K) {
-            isum += sc[2 * s] * lo + sc[2 * s + 1] * hi;
+            if constexpr (SPL == 1) isum += sc[2 * s] * lo + sc[2 * s + 1] * hi;
+            else isum += (int)(int8_t)b[192 + 2 * s] * lo + (int)(int8_t)b[193 + 2 * s] * hi;
         } else if constexpr (IQ) {
             int wlo, whi;
             mmq_iq_w<TYPE>(b, s, wlo, whi);
@@ -77,12 +82,18 @@ __device__ __forceinline__ float mql_term(const cu_qtabs &tb, const uint8_t *b, 
                 for (int w = 0; w < 8; w++) summs = __dp4a(mmq_iq1m_m4(b, s, 4 * w), xq[w], summs);
             }
         } else {
-            isum += sc[s] * (lo + hi);
-            summs += mn[s] * bs[s];
+            int scs = 0, ms = 0;
+            if constexpr (SPL == 1) scs = sc[s], ms = mn[s];
+            else k4_scale_min(b + 4, s, scs, ms);
+            isum += scs * (lo + hi);
+            summs += ms * bs[s];
         }
     }
+}
+// The super-block's term from its integer sums (the CPU's float epilogue).
+template <int TYPE> __device__ __forceinline__ float mql_fin(const uint8_t *b, float yd, int isum, int summs) {
     float d, dmin = 0.0f;
-    if constexpr (IQ) d = mmq_iq_d<TYPE>(b);
+    if constexpr (mmq_iq(TYPE)) d = mmq_iq_d<TYPE>(b);
     else mmq_d<TYPE>(b, d, dmin);
     return mmq_term<TYPE>(yd, d, dmin, isum, summs);
 }
@@ -102,13 +113,15 @@ __device__ __forceinline__ void mql_quantise(const mm_launch &a, int p, uint8_t 
     }
 }
 
-template <int TYPE, bool GU, bool SM> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
+// SPL lanes per super-block (1, 2 or 4; each its 8 / SPL sub-blocks, the integer sums met by xor
+// shuffles: exact): shorter chains per lane for the lookup-bound IQ types, the same bits.
+template <int TYPE, bool GU, bool SM, int SPL> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
     constexpr int BB = qtraits<TYPE>::bytes;
-    constexpr bool SUMS = TYPE == T_Q4_K || TYPE == T_Q5_K;
+    constexpr bool SUMS = TYPE == T_Q4_K || TYPE == T_Q5_K, M2 = SUMS || TYPE == T_IQ1_M;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
-    const int lane = threadIdx.x & 31, nsb = a.n_in / 256, lpr = mql_lpr(nsb), rpw = 32 / lpr;
-    const int lr = lane / lpr, k = lane & (lpr - 1), base = lane & ~(lpr - 1);
-    const size_t rbytes = a.seg[0].row_bytes, wb = mql_slice(rbytes, nsb), wslice = wb * (GU ? 2 : 1);
+    const int lane = threadIdx.x & 31, nsb = a.n_in / 256, lpr = mql_lpr(nsb), rpw = mql_rpw(nsb, SPL);
+    const int p = lane % SPL, q = lane / SPL, lr = q / lpr, k = q & (lpr - 1), base = lane & ~(lpr * SPL - 1);
+    const size_t rbytes = a.seg[0].row_bytes, wb = mql_slice(rbytes, nsb, SPL), wslice = wb * (GU ? 2 : 1);
     uint8_t *const mine = mmq_sm + mql_tile_bytes(nsb) + (size_t)(threadIdx.x >> 5) * wslice * (SM ? 2 : 1);
     const float *yd = (const float *)(mmq_sm + (size_t)nsb * MQL_XS);
     const int *bs = (const int *)(yd + nsb);
@@ -121,23 +134,38 @@ template <int TYPE, bool GU, bool SM> __global__ void __launch_bounds__(MM_WARPS
         }
         __pipeline_commit();
     };
-    // this warp's rows at t, staged at buf: every lane its super-block's term, the row's first lane the sum
+    // this warp's rows at t, staged at buf: every lane group its super-block's sums, then its term,
+    // the row's first lane the sum of the terms
     auto rows = [&](const mmq_at &t, const uint8_t *buf) {
         const cu_seg &sg = a.seg[t.si];
         const int r = t.r0 + lr;
-        const bool on = k < nsb && r < sg.n_out;
+        const bool on = k < nsb && r < sg.n_out; // uniform in a lane group
+        const uint8_t *xs = mmq_sm + (size_t)k * MQL_XS, *b = buf + (size_t)lr * rbytes + (size_t)k * BB;
+        int ig = 0, mg = 0, iu = 0, mu = 0;
+        if (on) {
+            mql_sums<TYPE, SPL>(a.tb, b, xs, bs + 8 * k, p, ig, mg);
+            if constexpr (GU) mql_sums<TYPE, SPL>(a.tb, b + wb, xs, bs + 8 * k, p, iu, mu);
+        }
+#pragma unroll
+        for (int o = 1; o < SPL; o <<= 1) {
+            ig += __shfl_xor_sync(FULL_MASK, ig, o);
+            if constexpr (M2) mg += __shfl_xor_sync(FULL_MASK, mg, o);
+            if constexpr (GU) {
+                iu += __shfl_xor_sync(FULL_MASK, iu, o);
+                if constexpr (M2) mu += __shfl_xor_sync(FULL_MASK, mu, o);
+            }
+        }
         float tg = 0.0f, tu = 0.0f;
         if (on) {
-            const uint8_t *xs = mmq_sm + (size_t)k * MQL_XS, *b = buf + (size_t)lr * rbytes + (size_t)k * BB;
-            tg = mql_term<TYPE>(a.tb, b, xs, yd[k], bs + 8 * k);
-            if constexpr (GU) tu = mql_term<TYPE>(a.tb, b + wb, xs, yd[k], bs + 8 * k);
+            tg = mql_fin<TYPE>(b, yd[k], ig, mg);
+            if constexpr (GU) tu = mql_fin<TYPE>(b + wb, yd[k], iu, mu);
         }
         float ag = 0.0f, au = 0.0f; // the row's terms in super-block order, from 0.0f (k_mmq_vec's acc)
         for (int s = 0; s < nsb; s++) {
-            ag = ag + __shfl_sync(FULL_MASK, tg, base + s);
-            if constexpr (GU) au = au + __shfl_sync(FULL_MASK, tu, base + s);
+            ag = ag + __shfl_sync(FULL_MASK, tg, base + s * SPL);
+            if constexpr (GU) au = au + __shfl_sync(FULL_MASK, tu, base + s * SPL);
         }
-        if (k == 0 && r < sg.n_out)
+        if (k == 0 && p == 0 && r < sg.n_out)
             mmq_store(a, sg, r, t.start, GU ? silu_f(mmq_out<TYPE>(ag)) * mmq_out<TYPE>(au) : mmq_out<TYPE>(ag));
     };
     mmq_at at;

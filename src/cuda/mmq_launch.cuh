@@ -49,10 +49,23 @@ static inline bool mmq_lane_on() {
 static inline bool mmq_lane_ok(int tt, int n_in, bool tail) {
     return tt == 1 && !tail && n_in / 256 <= MQL_MAX_NSB && mmq_lane_on();
 }
+// Lanes per super-block of k_mmq_lane (1, 2 or 4; tuning, the same bits): RL_CUDA_MQL_SPL_K for the
+// K-quants (default 1), RL_CUDA_MQL_SPL_IQ for the IQ types (default 2: their lookups make a lane's
+// chain long), halved while a row does not fit a warp.
+static inline int mql_spl_env(const char *name, int dflt) {
+    const int v = cu_env_int(name, dflt);
+    return v == 1 || v == 2 || v == 4 ? v : dflt;
+}
+static inline int mql_spl(uint32_t type, int nsb) {
+    static const int k = mql_spl_env("RL_CUDA_MQL_SPL_K", 1), iq = mql_spl_env("RL_CUDA_MQL_SPL_IQ", 2);
+    int s = mmq_iq(type) ? iq : k;
+    while (s > 1 && !mql_rpw(nsb, s)) s >>= 1;
+    return s;
+}
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc; lane:
 // k_mmq_lane.
 static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, bool lane, int n_in) {
-    if (lane) return MM_WARPS * (32 / mql_lpr(n_in / 256));
+    if (lane) return MM_WARPS * mql_rpw(n_in / 256, mql_spl(type, n_in / 256));
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
     if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
     return MM_WARPS * mmq_vec_nr() * (tt == 1 ? mmq_vec_rs(n_in) : 1);
@@ -108,10 +121,10 @@ static int mmq_go_vec(dim3 grid, const mm_launch &L) {
 }
 // A k_mmq_lane launch; SM (dense one-token launches, RL_CUDA_MMQ_SM as k_mmq_vec's): only the blocks
 // that fit on the GPU at once, each walking the row blocks.
-template <int TYPE, bool GU, bool SM> static int mql_go(dim3 grid, const mm_launch &L) {
+template <int TYPE, bool GU, bool SM, int SPL> static int mql_go(dim3 grid, const mm_launch &L) {
     static size_t opted = 48 << 10;
-    auto kern = k_mmq_lane<TYPE, GU, SM>;
-    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, GU, SM);
+    auto kern = k_mmq_lane<TYPE, GU, SM, SPL>;
+    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, SPL, GU, SM);
     if constexpr (SM) {
         static size_t occ_sm = 0;
         static unsigned resident = 0;
@@ -121,10 +134,17 @@ template <int TYPE, bool GU, bool SM> static int mql_go(dim3 grid, const mm_laun
     return mmq_go(kern, grid, L, sm, opted);
 }
 static inline bool mmq_vec_sm();
-template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
+template <int TYPE, int SPL> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
     if (mmq_vec_sm() && !L.grouped && L.T == 1)
-        return gateup ? mql_go<TYPE, true, true>(grid, L) : mql_go<TYPE, false, true>(grid, L);
-    return gateup ? mql_go<TYPE, true, false>(grid, L) : mql_go<TYPE, false, false>(grid, L);
+        return gateup ? mql_go<TYPE, true, true, SPL>(grid, L) : mql_go<TYPE, false, true, SPL>(grid, L);
+    return gateup ? mql_go<TYPE, true, false, SPL>(grid, L) : mql_go<TYPE, false, false, SPL>(grid, L);
+}
+template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
+    switch (mql_spl(TYPE, L.n_in / 256)) {
+    case 4: return mql_launch<TYPE, 4>(grid, L, gateup);
+    case 2: return mql_launch<TYPE, 2>(grid, L, gateup);
+    default: return mql_launch<TYPE, 1>(grid, L, gateup);
+    }
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf() {
