@@ -331,6 +331,57 @@ static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     return sumf;
 }
 
+/* Q4_K / Q5_K, four rows: the 6-bit scales and mins of rows s[0..3] unpacked together in 32-bit
+ * lanes (one lane per row; the scalar layout: u0, u1, u2 = the three scale words). Returns in
+ * lane k row k's min term, sum over sub-blocks j of min_j * (bsums[2j] + bsums[2j+1]); *sc8 gets
+ * row k's 8 scales as bytes 8k..8k+7 (row_scales512 takes them out). The scale words are read as
+ * 16 bytes from each pointer (12 are the scales; the 4 after them are the block's next field). */
+static inline __m128i k4_scales4_512(const uint8_t *const s[4], const int16_t *bsums, __m256i *sc8) {
+    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
+    /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
+    const __m128i w0 = _mm_loadu_si128((const __m128i *)s[0]), w1 = _mm_loadu_si128((const __m128i *)s[1]);
+    const __m128i w2 = _mm_loadu_si128((const __m128i *)s[2]), w3 = _mm_loadu_si128((const __m128i *)s[3]);
+    const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
+    const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
+    const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+    const __m128i sc_lo = _mm_and_si128(u0, k3f);
+    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
+    const __m128i m_lo = _mm_and_si128(u1, k3f);
+    const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
+    /* per row: 8 scales and 8 mins as bytes (row k: 8 bytes at 8k) */
+    *sc8 = _mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi));
+    const __m256i mn8 = _mm256_set_m128i(_mm_unpackhi_epi32(m_lo, m_hi), _mm_unpacklo_epi32(m_lo, m_hi));
+    /* min sums: the bsum pairs once, then one madd per two rows */
+    const __m256i bs = loadu(bsums);
+    const __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
+                                       _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
+    const __m256i bp2 = _mm256_broadcastsi128_si256(bp);
+    const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mn8)), bp2);
+    const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn8, 1)), bp2);
+    /* ms01: row 0 in the low 128 bits (4 partial sums), row 1 in the high; same for ms23 */
+    const __m256i h = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+    const __m256i h2 = _mm256_hadd_epi32(h, h);      /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+}
+
+/* row k's 8 scales from k4_scales4_512's *sc8, as int16 lanes 0-7 (for pair_idx) */
+static inline __m512i row_scales512(__m256i sc8, int k) {
+    const __m128i q = k & 2 ? _mm256_extracti128_si256(sc8, 1) : _mm256_castsi256_si128(sc8);
+    return _mm512_castsi128_si512(_mm_cvtepu8_epi16(k & 1 ? _mm_srli_si128(q, 8) : q));
+}
+
+/* The Q4_K / Q5_K float epilogue of 4 rows in 4 lanes, added to sumf: per row (lane) the scalar
+ * y.d * d * (float)isum - y.d * dmin * (float)summs, same operations in the same order. */
+#define K45_EPILOGUE4(sumf, x, i, yd, isum, summs)                                                                          \
+    do {                                                                                                                    \
+        const __m128 d_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0)); \
+        const __m128 dm_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin, \
+                                                       (short)x[3][i].dmin, 0, 0, 0, 0));                                  \
+        const __m128 yd_ = _mm_set1_ps(yd);                                                                                 \
+        sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd_, d_), _mm_cvtepi32_ps(isum)),                          \
+                                           _mm_mul_ps(_mm_mul_ps(yd_, dm_), _mm_cvtepi32_ps(summs))));                     \
+    } while (0)
+
 /* Q4_K, four rows at a time (the mat-vec): the per-super-block work that does not depend on the
  * row's codes is shared or vectorised across the rows: activation vectors loaded once, the 6-bit
  * scale/min unpacking for 4 rows in 32-bit lanes, the bsum pairs once, the 4 integer sums and 4
@@ -345,7 +396,6 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
     const int64_t nb = nc / QK_K;
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
-    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
     int64_t r = 0;
     for (; r + 4 <= nr; r += 4) {
         const blk_q4_k *x[4];
@@ -353,39 +403,16 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
-            /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
-            const __m128i w0 = _mm_loadu_si128((const __m128i *)x[0][i].scales), w1 = _mm_loadu_si128((const __m128i *)x[1][i].scales);
-            const __m128i w2 = _mm_loadu_si128((const __m128i *)x[2][i].scales), w3 = _mm_loadu_si128((const __m128i *)x[3][i].scales);
-            const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
-            const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
-            const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
-            const __m128i sc_lo = _mm_and_si128(u0, k3f);
-            const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
-            const __m128i m_lo = _mm_and_si128(u1, k3f);
-            const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
-            /* per row: 8 scales and 8 mins as bytes (row k: 8 bytes at 8k) */
-            const __m256i sc8 = _mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi));
-            const __m256i mn8 = _mm256_set_m128i(_mm_unpackhi_epi32(m_lo, m_hi), _mm_unpacklo_epi32(m_lo, m_hi));
-            /* min sums: the bsum pairs once, then one madd per two rows */
-            const __m256i bs = loadu(y[i].bsums);
-            const __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
-                                               _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
-            const __m256i bp2 = _mm256_broadcastsi128_si256(bp);
-            const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mn8)), bp2);
-            const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn8, 1)), bp2);
-            /* ms01: row 0 in the low 128 bits (4 partial sums), row 1 in the high; same for ms23 */
-            const __m256i h = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-            const __m256i h2 = _mm256_hadd_epi32(h, h);      /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
-            const __m128i summs = _mm_unpacklo_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+            const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
+            __m256i sc8;
+            const __m128i summs = k4_scales4_512(sp, y[i].bsums, &sc8);
             /* the activation vectors of the 4 chunk pairs */
             const int8_t *a = y[i].qs;
             const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
                                    load2x256(a + 160, a + 224) };
             __m512i acc[4];
             UNROLL for (int k = 0; k < 4; k++) {
-                const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(
-                    k & 1 ? _mm_srli_si128(k & 2 ? _mm256_extracti128_si256(sc8, 1) : _mm256_castsi256_si128(sc8), 8)
-                          : (k & 2 ? _mm256_extracti128_si256(sc8, 1) : _mm256_castsi256_si128(sc8))));
+                const __m512i s16 = row_scales512(sc8, k);
                 const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
                 __m512i c = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(q0, m4), A[0], s16, ix[0]);
                 __m512i d = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), A[1], s16, ix[1]);
@@ -394,13 +421,7 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
                 acc[k] = _mm512_add_epi32(c, d);
             }
             const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
-            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0));
-            const __m128 dmin = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin,
-                                                            (short)x[3][i].dmin, 0, 0, 0, 0));
-            const __m128 yd = _mm_set1_ps(y[i].d);
-            /* scalar: y.d * d * (float)isum - y.d * dmin * (float)summs, per row */
-            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
-                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+            K45_EPILOGUE4(sumf, x, i, y[i].d, isum, summs);
         }
         _mm_storeu_ps(o + r, sumf);
     }
