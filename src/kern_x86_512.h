@@ -463,7 +463,58 @@ static float dot_q5_k_512(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_q5_k_512, dot_q5_k_512, blk_q5_k, blk_q8_k, QK_K)
+
+/* Q5_K, four rows at a time (the mat-vec): mv_q4_k_512's structure (activation vectors, scale/min
+ * unpacking and min sums shared or vectorised over the rows, transposed reduction, float epilogue
+ * in 4 lanes with the scalar expression and order: each row's result is dot_q5_k_512's bit for
+ * bit) plus the fifth bits. Those are taken per chunk as a 64-bit mask (vptestmb of [qh | qh]
+ * against the chunk's two bit positions, c0 in the low half, c1 in the high half) and added as 16
+ * with a masked byte add: 2 operations per chunk instead of q5_hbit's shifts, and + or. */
+static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    /* chunk j (nibble vector of ix[j]) holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): their bits */
+    const __m512i hb[4] = { _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(1), _mm512_set1_epi8(4)),
+                            _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(2), _mm512_set1_epi8(8)),
+                            _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(16), _mm512_set1_epi8(64)),
+                            _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(32), _mm512_set1_epi8(-128)) };
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q5_k *x[4];
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
+            __m256i sc8;
+            const __m128i summs = k4_scales4_512(sp, y[i].bsums, &sc8);
+            const int8_t *a = y[i].qs;
+            const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
+                                   load2x256(a + 160, a + 224) };
+            __m512i acc[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m512i s16 = row_scales512(sc8, k);
+                const __m512i qh2 = _mm512_broadcast_i64x4(loadu(x[k][i].qh));
+                const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
+                const __m512i n[4] = { _mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
+                                       _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4) };
+                __m512i v[4];
+                UNROLL for (int j = 0; j < 4; j++) v[j] = _mm512_mask_add_epi8(n[j], _mm512_test_epi8_mask(qh2, hb[j]), n[j], b16);
+                __m512i c = dot_chunk512(_mm512_setzero_si512(), v[0], A[0], s16, ix[0]);
+                __m512i d = dot_chunk512(_mm512_setzero_si512(), v[1], A[1], s16, ix[1]);
+                c = dot_chunk512(c, v[2], A[2], s16, ix[2]);
+                d = dot_chunk512(d, v[3], A[3], s16, ix[3]);
+                acc[k] = _mm512_add_epi32(c, d);
+            }
+            const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
+            K45_EPILOGUE4(sumf, x, i, y[i].d, isum, summs);
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
 
 /* Q6_K: half h: codes of values 128h + 32r + l from ql[64h + l + 32(r&1)] (low nibble for r < 2)
  * and bits 2r..2r+1 of qh[32h + l]; a zmm of ql[64h..64h+63] low nibbles = values r = 0 | r = 1,
@@ -499,7 +550,58 @@ static float dot_q6_k_512(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
     }
     return sumf;
 }
-ROWS_MATVEC(mv_q6_k_512, dot_q6_k_512, blk_q6_k, blk_q8_k, QK_K)
+
+/* Q6_K, four rows at a time (the mat-vec): the 4 activation vectors of a super-block loaded once
+ * for the 4 rows; each row's -32 * sum scale * bsum correction starts its accumulator instead of
+ * being reduced on its own ((32 scale) * (-bsum) pairs: |32 scale| <= 4096 fits int16, the pair
+ * sums fit int32; integer sums, so the order does not matter), the 4 sums reduced together
+ * (hsum4x_i32) and the float epilogue evaluated in 4 lanes with the scalar expression and order,
+ * h2f(d) * y.d * (float)isum, so each row's result is dot_q6_k_512's bit for bit. */
+static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sl_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i sr_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    const __m512i four = _mm512_set1_epi16(4);
+    const __m512i idx[4] = { scale_idx0(), _mm512_add_epi16(scale_idx0(), four),
+                             _mm512_add_epi16(scale_idx0(), _mm512_add_epi16(four, four)),
+                             _mm512_add_epi16(scale_idx0(), _mm512_set1_epi16(12)) };
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q6_k *x[4];
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q6_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            const __m256i nbs = _mm256_sub_epi16(_mm256_setzero_si256(), loadu(y[i].bsums));
+            const __m512i A[4] = { loadu512(y[i].qs), loadu512(y[i].qs + 64), loadu512(y[i].qs + 128), loadu512(y[i].qs + 192) };
+            __m512i acc[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[k][i].scales));
+                const __m512i s16 = _mm512_castsi256_si512(sc16);
+                __m512i c = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), nbs));
+                __m512i d = _mm512_setzero_si512();
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m512i L = loadu512(x[k][i].ql + 64 * h);
+                    const __m512i H = _mm512_broadcast_i64x4(loadu(x[k][i].qh + 32 * h));
+                    const __m512i c01 = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sl_lo), m30));
+                    const __m512i c23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                                        _mm512_and_si512(_mm512_srlv_epi16(H, sr_hi), m30));
+                    c = dot_chunk512(c, c01, A[2 * h], s16, idx[2 * h]);
+                    d = dot_chunk512(d, c23, A[2 * h + 1], s16, idx[2 * h + 1]);
+                }
+                acc[k] = _mm512_add_epi32(c, d);
+            }
+            const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0));
+            /* scalar: h2f(d) * y.d * (float)isum, per row */
+            sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(isum)));
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q6_k_512((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
 
 /* Q2_K: value 128h + 32j + l = bits 2j..2j+1 of qs[32h + l]; a zmm of [qs[32h..] | same] shifted
  * by 2j | 2j + 2 per half gives values 32j.. | 32(j+1).. of half h (consecutive) */
