@@ -552,6 +552,8 @@ static float dot_q6_k_512(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
     return sumf;
 }
 
+ROWS_MATVEC(mv_q6_k_1row_512, dot_q6_k_512, blk_q6_k, blk_q8_k, QK_K)
+
 /* Q6_K, four rows at a time (the mat-vec): the 4 activation vectors of a super-block loaded once
  * for the 4 rows; each row's -32 * sum scale * bsum correction starts its accumulator instead of
  * being reduced on its own ((32 scale) * (-bsum) pairs: |32 scale| <= 4096 fits int16, the pair
@@ -646,7 +648,11 @@ static void fill_512(kern_table *t) {
     t->matvec[QT_Q2_K] = mv_q2_k_512;
     t->matvec[QT_Q4_K] = mv_q4_k_512;
     t->matvec[QT_Q5_K] = mv_q5_k_512;
-    t->matvec[QT_Q6_K] = mv_q6_k_512;
+    /* Q6_K: the one-row kernel unless RL_KERN_Q6K_MV=4. The 4-row kernel is 1.1-1.4x hot, but
+     * at 2 threads streaming the Q4_K_M output head from DRAM (Zen 4 VM, 12 interleaved A/B decode
+     * runs of a 4-layer file) it ran 18.1 vs 22.5 GB/s (medians), slower in 10 of 12 pairs. */
+    const char *q6 = getenv("RL_KERN_Q6K_MV");
+    t->matvec[QT_Q6_K] = q6 && !strcmp(q6, "4") ? mv_q6_k_512 : mv_q6_k_1row_512;
 }
 
 #else
