@@ -216,6 +216,9 @@ int main(void) {
             const int64_t rows[] = { 1, 37, 3 };
             for (int i = 0; i < 3; i++) test_matvec(level, types[k], rows[i], widths[i], &r);
             test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
+            /* the 4-row mat-vecs: whole groups, each remainder (nr % 4 = 1..3 rows of the one-row
+             * dot after them) and 1..7 blocks a row */
+            for (int64_t nr = 4; nr <= 11; nr++) test_matvec(level, types[k], nr, b == 1 ? 29 + 8 * nr : (nr - 3) * b, &r);
             /* the AVX-512 level has three batched cores: 256-bit, 512-bit (kern_set_mm512) and AMX tiles
              * (kern_set_amx; here with the tile operations emulated, so every AVX-512 CPU checks the
              * digits, layouts and epilogue; tests/c/test_kern_amx.c runs the tiles where the CPU has
