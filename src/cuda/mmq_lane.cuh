@@ -113,7 +113,7 @@ __device__ __forceinline__ void mql_quantise(const mm_launch &a, int p, uint8_t 
     }
 }
 
-// SPL lanes per super-block (1, 2 or 4; each its 8 / SPL sub-blocks, the integer sums met by xor
+// SPL lanes per super-block (1 or 2 built; each its 8 / SPL sub-blocks, the integer sums met by xor
 // shuffles: exact): shorter chains per lane, the same bits; 1 measured fastest for every type
 // (mmq_launch.cuh: mql_spl).
 template <int TYPE, bool GU, bool SM, int SPL> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {

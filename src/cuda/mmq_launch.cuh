@@ -49,18 +49,16 @@ static inline bool mmq_lane_on() {
 static inline bool mmq_lane_ok(int tt, int n_in, bool tail) {
     return tt == 1 && !tail && n_in / 256 <= MQL_MAX_NSB && mmq_lane_on();
 }
-// Lanes per super-block of k_mmq_lane (1, 2 or 4; tuning, the same bits): RL_CUDA_MQL_SPL_K for the
+// Lanes per super-block of k_mmq_lane (1 or 2; tuning, the same bits): RL_CUDA_MQL_SPL_K for the
 // K-quants, RL_CUDA_MQL_SPL_IQ for the IQ types, halved while a row does not fit a warp. Default 1 for
 // both: H200 2026-12-03 (call 45), 12-layer calibrated decode, medians of 3 interleaved rounds, CF2:
 // SPL_IQ 1 / 2 / 4 = 1,032.0 / 1,016.7 / 940.1 tok/s, SPL_K 1 / 2 / 4 = 1,016.7 / 955.7 / 896.3;
 // Q4_K_M: SPL_K 1 / 2 / 4 = 1,125.8 / 1,001.2 / 878.8 (more lanes per super-block only add shuffles
-// and smaller row groups; the IQ lookups' longer chains did not need them).
-static inline int mql_spl_env(const char *name, int dflt) {
-    const int v = cu_env_int(name, dflt);
-    return v == 1 || v == 2 || v == 4 ? v : dflt;
-}
+// and smaller row groups; the IQ lookups' longer chains did not need them). 4 lanes, the slowest
+// everywhere, is no longer built (compile time).
+static inline int mql_spl_env(const char *name) { return cu_env_int(name, 1) == 2 ? 2 : 1; }
 static inline int mql_spl(uint32_t type, int nsb) {
-    static const int k = mql_spl_env("RL_CUDA_MQL_SPL_K", 1), iq = mql_spl_env("RL_CUDA_MQL_SPL_IQ", 1);
+    static const int k = mql_spl_env("RL_CUDA_MQL_SPL_K"), iq = mql_spl_env("RL_CUDA_MQL_SPL_IQ");
     int s = mmq_iq(type) ? iq : k;
     while (s > 1 && !mql_rpw(nsb, s)) s >>= 1;
     return s;
@@ -144,7 +142,6 @@ template <int TYPE, int SPL> static int mql_launch(dim3 grid, const mm_launch &L
 }
 template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
     switch (mql_spl(TYPE, L.n_in / 256)) {
-    case 4: return mql_launch<TYPE, 4>(grid, L, gateup);
     case 2: return mql_launch<TYPE, 2>(grid, L, gateup);
     default: return mql_launch<TYPE, 1>(grid, L, gateup);
     }
