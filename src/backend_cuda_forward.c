@@ -83,7 +83,19 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     const dmat *W[3] = {&L->wqkv, &L->wgate, &L->wba};
     float *Y[3] = {fused ? c->u : c->big, c->kvb, c->ba};
     const int ldy[3] = {C, inner, hv2}, epi[3] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
-    TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
+    if (fused && c->dn_fork && L->wba.type != L->wqkv.type) {
+        /* the ba projection (its own launch: another type) on the second stream, beside the qkv/z
+         * launch, joined before the step: the same launches, so the same bits (opt-in, not yet
+         * measured: RL_CUDA_DN_FORK=1) */
+        TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
+        TRY(CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)));
+        TRY(mm_run(c, W + 2, Y + 2, ldy + 2, epi + 2, 1, c->xn, D, T, NULL, c->st2));
+        TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
+        TRY(mm_run(c, W, Y, ldy, epi, 2, c->xn, D, T, &cv, c->st));
+        TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
+    } else {
+        TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
+    }
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
