@@ -331,37 +331,15 @@ static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     return sumf;
 }
 
-/* Q4_K / Q5_K, four rows: the 6-bit scales and mins of rows s[0..3] unpacked together in 32-bit
- * lanes (one lane per row; the scalar layout: u0, u1, u2 = the three scale words). Returns in
- * lane k row k's min term, sum over sub-blocks j of min_j * (bsums[2j] + bsums[2j+1]); *sc8 gets
- * row k's 8 scales as bytes 8k..8k+7 (row_scales512 takes them out). The scale words are read as
- * 16 bytes from each pointer (12 are the scales; the 4 after them are the block's next field). */
-static inline __m128i k4_scales4_512(const uint8_t *const s[4], const int16_t *bsums, __m256i *sc8) {
-    const __m128i k3f = _mm_set1_epi32(0x3f3f3f3f), k0f = _mm_set1_epi32(0x0f0f0f0f), k30 = _mm_set1_epi32(0x30303030);
-    /* scale words u0, u1, u2 of the 4 rows, transposed to one vector each */
-    const __m128i w0 = _mm_loadu_si128((const __m128i *)s[0]), w1 = _mm_loadu_si128((const __m128i *)s[1]);
-    const __m128i w2 = _mm_loadu_si128((const __m128i *)s[2]), w3 = _mm_loadu_si128((const __m128i *)s[3]);
-    const __m128i t0 = _mm_unpacklo_epi32(w0, w1), t1 = _mm_unpacklo_epi32(w2, w3);
-    const __m128i t2 = _mm_unpackhi_epi32(w0, w1), t3 = _mm_unpackhi_epi32(w2, w3);
-    const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
-    const __m128i sc_lo = _mm_and_si128(u0, k3f);
-    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, k0f), _mm_and_si128(_mm_srli_epi32(u0, 2), k30));
-    const __m128i m_lo = _mm_and_si128(u1, k3f);
-    const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k0f), _mm_and_si128(_mm_srli_epi32(u1, 2), k30));
-    /* per row: 8 scales and 8 mins as bytes (row k: 8 bytes at 8k) */
-    *sc8 = _mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi));
-    const __m256i mn8 = _mm256_set_m128i(_mm_unpackhi_epi32(m_lo, m_hi), _mm_unpacklo_epi32(m_lo, m_hi));
-    /* min sums: the bsum pairs once, then one madd per two rows */
-    const __m256i bs = loadu(bsums);
-    const __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
-                                       _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
-    const __m256i bp2 = _mm256_broadcastsi128_si256(bp);
-    const __m256i ms01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mn8)), bp2);
-    const __m256i ms23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mn8, 1)), bp2);
-    /* ms01: row 0 in the low 128 bits (4 partial sums), row 1 in the high; same for ms23 */
-    const __m256i h = _mm256_hadd_epi32(ms01, ms23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-    const __m256i h2 = _mm256_hadd_epi32(h, h);      /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
-    return _mm_unpacklo_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+/* Q4_K / Q5_K, four rows: the 6-bit scales and mins of rows s[0..3] unpacked together
+ * (kern_x86_k.h's k45_scales4, shared with the AVX2 kernels). Returns in lane k row k's min term, sum
+ * over sub-blocks j of min_j * (bsums[2j] + bsums[2j+1]); *sc8 gets row k's 8 scales as bytes
+ * 8k..8k+7 (row_scales512 takes them out). */
+static inline __m128i k4_scales4_512(const uint8_t *const s[4], const blk_q8_k *y, __m256i *sc8) {
+    __m128i sc01, sc23;
+    const __m128i summs = k45_scales4(s[0], s[1], s[2], s[3], y, &sc01, &sc23);
+    *sc8 = _mm256_set_m128i(sc23, sc01);
+    return summs;
 }
 
 /* row k's 8 scales from k4_scales4_512's *sc8, as int16 lanes 0-7 (for pair_idx) */
@@ -405,7 +383,7 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
             pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
             const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
             __m256i sc8;
-            const __m128i summs = k4_scales4_512(sp, y[i].bsums, &sc8);
+            const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
             /* the activation vectors of the 4 chunk pairs */
             const int8_t *a = y[i].qs;
             const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
@@ -490,7 +468,7 @@ static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
             pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
             const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
             __m256i sc8;
-            const __m128i summs = k4_scales4_512(sp, y[i].bsums, &sc8);
+            const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
             const int8_t *a = y[i].qs;
             const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
                                    load2x256(a + 160, a + 224) };

@@ -103,6 +103,17 @@ template <typename K> static int mmq_resident(K kern, size_t sm, size_t &last_sm
     }
     return 0;
 }
+// Launch kern with sm bytes of shared memory; streaming (SM): only as many blocks as fit on the GPU
+// at once (at most grid.x; the occupancy answer cached in occ_sm / resident, the caller's per kernel).
+template <typename K>
+static int mmq_go_fit(K kern, dim3 grid, const mm_launch &L, size_t sm, bool streaming, size_t &opted, size_t &occ_sm,
+                      unsigned &resident) {
+    if (streaming) {
+        if (mmq_optin(kern, sm, opted) || mmq_resident(kern, sm, occ_sm, resident)) return -1;
+        grid.x = grid.x < resident ? grid.x : resident;
+    }
+    return mmq_go(kern, grid, L, sm, opted);
+}
 // A k_mmq_vec launch. SM (streaming: dense, one token): only the blocks that fit on the GPU at once
 // (at most the virtual blocks), each walking the virtual blocks with two staged slices per warp.
 template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST = false, bool SM = false>
@@ -112,13 +123,9 @@ static int mmq_go_vec(dim3 grid, const mm_launch &L) {
     const size_t sm = ST || SM ? mmq_vec_st_off(L.n_in, TT) +
                                      (SM ? 2 : 1) * mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU)
                                : mmq_smem(L.n_in, TT);
-    if constexpr (SM) {
-        static size_t occ_sm = 0;
-        static unsigned resident = 0;
-        if (mmq_optin(kern, sm, opted) || mmq_resident(kern, sm, occ_sm, resident)) return -1;
-        grid.x = grid.x < resident ? grid.x : resident;
-    }
-    return mmq_go(kern, grid, L, sm, opted);
+    static size_t occ_sm = 0;
+    static unsigned resident = 0;
+    return mmq_go_fit(kern, grid, L, sm, SM, opted, occ_sm, resident);
 }
 // A k_mmq_lane launch; SM (dense one-token launches, RL_CUDA_MMQ_SM as k_mmq_vec's): only the blocks
 // that fit on the GPU at once, each walking the row blocks.
@@ -126,13 +133,9 @@ template <int TYPE, bool GU, bool SM, int SPL> static int mql_go(dim3 grid, cons
     static size_t opted = 48 << 10;
     auto kern = k_mmq_lane<TYPE, GU, SM, SPL>;
     const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, SPL, GU, SM);
-    if constexpr (SM) {
-        static size_t occ_sm = 0;
-        static unsigned resident = 0;
-        if (mmq_optin(kern, sm, opted) || mmq_resident(kern, sm, occ_sm, resident)) return -1;
-        grid.x = grid.x < resident ? grid.x : resident;
-    }
-    return mmq_go(kern, grid, L, sm, opted);
+    static size_t occ_sm = 0;
+    static unsigned resident = 0;
+    return mmq_go_fit(kern, grid, L, sm, SM, opted, occ_sm, resident);
 }
 static inline bool mmq_vec_sm();
 template <int TYPE, int SPL> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
