@@ -348,6 +348,64 @@ static inline __m512i row_scales512(__m256i sc8, int k) {
     return _mm512_castsi128_si512(_mm_cvtepu8_epi16(k & 1 ? _mm_srli_si128(q, 8) : q));
 }
 
+/* The Q4_K / Q5_K float epilogue of 4 rows in 4 lanes, added to sumf: per row (lane) the scalar
+ * y.d * d * (float)isum - y.d * dmin * (float)summs, same operations in the same order. */
+#define K45_EPILOGUE4(sumf, x, i, yd, isum, summs)                                                                          \
+    do {                                                                                                                    \
+        const __m128 d_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0)); \
+        const __m128 dm_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin, \
+                                                       (short)x[3][i].dmin, 0, 0, 0, 0));                                  \
+        const __m128 yd_ = _mm_set1_ps(yd);                                                                                 \
+        sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd_, d_), _mm_cvtepi32_ps(isum)),                          \
+                                           _mm_mul_ps(_mm_mul_ps(yd_, dm_), _mm_cvtepi32_ps(summs))));                     \
+    } while (0)
+
+/* Q4_K, four rows at a time (the mat-vec): the per-super-block work that does not depend on the
+ * row's codes is shared or vectorised across the rows: activation vectors loaded once, the 6-bit
+ * scale/min unpacking for 4 rows in 32-bit lanes, the bsum pairs once, the 4 integer sums and 4
+ * min sums reduced together (transposed), and the float epilogue evaluated in 4 lanes, one per
+ * row, with exactly the scalar expression and order, so each row's result is that of
+ * dot_q4_k_512 / the scalar vec_dot bit for bit. Cache-resident weights: 1.55x the one-row kernel
+ * (14-16.7 vs 9.4-10.9 GB/s). Prefetch: the next group of 4 rows (pf_group), as the AVX2 kernels;
+ * a fixed distance ahead of each row (pf_block) lands in the group's own rows, and on a Zen 4 VM
+ * that left DRAM streaming at 8.5 GB/s per thread vs 14-21 GB/s with pf_group (test_kern bench). */
+static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
+    const blk_q8_k *y = act;
+    const int64_t nb = nc / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const blk_q4_k *x[4];
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        __m128 sumf = _mm_setzero_ps();
+        for (int64_t i = 0; i < nb; i++) {
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
+            __m256i sc8;
+            const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
+            /* the activation vectors of the 4 chunk pairs */
+            const int8_t *a = y[i].qs;
+            const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
+                                   load2x256(a + 160, a + 224) };
+            __m512i acc[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m512i s16 = row_scales512(sc8, k);
+                const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
+                __m512i c = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(q0, m4), A[0], s16, ix[0]);
+                __m512i d = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), A[1], s16, ix[1]);
+                c = dot_chunk512(c, _mm512_and_si512(q1, m4), A[2], s16, ix[2]);
+                d = dot_chunk512(d, _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), A[3], s16, ix[3]);
+                acc[k] = _mm512_add_epi32(c, d);
+            }
+            const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
+            K45_EPILOGUE4(sumf, x, i, y[i].d, isum, summs);
+        }
+        _mm_storeu_ps(o + r, sumf);
+    }
+    for (; r < nr; r++) o[r] = dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+}
+
 /* Q5_K: the fifth bit of value 32c + l is bit c of qh[l]; for the nibble vectors above (two
  * sub-blocks c0, c1 = c0 + 2) move bit c0 (low half) / c1 (high half) of each byte of [qh | qh] to
  * bit 4 with one variable 16-bit shift (left for c <= 4, right above; no bits cross into the
@@ -384,51 +442,45 @@ static float dot_q5_k_512(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     return sumf;
 }
 
-/* Q4_K and Q5_K (q5 = 1: the fifth bits from qh), four rows at a time (the mat-vecs): the
- * per-super-block work that does not depend on the row's codes is shared or vectorised across the rows: activation vectors loaded once, the 6-bit
- * scale/min unpacking for 4 rows in 32-bit lanes, the bsum pairs once, the 4 integer sums and 4
- * min sums reduced together (transposed), and the float epilogue evaluated in 4 lanes, one per
- * row, with exactly the scalar expression and order, so each row's result is that of
- * dot_q4_k_512 / the scalar vec_dot bit for bit. Cache-resident weights: 1.55x the one-row kernel
- * (14-16.7 vs 9.4-10.9 GB/s). Prefetch: the next group of 4 rows (pf_group), as the AVX2 kernels;
- * a fixed distance ahead of each row (pf_block) lands in the group's own rows, and on a Zen 4 VM
- * that left DRAM streaming at 8.5 GB/s per thread vs 14-21 GB/s with pf_group (test_kern bench). */
-KI void mv_k45_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o, int q5) {
+/* Q5_K, four rows at a time (the mat-vec): mv_q4_k_512's structure (activation vectors, scale/min
+ * unpacking and min sums shared or vectorised over the rows, transposed reduction, float epilogue
+ * in 4 lanes with the scalar expression and order: each row's result is dot_q5_k_512's bit for
+ * bit) plus the fifth bits. Those are taken per chunk as a 64-bit mask (vptestmb of [qh | qh]
+ * against the chunk's two bit positions, c0 in the low half, c1 in the high half) and added as 16
+ * with a masked byte add: 2 operations per chunk instead of q5_hbit's shifts, and + or. Zen 4 VM,
+ * one thread, hot 512 KiB: 1.5x the one-row kernel (20.3-20.9 vs 13.7-13.8 GB/s, medians). */
+static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
-    const size_t bsz = q5 ? sizeof(blk_q5_k) : sizeof(blk_q4_k), oqs = q5 ? offsetof(blk_q5_k, qs) : offsetof(blk_q4_k, qs);
     const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
     const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
-    /* Q5_K: chunk j (nibble vector of ix[j]) holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): their bits */
+    /* chunk j (nibble vector of ix[j]) holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): their bits */
     const __m512i hb[4] = { _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(1), _mm512_set1_epi8(4)),
                             _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(2), _mm512_set1_epi8(8)),
                             _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(16), _mm512_set1_epi8(64)),
                             _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(32), _mm512_set1_epi8(-128)) };
     int64_t r = 0;
     for (; r + 4 <= nr; r += 4) {
-        const uint8_t *x[4];
-        UNROLL for (int k = 0; k < 4; k++) x[k] = (const uint8_t *)W + (size_t)(r + k) * rb;
+        const blk_q5_k *x[4];
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, bsz);
-            const uint8_t *b[4] = { x[0] + i * bsz, x[1] + i * bsz, x[2] + i * bsz, x[3] + i * bsz };
-            const uint8_t *const sp[4] = { b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4 }; /* scales: both types */
+            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
             __m256i sc8;
             const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
-            /* the activation vectors of the 4 chunk pairs */
             const int8_t *a = y[i].qs;
             const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
                                    load2x256(a + 160, a + 224) };
             __m512i acc[4];
             UNROLL for (int k = 0; k < 4; k++) {
                 const __m512i s16 = row_scales512(sc8, k);
-                const __m512i q0 = loadu512(b[k] + oqs), q1 = loadu512(b[k] + oqs + 64);
-                __m512i v[4] = { _mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
-                                 _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4) };
-                if (q5) {
-                    const __m512i qh2 = _mm512_broadcast_i64x4(loadu(b[k] + offsetof(blk_q5_k, qh)));
-                    UNROLL for (int j = 0; j < 4; j++) v[j] = _mm512_mask_add_epi8(v[j], _mm512_test_epi8_mask(qh2, hb[j]), v[j], b16);
-                }
+                const __m512i qh2 = _mm512_broadcast_i64x4(loadu(x[k][i].qh));
+                const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
+                const __m512i n[4] = { _mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
+                                       _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4) };
+                __m512i v[4];
+                UNROLL for (int j = 0; j < 4; j++) v[j] = _mm512_mask_add_epi8(n[j], _mm512_test_epi8_mask(qh2, hb[j]), n[j], b16);
                 __m512i c = dot_chunk512(_mm512_setzero_si512(), v[0], A[0], s16, ix[0]);
                 __m512i d = dot_chunk512(_mm512_setzero_si512(), v[1], A[1], s16, ix[1]);
                 c = dot_chunk512(c, v[2], A[2], s16, ix[2]);
@@ -436,33 +488,11 @@ KI void mv_k45_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void 
                 acc[k] = _mm512_add_epi32(c, d);
             }
             const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
-            uint16_t d16[4], m16[4];
-            UNROLL for (int k = 0; k < 4; k++) {
-                memcpy(&d16[k], b[k], 2);     /* d (both types) */
-                memcpy(&m16[k], b[k] + 2, 2); /* dmin */
-            }
-            const __m128 d = h2f4(d16[0], d16[1], d16[2], d16[3]), dmin = h2f4(m16[0], m16[1], m16[2], m16[3]);
-            const __m128 yd = _mm_set1_ps(y[i].d);
-            /* per row (lane), the scalar y.d * d * (float)isum - y.d * dmin * (float)summs */
-            sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd, d), _mm_cvtepi32_ps(isum)),
-                                               _mm_mul_ps(_mm_mul_ps(yd, dmin), _mm_cvtepi32_ps(summs))));
+            K45_EPILOGUE4(sumf, x, i, y[i].d, isum, summs);
         }
         _mm_storeu_ps(o + r, sumf);
     }
-    for (; r < nr; r++)
-        o[r] = q5 ? dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb)
-                  : dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
-}
-static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
-    mv_k45_512(W, rb, nr, nc, act, o, 0);
-}
-/* Q5_K, four rows at a time: mv_k45_512 with the fifth bits (each row's result is dot_q5_k_512's
- * bit for bit). Those are taken per chunk as a 64-bit mask (vptestmb of [qh | qh]
- * against the chunk's two bit positions, c0 in the low half, c1 in the high half) and added as 16
- * with a masked byte add: 2 operations per chunk instead of q5_hbit's shifts, and + or. Zen 4 VM,
- * one thread, hot 512 KiB: 1.5x the one-row kernel (20.3-20.9 vs 13.7-13.8 GB/s, medians). */
-static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
-    mv_k45_512(W, rb, nr, nc, act, o, 1);
+    for (; r < nr; r++) o[r] = dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q6_K: half h: codes of values 128h + 32r + l from ql[64h + l + 32(r&1)] (low nibble for r < 2)
