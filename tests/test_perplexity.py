@@ -238,23 +238,23 @@ def llama_perplexity(model, text_file, ctx):
     return float(runs[-1][1]), level
 
 
-# llama-perplexity's values for the cases below, recorded once with tools/build_llama_cpp.sh's build
-# (llama.cpp 0c1e5709) on an AVX2 CPU ("ppl": the oracle ours is checked against everywhere; our
-# result does not depend on the CPU). Where the binary is built, it is run too and must still give
-# the value recorded for its SIMD level ("ppl_by_simd"): llama.cpp's own result moves between its
-# AVX2 and AVX-512 builds on the Q8_0 model tiny-b (+1.7 %: float accumulation order in its Q8_0 dot
+# llama-perplexity's values for the cases below, recorded per SIMD level ("ppl_by_simd") with
+# tools/build_llama_cpp.sh's build (llama.cpp 0c1e5709). The AVX2 record is the oracle ours is checked
+# against everywhere (our result does not depend on the CPU). Where the binary is built, it is run too
+# and must still give the value recorded for its own level: llama.cpp's result moves between its AVX2
+# and AVX-512 builds on the Q8_0 model tiny-b (+1.7 %: float accumulation order in its Q8_0 dot
 # products, amplified by a random model's extreme logits; tiny-a is the same on both).
-# `python3 tests/test_perplexity.py --write-llama-oracle` records the running build's level (and the
-# oracle itself when that level is avx2).
+# `python3 tests/test_perplexity.py --write-llama-oracle` records the running build's level.
 LLAMA_ORACLE = os.path.join(FIX, "perplexity_llama_oracle.json")
 LLAMA_CTX = 64
 
 
-def llama_recorded(model):
-    rec = json.load(open(LLAMA_ORACLE))
+def llama_recorded(model, level="avx2"):
+    """The recorded llama-perplexity value of model for a SIMD level (avx2: the oracle)."""
+    by = json.load(open(LLAMA_ORACLE)).get("ppl_by_simd", {}).get(level, {})
     key = f"{os.path.basename(model)}@{LLAMA_CTX}"
-    assert key in rec["ppl"], f"{key} not in {LLAMA_ORACLE}: regenerate it (--write-llama-oracle)"
-    return rec["ppl"][key]
+    assert key in by, f"no {level} record of {key} in {LLAMA_ORACLE}: run python3 tests/test_perplexity.py --write-llama-oracle"
+    return by[key]
 
 
 @pytest.mark.parametrize("model", [TINY_A, TINY_B])
@@ -263,10 +263,8 @@ def test_agrees_with_llama_cpp(long_text, model):
     theirs = llama_recorded(model)
     if os.access(os.path.join(LLAMA_BIN, "llama-perplexity"), os.X_OK):
         live, level = llama_perplexity(model, long_text, LLAMA_CTX)
-        by = json.load(open(LLAMA_ORACLE)).get("ppl_by_simd", {}).get(level, {})
-        key = f"{os.path.basename(model)}@{LLAMA_CTX}"
-        assert key in by, f"no {level} record of {key}: run python3 tests/test_perplexity.py --write-llama-oracle"
-        assert abs(live / by[key] - 1) < 1e-4, (level, live, by[key])  # the printed value has 4 decimals
+        rec = llama_recorded(model, level)
+        assert abs(live / rec - 1) < 1e-4, (level, live, rec)  # the printed value has 4 decimals
     assert abs(ours / theirs - 1) < 0.01, (ours, theirs)
 
 
@@ -281,8 +279,7 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write-llama-oracle"]:
     rec = json.load(open(LLAMA_ORACLE)) if os.path.exists(LLAMA_ORACLE) else {}
     rec.update({"what": "llama-perplexity on tiny-a's prompt 4 ('long'), -c 64 -b 64 --no-repack -fa off, f32 KV",
                 "llama_cpp": "0c1e5709 (llama-cpp-python 0.3.36 sdist, tools/build_llama_cpp.sh)"})
-    if level == "avx2" or "ppl" not in rec:
-        rec["ppl"] = vals
+    rec.pop("ppl", None)  # the former single record: now ppl_by_simd["avx2"]
     rec.setdefault("ppl_by_simd", {})[level] = vals
     json.dump(rec, open(LLAMA_ORACLE, "w"), indent=1)
     print(f"wrote {LLAMA_ORACLE} ({level}): {vals}")
