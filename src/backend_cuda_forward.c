@@ -56,6 +56,12 @@ static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const i
     return 0;
 }
 
+/* Work for the second stream from here on: st2 waits for everything enqueued on st so far (its
+ * results are joined back with ev_join: recorded on st2 after the work, waited for by st). */
+static int side_fork(backend_ctx *c) {
+    return CU_CHECK(cudaEventRecord(c->ev_fork, c->st)) || CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)) ? -1 : 0;
+}
+
 /* The mixer's output projection y = W in; with norm_w (decode, c->fuse) its last block also does
  * x += y, xn = rmsnorm(x) * norm_w (cu_tail: the bits of the separate cu_add_rmsnorm). */
 static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const float *norm_w) {
@@ -87,8 +93,7 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
         /* the ba projection (its own launch: another type) on the second stream, beside the qkv/z
          * launch, joined before the step: the same launches, so the same bits (opt-in, not yet
          * measured: RL_CUDA_DN_FORK=1) */
-        TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
-        TRY(CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)));
+        TRY(side_fork(c));
         TRY(mm_run(c, W + 2, Y + 2, ldy + 2, epi + 2, 1, c->xn, D, T, NULL, c->st2));
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
         TRY(mm_run(c, W, Y, ldy, epi, 2, c->xn, D, T, &cv, c->st));
@@ -195,8 +200,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
-        TRY(CU_CHECK(cudaEventRecord(c->ev_fork, c->st)));
-        TRY(CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)));
+        TRY(side_fork(c));
         cu_seg gu = {.w = L->gate_sh.d, .w2 = L->up_sh.d, .row_bytes = L->gate_sh.row_bytes, .n_out = ffs, .y = c->hs, .ldy = ffs};
         TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws2, c->st2));
         cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};

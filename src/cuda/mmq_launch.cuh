@@ -10,8 +10,11 @@
 // Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
 // give the same bits (test_cuda_ops and the engine tests passed with each on the H200). H200 decode,
 // Q4_K_M: 1 row 183.4, 2 rows 196.8 tok/s (the float GEMV 197.1); CF2: 188.9 / 193.8-195.3 (196-198).
-// mmq_env12: a tuning variable that is 1 or 2 (anything else: 2), read once by the caller.
-static inline int mmq_env12(const char *name) { return cu_env_int(name, 2) == 1 ? 1 : 2; }
+// mmq_env12: a tuning variable that is 1 or 2 (unset or anything else: dflt), read once by the caller.
+static inline int mmq_env12(const char *name, int dflt = 2) {
+    const int v = cu_env_int(name, dflt);
+    return v == 1 || v == 2 ? v : dflt;
+}
 static inline int mmq_vec_nr() {
     static const int nr = mmq_env12("RL_CUDA_MMQ_NR");
     return nr;
@@ -56,9 +59,8 @@ static inline bool mmq_lane_ok(int tt, int n_in, bool tail) {
 // Q4_K_M: SPL_K 1 / 2 / 4 = 1,125.8 / 1,001.2 / 878.8 (more lanes per super-block only add shuffles
 // and smaller row groups; the IQ lookups' longer chains did not need them). 4 lanes, the slowest
 // everywhere, is no longer built (compile time).
-static inline int mql_spl_env(const char *name) { return cu_env_int(name, 1) == 2 ? 2 : 1; }
 static inline int mql_spl(uint32_t type, int nsb) {
-    static const int k = mql_spl_env("RL_CUDA_MQL_SPL_K"), iq = mql_spl_env("RL_CUDA_MQL_SPL_IQ");
+    static const int k = mmq_env12("RL_CUDA_MQL_SPL_K", 1), iq = mmq_env12("RL_CUDA_MQL_SPL_IQ", 1);
     int s = mmq_iq(type) ? iq : k;
     while (s > 1 && !mql_rpw(nsb, s)) s >>= 1;
     return s;
