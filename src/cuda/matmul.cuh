@@ -227,8 +227,12 @@ __device__ __forceinline__ void mm_tail(const mm_launch &a) {
     if (a.tail.kind == CU_TAIL_ADD_NORM) {
         add_rmsnorm_row(a.tail.x, s0.y, a.tail.w, a.tail.out, s0.n_out, a.tail.eps, red);
     } else if (threadIdx.x < 32) {
-        router_row(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs, a.tail.tiles, a.tail.n_tiles,
-                   a.tail.pair_in, a.tail.pair_out);
+        if (ROUTER_NV(s0.n_out) == 16)
+            router_row<false, 16>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs, a.tail.tiles,
+                                  a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
+        else
+            router_row<false, 32>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs, a.tail.tiles,
+                                  a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
     }
     if (threadIdx.x == 0) *a.tail.counter = 0; // ready for the next launch (graph replays)
 }

@@ -4,13 +4,13 @@
 #include "rowops.cuh"
 
 // One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
-template <bool PACKED>
+template <bool PACKED, int NV>
 __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, int32_t *ids, float *wout,
                          float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out) {
     pdl_enter();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    router_row<PACKED>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
+    router_row<PACKED, NV>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
 }
 
 extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
@@ -20,10 +20,9 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
     // packed-key picks by default since 2026-12-02 (H200, session 12: 12-layer decode +1.3 % CF2, +0.3 % Q4_K_M,
     // the same selection: test_tail_router compares it with the butterfly picks of the matmul tail bit for bit)
     static const bool packed = !cu_env_is("RL_CUDA_ROUTER_TOPK", "butterfly");
-    if (packed)
-        cu_go(k_router<true>, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
-    else
-        cu_go(k_router<false>, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
+    const bool nv16 = ROUTER_NV(E) == 16;
+    auto k = packed ? (nv16 ? k_router<true, 16> : k_router<true, 32>) : (nv16 ? k_router<false, 16> : k_router<false, 32>);
+    cu_go(k, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     CU_LAUNCHED("k_router");
     return 0;
 }

@@ -10,6 +10,7 @@
 
 #define NORM_VT 256   // the reduction order of a row norm: that of 256 threads (see add_rmsnorm_row)
 #define ROUTER_MAXE 1024 // experts per lane-array: E <= 1024 (32 per lane)
+#define ROUTER_NV(E) ((E) <= 512 ? 16 : 32) // values per lane of router_row for E experts
 
 // The scale of a row norm from the NORM_VT / 32 virtual-warp sums in sh[0 ..]: one more butterfly
 // (zeros above them), then (float)(1 / sqrt(ss / n + eps)). Every thread of the block calls it.
@@ -119,7 +120,9 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
     }
 }
 
-// The router of row t, by one warp. CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
+// The router of row t, by one warp; NV = values per lane (E <= 32 NV; ROUTER_NV picks 16 for E <= 512, the
+// Qwen3-Next routers, so their loops are half as long as with ROUTER_MAXE / 32 = 32: the same operations on
+// the same values, lanes past E held at -inf / key 0 either way, so the same outputs). CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
 // ops_topk (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
 // PACKED (k_router's default; RL_CUDA_ROUTER_TOPK=butterfly selects the other; the matmul tail keeps the butterfly):
@@ -128,15 +131,15 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
 // values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the lowest
 // id holding it (each lane offers its lowest such id: ids ascend with i). The same ids in the same
 // order, the same p: the same outputs.
-template <bool PACKED = false>
+template <bool PACKED, int NV>
 __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, int T, int32_t *ids, float *wout,
                                            float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
                                            int32_t *pair_out) {
     const int lane = threadIdx.x & 31;
-    float v[ROUTER_MAXE / 32];
+    float v[NV];
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < ROUTER_MAXE / 32; i++) {
+    for (int i = 0; i < NV; i++) {
         const int e = i * 32 + lane;
         v[i] = e < E ? __ldcg(x + e) : -INFINITY;
         mx = fmaxf(mx, v[i]);
@@ -144,7 +147,7 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
     mx = warp_max(mx);
     double s = 0;
 #pragma unroll
-    for (int i = 0; i < ROUTER_MAXE / 32; i++) {
+    for (int i = 0; i < NV; i++) {
         if (i * 32 + lane < E) {
             v[i] = expf(v[i] - mx);
             s += (double)v[i];
@@ -153,27 +156,27 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
     s = warp_sumd(s);
     const float inv = (float)(1.0 / s);
 #pragma unroll
-    for (int i = 0; i < ROUTER_MAXE / 32; i++) v[i] = i * 32 + lane < E ? v[i] * inv : -1.0f; // p >= 0
+    for (int i = 0; i < NV; i++) v[i] = i * 32 + lane < E ? v[i] * inv : -1.0f; // p >= 0
     double sum = 0;
     int my_id = -1;
     float my_p = 0;
     if constexpr (PACKED) {
-        uint32_t key[ROUTER_MAXE / 32];
+        uint32_t key[NV];
 #pragma unroll
-        for (int i = 0; i < ROUTER_MAXE / 32; i++) key[i] = i * 32 + lane < E ? __float_as_uint(v[i]) + 1u : 0u;
+        for (int i = 0; i < NV; i++) key[i] = i * 32 + lane < E ? __float_as_uint(v[i]) + 1u : 0u;
         for (int k = 0; k < K; k++) {
             uint32_t lm = 0;
 #pragma unroll
-            for (int i = 0; i < ROUTER_MAXE / 32; i++) lm = max(lm, key[i]);
+            for (int i = 0; i < NV; i++) lm = max(lm, key[i]);
             const uint32_t m = __reduce_max_sync(FULL_MASK, lm);
             uint32_t ci = 0xffffffffu;
 #pragma unroll
-            for (int i = ROUTER_MAXE / 32 - 1; i >= 0; i--) // the lowest i holding m wins
+            for (int i = NV - 1; i >= 0; i--) // the lowest i holding m wins
                 if (key[i] == m) ci = (uint32_t)(i * 32 + lane);
             const int bi = (int)__reduce_min_sync(FULL_MASK, ci);
             const float bv = __uint_as_float(m - 1u);
 #pragma unroll
-            for (int i = 0; i < ROUTER_MAXE / 32; i++)
+            for (int i = 0; i < NV; i++)
                 if (bi == i * 32 + lane) key[i] = 0u; // taken
             sum += (double)bv; // selection order, as the CPU
             if (lane == k) {
@@ -187,7 +190,7 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
             float bv = -2.0f;
             int bi = 0x7fffffff;
 #pragma unroll
-            for (int i = 0; i < ROUTER_MAXE / 32; i++)
+            for (int i = 0; i < NV; i++)
                 if (!((taken >> i) & 1) && v[i] > bv) { // ascending ids per lane: first max wins ties
                     bv = v[i];
                     bi = i * 32 + lane;

@@ -612,14 +612,14 @@ static void test_tail_router(void) {
     free(w);
 }
 
-/* cu_router against the CPU (ops_softmax, ops_topk, the weights' double sum) on logits with many ties
- * (6 levels; one row all equal, where the top 10 are ids 0..9): ids and their order exactly, weights
+/* cu_router against the CPU (ops_softmax, ops_topk, the weights' double sum) on logits with many ties,
+ * E = 512 and 1000 (router_row's 16 and 32 values per lane) (6 levels; one row all equal, where the top 10 are ids 0..9): ids and their order exactly, weights
  * and probabilities within 1e-6 (GPU and CPU expf may differ in the last bit; tied values are the same
  * value on each side, so ties break the same way: lower id first). By default this checks the packed-key
  * selection (RL_CUDA_ROUTER_TOPK=butterfly: the butterfly picks); test_tail_router checks it bit for bit
  * against the matmul tail's butterfly picks. */
-static void test_router_ties(void) {
-    const int E = 512, K = 10, T = 4;
+static void test_router_ties(int E) {
+    const int K = 10, T = 4;
     float *lg = malloc(sizeof(float) * E * T), *p = malloc(sizeof(float) * E);
     for (int i = 0; i < E * T; i++) lg[i] = i >= 3 * E ? 0.25f : (float)(rl_rng_u64(&R) % 6) * 0.75f - 1.0f;
     float *dlg = dup_to_dev(lg, sizeof(float) * E * T), *dw = dpoison(T * K), *dp = dpoison(T * K);
@@ -644,7 +644,7 @@ static void test_router_ties(void) {
     }
     CHECK(bad_ids == 0, "router ids differ from the CPU's on tied logits (%d of %d)", bad_ids, T * K);
     CHECK(dwmax <= 1e-6, "router weights / probabilities differ from the CPU's by %.3g", dwmax);
-    printf("  router on tied logits: ids == CPU (%d differ), max |w - w_cpu| %.3g\n", bad_ids, dwmax);
+    printf("  router on tied logits, %d experts: ids == CPU (%d differ), max |w - w_cpu| %.3g\n", E, bad_ids, dwmax);
     cudaFree(dlg); cudaFree(dw); cudaFree(dp); cudaFree(dids);
     free(lg); free(p);
 }
@@ -750,6 +750,7 @@ int main(void) {
     test_tail_add_norm(2048 + 64); /* the float path's GEMV + tail, both norm rows */
     test_tail_add_norm(2048);
     test_tail_router();
-    test_router_ties();
+    test_router_ties(512);  /* 16 values per lane */
+    test_router_ties(1000); /* 32 values per lane */
     return check_done("test_cuda_ops");
 }
