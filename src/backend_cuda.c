@@ -48,7 +48,8 @@
 /* ---- context -------------------------------------------------------------------------- */
 
 /* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
- * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md),
+ * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md;
+ * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %: 2026-12-03-cuda-session17-h200.md),
  * "1"/"all" every tail, or a comma list of combine, norm, router. */
 static int fuse_mask(void) {
     const char *v = getenv("RL_CUDA_FUSE");
