@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/cuda_compare.sh — llama.cpp's CUDA llama-bench against `redlite bench --backend cuda` on the
-# same synthetic CF2 file, interleaved, with the ratios. Runs on the GPU machine (device tool):
+# same synthetic file (PRESET=cf2 by default; iq2_xxs, q4_k_m, ...), interleaved, with the ratios. Runs on
+# the GPU machine (device tool):
 #
 #   carry: .lcp (llama.cpp.tar.xz: the llama-cpp-python sdist's vendor/llama.cpp without docs,
 #          models, tests and other backends), build/cuda/redlite, .cudabin
@@ -12,13 +13,16 @@
 # better micro-batch is the baseline (bench/results/2026-12-01-lcpp-baseline-h200.md: on a uniformly
 # routed file the default -ub 512 gives half of -ub 2048). The file is written with calibrated
 # routing (ROUTING=uniform|calibrated|skewed to change it): llama.cpp's prompt speed depends on it.
-# redlite: prompt 2048 in one 2048-row chunk,
+# PROMPT=N (default 2048) sets the prompt length of both tools (32768: the long-prompt row).
+# redlite: the prompt in 2048-row chunks,
 # 128 decode steps, median of 5. Logs and JSON under $OUT; the table at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rl_cuda_out}
 LOGS=${LOGS:-$OUT}
-CF2=${CF2:-/tmp/cf2.gguf}
+PRESET=${PRESET:-cf2}
+PROMPT=${PROMPT:-2048}
+CF2=${CF2:-/tmp/$PRESET.gguf}
 ROUTING=${ROUTING:-calibrated}
 ROUNDS=${1:-2}
 DEPTH=${2:-0}
@@ -41,26 +45,26 @@ fi
 [ "$ROUNDS" -gt 0 ] || exit 0
 if [ ! -s "$CF2" ]; then
     say "writing $CF2"
-    build/cuda/redlite synth --preset cf2 --routing "$ROUTING" -o "$CF2" --quiet || exit 1
+    build/cuda/redlite synth --preset "$PRESET" --routing "$ROUTING" -o "$CF2" --quiet || exit 1
 fi
 for r in $(seq 1 "$ROUNDS"); do
     say "round $r: llama.cpp"
-    $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 2048 -n 128 -ub 512,2048 -r 3 -o json >"$LOGS/lcpp_$r.json" 2>"$LOGS/lcpp_$r.err"
+    $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p "$PROMPT" -n 128 -ub 512,2048 -r 3 -o json >"$LOGS/lcpp_$r.json" 2>"$LOGS/lcpp_$r.err"
     if [ "$DEPTH" -gt 0 ] && [ "$r" = 1 ]; then
         $LCP/build/bin/llama-bench -m "$CF2" -ngl 99 -fa 1 -p 0 -n 64 -d "$DEPTH" -r 1 -o json \
             >"$LOGS/lcpp_depth_$r.json" 2>>"$LOGS/lcpp_$r.err"
     fi
     say "round $r: redlite"
-    build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 --prompt 2048 --batch 2048 \
+    build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 --prompt "$PROMPT" --batch 2048 \
         --json >"$LOGS/rl_$r.json" 2>"$LOGS/rl_$r.err"
     if [ "$DEPTH" -gt 0 ] && [ "$r" = 1 ]; then
         build/cuda/redlite bench -m "$CF2" --backend cuda --n-decode 64 --reps 2 --warmup 4 --depth "$DEPTH" \
             --prompt 0 --batch 2048 --json >"$LOGS/rl_depth_$r.json" 2>>"$LOGS/rl_$r.err"
     fi
 done
-python3 - "$LOGS" "$ROUNDS" "$DEPTH" <<'EOF' | tee -a "$OUT/compare.txt"
+python3 - "$LOGS" "$ROUNDS" "$DEPTH" "$PROMPT" "$PRESET" <<'EOF' | tee -a "$OUT/compare.txt"
 import json, sys, statistics as st
-out, rounds, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, rounds, depth, prompt, preset = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def lc(path, key):
     try:
         rows = json.load(open(path))
@@ -90,8 +94,8 @@ for r in range(1, rounds + 1):
 def med(v):
     v = [x for x in v if x]
     return st.median(v) if v else float("nan")
-print(f"{'':24s} {'llama.cpp':>10s} {'redlite':>10s} {'ratio':>7s}   (tok/s, median of {rounds} interleaved rounds)")
-for name, a, b in [("prompt 2048", "lc_pp", "rl_pp"), ("decode tg128 ctx 0", "lc_tg", "rl_tg")] + \
+print(f"{preset:24s} {'llama.cpp':>10s} {'redlite':>10s} {'ratio':>7s}   (tok/s, median of {rounds} interleaved rounds)")
+for name, a, b in [(f"prompt {prompt}", "lc_pp", "rl_pp"), ("decode tg128 ctx 0", "lc_tg", "rl_tg")] + \
         ([(f"decode at depth {depth}", "lc_tgd", "rl_tgd")] if depth else []):
     x, y = med(res[a]), med(res[b])
     print(f"{name:24s} {x:10.1f} {y:10.1f} {y / x if x == x and x else float('nan'):7.2f}x   runs: lc {res[a]} rl {res[b]}")
