@@ -29,13 +29,16 @@ __device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, i
 
 // One token of the delta rule for state column s (DK = 32*KPL keys, KPL per lane):
 // S *= alpha; m = S.k; delta = beta (v - m); S += k delta; returns S.q   (CPU ops_delta_step)
+// qd, kd: q and k widened to double (exact), k: k itself (the state update is in float), so a caller
+// holding several columns widens q and k once for all (k_dn_scan's COLS): the same doubles, the same bits.
 template <int KPL>
-__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+__device__ __forceinline__ float delta_col_d(float *s, const double *qd, const double *kd, const float *k, float v,
+                                             float alpha, float beta) {
     double m = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
         s[i] = s[i] * alpha;
-        m += (double)s[i] * (double)k[i];
+        m += (double)s[i] * kd[i];
     }
     m = warp_sumd(m);
     const float delta = beta * (v - (float)m);
@@ -43,9 +46,19 @@ __device__ __forceinline__ float delta_col(float *s, const float *q, const float
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
         s[i] = s[i] + k[i] * delta;
-        o += (double)s[i] * (double)q[i];
+        o += (double)s[i] * qd[i];
     }
     return (float)warp_sumd(o);
+}
+template <int KPL>
+__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+    double qd[KPL], kd[KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; i++) {
+        qd[i] = (double)q[i];
+        kd[i] = (double)k[i];
+    }
+    return delta_col_d<KPL>(s, qd, kd, k, v, alpha, beta);
 }
 
 // Gated RMSNorm of one value head (DPL per lane): o = (o * scale) * w, then * silu(z).
@@ -163,32 +176,44 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
     }
 }
 
-// ---- scan: warp per state column, the T rows in order, state in registers ------------------
+// ---- scan: warp per COLS state columns, the T rows in order, state in registers -------------
 //
-// A block's warps hold SCAN_WARPS columns of one value head, so they read the same q, k and gates:
-// the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory with
-// cp.async, the next chunk in flight while the warps step through the current one (the scan is a
-// chain of dependent steps: loads from global memory in that chain cost more than the math). The
+// A block's warps hold SCAN_WARPS * COLS columns of one value head, so they read the same q, k and
+// gates: the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory
+// with cp.async, the next chunk in flight while the warps step through the current one (the scan is
+// a chain of dependent steps: loads from global memory in that chain cost more than the math). The
 // per-column arithmetic is delta_col's, as in the fused decode step. check() holds dv to 32, 64 or
-// 128 and C to a multiple of 32, so every block has SCAN_WARPS columns and every copied piece is
-// 16-byte aligned.
+// 128 and C to a multiple of 32, so every block has SCAN_WARPS * COLS <= 32 columns and every copied
+// piece is 16-byte aligned.
+//
+// COLS (RL_CUDA_DN_SCAN_COLS=2 or 4; default 1 — written in session 17, not yet run on a GPU): warp w holds
+// columns c0 + w + SCAN_WARPS * j (j < COLS) and widens q and k to double once per row for all of
+// them. Why: with a column per warp a step costs 16 float -> double conversions and 20 shuffles per
+// column, and the H200 issues conversions at 16 lanes per clock per SM — ~0.9 us per token step, 31 %
+// of a Q4_K_M prefill chunk (bench/results/2026-12-03-cuda-session17-h200.md); with 4 columns per
+// warp ~10 conversions per column and four independent chains per warp. Each column's operations and
+// lane mapping are unchanged (delta_col_d on the same doubles): the same bits for every COLS.
 #define SCAN_WARPS 8
 #define SCAN_ROWS 16
-template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
-    float q[32 * KPL], k[32 * KPL], v[SCAN_WARPS], alpha, beta, pad[2];
+template <int KPL, int COLS> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
+    float q[32 * KPL], k[32 * KPL], v[SCAN_WARPS * COLS], alpha, beta, pad[2];
 };
-template <int KPL>
+template <int KPL, int COLS>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
               float *snap, size_t stride, const int *row_slot) {
+    constexpr int NC = SCAN_WARPS * COLS; // columns of the block
     pdl_enter();
-    __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
-    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_WARPS, c = c0 + (threadIdx.x >> 5);
+    __shared__ __align__(16) scan_row<KPL, COLS> rows[2][SCAN_ROWS];
+    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * NC, w = threadIdx.x >> 5;
     const int g = h / (d.hv / d.hk), dk = 32 * KPL;
-    float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
-    float s[KPL];
+    float s[COLS][KPL];
 #pragma unroll
-    for (int i = 0; i < KPL; i++) s[i] = S[i];
+    for (int j = 0; j < COLS; j++) {
+        const float *S = ssm + ((size_t)h * d.dv + c0 + w + SCAN_WARPS * j) * d.dk + lane * KPL;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) s[j][i] = S[i];
+    }
     // copy rows t0 .. t0 + n - 1 into buffer b: q, k as 16-byte chunks (dk / 4 each), v, gates
     auto load = [&](int t0, int b) {
         const int n = min(SCAN_ROWS, T - t0), per = dk / 4; // chunks of q (and of k) per row
@@ -200,7 +225,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         if (threadIdx.x < n) {
             const int r = threadIdx.x;
             const float *ut = u + (size_t)(t0 + r) * d.C + (size_t)2 * d.hk * dk + (size_t)h * d.dv + c0;
-            for (int j = 0; j < SCAN_WARPS; j += 4) __pipeline_memcpy_async(rows[b][r].v + j, ut + j, 16);
+            for (int j = 0; j < NC; j += 4) __pipeline_memcpy_async(rows[b][r].v + j, ut + j, 16);
             rows[b][r].alpha = ab[(size_t)(t0 + r) * 2 * d.hv + h];
             rows[b][r].beta = ab[(size_t)(t0 + r) * 2 * d.hv + d.hv + h];
         }
@@ -213,25 +238,35 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         if (t0 + SCAN_ROWS < T) load(t0 + SCAN_ROWS, b ^ 1);
         const int n = min(SCAN_ROWS, T - t0);
         for (int r = 0; r < n; r++) {
-            const scan_row<KPL> &R = rows[b][r];
-            float q[KPL], k[KPL];
+            const scan_row<KPL, COLS> &R = rows[b][r];
+            float k[KPL];
+            double qd[KPL], kd[KPL];
 #pragma unroll
             for (int i = 0; i < KPL; i++) {
-                q[i] = R.q[lane * KPL + i];
                 k[i] = R.k[lane * KPL + i];
+                qd[i] = (double)R.q[lane * KPL + i];
+                kd[i] = (double)k[i];
             }
             const int t = t0 + r;
-            const float out = delta_col<KPL>(s, q, k, R.v[c - c0], R.alpha, R.beta);
-            if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
-            if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
-                float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
-                for (int i = 0; i < KPL; i++) sn[i] = s[i];
+            for (int j = 0; j < COLS; j++) {
+                const int cl = w + SCAN_WARPS * j, c = c0 + cl; // the column: local, in the head
+                const float out = delta_col_d<KPL>(s[j], qd, kd, k, R.v[cl], R.alpha, R.beta);
+                if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
+                if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
+                    float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+#pragma unroll
+                    for (int i = 0; i < KPL; i++) sn[i] = s[j][i];
+                }
             }
         }
     }
 #pragma unroll
-    for (int i = 0; i < KPL; i++) S[i] = s[i];
+    for (int j = 0; j < COLS; j++) {
+        float *S = ssm + ((size_t)h * d.dv + c0 + w + SCAN_WARPS * j) * d.dk + lane * KPL;
+#pragma unroll
+        for (int i = 0; i < KPL; i++) S[i] = s[j][i];
+    }
 }
 
 // ---- gated norm: warp per (row, value head) ------------------------------------------------
@@ -365,13 +400,33 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
     return 0;
 }
 
+// Columns per warp of the prefill scan: RL_CUDA_DN_SCAN_COLS = 1 (default), 2 or 4. Tuning only: the
+// same per-column arithmetic, the same bits (k_dn_scan).
+static int scan_cols() {
+    const int v = cu_env_int("RL_CUDA_DN_SCAN_COLS", 1);
+    return v == 2 || v == 4 ? v : 1;
+}
+
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
-    dim3 grid(d->hv, (d->dv + SCAN_WARPS - 1) / SCAN_WARPS);
-    BY_PL(d->dk, (cu_go(k_dn_scan<1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    static const int cols = scan_cols();
+    if (cols == 4) {
+        const dim3 grid(d->hv, d->dv / (SCAN_WARPS * 4));
+        BY_PL(d->dk, (cu_go(k_dn_scan<1, 4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+              (cu_go(k_dn_scan<2, 4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+              (cu_go(k_dn_scan<4, 4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    } else if (cols == 2) {
+        const dim3 grid(d->hv, d->dv / (SCAN_WARPS * 2));
+        BY_PL(d->dk, (cu_go(k_dn_scan<1, 2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+              (cu_go(k_dn_scan<2, 2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+              (cu_go(k_dn_scan<4, 2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    } else {
+        const dim3 grid(d->hv, d->dv / SCAN_WARPS);
+        BY_PL(d->dk, (cu_go(k_dn_scan<1, 1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+              (cu_go(k_dn_scan<2, 1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+              (cu_go(k_dn_scan<4, 1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    }
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
