@@ -407,26 +407,22 @@ static int scan_cols() {
     return v == 2 || v == 4 ? v : 1;
 }
 
+template <int COLS>
+static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
+                    size_t stride, const int *row_slot, cudaStream_t s) {
+    const dim3 grid(d->hv, d->dv / (SCAN_WARPS * COLS));
+    BY_PL(d->dk, (cu_go(k_dn_scan<1, COLS>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<2, COLS>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<4, COLS>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+}
+
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
     static const int cols = scan_cols();
-    if (cols == 4) {
-        const dim3 grid(d->hv, d->dv / (SCAN_WARPS * 4));
-        BY_PL(d->dk, (cu_go(k_dn_scan<1, 4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-              (cu_go(k_dn_scan<2, 4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-              (cu_go(k_dn_scan<4, 4>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
-    } else if (cols == 2) {
-        const dim3 grid(d->hv, d->dv / (SCAN_WARPS * 2));
-        BY_PL(d->dk, (cu_go(k_dn_scan<1, 2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-              (cu_go(k_dn_scan<2, 2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-              (cu_go(k_dn_scan<4, 2>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
-    } else {
-        const dim3 grid(d->hv, d->dv / SCAN_WARPS);
-        BY_PL(d->dk, (cu_go(k_dn_scan<1, 1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-              (cu_go(k_dn_scan<2, 1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-              (cu_go(k_dn_scan<4, 1>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
-    }
+    if (cols == 4) scan_go<4>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    else if (cols == 2) scan_go<2>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    else scan_go<1>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
