@@ -120,6 +120,8 @@ def run_redlite(model, a):
         cmd += ["--depth", str(a.depth)]
     if a.reference:
         cmd += ["--reference"]
+    if a.iq_repack:
+        cmd += ["--iq-repack"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"redlite bench failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -127,7 +129,8 @@ def run_redlite(model, a):
     return {"decode": {d["depth"]: d["tok_s"] for d in j["decode"]},
             "prompt": {p["n_tokens"]: p["tok_s"] for p in j["prompt"]},
             "gb_s": {d["depth"]: d["gb_s"] for d in j["decode"]},
-            "path": f'{j["backend"]} {j["path"]} ({j["cpu_kernels"]})', "rss": j["peak_rss_bytes"],
+            "path": f'{j["backend"]} {j["path"]} ({j["cpu_kernels"]})' + (", --iq-repack" if a.iq_repack else ""),
+            "rss": j["peak_rss_bytes"],
             "batch": j["prompt"][0].get("batch", "?") if j["prompt"] else "-"}
 
 
@@ -174,6 +177,8 @@ def main():
     ap.add_argument("--prompt", type=lambda s: [int(x) for x in s.split(",") if int(x) > 0], default=[512])
     ap.add_argument("--depth", type=int, default=0)
     ap.add_argument("--reference", action="store_true", help="redlite: the double-precision reference path")
+    ap.add_argument("--iq-repack", action="store_true",
+                    help="redlite: the lookup-free IQ layout (--iq-repack; the results file says so in its path line)")
     ap.add_argument("--redlite", default=os.path.join(ROOT, "build", "redlite"))
     ap.add_argument("--build-jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
