@@ -122,8 +122,9 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
 
 // The router of row t, by one warp; NV = values per lane (E <= 32 NV; ROUTER_NV picks 16 for E <= 512, the
 // Qwen3-Next routers, so their loops are half as long as with ROUTER_MAXE / 32 = 32: the same operations on
-// the same values, lanes past E held at -inf / key 0 either way, so the same outputs). CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)),
-// ops_topk (descending, ties -> lower id), weights p / sum (double, clamped at 6.1035e-5).
+// the same values, lanes past E held at -inf / key 0 either way, so the same outputs).
+// CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)), ops_topk (descending, ties -> lower id),
+// weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
 // PACKED (k_router's default; RL_CUDA_ROUTER_TOPK=butterfly selects the other; the matmul tail keeps the butterfly):
 // the same selection with two single-instruction warp reductions per pick instead of five two-value
