@@ -29,16 +29,13 @@ __device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, i
 
 // One token of the delta rule for state column s (DK = 32*KPL keys, KPL per lane):
 // S *= alpha; m = S.k; delta = beta (v - m); S += k delta; returns S.q   (CPU ops_delta_step)
-// qd, kd: q and k widened to double (exact), k: k itself (the state update is in float), so a caller
-// holding several columns widens q and k once for all (k_dn_scan's COLS): the same doubles, the same bits.
 template <int KPL>
-__device__ __forceinline__ float delta_col_d(float *s, const double *qd, const double *kd, const float *k, float v,
-                                             float alpha, float beta) {
+__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
     double m = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
         s[i] = s[i] * alpha;
-        m += (double)s[i] * kd[i];
+        m += (double)s[i] * (double)k[i];
     }
     m = warp_sumd(m);
     const float delta = beta * (v - (float)m);
@@ -46,19 +43,9 @@ __device__ __forceinline__ float delta_col_d(float *s, const double *qd, const d
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
         s[i] = s[i] + k[i] * delta;
-        o += (double)s[i] * qd[i];
+        o += (double)s[i] * (double)q[i];
     }
     return (float)warp_sumd(o);
-}
-template <int KPL>
-__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
-    double qd[KPL], kd[KPL];
-#pragma unroll
-    for (int i = 0; i < KPL; i++) {
-        qd[i] = (double)q[i];
-        kd[i] = (double)k[i];
-    }
-    return delta_col_d<KPL>(s, qd, kd, k, v, alpha, beta);
 }
 
 // Gated RMSNorm of one value head (DPL per lane): o = (o * scale) * w, then * silu(z).
@@ -186,13 +173,15 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 // 128 and C to a multiple of 32, so every block has SCAN_WARPS * COLS <= 32 columns and every copied
 // piece is 16-byte aligned.
 //
-// COLS (RL_CUDA_DN_SCAN_COLS=2 or 4; default 1 — written in session 17, not yet run on a GPU): warp w holds
-// columns c0 + w + SCAN_WARPS * j (j < COLS) and widens q and k to double once per row for all of
-// them. Why: with a column per warp a step costs 16 float -> double conversions and 20 shuffles per
+// COLS (RL_CUDA_DN_SCAN_COLS=2 or 4; default 1 — written in session 17, not yet run on a GPU): warp w
+// holds columns c0 + w + SCAN_WARPS * j (j < COLS), so q and k are widened to double once per row for all
+// of them (the compiler shares delta_col's conversions of the same registers across the unrolled
+// columns, as in k_dn_step's DPL columns: 40 conversions per row at d_k 128 and 4 columns, 8 of them for
+// q and k). Why: with a column per warp a step costs 16 float -> double conversions and 20 shuffles per
 // column, and the H200 issues conversions at 16 lanes per clock per SM — ~0.9 us per token step, 31 %
-// of a Q4_K_M prefill chunk (bench/results/2026-12-03-cuda-session17-h200.md); with 4 columns per
-// warp ~10 conversions per column and four independent chains per warp. Each column's operations and
-// lane mapping are unchanged (delta_col_d on the same doubles): the same bits for every COLS.
+// of a Q4_K_M prefill chunk (bench/results/2026-12-03-cuda-session17-h200.md); with 4 columns per warp
+// ~10 conversions per column and four independent chains per warp. Each column's operations and lane
+// mapping are unchanged (delta_col): the same bits for every COLS.
 #define SCAN_WARPS 8
 #define SCAN_ROWS 16
 template <int KPL, int COLS> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
@@ -239,19 +228,17 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         const int n = min(SCAN_ROWS, T - t0);
         for (int r = 0; r < n; r++) {
             const scan_row<KPL, COLS> &R = rows[b][r];
-            float k[KPL];
-            double qd[KPL], kd[KPL];
+            float q[KPL], k[KPL];
 #pragma unroll
             for (int i = 0; i < KPL; i++) {
+                q[i] = R.q[lane * KPL + i];
                 k[i] = R.k[lane * KPL + i];
-                qd[i] = (double)R.q[lane * KPL + i];
-                kd[i] = (double)k[i];
             }
             const int t = t0 + r;
 #pragma unroll
             for (int j = 0; j < COLS; j++) {
                 const int cl = w + SCAN_WARPS * j, c = c0 + cl; // the column: local, in the head
-                const float out = delta_col_d<KPL>(s[j], qd, kd, k, R.v[cl], R.alpha, R.beta);
+                const float out = delta_col<KPL>(s[j], q, k, R.v[cl], R.alpha, R.beta);
                 if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
                 if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
                     float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
