@@ -50,26 +50,17 @@ def test_c_unit(binary):
     assert int(m.group(1)) > 0 and int(m.group(2)) == 0, m.group(0)
 
 
-@pytest.mark.parametrize("choice", ["256", "512"])
-def test_kern_both_iq2_matvecs(choice):
-    """The AVX-512 level takes the AVX2 IQ2_XXS/IQ2_XS mat-vecs on AMD CPUs and its own elsewhere
-    (src/kern.c, init): test_kern above checks only this CPU's pick, so each pick is checked here
-    against the scalar reference (RL_KERN_IQ2_MV forces it). Without AVX-512 both are the AVX2 one."""
+# test_kern above checks only the kernels this CPU picks by default; these runs force the others,
+# each checked against the scalar reference bit for bit:
+#   RL_KERN_IQ2_MV=256|512: the AVX-512 level takes the AVX2 IQ2_XXS/IQ2_XS mat-vecs on AMD CPUs and
+#     its own elsewhere (src/kern.c, init); without AVX-512 both are the AVX2 one;
+#   RL_KERN_Q6K_MV=4: the AVX-512 4-row Q6_K mat-vec, opt-in (src/kern_x86_512.h fill_512: slower
+#     from DRAM at 2 threads on the Zen 4 VM); without AVX-512 the variable changes nothing.
+@pytest.mark.parametrize("var,value", [("RL_KERN_IQ2_MV", "256"), ("RL_KERN_IQ2_MV", "512"), ("RL_KERN_Q6K_MV", "4")])
+def test_kern_forced_matvecs(var, value):
     binary = os.path.join(BUILD, "tests", "test_kern")
     r = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                       env=dict(os.environ, RL_KERN_IQ2_MV=choice))
-    assert r.returncode == 0, f"test_kern with RL_KERN_IQ2_MV={choice} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
-    m = re.search(r"^test_kern: (\d+) passed, 0 failed$", r.stdout, re.M)
-    assert m and int(m.group(1)) > 0, r.stdout[-2000:]
-
-
-def test_kern_q6k_4row_matvec():
-    """The AVX-512 4-row Q6_K mat-vec is opt-in (RL_KERN_Q6K_MV=4, src/kern_x86_512.h fill_512:
-    slower from DRAM at 2 threads on the Zen 4 VM), so test_kern above does not reach it: checked
-    here against the scalar reference bit for bit. Without AVX-512 the variable changes nothing."""
-    binary = os.path.join(BUILD, "tests", "test_kern")
-    r = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                       env=dict(os.environ, RL_KERN_Q6K_MV="4"))
-    assert r.returncode == 0, f"test_kern with RL_KERN_Q6K_MV=4 failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+                       env=dict(os.environ, **{var: value}))
+    assert r.returncode == 0, f"test_kern with {var}={value} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     m = re.search(r"^test_kern: (\d+) passed, 0 failed$", r.stdout, re.M)
     assert m and int(m.group(1)) > 0, r.stdout[-2000:]
