@@ -165,48 +165,49 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 
 // ---- scan: warp per COLS state columns, the T rows in order, state in registers -------------
 //
-// A block's warps hold SCAN_WARPS * COLS columns of one value head, so they read the same q, k and
+// A block's warps hold SCAN_NC columns of one value head, so they read the same q, k and
 // gates: the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory
 // with cp.async, the next chunk in flight while the warps step through the current one (the scan is
 // a chain of dependent steps: loads from global memory in that chain cost more than the math). The
 // per-column arithmetic is delta_col's, as in the fused decode step. check() holds dv to 32, 64 or
-// 128 and C to a multiple of 32, so every block has SCAN_WARPS * COLS <= 32 columns and every copied
+// 128 and C to a multiple of 32, so every block's SCAN_NC columns lie in one head and every copied
 // piece is 16-byte aligned.
 //
-// COLS (RL_CUDA_DN_SCAN_COLS=2 or 4; default 1 — written in session 17, not yet run on a GPU): warp w
-// holds columns c0 + w + SCAN_WARPS * j (j < COLS), so q and k are widened to double once per row for all
-// of them (the compiler shares delta_col's conversions of the same registers across the unrolled
-// columns, as in k_dn_step's DPL columns: 40 conversions per row at d_k 128 and 4 columns, 8 of them for
-// q and k). Why: with a column per warp a step costs 16 float -> double conversions and 20 shuffles per
-// column, and the H200 issues conversions at 16 lanes per clock per SM — ~0.9 us per token step, 31 %
-// of a Q4_K_M prefill chunk (bench/results/2026-12-03-cuda-session17-h200.md); with 4 columns per warp
-// ~10 conversions per column and four independent chains per warp. Each column's operations and lane
-// mapping are unchanged (delta_col): the same bits for every COLS.
-#define SCAN_WARPS 8
+// COLS (RL_CUDA_DN_SCAN_COLS=2 or 4; default 1): a block holds SCAN_NC = 8 columns in every case (the grid
+// stays hv * dv / 8 blocks, ~4 per SM at the 80B's 32 heads), in SCAN_NC / COLS warps: warp w holds columns
+// c0 + w + (SCAN_NC / COLS) * j (j < COLS), so q and k are widened to double once per row for all of them
+// (the compiler shares delta_col's conversions of the same registers across the unrolled columns). Why:
+// with a column per warp a step costs 16 float -> double conversions and 20 shuffles per column, and the
+// H200 issues conversions at 16 lanes per clock per SM: ~0.9 us per token step, 31 % of a Q4_K_M prefill
+// chunk (bench/results/2026-12-03-cuda-session17-h200.md). Session 18 measured COLS 2 / 4 with 8 warps
+// per block (16 / 32 columns, so a quarter of the blocks at 4: one per SM): 7 % / 17 % slower prompts; the
+// fixed 8 columns per block keep the blocks per SM. Each column's operations and lane mapping are
+// unchanged (delta_col): the same bits for every COLS.
+#define SCAN_NC 8 // state columns per block
 #define SCAN_ROWS 16
-template <int KPL, int COLS> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
-    float q[32 * KPL], k[32 * KPL], v[SCAN_WARPS * COLS], alpha, beta, pad[2];
+template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
+    float q[32 * KPL], k[32 * KPL], v[SCAN_NC], alpha, beta, pad[2];
 };
 template <int KPL, int COLS>
-__global__ void __launch_bounds__(SCAN_WARPS * 32)
+__global__ void __launch_bounds__(SCAN_NC / COLS * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
               float *snap, size_t stride, const int *row_slot) {
-    constexpr int NC = SCAN_WARPS * COLS; // columns of the block
+    constexpr int NC = SCAN_NC, WARPS = SCAN_NC / COLS; // columns and warps of the block
     pdl_enter();
-    __shared__ __align__(16) scan_row<KPL, COLS> rows[2][SCAN_ROWS];
+    __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
     const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * NC, w = threadIdx.x >> 5;
     const int g = h / (d.hv / d.hk), dk = 32 * KPL;
     float s[COLS][KPL];
 #pragma unroll
     for (int j = 0; j < COLS; j++) {
-        const float *S = ssm + ((size_t)h * d.dv + c0 + w + SCAN_WARPS * j) * d.dk + lane * KPL;
+        const float *S = ssm + ((size_t)h * d.dv + c0 + w + WARPS * j) * d.dk + lane * KPL;
 #pragma unroll
         for (int i = 0; i < KPL; i++) s[j][i] = S[i];
     }
     // copy rows t0 .. t0 + n - 1 into buffer b: q, k as 16-byte chunks (dk / 4 each), v, gates
     auto load = [&](int t0, int b) {
         const int n = min(SCAN_ROWS, T - t0), per = dk / 4; // chunks of q (and of k) per row
-        for (int e = threadIdx.x; e < n * 2 * per; e += SCAN_WARPS * 32) {
+        for (int e = threadIdx.x; e < n * 2 * per; e += WARPS * 32) {
             const int r = e / (2 * per), k2 = e % (2 * per), which = k2 / per, i = k2 % per;
             const float *src = u + (size_t)(t0 + r) * d.C + (size_t)(which ? d.hk + g : g) * dk + 4 * i;
             __pipeline_memcpy_async((which ? rows[b][r].k : rows[b][r].q) + 4 * i, src, 16);
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         if (t0 + SCAN_ROWS < T) load(t0 + SCAN_ROWS, b ^ 1);
         const int n = min(SCAN_ROWS, T - t0);
         for (int r = 0; r < n; r++) {
-            const scan_row<KPL, COLS> &R = rows[b][r];
+            const scan_row<KPL> &R = rows[b][r];
             float q[KPL], k[KPL];
 #pragma unroll
             for (int i = 0; i < KPL; i++) {
@@ -237,7 +238,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
             const int t = t0 + r;
 #pragma unroll
             for (int j = 0; j < COLS; j++) {
-                const int cl = w + SCAN_WARPS * j, c = c0 + cl; // the column: local, in the head
+                const int cl = w + WARPS * j, c = c0 + cl; // the column: local, in the head
                 const float out = delta_col<KPL>(s[j], q, k, R.v[cl], R.alpha, R.beta);
                 if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
                 if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
     }
 #pragma unroll
     for (int j = 0; j < COLS; j++) {
-        float *S = ssm + ((size_t)h * d.dv + c0 + w + SCAN_WARPS * j) * d.dk + lane * KPL;
+        float *S = ssm + ((size_t)h * d.dv + c0 + w + WARPS * j) * d.dk + lane * KPL;
 #pragma unroll
         for (int i = 0; i < KPL; i++) S[i] = s[j][i];
     }
@@ -397,10 +398,11 @@ static int scan_cols() {
 template <int COLS>
 static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
                     size_t stride, const int *row_slot, cudaStream_t s) {
-    const dim3 grid(d->hv, d->dv / (SCAN_WARPS * COLS));
-    BY_PL(d->dk, (cu_go(k_dn_scan<1, COLS>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<2, COLS>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<4, COLS>, grid, SCAN_WARPS * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    const dim3 grid(d->hv, d->dv / SCAN_NC);
+    const int nt = SCAN_NC / COLS * 32;
+    BY_PL(d->dk, (cu_go(k_dn_scan<1, COLS>, grid, nt, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<2, COLS>, grid, nt, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<4, COLS>, grid, nt, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
 }
 
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
