@@ -97,9 +97,25 @@ static void mm_iq1_lf(const void *W, size_t rb, int64_t nr, int64_t nc, const vo
     mm_driver(dec_iq1_lf, sizeof(blk_iq1_lf), mv_iq1_lf, EP_IQ1, 1, 1.0f, W, rb, nr, nc, a, ab, T, o, ldo, 0);
 }
 
+#if defined(KERN_X86_AMX)
+/* AMX tiles: the decoded super-blocks are the original types' (same u, scales, offsets), so the tile
+ * kinds are IQ2_XXS's and IQ1_M's (kern_x86_amx.h's table) and the outputs the same bits. Without them
+ * a repacked file lost the tiles at prompt time: on the AMX host --iq-repack ran prompts 10-28 % slower
+ * (bench/results/2026-12-03-cuda-session18-h200.md). Thresholds: the source types' (not measured apart). */
+/*                                           off uns nd dmn base sh magic mins mode     post */
+AMX_MATMUL(iq2_lf, dec_iq2_lf, blk_iq2_lf, 43, 0, 3, -2, 5, 0, 13108, 0, EP_PLAIN, 0.125f)
+AMX_MATMUL(iq1_lf, dec_iq1_lf, blk_iq1_lf, 9, 0, 2, -8, 16, 4, 0, 0, EP_IQ1, 1.0f)
+#endif
+
 static void fill_repack(kern_table *t) {
     t->matvec[QT_IQ2_LF] = mv_iq2_lf;
     t->matmul[QT_IQ2_LF] = mm_iq2_lf;
     t->matvec[QT_IQ1_LF] = mv_iq1_lf;
     t->matmul[QT_IQ1_LF] = mm_iq1_lf;
+#if defined(KERN_X86_AMX)
+    t->matmul_x[QT_IQ2_LF] = amx_iq2_lf, t->matmul_xe[QT_IQ2_LF] = amxe_iq2_lf;
+    t->amx_min[QT_IQ2_LF] = t->amx_min[QT_IQ2_XXS];
+    t->matmul_x[QT_IQ1_LF] = amx_iq1_lf, t->matmul_xe[QT_IQ1_LF] = amxe_iq1_lf;
+    t->amx_min[QT_IQ1_LF] = t->amx_min[QT_IQ1_M];
+#endif
 }

@@ -6,7 +6,8 @@
  *   - at every kernel level this CPU supports, kern_matvec(IQ*_LF) equals the ORIGINAL type's
  *     scalar vec_dot bit for bit (1, 3, 6, 13, 37 rows; 1 to 19 super-blocks per row; outputs
  *     NaN-poisoned), and kern_matmul equals it bit for bit for T = 1..12 and 17 (ldo > rows: the
- *     padding stays poisoned);
+ *     padding stays poisoned) — at the AVX-512 level also on the AMX tiles, emulated (every AVX-512
+ *     CPU) and real (where the CPU has them), from one activation row on;
  *   - extreme blocks (every weight +-43 / +-9, every scale 15, activations -128 / 127): no saturation,
  *     kernels equal the scalar reference;
  *   - internal type ids are refused in files (gguf.c), and quant_repack_bytes is the layout's.
@@ -120,18 +121,30 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
         CHECK(mbad == 0, "%s level %s rows %lld nb %lld: %d mat-vec values differ from the original vec_dot",
               quant_name(src), kern_level_name(level), (long long)n_rows, (long long)nb, mbad);
         const int64_t ldo = n_rows + 3;
-        for (int TT = 1; TT <= T; TT += TT == 12 ? 5 : 1) {
-            check_poison(mm, (size_t)(ldo * TT));
-            kern_matmul(lf, L, n_rows, n, act, TT, mm, ldo);
-            int bbad = 0, pad = 0;
-            for (int t = 0; t < TT; t++) {
-                for (int64_t row = 0; row < n_rows; row++) bbad += fbits(mm[t * ldo + row]) != fbits(ref[t * n_rows + row]);
-                if (t + 1 < TT)
-                    for (int64_t row = n_rows; row < ldo; row++) pad += !isnan(mm[t * ldo + row]);
+        /* the AVX-512 level's batched cores: 256-bit, then the AMX tiles emulated and, where the CPU
+         * has them, real, from one activation row on (small batches padded to one tile, 17 rows an
+         * overlapped last tile) */
+        static const char *const amx_name[] = { "off", "on", "emulated" };
+        const int amx0 = kern_amx();
+        for (int amx = KERN_AMX_OFF; amx <= KERN_AMX_EMUL; amx++) {
+            if (amx != KERN_AMX_OFF && (level != KERN_AVX512 || (amx == KERN_AMX_ON && !kern_amx_supported()))) continue;
+            if (level == KERN_AVX512) {
+                CHECK(kern_set_amx(amx) == 0 && kern_set_amx_rows(amx == KERN_AMX_OFF ? 0 : 1) == 0, "amx %s", amx_name[amx]);
             }
-            CHECK(bbad == 0 && pad == 0, "%s level %s T %d rows %lld: %d batched values differ, %d padding written",
-                  quant_name(src), kern_level_name(level), TT, (long long)n_rows, bbad, pad);
+            for (int TT = 1; TT <= T; TT += TT == 12 ? 5 : 1) {
+                check_poison(mm, (size_t)(ldo * TT));
+                kern_matmul(lf, L, n_rows, n, act, TT, mm, ldo);
+                int bbad = 0, pad = 0;
+                for (int t = 0; t < TT; t++) {
+                    for (int64_t row = 0; row < n_rows; row++) bbad += fbits(mm[t * ldo + row]) != fbits(ref[t * n_rows + row]);
+                    if (t + 1 < TT)
+                        for (int64_t row = n_rows; row < ldo; row++) pad += !isnan(mm[t * ldo + row]);
+                }
+                CHECK(bbad == 0 && pad == 0, "%s level %s amx %s T %d rows %lld: %d batched values differ, %d padding written",
+                      quant_name(src), kern_level_name(level), amx_name[amx], TT, (long long)n_rows, bbad, pad);
+            }
         }
+        if (level == KERN_AVX512) kern_set_amx(amx0), kern_set_amx_rows(0);
     }
     free(W); free(L); free(f0); free(f1); free(act); free(x); free(ref); free(out); free(mm);
 }
