@@ -482,16 +482,16 @@ void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, in
 }
 
 void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out) {
-    ops_conv_step_range(state, state_out, w, u, C, kw, 0, C, out);
+    ops_conv_step_range(state, state_out, w, u, C, kw, 0, C, true, out);
 }
 
 void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw, int c0,
-                         int c1, float *out) {
+                         int c1, bool silu, float *out) {
     for (int c = c0; c < c1; c++) {
         double s = 0;
         for (int j = 0; j < kw - 1; j++) s += (double)w[(size_t)c * kw + j] * state[(size_t)j * C + c];
         s += (double)w[(size_t)c * kw + kw - 1] * u[c];
-        out[c] = ops_silu((float)s);
+        out[c] = silu ? ops_silu((float)s) : (float)s;
     }
     /* shift the window by one input: row j <- row j + 1 (in increasing j, so in place is safe) */
     for (int j = 0; j + 1 < kw - 1; j++)

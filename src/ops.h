@@ -122,9 +122,11 @@ void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, in
  *   may be `state` itself (in place) or another buffer (the engine's uncommitted state). */
 void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out);
 /* The same for channels [c0, c1) only (out, state_out and u indexed by channel as above): the
- * channels are independent, so threads may run disjoint ranges of one step (prefill). */
+ * channels are independent, so threads may run disjoint ranges of one step (prefill). silu false:
+ * out[c] is the window sum before the activation (rounded to float), for a caller that applies its
+ * own (the fast path's vec_ops.silu_mul). */
 void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw, int c0,
-                         int c1, float *out);
+                         int c1, bool silu, float *out);
 
 /* Gated delta rule, one token, one value head:
  *   S: dv x dk state with the key index contiguous (element (i, v) at v*dk + i);

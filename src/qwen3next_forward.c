@@ -240,7 +240,10 @@ static void attn_worker(void *arg, int ith, int nth) {
             ops_attn_head_kv(q, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o);
         for (int g = 0; g < gs; g++) {
             const float *gate = q + (size_t)g * 2 * hd + hd;
-            for (int i = 0; i < hd; i++) o[(size_t)g * hd + i] *= ops_sigmoid(gate[i]);
+            if (j->r->fast)
+                vec_get()->sigmoid_mul(o + (size_t)g * hd, gate, hd);
+            else
+                for (int i = 0; i < hd; i++) o[(size_t)g * hd + i] *= ops_sigmoid(gate[i]);
         }
     }
 }
@@ -316,6 +319,12 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             const float *q = u + (size_t)g * dk; /* l2-normed and scaled in place before */
             const float *k = u + (size_t)(hk + g) * dk;
             const float *v = u + (size_t)2 * hk * dk + (size_t)h * dv;
+            if (t + 2 < j->t1) { /* row t + 2's q, k, v and z of this head: rows are a conv_dim apart,
+                                  * a stride the hardware prefetchers do not follow */
+                const size_t ahead = 2 * (size_t)hp->ssm_conv_dim, za = 2 * (size_t)hv * dv;
+                for (int i = 0; i < dk; i += 16) __builtin_prefetch(q + ahead + i), __builtin_prefetch(k + ahead + i);
+                for (int i = 0; i < dv; i += 16) __builtin_prefetch(v + ahead + i), __builtin_prefetch(z + (size_t)h * dv + za + i);
+            }
             float b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
             float beta = ops_sigmoid(b);
             float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
@@ -331,8 +340,20 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
                 memcpy(j->s->rdst[2 * t + 1] + so, ssm + so, sizeof(float) * (size_t)dv * dk);
             /* gated RMSNorm per value head: norm, weight, then * silu(z) */
             ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
-            for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
+            if (j->r->fast)
+                vec_get()->silu_mul(o, z + (size_t)h * dv, o, dv);
+            else
+                for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
         }
+}
+
+/* One row's conv of channels c0..c1-1: the window sums (ops_conv_step_range), then SiLU — libm's on
+ * the reference path, the vec table's 8-lane one on the fast path (every row of the fast path, in a
+ * prefill chunk or a decode step, takes this same function, so the rows stay bit-identical). */
+static void dn_conv_range(const q3n_run *r, const float *state, float *state_out, const float *w, const float *u, int C,
+                          int kw, int c0, int c1, float *out) {
+    ops_conv_step_range(state, state_out, w, u, C, kw, c0, c1, !r->fast, out);
+    if (r->fast) vec_get()->silu_mul(out + c0, out + c0, NULL, c1 - c0);
 }
 
 /* The causal conv of channels lo..hi-1 for every row in order (a channel's window depends only on
@@ -344,9 +365,8 @@ static void dn_conv_channels(void *arg, long lo, long hi) {
     int C = hp->ssm_conv_dim;
     float *conv = st->conv_next ? st->conv_next[j->il] : st->conv[j->il];
     for (int t = 0; t < j->T; t++)
-        ops_conv_step_range(t == 0 ? st->conv[j->il] : dn_row_out(j, t - 1, 0, conv), dn_row_out(j, t, 0, conv),
-                            j->L->conv_w, j->s->big + (size_t)t * C, C, hp->ssm_kw, (int)lo, (int)hi,
-                            j->s->u + (size_t)t * C);
+        dn_conv_range(j->r, t == 0 ? st->conv[j->il] : dn_row_out(j, t - 1, 0, conv), dn_row_out(j, t, 0, conv),
+                      j->L->conv_w, j->s->big + (size_t)t * C, C, hp->ssm_kw, (int)lo, (int)hi, j->s->u + (size_t)t * C);
 }
 
 /* Rows lo..hi-1 after the conv: l2-normalise each key head's q (then scale it) and k. */
@@ -396,8 +416,8 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     for (int t = 0; t < T; t++) {
         float *u = s->u + (size_t)t * C;
         float *cout = dn_row_out(&jb, t, 0, conv);
-        ops_conv_step(t == 0 ? r->st->conv[il] : dn_row_out(&jb, t - 1, 0, conv), cout, L->conv_w,
-                      s->big + (size_t)t * C, C, hp->ssm_kw, u);
+        dn_conv_range(r, t == 0 ? r->st->conv[il] : dn_row_out(&jb, t - 1, 0, conv), cout, L->conv_w,
+                      s->big + (size_t)t * C, C, hp->ssm_kw, 0, C, u);
         if (t == T - 1 && jb.dst && s->rdst[2 * t]) memcpy(s->rdst[2 * t], cout, sizeof(float) * q3n_conv_floats(hp));
         DUMP(r, Q3N_ACT_DN_CONV, il, t, u, C);
         dn_qk_norm_rows(&jb, t, t + 1);
@@ -476,7 +496,10 @@ static void moe_gather_rows(void *arg, long lo, long hi) {
 
 static void moe_swiglu(void *arg, long lo, long hi) {
     moe_job *j = arg;
-    for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
+    if (j->r->fast)
+        vec_get()->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
+    else
+        for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
 }
 
 /* y of rows lo..hi-1: the experts' outputs in each row's selection order, plus the gated shared expert */

@@ -69,9 +69,20 @@ static void attn_mix_portable(float *out, size_t ostride, int G, const float *e,
         }
 }
 
+static void silu_mul_portable(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i], si = x / (1.0f + expf(-x)); /* ops_silu */
+        y[i] = u ? si * u[i] : si;
+    }
+}
+
+static void sigmoid_mul_portable(float *y, const float *g, int n) {
+    for (int i = 0; i < n; i++) y[i] *= 1.0f / (1.0f + expf(-g[i])); /* ops_sigmoid */
+}
+
 static const vec_ops portable = {"portable",       dot_portable,        axpy_portable,    delta_portable,
                                  delta_portable,   dot_f16_portable,    axpy_f16_portable, attn_scores_portable,
-                                 attn_mix_portable};
+                                 attn_mix_portable, silu_mul_portable, sigmoid_mul_portable};
 
 const vec_ops *vec_portable(void) { return &portable; }
 

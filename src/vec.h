@@ -39,6 +39,14 @@ typedef struct {
                         float scale, float *e, int es);
     void (*attn_mix)(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16, size_t stride,
                      int nb, int hd);
+    /* Gates of the fast path. silu_mul: y[i] = silu(g[i]) * u[i] (u NULL: y[i] = silu(g[i])), with
+     * silu(x) = x / (1 + exp(-x)); sigmoid_mul: y[i] *= 1 / (1 + exp(-g[i])). y may be g or u. The
+     * portable table is ops_silu / ops_sigmoid's expression (libm expf); the SIMD tables evaluate
+     * exp in 8 lanes (Cody-Waite reduction, degree-6 Taylor, ~2 ulp; tests/c/test_vec.c bounds it)
+     * and put a tail through the same lanes padded, so an element's result does not depend on its
+     * position or on n: a row's gates are the same bits in a prefill chunk and in a decode step. */
+    void (*silu_mul)(float *y, const float *g, const float *u, int n);
+    void (*sigmoid_mul)(float *y, const float *g, int n);
 } vec_ops;
 
 /* The best implementation this CPU runs (initialised on first call, thread-safe after). */
@@ -48,7 +56,7 @@ const vec_ops *vec_portable(void);
 /* NULL if the CPU lacks AVX2+FMA. */
 const vec_ops *vec_avx2(void);
 /* NULL if the CPU lacks AVX-512F (or AVX2+FMA+F16C): 16-lane dot/axpy and attention blocks (a
- * rounding-level different arithmetic from the AVX2 table's; the delta rule is AVX2's). The
+ * rounding-level different arithmetic from the AVX2 table's; the delta rule and the gates are AVX2's). The
  * default where present; RL_KERN=avx2 keeps the AVX2 table, RL_KERN=scalar the portable one. */
 const vec_ops *vec_avx512(void);
 

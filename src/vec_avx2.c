@@ -1,5 +1,6 @@
 /* vec_avx2.c — AVX2+FMA versions of the vec.h primitives (compiled with -mavx2 -mfma). */
 #include <immintrin.h>
+#include <math.h>
 
 #include "vec.h"
 
@@ -300,9 +301,67 @@ static void attn_mix_avx2(float *out, size_t ostride, int G, const float *e, int
     }
 }
 
+/* exp(x) in 8 lanes: x clamped to [-87.3, 88.3] (k = round(x log2 e) in [-126, 127], so 2^k is a
+ * normal float built in the exponent field), r = x - k ln 2 in two FMA steps (ln 2 split so k * hi
+ * is exact), e^r by its degree-6 Taylor polynomial in Horner form (|r| <= 0.347: truncation below
+ * 1e-7 relative), times 2^k; above 88.3 +inf (as expf past 88.72), so silu(x) and sigmoid(x) go to 0
+ * for very negative x, as the libm expressions do. */
+static inline __m256 exp8(__m256 x0) {
+    /* max / min return their second operand when either is NaN: a NaN input stays NaN */
+    const __m256 x = _mm256_min_ps(_mm256_set1_ps(88.3f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x0));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(k, _mm256_set1_ps(-0.693145752f), x);
+    r = _mm256_fmadd_ps(k, _mm256_set1_ps(-1.42860677e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(INFINITY),
+                            _mm256_cmp_ps(x0, _mm256_set1_ps(88.3f), _CMP_GT_OQ));
+}
+
+/* 1 / (1 + exp(-g)) */
+static inline __m256 sigm8(__m256 g) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+}
+
+/* g / (1 + exp(-g)) (times u) */
+static inline __m256 silu8(__m256 g, const float *u) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    return u ? _mm256_mul_ps(s, _mm256_loadu_ps(u)) : s;
+}
+
+static void silu_mul_avx2(float *y, const float *g, const float *u, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(g + i), u ? u + i : NULL));
+    if (i < n) { /* the tail through the same lanes (padding 0: silu(0) = 0, no traps) */
+        float gb[8] = {0}, ub[8] = {0}, yb[8];
+        for (int j = 0; j < n - i; j++) gb[j] = g[i + j], ub[j] = u ? u[i + j] : 0;
+        _mm256_storeu_ps(yb, silu8(_mm256_loadu_ps(gb), u ? ub : NULL));
+        for (int j = 0; j < n - i; j++) y[i + j] = yb[j];
+    }
+}
+
+static void sigmoid_mul_avx2(float *y, const float *g, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), sigm8(_mm256_loadu_ps(g + i))));
+    if (i < n) {
+        float gb[8] = {0}, yb[8] = {0};
+        for (int j = 0; j < n - i; j++) gb[j] = g[i + j], yb[j] = y[i + j];
+        _mm256_storeu_ps(yb, _mm256_mul_ps(_mm256_loadu_ps(yb), sigm8(_mm256_loadu_ps(gb))));
+        for (int j = 0; j < n - i; j++) y[i + j] = yb[j];
+    }
+}
+
 static const vec_ops avx2 = {"avx2",         dot_avx2,         axpy_avx2,    delta_avx2,
                              delta_hot_avx2, dot_f16_avx2,     axpy_f16_avx2, attn_scores_avx2,
-                             attn_mix_avx2};
+                             attn_mix_avx2,  silu_mul_avx2,    sigmoid_mul_avx2};
 
 const vec_ops *vec_avx2_table(void);
 const vec_ops *vec_avx2_table(void) { return &avx2; }

@@ -249,15 +249,78 @@ static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
     free(Kf), free(Kh), free(q), free(e1), free(e2), free(o1), free(o2);
 }
 
+/* The gates (silu_mul, sigmoid_mul) against double references. Bound: exp8's reduction leaves
+ * |r| <= 0.347 with an error of k * 2^-24 ulp-scale (ln 2 split so k * hi is exact), the degree-6
+ * Taylor remainder is < 1e-7 relative, and 1 + e, the division and the product by u round once
+ * each: a few ulp in all, so 1e-6 relative (8 ulp) plus 1e-35 absolute (below -87.3 exp(-x) is
+ * clamped: silu there is |x| e^x < 1e-35 and ours is as small). The portable table must be ops_silu /
+ * ops_sigmoid bit for bit, and every table must give an element the same bits whatever the call's
+ * n and the element's position (a row's gates in a prefill chunk and in a decode step). */
+static void check_gates(const vec_ops *v, rl_rng *rng) {
+    enum { N = 203 };
+    float g[N], u[N], y[N], y2[N];
+    static const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1.0f, -1.0f, 20.0f, -20.0f, 87.0f, -87.0f,
+                                    88.5f, -88.5f, 100.0f, -100.0f, 1e4f, -1e4f};
+    for (int i = 0; i < N; i++) {
+        const float sc = i % 3 == 0 ? 0.5f : i % 3 == 1 ? 4.0f : 30.0f;
+        g[i] = i < 16 ? special[i] : sc * rl_rng_normal(rng);
+        u[i] = rl_rng_normal(rng);
+    }
+    double worst = 0;
+    int bits = 0;
+    for (int mode = 0; mode < 3; mode++) { /* silu, silu * u, sigmoid * y */
+        check_poison(y, N);
+        if (mode == 2)
+            for (int i = 0; i < N; i++) y[i] = u[i];
+        if (mode == 0) v->silu_mul(y, g, NULL, N);
+        else if (mode == 1) v->silu_mul(y, g, u, N);
+        else v->sigmoid_mul(y, g, N);
+        for (int i = 0; i < N; i++) {
+            const double x = g[i], sg = 1.0 / (1.0 + exp(-x));
+            const double ref = mode == 0 ? x * sg : mode == 1 ? x * sg * u[i] : u[i] * sg;
+            const double e = fabs(y[i] - ref) / (fabs(ref) + 1e-35 / 1e-6);
+            if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+            if (v == vec_portable()) { /* the reference ops' expressions, bit for bit */
+                const float r = mode == 0 ? ops_silu(g[i]) : mode == 1 ? ops_silu(g[i]) * u[i] : u[i] * ops_sigmoid(g[i]);
+                bits += memcmp(&r, &y[i], 4) != 0;
+            }
+        }
+        /* every element the same bits from calls over sub-ranges (tails of every length, any offset)
+         * and in place (y aliasing g, or u) */
+        int moved = 0;
+        for (int off = 0; off < 11; off++)
+            for (int n = 1; n <= 19; n += 3) {
+                if (off + n > N) continue;
+                check_poison(y2, N);
+                if (mode == 2) memcpy(y2 + off, u + off, sizeof(float) * n);
+                if (mode == 0) memcpy(y2 + off, g + off, sizeof(float) * n), v->silu_mul(y2 + off, y2 + off, NULL, n);
+                else if (mode == 1) memcpy(y2 + off, u + off, sizeof(float) * n), v->silu_mul(y2 + off, g + off, y2 + off, n);
+                else v->sigmoid_mul(y2 + off, g + off, n);
+                moved += memcmp(y2 + off, y + off, sizeof(float) * n) != 0;
+            }
+        CHECK(moved == 0, "%s gate %d: %d sub-range calls differ from the whole call", v->name, mode, moved);
+    }
+    CHECK(worst < 1e-6, "%s gates: worst relative error %.3e (bound 1e-6)", v->name, worst);
+    /* a NaN input stays NaN (a poisoned activation must not turn finite in a gate) */
+    float gn[9], yn[9];
+    for (int i = 0; i < 9; i++) gn[i] = i == 3 || i == 8 ? NAN : 0.5f, yn[i] = 1.0f;
+    v->sigmoid_mul(yn, gn, 9);
+    CHECK(isnan(yn[3]) && isnan(yn[8]) && !isnan(yn[0]), "%s sigmoid_mul keeps NaN", v->name);
+    v->silu_mul(yn, gn, NULL, 9);
+    CHECK(isnan(yn[3]) && isnan(yn[8]) && !isnan(yn[0]), "%s silu_mul keeps NaN", v->name);
+    CHECK(bits == 0, "%s gates: %d values differ from ops_silu / ops_sigmoid", v->name, bits);
+}
+
 int main(void) {
     rl_rng rng;
     rl_rng_seed(&rng, 7);
     check_ops(vec_portable(), &rng);
     check_f16(vec_portable(), &rng);
     check_attn_blocks(vec_portable(), &rng);
-    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng);
+    check_gates(vec_portable(), &rng);
+    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, its table not checked\n");
-    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng);
+    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng);
     else printf("test_vec: AVX-512 not available, its table not checked\n");
     return check_done("test_vec");
 }
