@@ -150,7 +150,10 @@ KI void dotn_f32(const float *w, const float *x, size_t xs, int N, int64_t n, fl
         o[t * os] = s;
     }
 }
-KI void dotn_f16(const uint16_t *w, const uint16_t *x, size_t xs, int N, int64_t n, float *o, size_t os) {
+/* F16 weights; activations F16 (x16) or already widened to float (x32: the exact same values, so the
+ * same results; the batched kernel widens each activation row once instead of once per weight row) */
+KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size_t xs, int N, int64_t n, float *o,
+                  size_t os) {
     __m512 acc[F_NT][2];
     UNROLL for (int t = 0; t < N; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     int64_t i = 0;
@@ -158,12 +161,13 @@ KI void dotn_f16(const uint16_t *w, const uint16_t *x, size_t xs, int N, int64_t
         UNROLL for (int k = 0; k < 2; k++) {
             const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16 * k)));
             UNROLL for (int t = 0; t < N; t++)
-                acc[t][k] = _mm512_fmadd_ps(wv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + t * xs + i + 16 * k))),
+                acc[t][k] = _mm512_fmadd_ps(wv, x32 ? _mm512_loadu_ps(x32 + t * xs + i + 16 * k)
+                                                    : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x16 + t * xs + i + 16 * k))),
                                             acc[t][k]);
         }
     UNROLL for (int t = 0; t < N; t++) {
         float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
-        for (int64_t j = i; j < n; j++) s += h2f(w[j]) * h2f(x[t * xs + j]);
+        for (int64_t j = i; j < n; j++) s += h2f(w[j]) * (x32 ? x32[t * xs + j] : h2f(x16[t * xs + j]));
         o[t * os] = s;
     }
 }
@@ -189,7 +193,8 @@ KI void dotn_f32(const float *w, const float *x, size_t xs, int N, int64_t n, fl
         o[t * os] = s;
     }
 }
-KI void dotn_f16(const uint16_t *w, const uint16_t *x, size_t xs, int N, int64_t n, float *o, size_t os) {
+KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size_t xs, int N, int64_t n, float *o,
+                  size_t os) {
     __m256 acc[F_NT][4];
     UNROLL for (int t = 0; t < N; t++) UNROLL for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
     int64_t i = 0;
@@ -197,12 +202,13 @@ KI void dotn_f16(const uint16_t *w, const uint16_t *x, size_t xs, int N, int64_t
         UNROLL for (int k = 0; k < 4; k++) {
             const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8 * k)));
             UNROLL for (int t = 0; t < N; t++)
-                acc[t][k] = _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + t * xs + i + 8 * k))),
+                acc[t][k] = _mm256_fmadd_ps(wv, x32 ? _mm256_loadu_ps(x32 + t * xs + i + 8 * k)
+                                                    : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x16 + t * xs + i + 8 * k))),
                                             acc[t][k]);
         }
     UNROLL for (int t = 0; t < N; t++) {
         float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
-        for (int64_t j = i; j < n; j++) s += h2f(w[j]) * h2f(x[t * xs + j]);
+        for (int64_t j = i; j < n; j++) s += h2f(w[j]) * (x32 ? x32[t * xs + j] : h2f(x16[t * xs + j]));
         o[t * os] = s;
     }
 }
@@ -223,6 +229,10 @@ KI void dotn_q8_0(const blk_q8_0 *x, const uint8_t *act, size_t ab, int N, int64
         }
     }
     UNROLL for (int t = 0; t < N; t++) o[t * os] = hsum_f32(acc[t]);
+}
+
+KI void dotn_f16(const uint16_t *w, const uint16_t *x, size_t xs, int N, int64_t n, float *o, size_t os) {
+    dotn_f16a(w, x, NULL, xs, N, n, o, os);
 }
 
 static void mv_f32(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {
@@ -284,7 +294,43 @@ static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void
         }                                                                                            \
     }
 FLOAT_MATMUL(mm_f32, f32, float, F_NT, ab / sizeof(float), nc)
-FLOAT_MATMUL(mm_f16, f16, uint16_t, F_NT, ab / sizeof(uint16_t), nc)
+
+/* F16: each pass's activation rows are widened to float once (exact), then every weight row of the
+ * call runs over them (dotn_f16a: the same products and sums as from the halves, so the same bits as
+ * the mat-vec). Widening them again for every weight row cost one conversion per multiply-add: on
+ * Intel cores VCVTPH2PS (zmm) is two uops on the FMA ports, so 5 conversions per 4 FMAs left ~9
+ * multiply-adds per cycle, and a prompt's F16 router ran at ~32 GMAC/s on two threads of the AMX host
+ * (2026-12-03); now 1 per 4. Zen 4 converts cheaply: no change measured there (the 2-core VM, router
+ * stage 43-54 GMAC/s before and after); the host has not measured it yet. Rows wider than F16_MAXC keep
+ * the per-row widening. */
+#define F16_MAXC 4096
+static void mm_f16(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o,
+                   size_t ldo) {
+    const size_t xs = ab / sizeof(uint16_t);
+    if (nc > F16_MAXC) {
+        for (int64_t r = 0; r < nr; r++) {
+            const uint16_t *w = (const uint16_t *)((const uint8_t *)W + r * rb);
+            for (int t = 0; t < T; t++) dotn_f16(w, (const uint16_t *)((const uint8_t *)a + t * ab), xs, 1, nc, o + t * ldo + r, ldo);
+        }
+        return;
+    }
+    float buf[F_NT * F16_MAXC] __attribute__((aligned(64)));
+    for (int t = 0; t < T;) {
+        const int n = T - t >= F_NT ? F_NT : T - t >= 2 ? 2 : 1;
+        for (int k = 0; k < n; k++) {
+            const uint16_t *x = (const uint16_t *)((const uint8_t *)a + (size_t)(t + k) * ab);
+            for (int64_t j = 0; j < nc; j++) buf[(size_t)k * nc + j] = h2f(x[j]);
+        }
+        for (int64_t r = 0; r < nr; r++) { /* N a constant in each call, so its loops unroll */
+            const uint16_t *w = (const uint16_t *)((const uint8_t *)W + r * rb);
+            float *ot = o + (size_t)t * ldo + r;
+            if (n == F_NT) dotn_f16a(w, NULL, buf, (size_t)nc, F_NT, nc, ot, ldo);
+            else if (n == 2) dotn_f16a(w, NULL, buf, (size_t)nc, 2, nc, ot, ldo);
+            else dotn_f16a(w, NULL, buf, (size_t)nc, 1, nc, ot, ldo);
+        }
+        t += n;
+    }
+}
 FLOAT_MATMUL(mm_q8_0, q8_0, blk_q8_0, 8, ab, nc / 32)
 
 /* bf16 -> f32 is a 16-bit shift; products with FMA in 8 lanes x 2 */
