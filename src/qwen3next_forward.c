@@ -517,12 +517,14 @@ static void moe_combine_rows(void *arg, long lo, long hi) {
             for (int i = 0; i < D; i++) d += (double)L->sh_gate[i] * s->xn[(size_t)t * D + i];
             gate = ops_sigmoid((float)d);
         }
-        for (int i = 0; i < D; i++) {
-            double acc = 0;
-            for (int k = 0; k < K; k++) acc += (double)s->sel_w[t * K + k] * s->eo[(size_t)s->gidx[t * K + k] * D + i];
-            if (has_sh) acc += (double)gate * s->sh[(size_t)t * D + i];
-            s->y[(size_t)t * D + i] = (float)acc;
-        }
+        /* expert by expert over the row (vec axpy_d: 4 doubles a step); each element still adds its
+         * experts in selection order, then the shared expert, with the same roundings: the same sums */
+        double acc[OPS_MAX_ROW / 2]; /* D <= OPS_MAX_ROW / 2: the hparams table bounds embedding_length */
+        const vec_ops *v = vec_get();
+        for (int i = 0; i < D; i++) acc[i] = 0;
+        for (int k = 0; k < K; k++) v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D, D);
+        if (has_sh) v->axpy_d(acc, gate, s->sh + (size_t)t * D, D);
+        for (int i = 0; i < D; i++) s->y[(size_t)t * D + i] = (float)acc[i];
     }
 }
 

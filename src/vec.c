@@ -80,9 +80,14 @@ static void sigmoid_mul_portable(float *y, const float *g, int n) {
     for (int i = 0; i < n; i++) y[i] *= 1.0f / (1.0f + expf(-g[i])); /* ops_sigmoid */
 }
 
+static void axpy_d_portable(double *acc, double w, const float *x, int n) {
+    for (int i = 0; i < n; i++) acc[i] += w * (double)x[i];
+}
+
 static const vec_ops portable = {"portable",       dot_portable,        axpy_portable,    delta_portable,
                                  delta_portable,   dot_f16_portable,    axpy_f16_portable, attn_scores_portable,
-                                 attn_mix_portable, silu_mul_portable, sigmoid_mul_portable};
+                                 attn_mix_portable, silu_mul_portable, sigmoid_mul_portable,
+                                 axpy_d_portable};
 
 const vec_ops *vec_portable(void) { return &portable; }
 

@@ -47,6 +47,9 @@ typedef struct {
      * position or on n: a row's gates are the same bits in a prefill chunk and in a decode step. */
     void (*silu_mul)(float *y, const float *g, const float *u, int n);
     void (*sigmoid_mul)(float *y, const float *g, int n);
+    /* acc[i] += w * (double)x[i]: a double product then a double sum, each rounded once (no FMA), so
+     * every table gives the portable loop's bits — the reference path's MoE combine uses it too */
+    void (*axpy_d)(double *acc, double w, const float *x, int n);
 } vec_ops;
 
 /* The best implementation this CPU runs (initialised on first call, thread-safe after). */

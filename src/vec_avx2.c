@@ -359,9 +359,18 @@ static void sigmoid_mul_avx2(float *y, const float *g, int n) {
     }
 }
 
+static void axpy_d_avx2(double *acc, double w, const float *x, int n) {
+    const __m256d wv = _mm256_set1_pd(w);
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_mul_pd(wv, _mm256_cvtps_pd(_mm_loadu_ps(x + i)))));
+    for (; i < n; i++) acc[i] += w * (double)x[i];
+}
+
 static const vec_ops avx2 = {"avx2",         dot_avx2,         axpy_avx2,    delta_avx2,
                              delta_hot_avx2, dot_f16_avx2,     axpy_f16_avx2, attn_scores_avx2,
-                             attn_mix_avx2,  silu_mul_avx2,    sigmoid_mul_avx2};
+                             attn_mix_avx2,  silu_mul_avx2,    sigmoid_mul_avx2,
+                             axpy_d_avx2};
 
 const vec_ops *vec_avx2_table(void);
 const vec_ops *vec_avx2_table(void) { return &avx2; }

@@ -311,6 +311,26 @@ static void check_gates(const vec_ops *v, rl_rng *rng) {
     CHECK(bits == 0, "%s gates: %d values differ from ops_silu / ops_sigmoid", v->name, bits);
 }
 
+/* axpy_d: every table's bits are the portable loop's (a double product and a double sum, each rounded
+ * once), for every n (tails) and from a non-zero accumulator. */
+static void check_axpy_d(const vec_ops *v, rl_rng *rng) {
+    enum { N = 37 };
+    double a1[N], a2[N];
+    float x[N];
+    int bad = 0;
+    for (int n = 0; n <= N; n += n < 9 ? 1 : 7) {
+        /* w with a full double mantissa (a float w times a float x is exact in double) and accumulators
+         * near -w x: the sum cancels, so the product's own rounding shows (a fused multiply-add, which
+         * skips it, fails here) */
+        const double w = (double)rl_rng_normal(rng) + 1e-9 * (double)rl_rng_normal(rng);
+        for (int i = 0; i < N; i++) x[i] = rl_rng_normal(rng), a1[i] = a2[i] = -w * x[i] * (1 + 1e-3 * rl_rng_normal(rng));
+        vec_portable()->axpy_d(a1, w, x, n);
+        v->axpy_d(a2, w, x, n);
+        bad += memcmp(a1, a2, sizeof a1) != 0;
+    }
+    CHECK(bad == 0, "%s axpy_d: %d lengths differ from the portable loop", v->name, bad);
+}
+
 int main(void) {
     rl_rng rng;
     rl_rng_seed(&rng, 7);
@@ -318,9 +338,9 @@ int main(void) {
     check_f16(vec_portable(), &rng);
     check_attn_blocks(vec_portable(), &rng);
     check_gates(vec_portable(), &rng);
-    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng);
+    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng), check_axpy_d(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, its table not checked\n");
-    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng);
+    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng), check_axpy_d(vec_avx512(), &rng);
     else printf("test_vec: AVX-512 not available, its table not checked\n");
     return check_done("test_vec");
 }
