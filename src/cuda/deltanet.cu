@@ -28,9 +28,10 @@ __device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, i
 }
 
 // One token of the delta rule for state column s (DK = 32*KPL keys, KPL per lane):
-// S *= alpha; m = S.k; delta = beta (v - m); S += k delta; returns S.q   (CPU ops_delta_step)
+// S *= alpha; m = S.k; delta = beta (v - m); S += k delta; returns this lane's part of S.q (its KPL
+// keys, in double); delta_col below sums the lanes   (CPU ops_delta_step)
 template <int KPL>
-__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+__device__ __forceinline__ double delta_col_o(float *s, const float *q, const float *k, float v, float alpha, float beta) {
     double m = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
@@ -45,7 +46,11 @@ __device__ __forceinline__ float delta_col(float *s, const float *q, const float
         s[i] = s[i] + k[i] * delta;
         o += (double)s[i] * (double)q[i];
     }
-    return (float)warp_sumd(o);
+    return o;
+}
+template <int KPL>
+__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+    return (float)warp_sumd(delta_col_o<KPL>(s, q, k, v, alpha, beta));
 }
 
 // Gated RMSNorm of one value head (DPL per lane): o = (o * scale) * w, then * silu(z).
@@ -163,9 +168,9 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
     }
 }
 
-// ---- scan: warp per COLS state columns, the T rows in order, state in registers -------------
+// ---- scan: warp per state column, the T rows in order, state in registers ------------------
 //
-// A block's warps hold SCAN_NC columns of one value head, so they read the same q, k and
+// A block's SCAN_NC warps hold SCAN_NC columns of one value head, so they read the same q, k and
 // gates: the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory
 // with cp.async, the next chunk in flight while the warps step through the current one (the scan is
 // a chain of dependent steps: loads from global memory in that chain cost more than the math). The
@@ -173,41 +178,39 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 // 128 and C to a multiple of 32, so every block's SCAN_NC columns lie in one head and every copied
 // piece is 16-byte aligned.
 //
-// COLS (RL_CUDA_DN_SCAN_COLS=2 or 4; default 1): a block holds SCAN_NC = 8 columns in every case (the grid
-// stays hv * dv / 8 blocks, ~4 per SM at the 80B's 32 heads), in SCAN_NC / COLS warps: warp w holds columns
-// c0 + w + (SCAN_NC / COLS) * j (j < COLS), so q and k are widened to double once per row for all of them
-// (the compiler shares delta_col's conversions of the same registers across the unrolled columns). Why:
-// with a column per warp a step costs 16 float -> double conversions and 20 shuffles per column, and the
-// H200 issues conversions at 16 lanes per clock per SM: ~0.9 us per token step, 31 % of a Q4_K_M prefill
-// chunk (bench/results/2026-12-03-cuda-session17-h200.md). Session 18 measured COLS 2 / 4 with 8 warps
-// per block (16 / 32 columns, so a quarter of the blocks at 4: one per SM): 7 % / 17 % slower prompts; the
-// fixed 8 columns per block keep the blocks per SM. Each column's operations and lane mapping are
-// unchanged (delta_col): the same bits for every COLS.
-#define SCAN_NC 8 // state columns per block
+// A step is bound by its dependent chain (session 18: 2 or 4 columns per warp, whatever the block
+// shape, ran 1-17 % slower prompts, bench/results/2026-12-03-cuda-session18-h200.md; that variant is
+// gone): two double butterflies of 5 levels per step. DEFER (RL_CUDA_DN_SCAN_DEFER=1, opt-in; written in
+// session 18 after the GPU time was spent: compiled, not yet run) takes most of the output's butterfly
+// off the chain, since the next step does not need o: after its levels 16 and 8 the warp's lanes 0..7
+// hold the 8 distinct partial sums b_0..b_7, which go to shared memory; after each staged chunk lane r
+// finishes row r's levels 4, 2, 1 as ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)) — the tree the
+// butterfly forms at lane 0 (IEEE addition is commutative, so every lane's butterfly is that tree):
+// the same bits as delta_col.
+#define SCAN_NC 8 // state columns (warps) per block
 #define SCAN_ROWS 16
 template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
     float q[32 * KPL], k[32 * KPL], v[SCAN_NC], alpha, beta, pad[2];
 };
-template <int KPL, int COLS>
-__global__ void __launch_bounds__(SCAN_NC / COLS * 32)
+template <int KPL, bool DEFER>
+__global__ void __launch_bounds__(SCAN_NC * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
               float *snap, size_t stride, const int *row_slot) {
-    constexpr int NC = SCAN_NC, WARPS = SCAN_NC / COLS; // columns and warps of the block
     pdl_enter();
     __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
-    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * NC, w = threadIdx.x >> 5;
+    __shared__ double part[DEFER ? SCAN_NC : 1][DEFER ? SCAN_ROWS : 1][8]; // DEFER: b_0..b_7 per warp and row
+    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_NC, w = threadIdx.x >> 5, c = c0 + w;
     const int g = h / (d.hv / d.hk), dk = 32 * KPL;
-    float s[COLS][KPL];
+    float s[KPL];
+    {
+        const float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
-    for (int j = 0; j < COLS; j++) {
-        const float *S = ssm + ((size_t)h * d.dv + c0 + w + WARPS * j) * d.dk + lane * KPL;
-#pragma unroll
-        for (int i = 0; i < KPL; i++) s[j][i] = S[i];
+        for (int i = 0; i < KPL; i++) s[i] = S[i];
     }
     // copy rows t0 .. t0 + n - 1 into buffer b: q, k as 16-byte chunks (dk / 4 each), v, gates
     auto load = [&](int t0, int b) {
         const int n = min(SCAN_ROWS, T - t0), per = dk / 4; // chunks of q (and of k) per row
-        for (int e = threadIdx.x; e < n * 2 * per; e += WARPS * 32) {
+        for (int e = threadIdx.x; e < n * 2 * per; e += SCAN_NC * 32) {
             const int r = e / (2 * per), k2 = e % (2 * per), which = k2 / per, i = k2 % per;
             const float *src = u + (size_t)(t0 + r) * d.C + (size_t)(which ? d.hk + g : g) * dk + 4 * i;
             __pipeline_memcpy_async((which ? rows[b][r].k : rows[b][r].q) + 4 * i, src, 16);
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(SCAN_NC / COLS * 32)
         if (threadIdx.x < n) {
             const int r = threadIdx.x;
             const float *ut = u + (size_t)(t0 + r) * d.C + (size_t)2 * d.hk * dk + (size_t)h * d.dv + c0;
-            for (int j = 0; j < NC; j += 4) __pipeline_memcpy_async(rows[b][r].v + j, ut + j, 16);
+            for (int j = 0; j < SCAN_NC; j += 4) __pipeline_memcpy_async(rows[b][r].v + j, ut + j, 16);
             rows[b][r].alpha = ab[(size_t)(t0 + r) * 2 * d.hv + h];
             rows[b][r].beta = ab[(size_t)(t0 + r) * 2 * d.hv + d.hv + h];
         }
@@ -236,25 +239,34 @@ __global__ void __launch_bounds__(SCAN_NC / COLS * 32)
                 k[i] = R.k[lane * KPL + i];
             }
             const int t = t0 + r;
-#pragma unroll
-            for (int j = 0; j < COLS; j++) {
-                const int cl = w + WARPS * j, c = c0 + cl; // the column: local, in the head
-                const float out = delta_col<KPL>(s[j], q, k, R.v[cl], R.alpha, R.beta);
+            if constexpr (DEFER) {
+                double p = delta_col_o<KPL>(s, q, k, R.v[w], R.alpha, R.beta);
+                p += __shfl_xor_sync(FULL_MASK, p, 16); // warp_sumd's first two levels
+                p += __shfl_xor_sync(FULL_MASK, p, 8);
+                if (lane < 8) part[w][r][lane] = p;
+            } else {
+                const float out = delta_col<KPL>(s, q, k, R.v[w], R.alpha, R.beta);
                 if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
-                if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
-                    float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
+            }
+            if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
+                float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
-                    for (int i = 0; i < KPL; i++) sn[i] = s[j][i];
-                }
+                for (int i = 0; i < KPL; i++) sn[i] = s[i];
             }
         }
+        if constexpr (DEFER) { // the chunk's outputs: warp_sumd's levels 4, 2, 1 of each row
+            __syncwarp();
+            if (lane < n) {
+                const double *pb = part[w][lane];
+                const double e = ((pb[0] + pb[4]) + (pb[2] + pb[6])) + ((pb[1] + pb[5]) + (pb[3] + pb[7]));
+                o[(size_t)(t0 + lane) * d.hv * d.dv + (size_t)h * d.dv + c] = (float)e;
+            }
+            __syncwarp(); // part is rewritten by the next chunk
+        }
     }
+    float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
-    for (int j = 0; j < COLS; j++) {
-        float *S = ssm + ((size_t)h * d.dv + c0 + w + WARPS * j) * d.dk + lane * KPL;
-#pragma unroll
-        for (int i = 0; i < KPL; i++) S[i] = s[j][i];
-    }
+    for (int i = 0; i < KPL; i++) S[i] = s[i];
 }
 
 // ---- gated norm: warp per (row, value head) ------------------------------------------------
@@ -388,30 +400,23 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
     return 0;
 }
 
-// Columns per warp of the prefill scan: RL_CUDA_DN_SCAN_COLS = 1 (default), 2 or 4. Tuning only: the
-// same per-column arithmetic, the same bits (k_dn_scan).
-static int scan_cols() {
-    const int v = cu_env_int("RL_CUDA_DN_SCAN_COLS", 1);
-    return v == 2 || v == 4 ? v : 1;
-}
-
-template <int COLS>
+// RL_CUDA_DN_SCAN_DEFER=1: the output reduction off the step's chain (k_dn_scan). Tuning only: the
+// same bits.
+template <bool DEFER>
 static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
                     size_t stride, const int *row_slot, cudaStream_t s) {
     const dim3 grid(d->hv, d->dv / SCAN_NC);
-    const int nt = SCAN_NC / COLS * 32;
-    BY_PL(d->dk, (cu_go(k_dn_scan<1, COLS>, grid, nt, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<2, COLS>, grid, nt, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<4, COLS>, grid, nt, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    BY_PL(d->dk, (cu_go(k_dn_scan<1, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<2, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<4, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
 }
 
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
-    static const int cols = scan_cols();
-    if (cols == 4) scan_go<4>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
-    else if (cols == 2) scan_go<2>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
-    else scan_go<1>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    static const bool defer = cu_env_int("RL_CUDA_DN_SCAN_DEFER", 0) == 1;
+    if (defer) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    else scan_go<false>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
