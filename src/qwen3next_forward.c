@@ -213,38 +213,53 @@ static int attn_slice(const q3n_hparams *hp, int T, int nth) {
     return gs > VEC_ATTN_MAX_G ? 1 : gs;
 }
 
+/* Rows per item of the fast path: a prompt's consecutive rows share the K / V rows they read
+ * (vec_attn_rows_kv: each cached row read once for the tile's rows, every row's result its own), so
+ * long prompts take tiles of up to 4 rows; short batches (decode, verify) keep a row per item, which
+ * keeps their items numerous enough for the threads. */
+static int attn_rows(const q3n_hparams *hp, int T, int gs) {
+    (void)hp;
+    int rt = T >= 64 ? 4 : 1;
+    while (rt > 1 && rt * gs > VEC_ATTN_MAX_RG) rt /= 2;
+    return rt;
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const q3n_hparams *hp = &j->r->m->hp;
     int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
     int gs = j->r->fast ? attn_slice(hp, j->T, nth) : 1, ns = H / gs; /* slices per row */
+    const int rt = j->r->fast ? attn_rows(hp, j->T, gs) : 1;        /* rows per item */
     size_t kvw = (size_t)hp->n_head_kv * hd;
     const void *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
     const bool f16 = j->r->st->kv_f16;
     const float scale = 1.0f / sqrtf((float)hd);
-    const long n_items = (long)j->T * ns;
+    const long n_items = (long)((j->T + rt - 1) / rt) * ns;
     (void)ith;
     for (;;) {
         const long c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (c >= n_items) break;
         const long w = n_items - 1 - c;
-        int t = (int)(w / ns), h0 = (int)(w % ns) * gs;
+        int t = (int)(w / ns) * rt, h0 = (int)(w % ns) * gs, R = j->T - t < rt ? j->T - t : rt;
         const float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd;
         float *o = j->s->o + (size_t)t * H * hd + (size_t)h0 * hd;
         size_t kvoff = (size_t)(h0 / group) * hd;
         const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
         const void *Kh = (const char *)K + kvoff * eb, *Vh = (const char *)V + kvoff * eb;
         if (j->r->fast)
-            vec_attn_group_kv(vec_get(), q, 2 * (size_t)hd, gs, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o, hd);
+            vec_attn_rows_kv(vec_get(), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, j->pos + t + 1, kvw, hd,
+                             scale, o, (size_t)H * hd, hd);
         else
             ops_attn_head_kv(q, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o);
-        for (int g = 0; g < gs; g++) {
-            const float *gate = q + (size_t)g * 2 * hd + hd;
-            if (j->r->fast)
-                vec_get()->sigmoid_mul(o + (size_t)g * hd, gate, hd);
-            else
-                for (int i = 0; i < hd; i++) o[(size_t)g * hd + i] *= ops_sigmoid(gate[i]);
-        }
+        for (int r = 0; r < R; r++)
+            for (int g = 0; g < gs; g++) {
+                const float *gate = q + (size_t)r * 2 * H * hd + (size_t)g * 2 * hd + hd;
+                float *og = o + (size_t)r * H * hd + (size_t)g * hd;
+                if (j->r->fast)
+                    vec_get()->sigmoid_mul(og, gate, hd);
+                else
+                    for (int i = 0; i < hd; i++) og[i] *= ops_sigmoid(gate[i]);
+            }
     }
 }
 

@@ -135,6 +135,22 @@ void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, con
     vec_attn_group_kv(v, q, qstride, G, K, V, false, n_kv, stride, hd, scale, out, ostride);
 }
 
+/* The softmax step of one (row, head) over a block's nb scores: vec_attn_group_kv's, shared */
+static void attn_block_softmax(float *e, int nb, float *m, float *l, float *o, int hd) {
+    float bm = e[0];
+    for (int p = 1; p < nb; p++) bm = e[p] > bm ? e[p] : bm;
+    if (bm > *m) { /* rescale what was accumulated under the old max */
+        const float c = expf(*m - bm);
+        for (int j = 0; j < hd; j++) o[j] *= c;
+        *l *= c;
+        *m = bm;
+    }
+    for (int p = 0; p < nb; p++) {
+        e[p] = expf(e[p] - *m);
+        *l += e[p];
+    }
+}
+
 void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
                        bool f16, int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride) {
     float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];
@@ -148,21 +164,7 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
         const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
         v->attn_scores(q, qstride, G, (const char *)K + (size_t)p0 * stride * eb, f16, stride, nb, hd, scale, &e[0][0],
                        VEC_ATTN_BLOCK);
-        for (int g = 0; g < G; g++) {
-            float bm = e[g][0];
-            for (int p = 1; p < nb; p++) bm = e[g][p] > bm ? e[g][p] : bm;
-            if (bm > m[g]) { /* rescale what was accumulated under the old max */
-                const float c = expf(m[g] - bm);
-                float *o = out + (size_t)g * ostride;
-                for (int j = 0; j < hd; j++) o[j] *= c;
-                l[g] *= c;
-                m[g] = bm;
-            }
-            for (int p = 0; p < nb; p++) {
-                e[g][p] = expf(e[g][p] - m[g]);
-                l[g] += e[g][p];
-            }
-        }
+        for (int g = 0; g < G; g++) attn_block_softmax(e[g], nb, &m[g], &l[g], out + (size_t)g * ostride, hd);
         v->attn_mix(out, ostride, G, &e[0][0], VEC_ATTN_BLOCK, (const char *)V + (size_t)p0 * stride * eb, f16, stride, nb,
                     hd);
     }
@@ -171,4 +173,53 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
         float *o = out + (size_t)g * ostride;
         for (int j = 0; j < hd; j++) o[j] *= inv;
     }
+}
+
+void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G, const void *K,
+                      const void *V, bool f16, int n_kv0, size_t stride, int hd, float scale, float *out, size_t orow,
+                      size_t ostride) {
+    const int RG = R * G;
+    if (R == 1 || RG > VEC_ATTN_MAX_RG || hd > VEC_ATTN_ROWS_HD) {
+        for (int r = 0; r < R; r++)
+            vec_attn_group_kv(v, q + (size_t)r * qrow, qstride, G, K, V, f16, n_kv0 + r, stride, hd, scale,
+                              out + (size_t)r * orow, ostride);
+        return;
+    }
+    /* the R x G queries and outputs contiguous (one stride), so the table's tiles take them as RG heads */
+    float qb[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
+    float ob[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
+    float m[VEC_ATTN_MAX_RG], l[VEC_ATTN_MAX_RG], e[VEC_ATTN_MAX_RG][VEC_ATTN_BLOCK];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) {
+            memcpy(qb + (size_t)(r * G + g) * hd, q + (size_t)r * qrow + (size_t)g * qstride, sizeof(float) * (size_t)hd);
+            m[r * G + g] = -INFINITY, l[r * G + g] = 0;
+        }
+    memset(ob, 0, sizeof(float) * (size_t)RG * hd);
+    const int n_last = n_kv0 + R - 1; /* the longest row's positions */
+    const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float);
+    for (int p0 = 0; p0 < n_last; p0 += VEC_ATTN_BLOCK) {
+        const int nbmax = n_last - p0 < VEC_ATTN_BLOCK ? n_last - p0 : VEC_ATTN_BLOCK;
+        const char *Kb = (const char *)K + (size_t)p0 * stride * eb, *Vb = (const char *)V + (size_t)p0 * stride * eb;
+        /* scores of every row over the longest row's positions (a score does not depend on the tile;
+         * a row ignores the ones past its own length) */
+        v->attn_scores(qb, (size_t)hd, RG, Kb, f16, stride, nbmax, hd, scale, &e[0][0], VEC_ATTN_BLOCK);
+        const bool same = n_kv0 - p0 >= nbmax; /* every row has the whole block */
+        for (int r = 0; r < R; r++) {
+            const int nr = n_kv0 + r - p0 < VEC_ATTN_BLOCK ? n_kv0 + r - p0 : VEC_ATTN_BLOCK;
+            if (nr <= 0) continue; /* this row ended before the block */
+            for (int g = 0; g < G; g++) {
+                const int k = r * G + g;
+                attn_block_softmax(e[k], nr, &m[k], &l[k], ob + (size_t)k * hd, hd);
+            }
+            if (!same) v->attn_mix(ob + (size_t)r * G * hd, (size_t)hd, G, e[r * G], VEC_ATTN_BLOCK, Vb, f16, stride, nr, hd);
+        }
+        if (same) v->attn_mix(ob, (size_t)hd, RG, &e[0][0], VEC_ATTN_BLOCK, Vb, f16, stride, nbmax, hd);
+    }
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) {
+            const int k = r * G + g;
+            const float inv = 1.0f / l[k];
+            float *o = out + (size_t)r * orow + (size_t)g * ostride;
+            for (int j = 0; j < hd; j++) o[j] = ob[(size_t)k * hd + j] * inv;
+        }
 }

@@ -78,4 +78,15 @@ void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, con
  * of an f32 cache holding the widened halves. */
 void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
                        bool f16, int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride);
+/* Prefill: R consecutive query rows at once, row r (r < R) with its G heads at q + r*qrow (+ g*qstride)
+ * attending to n_kv0 + r positions, its outputs at out + r*orow (+ g*ostride). Each K and V row is
+ * read once for all R x G heads where the rows share a block, so long prompts move R times fewer
+ * cache bytes; every row's result is that of vec_attn_group_kv on it alone, bit for bit (the same
+ * blocks, scores, softmax steps and per-output update order; tests/c/test_vec.c). R * G <=
+ * VEC_ATTN_MAX_RG and hd <= VEC_ATTN_ROWS_HD, else the rows go one at a time. */
+#define VEC_ATTN_MAX_RG 32
+#define VEC_ATTN_ROWS_HD 256
+void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G, const void *K,
+                      const void *V, bool f16, int n_kv0, size_t stride, int hd, float scale, float *out, size_t orow,
+                      size_t ostride);
 #endif

@@ -311,6 +311,43 @@ static void check_gates(const vec_ops *v, rl_rng *rng) {
     CHECK(bits == 0, "%s gates: %d values differ from ops_silu / ops_sigmoid", v->name, bits);
 }
 
+/* vec_attn_rows_kv: R query rows at once equal R calls of vec_attn_group_kv bit for bit, for lengths
+ * around the block edges (a row ending just before, at and after one; the rows straddling one), f32 and
+ * f16 caches, head groups of 1 to 8 and 2 to 4 rows (R x G up to 32), outputs poisoned before. */
+static void check_attn_rows(const vec_ops *v, rl_rng *rng) {
+    enum { HD = 64, NKV = 2, MAXP = 270, MAXR = 4, MAXG = 8 };
+    const size_t stride = (size_t)NKV * HD; /* one cached row: 2 KV heads */
+    float *Kf = malloc(sizeof(float) * MAXP * stride), *Vf = malloc(sizeof(float) * MAXP * stride);
+    uint16_t *Kh = malloc(sizeof(uint16_t) * MAXP * stride), *Vh = malloc(sizeof(uint16_t) * MAXP * stride);
+    for (size_t i = 0; i < MAXP * stride; i++) {
+        Kf[i] = rl_rng_normal(rng), Vf[i] = rl_rng_normal(rng);
+        Kh[i] = rl_fp32_to_fp16(rl_rng_normal(rng)), Vh[i] = rl_fp32_to_fp16(rl_rng_normal(rng));
+    }
+    const size_t qrow = 2 * (size_t)MAXG * HD + 8, orow = (size_t)MAXG * HD + 4; /* odd row strides */
+    float *q = malloc(sizeof(float) * MAXR * qrow), *o1 = malloc(sizeof(float) * MAXR * orow), *o2 = malloc(sizeof(float) * MAXR * orow);
+    for (size_t i = 0; i < MAXR * qrow; i++) q[i] = rl_rng_normal(rng);
+    static const int lens[] = {1, 5, 126, 127, 128, 129, 200, 254, 255, 256, 257};
+    int bad = 0, cases = 0;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int G = 1; G <= MAXG; G *= 2)
+            for (int R = 2; R <= MAXR; R++)
+                for (int il = 0; il < 11; il++) {
+                    const void *K = f16 ? (const void *)(Kh + HD) : (const void *)(Kf + HD); /* KV head 1 */
+                    const void *V = f16 ? (const void *)(Vh + HD) : (const void *)(Vf + HD);
+                    check_poison(o1, MAXR * orow);
+                    check_poison(o2, MAXR * orow);
+                    vec_attn_rows_kv(v, q, qrow, R, 2 * HD, G, K, V, f16, lens[il], stride, HD, 0.125f, o1, orow, HD);
+                    for (int r = 0; r < R; r++)
+                        vec_attn_group_kv(v, q + r * qrow, 2 * HD, G, K, V, f16, lens[il] + r, stride, HD, 0.125f,
+                                          o2 + r * orow, HD);
+                    for (int r = 0; r < R; r++)
+                        bad += memcmp(o1 + r * orow, o2 + r * orow, sizeof(float) * (size_t)G * HD) != 0;
+                    cases += R;
+                }
+    CHECK(bad == 0, "%s attention rows: %d of %d rows differ from row-at-a-time", v->name, bad, cases);
+    free(Kf), free(Vf), free(Kh), free(Vh), free(q), free(o1), free(o2);
+}
+
 /* axpy_d: every table's bits are the portable loop's (a double product and a double sum, each rounded
  * once), for every n (tails) and from a non-zero accumulator. */
 static void check_axpy_d(const vec_ops *v, rl_rng *rng) {
@@ -338,9 +375,12 @@ int main(void) {
     check_f16(vec_portable(), &rng);
     check_attn_blocks(vec_portable(), &rng);
     check_gates(vec_portable(), &rng);
-    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng), check_axpy_d(vec_avx2(), &rng);
+    check_attn_rows(vec_portable(), &rng);
+    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng), check_axpy_d(vec_avx2(), &rng),
+                      check_attn_rows(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, its table not checked\n");
-    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng), check_axpy_d(vec_avx512(), &rng);
+    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng), check_axpy_d(vec_avx512(), &rng),
+                        check_attn_rows(vec_avx512(), &rng);
     else printf("test_vec: AVX-512 not available, its table not checked\n");
     return check_done("test_vec");
 }
