@@ -84,7 +84,7 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
  * cache bytes; every row's result is that of vec_attn_group_kv on it alone, bit for bit (the same
  * blocks, scores, softmax steps and per-output update order; tests/c/test_vec.c). R * G <=
  * VEC_ATTN_MAX_RG and hd <= VEC_ATTN_ROWS_HD, else the rows go one at a time. */
-#define VEC_ATTN_MAX_RG 32
+#define VEC_ATTN_MAX_RG 64
 #define VEC_ATTN_ROWS_HD 256
 void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G, const void *K,
                       const void *V, bool f16, int n_kv0, size_t stride, int hd, float scale, float *out, size_t orow,
