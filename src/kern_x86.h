@@ -294,6 +294,7 @@ static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void
         }                                                                                            \
     }
 FLOAT_MATMUL(mm_f32, f32, float, F_NT, ab / sizeof(float), nc)
+FLOAT_MATMUL(mm_f16_halves, f16, uint16_t, F_NT, ab / sizeof(uint16_t), nc) /* mm_f16's rows past F16_MAXC */
 
 /* F16: each pass's activation rows are widened to float once (exact), then every weight row of the
  * call runs over them (dotn_f16a: the same products and sums as from the halves, so the same bits as
@@ -302,16 +303,12 @@ FLOAT_MATMUL(mm_f32, f32, float, F_NT, ab / sizeof(float), nc)
  * multiply-adds per cycle, and a prompt's F16 router ran at ~32 GMAC/s on two threads of the AMX host
  * (2026-12-03); now 1 per 4. Zen 4 converts cheaply: no change measured there (the 2-core VM, router
  * stage 43-54 GMAC/s before and after); the host has not measured it yet. Rows wider than F16_MAXC keep
- * the per-row widening. */
+ * the kernel that widens per weight row (mm_f16_halves, the other float kernels' loops). */
 #define F16_MAXC 4096
 static void mm_f16(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o,
                    size_t ldo) {
-    const size_t xs = ab / sizeof(uint16_t);
     if (nc > F16_MAXC) {
-        for (int64_t r = 0; r < nr; r++) {
-            const uint16_t *w = (const uint16_t *)((const uint8_t *)W + r * rb);
-            for (int t = 0; t < T; t++) dotn_f16(w, (const uint16_t *)((const uint8_t *)a + t * ab), xs, 1, nc, o + t * ldo + r, ldo);
-        }
+        mm_f16_halves(W, rb, nr, nc, a, ab, T, o, ldo);
         return;
     }
     float buf[F_NT * F16_MAXC] __attribute__((aligned(64)));

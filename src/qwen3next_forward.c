@@ -218,8 +218,7 @@ static int attn_slice(const q3n_hparams *hp, int T, int nth) {
  * long prompts take tiles of up to 8 rows (VM, cf2, 8K prompt: attention core 1.47 -> 0.96 ms per token
  * with 4, 0.78-0.83 with 8); short batches (decode, verify) keep a row per item, which
  * keeps their items numerous enough for the threads. */
-static int attn_rows(const q3n_hparams *hp, int T, int gs) {
-    (void)hp;
+static int attn_rows(int T, int gs) {
     int rt = T >= 64 ? 8 : 1;
     while (rt > 1 && rt * gs > VEC_ATTN_MAX_RG) rt /= 2;
     return rt;
@@ -230,7 +229,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     const q3n_hparams *hp = &j->r->m->hp;
     int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
     int gs = j->r->fast ? attn_slice(hp, j->T, nth) : 1, ns = H / gs; /* slices per row */
-    const int rt = j->r->fast ? attn_rows(hp, j->T, gs) : 1;        /* rows per item */
+    const int rt = j->r->fast ? attn_rows(j->T, gs) : 1;        /* rows per item */
     size_t kvw = (size_t)hp->n_head_kv * hd;
     const void *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
     const bool f16 = j->r->st->kv_f16;
