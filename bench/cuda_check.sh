@@ -99,6 +99,7 @@ has ops && RL_CUDA_MMQ_RS=1 run ops-mmq-rs1 120 $B/tests/test_cuda_ops # 2 row s
 has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct weight loads (the default stages decode rows in shared memory)
 has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
 has ops && RL_CUDA_ROUTER_TOPK=butterfly run ops-router-butterfly 120 $B/tests/test_cuda_ops # the router top-k's previous (butterfly) picks
+has ops && RL_CUDA_DN_SCAN_DEFER=0 run ops-scan-chained 120 $B/tests/test_cuda_ops # the prefill scan with the output reduction on the step's chain
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine

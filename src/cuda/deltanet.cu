@@ -180,13 +180,14 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 //
 // A step is bound by its dependent chain (session 18: 2 or 4 columns per warp, whatever the block
 // shape, ran 1-17 % slower prompts, bench/results/2026-12-03-cuda-session18-h200.md; that variant is
-// gone): two double butterflies of 5 levels per step. DEFER (RL_CUDA_DN_SCAN_DEFER=1, opt-in; written in
-// session 18 after the GPU time was spent: compiled, not yet run) takes most of the output's butterfly
-// off the chain, since the next step does not need o: after its levels 16 and 8 the warp's lanes 0..7
-// hold the 8 distinct partial sums b_0..b_7, which go to shared memory; after each staged chunk lane r
-// finishes row r's levels 4, 2, 1 as ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)) — the tree the
-// butterfly forms at lane 0 (IEEE addition is commutative, so every lane's butterfly is that tree):
-// the same bits as delta_col.
+// gone): two double butterflies of 5 levels per step. DEFER (the default since session 19;
+// RL_CUDA_DN_SCAN_DEFER=0 for the chained reduction) takes most of the output's butterfly off the
+// chain, since the next step does not need o: after its levels 16 and 8 the warp's lanes 0..7 hold the
+// 8 distinct partial sums b_0..b_7, which go to shared memory; after each staged chunk lane r finishes
+// row r's levels 4, 2, 1 as ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)) — the tree the butterfly
+// forms at lane 0 (IEEE addition is commutative, so every lane's butterfly is that tree): the same
+// bits as delta_col (every CUDA test passed under both, session 19; prompt +2-3 %,
+// bench/results/2026-12-03-cuda-session19-h200.md).
 #define SCAN_NC 8 // state columns (warps) per block
 #define SCAN_ROWS 16
 template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
@@ -400,8 +401,8 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
     return 0;
 }
 
-// RL_CUDA_DN_SCAN_DEFER=1: the output reduction off the step's chain (k_dn_scan). Tuning only: the
-// same bits.
+// The output reduction off the step's chain (k_dn_scan; RL_CUDA_DN_SCAN_DEFER=0: on it). Tuning
+// only: the same bits.
 template <bool DEFER>
 static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
                     size_t stride, const int *row_slot, cudaStream_t s) {
@@ -414,7 +415,7 @@ static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float 
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
                                float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
-    static const bool defer = cu_env_int("RL_CUDA_DN_SCAN_DEFER", 0) == 1;
+    static const bool defer = cu_env_int("RL_CUDA_DN_SCAN_DEFER", 1) != 0;
     if (defer) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     else scan_go<false>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     CU_LAUNCHED("k_dn_scan");
