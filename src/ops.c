@@ -78,7 +78,7 @@ static struct {
     pool *p;   /* the pool the products ran on (profiling switched on at its first product) */
     int nth;
     double t0, t1;
-    double wall[OC_N], busy[OC_N], busy_max[OC_N], quant[OC_N], macs[OC_N];
+    double wall[OC_N], busy[OC_N], busy_max[OC_N], quant[OC_N], macs[OC_N], bytes[OC_N]; /* bytes: weights read */
     long calls[OC_N];
     double inline_wall;       /* products and quantisations run on the calling thread alone */
     double pool_mm_wall;      /* pool_run time of products and their quantisation */
@@ -153,18 +153,18 @@ void ops_prof_print(FILE *f, const char *title, double per) {
     const double tot = g_prof.t1 - g_prof.t0, k = 1e3 / per;
     const int nth = g_prof.nth ? g_prof.nth : 1;
     fprintf(f, "\nprofile: %s, products and threads (%d threads, %.3f ms per token)\n", title, nth, tot * k);
-    fprintf(f, "  %-26s %6s %9s %6s %8s %7s %9s %9s %8s\n", "stage", "calls", "ms/token", "%", "GMAC/s", "busy%",
-            "imbal ms", "dispat ms", "quant ms");
+    fprintf(f, "  %-26s %6s %9s %6s %8s %7s %9s %9s %8s %7s\n", "stage", "calls", "ms/token", "%", "GMAC/s", "busy%",
+            "imbal ms", "dispat ms", "quant ms", "GB/s");
     double mm = 0;
     for (int c = 0; c < OC_N; c++) {
         if (!g_prof.calls[c]) continue;
         const double w = g_prof.wall[c] + g_prof.quant[c];
         mm += w;
-        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f\n", oc_names[c], g_prof.calls[c], w * k,
-                100 * w / tot, g_prof.macs[c] / (g_prof.wall[c] > 0 ? g_prof.wall[c] : 1) / 1e9,
+        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f %7.1f\n", oc_names[c], g_prof.calls[c],
+                w * k, 100 * w / tot, g_prof.macs[c] / (g_prof.wall[c] > 0 ? g_prof.wall[c] : 1) / 1e9,
                 g_prof.wall[c] > 0 ? 100 * g_prof.busy[c] / (nth * g_prof.wall[c]) : 0,
                 (g_prof.busy_max[c] - g_prof.busy[c] / nth) * k, (g_prof.wall[c] - g_prof.busy_max[c]) * k,
-                g_prof.quant[c] * k);
+                g_prof.quant[c] * k, g_prof.bytes[c] / (w > 0 ? w : 1) / 1e9);
     }
     const pool_stat *pt = &g_prof.pool_total;
     double other = pt->wall - g_prof.pool_mm_wall, inl = 0, labelled = 0;
@@ -345,6 +345,7 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         g_prof.calls[pc]++;
         g_prof.wall[pc] += dt;
         g_prof.macs[pc] += (double)work;
+        for (int i = 0; i < n_tasks; i++) g_prof.bytes[pc] += (double)tasks[i].W->row_bytes * (double)tasks[i].W->n_out;
         if (work < 32768 || !p) {
             g_prof.busy[pc] += dt; /* one thread busy, the others idle */
             g_prof.busy_max[pc] += dt;

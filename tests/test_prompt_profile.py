@@ -1,10 +1,13 @@
-"""`redlite bench --prompt N --profile`: the prompt's products-and-threads table (ops_prof, pool_prof).
+"""`redlite bench --prompt N --profile`: the decode's and the prompt's products-and-threads tables
+(ops_prof, pool_prof).
 
 A synthetic model (tiny preset at 64 experts top-8, so the prompt's row loops are split over the
 threads) is benchmarked with 2 threads; the text output must end with the table: one row per class of
 product that ran (DeltaNet projections, experts gate+up, ...), the labelled loops between them
 (norms, DeltaNet conv and recurrence, MoE routing, ...), then the totals, whose shares must add up to
-the whole prompt (products + other parallel jobs + the labelled inline parts + serial = 100 %).
+the whole prompt (products + other parallel jobs + the labelled inline parts + serial = 100 %). The
+decode table (printed after the decode stages) must add up the same way, and every product class of
+both tables reports the weight bytes it read per second (GB/s column).
 The build is build/redlite (override with REDLITE_BIN).
 """
 import os
@@ -24,15 +27,31 @@ def test_prompt_profile_table(tmp_path):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "profile: prompt of 128 tokens, products and threads (2 threads" in out, out[-3000:]
-    table = out[out.index("products and threads"):]
-    rows = {}
+    assert "profile: decode, products and threads (2 threads" in out, out[-3000:]
+    # the decode table comes first (after the decode stages), then the prompt's
+    dec = out[out.index("profile: decode, products and threads"):]
+    dec = dec[:dec.index("\nprofile: ")]
+    check_table(out[out.index("profile: prompt of 128 tokens, products and threads"):], "products, all")
+    check_table(dec, "products, all", decode=True)
+
+
+def check_table(table, *_, decode=False):
+    """One products-and-threads table: its rows, the shares adding up to the whole, GB/s of the products."""
+    rows, gbs = {}, {}
     for line in table.splitlines()[2:]:
         m = re.match(r"^  (\S.*?)\s{2,}(\d+)?\s*([\d.]+)\s+([\d.]+)%", line)
         if m:
             rows[m.group(1).strip()] = (float(m.group(3)), float(m.group(4)))
-    for stage in ("deltanet projections", "experts gate+up (+shared)", "experts down (+shared)", "moe router",
-                  "deltanet recurrence", "deltanet conv", "moe routing", "norms+residuals", "attention core",
-                  "products, all", "other parallel jobs", "serial"):
+        # a product class: calls, ms, %, GMAC/s, busy %, imbalance, dispatch, quantisation, weight GB/s
+        p = re.match(r"^  (\S.*?)\s{2,}\d+\s+[\d.]+\s+[\d.]+%\s+[\d.]+\s+[\d.]+%(\s+-?[\d.]+){4}$", line)
+        if p:
+            gbs[p.group(1).strip()] = float(line.split()[-1])
+    stages = ["deltanet projections", "experts gate+up (+shared)", "experts down (+shared)", "moe router",
+              "deltanet recurrence", "deltanet conv", "moe routing", "norms+residuals", "attention core",
+              "products, all", "other parallel jobs", "serial"]
+    if decode:
+        stages.append("output head")  # a prompt's head runs on its last row only; decode's on every token
+    for stage in stages:
         assert stage in rows, f"{stage} missing:\n{table}"
     # the labelled inline parts: "(on the calling thread alone: X)" in ms per token
     inl = sum(float(x) for x in re.findall(r"on the calling thread alone: ([\d.]+)\)", table))
@@ -40,3 +59,5 @@ def test_prompt_profile_table(tmp_path):
     total = float(re.search(r"products and threads \(2 threads, ([\d.]+) ms per token\)", table).group(1))
     assert abs(ms - total) <= 0.02 * total + 0.01, (ms, total, table)
     assert rows["products, all"][0] > 0 and rows["serial"][1] < 50, table
+    # every product class read its weights at a plausible rate (bytes counted, time > 0)
+    assert len(gbs) > 5 and all(0 < v < 10000 for v in gbs.values()), (gbs, table)

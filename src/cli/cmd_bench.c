@@ -392,6 +392,10 @@ int cmd_bench(int argc, char **argv) {
     }
 
     engine_snapshot *snap = NULL;
+    const bool cpu = !strcmp(engine_backend_name(b.e), "cpu");
+    FILE *dec_ops = NULL; /* the decode products profile, printed after the decode stages */
+    char *dec_ops_txt = NULL;
+    size_t dec_ops_len = 0;
     token_bytes tb;
     count_bytes(b.e, &tb);
     decode_res dec[2] = {{0}};
@@ -412,7 +416,7 @@ int cmd_bench(int argc, char **argv) {
     if (!have_mem) rl_clearerr();
     const bool amx = kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON; /* AMX tiles in use */
     char path[96];
-    if (!strcmp(engine_backend_name(b.e), "cpu"))
+    if (cpu)
         snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
     else /* the state format names the attention arithmetic where it is the backend's choice */
         snprintf(path, sizeof path, "device%s",
@@ -492,7 +496,20 @@ int cmd_bench(int argc, char **argv) {
         prof_begin(b.S, &ppre);
         if (n_prompts && prefill_run(&b, prompts[0], &ppre) < 0) goto fail;
         prof_end(b.S);
-        /* the products and threads of a prompt without the observers (they make DeltaNet run row by row) */
+        /* the products and threads of decode (CPU: written now, printed after the decode stages) and
+         * of a prompt, without the observers (they make DeltaNet run row by row) */
+        if (cpu && !json) {
+            dec_ops = open_memstream(&dec_ops_txt, &dec_ops_len);
+            ops_prof_begin();
+            engine_reset(b.c);
+            if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
+            ops_prof_end();
+            if (dec_ops) {
+                ops_prof_print(dec_ops, "decode", (double)n_decode);
+                fclose(dec_ops);
+                dec_ops = NULL;
+            }
+        }
         ops_prof_begin();
         if (n_prompts && prefill_run(&b, prompts[0], NULL) < 0) goto fail;
         ops_prof_end();
@@ -611,11 +628,12 @@ int cmd_bench(int argc, char **argv) {
             rl_clearerr();
         if (profile) {
             print_profile("decode", &pdec, (double)n_decode, &tb, NULL);
+            if (dec_ops_txt) fputs(dec_ops_txt, stdout);
             if (n_prompts) {
                 char t[64];
                 snprintf(t, sizeof t, "prompt of %d tokens", prompts[0]);
                 print_profile(t, &ppre, (double)prompts[0], NULL, NULL);
-                if (!strcmp(engine_backend_name(b.e), "cpu")) ops_prof_print(stdout, t, (double)prompts[0]);
+                if (cpu) ops_prof_print(stdout, t, (double)prompts[0]);
             }
         }
     }
@@ -624,6 +642,8 @@ int cmd_bench(int argc, char **argv) {
 fail:
     cli_fail("bench", 1, "%s", rl_lasterr());
 done:
+    if (dec_ops) fclose(dec_ops);
+    free(dec_ops_txt);
     engine_snapshot_free(snap);
     session_free(b.S);
     session_model_close(b.m);
