@@ -181,7 +181,7 @@ static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     if (!dm || !inv_freq) goto fail;
     dm->m = m;
     dm->experts = experts;
-    /* RoPE inverse frequencies exactly as the CPU reference computes them (ops_rope_neox) */
+    /* RoPE inverse frequencies exactly as the CPU reference computes them (ops_rope_table) */
     for (int i = 0; i < hp->n_rot / 2; i++)
         inv_freq[i] = (float)(1.0 / pow((double)hp->rope_base, (double)(2 * i) / (double)hp->n_rot));
     double t0 = rl_now();

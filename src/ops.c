@@ -408,16 +408,21 @@ void ops_l2norm(float *x, int n, float eps) {
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
-void ops_rope_neox(float *x, int n_rot, int pos, float base) {
-    int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
+void ops_rope_table(int n_rot, int pos, float base, float *c, float *s) {
+    for (int i = 0; i < n_rot / 2; i++) {
         /* inv_freq in float32 as the reference computes it: base^(-(2i)/n_rot) */
         float inv_freq = (float)(1.0 / pow((double)base, (double)(2 * i) / (double)n_rot));
         float theta = (float)pos * inv_freq;
-        float c = cosf(theta), s = sinf(theta);
+        c[i] = cosf(theta), s[i] = sinf(theta);
+    }
+}
+
+void ops_rope_apply(float *x, int n_rot, const float *c, const float *s) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
         float a = x[i], b = x[i + half];
-        x[i] = a * c - b * s;
-        x[i + half] = b * c + a * s;
+        x[i] = a * c[i] - b * s[i];
+        x[i + half] = b * c[i] + a * s[i];
     }
 }
 

@@ -95,9 +95,12 @@ void ops_run(pool *p, pool_fn fn, void *ctx, const char *label);
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 /* x = x / sqrt(sum(x^2) + eps)  (the Hugging Face l2norm of Gated DeltaNet). */
 void ops_l2norm(float *x, int n, float eps);
-/* NeoX ("rotate half") RoPE on dims [0, n_rot) of one head: pairs (i, i + n_rot/2),
- * theta_i = pos * base^(-2i/n_rot). Dims >= n_rot untouched. */
-void ops_rope_neox(float *x, int n_rot, int pos, float base);
+/* NeoX ("rotate half") RoPE on dims [0, n_rot) of a head: pairs (i, i + n_rot/2),
+ * theta_i = pos * base^(-2i/n_rot); dims >= n_rot untouched. ops_rope_table fills c[i] = cos theta_i,
+ * s[i] = sin theta_i (i < n_rot/2) for pos, once for all the heads of a position (libm's cosf/sinf
+ * cost ~1 us a head); ops_rope_apply rotates one head with them. */
+void ops_rope_table(int n_rot, int pos, float base, float *c, float *s);
+void ops_rope_apply(float *x, int n_rot, const float *c, const float *s);
 float ops_silu(float x);
 float ops_sigmoid(float x);
 float ops_softplus(float x);

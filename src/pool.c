@@ -1,8 +1,11 @@
 /* pool.c — see pool.h.
  *
  * A job is posted by bumping a generation counter; workers that finished the previous job spin
- * on it for a while (POOL_SPIN pause loops, ~50-100 us) before sleeping on a condition
- * variable, and the caller spins the same way on the countdown of unfinished workers. Decode
+ * on it for a while (POOL_SPIN_S, 100 us by the clock) before sleeping on a condition variable,
+ * and the caller spins the same way on the countdown of unfinished workers. The budget is time,
+ * not pause instructions: `pause` takes ~11 ns on recent Xeons (~140 cycles on Skylake-SP), so
+ * 2,000 of them were 22 us there, shorter than the serial gaps of a 16-thread decode token, and
+ * the workers slept through them (the job after the DeltaNet conv lost ~26 us a layer to wake-ups). Decode
  * posts ~300 jobs per token a few hundred microseconds apart: with sleeping workers every job
  * paid a futex wake-up (tens of microseconds in a VM, where the other vCPU may be halted) and
  * the caller's share finished first, so the second thread idled 10-15 % of a token. The spin is
@@ -28,7 +31,7 @@
 
 #include "common.h"
 
-#define POOL_SPIN 2000 /* pause iterations before sleeping (pause ~ 30-140 cycles) */
+#define POOL_SPIN_S 100e-6 /* seconds of spinning before sleeping (the clock read every 64 pauses) */
 
 /* The spun-on words live on their own cache lines: every worker decrements `pending` when it
  * finishes while the others still spin on `gen`; on one line, each decrement invalidated the line
@@ -66,7 +69,11 @@ static void *worker(void *arg) {
     free(wa);
     unsigned long seen = 0;
     for (;;) {
-        for (int i = 0; i < POOL_SPIN && atomic_load(&p->gen) == seen && !atomic_load(&p->quit); i++) cpu_relax();
+        const double until = rl_now() + POOL_SPIN_S;
+        for (unsigned i = 1; atomic_load(&p->gen) == seen && !atomic_load(&p->quit); i++) {
+            cpu_relax();
+            if ((i & 63) == 0 && rl_now() > until) break;
+        }
         if (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
@@ -189,7 +196,11 @@ static void run_job(pool *p, pool_fn fn, void *ctx) {
     const double t0 = p->prof ? rl_now() : 0;
     fn(ctx, 0, p->n);
     if (p->prof) p->busy[0] = rl_now() - t0;
-    for (int i = 0; i < POOL_SPIN && atomic_load(&p->pending) > 0; i++) cpu_relax();
+    const double until = rl_now() + POOL_SPIN_S;
+    for (unsigned i = 1; atomic_load(&p->pending) > 0; i++) {
+        cpu_relax();
+        if ((i & 63) == 0 && rl_now() > until) break;
+    }
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeps, 1);

@@ -185,17 +185,19 @@ static void attn_qk_rows(void *arg, long lo, long hi) {
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     size_t kvw = (size_t)Hkv * hd;
     float *k = j->s->kv, *v = j->s->kv + (size_t)j->T * kvw;
+    float rc[Q3N_MAX_HEAD_DIM / 2], rs[Q3N_MAX_HEAD_DIM / 2]; /* n_rot <= head_dim <= Q3N_MAX_HEAD_DIM */
     for (long t = lo; t < hi; t++) {
-        const int p = j->pos + (int)t + j->rope_delta;
+        /* the position's cosines and sines once for its H + Hkv heads (they cost ~1 us a head, libm) */
+        ops_rope_table(hp->n_rot, j->pos + (int)t + j->rope_delta, hp->rope_base, rc, rs);
         for (int h = 0; h < H; h++) {
             float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
             ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
-            ops_rope_neox(q, hp->n_rot, p, hp->rope_base);
+            ops_rope_apply(q, hp->n_rot, rc, rs);
         }
         for (int h = 0; h < Hkv; h++) {
             float *kh = k + (size_t)t * kvw + (size_t)h * hd;
             ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
-            ops_rope_neox(kh, hp->n_rot, p, hp->rope_base);
+            ops_rope_apply(kh, hp->n_rot, rc, rs);
         }
         q3n_kv_store(j->r->st, j->il, j->pos + (int)t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
     }
@@ -418,9 +420,11 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
     const bool per_row = row_state || r->dump;
     if (!per_row) {
         /* all rows at once: the conv chain by channel ranges, then the per-row norms, each split over
-         * the threads (the same arithmetic as the loop below, which ran on one thread); one decode
-         * row's conv (32K multiply-adds) stays on the calling thread: a dispatch costs as much */
-        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw, dn_conv_channels, &jb, "deltanet conv");
+         * the threads (the same arithmetic as the loop below, which ran on one thread). A channel
+         * costs ~4 loads and stores per tap, so a decode row (8,192 channels) is split too: on the
+         * calling thread alone it took 50 us a layer of a 16-thread token (H200 host: its input had
+         * just been written by the other cores), and the threads waiting on it fell asleep */
+        ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw * 4, dn_conv_channels, &jb, "deltanet conv");
         if (jb.dst && s->rdst[2 * (T - 1)])
             memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
         ops_parallel_for(r->pool, T, (long)2 * hk * dk * 4, dn_qk_norm_rows, &jb, "deltanet q/k norms");
@@ -482,6 +486,7 @@ typedef struct {
     int T;
     float *a;       /* moe_swiglu: a = silu(a) * b */
     const float *b;
+    const float *gate; /* moe_combine_cols: the rows' shared-expert gates */
 } moe_job;
 
 /* softmax, top-k, renormalised weights of rows lo..hi-1 (no cache bias, no route observer) */
@@ -517,29 +522,49 @@ static void moe_swiglu(void *arg, long lo, long hi) {
         for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
 }
 
-/* y of rows lo..hi-1: the experts' outputs in each row's selection order, plus the gated shared expert */
-static void moe_combine_rows(void *arg, long lo, long hi) {
-    moe_job *j = arg;
+/* The shared expert's gate of row t: sigmoid(sh_gate . xn_t) (a fixed-order double sum); 1 without one. */
+static float moe_sh_gate(const moe_job *j, long t) {
     const q3n_hparams *hp = &j->r->m->hp;
-    const q3n_layer *L = j->L;
-    scratch *s = j->s;
-    int D = hp->n_embd, K = hp->n_expert_used;
-    bool has_sh = L->gate_sh.data != NULL;
-    for (long t = lo; t < hi; t++) {
-        float gate = 1.0f;
-        if (has_sh && L->sh_gate) {
-            double d = 0;
-            for (int i = 0; i < D; i++) d += (double)L->sh_gate[i] * s->xn[(size_t)t * D + i];
-            gate = ops_sigmoid((float)d);
-        }
-        /* expert by expert over the row (vec axpy_d: 4 doubles a step); each element still adds its
-         * experts in selection order, then the shared expert, with the same roundings: the same sums */
-        double acc[OPS_MAX_ROW / 2]; /* D <= OPS_MAX_ROW / 2: the hparams table bounds embedding_length */
-        const vec_ops *v = vec_get();
-        for (int i = 0; i < D; i++) acc[i] = 0;
-        for (int k = 0; k < K; k++) v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D, D);
-        if (has_sh) v->axpy_d(acc, gate, s->sh + (size_t)t * D, D);
-        for (int i = 0; i < D; i++) s->y[(size_t)t * D + i] = (float)acc[i];
+    int D = hp->n_embd;
+    if (!j->L->gate_sh.data || !j->L->sh_gate) return 1.0f;
+    double d = 0;
+    for (int i = 0; i < D; i++) d += (double)j->L->sh_gate[i] * j->s->xn[(size_t)t * D + i];
+    return ops_sigmoid((float)d);
+}
+
+/* y[t][c0..c1): the experts' outputs in the row's selection order, then the gated shared expert. Expert by
+ * expert over the columns (vec axpy_d: 4 doubles a step, each element its own); every element adds its
+ * experts in selection order, then the shared expert, with the same roundings whatever the column range:
+ * the same sums. */
+static void moe_combine_range(const moe_job *j, long t, float gate, int c0, int c1) {
+    const q3n_hparams *hp = &j->r->m->hp;
+    const scratch *s = j->s;
+    int D = hp->n_embd, K = hp->n_expert_used, n = c1 - c0;
+    double acc[OPS_MAX_ROW / 2]; /* D <= OPS_MAX_ROW / 2: the hparams table bounds embedding_length */
+    const vec_ops *v = vec_get();
+    for (int i = 0; i < n; i++) acc[i] = 0;
+    for (int k = 0; k < K; k++) v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D + c0, n);
+    if (j->L->gate_sh.data) v->axpy_d(acc, gate, s->sh + (size_t)t * D + c0, n);
+    for (int i = 0; i < n; i++) s->y[(size_t)t * D + c0 + i] = (float)acc[i];
+}
+
+/* y of rows lo..hi-1 (a prompt: rows over the threads) */
+static void moe_combine_rows(void *arg, long lo, long hi) {
+    const moe_job *j = arg;
+    for (long t = lo; t < hi; t++) moe_combine_range(j, t, moe_sh_gate(j, t), 0, j->r->m->hp.n_embd);
+}
+
+/* Items lo..hi-1 of (row, MOE_SUM_COLS columns), gates computed before (decode and short verifies: fewer
+ * rows than threads, so the columns are split; on the calling thread alone a decode row's sum took
+ * ~12 us a layer of a 16-thread token, H200 host). */
+#define MOE_SUM_COLS 128
+static void moe_combine_cols(void *arg, long lo, long hi) {
+    const moe_job *j = arg;
+    int D = j->r->m->hp.n_embd, nc = (D + MOE_SUM_COLS - 1) / MOE_SUM_COLS;
+    for (long it = lo; it < hi; it++) {
+        long t = it / nc;
+        int c0 = (int)(it % nc) * MOE_SUM_COLS, c1 = c0 + MOE_SUM_COLS < D ? c0 + MOE_SUM_COLS : D;
+        moe_combine_range(j, t, j->gate[t], c0, c1);
     }
 }
 
@@ -553,7 +578,7 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     int32_t *ids = (int32_t *)s->sel_id;
     if (r->experts.hint) r->experts.hint(r->experts.ud, il, s->xn, T);
     mm(r, &L->router, s->xn, T, s->rl);
-    moe_job mj = {r, L, s, T, NULL, NULL};
+    moe_job mj = {r, L, s, T, NULL, NULL, NULL};
     /* without the observers and the cache bias (one shared scratch row) rows route independently */
     if (!r->experts.bias && !r->route)
         ops_parallel_for(r->pool, T, (long)E * (K + 8), moe_route_rows, &mj, "moe routing");
@@ -635,7 +660,15 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     if (has_sh) tasks[nt++] = (ops_mm_task){&L->down_sh, gsh, T, s->sh, NULL};
     mm_batch(r, tasks, nt);
     if (src->release) src->release(src->ud, il);
-    ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj, "moe expert sum");
+    if (T < pool_size(r->pool) && T <= 64) {
+        float gate[64];
+        for (int t = 0; t < T; t++) gate[t] = moe_sh_gate(&mj, t);
+        mj.gate = gate;
+        const long nc = (D + MOE_SUM_COLS - 1) / MOE_SUM_COLS;
+        ops_parallel_for(r->pool, T * nc, (long)MOE_SUM_COLS * (K + 1) * 2, moe_combine_cols, &mj, "moe expert sum");
+    } else {
+        ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj, "moe expert sum");
+    }
     return 0;
 }
 
