@@ -174,33 +174,41 @@ typedef struct {
     const q3n_layer *L;
     scratch *s;
     int il, T, pos, rope_delta;
+    int hpi;          /* attn_qk_items: heads per item (the H query heads, then the Hkv key heads) */
     atomic_long next; /* attn_worker: the next unclaimed work item, counted from the last row */
 } attn_job;
 
-/* Rows lo..hi-1 of the projections: q/k head norms, RoPE, then K and V into the cache. */
-static void attn_qk_rows(void *arg, long lo, long hi) {
+/* Items lo..hi-1 of the projections, item = (row t, hpi consecutive heads of the H query heads and
+ * then the Hkv key heads): the heads' RMSNorm and RoPE, the position's cosines and sines once per item.
+ * Each head's operations are the same whichever item holds it (ops_rope_table/apply: the same bits). */
+static void attn_qk_items(void *arg, long lo, long hi) {
     attn_job *j = arg;
     const q3n_hparams *hp = &j->r->m->hp;
     const q3n_layer *L = j->L;
-    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, nh = H + Hkv, per = (nh + j->hpi - 1) / j->hpi;
     size_t kvw = (size_t)Hkv * hd;
-    float *k = j->s->kv, *v = j->s->kv + (size_t)j->T * kvw;
     float rc[Q3N_MAX_HEAD_DIM / 2], rs[Q3N_MAX_HEAD_DIM / 2]; /* n_rot <= head_dim <= Q3N_MAX_HEAD_DIM */
-    for (long t = lo; t < hi; t++) {
-        /* the position's cosines and sines once for its H + Hkv heads (they cost ~1 us a head, libm) */
+    for (long it = lo; it < hi; it++) {
+        const long t = it / per;
+        const int h0 = (int)(it % per) * j->hpi, h1 = h0 + j->hpi < nh ? h0 + j->hpi : nh;
         ops_rope_table(hp->n_rot, j->pos + (int)t + j->rope_delta, hp->rope_base, rc, rs);
-        for (int h = 0; h < H; h++) {
-            float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd;
-            ops_rmsnorm(q, L->q_norm, hd, hp->rms_eps, q);
-            ops_rope_apply(q, hp->n_rot, rc, rs);
+        for (int h = h0; h < h1; h++) {
+            float *x = h < H ? j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd
+                             : j->s->kv + (size_t)t * kvw + (size_t)(h - H) * hd;
+            ops_rmsnorm(x, h < H ? L->q_norm : L->k_norm, hd, hp->rms_eps, x);
+            ops_rope_apply(x, hp->n_rot, rc, rs);
         }
-        for (int h = 0; h < Hkv; h++) {
-            float *kh = k + (size_t)t * kvw + (size_t)h * hd;
-            ops_rmsnorm(kh, L->k_norm, hd, hp->rms_eps, kh);
-            ops_rope_apply(kh, hp->n_rot, rc, rs);
-        }
-        q3n_kv_store(j->r->st, j->il, j->pos + (int)t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
     }
+}
+
+/* Rows lo..hi-1: K (normed, rotated) and V into the cache. */
+static void attn_kv_rows(void *arg, long lo, long hi) {
+    attn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    float *k = j->s->kv, *v = j->s->kv + (size_t)j->T * kvw;
+    for (long t = lo; t < hi; t++)
+        q3n_kv_store(j->r->st, j->il, j->pos + (int)t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
 }
 
 /* Work items: (row, KV head, slice of its query-head group). The fast path takes a slice of
@@ -284,9 +292,14 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     float *k = s->kv, *v = s->kv + (size_t)T * kvw;
     ops_mm_task proj[3] = {{&L->wq, s->xn, T, s->big, NULL}, {&L->wk, s->xn, T, k, NULL}, {&L->wv, s->xn, T, v, NULL}};
     mm_batch(r, proj, 3);
-    attn_job j = {r, L, s, il, T, pos, rope_delta, 0};
-    /* rows are independent: split over the threads (a prefill's 512 rows of RoPE were serial) */
-    ops_parallel_for(r->pool, T, (long)(H + Hkv) * hd * 8, attn_qk_rows, &j, "attention q/k norm+rope");
+    /* rows and heads are independent: a prompt's rows split over the threads (512 rows of RoPE were
+     * serial), a decode row's heads by twos (18 heads took 29 us a layer on the calling thread of a
+     * 16-thread token, H200 host: their inputs had just been written by the other cores) */
+    const int hpi = T >= pool_size(r->pool) ? H + Hkv : 2;
+    attn_job j = {r, L, s, il, T, pos, rope_delta, hpi, 0};
+    const long items = (long)T * ((H + Hkv + hpi - 1) / hpi);
+    ops_parallel_for(r->pool, items, (long)hpi * hd * 32, attn_qk_items, &j, "attention q/k norm+rope");
+    ops_parallel_for(r->pool, T, (long)kvw * 4, attn_kv_rows, &j, "attention kv store");
     ops_run(r->pool, attn_worker, &j, "attention core");
     for (int t = 0; t < T; t++) DUMP(r, Q3N_ACT_ATTN_GATED, il, t, s->o + (size_t)t * H * hd, H * hd);
     mm(r, &L->wo, s->o, T, s->y);
@@ -386,19 +399,19 @@ static void dn_conv_channels(void *arg, long lo, long hi) {
                       j->L->conv_w, j->s->big + (size_t)t * C, C, hp->ssm_kw, (int)lo, (int)hi, j->s->u + (size_t)t * C);
 }
 
-/* Rows lo..hi-1 after the conv: l2-normalise each key head's q (then scale it) and k. */
-static void dn_qk_norm_rows(void *arg, long lo, long hi) {
+/* Items lo..hi-1 after the conv, item = (row t, key head g): l2-normalise q of head g (then scale it)
+ * and k of head g. */
+static void dn_qk_norm_items(void *arg, long lo, long hi) {
     dn_job *j = arg;
     const q3n_hparams *hp = &j->r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk;
     float qscale = 1.0f / sqrtf((float)dk);
-    for (long t = lo; t < hi; t++) {
-        float *u = j->s->u + (size_t)t * C;
-        for (int g = 0; g < hk; g++) {
-            ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
-            for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
-            ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
-        }
+    for (long it = lo; it < hi; it++) {
+        float *u = j->s->u + (size_t)(it / hk) * C;
+        const int g = (int)(it % hk);
+        ops_l2norm(u + (size_t)g * dk, dk, hp->rms_eps);
+        for (int i = 0; i < dk; i++) u[(size_t)g * dk + i] *= qscale;
+        ops_l2norm(u + (size_t)(hk + g) * dk, dk, hp->rms_eps);
     }
 }
 
@@ -427,7 +440,9 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
         ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw * 4, dn_conv_channels, &jb, "deltanet conv");
         if (jb.dst && s->rdst[2 * (T - 1)])
             memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
-        ops_parallel_for(r->pool, T, (long)2 * hk * dk * 4, dn_qk_norm_rows, &jb, "deltanet q/k norms");
+        /* (row, key head) items: a decode row's 16 heads took 11 us a layer on the calling thread of a
+         * 16-thread token (its input was just written by the conv's threads) */
+        ops_parallel_for(r->pool, (long)T * hk, (long)2 * dk * 32, dn_qk_norm_items, &jb, "deltanet q/k norms");
         ops_run(r->pool, dn_heads_worker, &jb, "deltanet recurrence");
         mm(r, &L->wout, s->o, T, s->y);
         return;
@@ -439,7 +454,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
                       s->big + (size_t)t * C, C, hp->ssm_kw, 0, C, u);
         if (t == T - 1 && jb.dst && s->rdst[2 * t]) memcpy(s->rdst[2 * t], cout, sizeof(float) * q3n_conv_floats(hp));
         DUMP(r, Q3N_ACT_DN_CONV, il, t, u, C);
-        dn_qk_norm_rows(&jb, t, t + 1);
+        dn_qk_norm_items(&jb, (long)t * hk, (long)(t + 1) * hk);
         dn_job j = jb;
         j.t0 = t, j.t1 = t + 1;
         pool_run(r->pool, dn_heads_worker, &j);
@@ -665,7 +680,9 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         for (int t = 0; t < T; t++) gate[t] = moe_sh_gate(&mj, t);
         mj.gate = gate;
         const long nc = (D + MOE_SUM_COLS - 1) / MOE_SUM_COLS;
-        ops_parallel_for(r->pool, T * nc, (long)MOE_SUM_COLS * (K + 1) * 2, moe_combine_cols, &mj, "moe expert sum");
+        /* an item: K + 1 rows of 128 floats from other cores' caches, ~0.8 us (13 us a layer for the 16 on one
+         * thread of a 16-thread token, H200 host) */
+        ops_parallel_for(r->pool, T * nc, (long)MOE_SUM_COLS * (K + 1) * 8, moe_combine_cols, &mj, "moe expert sum");
     } else {
         ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj, "moe expert sum");
     }
