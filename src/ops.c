@@ -360,17 +360,24 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
     if (fast && g_check.on) check_fast(tasks, actq, n_tasks);
 }
 
+/* Threads claim chunks of ~1/4 of a thread's share from a shared counter (as the products' blocks):
+ * with fixed ranges, one worker that woke late or lost its core to another process held up the whole
+ * loop (16-thread decode on the shared H200 host: the expert sum's dispatch 0.7 ms a token under load). */
 typedef struct {
-    long n;
+    long n, chunk;
     ops_range_fn fn;
     void *ctx;
+    atomic_long next; /* next unclaimed chunk */
 } pfor_job;
 
 static void pfor_worker(void *arg, int ith, int nth) {
-    const pfor_job *j = arg;
-    long lo, hi;
-    pool_range(j->n, ith, nth, &lo, &hi);
-    if (lo < hi) j->fn(j->ctx, lo, hi);
+    pfor_job *j = arg;
+    (void)ith, (void)nth;
+    for (;;) {
+        const long lo = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
+        if (lo >= j->n) break;
+        j->fn(j->ctx, lo, lo + j->chunk < j->n ? lo + j->chunk : j->n);
+    }
 }
 
 void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label) {
@@ -381,7 +388,8 @@ void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, co
     if (inl) {
         fn(ctx, 0, n);
     } else {
-        pfor_job j = {n, fn, ctx};
+        const long per = 4L * pool_size(p);
+        pfor_job j = {n, (n + per - 1) / per, fn, ctx, 0};
         pool_run(p, pfor_worker, &j);
     }
     if (g_prof.on && label) prof_job(label, p, t0, !inl && p == g_prof.p);

@@ -81,7 +81,7 @@ void ops_prof_begin(void);
 void ops_prof_end(void);
 void ops_prof_print(FILE *f, const char *title, double per);
 
-/* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread of the pool (pool_range);
+/* fn(ctx, lo, hi) over [0, n) in contiguous ranges claimed by the pool's threads (~4 per thread);
  * on the calling thread alone when n * cost (rough operations per item) is below ~64K, where a
  * dispatch would cost more than it saves. For loops whose items are independent (rows of a norm,
  * channels of the conv), so the split never changes a result. `label` (a string literal) names
