@@ -131,7 +131,7 @@ static void test_prof(int nth) {
     pool_free(p);
 }
 
-/* ops_parallel_for: every index exactly once, inline below the threshold and split above it */
+/* ops_parallel_for: every index exactly once, inline below the threshold and split into claimed chunks above it */
 typedef struct {
     atomic_int *hits;
     atomic_int calls;
@@ -156,8 +156,10 @@ static void test_parallel_for(int nth) {
             for (long i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
             const bool split = n >= 2 && (double)n * costs[b] >= 65536.0;
             CHECK(bad == 0, "nth %d n %ld cost %ld: %ld indices not run exactly once", nth, n, costs[b], bad);
-            CHECK(atomic_load(&c.calls) == (n == 0 ? 0 : split ? nth : 1), "nth %d n %ld cost %ld: %d calls", nth, n,
-                  costs[b], atomic_load(&c.calls));
+            /* split: the threads claim chunks of ~1/4 of a thread's share, so 2 .. 4 * nth ranges; inline: one */
+            const int calls = atomic_load(&c.calls);
+            CHECK(n == 0 ? calls == 0 : split ? calls >= 2 && calls <= 4 * nth : calls == 1,
+                  "nth %d n %ld cost %ld: %d calls", nth, n, costs[b], calls);
             free(c.hits);
         }
     pool_free(p);
