@@ -217,7 +217,7 @@ def test_per_position_and_mtp_match_oracle(long_text, tmp_path):
 
 
 def llama_perplexity(model, text_file, ctx):
-    """(PPL, SIMD level) of the built llama-perplexity: the level ("avx512" or "avx2") from its
+    """(PPL, SIMD level) of the built llama-perplexity: the level ("avx512", "avx512-amx" or "avx2") from its
     system_info line, since its quantised dot products accumulate floats in a width-dependent order."""
     exe = os.path.join(LLAMA_BIN, "llama-perplexity")
     if not os.access(exe, os.X_OK):
@@ -228,6 +228,8 @@ def llama_perplexity(model, text_file, ctx):
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout + r.stderr
     level = "avx512" if re.search(r"AVX512 = 1", out) else "avx2"
+    if re.search(r"AMX_INT8 = 1", out):  # a native build on an AMX CPU: other kernels, another order
+        level += "-amx"
     m = re.search(r"Final estimate: PPL = ([0-9.]+)", out)
     if m:
         return float(m.group(1)), level
@@ -243,7 +245,8 @@ def llama_perplexity(model, text_file, ctx):
 # against everywhere (our result does not depend on the CPU). Where the binary is built, it is run too
 # and must still give the value recorded for its own level: llama.cpp's result moves between its AVX2
 # and AVX-512 builds on the Q8_0 model tiny-b (+1.7 %: float accumulation order in its Q8_0 dot
-# products, amplified by a random model's extreme logits; tiny-a is the same on both).
+# products, amplified by a random model's extreme logits; tiny-a is the same on both), and again
+# (-1.5 %) in a GGML_NATIVE build on a CPU with AMX (recorded as "avx512-amx", session 19).
 # `python3 tests/test_perplexity.py --write-llama-oracle` records the running build's level.
 LLAMA_ORACLE = os.path.join(FIX, "perplexity_llama_oracle.json")
 LLAMA_CTX = 64

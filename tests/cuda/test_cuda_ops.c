@@ -408,15 +408,17 @@ static void test_attention(int hd, bool f16) {
     CHECK(cu_qk_norm_rope_store(&a, dqg, dk, dv, dqn, dkn, dpos, T, dK, dV, 0) == 0, "%s", rl_lasterr());
     /* CPU: the same norm + rope, cache rows pos..pos+T-1 */
     for (int t = 0; t < T; t++) {
+        float rc[512], rs[512]; /* n_rot / 2 <= hd / 2 <= 128 in every shape here */
+        ops_rope_table(n_rot, pos + t, 1e7f, rc, rs);
         for (int h = 0; h < H; h++) {
             float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
             ops_rmsnorm(q, qn, hd, 1e-6f, q);
-            ops_rope_neox(q, n_rot, pos + t, 1e7f);
+            ops_rope_apply(q, n_rot, rc, rs);
         }
         for (int h = 0; h < Hkv; h++) {
             float *kh = k + (size_t)t * kvw + (size_t)h * hd;
             ops_rmsnorm(kh, kn, hd, 1e-6f, kh);
-            ops_rope_neox(kh, n_rot, pos + t, 1e7f);
+            ops_rope_apply(kh, n_rot, rc, rs);
         }
         for (size_t j = 0; j < kvw; j++) {
             float kk = k[(size_t)t * kvw + j], vv = v[(size_t)t * kvw + j];
