@@ -55,6 +55,18 @@ def test_verify_check_text_and_errors():
     assert bad.returncode == 1 and b"no-such-model.gguf" in bad.stderr
 
 
+def test_verify_check_wide_value_heads(tmp_path):
+    """Value heads of 128 columns and 64-wide keys, as the 80B's shapes (the fixtures' heads are 32 x 32): the
+    rows of a verify (the delta rule's in-cache 4-column kernel after the first row, the head items of the
+    threaded loops) must equal single steps bit for bit at 2 threads."""
+    m = tmp_path / "dv128.gguf"
+    rl("synth", "--preset", "q4_k_m", "--vocab", REPO / "tests" / "fixtures" / "qwen3-vocab.gguf", "-o", m, "--quiet",
+       "--geometry", "hidden=256,layers=4,heads=4,kv_heads=2,head_dim=64,rope_dims=16,experts=16,top_k=4,"
+       "expert_ff=256,shared_ff=256,inner=512,state=64,groups=2,dt_rank=4")
+    r = rl("verify-check", "-m", m, "-n", "60", "--draft", "8", "-t", "2")
+    assert b"verify-check: OK" in r.stdout and b"bit-identical" in r.stdout, r.stdout
+
+
 PROMPTS = {
     "prose": "The history of the lighthouse begins with fires lit on hills to guide ships home at night.",
     "code": "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\nprint(fib(10))\n",
