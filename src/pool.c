@@ -33,6 +33,18 @@
 
 #define POOL_SPIN_S 100e-6 /* seconds of spinning before sleeping (the clock read every 64 pauses) */
 
+/* Every 64 pauses of a spin: start the budget (*until == 0) or tell whether it is spent. The clock is
+ * not read before the first 64 pauses, since most waits of a busy pool end sooner (a decode token
+ * posts thousands of jobs at 16 threads). */
+static bool spin_expired(double *until) {
+    const double now = rl_now();
+    if (*until == 0) {
+        *until = now + POOL_SPIN_S;
+        return false;
+    }
+    return now > *until;
+}
+
 /* The spun-on words live on their own cache lines: every worker decrements `pending` when it
  * finishes while the others still spin on `gen`; on one line, each decrement invalidated the line
  * in every spinning core (false sharing that grows with the thread count). `gen` shares its line
@@ -69,10 +81,10 @@ static void *worker(void *arg) {
     free(wa);
     unsigned long seen = 0;
     for (;;) {
-        const double until = rl_now() + POOL_SPIN_S;
+        double until = 0; /* the clock starts after the first 64 pauses: most waits end before */
         for (unsigned i = 1; atomic_load(&p->gen) == seen && !atomic_load(&p->quit); i++) {
             cpu_relax();
-            if ((i & 63) == 0 && rl_now() > until) break;
+            if ((i & 63) == 0 && spin_expired(&until)) break;
         }
         if (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) {
             pthread_mutex_lock(&p->mu);
@@ -196,10 +208,10 @@ static void run_job(pool *p, pool_fn fn, void *ctx) {
     const double t0 = p->prof ? rl_now() : 0;
     fn(ctx, 0, p->n);
     if (p->prof) p->busy[0] = rl_now() - t0;
-    const double until = rl_now() + POOL_SPIN_S;
+    double until = 0;
     for (unsigned i = 1; atomic_load(&p->pending) > 0; i++) {
         cpu_relax();
-        if ((i & 63) == 0 && rl_now() > until) break;
+        if ((i & 63) == 0 && spin_expired(&until)) break;
     }
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);
