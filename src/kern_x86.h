@@ -63,10 +63,16 @@ static inline void pf_block(const void *p, size_t bsz) {
 /* Prefetch for the 4-row mat-vecs: the 4 rows of a group are adjacent in memory, so a fixed distance
  * ahead of each row lands in rows already being read. Instead, while block i of the group's rows is
  * processed, the matching 4 blocks' worth of bytes of the NEXT group (gb bytes on) are prefetched, so
- * the whole next group is in flight once this one is done (distance: one group, 4 rows). */
+ * the whole next group is in flight once this one is done (distance: one group, 4 rows). Into L2
+ * (T1), not L1: on the Intel Xeon VM of session 20 (test_kern bench, one thread, 512 MiB) Q4_K
+ * streamed 8.8-9.0 GB/s with T0 and 10.5-10.8 with T1 (T2 10.2-10.3, NTA 6.7, two or four groups
+ * ahead no better), and a 2-thread Q4_K_M decode's DeltaNet projections went 14.5-15.1 -> 16.7-17.0
+ * GB/s, the experts' products +5-7 %: an L1 prefetch holds one of the core's few L1 fill buffers
+ * until its line arrives, while the 4-row kernels' own loads then hit L2. The one-row kernels'
+ * pf_block stays T0 (Q6_K: T1 no faster, 12.3-13.1 vs 13.1-14.3 GB/s). */
 static inline void pf_group(const void *row0, size_t gb, int64_t i, size_t bsz) {
     const char *p = (const char *)row0 + gb + (size_t)i * 4 * bsz;
-    for (size_t off = 0; off < 4 * bsz; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    for (size_t off = 0; off < 4 * bsz; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
 
 static inline __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
