@@ -10,6 +10,7 @@
 #include "common.h"
 #include "expert_repack.h"
 #include "pool.h"
+#include "resident.h"
 
 struct engine {
     gguf_file *f;
@@ -18,6 +19,9 @@ struct engine {
     const backend_ops *be;
     bool reference;
     expert_repack *rp;     /* --iq-repack: the repacked experts the model's views point at */
+    bool map_weights;      /* engine_params.map_weights */
+    resident *res[2];      /* the dense / expert copies the model's views point at (resident.h) */
+    char res_why[2][160];  /* why a copy was not made ("" while none was asked for) */
 };
 
 struct engine_ctx {
@@ -88,6 +92,14 @@ engine *engine_open(const char *path, const engine_params *p) {
         }
         if (!(e->rp = expert_repack_model(&e->m, e->pool, true))) goto fail;
     }
+    e->map_weights = p && p->map_weights;
+    if (!strcmp(e->be->name, "cpu")) {
+        if (e->map_weights) snprintf(e->res_why[0], sizeof e->res_why[0], "asked for (--weights map)");
+        else if (!(e->res[0] = resident_copy(&e->m, e->pool, RESIDENT_DENSE, true))) {
+            snprintf(e->res_why[0], sizeof e->res_why[0], "%s", rl_lasterr());
+            rl_clearerr(); /* best effort: the mapping serves them */
+        }
+    }
     return e;
 fail:
     engine_close(e);
@@ -98,6 +110,8 @@ void engine_close(engine *e) {
     if (!e) return;
     q3n_free(&e->m);
     expert_repack_free(e->rp);
+    resident_free(e->res[0]);
+    resident_free(e->res[1]);
     if (e->f) gguf_close(e->f);
     pool_free(e->pool);
     free(e);
@@ -110,6 +124,34 @@ const char *engine_backend_name(const engine *e) { return e->be->name; }
 bool engine_repack_describe(const engine *e, char *buf, size_t n) {
     if (e->rp) expert_repack_describe(e->rp, buf, n);
     return e->rp != NULL;
+}
+
+int engine_copy_experts(engine *e, bool progress) {
+    if (e->res[1]) return 0;
+    if (strcmp(e->be->name, "cpu")) return rl_seterr("the %s backend holds its own copy of the experts", e->be->name);
+    if (e->map_weights) return rl_seterr("asked for (--weights map)");
+    if (e->rp) return rl_seterr("--iq-repack holds its own copy of the experts");
+    if (!(e->res[1] = resident_copy(&e->m, e->pool, RESIDENT_EXPERTS, progress))) {
+        snprintf(e->res_why[1], sizeof e->res_why[1], "%s", rl_lasterr());
+        return -1;
+    }
+    return 0;
+}
+
+bool engine_weights_describe(const engine *e, char *buf, size_t n) {
+    if (strcmp(e->be->name, "cpu")) return false;
+    size_t l = 0;
+    buf[0] = 0;
+    for (int i = 0; i < 2 && l < n; i++) {
+        if (e->res[i]) resident_describe(e->res[i], buf + l, n - l);
+        else if (e->res_why[i][0])
+            snprintf(buf + l, n - l, "%s: in the file mapping (%s)", i ? "routed experts" : "dense weights", e->res_why[i]);
+        else continue;
+        l += strlen(buf + l);
+        if (l + 1 < n) buf[l++] = '\n', buf[l] = 0;
+    }
+    if (l && buf[l - 1] == '\n') buf[--l] = 0;
+    return true;
 }
 
 int engine_kv_parse(const char *name, int *out) {

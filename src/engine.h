@@ -35,6 +35,10 @@ typedef struct {
                              of the fast SIMD kernels with quantised activations */
     bool iq_repack;       /* CPU: routed IQ2_XXS/IQ2_XS/IQ1_M experts repacked at load into a lookup-free
                              layout in memory (src/expert_repack.h; same results, 1.9-2.5x their bytes) */
+    bool map_weights;     /* CPU: serve every matrix from the file mapping; by default the dense ones are
+                             copied into huge-page memory at open (src/resident.h: same results, faster
+                             streaming) and the experts too where every expert stays resident
+                             (engine_copy_experts) */
 } engine_params;
 
 /* Open a model. NULL on failure with rl_lasterr() set (one line naming the file). */
@@ -48,6 +52,15 @@ const char *engine_backend_name(const engine *e);
 /* The --iq-repack summary line (expert_repack_describe) into buf, or false when the experts were
  * not repacked. */
 bool engine_repack_describe(const engine *e, char *buf, size_t n);
+/* The routed experts copied into huge-page memory (resident.h), for a caller that keeps every
+ * expert resident (the session, when the expert plan is full residency): 0 (also when already
+ * done), or -1 with rl_lasterr saying why they stay in the mapping (not the CPU backend,
+ * map_weights, --iq-repack, out of memory, a read error; the model is then unchanged). Call it
+ * before any context of the engine runs a forward pass. */
+int engine_copy_experts(engine *e, bool progress);
+/* The weight copies as lines (resident_describe; "dense weights: in the file mapping (why)" when
+ * there is none) into buf, or false on a backend other than the CPU's. */
+bool engine_weights_describe(const engine *e, char *buf, size_t n);
 
 /* The KV cache format a context gets when engine_ctx_params.kv is NULL: f16 on the fast paths
  * (CPU SIMD, CUDA), f32 under engine_params.reference (the oracle stays f32). The numbers behind

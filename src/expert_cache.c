@@ -271,11 +271,16 @@ static void slot_ptrs(const expert_cache *ec, const ec_layer *ly, const uint8_t 
     }
 }
 
-static void mapped_ptrs(const expert_cache *ec, const ec_layer *ly, int e, const uint8_t **g, const uint8_t **u,
+/* Full and mapped modes: expert e's slices where the model's views are (the file mapping, or the
+ * copies in memory of resident.h: the same bytes). */
+static void mapped_ptrs(const expert_cache *ec, int il, int e, const uint8_t **g, const uint8_t **u,
                         const uint8_t **d) {
+    const ec_layer *ly = &ec->layers[il];
+    const q3n_layer *L = &ec->m->layers[il];
+    const uint8_t *base[3] = {L->gate_exps.data, ly->n_ranges == 2 ? L->down_exps.data : L->up_exps.data,
+                              L->down_exps.data};
     const uint8_t *p[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < ly->n_ranges; i++)
-        p[i] = ec->f->parts[ly->r[i].part].map + ly->r[i].base + (uint64_t)e * ly->r[i].stride;
+    for (int i = 0; i < ly->n_ranges; i++) p[i] = base[i] + (uint64_t)e * ly->r[i].stride;
     *g = p[0];
     *u = ly->n_ranges == 2 ? p[0] + ly->up_off : p[1];
     *d = p[ly->n_ranges - 1];
@@ -417,7 +422,7 @@ static int ec_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t
     RL_ASSERT(il >= 0 && il < ec->n_layer && n >= 0 && n <= EC_MAX_SEL);
     trace_and_count(ec, il, ids, n);
     if (ec->mode == EC_BOUNDED) return acquire_bounded(ec, il, ids, n, gate, up, down);
-    for (int i = 0; i < n; i++) mapped_ptrs(ec, &ec->layers[il], ids[i], &gate[i], &up[i], &down[i]);
+    for (int i = 0; i < n; i++) mapped_ptrs(ec, il, ids[i], &gate[i], &up[i], &down[i]);
     ec->st.hits += (uint64_t)n;
     return 0;
 }
@@ -555,6 +560,7 @@ bool expert_cache_resident(expert_cache *ec, int layer, int expert) {
 /* ---- full residency: preload the mapping ----------------------------------------------- */
 
 static int preload_mapping(expert_cache *ec) {
+    if (ec->m->experts_copied) return 0; /* served from the copies in memory (resident.h) */
     uint64_t total = 0, done = 0;
     for (int il = 0; il < ec->n_layer; il++)
         for (int i = 0; i < ec->layers[il].n_ranges; i++) total += ec->layers[il].r[i].stride * (uint64_t)ec->E;
@@ -601,6 +607,8 @@ static void prepare_mapping(expert_cache *ec) {
         const gguf_tensor *t = &f->tensors[i];
         const struct gguf_part *p = &f->parts[t->part];
         if (p->fd < 0 || !t->nbytes || q3n_tensor_is_routed(t->name)) continue;
+        /* copied to memory (resident.h): only the embedding's rows are still read here */
+        if (ec->m->dense_copied && q3n_tensor_lookup(t->name, NULL) != Q3N_T_TOKEN_EMBD) continue;
         uint64_t beg = t->file_off - t->file_off % EC_ALIGN, end = t->file_off + t->nbytes;
         madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_WILLNEED);
         for (uint64_t off = beg; off < end; off += EC_ALIGN) sink ^= p->map[off < t->file_off ? t->file_off : off];

@@ -187,7 +187,8 @@ bool q3n_block_is_attn(const q3n_hparams *hp, int il);
 
 /* Weights of one decoder layer. Float vectors are owned copies (converted from any float
  * type at load); matrices are zero-copy views into the GGUF mapping (or owned buffers for the
- * de-interleaved legacy projection). */
+ * de-interleaved legacy projection; or, on the CPU backend, copies in huge-page memory: resident.h,
+ * and the lookup-free IQ layout: expert_repack.h). */
 typedef struct {
     bool is_attn;
     float *attn_norm, *post_norm;          /* [D] */
@@ -225,6 +226,8 @@ typedef struct {
     float *output_norm;                    /* [D] */
     q3n_layer layers[Q3N_MAX_LAYERS];
     uint64_t bytes_dense, bytes_experts;   /* as stored in the file */
+    bool dense_copied, experts_copied;     /* the views of the dense matrices / routed experts point
+                                              at copies in memory (resident.h), not at the mapping */
 } q3n_model;
 
 /* Read and check the hyperparameters alone (for tools that describe a file without binding

@@ -353,7 +353,7 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         return NULL;
     }
     session_model_params mp = {.model_path = p->model_path, .backend = p->backend, .n_threads = p->n_threads,
-                               .iq_repack = p->iq_repack};
+                               .iq_repack = p->iq_repack, .map_weights = p->map_weights};
     if (!(s->m = session_model_open(&mp))) goto fail;
     session_params sp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .cache_spec = p->cache_spec,
                          .vram_spec = p->vram_spec, .vram_pin = p->vram_pin, .vram_miss = p->vram_miss,

@@ -33,6 +33,7 @@ typedef struct {
     const char *kv;           /* KV cache format "f32" | "f16" (NULL = the default) */
     const char *cache_spec;
     bool iq_repack;           /* session_model_params.iq_repack */
+    bool map_weights;         /* session_model_params.map_weights */
     const char *vram_spec;    /* --vram-mib (NULL: every weight on the device) */
     const char *vram_pin, *vram_miss;
     float route_bias;

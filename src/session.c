@@ -66,7 +66,7 @@ session_model *session_model_open(const session_model_params *p) {
     session_model *m = rl_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
     engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference,
-                        .iq_repack = p->iq_repack};
+                        .iq_repack = p->iq_repack, .map_weights = p->map_weights};
     if (!(m->e = engine_open(p->model_path, &ep))) {
         session_model_close(m);
         return NULL;
@@ -149,6 +149,17 @@ static int attach_experts(session *s, const session_params *p) {
                                 ? "expert cache: cache-aware routing, bias %.2f: outputs differ from exact routing\n"
                                 : "expert cache: --route-bias %.2f ignored: every expert is resident\n",
                     p->route_bias);
+    }
+    /* full residency on the CPU: the experts go to huge-page memory (resident.h) instead of staying
+     * in the mapping (the cache then serves those copies and preloads nothing) */
+    if (plan.mode == EC_FULL && !vram) {
+        const double t0 = rl_now();
+        const int rc = engine_copy_experts(e, p->progress || p->verbose);
+        if (p->verbose && rc == 0)
+            fprintf(stderr, "expert cache: the experts were copied to memory (%.2f s)\n", rl_now() - t0);
+        else if (p->verbose)
+            fprintf(stderr, "expert cache: the experts stay in the file mapping: %s\n", rl_lasterr());
+        rl_clearerr();
     }
     ec_params ecp = {.budget = plan.budget, .route_bias = p->route_bias, .trace_path = p->route_trace,
                      .progress = p->progress || p->verbose};

@@ -45,6 +45,8 @@ typedef struct {
     bool reference;          /* CPU double-precision reference arithmetic (the oracle) */
     bool iq_repack;          /* CPU: IQ2/IQ1_M experts in the lookup-free layout (engine_params.iq_repack);
                                 every session then runs without the expert cache */
+    bool map_weights;        /* CPU: matrices served from the file mapping, no huge-page copies
+                                (engine_params.map_weights) */
 } session_model_params;
 
 typedef struct {

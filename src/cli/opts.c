@@ -44,6 +44,12 @@ static int set_backend(const char *cmd, const char *flag, const char *v, cli_opt
     return 0;
 }
 
+static int set_weights(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    if (strcmp(v, "copy") && strcmp(v, "map")) return cli_fail(cmd, 2, "%s expects copy or map, got '%s'", flag, v), -1;
+    o->weights = v;
+    return 0;
+}
+
 static int set_kv(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     int k;
     if (engine_kv_parse(v, &k)) return cli_fail(cmd, 2, "%s expects f32 or f16, got '%s'", flag, v), -1;
@@ -420,6 +426,19 @@ static const opt TABLE[] = {
              "(same output, ~2x faster kernels, 1.9-2.5x their\nmemory; all resident)",
      .kind = K_FLAG,
      .off = OFF(iq_repack)},
+    {.cmds = ALL,
+     .section = "model",
+     .names = "--weights",
+     .value = "copy|map",
+     .help = "CPU: copy the streamed matrices (dense; the experts too when all are\nresident) into huge-page "
+             "memory at load (same output, fewer TLB misses:\ndecode +20-30 % on a 2-core Xeon), or serve them "
+             "from the file mapping",
+     .kind = K_FN,
+     .off = OFF(weights),
+     .lo = 0,
+     .hi = 0,
+     .zero = "copy",
+     .set = set_weights},
     {.cmds = ALL,
      .section = "model",
      .names = "--cache-mib",
@@ -878,7 +897,8 @@ session_model *cli_model_open(const cli_opts *o) {
                                                       .backend = o->backend,
                                                       .n_threads = (int)o->threads,
                                                       .reference = o->reference,
-                                                      .iq_repack = o->iq_repack});
+                                                      .iq_repack = o->iq_repack,
+                                                      .map_weights = o->weights && !strcmp(o->weights, "map")});
 }
 
 int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {

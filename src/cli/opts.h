@@ -47,6 +47,7 @@ typedef struct {
     const char *kv;          /* --kv f32|f16 (NULL: the engine's default, engine.h) */
     bool reference;          /* bench --reference */
     bool iq_repack;          /* --iq-repack (session_model_params.iq_repack) */
+    const char *weights;     /* --weights copy|map (NULL: copy; "map": session_model_params.map_weights) */
     int checkpoints;         /* session_params.max_checkpoints (the command's choice, no flag) */
     /* prompt and answer */
     const char *prompt;  /* -p TEXT (bench: --prompt LIST) */
