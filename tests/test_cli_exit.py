@@ -63,6 +63,8 @@ USAGE = [
     ("bench", ["--cache-mib", "0"], "--cache-mib"),
     ("bench", ["--prompt", "12,x"], "--prompt"),
     ("bench", ["--reps", "0"], "--reps"),
+    ("bench", ["--weights", "hugepages"], "--weights"),
+    ("generate", ["-p", "x", "--weights", ""], "--weights"),
     ("dump", ["--tokens", "1,2", "--cache-mib", "0"], "--cache-mib"),
     ("dump", ["--tokens", "1,2", "--layers", "x"], "--layers"),
     ("dump", [], "--tokens"),
@@ -159,6 +161,22 @@ def test_stats_prints_what_help_says(model):
 
 
 # ---- help ------------------------------------------------------------------------------------
+
+
+def test_bench_reports_the_weight_copies(model):
+    """--weights copy (the default) says what went to huge-page memory (the tiny model fits, so the
+    expert plan is full residency and the experts are copied too); map says the mapping serves it."""
+    import json
+    r = rl("bench", "-m", model, "-t", "2", "--prompt", "0", "--n-decode", "2", "--reps", "1", "--warmup", "0")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.decode().splitlines() if l.startswith("weights ")]
+    assert len(lines) == 2 and "dense weights: " in lines[0] and "copied to memory" in lines[0], lines
+    assert "routed experts: " in lines[1] and "copied to memory" in lines[1], lines
+    r = rl("bench", "-m", model, "-t", "2", "--prompt", "0", "--n-decode", "2", "--reps", "1", "--warmup", "0",
+           "--weights", "map", "--json")
+    assert r.returncode == 0, r.stderr
+    w = json.loads(r.stdout)["weights"]
+    assert w.startswith("dense weights: in the file mapping (") and "--weights map" in w, w
 
 
 def test_help():
