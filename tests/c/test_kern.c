@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "check.h"
@@ -112,6 +113,7 @@ static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng
     const size_t rb = quant_row_size(type, n_cols);
     const int64_t n_rows = (int64_t)(bytes / rb), fill_rows = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
     uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
+    if (W) madvise(W, rb * (size_t)n_rows, MADV_HUGEPAGE); /* as the engine's weight copies (resident.h) */
     float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
     void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
     fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * fill_rows, r);
