@@ -153,6 +153,9 @@ static uint64_t huge_bytes(const uint8_t *a, size_t len) {
 resident *resident_copy(q3n_model *m, pool *p, int what, bool progress) {
     gguf_file *f = m->gguf;
     if (!f) return rl_seterr("no model file to copy weights from"), NULL;
+    if (!strcmp(resident_thp_mode(), "never"))
+        return rl_seterr("transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage/enabled: never): "
+                         "a copy would not stream faster"), NULL;
     resident *r = rl_calloc(1, sizeof *r, "resident weights");
     rs_item *items = rl_calloc(f->n_tensors ? f->n_tensors : 1, sizeof *items, "resident items");
     const int cap = (Q3N_T_COUNT + 1) * (m->hp.n_layer + m->hp.n_nextn + 1);

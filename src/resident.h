@@ -19,7 +19,7 @@
  *                     preload of the mapping and costs no memory that full residency did not.
  * Views are re-pointed only once every selected tensor is copied; the copy is best effort: when
  * memory runs out or transparent huge pages are off ("never"), nothing changes and the reason is
- * kept for the describe line. The model's dense_copied / experts_copied flags tell the expert
+ * kept for the describe line (with THP "never" nothing is copied: 4 KiB pages either way). The model's dense_copied / experts_copied flags tell the expert
  * cache that the mapping's pages of those tensors are no longer read (no preload, no touch).
  *
  * Reading: pread from the file (the page cache may keep its copy: clean, reclaimable pages; a
