@@ -56,7 +56,7 @@ const char *resident_thp_mode(void) {
 }
 
 /* Every matrix view of m (block tensors of every layer, MTP included), from the one tensor
- * table; n_out views into out (capacity cap), returns the count. */
+ * table: those with data, into out (capacity cap); returns the count. */
 static int model_views(q3n_model *m, ops_mat **out, int cap) {
     int n = 0, nl = m->hp.n_layer + m->hp.n_nextn;
     for (int id = 0; id < Q3N_T_COUNT; id++) {
