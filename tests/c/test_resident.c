@@ -7,7 +7,9 @@
  *   - prefill and decode steps give bit-identical logits (NaN-poisoned first) on both engines,
  *     with the dense copy alone and with the experts copied too;
  *   - a session whose expert plan is full residency copies the experts, a bounded one does not,
- *     and both give the mapped engine's logits. */
+ *     and both give the mapped engine's logits;
+ *   - a file that ends early (truncated after it was opened) fails the copy with one clear line and
+ *     leaves every view where it was. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +163,34 @@ static void test_session_plans(const char *path) {
     engine_close(ref);
 }
 
+/* The read error path: the file loses its second half after the mapped engine opened it. */
+static void test_read_error(const char *path) {
+    const char *tmp = "/tmp/rl_test_resident_trunc.gguf";
+    FILE *in = fopen(path, "rb"), *out = fopen(tmp, "wb");
+    CHECK(in && out, "copy %s to %s", path, tmp);
+    char buf[1 << 16];
+    size_t n, total = 0;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0) total += fwrite(buf, 1, n, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+    engine *e = engine_open(tmp, &(engine_params){.n_threads = 2, .map_weights = true});
+    CHECK(e != NULL, "open %s: %s", tmp, rl_lasterr());
+    if (e) {
+        q3n_model *m = (q3n_model *)engine_model(e); /* resident_copy re-points views: the test drives it */
+        const uint8_t *before = m->output.data, *before_l0 = m->layers[0].router.data;
+        CHECK(truncate(tmp, (off_t)(total / 2)) == 0, "truncate %s", tmp);
+        resident *r = resident_copy(m, NULL, RESIDENT_DENSE, false);
+        CHECK(r == NULL && strstr(rl_lasterr(), "reading weights into memory failed") && strstr(rl_lasterr(), "ended early"),
+              "truncated file: copy %p, error '%s'", (void *)r, rl_lasterr());
+        CHECK(m->output.data == before && m->layers[0].router.data == before_l0 && !m->dense_copied,
+              "a failed copy moved the views");
+        resident_free(r);
+        rl_clearerr();
+        engine_close(e);
+    }
+    unlink(tmp);
+}
+
 int main(void) {
     const char *models[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf"};
     if (!strcmp(resident_thp_mode(), "never")) { /* nothing is copied: check that, then say what did not run */
@@ -181,5 +211,6 @@ int main(void) {
         test_engine_copies(models[i]);
         test_session_plans(models[i]);
     }
+    test_read_error(models[0]);
     return check_done("test_resident");
 }
