@@ -2,6 +2,7 @@
  * state in host memory. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend.h"
 #include "common.h"
@@ -39,6 +40,26 @@ static void cpu_ctx_free(backend_ctx *c) {
     free(c);
 }
 
+/* The recurrent state of one DeltaNet layer (and its uncommitted copy): 2 MiB a layer at the 80B
+ * geometry, read and written whole by every decode step and every prompt row. States of 1 MiB or
+ * more get 2 MiB-aligned memory with MADV_HUGEPAGE (one TLB entry instead of 512): on the Intel
+ * Xeon VM of session 20, 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a
+ * decode token and 0.25 -> 0.22 ms a prompt row (the KV cache, read once a token, gained nothing
+ * measurable the same way). Zeroed; free() releases either kind. */
+static float *state_alloc(size_t floats, const char *what) {
+    const size_t bytes = floats * sizeof(float), huge = (size_t)2 << 20;
+    if (bytes < huge / 2) return rl_calloc(floats, sizeof(float), what);
+    const size_t len = (bytes + huge - 1) & ~(huge - 1);
+    float *p = aligned_alloc(huge, len);
+    if (!p) {
+        rl_seterr("out of memory allocating %zu bytes for %s", len, what);
+        return NULL;
+    }
+    madvise(p, len, MADV_HUGEPAGE); /* best effort */
+    memset(p, 0, bytes);
+    return p;
+}
+
 static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv) {
     const q3n_hparams *hp = &m->hp;
     backend_ctx *c = rl_calloc(1, sizeof *c, "context");
@@ -63,10 +84,10 @@ static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_ba
             if (!st->k_cache[il] || !st->v_cache[il]) goto fail;
         } else {
             st->conv[il] = rl_calloc(q3n_conv_floats(hp), sizeof(float), "conv state");
-            st->ssm[il] = rl_calloc(q3n_ssm_floats(hp), sizeof(float), "recurrent state");
+            st->ssm[il] = state_alloc(q3n_ssm_floats(hp), "recurrent state");
             /* the uncommitted copy a step writes (see q3n_state): a failed step loses nothing */
             st->conv_next[il] = rl_calloc(q3n_conv_floats(hp), sizeof(float), "conv state");
-            st->ssm_next[il] = rl_calloc(q3n_ssm_floats(hp), sizeof(float), "recurrent state");
+            st->ssm_next[il] = state_alloc(q3n_ssm_floats(hp), "recurrent state");
             if (!st->conv[il] || !st->ssm[il] || !st->conv_next[il] || !st->ssm_next[il]) goto fail;
         }
     }

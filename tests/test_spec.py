@@ -55,14 +55,17 @@ def test_verify_check_text_and_errors():
     assert bad.returncode == 1 and b"no-such-model.gguf" in bad.stderr
 
 
-def test_verify_check_wide_value_heads(tmp_path):
+@pytest.mark.parametrize("inner,state,dt_rank", [(512, 64, 4), (2048, 128, 16)], ids=["dk64", "dk128-1MiB-state"])
+def test_verify_check_wide_value_heads(tmp_path, inner, state, dt_rank):
     """Value heads of 128 columns and 64-wide keys, as the 80B's shapes (the fixtures' heads are 32 x 32): the
     rows of a verify (the delta rule's in-cache 4-column kernel after the first row, the head items of the
-    threaded loops) must equal single steps bit for bit at 2 threads."""
+    threaded loops) must equal single steps bit for bit at 2 threads. The second geometry has the 80B's
+    128 x 128 heads, 16 of them: a 1 MiB recurrent state per layer, which the CPU backend allocates in
+    huge pages (backend_cpu.c, state_alloc), so the state swaps and snapshots run on that memory too."""
     m = tmp_path / "dv128.gguf"
     rl("synth", "--preset", "q4_k_m", "--vocab", REPO / "tests" / "fixtures" / "qwen3-vocab.gguf", "-o", m, "--quiet",
        "--geometry", "hidden=256,layers=4,heads=4,kv_heads=2,head_dim=64,rope_dims=16,experts=16,top_k=4,"
-       "expert_ff=256,shared_ff=256,inner=512,state=64,groups=2,dt_rank=4")
+       f"expert_ff=256,shared_ff=256,inner={inner},state={state},groups=2,dt_rank={dt_rank}")
     r = rl("verify-check", "-m", m, "-n", "60", "--draft", "8", "-t", "2")
     assert b"verify-check: OK" in r.stdout and b"bit-identical" in r.stdout, r.stdout
 
