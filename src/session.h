@@ -178,7 +178,8 @@ int session_generate(session *s, const session_gen_params *gp, session_gen_resul
 void session_gen_result_free(session_gen_result *r);
 
 /* ---- statistics -------------------------------------------------------------------------- */
-/* The expert cache's one line (hits, misses/token, MiB read/token, prefetch) on f, if any. */
+/* Where the weights live ("weights: ..." lines, engine_weights_describe; CPU backend), then the
+ * expert cache's lines (hits, misses/token, MiB read/token, prefetch) on f, if any. */
 void session_print_cache_stats(const session *s, FILE *f);
 
 #endif

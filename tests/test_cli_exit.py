@@ -154,6 +154,7 @@ def test_stats_prints_what_help_says(model):
     assert r.returncode == 0
     err = r.stderr.decode()
     assert "expert cache:" in err and "prompt" in err and "decode" in err and "peak RSS" in err
+    assert "weights: dense weights: " in err
     # without --stats / --verbose the expert-cache plan stays quiet
     r = rl("generate", "-m", model, "-p", "hi", "-n", "2")
     assert r.returncode == 0 and "expert cache" not in r.stderr.decode()

@@ -691,9 +691,8 @@ static const opt TABLE[] = {
      .section = "output",
      .names = "--stats",
      .value = NULL,
-     .help = "on stderr at the end: load time, prompt and decode tok/s, stop reason,\npeak memory, and the "
-             "expert cache's "
-             "plan, hits, misses and MiB read per token",
+     .help = "on stderr at the end: load time, prompt and decode tok/s, stop reason,\npeak memory, where the "
+             "weights live (--weights), and the expert cache's\nplan, hits, misses and MiB read per token",
      .kind = K_FLAG,
      .off = OFF(stats)},
     {.cmds = CMD_DUMP,
