@@ -154,6 +154,15 @@ bool engine_weights_describe(const engine *e, char *buf, size_t n) {
     return true;
 }
 
+void engine_weights_print(const engine *e, FILE *f, const char *prefix) {
+    char wl[640];
+    if (!engine_weights_describe(e, wl, sizeof wl) || !wl[0]) return;
+    for (char *ln = wl, *nl; ln; ln = nl) {
+        if ((nl = strchr(ln, '\n'))) *nl++ = 0;
+        fprintf(f, "%s%s\n", prefix, ln);
+    }
+}
+
 int engine_kv_parse(const char *name, int *out) {
     if (!strcmp(name, "f32")) return *out = BACKEND_KV_F32, 0;
     if (!strcmp(name, "f16")) return *out = BACKEND_KV_F16, 0;

@@ -61,6 +61,8 @@ int engine_copy_experts(engine *e, bool progress);
 /* The weight copies as lines (resident_describe; "dense weights: in the file mapping (why)" when
  * there is none) into buf, or false on a backend other than the CPU's. */
 bool engine_weights_describe(const engine *e, char *buf, size_t n);
+/* Those lines on f, each after `prefix` (nothing on other backends). */
+void engine_weights_print(const engine *e, FILE *f, const char *prefix);
 
 /* The KV cache format a context gets when engine_ctx_params.kv is NULL: f16 on the fast paths
  * (CPU SIMD, CUDA), f32 under engine_params.reference (the oracle stays f32). The numbers behind

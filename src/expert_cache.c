@@ -277,13 +277,10 @@ static void mapped_ptrs(const expert_cache *ec, int il, int e, const uint8_t **g
                         const uint8_t **d) {
     const ec_layer *ly = &ec->layers[il];
     const q3n_layer *L = &ec->m->layers[il];
-    const uint8_t *base[3] = {L->gate_exps.data, ly->n_ranges == 2 ? L->down_exps.data : L->up_exps.data,
-                              L->down_exps.data};
-    const uint8_t *p[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < ly->n_ranges; i++) p[i] = base[i] + (uint64_t)e * ly->r[i].stride;
-    *g = p[0];
-    *u = ly->n_ranges == 2 ? p[0] + ly->up_off : p[1];
-    *d = p[ly->n_ranges - 1];
+    const int nd = ly->n_ranges - 1; /* the down range: 2, or 1 after a fused gate_up */
+    *g = L->gate_exps.data + (uint64_t)e * ly->r[0].stride;
+    *u = nd == 1 ? *g + ly->up_off : L->up_exps.data + (uint64_t)e * ly->r[1].stride;
+    *d = L->down_exps.data + (uint64_t)e * ly->r[nd].stride;
 }
 
 static void trace_and_count(expert_cache *ec, int il, const int32_t *ids, int n) {

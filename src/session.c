@@ -589,12 +589,7 @@ void session_gen_result_free(session_gen_result *r) {
 /* ---- statistics --------------------------------------------------------------------------- */
 
 void session_print_cache_stats(const session *s, FILE *f) {
-    char wl[640];
-    if (engine_weights_describe(s->m->e, wl, sizeof wl) && wl[0])
-        for (char *ln = wl, *nl; ln; ln = nl) { /* where the streamed weights live (resident.h) */
-            if ((nl = strchr(ln, '\n'))) *nl++ = 0;
-            fprintf(f, "weights: %s\n", ln);
-        }
+    engine_weights_print(s->m->e, f, "weights: "); /* where the streamed weights live (resident.h) */
     if (s->ec) expert_cache_print_stats(s->ec, f);
     engine_print_backend_stats(s->c, f); /* the VRAM tier's plan and counters, if any */
 }

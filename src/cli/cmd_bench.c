@@ -428,12 +428,7 @@ int cmd_bench(int argc, char **argv) {
         printf("engine    backend %s, %s, CPU kernels %s%s, %d threads\n", engine_backend_name(b.e), path,
                kern_level_name(kern_level()), amx ? " + AMX tiles" : "",
                threads ? (int)threads : rl_ncpu());
-        char wl[640];
-        if (engine_weights_describe(b.e, wl, sizeof wl) && wl[0])
-            for (char *ln = wl, *nl; ln; ln = nl) {
-                if ((nl = strchr(ln, '\n'))) *nl++ = 0;
-                printf("weights   %s\n", ln);
-            }
+        engine_weights_print(b.e, stdout, "weights   ");
         printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
                "%.1f KB per "
                "position\n",

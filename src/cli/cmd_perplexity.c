@@ -182,7 +182,7 @@ int cmd_perplexity(int argc, char **argv) {
     double t0 = rl_now();
     session_model *sm = session_model_open(&(session_model_params){
         .model_path = model, .backend = o.backend, .n_threads = (int)o.threads, .reference = reference,
-        .iq_repack = o.iq_repack, .map_weights = o.weights && !strcmp(o.weights, "map")});
+        .iq_repack = o.iq_repack, .map_weights = cli_map_weights(&o)});
     engine *e = sm ? session_model_engine(sm) : NULL;
     const tokenizer *tok = sm ? session_model_tokenizer(sm) : NULL;
     tok_ids ids = {0};

@@ -196,7 +196,7 @@ int cmd_serve(int argc, char **argv) {
             .kv = o.kv,
             .cache_spec = o.cache_spec,
             .iq_repack = o.iq_repack,
-            .map_weights = o.weights && !strcmp(o.weights, "map"),
+            .map_weights = cli_map_weights(&o),
             .vram_spec = o.vram_spec,
             .vram_pin = o.vram_pin,
             .vram_miss = o.vram_miss,

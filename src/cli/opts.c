@@ -891,13 +891,15 @@ void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out) {
     if (c->footer) fprintf(out, "\n%s", c->footer);
 }
 
+bool cli_map_weights(const cli_opts *o) { return o->weights && !strcmp(o->weights, "map"); }
+
 session_model *cli_model_open(const cli_opts *o) {
     return session_model_open(&(session_model_params){.model_path = o->model,
                                                       .backend = o->backend,
                                                       .n_threads = (int)o->threads,
                                                       .reference = o->reference,
                                                       .iq_repack = o->iq_repack,
-                                                      .map_weights = o->weights && !strcmp(o->weights, "map")});
+                                                      .map_weights = cli_map_weights(o)});
 }
 
 int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {

@@ -103,6 +103,8 @@ void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out);
  * options' expert cache (the plan is one line on stderr with --stats or --verbose).
  * NULL with rl_lasterr set. */
 session_model *cli_model_open(const cli_opts *o);
+/* --weights map was given (session_model_params.map_weights). */
+bool cli_map_weights(const cli_opts *o);
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch);
 
 /* What a new user sees while a prompt is evaluated: cli_feed_opts gives session_feed a
