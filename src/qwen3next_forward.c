@@ -46,6 +46,8 @@ typedef struct {
     ops_mat *mats;       /* [3E] per-expert slices of gate, up, down */
     ops_mm_task *tasks;  /* [2E + 2] one dispatch's products */
     float **rdst;        /* [T][2] per-row snapshot destinations (conv, ssm) of a DeltaNet layer */
+    float *spare;        /* the floats past T rows' carve, up to max_rows rows' (attention chunk partials) */
+    size_t n_spare;
 } scratch;
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
@@ -128,6 +130,13 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
 }
 
 size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows) { return carve(hp, max_rows, NULL, NULL); }
+
+/* T rows' scratch; what a max_rows-row forward would also use is spare for this one */
+static void carve_run(const q3n_run *r, int T, scratch *s) {
+    const size_t used = carve(&r->m->hp, T, r->scratch, s);
+    s->spare = r->scratch + used;
+    s->n_spare = q3n_scratch_floats(&r->m->hp, r->max_rows) - used;
+}
 /* Quantised activations: at most 4 bytes per value (F32 activations of F32 weights) for the
  * widest input (2*D of the MTP eh_proj, or the attention/DeltaNet output widths). */
 size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows) {
@@ -176,6 +185,8 @@ typedef struct {
     int il, T, pos, rope_delta;
     int hpi;          /* attn_qk_items: heads per item (the H query heads, then the Hkv key heads) */
     atomic_long next; /* attn_worker: the next unclaimed work item, counted from the last row */
+    int nch;          /* chunk items (attn_chunk_items): chunks of the last row; 0: whole rows */
+    float *part;      /* with nch: [T][nch][H][hd] partial outputs, then [T][nch][H] maxima and sums */
 } attn_job;
 
 /* Items lo..hi-1 of the projections, item = (row t, hpi consecutive heads of the H query heads and
@@ -234,8 +245,67 @@ static int attn_rows(int T, int gs) {
     return rt;
 }
 
+/* Chunk items: a decode or verify row has few (KV head, slice) items, and slicing a head group for
+ * more of them reads every K / V row once per slice (16 threads: a 4K-deep row's cache read 8 times).
+ * A row past VEC_ATTN_CHUNK positions splits instead into vec.h's fixed chunks: item = (row, slice,
+ * chunk), each written as a partial (vec_attn_chunk_kv) to the scratch's spare floats, then
+ * attn_fold_items folds every (row, head)'s chunks in order and normalises: vec_attn_group_kv's
+ * arithmetic, so the rows are those of a prefill (vec_attn_rows_kv) bit for bit. */
+static float *attn_part_m(const attn_job *j) { return j->part + (size_t)j->T * j->nch * j->r->m->hp.n_head * j->r->m->hp.head_dim; }
+
+static void attn_chunk_items(attn_job *j, int nth) {
+    const q3n_hparams *hp = &j->r->m->hp;
+    const int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv, nch = j->nch;
+    const int gs = attn_slice(hp, j->T * nch, nth), ns = H / gs;
+    const size_t kvw = (size_t)hp->n_head_kv * hd, eb = j->r->st->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t nml = (size_t)j->T * nch * H; /* sums after the maxima */
+    float *pm = attn_part_m(j);
+    const long n_items = (long)j->T * ns * nch;
+    for (;;) {
+        const long c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= n_items) break;
+        const long w = n_items - 1 - c; /* the last row first, its last chunk first */
+        const int t = (int)(w / ((long)ns * nch)), h0 = (int)(w / nch % ns) * gs, ch = (int)(w % nch);
+        const int n_kv = j->pos + t + 1, p0 = ch * VEC_ATTN_CHUNK;
+        if (p0 >= n_kv) continue; /* an earlier row has fewer chunks */
+        const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
+        const size_t kvoff = (size_t)(h0 / group) * hd, at = ((size_t)t * nch + ch) * H + h0;
+        vec_attn_chunk_kv(vec_get(), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs,
+                          (const char *)j->r->st->k_cache[j->il] + kvoff * eb, (const char *)j->r->st->v_cache[j->il] + kvoff * eb,
+                          j->r->st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
+                          pm + at, pm + nml + at);
+    }
+}
+
+/* Items lo..hi-1 = (row, head) of chunk items: the fold, the normalisation, the output gate. */
+static void attn_fold_items(void *arg, long lo, long hi) {
+    attn_job *j = arg;
+    const q3n_hparams *hp = &j->r->m->hp;
+    const int H = hp->n_head, hd = hp->head_dim, nch = j->nch;
+    const size_t nml = (size_t)j->T * nch * H;
+    const float *pm = attn_part_m(j);
+    for (long it = lo; it < hi; it++) {
+        const int t = (int)(it / H), h = (int)(it % H), n_kv = j->pos + t + 1;
+        const int nc = (n_kv + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
+        float *o = j->s->o + (size_t)t * H * hd + (size_t)h * hd;
+        size_t at = (size_t)t * nch * H + h;
+        float m = pm[at], l = pm[nml + at];
+        memcpy(o, j->part + at * hd, sizeof(float) * (size_t)hd);
+        for (int c = 1; c < nc; c++) {
+            at += H;
+            vec_attn_merge(1, hd, o, (size_t)hd, &m, &l, j->part + at * hd, (size_t)hd, pm + at, pm + nml + at);
+        }
+        vec_attn_normalize(1, hd, o, (size_t)hd, &l, o, (size_t)hd);
+        vec_get()->sigmoid_mul(o, j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd + hd, hd);
+    }
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
+    if (j->nch) {
+        attn_chunk_items(j, nth);
+        return;
+    }
     const q3n_hparams *hp = &j->r->m->hp;
     int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
     int gs = j->r->fast ? attn_slice(hp, j->T, nth) : 1, ns = H / gs; /* slices per row */
@@ -296,11 +366,18 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
      * serial), a decode row's heads by twos (18 heads took 29 us a layer on the calling thread of a
      * 16-thread token, H200 host: their inputs had just been written by the other cores) */
     const int hpi = T >= pool_size(r->pool) ? H + Hkv : 2;
-    attn_job j = {r, L, s, il, T, pos, rope_delta, hpi, 0};
+    attn_job j = {r, L, s, il, T, pos, rope_delta, hpi, 0, 0, NULL};
     const long items = (long)T * ((H + Hkv + hpi - 1) / hpi);
     ops_parallel_for(r->pool, items, (long)hpi * hd * 32, attn_qk_items, &j, "attention q/k norm+rope");
     ops_parallel_for(r->pool, T, (long)kvw * 4, attn_kv_rows, &j, "attention kv store");
+    /* chunk items where rows go one per item (attn_rows), past one chunk, with threads to spread them
+     * over and room in the spare scratch (else whole rows: the same bits) */
+    const int nch = (pos + T + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
+    if (r->fast && attn_rows(T, 1) == 1 && nch > 1 && pool_size(r->pool) > 1 &&
+        (size_t)T * nch * H * (hd + 2) <= s->n_spare)
+        j.nch = nch, j.part = s->spare;
     ops_run(r->pool, attn_worker, &j, "attention core");
+    if (j.nch) ops_parallel_for(r->pool, (long)T * H, (long)nch * hd * 4, attn_fold_items, &j, "attention fold");
     for (int t = 0; t < T; t++) DUMP(r, Q3N_ACT_ATTN_GATED, il, t, s->o + (size_t)t * H * hd, H * hd);
     mm(r, &L->wo, s->o, T, s->y);
 }
@@ -756,7 +833,7 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
         return rl_seterr("context is full: %d + %d tokens exceed the context size %d (raise --ctx)", pos, T,
                          r->st->n_ctx);
     scratch s;
-    carve(hp, T, r->scratch, &s);
+    carve_run(r, T, &s);
     const quant_traits *et = quant_get(m->tok_embd.type);
     if (q3n_check_tokens(tokens, T, hp->n_vocab)) return -1;
     for (int t = 0; t < T; t++) {
@@ -793,7 +870,7 @@ int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens,
         return rl_seterr("MTP context is full: %d + %d pairs exceed %d", slot, T, r->st->n_ctx);
     const q3n_layer *L = &m->layers[il];
     scratch s;
-    carve(hp, T, r->scratch, &s);
+    carve_run(r, T, &s);
     /* [RMSNorm_e(embed(x_{p+1})) ; RMSNorm_h(h_p)] -> eh_proj (embedding first, spec F.2) */
     float *cat = s.xs; /* carve gives xs at least 2D floats per row */
     const quant_traits *et = quant_get(m->tok_embd.type);

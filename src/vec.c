@@ -69,6 +69,22 @@ static void attn_mix_portable(float *out, size_t ostride, int G, const float *e,
         }
 }
 
+/* The portable block step (the definition in vec.h): libm expf, a sequential sum */
+static void attn_softmax_portable(float *e, int nb, float *m, float *l, float *o, int hd) {
+    float bm = e[0];
+    for (int p = 1; p < nb; p++) bm = e[p] > bm ? e[p] : bm;
+    if (bm > *m) { /* rescale what was accumulated under the old max */
+        const float c = expf(*m - bm);
+        for (int j = 0; j < hd; j++) o[j] *= c;
+        *l *= c;
+        *m = bm;
+    }
+    for (int p = 0; p < nb; p++) {
+        e[p] = expf(e[p] - *m);
+        *l += e[p];
+    }
+}
+
 static void silu_mul_portable(float *y, const float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) {
         const float x = g[i], si = x / (1.0f + expf(-x)); /* ops_silu */
@@ -86,7 +102,7 @@ static void axpy_d_portable(double *acc, double w, const float *x, int n) {
 
 static const vec_ops portable = {"portable",       dot_portable,        axpy_portable,    delta_portable,
                                  delta_portable,   dot_f16_portable,    axpy_f16_portable, attn_scores_portable,
-                                 attn_mix_portable, silu_mul_portable, sigmoid_mul_portable,
+                                 attn_mix_portable, attn_softmax_portable, silu_mul_portable, sigmoid_mul_portable,
                                  axpy_d_portable};
 
 const vec_ops *vec_portable(void) { return &portable; }
@@ -135,44 +151,65 @@ void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, con
     vec_attn_group_kv(v, q, qstride, G, K, V, false, n_kv, stride, hd, scale, out, ostride);
 }
 
-/* The softmax step of one (row, head) over a block's nb scores: vec_attn_group_kv's, shared */
-static void attn_block_softmax(float *e, int nb, float *m, float *l, float *o, int hd) {
-    float bm = e[0];
-    for (int p = 1; p < nb; p++) bm = e[p] > bm ? e[p] : bm;
-    if (bm > *m) { /* rescale what was accumulated under the old max */
-        const float c = expf(*m - bm);
-        for (int j = 0; j < hd; j++) o[j] *= c;
-        *l *= c;
-        *m = bm;
+void vec_attn_chunk_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V, bool f16,
+                       int p0, int p1, size_t stride, int hd, float scale, float *o, size_t ostride, float *m, float *l) {
+    float e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];
+    RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && p1 > p0 && p0 % VEC_ATTN_BLOCK == 0);
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0;
+        memset(o + (size_t)g * ostride, 0, sizeof(float) * (size_t)hd);
     }
-    for (int p = 0; p < nb; p++) {
-        e[p] = expf(e[p] - *m);
-        *l += e[p];
+    const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
+    for (int b0 = p0; b0 < p1; b0 += VEC_ATTN_BLOCK) {
+        const int nb = p1 - b0 < VEC_ATTN_BLOCK ? p1 - b0 : VEC_ATTN_BLOCK;
+        v->attn_scores(q, qstride, G, (const char *)K + (size_t)b0 * stride * eb, f16, stride, nb, hd, scale, &e[0][0],
+                       VEC_ATTN_BLOCK);
+        for (int g = 0; g < G; g++) v->attn_softmax(e[g], nb, &m[g], &l[g], o + (size_t)g * ostride, hd);
+        v->attn_mix(o, ostride, G, &e[0][0], VEC_ATTN_BLOCK, (const char *)V + (size_t)b0 * stride * eb, f16, stride, nb,
+                    hd);
+    }
+}
+
+void vec_attn_merge(int G, int hd, float *o, size_t ostride, float *m, float *l, const float *o2, size_t o2stride,
+                    const float *m2, const float *l2) {
+    for (int g = 0; g < G; g++) {
+        const float M = m2[g] > m[g] ? m2[g] : m[g], a = expf(m[g] - M), b = expf(m2[g] - M);
+        float *x = o + (size_t)g * ostride;
+        const float *y = o2 + (size_t)g * o2stride;
+        for (int j = 0; j < hd; j++) {
+            const float xa = x[j] * a, yb = y[j] * b; /* two roundings, then the sum's: no contraction */
+            x[j] = xa + yb;
+        }
+        const float la = l[g] * a, lb = l2[g] * b;
+        l[g] = la + lb;
+        m[g] = M;
+    }
+}
+
+void vec_attn_normalize(int G, int hd, const float *o, size_t ostride, const float *l, float *out, size_t outstride) {
+    for (int g = 0; g < G; g++) {
+        const float inv = 1.0f / l[g];
+        for (int j = 0; j < hd; j++) out[(size_t)g * outstride + j] = o[(size_t)g * ostride + j] * inv;
     }
 }
 
 void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
                        bool f16, int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride) {
-    float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];
-    RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && hd <= 1024);
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY, l[g] = 0;
-        memset(out + (size_t)g * ostride, 0, sizeof(float) * (size_t)hd);
+    float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], m2[VEC_ATTN_MAX_G], l2[VEC_ATTN_MAX_G];
+    RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && hd <= 1024 && n_kv >= 1);
+    const int c1 = n_kv < VEC_ATTN_CHUNK ? n_kv : VEC_ATTN_CHUNK;
+    vec_attn_chunk_kv(v, q, qstride, G, K, V, f16, 0, c1, stride, hd, scale, out, ostride, m, l);
+    if (n_kv > VEC_ATTN_CHUNK) { /* later chunks fold in order (vec.h) */
+        float *part = malloc(sizeof(float) * (size_t)G * hd);
+        RL_ASSERT(part != NULL);
+        for (int p0 = VEC_ATTN_CHUNK; p0 < n_kv; p0 += VEC_ATTN_CHUNK) {
+            const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
+            vec_attn_chunk_kv(v, q, qstride, G, K, V, f16, p0, p1, stride, hd, scale, part, (size_t)hd, m2, l2);
+            vec_attn_merge(G, hd, out, ostride, m, l, part, (size_t)hd, m2, l2);
+        }
+        free(part);
     }
-    for (int p0 = 0; p0 < n_kv; p0 += VEC_ATTN_BLOCK) {
-        const int nb = n_kv - p0 < VEC_ATTN_BLOCK ? n_kv - p0 : VEC_ATTN_BLOCK;
-        const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
-        v->attn_scores(q, qstride, G, (const char *)K + (size_t)p0 * stride * eb, f16, stride, nb, hd, scale, &e[0][0],
-                       VEC_ATTN_BLOCK);
-        for (int g = 0; g < G; g++) attn_block_softmax(e[g], nb, &m[g], &l[g], out + (size_t)g * ostride, hd);
-        v->attn_mix(out, ostride, G, &e[0][0], VEC_ATTN_BLOCK, (const char *)V + (size_t)p0 * stride * eb, f16, stride, nb,
-                    hd);
-    }
-    for (int g = 0; g < G; g++) {
-        const float inv = 1.0f / l[g];
-        float *o = out + (size_t)g * ostride;
-        for (int j = 0; j < hd; j++) o[j] *= inv;
-    }
+    vec_attn_normalize(G, hd, out, ostride, l, out, ostride);
 }
 
 void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G, const void *K,
@@ -185,10 +222,12 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
                               out + (size_t)r * orow, ostride);
         return;
     }
-    /* the R x G queries and outputs contiguous (one stride), so the table's tiles take them as RG heads */
+    /* the R x G queries and outputs contiguous (one stride), so the table's tiles take them as RG heads;
+     * acc: the fold of a row's finished chunks (vec.h), for the rows past the first chunk */
     float qb[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
     float ob[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
     float m[VEC_ATTN_MAX_RG], l[VEC_ATTN_MAX_RG], e[VEC_ATTN_MAX_RG][VEC_ATTN_BLOCK];
+    float am[VEC_ATTN_MAX_RG], al[VEC_ATTN_MAX_RG], *acc = NULL;
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) {
             memcpy(qb + (size_t)(r * G + g) * hd, q + (size_t)r * qrow + (size_t)g * qstride, sizeof(float) * (size_t)hd);
@@ -198,6 +237,24 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
     const int n_last = n_kv0 + R - 1; /* the longest row's positions */
     const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float);
     for (int p0 = 0; p0 < n_last; p0 += VEC_ATTN_BLOCK) {
+        if (p0 > 0 && p0 % VEC_ATTN_CHUNK == 0) {
+            /* a chunk ends: the rows that go on fold it into acc and start the next afresh (the rows
+             * that ended at p0 keep theirs for the last fold) */
+            if (!acc) {
+                acc = malloc(sizeof(float) * (size_t)RG * hd);
+                RL_ASSERT(acc != NULL);
+            }
+            for (int r = 0; r < R; r++) {
+                if (n_kv0 + r <= p0) continue;
+                for (int g = 0; g < G; g++) {
+                    const int k = r * G + g;
+                    float *ok = ob + (size_t)k * hd, *ak = acc + (size_t)k * hd;
+                    if (p0 == VEC_ATTN_CHUNK) memcpy(ak, ok, sizeof(float) * (size_t)hd), am[k] = m[k], al[k] = l[k];
+                    else vec_attn_merge(1, hd, ak, (size_t)hd, &am[k], &al[k], ok, (size_t)hd, &m[k], &l[k]);
+                    memset(ok, 0, sizeof(float) * (size_t)hd), m[k] = -INFINITY, l[k] = 0;
+                }
+            }
+        }
         const int nbmax = n_last - p0 < VEC_ATTN_BLOCK ? n_last - p0 : VEC_ATTN_BLOCK;
         const char *Kb = (const char *)K + (size_t)p0 * stride * eb, *Vb = (const char *)V + (size_t)p0 * stride * eb;
         /* scores of every row over the longest row's positions (a score does not depend on the tile;
@@ -209,17 +266,18 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
             if (nr <= 0) continue; /* this row ended before the block */
             for (int g = 0; g < G; g++) {
                 const int k = r * G + g;
-                attn_block_softmax(e[k], nr, &m[k], &l[k], ob + (size_t)k * hd, hd);
+                v->attn_softmax(e[k], nr, &m[k], &l[k], ob + (size_t)k * hd, hd);
             }
             if (!same) v->attn_mix(ob + (size_t)r * G * hd, (size_t)hd, G, e[r * G], VEC_ATTN_BLOCK, Vb, f16, stride, nr, hd);
         }
         if (same) v->attn_mix(ob, (size_t)hd, RG, &e[0][0], VEC_ATTN_BLOCK, Vb, f16, stride, nbmax, hd);
     }
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < G; g++) {
-            const int k = r * G + g;
-            const float inv = 1.0f / l[k];
-            float *o = out + (size_t)r * orow + (size_t)g * ostride;
-            for (int j = 0; j < hd; j++) o[j] = ob[(size_t)k * hd + j] * inv;
-        }
+    for (int r = 0; r < R; r++) {
+        /* a row with more than one chunk: its last chunk folds into acc */
+        const bool folded = acc && n_kv0 + r > VEC_ATTN_CHUNK;
+        float *src = folded ? acc + (size_t)r * G * hd : ob + (size_t)r * G * hd;
+        if (folded) vec_attn_merge(G, hd, src, (size_t)hd, &am[r * G], &al[r * G], ob + (size_t)r * G * hd, (size_t)hd, &m[r * G], &l[r * G]);
+        vec_attn_normalize(G, hd, src, (size_t)hd, folded ? &al[r * G] : &l[r * G], out + (size_t)r * orow, ostride);
+    }
+    free(acc);
 }

@@ -39,6 +39,12 @@ typedef struct {
                         float scale, float *e, int es);
     void (*attn_mix)(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16, size_t stride,
                      int nb, int hd);
+    /* The online-softmax step of one head over a block's nb scores e (nb >= 1), with its running max
+     * *m, sum *l and unnormalised output o[hd]: bm = max of e; if bm > *m, o and *l are scaled by
+     * expf(*m - bm) and *m = bm; then e[p] = exp(e[p] - *m) and *l += their sum. The portable table
+     * is that loop with libm expf and a sequential sum; the SIMD ones take exp in lanes (exp8 of the
+     * gates) and sum lanes then lanes together, an element's exp independent of its position. */
+    void (*attn_softmax)(float *e, int nb, float *m, float *l, float *o, int hd);
     /* Gates of the fast path. silu_mul: y[i] = silu(g[i]) * u[i] (u NULL: y[i] = silu(g[i])), with
      * silu(x) = x / (1 + exp(-x)); sigmoid_mul: y[i] *= 1 / (1 + exp(-g[i])). y may be g or u. The
      * portable table is ops_silu / ops_sigmoid's expression (libm expf); the SIMD tables evaluate
@@ -71,6 +77,13 @@ const vec_ops *vec_avx512(void);
  * head's result does not depend on G. */
 #define VEC_ATTN_MAX_G 16
 #define VEC_ATTN_BLOCK 128
+/* Positions per chunk (a multiple of VEC_ATTN_BLOCK). A row attending to n positions has the chunks
+ * [c*C, min((c+1)*C, n)); each chunk's online softmax starts afresh (vec_attn_chunk_kv) and the
+ * chunks are folded in order, the first as it is and each later one by vec_attn_merge, then
+ * normalised (vec_attn_normalize). Every function below computes a row that way, so a decode step may
+ * spread one row's chunks over threads and fold them after: the same bits as a prefill's rows (the
+ * exactness contract). Rows of at most C positions are one chunk: no merge. */
+#define VEC_ATTN_CHUNK 256
 void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
                     size_t stride, int hd, float scale, float *out, size_t ostride);
 /* The same over a KV cache of f32 rows (f16 false: K, V are float) or f16 rows (K, V are
@@ -84,6 +97,16 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
  * cache bytes; every row's result is that of vec_attn_group_kv on it alone, bit for bit (the same
  * blocks, scores, softmax steps and per-output update order; tests/c/test_vec.c). R * G <=
  * VEC_ATTN_MAX_RG and hd <= VEC_ATTN_ROWS_HD, else the rows go one at a time. */
+/* One chunk: positions p0..p1-1 (p0 a multiple of VEC_ATTN_CHUNK, p1 - p0 <= it) for G heads from
+ * scratch: unnormalised outputs at o + g*ostride, running max m[g] and sum l[g]. */
+void vec_attn_chunk_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V, bool f16,
+                       int p0, int p1, size_t stride, int hd, float scale, float *o, size_t ostride, float *m, float *l);
+/* Fold the next chunk (o2, m2, l2) into the running one (o, m, l), for G heads: M = max(m, m2), then
+ * o = o*expf(m - M) + o2*expf(m2 - M) element by element (no fused multiply-add), l likewise, m = M. */
+void vec_attn_merge(int G, int hd, float *o, size_t ostride, float *m, float *l, const float *o2, size_t o2stride,
+                    const float *m2, const float *l2);
+/* out[g][j] = o[g][j] * (1 / l[g]) (out may be o). */
+void vec_attn_normalize(int G, int hd, const float *o, size_t ostride, const float *l, float *out, size_t outstride);
 #define VEC_ATTN_MAX_RG 64
 #define VEC_ATTN_ROWS_HD 256
 void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G, const void *K,

@@ -359,6 +359,48 @@ static void sigmoid_mul_avx2(float *y, const float *g, int n) {
     }
 }
 
+/* The attention block step of vec.h: the max in lanes (a max is exact in any order), o and *l
+ * rescaled as the portable step does, exp8(e - m) in lanes (a tail through padded lanes: an element's
+ * bits do not depend on its position or nb), the sum in 8 lanes then ((0+4)+(1+5))+((2+6)+(3+7)). */
+static void attn_softmax_avx2(float *e, int nb, float *m, float *l, float *o, int hd) {
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int p = 0;
+    for (; p + 8 <= nb; p += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(e + p));
+    float t[8];
+    _mm256_storeu_ps(t, mx);
+    float bm = t[0];
+    for (int i = 1; i < 8; i++) bm = t[i] > bm ? t[i] : bm;
+    for (; p < nb; p++) bm = e[p] > bm ? e[p] : bm;
+    if (bm > *m) { /* rescale what was accumulated under the old max */
+        const float c = expf(*m - bm);
+        const __m256 cv = _mm256_set1_ps(c);
+        int j = 0;
+        for (; j + 8 <= hd; j += 8) _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_loadu_ps(o + j), cv));
+        for (; j < hd; j++) o[j] *= c;
+        *l *= c;
+        *m = bm;
+    }
+    const __m256 mv = _mm256_set1_ps(*m);
+    __m256 s = _mm256_setzero_ps();
+    for (p = 0; p + 8 <= nb; p += 8) {
+        const __m256 x = exp8(_mm256_sub_ps(_mm256_loadu_ps(e + p), mv));
+        _mm256_storeu_ps(e + p, x);
+        s = _mm256_add_ps(s, x);
+    }
+    if (p < nb) {
+        float b[8] = {0};
+        const int n = nb - p;
+        for (int j = 0; j < n; j++) b[j] = e[p + j];
+        const __m256 live = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)n), _CMP_LT_OQ);
+        const __m256 x = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(b), mv)), live);
+        _mm256_storeu_ps(b, x);
+        for (int j = 0; j < n; j++) e[p + j] = b[j];
+        s = _mm256_add_ps(s, x);
+    }
+    _mm256_storeu_ps(t, s);
+    *l += ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+}
+
 static void axpy_d_avx2(double *acc, double w, const float *x, int n) {
     const __m256d wv = _mm256_set1_pd(w);
     int i = 0;
@@ -369,7 +411,7 @@ static void axpy_d_avx2(double *acc, double w, const float *x, int n) {
 
 static const vec_ops avx2 = {"avx2",         dot_avx2,         axpy_avx2,    delta_avx2,
                              delta_hot_avx2, dot_f16_avx2,     axpy_f16_avx2, attn_scores_avx2,
-                             attn_mix_avx2,  silu_mul_avx2,    sigmoid_mul_avx2,
+                             attn_mix_avx2,  attn_softmax_avx2, silu_mul_avx2, sigmoid_mul_avx2,
                              axpy_d_avx2};
 
 const vec_ops *vec_avx2_table(void);

@@ -315,7 +315,7 @@ static void check_gates(const vec_ops *v, rl_rng *rng) {
  * around the block edges (a row ending just before, at and after one; the rows straddling one), f32 and
  * f16 caches, head groups of 1 to 8 and 2 to 5 or 8 rows (R x G up to 64), outputs poisoned before. */
 static void check_attn_rows(const vec_ops *v, rl_rng *rng) {
-    enum { HD = 64, NKV = 2, MAXP = 270, MAXR = 8, MAXG = 8 };
+    enum { HD = 64, NKV = 2, MAXP = 620, MAXR = 8, MAXG = 8 };
     const size_t stride = (size_t)NKV * HD; /* one cached row: 2 KV heads */
     float *Kf = malloc(sizeof(float) * MAXP * stride), *Vf = malloc(sizeof(float) * MAXP * stride);
     uint16_t *Kh = malloc(sizeof(uint16_t) * MAXP * stride), *Vh = malloc(sizeof(uint16_t) * MAXP * stride);
@@ -326,12 +326,14 @@ static void check_attn_rows(const vec_ops *v, rl_rng *rng) {
     const size_t qrow = 2 * (size_t)MAXG * HD + 8, orow = (size_t)MAXG * HD + 4; /* odd row strides */
     float *q = malloc(sizeof(float) * MAXR * qrow), *o1 = malloc(sizeof(float) * MAXR * orow), *o2 = malloc(sizeof(float) * MAXR * orow);
     for (size_t i = 0; i < MAXR * qrow; i++) q[i] = rl_rng_normal(rng);
-    static const int lens[] = {1, 5, 126, 127, 128, 129, 200, 254, 255, 256, 257};
+    /* around block edges, and chunk edges (VEC_ATTN_CHUNK 256: rows folding 2 or 3 chunks) */
+    static const int lens[] = {1, 5, 126, 127, 128, 129, 200, 254, 255, 256, 257, 383, 507, 511, 512, 513, 600};
+    enum { NL = sizeof lens / sizeof lens[0] };
     int bad = 0, cases = 0;
     for (int f16 = 0; f16 < 2; f16++)
         for (int G = 1; G <= MAXG; G *= 2)
             for (int R = 2; R <= MAXR; R = R < 5 ? R + 1 : MAXR + (R == MAXR))
-                for (int il = 0; il < 11; il++) {
+                for (int il = 0; il < NL; il++) {
                     const void *K = f16 ? (const void *)(Kh + HD) : (const void *)(Kf + HD); /* KV head 1 */
                     const void *V = f16 ? (const void *)(Vh + HD) : (const void *)(Vf + HD);
                     check_poison(o1, MAXR * orow);
@@ -346,6 +348,92 @@ static void check_attn_rows(const vec_ops *v, rl_rng *rng) {
                 }
     CHECK(bad == 0, "%s attention rows: %d of %d rows differ from row-at-a-time", v->name, bad, cases);
     free(Kf), free(Vf), free(Kh), free(Vh), free(q), free(o1), free(o2);
+}
+
+/* The chunk API as a decode step uses it over threads (qwen3next_forward.c): every chunk of a row by
+ * vec_attn_chunk_kv, folded in order by vec_attn_merge, normalised — the bits of vec_attn_group_kv,
+ * for rows of 1 to 4 chunks (VEC_ATTN_CHUNK 256), f32 and f16 caches, outputs poisoned. */
+static void check_attn_chunks(const vec_ops *v, rl_rng *rng) {
+    enum { HD = 128, NKV = 2, MAXP = 1000, G = 8 };
+    const size_t stride = (size_t)NKV * HD;
+    float *Kf = malloc(sizeof(float) * MAXP * stride), *Vf = malloc(sizeof(float) * MAXP * stride);
+    uint16_t *Kh = malloc(sizeof(uint16_t) * MAXP * stride), *Vh = malloc(sizeof(uint16_t) * MAXP * stride);
+    float *q = malloc(sizeof(float) * G * 2 * HD), *o1 = malloc(sizeof(float) * G * HD), *o2 = malloc(sizeof(float) * G * HD);
+    float *parts = malloc(sizeof(float) * 4 * G * HD), pm[4][G], pl[4][G];
+    for (size_t i = 0; i < MAXP * stride; i++) {
+        Kf[i] = rl_rng_normal(rng) * 2, Vf[i] = rl_rng_normal(rng);
+        Kh[i] = rl_fp32_to_fp16(Kf[i]), Vh[i] = rl_fp32_to_fp16(Vf[i]);
+    }
+    for (int i = 0; i < G * 2 * HD; i++) q[i] = rl_rng_normal(rng);
+    static const int lens[] = {1, 255, 256, 257, 300, 511, 512, 513, 700, 1000};
+    int bad = 0, cases = 0;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int il = 0; il < (int)(sizeof lens / sizeof lens[0]); il++) {
+            const int n = lens[il], nch = (n + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
+            const void *K = f16 ? (const void *)Kh : (const void *)Kf, *V = f16 ? (const void *)Vh : (const void *)Vf;
+            check_poison(o1, G * HD);
+            check_poison(o2, G * HD);
+            check_poison(parts, 4 * G * HD);
+            vec_attn_group_kv(v, q, 2 * HD, G, K, V, f16, n, stride, HD, 0.0625f, o1, HD);
+            for (int c = nch - 1; c >= 0; c--) { /* any order: each chunk starts afresh */
+                const int p0 = c * VEC_ATTN_CHUNK, p1 = n - p0 < VEC_ATTN_CHUNK ? n : p0 + VEC_ATTN_CHUNK;
+                vec_attn_chunk_kv(v, q, 2 * HD, G, K, V, f16, p0, p1, stride, HD, 0.0625f, parts + (size_t)c * G * HD, HD,
+                                  pm[c], pl[c]);
+            }
+            for (int c = 1; c < nch; c++) vec_attn_merge(G, HD, parts, HD, pm[0], pl[0], parts + (size_t)c * G * HD, HD, pm[c], pl[c]);
+            vec_attn_normalize(G, HD, parts, HD, pl[0], o2, HD);
+            bad += memcmp(o1, o2, sizeof(float) * G * HD) != 0;
+            cases++;
+        }
+    CHECK(bad == 0, "%s attention chunks: %d of %d rows differ from vec_attn_group_kv", v->name, bad, cases);
+    free(Kf), free(Vf), free(Kh), free(Vh), free(q), free(o1), free(o2), free(parts);
+}
+
+/* attn_softmax against its definition (vec.h), the portable table being the libm loop bit for bit:
+ * the max, the rescale decision and the rescaled outputs are exact in every table (the same expf
+ * factor, one product each); e[p] within 1e-6 relative of expf's (exp8 ~2 ulp, see check_gates; below
+ * e^-87.3 it clamps, so 1e-30 absolute: nothing against a block sum >= 1); the
+ * sum, a different order of nb <= 128 positive terms, within (nb - 1) u = 7.6e-6 of the sequential
+ * one plus the elements' 1e-6; an element's bits do not depend on the block length or its position.
+ * Scores span [-60, 20]; the old max is -inf, below or above the block's. */
+static void check_attn_softmax(const vec_ops *v, rl_rng *rng) {
+    enum { NB = 128, HD = 37 };
+    float e0[NB], e1[NB], e2[NB], o1[HD], o2[HD];
+    double we = 0, wl = 0;
+    int exact_bad = 0, moved = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        const int nb = 1 + (int)(rl_rng_u64(rng) % NB);
+        for (int p = 0; p < nb; p++) e0[p] = -20.0f + 20.0f * rl_rng_normal(rng);
+        float bm = e0[0];
+        for (int p = 1; p < nb; p++) bm = e0[p] > bm ? e0[p] : bm;
+        const float m0 = trial % 3 == 0 ? -INFINITY : trial % 3 == 1 ? bm - 3.0f : bm + 2.0f, l0 = trial % 3 ? 5.5f : 0;
+        float m1 = m0, l1 = l0, m2 = m0, l2 = l0;
+        for (int j = 0; j < HD; j++) o1[j] = o2[j] = trial % 3 ? rl_rng_normal(rng) : 0;
+        memcpy(e1, e0, sizeof(float) * nb);
+        memcpy(e2, e0, sizeof(float) * nb);
+        vec_portable()->attn_softmax(e1, nb, &m1, &l1, o1, HD);
+        v->attn_softmax(e2, nb, &m2, &l2, o2, HD);
+        exact_bad += memcmp(&m1, &m2, sizeof m1) != 0 || memcmp(o1, o2, sizeof o1) != 0;
+        for (int p = 0; p < nb; p++) {
+            const double d = fabs((double)e2[p] - e1[p]) / ((double)e1[p] + 1e-30 / 1e-6);
+            if (!(d <= we)) we = isnan(d) ? INFINITY : d;
+        }
+        const double dl = fabs((double)l2 - l1) / fabs((double)l1);
+        if (!(dl <= wl)) wl = isnan(dl) ? INFINITY : dl;
+        if (v == vec_portable()) exact_bad += memcmp(e1, e2, sizeof(float) * nb) != 0 || l1 != l2;
+        /* the same scores at another offset and length, under the same max: the same bits each */
+        const int off = 1 + trial % 7;
+        if (off < nb) {
+            float e3[NB], m3 = m2, l3 = 0, o3[HD] = {0};
+            memcpy(e3, e0 + off, sizeof(float) * (nb - off));
+            v->attn_softmax(e3, nb - off, &m3, &l3, o3, HD);
+            moved += m3 != m2 || memcmp(e3, e2 + off, sizeof(float) * (nb - off)) != 0;
+        }
+    }
+    CHECK(exact_bad == 0, "%s attn_softmax: %d blocks with another max or rescale (portable: other bits)", v->name, exact_bad);
+    CHECK(we < 1e-6, "%s attn_softmax: exp of a score %.3e relative from expf's (bound 1e-6)", v->name, we);
+    CHECK(wl < 8.6e-6, "%s attn_softmax: sum %.3e relative from the sequential one (bound 8.6e-6)", v->name, wl);
+    CHECK(moved == 0, "%s attn_softmax: %d sub-blocks gave an element other bits", v->name, moved);
 }
 
 /* axpy_d: every table's bits are the portable loop's (a double product and a double sum, each rounded
@@ -376,11 +464,14 @@ int main(void) {
     check_attn_blocks(vec_portable(), &rng);
     check_gates(vec_portable(), &rng);
     check_attn_rows(vec_portable(), &rng);
+    check_attn_chunks(vec_portable(), &rng);
+    check_attn_softmax(vec_portable(), &rng);
     if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng), check_axpy_d(vec_avx2(), &rng),
-                      check_attn_rows(vec_avx2(), &rng);
+                      check_attn_rows(vec_avx2(), &rng), check_attn_chunks(vec_avx2(), &rng), check_attn_softmax(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, its table not checked\n");
     if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng), check_axpy_d(vec_avx512(), &rng),
-                        check_attn_rows(vec_avx512(), &rng);
+                        check_attn_rows(vec_avx512(), &rng), check_attn_chunks(vec_avx512(), &rng),
+                        check_attn_softmax(vec_avx512(), &rng);
     else printf("test_vec: AVX-512 not available, its table not checked\n");
     return check_done("test_vec");
 }
