@@ -41,9 +41,9 @@ typedef struct {
                      int nb, int hd);
     /* The online-softmax step of one head over a block's nb scores e (nb >= 1), with its running max
      * *m, sum *l and unnormalised output o[hd]: bm = max of e; if bm > *m, o and *l are scaled by
-     * expf(*m - bm) and *m = bm; then e[p] = exp(e[p] - *m) and *l += their sum. The portable table
-     * is that loop with libm expf and a sequential sum; the SIMD ones take exp in lanes (exp8 of the
-     * gates) and sum lanes then lanes together, an element's exp independent of its position. */
+     * expf(*m - bm) and *m = bm; then e[p] = exp(e[p] - *m) and *l += e[p] in position order. The
+     * portable table is that loop with libm expf; the SIMD ones take exp in lanes (exp8 of the gates,
+     * an element's value independent of its position), the max and the sum as the loop does. */
     void (*attn_softmax)(float *e, int nb, float *m, float *l, float *o, int hd);
     /* Gates of the fast path. silu_mul: y[i] = silu(g[i]) * u[i] (u NULL: y[i] = silu(g[i])), with
      * silu(x) = x / (1 + exp(-x)); sigmoid_mul: y[i] *= 1 / (1 + exp(-g[i])). y may be g or u. The

@@ -393,8 +393,8 @@ static void check_attn_chunks(const vec_ops *v, rl_rng *rng) {
  * the max, the rescale decision and the rescaled outputs are exact in every table (the same expf
  * factor, one product each); e[p] within 1e-6 relative of expf's (exp8 ~2 ulp, see check_gates; below
  * e^-87.3 it clamps, so 1e-30 absolute: nothing against a block sum >= 1); the
- * sum, a different order of nb <= 128 positive terms, within (nb - 1) u = 7.6e-6 of the sequential
- * one plus the elements' 1e-6; an element's bits do not depend on the block length or its position.
+ * sum, the same order over those terms, within the elements' 1e-6 plus a rounding per addition that
+ * may differ, (nb - 1) u = 7.6e-6; an element's bits do not depend on the block length or its position.
  * Scores span [-60, 20]; the old max is -inf, below or above the block's. */
 static void check_attn_softmax(const vec_ops *v, rl_rng *rng) {
     enum { NB = 128, HD = 37 };
@@ -432,7 +432,7 @@ static void check_attn_softmax(const vec_ops *v, rl_rng *rng) {
     }
     CHECK(exact_bad == 0, "%s attn_softmax: %d blocks with another max or rescale (portable: other bits)", v->name, exact_bad);
     CHECK(we < 1e-6, "%s attn_softmax: exp of a score %.3e relative from expf's (bound 1e-6)", v->name, we);
-    CHECK(wl < 8.6e-6, "%s attn_softmax: sum %.3e relative from the sequential one (bound 8.6e-6)", v->name, wl);
+    CHECK(wl < 8.6e-6, "%s attn_softmax: sum %.3e relative from the libm loop's (bound 8.6e-6)", v->name, wl);
     CHECK(moved == 0, "%s attn_softmax: %d sub-blocks gave an element other bits", v->name, moved);
 }
 
