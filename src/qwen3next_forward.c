@@ -251,7 +251,9 @@ static int attn_rows(int T, int gs) {
  * chunk), each written as a partial (vec_attn_chunk_kv) to the scratch's spare floats, then
  * attn_fold_items folds every (row, head)'s chunks in order and normalises: vec_attn_group_kv's
  * arithmetic, so the rows are those of a prefill (vec_attn_rows_kv) bit for bit. */
-static float *attn_part_m(const attn_job *j) { return j->part + (size_t)j->T * j->nch * j->r->m->hp.n_head * j->r->m->hp.head_dim; }
+static float *attn_part_m(const attn_job *j) {
+    return j->part + (size_t)j->T * j->nch * j->r->m->hp.n_head * j->r->m->hp.head_dim;
+}
 
 static void attn_chunk_items(attn_job *j, int nth) {
     const q3n_hparams *hp = &j->r->m->hp;
@@ -269,9 +271,9 @@ static void attn_chunk_items(attn_job *j, int nth) {
         const int n_kv = j->pos + t + 1, p0 = ch * VEC_ATTN_CHUNK;
         if (p0 >= n_kv) continue; /* an earlier row has fewer chunks */
         const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
-        const size_t kvoff = (size_t)(h0 / group) * hd, at = ((size_t)t * nch + ch) * H + h0;
-        vec_attn_chunk_kv(vec_get(), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs,
-                          (const char *)j->r->st->k_cache[j->il] + kvoff * eb, (const char *)j->r->st->v_cache[j->il] + kvoff * eb,
+        const size_t kvoff = (size_t)(h0 / group) * hd * eb, at = ((size_t)t * nch + ch) * H + h0;
+        const char *K = (const char *)j->r->st->k_cache[j->il] + kvoff, *V = (const char *)j->r->st->v_cache[j->il] + kvoff;
+        vec_attn_chunk_kv(vec_get(), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
                           j->r->st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
                           pm + at, pm + nml + at);
     }

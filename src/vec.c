@@ -152,7 +152,8 @@ void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, con
 }
 
 void vec_attn_chunk_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V, bool f16,
-                       int p0, int p1, size_t stride, int hd, float scale, float *o, size_t ostride, float *m, float *l) {
+                       int p0, int p1, size_t stride, int hd, float scale, float *o, size_t ostride, float *m,
+                       float *l) {
     float e[VEC_ATTN_MAX_G][VEC_ATTN_BLOCK];
     RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && p1 > p0 && p0 % VEC_ATTN_BLOCK == 0);
     for (int g = 0; g < G; g++) {
@@ -276,7 +277,9 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
         /* a row with more than one chunk: its last chunk folds into acc */
         const bool folded = acc && n_kv0 + r > VEC_ATTN_CHUNK;
         float *src = folded ? acc + (size_t)r * G * hd : ob + (size_t)r * G * hd;
-        if (folded) vec_attn_merge(G, hd, src, (size_t)hd, &am[r * G], &al[r * G], ob + (size_t)r * G * hd, (size_t)hd, &m[r * G], &l[r * G]);
+        if (folded)
+            vec_attn_merge(G, hd, src, (size_t)hd, &am[r * G], &al[r * G], ob + (size_t)r * G * hd, (size_t)hd, &m[r * G],
+                           &l[r * G]);
         vec_attn_normalize(G, hd, src, (size_t)hd, folded ? &al[r * G] : &l[r * G], out + (size_t)r * orow, ostride);
     }
     free(acc);

@@ -193,9 +193,9 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void table_init(void) {
     const vec_ops *a = vec_avx2_table();
-    table = (vec_ops){"avx512",    dot_512,      axpy_512,        a->delta_step, a->delta_step_hot,
-                      dot_f16_512, axpy_f16_512, attn_scores_512, attn_mix_512, a->attn_softmax, a->silu_mul, a->sigmoid_mul,
-                      a->axpy_d};
+    table = (vec_ops){"avx512",        dot_512,       axpy_512,        a->delta_step, a->delta_step_hot,
+                      dot_f16_512,     axpy_f16_512,  attn_scores_512, attn_mix_512,  a->attn_softmax,
+                      a->silu_mul,     a->sigmoid_mul, a->axpy_d};
 }
 
 const vec_ops *vec_avx512_table(void) {
