@@ -35,11 +35,32 @@ def test_prompt_profile_table(tmp_path):
     check_table(dec, "products, all", decode=True)
 
 
+def test_depth_profile_table(tmp_path):
+    """--depth with --profile adds the decode table over the filled context; at 300 positions (two
+    attention chunks of vec.h) a 2-thread decode row takes chunk items, so "attention fold" appears."""
+    path = str(tmp_path / "m.gguf")
+    subprocess.run([BIN, "synth", "--preset", "tiny", "--geometry", "experts=64,top_k=8", "-o", path, "--quiet"],
+                   check=True, capture_output=True, timeout=120)
+    r = subprocess.run([BIN, "bench", "-m", path, "-t", "2", "--n-decode", "2", "--reps", "1", "--warmup", "1",
+                        "--prompt", "0", "--depth", "300", "--profile"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    head = "profile: decode at depth 300, products and threads (2 threads"
+    assert head in out and "profile: decode, products and threads (2 threads" in out, out[-3000:]
+    dep = out[out.index(head):]
+    dep = dep.split("\nprofile: ")[0]
+    check_table(dep, "products, all", decode=True)
+    assert re.search(r"^  attention fold\s", dep, re.M), dep
+    dec = out[out.index("profile: decode, products and threads"):]
+    assert "attention fold" not in dec[:dec.index(head)], dec  # depth 0: one chunk, no fold
+
+
 def check_table(table, *_, decode=False):
     """One products-and-threads table: its rows, the shares adding up to the whole, GB/s of the products."""
     rows, gbs = {}, {}
     for line in table.splitlines()[2:]:
-        m = re.match(r"^  (\S.*?)\s{2,}(\d+)?\s*([\d.]+)\s+([\d.]+)%", line)
+        # (the calls column, when there, is digits then blanks: "3.320" must not split into 3 and .320)
+        m = re.match(r"^  (\S.*?)\s{2,}(?:(\d+)\s+)?([\d.]+)\s+([\d.]+)%", line)
         if m:
             rows[m.group(1).strip()] = (float(m.group(3)), float(m.group(4)))
         # a product class: calls, ms, %, GMAC/s, busy %, imbalance, dispatch, quantisation, weight GB/s
