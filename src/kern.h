@@ -29,8 +29,8 @@
  * and Q8_0 run four weight rows at a time too (scale unpacking shared, one transposed reduction, the
  * scalar epilogue in 4 float lanes; Q8_0 keeps each row's float lanes of the one-row kernel).
  * The one-row mat-vecs prefetch the weight stream 2 KiB ahead (the hardware streamer stops at 4 KiB
- * pages); the 4-row ones prefetch the next group of 4 rows while they read the current one
- * (pf_group: the rows of a group are adjacent, so a fixed distance per row lands in rows being read).
+ * pages); the 4-row ones take rows a quarter of the call's rows apart (g, g + q, g + 2q, g + 3q):
+ * four sequential streams, each prefetched the same way (kern_x86.h MV4_ROW / PF_ROWS4).
  *
  * Internal in-memory types (quant_repack.h: IQ2_LF, IQ1_LF, the lookup-free forms --iq-repack makes
  * at load) have scalar, AVX2 and batched kernels like the file types (kern_x86_repack.h), each

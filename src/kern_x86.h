@@ -60,19 +60,24 @@ static inline void pf_block(const void *p, size_t bsz) {
     for (size_t off = 0; off < bsz; off += 64) _mm_prefetch((const char *)p + PF_DIST + off, _MM_HINT_T0);
 }
 
-/* Prefetch for the 4-row mat-vecs: the 4 rows of a group are adjacent in memory, so a fixed distance
- * ahead of each row lands in rows already being read. Instead, while block i of the group's rows is
- * processed, the matching 4 blocks' worth of bytes of the NEXT group (gb bytes on) are prefetched, so
- * the whole next group is in flight once this one is done (distance: one group, 4 rows). Into L2
- * (T1), not L1: on the Intel Xeon VM of session 20 (test_kern bench, one thread, 512 MiB) Q4_K
- * streamed 8.8-9.0 GB/s with T0 and 10.5-10.8 with T1 (T2 10.2-10.3, NTA 6.7, two or four groups
- * ahead no better), and a 2-thread Q4_K_M decode's DeltaNet projections went 14.5-15.1 -> 16.7-17.0
- * GB/s, the experts' products +5-7 %: an L1 prefetch holds one of the core's few L1 fill buffers
- * until its line arrives, while the 4-row kernels' own loads then hit L2. The one-row kernels'
- * pf_block stays T0 (Q6_K: T1 no faster, 12.3-13.1 vs 13.1-14.3 GB/s). */
-static inline void pf_group(const void *row0, size_t gb, int64_t i, size_t bsz) {
-    const char *p = (const char *)row0 + gb + (size_t)i * 4 * bsz;
-    for (size_t off = 0; off < 4 * bsz; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+/* The 4-row mat-vecs take rows g, g + q, g + 2q and g + 3q together (q = nr / 4; rows 4q.. go one at a
+ * time): four sequential streams, each prefetched PF_DIST ahead in its own order (PF_ROWS4), which
+ * the one-row kernels' prefetch does for one. Groups of 4 adjacent rows (rows r..r+3, then r+4..)
+ * could not prefetch a fixed distance per row (it lands in the group's own rows) and prefetched the
+ * whole next group instead: on the session-21 Intel VM one thread then streamed Q4_K from DRAM at
+ * 10.0-11.4 GB/s, with four streams at 15.9-16.3 (the machine's one-thread STREAM read: 16.1), and a
+ * 2-thread Q4_K_M decode went from 50-55 to 69.5-70.7 tok/s. (An L2 hint for the streams gave
+ * 15.9-16.0: T0 kept.) A row's arithmetic does not depend on its group: the same bits. */
+#define MV4_ROW(W, rb, g, q, k) ((const uint8_t *)(W) + (size_t)((g) + (int64_t)(k) * (q)) * (rb))
+#define PF_ROWS4(x, i)                                                                                 \
+    do {                                                                                               \
+        for (int k_ = 0; k_ < 4; k_++) pf_block(&(x)[k_][i], sizeof(x)[k_][i]);                        \
+    } while (0)
+/* the 4 rows' results (lane k: row g + k q) */
+static inline void store4(float *o, int64_t g, int64_t q, __m128 v) {
+    float t[4];
+    _mm_storeu_ps(t, v);
+    for (int k = 0; k < 4; k++) o[g + k * q] = t[k];
 }
 
 static inline __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -262,19 +267,19 @@ static void mv_f16(const void *W, size_t rb, int64_t nr, int64_t nc, const void 
 /* Q8_0 mat-vec, four weight rows at a time: each row's float operations are exactly those of
  * dotn_q8_0 with N = 1 (same per-block fmadd into its own 8 lanes, same final reduction), so the
  * results equal the one-row kernel and the batched mm_q8_0 bit for bit; the 4 rows share the
- * activation loads and prefetch the next group of rows (pf_group). */
+ * activation loads; rows g, g + q, g + 2q, g + 3q (MV4_ROW: four prefetched streams). */
 static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {
     const int64_t nb = nc / 32;
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q8_0 *x[4];
         __m256 acc[4];
         for (int k = 0; k < 4; k++) {
-            x[k] = (const blk_q8_0 *)((const uint8_t *)W + (size_t)(r + k) * rb);
+            x[k] = (const blk_q8_0 *)MV4_ROW(W, rb, g, q, k);
             acc[k] = _mm256_setzero_ps();
         }
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof(blk_q8_0));
+            PF_ROWS4(x, i);
             const blk_q8_0 *y = (const blk_q8_0 *)a + i;
             const __m256i av = loadu(y->qs);
             const float dy = h2f(y->d);
@@ -284,9 +289,9 @@ static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void
                 acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[k][i].d) * dy), acc[k]);
             }
         }
-        for (int k = 0; k < 4; k++) o[r + k] = hsum_f32(acc[k]);
+        for (int k = 0; k < 4; k++) o[g + k * q] = hsum_f32(acc[k]);
     }
-    for (; r < nr; r++) dotn_q8_0((const blk_q8_0 *)((const uint8_t *)W + r * rb), a, 0, 1, nb, o + r, 0);
+    for (int64_t r = 4 * q; r < nr; r++) dotn_q8_0((const blk_q8_0 *)((const uint8_t *)W + r * rb), a, 0, 1, nb, o + r, 0);
 }
 
 /* Batched: activation rows in passes of NT (then 2, then 1) per weight row; a pass reads the

@@ -108,15 +108,15 @@ static float dot_iq1_m_512(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
 static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_iq1_m *x[4];
-        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_iq1_m *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_iq1_m *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             __m512i acc[4];
             uint16_t dbits[4];
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             UNROLL for (int k = 0; k < 4; k++) {
                 acc[k] = sb_iq1_m_512(&x[k][i], &y[i], &dbits[k]);
             }
@@ -126,9 +126,9 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
             sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)),
                                                _mm_mul_ps(_mm_cvtepi32_ps(S), _mm_set1_ps(0.125f))));
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_iq1_m_512((const blk_iq1_m *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_iq1_m_512((const blk_iq1_m *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* The one-row dot (dot_NAME_512) and 4-row mat-vec (mv_NAME_512) of a type whose super-block
@@ -148,14 +148,14 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
     static void mv_##NAME##_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) { \
         const blk_q8_k *y = act;                                                                     \
         const int64_t nb = nc / QK_K;                                                                \
-        int64_t r = 0;                                                                               \
-        for (; r + 4 <= nr; r += 4) {                                                                \
+        const int64_t q = nr / 4;                                                                               \
+        for (int64_t g = 0; g < q; g++) {                                                                \
             const WT *x[4];                                                                          \
-            UNROLL for (int k = 0; k < 4; k++) x[k] = (const WT *)((const uint8_t *)W + (size_t)(r + k) * rb); \
+            UNROLL for (int k = 0; k < 4; k++) x[k] = (const WT *)MV4_ROW(W, rb, g, q, k); \
             __m128 sumf = _mm_setzero_ps();                                                          \
             for (int64_t i = 0; i < nb; i++) {                                                       \
                 __m512i acc[4];                                                                      \
-                pf_group(x[0], 4 * rb, i, sizeof x[0][i]);                                           \
+                PF_ROWS4(x, i);                                           \
                 UNROLL for (int k = 0; k < 4; k++) {                                                 \
                     acc[k] = sb_##NAME##_512(&x[k][i], &y[i]);                                                  \
                 }                                                                                    \
@@ -164,9 +164,9 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
                                                              (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0)); \
                 sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(S))); \
             }                                                                                        \
-            _mm_storeu_ps(o + r, _mm_mul_ps(_mm_set1_ps(C), sumf));                                  \
+            store4(o, g, q, _mm_mul_ps(_mm_set1_ps(C), sumf));                                  \
         }                                                                                            \
-        for (; r < nr; r++) o[r] = dot_##NAME##_512((const WT *)((const uint8_t *)W + (size_t)r * rb), y, nb); \
+        for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_##NAME##_512((const WT *)((const uint8_t *)W + (size_t)r * rb), y, nb); \
     }
 
 /* ---- IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S -------------------------------------------------------
@@ -366,21 +366,20 @@ static inline __m512i row_scales512(__m256i sc8, int k) {
  * min sums reduced together (transposed), and the float epilogue evaluated in 4 lanes, one per
  * row, with exactly the scalar expression and order, so each row's result is that of
  * dot_q4_k_512 / the scalar vec_dot bit for bit. Cache-resident weights: 1.55x the one-row kernel
- * (14-16.7 vs 9.4-10.9 GB/s). Prefetch: the next group of 4 rows (pf_group), as the AVX2 kernels;
- * a fixed distance ahead of each row (pf_block) lands in the group's own rows, and on a Zen 4 VM
- * that left DRAM streaming at 8.5 GB/s per thread vs 14-21 GB/s with pf_group (test_kern bench). */
+ * (14-16.7 vs 9.4-10.9 GB/s). Rows g, g + q, g + 2q, g + 3q, each stream prefetched ahead (MV4_ROW,
+ * PF_ROWS4 in kern_x86.h: from DRAM 15.9-16.3 GB/s per thread vs 10.0-11.4 for 4 adjacent rows). */
 static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) {
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q4_k *x[4];
-        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
             __m256i sc8;
             const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
@@ -401,9 +400,9 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
             const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
             K45_EPILOGUE4(sumf, x, i, y[i].d, isum, summs);
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q5_K: the fifth bit of value 32c + l is bit c of qh[l]; for the nibble vectors above (two
@@ -459,13 +458,13 @@ static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
                             _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(2), _mm512_set1_epi8(8)),
                             _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(16), _mm512_set1_epi8(64)),
                             _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(32), _mm512_set1_epi8(-128)) };
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q5_k *x[4];
-        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
             __m256i sc8;
             const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
@@ -490,9 +489,9 @@ static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
             const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
             K45_EPILOGUE4(sumf, x, i, y[i].d, isum, summs);
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q6_K: half h: codes of values 128h + 32r + l from ql[64h + l + 32(r&1)] (low nibble for r < 2)
@@ -550,13 +549,13 @@ static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
     const __m512i idx[4] = { scale_idx0(), _mm512_add_epi16(scale_idx0(), four),
                              _mm512_add_epi16(scale_idx0(), _mm512_add_epi16(four, four)),
                              _mm512_add_epi16(scale_idx0(), _mm512_set1_epi16(12)) };
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q6_k *x[4];
-        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q6_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        UNROLL for (int k = 0; k < 4; k++) x[k] = (const blk_q6_k *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             const __m256i nbs = _mm256_sub_epi16(_mm256_setzero_si256(), loadu(y[i].bsums));
             const __m512i A[4] = { loadu512(y[i].qs), loadu512(y[i].qs + 64), loadu512(y[i].qs + 128), loadu512(y[i].qs + 192) };
             __m512i acc[4];
@@ -581,9 +580,9 @@ static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
             /* scalar: h2f(d) * y.d * (float)isum, per row */
             sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(isum)));
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_q6_k_512((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q6_k_512((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q2_K: value 128h + 32j + l = bits 2j..2j+1 of qs[32h + l]; a zmm of [qs[32h..] | same] shifted
@@ -626,11 +625,13 @@ static void fill_512(kern_table *t) {
     t->matvec[QT_Q2_K] = mv_q2_k_512;
     t->matvec[QT_Q4_K] = mv_q4_k_512;
     t->matvec[QT_Q5_K] = mv_q5_k_512;
-    /* Q6_K: the one-row kernel unless RL_KERN_Q6K_MV=4. The 4-row kernel is 1.1-1.4x hot, but
-     * at 2 threads streaming the Q4_K_M output head from DRAM (Zen 4 VM, 12 interleaved A/B decode
-     * runs of a 4-layer file) it ran 18.1 vs 22.5 GB/s (medians), slower in 10 of 12 pairs. */
+    /* Q6_K: the 4-row kernel unless RL_KERN_Q6K_MV=1 (the one-row kernel, the same bits). With 4
+     * adjacent rows it lost to the one-row kernel from DRAM (Zen 4 VM, 2 threads, Q4_K_M output head:
+     * 18.1 vs 22.5 GB/s); with the four streams of MV4_ROW (session 21, Intel VM) it streams 14.5 vs
+     * 13.0 GB/s on one thread and a 2-thread 4-layer Q4_K_M decode ran 75.2-76.3 vs 67.3-68.9 tok/s
+     * (3 interleaved pairs). */
     const char *q6 = getenv("RL_KERN_Q6K_MV");
-    t->matvec[QT_Q6_K] = q6 && !strcmp(q6, "4") ? mv_q6_k_512 : mv_q6_k_1row_512;
+    t->matvec[QT_Q6_K] = q6 && !strcmp(q6, "1") ? mv_q6_k_1row_512 : mv_q6_k_512;
 }
 
 #else

@@ -172,13 +172,13 @@ static void mv_q4_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m256i m4 = _mm256_set1_epi8(15);
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q4_k *x[4];
-        for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        for (int k = 0; k < 4; k++) x[k] = (const blk_q4_k *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             __m128i sc01, sc23;
             const __m128i summs = k45_scales4(x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales, &y[i], &sc01, &sc23);
             const int8_t *a = y[i].qs;
@@ -201,9 +201,9 @@ static void mv_q4_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
             sumf = k45_epilogue4(sumf, acc, x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d, x[0][i].dmin, x[1][i].dmin,
                                  x[2][i].dmin, x[3][i].dmin, summs, y[i].d);
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_q4_k((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q4_k((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 static float dot_q5_k(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
@@ -238,13 +238,13 @@ static void mv_q5_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q5_k *x[4];
-        for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        for (int k = 0; k < 4; k++) x[k] = (const blk_q5_k *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             __m128i sc01, sc23;
             const __m128i summs = k45_scales4(x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales, &y[i], &sc01, &sc23);
             const int8_t *a = y[i].qs;
@@ -270,9 +270,9 @@ static void mv_q5_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
             sumf = k45_epilogue4(sumf, acc, x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d, x[0][i].dmin, x[1][i].dmin,
                                  x[2][i].dmin, x[3][i].dmin, summs, y[i].d);
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_q5_k((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q5_k((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 
@@ -320,13 +320,13 @@ static void mv_q6_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) {
+    const int64_t q = nr / 4;
+    for (int64_t g = 0; g < q; g++) {
         const blk_q6_k *x[4];
-        for (int k = 0; k < 4; k++) x[k] = (const blk_q6_k *)((const uint8_t *)W + (size_t)(r + k) * rb);
+        for (int k = 0; k < 4; k++) x[k] = (const blk_q6_k *)MV4_ROW(W, rb, g, q, k);
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            pf_group(x[0], 4 * rb, i, sizeof x[0][i]);
+            PF_ROWS4(x, i);
             const __m256i bs = loadu(y[i].bsums);
             const int8_t *a = y[i].qs;
             __m256i acc[4];
@@ -359,9 +359,9 @@ static void mv_q6_k(const void *W, size_t rb, int64_t nr, int64_t nc, const void
             /* scalar: d * y.d * (float)isum, per row */
             sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(isum)));
         }
-        _mm_storeu_ps(o + r, sumf);
+        store4(o, g, q, sumf);
     }
-    for (; r < nr; r++) o[r] = dot_q6_k((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q6_k((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* ---- IQ4_XS --------------------------------------------------------------------------------------
