@@ -245,6 +245,17 @@ static int attn_rows(int T, int gs) {
     return rt;
 }
 
+/* The output gate of row t, query head h: o *= sigmoid(gate), the gate beside the head's query in s->big
+ * (the fast path's lanes, or the reference's libm expression) */
+static void attn_gate(const attn_job *j, int t, int h, float *o) {
+    const int H = j->r->m->hp.n_head, hd = j->r->m->hp.head_dim;
+    const float *gate = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd + hd;
+    if (j->r->fast)
+        vec_get()->sigmoid_mul(o, gate, hd);
+    else
+        for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
+}
+
 /* Chunk items: a decode or verify row has few (KV head, slice) items, and slicing a head group for
  * more of them reads every K / V row once per slice (16 threads: a 4K-deep row's cache read 8 times).
  * A row past VEC_ATTN_CHUNK positions splits instead into vec.h's fixed chunks: item = (row, slice,
@@ -298,7 +309,7 @@ static void attn_fold_items(void *arg, long lo, long hi) {
             vec_attn_merge(1, hd, o, (size_t)hd, &m, &l, j->part + at * hd, (size_t)hd, pm + at, pm + nml + at);
         }
         vec_attn_normalize(1, hd, o, (size_t)hd, &l, o, (size_t)hd);
-        vec_get()->sigmoid_mul(o, j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd + hd, hd);
+        attn_gate(j, t, h, o);
     }
 }
 
@@ -334,14 +345,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         else
             ops_attn_head_kv(q, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o);
         for (int r = 0; r < R; r++)
-            for (int g = 0; g < gs; g++) {
-                const float *gate = q + (size_t)r * 2 * H * hd + (size_t)g * 2 * hd + hd;
-                float *og = o + (size_t)r * H * hd + (size_t)g * hd;
-                if (j->r->fast)
-                    vec_get()->sigmoid_mul(og, gate, hd);
-                else
-                    for (int i = 0; i < hd; i++) og[i] *= ops_sigmoid(gate[i]);
-            }
+            for (int g = 0; g < gs; g++) attn_gate(j, t + r, h0 + g, o + (size_t)r * H * hd + (size_t)g * hd);
     }
 }
 

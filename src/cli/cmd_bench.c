@@ -505,17 +505,17 @@ int cmd_bench(int argc, char **argv) {
             engine_reset(b.c);
             if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
             ops_prof_end();
-            if (dec_ops) ops_prof_print(dec_ops, "decode", (double)n_decode);
-            if (snap) { /* --depth: the same table over the filled context (attention's share grows) */
-                if (engine_snapshot_restore(b.c, snap)) goto fail;
-                ops_prof_begin();
-                if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
-                ops_prof_end();
-                char t[64];
-                snprintf(t, sizeof t, "decode at depth %lld", depth);
-                if (dec_ops) ops_prof_print(dec_ops, t, (double)n_decode);
-            }
             if (dec_ops) {
+                ops_prof_print(dec_ops, "decode", (double)n_decode);
+                if (snap) { /* --depth: the same table over the filled context (attention's share grows) */
+                    if (engine_snapshot_restore(b.c, snap)) goto fail;
+                    ops_prof_begin();
+                    if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
+                    ops_prof_end();
+                    char t[64];
+                    snprintf(t, sizeof t, "decode at depth %lld", depth);
+                    ops_prof_print(dec_ops, t, (double)n_decode);
+                }
                 fclose(dec_ops);
                 dec_ops = NULL;
             }
