@@ -63,3 +63,24 @@ def test_cpu_backend_still_works_in_cuda_build(cuda_build):
                         "--backend", "cpu", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert '"prompt":[1,2,3]' in r.stdout
+
+
+def test_cuda_persist_bench():
+    """bench/cuda_persist.cu (the persistent-kernel model of a decode token) compiles warning-free; a bad
+    argument exits 2; on a GPU its modes must match the host reference bit for bit (exit 0), without one it
+    exits 77 saying so (a skip)."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc not on PATH: bench/cuda_persist.cu is not checked here")
+    exe = os.path.join(ROOT, BUILD, "cuda_persist")
+    os.makedirs(os.path.dirname(exe), exist_ok=True)
+    r = subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-Werror", "all-warnings", "-o", exe,
+                        os.path.join(ROOT, "bench", "cuda_persist.cu")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"nvcc failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    r = subprocess.run([exe, "--per-sm"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage:" in r.stderr, r.stderr
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=600)
+    if r.returncode == 77:
+        assert "no CUDA device" in r.stderr or "cooperative" in r.stderr, r.stderr
+        pytest.skip(r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, f"cuda_persist failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    assert r.stderr.count("same bits") == 3 and "MISMATCH" not in r.stderr, r.stderr
