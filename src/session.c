@@ -588,8 +588,8 @@ void session_gen_result_free(session_gen_result *r) {
 
 /* ---- statistics --------------------------------------------------------------------------- */
 
-void session_print_cache_stats(const session *s, FILE *f) {
-    engine_weights_print(s->m->e, f, "weights: "); /* where the streamed weights live (resident.h) */
+void session_print_cache_stats(const session *s, FILE *f, bool weights) {
+    if (weights) engine_weights_print(s->m->e, f, "weights: "); /* where the streamed weights live (resident.h) */
     if (s->ec) expert_cache_print_stats(s->ec, f);
     engine_print_backend_stats(s->c, f); /* the VRAM tier's plan and counters, if any */
 }

@@ -178,8 +178,9 @@ int session_generate(session *s, const session_gen_params *gp, session_gen_resul
 void session_gen_result_free(session_gen_result *r);
 
 /* ---- statistics -------------------------------------------------------------------------- */
-/* Where the weights live ("weights: ..." lines, engine_weights_describe; CPU backend), then the
- * expert cache's lines (hits, misses/token, MiB read/token, prefetch) on f, if any. */
-void session_print_cache_stats(const session *s, FILE *f);
+/* Where the weights live ("weights: ..." lines, engine_weights_describe; CPU backend) when weights is
+ * set (bench prints them in its own table and passes false), then the expert cache's lines (hits,
+ * misses/token, MiB read/token, prefetch) on f, if any. */
+void session_print_cache_stats(const session *s, FILE *f, bool weights);
 
 #endif

@@ -284,3 +284,13 @@ def test_no_progress_line_without_a_terminal(model):
 def test_no_warning_within_the_trained_context(model):
     r = rl("generate", "-m", model, "--raw", "-p", "hello there", "-n", "1")
     assert r.returncode == 0 and b"context_length" not in r.stderr
+
+
+def test_bench_verbose_says_where_weights_live_once(model):
+    """bench prints the weights lines in its table; --verbose adds the cache's lines without repeating them."""
+    r = rl("bench", "-m", model, "--n-decode", "2", "--reps", "1", "--warmup", "0", "--prompt", "8", "--verbose")
+    assert r.returncode == 0, r.stderr.decode()
+    out = (r.stdout + r.stderr).decode().splitlines()
+    dense = [l for l in out if "dense weights: " in l]
+    assert len(dense) == 1 and dense[0].startswith("weights   "), dense
+    assert any(l.startswith("expert cache: full") for l in out), out

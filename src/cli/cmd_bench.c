@@ -526,7 +526,7 @@ int cmd_bench(int argc, char **argv) {
     }
     uint64_t rss = rl_peak_rss();
     /* expert cache / VRAM tier counters on stderr, also with --json (bench/vram_bench.sh parses them) */
-    if (o.verbose) session_print_cache_stats(b.S, stderr);
+    if (o.verbose) session_print_cache_stats(b.S, stderr, false); /* weights: in the table above */
     if (json) {
         json_writer j;
         json_init(&j, stdout, 2);

@@ -345,7 +345,7 @@ fail:
     rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
 done:
     fflush(stdout);
-    if (S.s && o.stats) session_print_cache_stats(S.s, stderr);
+    if (S.s && o.stats) session_print_cache_stats(S.s, stderr, true);
     if (rc == 0 && S.failed) rc = 1;
     chat_conv_free(&S.conv);
     sampler_free(S.smp);

@@ -252,7 +252,7 @@ done:
     free(gen);
     free(hid);
     free(ids);
-    if (S && stats) session_print_cache_stats(S, stderr);
+    if (S && stats) session_print_cache_stats(S, stderr, true);
     session_free(S);
     session_model_close(sm);
     return rc;

@@ -142,7 +142,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         fputc('\n', stdout);
     }
-    if (stats) session_print_cache_stats(S, stderr);
+    if (stats) session_print_cache_stats(S, stderr, true);
     if (stats && o.spec != SPEC_NONE)
         fprintf(stderr, "redlite: speculation %s: %lld of %lld drafts accepted (%.0f%%), %lld verifies\n", o.spec_name,
                 g.n_accepted, g.n_drafted, g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0,
