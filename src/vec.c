@@ -201,14 +201,12 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
     const int c1 = n_kv < VEC_ATTN_CHUNK ? n_kv : VEC_ATTN_CHUNK;
     vec_attn_chunk_kv(v, q, qstride, G, K, V, f16, 0, c1, stride, hd, scale, out, ostride, m, l);
     if (n_kv > VEC_ATTN_CHUNK) { /* later chunks fold in order (vec.h) */
-        float *part = malloc(sizeof(float) * (size_t)G * hd);
-        RL_ASSERT(part != NULL);
+        float part[VEC_ATTN_MAX_G * 1024] __attribute__((aligned(64))); /* 64 KiB at most: no allocation per call */
         for (int p0 = VEC_ATTN_CHUNK; p0 < n_kv; p0 += VEC_ATTN_CHUNK) {
             const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
             vec_attn_chunk_kv(v, q, qstride, G, K, V, f16, p0, p1, stride, hd, scale, part, (size_t)hd, m2, l2);
             vec_attn_merge(G, hd, out, ostride, m, l, part, (size_t)hd, m2, l2);
         }
-        free(part);
     }
     vec_attn_normalize(G, hd, out, ostride, l, out, ostride);
 }
@@ -228,7 +226,9 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
     float qb[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
     float ob[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
     float m[VEC_ATTN_MAX_RG], l[VEC_ATTN_MAX_RG], e[VEC_ATTN_MAX_RG][VEC_ATTN_BLOCK];
-    float am[VEC_ATTN_MAX_RG], al[VEC_ATTN_MAX_RG], *acc = NULL;
+    float acc[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
+    float am[VEC_ATTN_MAX_RG], al[VEC_ATTN_MAX_RG];
+    bool folds = false; /* acc holds a fold (some row went past the first chunk) */
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) {
             memcpy(qb + (size_t)(r * G + g) * hd, q + (size_t)r * qrow + (size_t)g * qstride, sizeof(float) * (size_t)hd);
@@ -241,10 +241,7 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
         if (p0 > 0 && p0 % VEC_ATTN_CHUNK == 0) {
             /* a chunk ends: the rows that go on fold it into acc and start the next afresh (the rows
              * that ended at p0 keep theirs for the last fold) */
-            if (!acc) {
-                acc = malloc(sizeof(float) * (size_t)RG * hd);
-                RL_ASSERT(acc != NULL);
-            }
+            folds = true;
             for (int r = 0; r < R; r++) {
                 if (n_kv0 + r <= p0) continue;
                 for (int g = 0; g < G; g++) {
@@ -275,12 +272,11 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
     }
     for (int r = 0; r < R; r++) {
         /* a row with more than one chunk: its last chunk folds into acc */
-        const bool folded = acc && n_kv0 + r > VEC_ATTN_CHUNK;
+        const bool folded = folds && n_kv0 + r > VEC_ATTN_CHUNK;
         float *src = folded ? acc + (size_t)r * G * hd : ob + (size_t)r * G * hd;
         if (folded)
             vec_attn_merge(G, hd, src, (size_t)hd, &am[r * G], &al[r * G], ob + (size_t)r * G * hd, (size_t)hd, &m[r * G],
                            &l[r * G]);
         vec_attn_normalize(G, hd, src, (size_t)hd, folded ? &al[r * G] : &l[r * G], out + (size_t)r * orow, ostride);
     }
-    free(acc);
 }
