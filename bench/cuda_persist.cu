@@ -33,6 +33,12 @@
 //   persistent  one cooperative kernel per token; a grid barrier between phases; each warp loads
 //               its first row group of the next phase before the barrier
 //
+// --producer-max moves each consumer's input reduction (the max that picks its shift) to the producer: one
+// atomicMax a producer block, read by the consumers instead of a pass over their input (same value, same bits).
+//
+// H200, 2026-12-04 (bench/results/2026-12-04-session22-h200.md): full chain graph 2.92 ms a token, graph+pdl
+// 2.47, persistent 3.19; with --producer-max 2.23 / 1.75 / 2.43. A graph node costs 0.64 us, a grid barrier 1.8.
+//
 //   nvcc -O3 -std=c++17 -arch=sm_90 bench/cuda_persist.cu -o /tmp/cuda_persist && /tmp/cuda_persist [--help]
 //
 // Exit 0 when every mode matched the reference, 1 on a mismatch, 77 without a usable GPU.
@@ -59,11 +65,15 @@ struct Phase {
     int n_in, n_out, src;  // input: the first n_in values of phase src's output (-1: the token's input)
     const uint4 *w;        // n_out rows of n_in / 2 bytes (16 bytes = 32 codes: low nibbles first)
     int *y;                // n_out outputs
+    int qn;                // rows its consumers quantise (their n_in; 0: none)
+    int *ymax;             // --producer-max: max |y| over those rows, reduced by the producer
 };
 struct Chain {
     Phase *ph;       // device copy
     int n;
     const int *y0;   // the token's input vector (2048)
+    const int *y0max; // its max |value|
+    int pmax;        // 1: consumers take their input's max from the producer (--producer-max)
     unsigned *bar;   // [0] arrivals, [1] generation
     int nap;         // grid barrier: ns of __nanosleep between polls (0: busy polling)
 };
@@ -85,14 +95,18 @@ __device__ __forceinline__ void load_group(const Phase &p, int g, uint4 (&buf)[R
 }
 
 // x = src >> s in shared memory (int8, packed 4 a word) and sum(x); every thread of the block takes part
-__device__ void build_x(const int *src, int n, int *xs, int *red) {
-    int m = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) m = max(m, abs(__ldcg(src + i))); // L2: written by other SMs in this launch
-    for (int o = 16; o; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = 0;
-    for (int i = 0; i < WARPS; i++) m = max(m, red[i]);
+// (known >= 0: the max |src| its producer reduced; the same value, so the same bits, without this pass)
+__device__ void build_x(const int *src, int n, int *xs, int *red, int known) {
+    int m = known;
+    if (known < 0) {
+        m = 0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) m = max(m, abs(__ldcg(src + i))); // L2: written by other SMs in this launch
+        for (int o = 16; o; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = 0;
+        for (int i = 0; i < WARPS; i++) m = max(m, red[i]);
+    }
     const int s = max(0, 32 - __clz(m) - 7);
     int sx = 0;
     for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
@@ -111,7 +125,7 @@ __device__ void build_x(const int *src, int n, int *xs, int *red) {
 }
 
 // the rows of group g from buf: sum over codes (nibble - 8) * x
-__device__ __forceinline__ void sum_group(const Phase &p, int g, const uint4 (&buf)[R][MAX_NI], const int *xs, int sx) {
+__device__ __forceinline__ void sum_group(const Phase &p, int g, const uint4 (&buf)[R][MAX_NI], const int *xs, int sx, int &wmax) {
     const int lane = threadIdx.x & 31, ni = p.n_in / 1024;
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -130,6 +144,7 @@ __device__ __forceinline__ void sum_group(const Phase &p, int g, const uint4 (&b
         for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         const int row = g * R + r;
         if (lane == 0 && row < p.n_out) p.y[row] = acc - 8 * sx;
+        if (row < p.qn) wmax = max(wmax, abs(acc - 8 * sx)); // every lane holds the row's sum
     }
 }
 
@@ -138,33 +153,52 @@ __device__ __forceinline__ int groups_of(const Phase &p) { return (p.n_out + R -
 // the warp's row groups g, g + stride, ... of p; a holds g's weights on entry. Ping-pong between a and b:
 // the next group's loads are in flight while the current one is summed (no register copies)
 __device__ __forceinline__ void walk_groups(const Phase &p, int g, int stride, uint4 (&a)[R][MAX_NI], uint4 (&b)[R][MAX_NI],
-                                            const int *xs, int sx) {
+                                            const int *xs, int sx, int &wmax) {
     const int ng = groups_of(p);
     while (g < ng) {
         if (g + stride < ng) load_group(p, g + stride, b);
-        sum_group(p, g, a, xs, sx);
+        sum_group(p, g, a, xs, sx, wmax);
         g += stride;
         if (g >= ng) break;
         if (g + stride < ng) load_group(p, g + stride, a);
-        sum_group(p, g, b, xs, sx);
+        sum_group(p, g, b, xs, sx, wmax);
         g += stride;
+    }
+}
+
+// the max |input| a consumer may take from its producer, or -1 (reduce it here)
+__device__ __forceinline__ int known_max(const Chain &c, const Phase &p) {
+    if (!c.pmax) return -1;
+    return __ldcg(p.src < 0 ? c.y0max : c.ph[p.src].ymax);
+}
+// the producer's side: the block's warps' maxima, one atomicMax a block (wm: WARPS ints of shared memory)
+__device__ __forceinline__ void publish_max(const Chain &c, const Phase &p, int wmax, int *wm) {
+    if (!c.pmax || !p.qn) return;
+    if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = wmax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int m = 0;
+        for (int i = 0; i < WARPS; i++) m = max(m, wm[i]);
+        atomicMax(p.ymax, m);
     }
 }
 
 // ---- graph modes: one kernel a phase ---------------------------------------------------------------
 
 __global__ void __launch_bounds__(WARPS * 32, 2) k_phase(Chain c, int i, int pdl) {
-    __shared__ int xs[6144 / 4], red[WARPS + 1];
+    __shared__ int xs[6144 / 4], red[WARPS + 1], wm[WARPS];
     const Phase p = c.ph[i];
     const int warp = threadIdx.x >> 5, ng = groups_of(p), stride = gridDim.x * WARPS;
     int g = blockIdx.x * WARPS + warp;
     uint4 cur[R][MAX_NI], nxt[R][MAX_NI];
     if (g < ng) load_group(p, g, cur); // weights: written once, readable before the wait
     if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
-    build_x(src_of(c, p), p.n_in, xs, red);
+    build_x(src_of(c, p), p.n_in, xs, red, known_max(c, p));
     __syncthreads();
     if (pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    walk_groups(p, g, stride, cur, nxt, xs, red[WARPS]);
+    int wmax = 0;
+    walk_groups(p, g, stride, cur, nxt, xs, red[WARPS], wmax);
+    publish_max(c, p, wmax, wm);
 }
 
 // ---- persistent mode: one kernel a token, a grid barrier between phases -----------------------------
@@ -191,17 +225,19 @@ __device__ __forceinline__ void grid_barrier(unsigned *bar, int nap) {
 }
 
 __global__ void __launch_bounds__(WARPS * 32, 2) k_persist(Chain c) {
-    __shared__ int xs[6144 / 4], red[WARPS + 1];
+    __shared__ int xs[6144 / 4], red[WARPS + 1], wm[WARPS];
     const int warp = threadIdx.x >> 5, stride = gridDim.x * WARPS, g0 = blockIdx.x * WARPS + warp;
     uint4 cur[R][MAX_NI], nxt[R][MAX_NI];
     if (g0 < groups_of(c.ph[0])) load_group(c.ph[0], g0, cur);
     for (int i = 0; i < c.n; i++) {
         const Phase p = c.ph[i];
         if (i) grid_barrier(c.bar, c.nap); // phase i - 1's stores are visible; cur holds phase i's first group
-        build_x(src_of(c, p), p.n_in, xs, red);
+        build_x(src_of(c, p), p.n_in, xs, red, known_max(c, p));
         __syncthreads();
         const int sx = red[WARPS];
-        walk_groups(p, g0, stride, cur, nxt, xs, sx);
+        int wmax = 0;
+        walk_groups(p, g0, stride, cur, nxt, xs, sx, wmax);
+        publish_max(c, p, wmax, wm);
         if (i + 1 < c.n && g0 < groups_of(c.ph[i + 1])) load_group(c.ph[i + 1], g0, cur); // before the barrier
         __syncthreads(); // xs / red are rebuilt after the barrier
     }
@@ -275,14 +311,19 @@ struct Dev {
     Chain c;
     uint8_t *wall;
     size_t bytes;
+    int *ymaxall; // every phase's producer max (reset before each token under --producer-max)
 };
 
-static Dev dev_make(const std::vector<HostPhase> &hp, const int *y0, std::vector<std::vector<uint8_t>> *keep) {
+static Dev dev_make(const std::vector<HostPhase> &hp, const int *y0, std::vector<std::vector<uint8_t>> *keep, int pmax) {
     Dev d;
     d.hp = hp;
     d.bytes = 0;
     for (auto &p : hp) d.bytes += (size_t)p.n_out * p.n_in / 2;
     CK(cudaMalloc(&d.wall, d.bytes));
+    CK(cudaMalloc(&d.ymaxall, hp.size() * sizeof(int)));
+    std::vector<int> qn(hp.size(), 0); // the n_in of a phase's consumers (make_chain gives them one)
+    for (auto &p : hp)
+        if (p.src >= 0) qn[p.src] = p.n_in;
     std::vector<uint8_t> buf;
     size_t off = 0;
     for (auto &p : hp) {
@@ -296,6 +337,7 @@ static Dev dev_make(const std::vector<HostPhase> &hp, const int *y0, std::vector
         CK(cudaMemcpy(d.wall + off, buf.data(), nb, cudaMemcpyHostToDevice));
         Phase q;
         q.n_in = p.n_in, q.n_out = p.n_out, q.src = p.src, q.w = (const uint4 *)(d.wall + off);
+        q.qn = qn[d.ph.size()], q.ymax = d.ymaxall + d.ph.size();
         CK(cudaMalloc(&q.y, (size_t)p.n_out * sizeof(int)));
         d.ph.push_back(q);
         off += nb;
@@ -307,6 +349,12 @@ static Dev dev_make(const std::vector<HostPhase> &hp, const int *y0, std::vector
     CK(cudaMalloc(&y0d, 2048 * sizeof(int)));
     CK(cudaMemcpy(y0d, y0, 2048 * sizeof(int), cudaMemcpyHostToDevice));
     d.c.y0 = y0d;
+    int m0 = 0, *m0d; // the token input's max over the 2048 values its consumers read
+    for (int i = 0; i < 2048; i++) m0 = abs(y0[i]) > m0 ? abs(y0[i]) : m0;
+    CK(cudaMalloc(&m0d, sizeof(int)));
+    CK(cudaMemcpy(m0d, &m0, sizeof(int), cudaMemcpyHostToDevice));
+    d.c.y0max = m0d;
+    d.c.pmax = pmax;
     CK(cudaMalloc(&d.c.bar, 2 * sizeof(unsigned)));
     CK(cudaMemset(d.c.bar, 0, 2 * sizeof(unsigned)));
     return d;
@@ -335,6 +383,7 @@ static int grid_blocks(int per_sm) {
 static cudaGraphExec_t graph_make(Dev &d, int grid, int pdl, cudaStream_t s) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    if (d.c.pmax) CK(cudaMemsetAsync(d.ymaxall, 0, d.c.n * sizeof(int), s));
     for (int i = 0; i < d.c.n; i++) {
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -355,6 +404,7 @@ static void run_mode(Dev &d, int mode, int grid, cudaGraphExec_t ge, cudaStream_
     if (mode < 2) {
         CK(cudaGraphLaunch(ge, s));
     } else {
+        if (d.c.pmax) CK(cudaMemsetAsync(d.ymaxall, 0, d.c.n * sizeof(int), s));
         void *args[] = {&d.c};
         CK(cudaLaunchCooperativeKernel((void *)k_persist, dim3(grid), dim3(WARPS * 32), args, 0, s));
     }
@@ -394,10 +444,12 @@ static void time_modes(Dev &d, int grid, int tokens, int rounds, cudaStream_t s,
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: cuda_persist [--json] [--per-sm N] [--nap NS]\n"
+    fprintf(stderr, "usage: cuda_persist [--json] [--per-sm N] [--nap NS] [--producer-max]\n"
                     "  --json      one JSON object a row instead of the table\n"
                     "  --per-sm N  blocks per SM for every mode (default: as many as fit)\n"
-                    "  --nap NS    the persistent barrier sleeps NS ns between polls (default 0: busy)\n");
+                    "  --nap NS    the persistent barrier sleeps NS ns between polls (default 0: busy)\n"
+                    "  --producer-max  each phase's producer reduces max |y| (one atomicMax a block), so its\n"
+                    "              consumers skip their own pass over the input (the same value: the same bits)\n");
 }
 
 // one dependent step that does nothing, n times: a graph of n kernels (pdl: with the attribute) or one
@@ -446,11 +498,12 @@ static double empty_floor(int mode, int grid, int n, int nap, unsigned *bar, cud
 
 int main(int argc, char **argv) {
     bool json = false;
-    int per_sm = 0, nap = 0;
+    int per_sm = 0, nap = 0, pmax = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--per-sm") && i + 1 < argc) per_sm = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nap") && i + 1 < argc) nap = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--producer-max")) pmax = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage();
             return 0;
@@ -486,7 +539,7 @@ int main(int argc, char **argv) {
     {
         std::vector<std::vector<uint8_t>> w;
         auto hp = make_chain(2, true);
-        Dev d = dev_make(hp, y0.data(), &w);
+        Dev d = dev_make(hp, y0.data(), &w, pmax);
         d.c.nap = nap;
         std::vector<std::vector<int>> y(hp.size());
         for (size_t i = 0; i < hp.size(); i++) {
@@ -519,13 +572,13 @@ int main(int argc, char **argv) {
     // 3. timing: 48 layers, the gemv and the full chain
     const char *chains[2] = {"gemv", "full"};
     if (!json)
-        printf("grid %d blocks x %d warps (cooperative, every SM filled), barrier nap %d ns; medians of 5 rounds x 20 tokens\n\n"
+        printf("grid %d blocks x %d warps (cooperative, every SM filled), barrier nap %d ns, producer max %s; medians of 5 rounds x 20 tokens\n\n"
                "| chain | phases | GB a token | mode | ms a token | us a phase | GB/s | vs graph |\n"
                "|---|---:|---:|---|---:|---:|---:|---:|\n",
-               grid, WARPS, nap);
+               grid, WARPS, nap, pmax ? "on" : "off");
     for (int f = 0; f < 2; f++) {
         auto hp = make_chain(48, f == 1);
-        Dev d = dev_make(hp, y0.data(), nullptr);
+        Dev d = dev_make(hp, y0.data(), nullptr, pmax);
         d.c.nap = nap;
         double med[3];
         std::vector<int> out[3];
@@ -539,8 +592,9 @@ int main(int argc, char **argv) {
             const double gb = d.bytes / 1e9;
             if (json)
                 printf("{\"chain\":\"%s\",\"phases\":%d,\"bytes\":%zu,\"mode\":\"%s\",\"ms_token\":%.4f,\"us_phase\":%.3f,"
-                       "\"gbps\":%.1f,\"grid\":%d}\n",
-                       chains[f], d.c.n, d.bytes, mode_name[m], med[m], 1e3 * med[m] / d.c.n, gb / (med[m] / 1e3), grid);
+                       "\"gbps\":%.1f,\"grid\":%d,\"nap\":%d,\"producer_max\":%d}\n",
+                       chains[f], d.c.n, d.bytes, mode_name[m], med[m], 1e3 * med[m] / d.c.n, gb / (med[m] / 1e3), grid, nap,
+                       pmax);
             else
                 printf("| %s | %d | %.3f | %s | %.3f | %.2f | %.0f | %.2fx |\n", chains[f], d.c.n, gb, mode_name[m], med[m],
                        1e3 * med[m] / d.c.n, gb / (med[m] / 1e3), med[0] / med[m]);

@@ -78,9 +78,10 @@ def test_cuda_persist_bench():
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     r = subprocess.run([exe, "--per-sm"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "usage:" in r.stderr, r.stderr
-    r = subprocess.run([exe], capture_output=True, text=True, timeout=600)
-    if r.returncode == 77:
-        assert "no CUDA device" in r.stderr or "cooperative" in r.stderr, r.stderr
-        pytest.skip(r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, f"cuda_persist failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
-    assert r.stderr.count("same bits") == 3 and "MISMATCH" not in r.stderr, r.stderr
+    for args in ([], ["--producer-max"]):
+        r = subprocess.run([exe] + args, capture_output=True, text=True, timeout=600)
+        if r.returncode == 77:
+            assert "no CUDA device" in r.stderr or "cooperative" in r.stderr, r.stderr
+            pytest.skip(r.stderr.strip().splitlines()[-1])
+        assert r.returncode == 0, f"cuda_persist {args} failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+        assert r.stderr.count("same bits") == 3 and "MISMATCH" not in r.stderr, r.stderr
