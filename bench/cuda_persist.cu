@@ -360,6 +360,16 @@ static Dev dev_make(const std::vector<HostPhase> &hp, const int *y0, std::vector
     return d;
 }
 
+static void dev_free(Dev &d) {
+    for (auto &p : d.ph) CK(cudaFree(p.y));
+    CK(cudaFree(d.c.ph));
+    CK(cudaFree((void *)d.c.y0));
+    CK(cudaFree((void *)d.c.y0max));
+    CK(cudaFree(d.c.bar));
+    CK(cudaFree(d.ymaxall));
+    CK(cudaFree(d.wall));
+}
+
 static void dev_poison(Dev &d) {
     for (auto &p : d.ph) CK(cudaMemset(p.y, 0xA5, (size_t)p.n_out * sizeof(int)));
 }
@@ -555,6 +565,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "check: 2-layer chain (%zu phases), %-10s vs host reference: %s\n", hp.size(), mode_name[m],
                     ok ? "same bits" : "MISMATCH");
         }
+        dev_free(d);
     }
     // 2. the floors: a step that does nothing, 432 in a row (the full chain's count)
     {
@@ -568,6 +579,7 @@ int main(int argc, char **argv) {
             else printf("empty step (432 in a row), %-10s: %.2f us a step\n", mode_name[m], us);
         }
         if (!json) printf("\n");
+        CK(cudaFree(bar));
     }
     // 3. timing: 48 layers, the gemv and the full chain
     const char *chains[2] = {"gemv", "full"};
@@ -600,6 +612,7 @@ int main(int argc, char **argv) {
                        1e3 * med[m] / d.c.n, gb / (med[m] / 1e3), med[0] / med[m]);
         }
         fflush(stdout);
+        dev_free(d);
     }
     if (bad) fprintf(stderr, "cuda_persist: %d mismatches\n", bad);
     return bad ? 1 : 0;
