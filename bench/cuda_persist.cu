@@ -7,22 +7,22 @@
 // experts' gate/up, their down, the combine. Each step needs the whole result of the one before, so
 // the engine runs it as one kernel each (~13 graph nodes a layer, ~600 a token) and the GPU idles at
 // every boundary: the next grid launches, waits for the previous one's stores, and only then starts
-// its weight loads (the engine stages weights before its PDL wait, but a grid that fills the GPU leaves
-// no room for the next one's blocks until it drains). A persistent kernel keeps one grid resident for
+// its weight loads (with RL_CUDA_PDL=1 the engine stages weights before its wait, but a grid that fills
+// the GPU leaves no room for the next one's blocks until it drains). A persistent kernel keeps one grid resident for
 // the whole token and replaces each boundary by a grid-wide barrier; it can issue the next step's
 // weight loads before that barrier, since weights do not depend on the step before.
 //
 // The model: a chain of phases, each y = W x with W of 4-bit codes (0.5 bytes a weight, Q4_K's
 // 0.5625 rounded) and x the int8 quantisation of an earlier phase's y (x = y >> s, s such that
-// |x| <= 127: every consumer first reduces its whole input vector, as the engine's GEMVs quantise
-// their token). Per layer (DeltaNet layer sizes of the 80B model, bytes of a Q4_K_M layer):
+// |x| <= 127: every consumer first reduces its whole input vector, as the engine's GEMV blocks quantise
+// their token — though those per 256-value super-block, a shorter chain than this whole-vector one). Per layer (DeltaNet layer sizes of the 80B model, bytes of a Q4_K_M layer):
 //   A  2048 -> 12352  (qkv 8192 + z 4096 + ba 64)       L1 light step (conv + DeltaNet step)
 //   B  4096 -> 2048   (out projection, input from A)    L2 light step (add + norm)
 //   C  2048 -> 512    (router, input from B)            L3 light step (top-k)
 //   D  2048 -> 11264  (11 experts' gate+up, from B)
 //   E  6144 -> 2048   (their down, from D)              L4 light step (combine)
 // A light step is a phase of 32 rows of 2048 (32 KiB): a dependent step that moves almost nothing.
-// Chains: "gemv" (A-E, 5 phases a layer) and "full" (A-E + L1-L4, 9 a layer), 48 layers: 1.66 GB a
+// Chains: "gemv" (A-E, 5 phases a layer) and "full" (A-E + L1-L4, 9 a layer), 48 layers: 1.69 GB a
 // token (the engine's Q4_K_M file: ~1.9 GB). Integer arithmetic throughout (exact in any order), so
 // every mode must give the same bits, and the host reference checks a 2-layer chain bit for bit.
 //
