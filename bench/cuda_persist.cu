@@ -389,25 +389,38 @@ static int grid_blocks(int per_sm) {
     return sms * per;
 }
 
-// one token as a graph of per-phase kernels (pdl: with the attribute)
-static cudaGraphExec_t graph_make(Dev &d, int grid, int pdl, cudaStream_t s) {
+// kern<<<grid, WARPS * 32, 0, s>>>(args...), with the PDL attribute when pdl
+template <typename... P, typename... A> static void launch(void (*kern)(P...), int grid, int pdl, cudaStream_t s, A... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(WARPS * 32), cfg.stream = s, cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, kern, args...));
+}
+
+// the launches captured on s since cudaStreamBeginCapture, instantiated
+static cudaGraphExec_t graph_end(cudaStream_t s) {
     cudaGraph_t g;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    if (d.c.pmax) CK(cudaMemsetAsync(d.ymaxall, 0, d.c.n * sizeof(int), s));
-    for (int i = 0; i < d.c.n; i++) {
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(grid), cfg.blockDim = dim3(WARPS * 32), cfg.stream = s, cfg.attrs = at;
-        cfg.numAttrs = pdl ? 1 : 0;
-        CK(cudaLaunchKernelEx(&cfg, k_phase, d.c, i, pdl));
-    }
     CK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t e;
     CK(cudaGraphInstantiate(&e, g, 0));
     CK(cudaGraphDestroy(g));
     return e;
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// one token as a graph of per-phase kernels (pdl: with the attribute)
+static cudaGraphExec_t graph_make(Dev &d, int grid, int pdl, cudaStream_t s) {
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    if (d.c.pmax) CK(cudaMemsetAsync(d.ymaxall, 0, d.c.n * sizeof(int), s));
+    for (int i = 0; i < d.c.n; i++) launch(k_phase, grid, pdl, s, d.c, i, pdl);
+    return graph_end(s);
 }
 
 static void run_mode(Dev &d, int mode, int grid, cudaGraphExec_t ge, cudaStream_t s) {
@@ -444,11 +457,9 @@ static void time_modes(Dev &d, int grid, int tokens, int rounds, cudaStream_t s,
             CK(cudaEventElapsedTime(&ms, e0, e1));
             t[m].push_back(ms / tokens);
         }
-    for (int m = 0; m < 3; m++) {
-        std::vector<double> v = t[m];
-        std::sort(v.begin(), v.end());
-        med[m] = v[v.size() / 2];
-    }
+    for (int m = 0; m < 3; m++) med[m] = median(t[m]);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
     CK(cudaGraphExecDestroy(ge[0]));
     CK(cudaGraphExecDestroy(ge[1]));
 }
@@ -467,20 +478,9 @@ static void usage(void) {
 static double empty_floor(int mode, int grid, int n, int nap, unsigned *bar, cudaStream_t s) {
     cudaGraphExec_t ge = nullptr;
     if (mode < 2) {
-        cudaGraph_t g;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < n; i++) {
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[0].val.programmaticStreamSerializationAllowed = 1;
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(grid), cfg.blockDim = dim3(WARPS * 32), cfg.stream = s, cfg.attrs = at;
-            cfg.numAttrs = mode;
-            CK(cudaLaunchKernelEx(&cfg, k_empty, mode));
-        }
-        CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphDestroy(g));
+        for (int i = 0; i < n; i++) launch(k_empty, grid, mode, s, mode);
+        ge = graph_end(s);
     }
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -501,9 +501,10 @@ static double empty_floor(int mode, int grid, int n, int nap, unsigned *bar, cud
         CK(cudaEventElapsedTime(&ms, e0, e1));
         if (r) t.push_back(1e3 * ms / (10.0 * n)); // round 0: warm-up
     }
-    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
     if (ge) CK(cudaGraphExecDestroy(ge));
-    return t[t.size() / 2];
+    return median(t);
 }
 
 int main(int argc, char **argv) {

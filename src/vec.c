@@ -194,14 +194,16 @@ void vec_attn_normalize(int G, int hd, const float *o, size_t ostride, const flo
     }
 }
 
+enum { ATTN_GROUP_MAX_HD = 1024 }; /* vec_attn_group_kv's head dimension bound: its fold buffer's size */
+
 void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
                        bool f16, int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride) {
     float m[VEC_ATTN_MAX_G], l[VEC_ATTN_MAX_G], m2[VEC_ATTN_MAX_G], l2[VEC_ATTN_MAX_G];
-    RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && hd <= 1024 && n_kv >= 1);
+    RL_ASSERT(G >= 1 && G <= VEC_ATTN_MAX_G && hd <= ATTN_GROUP_MAX_HD && n_kv >= 1);
     const int c1 = n_kv < VEC_ATTN_CHUNK ? n_kv : VEC_ATTN_CHUNK;
     vec_attn_chunk_kv(v, q, qstride, G, K, V, f16, 0, c1, stride, hd, scale, out, ostride, m, l);
     if (n_kv > VEC_ATTN_CHUNK) { /* later chunks fold in order (vec.h) */
-        float part[VEC_ATTN_MAX_G * 1024] __attribute__((aligned(64))); /* 64 KiB at most: no allocation per call */
+        float part[VEC_ATTN_MAX_G * ATTN_GROUP_MAX_HD] __attribute__((aligned(64))); /* 64 KiB: no allocation per call */
         for (int p0 = VEC_ATTN_CHUNK; p0 < n_kv; p0 += VEC_ATTN_CHUNK) {
             const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
             vec_attn_chunk_kv(v, q, qstride, G, K, V, f16, p0, p1, stride, hd, scale, part, (size_t)hd, m2, l2);
@@ -228,7 +230,6 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
     float m[VEC_ATTN_MAX_RG], l[VEC_ATTN_MAX_RG], e[VEC_ATTN_MAX_RG][VEC_ATTN_BLOCK];
     float acc[VEC_ATTN_MAX_RG * VEC_ATTN_ROWS_HD] __attribute__((aligned(64)));
     float am[VEC_ATTN_MAX_RG], al[VEC_ATTN_MAX_RG];
-    bool folds = false; /* acc holds a fold (some row went past the first chunk) */
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) {
             memcpy(qb + (size_t)(r * G + g) * hd, q + (size_t)r * qrow + (size_t)g * qstride, sizeof(float) * (size_t)hd);
@@ -241,7 +242,6 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
         if (p0 > 0 && p0 % VEC_ATTN_CHUNK == 0) {
             /* a chunk ends: the rows that go on fold it into acc and start the next afresh (the rows
              * that ended at p0 keep theirs for the last fold) */
-            folds = true;
             for (int r = 0; r < R; r++) {
                 if (n_kv0 + r <= p0) continue;
                 for (int g = 0; g < G; g++) {
@@ -272,7 +272,7 @@ void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size
     }
     for (int r = 0; r < R; r++) {
         /* a row with more than one chunk: its last chunk folds into acc */
-        const bool folded = folds && n_kv0 + r > VEC_ATTN_CHUNK;
+        const bool folded = n_kv0 + r > VEC_ATTN_CHUNK; /* its first chunk went into acc at p0 = VEC_ATTN_CHUNK */
         float *src = folded ? acc + (size_t)r * G * hd : ob + (size_t)r * G * hd;
         if (folded)
             vec_attn_merge(G, hd, src, (size_t)hd, &am[r * G], &al[r * G], ob + (size_t)r * G * hd, (size_t)hd, &m[r * G],
