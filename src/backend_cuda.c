@@ -244,9 +244,6 @@ static void cuda_ctx_free(backend_ctx *c) {
     if (c->ev_fork) cudaEventDestroy(c->ev_fork);
     if (c->ev_join) cudaEventDestroy(c->ev_join);
     if (c->st2) cudaStreamDestroy(c->st2);
-    if (c->ev_pf) cudaEventDestroy(c->ev_pf);
-    if (c->ev_pfjoin) cudaEventDestroy(c->ev_pfjoin);
-    if (c->st3) cudaStreamDestroy(c->st3);
     vram_tier_free(c->vt);
     if (c->bk) cudaFree(c->bk);
     if (c->st) cudaStreamDestroy(c->st);
@@ -286,8 +283,6 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->dn_split = env_on("RL_CUDA_DN_SPLIT", true);
     c->dn_fork = env_on("RL_CUDA_DN_FORK", false);
     c->fuse = fuse_mask();
-    /* RL_CUDA_L2PF: a mask of L2PF_* (default 0 until measured; 7 = every prefetch) */
-    c->l2pf = getenv("RL_CUDA_L2PF") ? atoi(getenv("RL_CUDA_L2PF")) & 7 : 0;
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
     size_t mfree = 0;
@@ -302,10 +297,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking)) ||
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
-        CU_CHECK(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)) ||
-        CU_CHECK(cudaStreamCreateWithFlags(&c->st3, cudaStreamNonBlocking)) ||
-        CU_CHECK(cudaEventCreateWithFlags(&c->ev_pf, cudaEventDisableTiming)) ||
-        CU_CHECK(cudaEventCreateWithFlags(&c->ev_pfjoin, cudaEventDisableTiming)))
+        CU_CHECK(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)))
         goto fail;
     c->dev_bytes = carve(c, NULL);
     if (CU_CHECK(cudaMalloc((void **)&c->dev, c->dev_bytes))) {

@@ -62,56 +62,6 @@ static int side_fork(backend_ctx *c) {
     return CU_CHECK(cudaEventRecord(c->ev_fork, c->st)) || CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)) ? -1 : 0;
 }
 
-/* ---- L2 prefetch on st3 (RL_CUDA_L2PF; prefetch.cu: a hint, every result the same bits) ----
- * A prefetch is forked from st where it is enqueued, so it starts when what st holds so far is done
- * (the heavy launch just enqueued) and runs beside the light kernels that follow it; st3 keeps the
- * prefetches in order, and the forward joins them back into st at its end (pf_join: a graph
- * capture needs every fork joined). Decode rows of enqueue only (c->pf_on). */
-static int pf_fork(backend_ctx *c) {
-    c->pf_open = true;
-    return CU_CHECK(cudaEventRecord(c->ev_pf, c->st)) || CU_CHECK(cudaStreamWaitEvent(c->st3, c->ev_pf, 0)) ? -1 : 0;
-}
-static int pf_join(backend_ctx *c) {
-    if (!c->pf_open) return 0;
-    c->pf_open = false;
-    return CU_CHECK(cudaEventRecord(c->ev_pfjoin, c->st3)) || CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_pfjoin, 0)) ? -1 : 0;
-}
-/* the weights of W[0..n) (up to 4; empty matrices skipped) */
-static int pf_dense(backend_ctx *c, const dmat *const *W, int n) {
-    if (!c->pf_on || !(c->l2pf & L2PF_DENSE)) return 0;
-    cu_pf_ranges r = {.n = 0};
-    for (int i = 0; i < n && r.n < 4; i++)
-        if (W[i]->d) r.p[r.n] = W[i]->d, r.bytes[r.n++] = (size_t)W[i]->n_out * W[i]->row_bytes;
-    if (!r.n) return 0;
-    TRY(pf_fork(c));
-    return cu_l2_prefetch(&r, c->st3);
-}
-/* layer il's mixer input projections: the layer's first heavy launch */
-static int pf_mixer_in(backend_ctx *c, int il) {
-    const dlayer *L = &c->dm->L[il];
-    const dmat *A[3] = {&L->wq, &L->wk, &L->wv}, *D[3] = {&L->wqkv, &L->wgate, &L->wba};
-    return pf_dense(c, c->hp->is_attn[il] ? A : D, 3);
-}
-/* the routed experts the router picked (c->ids): their down rows, and / or gate+up (c->l2pf) */
-static int pf_experts(backend_ctx *c, const dlayer *L) {
-    if (!c->pf_on || !(c->l2pf & (L2PF_DOWN | L2PF_GATEUP))) return 0;
-    const int ff = c->hp->n_ff_exp, D = c->hp->n_embd;
-    const size_t rb = L->gate_exps.row_bytes;
-    cu_pf_experts x = {.n = 0};
-    if (c->l2pf & L2PF_GATEUP) {
-        if (L->fused_gate_up) {
-            x.base[x.n] = L->gate_exps.d, x.stride[x.n] = x.bytes[x.n] = 2 * (size_t)ff * rb, x.n++;
-        } else {
-            x.base[x.n] = L->gate_exps.d, x.stride[x.n] = x.bytes[x.n] = (size_t)ff * rb, x.n++;
-            x.base[x.n] = L->up_exps.d, x.stride[x.n] = x.bytes[x.n] = (size_t)ff * L->up_exps.row_bytes, x.n++;
-        }
-    }
-    if (c->l2pf & L2PF_DOWN)
-        x.base[x.n] = L->down_exps.d, x.stride[x.n] = x.bytes[x.n] = (size_t)D * L->down_exps.row_bytes, x.n++;
-    TRY(pf_fork(c));
-    return cu_l2_prefetch_experts(c->ids, c->hp->n_expert_used, &x, c->st3);
-}
-
 /* The mixer's output projection y = W in; with norm_w (decode, c->fuse) its last block also does
  * x += y, xn = rmsnorm(x) * norm_w (cu_tail: the bits of the separate cu_add_rmsnorm). */
 static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const float *norm_w) {
@@ -151,8 +101,6 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     } else {
         TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
     }
-    const dmat *Wo[1] = {&L->wout};
-    TRY(pf_dense(c, Wo, 1)); /* beside the step */
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
@@ -192,8 +140,6 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     float *Y[3] = {c->big, k, v};
     const int ldy[3] = {2 * H * hd, kvw, kvw};
     TRY(mm_run(c, W, Y, ldy, NULL, 3, c->xn, D, T, NULL, c->st));
-    const dmat *Wo[1] = {&L->wo};
-    TRY(pf_dense(c, Wo, 1)); /* beside the norms, RoPE and attention */
     const cu_attn_dims a = {.H = H, .Hkv = hp->n_head_kv, .hd = hd, .n_rot = hp->n_rot, .n_ctx = c->n_ctx,
                             .eps = hp->rms_eps, .scale = 1.0f / sqrtf((float)hd), .inv_freq = c->dm->inv_freq,
                             .kv_f16 = c->kv_f16, .split_per_warp = c->attn_per_warp,
@@ -296,7 +242,6 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(experts_vram(c, il, T, direct));
         goto combine;
     }
-    TRY(pf_experts(c, L));
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles, .n_tiles = c->n_tiles, .max_tiles = direct ? T * K : c->max_tiles,
                   .tt = direct ? 1 : ptt, .pair_in = c->pair_in, .pair_out = NULL, .x_rows = T};
@@ -311,7 +256,6 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                  .expert_stride = (size_t)D * L->down_exps.row_bytes, .n_out = D, .y = c->eo, .ldy = D};
     TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->st));
 combine:
-    if (il + 1 < hp->n_layer) TRY(pf_mixer_in(c, il + 1)); /* beside the combine and the next norm */
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
                           : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
@@ -339,16 +283,12 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     const int D = hp->n_embd;
     TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
     TRY(dump1(c, hk, Q3N_ACT_INP_EMBD, -1, 0, T, c->x, D));
-    c->pf_on = T == 1 && c->l2pf;
-    TRY(pf_mixer_in(c, 0));
     TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->st));
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
         /* decode: the residual add + norm in the output projection's tail (same bits) */
         const float *fz = (c->fuse & FUSE_NORM) && T == 1 ? dm->L[il].post_norm : NULL;
         TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz) : mixer_deltanet(c, il, T, hk, fz));
-        const dmat *Wm[4] = {&dm->L[il].router, &dm->L[il].gate_sh, &dm->L[il].up_sh, &dm->L[il].down_sh};
-        TRY(pf_dense(c, Wm, 4)); /* beside the norm: the router and the shared expert */
         if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
         float *const p1[3] = {c->y, c->x, c->xn};
@@ -360,8 +300,6 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
         TRY(dump_rows(c, hk, il, 0, T, 2, n2, p2, w1));
     }
     TRY(dump1(c, hk, Q3N_ACT_RESULT_NORM, -1, 0, T, c->xn, D));
-    c->pf_on = false;
-    TRY(pf_join(c));
     return last_logits ? head(c, T - 1, 1) : 0;
 }
 
@@ -647,7 +585,6 @@ static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
     const dmodel *dm = c->dm;
     const dlayer *L = &dm->L[il];
     const size_t row = sizeof(float) * (size_t)D;
-    c->pf_on = false; /* no prefetch in the MTP head */
     TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
     TRY(cu_add_rmsnorm(c->x, NULL, L->enorm, c->xn, D, T, hp->rms_eps, c->st));
     TRY(cu_add_rmsnorm(c->y, NULL, L->hnorm, c->sh, D, T, hp->rms_eps, c->st));

@@ -68,10 +68,6 @@ size_t dmodel_bytes(const q3n_model *m, bool experts);
 
 /* bits of backend_ctx.fuse (RL_CUDA_FUSE, parsed by fuse_mask in backend_cuda.c) */
 enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
-/* bits of backend_ctx.l2pf (RL_CUDA_L2PF): which weights a decode token prefetches into the L2 on
- * st3 (prefetch.cu) — the next dense launch's beside the light kernels before it, the routed
- * experts' down / gate+up once the router has picked them */
-enum { L2PF_DENSE = 1, L2PF_DOWN = 2, L2PF_GATEUP = 4 };
 
 struct backend_ctx {
     dmodel *dm;
@@ -85,11 +81,8 @@ struct backend_ctx {
     bool attn_tc;                /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
     bool merge_wide;             /* the decode attention merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
     size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
-    cudaStream_t st, st2, st3;
-    cudaEvent_t ev_fork, ev_join, ev_pf, ev_pfjoin;
-    int l2pf;     /* a mask of L2PF_* (RL_CUDA_L2PF; decode rows only) */
-    bool pf_on;   /* the forward being enqueued prefetches (a decode row of enqueue, l2pf != 0) */
-    bool pf_open; /* it enqueued a prefetch on st3, not yet joined back into st */
+    cudaStream_t st, st2;
+    cudaEvent_t ev_fork, ev_join;
     uint8_t *dev;                /* one allocation: state + scratch */
     size_t dev_bytes;
     void *kc[Q3N_MAX_LAYERS], *vc[Q3N_MAX_LAYERS];

@@ -174,25 +174,6 @@ int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh
                          float *y, float *x, const float *w_next, float *out, int D, float eps, unsigned *counter,
                          cudaStream_t s);
 
-/* ---- L2 prefetch (prefetch.cu) ----------------------------------------------------------- */
-
-/* Ask the L2 to fetch up to 4 byte ranges of weights (a hint: no result changes; launch it on a
- * side stream beside the light kernels before the launch that reads them). */
-typedef struct {
-    const void *p[4];
-    size_t bytes[4];
-    int n;
-} cu_pf_ranges;
-int cu_l2_prefetch(const cu_pf_ranges *r, cudaStream_t s);
-/* The same for the K experts ids[0..K) (device, from the router) of up to 3 expert tensors:
- * expert e's range of tensor m is base[m] + e * stride[m], bytes[m] long. */
-typedef struct {
-    const void *base[3];
-    size_t stride[3], bytes[3];
-    int n;
-} cu_pf_experts;
-int cu_l2_prefetch_experts(const int32_t *ids, int K, const cu_pf_experts *x, cudaStream_t s);
-
 /* ---- gated full attention ----------------------------------------------------------------- */
 
 typedef struct {
