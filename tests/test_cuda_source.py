@@ -109,9 +109,9 @@ def test_braced_form_compiles_right(tmp_path):
 
 # ---- programmatic dependent launch (common.cuh): every kernel waits in pdl_enter -----------------
 #
-# With RL_CUDA_PDL=1 a kernel may start before the one before it in the stream has finished; a kernel
-# that never calls pdl_enter would read stale inputs (or overwrite what its predecessor still reads)
-# on some runs only. So: every launch goes through cu_go (no <<< >>> left), and every __global__
+# With PDL (the default; RL_CUDA_PDL=0 turns it off) a kernel may start before the one before it in the
+# stream has finished; a kernel that never calls pdl_enter would read stale inputs (or overwrite what its
+# predecessor still reads) on some runs only. So: every launch goes through cu_go (no <<< >>> left), and every __global__
 # function calls pdl_enter in its body or in the *_body function it calls first.
 
 def _strip_comments(text):

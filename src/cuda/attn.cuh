@@ -48,9 +48,31 @@ __device__ __forceinline__ void attn_finish(const float *O, float L, const float
 // merged. The operations and their order are merge_step's whatever PT and PF, so every shape gives
 // the same bits. A warp per (row, head) (PT = DPL) with 8 partials in flight (H200, 12-layer Q4_K_M,
 // decode at 32K depth: 603 -> 615-629 tok/s over one at a time) still took ~27 us per layer, as long
-// as the split kernel (16 warps on the GPU); hence the default, a thread per dim with 16 in flight
-// (cu_attn_dims.merge_wide, since 2026-12-02: 12-layer decode at 32K depth CF2 596-605 -> 608-609,
-// Q4_K_M 615-625 -> 626-634 tok/s; RL_CUDA_MERGE=warp keeps the warp shape).
+// as the split kernel (16 warps on the GPU); hence the default, a thread per dim (cu_attn_dims.merge_wide,
+// since 2026-12-02: 12-layer decode at 32K depth CF2 596-605 -> 608-609, Q4_K_M 615-625 -> 626-634 tok/s;
+// RL_CUDA_MERGE=warp keeps the warp shape), with PF partials in flight (attn_merge_pf).
+// Partials c0 .. c0 + PF - 1 (those < n) of a row merged into (M, L, O): all loaded, then merged in
+// order. FULL (c0 + PF <= n): no bound checks, so the batch is straight-line code and the exps of a step
+// (which need only the running max) are computed ahead of the L and O chains; the same operations.
+template <int HD, int PT, int PF, bool FULL>
+__device__ __forceinline__ void merge_batch(const float *base, int d0, int c0, int n, float &M, float &L, float *O) {
+    float pm[PF], pl[PF], pa[PF][PT];
+#pragma unroll
+    for (int k = 0; k < PF; k++) {
+        if (!FULL && c0 + k >= n) break;
+        const float *pp = base + (size_t)(c0 + k) * (HD + 2);
+        pm[k] = pp[0];
+        pl[k] = pp[1];
+#pragma unroll
+        for (int d = 0; d < PT; d++) pa[k][d] = pp[2 + d0 + d];
+    }
+#pragma unroll
+    for (int k = 0; k < PF; k++) {
+        if (!FULL && c0 + k >= n) break;
+        merge_step<PT>(M, L, O, pm[k], pl[k], pa[k]);
+    }
+}
+
 template <int DPL, int PT, int PF>
 __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, const float *__restrict__ qg,
                                                              const int *pos0, const float *__restrict__ part, int nch,
@@ -63,33 +85,34 @@ __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, co
     float M = -INFINITY, L = 0.0f, O[PT];
 #pragma unroll
     for (int d = 0; d < PT; d++) O[d] = 0.0f;
-    for (int c0 = 0; c0 < n; c0 += PF) {
-        float pm[PF], pl[PF], pa[PF][PT];
-#pragma unroll
-        for (int k = 0; k < PF; k++) {
-            if (c0 + k >= n) break;
-            const float *pp = base + (size_t)(c0 + k) * (HD + 2);
-            pm[k] = pp[0];
-            pl[k] = pp[1];
-#pragma unroll
-            for (int d = 0; d < PT; d++) pa[k][d] = pp[2 + d0 + d];
-        }
-#pragma unroll
-        for (int k = 0; k < PF; k++) {
-            if (c0 + k >= n) break;
-            merge_step<PT>(M, L, O, pm[k], pl[k], pa[k]);
-        }
-    }
+    int c0 = 0;
+    for (; c0 + PF <= n; c0 += PF) merge_batch<HD, PT, PF, true>(base, d0, c0, n, M, L, O);
+    if (c0 < n) merge_batch<HD, PT, PF, false>(base, d0, c0, n, M, L, O);
     attn_finish<PT>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD,
                     d0);
+}
+
+// Partials in flight per batch of the wide merge: RL_CUDA_MERGE_PF=16|32|64 (default 64; the same
+// bits). At 32K positions a row has 129 partials: 16 a batch is 9 load round trips on the chain, 64 is
+// 3, and whole batches (merge_batch FULL) let the exps run ahead of the L / O chains. Nsight Compute,
+// H200, 12-layer CF2 at 32K: 17.0 us (16, the loop before merge_batch) -> 12.6 (64) -> 11.2 us (64,
+// whole batches); 16 with whole batches took 31 us (2026-12-04, calls 73-74).
+static inline int attn_merge_pf() {
+    static const int pf = cu_env_int("RL_CUDA_MERGE_PF", 64);
+    return pf == 16 || pf == 32 ? pf : 64;
 }
 
 // The decode merge of T rows x H heads (the shape cu_attn_dims.merge_wide picks).
 template <int DPL>
 static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part, int nch,
                              int T, float *o, cudaStream_t s) {
-    if (a->merge_wide)
+    const int pf = attn_merge_pf();
+    if (a->merge_wide && pf == 16)
         cu_go(k_attn_merge<DPL, 1, 16>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
+    else if (a->merge_wide && pf == 32)
+        cu_go(k_attn_merge<DPL, 1, 32>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
+    else if (a->merge_wide)
+        cu_go(k_attn_merge<DPL, 1, 64>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
     else
         cu_go(k_attn_merge<DPL, DPL, 8>, dim3(T, a->H), 32, 0, s, *a, qg, pos0, part, nch, o);
     CU_LAUNCHED("k_attn_merge");

@@ -28,9 +28,11 @@
 // and the positions each row sees. Staged rows of LD halves: consecutive rows start 16 bytes apart
 // modulo 128, so the 8 row addresses of an ldmatrix hit distinct banks; score rows of SLD floats
 // likewise (1040 bytes).
-template <int HD, int MT> struct tc_smem {
+// NB staged slices: 1 for the prefill walk and the single-buffered split kernel, 2 for the
+// double-buffered split kernel (tc_chunk2).
+template <int HD, int MT, int NB = 1> struct tc_smem {
     static constexpr int R = 16 * MT, LD = HD + 8, SLD = CH + 4;
-    static constexpr size_t q = (size_t)R * LD * 2, kv = (size_t)TC_SL * LD * 2, s = (size_t)R * SLD * 4;
+    static constexpr size_t q = (size_t)R * LD * 2, kv = (size_t)NB * TC_SL * LD * 2, s = (size_t)R * SLD * 4;
     static constexpr size_t bytes = q + kv + s + 3 * (size_t)R * 4;
 };
 
@@ -66,57 +68,51 @@ template <int HD> __device__ __forceinline__ void tc_stage_v(__half *dst, const 
 // The value dims tiles of 8 a warp owns: HD / 8 split over the 8 / MT warps of one row tile.
 template <int HD, int MT> struct tc_nv { static constexpr int n = HD / 8 / (8 / MT); };
 
-// The chunk partial of the block's 16 MT rows (f16 queries and the positions each row sees, Nk, in
-// shared memory) for positions p0 .. p0 + CH - 1, of which those < nmax (the most any row sees) are
-// read: m and l per row into Mc / Lc, and this warp's part of acc — rows 16 (w % MT) .., value dims
-// 8 NV (w / MT) .. — in the mma's accumulator layout. Called by all threads of the block.
+// The pieces of a chunk partial (tc_chunk, tc_chunk2), for the block's 16 MT rows: f16 queries Qs
+// and the positions each row sees, Nk, in shared memory; S the chunk's scores, then its weights.
+//
+// The scores of slice sl (positions p0 + sl TC_SL .., n of them staged at KVs; n <= 0: none) into S:
+// this warp's NS tiles of 8 positions (positions past n: stale or unwritten rows, masked here).
 template <int HD, int MT>
-__device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_t kvw, int p0, int nmax, float scale,
-                                         uint8_t *sm, float (&acc)[tc_nv<HD, MT>::n][4]) {
-    using P = tc_smem<HD, MT>;
-    constexpr int R = P::R, LD = P::LD, SLD = P::SLD, NP = 8 / MT, NS = TC_SL / 8 / NP, NV = tc_nv<HD, MT>::n;
-    const __half *Qs = (const __half *)sm;
-    __half *KVs = (__half *)(sm + P::q);
-    float *S = (float *)(sm + P::q + P::kv), *Mc = S + R * SLD, *Lc = Mc + R;
-    const int *Nk = (const int *)(Lc + R);
+__device__ __forceinline__ void tc_scores(const __half *Qs, const __half *KVs, float *S, const int *Nk, int p0, int sl,
+                                          int n, float scale) {
+    constexpr int LD = HD + 8, SLD = CH + 4, NP = 8 / MT, NS = TC_SL / 8 / NP;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % MT, np = w / MT, g = lane >> 2, t = lane & 3;
-    // scores, TC_SL positions at a time: this warp's NS tiles of 8 positions of each slice
-    for (int sl = 0; sl < CH / TC_SL; sl++) {
-        const int b0 = p0 + sl * TC_SL, n = min(TC_SL, nmax - b0);
-        __syncthreads(); // KVs free; at the first slice also: Qs and Nk written
-        if (n > 0) stage_kv_async<__half, HD, TC_THREADS>(KVs, LD, K, kvw, b0, n);
-        __syncthreads();
-        float d[NS][4];
+    float d[NS][4];
 #pragma unroll
-        for (int j = 0; j < NS; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
-        if (n > 0) { // (positions past n: stale rows, masked below)
+    for (int j = 0; j < NS; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+    if (n > 0) {
 #pragma unroll 2
-            for (int ks = 0; ks < HD / 16; ks++) {
-                uint32_t a[4];
-                ldsm_x4(a, Qs + (size_t)(16 * mt + (lane & 15)) * LD + 16 * ks + 8 * (lane >> 4));
+        for (int ks = 0; ks < HD / 16; ks++) {
+            uint32_t a[4];
+            ldsm_x4(a, Qs + (size_t)(16 * mt + (lane & 15)) * LD + 16 * ks + 8 * (lane >> 4));
 #pragma unroll
-                for (int j = 0; j < NS; j += 2) {
-                    uint32_t b[4]; // tiles j, j + 1: positions n0 + (lane & 7) + 8 (lane >> 4), dims 16 ks + 8 ((lane >> 3) & 1)
-                    const int n0 = 8 * (np * NS + j);
-                    ldsm_x4(b, KVs + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * LD + 16 * ks + 8 * ((lane >> 3) & 1));
-                    mma_f16(d[j], a, b[0], b[1]);
-                    mma_f16(d[j + 1], a, b[2], b[3]);
-                }
+            for (int j = 0; j < NS; j += 2) {
+                uint32_t b[4]; // tiles j, j + 1: positions n0 + (lane & 7) + 8 (lane >> 4), dims 16 ks + 8 ((lane >> 3) & 1)
+                const int n0 = 8 * (np * NS + j);
+                ldsm_x4(b, KVs + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * LD + 16 * ks + 8 * ((lane >> 3) & 1));
+                mma_f16(d[j], a, b[0], b[1]);
+                mma_f16(d[j + 1], a, b[2], b[3]);
             }
         }
-#pragma unroll
-        for (int j = 0; j < NS; j++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = 16 * mt + g + 8 * hh, p = sl * TC_SL + 8 * (np * NS + j) + 2 * t, nk = Nk[r];
-                float2 v;
-                v.x = p0 + p < nk ? d[j][2 * hh] * scale : -INFINITY;
-                v.y = p0 + p + 1 < nk ? d[j][2 * hh + 1] * scale : -INFINITY;
-                *(float2 *)(S + (size_t)r * SLD + p) = v;
-            }
     }
-    __syncthreads();
-    // softmax statistics and the f16 weights, one warp per row
+#pragma unroll
+    for (int j = 0; j < NS; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int r = 16 * mt + g + 8 * hh, p = sl * TC_SL + 8 * (np * NS + j) + 2 * t, nk = Nk[r];
+            float2 v;
+            v.x = p0 + p < nk ? d[j][2 * hh] * scale : -INFINITY;
+            v.y = p0 + p + 1 < nk ? d[j][2 * hh + 1] * scale : -INFINITY;
+            *(float2 *)(S + (size_t)r * SLD + p) = v;
+        }
+}
+
+// Softmax statistics and the f16 weights of the chunk (every score of S written and visible), one warp
+// per row: m and l per row into Mc / Lc, each row's weights over the first half of its scores.
+template <int MT> __device__ __forceinline__ void tc_softmax(float *S, float *Mc, float *Lc) {
+    constexpr int R = 16 * MT, SLD = CH + 4;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 #pragma unroll
     for (int rr = 0; rr < R / 8; rr++) {
         const int r = (R / 8) * w + rr;
@@ -144,7 +140,57 @@ __device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_
             Lc[r] = l;
         }
     }
-    // values: V staged the same way; steps of 16 positions in order
+}
+
+// acc += the weights of slice sl (in S) times its V rows staged at KVs, nks steps of 16 positions in
+// order: this warp's part of acc (rows 16 (w % MT) .., value dims 8 NV (w / MT) ..).
+template <int HD, int MT>
+__device__ __forceinline__ void tc_values(const float *S, const __half *KVs, int sl, int nks,
+                                          float (&acc)[tc_nv<HD, MT>::n][4]) {
+    constexpr int LD = HD + 8, SLD = CH + 4, NV = tc_nv<HD, MT>::n;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % MT, np = w / MT;
+    for (int ks = 0; ks < nks; ks++) {
+        uint32_t a[4];
+        ldsm_x4(a, (const __half *)(S + (size_t)(16 * mt + (lane & 15)) * SLD) + sl * TC_SL + 16 * ks + 8 * (lane >> 4));
+        // tiles j, j + 1: positions 16 ks + (lane & 7) + 8 ((lane >> 3) & 1), dims d0 + 8 (lane >> 4)
+        const __half *vb = KVs + (size_t)(16 * ks + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
+        if constexpr (NV == 1) {
+            uint32_t b[2];
+            ldsm_x2_t(b, vb + 8 * np);
+            mma_f16(acc[0], a, b[0], b[1]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < NV; j += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, vb + 8 * (np * NV + j));
+                mma_f16(acc[j], a, b[0], b[1]);
+                mma_f16(acc[j + 1], a, b[2], b[3]);
+            }
+        }
+    }
+}
+
+// The chunk partial of the block's 16 MT rows for positions p0 .. p0 + CH - 1, of which those < nmax
+// (the most any row sees) are read: m and l per row into Mc / Lc, and this warp's part of acc in the
+// mma's accumulator layout. One staged slice at a time (load, wait, use). Called by all threads.
+template <int HD, int MT>
+__device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_t kvw, int p0, int nmax, float scale,
+                                         uint8_t *sm, float (&acc)[tc_nv<HD, MT>::n][4]) {
+    using P = tc_smem<HD, MT>;
+    constexpr int R = P::R, LD = P::LD, SLD = P::SLD, NV = tc_nv<HD, MT>::n;
+    const __half *Qs = (const __half *)sm;
+    __half *KVs = (__half *)(sm + P::q);
+    float *S = (float *)(sm + P::q + P::kv), *Mc = S + R * SLD, *Lc = Mc + R;
+    const int *Nk = (const int *)(Lc + R);
+    for (int sl = 0; sl < CH / TC_SL; sl++) {
+        const int b0 = p0 + sl * TC_SL, n = min(TC_SL, nmax - b0);
+        __syncthreads(); // KVs free; at the first slice also: Qs and Nk written
+        if (n > 0) stage_kv_async<__half, HD, TC_THREADS>(KVs, LD, K, kvw, b0, n);
+        __syncthreads();
+        tc_scores<HD, MT>(Qs, KVs, S, Nk, p0, sl, n, scale);
+    }
+    __syncthreads();
+    tc_softmax<MT>(S, Mc, Lc);
 #pragma unroll
     for (int j = 0; j < NV; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     for (int sl = 0; sl < CH / TC_SL; sl++) {
@@ -154,33 +200,75 @@ __device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_
         __syncthreads(); // KVs: the scores' reads are done; the weights are written
         tc_stage_v<HD>(KVs, V, kvw, b0, n, 16 * nks);
         __syncthreads();
-        for (int ks = 0; ks < nks; ks++) {
-            uint32_t a[4];
-            ldsm_x4(a, (const __half *)(S + (size_t)(16 * mt + (lane & 15)) * SLD) + sl * TC_SL + 16 * ks + 8 * (lane >> 4));
-            // tiles j, j + 1: positions 16 ks + (lane & 7) + 8 ((lane >> 3) & 1), dims d0 + 8 (lane >> 4)
-            const __half *vb = KVs + (size_t)(16 * ks + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
-            if constexpr (NV == 1) {
-                uint32_t b[2];
-                ldsm_x2_t(b, vb + 8 * np);
-                mma_f16(acc[0], a, b[0], b[1]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < NV; j += 2) {
-                    uint32_t b[4];
-                    ldsm_x4_t(b, vb + 8 * (np * NV + j));
-                    mma_f16(acc[j], a, b[0], b[1]);
-                    mma_f16(acc[j + 1], a, b[2], b[3]);
-                }
-            }
-        }
+        tc_values<HD, MT>(S, KVs, sl, nks, acc);
     }
+}
+
+// Copies of rows b0 .. b0 + n - 1 of one head's K or V into dst (LD halves a row), issued and
+// committed as one group of this thread (none for n <= 0: an empty group), not waited for.
+template <int HD> __device__ __forceinline__ void tc_issue(__half *dst, const __half *src, size_t kvw, int b0, int n) {
+    constexpr int LD = HD + 8, PPR = HD / 8;
+    for (int i = threadIdx.x; i < n * PPR; i += TC_THREADS) {
+        const int r = i / PPR, c = i % PPR;
+        __pipeline_memcpy_async(dst + (size_t)r * LD + 8 * c, src + (size_t)(b0 + r) * kvw + 8 * c, 16);
+    }
+    __pipeline_commit();
+}
+
+// tc_chunk for the split kernel's one row tile (MT = 1) with two staged slices, so that loads run
+// while the block computes: K of both slices first; each slice's V goes into its buffer as soon as
+// that slice's scores are done (and runs under the other slice's scores and the softmax). The same
+// tc_scores / tc_softmax / tc_values on the same values in the same order: the same bits as tc_chunk.
+template <int HD>
+__device__ __forceinline__ void tc_chunk2(const __half *K, const __half *V, size_t kvw, int p0, int nmax, float scale,
+                                          uint8_t *sm, float (&acc)[tc_nv<HD, 1>::n][4]) {
+    using P = tc_smem<HD, 1, 2>;
+    static_assert(CH == 2 * TC_SL, "a chunk is two staged slices");
+    constexpr int R = P::R, LD = P::LD, SLD = P::SLD, NV = tc_nv<HD, 1>::n;
+    const __half *Qs = (const __half *)sm;
+    __half *const buf[2] = {(__half *)(sm + P::q), (__half *)(sm + P::q) + (size_t)TC_SL * LD};
+    float *S = (float *)(sm + P::q + P::kv), *Mc = S + R * SLD, *Lc = Mc + R;
+    const int *Nk = (const int *)(Lc + R);
+    int n[2], nks[2];
+#pragma unroll
+    for (int sl = 0; sl < 2; sl++) {
+        n[sl] = min(TC_SL, nmax - (p0 + sl * TC_SL));
+        nks[sl] = n[sl] > 0 ? (n[sl] + 15) / 16 : 0;
+    }
+    // this thread's groups, in order: K0, K1, V0, V1
+    tc_issue<HD>(buf[0], K, kvw, p0, n[0]);
+    tc_issue<HD>(buf[1], K, kvw, p0 + TC_SL, n[1]);
+#pragma unroll
+    for (int sl = 0; sl < 2; sl++) {
+        __pipeline_wait_prior(1); // K sl (sl 0: K1 may be in flight; sl 1: V0 may)
+        __syncthreads();          // every thread's copies of K sl; at sl 0 also Qs and Nk written
+        tc_scores<HD, 1>(Qs, buf[sl], S, Nk, p0, sl, n[sl], scale);
+        __syncthreads(); // every warp is done with K sl
+        // V sl: the rows past n zeroed up to the 16-position step (the steps must not meet stale values)
+        if (n[sl] > 0)
+            for (int i = n[sl] * (HD / 8) + (int)threadIdx.x; i < 16 * nks[sl] * (HD / 8); i += TC_THREADS)
+            *(uint4 *)(buf[sl] + (size_t)(i / (HD / 8)) * LD + 8 * (i % (HD / 8))) = make_uint4(0u, 0u, 0u, 0u);
+        tc_issue<HD>(buf[sl], V, kvw, p0 + sl * TC_SL, n[sl]);
+    }
+    tc_softmax<1>(S, Mc, Lc); // every score written: the barrier after slice 1's scores
+#pragma unroll
+    for (int j = 0; j < NV; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int sl = 0; sl < 2; sl++) {
+        if (n[sl] <= 0) break; // uniform in the block
+        if (sl == 0) __pipeline_wait_prior(1); // V0 (V1 may be in flight)
+        else __pipeline_wait_prior(0);
+        __syncthreads(); // every thread's copies and zeros of V sl; the weights written
+        tc_values<HD, 1>(S, buf[sl], sl, nks[sl], acc);
+    }
+    __pipeline_wait_prior(0); // nothing left in flight when the block's shared memory is released
 }
 
 // The block's queries as f16 (row r: query head q_head(r) of position q_pos(r); rows with nk(r) = 0
 // zeroed) and the positions each row sees.
-template <int HD, int MT, typename F>
+template <int HD, int MT, int NB = 1, typename F>
 __device__ __forceinline__ void tc_load_q(const float *qg, int H, F row, uint8_t *sm) {
-    using P = tc_smem<HD, MT>;
+    using P = tc_smem<HD, MT, NB>;
     __half *Qs = (__half *)sm;
     int *Nk = (int *)(sm + P::q + P::kv + P::s + 2 * (size_t)P::R * 4);
     for (int i = threadIdx.x; i < P::R * HD / 4; i += TC_THREADS) {
@@ -197,22 +285,24 @@ __device__ __forceinline__ void tc_load_q(const float *qg, int H, F row, uint8_t
 }
 
 // Decode / verify: block (chunk, KV head, row t) computes the chunk partial of the G query heads of
-// row t into part (k_attn_split's layout); k_attn_merge merges them.
-template <int HD>
+// row t into part (k_attn_split's layout); k_attn_merge merges them. NB 2: tc_chunk2 (the default),
+// 1: tc_chunk (RL_CUDA_ATTN_DB=0); the same bits.
+template <int HD, int NB>
 __global__ void __launch_bounds__(TC_THREADS) k_attn_tc_split(cu_attn_dims a, const float *__restrict__ qg,
                                                              const __half *__restrict__ kc, const __half *__restrict__ vc,
                                                              const int *pos0, float *part, int nch) {
     pdl_enter();
-    using P = tc_smem<HD, 1>;
+    using P = tc_smem<HD, 1, NB>;
     constexpr int NV = tc_nv<HD, 1>::n;
     extern __shared__ __align__(16) uint8_t tc_sm[];
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, G = a.H / a.Hkv;
     const int nkv = *pos0 + t + 1, p0 = c * CH;
     if (p0 >= nkv) return; // the whole block
-    tc_load_q<HD, 1>(qg, a.H, [&](int r, int &tt, int &h, int &nk) { tt = t; h = kvh * G + r; nk = r < G ? nkv : 0; }, tc_sm);
+    tc_load_q<HD, 1, NB>(qg, a.H, [&](int r, int &tt, int &h, int &nk) { tt = t; h = kvh * G + r; nk = r < G ? nkv : 0; }, tc_sm);
     const size_t kvw = (size_t)a.Hkv * HD;
     float acc[NV][4];
-    tc_chunk<HD, 1>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, tc_sm, acc);
+    if constexpr (NB == 2) tc_chunk2<HD>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, tc_sm, acc);
+    else tc_chunk<HD, 1>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, tc_sm, acc);
     const float *Mc = (const float *)(tc_sm + P::q + P::kv + P::s), *Lc = Mc + P::R;
     const int lane = threadIdx.x & 31, np = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -301,11 +391,17 @@ template <int HD>
 static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, const __half *vc, const int *pos0, int T,
                      bool split, float *part, float *o, cudaStream_t s) {
     if (split) {
-        using P = tc_smem<HD, 1>;
         const int nch = (a->n_ctx + CH - 1) / CH;
-        static size_t allowed;
-        if (smem_allow(k_attn_tc_split<HD>, P::bytes, &allowed)) return -1;
-        cu_go(k_attn_tc_split<HD>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, part, nch);
+        static size_t allowed1, allowed2;
+        if (a->split_db) {
+            using P = tc_smem<HD, 1, 2>;
+            if (smem_allow(k_attn_tc_split<HD, 2>, P::bytes, &allowed2)) return -1;
+            cu_go(k_attn_tc_split<HD, 2>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, part, nch);
+        } else {
+            using P = tc_smem<HD, 1>;
+            if (smem_allow(k_attn_tc_split<HD, 1>, P::bytes, &allowed1)) return -1;
+            cu_go(k_attn_tc_split<HD, 1>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, part, nch);
+        }
         CU_LAUNCHED("k_attn_tc_split");
         if (attn_merge_launch<HD / 32>(a, qg, pos0, part, nch, T, o, s)) return -1;
         return 0;

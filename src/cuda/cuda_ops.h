@@ -192,6 +192,9 @@ typedef struct {
     bool tc;               /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
                               accumulation; its own numerics, shared by all three, so their rows stay
                               bit-identical); needs kv_f16 and H / Hkv <= 16 */
+    bool split_db;         /* decode on tensor cores: the split kernel with two staged K/V slices, loads
+                              running under the block's arithmetic (the backend's default; RL_CUDA_ATTN_DB=0:
+                              one slice at a time); same bits */
     int rope_delta; /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
                        (h_p, x_{p+1}) sits in slot p at position p+1) */
 } cu_attn_dims;

@@ -726,6 +726,7 @@ int main(void) {
     test_attention(128, true);
     test_attention_decode(256, false, 16, 2, 5000);  /* 80B geometry: ends inside a chunk */
     test_attention_decode(256, true, 16, 2, 4096);   /* ends at a chunk edge */
+    test_attention_decode(256, true, 16, 2, 17000);  /* 67 chunks: whole merge batches (64) and a tail */
     test_attention_decode(128, true, 16, 2, 2600);
     test_attention_decode(64, false, 8, 2, 777);     /* DPL 2: scalar V loads */
     test_attention_decode(256, false, 24, 1, 1500);  /* 24 warps: > 48 KiB of shared memory */
@@ -738,6 +739,7 @@ int main(void) {
     test_attention_tc(256, 16, 2, 70, 200, 3.0f);   /* 80B geometry: rows cross chunk 0's edge, 9 blocks */
     test_attention_tc(256, 16, 2, 37, 0, 1.0f);     /* the first chunk only, short rows */
     test_attention_tc(256, 16, 2, 6, 5000, 3.0f);   /* 20 chunks: the split decode's partials and merge */
+    test_attention_tc(256, 16, 2, 3, 17000, 3.0f);  /* 67 chunks: whole merge batches (64) and a tail */
     test_attention_tc(128, 16, 2, 45, 220, 3.0f);
     test_attention_tc(64, 8, 2, 33, 500, 3.0f);     /* hd 64: one value tile per warp in decode */
     test_attention_tc(128, 3, 1, 50, 260, 3.0f);    /* G 3: 21 positions, 1 padded row per block; 13 in decode */
