@@ -2,7 +2,6 @@
  * state in host memory. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "backend.h"
 #include "common.h"
@@ -19,15 +18,30 @@ static bool cpu_available(const char **why) {
     return true;
 }
 
+/* The recurrent state of one DeltaNet layer (and its uncommitted copy): 2 MiB a layer at the 80B
+ * geometry, read and written whole by every decode step and every prompt row. States of 1 MiB or
+ * more live in huge pages (rl_huge_alloc: one TLB entry instead of 512): on the Intel Xeon VM of
+ * session 20, 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a decode token
+ * and 0.25 -> 0.22 ms a prompt row (the KV cache, read once a token, gained nothing measurable the
+ * same way). Zeroed; state_free releases either kind. */
+static bool state_huge(size_t floats) { return floats * sizeof(float) >= RL_HUGE_PAGE / 2; }
+static float *state_alloc(size_t floats, const char *what) {
+    return state_huge(floats) ? rl_huge_alloc(floats * sizeof(float), what) : rl_calloc(floats, sizeof(float), what);
+}
+static void state_free(float *p, size_t floats) {
+    if (state_huge(floats)) rl_huge_free(p, floats * sizeof(float));
+    else free(p);
+}
+
 static void cpu_ctx_free(backend_ctx *c) {
     if (!c) return;
     for (int il = 0; il < c->m->hp.n_layer + c->m->hp.n_nextn; il++) {
         if (c->st.k_cache) free(c->st.k_cache[il]);
         if (c->st.v_cache) free(c->st.v_cache[il]);
         if (c->st.conv) free(c->st.conv[il]);
-        if (c->st.ssm) free(c->st.ssm[il]);
+        if (c->st.ssm) state_free(c->st.ssm[il], q3n_ssm_floats(&c->m->hp));
         if (c->st.conv_next) free(c->st.conv_next[il]);
-        if (c->st.ssm_next) free(c->st.ssm_next[il]);
+        if (c->st.ssm_next) state_free(c->st.ssm_next[il], q3n_ssm_floats(&c->m->hp));
     }
     free(c->st.k_cache);
     free(c->st.v_cache);
@@ -38,26 +52,6 @@ static void cpu_ctx_free(backend_ctx *c) {
     free(c->run.scratch);
     free(c->run.actq);
     free(c);
-}
-
-/* The recurrent state of one DeltaNet layer (and its uncommitted copy): 2 MiB a layer at the 80B
- * geometry, read and written whole by every decode step and every prompt row. States of 1 MiB or
- * more get 2 MiB-aligned memory with MADV_HUGEPAGE (one TLB entry instead of 512): on the Intel
- * Xeon VM of session 20, 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a
- * decode token and 0.25 -> 0.22 ms a prompt row (the KV cache, read once a token, gained nothing
- * measurable the same way). Zeroed; free() releases either kind. */
-static float *state_alloc(size_t floats, const char *what) {
-    const size_t bytes = floats * sizeof(float), huge = (size_t)2 << 20;
-    if (bytes < huge / 2) return rl_calloc(floats, sizeof(float), what);
-    const size_t len = (bytes + huge - 1) & ~(huge - 1);
-    float *p = aligned_alloc(huge, len);
-    if (!p) {
-        rl_seterr("out of memory allocating %zu bytes for %s", len, what);
-        return NULL;
-    }
-    madvise(p, len, MADV_HUGEPAGE); /* best effort */
-    memset(p, 0, bytes);
-    return p;
 }
 
 static backend_ctx *cpu_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_batch, backend_kv kv) {

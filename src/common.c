@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +39,29 @@ void *rl_calloc(size_t count, size_t size, const char *what) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p) rl_seterr("out of memory allocating %zu x %zu bytes for %s", count, size, what);
     return p;
+}
+
+static size_t huge_len(size_t bytes) { return (bytes + RL_HUGE_PAGE - 1) & ~(RL_HUGE_PAGE - 1); }
+
+void *rl_huge_alloc(size_t bytes, const char *what) {
+    const size_t len = huge_len(bytes ? bytes : 1);
+    /* map 2 MiB more, keep the aligned len bytes inside, give back the rest */
+    uint8_t *m = len + RL_HUGE_PAGE < len ? MAP_FAILED
+                                          : mmap(NULL, len + RL_HUGE_PAGE, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        rl_seterr("out of memory for %.1f MiB of %s", len / 1048576.0, what);
+        return NULL;
+    }
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + RL_HUGE_PAGE - 1) & ~(uintptr_t)(RL_HUGE_PAGE - 1));
+    if (a > m) munmap(m, (size_t)(a - m));
+    if (m + len + RL_HUGE_PAGE > a + len) munmap(a + len, (size_t)(m + len + RL_HUGE_PAGE - (a + len)));
+    madvise(a, len, MADV_HUGEPAGE); /* best effort: THP "never" leaves 4 KiB pages */
+    return a;
+}
+
+void rl_huge_free(void *p, size_t bytes) {
+    if (p) munmap(p, huge_len(bytes ? bytes : 1));
 }
 
 void *rl_aligned_alloc(size_t n, const char *what) {

@@ -42,6 +42,14 @@ void *rl_malloc(size_t n, const char *what);
 void *rl_calloc(size_t count, size_t size, const char *what);
 /* 64-byte aligned allocation, freed with free(). */
 void *rl_aligned_alloc(size_t n, const char *what);
+/* Memory for the large arrays the kernels stream (resident weights, repacked experts, recurrent
+ * states): fresh anonymous pages (zeroed), 2 MiB-aligned, the length rounded up to 2 MiB, with
+ * MADV_HUGEPAGE (best effort: one TLB entry per 2 MiB where the kernel's THP mode allows it).
+ * NULL and "out of memory for <MiB> of <what>" on failure. Freed with rl_huge_free(p, bytes), the same
+ * bytes (NULL is a no-op). */
+#define RL_HUGE_PAGE ((size_t)2 << 20)
+void *rl_huge_alloc(size_t bytes, const char *what);
+void rl_huge_free(void *p, size_t bytes);
 
 /* Overflow-checked arithmetic: return false on overflow. */
 static inline bool rl_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {

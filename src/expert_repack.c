@@ -142,17 +142,13 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
                         .rb_in = mats[i]->row_bytes, .rb_out = quant_row_size((uint32_t)t, mats[i]->n_in)};
             rp_buf *b = &r->bufs[r->n_bufs];
             b->len = (size_t)j.n_rows * j.rb_out;
-            b->mem = mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (b->mem == MAP_FAILED) {
-                b->mem = NULL;
-                rl_seterr("--iq-repack: out of memory for %.1f MiB of repacked experts", b->len / 1048576.0);
+            if (!(b->mem = rl_huge_alloc(b->len, "repacked experts (--iq-repack)"))) {
                 if (progress) rl_progress_end(&pr);
                 goto fail;
             }
             b->mat = mats[i];
             b->type = (uint32_t)t;
             r->n_bufs++;
-            madvise(b->mem, b->len, MADV_HUGEPAGE); /* fewer TLB misses over the streamed rows (best effort) */
             j.out = b->mem;
             pool_run(p, rp_worker, &j);
             /* drop the mapping's pages of the source now (clean file pages: the page cache may keep
@@ -184,7 +180,7 @@ fail:
 void expert_repack_free(expert_repack *r) {
     if (!r) return;
     for (int i = 0; i < r->n_bufs; i++)
-        if (r->bufs[i].mem) munmap(r->bufs[i].mem, r->bufs[i].len);
+        rl_huge_free(r->bufs[i].mem, r->bufs[i].len);
     free(r->bufs);
     free(r);
 }

@@ -12,14 +12,12 @@
 
 #include "common.h"
 
-#define HUGE_PAGE (2u << 20)
 #define PIECE (8u << 20) /* bytes one thread reads at a time */
 #define MiB (1024.0 * 1024.0)
 
 struct resident {
-    uint8_t *arena;    /* HUGE_PAGE aligned, inside [mem, mem + mem_len) */
-    void *mem;
-    size_t mem_len, arena_len;
+    uint8_t *arena; /* rl_huge_alloc of arena_len bytes */
+    size_t arena_len;
     int what;
     resident_info info;
 };
@@ -184,16 +182,8 @@ resident *resident_copy(q3n_model *m, pool *p, int what, bool progress) {
         rl_seterr("no %s tensors in the file mapping to copy", what & RESIDENT_EXPERTS ? "expert" : "dense");
         goto fail;
     }
-    r->arena_len = (total + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    r->mem_len = r->arena_len + HUGE_PAGE;
-    r->mem = mmap(NULL, r->mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r->mem == MAP_FAILED) {
-        r->mem = NULL;
-        rl_seterr("out of memory for %.1f MiB of weights", total / MiB);
-        goto fail;
-    }
-    r->arena = (uint8_t *)(((uintptr_t)r->mem + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    madvise(r->arena, r->arena_len, MADV_HUGEPAGE); /* best effort: "never" leaves 4 KiB pages */
+    r->arena_len = (size_t)total;
+    if (!(r->arena = rl_huge_alloc(r->arena_len, "weights"))) goto fail;
     first = rl_malloc(sizeof(long) * (size_t)(n + 1), "resident pieces");
     if (!first) goto fail;
     long np = 0;
@@ -245,7 +235,7 @@ fail:
 
 void resident_free(resident *r) {
     if (!r) return;
-    if (r->mem) munmap(r->mem, r->mem_len);
+    rl_huge_free(r->arena, r->arena_len);
     free(r);
 }
 

@@ -191,8 +191,54 @@ static void test_read_error(const char *path) {
     unlink(tmp);
 }
 
+/* This process's virtual size (VmSize of /proc/self/status) in bytes; 0 if unreadable. */
+static size_t vm_size(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
+/* rl_huge_alloc (common.c), the memory of the weight copies, the repacked experts and the recurrent
+ * states: 2 MiB-aligned, the length rounded up to 2 MiB, zeroed and writable to its end, the process
+ * grown by exactly that length (the over-sized mapping's extra pages given back) and shrunk by it at
+ * the free; an impossible size gets NULL and one line naming what it was for. */
+static void test_huge_alloc(void) {
+    const size_t mb2 = RL_HUGE_PAGE, sizes[] = {1, 4096, mb2 - 1, mb2, 5 * mb2 + 3};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const size_t len = (sizes[i] + mb2 - 1) / mb2 * mb2;
+        (void)vm_size(); /* stdio's buffers in place before the measured pair */
+        const size_t before = vm_size();
+        uint8_t *p = rl_huge_alloc(sizes[i], "test");
+        CHECK(p && ((uintptr_t)p & (mb2 - 1)) == 0, "huge alloc %zu: %p not 2 MiB-aligned (%s)", sizes[i], (void *)p,
+              rl_lasterr());
+        if (!p) continue;
+        size_t nz = 0;
+        for (size_t k = 0; k < len; k += 4096) nz += p[k] != 0;
+        CHECK(nz == 0 && p[len - 1] == 0, "huge alloc %zu: %zu non-zero pages", sizes[i], nz);
+        p[0] = 1, p[len - 1] = 2; /* writable to the rounded end */
+        const size_t after = vm_size();
+        rl_huge_free(p, sizes[i]);
+        const size_t freed = vm_size();
+        CHECK(after - before == len && after - freed == len,
+              "huge alloc %zu: the process grew by %zu bytes and shrank by %zu at the free, not the %zu of the rounded "
+              "length (the over-sized mapping's extra pages kept?)", sizes[i], after - before, after - freed, len);
+    }
+    rl_clearerr();
+    void *q = rl_huge_alloc((size_t)1 << 62, "an impossible test array");
+    CHECK(!q && strstr(rl_lasterr(), "out of memory") && strstr(rl_lasterr(), "an impossible test array"),
+          "impossible size: %p, '%s'", q, rl_lasterr());
+    rl_clearerr();
+    rl_huge_free(NULL, 1); /* a no-op */
+}
+
 int main(void) {
     const char *models[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf"};
+    test_huge_alloc();
     if (!strcmp(resident_thp_mode(), "never")) { /* nothing is copied: check that, then say what did not run */
         engine *e = engine_open(models[0], &(engine_params){.n_threads = 2});
         char buf[640] = "";
