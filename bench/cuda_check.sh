@@ -100,10 +100,13 @@ has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct 
 has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
 has ops && RL_CUDA_ROUTER_TOPK=butterfly run ops-router-butterfly 120 $B/tests/test_cuda_ops # the router top-k's previous (butterfly) picks
 has ops && RL_CUDA_DN_SCAN_DEFER=0 run ops-scan-chained 120 $B/tests/test_cuda_ops # the prefill scan with the output reduction on the step's chain
+has ops && RL_CUDA_PDL=0 run ops-pdl0 120 $B/tests/test_cuda_ops # launches without PDL (the default launches with it)
+has ops && RL_CUDA_MERGE_PF=16 run ops-merge-pf16 120 $B/tests/test_cuda_ops # the decode merge 16 partials a batch (default 64)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
+has engine && RL_CUDA_ATTN_DB=0 RL_CUDA_PDL=0 run engine-db0-pdl0 120 $B/tests/test_cuda_engine # one staged K/V slice, no PDL
 if has kquant; then # the integer K-quant path end to end: two small synthetic K-quant models, NR 2 and 1
     V=tests/fixtures/qwen3-vocab.gguf
     $B/redlite synth --preset tiny --vocab $V -o /tmp/t_cf2.gguf --quiet
