@@ -44,13 +44,14 @@ void *rl_calloc(size_t count, size_t size, const char *what) {
 static size_t huge_len(size_t bytes) { return (bytes + RL_HUGE_PAGE - 1) & ~(RL_HUGE_PAGE - 1); }
 
 void *rl_huge_alloc(size_t bytes, const char *what) {
-    const size_t len = huge_len(bytes ? bytes : 1);
-    /* map 2 MiB more, keep the aligned len bytes inside, give back the rest */
-    uint8_t *m = len + RL_HUGE_PAGE < len ? MAP_FAILED
-                                          : mmap(NULL, len + RL_HUGE_PAGE, PROT_READ | PROT_WRITE,
-                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* map 2 MiB more, keep the aligned len bytes inside, give back the rest (sizes whose rounding
+     * would wrap fail as too large) */
+    const bool fits = bytes <= SIZE_MAX - 2 * RL_HUGE_PAGE;
+    const size_t len = fits ? huge_len(bytes ? bytes : 1) : 0;
+    uint8_t *m = fits ? mmap(NULL, len + RL_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                      : MAP_FAILED;
     if (m == MAP_FAILED) {
-        rl_seterr("out of memory for %.1f MiB of %s", len / 1048576.0, what);
+        rl_seterr("out of memory for %.1f MiB of %s", (fits ? len : bytes) / 1048576.0, what);
         return NULL;
     }
     uint8_t *a = (uint8_t *)(((uintptr_t)m + RL_HUGE_PAGE - 1) & ~(uintptr_t)(RL_HUGE_PAGE - 1));

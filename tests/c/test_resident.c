@@ -233,6 +233,9 @@ static void test_huge_alloc(void) {
     CHECK(!q && strstr(rl_lasterr(), "out of memory") && strstr(rl_lasterr(), "an impossible test array"),
           "impossible size: %p, '%s'", q, rl_lasterr());
     rl_clearerr();
+    q = rl_huge_alloc(SIZE_MAX - 4096, "a wrapping test array"); /* its rounding up would wrap */
+    CHECK(!q && strstr(rl_lasterr(), "out of memory"), "wrapping size: %p, '%s'", q, rl_lasterr());
+    rl_clearerr();
     rl_huge_free(NULL, 1); /* a no-op */
 }
 
