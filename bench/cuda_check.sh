@@ -107,6 +107,7 @@ has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_ATTN_DB=0 RL_CUDA_PDL=0 run engine-db0-pdl0 120 $B/tests/test_cuda_engine # one staged K/V slice, no PDL
+has engine && RL_CUDA_MERGE=scan run engine-merge-scan 120 $B/tests/test_cuda_engine # the decode merge's factors made in parallel
 if has kquant; then # the integer K-quant path end to end: two small synthetic K-quant models, NR 2 and 1
     V=tests/fixtures/qwen3-vocab.gguf
     $B/redlite synth --preset tiny --vocab $V -o /tmp/t_cf2.gguf --quiet

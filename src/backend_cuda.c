@@ -280,6 +280,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
     c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
     c->merge_wide = !env_is("RL_CUDA_MERGE", "warp");
+    c->merge_scan = env_is("RL_CUDA_MERGE", "scan");
     c->attn_db = env_on("RL_CUDA_ATTN_DB", true);
     c->dn_split = env_on("RL_CUDA_DN_SPLIT", true);
     c->dn_fork = env_on("RL_CUDA_DN_FORK", false);

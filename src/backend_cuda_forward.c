@@ -146,7 +146,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
                             .prefill_staged = c->attn_pf_staged,
                             .prefill_tiled = c->attn_pf_tiled, .rope_delta = il >= hp->n_layer,
                             .tc = c->attn_tc, .split_db = c->attn_db,
-                            .merge_wide = c->merge_wide};
+                            .merge_wide = c->merge_wide, .merge_scan = c->merge_scan};
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));

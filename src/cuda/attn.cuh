@@ -92,6 +92,76 @@ __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, co
                     d0);
 }
 
+// The wide merge with its (M, L) factors made in parallel (cu_attn_dims.merge_scan, RL_CUDA_MERGE=scan;
+// written 2026-12-04 without a GPU: test_cuda_ops compares it with the prefill kernel, not yet run).
+// merge_ab's running max before chunk k is the max of the partials' m before it (fmaxf is exact and, on
+// non-NaN values, order-free; a zero's sign never reaches a result: expf(+-0) = 1), so a block of HD
+// threads takes HD partials at a time: thread k loads chunk k's m and l, an inclusive prefix max (warp
+// scans, then the warps' maxima) gives the running max through chunk k and before it, and thread k
+// makes that step's a = expf(M_before - M_through) and b = expf(m - M_through) — merge_ab's operands,
+// so its values. Then every thread runs the steps' L = L * a + l * b and its dim's O = O * a + acc * b
+// in chunk order (merge_ab / merge_o's operations): a multiply-add pair a step on the chain instead of a
+// max, two exps and the loads. The same bits as k_attn_merge.
+template <int DPL> __global__ void __launch_bounds__(DPL * 32) k_attn_merge_scan(cu_attn_dims a, const float *__restrict__ qg,
+                                                                               const int *pos0, const float *__restrict__ part,
+                                                                               int nch, float *o) {
+    pdl_enter();
+    constexpr int HD = DPL * 32, NW = HD / 32, UF = 16;
+    __shared__ float fa[HD], fb[HD], fl[HD], wmax[NW], mnext;
+    const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x, lane = d & 31, w = d >> 5;
+    const int n = (*pos0 + t) / CH + 1;
+    const float *base = part + ((size_t)t * a.H + h) * nch * (HD + 2);
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int c0 = 0; c0 < n; c0 += HD) {
+        const int cnt = min(HD, n - c0);
+        float m = -INFINITY, l = 0.0f;
+        if (d < cnt) {
+            m = base[(size_t)(c0 + d) * (HD + 2)];
+            l = base[(size_t)(c0 + d) * (HD + 2) + 1];
+        }
+        float px = m; // the max of this warp's partials up to this lane
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float v = __shfl_up_sync(FULL_MASK, px, off);
+            if (lane >= off) px = fmaxf(px, v);
+        }
+        if (lane == 31) wmax[w] = px;
+        __syncthreads();
+        float before = M; // the running max before this warp's first partial
+        for (int i = 0; i < w; i++) before = fmaxf(before, wmax[i]);
+        const float through = fmaxf(before, px);
+        float prev = __shfl_up_sync(FULL_MASK, through, 1);
+        if (lane == 0) prev = before;
+        if (d < cnt) {
+            fa[d] = expf(prev - through);
+            fb[d] = expf(m - through);
+            fl[d] = l;
+        }
+        if (d == cnt - 1) mnext = through;
+        __syncthreads();
+        const float *acc = base + (size_t)c0 * (HD + 2) + 2 + d;
+        int k = 0;
+        for (; k + UF <= cnt; k += UF) { // UF partials' values loaded before their steps
+            float av[UF];
+#pragma unroll
+            for (int i = 0; i < UF; i++) av[i] = acc[(size_t)(k + i) * (HD + 2)];
+#pragma unroll
+            for (int i = 0; i < UF; i++) {
+                L = L * fa[k + i] + fl[k + i] * fb[k + i];
+                O = merge_o(O, av[i], fa[k + i], fb[k + i]);
+            }
+        }
+        for (; k < cnt; k++) {
+            L = L * fa[k] + fl[k] * fb[k];
+            O = merge_o(O, acc[(size_t)k * (HD + 2)], fa[k], fb[k]);
+        }
+        M = mnext;
+        __syncthreads(); // fa, fb, fl, wmax and mnext are rewritten by the next batch
+    }
+    attn_finish<1>(&O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD,
+                   d);
+}
+
 // Partials in flight per batch of the wide merge: RL_CUDA_MERGE_PF=16|32|64 (default 64; the same
 // bits). At 32K positions a row has 129 partials: 16 a batch is 9 load round trips on the chain, 64 is
 // 3, and whole batches (merge_batch FULL) let the exps run ahead of the L / O chains. Nsight Compute,
@@ -107,7 +177,9 @@ template <int DPL>
 static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part, int nch,
                              int T, float *o, cudaStream_t s) {
     const int pf = attn_merge_pf();
-    if (a->merge_wide && pf == 16)
+    if (a->merge_scan)
+        cu_go(k_attn_merge_scan<DPL>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
+    else if (a->merge_wide && pf == 16)
         cu_go(k_attn_merge<DPL, 1, 16>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
     else if (a->merge_wide && pf == 32)
         cu_go(k_attn_merge<DPL, 1, 32>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);

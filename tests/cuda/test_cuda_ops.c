@@ -366,18 +366,21 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
               f16 ? " f16" : "", H, Hkv, n_kv_last, v ? "tiled" : "staged");
         cudaFree(o);
     }
-    for (int v = 0; v < 3; v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide merge */
+    static const char *const vname[4] = {"grouped", "per-warp", "grouped, wide merge,", "grouped, scan merge,"};
+    for (int v = 0; v < 4; v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide / scan merge */
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
             a.split_per_warp = v == 1;
-            a.merge_wide = v == 2;
+            a.merge_wide = v >= 2;
+            a.merge_scan = v == 3;
             attn_split_rows(&a, dqg, dK, dV, pos, T, rows, part, g);
             CHECK(count_bad(g, g_pf, on) == 0, "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill",
-                  hd, f16 ? " f16" : "", H, Hkv, n_kv_last, v == 1 ? "per-warp" : v ? "grouped, wide merge," : "grouped", rows);
+                  hd, f16 ? " f16" : "", H, Hkv, n_kv_last, vname[v], rows);
         }
     attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     double d = max_abs_diff(g_pf, ref, on);
     CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", n_kv_last, d);
-    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide merge == prefill (1..4 rows), |gpu - cpu| %.3g\n",
+    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide / scan merge == prefill (1..4 rows), "
+           "|gpu - cpu| %.3g\n",
            hd, f16 ? " (f16 KV)" : "", H, Hkv, n_kv_last, d);
     cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dpos); cudaFree(o_pf); cudaFree(part);
     free(qg); free(K); free(V); free(hk); free(hv); free(g_pf); free(g); free(ref);
@@ -729,6 +732,7 @@ int main(void) {
     test_attention_decode(256, true, 16, 2, 17000);  /* 67 chunks: whole merge batches (64) and a tail */
     test_attention_decode(128, true, 16, 2, 2600);
     test_attention_decode(64, false, 8, 2, 777);     /* DPL 2: scalar V loads */
+    test_attention_decode(64, true, 8, 2, 17000);    /* 67 chunks: two batches of the 64-thread scan merge */
     test_attention_decode(256, false, 24, 1, 1500);  /* 24 warps: > 48 KiB of shared memory */
     test_attention_tiled(256, true, 16, 2, 70, 300);  /* 80B geometry: 18 blocks, the last partial; 2 chunks */
     test_attention_tiled(256, false, 16, 2, 37, 0);   /* the first chunk only: second slice empty */
