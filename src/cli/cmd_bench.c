@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "common.h"
@@ -326,6 +327,29 @@ typedef struct {
     int reps;
 } prompt_res;
 
+/* The RL_* variables of the environment: the tuning switches (docs/CUDA.md, docs/CPU.md) a run's figures
+ * depend on. With j: an object "tuning" of name -> value; else a line "tuning    NAME=VALUE ..." when any
+ * is set. */
+static void print_tuning(json_writer *j) {
+    if (j) {
+        json_key(j, "tuning");
+        json_obj_begin(j);
+    }
+    bool any = false;
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "RL_", 3) || !eq || eq - *e >= 128) continue;
+        char name[128];
+        memcpy(name, *e, (size_t)(eq - *e));
+        name[eq - *e] = 0;
+        if (j) json_kv_str(j, name, eq + 1);
+        else printf("%s %s", any ? "" : "tuning   ", *e);
+        any = true;
+    }
+    if (j) json_obj_end(j);
+    else if (any) printf("\n");
+}
+
 static void print_profile(const char *title, const prof *p, double per, const token_bytes *tb,
                           json_writer *j) {
     double tot = 0;
@@ -538,6 +562,7 @@ int cmd_bench(int argc, char **argv) {
         json_kv_str(&j, "cpu_kernels", kern_level_name(kern_level()));
         json_kv_bool(&j, "cpu_amx", amx);
         json_kv_int(&j, "threads", threads ? threads : rl_ncpu());
+        print_tuning(&j);
         json_kv_num(&j, "load_seconds", t_load);
         json_key(&j, "hparams");
         json_obj_begin(&j);
@@ -633,6 +658,7 @@ int cmd_bench(int argc, char **argv) {
         }
     } else {
         printf("memory    peak RSS %.2f GiB\n", (double)rss / (1u << 30));
+        print_tuning(NULL);
         engine_mem gm;
         if (engine_mem_info(session_ctx(b.S), &gm) == 0 && gm.decode_graph_nodes)
             printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes, gm.decode_graph_kernels);
