@@ -192,16 +192,22 @@ static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *
 }
 
 // Rows b0 .. b0 + n - 1 of one head's K or V (row stride kvw elements) into dst (row stride ld elements),
-// 16-byte cp.async copies by the block's NTHREADS threads; returns when this thread's copies have
-// landed (the caller synchronises the block before reading them).
+// 16-byte cp.async copies by the block's NTHREADS threads, committed as one group of this thread (an
+// empty one for n <= 0) and not waited for.
 template <typename KV, int HD, int NTHREADS>
-__device__ __forceinline__ void stage_kv_async(KV *dst, int ld, const KV *src, size_t kvw, int b0, int n) {
+__device__ __forceinline__ void stage_kv_issue(KV *dst, int ld, const KV *src, size_t kvw, int b0, int n) {
     constexpr int EPC = 16 / (int)sizeof(KV), PPR = HD / EPC; // elements per copy, copies per row
     for (int i = threadIdx.x; i < n * PPR; i += NTHREADS) {
         const int r = i / PPR, c = i % PPR;
         __pipeline_memcpy_async(dst + (size_t)r * ld + c * EPC, src + (size_t)(b0 + r) * kvw + c * EPC, 16);
     }
     __pipeline_commit();
+}
+// The same, returning when this thread's copies have landed (the caller synchronises the block before
+// reading them).
+template <typename KV, int HD, int NTHREADS>
+__device__ __forceinline__ void stage_kv_async(KV *dst, int ld, const KV *src, size_t kvw, int b0, int n) {
+    stage_kv_issue<KV, HD, NTHREADS>(dst, ld, src, kvw, b0, n);
     __pipeline_wait_prior(0);
 }
 

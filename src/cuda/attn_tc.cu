@@ -56,13 +56,15 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Rows b0 .. b0 + n - 1 of one head's V into dst (stage_kv_async) and rows n .. upto - 1 zeroed: the
-// 16-position steps must not meet stale values.
+// Rows b0 .. b0 + n - 1 of one head's V into dst (stage_kv_issue: one group of this thread, not waited
+// for; an empty one for n <= 0) and rows n .. upto - 1 zeroed with plain stores: the 16-position steps
+// must not meet stale values.
 template <int HD> __device__ __forceinline__ void tc_stage_v(__half *dst, const __half *src, size_t kvw, int b0, int n, int upto) {
     constexpr int LD = HD + 8;
-    for (int i = n * (HD / 8) + (int)threadIdx.x; i < upto * (HD / 8); i += TC_THREADS)
-        *(uint4 *)(dst + (size_t)(i / (HD / 8)) * LD + 8 * (i % (HD / 8))) = make_uint4(0u, 0u, 0u, 0u);
-    stage_kv_async<__half, HD, TC_THREADS>(dst, LD, src, kvw, b0, n);
+    if (n > 0)
+        for (int i = n * (HD / 8) + (int)threadIdx.x; i < upto * (HD / 8); i += TC_THREADS)
+            *(uint4 *)(dst + (size_t)(i / (HD / 8)) * LD + 8 * (i % (HD / 8))) = make_uint4(0u, 0u, 0u, 0u);
+    stage_kv_issue<__half, HD, TC_THREADS>(dst, LD, src, kvw, b0, n);
 }
 
 // The value dims tiles of 8 a warp owns: HD / 8 split over the 8 / MT warps of one row tile.
@@ -199,20 +201,10 @@ __device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_
         const int nks = (n + 15) / 16;
         __syncthreads(); // KVs: the scores' reads are done; the weights are written
         tc_stage_v<HD>(KVs, V, kvw, b0, n, 16 * nks);
+        __pipeline_wait_prior(0);
         __syncthreads();
         tc_values<HD, MT>(S, KVs, sl, nks, acc);
     }
-}
-
-// Copies of rows b0 .. b0 + n - 1 of one head's K or V into dst (LD halves a row), issued and
-// committed as one group of this thread (none for n <= 0: an empty group), not waited for.
-template <int HD> __device__ __forceinline__ void tc_issue(__half *dst, const __half *src, size_t kvw, int b0, int n) {
-    constexpr int LD = HD + 8, PPR = HD / 8;
-    for (int i = threadIdx.x; i < n * PPR; i += TC_THREADS) {
-        const int r = i / PPR, c = i % PPR;
-        __pipeline_memcpy_async(dst + (size_t)r * LD + 8 * c, src + (size_t)(b0 + r) * kvw + 8 * c, 16);
-    }
-    __pipeline_commit();
 }
 
 // tc_chunk for the split kernel's one row tile (MT = 1) with two staged slices, so that loads run
@@ -236,19 +228,15 @@ __device__ __forceinline__ void tc_chunk2(const __half *K, const __half *V, size
         nks[sl] = n[sl] > 0 ? (n[sl] + 15) / 16 : 0;
     }
     // this thread's groups, in order: K0, K1, V0, V1
-    tc_issue<HD>(buf[0], K, kvw, p0, n[0]);
-    tc_issue<HD>(buf[1], K, kvw, p0 + TC_SL, n[1]);
+    stage_kv_issue<__half, HD, TC_THREADS>(buf[0], LD, K, kvw, p0, n[0]);
+    stage_kv_issue<__half, HD, TC_THREADS>(buf[1], LD, K, kvw, p0 + TC_SL, n[1]);
 #pragma unroll
     for (int sl = 0; sl < 2; sl++) {
         __pipeline_wait_prior(1); // K sl (sl 0: K1 may be in flight; sl 1: V0 may)
         __syncthreads();          // every thread's copies of K sl; at sl 0 also Qs and Nk written
         tc_scores<HD, 1>(Qs, buf[sl], S, Nk, p0, sl, n[sl], scale);
         __syncthreads(); // every warp is done with K sl
-        // V sl: the rows past n zeroed up to the 16-position step (the steps must not meet stale values)
-        if (n[sl] > 0)
-            for (int i = n[sl] * (HD / 8) + (int)threadIdx.x; i < 16 * nks[sl] * (HD / 8); i += TC_THREADS)
-            *(uint4 *)(buf[sl] + (size_t)(i / (HD / 8)) * LD + 8 * (i % (HD / 8))) = make_uint4(0u, 0u, 0u, 0u);
-        tc_issue<HD>(buf[sl], V, kvw, p0 + sl * TC_SL, n[sl]);
+        tc_stage_v<HD>(buf[sl], V, kvw, p0 + sl * TC_SL, n[sl], 16 * nks[sl]);
     }
     tc_softmax<1>(S, Mc, Lc); // every score written: the barrier after slice 1's scores
 #pragma unroll
