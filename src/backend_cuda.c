@@ -119,6 +119,7 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     TAKE(c->eo, 4 * T * K * D);
     TAKE(c->hs, 4 * T * (ffs ? ffs : 1));
     TAKE(c->sh, 4 * T * D);
+    TAKE(c->shg, 4 * T);
     TAKE(c->part, 4 * cu_attn_part_floats(&ad, (int)tsplit));
     TAKE(c->logits, 4 * (size_t)c->logit_rows * V);
     TAKE(c->tok, 4 * T);
@@ -284,6 +285,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->attn_db = env_on("RL_CUDA_ATTN_DB", true);
     c->dn_split = env_on("RL_CUDA_DN_SPLIT", true);
     c->dn_fork = env_on("RL_CUDA_DN_FORK", false);
+    c->shg_side = env_on("RL_CUDA_SHG", true);
     c->fuse = fuse_mask();
     c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
     if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;

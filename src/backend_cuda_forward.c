@@ -198,6 +198,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
     const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
+    const bool shg = has_sh && L->sh_gate && c->shg_side;
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
         TRY(side_fork(c));
@@ -205,6 +206,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws2, c->st2));
         cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
         TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->ws2, c->st2));
+        if (shg) TRY(cu_moe_sh_gate(L->sh_gate, c->xn, c->shg, D, T, c->st2)); /* the combine's gate, off its path */
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
     if (T == 1 && (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
@@ -261,10 +263,10 @@ combine:
                           : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
                                                : c->dm->output_norm;
     if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
-        return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next,
-                                    c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
-    return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, c->xn, c->y, c->x, w_next, c->xn, D, T,
-                          hp->rms_eps, c->st);
+        return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
+                                    c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
+    return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn, c->y, c->x,
+                          w_next, c->xn, D, T, hp->rms_eps, c->st);
 }
 
 /* Logits of rows [t0, t0+n) (n <= logit_rows) into c->logits. */

@@ -90,7 +90,7 @@ struct backend_ctx {
     void *kc[Q3N_MAX_LAYERS], *vc[Q3N_MAX_LAYERS];
     float *conv[Q3N_MAX_LAYERS], *ssm[Q3N_MAX_LAYERS];
     /* scratch (device), rows = n_batch */
-    float *x, *xn, *y, *big, *kvb, *ba, *ab, *o, *u, *rl, *wts, *probs, *h, *eo, *hs, *sh, *part, *logits;
+    float *x, *xn, *y, *big, *kvb, *ba, *ab, *o, *u, *rl, *wts, *probs, *h, *eo, *hs, *sh, *shg, *part, *logits;
     void *ws, *ws2; /* cu_matmul's scratch: the quantised input rows of the integer path (c->st, c->st2) */
     int32_t *tok, *ids, *pair_in, *pair_out;
     int *pos0, *n_tiles, *counts;
@@ -130,6 +130,8 @@ struct backend_ctx {
     unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
     bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */
     bool dn_fork;  /* decode: the DeltaNet ba projection on st2 beside the qkv/z launch (RL_CUDA_DN_FORK=1) */
+    bool shg_side; /* the shared-expert gate made on st2 after the shared expert (shg: [T]) instead of in
+                      every combine block (RL_CUDA_SHG=0: in the combine); same bits */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
 

@@ -162,17 +162,23 @@ int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, 
  * pair_out = t*K + k. counts: E ints of scratch. One block; T*K <= 65536. */
 int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
                 int32_t *pair_out, int *counts, cudaStream_t s);
-/* Per row t: y = sum_k w[t][k] * eo[t*K+k] + sigmoid(sh_gate . xn[t]) * sh[t]  (double
- * accumulation as the CPU reference; sh / sh_gate may be NULL), x += y, then
+/* Per row t: y = sum_k w[t][k] * eo[t*K+k] + gate[t] * sh[t] with gate[t] = sigmoid(sh_gate . xn[t])
+ * (double accumulation as the CPU reference; sh / sh_gate may be NULL; g: the gates made beforehand
+ * by cu_moe_sh_gate, or NULL to reduce them here: the same bits), x += y, then
  * out = rmsnorm(x) * w_next (out may alias xn; NULL out skips the norm). */
-int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *xn,
-                   float *y, float *x, const float *w_next, float *out, int D, int T, float eps, cudaStream_t s);
+int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *g,
+                   const float *xn, float *y, float *x, const float *w_next, float *out, int D, int T, float eps,
+                   cudaStream_t s);
 
 /* The same for one row (decode) with the norm (out != NULL) in the last block of the combine
  * launch (counter: device, 0, put back by that block): one launch, the bits of cu_moe_combine. */
-int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *xn,
-                         float *y, float *x, const float *w_next, float *out, int D, float eps, unsigned *counter,
-                         cudaStream_t s);
+int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *g,
+                         const float *xn, float *y, float *x, const float *w_next, float *out, int D, float eps,
+                         unsigned *counter, cudaStream_t s);
+
+/* g[t] = sigmoid(sh_gate . xn[t]) for t < T: the combine's shared-expert gate, made where xn is ready
+ * (the shared expert's branch, st2) so the combine need not reduce it (the same bits). */
+int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cudaStream_t s);
 
 /* ---- gated full attention ----------------------------------------------------------------- */
 

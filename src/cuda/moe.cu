@@ -73,14 +73,27 @@ extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_t
 
 #define COMB_THREADS 256
 
-// The row's shared-expert gate sigmoid(sh_gate . xn) (fixed-order double sum over the block) and
-// y = sum_k w_k eo_k + gate * sh, x += y for element i of row t (none if i >= D). The experts' sum
-// (and the loads of sh and x) come before the gate's block reduction, so they are in flight during
-// it; the sum is the same (in k order, then + gate * sh): the same bits.
+// The row's shared-expert gate sigmoid(sh_gate . xn[t]): a fixed-order double sum (each thread its
+// strided part, then block_sumd over COMB_THREADS threads), the same in k_moe_sh_gate and in the
+// combine that computes it itself: the same bits.
+__device__ __forceinline__ float sh_gate_row(const float *__restrict__ sh_gate, const float *__restrict__ xn, int D,
+                                             int t, double *red) {
+    double d = 0;
+#pragma unroll 8
+    for (int j = threadIdx.x; j < D; j += COMB_THREADS) d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
+    d = block_sumd(d, red);
+    return sigmoid_f((float)d);
+}
+
+// y = sum_k w_k eo_k + gate * sh, x += y for element i of row t (none if i >= D). The gate: g[t] when
+// the shared-expert branch made it (k_moe_sh_gate on the side stream, off the critical path), else
+// sh_gate_row here. The experts' sum (and the loads of sh and x) come before the gate's block
+// reduction, so they are in flight during it; the sum is the same (in k order, then + gate * sh):
+// the same bits either way.
 __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const float *__restrict__ w, int K,
                                             const float *__restrict__ sh, const float *__restrict__ sh_gate,
-                                            const float *__restrict__ xn, float *y, float *x, int D, int t, int i,
-                                            double *red) {
+                                            const float *__restrict__ g, const float *__restrict__ xn, float *y,
+                                            float *x, int D, int t, int i, double *red) {
     const bool on = i < D;
     double acc = 0;
     float shv = 0.0f, xv = 0.0f;
@@ -91,13 +104,8 @@ __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const 
         xv = x[(size_t)t * D + i];
     }
     float gate = 1.0f;
-    if (sh && sh_gate) {
-        double d = 0;
-#pragma unroll 8
-        for (int j = threadIdx.x; j < D; j += COMB_THREADS) d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
-        d = block_sumd(d, red);
-        gate = sigmoid_f((float)d);
-    }
+    if (sh && g) gate = g[t];
+    else if (sh && sh_gate) gate = sh_gate_row(sh_gate, xn, D, t, red);
     if (!on) return;
     if (sh) acc += (double)gate * (double)shv;
     const float yv = (float)acc;
@@ -105,15 +113,16 @@ __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const 
     x[(size_t)t * D + i] = xv + yv;
 }
 
-// grid (D / COMB_THREADS, T): every block recomputes the row's shared-expert gate (the same
-// fixed-order sum), then its slice of y and x += y (no norm after it).
+// grid (D / COMB_THREADS, T): every block takes the row's shared-expert gate (g, or the same
+// fixed-order sum recomputed), then its slice of y and x += y (no norm after it).
 __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
-                  const float *__restrict__ sh_gate, const float *__restrict__ xn, float *y, float *x, int D) {
+                  const float *__restrict__ sh_gate, const float *__restrict__ g, const float *__restrict__ xn, float *y,
+                  float *x, int D) {
     pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
-    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, blockIdx.y, i, red);
+    combine_row(eo, w, K, sh, sh_gate, g, xn, y, x, D, blockIdx.y, i, red);
 }
 
 // Decode (T = 1): the same combine blocks, and the block that finishes last (counter) runs the
@@ -121,31 +130,47 @@ __global__ void __launch_bounds__(COMB_THREADS)
 // two. out may alias xn: every block reads xn (the gate) before it counts itself done.
 __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
-                        const float *__restrict__ sh_gate, const float *xn, float *y, float *x, int D,
-                        const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
+                        const float *__restrict__ sh_gate, const float *__restrict__ g, const float *xn, float *y,
+                        float *x, int D, const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
     pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
-    combine_row(eo, w, K, sh, sh_gate, xn, y, x, D, 0, i, red);
+    combine_row(eo, w, K, sh, sh_gate, g, xn, y, x, D, 0, i, red);
     if (!block_last(counter, gridDim.x)) return;
     add_rmsnorm_row(x, NULL, w_next, out, D, eps, red);
     if (threadIdx.x == 0) *counter = 0; // ready for the next launch (graph replays)
 }
 
+// grid T: g[t] = the shared-expert gate of row t (sh_gate_row), for the combine to take instead of
+// reducing it on the critical path.
+__global__ void __launch_bounds__(COMB_THREADS)
+    k_moe_sh_gate(const float *__restrict__ sh_gate, const float *__restrict__ xn, float *g, int D) {
+    pdl_enter();
+    __shared__ double red[32];
+    const float v = sh_gate_row(sh_gate, xn, D, blockIdx.x, red);
+    if (threadIdx.x == 0) g[blockIdx.x] = v;
+}
+
+extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cudaStream_t s) {
+    cu_go(k_moe_sh_gate, T, COMB_THREADS, 0, s, sh_gate, xn, g, D);
+    CU_LAUNCHED("k_moe_sh_gate");
+    return 0;
+}
+
 extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
-                                    const float *xn, float *y, float *x, const float *w_next, float *out, int D,
-                                    float eps, unsigned *counter, cudaStream_t s) {
-    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, xn, y, x,
-                                                                                       D, w_next, out, eps, counter);
+                                    const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
+                                    int D, float eps, unsigned *counter, cudaStream_t s) {
+    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, g, xn, y,
+          x, D, w_next, out, eps, counter);
     CU_LAUNCHED("k_moe_combine_norm1");
     return 0;
 }
 
 extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
-                              const float *xn, float *y, float *x, const float *w_next, float *out, int D, int T,
-                              float eps, cudaStream_t s) {
-    cu_go(k_moe_combine, dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, xn, y,
-                                                                                          x, D);
+                              const float *g, const float *xn, float *y, float *x, const float *w_next, float *out, int D,
+                              int T, float eps, cudaStream_t s) {
+    cu_go(k_moe_combine, dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, g, xn,
+          y, x, D);
     CU_LAUNCHED("k_moe_combine");
     return out ? cu_add_rmsnorm(x, NULL, w_next, out, D, T, eps, s) : 0;
 }

@@ -491,15 +491,17 @@ static void test_attention(int hd, bool f16) {
 
 /* The decode combine with the next norm in its last block (cu_moe_combine_norm1) == cu_moe_combine
  * (combine, then the norm kernel), with out aliasing xn (the backend's use), twice in a row (the
- * counter must be back at 0, else the second norm never runs: poisoned out). */
+ * counter must be back at 0, else the second norm never runs: poisoned out); and both again with the
+ * shared-expert gate made beforehand by cu_moe_sh_gate (the backend's default) == the combine's own. */
 static void test_fused_combine(void) {
     const int D = 2048 + 64, K = 10;
     float *sg = randv(D, 0.05f), *wn = randv(D, 1.0f);
     float *dsg = dup_to_dev(sg, sizeof(float) * D), *dwn = dup_to_dev(wn, sizeof(float) * D);
     unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
-    float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D);
+    float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D), *dg = dpoison(1);
     int bad = 0;
-    for (int rep = 0; rep < 2; rep++) {
+    for (int rep = 0; rep < 4; rep++) {
+        const bool side = rep >= 2; /* reps 2, 3: the gate from cu_moe_sh_gate */
         float *eo = randv((size_t)D * K, 1.0f), *w = randv(K, 0.3f), *sh = randv(D, 1.0f), *xn = randv(D, 1.0f),
               *x0 = randv(D, 1.0f);
         float *deo = dup_to_dev(eo, sizeof(float) * D * K), *dw = dup_to_dev(w, sizeof(float) * K),
@@ -507,9 +509,11 @@ static void test_fused_combine(void) {
         float *dxn1 = dup_to_dev(xn, sizeof(float) * D), *dxn2 = dup_to_dev(xn, sizeof(float) * D);
         float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
         float *dy1 = dpoison(D), *dy2 = dpoison(D);
-        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0, "%s", rl_lasterr());
-        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, dxn2, dy2, dx2, dwn, dxn2, D, 1e-6f, ctr, 0) == 0, "%s",
+        if (side) CHECK(cu_moe_sh_gate(dsg, dxn2, dg, D, 1, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0, "%s",
               rl_lasterr());
+        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D, 1e-6f, ctr, 0) == 0,
+              "%s", rl_lasterr());
         to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dxn1, sizeof(float) * D), to_host(b, dxn2, sizeof(float) * D), bad += count_bad(a, b, D);
@@ -520,8 +524,9 @@ static void test_fused_combine(void) {
     unsigned hc = 1;
     to_host(&hc, ctr, sizeof hc);
     CHECK(bad == 0 && hc == 0, "decode combine + norm tail differs from combine then norm (%d values; counter %u)", bad, hc);
-    printf("  decode combine + norm tail == combine, then norm (2 launches): %d values differ\n", bad);
-    cudaFree(dsg); cudaFree(dwn); cudaFree(ctr);
+    printf("  decode combine + norm tail (own gate / cu_moe_sh_gate's) == combine, then norm (2 launches): %d values differ\n",
+           bad);
+    cudaFree(dsg); cudaFree(dwn); cudaFree(ctr); cudaFree(dg);
     free(sg); free(wn); free(a); free(b);
 }
 

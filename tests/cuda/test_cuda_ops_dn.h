@@ -209,8 +209,21 @@ static void test_moe(void) {
     float *sh = randv((size_t)T * D, 1.0f), *sg = randv(D, 0.1f), *wn = randv(D, 1.0f), *x0 = randv((size_t)T * D, 1.0f);
     float *dsh = dup_to_dev(sh, sizeof(float) * T * D), *dsg = dup_to_dev(sg, sizeof(float) * D), *dwn = dup_to_dev(wn, sizeof(float) * D);
     float *dres = dup_to_dev(x0, sizeof(float) * T * D), *dy = dpoison((size_t)T * D), *dout = dpoison((size_t)T * D);
-    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, dx, dy, dres, dwn, dout, D, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
+    /* the same combine with the gates made beforehand (cu_moe_sh_gate, the backend's default): the same bits */
+    float *dres2 = dup_to_dev(x0, sizeof(float) * T * D), *dy2 = dpoison((size_t)T * D), *dout2 = dpoison((size_t)T * D);
+    float *dgt = dpoison(T);
+    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, NULL, dx, dy, dres, dwn, dout, D, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_moe_sh_gate(dsg, dx, dgt, D, T, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, dgt, dx, dy2, dres2, dwn, dout2, D, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
     float *gy = malloc(sizeof(float) * T * D), *gout = malloc(sizeof(float) * T * D), *ry = malloc(sizeof(float) * T * D), *rout = malloc(sizeof(float) * T * D);
+    int gbad = 0;
+    to_host(gy, dy2, sizeof(float) * T * D);
+    to_host(gout, dout2, sizeof(float) * T * D);
+    to_host(ry, dy, sizeof(float) * T * D);
+    to_host(rout, dout, sizeof(float) * T * D);
+    gbad = count_bad(gy, ry, (size_t)T * D) + count_bad(gout, rout, (size_t)T * D);
+    CHECK(gbad == 0, "combine with cu_moe_sh_gate's gates differs from the combine's own (%d values)", gbad);
+    cudaFree(dres2); cudaFree(dy2); cudaFree(dout2); cudaFree(dgt);
     to_host(gy, dy, sizeof(float) * T * D);
     to_host(gout, dout, sizeof(float) * T * D);
     to_host(hw, w, sizeof(float) * T * K); /* rows 0 was overwritten by the T=1 router: reread */
@@ -229,7 +242,8 @@ static void test_moe(void) {
     }
     double dy_ = max_abs_diff(gy, ry, (size_t)T * D), do_ = max_abs_diff(gout, rout, (size_t)T * D);
     CHECK(dy_ <= 1e-6 && do_ <= 1e-5, "combine vs CPU: y %.3g out %.3g", dy_, do_);
-    printf("  moe: router ids exact (tie -> lower id), weights %.3g; grouped == per-pair bit-exact; combine %.3g / %.3g\n", dw, dy_, do_);
+    printf("  moe: router ids exact (tie -> lower id), weights %.3g; grouped == per-pair bit-exact; combine %.3g / %.3g"
+           " (with side-made gates: %d values differ)\n", dw, dy_, do_, gbad);
     cudaFree(dlg); cudaFree(ids); cudaFree(pin); cudaFree(pout); cudaFree(w); cudaFree(p); cudaFree(nt); cudaFree(cnt);
     cudaFree(tiles); cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(h); cudaFree(eo); cudaFree(h1);
     cudaFree(o1); cudaFree(eo1); cudaFree(hh1); cudaFree(dsh); cudaFree(dsg); cudaFree(dwn); cudaFree(dres); cudaFree(dy); cudaFree(dout);
