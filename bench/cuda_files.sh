@@ -44,13 +44,15 @@ EOF
 }
 lc() { # lc TAG ARGS...
     local tag=$1; shift
-    $LB -m "$F" -ngl 99 -fa 1 -o json "$@" >"$OUT/lc_$tag.json" 2>"$OUT/lc_$tag.err"
+    $LB -m "$F" -ngl 99 -fa 1 -o json "$@" >"$OUT/lc_$tag.json" 2>"$OUT/lc_$tag.err" ||
+        say "llama.cpp $tag FAILED: $(tail -1 "$OUT/lc_$tag.err")"
     record llama-bench "$tag" "$OUT/lc_$tag.json" "$@"
     say "llama.cpp $tag done"
 }
 rl() { # rl TAG ARGS...
     local tag=$1; shift
-    build/cuda/redlite bench -m "$F" --backend cuda --batch 2048 --json "$@" >"$OUT/rl_$tag.json" 2>"$OUT/rl_$tag.err"
+    build/cuda/redlite bench -m "$F" --backend cuda --batch 2048 --json "$@" >"$OUT/rl_$tag.json" 2>"$OUT/rl_$tag.err" ||
+        say "redlite $tag FAILED: $(tail -1 "$OUT/rl_$tag.err")"
     record redlite "$tag" "$OUT/rl_$tag.json" "$@"
     say "redlite $tag done"
 }
