@@ -262,9 +262,9 @@ combine:
     const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
                           : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
                                                : c->dm->output_norm;
-    if (T == 1 && (c->fuse & FUSE_COMBINE)) /* combine and the next norm in one block (same bits) */
+    if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
         return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
-                                    c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->st);
+                                    c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
     return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn, c->y, c->x,
                           w_next, c->xn, D, T, hp->rms_eps, c->st);
 }

@@ -122,10 +122,10 @@ struct backend_ctx {
     cudaGraphExec_t mexec[2]; /* the MTP head on one pair, without / with its logits */
     bool mtried[2];
     int small_moe;            /* RL_CUDA_SMALL_MOE */
-    /* decode kernel fusion, a mask of FUSE_* (RL_CUDA_FUSE, fuse_mask): the combine and the next norm
-     * in one single-block kernel, the mixer's output projection with the residual add + norm and the
-     * router GEMV with the top-k (last-block tails); same bits as the separate launches;
-     * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back; [2] unused) */
+    /* decode kernel fusion, a mask of FUSE_* (RL_CUDA_FUSE, fuse_mask): the combine ends with
+     * the next norm, the mixer's output projection with the residual add + norm, the router GEMV
+     * with the top-k (last-block tails; same bits as the separate launches);
+     * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back) */
     int fuse;
     unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
     bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */

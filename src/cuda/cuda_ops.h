@@ -170,11 +170,11 @@ int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, cons
                    const float *xn, float *y, float *x, const float *w_next, float *out, int D, int T, float eps,
                    cudaStream_t s);
 
-/* The same for one row (decode) in one block: the combine of the whole row, then the norm (out != NULL) from
- * the row in registers; one launch instead of two, the bits of cu_moe_combine. */
+/* The same for one row (decode) with the norm (out != NULL) in the last block of the combine
+ * launch (counter: device, 0, put back by that block): one launch, the bits of cu_moe_combine. */
 int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *g,
                          const float *xn, float *y, float *x, const float *w_next, float *out, int D, float eps,
-                         cudaStream_t s);
+                         unsigned *counter, cudaStream_t s);
 
 /* g[t] = sigmoid(sh_gate . xn[t]) for t < T: the combine's shared-expert gate, made where xn is ready
  * (the shared expert's branch, st2) so the combine need not reduce it (the same bits). */

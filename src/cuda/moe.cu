@@ -125,62 +125,20 @@ __global__ void __launch_bounds__(COMB_THREADS)
     combine_row(eo, w, K, sh, sh_gate, g, xn, y, x, D, blockIdx.y, i, red);
 }
 
-// Decode (T = 1): the combine of the whole row and the next RMSNorm in one block of COMB_THREADS (== NORM_VT)
-// threads, one launch instead of two and no counter: thread v holds elements v + j * COMB_THREADS. Each
-// element's y is combine_row's (the experts' terms in k order from 0, then + gate * sh; the loops interchanged,
-// not the sums), x += y, and the norm of x is rmsnorm_row_regs (rows up to 8 * COMB_THREADS; longer rows go
-// through global memory to add_rmsnorm_row): the bits of k_moe_combine then k_add_rmsnorm. The gate: g[0], or
-// reduced here (sh_gate_row). out may alias xn: xn is read (for the gate) before anything is written.
+// Decode (T = 1): the same combine blocks, and the block that finishes last (counter) runs the
+// next RMSNorm of the row (add_rmsnorm_row: the bits of k_add_rmsnorm), one launch instead of
+// two. out may alias xn: every block reads xn (the gate) before it counts itself done.
 __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
                         const float *__restrict__ sh_gate, const float *__restrict__ g, const float *xn, float *y,
-                        float *x, int D, const float *__restrict__ w_next, float *out, float eps) {
-    static_assert(COMB_THREADS == NORM_VT, "rmsnorm_row_regs: one thread per virtual thread");
-    constexpr int B = 8;
+                        float *x, int D, const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
     pdl_enter();
-    __shared__ double red[32], nsh[32];
-    const int v = threadIdx.x;
-    float gate = 1.0f;
-    if (sh && g) gate = g[0];
-    else if (sh && sh_gate) gate = sh_gate_row(sh_gate, xn, D, 0, red);
-    for (int c0 = 0; c0 < D; c0 += B * COMB_THREADS) { // one chunk for hidden sizes up to 2,048
-        float xs[B], ws[B], shv[B];
-        double acc[B];
-#pragma unroll
-        for (int j = 0; j < B; j++) {
-            const int i = c0 + v + j * COMB_THREADS;
-            acc[j] = 0;
-            xs[j] = i < D ? x[i] : 0.0f;
-            shv[j] = sh && i < D ? sh[i] : 0.0f;
-            ws[j] = w_next && i < D ? w_next[i] : 1.0f;
-        }
-#pragma unroll 10 // Qwen3-Next's K: every expert row's loads in flight at once (one block does the whole row)
-        for (int k = 0; k < K; k++) {
-            const float wk = w[k];
-#pragma unroll
-            for (int j = 0; j < B; j++) {
-                const int i = c0 + v + j * COMB_THREADS;
-                if (i < D) acc[j] += (double)wk * (double)eo[(size_t)k * D + i];
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < B; j++) {
-            const int i = c0 + v + j * COMB_THREADS;
-            if (i >= D) break;
-            if (sh) acc[j] += (double)gate * (double)shv[j];
-            const float yv = (float)acc[j];
-            y[i] = yv;
-            xs[j] = xs[j] + yv;
-            x[i] = xs[j];
-        }
-        if (D <= B * COMB_THREADS) {
-            if (out) rmsnorm_row_regs(xs, ws, w_next != NULL, out, D, eps, nsh);
-            return;
-        }
-    }
-    if (!out) return;
-    __syncthreads(); // this block's stores of x are visible to it
-    add_rmsnorm_row(x, NULL, w_next, out, D, eps, nsh);
+    __shared__ double red[32];
+    const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
+    combine_row(eo, w, K, sh, sh_gate, g, xn, y, x, D, 0, i, red);
+    if (!block_last(counter, gridDim.x)) return;
+    add_rmsnorm_row(x, NULL, w_next, out, D, eps, red);
+    if (threadIdx.x == 0) *counter = 0; // ready for the next launch (graph replays)
 }
 
 // grid T: g[t] = the shared-expert gate of row t (sh_gate_row), for the combine to take instead of
@@ -201,8 +159,9 @@ extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, i
 
 extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                                     const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
-                                    int D, float eps, cudaStream_t s) {
-    cu_go(k_moe_combine_norm1, 1, COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, g, xn, y, x, D, w_next, out, eps);
+                                    int D, float eps, unsigned *counter, cudaStream_t s) {
+    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, g, xn, y,
+          x, D, w_next, out, eps, counter);
     CU_LAUNCHED("k_moe_combine_norm1");
     return 0;
 }

@@ -82,19 +82,31 @@ __device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, cons
     }
 }
 
-// The norm of a row held in registers by a block of NORM_VT threads, n <= NORM_VT * B (B = 8): thread v has
-// elements v + j * NORM_VT in xs[j] (and the norm weights in ws[j]); o = (x * scale) * w. The sum of squares in
-// add_rmsnorm_row's order (virtual thread v = this thread, one chunk of B), then its scale: the same bits.
-// Every thread of the block must call it (barriers inside).
-__device__ __forceinline__ void rmsnorm_row_regs(const float (&xs)[8], const float (&ws)[8], bool has_w, float *o,
-                                                 int n, float eps, double *sh) {
+// add_rmsnorm_row for a block of NORM_VT threads and n <= NORM_VT * B (B = 8: hidden sizes up to 2,048):
+// each thread's values and norm weights stay in registers between the sum of squares and the output,
+// so the row is read once (x, y and w in one round trip) instead of twice. The same operations in the
+// same order as add_rmsnorm_row (virtual thread v = this thread, one chunk of B): the same bits.
+__device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr, const float *__restrict__ w,
+                                                     float *o, int n, float eps, double *sh) {
     constexpr int B = 8;
     const int v = threadIdx.x, lane = threadIdx.x & 31;
+    float xs[B], ys[B], ws[B];
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int i = v + j * NORM_VT;
+        xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
+        ys[j] = yr && i < n ? __ldcg(yr + i) : 0.0f;
+        ws[j] = w && i < n ? w[i] : 1.0f;
+    }
     double ss = 0;
 #pragma unroll
     for (int j = 0; j < B; j++) {
         const int i = v + j * NORM_VT;
         if (i >= n) break;
+        if (yr) {
+            xs[j] = xs[j] + ys[j];
+            xr[i] = xs[j];
+        }
         ss += (double)xs[j] * (double)xs[j];
     }
     ss = warp_sumd(ss);
@@ -104,36 +116,8 @@ __device__ __forceinline__ void rmsnorm_row_regs(const float (&xs)[8], const flo
 #pragma unroll
     for (int j = 0; j < B; j++) {
         const int i = v + j * NORM_VT;
-        if (i < n) o[i] = has_w ? (xs[j] * scale) * ws[j] : xs[j] * scale;
+        if (i < n) o[i] = w ? (xs[j] * scale) * ws[j] : xs[j] * scale;
     }
-}
-
-// add_rmsnorm_row for a block of NORM_VT threads and n <= NORM_VT * B (B = 8: hidden sizes up to 2,048):
-// each thread's values and norm weights stay in registers between the sum of squares and the output,
-// so the row is read once (x, y and w in one round trip) instead of twice. The same operations in the
-// same order as add_rmsnorm_row (rmsnorm_row_regs): the same bits.
-__device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr, const float *__restrict__ w,
-                                                     float *o, int n, float eps, double *sh) {
-    constexpr int B = 8;
-    const int v = threadIdx.x;
-    float xs[B], ys[B], ws[B];
-#pragma unroll
-    for (int j = 0; j < B; j++) {
-        const int i = v + j * NORM_VT;
-        xs[j] = i < n ? __ldcg(xr + i) : 0.0f;
-        ys[j] = yr && i < n ? __ldcg(yr + i) : 0.0f;
-        ws[j] = w && i < n ? w[i] : 1.0f;
-    }
-    if (yr) {
-#pragma unroll
-        for (int j = 0; j < B; j++) {
-            const int i = v + j * NORM_VT;
-            if (i >= n) break;
-            xs[j] = xs[j] + ys[j];
-            xr[i] = xs[j];
-        }
-    }
-    rmsnorm_row_regs(xs, ws, w != NULL, o, n, eps, sh);
 }
 
 // The router of row t, by one warp; NV = values per lane (E <= 32 NV; ROUTER_NV picks 16 for E <= 512, the

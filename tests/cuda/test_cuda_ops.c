@@ -489,14 +489,15 @@ static void test_attention(int hd, bool f16) {
 
 /* ---- fused decode kernels: the same bits as the separate launches --------------------------- */
 
-/* The decode combine + next norm in one block (cu_moe_combine_norm1) == cu_moe_combine (combine, then the norm
- * kernel), with out aliasing xn (the backend's use), at D = 2048 (the row in registers) and 2112 (through
- * global memory), with the combine's own shared-expert gate and with the gate made beforehand by
- * cu_moe_sh_gate (the backend's default). */
-static void test_fused_combine(int D) {
-    const int K = 10;
+/* The decode combine with the next norm in its last block (cu_moe_combine_norm1) == cu_moe_combine
+ * (combine, then the norm kernel), with out aliasing xn (the backend's use), twice in a row (the
+ * counter must be back at 0, else the second norm never runs: poisoned out); and both again with the
+ * shared-expert gate made beforehand by cu_moe_sh_gate (the backend's default) == the combine's own. */
+static void test_fused_combine(void) {
+    const int D = 2048 + 64, K = 10;
     float *sg = randv(D, 0.05f), *wn = randv(D, 1.0f);
     float *dsg = dup_to_dev(sg, sizeof(float) * D), *dwn = dup_to_dev(wn, sizeof(float) * D);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
     float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D), *dg = dpoison(1);
     int bad = 0;
     for (int rep = 0; rep < 4; rep++) {
@@ -511,7 +512,7 @@ static void test_fused_combine(int D) {
         if (side) CHECK(cu_moe_sh_gate(dsg, dxn2, dg, D, 1, 0) == 0, "%s", rl_lasterr());
         CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0, "%s",
               rl_lasterr());
-        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D, 1e-6f, 0) == 0,
+        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D, 1e-6f, ctr, 0) == 0,
               "%s", rl_lasterr());
         to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
@@ -520,10 +521,12 @@ static void test_fused_combine(int D) {
         cudaFree(dy1); cudaFree(dy2);
         free(eo); free(w); free(sh); free(xn); free(x0);
     }
-    CHECK(bad == 0, "decode combine + norm in one block differs from combine then norm (D %d: %d values)", D, bad);
-    printf("  decode combine + norm in one block (own gate / cu_moe_sh_gate's), D %d == combine, then norm: %d values "
-           "differ\n", D, bad);
-    cudaFree(dsg); cudaFree(dwn); cudaFree(dg);
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0, "decode combine + norm tail differs from combine then norm (%d values; counter %u)", bad, hc);
+    printf("  decode combine + norm tail (own gate / cu_moe_sh_gate's) == combine, then norm (2 launches): %d values differ\n",
+           bad);
+    cudaFree(dsg); cudaFree(dwn); cudaFree(ctr); cudaFree(dg);
     free(sg); free(wn); free(a); free(b);
 }
 
@@ -757,8 +760,7 @@ int main(void) {
     test_deltanet(32, 32, 4, 8, 5);
     test_deltanet(64, 32, 4, 8, 37);
     test_moe();
-    test_fused_combine(2048);
-    test_fused_combine(2048 + 64);
+    test_fused_combine();
     test_tail_add_norm(2048 + 64); /* the float path's GEMV + tail, both norm rows */
     test_tail_add_norm(2048);
     test_tail_router();
