@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
 
 // Decode (T = 1): the same combine blocks, and the block that finishes last (counter) runs the
 // next RMSNorm of the row (add_rmsnorm_row: the bits of k_add_rmsnorm), one launch instead of
-// two. out may alias xn: every block reads xn (the gate) before it counts itself done.
+// two. out may alias xn: a block that reduces the gate itself (g NULL) reads xn before it counts itself done.
 __global__ void __launch_bounds__(COMB_THREADS)
     k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
                         const float *__restrict__ sh_gate, const float *__restrict__ g, const float *xn, float *y,

@@ -216,16 +216,13 @@ static void test_moe(void) {
     CHECK(cu_moe_sh_gate(dsg, dx, dgt, D, T, 0) == 0, "%s", rl_lasterr());
     CHECK(cu_moe_combine(eo, w, K, dsh, dsg, dgt, dx, dy2, dres2, dwn, dout2, D, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
     float *gy = malloc(sizeof(float) * T * D), *gout = malloc(sizeof(float) * T * D), *ry = malloc(sizeof(float) * T * D), *rout = malloc(sizeof(float) * T * D);
-    int gbad = 0;
-    to_host(gy, dy2, sizeof(float) * T * D);
-    to_host(gout, dout2, sizeof(float) * T * D);
-    to_host(ry, dy, sizeof(float) * T * D);
-    to_host(rout, dout, sizeof(float) * T * D);
-    gbad = count_bad(gy, ry, (size_t)T * D) + count_bad(gout, rout, (size_t)T * D);
-    CHECK(gbad == 0, "combine with cu_moe_sh_gate's gates differs from the combine's own (%d values)", gbad);
-    cudaFree(dres2); cudaFree(dy2); cudaFree(dout2); cudaFree(dgt);
     to_host(gy, dy, sizeof(float) * T * D);
     to_host(gout, dout, sizeof(float) * T * D);
+    to_host(ry, dy2, sizeof(float) * T * D); /* ry / rout: the side-gate run here, the CPU reference below */
+    to_host(rout, dout2, sizeof(float) * T * D);
+    const int gbad = count_bad(ry, gy, (size_t)T * D) + count_bad(rout, gout, (size_t)T * D);
+    CHECK(gbad == 0, "combine with cu_moe_sh_gate's gates differs from the combine's own (%d values)", gbad);
+    cudaFree(dres2); cudaFree(dy2); cudaFree(dout2); cudaFree(dgt);
     to_host(hw, w, sizeof(float) * T * K); /* rows 0 was overwritten by the T=1 router: reread */
     for (int t = 0; t < T; t++) {
         double gd = 0;
