@@ -8,8 +8,8 @@
 #   make format       clang-format every C source
 #
 # No -march=native: ISA-specific kernels live in files named *_avx2.c / *_avx512.c and get their
-# own flags; the run-time dispatch picks them: CPUID + XGETBV in src/kern.c (kern_level: scalar /
-# AVX2 / AVX-512 for the quantised dot products) and __builtin_cpu_supports in src/vec.c (the
+# own flags; the run-time dispatch picks them: CPUID + XGETBV in src/kern/kern.c (kern_level: scalar /
+# AVX2 / AVX-512 for the quantised dot products) and __builtin_cpu_supports in src/kern/vec.c (the
 # AVX2 float vector table).
 #
 # Objects are kept per configuration (build/obj-cpu, build/obj-cuda), so `make` then `make CUDA=1`
@@ -34,9 +34,12 @@ LDLIBS   += -lutf8proc -lcjson -lmicrohttpd -lm -pthread
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c -mamx-tile -mamx-int8
 
-LIB_SRC  := $(filter-out %_avx2.c %_avx512.c,$(wildcard src/*.c))
-AVX2_SRC := $(wildcard src/*_avx2.c)
-A512_SRC := $(wildcard src/*_avx512.c)
+# Sources live in one folder per layer (docs/DESIGN.md; tests/check_layers.py checks the arrows).
+LAYERS   := base gguf kern text model cache backend run serve
+LIB_ALL  := $(foreach d,$(LAYERS),$(wildcard src/$(d)/*.c))
+LIB_SRC  := $(filter-out %_avx2.c %_avx512.c,$(LIB_ALL))
+AVX2_SRC := $(filter %_avx2.c,$(LIB_ALL))
+A512_SRC := $(filter %_avx512.c,$(LIB_ALL))
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/c/test_*.c)
 CUDA_SRC := $(wildcard src/cuda/*.cu)
@@ -49,7 +52,7 @@ LIB      := $(OBJ)/libredlite.a
 TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 # CUDA=1: the kernels (src/cuda/*.cu, nvcc, -fmad=false so dequantisation is bit-exact with the
-# CPU; fused multiply-adds only where the code says fmaf), the host side (src/backend_cuda*.c) and
+# CPU; fused multiply-adds only where the code says fmaf), the host side (src/backend/backend_cuda*.c) and
 # the GPU tests (tests/cuda/test_cuda_*.c, which skip cleanly without a device). The CUDA runtime
 # is linked statically so the binary needs only the driver at run time.
 ifeq ($(CUDA),1)
@@ -142,11 +145,11 @@ asan-tests:
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined -pthread \
-	  tools/fuzz_gguf.c src/gguf.c src/gguf_meta.c src/common.c \
-	  $(filter-out %_avx2.c %_avx512.c,$(wildcard src/quant*.c)) -lm -o $(BUILD)/fuzz/fuzz_gguf
+	  tools/fuzz_gguf.c src/gguf/gguf.c src/gguf/gguf_meta.c src/base/common.c \
+	  $(wildcard src/gguf/quant*.c) -lm -o $(BUILD)/fuzz/fuzz_gguf
 
 format:
-	clang-format -i src/*.c src/*.h src/cli/*.c tests/c/*.c
+	clang-format -i $(wildcard src/*/*.[ch] src/cuda/*.cu src/cuda/*.cuh tests/c/*.[ch] tests/cuda/*.[ch])
 
 clean:
 	rm -rf $(BUILD)

@@ -19,10 +19,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "engine.h"
-#include "expert_cache.h"
-#include "session.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "cache/expert_cache.h"
+#include "run/session.h"
 
 static uint64_t meminfo_kib(const char *key) {
     FILE *f = fopen("/proc/meminfo", "r");

@@ -5,8 +5,8 @@
  * `redlite synth --preset PRESET --routing ROUTING -o OUT`. */
 #include <stdio.h>
 
-#include "common.h"
-#include "synth.h"
+#include "base/common.h"
+#include "model/synth.h"
 
 int main(int argc, char **argv) {
     if (argc != 3 && argc != 4) {

@@ -218,7 +218,7 @@ if has specid; then
     { sed -n 1,60p tools/cache_sim.py; printf '\n# The same file again, unchanged:\n'; sed -n 1,40p tools/cache_sim.py; } >"$P1"
     printf '<|im_start|>user\nWrite a short essay about lighthouses and the people who kept them.<|im_end|>\n<|im_start|>assistant\n' >"$P2"
     { printf '<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nFix the bug in this function:\n'
-      sed -n 1,40p src/json.c; printf '<|im_end|>\n<|im_start|>assistant\n'; } >"$P3"
+      sed -n 1,40p src/base/json.c; printf '<|im_end|>\n<|im_start|>assistant\n'; } >"$P3"
     nid=0 nbad=0
     for p in "$P1" "$P2" "$P3"; do
         for samp in "--temp 0" "--temp 0.8 --seed 7 --top-k 40"; do

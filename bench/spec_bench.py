@@ -34,19 +34,19 @@ def chatml(turns):
 
 
 def scenarios():
-    src = (REPO / "src" / "pool.c").read_text()
+    src = (REPO / "src" / "base" / "pool.c").read_text()
     rewrite = chatml([
         ("system", "You are a careful programmer. Answer with code only."),
         ("user", "Rewrite this file with the function `pool_new` renamed to `pool_create` (update every use). "
                  "Output the whole file, unchanged otherwise.\n\n```c\n" + src + "```"),
     ])
-    json_c = (REPO / "src" / "json.c").read_text().splitlines()
+    json_c = (REPO / "src" / "base" / "json.c").read_text().splitlines()
     excerpt = "\n".join(json_c[:80])
     agent = chatml([
         ("system", "You are a coding agent. You can call tools: read_file(path), write_file(path, text). "
                    "Think briefly, then act."),
-        ("user", "The JSON writer prints -0 as 0. Find where numbers are written in src/json.c and fix it."),
-        ("assistant", '<tool_call>\n{"name": "read_file", "arguments": {"path": "src/json.c"}}\n</tool_call>'),
+        ("user", "The JSON writer prints -0 as 0. Find where numbers are written in src/base/json.c and fix it."),
+        ("assistant", '<tool_call>\n{"name": "read_file", "arguments": {"path": "src/base/json.c"}}\n</tool_call>'),
         ("user", "<tool_response>\n" + excerpt + "\n</tool_response>"),
         ("assistant", "The numbers are written by json_num. I will keep the sign of negative zero."),
         ("user", "Good. Now write the corrected json_num function in full, then explain the change in one line."),

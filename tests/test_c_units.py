@@ -53,9 +53,9 @@ def test_c_unit(binary):
 # test_kern above checks only the kernels this CPU picks by default; these runs force the others,
 # each checked against the scalar reference bit for bit:
 #   RL_KERN_IQ2_MV=256|512: the AVX-512 level takes the AVX2 IQ2_XXS/IQ2_XS mat-vecs on AMD CPUs and
-#     its own elsewhere (src/kern.c, init); without AVX-512 both are the AVX2 one;
+#     its own elsewhere (src/kern/kern.c, init); without AVX-512 both are the AVX2 one;
 #   RL_KERN_Q6K_MV=1: the AVX-512 one-row Q6_K mat-vec (the 4-row one is the default since session 21,
-#     src/kern_x86_512.h fill_512); without AVX-512 the variable changes nothing.
+#     src/kern/kern_x86_512.h fill_512); without AVX-512 the variable changes nothing.
 @pytest.mark.parametrize("var,value", [("RL_KERN_IQ2_MV", "256"), ("RL_KERN_IQ2_MV", "512"), ("RL_KERN_Q6K_MV", "1")])
 def test_kern_forced_matvecs(var, value):
     binary = os.path.join(BUILD, "tests", "test_kern")

@@ -1,4 +1,4 @@
-"""Chat rendering (src/chat.c) against jinja2 in Hugging Face's apply_chat_template environment.
+"""Chat rendering (src/text/chat.c) against jinja2 in Hugging Face's apply_chat_template environment.
 
 Every conversation is rendered by jinja2 from the template fixtures (tests/fixtures/templates/)
 and by our C renderer (through build/tools/rl_chat_render), and the bytes must be identical.

@@ -1,4 +1,4 @@
-"""--iq-repack (src/expert_repack.c, src/quant_repack.h): the IQ2_XXS / IQ2_XS / IQ1_M matrices (routed
+"""--iq-repack (src/cache/expert_repack.c, src/gguf/quant_repack.h): the IQ2_XXS / IQ2_XS / IQ1_M matrices (routed
 experts, and the dense ones unless RL_REPACK_DENSE=0) repacked at load into the lookup-free IQ2_LF /
 IQ1_LF layouts must change no result, bit for bit.
 

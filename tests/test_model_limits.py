@@ -1,4 +1,4 @@
-"""File-derived limits (src/qwen3next.c, HP_KEYS and load_hparams; src/qwen3next.h Q3N_MAX_*).
+"""File-derived limits (src/model/qwen3next.c, HP_KEYS and load_hparams; src/model/qwen3next.h Q3N_MAX_*).
 
 Every hyperparameter that sizes a buffer, a loop or a kernel comes from the GGUF file, so each is
 checked when the model is opened. A file with a value out of range must be refused by both

@@ -144,15 +144,15 @@ def test_tables_match_package(tmp_path):
     subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gen_quant_tables.py"), "--out", str(tmp_path)],
                    check=True)
     for f in ("quant_tables.h", "quant_tables.c"):
-        with open(os.path.join(ROOT, "src", f)) as a, open(tmp_path / f) as b:
-            assert a.read() == b.read(), f"src/{f} is stale: rerun tools/gen_quant_tables.py"
+        with open(os.path.join(ROOT, "src", "gguf", f)) as a, open(tmp_path / f) as b:
+            assert a.read() == b.read(), f"src/gguf/{f} is stale: rerun tools/gen_quant_tables.py"
 
 
 def test_tables_decode_like_package():
-    """Independent check of the table encoding: parse src/quant_tables.c and compare each grid
+    """Independent check of the table encoding: parse src/gguf/quant_tables.c and compare each grid
     entry's bytes with gguf's expanded float grid (catches a wrong byte order in the generator)."""
     import re
-    src = open(os.path.join(ROOT, "src", "quant_tables.c")).read()
+    src = open(os.path.join(ROOT, "src", "gguf", "quant_tables.c")).read()
 
     def arr(name):
         m = re.search(r"\b" + name + r"\[\d+\] = \{(.*?)\};", src, re.S)

@@ -1,4 +1,4 @@
-"""Sampler (src/sampler.c) against closed-form references, libstdc++ and, when available, llama.cpp.
+"""Sampler (src/text/sampler.c) against closed-form references, libstdc++ and, when available, llama.cpp.
 
 1. RNG: rl_mt19937_uniform equals std::uniform_real_distribution<double>(0,1) over std::mt19937
    (a tiny C++ program compiled with g++ is the oracle; skipped without g++).

@@ -1,4 +1,4 @@
-"""`redlite synth`: synthetic Qwen3-Next GGUF files (src/synth.c, src/synth_gen.c).
+"""`redlite synth`: synthetic Qwen3-Next GGUF files (src/model/synth.c, src/model/synth_gen.c).
 
 Only the tiny preset is written here (CI budget); the full-size presets are checked through
 `--list` (their type census and data size are pure arithmetic). The binary is build/redlite

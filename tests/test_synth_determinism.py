@@ -1,5 +1,5 @@
-"""Synth determinism: the bytes of `redlite synth` are a contract (src/synth.h, "Determinism";
-src/synth_gen.c, "Determinism across compilers and flags").
+"""Synth determinism: the bytes of `redlite synth` are a contract (src/model/synth.h, "Determinism";
+src/model/synth_gen.c, "Determinism across compilers and flags").
 
 A synthetic model stands in for a real one in benchmarks, cache simulations and bug reports, so
 two people (or one person with two builds) must get the same file from the same preset, geometry
@@ -39,9 +39,9 @@ PRESETS = [("tiny", None), ("iq2_xxs", SMALL), ("q4_k_m", SMALL)]
 # compiled under the flag set: everything synth's bytes pass through (of qwen3next, the tensor
 # table in qwen3next.c; the forward pass is qwen3next_forward.c); the rest comes from
 # build/libredlite.a
-SRCS = ["tests/c/tool_synth.c", "src/synth.c", "src/synth_gen.c", "src/qwen3next.c", "src/common.c",
-        "src/gguf.c", "src/gguf_meta.c", "src/gguf_write.c", "src/pool.c", "src/quant.c", "src/quant_iq.c",
-        "src/quant_k.c", "src/quant_tables.c"]
+SRCS = ["tests/c/tool_synth.c", "src/model/synth.c", "src/model/synth_gen.c", "src/model/qwen3next.c", "src/base/common.c",
+        "src/gguf/gguf.c", "src/gguf/gguf_meta.c", "src/gguf/gguf_write.c", "src/base/pool.c", "src/gguf/quant.c", "src/gguf/quant_iq.c",
+        "src/gguf/quant_k.c", "src/gguf/quant_tables.c"]
 LIB = os.path.join(ROOT, "build", "libredlite.a")
 
 

@@ -1,4 +1,4 @@
-"""`redlite synth --routing uniform|calibrated|skewed` (src/synth_gen.c synth_gen_router).
+"""`redlite synth --routing uniform|calibrated|skewed` (src/model/synth_gen.c synth_gen_router).
 
 Small files (hidden 256, 2 layers, 512 experts top-10: the expert count and top-k of the real
 model, where the hit-rate statistics live) of each routing mode run a fixed byte prompt through

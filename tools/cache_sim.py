@@ -7,7 +7,7 @@ that attaches the expert cache). Its first line is a header with the geometry
 line per acquire: {"f": forward, "l": layer, "n": rows, "ids": [experts]} — the union of the
 experts that layer selected for that forward, which is exactly what the cache is asked for.
 
-Policies (same rules as src/expert_cache.c: all experts of one acquire must be resident at
+Policies (same rules as src/cache/expert_cache.c: all experts of one acquire must be resident at
 once, so none of them can be a victim for another):
   lru          one pool of uniform slots of the largest slot size (budget // max size)
   class-lru    one LRU per slot size class; each class gets the same slots per layer

@@ -1,4 +1,4 @@
-/* fuzz_gguf.c — libFuzzer target for the GGUF reader (src/gguf.c, src/gguf_meta.c).
+/* fuzz_gguf.c — libFuzzer target for the GGUF reader (src/gguf/gguf.c, src/gguf/gguf_meta.c).
  *
  * Build: make fuzz   (clang, -fsanitize=fuzzer,address,undefined) -> build/fuzz/fuzz_gguf
  * Run:   build/fuzz/fuzz_gguf -max_len=4096 build/fuzz/corpus tests/fixtures/fuzz-seeds
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 static volatile uint64_t sink;
 

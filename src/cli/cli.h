@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "json.h"
+#include "base/json.h"
 
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);

@@ -24,14 +24,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "common.h"
-#include "expert_cache.h"
-#include "json.h"
-#include "kern.h"
-#include "opts.h"
-#include "ops.h"
-#include "session.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "cache/expert_cache.h"
+#include "base/json.h"
+#include "kern/kern.h"
+#include "cli/opts.h"
+#include "kern/ops.h"
+#include "run/session.h"
 
 static const opts_cmd BENCH = {
     "bench", CMD_BENCH, "redlite bench -m MODEL [options]",

@@ -1,7 +1,7 @@
 /* cmd_chat.c — `redlite chat`: interactive, streaming, multi-turn chat in the terminal.
  *
- * Each turn renders the whole conversation with the model's chat template (src/chat.h),
- * tokenises it and hands it to the session (src/session.h), which evaluates only what its
+ * Each turn renders the whole conversation with the model's chat template (src/text/chat.h),
+ * tokenises it and hands it to the session (src/run/session.h), which evaluates only what its
  * context does not hold yet. When the re-tokenised history differs from what was generated
  * (BPE can spell the same text differently), the session restores its checkpoint taken after
  * the previous prompt, so only the last answer is evaluated again.
@@ -15,11 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "cli.h"
-#include "common.h"
-#include "opts.h"
-#include "tokenizer.h"
+#include "text/chat.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "cli/opts.h"
+#include "text/tokenizer.h"
 
 static const char *CMD = "chat";
 

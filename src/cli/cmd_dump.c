@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "common.h"
-#include "engine.h"
-#include "ops.h"
-#include "opts.h"
-#include "sampler.h"
-#include "session.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "kern/ops.h"
+#include "cli/opts.h"
+#include "text/sampler.h"
+#include "run/session.h"
 
 static const opts_cmd DUMP = {
     "dump", CMD_DUMP, "redlite dump -m MODEL --tokens IDS [options]",

@@ -1,7 +1,7 @@
 /* cmd_generate.c — `redlite generate`: one-shot completion of a prompt.
  *
  * With --raw the prompt is completed as is; otherwise it becomes the user turn of a
- * conversation rendered with the model's chat template (src/chat.h; optional --system). The
+ * conversation rendered with the model's chat template (src/text/chat.h; optional --system). The
  * text is tokenised with special-token parsing on (so "<|im_start|>" written in the prompt is
  * the control token), evaluated with a chunked prefill, then tokens are sampled (greedy by
  * default; sampler flags as llama.cpp) until -n, an end-of-generation token, a --stop string or
@@ -12,12 +12,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat.h"
-#include "cli.h"
-#include "common.h"
-#include "opts.h"
-#include "json.h"
-#include "tokenizer.h"
+#include "text/chat.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "cli/opts.h"
+#include "base/json.h"
+#include "text/tokenizer.h"
 
 static const char *CMD = "generate";
 

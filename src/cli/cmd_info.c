@@ -10,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "common.h"
-#include "gguf.h"
-#include "backend.h"
-#include "json.h"
-#include "quant.h"
-#include "qwen3next.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "gguf/gguf.h"
+#include "backend/backend.h"
+#include "run/engine.h"
+#include "base/json.h"
+#include "gguf/quant.h"
+#include "model/qwen3next.h"
 
 static const char *CMD = "info";
 #define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */

@@ -34,14 +34,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "common.h"
-#include "engine.h"
-#include "opts.h"
-#include "json.h"
-#include "sampler.h"
-#include "session.h"
-#include "tokenizer.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "cli/opts.h"
+#include "base/json.h"
+#include "text/sampler.h"
+#include "run/session.h"
+#include "text/tokenizer.h"
 
 static const char *CMD = "perplexity";
 

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "common.h"
-#include "opts.h"
-#include "server.h"
-#include "server_backend.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "cli/opts.h"
+#include "serve/server.h"
+#include "serve/server_backend.h"
 
 static const char *CMD = "serve";
 

@@ -1,12 +1,12 @@
-/* cmd_synth.c — `redlite synth`: write a full-size synthetic Qwen3-Next GGUF (src/synth.h). */
+/* cmd_synth.c — `redlite synth`: write a full-size synthetic Qwen3-Next GGUF (src/model/synth.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "common.h"
-#include "quant.h"
-#include "synth.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "gguf/quant.h"
+#include "model/synth.h"
 
 static const char *USAGE =
     "usage: redlite synth --preset cf2|iq2_xxs|q4_k_m|tiny -o FILE.gguf [options]\n"

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
-#include "common.h"
-#include "json.h"
-#include "tokenizer.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "base/json.h"
+#include "text/tokenizer.h"
 
 static const char *CMD = "tokenize";
 

@@ -17,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "common.h"
-#include "engine.h"
-#include "expert_cache.h"
-#include "json.h"
-#include "sampler.h"
-#include "session.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "cache/expert_cache.h"
+#include "base/json.h"
+#include "text/sampler.h"
+#include "run/session.h"
 
 static const char *CMD = "verify-check";
 

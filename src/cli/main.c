@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "common.h"
+#include "cli/cli.h"
+#include "base/common.h"
 
 /* Commands that a build may not have yet are weak, so the table below stays the single
  * list of commands; an absent one reports itself as not built. */

@@ -1,7 +1,7 @@
 /* opts.c — the option table and its parser / help printer (see opts.h). */
-#include "opts.h"
+#include "cli/opts.h"
 
-#include "vram_plan.h"
+#include "cache/vram_plan.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "common.h"
-#include "engine.h"
-#include "spec.h"
-#include "vram_plan.h"
+#include "cli/cli.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "run/spec.h"
+#include "cache/vram_plan.h"
 
 typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN } opt_kind;
 

@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "sampler.h"
-#include "session.h"
+#include "text/sampler.h"
+#include "run/session.h"
 
 /* Command bits (the `cmds` mask of a table entry). */
 enum {

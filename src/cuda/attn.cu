@@ -13,7 +13,7 @@
 // block, once for the G query heads of the KV group (attn_chunk_staged: attn_chunk's arithmetic,
 // operation for operation, reading the rows from shared memory); the per-warp one (RL_CUDA_ATTN=
 // per-warp, cu_attn_dims.split_per_warp) lets each head's warp read the rows itself, lane per row.
-#include "attn.cuh"
+#include "cuda/attn.cuh"
 
 #define NI (CH / 32)
 #define PF_RT 4 // query rows per prefill block

@@ -5,7 +5,7 @@
 // decode and the prefill walk give the same bits, whatever kernel made the partials.
 #pragma once
 
-#include "common.cuh"
+#include "cuda/common.cuh"
 
 #include <cuda_pipeline.h>
 

@@ -18,7 +18,7 @@
 // accumulators are the same (test_cuda_ops: test_attention_tc).
 // Against the FP32 kernels the differences are the f16 rounding of q and of the weights (2^-11
 // relative each) and the tensor cores' accumulation: test_attention_tc derives its bound from them.
-#include "attn.cuh"
+#include "cuda/attn.cuh"
 
 #define TC_THREADS 256 // 8 warps
 #define TC_SL 128      // positions per staged K or V slice

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <stdint.h>
 
-#include "cuda_ops.h"
+#include "cuda/cuda_ops.h"
 
 // After a launch: report a launch error (bad configuration, no device, ...).
 #define CU_LAUNCHED(what)                                                      \

@@ -5,8 +5,8 @@
 // Both call the same device functions with the same lane mapping (lane owns dims
 // lane*DPL.. of a head; the recurrent state column c of value head h is held by one warp,
 // 4 keys per lane), so a row's result does not depend on T.
-#include "common.cuh"
-#include "matmul.cuh" // conv_channel
+#include "cuda/common.cuh"
+#include "cuda/matmul.cuh" // conv_channel
 
 // l2norm of a head vector held DPL per lane (CPU ops_l2norm: double ss, scale in float).
 template <int DPL> __device__ __forceinline__ void l2norm_lanes(float *v, float eps) {

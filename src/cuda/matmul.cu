@@ -1,6 +1,6 @@
 // matmul.cu — the entry point cu_matmul: segment layout, variant choice, dispatch to the
 // per-type instance files mm_<type>.cu.
-#include "matmul.cuh"
+#include "cuda/matmul.cuh"
 
 #define MM_DECL(n) int mm_run_##n(const mm_launch &L, bool gateup, int tt);
 MM_DECL(f32)

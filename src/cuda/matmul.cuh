@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.cuh"
-#include "rowops.cuh"
+#include "cuda/quant.cuh"
+#include "cuda/rowops.cuh"
 
 #define MM_WARPS 4
 // Decode / small-batch launches stage each warp's weight rows in shared memory first (below):
@@ -309,8 +309,8 @@ template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3
     else mm_go<TYPE, 1, TT, false>(tb, grid, L);
 }
 
-#include "mmq.cuh"
-#include "mmq_launch.cuh"
+#include "cuda/mmq.cuh"
+#include "cuda/mmq_launch.cuh"
 
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
     if constexpr (mmq_type(TYPE))

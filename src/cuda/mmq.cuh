@@ -18,7 +18,7 @@
 // once per block into shared memory (no scratch buffer and no extra launch in the decode graph).
 #pragma once
 
-#include "mmq_iq.cuh"
+#include "cuda/mmq_iq.cuh"
 
 // The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time):
 // the K-quants, and with cu_matmul_set_int8(2) the IQ types of mmq_iq.cuh.

@@ -2,8 +2,8 @@
 // the choice of kernel per launch; part of matmul.cuh (included there only, after mmq.cuh).
 #pragma once
 
-#include "mmq.cuh"
-#include "mmq_lane.cuh"
+#include "cuda/mmq.cuh"
+#include "cuda/mmq_lane.cuh"
 
 // ---- launch ------------------------------------------------------------------------------------
 

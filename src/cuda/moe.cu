@@ -1,7 +1,7 @@
 // moe.cu — the MoE pieces around the expert matmuls (matmul.cuh): router softmax / top-k /
 // renormalise, the grouping plan of a chunk's (row, slot) pairs by expert, and the combine
 // (weighted sum + gated shared expert + residual + the next RMSNorm).
-#include "rowops.cuh"
+#include "cuda/rowops.cuh"
 
 // One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
 template <bool PACKED, int NV>

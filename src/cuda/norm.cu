@@ -1,5 +1,5 @@
 // norm.cu — residual add + RMSNorm (one block per row; fixed-order double reduction).
-#include "rowops.cuh"
+#include "cuda/rowops.cuh"
 
 #define NORM_THREADS 256
 

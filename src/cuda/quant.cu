@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "quant.cuh"
+#include "cuda/quant.cuh"
 
 extern "C" {
-#include "quant_tables.h"
+#include "gguf/quant_tables.h"
 }
 
 extern "C" int cu_fail(cudaError_t e, const char *what, const char *file, int line) {

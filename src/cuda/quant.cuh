@@ -8,7 +8,7 @@
 // backend_cuda_model.c); Q2_K blocks 4-byte; Q8_0/Q3_K/Q6_K/IQ* blocks only 2-byte aligned.
 #pragma once
 
-#include "common.cuh"
+#include "cuda/common.cuh"
 
 // QT_* ids (quant.h; the .cu files include no project header).
 enum {

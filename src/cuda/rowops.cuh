@@ -6,7 +6,7 @@
 // (L1 is not coherent between SMs).
 #pragma once
 
-#include "common.cuh"
+#include "cuda/common.cuh"
 
 #define NORM_VT 256   // the reduction order of a row norm: that of 256 threads (see add_rmsnorm_row)
 #define ROUTER_MAXE 1024 // experts per lane-array: E <= 1024 (32 per lane)

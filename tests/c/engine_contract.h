@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "engine.h"
+#include "run/engine.h"
 
 #define N 12
 static const int32_t TOKS[N] = {151644, 872, 198, 9707, 11, 1879, 0, 34, 4340, 151645, 198, 77091};

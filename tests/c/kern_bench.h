@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kern.h"
+#include "kern/kern.h"
 
 /* Thread CPU time: the benchmark measures the kernel, not the scheduler of a shared machine. */
 static inline double cpu_now(void) {

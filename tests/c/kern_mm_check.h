@@ -3,7 +3,7 @@
 #ifndef RL_KERN_MM_CHECK_H
 #define RL_KERN_MM_CHECK_H
 #include "check.h"
-#include "kern.h"
+#include "kern/kern.h"
 #include "kern_bench.h"
 #include "quant_rand.h"
 

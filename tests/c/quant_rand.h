@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
-#include "quant.h"
+#include "base/common.h"
+#include "gguf/quant.h"
 
 /* Random finite normal fp16 with |v| in [1e-3, 1e-1] and random sign: realistic block scales. */
 static inline uint16_t rand_scale16(rl_rng *r) {

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api_think.h"
+#include "serve/api_think.h"
 #include "check.h"
 
 typedef struct {

@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "gguf.h"
-#include "qwen3next.h"
-#include "synth.h"
+#include "base/common.h"
+#include "gguf/gguf.h"
+#include "model/qwen3next.h"
+#include "model/synth.h"
 
 static void test_table(void) {
     int first_block = -1, last_block = -1, n_alt = 0;

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "check.h"
-#include "common.h"
+#include "base/common.h"
 
 static char *dumps_of(const char *json) {
     cJSON *v = chat_json_parse(json, strlen(json));

@@ -13,12 +13,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "engine.h"
-#include "expert_cache.h"
-#include "gguf.h"
-#include "quant.h"
-#include "session.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "cache/expert_cache.h"
+#include "gguf/gguf.h"
+#include "gguf/quant.h"
+#include "run/session.h"
 
 #define D 64
 #define V 64

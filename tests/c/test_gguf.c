@@ -1,4 +1,4 @@
-/* test_gguf.c — GGUF reader/writer tests (src/gguf.c, src/gguf_meta.c, src/gguf_write.c).
+/* test_gguf.c — GGUF reader/writer tests (src/gguf/gguf.c, src/gguf/gguf_meta.c, src/gguf/gguf_write.c).
  *
  *   - writer -> reader round trips of every value type (nested arrays, empty strings and
  *     arrays), several alignments, pointer and fill-callback tensors across buffer boundaries,
@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gguf.h"
-#include "quant.h"
+#include "gguf/gguf.h"
+#include "gguf/quant.h"
 
 static char tmpdir[256];
 

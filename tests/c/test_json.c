@@ -1,10 +1,10 @@
-/* test_json.c — the streaming JSON writer (src/json.c): comma/nesting logic, escaping,
+/* test_json.c — the streaming JSON writer (src/base/json.c): comma/nesting logic, escaping,
  * invalid UTF-8 replacement, numbers, misuse detection. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "json.h"
+#include "base/json.h"
 
 /* Run `body` against a memstream writer with `indent`; returns the malloc'd text and sets *rc
  * to json_finish's result. */

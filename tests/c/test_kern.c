@@ -20,11 +20,11 @@
 #include <time.h>
 
 #include "check.h"
-#include "common.h"
-#include "kern.h"
+#include "base/common.h"
+#include "kern/kern.h"
 #include "kern_bench.h"
 #include "kern_mm_check.h"
-#include "quant.h"
+#include "gguf/quant.h"
 #include "quant_rand.h"
 
 static const uint32_t types[] = {

@@ -1,4 +1,4 @@
-/* test_kern_amx.c — the AMX tile kernels (src/kern_x86_amx.h) on the tiles themselves: kern_matmul with
+/* test_kern_amx.c — the AMX tile kernels (src/kern/kern_x86_amx.h) on the tiles themselves: kern_matmul with
  * kern_set_amx(KERN_AMX_ON) against kern_matvec, bit for bit, for every type that has them, over
  * whole and partial row tiles, whole and overlapped activation-row tiles, 1 / 8 / 16 super-blocks per
  * row, and one wider row that takes the 512-bit core (tests/c/kern_mm_check.h: NaN-poisoned output
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kern.h"
+#include "kern/kern.h"
 #include "kern_mm_check.h"
 
 static const uint32_t types[] = {QT_Q4_K, QT_Q6_K, QT_IQ1_M,   QT_IQ2_XXS, QT_IQ2_XS,

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine.h"
-#include "quant.h"
+#include "run/engine.h"
+#include "gguf/quant.h"
 
 static const char *MODELS[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf"};
 

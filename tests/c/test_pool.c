@@ -6,10 +6,10 @@
 #include <time.h>
 
 #include "check.h"
-#include "common.h"
-#include "kern.h"
-#include "ops.h"
-#include "pool.h"
+#include "base/common.h"
+#include "kern/kern.h"
+#include "kern/ops.h"
+#include "base/pool.h"
 
 typedef struct {
     int nth;

@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "engine.h"
-#include "synth.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "model/synth.h"
 
 #define T 128
 

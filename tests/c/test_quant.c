@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "quant.h"
+#include "base/common.h"
+#include "gguf/quant.h"
 #include "quant_rand.h"
 
 static const uint32_t weight_types[] = {

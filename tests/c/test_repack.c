@@ -1,4 +1,4 @@
-/* test_repack.c — the lookup-free IQ layouts (src/quant_repack.h, src/kern_x86_repack.h):
+/* test_repack.c — the lookup-free IQ layouts (src/gguf/quant_repack.h, src/kern/kern_x86_repack.h):
  *   - the premise: every grid byte of IQ2_XXS / IQ2_XS is 8, 25 or 43, every IQ1 grid byte -1, 0, 1;
  *   - repacking random valid IQ2_XXS / IQ2_XS rows into IQ2_LF and IQ1_M rows into IQ1_LF keeps
  *     to_float and the scalar vec_dot against Q8_K rows bit for bit (exact equality of the float
@@ -23,13 +23,13 @@
 #include <time.h>
 
 #include "check.h"
-#include "common.h"
-#include "kern.h"
+#include "base/common.h"
+#include "kern/kern.h"
 #include "kern_bench.h"
-#include "quant.h"
+#include "gguf/quant.h"
 #include "quant_rand.h"
-#include "quant_repack.h"
-#include "quant_tables.h"
+#include "gguf/quant_repack.h"
+#include "gguf/quant_tables.h"
 
 static const uint32_t srcs[] = { QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M };
 

@@ -1,4 +1,4 @@
-/* test_resident.c — the weights copied off the file mapping (src/resident.h) on the committed tiny
+/* test_resident.c — the weights copied off the file mapping (src/backend/resident.h) on the committed tiny
  * fixtures, against a second engine of the same file that serves everything from the mapping
  * (--weights map):
  *   - after engine_open every dense matrix view but the embedding's points outside the file
@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "engine.h"
-#include "resident.h"
-#include "session.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "backend/resident.h"
+#include "run/session.h"
 
 static bool in_map(const gguf_file *f, const uint8_t *p) {
     for (int i = 0; i < f->n_parts; i++)

@@ -1,11 +1,11 @@
-/* test_sampler.c — unit tests of src/sampler.c: mt19937 reference values, chain edge cases,
+/* test_sampler.c — unit tests of src/text/sampler.c: mt19937 reference values, chain edge cases,
  * penalty history, stop strings. The distribution tests are in tests/test_sampler.py. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "sampler.h"
+#include "base/common.h"
+#include "text/sampler.h"
 
 static void test_mt19937(void) {
     rl_mt19937 m;

@@ -1,4 +1,4 @@
-/* test_session.c — the session layer (src/session.h) on the committed tiny fixtures:
+/* test_session.c — the session layer (src/run/session.h) on the committed tiny fixtures:
  *   - session_generate gives the tokens of a plain engine loop (prefill, sample, step: what the
  *     CLI's decode loop did) for greedy and seeded sampling with penalties, and text == the
  *     ids decoded == the concatenation of what on_text streamed;
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "session.h"
+#include "base/common.h"
+#include "run/session.h"
 
 static session_model *M;
 static int V; /* model vocabulary (logit rows) */

@@ -1,4 +1,4 @@
-/* test_spec.c — speculative decoding never changes the answer (src/spec.h):
+/* test_spec.c — speculative decoding never changes the answer (src/run/spec.h):
  *   - the lookup index equals a linear-scan reference (latest earlier occurrence of the last 3,
  *     else 2 tokens) on random low-entropy sequences, and stays O(1) per draft at 64K tokens
  *     (hash probes per draft bounded, not growing with the length);
@@ -24,11 +24,11 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "engine.h"
-#include "expert_cache.h"
-#include "sampler.h"
-#include "spec.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "cache/expert_cache.h"
+#include "text/sampler.h"
+#include "run/spec.h"
 
 /* tests/cuda/test_cuda_spec.c includes this file with TEST_SPEC_BACKEND "cuda" (the identity
  * and stop tests on the GPU; the bounded cache and its injected failures are CPU-only) */

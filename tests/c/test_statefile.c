@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "engine.h"
-#include "session.h"
-#include "statefile.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "run/session.h"
+#include "run/statefile.h"
 
 #define N 37
 #define M 9

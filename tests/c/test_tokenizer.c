@@ -1,4 +1,4 @@
-/* test_tokenizer.c — tokenizer unit tests (src/tokenizer.c) on tests/fixtures/qwen3-vocab.gguf.
+/* test_tokenizer.c — tokenizer unit tests (src/text/tokenizer.c) on tests/fixtures/qwen3-vocab.gguf.
  *
  *   - vocabulary facts: sizes, special ids, token types, end-of-generation set;
  *   - the special-token switch (TOK_PARSE_SPECIAL on/off);
@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "tokenizer.h"
+#include "base/common.h"
+#include "text/tokenizer.h"
 
 static const char *VOCAB = "tests/fixtures/qwen3-vocab.gguf";
 

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "ops.h"
-#include "vec.h"
+#include "base/common.h"
+#include "kern/ops.h"
+#include "kern/vec.h"
 
 static void check_ops(const vec_ops *v, rl_rng *rng) {
     enum { DK = 128, DV = 128, HD = 256, NKV = 37 };

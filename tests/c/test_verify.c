@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine.h"
+#include "run/engine.h"
 
 #define NT 7 /* rows of the verify under test */
 #define PRE 3 /* tokens before it */

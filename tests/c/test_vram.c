@@ -1,4 +1,4 @@
-/* test_vram.c — the VRAM expert tier's CPU-side logic (src/vram_plan.c, src/vram_slots.c):
+/* test_vram.c — the VRAM expert tier's CPU-side logic (src/cache/vram_plan.c, src/cache/vram_slots.c):
  * slot layouts, the planner's budgets and errors, and the slot cache on hand-worked traces
  * (hits pinned before misses evict, LRU order, abort, prefetch never evicting a prediction,
  * counters), plus a random stress run against the structure's invariants. No GPU needed. */
@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "vram_plan.h"
-#include "vram_slots.h"
+#include "base/common.h"
+#include "cache/vram_plan.h"
+#include "cache/vram_slots.h"
 
 #define MB ((uint64_t)1 << 20)
 

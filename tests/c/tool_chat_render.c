@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "common.h"
+#include "text/chat.h"
+#include "base/common.h"
 
 static char *read_all(FILE *f, size_t *n) {
     chat_buf b = {0};

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "quant.h"
+#include "gguf/quant.h"
 
 static int parse_type(const char *s) {
     char *end;

@@ -18,8 +18,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "common.h"
-#include "sampler.h"
+#include "base/common.h"
+#include "text/sampler.h"
 
 static double num(const cJSON *o, const char *k, double def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);

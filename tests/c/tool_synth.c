@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common.h"
-#include "synth.h"
+#include "base/common.h"
+#include "model/synth.h"
 
 int main(int argc, char **argv) {
     if (argc != 5 && argc != 6) {

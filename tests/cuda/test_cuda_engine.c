@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cuda/cuda_ops.h"
 #include "engine_contract.h"
 

@@ -21,10 +21,10 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
-#include "common.h"
+#include "base/common.h"
 #include "cuda/cuda_ops.h"
-#include "ops.h"
-#include "quant.h"
+#include "kern/ops.h"
+#include "gguf/quant.h"
 #include "quant_rand.h"
 
 static rl_rng R;

@@ -5,7 +5,7 @@
  * graphs, snapshots in device slots, the MTP head on the GPU (tiny-b has one). The bounded
  * expert cache and its injected read errors are CPU-only (CUDA holds every expert).
  * Without a GPU: "test_cuda_spec: skipped: ..." and exit 77. */
-#include "backend.h"
+#include "backend/backend.h"
 #define TEST_SPEC_BACKEND "cuda"
 #define TEST_SPEC_NAME "test_cuda_spec"
 #define main test_spec_main

@@ -23,10 +23,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
-#include "common.h"
-#include "engine.h"
+#include "base/common.h"
+#include "run/engine.h"
 
 #define NT 48
 #define P0 8    /* verifies start after this many tokens */

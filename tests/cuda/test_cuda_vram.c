@@ -18,11 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
-#include "common.h"
-#include "engine.h"
-#include "sampler.h"
+#include "base/common.h"
+#include "run/engine.h"
+#include "text/sampler.h"
 
 #define NP 40  /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
 #define NG 80  /* greedy steps */

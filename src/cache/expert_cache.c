@@ -1,0 +1,848 @@
+/* expert_cache.c — slots, size classes, the two-phase LRU, the (layer, expert) index,
+ * pre-gated prefetch and the q3n_expert_src callbacks (design: docs/EXPERT_CACHE.md).
+ *
+ * Invariants (checked by expert_cache_check):
+ *   - index[key] == s  <=>  slots[s].key == key, and a keyed slot is LOADING, VALID or FAILED;
+ *   - a slot is in exactly one of: its class's free list (FREE), its class's LRU list
+ *     (unpinned, VALID / LOADING by prefetch / FAILED), or pinned by the current acquire;
+ *   - a slot being filled by an I/O thread is LOADING and never reassigned until it is not;
+ *   - only the inference thread changes keys, the index and the lists, so every decision is a
+ *     deterministic function of the call sequence; I/O threads only move LOADING -> VALID/FAILED.
+ */
+#include "cache/expert_cache.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/common.h"
+#include "cache/expert_cache_int.h"
+#include "gguf/quant.h"
+
+const char *ec_mode_name(ec_mode m) {
+    return m == EC_BOUNDED ? "bounded" : m == EC_FULL ? "full" : "mmap";
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static int cache_layers(const q3n_model *m) { return m->hp.n_layer + m->hp.n_nextn; }
+/* Prefetch margin each class needs beyond one whole layer. */
+static int class_margin(const q3n_model *m) {
+    int a = m->hp.n_expert / 8, b = m->hp.n_expert_used;
+    return a > b ? a : b;
+}
+
+/* ---- layer geometry ------------------------------------------------------------------ */
+
+static int layer_geometry(const q3n_model *m, int il, bool direct, ec_layer *out) {
+    const q3n_layer *L = &m->layers[il];
+    const ops_mat *mats[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    int nr = L->fused_gate_up ? 2 : 3;
+    if (L->fused_gate_up) mats[1] = &L->down_exps;
+    memset(out, 0, sizeof *out);
+    out->n_ranges = nr;
+    uint64_t dst = 0;
+    for (int i = 0; i < nr; i++) {
+        const gguf_tensor *t = m->gguf ? gguf_find_tensor(m->gguf, mats[i]->name ? mats[i]->name : "") : NULL;
+        if (!t || !mats[i]->data) return rl_seterr("layer %d: expert tensor not found for the expert cache", il);
+        uint64_t stride = t->nbytes / (uint64_t)m->hp.n_expert;
+        if (stride * (uint64_t)m->hp.n_expert != t->nbytes || stride % mats[i]->row_bytes)
+            return rl_seterr("%s: %s is not %d equal expert slices", m->gguf->path, t->name, m->hp.n_expert);
+        out->r[i] = (ec_range){t->part, t->file_off, stride, (uint32_t)dst};
+        dst += direct ? align_up(stride, EC_ALIGN) + EC_ALIGN : align_up(stride, 64);
+    }
+    out->up_off = L->fused_gate_up ? (uint64_t)m->hp.n_ff_exp * L->gate_exps.row_bytes : 0;
+    out->slot_bytes = align_up(dst, EC_ALIGN);
+    if (out->slot_bytes > UINT32_MAX) return rl_seterr("layer %d: expert slices too large for a slot", il);
+    return 0;
+}
+
+uint64_t expert_cache_slot_bytes(const q3n_model *m, int il, bool direct_io) {
+    ec_layer ly;
+    return layer_geometry(m, il, direct_io, &ly) ? 0 : ly.slot_bytes;
+}
+
+static uint64_t max_slot(const q3n_model *m, bool direct) {
+    uint64_t mx = 0;
+    for (int il = 0; il < cache_layers(m); il++) {
+        uint64_t b = expert_cache_slot_bytes(m, il, direct);
+        if (b > mx) mx = b;
+    }
+    return mx;
+}
+
+uint64_t expert_cache_min_budget(const q3n_model *m, bool direct_io) {
+    return (uint64_t)(m->hp.n_expert + class_margin(m)) * max_slot(m, direct_io);
+}
+
+uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io) {
+    uint64_t s = 0;
+    for (int il = 0; il < cache_layers(m); il++) s += expert_cache_slot_bytes(m, il, direct_io);
+    return s * (uint64_t)m->hp.n_expert;
+}
+
+/* Classes: one per distinct slot size, the same slot count per layer (budget / sum of the
+ * layers' slot sizes, at most n_expert), used when every class then holds a whole layer plus
+ * the prefetch margin (or all of its layers' experts); otherwise one uniform class of the
+ * largest size. */
+static int setup_classes(expert_cache *ec) {
+    const q3n_model *m = ec->m;
+    int nl = ec->n_layer, E = ec->E, need = E + class_margin(m);
+    uint64_t sizes[Q3N_MAX_LAYERS], sum = 0, mx = 0;
+    int n_distinct = 0;
+    for (int il = 0; il < nl; il++) {
+        uint64_t b = ec->layers[il].slot_bytes;
+        sum += b;
+        if (b > mx) mx = b;
+        bool seen = false;
+        for (int c = 0; c < n_distinct; c++) seen |= sizes[c] == b;
+        if (!seen) sizes[n_distinct++] = b;
+    }
+    uint64_t per_layer = ec->p.budget / sum;
+    if (per_layer > (uint64_t)E) per_layer = (uint64_t)E;
+    bool use_classes = !ec->p.uniform && n_distinct > 1;
+    for (int c = 0; c < n_distinct && use_classes; c++) {
+        int nlc = 0;
+        for (int il = 0; il < nl; il++) nlc += ec->layers[il].slot_bytes == sizes[c];
+        uint64_t need_c = (uint64_t)E * nlc < (uint64_t)need ? (uint64_t)E * nlc : (uint64_t)need;
+        if (per_layer * (uint64_t)nlc < need_c) use_classes = false;
+    }
+    ec->n_cls = use_classes ? n_distinct : 1;
+    ec->cls = rl_calloc((size_t)ec->n_cls, sizeof(ec_class), "expert cache classes");
+    if (!ec->cls) return -1;
+    uint64_t total = 0;
+    for (int c = 0; c < ec->n_cls; c++) {
+        ec_class *C = &ec->cls[c];
+        C->slot_bytes = use_classes ? sizes[c] : mx;
+        for (int il = 0; il < nl; il++)
+            if (!use_classes || ec->layers[il].slot_bytes == sizes[c]) {
+                ec->layers[il].cls = c;
+                C->n_layers++;
+            }
+        uint64_t n = use_classes ? per_layer * (uint64_t)C->n_layers : ec->p.budget / mx;
+        uint64_t cap = (uint64_t)E * (uint64_t)C->n_layers;
+        if (n > cap) n = cap;
+        if (n < (uint64_t)need && n < cap)
+            return rl_seterr("expert cache budget %.1f MiB is below the minimum %.1f MiB (%d slots of %.0f KiB: one "
+                             "layer's %d experts plus a prefetch margin); raise --cache-mib",
+                             ec->p.budget / 1048576.0, expert_cache_min_budget(m, ec->direct) / 1048576.0,
+                             need, mx / 1024.0, E);
+        C->first = (int)total;
+        C->n = (int)n;
+        total += n;
+    }
+    if (total > (1u << 30)) return rl_seterr("expert cache: too many slots");
+    ec->n_slots = (int)total;
+    return 0;
+}
+
+static int alloc_slots(expert_cache *ec) {
+    ec->slots = rl_calloc((size_t)ec->n_slots, sizeof(ec_slot), "expert cache slots");
+    ec->arenas = rl_calloc((size_t)ec->n_cls, sizeof(uint8_t *), "expert cache arenas");
+    ec->arena_len = rl_calloc((size_t)ec->n_cls, sizeof(uint64_t), "expert cache arenas");
+    if (!ec->slots || !ec->arenas || !ec->arena_len) return -1;
+    for (int c = 0; c < ec->n_cls; c++) {
+        ec_class *C = &ec->cls[c];
+        uint64_t len = C->slot_bytes * (uint64_t)C->n;
+        C->mru = C->lru = C->free_head = -1;
+        if (len == 0) continue;
+        /* anonymous memory is committed page by page as slots fill, so RSS follows use */
+        void *a = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (a == MAP_FAILED)
+            return rl_seterr("expert cache: cannot reserve %.1f MiB of slots: %s (lower --cache-mib)",
+                             len / 1048576.0, strerror(errno));
+        ec->arenas[c] = a;
+        ec->arena_len[c] = len;
+        ec->n_arenas = c + 1;
+        for (int i = C->n - 1; i >= 0; i--) {
+            ec_slot *s = &ec->slots[C->first + i];
+            s->mem = (uint8_t *)a + (uint64_t)i * C->slot_bytes;
+            s->key = -1;
+            s->prev = -1;
+            s->cls = (uint16_t)c;
+            s->next = C->free_head;
+            C->free_head = C->first + i;
+            C->n_free++;
+        }
+    }
+    return 0;
+}
+
+/* ---- lists --------------------------------------------------------------------------- */
+
+static void lru_unlink(expert_cache *ec, int32_t s) {
+    ec_slot *sl = &ec->slots[s];
+    ec_class *C = &ec->cls[sl->cls];
+    RL_ASSERT(sl->in_lru);
+    if (sl->prev >= 0) ec->slots[sl->prev].next = sl->next; else C->mru = sl->next;
+    if (sl->next >= 0) ec->slots[sl->next].prev = sl->prev; else C->lru = sl->prev;
+    sl->prev = sl->next = -1;
+    sl->in_lru = 0;
+}
+
+static void lru_push_mru(expert_cache *ec, int32_t s) {
+    ec_slot *sl = &ec->slots[s];
+    ec_class *C = &ec->cls[sl->cls];
+    RL_ASSERT(!sl->in_lru && !sl->pins);
+    sl->prev = -1;
+    sl->next = C->mru;
+    if (C->mru >= 0) ec->slots[C->mru].prev = s; else C->lru = s;
+    C->mru = s;
+    sl->in_lru = 1;
+}
+
+static void free_push(expert_cache *ec, int32_t s) {
+    ec_slot *sl = &ec->slots[s];
+    ec_class *C = &ec->cls[sl->cls];
+    if (sl->key >= 0 && ec->index[sl->key] == s) ec->index[sl->key] = -1;
+    sl->key = -1;
+    sl->state = EC_S_FREE;
+    sl->prefetched = 0;
+    sl->prev = -1;
+    sl->next = C->free_head;
+    C->free_head = s;
+    C->n_free++;
+}
+
+static void wait_loaded(expert_cache *ec, int32_t s) {
+    while (ec->slots[s].state == EC_S_LOADING) pthread_cond_wait(&ec->cv_done, &ec->mu);
+}
+
+/* Detach slot s (in the LRU list) from its key so it can take a new one. */
+static void evict(expert_cache *ec, int32_t s) {
+    ec_slot *sl = &ec->slots[s];
+    wait_loaded(ec, s); /* its bytes may still be arriving */
+    lru_unlink(ec, s);
+    if (sl->key >= 0) ec->index[sl->key] = -1;
+    if (sl->state == EC_S_VALID) ec->st.evictions++;
+    if (sl->prefetched) ec->st.pf_loads_wasted++;
+    sl->key = -1;
+    sl->prefetched = 0;
+    sl->state = EC_S_FREE;
+}
+
+/* A slot of class c to load into: a free one, else the least recently used entry, skipping
+ * entries of layers pa and pb (prefetch protects the current and the next layer). *cursor
+ * (prefetch) resumes the walk where the last call stopped. -1 if none. */
+static int32_t take_slot(expert_cache *ec, int c, int pa, int pb, int32_t *cursor) {
+    ec_class *C = &ec->cls[c];
+    if (C->free_head >= 0) {
+        int32_t s = C->free_head;
+        C->free_head = ec->slots[s].next;
+        C->n_free--;
+        ec->slots[s].next = -1;
+        return s;
+    }
+    int32_t s = cursor ? *cursor : C->lru;
+    while (s >= 0) {
+        int32_t prev = ec->slots[s].prev;
+        int kl = ec->slots[s].key >= 0 ? ec_layer_of(ec, ec->slots[s].key) : -1;
+        if (kl != pa && kl != pb) {
+            evict(ec, s);
+            if (cursor) *cursor = prev;
+            return s;
+        }
+        s = prev;
+    }
+    if (cursor) *cursor = -1;
+    return -1;
+}
+
+static void assign(expert_cache *ec, int32_t s, int32_t key) {
+    ec_slot *sl = &ec->slots[s];
+    sl->key = key;
+    sl->state = EC_S_LOADING;
+    sl->prefetched = 0;
+    ec->index[key] = s;
+}
+
+/* ---- q3n_expert_src callbacks ---------------------------------------------------------- */
+
+static void slot_ptrs(const expert_cache *ec, const ec_layer *ly, const uint8_t *mem, int e, const uint8_t **g,
+                      const uint8_t **u, const uint8_t **d) {
+    *g = mem + ly->r[0].dst + ec_pad(ec, &ly->r[0], e);
+    if (ly->n_ranges == 2) {
+        *u = *g + ly->up_off;
+        *d = mem + ly->r[1].dst + ec_pad(ec, &ly->r[1], e);
+    } else {
+        *u = mem + ly->r[1].dst + ec_pad(ec, &ly->r[1], e);
+        *d = mem + ly->r[2].dst + ec_pad(ec, &ly->r[2], e);
+    }
+}
+
+/* Full and mapped modes: expert e's slices where the model's views are (the file mapping, or the
+ * copies in memory of resident.h: the same bytes). */
+static void mapped_ptrs(const expert_cache *ec, int il, int e, const uint8_t **g, const uint8_t **u,
+                        const uint8_t **d) {
+    const ec_layer *ly = &ec->layers[il];
+    const q3n_layer *L = &ec->m->layers[il];
+    const int nd = ly->n_ranges - 1; /* the down range: 2, or 1 after a fused gate_up */
+    *g = L->gate_exps.data + (uint64_t)e * ly->r[0].stride;
+    *u = nd == 1 ? *g + ly->up_off : L->up_exps.data + (uint64_t)e * ly->r[1].stride;
+    *d = L->down_exps.data + (uint64_t)e * ly->r[nd].stride;
+}
+
+static void trace_and_count(expert_cache *ec, int il, const int32_t *ids, int n) {
+    ec->st.acquires++;
+    ec->st.lookups += (uint64_t)n;
+    if (ec->has_pred && ec->has_pred[il]) {
+        ec->st.pf_used_total += (uint64_t)n;
+        for (int i = 0; i < n; i++) ec->st.pf_predicted_used += ec->pred[(size_t)il * ec->E + ids[i]];
+        memset(ec->pred + (size_t)il * ec->E, 0, (size_t)ec->E);
+        ec->has_pred[il] = 0;
+    }
+    if (ec->trace) {
+        fprintf(ec->trace, "{\"f\":%llu,\"l\":%d,\"n\":%d,\"ids\":[", (unsigned long long)ec->fwd, il, ec->rows);
+        for (int i = 0; i < n; i++) fprintf(ec->trace, "%s%d", i ? "," : "", ids[i]);
+        fputs("]}\n", ec->trace);
+    }
+}
+
+/* Roll back an acquire: pinned hits go back to the LRU, slots whose load failed (or never
+ * completed) go back to the free list; nothing half-loaded stays indexed. */
+static void abort_acquire(expert_cache *ec, const int32_t *slot_of, int n) {
+    for (int i = 0; i < n; i++) {
+        int32_t s = slot_of[i];
+        if (s < 0) continue;
+        ec_slot *sl = &ec->slots[s];
+        wait_loaded(ec, s);
+        sl->pins--;
+        if (sl->pins) continue;
+        if (sl->state == EC_S_VALID)
+            lru_push_mru(ec, s);
+        else
+            free_push(ec, s);
+    }
+    ec->st.aborts++;
+}
+
+static int acquire_bounded(expert_cache *ec, int il, const int32_t *ids, int n, const uint8_t **gate,
+                           const uint8_t **up, const uint8_t **down) {
+    int32_t slot_of[EC_MAX_SEL];
+    uint8_t demand[EC_MAX_SEL];
+    const ec_layer *ly = &ec->layers[il];
+    int E = ec->E, rc = 0;
+    pthread_mutex_lock(&ec->mu);
+    RL_ASSERT(ec->n_pinned[il] == 0);
+    /* phase 1: reserve the hits first, so no miss below can evict an expert of this selection */
+    for (int i = 0; i < n; i++) {
+        RL_ASSERT(ids[i] >= 0 && ids[i] < E);
+        int32_t s = ec->index[il * E + ids[i]];
+        slot_of[i] = -1;
+        demand[i] = 0;
+        if (s < 0 || ec->slots[s].state == EC_S_FAILED) continue;
+        ec_slot *sl = &ec->slots[s];
+        if (sl->in_lru) lru_unlink(ec, s);
+        sl->pins++;
+        slot_of[i] = s;
+        if (sl->state == EC_S_LOADING) { /* a prefetch on its way: needed now */
+            ec->st.hits_inflight++;
+            ec_io_promote(ec, s);
+        } else {
+            ec->st.hits++;
+        }
+        if (sl->prefetched) {
+            ec->st.pf_loads_used++;
+            sl->prefetched = 0;
+        }
+    }
+    /* phase 2: victims for the misses, loaded in parallel by the I/O threads */
+    for (int i = 0; i < n; i++) {
+        if (slot_of[i] >= 0) continue;
+        int32_t key = il * E + ids[i], s = ec->index[key];
+        if (s >= 0 && ec->slots[s].state != EC_S_FAILED) { /* a duplicate id: already ours */
+            ec->slots[s].pins++;
+            slot_of[i] = s;
+            continue;
+        }
+        if (s >= 0) { /* FAILED earlier (prefetch): reload in place */
+            if (ec->slots[s].in_lru) lru_unlink(ec, s);
+            ec->slots[s].prefetched = 0;
+        } else {
+            s = take_slot(ec, ly->cls, -1, -1, NULL);
+        }
+        if (s < 0) {
+            const ec_class *C = &ec->cls[ly->cls];
+            rl_seterr("expert cache too small: layer %d needs %d experts at once but its class has %d slots of "
+                      "%.0f KiB (raise --cache-mib or lower --batch)",
+                      il, n, C->n, C->slot_bytes / 1024.0);
+            abort_acquire(ec, slot_of, n);
+            pthread_mutex_unlock(&ec->mu);
+            return -1;
+        }
+        assign(ec, s, key);
+        ec->slots[s].pins = 1;
+        slot_of[i] = s;
+        demand[i] = 1;
+        ec->st.misses++;
+        ec_io_submit(ec, s, true);
+    }
+    /* wait; a prefetch that failed gets one demand retry before the error counts */
+    double t0 = rl_now();
+    for (;;) {
+        bool again = false;
+        for (int i = 0; i < n; i++) wait_loaded(ec, slot_of[i]);
+        for (int i = 0; i < n && rc == 0; i++) {
+            ec_slot *sl = &ec->slots[slot_of[i]];
+            if (sl->state != EC_S_FAILED) continue;
+            if (!demand[i]) {
+                demand[i] = 1;
+                sl->state = EC_S_LOADING;
+                ec->st.misses++;
+                ec_io_submit(ec, slot_of[i], true);
+                again = true;
+            } else {
+                rc = ec_io_error(ec, slot_of[i]);
+            }
+        }
+        if (!again || rc) break;
+    }
+    ec->st.io_wait_s += rl_now() - t0;
+    if (rc) {
+        abort_acquire(ec, slot_of, n);
+        pthread_mutex_unlock(&ec->mu);
+        return -1;
+    }
+    /* commit: every slot of the selection is valid and pinned until release */
+    for (int i = 0; i < n; i++) {
+        ec->pinned[(size_t)il * E + ec->n_pinned[il]++] = slot_of[i];
+        slot_ptrs(ec, ly, ec->slots[slot_of[i]].mem, ids[i], &gate[i], &up[i], &down[i]);
+    }
+    pthread_mutex_unlock(&ec->mu);
+    return 0;
+}
+
+static int ec_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
+                      const uint8_t **down) {
+    expert_cache *ec = ud;
+    RL_ASSERT(il >= 0 && il < ec->n_layer && n >= 0 && n <= EC_MAX_SEL);
+    trace_and_count(ec, il, ids, n);
+    if (ec->mode == EC_BOUNDED) return acquire_bounded(ec, il, ids, n, gate, up, down);
+    for (int i = 0; i < n; i++) mapped_ptrs(ec, il, ids[i], &gate[i], &up[i], &down[i]);
+    ec->st.hits += (uint64_t)n;
+    return 0;
+}
+
+static void ec_release(void *ud, int il) {
+    expert_cache *ec = ud;
+    if (ec->mode != EC_BOUNDED) return;
+    pthread_mutex_lock(&ec->mu);
+    int32_t *pin = ec->pinned + (size_t)il * ec->E;
+    for (int i = 0; i < ec->n_pinned[il]; i++) {
+        ec_slot *sl = &ec->slots[pin[i]];
+        RL_ASSERT(sl->pins > 0 && sl->state == EC_S_VALID);
+        if (--sl->pins == 0) lru_push_mru(ec, pin[i]);
+    }
+    ec->n_pinned[il] = 0;
+    pthread_mutex_unlock(&ec->mu);
+}
+
+/* Pre-gating: layer il+1's router applied to layer il's MoE input predicts il+1's experts;
+ * the misses among them are planned here (deterministically) and loaded by the I/O threads
+ * while layer il computes. Never evicts entries of layers il and il+1 (the current
+ * selection, not yet pinned, and the predictions themselves). */
+static void ec_hint(void *ud, int il, const float *xn, int T) {
+    expert_cache *ec = ud;
+    if (il == 0) {
+        ec->st.tokens += (uint64_t)T;
+        ec->fwd++;
+    }
+    ec->rows = T;
+    int nl = il + 1, E = ec->E;
+    if (ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
+    int pk = ec->pk;
+    double t0 = rl_now();
+    if (T > ec->rbuf_rows) {
+        free(ec->rbuf);
+        free(ec->topk);
+        ec->rbuf = rl_malloc(sizeof(float) * (size_t)T * E, "router scratch");
+        ec->topk = rl_malloc(sizeof(int32_t) * (size_t)T * pk + sizeof(int32_t) * (size_t)E, "router scratch");
+        ec->rbuf_rows = ec->rbuf && ec->topk ? T : 0;
+        if (!ec->rbuf_rows) return; /* prefetch is an optimisation: skip it */
+    }
+    /* the SIMD path where the router type has one: a prediction needs no oracle precision */
+    const ops_mat *R = &ec->m->layers[nl].router;
+    size_t ab = ops_actq_bytes(R, T);
+    if (ab > ec->actq_bytes) {
+        free(ec->actq);
+        ec->actq = rl_aligned_alloc(ab, "router scratch");
+        ec->actq_bytes = ec->actq ? ab : 0;
+    }
+    if (ab && ec->actq)
+        ops_matmul_fast(ec->pool, R, xn, T, ec->rbuf, ec->actq);
+    else
+        ops_matmul_ref(ec->pool, R, xn, T, ec->rbuf);
+    /* softmax is monotonic, so the top-k of the logits is the top-k of the probabilities */
+    uint8_t *pred = ec->pred + (size_t)nl * E;
+    int32_t *order = ec->topk + (size_t)T * pk;
+    int np = 0;
+    for (int t = 0; t < T; t++) ops_topk(ec->rbuf + (size_t)t * E, E, pk, ec->topk + (size_t)t * pk);
+    for (int k = 0; k < pk; k++) /* rank-major order: every row's best guess first */
+        for (int t = 0; t < T; t++) {
+            int32_t e = ec->topk[(size_t)t * pk + k];
+            if (!pred[e]) {
+                pred[e] = 1;
+                order[np++] = e;
+            }
+        }
+    ec->has_pred[nl] = 1;
+    ec->st.pf_predicted += (uint64_t)np;
+    pthread_mutex_lock(&ec->mu);
+    int c = ec->layers[nl].cls;
+    int32_t cursor = ec->cls[c].lru;
+    for (int i = 0; i < np; i++) {
+        int32_t key = nl * E + order[i], s = ec->index[key];
+        if (s >= 0 && ec->slots[s].state != EC_S_FAILED) continue; /* resident or on its way */
+        if (s >= 0) {
+            if (cursor == s) cursor = ec->slots[s].prev;
+            evict(ec, s); /* a failed earlier prefetch: retry in the same slot */
+        } else {
+            s = take_slot(ec, c, il, nl, &cursor);
+        }
+        if (s < 0) {
+            ec->st.pf_no_slot += (uint64_t)(np - i);
+            break;
+        }
+        assign(ec, s, key);
+        ec->slots[s].prefetched = 1;
+        lru_push_mru(ec, s);
+        ec->st.pf_loads++;
+        ec_io_submit(ec, s, false);
+    }
+    pthread_mutex_unlock(&ec->mu);
+    ec->st.hint_s += rl_now() - t0;
+}
+
+/* Cache-aware routing (changes outputs): rank by log p + bias for resident experts. */
+static void ec_bias(void *ud, int il, float *scores, int n) {
+    expert_cache *ec = ud;
+    pthread_mutex_lock(&ec->mu);
+    for (int e = 0; e < n; e++) {
+        int32_t s = ec->index[il * ec->E + e];
+        bool res = s >= 0 && ec->slots[s].state != EC_S_FAILED;
+        scores[e] = logf(scores[e]) + (res ? ec->p.route_bias : 0.0f);
+    }
+    ec->st.bias_calls++;
+    pthread_mutex_unlock(&ec->mu);
+}
+
+/* The slot arenas (bounded mode; the other modes serve the mapping): a GPU tier page-locks them. */
+static int ec_span(void *ud, int i, void **p, uint64_t *n) {
+    expert_cache *ec = ud;
+    if (ec->mode != EC_BOUNDED || i < 0 || i >= ec->n_arenas || !ec->arenas[i]) return 0;
+    *p = ec->arenas[i];
+    *n = ec->arena_len[i];
+    return 1;
+}
+
+q3n_expert_src expert_cache_src(expert_cache *ec) {
+    q3n_expert_src s = {.acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
+    if (ec->mode == EC_BOUNDED && ec->p.route_bias > 0) s.bias = ec_bias;
+    return s;
+}
+
+ec_mode expert_cache_mode(const expert_cache *ec) { return ec->mode; }
+bool expert_cache_direct_io(const expert_cache *ec) { return ec->direct; }
+
+bool expert_cache_resident(expert_cache *ec, int layer, int expert) {
+    if (ec->mode != EC_BOUNDED) return true;
+    pthread_mutex_lock(&ec->mu);
+    int32_t s = ec->index[layer * ec->E + expert];
+    bool r = s >= 0 && ec->slots[s].state != EC_S_FAILED;
+    pthread_mutex_unlock(&ec->mu);
+    return r;
+}
+
+/* ---- full residency: preload the mapping ----------------------------------------------- */
+
+static int preload_mapping(expert_cache *ec) {
+    if (ec->m->experts_copied) return 0; /* served from the copies in memory (resident.h) */
+    uint64_t total = 0, done = 0;
+    for (int il = 0; il < ec->n_layer; il++)
+        for (int i = 0; i < ec->layers[il].n_ranges; i++) total += ec->layers[il].r[i].stride * (uint64_t)ec->E;
+    rl_progress pr;
+    if (ec->p.progress) rl_progress_start(&pr, "experts", total); /* (it draws at once) */
+    else pr = (rl_progress){.enabled = false};
+    volatile uint8_t sink = 0;
+    for (int il = 0; il < ec->n_layer; il++)
+        for (int i = 0; i < ec->layers[il].n_ranges; i++) {
+            const ec_range *r = &ec->layers[il].r[i];
+            const struct gguf_part *p = &ec->f->parts[r->part];
+            uint64_t len = r->stride * (uint64_t)ec->E, beg = r->base - r->base % EC_ALIGN;
+            if (p->fd >= 0) madvise((void *)(p->map + beg), (size_t)(r->base + len - beg), MADV_WILLNEED);
+            for (uint64_t off = 0; off < len; off += EC_ALIGN) {
+                sink ^= p->map[r->base + off];
+                if ((off & ((64u << 20) - 1)) == 0) rl_progress_update(&pr, done + off);
+            }
+            done += len;
+        }
+    (void)sink;
+    rl_progress_end(&pr);
+    return 0;
+}
+
+/* Bounded mode: the page cache must not fill with expert pages behind the budget. Our reads
+ * bypass the mapping, but a fault on a dense page makes the kernel read around it (up to
+ * read_ahead_kb, often several MiB) and the dense tensors sit between expert tensors in the
+ * file. So the whole mapping is first marked MADV_RANDOM (no read-around, no async readahead
+ * triggered by touching a readahead marker), the dense tensors are read once (MADV_WILLNEED
+ * over each one's exact range, then one touch per page) and get MADV_NORMAL back; the expert
+ * ranges stay MADV_RANDOM, so a stray touch reads one page, not a window. */
+static void prepare_mapping(expert_cache *ec) {
+    gguf_file *f = ec->f;
+    uint64_t total = 0, done = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (!q3n_tensor_is_routed(f->tensors[i].name)) total += f->tensors[i].nbytes;
+    rl_progress pr;
+    if (ec->p.progress) rl_progress_start(&pr, "dense", total); /* (it draws at once) */
+    else pr = (rl_progress){.enabled = false};
+    volatile uint8_t sink = 0;
+    for (int i = 0; i < f->n_parts; i++)
+        if (f->parts[i].fd >= 0) madvise((void *)f->parts[i].map, (size_t)f->parts[i].size, MADV_RANDOM);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        const struct gguf_part *p = &f->parts[t->part];
+        if (p->fd < 0 || !t->nbytes || q3n_tensor_is_routed(t->name)) continue;
+        /* copied to memory (resident.h): only the embedding's rows are still read here */
+        if (ec->m->dense_copied && q3n_tensor_lookup(t->name, NULL) != Q3N_T_TOKEN_EMBD) continue;
+        uint64_t beg = t->file_off - t->file_off % EC_ALIGN, end = t->file_off + t->nbytes;
+        madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_WILLNEED);
+        for (uint64_t off = beg; off < end; off += EC_ALIGN) sink ^= p->map[off < t->file_off ? t->file_off : off];
+        madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_NORMAL);
+        done += t->nbytes;
+        rl_progress_update(&pr, done);
+    }
+    (void)sink;
+    rl_progress_end(&pr);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+static void env_params(ec_params *p) {
+    const char *v;
+    if ((v = getenv("RL_CACHE_IO_THREADS")) && atoi(v) > 0) p->io_threads = atoi(v);
+    if ((v = getenv("RL_CACHE_PREFETCH"))) p->no_prefetch = atoi(v) == 0;
+    if ((v = getenv("RL_CACHE_DIRECT"))) p->io = atoi(v) != 0 ? EC_IO_DIRECT : EC_IO_BUFFERED;
+    if ((v = getenv("RL_CACHE_PREFETCH_K")) && atoi(v) > 0) p->prefetch_k = atoi(v);
+    if ((v = getenv("RL_CACHE_CLASSES"))) p->uniform = atoi(v) == 0;
+    if (!p->trace_path && (v = getenv("RL_ROUTE_TRACE")) && *v) p->trace_path = v;
+    if (p->io_threads <= 0) p->io_threads = 4;
+    if (p->io_threads > 64) p->io_threads = 64;
+}
+
+static void env_fault(expert_cache *ec) {
+    const char *v = getenv("RL_CACHE_FAULT");
+    if (!v || !*v) return;
+    static const struct { const char *name; ec_fault f; } kinds[] = {
+        {"eio", EC_FAULT_EIO}, {"eof", EC_FAULT_EOF}, {"short", EC_FAULT_SHORT}, {"eintr", EC_FAULT_EINTR}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t n = strlen(kinds[i].name);
+        if (!strncmp(v, kinds[i].name, n) && (v[n] == '@' || v[n] == '%'))
+            expert_cache_set_fault(ec, kinds[i].f, strtoull(v + n + 1, NULL, 10));
+    }
+}
+
+expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params *p) {
+    expert_cache *ec = rl_calloc(1, sizeof *ec, "expert cache");
+    if (!ec) return NULL;
+    ec->m = m;
+    ec->f = m->gguf;
+    ec->mode = mode;
+    if (p) ec->p = *p;
+    env_params(&ec->p);
+    ec->n_layer = cache_layers(m);
+    ec->E = m->hp.n_expert;
+    ec->K = m->hp.n_expert_used;
+    ec->pk = ec->p.prefetch_k > 0 && ec->p.prefetch_k < ec->K ? ec->p.prefetch_k : ec->K;
+    /* AUTO: direct when the file system takes it and its block padding costs under 5 % of the
+     * slot bytes (large experts; a tiny model's few-KiB slices would double in size) */
+    if (mode == EC_BOUNDED && ec->f)
+        ec->direct = ec->p.io == EC_IO_DIRECT ||
+                     (ec->p.io == EC_IO_AUTO && expert_cache_full_bytes(m, true) * 100 <= expert_cache_full_bytes(m, false) * 105 &&
+                      ec_io_probe_direct(ec->f));
+    pthread_mutex_init(&ec->mu, NULL);
+    pthread_cond_init(&ec->cv_job, NULL);
+    pthread_cond_init(&ec->cv_done, NULL);
+    atomic_init(&ec->reads, 0);
+    if (!ec->f) {
+        rl_seterr("expert cache: the model has no GGUF file");
+        goto fail;
+    }
+    ec->layers = rl_calloc((size_t)ec->n_layer, sizeof(ec_layer), "expert cache layers");
+    if (!ec->layers) goto fail;
+    for (int il = 0; il < ec->n_layer; il++)
+        if (layer_geometry(m, il, ec->direct, &ec->layers[il])) goto fail;
+    size_t nk = (size_t)ec->n_layer * ec->E;
+    if (mode == EC_BOUNDED) {
+        if (setup_classes(ec) || alloc_slots(ec)) goto fail;
+        ec->index = rl_malloc(sizeof(int32_t) * nk, "expert cache index");
+        ec->pinned = rl_malloc(sizeof(int32_t) * nk, "expert cache pins");
+        ec->n_pinned = rl_calloc((size_t)ec->n_layer, sizeof(int), "expert cache pins");
+        ec->qd = rl_malloc(sizeof(int32_t) * (size_t)ec->n_slots, "expert I/O queue");
+        ec->qp = rl_malloc(sizeof(int32_t) * (size_t)ec->n_slots, "expert I/O queue");
+        if (!ec->index || !ec->pinned || !ec->n_pinned || !ec->qd || !ec->qp) goto fail;
+        for (size_t i = 0; i < nk; i++) ec->index[i] = -1;
+        if (ec_io_start(ec)) goto fail;
+        prepare_mapping(ec);
+        if (!ec->p.no_prefetch) {
+            ec->pred = rl_calloc(nk, 1, "prefetch predictions");
+            ec->has_pred = rl_calloc((size_t)ec->n_layer, 1, "prefetch predictions");
+            ec->pool = pool_new(rl_ncpu() < 8 ? rl_ncpu() : 8);
+            if (!ec->pred || !ec->has_pred || !ec->pool) goto fail;
+        }
+        env_fault(ec);
+    } else if (mode == EC_FULL) {
+        if (preload_mapping(ec)) goto fail;
+    }
+    if (ec->p.trace_path) {
+        ec->trace = fopen(ec->p.trace_path, "w");
+        if (!ec->trace) {
+            rl_seterr("cannot write route trace %s: %s", ec->p.trace_path, strerror(errno));
+            goto fail;
+        }
+        /* header: what tools/cache_sim.py needs to replay the trace under other budgets */
+        fprintf(ec->trace, "{\"header\":{\"mode\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,\"top_k\":%d,"
+                           "\"budget\":%llu,\"slot_bytes\":[",
+                ec_mode_name(mode), ec->n_layer, ec->E, ec->K, (unsigned long long)ec->p.budget);
+        for (int il = 0; il < ec->n_layer; il++)
+            fprintf(ec->trace, "%s%llu", il ? "," : "", (unsigned long long)expert_cache_slot_bytes(m, il, false));
+        fputs("]}}\n", ec->trace);
+    }
+    ec->st.budget = mode == EC_BOUNDED ? ec->p.budget : 0;
+    return ec;
+fail:
+    expert_cache_free(ec);
+    return NULL;
+}
+
+void expert_cache_free(expert_cache *ec) {
+    if (!ec) return;
+    ec_io_stop(ec);
+    if (ec->trace) fclose(ec->trace);
+    for (int c = 0; c < ec->n_arenas; c++)
+        if (ec->arenas[c]) munmap(ec->arenas[c], (size_t)ec->arena_len[c]);
+    pool_free(ec->pool);
+    free(ec->arenas);
+    free(ec->arena_len);
+    free(ec->slots);
+    free(ec->cls);
+    free(ec->layers);
+    free(ec->index);
+    free(ec->pinned);
+    free(ec->n_pinned);
+    free(ec->qd);
+    free(ec->qp);
+    free(ec->pred);
+    free(ec->has_pred);
+    free(ec->rbuf);
+    free(ec->topk);
+    free(ec->actq);
+    pthread_mutex_destroy(&ec->mu);
+    pthread_cond_destroy(&ec->cv_job);
+    pthread_cond_destroy(&ec->cv_done);
+    free(ec);
+}
+
+/* Wait until no load is queued or running (under mu). */
+static void drain(expert_cache *ec) {
+    for (int s = 0; s < ec->n_slots; s++) wait_loaded(ec, s);
+}
+
+void expert_cache_set_fault(expert_cache *ec, ec_fault kind, uint64_t n) {
+    if (ec->mode != EC_BOUNDED) return;
+    pthread_mutex_lock(&ec->mu);
+    drain(ec); /* the I/O threads read these fields after taking mu for their next job */
+    ec->fault = kind;
+    ec->fault_n = (kind == EC_FAULT_SHORT || kind == EC_FAULT_EINTR) && n < 2 ? 2 : n;
+    atomic_store(&ec->reads, 0);
+    pthread_mutex_unlock(&ec->mu);
+}
+
+/* ---- observability --------------------------------------------------------------------- */
+
+void expert_cache_get_stats(expert_cache *ec, ec_stats *out) {
+    pthread_mutex_lock(&ec->mu);
+    *out = ec->st;
+    pthread_mutex_unlock(&ec->mu);
+    out->mode = ec->mode;
+    out->n_slots = (uint64_t)ec->n_slots;
+    out->n_classes = (uint64_t)ec->n_cls;
+    out->peak_rss = rl_peak_rss();
+}
+
+void expert_cache_reset_stats(expert_cache *ec) {
+    pthread_mutex_lock(&ec->mu);
+    uint64_t budget = ec->st.budget;
+    memset(&ec->st, 0, sizeof ec->st);
+    ec->st.budget = budget;
+    for (int s = 0; s < ec->n_slots; s++) ec->slots[s].prefetched = 0; /* count only new loads */
+    pthread_mutex_unlock(&ec->mu);
+}
+
+static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
+void expert_cache_print_stats(expert_cache *ec, FILE *out) {
+    ec_stats s;
+    expert_cache_get_stats(ec, &s);
+    double tok = s.tokens ? (double)s.tokens : 1.0, MiB = 1048576.0;
+    fprintf(out, "expert cache: %s", ec_mode_name(s.mode));
+    if (s.mode == EC_BOUNDED) {
+        fprintf(out, ", %.0f MiB in %llu slots (", s.budget / MiB, (unsigned long long)s.n_slots);
+        for (int c = 0; c < ec->n_cls; c++)
+            fprintf(out, "%s%d x %.0f KiB", c ? ", " : "", ec->cls[c].n, ec->cls[c].slot_bytes / 1024.0);
+        fprintf(out, ")%s", ec->direct ? ", O_DIRECT" : ", buffered + FADV_DONTNEED");
+    }
+    fprintf(out, "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f MiB/token "
+                 "(demand %.2f, prefetch %.2f), evictions %llu\n",
+            (unsigned long long)s.tokens, pct(s.hits + s.hits_inflight, s.lookups), (unsigned long long)s.hits,
+            (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, s.misses / tok,
+            (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok, s.bytes_prefetch / MiB / tok,
+            (unsigned long long)s.evictions);
+    if (s.pf_predicted)
+        fprintf(out, "  prefetch: predictions precision %.1f%% recall %.1f%%; loads %llu, used %.1f%%, wasted %llu, "
+                     "no slot %llu\n",
+                pct(s.pf_predicted_used, s.pf_predicted), pct(s.pf_predicted_used, s.pf_used_total),
+                (unsigned long long)s.pf_loads, pct(s.pf_loads_used, s.pf_loads), (unsigned long long)s.pf_loads_wasted,
+                (unsigned long long)s.pf_no_slot);
+    fprintf(out, "  waited on I/O %.3f s, pre-gating %.3f s, read errors %llu, aborts %llu; peak RSS %.2f GiB\n",
+            s.io_wait_s, s.hint_s, (unsigned long long)s.io_errors, (unsigned long long)s.aborts,
+            s.peak_rss / (1024.0 * MiB));
+}
+
+int expert_cache_check(expert_cache *ec) {
+    if (ec->mode != EC_BOUNDED) return 0;
+    int rc = 0;
+    pthread_mutex_lock(&ec->mu);
+    size_t nk = (size_t)ec->n_layer * ec->E;
+    for (size_t k = 0; k < nk && !rc; k++) {
+        int32_t s = ec->index[k];
+        if (s >= 0 && (s >= ec->n_slots || ec->slots[s].key != (int32_t)k || ec->slots[s].state == EC_S_FREE))
+            rc = rl_seterr("index entry %zu -> slot %d is inconsistent", k, s);
+    }
+    for (int c = 0; c < ec->n_cls && !rc; c++) {
+        const ec_class *C = &ec->cls[c];
+        int n_lru = 0, n_free = 0, n_pin = 0;
+        for (int32_t s = C->mru, prev = -1; s >= 0 && !rc; prev = s, s = ec->slots[s].next, n_lru++) {
+            const ec_slot *sl = &ec->slots[s];
+            if (sl->prev != prev || !sl->in_lru || sl->pins || sl->cls != c || sl->key < 0 || n_lru > C->n)
+                rc = rl_seterr("class %d: LRU list broken at slot %d", c, s);
+        }
+        for (int32_t s = C->free_head; s >= 0 && !rc; s = ec->slots[s].next, n_free++)
+            if (ec->slots[s].state != EC_S_FREE || ec->slots[s].key >= 0 || n_free > C->n)
+                rc = rl_seterr("class %d: free list broken at slot %d", c, s);
+        for (int i = 0; i < C->n && !rc; i++) {
+            const ec_slot *sl = &ec->slots[C->first + i];
+            if (sl->key >= 0 && ec->index[sl->key] != C->first + i)
+                rc = rl_seterr("slot %d holds key %d but the index disagrees", C->first + i, sl->key);
+            if (sl->pins) n_pin++;
+            if (sl->key >= 0 && ec->layers[ec_layer_of(ec, sl->key)].cls != c)
+                rc = rl_seterr("slot %d holds a key of another class", C->first + i);
+        }
+        if (!rc && (n_free != C->n_free || n_lru + n_free + n_pin != C->n))
+            rc = rl_seterr("class %d: %d in LRU + %d free + %d pinned != %d slots (free count %d)", c, n_lru, n_free,
+                           n_pin, C->n, C->n_free);
+    }
+    pthread_mutex_unlock(&ec->mu);
+    return rc;
+}

@@ -1,0 +1,114 @@
+/* vram_plan.h — the VRAM expert tier's planner: how much of the device the dense weights, the
+ * context (KV cache, recurrent state, scratch) and the routed-expert slots get
+ * (docs/EXPERT_CACHE.md, "VRAM tier"). Pure C, no CUDA: tested in CI (tests/c/test_vram.c).
+ *
+ * The backend (backend_cuda.c) fills a vram_geom from the model and its exact device sizes,
+ * asks vram_plan_make for a plan under `--vram-mib N|auto`, and gets either full residency
+ * (every expert fits: the plain resident path) or a number of slots per layer.
+ *
+ * Budget: N MiB is everything Red Lite allocates on the device for this model and context
+ * (dense weights + context + slots), so "--vram-mib 8192" means what a user of an 8 GB card
+ * expects. auto = the device's free memory minus a safety margin (VRAM_MARGIN: the CUDA
+ * context, graphs and other processes' growth). */
+#ifndef RL_VRAM_PLAN_H
+#define RL_VRAM_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/qwen3next.h"
+
+#define VRAM_ALIGN 256                      /* alignment of every region in a slot (and slots) */
+#define VRAM_MARGIN_MIN ((uint64_t)512 << 20) /* auto: free memory minus max(512 MiB, 5 % of total) */
+
+/* Where the bytes of one expert live in a device slot of layer il: gate rows at gate_off, up
+ * rows at up_off (fused gate_up: the fused slice at gate_off, up = gate + n_ff rows), down rows
+ * at down_off; slots of a layer are slot_bytes apart (the grouped matmul's expert_stride). */
+typedef struct {
+    uint64_t gate_off, up_off, down_off, slot_bytes;
+    uint64_t src_bytes[3];  /* bytes copied per region: gate (or fused gate_up), up (0 if fused), down */
+} vram_layout;
+
+/* One layer's slot layout from its expert matrices (row bytes and rows per expert). */
+void vram_layout_make(uint64_t gate_row_bytes, uint64_t down_row_bytes, int n_ff, int n_embd, bool fused_gate_up,
+                      vram_layout *out);
+/* ... from the bound model: 0, or -1 (rl_lasterr) if layer il has no routed experts. */
+int vram_layout_of(const q3n_model *m, int il, vram_layout *out);
+
+/* What the planner needs to know. */
+typedef struct {
+    int n_layer, n_expert, top_k;
+    uint64_t slot_bytes[Q3N_MAX_LAYERS]; /* per layer (vram_layout.slot_bytes): size classes */
+    uint64_t dense;                      /* every device byte of the model except routed experts */
+    uint64_t ctx;                        /* KV cache + recurrent state (+ its backup) + scratch */
+    uint64_t dev_free, dev_total;        /* device memory now (auto) */
+} vram_geom;
+
+/* Geometry of a model: layers, experts, slot sizes and dense bytes (the bytes as stored; the
+ * backend may replace dense/ctx with its exact sizes). ctx and dev_* are left 0. */
+int vram_geom_of(const q3n_model *m, vram_geom *g);
+
+typedef struct {
+    bool full;                     /* every expert fits: resident, no slot cache */
+    uint64_t budget;               /* bytes the plan may use (N, or free - margin) */
+    uint64_t slot_total;           /* bytes of all slots (0 when full) */
+    uint64_t experts_all;          /* bytes of every expert in slots */
+    int slots[Q3N_MAX_LAYERS];     /* slots per layer (n_expert each when full) */
+    int min_slots, max_slots;      /* over the layers */
+    char reason[256];              /* one line: what was decided and why */
+} vram_plan;
+
+/* spec: "auto" (or NULL/""), "full", or a number of MiB (the whole device budget). Slots: the
+ * same count s per layer, s = (budget - dense - ctx) / sum of the layers' slot sizes, at most
+ * n_expert; the bytes left over give one more slot to layers in order while they fit. At least
+ * top_k slots per layer (one row's experts at once; a chunk needing more is run in batches).
+ * 0, or -1 with a one-line rl_lasterr: bad spec, dense + context do not fit, fewer than top_k
+ * slots per layer fit (the message names the smallest budget that works). */
+int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *out);
+/* Smallest budget that works (top_k slots per layer), and the budget of full residency. */
+uint64_t vram_min_budget(const vram_geom *g);
+uint64_t vram_full_budget(const vram_geom *g);
+/* Check a --vram-mib value: "auto", "full" or a positive integer of MiB ("" is an error; NULL
+ * means auto). 0 or -1 (rl_lasterr). */
+int vram_spec_check(const char *spec);
+
+/* ---- host tier and misses (--vram-pin, --vram-miss; docs/EXPERT_CACHE.md "VRAM tier") ---- */
+
+/* --vram-pin: page-lock the host tier so every slot fill is a DMA (no staging memcpy).
+ * auto: the bounded RAM cache's arena always (it is within the RAM budget already); the file
+ * mapping (--cache-mib full/mmap) only when its expert span is at most VRAM_PIN_RAM_SHARE of
+ * the machine's RAM. on: always try. off: the staging ring. A failed registration falls back to
+ * the staging ring with one stderr line. Same bytes either way: outputs do not change. */
+typedef enum { VRAM_PIN_AUTO = 0, VRAM_PIN_ON, VRAM_PIN_OFF } vram_pin_mode;
+#define VRAM_PIN_RAM_SHARE 0.60
+/* --vram-miss: what a small forward (T <= VRAM_CPU_MAX_T rows: decode, short verifies) does with
+ * a routed expert that is not in VRAM. copy (default): fill a slot (bit-identical to full
+ * residency). cpu: compute it on the CPU from host memory while the GPU computes the resident
+ * ones, upload its output rows for the combine (a different arithmetic: a tested tolerance, not
+ * bit-identical). auto: per layer, as many misses on the CPU as the measured cost model says
+ * (vram_miss_split). Larger forwards (prefill) always copy. */
+typedef enum { VRAM_MISS_COPY = 0, VRAM_MISS_CPU, VRAM_MISS_AUTO } vram_miss_mode;
+#define VRAM_CPU_MAX_T 8
+/* NULL or "" = the default (auto / copy); 0, or -1 with rl_lasterr naming the choices. */
+int vram_pin_parse(const char *s, vram_pin_mode *out);
+int vram_miss_parse(const char *s, vram_miss_mode *out);
+const char *vram_pin_name(vram_pin_mode m);
+const char *vram_miss_name(vram_miss_mode m);
+/* auto's rule for the mapping: span <= VRAM_PIN_RAM_SHARE * ram (ram 0: refuse). */
+bool vram_pin_mapping_ok(uint64_t span, uint64_t ram);
+
+/* The cost model of --vram-miss auto for one layer of a forward: m experts not in VRAM;
+ * copy_s = seconds to fill one slot (PCIe and staging; the GPU waits for the copies),
+ * cpu_s = seconds to compute one expert for the forward's rows on the CPU pool, cpu_fixed_s =
+ * the CPU path's fixed cost (activation download, output upload, dispatch). The copies and the
+ * CPU run at the same time, so k experts on the CPU cost max(k*cpu_s + cpu_fixed_s, (m-k)*copy_s);
+ * returns the k in 0..m with the least cost (ties: fewer on the CPU, since a copied expert stays
+ * resident for later tokens). Non-positive or non-finite estimates: 0 (copy everything). */
+int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s);
+/* Which k of a layer's non-resident experts uni[nres..n) the CPU computes: those with the fewest
+ * rows first (cnt[e]: the expert's rows in this forward, 1..max_rows), ties in uni order, at most
+ * max_pairs rows in all. They go to out[0..*n_out) and leave uni, whose other entries keep their
+ * order; returns the new n. */
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
+                  int *n_out);
+#endif

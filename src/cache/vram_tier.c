@@ -1,0 +1,850 @@
+/* vram_tier.c — see vram_tier.h. Host code of the CUDA backend (compiled with CUDA=1 only). */
+#ifdef RL_CUDA
+#include "cache/vram_tier.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/common.h"
+#include "kern/ops.h"
+#include "gguf/quant.h"
+
+#define VT_NSTAGE 4                        /* staging buffers in the ring */
+#define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
+#define VT_NRING 4                         /* events of the last batches' ends (slot reuse) */
+#define VT_MAX_SPANS 16                    /* page-locked host spans (the RAM cache's arenas) */
+#define VT_MAX_KINDS 8                     /* CPU-cost classes: distinct (gate, down) types */
+#define VT_CPU_PAIRS (VRAM_CPU_MAX_T * 32) /* CPU-computed (row, expert) pairs per layer at most */
+#define VT_EMA 0.1                         /* weight of a new measurement in the online estimates */
+
+struct vram_tier {
+    const q3n_model *m;
+    vram_plan plan;
+    vram_layout ly[Q3N_MAX_LAYERS];
+    uint8_t *base[Q3N_MAX_LAYERS]; /* slot 0 of each layer (device) */
+    uint8_t *arena;                /* every slot (device) */
+    vram_slots *slots;
+    q3n_expert_src src;            /* host source (.acquire NULL: the mapped file) */
+    int n_batch, K, E;
+    bool prefetch;
+    uint64_t fault_at, fills;      /* RL_VRAM_FAULT: the fault_at-th fill fails (0 = never) */
+    cudaStream_t cp;               /* copy stream */
+    cudaEvent_t ev_copy, ev_used, sev[VT_NSTAGE];
+    bool used_recorded;
+    /* overlap (default; RL_VRAM_OVERLAP=0: off): a fill waits only for the end of the batch that
+     * last read its slot (ring[seq % VT_NRING], recorded at each batch end; a ring entry reused by
+     * a later batch makes the wait longer, never too short), and a chunk needing more experts than
+     * a layer has slots runs in batches of half the slots, so batch b+1's copies (into batch
+     * b-1's slots, the LRU ones) overlap batch b's compute. Off: every fill waits for the last
+     * batch end, batches use every slot. */
+    bool overlap;
+    cudaEvent_t ring[VT_NRING];
+    int64_t seq, *slot_seq[Q3N_MAX_LAYERS], *seq_arena; /* per slot: the batch that last read it */
+    int bcap;
+    uint8_t *stage[VT_NSTAGE];     /* pinned */
+    size_t stage_bytes, spos;
+    int scur;
+    /* device plan + prediction scratch; pinned host mirrors */
+    cu_tile *d_tiles, *h_tiles;
+    int32_t *d_pin, *d_pout, *h_pin, *h_pout, *d_ntiles, *h_ntiles, *d_pred, *h_ids, *h_pred;
+    float *d_predw;
+    int max_tiles;
+    /* the open layer */
+    int il, T, tt, n_union, n_batches, cur_b, tile_off, pair_off;
+    int32_t *uni;                  /* [E] the union: resident experts first, then the others */
+    int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
+    int32_t *bslot, *bmiss, *pf_slot, *pf_e;
+    const uint8_t **hg, **hu, **hd;
+    uint8_t **hs;                  /* staging address of each expert of a fill */
+    pool *pool;                    /* staging memcpy threads (NULL: the calling thread) */
+    /* --vram-pin: page-locked host spans (the mapping's expert span, or the RAM cache's arenas);
+     * fills from them are DMA. volatile_src: the spans are the RAM cache's slots, which may be
+     * rewritten after release, so a DMA from them is waited for before the release. */
+    vram_pin_mode pin;
+    bool pin_resolved, volatile_src;
+    struct { uint8_t *lo, *hi; } span[VT_MAX_SPANS];
+    int n_span;
+    double pin_s;
+    uint64_t pin_bytes;
+    char pin_msg[200];
+    /* --vram-miss: CPU-computed experts of small forwards (T <= VRAM_CPU_MAX_T) */
+    vram_miss_mode miss;
+    bool calibrated;
+    int kind[Q3N_MAX_LAYERS], n_kind;        /* cost class of each layer */
+    uint32_t kind_gate[VT_MAX_KINDS], kind_down[VT_MAX_KINDS];
+    double cpu_s[VT_MAX_KINDS];              /* seconds per CPU expert (per row pair), EMA */
+    double copy_s_per_byte, cpu_fixed_s;     /* fill cost, CPU path's fixed cost (EMA) */
+    float *h_xn, *h_eo;                      /* pinned: the layer's input rows, CPU outputs */
+    float *xg, *gb, *ub;                     /* gathered rows, gate and up outputs */
+    void *actq;
+    size_t actq_cap;
+    ops_mat *mats;
+    ops_mm_task *tasks;
+    int32_t *cpu_e, *cpu_pair;               /* the open layer's CPU experts, their pairs */
+    int n_cpu, n_cpu_pairs;
+    uint64_t cpu_experts, cpu_pairs_total, cpu_layers, fills_demand;
+    double cpu_total_s;
+    bool dma_pending;
+    cudaEvent_t ev_dma;
+    bool open, pf_pending;
+    int n_pred;
+    double wait_s, stage_s;
+};
+
+static void *pinned(size_t n, int *err) {
+    void *p = NULL;
+    if (*err || CU_CHECK(cudaMallocHost(&p, n ? n : 1))) {
+        *err = 1;
+        return NULL;
+    }
+    return p;
+}
+
+static void *dev(size_t n, int *err) {
+    void *p = NULL;
+    if (*err || CU_CHECK(cudaMalloc(&p, n ? n : 1))) {
+        *err = 1;
+        return NULL;
+    }
+    return p;
+}
+
+vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p, vram_pin_mode pin,
+                         vram_miss_mode miss) {
+    const q3n_hparams *hp = &m->hp;
+    vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
+    if (!vt) return NULL;
+    vt->m = m;
+    vt->plan = *plan;
+    vt->n_batch = n_batch;
+    vt->pool = p;
+    vt->pin = pin;
+    vt->miss = miss;
+    vt->K = hp->n_expert_used;
+    vt->E = hp->n_expert;
+    const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
+    vt->prefetch = !(pf && !strcmp(pf, "0"));
+    vt->fault_at = fault ? strtoull(fault, NULL, 10) : 0;
+    const char *ov = getenv("RL_VRAM_OVERLAP");
+    vt->overlap = !(ov && !strcmp(ov, "0"));
+    uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
+        bytes[il] = vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2];
+        total += (uint64_t)plan->slots[il] * vt->ly[il].slot_bytes;
+        if (vt->ly[il].slot_bytes > maxslot) maxslot = vt->ly[il].slot_bytes;
+    }
+    if (!(vt->slots = vram_slots_new(hp->n_layer, vt->E, plan->slots, bytes))) goto fail;
+    if (cudaMalloc((void **)&vt->arena, total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rl_seterr("cannot allocate %.0f MiB of VRAM expert slots (lower --vram-mib or use auto)", total / 1048576.0);
+        goto fail;
+    }
+    {
+        uint64_t off = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
+            vt->base[il] = vt->arena + off;
+            off += (uint64_t)plan->slots[il] * vt->ly[il].slot_bytes;
+        }
+    }
+    int err = 0;
+    const size_t TK = (size_t)n_batch * vt->K;
+    vt->max_tiles = (int)(TK + (size_t)vt->E + 1);
+    vt->stage_bytes = maxslot > VT_STAGE_MIN ? maxslot : VT_STAGE_MIN;
+    for (int i = 0; i < VT_NSTAGE; i++) vt->stage[i] = pinned(vt->stage_bytes, &err);
+    vt->h_tiles = pinned(sizeof(cu_tile) * (size_t)vt->max_tiles, &err);
+    vt->h_pin = pinned(4 * TK, &err);
+    vt->h_pout = pinned(4 * TK, &err);
+    vt->h_ntiles = pinned(4 * ((size_t)vt->E + 1), &err);
+    vt->h_ids = pinned(4 * TK, &err);
+    vt->h_pred = pinned(4 * TK, &err);
+    vt->d_tiles = dev(sizeof(cu_tile) * (size_t)vt->max_tiles, &err);
+    vt->d_pin = dev(4 * TK, &err);
+    vt->d_pout = dev(4 * TK, &err);
+    vt->d_ntiles = dev(4 * ((size_t)vt->E + 1), &err);
+    vt->d_pred = dev(4 * TK, &err);
+    vt->d_predw = dev(4 * TK, &err);
+    if (err) goto fail;
+    vt->uni = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->cnt = rl_calloc((size_t)vt->E, 4, "VRAM tier");
+    vt->first = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->order = rl_malloc(4 * TK, "VRAM tier");
+    vt->bslot = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->bmiss = rl_malloc(4 * (size_t)vt->E, "VRAM tier");
+    vt->pf_slot = rl_malloc(4 * TK, "VRAM tier");
+    vt->pf_e = rl_malloc(4 * TK, "VRAM tier");
+    vt->hg = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hu = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hd = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->hs = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    {
+        size_t ns = 0;
+        for (int il = 0; il < hp->n_layer; il++) ns += (size_t)plan->slots[il];
+        if (!(vt->seq_arena = rl_malloc(sizeof(int64_t) * (ns ? ns : 1), "VRAM tier"))) goto fail;
+        for (size_t i = 0; i < ns; i++) vt->seq_arena[i] = -1;
+        for (int il = 0, o = 0; il < hp->n_layer; il++) {
+            vt->slot_seq[il] = vt->seq_arena + o;
+            o += plan->slots[il];
+        }
+    }
+    if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
+        !vt->hg || !vt->hu || !vt->hd || !vt->hs)
+        goto fail;
+    if (miss != VRAM_MISS_COPY) { /* the CPU path's buffers (decode / small verifies only) */
+        const size_t P = VT_CPU_PAIRS, D = (size_t)hp->n_embd, ff = (size_t)hp->n_ff_exp;
+        vt->h_xn = pinned(4 * (size_t)(n_batch < VRAM_CPU_MAX_T ? n_batch : VRAM_CPU_MAX_T) * D, &err);
+        vt->h_eo = pinned(4 * P * D, &err);
+        if (err) goto fail;
+        vt->xg = rl_malloc(4 * P * D, "VRAM tier CPU experts");
+        vt->gb = rl_malloc(4 * P * 2 * ff, "VRAM tier CPU experts");
+        vt->ub = rl_malloc(4 * P * ff, "VRAM tier CPU experts");
+        vt->mats = rl_malloc(sizeof(ops_mat) * 3 * P, "VRAM tier CPU experts");
+        vt->tasks = rl_malloc(sizeof(ops_mm_task) * 2 * P, "VRAM tier CPU experts");
+        vt->cpu_e = rl_malloc(4 * (size_t)vt->E, "VRAM tier CPU experts");
+        vt->cpu_pair = rl_malloc(4 * P, "VRAM tier CPU experts");
+        if (!vt->xg || !vt->gb || !vt->ub || !vt->mats || !vt->tasks || !vt->cpu_e || !vt->cpu_pair) goto fail;
+        for (int il = 0; il < hp->n_layer; il++) { /* cost classes: the layers' expert types */
+            const q3n_layer *L = &m->layers[il];
+            int k = 0;
+            while (k < vt->n_kind && (vt->kind_gate[k] != L->gate_exps.type || vt->kind_down[k] != L->down_exps.type)) k++;
+            if (k == vt->n_kind && k < VT_MAX_KINDS) {
+                vt->kind_gate[k] = L->gate_exps.type;
+                vt->kind_down[k] = L->down_exps.type;
+                vt->n_kind++;
+            }
+            vt->kind[il] = k < vt->n_kind ? k : vt->n_kind - 1;
+        }
+    }
+    if (CU_CHECK(cudaStreamCreateWithFlags(&vt->cp, cudaStreamNonBlocking)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_copy, cudaEventDisableTiming)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_used, cudaEventDisableTiming)) ||
+        CU_CHECK(cudaEventCreateWithFlags(&vt->ev_dma, cudaEventDisableTiming)))
+        goto fail;
+    for (int i = 0; i < VT_NSTAGE; i++)
+        if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
+    for (int i = 0; i < VT_NRING; i++)
+        if (CU_CHECK(cudaEventCreateWithFlags(&vt->ring[i], cudaEventDisableTiming))) goto fail;
+    return vt;
+fail:
+    vram_tier_free(vt);
+    return NULL;
+}
+
+void vram_tier_free(vram_tier *vt) {
+    if (!vt) return;
+    if (vt->cp) cudaStreamSynchronize(vt->cp);
+    for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
+    if (vt->h_xn) cudaFreeHost(vt->h_xn);
+    if (vt->h_eo) cudaFreeHost(vt->h_eo);
+    free(vt->xg), free(vt->gb), free(vt->ub), free(vt->actq), free(vt->mats), free(vt->tasks), free(vt->cpu_e);
+    free(vt->cpu_pair);
+    if (vt->arena) cudaFree(vt->arena);
+    for (int i = 0; i < VT_NSTAGE; i++) {
+        if (vt->stage[i]) cudaFreeHost(vt->stage[i]);
+        if (vt->sev[i]) cudaEventDestroy(vt->sev[i]);
+    }
+    void *hp[] = {vt->h_tiles, vt->h_pin, vt->h_pout, vt->h_ntiles, vt->h_ids, vt->h_pred};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (hp[i]) cudaFreeHost(hp[i]);
+    void *dp[] = {vt->d_tiles, vt->d_pin, vt->d_pout, vt->d_ntiles, vt->d_pred, vt->d_predw};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++)
+        if (dp[i]) cudaFree(dp[i]);
+    for (int i = 0; i < VT_NRING; i++)
+        if (vt->ring[i]) cudaEventDestroy(vt->ring[i]);
+    free(vt->seq_arena);
+    if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
+    if (vt->ev_used) cudaEventDestroy(vt->ev_used);
+    if (vt->ev_dma) cudaEventDestroy(vt->ev_dma);
+    if (vt->cp) cudaStreamDestroy(vt->cp);
+    vram_slots_free(vt->slots);
+    free(vt->uni), free(vt->cnt), free(vt->first), free(vt->order), free(vt->bslot), free(vt->bmiss);
+    free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd), free(vt->hs);
+    free(vt);
+}
+
+static void pin_resolve(vram_tier *vt);
+static void pin_drop(vram_tier *vt);
+
+void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
+    if (vt->cp) cudaStreamSynchronize(vt->cp); /* no copy from the old source in flight */
+    pin_drop(vt);
+    if (src) vt->src = *src;
+    else memset(&vt->src, 0, sizeof vt->src);
+    if (src) pin_resolve(vt); /* NULL: the probe before the real source; resolved at first use */
+}
+
+int32_t *vram_tier_pred_ids(vram_tier *vt) { return vt->prefetch ? vt->d_pred : NULL; }
+float *vram_tier_pred_w(vram_tier *vt) { return vt->prefetch ? vt->d_predw : NULL; }
+const vram_plan *vram_tier_plan(const vram_tier *vt) { return &vt->plan; }
+void vram_tier_get_stats(const vram_tier *vt, vram_stats *out) { vram_slots_get_stats(vt->slots, out); }
+
+/* Host pointers of experts ids[0..n) of layer il: the host source's (acquire; the caller
+ * releases) or the mapped file's slices. */
+static int host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
+    if (vt->src.acquire) return vt->src.acquire(vt->src.ud, il, ids, n, vt->hg, vt->hu, vt->hd);
+    const q3n_layer *L = &vt->m->layers[il];
+    const size_t ff = (size_t)vt->m->hp.n_ff_exp, D = (size_t)vt->m->hp.n_embd;
+    const size_t gs = ff * L->gate_exps.row_bytes * (L->fused_gate_up ? 2 : 1), ds = D * L->down_exps.row_bytes;
+    for (int i = 0; i < n; i++) {
+        vt->hg[i] = (const uint8_t *)L->gate_exps.data + (size_t)ids[i] * gs;
+        vt->hu[i] = L->fused_gate_up ? vt->hg[i] + ff * L->gate_exps.row_bytes
+                                     : (const uint8_t *)L->up_exps.data + (size_t)ids[i] * gs;
+        vt->hd[i] = (const uint8_t *)L->down_exps.data + (size_t)ids[i] * ds;
+    }
+    return 0;
+}
+
+/* End the use of the last host_rows. A DMA from the RAM cache's page-locked slots must be done
+ * before they may be reused (dma_pending: fill_slots queued one): the host waits for the copy
+ * stream here. The mapping is never rewritten, so its copies are not waited for. */
+static int host_release(vram_tier *vt, int il) {
+    int rc = 0;
+    if (vt->dma_pending) {
+        double t0 = rl_now();
+        rc = CU_CHECK(cudaEventRecord(vt->ev_dma, vt->cp)) || CU_CHECK(cudaEventSynchronize(vt->ev_dma)) ? -1 : 0;
+        vt->wait_s += rl_now() - t0;
+        vt->dma_pending = false;
+    }
+    if (vt->src.acquire && vt->src.release) vt->src.release(vt->src.ud, il);
+    return rc;
+}
+
+/* --vram-pin (vram_plan.h). Registers the host tier's memory so fills from it are DMA: the RAM
+ * cache's arenas (the source's span callback), else one span of the file mapping covering every
+ * expert tensor (cudaHostRegisterReadOnly: the page cache is never written through it). auto
+ * locks the mapping only when that span is at most VRAM_PIN_RAM_SHARE of RAM (it stays resident
+ * while locked). A failure leaves the staging ring, with one stderr line saying why. */
+static void pin_drop(vram_tier *vt) {
+    for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
+    vt->n_span = 0;
+    vt->pin_resolved = vt->volatile_src = false;
+    vt->pin_bytes = 0;
+}
+
+static bool pin_add(vram_tier *vt, void *p, uint64_t n, unsigned flags, const char *what) {
+    const uintptr_t pg = 4096, a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+    if (vt->n_span == VT_MAX_SPANS) return false;
+    double t0 = rl_now();
+    cudaError_t e = cudaHostRegister((void *)a, b - a, flags);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "cannot page-lock %.2f GiB of %s (%s): fills use the staging ring",
+                 (double)(b - a) / 1073741824.0, what, cudaGetErrorName(e));
+        fprintf(stderr, "redlite: --vram-pin: %s\n", vt->pin_msg);
+        return false;
+    }
+    vt->span[vt->n_span].lo = (uint8_t *)a;
+    vt->span[vt->n_span++].hi = (uint8_t *)b;
+    vt->pin_s += rl_now() - t0;
+    vt->pin_bytes += b - a;
+    return true;
+}
+
+static void pin_resolve(vram_tier *vt) {
+    vt->pin_resolved = true;
+    if (vt->pin == VRAM_PIN_OFF) {
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "off (--vram-pin off): fills use the staging ring");
+        return;
+    }
+    void *p;
+    uint64_t n;
+    if (vt->src.span && vt->src.span(vt->src.ud, 0, &p, &n)) { /* the RAM cache's arenas */
+        bool ok = true;
+        for (int i = 0; ok && vt->src.span(vt->src.ud, i, &p, &n); i++) ok = pin_add(vt, p, n, cudaHostRegisterDefault, "the RAM cache");
+        if (!ok) {
+            pin_drop(vt);
+            vt->pin_resolved = true;
+            return;
+        }
+        vt->volatile_src = true;
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "the RAM cache's %.2f GiB page-locked in %.1f s: fills are DMA",
+                 vt->pin_bytes / 1073741824.0, vt->pin_s);
+        return;
+    }
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (int il = 0; il < vt->m->hp.n_layer; il++) {
+        const ops_mat *ms[3] = {&vt->m->layers[il].gate_exps, &vt->m->layers[il].up_exps,
+                                &vt->m->layers[il].down_exps};
+        for (int k = 0; k < 3; k++) {
+            if (!ms[k]->data) continue;
+            const uint8_t *a = ms[k]->data, *b = a + ms[k]->row_bytes * (size_t)ms[k]->n_out;
+            if (!lo || a < lo) lo = a;
+            if (!hi || b > hi) hi = b;
+        }
+    }
+    if (!lo) return;
+    const uint64_t span = (uint64_t)(hi - lo);
+    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    const uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    if (vt->pin == VRAM_PIN_AUTO && !vram_pin_mapping_ok(span, ram)) {
+        snprintf(vt->pin_msg, sizeof vt->pin_msg,
+                 "the mapping's experts (%.1f GiB) are more than %.0f %% of RAM (%.1f GiB): not page-locked, fills use "
+                 "the staging ring (--vram-pin on forces it)",
+                 span / 1073741824.0, 100 * VRAM_PIN_RAM_SHARE, ram / 1073741824.0);
+        fprintf(stderr, "redlite: --vram-pin auto: %s\n", vt->pin_msg);
+        return;
+    }
+    if (pin_add(vt, (void *)lo, span, cudaHostRegisterReadOnly, "the mapping"))
+        snprintf(vt->pin_msg, sizeof vt->pin_msg, "%.2f GiB of the mapping page-locked in %.1f s: fills are DMA",
+                 vt->pin_bytes / 1073741824.0, vt->pin_s);
+}
+
+static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
+    for (int i = 0; i < vt->n_span; i++)
+        if (p >= vt->span[i].lo && p + n <= vt->span[i].hi) return true;
+    return false;
+}
+
+/* The staging memcpy of a group of experts, split over the pool by region (deterministic: each
+ * region is one plain memcpy, whichever thread does it). */
+typedef struct {
+    vram_tier *vt;
+    const vram_layout *ly;
+    int i0, n;
+} stage_job;
+
+static void stage_run(void *ctx, int ith, int nth) {
+    const stage_job *j = ctx;
+    const vram_layout *ly = j->ly;
+    long lo, hi;
+    pool_range(3L * j->n, ith, nth, &lo, &hi);
+    for (long x = lo; x < hi; x++) {
+        const int i = j->i0 + (int)(x / 3), r = (int)(x % 3);
+        const uint8_t *src = r == 0 ? j->vt->hg[i] : r == 1 ? j->vt->hu[i] : j->vt->hd[i];
+        const uint64_t off = r == 0 ? ly->gate_off : r == 1 ? ly->up_off : ly->down_off;
+        if (ly->src_bytes[r]) memcpy(j->vt->hs[i] + off, src, ly->src_bytes[r]);
+    }
+}
+
+static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
+    return in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
+           in_pin(vt, vt->hd[i], ly->src_bytes[2]);
+}
+
+/* Copy experts 0..n-1 of the last host_rows (ids e[], for messages) into slots s[] of layer il
+ * on the copy stream: by DMA from the page-locked mapping (RL_VRAM_PIN), else through the
+ * staging ring, a chunk's group of experts staged in parallel on the pool. *done: experts whose
+ * copy was queued. RL_VRAM_FAULT counts demand fills only (a failed prefetch is dropped silently,
+ * so it would test nothing). 0 or -1 (rl_lasterr). */
+static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand, int *done) {
+    const vram_layout *ly = &vt->ly[il];
+    int i = 0;
+    *done = 0;
+    while (i < n) {
+        if (pinned_src(vt, ly, i)) {
+            if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
+            uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            if (ly->src_bytes[1] &&
+                CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+            vt->dma_pending |= vt->volatile_src;
+            *done = ++i;
+            continue;
+        }
+        int j = i;
+        size_t pos = vt->spos;
+        while (j < n && !pinned_src(vt, ly, j) && pos + ly->slot_bytes <= vt->stage_bytes) {
+            vt->hs[j] = vt->stage[vt->scur] + pos;
+            pos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
+            j++;
+        }
+        if (j == i) { /* the chunk is full: the next one, once its earlier copies are done */
+            if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
+            vt->scur = (vt->scur + 1) % VT_NSTAGE;
+            vt->spos = 0;
+            double t0 = rl_now();
+            if (CU_CHECK(cudaEventSynchronize(vt->sev[vt->scur]))) return -1;
+            vt->wait_s += rl_now() - t0;
+            continue;
+        }
+        for (int k = i; k < j; k++)
+            if (demand && vt->fault_at && ++vt->fills == vt->fault_at) {
+                i = k;
+                goto fault;
+            }
+        double t0 = rl_now();
+        stage_job job = {vt, ly, i, j - i};
+        if (vt->pool && (uint64_t)(j - i) * ly->slot_bytes >= ((uint64_t)4 << 20)) pool_run(vt->pool, stage_run, &job);
+        else stage_run(&job, 0, 1);
+        vt->stage_s += rl_now() - t0;
+        for (int k = i; k < j; k++)
+            if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k], ly->slot_bytes,
+                                         cudaMemcpyHostToDevice, vt->cp)))
+                return -1;
+        vt->spos = pos;
+        *done = i = j;
+    }
+    return 0;
+fault:
+    return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e[i],
+                     (unsigned long long)vt->fault_at);
+}
+
+/* ---- CPU-computed experts (--vram-miss cpu|auto) ------------------------------------------ */
+
+/* Experts ids[0..n) of layer il on the CPU pool: expert j's rows are xg rows [off_j, off_j + c[j])
+ * (off: the running sum of c), its outputs (before the router weight) go to the same rows of
+ * h_eo. The fast CPU kernels (ops_matmul_batch, quantised activations): the arithmetic of the
+ * CPU backend, not of the GPU kernels, so outputs differ within a tolerance. 0 or -1. */
+static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t *c, int n) {
+    const q3n_layer *L = &vt->m->layers[il];
+    const int D = vt->m->hp.n_embd, ff = vt->m->hp.n_ff_exp;
+    if (host_rows(vt, il, ids, n)) return -1;
+    size_t need = 0;
+    int nt = 0, off = 0;
+    for (int j = 0; j < n; j++) { /* gate and up (fused: one matrix of 2 ff rows) per expert */
+        ops_mat *g = &vt->mats[3 * j], *u = g + 1, *d = g + 2;
+        *g = L->gate_exps;
+        g->data = vt->hg[j];
+        g->n_out = L->fused_gate_up ? 2 * ff : ff;
+        *d = L->down_exps;
+        d->data = vt->hd[j];
+        d->n_out = D;
+        vt->tasks[nt++] = (ops_mm_task){g, vt->xg + (size_t)off * D, c[j], vt->gb + (size_t)off * g->n_out, NULL};
+        if (!L->fused_gate_up) {
+            *u = L->up_exps;
+            u->data = vt->hu[j];
+            u->n_out = ff;
+            vt->tasks[nt++] = (ops_mm_task){u, vt->xg + (size_t)off * D, c[j], vt->ub + (size_t)off * ff, NULL};
+        }
+        need += 2 * (((ops_actq_bytes(g, c[j]) + 63) & ~(size_t)63) + ((ops_actq_bytes(d, c[j]) + 63) & ~(size_t)63));
+        off += c[j];
+    }
+    if (need > vt->actq_cap) {
+        free(vt->actq);
+        if (!(vt->actq = rl_malloc(need, "VRAM tier CPU experts"))) {
+            vt->actq_cap = 0;
+            host_release(vt, il);
+            return -1;
+        }
+        vt->actq_cap = need;
+    }
+    size_t ao = 0;
+    for (int i = 0; i < nt; i++) {
+        vt->tasks[i].actq = (uint8_t *)vt->actq + ao;
+        ao += (ops_actq_bytes(vt->tasks[i].W, vt->tasks[i].T) + 63) & ~(size_t)63;
+    }
+    ops_matmul_batch(vt->pool, vt->tasks, nt, true);
+    for (int r = 0; r < off; r++) { /* h = silu(gate) * up, into ub rows of ff (in place when not fused) */
+        float *g = vt->gb + (size_t)r * (L->fused_gate_up ? 2 * ff : ff), *u = L->fused_gate_up ? g + ff : vt->ub + (size_t)r * ff;
+        float *h = vt->ub + (size_t)r * ff;
+        for (int i = 0; i < ff; i++) h[i] = ops_silu(g[i]) * u[i];
+    }
+    nt = 0;
+    off = 0;
+    for (int j = 0; j < n; j++) {
+        vt->tasks[nt++] = (ops_mm_task){&vt->mats[3 * j + 2], vt->ub + (size_t)off * ff, c[j], vt->h_eo + (size_t)off * D, NULL};
+        off += c[j];
+    }
+    ao = 0;
+    for (int i = 0; i < nt; i++) {
+        vt->tasks[i].actq = (uint8_t *)vt->actq + ao;
+        ao += (ops_actq_bytes(vt->tasks[i].W, vt->tasks[i].T) + 63) & ~(size_t)63;
+    }
+    ops_matmul_batch(vt->pool, vt->tasks, nt, true);
+    return host_release(vt, il);
+}
+
+/* The cost model's estimates, measured once before the first forward: a fill of n slots of
+ * layer 0 (through the path fills really take: DMA or the staging ring; into free slots, so no
+ * cached expert is touched), and per cost class 1 and 4 experts on the CPU (one row). */
+static void calibrate(vram_tier *vt) {
+    vt->calibrated = true;
+    if (!vt->pin_resolved) pin_resolve(vt);
+    const int D = vt->m->hp.n_embd, n = vt->plan.slots[0] < 8 ? vt->plan.slots[0] : 8;
+    int32_t ids[8], sl[8], c[8];
+    for (int i = 0; i < 8; i++) ids[i] = sl[i] = i % vt->E, c[i] = 1;
+    double best = 0;
+    for (int rep = 0; rep < 3 && n > 0; rep++) { /* the first warms the path up */
+        int done = 0;
+        double t0 = rl_now();
+        if (host_rows(vt, 0, ids, n) || fill_slots(vt, 0, sl, ids, n, false, &done) || host_release(vt, 0) ||
+            CU_CHECK(cudaStreamSynchronize(vt->cp))) {
+            rl_clearerr();
+            return; /* no estimate: auto copies */
+        }
+        double t = rl_now() - t0;
+        if (rep && (best == 0 || t < best)) best = t;
+    }
+    vt->copy_s_per_byte = best / ((double)n * (double)vt->ly[0].slot_bytes);
+    for (size_t i = 0; i < 4 * (size_t)D; i++) vt->xg[i] = 0.01f * (float)((i * 37) % 17) - 0.08f;
+    double fixed = 0;
+    for (int k = 0; k < vt->n_kind; k++) {
+        int il = 0;
+        while (il < vt->m->hp.n_layer && vt->kind[il] != k) il++;
+        double t1 = 1e30, t4 = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = rl_now();
+            if (cpu_compute(vt, il, ids, c, 1)) break;
+            double ta = rl_now();
+            if (cpu_compute(vt, il, ids, c, 4)) break;
+            double tb = rl_now();
+            t1 = ta - t0 < t1 ? ta - t0 : t1;
+            t4 = tb - ta < t4 ? tb - ta : t4;
+        }
+        rl_clearerr();
+        const double per = t4 > t1 ? (t4 - t1) / 3 : t1;
+        vt->cpu_s[k] = per;
+        fixed += t1 - per > 0 ? t1 - per : 0;
+    }
+    vt->cpu_fixed_s = vt->n_kind ? fixed / vt->n_kind : 0;
+}
+
+/* Which of the layer's non-resident experts (uni[nres..n)) the CPU computes: all (cpu), or the
+ * cost model's k (auto), those with the fewest rows first. They leave uni; the rest keep order.
+ * Returns the new n. */
+static int choose_cpu(vram_tier *vt, int il, int nres, int n) {
+    const int m = n - nres;
+    int k = m;
+    if (vt->miss == VRAM_MISS_AUTO)
+        k = vram_miss_split(m, vt->copy_s_per_byte * (double)vt->ly[il].slot_bytes, vt->cpu_s[vt->kind[il]],
+                            vt->cpu_fixed_s);
+    return vram_cpu_pick(vt->uni, nres, n, vt->cnt, k, VRAM_CPU_MAX_T, VT_CPU_PAIRS, vt->cpu_e, &vt->n_cpu);
+}
+
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn, int T,
+                    int tt, cudaStream_t st) {
+    const int K = vt->K, E = vt->E, TK = T * K;
+    if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
+    if (!vt->pin_resolved) pin_resolve(vt);
+    if (vt->miss != VRAM_MISS_COPY && !vt->calibrated) calibrate(vt);
+    const bool hyb = vt->miss != VRAM_MISS_COPY && T <= VRAM_CPU_MAX_T && d_xn;
+    vt->n_cpu = 0;
+    if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
+    if (d_pred && CU_CHECK(cudaMemcpyAsync(vt->h_pred, d_pred, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
+    if (hyb && CU_CHECK(cudaMemcpyAsync(vt->h_xn, d_xn, sizeof(float) * (size_t)T * vt->m->hp.n_embd,
+                                        cudaMemcpyDeviceToHost, st)))
+        return -1;
+    double t0 = rl_now();
+    if (CU_CHECK(cudaStreamSynchronize(st))) return -1;
+    vt->wait_s += rl_now() - t0;
+    /* pairs grouped by expert (pair order inside an expert: ascending, as read) */
+    memset(vt->cnt, 0, 4 * (size_t)E);
+    for (int p = 0; p < TK; p++) {
+        if (vt->h_ids[p] < 0 || vt->h_ids[p] >= E) return rl_seterr("VRAM tier: router chose expert %d (internal)", vt->h_ids[p]);
+        vt->cnt[vt->h_ids[p]]++;
+    }
+    int n = 0, o = 0;
+    for (int e = 0; e < E; e++) { /* resident experts first, so later batches cannot evict them first */
+        vt->first[e] = o;
+        o += vt->cnt[e];
+        if (vt->cnt[e] && vram_slots_lookup(vt->slots, il, e) >= 0) vt->uni[n++] = e;
+    }
+    for (int e = 0; e < E; e++)
+        if (vt->cnt[e] && vram_slots_lookup(vt->slots, il, e) < 0) vt->uni[n++] = e;
+    memset(vt->cnt, 0, 4 * (size_t)E);
+    for (int p = 0; p < TK; p++) {
+        int e = vt->h_ids[p];
+        vt->order[vt->first[e] + vt->cnt[e]++] = p;
+    }
+    vram_slots_begin(vt->slots, il, vt->uni, n, T);
+    if (hyb) {
+        int nres = 0;
+        while (nres < n && vram_slots_lookup(vt->slots, il, vt->uni[nres]) >= 0) nres++;
+        if (nres < n) n = choose_cpu(vt, il, nres, n);
+    }
+    const int cap = vram_slots_capacity(vt->slots, il);
+    if (cap <= 0) return rl_seterr("VRAM tier: layer %d has no slots (internal)", il);
+    vt->il = il;
+    vt->T = T;
+    vt->tt = tt == 1 ? 1 : CU_TT;
+    vt->n_union = n;
+    vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
+    vt->n_batches = (n + vt->bcap - 1) / vt->bcap; /* 0: every expert on the CPU */
+    vt->cur_b = -1;
+    vt->tile_off = vt->pair_off = 0;
+    vt->pf_pending = d_pred && il + 1 < vt->m->hp.n_layer;
+    vt->n_pred = vt->pf_pending ? TK : 0;
+    return vt->n_batches;
+}
+
+/* Make the copy stream wait until no queued launch reads slots[0..n) of layer il any more. */
+static int wait_slots(vram_tier *vt, int il, const int32_t *slots, const int32_t *idx, int n) {
+    if (!vt->overlap) return vt->used_recorded ? CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ev_used, 0)) : 0;
+    int64_t need = -1;
+    for (int j = 0; j < n; j++) {
+        int64_t q = vt->slot_seq[il][slots[idx ? idx[j] : j]];
+        need = q > need ? q : need;
+    }
+    return need < 0 ? 0 : CU_CHECK(cudaStreamWaitEvent(vt->cp, vt->ring[need % VT_NRING], 0));
+}
+
+/* Queue the copies of layer il+1's predicted experts (best effort: a failure drops them). */
+static void prefetch_next(vram_tier *vt) {
+    const int l = vt->il + 1;
+    int k = vram_slots_prefetch(vt->slots, l, vt->h_pred, vt->n_pred, vt->pf_slot, vt->pf_e);
+    if (k <= 0) return;
+    int done = 0;
+    if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
+        fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
+        if (host_release(vt, l)) done = 0; /* the copies' state is unknown: none counts */
+    }
+    for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
+    rl_clearerr();
+}
+
+int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
+    const int il = vt->il, cap = vt->bcap;
+    const int i0 = b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
+    if (b < 0 || b >= vt->n_batches || vt->open) return rl_seterr("VRAM tier: batch %d out of order (internal)", b);
+    const int32_t *ids = vt->uni + i0;
+    int nm = vram_slots_prepare(vt->slots, il, ids, nb, vt->bslot, vt->bmiss);
+    if (nm < 0) return -1;
+    vt->open = true;
+    vt->cur_b = b;
+    if (nm && wait_slots(vt, il, vt->bslot, vt->bmiss, nm)) goto fail;
+    if (nm) {
+        int32_t *mids = vt->pf_e, *ms = vt->pf_slot; /* scratch: the misses (no prefetch list in use) */
+        for (int j = 0; j < nm; j++) {
+            mids[j] = ids[vt->bmiss[j]];
+            ms[j] = vt->bslot[vt->bmiss[j]];
+        }
+        if (host_rows(vt, il, mids, nm)) goto fail;
+        int done, rc = fill_slots(vt, il, ms, mids, nm, true, &done);
+        if (host_release(vt, il)) rc = -1;
+        if (rc) goto fail;
+        vt->fills_demand += (uint64_t)nm;
+    }
+    if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp)) || CU_CHECK(cudaEventRecord(vt->ev_copy, vt->cp)) ||
+        CU_CHECK(cudaStreamWaitEvent(st, vt->ev_copy, 0)))
+        goto fail;
+    vram_slots_commit(vt->slots, il);
+    if (b == 0 && vt->pf_pending) {
+        vt->pf_pending = false;
+        prefetch_next(vt);
+    }
+    /* the batch's tile plan: per expert its pairs in tiles of tt (decode: one pair per tile) */
+    const int K = vt->K, tt = vt->tt;
+    cu_tile *tl = vt->h_tiles + vt->tile_off;
+    int32_t *pin = vt->h_pin + vt->pair_off, *pout = vt->h_pout + vt->pair_off;
+    int nt = 0, np = 0;
+    for (int i = 0; i < nb; i++) {
+        const int e = ids[i], c = vt->cnt[e];
+        for (int j = 0; j < c; j += tt) {
+            tl[nt++] = (cu_tile){vt->bslot[i], np + j, c - j < tt ? c - j : tt, 0};
+        }
+        for (int j = 0; j < c; j++) {
+            const int p = vt->order[vt->first[e] + j];
+            pin[np + j] = p / K;
+            pout[np + j] = p;
+        }
+        np += c;
+    }
+    vt->h_ntiles[b] = nt;
+    if (vt->tile_off + nt > vt->max_tiles || vt->pair_off + np > vt->n_batch * K) {
+        rl_seterr("VRAM tier: plan overflow (internal)");
+        goto fail;
+    }
+    if (CU_CHECK(cudaMemcpyAsync(vt->d_tiles + vt->tile_off, tl, sizeof(cu_tile) * (size_t)nt, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(cudaMemcpyAsync(vt->d_pin + vt->pair_off, pin, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(cudaMemcpyAsync(vt->d_pout + vt->pair_off, pout, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(cudaMemcpyAsync(vt->d_ntiles + b, vt->h_ntiles + b, 4, cudaMemcpyHostToDevice, st)))
+        goto fail_committed;
+    const vram_layout *ly = &vt->ly[il];
+    out->gate = vt->base[il] + ly->gate_off;
+    out->up = vt->base[il] + ly->up_off;
+    out->down = vt->base[il] + ly->down_off;
+    out->stride = ly->slot_bytes;
+    out->g = (cu_group){.tiles = vt->d_tiles + vt->tile_off, .n_tiles = vt->d_ntiles + b, .max_tiles = nt, .tt = tt,
+                        .pair_in = vt->d_pin + vt->pair_off, .pair_out = vt->d_pout + vt->pair_off};
+    vt->tile_off += nt;
+    vt->pair_off += np;
+    return 0;
+fail:
+    vram_slots_abort(vt->slots, il);
+    vt->open = false;
+    return -1;
+fail_committed: /* the slots are filled (or being filled): they stay valid, only unpinned */
+    vram_slots_release(vt->slots, il);
+    vt->open = false;
+    return -1;
+}
+
+int vram_tier_batch_end(vram_tier *vt, cudaStream_t st) {
+    if (!vt->open) return 0;
+    const int cap = vt->bcap, i0 = vt->cur_b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
+    const int64_t q = vt->seq++;
+    for (int i = 0; i < nb; i++) vt->slot_seq[vt->il][vt->bslot[i]] = q;
+    vram_slots_release(vt->slots, vt->il);
+    vt->open = false;
+    if (CU_CHECK(cudaEventRecord(vt->ring[q % VT_NRING], st)) || CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
+    vt->used_recorded = true;
+    return 0;
+}
+
+int vram_tier_cpu(vram_tier *vt, float *d_eo, cudaStream_t st) {
+    if (vt->pf_pending) { /* every expert on the CPU: no batch 0 queued the prefetch */
+        vt->pf_pending = false;
+        prefetch_next(vt);
+    }
+    if (!vt->n_cpu) return 0;
+    const int il = vt->il, D = vt->m->hp.n_embd, K = vt->K;
+    int32_t c[VT_CPU_PAIRS] = {0};
+    int np = 0;
+    double t0 = rl_now();
+    for (int j = 0; j < vt->n_cpu; j++) { /* gather: expert j's pairs, in pair order */
+        const int e = vt->cpu_e[j];
+        c[j] = vt->cnt[e];
+        for (int i = 0; i < vt->cnt[e]; i++) {
+            const int p = vt->order[vt->first[e] + i];
+            vt->cpu_pair[np] = p;
+            memcpy(vt->xg + (size_t)np * D, vt->h_xn + (size_t)(p / K) * D, sizeof(float) * D);
+            np++;
+        }
+    }
+    if (cpu_compute(vt, il, vt->cpu_e, c, vt->n_cpu)) return -1;
+    for (int i = 0; i < np; i++) /* row i -> eo row of pair cpu_pair[i]: the combine weighs it */
+        if (CU_CHECK(cudaMemcpyAsync(d_eo + (size_t)vt->cpu_pair[i] * D, vt->h_eo + (size_t)i * D, sizeof(float) * D,
+                                     cudaMemcpyHostToDevice, st)))
+            return -1;
+    const double t = rl_now() - t0, per = (t - vt->cpu_fixed_s) / vt->n_cpu;
+    double *est = &vt->cpu_s[vt->kind[il]];
+    if (per > 0) *est = (1 - VT_EMA) * *est + VT_EMA * per;
+    vt->cpu_experts += (uint64_t)vt->n_cpu;
+    vt->cpu_pairs_total += (uint64_t)np;
+    vt->cpu_layers++;
+    vt->cpu_total_s += t;
+    vt->n_cpu = 0;
+    return 0;
+}
+
+void vram_tier_abort(vram_tier *vt) {
+    if (!vt->open) return;
+    vram_slots_release(vt->slots, vt->il); /* filled slots stay valid: their copies were queued */
+    vt->open = false;
+}
+
+void vram_tier_print(const vram_tier *vt, FILE *f) {
+    fprintf(f, "vram tier: %s\n", vt->plan.reason);
+    fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
+            vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
+    if (vt->miss != VRAM_MISS_COPY) {
+        fprintf(f, "vram tier: --vram-miss %s (forwards of <= %d rows; CHANGES OUTPUTS within a tolerance): fill %.3f ms "
+                   "per MiB (%.1f GB/s incl. staging)",
+                vram_miss_name(vt->miss), VRAM_CPU_MAX_T, vt->copy_s_per_byte * 1048576.0 * 1e3,
+                vt->copy_s_per_byte > 0 ? 1e-9 / vt->copy_s_per_byte : 0.0);
+        for (int k = 0; k < vt->n_kind; k++)
+            fprintf(f, "; CPU expert %s/%s %.3f ms", quant_name(vt->kind_gate[k]), quant_name(vt->kind_down[k]),
+                    vt->cpu_s[k] * 1e3);
+        fprintf(f, " + %.3f ms per layer\n", vt->cpu_fixed_s * 1e3);
+    }
+    vram_stats s;
+    vram_slots_get_stats(vt->slots, &s);
+    if (!s.tokens) return;
+    vram_stats_print(&s, f);
+    const double tok = (double)s.tokens;
+    fprintf(f, "vram tier: demand fills %.2f/token, CPU-computed experts %.2f/token (%llu in %llu layers, %.3f s)\n",
+            (double)vt->fills_demand / tok, (double)vt->cpu_experts / tok, (unsigned long long)vt->cpu_experts,
+            (unsigned long long)vt->cpu_layers, vt->cpu_total_s);
+    fprintf(f, "vram tier: host waits %.3f s (router sync + staging ring + RAM-cache DMA), staging memcpy %.3f s\n",
+            vt->wait_s, vt->stage_s);
+}
+#else
+typedef int vram_tier_unused; /* ISO C wants a declaration in every translation unit */
+#endif

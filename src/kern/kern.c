@@ -1,0 +1,274 @@
+/* kern.c — CPUID dispatch for the mat-vec kernels (see kern.h) and the scalar generic level,
+ * which simply calls the quant traits (vec_dot per row, from_float for activations).
+ * The per-level tables are built once: scalar entries first, then each higher level copies the
+ * level below and overrides what its ISA file implements.
+ */
+#include "kern/kern.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "base/common.h"
+
+static kern_table tables[KERN_NLEVELS];
+static bool has_simd[KERN_NLEVELS][QT_COUNT];
+static bool supported[KERN_NLEVELS];
+static int active = KERN_SCALAR;
+static kern_matmul_fn mm_base[KERN_NLEVELS][QT_COUNT]; /* matmul as filled (kern_set_mm512 off) */
+static bool mm512_on;
+static bool amx_ok;   /* CPU + OS + permission (detect) */
+static bool cpu_amd;  /* CPUID vendor AuthenticAMD (detect): picks the IQ2 mat-vecs, see init */
+static int amx_mode;  /* KERN_AMX_* */
+static int amx_rows;  /* kern_set_amx_rows: 0, or the tiles' threshold for every type */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
+                               int64_t n_cols, const void *act, float *out) {
+    const quant_traits *t = quant_get(wtype);
+    for (int64_t r = 0; r < n_rows; r++) out[r] = t->vec_dot(n_cols, (const uint8_t *)W + (size_t)r * row_bytes, act);
+}
+
+/* The table stores plain function pointers, so the scalar level needs one per type: generate
+ * them with a macro over the type ids that have a vec_dot. */
+#define SCALAR_MV(ID)                                                                          \
+    static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, \
+                               float *o) {                                                     \
+        scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                           \
+    }
+SCALAR_MV(0) SCALAR_MV(1) SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8)
+SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12) SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17)
+SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20) SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29)
+SCALAR_MV(30) SCALAR_MV(48) SCALAR_MV(49) /* 48, 49: QT_IQ2_LF, QT_IQ1_LF (quant_repack.h) */
+#define SET_MV(ID) t->matvec[ID] = scalar_mv_##ID
+
+static void fill_scalar(kern_table *t) {
+    SET_MV(0); SET_MV(1); SET_MV(2); SET_MV(3); SET_MV(6); SET_MV(7); SET_MV(8); SET_MV(10);
+    SET_MV(11); SET_MV(12); SET_MV(13); SET_MV(14); SET_MV(16); SET_MV(17); SET_MV(18); SET_MV(19);
+    SET_MV(20); SET_MV(21); SET_MV(22); SET_MV(23); SET_MV(29); SET_MV(30); SET_MV(48); SET_MV(49);
+    for (uint32_t ty = 0; ty < QT_COUNT; ty++) {
+        const quant_traits *q = quant_get(ty);
+        if (q && q->from_float) t->quant[ty] = q->from_float;
+        /* every type with a vec_dot must have a scalar mat-vec above */
+        RL_ASSERT(!q || !q->vec_dot || t->matvec[ty]);
+    }
+}
+
+/* CPU + OS support from CPUID directly (GCC's and clang's __builtin_cpu_supports differ in the
+ * feature names they accept, e.g. clang lacks "f16c"). XGETBV checks that the OS saves the
+ * YMM (and for AVX-512 the ZMM/opmask) state. */
+static void detect(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) cpu_amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx) return;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    const bool avx2 = b & (1u << 5), f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
+               vl = b & (1u << 31), vnni = c & (1u << 11);
+    supported[KERN_AVX2] = avx2 && fma && f16c;
+    supported[KERN_AVX512] = supported[KERN_AVX2] && (xlo & 0xe0) == 0xe0 && f && dq && bw && vl && vnni;
+#if defined(__linux__) && defined(__x86_64__)
+    /* AMX-TILE (edx 24) + AMX-INT8 (edx 25), the OS enables XTILECFG/XTILEDATA (XCR0 bits 17, 18), and
+     * Linux grants this process the tile data state (ARCH_REQ_XCOMP_PERM = 0x1023, XTILEDATA = 18):
+     * without the grant the first tile instruction faults */
+    const bool tiles = (d >> 24 & 1) && (d >> 25 & 1) && (xlo & 0x60000) == 0x60000;
+    amx_ok = supported[KERN_AVX512] && tiles && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#endif
+#endif
+}
+
+/* The AVX-512 level's batched kernels: the 256-bit core as filled, the 512-bit one (mm512_on), the
+ * AMX tiles or their emulation (amx_mode) where the level has them. */
+static void select_mm(void) {
+    kern_table *t = &tables[KERN_AVX512];
+    for (int ty = 0; ty < QT_COUNT; ty++) {
+        kern_matmul_fn m = mm_base[KERN_AVX512][ty];
+        if (m && mm512_on && t->matmul_w[ty]) m = t->matmul_w[ty];
+        /* below amx_from activation rows the tiles' per-call preparation of the weights costs more
+         * than they save: the core chosen above takes those batches */
+        t->matmul_lo[ty] = m;
+        t->amx_from[ty] = 0;
+        kern_matmul_fn x = amx_mode == KERN_AMX_ON ? t->matmul_x[ty] : amx_mode == KERN_AMX_EMUL ? t->matmul_xe[ty] : NULL;
+        if (m && x) {
+            t->amx_from[ty] = amx_rows > 0 ? amx_rows : t->amx_min[ty];
+            m = x;
+        }
+        t->matmul[ty] = m;
+    }
+}
+
+static void init(void) {
+    detect();
+    supported[KERN_SCALAR] = true;
+    fill_scalar(&tables[KERN_SCALAR]);
+    /* The fill functions are compiled with their ISA's flags: the compiler may use those
+     * instructions even in them, so only call them when the CPU has the ISA. */
+    tables[KERN_AVX2] = tables[KERN_SCALAR];
+    if (supported[KERN_AVX2]) kern_fill_avx2(&tables[KERN_AVX2]);
+    tables[KERN_AVX512] = tables[KERN_AVX2];
+    if (supported[KERN_AVX512]) kern_fill_avx512(&tables[KERN_AVX512]);
+    /* The IQ2_XXS / IQ2_XS mat-vecs at the AVX-512 level: the 4-row 512-bit kernels gather the grid
+     * entries (vpgatherdq), which Intel runs fast and Zen 4 slowly. Measured (test_kern, one thread,
+     * cache-resident weights, best of 5): Zen 4 VM IQ2_XXS AVX2 3.83 vs AVX-512 3.36 GB/s, IQ2_XS 4.12
+     * vs 3.64; Emerald Rapids VM (kernels-2026-11-30.md) IQ2_XXS 2.76 vs 3.52, IQ2_XS 3.11 vs 4.73.
+     * So AMD CPUs keep the AVX2 ones. Same results either way (both equal the scalar vec_dot bit for
+     * bit); RL_KERN_IQ2_MV=256|512 overrides the choice. */
+    const char *iq2 = getenv("RL_KERN_IQ2_MV");
+    if (supported[KERN_AVX512] && (iq2 ? !strcmp(iq2, "256") : cpu_amd)) {
+        tables[KERN_AVX512].matvec[QT_IQ2_XXS] = tables[KERN_AVX2].matvec[QT_IQ2_XXS];
+        tables[KERN_AVX512].matvec[QT_IQ2_XS] = tables[KERN_AVX2].matvec[QT_IQ2_XS];
+    }
+    for (int l = 1; l < KERN_NLEVELS; l++)
+        for (int ty = 0; ty < QT_COUNT; ty++) {
+            has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];
+            /* a matmul inherited from the level below next to this level's own matvec could
+             * round differently (float-lane types): fall back to the matvec loop */
+            if (tables[l].matvec[ty] != tables[l - 1].matvec[ty] && tables[l].matmul[ty] == tables[l - 1].matmul[ty])
+                tables[l].matmul[ty] = NULL;
+        }
+
+    for (int l = 0; l < KERN_NLEVELS; l++) memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
+    const char *mm = getenv("RL_KERN_MM"), *amx = getenv("RL_KERN_AMX");
+    /* the 512-bit core is the default at the AVX-512 level since the H200 host run of 2026-12-01
+     * (test_kern bit-exact with both cores; prompt 512 on q4_k_m at 16 threads 365 vs 319 tok/s);
+     * RL_KERN_MM=256 keeps the 256-bit core. AMX tiles where the CPU grants them, RL_KERN_AMX=0 not. */
+    mm512_on = !(mm && !strcmp(mm, "256")) && supported[KERN_AVX512];
+    amx_mode = amx_ok && !(amx && !strcmp(amx, "0")) ? KERN_AMX_ON : KERN_AMX_OFF;
+    /* RL_KERN_AMX_ROWS=n: the tiles from n activation rows on for every type (measuring thresholds) */
+    const char *rows = getenv("RL_KERN_AMX_ROWS");
+    const int nrows = rows ? atoi(rows) : 0;
+    if (nrows > 0) amx_rows = nrows;
+    if (supported[KERN_AVX512]) select_mm();
+    int want = KERN_AVX512;
+    const char *env = getenv("RL_KERN");
+    if (env && *env) {
+        for (int l = 0; l < KERN_NLEVELS; l++)
+            if (strcmp(env, kern_level_name(l)) == 0) want = l;
+    }
+    while (want > 0 && !supported[want]) want--;
+    active = want;
+}
+
+int kern_level(void) {
+    pthread_once(&once, init);
+    return active;
+}
+
+const char *kern_level_name(int level) {
+    static const char *names[KERN_NLEVELS] = { "scalar", "avx2", "avx512" };
+    return level >= 0 && level < KERN_NLEVELS ? names[level] : "?";
+}
+
+bool kern_level_supported(int level) {
+    pthread_once(&once, init);
+    return level >= 0 && level < KERN_NLEVELS && supported[level];
+}
+
+int kern_set_level(int level) {
+    if (!kern_level_supported(level))
+        return rl_seterr("kernel level %s is not supported by this CPU", kern_level_name(level));
+    active = level;
+    return 0;
+}
+
+bool kern_has_simd(int level, uint32_t wtype) {
+    pthread_once(&once, init);
+    return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && has_simd[level][wtype];
+}
+
+int kern_act_type(uint32_t wtype) {
+    const quant_traits *t = quant_get(wtype);
+    return t && t->vec_dot ? t->vec_dot_type : -1;
+}
+
+size_t kern_act_size(uint32_t wtype, int64_t n_cols) {
+    const int a = kern_act_type(wtype);
+    return a < 0 ? 0 : quant_row_size((uint32_t)a, n_cols);
+}
+
+void kern_quantize_act(uint32_t wtype, const float *x, int64_t n, void *act_q) {
+    const int a = kern_act_type(wtype);
+    RL_ASSERT(a >= 0 && quant_row_size((uint32_t)a, n) > 0);
+    tables[kern_level()].quant[a](x, act_q, n);
+}
+
+void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
+                 float *out) {
+    const size_t rb = quant_row_size(wtype, n_cols);
+    RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0);
+    tables[kern_level()].matvec[wtype](W, rb, n_rows, n_cols, act_q, out);
+}
+
+void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
+                 float *out, int64_t ldo) {
+    const size_t rb = quant_row_size(wtype, n_cols), ab = kern_act_size(wtype, n_cols);
+    RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0 && T >= 0 && (T <= 1 || ldo >= n_rows));
+    const kern_table *tb = &tables[kern_level()];
+    if (T == 1 || !tb->matmul[wtype]) {
+        for (int t = 0; t < T; t++)
+            tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab, out + (size_t)t * ldo);
+        return;
+    }
+    const kern_matmul_fn mm = T < tb->amx_from[wtype] ? tb->matmul_lo[wtype] : tb->matmul[wtype];
+    mm(W, rb, n_rows, n_cols, act_q, ab, T, out, (size_t)ldo);
+}
+
+bool kern_has_matmul(int level, uint32_t wtype) {
+    pthread_once(&once, init);
+    return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && tables[level].matmul[wtype] != NULL;
+}
+
+int kern_set_mm512(bool on) {
+    if (!kern_level_supported(KERN_AVX512))
+        return rl_seterr("the 512-bit batched core needs AVX-512 (F/BW/VL/DQ + VNNI), which this CPU lacks");
+    mm512_on = on;
+    select_mm();
+    return 0;
+}
+
+bool kern_mm512(void) {
+    pthread_once(&once, init);
+    return mm512_on;
+}
+
+bool kern_amx_supported(void) {
+    pthread_once(&once, init);
+    return amx_ok;
+}
+
+int kern_set_amx(int mode) {
+    pthread_once(&once, init);
+    if (mode == KERN_AMX_ON && !amx_ok)
+        return rl_seterr("AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
+    if (mode == KERN_AMX_EMUL && !supported[KERN_AVX512])
+        return rl_seterr("the emulated AMX kernels need the AVX-512 level, which this CPU lacks");
+    if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL) return rl_seterr("kern_set_amx: unknown mode %d", mode);
+    amx_mode = mode;
+    if (supported[KERN_AVX512]) select_mm();
+    return 0;
+}
+
+int kern_set_amx_rows(int rows) {
+    pthread_once(&once, init);
+    if (rows < 0) return rl_seterr("kern_set_amx_rows: %d rows (0 for the per-type thresholds)", rows);
+    amx_rows = rows;
+    if (supported[KERN_AVX512]) select_mm();
+    return 0;
+}
+
+int kern_amx(void) {
+    pthread_once(&once, init);
+    return amx_mode;
+}

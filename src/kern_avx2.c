@@ -1,3 +1,0 @@
-/* kern_avx2.c — the x86 kernels of kern_x86.h compiled for AVX2 + FMA + F16C (see kern.h). */
-#define KERN_FILL kern_fill_avx2
-#include "kern_x86.h"

@@ -1,0 +1,910 @@
+/* server.c — see server.h. The queue, the inference thread, jobs, metrics, the parser helpers
+ * and the libmicrohttpd glue (routing, limits, authentication, streaming, disconnects). */
+#include "serve/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "serve/api_anthropic.h"
+#include "serve/api_openai.h"
+#include "serve/api_responses.h"
+#include "base/common.h"
+
+/* ---- small helpers for the API modules -------------------------------------------------- */
+const char *srv_reason_name(srv_reason r) {
+    static const char *n[] = {"eog", "length", "stop", "context", "cancelled", "error"};
+    return (unsigned)r < 6 ? n[r] : "?";
+}
+
+int srv_fail(srv_error *e, int status, const char *type, const char *param, const char *fmt, ...) {
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    e->code[0] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *srv_strdup(const char *s) {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) rl_seterr("out of memory");
+    return d;
+}
+
+void srv_request_free(srv_request *rq) {
+    tok_ids_free(&rq->prompt);
+    for (int i = 0; i < rq->n_stops; i++) free(rq->stops[i]);
+    rq->n_stops = 0;
+    if (rq->api && rq->api->free && rq->st) rq->api->free(rq->st);
+    rq->st = NULL;
+}
+
+int srv_request_add_stop(srv_request *rq, const char *s) {
+    if (rq->n_stops >= 16) return rl_seterr("at most 16 stop strings");
+    if (!*s) return 0;
+    if (!(rq->stops[rq->n_stops] = srv_strdup(s))) return -1;
+    rq->n_stops++;
+    return 0;
+}
+
+int srv_reply_json(srv_reply *r, int status, cJSON *obj) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!s) return rl_seterr("out of memory (reply)");
+    r->status = status;
+    r->ctype = "application/json";
+    r->body = s;
+    r->n = strlen(s);
+    return 0;
+}
+
+void srv_new_id(char *out, size_t cap, const char *prefix) {
+    unsigned char b[12];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        uint64_t t = (uint64_t)(rl_now() * 1e9) ^ (uint64_t)getpid() << 32;
+        for (int i = 0; i < 12; i++) b[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)(i * 77);
+    }
+    size_t k = (size_t)snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 12 && k + 2 < cap; i++, k += 2) snprintf(out + k, cap - k, "%02x", b[i]);
+}
+
+int srv_check_fields(const cJSON *obj, const char *const *known, const char *where, srv_error *e) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj) {
+        bool ok = false;
+        for (int i = 0; known[i] && !ok; i++) ok = it->string && !strcmp(it->string, known[i]);
+        if (!ok)
+            return srv_fail(e, 400, "invalid_request_error", it->string,
+                            "unknown field '%s'%s%s: remove it (see docs/SERVER.md for the supported fields)",
+                            it->string ? it->string : "?", where ? " in " : "", where ? where : "");
+    }
+    return 0;
+}
+
+static const cJSON *field(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+int srv_get_num(const cJSON *o, const char *k, double lo, double hi, double *out, srv_error *e) {
+    const cJSON *v = field(o, k);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return srv_fail(e, 400, NULL, k, "'%s' must be a number", k);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return srv_fail(e, 400, NULL, k, "'%s' must be in [%g, %g], got %g", k, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return 1;
+}
+
+int srv_get_int(const cJSON *o, const char *k, long long lo, long long hi, long long *out, srv_error *e) {
+    const cJSON *v = field(o, k);
+    if (!v) return 0;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!cJSON_IsNumber(v) || d != floor(d) || !isfinite(d))
+        return srv_fail(e, 400, NULL, k, "'%s' must be an integer", k);
+    if (d < (double)lo || d > (double)hi)
+        return srv_fail(e, 400, NULL, k, "'%s' must be in [%lld, %lld], got %.0f", k, lo, hi, d);
+    *out = (long long)d;
+    return 1;
+}
+
+int srv_get_bool(const cJSON *o, const char *k, bool *out, srv_error *e) {
+    const cJSON *v = field(o, k);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return srv_fail(e, 400, NULL, k, "'%s' must be true or false", k);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+int srv_get_str(const cJSON *o, const char *k, const char **out, srv_error *e) {
+    const cJSON *v = field(o, k);
+    if (!v) return 0;
+    if (!cJSON_IsString(v)) return srv_fail(e, 400, NULL, k, "'%s' must be a string", k);
+    *out = v->valuestring;
+    return 1;
+}
+
+int srv_parse_sampling(const cJSON *b, const srv_info *in, sampler_params *sp, srv_error *e) {
+    *sp = in->sp;
+    double d;
+    long long v;
+    int r;
+    if ((r = srv_get_num(b, "temperature", 0, 2, &d, e)) < 0) return -1;
+    if (r) sp->temp = (float)d;
+    if ((r = srv_get_num(b, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (r) sp->top_p = (float)d;
+    if ((r = srv_get_int(b, "top_k", -1, 1 << 30, &v, e)) < 0) return -1;
+    if (r) sp->top_k = (int32_t)v;
+    if ((r = srv_get_num(b, "min_p", 0, 1, &d, e)) < 0) return -1;
+    if (r) sp->min_p = (float)d;
+    if ((r = srv_get_num(b, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (r) sp->presence_penalty = (float)d;
+    if ((r = srv_get_num(b, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (r) sp->frequency_penalty = (float)d;
+    if ((r = srv_get_num(b, "repetition_penalty", 0.01, 10, &d, e)) < 0) return -1;
+    if (r) sp->repeat_penalty = (float)d;
+    if ((r = srv_get_int(b, "seed", -(1LL << 62), 1LL << 62, &v, e)) < 0) return -1;
+    if (r) sp->seed = (uint32_t)((uint64_t)v & 0xFFFFFFFFu);
+    if (sp->seed == SAMPLER_SEED_RANDOM && r) sp->seed = 0xFFFFFFFEu; /* an explicit seed is never "random" */
+    return 0;
+}
+
+int srv_render_prompt(const srv_info *in, const chat_conv *conv, int enable_thinking, srv_request *rq,
+                      srv_error *e) {
+    if (conv->n == 0) return srv_fail(e, 400, NULL, "messages", "no messages: send at least one message");
+    chat_buf b = {0};
+    chat_render_opts o = {.add_generation_prompt = true, .enable_thinking = enable_thinking};
+    if (chat_render(&in->fmt, conv, &o, &b) || b.oom) {
+        chat_buf_free(&b);
+        return srv_fail(e, 500, "server_error", NULL, "out of memory while rendering the conversation");
+    }
+    int rc = srv_tokenize_prompt(in, b.p, b.n, rq, e);
+    /* reasoning split: on when asked, or (auto) when the template knows <think> blocks and the
+     * request did not turn thinking off; mode 2 when the prompt itself opened the block */
+    bool on = in->reasoning > 0 || (in->reasoning < 0 && in->fmt.think && enable_thinking != 0);
+    if (on) {
+        size_t k = b.n;
+        while (k && (b.p[k - 1] == '\n' || b.p[k - 1] == ' ')) k--;
+        rq->think = k >= 7 && !memcmp(b.p + k - 7, "<think>", 7) ? 2 : 1;
+    }
+    chat_buf_free(&b);
+    return rc;
+}
+
+int srv_tokenize_prompt(const srv_info *in, const char *text, size_t n, srv_request *rq, srv_error *e) {
+    if (tokenizer_encode(in->tok, text, n, TOK_PARSE_SPECIAL, &rq->prompt))
+        return srv_fail(e, 500, "server_error", NULL, "out of memory while tokenising the prompt");
+    if (rq->prompt.n == 0) return srv_fail(e, 400, NULL, NULL, "the prompt is empty: send at least one token of text");
+    if ((long long)rq->prompt.n >= in->n_ctx) {
+        srv_fail(e, 400, NULL, "messages",
+                 "the prompt is %zu tokens but the context holds %d (one more is needed to answer): "
+                 "shorten the conversation or restart the server with a larger --ctx",
+                 rq->prompt.n, in->n_ctx);
+        snprintf(e->code, sizeof e->code, "context_length_exceeded");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+typedef enum { FAM_OPENAI, FAM_ANTHROPIC } api_family;
+
+struct srv_job {
+    srv_request rq;
+    api_family fam;
+    server *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    chat_buf out;        /* bytes not yet taken by the connection */
+    size_t out_read;
+    int status;          /* non-streaming: final status; 0 until set */
+    const char *ctype;
+    bool started, done;
+    volatile sig_atomic_t cancel;
+    int refs;
+    int fd;              /* the client's socket (disconnect detection) */
+    srv_job *next;
+    double t_queued;
+};
+
+static srv_job *job_new(server *s, api_family fam, int fd) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->srv = s;
+    j->fam = fam;
+    j->refs = 1;
+    j->fd = fd;
+    return j;
+}
+
+static void job_unref(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int r = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (r > 0) return;
+    srv_request_free(&j->rq);
+    chat_buf_free(&j->out);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static void job_ref(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_send(srv_job *j, const char *s, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    chat_buf_put(&j->out, s, n);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_sse(srv_job *j, const char *event, cJSON *obj) {
+    char *s = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!s) return;
+    chat_buf b = {0};
+    if (event) {
+        chat_buf_puts(&b, "event: ");
+        chat_buf_puts(&b, event);
+        chat_buf_puts(&b, "\n");
+    }
+    chat_buf_puts(&b, "data: ");
+    chat_buf_puts(&b, s);
+    chat_buf_puts(&b, "\n\n");
+    free(s);
+    if (!b.oom) srv_job_send(j, b.p, b.n);
+    chat_buf_free(&b);
+}
+
+void srv_job_body(srv_job *j, int status, const char *ctype, char *body, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    chat_buf_put(&j->out, body, n);
+    j->status = status;
+    j->ctype = ctype;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    free(body);
+}
+
+void srv_job_body_json(srv_job *j, int status, cJSON *obj) {
+    char *s = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+        s = strdup(oom);
+        status = 500;
+        if (!s) return;
+    }
+    srv_job_body(j, status, "application/json", s, strlen(s));
+}
+
+static cJSON *error_json(api_family fam, const srv_error *e) {
+    return fam == FAM_ANTHROPIC ? api_anthropic_error(e) : api_openai_error(e);
+}
+
+/* ---- the server ---------------------------------------------------------------------------- */
+typedef struct {
+    long long requests[4];  /* by API: chat, completions, responses, messages */
+    long long status[600];  /* responses by HTTP status */
+    long long rejected, cancelled, errors;
+    long long prompt_tokens, prompt_reused, gen_tokens, drafted, accepted;
+    double prompt_s, gen_s, last_decode_tps, last_prompt_tps;
+    char *backend_lines;    /* from the backend, refreshed after each job */
+} srv_metrics;
+
+struct server {
+    server_params p;
+    srv_backend *b;
+    srv_info info;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_t infer;
+    bool infer_started;
+    pthread_mutex_t mu;     /* queue + metrics */
+    pthread_cond_t cv;
+    srv_job *head, *tail;
+    int n_waiting;          /* in the queue */
+    int n_jobs;             /* waiting + running: at most queue + 1 */
+    srv_job *running;
+    bool stopping;
+    int n_open;             /* requests between on_access and on_completed */
+    srv_metrics m;
+    double t_start;
+};
+
+static int api_index(const srv_api *a) {
+    static const char *names[] = {"chat", "completions", "responses", "messages"};
+    for (int i = 0; i < 4; i++)
+        if (a && !strcmp(a->name, names[i])) return i;
+    return 0;
+}
+
+static void on_prompt(void *ud, int n_reused) {
+    srv_job *j = ud;
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (j->rq.api->start) j->rq.api->start(j, j->rq.st, (int)j->rq.prompt.n, n_reused);
+}
+
+static int on_text(void *ud, const char *s, size_t n) {
+    srv_job *j = ud;
+    if (j->cancel) return 1;
+    return j->rq.api->text(j, j->rq.st, s, n);
+}
+
+static void run_job(server *s, srv_job *j) {
+    srv_result r = {0};
+    r.n_prompt = (int)j->rq.prompt.n;
+    if (j->cancel) {
+        /* dropped before it ran: the client left, or the server is stopping */
+        r.reason = SRV_CANCELLED;
+        srv_error e;
+        srv_fail(&e, 503, j->fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
+                 "the server is shutting down: retry against a running server");
+        srv_job_body_json(j, 503, error_json(j->fam, &e));
+    } else {
+        srv_gen g = {
+            .prompt = j->rq.prompt.ids,
+            .n_prompt = (int)j->rq.prompt.n,
+            .sp = j->rq.sp,
+            .n_predict = j->rq.n_predict,
+            .stops = (const char *const *)j->rq.stops,
+            .n_stops = j->rq.n_stops,
+            .on_prompt = on_prompt,
+            .on_text = on_text,
+            .ud = j,
+            .cancel = &j->cancel,
+        };
+        if (s->b->generate(s->b->ud, &g, &r) && r.reason != SRV_ERROR) {
+            r.reason = SRV_ERROR;
+            snprintf(r.error, sizeof r.error, "%s", rl_lasterr());
+        }
+        if (j->cancel && r.reason != SRV_ERROR) r.reason = SRV_CANCELLED;
+        j->rq.api->finish(j, j->rq.st, &r);
+        if (s->p.verbose)
+            fprintf(stderr, "serve: %s prompt %d (reused %d, %.3f s) gen %d (%.3f s) %s%s%s\n", j->rq.api->name,
+                    r.n_prompt, r.n_reused, r.t_prompt, r.n_gen, r.t_gen, srv_reason_name(r.reason),
+                    r.reason == SRV_ERROR ? ": " : "", r.reason == SRV_ERROR ? r.error : "");
+    }
+    chat_buf extra = {0};
+    if (s->b->metrics) s->b->metrics(s->b->ud, &extra);
+    pthread_mutex_lock(&s->mu);
+    srv_metrics *m = &s->m;
+    m->requests[api_index(j->rq.api)]++;
+    if (r.reason == SRV_CANCELLED) m->cancelled++;
+    if (r.reason == SRV_ERROR) m->errors++;
+    m->prompt_tokens += r.n_prompt;
+    m->prompt_reused += r.n_reused;
+    m->gen_tokens += r.n_gen;
+    m->drafted += r.n_drafted;
+    m->accepted += r.n_accepted;
+    m->prompt_s += r.t_prompt;
+    m->gen_s += r.t_gen;
+    if (r.t_gen > 0 && r.n_gen > 1) m->last_decode_tps = (r.n_gen - 1) / r.t_gen;
+    if (r.t_prompt > 0 && r.n_prompt > r.n_reused) m->last_prompt_tps = (r.n_prompt - r.n_reused) / r.t_prompt;
+    if (extra.p && !extra.oom) {
+        free(m->backend_lines);
+        m->backend_lines = chat_buf_take(&extra, NULL);
+    }
+    s->running = NULL; /* with the counters, so /metrics never shows a counted job as running */
+    pthread_mutex_unlock(&s->mu);
+    chat_buf_free(&extra);
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    j->started = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void *infer_main(void *arg) {
+    server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        srv_job *j = s->head;
+        if (!j) break; /* stopping and drained */
+        s->head = j->next;
+        if (!s->head) s->tail = NULL;
+        s->n_waiting--;
+        s->running = j;
+        pthread_mutex_unlock(&s->mu);
+        run_job(s, j);
+        pthread_mutex_lock(&s->mu);
+        s->running = NULL;
+        s->n_jobs--;
+        pthread_mutex_unlock(&s->mu);
+        job_unref(j);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (s->b->flush) s->b->flush(s->b->ud);
+    return NULL;
+}
+
+/* 0 queued, -1 full (or stopping) */
+static int enqueue(server *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->n_jobs >= s->p.queue + 1) {
+        s->m.rejected++;
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    job_ref(j); /* the queue's reference */
+    j->t_queued = rl_now();
+    if (s->tail) s->tail->next = j;
+    else s->head = j;
+    s->tail = j;
+    s->n_waiting++;
+    s->n_jobs++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* ---- metrics --------------------------------------------------------------------------------- */
+static void metrics_text(server *s, chat_buf *o) {
+    char line[256];
+#define PUT(...)                                                                                             \
+    do {                                                                                                     \
+        snprintf(line, sizeof line, __VA_ARGS__);                                                            \
+        chat_buf_puts(o, line);                                                                              \
+    } while (0)
+    pthread_mutex_lock(&s->mu);
+    srv_metrics *m = &s->m;
+    static const char *api[] = {"chat", "completions", "responses", "messages"};
+    PUT("# HELP redlite_requests_total Generation requests served, by API.\n# TYPE redlite_requests_total counter\n");
+    for (int i = 0; i < 4; i++) PUT("redlite_requests_total{api=\"%s\"} %lld\n", api[i], m->requests[i]);
+    PUT("# HELP redlite_http_responses_total HTTP responses by status code.\n"
+        "# TYPE redlite_http_responses_total counter\n");
+    for (int i = 100; i < 600; i++)
+        if (m->status[i]) PUT("redlite_http_responses_total{code=\"%d\"} %lld\n", i, m->status[i]);
+    PUT("# TYPE redlite_requests_rejected_total counter\nredlite_requests_rejected_total %lld\n", m->rejected);
+    PUT("# TYPE redlite_requests_cancelled_total counter\nredlite_requests_cancelled_total %lld\n", m->cancelled);
+    PUT("# TYPE redlite_requests_failed_total counter\nredlite_requests_failed_total %lld\n", m->errors);
+    PUT("# HELP redlite_prompt_tokens_total Prompt tokens of all requests.\n"
+        "# TYPE redlite_prompt_tokens_total counter\nredlite_prompt_tokens_total %lld\n", m->prompt_tokens);
+    PUT("# HELP redlite_prompt_tokens_reused_total Prompt tokens not evaluated (held prefix or checkpoint).\n"
+        "# TYPE redlite_prompt_tokens_reused_total counter\nredlite_prompt_tokens_reused_total %lld\n",
+        m->prompt_reused);
+    PUT("# TYPE redlite_prompt_tokens_evaluated_total counter\nredlite_prompt_tokens_evaluated_total %lld\n",
+        m->prompt_tokens - m->prompt_reused);
+    PUT("# TYPE redlite_generated_tokens_total counter\nredlite_generated_tokens_total %lld\n", m->gen_tokens);
+    PUT("# TYPE redlite_prompt_seconds_total counter\nredlite_prompt_seconds_total %.6f\n", m->prompt_s);
+    PUT("# TYPE redlite_decode_seconds_total counter\nredlite_decode_seconds_total %.6f\n", m->gen_s);
+    PUT("# HELP redlite_decode_tokens_per_second Decode speed of the last request.\n"
+        "# TYPE redlite_decode_tokens_per_second gauge\nredlite_decode_tokens_per_second %.3f\n",
+        m->last_decode_tps);
+    PUT("# TYPE redlite_prompt_tokens_per_second gauge\nredlite_prompt_tokens_per_second %.3f\n",
+        m->last_prompt_tps);
+    PUT("# TYPE redlite_queue_depth gauge\nredlite_queue_depth %d\n", s->n_waiting);
+    PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->running ? 1 : 0);
+    PUT("# TYPE redlite_spec_drafted_tokens_total counter\nredlite_spec_drafted_tokens_total %lld\n", m->drafted);
+    PUT("# TYPE redlite_spec_accepted_tokens_total counter\nredlite_spec_accepted_tokens_total %lld\n",
+        m->accepted);
+    PUT("# TYPE redlite_spec_acceptance_ratio gauge\nredlite_spec_acceptance_ratio %.4f\n",
+        m->drafted ? (double)m->accepted / (double)m->drafted : 0.0);
+    if (m->backend_lines) chat_buf_puts(o, m->backend_lines);
+    pthread_mutex_unlock(&s->mu);
+    PUT("# TYPE redlite_resident_memory_bytes gauge\nredlite_resident_memory_bytes %llu\n",
+        (unsigned long long)rl_cur_rss());
+    PUT("# TYPE redlite_peak_resident_memory_bytes gauge\nredlite_peak_resident_memory_bytes %llu\n",
+        (unsigned long long)rl_peak_rss());
+    PUT("# TYPE redlite_uptime_seconds gauge\nredlite_uptime_seconds %.1f\n", rl_now() - s->t_start);
+#undef PUT
+}
+
+/* ---- routes ---------------------------------------------------------------------------------- */
+typedef int (*srv_handler)(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
+
+typedef struct {
+    const char *method, *path;
+    api_family fam;
+    srv_handler fn; /* NULL: built-in (health, metrics) */
+} route;
+
+static const route ROUTES[] = {
+    {"POST", "/v1/chat/completions", FAM_OPENAI, api_openai_chat},
+    {"POST", "/v1/completions", FAM_OPENAI, api_openai_completions},
+    {"POST", "/v1/responses", FAM_OPENAI, api_responses_create},
+    {"POST", "/v1/messages", FAM_ANTHROPIC, api_anthropic_messages},
+    {"POST", "/v1/messages/count_tokens", FAM_ANTHROPIC, api_anthropic_count_tokens},
+    {"GET", "/v1/models", FAM_OPENAI, api_openai_models},
+    {"GET", "/health", FAM_OPENAI, NULL},
+    {"GET", "/metrics", FAM_OPENAI, NULL},
+};
+#define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
+
+/* ---- HTTP ------------------------------------------------------------------------------------ */
+typedef struct {
+    const route *rt;
+    int early_status; /* 404/405/401: answered once the body is read */
+    chat_buf body;
+    bool too_big;
+    srv_job *job;
+} conn_req;
+
+static bool peer_gone(int fd) {
+    if (fd < 0) return false;
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void timed_wait(srv_job *j, double sec) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = ts.tv_nsec + (long)(sec * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
+static void count_status(server *s, int status) {
+    pthread_mutex_lock(&s->mu);
+    if (status >= 100 && status < 600) s->m.status[status]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
+                                size_t n, const char *retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    count_status(s, status);
+    return rc;
+}
+
+static enum MHD_Result send_error(server *s, struct MHD_Connection *c, api_family fam, const srv_error *e,
+                                  const char *retry_after) {
+    srv_reply rep = {0};
+    if (srv_reply_json(&rep, e->status, error_json(fam, e))) return MHD_NO;
+    return send_buf(s, c, e->status, rep.ctype, rep.body, rep.n, retry_after);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    while (j->out.n == j->out_read && !j->done) {
+        timed_wait(j, 0.1);
+        if (j->out.n == j->out_read && !j->done && peer_gone(j->fd)) {
+            j->cancel = 1;
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t avail = j->out.n - j->out_read;
+    if (avail == 0) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    size_t k = avail < max ? avail : max;
+    memcpy(buf, j->out.p + j->out_read, k);
+    j->out_read += k;
+    if (j->out_read == j->out.n) j->out.n = j->out_read = 0;
+    pthread_mutex_unlock(&j->mu);
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls) { job_unref(cls); }
+
+static bool valid_utf8(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        if ((unsigned char)s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = tok_utf8_len((const uint8_t *)s + i, n - i);
+        if (!k) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* Constant-time comparison of a presented key with the server's. */
+static bool key_eq(const char *got, const char *want) {
+    size_t n = strlen(want);
+    if (!got || strlen(got) != n) return false;
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++) d |= (unsigned char)(got[i] ^ want[i]);
+    return d == 0;
+}
+
+/* Either header may carry the key (OpenAI clients send Authorization: Bearer, Anthropic ones
+ * x-api-key; Claude Code with ANTHROPIC_AUTH_TOKEN sends Bearer). */
+static bool key_ok(server *s, struct MHD_Connection *c) {
+    if (!s->p.api_key) return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    bool bearer = auth && !strncasecmp(auth, "Bearer ", 7) && key_eq(auth + 7, s->p.api_key);
+    return bearer || key_eq(x, s->p.api_key);
+}
+
+static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {
+    srv_error e = {0};
+    api_family fam = r->rt->fam;
+    if (r->too_big) {
+        srv_fail(&e, 413, fam == FAM_ANTHROPIC ? "request_too_large" : "invalid_request_error", NULL,
+                 "the request body is larger than the server's limit of %zu bytes (--max-body)", s->p.max_body);
+        return send_error(s, c, fam, &e, NULL);
+    }
+    const route *rt = r->rt;
+    if (!rt->fn) {
+        chat_buf o = {0};
+        if (!strcmp(rt->path, "/metrics")) metrics_text(s, &o);
+        else {
+            pthread_mutex_lock(&s->mu);
+            int q = s->n_waiting;
+            pthread_mutex_unlock(&s->mu);
+            char tmp[160];
+            snprintf(tmp, sizeof tmp, "{\"status\":\"ok\",\"backend\":\"%s\",\"queue_depth\":%d}", s->b->name, q);
+            chat_buf_puts(&o, tmp);
+        }
+        size_t n;
+        char *p = chat_buf_take(&o, &n);
+        if (!p) return MHD_NO;
+        return send_buf(s, c, 200, strcmp(rt->path, "/metrics") ? "application/json" : "text/plain; version=0.0.4",
+                        p, n, NULL);
+    }
+    cJSON *body = NULL;
+    if (!strcmp(rt->method, "POST")) {
+        if (!valid_utf8(r->body.p ? r->body.p : "", r->body.n)) {
+            srv_fail(&e, 400, NULL, NULL, "the request body is not valid UTF-8: send UTF-8 encoded JSON");
+            return send_error(s, c, fam, &e, NULL);
+        }
+        body = r->body.n ? chat_json_parse(r->body.p, r->body.n) : NULL;
+        if (!body || !cJSON_IsObject(body)) {
+            srv_fail(&e, 400, NULL, NULL, "the request body is not a JSON object%s%s",
+                     body ? "" : ": ", body ? "" : (r->body.n ? rl_lasterr() : "empty body"));
+            cJSON_Delete(body);
+            return send_error(s, c, fam, &e, NULL);
+        }
+    }
+    srv_request rq = {0};
+    srv_reply rep = {0};
+    int k = rt->fn(&s->info, body, &rq, &rep, &e);
+    cJSON_Delete(body);
+    if (k < 0) {
+        srv_request_free(&rq);
+        if (!e.status) srv_fail(&e, 500, "server_error", NULL, "%s", rl_lasterr());
+        return send_error(s, c, fam, &e, NULL);
+    }
+    if (k == 0) return send_buf(s, c, rep.status, rep.ctype, rep.body, rep.n, NULL);
+
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    srv_job *j = job_new(s, fam, ci ? ci->connect_fd : -1);
+    if (!j) {
+        srv_request_free(&rq);
+        return MHD_NO;
+    }
+    j->rq = rq;
+    r->job = j;
+    if (enqueue(s, j)) {
+        srv_fail(&e, 503, fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
+                 "the server is busy (%d requests queued, --queue): retry later", s->p.queue);
+        return send_error(s, c, fam, &e, "1");
+    }
+    /* Wait until the job starts (streaming) or is done (non-streaming), watching the client. */
+    pthread_mutex_lock(&j->mu);
+    while (!(j->rq.stream ? j->started : j->done)) {
+        timed_wait(j, 0.1);
+        if (!j->done && peer_gone(j->fd)) j->cancel = 1; /* keep waiting: the job still owns its output */
+    }
+    bool body_ready = j->done && j->status; /* a complete non-streaming answer (or a drop) */
+    pthread_mutex_unlock(&j->mu);
+    if (!j->rq.stream || body_ready) {
+        pthread_mutex_lock(&j->mu);
+        /* a streaming job that ended before starting has its body too; otherwise it is a stream */
+        int status = j->status ? j->status : 200;
+        const char *ctype = j->ctype ? j->ctype : "application/json";
+        size_t n;
+        char *p = chat_buf_take(&j->out, &n);
+        j->out_read = 0;
+        pthread_mutex_unlock(&j->mu);
+        if (!p) return MHD_NO;
+        return send_buf(s, c, status, ctype, p, n, NULL);
+    }
+    job_ref(j);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
+    if (!resp) {
+        job_unref(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    count_status(s, 200);
+    return rc;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    server *s = cls;
+    conn_req *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        *con_cls = r;
+        pthread_mutex_lock(&s->mu);
+        s->n_open++;
+        pthread_mutex_unlock(&s->mu);
+        bool path_known = false;
+        for (size_t i = 0; i < N_ROUTES && !r->rt; i++) {
+            if (strcmp(url, ROUTES[i].path)) continue;
+            path_known = true;
+            if (!strcmp(method, ROUTES[i].method)) r->rt = &ROUTES[i];
+        }
+        srv_error e;
+        if (!r->rt) {
+            srv_fail(&e, path_known ? 405 : 404, NULL, NULL,
+                     path_known ? "method %s is not allowed on %s" : "no such endpoint: %s %s", method, url);
+            r->early_status = e.status;
+        } else if (strcmp(url, "/health") && !key_ok(s, c)) {
+            r->early_status = 401;
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!r->too_big && !r->early_status) {
+            if (r->body.n + *upload_size > s->p.max_body) {
+                r->too_big = true;
+                chat_buf_free(&r->body);
+            } else {
+                chat_buf_put(&r->body, upload, *upload_size);
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->body.oom) return MHD_NO;
+    if (r->early_status) {
+        srv_error e;
+        if (r->early_status == 401)
+            srv_fail(&e, 401, r->rt && r->rt->fam == FAM_ANTHROPIC ? "authentication_error" : "invalid_request_error",
+                     NULL, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+        else if (r->early_status == 405)
+            srv_fail(&e, 405, NULL, NULL, "method %s is not allowed on %s", method, url);
+        else
+            srv_fail(&e, 404, "not_found_error", NULL, "no such endpoint: %s %s", method, url);
+        if (r->early_status == 401) snprintf(e.code, sizeof e.code, "invalid_api_key");
+        return send_error(s, c, r->rt ? r->rt->fam : FAM_OPENAI, &e, NULL);
+    }
+    return dispatch(s, c, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    server *s = cls;
+    conn_req *r = *con_cls;
+    if (!r) return;
+    pthread_mutex_lock(&s->mu);
+    s->n_open--;
+    pthread_mutex_unlock(&s->mu);
+    if (r->job) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->job->cancel = 1;
+        job_unref(r->job);
+    }
+    chat_buf_free(&r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------- */
+static void server_free(server *s) {
+    if (!s) return;
+    if (s->b && s->b->free) s->b->free(s->b->ud);
+    free(s->m.backend_lines);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+server *server_start(const server_params *p, srv_backend *b) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (b->free) b->free(b->ud);
+        rl_seterr("out of memory (server)");
+        return NULL;
+    }
+    s->p = *p;
+    s->b = b;
+    if (s->p.queue < 0) s->p.queue = 0;
+    if (!s->p.max_body) s->p.max_body = 32u << 20;
+    if (!s->p.max_header) s->p.max_header = 64u << 10;
+    if (!s->p.conn_limit) s->p.conn_limit = s->p.queue * 2 + 16;
+    s->info = (srv_info){.tok = b->tok, .fmt = b->fmt, .n_ctx = b->n_ctx, .model_id = p->model_id, .sp = p->sp,
+                         .max_tokens = p->max_tokens, .reasoning = p->reasoning};
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->t_start = rl_now();
+
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)p->port);
+    if (inet_pton(AF_INET, p->host, &sa.sin_addr) != 1) {
+        rl_seterr("--host %s: not an IPv4 address (use 127.0.0.1, 0.0.0.0 or a local interface address)", p->host);
+        server_free(s);
+        return NULL;
+    }
+    if (pthread_create(&s->infer, NULL, infer_main, s)) {
+        rl_seterr("cannot start the inference thread");
+        server_free(s);
+        return NULL;
+    }
+    s->infer_started = true;
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                                MHD_USE_POLL,
+                            0, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->p.max_header,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.conn_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                            s, MHD_OPTION_END);
+    if (!s->d) {
+        rl_seterr("cannot listen on %s:%d (%s): pick another --port or stop the program using it", p->host, p->port,
+                  strerror(errno ? errno : EADDRINUSE));
+        server_stop(s);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : p->port;
+    return s;
+}
+
+int server_port(const server *s) { return s->port; }
+
+void server_stop(server *s) {
+    if (!s) return;
+    if (s->d) MHD_quiesce_daemon(s->d); /* no new connections */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    for (srv_job *j = s->head; j; j = j->next) j->cancel = 1;
+    if (s->running) s->running->cancel = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->infer_started) pthread_join(s->infer, NULL); /* flushes the backend's checkpoints */
+    /* let the connections send what their jobs produced (bounded: 5 s) before closing them */
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&s->mu);
+        int open = s->n_open;
+        pthread_mutex_unlock(&s->mu);
+        if (!open) break;
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (s->d) MHD_stop_daemon(s->d);
+    server_free(s);
+}
