@@ -71,10 +71,14 @@ def span_paths(text):
     for span in SPAN.findall(text):
         for word in span.split():
             word = word.strip("(),;:'\"")
-            if word.startswith(TOP) and not any(c in word for c in "=$<>{}|"):
+            m = re.match(r"^([\w./-]+)\.\{(\w+(?:,\w+)+)\}$", word)  # src/x.{h,c}
+            if m and word.startswith(TOP):
+                yield from (f"{m.group(1)}.{e}" for e in m.group(2).split(","))
+            elif word.startswith(TOP) and not any(c in word for c in "=$<>{}|"):
                 yield word.rstrip(".")
     for m in BARE.finditer(SPAN.sub(" ", LINK.sub(" ", text))):
-        yield m.group(1).rstrip(".")
+        if not text[m.end():m.end() + 2].startswith((".{", "{")):
+            yield m.group(1).rstrip(".")
 
 
 @pytest.mark.parametrize("doc", ALL_DOCS, ids=IDS)
@@ -108,4 +112,5 @@ def test_the_checks_catch_what_they_claim(tmp_path):
     assert FOREIGN.search("see /home/alice/models/x.gguf") and FOREIGN.search("cd /work/main && make")
     assert not FOREIGN.search("POST /v1/chat/completions") and not FOREIGN.search("~/.cache/redlite")
     assert list(span_paths("run `tools/nothing_here.py --x`")) == ["tools/nothing_here.py"]
+    assert list(span_paths("code: `src/run/spec.{h,c}`")) == ["src/run/spec.h", "src/run/spec.c"]
     assert slug("Two commands") == "two-commands" and slug("`redlite chat`: slash commands") == "redlite-chat-slash-commands"
