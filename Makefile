@@ -173,3 +173,66 @@ all: $(BUILD)/tools/rl_sampler
 $(BUILD)/tools/rl_sampler: tests/c/tool_sampler.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# ---- the library and `make install` (docs/INSTALL.md) --------------------------------------------
+# libredlite.so.$(ABI) exports the C API of include/redlite.h only (src/run/redlite.map); its
+# objects are compiled once more with -fPIC into $(BUILD)/obj-$(CONFIG)-pic by a sub-make
+# (BUILD=$(BUILD)/pic keeps its link stamp apart, so the PIC build never relinks the tools).
+# `make install PREFIX=/usr DESTDIR=/tmp/pkg` installs the binary, both libraries, the header,
+# redlite.pc, the man page and the bash / zsh completions; the last two are generated from the
+# commands' --help, which src/cli/opts.c renders from its option table (tools/gen_cli_docs.py).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+MANDIR  ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
+ABI     := $(shell sed -n 's/^\#define REDLITE_ABI_VERSION \([0-9]*\).*/\1/p' include/redlite.h)
+VERSION := $(shell sed -n 's/^\#define REDLITE_VERSION_STRING "\(.*\)"/\1/p' include/redlite.h)
+SONAME  := libredlite.so.$(ABI)
+PIC_OBJ := $(BUILD)/obj-$(CONFIG)-pic
+
+$(OBJ)/run/redlite_api.o: CFLAGS += -Iinclude
+
+.PHONY: lib install uninstall cli-docs FORCE
+lib: $(BUILD)/$(SONAME) $(BUILD)/libredlite.a
+
+ifeq ($(RL_PIC),)
+$(PIC_OBJ)/libredlite.a: FORCE
+	+@$(MAKE) --no-print-directory RL_PIC=1 BUILD=$(BUILD)/pic OBJ=$(PIC_OBJ) OPT="$(OPT) -fPIC" \
+	  $(if $(filter 1,$(CUDA)),NVCCFLAGS="$(NVCCFLAGS) -Xcompiler -fPIC") $@
+endif
+
+$(BUILD)/$(SONAME): $(PIC_OBJ)/libredlite.a src/run/redlite.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/run/redlite.map -Wl,-z,defs -o $@ \
+	  -Wl,--whole-archive $(PIC_OBJ)/libredlite.a -Wl,--no-whole-archive $(LDLIBS)
+
+$(BUILD)/redlite.pc: include/redlite.h Makefile FORCE  # always: PREFIX / LIBDIR may differ per call
+	@mkdir -p $(@D)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' 'Name: redlite' \
+	  'Description: Qwen3-Next (Gated-DeltaNet MoE) GGUF inference: the C API of include/redlite.h' \
+	  'Version: $(VERSION)' 'Libs: -L$${libdir} -lredlite' 'Libs.private: $(LDLIBS)' \
+	  'Cflags: -I$${includedir}' > $@
+
+cli-docs: $(BUILD)/redlite
+	$(PYTHON) tools/gen_cli_docs.py $(BUILD)/redlite $(BUILD)/share
+
+install: $(BUILD)/redlite lib $(BUILD)/redlite.pc cli-docs
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions
+	install -m 755 $(BUILD)/redlite $(DESTDIR)$(BINDIR)/redlite
+	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libredlite.so
+	install -m 644 $(BUILD)/libredlite.a $(DESTDIR)$(LIBDIR)/libredlite.a
+	install -m 644 include/redlite.h $(DESTDIR)$(INCDIR)/redlite.h
+	install -m 644 $(BUILD)/redlite.pc $(DESTDIR)$(LIBDIR)/pkgconfig/redlite.pc
+	install -m 644 $(BUILD)/share/redlite.1 $(DESTDIR)$(MANDIR)/man1/redlite.1
+	install -m 644 $(BUILD)/share/redlite.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/redlite
+	install -m 644 $(BUILD)/share/_redlite $(DESTDIR)$(DATADIR)/zsh/site-functions/_redlite
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/redlite $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libredlite.so \
+	  $(DESTDIR)$(LIBDIR)/libredlite.a $(DESTDIR)$(INCDIR)/redlite.h $(DESTDIR)$(LIBDIR)/pkgconfig/redlite.pc \
+	  $(DESTDIR)$(MANDIR)/man1/redlite.1 $(DESTDIR)$(DATADIR)/bash-completion/completions/redlite \
+	  $(DESTDIR)$(DATADIR)/zsh/site-functions/_redlite

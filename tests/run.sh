@@ -29,4 +29,14 @@ if [ $# -eq 0 ]; then
     done
     set -- "$@" tests/cuda
 fi
+# Where nvcc is on PATH and tests/test_cuda_build.py will run: its CUDA build (build/cuda from the
+# per-configuration objects build/obj-cuda) once, on every core, before pytest starts, so no test's
+# time is the compiler's. A failure here is left for the test to report (it runs the same make).
+case " $* " in
+    *" tests/test_cuda_build.py"* | *" tests/cuda"*)
+        if command -v nvcc >/dev/null 2>&1; then
+            make -s -k CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda -j"$(nproc)" build/cuda/redlite \
+                build/cuda/tests/test_cuda_{ops,engine,vram,verify,spec} >/dev/null 2>&1 || true
+        fi ;;
+esac
 exec "$PY" -m pytest -q -ra "$@"

@@ -146,3 +146,34 @@ def test_ctrl_d_exits_0(term):
     t.wait(lambda s: prompt_ready(s, 1), "the first prompt")
     t.keys("C-d")
     t.wait(lambda s: "EXIT=0" in s, "exit status 0")
+
+
+def test_type_ahead_is_not_echoed_into_the_answer(term):
+    """Text typed while an answer streams does not appear inside it: echo is off during the turn; the
+    type-ahead is shown after the next prompt, and a complete line is sent as the next message."""
+    t = term("-n", "-1", "-c", "16384", "--seed", "4")
+    t.wait(lambda s: "/help for commands" in s and prompt_ready(s, 1), "the first prompt")
+    for attempt in range(3):
+        t.type("Write a very long story")
+        before = t.screen()
+        t.wait(lambda s: len(s.rstrip()) > len(before.rstrip()) + 20, "streamed output")
+        t.keys("-l", "QZX typed ahead")  # no Enter: an unfinished line
+        time.sleep(0.3)
+        t.keys("C-c")
+        s = t.wait(lambda s: n_speed(s) >= attempt + 1 and s.rstrip().endswith("QZX typed ahead"),
+                   "the stop, then the prompt with the type-ahead")
+        if "[stopped]" in s:
+            break
+        t.keys("C-u")  # the answer ended by itself first: try again
+        t.keys("Enter")
+    else:
+        pytest.fail("the answers ended before Ctrl-C three times")
+    lines = s.rstrip().splitlines()
+    assert lines[-1] == "> QZX typed ahead", lines[-3:]  # after the prompt, not in the answer
+    assert s.count("QZX") == 1, s
+    # finishing the line sends it whole: the next turn is the typed-ahead text plus what followed
+    t.type(" and more")
+    s = t.wait(lambda s: n_speed(s) >= attempt + 2, "the answer to the typed-ahead line")
+    assert "> QZX typed ahead and more" in s
+    t.keys("C-c")
+    t.wait(lambda s: "EXIT=130" in s or "[stopped]" in s.split("QZX typed ahead and more")[-1], "a stop or exit")

@@ -20,8 +20,11 @@ BUILD = "build/cuda"
 def cuda_build():
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not on PATH: the CUDA build is not checked here")
-    jobs = os.environ.get("RL_CUDA_JOBS", "2")
-    # the objects are shared with `make CUDA=1` (build/obj-cuda): same flags, compiled once
+    # every core (nproc): the .cu files are independent and nvcc is the long pole (13-17 min serially).
+    # The objects are shared with `make CUDA=1` (build/obj-cuda): same flags, compiled once; and
+    # tests/run.sh builds these targets before pytest starts, so here make finds them up to date and a
+    # test's duration is its own, not the build's.
+    jobs = os.environ.get("RL_CUDA_JOBS") or str(os.cpu_count() or 2)
     r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"-j{jobs}", f"{BUILD}/redlite",
                         f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine",
                         f"{BUILD}/tests/test_cuda_vram", f"{BUILD}/tests/test_cuda_verify",

@@ -37,7 +37,8 @@ from oracle_util import REDLITE, ROOT, log_softmax, output_matrix
 FIX = os.path.join(ROOT, "tests", "fixtures")
 TINY_A = os.path.join(FIX, "tiny-a.gguf")
 TINY_B = os.path.join(FIX, "tiny-b.gguf")
-LLAMA_BIN = os.environ.get("RL_LLAMA_CPP_BIN", "/work/llama.cpp-build/bin")
+# llama.cpp's tools where tools/build_llama_cpp.sh puts them by default (or RL_LLAMA_CPP_BIN)
+LLAMA_BIN = os.environ.get("RL_LLAMA_CPP_BIN", os.path.join(ROOT, "build", "llama.cpp", "bin"))
 
 
 def meta(name):

@@ -6,17 +6,17 @@
 # The comparison tool for `redlite perplexity`, greedy-token agreement and the quantized variants
 # of the trained model. The sdist is fetched with pip (never vendored into this repository).
 #
-#   tools/build_llama_cpp.sh [DEST]        DEST defaults to /work/llama.cpp-build
-#   env: LCP_VERSION (0.3.36), JOBS (2), LCP_SDIST_DIR (/tmp/lcp)
+#   tools/build_llama_cpp.sh [DEST]        DEST defaults to build/llama.cpp (where the tests look)
+#   env: LCP_VERSION (0.3.36), JOBS (2), LCP_SDIST_DIR (build/lcp)
 #
 # Result: DEST/bin/llama-{perplexity,quantize,simple,tokenize,bench}; DEST/SOURCE says what was built.
 # (llama-bench: the CPU comparison of bench/compare_llama.py --llama-bench DEST/bin/llama-bench.)
 set -euo pipefail
 
-DEST=${1:-/work/llama.cpp-build}
+DEST=${1:-build/llama.cpp}
 VER=${LCP_VERSION:-0.3.36}
 JOBS=${JOBS:-2}
-SDIR=${LCP_SDIST_DIR:-/tmp/lcp}
+SDIR=${LCP_SDIST_DIR:-build/lcp}
 TARGETS="llama-perplexity llama-quantize llama-simple llama-tokenize llama-bench"
 
 case "$DEST" in -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac

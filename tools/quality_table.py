@@ -159,7 +159,7 @@ def main():
     ap.add_argument("--f16", help="the F16 GGUF too (a row of the table)")
     ap.add_argument("--routing-chunks", type=int, default=4, help="windows for the route trace (0 = skip)")
     ap.add_argument("--types", default="Q4_K_M,Q2_K", help="llama-quantize types to make")
-    ap.add_argument("--llama-bin", default="/work/llama.cpp-build/bin")
+    ap.add_argument("--llama-bin", default="build/llama.cpp/bin")
     ap.add_argument("--work", default="/work/quality-work")
     ap.add_argument("--reuse", action="store_true", help="reuse per-model results kept in --work")
     ap.add_argument("--allow-requantize", action="store_true", help="--float is itself quantized (tests)")
