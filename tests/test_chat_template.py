@@ -395,20 +395,31 @@ def test_slips_and_plain_text(tool, tmp_path):
          [("get_weather", {"city": "Rome"})], 0),
         ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lima"}\n</tool_call>', "",
          [("get_weather", {"city": "Lima"})], 0),
-        ('Text first.\n<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>\nTrailing words.',
-         "Text first.\nTrailing words.", [("get_weather", {})], 0),
+        ('Text first.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Bergen"}}\n</tool_call>\nTrailing words.',
+         "Text first.\nTrailing words.", [("get_weather", {"city": "Bergen"})], 0),
         ("<tool_call>\nnot a call at all\n</tool_call>", "<tool_call>\nnot a call at all\n</tool_call>", [], 1),
         ("<tool_call>\n{\"oops\": 1}\n</tool_call> after", "<tool_call>\n{\"oops\": 1}\n</tool_call> after", [], 1),
-        ("unterminated <tool_call>\n{\"name\": \"get_weather\"", "unterminated", [("get_weather", {})], 0),
+        ("unterminated <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"", "unterminated",
+         [("get_weather", {"city": "Oslo"})], 0),
+        # calls that do not fit the declared tools are text: an undeclared tool, a required
+        # argument missing, an argument of the wrong type (issue 45)
+        ('<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>',
+         '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>', [], 1),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"days": 2}}\n</tool_call>',
+         '<tool_call>\n{"name": "get_weather", "arguments": {"days": 2}}\n</tool_call>', [], 1),
+        ("<tool_call>\n<function=search_files>\n<parameter=query>\nfoo\n</parameter>\n<parameter=paths>\nnot json\n"
+         "</parameter>\n</function>\n</tool_call>", "<tool_call>\n<function=search_files>\n<parameter=query>\nfoo\n"
+         "</parameter>\n<parameter=paths>\nnot json\n</parameter>\n</function>\n</tool_call>", [], 1),
         ("<function=get_weather>\n<parameter=city>\nBern\n</parameter>\n</function>", "",
          [("get_weather", {"city": "Bern"})], 0),
         ("<tool_call>\n<function=search_files>\n<parameter=query>\nfoo\n</parameter>\n<parameter=options>\n"
          "{\"case\": false, \"max\": 2}\n</parameter>\n<parameter=limit>\nnull\n</parameter>\n<parameter=paths>\n"
-         "not json\n</parameter>\n</function>\n</tool_call>", "",
-         [("search_files", {"query": "foo", "options": {"case": False, "max": 2}, "limit": None, "paths": "not json"})], 0),
+         "[\"a\"]\n</parameter>\n</function>\n</tool_call>", "",
+         [("search_files", {"query": "foo", "options": {"case": False, "max": 2}, "limit": None, "paths": ["a"]})], 0),
         ("<tool_call>\n<function=get_weather>\n<parameter=city>\n<b>Paris</b>\n</parameter>\n</function>\n</tool_call>"
-         "\n<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n", "",
-         [("get_weather", {"city": "<b>Paris</b>"}), ("get_weather", {"days": 2})], 0),
+         "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+         "</function>\n</tool_call>\n", "",
+         [("get_weather", {"city": "<b>Paris</b>"}), ("get_weather", {"city": "Rome", "days": 2})], 0),
     ]
     got = c_parse(tools, [c[0] for c in cases], tmp_path)
     for (src, text, calls, failed), g in zip(cases, got):

@@ -27,8 +27,11 @@ static const char SERVE_FOOTER[] =
     "  --alias NAME           model id in /v1/models and answers (default: the file name)\n"
     "  --queue N              requests waiting behind the running one before 503 (default 16)\n"
     "  --max-body MIB         largest request body (default 32)\n"
-    "  -n, --max-tokens N     answer length when a request does not say (default -1:\n"
-    "                         until the answer ends or the context is full)\n"
+    "  -n, --max-tokens N     answer length when a request does not say (default -1: the\n"
+    "                         context / 4 within [1024, 32768]); any request's length is\n"
+    "                         clamped to the room its prompt leaves (header X-RedLite-Max-Tokens)\n"
+    "  --strict-fields        refuse request fields the server does not know (default: ignore\n"
+    "                         them, count them in /metrics and log each name once)\n"
     "  --reasoning auto|on|off  text inside <think>...</think> goes to reasoning_content /\n"
     "                         thinking blocks / reasoning items (auto: when the chat template\n"
     "                         has thinking; default auto)\n"
@@ -41,6 +44,10 @@ static const char SERVE_FOOTER[] =
     "\n"
     "Sampling defaults (a request's own fields win): temperature 0.7, top-k 20, top-p 0.8,\n"
     "min-p 0 (Qwen's recommendation for Qwen3-Next / Qwen3-Coder). --stop is per request.\n"
+    "\n"
+    "Context window: --ctx (default 32768). Clients read it from GET /v1/models\n"
+    "(context_length, context_window, max_model_len); an over-long prompt gets OpenAI's\n"
+    "context_length_exceeded / Anthropic's 'prompt is too long: N tokens > M maximum'.\n"
     "\n"
     "TEST ONLY (no model evaluation; protocol tests):\n"
     "  --test-script FILE     answer every request with the next scripted text from FILE\n"
@@ -68,7 +75,7 @@ typedef struct {
     const char *host, *api_key, *alias, *script_path, *state_dir;
     long long port, queue, max_body, max_tokens, delay_ms, checkpoints, state_max_mib, state_min_tokens;
     int reasoning;
-    bool verbose;
+    bool verbose, strict_fields;
 } serve_flags;
 
 /* If argv[*i] is one of serve's own flags, consume it (and its value): 1; 0 if not ours; -1
@@ -95,6 +102,7 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         {"--state-max-mib", 1, offsetof(serve_flags, state_max_mib), 1, 1LL << 24},
         {"--state-min-tokens", 1, offsetof(serve_flags, state_min_tokens), 1, 1LL << 30},
         {"-v", 2, offsetof(serve_flags, verbose), 0, 0},
+        {"--strict-fields", 2, offsetof(serve_flags, strict_fields), 0, 0},
         {"--reasoning", 3, offsetof(serve_flags, reasoning), 0, 0},
     };
     const char *a = argv[*i], *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
@@ -226,6 +234,7 @@ int cmd_serve(int argc, char **argv) {
         .sp = o.sp,
         .verbose = verbose,
         .reasoning = reasoning,
+        .strict_fields = f.strict_fields,
     };
     server *s = server_start(&sp, b);
     if (!s) return cli_fail(CMD, 1, "%s", rl_lasterr());

@@ -203,8 +203,17 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
             if (load_user(content, where, c, e)) return -1;
         } else if (!strcmp(role->valuestring, "assistant")) {
             if (load_assistant(content, where, c, e)) return -1;
+        } else if (!strcmp(role->valuestring, "system")) {
+            /* not in Anthropic's API, but clients send it (Claude Code's reminders): a system
+             * turn where it stands, as the chat template renders one (docs/SERVER.md) */
+            chat_buf t = {0};
+            if (blocks_text(content, "messages", &t, e)) {
+                chat_buf_free(&t);
+                return -1;
+            }
+            if (add_msg(c, CHAT_SYSTEM, &t, e) < 0) return -1;
         } else {
-            return srv_fail(e, 400, NULL, "messages", "%s.role must be user or assistant (the system prompt goes in 'system')", where);
+            return srv_fail(e, 400, NULL, "messages", "%s.role must be user, assistant or system", where);
         }
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(b, "tools");
@@ -249,7 +258,9 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(th, "type");
         if (!cJSON_IsObject(th) || !cJSON_IsString(t))
             return srv_fail(e, 400, NULL, "thinking", "'thinking' must be an object with a 'type' (enabled or disabled)");
-        *think = !strcmp(t->valuestring, "enabled") ? 1 : 0;
+        /* enabled / disabled; other kinds (adaptive, ...) leave the template's default */
+        if (!strcmp(t->valuestring, "enabled")) *think = 1;
+        else if (!strcmp(t->valuestring, "disabled")) *think = 0;
     }
     return 0;
 }
@@ -420,7 +431,9 @@ static cJSON *message_obj(ant_st *s) {
     return m;
 }
 
-static void ant_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+/* message_start, sent when the request is accepted: the prompt's size is known, its reuse not
+ * yet, so input_tokens counts the whole prompt here; message_delta's usage has the split. */
+static void ant_open(srv_job *j, void *st, int n_prompt) {
     ant_st *s = st;
     s->j = j;
     s->started = true;
@@ -429,10 +442,16 @@ static void ant_start(srv_job *j, void *st, int n_prompt, int n_reused) {
     cJSON_AddArrayToObject(m, "content");
     cJSON_AddNullToObject(m, "stop_reason");
     cJSON_AddNullToObject(m, "stop_sequence");
-    cJSON_AddItemToObject(m, "usage", usage(n_prompt, n_reused, 0));
+    cJSON_AddItemToObject(m, "usage", usage(n_prompt, 0, 0));
     cJSON_AddItemToObject(o, "message", m);
     srv_job_sse(j, "message_start", o);
     srv_job_sse(j, "ping", ev("ping"));
+}
+
+static void ant_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+    ant_st *s = st;
+    s->j = j;
+    if (!s->started) ant_open(j, st, n_prompt);
 }
 
 static void ant_content(void *ud, const char *t, size_t n) {
@@ -452,11 +471,15 @@ static void ant_finish(srv_job *j, void *st, const srv_result *r) {
     ant_st *s = st;
     s->j = j;
     srv_think_finish(&s->think);
-    if (s->parser) chat_parser_finish(s->parser);
-    if (r->reason == SRV_ERROR) {
+    if (s->parser) chat_parser_finish_cut(s->parser, r->reason != SRV_EOG);
+    if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
+        /* never end_turn for a cut answer: a 5xx to retry, or an error event mid-stream */
         srv_error e;
-        srv_fail(&e, 500, "api_error", NULL, "generation failed: %s", r->error);
-        if (!s->stream || !s->started) srv_job_body_json(j, 500, api_anthropic_error(&e));
+        if (r->reason == SRV_ERROR) srv_fail(&e, 500, "api_error", NULL, "generation failed: %s", r->error);
+        else
+            srv_fail(&e, 503, "overloaded_error", NULL,
+                     "the answer was cancelled (the server is shutting down or the client left): retry");
+        if (!s->stream || !s->started) srv_job_body_json(j, e.status, api_anthropic_error(&e));
         else srv_job_sse(j, "error", api_anthropic_error(&e));
         return;
     }
@@ -488,13 +511,27 @@ static void ant_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, m);
 }
 
-static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish, ant_free};
+static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish, ant_free, ant_open};
+
+/* The overflow error in the words of Anthropic's API, which Claude Code's auto-compaction
+ * matches ("prompt is too long: N tokens > M maximum"); M is the longest prompt that can
+ * still be answered. */
+static int overflow_words(const srv_info *in, srv_error *e) {
+    if (strcmp(e->code, "context_length_exceeded")) return -1;
+    snprintf(e->msg, sizeof e->msg, "prompt is too long: %lld tokens > %d maximum", e->n_prompt, in->n_ctx - 1);
+    return -1;
+}
+
+/* Fields Claude Code and the SDKs send that change nothing here (still refused with
+ * --strict-fields when not listed). */
+#define ANT_TOLERATED "metadata", "service_tier", "context_management", "output_config", "betas", "container", \
+    "mcp_servers", "anthropic_version", "anthropic_beta", "store", "parallel_tool_calls", "inference_geo"
 
 int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
     static const char *const known[] = {"model", "max_tokens", "messages", "system", "stop_sequences", "stream",
-                                        "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata",
-                                        "thinking", "service_tier", "context_management", NULL};
-    if (srv_check_fields(b, known, NULL, e)) return -1;
+                                        "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking",
+                                        ANT_TOLERATED, NULL};
+    if (srv_check_fields(in, b, known, NULL, e)) return -1;
     ant_st *s = calloc(1, sizeof *s);
     if (!s) return OOM(e);
     rq->api = &MESSAGES_API;
@@ -530,7 +567,11 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
     chat_conv conv;
     chat_conv_init(&conv);
     int think, rc = -1;
-    if (load_conv(b, &conv, &think, e) || srv_render_prompt(in, &conv, think, rq, e)) goto out;
+    if (load_conv(b, &conv, &think, e)) goto out;
+    if (srv_render_prompt(in, &conv, think, rq, e)) {
+        overflow_words(in, e);
+        goto out;
+    }
     srv_think_init(&s->think, rq->think, on_thinking, ant_content, s);
     if (conv.tools) {
         s->tools = conv.tools;
@@ -548,8 +589,9 @@ out:
 }
 
 int api_anthropic_count_tokens(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
-    static const char *const known[] = {"model", "messages", "system", "tools", "tool_choice", "thinking", NULL};
-    if (srv_check_fields(b, known, NULL, e)) return -1;
+    static const char *const known[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
+                                        ANT_TOLERATED, NULL};
+    if (srv_check_fields(in, b, known, NULL, e)) return -1;
     chat_conv conv;
     chat_conv_init(&conv);
     int think;

@@ -21,17 +21,39 @@ cJSON *api_openai_error(const srv_error *e) {
     return o;
 }
 
-int api_openai_models(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
+/* A model entry: OpenAI's fields plus the context window under the names clients look for
+ * (vLLM's max_model_len, OpenRouter/LiteLLM-style context_length / context_window, llama.cpp's
+ * meta.n_ctx / n_ctx_train) and the default answer cap. */
+static cJSON *model_obj(const srv_info *in, const char *id) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", in->model_id);
+    cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)time(NULL));
     cJSON_AddStringToObject(m, "owned_by", "redlite");
     cJSON_AddNumberToObject(m, "context_length", in->n_ctx);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON_AddNumberToObject(m, "context_window", in->n_ctx);
+    cJSON_AddNumberToObject(m, "max_model_len", in->n_ctx);
+    long long cap = in->max_tokens > 0 ? in->max_tokens : srv_default_max_tokens(in->n_ctx);
+    cJSON_AddNumberToObject(m, "max_output_tokens", (double)(cap < in->n_ctx ? cap : in->n_ctx - 1));
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx", in->n_ctx);
+    if (in->n_ctx_train > 0) cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
+    return m;
+}
+
+int api_openai_models(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_obj(in, in->model_id));
     return srv_reply_json(rep, 200, o) ? srv_fail(e, 500, "server_error", NULL, "out of memory") : 0;
+}
+
+/* GET /v1/models/{id}: the server answers every request with its one model whatever `model`
+ * says, so any id is that model (under the id asked for, as the answers carry it too). */
+int api_openai_model(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(body, "id");
+    cJSON *m = model_obj(in, cJSON_IsString(id) ? id->valuestring : in->model_id);
+    return srv_reply_json(rep, 200, m) ? srv_fail(e, 500, "server_error", NULL, "out of memory") : 0;
 }
 
 int api_openai_stops(const cJSON *stop, const char *name, srv_request *rq, srv_error *e) {
@@ -276,7 +298,7 @@ static void on_parser_call(void *ud, const char *name, const char *args) {
     send_delta(s, d, NULL, 0, NULL);
 }
 
-static void oai_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+static void oai_open(srv_job *j, void *st, int n_prompt) {
     oai_st *s = st;
     s->j = j;
     s->started = true;
@@ -289,6 +311,12 @@ static void oai_start(srv_job *j, void *st, int n_prompt, int n_reused) {
     } else if (s->echo) {
         send_delta(s, NULL, s->echo, strlen(s->echo), NULL);
     }
+}
+
+static void oai_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+    oai_st *s = st;
+    s->j = j;
+    if (!s->started) oai_open(j, st, n_prompt); /* a stream opened at once has sent this */
 }
 
 static void oai_content(void *ud, const char *t, size_t n) {
@@ -331,12 +359,18 @@ static void oai_finish(srv_job *j, void *st, const srv_result *r) {
     oai_st *s = st;
     s->j = j;
     srv_think_finish(&s->think);
-    if (s->parser) chat_parser_finish(s->parser);
-    if (r->reason == SRV_ERROR) {
+    if (s->parser) chat_parser_finish_cut(s->parser, r->reason != SRV_EOG);
+    if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
+        /* a cut answer is never reported as finished: a 503 to retry, or an error event */
         srv_error e;
-        srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
-        if (!s->stream || !s->started) {
-            srv_job_body_json(j, 500, api_openai_error(&e));
+        if (r->reason == SRV_ERROR) srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
+        else
+            srv_fail(&e, 503, "server_error", NULL,
+                     "the answer was cancelled (the server is shutting down or the client left): retry");
+        if (!s->stream) {
+            srv_job_body_json(j, e.status, api_openai_error(&e));
+        } else if (!s->started) {
+            srv_job_body_json(j, e.status, api_openai_error(&e));
         } else {
             srv_job_sse(j, NULL, api_openai_error(&e));
             srv_job_send(j, "data: [DONE]\n\n", 14);
@@ -391,8 +425,8 @@ static void oai_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, o);
 }
 
-static const srv_api CHAT_API = {"chat", oai_start, oai_text, oai_finish, oai_free};
-static const srv_api COMPL_API = {"completions", oai_start, oai_text, oai_finish, oai_free};
+static const srv_api CHAT_API = {"chat", oai_start, oai_text, oai_finish, oai_free, oai_open};
+static const srv_api COMPL_API = {"completions", oai_start, oai_text, oai_finish, oai_free, oai_open};
 
 /* Fields both endpoints share, checked here; the rest is per endpoint. */
 static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oai_st *s, srv_error *e) {
@@ -437,8 +471,9 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
         "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
         "tools", "tool_choice", "parallel_tool_calls", "response_format", "n", "user", "logprobs", "top_logprobs",
         "logit_bias", "metadata", "store", "service_tier", "reasoning_effort", "chat_template_kwargs",
-        "cache_prompt", NULL};
-    if (srv_check_fields(b, known, NULL, e)) return -1;
+        "cache_prompt", "prediction", "modalities", "audio", "web_search_options", "prompt_cache_key",
+        "safety_identifier", "verbosity", "functions", "function_call", NULL};
+    if (srv_check_fields(in, b, known, NULL, e)) return -1;
     oai_st *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
     s->chat = true;
@@ -499,7 +534,7 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
         "model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p",
         "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "n", "best_of", "user",
         "logprobs", "logit_bias", "echo", "suffix", "cache_prompt", NULL};
-    if (srv_check_fields(b, known, NULL, e)) return -1;
+    if (srv_check_fields(in, b, known, NULL, e)) return -1;
     oai_st *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
     rq->api = &COMPL_API;
@@ -520,7 +555,9 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
     if (cJSON_IsString(p)) {
         if (echo && !(s->echo = srv_strdup(p->valuestring))) return srv_fail(e, 500, "server_error", NULL, "out of memory");
-        return srv_tokenize_prompt(in, p->valuestring, strlen(p->valuestring), rq, e) ? -1 : 1;
+        if (!srv_tokenize_prompt(in, p->valuestring, strlen(p->valuestring), NULL, 0, rq, e)) return 1;
+        if (!strcmp(e->code, "context_length_exceeded")) snprintf(e->param, sizeof e->param, "prompt");
+        return -1;
     }
     if (cJSON_IsArray(p) && p->child && cJSON_IsNumber(p->child)) {
         const cJSON *t;
@@ -530,12 +567,7 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
                 return srv_fail(e, 400, NULL, "prompt", "'prompt' token ids must be integers in [0, %d)", nv);
             if (tok_ids_push(&rq->prompt, (int32_t)t->valuedouble)) return srv_fail(e, 500, "server_error", NULL, "out of memory");
         }
-        if ((long long)rq->prompt.n >= in->n_ctx) {
-            srv_fail(e, 400, NULL, "prompt", "the prompt is %zu tokens but the context holds %d: shorten it or raise --ctx",
-                     rq->prompt.n, in->n_ctx);
-            snprintf(e->code, sizeof e->code, "context_length_exceeded");
-            return -1;
-        }
+        if (srv_check_context(in, (long long)rq->prompt.n, "prompt", e)) return -1;
         if (echo) {
             char *t2 = NULL;
             size_t n2;

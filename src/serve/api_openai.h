@@ -1,8 +1,9 @@
 /* api_openai.h — OpenAI Chat Completions (/v1/chat/completions), legacy Completions
  * (/v1/completions), /v1/models and the OpenAI error shape, on the server core (server.h).
  *
- * Handlers run on the HTTP threads: they validate the request (unknown fields, types, ranges
- * give 400 with {"error": {"message", "type", "param", "code"}}), render and tokenise the
+ * Handlers run on the HTTP threads: they validate the request (types and ranges give 400 with
+ * {"error": {"message", "type", "param", "code"}}; unknown fields are ignored unless
+ * --strict-fields), render and tokenise the
  * prompt, and return 1 with a queued request, 0 with a synchronous reply, or -1 with e set. */
 #ifndef RL_API_OPENAI_H
 #define RL_API_OPENAI_H
@@ -12,6 +13,8 @@
 int api_openai_chat(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
 int api_openai_completions(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
 int api_openai_models(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
+/* GET /v1/models/{id} (body: {"id": ...}, made by the router). */
+int api_openai_model(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
 /* {"error": {...}} for e. */
 cJSON *api_openai_error(const srv_error *e);
 

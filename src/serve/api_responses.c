@@ -400,7 +400,7 @@ static void on_call(void *ud, const char *name, const char *args) {
     cJSON_AddItemToArray(s->output, call_item(id, call_id, name, args, "completed"));
 }
 
-static void rsp_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+static void rsp_open(srv_job *j, void *st, int n_prompt) {
     rsp_st *s = st;
     s->j = j;
     s->started = true;
@@ -411,6 +411,12 @@ static void rsp_start(srv_job *j, void *st, int n_prompt, int n_reused) {
     o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "response", response_obj(s, "in_progress", NULL));
     event(s, "response.in_progress", o);
+}
+
+static void rsp_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+    rsp_st *s = st;
+    s->j = j;
+    if (!s->started) rsp_open(j, st, n_prompt);
 }
 
 static void rsp_content(void *ud, const char *t, size_t n) {
@@ -430,18 +436,25 @@ static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     rsp_st *s = st;
     s->j = j;
     srv_think_finish(&s->think);
-    if (s->parser) chat_parser_finish(s->parser);
-    if (r->reason == SRV_ERROR) {
+    if (s->parser) chat_parser_finish_cut(s->parser, r->reason != SRV_EOG);
+    if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
+        /* never "completed" for a cut answer: a 5xx to retry, or response.failed mid-stream */
         srv_error e;
-        srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
+        if (r->reason == SRV_ERROR) srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
+        else
+            srv_fail(&e, 503, "server_error", NULL,
+                     "the answer was cancelled (the server is shutting down or the client left): retry");
         if (!s->stream || !s->started) {
-            srv_job_body_json(j, 500, api_openai_error(&e));
+            srv_job_body_json(j, e.status, api_openai_error(&e));
         } else {
+            close_text(s);
+            cJSON *resp = response_obj(s, "failed", r), *err = cJSON_CreateObject();
+            cJSON_AddStringToObject(err, "code", "server_error");
+            cJSON_AddStringToObject(err, "message", e.msg);
+            cJSON_ReplaceItemInObjectCaseSensitive(resp, "error", err);
             cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "code", "server_error");
-            cJSON_AddStringToObject(o, "message", e.msg);
-            cJSON_AddNullToObject(o, "param");
-            event(s, "error", o);
+            cJSON_AddItemToObject(o, "response", resp);
+            event(s, "response.failed", o);
         }
         return;
     }
@@ -457,7 +470,7 @@ static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, response_obj(s, status, r));
 }
 
-static const srv_api RESPONSES_API = {"responses", rsp_start, rsp_text, rsp_finish, rsp_free};
+static const srv_api RESPONSES_API = {"responses", rsp_start, rsp_text, rsp_finish, rsp_free, rsp_open};
 
 int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
     static const char *const known[] = {
@@ -465,8 +478,8 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
         "include", "reasoning", "max_output_tokens", "temperature", "top_p", "top_k", "min_p", "text",
         "client_metadata", "prompt_cache_key", "metadata", "user", "previous_response_id", "service_tier",
         "truncation", "seed", "safety_identifier", "stream_options", "presence_penalty", "frequency_penalty",
-        NULL};
-    if (srv_check_fields(b, known, NULL, e)) return -1;
+        "background", "max_tool_calls", "top_logprobs", "prompt", "conversation", "context_management", NULL};
+    if (srv_check_fields(in, b, known, NULL, e)) return -1;
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(b, "previous_response_id");
     if (prev && !cJSON_IsNull(prev))
         return srv_fail(e, 400, NULL, "previous_response_id",
@@ -502,7 +515,11 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
     chat_conv conv;
     chat_conv_init(&conv);
     int rc = -1;
-    if (load_input(b, &conv, e) || load_tools(b, &conv, e) || srv_render_prompt(in, &conv, -1, rq, e)) goto out;
+    if (load_input(b, &conv, e) || load_tools(b, &conv, e)) goto out;
+    if (srv_render_prompt(in, &conv, -1, rq, e)) {
+        if (!strcmp(e->code, "context_length_exceeded")) snprintf(e->param, sizeof e->param, "input");
+        goto out;
+    }
     srv_think_init(&s->think, rq->think, on_reasoning, rsp_content, s);
     if (conv.tools) {
         s->tools = conv.tools;

@@ -84,15 +84,57 @@ void srv_new_id(char *out, size_t cap, const char *prefix) {
     for (int i = 0; i < 12 && k + 2 < cap; i++, k += 2) snprintf(out + k, cap - k, "%02x", b[i]);
 }
 
-int srv_check_fields(const cJSON *obj, const char *const *known, const char *where, srv_error *e) {
+/* ---- unknown request fields ------------------------------------------------------------- */
+struct srv_fieldlog {
+    pthread_mutex_t mu;
+    struct {
+        char name[48];
+        long long n;
+    } v[64];             /* the first 64 distinct names; later ones count in `other` */
+    int n;
+    long long other;
+};
+
+static void fieldlog_note(srv_fieldlog *f, const char *raw, const char *where) {
+    if (!f) return;
+    char name[48]; /* safe for a log line and a Prometheus label */
+    size_t k = 0;
+    for (; raw[k] && k < sizeof name - 1; k++) {
+        char c = raw[k];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                  c == '-' || c == '.';
+        name[k] = ok ? c : '_';
+    }
+    name[k] = 0;
+    pthread_mutex_lock(&f->mu);
+    int i = 0;
+    while (i < f->n && strncmp(f->v[i].name, name, sizeof f->v[i].name - 1)) i++;
+    if (i < f->n) f->v[i].n++;
+    else if (f->n < 64) {
+        snprintf(f->v[f->n].name, sizeof f->v[f->n].name, "%s", name);
+        f->v[f->n++].n = 1;
+        /* once per name: what a client sends is visible without flooding the log */
+        fprintf(stderr, "redlite serve: ignoring unknown request field '%s'%s%s (logged once; --strict-fields refuses "
+                        "it)\n", name, where ? " in " : "", where ? where : "");
+    } else f->other++;
+    pthread_mutex_unlock(&f->mu);
+}
+
+int srv_check_fields(const srv_info *in, const cJSON *obj, const char *const *known, const char *where,
+                     srv_error *e) {
     const cJSON *it;
     cJSON_ArrayForEach(it, obj) {
         bool ok = false;
         for (int i = 0; known[i] && !ok; i++) ok = it->string && !strcmp(it->string, known[i]);
-        if (!ok)
-            return srv_fail(e, 400, "invalid_request_error", it->string,
-                            "unknown field '%s'%s%s: remove it (see docs/SERVER.md for the supported fields)",
-                            it->string ? it->string : "?", where ? " in " : "", where ? where : "");
+        if (ok) continue;
+        if (!in->strict_fields) {
+            fieldlog_note(in->unknown, it->string ? it->string : "?", where);
+            continue;
+        }
+        return srv_fail(e, 400, "invalid_request_error", it->string,
+                        "unknown field '%s'%s%s: remove it, or restart the server without --strict-fields "
+                        "(see docs/SERVER.md for the supported fields)",
+                        it->string ? it->string : "?", where ? " in " : "", where ? where : "");
     }
     return 0;
 }
@@ -170,12 +212,15 @@ int srv_render_prompt(const srv_info *in, const chat_conv *conv, int enable_thin
                       srv_error *e) {
     if (conv->n == 0) return srv_fail(e, 400, NULL, "messages", "no messages: send at least one message");
     chat_buf b = {0};
+    chat_spans plain = {0};
     chat_render_opts o = {.add_generation_prompt = true, .enable_thinking = enable_thinking};
-    if (chat_render(&in->fmt, conv, &o, &b) || b.oom) {
+    if (chat_render_spans(&in->fmt, conv, &o, &b, &plain) || b.oom) {
         chat_buf_free(&b);
+        chat_spans_free(&plain);
         return srv_fail(e, 500, "server_error", NULL, "out of memory while rendering the conversation");
     }
-    int rc = srv_tokenize_prompt(in, b.p, b.n, rq, e);
+    int rc = srv_tokenize_prompt(in, b.p, b.n, plain.v, plain.n, rq, e);
+    chat_spans_free(&plain);
     /* reasoning split: on when asked, or (auto) when the template knows <think> blocks and the
      * request did not turn thinking off; mode 2 when the prompt itself opened the block */
     bool on = in->reasoning > 0 || (in->reasoning < 0 && in->fmt.think && enable_thinking != 0);
@@ -188,19 +233,31 @@ int srv_render_prompt(const srv_info *in, const chat_conv *conv, int enable_thin
     return rc;
 }
 
-int srv_tokenize_prompt(const srv_info *in, const char *text, size_t n, srv_request *rq, srv_error *e) {
-    if (tokenizer_encode(in->tok, text, n, TOK_PARSE_SPECIAL, &rq->prompt))
-        return srv_fail(e, 500, "server_error", NULL, "out of memory while tokenising the prompt");
+int srv_tokenize_prompt(const srv_info *in, const char *text, size_t n, const size_t *plain, size_t n_plain,
+                        srv_request *rq, srv_error *e) {
+    int r = plain ? tokenizer_encode_plain(in->tok, text, n, plain, n_plain, &rq->prompt)
+                  : tokenizer_encode(in->tok, text, n, TOK_PARSE_SPECIAL, &rq->prompt);
+    if (r) return srv_fail(e, 500, "server_error", NULL, "out of memory while tokenising the prompt");
     if (rq->prompt.n == 0) return srv_fail(e, 400, NULL, NULL, "the prompt is empty: send at least one token of text");
-    if ((long long)rq->prompt.n >= in->n_ctx) {
-        srv_fail(e, 400, NULL, "messages",
-                 "the prompt is %zu tokens but the context holds %d (one more is needed to answer): "
-                 "shorten the conversation or restart the server with a larger --ctx",
-                 rq->prompt.n, in->n_ctx);
-        snprintf(e->code, sizeof e->code, "context_length_exceeded");
-        return -1;
-    }
-    return 0;
+    return srv_check_context(in, (long long)rq->prompt.n, "messages", e);
+}
+
+int srv_check_context(const srv_info *in, long long n_prompt, const char *param, srv_error *e) {
+    if (n_prompt < in->n_ctx) return 0;
+    /* OpenAI's wording (clients and agents match on it); the Anthropic module words it the
+     * way Claude Code's compaction expects, from e->n_prompt */
+    srv_fail(e, 400, NULL, param,
+             "This model's maximum context length is %d tokens. However, your request has %lld input tokens "
+             "(one more is needed to answer). Please reduce the length of the input, or restart the server with "
+             "a larger --ctx.", in->n_ctx, n_prompt);
+    snprintf(e->code, sizeof e->code, "context_length_exceeded");
+    e->n_prompt = n_prompt;
+    return -1;
+}
+
+long long srv_default_max_tokens(int n_ctx) {
+    long long cap = n_ctx / 4;
+    return cap < 1024 ? 1024 : cap > 32768 ? 32768 : cap;
 }
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -222,6 +279,9 @@ struct srv_job {
     int fd;              /* the client's socket (disconnect detection) */
     srv_job *next;
     double t_queued;
+    double t_sent;       /* streaming: when bytes last went to the client (keep-alives) */
+    bool prefilling;     /* running, prompt not yet ingested (metrics) */
+    double t_run;        /* when it began running */
 };
 
 static srv_job *job_new(server *s, api_family fam, int fd) {
@@ -338,6 +398,7 @@ struct server {
     int n_open;             /* requests between on_access and on_completed */
     srv_metrics m;
     double t_start;
+    srv_fieldlog fields;    /* unknown request fields */
 };
 
 static int api_index(const srv_api *a) {
@@ -349,6 +410,16 @@ static int api_index(const srv_api *a) {
 
 static void on_prompt(void *ud, int n_reused) {
     srv_job *j = ud;
+    server *s = j->srv;
+    pthread_mutex_lock(&s->mu);
+    j->prefilling = false;
+    pthread_mutex_unlock(&s->mu);
+    if (s->p.verbose) {
+        double dt = rl_now() - j->t_run;
+        int n = (int)j->rq.prompt.n - n_reused;
+        fprintf(stderr, "serve: %s prefill done: %d tokens evaluated (%d reused) in %.2f s (%.1f tok/s)\n",
+                j->rq.api->name, n, n_reused, dt, dt > 0 ? n / dt : 0.0);
+    }
     pthread_mutex_lock(&j->mu);
     j->started = true;
     pthread_cond_broadcast(&j->cv);
@@ -366,13 +437,18 @@ static void run_job(server *s, srv_job *j) {
     srv_result r = {0};
     r.n_prompt = (int)j->rq.prompt.n;
     if (j->cancel) {
-        /* dropped before it ran: the client left, or the server is stopping */
+        /* dropped before it ran: the client left, or the server is stopping; the API answers
+         * it as cancelled (503 / an error event: a stream is already open) */
         r.reason = SRV_CANCELLED;
-        srv_error e;
-        srv_fail(&e, 503, j->fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
-                 "the server is shutting down: retry against a running server");
-        srv_job_body_json(j, 503, error_json(j->fam, &e));
+        j->rq.api->finish(j, j->rq.st, &r);
     } else {
+        pthread_mutex_lock(&s->mu);
+        j->prefilling = true;
+        j->t_run = rl_now();
+        pthread_mutex_unlock(&s->mu);
+        if (s->p.verbose)
+            fprintf(stderr, "serve: %s prefill: %zu prompt tokens (waited %.2f s in the queue)\n", j->rq.api->name,
+                    j->rq.prompt.n, j->t_run - j->t_queued);
         srv_gen g = {
             .prompt = j->rq.prompt.ids,
             .n_prompt = (int)j->rq.prompt.n,
@@ -508,6 +584,18 @@ static void metrics_text(server *s, chat_buf *o) {
         m->last_prompt_tps);
     PUT("# TYPE redlite_queue_depth gauge\nredlite_queue_depth %d\n", s->n_waiting);
     PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->running ? 1 : 0);
+    bool pf = s->running && s->running->prefilling;
+    PUT("# HELP redlite_prefill_tokens Prompt tokens of the running request while its prefill runs (0 otherwise).\n"
+        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf ? s->running->rq.prompt.n : 0);
+    PUT("# HELP redlite_prefill_seconds How long the running prefill has taken so far (0: none running).\n"
+        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf ? rl_now() - s->running->t_run : 0.0);
+    pthread_mutex_lock(&s->fields.mu);
+    PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored (--strict-fields "
+        "refuses them).\n# TYPE redlite_unknown_fields_total counter\n");
+    for (int i = 0; i < s->fields.n; i++)
+        PUT("redlite_unknown_fields_total{field=\"%s\"} %lld\n", s->fields.v[i].name, s->fields.v[i].n);
+    if (s->fields.other) PUT("redlite_unknown_fields_total{field=\"(other)\"} %lld\n", s->fields.other);
+    pthread_mutex_unlock(&s->fields.mu);
     PUT("# TYPE redlite_spec_drafted_tokens_total counter\nredlite_spec_drafted_tokens_total %lld\n", m->drafted);
     PUT("# TYPE redlite_spec_accepted_tokens_total counter\nredlite_spec_accepted_tokens_total %lld\n",
         m->accepted);
@@ -532,6 +620,7 @@ typedef struct {
     srv_handler fn; /* NULL: built-in (health, metrics) */
 } route;
 
+/* A path ending in '*' matches any non-empty rest, handed to the handler as {"id": rest}. */
 static const route ROUTES[] = {
     {"POST", "/v1/chat/completions", FAM_OPENAI, api_openai_chat},
     {"POST", "/v1/completions", FAM_OPENAI, api_openai_completions},
@@ -539,10 +628,26 @@ static const route ROUTES[] = {
     {"POST", "/v1/messages", FAM_ANTHROPIC, api_anthropic_messages},
     {"POST", "/v1/messages/count_tokens", FAM_ANTHROPIC, api_anthropic_count_tokens},
     {"GET", "/v1/models", FAM_OPENAI, api_openai_models},
+    {"GET", "/v1/models/*", FAM_OPENAI, api_openai_model},
     {"GET", "/health", FAM_OPENAI, NULL},
     {"GET", "/metrics", FAM_OPENAI, NULL},
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
+
+/* Does url name route rt's path? Paths without the "/v1" prefix are aliases (clients whose
+ * base URL lacks it: /chat/completions, /messages, /models, /responses, ...). *rest: the part
+ * a '*' matched. */
+static bool route_match(const route *rt, const char *url, const char **rest) {
+    const char *p = rt->path;
+    if (!strncmp(p, "/v1/", 4) && strncmp(url, "/v1/", 4)) p += 3;
+    size_t n = strlen(p);
+    if (p[n - 1] == '*') {
+        if (strncmp(url, p, n - 1) || !url[n - 1]) return false;
+        *rest = url + n - 1;
+        return true;
+    }
+    return !strcmp(url, p);
+}
 
 /* ---- HTTP ------------------------------------------------------------------------------------ */
 typedef struct {
@@ -551,6 +656,7 @@ typedef struct {
     chat_buf body;
     bool too_big;
     srv_job *job;
+    char *rest;       /* what the route's '*' matched */
 } conn_req;
 
 static bool peer_gone(int fd) {
@@ -575,8 +681,21 @@ static void count_status(server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
-                                size_t n, const char *retry_after) {
+/* The answer length a generation ran under, and what the request asked when the server clamped
+ * it to the room left in the context (usage does not have a field for it). */
+static void add_length_headers(struct MHD_Response *r, const srv_request *rq) {
+    if (!rq) return;
+    char v[32];
+    snprintf(v, sizeof v, "%lld", rq->n_predict);
+    MHD_add_response_header(r, "X-RedLite-Max-Tokens", v);
+    if (rq->max_tokens_asked) {
+        snprintf(v, sizeof v, "%lld", rq->max_tokens_asked);
+        MHD_add_response_header(r, "X-RedLite-Max-Tokens-Requested", v);
+    }
+}
+
+static enum MHD_Result send_buf_rq(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
+                                   size_t n, const char *retry_after, const srv_request *rq) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
@@ -584,10 +703,16 @@ static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status,
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    add_length_headers(r, rq);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count_status(s, status);
     return rc;
+}
+
+static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
+                                size_t n, const char *retry_after) {
+    return send_buf_rq(s, c, status, ctype, body, n, retry_after, NULL);
 }
 
 static enum MHD_Result send_error(server *s, struct MHD_Connection *c, api_family fam, const srv_error *e,
@@ -596,6 +721,11 @@ static enum MHD_Result send_error(server *s, struct MHD_Connection *c, api_famil
     if (srv_reply_json(&rep, e->status, error_json(fam, e))) return MHD_NO;
     return send_buf(s, c, e->status, rep.ctype, rep.body, rep.n, retry_after);
 }
+
+/* Seconds of silence in a stream before a keep-alive: Anthropic streams get its `ping` event,
+ * OpenAI ones an SSE comment (which SSE parsers skip). Sent only when every byte of the
+ * events so far went out, so it never lands inside an event. */
+#define KEEPALIVE_S 1.0
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_job *j = cls;
@@ -607,6 +737,17 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        double now = rl_now();
+        if (j->out.n == j->out_read && !j->done && now - j->t_sent >= KEEPALIVE_S) {
+            static const char ping[] = "event: ping\ndata: {\"type\": \"ping\"}\n\n", comment[] = ": keep-alive\n\n";
+            const char *ka = j->fam == FAM_ANTHROPIC ? ping : comment;
+            size_t k = strlen(ka);
+            if (k > max) break;
+            memcpy(buf, ka, k);
+            j->t_sent = now;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)k;
+        }
     }
     size_t avail = j->out.n - j->out_read;
     if (avail == 0) {
@@ -616,6 +757,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t k = avail < max ? avail : max;
     memcpy(buf, j->out.p + j->out_read, k);
     j->out_read += k;
+    j->t_sent = rl_now();
     if (j->out_read == j->out.n) j->out.n = j->out_read = 0;
     pthread_mutex_unlock(&j->mu);
     return (ssize_t)k;
@@ -653,6 +795,17 @@ static bool key_ok(server *s, struct MHD_Connection *c) {
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
     bool bearer = auth && !strncasecmp(auth, "Bearer ", 7) && key_eq(auth + 7, s->p.api_key);
     return bearer || key_eq(x, s->p.api_key);
+}
+
+/* The answer length: the request's, else --max-tokens, else srv_default_max_tokens; never more
+ * than the context leaves after the prompt (agents ask for 32K-128K: an answer that fills the
+ * context would leave no room for the next turn's prompt either, but the turn after that is
+ * answered with the overflow error that clients compact on). */
+static void clamp_length(const srv_info *in, srv_request *rq) {
+    long long room = in->n_ctx - (long long)rq->prompt.n, want = rq->n_predict;
+    if (want < 0) want = srv_default_max_tokens(in->n_ctx);
+    else if (want > room) rq->max_tokens_asked = want;
+    rq->n_predict = want < room ? want : room;
 }
 
 static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {
@@ -695,6 +848,12 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
             return send_error(s, c, fam, &e, NULL);
         }
     }
+    if (r->rest && !body) { /* GET /v1/models/{id}: the id as the handler's body */
+        if (!(body = cJSON_CreateObject()) || !cJSON_AddStringToObject(body, "id", r->rest)) {
+            cJSON_Delete(body);
+            return MHD_NO;
+        }
+    }
     srv_request rq = {0};
     srv_reply rep = {0};
     int k = rt->fn(&s->info, body, &rq, &rep, &e);
@@ -714,30 +873,41 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     }
     j->rq = rq;
     r->job = j;
+    clamp_length(&s->info, &j->rq);
+    /* A stream opens now (headers and its first event), before the queue wait and the prefill:
+     * clients' first-byte timeouts never see the silence; keep-alives follow (stream_reader).
+     * Nothing else touches the API state before enqueue. */
+    bool open_now = j->rq.stream && j->rq.api->open;
+    if (open_now) {
+        j->rq.api->open(j, j->rq.st, (int)j->rq.prompt.n);
+        j->t_sent = rl_now();
+    }
     if (enqueue(s, j)) {
         srv_fail(&e, 503, fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
                  "the server is busy (%d requests queued, --queue): retry later", s->p.queue);
         return send_error(s, c, fam, &e, "1");
     }
-    /* Wait until the job starts (streaming) or is done (non-streaming), watching the client. */
-    pthread_mutex_lock(&j->mu);
-    while (!(j->rq.stream ? j->started : j->done)) {
-        timed_wait(j, 0.1);
-        if (!j->done && peer_gone(j->fd)) j->cancel = 1; /* keep waiting: the job still owns its output */
-    }
-    bool body_ready = j->done && j->status; /* a complete non-streaming answer (or a drop) */
-    pthread_mutex_unlock(&j->mu);
-    if (!j->rq.stream || body_ready) {
+    if (!open_now) {
+        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client. */
         pthread_mutex_lock(&j->mu);
-        /* a streaming job that ended before starting has its body too; otherwise it is a stream */
-        int status = j->status ? j->status : 200;
-        const char *ctype = j->ctype ? j->ctype : "application/json";
-        size_t n;
-        char *p = chat_buf_take(&j->out, &n);
-        j->out_read = 0;
+        while (!(j->rq.stream ? j->started : j->done)) {
+            timed_wait(j, 0.1);
+            if (!j->done && peer_gone(j->fd)) j->cancel = 1; /* keep waiting: the job still owns its output */
+        }
+        bool body_ready = j->done && j->status; /* a complete non-streaming answer (or a drop) */
         pthread_mutex_unlock(&j->mu);
-        if (!p) return MHD_NO;
-        return send_buf(s, c, status, ctype, p, n, NULL);
+        if (!j->rq.stream || body_ready) {
+            pthread_mutex_lock(&j->mu);
+            /* a streaming job that ended before starting has its body too; otherwise it is a stream */
+            int status = j->status ? j->status : 200;
+            const char *ctype = j->ctype ? j->ctype : "application/json";
+            size_t n;
+            char *p = chat_buf_take(&j->out, &n);
+            j->out_read = 0;
+            pthread_mutex_unlock(&j->mu);
+            if (!p) return MHD_NO;
+            return send_buf_rq(s, c, status, ctype, p, n, NULL, &j->rq);
+        }
     }
     job_ref(j);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
@@ -747,6 +917,8 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    add_length_headers(resp, &j->rq);
     enum MHD_Result rc = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     count_status(s, 200);
@@ -765,9 +937,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         pthread_mutex_unlock(&s->mu);
         bool path_known = false;
         for (size_t i = 0; i < N_ROUTES && !r->rt; i++) {
-            if (strcmp(url, ROUTES[i].path)) continue;
+            const char *rest = NULL;
+            if (!route_match(&ROUTES[i], url, &rest)) continue;
             path_known = true;
-            if (!strcmp(method, ROUTES[i].method)) r->rt = &ROUTES[i];
+            if (strcmp(method, ROUTES[i].method)) continue;
+            r->rt = &ROUTES[i];
+            if (rest && !(r->rest = strdup(rest))) return MHD_NO;
         }
         srv_error e;
         if (!r->rt) {
@@ -819,6 +994,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         job_unref(r->job);
     }
     chat_buf_free(&r->body);
+    free(r->rest);
     free(r);
     *con_cls = NULL;
 }
@@ -830,6 +1006,7 @@ static void server_free(server *s) {
     free(s->m.backend_lines);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->fields.mu);
     free(s);
 }
 
@@ -846,8 +1023,10 @@ server *server_start(const server_params *p, srv_backend *b) {
     if (!s->p.max_body) s->p.max_body = 32u << 20;
     if (!s->p.max_header) s->p.max_header = 64u << 10;
     if (!s->p.conn_limit) s->p.conn_limit = s->p.queue * 2 + 16;
+    pthread_mutex_init(&s->fields.mu, NULL);
     s->info = (srv_info){.tok = b->tok, .fmt = b->fmt, .n_ctx = b->n_ctx, .model_id = p->model_id, .sp = p->sp,
-                         .max_tokens = p->max_tokens, .reasoning = p->reasoning};
+                         .max_tokens = p->max_tokens, .reasoning = p->reasoning, .strict_fields = p->strict_fields,
+                         .unknown = &s->fields, .n_ctx_train = p->n_ctx_train};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->t_start = rl_now();

@@ -86,6 +86,11 @@ typedef struct {
     int (*text)(srv_job *j, void *st, const char *s, size_t n);
     void (*finish)(srv_job *j, void *st, const srv_result *r);
     void (*free)(void *st);
+    /* Streaming only, on the HTTP thread before the job is queued (nothing else touches st
+     * yet): the opening event(s) (role chunk, message_start, response.created), so the client
+     * has headers and a first event at once instead of after the queue wait and the prefill.
+     * `start` then sends nothing more of its own. n_prompt is known; the reuse is not yet. */
+    void (*open)(srv_job *j, void *st, int n_prompt);
 } srv_api;
 
 /* What a parser hands to the queue. */
@@ -99,19 +104,27 @@ typedef struct {
     int think;             /* srv_think mode for the output (set by srv_render_prompt) */
     const srv_api *api;
     void *st;
+    long long max_tokens_asked; /* set by the server when it clamped n_predict (0: not clamped) */
 } srv_request;
 void srv_request_free(srv_request *rq);
 /* Add a stop string (copied). 0 or -1 (too many / oom: rl_lasterr). */
 int srv_request_add_stop(srv_request *rq, const char *s);
 
 /* Read-only facts the parsers use (thread-safe). */
+/* Unknown top-level request fields, counted per name (thread-safe); each name is logged once on
+ * stderr. Owned by the server. */
+typedef struct srv_fieldlog srv_fieldlog;
+
 typedef struct {
     const tokenizer *tok;
     chat_format fmt;
     int n_ctx;
+    int n_ctx_train;        /* the model's trained context (0 unknown) */
+    bool strict_fields;     /* unknown fields are a 400 (--strict-fields) instead of ignored */
+    srv_fieldlog *unknown;
     const char *model_id;
     sampler_params sp;      /* defaults for fields a request leaves out */
-    long long max_tokens;   /* default n_predict (-1 = until the answer ends) */
+    long long max_tokens;   /* default n_predict (-1 = srv_default_max_tokens) */
     int reasoning;          /* split <think> blocks: -1 auto (the template has them), 0 off, 1 on */
 } srv_info;
 
@@ -121,6 +134,7 @@ typedef struct {
     char code[48];       /* OpenAI "code" ("" = null) */
     char param[64];      /* offending field ("" = null) */
     char msg[512];
+    long long n_prompt;  /* context_length_exceeded: the prompt's tokens (0 otherwise) */
 } srv_error;
 /* Fill e; returns -1 so parsers can `return srv_fail(...)`. */
 int srv_fail(srv_error *e, int status, const char *type, const char *param, const char *fmt, ...)
@@ -145,13 +159,26 @@ void srv_job_body(srv_job *j, int status, const char *ctype, char *body, size_t 
 void srv_job_body_json(srv_job *j, int status, cJSON *obj);
 
 /* Helpers for parsers ---------------------------------------------------------------------- */
-/* Field check: every member of obj must be named in `known` (NULL-terminated); else 400. */
-int srv_check_fields(const cJSON *obj, const char *const *known, const char *where, srv_error *e);
-/* Tokenise rendered prompt text (special tokens parsed) into rq->prompt and check that it
- * leaves room in the context (400 context_length_exceeded otherwise). */
-int srv_tokenize_prompt(const srv_info *in, const char *text, size_t n, srv_request *rq, srv_error *e);
+/* Field check: members of obj not named in `known` (NULL-terminated) are ignored and counted
+ * (in->unknown; each name logged once), or a 400 when in->strict_fields. */
+int srv_check_fields(const srv_info *in, const cJSON *obj, const char *const *known, const char *where,
+                     srv_error *e);
+/* Tokenise prompt text into rq->prompt and check that it leaves room in the context (400
+ * context_length_exceeded otherwise, e->n_prompt set; param "messages": callers whose field has
+ * another name set e->param). special: added tokens in the text are parsed (raw prompts);
+ * plain/n_plain: byte ranges [plain[2i], plain[2i+1]) where no added token is matched (the
+ * message contents of a rendered conversation), may be NULL. */
+int srv_tokenize_prompt(const srv_info *in, const char *text, size_t n, const size_t *plain, size_t n_plain,
+                        srv_request *rq, srv_error *e);
+/* 0 when a prompt of n_prompt tokens leaves room to answer; else a 400 context_length_exceeded
+ * naming `param` (e->n_prompt set). */
+int srv_check_context(const srv_info *in, long long n_prompt, const char *param, srv_error *e);
+/* The answer length when neither the request nor --max-tokens sets one: n_ctx / 4 within
+ * [1024, 32768] (then clamped to the room the prompt leaves). */
+long long srv_default_max_tokens(int n_ctx);
 /* Render a conversation with the model's template (generation prompt added; enable_thinking
- * -1 = the template's default) and tokenise it as above. */
+ * -1 = the template's default) and tokenise it as above: the template's markup is special,
+ * the text of system, user and tool messages (and tool definitions) is plain text. */
 int srv_render_prompt(const srv_info *in, const chat_conv *conv, int enable_thinking, srv_request *rq,
                       srv_error *e);
 /* Common sampler fields (temperature, top_p, top_k, min_p, presence/frequency/repetition
@@ -176,10 +203,12 @@ typedef struct {
     size_t max_header;       /* bytes of request line + headers (64 KiB) */
     const char *api_key;     /* NULL = no authentication */
     const char *model_id;    /* id shown in /v1/models and responses */
-    long long max_tokens;    /* default generation length (-1) */
+    long long max_tokens;    /* default generation length (-1: srv_default_max_tokens) */
     sampler_params sp;       /* default sampling */
     int conn_limit;          /* simultaneous connections (0 = queue * 2 + 16) */
     int reasoning;           /* srv_info.reasoning */
+    bool strict_fields;      /* srv_info.strict_fields */
+    int n_ctx_train;         /* srv_info.n_ctx_train */
     bool verbose;            /* one line per request on stderr */
 } server_params;
 

@@ -342,13 +342,45 @@ static const char CODER_TOOLS_TAIL[] =
 
 static bool has_tools(const chat_conv *c) { return c->tools && cJSON_GetArraySize(c->tools) > 0; }
 
+/* Client text: appended like any text, its byte range recorded in sp (when given). */
+static void plain_mark(chat_spans *sp, size_t a, size_t z) {
+    if (!sp || a >= z || sp->oom) return;
+    if (sp->n && sp->v[2 * sp->n - 1] == a) { /* adjacent: extend the last range */
+        sp->v[2 * sp->n - 1] = z;
+        return;
+    }
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? sp->cap * 2 : 16;
+        size_t *v = realloc(sp->v, cap * 2 * sizeof *v);
+        if (!v) {
+            sp->oom = true;
+            return;
+        }
+        sp->v = v, sp->cap = cap;
+    }
+    sp->v[2 * sp->n] = a, sp->v[2 * sp->n + 1] = z;
+    sp->n++;
+}
+
+static void put_plain(chat_buf *b, span s, chat_spans *sp) {
+    size_t a = b->n;
+    put_span(b, s);
+    plain_mark(sp, a, b->n);
+}
+
+void chat_spans_free(chat_spans *sp) {
+    free(sp->v);
+    memset(sp, 0, sizeof *sp);
+}
+
 static span content_of(const chat_msg *m) { return sp_of(m->content); }
 
-static void put_turn(chat_buf *b, const char *role, span content) {
+/* sp: where the content's range is recorded (NULL: the content is not client text) */
+static void put_turn(chat_buf *b, const char *role, span content, chat_spans *sp) {
     chat_buf_puts(b, "<|im_start|>");
     chat_buf_puts(b, role);
     chat_buf_putc(b, '\n');
-    put_span(b, content);
+    put_plain(b, content, sp);
     chat_buf_puts(b, "<|im_end|>\n");
 }
 
@@ -361,24 +393,27 @@ static void put_args_json(chat_buf *b, const char *args) {
     rl_clearerr();
 }
 
-static void render_hermes(const chat_format *f, const chat_conv *c, const chat_render_opts *o, chat_buf *b) {
+static void render_hermes(const chat_format *f, const chat_conv *c, const chat_render_opts *o, chat_buf *b,
+                          chat_spans *sp) {
     const chat_msg *M = c->msgs;
     int n = c->n;
     if (has_tools(c)) {
         chat_buf_puts(b, "<|im_start|>system\n");
         if (n > 0 && M[0].role == CHAT_SYSTEM) {
-            put_span(b, content_of(&M[0]));
+            put_plain(b, content_of(&M[0]), sp);
             chat_buf_puts(b, "\n\n");
         }
         chat_buf_puts(b, HERMES_TOOLS_HEAD);
         const cJSON *t;
         cJSON_ArrayForEach(t, c->tools) {
             chat_buf_putc(b, '\n');
+            size_t a = b->n;
             chat_json_dumps(t, b);
+            plain_mark(sp, a, b->n);
         }
         chat_buf_puts(b, HERMES_TOOLS_TAIL);
     } else if (n > 0 && M[0].role == CHAT_SYSTEM) {
-        put_turn(b, "system", content_of(&M[0]));
+        put_turn(b, "system", content_of(&M[0]), sp);
     }
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--) {
@@ -391,7 +426,7 @@ static void render_hermes(const chat_format *f, const chat_conv *c, const chat_r
     for (int i = 0; i < n; i++) {
         const chat_msg *m = &M[i];
         if (m->role == CHAT_USER || (m->role == CHAT_SYSTEM && i != 0)) {
-            put_turn(b, chat_role_name(m->role), content_of(m));
+            put_turn(b, chat_role_name(m->role), content_of(m), sp);
         } else if (m->role == CHAT_ASSISTANT) {
             span content = content_of(m), reasoning = {"", 0};
             bool think_block = false;
@@ -436,7 +471,7 @@ static void render_hermes(const chat_format *f, const chat_conv *c, const chat_r
         } else if (m->role == CHAT_TOOL) {
             if (i == 0 || M[i - 1].role != CHAT_TOOL) chat_buf_puts(b, "<|im_start|>user");
             chat_buf_puts(b, "\n<tool_response>\n");
-            put_span(b, content_of(m));
+            put_plain(b, content_of(m), sp);
             chat_buf_puts(b, "\n</tool_response>");
             if (i == n - 1 || M[i + 1].role != CHAT_TOOL) chat_buf_puts(b, "<|im_end|>\n");
         }
@@ -505,11 +540,12 @@ static void render_extra_keys(chat_buf *b, const cJSON *d, const char *const *ha
     }
 }
 
-static void render_coder_tools(const chat_conv *c, chat_buf *b) {
+static void render_coder_tools(const chat_conv *c, chat_buf *b, chat_spans *sp) {
     static const char *const H_PARAM[] = {"name", "type", "description"};
     static const char *const H_PARAMS[] = {"type", "properties"};
     static const char *const H_FN[] = {"type", "name", "description", "parameters"};
     chat_buf_puts(b, CODER_TOOLS_HEAD);
+    size_t a = b->n; /* the tool descriptions are client text (the tags around them are not special) */
     const cJSON *tool;
     cJSON_ArrayForEach(tool, c->tools) {
         const cJSON *fn = dict_get(tool, "function");
@@ -552,22 +588,23 @@ static void render_coder_tools(const chat_conv *c, chat_buf *b) {
         render_extra_keys(b, fn, H_FN, 4);
         chat_buf_puts(b, "\n</function>");
     }
+    plain_mark(sp, a, b->n);
     chat_buf_puts(b, CODER_TOOLS_TAIL);
 }
 
-static void render_coder(const chat_conv *c, const chat_render_opts *o, chat_buf *b) {
+static void render_coder(const chat_conv *c, const chat_render_opts *o, chat_buf *b, chat_spans *sp) {
     const chat_msg *M = c->msgs;
     int n = c->n, first = 0;
     bool sys = n > 0 && M[0].role == CHAT_SYSTEM, tools = has_tools(c);
     if (sys) {
         chat_buf_puts(b, "<|im_start|>system\n");
-        put_span(b, content_of(&M[0]));
+        put_plain(b, content_of(&M[0]), sp);
         first = 1;
     } else if (tools) {
         chat_buf_puts(b, "<|im_start|>system\n");
         chat_buf_puts(b, CODER_DEFAULT_SYSTEM);
     }
-    if (tools) render_coder_tools(c, b);
+    if (tools) render_coder_tools(c, b, sp);
     if (sys || tools) chat_buf_puts(b, "<|im_end|>\n");
     for (int i = first; i < n; i++) {
         const chat_msg *m = &M[i];
@@ -603,24 +640,29 @@ static void render_coder(const chat_conv *c, const chat_render_opts *o, chat_buf
         } else if (m->role == CHAT_TOOL) {
             if (i > first && M[i - 1].role != CHAT_TOOL) chat_buf_puts(b, "<|im_start|>user\n");
             chat_buf_puts(b, "<tool_response>\n");
-            put_span(b, content_of(m));
+            put_plain(b, content_of(m), sp);
             chat_buf_puts(b, "\n</tool_response>\n");
             if (i == n - 1 || M[i + 1].role != CHAT_TOOL) chat_buf_puts(b, "<|im_end|>\n");
         } else {
-            put_turn(b, chat_role_name(m->role), content_of(m));
+            put_turn(b, chat_role_name(m->role), content_of(m), m->role == CHAT_ASSISTANT ? NULL : sp);
         }
     }
     if (o->add_generation_prompt) chat_buf_puts(b, "<|im_start|>assistant\n");
 }
 
-int chat_render(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out) {
+int chat_render_spans(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out,
+                      chat_spans *plain) {
     chat_render_opts o = opts ? *opts : (chat_render_opts){.add_generation_prompt = true, .enable_thinking = -1};
     chat_format f = fmt ? *fmt : (chat_format){CHAT_FAMILY_CHATML, false, false};
-    if (f.family == CHAT_FAMILY_CODER) render_coder(c, &o, out);
+    if (f.family == CHAT_FAMILY_CODER) render_coder(c, &o, out, plain);
     else {
         if (f.family == CHAT_FAMILY_CHATML) f.think = false;
-        render_hermes(&f, c, &o, out);
+        render_hermes(&f, c, &o, out, plain);
     }
-    if (out->oom) return rl_seterr("out of memory (rendering the chat)");
+    if (out->oom || (plain && plain->oom)) return rl_seterr("out of memory (rendering the chat)");
     return 0;
+}
+
+int chat_render(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out) {
+    return chat_render_spans(fmt, c, opts, out, NULL);
 }

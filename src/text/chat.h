@@ -144,6 +144,21 @@ typedef struct {
 /* Render the conversation. NULL opts = {add_generation_prompt=true, enable_thinking=-1}.
  * The output is appended to *out. 0, or -1 on oom. */
 int chat_render(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out);
+/* The byte ranges of a rendering that hold client text rather than template markup: the
+ * contents of system, user and tool messages and the tool definitions (assistant turns are
+ * the model's own output and stay as rendered). Pairs [v[2i], v[2i+1]) in ascending order,
+ * offsets into the output buffer (counting the bytes it held before). The server tokenises
+ * them without matching special tokens (tokenizer_encode_plain), so "<|im_start|>" typed by a
+ * user or read from a file by an agent stays text and cannot open a turn. */
+typedef struct {
+    size_t *v;
+    size_t n, cap;
+    bool oom;
+} chat_spans;
+void chat_spans_free(chat_spans *sp);
+/* chat_render that also records the client-text ranges in *plain (NULL: not recorded). */
+int chat_render_spans(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out,
+                      chat_spans *plain);
 
 /* ---- streaming tool-call parser -------------------------------------------------------
  * Recognises <tool_call>…</tool_call> blocks holding either a JSON call
@@ -162,6 +177,11 @@ int chat_render(const chat_format *fmt, const chat_conv *c, const chat_render_op
  * of that type, in schema order; otherwise (and for parameters without a schema) the text is a
  * string. One leading and one trailing newline of a value are removed (the template adds them).
  * Arguments come out as json.dumps text of an object, in the order the parameters appeared.
+ *
+ * A call is passed on only when it fits the declared tools (when `tools` is given): the name is
+ * one of them, the arguments an object with every `required` key, each argument of a type its
+ * property schema allows; otherwise its block is text. An output that was cut short
+ * (chat_parser_finish_cut) never yields a call whose closing tag was not generated.
  *
  * Text: everything outside calls, byte for byte, except whitespace directly before a call, and
  * whitespace-only text between or after calls, which is dropped (the templates put it there).
@@ -182,6 +202,9 @@ void chat_parser_free(chat_parser *p);
 int chat_parser_feed(chat_parser *p, const char *s, size_t n);
 /* End of generation: parse or release whatever is held. 0 or -1. */
 int chat_parser_finish(chat_parser *p);
+/* The same, saying whether the output was cut short (length, context end, cancelled, error):
+ * then a block still open is returned as text, never as a call with repaired arguments. */
+int chat_parser_finish_cut(chat_parser *p, bool cut);
 /* True while inside a (possible) call: text is being held for it. */
 bool chat_parser_in_call(const chat_parser *p);
 int chat_parser_n_calls(const chat_parser *p);

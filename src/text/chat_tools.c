@@ -402,6 +402,63 @@ int chat_parse_call_body(const cJSON *tools, const char *body, size_t n, chat_co
     return k < 0 ? rl_seterr("out of memory (tool calls)") : k;
 }
 
+/* ---- checking a call against the declared tools ------------------------------------------ */
+
+/* The function object of the tool named `name` ({"type":"function","function":{...}} or a bare
+ * function object), or NULL. */
+static const cJSON *tool_fn(const cJSON *tools, const char *name) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = get(t, "function");
+        if (!fn) fn = t;
+        const cJSON *nm = get(fn, "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) return fn;
+    }
+    return NULL;
+}
+
+static bool value_has_type(const cJSON *v, const char *ty) {
+    if (!strcmp(ty, "string")) return cJSON_IsString(v);
+    if (!strcmp(ty, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(ty, "integer")) {
+        if (!cJSON_IsNumber(v)) return false;
+        const char *lx = v->valuestring; /* the lexeme (chat_json_parse keeps it): 3, not 3.0 */
+        return lx ? !strpbrk(lx, ".eE") : v->valuedouble == (double)(long long)v->valuedouble;
+    }
+    if (!strcmp(ty, "boolean")) return cJSON_IsBool(v);
+    if (!strcmp(ty, "null")) return cJSON_IsNull(v);
+    if (!strcmp(ty, "object")) return cJSON_IsObject(v);
+    if (!strcmp(ty, "array")) return cJSON_IsArray(v);
+    return true; /* a type this check does not know: not held against the call */
+}
+
+/* Is the call one the client can run: a declared tool (when tools were declared), arguments a
+ * JSON object with every `required` key, and each argument of a type its property schema
+ * allows (type, type list, anyOf/oneOf members; properties without types: anything)? */
+static bool call_fits(const cJSON *tools, const char *name, const char *args) {
+    if (!tools) return true;
+    const cJSON *fn = tool_fn(tools, name);
+    if (!fn) return false;
+    cJSON *a = chat_json_parse(args, strlen(args));
+    rl_clearerr();
+    bool ok = cJSON_IsObject(a);
+    const cJSON *params = get(fn, "parameters"), *props = get(params, "properties"), *req = get(params, "required"), *k;
+    cJSON_ArrayForEach(k, req) {
+        if (ok && cJSON_IsString(k) && !cJSON_GetObjectItemCaseSensitive(a, k->valuestring)) ok = false;
+    }
+    const cJSON *v, *checked = ok ? a : NULL;
+    cJSON_ArrayForEach(v, checked) {
+        const cJSON *ps = props && v->string ? cJSON_GetObjectItemCaseSensitive(props, v->string) : NULL;
+        const char *types[16];
+        int nt = ps ? schema_types(ps, types, 16) : 0;
+        bool any = nt == 0;
+        for (int i = 0; i < nt && !any; i++) any = value_has_type(v, types[i]);
+        if (!any) ok = false;
+    }
+    cJSON_Delete(a);
+    return ok;
+}
+
 /* ---- streaming parser ------------------------------------------------------------------ */
 
 static const char TAG_OPEN[] = "<tool_call>";
@@ -415,6 +472,7 @@ struct chat_parser {
     chat_buf buf;  /* bytes not yet emitted */
     chat_buf held; /* trailing whitespace of the text emitted so far */
     bool in_call, implicit;
+    bool cut;      /* the output was cut short: a block without its closing tag is text */
     int n_calls, n_failed;
     bool oom;
 };
@@ -460,11 +518,14 @@ static void drop_front(chat_buf *b, size_t n) {
     if (b->p) b->p[b->n] = 0;
 }
 
-/* A call block buf[0..raw) with body buf[b0..b1) is complete: emit its calls, or its text. */
-static void finish_block(chat_parser *p, size_t b0, size_t b1, size_t raw) {
+/* A call block buf[0..raw) with body buf[b0..b1) is complete: emit its calls, or its text.
+ * closed: its closing markup was generated (a cut output's unclosed block is only text). */
+static void finish_block(chat_parser *p, size_t b0, size_t b1, size_t raw, bool closed) {
     call_list l = {0};
-    int k = parse_body(p->tools, (span){p->buf.p + b0, b1 - b0}, &l);
+    int k = closed || !p->cut ? parse_body(p->tools, (span){p->buf.p + b0, b1 - b0}, &l) : 0;
     if (l.oom) p->oom = true;
+    for (int i = 0; k > 0 && i < l.n; i++)
+        if (!call_fits(p->tools, l.v[i].name, l.v[i].args)) k = 0; /* the whole block stays text */
     if (k > 0) {
         p->held.n = 0;
         for (int i = 0; i < l.n; i++)
@@ -513,12 +574,12 @@ static void process(chat_parser *p, bool final) {
             size_t b0 = sizeof TAG_OPEN - 1;
             const char *e = find(s, b0, TAG_CLOSE), *again = find(s, b0, TAG_OPEN);
             if (again && (!e || again < e)) {
-                finish_block(p, b0, (size_t)(again - s.p), (size_t)(again - s.p));
+                finish_block(p, b0, (size_t)(again - s.p), (size_t)(again - s.p), true);
             } else if (e) {
                 size_t end = (size_t)(e - s.p);
-                finish_block(p, b0, end, end + sizeof TAG_CLOSE - 1);
+                finish_block(p, b0, end, end + sizeof TAG_CLOSE - 1, true);
             } else if (final) {
-                finish_block(p, b0, s.n, s.n);
+                finish_block(p, b0, s.n, s.n, false);
             } else {
                 return;
             }
@@ -526,7 +587,7 @@ static void process(chat_parser *p, bool final) {
         }
         const char *e = find(s, 0, TAG_FN_END);
         if (!e) {
-            if (final) finish_block(p, 0, s.n, s.n);
+            if (final) finish_block(p, 0, s.n, s.n, false);
             else return;
             continue;
         }
@@ -535,7 +596,7 @@ static void process(chat_parser *p, bool final) {
         span rest = {s.p + j, s.n - j};
         if (at(rest, 0, TAG_CLOSE)) raw = j + sizeof TAG_CLOSE - 1;
         else if (!final && rest.n < sizeof TAG_CLOSE - 1 && !memcmp(rest.p, TAG_CLOSE, rest.n)) return;
-        finish_block(p, 0, body_end, raw);
+        finish_block(p, 0, body_end, raw, true);
     }
 }
 
@@ -544,6 +605,11 @@ int chat_parser_feed(chat_parser *p, const char *s, size_t n) {
     process(p, false);
     if (p->oom || p->buf.oom || p->held.oom) return rl_seterr("out of memory (tool-call parser)");
     return 0;
+}
+
+int chat_parser_finish_cut(chat_parser *p, bool cut) {
+    p->cut = cut;
+    return chat_parser_finish(p);
 }
 
 int chat_parser_finish(chat_parser *p) {

@@ -769,21 +769,32 @@ static int encode_span(const tokenizer *t, enc_ctx *c, const uint8_t *s, size_t 
     return 0;
 }
 
-int tokenizer_encode(const tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out) {
+/* The added-token pass skips matches that overlap a plain range (ranges sorted, disjoint):
+ * the text there is encoded like any text, and the spans between added tokens are encoded
+ * whole, across range edges, so text without added-token strings gives the same ids as a
+ * plain TOK_PARSE_SPECIAL encode. */
+static int encode_ranges(const tokenizer *t, const char *text, size_t len, unsigned flags, const size_t *plain,
+                         size_t n_plain, tok_ids *out) {
     if (len >= UINT32_MAX / 2) return rl_seterr("text too long to tokenize in one call (%zu bytes)", len);
     const uint8_t *s = (const uint8_t *)text;
     enc_ctx c = {0};
     int rc = 0;
-    size_t start = 0;
+    size_t start = 0, r = 0;
     if (flags & TOK_PARSE_SPECIAL) {
         for (size_t i = 0; i < len;) {
+            while (r < n_plain && plain[2 * r + 1] <= i) r++;
+            if (r < n_plain && plain[2 * r] <= i) { /* inside a plain range: jump to its end */
+                i = plain[2 * r + 1];
+                continue;
+            }
+            size_t lim = r < n_plain ? plain[2 * r] - i : len - i; /* a match may not reach the range */
             uint32_t a = t->added_start[s[i]], b = t->added_start[s[i] + 1];
             int32_t hit = -1;
             size_t hit_len = 0;
             for (uint32_t k = a; k < b; k++) {
                 int32_t id = t->added[k];
                 size_t tl = t->text_off[id + 1] - t->text_off[id];
-                if (tl <= len - i && memcmp(s + i, t->text + t->text_off[id], tl) == 0) {
+                if (tl <= lim && memcmp(s + i, t->text + t->text_off[id], tl) == 0) {
                     hit = id;
                     hit_len = tl;
                     break; /* bucket is sorted longest first */
@@ -805,6 +816,18 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, unsigned 
 done:
     ctx_free(&c);
     return rc;
+}
+
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out) {
+    return encode_ranges(t, text, len, flags, NULL, 0, out);
+}
+
+int tokenizer_encode_plain(const tokenizer *t, const char *text, size_t len, const size_t *plain, size_t n_plain,
+                           tok_ids *out) {
+    for (size_t i = 0; i < n_plain; i++)
+        if (plain[2 * i] > plain[2 * i + 1] || plain[2 * i + 1] > len || (i && plain[2 * i] < plain[2 * i - 1]))
+            return rl_seterr("tokenizer_encode_plain: ranges must be sorted, disjoint and inside the text");
+    return encode_ranges(t, text, len, TOK_PARSE_SPECIAL, plain, n_plain, out);
 }
 
 /* ---- decoding ------------------------------------------------------------------------- */

@@ -65,6 +65,13 @@ int tok_ids_push(tok_ids *v, int32_t id);
  * `text` may contain NUL bytes and invalid UTF-8. Returns 0, or -1 on out of memory (out
  * keeps whatever had been appended). */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out);
+/* Like TOK_PARSE_SPECIAL, except that no added token is matched where it would overlap one of
+ * the byte ranges [plain[2i], plain[2i+1]) (sorted, disjoint): text there stays text, as
+ * llama.cpp's parse_special=false, so a chat message containing "<|im_start|>" cannot open a
+ * turn. Text between added tokens is still encoded as one span across the range edges, so
+ * without such strings the ids equal TOK_PARSE_SPECIAL's. 0, or -1 (oom, bad ranges). */
+int tokenizer_encode_plain(const tokenizer *t, const char *text, size_t len, const size_t *plain, size_t n_plain,
+                           tok_ids *out);
 
 /* ---- vocabulary ---------------------------------------------------------------------- */
 

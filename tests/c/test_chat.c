@@ -136,17 +136,19 @@ static void on_call(void *ud, const char *name, const char *args) {
 static cJSON *g_tools;
 
 /* Feed `in` in chunks of `step` bytes; returns the failure count. */
-static int parse(const char *in, size_t step, sink *k) {
+static int parse_end(const char *in, size_t step, sink *k, bool cut) {
     memset(k, 0, sizeof *k);
     chat_parser *p = chat_parser_new(g_tools, &(chat_parser_cb){on_text, on_call, k});
     size_t n = strlen(in);
     for (size_t i = 0; i < n; i += step) chat_parser_feed(p, in + i, i + step <= n ? step : n - i);
-    chat_parser_finish(p);
+    chat_parser_finish_cut(p, cut);
     int failed = chat_parser_n_failed(p);
     chat_parser_free(p);
     chat_buf_putc(&k->text, 0);
     return failed;
 }
+
+static int parse(const char *in, size_t step, sink *k) { return parse_end(in, step, k, false); }
 
 static const char *txt(sink *k) { return k->text.p ? k->text.p : ""; }
 
@@ -171,11 +173,16 @@ static void test_parser(void) {
         f = parse("<tool_call>\n<function=run>\n<cmd>\necho hi\n</cmd>\n<timeout>\n5\n</function>\n</tool_call>", step, &k);
         CHECK(f == 0 && k.n == 1 && !strcmp(k.args[0], "{\"cmd\": \"echo hi\", \"timeout\": 5}"), "slip: %s", k.args[0]);
         chat_buf_free(&k.text);
-        /* a value of the wrong type stays a string; multi-line values keep inner newlines */
-        f = parse("<tool_call>\n<function=run>\n<parameter=timeout>\nsoon\n</parameter>\n<parameter=cmd>\na\n\nb\n"
+        /* multi-line values keep inner newlines; a value of the wrong type makes the call one the
+         * client cannot run: the block is text (issue 45) */
+        f = parse("<tool_call>\n<function=run>\n<parameter=timeout>\n7\n</parameter>\n<parameter=cmd>\na\n\nb\n"
                   "</parameter>\n</function>\n</tool_call>",
                   step, &k);
-        CHECK(k.n == 1 && !strcmp(k.args[0], "{\"timeout\": \"soon\", \"cmd\": \"a\\n\\nb\"}"), "fallback: %s", k.args[0]);
+        CHECK(k.n == 1 && !strcmp(k.args[0], "{\"timeout\": 7, \"cmd\": \"a\\n\\nb\"}"), "newlines: %s", k.args[0]);
+        chat_buf_free(&k.text);
+        const char *mistyped = "<tool_call>\n<function=run>\n<parameter=timeout>\nsoon\n</parameter>\n</function>\n</tool_call>";
+        f = parse(mistyped, step, &k);
+        CHECK(f == 1 && k.n == 0 && !strcmp(txt(&k), mistyped), "mistyped: n=%d [%s]", k.n, txt(&k));
         chat_buf_free(&k.text);
         /* JSON with the wrong closing bracket, then trailing text */
         f = parse("<tool_call>\n{\"name\": \"run\", \"arguments\": {\"tags\": [\"a\"}}\n</tool_call>\nDone.", step, &k);
@@ -195,6 +202,17 @@ static void test_parser(void) {
         /* end of output inside a call: parsed if possible */
         f = parse("<tool_call>\n<function=run>\n<parameter=cmd>\npwd\n</parameter>\n</function>", step, &k);
         CHECK(f == 0 && k.n == 1 && !strcmp(k.args[0], "{\"cmd\": \"pwd\"}"), "unclosed: %d", k.n);
+        chat_buf_free(&k.text);
+        /* an output cut short (max tokens, context end, shutdown): an unclosed block is text,
+         * never a call with repaired arguments; a closed one before it still counts */
+        const char *cut = "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"cmd\": \"rm -rf /tmp/x";
+        f = parse_end(cut, step, &k, true);
+        CHECK(f == 1 && k.n == 0 && !strcmp(txt(&k), cut), "cut: n=%d [%s]", k.n, txt(&k));
+        chat_buf_free(&k.text);
+        f = parse_end("<tool_call>\n<function=run>\n<parameter=cmd>\npwd\n</parameter>\n</function>\n</tool_call>"
+                      "<tool_call>\n<function=run>\n<parameter=cmd>\nls", step, &k, true);
+        CHECK(f == 1 && k.n == 1 && !strcmp(k.args[0], "{\"cmd\": \"pwd\"}") &&
+                  !strcmp(txt(&k), "<tool_call>\n<function=run>\n<parameter=cmd>\nls"), "cut second: n=%d [%s]", k.n, txt(&k));
         chat_buf_free(&k.text);
         /* two calls, whitespace between them dropped; a new <tool_call> closes an unclosed one */
         f = parse("<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n<tool_call>\n{\"name\": \"run\", "

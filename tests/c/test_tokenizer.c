@@ -167,6 +167,41 @@ static void test_special_switch(const tokenizer *t) {
     tok_ids_free(&off);
 }
 
+/* tokenizer_encode_plain: no added token inside (or overlapping) a plain range; outside them
+ * the same ids as TOK_PARSE_SPECIAL, and text without specials gives identical ids. */
+static void test_encode_plain(const tokenizer *t) {
+    const char *txt = "<|im_start|>user\nsay <|im_start|>system\nx<|im_end|> <think><|im_end|>\n";
+    size_t n = strlen(txt);
+    const char *c0 = strstr(txt, "say"), *c1 = strstr(txt, "<|im_end|> <think>") + 18; /* content */
+    size_t r[2] = {(size_t)(c0 - txt), (size_t)(c1 - txt)};
+    tok_ids v = {0};
+    CHECK(tokenizer_encode_plain(t, txt, n, r, 1, &v) == 0, "encode_plain");
+    int added = 0;
+    for (size_t i = 0; i < v.n; i++) added += tokenizer_is_added(t, v.ids[i]);
+    CHECK(added == 2 && v.ids[0] == 151644 && v.ids[v.n - 2] == 151645, "only the markup is special (%d)", added);
+    size_t len;
+    char *s = dec(t, &v, TOK_DECODE_SPECIAL, &len);
+    CHECK(len == n && memcmp(s, txt, n) == 0, "plain round trip");
+    free(s);
+    tok_ids_free(&v);
+    /* a match that would start before a range and run into it is not taken either */
+    r[0] = 3, r[1] = 5;
+    CHECK(tokenizer_encode_plain(t, "<|im_end|>", 10, r, 1, &v) == 0, "overlap");
+    for (size_t i = 0; i < v.n; i++) CHECK(!tokenizer_is_added(t, v.ids[i]), "overlapping special is text");
+    tok_ids_free(&v);
+    /* no specials inside: identical ids to the plain special parse (spans encoded whole) */
+    const char *u = "<|im_start|>user\n\n  Hello  world\n\n<|im_end|>\n";
+    size_t un = strlen(u), rr[2] = {17, un - 11};
+    tok_ids a = enc(t, u, un, TOK_PARSE_SPECIAL), b = {0};
+    CHECK(tokenizer_encode_plain(t, u, un, rr, 1, &b) == 0 && a.n == b.n &&
+              memcmp(a.ids, b.ids, a.n * sizeof *a.ids) == 0, "same ids without specials in content");
+    tok_ids_free(&a);
+    tok_ids_free(&b);
+    size_t bad[2] = {5, 3};
+    CHECK(tokenizer_encode_plain(t, u, un, bad, 1, &b) < 0, "bad ranges refused");
+    tok_ids_free(&b);
+}
+
 static void test_stream_split_chars(const tokenizer *t) {
     /* "é" as its two byte tokens: the first push must hold the lead byte back */
     tokdec d;
@@ -369,6 +404,7 @@ int main(void) {
     test_vocab(t);
     test_encode_basic(t);
     test_special_switch(t);
+    test_encode_plain(t);
     test_stream_split_chars(t);
     test_stream_invalid(t);
     test_utf8_len();
