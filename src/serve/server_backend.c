@@ -272,9 +272,12 @@ static void sess_save(sess_be *s, sess_slot *sl) {
     sl->unsaved = 0;
 }
 
-/* The slot is about to take a prompt that does not continue its conversation: keep the
- * conversation's resume point in the RAM tier (its KV rows are still those of the snapshot). */
-static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n) {
+/* The slot is about to take a prompt that does not continue its conversation: export the
+ * conversation's resume point (its KV rows are still those of the snapshot) into *out, to go to
+ * the RAM tier once the new prompt's own state was imported (so that with one slot two
+ * alternating conversations swap through one RAM entry). */
+static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, ram_state *out) {
+    memset(out, 0, sizeof *out);
     if (!s->ram_max || !sl->snap_toks || sl->snap_n < 1) return;
     if (sl->snap_n <= n && !memcmp(sl->snap_toks, prompt, sizeof(int32_t) * (size_t)sl->snap_n)) return; /* continues */
     engine_ctx *c = session_ctx(sl->s);
@@ -287,24 +290,32 @@ static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n) {
         return;
     }
     memcpy(toks, sl->snap_toks, sizeof(int32_t) * (size_t)sl->snap_n);
+    *out = (ram_state){.toks = toks, .n = sl->snap_n, .blob = blob, .bytes = bytes};
+    free(sl->snap_toks); /* given up with the KV rows */
+    sl->snap_toks = NULL;
+    sl->pending = false;
+}
+
+/* Put an evicted conversation's state into the RAM tier: it supersedes the entries it extends,
+ * then takes a free entry or the least recently used one. */
+static void ram_insert(sess_be *s, ram_state *e) {
+    if (!e->toks) return;
     pthread_mutex_lock(&s->mu);
     int v = 0;
     for (int i = 0; i < s->ram_max; i++) {
         ram_state *r = &s->ram[i];
-        /* an entry this one extends is superseded */
-        if (r->toks && r->n <= sl->snap_n && !memcmp(r->toks, toks, sizeof(int32_t) * (size_t)r->n)) ram_drop(r);
+        if (r->toks && r->n <= e->n && !memcmp(r->toks, e->toks, sizeof(int32_t) * (size_t)r->n)) ram_drop(r);
         if (!r->toks) v = i;
     }
     for (int i = 0; i < s->ram_max && s->ram[v].toks; i++)
-        if (s->ram[i].used < s->ram[v].used) v = i; /* least recently used */
+        if (s->ram[i].used < s->ram[v].used) v = i;
     ram_drop(&s->ram[v]);
-    s->ram[v] = (ram_state){.toks = toks, .n = sl->snap_n, .blob = blob, .bytes = bytes, .used = ++s->tick};
+    e->used = ++s->tick;
+    s->ram[v] = *e;
     s->ram_saves++;
     pthread_mutex_unlock(&s->mu);
-    if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", sl->snap_n, bytes / 1048576.0);
-    free(sl->snap_toks); /* given up with the KV rows */
-    sl->snap_toks = NULL;
-    sl->pending = false;
+    if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", e->n, e->bytes / 1048576.0);
+    memset(e, 0, sizeof *e);
 }
 
 /* Import the longest RAM or disk state that is a prefix of the prompt and longer than what the
@@ -325,7 +336,7 @@ static int import_best(sess_be *s, sess_slot *sl, const srv_gen *g, int L) {
         k = statefile_restore(s->sd, c, g->prompt, n, best ? best->n : L, n - 1);
     } else if (best) {
         k = engine_state_import(c, best->n, best->blob, best->bytes) ? -1 : best->n;
-        if (k > 0) best->used = ++s->tick, s->ram_restores++;
+        if (k > 0) ram_drop(best), s->ram_restores++; /* moved into the slot (it comes back when evicted) */
     }
     pthread_mutex_unlock(&s->mu);
     if (k > 0 && session_adopt(sl->s, g->prompt, k) == 0) return k;
@@ -347,9 +358,11 @@ static int sess_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
     r->n_prompt = g->n_prompt;
     r->stop_index = -1;
     double t0 = rl_now();
-    ram_evict(s, sl, g->prompt, g->n_prompt);
+    ram_state ev;
+    ram_evict(s, sl, g->prompt, g->n_prompt, &ev);
     int restored = 0, L = session_match(sl->s, g->prompt, g->n_prompt);
     if (s->sd || s->ram_max) restored = import_best(s, sl, g, L);
+    ram_insert(s, &ev);
     session_feed_stats fs, fs1;
     session_feed_opts fo = {.cancel = g->cancel};
     int n = g->n_prompt, rc1 = 0;
