@@ -126,7 +126,8 @@ def main():
     lines = [f"# `redlite serve --parallel`: aggregate decode, {', '.join(map(str, counts))} greedy streams", "",
              f"- date: {date}; commit {git('rev-parse', '--short', 'HEAD')}"
              f"{' (uncommitted changes)' if git('status', '--porcelain', '--untracked-files=no') else ''}",
-             f"- machine: {cpu_name()}, {os.cpu_count()} CPUs online, {platform.system()} {platform.release()}",
+             f"- machine: {cpu_name()}, {os.cpu_count()} CPUs online, {platform.system()} {platform.release()}; "
+             f"load average at the end {os.getloadavg()[0]:.1f}",
              f"- model: {Path(a.model).name}; serve flags: -t {a.threads} {' '.join(a.serve)}; "
              f"max_tokens {a.tokens}; best of {a.reps}",
              "- aggregate = all streams' completion tokens / (latest last chunk - earliest first chunk)", "",
