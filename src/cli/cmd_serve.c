@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "base/common.h"
 #include "cli/opts.h"
+#include "run/engine.h"
 #include "serve/server.h"
 #include "serve/server_backend.h"
 
@@ -25,7 +26,12 @@ static const char SERVE_FOOTER[] =
     "  --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
     "                         (default: $REDLITE_API_KEY if set, else no authentication)\n"
     "  --alias NAME           model id in /v1/models and answers (default: the file name)\n"
-    "  --queue N              requests waiting behind the running one before 503 (default 16)\n"
+    "  --parallel N|auto      conversations held and run at once (slots; default auto: as\n"
+    "                         many as memory holds, at most 4); their decode steps share\n"
+    "                         forwards, each answer as if it ran alone\n"
+    "  --ram-states N         conversations evicted from a slot kept in RAM (default: one per\n"
+    "                         slot; 0 = none)\n"
+    "  --queue N              requests waiting for a slot before 503 (default 16)\n"
     "  --max-body MIB         largest request body (default 32)\n"
     "  -n, --max-tokens N     answer length when a request does not say (default -1: the\n"
     "                         context / 4 within [1024, 32768]); any request's length is\n"
@@ -62,8 +68,9 @@ static const opts_cmd SERVE = {
     "  POST /v1/messages           Anthropic Messages (Claude Code); /v1/messages/count_tokens\n"
     "  POST /v1/completions        OpenAI legacy completions (raw text)\n"
     "  GET  /v1/models, /health, /metrics (Prometheus)\n"
-    "One request is evaluated at a time; others wait in a queue. A conversation that extends\n"
-    "the previous one only evaluates its new tokens (docs/SERVER.md).",
+    "Requests run in slots (--parallel); others wait in a queue. A request goes to the slot\n"
+    "holding the longest prefix of its prompt, so a conversation that continues only\n"
+    "evaluates its new tokens (docs/SERVER.md).",
     SERVE_FOOTER};
 
 static const char *base_name(const char *p) {
@@ -72,7 +79,8 @@ static const char *base_name(const char *p) {
 }
 
 typedef struct {
-    const char *host, *api_key, *alias, *script_path, *state_dir;
+    const char *host, *api_key, *alias, *script_path, *state_dir, *parallel;
+    long long ram_states;
     long long port, queue, max_body, max_tokens, delay_ms, checkpoints, state_max_mib, state_min_tokens;
     int reasoning;
     bool verbose, strict_fields;
@@ -92,6 +100,8 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         {"--alias", 0, offsetof(serve_flags, alias), 0, 0},
         {"--test-script", 0, offsetof(serve_flags, script_path), 0, 0},
         {"--state-dir", 0, offsetof(serve_flags, state_dir), 0, 0},
+        {"--parallel", 0, offsetof(serve_flags, parallel), 0, 0},
+        {"--ram-states", 1, offsetof(serve_flags, ram_states), 0, 1024},
         {"--port", 1, offsetof(serve_flags, port), 0, 65535},
         {"--queue", 1, offsetof(serve_flags, queue), 0, 4096},
         {"--max-body", 1, offsetof(serve_flags, max_body), 1, 4096},
@@ -138,7 +148,7 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
 int cmd_serve(int argc, char **argv) {
     serve_flags f = {.host = "127.0.0.1", .api_key = getenv("REDLITE_API_KEY"), .port = 8080, .queue = 16,
                      .max_body = 32, .max_tokens = -1, .state_max_mib = 8192, .state_min_tokens = 256,
-                     .reasoning = -1};
+                     .reasoning = -1, .parallel = "auto", .ram_states = -1};
     cli_opts o;
     opts_defaults(&o);
     o.sp.temp = 0.7f;
@@ -175,6 +185,8 @@ int cmd_serve(int argc, char **argv) {
     bool verbose = f.verbose || o.verbose;
     if (o.n_stops) return cli_fail(CMD, 2, "--stop is per request here: send 'stop' / 'stop_sequences' in the request");
     if (api_key && !*api_key) api_key = NULL;
+    long long n_slots = 0; /* auto */
+    if (strcmp(f.parallel, "auto") && !cli_parse_int(CMD, "--parallel", f.parallel, 1, ENGINE_ROWS_MAX, &n_slots)) return 2;
 
     /* every thread started from here on inherits the blocked signals; sigwait takes them */
     sigset_t sigs;
@@ -211,6 +223,8 @@ int cmd_serve(int argc, char **argv) {
             .route_bias = o.route_bias,
             .route_trace = o.route_trace,
             .max_checkpoints = (int)checkpoints,
+            .n_slots = (int)n_slots,
+            .ram_states = (int)f.ram_states,
             .state_dir = state_dir,
             .state_max_bytes = (uint64_t)state_max_mib << 20,
             .state_min_tokens = (int)state_min_tokens,
@@ -238,8 +252,9 @@ int cmd_serve(int argc, char **argv) {
     };
     server *s = server_start(&sp, b);
     if (!s) return cli_fail(CMD, 1, "%s", rl_lasterr());
-    fprintf(stderr, "redlite serve: listening on http://%s:%d (backend %s, context %d, queue %lld%s)\n", host,
-            server_port(s), b->name, b->n_ctx, queue, api_key ? ", API key required" : "");
+    fprintf(stderr, "redlite serve: listening on http://%s:%d (backend %s, context %d, %d slot%s, queue %lld%s)\n",
+            host, server_port(s), b->name, b->n_ctx, b->n_slots, b->n_slots == 1 ? "" : "s", queue,
+            api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "redlite serve: %s: stopping (in-flight requests are cancelled, checkpoints flushed)\n",

@@ -42,7 +42,8 @@ typedef struct {
 struct session {
     session_model *m;
     engine_ctx *c;
-    expert_cache *ec;   /* owned routed-expert source, or NULL (the engine's own source) */
+    expert_cache *ec;   /* routed-expert source, or NULL (the engine's own source) */
+    bool ec_shared;     /* ec belongs to another session (session_params.share_experts) */
     int n_ctx, n_batch, n_vocab, n_sample;
     bool verbose;
     tok_ids hist;       /* tokens the context holds */
@@ -101,6 +102,16 @@ const tokenizer *session_model_tokenizer(const session_model *m) {
  * from (disk -> RAM -> VRAM). */
 static int attach_experts(session *s, const session_params *p) {
     engine *e = s->m->e;
+    if (p->share_experts) { /* another sequence's cache: one budget, one set of slots for both */
+        const session *o = p->share_experts;
+        if (o->m != s->m) return rl_seterr("session: share_experts names a session of another model");
+        s->vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
+        if (!o->ec) return 0;
+        s->ec = o->ec;
+        s->ec_shared = true;
+        q3n_expert_src src = expert_cache_src(s->ec);
+        return s->vram ? engine_set_host_expert_src(s->c, &src) : engine_set_expert_src(s->c, &src);
+    }
     const q3n_model *m = engine_model(e);
     const char *spec = p->cache_spec && *p->cache_spec ? p->cache_spec : "auto";
     /* VRAM tier (slots, not everything fit): this cache becomes the host tier feeding it */
@@ -219,7 +230,7 @@ void session_free(session *s) {
         else if (s->ec) engine_set_expert_src(s->c, NULL);
         engine_ctx_free(s->c);
     }
-    expert_cache_free(s->ec);
+    if (!s->ec_shared) expert_cache_free(s->ec);
     tok_ids_free(&s->hist);
     free(s->logits);
     s->m->n_sessions--;
@@ -302,6 +313,19 @@ fail:
     free(k->toks);
     memset(k, 0, sizeof *k);
     if (s->verbose) fprintf(stderr, "session: no checkpoint at %d (%s); prefix reuse is smaller\n", pos, rl_lasterr());
+}
+
+int session_match(const session *s, const int32_t *tokens, int n) {
+    int held = (int)s->hist.n, L = 0;
+    while (L < held && L < n && s->hist.ids[L] == tokens[L]) L++;
+    /* the held state continues only from its end (the recurrent state is at held) */
+    int best = L == held && held <= n - 1 ? held : 0;
+    for (int i = 0; i < s->max_ck; i++) {
+        const checkpoint *k = &s->ck[i];
+        if (k->snap && k->pos <= n - 1 && k->pos > best && !memcmp(k->toks, tokens, sizeof(int32_t) * (size_t)k->pos))
+            best = k->pos;
+    }
+    return best > 0 ? best : 0;
 }
 
 /* Distance between two checkpoints taken in one feed: every chunk boundary would cost a state
@@ -564,7 +588,10 @@ int session_generate(session *s, const session_gen_params *gp, session_gen_resul
     sampler_reset(g.smp);
     for (size_t i = 0; i < s->hist.n; i++) sampler_accept(g.smp, s->hist.ids[i]);
     out->reason = SESSION_LENGTH;
-    if (gp->n_predict != 0 && (gp->spec == SPEC_NONE ? gen_plain(&g) : gen_spec(&g))) goto fail;
+    engine_ctx_decoding(s->c, true); /* steps of other sequences' decode loops may share forwards */
+    int grc = gp->n_predict != 0 && (gp->spec == SPEC_NONE ? gen_plain(&g) : gen_spec(&g));
+    engine_ctx_decoding(s->c, false);
+    if (grc) goto fail;
     if (gen_finish(&g)) goto fail;
     rc = 0;
     goto done;

@@ -9,8 +9,10 @@
  * global table: a second sequence (a second server slot) is a second session_new on the same
  * session_model; each sequence owns its state, the model (weights, tokenizer) is shared.
  *
- * Threads: every call on one session comes from one thread (the caller's, or the server's
- * inference thread). `cancel` flags may be set from any thread or a signal handler.
+ * Threads: every call on one session comes from one thread at a time. Sessions of one model
+ * may run on different threads at once (the server's slots): the engine takes their forwards in
+ * turns and runs their decode steps as rows of shared forwards (engine.h), with the same results
+ * as alone. `cancel` flags may be set from any thread or a signal handler.
  *
  * Sequence and prefix reuse: the session remembers the tokens its context holds (`history`).
  * session_feed(tokens) brings the context to exactly `tokens`: when the history is a prefix of
@@ -66,6 +68,10 @@ typedef struct {
     int max_checkpoints;     /* in-memory prefix checkpoints kept (0 = 8, -1 = none; count-capped
                                 LRU). Each holds a copy of the DeltaNet state: ~76 MB on the 80B
                                 model, so a one-shot command takes none */
+    const struct session *share_experts; /* another session of the same model whose routed-expert
+                                source (bounded cache, full residency) this one uses too, instead
+                                of planning its own (cache_spec is then ignored): the server's
+                                slots share one budget. It must outlive this session. */
 } session_params;
 
 session_model *session_model_open(const session_model_params *p);
@@ -93,6 +99,9 @@ expert_cache *session_expert_cache(const session *s);
 const int32_t *session_history(const session *s, int *n);
 /* Logits (n_vocab) of the last evaluated token, or NULL when the sequence is empty. */
 const float *session_logits(const session *s);
+/* Prompt tokens a session_feed of tokens[0..n) would not evaluate now: the held sequence when
+ * it is a prefix, or the longest checkpoint that is one (at most n - 1). Reads only. */
+int session_match(const session *s, const int32_t *tokens, int n);
 /* Forget the sequence (position 0). Checkpoints are kept (they stay valid: see above). */
 void session_reset(session *s);
 /* The context was brought to tokens[0..n) from outside the session (engine_state_import of a

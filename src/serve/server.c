@@ -380,20 +380,32 @@ typedef struct {
     char *backend_lines;    /* from the backend, refreshed after each job */
 } srv_metrics;
 
+/* One backend slot and the inference thread that serves it. */
+typedef struct {
+    server *srv;
+    int idx;
+    pthread_t th;
+    bool started;
+    pthread_cond_t cv;      /* a job was assigned, or stopping */
+    srv_job *job;           /* assigned or running; NULL: idle */
+    uint64_t used;          /* when it last finished a job (LRU among idle slots) */
+} srv_slot;
+
 struct server {
     server_params p;
     srv_backend *b;
     srv_info info;
     struct MHD_Daemon *d;
     int port;
-    pthread_t infer;
-    bool infer_started;
-    pthread_mutex_t mu;     /* queue + metrics */
+    srv_slot *slots;        /* [b->n_slots] */
+    int n_slots;
+    uint64_t tick;
+    pthread_mutex_t mu;     /* queue + slots + metrics */
     pthread_cond_t cv;
     srv_job *head, *tail;
     int n_waiting;          /* in the queue */
-    int n_jobs;             /* waiting + running: at most queue + 1 */
-    srv_job *running;
+    int n_jobs;             /* waiting + running: at most queue + n_slots */
+    int n_running;
     bool stopping;
     int n_open;             /* requests between on_access and on_completed */
     srv_metrics m;
@@ -433,7 +445,7 @@ static int on_text(void *ud, const char *s, size_t n) {
     return j->rq.api->text(j, j->rq.st, s, n);
 }
 
-static void run_job(server *s, srv_job *j) {
+static void run_job(server *s, int slot, srv_job *j) {
     srv_result r = {0};
     r.n_prompt = (int)j->rq.prompt.n;
     if (j->cancel) {
@@ -461,15 +473,15 @@ static void run_job(server *s, srv_job *j) {
             .ud = j,
             .cancel = &j->cancel,
         };
-        if (s->b->generate(s->b->ud, &g, &r) && r.reason != SRV_ERROR) {
+        if (s->b->generate(s->b->ud, slot, &g, &r) && r.reason != SRV_ERROR) {
             r.reason = SRV_ERROR;
             snprintf(r.error, sizeof r.error, "%s", rl_lasterr());
         }
         if (j->cancel && r.reason != SRV_ERROR) r.reason = SRV_CANCELLED;
         j->rq.api->finish(j, j->rq.st, &r);
         if (s->p.verbose)
-            fprintf(stderr, "serve: %s prompt %d (reused %d, %.3f s) gen %d (%.3f s) %s%s%s\n", j->rq.api->name,
-                    r.n_prompt, r.n_reused, r.t_prompt, r.n_gen, r.t_gen, srv_reason_name(r.reason),
+            fprintf(stderr, "serve: slot %d: %s prompt %d (reused %d, %.3f s) gen %d (%.3f s) %s%s%s\n", slot,
+                    j->rq.api->name, r.n_prompt, r.n_reused, r.t_prompt, r.n_gen, r.t_gen, srv_reason_name(r.reason),
                     r.reason == SRV_ERROR ? ": " : "", r.reason == SRV_ERROR ? r.error : "");
     }
     chat_buf extra = {0};
@@ -492,7 +504,7 @@ static void run_job(server *s, srv_job *j) {
         free(m->backend_lines);
         m->backend_lines = chat_buf_take(&extra, NULL);
     }
-    s->running = NULL; /* with the counters, so /metrics never shows a counted job as running */
+    s->n_running--; /* with the counters, so /metrics never shows a counted job as running */
     pthread_mutex_unlock(&s->mu);
     chat_buf_free(&extra);
     pthread_mutex_lock(&j->mu);
@@ -502,35 +514,60 @@ static void run_job(server *s, srv_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
-static void *infer_main(void *arg) {
-    server *s = arg;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+/* Hand waiting jobs to idle slots (s->mu held): the head job goes to the idle slot that would
+ * reuse the most of its prompt, ties (no reuse anywhere included) to the least recently used
+ * one, whose conversation is the one given up (the backend keeps it in its RAM tier). Jobs stay
+ * in arrival order. */
+static void assign(server *s) {
+    while (s->head) {
         srv_job *j = s->head;
-        if (!j) break; /* stopping and drained */
+        int best = -1, best_len = -1;
+        for (int i = 0; i < s->n_slots; i++) {
+            srv_slot *sl = &s->slots[i];
+            if (sl->job || !sl->started) continue;
+            int len = s->b->match && !j->cancel ? s->b->match(s->b->ud, i, j->rq.prompt.ids, (int)j->rq.prompt.n) : 0;
+            if (len > best_len || (len == best_len && sl->used < s->slots[best].used)) best = i, best_len = len;
+        }
+        if (best < 0) return;
         s->head = j->next;
         if (!s->head) s->tail = NULL;
+        j->next = NULL;
         s->n_waiting--;
-        s->running = j;
+        s->n_running++;
+        s->slots[best].job = j;
+        pthread_cond_signal(&s->slots[best].cv);
+    }
+}
+
+static void *infer_main(void *arg) {
+    srv_slot *sl = arg;
+    server *s = sl->srv;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!sl->job && !(s->stopping && !s->head)) pthread_cond_wait(&sl->cv, &s->mu);
+        srv_job *j = sl->job;
+        if (!j) break; /* stopping and drained */
         pthread_mutex_unlock(&s->mu);
-        run_job(s, j);
+        run_job(s, sl->idx, j);
         pthread_mutex_lock(&s->mu);
-        s->running = NULL;
+        sl->job = NULL;
+        sl->used = ++s->tick;
         s->n_jobs--;
         pthread_mutex_unlock(&s->mu);
         job_unref(j);
         pthread_mutex_lock(&s->mu);
+        assign(s);
+        if (s->stopping && !s->head) /* drained: the idle slots can end too */
+            for (int i = 0; i < s->n_slots; i++) pthread_cond_signal(&s->slots[i].cv);
     }
     pthread_mutex_unlock(&s->mu);
-    if (s->b->flush) s->b->flush(s->b->ud);
     return NULL;
 }
 
 /* 0 queued, -1 full (or stopping) */
 static int enqueue(server *s, srv_job *j) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->n_jobs >= s->p.queue + 1) {
+    if (s->stopping || s->n_jobs >= s->p.queue + s->n_slots) {
         s->m.rejected++;
         pthread_mutex_unlock(&s->mu);
         return -1;
@@ -542,7 +579,7 @@ static int enqueue(server *s, srv_job *j) {
     s->tail = j;
     s->n_waiting++;
     s->n_jobs++;
-    pthread_cond_signal(&s->cv);
+    assign(s);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -583,12 +620,20 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# TYPE redlite_prompt_tokens_per_second gauge\nredlite_prompt_tokens_per_second %.3f\n",
         m->last_prompt_tps);
     PUT("# TYPE redlite_queue_depth gauge\nredlite_queue_depth %d\n", s->n_waiting);
-    PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->running ? 1 : 0);
-    bool pf = s->running && s->running->prefilling;
-    PUT("# HELP redlite_prefill_tokens Prompt tokens of the running request while its prefill runs (0 otherwise).\n"
-        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf ? s->running->rq.prompt.n : 0);
-    PUT("# HELP redlite_prefill_seconds How long the running prefill has taken so far (0: none running).\n"
-        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf ? rl_now() - s->running->t_run : 0.0);
+    PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->n_running);
+    PUT("# TYPE redlite_slots gauge\nredlite_slots %d\n", s->n_slots);
+    size_t pf_tokens = 0; /* summed over the slots whose request is still in its prefill */
+    double pf_s = 0.0;    /* the longest prefill running so far */
+    for (int i = 0; s->slots && i < s->n_slots; i++) {
+        const srv_job *rj = s->slots[i].job;
+        if (!rj || !rj->prefilling) continue;
+        pf_tokens += rj->rq.prompt.n;
+        if (rl_now() - rj->t_run > pf_s) pf_s = rl_now() - rj->t_run;
+    }
+    PUT("# HELP redlite_prefill_tokens Prompt tokens of the requests whose prefill runs now (0 otherwise).\n"
+        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf_tokens);
+    PUT("# HELP redlite_prefill_seconds How long the longest running prefill has taken so far (0: none running).\n"
+        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf_s);
     pthread_mutex_lock(&s->fields.mu);
     PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored (--strict-fields "
         "refuses them).\n# TYPE redlite_unknown_fields_total counter\n");
@@ -1003,6 +1048,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 static void server_free(server *s) {
     if (!s) return;
     if (s->b && s->b->free) s->b->free(s->b->ud);
+    for (int i = 0; s->slots && i < s->n_slots; i++) pthread_cond_destroy(&s->slots[i].cv);
+    free(s->slots);
     free(s->m.backend_lines);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -1039,12 +1086,26 @@ server *server_start(const server_params *p, srv_backend *b) {
         server_free(s);
         return NULL;
     }
-    if (pthread_create(&s->infer, NULL, infer_main, s)) {
-        rl_seterr("cannot start the inference thread");
+    s->n_slots = b->n_slots > 0 ? b->n_slots : 1;
+    if (!(s->slots = calloc((size_t)s->n_slots, sizeof *s->slots))) {
+        rl_seterr("out of memory (server)");
         server_free(s);
         return NULL;
     }
-    s->infer_started = true;
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        sl->srv = s;
+        sl->idx = i;
+        pthread_cond_init(&sl->cv, NULL);
+        if (pthread_create(&sl->th, NULL, infer_main, sl)) {
+            rl_seterr("cannot start the inference threads");
+            server_stop(s);
+            return NULL;
+        }
+        pthread_mutex_lock(&s->mu);
+        sl->started = true;
+        pthread_mutex_unlock(&s->mu);
+    }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                                 MHD_USE_POLL,
                             0, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
@@ -1071,10 +1132,16 @@ void server_stop(server *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     for (srv_job *j = s->head; j; j = j->next) j->cancel = 1;
-    if (s->running) s->running->cancel = 1;
+    assign(s); /* the queued jobs go to idle slots, which answer them 503 at once */
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].job) s->slots[i].job->cancel = 1;
+        pthread_cond_signal(&s->slots[i].cv);
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->infer_started) pthread_join(s->infer, NULL); /* flushes the backend's checkpoints */
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].started) pthread_join(s->slots[i].th, NULL);
+    if (s->b->flush) s->b->flush(s->b->ud); /* the backend's pending checkpoints */
     /* let the connections send what their jobs produced (bounded: 5 s) before closing them */
     for (int i = 0; i < 500; i++) {
         pthread_mutex_lock(&s->mu);

@@ -6,10 +6,11 @@
  *     JSON parsing, checks, chat rendering and tokenisation (the tokenizer is immutable, so
  *     this is thread-safe) happen there, and a bad request is answered at once without ever
  *     reaching the model.
- *   - ONE inference thread owns the backend (the session: model + sequence) and serves a
- *     bounded FIFO queue of jobs. A request that finds `queue` jobs waiting or running gets
- *     503 with Retry-After. A second slot later = a second inference thread with its own
- *     backend sequence taking from the same queue; nothing here assumes there is only one.
+ *   - One inference thread per backend slot (srv_backend.n_slots: a sequence each, the model
+ *     shared) serves the jobs of a bounded FIFO queue. A request that finds `queue` jobs
+ *     waiting gets 503 with Retry-After. A waiting job goes to the idle slot that holds the
+ *     longest prefix of its prompt (srv_backend.match), else to the least recently used idle
+ *     slot; the backend makes slots that run at once share the model's forwards.
  *   - A job's output (SSE events or the final body) is produced on the inference thread by the
  *     API module's hooks and handed to the connection thread through the job's buffer.
  *   - A client that disconnects sets the job's cancel flag (checked between tokens by the
@@ -67,11 +68,16 @@ typedef struct {
     const tokenizer *tok;   /* immutable: used from the HTTP threads */
     chat_format fmt;
     int n_ctx;
-    /* inference thread only: bring the sequence to the prompt, then generate. 0 or -1 (r->error) */
-    int (*generate)(void *ud, const srv_gen *g, srv_result *r);
-    /* inference thread only (between jobs): extra Prometheus lines (expert cache, ...) */
+    int n_slots;            /* sequences held and run at once (>= 1) */
+    /* (optional) prompt tokens slot `slot` would reuse (not evaluate) for this prompt; called by
+     * the router while the slot is idle */
+    int (*match)(void *ud, int slot, const int32_t *prompt, int n);
+    /* slot's inference thread only: bring the slot's sequence to the prompt, then generate.
+     * Slots run on different threads at once. 0 or -1 (r->error) */
+    int (*generate)(void *ud, int slot, const srv_gen *g, srv_result *r);
+    /* any inference thread (after a job): extra Prometheus lines (expert cache, ...) */
     void (*metrics)(void *ud, chat_buf *out);
-    /* at shutdown, on the inference thread: write pending checkpoints */
+    /* at shutdown, after every inference thread ended: write pending checkpoints */
     void (*flush)(void *ud);
     void (*free)(void *ud);
 } srv_backend;
