@@ -23,7 +23,12 @@ BUILD    ?= build
 CC       ?= cc
 CUDA     ?= 0
 NVCC     ?= nvcc
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# One fat binary for the GPUs users have: A100 (sm_80), RTX 30xx / A-series (sm_86), RTX 40xx / L4 / L40
+# (sm_89), H100 / H200 (sm_90), RTX 50xx / RTX PRO Blackwell (sm_120), plus compute_120 PTX for newer
+# GPUs to JIT. CUDA_ARCH narrows it (e.g. -gencode arch=compute_90,code=sm_90 for a quicker build).
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
+             -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_120,code=sm_120 -gencode arch=compute_120,code=compute_120
 OPT      ?= -O2
 PYTHON   ?= python3
 

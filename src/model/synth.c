@@ -200,6 +200,9 @@ int synth_geom_check(const synth_params *p) {
     if (g->n_vocab < 260) return rl_seterr("geometry: vocab must be at least 260 (256 bytes + specials)");
     if (g->n_precise < 0 || g->n_precise > g->n_layer)
         return rl_seterr("geometry: precise must be 0..layers");
+    if (p->expert_type && !synth_gen_has(p->expert_type))
+        return rl_seterr("expert type %s: synth has no block generator for it (it has MXFP4, Q8_0, Q2_K, Q4_K, "
+                         "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ1_M)", quant_name(p->expert_type));
     return 0; /* block-size multiples are checked per tensor by synth_plan */
 }
 
@@ -235,6 +238,7 @@ static bool more_bits(int i, int n) {
 
 static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) {
     if (is_vector(r)) return QT_F32;
+    if (p->expert_type && (r == R_GATE_EXPS || r == R_UP_EXPS || r == R_DOWN_EXPS)) return p->expert_type;
     switch (p->preset) {
     case SYNTH_CF2:
     case SYNTH_TINY:

@@ -74,6 +74,7 @@ typedef struct {
     int n_threads;          /* generator threads; 0 = all CPUs */
     bool progress;          /* progress bar on stderr */
     synth_routing routing;  /* router weights' routing model (default uniform: unchanged bytes) */
+    uint32_t expert_type;   /* routed experts' ggml type instead of the preset's (e.g. QT_MXFP4); 0: the preset's */
 } synth_params;
 
 /* One tensor of the plan, in file order. */
