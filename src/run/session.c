@@ -107,7 +107,8 @@ static int attach_experts(session *s, const session_params *p) {
     const bool vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
     s->vram = vram;
     if (!m->hp.moe) { /* a dense model (qwen35) has no routed experts: nothing to cache */
-        if (strcmp(spec, "auto") || p->route_bias > 0 || p->route_trace)
+        if ((strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap")) || p->route_bias > 0 ||
+            p->route_trace)
             return rl_seterr("--cache-mib / --route-bias / --route-trace: this dense model has no routed experts");
         return 0;
     }
