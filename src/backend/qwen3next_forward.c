@@ -61,7 +61,7 @@ static size_t fl(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(flo
 static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
     scratch dummy, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
     size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
-    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp), E = hp->n_expert, K = hp->n_expert_used;
+    size_t ff = mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff), E = hp->n_expert, K = hp->n_expert_used;
     /* {floats per row (times T), floats once}, in the order of the members below */
     const size_t parts[][2] = {
         {D, 0}, /* x */
@@ -147,7 +147,7 @@ static void carve_run(const q3n_run *r, int T, scratch *s) {
  * widest input (2*D of the MTP eh_proj, or the attention/DeltaNet output widths). */
 size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows) {
     size_t w = mx(mx(2 * (size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->ssm_hv * hp->ssm_dv);
-    w = mx(w, mx(hp->n_ff_exp, hp->n_ff_shexp));
+    w = mx(w, mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff));
     /* a batch holds at most T*K expert rows + T shared-expert rows, or 3 projections of T rows */
     size_t rows = (size_t)max_rows * (size_t)(hp->n_expert_used + 4);
     return (4 * w + 64) * rows + 4096;
@@ -439,13 +439,13 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
     for (long h = lo; h < hi; h++)
         for (int t = j->t0; t < j->t1; t++) {
             const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
-            const float *ba = j->s->ba + (size_t)t * 2 * hv;
+
             const float *z = j->s->kv + (size_t)t * hv * dv;
             /* rows of several sequences: each reads its own committed state, writes its own copy */
             const q3n_state *rs = j->s->rst ? j->s->rst[t] : NULL;
             const float *ssm_in = rs ? rs->ssm[j->il] : t == 0 ? st->ssm[j->il] : dn_row_out(j, t - 1, 1, live);
             float *ssm = rs ? rs->ssm_next[j->il] : dn_row_out(j, t, 1, live);
-            int g = (int)h / rr, e = (int)h % rr;
+            const int g = q3n_key_head(hp, (int)h);
             const float *q = u + (size_t)g * dk; /* l2-normed and scaled in place before */
             const float *k = u + (size_t)(hk + g) * dk;
             const float *v = u + (size_t)2 * hk * dk + (size_t)h * dv;
@@ -455,7 +455,14 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
                 for (int i = 0; i < dk; i += 16) __builtin_prefetch(q + ahead + i), __builtin_prefetch(k + ahead + i);
                 for (int i = 0; i < dv; i += 16) __builtin_prefetch(v + ahead + i), __builtin_prefetch(z + (size_t)h * dv + za + i);
             }
-            float b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
+            float b, a;
+            if (hp->ba_split) { /* beta rows [T][hv], then alpha rows [T][hv] */
+                b = j->s->ba[(size_t)t * hv + h], a = j->s->ba[((size_t)j->T + t) * hv + h];
+            } else { /* fused, per key head [b x rr | a x rr] (grouped heads: h = g * rr + e) */
+                const float *ba = j->s->ba + (size_t)t * 2 * hv;
+                const int e = (int)h % rr;
+                b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
+            }
             float beta = ops_sigmoid(b);
             float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
             float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
@@ -521,9 +528,14 @@ static void dn_qk_norm_items(void *arg, long lo, long hi) {
 static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
     const q3n_hparams *hp = &r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
-    ops_mm_task proj[3] = {
+    /* beta and alpha: one fused matrix, or two (ba_split: beta rows, then alpha rows in s->ba) */
+    ops_mm_task proj[4] = {
         {&L->wqkv, s->xn, T, s->big, NULL}, {&L->wgate, s->xn, T, s->kv, NULL}, {&L->wba, s->xn, T, s->ba, NULL}};
-    mm_batch(r, proj, 3);
+    if (hp->ba_split) {
+        proj[2] = (ops_mm_task){&L->wbeta, s->xn, T, s->ba, NULL};
+        proj[3] = (ops_mm_task){&L->walpha, s->xn, T, s->ba + (size_t)T * hp->ssm_hv, NULL};
+    }
+    mm_batch(r, proj, hp->ba_split ? 4 : 3);
     float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
     /* Per-row observers (dumps, the row_state copies) need the rows one at a time; otherwise the
      * conv runs for all rows and one dispatch does the recurrence of all rows, head by head. With
@@ -792,6 +804,18 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     return 0;
 }
 
+/* The dense FFN of the dense architectures (qwen35): y = down(silu(gate(xn)) * up(xn)), the same
+ * SwiGLU and projections as the shared expert, without its gate. xn -> s->y. */
+static void dense_ffn_layer(q3n_run *r, const q3n_layer *L, scratch *s, int T) {
+    const int ff = r->m->hp.n_ff;
+    ops_mm_task tasks[2] = {{&L->ffn_gate, s->xn, T, s->g, NULL}, {&L->ffn_up, s->xn, T, s->up, NULL}};
+    mm_batch(r, tasks, 2);
+    moe_job mj = {r, L, s, T, NULL, NULL, NULL};
+    mj.a = s->g, mj.b = s->up;
+    ops_parallel_for(r->pool, (long)T * ff, 24, moe_swiglu, &mj, "ffn swiglu");
+    mm(r, &L->ffn_down, s->g, T, s->y);
+}
+
 /* Rows lo..hi-1: x += y (y not NULL), then xn = RMSNorm(x) * w (w not NULL). */
 typedef struct {
     const q3n_hparams *hp;
@@ -839,7 +863,10 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
         DUMP(r, Q3N_ACT_FFN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
-    if (moe_layer(r, L, il, s, T)) return -1;
+    if (!hp->moe)
+        dense_ffn_layer(r, L, s, T);
+    else if (moe_layer(r, L, il, s, T))
+        return -1;
     rj.w = NULL;
     if (!r->dump) ops_parallel_for(r->pool, T, 2L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {

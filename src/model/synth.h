@@ -52,6 +52,8 @@ typedef struct {
     int attn_interval; /* [interval] 4: layer i is full attention iff (i+1) % interval == 0 */
     int n_precise;     /* [precise] cf2/tiny: the last n_precise layers get IQ2_XS experts (8);
                           follows layers (n_layer/6, at least 1) unless given */
+    int arch;          /* [arch] q3n_arch: qwen3next (default), qwen35moe, or qwen35 (dense: the
+                          FFN is n_ff wide; the expert fields are unused) */
 } synth_geom;
 
 /* Routing model of the router weights (ffn_gate_inp), see docs/EXPERT_CACHE.md "Synthetic routing".

@@ -117,6 +117,12 @@ static int attach_experts(session *s, const session_params *p) {
     /* VRAM tier (slots, not everything fit): this cache becomes the host tier feeding it */
     const bool vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
     s->vram = vram;
+    if (!m->hp.moe) { /* a dense model (qwen35) has no routed experts: nothing to cache */
+        if ((strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap")) || p->route_bias > 0 ||
+            p->route_trace)
+            return rl_seterr("--cache-mib / --route-bias / --route-trace: this dense model has no routed experts");
+        return 0;
+    }
     if (p->vram_spec && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
     if (vram && (p->route_bias > 0 || p->route_trace))
         return rl_seterr("--route-bias / --route-trace need the CPU backend (not with --vram-mib)");
