@@ -889,7 +889,7 @@ static long frame_rest(const grammar *g, const gframe *f) {
         case O_START: return n->minlen;
         case O_FIRST: return obj_rest(g, n, f->seen, false, false);
         case O_AFTER: return obj_rest(g, n, f->seen, true, false);
-        case O_NEXT: return obj_rest(g, n, f->seen, true, true);
+        case O_NEXT: return obj_rest(g, n, f->seen, false, true); /* the next member needs no comma */
         case O_COLON:
         case O_VALUE: {
             long v = g->nodes[f->cnt >= 0 ? prop_at(g, n, f->cnt)->node : n->extra].minlen;
