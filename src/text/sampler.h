@@ -93,7 +93,7 @@ sampler *sampler_new(const sampler_params *p, int32_t n_vocab);
 void sampler_set_mask(sampler *s, const sampler_mask *m);
 /* The mask's prefix (n when no mask is set). */
 int sampler_mask_prefix(sampler *s, const int32_t *toks, int n);
-/* Mask work so far: applications and nanoseconds spent in them (bench). */
+/* Mask work so far: applications and the thread CPU nanoseconds spent in them (bench). */
 void sampler_mask_stats(const sampler *s, uint64_t *calls, uint64_t *ns);
 /* Log-probabilities of the last sampled token's distribution: after sampler_set_logprobs(s, n)
  * (n = 0..20, -1 off), every sampler_sample also records the log-softmax over the whole

@@ -2,7 +2,7 @@
  * hand-worked accept / reject cases per keyword, byte-by-byte feeding (every prefix of a valid
  * text is accepted, the state never dies early), the exact bytes-to-completion, poisoned texts
  * (control characters, bad UTF-8, duplicate keys, trailing bytes, tokens the grammar cannot
- * take), and, with models/default.gguf's tokenizer: token-by-token feeding, the trie mask equal to
+ * take), and, with the tokenizers of models/default.gguf and tests/fixtures/qwen3-vocab.gguf: token-by-token feeding, the trie mask equal to
  * testing every token, the sampler's lazy mask equal to the full mask, and the budget rule
  * finishing every random walk within its token limit. */
 #include <stdlib.h>
@@ -429,10 +429,14 @@ int main(void) {
     test_refused();
     test_min_remaining();
     test_markup();
-    tokenizer *tok = tokenizer_load_file("models/default.gguf");
-    if (!tok) {
-        printf("test_grammar: token tests skipped: models/default.gguf has no tokenizer here (%s)\n", rl_lasterr());
-    } else {
+    /* the default model's vocabulary and the 80B models' (151,936 tokens) */
+    static const char *const files[] = {"models/default.gguf", "tests/fixtures/qwen3-vocab.gguf"};
+    for (int f = 0; f < 2; f++) {
+        tokenizer *tok = tokenizer_load_file(files[f]);
+        if (!tok) {
+            printf("test_grammar: token tests on %s skipped: %s\n", files[f], rl_lasterr());
+            continue;
+        }
         gvocab *v = gvocab_new(tok);
         CHECK(v, "gvocab: %s", rl_lasterr());
         if (v) {
