@@ -165,9 +165,8 @@ typedef struct {
      * drafts the grammar refuses end the draft, and every token is sampled from the masked
      * distribution in order, as without speculation. */
     const grammar *grammar;
-    /* Log-probabilities (sampler_set_logprobs): top_logprobs 0..20 alternatives, -1 off (the
-     * default when the struct is zeroed is 0 = off unless on_logprobs is set). on_logprobs is
-     * called for each emitted token, before its on_text. */
+    /* Log-probabilities (sampler_set_logprobs): when on_logprobs is set it is called for each
+     * emitted token, before its on_text, with top_logprobs (0..20) alternatives. */
     int top_logprobs;
     void (*on_logprobs)(void *ud, const sampler_logprobs *lp);
 } session_gen_params;
