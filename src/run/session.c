@@ -16,6 +16,7 @@
  * conditions and the text are the same whatever the loop. */
 #include "run/session.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,8 @@ struct session_model {
     tokenizer *tok;      /* NULL: the file has none (token ids work, text does not) */
     char tok_err[256];   /* why not */
     int n_sessions;
+    gvocab *gv;          /* grammar masks: built on first use, under gv_lock */
+    pthread_mutex_t gv_lock;
 };
 
 typedef struct {
@@ -66,6 +69,7 @@ session_model *session_model_open(const session_model_params *p) {
     }
     session_model *m = rl_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
+    pthread_mutex_init(&m->gv_lock, NULL);
     engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference,
                         .iq_repack = p->iq_repack, .map_weights = p->map_weights};
     if (!(m->e = engine_open(p->model_path, &ep))) {
@@ -83,8 +87,22 @@ void session_model_close(session_model *m) {
     if (!m) return;
     if (m->n_sessions) fprintf(stderr, "redlite: bug: model closed with %d sessions still open\n", m->n_sessions);
     tokenizer_free(m->tok);
+    gvocab_free(m->gv);
+    pthread_mutex_destroy(&m->gv_lock);
     engine_close(m->e);
     free(m);
+}
+
+const gvocab *session_model_gvocab(session_model *m) {
+    if (!m->tok) {
+        rl_seterr("constrained decoding needs the model's tokenizer: %s", m->tok_err);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->gv_lock);
+    if (!m->gv) m->gv = gvocab_new(m->tok);
+    gvocab *v = m->gv;
+    pthread_mutex_unlock(&m->gv_lock);
+    return v;
 }
 
 engine *session_model_engine(const session_model *m) { return m->e; }
@@ -436,6 +454,7 @@ typedef struct {
     tokdec dec;
     stopper stop;
     session_gen_result *out;
+    gmatch *gm; /* constrained decoding (gp->grammar), or NULL */
 } gen_state;
 
 static int out_text(gen_state *g, int32_t token, const char *t, size_t n, bool *cancel) {
@@ -463,8 +482,10 @@ static int gen_emit(gen_state *g, int32_t t, int pos) {
         r->reason = SESSION_EOG;
         return 1;
     }
+    if (gp->on_logprobs && sampler_last_logprobs(g->smp)) gp->on_logprobs(gp->ud, sampler_last_logprobs(g->smp));
     if (tok_ids_push(&r->ids, t)) return rl_seterr("out of memory (generated tokens)");
     sampler_accept(g->smp, t);
+    if (g->gm && gmatch_accept(g->gm, t)) return -1; /* the mask allowed it: a bug if this fails */
     size_t n, out_n;
     const char *piece = tokdec_push(&g->dec, t, &n), *out;
     if (!piece) return rl_seterr("out of memory (decoding)");
@@ -476,6 +497,10 @@ static int gen_emit(gen_state *g, int32_t t, int pos) {
     }
     if (cancel) {
         r->reason = SESSION_CANCELLED;
+        return 1;
+    }
+    if (g->gm && gmatch_done(g->gm)) { /* the sentence is complete and nothing may follow */
+        r->reason = SESSION_EOG;
         return 1;
     }
     if (gp->n_predict >= 0 && (long long)r->ids.n >= gp->n_predict) {
@@ -570,6 +595,22 @@ static int gen_spec(gen_state *g) {
     return rc;
 }
 
+/* Grammar and log-probabilities for one call: the matcher (its budget: the tokens n_predict and
+ * the context leave) becomes the sampler's mask. 0 or -1. */
+static int gen_constrain(gen_state *g) {
+    const session_gen_params *gp = g->gp;
+    if (gp->on_logprobs) sampler_set_logprobs(g->smp, gp->top_logprobs);
+    if (!gp->grammar) return 0;
+    const gvocab *v = session_model_gvocab(g->s->m);
+    if (!v || !(g->gm = gmatch_new(gp->grammar, v))) return -1;
+    long long left = (long long)g->s->n_ctx - (long long)g->s->hist.n + 1;
+    if (gp->n_predict >= 0 && gp->n_predict < left) left = gp->n_predict;
+    gmatch_set_budget(g->gm, left);
+    sampler_mask mk = gmatch_sampler_mask(g->gm);
+    sampler_set_mask(g->smp, &mk);
+    return 0;
+}
+
 int session_generate(session *s, const session_gen_params *gp, session_gen_result *out) {
     memset(out, 0, sizeof *out);
     out->reason = SESSION_ERROR;
@@ -590,6 +631,7 @@ int session_generate(session *s, const session_gen_params *gp, session_gen_resul
         if (!(g.smp = sampler_new(&sp, s->n_sample))) goto done;
     }
     out->seed = sampler_seed(g.smp);
+    if (gen_constrain(&g)) goto fail;
     /* the penalty history is the sequence */
     sampler_reset(g.smp);
     for (size_t i = 0; i < s->hist.n; i++) sampler_accept(g.smp, s->hist.ids[i]);
@@ -605,6 +647,11 @@ fail:
     out->reason = SESSION_ERROR;
 done:
     out->seconds = rl_now() - t0;
+    if (g.smp) {
+        sampler_set_mask(g.smp, NULL);
+        sampler_set_logprobs(g.smp, -1);
+    }
+    gmatch_free(g.gm);
     if (g.smp && g.smp != gp->smp) sampler_free(g.smp);
     tokdec_free(&g.dec);
     stopper_free(&g.stop);

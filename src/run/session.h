@@ -33,6 +33,7 @@
 #include <stdio.h>
 
 #include "run/engine.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -80,6 +81,9 @@ engine *session_model_engine(const session_model *m);
 /* NULL (rl_lasterr says why) when the file has no tokenizer: token ids still work (feed,
  * bench, perplexity over ids); session_generate refuses. */
 const tokenizer *session_model_tokenizer(const session_model *m);
+/* The tokens' bytes and trie for grammar masks (text/grammar.h), built on first use (thread-safe;
+ * NULL with rl_lasterr when there is no tokenizer or no memory). */
+const gvocab *session_model_gvocab(session_model *m);
 
 session *session_new(session_model *m, const session_params *p);
 void session_free(session *s);
@@ -163,6 +167,17 @@ typedef struct {
     spec_mode spec;                 /* speculative decoding (never changes the tokens) */
     int draft_max;                  /* K upper bound, 1..8 (0 = 8) */
     int draft_min;                  /* 0: cost-aware K; N: at least N drafts when a source has some */
+    /* Constrained decoding: the output is a sentence of this grammar (text/grammar.h; NULL: off).
+     * The sampler's candidates are masked, end of generation is allowed only once the sentence is
+     * complete, a sentence that nothing may follow ends generation (reason SESSION_EOG), and the
+     * model is steered to finish within n_predict / the context end. Speculation stays exact:
+     * drafts the grammar refuses end the draft, and every token is sampled from the masked
+     * distribution in order, as without speculation. */
+    const grammar *grammar;
+    /* Log-probabilities (sampler_set_logprobs): when on_logprobs is set it is called for each
+     * emitted token, before its on_text, with top_logprobs (0..20) alternatives. */
+    int top_logprobs;
+    void (*on_logprobs)(void *ud, const sampler_logprobs *lp);
 } session_gen_params;
 
 typedef struct {

@@ -53,6 +53,8 @@ void srv_request_free(srv_request *rq) {
     rq->n_stops = 0;
     if (rq->api && rq->api->free && rq->st) rq->api->free(rq->st);
     rq->st = NULL;
+    grammar_free(rq->grammar);
+    rq->grammar = NULL;
 }
 
 int srv_request_add_stop(srv_request *rq, const char *s) {
@@ -445,6 +447,11 @@ static int on_text(void *ud, const char *s, size_t n) {
     return j->rq.api->text(j, j->rq.st, s, n);
 }
 
+static void on_logprobs(void *ud, const sampler_logprobs *lp) {
+    srv_job *j = ud;
+    if (j->rq.api->logprobs) j->rq.api->logprobs(j, j->rq.st, lp);
+}
+
 static void run_job(server *s, int slot, srv_job *j) {
     srv_result r = {0};
     r.n_prompt = (int)j->rq.prompt.n;
@@ -472,6 +479,9 @@ static void run_job(server *s, int slot, srv_job *j) {
             .on_text = on_text,
             .ud = j,
             .cancel = &j->cancel,
+            .grammar = j->rq.grammar,
+            .top_logprobs = j->rq.top_logprobs,
+            .on_logprobs = j->rq.logprobs ? on_logprobs : NULL,
         };
         if (s->b->generate(s->b->ud, slot, &g, &r) && r.reason != SRV_ERROR) {
             r.reason = SRV_ERROR;

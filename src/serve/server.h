@@ -31,6 +31,7 @@
 
 #include "serve/api_think.h"
 #include "text/chat.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -51,6 +52,12 @@ typedef struct {
     int (*on_text)(void *ud, const char *s, size_t n);
     void *ud;
     volatile sig_atomic_t *cancel;
+    /* structured outputs (api_grammar.h): the output is a sentence of this grammar, or NULL */
+    const grammar *grammar;
+    /* log-probabilities: when on_logprobs is set, called for each generated token (before its
+     * text) with top_logprobs (0..20) alternatives */
+    int top_logprobs;
+    void (*on_logprobs)(void *ud, const sampler_logprobs *lp);
 } srv_gen;
 
 typedef struct {
@@ -97,6 +104,8 @@ typedef struct {
      * has headers and a first event at once instead of after the queue wait and the prefill.
      * `start` then sends nothing more of its own. n_prompt is known; the reuse is not yet. */
     void (*open)(srv_job *j, void *st, int n_prompt);
+    /* (optional) per generated token, before its text, when the request asked for logprobs */
+    void (*logprobs)(srv_job *j, void *st, const sampler_logprobs *lp);
 } srv_api;
 
 /* What a parser hands to the queue. */
@@ -111,6 +120,9 @@ typedef struct {
     const srv_api *api;
     void *st;
     long long max_tokens_asked; /* set by the server when it clamped n_predict (0: not clamped) */
+    grammar *grammar;      /* structured outputs (api_grammar.h), owned; NULL = free text */
+    bool logprobs;         /* call api->logprobs per token ... */
+    int top_logprobs;      /* ... with this many alternatives (0..20) */
 } srv_request;
 void srv_request_free(srv_request *rq);
 /* Add a stop string (copied). 0 or -1 (too many / oom: rl_lasterr). */

@@ -258,6 +258,11 @@ static int sess_on_text(void *ud, int32_t token, const char *text, size_t n) {
     return n ? g->on_text(g->ud, text, n) : 0;
 }
 
+static void sess_on_logprobs(void *ud, const sampler_logprobs *lp) {
+    const srv_gen *g = ud;
+    g->on_logprobs(g->ud, lp);
+}
+
 static void sess_save(sess_be *s, sess_slot *sl) {
     if (!s->sd || !sl->pending) return;
     double t0 = rl_now();
@@ -411,6 +416,9 @@ static int sess_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
         .cancel = g->cancel,
         .spec = s->spec,
         .draft_max = s->draft_max,
+        .grammar = g->grammar,
+        .top_logprobs = g->top_logprobs,
+        .on_logprobs = g->on_logprobs ? sess_on_logprobs : NULL,
     };
     session_gen_result out;
     int rc = session_generate(sl->s, &gp, &out);
