@@ -724,14 +724,14 @@ static void count_status(server *s, int status) {
 
 /* Headers of every answer: the request id, and CORS for a browser origin that passed the
  * allow-list (a refused origin never gets this far). Records the status for the log line. */
-static void add_common_headers(struct MHD_Connection *c, struct MHD_Response *r, int status) {
+static void add_common_headers(server *s, struct MHD_Connection *c, struct MHD_Response *r, int status) {
     sock_ctx *sc = sock_of(c);
     if (sc) {
         sc->status = status;
         if (sc->rid[0]) MHD_add_response_header(r, "X-Request-Id", sc->rid);
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin) {
+    if (origin && http_policy_origin_ok(&s->allow, origin)) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Vary", "Origin");
         MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
@@ -747,7 +747,7 @@ static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status,
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
-    add_common_headers(c, r, status);
+    add_common_headers(s, c, r, status);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count_status(s, status);
@@ -926,7 +926,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    add_common_headers(c, resp, 200);
+    add_common_headers(s, c, resp, 200);
     enum MHD_Result rc = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     count_status(s, 200);
@@ -944,7 +944,7 @@ static enum MHD_Result preflight(server *s, struct MHD_Connection *c) {
     MHD_add_response_header(r, "Access-Control-Allow-Headers",
                             want ? want : "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(r, "Access-Control-Max-Age", "600");
-    add_common_headers(c, r, 204);
+    add_common_headers(s, c, r, 204);
     enum MHD_Result rc = MHD_queue_response(c, 204, r);
     MHD_destroy_response(r);
     count_status(s, 204);
