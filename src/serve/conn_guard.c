@@ -24,6 +24,7 @@ struct cg_conn {
     double since;    /* when the phase began (monotonic s) */
     double deadline; /* 0: none */
     bool dead;       /* shut down by the guard: no longer counted */
+    bool linger;     /* answered before its body was read: drain the body before the close */
 };
 
 struct conn_guard {
@@ -33,6 +34,7 @@ struct conn_guard {
     pthread_t watchdog;
     bool stop, started;
     cg_conn *head;
+    cg_conn *lingering; /* closed by the HTTP library, our descriptor draining (next-linked) */
     cg_stats st;
 };
 
@@ -68,11 +70,35 @@ static void kill_conn(conn_guard *g, cg_conn *c) {
     if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
 }
 
+/* Drain what the client still sends, discarding it; true when the connection can be closed
+ * (end of file, an error or its linger deadline). Without this, closing a socket with unread
+ * input makes the kernel send a reset, and the client may lose the answer (a 413, a 401) it
+ * was sent before it finished sending its body. */
+static bool linger_drain(cg_conn *c, double now) {
+    char buf[65536];
+    for (int i = 0; i < 256; i++) { /* at most 16 MiB per tick */
+        ssize_t r = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+        if (r < 0) break;
+    }
+    return now >= c->deadline;
+}
+
 static void *watchdog_main(void *arg) {
     conn_guard *g = arg;
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
         double now = mono_now();
+        for (cg_conn **pp = &g->lingering; *pp;) {
+            cg_conn *c = *pp;
+            if (linger_drain(c, now)) {
+                *pp = c->next;
+                close(c->fd);
+                free(c);
+            } else {
+                pp = &c->next;
+            }
+        }
         for (cg_conn *c = g->head; c; c = c->next) {
             if (c->dead || !c->deadline || now < c->deadline) continue;
             g->st.timeouts[c->phase]++;
@@ -80,7 +106,7 @@ static void *watchdog_main(void *arg) {
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 200000000L; /* a 0.2 s tick: deadlines are seconds */
+        ts.tv_nsec += g->lingering ? 20000000L : 200000000L; /* deadlines are seconds; draining is faster */
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
@@ -125,11 +151,12 @@ void conn_guard_free(conn_guard *g) {
         pthread_mutex_unlock(&g->mu);
         pthread_join(g->watchdog, NULL);
     }
-    for (cg_conn *c = g->head, *n; c; c = n) { /* only if the caller leaked some */
-        n = c->next;
-        if (c->fd >= 0) close(c->fd);
-        free(c);
-    }
+    for (int k = 0; k < 2; k++)
+        for (cg_conn *c = k ? g->lingering : g->head, *n; c; c = n) { /* lingering; leaked ones */
+            n = c->next;
+            if (c->fd >= 0) close(c->fd);
+            free(c);
+        }
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -208,9 +235,25 @@ void conn_guard_close(conn_guard *g, cg_conn *c) {
     if (c->prev) c->prev->next = c->next;
     else g->head = c->next;
     if (c->next) c->next->prev = c->prev;
+    if (c->linger && c->fd >= 0 && !g->stop) {
+        shutdown(c->fd, SHUT_WR); /* the answer is sent; now only read and discard, briefly */
+        c->deadline = mono_now() + 5;
+        c->next = g->lingering;
+        g->lingering = c;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
     pthread_mutex_unlock(&g->mu);
     if (c->fd >= 0) close(c->fd);
     free(c);
+}
+
+void conn_guard_linger(conn_guard *g, cg_conn *c) {
+    if (!c) return;
+    pthread_mutex_lock(&g->mu);
+    c->linger = true;
+    pthread_mutex_unlock(&g->mu);
 }
 
 void conn_guard_set(conn_guard *g, cg_conn *c, cg_phase p, double extra) {

@@ -55,8 +55,12 @@ void conn_guard_free(conn_guard *g);
  * Returns its entry in phase CG_NEW, or NULL when it was refused (a 503 was written to fd and
  * the socket shut down; the caller lets the HTTP library close it). */
 cg_conn *conn_guard_open(conn_guard *g, int fd, uint32_t peer);
-/* The connection is closed (NULL: nothing). */
+/* The connection is closed (NULL: nothing). One marked by conn_guard_linger is first drained
+ * (input read and discarded for up to 5 s, as nginx's lingering close), so the answer sent
+ * before its body was read is not lost to a reset. */
 void conn_guard_close(conn_guard *g, cg_conn *c);
+/* Mark c as answered before its request body was read (a refusal). */
+void conn_guard_linger(conn_guard *g, cg_conn *c);
 /* Enter a phase; its deadline is the phase's timeout + extra seconds from now (CG_WORK: none). */
 void conn_guard_set(conn_guard *g, cg_conn *c, cg_phase p, double extra);
 cg_phase conn_guard_phase(conn_guard *g, const cg_conn *c);

@@ -1035,6 +1035,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         if (admit(s, c, r, url, method, &pre, &e)) {
             r->answered = true; /* the body, if any, is never read: the connection closes after */
             set_phase(s, c, CG_SEND, 0);
+            if (sc && is_post(method)) conn_guard_linger(s->g, sc->g);
             return send_error(s, c, r->rt ? r->rt->fam : FAM_OPENAI, &e, e.status == 503 ? "1" : NULL);
         }
         if (pre) {
@@ -1058,6 +1059,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                 *upload_size = 0;
                 r->answered = true;
                 set_phase(s, c, CG_SEND, 0);
+                if (sock_of(c)) conn_guard_linger(s->g, sock_of(c)->g);
                 return dispatch(s, c, r);
             }
             chat_buf_put(&r->body, upload, *upload_size);
