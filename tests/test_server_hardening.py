@@ -470,3 +470,20 @@ def test_two_servers_share_one_state_dir(tmp_path):
         assert r.usage.prompt_tokens_details.cached_tokens > 50
         assert a.alive() and b.alive()
     assert not list(state.glob(".tmp-*"))
+
+
+def test_short_hostile_soak(tmp_path):
+    """bench/server_soak.py, short: ordinary clients (real model) all served while hostile threads
+    drop requests, trickle headers, hold idle connections and send malformed bodies; every
+    malformed request gets its 4xx; the server is healthy and exits cleanly."""
+    need_binary()
+    import sys
+    from server_util import REPO
+    out = tmp_path / "soak.md"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "server_soak.py"), "-m", str(MODEL), "-n", "24", "-c", "3",
+                        "--hostile", "2", "--max-tokens", "6", "--timeout", "240", "--out", str(out)],
+                       capture_output=True, text=True, timeout=400)
+    text = out.read_text() if out.exists() else r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    assert "| other failures | 0 |" in text and "wrongly answered | " in text
+    assert "| server healthy at the end | yes |" in text
