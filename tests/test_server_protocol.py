@@ -361,7 +361,7 @@ def test_disconnect_cancels(tmp_path):
             before = s.metrics()
             sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
             body = json.dumps({"messages": USER, "max_tokens": 1000, "stream": stream}).encode()
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             if stream:
                 got = b""

@@ -223,11 +223,18 @@ typedef struct {
     const char *model_id;    /* id shown in /v1/models and responses */
     long long max_tokens;    /* default generation length (-1: srv_default_max_tokens) */
     sampler_params sp;       /* default sampling */
-    int conn_limit;          /* simultaneous connections (0 = queue * 2 + 16) */
+    int conn_limit;          /* open connections in all (0 = 256; conn_guard.h) */
+    int conn_per_peer;       /* open connections from one client address (0 = 32) */
+    double read_timeout;     /* s: request headers (+ body at >= 1 MiB/s) must arrive in (0 = 10) */
+    double idle_timeout;     /* s: keep-alive connection with no request (0 = 15) */
+    const char *const *allow_hosts;   /* extra Host names (http_policy.h) */
+    int n_allow_hosts;
+    const char *const *allow_origins; /* extra browser origins allowed (CORS) */
+    int n_allow_origins;
     int reasoning;           /* srv_info.reasoning */
     bool strict_fields;      /* srv_info.strict_fields */
     int n_ctx_train;         /* srv_info.n_ctx_train */
-    bool verbose;            /* one line per request on stderr */
+    bool verbose;            /* one structured (JSON) line per request on stderr */
 } server_params;
 
 typedef struct server server;
@@ -239,5 +246,9 @@ int server_port(const server *s);
 /* Graceful stop: refuse new work, cancel queued and running jobs (their clients get what was
  * generated so far and a proper end), flush the backend's checkpoints, stop the daemon. */
 void server_stop(server *s);
+/* Drain (SIGHUP): stop accepting connections and jobs (new requests get 503), let the queued
+ * and running jobs finish for at most timeout seconds, then server_stop (which cancels what
+ * is left and flushes the checkpoints). */
+void server_drain_stop(server *s, double timeout);
 
 #endif

@@ -580,9 +580,9 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     if (s->ram_max && !(s->ram = calloc((size_t)s->ram_max, sizeof *s->ram))) goto oom;
     if (p->state_dir) {
         engine *e = session_model_engine(s->m);
-        s->sd = statefile_open(p->state_dir, p->state_max_bytes, statefile_model_fingerprint(engine_gguf(e)),
-                               engine_state_format(session_ctx(s->slot[0].s)));
-        if (!s->sd) goto fail;
+        uint64_t fp = statefile_model_fingerprint(engine_gguf(e), p->state_dir); /* weights hashed once, cached */
+        if (!fp || !(s->sd = statefile_open(p->state_dir, p->state_max_bytes, fp, engine_state_format(session_ctx(s->slot[0].s)))))
+            goto fail;
     }
     s->min_tokens = p->state_min_tokens > 0 ? p->state_min_tokens : 1;
     s->verbose = p->verbose;
