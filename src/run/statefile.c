@@ -36,6 +36,7 @@ typedef struct {
     int n;
     uint64_t bytes;
     double mtime;
+    bool seen; /* listed by the directory scan in progress */
 } sf_entry;
 
 struct statefile_dir {
@@ -169,7 +170,7 @@ static int entry_add(statefile_dir *d, char *path, int32_t *toks, int n, uint64_
         d->e = e;
         d->cap = cap;
     }
-    d->e[d->n++] = (sf_entry){path, toks, n, bytes, mtime};
+    d->e[d->n++] = (sf_entry){path, toks, n, bytes, mtime, true};
     return 0;
 }
 
@@ -181,55 +182,88 @@ static double wall_now(void) {
 
 static double file_mtime(const struct stat *sb) { return (double)sb->st_mtim.tv_sec + sb->st_mtim.tv_nsec * 1e-9; }
 
+/* The file name of a checkpoint of this model starts with its fingerprint (statefile_save). */
+static bool name_ours(const statefile_dir *d, const char *name) {
+    char pre[24];
+    snprintf(pre, sizeof pre, "%016llx-", (unsigned long long)d->fp);
+    return !strncmp(name, pre, strlen(pre));
+}
+
+/* Index directory entry `name` if it is a checkpoint of ours (a file of ours by name that is
+ * broken, e.g. truncated, is deleted). `first`: the scan at open, which also removes stale
+ * temporaries and reads every *.rlstate header; later scans only look at names not indexed yet
+ * that carry this model's fingerprint (files of other models are not re-read every time). */
+static void scan_entry(statefile_dir *d, const char *name, bool first) {
+    size_t l = strlen(name);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", d->dir, name);
+    struct stat sb;
+    if (!strncmp(name, ".tmp-", 5)) { /* an interrupted write: stale after 10 minutes */
+        if (first && !stat(path, &sb) && time(NULL) - sb.st_mtime > 600) unlink(path);
+        return;
+    }
+    if (l <= strlen(SF_SUFFIX) || strcmp(name + l - strlen(SF_SUFFIX), SF_SUFFIX)) return;
+    if (!first) {
+        if (!name_ours(d, name)) return;
+        for (int i = 0; i < d->n; i++)
+            if (!strcmp(d->e[i].path, path)) {
+                d->e[i].seen = true;
+                return;
+            }
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    sf_header h;
+    int k = fstat(fd, &sb) ? -1 : header_read(fd, d, &h);
+    int32_t *toks = NULL;
+    if (k == 1) {
+        toks = malloc(sizeof(int32_t) * h.n_tokens);
+        uint64_t want = sizeof h + sizeof(int32_t) * (uint64_t)h.n_tokens + h.state_bytes;
+        if (!toks || read_all(fd, toks, sizeof(int32_t) * h.n_tokens) || (uint64_t)sb.st_size != want) k = -1;
+    }
+    close(fd);
+    char *p = k == 1 ? strdup(path) : NULL;
+    if (k == 1 && p && !entry_add(d, p, toks, (int)h.n_tokens, (uint64_t)sb.st_size, file_mtime(&sb))) return;
+    free(p);
+    free(toks);
+    if (k < 0) unlink(path); /* ours by name, but broken (e.g. truncated) */
+}
+
+/* Read the directory. After the first scan: index the checkpoints other servers sharing the
+ * directory saved since the last scan, and forget the entries whose files are gone (another
+ * server superseded or trimmed them). This is what lets replicas behind a load balancer resume
+ * each other's conversations (docs/SERVER.md, "Deployment: several replicas"). 0 or -1. */
+static int scan_dir(statefile_dir *d, bool first) {
+    DIR *dh = opendir(d->dir);
+    if (!dh) return rl_seterr("--state-dir %s: cannot open it: %s", d->dir, strerror(errno));
+    for (int i = 0; i < d->n; i++) d->e[i].seen = false;
+    int n0 = d->n;
+    struct dirent *de;
+    while ((de = readdir(dh))) scan_entry(d, de->d_name, first);
+    closedir(dh);
+    for (int i = n0 - 1; i >= 0; i--)
+        if (!d->e[i].seen) entry_remove(d, i, false);
+    return 0;
+}
+
 statefile_dir *statefile_open(const char *dir, uint64_t max_bytes, uint64_t fp, const char *format) {
     if (mkdir(dir, 0700) && errno != EEXIST) {
         rl_seterr("--state-dir %s: cannot create it: %s", dir, strerror(errno));
         return NULL;
     }
-    DIR *dh = opendir(dir);
-    if (!dh) {
-        rl_seterr("--state-dir %s: cannot open it: %s", dir, strerror(errno));
-        return NULL;
-    }
     statefile_dir *d = calloc(1, sizeof *d);
     if (!d || !(d->dir = strdup(dir))) {
         free(d);
-        closedir(dh);
         rl_seterr("out of memory");
         return NULL;
     }
     d->max_bytes = max_bytes ? max_bytes : (8ull << 30);
     d->fp = fp;
     snprintf(d->format, sizeof d->format, "%s", format);
-    struct dirent *de;
-    while ((de = readdir(dh))) {
-        size_t l = strlen(de->d_name);
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (!strncmp(de->d_name, ".tmp-", 5)) { /* an interrupted write: stale after 10 minutes */
-            if (!stat(path, &sb) && time(NULL) - sb.st_mtime > 600) unlink(path);
-            continue;
-        }
-        if (l <= strlen(SF_SUFFIX) || strcmp(de->d_name + l - strlen(SF_SUFFIX), SF_SUFFIX)) continue;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        sf_header h;
-        int k = fstat(fd, &sb) ? -1 : header_read(fd, d, &h);
-        int32_t *toks = NULL;
-        if (k == 1) {
-            toks = malloc(sizeof(int32_t) * h.n_tokens);
-            uint64_t want = sizeof h + sizeof(int32_t) * (uint64_t)h.n_tokens + h.state_bytes;
-            if (!toks || read_all(fd, toks, sizeof(int32_t) * h.n_tokens) || (uint64_t)sb.st_size != want) k = -1;
-        }
-        close(fd);
-        char *p = k == 1 ? strdup(path) : NULL;
-        if (k == 1 && p && !entry_add(d, p, toks, (int)h.n_tokens, (uint64_t)sb.st_size, file_mtime(&sb))) continue;
-        free(p);
-        free(toks);
-        if (k < 0) unlink(path); /* ours by name, but broken (e.g. truncated) */
+    if (scan_dir(d, true)) {
+        statefile_close(d);
+        return NULL;
     }
-    closedir(dh);
     return d;
 }
 
@@ -241,6 +275,9 @@ void statefile_close(statefile_dir *d) {
     free(d);
 }
 
+/* Delete least recently used files until the total fits. The index's use time of a file another
+ * server shares may be stale (its restores touch the file, not our index): the victim's file
+ * time is read again first, and a file already gone only leaves the index. */
 static void trim(statefile_dir *d) {
     for (;;) {
         uint64_t total = 0;
@@ -250,7 +287,14 @@ static void trim(statefile_dir *d) {
             if (oldest < 0 || d->e[i].mtime < d->e[oldest].mtime) oldest = i;
         }
         if (total <= d->max_bytes || d->n <= 1) return;
-        entry_remove(d, oldest, true);
+        struct stat sb;
+        if (stat(d->e[oldest].path, &sb)) {
+            entry_remove(d, oldest, false);
+        } else if (file_mtime(&sb) > d->e[oldest].mtime) {
+            d->e[oldest].mtime = file_mtime(&sb);
+        } else {
+            entry_remove(d, oldest, true);
+        }
     }
 }
 
@@ -307,6 +351,7 @@ static int best_entry(statefile_dir *d, const int32_t *tokens, int n, int min_po
 }
 
 int statefile_best(statefile_dir *d, const int32_t *tokens, int n, int min_pos, int max_pos) {
+    scan_dir(d, false); /* what other servers on this directory saved (or removed) meanwhile */
     int b = best_entry(d, tokens, n, min_pos, max_pos);
     return b < 0 ? 0 : d->e[b].n;
 }
@@ -321,6 +366,10 @@ int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, in
     sf_header h;
     int fd = open(e->path, O_RDONLY | O_CLOEXEC);
     const char *why = "cannot open it";
+    if (fd < 0 && errno == ENOENT) { /* another server sharing the directory removed it: a miss */
+        entry_remove(d, b, false);
+        return 0;
+    }
     if (fd < 0) goto bad;
     why = "unreadable header";
     if (header_read(fd, d, &h) != 1 || (int)h.n_tokens != e->n) goto bad;

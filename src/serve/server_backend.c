@@ -337,9 +337,8 @@ static int import_best(sess_be *s, sess_slot *sl, const srv_gen *g, int L) {
             best = r;
     }
     int disk = s->sd ? statefile_best(s->sd, g->prompt, n, best ? best->n : L, n - 1) : 0;
-    if (disk > 0) {
-        k = statefile_restore(s->sd, c, g->prompt, n, best ? best->n : L, n - 1);
-    } else if (best) {
+    if (disk > 0) k = statefile_restore(s->sd, c, g->prompt, n, best ? best->n : L, n - 1);
+    if (k == 0 && best) { /* (also when the disk file was removed by another server meanwhile) */
         k = engine_state_import(c, best->n, best->blob, best->bytes) ? -1 : best->n;
         if (k > 0) ram_drop(best), s->ram_restores++; /* moved into the slot (it comes back when evicted) */
     }
