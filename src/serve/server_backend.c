@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "run/session.h"
 #include "run/statefile.h"
+#include "serve/slot_plan.h"
 
 void srv_backend_free(srv_backend *b) {
     if (b && b->free) b->free(b->ud);
@@ -496,42 +497,22 @@ static void sess_metrics(void *ud, chat_buf *o) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Free memory (bytes) the kernel could give us now: MemAvailable, 0 if unknown. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb << 10;
-}
-
-/* --parallel auto: how many slots fit beside the first one. A slot costs what its context
- * allocated (KV cache, recurrent state and its uncommitted copy, scratch), its in-memory
- * checkpoints and resume point (a recurrent state each) and its share of the RAM tier (one
- * whole-context state); on a device backend the context's part is device memory. At most
- * SRV_AUTO_SLOTS, at least 1. */
-#define SRV_AUTO_SLOTS 4
+/* --parallel auto: the first slot's context says what a slot costs (slot_plan.h: the same
+ * estimate `redlite info` prints); host memory free now and, on a device backend, device memory
+ * free after this context bound the number. */
 static int auto_slots(const sess_be *s, int max_ck, uint64_t *per_slot) {
     engine_ctx *c = session_ctx(s->slot[0].s);
     engine_mem mem;
     if (engine_mem_info(c, &mem)) return 1;
     const q3n_hparams *hp = session_hparams(s->slot[0].s);
-    uint64_t rec = 0;
+    slot_cost sc = {.ctx_bytes = mem.kv_bytes + mem.state_bytes + mem.scratch_bytes,
+                    .ram_bytes = engine_state_bytes(c, engine_n_ctx(c)),
+                    .max_checkpoints = max_ck,
+                    .device = mem.device};
     for (int il = 0; il < hp->n_layer; il++)
-        if (!hp->is_attn[il]) rec += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
-    uint64_t ctx = mem.kv_bytes + mem.state_bytes + mem.scratch_bytes;
-    uint64_t host = (uint64_t)(max_ck + 1) * rec + engine_state_bytes(c, engine_n_ctx(c)) + (mem.device ? 0 : ctx);
-    *per_slot = host + (mem.device ? ctx : 0);
-    uint64_t avail = mem_available() * 4 / 5;
-    int n = host ? (int)(avail / host) + 1 : SRV_AUTO_SLOTS;
-    if (mem.device && ctx) {
-        int nd = (int)(mem.dev_free_after_ctx * 9 / 10 / ctx) + 1;
-        if (nd < n) n = nd;
-    }
-    return n < 1 ? 1 : n > SRV_AUTO_SLOTS ? SRV_AUTO_SLOTS : n;
+        if (!hp->is_attn[il]) sc.rec_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    *per_slot = slot_plan_bytes(&sc);
+    return slot_plan_fit(&sc, slot_plan_mem_available(), mem.dev_free_after_ctx);
 }
 
 srv_backend *srv_backend_session(const srv_session_params *p) {
@@ -556,15 +537,16 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         goto fail;
     }
     int want = p->n_slots > 0 ? p->n_slots : 1;
-    if (!(s->slot = calloc((size_t)(want > SRV_AUTO_SLOTS ? want : SRV_AUTO_SLOTS), sizeof *s->slot))) goto oom;
+    if (!(s->slot = calloc((size_t)(want > SLOT_PLAN_AUTO_MAX ? want : SLOT_PLAN_AUTO_MAX), sizeof *s->slot))) goto oom;
     if (!(s->slot[0].s = session_new(s->m, &sp))) goto fail;
     s->n_slots = 1;
     if (p->n_slots <= 0) {
         uint64_t per = 0;
         want = auto_slots(s, p->max_checkpoints > 0 ? p->max_checkpoints : 8, &per);
         if (p->verbose)
-            fprintf(stderr, "serve: --parallel auto: %d slot%s (%.1f MiB each: KV cache, recurrent state, checkpoints, "
-                            "RAM tier share)\n", want, want == 1 ? "" : "s", per / 1048576.0);
+            fprintf(stderr, "serve: --parallel auto: %d slot%s (%.1f MiB = %llu bytes each: KV cache, recurrent state, "
+                            "checkpoints, RAM tier share)\n", want, want == 1 ? "" : "s", per / 1048576.0,
+                    (unsigned long long)per);
     }
     sp.share_experts = s->slot[0].s; /* one expert cache for every slot */
     for (; s->n_slots < want; s->n_slots++)
