@@ -186,8 +186,8 @@ fail:
  *   - the RAM tier: when a slot is handed a prompt that does not continue its conversation, that
  *     conversation's resume point (below) is exported (engine_state_export_snapshot: its KV rows
  *     and recurrent state) to memory before the new prompt overwrites the rows, so it can
- *     continue in any slot later without re-reading it; the tier keeps ram_max states, least
- *     recently used first out;
+ *     continue in any slot later without re-reading it; the tier keeps ram_max states of
+ *     ram_max_bytes in all at most, least recently used first out;
  *   - a state directory (disk checkpoints, statefile.h), e.g. after a restart.
  *
  * The resume point of a request is the state after its prompt minus the last token: a prefix of
@@ -223,6 +223,7 @@ typedef struct {
     pthread_mutex_t mu;    /* sd and the RAM tier (slots run on different threads) */
     ram_state *ram;        /* [ram_max] */
     int ram_max;
+    uint64_t ram_max_bytes; /* their total bytes at most (0: no cap) */
     uint64_t tick;
     long long ram_saves, ram_restores;
     int min_tokens;
@@ -288,6 +289,10 @@ static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, r
     if (sl->snap_n <= n && !memcmp(sl->snap_toks, prompt, sizeof(int32_t) * (size_t)sl->snap_n)) return; /* continues */
     engine_ctx *c = session_ctx(sl->s);
     size_t bytes = engine_state_bytes(c, sl->snap_n);
+    if (s->ram_max_bytes && bytes > s->ram_max_bytes) { /* never fits: not worth the export */
+        if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens (%.1f MiB) exceeds --ram-states-mib\n", sl->snap_n, bytes / 1048576.0);
+        return;
+    }
     void *blob = bytes ? malloc(bytes) : NULL;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)sl->snap_n);
     if (!blob || !toks || engine_state_export_snapshot(c, sl->snap, blob, bytes)) {
@@ -303,7 +308,8 @@ static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, r
 }
 
 /* Put an evicted conversation's state into the RAM tier: it supersedes the entries it extends,
- * then takes a free entry or the least recently used one. */
+ * then takes a free entry or the least recently used one; with a byte cap, the least recently
+ * used others then go until the total fits (the new one alone always does: ram_evict). */
 static void ram_insert(sess_be *s, ram_state *e) {
     if (!e->toks) return;
     pthread_mutex_lock(&s->mu);
@@ -319,6 +325,17 @@ static void ram_insert(sess_be *s, ram_state *e) {
     e->used = ++s->tick;
     s->ram[v] = *e;
     s->ram_saves++;
+    for (;;) {
+        uint64_t total = 0;
+        int lru = -1;
+        for (int i = 0; i < s->ram_max; i++) {
+            if (!s->ram[i].toks) continue;
+            total += s->ram[i].bytes;
+            if (i != v && (lru < 0 || s->ram[i].used < s->ram[lru].used)) lru = i;
+        }
+        if (!s->ram_max_bytes || total <= s->ram_max_bytes || lru < 0) break;
+        ram_drop(&s->ram[lru]);
+    }
     pthread_mutex_unlock(&s->mu);
     if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", e->n, e->bytes / 1048576.0);
     memset(e, 0, sizeof *e);
@@ -557,7 +574,9 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     }
     s->spec = (spec_mode)p->spec;
     s->draft_max = p->draft_max;
-    s->ram_max = p->ram_states >= 0 ? p->ram_states : s->n_slots;
+    /* a byte cap without a count: as many entries as the bytes hold (the flag's largest count) */
+    s->ram_max = p->ram_states >= 0 ? p->ram_states : p->ram_max_bytes ? 1024 : s->n_slots;
+    s->ram_max_bytes = p->ram_max_bytes;
     if (s->ram_max && !(s->ram = calloc((size_t)s->ram_max, sizeof *s->ram))) goto oom;
     if (p->state_dir) {
         engine *e = session_model_engine(s->m);
