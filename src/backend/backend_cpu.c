@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_forward.h"
 #include "base/common.h"
 #include "kern/kern.h"
 

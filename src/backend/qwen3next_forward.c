@@ -1,12 +1,12 @@
 /* qwen3next_forward.c — the CPU reference forward pass of Qwen3-Next (the model description,
- * hyperparameters and tensor binding are in qwen3next.c). See qwen3next.h for the contract and
+ * hyperparameters and tensor binding are in qwen3next.c). See cpu_forward.h for the contract and
  * the shared spec for the op order (§A) and MTP (§F).
  *
  * Per decoder layer:  h = x + Mixer(RMSNorm(x)),  out = h + MoE(RMSNorm(h))
  * where Mixer is gated full attention on layers (i+1) % interval == 0 and Gated DeltaNet
  * elsewhere. Norm weights in GGUF already include the +1 of the zero-centred HF norms.
  */
-#include "model/qwen3next.h"
+#include "backend/cpu_forward.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -162,9 +162,6 @@ static void mm_batch(q3n_run *r, ops_mm_task *tasks, int n) {
     for (int i = 0; i < n; i++) tasks[i].actq = actq_take(r, &off, tasks[i].W, tasks[i].T);
     ops_matmul_batch(r->pool, tasks, n, r->fast);
 }
-
-size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
-size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->ssm_dv * hp->ssm_dk; }
 
 #define DUMP(r, act, il, t, ptr, n)                                                                \
     do {                                                                                           \

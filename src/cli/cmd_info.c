@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "gguf/quant.h"
 #include "model/qwen3next.h"
+#include "backend/cpu_forward.h"
 
 static const char *CMD = "info";
 #define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */
