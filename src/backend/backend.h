@@ -106,7 +106,7 @@ typedef struct backend_ops {
     void (*print_stats)(backend_ctx *c, FILE *f);
     /* (optional) the prompt rows per forward this backend runs the model best at: the engine's
      * n_batch when the caller leaves it 0 (ENGINE_BATCH_DEFAULT without this hook) */
-    int (*prompt_batch)(const q3n_model *m);
+    int (*prompt_batch)(const q3n_model *m, const pool *p);
 } backend_ops;
 
 extern const backend_ops backend_cpu;

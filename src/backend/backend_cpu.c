@@ -188,9 +188,10 @@ static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
  * kern_table.amx_min). Measured on the H200 host (AMX, 8 threads, IQ2_XXS, pp2048): 2048 rows
  * +12-16 % over 512; without tiles the 512-bit core gained nothing from more rows (Zen 4 VM).
  * Scratch grows with the rows (~0.6 MB per row at the 80B geometry; redlite info --batch). */
-static int cpu_prompt_batch(const q3n_model *m) {
+static int cpu_prompt_batch(const q3n_model *m, const pool *p) {
     int b = 512, E = m->hp.n_expert, K = m->hp.n_expert_used;
-    if (kern_amx() == KERN_AMX_ON && E > 0 && K > 0)
+    const kern_cfg *kc = ops_kern(p);
+    if (kc->level == KERN_AVX512 && kc->amx == KERN_AMX_ON && E > 0 && K > 0)
         while (b < 2048 && (long)b * K < 32L * E) b *= 2;
     return b;
 }

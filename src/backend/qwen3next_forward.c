@@ -248,7 +248,7 @@ static void attn_gate(const attn_job *j, int t, int h, float *o) {
     const int H = j->r->m->hp.n_head, hd = j->r->m->hp.head_dim;
     const float *gate = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd + hd;
     if (j->r->fast)
-        vec_get()->sigmoid_mul(o, gate, hd);
+        ops_vec(j->r->pool)->sigmoid_mul(o, gate, hd);
     else
         for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
 }
@@ -281,7 +281,7 @@ static void attn_chunk_items(attn_job *j, int nth) {
         const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
         const size_t kvoff = (size_t)(h0 / group) * hd * eb, at = ((size_t)t * nch + ch) * H + h0;
         const char *K = (const char *)j->r->st->k_cache[j->il] + kvoff, *V = (const char *)j->r->st->v_cache[j->il] + kvoff;
-        vec_attn_chunk_kv(vec_get(), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
+        vec_attn_chunk_kv(ops_vec(j->r->pool), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
                           j->r->st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
                           pm + at, pm + nml + at);
     }
@@ -337,7 +337,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
         const void *Kh = (const char *)K + kvoff * eb, *Vh = (const char *)V + kvoff * eb;
         if (j->r->fast)
-            vec_attn_rows_kv(vec_get(), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, j->pos + t + 1, kvw, hd,
+            vec_attn_rows_kv(ops_vec(j->r->pool), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, j->pos + t + 1, kvw, hd,
                              scale, o, (size_t)H * hd, hd);
         else
             ops_attn_head_kv(q, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o);
@@ -441,7 +441,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
             const size_t so = (size_t)h * dv * dk;
             if (j->r->fast)
-                (t > j->t0 ? vec_get()->delta_step_hot : vec_get()->delta_step)(
+                (t > j->t0 ? ops_vec(j->r->pool)->delta_step_hot : ops_vec(j->r->pool)->delta_step)(
                     ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             else
                 ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
@@ -451,7 +451,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             /* gated RMSNorm per value head: norm, weight, then * silu(z) */
             ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
             if (j->r->fast)
-                vec_get()->silu_mul(o, z + (size_t)h * dv, o, dv);
+                ops_vec(j->r->pool)->silu_mul(o, z + (size_t)h * dv, o, dv);
             else
                 for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
         }
@@ -463,7 +463,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
 static void dn_conv_range(const q3n_run *r, const float *state, float *state_out, const float *w, const float *u, int C,
                           int kw, int c0, int c1, float *out) {
     ops_conv_step_range(state, state_out, w, u, C, kw, c0, c1, !r->fast, out);
-    if (r->fast) vec_get()->silu_mul(out + c0, out + c0, NULL, c1 - c0);
+    if (r->fast) ops_vec(r->pool)->silu_mul(out + c0, out + c0, NULL, c1 - c0);
 }
 
 /* The causal conv of channels lo..hi-1 for every row in order (a channel's window depends only on
@@ -612,7 +612,7 @@ static void moe_gather_rows(void *arg, long lo, long hi) {
 static void moe_swiglu(void *arg, long lo, long hi) {
     moe_job *j = arg;
     if (j->r->fast)
-        vec_get()->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
+        ops_vec(j->r->pool)->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
     else
         for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
 }
@@ -636,7 +636,7 @@ static void moe_combine_range(const moe_job *j, long t, float gate, int c0, int 
     const scratch *s = j->s;
     int D = hp->n_embd, K = hp->n_expert_used, n = c1 - c0;
     double acc[OPS_MAX_ROW / 2]; /* D <= OPS_MAX_ROW / 2: the hparams table bounds embedding_length */
-    const vec_ops *v = vec_get();
+    const vec_ops *v = ops_vec(j->r->pool);
     for (int i = 0; i < n; i++) acc[i] = 0;
     for (int k = 0; k < K; k++) v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D + c0, n);
     if (j->L->gate_sh.data) v->axpy_d(acc, gate, s->sh + (size_t)t * D + c0, n);

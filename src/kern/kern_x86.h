@@ -537,14 +537,13 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
 #include "kern/kern_x86_iq.h"
 #include "kern/kern_x86_512.h"
 #include "kern/kern_x86_mm.h"
-#include "kern/kern_x86_amx.h" /* AMX tiles (kern_set_amx) */
+#include "kern/kern_x86_amx.h" /* AMX tiles (kern_cfg_set_amx) */
 #include "gguf/quant_repack.h"
 #include "kern/kern_x86_repack.h" /* lookup-free IQ layouts (--iq-repack) */
 
 /* ---- the fill function ----------------------------------------------------------------------- */
 
 void KERN_FILL(kern_table *t) {
-    init_iq1_fold();
     t->matvec[QT_F32] = mv_f32;
     t->matvec[QT_F16] = mv_f16;
     t->matvec[QT_BF16] = mv_bf16;

@@ -21,7 +21,7 @@
 #ifndef RL_SERVER_H
 #define RL_SERVER_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,7 +49,7 @@ typedef struct {
     /* generated text (valid UTF-8, stop strings removed); non-zero return stops (cancelled) */
     int (*on_text)(void *ud, const char *s, size_t n);
     void *ud;
-    volatile sig_atomic_t *cancel;
+    atomic_int *cancel;
 } srv_gen;
 
 typedef struct {
