@@ -16,6 +16,7 @@
 #include "base/common.h"
 #include "gguf/quant.h"
 #include "kern/vec.h"
+#include "model/experts.h"
 
 /* ---- forward pass (CPU reference) ----------------------------------------------------- */
 
@@ -549,19 +550,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
 static int mapped_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
                           const uint8_t **down) {
     const q3n_model *m = ud;
-    const q3n_layer *L = &m->layers[il];
-    int ff = m->hp.n_ff_exp, D = m->hp.n_embd;
-    for (int i = 0; i < n; i++) {
-        size_t e = (size_t)ids[i];
-        if (L->fused_gate_up) {
-            gate[i] = L->gate_exps.data + e * 2 * ff * L->gate_exps.row_bytes;
-            up[i] = gate[i] + (size_t)ff * L->gate_exps.row_bytes;
-        } else {
-            gate[i] = L->gate_exps.data + e * ff * L->gate_exps.row_bytes;
-            up[i] = L->up_exps.data + e * ff * L->up_exps.row_bytes;
-        }
-        down[i] = L->down_exps.data + e * D * L->down_exps.row_bytes;
-    }
+    for (int i = 0; i < n; i++) q3n_expert_rows(&m->hp, &m->layers[il], ids[i], &gate[i], &up[i], &down[i]);
     return 0;
 }
 
