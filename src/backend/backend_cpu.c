@@ -21,8 +21,8 @@ static bool cpu_available(const char **why) {
 
 /* The recurrent state of one DeltaNet layer (and its uncommitted copy): 2 MiB a layer at the 80B
  * geometry, read and written whole by every decode step and every prompt row. States of 1 MiB or
- * more live in huge pages (rl_huge_alloc: one TLB entry instead of 512): on the Intel Xeon VM of
- * session 20, 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a decode token
+ * more live in huge pages (rl_huge_alloc: one TLB entry instead of 512): on a 2-vCPU Intel Xeon VM,
+ * 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a decode token
  * and 0.25 -> 0.22 ms a prompt row (the KV cache, read once a token, gained nothing measurable the
  * same way). Zeroed; state_free releases either kind. */
 static bool state_huge(size_t floats) { return floats * sizeof(float) >= RL_HUGE_PAGE / 2; }

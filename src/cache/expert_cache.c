@@ -623,20 +623,8 @@ static void prepare_mapping(expert_cache *ec) {
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-static void env_params(ec_params *p) {
-    const char *v;
-    if ((v = getenv("RL_CACHE_IO_THREADS")) && atoi(v) > 0) p->io_threads = atoi(v);
-    if ((v = getenv("RL_CACHE_PREFETCH"))) p->no_prefetch = atoi(v) == 0;
-    if ((v = getenv("RL_CACHE_DIRECT"))) p->io = atoi(v) != 0 ? EC_IO_DIRECT : EC_IO_BUFFERED;
-    if ((v = getenv("RL_CACHE_PREFETCH_K")) && atoi(v) > 0) p->prefetch_k = atoi(v);
-    if ((v = getenv("RL_CACHE_CLASSES"))) p->uniform = atoi(v) == 0;
-    if (!p->trace_path && (v = getenv("RL_ROUTE_TRACE")) && *v) p->trace_path = v;
-    if (p->io_threads <= 0) p->io_threads = 4;
-    if (p->io_threads > 64) p->io_threads = 64;
-}
-
-static void env_fault(expert_cache *ec) {
-    const char *v = getenv("RL_CACHE_FAULT");
+/* The fault injection p->fault names (expert_cache_set_fault); an unknown spec injects nothing. */
+static void set_fault_spec(expert_cache *ec, const char *v) {
     if (!v || !*v) return;
     static const struct { const char *name; ec_fault f; } kinds[] = {
         {"eio", EC_FAULT_EIO}, {"eof", EC_FAULT_EOF}, {"short", EC_FAULT_SHORT}, {"eintr", EC_FAULT_EINTR}};
@@ -654,7 +642,8 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
     ec->f = m->gguf;
     ec->mode = mode;
     if (p) ec->p = *p;
-    env_params(&ec->p);
+    if (ec->p.io_threads <= 0) ec->p.io_threads = 4;
+    if (ec->p.io_threads > 64) ec->p.io_threads = 64;
     ec->n_layer = cache_layers(m);
     ec->E = m->hp.n_expert;
     ec->K = m->hp.n_expert_used;
@@ -695,7 +684,7 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
             ec->pool = pool_new(rl_ncpu() < 8 ? rl_ncpu() : 8);
             if (!ec->pred || !ec->has_pred || !ec->pool) goto fail;
         }
-        env_fault(ec);
+        set_fault_spec(ec, ec->p.fault);
     } else if (mode == EC_FULL) {
         if (preload_mapping(ec)) goto fail;
     }

@@ -49,9 +49,9 @@ static inline bool cu_env_is(const char *name, const char *value) {
     return e && !strcmp(e, value);
 }
 
-// Whether launches carry the PDL attribute: the default since 2026-12-04 (RL_CUDA_PDL=0: off), read
+// Whether launches carry the PDL attribute: the default (RL_CUDA_PDL=0: off), read
 // once per file. H200, 12-layer calibrated files, decode: Q4_K_M +4 % (+10-15 % at 8K), CF2 and
-// IQ2_XXS within the noise (-3 % to +4 %) in sessions 22 and 23 (bench/results/2026-12-04-*).
+// IQ2_XXS within the noise (-3 % to +4 %) (bench/results/2026-12-04-*).
 static inline bool cu_pdl() {
     static const bool on = cu_env_int("RL_CUDA_PDL", 1) == 1;
     return on;

@@ -323,8 +323,8 @@ FLOAT_MATMUL(mm_f16_halves, f16, uint16_t, F_NT, ab / sizeof(uint16_t), nc) /* m
  * call runs over them (dotn_f16a: the same products and sums as from the halves, so the same bits as
  * the mat-vec). Widening them again for every weight row cost one conversion per multiply-add: on
  * Intel cores VCVTPH2PS (zmm) is two uops on the FMA ports, so 5 conversions per 4 FMAs left ~9
- * multiply-adds per cycle, and a prompt's F16 router ran at ~32 GMAC/s on two threads of the AMX host
- * (2026-12-03); now 1 per 4. Zen 4 converts cheaply: no change measured there (the 2-core VM, router
+ * multiply-adds per cycle, and a prompt's F16 router ran at ~32 GMAC/s on two threads of the AMX host;
+ * now 1 per 4. Zen 4 converts cheaply: no change measured there (the 2-core VM, router
  * stage 43-54 GMAC/s before and after); the host has not measured it yet. Rows wider than F16_MAXC keep
  * the kernel that widens per weight row (mm_f16_halves, the other float kernels' loops). */
 #define F16_MAXC 4096

@@ -18,6 +18,7 @@ struct engine {
     q3n_model m;
     pool *pool;
     ops_rt *rt;            /* the CPU ops' runtime (kernel level and switches, profile), on the pool */
+    rl_tuning tuning;      /* engine_params.tuning or the environment's, as opened */
     const backend_ops *be;
     bool reference;
     expert_repack *rp;     /* --iq-repack: the repacked experts the model's views point at */
@@ -86,10 +87,9 @@ engine *engine_open(const char *path, const engine_params *p) {
     e->reference = p && p->reference;
     e->pool = pool_new(p ? p->n_threads : 0);
     if (!e->pool) goto fail;
-    rl_tuning tenv;
-    const rl_tuning *tu = p && p->tuning ? p->tuning : &tenv;
-    if (tu == &tenv && tuning_from_env(&tenv)) goto fail;
-    if (!(e->rt = ops_rt_new(&tu->kern, tu->vec_level))) goto fail;
+    if (p && p->tuning) e->tuning = *p->tuning;
+    else if (tuning_from_env(&e->tuning)) goto fail;
+    if (!(e->rt = ops_rt_new(&e->tuning.kern, e->tuning.vec_level))) goto fail;
     ops_rt_attach(e->rt, e->pool);
     if (p && p->iq_repack) {
         if (strcmp(e->be->name, "cpu")) {
@@ -125,6 +125,7 @@ void engine_close(engine *e) {
     free(e);
 }
 
+const rl_tuning *engine_tuning(const engine *e) { return &e->tuning; }
 const char *engine_cpu_kernels(const engine *e) { return kern_cfg_describe(ops_kern(e->pool)); }
 const char *engine_cpu_level(const engine *e) { return kern_level_name(ops_kern(e->pool)->level); }
 void engine_prof_begin(engine *e) { ops_prof_begin(e->rt); }

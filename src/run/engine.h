@@ -44,6 +44,8 @@ typedef struct {
     const rl_tuning *tuning; /* the tuning switches (tuning.h, docs/TUNING.md); NULL: tuning_from_env() */
 } engine_params;
 
+/* The tuning switches the engine was opened with (engine_params.tuning or the environment's). */
+const rl_tuning *engine_tuning(const engine *e);
 /* What the engine's CPU kernels run: "scalar", "avx2", "avx512" or "avx512 + AMX tiles" (its own
  * kernel configuration, from engine_params.tuning). */
 const char *engine_cpu_kernels(const engine *e);

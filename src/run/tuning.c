@@ -68,7 +68,30 @@ static int kern_from_env(rl_tuning *t) {
     return 0;
 }
 
+static int cache_from_env(ec_params *c) {
+    const char *v;
+    int i;
+    if ((v = env("RL_CACHE_IO_THREADS")) && env_int("RL_CACHE_IO_THREADS", v, 1, &c->io_threads)) return -1;
+    if (c->io_threads > 64) return rl_seterr("RL_CACHE_IO_THREADS=%s: at most 64", v);
+    if ((v = env("RL_CACHE_PREFETCH"))) {
+        if (env_choice("RL_CACHE_PREFETCH", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
+        c->no_prefetch = i == 0;
+    }
+    if ((v = env("RL_CACHE_PREFETCH_K")) && env_int("RL_CACHE_PREFETCH_K", v, 1, &c->prefetch_k)) return -1;
+    if ((v = env("RL_CACHE_DIRECT"))) {
+        if (env_choice("RL_CACHE_DIRECT", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
+        c->io = i ? EC_IO_DIRECT : EC_IO_BUFFERED;
+    }
+    if ((v = env("RL_CACHE_CLASSES"))) {
+        if (env_choice("RL_CACHE_CLASSES", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
+        c->uniform = i == 0;
+    }
+    c->trace_path = env("RL_ROUTE_TRACE");
+    c->fault = env("RL_CACHE_FAULT");
+    return 0;
+}
+
 int tuning_from_env(rl_tuning *t) {
     *t = tuning_default();
-    return kern_from_env(t);
+    return kern_from_env(t) || cache_from_env(&t->cache) ? -1 : 0;
 }

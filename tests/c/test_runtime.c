@@ -165,8 +165,23 @@ static void test_env(void) {
     unsetenv("RL_KERN");
     unsetenv("RL_KERN_AMX_ROWS");
     unsetenv("RL_KERN_MM");
-    rl_tuning d = tuning_default();
-    CHECK(tuning_from_env(&t) == 0 && !memcmp(&t, &d, sizeof t), "no variables: the defaults");
+    setenv("RL_CACHE_DIRECT", "2", 1);
+    CHECK(tuning_from_env(&t) == -1 && strstr(rl_lasterr(), "RL_CACHE_DIRECT=2"), "bad RL_CACHE_DIRECT: %s", rl_lasterr());
+    setenv("RL_CACHE_DIRECT", "0", 1);
+    setenv("RL_CACHE_IO_THREADS", "6", 1);
+    setenv("RL_CACHE_FAULT", "eio@3", 1);
+    CHECK(tuning_from_env(&t) == 0 && t.cache.io == EC_IO_BUFFERED && t.cache.io_threads == 6 && t.cache.fault &&
+              !strcmp(t.cache.fault, "eio@3"),
+          "RL_CACHE_DIRECT=0 RL_CACHE_IO_THREADS=6 RL_CACHE_FAULT=eio@3 parsed");
+    unsetenv("RL_CACHE_DIRECT");
+    unsetenv("RL_CACHE_IO_THREADS");
+    unsetenv("RL_CACHE_FAULT");
+    const rl_tuning d = tuning_default();
+    CHECK(tuning_from_env(&t) == 0 && t.kern.level == d.kern.level && t.kern.mm512 == d.kern.mm512 &&
+              t.kern.amx == d.kern.amx && t.kern.amx_rows == 0 && t.kern.iq2_mv == 0 && t.vec_level == -1 &&
+              t.cache.io == EC_IO_AUTO && t.cache.io_threads == 0 && !t.cache.no_prefetch && !t.cache.fault &&
+              !t.cache.trace_path,
+          "no variables: the defaults");
 }
 
 int main(void) {
