@@ -97,7 +97,7 @@ engine *engine_open(const char *path, const engine_params *p) {
                       e->be->name);
             goto fail;
         }
-        if (!(e->rp = expert_repack_model(&e->m, e->pool, true))) goto fail;
+        if (!(e->rp = expert_repack_model(&e->m, e->pool, true, &e->tuning.repack))) goto fail;
     }
     e->map_weights = p && p->map_weights;
     if (!strcmp(e->be->name, "cpu")) {

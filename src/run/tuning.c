@@ -91,7 +91,23 @@ static int cache_from_env(ec_params *c) {
     return 0;
 }
 
+static int repack_from_env(expert_repack_opts *r) {
+    const char *v;
+    int i;
+    if ((v = env("RL_REPACK_DENSE"))) {
+        if (env_choice("RL_REPACK_DENSE", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
+        r->experts_only = i == 0;
+    }
+    if ((v = env("RL_REPACK_RAM_MIB"))) {
+        char *end;
+        const double mib = strtod(v, &end);
+        if (end == v || *end || !(mib > 0) || mib > 1e12) return rl_seterr("RL_REPACK_RAM_MIB=%s: expected MiB > 0", v);
+        r->ram = (uint64_t)(mib * 1048576.0);
+    }
+    return 0;
+}
+
 int tuning_from_env(rl_tuning *t) {
     *t = tuning_default();
-    return kern_from_env(t) || cache_from_env(&t->cache) ? -1 : 0;
+    return kern_from_env(t) || cache_from_env(&t->cache) || repack_from_env(&t->repack) ? -1 : 0;
 }

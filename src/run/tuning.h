@@ -9,6 +9,7 @@
 #define RL_TUNING_H
 
 #include "cache/expert_cache.h"
+#include "cache/expert_repack.h"
 #include "kern/kern.h"
 
 typedef struct {
@@ -18,6 +19,7 @@ typedef struct {
                         (RL_CACHE_PREFETCH=0), prefetch_k (RL_CACHE_PREFETCH_K), io (RL_CACHE_DIRECT),
                         uniform (RL_CACHE_CLASSES=0), trace_path (RL_ROUTE_TRACE), fault
                         (RL_CACHE_FAULT); the session adds the budget and its own options */
+    expert_repack_opts repack; /* --iq-repack: RL_REPACK_DENSE=0 (experts_only), RL_REPACK_RAM_MIB */
 } rl_tuning;
 
 /* The defaults (every switch unset). */
