@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "gguf/quant.h"
 #include "model/qwen3next.h"
+#include "backend/cpu_forward.h"
 #include "serve/slot_plan.h"
 
 static const char *CMD = "info";
