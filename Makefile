@@ -80,9 +80,20 @@ endif
 .PHONY: all test asan asan-tests fuzz format clean default-model features
 all: $(BUILD)/redlite $(BUILD)/libredlite.a $(TEST_BIN) default-model features
 
-features:
-	@printf 'redlite build: CPU scalar ✓  AVX2 ✓  AVX-512/VNNI ✓  AMX ✓ (run-time dispatch)  CUDA %s\n' \
+# What the build compiled in; what this CPU has is detected at run time (build/redlite version).
+features: $(BUILD)/redlite
+	@printf 'redlite build: compiled kernels scalar, AVX2, AVX-512/VNNI, AMX (picked at run time)  CUDA %s\n' \
 	  "$(if $(filter 1,$(CUDA)),✓,✗ (make CUDA=1))"
+	@$(BUILD)/redlite version | sed -n 's/^cpu: /this CPU: /p'
+
+# The commit embedded in the binary (redlite version): main.o alone is rebuilt when it changes.
+RL_COMMIT := $(or $(shell git describe --always --dirty 2>/dev/null),unknown)
+COMMIT_STAMP := $(BUILD)/.commit
+ifeq ($(filter clean format,$(MAKECMDGOALS)),)
+  $(call stamp,$(COMMIT_STAMP),$(RL_COMMIT))
+endif
+$(OBJ)/cli/main.o: CFLAGS += -DRL_COMMIT='"$(RL_COMMIT)"'
+$(OBJ)/cli/main.o: $(COMMIT_STAMP)
 
 # The archive is rebuilt from scratch: `ar rcs` into an old one would keep members of sources
 # that no longer exist.

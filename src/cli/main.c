@@ -6,6 +6,13 @@
 
 #include "cli/cli.h"
 #include "base/common.h"
+#include "kern/kern.h"
+
+/* The commit this binary was built from: the Makefile passes `git describe --always --dirty`
+ * when building main.o from a git checkout. */
+#ifndef RL_COMMIT
+#define RL_COMMIT "unknown"
+#endif
 
 /* Commands that a build may not have yet are weak, so the table below stays the single
  * list of commands; an absent one reports itself as not built. */
@@ -39,6 +46,21 @@ static const command commands[] = {
     {"verify-check", cmd_verify_check, "check that K-row verifies and rollbacks equal single steps, bit for bit"},
 };
 
+/* `redlite version` / `--version`: the version, the commit, and the CPU features this process
+ * DETECTED (what the run-time dispatch will use), not the ones the build compiled in. */
+static int version(void) {
+    printf("redlite %s (commit %s)\n", RL_VERSION, RL_COMMIT);
+    printf("cpu: AVX2 %s  AVX-512/VNNI %s  AMX %s  (detected; kernels: %s)\n",
+           kern_level_supported(KERN_AVX2) ? "yes" : "no", kern_level_supported(KERN_AVX512) ? "yes" : "no",
+           kern_amx_supported() ? "yes" : "no", kern_level_name(kern_level()));
+#ifdef RL_CUDA
+    puts("cuda: built in (--backend cuda)");
+#else
+    puts("cuda: not built (make CUDA=1)");
+#endif
+    return 0;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
             "redlite %s — Qwen3-Next MoE inference from GGUF files\n\n"
@@ -47,6 +69,7 @@ static void usage(FILE *out) {
             RL_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "  %-10s %s\n", "version", "the version, the commit and the CPU features detected (also --version)");
     fputs("\nExit status: 0 success, 1 runtime error, 2 usage error.\n", out);
 }
 
@@ -135,9 +158,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "redlite help: unknown command '%s' (run redlite help for the list)\n", argv[2]);
         return 2;
     }
-    if (!strcmp(argv[1], "--version")) {
-        printf("redlite %s\n", RL_VERSION);
-        return 0;
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version") || !strcmp(argv[1], "-V")) {
+        if (argc > 2) {
+            fprintf(stderr, "redlite version: takes no arguments\n");
+            return 2;
+        }
+        return version();
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;

@@ -16,8 +16,12 @@
 #include "run/engine.h"
 #include "run/spec.h"
 #include "cache/vram_plan.h"
+#include "model/synth.h"
 
-typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN } opt_kind;
+/* K_ALIAS: a llama.cpp spelling of a value of another flag (set(alias) runs, note printed);
+ * K_NOTE: a llama.cpp flag taken and ignored with a note (value optional: "[on|off|auto]");
+ * K_HINT: a llama.cpp flag with no equivalent here: a usage error whose line is the hint. */
+typedef enum { K_FLAG, K_STR, K_I64, K_I32, K_U32, K_F32, K_FN, K_ALIAS, K_NOTE, K_HINT } opt_kind;
 
 typedef struct opt {
     unsigned cmds;       /* CMD_* bits of the commands that take it */
@@ -31,9 +35,13 @@ typedef struct opt {
     const char *zero; /* how the default reads when the value is 0 / NULL ("all CPUs") */
     /* K_FN: validate and store v; 0, or -1 after cli_fail */
     int (*set)(const char *cmd, const char *flag, const char *v, cli_opts *o);
+    const char *env;   /* environment variable mirroring the flag (NULL: none) */
+    const char *alias; /* K_ALIAS: the value given to set */
+    const char *note;  /* K_ALIAS / K_NOTE: printed on stderr when used; K_HINT: the error */
 } opt;
 
 #define ALL (CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE)
+#define RUNS (ALL | CMD_VERIFY) /* every command that runs the model */
 #define GEN (CMD_GENERATE | CMD_CHAT | CMD_SERVE)
 #define OFF(f) offsetof(cli_opts, f)
 
@@ -131,6 +139,13 @@ static int set_prompts(const char *cmd, const char *flag, const char *v, cli_opt
     return 0;
 }
 
+static int set_routing(const char *cmd, const char *flag, const char *v, cli_opts *o) {
+    synth_routing r;
+    if (synth_routing_find(v, &r)) return cli_fail(cmd, 2, "%s: %s", flag, rl_lasterr()), -1;
+    o->routing = v;
+    return 0;
+}
+
 static int set_layers(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     int a, b;
     char c;
@@ -142,13 +157,179 @@ static int set_layers(const char *cmd, const char *flag, const char *v, cli_opts
 
 static const opt TABLE[] = {
     /* input */
-    {.cmds = ALL,
+    {.cmds = RUNS | CMD_INFO,
      .section = "input",
      .names = "-m, --model",
      .value = "FILE",
-     .help = "GGUF model file (qwen3next)",
+     .help = "GGUF model file (qwen3next); a split model: its first part",
      .kind = K_STR,
-     .off = OFF(model)},
+     .off = OFF(model),
+     .env = "REDLITE_MODEL"},
+    {.cmds = CMD_TOKENIZE,
+     .section = "input",
+     .names = "-m, --model",
+     .value = "FILE",
+     .help = "GGUF file with the vocabulary (a full model or a vocab-only file)",
+     .kind = K_STR,
+     .off = OFF(model),
+     .env = "REDLITE_MODEL"},
+    {.cmds = CMD_TOKENIZE,
+     .section = "input",
+     .names = "--text",
+     .value = "TEXT",
+     .help = "the text to tokenize",
+     .kind = K_STR,
+     .off = OFF(text)},
+    {.cmds = CMD_TOKENIZE,
+     .section = "input",
+     .names = "-f, --file",
+     .value = "FILE",
+     .help = "read the text from FILE (\"-\" = stdin), bytes as they are",
+     .kind = K_STR,
+     .off = OFF(file)},
+    {.cmds = CMD_TOKENIZE,
+     .section = "input",
+     .names = "--jsonl",
+     .value = "FILE",
+     .help = "batch mode: FILE holds one JSON string per line; prints one JSON\nobject per line: "
+             "{\"ids\":[...],\"decoded\":\"...\"} (decoded = the ids\ndecoded again, special tokens rendered)",
+     .kind = K_STR,
+     .off = OFF(jsonl)},
+    {.cmds = CMD_TOKENIZE,
+     .section = "input",
+     .names = "--no-special",
+     .value = NULL,
+     .help = "treat added tokens (<|im_start|>, <think>, ...) in the text as plain\ntext (default: they map to "
+             "their ids, as in HF tokenizers)",
+     .kind = K_FLAG,
+     .off = OFF(no_special)},
+    {.cmds = CMD_TOKENIZE,
+     .section = "input",
+     .names = "--bench",
+     .value = NULL,
+     .help = "tokenize the input repeatedly for about 2 s and report MB/s",
+     .kind = K_FLAG,
+     .off = OFF(tok_bench)},
+    /* synth */
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--preset",
+     .value = "NAME",
+     .help = "cf2      Red Lite CF2 recipe (19.3 GB): dense Q4_K, experts IQ2_XS on\n"
+             "         layers 40-47 and IQ1_M elsewhere, Q2_K embedding, Q5_K output\n"
+             "iq2_xxs  llama.cpp's IQ2_XXS mix\n"
+             "q4_k_m   llama.cpp's Q4_K_M mix\n"
+             "tiny     cf2 types at hidden 256, 4 layers, 16 experts top-4 (CI)",
+     .kind = K_STR,
+     .off = OFF(preset)},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "-o, --output",
+     .value = "FILE",
+     .help = "output GGUF (removed again if writing fails)",
+     .kind = K_STR,
+     .off = OFF(output)},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--vocab",
+     .value = "FILE",
+     .help = "copy tokenizer.* metadata (and the vocabulary size) from this GGUF,\ne.g. "
+             "tests/fixtures/qwen3-vocab.gguf; default: a byte-level vocabulary",
+     .kind = K_STR,
+     .off = OFF(vocab)},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--seed",
+     .value = "N",
+     .help = "random seed",
+     .kind = K_I64,
+     .off = OFF(bench_seed),
+     .lo = 0,
+     .hi = INT64_MAX},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--routing",
+     .value = "MODE",
+     .help = "routing model of the router weights (docs/EXPERT_CACHE.md):\n"
+             "uniform     i.i.d. routers, near-uniform routing (the bytes of files\n"
+             "            written before this option)\n"
+             "calibrated  per-expert lognormal popularity tuned to real models'\n"
+             "            per-layer LRU-64/128 hit rates (targets ~67 % / 81 %,\n"
+             "            gets ~63 % / 87 %); use it for cache benchmarks\n"
+             "skewed      a small hot set (most lookups hit a 4 GiB cache)",
+     .kind = K_FN,
+     .off = OFF(routing),
+     .zero = "uniform",
+     .set = set_routing},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--mtp",
+     .value = NULL,
+     .help = "append the MTP block (blk.<layers>.*, nextn_predict_layers = 1)",
+     .kind = K_FLAG,
+     .off = OFF(mtp)},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--geometry",
+     .value = "K=V,...",
+     .help = "override sizes: hidden, layers, vocab, ctx, ff, heads, kv_heads,\nhead_dim, rope_dims, rope_base, eps, "
+             "experts, top_k, expert_ff,\nshared_ff, conv, state, groups, dt_rank, inner, interval, precise\n"
+             "(e.g. layers=24,experts=256,hidden=1024; rope_base=5e6 for Coder-Next)",
+     .kind = K_STR,
+     .off = OFF(geometry)},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--list",
+     .value = NULL,
+     .help = "print every tensor with its type and shape, a type census and the\ndata size; write nothing",
+     .kind = K_FLAG,
+     .off = OFF(list)},
+    {.cmds = CMD_SYNTH,
+     .section = "synthetic model",
+     .names = "--quiet",
+     .value = NULL,
+     .help = "no progress bar",
+     .kind = K_FLAG,
+     .off = OFF(quiet)},
+    /* verify-check */
+    {.cmds = CMD_VERIFY,
+     .section = "check",
+     .names = "-n",
+     .value = "N",
+     .help = "tokens in the sequence (200 covers every (rows, rollback row) pair\nfor --draft 8)",
+     .kind = K_I64,
+     .off = OFF(n_predict),
+     .lo = 2,
+     .hi = 1 << 20},
+    {.cmds = CMD_VERIFY,
+     .section = "check",
+     .names = "--draft",
+     .value = "K",
+     .help = "most drafts per verify: verifies of 1..K+1 rows, as the speculative\nloop makes (pending token + K "
+             "drafts)",
+     .kind = K_I64,
+     .off = OFF(draft),
+     .lo = 0,
+     .hi = 8},
+    {.cmds = CMD_VERIFY,
+     .section = "check",
+     .names = "--seed",
+     .value = "S",
+     .help = "seed of the token sequence",
+     .kind = K_I64,
+     .off = OFF(bench_seed),
+     .lo = 0,
+     .hi = UINT32_MAX},
+    {.cmds = CMD_VERIFY,
+     .section = "check",
+     .names = "--timing",
+     .value = "R",
+     .help = "after the check, time R rounds of one step and of 2..K+1-row\nverifies at the same position "
+             "(interleaved; snapshots as the\nspeculative loop takes them), report min and median",
+     .kind = K_I64,
+     .off = OFF(timing),
+     .lo = 0,
+     .hi = 1000},
     {.cmds = CMD_GENERATE,
      .section = "input",
      .names = "-p, --prompt",
@@ -179,7 +360,7 @@ static const opt TABLE[] = {
      .off = OFF(file)},
     {.cmds = CMD_GENERATE | CMD_CHAT,
      .section = "input",
-     .names = "--system",
+     .names = "--system, -sys, --system-prompt",
      .value = "TEXT",
      .help = "system message (chat template)",
      .kind = K_STR,
@@ -365,9 +546,39 @@ static const opt TABLE[] = {
      .off = OFF(n_ctx),
      .lo = 3, /* the smallest window that scores a token: N - N/2 - 1 >= 1 */
      .hi = 1 << 20},
+    {.cmds = CMD_INFO,
+     .section = "memory figures",
+     .names = "-c, --ctx, --ctx-size",
+     .value = "N",
+     .help = "context of the memory figures and the verdict",
+     .kind = K_I64,
+     .off = OFF(n_ctx),
+     .lo = 1,
+     .hi = 1 << 24,
+     .zero = "the model's context_length"},
+    {.cmds = CMD_INFO,
+     .section = "memory figures",
+     .names = "-b, --batch",
+     .value = "N",
+     .help = "rows per forward of the memory figures (512: the prompt batch of\ngenerate/chat/serve on the CPU; "
+             "2048 where AMX tiles run the experts)",
+     .kind = K_I64,
+     .off = OFF(batch),
+     .lo = 1,
+     .hi = 4096},
+    {.cmds = CMD_INFO,
+     .section = "memory figures",
+     .names = "--ram-mib",
+     .value = "N",
+     .help = "judge the verdict for a machine of N MiB of RAM",
+     .kind = K_I64,
+     .off = OFF(ram_mib),
+     .lo = 0,
+     .hi = 1LL << 40,
+     .zero = "this machine's"},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_SERVE,
      .section = "model",
-     .names = "-c, --ctx, --context",
+     .names = "-c, --ctx, --ctx-size, --context",
      .value = "N",
      .help = "context size in tokens",
      .kind = K_I64,
@@ -386,7 +597,7 @@ static const opt TABLE[] = {
      .lo = 0,
      .hi = 4096,
      .zero = "auto"},
-    {.cmds = ALL,
+    {.cmds = RUNS | CMD_SYNTH,
      .section = "model",
      .names = "-t, --threads",
      .value = "N",
@@ -395,8 +606,9 @@ static const opt TABLE[] = {
      .off = OFF(threads),
      .lo = 0,
      .hi = 1024,
-     .zero = "all CPUs"},
-    {.cmds = ALL,
+     .zero = "all CPUs",
+     .env = "REDLITE_THREADS"},
+    {.cmds = RUNS,
      .section = "model",
      .names = "--backend",
      .value = "B",
@@ -406,8 +618,9 @@ static const opt TABLE[] = {
      .lo = 0,
      .hi = 0,
      .zero = "cpu",
-     .set = set_backend},
-    {.cmds = ALL,
+     .set = set_backend,
+     .env = "REDLITE_BACKEND"},
+    {.cmds = RUNS,
      .section = "model",
      .names = "--kv",
      .value = "f32|f16",
@@ -439,7 +652,7 @@ static const opt TABLE[] = {
      .hi = 0,
      .zero = "copy",
      .set = set_weights},
-    {.cmds = ALL,
+    {.cmds = RUNS,
      .section = "model",
      .names = "--cache-mib",
      .value = "N|full|auto|mmap",
@@ -506,7 +719,7 @@ static const opt TABLE[] = {
      .help = "record every token's expert choices as JSON lines (tools/cache_sim.py)",
      .kind = K_STR,
      .off = OFF(route_trace)},
-    {.cmds = CMD_BENCH | CMD_PERPLEXITY,
+    {.cmds = CMD_BENCH | CMD_PERPLEXITY | CMD_VERIFY,
      .section = "model",
      .names = "--reference",
      .value = NULL,
@@ -588,7 +801,7 @@ static const opt TABLE[] = {
      .hi = 2},
     {.cmds = GEN,
      .section = NULL,
-     .names = "--seed",
+     .names = "--seed, -s",
      .value = "S",
      .help = "random seed",
      .kind = K_U32,
@@ -687,6 +900,21 @@ static const opt TABLE[] = {
      .help = "print {prompt, generated} ids as JSON on stdout",
      .kind = K_FLAG,
      .off = OFF(json)},
+    {.cmds = CMD_INFO | CMD_VERIFY,
+     .section = "output",
+     .names = "--json",
+     .value = NULL,
+     .help = "print one JSON object instead of text",
+     .kind = K_FLAG,
+     .off = OFF(json)},
+    {.cmds = CMD_TOKENIZE,
+     .section = "output",
+     .names = "--json",
+     .value = NULL,
+     .help = "print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\nstrings in the byte-level "
+             "alphabet, e.g. \"\\u0120world\")",
+     .kind = K_FLAG,
+     .off = OFF(json)},
     {.cmds = CMD_GENERATE | CMD_CHAT,
      .section = "output",
      .names = "--stats",
@@ -709,6 +937,74 @@ static const opt TABLE[] = {
      .help = "notes on stderr: the expert-cache plan and why, the preload progress",
      .kind = K_FLAG,
      .off = OFF(verbose)},
+    /* llama.cpp's spellings (llama-cli / llama-server): same meaning, or a pointer */
+    {.cmds = ALL,
+     .section = "llama.cpp spellings (accepted, or a one-line pointer to the option here)",
+     .names = "--no-mmap, --mlock",
+     .value = NULL,
+     .help = "= --weights copy (the weights are read into memory; not page-locked)",
+     .kind = K_ALIAS,
+     .set = set_weights,
+     .alias = "copy"},
+    {.cmds = ALL,
+     .section = NULL,
+     .names = "--mmap",
+     .value = NULL,
+     .help = "= --weights map",
+     .kind = K_ALIAS,
+     .set = set_weights,
+     .alias = "map"},
+    {.cmds = ALL,
+     .section = NULL,
+     .names = "-fa, --flash-attn",
+     .value = "[on|off|auto]",
+     .help = "ignored: attention is always one fused pass here",
+     .kind = K_NOTE,
+     .note = "is ignored: attention is always one fused pass here"},
+    {.cmds = GEN,
+     .section = NULL,
+     .names = "--jinja",
+     .value = NULL,
+     .help = "ignored: the chat template of the GGUF is always used",
+     .kind = K_NOTE,
+     .note = "is ignored: the chat template of the GGUF is always used"},
+    {.cmds = RUNS,
+     .section = NULL,
+     .names = "-ngl, --n-gpu-layers, --gpu-layers",
+     .value = "N",
+     .help = "use --backend cuda (every layer on the GPU) and --vram-mib N to bound\nthe GPU memory of the experts",
+     .kind = K_HINT,
+     .note = "is llama.cpp's: here --backend cuda puts every layer on the GPU, and --vram-mib N bounds the "
+             "experts' GPU memory"},
+    {.cmds = RUNS,
+     .section = NULL,
+     .names = "--n-cpu-moe, --cpu-moe, -ot, --override-tensor",
+     .value = "X",
+     .help = "use --vram-mib N (routed experts in a VRAM cache of N MiB, the rest\nin RAM)",
+     .kind = K_HINT,
+     .note = "is llama.cpp's: here --backend cuda --vram-mib N keeps the routed experts in a VRAM cache of N "
+             "MiB and the rest in RAM"},
+    {.cmds = RUNS,
+     .section = NULL,
+     .names = "-ctk, --cache-type-k, -ctv, --cache-type-v",
+     .value = "T",
+     .help = "use --kv f16|f32",
+     .kind = K_HINT,
+     .note = "is llama.cpp's: here --kv f16|f32 sets the KV cache elements"},
+    {.cmds = RUNS,
+     .section = NULL,
+     .names = "-ub, --ubatch-size",
+     .value = "N",
+     .help = "use -b N (rows per forward)",
+     .kind = K_HINT,
+     .note = "is llama.cpp's: here -b N sets the rows per forward"},
+    {.cmds = RUNS | CMD_INFO | CMD_TOKENIZE,
+     .section = NULL,
+     .names = "-hf, --hf-repo",
+     .value = "REPO",
+     .help = "download first (hf download REPO FILE), then -m FILE",
+     .kind = K_HINT,
+     .note = "is llama.cpp's: download the file first (hf download REPO FILE) and give it with -m FILE"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 
@@ -719,7 +1015,10 @@ void opts_defaults(cli_opts *o) {
     o->batch = 0; /* auto: engine_default_batch */
     o->n_predict = 128;
     o->sp = sampler_default_params();
-    o->sp.temp = 0;
+    o->sp.temp = OPTS_TEMP; /* generate: greedy (its own default, kept by the oracle tests) */
+    o->sp.top_k = OPTS_TOP_K;
+    o->sp.top_p = OPTS_TOP_P;
+    o->sp.min_p = OPTS_MIN_P;
     /* measured: a 2-row verify costs about 2 steps on a CPU, so MTP drafts do not pay there;
      * lookup drafts only where the text repeats (docs/SPECULATION.md, "Default") */
     o->spec = SPEC_LOOKUP;
@@ -779,17 +1078,91 @@ static int set_value(const char *cmd, const opt *t, const char *flag, const char
         *(float *)p = (float)d;
         return 0;
     case K_FLAG:
+    case K_ALIAS:
+    case K_NOTE:
+    case K_HINT:
         break;
     }
     return -1;
 }
 
+/* The value of a K_NOTE flag is optional: taken when it is one of the words in t->value. */
+static bool note_takes(const opt *t, const char *next) {
+    if (!t->value || !next || next[0] == '-') return false;
+    size_t n = strlen(next);
+    for (const char *p = t->value + 1; *p && *p != ']';) {
+        size_t len = strcspn(p, "|]");
+        if (len == n && !strncmp(p, next, n)) return true;
+        p += len + (p[len] == '|');
+    }
+    return false;
+}
+
+/* One flag of the table: its value from "--flag=v", the next argument or (env) ev. 0, or 2
+ * after a one-line usage error. *i moves past a consumed value. */
+static int take(const opts_cmd *c, const opt *t, const char *flag, const char *eq, const char *ev, int argc,
+                char **argv, int *i, cli_opts *o) {
+    switch (t->kind) {
+    case K_HINT:
+        return cli_fail(c->name, 2, "%s %s", flag, t->note);
+    case K_NOTE:
+        if (!eq && !ev && *i + 1 < argc && note_takes(t, argv[*i + 1])) ++*i;
+        fprintf(stderr, "redlite %s: note: %s %s\n", c->name, flag, t->note);
+        return 0;
+    case K_ALIAS:
+        if (eq) return cli_fail(c->name, 2, "%s takes no value", flag);
+        return t->set(c->name, flag, t->alias, o) ? 2 : 0;
+    case K_FLAG:
+        if (ev) {
+            bool on = strcmp(ev, "0") && strcmp(ev, "false") && strcmp(ev, "off");
+            *(bool *)((char *)o + t->off) = on;
+            return 0;
+        }
+        if (eq) return cli_fail(c->name, 2, "%s takes no value", flag);
+        *(bool *)((char *)o + t->off) = true;
+        return 0;
+    default:
+        break;
+    }
+    const char *v = ev ? ev : eq ? eq + 1 : NULL;
+    if (!v) {
+        if (*i + 1 >= argc)
+            return cli_fail(c->name, 2, "%s needs a value %s (see redlite %s --help)", flag, t->value, c->name);
+        v = argv[++*i];
+    }
+    return set_value(c->name, t, flag, v, o) ? 2 : 0;
+}
+
+/* The environment mirrors of the command's flags, before argv (which wins). */
+static int parse_env(const opts_cmd *c, cli_opts *o) {
+    for (size_t k = 0; k < N_TABLE; k++) {
+        const opt *t = &TABLE[k];
+        const char *ev = t->env && (t->cmds & c->bit) ? getenv(t->env) : NULL;
+        if (!ev || !*ev) continue;
+        int i = 0;
+        if (take(c, t, t->env, NULL, ev, 0, NULL, &i, o)) return 2;
+    }
+    return 0;
+}
+
 int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o) {
+    bool positional = c->bit & OPTS_MODEL_POSITIONAL;
+    const char *bare = NULL;
+    if (positional && argc < 2) { /* `redlite info` alone: what to give */
+        opts_usage(c, o, stderr);
+        return 2;
+    }
+    if (parse_env(c, o)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
             opts_usage(c, o, stdout);
             return OPTS_HELP;
+        }
+        if (positional && (a[0] != '-' || !a[1])) {
+            if (bare) return cli_fail(c->name, 2, "one model file expected, got '%s' and '%s'", bare, a);
+            bare = a;
+            continue;
         }
         const char *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL; /* --flag=value */
         size_t n = eq ? (size_t)(eq - a) : strlen(a);
@@ -801,21 +1174,12 @@ int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o) {
         }
         char flag[64];
         snprintf(flag, sizeof flag, "%.*s", (int)n, a);
-        if (t->kind == K_FLAG) {
-            if (eq) return cli_fail(c->name, 2, "%s takes no value", flag);
-            *(bool *)((char *)o + t->off) = true;
-            continue;
-        }
-        const char *v = eq ? eq + 1 : NULL;
-        if (!v) {
-            if (i + 1 >= argc)
-                return cli_fail(c->name, 2, "%s needs a value %s (see redlite %s --help)", flag, t->value,
-                                c->name);
-            v = argv[++i];
-        }
-        if (set_value(c->name, t, flag, v, o)) return 2;
+        if (take(c, t, flag, eq, NULL, argc, argv, &i, o)) return 2;
     }
-    if (!o->model) return cli_fail(c->name, 2, "need -m MODEL (see redlite %s --help)", c->name);
+    if (bare) o->model = bare;
+    if (!o->model && !(c->bit & OPTS_MODEL_NONE))
+        return cli_fail(c->name, 2, "need %s (see redlite %s --help)", positional ? "a MODEL.gguf" : "-m MODEL",
+                        c->name);
     return 0;
 }
 
@@ -825,6 +1189,9 @@ static void fmt_default(const opt *t, const cli_opts *o, char *buf, size_t n) {
     buf[0] = 0;
     switch (t->kind) {
     case K_FLAG:
+    case K_ALIAS:
+    case K_NOTE:
+    case K_HINT:
         return;
     case K_STR:
     case K_FN:
@@ -864,12 +1231,13 @@ static void fmt_default(const opt *t, const cli_opts *o, char *buf, size_t n) {
 
 void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out) {
     fprintf(out, "usage: %s\n\n%s\n", c->usage, c->about);
-    const char *section = NULL;
+    const char *section = NULL, *tsec = NULL; /* printed; the table's (NULL: the one above) */
     for (size_t i = 0; i < N_TABLE; i++) {
         const opt *t = &TABLE[i];
+        if (t->section) tsec = t->section;
         if (!(t->cmds & c->bit)) continue;
-        if (t->section && (!section || strcmp(section, t->section))) {
-            section = t->section;
+        if (tsec && (!section || strcmp(section, tsec))) {
+            section = tsec;
             fprintf(out, "\n%s:\n", section);
         }
         char head[80], def[64];
@@ -884,6 +1252,7 @@ void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out) {
             if (*h == '\n') fprintf(out, "%27s", "");
         }
         if (def[0]) fprintf(out, " (default %s)", def);
+        if (t->env) fprintf(out, " [env %s]", t->env);
         fputc('\n', out);
     }
     fprintf(out, "  %-24s %s\n", "-h, --help", "this help");

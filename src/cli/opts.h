@@ -1,8 +1,14 @@
-/* opts.h — the one option table of the commands that open a model (generate, chat, bench,
- * dump; perplexity and serve reuse it): for each flag its names, value name, help, bounds and
- * setter, and which commands take it. A command sets its defaults in a cli_opts, parses with
- * opts_parse and reads the fields; --help is generated from the table with the command's own
- * defaults, so help and behaviour cannot drift apart.
+/* opts.h — the one option table of every command (generate, chat, bench, dump, perplexity,
+ * serve, info, synth, tokenize, verify-check): for each flag its names, value name, help,
+ * bounds, setter, environment mirror (REDLITE_MODEL ...) and which commands take it. A command
+ * sets its defaults in a cli_opts, parses with opts_parse and reads the fields; --help is
+ * generated from the table with the command's own defaults, so help and behaviour cannot drift
+ * apart. llama.cpp's spellings are rows of the same table: an alias (--ctx-size), an alias of a
+ * value (--no-mmap = --weights copy), a flag taken and ignored with a note (-fa), or a usage
+ * error whose one line names the option that does it here (-ngl -> --backend cuda / --vram-mib).
+ *
+ * Environment: a variable mirrors a flag (the flag wins); its value is checked as the flag's,
+ * and an error names the variable.
  *
  * Exit codes (every command): 0 success, 1 runtime error (file unreadable, out of memory,
  * engine failure), 2 usage error (unknown flag, missing or out-of-range value, missing
@@ -24,7 +30,15 @@ enum {
     CMD_DUMP = 1u << 3,
     CMD_PERPLEXITY = 1u << 4,
     CMD_SERVE = 1u << 5,
+    CMD_INFO = 1u << 6,
+    CMD_SYNTH = 1u << 7,
+    CMD_TOKENIZE = 1u << 8,
+    CMD_VERIFY = 1u << 9,
 };
+
+/* The commands whose model is one bare argument (info MODEL.gguf), and those without one. */
+#define OPTS_MODEL_POSITIONAL CMD_INFO
+#define OPTS_MODEL_NONE CMD_SYNTH
 
 #define OPTS_MAX_STOPS 16
 #define OPTS_HELP (-1) /* opts_parse: --help was printed (exit 0) */
@@ -81,6 +95,16 @@ typedef struct {
     const char *tokens, *logits_path, *routes_path, *acts_path, *mtp_path, *names, *layers;
     long long greedy;
     bool fast, check_fast;
+    /* synth */
+    const char *preset, *output, *vocab, *geometry, *routing;
+    bool mtp, list, quiet;
+    /* tokenize */
+    const char *text, *jsonl;
+    bool no_special, tok_bench;
+    /* verify-check (-n: n_predict, --seed: bench_seed) */
+    long long draft, timing;
+    /* info */
+    long long ram_mib;
 } cli_opts;
 
 typedef struct {
@@ -91,10 +115,17 @@ typedef struct {
     const char *footer; /* after the options (may be NULL) */
 } opts_cmd;
 
+/* The sampling defaults of generate (with --temp > 0), chat and serve: Qwen's recommended values
+ * for the Qwen3-Next / Qwen3-Coder instruct models (model card, "Best Practices"). */
+#define OPTS_TEMP 0.7f
+#define OPTS_TOP_K 20
+#define OPTS_TOP_P 0.8f
+#define OPTS_MIN_P 0.0f
+
 /* Defaults shared by the commands (each then adjusts its own: n_predict, temperature, ...). */
 void opts_defaults(cli_opts *o);
-/* Parse argv[1..argc) into o: 0, OPTS_HELP (help printed on stdout), or 2 (a one-line usage
- * error printed). -m is required for every command of the table. */
+/* Parse the environment mirrors, then argv[1..argc), into o: 0, OPTS_HELP (help printed on
+ * stdout), or 2 (a one-line usage error printed). -m is required except by OPTS_MODEL_NONE. */
 int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o);
 /* The help of the command: usage, about, its options by section with o's values as defaults. */
 void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out);
