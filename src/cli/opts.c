@@ -4,6 +4,7 @@
 #include "cache/vram_plan.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -576,7 +577,7 @@ static const opt TABLE[] = {
      .lo = 0,
      .hi = 1LL << 40,
      .zero = "this machine's"},
-    {.cmds = CMD_GENERATE | CMD_CHAT | CMD_SERVE,
+    {.cmds = CMD_GENERATE | CMD_CHAT,
      .section = "model",
      .names = "-c, --ctx, --ctx-size, --context",
      .value = "N",
@@ -586,6 +587,16 @@ static const opt TABLE[] = {
      .lo = 16,
      .hi = 1 << 24,
      .zero = "prompt + n, at least 4096"},
+    {.cmds = CMD_SERVE,
+     .section = "model",
+     .names = "-c, --ctx, --ctx-size, --context",
+     .value = "N",
+     .help = "context size in tokens",
+     .kind = K_I64,
+     .off = OFF(n_ctx),
+     .lo = 16,
+     .hi = 1 << 24,
+     .zero = "32768"},
     {.cmds = ALL,
      .section = "model",
      .names = "-b, --batch",
@@ -1063,7 +1074,9 @@ static int set_value(const char *cmd, const opt *t, const char *flag, const char
             *(long long *)p = 0;
             return 0;
         }
-        if (!cli_parse_int(cmd, flag, v, (long long)t->lo, (long long)t->hi, &iv)) return -1;
+        /* a bound of INT64_MAX is 2^63 as a double: converting it back would overflow */
+        if (!cli_parse_int(cmd, flag, v, (long long)t->lo, t->hi >= 0x1p63 ? LLONG_MAX : (long long)t->hi, &iv))
+            return -1;
         if (t->kind == K_I64)
             *(long long *)p = iv;
         else if (t->kind == K_I32)
@@ -1283,6 +1296,10 @@ int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
 }
 
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch) {
+    int train = engine_hparams(session_model_engine(m))->n_ctx_train;
+    if (o->n_ctx > 0 && train > 0 && o->n_ctx > train) /* -c as given (generate's automatic size: no) */
+        fprintf(stderr, "redlite: warning: -c %lld is larger than the %d tokens the model was trained on "
+                "(context_length); answers past that may degrade\n", o->n_ctx, train);
     return session_new(m, &(session_params){.n_ctx = n_ctx,
                                             .n_batch = n_batch,
                                             .kv = o->kv,
@@ -1298,25 +1315,16 @@ session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_b
 
 static void progress_line(void *ud, int done, int total, double seconds) {
     cli_progress *p = ud;
-    if (!p->on || total <= p->batch || (done < total && seconds - p->last < 0.1)) return; /* 10 per second */
-    p->last = seconds;
-    fprintf(stderr, "\rprompt %d/%d tokens, %.1f tok/s\033[K", done, total, done / (seconds > 0 ? seconds : 1e-9));
-    fflush(stderr);
-    p->shown = true;
+    progress_update(p, done, total);
 }
 
 session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, volatile sig_atomic_t *cancel) {
-    p->on = !o->json && isatty(STDERR_FILENO);
-    p->shown = false;
-    p->last = -1;
-    p->batch = (int)o->batch;
+    bool tty = isatty(STDERR_FILENO);
+    progress_begin(p, NULL, "prompt", "tokens", !(tty && o->json));
     return (session_feed_opts){.progress = progress_line, .ud = p, .cancel = cancel};
 }
 
-void cli_feed_done(cli_progress *p) {
-    if (p->shown) fputs("\r\033[K", stderr);
-    p->shown = false;
-}
+void cli_feed_done(cli_progress *p) { progress_end(p); }
 
 void cli_warn_ctx_train(const char *cmd, const session *s, int n_tokens, bool *warned) {
     int train = session_hparams(s)->n_ctx_train;

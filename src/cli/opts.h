@@ -21,6 +21,7 @@
 
 #include "text/sampler.h"
 #include "run/session.h"
+#include "cli/progress.h"
 
 /* Command bits (the `cmds` mask of a table entry). */
 enum {
@@ -139,15 +140,10 @@ bool cli_map_weights(const cli_opts *o);
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch);
 
 /* What a new user sees while a prompt is evaluated: cli_feed_opts gives session_feed a
- * progress line ("prompt 1024/4096 tokens, 812 tok/s", redrawn in place on stderr) when
- * stderr is a terminal, the output is not --json and the prompt takes more than one chunk;
+ * progress report (progress.h: a live "prompt 1024/4096 tokens, 812 tok/s, ETA 4 s" on a
+ * terminal unless --json, periodic log lines otherwise) for a prompt of more than one chunk;
  * cli_feed_done clears it. cli_warn_ctx_train warns once when a prompt is longer than the
  * model's trained context (context_length). */
-typedef struct {
-    bool on, shown;
-    int batch;
-    double last; /* seconds of the last redraw */
-} cli_progress;
 session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, volatile sig_atomic_t *cancel);
 void cli_feed_done(cli_progress *p);
 void cli_warn_ctx_train(const char *cmd, const session *s, int n_tokens, bool *warned);
