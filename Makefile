@@ -6,6 +6,10 @@
 #   make asan         build/asan/redlite with AddressSanitizer + UBSan
 #   make fuzz         build/fuzz/fuzz_gguf (libFuzzer, needs clang)
 #   make format       clang-format every C source
+#   make lint         clang-format (files of tools/format-clean.txt), cppcheck, clang-tidy: fails on
+#                     findings not in tools/lint-baseline.txt (tools/lint.sh; docs/DEVELOPING.md)
+#   make compile_commands   compile_commands.json from make's own commands (clang-tidy, editors)
+#   make asan-check   the C unit tests and the server tests under ASan + UBSan, time-boxed (CI)
 #
 # No -march=native: ISA-specific kernels live in files named *_avx2.c / *_avx512.c and get their
 # own flags; the run-time dispatch picks them: CPUID + XGETBV in src/kern/kern.c (kern_level: scalar /
@@ -77,7 +81,8 @@ ifeq ($(filter clean format,$(MAKECMDGOALS)),)
   $(if $(filter cpu,$(CONFIG)),$(shell rm -f $(BUILD)/tests/test_cuda_*))
 endif
 
-.PHONY: all test asan asan-tests fuzz format clean default-model features
+.PHONY: all test asan asan-tests asan-check fuzz format lint lint-baseline compile_commands clean default-model \
+	features
 all: $(BUILD)/redlite $(BUILD)/libredlite.a $(TEST_BIN) default-model features
 
 # What the build compiled in; what this CPU has is detected at run time (build/redlite version).
@@ -152,6 +157,28 @@ asan:
 asan-tests:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" \
 	  LDLIBS="$(LDLIBS) -fsanitize=address,undefined" $(patsubst tests/c/%.c,build/asan/tests/%,$(TEST_SRC))
+
+# The sanitizer run of .ci/run: every C unit test built with ASan + UBSan, then the server tests
+# against build/asan/redlite; each under a timeout so a hang fails instead of stalling CI.
+ASAN_TIMEOUT ?= 600
+asan-check: asan asan-tests
+	@set -e; export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1; \
+	for t in build/asan/tests/test_*; do \
+	  rc=0; timeout $(ASAN_TIMEOUT) $$t >build/asan/$$(basename $$t).log 2>&1 || rc=$$?; \
+	  if [ $$rc -eq 77 ]; then echo "asan: $$t skipped"; \
+	  elif [ $$rc -ne 0 ]; then echo "asan: $$t FAILED (exit $$rc)"; tail -30 build/asan/$$(basename $$t).log; exit 1; \
+	  else echo "asan: $$t ok"; fi; \
+	done
+	RL_BUILD=build/asan timeout $(ASAN_TIMEOUT) ./tests/run.sh tests/test_server_protocol.py tests/test_server_model.py -x -q
+
+lint:
+	./tools/lint.sh
+
+lint-baseline:
+	./tools/lint.sh --update
+
+compile_commands:
+	$(PYTHON) tools/compile_commands.py compile_commands.json
 
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
