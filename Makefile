@@ -162,13 +162,15 @@ asan-tests:
 # against build/asan/redlite; each under a timeout so a hang fails instead of stalling CI.
 ASAN_TIMEOUT ?= 600
 asan-check: asan asan-tests
-	@set -e; export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1; \
-	for t in build/asan/tests/test_*; do \
-	  rc=0; timeout $(ASAN_TIMEOUT) $$t >build/asan/$$(basename $$t).log 2>&1 || rc=$$?; \
-	  if [ $$rc -eq 77 ]; then echo "asan: $$t skipped"; \
-	  elif [ $$rc -ne 0 ]; then echo "asan: $$t FAILED (exit $$rc)"; tail -30 build/asan/$$(basename $$t).log; exit 1; \
-	  else echo "asan: $$t ok"; fi; \
-	done
+	@export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1; \
+	failed=0; for t in build/asan/tests/test_*; do \
+	  rc=0; start=$$(date +%s); timeout $(ASAN_TIMEOUT) $$t >build/asan/$$(basename $$t).log 2>&1 || rc=$$?; \
+	  took=$$(( $$(date +%s) - start )); \
+	  if [ $$rc -eq 77 ]; then echo "asan: $$t skipped ($${took} s)"; \
+	  elif [ $$rc -ne 0 ]; then echo "asan: $$t FAILED (exit $$rc, $${took} s)"; tail -30 build/asan/$$(basename $$t).log; \
+	    failed=$$((failed + 1)); \
+	  else echo "asan: $$t ok ($${took} s)"; fi; \
+	done; [ $$failed -eq 0 ] || { echo "asan: $$failed C test(s) failed"; exit 1; }
 	RL_BUILD=build/asan timeout $(ASAN_TIMEOUT) ./tests/run.sh tests/test_server_protocol.py tests/test_server_model.py -x -q
 
 lint:

@@ -44,7 +44,7 @@ python3 -c 'import json,sys; [print(e["file"]) for e in json.load(open(sys.argv[
     xargs -P "$JOBS" -n 4 clang-tidy -p "$OUT" --quiet 2>/dev/null >"$OUT/tidy.raw" || true
 # "path:line:col: warning: message [check]" -> "clang-tidy path check message"
 root="$(pwd)/"
-sed -n 's|^'"$root"'||; s|^\([^: ]*\):[0-9]*:[0-9]*: \(warning\|error\): \(.*\) \[\([^]]*\)\]$|clang-tidy \1 \4 \3|p' \
+sed -n 's#^'"$root"'##; s#^\([^: ]*\):[0-9]*:[0-9]*: \(warning\|error\): \(.*\) \[\([^]]*\)\]$#clang-tidy \1 \4 \3#p' \
     "$OUT/tidy.raw" >"$OUT/tidy.txt"
 sort "$OUT/cppcheck.raw" "$OUT/tidy.txt" | grep -v '^\s*$' >"$OUT/findings.txt" || true
 
