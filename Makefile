@@ -163,7 +163,7 @@ asan-tests:
 ASAN_TIMEOUT ?= 600
 asan-check: asan asan-tests
 	@export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1; \
-	failed=0; for t in build/asan/tests/test_*; do \
+	failed=0; for t in $(patsubst tests/c/%.c,build/asan/tests/%,$(TEST_SRC)); do \
 	  rc=0; start=$$(date +%s); timeout $(ASAN_TIMEOUT) $$t >build/asan/$$(basename $$t).log 2>&1 || rc=$$?; \
 	  took=$$(( $$(date +%s) - start )); \
 	  if [ $$rc -eq 77 ]; then echo "asan: $$t skipped ($${took} s)"; \
