@@ -1,4 +1,5 @@
 /* main.c — `redlite` entry point: dispatches to the subcommands of src/cli/cmd_*.c. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,8 +88,9 @@ bool cli_is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"
 
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
+    errno = 0;
+    long long v = strtoll(s, &end, 10); /* out of long long's range: ERANGE (and a clamped v) */
+    if (!*s || *end || errno == ERANGE || v < lo || v > hi) {
         cli_fail(cmd, 2, "%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, s);
         return false;
     }
