@@ -106,7 +106,10 @@ static void test_detect(void) {
     chat_format f = chat_format_detect(NULL);
     CHECK(!f.known && f.family == CHAT_FAMILY_CHATML, "none");
     f = chat_format_detect("<|im_start|>{{ x }}<tool_call>\\n<function=x><parameter=y>");
-    CHECK(f.known && f.family == CHAT_FAMILY_CODER, "coder");
+    CHECK(f.known && f.family == CHAT_FAMILY_CODER && !f.think, "coder");
+    f = chat_format_detect("<|im_start|><tool_call>\\n<function=x><parameter=y> {% if enable_thinking is false %}"
+                           "<think>\\n\\n</think>{% endif %}");
+    CHECK(f.known && f.family == CHAT_FAMILY_QWEN35 && f.think, "qwen35");
     f = chat_format_detect("<|im_start|><tools> <tool_call>\\n{\"name\": <function-name>, \"arguments\": x} "
                            "reasoning_content");
     CHECK(f.known && f.family == CHAT_FAMILY_HERMES && f.think, "hermes think");
