@@ -10,7 +10,7 @@
 #include "model/synth.h"
 
 static const char *USAGE =
-    "usage: redlite synth --preset cf2|iq2_xxs|q4_k_m|tiny -o FILE.gguf [options]\n"
+    "usage: redlite synth --preset NAME -o FILE.gguf [options]\n"
     "\n"
     "Write a synthetic Qwen3-Next model with the real geometry and the per-tensor quantisation\n"
     "types of a preset, filled with random valid blocks (trained-layer magnitudes). Deterministic:\n"
@@ -21,6 +21,9 @@ static const char *USAGE =
     "                       iq2_xxs  llama.cpp's IQ2_XXS mix\n"
     "                       q4_k_m   llama.cpp's Q4_K_M mix\n"
     "                       tiny     cf2 types at hidden 256, 4 layers, 16 experts top-4 (CI)\n"
+    "                       35b-a3b-MIX, 122b-a10b-MIX, 397b-a17b-MIX  Qwen3.5 MoE geometries\n"
+    "                                (qwen35moe) with MIX = q4_k_m, ud-iq2_xxs or ud-iq3_xxs\n"
+    "                                (Unsloth-Dynamic-style: low-bit experts, the rest 4-8 bits)\n"
     "  -o, --output FILE    output GGUF (removed again if writing fails)\n"
     "  --vocab FILE         copy tokenizer.* metadata (and the vocabulary size) from this GGUF,\n"
     "                       e.g. tests/fixtures/qwen3-vocab.gguf; default: a byte-level vocabulary\n"
@@ -116,7 +119,7 @@ int cmd_synth(int argc, char **argv) {
         }
     }
     if (!preset)
-        return cli_fail("synth", 2, "need --preset cf2|iq2_xxs|q4_k_m|tiny (see redlite synth --help)");
+        return cli_fail("synth", 2, "need --preset NAME, e.g. cf2 or 35b-a3b-q4_k_m (see redlite synth --help)");
     if (synth_preset_find(preset, &p.preset)) return cli_fail("synth", 2, "%s", rl_lasterr());
     synth_geom_default(p.preset, &p.g);
     if (geometry && synth_geom_parse(&p.g, geometry)) return cli_fail("synth", 2, "%s", rl_lasterr());
