@@ -107,6 +107,7 @@ typedef struct {
     uint64_t total_bytes, routed_bytes, mtp_bytes, mtp_tensors;
     bool has_active;
     uint64_t active_bytes;
+    uint64_t cache_min; /* smallest bounded expert cache (0: no routed experts) */
     /* memory a context needs (mem.ok: the hyperparameters were read) */
     struct {
         bool ok, cuda_ok;
@@ -309,6 +310,21 @@ static bool analyse(info *in) {
         const gguf_tensor *emb = gguf_find_tensor(f, q3n_tensor(Q3N_T_TOKEN_EMBD)->name);
         if (emb && dense_main >= emb->nbytes) dense_main -= emb->nbytes;
         in->active_bytes = dense_main + (uint64_t)((double)routed_main * (double)n_used / (double)n_exp);
+        /* the expert cache's smallest budget (expert_cache_min_budget with O_DIRECT reads, the
+         * default where the file system has them, which is the larger): n_expert + max(n_expert
+         * / 8, top_k) slots of the largest layer's triplet, each part 4 KiB aligned plus 4 KiB */
+        uint64_t slot = 0;
+        for (int il = 0; il < n_layer; il++) {
+            const layer_info *L = &in->layers[il];
+            const exp_part *pt[4] = {&L->gate_e, &L->up_e, &L->down_e, &L->gate_up_e};
+            uint64_t b = 0;
+            for (int k = 0; k < 4; k++)
+                if (pt[k]->present) b += (pt[k]->bytes + 4095) / 4096 * 4096 + 4096;
+            b = (b + 4095) / 4096 * 4096;
+            if (b > slot) slot = b;
+        }
+        uint64_t margin = n_exp / 8 > n_used ? n_exp / 8 : n_used;
+        in->cache_min = (n_exp + margin) * slot;
     }
     return true;
 }
@@ -453,6 +469,11 @@ static void mem_text(const info *in, FILE *o) {
             "                   resident as far as the expert cache plan keeps them)\n",
             human_bytes(in->mem.cpu_scratch, a, 32), human_bytes(mem_cpu_total(in, 1), b, 32),
             human_bytes(mem_cpu_total(in, 0), c, 32));
+    if (in->cache_min)
+        fprintf(o, "  bounded cache    f16 %s with the smallest expert cache (dense %s + context + cache %s:\n"
+                "                   one layer's experts + prefetch margin; --cache-mib sets a larger one)\n",
+                human_bytes(mem_cpu_total(in, 1) - in->routed_bytes + in->cache_min, a, 32),
+                human_bytes(in->total_bytes - in->routed_bytes, b, 32), human_bytes(in->cache_min, c, 32));
     if (in->mem.cuda_ok)
         fprintf(o, "  CUDA device      weights %s + context f16 %s / f32 %s (KV + state + scratch) = f16 %s, f32 %s\n",
                 human_bytes(in->total_bytes, a, 32), human_bytes(in->mem.cuda_ctx[1], b, 32),
@@ -583,6 +604,10 @@ static void mem_json(const info *in, json_writer *j) {
     json_kv_uint(j, "weights_bytes", in->total_bytes);
     json_kv_uint(j, "weights_dense_bytes", in->total_bytes - in->routed_bytes);
     json_kv_uint(j, "weights_routed_bytes", in->routed_bytes);
+    if (in->cache_min) {
+        json_kv_uint(j, "expert_cache_min_bytes", in->cache_min);
+        json_kv_uint(j, "bounded_min_bytes_f16", mem_cpu_total(in, 1) - in->routed_bytes + in->cache_min);
+    }
     json_key(j, "kv_bytes_per_token");
     json_obj_begin(j);
     for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->mem.kv_token[f]);

@@ -11,7 +11,7 @@
 #include "model/synth.h"
 
 static const opts_cmd SYNTH = {
-    "synth", CMD_SYNTH, "redlite synth --preset cf2|iq2_xxs|q4_k_m|tiny -o FILE.gguf [options]",
+    "synth", CMD_SYNTH, "redlite synth --preset NAME -o FILE.gguf [options]",
     "Write a synthetic Qwen3-Next model with the real geometry and the per-tensor quantisation\n"
     "types of a preset, filled with random valid blocks (trained-layer magnitudes). Deterministic:\n"
     "the same preset, geometry, seed and vocabulary give the same bytes.",
@@ -58,7 +58,7 @@ int cmd_synth(int argc, char **argv) {
             return cli_fail("synth", 2, "--expert-type: unknown type '%s' (e.g. MXFP4, Q4_K, IQ2_XXS)", o.expert_type);
     }
     if (!preset)
-        return cli_fail("synth", 2, "need --preset cf2|iq2_xxs|q4_k_m|tiny (see redlite synth --help)");
+        return cli_fail("synth", 2, "need --preset NAME, e.g. cf2 or 35b-a3b-q4_k_m (see redlite synth --help)");
     if (synth_preset_find(preset, &p.preset)) return cli_fail("synth", 2, "%s", rl_lasterr());
     synth_geom_default(p.preset, &p.g);
     if (geometry && synth_geom_parse(&p.g, geometry)) return cli_fail("synth", 2, "%s", rl_lasterr());

@@ -195,7 +195,10 @@ const opt opts_table[] = {
              "         layers 40-47 and IQ1_M elsewhere, Q2_K embedding, Q5_K output\n"
              "iq2_xxs  llama.cpp's IQ2_XXS mix\n"
              "q4_k_m   llama.cpp's Q4_K_M mix\n"
-             "tiny     cf2 types at hidden 256, 4 layers, 16 experts top-4 (CI)",
+             "tiny     cf2 types at hidden 256, 4 layers, 16 experts top-4 (CI)\n"
+             "35b-a3b-MIX, 122b-a10b-MIX, 397b-a17b-MIX  Qwen3.5 MoE geometries\n"
+             "         (qwen35moe) with MIX = q4_k_m, ud-iq2_xxs or ud-iq3_xxs\n"
+             "         (Unsloth-Dynamic-style: low-bit experts, the rest 4-8 bits)",
      .kind = K_STR,
      .off = OFF(preset)},
     {.cmds = CMD_SYNTH,
