@@ -118,8 +118,6 @@ engine *engine_open(const char *path, const engine_params *p) {
     e->f = gguf_open(path);
     if (!e->f) goto fail;
     if (q3n_load(&e->m, e->f)) goto fail;
-    /* --backend auto: the CUDA backend runs the qwen3next architecture only; the others go to the CPU */
-    if (p && p->backend && !strcmp(p->backend, "auto") && e->m.hp.arch != Q3N_ARCH_QWEN3NEXT) e->be = backend_find("cpu");
     e->reference = p && p->reference;
     e->pool = pool_new(p ? p->n_threads : 0);
     if (!e->pool) goto fail;
