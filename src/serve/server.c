@@ -965,6 +965,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (j->out.n == j->out_read && !j->done && peer_gone(j->fd)) {
             j->cancel = 1;
             pthread_mutex_unlock(&j->mu);
+            queue_drop(j->srv, j); /* still queued (a stream opens at once): it leaves the queue now */
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         double now = rl_now();

@@ -356,14 +356,22 @@ int jsonschema_compile(grammar *g, const cJSON *schema, char *err, size_t cap) {
     return id;
 }
 
+/* A forced call's arguments follow the tool's parameters schema whenever the grammar can express
+ * it, strict or not: the call is then valid against its declaration (required keys, types), which
+ * is what the server checks before it passes a call on. A non-strict tool whose schema uses a
+ * keyword the grammar cannot enforce falls back to any JSON object; a strict one is an error. */
 static int tool_args(jsc *c, const cJSON *fn, bool strict) {
     const cJSON *params = get(fn, "parameters");
-    const cJSON *st = get(fn, "strict");
-    if (!(strict || cJSON_IsTrue(st)) || !params) return gcheck(c, grammar_any_object(c->g));
+    bool is_strict = strict || cJSON_IsTrue(get(fn, "strict"));
+    if (!params) return gcheck(c, grammar_any_object(c->g));
     c->root = params;
     c->n_refs = 0;
     int id = compile(c, params);
-    return id;
+    if (id >= 0 || is_strict) return id;
+    c->err[0] = 0;
+    c->path[0] = 0;
+    c->nest = 0;
+    return gcheck(c, grammar_any_object(c->g));
 }
 
 int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool all_strict, char *err, size_t cap) {

@@ -39,9 +39,10 @@ int jsonschema_compile(grammar *g, const cJSON *schema, char *err, size_t cap);
 /* The tool-call markup the Qwen3 templates use, one call:
  *   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
  * tools: chat-form tools ([{"type": "function", "function": {"name", "parameters", "strict"}}]);
- * `name` non-NULL: only that tool. ARGS follows the tool's parameters schema when the tool is
- * strict ("strict": true) or `all_strict`, and is any JSON object otherwise. Returns the node
- * or -1 (err: an unsupported keyword in a strict tool's schema, or an unknown name). */
+ * `name` non-NULL: only that tool. ARGS follows the tool's parameters schema (any JSON object when
+ * a tool that is not strict has a schema the grammar cannot express). Returns the node or -1
+ * (err: an unsupported keyword in a strict tool's schema ("strict": true or `all_strict`), or an
+ * unknown name). */
 int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool all_strict, char *err, size_t cap);
 
 #endif
