@@ -284,7 +284,7 @@ def serve_start_lines(model, *args, env=None):
 def test_network_host_without_key_warns(model):
     lines = serve_start_lines(model, "--host", "0.0.0.0")
     assert any("listening on http://0.0.0.0:" in l for l in lines), lines
-    assert any("warning: --host 0.0.0.0 is reachable from the network and no API key is set" in l for l in lines)
+    assert any("warning: --host 0.0.0.0 is reachable from the network without an API key" in l for l in lines)
     for quiet in (["--host", "0.0.0.0", "--api-key", "k"], ["--host", "127.0.0.1"]):
         lines = serve_start_lines(model, *quiet)
         assert any("listening on" in l for l in lines) and not any("warning" in l for l in lines), lines

@@ -236,7 +236,7 @@ static int serve_check_host(const char *host, const char *api_key) {
                             "its interfaces' addresses)", host);
     }
     if (!is_loopback(host) && !api_key)
-        fprintf(stderr, "redlite serve: warning: --host %s is reachable from the network and no API key is set: "
+        fprintf(stderr, "redlite serve: warning: --host %s is reachable from the network without an API key: "
                 "anyone who can connect can use the model (set --api-key KEY or REDLITE_API_KEY)\n", host);
     return 0;
 }
