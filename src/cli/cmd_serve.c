@@ -45,8 +45,12 @@ static const char SERVE_FOOTER[] =
     "Sampling defaults (a request's own fields win): temperature 0.7, top-k 20, top-p 0.8,\n"
     "min-p 0 (Qwen's recommendation for Qwen3-Next / Qwen3-Coder). --stop is per request.\n"
     "\n"
-    "Context window: --ctx (default 32768). Clients read it from GET /v1/models\n"
-    "(context_length, context_window, max_model_len); an over-long prompt gets OpenAI's\n"
+    "Context window: --ctx; by default the model's trained length (context_length) when its KV\n"
+    "cache fits the memory plan (RAM: beside the weights, the experts first; GPU: the free\n"
+    "memory), else the most that fits, at least 4096; the choice is printed at start. Clients\n"
+    "read it from GET /v1/models (context_length, context_window, max_model_len; n_ctx_train\n"
+    "in meta); a longer prompt than the trained length is answered with a warning header and\n"
+    "log line; an over-long prompt gets OpenAI's\n"
     "context_length_exceeded / Anthropic's 'prompt is too long: N tokens > M maximum'.\n"
     "\n"
     "TEST ONLY (no model evaluation; protocol tests):\n"
@@ -145,7 +149,7 @@ int cmd_serve(int argc, char **argv) {
     o.sp.top_k = 20;
     o.sp.top_p = 0.8f;
     o.sp.min_p = 0.0f;
-    o.n_ctx = 32768;
+    o.n_ctx = 0; /* planned from the model's trained length and the memory (run/ctx_plan.h) */
     /* serve's own flags first; the rest goes through the option table */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return cli_fail(CMD, 1, "out of memory");

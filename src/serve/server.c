@@ -375,6 +375,7 @@ typedef struct {
     long long requests[4];  /* by API: chat, completions, responses, messages */
     long long status[600];  /* responses by HTTP status */
     long long rejected, cancelled, errors;
+    long long beyond_train; /* prompts longer than the trained context */
     long long prompt_tokens, prompt_reused, gen_tokens, drafted, accepted;
     double prompt_s, gen_s, last_decode_tps, last_prompt_tps;
     char *backend_lines;    /* from the backend, refreshed after each job */
@@ -567,6 +568,9 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# TYPE redlite_requests_rejected_total counter\nredlite_requests_rejected_total %lld\n", m->rejected);
     PUT("# TYPE redlite_requests_cancelled_total counter\nredlite_requests_cancelled_total %lld\n", m->cancelled);
     PUT("# TYPE redlite_requests_failed_total counter\nredlite_requests_failed_total %lld\n", m->errors);
+    PUT("# HELP redlite_prompts_beyond_trained_total Prompts longer than the model's trained context.\n"
+        "# TYPE redlite_prompts_beyond_trained_total counter\nredlite_prompts_beyond_trained_total %lld\n",
+        m->beyond_train);
     PUT("# HELP redlite_prompt_tokens_total Prompt tokens of all requests.\n"
         "# TYPE redlite_prompt_tokens_total counter\nredlite_prompt_tokens_total %lld\n", m->prompt_tokens);
     PUT("# HELP redlite_prompt_tokens_reused_total Prompt tokens not evaluated (held prefix or checkpoint).\n"
@@ -688,6 +692,12 @@ static void add_length_headers(struct MHD_Response *r, const srv_request *rq) {
     char v[32];
     snprintf(v, sizeof v, "%lld", rq->n_predict);
     MHD_add_response_header(r, "X-RedLite-Max-Tokens", v);
+    if (rq->n_ctx_train_exceeded) {
+        char w[160];
+        snprintf(w, sizeof w, "the prompt has %zu tokens, more than the model was trained on (%d): answers may degrade",
+                 rq->prompt.n, rq->n_ctx_train_exceeded);
+        MHD_add_response_header(r, "X-RedLite-Warning", w);
+    }
     if (rq->max_tokens_asked) {
         snprintf(v, sizeof v, "%lld", rq->max_tokens_asked);
         MHD_add_response_header(r, "X-RedLite-Max-Tokens-Requested", v);
@@ -808,6 +818,21 @@ static void clamp_length(const srv_info *in, srv_request *rq) {
     rq->n_predict = want < room ? want : room;
 }
 
+/* A prompt longer than the model's trained context (possible when --ctx is set above it): a
+ * header on the answer, a counter, and a log line (the first one; each one with -v). */
+static void warn_train(server *s, srv_request *rq) {
+    int train = s->info.n_ctx_train;
+    if (train <= 0 || rq->prompt.n <= (size_t)train) return;
+    rq->n_ctx_train_exceeded = train;
+    pthread_mutex_lock(&s->mu);
+    bool first = s->m.beyond_train++ == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (first || s->p.verbose)
+        fprintf(stderr, "redlite serve: warning: a prompt of %zu tokens is longer than the model's trained context "
+                        "(%d tokens): answers may degrade%s\n", rq->prompt.n, train,
+                first && !s->p.verbose ? " (later ones: redlite_prompts_beyond_trained_total in /metrics)" : "");
+}
+
 static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {
     srv_error e = {0};
     api_family fam = r->rt->fam;
@@ -874,6 +899,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     j->rq = rq;
     r->job = j;
     clamp_length(&s->info, &j->rq);
+    warn_train(s, &j->rq);
     /* A stream opens now (headers and its first event), before the queue wait and the prefill:
      * clients' first-byte timeouts never see the silence; keep-alives follow (stream_reader).
      * Nothing else touches the API state before enqueue. */
@@ -1026,7 +1052,7 @@ server *server_start(const server_params *p, srv_backend *b) {
     pthread_mutex_init(&s->fields.mu, NULL);
     s->info = (srv_info){.tok = b->tok, .fmt = b->fmt, .n_ctx = b->n_ctx, .model_id = p->model_id, .sp = p->sp,
                          .max_tokens = p->max_tokens, .reasoning = p->reasoning, .strict_fields = p->strict_fields,
-                         .unknown = &s->fields, .n_ctx_train = p->n_ctx_train};
+                         .unknown = &s->fields, .n_ctx_train = p->n_ctx_train ? p->n_ctx_train : b->n_ctx_train};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->t_start = rl_now();

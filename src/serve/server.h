@@ -67,6 +67,7 @@ typedef struct {
     const tokenizer *tok;   /* immutable: used from the HTTP threads */
     chat_format fmt;
     int n_ctx;
+    int n_ctx_train;        /* the model's trained context (GGUF context_length; 0 unknown) */
     /* inference thread only: bring the sequence to the prompt, then generate. 0 or -1 (r->error) */
     int (*generate)(void *ud, const srv_gen *g, srv_result *r);
     /* inference thread only (between jobs): extra Prometheus lines (expert cache, ...) */
@@ -105,6 +106,7 @@ typedef struct {
     const srv_api *api;
     void *st;
     long long max_tokens_asked; /* set by the server when it clamped n_predict (0: not clamped) */
+    int n_ctx_train_exceeded;   /* set by the server: the trained length the prompt runs past (0: none) */
 } srv_request;
 void srv_request_free(srv_request *rq);
 /* Add a stop string (copied). 0 or -1 (too many / oom: rl_lasterr). */
@@ -208,7 +210,7 @@ typedef struct {
     int conn_limit;          /* simultaneous connections (0 = queue * 2 + 16) */
     int reasoning;           /* srv_info.reasoning */
     bool strict_fields;      /* srv_info.strict_fields */
-    int n_ctx_train;         /* srv_info.n_ctx_train */
+    int n_ctx_train;         /* srv_info.n_ctx_train (0: the backend's) */
     bool verbose;            /* one line per request on stderr */
 } server_params;
 

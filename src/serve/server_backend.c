@@ -8,6 +8,7 @@
 #include "base/common.h"
 #include "cache/expert_cache.h"
 #include "gguf/gguf.h"
+#include "run/ctx_plan.h"
 #include "run/session.h"
 #include "run/statefile.h"
 
@@ -139,6 +140,12 @@ srv_backend *srv_backend_script(const srv_script_params *p) {
     if (!f) goto fail;
     s->tok = tokenizer_load(f);
     s->b.fmt = chat_format_from_gguf(f);
+    uint32_t train = 0;
+    char key[96];
+    char *arch = gguf_get_str_dup(f, "general.architecture");
+    snprintf(key, sizeof key, "%s.context_length", arch ? arch : "qwen3next");
+    free(arch);
+    if (gguf_get_u32(f, key, &train)) s->b.n_ctx_train = (int)train;
     gguf_close(f);
     if (!s->tok) goto fail;
     /* split the script into answers at lines "---" */
@@ -158,7 +165,7 @@ srv_backend *srv_backend_script(const srv_script_params *p) {
     s->b.ud = s;
     s->b.name = "script (test only)";
     s->b.tok = s->tok;
-    s->b.n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;
+    s->b.n_ctx = p->n_ctx > 0 ? p->n_ctx : 32768; /* nothing to plan: no model memory */
     s->b.generate = script_generate;
     s->b.free = script_free;
     return &s->b;
@@ -362,7 +369,12 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         rl_seterr("%s has no tokenizer: serve needs one to read and write text", p->model_path);
         goto fail;
     }
-    if (!(s->s = session_new(s->m, &sp))) goto fail;
+    if (p->n_ctx > 0) s->s = session_new(s->m, &sp);
+    else { /* the default: from the trained length and the memory plan (ctx_plan.h) */
+        ctx_plan plan;
+        if ((s->s = ctx_plan_session_new(s->m, &sp, &plan))) fprintf(stderr, "redlite serve: %s\n", plan.reason);
+    }
+    if (!s->s) goto fail;
     if (p->spec == SPEC_MTP && !engine_has_mtp(session_model_engine(s->m))) {
         rl_seterr("--spec mtp: this model or backend has no MTP head forward; use --spec lookup or auto");
         goto fail;
@@ -382,6 +394,7 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     s->b.tok = session_model_tokenizer(s->m);
     s->b.fmt = chat_format_from_gguf(engine_gguf(session_model_engine(s->m)));
     s->b.n_ctx = session_n_ctx(s->s);
+    s->b.n_ctx_train = session_hparams(s->s)->n_ctx_train;
     s->b.generate = sess_generate;
     s->b.metrics = sess_metrics;
     s->b.flush = sess_flush;
