@@ -282,6 +282,8 @@ struct srv_job {
     double t_sent;       /* streaming: when bytes last went to the client (keep-alives) */
     bool prefilling;     /* running, prompt not yet ingested (metrics) */
     double t_run;        /* when it began running */
+    int pf_done, pf_total; /* prefill progress: tokens evaluated of those to evaluate (server mu) */
+    double t_pf_log;     /* -v: when the last progress line was written */
 };
 
 static srv_job *job_new(server *s, api_family fam, int fd) {
@@ -428,6 +430,24 @@ static void on_prompt(void *ud, int n_reused) {
     if (j->rq.api->start) j->rq.api->start(j, j->rq.st, (int)j->rq.prompt.n, n_reused);
 }
 
+/* Prefill progress (inference thread): the /metrics gauges, and with -v a line every 2 s. */
+#define PROGRESS_LOG_S 2.0
+static void on_progress(void *ud, int done, int total) {
+    srv_job *j = ud;
+    server *s = j->srv;
+    pthread_mutex_lock(&s->mu);
+    j->pf_done = done;
+    j->pf_total = total;
+    pthread_mutex_unlock(&s->mu);
+    double now = rl_now();
+    if (s->p.verbose && done > 0 && done < total && now - j->t_pf_log >= PROGRESS_LOG_S) {
+        j->t_pf_log = now;
+        double dt = now - j->t_run;
+        fprintf(stderr, "serve: %s prefill %d/%d tokens (%.0f%%), %.1f tok/s, %.1f s\n", j->rq.api->name, done, total,
+                100.0 * done / total, dt > 0 ? done / dt : 0.0, dt);
+    }
+}
+
 static int on_text(void *ud, const char *s, size_t n) {
     srv_job *j = ud;
     if (j->cancel) return 1;
@@ -445,7 +465,9 @@ static void run_job(server *s, srv_job *j) {
     } else {
         pthread_mutex_lock(&s->mu);
         j->prefilling = true;
-        j->t_run = rl_now();
+        j->t_run = j->t_pf_log = rl_now();
+        j->pf_done = 0;
+        j->pf_total = (int)j->rq.prompt.n; /* until the backend says how much it reuses */
         pthread_mutex_unlock(&s->mu);
         if (s->p.verbose)
             fprintf(stderr, "serve: %s prefill: %zu prompt tokens (waited %.2f s in the queue)\n", j->rq.api->name,
@@ -458,6 +480,7 @@ static void run_job(server *s, srv_job *j) {
             .stops = (const char *const *)j->rq.stops,
             .n_stops = j->rq.n_stops,
             .on_prompt = on_prompt,
+            .on_progress = on_progress,
             .on_text = on_text,
             .ud = j,
             .cancel = &j->cancel,
@@ -593,6 +616,12 @@ static void metrics_text(server *s, chat_buf *o) {
         "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf ? s->running->rq.prompt.n : 0);
     PUT("# HELP redlite_prefill_seconds How long the running prefill has taken so far (0: none running).\n"
         "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf ? rl_now() - s->running->t_run : 0.0);
+    PUT("# HELP redlite_prefill_evaluated_tokens Tokens the running prefill has evaluated so far (0: none running).\n"
+        "# TYPE redlite_prefill_evaluated_tokens gauge\nredlite_prefill_evaluated_tokens %d\n",
+        pf ? s->running->pf_done : 0);
+    PUT("# HELP redlite_prefill_remaining_tokens Tokens the running prefill has still to evaluate (reused ones "
+        "excluded; 0: none running).\n# TYPE redlite_prefill_remaining_tokens gauge\n"
+        "redlite_prefill_remaining_tokens %d\n", pf ? s->running->pf_total - s->running->pf_done : 0);
     pthread_mutex_lock(&s->fields.mu);
     PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored (--strict-fields "
         "refuses them).\n# TYPE redlite_unknown_fields_total counter\n");
@@ -834,6 +863,7 @@ static void warn_train(server *s, srv_request *rq) {
 }
 
 static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {
+    double t_in = rl_now(); /* the body is read: parsing, rendering and tokenising start */
     srv_error e = {0};
     api_family fam = r->rt->fam;
     if (r->too_big) {
@@ -908,6 +938,9 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         j->rq.api->open(j, j->rq.st, (int)j->rq.prompt.n);
         j->t_sent = rl_now();
     }
+    if (s->p.verbose)
+        fprintf(stderr, "serve: %s accepted: %zu prompt tokens, parsed and tokenised in %.1f ms%s\n", j->rq.api->name,
+                j->rq.prompt.n, (rl_now() - t_in) * 1e3, open_now ? ", stream opened" : "");
     if (enqueue(s, j)) {
         srv_fail(&e, 503, fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
                  "the server is busy (%d requests queued, --queue): retry later", s->p.queue);

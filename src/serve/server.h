@@ -46,6 +46,9 @@ typedef struct {
     int n_stops;
     /* called once the prompt is ingested (n_reused of n_prompt tokens were not evaluated) */
     void (*on_prompt)(void *ud, int n_reused);
+    /* prefill progress, may be NULL: done of total tokens to evaluate (reused ones excluded),
+     * once at the start (done 0) and after each chunk */
+    void (*on_progress)(void *ud, int done, int total);
     /* generated text (valid UTF-8, stop strings removed); non-zero return stops (cancelled) */
     int (*on_text)(void *ud, const char *s, size_t n);
     void *ud;

@@ -219,6 +219,18 @@ static int sess_on_text(void *ud, int32_t token, const char *text, size_t n) {
     return n ? g->on_text(g->ud, text, n) : 0;
 }
 
+/* session_feed's progress -> the server's; `base` counts the tokens an earlier feed of the same
+ * prompt evaluated (the state-dir path feeds all but the last token, then the last one) */
+typedef struct {
+    const srv_gen *g;
+    int base, extra;
+} sess_prog;
+
+static void sess_progress(void *ud, int done, int total, double seconds) {
+    sess_prog *p = ud;
+    p->g->on_progress(p->g->ud, p->base + done, p->base + total + p->extra);
+}
+
 static void sess_save(sess_be *s) {
     if (!s->sd || !s->pending) return;
     double t0 = rl_now();
@@ -256,12 +268,20 @@ static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
     }
     session_feed_stats fs, fs1;
     session_feed_opts fo = {.cancel = g->cancel};
+    sess_prog prog = {.g = g};
+    if (g->on_progress) {
+        fo.progress = sess_progress;
+        fo.ud = &prog;
+    }
     int n = g->n_prompt, rc1 = 0;
     int hn;
     const int32_t *h = session_history(s->s, &hn);
     bool at_last = hn == n - 1 && n >= 2 && !memcmp(h, g->prompt, sizeof(int32_t) * (size_t)(n - 1));
     if (s->sd && n >= 2 && !at_last) { /* all but the last token, a snapshot for the disk, then the last one */
+        prog.extra = 1;
         rc1 = session_feed(s->s, g->prompt, n - 1, &fo, &fs);
+        prog.base = fs.n_evaluated;
+        prog.extra = 0;
         if (!rc1 && s->unsaved + fs.n_evaluated >= s->min_tokens && (s->snap || (s->snap = engine_snapshot_new(session_ctx(s->s))))) {
             free(s->pending);
             s->pending = NULL;
