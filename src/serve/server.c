@@ -280,6 +280,7 @@ struct srv_job {
     srv_job *next;
     double t_queued;
     double t_sent;       /* streaming: when bytes last went to the client (keep-alives) */
+    bool ws_keepalive;   /* non-streaming answer sent as a 200 with whitespace keep-alives first */
     bool prefilling;     /* running, prompt not yet ingested (metrics) */
     double t_run;        /* when it began running */
     int pf_done, pf_total; /* prefill progress: tokens evaluated of those to evaluate (server mu) */
@@ -402,6 +403,7 @@ struct server {
     srv_metrics m;
     double t_start;
     srv_fieldlog fields;    /* unknown request fields */
+    double json_ka_after;   /* seconds before a non-streaming answer switches to whitespace keep-alives */
 };
 
 static int api_index(const srv_api *a) {
@@ -765,6 +767,8 @@ static enum MHD_Result send_error(server *s, struct MHD_Connection *c, api_famil
  * OpenAI ones an SSE comment (which SSE parsers skip). Sent only when every byte of the
  * events so far went out, so it never lands inside an event. */
 #define KEEPALIVE_S 1.0
+/* A non-streaming answer not ready after this long gets whitespace keep-alives (dispatch). */
+#define JSON_KEEPALIVE_AFTER_S 30.0
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_job *j = cls;
@@ -779,7 +783,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         double now = rl_now();
         if (j->out.n == j->out_read && !j->done && now - j->t_sent >= KEEPALIVE_S) {
             static const char ping[] = "event: ping\ndata: {\"type\": \"ping\"}\n\n", comment[] = ": keep-alive\n\n";
-            const char *ka = j->fam == FAM_ANTHROPIC ? ping : comment;
+            const char *ka = j->ws_keepalive ? "\n" : j->fam == FAM_ANTHROPIC ? ping : comment;
             size_t k = strlen(ka);
             if (k > max) break;
             memcpy(buf, ka, k);
@@ -947,15 +951,28 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         return send_error(s, c, fam, &e, "1");
     }
     if (!open_now) {
-        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client. */
+        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client. A
+         * non-streaming answer that takes longer than json_ka_after (a long prefill, a queue wait)
+         * is sent as it comes instead: status 200 and its headers now, a newline a second (JSON
+         * allows leading whitespace) so that clients' and proxies' idle and first-byte timeouts
+         * (Node's fetch: 300 s for headers; nginx: 60 s) do not fire, then the body. The price:
+         * an error found later (the server stops, the engine fails) can no longer change the
+         * status; the body is then the API's error object under 200 (docs/SERVER.md). */
+        double t_wait = rl_now();
+        bool ws = false;
         pthread_mutex_lock(&j->mu);
         while (!(j->rq.stream ? j->started : j->done)) {
             timed_wait(j, 0.1);
             if (!j->done && peer_gone(j->fd)) j->cancel = 1; /* keep waiting: the job still owns its output */
+            if (!j->rq.stream && !j->done && !j->cancel && rl_now() - t_wait >= s->json_ka_after) {
+                ws = j->ws_keepalive = true;
+                j->t_sent = rl_now() - KEEPALIVE_S; /* the first newline at once */
+                break;
+            }
         }
         bool body_ready = j->done && j->status; /* a complete non-streaming answer (or a drop) */
         pthread_mutex_unlock(&j->mu);
-        if (!j->rq.stream || body_ready) {
+        if (!ws && (!j->rq.stream || body_ready)) {
             pthread_mutex_lock(&j->mu);
             /* a streaming job that ended before starting has its body too; otherwise it is a stream */
             int status = j->status ? j->status : 200;
@@ -974,7 +991,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         job_unref(j);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Content-Type", j->ws_keepalive ? "application/json" : "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     add_length_headers(resp, &j->rq);
@@ -1089,6 +1106,8 @@ server *server_start(const server_params *p, srv_backend *b) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->t_start = rl_now();
+    const char *ka = getenv("RL_SERVE_JSON_KEEPALIVE_S"); /* tests: a shorter wait */
+    s->json_ka_after = ka && atof(ka) > 0 ? atof(ka) : JSON_KEEPALIVE_AFTER_S;
 
     struct sockaddr_in sa = {0};
     sa.sin_family = AF_INET;
