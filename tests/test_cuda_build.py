@@ -4,7 +4,14 @@ reports a missing device cleanly: `redlite dump --backend cuda` exits 1 with one
 tests (test_cuda_ops, test_cuda_engine, test_cuda_vram, test_cuda_verify, test_cuda_spec) run from that
 build: on a GPU they must pass; without one they exit 77 saying "no CUDA device" and are reported as skips with that reason. A build that
 fails, or a GPU test that fails or crashes, is a failure, never a skip. tests/run.sh runs this
-file before tests/cuda/, whose fixture tests use the binary built here."""
+file before tests/cuda/, whose fixture tests use the binary built here.
+
+The whole tree is built for the Makefile's CUDA_TEST_ARCH (sm_90, what the GPU machine runs); every
+other target of the default fat CUDA_ARCH (sm_80, sm_86, sm_89, sm_120, compute_120 PTX) is
+compiled for the translation units that hold the architecture-dependent code: norm.cu (PDL's
+griddepcontrol through common.cuh, which every kernel file includes), attn_tc.cu (f16 mma.sync,
+ldmatrix, cp.async) and mm_q8_0.cu (the int8 mma.sync tiles of mmq.cuh and the matmul templates
+every mm_<type>.cu instantiates). A whole fat build is about an hour on CI's 2 cores."""
 import os
 import re
 import shutil
@@ -25,7 +32,9 @@ def cuda_build():
     # tests/run.sh builds these targets before pytest starts, so here make finds them up to date and a
     # test's duration is its own, not the build's.
     jobs = os.environ.get("RL_CUDA_JOBS") or str(os.cpu_count() or 2)
-    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"-j{jobs}", f"{BUILD}/redlite",
+    arch = subprocess.run(["make", "-s", "print-cuda-test-arch"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"CUDA_ARCH={arch}", f"-j{jobs}",
+                        f"{BUILD}/redlite",
                         f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine",
                         f"{BUILD}/tests/test_cuda_vram", f"{BUILD}/tests/test_cuda_verify",
                         f"{BUILD}/tests/test_cuda_spec"],
@@ -88,3 +97,41 @@ def test_cuda_persist_bench():
             pytest.skip(r.stderr.strip().splitlines()[-1])
         assert r.returncode == 0, f"cuda_persist {args} failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         assert r.stderr.count("same bits") == 3 and "MISMATCH" not in r.stderr, r.stderr
+
+
+ARCH_TUS = ["norm.cu", "attn_tc.cu", "mm_q8_0.cu"]
+
+
+def test_every_target_compiles():
+    """Each -gencode of the default (fat) CUDA_ARCH compiles the architecture-dependent translation units
+    with the build's own flags (-Werror included), in parallel."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc not on PATH: the CUDA targets are not checked here")
+    arch = subprocess.run(["make", "-s", "print-cuda-arch"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    test_arch = subprocess.run(["make", "-s", "print-cuda-test-arch"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.split()
+    pairs = [arch[i + 1] for i in range(0, len(arch) - 1, 2) if arch[i] == "-gencode"]
+    done = {test_arch[i + 1] for i in range(0, len(test_arch) - 1, 2) if test_arch[i] == "-gencode"}
+    todo = [p for p in pairs if p not in done]
+    assert len(pairs) >= 5 and todo, f"default CUDA_ARCH lists {pairs}"
+    out = os.path.join(ROOT, BUILD, "archcheck")
+    os.makedirs(out, exist_ok=True)
+    jobs, fails = [], []
+    for p in todo:
+        for tu in ARCH_TUS:
+            o = os.path.join(out, f"{p.replace(',', '_').replace('=', '-')}_{tu}.o")
+            cmd = ["nvcc", "-O3", "-std=c++17", "-gencode", p, "-fmad=false", "-Isrc", "-Xcompiler",
+                   "-Wall,-Werror,-Wno-unused-parameter", "-c", os.path.join("src", "cuda", tu), "-o", o]
+            jobs.append((p, tu, cmd))
+    n = int(os.environ.get("RL_CUDA_JOBS") or os.cpu_count() or 2)
+    running = []
+    while jobs or running:
+        while jobs and len(running) < n:
+            p, tu, cmd = jobs.pop(0)
+            running.append((p, tu, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                    text=True)))
+        p, tu, pr = running.pop(0)
+        txt = pr.communicate(timeout=1800)[0]
+        if pr.returncode != 0:
+            fails.append(f"{p} {tu}:\n{txt[-2000:]}")
+    assert not fails, "\n".join(fails)

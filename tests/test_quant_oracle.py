@@ -4,8 +4,9 @@ For every type that gguf.quants can dequantise we build random blocks whose fp16
 hold random finite normal values (|d| in 1e-3 .. 1e-1, random sign) and whose other bytes are
 random, dequantise them with gguf's numpy code and with our C code (through the
 $(BUILD)/tools/rl_dequant bridge, tests/c/tool_dequant.c), and require the float32 results to be
-BIT-identical (compared as uint32). Quantisers that gguf also implements (Q8_0, Q4_0, Q4_1,
-Q5_0, Q5_1, BF16, F16) are checked byte-for-byte the same way. Finally the generated lookup
+BIT-identical (compared as uint32); MXFP4's E8M0 exponent byte gets realistic values plus the
+subnormal and largest finite scales. Quantisers that gguf also implements (Q8_0, Q4_0, Q4_1,
+Q5_0, Q5_1, BF16, F16, MXFP4) are checked byte-for-byte the same way. Finally the generated lookup
 tables (src/quant_tables.{h,c}) must equal a fresh run of tools/gen_quant_tables.py.
 
 The build directory defaults to build/ (what `make test` uses); set RL_BUILD to test another.
@@ -35,10 +36,11 @@ FP16_FIELDS = {
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
     "IQ4_XS": [0], "IQ3_XXS": [0], "IQ3_S": [0], "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0],
     "IQ1_S": [0], "IQ1_M": [],  # IQ1_M: d is spread over the scale words, see random_blocks
+    "MXFP4": [],  # MXFP4: an E8M0 exponent byte, see random_blocks
 }
 QUANT_TYPES = list(FP16_FIELDS)
 # Types our C code can quantise that gguf can too (bit-exact reference quantisers).
-FROM_FLOAT_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "BF16"]
+FROM_FLOAT_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "BF16", "MXFP4"]
 
 
 def run_tool(args, stdin):
@@ -69,6 +71,11 @@ def random_blocks(name, seed, n_blocks=N_BLOCKS):
         for k in range(4):
             sc[:, k] = (sc[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
         blocks[:, 48:56] = sc.view(np.uint8).reshape(n_blocks, 8)
+    if name == "MXFP4":
+        # byte 0 = E8M0 exponent e (the halved scale 2^(e-128)): realistic 2^-24 .. 2^4, plus the
+        # subnormal e = 0, 1, 2 and the largest e whose values stay finite (12 * 2^124) in the first blocks
+        blocks[:, 0] = rng.integers(104, 133, size=n_blocks, dtype=np.uint8)
+        blocks[:4, 0] = [0, 1, 2, 252][:min(4, n_blocks)]
     return blocks
 
 
@@ -169,4 +176,5 @@ def test_tables_decode_like_package():
         assert np.array_equal(got, ref), name
     assert arr("ksigns_iq2xs") == list(gq.IQ2_XXS.ksigns)
     assert arr("kvalues_iq4nl") == list(gq.IQ4_NL.kvalues)
+    assert arr("kvalues_mxfp4") == list(gq.MXFP4.kvalues)
     assert arr("kmask_iq2xs") == [1 << j for j in range(8)]

@@ -167,7 +167,7 @@ def test_queue_503_and_disconnect():
         before = s.metrics()
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
         body = json.dumps({"messages": CONV, "max_tokens": 20000, "temperature": 0, "stream": True}).encode()
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         got = b""
         while got.count(b"data: ") < 4:

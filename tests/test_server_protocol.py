@@ -281,7 +281,7 @@ def test_bad_requests(tmp_path):
         check(chat, {"messages": USER, "stop": 5}, 400, ["stop"])
         check(chat, {"messages": USER, "n": 3}, 400, ["'n'"])
         check(chat, {"messages": [{"role": "user", "content": "word " * 200}]}, 400, ["context"])
-        check(chat, {"messages": USER, "response_format": {"type": "json_schema"}}, 400, ["not supported"])
+        check(chat, {"messages": USER, "response_format": {"type": "json_schema"}}, 400, ["json_schema", "schema"])
         check(chat, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, ["UTF-8"])
         check(chat, b'{"messages": "' + b"x" * (2 << 20) + b'"}', 413, ["limit"])
         check("/v1/messages", {"model": "m", "messages": USER}, 400, ["max_tokens"], fam="anthropic")
@@ -361,7 +361,7 @@ def test_disconnect_cancels(tmp_path):
             before = s.metrics()
             sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
             body = json.dumps({"messages": USER, "max_tokens": 1000, "stream": stream}).encode()
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             if stream:
                 got = b""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gen_quant_tables.py — generate src/gguf/quant_tables.{h,c} from the `gguf` PyPI package.
 
-The IQ codebooks (grids), the IQ4_NL value table and the sign tables are format data. We take
+The IQ codebooks (grids), the IQ4_NL and MXFP4 value tables and the sign tables are format data. We take
 them as data from the `gguf` package (gguf/quants.py stores each grid as a packed hex string plus
 a small value map; `init_grid()` expands it to float32 values) and re-encode them in the layout
 our C code indexes (one byte per value, little-endian inside a u32/u64 entry). Nothing is typed
@@ -65,6 +65,8 @@ def main():
     assert len(ksigns) == 128
     kvalues = list(gq.IQ4_NL.kvalues)
     assert len(kvalues) == 16
+    kvalues_mx = list(gq.MXFP4.kvalues)  # E2M1 values times 2 (the E8M0 scale is halved to match)
+    assert len(kvalues_mx) == 16 and all(float(v).is_integer() for v in kvalues_mx)
     kmask = [1 << j for j in range(8)]
 
     h = [f"/* quant_tables.h — {stamp}.",
@@ -74,7 +76,9 @@ def main():
          " *   iq2*_grid: magnitudes in {8, 25, 43};   iq3*_grid: magnitudes (IQ3_XXS 4..62, IQ3_S 1..15);",
          " *   iq1s_grid: signed bytes in {-1, 0, +1} (the CPU form, 0xff = -1).",
          " * ksigns_iq2xs: 7-bit index -> 8-bit sign mask (bit 7 = parity of bits 0..6);",
-         " * kmask_iq2xs[j] = 1 << j; kvalues_iq4nl: the non-linear 4-bit codebook. */",
+         " * kmask_iq2xs[j] = 1 << j; kvalues_iq4nl: the non-linear 4-bit codebook;",
+         " * kvalues_mxfp4: the 16 E2M1 (FP4) values doubled, so they are integers (MXFP4's E8M0 scale",
+         " * is taken as 2^(e - 128), half its value, to compensate). */",
          "#ifndef RL_QUANT_TABLES_H", "#define RL_QUANT_TABLES_H", "", "#include <stdint.h>", ""]
     c = [f"/* quant_tables.c — {stamp}. */", '#include "gguf/quant_tables.h"', ""]
     for name, cls, k, ctype, count in grids:
@@ -88,12 +92,15 @@ def main():
     h.append("extern const uint8_t ksigns_iq2xs[128];")
     h.append("extern const uint8_t kmask_iq2xs[8];")
     h.append("extern const int8_t kvalues_iq4nl[16];")
+    h.append("extern const int8_t kvalues_mxfp4[16];")
     h += ["", "#endif", ""]
     c.append(fmt_array("const uint8_t ksigns_iq2xs[128]", ksigns, 16, lambda v: f"0x{v:02x}"))
     c.append("")
     c.append(fmt_array("const uint8_t kmask_iq2xs[8]", kmask, 8, lambda v: f"0x{v:02x}"))
     c.append("")
     c.append(fmt_array("const int8_t kvalues_iq4nl[16]", kvalues, 16, str))
+    c.append("")
+    c.append(fmt_array("const int8_t kvalues_mxfp4[16]", kvalues_mx, 16, str))
     c.append("")
 
     os.makedirs(args.out, exist_ok=True)

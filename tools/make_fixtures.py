@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build tiny random Qwen3-Next checkpoints, convert them with llama.cpp's own converter and record
+"""Build tiny random Qwen3-Next-family checkpoints (qwen3_next, qwen3_5_moe, qwen3_5), convert them with llama.cpp's own converter and record
 oracle outputs with HF transformers (and, optionally, llama.cpp through llama-cpp-python).
 
 Developer tool: run it on a developer machine, never in CI.  Needs torch + transformers (>= 5, with
@@ -67,7 +67,21 @@ PRESETS = {
                    heads=8, kv_heads=2, head_dim=256, lin_k_heads=4, lin_v_heads=8,
                    lin_k_dim=64, lin_v_dim=64, full_interval=4, rope_theta=5e6, mtp=True,
                    full_logits_prompts=[]),
+    # Qwen3.5 MoE (transformers qwen3_5_moe, GGUF qwen35moe): separate in_proj_b / in_proj_a, value heads
+    # reordered to tiled by the converter (4 value heads per key head, so tiled != grouped), multi-section
+    # RoPE, MTP block. The vocabulary is trimmed after conversion to keep the fixture small (see trim_vocab).
+    "tiny-q35moe": dict(seed=3, hidden=64, layers=4, experts=16, topk=4, moe_ff=32, shared_ff=64,
+                        heads=4, kv_heads=2, head_dim=64, lin_k_heads=2, lin_v_heads=8,
+                        lin_k_dim=32, lin_v_dim=32, full_interval=4, rope_theta=1e7, mtp=True,
+                        arch="qwen3_5_moe", dense_ff=0, keep_vocab=2048, full_logits_prompts=[0]),
+    # Qwen3.5 dense (transformers qwen3_5, GGUF qwen35): dense SwiGLU FFN instead of the MoE.
+    "tiny-q35": dict(seed=4, hidden=64, layers=4, experts=0, topk=0, moe_ff=0, shared_ff=0,
+                     heads=4, kv_heads=2, head_dim=64, lin_k_heads=2, lin_v_heads=8,
+                     lin_k_dim=32, lin_v_dim=32, full_interval=4, rope_theta=1e7, mtp=False,
+                     arch="qwen3_5", dense_ff=96, keep_vocab=2048, full_logits_prompts=[0]),
 }
+# Defaults of the keys the Qwen3.5 presets added (the Qwen3-Next presets predate them).
+PRESET_DEFAULTS = dict(arch="qwen3_next", dense_ff=0, keep_vocab=0)
 
 DEFAULT_PROMPTS = [
     # prompt 0 is kept short: its full logits (T x 151936 fp32) are stored verbatim.
@@ -146,7 +160,26 @@ def fetch_converter(cache: Path) -> Path:
 # ----------------------------------------------------------------------------------------------
 # 1. model construction
 
+def hf_module(a):
+    """transformers' modelling module of the preset's architecture."""
+    if a.arch == "qwen3_5_moe":
+        from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as M
+    elif a.arch == "qwen3_5":
+        from transformers.models.qwen3_5 import modeling_qwen3_5 as M
+    else:
+        from transformers.models.qwen3_next import modeling_qwen3_next as M
+    return M
+
+
+def hf_causal_lm(a):
+    M = hf_module(a)
+    return {"qwen3_5_moe": "Qwen3_5MoeForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}.get(
+        a.arch, "Qwen3NextForCausalLM"), M
+
+
 def make_config(a):
+    if a.arch in ("qwen3_5_moe", "qwen3_5"):
+        return make_config_q35(a)
     from transformers import Qwen3NextConfig
     cfg = Qwen3NextConfig(
         vocab_size=VOCAB, hidden_size=a.hidden, intermediate_size=4 * a.hidden,
@@ -165,15 +198,43 @@ def make_config(a):
     return cfg
 
 
+def make_config_q35(a):
+    """Qwen3.5 text configs: no norm_topk_prob / decoder_sparse_step (always renormalised, MoE on every
+    layer), mrope_section given explicitly: the rotary pairs (head_dim / 8) split t/h/w like [11, 11, 10]."""
+    from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+    half = int(a.head_dim * 0.25) // 2
+    third = (half + 2) // 3
+    common = dict(
+        vocab_size=VOCAB, hidden_size=a.hidden, num_hidden_layers=a.layers, num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads, head_dim=a.head_dim,
+        rope_parameters={"rope_type": "default", "rope_theta": float(a.rope_theta), "partial_rotary_factor": 0.25,
+                         "mrope_section": [third, third, half - 2 * third], "mrope_interleaved": True},
+        linear_conv_kernel_dim=4, linear_key_head_dim=a.lin_k_dim, linear_value_head_dim=a.lin_v_dim,
+        linear_num_key_heads=a.lin_k_heads, linear_num_value_heads=a.lin_v_heads,
+        full_attention_interval=a.full_interval, max_position_embeddings=4096, tie_word_embeddings=False,
+        rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645, pad_token_id=None)
+    if a.arch == "qwen3_5":
+        return Qwen3_5TextConfig(intermediate_size=a.dense_ff, **common)
+    return Qwen3_5MoeTextConfig(moe_intermediate_size=a.moe_ff, shared_expert_intermediate_size=a.shared_ff,
+                                num_experts=a.experts, num_experts_per_tok=a.topk, **common)
+
+
+def is_moe(cfg) -> bool:
+    return getattr(cfg, "num_experts", 0) not in (0, None) if hasattr(cfg, "num_experts") else False
+
+
 def check_dims(cfg) -> None:
     """Every matrix input dim must be a multiple of 32 (Q8_0 block)."""
     ins = {
         "hidden": cfg.hidden_size,
         "attn heads*head_dim (o_proj in)": cfg.num_attention_heads * cfg.head_dim,
         "linear value dim (out_proj in)": cfg.linear_num_value_heads * cfg.linear_value_head_dim,
-        "moe_intermediate (expert down in)": cfg.moe_intermediate_size,
-        "shared_expert_intermediate (down in)": cfg.shared_expert_intermediate_size,
     }
+    if is_moe(cfg):
+        ins["moe_intermediate (expert down in)"] = cfg.moe_intermediate_size
+        ins["shared_expert_intermediate (down in)"] = cfg.shared_expert_intermediate_size
+    else:
+        ins["intermediate (ffn down in)"] = cfg.intermediate_size
     for k, v in ins.items():
         if v % 32:
             raise SystemExit(f"make_fixtures: {k} = {v} is not a multiple of 32 (Q8_0 blocks)")
@@ -252,9 +313,8 @@ class Init:
 
 def mtp_tensor_shapes(cfg) -> dict[str, tuple]:
     """Shapes of the `mtp.*` block (spec F.1), HF layout, per-expert tensors like the real checkpoint."""
-    D, E = cfg.hidden_size, cfg.num_experts
+    D = cfg.hidden_size
     H, Hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    I, Is = cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
     s = {
         "mtp.fc.weight": (D, 2 * D),
         "mtp.pre_fc_norm_embedding.weight": (D,),
@@ -268,12 +328,20 @@ def mtp_tensor_shapes(cfg) -> dict[str, tuple]:
         "mtp.layers.0.self_attn.o_proj.weight": (D, H * hd),
         "mtp.layers.0.self_attn.q_norm.weight": (hd,),
         "mtp.layers.0.self_attn.k_norm.weight": (hd,),
+    }
+    if not is_moe(cfg):  # dense FFN (qwen3_5)
+        F = cfg.intermediate_size
+        s.update({"mtp.layers.0.mlp.gate_proj.weight": (F, D), "mtp.layers.0.mlp.up_proj.weight": (F, D),
+                  "mtp.layers.0.mlp.down_proj.weight": (D, F)})
+        return s
+    E, I, Is = cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
+    s.update({
         "mtp.layers.0.mlp.gate.weight": (E, D),
         "mtp.layers.0.mlp.shared_expert.gate_proj.weight": (Is, D),
         "mtp.layers.0.mlp.shared_expert.up_proj.weight": (Is, D),
         "mtp.layers.0.mlp.shared_expert.down_proj.weight": (D, Is),
         "mtp.layers.0.mlp.shared_expert_gate.weight": (1, D),
-    }
+    })
     for e in range(E):
         s[f"mtp.layers.0.mlp.experts.{e}.gate_proj.weight"] = (I, D)
         s[f"mtp.layers.0.mlp.experts.{e}.up_proj.weight"] = (I, D)
@@ -283,9 +351,9 @@ def mtp_tensor_shapes(cfg) -> dict[str, tuple]:
 
 def build_model(a, cfg, gguf):
     import torch
-    from transformers import Qwen3NextForCausalLM
+    cls_name, M = hf_causal_lm(a)
     torch.manual_seed(a.seed)
-    model = Qwen3NextForCausalLM(cfg).to(torch.float32).eval()
+    model = getattr(M, cls_name)(cfg).to(torch.float32).eval()
     init = Init(a.seed, a)
     n_q8 = 0
     with torch.no_grad():
@@ -351,8 +419,16 @@ def expected_gguf_tensors(sd: dict, mtp: dict, cfg) -> dict[str, np.ndarray]:
     L = cfg.num_hidden_layers
     Hk, Hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
-    E = cfg.num_experts
+    E = getattr(cfg, "num_experts", 0) if is_moe(cfg) else 0
     f = lambda t: t.detach().to(torch.float32).cpu().numpy()
+    r_v = Hv // Hk
+
+    def tiled(x: np.ndarray, head: int, axis: int = 0) -> np.ndarray:
+        """Qwen3.5: value heads from HF's grouped order (key head g's r heads together) to tiled order:
+        tiled head v*Hk + g = grouped head g*r + v (docs/QWEN35.md), blocks of `head` along `axis`."""
+        x = np.moveaxis(x, axis, 0)
+        y = x.reshape(Hk, r_v, head, *x.shape[1:]).swapaxes(0, 1).reshape(x.shape)
+        return np.moveaxis(y, 0, axis)
     exp: dict[str, np.ndarray] = {
         "token_embd.weight": f(sd["model.embed_tokens.weight"]),
         "output.weight": f(sd["lm_head.weight"]),
@@ -363,6 +439,34 @@ def expected_gguf_tensors(sd: dict, mtp: dict, cfg) -> dict[str, np.ndarray]:
         b = f"blk.{n}."
         exp[b + "attn_norm.weight"] = f(src[pre + "input_layernorm.weight"] + 1)
         exp[b + "post_attention_norm.weight"] = f(src[pre + "post_attention_layernorm.weight"] + 1)
+        if pre + "mlp.gate_proj.weight" in src:  # dense FFN (qwen3_5)
+            for w in ("gate", "up", "down"):
+                exp[b + f"ffn_{w}.weight"] = f(src[pre + f"mlp.{w}_proj.weight"])
+        else:
+            moe(src, pre, b)
+        if kind == "full_attention":
+            for t, h in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("output", "o_proj")):
+                exp[b + f"attn_{t}.weight"] = f(src[pre + f"self_attn.{h}.weight"])
+            exp[b + "attn_q_norm.weight"] = f(src[pre + "self_attn.q_norm.weight"] + 1)
+            exp[b + "attn_k_norm.weight"] = f(src[pre + "self_attn.k_norm.weight"] + 1)
+        elif pre + "linear_attn.in_proj_qkv.weight" in src:  # Qwen3.5: separate projections, tiled heads
+            la = pre + "linear_attn."
+            qkv = f(src[la + "in_proj_qkv.weight"])
+            nqk = 2 * Hk * dk
+            exp[b + "attn_qkv.weight"] = np.concatenate([qkv[:nqk], tiled(qkv[nqk:], dv)], axis=0)
+            exp[b + "attn_gate.weight"] = tiled(f(src[la + "in_proj_z.weight"]), dv)
+            exp[b + "ssm_beta.weight"] = tiled(f(src[la + "in_proj_b.weight"]), 1)
+            exp[b + "ssm_alpha.weight"] = tiled(f(src[la + "in_proj_a.weight"]), 1)
+            conv = f(src[la + "conv1d.weight"]).squeeze(1)
+            exp[b + "ssm_conv1d.weight"] = np.concatenate([conv[:nqk], tiled(conv[nqk:], dv)], axis=0)
+            exp[b + "ssm_dt.bias"] = tiled(f(src[la + "dt_bias"]), 1)
+            exp[b + "ssm_a"] = tiled(f(-torch.exp(src[la + "A_log"].float())), 1)
+            exp[b + "ssm_norm.weight"] = f(src[la + "norm.weight"])
+            exp[b + "ssm_out.weight"] = tiled(f(src[la + "out_proj.weight"]), dv, axis=1)
+        else:
+            linear_q3n(src, pre, b)
+
+    def moe(src: dict, pre: str, b: str):
         exp[b + "ffn_gate_inp.weight"] = f(src[pre + "mlp.gate.weight"])
         exp[b + "ffn_gate_inp_shexp.weight"] = f(src[pre + "mlp.shared_expert_gate.weight"])
         for w, g in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
@@ -377,12 +481,9 @@ def expected_gguf_tensors(sd: dict, mtp: dict, cfg) -> dict[str, np.ndarray]:
             else:
                 exp[b + f"ffn_{w}_exps.weight"] = np.stack(
                     [f(src[pre + f"mlp.experts.{e}.{g}.weight"]) for e in range(E)])
-        if kind == "full_attention":
-            for t, h in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("output", "o_proj")):
-                exp[b + f"attn_{t}.weight"] = f(src[pre + f"self_attn.{h}.weight"])
-            exp[b + "attn_q_norm.weight"] = f(src[pre + "self_attn.q_norm.weight"] + 1)
-            exp[b + "attn_k_norm.weight"] = f(src[pre + "self_attn.k_norm.weight"] + 1)
-        else:
+
+    def linear_q3n(src: dict, pre: str, b: str):
+        if True:
             la = pre + "linear_attn."
             w = f(src[la + "in_proj_qkvz.weight"])                 # [Hk*(2dk+2r dv), D]
             r = Hv // Hk
@@ -466,8 +567,93 @@ def verify_gguf(path: Path, exp: dict[str, np.ndarray], gguf) -> dict:
             "readback_max_abs_diff": worst}
 
 
+def keep_ids(tok, prompts, n_keep: int) -> list[int]:
+    """The vocabulary rows a trimmed fixture keeps, in their original order: every prompt token, the
+    ChatML specials, then the lowest other ids up to n_keep."""
+    need = {151643, 151644, 151645}
+    for pr in prompts:
+        need.update(tok.encode(pr["text"], add_special_tokens=False).ids)
+    keep = set(need)
+    i = 0
+    while len(keep) < n_keep:
+        keep.add(i)
+        i += 1
+    return sorted(keep)
+
+
+def trim_gguf(src: Path, dst: Path, keep: list[int], gguf) -> None:
+    """Rewrite src with only the vocabulary rows `keep` (renumbered 0..n-1): token_embd and output rows,
+    tokens and token types; merges are dropped (the fixture's prompts are given as ids) and the special
+    ids renumbered. Every other key and tensor is copied byte for byte. Keeps the fixture small: the
+    architecture under test is in the blocks, not in a 151,936-row embedding."""
+    rd = gguf.GGUFReader(str(src))
+    arch = rd.fields["general.architecture"].contents()
+    new_of = {o: n for n, o in enumerate(keep)}
+    w = gguf.GGUFWriter(str(dst), arch)
+    for fld in rd.fields.values():
+        name = fld.name
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vt = gguf.GGUFValueType(fld.types[0])
+        val = fld.contents()
+        if name == "tokenizer.ggml.merges":
+            continue
+        if name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            val = [val[i] for i in keep]
+        if name.endswith("_token_id") and name.startswith("tokenizer.ggml."):
+            if int(val) not in new_of:
+                continue
+            val = new_of[int(val)]
+        sub = gguf.GGUFValueType(fld.types[-1]) if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, val, vt, sub_type=sub)
+    for t in rd.tensors:
+        data = np.asarray(t.data)
+        if t.name in ("token_embd.weight", "output.weight"):
+            data = np.ascontiguousarray(data[keep])
+        qt = gguf.GGMLQuantizationType(t.tensor_type)
+        w.add_tensor(t.name, data, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def trim_model(model, keep: list[int]):
+    """The HF model with only the vocabulary rows `keep` (what trim_gguf leaves in the GGUF)."""
+    import torch
+    idx = torch.as_tensor(keep, dtype=torch.long)
+    with torch.no_grad():
+        emb = model.model.embed_tokens.weight[idx].clone()
+        head = model.lm_head.weight[idx].clone()
+        model.model.embed_tokens = torch.nn.Embedding(len(keep), emb.shape[1])
+        model.model.embed_tokens.weight.copy_(emb)
+        model.lm_head = torch.nn.Linear(emb.shape[1], len(keep), bias=False)
+        model.lm_head.weight.copy_(head)
+    model.config.vocab_size = len(keep)
+    return model
+
+
+class RemapTok:
+    """The tokenizer seen through a trimmed vocabulary: encode gives the renumbered ids."""
+
+    def __init__(self, tok, keep: list[int]):
+        self.tok, self.keep, self.new_of = tok, keep, {o: n for n, o in enumerate(keep)}
+
+    def encode(self, text, add_special_tokens=False):
+        ids = self.tok.encode(text, add_special_tokens=add_special_tokens).ids
+        return argparse.Namespace(ids=[self.new_of[i] for i in ids])
+
+    def decode(self, ids, skip_special_tokens=False):
+        return self.tok.decode([self.keep[i] for i in ids], skip_special_tokens=skip_special_tokens)
+
+
 # ----------------------------------------------------------------------------------------------
 # 3. oracle
+
+def torch_module():
+    import torch
+    return torch.nn.Module
+
 
 class Recorder:
     """Forward hooks that collect per-layer activations and router decisions."""
@@ -486,7 +672,8 @@ class Recorder:
             self.handles.append(mixer.register_forward_hook(self._act(f"mixer_out.{i}")))
             self.handles.append(lyr.post_attention_layernorm.register_forward_hook(self._act(f"ffn_inp_norm.{i}")))
             self.handles.append(lyr.mlp.register_forward_hook(self._act(f"ffn_out.{i}")))
-            self.handles.append(lyr.mlp.gate.register_forward_hook(self._route(i)))
+            if hasattr(lyr.mlp, "gate") and isinstance(lyr.mlp.gate, torch_module()):  # MoE router
+                self.handles.append(lyr.mlp.gate.register_forward_hook(self._route(i)))
         self.handles.append(model.model.embed_tokens.register_forward_hook(self._act("embd")))
         self.handles.append(model.model.norm.register_forward_hook(self._act("out_norm")))
 
@@ -512,7 +699,7 @@ class Recorder:
 
     def take(self):
         acts = {k: np.concatenate(v, axis=0) for k, v in self.acts.items()}
-        router = [np.concatenate(r, axis=0) for r in self.router]
+        router = [np.concatenate(r, axis=0) for r in self.router if r]
         self.reset()
         return acts, router
 
@@ -553,24 +740,26 @@ def kl_rows(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
     return (np.exp(la) * (la - lb)).sum(-1)
 
 
-def mtp_forward(model, cfg, mtp: dict, h_post: np.ndarray, next_ids: np.ndarray, pos0: int = 1):
+def mtp_forward(model, cfg, mtp: dict, h_post: np.ndarray, next_ids: np.ndarray, pos0: int = 1,
+                arch: str = "qwen3_next"):
     """Our own MTP head oracle (spec §F.2, pairing convention of llama.cpp's draft-mtp: pair
     (h_p, x_{p+1}) sits at RoPE position p+1).  Built from transformers' own modules:
     e = RMSNorm_emb(Embed(x)), hn = RMSNorm_hid(h), u = fc([e; hn]), u = full-attention decoder layer
     (causal over the pairs, own KV), out = RMSNorm_mtp(u), logits = lm_head(out)."""
     import copy
     import torch
-    from transformers.models.qwen3_next import modeling_qwen3_next as M
+    M = hf_module(argparse.Namespace(arch=arch))
+    pfx = {"qwen3_5_moe": "Qwen3_5Moe", "qwen3_5": "Qwen3_5"}.get(arch, "Qwen3Next")
     c2 = copy.deepcopy(cfg)
     c2.num_hidden_layers = 1
     c2.layer_types = ["full_attention"]
     c2._attn_implementation = "eager"
     c2._experts_implementation = "eager"
-    layer = M.Qwen3NextDecoderLayer(c2, 0).to(torch.float32).eval()
+    layer = getattr(M, pfx + "DecoderLayer")(c2, 0).to(torch.float32).eval()
     D = cfg.hidden_size
-    norm_e = M.Qwen3NextRMSNorm(D, eps=cfg.rms_norm_eps)
-    norm_h = M.Qwen3NextRMSNorm(D, eps=cfg.rms_norm_eps)
-    norm_o = M.Qwen3NextRMSNorm(D, eps=cfg.rms_norm_eps)
+    norm_e = getattr(M, pfx + "RMSNorm")(D, eps=cfg.rms_norm_eps)
+    norm_h = getattr(M, pfx + "RMSNorm")(D, eps=cfg.rms_norm_eps)
+    norm_o = getattr(M, pfx + "RMSNorm")(D, eps=cfg.rms_norm_eps)
     fc = torch.nn.Linear(2 * D, D, bias=False)
     with torch.no_grad():
         norm_e.weight.copy_(mtp["mtp.pre_fc_norm_embedding.weight"])
@@ -581,13 +770,14 @@ def mtp_forward(model, cfg, mtp: dict, h_post: np.ndarray, next_ids: np.ndarray,
         for k, v in mtp.items():
             if k.startswith("mtp.layers.0."):
                 sd[k[len("mtp.layers.0."):]] = v
-        E = cfg.num_experts
-        sd["mlp.experts.gate_up_proj"] = torch.stack(
+        E = cfg.num_experts if is_moe(cfg) else 0
+        if E:
+          sd["mlp.experts.gate_up_proj"] = torch.stack(
             [torch.cat([sd.pop(f"mlp.experts.{e}.gate_proj.weight"), sd.pop(f"mlp.experts.{e}.up_proj.weight")], 0)
              for e in range(E)])
-        sd["mlp.experts.down_proj"] = torch.stack([sd.pop(f"mlp.experts.{e}.down_proj.weight") for e in range(E)])
+          sd["mlp.experts.down_proj"] = torch.stack([sd.pop(f"mlp.experts.{e}.down_proj.weight") for e in range(E)])
         layer.load_state_dict(sd, strict=True)
-        rot = M.Qwen3NextRotaryEmbedding(c2)
+        rot = getattr(M, pfx + ("TextRotaryEmbedding" if pfx != "Qwen3Next" else "RotaryEmbedding"))(c2)
         n = h_post.shape[0]
         x = model.model.embed_tokens(torch.as_tensor(next_ids, dtype=torch.long))[None]
         h = torch.as_tensor(h_post, dtype=torch.float32)[None]
@@ -660,10 +850,13 @@ def run_oracle(model, cfg, a, prompts, tok, mtp: dict):
             arrays[P + "prompt_logits"] = pl.astype(np.float32)  # [T, V] full
         # router decisions along the whole path (prompt prefill + decode steps)
         rlog = [np.concatenate([rp, rg], 0) for rp, rg in zip(router_prompt, router_gen)]
-        r_ids, r_probs, r_gap = router_summary(rlog, cfg.num_experts_per_tok)
-        arrays[P + "router_ids"] = r_ids
-        arrays[P + "router_probs"] = r_probs
-        arrays[P + "router_gap"] = r_gap
+        if rlog:  # MoE architectures (a dense model has no router)
+            r_ids, r_probs, r_gap = router_summary(rlog, cfg.num_experts_per_tok)
+            arrays[P + "router_ids"] = r_ids
+            arrays[P + "router_probs"] = r_probs
+            arrays[P + "router_gap"] = r_gap
+        else:
+            r_gap = np.full(1, np.inf, dtype=np.float32)
         if pi == 0:
             for k, v in acts_prompt.items():
                 arrays[P + k] = v.astype(np.float32)
@@ -674,14 +867,14 @@ def run_oracle(model, cfg, a, prompts, tok, mtp: dict):
             "greedy_margins": [round(float(x), 6) for x in gmarg],
             "min_greedy_margin": float(gmarg.min()), "argmin_greedy_margin": int(gmarg.argmin()),
             "min_prompt_margin": float(margin[:T].min()),
-            "min_router_gap": float(r_gap.min()),
+            "min_router_gap": float(r_gap.min()) if rlog else None,
             "router_near_ties_lt_1e-3": int((r_gap < 1e-3).sum()),
             "full_prompt_logits": pi in full_set,
         }
         if mtp:
             seq = np.asarray(ids + gen, dtype=np.int64)
             # pairs (h_p, x_{p+1}) for p = 0 .. len(seq)-2  (hidden has len(seq)-1 rows)
-            m_hidden, m_logits = mtp_forward(model, cfg, mtp, hidden, seq[1:], pos0=1)
+            m_hidden, m_logits = mtp_forward(model, cfg, mtp, hidden, seq[1:], pos0=1, arch=a.arch)
             mi, mv, ml, mm = logit_summary(m_logits)
             arrays[P + "mtp_hidden"] = m_hidden.astype(np.float32)
             arrays[P + "mtp_top_ids"] = mi
@@ -694,7 +887,7 @@ def run_oracle(model, cfg, a, prompts, tok, mtp: dict):
             meta["min_mtp_margin"] = float(mm.min())
         meta_prompts.append(meta)
         log(f"prompt {pi} ({pr['name']}): T={T}, greedy min margin {meta['min_greedy_margin']:.4f}, "
-            f"router min gap {meta['min_router_gap']:.2e}, prefill-vs-step {d_chunk:.2e}, recon {d_rec:.2e}")
+            f"router min gap {meta['min_router_gap'] or float('inf'):.2e}, prefill-vs-step {d_chunk:.2e}, recon {d_rec:.2e}")
     for h in rec.handles:
         h.remove()
     return arrays, meta_prompts, checks
@@ -988,7 +1181,7 @@ def parse_args(argv=None):
     ap.add_argument("--f32-gguf", type=Path, dest="f32_gguf", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, help="keep the HF checkpoint here (default: temp dir, deleted)")
     a = ap.parse_args(argv)
-    base = dict(PRESETS.get(a.preset or "tiny-a"))
+    base = dict(PRESET_DEFAULTS, **PRESETS.get(a.preset or "tiny-a"))
     if a.preset is None:
         base["full_logits_prompts"] = [0]
     for k, v in base.items():
@@ -1083,8 +1276,8 @@ def main(argv=None) -> int:
         (tmp / "convert.log").write_text(conv_log)
 
         # reload through transformers: the oracle runs on exactly what was saved (mtp.* ignored)
-        from transformers import Qwen3NextForCausalLM
-        m2 = Qwen3NextForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
+        cls_name, M = hf_causal_lm(a)
+        m2 = getattr(M, cls_name).from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
         m2.set_experts_implementation("eager")
         m2.eval()
         sd_mem = model.state_dict()
@@ -1100,6 +1293,22 @@ def main(argv=None) -> int:
         generation = ("split attn_qkv+attn_gate" if any(n.endswith("attn_qkv.weight") for n in names)
                       else "legacy ssm_in" if any(n.endswith("ssm_in.weight") for n in names) else "none")
 
+        trimmed = None
+        if a.keep_vocab:  # small fixture: keep a few vocabulary rows (converter output checked above)
+            keep = keep_ids(tok, prompts, a.keep_vocab)
+            full = tmp / "full.gguf"
+            shutil.move(out_gguf, full)
+            trim_gguf(full, out_gguf, keep, gguf)
+            model = trim_model(model, keep)
+            tok = RemapTok(tok, keep)
+            exp["token_embd.weight"] = exp["token_embd.weight"][keep]
+            exp["output.weight"] = exp["output.weight"][keep]
+            ginfo2 = verify_gguf(out_gguf, exp, gguf)
+            ginfo["n_tensors"], ginfo["tensor_types"] = ginfo2["n_tensors"], ginfo2["tensor_types"]
+            trimmed = {"kept_rows": len(keep), "of": VOCAB, "kept_ids": keep,
+                       "what": "vocabulary trimmed after conversion (tools/make_fixtures.py trim_gguf): "
+                               "token_embd/output rows and tokens of kept_ids, renumbered; merges dropped; "
+                               "prompt ids are the renumbered ones"}
         arrays, meta_prompts, checks = run_oracle(model, cfg, a, prompts, tok, mtp)
         W = model.lm_head.weight.detach().numpy()
         qa, q8info, q8full = run_q8act(model, meta_prompts, arrays, a.n_gen)
@@ -1128,6 +1337,7 @@ def main(argv=None) -> int:
                 "conv_dim": 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
                             + cfg.linear_num_value_heads * cfg.linear_value_head_dim,
                 "mtp": bool(mtp), "mtp_block": cfg.num_hidden_layers if mtp else None,
+                "arch": a.arch, "vocab_trim": trimmed,
             },
             "gguf": {
                 "file": out_gguf.name, "bytes": out_gguf.stat().st_size, "sha256": sha256_file(out_gguf),
@@ -1138,7 +1348,7 @@ def main(argv=None) -> int:
                 "readback_max_abs_diff_vs_hf": ginfo["readback_max_abs_diff"],
             },
             "oracle": {
-                "engine": "transformers Qwen3NextForCausalLM, fp32, attn eager, experts eager, CPU",
+                "engine": f"transformers {hf_causal_lm(a)[0]}, fp32, attn eager, experts eager, CPU",
                 "n_gen": a.n_gen, "topk_stored": TOPK_STORE,
                 "checks": checks,
                 "q8act": {"what": "same model, every activation entering a Q8_0-stored matrix rounded to "

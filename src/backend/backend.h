@@ -104,6 +104,14 @@ typedef struct backend_ops {
     backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
     int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
     void (*print_stats)(backend_ctx *c, FILE *f);
+    /* (optional) one decode step of each of n contexts (n <= the first context's n_batch) as the
+     * rows of one forward: row i is tokens[i] at position pos[i] of context cs[i] (its own KV
+     * cache and recurrent state); logits[i] (n_vocab, may be NULL) and hidden[i] (n_embd final-norm
+     * state, may be NULL) receive row i's. Each row bit-identical to that context's forward of
+     * the one token. 0; -1 (rl_lasterr) when it failed, leaving every context as it was; 1 when
+     * these contexts cannot share a forward (the engine then runs them one by one). */
+    int (*forward_rows)(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n, float *const *logits,
+                        float *const *hidden);
     /* (optional) the prompt rows per forward this backend runs the model best at: the engine's
      * n_batch when the caller leaves it 0 (ENGINE_BATCH_DEFAULT without this hook) */
     int (*prompt_batch)(const q3n_model *m);
@@ -119,4 +127,12 @@ size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, bac
 
 /* Pick by name ("cpu", "cuda", "auto"); NULL with rl_lasterr if unknown or unavailable. */
 const backend_ops *backend_find(const char *name);
+
+/* The CPU forward of rows of several sequences (qwen3next_forward.c; backend_cpu's forward_rows):
+ * q3n_forward's arithmetic with row t at position pos[t] of state st[t] (its KV cache, its conv
+ * and recurrent state, committed only when every layer succeeded), r's scratch, pool and expert
+ * source; no observers. logits[t] / hidden[t] may be NULL; lbuf holds T x n_vocab floats (the
+ * output projection of all rows). 0 or -1 (rl_lasterr). */
+int q3n_forward_rows(q3n_run *r, q3n_state *const *st, const int32_t *tokens, const int *pos, int T,
+                     float *const *logits, float *const *hidden, float *lbuf);
 #endif

@@ -11,6 +11,8 @@ struct backend_ctx {
     const q3n_model *m;
     q3n_state st;
     q3n_run run;
+    float *lrows;   /* cpu_forward_rows: the output projection of a batch's rows (grown on use) */
+    int lrows_n;    /* rows it holds */
 };
 
 static bool cpu_available(const char **why) {
@@ -51,6 +53,7 @@ static void cpu_ctx_free(backend_ctx *c) {
     free(c->st.ssm_next);
     free(c->run.scratch);
     free(c->run.actq);
+    free(c->lrows);
     free(c);
 }
 
@@ -115,6 +118,29 @@ static int cpu_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     c->run.row_dst = h ? h->row_dst : NULL;
     c->run.hook_ud = h ? h->ud : NULL;
     return q3n_forward(&c->run, tokens, T, pos, logits, all_logits, hidden);
+}
+
+/* Rows of several contexts in one forward (backend.h), on the first context's scratch, pool and
+ * expert source: the others must read their experts from the same source (a server's slots
+ * share one expert cache), else 1 (run one by one). */
+static int cpu_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n, float *const *logits,
+                            float *const *hidden) {
+    backend_ctx *c = cs[0];
+    q3n_state *st[64];
+    if (n > 64 || n > c->run.max_rows) return 1;
+    for (int i = 0; i < n; i++) {
+        const q3n_expert_src *a = &c->run.experts, *b = &cs[i]->run.experts;
+        if (cs[i]->m != c->m || a->acquire != b->acquire || a->ud != b->ud || cs[i]->run.fast != c->run.fast) return 1;
+        st[i] = &cs[i]->st;
+    }
+    if (c->lrows_n < n) {
+        float *p = rl_malloc(sizeof(float) * (size_t)n * (size_t)c->m->hp.n_vocab, "logits of a batch");
+        if (!p) return -1;
+        free(c->lrows);
+        c->lrows = p;
+        c->lrows_n = n;
+    }
+    return q3n_forward_rows(&c->run, st, tokens, pos, n, logits, hidden, c->lrows);
 }
 
 static int cpu_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T, int slot,
@@ -201,6 +227,7 @@ const backend_ops backend_cpu = {
     .ctx_free = cpu_ctx_free,
     .reset = cpu_reset,
     .forward = cpu_forward,
+    .forward_rows = cpu_forward_rows,
     .state_get = cpu_state_get,
     .state_set = cpu_state_set,
     .set_reference = cpu_set_reference,

@@ -262,6 +262,11 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         rl_seterr("CUDA backend: %s", why);
         return NULL;
     }
+    if (hp->arch != Q3N_ARCH_QWEN3NEXT) { /* `--backend auto` sends these to the CPU (engine_open) */
+        rl_seterr("CUDA backend: %s models are not supported yet (separate beta/alpha projections, tiled value "
+                  "heads%s); use --backend cpu", q3n_arch_get(hp->arch)->name, hp->moe ? "" : ", dense FFN");
+        return NULL;
+    }
     const char *dev = getenv("RL_CUDA_DEVICE");
     if (dev && CU_CHECK(cudaSetDevice(atoi(dev)))) return NULL;
     if (hp->n_expert > 1024 || hp->n_expert_used > 32 || n_batch * hp->n_expert_used > 65536) {

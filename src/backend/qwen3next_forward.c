@@ -48,6 +48,10 @@ typedef struct {
     float **rdst;        /* [T][2] per-row snapshot destinations (conv, ssm) of a DeltaNet layer */
     float *spare;        /* the floats past T rows' carve, up to max_rows rows' (attention chunk partials) */
     size_t n_spare;
+    /* rows of several sequences (q3n_forward_rows): row t's state and position; NULL: every row
+     * is the next position of r->st (pos + t) */
+    q3n_state *const *rst;
+    const int *rpos;
 } scratch;
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
@@ -57,7 +61,7 @@ static size_t fl(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(flo
 static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
     scratch dummy, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
     size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
-    size_t ff = mx(hp->n_ff_exp, hp->n_ff_shexp), E = hp->n_expert, K = hp->n_expert_used;
+    size_t ff = mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff), E = hp->n_expert, K = hp->n_expert_used;
     /* {floats per row (times T), floats once}, in the order of the members below */
     const size_t parts[][2] = {
         {D, 0}, /* x */
@@ -134,6 +138,8 @@ size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows) { return carve(hp
 /* T rows' scratch; what a max_rows-row forward would also use is spare for this one */
 static void carve_run(const q3n_run *r, int T, scratch *s) {
     const size_t used = carve(&r->m->hp, T, r->scratch, s);
+    s->rst = NULL;
+    s->rpos = NULL;
     s->spare = r->scratch + used;
     s->n_spare = q3n_scratch_floats(&r->m->hp, r->max_rows) - used;
 }
@@ -141,7 +147,7 @@ static void carve_run(const q3n_run *r, int T, scratch *s) {
  * widest input (2*D of the MTP eh_proj, or the attention/DeltaNet output widths). */
 size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows) {
     size_t w = mx(mx(2 * (size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->ssm_hv * hp->ssm_dv);
-    w = mx(w, mx(hp->n_ff_exp, hp->n_ff_shexp));
+    w = mx(w, mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff));
     /* a batch holds at most T*K expert rows + T shared-expert rows, or 3 projections of T rows */
     size_t rows = (size_t)max_rows * (size_t)(hp->n_expert_used + 4);
     return (4 * w + 64) * rows + 4096;
@@ -189,6 +195,10 @@ typedef struct {
     float *part;      /* with nch: [T][nch][H][hd] partial outputs, then [T][nch][H] maxima and sums */
 } attn_job;
 
+/* Row t's sequence state and KV slot (its position before the RoPE delta). */
+static q3n_state *attn_st(const attn_job *j, long t) { return j->s->rst ? j->s->rst[t] : j->r->st; }
+static int attn_pos(const attn_job *j, long t) { return j->s->rpos ? j->s->rpos[t] : j->pos + (int)t; }
+
 /* Items lo..hi-1 of the projections, item = (row t, hpi consecutive heads of the H query heads and
  * then the Hkv key heads): the heads' RMSNorm and RoPE, the position's cosines and sines once per item.
  * Each head's operations are the same whichever item holds it (ops_rope_table/apply: the same bits). */
@@ -202,7 +212,7 @@ static void attn_qk_items(void *arg, long lo, long hi) {
     for (long it = lo; it < hi; it++) {
         const long t = it / per;
         const int h0 = (int)(it % per) * j->hpi, h1 = h0 + j->hpi < nh ? h0 + j->hpi : nh;
-        ops_rope_table(hp->n_rot, j->pos + (int)t + j->rope_delta, hp->rope_base, rc, rs);
+        ops_rope_table(hp->n_rot, attn_pos(j, t) + j->rope_delta, hp->rope_base, rc, rs);
         for (int h = h0; h < h1; h++) {
             float *x = h < H ? j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd
                              : j->s->kv + (size_t)t * kvw + (size_t)(h - H) * hd;
@@ -219,7 +229,7 @@ static void attn_kv_rows(void *arg, long lo, long hi) {
     size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
     float *k = j->s->kv, *v = j->s->kv + (size_t)j->T * kvw;
     for (long t = lo; t < hi; t++)
-        q3n_kv_store(j->r->st, j->il, j->pos + (int)t, k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
+        q3n_kv_store(attn_st(j, t), j->il, attn_pos(j, t), k + (size_t)t * kvw, v + (size_t)t * kvw, kvw);
 }
 
 /* Work items: (row, KV head, slice of its query-head group). The fast path takes a slice of
@@ -270,7 +280,7 @@ static void attn_chunk_items(attn_job *j, int nth) {
     const q3n_hparams *hp = &j->r->m->hp;
     const int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv, nch = j->nch;
     const int gs = attn_slice(hp, j->T * nch, nth), ns = H / gs;
-    const size_t kvw = (size_t)hp->n_head_kv * hd, eb = j->r->st->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t kvw = (size_t)hp->n_head_kv * hd;
     const size_t nml = (size_t)j->T * nch * H; /* sums after the maxima */
     float *pm = attn_part_m(j);
     const long n_items = (long)j->T * ns * nch;
@@ -279,13 +289,15 @@ static void attn_chunk_items(attn_job *j, int nth) {
         if (c >= n_items) break;
         const long w = n_items - 1 - c; /* the last row first, its last chunk first */
         const int t = (int)(w / ((long)ns * nch)), h0 = (int)(w / nch % ns) * gs, ch = (int)(w % nch);
-        const int n_kv = j->pos + t + 1, p0 = ch * VEC_ATTN_CHUNK;
+        const int n_kv = attn_pos(j, t) + 1, p0 = ch * VEC_ATTN_CHUNK;
         if (p0 >= n_kv) continue; /* an earlier row has fewer chunks */
         const int p1 = n_kv - p0 < VEC_ATTN_CHUNK ? n_kv : p0 + VEC_ATTN_CHUNK;
+        const q3n_state *st = attn_st(j, t);
+        const size_t eb = st->kv_f16 ? sizeof(uint16_t) : sizeof(float);
         const size_t kvoff = (size_t)(h0 / group) * hd * eb, at = ((size_t)t * nch + ch) * H + h0;
-        const char *K = (const char *)j->r->st->k_cache[j->il] + kvoff, *V = (const char *)j->r->st->v_cache[j->il] + kvoff;
+        const char *K = (const char *)st->k_cache[j->il] + kvoff, *V = (const char *)st->v_cache[j->il] + kvoff;
         vec_attn_chunk_kv(vec_get(), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
-                          j->r->st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
+                          st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
                           pm + at, pm + nml + at);
     }
 }
@@ -298,7 +310,7 @@ static void attn_fold_items(void *arg, long lo, long hi) {
     const size_t nml = (size_t)j->T * nch * H;
     const float *pm = attn_part_m(j);
     for (long it = lo; it < hi; it++) {
-        const int t = (int)(it / H), h = (int)(it % H), n_kv = j->pos + t + 1;
+        const int t = (int)(it / H), h = (int)(it % H), n_kv = attn_pos(j, t) + 1;
         const int nc = (n_kv + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
         float *o = j->s->o + (size_t)t * H * hd + (size_t)h * hd;
         size_t at = (size_t)t * nch * H + h;
@@ -322,10 +334,9 @@ static void attn_worker(void *arg, int ith, int nth) {
     const q3n_hparams *hp = &j->r->m->hp;
     int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
     int gs = j->r->fast ? attn_slice(hp, j->T, nth) : 1, ns = H / gs; /* slices per row */
-    const int rt = j->r->fast ? attn_rows(j->T, gs) : 1;        /* rows per item */
+    /* rows per item (rows of different sequences share no K / V rows: one each) */
+    const int rt = j->r->fast && !j->s->rst ? attn_rows(j->T, gs) : 1;
     size_t kvw = (size_t)hp->n_head_kv * hd;
-    const void *K = j->r->st->k_cache[j->il], *V = j->r->st->v_cache[j->il];
-    const bool f16 = j->r->st->kv_f16;
     const float scale = 1.0f / sqrtf((float)hd);
     const long n_items = (long)((j->T + rt - 1) / rt) * ns;
     (void)ith;
@@ -337,13 +348,15 @@ static void attn_worker(void *arg, int ith, int nth) {
         const float *q = j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd;
         float *o = j->s->o + (size_t)t * H * hd + (size_t)h0 * hd;
         size_t kvoff = (size_t)(h0 / group) * hd;
+        const q3n_state *st = attn_st(j, t);
+        const bool f16 = st->kv_f16;
         const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
-        const void *Kh = (const char *)K + kvoff * eb, *Vh = (const char *)V + kvoff * eb;
+        const void *Kh = (const char *)st->k_cache[j->il] + kvoff * eb, *Vh = (const char *)st->v_cache[j->il] + kvoff * eb;
         if (j->r->fast)
-            vec_attn_rows_kv(vec_get(), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, j->pos + t + 1, kvw, hd,
-                             scale, o, (size_t)H * hd, hd);
+            vec_attn_rows_kv(vec_get(), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, attn_pos(j, t) + 1, kvw,
+                             hd, scale, o, (size_t)H * hd, hd);
         else
-            ops_attn_head_kv(q, Kh, Vh, f16, j->pos + t + 1, kvw, hd, scale, o);
+            ops_attn_head_kv(q, Kh, Vh, f16, attn_pos(j, t) + 1, kvw, hd, scale, o);
         for (int r = 0; r < R; r++)
             for (int g = 0; g < gs; g++) attn_gate(j, t + r, h0 + g, o + (size_t)r * H * hd + (size_t)g * hd);
     }
@@ -378,7 +391,9 @@ static void attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, 
     ops_parallel_for(r->pool, T, (long)kvw * 4, attn_kv_rows, &j, "attention kv store");
     /* chunk items where rows go one per item (attn_rows), past one chunk, with threads to spread them
      * over and room in the spare scratch (else whole rows: the same bits) */
-    const int nch = (pos + T + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
+    int n_kv_max = pos + T; /* the longest row's keys */
+    for (int t = 0; s->rpos && t < T; t++) n_kv_max = t == 0 || s->rpos[t] + 1 > n_kv_max ? s->rpos[t] + 1 : n_kv_max;
+    const int nch = (n_kv_max + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
     if (r->fast && attn_rows(T, 1) == 1 && nch > 1 && pool_size(r->pool) > 1 &&
         (size_t)T * nch * H * (hd + 2) <= s->n_spare)
         j.nch = nch, j.part = s->spare;
@@ -424,11 +439,13 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
     for (long h = lo; h < hi; h++)
         for (int t = j->t0; t < j->t1; t++) {
             const float *u = j->s->u + (size_t)t * hp->ssm_conv_dim;
-            const float *ba = j->s->ba + (size_t)t * 2 * hv;
+
             const float *z = j->s->kv + (size_t)t * hv * dv;
-            const float *ssm_in = t == 0 ? st->ssm[j->il] : dn_row_out(j, t - 1, 1, live);
-            float *ssm = dn_row_out(j, t, 1, live);
-            int g = (int)h / rr, e = (int)h % rr;
+            /* rows of several sequences: each reads its own committed state, writes its own copy */
+            const q3n_state *rs = j->s->rst ? j->s->rst[t] : NULL;
+            const float *ssm_in = rs ? rs->ssm[j->il] : t == 0 ? st->ssm[j->il] : dn_row_out(j, t - 1, 1, live);
+            float *ssm = rs ? rs->ssm_next[j->il] : dn_row_out(j, t, 1, live);
+            const int g = q3n_key_head(hp, (int)h);
             const float *q = u + (size_t)g * dk; /* l2-normed and scaled in place before */
             const float *k = u + (size_t)(hk + g) * dk;
             const float *v = u + (size_t)2 * hk * dk + (size_t)h * dv;
@@ -438,13 +455,20 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
                 for (int i = 0; i < dk; i += 16) __builtin_prefetch(q + ahead + i), __builtin_prefetch(k + ahead + i);
                 for (int i = 0; i < dv; i += 16) __builtin_prefetch(v + ahead + i), __builtin_prefetch(z + (size_t)h * dv + za + i);
             }
-            float b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
+            float b, a;
+            if (hp->ba_split) { /* beta rows [T][hv], then alpha rows [T][hv] */
+                b = j->s->ba[(size_t)t * hv + h], a = j->s->ba[((size_t)j->T + t) * hv + h];
+            } else { /* fused, per key head [b x rr | a x rr] (grouped heads: h = g * rr + e) */
+                const float *ba = j->s->ba + (size_t)t * 2 * hv;
+                const int e = (int)h % rr;
+                b = ba[g * 2 * rr + e], a = ba[g * 2 * rr + rr + e];
+            }
             float beta = ops_sigmoid(b);
             float gdecay = L->ssm_a[h] * ops_softplus(a + L->dt_bias[h]);
             float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
             const size_t so = (size_t)h * dv * dk;
             if (j->r->fast)
-                (t > j->t0 ? vec_get()->delta_step_hot : vec_get()->delta_step)(
+                (t > j->t0 && !rs ? vec_get()->delta_step_hot : vec_get()->delta_step)(
                     ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             else
                 ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
@@ -477,9 +501,12 @@ static void dn_conv_channels(void *arg, long lo, long hi) {
     const q3n_state *st = j->r->st;
     int C = hp->ssm_conv_dim;
     float *conv = st->conv_next ? st->conv_next[j->il] : st->conv[j->il];
-    for (int t = 0; t < j->T; t++)
-        dn_conv_range(j->r, t == 0 ? st->conv[j->il] : dn_row_out(j, t - 1, 0, conv), dn_row_out(j, t, 0, conv),
-                      j->L->conv_w, j->s->big + (size_t)t * C, C, hp->ssm_kw, (int)lo, (int)hi, j->s->u + (size_t)t * C);
+    for (int t = 0; t < j->T; t++) {
+        const q3n_state *rs = j->s->rst ? j->s->rst[t] : NULL; /* rows of several sequences: their own states */
+        dn_conv_range(j->r, rs ? rs->conv[j->il] : t == 0 ? st->conv[j->il] : dn_row_out(j, t - 1, 0, conv),
+                      rs ? rs->conv_next[j->il] : dn_row_out(j, t, 0, conv), j->L->conv_w, j->s->big + (size_t)t * C, C,
+                      hp->ssm_kw, (int)lo, (int)hi, j->s->u + (size_t)t * C);
+    }
 }
 
 /* Items lo..hi-1 after the conv, item = (row t, key head g): l2-normalise q of head g (then scale it)
@@ -501,9 +528,14 @@ static void dn_qk_norm_items(void *arg, long lo, long hi) {
 static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) {
     const q3n_hparams *hp = &r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
-    ops_mm_task proj[3] = {
+    /* beta and alpha: one fused matrix, or two (ba_split: beta rows, then alpha rows in s->ba) */
+    ops_mm_task proj[4] = {
         {&L->wqkv, s->xn, T, s->big, NULL}, {&L->wgate, s->xn, T, s->kv, NULL}, {&L->wba, s->xn, T, s->ba, NULL}};
-    mm_batch(r, proj, 3);
+    if (hp->ba_split) {
+        proj[2] = (ops_mm_task){&L->wbeta, s->xn, T, s->ba, NULL};
+        proj[3] = (ops_mm_task){&L->walpha, s->xn, T, s->ba + (size_t)T * hp->ssm_hv, NULL};
+    }
+    mm_batch(r, proj, hp->ba_split ? 4 : 3);
     float *conv = r->st->conv_next ? r->st->conv_next[il] : r->st->conv[il];
     /* Per-row observers (dumps, the row_state copies) need the rows one at a time; otherwise the
      * conv runs for all rows and one dispatch does the recurrence of all rows, head by head. With
@@ -772,6 +804,18 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     return 0;
 }
 
+/* The dense FFN of the dense architectures (qwen35): y = down(silu(gate(xn)) * up(xn)), the same
+ * SwiGLU and projections as the shared expert, without its gate. xn -> s->y. */
+static void dense_ffn_layer(q3n_run *r, const q3n_layer *L, scratch *s, int T) {
+    const int ff = r->m->hp.n_ff;
+    ops_mm_task tasks[2] = {{&L->ffn_gate, s->xn, T, s->g, NULL}, {&L->ffn_up, s->xn, T, s->up, NULL}};
+    mm_batch(r, tasks, 2);
+    moe_job mj = {r, L, s, T, NULL, NULL, NULL};
+    mj.a = s->g, mj.b = s->up;
+    ops_parallel_for(r->pool, (long)T * ff, 24, moe_swiglu, &mj, "ffn swiglu");
+    mm(r, &L->ffn_down, s->g, T, s->y);
+}
+
 /* Rows lo..hi-1: x += y (y not NULL), then xn = RMSNorm(x) * w (w not NULL). */
 typedef struct {
     const q3n_hparams *hp;
@@ -789,6 +833,8 @@ static void resnorm_rows(void *arg, long lo, long hi) {
         if (j->w) ops_rmsnorm(x, j->w, D, j->hp->rms_eps, j->xn + (size_t)t * D);
     }
 }
+
+static void state_commit(const q3n_hparams *hp, q3n_state *st);
 
 /* One decoder layer on s->x (T rows): h = x + Mixer(RMSNorm(x)); x = h + MoE(RMSNorm(h)). */
 static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rope_delta) {
@@ -817,7 +863,10 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
         DUMP(r, Q3N_ACT_FFN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
-    if (moe_layer(r, L, il, s, T)) return -1;
+    if (!hp->moe)
+        dense_ffn_layer(r, L, s, T);
+    else if (moe_layer(r, L, il, s, T))
+        return -1;
     rj.w = NULL;
     if (!r->dump) ops_parallel_for(r->pool, T, 2L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {
@@ -848,13 +897,7 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
     }
     for (int il = 0; il < hp->n_layer; il++)
         if (decoder_layer(r, il, &s, T, pos, 0)) return -1; /* committed state untouched */
-    if (r->st->conv_next)
-        for (int il = 0; il < hp->n_layer; il++) {
-            if (!r->st->conv[il]) continue;
-            float *c = r->st->conv[il], *S = r->st->ssm[il];
-            r->st->conv[il] = r->st->conv_next[il], r->st->ssm[il] = r->st->ssm_next[il];
-            r->st->conv_next[il] = c, r->st->ssm_next[il] = S;
-        }
+    state_commit(hp, r->st);
     int t0 = all_logits ? 0 : T - 1;
     for (int t = 0; t < T; t++) {
         ops_rmsnorm(s.x + (size_t)t * D, m->output_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
@@ -862,6 +905,71 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
     }
     if (hidden_out) memcpy(hidden_out, s.xn, sizeof(float) * (size_t)T * D);
     if (logits) mm(r, &m->output, s.xn + (size_t)t0 * D, T - t0, logits);
+    return 0;
+}
+
+/* Swap the committed and uncommitted recurrent state of every DeltaNet layer (a forward that
+ * succeeded). */
+static void state_commit(const q3n_hparams *hp, q3n_state *st) {
+    if (!st->conv_next) return;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!st->conv[il]) continue;
+        float *c = st->conv[il], *S = st->ssm[il];
+        st->conv[il] = st->conv_next[il], st->ssm[il] = st->ssm_next[il];
+        st->conv_next[il] = c, st->ssm_next[il] = S;
+    }
+}
+
+/* Rows of several sequences (backend.h). Every per-row step of q3n_forward is per row here too
+ * (RoPE position, KV slot and keys, conv and recurrent state), and the shared steps (projections,
+ * routing, expert products, norms) compute each row as they would in a forward of that row
+ * alone (the exactness contract: a row's result does not depend on the other rows), so a row is
+ * bit-identical to its sequence's single step. The logits go through lbuf (T x n_vocab: the
+ * output projection of all rows at once), then to each row's destination. */
+int q3n_forward_rows(q3n_run *r, q3n_state *const *st, const int32_t *tokens, const int *pos, int T,
+                     float *const *logits, float *const *hidden, float *lbuf) {
+    const q3n_model *m = r->m;
+    const q3n_hparams *hp = &m->hp;
+    int D = hp->n_embd;
+    RL_ASSERT(T >= 1 && T <= r->max_rows);
+    for (int t = 0; t < T; t++) {
+        if (pos[t] + 1 > st[t]->n_ctx)
+            return rl_seterr("context is full: %d + 1 tokens exceed the context size %d (raise --ctx)", pos[t],
+                             st[t]->n_ctx);
+        if (!st[t]->conv_next) return rl_seterr("q3n_forward_rows: a state without its uncommitted copy");
+        for (int u = 0; u < t; u++)
+            if (st[u] == st[t]) return rl_seterr("q3n_forward_rows: two rows of one sequence");
+    }
+    if (q3n_check_tokens(tokens, T, hp->n_vocab)) return -1;
+    scratch s;
+    carve_run(r, T, &s);
+    s.rst = st;
+    s.rpos = pos;
+    /* no observers: they see one sequence's rows */
+    q3n_dump_fn dump = r->dump;
+    q3n_route_fn route = r->route;
+    q3n_row_state_fn row_state = r->row_state;
+    q3n_row_dst_fn row_dst = r->row_dst;
+    r->dump = NULL, r->route = NULL, r->row_state = NULL, r->row_dst = NULL;
+    const quant_traits *et = quant_get(m->tok_embd.type);
+    for (int t = 0; t < T; t++)
+        et->to_float(m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, s.x + (size_t)t * D, D);
+    int rc = 0;
+    for (int il = 0; il < hp->n_layer && !rc; il++) rc = decoder_layer(r, il, &s, T, 0, 0);
+    r->dump = dump, r->route = route, r->row_state = row_state, r->row_dst = row_dst;
+    if (rc) return -1; /* committed states untouched */
+    for (int t = 0; t < T; t++) state_commit(hp, st[t]);
+    bool any = false;
+    for (int t = 0; t < T; t++) {
+        ops_rmsnorm(s.x + (size_t)t * D, m->output_norm, D, hp->rms_eps, s.xn + (size_t)t * D);
+        if (hidden[t]) memcpy(hidden[t], s.xn + (size_t)t * D, sizeof(float) * (size_t)D);
+        any |= logits[t] != NULL;
+    }
+    if (any) {
+        mm(r, &m->output, s.xn, T, lbuf);
+        for (int t = 0; t < T; t++)
+            if (logits[t]) memcpy(logits[t], lbuf + (size_t)t * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+    }
     return 0;
 }
 

@@ -448,6 +448,16 @@ static void print_text(const info *in, FILE *o) {
             f->n_parts > 1 ? "s" : "", human_bytes(in->file_size, b1, 32), f->version, f->alignment);
     fprintf(o, "architecture       %s%s", in->arch, in->arch_present ? "" : " (general.architecture absent)");
     if (gguf_get_str(f, "general.name", &s)) fputs("  (", o), put_text(o, s.p, s.n, 80), fputs(")", o);
+    const int ai = q3n_arch_find(in->arch); /* the model family's row (src/model/qwen3next.h) */
+    if (ai >= 0) {
+        const q3n_arch_desc *ad = q3n_arch_get((q3n_arch)ai);
+        fprintf(o, "\nfamily             %s: %s, DeltaNet beta/alpha %s, value heads %s", ad->family,
+                ad->moe ? "routed experts + shared expert" : "dense FFN", ad->ba_split ? "separate" : "fused",
+                ad->v_tiled ? "tiled" : "grouped");
+        if (ad->rope_sections) fprintf(o, ", multi-section RoPE (text: plain partial RoPE)");
+    } else if (!strcmp(in->arch, "clip")) {
+        fprintf(o, "\nfamily             a vision projector (mmproj): Red Lite runs text only and does not load it");
+    }
     fprintf(o, "\ntensors            %llu (%llu metadata keys)\n\nhyperparameters\n", (unsigned long long)f->n_tensors,
             (unsigned long long)f->n_kv);
     for (size_t i = 0; i < N_HP; i++) {

@@ -1,8 +1,12 @@
 /* cmd_serve.c — `redlite serve`: OpenAI- and Anthropic-compatible HTTP server (server.h).
  *
  * The main thread parses flags, opens the backend, starts the server and then only waits for
- * SIGINT/SIGTERM (blocked in every thread and taken with sigwait, so no handler runs inside a
- * library call); on a signal it stops the server gracefully (server_stop). */
+ * SIGINT/SIGTERM/SIGHUP (blocked in every thread and taken with sigwait, so no handler runs
+ * inside a library call). SIGINT/SIGTERM: stop now (running answers are ended properly,
+ * checkpoints flushed: server_stop). SIGHUP: drain (no new requests; queued and running ones
+ * finish, for at most --drain-timeout seconds), flush the checkpoints, exit 0
+ * (server_drain_stop): what a process manager's reload or a rolling restart needs. */
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +15,7 @@
 #include "cli/cli.h"
 #include "base/common.h"
 #include "cli/opts.h"
+#include "run/engine.h"
 #include "serve/server.h"
 #include "serve/server_backend.h"
 
@@ -24,8 +29,27 @@ static const char SERVE_FOOTER[] =
     "  --port N               port (default 8080; 0 = any free port, printed at start)\n"
     "  --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
     "                         (default: $REDLITE_API_KEY if set, else no authentication)\n"
+    "  --allow-host NAME      accept requests sent to this host name too (repeatable, or\n"
+    "                         comma-separated; '.example.com' = the domain and subdomains, '*' =\n"
+    "                         any). Default: loopback names, IP addresses, this machine's name\n"
+    "  --allow-origin ORIGIN  accept browser requests (CORS) from this origin, e.g.\n"
+    "                         https://app.example.com (repeatable; '*' = any). Default: loopback\n"
+    "  --max-conns N          open connections in all (default 256); at the cap a new one\n"
+    "                         replaces the oldest idle one\n"
+    "  --max-conns-per-peer N open connections from one address (default 32; raise it behind\n"
+    "                         a reverse proxy)\n"
+    "  --read-timeout S       request headers must arrive within S seconds, a body within S +\n"
+    "                         1 s per MiB (default 10)\n"
+    "  --idle-timeout S       close a keep-alive connection idle for S seconds (default 15)\n"
+    "  --drain-timeout S      on SIGHUP: let running and queued requests finish for at most S\n"
+    "                         seconds, then exit (default 300; SIGTERM/SIGINT stop at once)\n"
     "  --alias NAME           model id in /v1/models and answers (default: the file name)\n"
-    "  --queue N              requests waiting behind the running one before 503 (default 16)\n"
+    "  --parallel N|auto      conversations held and run at once (slots; default auto: as\n"
+    "                         many as memory holds, at most 4); their decode steps share\n"
+    "                         forwards, each answer as if it ran alone\n"
+    "  --ram-states N         conversations evicted from a slot kept in RAM (default: one per\n"
+    "                         slot; 0 = none)\n"
+    "  --queue N              requests waiting for a slot before 503 (default 16)\n"
     "  --max-body MIB         largest request body (default 32)\n"
     "  -n, --max-tokens N     answer length when a request does not say (default -1: the\n"
     "                         context / 4 within [1024, 32768]); any request's length is\n"
@@ -66,8 +90,9 @@ static const opts_cmd SERVE = {
     "  POST /v1/messages           Anthropic Messages (Claude Code); /v1/messages/count_tokens\n"
     "  POST /v1/completions        OpenAI legacy completions (raw text)\n"
     "  GET  /v1/models, /health, /metrics (Prometheus)\n"
-    "One request is evaluated at a time; others wait in a queue. A conversation that extends\n"
-    "the previous one only evaluates its new tokens (docs/SERVER.md).",
+    "Requests run in slots (--parallel); others wait in a queue. A request goes to the slot\n"
+    "holding the longest prefix of its prompt, so a conversation that continues only\n"
+    "evaluates its new tokens (docs/SERVER.md).",
     SERVE_FOOTER};
 
 static const char *base_name(const char *p) {
@@ -75,19 +100,39 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
+#define MAX_ALLOW 32
 typedef struct {
-    const char *host, *api_key, *alias, *script_path, *state_dir;
+    const char *list[MAX_ALLOW];
+    int n;
+} allow_list;
+
+typedef struct {
+    const char *host, *api_key, *alias, *script_path, *state_dir, *parallel;
+    long long ram_states;
     long long port, queue, max_body, max_tokens, delay_ms, checkpoints, state_max_mib, state_min_tokens;
+    long long max_conns, max_per_peer, read_timeout, idle_timeout, drain_timeout;
+    allow_list hosts, origins;
+    bool api_key_given;
     int reasoning;
     bool verbose, strict_fields;
 } serve_flags;
+
+/* Append the comma-separated items of v (kept in argv: the strings are split in place). */
+static int allow_add(allow_list *l, const char *flag, char *v) {
+    for (char *save = NULL, *t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!*t) continue;
+        if (l->n == MAX_ALLOW) return cli_fail(CMD, 2, "%s: at most %d values", flag, MAX_ALLOW), -1;
+        l->list[l->n++] = t;
+    }
+    return 0;
+}
 
 /* If argv[*i] is one of serve's own flags, consume it (and its value): 1; 0 if not ours; -1
  * after a usage error. Accepts "--flag value" and "--flag=value". */
 static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
     static const struct {
         const char *name;
-        int kind; /* 0 string, 1 integer, 2 switch, 3 reasoning */
+        int kind; /* 0 string, 1 integer, 2 switch, 3 reasoning, 4 allow list */
         size_t off;
         long long lo, hi;
     } T[] = {
@@ -96,6 +141,8 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         {"--alias", 0, offsetof(serve_flags, alias), 0, 0},
         {"--test-script", 0, offsetof(serve_flags, script_path), 0, 0},
         {"--state-dir", 0, offsetof(serve_flags, state_dir), 0, 0},
+        {"--parallel", 0, offsetof(serve_flags, parallel), 0, 0},
+        {"--ram-states", 1, offsetof(serve_flags, ram_states), 0, 1024},
         {"--port", 1, offsetof(serve_flags, port), 0, 65535},
         {"--queue", 1, offsetof(serve_flags, queue), 0, 4096},
         {"--max-body", 1, offsetof(serve_flags, max_body), 1, 4096},
@@ -108,6 +155,13 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         {"-v", 2, offsetof(serve_flags, verbose), 0, 0},
         {"--strict-fields", 2, offsetof(serve_flags, strict_fields), 0, 0},
         {"--reasoning", 3, offsetof(serve_flags, reasoning), 0, 0},
+        {"--allow-host", 4, offsetof(serve_flags, hosts), 0, 0},
+        {"--allow-origin", 4, offsetof(serve_flags, origins), 0, 0},
+        {"--max-conns", 1, offsetof(serve_flags, max_conns), 4, 16384},
+        {"--max-conns-per-peer", 1, offsetof(serve_flags, max_per_peer), 1, 16384},
+        {"--read-timeout", 1, offsetof(serve_flags, read_timeout), 1, 3600},
+        {"--idle-timeout", 1, offsetof(serve_flags, idle_timeout), 1, 3600},
+        {"--drain-timeout", 1, offsetof(serve_flags, drain_timeout), 0, 86400},
     };
     const char *a = argv[*i], *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
     size_t n = eq ? (size_t)(eq - a) : strlen(a);
@@ -126,6 +180,9 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         }
         if (T[k].kind == 0) {
             *(const char **)field = v;
+            if (T[k].off == offsetof(serve_flags, api_key)) f->api_key_given = true;
+        } else if (T[k].kind == 4) {
+            if (allow_add((allow_list *)field, T[k].name, (char *)v)) return -1;
         } else if (T[k].kind == 1) {
             if (!cli_parse_int(CMD, T[k].name, v, T[k].lo, T[k].hi, (long long *)field)) return -1;
         } else {
@@ -142,7 +199,7 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
 int cmd_serve(int argc, char **argv) {
     serve_flags f = {.host = "127.0.0.1", .api_key = getenv("REDLITE_API_KEY"), .port = 8080, .queue = 16,
                      .max_body = 32, .max_tokens = -1, .state_max_mib = 8192, .state_min_tokens = 256,
-                     .reasoning = -1};
+                     .reasoning = -1, .parallel = "auto", .ram_states = -1, .drain_timeout = 300};
     cli_opts o;
     opts_defaults(&o);
     o.sp.temp = 0.7f;
@@ -178,13 +235,25 @@ int cmd_serve(int argc, char **argv) {
     int reasoning = f.reasoning;
     bool verbose = f.verbose || o.verbose;
     if (o.n_stops) return cli_fail(CMD, 2, "--stop is per request here: send 'stop' / 'stop_sequences' in the request");
-    if (api_key && !*api_key) api_key = NULL;
+    if (f.api_key_given && !*api_key)
+        return cli_fail(CMD, 2, "--api-key is empty: give a key, or leave the option out to serve without one");
+    if (api_key && !*api_key) { /* REDLITE_API_KEY= (set but empty) */
+        fprintf(stderr, "redlite serve: warning: REDLITE_API_KEY is set but empty: no API key is required\n");
+        api_key = NULL;
+    }
+    struct in_addr ha;
+    if (!api_key && inet_pton(AF_INET, host, &ha) == 1 && (ntohl(ha.s_addr) >> 24) != 127)
+        fprintf(stderr, "redlite serve: warning: --host %s exposes the server to the network without an API key: "
+                        "anyone who can reach this port can use it (set --api-key or REDLITE_API_KEY)\n", host);
+    long long n_slots = 0; /* auto */
+    if (strcmp(f.parallel, "auto") && !cli_parse_int(CMD, "--parallel", f.parallel, 1, ENGINE_ROWS_MAX, &n_slots)) return 2;
 
     /* every thread started from here on inherits the blocked signals; sigwait takes them */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -215,6 +284,8 @@ int cmd_serve(int argc, char **argv) {
             .route_bias = o.route_bias,
             .route_trace = o.route_trace,
             .max_checkpoints = (int)checkpoints,
+            .n_slots = (int)n_slots,
+            .ram_states = (int)f.ram_states,
             .state_dir = state_dir,
             .state_max_bytes = (uint64_t)state_max_mib << 20,
             .state_min_tokens = (int)state_min_tokens,
@@ -239,16 +310,31 @@ int cmd_serve(int argc, char **argv) {
         .verbose = verbose,
         .reasoning = reasoning,
         .strict_fields = f.strict_fields,
+        .conn_limit = (int)f.max_conns,
+        .conn_per_peer = (int)f.max_per_peer,
+        .read_timeout = (double)f.read_timeout,
+        .idle_timeout = (double)f.idle_timeout,
+        .allow_hosts = f.hosts.list,
+        .n_allow_hosts = f.hosts.n,
+        .allow_origins = f.origins.list,
+        .n_allow_origins = f.origins.n,
     };
     server *s = server_start(&sp, b);
     if (!s) return cli_fail(CMD, 1, "%s", rl_lasterr());
-    fprintf(stderr, "redlite serve: listening on http://%s:%d (backend %s, context %d, queue %lld%s)\n", host,
-            server_port(s), b->name, b->n_ctx, queue, api_key ? ", API key required" : "");
+    fprintf(stderr, "redlite serve: listening on http://%s:%d (backend %s, context %d, %d slot%s, queue %lld%s)\n",
+            host, server_port(s), b->name, b->n_ctx, b->n_slots, b->n_slots == 1 ? "" : "s", queue,
+            api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "redlite serve: %s: stopping (in-flight requests are cancelled, checkpoints flushed)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
-    server_stop(s);
+    if (sig == SIGHUP) {
+        fprintf(stderr, "redlite serve: SIGHUP: draining (no new requests; running and queued ones finish, at most "
+                        "%lld s), then checkpoints flushed and exit\n", f.drain_timeout);
+        server_drain_stop(s, (double)f.drain_timeout);
+    } else {
+        fprintf(stderr, "redlite serve: %s: stopping (in-flight requests are cancelled, checkpoints flushed)\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM");
+        server_stop(s);
+    }
     fprintf(stderr, "redlite serve: stopped\n");
     return 0;
 }

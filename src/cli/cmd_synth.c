@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/cli.h"
 #include "base/common.h"
@@ -31,6 +32,9 @@ static const char *USAGE =
     "                                   per-layer LRU-64/128 hit rates (targets ~67 % / 81 %,\n"
     "                                   gets ~63 % / 87 %); use it for cache benchmarks\n"
     "                       skewed      a small hot set (most lookups hit a 4 GiB cache)\n"
+    "  --expert-type TYPE   the routed experts' type instead of the preset's: MXFP4 (as the\n"
+    "                       published MXFP4 repacks), Q4_K, Q5_K, Q6_K, Q8_0, Q2_K, IQ2_XXS,\n"
+    "                       IQ2_XS or IQ1_M\n"
     "  --mtp                append the MTP block (blk.<layers>.*, nextn_predict_layers = 1)\n"
     "  --geometry K=V,...   override sizes: hidden, layers, vocab, ctx, ff, heads, kv_heads,\n"
     "                       head_dim, rope_dims, rope_base, eps, experts, top_k, expert_ff,\n"
@@ -95,6 +99,12 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--routing")) {
             if (!(v = cli_need_value("synth", argc, argv, &i))) return 2;
             if (synth_routing_find(v, &p.routing)) return cli_fail("synth", 2, "--routing: %s", rl_lasterr());
+        } else if (!strcmp(a, "--expert-type")) {
+            if (!(v = cli_need_value("synth", argc, argv, &i))) return 2;
+            for (uint32_t q = 1; q < QT_COUNT && !p.expert_type; q++)
+                if (quant_get(q) && !strcasecmp(quant_name(q), v)) p.expert_type = q;
+            if (!p.expert_type)
+                return cli_fail("synth", 2, "--expert-type: unknown type '%s' (e.g. MXFP4, Q4_K, IQ2_XXS)", v);
         } else if (!strcmp(a, "--mtp")) {
             p.mtp = true;
         } else if (!strcmp(a, "--list")) {

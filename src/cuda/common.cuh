@@ -49,11 +49,24 @@ static inline bool cu_env_is(const char *name, const char *value) {
     return e && !strcmp(e, value);
 }
 
+// Whether the current device supports programmatic dependent launch (compute capability >= 9.0), asked
+// once per file for the device current at the first launch (one device per process).
+static inline bool cu_pdl_device() {
+    static const bool ok = [] {
+        int dev = 0, major = 0;
+        return cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }();
+    return ok;
+}
+
 // Whether launches carry the PDL attribute: the default since 2026-12-04 (RL_CUDA_PDL=0: off), read
 // once per file. H200, 12-layer calibrated files, decode: Q4_K_M +4 % (+10-15 % at 8K), CF2 and
 // IQ2_XXS within the noise (-3 % to +4 %) in sessions 22 and 23 (bench/results/2026-12-04-*).
+// Only on devices of compute capability >= 9.0 (pdl_enter's wait exists only there: on older GPUs a
+// launch must not overlap the kernel before it), so one fat binary runs everywhere.
 static inline bool cu_pdl() {
-    static const bool on = cu_env_int("RL_CUDA_PDL", 1) == 1;
+    static const bool on = cu_env_int("RL_CUDA_PDL", 1) == 1 && cu_pdl_device();
     return on;
 }
 

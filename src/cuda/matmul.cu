@@ -20,6 +20,12 @@ MM_DECL(iq3_s)
 MM_DECL(iq1_s)
 MM_DECL(iq1_m)
 MM_DECL(iq4_xs)
+MM_DECL(q4_0)
+MM_DECL(q4_1)
+MM_DECL(q5_0)
+MM_DECL(q5_1)
+MM_DECL(iq4_nl)
+MM_DECL(mxfp4)
 
 // Largest token tile of the small-batch shape: RL_CUDA_SMALL_TT=2|4|8 (default 4: 6 rows run as
 // two tiles of 4, not one of 8). Tuning only: every shape gives the same bits. H200, cf2 (full
@@ -85,6 +91,12 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     case T_IQ1_S: return mm_run_iq1_s(L, gateup, tt);
     case T_IQ1_M: return mm_run_iq1_m(L, gateup, tt);
     case T_IQ4_XS: return mm_run_iq4_xs(L, gateup, tt);
+    case T_Q4_0: return mm_run_q4_0(L, gateup, tt);
+    case T_Q4_1: return mm_run_q4_1(L, gateup, tt);
+    case T_Q5_0: return mm_run_q5_0(L, gateup, tt);
+    case T_Q5_1: return mm_run_q5_1(L, gateup, tt);
+    case T_IQ4_NL: return mm_run_iq4_nl(L, gateup, tt);
+    case T_MXFP4: return mm_run_mxfp4(L, gateup, tt);
     default:
         return rl_seterr("CUDA backend: no matmul kernel for tensor type %u", type);
     }

@@ -269,6 +269,10 @@ static inline int mm_stage_mode() {
     return mode;
 }
 template <int TYPE> static inline bool mm_stage_on() {
+    // MXFP4 rows can start at odd addresses (17-byte blocks), which stage_copy cannot read: never staged
+    if constexpr (TYPE == T_MXFP4) {
+        return false;
+    }
     constexpr bool iq = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
                         TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
     const int m = mm_stage_mode();

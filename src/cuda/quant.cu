@@ -32,7 +32,8 @@ extern "C" int cu_tables_init(void) {
     if (g_tabs_ready) return 0;
     size_t total = 0;
     size_t sizes[] = {sizeof iq2xxs_grid, sizeof iq2xs_grid, sizeof iq2s_grid, sizeof iq1s_grid,
-                      sizeof iq3xxs_grid, sizeof iq3s_grid, sizeof ksigns_iq2xs, sizeof kvalues_iq4nl};
+                      sizeof iq3xxs_grid, sizeof iq3s_grid, sizeof ksigns_iq2xs, sizeof kvalues_iq4nl,
+                      sizeof kvalues_mxfp4};
     for (size_t s : sizes) total += (s + 255) & ~(size_t)255;
     uint8_t *base = NULL;
     if (CU_CHECK(cudaMalloc(&base, total))) return -1;
@@ -40,7 +41,8 @@ extern "C" int cu_tables_init(void) {
     if (upload(iq2xxs_grid, 256, &g_tabs.iq2xxs, &cur) || upload(iq2xs_grid, 512, &g_tabs.iq2xs, &cur) ||
         upload(iq2s_grid, 1024, &g_tabs.iq2s, &cur) || upload(iq1s_grid, 2048, &g_tabs.iq1s, &cur) ||
         upload(iq3xxs_grid, 256, &g_tabs.iq3xxs, &cur) || upload(iq3s_grid, 512, &g_tabs.iq3s, &cur) ||
-        upload(ksigns_iq2xs, 128, &g_tabs.ksigns, &cur) || upload(kvalues_iq4nl, 16, &g_tabs.kvalues, &cur)) {
+        upload(ksigns_iq2xs, 128, &g_tabs.ksigns, &cur) || upload(kvalues_iq4nl, 16, &g_tabs.kvalues, &cur) ||
+        upload(kvalues_mxfp4, 16, &g_tabs.kvalues_mx, &cur)) {
         cudaFree(base);
         return -1;
     }

@@ -5,7 +5,8 @@
 // in the same order, so the values are bit-identical (files compiled with -fmad=false; see
 // quant_*.c for the layouts). Float types use a pseudo-block of 8 values (blk = the unit).
 // Alignment: F32/F16/BF16 units and Q4_K/Q5_K blocks are 16-byte aligned (rows are, see
-// backend_cuda_model.c); Q2_K blocks 4-byte; Q8_0/Q3_K/Q6_K/IQ* blocks only 2-byte aligned.
+// backend_cuda_model.c); Q2_K blocks 4-byte; Q8_0/Q3_K/Q6_K/IQ*/Q4_0/Q4_1/Q5_0/Q5_1 blocks only
+// 2-byte aligned; MXFP4 blocks (17 bytes) not at all: they are read a byte at a time.
 #pragma once
 
 #include "cuda/common.cuh"
@@ -14,7 +15,7 @@
 enum {
     T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11,
     T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19,
-    T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29, T_BF16 = 30
+    T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29, T_BF16 = 30, T_MXFP4 = 39
 };
 
 // Device copies of the lookup grids (quant_tables.c), passed by value to kernels.
@@ -22,7 +23,8 @@ struct cu_qtabs {
     const uint64_t *iq2xxs, *iq2xs, *iq2s, *iq1s;
     const uint32_t *iq3xxs, *iq3s;
     const uint8_t *ksigns;
-    const int8_t *kvalues;
+    const int8_t *kvalues;    // IQ4_NL / IQ4_XS codebook
+    const int8_t *kvalues_mx; // MXFP4: the E2M1 values doubled (kvalues_mxfp4)
 };
 const cu_qtabs &cu_qtabs_get(); // filled by cu_tables_init (quant.cu)
 
@@ -37,12 +39,19 @@ QTR(T_Q5_0, 32, 22) QTR(T_Q5_1, 32, 24) QTR(T_Q8_0, 32, 34) QTR(T_IQ4_NL, 32, 18
 QTR(T_Q3_K, 256, 110) QTR(T_Q4_K, 256, 144) QTR(T_Q5_K, 256, 176) QTR(T_Q6_K, 256, 210)
 QTR(T_IQ2_XXS, 256, 66) QTR(T_IQ2_XS, 256, 74) QTR(T_IQ2_S, 256, 82) QTR(T_IQ3_XXS, 256, 98)
 QTR(T_IQ3_S, 256, 110) QTR(T_IQ1_S, 256, 50) QTR(T_IQ1_M, 256, 56) QTR(T_IQ4_XS, 256, 136)
+QTR(T_MXFP4, 32, 17)
 #undef QTR
 
 __device__ __forceinline__ float sgnf(uint8_t s, int j) { return (s >> j) & 1 ? -1.0f : 1.0f; }
 __device__ __forceinline__ int g8(uint64_t g, int j) { return (int)(uint8_t)(g >> (8 * j)); }
 __device__ __forceinline__ int g8s(uint64_t g, int j) { return (int)(int8_t)(g >> (8 * j)); }
 __device__ __forceinline__ int g4(uint32_t g, int j) { return (int)(uint8_t)(g >> (8 * j)); }
+
+// MXFP4's E8M0 byte as the halved scale 2^(e-128), built from its bits (quant_e8m0_half: exact;
+// e < 2 gives a subnormal, kept: the .cu files are built without -ftz).
+__device__ __forceinline__ float e8m0_half(int e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
 
 // Q4_K/Q5_K 6-bit scale and min of 32-value sub-block k (quant_k4_scale_min).
 __device__ __forceinline__ void k4_scale_min(const uint8_t *b, int k, int &sc, int &m) {
@@ -95,6 +104,12 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
             else if constexpr (TYPE == T_Q4_1) w[i] = (float)q * d + h2f(ld16(b + 2));
             else w[i] = d * (float)tb.kvalues[q];
         }
+    } else if constexpr (TYPE == T_MXFP4) {
+        const float d = e8m0_half(b[0]);
+        const uint8_t *q = b + 1 + 8 * (sub & 1);
+        const int sh = sub >= 2 ? 4 : 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = d * (float)tb.kvalues_mx[(q[i] >> sh) & 15];
     } else if constexpr (TYPE == T_Q5_0 || TYPE == T_Q5_1) {
         const int qh_off = TYPE == T_Q5_1 ? 4 : 2, qs_off = qh_off + 4;
         const float d = h2f(ld16(b));
@@ -253,9 +268,8 @@ template <int TYPE> __device__ __forceinline__ const uint8_t *unit_block(const u
     return row + (size_t)(u / upb) * qtraits<TYPE>::bytes;
 }
 
-// The types with kernels (run-time dispatch lists).
-// (The legacy Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL decoders above are kept but not instantiated:
-// Qwen3-Next files do not use them, and every instance costs CI compile time.)
+// The types with kernels (run-time dispatch lists): every type of the published Qwen3-Next files,
+// including llama-quantize's 32-value fallbacks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) and MXFP4 experts.
 #define CU_FOR_TYPES(X)                                                                                      \
     X(T_F32) X(T_F16) X(T_BF16) X(T_Q8_0) X(T_Q2_K) X(T_Q3_K) X(T_Q4_K) X(T_Q5_K) X(T_Q6_K) X(T_IQ2_XXS) X(T_IQ2_XS) X(T_IQ2_S) X(T_IQ3_XXS) X(T_IQ3_S)       \
-    X(T_IQ1_S) X(T_IQ1_M) X(T_IQ4_XS)
+    X(T_IQ1_S) X(T_IQ1_M) X(T_IQ4_XS) X(T_Q4_0) X(T_Q4_1) X(T_Q5_0) X(T_Q5_1) X(T_IQ4_NL) X(T_MXFP4)

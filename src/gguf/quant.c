@@ -1,5 +1,5 @@
 /* quant.c — the traits table of every supported ggml type, plus the float and 32-value
- * ("legacy") block types. K-quants live in quant_k.c, IQ types in quant_iq.c.
+ * ("legacy") block types and MXFP4. K-quants live in quant_k.c, IQ types in quant_iq.c.
  *
  * Contracts (see quant.h): to_float is bit-exact with ggml's dequantize_row_* / the gguf
  * package (same float operations in the same order, fp16 scales via rl_fp16_to_fp32);
@@ -349,6 +349,63 @@ static float iq4_nl_vec_dot(int64_t n, const void *w, const void *act) {
     return sumf;
 }
 
+/* ---- MXFP4 ---------------------------------------------------------------------------------
+ *  MXFP4 (17 B): | e E8M0 | qs[16] |  nibbles as Q4_0; each 4-bit code is an E2M1 (FP4) value,
+ *  kvalues_mxfp4 holds them doubled (0, 1, 2, 3, 4, 6, 8, 12 and their negatives), and the
+ *  shared power-of-two scale is taken halved:  x = 2^(e-128) * kvalues_mxfp4[q]  (exact). */
+
+static void mxfp4_to_float(const void *src, float *dst, int64_t n) {
+    const blk_mxfp4 *b = src;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float d = quant_e8m0_half(b[i].e);
+        for (int j = 0; j < 16; j++) {
+            dst[i * 32 + j] = d * (float)kvalues_mxfp4[b[i].qs[j] & 15];
+            dst[i * 32 + j + 16] = d * (float)kvalues_mxfp4[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* The gguf package's quantiser: e = floor(log2(amax)) - 2 + 127 (0 for an all-zero block; clamped
+ * to 0..255 where the package's uint8 cast would wrap, |x| < 2^-125 or >= 2^129), then each value
+ * takes the code of the nearest d * kvalue, the first code on ties (so +0, never -0). */
+static void mxfp4_from_float(const float *src, void *dst, int64_t n) {
+    blk_mxfp4 *b = dst;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *x = src + i * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        int e = amax > 0.0f ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
+        e = e < 0 ? 0 : e > 255 ? 255 : e;
+        const float d = quant_e8m0_half((uint8_t)e);
+        uint8_t q[32];
+        for (int j = 0; j < 32; j++) {
+            int best = 0;
+            float err = fabsf(d * (float)kvalues_mxfp4[0] - x[j]);
+            for (int k = 1; k < 16; k++) {
+                const float ek = fabsf(d * (float)kvalues_mxfp4[k] - x[j]);
+                if (ek < err) err = ek, best = k;
+            }
+            q[j] = (uint8_t)best;
+        }
+        b[i].e = (uint8_t)e;
+        for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+    }
+}
+
+/* As IQ4_NL against Q8_0; d_w * d_a is exact (a power of two times an fp16 value). */
+static float mxfp4_vec_dot(int64_t n, const void *w, const void *act) {
+    const blk_mxfp4 *x = w;
+    const blk_q8_0 *y = act;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += kvalues_mxfp4[x[i].qs[j] & 15] * y[i].qs[j] + kvalues_mxfp4[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        sumf += (float)sumi * (quant_e8m0_half(x[i].e) * rl_fp16_to_fp32(y[i].d));
+    }
+    return sumf;
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define KQ(ID, NAME, fn, SIZE)                                                          \
@@ -379,6 +436,8 @@ static const quant_traits traits[QT_COUNT] = {
                   .from_float = quant_from_float_q8_k, .vec_dot_type = QT_Q8_K },
     [QT_IQ4_NL] = { .name = "IQ4_NL", .blck = 32, .type_size = 18, .to_float = iq4_nl_to_float,
                     .vec_dot_type = QT_Q8_0, .vec_dot = iq4_nl_vec_dot },
+    [QT_MXFP4] = { .name = "MXFP4", .blck = 32, .type_size = 17, .to_float = mxfp4_to_float,
+                   .from_float = mxfp4_from_float, .vec_dot_type = QT_Q8_0, .vec_dot = mxfp4_vec_dot },
     KQ(QT_Q2_K, "Q2_K", q2_k, 84),
     KQ(QT_Q3_K, "Q3_K", q3_k, 110),
     KQ(QT_Q4_K, "Q4_K", q4_k, 144),

@@ -2,7 +2,7 @@
  *
  * Every type real Qwen3-Next GGUF files use is decoded bit-exactly (same float32 results as
  * ggml's dequantize_row_* / the `gguf` PyPI package's numpy implementation).
- * The lookup grids (IQ2/IQ3/IQ1 codebooks, IQ4_NL values, sign tables) are format data,
+ * The lookup grids (IQ2/IQ3/IQ1 codebooks, IQ4_NL and MXFP4 values, sign tables) are format data,
  * generated into quant_tables.c by tools/gen_quant_tables.py from the `gguf` package.
  *
  * Three ways to multiply a weight row by an activation vector:
@@ -25,7 +25,7 @@ enum {
     QT_Q8_1 = 9, QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14,
     QT_Q8_K = 15, QT_IQ2_XXS = 16, QT_IQ2_XS = 17, QT_IQ3_XXS = 18, QT_IQ1_S = 19,
     QT_IQ4_NL = 20, QT_IQ3_S = 21, QT_IQ2_S = 22, QT_IQ4_XS = 23, QT_I8 = 24, QT_I16 = 25,
-    QT_I32 = 26, QT_I64 = 27, QT_F64 = 28, QT_IQ1_M = 29, QT_BF16 = 30,
+    QT_I32 = 26, QT_I64 = 27, QT_F64 = 28, QT_IQ1_M = 29, QT_BF16 = 30, QT_MXFP4 = 39,
     QT_COUNT = 64
 };
 

@@ -26,6 +26,7 @@ typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1; /* 24
 typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;                  /* 34 B */
 typedef struct { uint16_t d, s; int8_t qs[32]; } blk_q8_1;               /* 36 B: s = d*sum(qs) */
 typedef struct { uint16_t d; uint8_t qs[16]; } blk_iq4_nl;               /* 18 B */
+typedef struct { uint8_t e; uint8_t qs[16]; } blk_mxfp4;                 /* 17 B: e = E8M0 scale */
 
 /* ---- 256-value K-quant super-blocks -------------------------------------------------------- */
 typedef struct { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; } blk_q2_k;      /* 84 */
@@ -48,7 +49,7 @@ typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[
 
 _Static_assert(sizeof(blk_q4_0) == 18 && sizeof(blk_q4_1) == 20 && sizeof(blk_q5_0) == 22 &&
                sizeof(blk_q5_1) == 24 && sizeof(blk_q8_0) == 34 && sizeof(blk_q8_1) == 36 &&
-               sizeof(blk_iq4_nl) == 18, "legacy block sizes");
+               sizeof(blk_iq4_nl) == 18 && sizeof(blk_mxfp4) == 17, "legacy block sizes");
 _Static_assert(sizeof(blk_q2_k) == 84 && sizeof(blk_q3_k) == 110 && sizeof(blk_q4_k) == 144 &&
                sizeof(blk_q5_k) == 176 && sizeof(blk_q6_k) == 210 && sizeof(blk_q8_k) == 292,
                "K-quant block sizes");
@@ -61,6 +62,14 @@ _Static_assert(sizeof(blk_iq2_xxs) == 66 && sizeof(blk_iq2_xs) == 74 && sizeof(b
 static inline int quant_nearest_int(float x) {
     union { float f; int32_t i; } v = { .f = x + 12582912.f };
     return (v.i & 0x007fffff) - 0x00400000;
+}
+
+/* MXFP4's E8M0 scale byte as a float, HALVED (2^(e - 128); kvalues_mxfp4 holds the E2M1 values
+ * doubled): the bits of 2^(e-128) directly, a subnormal for e < 2 (e = 0: 2^-128, e = 1: 2^-127),
+ * never Inf/NaN (e = 255 gives 2^127). Exact, as the gguf package's e8m0_to_fp32_half. */
+static inline float quant_e8m0_half(uint8_t e) {
+    union { uint32_t u; float f; } v = { .u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23 };
+    return v.f;
 }
 
 /* K-quant 6-bit scale/min unpacking shared by Q4_K and Q5_K (12 bytes -> 8 scales, 8 mins). */

@@ -5,7 +5,9 @@
  *   iq2*_grid: magnitudes in {8, 25, 43};   iq3*_grid: magnitudes (IQ3_XXS 4..62, IQ3_S 1..15);
  *   iq1s_grid: signed bytes in {-1, 0, +1} (the CPU form, 0xff = -1).
  * ksigns_iq2xs: 7-bit index -> 8-bit sign mask (bit 7 = parity of bits 0..6);
- * kmask_iq2xs[j] = 1 << j; kvalues_iq4nl: the non-linear 4-bit codebook. */
+ * kmask_iq2xs[j] = 1 << j; kvalues_iq4nl: the non-linear 4-bit codebook;
+ * kvalues_mxfp4: the 16 E2M1 (FP4) values doubled, so they are integers (MXFP4's E8M0 scale
+ * is taken as 2^(e - 128), half its value, to compensate). */
 #ifndef RL_QUANT_TABLES_H
 #define RL_QUANT_TABLES_H
 
@@ -20,5 +22,6 @@ extern const uint64_t iq1s_grid[2048];
 extern const uint8_t ksigns_iq2xs[128];
 extern const uint8_t kmask_iq2xs[8];
 extern const int8_t kvalues_iq4nl[16];
+extern const int8_t kvalues_mxfp4[16];
 
 #endif

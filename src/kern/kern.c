@@ -46,13 +46,13 @@ static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, 
 SCALAR_MV(0) SCALAR_MV(1) SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8)
 SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12) SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17)
 SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20) SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29)
-SCALAR_MV(30) SCALAR_MV(48) SCALAR_MV(49) /* 48, 49: QT_IQ2_LF, QT_IQ1_LF (quant_repack.h) */
+SCALAR_MV(30) SCALAR_MV(39) SCALAR_MV(48) SCALAR_MV(49) /* 39: QT_MXFP4; 48, 49: QT_IQ2_LF, QT_IQ1_LF */
 #define SET_MV(ID) t->matvec[ID] = scalar_mv_##ID
 
 static void fill_scalar(kern_table *t) {
     SET_MV(0); SET_MV(1); SET_MV(2); SET_MV(3); SET_MV(6); SET_MV(7); SET_MV(8); SET_MV(10);
     SET_MV(11); SET_MV(12); SET_MV(13); SET_MV(14); SET_MV(16); SET_MV(17); SET_MV(18); SET_MV(19);
-    SET_MV(20); SET_MV(21); SET_MV(22); SET_MV(23); SET_MV(29); SET_MV(30); SET_MV(48); SET_MV(49);
+    SET_MV(20); SET_MV(21); SET_MV(22); SET_MV(23); SET_MV(29); SET_MV(30); SET_MV(39); SET_MV(48); SET_MV(49);
     for (uint32_t ty = 0; ty < QT_COUNT; ty++) {
         const quant_traits *q = quant_get(ty);
         if (q && q->from_float) t->quant[ty] = q->from_float;

@@ -2,7 +2,7 @@
  *
  * A weight matrix is n_rows contiguous rows of n_cols values in type `wtype` (row stride
  * quant_row_size(wtype, n_cols)). The activation vector is quantised ONCE per mat-vec into the
- * weight type's vec_dot_type (Q8_K for K/IQ quants, Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL, ...) with
+ * weight type's vec_dot_type (Q8_K for K/IQ quants, Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4, ...) with
  * kern_quantize_act, then every row is an integer dot product against it:
  *
  *     void *aq = rl_aligned_alloc(kern_act_size(wtype, n_cols), "act");
@@ -18,7 +18,7 @@
  * Every type quant.h can vec_dot has a SIMD kernel at the AVX2 and AVX-512 levels. Results match
  * the scalar vec_dot: for K and IQ types the integer sums are identical and the float operations
  * per super-block are the scalar ones, so results are bit-identical (tests/c/test_kern.c checks
- * it); F32, F16, BF16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)
+ * it); F32, F16, BF16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4)
  * accumulate floats in SIMD lanes, so only the float summation order differs.
  * The AVX-512 level has its own 512-bit mat-vecs for the hot decode types (IQ1_M, IQ2_XXS, IQ2_XS,
  * IQ3_XXS, IQ3_S, Q2_K, Q4_K, Q5_K, Q6_K: src/kern/kern_x86_512.h; grids by gather, VNNI vpdpwssd;

@@ -12,7 +12,7 @@
  * activation with sign_epi8. Per super-block, the int32 lanes are summed horizontally and the
  * float epilogue is the scalar reference's expression (src/gguf/quant_k.c, quant_iq.c), so results
  * equal quant_traits.vec_dot exactly. F32/F16/BF16 and the 32-value block types (Q8_0, Q4_0,
- * Q4_1, Q5_0, Q5_1, IQ4_NL) accumulate floats in lanes instead.
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) accumulate floats in lanes instead.
  *
  * Parts: kern_x86_k.h (K-quants, IQ4_XS), kern_x86_iq.h (IQ2/IQ3/IQ1), kern_x86_512.h (512-bit
  * mat-vecs, AVX-512 build only), kern_x86_mm.h (batched kernels for several activation rows).
@@ -378,7 +378,7 @@ static void quant_f16(const float *x, void *dst, int64_t n) {
     for (; i < n; i++) d[i] = rl_fp32_to_fp16(x[i]);
 }
 
-/* ---- Q4_0 / Q5_0 / IQ4_NL (x Q8_0) and Q4_1 / Q5_1 (x Q8_1) ------------------------------------
+/* ---- Q4_0 / Q5_0 / IQ4_NL / MXFP4 (x Q8_0) and Q4_1 / Q5_1 (x Q8_1) ------------------------------------
  * 32-value blocks: codes of one block fill one vector (low nibbles = values 0..15, high = 16..31);
  * per block the int32 lanes are scaled by d_w*d_a in float lanes, as Q8_0. */
 
@@ -424,6 +424,20 @@ static float dot_iq4_nl(const blk_iq4_nl *x, const blk_q8_0 *y, int64_t nb) {
     return hsum_f32(acc);
 }
 ROWS_MATVEC(mv_iq4_nl, dot_iq4_nl, blk_iq4_nl, blk_q8_0, 32)
+
+/* MXFP4: IQ4_NL's kernel with the E2M1 table (doubled values) and the power-of-two scale */
+static float dot_mxfp4(const blk_mxfp4 *x, const blk_q8_0 *y, int64_t nb) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        pf_block(&x[i], sizeof x[i]);
+        const __m256i w = _mm256_shuffle_epi8(kv, nibbles32(x[i].qs));
+        const __m256i p = dot_i8(_mm256_setzero_si256(), w, loadu(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(quant_e8m0_half(x[i].e) * h2f(y[i].d)), acc);
+    }
+    return hsum_f32(acc);
+}
+ROWS_MATVEC(mv_mxfp4, dot_mxfp4, blk_mxfp4, blk_q8_0, 32)
 
 /* unsigned codes: sum (d q + m) d_a a = d d_a sum q a + m s_a */
 static float dot_q4_1(const blk_q4_1 *x, const blk_q8_1 *y, int64_t nb) {
@@ -552,6 +566,7 @@ void KERN_FILL(kern_table *t) {
     t->matvec[QT_Q4_0] = mv_q4_0;
     t->matvec[QT_Q5_0] = mv_q5_0;
     t->matvec[QT_IQ4_NL] = mv_iq4_nl;
+    t->matvec[QT_MXFP4] = mv_mxfp4;
     t->matvec[QT_Q4_1] = mv_q4_1;
     t->matvec[QT_Q5_1] = mv_q5_1;
     t->matvec[QT_Q2_K] = mv_q2_k;

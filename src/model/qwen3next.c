@@ -1,5 +1,5 @@
-/* qwen3next.c — the Qwen3-Next architecture file: the model description (the one tensor table,
- * activation names, dimensions), hyperparameters, tensor binding. The CPU reference forward pass
+/* qwen3next.c — the Qwen3-Next family's architecture file: the model description (the table of
+ * architectures, the one tensor table, activation names, dimensions), hyperparameters, tensor binding. The CPU reference forward pass
  * is in qwen3next_forward.c. See qwen3next.h for the contract and the shared spec for the op
  * order (§A), tensor names of both GGUF generations (§B) and MTP (§F).
  */
@@ -15,10 +15,28 @@
 
 /* ---- the model description ---------------------------------------------------------- */
 
+/* The family, one row per architecture (facts and sources: docs/QWEN35.md). */
+static const q3n_arch_desc ARCHS[Q3N_ARCH_COUNT] = {
+    [Q3N_ARCH_QWEN3NEXT] = {"qwen3next", "Qwen3-Next (MoE)", true, false, false, false},
+    [Q3N_ARCH_QWEN35MOE] = {"qwen35moe", "Qwen3.5/3.6 MoE", true, true, true, true},
+    [Q3N_ARCH_QWEN35] = {"qwen35", "Qwen3.5/3.6 dense", false, true, true, true},
+};
+
+const q3n_arch_desc *q3n_arch_get(q3n_arch a) { return (unsigned)a < Q3N_ARCH_COUNT ? &ARCHS[a] : NULL; }
+
+int q3n_arch_find(const char *name) {
+    for (int a = 0; a < Q3N_ARCH_COUNT; a++)
+        if (!strcmp(name, ARCHS[a].name)) return a;
+    return -1;
+}
+
+#define A_NEXT (1u << Q3N_ARCH_QWEN3NEXT)
+#define A_35 (1u << Q3N_ARCH_QWEN35MOE | 1u << Q3N_ARCH_QWEN35)
+
 #define LF(f) (int)offsetof(q3n_layer, f)
 #define MF(f) (int)offsetof(q3n_model, f)
 #define NO Q3N_DIM_NONE
-/* The one table of Qwen3-Next tensor names (contract in qwen3next.h). */
+/* The one table of the family's tensor names (contract in qwen3next.h). */
 static const q3n_tensor_desc TENSORS[Q3N_T_COUNT] = {
     [Q3N_T_TOKEN_EMBD] = {"token_embd.weight", "token embedding (row lookup)", Q3N_KIND_GLOBAL,
                           {Q3N_DIM_D, Q3N_DIM_VOCAB, NO}, Q3N_REQUIRED, false, false, MF(tok_embd)},
@@ -42,9 +60,14 @@ static const q3n_tensor_desc TENSORS[Q3N_T_COUNT] = {
     [Q3N_T_SSM_GATE] = {"blk.%d.attn_gate.weight", "DeltaNet output gate z", Q3N_KIND_DELTANET,
                         {Q3N_DIM_D, Q3N_DIM_INNER, NO}, Q3N_REQUIRED, false, false, LF(wgate)},
     [Q3N_T_SSM_IN] = {"blk.%d.ssm_in.weight", "DeltaNet fused qkvz (older GGUFs, de-interleaved at load)",
-                      Q3N_KIND_DELTANET, {Q3N_DIM_D, Q3N_DIM_SSM_IN, NO}, Q3N_ALTERNATIVE, false, false, -1},
+                      Q3N_KIND_DELTANET, {Q3N_DIM_D, Q3N_DIM_SSM_IN, NO}, Q3N_ALTERNATIVE, false, false, -1, A_NEXT},
     [Q3N_T_SSM_BA] = {"blk.%d.ssm_ba.weight", "DeltaNet beta|alpha per key head", Q3N_KIND_DELTANET,
-                      {Q3N_DIM_D, Q3N_DIM_2HV, NO}, Q3N_REQUIRED, false, false, LF(wba)},
+                      {Q3N_DIM_D, Q3N_DIM_2HV, NO}, Q3N_REQUIRED, false, false, LF(wba), A_NEXT},
+    /* Qwen3.5: beta and alpha as two matrices */
+    [Q3N_T_SSM_BETA] = {"blk.%d.ssm_beta.weight", "DeltaNet beta", Q3N_KIND_DELTANET, {Q3N_DIM_D, Q3N_DIM_HV, NO},
+                        Q3N_REQUIRED, false, false, LF(wbeta), A_35},
+    [Q3N_T_SSM_ALPHA] = {"blk.%d.ssm_alpha.weight", "DeltaNet alpha (decay input)", Q3N_KIND_DELTANET,
+                         {Q3N_DIM_D, Q3N_DIM_HV, NO}, Q3N_REQUIRED, false, false, LF(walpha), A_35},
     [Q3N_T_SSM_CONV] = {"blk.%d.ssm_conv1d.weight", "DeltaNet causal conv", Q3N_KIND_DELTANET,
                         {Q3N_DIM_KW, Q3N_DIM_CONV, NO}, Q3N_REQUIRED, true, false, LF(conv_w)},
     [Q3N_T_SSM_DT] = {"blk.%d.ssm_dt.bias", "DeltaNet dt bias", Q3N_KIND_DELTANET, {Q3N_DIM_HV, NO, NO},
@@ -55,7 +78,7 @@ static const q3n_tensor_desc TENSORS[Q3N_T_COUNT] = {
                         {Q3N_DIM_DV, NO, NO}, Q3N_REQUIRED, true, false, LF(ssm_norm)},
     [Q3N_T_SSM_OUT] = {"blk.%d.ssm_out.weight", "DeltaNet output", Q3N_KIND_DELTANET,
                        {Q3N_DIM_INNER, Q3N_DIM_D, NO}, Q3N_REQUIRED, false, false, LF(wout)},
-    [Q3N_T_POST_NORM] = {"blk.%d.post_attention_norm.weight", "MoE input RMSNorm", Q3N_KIND_MOE,
+    [Q3N_T_POST_NORM] = {"blk.%d.post_attention_norm.weight", "FFN input RMSNorm", Q3N_KIND_BLOCK,
                          {Q3N_DIM_D, NO, NO}, Q3N_REQUIRED, true, false, LF(post_norm)},
     [Q3N_T_ROUTER] = {"blk.%d.ffn_gate_inp.weight", "router", Q3N_KIND_MOE, {Q3N_DIM_D, Q3N_DIM_E, NO},
                       Q3N_REQUIRED, false, false, LF(router)},
@@ -76,6 +99,13 @@ static const q3n_tensor_desc TENSORS[Q3N_T_COUNT] = {
                      {Q3N_DIM_D, Q3N_DIM_FF_SH, NO}, Q3N_OPTIONAL, false, false, LF(up_sh)},
     [Q3N_T_DOWN_SH] = {"blk.%d.ffn_down_shexp.weight", "shared expert's down", Q3N_KIND_MOE,
                        {Q3N_DIM_FF_SH, Q3N_DIM_D, NO}, Q3N_OPTIONAL, false, false, LF(down_sh)},
+    /* dense architectures: one SwiGLU FFN per block */
+    [Q3N_T_FFN_GATE] = {"blk.%d.ffn_gate.weight", "FFN gate", Q3N_KIND_FFN, {Q3N_DIM_D, Q3N_DIM_N_FF, NO},
+                        Q3N_REQUIRED, false, false, LF(ffn_gate)},
+    [Q3N_T_FFN_UP] = {"blk.%d.ffn_up.weight", "FFN up", Q3N_KIND_FFN, {Q3N_DIM_D, Q3N_DIM_N_FF, NO}, Q3N_REQUIRED,
+                      false, false, LF(ffn_up)},
+    [Q3N_T_FFN_DOWN] = {"blk.%d.ffn_down.weight", "FFN down", Q3N_KIND_FFN, {Q3N_DIM_N_FF, Q3N_DIM_D, NO},
+                        Q3N_REQUIRED, false, false, LF(ffn_down)},
     /* MTP head, llama.cpp converter names (spec §F.3) */
     [Q3N_T_EH_PROJ] = {"blk.%d.nextn.eh_proj.weight", "MTP [embedding ; hidden] projection", Q3N_KIND_MTP,
                        {Q3N_DIM_2D, Q3N_DIM_D, NO}, Q3N_REQUIRED, false, false, LF(eh_proj)},
@@ -83,8 +113,8 @@ static const q3n_tensor_desc TENSORS[Q3N_T_COUNT] = {
                      Q3N_REQUIRED, true, false, LF(enorm)},
     [Q3N_T_HNORM] = {"blk.%d.nextn.hnorm.weight", "MTP hidden RMSNorm", Q3N_KIND_MTP, {Q3N_DIM_D, NO, NO},
                      Q3N_REQUIRED, true, false, LF(hnorm)},
-    [Q3N_T_SHARED_HEAD_NORM] = {"blk.%d.nextn.shared_head_norm.weight", "MTP output RMSNorm", Q3N_KIND_MTP,
-                                {Q3N_DIM_D, NO, NO}, Q3N_REQUIRED, true, false, LF(shared_head_norm)},
+    [Q3N_T_SHARED_HEAD_NORM] = {"blk.%d.nextn.shared_head_norm.weight", "MTP output RMSNorm (absent: output_norm)",
+                                Q3N_KIND_MTP, {Q3N_DIM_D, NO, NO}, Q3N_OPTIONAL, true, false, LF(shared_head_norm)},
     [Q3N_T_OUTPUT_NORM] = {"output_norm.weight", "final RMSNorm", Q3N_KIND_GLOBAL, {Q3N_DIM_D, NO, NO},
                            Q3N_REQUIRED, true, false, MF(output_norm)},
     [Q3N_T_OUTPUT] = {"output.weight", "output head (absent: tied to token_embd)", Q3N_KIND_GLOBAL,
@@ -164,6 +194,7 @@ int64_t q3n_dim_value(const q3n_hparams *hp, q3n_dim d) {
     case Q3N_DIM_2HV: return 2 * (int64_t)hp->ssm_hv;
     case Q3N_DIM_DV: return hp->ssm_dv;
     case Q3N_DIM_KW: return hp->ssm_kw;
+    case Q3N_DIM_N_FF: return hp->n_ff;
     default: return 0;
     }
 }
@@ -175,13 +206,19 @@ bool q3n_block_is_attn(const q3n_hparams *hp, int il) {
 bool q3n_kind_in_block(const q3n_hparams *hp, q3n_kind k, int il) {
     if (il < 0 || il >= hp->n_layer + hp->n_nextn) return false;
     switch (k) {
-    case Q3N_KIND_BLOCK:
-    case Q3N_KIND_MOE: return true;
+    case Q3N_KIND_BLOCK: return true;
+    case Q3N_KIND_MOE: return hp->moe;
+    case Q3N_KIND_FFN: return !hp->moe;
     case Q3N_KIND_DELTANET: return !q3n_block_is_attn(hp, il);
     case Q3N_KIND_ATTN: return q3n_block_is_attn(hp, il);
     case Q3N_KIND_MTP: return il >= hp->n_layer;
     default: return false;
     }
+}
+
+bool q3n_tensor_in_block(const q3n_hparams *hp, q3n_tensor_id id, int il) {
+    const q3n_tensor_desc *d = &TENSORS[id];
+    return (!d->archs || d->archs & 1u << hp->arch) && q3n_kind_in_block(hp, d->kind, il);
 }
 
 /* ---- hyperparameters ------------------------------------------------------------------ */
@@ -192,61 +229,134 @@ bool q3n_kind_in_block(const q3n_hparams *hp, q3n_kind k, int il) {
  * code's real limits (named where they come from), far above Qwen3-Next's own values (in the
  * comments). */
 typedef struct {
-    const char *key; /* after "qwen3next." */
+    const char *key; /* after "<arch>." */
     int off;         /* offset of the int in q3n_hparams; -1: read into *extra */
     int dflt;        /* 0: required */
     int lo, hi;
+    int only;        /* 0: every architecture; HP_MOE / HP_DENSE: only those (absent elsewhere) */
 } hp_key;
 
+enum { HP_ALL, HP_MOE, HP_DENSE };
 #define HO(f) (int)offsetof(q3n_hparams, f)
 static const hp_key HP_KEYS[] = {
-    {"embedding_length", HO(n_embd), 0, 1, OPS_MAX_ROW / 2},              /* 2048; MTP eh_proj reads 2D */
-    {"attention.head_count", HO(n_head), 0, 1, 1024},                     /* 16 */
-    {"attention.head_count_kv", HO(n_head_kv), 0, 1, 1024},               /* 2 */
-    {"attention.key_length", HO(head_dim), 0, 2, Q3N_MAX_HEAD_DIM},       /* 256 */
-    {"rope.dimension_count", HO(n_rot), 0, 2, Q3N_MAX_HEAD_DIM},          /* 64 */
-    {"expert_count", HO(n_expert), 0, 1, Q3N_MAX_EXPERTS},                /* 512 */
-    {"expert_used_count", HO(n_expert_used), 0, 1, Q3N_MAX_EXPERTS},      /* 10 */
-    {"expert_feed_forward_length", HO(n_ff_exp), 0, 1, OPS_MAX_ROW},      /* 512 */
-    {"expert_shared_feed_forward_length", HO(n_ff_shexp), -1, 1, OPS_MAX_ROW}, /* 512; default n_ff_exp */
-    {"ssm.conv_kernel", HO(ssm_kw), 0, 2, 64},                            /* 4 */
-    {"ssm.state_size", HO(ssm_dk), 0, 1, Q3N_MAX_HEAD_DIM},               /* 128 */
-    {"ssm.group_count", HO(ssm_hk), 0, 1, 1024},                          /* 16 */
-    {"ssm.time_step_rank", HO(ssm_hv), 0, 1, 1024},                       /* 32 */
-    {"ssm.inner_size", -1, 0, 1, OPS_MAX_ROW},                            /* 4096 */
-    {"full_attention_interval", HO(full_attn_interval), 4, 1, Q3N_MAX_LAYERS}, /* 4 */
-    {"nextn_predict_layers", HO(n_nextn), -2, 0, 1},                      /* 0 or 1 (-2: default 0) */
-    {"context_length", HO(n_ctx_train), 262144, 1, 1 << 30},             /* 262144 */
-    {"block_count", -2, 0, 1, Q3N_MAX_LAYERS},                            /* 48 (+1 with MTP) */
+    {"embedding_length", HO(n_embd), 0, 1, OPS_MAX_ROW / 2, HP_ALL},              /* 2048; MTP eh_proj reads 2D */
+    {"attention.head_count", HO(n_head), 0, 1, 1024, HP_ALL},                     /* 16 */
+    {"attention.head_count_kv", HO(n_head_kv), 0, 1, 1024, HP_ALL},               /* 2 */
+    {"attention.key_length", HO(head_dim), 0, 2, Q3N_MAX_HEAD_DIM, HP_ALL},       /* 256 */
+    {"rope.dimension_count", HO(n_rot), 0, 2, Q3N_MAX_HEAD_DIM, HP_ALL},          /* 64 */
+    {"expert_count", HO(n_expert), 0, 1, Q3N_MAX_EXPERTS, HP_MOE},                /* 512 (qwen35moe: 256) */
+    {"expert_used_count", HO(n_expert_used), 0, 1, Q3N_MAX_EXPERTS, HP_MOE},      /* 10 (qwen35moe: 8) */
+    {"expert_feed_forward_length", HO(n_ff_exp), 0, 1, OPS_MAX_ROW, HP_MOE},      /* 512 */
+    {"expert_shared_feed_forward_length", HO(n_ff_shexp), -1, 1, OPS_MAX_ROW, HP_MOE}, /* 512; default n_ff_exp */
+    {"feed_forward_length", HO(n_ff), 0, 1, OPS_MAX_ROW, HP_DENSE},               /* dense qwen35: 12288 (9B) */
+    {"ssm.conv_kernel", HO(ssm_kw), 0, 2, 64, HP_ALL},                            /* 4 */
+    {"ssm.state_size", HO(ssm_dk), 0, 1, Q3N_MAX_HEAD_DIM, HP_ALL},               /* 128 */
+    {"ssm.group_count", HO(ssm_hk), 0, 1, 1024, HP_ALL},                          /* 16 */
+    {"ssm.time_step_rank", HO(ssm_hv), 0, 1, 1024, HP_ALL},                       /* 32 */
+    {"ssm.inner_size", -1, 0, 1, OPS_MAX_ROW, HP_ALL},                            /* 4096 */
+    {"full_attention_interval", HO(full_attn_interval), 4, 1, Q3N_MAX_LAYERS, HP_ALL}, /* 4 */
+    {"nextn_predict_layers", HO(n_nextn), -2, 0, 1, HP_ALL},                      /* 0 or 1 (-2: default 0) */
+    {"context_length", HO(n_ctx_train), 262144, 1, 1 << 30, HP_ALL},             /* 262144 */
+    {"block_count", -2, 0, 1, Q3N_MAX_LAYERS, HP_ALL},                            /* 48 (+1 with MTP) */
 };
 #undef HO
 
-static int hp_fail(gguf_file *f, const char *what, long long v, const char *why) {
-    return rl_seterr("%s: %s = %lld %s", f->path, what, v, why);
+/* what: the full key, or (with pfx) the key after "<arch>." */
+static int hp_failp(gguf_file *f, const char *pfx, const char *what, long long v, const char *why) {
+    return pfx ? rl_seterr("%s: %s.%s = %lld %s", f->path, pfx, what, v, why)
+               : rl_seterr("%s: %s = %lld %s", f->path, what, v, why);
+}
+#define hp_fail(f, what, v, why) hp_failp(f, NULL, what, v, why)
+
+/* The architecture of f: its row of the family, or -1 with one line saying why the file is not a
+ * model this runtime runs (a vision projector, another architecture). */
+static int read_arch(gguf_file *f) {
+    char *arch = gguf_get_str_dup(f, "general.architecture");
+    if (!arch) return rl_seterr("%s: no general.architecture key (not a model GGUF?)", f->path);
+    int a = q3n_arch_find(arch);
+    if (!strcmp(arch, "clip"))
+        rl_seterr("%s: this is a vision projector (mmproj, architecture 'clip'): Red Lite runs text only; "
+                  "pass the language model's GGUF instead", f->path);
+    else if (a < 0)
+        rl_seterr("%s: architecture '%s' is not supported (Red Lite runs qwen3next, qwen35moe and qwen35 models)",
+                  f->path, arch);
+    free(arch);
+    if (a < 0) return -1;
+    /* a text model file never holds a vision tower (llama.cpp's converter writes it to an mmproj file) */
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const char *n = f->tensors[i].name;
+        if (!strncmp(n, "v.", 2) || !strncmp(n, "mm.", 3))
+            return rl_seterr("%s: tensor %s belongs to a vision tower: Red Lite runs text only (use a text-only "
+                             "GGUF of this model)", f->path, n);
+    }
+    return a;
 }
 
-/* Reads and checks the hyperparameters; returns 0, -1 (missing keys: not a Qwen3-Next GGUF) or -2
+/* rope.dimension_sections (multi-section RoPE of qwen35*): four counts of rotary pairs. For text the
+ * t/h/w streams all carry the token position, so sections 0..2 give the plain partial RoPE whatever
+ * their split; a fourth section would take llama.cpp's extra position stream, which text does not
+ * define, so it must be 0 (docs/QWEN35.md). */
+static int read_rope_sections(gguf_file *f, const char *prefix, q3n_hparams *hp) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", prefix);
+    const gguf_value *a = gguf_get_arr(f, key);
+    if (!a) return rl_seterr("%s: missing metadata key %s (required for %s files)", f->path, key, prefix);
+    if (a->v.arr.n < 3 || a->v.arr.n > 4 || a->v.arr.elem == GGUF_TYPE_STRING || a->v.arr.elem == GGUF_TYPE_ARRAY)
+        return rl_seterr("%s: metadata %s must be an array of 3 or 4 integers", f->path, key);
+    int64_t sum = 0;
+    for (uint64_t i = 0; i < a->v.arr.n; i++) {
+        int64_t v = gguf_arr_i64(a, i);
+        if (v < 0 || v > Q3N_MAX_HEAD_DIM) return hp_fail(f, key, v, "is not a section size (0..head dim)");
+        hp->rope_sections[i] = (int)v;
+        sum += v;
+    }
+    if (hp->rope_sections[3])
+        return hp_fail(f, key, hp->rope_sections[3],
+                       "in its 4th section: a position stream text does not define (only 0 is supported)");
+    if (sum > hp->n_rot / 2) return hp_fail(f, key, sum, "in all: more rotary pairs than rope.dimension_count / 2");
+    return 0;
+}
+
+/* attention.recurrent_layers, when the file has it, must say what full_attention_interval says (the
+ * layer pattern this runtime derives everywhere from the interval). */
+static int check_recurrent_layers(gguf_file *f, const char *prefix, const q3n_hparams *hp) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", prefix);
+    const gguf_value *a = gguf_get_arr(f, key);
+    if (!a) return 0;
+    int nb = hp->n_layer + hp->n_nextn;
+    if (a->v.arr.elem == GGUF_TYPE_STRING || a->v.arr.elem == GGUF_TYPE_ARRAY || a->v.arr.n != (uint64_t)nb)
+        return rl_seterr("%s: metadata %s must hold one flag per block (%d)", f->path, key, nb);
+    for (int i = 0; i < nb; i++)
+        if ((gguf_arr_i64(a, (uint64_t)i) != 0) == q3n_block_is_attn(hp, i))
+            return rl_seterr("%s: metadata %s marks block %d %s, but full_attention_interval %d makes it %s; "
+                             "layer patterns other than every interval-th block are not supported",
+                             f->path, key, i, gguf_arr_i64(a, (uint64_t)i) ? "recurrent" : "attention",
+                             hp->full_attn_interval, q3n_block_is_attn(hp, i) ? "attention" : "recurrent");
+    return 0;
+}
+
+/* Reads and checks the hyperparameters; returns 0, -1 (missing keys: not a model of the family) or -2
  * (a value out of range or inconsistent), with rl_lasterr set. */
 static int load_hparams(q3n_hparams *hp, gguf_file *f) {
     memset(hp, 0, sizeof *hp);
-    char *arch = gguf_get_str_dup(f, "general.architecture");
-    if (!arch) return rl_seterr("%s: no general.architecture key (not a model GGUF?)", f->path);
-    if (strcmp(arch, "qwen3next") != 0) {
-        rl_seterr("%s: architecture '%s' is not supported (Red Lite runs qwen3next models)", f->path, arch);
-        free(arch);
-        return -1;
-    }
-    free(arch);
+    int arch = read_arch(f);
+    if (arch < 0) return -1;
+    const q3n_arch_desc *ad = &ARCHS[arch];
+    const char *pfx = ad->name;
+    hp->arch = (q3n_arch)arch;
+    hp->moe = ad->moe, hp->ba_split = ad->ba_split, hp->v_tiled = ad->v_tiled;
     int inner = 0, block_count = 0;
     for (size_t i = 0; i < sizeof HP_KEYS / sizeof HP_KEYS[0]; i++) {
         const hp_key *k = &HP_KEYS[i];
+        if ((k->only == HP_MOE && !ad->moe) || (k->only == HP_DENSE && ad->moe)) continue;
         char key[96];
-        snprintf(key, sizeof key, "qwen3next.%s", k->key);
+        snprintf(key, sizeof key, "%s.%s", pfx, k->key);
         int *dst = k->off >= 0 ? (int *)((char *)hp + k->off) : k->off == -1 ? &inner : &block_count;
         uint32_t v;
         if (!gguf_get_u32(f, key, &v)) {
             if (!k->dflt)
-                return rl_seterr("%s: missing or invalid metadata key %s (not a qwen3next GGUF?)", f->path, key);
+                return rl_seterr("%s: missing or invalid metadata key %s (not a %s GGUF?)", f->path, key, pfx);
             *dst = k->dflt == -1 ? hp->n_ff_exp : k->dflt == -2 ? 0 : k->dflt;
             continue;
         }
@@ -256,30 +366,37 @@ static int load_hparams(q3n_hparams *hp, gguf_file *f) {
         }
         *dst = (int)v;
     }
-    if (!gguf_get_f32(f, "qwen3next.rope.freq_base", &hp->rope_base)) hp->rope_base = 10000000.0f;
-    if (!gguf_get_f32(f, "qwen3next.attention.layer_norm_rms_epsilon", &hp->rms_eps)) hp->rms_eps = 1e-6f;
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.freq_base", pfx);
+    if (!gguf_get_f32(f, key, &hp->rope_base)) hp->rope_base = 10000000.0f;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", pfx);
+    if (!gguf_get_f32(f, key, &hp->rms_eps)) hp->rms_eps = 1e-6f;
     int rc = 0;
     hp->n_layer = block_count - hp->n_nextn;
     if (!(hp->rope_base > 0 && hp->rope_base < 1e30f))
-        rc = rl_seterr("%s: metadata qwen3next.rope.freq_base = %g must be positive and finite", f->path,
+        rc = rl_seterr("%s: metadata %s.rope.freq_base = %g must be positive and finite", f->path, pfx,
                        (double)hp->rope_base);
     else if (!(hp->rms_eps >= 0 && hp->rms_eps < 1.0f))
-        rc = rl_seterr("%s: metadata qwen3next.attention.layer_norm_rms_epsilon = %g must be in [0, 1)", f->path,
+        rc = rl_seterr("%s: metadata %s.attention.layer_norm_rms_epsilon = %g must be in [0, 1)", f->path, pfx,
                        (double)hp->rms_eps);
     else if (hp->n_layer < 1)
-        rc = hp_fail(f, "qwen3next.block_count", block_count, "leaves no decoder layer beside the MTP block");
+        rc = hp_failp(f, pfx, "block_count", block_count, "leaves no decoder layer beside the MTP block");
     else if (hp->n_head % hp->n_head_kv)
-        rc = hp_fail(f, "qwen3next.attention.head_count", hp->n_head, "is not a multiple of head_count_kv");
+        rc = hp_failp(f, pfx, "attention.head_count", hp->n_head, "is not a multiple of head_count_kv");
     else if (hp->ssm_hv % hp->ssm_hk)
-        rc = hp_fail(f, "qwen3next.ssm.time_step_rank", hp->ssm_hv, "is not a multiple of ssm.group_count");
+        rc = hp_failp(f, pfx, "ssm.time_step_rank", hp->ssm_hv, "is not a multiple of ssm.group_count");
     else if (inner % hp->ssm_hv)
-        rc = hp_fail(f, "qwen3next.ssm.inner_size", inner, "is not a multiple of ssm.time_step_rank");
+        rc = hp_failp(f, pfx, "ssm.inner_size", inner, "is not a multiple of ssm.time_step_rank");
     else if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        rc = hp_fail(f, "qwen3next.rope.dimension_count", hp->n_rot, "must be even and at most key_length");
+        rc = hp_failp(f, pfx, "rope.dimension_count", hp->n_rot, "must be even and at most key_length");
     else if (hp->head_dim % 2)
-        rc = hp_fail(f, "qwen3next.attention.key_length", hp->head_dim, "must be even (rotary halves)");
+        rc = hp_failp(f, pfx, "attention.key_length", hp->head_dim, "must be even (rotary halves)");
     else if (hp->n_expert_used > hp->n_expert)
-        rc = hp_fail(f, "qwen3next.expert_used_count", hp->n_expert_used, "exceeds expert_count");
+        rc = hp_failp(f, pfx, "expert_used_count", hp->n_expert_used, "exceeds expert_count");
+    else if (ad->rope_sections && read_rope_sections(f, pfx, hp))
+        rc = -1;
+    else if (check_recurrent_layers(f, pfx, hp))
+        rc = -1;
     if (rc) return -2;
     hp->ssm_dv = inner / hp->ssm_hv;
     hp->ssm_conv_dim = 2 * hp->ssm_hk * hp->ssm_dk + inner;
@@ -406,12 +523,13 @@ static int bind_layer(q3n_model *m, gguf_file *f, int il) {
     const q3n_hparams *hp = &m->hp;
     q3n_layer *L = &m->layers[il];
     L->is_attn = hp->is_attn[il];
-    bool legacy = !L->is_attn && !find(f, Q3N_T_SSM_QKV, il) && find(f, Q3N_T_SSM_IN, il);
+    bool legacy = q3n_tensor_in_block(hp, Q3N_T_SSM_IN, il) && !find(f, Q3N_T_SSM_QKV, il) &&
+                  find(f, Q3N_T_SSM_IN, il);
     L->fused_gate_up = find(f, Q3N_T_GATE_UP_EXPS, il) != NULL;
     for (int i = 0; i < Q3N_T_COUNT; i++) {
         q3n_tensor_id id = (q3n_tensor_id)i;
         const q3n_tensor_desc *d = q3n_tensor(id);
-        if (d->kind == Q3N_KIND_GLOBAL || !q3n_kind_in_block(hp, d->kind, il)) continue;
+        if (d->kind == Q3N_KIND_GLOBAL || !q3n_tensor_in_block(hp, id, il)) continue;
         if (id == Q3N_T_SSM_IN) {
             if (legacy) {
                 m->hp.legacy_ssm_in = true;
@@ -424,6 +542,22 @@ static int bind_layer(q3n_model *m, gguf_file *f, int il) {
         if (L->fused_gate_up && (id == Q3N_T_GATE_EXPS || id == Q3N_T_UP_EXPS)) continue;
         if (bind_entry(f, L, id, il, hp)) return -1;
         if (id == Q3N_T_GATE_UP_EXPS) L->up_exps = L->gate_exps;
+    }
+    if (il < hp->n_layer) return 0;
+    /* the MTP block: its own embedding / output head (llama.cpp's optional nextn.embed_tokens and
+     * nextn.shared_head_head) would replace the shared ones, which this runtime always uses */
+    static const char *const own[] = {"blk.%d.nextn.embed_tokens.weight", "blk.%d.nextn.shared_head_head.weight"};
+    for (int i = 0; i < 2; i++) {
+        char name[128];
+        snprintf(name, sizeof name, own[i], il);
+        if (gguf_find_tensor(f, name))
+            return rl_seterr("%s: the MTP block has its own %s, which Red Lite does not support (convert the "
+                             "model without it, or drop the MTP block)", f->path, name);
+    }
+    if (!L->shared_head_norm) { /* absent: the model's output_norm (as llama.cpp does) */
+        L->shared_head_norm = rl_malloc(sizeof(float) * (size_t)hp->n_embd, "MTP output norm");
+        if (!L->shared_head_norm) return -1;
+        memcpy(L->shared_head_norm, m->output_norm, sizeof(float) * (size_t)hp->n_embd);
     }
     return 0;
 }

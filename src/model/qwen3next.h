@@ -1,6 +1,12 @@
-/* qwen3next.h — the Qwen3-Next architecture: hyperparameters, tensor binding, forward pass.
+/* qwen3next.h — the Qwen3-Next architecture family: hyperparameters, tensor binding, forward pass.
  *
- * Everything specific to Qwen3-Next lives in qwen3next.c (the description, hyperparameters,
+ * One description covers the family (docs/QWEN35.md): qwen3next (Qwen3-Next, Qwen3-Coder-Next),
+ * qwen35moe (Qwen3.5 / Qwen3.6 MoE) and qwen35 (their dense-FFN models) are rows of one table of
+ * architectures (q3n_arch_desc) over one tensor table; what differs is a few switches: routed
+ * experts or a dense FFN, the DeltaNet beta/alpha projections fused (ssm_ba) or separate
+ * (ssm_beta, ssm_alpha), and the value heads' order (grouped by key head, or tiled).
+ *
+ * Everything specific to the family lives in qwen3next.c (the description, hyperparameters,
  * tensor binding) and qwen3next_forward.c (the CPU reference forward pass); spec:
  * docs/qwen3next-spec.md in the shared reference material: which layers are Gated DeltaNet and
  * which full attention, the tensor names of both GGUF generations, the op order of each block.
@@ -25,6 +31,25 @@
 #define Q3N_MAX_HEAD_DIM 1024 /* head_dim (256), DeltaNet dk (128): the reference attention's row */
 #define Q3N_MAX_VOCAB (1 << 30) /* token_embd rows (151936): token ids are int32 */
 
+/* ---- the architectures of the family --------------------------------------------------------- */
+typedef enum { Q3N_ARCH_QWEN3NEXT, Q3N_ARCH_QWEN35MOE, Q3N_ARCH_QWEN35, Q3N_ARCH_COUNT } q3n_arch;
+
+typedef struct {
+    const char *name;   /* general.architecture, also the metadata key prefix */
+    const char *family; /* in words, for `info` */
+    bool moe;           /* routed experts + gated shared expert (false: a dense SwiGLU FFN) */
+    bool ba_split;      /* DeltaNet beta and alpha as two matrices (ssm_beta, ssm_alpha); false: one
+                           fused ssm_ba interleaved per key head */
+    bool v_tiled;       /* value head h reads key head h % hk (llama.cpp's converter reorders Qwen3.5's
+                           value heads so); false: key head h / (hv / hk), HF's grouped order */
+    bool rope_sections; /* rope.dimension_sections is required (multi-section RoPE; text positions
+                           make it the plain partial RoPE, docs/QWEN35.md) */
+} q3n_arch_desc;
+
+const q3n_arch_desc *q3n_arch_get(q3n_arch a);
+/* general.architecture -> arch, or -1. */
+int q3n_arch_find(const char *name);
+
 /* ---- the model description: tensors and named activations ----------------------------------
  * Every GGUF tensor name of Qwen3-Next lives in one table (qwen3next.c, q3n_tensor), with its
  * role, the kind of block it belongs to, its shape as a function of the hyperparameters and
@@ -39,7 +64,8 @@ typedef enum {
     Q3N_KIND_BLOCK,    /* every decoder block (the mixer's input norm) */
     Q3N_KIND_DELTANET, /* Gated DeltaNet blocks: (i+1) % full_attention_interval != 0 */
     Q3N_KIND_ATTN,     /* gated full attention blocks (and the MTP block) */
-    Q3N_KIND_MOE,      /* the mixture of experts of every block */
+    Q3N_KIND_MOE,      /* the mixture of experts of every block (MoE architectures) */
+    Q3N_KIND_FFN,      /* the dense FFN of every block (dense architectures) */
     Q3N_KIND_MTP,      /* the MTP (nextn) block's extras, blocks >= n_layer */
     Q3N_KIND_COUNT
 } q3n_kind;
@@ -65,6 +91,7 @@ typedef enum {
     Q3N_DIM_2HV,     /* ssm_ba rows: beta and alpha per value head */
     Q3N_DIM_DV,      /* value head dim */
     Q3N_DIM_KW,      /* conv kernel width */
+    Q3N_DIM_N_FF,    /* dense FFN width (feed_forward_length) */
     Q3N_DIM_COUNT
 } q3n_dim;
 
@@ -87,6 +114,8 @@ typedef enum {
     Q3N_T_SSM_GATE,
     Q3N_T_SSM_IN,
     Q3N_T_SSM_BA,
+    Q3N_T_SSM_BETA,
+    Q3N_T_SSM_ALPHA,
     Q3N_T_SSM_CONV,
     Q3N_T_SSM_DT,
     Q3N_T_SSM_A,
@@ -102,6 +131,9 @@ typedef enum {
     Q3N_T_GATE_SH,
     Q3N_T_UP_SH,
     Q3N_T_DOWN_SH,
+    Q3N_T_FFN_GATE,
+    Q3N_T_FFN_UP,
+    Q3N_T_FFN_DOWN,
     Q3N_T_EH_PROJ,
     Q3N_T_ENORM,
     Q3N_T_HNORM,
@@ -121,6 +153,7 @@ typedef struct {
     bool routed;      /* a stacked routed-expert slab (ne[2] = n_expert), served by the cache */
     int field;        /* byte offset of its ops_mat / float * in q3n_layer (block tensors) or
                          q3n_model (global ones); -1: bound by special code */
+    unsigned archs;   /* the architectures that have it: bit 1 << q3n_arch; 0: all of them */
 } q3n_tensor_desc;
 
 /* Table order is the file order `synth` writes (and the binding order): token_embd, then per
@@ -156,6 +189,10 @@ const char *q3n_act_name(q3n_act a);
 int q3n_act_find(const char *name);
 
 typedef struct {
+    q3n_arch arch;        /* which row of the family's table (q3n_arch_get) */
+    bool moe, ba_split, v_tiled; /* that row's switches, copied */
+    int n_ff;             /* dense FFN width (dense architectures; 0 for MoE) */
+    int rope_sections[4]; /* rope.dimension_sections (qwen35*; informative for text) */
     int n_vocab;          /* rows of token_embd / output */
     int n_embd;           /* hidden size D (2048) */
     int n_layer;          /* decoder layers of the main model (48); MTP layers excluded */
@@ -182,6 +219,12 @@ typedef struct {
 int64_t q3n_dim_value(const q3n_hparams *hp, q3n_dim d);
 /* Whether tensor kind k is present in block il (main blocks, then the MTP block). */
 bool q3n_kind_in_block(const q3n_hparams *hp, q3n_kind k, int il);
+/* Whether table entry id belongs to block il of this architecture (its kind and its archs). */
+bool q3n_tensor_in_block(const q3n_hparams *hp, q3n_tensor_id id, int il);
+/* Key head of DeltaNet value head h (grouped or tiled order, see q3n_arch_desc.v_tiled). */
+static inline int q3n_key_head(const q3n_hparams *hp, int h) {
+    return hp->v_tiled ? h % hp->ssm_hk : h / (hp->ssm_hv / hp->ssm_hk);
+}
 /* Block il is gated full attention (every full_attention_interval-th, and the MTP block). */
 bool q3n_block_is_attn(const q3n_hparams *hp, int il);
 
@@ -200,7 +243,8 @@ typedef struct {
     /* Gated DeltaNet */
     ops_mat wqkv;                          /* D -> conv_dim  [q all | k all | v all] */
     ops_mat wgate;                         /* D -> hv * dv   (z) */
-    ops_mat wba;                           /* D -> 2 * hv    per key head [b x r | a x r] */
+    ops_mat wba;                           /* D -> 2 * hv    per key head [b x r | a x r] (fused) */
+    ops_mat wbeta, walpha;                 /* D -> hv each (ba_split architectures) */
     float *conv_w;                         /* [conv_dim][kw] */
     float *dt_bias, *ssm_a;                /* [hv]; ssm_a = -exp(A_log) */
     float *ssm_norm;                       /* [dv] */
@@ -213,6 +257,9 @@ typedef struct {
     bool fused_gate_up;                    /* gate_up_exps: 2*n_ff rows per expert, gate first */
     ops_mat gate_sh, up_sh, down_sh;       /* shared expert */
     float *sh_gate;                        /* [D] shared expert gate (sigmoid) */
+    /* dense FFN (dense architectures) */
+    ops_mat ffn_gate, ffn_up;              /* D -> n_ff */
+    ops_mat ffn_down;                      /* n_ff -> D */
     /* MTP (nextn) extras, only on MTP layers */
     ops_mat eh_proj;                       /* 2D -> D */
     float *enorm, *hnorm, *shared_head_norm;

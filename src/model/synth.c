@@ -151,6 +151,12 @@ int synth_geom_parse(synth_geom *g, const char *spec) {
         char *eq = strchr(item, '=');
         if (!eq) return rl_seterr("--geometry: '%s' is not key=value", item);
         *eq = 0;
+        if (!strcmp(item, "arch")) { /* the architecture of the family, by its GGUF name */
+            int a = q3n_arch_find(eq + 1);
+            if (a < 0) return rl_seterr("--geometry: arch '%s' is not one of qwen3next, qwen35moe, qwen35", eq + 1);
+            g->arch = a;
+            continue;
+        }
         const geom_key *k = NULL;
         for (size_t i = 0; i < sizeof geom_keys / sizeof geom_keys[0]; i++)
             if (!strcmp(item, geom_keys[i].key)) k = &geom_keys[i];
@@ -159,7 +165,7 @@ int synth_geom_parse(synth_geom *g, const char *spec) {
             for (size_t i = 0; i < sizeof geom_keys / sizeof geom_keys[0]; i++)
                 snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? "," : "",
                          geom_keys[i].key);
-            return rl_seterr("--geometry: unknown key '%s' (known: %s)", item, known);
+            return rl_seterr("--geometry: unknown key '%s' (known: arch,%s)", item, known);
         }
         char *end;
         if (k->is_float) {
@@ -200,6 +206,9 @@ int synth_geom_check(const synth_params *p) {
     if (g->n_vocab < 260) return rl_seterr("geometry: vocab must be at least 260 (256 bytes + specials)");
     if (g->n_precise < 0 || g->n_precise > g->n_layer)
         return rl_seterr("geometry: precise must be 0..layers");
+    if (p->expert_type && !synth_gen_has(p->expert_type))
+        return rl_seterr("expert type %s: synth has no block generator for it (it has MXFP4, Q8_0, Q2_K, Q4_K, "
+                         "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ1_M)", quant_name(p->expert_type));
     return 0; /* block-size multiples are checked per tensor by synth_plan */
 }
 
@@ -235,6 +244,7 @@ static bool more_bits(int i, int n) {
 
 static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) {
     if (is_vector(r)) return QT_F32;
+    if (p->expert_type && (r == R_GATE_EXPS || r == R_UP_EXPS || r == R_DOWN_EXPS)) return p->expert_type;
     switch (p->preset) {
     case SYNTH_CF2:
     case SYNTH_TINY:
@@ -352,6 +362,8 @@ static const role ROLE_OF[Q3N_T_COUNT] = {
     [Q3N_T_ATTN_K] = R_K,              [Q3N_T_ATTN_V] = R_V,          [Q3N_T_ATTN_OUTPUT] = R_O,
     [Q3N_T_ATTN_Q_NORM] = R_NORM,      [Q3N_T_ATTN_K_NORM] = R_NORM,  [Q3N_T_SSM_QKV] = R_QKV,
     [Q3N_T_SSM_GATE] = R_GATE,         [Q3N_T_SSM_BA] = R_BA,         [Q3N_T_SSM_CONV] = R_CONV,
+    [Q3N_T_SSM_BETA] = R_BA,           [Q3N_T_SSM_ALPHA] = R_BA,      [Q3N_T_FFN_GATE] = R_GATE_SH,
+    [Q3N_T_FFN_UP] = R_UP_SH,          [Q3N_T_FFN_DOWN] = R_DOWN_SH,
     [Q3N_T_SSM_DT] = R_DT,             [Q3N_T_SSM_A] = R_A,           [Q3N_T_SSM_NORM] = R_NORM,
     [Q3N_T_SSM_OUT] = R_SSM_OUT,       [Q3N_T_POST_NORM] = R_NORM,    [Q3N_T_ROUTER] = R_ROUTER,
     [Q3N_T_GATE_EXPS] = R_GATE_EXPS,   [Q3N_T_UP_EXPS] = R_UP_EXPS,   [Q3N_T_DOWN_EXPS] = R_DOWN_EXPS,
@@ -372,6 +384,9 @@ static void geom_hparams(const synth_params *p, q3n_hparams *hp) {
     hp->ssm_dv = g->ssm_inner / g->ssm_hv;
     hp->ssm_conv_dim = 2 * g->ssm_hk * g->ssm_dk + g->ssm_inner;
     hp->full_attn_interval = g->attn_interval;
+    const q3n_arch_desc *ad = q3n_arch_get((q3n_arch)g->arch);
+    hp->arch = (q3n_arch)g->arch, hp->moe = ad->moe, hp->ba_split = ad->ba_split, hp->v_tiled = ad->v_tiled;
+    if (!ad->moe) hp->n_ff = g->n_ff;
 }
 
 static int add_entry(plan *pl, const q3n_hparams *hp, q3n_tensor_id id, int il) {
@@ -404,7 +419,7 @@ static int build_plan(plan *pl, const synth_params *p) {
         for (int il = 0; il < nb && !rc; il++)
             for (int j = id; j <= last && !rc; j++) {
                 const q3n_tensor_desc *e = q3n_tensor((q3n_tensor_id)j);
-                if (e->need != Q3N_ALTERNATIVE && q3n_kind_in_block(&hp, e->kind, il))
+                if (e->need != Q3N_ALTERNATIVE && q3n_tensor_in_block(&hp, (q3n_tensor_id)j, il))
                     rc = add_entry(pl, &hp, (q3n_tensor_id)j, il);
             }
         id = last;
@@ -499,7 +514,9 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
     else
         snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu, %s routing)", synth_preset_name(p->preset),
                  (unsigned long long)p->seed, synth_routing_name(p->routing));
-    int rc = gguf_writer_set_str(w, "general.architecture", "qwen3next") |
+    const q3n_arch_desc *ad = q3n_arch_get((q3n_arch)g->arch);
+    char key[96];
+    int rc = gguf_writer_set_str(w, "general.architecture", ad->name) |
              gguf_writer_set_str(w, "general.name", name) |
              gguf_writer_set_u32(w, "general.quantization_version", 2) |
              gguf_writer_set_str(w, "redlite.synth.preset", synth_preset_name(p->preset)) |
@@ -510,7 +527,7 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
         rc |= gguf_writer_set_u32(w, "general.file_type", 19); /* LLAMA_FTYPE_MOSTLY_IQ2_XXS */
     if (p->preset == SYNTH_Q4_K_M)
         rc |= gguf_writer_set_u32(w, "general.file_type", 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
-#define U(k, v) rc |= gguf_writer_set_u32(w, "qwen3next." k, (uint32_t)(v))
+#define U(k, v) (snprintf(key, sizeof key, "%s.%s", ad->name, k), rc |= gguf_writer_set_u32(w, key, (uint32_t)(v)))
     U("context_length", g->n_ctx);
     U("embedding_length", g->n_embd);
     U("block_count", g->n_layer + (p->mtp ? 1 : 0));
@@ -520,10 +537,12 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
     U("attention.key_length", g->head_dim);
     U("attention.value_length", g->head_dim);
     U("rope.dimension_count", g->n_rot);
-    U("expert_count", g->n_expert);
-    U("expert_used_count", g->n_expert_used);
-    U("expert_feed_forward_length", g->n_ff_exp);
-    U("expert_shared_feed_forward_length", g->n_ff_shexp);
+    if (ad->moe) {
+        U("expert_count", g->n_expert);
+        U("expert_used_count", g->n_expert_used);
+        U("expert_feed_forward_length", g->n_ff_exp);
+        U("expert_shared_feed_forward_length", g->n_ff_shexp);
+    }
     U("ssm.conv_kernel", g->ssm_kw);
     U("ssm.state_size", g->ssm_dk);
     U("ssm.group_count", g->ssm_hk);
@@ -532,8 +551,16 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
     U("full_attention_interval", g->attn_interval);
     if (p->mtp) U("nextn_predict_layers", 1);
 #undef U
-    rc |= gguf_writer_set_f32(w, "qwen3next.attention.layer_norm_rms_epsilon", g->rms_eps);
-    rc |= gguf_writer_set_f32(w, "qwen3next.rope.freq_base", g->rope_base);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", ad->name);
+    rc |= gguf_writer_set_f32(w, key, g->rms_eps);
+    snprintf(key, sizeof key, "%s.rope.freq_base", ad->name);
+    rc |= gguf_writer_set_f32(w, key, g->rope_base);
+    if (ad->rope_sections) { /* the rotary pairs split t/h/w as Qwen3.5's [11, 11, 10, 0] splits 32 */
+        const int half = g->n_rot / 2, a = (half + 2) / 3;
+        const int32_t sec[4] = {half >= 3 ? a : half, half >= 3 ? a : 0, half >= 3 ? half - 2 * a : 0, 0};
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", ad->name);
+        rc |= gguf_writer_set_arr(w, key, GGUF_TYPE_INT32, sec, 4);
+    }
     if (rc) return -1;
     if (!vocab) return synth_vocab(w, g->n_vocab);
     for (uint64_t i = 0; i < vocab->n_kv; i++) {

@@ -52,6 +52,8 @@ typedef struct {
     int attn_interval; /* [interval] 4: layer i is full attention iff (i+1) % interval == 0 */
     int n_precise;     /* [precise] cf2/tiny: the last n_precise layers get IQ2_XS experts (8);
                           follows layers (n_layer/6, at least 1) unless given */
+    int arch;          /* [arch] q3n_arch: qwen3next (default), qwen35moe, or qwen35 (dense: the
+                          FFN is n_ff wide; the expert fields are unused) */
 } synth_geom;
 
 /* Routing model of the router weights (ffn_gate_inp), see docs/EXPERT_CACHE.md "Synthetic routing".
@@ -74,6 +76,7 @@ typedef struct {
     int n_threads;          /* generator threads; 0 = all CPUs */
     bool progress;          /* progress bar on stderr */
     synth_routing routing;  /* router weights' routing model (default uniform: unchanged bytes) */
+    uint32_t expert_type;   /* routed experts' ggml type instead of the preset's (e.g. QT_MXFP4); 0: the preset's */
 } synth_params;
 
 /* One tensor of the plan, in file order. */

@@ -199,6 +199,31 @@ static void iq1_m_mask(uint8_t *m) {
     mask_range(m, 0, 48);
 }
 
+/* MXFP4: | e E8M0 | qs[16] |; its scale 2^(e-128) is a power of two, so set_d takes one of the two
+ * powers around d, the upper with probability p = (d^2/lo^2 - 1) / 3, which keeps E[scale^2] = d^2
+ * (the template's std comes out right over its blocks); the random number is a hash of the
+ * block's code bytes and of d (so the rescaling pass draws afresh), a function of the template. */
+static void mxfp4_set(uint8_t *b, float d) {
+    int ex;
+    frexpf(d, &ex); /* d in [2^(ex-1), 2^ex) */
+    const double lo = ldexp(1.0, ex - 1), p = ((double)d * d / (lo * lo) - 1.0) / 3.0;
+    uint32_t dbits;
+    memcpy(&dbits, &d, 4);
+    uint64_t h = dbits;
+    for (int k = 1; k < 17; k++) h = synth_mix64(h ^ b[k]);
+    const int e = ex - 1 + ((double)(h >> 11) * 0x1p-53 < p) + 128;
+    b[0] = (uint8_t)(e < 1 ? 1 : e > 254 ? 254 : e);
+}
+static float mxfp4_get(const uint8_t *b) {
+    return quant_e8m0_half(b[0]);
+}
+static void mxfp4_init(uint8_t *b, rl_rng *r) {
+    (void)b, (void)r;
+}
+static void mxfp4_mask(uint8_t *m) {
+    mask_range(m, 1, 17);
+}
+
 static const qgen qgens[] = {
     {QT_Q8_0, q8_0_init, q8_0_get, q8_0_set, q8_0_mask},
     {QT_Q2_K, q2_k_init, q2_k_get, q2_k_set, q2_k_mask},
@@ -208,7 +233,14 @@ static const qgen qgens[] = {
     {QT_IQ2_XXS, iq2_xxs_init, d0_get, d0_set, iq2_xxs_mask},
     {QT_IQ2_XS, iq2_xs_init, d0_get, d0_set, iq2_xs_mask},
     {QT_IQ1_M, iq1_m_init, iq1_m_get, iq1_m_set, iq1_m_mask},
+    {QT_MXFP4, mxfp4_init, mxfp4_get, mxfp4_set, mxfp4_mask},
 };
+
+bool synth_gen_has(uint32_t type) {
+    for (size_t i = 0; i < sizeof qgens / sizeof qgens[0]; i++)
+        if (qgens[i].type == type) return true;
+    return false;
+}
 
 static double tmpl_std(const tmpl *t, float *buf, int64_t n) {
     quant_get(t->type)->to_float(t->bytes, buf, n);

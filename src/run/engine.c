@@ -2,7 +2,9 @@
  * sequence state live in a backend (backend.h: CPU reference or CUDA). */
 #include "run/engine.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,22 @@
 #include "cache/expert_repack.h"
 #include "base/pool.h"
 #include "backend/resident.h"
+
+/* One forward's worth of work waiting for its turn (engine_turn): a decode step (batchable with
+ * the other waiting steps) or anything else that touches the backend (exclusive). Lives on the
+ * waiting thread's stack. */
+typedef struct eng_req {
+    engine_ctx *c;
+    bool step;
+    int32_t token;
+    float *logits;
+    bool done;
+    int rc;
+    char err[256];
+    struct eng_req *next;
+} eng_req;
+
+#define ENGINE_GATHER_S 0.002 /* how long a step waits for the other decoding contexts' steps */
 
 struct engine {
     gguf_file *f;
@@ -22,6 +40,15 @@ struct engine {
     bool map_weights;      /* engine_params.map_weights */
     resident *res[2];      /* the dense / expert copies the model's views point at (resident.h) */
     char res_why[2][160];  /* why a copy was not made ("" while none was asked for) */
+    /* contexts used from several threads (server slots): every backend call waits for its turn
+     * in arrival order (FIFO), so a long prompt delays the others by one chunk at most, and
+     * the decode steps waiting together run as rows of one forward (engine_step) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_req *qhead, *qtail;
+    bool busy;             /* a turn is running */
+    int n_decoding;        /* contexts inside a decode loop (engine_ctx_decoding) */
+    long long batches, batch_rows; /* engine_batch_stats */
 };
 
 struct engine_ctx {
@@ -41,6 +68,7 @@ struct engine_ctx {
     bool dev_snaps;
     engine_snapshot **slot_owner; /* [n_batch] */
     int *row_slot;                /* [n_batch] scratch of engine_verify */
+    bool decoding;                /* engine_ctx_decoding */
 };
 
 struct engine_snapshot {
@@ -76,11 +104,19 @@ static int snap_materialize(engine_snapshot *s) {
 engine *engine_open(const char *path, const engine_params *p) {
     engine *e = rl_calloc(1, sizeof *e, "engine");
     if (!e) return NULL;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
     e->be = backend_find(p && p->backend ? p->backend : "cpu");
     if (!e->be) goto fail;
     e->f = gguf_open(path);
     if (!e->f) goto fail;
     if (q3n_load(&e->m, e->f)) goto fail;
+    /* --backend auto: the CUDA backend runs the qwen3next architecture only; the others go to the CPU */
+    if (p && p->backend && !strcmp(p->backend, "auto") && e->m.hp.arch != Q3N_ARCH_QWEN3NEXT) e->be = backend_find("cpu");
     e->reference = p && p->reference;
     e->pool = pool_new(p ? p->n_threads : 0);
     if (!e->pool) goto fail;
@@ -114,6 +150,8 @@ void engine_close(engine *e) {
     resident_free(e->res[1]);
     if (e->f) gguf_close(e->f);
     pool_free(e->pool);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
     free(e);
 }
 
@@ -232,7 +270,7 @@ int engine_default_batch(const engine *e) {
     return b < 1 ? 1 : b > ENGINE_BATCH_MAX ? ENGINE_BATCH_MAX : b;
 }
 
-void engine_reset(engine_ctx *c) {
+static void reset_locked(engine_ctx *c) {
     c->e->be->reset(c->bc);
     c->pos = 0;
     c->mtp_pos = 0;
@@ -247,13 +285,154 @@ static int forward(engine_ctx *c, const int32_t *tok, int n, float *logits, bool
     return 0;
 }
 
-int engine_step(engine_ctx *c, int32_t token, float *logits) { return forward(c, &token, 1, logits, false, &c->hooks); }
+/* ---- turns: contexts of one engine driven from several threads ------------------------------
+ * The backend (its thread pool, the shared expert source, a device) serves one forward at a
+ * time. Every call that touches a context's backend state queues a request and runs when it is
+ * at the head of the queue and no other turn runs: first come, first served, so a thread that
+ * runs prompt chunk after prompt chunk lets every queued decode step in between. A decode step
+ * at the head takes every step queued at that moment (and, when several contexts are decoding,
+ * waits up to ENGINE_GATHER_S for their steps to arrive) and runs them as the rows of one
+ * forward (backend forward_rows): each row's arithmetic is that of a single step (the exactness
+ * contract), so what a context computes never depends on its neighbours. With one thread the
+ * queue is always empty and a turn costs one uncontended lock. */
+static void q_push(engine *e, eng_req *r) {
+    r->next = NULL;
+    if (e->qtail) e->qtail->next = r;
+    else e->qhead = r;
+    e->qtail = r;
+}
+
+static void q_remove(engine *e, eng_req *r) {
+    eng_req **pp = &e->qhead, *prev = NULL;
+    while (*pp && *pp != r) prev = *pp, pp = &(*pp)->next;
+    if (!*pp) return;
+    *pp = r->next;
+    if (e->qtail == r) e->qtail = prev;
+}
+
+static void turn_begin(engine *e, eng_req *r) {
+    pthread_mutex_lock(&e->mu);
+    q_push(e, r);
+    while (e->busy || e->qhead != r) pthread_cond_wait(&e->cv, &e->mu);
+    q_remove(e, r);
+    e->busy = true;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void turn_end(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->busy = false;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+#define TURN_BEGIN(c) eng_req turn_req_ = {.c = (c)}; turn_begin((c)->e, &turn_req_)
+#define TURN_END(c) turn_end((c)->e)
+
+/* Queued requests of decoding contexts (steps, or a verify of a speculative loop). */
+static int q_decoders(const engine *e) {
+    int n = 0;
+    for (const eng_req *r = e->qhead; r; r = r->next) n += r->c && r->c->decoding;
+    return n;
+}
+
+/* The leader's short wait for the other decoding contexts (mutex held). */
+static void gather(engine *e) {
+    if (e->n_decoding < 2) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = ts.tv_nsec + (long)(ENGINE_GATHER_S * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    while (q_decoders(e) < e->n_decoding)
+        if (pthread_cond_timedwait(&e->cv, &e->mu, &ts)) break;
+}
+
+/* Run the steps of a batch: rows of one forward where the backend has forward_rows and no
+ * context has debug hooks, else one forward each. Failures are per request (err copied). */
+static void run_steps(engine *e, eng_req **b, int n) {
+    bool rows = n > 1 && e->be->forward_rows;
+    for (int i = 0; i < n && rows; i++) rows = !b[i]->c->hooks.dump && !b[i]->c->hooks.route;
+    if (rows) {
+        backend_ctx *bcs[ENGINE_ROWS_MAX];
+        int32_t tok[ENGINE_ROWS_MAX];
+        int pos[ENGINE_ROWS_MAX];
+        float *lg[ENGINE_ROWS_MAX], *hid[ENGINE_ROWS_MAX];
+        for (int i = 0; i < n; i++) {
+            engine_ctx *c = b[i]->c;
+            bcs[i] = c->bc, tok[i] = b[i]->token, pos[i] = c->pos, lg[i] = b[i]->logits, hid[i] = c->hidden;
+        }
+        int rc = e->be->forward_rows(bcs, tok, pos, n, lg, hid);
+        if (rc <= 0) { /* > 0: these contexts cannot share a forward (e.g. different expert sources) */
+            for (int i = 0; i < n; i++) {
+                b[i]->rc = rc;
+                if (rc) snprintf(b[i]->err, sizeof b[i]->err, "%s", rl_lasterr());
+                else b[i]->c->pos++, b[i]->c->hidden_rows = 1;
+            }
+            return;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        engine_ctx *c = b[i]->c;
+        b[i]->rc = forward(c, &b[i]->token, 1, b[i]->logits, false, &c->hooks);
+        if (b[i]->rc) snprintf(b[i]->err, sizeof b[i]->err, "%s", rl_lasterr());
+    }
+}
+
+int engine_step(engine_ctx *c, int32_t token, float *logits) {
+    engine *e = c->e;
+    eng_req me = {.c = c, .step = true, .token = token, .logits = logits};
+    pthread_mutex_lock(&e->mu);
+    q_push(e, &me);
+    while (!me.done) {
+        if (e->busy || e->qhead != &me) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        gather(e);
+        eng_req *batch[ENGINE_ROWS_MAX];
+        int n = 0, cap = c->n_batch < ENGINE_ROWS_MAX ? c->n_batch : ENGINE_ROWS_MAX; /* c's scratch holds the rows */
+        for (eng_req *r = e->qhead, *nx; r && n < cap; r = nx) {
+            nx = r->next;
+            if (r->step) q_remove(e, r), batch[n++] = r;
+        }
+        e->busy = true;
+        pthread_mutex_unlock(&e->mu);
+        run_steps(e, batch, n);
+        pthread_mutex_lock(&e->mu);
+        for (int i = 0; i < n; i++) batch[i]->done = true;
+        e->batches++;
+        e->batch_rows += n;
+        e->busy = false;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (me.rc) rl_seterr("%s", me.err);
+    return me.rc;
+}
+
+void engine_ctx_decoding(engine_ctx *c, bool on) {
+    pthread_mutex_lock(&c->e->mu);
+    if (on != c->decoding) c->e->n_decoding += on ? 1 : -1;
+    c->decoding = on;
+    pthread_mutex_unlock(&c->e->mu);
+}
+
+void engine_batch_stats(engine *e, long long *forwards, long long *rows) {
+    pthread_mutex_lock(&e->mu);
+    *forwards = e->batches;
+    *rows = e->batch_rows;
+    pthread_mutex_unlock(&e->mu);
+}
 
 int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_last) {
     if (n <= 0) return rl_seterr("empty prompt: nothing to evaluate");
     for (int i = 0; i < n; i += c->n_batch) {
         int m = n - i < c->n_batch ? n - i : c->n_batch;
-        if (forward(c, tokens + i, m, i + m == n ? logits_last : NULL, false, &c->hooks)) return -1;
+        TURN_BEGIN(c); /* a turn per chunk: other contexts' steps run in between */
+        int rc = forward(c, tokens + i, m, i + m == n ? logits_last : NULL, false, &c->hooks);
+        TURN_END(c);
+        if (rc) return -1;
     }
     return 0;
 }
@@ -276,7 +455,7 @@ static void verify_row_dst(void *ud, int il, int row, float **conv, float **ssm)
     *ssm = s ? s->ssm[il] : NULL;
 }
 
-int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
+static int verify_locked(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
     if (n <= 0 || n > c->n_batch) return rl_seterr("verify of %d rows: must be 1..%d (n_batch)", n, c->n_batch);
     backend_hooks h = c->hooks;
     if (snaps && c->dev_snaps) {
@@ -331,8 +510,8 @@ void engine_mtp_rewind(engine_ctx *c, int pos) {
     if (pos >= 0 && pos < c->mtp_pos) c->mtp_pos = pos;
 }
 
-int engine_mtp(engine_ctx *c, const float *hidden, const int32_t *next_tokens, int n, float *logits,
-               float *hidden_out) {
+static int mtp_locked(engine_ctx *c, const float *hidden, const int32_t *next_tokens, int n, float *logits,
+                      float *hidden_out) {
     if (!engine_has_mtp(c->e)) return rl_seterr("this model has no MTP head (no blk.N.nextn.* tensors)");
     const q3n_hparams *hp = &c->e->m.hp;
     for (int i = 0; i < n; i += c->n_batch) {
@@ -369,7 +548,7 @@ fail:
     return NULL;
 }
 
-int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) {
+static int snapshot_save_locked(engine_ctx *c, engine_snapshot *s) {
     snap_detach(s);
     for (int il = 0; il < s->n_layer; il++)
         if (s->conv[il] && c->e->be->state_get(c->bc, il, s->conv[il], s->ssm[il])) return -1;
@@ -378,7 +557,7 @@ int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) {
     return 0;
 }
 
-int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s) {
+static int snapshot_restore_locked(engine_ctx *c, const engine_snapshot *s) {
     if (s->n_layer != c->e->m.hp.n_layer) return rl_seterr("snapshot belongs to another model");
     if (s->pos > c->n_ctx) return rl_seterr("snapshot position %d is beyond the context (%d)", s->pos, c->n_ctx);
     if (s->dev && s->dev != c && snap_materialize((engine_snapshot *)s)) return -1; /* another context's slot */
@@ -458,13 +637,36 @@ static int state_export(engine_ctx *c, const engine_snapshot *snap, void *buf, s
     return 0;
 }
 
-int engine_state_export(engine_ctx *c, void *buf, size_t n) { return state_export(c, NULL, buf, n); }
+/* The public calls that touch a context's backend state, each in one turn (see engine_step). */
+#define IN_TURN(c, call)                                                                                         \
+    do {                                                                                                         \
+        TURN_BEGIN(c);                                                                                           \
+        int rc_ = (call);                                                                                        \
+        TURN_END(c);                                                                                             \
+        return rc_;                                                                                              \
+    } while (0)
+
+void engine_reset(engine_ctx *c) {
+    TURN_BEGIN(c);
+    reset_locked(c);
+    TURN_END(c);
+}
+int engine_verify(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
+    IN_TURN(c, verify_locked(c, tokens, n, logits, snaps));
+}
+int engine_mtp(engine_ctx *c, const float *hidden, const int32_t *next_tokens, int n, float *logits,
+               float *hidden_out) {
+    IN_TURN(c, mtp_locked(c, hidden, next_tokens, n, logits, hidden_out));
+}
+int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) { IN_TURN(c, snapshot_save_locked(c, s)); }
+int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s) { IN_TURN(c, snapshot_restore_locked(c, s)); }
+int engine_state_export(engine_ctx *c, void *buf, size_t n) { IN_TURN(c, state_export(c, NULL, buf, n)); }
 
 int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n) {
-    return state_export(c, s, buf, n);
+    IN_TURN(c, state_export(c, s, buf, n));
 }
 
-int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
+static int state_import_locked(engine_ctx *c, int pos, const void *buf, size_t n) {
     const q3n_hparams *hp = &c->e->m.hp;
     const backend_ops *be = c->e->be;
     if (!be->kv_set) return rl_seterr("the %s backend cannot import a state", be->name);
@@ -485,7 +687,7 @@ int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
             p += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
         }
         if (rc) {
-            engine_reset(c);
+            reset_locked(c);
             return -1;
         }
     }
@@ -493,6 +695,10 @@ int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
     c->mtp_pos = 0;
     c->hidden_rows = 0;
     return 0;
+}
+
+int engine_state_import(engine_ctx *c, int pos, const void *buf, size_t n) {
+    IN_TURN(c, state_import_locked(c, pos, buf, n));
 }
 
 void engine_set_hooks(engine_ctx *c, q3n_dump_fn dump, q3n_route_fn route, void *ud) {

@@ -2,9 +2,12 @@
  *
  * An `engine` is an opened model (weights, read-only, shareable); an `engine_ctx` is one
  * sequence: its state (KV cache of the full-attention layers, conv + recurrent state of the
- * DeltaNet layers, position) and scratch. All calls on one context come from one thread
- * (the server's inference thread); different contexts of one engine may not run
- * concurrently either (they share the thread pool).
+ * DeltaNet layers, position) and scratch. All calls on one context come from one thread at a
+ * time. Different contexts of one engine may be driven from different threads (the server's
+ * slots): the engine runs their backend work one turn at a time, first come first served (a
+ * prompt chunk, a verify, a snapshot), and the decode steps that wait together run as the rows
+ * of one forward (engine_step) — each row computed as a single step would be, so a context's
+ * results never depend on what runs beside it.
  *
  * Exactness contract: evaluating tokens one at a time (engine_step), as a prompt
  * (engine_prefill) or as a multi-row verify (engine_verify) gives bit-identical logits for
@@ -108,6 +111,15 @@ void engine_reset(engine_ctx *c);
  * A call that fails (e.g. an expert read error with a bounded cache) leaves the context as it
  * was (CPU backend: position, recurrent state and hidden state unchanged), so it can be retried. */
 int engine_step(engine_ctx *c, int32_t token, float *logits);
+/* Steps of different contexts that wait together run as rows of one forward (the CPU backend's
+ * forward_rows: dense weights, shared experts and the union of the routed experts read once
+ * for all rows; other backends run them one after another), at most this many. */
+#define ENGINE_ROWS_MAX 64
+/* The context is in a decode loop (on) or left it (off): while two or more contexts are, a step
+ * waits up to 2 ms for the others' steps so that they share a forward. */
+void engine_ctx_decoding(engine_ctx *c, bool on);
+/* Forwards engine_step ran and the rows they held (rows / forwards = the mean batch). */
+void engine_batch_stats(engine *e, long long *forwards, long long *rows);
 /* n tokens in chunks of n_batch; logits of the last token only (may be NULL). On failure the
  * chunks that completed stay committed (engine_pos says how far) and the failed one left no trace. */
 int engine_prefill(engine_ctx *c, const int32_t *tokens, int n, float *logits_last);

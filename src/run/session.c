@@ -16,6 +16,7 @@
  * conditions and the text are the same whatever the loop. */
 #include "run/session.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,8 @@ struct session_model {
     tokenizer *tok;      /* NULL: the file has none (token ids work, text does not) */
     char tok_err[256];   /* why not */
     int n_sessions;
+    gvocab *gv;          /* grammar masks: built on first use, under gv_lock */
+    pthread_mutex_t gv_lock;
 };
 
 typedef struct {
@@ -42,7 +45,8 @@ typedef struct {
 struct session {
     session_model *m;
     engine_ctx *c;
-    expert_cache *ec;   /* owned routed-expert source, or NULL (the engine's own source) */
+    expert_cache *ec;   /* routed-expert source, or NULL (the engine's own source) */
+    bool ec_shared;     /* ec belongs to another session (session_params.share_experts) */
     int n_ctx, n_batch, n_vocab, n_sample;
     bool verbose;
     tok_ids hist;       /* tokens the context holds */
@@ -65,6 +69,7 @@ session_model *session_model_open(const session_model_params *p) {
     }
     session_model *m = rl_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
+    pthread_mutex_init(&m->gv_lock, NULL);
     engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference,
                         .iq_repack = p->iq_repack, .map_weights = p->map_weights};
     if (!(m->e = engine_open(p->model_path, &ep))) {
@@ -82,8 +87,22 @@ void session_model_close(session_model *m) {
     if (!m) return;
     if (m->n_sessions) fprintf(stderr, "redlite: bug: model closed with %d sessions still open\n", m->n_sessions);
     tokenizer_free(m->tok);
+    gvocab_free(m->gv);
+    pthread_mutex_destroy(&m->gv_lock);
     engine_close(m->e);
     free(m);
+}
+
+const gvocab *session_model_gvocab(session_model *m) {
+    if (!m->tok) {
+        rl_seterr("constrained decoding needs the model's tokenizer: %s", m->tok_err);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->gv_lock);
+    if (!m->gv) m->gv = gvocab_new(m->tok);
+    gvocab *v = m->gv;
+    pthread_mutex_unlock(&m->gv_lock);
+    return v;
 }
 
 engine *session_model_engine(const session_model *m) { return m->e; }
@@ -101,11 +120,27 @@ const tokenizer *session_model_tokenizer(const session_model *m) {
  * from (disk -> RAM -> VRAM). */
 static int attach_experts(session *s, const session_params *p) {
     engine *e = s->m->e;
+    if (p->share_experts) { /* another sequence's cache: one budget, one set of slots for both */
+        const session *o = p->share_experts;
+        if (o->m != s->m) return rl_seterr("session: share_experts names a session of another model");
+        s->vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
+        if (!o->ec) return 0;
+        s->ec = o->ec;
+        s->ec_shared = true;
+        q3n_expert_src src = expert_cache_src(s->ec);
+        return s->vram ? engine_set_host_expert_src(s->c, &src) : engine_set_expert_src(s->c, &src);
+    }
     const q3n_model *m = engine_model(e);
     const char *spec = p->cache_spec && *p->cache_spec ? p->cache_spec : "auto";
     /* VRAM tier (slots, not everything fit): this cache becomes the host tier feeding it */
     const bool vram = p->vram_spec != NULL && engine_set_host_expert_src(s->c, NULL) == 0;
     s->vram = vram;
+    if (!m->hp.moe) { /* a dense model (qwen35) has no routed experts: nothing to cache */
+        if ((strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap")) || p->route_bias > 0 ||
+            p->route_trace)
+            return rl_seterr("--cache-mib / --route-bias / --route-trace: this dense model has no routed experts");
+        return 0;
+    }
     if (p->vram_spec && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
     if (vram && (p->route_bias > 0 || p->route_trace))
         return rl_seterr("--route-bias / --route-trace need the CPU backend (not with --vram-mib)");
@@ -219,7 +254,7 @@ void session_free(session *s) {
         else if (s->ec) engine_set_expert_src(s->c, NULL);
         engine_ctx_free(s->c);
     }
-    expert_cache_free(s->ec);
+    if (!s->ec_shared) expert_cache_free(s->ec);
     tok_ids_free(&s->hist);
     free(s->logits);
     s->m->n_sessions--;
@@ -302,6 +337,19 @@ fail:
     free(k->toks);
     memset(k, 0, sizeof *k);
     if (s->verbose) fprintf(stderr, "session: no checkpoint at %d (%s); prefix reuse is smaller\n", pos, rl_lasterr());
+}
+
+int session_match(const session *s, const int32_t *tokens, int n) {
+    int held = (int)s->hist.n, L = 0;
+    while (L < held && L < n && s->hist.ids[L] == tokens[L]) L++;
+    /* the held state continues only from its end (the recurrent state is at held) */
+    int best = L == held && held <= n - 1 ? held : 0;
+    for (int i = 0; i < s->max_ck; i++) {
+        const checkpoint *k = &s->ck[i];
+        if (k->snap && k->pos <= n - 1 && k->pos > best && !memcmp(k->toks, tokens, sizeof(int32_t) * (size_t)k->pos))
+            best = k->pos;
+    }
+    return best > 0 ? best : 0;
 }
 
 /* Distance between two checkpoints taken in one feed: every chunk boundary would cost a state
@@ -407,6 +455,7 @@ typedef struct {
     tokdec dec;
     stopper stop;
     session_gen_result *out;
+    gmatch *gm; /* constrained decoding (gp->grammar), or NULL */
 } gen_state;
 
 static int out_text(gen_state *g, int32_t token, const char *t, size_t n, bool *cancel) {
@@ -434,8 +483,10 @@ static int gen_emit(gen_state *g, int32_t t, int pos) {
         r->reason = SESSION_EOG;
         return 1;
     }
+    if (gp->on_logprobs && sampler_last_logprobs(g->smp)) gp->on_logprobs(gp->ud, sampler_last_logprobs(g->smp));
     if (tok_ids_push(&r->ids, t)) return rl_seterr("out of memory (generated tokens)");
     sampler_accept(g->smp, t);
+    if (g->gm && gmatch_accept(g->gm, t)) return -1; /* the mask allowed it: a bug if this fails */
     size_t n, out_n;
     const char *piece = tokdec_push(&g->dec, t, &n), *out;
     if (!piece) return rl_seterr("out of memory (decoding)");
@@ -447,6 +498,10 @@ static int gen_emit(gen_state *g, int32_t t, int pos) {
     }
     if (cancel) {
         r->reason = SESSION_CANCELLED;
+        return 1;
+    }
+    if (g->gm && gmatch_done(g->gm)) { /* the sentence is complete and nothing may follow */
+        r->reason = SESSION_EOG;
         return 1;
     }
     if (gp->n_predict >= 0 && (long long)r->ids.n >= gp->n_predict) {
@@ -541,6 +596,22 @@ static int gen_spec(gen_state *g) {
     return rc;
 }
 
+/* Grammar and log-probabilities for one call: the matcher (its budget: the tokens n_predict and
+ * the context leave) becomes the sampler's mask. 0 or -1. */
+static int gen_constrain(gen_state *g) {
+    const session_gen_params *gp = g->gp;
+    if (gp->on_logprobs) sampler_set_logprobs(g->smp, gp->top_logprobs);
+    if (!gp->grammar) return 0;
+    const gvocab *v = session_model_gvocab(g->s->m);
+    if (!v || !(g->gm = gmatch_new(gp->grammar, v))) return -1;
+    long long left = (long long)g->s->n_ctx - (long long)g->s->hist.n + 1;
+    if (gp->n_predict >= 0 && gp->n_predict < left) left = gp->n_predict;
+    gmatch_set_budget(g->gm, left);
+    sampler_mask mk = gmatch_sampler_mask(g->gm);
+    sampler_set_mask(g->smp, &mk);
+    return 0;
+}
+
 int session_generate(session *s, const session_gen_params *gp, session_gen_result *out) {
     memset(out, 0, sizeof *out);
     out->reason = SESSION_ERROR;
@@ -561,11 +632,15 @@ int session_generate(session *s, const session_gen_params *gp, session_gen_resul
         if (!(g.smp = sampler_new(&sp, s->n_sample))) goto done;
     }
     out->seed = sampler_seed(g.smp);
+    if (gen_constrain(&g)) goto fail;
     /* the penalty history is the sequence */
     sampler_reset(g.smp);
     for (size_t i = 0; i < s->hist.n; i++) sampler_accept(g.smp, s->hist.ids[i]);
     out->reason = SESSION_LENGTH;
-    if (gp->n_predict != 0 && (gp->spec == SPEC_NONE ? gen_plain(&g) : gen_spec(&g))) goto fail;
+    engine_ctx_decoding(s->c, true); /* steps of other sequences' decode loops may share forwards */
+    int grc = gp->n_predict != 0 && (gp->spec == SPEC_NONE ? gen_plain(&g) : gen_spec(&g));
+    engine_ctx_decoding(s->c, false);
+    if (grc) goto fail;
     if (gen_finish(&g)) goto fail;
     rc = 0;
     goto done;
@@ -573,6 +648,11 @@ fail:
     out->reason = SESSION_ERROR;
 done:
     out->seconds = rl_now() - t0;
+    if (g.smp) {
+        sampler_set_mask(g.smp, NULL);
+        sampler_set_logprobs(g.smp, -1);
+    }
+    gmatch_free(g.gm);
     if (g.smp && g.smp != gp->smp) sampler_free(g.smp);
     tokdec_free(&g.dec);
     stopper_free(&g.stop);

@@ -9,8 +9,10 @@
  * global table: a second sequence (a second server slot) is a second session_new on the same
  * session_model; each sequence owns its state, the model (weights, tokenizer) is shared.
  *
- * Threads: every call on one session comes from one thread (the caller's, or the server's
- * inference thread). `cancel` flags may be set from any thread or a signal handler.
+ * Threads: every call on one session comes from one thread at a time. Sessions of one model
+ * may run on different threads at once (the server's slots): the engine takes their forwards in
+ * turns and runs their decode steps as rows of shared forwards (engine.h), with the same results
+ * as alone. `cancel` flags may be set from any thread or a signal handler.
  *
  * Sequence and prefix reuse: the session remembers the tokens its context holds (`history`).
  * session_feed(tokens) brings the context to exactly `tokens`: when the history is a prefix of
@@ -31,6 +33,7 @@
 #include <stdio.h>
 
 #include "run/engine.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -66,6 +69,10 @@ typedef struct {
     int max_checkpoints;     /* in-memory prefix checkpoints kept (0 = 8, -1 = none; count-capped
                                 LRU). Each holds a copy of the DeltaNet state: ~76 MB on the 80B
                                 model, so a one-shot command takes none */
+    const struct session *share_experts; /* another session of the same model whose routed-expert
+                                source (bounded cache, full residency) this one uses too, instead
+                                of planning its own (cache_spec is then ignored): the server's
+                                slots share one budget. It must outlive this session. */
 } session_params;
 
 session_model *session_model_open(const session_model_params *p);
@@ -74,6 +81,9 @@ engine *session_model_engine(const session_model *m);
 /* NULL (rl_lasterr says why) when the file has no tokenizer: token ids still work (feed,
  * bench, perplexity over ids); session_generate refuses. */
 const tokenizer *session_model_tokenizer(const session_model *m);
+/* The tokens' bytes and trie for grammar masks (text/grammar.h), built on first use (thread-safe;
+ * NULL with rl_lasterr when there is no tokenizer or no memory). */
+const gvocab *session_model_gvocab(session_model *m);
 
 session *session_new(session_model *m, const session_params *p);
 void session_free(session *s);
@@ -93,6 +103,9 @@ expert_cache *session_expert_cache(const session *s);
 const int32_t *session_history(const session *s, int *n);
 /* Logits (n_vocab) of the last evaluated token, or NULL when the sequence is empty. */
 const float *session_logits(const session *s);
+/* Prompt tokens a session_feed of tokens[0..n) would not evaluate now: the held sequence when
+ * it is a prefix, or the longest checkpoint that is one (at most n - 1). Reads only. */
+int session_match(const session *s, const int32_t *tokens, int n);
 /* Forget the sequence (position 0). Checkpoints are kept (they stay valid: see above). */
 void session_reset(session *s);
 /* The context was brought to tokens[0..n) from outside the session (engine_state_import of a
@@ -155,6 +168,17 @@ typedef struct {
     spec_mode spec;                 /* speculative decoding (never changes the tokens) */
     int draft_max;                  /* K upper bound, 1..8 (0 = 8) */
     int draft_min;                  /* 0: cost-aware K; N: at least N drafts when a source has some */
+    /* Constrained decoding: the output is a sentence of this grammar (text/grammar.h; NULL: off).
+     * The sampler's candidates are masked, end of generation is allowed only once the sentence is
+     * complete, a sentence that nothing may follow ends generation (reason SESSION_EOG), and the
+     * model is steered to finish within n_predict / the context end. Speculation stays exact:
+     * drafts the grammar refuses end the draft, and every token is sampled from the masked
+     * distribution in order, as without speculation. */
+    const grammar *grammar;
+    /* Log-probabilities (sampler_set_logprobs): when on_logprobs is set it is called for each
+     * emitted token, before its on_text, with top_logprobs (0..20) alternatives. */
+    int top_logprobs;
+    void (*on_logprobs)(void *ud, const sampler_logprobs *lp);
 } session_gen_params;
 
 typedef struct {

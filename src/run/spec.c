@@ -515,6 +515,7 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
         double r_l = 0, r_m = 0;
         if (kcap > 0 && use_lookup) {
             nd = spec_lookup_draft(s->lk, kcap, d, &match);
+            if (nd) nd = sampler_mask_prefix(smp, d, nd); /* grammar: a refused draft ends the draft */
             if (nd) k_l = choose_k(&s->cm, lookup_bucket(match), dmin, nd, &r_l);
         }
         if (kcap > 0 && use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
@@ -525,6 +526,9 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
             double t0 = cost_clock(s->cpu_clock);
             nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
             if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock(s->cpu_clock) - t0) / nd);
+            int keep = nd ? sampler_mask_prefix(smp, d, nd) : 0; /* grammar: a refused draft ends the draft */
+            if (nd && !keep) engine_mtp_rewind(c, committed);
+            nd = keep;
             src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE, bucket = B_MTP;
         } else if (k_l > 0) {
             nd = k_l, src = SPEC_DRAFT_LOOKUP, bucket = lookup_bucket(match);

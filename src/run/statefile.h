@@ -3,8 +3,9 @@
  * without re-reading a long prefix.
  *
  * A checkpoint file holds: a header (magic "RLSTATE\0", format version, model fingerprint =
- * GGUF file sizes + a hash of every part's header, metadata and tensor table, the engine's state
- * format such as "cpu/f32", the build, token count, state size, a checksum of tokens + state),
+ * GGUF file sizes + a hash of every part's header, metadata and tensor table + a full content
+ * hash of every part's tensor data, the engine's state format such as "cpu/f32", the build,
+ * token count, state size, a checksum of tokens + state),
  * then the token ids, then the engine state blob (engine_state_export). Files are written to a
  * temporary name, fsync'd and renamed, so a crash never leaves a half-written file under a
  * checkpoint name; the checksum catches anything else. Files of another model, format, build or
@@ -12,8 +13,18 @@
  * but fails to read or verify is deleted.
  *
  * The directory is size-capped: after a save, least recently used files (mtime; a restore
- * touches its file) are deleted until the total fits. A save also deletes this model's files
- * whose tokens are a prefix of the new one (the new file supersedes them).
+ * touches its file) are deleted until the total fits — every checkpoint in the directory and
+ * every temporary counts, whatever model wrote it; the file just written is always kept. A
+ * save also deletes this model's files whose tokens are a prefix of the new one (the new file
+ * supersedes them).
+ *
+ * Several servers may share one directory (replicas, or a restart overlapping the old process):
+ * DIR/.lock is flock'd exclusively while a save writes, renames and trims, and while the
+ * directory is scanned at open (so every .tmp- file found then is a torn write and is deleted);
+ * each server's index follows the directory (re-scanned when its mtime changes), and a
+ * checkpoint another server deleted is a miss, not an error. Only regular files are opened
+ * (O_NOFOLLOW | O_NONBLOCK, then fstat): a FIFO or symlink named *.rlstate is ignored. The
+ * directory and its missing parents are created (0700).
  *
  * Restoring is exact: the engine's exactness contract makes the continuation bit-identical to a
  * cold evaluation of the same tokens (tests/c/test_statefile.c checks the logits).
@@ -29,8 +40,12 @@
 
 typedef struct statefile_dir statefile_dir;
 
-/* Identity of a model file (sizes + header/tensor-table hash of every part). */
-uint64_t statefile_model_fingerprint(const gguf_file *f);
+/* Identity of a model's content: sizes + header/tensor-table hash of every part + a full hash
+ * of every part's tensor data (all bytes, multi-threaded; about the time of reading the file
+ * once). The data hash is cached in cache_dir/.model-hashes by file identity (device, inode,
+ * size, mtime), so later calls do not read the weights again; cache_dir NULL: no cache;
+ * created if missing. 0 with rl_lasterr set if the weights cannot be read. */
+uint64_t statefile_model_fingerprint(const gguf_file *f, const char *cache_dir);
 
 /* Open (create) DIR for checkpoints of this model and context format. max_bytes 0 = 8 GiB.
  * NULL with rl_lasterr set if the directory cannot be used. */

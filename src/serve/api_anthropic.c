@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "serve/api_grammar.h"
 
 cJSON *api_anthropic_error(const srv_error *e) {
     const char *t = e->type;
@@ -511,7 +512,7 @@ static void ant_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, m);
 }
 
-static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish, ant_free, ant_open};
+static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish, ant_free, ant_open, NULL};
 
 /* The overflow error in the words of Anthropic's API, which Claude Code's auto-compaction
  * matches ("prompt is too long: N tokens > M maximum"); M is the longest prompt that can
@@ -526,6 +527,15 @@ static int overflow_words(const srv_info *in, srv_error *e) {
  * --strict-fields when not listed). */
 #define ANT_TOLERATED "metadata", "service_tier", "context_management", "output_config", "betas", "container", \
     "mcp_servers", "anthropic_version", "anthropic_beta", "store", "parallel_tool_calls", "inference_geo"
+
+/* tool_choice {"type": "any"} / {"type": "tool", "name"}: the answer is forced to be a tool call
+ * (api_grammar.h); the tools' own "strict": true makes their input follow input_schema */
+static int ant_constrain(const srv_info *in, const cJSON *b, const cJSON *tools, srv_request *rq, srv_error *e) {
+    const char *name;
+    int r = api_grammar_anthropic_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
+    if (r <= 0) return r;
+    return api_grammar_tool_call(in, tools, cJSON_GetObjectItemCaseSensitive(b, "tools"), name, rq, e) < 0 ? -1 : 0;
+}
 
 int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
     static const char *const known[] = {"model", "max_tokens", "messages", "system", "stop_sequences", "stream",
@@ -582,6 +592,7 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
             goto out;
         }
     }
+    if (ant_constrain(in, b, s->tools, rq, e)) goto out;
     rc = 1;
 out:
     chat_conv_free(&conv);

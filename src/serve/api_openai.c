@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/common.h"
+#include "serve/api_grammar.h"
 
 cJSON *api_openai_error(const srv_error *e) {
     cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
@@ -195,6 +196,10 @@ typedef struct {
     char *echo;          /* completions: echo the prompt */
     srv_think think;     /* <think> blocks -> reasoning_content */
     chat_buf reasoning;  /* non-streaming */
+    bool logprobs;       /* chat: logprobs asked for ... */
+    int top_logprobs;
+    const tokenizer *tok;
+    cJSON *lp;           /* ... entries not yet sent (streaming) or all of them */
 } oai_st;
 
 static void oai_free(void *p) {
@@ -207,7 +212,63 @@ static void oai_free(void *p) {
     srv_think_free(&s->think);
     free(s->model);
     free(s->echo);
+    cJSON_Delete(s->lp);
     free(s);
+}
+
+/* ---- logprobs and structured outputs (api_grammar.h) --------------------------------------- */
+static void oai_logprobs(srv_job *j, void *st, const sampler_logprobs *lp) {
+    oai_st *s = st;
+    if (!s->lp && !(s->lp = cJSON_CreateArray())) return;
+    cJSON_AddItemToArray(s->lp, api_grammar_logprob_entry(s->tok, lp, s->top_logprobs));
+}
+
+/* a choice's "logprobs": {"content": [the entries so far], "refusal": null}, or null when not asked */
+static void add_logprobs(oai_st *s, cJSON *choice) {
+    if (!s->logprobs) {
+        cJSON_AddNullToObject(choice, "logprobs");
+        return;
+    }
+    cJSON *o = cJSON_AddObjectToObject(choice, "logprobs");
+    cJSON_AddItemToObject(o, "content", s->lp ? s->lp : cJSON_CreateArray());
+    cJSON_AddNullToObject(o, "refusal");
+    s->lp = NULL;
+}
+
+/* logprobs (chat: a boolean, with top_logprobs 0..20) / (completions: an integer, refused) */
+static int oai_logprob_fields(const cJSON *b, const srv_info *in, oai_st *s, srv_request *rq, srv_error *e) {
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(b, "logprobs");
+    long long top = 0;
+    int r = srv_get_int(b, "top_logprobs", 0, 20, &top, e);
+    if (r < 0) return -1;
+    if (!lp || cJSON_IsNull(lp)) {
+        if (r && s->chat) return srv_fail(e, 400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        return 0;
+    }
+    if (s->chat) {
+        if (!cJSON_IsBool(lp)) return srv_fail(e, 400, NULL, "logprobs", "'logprobs' must be a boolean");
+        if (r && !cJSON_IsTrue(lp)) return srv_fail(e, 400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        s->logprobs = rq->logprobs = cJSON_IsTrue(lp);
+        s->top_logprobs = rq->top_logprobs = (int)top;
+        s->tok = in->tok;
+        return 0;
+    }
+    if (!cJSON_IsBool(lp) && !cJSON_IsNumber(lp))
+        return srv_fail(e, 400, NULL, "logprobs", "'logprobs' must be an integer (completions)");
+    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0))
+        return srv_fail(e, 400, NULL, "logprobs", "'logprobs' is supported on /v1/chat/completions only");
+    return 0;
+}
+
+/* response_format and a forced tool_choice (it wins over response_format) -> rq->grammar */
+static int oai_constrain(const srv_info *in, const cJSON *b, oai_st *s, srv_request *rq, srv_error *e) {
+    const char *name;
+    int r = api_grammar_openai_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
+    if (r < 0) return -1;
+    if (r) return api_grammar_tool_call(in, s->tools, NULL, name, rq, e) < 0 ? -1 : 0;
+    return api_grammar_format(in, cJSON_GetObjectItemCaseSensitive(b, "response_format"), false, "response_format", rq, e) < 0
+               ? -1
+               : 0;
 }
 
 static cJSON *chunk_new(oai_st *s) {
@@ -230,7 +291,7 @@ static void send_delta(oai_st *s, cJSON *delta, const char *text, size_t n, cons
         cJSON_AddStringToObject(ch, "text", t ? t : "");
         free(t);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    add_logprobs(s, ch);
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
@@ -418,15 +479,15 @@ static void oai_finish(srv_job *j, void *st, const srv_result *r) {
         cJSON_AddStringToObject(ch, "text", t.p ? t.p : "");
         chat_buf_free(&t);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    add_logprobs(s, ch);
     cJSON_AddStringToObject(ch, "finish_reason", fin);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
     cJSON_AddItemToObject(o, "usage", usage_obj(r));
     srv_job_body_json(j, 200, o);
 }
 
-static const srv_api CHAT_API = {"chat", oai_start, oai_text, oai_finish, oai_free, oai_open};
-static const srv_api COMPL_API = {"completions", oai_start, oai_text, oai_finish, oai_free, oai_open};
+static const srv_api CHAT_API = {"chat", oai_start, oai_text, oai_finish, oai_free, oai_open, oai_logprobs};
+static const srv_api COMPL_API = {"completions", oai_start, oai_text, oai_finish, oai_free, oai_open, NULL};
 
 /* Fields both endpoints share, checked here; the rest is per endpoint. */
 static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oai_st *s, srv_error *e) {
@@ -443,13 +504,7 @@ static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oa
     }
     long long n = 1;
     if (srv_get_int(b, "n", 1, 1, &n, e) < 0) return srv_fail(e, 400, NULL, "n", "'n' must be 1: this server returns one choice");
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(b, "logprobs");
-    if (lp && !cJSON_IsNull(lp)) {
-        if (!cJSON_IsBool(lp) && !cJSON_IsNumber(lp))
-            return srv_fail(e, 400, NULL, "logprobs", "'logprobs' must be a boolean (chat) or an integer (completions)");
-        if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0))
-            return srv_fail(e, 400, NULL, "logprobs", "'logprobs' is not supported by this server");
-    }
+    if (oai_logprob_fields(b, in, s, rq, e)) return -1;
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(b, "logit_bias");
     if (lb && !cJSON_IsNull(lb) && (!cJSON_IsObject(lb) || lb->child))
         return srv_fail(e, 400, NULL, "logit_bias", "'logit_bias' is not supported by this server");
@@ -481,16 +536,6 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
     rq->api = &CHAT_API;
     rq->st = s;
     if (common_fields(b, in, rq, s, e)) return -1;
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(b, "response_format");
-    if (rf && !cJSON_IsNull(rf)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
-        if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
-            return srv_fail(e, 400, NULL, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(t->valuestring, "text"))
-            return srv_fail(e, 400, NULL, "response_format",
-                            "response_format '%s' is not supported: this server has no constrained decoding yet; "
-                            "ask for JSON in the prompt instead", t->valuestring);
-    }
     int think = -1;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(b, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw)) {
@@ -523,6 +568,7 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
             goto out;
         }
     }
+    if (oai_constrain(in, b, s, rq, e)) goto out;
     rc = 1;
 out:
     chat_conv_free(&conv);

@@ -9,6 +9,7 @@
 
 #include "serve/api_openai.h"
 #include "base/common.h"
+#include "serve/api_grammar.h"
 
 #define OOM(e) srv_fail(e, 500, "server_error", NULL, "out of memory")
 
@@ -470,7 +471,18 @@ static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, response_obj(s, status, r));
 }
 
-static const srv_api RESPONSES_API = {"responses", rsp_start, rsp_text, rsp_finish, rsp_free, rsp_open};
+static const srv_api RESPONSES_API = {"responses", rsp_start, rsp_text, rsp_finish, rsp_free, rsp_open, NULL};
+
+/* tool_choice required / {"type": "function", "name"} forces a tool call (strict tools: their
+ * parameters schema); otherwise text.format json_object / json_schema (api_grammar.h) */
+static int rsp_constrain(const srv_info *in, const cJSON *b, const cJSON *tools, srv_request *rq, srv_error *e) {
+    const char *name;
+    int r = api_grammar_openai_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
+    if (r < 0) return -1;
+    if (r) return api_grammar_tool_call(in, tools, cJSON_GetObjectItemCaseSensitive(b, "tools"), name, rq, e) < 0 ? -1 : 0;
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "text"), "format");
+    return api_grammar_format(in, tf, true, "text.format", rq, e) < 0 ? -1 : 0;
+}
 
 int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
     static const char *const known[] = {
@@ -485,10 +497,6 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
         return srv_fail(e, 400, NULL, "previous_response_id",
                         "previous_response_id is not supported: this server stores no responses; send the whole "
                         "conversation in 'input' (Codex: store = false)");
-    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "text"), "format");
-    const cJSON *tft = cJSON_GetObjectItemCaseSensitive(tf, "type");
-    if (cJSON_IsString(tft) && strcmp(tft->valuestring, "text"))
-        return srv_fail(e, 400, NULL, "text", "text.format '%s' is not supported: no constrained decoding yet", tft->valuestring);
     rsp_st *s = calloc(1, sizeof *s);
     if (!s) return OOM(e);
     rq->api = &RESPONSES_API;
@@ -530,6 +538,7 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
             goto out;
         }
     }
+    if (rsp_constrain(in, b, s->tools, rq, e)) goto out;
     rc = 1;
 out:
     chat_conv_free(&conv);

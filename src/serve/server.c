@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -20,6 +22,9 @@
 #include "serve/api_anthropic.h"
 #include "serve/api_openai.h"
 #include "serve/api_responses.h"
+#include "serve/conn_guard.h"
+#include "serve/http_policy.h"
+#include "serve/json_guard.h"
 #include "base/common.h"
 
 /* ---- small helpers for the API modules -------------------------------------------------- */
@@ -53,6 +58,8 @@ void srv_request_free(srv_request *rq) {
     rq->n_stops = 0;
     if (rq->api && rq->api->free && rq->st) rq->api->free(rq->st);
     rq->st = NULL;
+    grammar_free(rq->grammar);
+    rq->grammar = NULL;
 }
 
 int srv_request_add_stop(srv_request *rq, const char *s) {
@@ -278,13 +285,15 @@ struct srv_job {
     int refs;
     int fd;              /* the client's socket (disconnect detection) */
     srv_job *next;
-    double t_queued;
+    double t_queued, t_started; /* t_started: 0 until an inference thread takes it */
     double t_sent;       /* streaming: when bytes last went to the client (keep-alives) */
     bool ws_keepalive;   /* non-streaming answer sent as a 200 with whitespace keep-alives first */
     bool prefilling;     /* running, prompt not yet ingested (metrics) */
     double t_run;        /* when it began running */
     int pf_done, pf_total; /* prefill progress: tokens evaluated of those to evaluate (server mu) */
     double t_pf_log;     /* -v: when the last progress line was written */
+    cg_conn *conn;              /* the connection's guard entry (the stream's end starts its send deadline) */
+    srv_result res;             /* set when done (the request log line) */
 };
 
 static srv_job *job_new(server *s, api_family fam, int fd) {
@@ -379,10 +388,24 @@ typedef struct {
     long long status[600];  /* responses by HTTP status */
     long long rejected, cancelled, errors;
     long long beyond_train; /* prompts longer than the trained context */
+    long long abandoned;    /* queued jobs whose client left (dropped from the queue at once) */
+    double queue_wait_s;    /* sum of the waits of the jobs run */
+    long long queue_waits;
     long long prompt_tokens, prompt_reused, gen_tokens, drafted, accepted;
     double prompt_s, gen_s, last_decode_tps, last_prompt_tps;
     char *backend_lines;    /* from the backend, refreshed after each job */
 } srv_metrics;
+
+/* One backend slot and the inference thread that serves it. */
+typedef struct {
+    server *srv;
+    int idx;
+    pthread_t th;
+    bool started;
+    pthread_cond_t cv;      /* a job was assigned, or stopping */
+    srv_job *job;           /* assigned or running; NULL: idle */
+    uint64_t used;          /* when it last finished a job (LRU among idle slots) */
+} srv_slot;
 
 struct server {
     server_params p;
@@ -390,20 +413,29 @@ struct server {
     srv_info info;
     struct MHD_Daemon *d;
     int port;
-    pthread_t infer;
-    bool infer_started;
-    pthread_mutex_t mu;     /* queue + metrics */
+    srv_slot *slots;        /* [b->n_slots] */
+    int n_slots;
+    uint64_t tick;
+    pthread_mutex_t mu;     /* queue + slots + metrics */
     pthread_cond_t cv;
     srv_job *head, *tail;
     int n_waiting;          /* in the queue */
-    int n_jobs;             /* waiting + running: at most queue + 1 */
-    srv_job *running;
+    int n_jobs;             /* waiting + running: at most queue + n_slots */
+    int n_running;
     bool stopping;
     int n_open;             /* requests between on_access and on_completed */
     srv_metrics m;
     double t_start;
     srv_fieldlog fields;    /* unknown request fields */
     double json_ka_after;   /* seconds before a non-streaming answer switches to whitespace keep-alives */
+    /* admission (HTTP side) */
+    conn_guard *g;          /* connection caps and deadlines */
+    http_allow allow;       /* Host / Origin allow-lists */
+    char hostname[256];
+    json_limits jl;         /* parse cost bound of a body */
+    size_t body_inflight;   /* bytes of request bodies being received or parsed (mu) */
+    size_t body_budget;     /* at most this many (4 bodies of the largest size) */
+    bool draining;          /* SIGHUP: no new jobs */
 };
 
 static int api_index(const srv_api *a) {
@@ -456,9 +488,17 @@ static int on_text(void *ud, const char *s, size_t n) {
     return j->rq.api->text(j, j->rq.st, s, n);
 }
 
-static void run_job(server *s, srv_job *j) {
+static void on_logprobs(void *ud, const sampler_logprobs *lp) {
+    srv_job *j = ud;
+    if (j->rq.api->logprobs) j->rq.api->logprobs(j, j->rq.st, lp);
+}
+
+static void run_job(server *s, int slot, srv_job *j) {
     srv_result r = {0};
     r.n_prompt = (int)j->rq.prompt.n;
+    pthread_mutex_lock(&s->mu); /* /slots and /metrics read it under the server's lock */
+    j->t_started = rl_now();
+    pthread_mutex_unlock(&s->mu);
     if (j->cancel) {
         /* dropped before it ran: the client left, or the server is stopping; the API answers
          * it as cancelled (503 / an error event: a stream is already open) */
@@ -486,17 +526,16 @@ static void run_job(server *s, srv_job *j) {
             .on_text = on_text,
             .ud = j,
             .cancel = &j->cancel,
+            .grammar = j->rq.grammar,
+            .top_logprobs = j->rq.top_logprobs,
+            .on_logprobs = j->rq.logprobs ? on_logprobs : NULL,
         };
-        if (s->b->generate(s->b->ud, &g, &r) && r.reason != SRV_ERROR) {
+        if (s->b->generate(s->b->ud, slot, &g, &r) && r.reason != SRV_ERROR) {
             r.reason = SRV_ERROR;
             snprintf(r.error, sizeof r.error, "%s", rl_lasterr());
         }
         if (j->cancel && r.reason != SRV_ERROR) r.reason = SRV_CANCELLED;
         j->rq.api->finish(j, j->rq.st, &r);
-        if (s->p.verbose)
-            fprintf(stderr, "serve: %s prompt %d (reused %d, %.3f s) gen %d (%.3f s) %s%s%s\n", j->rq.api->name,
-                    r.n_prompt, r.n_reused, r.t_prompt, r.n_gen, r.t_gen, srv_reason_name(r.reason),
-                    r.reason == SRV_ERROR ? ": " : "", r.reason == SRV_ERROR ? r.error : "");
     }
     chat_buf extra = {0};
     if (s->b->metrics) s->b->metrics(s->b->ud, &extra);
@@ -512,51 +551,79 @@ static void run_job(server *s, srv_job *j) {
     m->accepted += r.n_accepted;
     m->prompt_s += r.t_prompt;
     m->gen_s += r.t_gen;
+    m->queue_wait_s += j->t_started - j->t_queued;
+    m->queue_waits++;
     if (r.t_gen > 0 && r.n_gen > 1) m->last_decode_tps = (r.n_gen - 1) / r.t_gen;
     if (r.t_prompt > 0 && r.n_prompt > r.n_reused) m->last_prompt_tps = (r.n_prompt - r.n_reused) / r.t_prompt;
     if (extra.p && !extra.oom) {
         free(m->backend_lines);
         m->backend_lines = chat_buf_take(&extra, NULL);
     }
-    s->running = NULL; /* with the counters, so /metrics never shows a counted job as running */
+    s->n_running--; /* with the counters, so /metrics never shows a counted job as running */
     pthread_mutex_unlock(&s->mu);
     chat_buf_free(&extra);
     pthread_mutex_lock(&j->mu);
+    j->res = r;
     j->done = true;
     j->started = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
-static void *infer_main(void *arg) {
-    server *s = arg;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+/* Hand waiting jobs to idle slots (s->mu held): the head job goes to the idle slot that would
+ * reuse the most of its prompt, ties (no reuse anywhere included) to the least recently used
+ * one, whose conversation is the one given up (the backend keeps it in its RAM tier). Jobs stay
+ * in arrival order. */
+static void assign(server *s) {
+    while (s->head) {
         srv_job *j = s->head;
-        if (!j) break; /* stopping and drained */
+        int best = -1, best_len = -1;
+        for (int i = 0; i < s->n_slots; i++) {
+            srv_slot *sl = &s->slots[i];
+            if (sl->job || !sl->started) continue;
+            int len = s->b->match && !j->cancel ? s->b->match(s->b->ud, i, j->rq.prompt.ids, (int)j->rq.prompt.n) : 0;
+            if (len > best_len || (len == best_len && sl->used < s->slots[best].used)) best = i, best_len = len;
+        }
+        if (best < 0) return;
         s->head = j->next;
         if (!s->head) s->tail = NULL;
+        j->next = NULL;
         s->n_waiting--;
-        s->running = j;
+        s->n_running++;
+        s->slots[best].job = j;
+        pthread_cond_signal(&s->slots[best].cv);
+    }
+}
+
+static void *infer_main(void *arg) {
+    srv_slot *sl = arg;
+    server *s = sl->srv;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!sl->job && !(s->stopping && !s->head)) pthread_cond_wait(&sl->cv, &s->mu);
+        srv_job *j = sl->job;
+        if (!j) break; /* stopping and drained */
         pthread_mutex_unlock(&s->mu);
-        run_job(s, j);
+        run_job(s, sl->idx, j);
         pthread_mutex_lock(&s->mu);
-        s->running = NULL;
+        sl->job = NULL;
+        sl->used = ++s->tick;
         s->n_jobs--;
         pthread_mutex_unlock(&s->mu);
         job_unref(j);
         pthread_mutex_lock(&s->mu);
+        assign(s);
+        if (s->stopping && !s->head) /* drained: the idle slots can end too */
+            for (int i = 0; i < s->n_slots; i++) pthread_cond_signal(&s->slots[i].cv);
     }
     pthread_mutex_unlock(&s->mu);
-    if (s->b->flush) s->b->flush(s->b->ud);
     return NULL;
 }
 
 /* 0 queued, -1 full (or stopping) */
 static int enqueue(server *s, srv_job *j) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->n_jobs >= s->p.queue + 1) {
+    if (s->stopping || s->draining || s->n_jobs >= s->p.queue + s->n_slots) {
         s->m.rejected++;
         pthread_mutex_unlock(&s->mu);
         return -1;
@@ -568,9 +635,80 @@ static int enqueue(server *s, srv_job *j) {
     s->tail = j;
     s->n_waiting++;
     s->n_jobs++;
-    pthread_cond_signal(&s->cv);
+    assign(s);
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+/* Take a job whose client left out of the queue at once, so it holds no queue place (it never
+ * runs; its waiting connection thread then ends). false if it is already running or done. */
+static bool queue_drop(server *s, srv_job *j) {
+    bool dropped = false;
+    pthread_mutex_lock(&s->mu);
+    for (srv_job **pp = &s->head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (*pp != j) continue;
+        *pp = j->next;
+        if (s->tail == j) s->tail = prev;
+        j->next = NULL;
+        s->n_waiting--;
+        s->n_jobs--;
+        s->m.abandoned++;
+        s->m.cancelled++;
+        dropped = true;
+        break;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (dropped) {
+        pthread_mutex_lock(&j->mu);
+        j->res.reason = SRV_CANCELLED;
+        j->res.n_prompt = (int)j->rq.prompt.n;
+        j->done = j->started = true;
+        pthread_mutex_unlock(&j->mu);
+        job_unref(j); /* the queue's reference */
+    }
+    return dropped;
+}
+
+static bool phase_has_deadline(int k) { return k != CG_WORK; }
+
+/* /slots: what each inference slot is doing, and the queue (JSON). */
+static void slots_json(server *s, chat_buf *o) {
+    char tmp[512];
+    double now = rl_now();
+    pthread_mutex_lock(&s->mu);
+    chat_buf_puts(o, "{\"slots\":[");
+    for (int i = 0; i < s->n_slots; i++) {
+        const srv_job *j = s->slots ? s->slots[i].job : NULL;
+        if (j && j->t_started)
+            snprintf(tmp, sizeof tmp,
+                     "%s{\"id\":%d,\"state\":\"%s\",\"api\":\"%s\",\"n_prompt\":%zu,\"stream\":%s,"
+                     "\"queue_wait_s\":%.3f,\"running_s\":%.3f,\"n_ctx\":%d}",
+                     i ? "," : "", i, j->prefilling ? "prefill" : "decode", j->rq.api ? j->rq.api->name : "?",
+                     j->rq.prompt.n, j->rq.stream ? "true" : "false", j->t_started - j->t_queued,
+                     now - j->t_started, s->b->n_ctx);
+        else /* idle, or assigned and not yet taken by its thread */
+            snprintf(tmp, sizeof tmp, "%s{\"id\":%d,\"state\":\"idle\",\"n_ctx\":%d}", i ? "," : "", i,
+                     s->b->n_ctx);
+        chat_buf_puts(o, tmp);
+    }
+    snprintf(tmp, sizeof tmp, "]");
+    chat_buf_puts(o, tmp);
+    double oldest = 0;
+    for (srv_job *q = s->head; q; q = q->next)
+        if (now - q->t_queued > oldest) oldest = now - q->t_queued;
+    snprintf(tmp, sizeof tmp, ",\"queue\":{\"waiting\":%d,\"capacity\":%d,\"oldest_wait_s\":%.3f},\"draining\":%s",
+             s->n_waiting, s->p.queue, oldest, s->draining ? "true" : "false");
+    chat_buf_puts(o, tmp);
+    pthread_mutex_unlock(&s->mu);
+    cg_stats cs;
+    conn_guard_get_stats(s->g, &cs);
+    snprintf(tmp, sizeof tmp, ",\"connections\":{\"open\":%d", cs.open);
+    chat_buf_puts(o, tmp);
+    for (int k = 0; k < CG_NPHASE; k++) {
+        snprintf(tmp, sizeof tmp, ",\"%s\":%d", conn_guard_phase_name((cg_phase)k), cs.by_phase[k]);
+        chat_buf_puts(o, tmp);
+    }
+    chat_buf_puts(o, "}}");
 }
 
 /* ---- metrics --------------------------------------------------------------------------------- */
@@ -612,18 +750,28 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# TYPE redlite_prompt_tokens_per_second gauge\nredlite_prompt_tokens_per_second %.3f\n",
         m->last_prompt_tps);
     PUT("# TYPE redlite_queue_depth gauge\nredlite_queue_depth %d\n", s->n_waiting);
-    PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->running ? 1 : 0);
-    bool pf = s->running && s->running->prefilling;
-    PUT("# HELP redlite_prefill_tokens Prompt tokens of the running request while its prefill runs (0 otherwise).\n"
-        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf ? s->running->rq.prompt.n : 0);
-    PUT("# HELP redlite_prefill_seconds How long the running prefill has taken so far (0: none running).\n"
-        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf ? rl_now() - s->running->t_run : 0.0);
-    PUT("# HELP redlite_prefill_evaluated_tokens Tokens the running prefill has evaluated so far (0: none running).\n"
-        "# TYPE redlite_prefill_evaluated_tokens gauge\nredlite_prefill_evaluated_tokens %d\n",
-        pf ? s->running->pf_done : 0);
-    PUT("# HELP redlite_prefill_remaining_tokens Tokens the running prefill has still to evaluate (reused ones "
+    PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->n_running);
+    PUT("# TYPE redlite_slots gauge\nredlite_slots %d\n", s->n_slots);
+    size_t pf_tokens = 0; /* summed over the slots whose request is still in its prefill */
+    double pf_s = 0.0;    /* the longest prefill running so far */
+    long long pf_done = 0, pf_left = 0; /* their progress (session_feed, chunk by chunk) */
+    for (int i = 0; s->slots && i < s->n_slots; i++) {
+        const srv_job *rj = s->slots[i].job;
+        if (!rj || !rj->prefilling) continue;
+        pf_tokens += rj->rq.prompt.n;
+        pf_done += rj->pf_done;
+        pf_left += rj->pf_total - rj->pf_done;
+        if (rl_now() - rj->t_run > pf_s) pf_s = rl_now() - rj->t_run;
+    }
+    PUT("# HELP redlite_prefill_tokens Prompt tokens of the requests whose prefill runs now (0 otherwise).\n"
+        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf_tokens);
+    PUT("# HELP redlite_prefill_seconds How long the longest running prefill has taken so far (0: none running).\n"
+        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf_s);
+    PUT("# HELP redlite_prefill_evaluated_tokens Tokens the running prefills have evaluated so far (0: none running).\n"
+        "# TYPE redlite_prefill_evaluated_tokens gauge\nredlite_prefill_evaluated_tokens %lld\n", pf_done);
+    PUT("# HELP redlite_prefill_remaining_tokens Tokens the running prefills have still to evaluate (reused ones "
         "excluded; 0: none running).\n# TYPE redlite_prefill_remaining_tokens gauge\n"
-        "redlite_prefill_remaining_tokens %d\n", pf ? s->running->pf_total - s->running->pf_done : 0);
+        "redlite_prefill_remaining_tokens %lld\n", pf_left);
     pthread_mutex_lock(&s->fields.mu);
     PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored (--strict-fields "
         "refuses them).\n# TYPE redlite_unknown_fields_total counter\n");
@@ -636,8 +784,41 @@ static void metrics_text(server *s, chat_buf *o) {
         m->accepted);
     PUT("# TYPE redlite_spec_acceptance_ratio gauge\nredlite_spec_acceptance_ratio %.4f\n",
         m->drafted ? (double)m->accepted / (double)m->drafted : 0.0);
+    PUT("# HELP redlite_requests_abandoned_total Queued requests whose client left (dropped at once).\n"
+        "# TYPE redlite_requests_abandoned_total counter\nredlite_requests_abandoned_total %lld\n", m->abandoned);
+    PUT("# HELP redlite_queue_wait_seconds Time requests waited in the queue before running.\n"
+        "# TYPE redlite_queue_wait_seconds summary\nredlite_queue_wait_seconds_sum %.6f\n"
+        "redlite_queue_wait_seconds_count %lld\n", m->queue_wait_s, m->queue_waits);
+    /* each slot's state (idle, prefill: the prompt is being read, decode) */
+    PUT("# HELP redlite_slot_state State of each inference slot (1 = in that state).\n# TYPE redlite_slot_state gauge\n");
+    for (int i = 0; s->slots && i < s->n_slots; i++) {
+        const srv_job *sj = s->slots[i].job;
+        const char *slot_state = !sj || !sj->t_started ? "idle" : sj->prefilling ? "prefill" : "decode";
+        for (int k = 0; k < 3; k++) {
+            static const char *st[] = {"idle", "prefill", "decode"};
+            PUT("redlite_slot_state{slot=\"%d\",state=\"%s\"} %d\n", i, st[k], !strcmp(st[k], slot_state));
+        }
+    }
+    PUT("# TYPE redlite_request_body_bytes_inflight gauge\nredlite_request_body_bytes_inflight %zu\n",
+        s->body_inflight);
     if (m->backend_lines) chat_buf_puts(o, m->backend_lines);
     pthread_mutex_unlock(&s->mu);
+    cg_stats cs;
+    conn_guard_get_stats(s->g, &cs);
+    PUT("# HELP redlite_connections Open HTTP connections by phase.\n# TYPE redlite_connections gauge\n");
+    for (int k = 0; k < CG_NPHASE; k++)
+        PUT("redlite_connections{phase=\"%s\"} %d\n", conn_guard_phase_name((cg_phase)k), cs.by_phase[k]);
+    PUT("# TYPE redlite_connections_accepted_total counter\nredlite_connections_accepted_total %lld\n", cs.accepted);
+    PUT("# HELP redlite_connections_refused_total New connections refused at a cap (no idle one to evict).\n"
+        "# TYPE redlite_connections_refused_total counter\nredlite_connections_refused_total %lld\n", cs.refused);
+    PUT("# HELP redlite_connections_evicted_total Idle connections closed to admit a new one at a cap.\n"
+        "# TYPE redlite_connections_evicted_total counter\nredlite_connections_evicted_total %lld\n", cs.evicted);
+    PUT("# HELP redlite_connections_timeouts_total Connections closed at a deadline, by phase.\n"
+        "# TYPE redlite_connections_timeouts_total counter\n");
+    for (int k = 0; k < CG_NPHASE; k++)
+        if (phase_has_deadline(k))
+            PUT("redlite_connections_timeouts_total{phase=\"%s\"} %lld\n", conn_guard_phase_name((cg_phase)k),
+                cs.timeouts[k]);
     PUT("# TYPE redlite_resident_memory_bytes gauge\nredlite_resident_memory_bytes %llu\n",
         (unsigned long long)rl_cur_rss());
     PUT("# TYPE redlite_peak_resident_memory_bytes gauge\nredlite_peak_resident_memory_bytes %llu\n",
@@ -666,6 +847,7 @@ static const route ROUTES[] = {
     {"GET", "/v1/models/*", FAM_OPENAI, api_openai_model},
     {"GET", "/health", FAM_OPENAI, NULL},
     {"GET", "/metrics", FAM_OPENAI, NULL},
+    {"GET", "/slots", FAM_OPENAI, NULL},
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
 
@@ -687,12 +869,45 @@ static bool route_match(const route *rt, const char *url, const char **rest) {
 /* ---- HTTP ------------------------------------------------------------------------------------ */
 typedef struct {
     const route *rt;
-    int early_status; /* 404/405/401: answered once the body is read */
     chat_buf body;
     bool too_big;
+    bool answered;      /* a response was queued before the body was read (refused early) */
+    size_t body_bytes;  /* received (the log line) */
+    size_t reserved;    /* bytes of the server's body budget held by this request */
     srv_job *job;
     char *rest;       /* what the route's '*' matched */
+    double t0;
+    char method[12], path[96];
 } conn_req;
+
+/* Per-socket state (libmicrohttpd's socket context, from MHD_CONNECTION_NOTIFY_STARTED to
+ * _CLOSED): the connection's guard entry, and the id and status of its current request (for
+ * the X-Request-Id header and the log line). */
+typedef struct {
+    cg_conn *g;
+    char peer[48];
+    int status;
+    char rid[32];
+} sock_ctx;
+
+static sock_ctx *sock_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void release_body(server *s, conn_req *r) {
+    chat_buf_free(&r->body);
+    if (!r->reserved) return;
+    pthread_mutex_lock(&s->mu);
+    s->body_inflight -= r->reserved;
+    pthread_mutex_unlock(&s->mu);
+    r->reserved = 0;
+}
+
+static void set_phase(server *s, struct MHD_Connection *c, cg_phase p, double extra) {
+    sock_ctx *sc = sock_of(c);
+    if (sc) conn_guard_set(s->g, sc->g, p, extra);
+}
 
 static bool peer_gone(int fd) {
     if (fd < 0) return false;
@@ -735,6 +950,22 @@ static void add_length_headers(struct MHD_Response *r, const srv_request *rq) {
     }
 }
 
+/* Headers of every answer: the request id, and CORS for a browser origin that passed the
+ * allow-list (a refused origin never gets this far). Records the status for the log line. */
+static void add_common_headers(server *s, struct MHD_Connection *c, struct MHD_Response *r, int status) {
+    sock_ctx *sc = sock_of(c);
+    if (sc) {
+        sc->status = status;
+        if (sc->rid[0]) MHD_add_response_header(r, "X-Request-Id", sc->rid);
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && http_policy_origin_ok(&s->allow, origin)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+    }
+}
+
 static enum MHD_Result send_buf_rq(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
                                    size_t n, const char *retry_after, const srv_request *rq) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
@@ -745,6 +976,7 @@ static enum MHD_Result send_buf_rq(server *s, struct MHD_Connection *c, int stat
     MHD_add_response_header(r, "Content-Type", ctype);
     if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
     add_length_headers(r, rq);
+    add_common_headers(s, c, r, status);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count_status(s, status);
@@ -795,6 +1027,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t avail = j->out.n - j->out_read;
     if (avail == 0) {
         pthread_mutex_unlock(&j->mu);
+        conn_guard_set(j->srv->g, j->conn, CG_SEND, 0); /* the rest must be taken in send_timeout */
         return MHD_CONTENT_READER_END_OF_STREAM;
     }
     size_t k = avail < max ? avail : max;
@@ -879,6 +1112,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     if (!rt->fn) {
         chat_buf o = {0};
         if (!strcmp(rt->path, "/metrics")) metrics_text(s, &o);
+        else if (!strcmp(rt->path, "/slots")) slots_json(s, &o);
         else {
             pthread_mutex_lock(&s->mu);
             int q = s->n_waiting;
@@ -895,6 +1129,11 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     }
     cJSON *body = NULL;
     if (!strcmp(rt->method, "POST")) {
+        char why[320];
+        if (json_guard_check(r->body.p ? r->body.p : "", r->body.n, &s->jl, why, sizeof why)) {
+            srv_fail(&e, 413, fam == FAM_ANTHROPIC ? "request_too_large" : "invalid_request_error", NULL, "%s", why);
+            return send_error(s, c, fam, &e, NULL);
+        }
         if (!valid_utf8(r->body.p ? r->body.p : "", r->body.n)) {
             srv_fail(&e, 400, NULL, NULL, "the request body is not valid UTF-8: send UTF-8 encoded JSON");
             return send_error(s, c, fam, &e, NULL);
@@ -917,6 +1156,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     srv_reply rep = {0};
     int k = rt->fn(&s->info, body, &rq, &rep, &e);
     cJSON_Delete(body);
+    release_body(s, r); /* parsed: the job holds token ids only */
     if (k < 0) {
         srv_request_free(&rq);
         if (!e.status) srv_fail(&e, 500, "server_error", NULL, "%s", rl_lasterr());
@@ -931,6 +1171,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         return MHD_NO;
     }
     j->rq = rq;
+    j->conn = sock_of(c) ? sock_of(c)->g : NULL;
     r->job = j;
     clamp_length(&s->info, &j->rq);
     warn_train(s, &j->rq);
@@ -951,7 +1192,8 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         return send_error(s, c, fam, &e, "1");
     }
     if (!open_now) {
-        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client. A
+        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client
+         * (a client gone while its job still waits in the queue takes it out at once). A
          * non-streaming answer that takes longer than json_ka_after (a long prefill, a queue wait)
          * is sent as it comes instead: status 200 and its headers now, a newline a second (JSON
          * allows leading whitespace) so that clients' and proxies' idle and first-byte timeouts
@@ -963,7 +1205,12 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         pthread_mutex_lock(&j->mu);
         while (!(j->rq.stream ? j->started : j->done)) {
             timed_wait(j, 0.1);
-            if (!j->done && peer_gone(j->fd)) j->cancel = 1; /* keep waiting: the job still owns its output */
+            if (!j->done && peer_gone(j->fd)) {
+                j->cancel = 1;
+                pthread_mutex_unlock(&j->mu);
+                if (queue_drop(s, j)) return MHD_NO; /* never ran: it leaves the queue now */
+                pthread_mutex_lock(&j->mu);      /* running: keep waiting, the job owns its output */
+            }
             if (!j->rq.stream && !j->done && !j->cancel && rl_now() - t_wait >= s->json_ka_after) {
                 ws = j->ws_keepalive = true;
                 j->t_sent = rl_now() - KEEPALIVE_S; /* the first newline at once */
@@ -982,6 +1229,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
             j->out_read = 0;
             pthread_mutex_unlock(&j->mu);
             if (!p) return MHD_NO;
+            set_phase(s, c, CG_SEND, 0);
             return send_buf_rq(s, c, status, ctype, p, n, NULL, &j->rq);
         }
     }
@@ -995,10 +1243,96 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     add_length_headers(resp, &j->rq);
+    add_common_headers(s, c, resp, 200);
     enum MHD_Result rc = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     count_status(s, 200);
     return rc;
+}
+
+static bool is_post(const char *m) { return !strcmp(m, "POST"); }
+
+/* CORS preflight: 204 with what the browser may send, for an allowed origin on a known path. */
+static enum MHD_Result preflight(server *s, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            want ? want : "Authorization, Content-Type, x-api-key, anthropic-version");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    add_common_headers(s, c, r, 204);
+    enum MHD_Result rc = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    count_status(s, 204);
+    return rc;
+}
+
+/* Everything decided from the request line and headers, before any body byte is read (cheapest
+ * first): route, Host, Origin, API key, content type, body size, the server's body budget.
+ * 0 admitted; else e is the answer. A CORS preflight answers itself (*preflight_ok). */
+static int admit(server *s, struct MHD_Connection *c, conn_req *r, const char *url, const char *method,
+                 bool *preflight_ok, srv_error *e) {
+    bool path_known = false;
+    for (size_t i = 0; i < N_ROUTES && !r->rt; i++) {
+        const char *rest = NULL;
+        if (!route_match(&ROUTES[i], url, &rest)) continue;
+        path_known = true;
+        if (strcmp(method, ROUTES[i].method)) continue;
+        r->rt = &ROUTES[i];
+        if (rest && !(r->rest = strdup(rest))) return srv_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    bool ant = r->rt && r->rt->fam == FAM_ANTHROPIC;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!http_policy_host_ok(&s->allow, host))
+        return srv_fail(e, 403, ant ? "permission_error" : "invalid_request_error", NULL,
+                        "Host '%.100s' is not allowed (DNS-rebinding protection): start the server with "
+                        "--allow-host NAME to accept it", host);
+    if (!http_policy_origin_ok(&s->allow, origin))
+        return srv_fail(e, 403, ant ? "permission_error" : "invalid_request_error", NULL,
+                        "browser origin '%.100s' is not allowed: start the server with --allow-origin ORIGIN "
+                        "to accept it", origin);
+    if (!strcmp(method, "OPTIONS") && path_known) {
+        *preflight_ok = true;
+        return 0;
+    }
+    if (!r->rt)
+        return srv_fail(e, path_known ? 405 : 404, path_known ? "invalid_request_error" : "not_found_error", NULL,
+                        path_known ? "method %s is not allowed on %s" : "no such endpoint: %s %s", method, url);
+    if (strcmp(url, "/health") && !key_ok(s, c)) {
+        srv_fail(e, 401, ant ? "authentication_error" : "invalid_request_error", NULL,
+                 "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+        snprintf(e->code, sizeof e->code, "invalid_api_key");
+        return -1;
+    }
+    if (!is_post(method)) return 0;
+    bool browser = origin || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode");
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!http_policy_ctype_ok(ct, browser))
+        return srv_fail(e, 415, NULL, NULL, "Content-Type '%.60s' is not accepted: send the body as "
+                        "'Content-Type: application/json'", ct ? ct : "(none)");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    char *end = NULL;
+    unsigned long long len = cl ? strtoull(cl, &end, 10) : 0;
+    if (cl && (end == cl || *end || len > s->p.max_body))
+        return srv_fail(e, 413, ant ? "request_too_large" : "invalid_request_error", NULL,
+                        "the request body (%s bytes) is larger than the server's limit of %zu bytes (--max-body)",
+                        cl, s->p.max_body);
+    size_t want = cl ? (size_t)len : s->p.max_body; /* chunked: the most it may grow to */
+    pthread_mutex_lock(&s->mu);
+    bool room = s->body_inflight + want <= s->body_budget || s->body_inflight == 0;
+    if (room) s->body_inflight += want;
+    pthread_mutex_unlock(&s->mu);
+    if (!room)
+        return srv_fail(e, 503, ant ? "overloaded_error" : "server_error", NULL,
+                        "the server is receiving too many large requests at once: retry later");
+    r->reserved = want;
+    if (cl && len) { /* the exact size: no doubling of the buffer */
+        r->body.p = malloc((size_t)len + 1);
+        r->body.cap = r->body.p ? (size_t)len + 1 : 0;
+    }
+    return 0;
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -1008,60 +1342,104 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         *con_cls = r;
+        r->t0 = rl_now();
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->path, sizeof r->path, "%s", url);
+        sock_ctx *sc = sock_of(c);
+        if (sc) srv_new_id(sc->rid, sizeof sc->rid, "req_"), sc->status = 0;
         pthread_mutex_lock(&s->mu);
         s->n_open++;
         pthread_mutex_unlock(&s->mu);
-        bool path_known = false;
-        for (size_t i = 0; i < N_ROUTES && !r->rt; i++) {
-            const char *rest = NULL;
-            if (!route_match(&ROUTES[i], url, &rest)) continue;
-            path_known = true;
-            if (strcmp(method, ROUTES[i].method)) continue;
-            r->rt = &ROUTES[i];
-            if (rest && !(r->rest = strdup(rest))) return MHD_NO;
+        srv_error e = {0};
+        bool pre = false;
+        if (admit(s, c, r, url, method, &pre, &e)) {
+            r->answered = true; /* the body, if any, is never read: the connection closes after */
+            set_phase(s, c, CG_SEND, 0);
+            if (sc && is_post(method)) conn_guard_linger(s->g, sc->g);
+            return send_error(s, c, r->rt ? r->rt->fam : FAM_OPENAI, &e, e.status == 503 ? "1" : NULL);
         }
-        srv_error e;
-        if (!r->rt) {
-            srv_fail(&e, path_known ? 405 : 404, NULL, NULL,
-                     path_known ? "method %s is not allowed on %s" : "no such endpoint: %s %s", method, url);
-            r->early_status = e.status;
-        } else if (strcmp(url, "/health") && !key_ok(s, c)) {
-            r->early_status = 401;
+        if (pre) {
+            r->answered = true;
+            set_phase(s, c, CG_SEND, 0);
+            return preflight(s, c);
         }
+        /* the body must arrive in read_timeout plus its size at body_rate */
+        if (is_post(method)) set_phase(s, c, CG_BODY, (double)r->reserved / conn_guard_params(s->g).body_rate);
+        return MHD_YES;
+    }
+    if (r->answered) { /* refused early: whatever comes is dropped */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!r->too_big && !r->early_status) {
-            if (r->body.n + *upload_size > s->p.max_body) {
+        if (!r->too_big) {
+            if (r->body.n + *upload_size > s->p.max_body) { /* chunked, past the limit: answer now */
                 r->too_big = true;
-                chat_buf_free(&r->body);
-            } else {
-                chat_buf_put(&r->body, upload, *upload_size);
+                release_body(s, r);
+                *upload_size = 0;
+                r->answered = true;
+                set_phase(s, c, CG_SEND, 0);
+                if (sock_of(c)) conn_guard_linger(s->g, sock_of(c)->g);
+                return dispatch(s, c, r);
             }
+            chat_buf_put(&r->body, upload, *upload_size);
         }
+        r->body_bytes += *upload_size;
         *upload_size = 0;
         return MHD_YES;
     }
     if (r->body.oom) return MHD_NO;
-    if (r->early_status) {
-        srv_error e;
-        if (r->early_status == 401)
-            srv_fail(&e, 401, r->rt && r->rt->fam == FAM_ANTHROPIC ? "authentication_error" : "invalid_request_error",
-                     NULL, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
-        else if (r->early_status == 405)
-            srv_fail(&e, 405, NULL, NULL, "method %s is not allowed on %s", method, url);
-        else
-            srv_fail(&e, 404, "not_found_error", NULL, "no such endpoint: %s %s", method, url);
-        if (r->early_status == 401) snprintf(e.code, sizeof e.code, "invalid_api_key");
-        return send_error(s, c, r->rt ? r->rt->fam : FAM_OPENAI, &e, NULL);
-    }
+    set_phase(s, c, CG_WORK, 0);
     return dispatch(s, c, r);
+}
+
+/* One structured line per request on stderr (-v): ids, sizes, timings, outcome. */
+static void log_request(server *s, struct MHD_Connection *c, conn_req *r, enum MHD_RequestTerminationCode toe) {
+    sock_ctx *sc = sock_of(c);
+    srv_result res = {0};
+    double wait = 0;
+    const char *api = "-";
+    if (r->job) {
+        pthread_mutex_lock(&r->job->mu);
+        res = r->job->res;
+        pthread_mutex_unlock(&r->job->mu);
+        if (r->job->t_started) wait = r->job->t_started - r->job->t_queued;
+        if (r->job->rq.api) api = r->job->rq.api->name;
+    }
+    static const char *toes[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddStringToObject(o, "event", "request");
+    cJSON_AddStringToObject(o, "id", sc ? sc->rid : "");
+    cJSON_AddStringToObject(o, "peer", sc ? sc->peer : "");
+    cJSON_AddStringToObject(o, "method", r->method);
+    cJSON_AddStringToObject(o, "path", r->path); /* escaped: a client cannot forge log lines */
+    cJSON_AddNumberToObject(o, "status", sc ? sc->status : 0);
+    cJSON_AddStringToObject(o, "end", (unsigned)toe < 6 ? toes[toe] : "?");
+    cJSON_AddNumberToObject(o, "body_bytes", (double)r->body_bytes);
+    if (r->job) {
+        cJSON_AddStringToObject(o, "api", api);
+        cJSON_AddStringToObject(o, "outcome", srv_reason_name(res.reason));
+        cJSON_AddNumberToObject(o, "prompt_tokens", res.n_prompt);
+        cJSON_AddNumberToObject(o, "reused_tokens", res.n_reused);
+        cJSON_AddNumberToObject(o, "gen_tokens", res.n_gen);
+        cJSON_AddNumberToObject(o, "queue_s", round(wait * 1e3) / 1e3);
+        cJSON_AddNumberToObject(o, "prompt_s", round(res.t_prompt * 1e3) / 1e3);
+        cJSON_AddNumberToObject(o, "gen_s", round(res.t_gen * 1e3) / 1e3);
+        if (res.reason == SRV_ERROR) cJSON_AddStringToObject(o, "error", res.error);
+    }
+    cJSON_AddNumberToObject(o, "total_s", round((rl_now() - r->t0) * 1e3) / 1e3);
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (line) fprintf(stderr, "%s\n", line);
+    free(line);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     server *s = cls;
     conn_req *r = *con_cls;
     if (!r) return;
+    if (s->p.verbose) log_request(s, c, r, toe);
     pthread_mutex_lock(&s->mu);
     s->n_open--;
     pthread_mutex_unlock(&s->mu);
@@ -1069,16 +1447,51 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->job->cancel = 1;
         job_unref(r->job);
     }
-    chat_buf_free(&r->body);
+    release_body(s, r);
     free(r->rest);
     free(r);
     *con_cls = NULL;
+    set_phase(s, c, CG_IDLE, 0); /* keep-alive: the next request must come within idle_timeout */
+}
+
+/* Connection start / end: the guard's admission (caps, eviction) and its entry. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode t) {
+    server *s = cls;
+    if (t == MHD_CONNECTION_NOTIFY_STARTED) {
+        sock_ctx *sc = calloc(1, sizeof *sc);
+        *socket_ctx = sc;
+        const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        uint32_t peer = 0;
+        if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
+            peer = ((const struct sockaddr_in *)ai->client_addr)->sin_addr.s_addr;
+        if (sc) inet_ntop(AF_INET, &peer, sc->peer, sizeof sc->peer);
+        if (fi) {
+            cg_conn *g = conn_guard_open(s->g, fi->connect_fd, peer);
+            if (sc) sc->g = g;
+            else if (g) conn_guard_close(s->g, g); /* out of memory: untracked, but closed */
+        }
+    } else {
+        sock_ctx *sc = *socket_ctx;
+        if (sc) conn_guard_close(s->g, sc->g);
+        free(sc);
+        *socket_ctx = NULL;
+    }
+}
+
+/* The request line of a new request arrived: its headers must follow within read_timeout. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    set_phase(cls, c, CG_HEADERS, 0);
+    return NULL;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------- */
 static void server_free(server *s) {
     if (!s) return;
     if (s->b && s->b->free) s->b->free(s->b->ud);
+    for (int i = 0; s->slots && i < s->n_slots; i++) pthread_cond_destroy(&s->slots[i].cv);
+    free(s->slots);
+    conn_guard_free(s->g);
     free(s->m.backend_lines);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -1098,7 +1511,14 @@ server *server_start(const server_params *p, srv_backend *b) {
     if (s->p.queue < 0) s->p.queue = 0;
     if (!s->p.max_body) s->p.max_body = 32u << 20;
     if (!s->p.max_header) s->p.max_header = 64u << 10;
-    if (!s->p.conn_limit) s->p.conn_limit = s->p.queue * 2 + 16;
+    s->body_budget = 4 * s->p.max_body;
+    /* parse cost: token-id prompts are the densest legitimate JSON (a value per ~6 bytes), a
+     * prompt is at most n_ctx of them */
+    s->jl = (json_limits){.max_values = 65536 + 2 * (size_t)(b->n_ctx > 0 ? b->n_ctx : 0), .values_per_4b = 4096,
+                          .max_depth = 128};
+    s->allow = (http_allow){.hosts = p->allow_hosts, .n_hosts = p->n_allow_hosts, .origins = p->allow_origins,
+                            .n_origins = p->n_allow_origins, .hostname = s->hostname};
+    if (gethostname(s->hostname, sizeof s->hostname - 1)) s->hostname[0] = 0;
     pthread_mutex_init(&s->fields.mu, NULL);
     s->info = (srv_info){.tok = b->tok, .fmt = b->fmt, .n_ctx = b->n_ctx, .model_id = p->model_id, .sp = p->sp,
                          .max_tokens = p->max_tokens, .reasoning = p->reasoning, .strict_fields = p->strict_fields,
@@ -1117,19 +1537,44 @@ server *server_start(const server_params *p, srv_backend *b) {
         server_free(s);
         return NULL;
     }
-    if (pthread_create(&s->infer, NULL, infer_main, s)) {
-        rl_seterr("cannot start the inference thread");
+    s->n_slots = b->n_slots > 0 ? b->n_slots : 1;
+    if (!(s->slots = calloc((size_t)s->n_slots, sizeof *s->slots))) {
+        rl_seterr("out of memory (server)");
         server_free(s);
         return NULL;
     }
-    s->infer_started = true;
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        sl->srv = s;
+        sl->idx = i;
+        pthread_cond_init(&sl->cv, NULL);
+        if (pthread_create(&sl->th, NULL, infer_main, sl)) {
+            rl_seterr("cannot start the inference threads");
+            server_stop(s);
+            return NULL;
+        }
+        pthread_mutex_lock(&s->mu);
+        sl->started = true;
+        pthread_mutex_unlock(&s->mu);
+    }
+    cg_params gp = {.max_conns = p->conn_limit, .max_per_peer = p->conn_per_peer, .read_timeout = p->read_timeout,
+                    .idle_timeout = p->idle_timeout};
+    if (!(s->g = conn_guard_new(&gp))) {
+        server_stop(s);
+        return NULL;
+    }
+    s->p.conn_limit = conn_guard_params(s->g).max_conns;
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                                 MHD_USE_POLL,
                             0, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->p.max_header,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.conn_limit,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                            s, MHD_OPTION_END);
+                            /* the guard decides (caps with eviction); this only bounds threads, with
+                             * room for evicted connections that are still closing */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.conn_limit + 64,
+                            /* deadlines are the guard's (a total time, not an inactivity one) */
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                            s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+                            MHD_OPTION_END);
     if (!s->d) {
         rl_seterr("cannot listen on %s:%d (%s): pick another --port or stop the program using it", p->host, p->port,
                   strerror(errno ? errno : EADDRINUSE));
@@ -1143,16 +1588,39 @@ server *server_start(const server_params *p, srv_backend *b) {
 
 int server_port(const server *s) { return s->port; }
 
+void server_drain_stop(server *s, double timeout) {
+    if (!s) return;
+    if (s->d) MHD_quiesce_daemon(s->d); /* no new connections */
+    pthread_mutex_lock(&s->mu);
+    s->draining = true; /* requests on open connections get 503 */
+    pthread_mutex_unlock(&s->mu);
+    for (double t0 = rl_now(); rl_now() - t0 < timeout;) {
+        pthread_mutex_lock(&s->mu);
+        int jobs = s->n_jobs;
+        pthread_mutex_unlock(&s->mu);
+        if (!jobs) break;
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+    }
+    server_stop(s);
+}
+
 void server_stop(server *s) {
     if (!s) return;
     if (s->d) MHD_quiesce_daemon(s->d); /* no new connections */
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     for (srv_job *j = s->head; j; j = j->next) j->cancel = 1;
-    if (s->running) s->running->cancel = 1;
+    assign(s); /* the queued jobs go to idle slots, which answer them 503 at once */
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].job) s->slots[i].job->cancel = 1;
+        pthread_cond_signal(&s->slots[i].cv);
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->infer_started) pthread_join(s->infer, NULL); /* flushes the backend's checkpoints */
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].started) pthread_join(s->slots[i].th, NULL);
+    if (s->b->flush) s->b->flush(s->b->ud); /* the backend's pending checkpoints */
     /* let the connections send what their jobs produced (bounded: 5 s) before closing them */
     for (int i = 0; i < 500; i++) {
         pthread_mutex_lock(&s->mu);

@@ -6,10 +6,11 @@
  *     JSON parsing, checks, chat rendering and tokenisation (the tokenizer is immutable, so
  *     this is thread-safe) happen there, and a bad request is answered at once without ever
  *     reaching the model.
- *   - ONE inference thread owns the backend (the session: model + sequence) and serves a
- *     bounded FIFO queue of jobs. A request that finds `queue` jobs waiting or running gets
- *     503 with Retry-After. A second slot later = a second inference thread with its own
- *     backend sequence taking from the same queue; nothing here assumes there is only one.
+ *   - One inference thread per backend slot (srv_backend.n_slots: a sequence each, the model
+ *     shared) serves the jobs of a bounded FIFO queue. A request that finds `queue` jobs
+ *     waiting gets 503 with Retry-After. A waiting job goes to the idle slot that holds the
+ *     longest prefix of its prompt (srv_backend.match), else to the least recently used idle
+ *     slot; the backend makes slots that run at once share the model's forwards.
  *   - A job's output (SSE events or the final body) is produced on the inference thread by the
  *     API module's hooks and handed to the connection thread through the job's buffer.
  *   - A client that disconnects sets the job's cancel flag (checked between tokens by the
@@ -30,6 +31,7 @@
 
 #include "serve/api_think.h"
 #include "text/chat.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -53,6 +55,12 @@ typedef struct {
     int (*on_text)(void *ud, const char *s, size_t n);
     void *ud;
     volatile sig_atomic_t *cancel;
+    /* structured outputs (api_grammar.h): the output is a sentence of this grammar, or NULL */
+    const grammar *grammar;
+    /* log-probabilities: when on_logprobs is set, called for each generated token (before its
+     * text) with top_logprobs (0..20) alternatives */
+    int top_logprobs;
+    void (*on_logprobs)(void *ud, const sampler_logprobs *lp);
 } srv_gen;
 
 typedef struct {
@@ -71,11 +79,16 @@ typedef struct {
     chat_format fmt;
     int n_ctx;
     int n_ctx_train;        /* the model's trained context (GGUF context_length; 0 unknown) */
-    /* inference thread only: bring the sequence to the prompt, then generate. 0 or -1 (r->error) */
-    int (*generate)(void *ud, const srv_gen *g, srv_result *r);
-    /* inference thread only (between jobs): extra Prometheus lines (expert cache, ...) */
+    int n_slots;            /* sequences held and run at once (>= 1) */
+    /* (optional) prompt tokens slot `slot` would reuse (not evaluate) for this prompt; called by
+     * the router while the slot is idle */
+    int (*match)(void *ud, int slot, const int32_t *prompt, int n);
+    /* slot's inference thread only: bring the slot's sequence to the prompt, then generate.
+     * Slots run on different threads at once. 0 or -1 (r->error) */
+    int (*generate)(void *ud, int slot, const srv_gen *g, srv_result *r);
+    /* any inference thread (after a job): extra Prometheus lines (expert cache, ...) */
     void (*metrics)(void *ud, chat_buf *out);
-    /* at shutdown, on the inference thread: write pending checkpoints */
+    /* at shutdown, after every inference thread ended: write pending checkpoints */
     void (*flush)(void *ud);
     void (*free)(void *ud);
 } srv_backend;
@@ -95,6 +108,8 @@ typedef struct {
      * has headers and a first event at once instead of after the queue wait and the prefill.
      * `start` then sends nothing more of its own. n_prompt is known; the reuse is not yet. */
     void (*open)(srv_job *j, void *st, int n_prompt);
+    /* (optional) per generated token, before its text, when the request asked for logprobs */
+    void (*logprobs)(srv_job *j, void *st, const sampler_logprobs *lp);
 } srv_api;
 
 /* What a parser hands to the queue. */
@@ -110,6 +125,9 @@ typedef struct {
     void *st;
     long long max_tokens_asked; /* set by the server when it clamped n_predict (0: not clamped) */
     int n_ctx_train_exceeded;   /* set by the server: the trained length the prompt runs past (0: none) */
+    grammar *grammar;      /* structured outputs (api_grammar.h), owned; NULL = free text */
+    bool logprobs;         /* call api->logprobs per token ... */
+    int top_logprobs;      /* ... with this many alternatives (0..20) */
 } srv_request;
 void srv_request_free(srv_request *rq);
 /* Add a stop string (copied). 0 or -1 (too many / oom: rl_lasterr). */
@@ -210,11 +228,18 @@ typedef struct {
     const char *model_id;    /* id shown in /v1/models and responses */
     long long max_tokens;    /* default generation length (-1: srv_default_max_tokens) */
     sampler_params sp;       /* default sampling */
-    int conn_limit;          /* simultaneous connections (0 = queue * 2 + 16) */
+    int conn_limit;          /* open connections in all (0 = 256; conn_guard.h) */
+    int conn_per_peer;       /* open connections from one client address (0 = 32) */
+    double read_timeout;     /* s: request headers (+ body at >= 1 MiB/s) must arrive in (0 = 10) */
+    double idle_timeout;     /* s: keep-alive connection with no request (0 = 15) */
+    const char *const *allow_hosts;   /* extra Host names (http_policy.h) */
+    int n_allow_hosts;
+    const char *const *allow_origins; /* extra browser origins allowed (CORS) */
+    int n_allow_origins;
     int reasoning;           /* srv_info.reasoning */
     bool strict_fields;      /* srv_info.strict_fields */
     int n_ctx_train;         /* srv_info.n_ctx_train (0: the backend's) */
-    bool verbose;            /* one line per request on stderr */
+    bool verbose;            /* one structured (JSON) line per request on stderr */
 } server_params;
 
 typedef struct server server;
@@ -226,5 +251,9 @@ int server_port(const server *s);
 /* Graceful stop: refuse new work, cancel queued and running jobs (their clients get what was
  * generated so far and a proper end), flush the backend's checkpoints, stop the daemon. */
 void server_stop(server *s);
+/* Drain (SIGHUP): stop accepting connections and jobs (new requests get 503), let the queued
+ * and running jobs finish for at most timeout seconds, then server_stop (which cancels what
+ * is left and flushes the checkpoints). */
+void server_drain_stop(server *s, double timeout);
 
 #endif

@@ -1,6 +1,8 @@
 /* server_backend.c — see server_backend.h. */
 #include "serve/server_backend.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -45,8 +47,9 @@ static void script_free(void *ud) {
     free(s);
 }
 
-static int script_generate(void *ud, const srv_gen *g, srv_result *r) {
+static int script_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
     script_be *s = ud;
+    (void)slot; /* one slot */
     double t0 = rl_now();
     /* prefix reuse as the session reports it: the longest held prefix, the last token always
      * evaluated */
@@ -166,6 +169,7 @@ srv_backend *srv_backend_script(const srv_script_params *p) {
     s->b.name = "script (test only)";
     s->b.tok = s->tok;
     s->b.n_ctx = p->n_ctx > 0 ? p->n_ctx : 32768; /* nothing to plan: no model memory */
+    s->b.n_slots = 1;
     s->b.generate = script_generate;
     s->b.free = script_free;
     return &s->b;
@@ -177,40 +181,82 @@ fail:
 }
 
 /* ---- session backend --------------------------------------------------------------------------
- * Prompt ingestion: the session reuses the held sequence and its in-memory checkpoints. With a
- * state directory, a disk checkpoint longer than what the held sequence shares with the prompt
- * is imported first (then adopted by the session), so a restarted server resumes a long
- * conversation without re-reading it.
+ * Slots: n_slots sessions of one opened model (the weights and the routed-expert cache shared,
+ * each with its own KV cache, recurrent state and in-memory checkpoints), each driven by one of
+ * the server's inference threads; the engine runs their forwards in turns and their decode steps
+ * as rows of shared forwards, with the results each would have alone (engine.h).
  *
- * What goes to disk is the state after the prompt minus its last token: a prefix of the next
- * turn's prompt (which repeats this prompt and appends the answer as the template renders it,
- * whatever tokens the model generated), and of a re-sent identical prompt. The prompt is fed in
- * two steps (all but the last token, then the last one; bit-identical by the exactness
- * contract), a snapshot is taken in between, and the file is written after the answer (the KV
- * rows of the prompt are unchanged by decoding), when at least state_min_tokens tokens were
- * evaluated since the last save, so the save never delays the first token. */
+ * Prompt ingestion, in a slot: the session reuses the held sequence and its in-memory
+ * checkpoints (session_match tells the server's router how much, for every idle slot). Two more
+ * sources can hold a longer prefix, and are imported first when they do (then adopted):
+ *   - the RAM tier: when a slot is handed a prompt that does not continue its conversation, that
+ *     conversation's resume point (below) is exported (engine_state_export_snapshot: its KV rows
+ *     and recurrent state) to memory before the new prompt overwrites the rows, so it can
+ *     continue in any slot later without re-reading it; the tier keeps ram_max states, least
+ *     recently used first out;
+ *   - a state directory (disk checkpoints, statefile.h), e.g. after a restart.
+ *
+ * The resume point of a request is the state after its prompt minus the last token: a prefix of
+ * the next turn's prompt (which repeats this prompt and appends the answer as the template renders
+ * it, whatever tokens the model generated), and of a re-sent identical prompt. The prompt is fed
+ * in two steps (all but the last token, then the last one; bit-identical by the exactness
+ * contract), a snapshot is taken in between. With a state directory its file is written after the
+ * answer (the KV rows of the prompt are unchanged by decoding), when at least state_min_tokens
+ * tokens were evaluated since the last save, so the save never delays the first token. */
+typedef struct {
+    session *s;
+    long long unsaved;     /* tokens evaluated since the last disk save */
+    engine_snapshot *snap; /* the resume point: the state at snap_n ... */
+    int32_t *snap_toks;    /* ... after these tokens (NULL: none) */
+    int snap_n;
+    bool pending;          /* the resume point is still to be written to disk */
+} sess_slot;
+
+typedef struct {
+    int32_t *toks;
+    int n;
+    void *blob;
+    size_t bytes;
+    uint64_t used;
+} ram_state;
+
 typedef struct {
     srv_backend b;
     session_model *m;
-    session *s;
+    sess_slot *slot;
+    int n_slots;
     statefile_dir *sd;
+    pthread_mutex_t mu;    /* sd and the RAM tier (slots run on different threads) */
+    ram_state *ram;        /* [ram_max] */
+    int ram_max;
+    uint64_t tick;
+    long long ram_saves, ram_restores;
     int min_tokens;
     spec_mode spec;
     int draft_max;
-    long long unsaved;     /* tokens evaluated since the last disk save */
-    engine_snapshot *snap; /* the state at pending_n, to be written */
-    int32_t *pending;      /* its tokens (NULL: nothing pending) */
-    int pending_n;
     bool verbose;
 } sess_be;
 
+static void ram_drop(ram_state *r) {
+    free(r->toks);
+    free(r->blob);
+    memset(r, 0, sizeof *r);
+}
+
 static void sess_free(void *ud) {
     sess_be *s = ud;
-    engine_snapshot_free(s->snap);
-    free(s->pending);
+    for (int i = 0; s->slot && i < s->n_slots; i++) {
+        engine_snapshot_free(s->slot[i].snap);
+        free(s->slot[i].snap_toks);
+    }
+    for (int i = 0; s->ram && i < s->ram_max; i++) ram_drop(&s->ram[i]);
+    free(s->ram);
     statefile_close(s->sd);
-    session_free(s->s);
+    /* the first slot owns the shared expert cache: free it last */
+    for (int i = s->n_slots - 1; s->slot && i >= 0; i--) session_free(s->slot[i].s);
+    free(s->slot);
     session_model_close(s->m);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
@@ -231,41 +277,116 @@ static void sess_progress(void *ud, int done, int total, double seconds) {
     p->g->on_progress(p->g->ud, p->base + done, p->base + total + p->extra);
 }
 
-static void sess_save(sess_be *s) {
-    if (!s->sd || !s->pending) return;
-    double t0 = rl_now();
-    if (statefile_save(s->sd, session_ctx(s->s), s->snap, s->pending, s->pending_n))
-        fprintf(stderr, "redlite serve: checkpoint not saved: %s\n", rl_lasterr());
-    else if (s->verbose)
-        fprintf(stderr, "serve: checkpoint of %d tokens saved in %.3f s\n", s->pending_n, rl_now() - t0);
-    free(s->pending);
-    s->pending = NULL;
-    s->unsaved = 0;
+static void sess_on_logprobs(void *ud, const sampler_logprobs *lp) {
+    const srv_gen *g = ud;
+    g->on_logprobs(g->ud, lp);
 }
 
-static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
+static void sess_save(sess_be *s, sess_slot *sl) {
+    if (!s->sd || !sl->pending) return;
+    double t0 = rl_now();
+    pthread_mutex_lock(&s->mu);
+    int rc = statefile_save(s->sd, session_ctx(sl->s), sl->snap, sl->snap_toks, sl->snap_n);
+    pthread_mutex_unlock(&s->mu);
+    if (rc)
+        fprintf(stderr, "redlite serve: checkpoint not saved: %s\n", rl_lasterr());
+    else if (s->verbose)
+        fprintf(stderr, "serve: checkpoint of %d tokens saved in %.3f s\n", sl->snap_n, rl_now() - t0);
+    sl->pending = false;
+    sl->unsaved = 0;
+}
+
+/* The slot is about to take a prompt that does not continue its conversation: export the
+ * conversation's resume point (its KV rows are still those of the snapshot) into *out, to go to
+ * the RAM tier once the new prompt's own state was imported (so that with one slot two
+ * alternating conversations swap through one RAM entry). */
+static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, ram_state *out) {
+    memset(out, 0, sizeof *out);
+    if (!s->ram_max || !sl->snap_toks || sl->snap_n < 1) return;
+    if (sl->snap_n <= n && !memcmp(sl->snap_toks, prompt, sizeof(int32_t) * (size_t)sl->snap_n)) return; /* continues */
+    engine_ctx *c = session_ctx(sl->s);
+    size_t bytes = engine_state_bytes(c, sl->snap_n);
+    void *blob = bytes ? malloc(bytes) : NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)sl->snap_n);
+    if (!blob || !toks || engine_state_export_snapshot(c, sl->snap, blob, bytes)) {
+        if (s->verbose) fprintf(stderr, "serve: no RAM checkpoint of an evicted conversation (%s)\n", blob && toks ? rl_lasterr() : "out of memory");
+        free(blob), free(toks);
+        return;
+    }
+    memcpy(toks, sl->snap_toks, sizeof(int32_t) * (size_t)sl->snap_n);
+    *out = (ram_state){.toks = toks, .n = sl->snap_n, .blob = blob, .bytes = bytes};
+    free(sl->snap_toks); /* given up with the KV rows */
+    sl->snap_toks = NULL;
+    sl->pending = false;
+}
+
+/* Put an evicted conversation's state into the RAM tier: it supersedes the entries it extends,
+ * then takes a free entry or the least recently used one. */
+static void ram_insert(sess_be *s, ram_state *e) {
+    if (!e->toks) return;
+    pthread_mutex_lock(&s->mu);
+    int v = 0;
+    for (int i = 0; i < s->ram_max; i++) {
+        ram_state *r = &s->ram[i];
+        if (r->toks && r->n <= e->n && !memcmp(r->toks, e->toks, sizeof(int32_t) * (size_t)r->n)) ram_drop(r);
+        if (!r->toks) v = i;
+    }
+    for (int i = 0; i < s->ram_max && s->ram[v].toks; i++)
+        if (s->ram[i].used < s->ram[v].used) v = i;
+    ram_drop(&s->ram[v]);
+    e->used = ++s->tick;
+    s->ram[v] = *e;
+    s->ram_saves++;
+    pthread_mutex_unlock(&s->mu);
+    if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", e->n, e->bytes / 1048576.0);
+    memset(e, 0, sizeof *e);
+}
+
+/* Import the longest RAM or disk state that is a prefix of the prompt and longer than what the
+ * slot holds (L). Returns the tokens restored (0: none). */
+static int import_best(sess_be *s, sess_slot *sl, const srv_gen *g, int L) {
+    engine_ctx *c = session_ctx(sl->s);
+    int n = g->n_prompt, k = 0;
+    pthread_mutex_lock(&s->mu);
+    ram_state *best = NULL;
+    for (int i = 0; i < s->ram_max; i++) {
+        ram_state *r = &s->ram[i];
+        if (r->toks && r->n > L && r->n <= n - 1 && (!best || r->n > best->n) &&
+            !memcmp(r->toks, g->prompt, sizeof(int32_t) * (size_t)r->n))
+            best = r;
+    }
+    int disk = s->sd ? statefile_best(s->sd, g->prompt, n, best ? best->n : L, n - 1) : 0;
+    if (disk > 0) {
+        k = statefile_restore(s->sd, c, g->prompt, n, best ? best->n : L, n - 1);
+    } else if (best) {
+        k = engine_state_import(c, best->n, best->blob, best->bytes) ? -1 : best->n;
+        if (k > 0) ram_drop(best), s->ram_restores++; /* moved into the slot (it comes back when evicted) */
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (k > 0 && session_adopt(sl->s, g->prompt, k) == 0) return k;
+    if (k != 0) { /* the context was reset: the session forgets its history */
+        fprintf(stderr, "redlite serve: %s\n", rl_lasterr());
+        session_reset(sl->s);
+    }
+    return 0;
+}
+
+static int sess_match(void *ud, int slot, const int32_t *prompt, int n) {
     sess_be *s = ud;
+    return session_match(s->slot[slot].s, prompt, n);
+}
+
+static int sess_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
+    sess_be *s = ud;
+    sess_slot *sl = &s->slot[slot];
     r->n_prompt = g->n_prompt;
     r->stop_index = -1;
     double t0 = rl_now();
-    int restored = 0;
-    if (s->sd) {
-        /* a disk checkpoint is worth importing when it covers more of the prompt than the held
-         * sequence does (the in-memory checkpoints are never longer than that shared prefix
-         * unless the conversation was rewound, a case the session still handles by itself) */
-        int hn, L = 0;
-        const int32_t *h = session_history(s->s, &hn);
-        while (L < hn && L < g->n_prompt && h[L] == g->prompt[L]) L++;
-        if (statefile_best(s->sd, g->prompt, g->n_prompt, L, g->n_prompt - 1) > L) {
-            int k = statefile_restore(s->sd, session_ctx(s->s), g->prompt, g->n_prompt, L, g->n_prompt - 1);
-            if (k > 0 && session_adopt(s->s, g->prompt, k) == 0) {
-                restored = k;
-            } else if (k != 0) { /* the context was reset: the session forgets its history */
-                fprintf(stderr, "redlite serve: %s\n", rl_lasterr());
-                session_reset(s->s);
-            }
-        }
-    }
+    ram_state ev;
+    ram_evict(s, sl, g->prompt, g->n_prompt, &ev);
+    int restored = 0, L = session_match(sl->s, g->prompt, g->n_prompt);
+    if (s->sd || s->ram_max) restored = import_best(s, sl, g, L);
+    ram_insert(s, &ev);
     session_feed_stats fs, fs1;
     session_feed_opts fo = {.cancel = g->cancel};
     sess_prog prog = {.g = g};
@@ -275,27 +396,30 @@ static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
     }
     int n = g->n_prompt, rc1 = 0;
     int hn;
-    const int32_t *h = session_history(s->s, &hn);
+    const int32_t *h = session_history(sl->s, &hn);
     bool at_last = hn == n - 1 && n >= 2 && !memcmp(h, g->prompt, sizeof(int32_t) * (size_t)(n - 1));
-    if (s->sd && n >= 2 && !at_last) { /* all but the last token, a snapshot for the disk, then the last one */
+    bool resume = (s->sd || s->ram_max) && n >= 2;
+    if (resume && !at_last) { /* all but the last token, the resume point, then the last one */
         prog.extra = 1;
-        rc1 = session_feed(s->s, g->prompt, n - 1, &fo, &fs);
+        rc1 = session_feed(sl->s, g->prompt, n - 1, &fo, &fs);
         prog.base = fs.n_evaluated;
         prog.extra = 0;
-        if (!rc1 && s->unsaved + fs.n_evaluated >= s->min_tokens && (s->snap || (s->snap = engine_snapshot_new(session_ctx(s->s))))) {
-            free(s->pending);
-            s->pending = NULL;
-            if (!engine_snapshot_save(session_ctx(s->s), s->snap) && (s->pending = malloc(sizeof(int32_t) * (size_t)(n - 1)))) {
-                memcpy(s->pending, g->prompt, sizeof(int32_t) * (size_t)(n - 1));
-                s->pending_n = n - 1;
+        if (!rc1 && (sl->snap || (sl->snap = engine_snapshot_new(session_ctx(sl->s))))) {
+            free(sl->snap_toks);
+            sl->snap_toks = NULL;
+            sl->pending = false;
+            if (!engine_snapshot_save(session_ctx(sl->s), sl->snap) && (sl->snap_toks = malloc(sizeof(int32_t) * (size_t)(n - 1)))) {
+                memcpy(sl->snap_toks, g->prompt, sizeof(int32_t) * (size_t)(n - 1));
+                sl->snap_n = n - 1;
+                sl->pending = s->sd && sl->unsaved + fs.n_evaluated >= s->min_tokens;
             }
         }
         if (!rc1) {
-            rc1 = session_feed(s->s, g->prompt, n, &fo, &fs1);
+            rc1 = session_feed(sl->s, g->prompt, n, &fo, &fs1);
             fs.n_evaluated += fs1.n_evaluated;
         }
     } else {
-        rc1 = session_feed(s->s, g->prompt, n, &fo, &fs);
+        rc1 = session_feed(sl->s, g->prompt, n, &fo, &fs);
     }
     if (rc1) {
         r->t_prompt = rl_now() - t0;
@@ -303,10 +427,10 @@ static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
         snprintf(r->error, sizeof r->error, "%s", rl_lasterr());
         return 0;
     }
-    s->unsaved += fs.n_evaluated;
+    sl->unsaved += fs.n_evaluated;
     r->n_reused = fs.n_reused; /* restored tokens count here: the session held them */
     r->t_prompt = rl_now() - t0;
-    if (s->verbose && restored) fprintf(stderr, "serve: %d prompt tokens restored from disk\n", restored);
+    if (s->verbose && restored) fprintf(stderr, "serve: slot %d: %d prompt tokens restored\n", slot, restored);
     if (g->on_prompt) g->on_prompt(g->ud, r->n_reused);
     session_gen_params gp = {
         .sp = g->sp,
@@ -319,9 +443,12 @@ static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
         .cancel = g->cancel,
         .spec = s->spec,
         .draft_max = s->draft_max,
+        .grammar = g->grammar,
+        .top_logprobs = g->top_logprobs,
+        .on_logprobs = g->on_logprobs ? sess_on_logprobs : NULL,
     };
     session_gen_result out;
-    int rc = session_generate(s->s, &gp, &out);
+    int rc = session_generate(sl->s, &gp, &out);
     r->n_gen = (int)out.ids.n;
     r->t_gen = out.seconds;
     r->n_drafted = out.n_drafted;
@@ -337,16 +464,20 @@ static int sess_generate(void *ud, const srv_gen *g, srv_result *r) {
         free(full);
     }
     session_gen_result_free(&out);
-    sess_save(s); /* the prompt's state, if one is pending */
+    sess_save(s, sl); /* the prompt's state, if one is pending */
     return 0;
 }
 
-static void sess_flush(void *ud) { sess_save(ud); }
+static void sess_flush(void *ud) {
+    sess_be *s = ud;
+    for (int i = 0; i < s->n_slots; i++) sess_save(s, &s->slot[i]);
+}
 
 static void sess_metrics(void *ud, chat_buf *o) {
     sess_be *s = ud;
     char line[512];
-    expert_cache *ec = session_expert_cache(s->s);
+    /* the counters of the shared cache (read while other slots may run: plain counters) */
+    expert_cache *ec = session_expert_cache(s->slot[0].s);
     if (ec) {
         ec_stats st;
         expert_cache_get_stats(ec, &st);
@@ -356,6 +487,25 @@ static void sess_metrics(void *ud, chat_buf *o) {
                  (unsigned long long)(st.hits + st.hits_inflight), (unsigned long long)st.misses);
         chat_buf_puts(o, line);
     }
+    long long fw, rows;
+    engine_batch_stats(session_model_engine(s->m), &fw, &rows);
+    pthread_mutex_lock(&s->mu);
+    int n_ram = 0;
+    unsigned long long ram_bytes = 0;
+    for (int i = 0; i < s->ram_max; i++)
+        if (s->ram[i].toks) n_ram++, ram_bytes += s->ram[i].bytes;
+    snprintf(line, sizeof line,
+             "# TYPE redlite_decode_forwards_total counter\nredlite_decode_forwards_total %lld\n"
+             "# TYPE redlite_decode_rows_total counter\nredlite_decode_rows_total %lld\n"
+             "# TYPE redlite_ram_checkpoints gauge\nredlite_ram_checkpoints %d\n"
+             "# TYPE redlite_ram_checkpoint_bytes gauge\nredlite_ram_checkpoint_bytes %llu\n",
+             fw, rows, n_ram, ram_bytes);
+    chat_buf_puts(o, line);
+    snprintf(line, sizeof line,
+             "# TYPE redlite_ram_checkpoint_saves_total counter\nredlite_ram_checkpoint_saves_total %lld\n"
+             "# TYPE redlite_ram_checkpoint_restores_total counter\nredlite_ram_checkpoint_restores_total %lld\n",
+             s->ram_saves, s->ram_restores);
+    chat_buf_puts(o, line);
     if (s->sd) {
         statefile_stats st;
         statefile_get_stats(s->sd, &st);
@@ -371,6 +521,45 @@ static void sess_metrics(void *ud, chat_buf *o) {
                  st.saves, st.restores, st.rejected);
         chat_buf_puts(o, line);
     }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Free memory (bytes) the kernel could give us now: MemAvailable, 0 if unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+/* --parallel auto: how many slots fit beside the first one. A slot costs what its context
+ * allocated (KV cache, recurrent state and its uncommitted copy, scratch), its in-memory
+ * checkpoints and resume point (a recurrent state each) and its share of the RAM tier (one
+ * whole-context state); on a device backend the context's part is device memory. At most
+ * SRV_AUTO_SLOTS, at least 1. */
+#define SRV_AUTO_SLOTS 4
+static int auto_slots(const sess_be *s, int max_ck, uint64_t *per_slot) {
+    engine_ctx *c = session_ctx(s->slot[0].s);
+    engine_mem mem;
+    if (engine_mem_info(c, &mem)) return 1;
+    const q3n_hparams *hp = session_hparams(s->slot[0].s);
+    uint64_t rec = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (!hp->is_attn[il]) rec += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    uint64_t ctx = mem.kv_bytes + mem.state_bytes + mem.scratch_bytes;
+    uint64_t host = (uint64_t)(max_ck + 1) * rec + engine_state_bytes(c, engine_n_ctx(c)) + (mem.device ? 0 : ctx);
+    *per_slot = host + (mem.device ? ctx : 0);
+    uint64_t avail = mem_available() * 4 / 5;
+    int n = host ? (int)(avail / host) + 1 : SRV_AUTO_SLOTS;
+    if (mem.device && ctx) {
+        int nd = (int)(mem.dev_free_after_ctx * 9 / 10 / ctx) + 1;
+        if (nd < n) n = nd;
+    }
+    return n < 1 ? 1 : n > SRV_AUTO_SLOTS ? SRV_AUTO_SLOTS : n;
 }
 
 srv_backend *srv_backend_session(const srv_session_params *p) {
@@ -379,6 +568,7 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         rl_seterr("out of memory");
         return NULL;
     }
+    pthread_mutex_init(&s->mu, NULL);
     session_model_params mp = {.model_path = p->model_path, .backend = p->backend, .n_threads = p->n_threads,
                                .iq_repack = p->iq_repack, .map_weights = p->map_weights};
     if (!(s->m = session_model_open(&mp))) goto fail;
@@ -389,23 +579,43 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         rl_seterr("%s has no tokenizer: serve needs one to read and write text", p->model_path);
         goto fail;
     }
-    if (p->n_ctx > 0) s->s = session_new(s->m, &sp);
-    else { /* the default: from the trained length and the memory plan (ctx_plan.h) */
-        ctx_plan plan;
-        if ((s->s = ctx_plan_session_new(s->m, &sp, &plan))) fprintf(stderr, "redlite serve: %s\n", plan.reason);
+    if (p->n_slots > 1 && (p->route_bias > 0 || p->route_trace)) {
+        rl_seterr("--route-bias / --route-trace follow one sequence: use --parallel 1 with them");
+        goto fail;
     }
-    if (!s->s) goto fail;
+    int want = p->n_slots > 0 ? p->n_slots : 1;
+    if (!(s->slot = calloc((size_t)(want > SRV_AUTO_SLOTS ? want : SRV_AUTO_SLOTS), sizeof *s->slot))) goto oom;
+    if (p->n_ctx > 0) s->slot[0].s = session_new(s->m, &sp);
+    else { /* the default: from the trained length and the memory plan (ctx_plan.h), for one slot */
+        ctx_plan plan;
+        if ((s->slot[0].s = ctx_plan_session_new(s->m, &sp, &plan))) fprintf(stderr, "redlite serve: %s\n", plan.reason);
+    }
+    if (!s->slot[0].s) goto fail;
+    sp.n_ctx = session_n_ctx(s->slot[0].s); /* every slot gets the same window */
+    s->n_slots = 1;
+    if (p->n_slots <= 0) {
+        uint64_t per = 0;
+        want = auto_slots(s, p->max_checkpoints > 0 ? p->max_checkpoints : 8, &per);
+        if (p->verbose)
+            fprintf(stderr, "serve: --parallel auto: %d slot%s (%.1f MiB each: KV cache, recurrent state, checkpoints, "
+                            "RAM tier share)\n", want, want == 1 ? "" : "s", per / 1048576.0);
+    }
+    sp.share_experts = s->slot[0].s; /* one expert cache for every slot */
+    for (; s->n_slots < want; s->n_slots++)
+        if (!(s->slot[s->n_slots].s = session_new(s->m, &sp))) goto fail;
     if (p->spec == SPEC_MTP && !engine_has_mtp(session_model_engine(s->m))) {
         rl_seterr("--spec mtp: this model or backend has no MTP head forward; use --spec lookup or auto");
         goto fail;
     }
     s->spec = (spec_mode)p->spec;
     s->draft_max = p->draft_max;
+    s->ram_max = p->ram_states >= 0 ? p->ram_states : s->n_slots;
+    if (s->ram_max && !(s->ram = calloc((size_t)s->ram_max, sizeof *s->ram))) goto oom;
     if (p->state_dir) {
         engine *e = session_model_engine(s->m);
-        s->sd = statefile_open(p->state_dir, p->state_max_bytes, statefile_model_fingerprint(engine_gguf(e)),
-                               engine_state_format(session_ctx(s->s)));
-        if (!s->sd) goto fail;
+        uint64_t fp = statefile_model_fingerprint(engine_gguf(e), p->state_dir); /* weights hashed once, cached */
+        if (!fp || !(s->sd = statefile_open(p->state_dir, p->state_max_bytes, fp, engine_state_format(session_ctx(s->slot[0].s)))))
+            goto fail;
     }
     s->min_tokens = p->state_min_tokens > 0 ? p->state_min_tokens : 1;
     s->verbose = p->verbose;
@@ -413,13 +623,17 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     s->b.name = "session";
     s->b.tok = session_model_tokenizer(s->m);
     s->b.fmt = chat_format_from_gguf(engine_gguf(session_model_engine(s->m)));
-    s->b.n_ctx = session_n_ctx(s->s);
-    s->b.n_ctx_train = session_hparams(s->s)->n_ctx_train;
+    s->b.n_ctx = session_n_ctx(s->slot[0].s);
+    s->b.n_slots = s->n_slots;
+    s->b.match = sess_match;
+    s->b.n_ctx_train = session_hparams(s->slot[0].s)->n_ctx_train;
     s->b.generate = sess_generate;
     s->b.metrics = sess_metrics;
     s->b.flush = sess_flush;
     s->b.free = sess_free;
     return &s->b;
+oom:
+    rl_seterr("out of memory (server slots)");
 fail:
     sess_free(s);
     return NULL;

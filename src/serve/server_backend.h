@@ -38,7 +38,9 @@ typedef struct {
     const char *vram_pin, *vram_miss;
     float route_bias;
     const char *route_trace;
-    int max_checkpoints;      /* in-memory (0 = session default) */
+    int n_slots;              /* --parallel: conversations held at once (0 = auto from the memory plan) */
+    int ram_states;           /* evicted conversations kept in RAM (-1 = one per slot, 0 = none) */
+    int max_checkpoints;      /* in-memory, per slot (0 = session default) */
     const char *state_dir;    /* disk checkpoints, or NULL */
     uint64_t state_max_bytes;
     int state_min_tokens;     /* new tokens since the last disk save before saving again */

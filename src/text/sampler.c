@@ -67,6 +67,16 @@ struct sampler {
     sampler_cand *cand, *tmp, *tmp2;
     size_t size;
     bool sorted;
+    /* token mask (sampler_set_mask) */
+    sampler_mask mask;
+    bool has_mask;
+    uint32_t *bits;
+    uint64_t mask_calls, mask_ns;
+    /* log-probabilities (sampler_set_logprobs): the penalised logits of the last draw */
+    int lp_n;
+    float *lp_logits;
+    double lp_logz;
+    sampler_logprobs lp;
 };
 
 sampler_params sampler_default_params(void) {
@@ -95,6 +105,7 @@ sampler *sampler_new(const sampler_params *p, int32_t n_vocab) {
     if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
     if (s->p.min_keep < 0) s->p.min_keep = 0;
     s->n_vocab = n_vocab;
+    s->lp_n = -1;
     s->seed = p->seed;
     if (s->seed == SAMPLER_SEED_RANDOM) {
         struct timespec ts;
@@ -122,8 +133,32 @@ void sampler_free(sampler *s) {
     free(s->cand);
     free(s->tmp);
     free(s->tmp2);
+    free(s->bits);
+    free(s->lp_logits);
     free(s);
 }
+
+void sampler_set_mask(sampler *s, const sampler_mask *m) {
+    s->has_mask = m != NULL;
+    if (m) s->mask = *m;
+}
+
+int sampler_mask_prefix(sampler *s, const int32_t *toks, int n) {
+    return s->has_mask && s->mask.prefix ? s->mask.prefix(s->mask.ud, toks, n) : n;
+}
+
+void sampler_mask_stats(const sampler *s, uint64_t *calls, uint64_t *ns) {
+    *calls = s->mask_calls;
+    *ns = s->mask_ns;
+}
+
+void sampler_set_logprobs(sampler *s, int n) {
+    s->lp_n = n < 0 ? -1 : n > 20 ? 20 : n;
+    if (s->lp_n >= 0 && !s->lp_logits) s->lp_logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logprobs");
+    if (!s->lp_logits) s->lp_n = -1;
+}
+
+const sampler_logprobs *sampler_last_logprobs(const sampler *s) { return s->lp_n >= 0 ? &s->lp : NULL; }
 
 const sampler_params *sampler_get_params(const sampler *s) { return &s->p; }
 uint32_t sampler_seed(const sampler *s) { return s->seed; }
@@ -359,15 +394,109 @@ int32_t sampler_argmax(const float *logits, int32_t n) {
     return b;
 }
 
-/* Run the chain up to (not including) the draw. Returns false for greedy (winner in cand[0]). */
-static bool run_chain(sampler *s, const float *logits) {
+/* the calling thread's CPU time: the mask is single-threaded work, and on a shared machine wall
+ * time would also count the time slices other processes took */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The mask over the penalised candidates (id order, unsorted): the allowed ones the chain needs,
+ * found in the chain's order (sampler_mask in sampler.h). Leaves either the best `want` allowed
+ * candidates sorted (greedy: 1, top-k: k), or every allowed candidate in id order. */
+static void apply_mask(sampler *s, bool greedy) {
+    uint64_t t0 = now_ns();
+    const sampler_mask *m = &s->mask;
+    size_t want = greedy ? 1 : s->p.top_k > 0 ? (size_t)s->p.top_k : 0;
+    if (want > s->size) want = s->size;
+    if (greedy && s->size) { /* the argmax first: the model usually wants an allowed token */
+        size_t best = 0;
+        for (size_t i = 1; i < s->size; i++)
+            if (s->cand[i].logit > s->cand[best].logit) best = i;
+        if (m->allow(m->ud, s->cand[best].id)) {
+            s->cand[0] = s->cand[best];
+            s->size = 1;
+            s->sorted = true;
+            goto out;
+        }
+    }
+    if (want > 0) {
+        size_t N = want * 4 > 256 ? want * 4 : 256, got = 0;
+        if (N > s->size) N = s->size;
+        top_k_select(s->cand, s->size, N, s->tmp, s->tmp2);
+        for (size_t i = 0; i < N && got < want; i++)
+            if (m->allow(m->ud, s->tmp[i].id)) s->tmp2[got++] = s->tmp[i];
+        if (got == want || N == s->size) {
+            memcpy(s->cand, s->tmp2, sizeof *s->cand * got);
+            s->size = got;
+            s->sorted = true;
+            goto out;
+        }
+    }
+    if (!s->bits && !(s->bits = rl_malloc(sizeof(uint32_t) * (size_t)((s->n_vocab + 31) / 32), "token mask"))) {
+        s->size = 0;
+        goto out;
+    }
+    memset(s->bits, 0, sizeof(uint32_t) * (size_t)((s->n_vocab + 31) / 32));
+    m->fill(m->ud, s->bits);
+    size_t n = 0;
+    for (size_t i = 0; i < s->size; i++) {
+        int32_t id = s->cand[i].id;
+        if (s->bits[id >> 5] >> (id & 31) & 1) s->cand[n++] = s->cand[i];
+    }
+    s->size = n;
+    s->sorted = false;
+out:
+    s->mask_calls++;
+    s->mask_ns += now_ns() - t0;
+}
+
+/* log-softmax bookkeeping of the penalised logits (sampler_set_logprobs) */
+static void record_logprobs(sampler *s) {
+    float mx = s->cand[0].logit;
+    for (size_t i = 0; i < s->size; i++) {
+        s->lp_logits[i] = s->cand[i].logit;
+        if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < s->size; i++) sum += exp((double)s->cand[i].logit - mx);
+    s->lp_logz = mx + log(sum);
+    int n = 0, k = s->lp_n;
+    for (size_t i = 0; i < s->size && k > 0; i++) { /* the k best, insertion into a sorted list */
+        float l = s->cand[i].logit;
+        if (n == k && !(l > s->lp.top_logprob[n - 1])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && l > s->lp.top_logprob[j - 1]) {
+            s->lp.top_logprob[j] = s->lp.top_logprob[j - 1];
+            s->lp.top_id[j] = s->lp.top_id[j - 1];
+            j--;
+        }
+        s->lp.top_logprob[j] = l;
+        s->lp.top_id[j] = s->cand[i].id;
+    }
+    s->lp.n_top = n;
+    for (int i = 0; i < n; i++) s->lp.top_logprob[i] = (float)(s->lp.top_logprob[i] - s->lp_logz);
+}
+
+static void set_logprob_token(sampler *s, int32_t id) {
+    s->lp.token = id;
+    s->lp.logprob = id >= 0 && id < s->n_vocab ? (float)(s->lp_logits[id] - s->lp_logz) : 0.0f;
+}
+
+/* Run the chain up to (not including) the draw. Returns false for greedy (winner in cand[0],
+ * or size 0 when the mask allowed nothing). `lp`: record the log-probabilities. */
+static bool run_chain(sampler *s, const float *logits, bool lp) {
     for (int32_t i = 0; i < s->n_vocab; i++) s->cand[i] = (sampler_cand){i, logits[i], 0.0f};
     s->size = (size_t)s->n_vocab;
     s->sorted = false;
     apply_penalties(s);
+    if (lp && s->lp_n >= 0) record_logprobs(s);
+    if (s->has_mask) apply_mask(s, s->p.temp <= 0.0f);
+    if (s->size == 0) return false;
     if (s->p.temp <= 0.0f) {
         size_t best = 0;
-        for (size_t i = 1; i < s->size; i++)
+        for (size_t i = 1; i < s->size && !s->sorted; i++)
             if (s->cand[i].logit > s->cand[best].logit) best = i;
         s->cand[0] = s->cand[best];
         s->cand[0].p = 1.0f;
@@ -398,8 +527,8 @@ static size_t dist_probs(sampler *s, double *sum_out) {
     return s->size;
 }
 
-int32_t sampler_sample(sampler *s, const float *logits) {
-    if (!run_chain(s, logits)) return s->cand[0].id;
+static int32_t draw(sampler *s, const float *logits) {
+    if (!run_chain(s, logits, true)) return s->size ? s->cand[0].id : -1;
     if (s->size == 0) return -1;
     if (s->size == 1) {
         (void)rl_mt19937_uniform(&s->rng);
@@ -416,9 +545,15 @@ int32_t sampler_sample(sampler *s, const float *logits) {
     return s->cand[s->size - 1].id;
 }
 
+int32_t sampler_sample(sampler *s, const float *logits) {
+    int32_t t = draw(s, logits);
+    if (s->lp_n >= 0) set_logprob_token(s, t);
+    return t;
+}
+
 size_t sampler_candidates(sampler *s, const float *logits, const sampler_cand **out) {
     *out = s->cand;
-    if (!run_chain(s, logits)) return 1;
+    if (!run_chain(s, logits, false)) return s->size ? 1 : 0;
     if (s->size == 1) {
         s->cand[0].p = 1.0f;
         return 1;

@@ -70,7 +70,45 @@ typedef struct {
 
 typedef struct sampler sampler;
 
+/* A token mask (constrained decoding, text/grammar.h): tokens it refuses are removed before the
+ * chain, as if their logits were -inf, so every stage (top-k, top-p, min-p, the draw) sees only
+ * allowed tokens. It is applied lazily: the candidates are tested in the chain's order (the
+ * largest logits first) and testing stops when the chain has what it needs (greedy: the first
+ * allowed token; top-k: k of them, within the best max(4k, 256)); only when that is not enough
+ * (top-k off, or too few allowed near the top) the full mask is made (`fill`). Both ways give
+ * the same candidates. When nothing is allowed the sampler returns -1. */
+typedef struct {
+    bool (*allow)(void *ud, int32_t token);
+    /* set bit id % 32 of bits[id / 32] for every allowed id (the words are zeroed first);
+     * returns the count */
+    size_t (*fill)(void *ud, uint32_t *bits);
+    /* how many of toks[0..n) are allowed in sequence from the current state (drafts) */
+    int (*prefix)(void *ud, const int32_t *toks, int n);
+    void *ud;
+} sampler_mask;
+
 sampler *sampler_new(const sampler_params *p, int32_t n_vocab);
+/* Install a mask (NULL: none). The mask's state is the caller's: it advances it after each
+ * emitted token. */
+void sampler_set_mask(sampler *s, const sampler_mask *m);
+/* The mask's prefix (n when no mask is set). */
+int sampler_mask_prefix(sampler *s, const int32_t *toks, int n);
+/* Mask work so far: applications and the thread CPU nanoseconds spent in them (bench). */
+void sampler_mask_stats(const sampler *s, uint64_t *calls, uint64_t *ns);
+/* Log-probabilities of the last sampled token's distribution: after sampler_set_logprobs(s, n)
+ * (n = 0..20, -1 off), every sampler_sample also records the log-softmax over the whole
+ * vocabulary of the logits after the penalties (temperature 1, before top-k / top-p / min-p and
+ * the mask: the model's own distribution, as llama.cpp's server reports it), the chosen token's
+ * value and the n most likely tokens (descending, ties by id). */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int n_top;
+    int32_t top_id[20];
+    float top_logprob[20];
+} sampler_logprobs;
+void sampler_set_logprobs(sampler *s, int n);
+const sampler_logprobs *sampler_last_logprobs(const sampler *s); /* NULL when off */
 void sampler_free(sampler *s);
 const sampler_params *sampler_get_params(const sampler *s);
 /* The seed actually used (resolved when SAMPLER_SEED_RANDOM was asked for). */

@@ -22,7 +22,8 @@ static inline void fill_x(float *x, int64_t n, rl_rng *r) {
 }
 
 /* Fill nb blocks of `type` with random bytes, then give every fp16 scale field a valid value
- * (random bytes there would give NaN/Inf/huge scales that no real file contains). For float
+ * (random bytes there would give NaN/Inf/huge scales that no real file contains; MXFP4's E8M0
+ * byte gets a realistic power of two, its halved scale 2^-10 .. 2^-4). For float
  * types, fill with N(0,1) values. */
 static void fill_random_blocks(uint32_t type, void *dst, int64_t nb, rl_rng *r) {
     const quant_traits *t = quant_get(type);
@@ -41,13 +42,14 @@ static void fill_random_blocks(uint32_t type, void *dst, int64_t nb, rl_rng *r) 
     case QT_Q2_K: off[0] = 80; off[1] = 82; break;
     case QT_Q3_K: off[0] = 108; break;
     case QT_Q6_K: off[0] = 208; break;
-    case QT_IQ1_M: break;
+    case QT_IQ1_M: case QT_MXFP4: break;
     default: off[0] = 0; break;
     }
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *blk = b + (size_t)i * t->type_size;
         for (int k = 0; k < 2; k++)
             if (off[k] >= 0) put16(blk + off[k], rand_scale16(r));
+        if (type == QT_MXFP4) blk[0] = (uint8_t)(118 + rl_rng_u64(r) % 7); /* E8M0: 2^-10 .. 2^-4 */
         if (type == QT_IQ1_M) { /* d's 4 nibbles live in the top nibbles of 4 u16 at byte 48 */
             uint16_t d = rand_scale16(r);
             for (int k = 0; k < 4; k++) {

@@ -6,7 +6,7 @@
  *     must match quant_traits.vec_dot row by row. Tolerance, relative to M = sum_i |w_i a_i|
  *     over the dequantised row and activation: K and IQ kernels compute the same integer sums
  *     and the same float epilogue as the scalar code, so they should be exact; we allow 1e-6*M
- *     for safety. F32/F16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) sum
+ *     for safety. F32/F16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) sum
  *     floats in SIMD lanes in another order (and with FMA): each lane adds about n/8 terms, so
  *     |error| <= (n/8 + 16) * 2^-24 * M. Q4_1/Q5_1's min term m*s is summed in float as in scalar.
  * With RL_KERN_BENCH=1 it also prints mat-vec throughput (GB/s of weights) per type and level and
@@ -30,13 +30,13 @@
 static const uint32_t types[] = {
     QT_IQ1_M, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_Q2_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,
     QT_Q8_0,  QT_F32,     QT_F16,    QT_BF16,  QT_Q3_K,    QT_IQ1_S, QT_IQ4_XS, QT_IQ4_NL, QT_Q4_0, QT_Q4_1,
-    QT_Q5_0,  QT_Q5_1,
+    QT_Q5_0,  QT_Q5_1,    QT_MXFP4,
 };
 #define N_TYPES (sizeof types / sizeof types[0])
 
 static bool lane_summed(uint32_t t) {
     return t == QT_F32 || t == QT_F16 || t == QT_BF16 || t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q5_0 ||
-           t == QT_IQ4_NL || t == QT_Q4_1 || t == QT_Q5_1;
+           t == QT_IQ4_NL || t == QT_Q4_1 || t == QT_Q5_1 || t == QT_MXFP4;
 }
 
 static void test_quantize(int level, rl_rng *r) {

@@ -20,7 +20,7 @@
 static const uint32_t weight_types[] = {
     QT_F32,  QT_F16,    QT_BF16,    QT_Q4_0,   QT_Q4_1,    QT_Q5_0,   QT_Q5_1,  QT_Q8_0,
     QT_Q2_K, QT_Q3_K,   QT_Q4_K,    QT_Q5_K,   QT_Q6_K,    QT_IQ4_NL, QT_IQ4_XS, QT_IQ3_XXS,
-    QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S,   QT_IQ1_M,
+    QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S,   QT_IQ1_M,  QT_MXFP4,
 };
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
 
@@ -156,6 +156,7 @@ static void test_table(void) {
         { QT_Q5_K, 256, 176 },  { QT_Q6_K, 256, 210 },   { QT_Q8_K, 256, 292 },  { QT_IQ4_NL, 32, 18 },
         { QT_IQ4_XS, 256, 136 }, { QT_IQ3_XXS, 256, 98 }, { QT_IQ3_S, 256, 110 }, { QT_IQ2_XXS, 256, 66 },
         { QT_IQ2_XS, 256, 74 }, { QT_IQ2_S, 256, 82 },   { QT_IQ1_S, 256, 50 },  { QT_IQ1_M, 256, 56 },
+        { QT_MXFP4, 32, 17 },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const quant_traits *t = quant_get(want[i].t);
@@ -166,11 +167,11 @@ static void test_table(void) {
     CHECK(quant_get(QT_Q4_K)->vec_dot_type == QT_Q8_K && quant_get(QT_IQ1_M)->vec_dot_type == QT_Q8_K &&
           quant_get(QT_IQ4_XS)->vec_dot_type == QT_Q8_K, "K/IQ -> Q8_K");
     CHECK(quant_get(QT_Q8_0)->vec_dot_type == QT_Q8_0 && quant_get(QT_IQ4_NL)->vec_dot_type == QT_Q8_0 &&
-          quant_get(QT_Q5_0)->vec_dot_type == QT_Q8_0, "-> Q8_0");
+          quant_get(QT_Q5_0)->vec_dot_type == QT_Q8_0 && quant_get(QT_MXFP4)->vec_dot_type == QT_Q8_0, "-> Q8_0");
     CHECK(quant_get(QT_Q4_1)->vec_dot_type == QT_Q8_1 && quant_get(QT_Q5_1)->vec_dot_type == QT_Q8_1, "-> Q8_1");
     CHECK(quant_get(QT_BF16)->vec_dot_type == QT_BF16 && quant_get(QT_F16)->vec_dot_type == QT_F16, "float");
     /* unknown / unsupported ids */
-    const uint32_t unknown[] = { 4, 5, QT_I8, QT_I16, QT_I32, QT_I64, QT_F64, 31, 39, 63, 64, 1000, 0xffffffffu };
+    const uint32_t unknown[] = { 4, 5, QT_I8, QT_I16, QT_I32, QT_I64, QT_F64, 31, 40, 63, 64, 1000, 0xffffffffu };
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         CHECK(quant_get(unknown[i]) == NULL, "quant_get(%u) should be NULL", unknown[i]);
         CHECK(strcmp(quant_name(unknown[i]), "?") == 0, "quant_name(%u)", unknown[i]);

@@ -5,8 +5,15 @@
  *     prefix, continue bit-identically; superseded files are replaced;
  *   - files of another model fingerprint are ignored and left alone; a corrupted or truncated
  *     file is rejected and deleted, the context is left reset; a size cap evicts the LRU file;
- *   - wrong-size imports are refused. */
+ *   - wrong-size imports are refused;
+ *   - the model fingerprint covers the weights (a copy with one tensor byte changed differs),
+ *     is cached by file identity (a tampered cache entry is believed, a new mtime recomputes);
+ *   - only regular files are opened (a FIFO named *.rlstate does not hang the open), torn
+ *     temporaries are deleted at open, missing parent directories are created, the cap counts
+ *     other files and temporaries and keeps the newest, two handles on one directory (two
+ *     servers) see each other's files and a file deleted by the other is a miss, not an error. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gguf/gguf.h"
 #include "base/common.h"
 #include "run/engine.h"
 #include "run/session.h"
@@ -42,6 +50,18 @@ static void first_file(const char *dir, char *out, size_t cap) {
             break;
         }
     if (d) closedir(d);
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long l = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)l + 1);
+    *n = b ? fread(b, 1, (size_t)l, f) : 0;
+    fclose(f);
+    return b;
 }
 
 static void clean(const char *dir) {
@@ -114,7 +134,7 @@ int main(void) {
     /* the checkpoint directory */
     char dir[] = "/tmp/rl-statefile-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    uint64_t fp = statefile_model_fingerprint(engine_gguf(e));
+    uint64_t fp = statefile_model_fingerprint(engine_gguf(e), NULL);
     const char *fmt = engine_state_format(a);
     CHECK(!strcmp(fmt, "cpu/f32"), "format %s", fmt);
     statefile_dir *d = statefile_open(dir, 0, fp, fmt);
@@ -276,6 +296,127 @@ int main(void) {
         session_free(s2);
         session_free(s3);
         session_model_close(sm);
+    }
+
+    /* ---- the fingerprint covers the weights, and is cached ---- */
+    {
+        char cdir[] = "/tmp/rl-sf-fp-XXXXXX";
+        CHECK(mkdtemp(cdir) != NULL, "mkdtemp");
+        char copy[4200], cache[4200];
+        snprintf(copy, sizeof copy, "%s/copy.gguf", cdir);
+        snprintf(cache, sizeof cache, "%s/.model-hashes", cdir);
+        size_t n;
+        char *bytes = slurp(model, &n);
+        CHECK(bytes != NULL, "read the fixture");
+        FILE *f = bytes ? fopen(copy, "wb") : NULL;
+        if (f) {
+            bytes[n - 7] ^= 0x01; /* one bit of the last tensor's data: same layout, other weights */
+            fwrite(bytes, 1, n, f);
+            fclose(f);
+        }
+        free(bytes);
+        gguf_file *g1 = gguf_open(model), *g2 = gguf_open(copy);
+        CHECK(g1 && g2, "open both: %s", rl_lasterr());
+        if (g1 && g2) {
+            uint64_t f1 = statefile_model_fingerprint(g1, NULL), f2 = statefile_model_fingerprint(g2, NULL);
+            CHECK(f1 && f2 && f1 != f2, "one weight bit changes the fingerprint (%llx %llx)", (unsigned long long)f1,
+                  (unsigned long long)f2);
+            CHECK(f1 == fp, "the same file, the same fingerprint");
+            uint64_t c1 = statefile_model_fingerprint(g2, cdir), c2 = statefile_model_fingerprint(g2, cdir);
+            CHECK(c1 == f2 && c2 == f2, "cached == computed");
+            /* the cache is believed (no re-read): tamper with the entry's hash */
+            char *txt = slurp(cache, &n);
+            int lines = 0;
+            for (size_t i = 0; txt && i < n; i++) lines += txt[i] == '\n';
+            CHECK(txt && lines == 1, "one cache line (%d)", lines);
+            char *sp = txt ? strstr(txt, " /") : NULL; /* "... HASH16 PATH" */
+            if (sp && sp - txt > 16) {
+                sp[-1] = sp[-1] == '0' ? '1' : '0';
+                FILE *w = fopen(cache, "wb");
+                fwrite(txt, 1, n, w);
+                fclose(w);
+            }
+            free(txt);
+            CHECK(statefile_model_fingerprint(g2, cdir) != f2, "the cached hash is used, the weights not re-read");
+            gguf_close(g2);
+            struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
+            utimensat(AT_FDCWD, copy, ts, 0); /* another mtime: another identity */
+            g2 = gguf_open(copy);
+            CHECK(g2 && statefile_model_fingerprint(g2, cdir) == f2, "a changed file identity is hashed again");
+        }
+        gguf_close(g1);
+        gguf_close(g2);
+        unlink(copy);
+        unlink(cache);
+        rmdir(cdir);
+    }
+
+    /* ---- directory hygiene ---- */
+    {
+        char base[] = "/tmp/rl-sf-dir-XXXXXX";
+        CHECK(mkdtemp(base) != NULL, "mkdtemp");
+        char sd[4200], p1[4300], p2[4300], p3[4300];
+        snprintf(sd, sizeof sd, "%s/a/b/state", base);
+        statefile_dir *d1 = statefile_open(sd, 0, fp, fmt);
+        CHECK(d1 != NULL, "missing parents are created: %s", rl_lasterr());
+        statefile_close(d1);
+        snprintf(p1, sizeof p1, "%s/fifo.rlstate", sd);
+        snprintf(p2, sizeof p2, "%s/.tmp-999999-abc", sd);
+        CHECK(mkfifo(p1, 0600) == 0, "mkfifo");
+        FILE *tf = fopen(p2, "wb");
+        if (tf) fputs("torn", tf), fclose(tf);
+        alarm(30); /* a hang is a failure, not a stuck test */
+        double t0 = rl_now();
+        d1 = statefile_open(sd, 0, fp, fmt);
+        CHECK(d1 && rl_now() - t0 < 5, "a FIFO named *.rlstate does not block the open");
+        alarm(0);
+        CHECK(access(p2, F_OK) != 0, "a torn temporary is deleted at open");
+        CHECK(access(p1, F_OK) == 0, "the FIFO is left alone (not ours)");
+        unlink(p1);
+        /* two servers on one directory: d2 sees d1's file; cap counts everything, keeps the newest */
+        uint64_t one = sizeof(int32_t) * N + engine_state_bytes(a, N) + 200;
+        statefile_close(d1);
+        d1 = statefile_open(sd, 2 * one + one / 2, fp, fmt);
+        statefile_dir *d2 = statefile_open(sd, 2 * one + one / 2, fp, fmt);
+        engine_reset(a);
+        CHECK(engine_prefill(a, t, N, NULL) == 0 && statefile_save(d1, a, NULL, t, N) == 0, "d1 saves");
+        CHECK(statefile_best(d2, t, N + 1, 0, N) == N, "d2 sees d1's checkpoint without reopening");
+        /* an unrelated big file (another model's, say): older, and counted against the cap */
+        snprintf(p3, sizeof p3, "%s/zz-other.rlstate", sd);
+        FILE *of = fopen(p3, "wb");
+        char *junk = calloc(1, one);
+        if (of && junk) fwrite(junk, 1, one, of), fclose(of);
+        free(junk);
+        struct timespec old[2] = {{1000, 0}, {1000, 0}};
+        utimensat(AT_FDCWD, p3, old, 0);
+        engine_reset(a);
+        CHECK(engine_prefill(a, other, N, NULL) == 0 && statefile_save(d2, a, NULL, other, N) == 0, "d2 saves");
+        CHECK(access(p3, F_OK) != 0, "the oldest file goes when the directory is over the cap");
+        CHECK(count_files(sd) == 2, "both servers' files fit (%d)", count_files(sd));
+        int32_t third[N];
+        memcpy(third, other, sizeof third);
+        third[0] ^= 3;
+        engine_reset(a);
+        CHECK(engine_prefill(a, third, N, NULL) == 0 && statefile_save(d2, a, NULL, third, N) == 0, "d2 saves again");
+        CHECK(count_files(sd) == 2, "still two files (%d)", count_files(sd));
+        CHECK(statefile_best(d2, third, N + 1, 0, N) == N, "the newest is kept");
+        /* d1's own file was the oldest: gone; d1 restoring it is a miss, its context untouched */
+        engine_reset(b);
+        CHECK(engine_prefill(b, t, 3, NULL) == 0, "b holds 3 tokens");
+        CHECK(statefile_restore(d1, b, t, N + 1, 0, N) == 0 && engine_pos(b) == 3,
+              "a checkpoint deleted by the other server is a miss (pos %d)", engine_pos(b));
+        statefile_stats ss1;
+        statefile_get_stats(d1, &ss1);
+        CHECK(ss1.rejected == 0, "not counted as rejected");
+        statefile_close(d1);
+        statefile_close(d2);
+        clean(sd);
+        char q[4300];
+        snprintf(q, sizeof q, "%s/a/b", base);
+        rmdir(q);
+        snprintf(q, sizeof q, "%s/a", base);
+        rmdir(q);
+        rmdir(base);
     }
 
     clean(dir);

@@ -76,14 +76,16 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 
 static const uint32_t TYPES[] = {QT_F32,     QT_F16,    QT_BF16,    QT_Q8_0,    QT_Q2_K,   QT_Q3_K,
                                  QT_Q4_K,    QT_Q5_K,   QT_Q6_K,    QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
-                                 QT_IQ3_XXS, QT_IQ3_S,  QT_IQ1_S,   QT_IQ1_M,   QT_IQ4_XS};
+                                 QT_IQ3_XXS, QT_IQ3_S,  QT_IQ1_S,   QT_IQ1_M,   QT_IQ4_XS,
+                                 /* the 32-value types of llama-quantize's fallbacks, and MXFP4 experts */
+                                 QT_Q4_0,    QT_Q4_1,   QT_Q5_0,    QT_Q5_1,    QT_IQ4_NL, QT_MXFP4};
 #define NTYPES (sizeof TYPES / sizeof TYPES[0])
 
 /* ---- dequantisation --------------------------------------------------------------------- */
 
-static void test_dequant(uint32_t type) {
+static void test_dequant(uint32_t type, int n_in) {
     const quant_traits *qt = quant_get(type);
-    const int n_in = 1024, rows = 7;
+    const int rows = 7;
     size_t rb = quant_row_size(type, n_in);
     uint8_t *w = malloc(rb * rows);
     fill_random_blocks(type, w, (int64_t)rows * n_in / qt->blck, &R);
@@ -673,11 +675,17 @@ int main(void) {
     }
     for (size_t i = 0; i < NTYPES; i++) {
         CHECK(cu_type_supported(TYPES[i]), "type %s unsupported", quant_name(TYPES[i]));
-        test_dequant(TYPES[i]);
+        test_dequant(TYPES[i], 1024);
+        if (TYPES[i] == QT_MXFP4) test_dequant(TYPES[i], 33 * 32); /* 561-byte rows: odd addresses */
         test_matmul(TYPES[i], (int)i, 0);
         if (TYPES[i] == QT_F32) test_matmul(TYPES[i], (int)i, 4360);      /* 17 KB rows: 3 chunks */
         if (TYPES[i] == QT_Q8_0) test_matmul(TYPES[i], (int)i, 8288);     /* 8.8 KB rows, 2-byte aligned */
         if (TYPES[i] == QT_IQ2_XS) test_matmul(TYPES[i], (int)i, 11 * 256); /* 814-byte rows: 2-byte copies */
+        /* MXFP4: 17-byte blocks, so rows of an odd number of blocks start at odd addresses (the default
+         * 544 columns: 289-byte rows); 4128 columns: 129 blocks, 2,193-byte rows over several 32-unit
+         * iterations. The 32-value types: 8288 columns, rows of 259 blocks (2-byte aligned). */
+        if (TYPES[i] == QT_MXFP4) test_matmul(TYPES[i], (int)i, 4128);
+        if (TYPES[i] == QT_Q4_0 || TYPES[i] == QT_Q5_1 || TYPES[i] == QT_IQ4_NL) test_matmul(TYPES[i], (int)i, 8288);
     }
     printf("  dequant: %zu types bit-exact; matmul worst err/bound per type:", NTYPES);
     for (size_t i = 0; i < NTYPES; i++) printf(" %s %.2g", quant_name(TYPES[i]), worst_rel[i]);
