@@ -52,7 +52,7 @@ def body_for(api, text, n_tok):
 def measure(port, path, body, first_marker, content_marker, ka_marker, limit_s=1800):
     sock = socket.create_connection(("127.0.0.1", port), timeout=limit_s)
     data = json.dumps(body).encode()
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                  % (path.encode(), len(data)) + data)
     t0 = time.perf_counter()
     f = sock.makefile("rb")

@@ -52,7 +52,7 @@ def test_first_byte_before_prefill_ends_and_keepalives_during_it(srv, path, api,
     key = 'redlite_requests_total{api="%s"}' % api
     before = srv.metrics()[key]
     sock = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                  % (path.encode(), len(data)) + data)
     f = sock.makefile("rb")
     assert f.readline().startswith(b"HTTP/1.1 200")

@@ -636,7 +636,7 @@ def _open_stream(port, path, body):
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     data = json.dumps(body).encode()
     t0 = time.time()
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                  % (path.encode(), len(data), data))
     return sock, sock.makefile("rb"), t0
 

@@ -83,7 +83,7 @@ def ws(tmp_path):
 def _post(s, path, body):
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
     data = json.dumps(body).encode()
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                  b"Connection: close\r\n\r\n" % (path.encode(), len(data)) + data)
     return sock, sock.makefile("rb")
 
