@@ -144,7 +144,7 @@ def test_cancel_one_stream_keeps_the_other():
         before = s.metrics()
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
         body = json.dumps({"messages": long_conv, "max_tokens": 20000, "temperature": 0, "stream": True}).encode()
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         got = b""
         while got.count(b"data: ") < 3:
