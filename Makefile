@@ -91,6 +91,7 @@ print-cuda-arch:
 print-cuda-test-arch:
 	@echo '$(CUDA_TEST_ARCH)'
 
+.DEFAULT_GOAL := all
 .PHONY: print-cuda-arch print-cuda-test-arch all test asan asan-tests fuzz format clean default-model features
 all: $(BUILD)/redlite $(BUILD)/libredlite.a $(TEST_BIN) default-model features
 

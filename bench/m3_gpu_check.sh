@@ -8,7 +8,8 @@
 #   speed   redlite synth --preset cf2 (full 48-layer, calibrated routing) -> /tmp/cf2.gguf, then
 #           redlite bench --backend cuda on it, old and new interleaved, two rounds (decode 128 after
 #           warm-up, prompt 2048): the "within 2 % of the previous main" check of issue 44
-# Logs under $OUT (summary.txt first). Carry: .cudabin (libraries the GPU image lacks), .old.
+# Logs under $OUT (summary.txt first). Carry: .cudabin (libraries the GPU image lacks), .old (a carried
+# folder replaces the one there, builds included: carry it in the first call only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/env_cudabin.sh
@@ -38,8 +39,16 @@ tests)
     grep -h -B2 -A8 'FAIL' "$OUT"/test_cuda_*.txt | head -60 >"$OUT/fails.txt"
     ;;
 speed)
+    # a fresh machine (or a carried .old, which replaces the folder there) has lost the builds
     t=$(date +%s)
-    build/cuda/redlite synth --preset cf2 --routing calibrated -o /tmp/cf2.gguf >"$OUT/synth.txt" 2>&1
+    [ -x build/cuda/redlite ] || (make -s -j10 CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda CUDA_ARCH="$ARCH" \
+        build/cuda/redlite >"$OUT/build_new.txt" 2>&1) &
+    [ -x .old/build/cuda/redlite ] || (cd .old && make -s -j6 CUDA=1 BUILD=build/cuda CUDA_ARCH="$ARCH" \
+        build/cuda/redlite >"$OUT/build_old.txt" 2>&1) &
+    wait
+    note "builds ready in $(( $(date +%s) - t )) s: $(ls build/cuda/redlite .old/build/cuda/redlite 2>&1 | tr '\n' ' ')"
+    t=$(date +%s)
+    [ -f /tmp/cf2.gguf ] || build/cuda/redlite synth --preset cf2 --routing calibrated -o /tmp/cf2.gguf >"$OUT/synth.txt" 2>&1
     note "synth cf2 rc=$? $(( $(date +%s) - t )) s, $(stat -c %s /tmp/cf2.gguf 2>/dev/null) bytes"
     for round in 1 2; do
         for side in old new; do

@@ -148,7 +148,9 @@ def test_cancel_one_stream_keeps_the_other():
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         got = b""
         while got.count(b"data: ") < 3:
-            got += sock.recv(4096)
+            chunk = sock.recv(4096)
+            assert chunk, f"the server closed the stream early: {got[:300]!r}"
+            got += chunk
         other = {}
         t = threading.Thread(target=lambda: other.setdefault("text", ask(s, 0, "chat", "greedy", 64, stream=True)))
         t.start()

@@ -114,7 +114,7 @@ typedef struct backend_ops {
                         float *const *hidden);
     /* (optional) the prompt rows per forward this backend runs the model best at: the engine's
      * n_batch when the caller leaves it 0 (ENGINE_BATCH_DEFAULT without this hook) */
-    int (*prompt_batch)(const q3n_model *m);
+    int (*prompt_batch)(const q3n_model *m, const pool *p);
 } backend_ops;
 
 extern const backend_ops backend_cpu;
@@ -128,11 +128,4 @@ size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, bac
 /* Pick by name ("cpu", "cuda", "auto"); NULL with rl_lasterr if unknown or unavailable. */
 const backend_ops *backend_find(const char *name);
 
-/* The CPU forward of rows of several sequences (qwen3next_forward.c; backend_cpu's forward_rows):
- * q3n_forward's arithmetic with row t at position pos[t] of state st[t] (its KV cache, its conv
- * and recurrent state, committed only when every layer succeeded), r's scratch, pool and expert
- * source; no observers. logits[t] / hidden[t] may be NULL; lbuf holds T x n_vocab floats (the
- * output projection of all rows). 0 or -1 (rl_lasterr). */
-int q3n_forward_rows(q3n_run *r, q3n_state *const *st, const int32_t *tokens, const int *pos, int T,
-                     float *const *logits, float *const *hidden, float *lbuf);
 #endif

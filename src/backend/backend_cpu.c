@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_forward.h"
 #include "base/common.h"
 #include "kern/kern.h"
 
@@ -22,8 +23,8 @@ static bool cpu_available(const char **why) {
 
 /* The recurrent state of one DeltaNet layer (and its uncommitted copy): 2 MiB a layer at the 80B
  * geometry, read and written whole by every decode step and every prompt row. States of 1 MiB or
- * more live in huge pages (rl_huge_alloc: one TLB entry instead of 512): on the Intel Xeon VM of
- * session 20, 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a decode token
+ * more live in huge pages (rl_huge_alloc: one TLB entry instead of 512): on a 2-vCPU Intel Xeon VM,
+ * 4-layer Q4_K_M, 2 threads, the recurrence went 0.47-0.51 -> 0.43-0.44 ms a decode token
  * and 0.25 -> 0.22 ms a prompt row (the KV cache, read once a token, gained nothing measurable the
  * same way). Zeroed; state_free releases either kind. */
 static bool state_huge(size_t floats) { return floats * sizeof(float) >= RL_HUGE_PAGE / 2; }
@@ -213,9 +214,10 @@ static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
  * kern_table.amx_min). Measured on the H200 host (AMX, 8 threads, IQ2_XXS, pp2048): 2048 rows
  * +12-16 % over 512; without tiles the 512-bit core gained nothing from more rows (Zen 4 VM).
  * Scratch grows with the rows (~0.6 MB per row at the 80B geometry; redlite info --batch). */
-static int cpu_prompt_batch(const q3n_model *m) {
+static int cpu_prompt_batch(const q3n_model *m, const pool *p) {
     int b = 512, E = m->hp.n_expert, K = m->hp.n_expert_used;
-    if (kern_amx() == KERN_AMX_ON && E > 0 && K > 0)
+    const kern_cfg *kc = ops_kern(p);
+    if (kc->level == KERN_AVX512 && kc->amx == KERN_AMX_ON && E > 0 && K > 0)
         while (b < 2048 && (long)b * K < 32L * E) b *= 2;
     return b;
 }

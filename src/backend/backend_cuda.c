@@ -20,9 +20,9 @@
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
  * RL_CUDA_DN_SPLIT=0 (the decode DeltaNet step of a value head in one block; the default spreads
- * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200, 2026-12-02), RL_CUDA_MERGE=warp (the previous decode
+ * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200), RL_CUDA_MERGE=warp (the previous decode
  * attention merge, a warp per (row, head); the default is a thread per dim, same bits: 12-layer
- * decode at 32K depth +1-2 % on the H200, 2026-12-02),
+ * decode at 32K depth +1-2 % on the H200; docs/TUNING.md),
  * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
  * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
  * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
@@ -49,7 +49,7 @@
 
 /* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
  * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md;
- * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %: 2026-12-03-cuda-session17-h200.md),
+ * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %: bench/results/2026-12-03-cuda-session17-h200.md),
  * "1"/"all" every tail, or a comma list of combine, norm, router. */
 static int fuse_mask(void) {
     const char *v = getenv("RL_CUDA_FUSE");

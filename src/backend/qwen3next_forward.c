@@ -1,12 +1,12 @@
 /* qwen3next_forward.c — the CPU reference forward pass of Qwen3-Next (the model description,
- * hyperparameters and tensor binding are in qwen3next.c). See qwen3next.h for the contract and
+ * hyperparameters and tensor binding are in qwen3next.c). See cpu_forward.h for the contract and
  * the shared spec for the op order (§A) and MTP (§F).
  *
  * Per decoder layer:  h = x + Mixer(RMSNorm(x)),  out = h + MoE(RMSNorm(h))
  * where Mixer is gated full attention on layers (i+1) % interval == 0 and Gated DeltaNet
  * elsewhere. Norm weights in GGUF already include the +1 of the zero-centred HF norms.
  */
-#include "model/qwen3next.h"
+#include "backend/cpu_forward.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -16,6 +16,7 @@
 #include "base/common.h"
 #include "gguf/quant.h"
 #include "kern/vec.h"
+#include "model/experts.h"
 
 /* ---- forward pass (CPU reference) ----------------------------------------------------- */
 
@@ -169,9 +170,6 @@ static void mm_batch(q3n_run *r, ops_mm_task *tasks, int n) {
     ops_matmul_batch(r->pool, tasks, n, r->fast);
 }
 
-size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
-size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->ssm_dv * hp->ssm_dk; }
-
 #define DUMP(r, act, il, t, ptr, n)                                                                \
     do {                                                                                           \
         if ((r)->dump) (r)->dump((r)->hook_ud, q3n_act_name(act), il, t, ptr, n);                               \
@@ -261,7 +259,7 @@ static void attn_gate(const attn_job *j, int t, int h, float *o) {
     const int H = j->r->m->hp.n_head, hd = j->r->m->hp.head_dim;
     const float *gate = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd + hd;
     if (j->r->fast)
-        vec_get()->sigmoid_mul(o, gate, hd);
+        ops_vec(j->r->pool)->sigmoid_mul(o, gate, hd);
     else
         for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
 }
@@ -296,7 +294,7 @@ static void attn_chunk_items(attn_job *j, int nth) {
         const size_t eb = st->kv_f16 ? sizeof(uint16_t) : sizeof(float);
         const size_t kvoff = (size_t)(h0 / group) * hd * eb, at = ((size_t)t * nch + ch) * H + h0;
         const char *K = (const char *)st->k_cache[j->il] + kvoff, *V = (const char *)st->v_cache[j->il] + kvoff;
-        vec_attn_chunk_kv(vec_get(), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
+        vec_attn_chunk_kv(ops_vec(j->r->pool), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
                           st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
                           pm + at, pm + nml + at);
     }
@@ -353,7 +351,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
         const void *Kh = (const char *)st->k_cache[j->il] + kvoff * eb, *Vh = (const char *)st->v_cache[j->il] + kvoff * eb;
         if (j->r->fast)
-            vec_attn_rows_kv(vec_get(), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, attn_pos(j, t) + 1, kvw,
+            vec_attn_rows_kv(ops_vec(j->r->pool), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, attn_pos(j, t) + 1, kvw,
                              hd, scale, o, (size_t)H * hd, hd);
         else
             ops_attn_head_kv(q, Kh, Vh, f16, attn_pos(j, t) + 1, kvw, hd, scale, o);
@@ -468,7 +466,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             float *o = j->s->o + (size_t)t * hv * dv + (size_t)h * dv;
             const size_t so = (size_t)h * dv * dk;
             if (j->r->fast)
-                (t > j->t0 && !rs ? vec_get()->delta_step_hot : vec_get()->delta_step)(
+                (t > j->t0 && !rs ? ops_vec(j->r->pool)->delta_step_hot : ops_vec(j->r->pool)->delta_step)(
                     ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             else
                 ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
@@ -478,7 +476,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             /* gated RMSNorm per value head: norm, weight, then * silu(z) */
             ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
             if (j->r->fast)
-                vec_get()->silu_mul(o, z + (size_t)h * dv, o, dv);
+                ops_vec(j->r->pool)->silu_mul(o, z + (size_t)h * dv, o, dv);
             else
                 for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
         }
@@ -490,7 +488,7 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
 static void dn_conv_range(const q3n_run *r, const float *state, float *state_out, const float *w, const float *u, int C,
                           int kw, int c0, int c1, float *out) {
     ops_conv_step_range(state, state_out, w, u, C, kw, c0, c1, !r->fast, out);
-    if (r->fast) vec_get()->silu_mul(out + c0, out + c0, NULL, c1 - c0);
+    if (r->fast) ops_vec(r->pool)->silu_mul(out + c0, out + c0, NULL, c1 - c0);
 }
 
 /* The causal conv of channels lo..hi-1 for every row in order (a channel's window depends only on
@@ -584,19 +582,7 @@ static void deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, i
 static int mapped_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
                           const uint8_t **down) {
     const q3n_model *m = ud;
-    const q3n_layer *L = &m->layers[il];
-    int ff = m->hp.n_ff_exp, D = m->hp.n_embd;
-    for (int i = 0; i < n; i++) {
-        size_t e = (size_t)ids[i];
-        if (L->fused_gate_up) {
-            gate[i] = L->gate_exps.data + e * 2 * ff * L->gate_exps.row_bytes;
-            up[i] = gate[i] + (size_t)ff * L->gate_exps.row_bytes;
-        } else {
-            gate[i] = L->gate_exps.data + e * ff * L->gate_exps.row_bytes;
-            up[i] = L->up_exps.data + e * ff * L->up_exps.row_bytes;
-        }
-        down[i] = L->down_exps.data + e * D * L->down_exps.row_bytes;
-    }
+    for (int i = 0; i < n; i++) q3n_expert_rows(&m->hp, &m->layers[il], ids[i], &gate[i], &up[i], &down[i]);
     return 0;
 }
 
@@ -647,7 +633,7 @@ static void moe_gather_rows(void *arg, long lo, long hi) {
 static void moe_swiglu(void *arg, long lo, long hi) {
     moe_job *j = arg;
     if (j->r->fast)
-        vec_get()->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
+        ops_vec(j->r->pool)->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
     else
         for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
 }
@@ -671,7 +657,7 @@ static void moe_combine_range(const moe_job *j, long t, float gate, int c0, int 
     const scratch *s = j->s;
     int D = hp->n_embd, K = hp->n_expert_used, n = c1 - c0;
     double acc[OPS_MAX_ROW / 2]; /* D <= OPS_MAX_ROW / 2: the hparams table bounds embedding_length */
-    const vec_ops *v = vec_get();
+    const vec_ops *v = ops_vec(j->r->pool);
     for (int i = 0; i < n; i++) acc[i] = 0;
     for (int k = 0; k < K; k++) v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D + c0, n);
     if (j->L->gate_sh.data) v->axpy_d(acc, gate, s->sh + (size_t)t * D + c0, n);

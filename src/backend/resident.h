@@ -3,7 +3,7 @@
  *
  * Why: a mat-vec streams its matrix once per token; from the model file's mapping that is one
  * 4 KiB page (one TLB miss, and a stop of the hardware prefetcher) every 4 KiB. Measured on a
- * 2-vCPU Intel Xeon VM (session 20, Q4_K_M 4-layer file, 2 threads, STREAM 28 GB/s): the Q6_K
+ * 2-vCPU Intel Xeon VM (Q4_K_M 4-layer file, 2 threads, STREAM 28 GB/s): the Q6_K
  * output head streamed at 19 GB/s from the mapping and 29-30 GB/s from a huge-page copy, the
  * DeltaNet projections 16 -> 20.5 GB/s, the routed experts 18.5 -> 21 GB/s; a decode token
  * 23.7 -> 17.6 ms. The bytes are the file's, so every result is bit-identical.

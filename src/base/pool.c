@@ -60,6 +60,7 @@ struct pool {
     _Alignas(POOL_LINE) atomic_int sleepers;
     int n;
     int prof;     /* pool_prof: time each thread's share (written between jobs only) */
+    void *owner;  /* pool_set_owner: the owner's context riding with the pool */
     double *busy; /* per thread, POOL_LINE apart: seconds in fn during the last job */
     pool_stat last, total;
     pthread_t *threads;
@@ -166,6 +167,9 @@ pool_stat pool_prof_last(const pool *p) { return p ? p->last : (pool_stat){0}; }
 pool_stat pool_prof_total(const pool *p) { return p ? p->total : (pool_stat){0}; }
 
 int pool_size(const pool *p) { return p ? p->n : 1; }
+
+void pool_set_owner(pool *p, void *ctx) { p->owner = ctx; }
+void *pool_owner(const pool *p) { return p ? p->owner : NULL; }
 
 static void run_job(pool *p, pool_fn fn, void *ctx);
 

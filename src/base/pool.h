@@ -15,6 +15,11 @@ pool *pool_new(int n_threads);
 void pool_free(pool *p);
 int pool_size(const pool *p);
 void pool_run(pool *p, pool_fn fn, void *ctx);
+/* A context of the pool's owner that travels with it to everything the pool is passed to (the
+ * CPU ops read their runtime from it: ops.h ops_rt_attach). Set between jobs; NULL when unset
+ * (and for a NULL pool). */
+void pool_set_owner(pool *p, void *ctx);
+void *pool_owner(const pool *p);
 
 /* Profiling (bench --profile): while on, every pool_run times each thread's share of the job.
  * wall: the caller's time in pool_run (post, its own share, the wait for the others); busy: the

@@ -20,6 +20,7 @@
 #include "base/common.h"
 #include "cache/expert_cache_int.h"
 #include "gguf/quant.h"
+#include "model/experts.h"
 
 const char *ec_mode_name(ec_mode m) {
     return m == EC_BOUNDED ? "bounded" : m == EC_FULL ? "full" : "mmap";
@@ -52,7 +53,15 @@ static int layer_geometry(const q3n_model *m, int il, bool direct, ec_layer *out
         out->r[i] = (ec_range){t->part, t->file_off, stride, (uint32_t)dst};
         dst += direct ? align_up(stride, EC_ALIGN) + EC_ALIGN : align_up(stride, 64);
     }
-    out->up_off = L->fused_gate_up ? (uint64_t)m->hp.n_ff_exp * L->gate_exps.row_bytes : 0;
+    /* the file's slices must be the slabs q3n_expert_slice_of describes (each tensor's own row bytes;
+     * a tensor repacked at load, expert_repack.h, has another type and is served from memory) */
+    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, 0);
+    const uint64_t want[3] = {sl.gate_stride, nr == 2 ? sl.down_stride : sl.up_stride, sl.down_stride};
+    for (int i = 0; i < nr; i++)
+        if (gguf_find_tensor(m->gguf, mats[i]->name)->type == mats[i]->type && out->r[i].stride != want[i])
+            return rl_seterr("%s: %s holds %llu bytes per expert, its shape says %llu", m->gguf->path, mats[i]->name,
+                             (unsigned long long)out->r[i].stride, (unsigned long long)want[i]);
+    out->up_off = sl.fused ? sl.up_off - sl.gate_off : 0;
     out->slot_bytes = align_up(dst, EC_ALIGN);
     if (out->slot_bytes > UINT32_MAX) return rl_seterr("layer %d: expert slices too large for a slot", il);
     return 0;
@@ -275,12 +284,7 @@ static void slot_ptrs(const expert_cache *ec, const ec_layer *ly, const uint8_t 
  * copies in memory of resident.h: the same bytes). */
 static void mapped_ptrs(const expert_cache *ec, int il, int e, const uint8_t **g, const uint8_t **u,
                         const uint8_t **d) {
-    const ec_layer *ly = &ec->layers[il];
-    const q3n_layer *L = &ec->m->layers[il];
-    const int nd = ly->n_ranges - 1; /* the down range: 2, or 1 after a fused gate_up */
-    *g = L->gate_exps.data + (uint64_t)e * ly->r[0].stride;
-    *u = nd == 1 ? *g + ly->up_off : L->up_exps.data + (uint64_t)e * ly->r[1].stride;
-    *d = L->down_exps.data + (uint64_t)e * ly->r[nd].stride;
+    q3n_expert_rows(&ec->m->hp, &ec->m->layers[il], e, g, u, d);
 }
 
 static void trace_and_count(expert_cache *ec, int il, const int32_t *ids, int n) {
@@ -619,20 +623,8 @@ static void prepare_mapping(expert_cache *ec) {
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-static void env_params(ec_params *p) {
-    const char *v;
-    if ((v = getenv("RL_CACHE_IO_THREADS")) && atoi(v) > 0) p->io_threads = atoi(v);
-    if ((v = getenv("RL_CACHE_PREFETCH"))) p->no_prefetch = atoi(v) == 0;
-    if ((v = getenv("RL_CACHE_DIRECT"))) p->io = atoi(v) != 0 ? EC_IO_DIRECT : EC_IO_BUFFERED;
-    if ((v = getenv("RL_CACHE_PREFETCH_K")) && atoi(v) > 0) p->prefetch_k = atoi(v);
-    if ((v = getenv("RL_CACHE_CLASSES"))) p->uniform = atoi(v) == 0;
-    if (!p->trace_path && (v = getenv("RL_ROUTE_TRACE")) && *v) p->trace_path = v;
-    if (p->io_threads <= 0) p->io_threads = 4;
-    if (p->io_threads > 64) p->io_threads = 64;
-}
-
-static void env_fault(expert_cache *ec) {
-    const char *v = getenv("RL_CACHE_FAULT");
+/* The fault injection p->fault names (expert_cache_set_fault); an unknown spec injects nothing. */
+static void set_fault_spec(expert_cache *ec, const char *v) {
     if (!v || !*v) return;
     static const struct { const char *name; ec_fault f; } kinds[] = {
         {"eio", EC_FAULT_EIO}, {"eof", EC_FAULT_EOF}, {"short", EC_FAULT_SHORT}, {"eintr", EC_FAULT_EINTR}};
@@ -650,7 +642,8 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
     ec->f = m->gguf;
     ec->mode = mode;
     if (p) ec->p = *p;
-    env_params(&ec->p);
+    if (ec->p.io_threads <= 0) ec->p.io_threads = 4;
+    if (ec->p.io_threads > 64) ec->p.io_threads = 64;
     ec->n_layer = cache_layers(m);
     ec->E = m->hp.n_expert;
     ec->K = m->hp.n_expert_used;
@@ -691,7 +684,7 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
             ec->pool = pool_new(rl_ncpu() < 8 ? rl_ncpu() : 8);
             if (!ec->pred || !ec->has_pred || !ec->pool) goto fail;
         }
-        env_fault(ec);
+        set_fault_spec(ec, ec->p.fault);
     } else if (mode == EC_FULL) {
         if (preload_mapping(ec)) goto fail;
     }

@@ -47,12 +47,14 @@ typedef struct {
     ec_io io;               /* RL_CACHE_DIRECT=1 / =0 force direct / buffered */
     bool uniform;           /* one slot size for every layer (RL_CACHE_CLASSES=0) */
     float route_bias;       /* > 0: cache-aware routing (CHANGES OUTPUTS); 0 = exact */
-    const char *trace_path; /* route trace, JSON lines (RL_ROUTE_TRACE) */
+    const char *trace_path; /* route trace, JSON lines (--route-trace, RL_ROUTE_TRACE) */
     bool progress;          /* progress bar for the EC_FULL preload */
+    const char *fault;      /* read fault injection (RL_CACHE_FAULT): "eio@N", "eof@N", "short%N",
+                               "eintr%N" (expert_cache_set_fault); NULL: none */
 } ec_params;
 
-/* Create a cache for model m. Environment variables (RL_CACHE_IO_THREADS, RL_CACHE_PREFETCH,
- * RL_CACHE_DIRECT, RL_CACHE_CLASSES, RL_ROUTE_TRACE, RL_CACHE_FAULT) override/extend p.
+/* Create a cache for model m with p (NULL: the defaults). The RL_CACHE_* switches reach it through
+ * p (run/tuning.c parses them; docs/TUNING.md); the cache reads no environment.
  * NULL with rl_lasterr set on failure (budget below the minimum, out of memory, ...). */
 expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params *p);
 void expert_cache_free(expert_cache *ec);
@@ -86,7 +88,7 @@ typedef struct {
  * (engine_mem.scratch_bytes; it grows with the prompt batch), kept out of an auto budget with
  * EC_SLACK on top (at least EC_RESERVE in all). 0, or -1 with rl_lasterr set on a bad spec or
  * a budget below the minimum. */
-int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes, const char *spec,
+int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes, const char *spec, ec_io io,
                       ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);

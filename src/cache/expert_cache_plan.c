@@ -30,17 +30,12 @@ uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx) {
     return kv_pos * (uint64_t)(n_ctx > 0 ? n_ctx : 4096) + dn;
 }
 
-/* Slot sizes for the planner: O_DIRECT's (a little larger) unless buffered reads are forced. */
-static bool env_direct(void) {
-    const char *v = getenv("RL_CACHE_DIRECT");
-    return !v || atoi(v) != 0;
-}
-
-int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec,
+int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec, ec_io io,
                       ec_plan *out) {
     memset(out, 0, sizeof *out);
     if (!ram) ram = rl_total_ram();
-    bool direct = env_direct();
+    /* slot sizes for the planner: O_DIRECT's (a little larger) unless buffered reads are forced */
+    const bool direct = io != EC_IO_BUFFERED;
     uint64_t experts = m->bytes_experts, dense = m->bytes_dense, state = expert_cache_state_bytes(m, n_ctx);
     uint64_t need = experts + dense + state, limit = (uint64_t)(EC_RAM_SHARE * (double)ram);
     uint64_t minb = expert_cache_min_budget(m, direct), fullb = expert_cache_full_bytes(m, direct);

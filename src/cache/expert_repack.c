@@ -61,12 +61,6 @@ static void rp_worker(void *ctx, int ith, int nth) {
     if (hi > lo) quant_repack_rows(j->src, j->in + (size_t)lo * j->rb_in, j->out + (size_t)lo * j->rb_out, hi - lo, j->n_cols);
 }
 
-static uint64_t ram_bytes(void) {
-    const char *v = getenv("RL_REPACK_RAM_MIB");
-    if (v && atof(v) > 0) return (uint64_t)(atof(v) * 1048576.0);
-    return rl_total_ram();
-}
-
 /* "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF": each source type once */
 static void add_type(char *types, size_t n, uint32_t src) {
     char pair[40];
@@ -81,10 +75,11 @@ static int repack_target(const ops_mat *w, int i, int ne, bool dense) {
     return i >= ne && !dense ? -1 : quant_repack_type(w->type);
 }
 
-expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
+expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress, const expert_repack_opts *o) {
     const int n_layer = m->hp.n_layer + m->hp.n_nextn;
-    const char *dv = getenv("RL_REPACK_DENSE");
-    const bool dense = !dv || atoi(dv) != 0; /* RL_REPACK_DENSE=0: routed experts only (measurements) */
+    const expert_repack_opts d = {0};
+    if (!o) o = &d;
+    const bool dense = !o->experts_only;
     expert_repack *r = rl_calloc(1, sizeof *r, "expert repack");
     if (!r) return NULL;
     expert_repack_info *in = &r->info;
@@ -114,7 +109,7 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress) {
                   "IQ1_M experts do); run without --iq-repack");
         goto fail;
     }
-    const uint64_t ram = ram_bytes(), limit = (uint64_t)(EXPERT_REPACK_RAM_SHARE * (double)ram);
+    const uint64_t ram = o->ram ? o->ram : rl_total_ram(), limit = (uint64_t)(EXPERT_REPACK_RAM_SHARE * (double)ram);
     const uint64_t need = m->bytes_dense - in->dense_file + in->bytes_mem + in->bytes_kept;
     if (need > limit) {
         rl_seterr("--iq-repack: the repacked matrices need %.2f GiB (%.2f GiB in the file) + %.2f GiB of other weights, "

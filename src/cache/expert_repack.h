@@ -46,10 +46,17 @@ typedef struct {
     char types[96];           /* "IQ2_XXS->IQ2_LF" or "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF" */
 } expert_repack_info;
 
+/* The repack's switches (run/tuning.c: RL_REPACK_DENSE, RL_REPACK_RAM_MIB; docs/TUNING.md). */
+typedef struct {
+    bool experts_only; /* the routed experts alone, not the dense IQ matrices (measurements) */
+    uint64_t ram;      /* the RAM to plan against (tests); 0: the machine's */
+} expert_repack_opts;
+
 /* Repack m's routed experts in place (see above), rows split over p's threads; progress bar on
- * stderr when `progress` and stderr is a terminal. NULL with rl_lasterr set when it would not fit
- * in RAM or memory runs out (m is then unchanged), or when nothing in m can be repacked. */
-expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress);
+ * stderr when `progress` and stderr is a terminal; o NULL: the defaults. NULL with rl_lasterr set
+ * when it would not fit in RAM or memory runs out (m is then unchanged), or when nothing in m can
+ * be repacked. */
+expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress, const expert_repack_opts *o);
 /* Frees the repacked copies: after the model's last use. NULL is fine. */
 void expert_repack_free(expert_repack *r);
 void expert_repack_get_info(const expert_repack *r, expert_repack_info *out);

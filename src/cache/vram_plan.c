@@ -12,30 +12,28 @@
 
 static uint64_t al(uint64_t n) { return (n + VRAM_ALIGN - 1) / VRAM_ALIGN * VRAM_ALIGN; }
 
-void vram_layout_make(uint64_t gate_row_bytes, uint64_t down_row_bytes, int n_ff, int n_embd, bool fused_gate_up,
-                      vram_layout *o) {
+void vram_layout_make(const q3n_expert_slice *e, vram_layout *o) {
     memset(o, 0, sizeof *o);
-    uint64_t g = (uint64_t)n_ff * gate_row_bytes, d = (uint64_t)n_embd * down_row_bytes;
     o->gate_off = 0;
-    if (fused_gate_up) { /* one slice: gate rows then up rows, as in the file */
-        o->src_bytes[0] = 2 * g;
-        o->up_off = g;
-        o->down_off = al(2 * g);
-    } else {
-        o->src_bytes[0] = g;
-        o->src_bytes[1] = g;
-        o->up_off = al(g);
-        o->down_off = o->up_off + al(g);
+    if (e->fused) { /* one slice: gate rows then up rows, as in the file */
+        o->src_bytes[0] = e->gate_bytes + e->up_bytes;
+        o->up_off = e->gate_bytes;
+        o->down_off = al(e->gate_bytes + e->up_bytes);
+    } else { /* gate, up: each its own tensor's row bytes (the types may differ) */
+        o->src_bytes[0] = e->gate_bytes;
+        o->src_bytes[1] = e->up_bytes;
+        o->up_off = al(e->gate_bytes);
+        o->down_off = o->up_off + al(e->up_bytes);
     }
-    o->src_bytes[2] = d;
-    o->slot_bytes = o->down_off + al(d);
+    o->src_bytes[2] = e->down_bytes;
+    o->slot_bytes = o->down_off + al(e->down_bytes);
 }
 
 int vram_layout_of(const q3n_model *m, int il, vram_layout *out) {
     const q3n_layer *L = &m->layers[il];
     if (!L->gate_exps.data || !L->down_exps.data) return rl_seterr("layer %d has no routed experts", il);
-    vram_layout_make(L->gate_exps.row_bytes, L->down_exps.row_bytes, m->hp.n_ff_exp, m->hp.n_embd, L->fused_gate_up,
-                     out);
+    const q3n_expert_slice e = q3n_expert_slice_of(&m->hp, L, 0);
+    vram_layout_make(&e, out);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model/experts.h"
 #include "model/qwen3next.h"
 
 #define VRAM_ALIGN 256                      /* alignment of every region in a slot (and slots) */
@@ -29,9 +30,8 @@ typedef struct {
     uint64_t src_bytes[3];  /* bytes copied per region: gate (or fused gate_up), up (0 if fused), down */
 } vram_layout;
 
-/* One layer's slot layout from its expert matrices (row bytes and rows per expert). */
-void vram_layout_make(uint64_t gate_row_bytes, uint64_t down_row_bytes, int n_ff, int n_embd, bool fused_gate_up,
-                      vram_layout *out);
+/* One layer's slot layout from one expert's slice (model/experts.h: each matrix its own bytes). */
+void vram_layout_make(const q3n_expert_slice *e, vram_layout *out);
 /* ... from the bound model: 0, or -1 (rl_lasterr) if layer il has no routed experts. */
 int vram_layout_of(const q3n_model *m, int il, vram_layout *out);
 

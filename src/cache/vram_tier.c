@@ -10,6 +10,7 @@
 #include "base/common.h"
 #include "kern/ops.h"
 #include "gguf/quant.h"
+#include "model/experts.h"
 
 #define VT_NSTAGE 4                        /* staging buffers in the ring */
 #define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
@@ -284,15 +285,8 @@ void vram_tier_get_stats(const vram_tier *vt, vram_stats *out) { vram_slots_get_
  * releases) or the mapped file's slices. */
 static int host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
     if (vt->src.acquire) return vt->src.acquire(vt->src.ud, il, ids, n, vt->hg, vt->hu, vt->hd);
-    const q3n_layer *L = &vt->m->layers[il];
-    const size_t ff = (size_t)vt->m->hp.n_ff_exp, D = (size_t)vt->m->hp.n_embd;
-    const size_t gs = ff * L->gate_exps.row_bytes * (L->fused_gate_up ? 2 : 1), ds = D * L->down_exps.row_bytes;
-    for (int i = 0; i < n; i++) {
-        vt->hg[i] = (const uint8_t *)L->gate_exps.data + (size_t)ids[i] * gs;
-        vt->hu[i] = L->fused_gate_up ? vt->hg[i] + ff * L->gate_exps.row_bytes
-                                     : (const uint8_t *)L->up_exps.data + (size_t)ids[i] * gs;
-        vt->hd[i] = (const uint8_t *)L->down_exps.data + (size_t)ids[i] * ds;
-    }
+    for (int i = 0; i < n; i++)
+        q3n_expert_rows(&vt->m->hp, &vt->m->layers[il], ids[i], &vt->hg[i], &vt->hu[i], &vt->hd[i]);
     return 0;
 }
 

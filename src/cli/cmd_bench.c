@@ -28,9 +28,7 @@
 #include "base/common.h"
 #include "cache/expert_cache.h"
 #include "base/json.h"
-#include "kern/kern.h"
 #include "cli/opts.h"
-#include "kern/ops.h"
 #include "run/session.h"
 
 static const opts_cmd BENCH = {
@@ -438,7 +436,8 @@ int cmd_bench(int argc, char **argv) {
     engine_mem mem;
     bool have_mem = engine_mem_info(session_ctx(b.S), &mem) == 0;
     if (!have_mem) rl_clearerr();
-    const bool amx = kern_level() == KERN_AVX512 && kern_amx() == KERN_AMX_ON; /* AMX tiles in use */
+    const char *kernels = engine_cpu_kernels(b.e);
+    const bool amx = strstr(kernels, "AMX") != NULL; /* AMX tiles in use */
     char path[96];
     if (cpu)
         snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
@@ -449,8 +448,7 @@ int cmd_bench(int argc, char **argv) {
         printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", model,
                (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
                t_load);
-        printf("engine    backend %s, %s, CPU kernels %s%s, %d threads\n", engine_backend_name(b.e), path,
-               kern_level_name(kern_level()), amx ? " + AMX tiles" : "",
+        printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(b.e), path, kernels,
                threads ? (int)threads : rl_ncpu());
         engine_weights_print(b.e, stdout, "weights   ");
         printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
@@ -525,28 +523,28 @@ int cmd_bench(int argc, char **argv) {
          * of a prompt, without the observers (they make DeltaNet run row by row) */
         if (cpu && !json) {
             dec_ops = open_memstream(&dec_ops_txt, &dec_ops_len);
-            ops_prof_begin();
+            engine_prof_begin(b.e);
             engine_reset(b.c);
             if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
-            ops_prof_end();
+            engine_prof_end(b.e);
             if (dec_ops) {
-                ops_prof_print(dec_ops, "decode", (double)n_decode);
+                engine_prof_print(b.e, dec_ops, "decode", (double)n_decode);
                 if (snap) { /* --depth: the same table over the filled context (attention's share grows) */
                     if (engine_snapshot_restore(b.c, snap)) goto fail;
-                    ops_prof_begin();
+                    engine_prof_begin(b.e);
                     if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
-                    ops_prof_end();
+                    engine_prof_end(b.e);
                     char t[64];
                     snprintf(t, sizeof t, "decode at depth %lld", depth);
-                    ops_prof_print(dec_ops, t, (double)n_decode);
+                    engine_prof_print(b.e, dec_ops, t, (double)n_decode);
                 }
                 fclose(dec_ops);
                 dec_ops = NULL;
             }
         }
-        ops_prof_begin();
+        engine_prof_begin(b.e);
         if (n_prompts && prefill_run(&b, prompts[0], NULL) < 0) goto fail;
-        ops_prof_end();
+        engine_prof_end(b.e);
     }
     uint64_t rss = rl_peak_rss();
     /* expert cache / VRAM tier counters on stderr, also with --json (bench/vram_bench.sh parses them) */
@@ -559,7 +557,7 @@ int cmd_bench(int argc, char **argv) {
         json_kv_uint(&j, "file_bytes", tb.file_bytes);
         json_kv_str(&j, "backend", engine_backend_name(b.e));
         json_kv_str(&j, "path", path);
-        json_kv_str(&j, "cpu_kernels", kern_level_name(kern_level()));
+        json_kv_str(&j, "cpu_kernels", engine_cpu_level(b.e));
         json_kv_bool(&j, "cpu_amx", amx);
         json_kv_int(&j, "threads", threads ? threads : rl_ncpu());
         print_tuning(&j);
@@ -671,7 +669,7 @@ int cmd_bench(int argc, char **argv) {
                 char t[64];
                 snprintf(t, sizeof t, "prompt of %d tokens", prompts[0]);
                 print_profile(t, &ppre, (double)prompts[0], NULL, NULL);
-                if (cpu) ops_prof_print(stdout, t, (double)prompts[0]);
+                if (cpu) engine_prof_print(b.e, stdout, t, (double)prompts[0]);
             }
         }
     }

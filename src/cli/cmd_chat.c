@@ -46,7 +46,7 @@ static const opts_cmd CHAT = {
     "until it takes at most half the context). A turn that no longer fits the context, or a\n"
     "--history file that cannot be written, makes the exit status 1 (with -p: at once).\n"};
 
-static volatile sig_atomic_t g_interrupt;
+static atomic_int g_interrupt; /* set by the SIGINT handler (a lock-free atomic: async-signal-safe) */
 static void on_sigint(int sig) {
     (void)sig;
     g_interrupt = 1;

@@ -11,7 +11,6 @@
 #include "cli/cli.h"
 #include "base/common.h"
 #include "run/engine.h"
-#include "kern/ops.h"
 #include "cli/opts.h"
 #include "text/sampler.h"
 #include "run/session.h"
@@ -180,7 +179,7 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
     }
-    ops_fast_check_enable(check_fast && fast);
+    engine_fast_check(e, check_fast && fast);
     engine_set_hooks(c, d.acts ? on_dump : NULL, d.routes ? on_route : NULL, &d); /* observers only when wanted */
     /* prompt: chunks of `batch` rows, every row's logits */
     for (int i = 0; i < n; i += (int)batch) {
@@ -238,7 +237,7 @@ int cmd_dump(int argc, char **argv) {
     if (check_fast) {
         long checked, bad;
         double worst;
-        ops_fast_check_report(&checked, &bad, &worst);
+        engine_fast_check_report(e, &checked, &bad, &worst);
         fprintf(stderr, "fast-check: %ld products checked, %ld beyond tolerance, worst relative error %.3e\n", checked,
                 bad, worst);
         if (bad) rc = 1;

@@ -18,6 +18,8 @@
 #include "base/json.h"
 #include "gguf/quant.h"
 #include "model/qwen3next.h"
+#include "backend/cpu_forward.h"
+#include "serve/slot_plan.h"
 
 static const char *CMD = "info";
 #define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */
@@ -409,6 +411,22 @@ static uint64_t mem_cpu_total(const info *in, int f) {
            in->mem.cpu_scratch;
 }
 
+/* What a `redlite serve` slot costs at --ctx with the default f16 KV cache and 8 in-memory
+ * checkpoints (slot_plan.h, the estimate --parallel auto uses): on the CPU the context as
+ * mem_cpu_total counts it without the weights; on a CUDA device (cuda) the device context. How
+ * many fit: 80 % of MemAvailable less the weights (as if all were resident) and the first slot. */
+static void slots_cost(const info *in, bool cuda, slot_cost *sc, int *fit, uint64_t *avail) {
+    uint64_t n = (uint64_t)in->mem.n_ctx;
+    *sc = (slot_cost){.ctx_bytes = cuda ? in->mem.cuda_ctx[1] : mem_cpu_total(in, 1) - in->total_bytes,
+                      .rec_bytes = in->mem.state,
+                      .ram_bytes = in->mem.kv_token[1] * n + in->mem.state,
+                      .max_checkpoints = 8,
+                      .device = cuda};
+    uint64_t first = slot_plan_host_bytes(sc) + in->total_bytes;
+    *avail = slot_plan_mem_available();
+    *fit = cuda ? 0 : slot_plan_fit(sc, *avail > first ? *avail - first : 0, 0);
+}
+
 static void mem_text(const info *in, FILE *o) {
     char a[32], b[32], c[32], d[32], e[32];
     uint64_t n = (uint64_t)in->mem.n_ctx;
@@ -438,6 +456,19 @@ static void mem_text(const info *in, FILE *o) {
         fprintf(o, "  CUDA device      weights %s + KV + state + scratch (the scratch is sized by a CUDA build:\n"
                 "                   make CUDA=1; redlite bench --backend cuda --json measures the allocation)\n",
                 human_bytes(in->total_bytes, a, 32));
+    slot_cost sc;
+    int fit;
+    uint64_t avail;
+    slots_cost(in, false, &sc, &fit, &avail);
+    fprintf(o, "  serve slots      %d fit here (--parallel auto, at most %d): %s each on the CPU (context,\n"
+            "                   %d checkpoints, a RAM-tier state), 80 %% of MemAvailable %s less the weights\n",
+            fit, SLOT_PLAN_AUTO_MAX, human_bytes(slot_plan_bytes(&sc), a, 32), sc.max_checkpoints,
+            human_bytes(avail, b, 32));
+    if (in->mem.cuda_ok) {
+        slots_cost(in, true, &sc, &fit, &avail);
+        fprintf(o, "                   CUDA: %s of device memory + %s of host memory each\n",
+                human_bytes(sc.ctx_bytes, a, 32), human_bytes(slot_plan_host_bytes(&sc), b, 32));
+    }
 }
 
 static void print_text(const info *in, FILE *o) {
@@ -579,6 +610,27 @@ static void mem_json(const info *in, json_writer *j) {
         json_obj_begin(j);
         for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->total_bytes + in->mem.cuda_ctx[f]);
         json_obj_end(j);
+    }
+    json_obj_end(j);
+    slot_cost sc;
+    int fit;
+    uint64_t avail;
+    slots_cost(in, false, &sc, &fit, &avail);
+    json_key(j, "serve_slots");
+    json_obj_begin(j);
+    json_kv_int(j, "fit", fit);
+    json_kv_int(j, "auto_max", SLOT_PLAN_AUTO_MAX);
+    json_kv_uint(j, "mem_available_bytes", avail);
+    json_kv_uint(j, "weights_bytes", in->total_bytes);
+    json_kv_uint(j, "bytes_per_slot", slot_plan_bytes(&sc));
+    json_kv_uint(j, "context_bytes", sc.ctx_bytes);
+    json_kv_int(j, "checkpoints", sc.max_checkpoints);
+    json_kv_uint(j, "checkpoint_bytes", sc.rec_bytes);
+    json_kv_uint(j, "ram_state_bytes", sc.ram_bytes);
+    if (in->mem.cuda_ok) {
+        slots_cost(in, true, &sc, &fit, &avail);
+        json_kv_uint(j, "cuda_device_bytes_per_slot", sc.ctx_bytes);
+        json_kv_uint(j, "cuda_host_bytes_per_slot", slot_plan_host_bytes(&sc));
     }
     json_obj_end(j);
     json_obj_end(j);

@@ -49,6 +49,8 @@ static const char SERVE_FOOTER[] =
     "                         forwards, each answer as if it ran alone\n"
     "  --ram-states N         conversations evicted from a slot kept in RAM (default: one per\n"
     "                         slot; 0 = none)\n"
+    "  --ram-states-mib N     their size in all at most N MiB (default: no byte cap; alone,\n"
+    "                         without --ram-states: as many as N MiB hold)\n"
     "  --queue N              requests waiting for a slot before 503 (default 16)\n"
     "  --max-body MIB         largest request body (default 32)\n"
     "  -n, --max-tokens N     answer length when a request does not say (default -1: the\n"
@@ -108,7 +110,7 @@ typedef struct {
 
 typedef struct {
     const char *host, *api_key, *alias, *script_path, *state_dir, *parallel;
-    long long ram_states;
+    long long ram_states, ram_states_mib;
     long long port, queue, max_body, max_tokens, delay_ms, checkpoints, state_max_mib, state_min_tokens;
     long long max_conns, max_per_peer, read_timeout, idle_timeout, drain_timeout;
     allow_list hosts, origins;
@@ -143,6 +145,7 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         {"--state-dir", 0, offsetof(serve_flags, state_dir), 0, 0},
         {"--parallel", 0, offsetof(serve_flags, parallel), 0, 0},
         {"--ram-states", 1, offsetof(serve_flags, ram_states), 0, 1024},
+        {"--ram-states-mib", 1, offsetof(serve_flags, ram_states_mib), 1, 1LL << 24},
         {"--port", 1, offsetof(serve_flags, port), 0, 65535},
         {"--queue", 1, offsetof(serve_flags, queue), 0, 4096},
         {"--max-body", 1, offsetof(serve_flags, max_body), 1, 4096},
@@ -286,6 +289,7 @@ int cmd_serve(int argc, char **argv) {
             .max_checkpoints = (int)checkpoints,
             .n_slots = (int)n_slots,
             .ram_states = (int)f.ram_states,
+            .ram_max_bytes = (uint64_t)f.ram_states_mib << 20,
             .state_dir = state_dir,
             .state_max_bytes = (uint64_t)state_max_mib << 20,
             .state_min_tokens = (int)state_min_tokens,

@@ -936,7 +936,7 @@ static void progress_line(void *ud, int done, int total, double seconds) {
     p->shown = true;
 }
 
-session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, volatile sig_atomic_t *cancel) {
+session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, atomic_int *cancel) {
     p->on = !o->json && isatty(STDERR_FILENO);
     p->shown = false;
     p->last = -1;

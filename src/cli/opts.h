@@ -117,7 +117,7 @@ typedef struct {
     int batch;
     double last; /* seconds of the last redraw */
 } cli_progress;
-session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, volatile sig_atomic_t *cancel);
+session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, atomic_int *cancel);
 void cli_feed_done(cli_progress *p);
 void cli_warn_ctx_train(const char *cmd, const session *s, int n_tokens, bool *warned);
 

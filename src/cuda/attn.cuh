@@ -48,8 +48,8 @@ __device__ __forceinline__ void attn_finish(const float *O, float L, const float
 // merged. The operations and their order are merge_step's whatever PT and PF, so every shape gives
 // the same bits. A warp per (row, head) (PT = DPL) with 8 partials in flight (H200, 12-layer Q4_K_M,
 // decode at 32K depth: 603 -> 615-629 tok/s over one at a time) still took ~27 us per layer, as long
-// as the split kernel (16 warps on the GPU); hence the default, a thread per dim (cu_attn_dims.merge_wide,
-// since 2026-12-02: 12-layer decode at 32K depth CF2 596-605 -> 608-609, Q4_K_M 615-625 -> 626-634 tok/s;
+// as the split kernel (16 warps on the GPU); hence the default, a thread per dim (cu_attn_dims.merge_wide:
+// 12-layer decode at 32K depth CF2 596-605 -> 608-609, Q4_K_M 615-625 -> 626-634 tok/s;
 // RL_CUDA_MERGE=warp keeps the warp shape), with PF partials in flight (attn_merge_pf).
 // Partials c0 .. c0 + PF - 1 (those < n) of a row merged into (M, L, O): all loaded, then merged in
 // order. FULL (c0 + PF <= n): no bound checks, so the batch is straight-line code and the exps of a step
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, co
 }
 
 // The wide merge with its (M, L) factors made in parallel (cu_attn_dims.merge_scan, RL_CUDA_MERGE=scan;
-// written 2026-12-04 without a GPU: test_cuda_ops compares it with the prefill kernel, not yet run).
+// test_cuda_ops compares it with the prefill kernel; not the default until measured).
 // merge_ab's running max before chunk k is the max of the partials' m before it (fmaxf is exact and, on
 // non-NaN values, order-free; a zero's sign never reaches a result: expf(+-0) = 1), so a block of HD
 // threads takes HD partials at a time: thread k loads chunk k's m and l, an inclusive prefix max (warp
@@ -166,7 +166,7 @@ template <int DPL> __global__ void __launch_bounds__(DPL * 32) k_attn_merge_scan
 // bits). At 32K positions a row has 129 partials: 16 a batch is 9 load round trips on the chain, 64 is
 // 3, and whole batches (merge_batch FULL) let the exps run ahead of the L / O chains. Nsight Compute,
 // H200, 12-layer CF2 at 32K: 17.0 us (16, the loop before merge_batch) -> 12.6 (64) -> 11.2 us (64,
-// whole batches); 16 with whole batches took 31 us (2026-12-04, calls 73-74).
+// whole batches); 16 with whole batches took 31 us.
 static inline int attn_merge_pf() {
     static const int pf = cu_env_int("RL_CUDA_MERGE_PF", 64);
     return pf == 16 || pf == 32 ? pf : 64;

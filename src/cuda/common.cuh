@@ -60,9 +60,9 @@ static inline bool cu_pdl_device() {
     return ok;
 }
 
-// Whether launches carry the PDL attribute: the default since 2026-12-04 (RL_CUDA_PDL=0: off), read
-// once per file. H200, 12-layer calibrated files, decode: Q4_K_M +4 % (+10-15 % at 8K), CF2 and
-// IQ2_XXS within the noise (-3 % to +4 %) in sessions 22 and 23 (bench/results/2026-12-04-*).
+// Whether launches carry the PDL attribute: the default (RL_CUDA_PDL=0: off), read once per file.
+// H200, 12-layer calibrated files, decode: Q4_K_M +4 % (+10-15 % at 8K), CF2 and IQ2_XXS within the
+// noise (-3 % to +4 %) (bench/results/2026-12-04-*).
 // Only on devices of compute capability >= 9.0 (pdl_enter's wait exists only there: on older GPUs a
 // launch must not overlap the kernel before it), so one fat binary runs everywhere.
 static inline bool cu_pdl() {

@@ -113,9 +113,8 @@ int cu_matmul_group_tt(uint32_t type);
  * grouped experts) each activation row is quantised to Q8_K as the CPU does and each output is
  * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
  * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
- * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh; not yet the
- * default: written 2026-12-02 without a GPU run). Process-wide; the initial mode is RL_CUDA_MMQ=0|1|2
- * (default 1). Set it before contexts run (a context's prefill and steps must use one arithmetic).
+ * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
+ * Process-wide; the initial mode is RL_CUDA_MMQ=0|1|2 (default 2, matmul.cu int8_on). Set it before contexts run (a context's prefill and steps must use one arithmetic).
  * Returns the previous mode. */
 int cu_matmul_set_int8(int mode);
 

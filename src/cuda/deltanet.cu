@@ -178,15 +178,15 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 // 128 and C to a multiple of 32, so every block's SCAN_NC columns lie in one head and every copied
 // piece is 16-byte aligned.
 //
-// A step is bound by its dependent chain (session 18: 2 or 4 columns per warp, whatever the block
+// A step is bound by its dependent chain (2 or 4 columns per warp, whatever the block
 // shape, ran 1-17 % slower prompts, bench/results/2026-12-03-cuda-session18-h200.md; that variant is
-// gone): two double butterflies of 5 levels per step. DEFER (the default since session 19;
+// gone): two double butterflies of 5 levels per step. DEFER (the default;
 // RL_CUDA_DN_SCAN_DEFER=0 for the chained reduction) takes most of the output's butterfly off the
 // chain, since the next step does not need o: after its levels 16 and 8 the warp's lanes 0..7 hold the
 // 8 distinct partial sums b_0..b_7, which go to shared memory; after each staged chunk lane r finishes
 // row r's levels 4, 2, 1 as ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)) — the tree the butterfly
 // forms at lane 0 (IEEE addition is commutative, so every lane's butterfly is that tree): the same
-// bits as delta_col (every CUDA test passed under both, session 19; prompt +2-3 %,
+// bits as delta_col (every CUDA test passed under both; prompt +2-3 %,
 // bench/results/2026-12-03-cuda-session19-h200.md).
 #define SCAN_NC 8 // state columns (warps) per block
 #define SCAN_ROWS 16

@@ -256,7 +256,7 @@ static inline int mm_decode_nr(bool gateup) {
 
 // Staged weights (mm_body's ST) for decode and small-batch launches, RL_CUDA_MM_STAGE: "iq" (the
 // default: the IQ types, whose grid lookups lengthen the per-unit load chain), "1" every type, "0"
-// none (the previous kernels). Same bits whatever the setting. H200, cf2 decode (2026-12-01,
+// none (the previous kernels). Same bits whatever the setting. H200, cf2 decode (
 // bench/results/2026-12-01-cuda-decode-h200.md): IQ types only 197.0 tok/s, none 191.7, every
 // type 179.4 (ncu: the IQ1_M expert launches 9-10 % faster; the dense K-quant GEMVs, whose loads
 // are already all in flight, only pay the copy and the wait).

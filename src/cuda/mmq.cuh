@@ -298,13 +298,11 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // at once, then reads them from there: the block's whole share of the matrix is in flight while the
 // tile is quantised, with no registers held for it (the direct loads keep one super-block per lane in
 // flight and 4 blocks per SM, register-bound, move ~1.1 TB/s on the H200). The same bytes reach the
-// same arithmetic, so the same bits (test_cuda_ops / engine / verify on the H200, 2026-12-02: the
-// default since; staged decode is 13-16 % faster on 12-layer CF2 and Q4_K_M files).
+// same arithmetic, so the same bits (test_cuda_ops / engine / verify on the H200; staged decode is 13-16 % faster on 12-layer CF2 and Q4_K_M files).
 // SM (streaming: dense one-token launches, the default; RL_CUDA_MMQ_SM=0 off; ST's copies, two slices per warp): a grid
 // of only the blocks that fit on the GPU; each quantises its input once and walks the row blocks bx,
 // bx + gridDim.x, ..., copying the next block's rows into one slice while multiplying the other's.
-// Each row block's arithmetic is ST's, so the same bits (test_cuda_ops / engine on the H200,
-// 2026-12-02 session 11).
+// Each row block's arithmetic is ST's, so the same bits (test_cuda_ops / engine on the H200).
 template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST, bool SM>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes, GPR = 4 / RS; // GPR: lane groups per row set
@@ -517,12 +515,12 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
 }
 
 // PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
-// only; the same operations on the same values, so the same bits; H200 2026-12-02: bit-identical, a wash).
+// only; the same operations on the same values, so the same bits; H200: bit-identical, a wash).
 // RS: row sets per warp (1, 2 or 4; for rows of 2 / 1 super-blocks 4 by default, decode rows only; see
 // mmq_vec_rs): the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets
 // of NR rows each, so short rows (the expert down projections, 512 columns) keep every lane busy and a
-// warp has RS NR rows; each row's terms are still added in super-block order, so the same bits (H200
-// 2026-12-02, 12-layer calibrated decode: CF2 662-665 -> 700-704 tok/s, Q4_K_M 677-689 -> 732-734;
+// warp has RS NR rows; each row's terms are still added in super-block order, so the same bits (H200,
+// 12-layer calibrated decode: CF2 662-665 -> 700-704 tok/s, Q4_K_M 677-689 -> 732-734;
 // test_cuda_ops / engine / verify bit-identical). PF measured a wash there (660-686): stays off.
 template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1, bool ST = false, bool SM = false>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {

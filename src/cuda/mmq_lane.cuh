@@ -4,7 +4,7 @@
 // Why: k_mmq_vec gives a super-block to 8 lanes of 32 values each, so every (row, super-block) pays
 // a 3-level shuffle reduction of its integer sums, a broadcast of its term and the scale decoding in
 // all 8 lanes: ~70 warp instructions per (row, super-block) of Q4_K. Nsight Compute on the H200
-// (2026-12-03, 12-layer CF2 decode): the dense Q4_K decode GEMVs issue-bound (IPC 1.9 at 28 %
+// (12-layer CF2 decode): the dense Q4_K decode GEMVs issue-bound (IPC 1.9 at 28 %
 // occupancy) at 17 % of DRAM bandwidth, the IQ1_M expert launches at 6 %.
 //
 // Here one lane owns a whole super-block of one row. Its integer sums are those of k_mmq_vec

@@ -22,7 +22,7 @@ static inline int mmq_vec_nr() {
 
 // Whether a launch without the staged tiles runs the dp4a kernel: decode rows, small batches, and
 // the IQ types' prefill tiles without a scratch. k_mmq_mma takes the K-quants only: its IQ outputs
-// were wrong on the H200 (2026-12-02: IQ2_XS all zeros, the others far off). The cause, found in
+// were wrong on the H200 (IQ2_XS all zeros, the others far off). The cause, found in
 // its PTX afterwards: nvcc 13.0 dropped the loop that filled the MMA B operands, the `#pragma
 // unroll` loop after an unbraced `if constexpr (!mmq_iq(TYPE)) #pragma unroll for (...) {...}`
 // (false for the IQ types), leaving undefined registers; tests/test_cuda_source.py now refuses
@@ -35,7 +35,7 @@ __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool sma
 // RL_CUDA_MMQ_RS=1: 2 for 2 super-blocks, 4 for 1; RL_CUDA_MMQ_RS=0: one row set; the same bits
 // whatever the value. 4 sets halve the blocks of a grouped expert down projection (2,048 rows x 10
 // experts, 96 registers: 5 blocks of 4 warps per SM), which then fits the H200 in one wave instead of
-// two: 12-layer calibrated decode CF2 855-862 -> 889-901 tok/s, Q4_K_M 899-919 -> 923-949 (2026-12-02).
+// two: 12-layer calibrated decode CF2 855-862 -> 889-901 tok/s, Q4_K_M 899-919 -> 923-949.
 static inline int mmq_vec_rs(int n_in) {
     static const int mode = cu_env_int("RL_CUDA_MMQ_RS", 2);
     const int nsb = n_in / 256;
@@ -54,7 +54,7 @@ static inline bool mmq_lane_ok(int tt, int n_in, bool tail) {
 }
 // Lanes per super-block of k_mmq_lane (1 or 2; tuning, the same bits): RL_CUDA_MQL_SPL_K for the
 // K-quants, RL_CUDA_MQL_SPL_IQ for the IQ types, halved while a row does not fit a warp. Default 1 for
-// both: H200 2026-12-03 (call 45), 12-layer calibrated decode, medians of 3 interleaved rounds, CF2:
+// both: H200, 12-layer calibrated decode, medians of 3 interleaved rounds, CF2:
 // SPL_IQ 1 / 2 / 4 = 1,032.0 / 1,016.7 / 940.1 tok/s, SPL_K 1 / 2 / 4 = 1,016.7 / 955.7 / 896.3;
 // Q4_K_M: SPL_K 1 / 2 / 4 = 1,125.8 / 1,001.2 / 878.8 (more lanes per super-block only add shuffles
 // and smaller row groups; the IQ lookups' longer chains did not need them). 4 lanes, the slowest
@@ -157,14 +157,14 @@ static inline bool mmq_vec_pf() {
     return pf;
 }
 // Decode rows staged in shared memory (k_mmq_vec's ST): the default, RL_CUDA_MMQ_ST=0 loads them
-// directly (same bits). H200 2026-12-02, 12-layer calibrated decode: CF2 691-695 -> 798-804 tok/s,
+// directly (same bits). H200, 12-layer calibrated decode: CF2 691-695 -> 798-804 tok/s,
 // Q4_K_M 720-732 -> 822-838, Q4_K_M at 32K depth 654 -> 743; the Q5_K output head 186 -> 136 us.
 static inline bool mmq_vec_st() {
     static const bool st = cu_env_int("RL_CUDA_MMQ_ST", 1) == 1;
     return st;
 }
 // Dense one-token launches streamed (k_mmq_vec's SM): the default, RL_CUDA_MMQ_SM=0 gives one
-// block per row block (same bits). H200 2026-12-02 (session 11), 12-layer calibrated decode: CF2
+// block per row block (same bits). H200, 12-layer calibrated decode: CF2
 // 810 -> 837-839 tok/s, Q4_K_M 829-848 -> 875; with the split DeltaNet step 844-847 / 900-904.
 static inline bool mmq_vec_sm() {
     static const bool sm = cu_env_int("RL_CUDA_MMQ_SM", 1) == 1;

@@ -17,11 +17,10 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
                          int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
-    // packed-key picks by default since 2026-12-02 (H200, session 12: 12-layer decode +1.3 % CF2, +0.3 % Q4_K_M,
-    // the same selection: test_tail_router compares it with the butterfly picks of the matmul tail bit for bit)
-    static const bool packed = !cu_env_is("RL_CUDA_ROUTER_TOPK", "butterfly");
-    const bool nv16 = ROUTER_NV(E) == 16;
-    auto k = packed ? (nv16 ? k_router<true, 16> : k_router<true, 32>) : (nv16 ? k_router<false, 16> : k_router<false, 32>);
+    // packed-key picks (two single-instruction warp reductions per pick): the same selection as the
+    // butterfly picks the matmul tail keeps (test_tail_router compares them bit for bit) and faster
+    // (docs/TUNING.md, deleted variants: RL_CUDA_ROUTER_TOPK=butterfly)
+    auto k = ROUTER_NV(E) == 16 ? k_router<true, 16> : k_router<true, 32>;
     cu_go(k, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     CU_LAUNCHED("k_router");
     return 0;

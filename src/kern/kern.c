@@ -17,18 +17,20 @@
 #endif
 
 #include "base/common.h"
+#include "gguf/quant_tables.h"
 
+/* The CPU's facts and the per-level tables as filled: written once under pthread_once (init) from
+ * CPUID and the ISA files, read-only afterwards. A configuration (kern_cfg) copies the table of its
+ * level and applies its switches to the copy, so these are never modified after init and any number
+ * of configurations (one per engine) coexist. */
 static kern_table tables[KERN_NLEVELS];
 static bool has_simd[KERN_NLEVELS][QT_COUNT];
 static bool supported[KERN_NLEVELS];
-static int active = KERN_SCALAR;
-static kern_matmul_fn mm_base[KERN_NLEVELS][QT_COUNT]; /* matmul as filled (kern_set_mm512 off) */
-static bool mm512_on;
 static bool amx_ok;   /* CPU + OS + permission (detect) */
-static bool cpu_amd;  /* CPUID vendor AuthenticAMD (detect): picks the IQ2 mat-vecs, see init */
-static int amx_mode;  /* KERN_AMX_* */
-static int amx_rows;  /* kern_set_amx_rows: 0, or the tiles' threshold for every type */
+static bool cpu_amd;  /* CPUID vendor AuthenticAMD (detect): picks the IQ2 mat-vecs, see kern_cfg_init */
+static kern_cfg default_cfg; /* kern_opts_default() applied (kern_cfg_default) */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int cfg_init(kern_cfg *c, const kern_opts *o);
 
 static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
                                int64_t n_cols, const void *act, float *out) {
@@ -89,28 +91,48 @@ static void detect(void) {
 #endif
 }
 
-/* The AVX-512 level's batched kernels: the 256-bit core as filled, the 512-bit one (mm512_on), the
- * AMX tiles or their emulation (amx_mode) where the level has them. */
-static void select_mm(void) {
-    kern_table *t = &tables[KERN_AVX512];
+/* The AVX-512 level's batched kernels of configuration c: the 256-bit core as filled, the 512-bit
+ * one (mm512), the AMX tiles or their emulation (amx) where the level has them. */
+static void select_mm(kern_cfg *c) {
+    if (c->level != KERN_AVX512) return;
+    const kern_table *base = &tables[KERN_AVX512];
+    kern_table *t = &c->t;
     for (int ty = 0; ty < QT_COUNT; ty++) {
-        kern_matmul_fn m = mm_base[KERN_AVX512][ty];
-        if (m && mm512_on && t->matmul_w[ty]) m = t->matmul_w[ty];
+        kern_matmul_fn m = base->matmul[ty];
+        if (m && c->mm512 && t->matmul_w[ty]) m = t->matmul_w[ty];
         /* below amx_from activation rows the tiles' per-call preparation of the weights costs more
          * than they save: the core chosen above takes those batches */
         t->matmul_lo[ty] = m;
         t->amx_from[ty] = 0;
-        kern_matmul_fn x = amx_mode == KERN_AMX_ON ? t->matmul_x[ty] : amx_mode == KERN_AMX_EMUL ? t->matmul_xe[ty] : NULL;
+        kern_matmul_fn x = c->amx == KERN_AMX_ON ? t->matmul_x[ty] : c->amx == KERN_AMX_EMUL ? t->matmul_xe[ty] : NULL;
         if (m && x) {
-            t->amx_from[ty] = amx_rows > 0 ? amx_rows : t->amx_min[ty];
+            t->amx_from[ty] = c->amx_rows > 0 ? c->amx_rows : t->amx_min[ty];
             m = x;
         }
         t->matmul[ty] = m;
     }
 }
 
-static void init(void) {
+uint64_t kern_iq1_fold[4096], kern_iq1_fold_nq[4096];
+
+/* kern_iq1_fold[(index << 1) | neg]: the bytes 8*grid + (neg ? -1 : +1) + 9 of IQ1 grid entry index
+ * (kern_x86_iq.h says why); kern_iq1_fold_nq the same re-indexed by the raw qs byte and qh nibble
+ * (kern_x86_512.h). */
+static void iq1_tables_init(void) {
+    for (int i = 0; i < 4096; i++) {
+        const uint64_t g = iq1s_grid[i >> 1];
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++)
+            v |= (uint64_t)(8 * (int)(int8_t)(g >> (8 * j)) + ((i & 1) ? -1 : 1) + 9) << (8 * j);
+        kern_iq1_fold[i] = v;
+    }
+    for (int k = 0; k < 4096; k++)
+        kern_iq1_fold_nq[k] = kern_iq1_fold[((k & 255) << 1) | ((k >> 8) & 7) << 9 | (k >> 11)];
+}
+
+static void init_tables(void) {
     detect();
+    iq1_tables_init();
     supported[KERN_SCALAR] = true;
     fill_scalar(&tables[KERN_SCALAR]);
     /* The fill functions are compiled with their ISA's flags: the compiler may use those
@@ -119,17 +141,6 @@ static void init(void) {
     if (supported[KERN_AVX2]) kern_fill_avx2(&tables[KERN_AVX2]);
     tables[KERN_AVX512] = tables[KERN_AVX2];
     if (supported[KERN_AVX512]) kern_fill_avx512(&tables[KERN_AVX512]);
-    /* The IQ2_XXS / IQ2_XS mat-vecs at the AVX-512 level: the 4-row 512-bit kernels gather the grid
-     * entries (vpgatherdq), which Intel runs fast and Zen 4 slowly. Measured (test_kern, one thread,
-     * cache-resident weights, best of 5): Zen 4 VM IQ2_XXS AVX2 3.83 vs AVX-512 3.36 GB/s, IQ2_XS 4.12
-     * vs 3.64; Emerald Rapids VM (kernels-2026-11-30.md) IQ2_XXS 2.76 vs 3.52, IQ2_XS 3.11 vs 4.73.
-     * So AMD CPUs keep the AVX2 ones. Same results either way (both equal the scalar vec_dot bit for
-     * bit); RL_KERN_IQ2_MV=256|512 overrides the choice. */
-    const char *iq2 = getenv("RL_KERN_IQ2_MV");
-    if (supported[KERN_AVX512] && (iq2 ? !strcmp(iq2, "256") : cpu_amd)) {
-        tables[KERN_AVX512].matvec[QT_IQ2_XXS] = tables[KERN_AVX2].matvec[QT_IQ2_XXS];
-        tables[KERN_AVX512].matvec[QT_IQ2_XS] = tables[KERN_AVX2].matvec[QT_IQ2_XS];
-    }
     for (int l = 1; l < KERN_NLEVELS; l++)
         for (int ty = 0; ty < QT_COUNT; ty++) {
             has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];
@@ -139,52 +150,86 @@ static void init(void) {
                 tables[l].matmul[ty] = NULL;
         }
 
-    for (int l = 0; l < KERN_NLEVELS; l++) memcpy(mm_base[l], tables[l].matmul, sizeof mm_base[l]);
-    const char *mm = getenv("RL_KERN_MM"), *amx = getenv("RL_KERN_AMX");
-    /* the 512-bit core is the default at the AVX-512 level since the H200 host run of 2026-12-01
-     * (test_kern bit-exact with both cores; prompt 512 on q4_k_m at 16 threads 365 vs 319 tok/s);
-     * RL_KERN_MM=256 keeps the 256-bit core. AMX tiles where the CPU grants them, RL_KERN_AMX=0 not. */
-    mm512_on = !(mm && !strcmp(mm, "256")) && supported[KERN_AVX512];
-    amx_mode = amx_ok && !(amx && !strcmp(amx, "0")) ? KERN_AMX_ON : KERN_AMX_OFF;
-    /* RL_KERN_AMX_ROWS=n: the tiles from n activation rows on for every type (measuring thresholds) */
-    const char *rows = getenv("RL_KERN_AMX_ROWS");
-    const int nrows = rows ? atoi(rows) : 0;
-    if (nrows > 0) amx_rows = nrows;
-    if (supported[KERN_AVX512]) select_mm();
-    int want = KERN_AVX512;
-    const char *env = getenv("RL_KERN");
-    if (env && *env) {
-        for (int l = 0; l < KERN_NLEVELS; l++)
-            if (strcmp(env, kern_level_name(l)) == 0) want = l;
-    }
-    while (want > 0 && !supported[want]) want--;
-    active = want;
+    const kern_opts o = kern_opts_default();
+    cfg_init(&default_cfg, &o);
 }
 
-int kern_level(void) {
-    pthread_once(&once, init);
-    return active;
+kern_opts kern_opts_default(void) {
+    return (kern_opts){.level = KERN_NLEVELS - 1, .mm512 = true, .amx = true, .amx_rows = 0, .iq2_mv = 0};
+}
+
+/* The IQ2_XXS / IQ2_XS mat-vecs at the AVX-512 level: the 4-row 512-bit kernels gather the grid
+ * entries (vpgatherdq), which Intel runs fast and Zen 4 slowly (measurements: docs/TUNING.md,
+ * bench/results/kernels-2026-11-30.md), so AMD CPUs take the AVX2 ones unless iq2_mv says otherwise.
+ * Same results either way: both equal the scalar vec_dot bit for bit. The batched kernels are the
+ * level's own in both cases. */
+static void select_iq2(kern_cfg *c) {
+    if (c->level != KERN_AVX512) return;
+    const bool mv256 = c->iq2_mv ? c->iq2_mv == 256 : cpu_amd;
+    const kern_table *src = &tables[mv256 ? KERN_AVX2 : KERN_AVX512];
+    c->t.matvec[QT_IQ2_XXS] = src->matvec[QT_IQ2_XXS];
+    c->t.matvec[QT_IQ2_XS] = src->matvec[QT_IQ2_XS];
+}
+
+int kern_cfg_init(kern_cfg *c, const kern_opts *o) {
+    pthread_once(&once, init_tables);
+    const kern_opts d = kern_opts_default();
+    return cfg_init(c, o ? o : &d);
+}
+
+/* kern_cfg_init once the tables exist (init_tables builds the default configuration with it). */
+static int cfg_init(kern_cfg *c, const kern_opts *o) {
+    if (o->amx_rows < 0) return rl_seterr("kernel options: %d AMX rows (0 for the per-type thresholds)", o->amx_rows);
+    if (o->iq2_mv && o->iq2_mv != 256 && o->iq2_mv != 512)
+        return rl_seterr("kernel options: IQ2 mat-vec width %d (256 or 512, 0 by CPU vendor)", o->iq2_mv);
+    int level = o->level < 0 ? 0 : o->level >= KERN_NLEVELS ? KERN_NLEVELS - 1 : o->level;
+    while (level > 0 && !supported[level]) level--; /* a level the CPU lacks: the best below it */
+    memset(c, 0, sizeof *c);
+    c->level = level;
+    c->mm512 = o->mm512 && supported[KERN_AVX512];
+    c->amx = o->amx && amx_ok ? KERN_AMX_ON : KERN_AMX_OFF;
+    c->amx_rows = o->amx_rows;
+    c->iq2_mv = o->iq2_mv;
+    c->t = tables[level];
+    select_iq2(c);
+    select_mm(c);
+    return 0;
+}
+
+const kern_cfg *kern_cfg_default(void) {
+    pthread_once(&once, init_tables);
+    return &default_cfg;
 }
 
 const char *kern_level_name(int level) {
-    static const char *names[KERN_NLEVELS] = { "scalar", "avx2", "avx512" };
+    static const char *const names[KERN_NLEVELS] = { "scalar", "avx2", "avx512" };
     return level >= 0 && level < KERN_NLEVELS ? names[level] : "?";
 }
 
 bool kern_level_supported(int level) {
-    pthread_once(&once, init);
+    pthread_once(&once, init_tables);
     return level >= 0 && level < KERN_NLEVELS && supported[level];
 }
 
-int kern_set_level(int level) {
+int kern_best_level(void) {
+    pthread_once(&once, init_tables);
+    int l = KERN_NLEVELS - 1;
+    while (l > 0 && !supported[l]) l--;
+    return l;
+}
+
+int kern_cfg_set_level(kern_cfg *c, int level) {
     if (!kern_level_supported(level))
         return rl_seterr("kernel level %s is not supported by this CPU", kern_level_name(level));
-    active = level;
+    c->level = level;
+    c->t = tables[level];
+    select_iq2(c);
+    select_mm(c);
     return 0;
 }
 
 bool kern_has_simd(int level, uint32_t wtype) {
-    pthread_once(&once, init);
+    pthread_once(&once, init_tables);
     return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && has_simd[level][wtype];
 }
 
@@ -198,24 +243,24 @@ size_t kern_act_size(uint32_t wtype, int64_t n_cols) {
     return a < 0 ? 0 : quant_row_size((uint32_t)a, n_cols);
 }
 
-void kern_quantize_act(uint32_t wtype, const float *x, int64_t n, void *act_q) {
+void kern_quantize_act(const kern_cfg *c, uint32_t wtype, const float *x, int64_t n, void *act_q) {
     const int a = kern_act_type(wtype);
     RL_ASSERT(a >= 0 && quant_row_size((uint32_t)a, n) > 0);
-    tables[kern_level()].quant[a](x, act_q, n);
+    (c ? c : kern_cfg_default())->t.quant[a](x, act_q, n);
 }
 
-void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
+void kern_matvec(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
                  float *out) {
     const size_t rb = quant_row_size(wtype, n_cols);
     RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0);
-    tables[kern_level()].matvec[wtype](W, rb, n_rows, n_cols, act_q, out);
+    (c ? c : kern_cfg_default())->t.matvec[wtype](W, rb, n_rows, n_cols, act_q, out);
 }
 
-void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
+void kern_matmul(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
                  float *out, int64_t ldo) {
     const size_t rb = quant_row_size(wtype, n_cols), ab = kern_act_size(wtype, n_cols);
     RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0 && T >= 0 && (T <= 1 || ldo >= n_rows));
-    const kern_table *tb = &tables[kern_level()];
+    const kern_table *tb = &(c ? c : kern_cfg_default())->t;
     if (T == 1 || !tb->matmul[wtype]) {
         for (int t = 0; t < T; t++)
             tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab, out + (size_t)t * ldo);
@@ -226,49 +271,42 @@ void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, 
 }
 
 bool kern_has_matmul(int level, uint32_t wtype) {
-    pthread_once(&once, init);
+    pthread_once(&once, init_tables);
     return level > 0 && level < KERN_NLEVELS && wtype < QT_COUNT && tables[level].matmul[wtype] != NULL;
 }
 
-int kern_set_mm512(bool on) {
+int kern_cfg_set_mm512(kern_cfg *c, bool on) {
     if (!kern_level_supported(KERN_AVX512))
         return rl_seterr("the 512-bit batched core needs AVX-512 (F/BW/VL/DQ + VNNI), which this CPU lacks");
-    mm512_on = on;
-    select_mm();
+    c->mm512 = on;
+    select_mm(c);
     return 0;
 }
 
-bool kern_mm512(void) {
-    pthread_once(&once, init);
-    return mm512_on;
-}
-
 bool kern_amx_supported(void) {
-    pthread_once(&once, init);
+    pthread_once(&once, init_tables);
     return amx_ok;
 }
 
-int kern_set_amx(int mode) {
-    pthread_once(&once, init);
+int kern_cfg_set_amx(kern_cfg *c, int mode) {
+    pthread_once(&once, init_tables);
     if (mode == KERN_AMX_ON && !amx_ok)
         return rl_seterr("AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
     if (mode == KERN_AMX_EMUL && !supported[KERN_AVX512])
         return rl_seterr("the emulated AMX kernels need the AVX-512 level, which this CPU lacks");
-    if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL) return rl_seterr("kern_set_amx: unknown mode %d", mode);
-    amx_mode = mode;
-    if (supported[KERN_AVX512]) select_mm();
+    if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL) return rl_seterr("kern_cfg_set_amx: unknown mode %d", mode);
+    c->amx = mode;
+    select_mm(c);
     return 0;
 }
 
-int kern_set_amx_rows(int rows) {
-    pthread_once(&once, init);
-    if (rows < 0) return rl_seterr("kern_set_amx_rows: %d rows (0 for the per-type thresholds)", rows);
-    amx_rows = rows;
-    if (supported[KERN_AVX512]) select_mm();
+int kern_cfg_set_amx_rows(kern_cfg *c, int rows) {
+    if (rows < 0) return rl_seterr("kern_cfg_set_amx_rows: %d rows (0 for the per-type thresholds)", rows);
+    c->amx_rows = rows;
+    select_mm(c);
     return 0;
 }
 
-int kern_amx(void) {
-    pthread_once(&once, init);
-    return amx_mode;
+const char *kern_cfg_describe(const kern_cfg *c) {
+    return c->level == KERN_AVX512 && c->amx == KERN_AMX_ON ? "avx512 + AMX tiles" : kern_level_name(c->level);
 }

@@ -10,10 +10,12 @@
  *     kern_matvec(wtype, W, n_rows, n_cols, aq, out);            // out[r] = W[r,:] . x
  *
  * Levels: KERN_SCALAR (quant_traits vec_dot / from_float: always present, the reference),
- * KERN_AVX2 (AVX2+FMA+F16C), KERN_AVX512 (AVX-512 F/BW/VL/DQ + VNNI). The best level the CPU
- * supports is used unless RL_KERN=scalar|avx2|avx512 asks for a lower one (a level the CPU
- * lacks falls back to the best supported one). Types without a SIMD kernel at a level use the
- * next lower level's kernel, ultimately the scalar one.
+ * KERN_AVX2 (AVX2+FMA+F16C), KERN_AVX512 (AVX-512 F/BW/VL/DQ + VNNI). Which level and which
+ * batched cores run is a configuration (kern_cfg) owned by whoever runs kernels — an engine's ops
+ * runtime (ops.h) — and passed to every call; there is no process-wide setting. The default
+ * configuration is the best level the CPU supports (kern_opts.level asks for a lower one; a level
+ * the CPU lacks falls back to the best supported one). Types without a SIMD kernel at a level use
+ * the next lower level's kernel, ultimately the scalar one.
  *
  * Every type quant.h can vec_dot has a SIMD kernel at the AVX2 and AVX-512 levels. Results match
  * the scalar vec_dot: for K and IQ types the integer sums are identical and the float operations
@@ -36,9 +38,10 @@
  * at load) have scalar, AVX2 and batched kernels like the file types (kern_x86_repack.h), each
  * bit-identical to the original type's vec_dot on the rows before repacking.
  *
- * Threading: all functions are thread-safe and keep no state beyond the dispatch table
- * (initialised once, on first use). Split rows across threads by calling kern_matvec on
- * disjoint row ranges (W + r0 * row_bytes, out + r0).
+ * Threading: all functions are thread-safe; the only process state is the CPU's facts and the
+ * per-level tables as filled (initialised once, on first use, read-only afterwards). A kern_cfg is
+ * read by the kernels and written only by its owner between kernel calls. Split rows across threads
+ * by calling kern_matvec on disjoint row ranges (W + r0 * row_bytes, out + r0).
  * Tested by tests/c/test_kern.c (every level the CPU supports); RL_KERN_BENCH=1 makes it print
  * GB/s per type and level and the batched kernels' speedups (bench/results/kernels-*.md).
  */
@@ -53,15 +56,12 @@
 
 enum { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX512 = 2, KERN_NLEVELS = 3 };
 
-/* The level in use (initialises the dispatch table on first call). */
-int kern_level(void);
 /* "scalar", "avx2", "avx512" ("?" for an invalid level). */
 const char *kern_level_name(int level);
 /* Whether this CPU (and OS) can run `level`. KERN_SCALAR is always supported. */
 bool kern_level_supported(int level);
-/* Force a level (tests, benchmarks). Returns 0, or -1 with rl_seterr if the CPU lacks it.
- * Not to be called while other threads run kernels. */
-int kern_set_level(int level);
+/* The best level this CPU supports. */
+int kern_best_level(void);
 /* Whether `level` has its own (non-fallback) kernel for weight type `wtype`. */
 bool kern_has_simd(int level, uint32_t wtype);
 
@@ -69,48 +69,53 @@ bool kern_has_simd(int level, uint32_t wtype);
 int kern_act_type(uint32_t wtype);
 /* Bytes of the quantised activation for a row of n_cols values; 0 if not representable. */
 size_t kern_act_size(uint32_t wtype, int64_t n_cols);
+/* The kernels below take the configuration to run (NULL: kern_cfg_default()). */
+typedef struct kern_cfg kern_cfg;
 /* Quantise x[n] (n a multiple of the activation block size) into kern_act_type(wtype).
  * Byte-identical to quant_get(kern_act_type(wtype))->from_float at every level. */
-void kern_quantize_act(uint32_t wtype, const float *x, int64_t n, void *act_q);
+void kern_quantize_act(const kern_cfg *c, uint32_t wtype, const float *x, int64_t n, void *act_q);
 /* out[r] = dot(row r of W, activation) for r in [0, n_rows). W's rows are contiguous. */
-void kern_matvec(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
+void kern_matvec(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
                  float *out);
 /* Batched mat-vec (prefill, verify, experts over their gathered rows): T activation rows, each
  * kern_act_size(wtype, n_cols) bytes, back to back in act_q (as kern_quantize_act wrote them):
  *     out[t * ldo + r] = dot(row r of W, activation row t)   for t < T, r < n_rows.
  * Each weight super-block is decoded once and applied to up to 8 activation rows at a time
- * (kern_x86_mm.h; kern_set_mm512 below selects the AVX-512 level's 512-bit core). Every value is bit-identical to kern_matvec's for that activation row at the
+ * (kern_x86_mm.h; kern_cfg.mm512 below selects the AVX-512 level's 512-bit core). Every value is bit-identical to kern_matvec's for that activation row at the
  * same level: batching never changes a result (tests/c/test_kern.c checks T = 1..12 and 17). Types
  * without a batched kernel at a level call kern_matvec once per activation row. */
-void kern_matmul(uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
+void kern_matmul(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
                  float *out, int64_t ldo);
 /* Whether `level` has a real batched kernel (not the loop over kern_matvec) for `wtype`. */
 bool kern_has_matmul(int level, uint32_t wtype);
 /* The AVX-512 level's 512-bit batched core (kern_x86_mm.h: 2 weight rows x 8 activation rows per
- * register tile) instead of its 256-bit one. On by default where the CPU has the level (measured on
- * the H200 host: +14.5 % prompt at 16 threads); RL_KERN_MM=256 switches it off at initialisation.
- * Both are bit-identical to the mat-vec.
- * Returns 0, or -1 with rl_seterr when the CPU has no AVX-512 level. Not to be called while other
- * threads run kernels (tests, benchmarks). */
-int kern_set_mm512(bool on);
-bool kern_mm512(void);
-/* Intel AMX int8 tiles for the batched K and IQ kernels at the AVX-512 level (src/kern/kern_x86_amx.h):
+ * register tile) instead of its 256-bit one: kern_opts.mm512, on by default where the CPU has the
+ * level (measured on the H200 host: +14.5 % prompt at 16 threads; docs/TUNING.md). Both are
+ * bit-identical to the mat-vec.
+ * Intel AMX int8 tiles for the batched K and IQ kernels at the AVX-512 level (src/kern/kern_x86_amx.h):
  * from a per-type number of activation rows on (kern_table.amx_min), each 16 x 16 x 64 tile product
- * replaces 512 VNNI instructions; same
- * integer sums and float epilogue, so bit-identical to the mat-vec like the other cores. Used where
- * the CPU has AMX-TILE + AMX-INT8, the OS enables the tile state and grants this process its use
- * (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once at initialisation); RL_KERN_AMX=0 switches it
- * off there. KERN_AMX_EMUL runs the same kernel with the tile operations done in C (slow: for tests
- * on CPUs without AMX; it needs the AVX-512 level). kern_set_amx returns 0, or -1 with rl_seterr
- * when the CPU cannot run the mode. Not to be called while other threads run kernels. */
+ * replaces 512 VNNI instructions; same integer sums and float epilogue, so bit-identical to the
+ * mat-vec like the other cores. Used where the CPU has AMX-TILE + AMX-INT8, the OS enables the tile
+ * state and grants this process its use (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once at
+ * initialisation); kern_opts.amx = false switches it off there. KERN_AMX_EMUL runs the same kernel
+ * with the tile operations done in C (slow: for tests on CPUs without AMX; it needs the AVX-512
+ * level). */
 enum { KERN_AMX_OFF = 0, KERN_AMX_ON = 1, KERN_AMX_EMUL = 2 };
 bool kern_amx_supported(void);
-int kern_set_amx(int mode);
-int kern_amx(void);
-/* The tiles from `rows` activation rows on for every type (tests, the speed sweep), or 0: each type's
- * own threshold (kern_table.amx_min, measured). Returns 0, or -1 with rl_seterr for rows < 0. Not to
- * be called while other threads run kernels. */
-int kern_set_amx_rows(int rows);
+
+/* ---- the configuration: the kernel level and its switches -------------------------------------
+ * kern_opts are the switches as asked for (the tuning table, docs/TUNING.md; parsed from the
+ * environment in one place, run/tuning.c); kern_cfg_init resolves them against this CPU into a
+ * kern_cfg: the level's dispatch table with the switches applied. */
+typedef struct {
+    int level;    /* the widest level to use (KERN_*; default the widest: the best the CPU has) */
+    bool mm512;   /* AVX-512 level: the 512-bit batched core (default) instead of the 256-bit one */
+    bool amx;     /* AMX tiles where the CPU grants them (default) */
+    int amx_rows; /* > 0: the tiles from this many activation rows on for every type (measuring
+                     thresholds); 0: each type's own (kern_table.amx_min, measured) */
+    int iq2_mv;   /* AVX-512 IQ2_XXS / IQ2_XS mat-vecs: 0 by CPU vendor (AMD: the AVX2 ones), 256, 512 */
+} kern_opts;
+kern_opts kern_opts_default(void);
 
 /* ---- internal: the dispatch table the ISA files fill (kern_avx2.c, kern_avx512.c) ---------- */
 typedef void (*kern_matvec_fn)(const void *W, size_t row_bytes, int64_t n_rows, int64_t n_cols,
@@ -121,8 +126,8 @@ typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 typedef struct {
     kern_matvec_fn matvec[QT_COUNT]; /* by weight type */
     kern_matmul_fn matmul[QT_COUNT]; /* by weight type; NULL: kern_matvec per activation row */
-    kern_matmul_fn matmul_w[QT_COUNT]; /* 512-bit alternatives of matmul (kern_set_mm512), or NULL */
-    kern_matmul_fn matmul_x[QT_COUNT]; /* AMX tile alternatives (kern_set_amx), or NULL */
+    kern_matmul_fn matmul_w[QT_COUNT]; /* 512-bit alternatives of matmul (kern_cfg.mm512), or NULL */
+    kern_matmul_fn matmul_x[QT_COUNT]; /* AMX tile alternatives (kern_cfg.amx), or NULL */
     kern_matmul_fn matmul_xe[QT_COUNT]; /* the same with the tile operations emulated (tests) */
     int amx_min[QT_COUNT];            /* activation rows from which matmul_x pays (fill_amx) */
     kern_matmul_fn matmul_lo[QT_COUNT]; /* select_mm: the batched kernel below amx_from rows */
@@ -134,5 +139,32 @@ typedef struct {
  * batched result never comes from another level's arithmetic). */
 void kern_fill_avx2(kern_table *t);
 void kern_fill_avx512(kern_table *t);
+/* The IQ1 folded-grid tables the ISA files share (kern_x86_iq.h, kern_x86_512.h): defined once in
+ * kern.c and built there before the fill functions run, read-only afterwards. */
+extern uint64_t kern_iq1_fold[4096], kern_iq1_fold_nq[4096];
+
+/* A resolved configuration. Owned by its user (an engine's ops runtime, a test); read-only while
+ * kernels run with it, changed only through the setters below between kernel calls. */
+struct kern_cfg {
+    int level;    /* KERN_* in use */
+    bool mm512;   /* the AVX-512 level's 512-bit batched core */
+    int amx;      /* KERN_AMX_* */
+    int amx_rows; /* kern_opts.amx_rows */
+    int iq2_mv;   /* kern_opts.iq2_mv */
+    kern_table t; /* the level's table with the switches applied */
+};
+/* Resolve o (NULL: kern_opts_default()) on this CPU: 0, or -1 with rl_seterr for an invalid value. */
+int kern_cfg_init(kern_cfg *c, const kern_opts *o);
+/* kern_opts_default() resolved (a read-only configuration built once). */
+const kern_cfg *kern_cfg_default(void);
+/* Change one switch of c (tests, benchmarks): 0, or -1 with rl_seterr when the CPU cannot run it
+ * (the level is not supported, no AVX-512 for the 512-bit core or the emulated tiles, no AMX for
+ * KERN_AMX_ON, rows < 0). Not while kernels run with c. */
+int kern_cfg_set_level(kern_cfg *c, int level);
+int kern_cfg_set_mm512(kern_cfg *c, bool on);
+int kern_cfg_set_amx(kern_cfg *c, int mode);
+int kern_cfg_set_amx_rows(kern_cfg *c, int rows);
+/* "scalar", "avx2", "avx512" or "avx512 + AMX tiles": what c runs (bench reports). */
+const char *kern_cfg_describe(const kern_cfg *c);
 
 #endif

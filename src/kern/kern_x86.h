@@ -323,8 +323,8 @@ FLOAT_MATMUL(mm_f16_halves, f16, uint16_t, F_NT, ab / sizeof(uint16_t), nc) /* m
  * call runs over them (dotn_f16a: the same products and sums as from the halves, so the same bits as
  * the mat-vec). Widening them again for every weight row cost one conversion per multiply-add: on
  * Intel cores VCVTPH2PS (zmm) is two uops on the FMA ports, so 5 conversions per 4 FMAs left ~9
- * multiply-adds per cycle, and a prompt's F16 router ran at ~32 GMAC/s on two threads of the AMX host
- * (2026-12-03); now 1 per 4. Zen 4 converts cheaply: no change measured there (the 2-core VM, router
+ * multiply-adds per cycle, and a prompt's F16 router ran at ~32 GMAC/s on two threads of the AMX host;
+ * now 1 per 4. Zen 4 converts cheaply: no change measured there (the 2-core VM, router
  * stage 43-54 GMAC/s before and after); the host has not measured it yet. Rows wider than F16_MAXC keep
  * the kernel that widens per weight row (mm_f16_halves, the other float kernels' loops). */
 #define F16_MAXC 4096
@@ -551,14 +551,13 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
 #include "kern/kern_x86_iq.h"
 #include "kern/kern_x86_512.h"
 #include "kern/kern_x86_mm.h"
-#include "kern/kern_x86_amx.h" /* AMX tiles (kern_set_amx) */
+#include "kern/kern_x86_amx.h" /* AMX tiles (kern_cfg_set_amx) */
 #include "gguf/quant_repack.h"
 #include "kern/kern_x86_repack.h" /* lookup-free IQ layouts (--iq-repack) */
 
 /* ---- the fill function ----------------------------------------------------------------------- */
 
 void KERN_FILL(kern_table *t) {
-    init_iq1_fold();
     t->matvec[QT_F32] = mv_f32;
     t->matvec[QT_F16] = mv_f16;
     t->matvec[QT_BF16] = mv_bf16;

@@ -49,10 +49,7 @@ static inline __m128i hsum4x_i32(__m512i a0, __m512i a1, __m512i a2, __m512i a3)
  * The folded table (see iq1_fold) re-indexed by the raw bytes: iq1_fold_nq[n << 8 | q] for the qs
  * byte q and the 4-bit qh nibble n of a group (bits 0-2: grid index bits 8-10, bit 3: delta sign),
  * so a key is just the two bytes interleaved (one unpack), widened to 32 bits for the gather. */
-static uint64_t iq1_fold_nq[4096];
-static void init_iq1_fold_nq(void) {
-    for (int k = 0; k < 4096; k++) iq1_fold_nq[k] = iq1_fold[((k & 255) << 1) | ((k >> 8) & 7) << 9 | (k >> 11)];
-}
+#define iq1_fold_nq kern_iq1_fold_nq /* built in kern.c with kern_iq1_fold */
 
 /* One super-block: S = sum over its 16-value blocks of ls * sum (8g + delta8) a, in 16 int32 lanes
  * (the -9 * sum ls * bsum correction included); *dbits = the fp16 super-block scale. */
@@ -529,8 +526,6 @@ static float dot_q6_k_512(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
     return sumf;
 }
 
-ROWS_MATVEC(mv_q6_k_1row_512, dot_q6_k_512, blk_q6_k, blk_q8_k, QK_K)
-
 /* Q6_K, four rows at a time (the mat-vec): the 4 activation vectors of a super-block loaded once
  * for the 4 rows; each row's -32 * sum scale * bsum correction starts its accumulator instead of
  * being reduced on its own ((32 scale) * (-bsum) pairs: |32 scale| <= 4096 fits int16, the pair
@@ -616,7 +611,6 @@ static float dot_q2_k_512(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
 ROWS_MATVEC(mv_q2_k_512, dot_q2_k_512, blk_q2_k, blk_q8_k, QK_K)
 
 static void fill_512(kern_table *t) {
-    init_iq1_fold_nq();
     t->matvec[QT_IQ1_M] = mv_iq1_m_512;
     t->matvec[QT_IQ2_XXS] = mv_iq2_xxs_512;
     t->matvec[QT_IQ2_XS] = mv_iq2_xs_512;
@@ -625,13 +619,9 @@ static void fill_512(kern_table *t) {
     t->matvec[QT_Q2_K] = mv_q2_k_512;
     t->matvec[QT_Q4_K] = mv_q4_k_512;
     t->matvec[QT_Q5_K] = mv_q5_k_512;
-    /* Q6_K: the 4-row kernel unless RL_KERN_Q6K_MV=1 (the one-row kernel, the same bits). With 4
-     * adjacent rows it lost to the one-row kernel from DRAM (Zen 4 VM, 2 threads, Q4_K_M output head:
-     * 18.1 vs 22.5 GB/s); with the four streams of MV4_ROW (session 21, Intel VM) it streams 14.5 vs
-     * 13.0 GB/s on one thread and a 2-thread 4-layer Q4_K_M decode ran 75.2-76.3 vs 67.3-68.9 tok/s
-     * (3 interleaved pairs). */
-    const char *q6 = getenv("RL_KERN_Q6K_MV");
-    t->matvec[QT_Q6_K] = q6 && !strcmp(q6, "1") ? mv_q6_k_1row_512 : mv_q6_k_512;
+    /* Q6_K: the 4-row kernel (four streams, MV4_ROW); the one-row kernel it replaced measured slower
+     * (docs/TUNING.md, "Deleted variants") and is gone */
+    t->matvec[QT_Q6_K] = mv_q6_k_512;
 }
 
 #else

@@ -1,7 +1,7 @@
 /* kern_x86_amx.h — batched kernels on Intel AMX int8 tiles for the K and IQ types; part of
  * kern_x86.h (included there only, after kern_x86_mm.h, whose decoded super-blocks it uses). Empty
  * unless compiled with AVX-512 and AMX-TILE/AMX-INT8 (kern_avx512.c); used only where kern.c found
- * the tiles usable (CPUID, XCR0 and the Linux permission request): kern_set_amx.
+ * the tiles usable (CPUID, XCR0 and the Linux permission request): kern_cfg_set_amx.
  *
  * Why: the 512-bit core (mm_core512) spends two multiply-class instructions per 64 int8 products;
  * one TDPBSSD does 16 x 16 x 64 = 16,384 of them (the H200 host: 2,027 GMAC/s on one thread against
@@ -39,7 +39,7 @@
  * threshold (kern_table.amx_min, set in fill_amx from the measured crossover: below it the per-call
  * preparation of the weights costs more than the tiles save).
  *
- * The same kernel runs with its tile operations emulated in C (kern_set_amx(KERN_AMX_EMUL)): tests on
+ * The same kernel runs with its tile operations emulated in C (kern_cfg_set_amx(c, KERN_AMX_EMUL)): tests on
  * CPUs without AMX check the digits, layouts and epilogue; only the tile instructions themselves
  * need AMX hardware (tests/c/test_kern_amx.c runs there).
  */

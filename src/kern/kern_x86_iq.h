@@ -213,16 +213,7 @@ ROWS_MATVEC(mv_iq3_s, dot_iq3_s, blk_iq3_s, blk_q8_k, QK_K)
  * sum a over 16 values is a bsum. Per super-block with S = sum_k ls_k sum (8g + delta8) a:
  *   sumi1 + sumi2 / 8 = S / 8 exactly, and |S| < 2^22, so (float)S * 0.125f equals the scalar
  *   (float)sumi1 + 0.125f * (float)sumi2 bit for bit. */
-static uint64_t iq1_fold[4096];
-static void init_iq1_fold(void) {
-    for (int i = 0; i < 4096; i++) {
-        const uint64_t g = iq1s_grid[i >> 1];
-        uint64_t v = 0;
-        for (int j = 0; j < 8; j++)
-            v |= (uint64_t)(8 * (int)(int8_t)(g >> (8 * j)) + ((i & 1) ? -1 : 1) + 9) << (8 * j);
-        iq1_fold[i] = v;
-    }
-}
+#define iq1_fold kern_iq1_fold /* one copy for every ISA file: kern.h, built in kern.c */
 
 /* One super-block: 8 blocks of 4 folded-table keys (KEYS(ib, k0..k3) computes them), the 16
  * half-block scales in lsv (int16). Returns S = sum ls * sum (8g + delta8) a. */

@@ -595,7 +595,7 @@ KI void mm_driver(void (*dec)(const void *, kdsb *), size_t bsz, kern_matvec_fn 
 }
 
 /* mm256_<type>: the 256-bit core (every level); mm_<type>: the 512-bit core at the AVX-512 level
- * (matmul_w, selected by kern_set_mm512; the same as mm256_ at the AVX2 level, where it is unused).
+ * (matmul_w, selected by kern_cfg.mm512; the same as mm256_ at the AVX2 level, where it is unused).
  * Both are bit-identical to the mat-vec. */
 #define KQ_MATMUL(name, DEC, BLK, MODE, BIAS, POST)                                                   \
     static void mm_##name(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \

@@ -87,7 +87,7 @@ static void dec_iq2_lf(const void *p, kdsb *o) { dec_iq_lf(p, o, iq2lf_utab(), 4
 static void dec_iq1_lf(const void *p, kdsb *o) { dec_iq_lf(p, o, iq1lf_utab(), 9); }
 
 /* EP_PLAIN with 1/8 at the end (IQ2_XXS's), EP_IQ1 (isum / 8 per super-block, IQ1_M's); the 256-bit
- * core at every level (wide = 0: no matmul_w, so kern_set_mm512 leaves these types alone) */
+ * core at every level (wide = 0: no matmul_w, so kern_cfg.mm512 leaves these types alone) */
 static void mm_iq2_lf(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o,
                       size_t ldo) {
     mm_driver(dec_iq2_lf, sizeof(blk_iq2_lf), mv_iq2_lf, EP_PLAIN, 1, 0.125f, W, rb, nr, nc, a, ab, T, o, ldo, 0);

@@ -8,8 +8,8 @@
 
 #include "base/common.h"
 #include "kern/kern.h"
+#include "kern/vec.h"
 #include "gguf/quant.h"
-
 
 size_t ops_actq_bytes(const ops_mat *W, int T) { return kern_act_size(W->type, W->n_in) * (size_t)T; }
 
@@ -28,21 +28,13 @@ void ops_matmul_fast(pool *p, const ops_mat *W, const float *x, int T, float *y,
  * Every fast product is recomputed from the SAME quantised activation bytes, dequantised, with
  * double accumulation, and compared element by element. Unlike an end-to-end comparison this
  * cannot be thrown off by a rounding flip upstream: both sides see identical inputs. */
-static struct {
+typedef struct {
     bool on;
     long checked, bad;
     double worst; /* max |fast - ref| / (sum |w a| + 1e-30) */
-} g_check;
+} check_state;
 
-void ops_fast_check_enable(bool on) { g_check.on = on; }
-
-void ops_fast_check_report(long *checked, long *bad, double *worst) {
-    *checked = g_check.checked;
-    *bad = g_check.bad;
-    *worst = g_check.worst;
-}
-
-static void check_fast(const ops_mm_task *tasks, const void *const *actq, int n_tasks) {
+static void check_fast(check_state *cs, const ops_mm_task *tasks, const void *const *actq, int n_tasks) {
     float row[OPS_MAX_ROW], act[OPS_MAX_ROW];
     for (int i = 0; i < n_tasks; i++) {
         const ops_mat *W = tasks[i].W;
@@ -58,10 +50,10 @@ static void check_fast(const ops_mm_task *tasks, const void *const *actq, int n_
                     mag += fabs((double)row[k] * act[k]);
                 }
                 double err = fabs(tasks[i].y[(size_t)t * W->n_out + r] - s) / (mag + 1e-30);
-                g_check.checked++;
+                cs->checked++;
                 /* float epilogues and lane sums: ~n * 2^-24 relative to sum |w a| at worst */
-                if (!(err <= 1e-5 + (double)W->n_in * 6e-8)) g_check.bad++;
-                if (!(err <= g_check.worst)) g_check.worst = isnan(err) ? INFINITY : err;
+                if (!(err <= 1e-5 + (double)W->n_in * 6e-8)) cs->bad++;
+                if (!(err <= cs->worst)) cs->worst = isnan(err) ? INFINITY : err;
             }
         }
     }
@@ -73,7 +65,7 @@ static const char *const oc_names[OC_N] = {
     "deltanet projections", "deltanet ssm_out", "attention q/k/v", "attention output", "moe router",
     "experts gate+up (+shared)", "experts down (+shared)", "shared expert", "output head", "other products"};
 
-static struct {
+typedef struct {
     bool on;
     pool *p;   /* the pool the products ran on (profiling switched on at its first product) */
     int nth;
@@ -87,36 +79,84 @@ static struct {
      * part that ran on the calling thread alone (below the dispatch threshold) */
     struct { const char *label; long calls; double wall, busy, busy_max, inl, pool_wall; } job[24];
     int n_job;
-} g_prof;
+} prof_state;
+
+/* The runtime (ops.h): one per engine, riding on its pool (pool_owner). */
+struct ops_rt {
+    kern_cfg kern;
+    const vec_ops *vec;
+    check_state check;
+    prof_state prof;
+};
+
+ops_rt *ops_rt_new(const kern_opts *kern, int vec_level) {
+    ops_rt *rt = rl_calloc(1, sizeof *rt, "ops runtime");
+    if (!rt) return NULL;
+    if (kern_cfg_init(&rt->kern, kern)) {
+        free(rt);
+        return NULL;
+    }
+    rt->vec = vec_for_level(vec_level >= 0 ? vec_level : rt->kern.level);
+    return rt;
+}
+
+void ops_rt_free(ops_rt *rt) { free(rt); }
+void ops_rt_attach(ops_rt *rt, pool *p) { pool_set_owner(p, rt); }
+ops_rt *ops_rt_of(const pool *p) { return pool_owner(p); }
+kern_cfg *ops_rt_kern(ops_rt *rt) { return &rt->kern; }
+
+const kern_cfg *ops_kern(const pool *p) {
+    const ops_rt *rt = pool_owner(p);
+    return rt ? &rt->kern : kern_cfg_default();
+}
+
+const vec_ops *ops_vec(const pool *p) {
+    const ops_rt *rt = pool_owner(p);
+    return rt ? rt->vec : vec_for_level(kern_cfg_default()->level);
+}
+
+void ops_fast_check_enable(ops_rt *rt, bool on) { rt->check.on = on; }
+
+void ops_fast_check_report(const ops_rt *rt, long *checked, long *bad, double *worst) {
+    *checked = rt->check.checked;
+    *bad = rt->check.bad;
+    *worst = rt->check.worst;
+}
+
+/* The profile of the runtime riding on p while it is on, else NULL. */
+static prof_state *prof_of(pool *p) {
+    ops_rt *rt = pool_owner(p);
+    return rt && rt->prof.on ? &rt->prof : NULL;
+}
 
 /* The first profiled call on a pool switches the pool's own profiling on (the engine owns the pool). */
-static void prof_attach(pool *p) {
-    if (g_prof.on && !g_prof.p && p) {
-        g_prof.p = p;
-        g_prof.nth = pool_size(p);
+static void prof_attach(prof_state *g, pool *p) {
+    if (g && !g->p && p) {
+        g->p = p;
+        g->nth = pool_size(p);
         pool_prof(p, 1);
     }
 }
 
-static void prof_job(const char *label, pool *p, double t0, bool dispatched) {
+static void prof_job(prof_state *g, const char *label, pool *p, double t0, bool dispatched) {
     const double dt = rl_now() - t0;
     int k = 0;
-    while (k < g_prof.n_job && strcmp(g_prof.job[k].label, label)) k++;
-    if (k == g_prof.n_job) {
-        if (k == (int)(sizeof g_prof.job / sizeof g_prof.job[0])) return;
-        g_prof.job[g_prof.n_job++].label = label;
+    while (k < g->n_job && strcmp(g->job[k].label, label)) k++;
+    if (k == g->n_job) {
+        if (k == (int)(sizeof g->job / sizeof g->job[0])) return;
+        g->job[g->n_job++].label = label;
     }
-    g_prof.job[k].calls++;
-    g_prof.job[k].wall += dt;
+    g->job[k].calls++;
+    g->job[k].wall += dt;
     if (dispatched) {
         const pool_stat st = pool_prof_last(p);
-        g_prof.job[k].busy += st.busy;
-        g_prof.job[k].busy_max += st.busy_max;
-        g_prof.job[k].pool_wall += dt;
+        g->job[k].busy += st.busy;
+        g->job[k].busy_max += st.busy_max;
+        g->job[k].pool_wall += dt;
     } else {
-        g_prof.job[k].busy += dt;
-        g_prof.job[k].busy_max += dt;
-        g_prof.job[k].inl += dt;
+        g->job[k].busy += dt;
+        g->job[k].busy_max += dt;
+        g->job[k].inl += dt;
     }
 }
 
@@ -134,49 +174,52 @@ static int op_class(const char *name) {
     return OC_OTHER;
 }
 
-void ops_prof_begin(void) {
-    memset(&g_prof, 0, sizeof g_prof);
-    g_prof.on = true;
-    g_prof.t0 = rl_now();
+void ops_prof_begin(ops_rt *rt) {
+    prof_state *g = &rt->prof;
+    memset(g, 0, sizeof *g);
+    g->on = true;
+    g->t0 = rl_now();
 }
 
-void ops_prof_end(void) {
-    g_prof.t1 = rl_now();
-    g_prof.on = false;
-    if (g_prof.p) {
-        g_prof.pool_total = pool_prof_total(g_prof.p);
-        pool_prof(g_prof.p, 0);
+void ops_prof_end(ops_rt *rt) {
+    prof_state *g = &rt->prof;
+    g->t1 = rl_now();
+    g->on = false;
+    if (g->p) {
+        g->pool_total = pool_prof_total(g->p);
+        pool_prof(g->p, 0);
     }
 }
 
-void ops_prof_print(FILE *f, const char *title, double per) {
-    const double tot = g_prof.t1 - g_prof.t0, k = 1e3 / per;
-    const int nth = g_prof.nth ? g_prof.nth : 1;
+void ops_prof_print(const ops_rt *rt, FILE *f, const char *title, double per) {
+    const prof_state *g = &rt->prof;
+    const double tot = g->t1 - g->t0, k = 1e3 / per;
+    const int nth = g->nth ? g->nth : 1;
     fprintf(f, "\nprofile: %s, products and threads (%d threads, %.3f ms per token)\n", title, nth, tot * k);
     fprintf(f, "  %-26s %6s %9s %6s %8s %7s %9s %9s %8s %7s\n", "stage", "calls", "ms/token", "%", "GMAC/s", "busy%",
             "imbal ms", "dispat ms", "quant ms", "GB/s");
     double mm = 0;
     for (int c = 0; c < OC_N; c++) {
-        if (!g_prof.calls[c]) continue;
-        const double w = g_prof.wall[c] + g_prof.quant[c];
+        if (!g->calls[c]) continue;
+        const double w = g->wall[c] + g->quant[c];
         mm += w;
-        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f %7.1f\n", oc_names[c], g_prof.calls[c],
-                w * k, 100 * w / tot, g_prof.macs[c] / (g_prof.wall[c] > 0 ? g_prof.wall[c] : 1) / 1e9,
-                g_prof.wall[c] > 0 ? 100 * g_prof.busy[c] / (nth * g_prof.wall[c]) : 0,
-                (g_prof.busy_max[c] - g_prof.busy[c] / nth) * k, (g_prof.wall[c] - g_prof.busy_max[c]) * k,
-                g_prof.quant[c] * k, g_prof.bytes[c] / (w > 0 ? w : 1) / 1e9);
+        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f %7.1f\n", oc_names[c], g->calls[c],
+                w * k, 100 * w / tot, g->macs[c] / (g->wall[c] > 0 ? g->wall[c] : 1) / 1e9,
+                g->wall[c] > 0 ? 100 * g->busy[c] / (nth * g->wall[c]) : 0,
+                (g->busy_max[c] - g->busy[c] / nth) * k, (g->wall[c] - g->busy_max[c]) * k,
+                g->quant[c] * k, g->bytes[c] / (w > 0 ? w : 1) / 1e9);
     }
-    const pool_stat *pt = &g_prof.pool_total;
-    double other = pt->wall - g_prof.pool_mm_wall, inl = 0, labelled = 0;
+    const pool_stat *pt = &g->pool_total;
+    double other = pt->wall - g->pool_mm_wall, inl = 0, labelled = 0;
     if (other < 0) other = 0;
-    for (int j = 0; j < g_prof.n_job; j++) {
-        const double w = g_prof.job[j].wall;
-        inl += g_prof.job[j].inl;
-        labelled += g_prof.job[j].pool_wall;
+    for (int j = 0; j < g->n_job; j++) {
+        const double w = g->job[j].wall;
+        inl += g->job[j].inl;
+        labelled += g->job[j].pool_wall;
         fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8s %6.1f%% %9.3f %9.3f   (on the calling thread alone: %.3f)\n",
-                g_prof.job[j].label, g_prof.job[j].calls, w * k, 100 * w / tot, "",
-                w > 0 ? 100 * g_prof.job[j].busy / (nth * w) : 0, (g_prof.job[j].busy_max - g_prof.job[j].busy / nth) * k,
-                (w - g_prof.job[j].busy_max) * k, g_prof.job[j].inl * k);
+                g->job[j].label, g->job[j].calls, w * k, 100 * w / tot, "",
+                w > 0 ? 100 * g->job[j].busy / (nth * w) : 0, (g->job[j].busy_max - g->job[j].busy / nth) * k,
+                (w - g->job[j].busy_max) * k, g->job[j].inl * k);
     }
     const double unl = other - labelled > 0 ? other - labelled : 0;
     double serial = tot - mm - other - inl;
@@ -194,6 +237,7 @@ typedef struct {
     const void *const *actq; /* per task: its quantised activations (shared between tasks with
                                 the same input) */
     bool fast;
+    const kern_cfg *kern;   /* the runtime's kernel configuration */
     const long *first_unit; /* prefix sums of claim units per task, n_tasks + 1 entries */
     const long *unit_blk;   /* blocks per claim unit of each task (the last unit may be shorter) */
     atomic_long next;       /* next unclaimed unit */
@@ -227,7 +271,7 @@ static void batch_worker(void *arg, int ith, int nth) {
             if (j->fast) {
                 /* all T activation rows against these weight rows: kern_matmul decodes each weight
                  * block once for several rows, bit-identical to kern_matvec per row */
-                kern_matmul(W->type, W->data + (size_t)r0 * W->row_bytes, r1 - r0, W->n_in, j->actq[ti], tk->T,
+                kern_matmul(j->kern, W->type, W->data + (size_t)r0 * W->row_bytes, r1 - r0, W->n_in, j->actq[ti], tk->T,
                             tk->y + r0, W->n_out);
             } else {
                 const quant_traits *qt = quant_get(W->type);
@@ -251,6 +295,7 @@ typedef struct {
     const ops_mm_task *tasks;
     const int *owners;
     int n_owners;
+    const kern_cfg *kern;
 } quant_job;
 
 static void quant_worker(void *arg, int ith, int nth) {
@@ -265,7 +310,7 @@ static void quant_worker(void *arg, int ith, int nth) {
         size_t ab = kern_act_size(W->type, W->n_in);
         for (int t = 0; t < tk->T; t++, base++)
             if (base >= lo && base < hi)
-                kern_quantize_act(W->type, tk->x + (size_t)t * W->n_in, W->n_in, (uint8_t *)tk->actq + ab * t);
+                kern_quantize_act(q->kern, W->type, tk->x + (size_t)t * W->n_in, W->n_in, (uint8_t *)tk->actq + ab * t);
     }
 }
 
@@ -299,14 +344,17 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
             }
         }
     }
-    const int pc = g_prof.on ? op_class(tasks[0].W->name) : 0;
+    ops_rt *rt = pool_owner(p);
+    const kern_cfg *kc = rt ? &rt->kern : kern_cfg_default();
+    prof_state *g = prof_of(p);
+    const int pc = g ? op_class(tasks[0].W->name) : 0;
     double pt0 = 0;
-    if (g_prof.on) {
-        prof_attach(p);
+    if (g) {
+        prof_attach(g, p);
         pt0 = rl_now();
     }
     if (fast) {
-        quant_job q = {tasks, owners, n_owners};
+        quant_job q = {tasks, owners, n_owners, kc};
         /* a dispatch costs more than quantising a few thousand values (the tiny models' 16 expert
          * rows of 256 at a 4-row verify paid one per product: 4 rows cost 0.7 steps more than 3) */
         if (qvals >= 65536)
@@ -315,11 +363,11 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
             quant_worker(&q, 0, 1);
     }
     double pt1 = 0;
-    if (g_prof.on) {
+    if (g) {
         pt1 = rl_now();
-        g_prof.quant[pc] += pt1 - pt0;
-        if (qvals >= 65536) g_prof.pool_mm_wall += pt1 - pt0;
-        else g_prof.inline_wall += pt1 - pt0;
+        g->quant[pc] += pt1 - pt0;
+        if (qvals >= 65536) g->pool_mm_wall += pt1 - pt0;
+        else g->inline_wall += pt1 - pt0;
     }
     /* claim units of ~1/8 of a thread's share of the multiply-adds each (see batch_worker) */
     const int nth = pool_size(p) > 0 ? pool_size(p) : 1;
@@ -335,29 +383,29 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         unit_blk[i] = c;
         first_unit[i + 1] = first_unit[i] + (nb + c - 1) / c;
     }
-    batch_job j = {tasks, n_tasks, actq, fast, first_unit, unit_blk, 0};
+    batch_job j = {tasks, n_tasks, actq, fast, kc, first_unit, unit_blk, 0};
     if (work < 32768)
         batch_worker(&j, 0, 1);
     else
         pool_run(p, batch_worker, &j);
-    if (g_prof.on) {
+    if (g) {
         const double dt = rl_now() - pt1;
-        g_prof.calls[pc]++;
-        g_prof.wall[pc] += dt;
-        g_prof.macs[pc] += (double)work;
-        for (int i = 0; i < n_tasks; i++) g_prof.bytes[pc] += (double)tasks[i].W->row_bytes * (double)tasks[i].W->n_out;
+        g->calls[pc]++;
+        g->wall[pc] += dt;
+        g->macs[pc] += (double)work;
+        for (int i = 0; i < n_tasks; i++) g->bytes[pc] += (double)tasks[i].W->row_bytes * (double)tasks[i].W->n_out;
         if (work < 32768 || !p) {
-            g_prof.busy[pc] += dt; /* one thread busy, the others idle */
-            g_prof.busy_max[pc] += dt;
-            g_prof.inline_wall += dt;
+            g->busy[pc] += dt; /* one thread busy, the others idle */
+            g->busy_max[pc] += dt;
+            g->inline_wall += dt;
         } else {
             const pool_stat st = pool_prof_last(p);
-            g_prof.busy[pc] += st.busy;
-            g_prof.busy_max[pc] += st.busy_max;
-            g_prof.pool_mm_wall += dt;
+            g->busy[pc] += st.busy;
+            g->busy_max[pc] += st.busy_max;
+            g->pool_mm_wall += dt;
         }
     }
-    if (fast && g_check.on) check_fast(tasks, actq, n_tasks);
+    if (fast && rt && rt->check.on) check_fast(&rt->check, tasks, actq, n_tasks);
 }
 
 /* Threads claim chunks of ~1/4 of a thread's share from a shared counter (as the products' blocks):
@@ -382,8 +430,9 @@ static void pfor_worker(void *arg, int ith, int nth) {
 
 void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, const char *label) {
     if (n <= 0) return;
-    prof_attach(p);
-    const double t0 = g_prof.on ? rl_now() : 0;
+    prof_state *g = prof_of(p);
+    prof_attach(g, p);
+    const double t0 = g ? rl_now() : 0;
     const bool inl = !p || pool_size(p) == 1 || n < 2 || (double)n * (double)cost < 65536.0;
     if (inl) {
         fn(ctx, 0, n);
@@ -392,14 +441,15 @@ void ops_parallel_for(pool *p, long n, long cost, ops_range_fn fn, void *ctx, co
         pfor_job j = {n, (n + per - 1) / per, fn, ctx, 0};
         pool_run(p, pfor_worker, &j);
     }
-    if (g_prof.on && label) prof_job(label, p, t0, !inl && p == g_prof.p);
+    if (g && label) prof_job(g, label, p, t0, !inl && p == g->p);
 }
 
 void ops_run(pool *p, pool_fn fn, void *ctx, const char *label) {
-    prof_attach(p);
-    const double t0 = g_prof.on ? rl_now() : 0;
+    prof_state *g = prof_of(p);
+    prof_attach(g, p);
+    const double t0 = g ? rl_now() : 0;
     pool_run(p, fn, ctx);
-    if (g_prof.on && label) prof_job(label, p, t0, p && p == g_prof.p);
+    if (g && label) prof_job(g, label, p, t0, p && p == g->p);
 }
 
 void ops_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {

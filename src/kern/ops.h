@@ -13,6 +13,30 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "base/pool.h"
+#include "kern/kern.h"
+#include "kern/vec.h"
+
+/* ---- the runtime: kernel configuration, profile, shadow check ----------------------------------
+ * Everything the CPU ops keep between calls belongs to an ops_rt: the kernel level and its switches
+ * (kern_cfg), the vector table (vec.h), the profile (ops_prof_*) and the fast-path shadow check.
+ * An engine creates one with its thread pool and attaches it to the pool (ops_rt_attach), so every
+ * op run on that pool uses it; two engines in one process keep their own level, profile and
+ * counters. Ops on a pool without one run the default configuration (kern_cfg_default, the best
+ * level the CPU has) with no profile and no check. */
+typedef struct ops_rt ops_rt;
+/* kern (NULL: kern_opts_default()); vec_level: the widest vector table (KERN_*), -1: the kernel
+ * level's. NULL with rl_lasterr on an invalid option. */
+ops_rt *ops_rt_new(const kern_opts *kern, int vec_level);
+void ops_rt_free(ops_rt *rt);
+/* Attach rt to p (between jobs; rt outlives the pool's use of it). */
+void ops_rt_attach(ops_rt *rt, pool *p);
+/* The runtime attached to p, or NULL. */
+ops_rt *ops_rt_of(const pool *p);
+/* rt's kernel configuration: changed only between forwards (tests, bench A/B). */
+kern_cfg *ops_rt_kern(ops_rt *rt);
+/* What ops on p run: the attached runtime's configuration / vector table, else the defaults. */
+const kern_cfg *ops_kern(const pool *p);
+const vec_ops *ops_vec(const pool *p);
 
 /* A weight matrix view: n_out rows of n_in values in ggml type `type`, row r at
  * data + r * row_bytes (GGUF ne = {n_in, n_out}). */
@@ -64,22 +88,22 @@ typedef struct {
     void *actq;     /* fast mode only */
 } ops_mm_task;
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast);
-/* Shadow check of the fast path (tests; redlite dump --check-fast): after every fast product, recompute
- * it from the same quantised activation bytes in double and count elements whose error exceeds
- * 1e-5 + n_in * 6e-8 relative to sum |w a|. Slow; single inference thread only. */
-void ops_fast_check_enable(bool on);
-void ops_fast_check_report(long *checked, long *bad, double *worst);
+/* Shadow check of the fast path (tests; redlite dump --check-fast): after every fast product on a pool
+ * carrying rt, recompute it from the same quantised activation bytes in double and count elements
+ * whose error exceeds 1e-5 + n_in * 6e-8 relative to sum |w a|. Slow; single inference thread only. */
+void ops_fast_check_enable(ops_rt *rt, bool on);
+void ops_fast_check_report(const ops_rt *rt, long *checked, long *bad, double *worst);
 
 /* Profile of the products and of the pool (bench --profile, prompt ingestion): between begin and
- * end, every ops_matmul_batch is timed by class (its first task's tensor name: DeltaNet
+ * end, every ops_matmul_batch on a pool carrying rt is timed by class (its first task's tensor name: DeltaNet
  * projections, experts gate+up, ...), with its activation quantisation, the threads' busy time
  * (pool_prof) and the multiply-adds; end also takes the pool's totals, so the time in other
  * parallel jobs (attention, the delta rule) and the time the calling thread ran alone (norms,
  * conv, routing, gathers: the serial part) are reported too. ops_prof_print writes the table to
  * f, times per `per` (e.g. tokens). Single inference thread only; costs ~0.1 us per product. */
-void ops_prof_begin(void);
-void ops_prof_end(void);
-void ops_prof_print(FILE *f, const char *title, double per);
+void ops_prof_begin(ops_rt *rt);
+void ops_prof_end(ops_rt *rt);
+void ops_prof_print(const ops_rt *rt, FILE *f, const char *title, double per);
 
 /* fn(ctx, lo, hi) over [0, n) in contiguous ranges claimed by the pool's threads (~4 per thread);
  * on the calling thread alone when n * cost (rough operations per item) is below ~64K, where a

@@ -2,7 +2,6 @@
 #include "kern/vec.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,26 +124,13 @@ const vec_ops *vec_avx2(void) { return NULL; }
 const vec_ops *vec_avx512(void) { return NULL; }
 #endif
 
-static const vec_ops *chosen;
-static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
-
-static void choose(void) {
-    /* RL_KERN names the widest level to use, as for the kernels (kern.c): scalar | avx2 | avx512;
-     * RL_VEC the same for this table alone (A/B of the attention arithmetic with the same kernels) */
-    const char *env = getenv("RL_VEC");
-    if (!env || !*env) env = getenv("RL_KERN");
-    const vec_ops *v = NULL;
-    if (!(env && !strcmp(env, "scalar"))) {
-        v = env && !strcmp(env, "avx2") ? NULL : vec_avx512();
-        if (!v) v = vec_avx2();
-    }
-    chosen = v ? v : &portable;
+const vec_ops *vec_for_level(int level) {
+    const vec_ops *v = level >= 2 ? vec_avx512() : NULL;
+    if (!v && level >= 1) v = vec_avx2();
+    return v ? v : &portable;
 }
 
-const vec_ops *vec_get(void) {
-    pthread_once(&chosen_once, choose); /* threads of the pool call this concurrently */
-    return chosen;
-}
+const vec_ops *vec_get(void) { return vec_for_level(2); }
 
 void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
                     size_t stride, int hd, float scale, float *out, size_t ostride) {

@@ -1,6 +1,7 @@
 /* vec.h — float32 vector primitives for the fast CPU path (DeltaNet state update, attention),
- * with a portable table, an AVX2+FMA and an AVX-512F one picked at run time (RL_KERN=scalar forces
- * the portable one, RL_KERN=avx2 the AVX2 one; RL_VEC does the same for this table alone). Float accumulation in 8 (or 16) lanes: results differ from the
+ * with a portable table, an AVX2+FMA and an AVX-512F one picked at run time by the kernel level of
+ * the engine's ops runtime (ops_vec: a level of scalar takes the portable one, avx2 the AVX2 one;
+ * the tuning switch RL_VEC the same for this table alone). Float accumulation in 8 (or 16) lanes: results differ from the
  * double-precision reference ops (ops.h) only by rounding; tests/c/test_vec.c bounds it. */
 #ifndef RL_VEC_H
 #define RL_VEC_H
@@ -58,7 +59,10 @@ typedef struct {
     void (*axpy_d)(double *acc, double w, const float *x, int n);
 } vec_ops;
 
-/* The best implementation this CPU runs (initialised on first call, thread-safe after). */
+/* The best implementation this CPU runs at kernel level `level` (kern.h KERN_*: scalar -> the
+ * portable table, avx2 -> AVX2, avx512 -> AVX-512; each falling back to what the CPU has). */
+const vec_ops *vec_for_level(int level);
+/* vec_for_level(KERN_AVX512): the best this CPU runs (tests). */
 const vec_ops *vec_get(void);
 /* The portable implementation (tests compare against it). */
 const vec_ops *vec_portable(void);
@@ -66,7 +70,7 @@ const vec_ops *vec_portable(void);
 const vec_ops *vec_avx2(void);
 /* NULL if the CPU lacks AVX-512F (or AVX2+FMA+F16C): 16-lane dot/axpy and attention blocks (a
  * rounding-level different arithmetic from the AVX2 table's; the delta rule and the gates are AVX2's). The
- * default where present; RL_KERN=avx2 keeps the AVX2 table, RL_KERN=scalar the portable one. */
+ * default where present; the avx2 level keeps the AVX2 table, scalar the portable one. */
 const vec_ops *vec_avx512(void);
 
 /* Decode attention with float math and an online softmax (fast path twin of ops_attn_head), for

@@ -199,6 +199,9 @@ int64_t q3n_dim_value(const q3n_hparams *hp, q3n_dim d) {
     }
 }
 
+size_t q3n_conv_floats(const q3n_hparams *hp) { return (size_t)(hp->ssm_kw - 1) * hp->ssm_conv_dim; }
+size_t q3n_ssm_floats(const q3n_hparams *hp) { return (size_t)hp->ssm_hv * hp->ssm_dv * hp->ssm_dk; }
+
 bool q3n_block_is_attn(const q3n_hparams *hp, int il) {
     return il >= hp->n_layer || (il + 1) % hp->full_attn_interval == 0;
 }

@@ -1,4 +1,5 @@
-/* qwen3next.h — the Qwen3-Next architecture family: hyperparameters, tensor binding, forward pass.
+/* qwen3next.h — the Qwen3-Next architecture family: hyperparameters, tensor binding, the contracts
+ * of the forward passes (expert source, observers, state sizes) that every backend shares.
  *
  * One description covers the family (docs/QWEN35.md): qwen3next (Qwen3-Next, Qwen3-Coder-Next),
  * qwen35moe (Qwen3.5 / Qwen3.6 MoE) and qwen35 (their dense-FFN models) are rows of one table of
@@ -7,10 +8,11 @@
  * (ssm_beta, ssm_alpha), and the value heads' order (grouped by key head, or tiled).
  *
  * Everything specific to the family lives in qwen3next.c (the description, hyperparameters,
- * tensor binding) and qwen3next_forward.c (the CPU reference forward pass); spec:
+ * tensor binding); the CPU executor is backend/cpu_forward.h (qwen3next_forward.c), the CUDA one
+ * backend_cuda*.c; spec:
  * docs/qwen3next-spec.md in the shared reference material: which layers are Gated DeltaNet and
  * which full attention, the tensor names of both GGUF generations, the op order of each block.
- * Generic math comes from ops.h. The engine (engine.h) owns contexts and calls q3n_forward.
+ * Generic math comes from ops.h. The engine (engine.h) owns contexts and calls the backends.
  */
 #ifndef RL_QWEN3NEXT_H
 #define RL_QWEN3NEXT_H
@@ -21,7 +23,6 @@
 
 #include "gguf/gguf.h"
 #include "kern/ops.h"
-#include "base/pool.h"
 
 /* Limits on values read from a file (checked by q3n_load / q3n_read_hparams, with a one-line
  * error naming the file, the key and the value): */
@@ -315,27 +316,6 @@ typedef struct {
     void *ud;
 } q3n_expert_src;
 
-/* Sequence state of one context (sizes from q3n_state_sizes). */
-typedef struct {
-    int n_ctx;
-    void **k_cache, **v_cache;   /* per layer (attention layers): [n_ctx][Hkv*hd] rows of float, or
-                                    of IEEE halves (uint16_t) when kv_f16 */
-    bool kv_f16;                 /* the --kv f16 cache: K/V rows rounded to half (nearest even) on
-                                    store, widened exactly in the attention loops */
-    float **conv;                /* per layer (DeltaNet): [(kw-1)][conv_dim] */
-    float **ssm;                 /* per layer (DeltaNet): [hv][dv][dk] */
-    /* Uncommitted recurrent state, same shapes (NULL: updates in place). A forward pass reads
-     * conv/ssm and writes its new state here; only when every layer succeeded are the pointer
-     * pairs swapped. A step that fails half-way (an expert read error in a bounded cache) thus
-     * leaves the committed state exactly as it was, with no snapshot: KV rows past the context
-     * position are ignored anyway, so the next step simply runs again. */
-    float **conv_next, **ssm_next;
-} q3n_state;
-
-/* Store one position's K and V rows (kvw = Hkv*hd floats each) into layer il's cache slot, in
- * the cache's format (f16: round to nearest even). */
-void q3n_kv_store(q3n_state *st, int il, int slot, const float *k, const float *v, size_t kvw);
-
 /* Optional observers for debugging and tests. */
 typedef void (*q3n_dump_fn)(void *ud, const char *name, int layer, int row, const float *x, int n);
 typedef void (*q3n_route_fn)(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *probs,
@@ -351,38 +331,8 @@ typedef void (*q3n_row_state_fn)(void *ud, int layer, int row, const float *conv
  * called. */
 typedef void (*q3n_row_dst_fn)(void *ud, int layer, int row, float **conv, float **ssm);
 
-typedef struct {
-    const q3n_model *m;
-    pool *pool;
-    q3n_state *st;
-    q3n_expert_src experts;
-    q3n_dump_fn dump;
-    q3n_route_fn route;
-    q3n_row_state_fn row_state;
-    q3n_row_dst_fn row_dst;
-    void *hook_ud;
-    int max_rows;                /* largest T a forward may be called with */
-    bool fast;                   /* SIMD kernels with quantised activations instead of the
-                                    double-precision reference (ops_matmul_fast) */
-    void *actq;                  /* owned, q3n_actq_bytes(max_rows): quantised activations */
-    float *scratch;              /* owned, sized by q3n_scratch_floats(max_rows) */
-} q3n_run;
-
-size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows);
+/* Sizes of one context's recurrent state per DeltaNet layer, in floats (every backend holds
+ * the same state): the conv window [(kw-1)][conv_dim] and the recurrence [hv][dv][dk]. */
 size_t q3n_conv_floats(const q3n_hparams *hp);
-size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows);
 size_t q3n_ssm_floats(const q3n_hparams *hp);
-
-/* Run T tokens (T <= r->max_rows) at positions pos..pos+T-1 through the main model,
- * updating the state. hidden_out (optional): T x D final-norm hidden states (for MTP).
- * logits (optional): T x n_vocab if all_logits, else only the last row's n_vocab.
- * Returns 0 or -1 (rl_lasterr) — e.g. the expert source failed to load a slice. */
-int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits, bool all_logits,
-                float *hidden_out);
-/* The MTP head (spec F.2) on T pairs (h_p, x_{p+1}): hidden is T x D final-norm states of the
- * main model, next_tokens the tokens that followed. Pair i goes to the MTP layer's KV slot
- * slot+i at RoPE position slot+i+1. logits: T x n_vocab (drafts for p+2); hidden_out (optional):
- * T x D states after the MTP head's norm (the input of a further draft step). */
-int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot, float *logits,
-                    float *hidden_out);
 #endif

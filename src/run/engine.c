@@ -13,6 +13,7 @@
 #include "cache/expert_repack.h"
 #include "base/pool.h"
 #include "backend/resident.h"
+#include "kern/ops.h"
 
 /* One forward's worth of work waiting for its turn (engine_turn): a decode step (batchable with
  * the other waiting steps) or anything else that touches the backend (exclusive). Lives on the
@@ -34,6 +35,8 @@ struct engine {
     gguf_file *f;
     q3n_model m;
     pool *pool;
+    ops_rt *rt;            /* the CPU ops' runtime (kernel level and switches, profile), on the pool */
+    rl_tuning tuning;      /* engine_params.tuning or the environment's, as opened */
     const backend_ops *be;
     bool reference;
     expert_repack *rp;     /* --iq-repack: the repacked experts the model's views point at */
@@ -120,13 +123,17 @@ engine *engine_open(const char *path, const engine_params *p) {
     e->reference = p && p->reference;
     e->pool = pool_new(p ? p->n_threads : 0);
     if (!e->pool) goto fail;
+    if (p && p->tuning) e->tuning = *p->tuning;
+    else if (tuning_from_env(&e->tuning)) goto fail;
+    if (!(e->rt = ops_rt_new(&e->tuning.kern, e->tuning.vec_level))) goto fail;
+    ops_rt_attach(e->rt, e->pool);
     if (p && p->iq_repack) {
         if (strcmp(e->be->name, "cpu")) {
             rl_seterr("--iq-repack is a CPU layout; the %s backend keeps its own (drop --iq-repack or use --backend cpu)",
                       e->be->name);
             goto fail;
         }
-        if (!(e->rp = expert_repack_model(&e->m, e->pool, true))) goto fail;
+        if (!(e->rp = expert_repack_model(&e->m, e->pool, true, &e->tuning.repack))) goto fail;
     }
     e->map_weights = p && p->map_weights;
     if (!strcmp(e->be->name, "cpu")) {
@@ -152,7 +159,19 @@ void engine_close(engine *e) {
     pool_free(e->pool);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    ops_rt_free(e->rt);
     free(e);
+}
+
+const rl_tuning *engine_tuning(const engine *e) { return &e->tuning; }
+const char *engine_cpu_kernels(const engine *e) { return kern_cfg_describe(ops_kern(e->pool)); }
+const char *engine_cpu_level(const engine *e) { return kern_level_name(ops_kern(e->pool)->level); }
+void engine_prof_begin(engine *e) { ops_prof_begin(e->rt); }
+void engine_prof_end(engine *e) { ops_prof_end(e->rt); }
+void engine_prof_print(const engine *e, FILE *f, const char *title, double per) { ops_prof_print(e->rt, f, title, per); }
+void engine_fast_check(engine *e, bool on) { ops_fast_check_enable(e->rt, on); }
+void engine_fast_check_report(const engine *e, long *checked, long *bad, double *worst) {
+    ops_fast_check_report(e->rt, checked, bad, worst);
 }
 
 const q3n_hparams *engine_hparams(const engine *e) { return &e->m.hp; }
@@ -266,7 +285,7 @@ int engine_n_ctx(const engine_ctx *c) { return c->n_ctx; }
 int engine_n_batch(const engine_ctx *c) { return c->n_batch; }
 
 int engine_default_batch(const engine *e) {
-    int b = e->be->prompt_batch ? e->be->prompt_batch(&e->m) : ENGINE_BATCH_DEFAULT;
+    int b = e->be->prompt_batch ? e->be->prompt_batch(&e->m, e->pool) : ENGINE_BATCH_DEFAULT;
     return b < 1 ? 1 : b > ENGINE_BATCH_MAX ? ENGINE_BATCH_MAX : b;
 }
 

@@ -27,6 +27,7 @@
 #include "gguf/gguf.h"
 #include "backend/backend.h"
 #include "model/qwen3next.h"
+#include "run/tuning.h"
 
 typedef struct engine engine;
 typedef struct engine_ctx engine_ctx;
@@ -43,7 +44,24 @@ typedef struct {
                              copied into huge-page memory at open (src/backend/resident.h: same results, faster
                              streaming) and the experts too where every expert stays resident
                              (engine_copy_experts) */
+    const rl_tuning *tuning; /* the tuning switches (tuning.h, docs/TUNING.md); NULL: tuning_from_env() */
 } engine_params;
+
+/* The tuning switches the engine was opened with (engine_params.tuning or the environment's). */
+const rl_tuning *engine_tuning(const engine *e);
+/* What the engine's CPU kernels run: "scalar", "avx2", "avx512" or "avx512 + AMX tiles" (its own
+ * kernel configuration, from engine_params.tuning). */
+const char *engine_cpu_kernels(const engine *e);
+/* The level alone: "scalar", "avx2" or "avx512". */
+const char *engine_cpu_level(const engine *e);
+/* The CPU products' profile of this engine (ops.h ops_prof_*; bench --profile): between begin and
+ * end, its products and pool jobs are timed; print writes the table, times per `per`. */
+void engine_prof_begin(engine *e);
+void engine_prof_end(engine *e);
+void engine_prof_print(const engine *e, FILE *f, const char *title, double per);
+/* The shadow check of this engine's fast products (ops.h; dump --check-fast). */
+void engine_fast_check(engine *e, bool on);
+void engine_fast_check_report(const engine *e, long *checked, long *bad, double *worst);
 
 /* Open a model. NULL on failure with rl_lasterr() set (one line naming the file). */
 engine *engine_open(const char *path, const engine_params *p);

@@ -170,7 +170,8 @@ static int attach_experts(session *s, const session_params *p) {
     ec_plan plan;
     engine_mem mem = {0};
     uint64_t work = engine_mem_info(s->c, &mem) == 0 ? mem.scratch_bytes : 0;
-    if (expert_cache_plan(m, 0, s->n_ctx, work, spec, &plan)) return -1;
+    const ec_params *tuned = &engine_tuning(e)->cache; /* the RL_CACHE_* switches (run/tuning.h) */
+    if (expert_cache_plan(m, 0, s->n_ctx, work, spec, tuned->io, &plan)) return -1;
     if (p->verbose) {
         if (plan.mode == EC_FULL)
             fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
@@ -196,8 +197,11 @@ static int attach_experts(session *s, const session_params *p) {
             fprintf(stderr, "expert cache: the experts stay in the file mapping: %s\n", rl_lasterr());
         rl_clearerr();
     }
-    ec_params ecp = {.budget = plan.budget, .route_bias = p->route_bias, .trace_path = p->route_trace,
-                     .progress = p->progress || p->verbose};
+    ec_params ecp = *tuned;
+    ecp.budget = plan.budget;
+    ecp.route_bias = p->route_bias;
+    if (p->route_trace) ecp.trace_path = p->route_trace; /* --route-trace wins over RL_ROUTE_TRACE */
+    ecp.progress = p->progress || p->verbose;
     if (!(s->ec = expert_cache_new(m, plan.mode, &ecp))) return -1;
     q3n_expert_src src = expert_cache_src(s->ec);
     return vram ? engine_set_host_expert_src(s->c, &src) : engine_set_expert_src(s->c, &src);

@@ -26,7 +26,7 @@
 #ifndef RL_SESSION_H
 #define RL_SESSION_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -119,7 +119,7 @@ typedef struct {
      * to evaluate, the reused ones excluded) and after each chunk; or NULL */
     void (*progress)(void *ud, int done, int total, double seconds);
     void *ud;
-    volatile sig_atomic_t *cancel; /* set to stop between chunks: -1, rl_lasterr "cancelled" */
+    atomic_int *cancel; /* set to stop between chunks: -1, rl_lasterr "cancelled" */
 } session_feed_opts;
 
 typedef struct {
@@ -164,7 +164,7 @@ typedef struct {
      * Return non-zero to stop (reason SESSION_CANCELLED). May be NULL. */
     int (*on_text)(void *ud, int32_t token, const char *text, size_t n);
     void *ud;
-    volatile sig_atomic_t *cancel;  /* checked between tokens */
+    atomic_int *cancel;  /* checked between tokens */
     spec_mode spec;                 /* speculative decoding (never changes the tokens) */
     int draft_max;                  /* K upper bound, 1..8 (0 = 8) */
     int draft_min;                  /* 0: cost-aware K; N: at least N drafts when a source has some */

@@ -26,6 +26,12 @@
  * (O_NOFOLLOW | O_NONBLOCK, then fstat): a FIFO or symlink named *.rlstate is ignored. The
  * directory and its missing parents are created (0700).
  *
+ * Several servers may share one directory (replicas behind a load balancer): statefile_best reads
+ * the directory again first, so a checkpoint another server saved is found (names of this model
+ * start with its fingerprint: only new ones are opened) and one it removed is forgotten; a file
+ * that vanishes between the lookup and the restore is a miss, not an error; the size cap counts
+ * every file of this model in the directory (the victim's use time is read from the file first).
+ *
  * Restoring is exact: the engine's exactness contract makes the continuation bit-identical to a
  * cold evaluation of the same tokens (tests/c/test_statefile.c checks the logits).
  */
@@ -57,9 +63,11 @@ void statefile_close(statefile_dir *d);
  * 0 or -1. */
 int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens, int n);
 /* Position of the longest saved state whose tokens are a prefix of tokens[0..n), at most max_pos
- * and more than min_pos; 0 if none. Cheap (the token lists are indexed in memory). */
+ * and more than min_pos; 0 if none. Reads the directory listing (new files of this model: their
+ * header and tokens); the token lists are indexed in memory. */
 int statefile_best(statefile_dir *d, const int32_t *tokens, int n, int min_pos, int max_pos);
-/* Import that state into c. Returns its position (> 0), 0 if there is none (c untouched), or
+/* Import that state into c. Returns its position (> 0), 0 if there is none or its file is gone
+ * (c untouched), or
  * -1 if the file failed to read or verify (deleted, c reset to position 0, rl_lasterr set). */
 int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n, int min_pos, int max_pos);
 

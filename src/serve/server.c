@@ -281,7 +281,7 @@ struct srv_job {
     int status;          /* non-streaming: final status; 0 until set */
     const char *ctype;
     bool started, done;
-    volatile sig_atomic_t cancel;
+    atomic_int cancel; /* set by the HTTP threads, read by the inference thread */
     int refs;
     int fd;              /* the client's socket (disconnect detection) */
     srv_job *next;

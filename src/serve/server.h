@@ -22,7 +22,7 @@
 #ifndef RL_SERVER_H
 #define RL_SERVER_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,7 +54,7 @@ typedef struct {
     /* generated text (valid UTF-8, stop strings removed); non-zero return stops (cancelled) */
     int (*on_text)(void *ud, const char *s, size_t n);
     void *ud;
-    volatile sig_atomic_t *cancel;
+    atomic_int *cancel;
     /* structured outputs (api_grammar.h): the output is a sentence of this grammar, or NULL */
     const grammar *grammar;
     /* log-probabilities: when on_logprobs is set, called for each generated token (before its

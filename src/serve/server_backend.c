@@ -13,6 +13,7 @@
 #include "run/ctx_plan.h"
 #include "run/session.h"
 #include "run/statefile.h"
+#include "serve/slot_plan.h"
 
 void srv_backend_free(srv_backend *b) {
     if (b && b->free) b->free(b->ud);
@@ -192,8 +193,8 @@ fail:
  *   - the RAM tier: when a slot is handed a prompt that does not continue its conversation, that
  *     conversation's resume point (below) is exported (engine_state_export_snapshot: its KV rows
  *     and recurrent state) to memory before the new prompt overwrites the rows, so it can
- *     continue in any slot later without re-reading it; the tier keeps ram_max states, least
- *     recently used first out;
+ *     continue in any slot later without re-reading it; the tier keeps ram_max states of
+ *     ram_max_bytes in all at most, least recently used first out;
  *   - a state directory (disk checkpoints, statefile.h), e.g. after a restart.
  *
  * The resume point of a request is the state after its prompt minus the last token: a prefix of
@@ -229,6 +230,7 @@ typedef struct {
     pthread_mutex_t mu;    /* sd and the RAM tier (slots run on different threads) */
     ram_state *ram;        /* [ram_max] */
     int ram_max;
+    uint64_t ram_max_bytes; /* their total bytes at most (0: no cap) */
     uint64_t tick;
     long long ram_saves, ram_restores;
     int min_tokens;
@@ -306,6 +308,10 @@ static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, r
     if (sl->snap_n <= n && !memcmp(sl->snap_toks, prompt, sizeof(int32_t) * (size_t)sl->snap_n)) return; /* continues */
     engine_ctx *c = session_ctx(sl->s);
     size_t bytes = engine_state_bytes(c, sl->snap_n);
+    if (s->ram_max_bytes && bytes > s->ram_max_bytes) { /* never fits: not worth the export */
+        if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens (%.1f MiB) exceeds --ram-states-mib\n", sl->snap_n, bytes / 1048576.0);
+        return;
+    }
     void *blob = bytes ? malloc(bytes) : NULL;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)sl->snap_n);
     if (!blob || !toks || engine_state_export_snapshot(c, sl->snap, blob, bytes)) {
@@ -321,7 +327,8 @@ static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, r
 }
 
 /* Put an evicted conversation's state into the RAM tier: it supersedes the entries it extends,
- * then takes a free entry or the least recently used one. */
+ * then takes a free entry or the least recently used one; with a byte cap, the least recently
+ * used others then go until the total fits (the new one alone always does: ram_evict). */
 static void ram_insert(sess_be *s, ram_state *e) {
     if (!e->toks) return;
     pthread_mutex_lock(&s->mu);
@@ -337,6 +344,17 @@ static void ram_insert(sess_be *s, ram_state *e) {
     e->used = ++s->tick;
     s->ram[v] = *e;
     s->ram_saves++;
+    for (;;) {
+        uint64_t total = 0;
+        int lru = -1;
+        for (int i = 0; i < s->ram_max; i++) {
+            if (!s->ram[i].toks) continue;
+            total += s->ram[i].bytes;
+            if (i != v && (lru < 0 || s->ram[i].used < s->ram[lru].used)) lru = i;
+        }
+        if (!s->ram_max_bytes || total <= s->ram_max_bytes || lru < 0) break;
+        ram_drop(&s->ram[lru]);
+    }
     pthread_mutex_unlock(&s->mu);
     if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", e->n, e->bytes / 1048576.0);
     memset(e, 0, sizeof *e);
@@ -356,9 +374,8 @@ static int import_best(sess_be *s, sess_slot *sl, const srv_gen *g, int L) {
             best = r;
     }
     int disk = s->sd ? statefile_best(s->sd, g->prompt, n, best ? best->n : L, n - 1) : 0;
-    if (disk > 0) {
-        k = statefile_restore(s->sd, c, g->prompt, n, best ? best->n : L, n - 1);
-    } else if (best) {
+    if (disk > 0) k = statefile_restore(s->sd, c, g->prompt, n, best ? best->n : L, n - 1);
+    if (k == 0 && best) { /* (also when the disk file was removed by another server meanwhile) */
         k = engine_state_import(c, best->n, best->blob, best->bytes) ? -1 : best->n;
         if (k > 0) ram_drop(best), s->ram_restores++; /* moved into the slot (it comes back when evicted) */
     }
@@ -524,42 +541,22 @@ static void sess_metrics(void *ud, chat_buf *o) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Free memory (bytes) the kernel could give us now: MemAvailable, 0 if unknown. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb << 10;
-}
-
-/* --parallel auto: how many slots fit beside the first one. A slot costs what its context
- * allocated (KV cache, recurrent state and its uncommitted copy, scratch), its in-memory
- * checkpoints and resume point (a recurrent state each) and its share of the RAM tier (one
- * whole-context state); on a device backend the context's part is device memory. At most
- * SRV_AUTO_SLOTS, at least 1. */
-#define SRV_AUTO_SLOTS 4
+/* --parallel auto: the first slot's context says what a slot costs (slot_plan.h: the same
+ * estimate `redlite info` prints); host memory free now and, on a device backend, device memory
+ * free after this context bound the number. */
 static int auto_slots(const sess_be *s, int max_ck, uint64_t *per_slot) {
     engine_ctx *c = session_ctx(s->slot[0].s);
     engine_mem mem;
     if (engine_mem_info(c, &mem)) return 1;
     const q3n_hparams *hp = session_hparams(s->slot[0].s);
-    uint64_t rec = 0;
+    slot_cost sc = {.ctx_bytes = mem.kv_bytes + mem.state_bytes + mem.scratch_bytes,
+                    .ram_bytes = engine_state_bytes(c, engine_n_ctx(c)),
+                    .max_checkpoints = max_ck,
+                    .device = mem.device};
     for (int il = 0; il < hp->n_layer; il++)
-        if (!hp->is_attn[il]) rec += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
-    uint64_t ctx = mem.kv_bytes + mem.state_bytes + mem.scratch_bytes;
-    uint64_t host = (uint64_t)(max_ck + 1) * rec + engine_state_bytes(c, engine_n_ctx(c)) + (mem.device ? 0 : ctx);
-    *per_slot = host + (mem.device ? ctx : 0);
-    uint64_t avail = mem_available() * 4 / 5;
-    int n = host ? (int)(avail / host) + 1 : SRV_AUTO_SLOTS;
-    if (mem.device && ctx) {
-        int nd = (int)(mem.dev_free_after_ctx * 9 / 10 / ctx) + 1;
-        if (nd < n) n = nd;
-    }
-    return n < 1 ? 1 : n > SRV_AUTO_SLOTS ? SRV_AUTO_SLOTS : n;
+        if (!hp->is_attn[il]) sc.rec_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+    *per_slot = slot_plan_bytes(&sc);
+    return slot_plan_fit(&sc, slot_plan_mem_available(), mem.dev_free_after_ctx);
 }
 
 srv_backend *srv_backend_session(const srv_session_params *p) {
@@ -584,7 +581,7 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         goto fail;
     }
     int want = p->n_slots > 0 ? p->n_slots : 1;
-    if (!(s->slot = calloc((size_t)(want > SRV_AUTO_SLOTS ? want : SRV_AUTO_SLOTS), sizeof *s->slot))) goto oom;
+    if (!(s->slot = calloc((size_t)(want > SLOT_PLAN_AUTO_MAX ? want : SLOT_PLAN_AUTO_MAX), sizeof *s->slot))) goto oom;
     if (p->n_ctx > 0) s->slot[0].s = session_new(s->m, &sp);
     else { /* the default: from the trained length and the memory plan (ctx_plan.h), for one slot */
         ctx_plan plan;
@@ -597,8 +594,9 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         uint64_t per = 0;
         want = auto_slots(s, p->max_checkpoints > 0 ? p->max_checkpoints : 8, &per);
         if (p->verbose)
-            fprintf(stderr, "serve: --parallel auto: %d slot%s (%.1f MiB each: KV cache, recurrent state, checkpoints, "
-                            "RAM tier share)\n", want, want == 1 ? "" : "s", per / 1048576.0);
+            fprintf(stderr, "serve: --parallel auto: %d slot%s (%.1f MiB = %llu bytes each: KV cache, recurrent state, "
+                            "checkpoints, RAM tier share)\n", want, want == 1 ? "" : "s", per / 1048576.0,
+                    (unsigned long long)per);
     }
     sp.share_experts = s->slot[0].s; /* one expert cache for every slot */
     for (; s->n_slots < want; s->n_slots++)
@@ -609,7 +607,9 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     }
     s->spec = (spec_mode)p->spec;
     s->draft_max = p->draft_max;
-    s->ram_max = p->ram_states >= 0 ? p->ram_states : s->n_slots;
+    /* a byte cap without a count: as many entries as the bytes hold (the flag's largest count) */
+    s->ram_max = p->ram_states >= 0 ? p->ram_states : p->ram_max_bytes ? 1024 : s->n_slots;
+    s->ram_max_bytes = p->ram_max_bytes;
     if (s->ram_max && !(s->ram = calloc((size_t)s->ram_max, sizeof *s->ram))) goto oom;
     if (p->state_dir) {
         engine *e = session_model_engine(s->m);

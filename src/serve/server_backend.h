@@ -40,6 +40,7 @@ typedef struct {
     const char *route_trace;
     int n_slots;              /* --parallel: conversations held at once (0 = auto from the memory plan) */
     int ram_states;           /* evicted conversations kept in RAM (-1 = one per slot, 0 = none) */
+    uint64_t ram_max_bytes;   /* and their bytes at most (0 = no byte cap) */
     int max_checkpoints;      /* in-memory, per slot (0 = session default) */
     const char *state_dir;    /* disk checkpoints, or NULL */
     uint64_t state_max_bytes;

@@ -8,6 +8,15 @@
 
 #include "kern/kern.h"
 
+/* The kernel configuration these tests run (kern.h: no process-wide level; each test owns one),
+ * built on first use with the defaults: the best level this CPU has. */
+static kern_cfg *TK(void) {
+    static kern_cfg cfg;
+    static int ready;
+    if (!ready) ready = kern_cfg_init(&cfg, NULL) == 0;
+    return &cfg;
+}
+
 /* Thread CPU time: the benchmark measures the kernel, not the scheduler of a shared machine. */
 static inline double cpu_now(void) {
     struct timespec ts;
@@ -24,11 +33,11 @@ static inline void repeat_rows(uint8_t *W, size_t rb, int64_t fill, int64_t n_ro
 /* One warm-up kern_matvec, then the best (least) CPU seconds of `reps` more. */
 static inline double matvec_best(uint32_t type, const void *W, int64_t n_rows, int64_t n_cols,
                                  const void *act, float *out, int reps) {
-    kern_matvec(type, W, n_rows, n_cols, act, out); /* warm */
+    kern_matvec(TK(), type, W, n_rows, n_cols, act, out); /* warm */
     double best = 1e30;
     for (int it = 0; it < reps; it++) {
         const double t0 = cpu_now();
-        kern_matvec(type, W, n_rows, n_cols, act, out);
+        kern_matvec(TK(), type, W, n_rows, n_cols, act, out);
         const double dt = cpu_now() - t0;
         best = dt < best ? dt : best;
     }

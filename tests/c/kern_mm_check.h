@@ -25,13 +25,13 @@ static void test_matmul(int level, uint32_t type, int64_t n_rows, int64_t n_cols
         if (k == 2) /* an all-zero activation row (Q8_K d = 0) */
             for (int64_t i = 0; i < n_cols; i++)
                 x[i] = 0.0f;
-        kern_quantize_act(type, x, n_cols, act + (size_t)k * ab);
+        kern_quantize_act(TK(), type, x, n_cols, act + (size_t)k * ab);
     }
     check_poison(out, n_out);
     check_poison(ref, n_out);
     for (int k = 0; k < T; k++)
-        kern_matvec(type, W, n_rows, n_cols, act + (size_t)k * ab, ref + (size_t)k * ldo);
-    kern_matmul(type, W, n_rows, n_cols, act, T, out, ldo);
+        kern_matvec(TK(), type, W, n_rows, n_cols, act + (size_t)k * ab, ref + (size_t)k * ldo);
+    kern_matmul(TK(), type, W, n_rows, n_cols, act, T, out, ldo);
     int bad = 0;
     for (size_t i = 0; i < n_out; i++) {
         const bool same = isnan(ref[i]) ? isnan(out[i]) : memcmp(&ref[i], &out[i], sizeof(float)) == 0;
@@ -63,7 +63,7 @@ static double bench_mm_one(uint32_t type, int T, int64_t blk, double *gmacs, rl_
     fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
     for (int k = 0; k < T; k++) {
         fill_x(x, n_cols, r);
-        kern_quantize_act(type, x, n_cols, act + (size_t)k * ab);
+        kern_quantize_act(TK(), type, x, n_cols, act + (size_t)k * ab);
     }
     double best[2] = {1e30, 1e30};
     const int reps = T >= 64 ? 5 : 20;
@@ -72,10 +72,10 @@ static double bench_mm_one(uint32_t type, int T, int64_t blk, double *gmacs, rl_
             const double t0 = cpu_now();
             for (int64_t r0 = 0; r0 < n_rows; r0 += blk) {
                 if (v)
-                    kern_matmul(type, W + (size_t)r0 * rb, blk, n_cols, act, T, out + r0, n_rows);
+                    kern_matmul(TK(), type, W + (size_t)r0 * rb, blk, n_cols, act, T, out + r0, n_rows);
                 else
                     for (int k = 0; k < T; k++)
-                        kern_matvec(type, W + (size_t)r0 * rb, blk, n_cols, act + (size_t)k * ab,
+                        kern_matvec(TK(), type, W + (size_t)r0 * rb, blk, n_cols, act + (size_t)k * ab,
                                     out + (size_t)k * n_rows + r0);
             }
             const double dt = cpu_now() - t0;

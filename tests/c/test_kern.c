@@ -58,7 +58,7 @@ static void test_quantize(int level, rl_rng *r) {
             memset(a, 0xAB, sz);
             memset(b, 0xCD, sz);
             ta->from_float(x, a, n);
-            kern_quantize_act(wt_for[k], x, n, b);
+            kern_quantize_act(TK(), wt_for[k], x, n, b);
             CHECK(memcmp(a, b, sz) == 0, "%s: quantize_act %s differs from scalar (rep %d)", kern_level_name(level),
                   ta->name, rep);
             free(a);
@@ -77,10 +77,10 @@ static void test_matvec(int level, uint32_t type, int64_t n_rows, int64_t n_cols
     void *act = malloc(kern_act_size(type, n_cols));
     fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * n_rows, r);
     fill_x(x, n_cols, r);
-    kern_quantize_act(type, x, n_cols, act);
+    kern_quantize_act(TK(), type, x, n_cols, act);
     ta->to_float(act, af, n_cols);
     check_poison(out, (size_t)n_rows + 1);
-    kern_matvec(type, W, n_rows, n_cols, act, out);
+    kern_matvec(TK(), type, W, n_rows, n_cols, act, out);
     int bad = 0, exact = 0;
     for (int64_t row = 0; row < n_rows; row++) {
         const void *w = W + (size_t)row * rb;
@@ -119,8 +119,8 @@ static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng
     fill_random_blocks(type, W, (int64_t)(rb / t->type_size) * fill_rows, r);
     repeat_rows(W, rb, fill_rows, n_rows);
     fill_x(x, n_cols, r);
-    kern_set_level(level);
-    kern_quantize_act(type, x, n_cols, act);
+    kern_cfg_set_level(TK(), level);
+    kern_quantize_act(TK(), type, x, n_cols, act);
     const double best = matvec_best(type, W, n_rows, n_cols, act, out, reps);
     free(W); free(x); free(out); free(act);
     return (double)rb * (double)n_rows / best / 1e9;
@@ -162,13 +162,13 @@ static void bench(void) {
 static void bench_mm(void) {
     rl_rng r;
     rl_rng_seed(&r, 77);
-    if (kern_level() == KERN_AVX512 && getenv("RL_KERN_MM")) kern_set_mm512(!strcmp(getenv("RL_KERN_MM"), "512"));
+    if (TK()->level == KERN_AVX512 && getenv("RL_KERN_MM")) kern_cfg_set_mm512(TK(), !strcmp(getenv("RL_KERN_MM"), "512"));
     printf("batched kernel (level %s%s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
-           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s %22s\n", kern_level_name(kern_level()),
-           kern_mm512() ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8", "T=64", "T=512");
+           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s %22s\n", kern_level_name(TK()->level),
+           TK()->mm512 ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8", "T=64", "T=512");
     const char *types_env = getenv("RL_KERN_BENCH_TYPES"); /* as in bench() */
     for (size_t k = 0; k < N_TYPES; k++) {
-        if (!kern_has_matmul(kern_level(), types[k])) continue;
+        if (!kern_has_matmul(TK()->level, types[k])) continue;
         if (types_env && *types_env) {
             char want[64], list[256];
             snprintf(want, sizeof want, ",%s,", quant_name(types[k]));
@@ -187,7 +187,7 @@ static void bench_mm(void) {
 }
 
 int main(void) {
-    const int initial = kern_level();
+    const int initial = TK()->level;
     printf("test_kern: CPU best level %s\n", kern_level_name(initial));
     CHECK(kern_level_supported(KERN_SCALAR), "scalar always supported");
     CHECK(kern_act_type(QT_IQ2_XXS) == QT_Q8_K && kern_act_type(QT_Q8_0) == QT_Q8_0 && kern_act_type(QT_F16) == QT_F16,
@@ -199,10 +199,10 @@ int main(void) {
     for (int level = 0; level < KERN_NLEVELS; level++) {
         if (!kern_level_supported(level)) {
             printf("  level %s not supported by this CPU: skipped\n", kern_level_name(level));
-            CHECK(kern_set_level(level) == -1, "setting an unsupported level fails");
+            CHECK(kern_cfg_set_level(TK(), level) == -1, "setting an unsupported level fails");
             continue;
         }
-        CHECK(kern_set_level(level) == 0 && kern_level() == level, "set level %s", kern_level_name(level));
+        CHECK(kern_cfg_set_level(TK(), level) == 0 && TK()->level == level, "set level %s", kern_level_name(level));
         int n_simd = 0, n_mm = 0;
         for (size_t k = 0; k < N_TYPES; k++) {
             n_simd += kern_has_simd(level, types[k]);
@@ -221,17 +221,17 @@ int main(void) {
             /* the 4-row mat-vecs: whole groups, each remainder (nr % 4 = 1..3 rows of the one-row
              * dot after them) and 1..7 blocks a row */
             for (int64_t nr = 4; nr <= 11; nr++) test_matvec(level, types[k], nr, b == 1 ? 29 + 8 * nr : (nr - 3) * b, &r);
-            /* the AVX-512 level has three batched cores: 256-bit, 512-bit (kern_set_mm512) and AMX tiles
-             * (kern_set_amx; here with the tile operations emulated, so every AVX-512 CPU checks the
+            /* the AVX-512 level has three batched cores: 256-bit, 512-bit (kern_cfg.mm512) and AMX tiles
+             * (kern_cfg_set_amx; here with the tile operations emulated, so every AVX-512 CPU checks the
              * digits, layouts and epilogue; tests/c/test_kern_amx.c runs the tiles where the CPU has
              * them): each must equal the mat-vec */
             for (int w = 0; w < (level == KERN_AVX512 ? 3 : 1); w++) {
                 if (level == KERN_AVX512) {
-                    CHECK(kern_set_mm512(w > 0) == 0 && kern_mm512() == (w > 0), "mm512 %d", w);
-                    CHECK(kern_set_amx(w == 2 ? KERN_AMX_EMUL : KERN_AMX_OFF) == 0, "amx %d", w);
+                    CHECK(kern_cfg_set_mm512(TK(), w > 0) == 0 && TK()->mm512 == (w > 0), "mm512 %d", w);
+                    CHECK(kern_cfg_set_amx(TK(), w == 2 ? KERN_AMX_EMUL : KERN_AMX_OFF) == 0, "amx %d", w);
                     /* the tiles from one activation row on, so the small batches below (padded to one
                      * tile) take them too */
-                    CHECK(kern_set_amx_rows(w == 2 ? 1 : 0) == 0, "amx rows");
+                    CHECK(kern_cfg_set_amx_rows(TK(), w == 2 ? 1 : 0) == 0, "amx rows");
                 }
                 for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
                 test_matmul(level, types[k], 37, widths[1], 17, &r);
@@ -244,17 +244,33 @@ int main(void) {
                     test_matmul(level, types[k], 3, widths[0], 1030, &r); /* a second pass of 6 rows */
                 }
             }
-            if (level == KERN_AVX512) kern_set_mm512(false), kern_set_amx(KERN_AMX_OFF), kern_set_amx_rows(0);
+            if (level == KERN_AVX512) kern_cfg_set_mm512(TK(), false), kern_cfg_set_amx(TK(), KERN_AMX_OFF), kern_cfg_set_amx_rows(TK(), 0);
         }
     }
-    if (!kern_level_supported(KERN_AVX512)) {
-        CHECK(kern_set_mm512(true) == -1 && !kern_mm512(), "no 512-bit core without AVX-512");
-        CHECK(kern_set_amx(KERN_AMX_EMUL) == -1 && kern_amx() == KERN_AMX_OFF, "no emulated AMX without AVX-512");
-    CHECK(kern_set_amx_rows(-1) == -1, "a negative AMX row threshold is refused");
+    /* the IQ2_XXS / IQ2_XS mat-vecs of the AVX-512 level: the AVX2 ones (AMD's default) and the
+     * level's own (everyone else's), each forced through kern_opts.iq2_mv: both bit-identical */
+    if (kern_level_supported(KERN_AVX512)) {
+        const kern_cfg saved = *TK();
+        for (int mv = 256; mv <= 512; mv += 256) {
+            kern_opts o = kern_opts_default();
+            o.iq2_mv = mv;
+            CHECK(kern_cfg_init(TK(), &o) == 0 && TK()->level == KERN_AVX512, "iq2_mv %d", mv);
+            for (int k = 0; k < 2; k++)
+                for (int64_t nr = 1; nr <= 9; nr += 4) test_matvec(KERN_AVX512, k ? QT_IQ2_XS : QT_IQ2_XXS, nr, 2048, &r);
+        }
+        kern_opts o = kern_opts_default();
+        o.iq2_mv = 384;
+        CHECK(kern_cfg_init(TK(), &o) == -1, "iq2_mv 384 refused");
+        *TK() = saved;
     }
-    if (!kern_amx_supported()) CHECK(kern_set_amx(KERN_AMX_ON) == -1 && kern_amx() != KERN_AMX_ON, "no AMX tiles without AMX");
+    if (!kern_level_supported(KERN_AVX512)) {
+        CHECK(kern_cfg_set_mm512(TK(), true) == -1 && !TK()->mm512, "no 512-bit core without AVX-512");
+        CHECK(kern_cfg_set_amx(TK(), KERN_AMX_EMUL) == -1 && TK()->amx == KERN_AMX_OFF, "no emulated AMX without AVX-512");
+    CHECK(kern_cfg_set_amx_rows(TK(), -1) == -1, "a negative AMX row threshold is refused");
+    }
+    if (!kern_amx_supported()) CHECK(kern_cfg_set_amx(TK(), KERN_AMX_ON) == -1 && TK()->amx != KERN_AMX_ON, "no AMX tiles without AMX");
     printf("  AMX tiles %s\n", kern_amx_supported() ? "usable here (tests/c/test_kern_amx.c checks them)" : "not usable on this CPU: only the emulated kernel was checked");
-    kern_set_level(initial);
+    kern_cfg_set_level(TK(), initial);
     const char *bench_env = getenv("RL_KERN_BENCH");
     if (bench_env && *bench_env == '1') bench();
     if (bench_env && (*bench_env == '1' || !strcmp(bench_env, "mm"))) bench_mm();

@@ -1,5 +1,5 @@
 /* test_kern_amx.c — the AMX tile kernels (src/kern/kern_x86_amx.h) on the tiles themselves: kern_matmul with
- * kern_set_amx(KERN_AMX_ON) against kern_matvec, bit for bit, for every type that has them, over
+ * kern_cfg_set_amx(TK(), KERN_AMX_ON) against kern_matvec, bit for bit, for every type that has them, over
  * whole and partial row tiles, whole and overlapped activation-row tiles, 1 / 8 / 16 super-blocks per
  * row, and one wider row that takes the 512-bit core (tests/c/kern_mm_check.h: NaN-poisoned output
  * with gaps, an all-zero activation row). test_kern.c checks the same kernel with emulated tiles on
@@ -26,9 +26,9 @@ int main(void) {
                "grant missing)\n");
         return 77;
     }
-    CHECK(kern_set_level(KERN_AVX512) == 0, "the AVX-512 level");
-    CHECK(kern_set_amx(KERN_AMX_ON) == 0 && kern_amx() == KERN_AMX_ON, "AMX on");
-    CHECK(kern_set_amx_rows(1) == 0, "tiles from one row");
+    CHECK(kern_cfg_set_level(TK(), KERN_AVX512) == 0, "the AVX-512 level");
+    CHECK(kern_cfg_set_amx(TK(), KERN_AMX_ON) == 0 && TK()->amx == KERN_AMX_ON, "AMX on");
+    CHECK(kern_cfg_set_amx_rows(TK(), 1) == 0, "tiles from one row");
     rl_rng r;
     rl_rng_seed(&r, 911);
     for (size_t k = 0; k < N_TYPES; k++) {
@@ -58,14 +58,14 @@ int main(void) {
                 const int T = Ts[j];
                 double g[2];
                 for (int v = 0; v < 2; v++) {
-                    kern_set_amx(v ? KERN_AMX_OFF : KERN_AMX_ON);
+                    kern_cfg_set_amx(TK(), v ? KERN_AMX_OFF : KERN_AMX_ON);
                     bench_mm_one(types[k], T, T < 64 ? 256 : 16, &g[v], &r);
                 }
                 printf("  T=%d %.0f/%.0f", T, g[0], g[1]);
             }
             printf("\n");
         }
-        kern_set_amx(KERN_AMX_ON);
+        kern_cfg_set_amx(TK(), KERN_AMX_ON);
     }
     return check_done("test_kern_amx");
 }

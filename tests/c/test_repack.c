@@ -3,7 +3,7 @@
  *   - repacking random valid IQ2_XXS / IQ2_XS rows into IQ2_LF and IQ1_M rows into IQ1_LF keeps
  *     to_float and the scalar vec_dot against Q8_K rows bit for bit (exact equality of the float
  *     bits: the integer sums and the float epilogue are the original type's);
- *   - at every kernel level this CPU supports, kern_matvec(IQ*_LF) equals the ORIGINAL type's
+ *   - at every kernel level this CPU supports, kern_matvec(TK(), IQ*_LF) equals the ORIGINAL type's
  *     scalar vec_dot bit for bit (1, 3, 6, 13, 37 rows; 1 to 19 super-blocks per row; outputs
  *     NaN-poisoned), and kern_matmul equals it bit for bit for T = 1..12 and 17 (ldo > rows: the
  *     padding stays poisoned) — at the AVX-512 level also on the AMX tiles, emulated (every AVX-512
@@ -111,11 +111,11 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
     float *out = malloc(sizeof(float) * (size_t)(n_rows * T + 1)), *mm = malloc(sizeof(float) * (size_t)((n_rows + 3) * T + 1));
     for (int level = 0; level < KERN_NLEVELS; level++) {
         if (!kern_level_supported(level)) continue;
-        kern_set_level(level);
+        kern_cfg_set_level(TK(), level);
         int mbad = 0;
         for (int t = 0; t < T; t++) {
             check_poison(out, (size_t)n_rows);
-            kern_matvec(lf, L, n_rows, n, act + (size_t)t * ab, out);
+            kern_matvec(TK(), lf, L, n_rows, n, act + (size_t)t * ab, out);
             for (int64_t row = 0; row < n_rows; row++) mbad += fbits(out[row]) != fbits(ref[t * n_rows + row]);
         }
         CHECK(mbad == 0, "%s level %s rows %lld nb %lld: %d mat-vec values differ from the original vec_dot",
@@ -125,15 +125,15 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
          * has them, real, from one activation row on (small batches padded to one tile, 17 rows an
          * overlapped last tile) */
         static const char *const amx_name[] = { "off", "on", "emulated" };
-        const int amx0 = kern_amx();
+        const int amx0 = TK()->amx;
         for (int amx = KERN_AMX_OFF; amx <= KERN_AMX_EMUL; amx++) {
             if (amx != KERN_AMX_OFF && (level != KERN_AVX512 || (amx == KERN_AMX_ON && !kern_amx_supported()))) continue;
             if (level == KERN_AVX512) {
-                CHECK(kern_set_amx(amx) == 0 && kern_set_amx_rows(amx == KERN_AMX_OFF ? 0 : 1) == 0, "amx %s", amx_name[amx]);
+                CHECK(kern_cfg_set_amx(TK(), amx) == 0 && kern_cfg_set_amx_rows(TK(), amx == KERN_AMX_OFF ? 0 : 1) == 0, "amx %s", amx_name[amx]);
             }
             for (int TT = 1; TT <= T; TT += TT == 12 ? 5 : 1) {
                 check_poison(mm, (size_t)(ldo * TT));
-                kern_matmul(lf, L, n_rows, n, act, TT, mm, ldo);
+                kern_matmul(TK(), lf, L, n_rows, n, act, TT, mm, ldo);
                 int bbad = 0, pad = 0;
                 for (int t = 0; t < TT; t++) {
                     for (int64_t row = 0; row < n_rows; row++) bbad += fbits(mm[t * ldo + row]) != fbits(ref[t * n_rows + row]);
@@ -144,7 +144,7 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
                       quant_name(src), kern_level_name(level), amx_name[amx], TT, (long long)n_rows, bbad, pad);
             }
         }
-        if (level == KERN_AVX512) kern_set_amx(amx0), kern_set_amx_rows(0);
+        if (level == KERN_AVX512) kern_cfg_set_amx(TK(), amx0), kern_cfg_set_amx_rows(TK(), 0);
     }
     free(W); free(L); free(f0); free(f1); free(act); free(x); free(ref); free(out); free(mm);
 }
@@ -181,11 +181,11 @@ static void test_extremes(uint32_t lf, rl_rng *r) {
     CHECK(obad == 0, "extreme blocks: scalar %s dot differs from the dequantised oracle", quant_name(lf));
     for (int level = 1; level < KERN_NLEVELS; level++) {
         if (!kern_level_supported(level)) continue;
-        kern_set_level(level);
+        kern_cfg_set_level(TK(), level);
         CHECK(kern_has_simd(level, lf) && kern_has_matmul(level, lf), "level %s has %s kernels",
               kern_level_name(level), quant_name(lf));
         check_poison(out, ROWS);
-        kern_matvec(lf, L, ROWS, n, act, out);
+        kern_matvec(TK(), lf, L, ROWS, n, act, out);
         int bad = 0;
         for (int row = 0; row < ROWS; row++) bad += fbits(out[row]) != fbits(ref[row]);
         CHECK(bad == 0, "extreme blocks %s level %s: %d rows differ", quant_name(lf), kern_level_name(level), bad);
@@ -212,7 +212,7 @@ static double bench_one(uint32_t src, bool repacked, size_t bytes, int reps, int
     float *x = malloc(sizeof(float) * n_cols), *out = malloc(sizeof(float) * (size_t)n_rows);
     void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
     fill_x(x, n_cols, r);
-    kern_quantize_act(type, x, n_cols, act);
+    kern_quantize_act(TK(), type, x, n_cols, act);
     const double best = matvec_best(type, W, n_rows, n_cols, act, out, reps);
     *n_weights = n_rows * n_cols;
     free(S); free(W); free(x); free(out); free(act);
@@ -225,7 +225,7 @@ static void bench(void) {
     const char *mib_env = getenv("RL_KERN_BENCH_MIB");
     const size_t mib = mib_env && atoi(mib_env) > 0 ? (size_t)atoi(mib_env) : 512;
     printf("single-thread mat-vec (level %s), 2048 cols, hot 512 KiB / cold %zu MiB of weight bytes, per CPU-second\n"
-           "%-9s %-8s %17s %17s %17s %17s\n", kern_level_name(kern_level()), mib, "source", "layout", "hot GB/s",
+           "%-9s %-8s %17s %17s %17s %17s\n", kern_level_name(TK()->level), mib, "source", "layout", "hot GB/s",
            "hot Gweights/s", "cold GB/s", "cold Gweights/s");
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int rp = 0; rp < 2; rp++) {
@@ -272,14 +272,14 @@ static void bench(void) {
             else memcpy(W, S, rbs * nr);
             for (int t = 0; t < 64; t++) {
                 fill_x(x, nc, &r);
-                kern_quantize_act(type, x, nc, act + (size_t)t * ab);
+                kern_quantize_act(TK(), type, x, nc, act + (size_t)t * ab);
             }
             printf("%-9s %-8s", quant_name(srcs[k]), quant_name(type));
             for (int T = 2; T <= 64; T *= T == 2 ? 4 : 8) {
                 double best = 1e30;
                 for (int it = 0; it < (T == 64 ? 5 : 20); it++) {
                     const double t0 = cpu_now();
-                    for (int64_t r0 = 0; r0 < nr; r0 += 16) kern_matmul(type, W + (size_t)r0 * rb, 16, nc, act, T, out + r0, nr);
+                    for (int64_t r0 = 0; r0 < nr; r0 += 16) kern_matmul(TK(), type, W + (size_t)r0 * rb, 16, nc, act, T, out + r0, nr);
                     const double dt = cpu_now() - t0;
                     best = dt < best ? dt : best;
                 }
@@ -291,7 +291,7 @@ static void bench(void) {
 }
 
 int main(void) {
-    const int initial = kern_level();
+    const int initial = TK()->level;
     printf("test_repack: CPU best level %s\n", kern_level_name(initial));
     rl_rng r;
     rl_rng_seed(&r, 1717);
@@ -306,7 +306,7 @@ int main(void) {
         for (int i = 0; i < 5; i++) test_rows(srcs[k], rows[i], nbs[i], &r);
     test_extremes(QT_IQ2_LF, &r);
     test_extremes(QT_IQ1_LF, &r);
-    kern_set_level(initial);
+    kern_cfg_set_level(TK(), initial);
     const char *b = getenv("RL_KERN_BENCH");
     if (b && *b == '1') bench();
     return check_done("test_repack");

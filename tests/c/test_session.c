@@ -148,7 +148,7 @@ typedef struct {
     char buf[8192];
     size_t n;
     int calls, stop_after;
-    volatile sig_atomic_t *flag;
+    atomic_int *flag;
     int flag_after;
 } sink;
 
@@ -230,7 +230,7 @@ static void test_generate(void) {
             session_gen_result_free(&r2);
             /* cancel: the flag set before generate, on_text asking to stop, the flag set from
              * on_text (as a signal handler would) */
-            volatile sig_atomic_t flag = 1;
+            atomic_int flag = 1;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
             CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 40, .cancel = &flag}, &r2) == 0,
                   "cancel gen");

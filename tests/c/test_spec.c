@@ -18,6 +18,7 @@
  *     --draft-min 1 (every source that has drafts drafts, so every path runs) and once more with
  *     the cost-aware default (0), which must give the same tokens too. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,7 +141,7 @@ typedef struct {
     int stop_at;       /* stop after this many tokens (0: never) */
     int cancel_at;     /* set cancel after this many tokens */
     int32_t eog;       /* this id is an end-of-generation token (-1: none) */
-    volatile sig_atomic_t cancel;
+    atomic_int cancel;
     int evaluated;     /* tokens reported kept */
 } sink_state;
 

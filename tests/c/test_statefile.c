@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -268,6 +269,68 @@ int main(void) {
     statefile_get_stats(d, &ss);
     CHECK(ss.saves == 2 && ss.n_files == 1, "stats");
     statefile_close(d);
+
+    /* two servers on one directory (replicas behind a load balancer): each finds what the other
+     * saved after it opened the directory, forgets what the other removed, and a file removed
+     * between the lookup and the restore is a miss that leaves the context as it was */
+    {
+        char rdir[] = "/tmp/rl-statefile-rep-XXXXXX";
+        CHECK(mkdtemp(rdir) != NULL, "mkdtemp");
+        statefile_dir *r1 = statefile_open(rdir, 0, fp, fmt), *r2 = statefile_open(rdir, 0, fp, fmt);
+        CHECK(r1 && r2, "open twice: %s", rl_lasterr());
+        engine_reset(a);
+        CHECK(engine_prefill(a, t, N, NULL) == 0 && statefile_save(r1, a, NULL, t, N) == 0, "save on 1");
+        CHECK(statefile_best(r2, t, N + M, 0, N + M - 1) == N, "2 sees the file 1 saved after 2 opened");
+        engine_reset(b);
+        CHECK(statefile_restore(r2, b, t, N + M, 0, N + M - 1) == N, "2 restores it: %s", rl_lasterr());
+        check_poison(lb, V);
+        CHECK(engine_prefill(b, t + N, M, lb) == 0 && !memcmp(lb, lc, sizeof(float) * V),
+              "restored from the other server's file == cold (bit-identical)");
+        /* 2 saves a longer state of the conversation: it supersedes 1's file (deleted by 2) */
+        CHECK(statefile_save(r2, b, NULL, t, N + M) == 0 && count_files(rdir) == 1, "2 supersedes (%d files)",
+              count_files(rdir));
+        CHECK(statefile_best(r1, t, N + M + 1, 0, N + M) == N + M, "1 sees 2's state, not its own deleted one");
+        statefile_stats st1;
+        statefile_get_stats(r1, &st1);
+        CHECK(st1.n_files == 1, "1 forgot the file 2 deleted (%d indexed)", st1.n_files);
+        /* the file goes between 2's lookup and its restore: a miss, the context untouched */
+        char rp[4096];
+        first_file(rdir, rp, sizeof rp);
+        CHECK(statefile_best(r2, t, N + M + 1, 0, N + M) == N + M && unlink(rp) == 0, "remove under 2");
+        engine_reset(b);
+        CHECK(engine_prefill(b, other, 5, NULL) == 0, "b holds 5 tokens");
+        CHECK(statefile_restore(r2, b, t, N + M + 1, 0, N + M) == 0 && engine_pos(b) == 5, "a vanished file is a miss");
+        statefile_stats st2;
+        statefile_get_stats(r2, &st2);
+        CHECK(st2.rejected == 0 && st2.n_files == 0, "not counted as rejected (%lld), forgotten (%d)", st2.rejected,
+              st2.n_files);
+        /* the size cap (room for two files) counts the other server's files, and reads the use
+         * time of the victim from its file first: X saved by 2, Y by 1, then 2 uses X (its file
+         * time moves past Y's), then 1 saves Z: Y is the least recently used and goes, not X */
+        statefile_close(r1);
+        uint64_t one = sizeof(int32_t) * N + engine_state_bytes(a, N) + 200;
+        r1 = statefile_open(rdir, 2 * one + one / 2, fp, fmt);
+        int32_t third[N + M];
+        memcpy(third, t, sizeof third);
+        third[0] ^= 1;
+        char px[4096];
+        engine_reset(a);
+        CHECK(engine_prefill(a, t, N, NULL) == 0 && statefile_save(r2, a, NULL, t, N) == 0, "2 saves X");
+        first_file(rdir, px, sizeof px);
+        CHECK(statefile_best(r1, t, N + 1, 0, N) == N, "1 indexes X");
+        engine_reset(a);
+        CHECK(engine_prefill(a, other, N, NULL) == 0 && statefile_save(r1, a, NULL, other, N) == 0, "1 saves Y");
+        struct timespec used[2] = {{time(NULL) + 5, 0}, {time(NULL) + 5, 0}};
+        CHECK(utimensat(AT_FDCWD, px, used, 0) == 0, "2 uses X");
+        engine_reset(a);
+        CHECK(engine_prefill(a, third, N, NULL) == 0 && statefile_save(r1, a, NULL, third, N) == 0, "1 saves Z");
+        CHECK(count_files(rdir) == 2, "1's cap counts 2's file (%d files)", count_files(rdir));
+        CHECK(statefile_best(r1, t, N + 1, 0, N) == N && statefile_best(r1, third, N + 1, 0, N) == N &&
+              statefile_best(r1, other, N + 1, 0, N) == 0, "X (used by 2) and Z stay, Y goes");
+        statefile_close(r1);
+        statefile_close(r2);
+        clean(rdir);
+    }
 
     /* a session adopts an imported state: the next feed evaluates only the rest, bit-identically */
     session_model *sm = session_model_open(&(session_model_params){.model_path = model, .n_threads = 2});

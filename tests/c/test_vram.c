@@ -14,14 +14,21 @@
 
 static void test_layout(void) {
     vram_layout a, b;
-    vram_layout_make(100, 50, 4, 8, false, &a); /* gate 400, up 400, down 400 bytes */
+    /* gate 4 rows of 100 bytes, up 400 bytes, down 8 rows of 50 */
+    vram_layout_make(&(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 400, .down_bytes = 400}, &a);
     CHECK(a.gate_off == 0 && a.up_off == 512 && a.down_off == 1024 && a.slot_bytes == 1536, "split %llu %llu %llu",
           (unsigned long long)a.up_off, (unsigned long long)a.down_off, (unsigned long long)a.slot_bytes);
     CHECK(a.src_bytes[0] == 400 && a.src_bytes[1] == 400 && a.src_bytes[2] == 400, "split sizes");
-    vram_layout_make(100, 50, 4, 8, true, &b); /* fused gate_up 800 bytes: up = gate + 4 rows */
+    /* fused gate_up 800 bytes: up = gate + 4 rows */
+    vram_layout_make(&(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 400, .down_bytes = 400, .fused = true}, &b);
     CHECK(b.up_off == 400 && b.down_off == 1024 && b.slot_bytes == 1536 && b.src_bytes[0] == 800 && b.src_bytes[1] == 0,
           "fused %llu %llu", (unsigned long long)b.up_off, (unsigned long long)b.down_off);
     CHECK(a.down_off % VRAM_ALIGN == 0 && a.slot_bytes % VRAM_ALIGN == 0, "aligned");
+    vram_layout c; /* mixed types: up rows of another size than gate's (Q4_K gate, Q6_K up) */
+    vram_layout_make(&(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 600, .down_bytes = 300}, &c);
+    CHECK(c.up_off == 512 && c.down_off == 512 + 768 && c.src_bytes[1] == 600 && c.src_bytes[2] == 300 &&
+              c.slot_bytes == 512 + 768 + 512, "mixed: up_off %llu down_off %llu slot %llu", (unsigned long long)c.up_off,
+          (unsigned long long)c.down_off, (unsigned long long)c.slot_bytes);
 }
 
 static vram_geom geom(void) {

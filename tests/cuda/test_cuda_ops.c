@@ -628,8 +628,8 @@ static void test_tail_router(void) {
  * (6 levels; one row all equal, where the top 10 are ids 0..9), E = 512 and 1000 experts (router_row's 16
  * and 32 values per lane): ids and their order exactly, weights
  * and probabilities within 1e-6 (GPU and CPU expf may differ in the last bit; tied values are the same
- * value on each side, so ties break the same way: lower id first). By default this checks the packed-key
- * selection (RL_CUDA_ROUTER_TOPK=butterfly: the butterfly picks); test_tail_router checks it bit for bit
+ * value on each side, so ties break the same way: lower id first). This checks the packed-key selection
+ * (the router's only one; its butterfly variant is deleted); test_tail_router checks it bit for bit
  * against the matmul tail's butterfly picks. */
 static void test_router_ties(int E) {
     const int K = 10, T = 4;
