@@ -7,7 +7,7 @@ The timings themselves: bench/ttfb.py and bench/results/2026-12-06-ttfb.md."""
 import json
 import re
 import socket
-from pathlib import Path
+import urllib.request
 
 import pytest
 
@@ -35,14 +35,32 @@ APIS = [("/v1/chat/completions", "chat", 'data: {"id"', ": keep-alive", '"delta"
 
 @pytest.fixture(scope="module")
 def srv():
-    with Server("--ctx", "8192", "-t", "2", "--temp", "0", start_timeout=120) as s:
+    with Server("--ctx", "32768", "-t", "2", "--temp", "0", start_timeout=120) as s:
         yield s
 
 
+PREFILL_S = 6.0  # the prefill each test aims at: several keep-alives (one a second) while it runs
+
+
+@pytest.fixture(scope="module")
+def prompt_chars(srv):
+    """Characters of code whose prefill takes about PREFILL_S seconds on this machine: measured
+    with a 2K-token request first, so the test holds on a slow shared VM and a fast host alike
+    (longer prompts are slower per token, so the estimate errs on the long side)."""
+    body = {"model": "m", "prompt": "calibrate\n" + code_text(5000), "max_tokens": 1}
+    req = urllib.request.Request(srv.url("/v1/completions"), data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        n = json.load(r)["usage"]["prompt_tokens"]
+    tps = srv.metrics()["redlite_prompt_tokens_per_second"]
+    want = int(min(max(tps * PREFILL_S, 2000), 28000))  # tokens (the context holds 32768)
+    return int(want * 5000 / n)
+
+
 @pytest.mark.parametrize("path,api,first,ka,content", APIS, ids=[a[1] for a in APIS])
-def test_first_byte_before_prefill_ends_and_keepalives_during_it(srv, path, api, first, ka, content):
-    # ~3,000 tokens of code, distinct from the first token on (no prefix reuse from another test)
-    text = f"{api}: read this code.\n" + code_text(7500)
+def test_first_byte_before_prefill_ends_and_keepalives_during_it(srv, prompt_chars, path, api, first, ka, content):
+    # code whose prefill takes ~PREFILL_S s, distinct from the first token on (no prefix reuse)
+    text = f"{api}: read this code.\n" + code_text(prompt_chars)
     body = {"model": "m", "max_tokens": 1, "stream": True}
     if api == "responses":
         body = {"model": "m", "input": text, "max_output_tokens": 1, "stream": True}
@@ -76,7 +94,7 @@ def test_first_byte_before_prefill_ends_and_keepalives_during_it(srv, path, api,
             break
     sock.close()
     assert opened
-    # the prefill (~3K tokens, several seconds here) was filled with keep-alives about once a
+    # the prefill (~PREFILL_S seconds) was filled with keep-alives about once a
     # second, and its progress moved chunk by chunk (512-row chunks; values seen at keep-alives)
     assert during >= 2, during
     assert len(seen) >= 2 and max(seen) > 0, seen
