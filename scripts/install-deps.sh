@@ -6,7 +6,9 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-PKGS="build-essential pkg-config libutf8proc-dev libcjson-dev libmicrohttpd-dev python3 python3-venv python3-pip tmux clang nginx"
+# cppcheck, clang-tidy, clang-format: make lint (tools/lint.sh); nginx: the replica tests
+PKGS="build-essential pkg-config libutf8proc-dev libcjson-dev libmicrohttpd-dev python3 python3-venv python3-pip tmux clang
+      cppcheck clang-tidy clang-format nginx"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

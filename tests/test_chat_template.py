@@ -31,6 +31,7 @@ TEMPLATES = {
     "hybrid": ("Qwen3-hybrid.jinja", "hermes", 1),
     "nothink": ("Qwen3-Instruct-nothink.jinja", "hermes", 0),
     "coder": ("Qwen3-Coder.jinja", "coder", 0),
+    "qwen35": ("Qwen3.5.jinja", "qwen35", 1),
 }
 
 
@@ -221,7 +222,8 @@ VALUES = [0, 1, -1, 2.5, 1e-05, 1e16, 1.0, 123456789012345678901, True, False, N
           {"k": [True, None]}, {"a": {"b": {"c": 0.1}}}, [], {}]
 
 
-def random_cases(seed, n, think):
+def random_cases(seed, n, think, need_user=False):
+    """need_user: every conversation gets a user query (the Qwen3.5 template refuses one without)."""
     rng = random.Random(seed)
     tools_pool = [WEATHER, SEARCH, BARE, ODD]
     cases = []
@@ -247,6 +249,9 @@ def random_cases(seed, n, think):
                 msgs.append({"role": "tool", "content": rng.choice(STRINGS)})
         if msgs[0]["role"] == "system" and len(msgs) == 1:
             msgs.append({"role": "user", "content": "x"})
+        if need_user and not any(m["role"] == "user" for m in msgs):
+            msgs.insert(rng.randint(1 if msgs[0]["role"] == "system" else 0, len(msgs)),
+                        {"role": "user", "content": "query"})
         c = {"messages": msgs, "add_generation_prompt": rng.random() < 0.6}
         if rng.random() < 0.5:
             c["tools"] = rng.sample(tools_pool, rng.randint(0, 3))
@@ -258,9 +263,10 @@ def random_cases(seed, n, think):
 
 def all_cases(name):
     cases = base_cases()
-    if name == "hybrid":
+    if name in ("hybrid", "qwen35"):
         cases += think_cases()
-    cases += random_cases({"hybrid": 1, "nothink": 2, "coder": 3}[name], 150, name == "hybrid")
+    think = name in ("hybrid", "qwen35")
+    cases += random_cases({"hybrid": 1, "nothink": 2, "coder": 3, "qwen35": 4}[name], 150, think, name == "qwen35")
     return cases
 
 

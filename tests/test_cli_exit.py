@@ -68,6 +68,7 @@ USAGE = [
     ("dump", ["--tokens", "1,2", "--cache-mib", "0"], "--cache-mib"),
     ("dump", ["--tokens", "1,2", "--layers", "x"], "--layers"),
     ("dump", [], "--tokens"),
+    ("dump", ["--tokens", "1,2"], "nothing to write"),  # no output flag: it would print nothing
 ]
 
 
@@ -99,7 +100,7 @@ def test_unknown_command_exits_2():
 
 @pytest.mark.parametrize("cmd", ["generate", "chat", "bench", "dump"])
 def test_missing_model_file_exits_1(cmd):
-    extra = {"generate": ["-p", "x"], "chat": ["-p", "x"], "bench": [], "dump": ["--tokens", "1"]}[cmd]
+    extra = {"generate": ["-p", "x"], "chat": ["-p", "x"], "bench": [], "dump": ["--tokens", "1", "--json"]}[cmd]
     r = rl(cmd, "-m", "/nonexistent.gguf", *extra)
     assert r.returncode == 1
     assert "nonexistent" in one_line_error(r, cmd)
@@ -143,7 +144,7 @@ def test_success_exits_0(model, tmp_path):
     assert rl("chat", "-m", model, "-n", "2", "-p", "hi").returncode == 0
     assert rl("chat", "-m", model, "-n", "2", stdin=b"hi\n").returncode == 0
     assert rl("bench", "-m", model, "--n-decode", "2", "--reps", "1", "--warmup", "0", "--prompt", "8").returncode == 0
-    assert rl("dump", "-m", model, "--tokens", "1,2,3", "--greedy", "1").returncode == 0
+    assert rl("dump", "-m", model, "--tokens", "1,2,3", "--greedy", "1", "--json").returncode == 0
     h = tmp_path / "h.txt"
     r = rl("chat", "-m", model, "-n", "2", "-p", "hi", "--history", str(h))
     assert r.returncode == 0 and h.read_text().startswith("user: hi\nassistant: ")

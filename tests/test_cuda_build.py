@@ -46,7 +46,7 @@ def cuda_build():
 def test_cuda_unavailable_is_one_line(cuda_build):
     model = os.path.join(ROOT, "tests", "fixtures", "tiny-a.gguf")
     r = subprocess.run([os.path.join(cuda_build, "redlite"), "dump", "-m", model, "--tokens", "1,2,3",
-                        "--backend", "cuda"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        "--backend", "cuda", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     if r.returncode == 0:
         pytest.skip("a CUDA device is present: the backend ran (GPU checks: bench/cuda_check.sh)")
     assert r.returncode == 1, r.stderr

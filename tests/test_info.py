@@ -36,7 +36,8 @@ class Model:
     """Builds the tensor list of a tiny Qwen3-Next and records what `info` should report."""
 
     def __init__(self, path, generation="split", mtp=False, n_layer=4, interval=4, write_interval=True,
-                 split_max_tensors=0):
+                 split_max_tensors=0, drop=()):
+        self.drop = drop  # tensor names left out of the file
         self.w = gguf.GGUFWriter(path, "qwen3next", split_max_tensors=split_max_tensors)
         self.rng = np.random.default_rng(0)
         self.types = {}  # type name -> [count, bytes]
@@ -127,6 +128,8 @@ class Model:
 
     def tensor(self, name, shape, ty):
         """shape in PyTorch order (ne reversed)."""
+        if name in self.drop:
+            return
         x = self.rng.standard_normal(shape).astype(np.float32)
         if ty == "F32":
             data, nbytes = x, x.nbytes
@@ -158,10 +161,15 @@ class Model:
         return self
 
 
-def info_json(path):
+def info_json(path, runs=True):
+    """The --json description; the exit status is 0 exactly when the verdict says the model runs."""
     r = run(path, "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    assert r.returncode == (0 if runs else 1), r.stderr
+    d = json.loads(r.stdout)
+    assert d["verdict"]["runs"] is runs
+    if not runs:  # the one line on stderr is the verdict
+        assert r.stderr == f"redlite info: {d['verdict']['line']}\n"
+    return d
 
 
 Q8_ROW = lambda n: n // 32 * 34  # noqa: E731
@@ -248,7 +256,8 @@ def test_info_text(tmp_path):
 def test_interval_default_and_mismatch(tmp_path):
     path = str(tmp_path / "m.gguf")
     Model(path, n_layer=8, interval=2, write_interval=False).write()  # attention every 2nd layer
-    d = info_json(path)
+    d = info_json(path, runs=False)  # described, but the engine would look for DeltaNet tensors in layer 1
+    assert d["verdict"]["line"] == "does not run: missing tensor blk.1.attn_qkv.weight"
     assert d["hparams"]["full_attention_interval"] == 4 and d["full_attention_interval_default"] is True
     assert d["layers"]["attention_layers"] == [1, 3, 5, 7]
     assert d["layers"]["interval_mismatch"] == [1, 5]  # interval 4 expects 3 and 7 only
@@ -311,10 +320,12 @@ FIXTURES = sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "*.gguf")))
 @pytest.mark.skipif(not FIXTURES, reason="no committed GGUF fixtures")
 @pytest.mark.parametrize("path", FIXTURES, ids=[os.path.basename(p) for p in FIXTURES])
 def test_fixtures(path):
-    d = info_json(path)
     # the vocabulary fixture is metadata only; every other fixture is a whole model
-    if os.path.basename(path) == "qwen3-vocab.gguf":
+    vocab_only = os.path.basename(path) == "qwen3-vocab.gguf"
+    d = info_json(path, runs=not vocab_only)
+    if vocab_only:
         assert d["file"]["n_tensors"] == 0
+        assert d["verdict"]["line"].startswith("does not run: the file has no tensors")
     else:
         assert d["file"]["n_tensors"] > 0
         assert d["architecture"] in ("qwen3next", "qwen35moe", "qwen35")
@@ -322,7 +333,8 @@ def test_fixtures(path):
         assert d["generation"] in ("split", "legacy")
         assert d["bytes"]["total"] == sum(t["bytes"] for t in d["tensor_types"])
     r = run(path)
-    assert r.returncode == 0 and "tokenizer" in r.stdout
+    assert r.returncode == (1 if vocab_only else 0) and "tokenizer" in r.stdout
+    assert r.stdout.startswith("verdict            " + d["verdict"]["line"] + "\n")
 
 
 MODELS = [p for p in FIXTURES if os.path.basename(p) != "qwen3-vocab.gguf"]
@@ -400,3 +412,56 @@ def test_memory_usage_errors():
     for bad in (["--ctx", "0"], ["--ctx", "x"], ["--batch", "0"], ["--ctx"]):
         r = run(model, *bad)
         assert r.returncode == 2 and r.stderr.startswith("redlite info: ") and r.stderr.count("\n") == 1, bad
+
+
+# ---- the verdict (issue 49 item 3): where it runs, or the one thing that stops it ----------------
+
+
+def test_verdict_runs(tmp_path):
+    path = str(tmp_path / "m.gguf")
+    Model(path, n_layer=4).write()
+    d = info_json(path)
+    cuda = "cuda" in d["verdict"]["backends"]
+    assert d["verdict"]["backends"] == (["cpu", "cuda"] if cuda else ["cpu"])
+    line = d["verdict"]["line"]
+    assert line.startswith("runs on both cpu and cuda" if cuda else "runs on cpu: every expert resident"), line
+    if not cuda:
+        assert "make CUDA=1" in line
+
+
+def test_verdict_too_large_names_the_cache(tmp_path):
+    """On a machine of 100 MiB the 512 MiB reserve alone does not fit: the line says what is left
+    for the expert cache and the least the cache needs; a machine just big enough gets a bounded cache."""
+    path = str(tmp_path / "m.gguf")
+    Model(path, n_layer=4).write()
+    r = run(path, "--ram-mib", "100")
+    assert r.returncode == 1
+    assert r.stderr.startswith("redlite info: does not run: too large for this machine even with the expert cache")
+    assert "leave 0 B of the 100.00 MiB of RAM for the expert cache, which needs at least" in r.stderr
+    assert r.stderr.count("\n") == 1
+    big = run(path, "--ram-mib", "1000000", "--json")
+    assert big.returncode == 0 and json.loads(big.stdout)["verdict"]["runs"] is True
+
+
+def test_verdict_other_architecture(tmp_path):
+    path = str(tmp_path / "llama.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(128)
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = run(path)
+    assert r.returncode == 1
+    assert r.stdout.startswith("verdict            does not run: architecture 'llama' is not supported")
+    assert r.stderr.count("\n") == 1 and "architecture 'llama'" in r.stderr
+
+
+def test_verdict_missing_tensor(tmp_path):
+    """A file without its output norm is described, and the verdict names the missing tensor."""
+    path = str(tmp_path / "m.gguf")
+    Model(path, n_layer=4, drop=("output_norm.weight",)).write()
+    d = info_json(path, runs=False)
+    assert d["verdict"]["line"] == "does not run: missing tensor output_norm.weight", d["verdict"]

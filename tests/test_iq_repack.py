@@ -90,12 +90,13 @@ def test_repack_fast_matches_reference_not(models):
 
 
 def test_repack_refusals(models):
-    r = rl("dump", "-m", models["iq2"], "--tokens", "1,2", "--fast", "--iq-repack", "--cache-mib", "64")
+    r = rl("dump", "-m", models["iq2"], "--tokens", "1,2", "--fast", "--iq-repack", "--cache-mib", "64",
+           "--json")
     assert r.returncode == 1 and "--iq-repack keeps every repacked expert resident" in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1
-    r = rl("dump", "-m", models["q4"], "--tokens", "1,2", "--fast", "--iq-repack")
+    r = rl("dump", "-m", models["q4"], "--tokens", "1,2", "--fast", "--iq-repack", "--json")
     assert r.returncode == 1 and "no routed expert of this model has a lookup-free layout" in r.stderr, r.stderr
-    r = rl("dump", "-m", models["iq2"], "--tokens", "1,2", "--fast", "--iq-repack", env={"RL_REPACK_RAM_MIB": "4"})
+    r = rl("dump", "-m", models["iq2"], "--tokens", "1,2", "--fast", "--iq-repack", "--json", env={"RL_REPACK_RAM_MIB": "4"})
     assert r.returncode == 1 and "more than 70% of this machine's" in r.stderr, r.stderr
     r = rl("bench", "-m", models["iq2"], "--iq-repack", "--prompt", "0", "--n-decode", "2", "--reps", "1", "--json")
     assert r.returncode == 0, r.stderr

@@ -80,7 +80,8 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     const q3n_hparams *hp = c->hp;
     size_t T = (size_t)c->n_batch, D = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
     size_t C = hp->ssm_conv_dim, inner = (size_t)hp->ssm_hv * hp->ssm_dv, E = hp->n_expert, K = hp->n_expert_used;
-    size_t ff = hp->n_ff_exp, ffs = hp->n_ff_shexp, V = hp->n_vocab, kvw = Hkv * hd;
+    /* ffs: the shared expert's width, or the dense FFN's (it runs in the shared expert's buffers) */
+    size_t ff = hp->n_ff_exp, ffs = hp->moe ? hp->n_ff_shexp : hp->n_ff, V = hp->n_vocab, kvw = Hkv * hd;
     size_t kv_el = c->kv_f16 ? 2 : 4, off = 0;
 #define TAKE(ptr, bytes)                                                                                     \
     do {                                                                                                     \
@@ -139,6 +140,7 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
                                 cu_matmul_ws_bytes((int)(2 * D), (int)T), cu_matmul_ws_bytes((int)ff, (int)(T * K))};
         for (int i = 0; i < 4; i++) w1 = cand[i] > w1 ? cand[i] : w1;
         if (ffs && cu_matmul_ws_bytes((int)ffs, (int)T) > w2) w2 = cu_matmul_ws_bytes((int)ffs, (int)T);
+        if (!hp->moe && cu_matmul_ws_bytes((int)ffs, (int)T) > w1) w1 = cu_matmul_ws_bytes((int)ffs, (int)T); /* dense FFN down, main stream */
         TAKE(c->ws, w1);
         TAKE(c->ws2, w2);
     }
@@ -262,11 +264,6 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         rl_seterr("CUDA backend: %s", why);
         return NULL;
     }
-    if (hp->arch != Q3N_ARCH_QWEN3NEXT) { /* `--backend auto` sends these to the CPU (engine_open) */
-        rl_seterr("CUDA backend: %s models are not supported yet (separate beta/alpha projections, tiled value "
-                  "heads%s); use --backend cpu", q3n_arch_get(hp->arch)->name, hp->moe ? "" : ", dense FFN");
-        return NULL;
-    }
     const char *dev = getenv("RL_CUDA_DEVICE");
     if (dev && CU_CHECK(cudaSetDevice(atoi(dev)))) return NULL;
     if (hp->n_expert > 1024 || hp->n_expert_used > 32 || n_batch * hp->n_expert_used > 65536) {
@@ -299,7 +296,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     (void)cudaGetLastError();
     c->mem_free0 = mfree;
     bool tier = false;
-    if (o && o->vram_spec && vram_setup(c, o, &tier, p)) goto fail;
+    if (o && o->vram_spec && hp->moe && vram_setup(c, o, &tier, p)) goto fail; /* dense: no experts to tier */
     if (!(c->dm = dmodel_get(m, !tier))) goto fail;
     (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
     (void)cudaGetLastError();

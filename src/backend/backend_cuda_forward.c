@@ -50,7 +50,7 @@ static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const i
                               .ldy = ldy[i], .epi = epi ? epi[i] : CU_EPI_STORE};
             k++;
             i++;
-        } while (i < n && W[i]->type == W[i - 1]->type && W[i]->n_in == W[i - 1]->n_in);
+        } while (i < n && k < 3 && W[i]->type == W[i - 1]->type && W[i]->n_in == W[i - 1]->n_in);
         TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv, s == c->st2 ? c->ws2 : c->ws, s));
     }
     return 0;
@@ -83,23 +83,29 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     const int C = hp->ssm_conv_dim, inner = hp->ssm_hv * hp->ssm_dv, D = hp->n_embd, hv2 = 2 * hp->ssm_hv;
     const cu_dn_dims d = {.C = C, .kw = hp->ssm_kw, .dk = hp->ssm_dk, .dv = hp->ssm_dv, .hk = hp->ssm_hk,
                           .hv = hp->ssm_hv, .eps = hp->rms_eps, .conv_w = L->conv_w, .ssm_a = L->ssm_a,
-                          .dt_bias = L->dt_bias, .ssm_norm = L->ssm_norm};
+                          .dt_bias = L->dt_bias, .ssm_norm = L->ssm_norm, .v_tiled = hp->v_tiled,
+                          .ba_split = hp->ba_split};
     const bool per_row = hk && hk->row_state, snap = c->snap_rows && !per_row, fused = T == 1 && !per_row && !snap;
     const cu_conv cv = {L->conv_w, c->conv[il], hp->ssm_kw, C};
-    const dmat *W[3] = {&L->wqkv, &L->wgate, &L->wba};
-    float *Y[3] = {fused ? c->u : c->big, c->kvb, c->ba};
-    const int ldy[3] = {C, inner, hv2}, epi[3] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
-    if (fused && c->dn_fork && L->wba.type != L->wqkv.type) {
+    /* beta/alpha: the fused ssm_ba, or (ba_split) ssm_beta and ssm_alpha writing the two halves
+     * of each row of c->ba ([beta x hv | alpha x hv], d.ba_split) */
+    const bool split = hp->ba_split;
+    const dmat *W[4] = {&L->wqkv, &L->wgate, split ? &L->wbeta : &L->wba, &L->walpha};
+    float *Y[4] = {fused ? c->u : c->big, c->kvb, c->ba, c->ba + hp->ssm_hv};
+    const int ldy[4] = {C, inner, hv2, hv2};
+    const int epi[4] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
+    const int n_w = split ? 4 : 3;
+    if (fused && c->dn_fork && W[2]->type != L->wqkv.type) {
         /* the ba projection (its own launch: another type) on the second stream, beside the qkv/z
          * launch, joined before the step: the same launches, so the same bits (opt-in, not yet
          * measured: RL_CUDA_DN_FORK=1) */
         TRY(side_fork(c));
-        TRY(mm_run(c, W + 2, Y + 2, ldy + 2, epi + 2, 1, c->xn, D, T, NULL, c->st2));
+        TRY(mm_run(c, W + 2, Y + 2, ldy + 2, epi + 2, n_w - 2, c->xn, D, T, NULL, c->st2));
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
         TRY(mm_run(c, W, Y, ldy, epi, 2, c->xn, D, T, &cv, c->st));
         TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     } else {
-        TRY(mm_run(c, W, Y, ldy, epi, 3, c->xn, D, T, &cv, c->st));
+        TRY(mm_run(c, W, Y, ldy, epi, n_w, c->xn, D, T, &cv, c->st));
     }
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
@@ -191,8 +197,37 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
     return vram_tier_cpu(c->vt, c->eo, c->st); /* misses left to the CPU (--vram-miss cpu|auto), if any */
 }
 
+/* The norm weight after layer il's FFN: the next layer's attn_norm, the output norm, or the MTP
+ * head's shared_head_norm. */
+static const float *next_norm(const backend_ctx *c, int il) {
+    const q3n_hparams *hp = c->hp;
+    return il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
+           : il >= hp->n_layer  ? c->dm->L[il].shared_head_norm /* the MTP head's output norm */
+                                : c->dm->output_norm;
+}
+
+/* The dense SwiGLU FFN of a qwen35 layer (its matrices in the shared expert's places):
+ * down(silu(gate x) * up x), then the combine with no routed experts and no gate, which stores
+ * y = 0 + 1 * ffn (exactly the FFN's output), x += y and the next norm. */
+static int ffn_dense(backend_ctx *c, int il, int T) {
+    const q3n_hparams *hp = c->hp;
+    const dlayer *L = &c->dm->L[il];
+    const int D = hp->n_embd, ff = hp->n_ff;
+    if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: FFN gate/up types differ (layer %d)", il);
+    cu_seg gu = {.w = L->gate_sh.d, .w2 = L->up_sh.d, .row_bytes = L->gate_sh.row_bytes, .n_out = ff, .y = c->hs, .ldy = ff};
+    TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws, c->st));
+    cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
+    TRY(cu_matmul(L->down_sh.type, ff, &dn, 1, c->hs, ff, T, NULL, false, NULL, c->ws, c->st));
+    if (T == 1 && (c->fuse & FUSE_COMBINE))
+        return cu_moe_combine_norm1(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D,
+                                    hp->rms_eps, c->ctr + 2, c->st);
+    return cu_moe_combine(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D, T, hp->rms_eps,
+                          c->st);
+}
+
 static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const q3n_hparams *hp = c->hp;
+    if (!hp->moe) return ffn_dense(c, il, T);
     const dlayer *L = &c->dm->L[il];
     const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
@@ -259,9 +294,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->st));
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
-    const float *w_next = il + 1 < hp->n_layer ? c->dm->L[il + 1].attn_norm
-                          : il >= hp->n_layer  ? L->shared_head_norm /* the MTP head's output norm */
-                                               : c->dm->output_norm;
+    const float *w_next = next_norm(c, il);
     if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
         return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
                                     c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->st);

@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     float *attn_norm, *post_norm, *q_norm, *k_norm, *conv_w, *dt_bias, *ssm_a, *ssm_norm, *sh_gate;
     dmat wq, wk, wv, wo, wqkv, wgate, wba, wout, router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    dmat wbeta, walpha; /* ba_split architectures (qwen35moe, qwen35): beta and alpha, D -> hv each */
     bool fused_gate_up;
     dmat eh_proj;                                  /* MTP layer only */
     float *enorm, *hnorm, *shared_head_norm;       /* MTP layer only */

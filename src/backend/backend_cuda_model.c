@@ -143,6 +143,8 @@ static int plan_model(upl *u, dmodel *dm, const float *inv_freq) {
             TRY(up_mat(u, &d->wqkv, &L->wqkv));
             TRY(up_mat(u, &d->wgate, &L->wgate));
             TRY(up_mat(u, &d->wba, &L->wba));
+            TRY(up_mat(u, &d->wbeta, &L->wbeta)); /* ba_split files: these two instead of wba */
+            TRY(up_mat(u, &d->walpha, &L->walpha));
             TRY(up_mat(u, &d->wout, &L->wout));
             TRY(up_vec(u, &d->conv_w, L->conv_w, (size_t)hp->ssm_conv_dim * hp->ssm_kw));
             TRY(up_vec(u, &d->dt_bias, L->dt_bias, (size_t)hp->ssm_hv));
@@ -159,9 +161,11 @@ static int plan_model(upl *u, dmodel *dm, const float *inv_freq) {
             TRY(meta_mat(&d->up_exps, &L->up_exps));
             TRY(meta_mat(&d->down_exps, &L->down_exps));
         }
-        TRY(up_mat(u, &d->gate_sh, &L->gate_sh));
-        TRY(up_mat(u, &d->up_sh, &L->up_sh));
-        TRY(up_mat(u, &d->down_sh, &L->down_sh));
+        /* a dense FFN (qwen35) takes the shared expert's places: the forward runs it as a shared
+         * expert without gate and without routed experts (no router either: its data is NULL) */
+        TRY(up_mat(u, &d->gate_sh, hp->moe ? &L->gate_sh : &L->ffn_gate));
+        TRY(up_mat(u, &d->up_sh, hp->moe ? &L->up_sh : &L->ffn_up));
+        TRY(up_mat(u, &d->down_sh, hp->moe ? &L->down_sh : &L->ffn_down));
         TRY(up_vec(u, &d->sh_gate, L->sh_gate, D));
     }
     return 0;

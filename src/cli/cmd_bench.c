@@ -394,6 +394,8 @@ int cmd_bench(int argc, char **argv) {
               threads = o.threads, seed = o.bench_seed;
     const int *prompts = o.prompts, n_prompts = o.n_prompts;
     bool json = o.json, profile = o.profile, reference = o.reference;
+    if (reference && o.backend && strcmp(o.backend, "cpu"))
+        return cli_fail("bench", 2, "--reference is the CPU reference; drop --backend %s", o.backend);
     double t_load = rl_now();
     bench b = {0};
     if (!(b.m = cli_model_open(&o))) return cli_fail("bench", 1, "%s", rl_lasterr());

@@ -90,7 +90,7 @@ static int32_t *parse_ids(const char *s, int *n) {
     }
     int cap = 64, cnt = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    for (char *p = buf; ids && *p;) {
+    for (char *p = buf; ids && p && *p;) {
         while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
         if (!*p) break;
         char *e;
@@ -101,8 +101,17 @@ static int32_t *parse_ids(const char *s, int *n) {
             free(buf);
             return NULL;
         }
-        if (cnt == cap) ids = realloc(ids, sizeof(int32_t) * (size_t)(cap *= 2));
-        if (ids) ids[cnt++] = (int32_t)v;
+        if (cnt == cap) { /* on failure the old block is still ours to free */
+            int32_t *grown = realloc(ids, sizeof(int32_t) * (size_t)(cap *= 2));
+            if (!grown) {
+                rl_seterr("out of memory reading --tokens");
+                free(ids);
+                free(buf);
+                return NULL;
+            }
+            ids = grown;
+        }
+        ids[cnt++] = (int32_t)v;
         p = e;
     }
     free(buf);
@@ -127,6 +136,10 @@ int cmd_dump(int argc, char **argv) {
     long long greedy = o.greedy, batch = o.batch;
     bool json = o.json, fast = o.fast, stats = o.stats, check_fast = o.check_fast;
     if (!tokens) return cli_fail("dump", 2, "need --tokens IDS (see redlite dump --help)");
+    if (!logits_path && !routes_path && !acts_path && !mtp_path && !json && !stats)
+        return cli_fail("dump", 2, "nothing to write: give --logits, --routes, --acts, --mtp, --json or --stats "
+                        "(see redlite dump --help)");
+    if (check_fast && !fast) return cli_fail("dump", 2, "--check-fast checks the --fast kernels: add --fast");
     int n = 0;
     int32_t *ids = parse_ids(tokens, &n);
     if (!ids) return cli_fail("dump", 2, "%s", rl_lasterr());

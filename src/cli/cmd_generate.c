@@ -25,7 +25,9 @@ static const opts_cmd GENERATE = {
     "generate", CMD_GENERATE, "redlite generate -m MODEL (-p TEXT | -f FILE) [options]",
     "Complete a prompt once and exit. Without --raw the prompt is the user turn of a\n"
     "conversation rendered with the model's chat template. The answer streams to stdout.",
-    "Defaults: greedy (--temp 0); with --temp > 0: top-k 40, top-p 0.95, min-p 0.05.\n"};
+    "Defaults: greedy (--temp 0: the answer is the same on every run, which the oracle tests and\n"
+    "the README's examples rely on); with --temp > 0 the sampling defaults of chat and serve:\n"
+    "top-k 20, top-p 0.8, min-p 0 (Qwen's recommended values; chat and serve use --temp 0.7).\n"};
 
 static void json_ids(json_writer *j, const char *key, const int32_t *ids, size_t n) {
     json_key(j, key);
@@ -44,6 +46,7 @@ static double decode_cpu_now(void) {
 int cmd_generate(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
+    o.sp.temp = 0; /* greedy; the other sampling defaults are chat's and serve's */
     o.checkpoints = -1; /* one feed: a checkpoint would only copy the state */
     int r = opts_parse(&GENERATE, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;

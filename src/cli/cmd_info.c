@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "base/common.h"
 #include "gguf/gguf.h"
 #include "backend/backend.h"
@@ -20,26 +21,26 @@
 #include "model/qwen3next.h"
 #include "backend/cpu_forward.h"
 #include "serve/slot_plan.h"
+#include "cache/expert_cache.h"
+#ifdef RL_CUDA
+#include "cuda/cuda_ops.h"
+#endif
 
 static const char *CMD = "info";
 #define MAX_LAYERS 4096 /* tensors named blk.N beyond this are not mapped */
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: redlite info MODEL.gguf [--ctx N] [--batch N] [--json]\n\n"
-            "Describe a GGUF model without loading it: hyperparameters, which layers are full\n"
-            "attention / Gated DeltaNet / MTP, the converter generation, tensor types and sizes,\n"
-            "dense vs routed-expert bytes, one expert's bytes per layer, the tokenizer, and the\n"
-            "memory a context needs: weights, KV cache per token and at --ctx (f32 and f16),\n"
-            "DeltaNet state and scratch, on the CPU and on a CUDA device (what the CUDA backend\n"
-            "allocates; its scratch is sized by CUDA builds only).\n"
-            "For a split model give the first part (NAME-00001-of-0000N.gguf).\n\n"
-            "  --ctx N     context of the memory figures (default: the model's context_length)\n"
-            "  --batch N   rows per forward of the memory figures (default 512, the prompt batch of\n"
-            "              generate/chat/serve on the CPU; 2048 where AMX tiles run the experts)\n"
-            "  --json      print one JSON object instead of text\n"
-            "  -h, --help  this help\n");
-}
+static const opts_cmd INFO = {
+    "info", CMD_INFO, "redlite info MODEL.gguf [--ctx N] [--batch N] [--json]",
+    "Describe a GGUF model without loading it: hyperparameters, which layers are full\n"
+    "attention / Gated DeltaNet / MTP, the converter generation, tensor types and sizes,\n"
+    "dense vs routed-expert bytes, one expert's bytes per layer, the tokenizer, and the\n"
+    "memory a context needs: weights, KV cache per token and at --ctx (f32 and f16),\n"
+    "DeltaNet state and scratch, on the CPU and on a CUDA device (what the CUDA backend\n"
+    "allocates; its scratch is sized by CUDA builds only).\n"
+    "The first line is the verdict: where the model runs (cpu, cuda, both) or the one thing\n"
+    "that stops it; the exit status is 0 only when it runs.\n"
+    "For a split model give the first part (NAME-00001-of-0000N.gguf).",
+    NULL};
 
 /* Hyperparameters: JSON name and key suffix after "<arch>.". */
 static const struct {
@@ -106,6 +107,7 @@ typedef struct {
     uint64_t total_bytes, routed_bytes, mtp_bytes, mtp_tensors;
     bool has_active;
     uint64_t active_bytes;
+    uint64_t cache_min; /* smallest bounded expert cache (0: no routed experts) */
     /* memory a context needs (mem.ok: the hyperparameters were read) */
     struct {
         bool ok, cuda_ok;
@@ -116,6 +118,11 @@ typedef struct {
         uint64_t cpu_scratch;     /* activations + quantised activations of n_batch rows */
         uint64_t cuda_ctx[2];     /* the CUDA context allocation (KV + state + scratch), per format */
     } mem;
+    /* the verdict: where the model runs, or the one thing that stops it (verdict_compute) */
+    struct {
+        bool runs, cpu, cuda;
+        char line[512];
+    } verdict;
 } info;
 
 /* What a context needs (see docs/ENGINE.md, "Memory"): the KV cache holds K and V rows of
@@ -303,6 +310,21 @@ static bool analyse(info *in) {
         const gguf_tensor *emb = gguf_find_tensor(f, q3n_tensor(Q3N_T_TOKEN_EMBD)->name);
         if (emb && dense_main >= emb->nbytes) dense_main -= emb->nbytes;
         in->active_bytes = dense_main + (uint64_t)((double)routed_main * (double)n_used / (double)n_exp);
+        /* the expert cache's smallest budget (expert_cache_min_budget with O_DIRECT reads, the
+         * default where the file system has them, which is the larger): n_expert + max(n_expert
+         * / 8, top_k) slots of the largest layer's triplet, each part 4 KiB aligned plus 4 KiB */
+        uint64_t slot = 0;
+        for (int il = 0; il < n_layer; il++) {
+            const layer_info *L = &in->layers[il];
+            const exp_part *pt[4] = {&L->gate_e, &L->up_e, &L->down_e, &L->gate_up_e};
+            uint64_t b = 0;
+            for (int k = 0; k < 4; k++)
+                if (pt[k]->present) b += (pt[k]->bytes + 4095) / 4096 * 4096 + 4096;
+            b = (b + 4095) / 4096 * 4096;
+            if (b > slot) slot = b;
+        }
+        uint64_t margin = n_exp / 8 > n_used ? n_exp / 8 : n_used;
+        in->cache_min = (n_exp + margin) * slot;
     }
     return true;
 }
@@ -447,6 +469,11 @@ static void mem_text(const info *in, FILE *o) {
             "                   resident as far as the expert cache plan keeps them)\n",
             human_bytes(in->mem.cpu_scratch, a, 32), human_bytes(mem_cpu_total(in, 1), b, 32),
             human_bytes(mem_cpu_total(in, 0), c, 32));
+    if (in->cache_min)
+        fprintf(o, "  bounded cache    f16 %s with the smallest expert cache (dense %s + context + cache %s:\n"
+                "                   one layer's experts + prefetch margin; --cache-mib sets a larger one)\n",
+                human_bytes(mem_cpu_total(in, 1) - in->routed_bytes + in->cache_min, a, 32),
+                human_bytes(in->total_bytes - in->routed_bytes, b, 32), human_bytes(in->cache_min, c, 32));
     if (in->mem.cuda_ok)
         fprintf(o, "  CUDA device      weights %s + context f16 %s / f32 %s (KV + state + scratch) = f16 %s, f32 %s\n",
                 human_bytes(in->total_bytes, a, 32), human_bytes(in->mem.cuda_ctx[1], b, 32),
@@ -475,6 +502,7 @@ static void print_text(const info *in, FILE *o) {
     const gguf_file *f = in->f;
     char b1[32], b2[32], b3[32];
     gguf_str s;
+    fprintf(o, "verdict            %s\n", in->verdict.line);
     fprintf(o, "file               %s (%d part%s, %s, GGUF v%u, alignment %u)\n", f->path, f->n_parts,
             f->n_parts > 1 ? "s" : "", human_bytes(in->file_size, b1, 32), f->version, f->alignment);
     fprintf(o, "architecture       %s%s", in->arch, in->arch_present ? "" : " (general.architecture absent)");
@@ -576,6 +604,10 @@ static void mem_json(const info *in, json_writer *j) {
     json_kv_uint(j, "weights_bytes", in->total_bytes);
     json_kv_uint(j, "weights_dense_bytes", in->total_bytes - in->routed_bytes);
     json_kv_uint(j, "weights_routed_bytes", in->routed_bytes);
+    if (in->cache_min) {
+        json_kv_uint(j, "expert_cache_min_bytes", in->cache_min);
+        json_kv_uint(j, "bounded_min_bytes_f16", mem_cpu_total(in, 1) - in->routed_bytes + in->cache_min);
+    }
     json_key(j, "kv_bytes_per_token");
     json_obj_begin(j);
     for (int f = 0; f < 2; f++) json_kv_uint(j, FMT[f], in->mem.kv_token[f]);
@@ -642,6 +674,16 @@ static void print_json(const info *in, FILE *o) {
     gguf_str s;
     json_init(j, o, 2);
     json_obj_begin(j);
+    json_key(j, "verdict");
+    json_obj_begin(j);
+    json_kv_bool(j, "runs", in->verdict.runs);
+    json_key(j, "backends");
+    json_arr_begin(j);
+    if (in->verdict.cpu) json_str(j, "cpu");
+    if (in->verdict.cuda) json_str(j, "cuda");
+    json_arr_end(j);
+    json_kv_str(j, "line", in->verdict.line);
+    json_obj_end(j);
     json_key(j, "file");
     json_obj_begin(j);
     json_kv_str(j, "path", f->path);
@@ -785,34 +827,95 @@ static void print_json(const info *in, FILE *o) {
     json_finish(j);
 }
 
+/* rl_lasterr without a leading "PATH: " (the verdict names the file once, above). */
+static const char *err_text(const char *path) {
+    const char *e = rl_lasterr();
+    size_t n = strlen(path);
+    return !strncmp(e, path, n) && !strncmp(e + n, ": ", 2) ? e + n + 2 : e;
+}
+
+#ifdef RL_CUDA
+/* The first matrix whose type the CUDA kernels do not decode (NULL: none). */
+static const gguf_tensor *cuda_blocker(const gguf_file *f) {
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].n_dims >= 2 && !cu_type_supported(f->tensors[i].type)) return &f->tensors[i];
+    return NULL;
+}
+#endif
+
+/* Where the model runs, judged as the engine and the expert-cache planner would on a machine of
+ * ram_mib MiB (0: this one) at n_ctx positions: the architecture and every tensor are bound as
+ * engine_open binds them (q3n_load: names, types, shapes; nothing large is read), then the
+ * planner's rule: dense weights + context state + the smallest expert cache must fit in RAM. */
+static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
+    char *v = in->verdict.line;
+    size_t vn = sizeof in->verdict.line;
+    const gguf_file *f = in->f;
+    if (f->n_tensors == 0) {
+        snprintf(v, vn, "does not run: the file has no tensors (a vocabulary-only GGUF: redlite tokenize -m takes it)");
+        return;
+    }
+    q3n_model m;
+    if (q3n_load(&m, in->f)) {
+        snprintf(v, vn, "does not run: %s", err_text(f->path));
+        q3n_free(&m);
+        return;
+    }
+    uint64_t ram = ram_mib ? ram_mib << 20 : rl_total_ram();
+    uint64_t state = expert_cache_state_bytes(&m, n_ctx), minb = expert_cache_min_budget(&m, true);
+    uint64_t reserve = 512ull << 20, need = m.bytes_dense + state + minb + reserve;
+    ec_plan plan;
+    int prc = expert_cache_plan(&m, ram, n_ctx, 0, "auto", EC_IO_AUTO, &plan);
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+    if (prc || need > ram) {
+        uint64_t fixed = m.bytes_dense + state + reserve;
+        snprintf(v, vn,
+                 "does not run: too large for this machine even with the expert cache: dense weights %s + context "
+                 "%s + a reserve of %s leave %s of the %s of RAM for the expert cache, which needs at least %s",
+                 human_bytes(m.bytes_dense, b1, 32), human_bytes(state, b2, 32), human_bytes(reserve, b3, 32),
+                 human_bytes(ram > fixed ? ram - fixed : 0, b4, 32), human_bytes(ram, b5, 32),
+                 human_bytes(minb, b6, 32));
+        q3n_free(&m);
+        return;
+    }
+    in->verdict.runs = in->verdict.cpu = true;
+    char cpu[200];
+    if (plan.mode == EC_FULL)
+        snprintf(cpu, sizeof cpu, "every expert resident (%s of weights, %s of RAM)",
+                 human_bytes(m.bytes_dense + m.bytes_experts, b1, 32), human_bytes(ram, b2, 32));
+    else
+        snprintf(cpu, sizeof cpu, "a bounded expert cache of %s for the %s of experts (same output, slower; "
+                 "--cache-mib)", human_bytes(plan.budget, b1, 32), human_bytes(m.bytes_experts, b2, 32));
+    const char *cuda = "this build has no CUDA backend: make CUDA=1";
+    char cbuf[200];
+#ifdef RL_CUDA
+    const gguf_tensor *bt = cuda_blocker(in->f);
+    if (bt) {
+        snprintf(cbuf, sizeof cbuf, "not on cuda: tensor %s has type %s, which the CUDA kernels do not decode",
+                 bt->name, quant_name(bt->type));
+        cuda = cbuf;
+    } else {
+        in->verdict.cuda = true;
+    }
+#else
+    (void)cbuf;
+#endif
+    if (in->verdict.cuda)
+        snprintf(v, vn, "runs on both cpu and cuda (cpu: %s; cuda: --vram-mib bounds the GPU memory)", cpu);
+    else
+        snprintf(v, vn, "runs on cpu: %s (%s)", cpu, cuda);
+    q3n_free(&m);
+}
+
 int cmd_info(int argc, char **argv) {
-    const char *path = NULL;
-    bool as_json = false;
-    long long n_ctx = 0, n_batch = ENGINE_BATCH_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = true;
-        } else if (!strcmp(argv[i], "--ctx") || !strcmp(argv[i], "-c")) {
-            const char *v = cli_need_value(CMD, argc, argv, &i);
-            if (!v || !cli_parse_int(CMD, "--ctx", v, 1, 1 << 24, &n_ctx)) return 2;
-        } else if (!strcmp(argv[i], "--batch") || !strcmp(argv[i], "-b")) {
-            const char *v = cli_need_value(CMD, argc, argv, &i);
-            if (!v || !cli_parse_int(CMD, "--batch", v, 1, 4096, &n_batch)) return 2;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_fail(CMD, 2, "unknown option '%s' (see redlite info --help)", argv[i]);
-        } else if (path) {
-            return cli_fail(CMD, 2, "one model file expected, got '%s' and '%s'", path, argv[i]);
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return 2;
-    }
+    cli_opts o;
+    opts_defaults(&o);
+    o.batch = ENGINE_BATCH_DEFAULT;
+    int r = opts_parse(&INFO, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *path = o.model;
+    bool as_json = o.json;
+    long long n_ctx = o.n_ctx, n_batch = o.batch;
     info in = {0};
     in.f = gguf_open(path);
     if (!in.f) return cli_fail(CMD, 1, "%s", rl_lasterr());
@@ -823,10 +926,12 @@ int cmd_info(int argc, char **argv) {
     if (hrc == -2) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
     else if (!analyse(&in)) rc = cli_fail(CMD, 1, "%s", rl_lasterr());
     if (!rc && hrc == 0) mem_compute(&in, &hp, (int)n_ctx, (int)n_batch);
+    if (!rc) verdict_compute(&in, hrc == 0 ? in.mem.n_ctx : (int)n_ctx, (uint64_t)o.ram_mib);
     if (rc) {
     } else if (as_json) print_json(&in, stdout);
     else print_text(&in, stdout);
     if (!rc && (fflush(stdout) != 0 || ferror(stdout))) rc = cli_fail(CMD, 1, "writing the output failed");
+    if (!rc && !in.verdict.runs) rc = cli_fail(CMD, 1, "%s", in.verdict.line); /* exit 0 only when it runs */
     free(in.layers);
     free(in.kind);
     gguf_close(in.f);

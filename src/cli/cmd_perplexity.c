@@ -247,6 +247,8 @@ int cmd_perplexity(int argc, char **argv) {
     double t1 = rl_now(), nll = 0, nll2 = 0;
     long long count = 0;
     top_stats ts = {0};
+    cli_progress pg; /* log lines where stderr is not a terminal (the live line is below) */
+    progress_begin(&pg, "perplexity", "window", "windows", !tty && !isatty(fileno(stderr)));
     for (int w = 0; w < n_win; w++) {
         double tw = rl_now();
         wins[w].start = w * r.ctx;
@@ -256,6 +258,7 @@ int cmd_perplexity(int argc, char **argv) {
         wins[w].seconds = rl_now() - tw;
         nll += wins[w].nll;
         count += wins[w].n_scored;
+        progress_update(&pg, w + 1, n_win);
         if (tty) {
             double el = rl_now() - t1;
             fprintf(stderr, "\r  window %d/%d  ppl %.4f  %.2f s/window  ETA %.0f s   ", w + 1, n_win,

@@ -7,8 +7,12 @@
  * finish, for at most --drain-timeout seconds), flush the checkpoints, exit 0
  * (server_drain_stop): what a process manager's reload or a rolling restart needs. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +22,19 @@
 #include "run/engine.h"
 #include "serve/server.h"
 #include "serve/server_backend.h"
+#include "gguf/gguf.h"
+#include "model/qwen3next.h"
 
 static const char *CMD = "serve";
 
 /* serve's own flags (the model, context and sampling flags come from the option table) */
 static const char SERVE_FOOTER[] =
     "serving:\n"
-    "  --host ADDR            address to bind (default 127.0.0.1: this machine only;\n"
+    "  --host ADDR            IPv4 address to bind (default 127.0.0.1: this machine only;\n"
     "                         0.0.0.0 exposes the server to the network: set --api-key)\n"
+    "                         [env REDLITE_HOST]\n"
     "  --port N               port (default 8080; 0 = any free port, printed at start)\n"
+    "                         [env REDLITE_PORT]\n"
     "  --api-key KEY          require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
     "                         (default: $REDLITE_API_KEY if set, else no authentication)\n"
     "  --allow-host NAME      accept requests sent to this host name too (repeatable, or\n"
@@ -53,7 +61,8 @@ static const char SERVE_FOOTER[] =
     "                         without --ram-states: as many as N MiB hold)\n"
     "  --queue N              requests waiting for a slot before 503 (default 16)\n"
     "  --max-body MIB         largest request body (default 32)\n"
-    "  -n, --max-tokens N     answer length when a request does not say (default -1: the\n"
+    "  -n, --max-tokens, --n-predict N\n"
+    "                         answer length when a request does not say (default -1: the\n"
     "                         context / 4 within [1024, 32768]); any request's length is\n"
     "                         clamped to the room its prompt leaves (header X-RedLite-Max-Tokens)\n"
     "  --strict-fields        refuse request fields the server does not know (default: ignore\n"
@@ -68,8 +77,9 @@ static const char SERVE_FOOTER[] =
     "  --state-min-tokens N   evaluated tokens between two disk saves (default 256; and at exit)\n"
     "  -v, --verbose          one line per request on stderr\n"
     "\n"
-    "Sampling defaults (a request's own fields win): temperature 0.7, top-k 20, top-p 0.8,\n"
-    "min-p 0 (Qwen's recommendation for Qwen3-Next / Qwen3-Coder). --stop is per request.\n"
+    "Sampling defaults (a request's own fields win; the same as chat's and generate --temp's):\n"
+    "temperature 0.7, top-k 20, top-p 0.8, min-p 0 (Qwen's recommended values for the\n"
+    "Qwen3-Next / Qwen3-Coder instruct models). --stop is per request.\n"
     "\n"
     "Context window: --ctx; by default the model's trained length (context_length) when its KV\n"
     "cache fits the memory plan (RAM: beside the weights, the experts first; GPU: the free\n"
@@ -151,6 +161,7 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         {"--max-body", 1, offsetof(serve_flags, max_body), 1, 4096},
         {"-n", 1, offsetof(serve_flags, max_tokens), -1, 1LL << 40},
         {"--max-tokens", 1, offsetof(serve_flags, max_tokens), -1, 1LL << 40},
+        {"--n-predict", 1, offsetof(serve_flags, max_tokens), -1, 1LL << 40},
         {"--test-delay-ms", 1, offsetof(serve_flags, delay_ms), 0, 60000},
         {"--checkpoints", 1, offsetof(serve_flags, checkpoints), 1, 1024},
         {"--state-max-mib", 1, offsetof(serve_flags, state_max_mib), 1, 1LL << 24},
@@ -199,17 +210,59 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
     return 0;
 }
 
+/* REDLITE_HOST / REDLITE_PORT: the defaults of --host / --port (the flags win). */
+static int serve_env(serve_flags *f) {
+    const char *h = getenv("REDLITE_HOST"), *p = getenv("REDLITE_PORT");
+    if (h && *h) f->host = h;
+    if (p && *p && !cli_parse_int(CMD, "REDLITE_PORT", p, 0, 65535, &f->port)) return -1;
+    return 0;
+}
+
+static bool is_loopback(const char *host) {
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* --host before the model is loaded: an IPv4 address this machine has (a test bind to port 0),
+ * so a wrong address is named as such and not blamed on the port; a non-loopback address
+ * without an API key is a warning. 0, or 2 after a usage error. */
+static int serve_check_host(const char *host, const char *api_key) {
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return cli_fail(CMD, 2, "--host %s: not an IPv4 address (use 127.0.0.1, 0.0.0.0 or an address of this "
+                        "machine)", host);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        int r = bind(fd, (struct sockaddr *)&sa, sizeof sa), err = errno;
+        close(fd);
+        if (r && err == EADDRNOTAVAIL)
+            return cli_fail(CMD, 2, "--host %s: this machine has no such address (use 127.0.0.1, 0.0.0.0 or one of "
+                            "its interfaces' addresses)", host);
+    }
+    if (!is_loopback(host) && !api_key)
+        fprintf(stderr, "redlite serve: warning: --host %s is reachable from the network and no API key is set: "
+                "anyone who can connect can use the model (set --api-key KEY or REDLITE_API_KEY)\n", host);
+    return 0;
+}
+
+/* -c beyond the model's trained context (context_length): a warning, as for a long prompt. */
+static void serve_warn_ctx(const char *model, int n_ctx) {
+    gguf_file *f = gguf_open(model);
+    q3n_hparams hp;
+    if (f && q3n_read_hparams(f, &hp) == 0 && hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
+        fprintf(stderr, "redlite serve: warning: the context (%d) is larger than the %d tokens the model was trained "
+                "on (context_length); answers past that may degrade\n", n_ctx, hp.n_ctx_train);
+    gguf_close(f);
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_flags f = {.host = "127.0.0.1", .api_key = getenv("REDLITE_API_KEY"), .port = 8080, .queue = 16,
                      .max_body = 32, .max_tokens = -1, .state_max_mib = 8192, .state_min_tokens = 256,
                      .reasoning = -1, .parallel = "auto", .ram_states = -1, .drain_timeout = 300};
+    if (serve_env(&f)) return 2;
     cli_opts o;
-    opts_defaults(&o);
-    o.sp.temp = 0.7f;
-    o.sp.top_k = 20;
-    o.sp.top_p = 0.8f;
-    o.sp.min_p = 0.0f;
-    o.n_ctx = 0; /* planned from the model's trained length and the memory (run/ctx_plan.h) */
+    opts_defaults(&o); /* the shared sampling defaults (opts.h) */
+    o.n_ctx = 0;        /* planned from the model's trained length and the memory unless -c (run/ctx_plan.h) */
     /* serve's own flags first; the rest goes through the option table */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return cli_fail(CMD, 1, "out of memory");
@@ -244,10 +297,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "redlite serve: warning: REDLITE_API_KEY is set but empty: no API key is required\n");
         api_key = NULL;
     }
-    struct in_addr ha;
-    if (!api_key && inet_pton(AF_INET, host, &ha) == 1 && (ntohl(ha.s_addr) >> 24) != 127)
-        fprintf(stderr, "redlite serve: warning: --host %s exposes the server to the network without an API key: "
-                        "anyone who can reach this port can use it (set --api-key or REDLITE_API_KEY)\n", host);
+    if (!strcmp(host, "localhost")) host = "127.0.0.1"; /* the server binds IPv4 literals */
+    if ((r = serve_check_host(host, api_key))) return r;
     long long n_slots = 0; /* auto */
     if (strcmp(f.parallel, "auto") && !cli_parse_int(CMD, "--parallel", f.parallel, 1, ENGINE_ROWS_MAX, &n_slots)) return 2;
 
@@ -260,7 +311,8 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int n_ctx = (int)o.n_ctx;
+    int n_ctx = (int)o.n_ctx; /* 0: the backend plans it (script: 32768) */
+    if (!script_path && o.n_ctx) serve_warn_ctx(model, n_ctx);
     srv_backend *b = NULL;
     if (script_path) {
         size_t n;

@@ -9,28 +9,16 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "base/common.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
 
 static const char *CMD = "tokenize";
 
-static void usage(FILE *out) {
-    fprintf(out, "usage: redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]\n\n"
-                 "Print the token ids of a text, one \"id<TAB>piece\" line per token.\n\n"
-                 "  -m, --model PATH  GGUF file with the vocabulary (a full model or a vocab-only file)\n"
-                 "  --text TEXT       the text to tokenize\n"
-                 "  --file PATH       read the text from PATH (\"-\" = stdin), bytes as they are\n"
-                 "  --jsonl PATH      batch mode: PATH holds one JSON string per line; prints one JSON\n"
-                 "                    object per line: {\"ids\":[...],\"decoded\":\"...\"} (decoded = the\n"
-                 "                    ids decoded again, special tokens rendered)\n"
-                 "  --json            print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\n"
-                 "                    strings in the byte-level alphabet, e.g. \"\\u0120world\")\n"
-                 "  --no-special      treat added tokens (<|im_start|>, <think>, ...) in the text as plain\n"
-                 "                    text (default: they map to their ids, as in HF tokenizers)\n"
-                 "  --bench           tokenize the input repeatedly for about 2 s and report MB/s\n"
-                 "  -h, --help        this help\n");
-}
+static const opts_cmd TOKENIZE = {
+    "tokenize", CMD_TOKENIZE, "redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]",
+    "Print the token ids of a text, one \"id<TAB>piece\" line per token.", NULL};
 
 /* ---- small JSON helpers (strings only) ----------------------------------------------- */
 
@@ -315,36 +303,17 @@ static int run_bench(const tokenizer *t, const char *text, size_t n, unsigned fl
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *text = NULL, *file = NULL, *jsonl = NULL;
-    bool json = false, bench = false;
-    unsigned flags = TOK_PARSE_SPECIAL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--text")) {
-            if (!(text = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--file")) {
-            if (!(file = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--jsonl")) {
-            if (!(jsonl = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--no-special")) {
-            flags &= ~TOK_PARSE_SPECIAL;
-        } else if (!strcmp(a, "--bench")) {
-            bench = true;
-        } else {
-            return cli_fail(CMD, 2, "unknown option '%s' (see redlite tokenize --help)", a);
-        }
-    }
-    if (!model) return cli_fail(CMD, 2, "-m MODEL is required (see redlite tokenize --help)");
+    cli_opts o;
+    opts_defaults(&o);
+    int r = opts_parse(&TOKENIZE, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    const char *model = o.model, *text = o.text, *file = o.file, *jsonl = o.jsonl;
+    bool json = o.json, bench = o.tok_bench;
+    unsigned flags = o.no_special ? 0 : TOK_PARSE_SPECIAL;
     if (!!text + !!file + !!jsonl != 1)
         return cli_fail(CMD, 2, "give exactly one of --text, --file, --jsonl (see redlite tokenize --help)");
     if (jsonl && bench) return cli_fail(CMD, 2, "--bench takes --text or --file, not --jsonl");
+    if (jsonl && json) return cli_fail(CMD, 2, "--jsonl prints JSON lines already: drop --json");
 
     tokenizer *t = tokenizer_load_file(model);
     if (!t) return cli_fail(CMD, 1, "%s", rl_lasterr());

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "base/common.h"
 #include "run/engine.h"
 #include "cache/expert_cache.h"
@@ -27,32 +28,12 @@
 
 static const char *CMD = "verify-check";
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: redlite verify-check -m MODEL [options]\n"
-            "\n"
-            "Check that K-row verifies (with rollbacks to every row's snapshot) give logits\n"
-            "bit-identical to single steps: the guarantee behind speculative decoding.\n"
-            "\n"
-            "  -m, --model FILE       GGUF model (qwen3next)\n"
-            "  -n N                   tokens in the sequence (default 200: covers every (rows,\n"
-            "                         rollback row) pair for --draft 8)\n"
-            "  --draft K              most drafts per verify, 0..8 (default 8): verifies of 1..K+1\n"
-            "                         rows, as the speculative loop makes (pending token + K drafts)\n"
-            "  --backend B            cpu | cuda | auto (default cpu)\n"
-            "  --kv f32|f16           KV cache elements (default " ENGINE_KV_DEFAULT_HELP ")\n"
-            "  --cache-mib N|full|auto|mmap\n"
-            "                         routed experts: bounded cache of N MiB, all resident, planned\n"
-            "                         from RAM (default), or the plain mapping\n"
-            "  -t, --threads N        threads (default: all CPUs)\n"
-            "  --reference            CPU double-precision reference arithmetic\n"
-            "  --seed S               seed of the token sequence (default 1)\n"
-            "  --timing R             after the check, time R rounds of one step and of 2..K+1-row\n"
-            "                         verifies at the same position (interleaved; snapshots as the\n"
-            "                         speculative loop takes them), report min and median\n"
-            "  --json                 one JSON object on stdout\n"
-            "  -h, --help             this help\n");
-}
+static const opts_cmd VERIFY = {
+    "verify-check", CMD_VERIFY, "redlite verify-check -m MODEL [options]",
+    "Check that K-row verifies (with rollbacks to every row's snapshot) give logits\n"
+    "bit-identical to single steps: the guarantee behind speculative decoding. Exit 0 when\n"
+    "every row agrees, 1 at the first difference (named on stderr) or a runtime error.",
+    NULL};
 
 static uint64_t xs_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -73,168 +54,149 @@ typedef struct {
     bool nonfinite;
 } mismatch;
 
-int cmd_verify_check(int argc, char **argv) {
-    const char *model = NULL, *backend = NULL, *cache = NULL, *kv = NULL;
-    long long n = 200, dmax = 8, threads = 0, seed = 1, timing = 0;
-    bool json = false, reference = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(backend = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--kv")) {
-            int k;
-            if (!(kv = cli_need_value(CMD, argc, argv, &i))) return 2;
-            if (engine_kv_parse(kv, &k)) return cli_fail(CMD, 2, "--kv expects f32 or f16, got '%s'", kv);
-        } else if (!strcmp(a, "--cache-mib")) {
-            if (!(cache = cli_need_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 2, 1 << 20, &n)) return 2;
-        } else if (!strcmp(a, "--draft")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 8, &dmax)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, UINT32_MAX, &seed))
-                return 2;
-        } else if (!strcmp(a, "--timing")) {
-            if (!(v = cli_need_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 0, 1000, &timing)) return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--reference")) {
-            reference = true;
-        } else {
-            return cli_fail(CMD, 2, "unknown option '%s' (see redlite verify-check --help)", a);
-        }
-    }
-    if (!model) return cli_fail(CMD, 2, "need -m MODEL (see redlite verify-check --help)");
+/* One check: what set-up opens and allocates, what the passes measure, what the report prints. */
+typedef struct {
+    const cli_opts *o;
+    long long n, timing;
+    int K; /* rows of the largest verify */
+    session_model *sm;
+    session *S;
+    engine *e;
+    engine_ctx *c;
+    size_t V;
+    float *plain, *vl; /* the steps' logits [n][V]; one verify's [K][V] */
+    int32_t *tok;
+    engine_snapshot *snaps[9];
+    /* the steps: total, and the minimum (the best estimate of the cost itself on a shared, noisy
+     * machine: interference only ever adds) */
+    double t_steps, step_min;
+    /* the verifies */
+    mismatch mm;
+    int n_verifies, n_restores, pairs, n_k[10];
+    long long rows;
+    double t_verify[10], v_min[10];
+    /* --timing: min and median per row count */
+    double t_min[9], t_med[9];
+} vcheck;
 
-    int rc = 1, K = (int)dmax + 1; /* rows of the largest verify */
-    /* the session opens the model and plans the expert cache as generate does; the check then
-     * drives the engine context directly (no prefix reuse, no sampling) */
-    session_model *sm = session_model_open(&(session_model_params){
-        .model_path = model, .backend = backend, .n_threads = (int)threads, .reference = reference});
-    session *S = NULL;
-    engine *e = sm ? session_model_engine(sm) : NULL;
-    engine_ctx *c = NULL;
-    float *plain = NULL, *vl = NULL;
-    int32_t *tok = NULL;
-    engine_snapshot *snaps[9] = {0};
-    if (!e) goto fail;
-    size_t V = (size_t)engine_hparams(e)->n_vocab;
-    S = session_new(sm, &(session_params){.n_ctx = (int)n + 16, .n_batch = K < 16 ? 16 : K, .kv = kv, .cache_spec = cache,
-                                          .verbose = !json});
-    if (!S) goto fail;
-    c = session_ctx(S);
-    plain = malloc(sizeof(float) * V * (size_t)n);
-    vl = malloc(sizeof(float) * V * (size_t)K);
-    tok = malloc(sizeof(int32_t) * (size_t)n);
-    if (!plain || !vl || !tok) {
-        rl_seterr("out of memory (%lld x %zu logits: lower -n)", n, V);
-        goto fail;
-    }
-    for (int i = 0; i < K; i++)
-        if (!(snaps[i] = engine_snapshot_new(c))) goto fail;
-    uint64_t st = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed * 0xD1B54A32D192ED03ull;
+/* Open the model through a session (the expert cache planned as generate does; the check then
+ * drives the engine context directly: no prefix reuse, no sampling), allocate, draw the tokens. */
+static int vc_setup(vcheck *v) {
+    const cli_opts *o = v->o;
+    v->sm = session_model_open(&(session_model_params){
+        .model_path = o->model, .backend = o->backend, .n_threads = (int)o->threads, .reference = o->reference});
+    v->e = v->sm ? session_model_engine(v->sm) : NULL;
+    if (!v->e) return -1;
+    v->V = (size_t)engine_hparams(v->e)->n_vocab;
+    v->S = session_new(v->sm, &(session_params){.n_ctx = (int)v->n + 16, .n_batch = v->K < 16 ? 16 : v->K, .kv = o->kv,
+                                                .cache_spec = o->cache_spec, .verbose = !o->json});
+    if (!v->S) return -1;
+    v->c = session_ctx(v->S);
+    v->plain = malloc(sizeof(float) * v->V * (size_t)v->n);
+    v->vl = malloc(sizeof(float) * v->V * (size_t)v->K);
+    v->tok = malloc(sizeof(int32_t) * (size_t)v->n);
+    if (!v->plain || !v->vl || !v->tok) return rl_seterr("out of memory (%lld x %zu logits: lower -n)", v->n, v->V);
+    for (int i = 0; i < v->K; i++)
+        if (!(v->snaps[i] = engine_snapshot_new(v->c))) return -1;
+    uint64_t st = 0x9E3779B97F4A7C15ull ^ (uint64_t)o->bench_seed * 0xD1B54A32D192ED03ull;
     if (!st) st = 1;
-    for (long long i = 0; i < n; i++) tok[i] = (int32_t)(xs_next(&st) % V);
+    for (long long i = 0; i < v->n; i++) v->tok[i] = (int32_t)(xs_next(&st) % v->V);
+    return 0;
+}
 
-    /* the reference: one step per token (poisoned first, so an unwritten row fails) */
-    /* times: the mean, and the minimum (the best estimate of the cost itself on a shared,
-     * noisy machine: interference only ever adds) */
-    double t0 = rl_now(), step_min = 1e30;
-    for (long long p = 0; p < n; p++) {
-        float *row = plain + (size_t)p * V;
+/* The reference: one step per token (poisoned first, so an unwritten row fails). */
+static int vc_reference(vcheck *v) {
+    size_t V = v->V;
+    double t0 = rl_now();
+    v->step_min = 1e30;
+    for (long long p = 0; p < v->n; p++) {
+        float *row = v->plain + (size_t)p * V;
         for (size_t j = 0; j < V; j++) row[j] = NAN;
         double ts = rl_now();
-        if (engine_step(c, tok[p], row)) goto fail;
+        if (engine_step(v->c, v->tok[p], row)) return -1;
         ts = rl_now() - ts;
-        if (p > 0 && ts < step_min) step_min = ts; /* the first step pays first touches */
+        if (p > 0 && ts < v->step_min) v->step_min = ts; /* the first step pays first touches */
     }
-    double t_steps = rl_now() - t0;
-    if (step_min > 1e29) step_min = t_steps;
-    engine_reset(c);
+    v->t_steps = rl_now() - t0;
+    if (v->step_min > 1e29) v->step_min = v->t_steps;
+    engine_reset(v->c);
+    return 0;
+}
 
-    /* the verifies: (K rows, restore to row r) pairs in order, K = 1..dmax, r = 0..K-1 */
-    mismatch mm = {0};
-    int k = 1, r = 0, p = 0, n_verifies = 0, n_restores = 0, pairs = 0, prev_r = -1;
-    long long rows = 0;
-    double t_verify[10] = {0}, v_min[10];
-    for (int i = 0; i < 10; i++) v_min[i] = 1e30;
-    int n_k[10] = {0};
-    while (p + k <= n && !mm.found) {
-        for (size_t j = 0; j < V * (size_t)k; j++) vl[j] = NAN;
+/* Compare the k rows of a verify at p with the steps; false (v->mm filled) at a difference. */
+static bool vc_rows_agree(vcheck *v, int p, int k, int prev_r) {
+    size_t V = v->V;
+    for (int i = 0; i < k; i++) {
+        const float *a = v->plain + (size_t)(p + i) * V, *b = v->vl + (size_t)i * V;
+        v->rows++;
+        if (!memcmp(a, b, sizeof(float) * V) && finite_row(b, V)) continue;
+        mismatch *mm = &v->mm;
+        *mm = (mismatch){.found = true, .pos = p + i, .k = k, .row = i, .restored_row = prev_r,
+                         .verify_index = v->n_verifies, .nonfinite = !finite_row(b, V)};
+        for (size_t j = 0; j < V; j++)
+            if (fabs((double)a[j] - b[j]) > mm->max_diff || isnan(b[j])) mm->max_diff = fabs((double)a[j] - b[j]);
+        mm->argmax_step = sampler_argmax(a, V), mm->argmax_verify = sampler_argmax(b, V);
+        return false;
+    }
+    return true;
+}
+
+/* The verifies: (K rows, restore to row r) pairs in order, K = 1..dmax, r = 0..K-1; after the
+ * last restore, one plain step must continue the reference too. */
+static int vc_verifies(vcheck *v) {
+    int k = 1, r = 0, p = 0, prev_r = -1;
+    for (int i = 0; i < 10; i++) v->v_min[i] = 1e30;
+    while (p + k <= v->n && !v->mm.found) {
+        for (size_t j = 0; j < v->V * (size_t)k; j++) v->vl[j] = NAN;
         double tv = rl_now();
-        if (engine_verify(c, tok + p, k, vl, snaps)) goto fail;
+        if (engine_verify(v->c, v->tok + p, k, v->vl, v->snaps)) return -1;
         tv = rl_now() - tv;
-        t_verify[k] += tv;
-        if (tv < v_min[k]) v_min[k] = tv;
-        n_k[k]++;
-        n_verifies++;
-        for (int i = 0; i < k; i++) {
-            const float *a = plain + (size_t)(p + i) * V, *b = vl + (size_t)i * V;
-            rows++;
-            if (!memcmp(a, b, sizeof(float) * V) && finite_row(b, V)) continue;
-            mm = (mismatch){.found = true, .pos = p + i, .k = k, .row = i, .restored_row = prev_r,
-                            .verify_index = n_verifies, .nonfinite = !finite_row(b, V)};
-            for (size_t j = 0; j < V; j++)
-                if (fabs((double)a[j] - b[j]) > mm.max_diff || isnan(b[j])) mm.max_diff = fabs((double)a[j] - b[j]);
-            mm.argmax_step = sampler_argmax(a, V), mm.argmax_verify = sampler_argmax(b, V);
-            break;
-        }
-        if (mm.found) break;
-        if (engine_snapshot_restore(c, snaps[r])) goto fail;
-        n_restores++;
-        pairs++;
-        if (engine_pos(c) != p + r + 1) {
-            rl_seterr("after restoring row %d of a %d-row verify at %d the position is %d, not %d", r, k, p,
-                      engine_pos(c), p + r + 1);
-            goto fail;
-        }
+        v->t_verify[k] += tv;
+        if (tv < v->v_min[k]) v->v_min[k] = tv;
+        v->n_k[k]++;
+        v->n_verifies++;
+        if (!vc_rows_agree(v, p, k, prev_r)) break;
+        if (engine_snapshot_restore(v->c, v->snaps[r])) return -1;
+        v->n_restores++;
+        v->pairs++;
+        if (engine_pos(v->c) != p + r + 1)
+            return rl_seterr("after restoring row %d of a %d-row verify at %d the position is %d, not %d", r, k, p,
+                             engine_pos(v->c), p + r + 1);
         p += r + 1;
         prev_r = r;
-        if (++r == k) r = 0, k = k % K + 1;
+        if (++r == k) r = 0, k = k % v->K + 1;
     }
-    /* after the last restore, one plain step must continue the reference too */
-    if (!mm.found && p < n) {
-        for (size_t j = 0; j < V; j++) vl[j] = NAN;
-        if (engine_step(c, tok[p], vl)) goto fail;
-        rows++;
-        if (memcmp(vl, plain + (size_t)p * V, sizeof(float) * V))
-            mm = (mismatch){.found = true, .pos = p, .k = 1, .row = 0, .restored_row = prev_r, .verify_index = -1};
+    if (!v->mm.found && p < v->n) {
+        for (size_t j = 0; j < v->V; j++) v->vl[j] = NAN;
+        if (engine_step(v->c, v->tok[p], v->vl)) return -1;
+        v->rows++;
+        if (memcmp(v->vl, v->plain + (size_t)p * v->V, sizeof(float) * v->V))
+            v->mm = (mismatch){.found = true, .pos = p, .k = 1, .row = 0, .restored_row = prev_r, .verify_index = -1};
     }
-    /* timing rounds: rows 1 (a step) .. K at the current position, restored after each */
-    double *tm = NULL; /* [timing][K] seconds */
-    if (!mm.found && timing > 0) {
-        tm = malloc(sizeof(double) * (size_t)timing * (size_t)K);
-        engine_snapshot *base = engine_snapshot_new(c);
-        if (!tm || !base || engine_snapshot_save(c, base)) {
-            engine_snapshot_free(base);
-            goto fail;
+    return 0;
+}
+
+/* --timing: rows 1 (a step) .. K at the current position, restored after each; min and median. */
+static int vc_timing(vcheck *v) {
+    long long timing = v->timing;
+    int K = v->K;
+    double *tm = malloc(sizeof(double) * (size_t)timing * (size_t)K); /* [timing][K] seconds */
+    engine_snapshot *base = engine_snapshot_new(v->c);
+    int rc = -1;
+    if (!tm || !base || engine_snapshot_save(v->c, base)) goto out;
+    int p0 = engine_pos(v->c);
+    int32_t rowtok[9];
+    for (int i = 0; i < K; i++) rowtok[i] = v->tok[(p0 + i) % v->n];
+    for (long long rep = 0; rep < timing; rep++)
+        for (int rows = 1; rows <= K; rows++) {
+            engine_snapshot *sn[9];
+            for (int i = 0; i < rows; i++) sn[i] = i < rows - 1 ? v->snaps[i] : NULL;
+            double tv = rl_now();
+            int e1 = rows == 1 ? engine_step(v->c, rowtok[0], v->vl) : engine_verify(v->c, rowtok, rows, v->vl, sn);
+            tm[rep * K + rows - 1] = rl_now() - tv;
+            if (e1 || engine_snapshot_restore(v->c, base)) goto out;
         }
-        int p0 = engine_pos(c);
-        int32_t rowtok[9];
-        for (int i = 0; i < K; i++) rowtok[i] = tok[(p0 + i) % n];
-        for (long long rep = 0; rep < timing; rep++)
-            for (int rows = 1; rows <= K; rows++) {
-                engine_snapshot *sn[9];
-                for (int i = 0; i < rows; i++) sn[i] = i < rows - 1 ? snaps[i] : NULL;
-                double tv = rl_now();
-                int e1 = rows == 1 ? engine_step(c, rowtok[0], vl) : engine_verify(c, rowtok, rows, vl, sn);
-                tm[rep * K + rows - 1] = rl_now() - tv;
-                if (e1 || engine_snapshot_restore(c, base)) {
-                    engine_snapshot_free(base);
-                    goto fail;
-                }
-            }
-        engine_snapshot_free(base);
-    }
-    double t_min[9] = {0}, t_med[9] = {0};
-    for (int rows = 1; tm && rows <= K; rows++) {
+    for (int rows = 1; rows <= K; rows++) {
         double col[1000];
         for (long long rep = 0; rep < timing; rep++) col[rep] = tm[rep * K + rows - 1];
         for (long long x = 1; x < timing; x++) /* insertion sort: timing <= 1000 */
@@ -242,120 +204,151 @@ int cmd_verify_check(int argc, char **argv) {
                 double t = col[y];
                 col[y] = col[y - 1], col[y - 1] = t;
             }
-        t_min[rows - 1] = col[0];
-        t_med[rows - 1] = timing % 2 ? col[timing / 2] : 0.5 * (col[timing / 2 - 1] + col[timing / 2]);
+        v->t_min[rows - 1] = col[0];
+        v->t_med[rows - 1] = timing % 2 ? col[timing / 2] : 0.5 * (col[timing / 2 - 1] + col[timing / 2]);
     }
+    rc = 0;
+out:
+    engine_snapshot_free(base);
     free(tm);
-    int total_pairs = K * (K + 1) / 2;
-    double step_ms = 1e3 * t_steps / (double)n;
-    expert_cache *ec = session_expert_cache(S);
-    const char *cmode = ec ? ec_mode_name(expert_cache_mode(ec)) : "device (the backend holds every expert)";
-    if (json) {
-        json_writer j;
-        cli_json_begin(&j);
-        json_kv_bool(&j, "ok", !mm.found);
-        json_kv_str(&j, "model", model);
-        json_kv_str(&j, "backend", engine_backend_name(e));
-        json_kv_str(&j, "kv", engine_kv_format(c));
-        json_kv_str(&j, "cache", cmode);
-        json_kv_int(&j, "n", n);
-        json_kv_int(&j, "draft", K - 1);
-        json_kv_int(&j, "verifies", n_verifies);
-        json_kv_int(&j, "restores", n_restores);
-        json_kv_int(&j, "rows_compared", rows);
-        json_kv_int(&j, "pairs_covered", pairs < total_pairs ? pairs : total_pairs);
-        json_kv_int(&j, "pairs_total", total_pairs);
-        json_kv_num(&j, "step_ms", step_ms);
-        json_kv_num(&j, "step_min_ms", 1e3 * step_min);
-        json_key(&j, "verify_ms");
+    return rc;
+}
+
+/* {"1": ms, ...} of the row counts that ran */
+static void json_ms_by_rows(json_writer *j, const char *key, const vcheck *v, const double *t, bool mean) {
+    json_key(j, key);
+    json_obj_begin(j);
+    for (int i = 1; i <= v->K; i++) {
+        if (!v->n_k[i]) continue;
+        char k[8];
+        snprintf(k, sizeof k, "%d", i);
+        json_kv_num(j, k, 1e3 * t[i] / (mean ? v->n_k[i] : 1));
+    }
+    json_obj_end(j);
+}
+
+static int vc_report_json(const vcheck *v, const char *cmode) {
+    const mismatch *mm = &v->mm;
+    int K = v->K, total_pairs = K * (K + 1) / 2;
+    json_writer j;
+    cli_json_begin(&j);
+    json_kv_bool(&j, "ok", !mm->found);
+    json_kv_str(&j, "model", v->o->model);
+    json_kv_str(&j, "backend", engine_backend_name(v->e));
+    json_kv_str(&j, "kv", engine_kv_format(v->c));
+    json_kv_str(&j, "cache", cmode);
+    json_kv_int(&j, "n", v->n);
+    json_kv_int(&j, "draft", K - 1);
+    json_kv_int(&j, "verifies", v->n_verifies);
+    json_kv_int(&j, "restores", v->n_restores);
+    json_kv_int(&j, "rows_compared", v->rows);
+    json_kv_int(&j, "pairs_covered", v->pairs < total_pairs ? v->pairs : total_pairs);
+    json_kv_int(&j, "pairs_total", total_pairs);
+    json_kv_num(&j, "step_ms", 1e3 * v->t_steps / (double)v->n);
+    json_kv_num(&j, "step_min_ms", 1e3 * v->step_min);
+    json_ms_by_rows(&j, "verify_ms", v, v->t_verify, true);
+    json_ms_by_rows(&j, "verify_min_ms", v, v->v_min, false);
+    if (v->timing > 0 && !mm->found) {
+        json_key(&j, "timing");
         json_obj_begin(&j);
-        for (int i = 1; i <= K; i++) {
-            if (!n_k[i]) continue;
-            char key[8];
-            snprintf(key, sizeof key, "%d", i);
-            json_kv_num(&j, key, 1e3 * t_verify[i] / n_k[i]);
-        }
-        json_obj_end(&j);
-        json_key(&j, "verify_min_ms");
-        json_obj_begin(&j);
-        for (int i = 1; i <= K; i++) {
-            if (!n_k[i]) continue;
-            char key[8];
-            snprintf(key, sizeof key, "%d", i);
-            json_kv_num(&j, key, 1e3 * v_min[i]);
-        }
-        json_obj_end(&j);
-        if (timing > 0 && !mm.found) {
-            json_key(&j, "timing");
+        json_kv_int(&j, "rounds", v->timing);
+        for (int pass = 0; pass < 2; pass++) {
+            json_key(&j, pass ? "median_ms" : "min_ms");
             json_obj_begin(&j);
-            json_kv_int(&j, "rounds", timing);
-            for (int pass = 0; pass < 2; pass++) {
-                json_key(&j, pass ? "median_ms" : "min_ms");
-                json_obj_begin(&j);
-                for (int rows = 1; rows <= K; rows++) {
-                    char key[16];
-                    snprintf(key, sizeof key, "%d", rows);
-                    json_kv_num(&j, key, 1e3 * (pass ? t_med : t_min)[rows - 1]);
-                }
-                json_obj_end(&j);
+            for (int rows = 1; rows <= K; rows++) {
+                char key[16];
+                snprintf(key, sizeof key, "%d", rows);
+                json_kv_num(&j, key, 1e3 * (pass ? v->t_med : v->t_min)[rows - 1]);
             }
             json_obj_end(&j);
         }
-        json_key(&j, "first_mismatch");
-        if (mm.found) {
-            json_obj_begin(&j);
-            json_kv_int(&j, "position", mm.pos);
-            json_kv_int(&j, "rows", mm.k);
-            json_kv_int(&j, "row", mm.row);
-            json_kv_int(&j, "after_restore_to_row", mm.restored_row);
-            json_kv_num(&j, "max_abs_diff", mm.max_diff);
-            json_kv_bool(&j, "argmax_agrees", mm.argmax_step == mm.argmax_verify);
-            json_obj_end(&j);
-        } else {
-            json_null(&j);
-        }
-        if (cli_json_end(&j)) goto fail;
-    } else if (!mm.found) {
-        printf("verify-check: OK — %d verifies of 1..%d rows with %d rollbacks (%d of %d (rows, rollback row) "
-               "pairs), %lld rows bit-identical to %lld steps (backend %s, experts %s)\n",
-               n_verifies, K, n_restores, pairs < total_pairs ? pairs : total_pairs, total_pairs, rows, n,
-               engine_backend_name(e), cmode);
-        printf("timing (mean / min): step %.2f / %.2f ms", step_ms, 1e3 * step_min);
-        for (int i = 1; i <= K; i++)
-            if (n_k[i])
-                printf(" | %d rows %.2f / %.2f ms (%.2fx / %.2fx)", i, 1e3 * t_verify[i] / n_k[i], 1e3 * v_min[i],
-                       1e3 * t_verify[i] / n_k[i] / step_ms, v_min[i] / step_min);
-        printf("\n");
-        if (timing > 0) {
-            printf("timing, %lld rounds at one position (median, relative to the median step):", timing);
-            for (int rows = 1; rows <= K; rows++)
-                printf(" %d rows %.2f ms (%.2fx)%s", rows, 1e3 * t_med[rows - 1], t_med[rows - 1] / t_med[0],
-                       rows < K ? " |" : "\n");
-        }
+        json_obj_end(&j);
     }
-    if (mm.found) {
-        if (mm.verify_index < 0)
-            fprintf(stderr, "redlite verify-check: MISMATCH at position %d: the plain step after the last rollback (to "
-                    "row %d) differs from the reference\n", mm.pos, mm.restored_row);
-        else
-            fprintf(stderr,
-                    "redlite verify-check: MISMATCH at position %d: row %d of verify #%d (%d rows, after a rollback to "
-                    "row %d) differs from the single step: max |diff| %.3g%s, argmax %zu vs %zu\n",
-                    mm.pos, mm.row, mm.verify_index, mm.k, mm.restored_row, mm.max_diff,
-                    mm.nonfinite ? " (non-finite values)" : "", mm.argmax_verify, mm.argmax_step);
-        rc = 1;
+    json_key(&j, "first_mismatch");
+    if (mm->found) {
+        json_obj_begin(&j);
+        json_kv_int(&j, "position", mm->pos);
+        json_kv_int(&j, "rows", mm->k);
+        json_kv_int(&j, "row", mm->row);
+        json_kv_int(&j, "after_restore_to_row", mm->restored_row);
+        json_kv_num(&j, "max_abs_diff", mm->max_diff);
+        json_kv_bool(&j, "argmax_agrees", mm->argmax_step == mm->argmax_verify);
+        json_obj_end(&j);
     } else {
-        rc = 0;
+        json_null(&j);
     }
+    return cli_json_end(&j);
+}
+
+static void vc_report_text(const vcheck *v, const char *cmode) {
+    int K = v->K, total_pairs = K * (K + 1) / 2;
+    double step_ms = 1e3 * v->t_steps / (double)v->n;
+    printf("verify-check: OK — %d verifies of 1..%d rows with %d rollbacks (%d of %d (rows, rollback row) "
+           "pairs), %lld rows bit-identical to %lld steps (backend %s, experts %s)\n",
+           v->n_verifies, K, v->n_restores, v->pairs < total_pairs ? v->pairs : total_pairs, total_pairs, v->rows,
+           v->n, engine_backend_name(v->e), cmode);
+    printf("timing (mean / min): step %.2f / %.2f ms", step_ms, 1e3 * v->step_min);
+    for (int i = 1; i <= K; i++)
+        if (v->n_k[i])
+            printf(" | %d rows %.2f / %.2f ms (%.2fx / %.2fx)", i, 1e3 * v->t_verify[i] / v->n_k[i], 1e3 * v->v_min[i],
+                   1e3 * v->t_verify[i] / v->n_k[i] / step_ms, v->v_min[i] / v->step_min);
+    printf("\n");
+    if (v->timing > 0) {
+        printf("timing, %lld rounds at one position (median, relative to the median step):", v->timing);
+        for (int rows = 1; rows <= K; rows++)
+            printf(" %d rows %.2f ms (%.2fx)%s", rows, 1e3 * v->t_med[rows - 1], v->t_med[rows - 1] / v->t_med[0],
+                   rows < K ? " |" : "\n");
+    }
+}
+
+static void vc_report_mismatch(const mismatch *mm) {
+    if (mm->verify_index < 0)
+        fprintf(stderr, "redlite verify-check: MISMATCH at position %d: the plain step after the last rollback (to "
+                "row %d) differs from the reference\n", mm->pos, mm->restored_row);
+    else
+        fprintf(stderr,
+                "redlite verify-check: MISMATCH at position %d: row %d of verify #%d (%d rows, after a rollback to "
+                "row %d) differs from the single step: max |diff| %.3g%s, argmax %zu vs %zu\n",
+                mm->pos, mm->row, mm->verify_index, mm->k, mm->restored_row, mm->max_diff,
+                mm->nonfinite ? " (non-finite values)" : "", mm->argmax_verify, mm->argmax_step);
+}
+
+static void vc_free(vcheck *v) {
+    for (int i = 0; i < 9; i++) engine_snapshot_free(v->snaps[i]);
+    free(v->plain);
+    free(v->vl);
+    free(v->tok);
+    session_free(v->S);
+    session_model_close(v->sm);
+}
+
+int cmd_verify_check(int argc, char **argv) {
+    cli_opts o;
+    opts_defaults(&o);
+    o.backend = NULL; /* the session's default */
+    o.cache_spec = NULL;
+    o.n_predict = 200;
+    o.draft = 8;
+    o.bench_seed = 1;
+    int r = opts_parse(&VERIFY, argc, argv, &o);
+    if (r) return r == OPTS_HELP ? 0 : r;
+    vcheck v = {.o = &o, .n = o.n_predict, .timing = o.timing, .K = (int)o.draft + 1};
+    int rc = 1;
+    if (vc_setup(&v) || vc_reference(&v) || vc_verifies(&v)) goto fail;
+    if (!v.mm.found && v.timing > 0 && vc_timing(&v)) goto fail;
+    expert_cache *ec = session_expert_cache(v.S);
+    const char *cmode = ec ? ec_mode_name(expert_cache_mode(ec)) : "device (the backend holds every expert)";
+    if (o.json) {
+        if (vc_report_json(&v, cmode)) goto fail;
+    } else if (!v.mm.found) {
+        vc_report_text(&v, cmode);
+    }
+    if (v.mm.found) vc_report_mismatch(&v.mm);
+    rc = v.mm.found ? 1 : 0;
     goto done;
 fail:
     rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
 done:
-    for (int i = 0; i < 9; i++) engine_snapshot_free(snaps[i]);
-    free(plain);
-    free(vl);
-    free(tok);
-    session_free(S);
-    session_model_close(sm);
+    vc_free(&v);
     return rc;
 }

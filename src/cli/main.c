@@ -1,4 +1,5 @@
 /* main.c — `redlite` entry point: dispatches to the subcommands of src/cli/cmd_*.c. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +7,13 @@
 
 #include "cli/cli.h"
 #include "base/common.h"
+#include "kern/kern.h"
+
+/* The commit this binary was built from: the Makefile passes `git describe --always --dirty`
+ * when building main.o from a git checkout. */
+#ifndef RL_COMMIT
+#define RL_COMMIT "unknown"
+#endif
 
 /* Commands that a build may not have yet are weak, so the table below stays the single
  * list of commands; an absent one reports itself as not built. */
@@ -39,6 +47,21 @@ static const command commands[] = {
     {"verify-check", cmd_verify_check, "check that K-row verifies and rollbacks equal single steps, bit for bit"},
 };
 
+/* `redlite version` / `--version`: the version, the commit, and the CPU features this process
+ * DETECTED (what the run-time dispatch will use), not the ones the build compiled in. */
+static int version(void) {
+    printf("redlite %s (commit %s)\n", RL_VERSION, RL_COMMIT);
+    printf("cpu: AVX2 %s  AVX-512/VNNI %s  AMX %s  (detected; kernels: %s)\n",
+           kern_level_supported(KERN_AVX2) ? "yes" : "no", kern_level_supported(KERN_AVX512) ? "yes" : "no",
+           kern_amx_supported() ? "yes" : "no", kern_level_name(kern_best_level()));
+#ifdef RL_CUDA
+    puts("cuda: built in (--backend cuda)");
+#else
+    puts("cuda: not built (make CUDA=1)");
+#endif
+    return 0;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
             "redlite %s — Qwen3-Next MoE inference from GGUF files\n\n"
@@ -47,6 +70,7 @@ static void usage(FILE *out) {
             RL_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "  %-10s %s\n", "version", "the version, the commit and the CPU features detected (also --version)");
     fputs("\nExit status: 0 success, 1 runtime error, 2 usage error.\n", out);
 }
 
@@ -64,8 +88,9 @@ bool cli_is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"
 
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
+    errno = 0;
+    long long v = strtoll(s, &end, 10); /* out of long long's range: ERANGE (and a clamped v) */
+    if (!*s || *end || errno == ERANGE || v < lo || v > hi) {
         cli_fail(cmd, 2, "%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, s);
         return false;
     }
@@ -135,9 +160,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "redlite help: unknown command '%s' (run redlite help for the list)\n", argv[2]);
         return 2;
     }
-    if (!strcmp(argv[1], "--version")) {
-        printf("redlite %s\n", RL_VERSION);
-        return 0;
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version") || !strcmp(argv[1], "-V")) {
+        if (argc > 2) {
+            fprintf(stderr, "redlite version: takes no arguments\n");
+            return 2;
+        }
+        return version();
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;

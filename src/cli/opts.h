@@ -1,8 +1,14 @@
-/* opts.h — the one option table of the commands that open a model (generate, chat, bench,
- * dump; perplexity and serve reuse it): for each flag its names, value name, help, bounds and
- * setter, and which commands take it. A command sets its defaults in a cli_opts, parses with
- * opts_parse and reads the fields; --help is generated from the table with the command's own
- * defaults, so help and behaviour cannot drift apart.
+/* opts.h — the one option table of every command (generate, chat, bench, dump, perplexity,
+ * serve, info, synth, tokenize, verify-check): for each flag its names, value name, help,
+ * bounds, setter, environment mirror (REDLITE_MODEL ...) and which commands take it. A command
+ * sets its defaults in a cli_opts, parses with opts_parse and reads the fields; --help is
+ * generated from the table with the command's own defaults, so help and behaviour cannot drift
+ * apart. llama.cpp's spellings are rows of the same table: an alias (--ctx-size), an alias of a
+ * value (--no-mmap = --weights copy), a flag taken and ignored with a note (-fa), or a usage
+ * error whose one line names the option that does it here (-ngl -> --backend cuda / --vram-mib).
+ *
+ * Environment: a variable mirrors a flag (the flag wins); its value is checked as the flag's,
+ * and an error names the variable.
  *
  * Exit codes (every command): 0 success, 1 runtime error (file unreadable, out of memory,
  * engine failure), 2 usage error (unknown flag, missing or out-of-range value, missing
@@ -15,6 +21,7 @@
 
 #include "text/sampler.h"
 #include "run/session.h"
+#include "cli/progress.h"
 
 /* Command bits (the `cmds` mask of a table entry). */
 enum {
@@ -24,7 +31,15 @@ enum {
     CMD_DUMP = 1u << 3,
     CMD_PERPLEXITY = 1u << 4,
     CMD_SERVE = 1u << 5,
+    CMD_INFO = 1u << 6,
+    CMD_SYNTH = 1u << 7,
+    CMD_TOKENIZE = 1u << 8,
+    CMD_VERIFY = 1u << 9,
 };
+
+/* The commands whose model is one bare argument (info MODEL.gguf), and those without one. */
+#define OPTS_MODEL_POSITIONAL CMD_INFO
+#define OPTS_MODEL_NONE CMD_SYNTH
 
 #define OPTS_MAX_STOPS 16
 #define OPTS_HELP (-1) /* opts_parse: --help was printed (exit 0) */
@@ -81,6 +96,17 @@ typedef struct {
     const char *tokens, *logits_path, *routes_path, *acts_path, *mtp_path, *names, *layers;
     long long greedy;
     bool fast, check_fast;
+    /* synth */
+    const char *preset, *output, *vocab, *geometry, *routing;
+    const char *expert_type; /* synth --expert-type (a ggml type name) */
+    bool mtp, list, quiet;
+    /* tokenize */
+    const char *text, *jsonl;
+    bool no_special, tok_bench;
+    /* verify-check (-n: n_predict, --seed: bench_seed) */
+    long long draft, timing;
+    /* info */
+    long long ram_mib;
 } cli_opts;
 
 typedef struct {
@@ -91,10 +117,17 @@ typedef struct {
     const char *footer; /* after the options (may be NULL) */
 } opts_cmd;
 
+/* The sampling defaults of generate (with --temp > 0), chat and serve: Qwen's recommended values
+ * for the Qwen3-Next / Qwen3-Coder instruct models (model card, "Best Practices"). */
+#define OPTS_TEMP 0.7f
+#define OPTS_TOP_K 20
+#define OPTS_TOP_P 0.8f
+#define OPTS_MIN_P 0.0f
+
 /* Defaults shared by the commands (each then adjusts its own: n_predict, temperature, ...). */
 void opts_defaults(cli_opts *o);
-/* Parse argv[1..argc) into o: 0, OPTS_HELP (help printed on stdout), or 2 (a one-line usage
- * error printed). -m is required for every command of the table. */
+/* Parse the environment mirrors, then argv[1..argc), into o: 0, OPTS_HELP (help printed on
+ * stdout), or 2 (a one-line usage error printed). -m is required except by OPTS_MODEL_NONE. */
 int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o);
 /* The help of the command: usage, about, its options by section with o's values as defaults. */
 void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out);
@@ -108,15 +141,10 @@ bool cli_map_weights(const cli_opts *o);
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch);
 
 /* What a new user sees while a prompt is evaluated: cli_feed_opts gives session_feed a
- * progress line ("prompt 1024/4096 tokens, 812 tok/s", redrawn in place on stderr) when
- * stderr is a terminal, the output is not --json and the prompt takes more than one chunk;
+ * progress report (progress.h: a live "prompt 1024/4096 tokens, 812 tok/s, ETA 4 s" on a
+ * terminal unless --json, periodic log lines otherwise) for a prompt of more than one chunk;
  * cli_feed_done clears it. cli_warn_ctx_train warns once when a prompt is longer than the
  * model's trained context (context_length). */
-typedef struct {
-    bool on, shown;
-    int batch;
-    double last; /* seconds of the last redraw */
-} cli_progress;
 session_feed_opts cli_feed_opts(cli_progress *p, const cli_opts *o, atomic_int *cancel);
 void cli_feed_done(cli_progress *p);
 void cli_warn_ctx_train(const char *cmd, const session *s, int n_tokens, bool *warned);

@@ -231,6 +231,9 @@ typedef struct {
     const float *conv_w;              /* [C][kw] */
     const float *ssm_a, *dt_bias;     /* [hv] */
     const float *ssm_norm;            /* [dv] */
+    int v_tiled;  /* value head h reads key head h % hk (Qwen3.5 files); 0: h / (hv / hk) */
+    int ba_split; /* a row of ba is [beta x hv | alpha x hv] (ssm_beta, ssm_alpha); 0: the fused
+                     ssm_ba layout, per key head [b x hv/hk | a x hv/hk] */
 } cu_dn_dims;
 
 /* Causal conv + SiLU over T rows (sequential per channel): in [T][ldi] -> u [T][C], state shifts. */

@@ -19,10 +19,16 @@ template <int DPL> __device__ __forceinline__ void l2norm_lanes(float *v, float 
     for (int d = 0; d < DPL; d++) v[d] *= scale;
 }
 
-// beta = sigmoid(b), alpha = exp(ssm_a * softplus(a + dt_bias)) for value head h of a row.
+// The key head value head h reads: tiled (h % hk) or grouped (h / (hv / hk)) order (q3n_key_head).
+__device__ __forceinline__ int dn_key_head(const cu_dn_dims &d, int h) {
+    return d.v_tiled ? h % d.hk : h / (d.hv / d.hk);
+}
+
+// beta = sigmoid(b), alpha = exp(ssm_a * softplus(a + dt_bias)) for value head h of a row: b and a
+// from the split layout [b x hv | a x hv] or the fused one, per key head [b x r | a x r].
 __device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, int h, float &alpha, float &beta) {
     const int r = d.hv / d.hk, g = h / r, e = h % r;
-    const float b = ba[g * 2 * r + e], a = ba[g * 2 * r + r + e];
+    const float b = d.ba_split ? ba[h] : ba[g * 2 * r + e], a = d.ba_split ? ba[d.hv + h] : ba[g * 2 * r + r + e];
     beta = sigmoid_f(b);
     alpha = expf(d.ssm_a[h] * softplus_f(a + d.dt_bias[h]));
 }
@@ -201,7 +207,7 @@ __global__ void __launch_bounds__(SCAN_NC * 32)
     __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
     __shared__ double part[DEFER ? SCAN_NC : 1][DEFER ? SCAN_ROWS : 1][8]; // DEFER: b_0..b_7 per warp and row
     const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_NC, w = threadIdx.x >> 5, c = c0 + w;
-    const int g = h / (d.hv / d.hk), dk = 32 * KPL;
+    const int g = dn_key_head(d, h), dk = 32 * KPL;
     float s[KPL];
     {
         const float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
     __shared__ float gates[2];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, h = blockIdx.x;
     const int cw = SPLIT == 1 ? w : (int)blockIdx.y * (STEP_WARPS / SPLIT) + w; // the warp of the one-block kernel
-    const int g = h / (d.hv / d.hk);
+    const int g = dn_key_head(d, h);
     // this warp's state columns cw, cw+32, ... (DPL of them when dv = 32*DPL): loaded first, so they
     // are in flight while q, k and the gates are computed (the same values: the same bits)
     float s[DPL][KPL];

@@ -24,19 +24,44 @@
 #include "model/qwen3next.h"
 #include "model/synth_int.h"
 
-static const char *const preset_names[SYNTH_N_PRESETS] = {"cf2", "iq2_xxs", "q4_k_m", "tiny"};
+/* The type mixes the presets name (pick_type) and the geometry each starts from (synth_geom_default). */
+typedef enum { MIX_CF2, MIX_IQ2_XXS, MIX_Q4_K_M, MIX_UD_IQ2, MIX_UD_IQ3 } mix;
+typedef enum { GEO_80B, GEO_TINY, GEO_35B, GEO_122B, GEO_397B } geo;
+
+static const struct {
+    const char *name;
+    mix mix;
+    geo geo;
+} presets[SYNTH_N_PRESETS] = {
+    [SYNTH_CF2] = {"cf2", MIX_CF2, GEO_80B},
+    [SYNTH_IQ2_XXS] = {"iq2_xxs", MIX_IQ2_XXS, GEO_80B},
+    [SYNTH_Q4_K_M] = {"q4_k_m", MIX_Q4_K_M, GEO_80B},
+    [SYNTH_TINY] = {"tiny", MIX_CF2, GEO_TINY},
+    [SYNTH_35B_Q4_K_M] = {"35b-a3b-q4_k_m", MIX_Q4_K_M, GEO_35B},
+    [SYNTH_35B_UD_IQ2] = {"35b-a3b-ud-iq2_xxs", MIX_UD_IQ2, GEO_35B},
+    [SYNTH_35B_UD_IQ3] = {"35b-a3b-ud-iq3_xxs", MIX_UD_IQ3, GEO_35B},
+    [SYNTH_122B_Q4_K_M] = {"122b-a10b-q4_k_m", MIX_Q4_K_M, GEO_122B},
+    [SYNTH_122B_UD_IQ2] = {"122b-a10b-ud-iq2_xxs", MIX_UD_IQ2, GEO_122B},
+    [SYNTH_122B_UD_IQ3] = {"122b-a10b-ud-iq3_xxs", MIX_UD_IQ3, GEO_122B},
+    [SYNTH_397B_Q4_K_M] = {"397b-a17b-q4_k_m", MIX_Q4_K_M, GEO_397B},
+    [SYNTH_397B_UD_IQ2] = {"397b-a17b-ud-iq2_xxs", MIX_UD_IQ2, GEO_397B},
+    [SYNTH_397B_UD_IQ3] = {"397b-a17b-ud-iq3_xxs", MIX_UD_IQ3, GEO_397B},
+};
 
 int synth_preset_find(const char *name, synth_preset *out) {
     for (int i = 0; i < SYNTH_N_PRESETS; i++)
-        if (!strcmp(name, preset_names[i])) {
+        if (!strcmp(name, presets[i].name)) {
             *out = (synth_preset)i;
             return 0;
         }
-    return rl_seterr("unknown preset '%s' (choose cf2, iq2_xxs, q4_k_m or tiny)", name);
+    char known[512] = "";
+    for (int i = 0; i < SYNTH_N_PRESETS; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", presets[i].name);
+    return rl_seterr("unknown preset '%s' (choose %s)", name, known);
 }
 
 const char *synth_preset_name(synth_preset p) {
-    return (unsigned)p < SYNTH_N_PRESETS ? preset_names[p] : "?";
+    return (unsigned)p < SYNTH_N_PRESETS ? presets[p].name : "?";
 }
 
 static const char *const routing_names[SYNTH_N_ROUTING] = {"uniform", "calibrated", "skewed"};
@@ -56,7 +81,68 @@ const char *synth_routing_name(synth_routing r) {
 
 /* ---- geometry ---------------------------------------------------------------------------- */
 
+/* Qwen3.5 MoE geometries. Sources (read 2026-12-06 with the search tool; HF config.json itself was
+ * not reachable, so each number is from a page quoting the model card or config):
+ *   35B-A3B  [MC36] Qwen3.6-35B-A3B model card (mera.a-ai.ru submission 181; same architecture and
+ *            model_type as Qwen3.5-35B-A3B per transformers' qwen3_5_moe docs): hidden 2048, 40
+ *            layers = 10 x (3 DeltaNet + 1 attention), DeltaNet 32 V / 16 QK heads of 128,
+ *            attention 16 Q / 2 KV heads of 256, RoPE dims 64, 256 experts, 8 routed + 1 shared,
+ *            expert FFN 512, vocabulary 248,320. [TF] transformers 5.25 Qwen3_5MoeTextConfig
+ *            defaults (docs/QWEN35.md) are the same numbers plus shared expert FFN 512, rms eps
+ *            1e-6, partial rotary 0.25; rope_theta 1e7 from the miles recipe (--rotary-base
+ *            10000000, radixark.com) and [AX].
+ *   122B-A10B [AX] apxml.com/models/qwen35-122b-a10b and awesomeagents.ai: hidden 3072, 48 layers,
+ *            32 Q / 2 KV heads of 256, rope_theta 1e7, 256 experts, 8 routed + 1 shared, expert
+ *            FFN 1024, vocabulary 248,320, context 262,144. NOT SOURCED: the DeltaNet heads
+ *            (64 V / 16 QK of 128) and the shared expert FFN (1024): chosen because with them the
+ *            parameter count is 122.1 B, the "122.11B" a llama.cpp run of Unsloth's GGUF reports
+ *            (llmgarage.ai); 32 V heads would give 120.7 B.
+ *   397B-A17B [MLX] mlx-community/Qwen3.5-397B-A17B-4bit card (adapted from Qwen's): hidden 4096,
+ *            60 layers = 15 x (3 + 1), 512 experts, 10 routed + 1 shared, expert FFN 1024, 32 Q /
+ *            2 KV heads of 256, DeltaNet 16 QK / 64 V heads of 128, context 262,144, vocabulary
+ *            248,320. NOT SOURCED: shared expert FFN (1024, = expert FFN as in the other sizes);
+ *            rope_theta 1e7 as the family.
+ * Everything else (conv 4, key head dim 128, rms eps 1e-6, RoPE dims 64 = 0.25 x 256,
+ * full_attention_interval 4) is the family's [TF]. */
+static void geom_qwen35moe(geo which, synth_geom *g) {
+    *g = (synth_geom){.n_embd = 2048,
+                      .n_layer = 40,
+                      .n_vocab = 248320,
+                      .n_ctx = 262144,
+                      .n_ff = 512,
+                      .n_head = 16,
+                      .n_head_kv = 2,
+                      .head_dim = 256,
+                      .n_rot = 64,
+                      .rope_base = 1e7f,
+                      .rms_eps = 1e-6f,
+                      .n_expert = 256,
+                      .n_expert_used = 8,
+                      .n_ff_exp = 512,
+                      .n_ff_shexp = 512,
+                      .ssm_kw = 4,
+                      .ssm_dk = 128,
+                      .ssm_hk = 16,
+                      .ssm_hv = 32,
+                      .ssm_inner = 32 * 128,
+                      .attn_interval = 4,
+                      .n_precise = 40 / 6,
+                      .arch = Q3N_ARCH_QWEN35MOE};
+    if (which == GEO_122B) {
+        g->n_embd = 3072, g->n_layer = 48, g->n_head = 32, g->n_ff_exp = g->n_ff_shexp = g->n_ff = 1024;
+        g->ssm_hv = 64, g->ssm_inner = 64 * 128, g->n_precise = 48 / 6;
+    } else if (which == GEO_397B) {
+        g->n_embd = 4096, g->n_layer = 60, g->n_head = 32, g->n_ff_exp = g->n_ff_shexp = g->n_ff = 1024;
+        g->n_expert = 512, g->n_expert_used = 10, g->ssm_hv = 64, g->ssm_inner = 64 * 128, g->n_precise = 60 / 6;
+    }
+}
+
 void synth_geom_default(synth_preset p, synth_geom *g) {
+    geo which = (unsigned)p < SYNTH_N_PRESETS ? presets[p].geo : GEO_80B;
+    if (which == GEO_35B || which == GEO_122B || which == GEO_397B) {
+        geom_qwen35moe(which, g);
+        return;
+    }
     /* Qwen3-Next-80B-A3B (spec §A.1) */
     *g = (synth_geom){.n_embd = 2048,
                       .n_layer = 48,
@@ -80,7 +166,7 @@ void synth_geom_default(synth_preset p, synth_geom *g) {
                       .ssm_inner = 4096,
                       .attn_interval = 4,
                       .n_precise = 8};
-    if (p == SYNTH_TINY) {
+    if (which == GEO_TINY) {
         /* every quantised row length a multiple of 256 (K and IQ super-blocks) */
         *g = (synth_geom){.n_embd = 256,
                           .n_layer = 4,
@@ -208,7 +294,7 @@ int synth_geom_check(const synth_params *p) {
         return rl_seterr("geometry: precise must be 0..layers");
     if (p->expert_type && !synth_gen_has(p->expert_type))
         return rl_seterr("expert type %s: synth has no block generator for it (it has MXFP4, Q8_0, Q2_K, Q4_K, "
-                         "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ1_M)", quant_name(p->expert_type));
+                         "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M)", quant_name(p->expert_type));
     return 0; /* block-size multiples are checked per tensor by synth_plan */
 }
 
@@ -242,12 +328,45 @@ static bool more_bits(int i, int n) {
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
+/* Unsloth-Dynamic-style mixes, our reading of how those files are described (not a census of a
+ * downloaded file): the routed experts carry the low-bit type (down projections one step up),
+ * the tensors the Qwen3.5 KL studies call sensitive stay high: attention Q8_0 (K/V) / Q6_K, the
+ * DeltaNet output projection Q6_K (Q2_K there "does dramatically worse"), the other DeltaNet
+ * and shared-expert projections Q5_K / Q4_K, embedding Q4_K, output Q6_K, routers F32. */
+static uint32_t pick_ud(bool iq3, role r) {
+    switch (r) {
+    case R_TOKEN_EMBD:
+        return QT_Q4_K;
+    case R_OUTPUT:
+    case R_SSM_OUT:
+    case R_Q:
+    case R_O:
+        return QT_Q6_K;
+    case R_K:
+    case R_V:
+    case R_BA:
+        return QT_Q8_0;
+    case R_ROUTER:
+        return QT_F32;
+    case R_QKV:
+    case R_GATE:
+    case R_DOWN_SH:
+        return QT_Q5_K;
+    case R_GATE_EXPS:
+    case R_UP_EXPS:
+        return iq3 ? QT_IQ3_XXS : QT_IQ2_XXS;
+    case R_DOWN_EXPS:
+        return iq3 ? QT_Q4_K : QT_IQ3_XXS;
+    default:
+        return QT_Q4_K;
+    }
+}
+
 static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) {
     if (is_vector(r)) return QT_F32;
     if (p->expert_type && (r == R_GATE_EXPS || r == R_UP_EXPS || r == R_DOWN_EXPS)) return p->expert_type;
-    switch (p->preset) {
-    case SYNTH_CF2:
-    case SYNTH_TINY:
+    switch (presets[p->preset].mix) {
+    case MIX_CF2:
         /* Red Lite CF2 (reference §3): Bartowski's IQ2_XXS types with every IQ2_XXS dense
          * projection raised to Q4_K. attn_k/attn_v and ffn_down_shexp as Q6_K is our reading: with
          * them the file size matches the published 19,319,619,264 B to a few KB (all-Q4_K would be
@@ -272,7 +391,7 @@ static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) 
         default:
             return QT_Q4_K;
         }
-    case SYNTH_IQ2_XXS: /* llama.cpp IQ2_XXS mix (spec §D.4) */
+    case MIX_IQ2_XXS: /* llama.cpp IQ2_XXS mix (spec §D.4) */
         switch (r) {
         case R_TOKEN_EMBD:
             return QT_Q2_K;
@@ -289,7 +408,7 @@ static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) 
         default:
             return QT_IQ2_XXS;
         }
-    case SYNTH_Q4_K_M: /* llama.cpp Q4_K_M mix: census 55 Q6_K (output, 6 attn_v, 48 ffn_down*) */
+    case MIX_Q4_K_M: /* llama.cpp Q4_K_M mix: census 55 Q6_K (output, 6 attn_v, 48 ffn_down*) */
         switch (r) {
         case R_OUTPUT:
             return QT_Q6_K;
@@ -303,6 +422,9 @@ static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) 
         default:
             return QT_Q4_K;
         }
+    case MIX_UD_IQ2:
+    case MIX_UD_IQ3:
+        return pick_ud(presets[p->preset].mix == MIX_UD_IQ3, r);
     default:
         return QT_F32;
     }
@@ -523,9 +645,11 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
              gguf_writer_set_u64(w, "redlite.synth.seed", p->seed);
     if (p->routing != SYNTH_ROUTING_UNIFORM) /* absent = uniform (files written before the option) */
         rc |= gguf_writer_set_str(w, "redlite.synth.routing", synth_routing_name(p->routing));
-    if (p->preset == SYNTH_IQ2_XXS)
+    if (presets[p->preset].mix == MIX_IQ2_XXS || presets[p->preset].mix == MIX_UD_IQ2)
         rc |= gguf_writer_set_u32(w, "general.file_type", 19); /* LLAMA_FTYPE_MOSTLY_IQ2_XXS */
-    if (p->preset == SYNTH_Q4_K_M)
+    if (presets[p->preset].mix == MIX_UD_IQ3)
+        rc |= gguf_writer_set_u32(w, "general.file_type", 23); /* LLAMA_FTYPE_MOSTLY_IQ3_XXS */
+    if (presets[p->preset].mix == MIX_Q4_K_M)
         rc |= gguf_writer_set_u32(w, "general.file_type", 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
 #define U(k, v) (snprintf(key, sizeof key, "%s.%s", ad->name, k), rc |= gguf_writer_set_u32(w, key, (uint32_t)(v)))
     U("context_length", g->n_ctx);

@@ -12,7 +12,10 @@
  *             Q2_K token_embd, Q5_K output, F32 routers and vectors;
  *   iq2_xxs   llama.cpp's stock IQ2_XXS mix for this model (spec §D.4);
  *   q4_k_m    llama.cpp's stock Q4_K_M mix (Q6_K on output, some attn_v and ffn_down*; F16 routers);
- *   tiny      the cf2 types on a small geometry for CI (hidden 256, 4 layers, 16 experts top-4).
+ *   tiny      the cf2 types on a small geometry for CI (hidden 256, 4 layers, 16 experts top-4);
+ *   35b-a3b-*, 122b-a10b-*, 397b-a17b-*   Qwen3.5 MoE geometries (arch qwen35moe, vocabulary
+ *             248,320) in three mixes each: q4_k_m, ud-iq2_xxs, ud-iq3_xxs (MXFP4 experts:
+ *             --expert-type MXFP4 on any of them).
  *
  * Determinism: the bytes depend only on (preset, geometry, seed, vocabulary): every tensor byte
  * is a function of its absolute position, so chunking and thread count never change the file.
@@ -25,7 +28,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum { SYNTH_CF2, SYNTH_IQ2_XXS, SYNTH_Q4_K_M, SYNTH_TINY, SYNTH_N_PRESETS } synth_preset;
+typedef enum {
+    SYNTH_CF2,
+    SYNTH_IQ2_XXS,
+    SYNTH_Q4_K_M,
+    SYNTH_TINY,
+    /* Qwen3.5 MoE (qwen35moe) geometries x the mixes users download (synth.c says where every
+     * size comes from): llama.cpp's Q4_K_M, and Unsloth-Dynamic-style IQ2_XXS / IQ3_XXS mixes
+     * (low-bit routed experts, attention / DeltaNet / shared expert kept at 4-8 bits) */
+    SYNTH_35B_Q4_K_M,
+    SYNTH_35B_UD_IQ2,
+    SYNTH_35B_UD_IQ3,
+    SYNTH_122B_Q4_K_M,
+    SYNTH_122B_UD_IQ2,
+    SYNTH_122B_UD_IQ3,
+    SYNTH_397B_Q4_K_M,
+    SYNTH_397B_UD_IQ2,
+    SYNTH_397B_UD_IQ3,
+    SYNTH_N_PRESETS
+} synth_preset;
 
 /* Geometry; field names follow q3n_hparams. Keys for synth_geom_parse in brackets. */
 typedef struct {

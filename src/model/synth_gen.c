@@ -165,6 +165,20 @@ static void iq2_xxs_mask(uint8_t *m) {
     }
 }
 
+/* IQ3_XXS: | d | qs[64] grid indices (any byte valid) | 8 x u32: four 7-bit sign indices, the
+ * scale in the top nibble | */
+static void iq3_xxs_init(uint8_t *b, rl_rng *r) {
+    for (int ib = 0; ib < 8; ib++)
+        b[66 + 4 * ib + 3] = (uint8_t)((b[66 + 4 * ib + 3] & 0x0f) | rnd(r, 3, 15) << 4);
+}
+static void iq3_xxs_mask(uint8_t *m) {
+    mask_range(m, 2, 66);
+    for (int ib = 0; ib < 8; ib++) {
+        mask_range(m, 66 + 4 * ib, 66 + 4 * ib + 3);
+        m[66 + 4 * ib + 3] = 0x0f;
+    }
+}
+
 /* IQ2_XS: | d | qs[32] u16 (grid index + sign index: any value valid) | scales[8] | */
 static void iq2_xs_init(uint8_t *b, rl_rng *r) {
     for (int k = 0; k < 8; k++) {
@@ -232,6 +246,7 @@ static const qgen qgens[] = {
     {QT_Q6_K, q6_k_init, q6_k_get, q6_k_set, q6_k_mask},
     {QT_IQ2_XXS, iq2_xxs_init, d0_get, d0_set, iq2_xxs_mask},
     {QT_IQ2_XS, iq2_xs_init, d0_get, d0_set, iq2_xs_mask},
+    {QT_IQ3_XXS, iq3_xxs_init, d0_get, d0_set, iq3_xxs_mask},
     {QT_IQ1_M, iq1_m_init, iq1_m_get, iq1_m_set, iq1_m_mask},
     {QT_MXFP4, mxfp4_init, mxfp4_get, mxfp4_set, mxfp4_mask},
 };

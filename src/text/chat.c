@@ -284,6 +284,7 @@ const char *chat_family_name(chat_family f) {
     switch (f) {
     case CHAT_FAMILY_HERMES: return "hermes";
     case CHAT_FAMILY_CODER: return "coder";
+    case CHAT_FAMILY_QWEN35: return "qwen35";
     default: return "chatml";
     }
 }
@@ -292,7 +293,10 @@ chat_format chat_format_detect(const char *t) {
     chat_format f = {CHAT_FAMILY_CHATML, false, false};
     if (!t || !strstr(t, "<|im_start|>")) return f;
     if (strstr(t, "<function=") && strstr(t, "<parameter=")) {
-        f.family = CHAT_FAMILY_CODER;
+        /* Qwen3.5 has Qwen3-Coder's call form plus the thinking switch (Coder has none) */
+        bool q35 = strstr(t, "enable_thinking") && strstr(t, "<think>");
+        f.family = q35 ? CHAT_FAMILY_QWEN35 : CHAT_FAMILY_CODER;
+        f.think = q35;
         f.known = true;
     } else if (strstr(t, "<tool_call>") && strstr(t, "\"arguments\"") && strstr(t, "<tools>")) {
         f.family = CHAT_FAMILY_HERMES;
@@ -306,6 +310,10 @@ chat_format chat_format_from_gguf(const gguf_file *g) {
     static int warned;
     char *t = g ? gguf_get_str_dup(g, "tokenizer.chat_template") : NULL;
     chat_format f = chat_format_detect(t);
+    char *arch = !f.known && g ? gguf_get_str_dup(g, "general.architecture") : NULL;
+    if (arch && (!strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe")))
+        f = (chat_format){CHAT_FAMILY_QWEN35, true, true};
+    free(arch);
     if (!f.known && !warned) {
         warned = 1;
         fprintf(stderr, "redlite: %s; using plain ChatML (tool calls in Qwen3 JSON form)\n",
@@ -650,11 +658,138 @@ static void render_coder(const chat_conv *c, const chat_render_opts *o, chat_buf
     if (o->add_generation_prompt) chat_buf_puts(b, "<|im_start|>assistant\n");
 }
 
+/* ---- Qwen3.5 / Qwen3.6 ------------------------------------------------------------------ */
+
+static const char QWEN35_TOOLS_HEAD[] =
+    "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+static const char QWEN35_TOOLS_TAIL[] =
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple "
+    "lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow "
+    "the specified format: an inner <function=...></function> block must be nested within "
+    "<tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional "
+    "reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If "
+    "there is no function call available, answer the question like normal with your current knowledge and "
+    "do not tell the user about function calls\n</IMPORTANT>";
+
+static span trimmed_content(const chat_msg *m) { return py_trim(content_of(m)); }
+
+/* One call in the XML form: <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n...
+ * (V = json.dumps for objects/arrays, Python str() otherwise; arguments that are not a JSON
+ * object render no parameters). */
+static void put_xml_call(chat_buf *b, const chat_call *call) {
+    chat_buf_puts(b, "<tool_call>\n<function=");
+    chat_buf_puts(b, call->name);
+    chat_buf_puts(b, ">\n");
+    cJSON *args = chat_json_parse(call->arguments, strlen(call->arguments));
+    rl_clearerr();
+    if (cJSON_IsObject(args)) {
+        const cJSON *key = NULL, *v;
+        while ((key = dict_next(args, key, &v))) {
+            chat_buf_puts(b, "<parameter=");
+            chat_buf_puts(b, key->string);
+            chat_buf_puts(b, ">\n");
+            put_xml_value(b, v);
+            chat_buf_puts(b, "\n</parameter>\n");
+        }
+    }
+    cJSON_Delete(args);
+    chat_buf_puts(b, "</function>\n</tool_call>");
+}
+
+/* An assistant turn; think: it comes after the last user query (the block is always written). */
+static void render_qwen35_assistant(const chat_msg *m, bool think, chat_buf *b) {
+    span content = trimmed_content(m), reasoning = {"", 0};
+    const char *et;
+    if (m->reasoning) {
+        reasoning = sp_of(m->reasoning);
+    } else if ((et = find_mem(content, "</think>"))) {
+        /* reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n');
+         * content = content.split('</think>')[-1].lstrip('\n') */
+        const char *q, *tq;
+        span rest = {et + 8, (size_t)(content.p + content.n - (et + 8))};
+        while ((q = find_mem(rest, "</think>")))
+            rest = (span){q + 8, (size_t)(content.p + content.n - (q + 8))};
+        span r = rstrip_nl((span){content.p, (size_t)(et - content.p)});
+        while ((tq = find_mem(r, "<think>")))
+            r = (span){tq + 7, (size_t)(r.p + r.n - (tq + 7))};
+        reasoning = lstrip_nl(r);
+        content = lstrip_nl(rest);
+    }
+    chat_buf_puts(b, "<|im_start|>assistant\n");
+    if (think) {
+        chat_buf_puts(b, "<think>\n");
+        put_span(b, py_trim(reasoning));
+        chat_buf_puts(b, "\n</think>\n\n");
+    }
+    put_span(b, content);
+    for (int k = 0; k < m->n_calls; k++) {
+        if (k > 0) chat_buf_putc(b, '\n');
+        else if (py_trim(content).n > 0) chat_buf_puts(b, "\n\n");
+        put_xml_call(b, &m->calls[k]);
+    }
+    chat_buf_puts(b, "<|im_end|>\n");
+}
+
+static void render_qwen35(const chat_conv *c, const chat_render_opts *o, chat_buf *b, chat_spans *sp) {
+    const chat_msg *M = c->msgs;
+    int n = c->n;
+    bool sys = n > 0 && M[0].role == CHAT_SYSTEM;
+    if (has_tools(c)) {
+        chat_buf_puts(b, "<|im_start|>system\n");
+        chat_buf_puts(b, QWEN35_TOOLS_HEAD);
+        const cJSON *t;
+        cJSON_ArrayForEach(t, c->tools) {
+            chat_buf_putc(b, '\n');
+            size_t a = b->n;
+            chat_json_dumps(t, b);
+            plain_mark(sp, a, b->n);
+        }
+        chat_buf_puts(b, QWEN35_TOOLS_TAIL);
+        if (sys && trimmed_content(&M[0]).n > 0) {
+            chat_buf_puts(b, "\n\n");
+            put_plain(b, trimmed_content(&M[0]), sp);
+        }
+        chat_buf_puts(b, "<|im_end|>\n");
+    } else if (sys) {
+        put_turn(b, "system", trimmed_content(&M[0]), sp);
+    }
+    /* the last user message that is not a bare <tool_response> block (the template refuses a
+     * conversation without one; we render it with every assistant turn before the query) */
+    int last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--) {
+        span s = trimmed_content(&M[i]);
+        if (M[i].role == CHAT_USER && !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const chat_msg *m = &M[i];
+        if (m->role == CHAT_USER || (m->role == CHAT_SYSTEM && i > 0)) {
+            put_turn(b, chat_role_name(m->role), trimmed_content(m), sp);
+        } else if (m->role == CHAT_ASSISTANT) {
+            render_qwen35_assistant(m, i > last_query, b);
+        } else if (m->role == CHAT_TOOL) {
+            if (i > 0 && M[i - 1].role != CHAT_TOOL) chat_buf_puts(b, "<|im_start|>user");
+            chat_buf_puts(b, "\n<tool_response>\n");
+            put_plain(b, trimmed_content(m), sp);
+            chat_buf_puts(b, "\n</tool_response>");
+            if (i == n - 1 || M[i + 1].role != CHAT_TOOL) chat_buf_puts(b, "<|im_end|>\n");
+        }
+    }
+    if (o->add_generation_prompt)
+        chat_buf_puts(b, o->enable_thinking == 0 ? "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                                                 : "<|im_start|>assistant\n<think>\n");
+}
+
 int chat_render_spans(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out,
                       chat_spans *plain) {
     chat_render_opts o = opts ? *opts : (chat_render_opts){.add_generation_prompt = true, .enable_thinking = -1};
     chat_format f = fmt ? *fmt : (chat_format){CHAT_FAMILY_CHATML, false, false};
     if (f.family == CHAT_FAMILY_CODER) render_coder(c, &o, out, plain);
+    else if (f.family == CHAT_FAMILY_QWEN35) render_qwen35(c, &o, out, plain);
     else {
         if (f.family == CHAT_FAMILY_CHATML) f.think = false;
         render_hermes(&f, c, &o, out, plain);

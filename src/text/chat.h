@@ -16,6 +16,12 @@
  *                           (Qwen3 hybrid template) is present;
  *       CHAT_FAMILY_CODER   Qwen3-Coder(-Next): XML tool descriptions, calls as
  *                           <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n...;
+ *       CHAT_FAMILY_QWEN35  Qwen3.5 / Qwen3.6: tools as JSON lines in <tools>, calls in the CODER
+ *                           XML form, every content trimmed, the <think> block on every
+ *                           assistant turn after the last user query, and a generation
+ *                           prompt that opens "<think>\n" (closed empty with
+ *                           enable_thinking=false); a system message after the first is
+ *                           rendered as a system turn (the template refuses it);
  *       CHAT_FAMILY_CHATML  anything else: plain ChatML, tool calls/results written as HERMES
  *                           does (a fallback; chat_format_from_gguf says so once on stderr).
  *     Byte-identity with jinja2 is tested in tests/test_chat_template.py.
@@ -121,19 +127,22 @@ int chat_conv_from_json(chat_conv *c, const char *json, size_t len);
 
 /* ---- templates ------------------------------------------------------------------------- */
 
-typedef enum { CHAT_FAMILY_CHATML = 0, CHAT_FAMILY_HERMES, CHAT_FAMILY_CODER } chat_family;
+typedef enum { CHAT_FAMILY_CHATML = 0, CHAT_FAMILY_HERMES, CHAT_FAMILY_CODER, CHAT_FAMILY_QWEN35 } chat_family;
 
 typedef struct {
     chat_family family;
-    bool think; /* HERMES: the template has the Qwen3 <think>/reasoning_content logic */
+    bool think; /* HERMES: the template has the Qwen3 <think>/reasoning_content logic;
+                   QWEN35: always (its generation prompt opens the <think> block) */
     bool known; /* false when the template was absent or not recognised (fallback) */
 } chat_format;
 
-const char *chat_family_name(chat_family f); /* "chatml", "hermes", "coder" */
+const char *chat_family_name(chat_family f); /* "chatml", "hermes", "coder", "qwen35" */
 /* Classify a Jinja template text (NULL = none). */
 chat_format chat_format_detect(const char *tmpl);
-/* Detect from the GGUF's tokenizer.chat_template. When the template is absent or unknown,
- * prints one line on stderr (once per process) saying that plain ChatML is used. */
+/* Detect from the GGUF's tokenizer.chat_template. A qwen35 / qwen35moe file whose template is
+ * absent or not recognised gets the Qwen3.5 format (its architecture's official template).
+ * Otherwise, when the template is absent or unknown, prints one line on stderr (once per
+ * process) saying that plain ChatML is used. */
 chat_format chat_format_from_gguf(const gguf_file *f);
 
 typedef struct {

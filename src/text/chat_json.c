@@ -208,7 +208,7 @@ void chat_py_float_repr(double v, char out[40]) {
         if (strtod(e, NULL) == v) break;
     }
     /* e = [-]d[.ddd]e[+-]XX */
-    char digits[20];
+    char digits[20] = {0}; /* %e writes at least one digit; zeroed for the analysers */
     int nd = 0, neg = 0;
     const char *p = e;
     if (*p == '-') {

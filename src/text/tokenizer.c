@@ -1,4 +1,4 @@
-/* tokenizer.c — byte-level BPE with the qwen2 pre-tokenizer (see tokenizer.h and
+/* tokenizer.c — byte-level BPE with the qwen2 / qwen35 pre-tokenizers (see tokenizer.h and
  * docs/TOKENIZER.md). The Unicode side (UTF-8, regex character classes, NFC) is in
  * tokenizer_unicode.c.
  *
@@ -52,6 +52,7 @@ struct tokenizer {
 
     int32_t eos, bos, pad;
     bool add_bos;
+    bool marks; /* pre-tokenizer 'qwen35': \p{M} joins letter runs; 'qwen2': a mark is "other" */
     int32_t eog[16];
     size_t n_eog;
 };
@@ -80,8 +81,6 @@ static int cp_to_byte(uint32_t cp) {
         if (!byte_is_printable(x) && k-- == 0) return x;
     return -1;
 }
-
-/* ---- character classes of the qwen2 split regex --------------------------------------- */
 
 /* ---- hashing -------------------------------------------------------------------------- */
 
@@ -347,9 +346,13 @@ tokenizer *tokenizer_load(const gguf_file *f) {
         return NULL;
     }
     free(model);
+    /* 'qwen2' (Qwen2/3, Qwen3-Next) and 'qwen35' (Qwen3.5/3.6: the same regex with \p{M}
+     * joined to the letter classes); a file without the key is taken as qwen2. */
     char *pre = gguf_get_str_dup(f, "tokenizer.ggml.pre");
-    if (pre && strcmp(pre, "qwen2") != 0) {
-        rl_seterr("%s: pre-tokenizer '%s' is not supported (Red Lite implements 'qwen2')", f->path, pre);
+    bool marks = pre && strcmp(pre, "qwen35") == 0;
+    if (pre && !marks && strcmp(pre, "qwen2") != 0) {
+        rl_seterr("%s: pre-tokenizer '%s' is not supported (Red Lite implements 'qwen2' and 'qwen35')", f->path,
+                  pre);
         free(pre);
         return NULL;
     }
@@ -357,6 +360,7 @@ tokenizer *tokenizer_load(const gguf_file *f) {
 
     tokenizer *t = rl_calloc(1, sizeof *t, "tokenizer");
     if (!t) return NULL;
+    t->marks = marks;
     if (load_vocab(t, f) < 0 || load_merges(t, f) < 0 || load_added(t) < 0 || build_piece_hash(t) < 0) {
         tokenizer_free(t);
         return NULL;
@@ -498,9 +502,16 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 /* End (character index) of the pre-token starting at character i, per the qwen2 regex
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  *   \s*[\r\n]+|\s+(?!\S)|\s+
- * with the regex engine's semantics (first alternative that matches wins; greedy
- * quantifiers backtrack). Every character belongs to exactly one of L, N, \s, other, so some
- * alternative always matches at least one character. */
+ * or the qwen35 regex, which is the same with [\p{L}\p{M}]+ in the second alternative and
+ * [^\s\p{L}\p{M}\p{N}] in the fourth. One matcher serves both: for qwen2 the caller classes
+ * marks as TOK_C_P, so TOK_C_M never occurs and the mark branches below are dead. Regex engine
+ * semantics: the first alternative that matches wins; greedy quantifiers backtrack. Every
+ * character belongs to exactly one of L, N, M, \s, other, so some alternative always matches
+ * at least one character. */
+static inline bool is_lm(uint8_t c) {
+    return c == TOK_C_L || c == TOK_C_M;
+}
+
 static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_t n) {
     /* 1: contractions, case-insensitive (the oracle's case folding also maps U+017F to s) */
     if (cp[i] == '\'' && i + 1 < n) {
@@ -516,16 +527,17 @@ static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_
         }
     }
     uint8_t c = cls[i];
-    /* 2: [^\r\n\p{L}\p{N}]?\p{L}+ */
-    if ((c == TOK_C_WS || c == TOK_C_P) && i + 1 < n && cls[i + 1] == TOK_C_L) {
+    /* 2: [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+ — the optional lead is \s but CR/LF, other, or a
+     * mark; a lead that is itself a letter or mark just starts the run */
+    if ((c == TOK_C_WS || c == TOK_C_P) && i + 1 < n && is_lm(cls[i + 1])) {
         size_t j = i + 2;
-        while (j < n && cls[j] == TOK_C_L)
+        while (j < n && is_lm(cls[j]))
             j++;
         return j;
     }
-    if (c == TOK_C_L) {
+    if (is_lm(c)) {
         size_t j = i + 1;
-        while (j < n && cls[j] == TOK_C_L)
+        while (j < n && is_lm(cls[j]))
             j++;
         return j;
     }
@@ -748,7 +760,8 @@ static int encode_span(const tokenizer *t, enc_ctx *c, const uint8_t *s, size_t 
             }
         }
         c->cp[nch] = cp;
-        c->cls[nch] = cp == UINT32_MAX ? TOK_C_P : tok_class(cp);
+        uint8_t k = cp == UINT32_MAX ? TOK_C_P : tok_class(cp);
+        c->cls[nch] = k == TOK_C_M && !t->marks ? TOK_C_P : k;
         c->off[nch] = (uint32_t)i;
         nch++;
         i += len;

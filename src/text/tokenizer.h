@@ -1,4 +1,4 @@
-/* tokenizer.h — byte-level BPE (GGUF `tokenizer.ggml.model` = "gpt2", `pre` = "qwen2").
+/* tokenizer.h — byte-level BPE (GGUF `tokenizer.ggml.model` = "gpt2", `pre` = "qwen2" or "qwen35").
  *
  * Built from the GGUF metadata: tokenizer.ggml.{tokens,token_type,merges,eos_token_id,
  * bos_token_id,padding_token_id,eot_token_id,eom_token_id}. The tokenizer copies what it
@@ -10,7 +10,8 @@
  *   1. added-token pass (TOK_PARSE_SPECIAL): the raw text is split on the longest occurrence
  *      of any CONTROL (3) or USER_DEFINED (4) token text; each occurrence becomes its id;
  *   2. every remaining span is NFC-normalised (utf8proc; invalid UTF-8 bytes pass through);
- *   3. the span is cut into pre-tokens by a hand-written matcher for the qwen2 split regex;
+ *   3. the span is cut into pre-tokens by a hand-written matcher for the qwen2 split regex
+ *      (qwen35: the same with combining marks joined to letters);
  *   4. each pre-token's bytes are BPE-merged by merge rank into token ids.
  * Invalid UTF-8 input is accepted: each byte that is not part of a well-formed sequence is
  * one "other" (punctuation-class) character, and is byte-level encoded like any byte, so

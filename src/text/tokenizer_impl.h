@@ -63,7 +63,10 @@ size_t tok_utf8_encode(uint32_t cp, uint8_t *o);
 
 /* ---- character classes of the split regex -------------------------------------------- */
 
-enum { TOK_C_L, TOK_C_N, TOK_C_WS, TOK_C_NL, TOK_C_P }; /* letter, number, \s but CR/LF, CR/LF, other */
+/* letter, number, \s but CR/LF, CR/LF, other, combining mark (\p{M}: Mn, Mc, Me). The qwen2
+ * regex has no \p{M}, so its matcher sees a mark as "other" (tokenizer.c maps M to P there);
+ * the qwen35 regex joins marks to the letter runs. */
+enum { TOK_C_L, TOK_C_N, TOK_C_WS, TOK_C_NL, TOK_C_P, TOK_C_M };
 
 uint8_t tok_class_nonascii(uint32_t cp);
 

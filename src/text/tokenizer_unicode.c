@@ -61,6 +61,17 @@ static const uint32_t extra_numbers[][2] = {
     {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1E5F1, 0x1E5FA},
 };
 
+/* Marks (\p{M}) assigned after Unicode 15.0 that the oracle's regex engine classifies
+ * (16.0: Garay, Gurung Khema, Kirat Rai, Tulu-Tigalari, Kawi, Arabic U+0897 ...). Found by
+ * pre-tokenising "a"+c with the qwen35 and the qwen2 regexes over every code point (joined
+ * by qwen35 only = a mark) and keeping those utf8proc has as unassigned; every utf8proc mark
+ * is an oracle mark too (docs/TOKENIZER.md). */
+static const uint32_t extra_marks[][2] = {
+    {0x897, 0x897},     {0x10D69, 0x10D6D}, {0x10EFC, 0x10EFC}, {0x113B8, 0x113C0}, {0x113C2, 0x113C2},
+    {0x113C5, 0x113C5}, {0x113C7, 0x113CA}, {0x113CC, 0x113D0}, {0x113D2, 0x113D2}, {0x113E1, 0x113E2},
+    {0x11F5A, 0x11F5A}, {0x1611E, 0x1612F}, {0x1E5EE, 0x1E5EF},
+};
+
 static bool in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n) {
     for (size_t i = 0; i < n; i++)
         if (cp >= r[i][0] && cp <= r[i][1]) return true;
@@ -87,9 +98,14 @@ uint8_t tok_class_nonascii(uint32_t cp) {
     case UTF8PROC_CATEGORY_NL:
     case UTF8PROC_CATEGORY_NO:
         return TOK_C_N;
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+        return TOK_C_M;
     case UTF8PROC_CATEGORY_CN:
         if (in_ranges(cp, extra_letters, sizeof extra_letters / sizeof extra_letters[0])) return TOK_C_L;
         if (in_ranges(cp, extra_numbers, sizeof extra_numbers / sizeof extra_numbers[0])) return TOK_C_N;
+        if (in_ranges(cp, extra_marks, sizeof extra_marks / sizeof extra_marks[0])) return TOK_C_M;
         return TOK_C_P;
     default:
         return TOK_C_P;

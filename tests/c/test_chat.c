@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "gguf/gguf.h"
 #include "text/chat.h"
 #include "check.h"
 #include "base/common.h"
@@ -106,7 +109,10 @@ static void test_detect(void) {
     chat_format f = chat_format_detect(NULL);
     CHECK(!f.known && f.family == CHAT_FAMILY_CHATML, "none");
     f = chat_format_detect("<|im_start|>{{ x }}<tool_call>\\n<function=x><parameter=y>");
-    CHECK(f.known && f.family == CHAT_FAMILY_CODER, "coder");
+    CHECK(f.known && f.family == CHAT_FAMILY_CODER && !f.think, "coder");
+    f = chat_format_detect("<|im_start|><tool_call>\\n<function=x><parameter=y> {% if enable_thinking is false %}"
+                           "<think>\\n\\n</think>{% endif %}");
+    CHECK(f.known && f.family == CHAT_FAMILY_QWEN35 && f.think, "qwen35");
     f = chat_format_detect("<|im_start|><tools> <tool_call>\\n{\"name\": <function-name>, \"arguments\": x} "
                            "reasoning_content");
     CHECK(f.known && f.family == CHAT_FAMILY_HERMES && f.think, "hermes think");
@@ -237,10 +243,32 @@ static void test_parser(void) {
     cJSON_Delete(g_tools);
 }
 
+/* A qwen35 / qwen35moe file without a known template gets the Qwen3.5 format (its architecture's
+ * official template); a qwen3next file without one the ChatML fallback. */
+static void test_detect_gguf(void) {
+    static const char *const arch[3] = {"qwen35moe", "qwen35", "qwen3next"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/rl_test_chat_%d_%d.gguf", (int)getpid(), i);
+        gguf_writer *w = gguf_writer_new();
+        CHECK(w && gguf_writer_set_str(w, "general.architecture", arch[i]) == 0 && gguf_writer_write(w, path) == 0,
+              "write %s: %s", path, rl_lasterr());
+        gguf_writer_free(w);
+        gguf_file *g = gguf_open(path);
+        CHECK(g != NULL, "open %s: %s", path, rl_lasterr());
+        chat_format f = chat_format_from_gguf(g);
+        if (i < 2) CHECK(f.known && f.family == CHAT_FAMILY_QWEN35 && f.think, "%s: family %d", arch[i], f.family);
+        else CHECK(!f.known && f.family == CHAT_FAMILY_CHATML, "%s: family %d", arch[i], f.family);
+        if (g) gguf_close(g);
+        unlink(path);
+    }
+}
+
 int main(void) {
     test_json();
     test_conv();
     test_detect();
+    test_detect_gguf();
     test_parser();
     return check_done("test_chat");
 }

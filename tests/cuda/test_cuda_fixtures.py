@@ -11,6 +11,9 @@ binary) or a device is missing; a binary that fails for another reason fails the
   - router ids identical to the CPU path except at near-ties (oracle router_gap < GAP);
   - batch invariance: --batch 1 (decode graph) and --batch 64 (prefill kernels) give
     bit-identical logits and routes;
+  - the Qwen3.5 family (issue 47): tiny-q35moe (qwen35moe: separate beta/alpha, tiled value heads,
+    MTP) and tiny-q35 (dense qwen35: SwiGLU FFN) pass the same greedy / logits / router checks and
+    batch invariance;
   - RL_CUDA_LONG=1: a 16K-position prompt on a synthetic model (`redlite synth --preset tiny`),
     CPU and CUDA within the same relative bound at the last positions.
 
@@ -196,3 +199,56 @@ def test_mxfp4_experts(fx, tmp_path):
     assert a[0]["generated"] == jc["generated"] and np.array_equal(a[1], lc.reshape(-1)), \
         "MXFP4 experts: batch 1 and batch 64 differ on CUDA"
     print(f"\nMXFP4 experts: logits vs cpu max {d:.2e} (scale {scale:.3g}); batch 1 == 64 bit for bit")
+
+
+Q35 = ["tiny-q35moe", "tiny-q35"]
+
+
+@pytest.fixture(params=Q35)
+def fxq(request, fx):
+    """A Qwen3.5-family fixture (fx: the same skips when there is no binary or no device)."""
+    path = os.path.join(ROOT, "tests", "fixtures", request.param)
+    return request.param, path + ".gguf", json.load(open(path + ".json")), np.load(path + ".npz")
+
+
+def test_qwen35_family(fxq, tmp_path):
+    """Issue 47 item 4: qwen35moe (ssm_beta/ssm_alpha into the split gate layout, value head h on
+    key head h % hk) and qwen35 (the dense FFN in the shared expert's launches, combined without
+    routed experts) on the CUDA backend: greedy ids as transformers' up to the first near-tie,
+    logits within BOUND of the CPU reference, router ids as the CPU's away from near-ties (MoE),
+    and batch 1 (decode graph) / 5 / 64 (prefill) bit-identical."""
+    name, model, meta, z = fxq
+    tmp = str(tmp_path)
+    report = []
+    for i in prompts(meta):
+        ids, want = z[f"p{i}.ids"], z[f"p{i}.greedy_ids"]
+        G, T = len(want), len(ids)
+        jc, lc, rc = dump(tmp, "cuda", ids, G, 64, f"c{i}", model)
+        jr, lr, rr = dump(tmp, "cpu", ids, G, 64, f"r{i}", model)
+        V = lc.size // (T + G)
+        lc, lr = lc.reshape(T + G, V), lr.reshape(T + G, V)
+        got = np.array(jc["generated"])
+        margin = z[f"p{i}.margin"][T - 1:]
+        tie = next((s for s in range(G) if margin[s] < NEAR_TIE), G)
+        same = int(np.argmax(got != want)) if (got != want).any() else G
+        assert same >= tie, f"{name} prompt {i}: greedy differs from transformers at step {same} (near-tie {tie})"
+        common = int(np.argmax(got != np.array(jr["generated"]))) if (got != np.array(jr["generated"])).any() else G
+        rows = T + common
+        d = np.abs(lc[:rows].astype(np.float64) - lr[:rows])
+        assert np.isfinite(lc[:rows]).all()
+        assert d.max() <= BOUND, f"{name} prompt {i}: max |logit diff| vs cpu {d.max():.3g} > {BOUND}"
+        mism = 0
+        if f"p{i}.router_gap" in z.files:
+            gap = z[f"p{i}.router_gap"]
+            assert len(rc) > 0, f"{name}: no routes from the CUDA backend"
+            for (layer, pos), a in rc.items():
+                if pos < rows and a["ids"] != rr[(layer, pos)]["ids"] and not (pos < gap.shape[1] and gap[layer, pos] < GAP):
+                    mism += 1
+        assert mism == 0, f"{name} prompt {i}: {mism} router choices differ from the CPU away from near-ties"
+        a = dump(tmp, "cuda", ids, 8, 1, f"b1_{i}", model, with_routes=False)
+        b = dump(tmp, "cuda", ids, 8, 64, f"b64_{i}", model, with_routes=False)
+        c = dump(tmp, "cuda", ids, 8, 5, f"b5_{i}", model, with_routes=False)
+        assert a[0]["generated"] == b[0]["generated"] == c[0]["generated"]
+        assert np.array_equal(a[1], b[1]) and np.array_equal(a[1], c[1]), f"{name} prompt {i}: logits depend on the batch"
+        report.append(f"{name} p{i}: greedy {same}/{G} = transformers (near-tie {tie}); logits vs cpu max {d.max():.2e}")
+    print("\n" + "\n".join(report))

@@ -763,10 +763,12 @@ int main(void) {
     test_attention_tc(256, 24, 2, 20, 700, 3.0f);   /* G 12 */
     test_attention_tc(128, 16, 1, 9, 1000, 3.0f);   /* G 16: a full row tile in decode */
     test_attention_tc(64, 4, 4, 40, 100, 3.0f);     /* G 1: 64 positions per block */
-    test_deltanet(128, 128, 16, 32, 5);
-    test_deltanet(128, 128, 16, 32, 150);
-    test_deltanet(32, 32, 4, 8, 5);
-    test_deltanet(64, 32, 4, 8, 37);
+    test_deltanet(128, 128, 16, 32, 5, 0);
+    test_deltanet(128, 128, 16, 32, 150, 0);
+    test_deltanet(32, 32, 4, 8, 5, 0);
+    test_deltanet(64, 32, 4, 8, 37, 0);
+    test_deltanet(128, 128, 16, 32, 150, 1); /* Qwen3.5 layouts (35B-A3B heads) */
+    test_deltanet(64, 32, 4, 8, 37, 1);
     test_moe();
     test_fused_combine();
     test_tail_add_norm(2048 + 64); /* the float path's GEMV + tail, both norm rows */

@@ -3,8 +3,9 @@
 /* ---- Gated DeltaNet ------------------------------------------------------------------------- */
 
 /* T rows: 5, and 150 (the prefill conv in chunks of 64 rows, the scan's staged chunks of 16, both
- * with a partial last chunk) */
-static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
+ * with a partial last chunk). q35: the Qwen3.5 layouts (issue 47): value head h on key head h % hk
+ * (v_tiled) and gate rows [b x hv | a x hv] (ba_split); else grouped heads and the fused ssm_ba. */
+static void test_deltanet(int dk, int dv, int hk, int hv, int T, int q35) {
     const int C = 2 * hk * dk + hv * dv, inner = hv * dv, kw = 4, D = 256;
     float *in = randv((size_t)T * C, 1.0f), *cw = randv((size_t)C * kw, 0.5f), *cs0 = randv((size_t)(kw - 1) * C, 1.0f);
     float *ba = randv((size_t)T * 2 * hv, 1.0f), *z = randv((size_t)T * inner, 1.0f), *nw = randv(dv, 0.2f);
@@ -20,7 +21,7 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
     float *d_ba = dup_to_dev(ba, sizeof(float) * T * 2 * hv), *d_z = dup_to_dev(z, sizeof(float) * T * inner);
     float *d_nw = dup_to_dev(nw, sizeof(float) * dv), *d_A = dup_to_dev(A, sizeof(float) * hv), *d_dt = dup_to_dev(dtb, sizeof(float) * hv);
     cu_dn_dims d = {.C = C, .kw = kw, .dk = dk, .dv = dv, .hk = hk, .hv = hv, .eps = 1e-6f,
-                    .conv_w = d_cw, .ssm_a = d_A, .dt_bias = d_dt, .ssm_norm = d_nw};
+                    .conv_w = d_cw, .ssm_a = d_A, .dt_bias = d_dt, .ssm_norm = d_nw, .v_tiled = q35, .ba_split = q35};
     /* prefill pieces over T rows */
     float *cs = dup_to_dev(cs0, sizeof(float) * (kw - 1) * C), *ss = dup_to_dev(s0, sizeof(float) * ns);
     float *u = dpoison((size_t)T * C), *ab = dpoison((size_t)T * 2 * hv), *o = dpoison((size_t)T * inner);
@@ -103,8 +104,9 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
             ops_l2norm(uu + (size_t)(hk + g) * dk, dk, 1e-6f);
         }
         for (int h = 0; h < hv; h++) {
-            int g = h / rr, e = h % rr;
-            float b = ba[(size_t)t * 2 * hv + g * 2 * rr + e], a = ba[(size_t)t * 2 * hv + g * 2 * rr + rr + e];
+            const int g = q35 ? h % hk : h / rr, e = h % rr;
+            const float *bt = ba + (size_t)t * 2 * hv;
+            float b = q35 ? bt[h] : bt[g * 2 * rr + e], a = q35 ? bt[hv + h] : bt[g * 2 * rr + rr + e];
             float *out = ref + (size_t)t * inner + (size_t)h * dv;
             ops_delta_step(S + (size_t)h * dv * dk, S + (size_t)h * dv * dk, uu + (size_t)g * dk, uu + (size_t)(hk + g) * dk,
                            uu + (size_t)2 * hk * dk + (size_t)h * dv, expf(A[h] * ops_softplus(a + dtb[h])),
@@ -114,8 +116,9 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T) {
         }
     }
     double dO = max_abs_diff(g_o, ref, (size_t)T * inner), dS = max_abs_diff(g_s, S, ns);
-    CHECK(dO <= 2e-5 && dS <= 2e-6, "DeltaNet %d/%d vs CPU: out %.3g state %.3g", dk, dv, dO, dS);
-    printf("  deltanet dk %d dv %d: max |gpu - cpu| out %.3g, state %.3g; decode == prefill bit-exact\n", dk, dv, dO, dS);
+    CHECK(dO <= 2e-5 && dS <= 2e-6, "DeltaNet %d/%d%s vs CPU: out %.3g state %.3g", dk, dv, q35 ? " (q35)" : "", dO, dS);
+    printf("  deltanet dk %d dv %d%s: max |gpu - cpu| out %.3g, state %.3g; decode == prefill bit-exact\n", dk, dv,
+           q35 ? " (tiled heads, split beta/alpha)" : "", dO, dS);
     cudaFree(d_in); cudaFree(d_cw); cudaFree(d_ba); cudaFree(d_z); cudaFree(d_nw); cudaFree(d_A); cudaFree(d_dt);
     cudaFree(cs); cudaFree(ss); cudaFree(u); cudaFree(ab); cudaFree(o); cudaFree(cs2); cudaFree(ss2); cudaFree(u2); cudaFree(o2);
     free(in); free(cw); free(cs0); free(ba); free(z); free(nw); free(A); free(dtb); free(s0); free(g_o); free(g_o2);
