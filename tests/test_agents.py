@@ -1,6 +1,6 @@
 """Real coding agents against `redlite serve` (issue 45): Claude Code (the CLI bundled in PyPI's
-claude-agent-sdk), the openai-agents SDK and aider, each through a tool loop on loopback
-(read a file, run a command, edit a file, answer) with the TEST-ONLY scripted backend so the
+claude-agent-sdk), the Codex CLI (PyPI's openai-codex-cli-bin), the openai-agents SDK and aider,
+each through a tool loop on loopback (read a file, run a command, edit a file, answer) with the TEST-ONLY scripted backend so the
 "model" turns are fixed, plus one short turn of the real model (models/default.gguf).
 
 The agents live in their own venvs (tests/agents_venv.sh, versions pinned in
@@ -139,6 +139,65 @@ def test_openai_agents_tool_loop(agents, tmp_path, api):
         assert notes.read_text() == "beta line\n" and out.read_text() == "ran\n"
         m = no_protocol_errors(s)
         assert m['redlite_requests_total{api="%s"}' % api] == 4
+
+
+def codex_bin(py):
+    rc, so, se = run_py(py, "import codex_cli_bin; print(codex_cli_bin.bundled_codex_path())", timeout=60)
+    assert rc == 0, se
+    return so.strip()
+
+
+def codex_home(tmp_path, base, ctx):
+    """A CODEX_HOME whose config names redlite as the model provider (docs/AGENTS.md)."""
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(textwrap.dedent(f"""\
+        model = "redlite"
+        model_provider = "redlite"
+        model_context_window = {ctx}
+        check_for_update_on_startup = false
+
+        [analytics]
+        enabled = false
+
+        [model_providers.redlite]
+        name = "redlite"
+        base_url = "{base}/v1"
+        wire_api = "responses"
+        """))
+    return home
+
+
+def test_codex_tool_loop(agents, tmp_path):
+    """The Codex CLI (openai-codex-cli-bin) over the Responses API: it reads a file and runs a
+    command with its exec_command tool and edits with apply_patch (which Codex runs itself when
+    the model calls it through exec_command), then answers."""
+    work = loop_files(tmp_path)
+    notes, out = work / "notes.txt", work / "out.txt"
+    patch = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: notes.txt\n@@\n-alpha line\n+beta line\n"
+             "*** End Patch\nEOF\n")
+    answers = [call("exec_command", cmd="cat notes.txt"), call("exec_command", cmd="echo ran > out.txt"),
+               call("exec_command", cmd=patch), "Done: notes.txt now says beta."]
+    with Server("--test-script", script_file(tmp_path, answers), "--ctx", "32768") as s:
+        home = codex_home(tmp_path, s.base, 32768)
+        env = {**os.environ, "CODEX_HOME": str(home), "HOME": str(tmp_path)}
+        env.pop("OPENAI_API_KEY", None)
+        r = subprocess.run([codex_bin(agents), "exec", "--skip-git-repo-check", "--json", "--ephemeral",
+                            "--dangerously-bypass-approvals-and-sandbox", "Fix notes.txt."],
+                           cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+        import json
+        events = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+        kinds = [(e["type"], e.get("item", {}).get("type")) for e in events]
+        assert r.returncode == 0 and ("turn.completed", None) in kinds, (r.stdout[-3000:], r.stderr[-2000:])
+        done = [e["item"] for e in events if e["type"] == "item.completed"]
+        cmds = [i for i in done if i["type"] == "command_execution"]
+        assert [i["exit_code"] for i in cmds] == [0, 0] and "alpha line" in cmds[0]["aggregated_output"], done
+        assert [i["status"] for i in done if i["type"] == "file_change"] == ["completed"], done
+        assert done[-1] == {**done[-1], "type": "agent_message", "text": "Done: notes.txt now says beta."}
+        assert not [e for e in events if e["type"] in ("error", "turn.failed")], events
+        assert notes.read_text() == "beta line\n" and out.read_text() == "ran\n"
+        m = no_protocol_errors(s)
+        assert m['redlite_requests_total{api="responses"}'] == 4
 
 
 def test_aider_edit(agents, tmp_path):

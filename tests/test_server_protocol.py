@@ -643,8 +643,9 @@ def _open_stream(port, path, body):
 
 def test_first_bytes_at_once_and_keepalives(tmp_path):
     """A stream's headers and first event come when the request is accepted, not after the queue
-    wait; keep-alives (Anthropic ping events, SSE comments) fill the silence."""
-    with Server("--test-script", script_file(tmp_path, [LONG]), "--test-delay-ms", "20", "--parallel", "1") as s:
+    wait; keep-alives (Anthropic ping events, SSE comments) fill the silence. The busy answer
+    (400 tokens at 40 ms: 16 s) outlasts the three checks (~3.5 s each)."""
+    with Server("--test-script", script_file(tmp_path, [LONG]), "--test-delay-ms", "40", "--parallel", "1") as s:
         # a long answer occupies the one inference slot
         busy, busy_f, _ = _open_stream(s.port, "/v1/chat/completions",
                                        {"messages": USER, "max_tokens": 1000, "stream": True})

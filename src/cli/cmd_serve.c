@@ -81,8 +81,12 @@ static const char SERVE_FOOTER[] =
     "temperature 0.7, top-k 20, top-p 0.8, min-p 0 (Qwen's recommended values for the\n"
     "Qwen3-Next / Qwen3-Coder instruct models). --stop is per request.\n"
     "\n"
-    "Context window: --ctx (default 32768). Clients read it from GET /v1/models\n"
-    "(context_length, context_window, max_model_len); an over-long prompt gets OpenAI's\n"
+    "Context window: --ctx; by default the model's trained length (context_length) when its KV\n"
+    "cache fits the memory plan (RAM: beside the weights, the experts first; GPU: the free\n"
+    "memory), else the most that fits, at least 4096; the choice is printed at start. Clients\n"
+    "read it from GET /v1/models (context_length, context_window, max_model_len; n_ctx_train\n"
+    "in meta); a longer prompt than the trained length is answered with a warning header and\n"
+    "log line; an over-long prompt gets OpenAI's\n"
     "context_length_exceeded / Anthropic's 'prompt is too long: N tokens > M maximum'.\n"
     "\n"
     "TEST ONLY (no model evaluation; protocol tests):\n"
@@ -258,7 +262,7 @@ int cmd_serve(int argc, char **argv) {
     if (serve_env(&f)) return 2;
     cli_opts o;
     opts_defaults(&o); /* the shared sampling defaults (opts.h) */
-    o.n_ctx = 0;        /* 32768 unless -c: only a given -c is checked against the trained context */
+    o.n_ctx = 0;        /* planned from the model's trained length and the memory unless -c (run/ctx_plan.h) */
     /* serve's own flags first; the rest goes through the option table */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return cli_fail(CMD, 1, "out of memory");
@@ -307,7 +311,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int n_ctx = o.n_ctx ? (int)o.n_ctx : 32768;
+    int n_ctx = (int)o.n_ctx; /* 0: the backend plans it (script: 32768) */
     if (!script_path && o.n_ctx) serve_warn_ctx(model, n_ctx);
     srv_backend *b = NULL;
     if (script_path) {

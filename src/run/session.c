@@ -398,6 +398,7 @@ int session_feed(session *s, const int32_t *tokens, int n, const session_feed_op
     /* evaluate [from, n) in chunks of n_batch rows (as engine_prefill would); checkpoints at
      * chunk boundaries every ck_interval tokens, before the last chunk and at the end */
     int last_ck = from, total = n - from;
+    if (o && o->progress) o->progress(o->ud, 0, total, rl_now() - t0); /* what is left to evaluate, at once */
     for (int i = from; i < n;) {
         if (o && o->cancel && *o->cancel) {
             s->have_logits = false;

@@ -115,7 +115,8 @@ void session_reset(session *s);
 int session_adopt(session *s, const int32_t *tokens, int n);
 
 typedef struct {
-    /* progress while a long prompt is evaluated (called after each chunk), or NULL */
+    /* progress while a prompt is evaluated: once before the first chunk (done 0; total = tokens
+     * to evaluate, the reused ones excluded) and after each chunk; or NULL */
     void (*progress)(void *ud, int done, int total, double seconds);
     void *ud;
     atomic_int *cancel; /* set to stop between chunks: -1, rl_lasterr "cancelled" */

@@ -287,8 +287,11 @@ struct srv_job {
     srv_job *next;
     double t_queued, t_started; /* t_started: 0 until an inference thread takes it */
     double t_sent;       /* streaming: when bytes last went to the client (keep-alives) */
+    bool ws_keepalive;   /* non-streaming answer sent as a 200 with whitespace keep-alives first */
     bool prefilling;     /* running, prompt not yet ingested (metrics) */
     double t_run;        /* when it began running */
+    int pf_done, pf_total; /* prefill progress: tokens evaluated of those to evaluate (server mu) */
+    double t_pf_log;     /* -v: when the last progress line was written */
     cg_conn *conn;              /* the connection's guard entry (the stream's end starts its send deadline) */
     srv_result res;             /* set when done (the request log line) */
 };
@@ -384,6 +387,7 @@ typedef struct {
     long long requests[4];  /* by API: chat, completions, responses, messages */
     long long status[600];  /* responses by HTTP status */
     long long rejected, cancelled, errors;
+    long long beyond_train; /* prompts longer than the trained context */
     long long abandoned;    /* queued jobs whose client left (dropped from the queue at once) */
     double queue_wait_s;    /* sum of the waits of the jobs run */
     long long queue_waits;
@@ -423,6 +427,7 @@ struct server {
     srv_metrics m;
     double t_start;
     srv_fieldlog fields;    /* unknown request fields */
+    double json_ka_after;   /* seconds before a non-streaming answer switches to whitespace keep-alives */
     /* admission (HTTP side) */
     conn_guard *g;          /* connection caps and deadlines */
     http_allow allow;       /* Host / Origin allow-lists */
@@ -459,6 +464,24 @@ static void on_prompt(void *ud, int n_reused) {
     if (j->rq.api->start) j->rq.api->start(j, j->rq.st, (int)j->rq.prompt.n, n_reused);
 }
 
+/* Prefill progress (inference thread): the /metrics gauges, and with -v a line every 2 s. */
+#define PROGRESS_LOG_S 2.0
+static void on_progress(void *ud, int done, int total) {
+    srv_job *j = ud;
+    server *s = j->srv;
+    pthread_mutex_lock(&s->mu);
+    j->pf_done = done;
+    j->pf_total = total;
+    pthread_mutex_unlock(&s->mu);
+    double now = rl_now();
+    if (s->p.verbose && done > 0 && done < total && now - j->t_pf_log >= PROGRESS_LOG_S) {
+        j->t_pf_log = now;
+        double dt = now - j->t_run;
+        fprintf(stderr, "serve: %s prefill %d/%d tokens (%.0f%%), %.1f tok/s, %.1f s\n", j->rq.api->name, done, total,
+                100.0 * done / total, dt > 0 ? done / dt : 0.0, dt);
+    }
+}
+
 static int on_text(void *ud, const char *s, size_t n) {
     srv_job *j = ud;
     if (j->cancel) return 1;
@@ -484,7 +507,9 @@ static void run_job(server *s, int slot, srv_job *j) {
     } else {
         pthread_mutex_lock(&s->mu);
         j->prefilling = true;
-        j->t_run = rl_now();
+        j->t_run = j->t_pf_log = rl_now();
+        j->pf_done = 0;
+        j->pf_total = (int)j->rq.prompt.n; /* until the backend says how much it reuses */
         pthread_mutex_unlock(&s->mu);
         if (s->p.verbose)
             fprintf(stderr, "serve: %s prefill: %zu prompt tokens (waited %.2f s in the queue)\n", j->rq.api->name,
@@ -497,6 +522,7 @@ static void run_job(server *s, int slot, srv_job *j) {
             .stops = (const char *const *)j->rq.stops,
             .n_stops = j->rq.n_stops,
             .on_prompt = on_prompt,
+            .on_progress = on_progress,
             .on_text = on_text,
             .ud = j,
             .cancel = &j->cancel,
@@ -705,6 +731,9 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# TYPE redlite_requests_rejected_total counter\nredlite_requests_rejected_total %lld\n", m->rejected);
     PUT("# TYPE redlite_requests_cancelled_total counter\nredlite_requests_cancelled_total %lld\n", m->cancelled);
     PUT("# TYPE redlite_requests_failed_total counter\nredlite_requests_failed_total %lld\n", m->errors);
+    PUT("# HELP redlite_prompts_beyond_trained_total Prompts longer than the model's trained context.\n"
+        "# TYPE redlite_prompts_beyond_trained_total counter\nredlite_prompts_beyond_trained_total %lld\n",
+        m->beyond_train);
     PUT("# HELP redlite_prompt_tokens_total Prompt tokens of all requests.\n"
         "# TYPE redlite_prompt_tokens_total counter\nredlite_prompt_tokens_total %lld\n", m->prompt_tokens);
     PUT("# HELP redlite_prompt_tokens_reused_total Prompt tokens not evaluated (held prefix or checkpoint).\n"
@@ -725,16 +754,24 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# TYPE redlite_slots gauge\nredlite_slots %d\n", s->n_slots);
     size_t pf_tokens = 0; /* summed over the slots whose request is still in its prefill */
     double pf_s = 0.0;    /* the longest prefill running so far */
+    long long pf_done = 0, pf_left = 0; /* their progress (session_feed, chunk by chunk) */
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         const srv_job *rj = s->slots[i].job;
         if (!rj || !rj->prefilling) continue;
         pf_tokens += rj->rq.prompt.n;
+        pf_done += rj->pf_done;
+        pf_left += rj->pf_total - rj->pf_done;
         if (rl_now() - rj->t_run > pf_s) pf_s = rl_now() - rj->t_run;
     }
     PUT("# HELP redlite_prefill_tokens Prompt tokens of the requests whose prefill runs now (0 otherwise).\n"
         "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf_tokens);
     PUT("# HELP redlite_prefill_seconds How long the longest running prefill has taken so far (0: none running).\n"
         "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf_s);
+    PUT("# HELP redlite_prefill_evaluated_tokens Tokens the running prefills have evaluated so far (0: none running).\n"
+        "# TYPE redlite_prefill_evaluated_tokens gauge\nredlite_prefill_evaluated_tokens %lld\n", pf_done);
+    PUT("# HELP redlite_prefill_remaining_tokens Tokens the running prefills have still to evaluate (reused ones "
+        "excluded; 0: none running).\n# TYPE redlite_prefill_remaining_tokens gauge\n"
+        "redlite_prefill_remaining_tokens %lld\n", pf_left);
     pthread_mutex_lock(&s->fields.mu);
     PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored (--strict-fields "
         "refuses them).\n# TYPE redlite_unknown_fields_total counter\n");
@@ -901,6 +938,12 @@ static void add_length_headers(struct MHD_Response *r, const srv_request *rq) {
     char v[32];
     snprintf(v, sizeof v, "%lld", rq->n_predict);
     MHD_add_response_header(r, "X-RedLite-Max-Tokens", v);
+    if (rq->n_ctx_train_exceeded) {
+        char w[160];
+        snprintf(w, sizeof w, "the prompt has %zu tokens, more than the model was trained on (%d): answers may degrade",
+                 rq->prompt.n, rq->n_ctx_train_exceeded);
+        MHD_add_response_header(r, "X-RedLite-Warning", w);
+    }
     if (rq->max_tokens_asked) {
         snprintf(v, sizeof v, "%lld", rq->max_tokens_asked);
         MHD_add_response_header(r, "X-RedLite-Max-Tokens-Requested", v);
@@ -956,6 +999,8 @@ static enum MHD_Result send_error(server *s, struct MHD_Connection *c, api_famil
  * OpenAI ones an SSE comment (which SSE parsers skip). Sent only when every byte of the
  * events so far went out, so it never lands inside an event. */
 #define KEEPALIVE_S 1.0
+/* A non-streaming answer not ready after this long gets whitespace keep-alives (dispatch). */
+#define JSON_KEEPALIVE_AFTER_S 30.0
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_job *j = cls;
@@ -971,7 +1016,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         double now = rl_now();
         if (j->out.n == j->out_read && !j->done && now - j->t_sent >= KEEPALIVE_S) {
             static const char ping[] = "event: ping\ndata: {\"type\": \"ping\"}\n\n", comment[] = ": keep-alive\n\n";
-            const char *ka = j->fam == FAM_ANTHROPIC ? ping : comment;
+            const char *ka = j->ws_keepalive ? "\n" : j->fam == FAM_ANTHROPIC ? ping : comment;
             size_t k = strlen(ka);
             if (k > max) break;
             memcpy(buf, ka, k);
@@ -1040,7 +1085,23 @@ static void clamp_length(const srv_info *in, srv_request *rq) {
     rq->n_predict = want < room ? want : room;
 }
 
+/* A prompt longer than the model's trained context (possible when --ctx is set above it): a
+ * header on the answer, a counter, and a log line (the first one; each one with -v). */
+static void warn_train(server *s, srv_request *rq) {
+    int train = s->info.n_ctx_train;
+    if (train <= 0 || rq->prompt.n <= (size_t)train) return;
+    rq->n_ctx_train_exceeded = train;
+    pthread_mutex_lock(&s->mu);
+    bool first = s->m.beyond_train++ == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (first || s->p.verbose)
+        fprintf(stderr, "redlite serve: warning: a prompt of %zu tokens is longer than the model's trained context "
+                        "(%d tokens): answers may degrade%s\n", rq->prompt.n, train,
+                first && !s->p.verbose ? " (later ones: redlite_prompts_beyond_trained_total in /metrics)" : "");
+}
+
 static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {
+    double t_in = rl_now(); /* the body is read: parsing, rendering and tokenising start */
     srv_error e = {0};
     api_family fam = r->rt->fam;
     if (r->too_big) {
@@ -1114,6 +1175,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     j->conn = sock_of(c) ? sock_of(c)->g : NULL;
     r->job = j;
     clamp_length(&s->info, &j->rq);
+    warn_train(s, &j->rq);
     /* A stream opens now (headers and its first event), before the queue wait and the prefill:
      * clients' first-byte timeouts never see the silence; keep-alives follow (stream_reader).
      * Nothing else touches the API state before enqueue. */
@@ -1122,14 +1184,25 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         j->rq.api->open(j, j->rq.st, (int)j->rq.prompt.n);
         j->t_sent = rl_now();
     }
+    if (s->p.verbose)
+        fprintf(stderr, "serve: %s accepted: %zu prompt tokens, parsed and tokenised in %.1f ms%s\n", j->rq.api->name,
+                j->rq.prompt.n, (rl_now() - t_in) * 1e3, open_now ? ", stream opened" : "");
     if (enqueue(s, j)) {
         srv_fail(&e, 503, fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
                  "the server is busy (%d requests queued, --queue): retry later", s->p.queue);
         return send_error(s, c, fam, &e, "1");
     }
     if (!open_now) {
-        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client:
-         * a client gone while its job still waits in the queue takes it out at once. */
+        /* Wait until the job starts (streaming) or is done (non-streaming), watching the client
+         * (a client gone while its job still waits in the queue takes it out at once). A
+         * non-streaming answer that takes longer than json_ka_after (a long prefill, a queue wait)
+         * is sent as it comes instead: status 200 and its headers now, a newline a second (JSON
+         * allows leading whitespace) so that clients' and proxies' idle and first-byte timeouts
+         * (Node's fetch: 300 s for headers; nginx: 60 s) do not fire, then the body. The price:
+         * an error found later (the server stops, the engine fails) can no longer change the
+         * status; the body is then the API's error object under 200 (docs/SERVER.md). */
+        double t_wait = rl_now();
+        bool ws = false;
         pthread_mutex_lock(&j->mu);
         while (!(j->rq.stream ? j->started : j->done)) {
             timed_wait(j, 0.1);
@@ -1139,10 +1212,15 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
                 if (queue_drop(s, j)) return MHD_NO; /* never ran: it leaves the queue now */
                 pthread_mutex_lock(&j->mu);      /* running: keep waiting, the job owns its output */
             }
+            if (!j->rq.stream && !j->done && !j->cancel && rl_now() - t_wait >= s->json_ka_after) {
+                ws = j->ws_keepalive = true;
+                j->t_sent = rl_now() - KEEPALIVE_S; /* the first newline at once */
+                break;
+            }
         }
         bool body_ready = j->done && j->status; /* a complete non-streaming answer (or a drop) */
         pthread_mutex_unlock(&j->mu);
-        if (!j->rq.stream || body_ready) {
+        if (!ws && (!j->rq.stream || body_ready)) {
             pthread_mutex_lock(&j->mu);
             /* a streaming job that ended before starting has its body too; otherwise it is a stream */
             int status = j->status ? j->status : 200;
@@ -1162,7 +1240,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         job_unref(j);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Content-Type", j->ws_keepalive ? "application/json" : "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     add_length_headers(resp, &j->rq);
@@ -1445,10 +1523,12 @@ server *server_start(const server_params *p, srv_backend *b) {
     pthread_mutex_init(&s->fields.mu, NULL);
     s->info = (srv_info){.tok = b->tok, .fmt = b->fmt, .n_ctx = b->n_ctx, .model_id = p->model_id, .sp = p->sp,
                          .max_tokens = p->max_tokens, .reasoning = p->reasoning, .strict_fields = p->strict_fields,
-                         .unknown = &s->fields, .n_ctx_train = p->n_ctx_train};
+                         .unknown = &s->fields, .n_ctx_train = p->n_ctx_train ? p->n_ctx_train : b->n_ctx_train};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->t_start = rl_now();
+    const char *ka = getenv("RL_SERVE_JSON_KEEPALIVE_S"); /* tests: a shorter wait */
+    s->json_ka_after = ka && atof(ka) > 0 ? atof(ka) : JSON_KEEPALIVE_AFTER_S;
 
     struct sockaddr_in sa = {0};
     sa.sin_family = AF_INET;

@@ -48,6 +48,9 @@ typedef struct {
     int n_stops;
     /* called once the prompt is ingested (n_reused of n_prompt tokens were not evaluated) */
     void (*on_prompt)(void *ud, int n_reused);
+    /* prefill progress, may be NULL: done of total tokens to evaluate (reused ones excluded),
+     * once at the start (done 0) and after each chunk */
+    void (*on_progress)(void *ud, int done, int total);
     /* generated text (valid UTF-8, stop strings removed); non-zero return stops (cancelled) */
     int (*on_text)(void *ud, const char *s, size_t n);
     void *ud;
@@ -75,6 +78,7 @@ typedef struct {
     const tokenizer *tok;   /* immutable: used from the HTTP threads */
     chat_format fmt;
     int n_ctx;
+    int n_ctx_train;        /* the model's trained context (GGUF context_length; 0 unknown) */
     int n_slots;            /* sequences held and run at once (>= 1) */
     /* (optional) prompt tokens slot `slot` would reuse (not evaluate) for this prompt; called by
      * the router while the slot is idle */
@@ -120,6 +124,7 @@ typedef struct {
     const srv_api *api;
     void *st;
     long long max_tokens_asked; /* set by the server when it clamped n_predict (0: not clamped) */
+    int n_ctx_train_exceeded;   /* set by the server: the trained length the prompt runs past (0: none) */
     grammar *grammar;      /* structured outputs (api_grammar.h), owned; NULL = free text */
     bool logprobs;         /* call api->logprobs per token ... */
     int top_logprobs;      /* ... with this many alternatives (0..20) */
@@ -233,7 +238,7 @@ typedef struct {
     int n_allow_origins;
     int reasoning;           /* srv_info.reasoning */
     bool strict_fields;      /* srv_info.strict_fields */
-    int n_ctx_train;         /* srv_info.n_ctx_train */
+    int n_ctx_train;         /* srv_info.n_ctx_train (0: the backend's) */
     bool verbose;            /* one structured (JSON) line per request on stderr */
 } server_params;
 

@@ -10,6 +10,7 @@
 #include "base/common.h"
 #include "cache/expert_cache.h"
 #include "gguf/gguf.h"
+#include "run/ctx_plan.h"
 #include "run/session.h"
 #include "run/statefile.h"
 #include "serve/slot_plan.h"
@@ -143,6 +144,12 @@ srv_backend *srv_backend_script(const srv_script_params *p) {
     if (!f) goto fail;
     s->tok = tokenizer_load(f);
     s->b.fmt = chat_format_from_gguf(f);
+    uint32_t train = 0;
+    char key[96];
+    char *arch = gguf_get_str_dup(f, "general.architecture");
+    snprintf(key, sizeof key, "%s.context_length", arch ? arch : "qwen3next");
+    free(arch);
+    if (gguf_get_u32(f, key, &train)) s->b.n_ctx_train = (int)train;
     gguf_close(f);
     if (!s->tok) goto fail;
     /* split the script into answers at lines "---" */
@@ -162,7 +169,7 @@ srv_backend *srv_backend_script(const srv_script_params *p) {
     s->b.ud = s;
     s->b.name = "script (test only)";
     s->b.tok = s->tok;
-    s->b.n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;
+    s->b.n_ctx = p->n_ctx > 0 ? p->n_ctx : 32768; /* nothing to plan: no model memory */
     s->b.n_slots = 1;
     s->b.generate = script_generate;
     s->b.free = script_free;
@@ -258,6 +265,18 @@ static void sess_free(void *ud) {
 static int sess_on_text(void *ud, int32_t token, const char *text, size_t n) {
     const srv_gen *g = ud;
     return n ? g->on_text(g->ud, text, n) : 0;
+}
+
+/* session_feed's progress -> the server's; `base` counts the tokens an earlier feed of the same
+ * prompt evaluated (the state-dir path feeds all but the last token, then the last one) */
+typedef struct {
+    const srv_gen *g;
+    int base, extra;
+} sess_prog;
+
+static void sess_progress(void *ud, int done, int total, double seconds) {
+    sess_prog *p = ud;
+    p->g->on_progress(p->g->ud, p->base + done, p->base + total + p->extra);
 }
 
 static void sess_on_logprobs(void *ud, const sampler_logprobs *lp) {
@@ -387,13 +406,21 @@ static int sess_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
     ram_insert(s, &ev);
     session_feed_stats fs, fs1;
     session_feed_opts fo = {.cancel = g->cancel};
+    sess_prog prog = {.g = g};
+    if (g->on_progress) {
+        fo.progress = sess_progress;
+        fo.ud = &prog;
+    }
     int n = g->n_prompt, rc1 = 0;
     int hn;
     const int32_t *h = session_history(sl->s, &hn);
     bool at_last = hn == n - 1 && n >= 2 && !memcmp(h, g->prompt, sizeof(int32_t) * (size_t)(n - 1));
     bool resume = (s->sd || s->ram_max) && n >= 2;
     if (resume && !at_last) { /* all but the last token, the resume point, then the last one */
+        prog.extra = 1;
         rc1 = session_feed(sl->s, g->prompt, n - 1, &fo, &fs);
+        prog.base = fs.n_evaluated;
+        prog.extra = 0;
         if (!rc1 && (sl->snap || (sl->snap = engine_snapshot_new(session_ctx(sl->s))))) {
             free(sl->snap_toks);
             sl->snap_toks = NULL;
@@ -555,7 +582,13 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     }
     int want = p->n_slots > 0 ? p->n_slots : 1;
     if (!(s->slot = calloc((size_t)(want > SLOT_PLAN_AUTO_MAX ? want : SLOT_PLAN_AUTO_MAX), sizeof *s->slot))) goto oom;
-    if (!(s->slot[0].s = session_new(s->m, &sp))) goto fail;
+    if (p->n_ctx > 0) s->slot[0].s = session_new(s->m, &sp);
+    else { /* the default: from the trained length and the memory plan (ctx_plan.h), for one slot */
+        ctx_plan plan;
+        if ((s->slot[0].s = ctx_plan_session_new(s->m, &sp, &plan))) fprintf(stderr, "redlite serve: %s\n", plan.reason);
+    }
+    if (!s->slot[0].s) goto fail;
+    sp.n_ctx = session_n_ctx(s->slot[0].s); /* every slot gets the same window */
     s->n_slots = 1;
     if (p->n_slots <= 0) {
         uint64_t per = 0;
@@ -593,6 +626,7 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     s->b.n_ctx = session_n_ctx(s->slot[0].s);
     s->b.n_slots = s->n_slots;
     s->b.match = sess_match;
+    s->b.n_ctx_train = session_hparams(s->slot[0].s)->n_ctx_train;
     s->b.generate = sess_generate;
     s->b.metrics = sess_metrics;
     s->b.flush = sess_flush;

@@ -17,7 +17,7 @@
 
 typedef struct {
     const char *model_path;
-    int n_ctx;
+    int n_ctx;            /* 0: 32768 */
     const char *script;   /* answers separated by a line "---" (used in turn) */
     int delay_ms;         /* per token */
 } srv_script_params;
@@ -29,7 +29,7 @@ typedef struct {
     const char *model_path;
     const char *backend;      /* "cpu" | "cuda" | "auto" */
     int n_threads;
-    int n_ctx, n_batch;
+    int n_ctx, n_batch;       /* n_ctx 0: planned (run/ctx_plan.h), said in one line on stderr */
     const char *kv;           /* KV cache format "f32" | "f16" (NULL = the default) */
     const char *cache_spec;
     bool iq_repack;           /* session_model_params.iq_repack */
