@@ -377,6 +377,7 @@ static bool parse_kvs(cursor *c, part_parse *pp, uint64_t n_kv) {
 /* general.alignment: u32, power of two; GGUF_DEFAULT_ALIGNMENT when absent. */
 static bool parse_alignment(cursor *c, part_parse *pp) {
     pp->alignment = GGUF_DEFAULT_ALIGNMENT;
+    if (pp->n_kv == 0) return true; /* no keys: nothing to look up (pp->kv is NULL) */
     bool found;
     uint64_t s = htab_find_kv(&pp->kv_index, pp->kv, "general.alignment", 17, &found);
     if (!found) return true;
