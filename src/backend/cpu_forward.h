@@ -2,8 +2,8 @@
  *
  * The architecture description (tensors, hyperparameters, limits, the expert source and observer
  * contracts that every backend shares) is model/qwen3next.h; this header is the CPU reference
- * forward pass (backend/qwen3next_forward.c) that runs it, used by the CPU backend and by tools
- * that size its buffers.
+ * forward pass (backend/qwen3next_forward.c, backend/qwen3next_mixer.c) that runs it, used by the
+ * CPU backend and by tools that size its buffers.
  */
 #ifndef RL_CPU_FORWARD_H
 #define RL_CPU_FORWARD_H

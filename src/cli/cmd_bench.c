@@ -384,307 +384,387 @@ static void print_profile(const char *title, const prof *p, double per, const to
     if (j) json_arr_end(j);
 }
 
-int cmd_bench(int argc, char **argv) {
+/* One bench command's state, shared by its set-up, measurement and report pieces. */
+typedef struct {
     cli_opts o;
-    opts_defaults(&o);
-    int r = opts_parse(&BENCH, argc, argv, &o);
-    if (r) return r == OPTS_HELP ? 0 : r;
-    const char *model = o.model;
-    long long n_decode = o.n_decode, reps = o.reps, warmup = o.warmup, depth = o.depth, batch = o.batch,
-              threads = o.threads, seed = o.bench_seed;
-    const int *prompts = o.prompts, n_prompts = o.n_prompts;
-    bool json = o.json, profile = o.profile, reference = o.reference;
-    if (reference && o.backend && strcmp(o.backend, "cpu"))
-        return cli_fail("bench", 2, "--reference is the CPU reference; drop --backend %s", o.backend);
+    bench b;
+    const q3n_hparams *hp;
+    double t_load;
+    long long need, batch;
+    engine_snapshot *snap;
+    bool cpu;
+    FILE *dec_ops; /* the decode products profile, printed after the decode stages */
+    char *dec_ops_txt;
+    size_t dec_ops_len;
+    token_bytes tb;
+    decode_res dec[2];
+    prompt_res pr[16];
+    int n_dec;
+    prof pdec, ppre;
+    const char *kv_fmt;
+    engine_mem mem;
+    bool have_mem, amx;
+    const char *kernels;
+    char path[96];
+    uint64_t rss;
+} bench_cmd;
+
+/* The model header lines of the text report. */
+static void bench_print_header(const bench_cmd *bc) {
+    const q3n_hparams *hp = bc->hp;
+    const token_bytes tb = bc->tb;
+    const engine_mem mem = bc->mem;
+    long long threads = bc->o.threads;
+    printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", bc->o.model,
+           (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
+           bc->t_load);
+    printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(bc->b.e), bc->path, bc->kernels,
+           threads ? (int)threads : rl_ncpu());
+    engine_weights_print(bc->b.e, stdout, "weights   ");
+    printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
+           "%.1f KB per "
+           "position\n",
+           bytes_at(&tb, 0) / 1e6, tb.dense / 1e6, tb.experts / 1e6, tb.state / 1e6, tb.kv_per_pos / 1e3);
+    if (bc->have_mem) {
+        printf("context   %d positions: KV %s %.2f MiB, state %.2f MiB, scratch %.2f MiB", (int)bc->need + 8,
+               bc->kv_fmt, mem.kv_bytes / 1048576.0, mem.state_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
+        if (mem.device)
+            printf("; device %.2f GiB used of %.2f (weights %.2f GiB, context %.2f GiB)",
+                   (mem.dev_total - mem.dev_free_after_ctx) / 1073741824.0, mem.dev_total / 1073741824.0,
+                   mem.dev_free_before_weights ? (mem.dev_free_before_weights - mem.dev_free_after_weights) / 1073741824.0 : 0.0,
+                   (mem.dev_free_after_weights - mem.dev_free_after_ctx) / 1073741824.0);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* Set-up: the options, the model, the session sized for the runs, what the report names.
+ * 0, or the command's exit status (the failure already reported); bench_free releases. */
+static int bench_setup(bench_cmd *bc, int argc, char **argv) {
+    cli_opts *o = &bc->o;
+    opts_defaults(o);
+    int r = opts_parse(&BENCH, argc, argv, o);
+    if (r) return r == OPTS_HELP ? -1 : r;
+    long long n_decode = o->n_decode, warmup = o->warmup, depth = o->depth;
+    const int *prompts = o->prompts, n_prompts = o->n_prompts;
+    bool reference = o->reference;
+    if (reference && o->backend && strcmp(o->backend, "cpu"))
+        return cli_fail("bench", 2, "--reference is the CPU reference; drop --backend %s", o->backend);
+    bench *b = &bc->b;
     double t_load = rl_now();
-    bench b = {0};
-    if (!(b.m = cli_model_open(&o))) return cli_fail("bench", 1, "%s", rl_lasterr());
-    b.e = session_model_engine(b.m);
-    t_load = rl_now() - t_load;
-    const q3n_hparams *hp = engine_hparams(b.e);
-    b.n_vocab = hp->n_vocab;
-    rl_rng_seed(&b.rng, (uint64_t)seed);
+    if (!(b->m = cli_model_open(o))) return cli_fail("bench", 1, "%s", rl_lasterr());
+    b->e = session_model_engine(b->m);
+    bc->t_load = rl_now() - t_load;
+    const q3n_hparams *hp = bc->hp = engine_hparams(b->e);
+    b->n_vocab = hp->n_vocab;
+    rl_rng_seed(&b->rng, (uint64_t)o->bench_seed);
     int max_prompt = 0;
     for (int i = 0; i < n_prompts; i++)
         max_prompt = prompts[i] > max_prompt ? prompts[i] : max_prompt;
     long long need = depth + warmup + n_decode;
     if (need < max_prompt) need = max_prompt;
-    int rc = 1;
-    if (need > (1 << 24)) {
-        session_model_close(b.m);
-        return cli_fail("bench", 2, "--depth + --n-decode is too large");
-    }
+    bc->need = need;
+    if (need > (1 << 24)) return cli_fail("bench", 2, "--depth + --n-decode is too large");
 
-    engine_snapshot *snap = NULL;
-    const bool cpu = !strcmp(engine_backend_name(b.e), "cpu");
-    FILE *dec_ops = NULL; /* the decode products profile, printed after the decode stages */
-    char *dec_ops_txt = NULL;
-    size_t dec_ops_len = 0;
-    token_bytes tb;
-    count_bytes(b.e, &tb);
-    decode_res dec[2] = {{0}};
-    prompt_res pr[16] = {{0}};
-    int n_dec = 0;
-    prof pdec = {.m = engine_model(b.e)}, ppre = {.m = engine_model(b.e)};
-    b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    if (!b.logits || !(b.S = cli_session_new(&o, b.m, (int)need + 8, (int)batch))) {
-        cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
-        goto done;
-    }
-    batch = session_n_batch(b.S); /* -b auto: the backend's choice */
+    bc->cpu = !strcmp(engine_backend_name(b->e), "cpu");
+    count_bytes(b->e, &bc->tb);
+    bc->pdec = (prof){.m = engine_model(b->e)}, bc->ppre = (prof){.m = engine_model(b->e)};
+    b->logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    if (!b->logits || !(b->S = cli_session_new(o, b->m, (int)need + 8, (int)o->batch)))
+        return cli_fail("bench", 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
+    bc->batch = session_n_batch(b->S); /* -b auto: the backend's choice */
     /* the context's KV format sets the bytes attention reads per position; what it allocated */
-    const char *kv_fmt = engine_kv_format(session_ctx(b.S));
-    if (!strcmp(kv_fmt, "f16")) tb.kv_per_pos /= 2;
-    engine_mem mem;
-    bool have_mem = engine_mem_info(session_ctx(b.S), &mem) == 0;
-    if (!have_mem) rl_clearerr();
-    const char *kernels = engine_cpu_kernels(b.e);
-    const bool amx = strstr(kernels, "AMX") != NULL; /* AMX tiles in use */
-    char path[96];
-    if (cpu)
-        snprintf(path, sizeof path, "%s", reference ? "reference (double precision)" : "fast kernels");
+    bc->kv_fmt = engine_kv_format(session_ctx(b->S));
+    if (!strcmp(bc->kv_fmt, "f16")) bc->tb.kv_per_pos /= 2;
+    bc->have_mem = engine_mem_info(session_ctx(b->S), &bc->mem) == 0;
+    if (!bc->have_mem) rl_clearerr();
+    bc->kernels = engine_cpu_kernels(b->e);
+    bc->amx = strstr(bc->kernels, "AMX") != NULL; /* AMX tiles in use */
+    if (bc->cpu)
+        snprintf(bc->path, sizeof bc->path, "%s", reference ? "reference (double precision)" : "fast kernels");
     else /* the state format names the attention arithmetic where it is the backend's choice */
-        snprintf(path, sizeof path, "device%s",
-                 strstr(engine_state_format(session_ctx(b.S)), "-tc") ? ", attention on tensor cores" : "");
-    if (!json) {
-        printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", model,
-               (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
-               t_load);
-        printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(b.e), path, kernels,
-               threads ? (int)threads : rl_ncpu());
-        engine_weights_print(b.e, stdout, "weights   ");
-        printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
-               "%.1f KB per "
-               "position\n",
-               bytes_at(&tb, 0) / 1e6, tb.dense / 1e6, tb.experts / 1e6, tb.state / 1e6, tb.kv_per_pos / 1e3);
-        if (have_mem) {
-            printf("context   %d positions: KV %s %.2f MiB, state %.2f MiB, scratch %.2f MiB", (int)need + 8,
-                   kv_fmt, mem.kv_bytes / 1048576.0, mem.state_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
-            if (mem.device)
-                printf("; device %.2f GiB used of %.2f (weights %.2f GiB, context %.2f GiB)",
-                       (mem.dev_total - mem.dev_free_after_ctx) / 1073741824.0, mem.dev_total / 1073741824.0,
-                       mem.dev_free_before_weights ? (mem.dev_free_before_weights - mem.dev_free_after_weights) / 1073741824.0 : 0.0,
-                       (mem.dev_free_after_weights - mem.dev_free_after_ctx) / 1073741824.0);
-            printf("\n");
-        }
-        fflush(stdout);
-    }
-    b.c = session_ctx(b.S);
-    /* decode at position 0 */
-    engine_reset(b.c);
-    if (warmup && decode_run(&b, (int)warmup, NULL) < 0) goto fail;
+        snprintf(bc->path, sizeof bc->path, "device%s",
+                 strstr(engine_state_format(session_ctx(b->S)), "-tc") ? ", attention on tensor cores" : "");
+    return 0;
+}
+
+/* Decode at position 0, then at --depth over a context filled once and restored before every run.
+ * 0 or -1 (rl_lasterr). */
+static int bench_decode(bench_cmd *bc) {
+    bench *b = &bc->b;
+    long long n_decode = bc->o.n_decode, reps = bc->o.reps, warmup = bc->o.warmup, depth = bc->o.depth;
+    engine_reset(b->c);
+    if (warmup && decode_run(b, (int)warmup, NULL) < 0) return -1;
     for (int d = 0; d < (depth ? 2 : 1); d++) {
-        decode_res *r = &dec[n_dec++];
+        decode_res *r = &bc->dec[bc->n_dec++];
         r->depth = d ? (int)depth : 0;
         r->reps = (int)reps;
         r->pos_avg = r->depth + 0.5 * (double)n_decode;
         if (d) { /* fill the context once, then restore it before every run */
             int32_t *tok = malloc(sizeof(int32_t) * (size_t)depth);
-            if (!tok) goto fail;
+            if (!tok) return -1;
             for (int i = 0; i < depth; i++)
-                tok[i] = rand_tok(&b);
-            engine_reset(b.c);
-            int e = engine_prefill(b.c, tok, (int)depth, b.logits);
+                tok[i] = rand_tok(b);
+            engine_reset(b->c);
+            int e = engine_prefill(b->c, tok, (int)depth, b->logits);
             free(tok);
-            if (e || !(snap = engine_snapshot_new(b.c)) || engine_snapshot_save(b.c, snap)) goto fail;
+            if (e || !(bc->snap = engine_snapshot_new(b->c)) || engine_snapshot_save(b->c, bc->snap)) return -1;
         }
         for (int k = 0; k < reps; k++) {
-            if (d ? engine_snapshot_restore(b.c, snap) : (engine_reset(b.c), 0)) goto fail;
-            if ((r->all[k] = decode_run(&b, (int)n_decode, NULL)) < 0) goto fail;
+            if (d ? engine_snapshot_restore(b->c, bc->snap) : (engine_reset(b->c), 0)) return -1;
+            if ((r->all[k] = decode_run(b, (int)n_decode, NULL)) < 0) return -1;
         }
         r->tok_s = median(r->all, (int)reps);
-        if (!json) {
+        if (!bc->o.json) {
             printf(
                 "decode    ctx %-6d %8.3f tok/s  %9.2f ms/tok  %7.2f GB/s   (median of %d x %lld tokens)\n",
-                r->depth, r->tok_s, 1e3 / r->tok_s, bytes_at(&tb, r->pos_avg) * r->tok_s / 1e9, r->reps,
+                r->depth, r->tok_s, 1e3 / r->tok_s, bytes_at(&bc->tb, r->pos_avg) * r->tok_s / 1e9, r->reps,
                 n_decode);
             fflush(stdout);
         }
     }
-    for (int i = 0; i < n_prompts; i++) {
-        prompt_res *r = &pr[i];
-        r->n = prompts[i];
+    return 0;
+}
+
+/* Each --prompts size: the median prefill speed. 0 or -1 (rl_lasterr). */
+static int bench_prompts(bench_cmd *bc) {
+    long long reps = bc->o.reps;
+    for (int i = 0; i < bc->o.n_prompts; i++) {
+        prompt_res *r = &bc->pr[i];
+        r->n = bc->o.prompts[i];
         r->reps = (int)reps;
         for (int k = 0; k < reps; k++)
-            if ((r->all[k] = prefill_run(&b, r->n, NULL)) < 0) goto fail;
+            if ((r->all[k] = prefill_run(&bc->b, r->n, NULL)) < 0) return -1;
         r->tok_s = median(r->all, (int)reps);
-        if (!json) {
+        if (!bc->o.json) {
             printf("prompt    %-10d %8.2f tok/s  %9.2f s         (median of %d, batch %lld)\n", r->n,
-                   r->tok_s, r->n / r->tok_s, r->reps, batch);
+                   r->tok_s, r->n / r->tok_s, r->reps, bc->batch);
             fflush(stdout);
         }
     }
-    if (profile) {
-        prof_begin(b.S, &pdec);
-        engine_reset(b.c);
-        if (decode_run(&b, (int)n_decode, &pdec) < 0) goto fail;
-        prof_begin(b.S, &ppre);
-        if (n_prompts && prefill_run(&b, prompts[0], &ppre) < 0) goto fail;
-        prof_end(b.S);
-        /* the products and threads of decode (CPU: written now, printed after the decode stages) and
-         * of a prompt, without the observers (they make DeltaNet run row by row) */
-        if (cpu && !json) {
-            dec_ops = open_memstream(&dec_ops_txt, &dec_ops_len);
-            engine_prof_begin(b.e);
-            engine_reset(b.c);
-            if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
-            engine_prof_end(b.e);
-            if (dec_ops) {
-                engine_prof_print(b.e, dec_ops, "decode", (double)n_decode);
-                if (snap) { /* --depth: the same table over the filled context (attention's share grows) */
-                    if (engine_snapshot_restore(b.c, snap)) goto fail;
-                    engine_prof_begin(b.e);
-                    if (decode_run(&b, (int)n_decode, NULL) < 0) goto fail;
-                    engine_prof_end(b.e);
-                    char t[64];
-                    snprintf(t, sizeof t, "decode at depth %lld", depth);
-                    engine_prof_print(b.e, dec_ops, t, (double)n_decode);
-                }
-                fclose(dec_ops);
-                dec_ops = NULL;
-            }
-        }
-        engine_prof_begin(b.e);
-        if (n_prompts && prefill_run(&b, prompts[0], NULL) < 0) goto fail;
-        engine_prof_end(b.e);
-    }
-    uint64_t rss = rl_peak_rss();
-    /* expert cache / VRAM tier counters on stderr, also with --json (bench/vram_bench.sh parses them) */
-    if (o.verbose) session_print_cache_stats(b.S, stderr, false); /* weights: in the table above */
-    if (json) {
-        json_writer j;
-        json_init(&j, stdout, 2);
-        json_obj_begin(&j);
-        json_kv_str(&j, "model", model);
-        json_kv_uint(&j, "file_bytes", tb.file_bytes);
-        json_kv_str(&j, "backend", engine_backend_name(b.e));
-        json_kv_str(&j, "path", path);
-        json_kv_str(&j, "cpu_kernels", engine_cpu_level(b.e));
-        json_kv_bool(&j, "cpu_amx", amx);
-        json_kv_int(&j, "threads", threads ? threads : rl_ncpu());
-        print_tuning(&j);
-        json_kv_num(&j, "load_seconds", t_load);
-        json_key(&j, "hparams");
-        json_obj_begin(&j);
-        json_kv_int(&j, "n_layer", hp->n_layer);
-        json_kv_int(&j, "n_embd", hp->n_embd);
-        json_kv_int(&j, "n_expert", hp->n_expert);
-        json_kv_int(&j, "n_expert_used", hp->n_expert_used);
-        json_kv_int(&j, "n_vocab", hp->n_vocab);
-        json_obj_end(&j);
-        json_key(&j, "bytes_per_token");
-        json_obj_begin(&j);
-        json_kv_num(&j, "dense", tb.dense);
-        json_kv_num(&j, "routed_experts", tb.experts);
-        json_kv_num(&j, "state", tb.state);
-        json_kv_num(&j, "kv_per_position", tb.kv_per_pos);
-        json_kv_num(&j, "total_ctx0", bytes_at(&tb, 0));
-        json_obj_end(&j);
-        json_key(&j, "memory"); /* the context's allocations (engine_mem_info); device: cudaMemGetInfo */
-        json_obj_begin(&j);
-        json_kv_str(&j, "kv_format", kv_fmt);
-        json_kv_int(&j, "n_ctx", need + 8);
-        if (have_mem) {
-            json_kv_uint(&j, "kv_bytes", mem.kv_bytes);
-            json_kv_uint(&j, "state_bytes", mem.state_bytes);
-            json_kv_uint(&j, "scratch_bytes", mem.scratch_bytes);
-            if (mem.device) {
-                json_kv_uint(&j, "device_total_bytes", mem.dev_total);
-                json_kv_uint(&j, "device_free_before_weights", mem.dev_free_before_weights);
-                json_kv_uint(&j, "device_free_after_weights", mem.dev_free_after_weights);
-                json_kv_uint(&j, "device_free_after_context", mem.dev_free_after_ctx);
-                if (mem.dev_free_before_weights)
-                    json_kv_uint(&j, "device_weights_bytes", mem.dev_free_before_weights - mem.dev_free_after_weights);
-                json_kv_uint(&j, "device_context_bytes", mem.dev_free_after_weights - mem.dev_free_after_ctx);
-            }
-        }
-        json_obj_end(&j);
-        char wl[640];
-        if (engine_weights_describe(b.e, wl, sizeof wl)) json_kv_str(&j, "weights", wl);
-        json_key(&j, "decode");
-        json_arr_begin(&j);
-        for (int d = 0; d < n_dec; d++) {
-            json_obj_begin(&j);
-            json_kv_int(&j, "depth", dec[d].depth);
-            json_kv_int(&j, "n_tokens", n_decode);
-            json_kv_num(&j, "tok_s", dec[d].tok_s);
-            json_kv_num(&j, "ms_per_token", 1e3 / dec[d].tok_s);
-            json_kv_num(&j, "gb_s", bytes_at(&tb, dec[d].pos_avg) * dec[d].tok_s / 1e9);
-            json_key(&j, "runs_tok_s");
-            json_arr_begin(&j);
-            for (int k = 0; k < dec[d].reps; k++)
-                json_num(&j, dec[d].all[k]);
-            json_arr_end(&j);
-            json_obj_end(&j);
-        }
-        json_arr_end(&j);
-        engine_mem gm; /* after the decode runs: the CUDA decode graph (captured on the first step) */
-        if (engine_mem_info(session_ctx(b.S), &gm) == 0 && gm.decode_graph_nodes) {
-            json_key(&j, "decode_graph");
-            json_obj_begin(&j);
-            json_kv_int(&j, "nodes", gm.decode_graph_nodes);
-            json_kv_int(&j, "kernels", gm.decode_graph_kernels);
-            json_obj_end(&j);
-        } else {
-            rl_clearerr();
-        }
-        json_key(&j, "prompt");
-        json_arr_begin(&j);
-        for (int i = 0; i < n_prompts; i++) {
-            json_obj_begin(&j);
-            json_kv_int(&j, "n_tokens", pr[i].n);
-            json_kv_int(&j, "batch", batch);
-            json_kv_num(&j, "tok_s", pr[i].tok_s);
-            json_key(&j, "runs_tok_s");
-            json_arr_begin(&j);
-            for (int k = 0; k < pr[i].reps; k++)
-                json_num(&j, pr[i].all[k]);
-            json_arr_end(&j);
-            json_obj_end(&j);
-        }
-        json_arr_end(&j);
-        json_kv_uint(&j, "peak_rss_bytes", rss);
-        if (profile) {
-            json_key(&j, "profile");
-            json_obj_begin(&j);
-            print_profile("decode", &pdec, (double)n_decode, &tb, &j);
-            if (n_prompts) print_profile("prompt", &ppre, (double)prompts[0], NULL, &j);
-            json_obj_end(&j);
-        }
-        json_obj_end(&j);
-        if (json_finish(&j)) {
-            cli_fail("bench", 1, "error writing the JSON output");
-            goto done;
-        }
-    } else {
-        printf("memory    peak RSS %.2f GiB\n", (double)rss / (1u << 30));
-        print_tuning(NULL);
-        engine_mem gm;
-        if (engine_mem_info(session_ctx(b.S), &gm) == 0 && gm.decode_graph_nodes)
-            printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes, gm.decode_graph_kernels);
-        else
-            rl_clearerr();
-        if (profile) {
-            print_profile("decode", &pdec, (double)n_decode, &tb, NULL);
-            if (dec_ops_txt) fputs(dec_ops_txt, stdout);
-            if (n_prompts) {
+    return 0;
+}
+
+/* --profile: the stage profiles of decode and of the first prompt, and the products tables.
+ * 0 or -1 (rl_lasterr). */
+static int bench_profile(bench_cmd *bc) {
+    bench *b = &bc->b;
+    long long n_decode = bc->o.n_decode, depth = bc->o.depth;
+    const int *prompts = bc->o.prompts, n_prompts = bc->o.n_prompts;
+    prof_begin(b->S, &bc->pdec);
+    engine_reset(b->c);
+    if (decode_run(b, (int)n_decode, &bc->pdec) < 0) return -1;
+    prof_begin(b->S, &bc->ppre);
+    if (n_prompts && prefill_run(b, prompts[0], &bc->ppre) < 0) return -1;
+    prof_end(b->S);
+    /* the products and threads of decode (CPU: written now, printed after the decode stages) and
+     * of a prompt, without the observers (they make DeltaNet run row by row) */
+    if (bc->cpu && !bc->o.json) {
+        bc->dec_ops = open_memstream(&bc->dec_ops_txt, &bc->dec_ops_len);
+        engine_prof_begin(b->e);
+        engine_reset(b->c);
+        if (decode_run(b, (int)n_decode, NULL) < 0) return -1;
+        engine_prof_end(b->e);
+        if (bc->dec_ops) {
+            engine_prof_print(b->e, bc->dec_ops, "decode", (double)n_decode);
+            if (bc->snap) { /* --depth: the same table over the filled context (attention's share grows) */
+                if (engine_snapshot_restore(b->c, bc->snap)) return -1;
+                engine_prof_begin(b->e);
+                if (decode_run(b, (int)n_decode, NULL) < 0) return -1;
+                engine_prof_end(b->e);
                 char t[64];
-                snprintf(t, sizeof t, "prompt of %d tokens", prompts[0]);
-                print_profile(t, &ppre, (double)prompts[0], NULL, NULL);
-                if (cpu) engine_prof_print(b.e, stdout, t, (double)prompts[0]);
+                snprintf(t, sizeof t, "decode at depth %lld", depth);
+                engine_prof_print(b->e, bc->dec_ops, t, (double)n_decode);
             }
+            fclose(bc->dec_ops);
+            bc->dec_ops = NULL;
         }
     }
-    rc = 0;
-    goto done;
-fail:
-    cli_fail("bench", 1, "%s", rl_lasterr());
-done:
-    if (dec_ops) fclose(dec_ops);
-    free(dec_ops_txt);
-    engine_snapshot_free(snap);
-    session_free(b.S);
-    session_model_close(b.m);
-    free(b.logits);
+    engine_prof_begin(b->e);
+    if (n_prompts && prefill_run(b, prompts[0], NULL) < 0) return -1;
+    engine_prof_end(b->e);
+    return 0;
+}
+
+/* The JSON report's description of the run: model, engine, hyperparameters, bytes, memory. */
+static void bench_json_setup(const bench_cmd *bc, json_writer *j) {
+    const q3n_hparams *hp = bc->hp;
+    const token_bytes tb = bc->tb;
+    const engine_mem mem = bc->mem;
+    long long threads = bc->o.threads;
+    json_kv_str(j, "model", bc->o.model);
+    json_kv_uint(j, "file_bytes", tb.file_bytes);
+    json_kv_str(j, "backend", engine_backend_name(bc->b.e));
+    json_kv_str(j, "path", bc->path);
+    json_kv_str(j, "cpu_kernels", engine_cpu_level(bc->b.e));
+    json_kv_bool(j, "cpu_amx", bc->amx);
+    json_kv_int(j, "threads", threads ? threads : rl_ncpu());
+    print_tuning(j);
+    json_kv_num(j, "load_seconds", bc->t_load);
+    json_key(j, "hparams");
+    json_obj_begin(j);
+    json_kv_int(j, "n_layer", hp->n_layer);
+    json_kv_int(j, "n_embd", hp->n_embd);
+    json_kv_int(j, "n_expert", hp->n_expert);
+    json_kv_int(j, "n_expert_used", hp->n_expert_used);
+    json_kv_int(j, "n_vocab", hp->n_vocab);
+    json_obj_end(j);
+    json_key(j, "bytes_per_token");
+    json_obj_begin(j);
+    json_kv_num(j, "dense", tb.dense);
+    json_kv_num(j, "routed_experts", tb.experts);
+    json_kv_num(j, "state", tb.state);
+    json_kv_num(j, "kv_per_position", tb.kv_per_pos);
+    json_kv_num(j, "total_ctx0", bytes_at(&tb, 0));
+    json_obj_end(j);
+    json_key(j, "memory"); /* the context's allocations (engine_mem_info); device: cudaMemGetInfo */
+    json_obj_begin(j);
+    json_kv_str(j, "kv_format", bc->kv_fmt);
+    json_kv_int(j, "n_ctx", bc->need + 8);
+    if (bc->have_mem) {
+        json_kv_uint(j, "kv_bytes", mem.kv_bytes);
+        json_kv_uint(j, "state_bytes", mem.state_bytes);
+        json_kv_uint(j, "scratch_bytes", mem.scratch_bytes);
+        if (mem.device) {
+            json_kv_uint(j, "device_total_bytes", mem.dev_total);
+            json_kv_uint(j, "device_free_before_weights", mem.dev_free_before_weights);
+            json_kv_uint(j, "device_free_after_weights", mem.dev_free_after_weights);
+            json_kv_uint(j, "device_free_after_context", mem.dev_free_after_ctx);
+            if (mem.dev_free_before_weights)
+                json_kv_uint(j, "device_weights_bytes", mem.dev_free_before_weights - mem.dev_free_after_weights);
+            json_kv_uint(j, "device_context_bytes", mem.dev_free_after_weights - mem.dev_free_after_ctx);
+        }
+    }
+    json_obj_end(j);
+    char wl[640];
+    if (engine_weights_describe(bc->b.e, wl, sizeof wl)) json_kv_str(j, "weights", wl);
+}
+
+/* The JSON report: the run's description, then the measurements. 0, or 1 (reported). */
+static int bench_report_json(const bench_cmd *bc) {
+    long long n_decode = bc->o.n_decode;
+    const int *prompts = bc->o.prompts, n_prompts = bc->o.n_prompts;
+    const decode_res *dec = bc->dec;
+    const prompt_res *pr = bc->pr;
+    json_writer j;
+    json_init(&j, stdout, 2);
+    json_obj_begin(&j);
+    bench_json_setup(bc, &j);
+    json_key(&j, "decode");
+    json_arr_begin(&j);
+    for (int d = 0; d < bc->n_dec; d++) {
+        json_obj_begin(&j);
+        json_kv_int(&j, "depth", dec[d].depth);
+        json_kv_int(&j, "n_tokens", n_decode);
+        json_kv_num(&j, "tok_s", dec[d].tok_s);
+        json_kv_num(&j, "ms_per_token", 1e3 / dec[d].tok_s);
+        json_kv_num(&j, "gb_s", bytes_at(&bc->tb, dec[d].pos_avg) * dec[d].tok_s / 1e9);
+        json_key(&j, "runs_tok_s");
+        json_arr_begin(&j);
+        for (int k = 0; k < dec[d].reps; k++)
+            json_num(&j, dec[d].all[k]);
+        json_arr_end(&j);
+        json_obj_end(&j);
+    }
+    json_arr_end(&j);
+    engine_mem gm; /* after the decode runs: the CUDA decode graph (captured on the first step) */
+    if (engine_mem_info(session_ctx(bc->b.S), &gm) == 0 && gm.decode_graph_nodes) {
+        json_key(&j, "decode_graph");
+        json_obj_begin(&j);
+        json_kv_int(&j, "nodes", gm.decode_graph_nodes);
+        json_kv_int(&j, "kernels", gm.decode_graph_kernels);
+        json_obj_end(&j);
+    } else {
+        rl_clearerr();
+    }
+    json_key(&j, "prompt");
+    json_arr_begin(&j);
+    for (int i = 0; i < n_prompts; i++) {
+        json_obj_begin(&j);
+        json_kv_int(&j, "n_tokens", pr[i].n);
+        json_kv_int(&j, "batch", bc->batch);
+        json_kv_num(&j, "tok_s", pr[i].tok_s);
+        json_key(&j, "runs_tok_s");
+        json_arr_begin(&j);
+        for (int k = 0; k < pr[i].reps; k++)
+            json_num(&j, pr[i].all[k]);
+        json_arr_end(&j);
+        json_obj_end(&j);
+    }
+    json_arr_end(&j);
+    json_kv_uint(&j, "peak_rss_bytes", bc->rss);
+    if (bc->o.profile) {
+        json_key(&j, "profile");
+        json_obj_begin(&j);
+        print_profile("decode", &bc->pdec, (double)n_decode, &bc->tb, &j);
+        if (n_prompts) print_profile("prompt", &bc->ppre, (double)prompts[0], NULL, &j);
+        json_obj_end(&j);
+    }
+    json_obj_end(&j);
+    if (json_finish(&j)) return cli_fail("bench", 1, "error writing the JSON output");
+    return 0;
+}
+
+/* The text report's closing lines: memory, tuning, the decode graph, the profiles. */
+static void bench_report_text(const bench_cmd *bc) {
+    long long n_decode = bc->o.n_decode;
+    const int *prompts = bc->o.prompts, n_prompts = bc->o.n_prompts;
+    printf("memory    peak RSS %.2f GiB\n", (double)bc->rss / (1u << 30));
+    print_tuning(NULL);
+    engine_mem gm;
+    if (engine_mem_info(session_ctx(bc->b.S), &gm) == 0 && gm.decode_graph_nodes)
+        printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes, gm.decode_graph_kernels);
+    else
+        rl_clearerr();
+    if (bc->o.profile) {
+        print_profile("decode", &bc->pdec, (double)n_decode, &bc->tb, NULL);
+        if (bc->dec_ops_txt) fputs(bc->dec_ops_txt, stdout);
+        if (n_prompts) {
+            char t[64];
+            snprintf(t, sizeof t, "prompt of %d tokens", prompts[0]);
+            print_profile(t, &bc->ppre, (double)prompts[0], NULL, NULL);
+            if (bc->cpu) engine_prof_print(bc->b.e, stdout, t, (double)prompts[0]);
+        }
+    }
+}
+
+static void bench_free(bench_cmd *bc) {
+    if (bc->dec_ops) fclose(bc->dec_ops);
+    free(bc->dec_ops_txt);
+    engine_snapshot_free(bc->snap);
+    session_free(bc->b.S);
+    session_model_close(bc->b.m);
+    free(bc->b.logits);
+}
+
+/* The measurements: decode, prompts, the optional profile. 0 or -1 (rl_lasterr). */
+static int bench_measure(bench_cmd *bc) {
+    bc->b.c = session_ctx(bc->b.S);
+    if (bench_decode(bc) || bench_prompts(bc)) return -1;
+    if (bc->o.profile && bench_profile(bc)) return -1;
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_cmd *bc = calloc(1, sizeof *bc);
+    if (!bc) return cli_fail("bench", 1, "out of memory");
+    int rc = bench_setup(bc, argc, argv);
+    if (rc) {
+        bench_free(bc);
+        free(bc);
+        return rc < 0 ? 0 : rc;
+    }
+    if (!bc->o.json) bench_print_header(bc);
+    if (bench_measure(bc)) {
+        rc = cli_fail("bench", 1, "%s", rl_lasterr());
+    } else {
+        bc->rss = rl_peak_rss();
+        /* expert cache / VRAM tier counters on stderr, also with --json (bench/vram_bench.sh parses them) */
+        if (bc->o.verbose) session_print_cache_stats(bc->b.S, stderr, false); /* weights: in the table above */
+        if (bc->o.json) rc = bench_report_json(bc);
+        else bench_report_text(bc);
+    }
+    bench_free(bc);
+    free(bc);
     return rc;
 }

@@ -668,6 +668,67 @@ static void mem_json(const info *in, json_writer *j) {
     json_obj_end(j);
 }
 
+/* The "experts" array of the JSON report: per layer with routed experts, each part's type and bytes. */
+static void experts_json(const info *in, json_writer *j) {
+    json_key(j, "experts");
+    json_arr_begin(j);
+    for (int i = 0; i < in->n_layer; i++) {
+        const layer_info *L = &in->layers[i];
+        if (!(L->gate_e.present || L->up_e.present || L->down_e.present || L->gate_up_e.present)) continue;
+        json_obj_begin(j);
+        json_kv_int(j, "layer", i);
+        json_kv_int(j, "n_expert", L->n_expert);
+        json_kv_bool(j, "fused_gate_up", L->gate_up_e.present);
+        const char *nm[4] = {"gate", "up", "down", "gate_up"};
+        const exp_part *ep[4] = {&L->gate_e, &L->up_e, &L->down_e, &L->gate_up_e};
+        uint64_t sum = 0;
+        for (int k = 0; k < 4; k++) {
+            json_key(j, nm[k]);
+            if (!ep[k]->present) {
+                json_null(j);
+                continue;
+            }
+            json_obj_begin(j);
+            json_kv_str(j, "type", quant_name(ep[k]->type));
+            json_kv_uint(j, "bytes", ep[k]->bytes);
+            json_obj_end(j);
+            sum += ep[k]->bytes;
+        }
+        json_kv_uint(j, "expert_bytes", sum);
+        json_obj_end(j);
+    }
+    json_arr_end(j);
+}
+
+/* The "tokenizer" object of the JSON report: model, pre-tokenizer, sizes, special ids, template. */
+static void tokenizer_json(const gguf_file *f, json_writer *j) {
+    gguf_str s;
+    json_key(j, "tokenizer");
+    json_obj_begin(j);
+    json_key(j, "model");
+    if (gguf_get_str(f, "tokenizer.ggml.model", &s)) json_strn(j, s.p, (size_t)s.n);
+    else json_null(j);
+    json_key(j, "pre");
+    if (gguf_get_str(f, "tokenizer.ggml.pre", &s)) json_strn(j, s.p, (size_t)s.n);
+    else json_null(j);
+    const gguf_value *tok = gguf_get_arr(f, "tokenizer.ggml.tokens");
+    const gguf_value *mer = gguf_get_arr(f, "tokenizer.ggml.merges");
+    json_key(j, "vocab_size");
+    if (tok) json_uint(j, tok->v.arr.n);
+    else json_null(j);
+    json_key(j, "merges");
+    if (mer) json_uint(j, mer->v.arr.n);
+    else json_null(j);
+    json_kv_value(j, "eos_token_id", gguf_find_kv(f, "tokenizer.ggml.eos_token_id"));
+    json_kv_value(j, "bos_token_id", gguf_find_kv(f, "tokenizer.ggml.bos_token_id"));
+    json_kv_value(j, "padding_token_id", gguf_find_kv(f, "tokenizer.ggml.padding_token_id"));
+    json_kv_value(j, "add_bos_token", gguf_find_kv(f, "tokenizer.ggml.add_bos_token"));
+    bool has = gguf_get_str(f, "tokenizer.chat_template", &s);
+    json_kv_bool(j, "chat_template", has);
+    json_kv_uint(j, "chat_template_bytes", has ? s.n : 0);
+    json_obj_end(j);
+}
+
 static void print_json(const info *in, FILE *o) {
     const gguf_file *f = in->f;
     json_writer jw, *j = &jw;
@@ -757,34 +818,7 @@ static void print_json(const info *in, FILE *o) {
     else json_null(j);
     json_obj_end(j);
 
-    json_key(j, "experts");
-    json_arr_begin(j);
-    for (int i = 0; i < in->n_layer; i++) {
-        const layer_info *L = &in->layers[i];
-        if (!(L->gate_e.present || L->up_e.present || L->down_e.present || L->gate_up_e.present)) continue;
-        json_obj_begin(j);
-        json_kv_int(j, "layer", i);
-        json_kv_int(j, "n_expert", L->n_expert);
-        json_kv_bool(j, "fused_gate_up", L->gate_up_e.present);
-        const char *nm[4] = {"gate", "up", "down", "gate_up"};
-        const exp_part *ep[4] = {&L->gate_e, &L->up_e, &L->down_e, &L->gate_up_e};
-        uint64_t sum = 0;
-        for (int k = 0; k < 4; k++) {
-            json_key(j, nm[k]);
-            if (!ep[k]->present) {
-                json_null(j);
-                continue;
-            }
-            json_obj_begin(j);
-            json_kv_str(j, "type", quant_name(ep[k]->type));
-            json_kv_uint(j, "bytes", ep[k]->bytes);
-            json_obj_end(j);
-            sum += ep[k]->bytes;
-        }
-        json_kv_uint(j, "expert_bytes", sum);
-        json_obj_end(j);
-    }
-    json_arr_end(j);
+    experts_json(in, j);
 
     json_key(j, "mtp");
     json_obj_begin(j);
@@ -798,30 +832,7 @@ static void print_json(const info *in, FILE *o) {
     json_kv_uint(j, "bytes", in->mtp_bytes);
     json_obj_end(j);
 
-    json_key(j, "tokenizer");
-    json_obj_begin(j);
-    json_key(j, "model");
-    if (gguf_get_str(f, "tokenizer.ggml.model", &s)) json_strn(j, s.p, (size_t)s.n);
-    else json_null(j);
-    json_key(j, "pre");
-    if (gguf_get_str(f, "tokenizer.ggml.pre", &s)) json_strn(j, s.p, (size_t)s.n);
-    else json_null(j);
-    const gguf_value *tok = gguf_get_arr(f, "tokenizer.ggml.tokens");
-    const gguf_value *mer = gguf_get_arr(f, "tokenizer.ggml.merges");
-    json_key(j, "vocab_size");
-    if (tok) json_uint(j, tok->v.arr.n);
-    else json_null(j);
-    json_key(j, "merges");
-    if (mer) json_uint(j, mer->v.arr.n);
-    else json_null(j);
-    json_kv_value(j, "eos_token_id", gguf_find_kv(f, "tokenizer.ggml.eos_token_id"));
-    json_kv_value(j, "bos_token_id", gguf_find_kv(f, "tokenizer.ggml.bos_token_id"));
-    json_kv_value(j, "padding_token_id", gguf_find_kv(f, "tokenizer.ggml.padding_token_id"));
-    json_kv_value(j, "add_bos_token", gguf_find_kv(f, "tokenizer.ggml.add_bos_token"));
-    bool has = gguf_get_str(f, "tokenizer.chat_template", &s);
-    json_kv_bool(j, "chat_template", has);
-    json_kv_uint(j, "chat_template_bytes", has ? s.n : 0);
-    json_obj_end(j);
+    tokenizer_json(f, j);
     if (in->mem.ok) mem_json(in, j);
     json_obj_end(j);
     json_finish(j);

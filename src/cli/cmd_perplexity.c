@@ -158,92 +158,100 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
     return 0;
 }
 
-int cmd_perplexity(int argc, char **argv) {
+/* One perplexity command's state, shared by its set-up, run and report pieces. */
+typedef struct {
     cli_opts o;
-    opts_defaults(&o);
-    o.n_ctx = 512;
-    o.chunks = 0; /* all windows */
-    o.batch = 64; /* every row's logits are kept: batch x n_vocab floats */
-    int pr = opts_parse(&PERPLEXITY, argc, argv, &o);
-    if (pr) return pr == OPTS_HELP ? 0 : pr;
-    const char *model = o.model, *file = o.file, *tokens_out = o.tokens_out;
-    long long ctx = o.n_ctx, batch = o.batch, chunks = o.chunks;
-    bool json = o.json, mtp = o.mtp_accept, reference = o.reference;
-    if (!file) return cli_fail(CMD, 2, "need -f FILE with the text to score (see redlite perplexity --help)");
-    if (reference && o.backend && strcmp(o.backend, "cpu"))
-        return cli_fail(CMD, 2, "--reference is the CPU reference; drop --backend %s", o.backend);
+    char *text;            /* -f FILE's text */
+    size_t tlen;
+    session_model *sm;
+    engine *e;
+    const tokenizer *tok;
+    tok_ids ids;           /* the text's tokens */
+    ppl_run r;
+    ppl_window *wins;      /* [n_win] */
+    int n_win, n_win_max;
+    bool add_bos;
+    double t0, t1, secs;   /* load start, windows start, windows' seconds */
+    double nll, nll2;      /* sums of the scored tokens' NLL and its square */
+    long long count;       /* scored tokens */
+    top_stats ts;
+} ppl_cmd;
 
-    size_t tlen = 0;
-    char *text = cli_read_file(file, &tlen);
-    if (!text) return cli_fail(CMD, 1, "%s", rl_lasterr());
-    if (tlen > 0 && text[tlen - 1] == '\n') text[--tlen] = 0; /* as llama.cpp's -f */
-
-    int rc = 1;
-    double t0 = rl_now();
-    session_model *sm = session_model_open(&(session_model_params){
-        .model_path = model, .backend = o.backend, .n_threads = (int)o.threads, .reference = reference,
-        .iq_repack = o.iq_repack, .map_weights = cli_map_weights(&o)});
-    engine *e = sm ? session_model_engine(sm) : NULL;
-    const tokenizer *tok = sm ? session_model_tokenizer(sm) : NULL;
-    tok_ids ids = {0};
-    ppl_run r = {0};
-    ppl_window *wins = NULL;
-    if (!sm) goto fail;
-    if (mtp && !engine_has_mtp(e)) {
-        rc = cli_fail(CMD, 2, "--mtp-accept: %s has no MTP head (no blk.N.nextn.* tensors)", model);
-        goto done;
+/* Set-up after the options: the model, the text's tokens, the windows, the session and its buffers.
+ * 0; -1 (rl_lasterr, reported by the caller); or an exit status already reported. */
+static int ppl_setup(ppl_cmd *pc) {
+    const cli_opts *o = &pc->o;
+    ppl_run *r = &pc->r;
+    long long ctx = o->n_ctx, batch = o->batch, chunks = o->chunks;
+    bool mtp = o->mtp_accept;
+    pc->t0 = rl_now();
+    pc->sm = session_model_open(&(session_model_params){
+        .model_path = o->model, .backend = o->backend, .n_threads = (int)o->threads, .reference = o->reference,
+        .iq_repack = o->iq_repack, .map_weights = cli_map_weights(o)});
+    if (!pc->sm) return -1;
+    engine *e = pc->e = session_model_engine(pc->sm);
+    const tokenizer *tok = pc->tok = session_model_tokenizer(pc->sm);
+    tok_ids *ids = &pc->ids;
+    if (mtp && !engine_has_mtp(e))
+        return cli_fail(CMD, 2, "--mtp-accept: %s has no MTP head (no blk.N.nextn.* tensors)", o->model);
+    if (tokenizer_encode(tok, pc->text, pc->tlen, 0, ids)) {
+        rl_seterr("out of memory (tokenizing %s)", o->file);
+        return -1;
     }
-    if (tokenizer_encode(tok, text, tlen, 0, &ids)) {
-        rl_seterr("out of memory (tokenizing %s)", file);
-        goto fail;
-    }
-    if ((long long)ids.n < 2 * ctx) {
-        rc = cli_fail(CMD, 2, "%s tokenizes to %zu tokens; a window of %lld needs at least %lld (lower --ctx)", file,
-                      ids.n, ctx, 2 * ctx);
-        goto done;
-    }
-    int n_win_max = (int)(ids.n / (size_t)ctx);
-    int n_win = chunks <= 0 || chunks > n_win_max ? n_win_max : (int)chunks;
+    if ((long long)ids->n < 2 * ctx)
+        return cli_fail(CMD, 2, "%s tokenizes to %zu tokens; a window of %lld needs at least %lld (lower --ctx)",
+                        o->file, ids->n, ctx, 2 * ctx);
+    pc->n_win_max = (int)(ids->n / (size_t)ctx);
+    pc->n_win = chunks <= 0 || chunks > pc->n_win_max ? pc->n_win_max : (int)chunks;
     const q3n_hparams *hp = engine_hparams(e);
-    r.V = hp->n_vocab;
-    r.D = hp->n_embd;
-    r.ctx = (int)ctx;
+    r->V = hp->n_vocab;
+    r->D = hp->n_embd;
+    r->ctx = (int)ctx;
     if (batch == 0) batch = engine_default_batch(e); /* -b auto */
-    r.batch = (int)(batch < ctx ? batch : ctx);
-    r.first = (int)(ctx / 2);
-    r.mtp = mtp;
-    for (size_t i = 0; i < ids.n; i++)
-        if (ids.ids[i] < 0 || ids.ids[i] >= r.V) {
-            rl_seterr("token id %d is outside the model's vocabulary (%d rows)", ids.ids[i], r.V);
-            goto fail;
+    r->batch = (int)(batch < ctx ? batch : ctx);
+    r->first = (int)(ctx / 2);
+    r->mtp = mtp;
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->ids[i] < 0 || ids->ids[i] >= r->V) {
+            rl_seterr("token id %d is outside the model's vocabulary (%d rows)", ids->ids[i], r->V);
+            return -1;
         }
-    bool add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    r.s = session_new(sm, &(session_params){.n_ctx = r.ctx, .n_batch = r.batch, .kv = o.kv, .cache_spec = o.cache_spec,
-                                             .vram_spec = o.vram_spec, .vram_pin = o.vram_pin, .vram_miss = o.vram_miss,
-                                            .route_bias = o.route_bias, .route_trace = o.route_trace,
-                                            .verbose = !json});
-    if (!r.s) goto fail;
-    r.c = session_ctx(r.s);
-    r.logits = rl_malloc(sizeof(float) * (size_t)r.batch * r.V, "logits");
-    r.win = rl_malloc(sizeof(int32_t) * (size_t)r.ctx, "window");
-    r.top = rl_malloc(sizeof(int) * (size_t)r.ctx, "argmax");
-    r.nll_row = rl_malloc(sizeof(double) * (size_t)r.ctx, "NLL");
-    wins = rl_calloc((size_t)n_win, sizeof *wins, "windows");
-    if (!r.logits || !r.win || !r.top || !r.nll_row || !wins) goto fail;
+    pc->add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
+    r->s = session_new(pc->sm, &(session_params){.n_ctx = r->ctx, .n_batch = r->batch, .kv = o->kv, .cache_spec = o->cache_spec,
+                                             .vram_spec = o->vram_spec, .vram_pin = o->vram_pin, .vram_miss = o->vram_miss,
+                                            .route_bias = o->route_bias, .route_trace = o->route_trace,
+                                            .verbose = !o->json});
+    if (!r->s) return -1;
+    r->c = session_ctx(r->s);
+    r->logits = rl_malloc(sizeof(float) * (size_t)r->batch * r->V, "logits");
+    r->win = rl_malloc(sizeof(int32_t) * (size_t)r->ctx, "window");
+    r->top = rl_malloc(sizeof(int) * (size_t)r->ctx, "argmax");
+    r->nll_row = rl_malloc(sizeof(double) * (size_t)r->ctx, "NLL");
+    pc->wins = rl_calloc((size_t)pc->n_win, sizeof *pc->wins, "windows");
+    if (!r->logits || !r->win || !r->top || !r->nll_row || !pc->wins) return -1;
     if (mtp) {
-        r.mtp_logits = rl_malloc(sizeof(float) * (size_t)r.batch * r.V, "MTP logits");
-        r.hid = rl_malloc(sizeof(float) * (size_t)r.batch * r.D, "hidden");
-        r.draft = rl_malloc(sizeof(int) * (size_t)r.ctx, "drafts");
-        if (!r.mtp_logits || !r.hid || !r.draft) goto fail;
+        r->mtp_logits = rl_malloc(sizeof(float) * (size_t)r->batch * r->V, "MTP logits");
+        r->hid = rl_malloc(sizeof(float) * (size_t)r->batch * r->D, "hidden");
+        r->draft = rl_malloc(sizeof(int) * (size_t)r->ctx, "drafts");
+        if (!r->mtp_logits || !r->hid || !r->draft) return -1;
     }
-    if (tokens_out && !(r.tokens_out = fopen(tokens_out, "w"))) {
-        rl_seterr("cannot create %s: %s", tokens_out, strerror(errno));
-        goto fail;
+    if (o->tokens_out && !(r->tokens_out = fopen(o->tokens_out, "w"))) {
+        rl_seterr("cannot create %s: %s", o->tokens_out, strerror(errno));
+        return -1;
     }
+    return 0;
+}
+
+/* Every window in turn, with the progress line; the totals into pc. 0 or -1 (rl_lasterr). */
+static int ppl_windows(ppl_cmd *pc) {
+    ppl_run *r = &pc->r;
+    const int n_win = pc->n_win;
+    ppl_window *wins = pc->wins;
+    bool json = pc->o.json;
     bool tty = !json && isatty(fileno(stderr));
     if (!json)
-        fprintf(stderr, "redlite perplexity: %zu tokens, %d windows of %d (%d scored each), batch %d%s\n", ids.n,
-                n_win, r.ctx, r.ctx - r.first - 1, r.batch, add_bos ? ", BOS first" : "");
+        fprintf(stderr, "redlite perplexity: %zu tokens, %d windows of %d (%d scored each), batch %d%s\n", pc->ids.n,
+                n_win, r->ctx, r->ctx - r->first - 1, r->batch, pc->add_bos ? ", BOS first" : "");
     double t1 = rl_now(), nll = 0, nll2 = 0;
     long long count = 0;
     top_stats ts = {0};
@@ -251,10 +259,10 @@ int cmd_perplexity(int argc, char **argv) {
     progress_begin(&pg, "perplexity", "window", "windows", !tty && !isatty(fileno(stderr)));
     for (int w = 0; w < n_win; w++) {
         double tw = rl_now();
-        wins[w].start = w * r.ctx;
-        memcpy(r.win, ids.ids + wins[w].start, sizeof(int32_t) * (size_t)r.ctx);
-        if (add_bos) r.win[0] = tokenizer_bos(tok);
-        if (ppl_window_eval(&r, w, r.win, &wins[w], &nll2, &ts)) goto fail;
+        wins[w].start = w * r->ctx;
+        memcpy(r->win, pc->ids.ids + wins[w].start, sizeof(int32_t) * (size_t)r->ctx);
+        if (pc->add_bos) r->win[0] = tokenizer_bos(pc->tok);
+        if (ppl_window_eval(r, w, r->win, &wins[w], &nll2, &ts)) return -1;
         wins[w].seconds = rl_now() - tw;
         nll += wins[w].nll;
         count += wins[w].n_scored;
@@ -267,81 +275,128 @@ int cmd_perplexity(int argc, char **argv) {
         }
     }
     if (tty) fputc('\n', stderr);
-    double secs = rl_now() - t1;
-    double mean = nll / (double)count, ppl = exp(mean);
-    double var = nll2 / (double)count - mean * mean;
-    double sd = var > 0 && count > 1 ? sqrt(var / (double)(count - 1)) : 0; /* llama.cpp's ± */
-    double tok_s = (double)n_win * r.ctx / (secs > 0 ? secs : 1e-9);
-    if (json) {
-        json_writer j;
-        cli_json_begin(&j);
-        json_kv_str(&j, "model", model);
-        json_kv_str(&j, "file", file);
-        json_kv_str(&j, "backend", engine_backend_name(e));
-        json_kv_bool(&j, "reference", reference);
-        json_kv_int(&j, "n_tokens", (int64_t)ids.n);
-        json_kv_int(&j, "n_ctx", r.ctx);
-        json_kv_int(&j, "n_batch", r.batch);
-        json_kv_int(&j, "first", r.first);
-        json_kv_bool(&j, "add_bos", add_bos);
-        json_kv_int(&j, "n_windows", n_win);
-        json_kv_int(&j, "n_windows_max", n_win_max);
-        json_kv_int(&j, "n_scored", count);
-        json_kv_num(&j, "nll", mean);
-        json_kv_num(&j, "ppl", ppl);
-        json_kv_num(&j, "ppl_err", sd * ppl);
-        json_kv_num(&j, "load_s", t1 - t0);
-        json_kv_num(&j, "seconds", secs);
-        json_kv_num(&j, "tok_s", tok_s);
-        json_key(&j, "windows");
-        json_arr_begin(&j);
-        for (int w = 0; w < n_win; w++) {
-            json_obj_begin(&j);
-            json_kv_int(&j, "start", wins[w].start);
-            json_kv_int(&j, "n_scored", wins[w].n_scored);
-            json_kv_num(&j, "nll_sum", wins[w].nll);
-            json_kv_num(&j, "nll", wins[w].nll / wins[w].n_scored);
-            json_kv_num(&j, "ppl", exp(wins[w].nll / wins[w].n_scored));
-            json_kv_num(&j, "seconds", wins[w].seconds);
-            json_obj_end(&j);
-        }
-        json_arr_end(&j);
-        json_kv_int(&j, "n_top1", ts.n_top1);
-        json_kv_num(&j, "top1", (double)ts.n_top1 / (double)count);
-        if (mtp) {
-            json_key(&j, "mtp");
-            json_obj_begin(&j);
-            json_kv_int(&j, "n_drafts", count);
-            json_kv_int(&j, "n_accepted", ts.n_accept);
-            json_kv_num(&j, "accept_rate", (double)ts.n_accept / (double)count);
-            json_kv_int(&j, "n_text_match", ts.n_draft_text);
-            json_kv_num(&j, "text_match_rate", (double)ts.n_draft_text / (double)count);
-            json_obj_end(&j);
-        }
-        if (cli_json_end(&j)) goto fail;
-    } else {
-        printf("perplexity: PPL = %.4f +/- %.5f  (mean NLL %.6f nats over %lld tokens: %d windows of %d)\n", ppl,
-               sd * ppl, mean, count, n_win, r.ctx);
-        printf("top-1: %.2f %% of the scored tokens are the model's argmax\n", 100.0 * (double)ts.n_top1 / (double)count);
-        if (mtp)
-            printf("mtp: %lld / %lld drafts accepted (%.2f %%: draft = the trunk's greedy token); %.2f %% equal the "
-                   "text's token\n",
-                   ts.n_accept, count, 100.0 * (double)ts.n_accept / (double)count,
-                   100.0 * (double)ts.n_draft_text / (double)count);
-        fprintf(stderr, "redlite perplexity: %.2f s (%.1f tok/s evaluated), load %.2f s\n", secs, tok_s, t1 - t0);
+    pc->secs = rl_now() - t1;
+    pc->t1 = t1, pc->nll = nll, pc->nll2 = nll2, pc->count = count, pc->ts = ts;
+    return 0;
+}
+
+/* The totals: mean NLL, PPL, llama.cpp's ± of the mean NLL, tokens evaluated per second. */
+static void ppl_stats(const ppl_cmd *pc, double *mean, double *ppl, double *sd, double *tok_s) {
+    const long long count = pc->count;
+    *mean = pc->nll / (double)count, *ppl = exp(*mean);
+    double var = pc->nll2 / (double)count - *mean * *mean;
+    *sd = var > 0 && count > 1 ? sqrt(var / (double)(count - 1)) : 0; /* llama.cpp's ± */
+    *tok_s = (double)pc->n_win * pc->r.ctx / (pc->secs > 0 ? pc->secs : 1e-9);
+}
+
+/* The JSON report on stdout. 0 or -1 (rl_lasterr). */
+static int ppl_report_json(const ppl_cmd *pc) {
+    const ppl_run *r = &pc->r;
+    const ppl_window *wins = pc->wins;
+    const long long count = pc->count;
+    const top_stats ts = pc->ts;
+    double mean, ppl, sd, tok_s;
+    ppl_stats(pc, &mean, &ppl, &sd, &tok_s);
+    json_writer j;
+    cli_json_begin(&j);
+    json_kv_str(&j, "model", pc->o.model);
+    json_kv_str(&j, "file", pc->o.file);
+    json_kv_str(&j, "backend", engine_backend_name(pc->e));
+    json_kv_bool(&j, "reference", pc->o.reference);
+    json_kv_int(&j, "n_tokens", (int64_t)pc->ids.n);
+    json_kv_int(&j, "n_ctx", r->ctx);
+    json_kv_int(&j, "n_batch", r->batch);
+    json_kv_int(&j, "first", r->first);
+    json_kv_bool(&j, "add_bos", pc->add_bos);
+    json_kv_int(&j, "n_windows", pc->n_win);
+    json_kv_int(&j, "n_windows_max", pc->n_win_max);
+    json_kv_int(&j, "n_scored", count);
+    json_kv_num(&j, "nll", mean);
+    json_kv_num(&j, "ppl", ppl);
+    json_kv_num(&j, "ppl_err", sd * ppl);
+    json_kv_num(&j, "load_s", pc->t1 - pc->t0);
+    json_kv_num(&j, "seconds", pc->secs);
+    json_kv_num(&j, "tok_s", tok_s);
+    json_key(&j, "windows");
+    json_arr_begin(&j);
+    for (int w = 0; w < pc->n_win; w++) {
+        json_obj_begin(&j);
+        json_kv_int(&j, "start", wins[w].start);
+        json_kv_int(&j, "n_scored", wins[w].n_scored);
+        json_kv_num(&j, "nll_sum", wins[w].nll);
+        json_kv_num(&j, "nll", wins[w].nll / wins[w].n_scored);
+        json_kv_num(&j, "ppl", exp(wins[w].nll / wins[w].n_scored));
+        json_kv_num(&j, "seconds", wins[w].seconds);
+        json_obj_end(&j);
     }
-    rc = 0;
-    goto done;
-fail:
-    rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
-done:
-    if (r.tokens_out && fclose(r.tokens_out) && rc == 0)
-        rc = cli_fail(CMD, 1, "cannot write %s: %s", tokens_out, strerror(errno));
-    free(wins);
-    ppl_free(&r);
-    session_free(r.s);
-    tok_ids_free(&ids);
-    session_model_close(sm);
-    free(text);
+    json_arr_end(&j);
+    json_kv_int(&j, "n_top1", ts.n_top1);
+    json_kv_num(&j, "top1", (double)ts.n_top1 / (double)count);
+    if (pc->o.mtp_accept) {
+        json_key(&j, "mtp");
+        json_obj_begin(&j);
+        json_kv_int(&j, "n_drafts", count);
+        json_kv_int(&j, "n_accepted", ts.n_accept);
+        json_kv_num(&j, "accept_rate", (double)ts.n_accept / (double)count);
+        json_kv_int(&j, "n_text_match", ts.n_draft_text);
+        json_kv_num(&j, "text_match_rate", (double)ts.n_draft_text / (double)count);
+        json_obj_end(&j);
+    }
+    return cli_json_end(&j) ? -1 : 0;
+}
+
+/* The text report: the result on stdout, the timing on stderr. */
+static void ppl_report_text(const ppl_cmd *pc) {
+    const long long count = pc->count;
+    const top_stats ts = pc->ts;
+    double mean, ppl, sd, tok_s;
+    ppl_stats(pc, &mean, &ppl, &sd, &tok_s);
+    printf("perplexity: PPL = %.4f +/- %.5f  (mean NLL %.6f nats over %lld tokens: %d windows of %d)\n", ppl,
+           sd * ppl, mean, count, pc->n_win, pc->r.ctx);
+    printf("top-1: %.2f %% of the scored tokens are the model's argmax\n", 100.0 * (double)ts.n_top1 / (double)count);
+    if (pc->o.mtp_accept)
+        printf("mtp: %lld / %lld drafts accepted (%.2f %%: draft = the trunk's greedy token); %.2f %% equal the "
+               "text's token\n",
+               ts.n_accept, count, 100.0 * (double)ts.n_accept / (double)count,
+               100.0 * (double)ts.n_draft_text / (double)count);
+    fprintf(stderr, "redlite perplexity: %.2f s (%.1f tok/s evaluated), load %.2f s\n", pc->secs, tok_s,
+            pc->t1 - pc->t0);
+}
+
+/* Release everything; rc, or 1 where --tokens-out could not be written out. */
+static int ppl_cmd_free(ppl_cmd *pc, int rc) {
+    if (pc->r.tokens_out && fclose(pc->r.tokens_out) && rc == 0)
+        rc = cli_fail(CMD, 1, "cannot write %s: %s", pc->o.tokens_out, strerror(errno));
+    free(pc->wins);
+    ppl_free(&pc->r);
+    session_free(pc->r.s);
+    tok_ids_free(&pc->ids);
+    session_model_close(pc->sm);
+    free(pc->text);
     return rc;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    ppl_cmd pc = {0};
+    cli_opts *o = &pc.o;
+    opts_defaults(o);
+    o->n_ctx = 512;
+    o->chunks = 0; /* all windows */
+    o->batch = 64; /* every row's logits are kept: batch x n_vocab floats */
+    int pr = opts_parse(&PERPLEXITY, argc, argv, o);
+    if (pr) return pr == OPTS_HELP ? 0 : pr;
+    if (!o->file) return cli_fail(CMD, 2, "need -f FILE with the text to score (see redlite perplexity --help)");
+    if (o->reference && o->backend && strcmp(o->backend, "cpu"))
+        return cli_fail(CMD, 2, "--reference is the CPU reference; drop --backend %s", o->backend);
+
+    pc.text = cli_read_file(o->file, &pc.tlen);
+    if (!pc.text) return cli_fail(CMD, 1, "%s", rl_lasterr());
+    if (pc.tlen > 0 && pc.text[pc.tlen - 1] == '\n') pc.text[--pc.tlen] = 0; /* as llama.cpp's -f */
+
+    int rc = ppl_setup(&pc);
+    if (!rc) rc = ppl_windows(&pc);
+    if (!rc && o->json) rc = ppl_report_json(&pc);
+    else if (!rc) ppl_report_text(&pc);
+    if (rc < 0) rc = cli_fail(CMD, 1, "%s", rl_lasterr()[0] ? rl_lasterr() : "out of memory");
+    return ppl_cmd_free(&pc, rc);
 }

@@ -32,8 +32,20 @@ typedef struct opt {
 /* The table (opts_table.c): every flag of every command. */
 extern const opt opts_table[];
 extern const size_t opts_table_n;
-/* Setters the help printer tells apart (their defaults print differently). */
+/* The setters of the table (opts_set.c): validate v for flag and store it in o; 0, or -1 after
+ * cli_fail (exit 2). The help printer tells opts_set_stop and opts_set_prompts apart (their
+ * defaults print differently). */
+int opts_set_backend(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_weights(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_kv(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_cache(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_vram(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_vram_pin(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_vram_miss(const char *cmd, const char *flag, const char *v, cli_opts *o);
 int opts_set_stop(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_spec(const char *cmd, const char *flag, const char *v, cli_opts *o);
 int opts_set_prompts(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_routing(const char *cmd, const char *flag, const char *v, cli_opts *o);
+int opts_set_layers(const char *cmd, const char *flag, const char *v, cli_opts *o);
 
 #endif

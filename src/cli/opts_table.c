@@ -1,6 +1,6 @@
 /* opts_table.c — the option table of every command (see opts.h): names, value, help, bounds,
  * setter, environment mirror and the commands that take each flag; llama.cpp's spellings are
- * rows of it too. The parser and the help printer are in opts.c. */
+ * rows of it too. The parser and the help printer are in opts.c, the value setters in opts_set.c. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,116 +20,6 @@
 #define RUNS (ALL | CMD_VERIFY) /* every command that runs the model */
 #define GEN (CMD_GENERATE | CMD_CHAT | CMD_SERVE)
 #define OFF(f) offsetof(cli_opts, f)
-
-static int set_backend(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-        return cli_fail(cmd, 2, "%s expects cpu, cuda or auto, got '%s'", flag, v), -1;
-    o->backend = v;
-    return 0;
-}
-
-static int set_weights(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (strcmp(v, "copy") && strcmp(v, "map")) return cli_fail(cmd, 2, "%s expects copy or map, got '%s'", flag, v), -1;
-    o->weights = v;
-    return 0;
-}
-
-static int set_kv(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    int k;
-    if (engine_kv_parse(v, &k)) return cli_fail(cmd, 2, "%s expects f32 or f16, got '%s'", flag, v), -1;
-    o->kv = v;
-    return 0;
-}
-
-/* The syntax here (a usage error); the planner checks the budget against the model later. */
-static int set_cache(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (strcmp(v, "auto") && strcmp(v, "full") && strcmp(v, "mmap")) {
-        char *end;
-        errno = 0;
-        double mib = strtod(v, &end);
-        if (end == v || *end || errno || !(mib > 0) || mib > 1e9)
-            return cli_fail(cmd, 2, "%s expects a number of MiB above 0, 'auto', 'full' or 'mmap', got '%s'",
-                            flag, v),
-                   -1;
-    }
-    o->cache_spec = v;
-    o->cache_set = true;
-    return 0;
-}
-
-/* --vram-mib: the syntax here; the VRAM planner checks the budget against the model and device. */
-static int set_vram(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (vram_spec_check(v)) return cli_fail(cmd, 2, "%s expects auto, full or a number of MiB above 0, got '%s'", flag, v), -1;
-    o->vram_spec = v;
-    return 0;
-}
-
-static int set_vram_pin(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    vram_pin_mode m;
-    if (vram_pin_parse(v, &m) || !*v) return cli_fail(cmd, 2, "%s expects auto, on or off, got '%s'", flag, v), -1;
-    o->vram_pin = v;
-    return 0;
-}
-
-static int set_vram_miss(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    vram_miss_mode m;
-    if (vram_miss_parse(v, &m) || !*v) return cli_fail(cmd, 2, "%s expects copy, cpu or auto, got '%s'", flag, v), -1;
-    o->vram_miss = v;
-    return 0;
-}
-
-int opts_set_stop(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (!*v) return cli_fail(cmd, 2, "%s needs a non-empty string", flag), -1;
-    if (o->n_stops == OPTS_MAX_STOPS)
-        return cli_fail(cmd, 2, "at most %d %s strings", OPTS_MAX_STOPS, flag), -1;
-    o->stops[o->n_stops++] = v;
-    return 0;
-}
-
-static int set_spec(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    int m = spec_mode_parse(v);
-    if (m < 0) return cli_fail(cmd, 2, "%s expects none, lookup, mtp or auto, got '%s'", flag, v), -1;
-    o->spec_name = v;
-    o->spec = (spec_mode)m;
-    o->spec_set = true;
-    return 0;
-}
-
-int opts_set_prompts(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    int n = 0;
-    if (strcmp(v, "0") && strcmp(v, "none")) {
-        for (const char *p = v;;) {
-            char *end;
-            long x = strtol(p, &end, 10);
-            if (end == p || x <= 0 || x > (1 << 24) || n == 16 || (*end && *end != ','))
-                return cli_fail(cmd, 2, "%s expects up to 16 lengths like 512,2048 (or 0), got '%s'", flag,
-                                v),
-                       -1;
-            o->prompts[n++] = (int)x;
-            if (!*end) break;
-            p = end + 1;
-        }
-    }
-    o->n_prompts = n;
-    o->prompt = v;
-    return 0;
-}
-
-static int set_routing(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    synth_routing r;
-    if (synth_routing_find(v, &r)) return cli_fail(cmd, 2, "%s: %s", flag, rl_lasterr()), -1;
-    o->routing = v;
-    return 0;
-}
-
-static int set_layers(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    int a, b;
-    char c;
-    if (sscanf(v, "%d-%d%c", &a, &b, &c) != 2 && (sscanf(v, "%d%c", &a, &c) != 1))
-        return cli_fail(cmd, 2, "%s expects A-B or A, got '%s'", flag, v), -1;
-    o->layers = v;
-    return 0;
-}
 
 const opt opts_table[] = {
     /* input */
@@ -239,7 +129,7 @@ const opt opts_table[] = {
      .kind = K_FN,
      .off = OFF(routing),
      .zero = "uniform",
-     .set = set_routing},
+     .set = opts_set_routing},
     {.cmds = CMD_SYNTH,
      .section = "synthetic model",
      .names = "--expert-type",
@@ -506,7 +396,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "all",
-     .set = set_layers},
+     .set = opts_set_layers},
     {.cmds = CMD_DUMP,
      .section = "dump",
      .names = "--fast",
@@ -615,7 +505,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "cpu",
-     .set = set_backend,
+     .set = opts_set_backend,
      .env = "REDLITE_BACKEND"},
     {.cmds = RUNS,
      .section = "model",
@@ -627,7 +517,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = ENGINE_KV_DEFAULT_HELP,
-     .set = set_kv},
+     .set = opts_set_kv},
     {.cmds = ALL,
      .section = "model",
      .names = "--iq-repack",
@@ -648,7 +538,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "copy",
-     .set = set_weights},
+     .set = opts_set_weights},
     {.cmds = RUNS,
      .section = "model",
      .names = "--cache-mib",
@@ -661,7 +551,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "auto",
-     .set = set_cache},
+     .set = opts_set_cache},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE,
      .section = "model",
      .names = "--vram-mib",
@@ -673,7 +563,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "full",
-     .set = set_vram},
+     .set = opts_set_vram},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE,
      .section = "model",
      .names = "--vram-pin",
@@ -685,7 +575,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "auto",
-     .set = set_vram_pin},
+     .set = opts_set_vram_pin},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE,
      .section = "model",
      .names = "--vram-miss",
@@ -697,7 +587,7 @@ const opt opts_table[] = {
      .lo = 0,
      .hi = 0,
      .zero = "copy",
-     .set = set_vram_miss},
+     .set = opts_set_vram_miss},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_DUMP | CMD_SERVE,
      .section = "model",
      .names = "--route-bias",
@@ -824,7 +714,7 @@ const opt opts_table[] = {
              "head) | auto (mtp when the model has a head, lookup on\nlong matches and otherwise)",
      .kind = K_FN,
      .off = OFF(spec_name),
-     .set = set_spec},
+     .set = opts_set_spec},
     {.cmds = GEN,
      .section = NULL,
      .names = "--draft-max",
@@ -941,7 +831,7 @@ const opt opts_table[] = {
      .value = NULL,
      .help = "= --weights copy (the weights are read into memory; not page-locked)",
      .kind = K_ALIAS,
-     .set = set_weights,
+     .set = opts_set_weights,
      .alias = "copy"},
     {.cmds = ALL,
      .section = NULL,
@@ -949,7 +839,7 @@ const opt opts_table[] = {
      .value = NULL,
      .help = "= --weights map",
      .kind = K_ALIAS,
-     .set = set_weights,
+     .set = opts_set_weights,
      .alias = "map"},
     {.cmds = ALL,
      .section = NULL,

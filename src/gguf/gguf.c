@@ -297,182 +297,177 @@ static int cmp_off(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Parse and validate the whole of one GGUF image (header, kvs, tensor infos, data bounds).
- * `part` is stored in each tensor. On failure returns false with the error set and *pp freed. */
-static bool parse_part(const uint8_t *map, uint64_t size, const char *name, int part, part_parse *pp) {
-    memset(pp, 0, sizeof *pp);
-    cursor c = {.p = map, .size = size, .name = name};
-    char nb[160];
+/* An allocation failed (rl_lasterr says which): the same error with the file and position. */
+static bool cur_oom(cursor *c) {
+    char e[300];
+    snprintf(e, sizeof e, "%s", rl_lasterr());
+    return cur_fail(c, "%s", e);
+}
 
+/* The header: magic, version, and the tensor and key/value counts, bounded by what the file can
+ * hold. Sets pp->version. */
+static bool parse_header(cursor *c, part_parse *pp, uint64_t *n_t_out, uint64_t *n_kv_out) {
+    const uint8_t *map = c->p;
+    const uint64_t size = c->size;
     if (size < 4 || memcmp(map, "GGUF", 4) != 0) {
         if (size < 4)
-            cur_fail(&c, "not a GGUF file (only %llu bytes; expected the magic \"GGUF\")",
+            cur_fail(c, "not a GGUF file (only %llu bytes; expected the magic \"GGUF\")",
                      (unsigned long long)size);
         else
-            cur_fail(&c, "not a GGUF file (bad magic %02x %02x %02x %02x, expected \"GGUF\")",
+            cur_fail(c, "not a GGUF file (bad magic %02x %02x %02x %02x, expected \"GGUF\")",
                      map[0], map[1], map[2], map[3]);
         return false;
     }
-    c.pos = 4;
+    c->pos = 4;
     uint32_t version;
     uint64_t n_t, n_kv;
-    if (!cur_u32(&c, &version, "header version")) return false;
+    if (!cur_u32(c, &version, "header version")) return false;
     if (version == 1)
-        return cur_fail(&c, "GGUF version 1 is not supported (re-convert the model with a current "
-                            "llama.cpp to get version 3)");
+        return cur_fail(c, "GGUF version 1 is not supported (re-convert the model with a current "
+                           "llama.cpp to get version 3)");
     if (version == 0x02000000u || version == 0x03000000u)
-        return cur_fail(&c, "big-endian GGUF is not supported (convert a little-endian file)");
+        return cur_fail(c, "big-endian GGUF is not supported (convert a little-endian file)");
     if (version != 2 && version != 3)
-        return cur_fail(&c, "unsupported GGUF version %u (this build reads versions 2 and 3)", version);
+        return cur_fail(c, "unsupported GGUF version %u (this build reads versions 2 and 3)", version);
     pp->version = version;
-    if (!cur_u64(&c, &n_t, "header tensor count") || !cur_u64(&c, &n_kv, "header key/value count"))
+    if (!cur_u64(c, &n_t, "header tensor count") || !cur_u64(c, &n_kv, "header key/value count"))
         return false;
     /* Each kv needs >= 13 bytes (8 key length, 4 type, 1 value), each tensor info >= 32. */
-    if (n_kv > cur_left(&c) / 13 || n_kv > GGUF_MAX_KV)
-        return cur_fail(&c, "header claims %llu key/value pairs, more than the file can hold "
-                            "(file truncated or corrupt)",
+    if (n_kv > cur_left(c) / 13 || n_kv > GGUF_MAX_KV)
+        return cur_fail(c, "header claims %llu key/value pairs, more than the file can hold "
+                           "(file truncated or corrupt)",
                         (unsigned long long)n_kv);
-    if (n_t > cur_left(&c) / 32 || n_t > GGUF_MAX_TENSORS)
-        return cur_fail(&c, "header claims %llu tensors, more than the file can hold (file "
-                            "truncated or corrupt)",
+    if (n_t > cur_left(c) / 32 || n_t > GGUF_MAX_TENSORS)
+        return cur_fail(c, "header claims %llu tensors, more than the file can hold (file "
+                           "truncated or corrupt)",
                         (unsigned long long)n_t);
+    *n_t_out = n_t, *n_kv_out = n_kv;
+    return true;
+}
 
-    /* key/value pairs */
+/* The n_kv key/value pairs into pp->kv, indexed (a duplicate key is an error). */
+static bool parse_kvs(cursor *c, part_parse *pp, uint64_t n_kv) {
+    char nb[160];
     uint64_t cap = 0;
-    if (!htab_init(&pp->kv_index, n_kv)) goto oom;
+    if (!htab_init(&pp->kv_index, n_kv)) return cur_oom(c);
     for (uint64_t i = 0; i < n_kv; i++) {
-        if (!grow((void **)&pp->kv, &cap, i + 1, sizeof *pp->kv, "GGUF key/value table")) goto oom;
+        if (!grow((void **)&pp->kv, &cap, i + 1, sizeof *pp->kv, "GGUF key/value table")) return cur_oom(c);
         gguf_kv *kv = &pp->kv[i];
         memset(kv, 0, sizeof *kv);
         char what[200];
         snprintf(what, sizeof what, "key %llu of %llu", (unsigned long long)i + 1, (unsigned long long)n_kv);
-        if (!cur_str(&c, &kv->key, what)) goto fail;
+        if (!cur_str(c, &kv->key, what)) return false;
         printable(kv->key.p, kv->key.n, nb, 100);
         snprintf(what, sizeof what, "value of key '%s'", nb);
-        if (kv->key.n == 0) {
-            cur_fail(&c, "key %llu of %llu is empty (file corrupt)", (unsigned long long)i + 1,
-                     (unsigned long long)n_kv);
-            goto fail;
-        }
+        if (kv->key.n == 0)
+            return cur_fail(c, "key %llu of %llu is empty (file corrupt)", (unsigned long long)i + 1,
+                            (unsigned long long)n_kv);
         bool found;
         uint64_t slot = htab_find_kv(&pp->kv_index, pp->kv, kv->key.p, kv->key.n, &found);
-        if (found) {
-            cur_fail(&c, "duplicate key '%s' (file corrupt)", nb);
-            goto fail;
-        }
+        if (found) return cur_fail(c, "duplicate key '%s' (file corrupt)", nb);
         uint32_t type;
-        if (!cur_u32(&c, &type, what)) goto fail;
+        if (!cur_u32(c, &type, what)) return false;
         pp->n_kv = i + 1; /* from here on the kv owns whatever parse_value allocates */
-        if (!parse_value(&c, type, &kv->val, 0, true, what)) goto fail;
+        if (!parse_value(c, type, &kv->val, 0, true, what)) return false;
         pp->kv_index.slot[slot] = (uint32_t)i + 1;
     }
+    return true;
+}
 
-    /* general.alignment: u32, power of two */
+/* general.alignment: u32, power of two; GGUF_DEFAULT_ALIGNMENT when absent. */
+static bool parse_alignment(cursor *c, part_parse *pp) {
     pp->alignment = GGUF_DEFAULT_ALIGNMENT;
-    {
-        bool found;
-        uint64_t s = htab_find_kv(&pp->kv_index, pp->kv, "general.alignment", 17, &found);
-        if (found) {
-            const gguf_value *v = &pp->kv[pp->kv_index.slot[s] - 1].val;
-            if (v->type != GGUF_TYPE_UINT32) {
-                cur_fail(&c, "general.alignment has type %s, expected u32 (file corrupt)",
-                         gguf_type_name(v->type));
-                goto fail;
-            }
-            if (v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)) != 0) {
-                cur_fail(&c, "general.alignment is %llu, not a power of two (file corrupt)",
-                         (unsigned long long)v->v.u64);
-                goto fail;
-            }
-            pp->alignment = (uint32_t)v->v.u64;
-        }
-    }
+    if (pp->n_kv == 0) return true; /* no keys: nothing to look up (pp->kv is NULL) */
+    bool found;
+    uint64_t s = htab_find_kv(&pp->kv_index, pp->kv, "general.alignment", 17, &found);
+    if (!found) return true;
+    const gguf_value *v = &pp->kv[pp->kv_index.slot[s] - 1].val;
+    if (v->type != GGUF_TYPE_UINT32)
+        return cur_fail(c, "general.alignment has type %s, expected u32 (file corrupt)", gguf_type_name(v->type));
+    if (v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)) != 0)
+        return cur_fail(c, "general.alignment is %llu, not a power of two (file corrupt)",
+                        (unsigned long long)v->v.u64);
+    pp->alignment = (uint32_t)v->v.u64;
+    return true;
+}
 
-    /* tensor infos */
-    if (n_t > cur_left(&c) / 32) {
-        cur_fail(&c, "header claims %llu tensors, more than the file can hold (file truncated "
-                     "or corrupt)",
-                 (unsigned long long)n_t);
-        goto fail;
+/* The info of tensor i of n_t into t: name, dimensions, type, offset; its byte size checked. */
+static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint64_t n_t, int part, gguf_tensor *t) {
+    char nb[160];
+    char what[200];
+    gguf_str name_s;
+    snprintf(what, sizeof what, "name of tensor %llu of %llu", (unsigned long long)i + 1,
+             (unsigned long long)n_t);
+    if (!cur_str(c, &name_s, what)) return false;
+    printable(name_s.p, name_s.n, nb, 100);
+    if (name_s.n == 0 || name_s.n >= sizeof t->name || memchr(name_s.p, 0, name_s.n))
+        return cur_fail(c, "tensor %llu has an invalid name '%s' (%llu bytes; names must be 1..%zu "
+                           "bytes without NUL)",
+                        (unsigned long long)i + 1, nb, (unsigned long long)name_s.n, sizeof t->name - 1);
+    memcpy(t->name, name_s.p, name_s.n);
+    t->name[name_s.n] = 0;
+    snprintf(what, sizeof what, "info of tensor '%s'", nb);
+    if (!cur_u32(c, &t->n_dims, what)) return false;
+    if (t->n_dims < 1 || t->n_dims > 4) return cur_fail(c, "tensor '%s' has %u dimensions (must be 1..4)", nb, t->n_dims);
+    uint64_t nelem = 1;
+    for (int d = 0; d < 4; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        uint64_t ne;
+        if (!cur_u64(c, &ne, what)) return false;
+        if (ne == 0 || ne > (uint64_t)INT64_MAX)
+            return cur_fail(c, "tensor '%s' has invalid size %lld in dimension %u (must be > 0)", nb,
+                            (long long)ne, d);
+        if (!rl_mul_u64(nelem, ne, &nelem) || nelem > (uint64_t)INT64_MAX)
+            return cur_fail(c, "tensor '%s' element count overflows 64 bits (file corrupt)", nb);
+        t->ne[d] = (int64_t)ne;
     }
+    if (!cur_u32(c, &t->type, what) || !cur_u64(c, &t->offset, what)) return false;
+    const quant_traits *q = quant_is_internal(t->type) ? NULL : quant_get(t->type); /* in-memory layouts */
+    if (!q)
+        return cur_fail(c, "tensor '%s' has unknown or unsupported ggml type id %u (this build cannot "
+                           "read it)",
+                        nb, t->type);
+    if (q->blck <= 0 || t->ne[0] % q->blck != 0)
+        return cur_fail(c, "tensor '%s' of type %s has ne[0] = %lld, not a multiple of the block "
+                           "size %d (file corrupt)",
+                        nb, q->name, (long long)t->ne[0], q->blck);
+    uint64_t bytes = (uint64_t)(t->ne[0] / q->blck);
+    if (!rl_mul_u64(bytes, q->type_size, &bytes) || !rl_mul_u64(bytes, (uint64_t)t->ne[1], &bytes) ||
+        !rl_mul_u64(bytes, (uint64_t)t->ne[2], &bytes) || !rl_mul_u64(bytes, (uint64_t)t->ne[3], &bytes))
+        return cur_fail(c, "tensor '%s' byte size overflows 64 bits (file corrupt)", nb);
+    t->nbytes = bytes;
+    t->part = part;
+    if (t->offset % pp->alignment != 0)
+        return cur_fail(c, "tensor '%s' data offset %llu is not a multiple of the alignment %u "
+                           "(file corrupt)",
+                        nb, (unsigned long long)t->offset, pp->alignment);
+    return true;
+}
+
+/* The n_t tensor infos into pp->t (part stored in each). */
+static bool parse_tensor_infos(cursor *c, part_parse *pp, uint64_t n_t, int part) {
+    if (n_t > cur_left(c) / 32)
+        return cur_fail(c, "header claims %llu tensors, more than the file can hold (file truncated "
+                           "or corrupt)",
+                        (unsigned long long)n_t);
     pp->t = rl_calloc(n_t ? n_t : 1, sizeof *pp->t, "GGUF tensor table");
-    if (!pp->t) goto oom;
+    if (!pp->t) return cur_oom(c);
     for (uint64_t i = 0; i < n_t; i++) {
-        gguf_tensor *t = &pp->t[i];
-        char what[200];
-        gguf_str name_s;
-        snprintf(what, sizeof what, "name of tensor %llu of %llu", (unsigned long long)i + 1,
-                 (unsigned long long)n_t);
-        if (!cur_str(&c, &name_s, what)) goto fail;
-        printable(name_s.p, name_s.n, nb, 100);
-        if (name_s.n == 0 || name_s.n >= sizeof t->name || memchr(name_s.p, 0, name_s.n)) {
-            cur_fail(&c, "tensor %llu has an invalid name '%s' (%llu bytes; names must be 1..%zu "
-                         "bytes without NUL)",
-                     (unsigned long long)i + 1, nb, (unsigned long long)name_s.n, sizeof t->name - 1);
-            goto fail;
-        }
-        memcpy(t->name, name_s.p, name_s.n);
-        t->name[name_s.n] = 0;
-        snprintf(what, sizeof what, "info of tensor '%s'", nb);
-        if (!cur_u32(&c, &t->n_dims, what)) goto fail;
-        if (t->n_dims < 1 || t->n_dims > 4) {
-            cur_fail(&c, "tensor '%s' has %u dimensions (must be 1..4)", nb, t->n_dims);
-            goto fail;
-        }
-        uint64_t nelem = 1;
-        for (int d = 0; d < 4; d++) t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            uint64_t ne;
-            if (!cur_u64(&c, &ne, what)) goto fail;
-            if (ne == 0 || ne > (uint64_t)INT64_MAX) {
-                cur_fail(&c, "tensor '%s' has invalid size %lld in dimension %u (must be > 0)", nb,
-                         (long long)ne, d);
-                goto fail;
-            }
-            if (!rl_mul_u64(nelem, ne, &nelem) || nelem > (uint64_t)INT64_MAX) {
-                cur_fail(&c, "tensor '%s' element count overflows 64 bits (file corrupt)", nb);
-                goto fail;
-            }
-            t->ne[d] = (int64_t)ne;
-        }
-        if (!cur_u32(&c, &t->type, what) || !cur_u64(&c, &t->offset, what)) goto fail;
-        const quant_traits *q = quant_is_internal(t->type) ? NULL : quant_get(t->type); /* in-memory layouts */
-        if (!q) {
-            cur_fail(&c, "tensor '%s' has unknown or unsupported ggml type id %u (this build cannot "
-                         "read it)",
-                     nb, t->type);
-            goto fail;
-        }
-        if (q->blck <= 0 || t->ne[0] % q->blck != 0) {
-            cur_fail(&c, "tensor '%s' of type %s has ne[0] = %lld, not a multiple of the block "
-                         "size %d (file corrupt)",
-                     nb, q->name, (long long)t->ne[0], q->blck);
-            goto fail;
-        }
-        uint64_t bytes = (uint64_t)(t->ne[0] / q->blck);
-        if (!rl_mul_u64(bytes, q->type_size, &bytes) || !rl_mul_u64(bytes, (uint64_t)t->ne[1], &bytes) ||
-            !rl_mul_u64(bytes, (uint64_t)t->ne[2], &bytes) || !rl_mul_u64(bytes, (uint64_t)t->ne[3], &bytes)) {
-            cur_fail(&c, "tensor '%s' byte size overflows 64 bits (file corrupt)", nb);
-            goto fail;
-        }
-        t->nbytes = bytes;
-        t->part = part;
-        if (t->offset % pp->alignment != 0) {
-            cur_fail(&c, "tensor '%s' data offset %llu is not a multiple of the alignment %u "
-                         "(file corrupt)",
-                     nb, (unsigned long long)t->offset, pp->alignment);
-            goto fail;
-        }
+        if (!parse_tensor_info(c, pp, i, n_t, part, &pp->t[i])) return false;
         pp->n_t = i + 1;
     }
     pp->n_t = n_t;
+    return true;
+}
 
-    /* data section: starts at the next multiple of the alignment */
+/* The data section (at the next multiple of the alignment): every tensor inside the file and
+ * no two overlapping. Sets pp->data_start and each tensor's file offset and data pointer. */
+static bool parse_data(cursor *c, part_parse *pp) {
+    const uint8_t *map = c->p;
+    const uint64_t size = c->size, n_t = pp->n_t;
+    char nb[160];
     uint64_t ds;
-    if (!rl_add_u64(c.pos, pp->alignment - 1, &ds)) {
-        cur_fail(&c, "data section offset overflows (file corrupt)");
-        goto fail;
-    }
+    if (!rl_add_u64(c->pos, pp->alignment - 1, &ds)) return cur_fail(c, "data section offset overflows (file corrupt)");
     ds -= ds % pp->alignment;
     pp->data_start = ds;
     for (uint64_t i = 0; i < n_t; i++) {
@@ -480,11 +475,10 @@ static bool parse_part(const uint8_t *map, uint64_t size, const char *name, int 
         uint64_t beg, end;
         if (!rl_add_u64(ds, t->offset, &beg) || !rl_add_u64(beg, t->nbytes, &end) || end > size) {
             printable(t->name, strlen(t->name), nb, 100);
-            cur_fail(&c, "tensor '%s' data (offset %llu, %llu bytes) extends past the end of the "
-                         "file (%llu bytes; file truncated?)",
-                     nb, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
-                     (unsigned long long)size);
-            goto fail;
+            return cur_fail(c, "tensor '%s' data (offset %llu, %llu bytes) extends past the end of the "
+                               "file (%llu bytes; file truncated?)",
+                            nb, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
+                            (unsigned long long)size);
         }
         t->file_off = beg;
         t->data = map + beg;
@@ -492,7 +486,7 @@ static bool parse_part(const uint8_t *map, uint64_t size, const char *name, int 
     /* non-overlap: sort by offset and compare neighbours */
     if (n_t > 1) {
         gguf_tensor **ord = rl_malloc(n_t * sizeof *ord, "GGUF tensor order");
-        if (!ord) goto oom;
+        if (!ord) return cur_oom(c);
         for (uint64_t i = 0; i < n_t; i++) ord[i] = &pp->t[i];
         qsort(ord, n_t, sizeof *ord, cmp_off);
         for (uint64_t i = 1; i < n_t; i++) {
@@ -500,23 +494,29 @@ static bool parse_part(const uint8_t *map, uint64_t size, const char *name, int 
                 char nb2[160];
                 printable(ord[i - 1]->name, strlen(ord[i - 1]->name), nb, 100);
                 printable(ord[i]->name, strlen(ord[i]->name), nb2, 100);
-                cur_fail(&c, "tensors '%s' and '%s' overlap in the data section (file corrupt)", nb, nb2);
+                cur_fail(c, "tensors '%s' and '%s' overlap in the data section (file corrupt)", nb, nb2);
                 free(ord);
-                goto fail;
+                return false;
             }
         }
         free(ord);
     }
     return true;
-
-oom: {
-    char e[300];
-    snprintf(e, sizeof e, "%s", rl_lasterr());
-    cur_fail(&c, "%s", e);
 }
-fail:
-    part_parse_free(pp);
-    return false;
+
+/* Parse and validate the whole of one GGUF image (header, kvs, tensor infos, data bounds).
+ * `part` is stored in each tensor. On failure returns false with the error set and *pp freed. */
+static bool parse_part(const uint8_t *map, uint64_t size, const char *name, int part, part_parse *pp) {
+    memset(pp, 0, sizeof *pp);
+    cursor c = {.p = map, .size = size, .name = name};
+    uint64_t n_t = 0, n_kv = 0;
+    if (!parse_header(&c, pp, &n_t, &n_kv)) return false;
+    if (!parse_kvs(&c, pp, n_kv) || !parse_alignment(&c, pp) || !parse_tensor_infos(&c, pp, n_t, part) ||
+        !parse_data(&c, pp)) {
+        part_parse_free(pp);
+        return false;
+    }
+    return true;
 }
 
 /* ---- whole file ----------------------------------------------------------------------- */

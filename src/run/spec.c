@@ -465,11 +465,36 @@ static int emit_one(spec *s, sampler *smp, const float *lg, int pos, const spec_
 
 static int min_i(int a, int b) { return a < b ? a : b; }
 
-int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n_hist, const spec_params *p,
-             const spec_sink *sk, spec_result *r) {
+/* One spec_run's loop state, shared by its set-up, choose-draft, verify and accept pieces. */
+typedef struct {
+    spec *s;
+    sampler *smp;
+    float *logits;                    /* the caller's logits: those of the last evaluated row */
+    const spec_params *p;
+    const spec_sink *sk;
+    spec_result *r;
+    int dmax, dmin;                   /* draft lengths allowed */
+    bool use_mtp, use_lookup;         /* the draft sources in play (the MTP head may switch off) */
+    int k_last, verifies_since_step;
+    long long n_go;                   /* tokens the sink took with 0 */
+    int32_t rows[SPEC_DRAFT_MAX + 1]; /* the rows of one evaluation: u, then the drafts */
+    int32_t u;                        /* the token emitted and not yet evaluated */
+    int st;                           /* the last emit_one: 0 go on, 1 stop, -1 error */
+} spec_loop;
+
+/* One draft: nd tokens at rows + 1 from src, the MTP head's position to rewind to, its bucket. */
+typedef struct {
+    int nd, src, committed, bucket;
+} spec_draft;
+
+/* Set-up: the draft sources the mode and engine allow, the lookup table of the history, the
+ * verify snapshots, the MTP head's last hidden state, the cost model's buckets. 0 or -1. */
+static int spec_run_begin(spec_loop *L, const int32_t *history, int n_hist) {
+    spec *s = L->s;
+    const spec_params *p = L->p;
     engine_ctx *c = s->c;
-    size_t V = (size_t)s->V, D = (size_t)s->D;
-    memset(r, 0, sizeof *r);
+    size_t D = (size_t)s->D;
+    memset(L->r, 0, sizeof *L->r);
     if (spec_check(s, p->mode, p->draft_max)) return -1;
     int dmax = p->draft_max > 0 ? p->draft_max : SPEC_DRAFT_MAX;
     if (dmax > s->n_batch - 1) dmax = s->n_batch - 1;
@@ -492,127 +517,181 @@ int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n
     int dmin = p->draft_min < dmax ? p->draft_min : dmax;
     if (dmin < 0) dmin = 0;
     for (int b = 0; b < N_BUCKETS; b++) s->cm.b[b] = (acc_bucket){.probe = PROBE_MIN};
-    int k_last = 0, verifies_since_step = 0;
-    int32_t rows[SPEC_DRAFT_MAX + 1];
-    int32_t u;
-    long long n_go = 0; /* tokens the sink took with 0 */
-    /* the first token comes from the caller's logits */
-    int st = emit_one(s, smp, logits, engine_pos(c), sk, r, &u);
-    while (st == 0) {
-        n_go++;
-        /* u is emitted and must now be evaluated (at P), possibly with drafts behind it */
-        int P = engine_pos(c);
-        int kcap = min_i(dmax, engine_n_ctx(c) - P - 1);
-        /* rows 0..K give K + 1 tokens: no draft past the n_predict-th */
-        if (p->n_predict >= 0 && p->n_predict - n_go - 1 < kcap) kcap = (int)(p->n_predict - n_go - 1);
-        if (use_mtp && s->have_lasth) pend_push(s, s->lasth, u);
-        int nd = 0, src = SPEC_DRAFT_NONE, committed = 0, match = 0, bucket = -1;
-        int32_t *d = rows + 1;
-        /* the candidates: lookup's drafts (free: drafted first, then cut to its K) and the MTP
-         * head (drafted only when chosen); the one with more tokens per second, if it beats a
-         * plain step (auto: a long lookup match wins outright, a copy beats a guess) */
-        int k_l = 0, k_m = 0;
-        double r_l = 0, r_m = 0;
-        if (kcap > 0 && use_lookup) {
-            nd = spec_lookup_draft(s->lk, kcap, d, &match);
-            if (nd) nd = sampler_mask_prefix(smp, d, nd); /* grammar: a refused draft ends the draft */
-            if (nd) k_l = choose_k(&s->cm, lookup_bucket(match), dmin, nd, &r_l);
+    L->dmax = dmax, L->dmin = dmin, L->use_mtp = use_mtp, L->use_lookup = use_lookup;
+    return 0;
+}
+
+/* Choose-draft for at most kcap drafts behind L->u: fills dr (dr->nd == 0: a plain step). */
+static void spec_run_choose(spec_loop *L, int kcap, spec_draft *dr) {
+    spec *s = L->s;
+    sampler *smp = L->smp;
+    const spec_params *p = L->p;
+    engine_ctx *c = s->c;
+    const int dmin = L->dmin;
+    int nd = 0, src = SPEC_DRAFT_NONE, committed = 0, match = 0, bucket = -1;
+    int32_t *d = L->rows + 1;
+    /* the candidates: lookup's drafts (free: drafted first, then cut to its K) and the MTP
+     * head (drafted only when chosen); the one with more tokens per second, if it beats a
+     * plain step (auto: a long lookup match wins outright, a copy beats a guess) */
+    int k_l = 0, k_m = 0;
+    double r_l = 0, r_m = 0;
+    if (kcap > 0 && L->use_lookup) {
+        nd = spec_lookup_draft(s->lk, kcap, d, &match);
+        if (nd) nd = sampler_mask_prefix(smp, d, nd); /* grammar: a refused draft ends the draft */
+        if (nd) k_l = choose_k(&s->cm, lookup_bucket(match), dmin, nd, &r_l);
+    }
+    if (kcap > 0 && L->use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
+        k_m = choose_k(&s->cm, B_MTP, dmin, kcap, &r_m);
+    if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++L->verifies_since_step > STEP_PROBE) /* measure c(1) */
+        k_l = k_m = 0, L->verifies_since_step = 0;
+    if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
+        double t0 = cost_clock(s->cpu_clock);
+        nd = mtp_draft(s, smp, k_m, d, &committed, &L->use_mtp);
+        if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock(s->cpu_clock) - t0) / nd);
+        int keep = nd ? sampler_mask_prefix(smp, d, nd) : 0; /* grammar: a refused draft ends the draft */
+        if (nd && !keep) engine_mtp_rewind(c, committed);
+        nd = keep;
+        src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE;
+        bucket = B_MTP;
+    } else if (k_l > 0) {
+        nd = k_l;
+        src = SPEC_DRAFT_LOOKUP;
+        bucket = lookup_bucket(match);
+    } else {
+        nd = 0;
+    }
+    *dr = (spec_draft){nd, src, committed, bucket};
+}
+
+/* A plain step of L->u at P (into a scratch row: a failed step keeps `logits` valid), then the
+ * next token. 0 or -1. */
+static int spec_run_step(spec_loop *L, int P) {
+    spec *s = L->s;
+    engine_ctx *c = s->c;
+    const spec_sink *sk = L->sk;
+    spec_result *r = L->r;
+    double t0 = cost_clock(s->cpu_clock);
+    if (engine_step(c, L->u, s->vlogits)) return -1;
+    ring_add(s->cm.t[1], &s->cm.n[1], cost_clock(s->cpu_clock) - t0);
+    memcpy(L->logits, s->vlogits, sizeof(float) * (size_t)s->V);
+    r->n_steps++;
+    r->n_evaluated++;
+    if (sk->kept && sk->kept(sk->ud, &L->u, 1)) return -1;
+    if (L->use_mtp) {
+        const float *h = engine_last_hidden(c, 0);
+        if (h) memcpy(s->lasth, h, sizeof(float) * (size_t)s->D), s->have_lasth = true;
+    }
+    L->st = emit_one(s, L->smp, L->logits, P + 1, sk, r, &L->u);
+    return 0;
+}
+
+/* Verify L->u and the dr->nd drafts behind it in one pass, a snapshot after each draft row;
+ * the rows' hidden states kept for the MTP head. 0 or -1. */
+static int spec_run_verify(spec_loop *L, const spec_draft *dr) {
+    spec *s = L->s;
+    engine_ctx *c = s->c;
+    spec_result *r = L->r;
+    size_t D = (size_t)s->D;
+    int K = dr->nd;
+    engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
+    memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
+    sn[K] = NULL; /* keeping every row is the state the verify ends in */
+    double t0 = cost_clock(s->cpu_clock);
+    if (engine_verify(c, L->rows, K + 1, s->vlogits, sn)) {
+        if (dr->src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, dr->committed);
+        return -1;
+    }
+    ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], cost_clock(s->cpu_clock) - t0);
+    r->n_verifies++;
+    r->n_drafted += K;
+    if (dr->src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
+    else r->n_drafted_lookup += K;
+    if (L->use_mtp)
+        for (int i = 0; i <= K; i++) {
+            const float *h = engine_last_hidden(c, i);
+            RL_ASSERT(h);
+            memcpy(s->vhid + (size_t)i * D, h, sizeof(float) * D);
         }
-        if (kcap > 0 && use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
-            k_m = choose_k(&s->cm, B_MTP, dmin, kcap, &r_m);
-        if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++verifies_since_step > STEP_PROBE) /* measure c(1) */
-            k_l = k_m = 0, verifies_since_step = 0;
-        if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
-            double t0 = cost_clock(s->cpu_clock);
-            nd = mtp_draft(s, smp, k_m, d, &committed, &use_mtp);
-            if (nd) ring_add(s->cm.mtp, &s->cm.n_mtp, (cost_clock(s->cpu_clock) - t0) / nd);
-            int keep = nd ? sampler_mask_prefix(smp, d, nd) : 0; /* grammar: a refused draft ends the draft */
-            if (nd && !keep) engine_mtp_rewind(c, committed);
-            nd = keep;
-            src = nd ? SPEC_DRAFT_MTP : SPEC_DRAFT_NONE, bucket = B_MTP;
-        } else if (k_l > 0) {
-            nd = k_l, src = SPEC_DRAFT_LOOKUP, bucket = lookup_bucket(match);
-        } else {
-            nd = 0;
-        }
-        k_last = nd;
-        rows[0] = u;
-        if (sk->will_write) sk->will_write(sk->ud, P, rows, nd + 1);
-        if (nd == 0) { /* a plain step (into a scratch row: a failed step keeps `logits` valid) */
-            double t0 = cost_clock(s->cpu_clock);
-            if (engine_step(c, u, s->vlogits)) goto fail;
-            ring_add(s->cm.t[1], &s->cm.n[1], cost_clock(s->cpu_clock) - t0);
-            memcpy(logits, s->vlogits, sizeof(float) * V);
-            r->n_steps++;
-            r->n_evaluated++;
-            if (sk->kept && sk->kept(sk->ud, &u, 1)) goto fail;
-            if (use_mtp) {
-                const float *h = engine_last_hidden(c, 0);
-                if (h) memcpy(s->lasth, h, sizeof(float) * D), s->have_lasth = true;
-            }
-            st = emit_one(s, smp, logits, P + 1, sk, r, &u);
+    return 0;
+}
+
+/* Accept after a verify at P: row i's logits give the token at P + i + 1; the context keeps rows
+ * 0..last (the snapshot of row last restored where a draft was refused). 0 or -1. */
+static int spec_run_accept(spec_loop *L, const spec_draft *dr, int P) {
+    spec *s = L->s;
+    engine_ctx *c = s->c;
+    const spec_sink *sk = L->sk;
+    spec_result *r = L->r;
+    size_t V = (size_t)s->V, D = (size_t)s->D;
+    const int K = dr->nd, src = dr->src;
+    const int32_t *d = L->rows + 1;
+    int last = 0, acc = 0;
+    for (int i = 0;; i++) {
+        int32_t t;
+        L->st = emit_one(s, L->smp, s->vlogits + (size_t)i * V, P + i + 1, sk, r, &t);
+        last = i;
+        bool match_d = i < K && t == d[i];
+        if (L->st == 0 && match_d) {
+            acc++;
+            L->n_go++;
             continue;
         }
-        int K = nd;
-        engine_snapshot *sn[SPEC_DRAFT_MAX + 1];
-        memcpy(sn, s->snaps, sizeof(engine_snapshot *) * (size_t)K);
-        sn[K] = NULL; /* keeping every row is the state the verify ends in */
-        double t0 = cost_clock(s->cpu_clock);
-        if (engine_verify(c, rows, K + 1, s->vlogits, sn)) {
-            if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
-            goto fail;
-        }
-        ring_add(s->cm.t[K + 1], &s->cm.n[K + 1], cost_clock(s->cpu_clock) - t0);
-        r->n_verifies++;
-        r->n_drafted += K;
-        if (src == SPEC_DRAFT_MTP) r->n_drafted_mtp += K;
-        else r->n_drafted_lookup += K;
-        if (use_mtp)
-            for (int i = 0; i <= K; i++) {
-                const float *h = engine_last_hidden(c, i);
-                RL_ASSERT(h);
-                memcpy(s->vhid + (size_t)i * D, h, sizeof(float) * D);
-            }
-        /* accept: row i's logits give the token at P + i + 1; the context keeps rows 0..last */
-        int last = 0, acc = 0;
-        for (int i = 0;; i++) {
-            int32_t t;
-            st = emit_one(s, smp, s->vlogits + (size_t)i * V, P + i + 1, sk, r, &t);
-            last = i;
-            bool match_d = i < K && t == d[i];
-            if (st == 0 && match_d) {
-                acc++;
-                n_go++;
-                continue;
-            }
-            u = t;
-            break;
-        }
-        r->n_accepted += acc;
-        if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
-        else r->n_accepted_lookup += acc;
-        t0 = cost_clock(s->cpu_clock);
-        if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
-            rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
-                      rl_lasterr());
-            goto fail;
-        }
-        if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, cost_clock(s->cpu_clock) - t0);
-        r->n_evaluated += last + 1;
-        memcpy(logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
-        if (sk->kept && sk->kept(sk->ud, rows, last + 1)) goto fail;
-        if (use_mtp) {
-            if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, committed);
-            for (int i = 0; i < last; i++) pend_push(s, s->vhid + (size_t)i * D, d[i]);
-            memcpy(s->lasth, s->vhid + (size_t)last * D, sizeof(float) * D);
-            s->have_lasth = true;
-        }
-        if (st == 0) bucket_update(&s->cm.b[bucket], K, acc);
+        L->u = t;
+        break;
     }
-    r->k_final = k_last;
-    return st < 0 ? -1 : 0;
+    r->n_accepted += acc;
+    if (src == SPEC_DRAFT_MTP) r->n_accepted_mtp += acc;
+    else r->n_accepted_lookup += acc;
+    double t0 = cost_clock(s->cpu_clock);
+    if (last < K && engine_snapshot_restore(c, s->snaps[last])) {
+        rl_seterr("speculative decoding: restoring a verify snapshot failed (%s); reset the sequence",
+                  rl_lasterr());
+        return -1;
+    }
+    if (last < K) ring_add(s->cm.restore, &s->cm.n_restore, cost_clock(s->cpu_clock) - t0);
+    r->n_evaluated += last + 1;
+    memcpy(L->logits, s->vlogits + (size_t)last * V, sizeof(float) * V);
+    if (sk->kept && sk->kept(sk->ud, L->rows, last + 1)) return -1;
+    if (L->use_mtp) {
+        if (src == SPEC_DRAFT_MTP) engine_mtp_rewind(c, dr->committed);
+        for (int i = 0; i < last; i++) pend_push(s, s->vhid + (size_t)i * D, d[i]);
+        memcpy(s->lasth, s->vhid + (size_t)last * D, sizeof(float) * D);
+        s->have_lasth = true;
+    }
+    if (L->st == 0) bucket_update(&s->cm.b[dr->bucket], K, acc);
+    return 0;
+}
+
+int spec_run(spec *s, sampler *smp, float *logits, const int32_t *history, int n_hist, const spec_params *p,
+             const spec_sink *sk, spec_result *r) {
+    spec_loop L = {.s = s, .smp = smp, .logits = logits, .p = p, .sk = sk, .r = r};
+    if (spec_run_begin(&L, history, n_hist)) return -1;
+    engine_ctx *c = s->c;
+    /* the first token comes from the caller's logits */
+    L.st = emit_one(s, smp, logits, engine_pos(c), sk, r, &L.u);
+    while (L.st == 0) {
+        L.n_go++;
+        /* u is emitted and must now be evaluated (at P), possibly with drafts behind it */
+        int P = engine_pos(c);
+        int kcap = min_i(L.dmax, engine_n_ctx(c) - P - 1);
+        /* rows 0..K give K + 1 tokens: no draft past the n_predict-th */
+        if (p->n_predict >= 0 && p->n_predict - L.n_go - 1 < kcap) kcap = (int)(p->n_predict - L.n_go - 1);
+        if (L.use_mtp && s->have_lasth) pend_push(s, s->lasth, L.u);
+        spec_draft dr;
+        spec_run_choose(&L, kcap, &dr);
+        L.k_last = dr.nd;
+        L.rows[0] = L.u;
+        if (sk->will_write) sk->will_write(sk->ud, P, L.rows, dr.nd + 1);
+        if (dr.nd == 0) {
+            if (spec_run_step(&L, P)) goto fail;
+        } else if (spec_run_verify(&L, &dr) || spec_run_accept(&L, &dr, P)) {
+            goto fail;
+        }
+    }
+    r->k_final = L.k_last;
+    return L.st < 0 ? -1 : 0;
 fail:
-    r->k_final = k_last;
+    r->k_final = L.k_last;
     r->sink_code = 0;
     return -1;
 }
