@@ -40,7 +40,7 @@ def test_vram_mib_syntax_is_a_usage_error(bad):
 
 @pytest.mark.parametrize("cmd", ["generate", "dump", "bench"])
 def test_vram_mib_on_the_cpu_backend_is_refused(cmd):
-    extra = {"generate": ["-p", "hi", "-n", "1"], "dump": ["--tokens", "1,2"], "bench": ["--prompt", "0", "--n-decode", "1"]}
+    extra = {"generate": ["-p", "hi", "-n", "1"], "dump": ["--tokens", "1,2", "--json"], "bench": ["--prompt", "0", "--n-decode", "1"]}
     r = rl(cmd, "-m", str(MODEL), "--backend", "cpu", "--vram-mib", "4096", *extra[cmd])
     assert r.returncode == 1, r.stderr
     line = last_line(r)
