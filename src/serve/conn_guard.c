@@ -39,7 +39,7 @@ struct conn_guard {
 };
 
 const char *conn_guard_phase_name(cg_phase p) {
-    static const char *n[] = {"new", "headers", "body", "work", "send", "idle"};
+    static const char *const n[] = {"new", "headers", "body", "work", "send", "idle"};
     return (unsigned)p < CG_NPHASE ? n[p] : "?";
 }
 

@@ -795,7 +795,7 @@ static void metrics_text(server *s, chat_buf *o) {
         const srv_job *sj = s->slots[i].job;
         const char *slot_state = !sj || !sj->t_started ? "idle" : sj->prefilling ? "prefill" : "decode";
         for (int k = 0; k < 3; k++) {
-            static const char *st[] = {"idle", "prefill", "decode"};
+            static const char *const st[] = {"idle", "prefill", "decode"};
             PUT("redlite_slot_state{slot=\"%d\",state=\"%s\"} %d\n", i, st[k], !strcmp(st[k], slot_state));
         }
     }
@@ -1407,7 +1407,7 @@ static void log_request(server *s, struct MHD_Connection *c, conn_req *r, enum M
         if (r->job->t_started) wait = r->job->t_started - r->job->t_queued;
         if (r->job->rq.api) api = r->job->rq.api->name;
     }
-    static const char *toes[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
+    static const char *const toes[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
     cJSON *o = cJSON_CreateObject();
     if (!o) return;
     cJSON_AddStringToObject(o, "event", "request");

@@ -113,20 +113,19 @@ static int32_t pool_add_json(grammar *g, const char *s, size_t n, int32_t *len) 
     return off;
 }
 
-static const grammar *sort_g; /* qsort context (building is single-threaded per grammar) */
-
-static int bytes_cmp(int32_t ao, int32_t al, int32_t bo, int32_t bl) {
+/* Byte strings of g's pool in lexicographic order (the grammar is passed, never kept in a static:
+ * two grammars may be built at once by two server slots). */
+static int bytes_cmp(const grammar *g, int32_t ao, int32_t al, int32_t bo, int32_t bl) {
     int32_t m = al < bl ? al : bl;
-    int c = memcmp(sort_g->pool + ao, sort_g->pool + bo, (size_t)m);
+    int c = memcmp(g->pool + ao, g->pool + bo, (size_t)m);
     return c ? c : (al > bl) - (al < bl);
 }
-static int prop_cmp(const void *a, const void *b) {
-    const gprop *x = a, *y = b;
-    return bytes_cmp(x->off, x->len, y->off, y->len);
+static int prop_cmp(const grammar *g, const gprop *x, const gprop *y) {
+    return bytes_cmp(g, x->off, x->len, y->off, y->len);
 }
-static int lit_cmp(const void *a, const void *b) {
+static int lit_cmp(const void *a, const void *b, void *g) {
     const glit *x = a, *y = b;
-    return bytes_cmp(x->off, x->len, y->off, y->len);
+    return bytes_cmp(g, x->off, x->len, y->off, y->len);
 }
 
 int grammar_object(grammar *g, int n, const char *const *names, const int *nodes, const bool *required, int extra) {
@@ -145,16 +144,15 @@ int grammar_object(grammar *g, int n, const char *const *names, const int *nodes
         req[i] = required && required[i];
     }
     /* sort by key bytes, carrying the required flags along (insertion sort: n <= 64) */
-    sort_g = g;
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && prop_cmp(&p[j - 1], &p[j]) > 0; j--) {
+        for (int j = i; j > 0 && prop_cmp(g, &p[j - 1], &p[j]) > 0; j--) {
             gprop t = p[j];
             p[j] = p[j - 1], p[j - 1] = t;
             bool r = req[j];
             req[j] = req[j - 1], req[j - 1] = r;
         }
     for (int i = 1; i < n; i++)
-        if (!prop_cmp(&p[i - 1], &p[i])) return rl_seterr("an object declares the property \"%s\" twice", g->pool + p[i].off);
+        if (!prop_cmp(g, &p[i - 1], &p[i])) return rl_seterr("an object declares the property \"%s\" twice", g->pool + p[i].off);
     gnode *o = &g->nodes[id];
     o->off = g->n_props;
     o->n = n;
@@ -200,11 +198,10 @@ int grammar_literals(grammar *g, int n, const char *const *lits, const size_t *l
         if (off < 0) return -1;
         l[i] = (glit){off, (int32_t)lens[i], conts ? conts[i] : -1};
     }
-    sort_g = g;
-    qsort(l, (size_t)n, sizeof *l, lit_cmp);
+    qsort_r(l, (size_t)n, sizeof *l, lit_cmp, g);
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (m == 0 || lit_cmp(&l[m - 1], &l[i])) l[m++] = l[i];
+        if (m == 0 || lit_cmp(&l[m - 1], &l[i], g)) l[m++] = l[i];
     g->nodes[id].off = g->n_lits;
     g->nodes[id].n = m;
     g->n_lits += m;

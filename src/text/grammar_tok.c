@@ -8,10 +8,9 @@
 
 /* ---- the vocabulary ------------------------------------------------------------------------- */
 
-static const gvocab *sort_v;
-static int tok_cmp(const void *a, const void *b) {
+static int tok_cmp(const void *a, const void *b, void *ctx) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const gvocab *v = sort_v;
+    const gvocab *v = ctx;
     int m = v->len[x] < v->len[y] ? v->len[x] : v->len[y];
     int c = memcmp(v->pool + v->off[x], v->pool + v->off[y], (size_t)m);
     if (c) return c;
@@ -107,8 +106,7 @@ gvocab *gvocab_new(const tokenizer *t) {
         if ((int)len > v->max_len) v->max_len = (int)len;
         ord[nb++] = id;
     }
-    sort_v = v;
-    qsort(ord, (size_t)nb, sizeof *ord, tok_cmp);
+    qsort_r(ord, (size_t)nb, sizeof *ord, tok_cmp, v);
     if (build_trie(v, ord, nb, total)) goto fail;
     free(ord);
     return v;

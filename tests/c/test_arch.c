@@ -104,7 +104,7 @@ static void test_file(void) {
         for (int il = -1; il < hp->n_layer + hp->n_nextn; il++)
             for (int id = 0; id < Q3N_T_COUNT; id++) {
                 const q3n_tensor_desc *d = q3n_tensor((q3n_tensor_id)id);
-                bool here = il < 0 ? d->kind == Q3N_KIND_GLOBAL : q3n_kind_in_block(hp, d->kind, il);
+                bool here = il < 0 ? d->kind == Q3N_KIND_GLOBAL : q3n_tensor_in_block(hp, (q3n_tensor_id)id, il);
                 if (!here || d->need == Q3N_ALTERNATIVE) continue;
                 n_expected++;
                 char name[128];
