@@ -90,9 +90,11 @@ def test_unmodified_file_is_accepted(tiny):
 
 
 def test_shape_disagreeing_with_metadata_refused_at_binding(tmp_path, tiny):
-    """In range but inconsistent with the tensors: info describes it, generate refuses it."""
+    """In range but inconsistent with the tensors: info describes it with a "does not run" verdict
+    naming the tensor (exit 1), generate refuses it."""
     path = with_value(tiny, tmp_path / "ff.gguf", "expert_feed_forward_length", 512)
     r = subprocess.run([BIN, "info", path], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1 and "architecture" in r.stdout, r.stderr
+    assert "tensor blk.0.ffn_gate_exps.weight has shape {256,256,16}, expected {256,512,16}" in r.stdout + r.stderr
     refused(["generate", "-m", path, "-p", "hi", "-n", "1"], path,
             "tensor blk.0.ffn_gate_exps.weight has shape {256,256,16}, expected {256,512,16}")

@@ -19,8 +19,11 @@ from server_util import BIN, MODEL, REPO, need_binary
 
 def info_slots(*args):
     r = subprocess.run([str(BIN), "info", str(MODEL), "--json", *args], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["memory"]["serve_slots"]
+    d = json.loads(r.stdout)
+    # exit 0 only when the model runs here (info's verdict); a context too large for this machine
+    # is a "does not run" verdict, exit 1, and the slot figures are still reported
+    assert r.returncode == (0 if d["verdict"]["runs"] else 1), r.stderr
+    return d["memory"]["serve_slots"]
 
 
 def serve_per_slot(ctx):

@@ -145,7 +145,7 @@ def test_small_file_runs(preset, tmp_path):
     if size != "35b-a3b":  # the engine runs are the slow part (hidden 4096 on CI's CPU): one size
         return
     mib = -(-cmin // (1 << 20))
-    r = redlite("dump", "-m", str(p), "--tokens", "1,2,3", "--cache-mib", str(mib - 1), "-t", "2")
+    r = redlite("dump", "-m", str(p), "--tokens", "1,2,3", "--cache-mib", str(mib - 1), "-t", "2", "--json")
     assert r.returncode != 0 and f"minimum {mib} MiB" in r.stderr, r.stderr
     lg = tmp_path / "logits.bin"
     r = redlite("dump", "-m", str(p), "--tokens", "1,2,3,1000", "--greedy", "2", "--cache-mib", str(mib), "-t", "2",

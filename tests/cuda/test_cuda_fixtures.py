@@ -48,7 +48,7 @@ def fx():
         # tests/test_cuda_build.py builds it where nvcc is on PATH (and fails if it cannot)
         pytest.skip(f"no CUDA build at {os.path.relpath(BIN, ROOT)}: nvcc not on PATH, or build it with "
                     f"make CUDA=1 BUILD=build/cuda")
-    r = run(["dump", "-m", FIX + ".gguf", "--tokens", "1", "--backend", "cuda"])
+    r = run(["dump", "-m", FIX + ".gguf", "--tokens", "1", "--backend", "cuda", "--json"])
     if r.returncode != 0:
         # only a missing device is a skip; a CUDA build that exists and fails otherwise is a failure
         assert "no CUDA device" in r.stderr, f"the CUDA build fails (exit {r.returncode}): {r.stderr.strip()}"
