@@ -127,7 +127,12 @@ int chat_conv_from_json(chat_conv *c, const char *json, size_t len);
 
 /* ---- templates ------------------------------------------------------------------------- */
 
-typedef enum { CHAT_FAMILY_CHATML = 0, CHAT_FAMILY_HERMES, CHAT_FAMILY_CODER, CHAT_FAMILY_QWEN35 } chat_family;
+typedef enum {
+    CHAT_FAMILY_CHATML = 0,
+    CHAT_FAMILY_HERMES,
+    CHAT_FAMILY_CODER,
+    CHAT_FAMILY_QWEN35
+} chat_family;
 
 typedef struct {
     chat_family family;

@@ -351,8 +351,8 @@ tokenizer *tokenizer_load(const gguf_file *f) {
     char *pre = gguf_get_str_dup(f, "tokenizer.ggml.pre");
     bool marks = pre && strcmp(pre, "qwen35") == 0;
     if (pre && !marks && strcmp(pre, "qwen2") != 0) {
-        rl_seterr("%s: pre-tokenizer '%s' is not supported (Red Lite implements 'qwen2' and 'qwen35')", f->path,
-                  pre);
+        rl_seterr("%s: pre-tokenizer '%s' is not supported (Red Lite implements 'qwen2' and 'qwen35')",
+                  f->path, pre);
         free(pre);
         return NULL;
     }
@@ -786,8 +786,8 @@ static int encode_span(const tokenizer *t, enc_ctx *c, const uint8_t *s, size_t 
  * the text there is encoded like any text, and the spans between added tokens are encoded
  * whole, across range edges, so text without added-token strings gives the same ids as a
  * plain TOK_PARSE_SPECIAL encode. */
-static int encode_ranges(const tokenizer *t, const char *text, size_t len, unsigned flags, const size_t *plain,
-                         size_t n_plain, tok_ids *out) {
+static int encode_ranges(const tokenizer *t, const char *text, size_t len, unsigned flags,
+                         const size_t *plain, size_t n_plain, tok_ids *out) {
     if (len >= UINT32_MAX / 2) return rl_seterr("text too long to tokenize in one call (%zu bytes)", len);
     const uint8_t *s = (const uint8_t *)text;
     enc_ctx c = {0};
@@ -795,7 +795,8 @@ static int encode_ranges(const tokenizer *t, const char *text, size_t len, unsig
     size_t start = 0, r = 0;
     if (flags & TOK_PARSE_SPECIAL) {
         for (size_t i = 0; i < len;) {
-            while (r < n_plain && plain[2 * r + 1] <= i) r++;
+            while (r < n_plain && plain[2 * r + 1] <= i)
+                r++;
             if (r < n_plain && plain[2 * r] <= i) { /* inside a plain range: jump to its end */
                 i = plain[2 * r + 1];
                 continue;
@@ -835,10 +836,11 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, unsigned 
     return encode_ranges(t, text, len, flags, NULL, 0, out);
 }
 
-int tokenizer_encode_plain(const tokenizer *t, const char *text, size_t len, const size_t *plain, size_t n_plain,
-                           tok_ids *out) {
+int tokenizer_encode_plain(const tokenizer *t, const char *text, size_t len, const size_t *plain,
+                           size_t n_plain, tok_ids *out) {
     for (size_t i = 0; i < n_plain; i++)
-        if (plain[2 * i] > plain[2 * i + 1] || plain[2 * i + 1] > len || (i && plain[2 * i] < plain[2 * i - 1]))
+        if (plain[2 * i] > plain[2 * i + 1] || plain[2 * i + 1] > len ||
+            (i && plain[2 * i] < plain[2 * i - 1]))
             return rl_seterr("tokenizer_encode_plain: ranges must be sorted, disjoint and inside the text");
     return encode_ranges(t, text, len, TOK_PARSE_SPECIAL, plain, n_plain, out);
 }

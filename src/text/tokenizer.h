@@ -71,8 +71,8 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, unsigned 
  * llama.cpp's parse_special=false, so a chat message containing "<|im_start|>" cannot open a
  * turn. Text between added tokens is still encoded as one span across the range edges, so
  * without such strings the ids equal TOK_PARSE_SPECIAL's. 0, or -1 (oom, bad ranges). */
-int tokenizer_encode_plain(const tokenizer *t, const char *text, size_t len, const size_t *plain, size_t n_plain,
-                           tok_ids *out);
+int tokenizer_encode_plain(const tokenizer *t, const char *text, size_t len, const size_t *plain,
+                           size_t n_plain, tok_ids *out);
 
 /* ---- vocabulary ---------------------------------------------------------------------- */
 
