@@ -34,9 +34,6 @@ ALLOWED = {
     ("src/cuda/quant.cu", "g_tabs"): "the quant lookup tables' device copies, uploaded once per process",
     ("src/cuda/quant.cu", "g_tabs_ready"): "their upload flag",
     # pointers to string literals never reassigned (`*const` left to their owners: cli / serve edits)
-    ("src/serve/server.c", "n"): "names of the finish reasons, never written (should read `const char *const`)",
-    ("src/serve/server.c", "names"): "API names, never written (should read `const char *const`)",
-    ("src/serve/server.c", "api"): "API names, never written (should read `const char *const`)",
     ("src/cli/cmd_chat.c", "CMD"): "the command's name, never written",
     ("src/cli/cmd_generate.c", "CMD"): "the command's name, never written",
     ("src/cli/cmd_info.c", "CMD"): "the command's name, never written",
