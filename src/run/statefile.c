@@ -40,7 +40,6 @@ typedef struct {
     int n;
     uint64_t bytes;
     double mtime;
-    bool seen; /* listed by the directory scan in progress */
 } sf_entry;
 
 struct statefile_dir {
@@ -309,7 +308,7 @@ static int entry_add(statefile_dir *d, char *path, int32_t *toks, int n, uint64_
         d->e = e;
         d->cap = cap;
     }
-    d->e[d->n++] = (sf_entry){path, toks, n, bytes, mtime, true};
+    d->e[d->n++] = (sf_entry){path, toks, n, bytes, mtime};
     return 0;
 }
 
