@@ -101,7 +101,8 @@ typedef struct backend_ops {
     /* (optional; VRAM expert tier) a context with options (vram_spec); the host source its
      * slots are filled from (NULL = the mapped file): 0, or 1 where the context has no tier
      * (every expert fit: nothing to feed); the tier's plan and counters as a few lines */
-    backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o);
+    backend_ctx *(*ctx_new_opts)(const q3n_model *m, pool *p, int n_ctx, int n_batch,
+                                 const backend_ctx_opts *o);
     int (*set_host_src)(backend_ctx *c, const q3n_expert_src *src);
     void (*print_stats)(backend_ctx *c, FILE *f);
     /* (optional) one decode step of each of n contexts (n <= the first context's n_batch) as the
@@ -110,8 +111,8 @@ typedef struct backend_ops {
      * state, may be NULL) receive row i's. Each row bit-identical to that context's forward of
      * the one token. 0; -1 (rl_lasterr) when it failed, leaving every context as it was; 1 when
      * these contexts cannot share a forward (the engine then runs them one by one). */
-    int (*forward_rows)(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n, float *const *logits,
-                        float *const *hidden);
+    int (*forward_rows)(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                        float *const *logits, float *const *hidden);
     /* (optional) the prompt rows per forward this backend runs the model best at: the engine's
      * n_batch when the caller leaves it 0 (ENGINE_BATCH_DEFAULT without this hook) */
     int (*prompt_batch)(const q3n_model *m, const pool *p);

@@ -12,8 +12,8 @@ struct backend_ctx {
     const q3n_model *m;
     q3n_state st;
     q3n_run run;
-    float *lrows;   /* cpu_forward_rows: the output projection of a batch's rows (grown on use) */
-    int lrows_n;    /* rows it holds */
+    float *lrows; /* cpu_forward_rows: the output projection of a batch's rows (grown on use) */
+    int lrows_n;  /* rows it holds */
 };
 
 static bool cpu_available(const char **why) {
@@ -29,7 +29,8 @@ static bool cpu_available(const char **why) {
  * same way). Zeroed; state_free releases either kind. */
 static bool state_huge(size_t floats) { return floats * sizeof(float) >= RL_HUGE_PAGE / 2; }
 static float *state_alloc(size_t floats, const char *what) {
-    return state_huge(floats) ? rl_huge_alloc(floats * sizeof(float), what) : rl_calloc(floats, sizeof(float), what);
+    return state_huge(floats) ? rl_huge_alloc(floats * sizeof(float), what)
+                              : rl_calloc(floats, sizeof(float), what);
 }
 static void state_free(float *p, size_t floats) {
     if (state_huge(floats)) rl_huge_free(p, floats * sizeof(float));
@@ -124,14 +125,15 @@ static int cpu_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
 /* Rows of several contexts in one forward (backend.h), on the first context's scratch, pool and
  * expert source: the others must read their experts from the same source (a server's slots
  * share one expert cache), else 1 (run one by one). */
-static int cpu_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n, float *const *logits,
-                            float *const *hidden) {
+static int cpu_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                            float *const *logits, float *const *hidden) {
     backend_ctx *c = cs[0];
     q3n_state *st[64];
     if (n > 64 || n > c->run.max_rows) return 1;
     for (int i = 0; i < n; i++) {
         const q3n_expert_src *a = &c->run.experts, *b = &cs[i]->run.experts;
-        if (cs[i]->m != c->m || a->acquire != b->acquire || a->ud != b->ud || cs[i]->run.fast != c->run.fast) return 1;
+        if (cs[i]->m != c->m || a->acquire != b->acquire || a->ud != b->ud || cs[i]->run.fast != c->run.fast)
+            return 1;
         st[i] = &cs[i]->st;
     }
     if (c->lrows_n < n) {
@@ -170,7 +172,8 @@ static int cpu_state_set(backend_ctx *c, int il, const float *conv, const float 
 }
 
 static size_t cpu_kv_row_bytes(backend_ctx *c) {
-    return (c->st.kv_f16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)c->m->hp.n_head_kv * (size_t)c->m->hp.head_dim;
+    return (c->st.kv_f16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)c->m->hp.n_head_kv *
+           (size_t)c->m->hp.head_dim;
 }
 
 static const char *cpu_kv_format(backend_ctx *c) { return c->st.kv_f16 ? "f16" : "f32"; }
@@ -179,13 +182,16 @@ static void cpu_mem_info(backend_ctx *c, engine_mem *out) {
     const q3n_hparams *hp = &c->m->hp;
     for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
         if (c->st.k_cache[il]) out->kv_bytes += 2 * cpu_kv_row_bytes(c) * (size_t)c->st.n_ctx;
-        if (c->st.conv[il]) out->state_bytes += 2 * sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+        if (c->st.conv[il])
+            out->state_bytes += 2 * sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
     }
-    out->scratch_bytes = sizeof(float) * q3n_scratch_floats(hp, c->run.max_rows) + q3n_actq_bytes(hp, c->run.max_rows);
+    out->scratch_bytes =
+        sizeof(float) * q3n_scratch_floats(hp, c->run.max_rows) + q3n_actq_bytes(hp, c->run.max_rows);
 }
 
 static int cpu_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
-    if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il])
+        return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->st.n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->st.n_ctx);
     memcpy(k, c->st.k_cache[il], cpu_kv_row_bytes(c) * (size_t)n);
     memcpy(v, c->st.v_cache[il], cpu_kv_row_bytes(c) * (size_t)n);
@@ -193,7 +199,8 @@ static int cpu_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
 }
 
 static int cpu_kv_set(backend_ctx *c, int il, int n, const void *k, const void *v) {
-    if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (il < 0 || il >= c->m->hp.n_layer || !c->st.k_cache[il])
+        return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->st.n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->st.n_ctx);
     memcpy(c->st.k_cache[il], k, cpu_kv_row_bytes(c) * (size_t)n);
     memcpy(c->st.v_cache[il], v, cpu_kv_row_bytes(c) * (size_t)n);
@@ -203,10 +210,8 @@ static int cpu_kv_set(backend_ctx *c, int il, int n, const void *k, const void *
 static void cpu_set_reference(backend_ctx *c, bool reference) { c->run.fast = !reference; }
 
 static void cpu_set_expert_src(backend_ctx *c, const q3n_expert_src *src) {
-    if (src)
-        c->run.experts = *src;
-    else
-        memset(&c->run.experts, 0, sizeof c->run.experts);
+    if (src) c->run.experts = *src;
+    else memset(&c->run.experts, 0, sizeof c->run.experts);
 }
 
 /* Prompt rows per forward: 512, doubled (up to 2048) while an average routed expert would see

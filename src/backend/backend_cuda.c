@@ -20,13 +20,12 @@
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
  * RL_CUDA_DN_SPLIT=0 (the decode DeltaNet step of a value head in one block; the default spreads
- * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200), RL_CUDA_MERGE=warp (the previous decode
- * attention merge, a warp per (row, head); the default is a thread per dim, same bits: 12-layer
- * decode at 32K depth +1-2 % on the H200; docs/TUNING.md),
- * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the
- * small-batch (verify) shapes, same bits whatever the value: RL_CUDA_SMALL_MOE=N (batches of
- * up to N rows run the MoE as one tile per (row, expert) pair, larger ones grouped by expert;
- * 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
+ * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200), RL_CUDA_MERGE=warp (the
+ * previous decode attention merge, a warp per (row, head); the default is a thread per dim, same bits:
+ * 12-layer decode at 32K depth +1-2 % on the H200; docs/TUNING.md), RL_CUDA_VERBOSE=1 (upload time and memory
+ * on stderr), RL_CUDA_DEVICE=N; tuning of the small-batch (verify) shapes, same bits whatever the value:
+ * RL_CUDA_SMALL_MOE=N (batches of up to N rows run the MoE as one tile per (row, expert) pair, larger ones
+ * grouped by expert; 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
  * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md. Decode kernels, same bits
  * whatever the value: RL_CUDA_MM_STAGE=iq|1|0 (weights staged in shared memory: IQ types, the
  * default; all; none), RL_CUDA_FUSE=0|all|combine,norm,router (last-block tails; default none),
@@ -49,8 +48,9 @@
 
 /* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
  * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md;
- * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %: bench/results/2026-12-03-cuda-session17-h200.md),
- * "1"/"all" every tail, or a comma list of combine, norm, router. */
+ * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %:
+ * bench/results/2026-12-03-cuda-session17-h200.md), "1"/"all" every tail, or a comma list of combine, norm,
+ * router. */
 static int fuse_mask(void) {
     const char *v = getenv("RL_CUDA_FUSE");
     if (!v || !*v) return 0;
@@ -65,7 +65,8 @@ static bool cuda_available(const char **why) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= 0) {
-        snprintf(buf, sizeof buf, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
+        snprintf(buf, sizeof buf, "no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
         (void)cudaGetLastError();
         if (why) *why = buf;
         return false;
@@ -79,7 +80,8 @@ static size_t al(size_t n) { return (n + 255) & ~(size_t)255; }
 static size_t carve(backend_ctx *c, uint8_t *base) {
     const q3n_hparams *hp = c->hp;
     size_t T = (size_t)c->n_batch, D = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    size_t C = hp->ssm_conv_dim, inner = (size_t)hp->ssm_hv * hp->ssm_dv, E = hp->n_expert, K = hp->n_expert_used;
+    size_t C = hp->ssm_conv_dim, inner = (size_t)hp->ssm_hv * hp->ssm_dv, E = hp->n_expert,
+           K = hp->n_expert_used;
     /* ffs: the shared expert's width, or the dense FFN's (it runs in the shared expert's buffers) */
     size_t ff = hp->n_ff_exp, ffs = hp->moe ? hp->n_ff_shexp : hp->n_ff, V = hp->n_vocab, kvw = Hkv * hd;
     size_t kv_el = c->kv_f16 ? 2 : 4, off = 0;
@@ -136,11 +138,13 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     TAKE(c->ctr, 4 * (CU_CTR_DN + (size_t)hp->ssm_hv));
     { /* the largest input of a matmul on each stream (mixer/MTP inputs, expert downs; the shared expert) */
         size_t w1 = cu_matmul_ws_bytes((int)D, (int)T), w2 = w1;
-        const size_t cand[4] = {cu_matmul_ws_bytes((int)inner, (int)T), cu_matmul_ws_bytes((int)(H * hd), (int)T),
-                                cu_matmul_ws_bytes((int)(2 * D), (int)T), cu_matmul_ws_bytes((int)ff, (int)(T * K))};
+        const size_t cand[4] = {
+            cu_matmul_ws_bytes((int)inner, (int)T), cu_matmul_ws_bytes((int)(H * hd), (int)T),
+            cu_matmul_ws_bytes((int)(2 * D), (int)T), cu_matmul_ws_bytes((int)ff, (int)(T * K))};
         for (int i = 0; i < 4; i++) w1 = cand[i] > w1 ? cand[i] : w1;
         if (ffs && cu_matmul_ws_bytes((int)ffs, (int)T) > w2) w2 = cu_matmul_ws_bytes((int)ffs, (int)T);
-        if (!hp->moe && cu_matmul_ws_bytes((int)ffs, (int)T) > w1) w1 = cu_matmul_ws_bytes((int)ffs, (int)T); /* dense FFN down, main stream */
+        if (!hp->moe && cu_matmul_ws_bytes((int)ffs, (int)T) > w1)
+            w1 = cu_matmul_ws_bytes((int)ffs, (int)T); /* dense FFN down, main stream */
         TAKE(c->ws, w1);
         TAKE(c->ws2, w2);
     }
@@ -156,7 +160,8 @@ static void ctx_geometry(backend_ctx *c, const q3n_hparams *hp, int n_ctx, int n
     c->logit_rows = n_batch < 64 ? n_batch : 64;
     c->max_tiles = n_batch * hp->n_expert_used / CU_TT + hp->n_expert + 1;
     if (c->max_tiles < hp->n_expert_used) c->max_tiles = hp->n_expert_used;
-    if (c->max_tiles < (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used) /* one tile per pair */
+    if (c->max_tiles <
+        (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used) /* one tile per pair */
         c->max_tiles = (n_batch < CU_SMALL_T ? n_batch : CU_SMALL_T) * hp->n_expert_used;
 }
 
@@ -173,7 +178,8 @@ size_t backend_cuda_ctx_bytes(const q3n_hparams *hp, int n_ctx, int n_batch, bac
 static size_t state_bytes(const q3n_hparams *hp) {
     size_t n = 0;
     for (int il = 0; il < hp->n_layer; il++)
-        if (!hp->is_attn[il]) n += al(sizeof(float) * q3n_conv_floats(hp)) + al(sizeof(float) * q3n_ssm_floats(hp));
+        if (!hp->is_attn[il])
+            n += al(sizeof(float) * q3n_conv_floats(hp)) + al(sizeof(float) * q3n_ssm_floats(hp));
     return n ? n : 256;
 }
 
@@ -188,8 +194,10 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
     vram_pin_mode pin;
     vram_miss_mode miss;
     const char *pin_env = getenv("RL_VRAM_PIN"); /* the older switch: 1 = on, 0 = off */
-    const char *pin_s = o->vram_pin ? o->vram_pin : pin_env && !strcmp(pin_env, "1") ? "on"
-                                                  : pin_env && !strcmp(pin_env, "0") ? "off" : NULL;
+    const char *pin_s = o->vram_pin                        ? o->vram_pin
+                        : pin_env && !strcmp(pin_env, "1") ? "on"
+                        : pin_env && !strcmp(pin_env, "0") ? "off"
+                                                           : NULL;
     if (vram_pin_parse(pin_s, &pin) || vram_miss_parse(o->vram_miss, &miss)) return -1;
     if (vram_geom_of(c->m, &g) || CU_CHECK(cudaMemGetInfo(&fr, &tot))) return -1;
     const size_t TK = (size_t)c->n_batch * hp->n_expert_used;
@@ -256,7 +264,8 @@ static void cuda_ctx_free(backend_ctx *c) {
 
 static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, pool *p);
 
-static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, int n_batch, const backend_ctx_opts *o) {
+static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, int n_batch,
+                                      const backend_ctx_opts *o) {
     const backend_kv kv = o ? o->kv : BACKEND_KV_F32;
     const q3n_hparams *hp = &m->hp;
     const char *why = NULL;
@@ -313,20 +322,24 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     }
     carve(c, c->dev);
     size_t V = hp->n_vocab, D = hp->n_embd;
-    {   /* host staging of the debug hooks: 3 dumped buffers of the widest activation, the
-         * route triples, or one layer's state */
+    { /* host staging of the debug hooks: 3 dumped buffers of the widest activation, the
+       * route triples, or one layer's state */
         size_t w = D, K3 = 3 * (size_t)hp->n_expert_used;
-        size_t cand[] = {(size_t)hp->ssm_conv_dim, (size_t)hp->ssm_hv * hp->ssm_dv, (size_t)hp->n_head * hp->head_dim, K3};
+        size_t cand[] = {(size_t)hp->ssm_conv_dim, (size_t)hp->ssm_hv * hp->ssm_dv,
+                         (size_t)hp->n_head * hp->head_dim, K3};
         for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) w = cand[i] > w ? cand[i] : w;
         c->h_tmp_floats = 3 * (size_t)n_batch * w;
-        if (c->h_tmp_floats < q3n_ssm_floats(hp) + q3n_conv_floats(hp)) c->h_tmp_floats = q3n_ssm_floats(hp) + q3n_conv_floats(hp);
+        if (c->h_tmp_floats < q3n_ssm_floats(hp) + q3n_conv_floats(hp))
+            c->h_tmp_floats = q3n_ssm_floats(hp) + q3n_conv_floats(hp);
     }
-    if (CU_CHECK(cudaMallocHost((void **)&c->h_tok, sizeof(int32_t) * (2 * (size_t)n_batch + 1))) || /* + row slots */
+    if (CU_CHECK(cudaMallocHost((void **)&c->h_tok,
+                                sizeof(int32_t) * (2 * (size_t)n_batch + 1))) || /* + row slots */
         CU_CHECK(cudaMallocHost((void **)&c->h_logits, sizeof(float) * (size_t)c->logit_rows * V)) ||
         CU_CHECK(cudaMallocHost((void **)&c->h_hidden, sizeof(float) * (size_t)n_batch * D)) ||
         CU_CHECK(cudaMallocHost((void **)&c->h_tmp, sizeof(float) * c->h_tmp_floats)))
         goto fail;
-    if (CU_CHECK(cudaMemsetAsync(c->dev, 0, c->dev_bytes, c->st)) || CU_CHECK(cudaStreamSynchronize(c->st))) goto fail;
+    if (CU_CHECK(cudaMemsetAsync(c->dev, 0, c->dev_bytes, c->st)) || CU_CHECK(cudaStreamSynchronize(c->st)))
+        goto fail;
     (void)cudaMemGetInfo(&c->mem_free2, &c->mem_total);
     (void)cudaGetLastError();
     if (env_on("RL_CUDA_VERBOSE", false))
@@ -334,7 +347,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
                 c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
     if (tier) {
         const vram_plan *vp = vram_tier_plan(c->vt);
-        if (CU_CHECK(cudaMalloc((void **)&c->bk, sizeof(float) * (c->state_floats ? c->state_floats : 1)))) goto fail;
+        if (CU_CHECK(cudaMalloc((void **)&c->bk, sizeof(float) * (c->state_floats ? c->state_floats : 1))))
+            goto fail;
         /* the host picks the slots per layer: no decode or verify graph (forward_run); the MTP
          * head's graph stays (its layer's experts are resident) */
         if (env_on("RL_CUDA_VERBOSE", false)) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
@@ -360,16 +374,22 @@ static void cuda_reset(backend_ctx *c) {
 }
 
 static int cuda_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
-    if (il < 0 || il >= c->hp->n_layer || !c->conv[il]) return rl_seterr("layer %d has no recurrent state", il);
-    TRY(CU_CHECK(cudaMemcpyAsync(conv, c->conv[il], sizeof(float) * q3n_conv_floats(c->hp), cudaMemcpyDeviceToHost, c->st)));
-    TRY(CU_CHECK(cudaMemcpyAsync(ssm, c->ssm[il], sizeof(float) * q3n_ssm_floats(c->hp), cudaMemcpyDeviceToHost, c->st)));
+    if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
+        return rl_seterr("layer %d has no recurrent state", il);
+    TRY(CU_CHECK(cudaMemcpyAsync(conv, c->conv[il], sizeof(float) * q3n_conv_floats(c->hp),
+                                 cudaMemcpyDeviceToHost, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(ssm, c->ssm[il], sizeof(float) * q3n_ssm_floats(c->hp),
+                                 cudaMemcpyDeviceToHost, c->st)));
     return CU_CHECK(cudaStreamSynchronize(c->st));
 }
 
 static int cuda_state_set(backend_ctx *c, int il, const float *conv, const float *ssm) {
-    if (il < 0 || il >= c->hp->n_layer || !c->conv[il]) return rl_seterr("layer %d has no recurrent state", il);
-    TRY(CU_CHECK(cudaMemcpyAsync(c->conv[il], conv, sizeof(float) * q3n_conv_floats(c->hp), cudaMemcpyHostToDevice, c->st)));
-    TRY(CU_CHECK(cudaMemcpyAsync(c->ssm[il], ssm, sizeof(float) * q3n_ssm_floats(c->hp), cudaMemcpyHostToDevice, c->st)));
+    if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
+        return rl_seterr("layer %d has no recurrent state", il);
+    TRY(CU_CHECK(cudaMemcpyAsync(c->conv[il], conv, sizeof(float) * q3n_conv_floats(c->hp),
+                                 cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(cudaMemcpyAsync(c->ssm[il], ssm, sizeof(float) * q3n_ssm_floats(c->hp),
+                                 cudaMemcpyHostToDevice, c->st)));
     return CU_CHECK(cudaStreamSynchronize(c->st));
 }
 
@@ -388,9 +408,11 @@ static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
     const q3n_hparams *hp = c->hp;
     for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) { /* the MTP layer's KV cache too */
         if (hp->is_attn[il]) out->kv_bytes += 2 * cuda_kv_row_bytes(c) * (size_t)c->n_ctx;
-        else if (il < hp->n_layer) out->state_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
+        else if (il < hp->n_layer)
+            out->state_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
     }
-    out->scratch_bytes = c->dev_bytes - out->kv_bytes - out->state_bytes; /* carve's alignment padding included */
+    out->scratch_bytes =
+        c->dev_bytes - out->kv_bytes - out->state_bytes; /* carve's alignment padding included */
     out->device = true;
     out->dev_total = c->mem_total;
     /* a model already uploaded by another context: mem_free0 == mem_free1 says nothing of the weights */
@@ -402,7 +424,8 @@ static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
 }
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
-    if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il])
+        return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
     size_t b = cuda_kv_row_bytes(c) * (size_t)n;
     TRY(CU_CHECK(cudaMemcpyAsync(k, c->kc[il], b, cudaMemcpyDeviceToHost, c->st)));
@@ -411,7 +434,8 @@ static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
 }
 
 static int cuda_kv_set(backend_ctx *c, int il, int n, const void *k, const void *v) {
-    if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il]) return rl_seterr("layer %d has no KV cache", il);
+    if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il])
+        return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
     size_t b = cuda_kv_row_bytes(c) * (size_t)n;
     TRY(CU_CHECK(cudaMemcpyAsync(c->kc[il], k, b, cudaMemcpyHostToDevice, c->st)));
@@ -428,7 +452,7 @@ const backend_ops backend_cuda = {
     .forward = cuda_forward,
     .state_get = cuda_state_get,
     .state_set = cuda_state_set,
-    .set_reference = NULL,  /* no double-precision mode: the CPU backend is the oracle */
+    .set_reference = NULL, /* no double-precision mode: the CPU backend is the oracle */
     .mtp_forward = cuda_mtp_forward,
     .slot_restore = cuda_slot_restore,
     .slot_get = cuda_slot_get,

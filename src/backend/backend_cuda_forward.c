@@ -17,8 +17,8 @@
 
 /* Debug dump of k device buffers of T rows (row-major, widths n[i]) in the CPU's order: row by
  * row, the k names within a row. Synchronous; only when a dump hook is set. */
-static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, int T, int k, const q3n_act *acts,
-                     float *const *ptrs, const int *n) {
+static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, int T, int k,
+                     const q3n_act *acts, float *const *ptrs, const int *n) {
     if (!hk || !hk->dump) return 0;
     size_t off[4], tot = 0;
     for (int i = 0; i < k; i++) {
@@ -27,7 +27,8 @@ static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, 
     }
     RL_ASSERT(k <= 4 && tot <= c->h_tmp_floats);
     for (int i = 0; i < k; i++)
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + off[i], ptrs[i], sizeof(float) * (size_t)T * n[i], cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + off[i], ptrs[i], sizeof(float) * (size_t)T * n[i],
+                                     cudaMemcpyDeviceToHost, c->st)));
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
     for (int t = 0; t < T; t++)
         for (int i = 0; i < k; i++)
@@ -35,23 +36,29 @@ static int dump_rows(backend_ctx *c, const backend_hooks *hk, int il, int row0, 
     return 0;
 }
 
-static int dump1(backend_ctx *c, const backend_hooks *hk, q3n_act act, int il, int row0, int T, float *p, int n) {
+static int dump1(backend_ctx *c, const backend_hooks *hk, q3n_act act, int il, int row0, int T, float *p,
+                 int n) {
     return dump_rows(c, hk, il, row0, T, 1, &act, &p, &n);
 }
 
 /* y_i = W_i x for up to 3 matrices of one input; runs of equal type share a launch. */
-static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const int *ldy, const int *epi, int n,
-                  const float *x, int ldx, int T, const cu_conv *conv, cudaStream_t s) {
+static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const int *ldy, const int *epi,
+                  int n, const float *x, int ldx, int T, const cu_conv *conv, cudaStream_t s) {
     for (int i = 0; i < n;) {
         cu_seg seg[3];
         int k = 0;
         do {
-            seg[k] = (cu_seg){.w = W[i]->d, .row_bytes = W[i]->row_bytes, .n_out = (int)W[i]->n_out, .y = Y[i],
-                              .ldy = ldy[i], .epi = epi ? epi[i] : CU_EPI_STORE};
+            seg[k] = (cu_seg){.w = W[i]->d,
+                              .row_bytes = W[i]->row_bytes,
+                              .n_out = (int)W[i]->n_out,
+                              .y = Y[i],
+                              .ldy = ldy[i],
+                              .epi = epi ? epi[i] : CU_EPI_STORE};
             k++;
             i++;
         } while (i < n && k < 3 && W[i]->type == W[i - 1]->type && W[i]->n_in == W[i - 1]->n_in);
-        TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv, s == c->st2 ? c->ws2 : c->ws, s));
+        TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv,
+                      s == c->st2 ? c->ws2 : c->ws, s));
     }
     return 0;
 }
@@ -59,7 +66,10 @@ static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const i
 /* Work for the second stream from here on: st2 waits for everything enqueued on st so far (its
  * results are joined back with ev_join: recorded on st2 after the work, waited for by st). */
 static int side_fork(backend_ctx *c) {
-    return CU_CHECK(cudaEventRecord(c->ev_fork, c->st)) || CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0)) ? -1 : 0;
+    return CU_CHECK(cudaEventRecord(c->ev_fork, c->st)) ||
+                   CU_CHECK(cudaStreamWaitEvent(c->st2, c->ev_fork, 0))
+               ? -1
+               : 0;
 }
 
 /* The mixer's output projection y = W in; with norm_w (decode, c->fuse) its last block also does
@@ -68,7 +78,11 @@ static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const
     const int D = c->hp->n_embd;
     if (norm_w) {
         cu_seg s = {.w = W->d, .row_bytes = W->row_bytes, .n_out = (int)W->n_out, .y = c->y, .ldy = D};
-        cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = c->ctr, .x = c->x, .out = c->xn, .w = norm_w,
+        cu_tail t = {.kind = CU_TAIL_ADD_NORM,
+                     .counter = c->ctr,
+                     .x = c->x,
+                     .out = c->xn,
+                     .w = norm_w,
                      .eps = c->hp->rms_eps};
         return cu_matmul_tail(W->type, W->n_in, &s, 1, in, &t, c->st);
     }
@@ -81,11 +95,21 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int C = hp->ssm_conv_dim, inner = hp->ssm_hv * hp->ssm_dv, D = hp->n_embd, hv2 = 2 * hp->ssm_hv;
-    const cu_dn_dims d = {.C = C, .kw = hp->ssm_kw, .dk = hp->ssm_dk, .dv = hp->ssm_dv, .hk = hp->ssm_hk,
-                          .hv = hp->ssm_hv, .eps = hp->rms_eps, .conv_w = L->conv_w, .ssm_a = L->ssm_a,
-                          .dt_bias = L->dt_bias, .ssm_norm = L->ssm_norm, .v_tiled = hp->v_tiled,
+    const cu_dn_dims d = {.C = C,
+                          .kw = hp->ssm_kw,
+                          .dk = hp->ssm_dk,
+                          .dv = hp->ssm_dv,
+                          .hk = hp->ssm_hk,
+                          .hv = hp->ssm_hv,
+                          .eps = hp->rms_eps,
+                          .conv_w = L->conv_w,
+                          .ssm_a = L->ssm_a,
+                          .dt_bias = L->dt_bias,
+                          .ssm_norm = L->ssm_norm,
+                          .v_tiled = hp->v_tiled,
                           .ba_split = hp->ba_split};
-    const bool per_row = hk && hk->row_state, snap = c->snap_rows && !per_row, fused = T == 1 && !per_row && !snap;
+    const bool per_row = hk && hk->row_state, snap = c->snap_rows && !per_row,
+               fused = T == 1 && !per_row && !snap;
     const cu_conv cv = {L->conv_w, c->conv[il], hp->ssm_kw, C};
     /* beta/alpha: the fused ssm_ba, or (ba_split) ssm_beta and ssm_alpha writing the two halves
      * of each row of c->ba ([beta x hv | alpha x hv], d.ba_split) */
@@ -109,7 +133,8 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     }
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
-        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
+        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL,
+                       c->st));
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
         size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
         for (int t = 0; t < T; t++) {
@@ -118,14 +143,17 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
             TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, t, 1, u, C));
             TRY(cu_dn_prep(&d, u, c->ba + (size_t)t * hv2, ab, 1, c->st));
             TRY(cu_dn_scan(&d, u, ab, c->ssm[il], c->o + (size_t)t * inner, 1, c->st));
-            TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp, c->conv[il], sizeof(float) * nc, cudaMemcpyDeviceToHost, c->st)));
-            TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + nc, c->ssm[il], sizeof(float) * ns, cudaMemcpyDeviceToHost, c->st)));
+            TRY(CU_CHECK(
+                cudaMemcpyAsync(c->h_tmp, c->conv[il], sizeof(float) * nc, cudaMemcpyDeviceToHost, c->st)));
+            TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + nc, c->ssm[il], sizeof(float) * ns,
+                                         cudaMemcpyDeviceToHost, c->st)));
             TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
             hk->row_state(hk->ud, il, t, c->h_tmp, c->h_tmp + nc);
         }
         TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
     } else { /* snap: each row's state also into its verify snapshot slot (c->row_slot) */
-        float *sconv = snap ? c->slots + (c->conv[il] - c->state) : NULL, *sssm = snap ? c->slots + (c->ssm[il] - c->state) : NULL;
+        float *sconv = snap ? c->slots + (c->conv[il] - c->state) : NULL,
+              *sssm = snap ? c->slots + (c->ssm[il] - c->state) : NULL;
         const int32_t *rs = snap ? c->row_slot : NULL;
         TRY(cu_dn_conv_snap(&d, c->big, C, c->u, c->conv[il], T, sconv, c->state_floats, rs, c->st));
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, T, c->u, C));
@@ -146,15 +174,27 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     float *Y[3] = {c->big, k, v};
     const int ldy[3] = {2 * H * hd, kvw, kvw};
     TRY(mm_run(c, W, Y, ldy, NULL, 3, c->xn, D, T, NULL, c->st));
-    const cu_attn_dims a = {.H = H, .Hkv = hp->n_head_kv, .hd = hd, .n_rot = hp->n_rot, .n_ctx = c->n_ctx,
-                            .eps = hp->rms_eps, .scale = 1.0f / sqrtf((float)hd), .inv_freq = c->dm->inv_freq,
-                            .kv_f16 = c->kv_f16, .split_per_warp = c->attn_per_warp,
+    const cu_attn_dims a = {.H = H,
+                            .Hkv = hp->n_head_kv,
+                            .hd = hd,
+                            .n_rot = hp->n_rot,
+                            .n_ctx = c->n_ctx,
+                            .eps = hp->rms_eps,
+                            .scale = 1.0f / sqrtf((float)hd),
+                            .inv_freq = c->dm->inv_freq,
+                            .kv_f16 = c->kv_f16,
+                            .split_per_warp = c->attn_per_warp,
                             .prefill_staged = c->attn_pf_staged,
-                            .prefill_tiled = c->attn_pf_tiled, .rope_delta = il >= hp->n_layer,
-                            .tc = c->attn_tc, .split_db = c->attn_db,
-                            .merge_wide = c->merge_wide, .merge_scan = c->merge_scan};
-    TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il], c->st));
-    TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o, c->st));
+                            .prefill_tiled = c->attn_pf_tiled,
+                            .rope_delta = il >= hp->n_layer,
+                            .tc = c->attn_tc,
+                            .split_db = c->attn_db,
+                            .merge_wide = c->merge_wide,
+                            .merge_scan = c->merge_scan};
+    TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il],
+                              c->st));
+    TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o,
+                     c->st));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
     return out_proj(c, &L->wo, c->o, T, norm_w);
 }
@@ -173,20 +213,31 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
         TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
         TRY(cu_router(c->rl, E, K, T, pred, vram_tier_pred_w(c->vt), NULL, NULL, NULL, NULL, NULL, c->st));
     }
-    int nb = vram_tier_layer(c->vt, il, c->ids, pred, c->xn, T, direct ? 1 : CU_TT, c->st); /* tiles as full residency's */
+    int nb = vram_tier_layer(c->vt, il, c->ids, pred, c->xn, T, direct ? 1 : CU_TT,
+                             c->st); /* tiles as full residency's */
     if (nb < 0) return -1;
     for (int b = 0; b < nb; b++) {
         vram_batch vb;
         TRY(vram_tier_batch(c->vt, b, c->st, &vb));
         cu_group gg = vb.g, gd = vb.g;
-        gg.pair_out = NULL; /* gate/up: input row pair_in[p] -> h row p; down: h row p -> eo row pair_out[p] */
+        gg.pair_out =
+            NULL; /* gate/up: input row pair_in[p] -> h row p; down: h row p -> eo row pair_out[p] */
         gd.pair_in = NULL;
         gg.x_rows = T;
         gd.x_rows = T * K;
-        cu_seg gu = {.w = vb.gate, .w2 = vb.up, .row_bytes = L->gate_exps.row_bytes, .expert_stride = vb.stride,
-                     .n_out = ff, .y = c->h, .ldy = ff};
-        cu_seg dn = {.w = vb.down, .row_bytes = L->down_exps.row_bytes, .expert_stride = vb.stride, .n_out = D,
-                     .y = c->eo, .ldy = D};
+        cu_seg gu = {.w = vb.gate,
+                     .w2 = vb.up,
+                     .row_bytes = L->gate_exps.row_bytes,
+                     .expert_stride = vb.stride,
+                     .n_out = ff,
+                     .y = c->h,
+                     .ldy = ff};
+        cu_seg dn = {.w = vb.down,
+                     .row_bytes = L->down_exps.row_bytes,
+                     .expert_stride = vb.stride,
+                     .n_out = D,
+                     .y = c->eo,
+                     .ldy = D};
         if (cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &gg, true, NULL, c->ws, c->st) ||
             cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &gd, false, NULL, c->ws, c->st)) {
             vram_tier_abort(c->vt);
@@ -213,42 +264,65 @@ static int ffn_dense(backend_ctx *c, int il, int T) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int D = hp->n_embd, ff = hp->n_ff;
-    if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: FFN gate/up types differ (layer %d)", il);
-    cu_seg gu = {.w = L->gate_sh.d, .w2 = L->up_sh.d, .row_bytes = L->gate_sh.row_bytes, .n_out = ff, .y = c->hs, .ldy = ff};
+    if (L->gate_sh.type != L->up_sh.type)
+        return rl_seterr("CUDA backend: FFN gate/up types differ (layer %d)", il);
+    cu_seg gu = {.w = L->gate_sh.d,
+                 .w2 = L->up_sh.d,
+                 .row_bytes = L->gate_sh.row_bytes,
+                 .n_out = ff,
+                 .y = c->hs,
+                 .ldy = ff};
     TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws, c->st));
     cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
     TRY(cu_matmul(L->down_sh.type, ff, &dn, 1, c->hs, ff, T, NULL, false, NULL, c->ws, c->st));
     if (T == 1 && (c->fuse & FUSE_COMBINE))
-        return cu_moe_combine_norm1(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D,
-                                    hp->rms_eps, c->ctr + 2, c->st);
-    return cu_moe_combine(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D, T, hp->rms_eps,
-                          c->st);
+        return cu_moe_combine_norm1(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il),
+                                    c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
+    return cu_moe_combine(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D, T,
+                          hp->rms_eps, c->st);
 }
 
 static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     const q3n_hparams *hp = c->hp;
     if (!hp->moe) return ffn_dense(c, il, T);
     const dlayer *L = &c->dm->L[il];
-    const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp, ffs = hp->n_ff_shexp;
+    const int D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, ff = hp->n_ff_exp,
+              ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
     const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
     const bool shg = has_sh && L->sh_gate && c->shg_side;
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
-        if (L->gate_sh.type != L->up_sh.type) return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
+        if (L->gate_sh.type != L->up_sh.type)
+            return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
         TRY(side_fork(c));
-        cu_seg gu = {.w = L->gate_sh.d, .w2 = L->up_sh.d, .row_bytes = L->gate_sh.row_bytes, .n_out = ffs, .y = c->hs, .ldy = ffs};
+        cu_seg gu = {.w = L->gate_sh.d,
+                     .w2 = L->up_sh.d,
+                     .row_bytes = L->gate_sh.row_bytes,
+                     .n_out = ffs,
+                     .y = c->hs,
+                     .ldy = ffs};
         TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws2, c->st2));
         cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
         TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->ws2, c->st2));
-        if (shg) TRY(cu_moe_sh_gate(L->sh_gate, c->xn, c->shg, D, T, c->st2)); /* the combine's gate, off its path */
+        if (shg)
+            TRY(cu_moe_sh_gate(L->sh_gate, c->xn, c->shg, D, T,
+                               c->st2)); /* the combine's gate, off its path */
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
-    if (T == 1 && (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
+    if (T == 1 &&
+        (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
         cu_seg s = {.w = L->router.d, .row_bytes = L->router.row_bytes, .n_out = E, .y = c->rl, .ldy = E};
-        cu_tail t = {.kind = CU_TAIL_ROUTER, .counter = c->ctr + 1, .K = K, .ids = c->ids, .wts = c->wts,
-                     .probs = c->probs, .tiles = direct && !tier ? c->tiles : NULL, .n_tiles = c->n_tiles,
-                     .pair_in = c->pair_in, .pair_out = c->pair_out};
+        cu_tail t = {.kind = CU_TAIL_ROUTER,
+                     .counter = c->ctr + 1,
+                     .K = K,
+                     .ids = c->ids,
+                     .wts = c->wts,
+                     .probs = c->probs,
+                     .tiles = direct && !tier ? c->tiles : NULL,
+                     .n_tiles = c->n_tiles,
+                     .pair_in = c->pair_in,
+                     .pair_out = c->pair_out};
         TRY(cu_matmul_tail(L->router.type, D, &s, 1, c->xn, &t, c->st));
     } else {
         const dmat *Wr[1] = {&L->router};
@@ -258,19 +332,25 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                       c->pair_in, c->pair_out, c->st));
     }
     /* the plan's tile: CU_TT pairs, or 2 * CU_TT where both expert launches run the staged integer tiles */
-    const int ptt = cu_matmul_group_tt(L->gate_exps.type) == 2 * CU_TT && cu_matmul_group_tt(L->down_exps.type) == 2 * CU_TT
+    const int ptt = cu_matmul_group_tt(L->gate_exps.type) == 2 * CU_TT &&
+                            cu_matmul_group_tt(L->down_exps.type) == 2 * CU_TT
                         ? 2 * CU_TT
                         : CU_TT;
     if (!direct && !tier)
-        TRY(cu_moe_plan(c->ids, T, K, E, ptt, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts, c->st));
+        TRY(cu_moe_plan(c->ids, T, K, E, ptt, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts,
+                        c->st));
     if (hk && hk->route) {
         int32_t *hid = (int32_t *)c->h_tmp;
         float *hw = c->h_tmp + (size_t)T * K, *hpr = hw + (size_t)T * K;
-        TRY(CU_CHECK(cudaMemcpyAsync(hid, c->ids, sizeof(int32_t) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
-        TRY(CU_CHECK(cudaMemcpyAsync(hw, c->wts, sizeof(float) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
-        TRY(CU_CHECK(cudaMemcpyAsync(hpr, c->probs, sizeof(float) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(
+            cudaMemcpyAsync(hid, c->ids, sizeof(int32_t) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(
+            cudaMemcpyAsync(hw, c->wts, sizeof(float) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(
+            cudaMemcpyAsync(hpr, c->probs, sizeof(float) * (size_t)T * K, cudaMemcpyDeviceToHost, c->st)));
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
-        for (int t = 0; t < T; t++) hk->route(hk->ud, il, t, hid + (size_t)t * K, hw + (size_t)t * K, hpr + (size_t)t * K, K);
+        for (int t = 0; t < T; t++)
+            hk->route(hk->ud, il, t, hid + (size_t)t * K, hw + (size_t)t * K, hpr + (size_t)t * K, K);
     }
     /* routed experts, grouped by expert: gate/up (silu(g) * u) then down */
     if (!L->fused_gate_up && L->gate_exps.type != L->up_exps.type)
@@ -280,34 +360,48 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         goto combine;
     }
     const size_t rb = L->gate_exps.row_bytes;
-    cu_group g = {.tiles = c->tiles, .n_tiles = c->n_tiles, .max_tiles = direct ? T * K : c->max_tiles,
-                  .tt = direct ? 1 : ptt, .pair_in = c->pair_in, .pair_out = NULL, .x_rows = T};
-    cu_seg gu = {.w = L->gate_exps.d, .w2 = L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb : L->up_exps.d,
-                 .row_bytes = rb, .expert_stride = (size_t)ff * rb * (L->fused_gate_up ? 2 : 1), .n_out = ff,
-                 .y = c->h, .ldy = ff};
+    cu_group g = {.tiles = c->tiles,
+                  .n_tiles = c->n_tiles,
+                  .max_tiles = direct ? T * K : c->max_tiles,
+                  .tt = direct ? 1 : ptt,
+                  .pair_in = c->pair_in,
+                  .pair_out = NULL,
+                  .x_rows = T};
+    cu_seg gu = {.w = L->gate_exps.d,
+                 .w2 = L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb : L->up_exps.d,
+                 .row_bytes = rb,
+                 .expert_stride = (size_t)ff * rb * (L->fused_gate_up ? 2 : 1),
+                 .n_out = ff,
+                 .y = c->h,
+                 .ldy = ff};
     TRY(cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &g, true, NULL, c->ws, c->st));
     g.pair_in = NULL;
     g.pair_out = c->pair_out;
     g.x_rows = T * K;
-    cu_seg dn = {.w = L->down_exps.d, .row_bytes = L->down_exps.row_bytes,
-                 .expert_stride = (size_t)D * L->down_exps.row_bytes, .n_out = D, .y = c->eo, .ldy = D};
+    cu_seg dn = {.w = L->down_exps.d,
+                 .row_bytes = L->down_exps.row_bytes,
+                 .expert_stride = (size_t)D * L->down_exps.row_bytes,
+                 .n_out = D,
+                 .y = c->eo,
+                 .ldy = D};
     TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->st));
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = next_norm(c, il);
     if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
-        return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
-                                    c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
-    return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn, c->y, c->x,
-                          w_next, c->xn, D, T, hp->rms_eps, c->st);
+        return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL,
+                                    c->xn, c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
+    return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
+                          c->y, c->x, w_next, c->xn, D, T, hp->rms_eps, c->st);
 }
 
 /* Logits of rows [t0, t0+n) (n <= logit_rows) into c->logits. */
 static int head(backend_ctx *c, int t0, int n) {
     const dmat *o = &c->dm->output;
-    cu_seg s = {.w = o->d, .row_bytes = o->row_bytes, .n_out = (int)o->n_out, .y = c->logits, .ldy = (int)o->n_out};
-    return cu_matmul(o->type, c->hp->n_embd, &s, 1, c->xn + (size_t)t0 * c->hp->n_embd, c->hp->n_embd, n, NULL, false,
-                     NULL, c->ws, c->st);
+    cu_seg s = {
+        .w = o->d, .row_bytes = o->row_bytes, .n_out = (int)o->n_out, .y = c->logits, .ldy = (int)o->n_out};
+    return cu_matmul(o->type, c->hp->n_embd, &s, 1, c->xn + (size_t)t0 * c->hp->n_embd, c->hp->n_embd, n,
+                     NULL, false, NULL, c->ws, c->st);
 }
 
 /* Every launch of a forward of T rows (tokens and position already in c->tok / c->pos0).
@@ -385,7 +479,8 @@ static int head_rows_to_host(backend_ctx *c, int T, float *logits) {
     for (int t0 = 0; t0 < T; t0 += c->logit_rows) {
         const int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
         TRY(head(c, t0, n));
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V,
+                                     cudaMemcpyDeviceToHost, c->st)));
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
         memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
     }
@@ -399,9 +494,11 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
                        float *hidden, const backend_hooks *hooks) {
     const q3n_hparams *hp = c->hp;
     const int V = hp->n_vocab, D = hp->n_embd;
-    if (T < 1 || T > c->n_batch) return rl_seterr("forward of %d rows: must be 1..%d (n_batch)", T, c->n_batch);
+    if (T < 1 || T > c->n_batch)
+        return rl_seterr("forward of %d rows: must be 1..%d (n_batch)", T, c->n_batch);
     if (pos < 0 || pos + T > c->n_ctx)
-        return rl_seterr("context is full: %d + %d tokens exceed the context size %d (raise --ctx)", pos, T, c->n_ctx);
+        return rl_seterr("context is full: %d + %d tokens exceed the context size %d (raise --ctx)", pos, T,
+                         c->n_ctx);
     if (q3n_check_tokens(tokens, T, V)) return -1;
     const bool hooked = hooks && (hooks->dump || hooks->route || hooks->row_state);
     const int *rows_to_slots = hooks && !hooks->row_state ? hooks->row_slots : NULL;
@@ -410,8 +507,10 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     const bool vgraph = !hooked && c->graphs && !c->vt && T > 1 && T <= CU_SMALL_T && logits && all_logits;
     memcpy(c->h_tok, tokens, sizeof(int32_t) * (size_t)T);
     c->h_tok[c->n_batch] = pos;
-    TRY(CU_CHECK(cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
-    TRY(CU_CHECK(cudaMemcpyAsync(c->pos0, c->h_tok + c->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->pos0, c->h_tok + c->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
     c->snap_rows = false;
     if (rows_to_slots || vgraph) TRY(snap_rows_upload(c, rows_to_slots, T));
     const bool one_row_logits = logits && (!all_logits || T == 1);
@@ -430,14 +529,17 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     }
     c->snap_rows = false;
     if (one_row_logits)
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(
+            cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, c->st)));
     if (hidden)
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D,
+                                     cudaMemcpyDeviceToHost, c->st)));
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
     if (one_row_logits) memcpy(logits, c->h_logits, sizeof(float) * V);
     if (hidden) memcpy(hidden, c->h_hidden, sizeof(float) * (size_t)T * D);
     if (all_done) {
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)T * V, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)T * V,
+                                     cudaMemcpyDeviceToHost, c->st)));
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
         memcpy(logits, c->h_logits, sizeof(float) * (size_t)T * V);
     } else if (logits && !one_row_logits) { /* every row's logits, in chunks of logit_rows */
@@ -451,8 +553,9 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
 static int state_backup(backend_ctx *c, bool save) {
     const size_t n = sizeof(float) * c->state_floats;
     if (!n) return 0;
-    return CU_CHECK(cudaMemcpyAsync(save ? (void *)c->bk : (void *)c->state, save ? (const void *)c->state : (const void *)c->bk,
-                                    n, cudaMemcpyDeviceToDevice, c->st));
+    return CU_CHECK(cudaMemcpyAsync(save ? (void *)c->bk : (void *)c->state,
+                                    save ? (const void *)c->state : (const void *)c->bk, n,
+                                    cudaMemcpyDeviceToDevice, c->st));
 }
 
 /* With a VRAM tier a forward can fail half-way (a slot fill): the DeltaNet states saved before
@@ -467,7 +570,8 @@ int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *l
     cudaStreamSynchronize(c->st); /* let what was queued finish before the states go back */
     (void)cudaGetLastError();
     if (state_backup(c, false) || CU_CHECK(cudaStreamSynchronize(c->st)))
-        return rl_seterr("%s; restoring the recurrent state failed too: %s (reset the context)", err, rl_lasterr());
+        return rl_seterr("%s; restoring the recurrent state failed too: %s (reset the context)", err,
+                         rl_lasterr());
     return rl_seterr("%s", err);
 }
 
@@ -488,10 +592,11 @@ static int slots_reserve(backend_ctx *c, int n) {
     const size_t per = sizeof(float) * c->state_floats;
     float *p = NULL;
     if (CU_CHECK(cudaMalloc((void **)&p, per * (size_t)n)))
-        return rl_seterr("cannot allocate %d verify snapshot slots of %.1f MiB on the GPU: %s", n, per / 1048576.0,
-                         rl_lasterr());
-    if (c->n_slots && (CU_CHECK(cudaMemcpyAsync(p, c->slots, per * (size_t)c->n_slots, cudaMemcpyDeviceToDevice, c->st)) ||
-                       CU_CHECK(cudaStreamSynchronize(c->st)))) {
+        return rl_seterr("cannot allocate %d verify snapshot slots of %.1f MiB on the GPU: %s", n,
+                         per / 1048576.0, rl_lasterr());
+    if (c->n_slots &&
+        (CU_CHECK(cudaMemcpyAsync(p, c->slots, per * (size_t)c->n_slots, cudaMemcpyDeviceToDevice, c->st)) ||
+         CU_CHECK(cudaStreamSynchronize(c->st)))) {
         cudaFree(p);
         return -1;
     }
@@ -508,17 +613,20 @@ static int snap_rows_upload(backend_ctx *c, const int *rows_to_slots, int T) {
     int need = 1; /* one slot even when no row needs one: the graphs take the slots' address */
     for (int t = 0; t < T; t++) {
         h[t] = rows_to_slots ? rows_to_slots[t] : -1;
-        if (h[t] >= c->n_batch) return rl_seterr("verify snapshot slot %d: at most %d (n_batch)", h[t], c->n_batch);
+        if (h[t] >= c->n_batch)
+            return rl_seterr("verify snapshot slot %d: at most %d (n_batch)", h[t], c->n_batch);
         if (h[t] + 1 > need) need = h[t] + 1;
     }
     TRY(slots_reserve(c, need));
-    TRY(CU_CHECK(cudaMemcpyAsync(c->row_slot, h, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->row_slot, h, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
     c->snap_rows = true;
     return 0;
 }
 
 /* Capture what f(c, T, arg) enqueues into *out (inputs are read from device memory). */
-static int graph_capture(backend_ctx *c, cudaGraphExec_t *out, int (*f)(backend_ctx *, int, int), int T, int arg) {
+static int graph_capture(backend_ctx *c, cudaGraphExec_t *out, int (*f)(backend_ctx *, int, int), int T,
+                         int arg) {
     cudaGraph_t g = NULL;
     TRY(CU_CHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal)));
     int rc = f(c, T, arg);
@@ -548,15 +656,18 @@ static int capture_verify(backend_ctx *c, int T) {
 }
 
 int cuda_slot_restore(backend_ctx *c, int slot) {
-    if (slot < 0 || slot >= c->n_slots) return rl_seterr("verify snapshot slot %d does not exist (%d)", slot, c->n_slots);
+    if (slot < 0 || slot >= c->n_slots)
+        return rl_seterr("verify snapshot slot %d does not exist (%d)", slot, c->n_slots);
     const size_t per = c->state_floats;
     return CU_CHECK(cudaMemcpyAsync(c->state, c->slots + (size_t)slot * per, sizeof(float) * per,
                                     cudaMemcpyDeviceToDevice, c->st));
 }
 
 int cuda_slot_get(backend_ctx *c, int slot, int il, float *conv, float *ssm) {
-    if (slot < 0 || slot >= c->n_slots) return rl_seterr("verify snapshot slot %d does not exist (%d)", slot, c->n_slots);
-    if (il < 0 || il >= c->hp->n_layer || !c->conv[il]) return rl_seterr("layer %d has no recurrent state", il);
+    if (slot < 0 || slot >= c->n_slots)
+        return rl_seterr("verify snapshot slot %d does not exist (%d)", slot, c->n_slots);
+    if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
+        return rl_seterr("layer %d has no recurrent state", il);
     const float *b = c->slots + (size_t)slot * c->state_floats;
     TRY(CU_CHECK(cudaMemcpyAsync(conv, b + (c->conv[il] - c->state), sizeof(float) * q3n_conv_floats(c->hp),
                                  cudaMemcpyDeviceToHost, c->st)));
@@ -576,8 +687,10 @@ int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_to
     const int V = hp->n_vocab, D = hp->n_embd, il = hp->n_layer;
     const dmodel *dm = c->dm;
     const dlayer *L = &dm->L[il];
-    if (hp->n_nextn < 1 || !L->eh_proj.d) return rl_seterr("this model has no MTP block (nextn_predict_layers is 0)");
-    if (T < 1 || T > c->n_batch) return rl_seterr("MTP forward of %d pairs: must be 1..%d (n_batch)", T, c->n_batch);
+    if (hp->n_nextn < 1 || !L->eh_proj.d)
+        return rl_seterr("this model has no MTP block (nextn_predict_layers is 0)");
+    if (T < 1 || T > c->n_batch)
+        return rl_seterr("MTP forward of %d pairs: must be 1..%d (n_batch)", T, c->n_batch);
     if (slot < 0 || slot + T > c->n_ctx)
         return rl_seterr("MTP context is full: %d + %d pairs exceed %d", slot, T, c->n_ctx);
     if (q3n_check_tokens(next_tokens, T, V)) return -1;
@@ -585,9 +698,12 @@ int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_to
     memcpy(c->h_tok, next_tokens, sizeof(int32_t) * (size_t)T);
     c->h_tok[c->n_batch] = slot;
     memcpy(c->h_hidden, hidden, sizeof(float) * (size_t)T * D);
-    TRY(CU_CHECK(cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
-    TRY(CU_CHECK(cudaMemcpyAsync(c->pos0, c->h_tok + c->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
-    TRY(CU_CHECK(cudaMemcpyAsync(c->y, c->h_hidden, sizeof(float) * (size_t)T * D, cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)T, cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->pos0, c->h_tok + c->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->y, c->h_hidden, sizeof(float) * (size_t)T * D, cudaMemcpyHostToDevice, c->st)));
     const bool with_head = logits != NULL;
     if (T == 1 && c->graphs) { /* one pair (a chained draft): a captured graph */
         if (!c->mexec[with_head] && !c->mtried[with_head]) {
@@ -598,10 +714,12 @@ int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_to
     if (T == 1 && c->mexec[with_head]) TRY(CU_CHECK(cudaGraphLaunch(c->mexec[with_head], c->st)));
     else TRY(mtp_enqueue(c, T, 0));
     if (hidden_out)
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D, cudaMemcpyDeviceToHost, c->st)));
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D,
+                                     cudaMemcpyDeviceToHost, c->st)));
     if (T == 1 && c->mexec[with_head]) { /* the head (if asked for) ran in the graph */
         if (with_head)
-            TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, c->st)));
+            TRY(CU_CHECK(
+                cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, c->st)));
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
         if (hidden_out) memcpy(hidden_out, c->h_hidden, sizeof(float) * D);
         if (logits) memcpy(logits, c->h_logits, sizeof(float) * V);
@@ -624,7 +742,8 @@ static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
     TRY(cu_add_rmsnorm(c->x, NULL, L->enorm, c->xn, D, T, hp->rms_eps, c->st));
     TRY(cu_add_rmsnorm(c->y, NULL, L->hnorm, c->sh, D, T, hp->rms_eps, c->st));
     TRY(CU_CHECK(cudaMemcpy2DAsync(c->mcat, 2 * row, c->xn, row, row, T, cudaMemcpyDeviceToDevice, c->st)));
-    TRY(CU_CHECK(cudaMemcpy2DAsync(c->mcat + D, 2 * row, c->sh, row, row, T, cudaMemcpyDeviceToDevice, c->st)));
+    TRY(CU_CHECK(
+        cudaMemcpy2DAsync(c->mcat + D, 2 * row, c->sh, row, row, T, cudaMemcpyDeviceToDevice, c->st)));
     const dmat *We[1] = {&L->eh_proj};
     float *Ye[1] = {c->x};
     TRY(mm_run(c, We, Ye, &D, NULL, 1, c->mcat, 2 * D, T, NULL, c->st));

@@ -21,7 +21,7 @@
 #include "cache/vram_tier.h"
 
 #define CU_CTR_DN 4 /* backend_ctx.ctr: where the split DeltaNet step's per-head counters start */
-#define TRY(x)                                                                                              \
+#define TRY(x)                                                                                               \
     do {                                                                                                     \
         if ((x)) return -1;                                                                                  \
     } while (0)
@@ -38,11 +38,12 @@ typedef struct {
 
 typedef struct {
     float *attn_norm, *post_norm, *q_norm, *k_norm, *conv_w, *dt_bias, *ssm_a, *ssm_norm, *sh_gate;
-    dmat wq, wk, wv, wo, wqkv, wgate, wba, wout, router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    dmat wq, wk, wv, wo, wqkv, wgate, wba, wout, router, gate_exps, up_exps, down_exps, gate_sh, up_sh,
+        down_sh;
     dmat wbeta, walpha; /* ba_split architectures (qwen35moe, qwen35): beta and alpha, D -> hv each */
     bool fused_gate_up;
-    dmat eh_proj;                                  /* MTP layer only */
-    float *enorm, *hnorm, *shared_head_norm;       /* MTP layer only */
+    dmat eh_proj;                            /* MTP layer only */
+    float *enorm, *hnorm, *shared_head_norm; /* MTP layer only */
 } dlayer;
 
 typedef struct dmodel {
@@ -76,22 +77,24 @@ struct backend_ctx {
     const q3n_hparams *hp;
     int n_ctx, n_batch, max_tiles, logit_rows;
     bool kv_f16, graphs;
-    bool attn_per_warp;          /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
-    bool attn_pf_staged;         /* prefill attention with staged K/V slices (RL_CUDA_ATTN_PF=unstaged: off) */
-    bool attn_pf_tiled;          /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
-    bool attn_tc;                /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
-    bool attn_db;                /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
-    bool merge_wide;             /* the decode attention merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
-    bool merge_scan;             /* ... with its factors made in parallel (RL_CUDA_MERGE=scan; not yet the default) */
-    size_t mem_total, mem_free0, mem_free1, mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
+    bool attn_per_warp;  /* RL_CUDA_ATTN=per-warp: the previous decode split kernel (A/B) */
+    bool attn_pf_staged; /* prefill attention with staged K/V slices (RL_CUDA_ATTN_PF=unstaged: off) */
+    bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
+    bool attn_tc;        /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
+    bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
+    bool merge_wide;     /* the decode attention merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
+    bool merge_scan;     /* ... with its factors made in parallel (RL_CUDA_MERGE=scan; not yet the default) */
+    size_t mem_total, mem_free0, mem_free1,
+        mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
     cudaEvent_t ev_fork, ev_join;
-    uint8_t *dev;                /* one allocation: state + scratch */
+    uint8_t *dev; /* one allocation: state + scratch */
     size_t dev_bytes;
     void *kc[Q3N_MAX_LAYERS], *vc[Q3N_MAX_LAYERS];
     float *conv[Q3N_MAX_LAYERS], *ssm[Q3N_MAX_LAYERS];
     /* scratch (device), rows = n_batch */
-    float *x, *xn, *y, *big, *kvb, *ba, *ab, *o, *u, *rl, *wts, *probs, *h, *eo, *hs, *sh, *shg, *part, *logits;
+    float *x, *xn, *y, *big, *kvb, *ba, *ab, *o, *u, *rl, *wts, *probs, *h, *eo, *hs, *sh, *shg, *part,
+        *logits;
     void *ws, *ws2; /* cu_matmul's scratch: the quantised input rows of the integer path (c->st, c->st2) */
     int32_t *tok, *ids, *pair_in, *pair_out;
     int *pos0, *n_tiles, *counts;
@@ -122,7 +125,7 @@ struct backend_ctx {
     bool vtried[CU_SMALL_T + 1];
     cudaGraphExec_t mexec[2]; /* the MTP head on one pair, without / with its logits */
     bool mtried[2];
-    int small_moe;            /* RL_CUDA_SMALL_MOE */
+    int small_moe; /* RL_CUDA_SMALL_MOE */
     /* decode kernel fusion, a mask of FUSE_* (RL_CUDA_FUSE, fuse_mask): the combine ends with
      * the next norm, the mixer's output projection with the residual add + norm, the router GEMV
      * with the top-k (last-block tails; same bits as the separate launches);

@@ -85,7 +85,8 @@ static int meta_mat(dmat *d, const ops_mat *m) {
     if (!cu_type_supported(m->type))
         return rl_seterr("tensor %s has type %s, which the CUDA backend does not decode (use --backend cpu)",
                          m->name ? m->name : "?", quant_name(m->type));
-    if (m->n_in % 8) return rl_seterr("tensor %s: %lld columns is not a multiple of 8", m->name, (long long)m->n_in);
+    if (m->n_in % 8)
+        return rl_seterr("tensor %s: %lld columns is not a multiple of 8", m->name, (long long)m->n_in);
     d->type = m->type;
     d->n_in = (int)m->n_in;
     d->n_out = m->n_out;
@@ -152,7 +153,8 @@ static int plan_model(upl *u, dmodel *dm, const float *inv_freq) {
             TRY(up_vec(u, &d->ssm_norm, L->ssm_norm, (size_t)hp->ssm_dv));
         }
         TRY(up_mat(u, &d->router, &L->router));
-        if (dm->experts || il >= hp->n_layer) { /* the MTP layer's experts stay resident (no VRAM tier there) */
+        if (dm->experts ||
+            il >= hp->n_layer) { /* the MTP layer's experts stay resident (no VRAM tier there) */
             TRY(up_mat(u, &d->gate_exps, &L->gate_exps));
             TRY(up_mat(u, &d->up_exps, &L->up_exps));
             TRY(up_mat(u, &d->down_exps, &L->down_exps));
@@ -191,7 +193,8 @@ static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     double t0 = rl_now();
     if (plan_model(&u, dm, inv_freq)) goto fail;
     if (CU_CHECK(cudaMalloc((void **)&u.arena, u.total))) {
-        rl_seterr("cannot allocate %.2f GiB of GPU memory for the model (%s)", u.total / 1073741824.0, rl_lasterr());
+        rl_seterr("cannot allocate %.2f GiB of GPU memory for the model (%s)", u.total / 1073741824.0,
+                  rl_lasterr());
         goto fail;
     }
     dm->arena = u.arena;
@@ -208,8 +211,8 @@ static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     u.pass = 1;
     if (plan_model(&u, dm, inv_freq)) goto fail_stage;
     if (env_on("RL_CUDA_VERBOSE", false))
-        fprintf(stderr, "redlite cuda: uploaded %d tensors, %.2f GiB in %.2f s\n", u.n, u.total / 1073741824.0,
-                rl_now() - t0);
+        fprintf(stderr, "redlite cuda: uploaded %d tensors, %.2f GiB in %.2f s\n", u.n,
+                u.total / 1073741824.0, rl_now() - t0);
     for (int b = 0; b < 2; b++) {
         cudaFreeHost(u.pin[b]);
         cudaEventDestroy(u.ev[b]);

@@ -19,12 +19,12 @@
 /* Sequence state of one context (sizes from q3n_conv_floats, q3n_ssm_floats). */
 typedef struct {
     int n_ctx;
-    void **k_cache, **v_cache;   /* per layer (attention layers): [n_ctx][Hkv*hd] rows of float, or
-                                    of IEEE halves (uint16_t) when kv_f16 */
-    bool kv_f16;                 /* the --kv f16 cache: K/V rows rounded to half (nearest even) on
-                                    store, widened exactly in the attention loops */
-    float **conv;                /* per layer (DeltaNet): [(kw-1)][conv_dim] */
-    float **ssm;                 /* per layer (DeltaNet): [hv][dv][dk] */
+    void **k_cache, **v_cache; /* per layer (attention layers): [n_ctx][Hkv*hd] rows of float, or
+                                  of IEEE halves (uint16_t) when kv_f16 */
+    bool kv_f16;               /* the --kv f16 cache: K/V rows rounded to half (nearest even) on
+                                  store, widened exactly in the attention loops */
+    float **conv;              /* per layer (DeltaNet): [(kw-1)][conv_dim] */
+    float **ssm;               /* per layer (DeltaNet): [hv][dv][dk] */
     /* Uncommitted recurrent state, same shapes (NULL: updates in place). A forward pass reads
      * conv/ssm and writes its new state here; only when every layer succeeded are the pointer
      * pairs swapped. A step that fails half-way (an expert read error in a bounded cache) thus
@@ -47,11 +47,11 @@ typedef struct {
     q3n_row_state_fn row_state;
     q3n_row_dst_fn row_dst;
     void *hook_ud;
-    int max_rows;                /* largest T a forward may be called with */
-    bool fast;                   /* SIMD kernels with quantised activations instead of the
-                                    double-precision reference (ops_matmul_fast) */
-    void *actq;                  /* owned, q3n_actq_bytes(max_rows): quantised activations */
-    float *scratch;              /* owned, sized by q3n_scratch_floats(max_rows) */
+    int max_rows;   /* largest T a forward may be called with */
+    bool fast;      /* SIMD kernels with quantised activations instead of the
+                       double-precision reference (ops_matmul_fast) */
+    void *actq;     /* owned, q3n_actq_bytes(max_rows): quantised activations */
+    float *scratch; /* owned, sized by q3n_scratch_floats(max_rows) */
 } q3n_run;
 
 size_t q3n_scratch_floats(const q3n_hparams *hp, int max_rows);
@@ -67,8 +67,8 @@ int q3n_forward(q3n_run *r, const int32_t *tokens, int T, int pos, float *logits
  * main model, next_tokens the tokens that followed. Pair i goes to the MTP layer's KV slot
  * slot+i at RoPE position slot+i+1. logits: T x n_vocab (drafts for p+2); hidden_out (optional):
  * T x D states after the MTP head's norm (the input of a further draft step). */
-int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot, float *logits,
-                    float *hidden_out);
+int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot,
+                    float *logits, float *hidden_out);
 
 /* The CPU forward of rows of several sequences (qwen3next_forward.c; backend_cpu's forward_rows):
  * q3n_forward's arithmetic with row t at position pos[t] of state st[t] (its KV cache, its conv

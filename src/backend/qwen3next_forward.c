@@ -30,35 +30,35 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
     size_t ff = mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff), E = hp->n_expert, K = hp->n_expert_used;
     /* {floats per row (times T), floats once}, in the order of the members below */
     const size_t parts[][2] = {
-        {D, 0}, /* x */
-        {D, 0}, /* xn */
-        {D, 0}, /* y */
+        {D, 0},                                         /* x */
+        {D, 0},                                         /* xn */
+        {D, 0},                                         /* y */
         {mx(2 * hp->n_head * hd, hp->ssm_conv_dim), 0}, /* big */
-        {mx(2 * hp->n_head_kv * hd, inner), 0}, /* kv */
-        {2 * (size_t)hp->ssm_hv, 0}, /* ba */
-        {mx(hp->n_head * hd, inner), 0}, /* o */
-        {hp->ssm_conv_dim, 0}, /* u */
-        {E, 0}, /* rl */
-        {K, 0}, /* sel_w */
-        {K, 0}, /* sel_id */
-        {mx(K, 2) * D, 0}, /* xs */
-        {(K + 1) * ff, 0}, /* g */
-        {(K + 1) * ff, 0}, /* up */
-        {K * D, 0}, /* eo */
-        {D, 0}, /* sh */
-        {0, E}, /* sc */
-        {0, K}, /* pr */
-        {0, fl(sizeof(int32_t) * E)}, /* uniq */
-        {0, fl(sizeof(int32_t) * E)}, /* slot_of */
-        {0, fl(sizeof(int32_t) * (E + 1))}, /* first */
-        {0, fl(sizeof(int32_t) * E)}, /* fill */
-        {fl(sizeof(int32_t) * K), 0}, /* gidx */
-        {0, fl(sizeof(uint8_t *) * E)}, /* gp */
-        {0, fl(sizeof(uint8_t *) * E)}, /* upp */
-        {0, fl(sizeof(uint8_t *) * E)}, /* dp */
-        {0, fl(sizeof(ops_mat) * 3 * E)}, /* mats */
-        {0, fl(sizeof(ops_mm_task) * (2 * E + 2))}, /* tasks */
-        {fl(sizeof(float *) * 2), 0}, /* rdst */
+        {mx(2 * hp->n_head_kv * hd, inner), 0},         /* kv */
+        {2 * (size_t)hp->ssm_hv, 0},                    /* ba */
+        {mx(hp->n_head * hd, inner), 0},                /* o */
+        {hp->ssm_conv_dim, 0},                          /* u */
+        {E, 0},                                         /* rl */
+        {K, 0},                                         /* sel_w */
+        {K, 0},                                         /* sel_id */
+        {mx(K, 2) * D, 0},                              /* xs */
+        {(K + 1) * ff, 0},                              /* g */
+        {(K + 1) * ff, 0},                              /* up */
+        {K * D, 0},                                     /* eo */
+        {D, 0},                                         /* sh */
+        {0, E},                                         /* sc */
+        {0, K},                                         /* pr */
+        {0, fl(sizeof(int32_t) * E)},                   /* uniq */
+        {0, fl(sizeof(int32_t) * E)},                   /* slot_of */
+        {0, fl(sizeof(int32_t) * (E + 1))},             /* first */
+        {0, fl(sizeof(int32_t) * E)},                   /* fill */
+        {fl(sizeof(int32_t) * K), 0},                   /* gidx */
+        {0, fl(sizeof(uint8_t *) * E)},                 /* gp */
+        {0, fl(sizeof(uint8_t *) * E)},                 /* upp */
+        {0, fl(sizeof(uint8_t *) * E)},                 /* dp */
+        {0, fl(sizeof(ops_mat) * 3 * E)},               /* mats */
+        {0, fl(sizeof(ops_mm_task) * (2 * E + 2))},     /* tasks */
+        {fl(sizeof(float *) * 2), 0},                   /* rdst */
     };
     enum { NP = sizeof parts / sizeof parts[0] };
     float *p[NP];
@@ -112,7 +112,8 @@ static void carve_run(const q3n_run *r, int T, scratch *s) {
 /* Quantised activations: at most 4 bytes per value (F32 activations of F32 weights) for the
  * widest input (2*D of the MTP eh_proj, or the attention/DeltaNet output widths). */
 size_t q3n_actq_bytes(const q3n_hparams *hp, int max_rows) {
-    size_t w = mx(mx(2 * (size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->ssm_hv * hp->ssm_dv);
+    size_t w =
+        mx(mx(2 * (size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->ssm_hv * hp->ssm_dv);
     w = mx(w, mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff));
     /* a batch holds at most T*K expert rows + T shared-expert rows, or 3 projections of T rows */
     size_t rows = (size_t)max_rows * (size_t)(hp->n_expert_used + 4);
@@ -142,8 +143,8 @@ void q3n_mm(q3n_run *r, const ops_mat *W, const float *x, int T, float *y) {
 }
 
 /* Default expert source: slices of the mapped *_exps tensors. */
-static int mapped_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate, const uint8_t **up,
-                          const uint8_t **down) {
+static int mapped_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t **gate,
+                          const uint8_t **up, const uint8_t **down) {
     const q3n_model *m = ud;
     for (int i = 0; i < n; i++) q3n_expert_rows(&m->hp, &m->layers[il], ids[i], &gate[i], &up[i], &down[i]);
     return 0;
@@ -163,7 +164,7 @@ typedef struct {
     const q3n_layer *L;
     scratch *s;
     int T;
-    float *a;       /* moe_swiglu: a = silu(a) * b */
+    float *a; /* moe_swiglu: a = silu(a) * b */
     const float *b;
     const float *gate; /* moe_combine_cols: the rows' shared-expert gates */
 } moe_job;
@@ -195,8 +196,7 @@ static void moe_gather_rows(void *arg, long lo, long hi) {
 
 static void moe_swiglu(void *arg, long lo, long hi) {
     moe_job *j = arg;
-    if (j->r->fast)
-        ops_vec(j->r->pool)->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
+    if (j->r->fast) ops_vec(j->r->pool)->silu_mul(j->a + lo, j->a + lo, j->b + lo, (int)(hi - lo));
     else
         for (long i = lo; i < hi; i++) j->a[i] = ops_silu(j->a[i]) * j->b[i];
 }
@@ -222,7 +222,8 @@ static void moe_combine_range(const moe_job *j, long t, float gate, int c0, int 
     double acc[OPS_MAX_ROW / 2]; /* D <= OPS_MAX_ROW / 2: the hparams table bounds embedding_length */
     const vec_ops *v = ops_vec(j->r->pool);
     for (int i = 0; i < n; i++) acc[i] = 0;
-    for (int k = 0; k < K; k++) v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D + c0, n);
+    for (int k = 0; k < K; k++)
+        v->axpy_d(acc, s->sel_w[t * K + k], s->eo + (size_t)s->gidx[t * K + k] * D + c0, n);
     if (j->L->gate_sh.data) v->axpy_d(acc, gate, s->sh + (size_t)t * D + c0, n);
     for (int i = 0; i < n; i++) s->y[(size_t)t * D + c0 + i] = (float)acc[i];
 }
@@ -261,27 +262,28 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     /* without the observers and the cache bias (one shared scratch row) rows route independently */
     if (!r->experts.bias && !r->route)
         ops_parallel_for(r->pool, T, (long)E * (K + 8), moe_route_rows, &mj, "moe routing");
-    else for (int t = 0; t < T; t++) {
-        float *p = s->rl + (size_t)t * E;
-        ops_softmax(p, E);
-        if (r->experts.bias) { /* cache-aware routing (opt-in, changes outputs): rank a biased copy */
-            float *sc = s->sc;
-            memcpy(sc, p, sizeof(float) * (size_t)E);
-            r->experts.bias(r->experts.ud, il, sc, E);
-            ops_topk(sc, E, K, ids + (size_t)t * K);
-        } else {
-            ops_topk(p, E, K, ids + (size_t)t * K);
+    else
+        for (int t = 0; t < T; t++) {
+            float *p = s->rl + (size_t)t * E;
+            ops_softmax(p, E);
+            if (r->experts.bias) { /* cache-aware routing (opt-in, changes outputs): rank a biased copy */
+                float *sc = s->sc;
+                memcpy(sc, p, sizeof(float) * (size_t)E);
+                r->experts.bias(r->experts.ud, il, sc, E);
+                ops_topk(sc, E, K, ids + (size_t)t * K);
+            } else {
+                ops_topk(p, E, K, ids + (size_t)t * K);
+            }
+            double sum = 0;
+            for (int k = 0; k < K; k++) sum += p[ids[t * K + k]];
+            if (sum < 6.103515625e-5) sum = 6.103515625e-5;
+            for (int k = 0; k < K; k++) s->sel_w[t * K + k] = (float)(p[ids[t * K + k]] / sum);
+            if (r->route) {
+                float *pr = s->pr;
+                for (int k = 0; k < K; k++) pr[k] = p[ids[t * K + k]];
+                r->route(r->hook_ud, il, t, ids + (size_t)t * K, s->sel_w + (size_t)t * K, pr, K);
+            }
         }
-        double sum = 0;
-        for (int k = 0; k < K; k++) sum += p[ids[t * K + k]];
-        if (sum < 6.103515625e-5) sum = 6.103515625e-5;
-        for (int k = 0; k < K; k++) s->sel_w[t * K + k] = (float)(p[ids[t * K + k]] / sum);
-        if (r->route) {
-            float *pr = s->pr;
-            for (int k = 0; k < K; k++) pr[k] = p[ids[t * K + k]];
-            r->route(r->hook_ud, il, t, ids + (size_t)t * K, s->sel_w + (size_t)t * K, pr, K);
-        }
-    }
     /* union of the selected experts, in order of first use (slot_of: expert -> index in uniq) */
     int32_t *uniq = s->uniq, *slot_of = s->slot_of;
     int nu = 0;
@@ -334,8 +336,8 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
     }
     nt = 0;
     for (int ui = 0; ui < nu; ui++)
-        tasks[nt++] = (ops_mm_task){&mats[3 * ui + 2], s->g + (size_t)first[ui] * ff, first[ui + 1] - first[ui],
-                                    s->eo + (size_t)first[ui] * D, NULL};
+        tasks[nt++] = (ops_mm_task){&mats[3 * ui + 2], s->g + (size_t)first[ui] * ff,
+                                    first[ui + 1] - first[ui], s->eo + (size_t)first[ui] * D, NULL};
     if (has_sh) tasks[nt++] = (ops_mm_task){&L->down_sh, gsh, T, s->sh, NULL};
     q3n_mm_batch(r, tasks, nt);
     if (src->release) src->release(src->ud, il);
@@ -344,9 +346,10 @@ static int moe_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int T) 
         for (int t = 0; t < T; t++) gate[t] = moe_sh_gate(&mj, t);
         mj.gate = gate;
         const long nc = (D + MOE_SUM_COLS - 1) / MOE_SUM_COLS;
-        /* an item: K + 1 rows of 128 floats from other cores' caches, ~0.8 us (13 us a layer for the 16 on one
-         * thread of a 16-thread token, H200 host) */
-        ops_parallel_for(r->pool, T * nc, (long)MOE_SUM_COLS * (K + 1) * 8, moe_combine_cols, &mj, "moe expert sum");
+        /* an item: K + 1 rows of 128 floats from other cores' caches, ~0.8 us (13 us a layer for the 16 on
+         * one thread of a 16-thread token, H200 host) */
+        ops_parallel_for(r->pool, T * nc, (long)MOE_SUM_COLS * (K + 1) * 8, moe_combine_cols, &mj,
+                         "moe expert sum");
     } else {
         ops_parallel_for(r->pool, T, (long)D * (K + 2), moe_combine_rows, &mj, "moe expert sum");
     }
@@ -398,10 +401,8 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         ops_rmsnorm(s->x + (size_t)t * D, L->attn_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
         DUMP(r, Q3N_ACT_ATTN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
-    if (L->is_attn)
-        q3n_attention_layer(r, L, il, s, T, pos, rope_delta);
-    else
-        q3n_deltanet_layer(r, L, il, s, T);
+    if (L->is_attn) q3n_attention_layer(r, L, il, s, T, pos, rope_delta);
+    else q3n_deltanet_layer(r, L, il, s, T);
     rj.y = s->y, rj.w = L->post_norm;
     if (!r->dump) ops_parallel_for(r->pool, T, 5L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {
@@ -412,10 +413,8 @@ static int decoder_layer(q3n_run *r, int il, scratch *s, int T, int pos, int rop
         ops_rmsnorm(x, L->post_norm, D, hp->rms_eps, s->xn + (size_t)t * D);
         DUMP(r, Q3N_ACT_FFN_NORM, il, t, s->xn + (size_t)t * D, D);
     }
-    if (!hp->moe)
-        dense_ffn_layer(r, L, s, T);
-    else if (moe_layer(r, L, il, s, T))
-        return -1;
+    if (!hp->moe) dense_ffn_layer(r, L, s, T);
+    else if (moe_layer(r, L, il, s, T)) return -1;
     rj.w = NULL;
     if (!r->dump) ops_parallel_for(r->pool, T, 2L * D, resnorm_rows, &rj, "norms+residuals");
     for (int t = 0; t < T && r->dump; t++) {
@@ -483,8 +482,8 @@ int q3n_forward_rows(q3n_run *r, q3n_state *const *st, const int32_t *tokens, co
     RL_ASSERT(T >= 1 && T <= r->max_rows);
     for (int t = 0; t < T; t++) {
         if (pos[t] + 1 > st[t]->n_ctx)
-            return rl_seterr("context is full: %d + 1 tokens exceed the context size %d (raise --ctx)", pos[t],
-                             st[t]->n_ctx);
+            return rl_seterr("context is full: %d + 1 tokens exceed the context size %d (raise --ctx)",
+                             pos[t], st[t]->n_ctx);
         if (!st[t]->conv_next) return rl_seterr("q3n_forward_rows: a state without its uncommitted copy");
         for (int u = 0; u < t; u++)
             if (st[u] == st[t]) return rl_seterr("q3n_forward_rows: two rows of one sequence");
@@ -517,13 +516,14 @@ int q3n_forward_rows(q3n_run *r, q3n_state *const *st, const int32_t *tokens, co
     if (any) {
         q3n_mm(r, &m->output, s.xn, T, lbuf);
         for (int t = 0; t < T; t++)
-            if (logits[t]) memcpy(logits[t], lbuf + (size_t)t * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+            if (logits[t])
+                memcpy(logits[t], lbuf + (size_t)t * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
     }
     return 0;
 }
 
-int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot, float *logits,
-                    float *hidden_out) {
+int q3n_mtp_forward(q3n_run *r, const float *hidden, const int32_t *next_tokens, int T, int slot,
+                    float *logits, float *hidden_out) {
     const q3n_model *m = r->m;
     const q3n_hparams *hp = &m->hp;
     int D = hp->n_embd, il = hp->n_layer;

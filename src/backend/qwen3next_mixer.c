@@ -13,7 +13,6 @@
 #include "gguf/quant.h"
 #include "kern/vec.h"
 
-
 /* Gated full attention for T rows at positions pos..pos+T-1 (spec §A.4). xn -> s->y. */
 typedef struct {
     q3n_run *r;
@@ -37,7 +36,8 @@ static void attn_qk_items(void *arg, long lo, long hi) {
     attn_job *j = arg;
     const q3n_hparams *hp = &j->r->m->hp;
     const q3n_layer *L = j->L;
-    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, nh = H + Hkv, per = (nh + j->hpi - 1) / j->hpi;
+    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, nh = H + Hkv,
+        per = (nh + j->hpi - 1) / j->hpi;
     size_t kvw = (size_t)Hkv * hd;
     float rc[Q3N_MAX_HEAD_DIM / 2], rs[Q3N_MAX_HEAD_DIM / 2]; /* n_rot <= head_dim <= Q3N_MAX_HEAD_DIM */
     for (long it = lo; it < hi; it++) {
@@ -91,8 +91,7 @@ static int attn_rows(int T, int gs) {
 static void attn_gate(const attn_job *j, int t, int h, float *o) {
     const int H = j->r->m->hp.n_head, hd = j->r->m->hp.head_dim;
     const float *gate = j->s->big + (size_t)t * 2 * H * hd + (size_t)h * 2 * hd + hd;
-    if (j->r->fast)
-        ops_vec(j->r->pool)->sigmoid_mul(o, gate, hd);
+    if (j->r->fast) ops_vec(j->r->pool)->sigmoid_mul(o, gate, hd);
     else
         for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(gate[i]);
 }
@@ -126,10 +125,11 @@ static void attn_chunk_items(attn_job *j, int nth) {
         const q3n_state *st = attn_st(j, t);
         const size_t eb = st->kv_f16 ? sizeof(uint16_t) : sizeof(float);
         const size_t kvoff = (size_t)(h0 / group) * hd * eb, at = ((size_t)t * nch + ch) * H + h0;
-        const char *K = (const char *)st->k_cache[j->il] + kvoff, *V = (const char *)st->v_cache[j->il] + kvoff;
-        vec_attn_chunk_kv(ops_vec(j->r->pool), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd, 2 * (size_t)hd, gs, K, V,
-                          st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd), j->part + at * hd, (size_t)hd,
-                          pm + at, pm + nml + at);
+        const char *K = (const char *)st->k_cache[j->il] + kvoff,
+                   *V = (const char *)st->v_cache[j->il] + kvoff;
+        vec_attn_chunk_kv(ops_vec(j->r->pool), j->s->big + (size_t)t * 2 * H * hd + (size_t)h0 * 2 * hd,
+                          2 * (size_t)hd, gs, K, V, st->kv_f16, p0, p1, kvw, hd, 1.0f / sqrtf((float)hd),
+                          j->part + at * hd, (size_t)hd, pm + at, pm + nml + at);
     }
 }
 
@@ -149,7 +149,8 @@ static void attn_fold_items(void *arg, long lo, long hi) {
         memcpy(o, j->part + at * hd, sizeof(float) * (size_t)hd);
         for (int c = 1; c < nc; c++) {
             at += H;
-            vec_attn_merge(1, hd, o, (size_t)hd, &m, &l, j->part + at * hd, (size_t)hd, pm + at, pm + nml + at);
+            vec_attn_merge(1, hd, o, (size_t)hd, &m, &l, j->part + at * hd, (size_t)hd, pm + at,
+                           pm + nml + at);
         }
         vec_attn_normalize(1, hd, o, (size_t)hd, &l, o, (size_t)hd);
         attn_gate(j, t, h, o);
@@ -182,12 +183,12 @@ static void attn_worker(void *arg, int ith, int nth) {
         const q3n_state *st = attn_st(j, t);
         const bool f16 = st->kv_f16;
         const size_t eb = f16 ? sizeof(uint16_t) : sizeof(float); /* bytes per cached element */
-        const void *Kh = (const char *)st->k_cache[j->il] + kvoff * eb, *Vh = (const char *)st->v_cache[j->il] + kvoff * eb;
+        const void *Kh = (const char *)st->k_cache[j->il] + kvoff * eb,
+                   *Vh = (const char *)st->v_cache[j->il] + kvoff * eb;
         if (j->r->fast)
-            vec_attn_rows_kv(ops_vec(j->r->pool), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16, attn_pos(j, t) + 1, kvw,
-                             hd, scale, o, (size_t)H * hd, hd);
-        else
-            ops_attn_head_kv(q, Kh, Vh, f16, attn_pos(j, t) + 1, kvw, hd, scale, o);
+            vec_attn_rows_kv(ops_vec(j->r->pool), q, 2 * (size_t)H * hd, R, 2 * (size_t)hd, gs, Kh, Vh, f16,
+                             attn_pos(j, t) + 1, kvw, hd, scale, o, (size_t)H * hd, hd);
+        else ops_attn_head_kv(q, Kh, Vh, f16, attn_pos(j, t) + 1, kvw, hd, scale, o);
         for (int r = 0; r < R; r++)
             for (int g = 0; g < gs; g++) attn_gate(j, t + r, h0 + g, o + (size_t)r * H * hd + (size_t)g * hd);
     }
@@ -195,7 +196,8 @@ static void attn_worker(void *arg, int ith, int nth) {
 
 void q3n_kv_store(q3n_state *st, int il, int slot, const float *k, const float *v, size_t kvw) {
     if (st->kv_f16) {
-        uint16_t *kc = (uint16_t *)st->k_cache[il] + (size_t)slot * kvw, *vc = (uint16_t *)st->v_cache[il] + (size_t)slot * kvw;
+        uint16_t *kc = (uint16_t *)st->k_cache[il] + (size_t)slot * kvw,
+                 *vc = (uint16_t *)st->v_cache[il] + (size_t)slot * kvw;
         for (size_t i = 0; i < kvw; i++) kc[i] = rl_fp32_to_fp16(k[i]), vc[i] = rl_fp32_to_fp16(v[i]);
     } else {
         memcpy((float *)st->k_cache[il] + (size_t)slot * kvw, k, sizeof(float) * kvw);
@@ -210,7 +212,8 @@ void q3n_attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     size_t kvw = (size_t)Hkv * hd;
     float *k = s->kv, *v = s->kv + (size_t)T * kvw;
-    ops_mm_task proj[3] = {{&L->wq, s->xn, T, s->big, NULL}, {&L->wk, s->xn, T, k, NULL}, {&L->wv, s->xn, T, v, NULL}};
+    ops_mm_task proj[3] = {
+        {&L->wq, s->xn, T, s->big, NULL}, {&L->wk, s->xn, T, k, NULL}, {&L->wv, s->xn, T, v, NULL}};
     q3n_mm_batch(r, proj, 3);
     /* rows and heads are independent: a prompt's rows split over the threads (512 rows of RoPE were
      * serial), a decode row's heads by twos (18 heads took 29 us a layer on the calling thread of a
@@ -223,13 +226,15 @@ void q3n_attention_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int
     /* chunk items where rows go one per item (attn_rows), past one chunk, with threads to spread them
      * over and room in the spare scratch (else whole rows: the same bits) */
     int n_kv_max = pos + T; /* the longest row's keys */
-    for (int t = 0; s->rpos && t < T; t++) n_kv_max = t == 0 || s->rpos[t] + 1 > n_kv_max ? s->rpos[t] + 1 : n_kv_max;
+    for (int t = 0; s->rpos && t < T; t++)
+        n_kv_max = t == 0 || s->rpos[t] + 1 > n_kv_max ? s->rpos[t] + 1 : n_kv_max;
     const int nch = (n_kv_max + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
     if (r->fast && attn_rows(T, 1) == 1 && nch > 1 && pool_size(r->pool) > 1 &&
         (size_t)T * nch * H * (hd + 2) <= s->n_spare)
         j.nch = nch, j.part = s->spare;
     ops_run(r->pool, attn_worker, &j, "attention core");
-    if (j.nch) ops_parallel_for(r->pool, (long)T * H, (long)nch * hd * 4, attn_fold_items, &j, "attention fold");
+    if (j.nch)
+        ops_parallel_for(r->pool, (long)T * H, (long)nch * hd * 4, attn_fold_items, &j, "attention fold");
     for (int t = 0; t < T; t++) DUMP(r, Q3N_ACT_ATTN_GATED, il, t, s->o + (size_t)t * H * hd, H * hd);
     q3n_mm(r, &L->wo, s->o, T, s->y);
 }
@@ -274,7 +279,9 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             const float *z = j->s->kv + (size_t)t * hv * dv;
             /* rows of several sequences: each reads its own committed state, writes its own copy */
             const q3n_state *rs = j->s->rst ? j->s->rst[t] : NULL;
-            const float *ssm_in = rs ? rs->ssm[j->il] : t == 0 ? st->ssm[j->il] : dn_row_out(j, t - 1, 1, live);
+            const float *ssm_in = rs       ? rs->ssm[j->il]
+                                  : t == 0 ? st->ssm[j->il]
+                                           : dn_row_out(j, t - 1, 1, live);
             float *ssm = rs ? rs->ssm_next[j->il] : dn_row_out(j, t, 1, live);
             const int g = q3n_key_head(hp, (int)h);
             const float *q = u + (size_t)g * dk; /* l2-normed and scaled in place before */
@@ -283,8 +290,10 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             if (t + 2 < j->t1) { /* row t + 2's q, k, v and z of this head: rows are a conv_dim apart,
                                   * a stride the hardware prefetchers do not follow */
                 const size_t ahead = 2 * (size_t)hp->ssm_conv_dim, za = 2 * (size_t)hv * dv;
-                for (int i = 0; i < dk; i += 16) __builtin_prefetch(q + ahead + i), __builtin_prefetch(k + ahead + i);
-                for (int i = 0; i < dv; i += 16) __builtin_prefetch(v + ahead + i), __builtin_prefetch(z + (size_t)h * dv + za + i);
+                for (int i = 0; i < dk; i += 16)
+                    __builtin_prefetch(q + ahead + i), __builtin_prefetch(k + ahead + i);
+                for (int i = 0; i < dv; i += 16)
+                    __builtin_prefetch(v + ahead + i), __builtin_prefetch(z + (size_t)h * dv + za + i);
             }
             float b, a;
             if (hp->ba_split) { /* beta rows [T][hv], then alpha rows [T][hv] */
@@ -301,15 +310,13 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
             if (j->r->fast)
                 (t > j->t0 && !rs ? ops_vec(j->r->pool)->delta_step_hot : ops_vec(j->r->pool)->delta_step)(
                     ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
-            else
-                ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
+            else ops_delta_step(ssm_in + so, ssm + so, q, k, v, expf(gdecay), beta, dk, dv, o);
             /* the last row's snapshot: a copy of this head's slice while it is in cache */
             if (t == j->T - 1 && j->dst && j->s->rdst[2 * t + 1])
                 memcpy(j->s->rdst[2 * t + 1] + so, ssm + so, sizeof(float) * (size_t)dv * dk);
             /* gated RMSNorm per value head: norm, weight, then * silu(z) */
             ops_rmsnorm(o, L->ssm_norm, dv, hp->rms_eps, o);
-            if (j->r->fast)
-                ops_vec(j->r->pool)->silu_mul(o, z + (size_t)h * dv, o, dv);
+            if (j->r->fast) ops_vec(j->r->pool)->silu_mul(o, z + (size_t)h * dv, o, dv);
             else
                 for (int i = 0; i < dv; i++) o[i] *= ops_silu(z[(size_t)h * dv + i]);
         }
@@ -318,8 +325,8 @@ static void dn_heads_worker(void *arg, int ith, int nth) {
 /* One row's conv of channels c0..c1-1: the window sums (ops_conv_step_range), then SiLU — libm's on
  * the reference path, the vec table's 8-lane one on the fast path (every row of the fast path, in a
  * prefill chunk or a decode step, takes this same function, so the rows stay bit-identical). */
-static void dn_conv_range(const q3n_run *r, const float *state, float *state_out, const float *w, const float *u, int C,
-                          int kw, int c0, int c1, float *out) {
+static void dn_conv_range(const q3n_run *r, const float *state, float *state_out, const float *w,
+                          const float *u, int C, int kw, int c0, int c1, float *out) {
     ops_conv_step_range(state, state_out, w, u, C, kw, c0, c1, !r->fast, out);
     if (r->fast) ops_vec(r->pool)->silu_mul(out + c0, out + c0, NULL, c1 - c0);
 }
@@ -333,10 +340,14 @@ static void dn_conv_channels(void *arg, long lo, long hi) {
     int C = hp->ssm_conv_dim;
     float *conv = st->conv_next ? st->conv_next[j->il] : st->conv[j->il];
     for (int t = 0; t < j->T; t++) {
-        const q3n_state *rs = j->s->rst ? j->s->rst[t] : NULL; /* rows of several sequences: their own states */
-        dn_conv_range(j->r, rs ? rs->conv[j->il] : t == 0 ? st->conv[j->il] : dn_row_out(j, t - 1, 0, conv),
-                      rs ? rs->conv_next[j->il] : dn_row_out(j, t, 0, conv), j->L->conv_w, j->s->big + (size_t)t * C, C,
-                      hp->ssm_kw, (int)lo, (int)hi, j->s->u + (size_t)t * C);
+        const q3n_state *rs =
+            j->s->rst ? j->s->rst[t] : NULL; /* rows of several sequences: their own states */
+        dn_conv_range(j->r,
+                      rs       ? rs->conv[j->il]
+                      : t == 0 ? st->conv[j->il]
+                               : dn_row_out(j, t - 1, 0, conv),
+                      rs ? rs->conv_next[j->il] : dn_row_out(j, t, 0, conv), j->L->conv_w,
+                      j->s->big + (size_t)t * C, C, hp->ssm_kw, (int)lo, (int)hi, j->s->u + (size_t)t * C);
     }
 }
 
@@ -360,8 +371,9 @@ void q3n_deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int 
     const q3n_hparams *hp = &r->m->hp;
     int C = hp->ssm_conv_dim, dk = hp->ssm_dk, hk = hp->ssm_hk, inner = hp->ssm_hv * hp->ssm_dv;
     /* beta and alpha: one fused matrix, or two (ba_split: beta rows, then alpha rows in s->ba) */
-    ops_mm_task proj[4] = {
-        {&L->wqkv, s->xn, T, s->big, NULL}, {&L->wgate, s->xn, T, s->kv, NULL}, {&L->wba, s->xn, T, s->ba, NULL}};
+    ops_mm_task proj[4] = {{&L->wqkv, s->xn, T, s->big, NULL},
+                           {&L->wgate, s->xn, T, s->kv, NULL},
+                           {&L->wba, s->xn, T, s->ba, NULL}};
     if (hp->ba_split) {
         proj[2] = (ops_mm_task){&L->wbeta, s->xn, T, s->ba, NULL};
         proj[3] = (ops_mm_task){&L->walpha, s->xn, T, s->ba + (size_t)T * hp->ssm_hv, NULL};
@@ -385,10 +397,12 @@ void q3n_deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int 
          * just been written by the other cores), and the threads waiting on it fell asleep */
         ops_parallel_for(r->pool, C, (long)T * hp->ssm_kw * 4, dn_conv_channels, &jb, "deltanet conv");
         if (jb.dst && s->rdst[2 * (T - 1)])
-            memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv), sizeof(float) * q3n_conv_floats(hp));
+            memcpy(s->rdst[2 * (T - 1)], dn_row_out(&jb, T - 1, 0, conv),
+                   sizeof(float) * q3n_conv_floats(hp));
         /* (row, key head) items: a decode row's 16 heads took 11 us a layer on the calling thread of a
          * 16-thread token (its input was just written by the conv's threads) */
-        ops_parallel_for(r->pool, (long)T * hk, (long)2 * dk * 32, dn_qk_norm_items, &jb, "deltanet q/k norms");
+        ops_parallel_for(r->pool, (long)T * hk, (long)2 * dk * 32, dn_qk_norm_items, &jb,
+                         "deltanet q/k norms");
         ops_run(r->pool, dn_heads_worker, &jb, "deltanet recurrence");
         q3n_mm(r, &L->wout, s->o, T, s->y);
         return;
@@ -398,7 +412,8 @@ void q3n_deltanet_layer(q3n_run *r, const q3n_layer *L, int il, scratch *s, int 
         float *cout = dn_row_out(&jb, t, 0, conv);
         dn_conv_range(r, t == 0 ? r->st->conv[il] : dn_row_out(&jb, t - 1, 0, conv), cout, L->conv_w,
                       s->big + (size_t)t * C, C, hp->ssm_kw, 0, C, u);
-        if (t == T - 1 && jb.dst && s->rdst[2 * t]) memcpy(s->rdst[2 * t], cout, sizeof(float) * q3n_conv_floats(hp));
+        if (t == T - 1 && jb.dst && s->rdst[2 * t])
+            memcpy(s->rdst[2 * t], cout, sizeof(float) * q3n_conv_floats(hp));
         DUMP(r, Q3N_ACT_DN_CONV, il, t, u, C);
         dn_qk_norm_items(&jb, (long)t * hk, (long)(t + 1) * hk);
         dn_job j = jb;

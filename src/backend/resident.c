@@ -25,7 +25,7 @@ struct resident {
 typedef struct {
     const gguf_tensor *t;
     const struct gguf_part *part;
-    uint64_t dst;      /* offset in the arena */
+    uint64_t dst; /* offset in the arena */
 } rs_item;
 
 typedef struct {
@@ -33,10 +33,10 @@ typedef struct {
     int n_items;
     uint8_t *arena;
     long n_pieces;
-    long *first;       /* [n_items + 1]: the first piece of each item */
-    atomic_long next;  /* the next piece to claim */
+    long *first;      /* [n_items + 1]: the first piece of each item */
+    atomic_long next; /* the next piece to claim */
     atomic_ullong done;
-    atomic_int err;    /* first errno (EIO for an end of file), 0 while all went well */
+    atomic_int err; /* first errno (EIO for an end of file), 0 while all went well */
     rl_progress *pr;
 } rs_job;
 
@@ -141,7 +141,8 @@ static uint64_t huge_bytes(const uint8_t *a, size_t len) {
     while (fgets(line, sizeof line, f)) {
         unsigned long s, e;
         unsigned long long kb;
-        if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' ')) in = s < hi && e > lo;
+        if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = s < hi && e > lo;
         else if (in && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) sum += kb * 1024ull;
     }
     fclose(f);
@@ -152,8 +153,10 @@ resident *resident_copy(q3n_model *m, pool *p, int what, bool progress) {
     gguf_file *f = m->gguf;
     if (!f) return rl_seterr("no model file to copy weights from"), NULL;
     if (!strcmp(resident_thp_mode(), "never"))
-        return rl_seterr("transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage/enabled: never): "
-                         "a copy would not stream faster"), NULL;
+        return rl_seterr("transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage/enabled: "
+                         "never): "
+                         "a copy would not stream faster"),
+               NULL;
     resident *r = rl_calloc(1, sizeof *r, "resident weights");
     rs_item *items = rl_calloc(f->n_tensors ? f->n_tensors : 1, sizeof *items, "resident items");
     const int cap = (Q3N_T_COUNT + 1) * (m->hp.n_layer + m->hp.n_nextn + 1);
@@ -194,8 +197,14 @@ resident *resident_copy(q3n_model *m, pool *p, int what, bool progress) {
     first[n] = np;
     const double t0 = rl_now();
     rl_progress pr;
-    if (progress) rl_progress_start(&pr, what & RESIDENT_EXPERTS ? "experts to memory" : "weights to memory", total);
-    rs_job j = {.items = items, .n_items = n, .arena = r->arena, .n_pieces = np, .first = first, .pr = progress ? &pr : NULL};
+    if (progress)
+        rl_progress_start(&pr, what & RESIDENT_EXPERTS ? "experts to memory" : "weights to memory", total);
+    rs_job j = {.items = items,
+                .n_items = n,
+                .arena = r->arena,
+                .n_pieces = np,
+                .first = first,
+                .pr = progress ? &pr : NULL};
     atomic_init(&j.next, 0);
     atomic_init(&j.done, 0);
     atomic_init(&j.err, 0);
@@ -204,22 +213,27 @@ resident *resident_copy(q3n_model *m, pool *p, int what, bool progress) {
     if (progress) rl_progress_end(&pr);
     const int err = atomic_load(&j.err);
     if (err) {
-        rl_seterr("%s: reading weights into memory failed: %s", f->path, err == EIO ? "input/output error or the file "
-                  "ended early (is it complete?)" : strerror(err));
+        rl_seterr("%s: reading weights into memory failed: %s", f->path,
+                  err == EIO ? "input/output error or the file "
+                               "ended early (is it complete?)"
+                             : strerror(err));
         goto fail;
     }
     /* every tensor is in: re-point the views, release the mapping's pages of the copied tensors */
     for (int i = 0; i < n; i++) {
         const gguf_tensor *t = items[i].t;
         for (int v = 0; v < nv; v++)
-            if (points_into(views[v], t)) views[v]->data = r->arena + items[i].dst + (views[v]->data - (const uint8_t *)t->data);
+            if (points_into(views[v], t))
+                views[v]->data = r->arena + items[i].dst + (views[v]->data - (const uint8_t *)t->data);
         const uintptr_t a = (uintptr_t)t->data, e = a + t->nbytes, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
         const uintptr_t pa = (a + pg - 1) & ~(pg - 1), pe = e & ~(pg - 1);
         if (items[i].part->fd >= 0 && pe > pa) madvise((void *)pa, pe - pa, MADV_DONTNEED);
     }
     if (what & RESIDENT_DENSE) m->dense_copied = true;
     if (what & RESIDENT_EXPERTS) m->experts_copied = true;
-    r->info = (resident_info){.n_tensors = n, .bytes = total, .seconds = rl_now() - t0,
+    r->info = (resident_info){.n_tensors = n,
+                              .bytes = total,
+                              .seconds = rl_now() - t0,
                               .huge_bytes = huge_bytes(r->arena, (size_t)total)};
     free(items);
     free(views);
@@ -243,7 +257,8 @@ void resident_get_info(const resident *r, resident_info *out) { *out = r->info; 
 
 void resident_describe(const resident *r, char *buf, size_t n) {
     const resident_info *i = &r->info;
-    snprintf(buf, n, "%s: %d tensors, %.1f MiB copied to memory, %.1f MiB of it in huge pages (THP %s), %.2f s",
+    snprintf(buf, n,
+             "%s: %d tensors, %.1f MiB copied to memory, %.1f MiB of it in huge pages (THP %s), %.2f s",
              r->what & RESIDENT_EXPERTS ? "routed experts" : "dense weights", i->n_tensors, i->bytes / MiB,
              i->huge_bytes / MiB, resident_thp_mode(), i->seconds);
 }

@@ -19,8 +19,9 @@
  *                     preload of the mapping and costs no memory that full residency did not.
  * Views are re-pointed only once every selected tensor is copied; the copy is best effort: when
  * memory runs out or transparent huge pages are off ("never"), nothing changes and the reason is
- * kept for the describe line (with THP "never" nothing is copied: 4 KiB pages either way). The model's dense_copied / experts_copied flags tell the expert
- * cache that the mapping's pages of those tensors are no longer read (no preload, no touch).
+ * kept for the describe line (with THP "never" nothing is copied: 4 KiB pages either way). The model's
+ * dense_copied / experts_copied flags tell the expert cache that the mapping's pages of those tensors are no
+ * longer read (no preload, no touch).
  *
  * Reading: pread from the file (the page cache may keep its copy: clean, reclaimable pages; a
  * second process then starts fast), split over the pool's threads in 8 MiB pieces, a progress bar
@@ -42,11 +43,11 @@ enum { RESIDENT_DENSE = 1, RESIDENT_EXPERTS = 2 };
 typedef struct resident resident;
 
 typedef struct {
-    int n_tensors;        /* tensors copied */
-    uint64_t bytes;       /* their bytes */
-    uint64_t huge_bytes;  /* of the arena, bytes the kernel backs with huge pages (AnonHugePages in
-                             /proc/self/smaps; 0 where it cannot be read) */
-    double seconds;       /* wall time of the copy */
+    int n_tensors;       /* tensors copied */
+    uint64_t bytes;      /* their bytes */
+    uint64_t huge_bytes; /* of the arena, bytes the kernel backs with huge pages (AnonHugePages in
+                            /proc/self/smaps; 0 where it cannot be read) */
+    double seconds;      /* wall time of the copy */
 } resident_info;
 
 /* Copy the selected tensors of m (see above) and re-point its views. NULL when nothing was

@@ -48,8 +48,9 @@ void *rl_huge_alloc(size_t bytes, const char *what) {
      * would wrap fail as too large) */
     const bool fits = bytes <= SIZE_MAX - 2 * RL_HUGE_PAGE;
     const size_t len = fits ? huge_len(bytes ? bytes : 1) : 0;
-    uint8_t *m = fits ? mmap(NULL, len + RL_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                      : MAP_FAILED;
+    uint8_t *m =
+        fits ? mmap(NULL, len + RL_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+             : MAP_FAILED;
     if (m == MAP_FAILED) {
         rl_seterr("out of memory for %.1f MiB of %s", (fits ? len : bytes) / 1048576.0, what);
         return NULL;
@@ -84,7 +85,10 @@ float rl_fp16_to_fp32(uint16_t h) {
             bits = sign;
         } else { /* subnormal: normalise */
             int e = -1;
-            do { man <<= 1; e++; } while (!(man & 0x400));
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400));
             man &= 0x3ff;
             bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13);
         }
@@ -93,12 +97,18 @@ float rl_fp16_to_fp32(uint16_t h) {
     } else {
         bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    union { uint32_t u; float f; } v = { .u = bits };
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = bits};
     return v.f;
 }
 
 uint16_t rl_fp32_to_fp16(float f) {
-    union { float f; uint32_t u; } v = { .f = f };
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
     uint32_t x = v.u;
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7fffffff;
@@ -124,7 +134,10 @@ uint16_t rl_fp32_to_fp16(float f) {
 }
 
 uint16_t rl_fp32_to_bf16(float f) {
-    union { float f; uint32_t u; } v = { .f = f };
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
     if ((v.u & 0x7fffffff) > 0x7f800000) return (uint16_t)((v.u >> 16) | 64); /* quiet nan */
     return (uint16_t)((v.u + (0x7fff + ((v.u >> 16) & 1))) >> 16);
 }

@@ -31,9 +31,9 @@ int rl_seterr(const char *fmt, ...) RL_PRINTF(1, 2);
 const char *rl_lasterr(void);
 void rl_clearerr(void);
 
-#define RL_ASSERT(x)                                                                  \
-    do {                                                                              \
-        if (!(x)) rl_assert_fail(#x, __FILE__, __LINE__, __func__);                   \
+#define RL_ASSERT(x)                                                                                         \
+    do {                                                                                                     \
+        if (!(x)) rl_assert_fail(#x, __FILE__, __LINE__, __func__);                                          \
     } while (0)
 _Noreturn void rl_assert_fail(const char *expr, const char *file, int line, const char *fn);
 
@@ -63,7 +63,10 @@ static inline bool rl_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
 float rl_fp16_to_fp32(uint16_t h);
 uint16_t rl_fp32_to_fp16(float f);
 static inline float rl_bf16_to_fp32(uint16_t h) {
-    union { uint32_t u; float f; } v = { .u = (uint32_t)h << 16 };
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
     return v.f;
 }
 uint16_t rl_fp32_to_bf16(float f);
@@ -105,7 +108,9 @@ void rl_progress_update(rl_progress *p, uint64_t done);
 void rl_progress_end(rl_progress *p);
 
 /* Deterministic PRNG (xoshiro256**-style splitmix seeding): used by synth and tests. */
-typedef struct { uint64_t s[4]; } rl_rng;
+typedef struct {
+    uint64_t s[4];
+} rl_rng;
 void rl_rng_seed(rl_rng *r, uint64_t seed);
 uint64_t rl_rng_u64(rl_rng *r);
 /* uniform in [0,1) with 24 random bits */

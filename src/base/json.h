@@ -46,11 +46,11 @@ void json_arr_end(json_writer *j);
 /* Object member name; must be followed by exactly one value (or begin of obj/arr). */
 void json_key(json_writer *j, const char *key);
 
-void json_str(json_writer *j, const char *s);          /* NULL writes null */
+void json_str(json_writer *j, const char *s);            /* NULL writes null */
 void json_strn(json_writer *j, const char *s, size_t n); /* n bytes, may contain NUL */
 void json_int(json_writer *j, int64_t v);
 void json_uint(json_writer *j, uint64_t v);
-void json_num(json_writer *j, double v);               /* shortest round-trip form (%.17g) */
+void json_num(json_writer *j, double v); /* shortest round-trip form (%.17g) */
 void json_bool(json_writer *j, bool v);
 void json_null(json_writer *j);
 

@@ -90,7 +90,8 @@ static void *worker(void *arg) {
         if (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while (!atomic_load(&p->quit) && atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cv_job, &p->mu);
+            while (!atomic_load(&p->quit) && atomic_load(&p->gen) == seen)
+                pthread_cond_wait(&p->cv_job, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }

@@ -22,9 +22,7 @@
 #include "gguf/quant.h"
 #include "model/experts.h"
 
-const char *ec_mode_name(ec_mode m) {
-    return m == EC_BOUNDED ? "bounded" : m == EC_FULL ? "full" : "mmap";
-}
+const char *ec_mode_name(ec_mode m) { return m == EC_BOUNDED ? "bounded" : m == EC_FULL ? "full" : "mmap"; }
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 static int cache_layers(const q3n_model *m) { return m->hp.n_layer + m->hp.n_nextn; }
@@ -46,7 +44,8 @@ static int layer_geometry(const q3n_model *m, int il, bool direct, ec_layer *out
     uint64_t dst = 0;
     for (int i = 0; i < nr; i++) {
         const gguf_tensor *t = m->gguf ? gguf_find_tensor(m->gguf, mats[i]->name ? mats[i]->name : "") : NULL;
-        if (!t || !mats[i]->data) return rl_seterr("layer %d: expert tensor not found for the expert cache", il);
+        if (!t || !mats[i]->data)
+            return rl_seterr("layer %d: expert tensor not found for the expert cache", il);
         uint64_t stride = t->nbytes / (uint64_t)m->hp.n_expert;
         if (stride * (uint64_t)m->hp.n_expert != t->nbytes || stride % mats[i]->row_bytes)
             return rl_seterr("%s: %s is not %d equal expert slices", m->gguf->path, t->name, m->hp.n_expert);
@@ -59,8 +58,9 @@ static int layer_geometry(const q3n_model *m, int il, bool direct, ec_layer *out
     const uint64_t want[3] = {sl.gate_stride, nr == 2 ? sl.down_stride : sl.up_stride, sl.down_stride};
     for (int i = 0; i < nr; i++)
         if (gguf_find_tensor(m->gguf, mats[i]->name)->type == mats[i]->type && out->r[i].stride != want[i])
-            return rl_seterr("%s: %s holds %llu bytes per expert, its shape says %llu", m->gguf->path, mats[i]->name,
-                             (unsigned long long)out->r[i].stride, (unsigned long long)want[i]);
+            return rl_seterr("%s: %s holds %llu bytes per expert, its shape says %llu", m->gguf->path,
+                             mats[i]->name, (unsigned long long)out->r[i].stride,
+                             (unsigned long long)want[i]);
     out->up_off = sl.fused ? sl.up_off - sl.gate_off : 0;
     out->slot_bytes = align_up(dst, EC_ALIGN);
     if (out->slot_bytes > UINT32_MAX) return rl_seterr("layer %d: expert slices too large for a slot", il);
@@ -133,10 +133,11 @@ static int setup_classes(expert_cache *ec) {
         uint64_t cap = (uint64_t)E * (uint64_t)C->n_layers;
         if (n > cap) n = cap;
         if (n < (uint64_t)need && n < cap)
-            return rl_seterr("expert cache budget %.1f MiB is below the minimum %.1f MiB (%d slots of %.0f KiB: one "
-                             "layer's %d experts plus a prefetch margin); raise --cache-mib",
-                             ec->p.budget / 1048576.0, expert_cache_min_budget(m, ec->direct) / 1048576.0,
-                             need, mx / 1024.0, E);
+            return rl_seterr(
+                "expert cache budget %.1f MiB is below the minimum %.1f MiB (%d slots of %.0f KiB: one "
+                "layer's %d experts plus a prefetch margin); raise --cache-mib",
+                ec->p.budget / 1048576.0, expert_cache_min_budget(m, ec->direct) / 1048576.0, need,
+                mx / 1024.0, E);
         C->first = (int)total;
         C->n = (int)n;
         total += n;
@@ -184,8 +185,10 @@ static void lru_unlink(expert_cache *ec, int32_t s) {
     ec_slot *sl = &ec->slots[s];
     ec_class *C = &ec->cls[sl->cls];
     RL_ASSERT(sl->in_lru);
-    if (sl->prev >= 0) ec->slots[sl->prev].next = sl->next; else C->mru = sl->next;
-    if (sl->next >= 0) ec->slots[sl->next].prev = sl->prev; else C->lru = sl->prev;
+    if (sl->prev >= 0) ec->slots[sl->prev].next = sl->next;
+    else C->mru = sl->next;
+    if (sl->next >= 0) ec->slots[sl->next].prev = sl->prev;
+    else C->lru = sl->prev;
     sl->prev = sl->next = -1;
     sl->in_lru = 0;
 }
@@ -196,7 +199,8 @@ static void lru_push_mru(expert_cache *ec, int32_t s) {
     RL_ASSERT(!sl->in_lru && !sl->pins);
     sl->prev = -1;
     sl->next = C->mru;
-    if (C->mru >= 0) ec->slots[C->mru].prev = s; else C->lru = s;
+    if (C->mru >= 0) ec->slots[C->mru].prev = s;
+    else C->lru = s;
     C->mru = s;
     sl->in_lru = 1;
 }
@@ -268,8 +272,8 @@ static void assign(expert_cache *ec, int32_t s, int32_t key) {
 
 /* ---- q3n_expert_src callbacks ---------------------------------------------------------- */
 
-static void slot_ptrs(const expert_cache *ec, const ec_layer *ly, const uint8_t *mem, int e, const uint8_t **g,
-                      const uint8_t **u, const uint8_t **d) {
+static void slot_ptrs(const expert_cache *ec, const ec_layer *ly, const uint8_t *mem, int e,
+                      const uint8_t **g, const uint8_t **u, const uint8_t **d) {
     *g = mem + ly->r[0].dst + ec_pad(ec, &ly->r[0], e);
     if (ly->n_ranges == 2) {
         *u = *g + ly->up_off;
@@ -297,7 +301,8 @@ static void trace_and_count(expert_cache *ec, int il, const int32_t *ids, int n)
         ec->has_pred[il] = 0;
     }
     if (ec->trace) {
-        fprintf(ec->trace, "{\"f\":%llu,\"l\":%d,\"n\":%d,\"ids\":[", (unsigned long long)ec->fwd, il, ec->rows);
+        fprintf(ec->trace, "{\"f\":%llu,\"l\":%d,\"n\":%d,\"ids\":[", (unsigned long long)ec->fwd, il,
+                ec->rows);
         for (int i = 0; i < n; i++) fprintf(ec->trace, "%s%d", i ? "," : "", ids[i]);
         fputs("]}\n", ec->trace);
     }
@@ -313,10 +318,8 @@ static void abort_acquire(expert_cache *ec, const int32_t *slot_of, int n) {
         wait_loaded(ec, s);
         sl->pins--;
         if (sl->pins) continue;
-        if (sl->state == EC_S_VALID)
-            lru_push_mru(ec, s);
-        else
-            free_push(ec, s);
+        if (sl->state == EC_S_VALID) lru_push_mru(ec, s);
+        else free_push(ec, s);
     }
     ec->st.aborts++;
 }
@@ -368,9 +371,10 @@ static int acquire_bounded(expert_cache *ec, int il, const int32_t *ids, int n, 
         }
         if (s < 0) {
             const ec_class *C = &ec->cls[ly->cls];
-            rl_seterr("expert cache too small: layer %d needs %d experts at once but its class has %d slots of "
-                      "%.0f KiB (raise --cache-mib or lower --batch)",
-                      il, n, C->n, C->slot_bytes / 1024.0);
+            rl_seterr(
+                "expert cache too small: layer %d needs %d experts at once but its class has %d slots of "
+                "%.0f KiB (raise --cache-mib or lower --batch)",
+                il, n, C->n, C->slot_bytes / 1024.0);
             abort_acquire(ec, slot_of, n);
             pthread_mutex_unlock(&ec->mu);
             return -1;
@@ -461,7 +465,8 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
         free(ec->rbuf);
         free(ec->topk);
         ec->rbuf = rl_malloc(sizeof(float) * (size_t)T * E, "router scratch");
-        ec->topk = rl_malloc(sizeof(int32_t) * (size_t)T * pk + sizeof(int32_t) * (size_t)E, "router scratch");
+        ec->topk =
+            rl_malloc(sizeof(int32_t) * (size_t)T * pk + sizeof(int32_t) * (size_t)E, "router scratch");
         ec->rbuf_rows = ec->rbuf && ec->topk ? T : 0;
         if (!ec->rbuf_rows) return; /* prefetch is an optimisation: skip it */
     }
@@ -473,10 +478,8 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
         ec->actq = rl_aligned_alloc(ab, "router scratch");
         ec->actq_bytes = ec->actq ? ab : 0;
     }
-    if (ab && ec->actq)
-        ops_matmul_fast(ec->pool, R, xn, T, ec->rbuf, ec->actq);
-    else
-        ops_matmul_ref(ec->pool, R, xn, T, ec->rbuf);
+    if (ab && ec->actq) ops_matmul_fast(ec->pool, R, xn, T, ec->rbuf, ec->actq);
+    else ops_matmul_ref(ec->pool, R, xn, T, ec->rbuf);
     /* softmax is monotonic, so the top-k of the logits is the top-k of the probabilities */
     uint8_t *pred = ec->pred + (size_t)nl * E;
     int32_t *order = ec->topk + (size_t)T * pk;
@@ -541,7 +544,8 @@ static int ec_span(void *ud, int i, void **p, uint64_t *n) {
 }
 
 q3n_expert_src expert_cache_src(expert_cache *ec) {
-    q3n_expert_src s = {.acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
+    q3n_expert_src s = {
+        .acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
     if (ec->mode == EC_BOUNDED && ec->p.route_bias > 0) s.bias = ec_bias;
     return s;
 }
@@ -564,7 +568,8 @@ static int preload_mapping(expert_cache *ec) {
     if (ec->m->experts_copied) return 0; /* served from the copies in memory (resident.h) */
     uint64_t total = 0, done = 0;
     for (int il = 0; il < ec->n_layer; il++)
-        for (int i = 0; i < ec->layers[il].n_ranges; i++) total += ec->layers[il].r[i].stride * (uint64_t)ec->E;
+        for (int i = 0; i < ec->layers[il].n_ranges; i++)
+            total += ec->layers[il].r[i].stride * (uint64_t)ec->E;
     rl_progress pr;
     if (ec->p.progress) rl_progress_start(&pr, "experts", total); /* (it draws at once) */
     else pr = (rl_progress){.enabled = false};
@@ -612,7 +617,8 @@ static void prepare_mapping(expert_cache *ec) {
         if (ec->m->dense_copied && q3n_tensor_lookup(t->name, NULL) != Q3N_T_TOKEN_EMBD) continue;
         uint64_t beg = t->file_off - t->file_off % EC_ALIGN, end = t->file_off + t->nbytes;
         madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_WILLNEED);
-        for (uint64_t off = beg; off < end; off += EC_ALIGN) sink ^= p->map[off < t->file_off ? t->file_off : off];
+        for (uint64_t off = beg; off < end; off += EC_ALIGN)
+            sink ^= p->map[off < t->file_off ? t->file_off : off];
         madvise((void *)(p->map + beg), (size_t)(end - beg), MADV_NORMAL);
         done += t->nbytes;
         rl_progress_update(&pr, done);
@@ -626,7 +632,10 @@ static void prepare_mapping(expert_cache *ec) {
 /* The fault injection p->fault names (expert_cache_set_fault); an unknown spec injects nothing. */
 static void set_fault_spec(expert_cache *ec, const char *v) {
     if (!v || !*v) return;
-    static const struct { const char *name; ec_fault f; } kinds[] = {
+    static const struct {
+        const char *name;
+        ec_fault f;
+    } kinds[] = {
         {"eio", EC_FAULT_EIO}, {"eof", EC_FAULT_EOF}, {"short", EC_FAULT_SHORT}, {"eintr", EC_FAULT_EINTR}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         size_t n = strlen(kinds[i].name);
@@ -652,7 +661,8 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
      * slot bytes (large experts; a tiny model's few-KiB slices would double in size) */
     if (mode == EC_BOUNDED && ec->f)
         ec->direct = ec->p.io == EC_IO_DIRECT ||
-                     (ec->p.io == EC_IO_AUTO && expert_cache_full_bytes(m, true) * 100 <= expert_cache_full_bytes(m, false) * 105 &&
+                     (ec->p.io == EC_IO_AUTO &&
+                      expert_cache_full_bytes(m, true) * 100 <= expert_cache_full_bytes(m, false) * 105 &&
                       ec_io_probe_direct(ec->f));
     pthread_mutex_init(&ec->mu, NULL);
     pthread_cond_init(&ec->cv_job, NULL);
@@ -695,11 +705,13 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
             goto fail;
         }
         /* header: what tools/cache_sim.py needs to replay the trace under other budgets */
-        fprintf(ec->trace, "{\"header\":{\"mode\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,\"top_k\":%d,"
-                           "\"budget\":%llu,\"slot_bytes\":[",
+        fprintf(ec->trace,
+                "{\"header\":{\"mode\":\"%s\",\"n_layer\":%d,\"n_expert\":%d,\"top_k\":%d,"
+                "\"budget\":%llu,\"slot_bytes\":[",
                 ec_mode_name(mode), ec->n_layer, ec->E, ec->K, (unsigned long long)ec->p.budget);
         for (int il = 0; il < ec->n_layer; il++)
-            fprintf(ec->trace, "%s%llu", il ? "," : "", (unsigned long long)expert_cache_slot_bytes(m, il, false));
+            fprintf(ec->trace, "%s%llu", il ? "," : "",
+                    (unsigned long long)expert_cache_slot_bytes(m, il, false));
         fputs("]}}\n", ec->trace);
     }
     ec->st.budget = mode == EC_BOUNDED ? ec->p.budget : 0;
@@ -786,19 +798,24 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
             fprintf(out, "%s%d x %.0f KiB", c ? ", " : "", ec->cls[c].n, ec->cls[c].slot_bytes / 1024.0);
         fprintf(out, ")%s", ec->direct ? ", O_DIRECT" : ", buffered + FADV_DONTNEED");
     }
-    fprintf(out, "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f MiB/token "
-                 "(demand %.2f, prefetch %.2f), evictions %llu\n",
-            (unsigned long long)s.tokens, pct(s.hits + s.hits_inflight, s.lookups), (unsigned long long)s.hits,
-            (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, s.misses / tok,
-            (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok, s.bytes_prefetch / MiB / tok,
-            (unsigned long long)s.evictions);
+    fprintf(out,
+            "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f "
+            "MiB/token "
+            "(demand %.2f, prefetch %.2f), evictions %llu\n",
+            (unsigned long long)s.tokens, pct(s.hits + s.hits_inflight, s.lookups),
+            (unsigned long long)s.hits, (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups,
+            s.misses / tok, (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok,
+            s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
     if (s.pf_predicted)
-        fprintf(out, "  prefetch: predictions precision %.1f%% recall %.1f%%; loads %llu, used %.1f%%, wasted %llu, "
-                     "no slot %llu\n",
-                pct(s.pf_predicted_used, s.pf_predicted), pct(s.pf_predicted_used, s.pf_used_total),
-                (unsigned long long)s.pf_loads, pct(s.pf_loads_used, s.pf_loads), (unsigned long long)s.pf_loads_wasted,
-                (unsigned long long)s.pf_no_slot);
-    fprintf(out, "  waited on I/O %.3f s, pre-gating %.3f s, read errors %llu, aborts %llu; peak RSS %.2f GiB\n",
+        fprintf(
+            out,
+            "  prefetch: predictions precision %.1f%% recall %.1f%%; loads %llu, used %.1f%%, wasted %llu, "
+            "no slot %llu\n",
+            pct(s.pf_predicted_used, s.pf_predicted), pct(s.pf_predicted_used, s.pf_used_total),
+            (unsigned long long)s.pf_loads, pct(s.pf_loads_used, s.pf_loads),
+            (unsigned long long)s.pf_loads_wasted, (unsigned long long)s.pf_no_slot);
+    fprintf(out,
+            "  waited on I/O %.3f s, pre-gating %.3f s, read errors %llu, aborts %llu; peak RSS %.2f GiB\n",
             s.io_wait_s, s.hint_s, (unsigned long long)s.io_errors, (unsigned long long)s.aborts,
             s.peak_rss / (1024.0 * MiB));
 }
@@ -833,8 +850,8 @@ int expert_cache_check(expert_cache *ec) {
                 rc = rl_seterr("slot %d holds a key of another class", C->first + i);
         }
         if (!rc && (n_free != C->n_free || n_lru + n_free + n_pin != C->n))
-            rc = rl_seterr("class %d: %d in LRU + %d free + %d pinned != %d slots (free count %d)", c, n_lru, n_free,
-                           n_pin, C->n, C->n_free);
+            rc = rl_seterr("class %d: %d in LRU + %d free + %d pinned != %d slots (free count %d)", c, n_lru,
+                           n_free, n_pin, C->n, C->n_free);
     }
     pthread_mutex_unlock(&ec->mu);
     return rc;

@@ -79,8 +79,8 @@ uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io);
 
 typedef struct {
     ec_mode mode;
-    uint64_t budget;   /* EC_BOUNDED: slot bytes */
-    char reason[256];  /* one line */
+    uint64_t budget;  /* EC_BOUNDED: slot bytes */
+    char reason[256]; /* one line */
 } ec_plan;
 
 /* spec: NULL/"" or "auto", "full", "mmap", or a number of MiB. ram_bytes: physical memory
@@ -88,8 +88,8 @@ typedef struct {
  * (engine_mem.scratch_bytes; it grows with the prompt batch), kept out of an auto budget with
  * EC_SLACK on top (at least EC_RESERVE in all). 0, or -1 with rl_lasterr set on a bad spec or
  * a budget below the minimum. */
-int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes, const char *spec, ec_io io,
-                      ec_plan *out);
+int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes,
+                      const char *spec, ec_io io, ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
 
@@ -97,25 +97,25 @@ uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
 typedef struct {
     ec_mode mode;
     uint64_t budget, n_slots, n_classes;
-    uint64_t tokens;              /* rows seen (counted at layer 0) */
-    uint64_t acquires, lookups;   /* acquire calls; experts requested (union sizes) */
-    uint64_t hits;                /* resident and loaded when requested */
-    uint64_t hits_inflight;       /* prefetch still in flight when requested (waited for) */
-    uint64_t misses;              /* demand loads */
-    uint64_t evictions;           /* valid entries replaced (demand or prefetch) */
+    uint64_t tokens;                       /* rows seen (counted at layer 0) */
+    uint64_t acquires, lookups;            /* acquire calls; experts requested (union sizes) */
+    uint64_t hits;                         /* resident and loaded when requested */
+    uint64_t hits_inflight;                /* prefetch still in flight when requested (waited for) */
+    uint64_t misses;                       /* demand loads */
+    uint64_t evictions;                    /* valid entries replaced (demand or prefetch) */
     uint64_t bytes_demand, bytes_prefetch; /* bytes read from the file */
-    uint64_t pf_predicted;        /* experts predicted by pre-gating */
-    uint64_t pf_predicted_used;   /* ... that the next layer then used */
-    uint64_t pf_used_total;       /* experts used at layers that had a prediction */
-    uint64_t pf_loads;            /* prefetch loads issued */
-    uint64_t pf_loads_used;       /* ... later hit by an acquire */
-    uint64_t pf_loads_wasted;     /* ... evicted unused */
-    uint64_t pf_no_slot;          /* predictions not loaded: no evictable slot */
-    uint64_t io_errors, aborts;   /* failed reads; acquires rolled back */
-    uint64_t short_reads, eintr;  /* retried partial / interrupted reads */
-    uint64_t bias_calls;          /* cache-aware routing decisions */
-    double io_wait_s;             /* inference thread blocked on loads */
-    double hint_s;                /* inference thread in pre-gating */
+    uint64_t pf_predicted;                 /* experts predicted by pre-gating */
+    uint64_t pf_predicted_used;            /* ... that the next layer then used */
+    uint64_t pf_used_total;                /* experts used at layers that had a prediction */
+    uint64_t pf_loads;                     /* prefetch loads issued */
+    uint64_t pf_loads_used;                /* ... later hit by an acquire */
+    uint64_t pf_loads_wasted;              /* ... evicted unused */
+    uint64_t pf_no_slot;                   /* predictions not loaded: no evictable slot */
+    uint64_t io_errors, aborts;            /* failed reads; acquires rolled back */
+    uint64_t short_reads, eintr;           /* retried partial / interrupted reads */
+    uint64_t bias_calls;                   /* cache-aware routing decisions */
+    double io_wait_s;                      /* inference thread blocked on loads */
+    double hint_s;                         /* inference thread in pre-gating */
     uint64_t peak_rss;
 } ec_stats;
 

@@ -9,22 +9,22 @@
 #include "cache/expert_cache.h"
 #include "base/pool.h"
 
-#define EC_ALIGN 4096u         /* slot and O_DIRECT alignment */
-#define EC_MAX_SEL 1024        /* largest union one acquire may ask for (moe_layer's limit) */
+#define EC_ALIGN 4096u  /* slot and O_DIRECT alignment */
+#define EC_MAX_SEL 1024 /* largest union one acquire may ask for (moe_layer's limit) */
 
 /* One contiguous slice per expert of a stacked *_exps tensor. */
 typedef struct {
-    int part;          /* GGUF part holding the tensor */
-    uint64_t base;     /* absolute file offset of expert 0's slice */
-    uint64_t stride;   /* bytes per expert (= slice length) */
-    uint32_t dst;      /* offset of this region inside a slot */
+    int part;        /* GGUF part holding the tensor */
+    uint64_t base;   /* absolute file offset of expert 0's slice */
+    uint64_t stride; /* bytes per expert (= slice length) */
+    uint32_t dst;    /* offset of this region inside a slot */
 } ec_range;
 
 typedef struct {
-    int cls;           /* size class of this layer's slots */
-    int n_ranges;      /* 3 (gate, up, down) or 2 (fused gate_up, down) */
+    int cls;      /* size class of this layer's slots */
+    int n_ranges; /* 3 (gate, up, down) or 2 (fused gate_up, down) */
     ec_range r[3];
-    uint64_t up_off;   /* fused: bytes from the gate pointer to the up rows */
+    uint64_t up_off; /* fused: bytes from the gate pointer to the up rows */
     uint64_t slot_bytes;
 } ec_layer;
 
@@ -32,26 +32,26 @@ enum { EC_S_FREE = 0, EC_S_LOADING, EC_S_VALID, EC_S_FAILED };
 
 typedef struct {
     uint8_t *mem;
-    int32_t key;       /* layer * n_expert + expert; -1 when free */
-    int32_t prev, next;/* LRU links (or free list: next) */
+    int32_t key;        /* layer * n_expert + expert; -1 when free */
+    int32_t prev, next; /* LRU links (or free list: next) */
     uint16_t cls;
-    uint8_t state;     /* EC_S_* (written by I/O threads under mu) */
-    uint8_t in_lru;    /* linked in its class's LRU list */
-    uint8_t prefetched;/* loaded by prefetch and not yet used */
-    uint8_t queued;    /* waiting in a job ring (cleared when an I/O thread takes it) */
-    uint8_t in_qd;     /* ... in the demand ring (else the prefetch ring) */
-    uint16_t pins;     /* pinned by the current selection (never evicted) */
-    int io_err;        /* errno of a failed load, or -1 for an unexpected end of file */
-    int io_range;      /* which range failed */
+    uint8_t state;      /* EC_S_* (written by I/O threads under mu) */
+    uint8_t in_lru;     /* linked in its class's LRU list */
+    uint8_t prefetched; /* loaded by prefetch and not yet used */
+    uint8_t queued;     /* waiting in a job ring (cleared when an I/O thread takes it) */
+    uint8_t in_qd;      /* ... in the demand ring (else the prefetch ring) */
+    uint16_t pins;      /* pinned by the current selection (never evicted) */
+    int io_err;         /* errno of a failed load, or -1 for an unexpected end of file */
+    int io_range;       /* which range failed */
 } ec_slot;
 
 typedef struct {
     uint64_t slot_bytes;
-    int first, n;      /* slots [first, first + n) */
-    int32_t mru, lru;  /* LRU list ends (-1 empty) */
+    int first, n;     /* slots [first, first + n) */
+    int32_t mru, lru; /* LRU list ends (-1 empty) */
     int32_t free_head;
     int n_free;
-    int n_layers;      /* layers using this class */
+    int n_layers; /* layers using this class */
 } ec_class;
 
 struct expert_cache {
@@ -59,20 +59,20 @@ struct expert_cache {
     gguf_file *f;
     ec_mode mode;
     ec_params p;
-    bool direct;           /* O_DIRECT reads (p.io resolved) */
-    int pk;                /* predictions per row to prefetch */
-    int n_layer, E, K;     /* layers with experts (main + MTP), experts, experts per token */
+    bool direct;       /* O_DIRECT reads (p.io resolved) */
+    int pk;            /* predictions per row to prefetch */
+    int n_layer, E, K; /* layers with experts (main + MTP), experts, experts per token */
     ec_layer *layers;
     ec_class *cls;
     int n_cls;
     ec_slot *slots;
     int n_slots;
-    uint8_t **arenas;      /* mmap'd slot memory */
+    uint8_t **arenas; /* mmap'd slot memory */
     uint64_t *arena_len;
     int n_arenas;
-    int32_t *index;        /* [n_layer * E] -> slot or -1: a perfect hash of (layer, expert) */
-    int32_t *pinned;       /* [n_layer * E] slots pinned by the layer's acquire */
-    int *n_pinned;         /* [n_layer] */
+    int32_t *index;  /* [n_layer * E] -> slot or -1: a perfect hash of (layer, expert) */
+    int32_t *pinned; /* [n_layer * E] slots pinned by the layer's acquire */
+    int *n_pinned;   /* [n_layer] */
 
     /* I/O pool (expert_io.c) */
     pthread_mutex_t mu;
@@ -80,27 +80,27 @@ struct expert_cache {
     pthread_t *io;
     int n_io;
     bool quit, io_started;
-    int32_t *qd, *qp;      /* demand / prefetch job rings of n_slots entries */
+    int32_t *qd, *qp; /* demand / prefetch job rings of n_slots entries */
     int qd_head, qd_n, qp_head, qp_n;
-    int *dfd;              /* per part: our own read descriptor (O_DIRECT with direct_io) */
+    int *dfd; /* per part: our own read descriptor (O_DIRECT with direct_io) */
     atomic_uint_fast64_t reads;
     ec_fault fault;
     uint64_t fault_n;
 
     /* pre-gated prefetch */
-    pool *pool;            /* router matmul of the hint */
-    float *rbuf;           /* [rows][E] router logits */
+    pool *pool;  /* router matmul of the hint */
+    float *rbuf; /* [rows][E] router logits */
     int rbuf_rows;
     int32_t *topk;
-    void *actq;            /* quantised activations for the SIMD router product */
+    void *actq; /* quantised activations for the SIMD router product */
     size_t actq_bytes;
-    uint8_t *pred;         /* [n_layer * E] predicted for that layer by the previous hint */
-    uint8_t *has_pred;     /* [n_layer] */
+    uint8_t *pred;     /* [n_layer * E] predicted for that layer by the previous hint */
+    uint8_t *has_pred; /* [n_layer] */
 
     ec_stats st;
     FILE *trace;
-    uint64_t fwd;          /* forward counter (trace) */
-    int rows;              /* rows of the current forward (from the hint) */
+    uint64_t fwd; /* forward counter (trace) */
+    int rows;     /* rows of the current forward (from the hint) */
 };
 
 static inline int ec_layer_of(const expert_cache *ec, int32_t key) { return key / ec->E; }
@@ -111,7 +111,7 @@ static inline uint64_t ec_pad(const expert_cache *ec, const ec_range *r, int e) 
 }
 
 /* expert_io.c */
-int ec_io_start(expert_cache *ec);          /* threads + direct descriptors; -1 (rl_lasterr) */
+int ec_io_start(expert_cache *ec); /* threads + direct descriptors; -1 (rl_lasterr) */
 void ec_io_stop(expert_cache *ec);
 void ec_io_submit(expert_cache *ec, int32_t slot, bool demand); /* caller holds mu */
 /* A prefetch still waiting in its ring that an acquire now needs: move it to the demand ring. */

@@ -22,16 +22,14 @@ uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx) {
     const q3n_hparams *hp = &m->hp;
     uint64_t kv_pos = 0, dn = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (hp->is_attn[il])
-            kv_pos += 2ull * hp->n_head_kv * hp->head_dim * sizeof(float);
-        else
-            dn += (q3n_conv_floats(hp) + q3n_ssm_floats(hp)) * sizeof(float);
+        if (hp->is_attn[il]) kv_pos += 2ull * hp->n_head_kv * hp->head_dim * sizeof(float);
+        else dn += (q3n_conv_floats(hp) + q3n_ssm_floats(hp)) * sizeof(float);
     }
     return kv_pos * (uint64_t)(n_ctx > 0 ? n_ctx : 4096) + dn;
 }
 
-int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec, ec_io io,
-                      ec_plan *out) {
+int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec,
+                      ec_io io, ec_plan *out) {
     memset(out, 0, sizeof *out);
     if (!ram) ram = rl_total_ram();
     /* slot sizes for the planner: O_DIRECT's (a little larger) unless buffered reads are forced */
@@ -44,8 +42,8 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work
         if (need <= limit) {
             out->mode = EC_FULL;
             snprintf(out->reason, sizeof out->reason,
-                     "auto: experts %.1f + dense %.1f + state %.1f GiB fit in %d%% of RAM (%.1f GiB)", experts / GiB,
-                     dense / GiB, state / GiB, share, ram / GiB);
+                     "auto: experts %.1f + dense %.1f + state %.1f GiB fit in %d%% of RAM (%.1f GiB)",
+                     experts / GiB, dense / GiB, state / GiB, share, ram / GiB);
             return 0;
         }
         out->mode = EC_BOUNDED;
@@ -60,7 +58,8 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work
         if (b > fullb) b = fullb;
         out->budget = b;
         snprintf(out->reason, sizeof out->reason,
-                 "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB); cache = that share "
+                 "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB); cache = "
+                 "that share "
                  "- dense - state - %.1f GiB reserve%s",
                  experts / GiB, dense / GiB, state / GiB, share, ram / GiB, reserve / GiB, note);
         return 0;
@@ -82,9 +81,10 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work
         return rl_seterr("--cache-mib expects a number of MiB, 'auto', 'full' or 'mmap', got '%s'", spec);
     uint64_t b = (uint64_t)(mib * MiB);
     if (b < minb)
-        return rl_seterr("--cache-mib %s is below the minimum %.0f MiB for this model (one layer's %d experts plus a "
-                         "prefetch margin)",
-                         spec, minb / MiB + 0.5, m->hp.n_expert);
+        return rl_seterr(
+            "--cache-mib %s is below the minimum %.0f MiB for this model (one layer's %d experts plus a "
+            "prefetch margin)",
+            spec, minb / MiB + 0.5, m->hp.n_expert);
     out->mode = EC_BOUNDED;
     out->budget = b > fullb ? fullb : b;
     snprintf(out->reason, sizeof out->reason, "requested %s MiB%s", spec,

@@ -45,15 +45,14 @@ static ssize_t fault_pread(expert_cache *ec, int fd, uint8_t *buf, size_t len, u
             return -1;
         }
         break;
-    default:
-        break;
+    default: break;
     }
     return pread(fd, buf, len, (off_t)off);
 }
 
 typedef struct {
     uint64_t bytes, shorts, eintrs;
-    int err;   /* 0, errno, or -1 for end of file */
+    int err; /* 0, errno, or -1 for end of file */
     int range;
 } load_result;
 
@@ -140,10 +139,8 @@ static void *io_main(void *arg) {
         sl->state = res.err ? EC_S_FAILED : EC_S_VALID;
         sl->io_err = res.err;
         sl->io_range = res.range;
-        if (demand)
-            ec->st.bytes_demand += res.bytes;
-        else
-            ec->st.bytes_prefetch += res.bytes;
+        if (demand) ec->st.bytes_demand += res.bytes;
+        else ec->st.bytes_prefetch += res.bytes;
         ec->st.short_reads += res.shorts;
         ec->st.eintr += res.eintrs;
         if (res.err) ec->st.io_errors++;
@@ -175,7 +172,8 @@ void ec_io_promote(expert_cache *ec, int32_t s) {
     for (int i = 0; i < ec->qp_n && found < 0; i++)
         if (ec->qp[(ec->qp_head + i) % n] == s) found = i;
     RL_ASSERT(found >= 0);
-    for (int i = found; i + 1 < ec->qp_n; i++) ec->qp[(ec->qp_head + i) % n] = ec->qp[(ec->qp_head + i + 1) % n];
+    for (int i = found; i + 1 < ec->qp_n; i++)
+        ec->qp[(ec->qp_head + i) % n] = ec->qp[(ec->qp_head + i + 1) % n];
     ec->qp_n--;
     sl->queued = 0;
     ec_io_submit(ec, s, true);
@@ -198,10 +196,11 @@ int ec_io_error(expert_cache *ec, int32_t s) {
     const ec_slot *sl = &ec->slots[s];
     int il = ec_layer_of(ec, sl->key), e = ec_expert_of(ec, sl->key);
     const ec_range *r = &ec->layers[il].r[sl->io_range];
-    const char *what = sl->io_err == -1 ? "unexpected end of file (truncated model file?)" : strerror(sl->io_err);
+    const char *what =
+        sl->io_err == -1 ? "unexpected end of file (truncated model file?)" : strerror(sl->io_err);
     return rl_seterr("reading expert %d/%d from %s: %s (offset %llu, %llu bytes)", il, e,
-                     ec->f->parts[r->part].path, what, (unsigned long long)(r->base + (uint64_t)e * r->stride),
-                     (unsigned long long)r->stride);
+                     ec->f->parts[r->part].path, what,
+                     (unsigned long long)(r->base + (uint64_t)e * r->stride), (unsigned long long)r->stride);
 }
 
 int ec_io_start(expert_cache *ec) {
@@ -215,8 +214,9 @@ int ec_io_start(expert_cache *ec) {
         const char *path = ec->f->parts[i].path;
         ec->dfd[i] = open(path, O_RDONLY | O_CLOEXEC | (ec->direct ? O_DIRECT : 0));
         if (ec->dfd[i] < 0)
-            return rl_seterr("%s: cannot open%s for expert reads: %s%s", path, ec->direct ? " with O_DIRECT" : "",
-                             strerror(errno), ec->direct ? " (set RL_CACHE_DIRECT=0)" : "");
+            return rl_seterr("%s: cannot open%s for expert reads: %s%s", path,
+                             ec->direct ? " with O_DIRECT" : "", strerror(errno),
+                             ec->direct ? " (set RL_CACHE_DIRECT=0)" : "");
         if (!ec->direct) posix_fadvise(ec->dfd[i], 0, 0, POSIX_FADV_RANDOM);
     }
     ec->io = rl_calloc((size_t)ec->p.io_threads, sizeof(pthread_t), "expert I/O threads");

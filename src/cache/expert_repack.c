@@ -32,8 +32,22 @@ struct expert_repack {
 #define RP_MAX_MATS 17
 static int layer_mats(q3n_model *m, int il, int n_layer, ops_mat **out, int *n_experts) {
     q3n_layer *L = &m->layers[il];
-    ops_mat *c[] = {&L->gate_exps, &L->up_exps, &L->down_exps, &L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv,
-                    &L->wgate, &L->wba, &L->wout, &L->router, &L->gate_sh, &L->up_sh, &L->down_sh, &L->eh_proj,
+    ops_mat *c[] = {&L->gate_exps,
+                    &L->up_exps,
+                    &L->down_exps,
+                    &L->wq,
+                    &L->wk,
+                    &L->wv,
+                    &L->wo,
+                    &L->wqkv,
+                    &L->wgate,
+                    &L->wba,
+                    &L->wout,
+                    &L->router,
+                    &L->gate_sh,
+                    &L->up_sh,
+                    &L->down_sh,
+                    &L->eh_proj,
                     il == n_layer - 1 ? &m->output : NULL};
     _Static_assert(sizeof c / sizeof c[0] == RP_MAX_MATS, "RP_MAX_MATS");
     int n = 0;
@@ -58,7 +72,9 @@ static void rp_worker(void *ctx, int ith, int nth) {
     const rp_job *j = ctx;
     long lo, hi;
     pool_range((long)j->n_rows, ith, nth, &lo, &hi);
-    if (hi > lo) quant_repack_rows(j->src, j->in + (size_t)lo * j->rb_in, j->out + (size_t)lo * j->rb_out, hi - lo, j->n_cols);
+    if (hi > lo)
+        quant_repack_rows(j->src, j->in + (size_t)lo * j->rb_in, j->out + (size_t)lo * j->rb_out, hi - lo,
+                          j->n_cols);
 }
 
 /* "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF": each source type once */
@@ -91,7 +107,8 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress, const e
         const int k = layer_mats(m, il, n_layer, mats, &ne);
         for (int i = 0; i < k; i++) {
             const uint64_t file = (uint64_t)mats[i]->n_out * mats[i]->row_bytes;
-            const uint64_t mem = i < ne || dense ? quant_repack_bytes(mats[i]->type, mats[i]->n_out, mats[i]->n_in) : 0;
+            const uint64_t mem =
+                i < ne || dense ? quant_repack_bytes(mats[i]->type, mats[i]->n_out, mats[i]->n_in) : 0;
             if (mem) {
                 n_mats++;
                 in->n_dense += i >= ne;
@@ -105,17 +122,22 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress, const e
         }
     }
     if (n_mats == in->n_dense) {
-        rl_seterr("--iq-repack: no routed expert of this model has a lookup-free layout (only IQ2_XXS, IQ2_XS and "
-                  "IQ1_M experts do); run without --iq-repack");
+        rl_seterr(
+            "--iq-repack: no routed expert of this model has a lookup-free layout (only IQ2_XXS, IQ2_XS and "
+            "IQ1_M experts do); run without --iq-repack");
         goto fail;
     }
-    const uint64_t ram = o->ram ? o->ram : rl_total_ram(), limit = (uint64_t)(EXPERT_REPACK_RAM_SHARE * (double)ram);
+    const uint64_t ram = o->ram ? o->ram : rl_total_ram(),
+                   limit = (uint64_t)(EXPERT_REPACK_RAM_SHARE * (double)ram);
     const uint64_t need = m->bytes_dense - in->dense_file + in->bytes_mem + in->bytes_kept;
     if (need > limit) {
-        rl_seterr("--iq-repack: the repacked matrices need %.2f GiB (%.2f GiB in the file) + %.2f GiB of other weights, "
-                  "more than %d%% of this machine's %.1f GiB RAM; run without --iq-repack (the expert cache serves the "
+        rl_seterr("--iq-repack: the repacked matrices need %.2f GiB (%.2f GiB in the file) + %.2f GiB of "
+                  "other weights, "
+                  "more than %d%% of this machine's %.1f GiB RAM; run without --iq-repack (the expert cache "
+                  "serves the "
                   "file's layout)",
-                  in->bytes_mem / GiB, in->bytes_file / GiB, (m->bytes_dense - in->dense_file + in->bytes_kept) / GiB,
+                  in->bytes_mem / GiB, in->bytes_file / GiB,
+                  (m->bytes_dense - in->dense_file + in->bytes_kept) / GiB,
                   (int)(EXPERT_REPACK_RAM_SHARE * 100 + 0.5), ram / GiB);
         goto fail;
     }
@@ -133,8 +155,12 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress, const e
         for (int i = 0; i < k; i++) {
             const int t = repack_target(mats[i], i, ne, dense);
             if (t < 0) continue;
-            rp_job j = {.src = mats[i]->type, .in = mats[i]->data, .n_rows = mats[i]->n_out, .n_cols = mats[i]->n_in,
-                        .rb_in = mats[i]->row_bytes, .rb_out = quant_row_size((uint32_t)t, mats[i]->n_in)};
+            rp_job j = {.src = mats[i]->type,
+                        .in = mats[i]->data,
+                        .n_rows = mats[i]->n_out,
+                        .n_cols = mats[i]->n_in,
+                        .rb_in = mats[i]->row_bytes,
+                        .rb_out = quant_row_size((uint32_t)t, mats[i]->n_in)};
             rp_buf *b = &r->bufs[r->n_bufs];
             b->len = (size_t)j.n_rows * j.rb_out;
             if (!(b->mem = rl_huge_alloc(b->len, "repacked experts (--iq-repack)"))) {
@@ -150,8 +176,9 @@ expert_repack *expert_repack_model(q3n_model *m, pool *p, bool progress, const e
              * them, but they leave this process's RSS and the peak is one tensor, not all) */
             const uintptr_t a = (uintptr_t)j.in, e = a + (uintptr_t)j.n_rows * j.rb_in;
             const uintptr_t pa = (a + 4095) & ~(uintptr_t)4095, pe = e & ~(uintptr_t)4095;
-            if (i < ne && pe > pa) madvise((void *)pa, pe - pa, MADV_DONTNEED); /* experts: always the file
-                                                                              mapping (a dense view may be owned) */
+            if (i < ne && pe > pa)
+                madvise((void *)pa, pe - pa, MADV_DONTNEED); /* experts: always the file
+                                                           mapping (a dense view may be owned) */
             done += (uint64_t)j.n_rows * j.rb_in;
             if (progress) rl_progress_update(&pr, done);
         }
@@ -174,8 +201,7 @@ fail:
 
 void expert_repack_free(expert_repack *r) {
     if (!r) return;
-    for (int i = 0; i < r->n_bufs; i++)
-        rl_huge_free(r->bufs[i].mem, r->bufs[i].len);
+    for (int i = 0; i < r->n_bufs; i++) rl_huge_free(r->bufs[i].mem, r->bufs[i].len);
     free(r->bufs);
     free(r);
 }
@@ -192,9 +218,12 @@ static const char *fmt_bytes(char *b, size_t n, double bytes) {
 void expert_repack_describe(const expert_repack *r, char *buf, size_t n) {
     const expert_repack_info *i = &r->info;
     char f[32], m[32], d[32];
-    snprintf(buf, n, "iq-repack: %d expert + %d dense tensors (%s), %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
-             i->n_tensors - i->n_dense, i->n_dense, i->types, fmt_bytes(f, sizeof f, (double)i->bytes_file),
-             fmt_bytes(m, sizeof m, (double)i->bytes_mem), fmt_bytes(d, sizeof d, (double)(i->bytes_mem - i->bytes_file)),
-             (double)i->bytes_mem / (double)i->bytes_file, i->seconds,
-             i->bytes_kept ? "; other experts stay in the file's layout" : "");
+    snprintf(
+        buf, n,
+        "iq-repack: %d expert + %d dense tensors (%s), %s in the file -> %s in memory (+%s, %.2fx), %.1f s%s",
+        i->n_tensors - i->n_dense, i->n_dense, i->types, fmt_bytes(f, sizeof f, (double)i->bytes_file),
+        fmt_bytes(m, sizeof m, (double)i->bytes_mem),
+        fmt_bytes(d, sizeof d, (double)(i->bytes_mem - i->bytes_file)),
+        (double)i->bytes_mem / (double)i->bytes_file, i->seconds,
+        i->bytes_kept ? "; other experts stay in the file's layout" : "");
 }

@@ -36,14 +36,14 @@
 typedef struct expert_repack expert_repack;
 
 typedef struct {
-    int n_tensors;            /* tensors repacked */
-    int n_dense;              /* ... of which dense (not routed experts) */
-    uint64_t bytes_file;      /* their bytes in the file */
-    uint64_t bytes_mem;       /* their bytes repacked (anonymous memory) */
+    int n_tensors;                  /* tensors repacked */
+    int n_dense;                    /* ... of which dense (not routed experts) */
+    uint64_t bytes_file;            /* their bytes in the file */
+    uint64_t bytes_mem;             /* their bytes repacked (anonymous memory) */
     uint64_t dense_file, dense_mem; /* the dense tensors' share of those */
-    uint64_t bytes_kept;      /* routed-expert bytes left in the file's layout (no lookup-free form) */
-    double seconds;           /* wall time of the repack */
-    char types[96];           /* "IQ2_XXS->IQ2_LF" or "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF" */
+    uint64_t bytes_kept;            /* routed-expert bytes left in the file's layout (no lookup-free form) */
+    double seconds;                 /* wall time of the repack */
+    char types[96];                 /* "IQ2_XXS->IQ2_LF" or "IQ1_M->IQ1_LF, IQ2_XS->IQ2_LF" */
 } expert_repack_info;
 
 /* The repack's switches (run/tuning.c: RL_REPACK_DENSE, RL_REPACK_RAM_MIB; docs/TUNING.md). */

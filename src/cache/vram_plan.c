@@ -58,7 +58,9 @@ static uint64_t layer_sum(const vram_geom *g) {
 }
 
 uint64_t vram_min_budget(const vram_geom *g) { return g->dense + g->ctx + (uint64_t)g->top_k * layer_sum(g); }
-uint64_t vram_full_budget(const vram_geom *g) { return g->dense + g->ctx + (uint64_t)g->n_expert * layer_sum(g); }
+uint64_t vram_full_budget(const vram_geom *g) {
+    return g->dense + g->ctx + (uint64_t)g->n_expert * layer_sum(g);
+}
 
 int vram_spec_check(const char *spec) {
     if (!spec || !strcmp(spec, "auto") || !strcmp(spec, "full")) return 0;
@@ -73,8 +75,10 @@ int vram_spec_check(const char *spec) {
 int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *o) {
     memset(o, 0, sizeof *o);
     if (spec && *spec && vram_spec_check(spec)) return -1;
-    if (g->n_layer <= 0 || g->n_layer > Q3N_MAX_LAYERS || g->n_expert <= 0 || g->top_k <= 0 || g->top_k > g->n_expert)
-        return rl_seterr("VRAM plan: bad geometry (%d layers, %d experts, top-%d)", g->n_layer, g->n_expert, g->top_k);
+    if (g->n_layer <= 0 || g->n_layer > Q3N_MAX_LAYERS || g->n_expert <= 0 || g->top_k <= 0 ||
+        g->top_k > g->n_expert)
+        return rl_seterr("VRAM plan: bad geometry (%d layers, %d experts, top-%d)", g->n_layer, g->n_expert,
+                         g->top_k);
     const uint64_t sum = layer_sum(g), fullb = vram_full_budget(g), minb = vram_min_budget(g);
     o->experts_all = (uint64_t)g->n_expert * sum;
     const bool is_auto = !spec || !*spec || !strcmp(spec, "auto"), is_full = spec && !strcmp(spec, "full");
@@ -84,15 +88,19 @@ int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *o) {
         o->budget = g->dev_free > margin ? g->dev_free - margin : 0;
         snprintf(src, sizeof src, "auto: %.0f MiB free - %.0f MiB margin", g->dev_free / MIB, margin / MIB);
         if (is_full && o->budget < fullb)
-            return rl_seterr("--vram-mib full: every weight and the context need %.0f MiB, the device has %.0f MiB free "
-                             "(use --vram-mib auto or a number)", fullb / MIB, g->dev_free / MIB);
+            return rl_seterr(
+                "--vram-mib full: every weight and the context need %.0f MiB, the device has %.0f MiB free "
+                "(use --vram-mib auto or a number)",
+                fullb / MIB, g->dev_free / MIB);
     } else {
         o->budget = (uint64_t)strtoll(spec, NULL, 10) << 20;
         snprintf(src, sizeof src, "requested %s MiB", spec);
     }
     if (o->budget < g->dense + g->ctx)
-        return rl_seterr("--vram-mib: the dense weights (%.0f MiB) and the context (%.0f MiB, lower --ctx or --batch) "
-                         "do not fit in %.0f MiB (%s)", g->dense / MIB, g->ctx / MIB, o->budget / MIB, src);
+        return rl_seterr(
+            "--vram-mib: the dense weights (%.0f MiB) and the context (%.0f MiB, lower --ctx or --batch) "
+            "do not fit in %.0f MiB (%s)",
+            g->dense / MIB, g->ctx / MIB, o->budget / MIB, src);
     if (is_full || o->budget >= fullb) {
         o->full = true;
         for (int il = 0; il < g->n_layer; il++) o->slots[il] = g->n_expert;
@@ -102,9 +110,11 @@ int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *o) {
         return 0;
     }
     if (o->budget < minb)
-        return rl_seterr("--vram-mib: %.0f MiB (%s) is below the minimum of %.0f MiB: dense %.0f + context %.0f + "
-                         "%d expert slots per layer %.0f MiB", o->budget / MIB, src, minb / MIB, g->dense / MIB,
-                         g->ctx / MIB, g->top_k, (double)g->top_k * sum / MIB);
+        return rl_seterr(
+            "--vram-mib: %.0f MiB (%s) is below the minimum of %.0f MiB: dense %.0f + context %.0f + "
+            "%d expert slots per layer %.0f MiB",
+            o->budget / MIB, src, minb / MIB, g->dense / MIB, g->ctx / MIB, g->top_k,
+            (double)g->top_k * sum / MIB);
     uint64_t left = o->budget - g->dense - g->ctx;
     uint64_t s = left / sum;
     if (s >= (uint64_t)g->n_expert) s = (uint64_t)g->n_expert - 1; /* not full (checked above) */
@@ -145,18 +155,25 @@ int vram_miss_parse(const char *s, vram_miss_mode *out) {
     return 0;
 }
 
-const char *vram_pin_name(vram_pin_mode m) { return m == VRAM_PIN_ON ? "on" : m == VRAM_PIN_OFF ? "off" : "auto"; }
-const char *vram_miss_name(vram_miss_mode m) { return m == VRAM_MISS_CPU ? "cpu" : m == VRAM_MISS_AUTO ? "auto" : "copy"; }
+const char *vram_pin_name(vram_pin_mode m) {
+    return m == VRAM_PIN_ON ? "on" : m == VRAM_PIN_OFF ? "off" : "auto";
+}
+const char *vram_miss_name(vram_miss_mode m) {
+    return m == VRAM_MISS_CPU ? "cpu" : m == VRAM_MISS_AUTO ? "auto" : "copy";
+}
 
-bool vram_pin_mapping_ok(uint64_t span, uint64_t ram) { return ram > 0 && (double)span <= VRAM_PIN_RAM_SHARE * (double)ram; }
+bool vram_pin_mapping_ok(uint64_t span, uint64_t ram) {
+    return ram > 0 && (double)span <= VRAM_PIN_RAM_SHARE * (double)ram;
+}
 
-int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
-                  int *n_out) {
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs,
+                  int32_t *out, int *n_out) {
     int pairs = 0, no = 0;
     for (int want = 1; want <= max_rows && no < k; want++)
         for (int i = nres; i < n && no < k; i++) {
             const int e = uni[i];
-            if (e < 0 || cnt[e] != want || pairs + want > max_pairs) continue; /* e < 0: taken in an earlier pass */
+            if (e < 0 || cnt[e] != want || pairs + want > max_pairs)
+                continue; /* e < 0: taken in an earlier pass */
             out[no++] = e;
             pairs += want;
             uni[i] = -1 - e;
@@ -169,7 +186,8 @@ int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int 
 }
 
 int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s) {
-    if (m <= 0 || !(copy_s > 0) || !(cpu_s > 0) || !(cpu_fixed_s >= 0) || copy_s > 1e9 || cpu_s > 1e9 || cpu_fixed_s > 1e9)
+    if (m <= 0 || !(copy_s > 0) || !(cpu_s > 0) || !(cpu_fixed_s >= 0) || copy_s > 1e9 || cpu_s > 1e9 ||
+        cpu_fixed_s > 1e9)
         return 0;
     int best = 0;
     double best_t = m * copy_s;

@@ -19,7 +19,7 @@
 #include "model/experts.h"
 #include "model/qwen3next.h"
 
-#define VRAM_ALIGN 256                      /* alignment of every region in a slot (and slots) */
+#define VRAM_ALIGN 256                        /* alignment of every region in a slot (and slots) */
 #define VRAM_MARGIN_MIN ((uint64_t)512 << 20) /* auto: free memory minus max(512 MiB, 5 % of total) */
 
 /* Where the bytes of one expert live in a device slot of layer il: gate rows at gate_off, up
@@ -27,7 +27,7 @@
  * at down_off; slots of a layer are slot_bytes apart (the grouped matmul's expert_stride). */
 typedef struct {
     uint64_t gate_off, up_off, down_off, slot_bytes;
-    uint64_t src_bytes[3];  /* bytes copied per region: gate (or fused gate_up), up (0 if fused), down */
+    uint64_t src_bytes[3]; /* bytes copied per region: gate (or fused gate_up), up (0 if fused), down */
 } vram_layout;
 
 /* One layer's slot layout from one expert's slice (model/experts.h: each matrix its own bytes). */
@@ -49,13 +49,13 @@ typedef struct {
 int vram_geom_of(const q3n_model *m, vram_geom *g);
 
 typedef struct {
-    bool full;                     /* every expert fits: resident, no slot cache */
-    uint64_t budget;               /* bytes the plan may use (N, or free - margin) */
-    uint64_t slot_total;           /* bytes of all slots (0 when full) */
-    uint64_t experts_all;          /* bytes of every expert in slots */
-    int slots[Q3N_MAX_LAYERS];     /* slots per layer (n_expert each when full) */
-    int min_slots, max_slots;      /* over the layers */
-    char reason[256];              /* one line: what was decided and why */
+    bool full;                 /* every expert fits: resident, no slot cache */
+    uint64_t budget;           /* bytes the plan may use (N, or free - margin) */
+    uint64_t slot_total;       /* bytes of all slots (0 when full) */
+    uint64_t experts_all;      /* bytes of every expert in slots */
+    int slots[Q3N_MAX_LAYERS]; /* slots per layer (n_expert each when full) */
+    int min_slots, max_slots;  /* over the layers */
+    char reason[256];          /* one line: what was decided and why */
 } vram_plan;
 
 /* spec: "auto" (or NULL/""), "full", or a number of MiB (the whole device budget). Slots: the
@@ -109,6 +109,6 @@ int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s);
  * rows first (cnt[e]: the expert's rows in this forward, 1..max_rows), ties in uni order, at most
  * max_pairs rows in all. They go to out[0..*n_out) and leave uni, whose other entries keep their
  * order; returns the new n. */
-int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs, int32_t *out,
-                  int *n_out);
+int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int max_rows, int max_pairs,
+                  int32_t *out, int *n_out);
 #endif

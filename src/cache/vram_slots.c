@@ -67,8 +67,8 @@ vram_slots *vram_slots_new(int n_layer, int n_expert, const int *slots, const ui
         l->pf = rl_calloc(cs, 1, "slots");
         l->pred = rl_calloc(es, 1, "slots");
         l->seen = rl_calloc(es, 1, "slots");
-        if (!l->key || !l->prev || !l->next || !l->freel || !l->pins || !l->pmiss || !l->index || !l->pinned ||
-            !l->pf || !l->pred || !l->seen)
+        if (!l->key || !l->prev || !l->next || !l->freel || !l->pins || !l->pmiss || !l->index ||
+            !l->pinned || !l->pf || !l->pred || !l->seen)
             goto fail;
         for (int e = 0; e < n_expert; e++) l->index[e] = -1;
         for (int s = 0; s < c; s++) {
@@ -87,7 +87,8 @@ void vram_slots_free(vram_slots *vs) {
     if (!vs) return;
     for (int il = 0; vs->L && il < vs->n_layer; il++) {
         vlayer *l = &vs->L[il];
-        free(l->key), free(l->prev), free(l->next), free(l->freel), free(l->pins), free(l->pmiss), free(l->index);
+        free(l->key), free(l->prev), free(l->next), free(l->freel), free(l->pins), free(l->pmiss),
+            free(l->index);
         free(l->pinned), free(l->pf), free(l->pred), free(l->seen);
     }
     free(vs->L);
@@ -128,9 +129,11 @@ static int take_slot(vram_slots *vs, vlayer *l, bool protect_pred) {
 int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int32_t *slot, int32_t *miss) {
     if (layer < 0 || layer >= vs->n_layer) return rl_seterr("VRAM slots: layer %d out of range", layer);
     vlayer *l = &vs->L[layer];
-    if (l->open || l->npins) return rl_seterr("VRAM slots: layer %d prepared twice without release (internal)", layer);
+    if (l->open || l->npins)
+        return rl_seterr("VRAM slots: layer %d prepared twice without release (internal)", layer);
     if (n > l->cap)
-        return rl_seterr("VRAM slots: layer %d needs %d experts at once, it has %d slots (internal)", layer, n, l->cap);
+        return rl_seterr("VRAM slots: layer %d needs %d experts at once, it has %d slots (internal)", layer,
+                         n, l->cap);
     int bad = -1;
     for (int i = 0; i < n && bad < 0; i++) {
         if (ids[i] < 0 || ids[i] >= vs->n_expert || l->seen[ids[i]]) bad = i;
@@ -138,7 +141,8 @@ int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int
     }
     for (int i = 0; i < n; i++)
         if (ids[i] >= 0 && ids[i] < vs->n_expert) l->seen[ids[i]] = 0;
-    if (bad >= 0) return rl_seterr("VRAM slots: expert id %d repeated or out of range (layer %d)", ids[bad], layer);
+    if (bad >= 0)
+        return rl_seterr("VRAM slots: expert id %d repeated or out of range (layer %d)", ids[bad], layer);
     /* hits first: pinned before any miss may evict */
     for (int i = 0; i < n; i++) {
         int s = l->index[ids[i]];
@@ -205,7 +209,8 @@ void vram_slots_release(vram_slots *vs, int layer) {
     l->open = false;
 }
 
-int vram_slots_prefetch(vram_slots *vs, int layer, const int32_t *ids, int n, int32_t *slot_out, int32_t *e_out) {
+int vram_slots_prefetch(vram_slots *vs, int layer, const int32_t *ids, int n, int32_t *slot_out,
+                        int32_t *e_out) {
     if (layer < 0 || layer >= vs->n_layer) return 0;
     vlayer *l = &vs->L[layer];
     if (!l->cap || l->open || l->npins) return 0;
@@ -271,16 +276,18 @@ void vram_slots_reset_stats(vram_slots *vs) { memset(&vs->st, 0, sizeof vs->st);
 
 void vram_stats_print(const vram_stats *s, FILE *f) {
     double tok = s->tokens ? (double)s->tokens : 1.0, look = s->lookups ? (double)s->lookups : 1.0;
-    fprintf(f, "vram tier: %llu tokens, %llu lookups: %.1f%% hits (%llu via prefetch), %.2f misses/token, "
-               "%llu evictions, %llu batches\n",
+    fprintf(f,
+            "vram tier: %llu tokens, %llu lookups: %.1f%% hits (%llu via prefetch), %.2f misses/token, "
+            "%llu evictions, %llu batches\n",
             (unsigned long long)s->tokens, (unsigned long long)s->lookups, 100.0 * (double)s->hits / look,
             (unsigned long long)s->hits_prefetched, (double)s->misses / tok, (unsigned long long)s->evictions,
             (unsigned long long)s->batches);
     fprintf(f, "vram tier: host->device %.2f MiB/token (demand %.2f + prefetch %.2f)",
-            (double)(s->bytes_demand + s->bytes_prefetch) / tok / 1048576.0, (double)s->bytes_demand / tok / 1048576.0,
-            (double)s->bytes_prefetch / tok / 1048576.0);
+            (double)(s->bytes_demand + s->bytes_prefetch) / tok / 1048576.0,
+            (double)s->bytes_demand / tok / 1048576.0, (double)s->bytes_prefetch / tok / 1048576.0);
     if (s->pf_predicted)
-        fprintf(f, "; prefetch precision %.1f%%, recall %.1f%%, %llu loads (%llu wasted, %llu without a slot)",
+        fprintf(f,
+                "; prefetch precision %.1f%%, recall %.1f%%, %llu loads (%llu wasted, %llu without a slot)",
                 100.0 * (double)s->pf_predicted_used / (double)s->pf_predicted,
                 s->pf_used_total ? 100.0 * (double)s->pf_predicted_used / (double)s->pf_used_total : 0.0,
                 (unsigned long long)s->pf_loads, (unsigned long long)s->pf_loads_wasted,
@@ -295,7 +302,8 @@ int vram_slots_check(const vram_slots *vs) {
         int nlru = 0, npin = 0, nvalid = 0;
         for (int s = l->head, p = -1; s >= 0; p = s, s = l->next[s]) {
             if (l->prev[s] != p) return rl_seterr("layer %d: LRU links broken at slot %d", il, s);
-            if (!in_lru(l, s)) return rl_seterr("layer %d: slot %d in the LRU list but free or pinned", il, s);
+            if (!in_lru(l, s))
+                return rl_seterr("layer %d: slot %d in the LRU list but free or pinned", il, s);
             if (++nlru > l->cap) return rl_seterr("layer %d: LRU list loops", il);
             if (l->next[s] < 0 && l->tail != s) return rl_seterr("layer %d: LRU tail wrong", il);
         }
@@ -309,10 +317,12 @@ int vram_slots_check(const vram_slots *vs) {
         for (int e = 0; e < vs->n_expert; e++)
             if (l->index[e] >= 0 && (l->index[e] >= l->cap || l->key[l->index[e]] != e))
                 return rl_seterr("layer %d: index of expert %d wrong", il, e);
-        if (nvalid + l->nfree != l->cap) return rl_seterr("layer %d: %d valid + %d free != %d slots", il, nvalid, l->nfree, l->cap);
+        if (nvalid + l->nfree != l->cap)
+            return rl_seterr("layer %d: %d valid + %d free != %d slots", il, nvalid, l->nfree, l->cap);
         for (int i = 0; i < l->nfree; i++)
             if (l->key[l->freel[i]] >= 0) return rl_seterr("layer %d: valid slot on the free list", il);
-        if (nlru + npin != nvalid) return rl_seterr("layer %d: %d in LRU + %d pinned != %d valid", il, nlru, npin, nvalid);
+        if (nlru + npin != nvalid)
+            return rl_seterr("layer %d: %d in LRU + %d pinned != %d valid", il, nlru, npin, nvalid);
     }
     return 0;
 }

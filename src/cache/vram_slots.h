@@ -31,19 +31,19 @@
 typedef struct vram_slots vram_slots;
 
 typedef struct {
-    uint64_t tokens;            /* rows seen (counted at layer 0) */
-    uint64_t lookups;           /* experts requested (union sizes) */
-    uint64_t batches;           /* prepare calls (> layers x forwards: a chunk ran in batches) */
+    uint64_t tokens;  /* rows seen (counted at layer 0) */
+    uint64_t lookups; /* experts requested (union sizes) */
+    uint64_t batches; /* prepare calls (> layers x forwards: a chunk ran in batches) */
     uint64_t hits, misses, evictions;
-    uint64_t hits_prefetched;   /* hits on a slot a prefetch filled (first use) */
+    uint64_t hits_prefetched;              /* hits on a slot a prefetch filled (first use) */
     uint64_t bytes_demand, bytes_prefetch; /* bytes copied host -> device */
-    uint64_t pf_predicted;      /* experts predicted for a layer */
-    uint64_t pf_predicted_used; /* ... that the layer then used */
-    uint64_t pf_used_total;     /* experts used at layers that had a prediction */
-    uint64_t pf_loads;          /* prefetch copies planned */
-    uint64_t pf_loads_wasted;   /* ... evicted before any use */
-    uint64_t pf_no_slot;        /* predictions not loaded: no evictable slot */
-    uint64_t aborts;            /* prepares rolled back (copy failure) */
+    uint64_t pf_predicted;                 /* experts predicted for a layer */
+    uint64_t pf_predicted_used;            /* ... that the layer then used */
+    uint64_t pf_used_total;                /* experts used at layers that had a prediction */
+    uint64_t pf_loads;                     /* prefetch copies planned */
+    uint64_t pf_loads_wasted;              /* ... evicted before any use */
+    uint64_t pf_no_slot;                   /* predictions not loaded: no evictable slot */
+    uint64_t aborts;                       /* prepares rolled back (copy failure) */
 } vram_stats;
 
 /* slots[l] slots for layer l (0 = the layer has no slots), bytes[l] bytes copied per expert. */
@@ -61,7 +61,8 @@ void vram_slots_abort(vram_slots *vs, int layer);
 void vram_slots_release(vram_slots *vs, int layer);
 /* ids: n predictions (repeats allowed). Fills slot_out/e_out (room for n) with the loads to do
  * and returns their count; records the predicted set for vram_slots_begin's precision. */
-int vram_slots_prefetch(vram_slots *vs, int layer, const int32_t *ids, int n, int32_t *slot_out, int32_t *e_out);
+int vram_slots_prefetch(vram_slots *vs, int layer, const int32_t *ids, int n, int32_t *slot_out,
+                        int32_t *e_out);
 /* A planned prefetch copy failed: that slot leaves the index (free again). */
 void vram_slots_drop(vram_slots *vs, int layer, int slot);
 

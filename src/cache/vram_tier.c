@@ -27,11 +27,11 @@ struct vram_tier {
     uint8_t *base[Q3N_MAX_LAYERS]; /* slot 0 of each layer (device) */
     uint8_t *arena;                /* every slot (device) */
     vram_slots *slots;
-    q3n_expert_src src;            /* host source (.acquire NULL: the mapped file) */
+    q3n_expert_src src; /* host source (.acquire NULL: the mapped file) */
     int n_batch, K, E;
     bool prefetch;
-    uint64_t fault_at, fills;      /* RL_VRAM_FAULT: the fault_at-th fill fails (0 = never) */
-    cudaStream_t cp;               /* copy stream */
+    uint64_t fault_at, fills; /* RL_VRAM_FAULT: the fault_at-th fill fails (0 = never) */
+    cudaStream_t cp;          /* copy stream */
     cudaEvent_t ev_copy, ev_used, sev[VT_NSTAGE];
     bool used_recorded;
     /* overlap (default; RL_VRAM_OVERLAP=0: off): a fill waits only for the end of the batch that
@@ -44,7 +44,7 @@ struct vram_tier {
     cudaEvent_t ring[VT_NRING];
     int64_t seq, *slot_seq[Q3N_MAX_LAYERS], *seq_arena; /* per slot: the batch that last read it */
     int bcap;
-    uint8_t *stage[VT_NSTAGE];     /* pinned */
+    uint8_t *stage[VT_NSTAGE]; /* pinned */
     size_t stage_bytes, spos;
     int scur;
     /* device plan + prediction scratch; pinned host mirrors */
@@ -54,18 +54,20 @@ struct vram_tier {
     int max_tiles;
     /* the open layer */
     int il, T, tt, n_union, n_batches, cur_b, tile_off, pair_off;
-    int32_t *uni;                  /* [E] the union: resident experts first, then the others */
-    int32_t *cnt, *first, *order;  /* per expert: pair count and offset into order (pairs by expert) */
+    int32_t *uni;                 /* [E] the union: resident experts first, then the others */
+    int32_t *cnt, *first, *order; /* per expert: pair count and offset into order (pairs by expert) */
     int32_t *bslot, *bmiss, *pf_slot, *pf_e;
     const uint8_t **hg, **hu, **hd;
-    uint8_t **hs;                  /* staging address of each expert of a fill */
-    pool *pool;                    /* staging memcpy threads (NULL: the calling thread) */
+    uint8_t **hs; /* staging address of each expert of a fill */
+    pool *pool;   /* staging memcpy threads (NULL: the calling thread) */
     /* --vram-pin: page-locked host spans (the mapping's expert span, or the RAM cache's arenas);
      * fills from them are DMA. volatile_src: the spans are the RAM cache's slots, which may be
      * rewritten after release, so a DMA from them is waited for before the release. */
     vram_pin_mode pin;
     bool pin_resolved, volatile_src;
-    struct { uint8_t *lo, *hi; } span[VT_MAX_SPANS];
+    struct {
+        uint8_t *lo, *hi;
+    } span[VT_MAX_SPANS];
     int n_span;
     double pin_s;
     uint64_t pin_bytes;
@@ -73,17 +75,17 @@ struct vram_tier {
     /* --vram-miss: CPU-computed experts of small forwards (T <= VRAM_CPU_MAX_T) */
     vram_miss_mode miss;
     bool calibrated;
-    int kind[Q3N_MAX_LAYERS], n_kind;        /* cost class of each layer */
+    int kind[Q3N_MAX_LAYERS], n_kind; /* cost class of each layer */
     uint32_t kind_gate[VT_MAX_KINDS], kind_down[VT_MAX_KINDS];
-    double cpu_s[VT_MAX_KINDS];              /* seconds per CPU expert (per row pair), EMA */
-    double copy_s_per_byte, cpu_fixed_s;     /* fill cost, CPU path's fixed cost (EMA) */
-    float *h_xn, *h_eo;                      /* pinned: the layer's input rows, CPU outputs */
-    float *xg, *gb, *ub;                     /* gathered rows, gate and up outputs */
+    double cpu_s[VT_MAX_KINDS];          /* seconds per CPU expert (per row pair), EMA */
+    double copy_s_per_byte, cpu_fixed_s; /* fill cost, CPU path's fixed cost (EMA) */
+    float *h_xn, *h_eo;                  /* pinned: the layer's input rows, CPU outputs */
+    float *xg, *gb, *ub;                 /* gathered rows, gate and up outputs */
     void *actq;
     size_t actq_cap;
     ops_mat *mats;
     ops_mm_task *tasks;
-    int32_t *cpu_e, *cpu_pair;               /* the open layer's CPU experts, their pairs */
+    int32_t *cpu_e, *cpu_pair; /* the open layer's CPU experts, their pairs */
     int n_cpu, n_cpu_pairs;
     uint64_t cpu_experts, cpu_pairs_total, cpu_layers, fills_demand;
     double cpu_total_s;
@@ -140,7 +142,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     if (!(vt->slots = vram_slots_new(hp->n_layer, vt->E, plan->slots, bytes))) goto fail;
     if (cudaMalloc((void **)&vt->arena, total) != cudaSuccess) {
         (void)cudaGetLastError();
-        rl_seterr("cannot allocate %.0f MiB of VRAM expert slots (lower --vram-mib or use auto)", total / 1048576.0);
+        rl_seterr("cannot allocate %.0f MiB of VRAM expert slots (lower --vram-mib or use auto)",
+                  total / 1048576.0);
         goto fail;
     }
     {
@@ -190,8 +193,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
             o += plan->slots[il];
         }
     }
-    if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot || !vt->pf_e ||
-        !vt->hg || !vt->hu || !vt->hd || !vt->hs)
+    if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot ||
+        !vt->pf_e || !vt->hg || !vt->hu || !vt->hd || !vt->hs)
         goto fail;
     if (miss != VRAM_MISS_COPY) { /* the CPU path's buffers (decode / small verifies only) */
         const size_t P = VT_CPU_PAIRS, D = (size_t)hp->n_embd, ff = (size_t)hp->n_ff_exp;
@@ -205,11 +208,14 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
         vt->tasks = rl_malloc(sizeof(ops_mm_task) * 2 * P, "VRAM tier CPU experts");
         vt->cpu_e = rl_malloc(4 * (size_t)vt->E, "VRAM tier CPU experts");
         vt->cpu_pair = rl_malloc(4 * P, "VRAM tier CPU experts");
-        if (!vt->xg || !vt->gb || !vt->ub || !vt->mats || !vt->tasks || !vt->cpu_e || !vt->cpu_pair) goto fail;
+        if (!vt->xg || !vt->gb || !vt->ub || !vt->mats || !vt->tasks || !vt->cpu_e || !vt->cpu_pair)
+            goto fail;
         for (int il = 0; il < hp->n_layer; il++) { /* cost classes: the layers' expert types */
             const q3n_layer *L = &m->layers[il];
             int k = 0;
-            while (k < vt->n_kind && (vt->kind_gate[k] != L->gate_exps.type || vt->kind_down[k] != L->down_exps.type)) k++;
+            while (k < vt->n_kind &&
+                   (vt->kind_gate[k] != L->gate_exps.type || vt->kind_down[k] != L->down_exps.type))
+                k++;
             if (k == vt->n_kind && k < VT_MAX_KINDS) {
                 vt->kind_gate[k] = L->gate_exps.type;
                 vt->kind_down[k] = L->down_exps.type;
@@ -239,7 +245,8 @@ void vram_tier_free(vram_tier *vt) {
     for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
     if (vt->h_xn) cudaFreeHost(vt->h_xn);
     if (vt->h_eo) cudaFreeHost(vt->h_eo);
-    free(vt->xg), free(vt->gb), free(vt->ub), free(vt->actq), free(vt->mats), free(vt->tasks), free(vt->cpu_e);
+    free(vt->xg), free(vt->gb), free(vt->ub), free(vt->actq), free(vt->mats), free(vt->tasks),
+        free(vt->cpu_e);
     free(vt->cpu_pair);
     if (vt->arena) cudaFree(vt->arena);
     for (int i = 0; i < VT_NSTAGE; i++) {
@@ -297,7 +304,8 @@ static int host_release(vram_tier *vt, int il) {
     int rc = 0;
     if (vt->dma_pending) {
         double t0 = rl_now();
-        rc = CU_CHECK(cudaEventRecord(vt->ev_dma, vt->cp)) || CU_CHECK(cudaEventSynchronize(vt->ev_dma)) ? -1 : 0;
+        rc = CU_CHECK(cudaEventRecord(vt->ev_dma, vt->cp)) || CU_CHECK(cudaEventSynchronize(vt->ev_dma)) ? -1
+                                                                                                         : 0;
         vt->wait_s += rl_now() - t0;
         vt->dma_pending = false;
     }
@@ -324,7 +332,8 @@ static bool pin_add(vram_tier *vt, void *p, uint64_t n, unsigned flags, const ch
     cudaError_t e = cudaHostRegister((void *)a, b - a, flags);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        snprintf(vt->pin_msg, sizeof vt->pin_msg, "cannot page-lock %.2f GiB of %s (%s): fills use the staging ring",
+        snprintf(vt->pin_msg, sizeof vt->pin_msg,
+                 "cannot page-lock %.2f GiB of %s (%s): fills use the staging ring",
                  (double)(b - a) / 1073741824.0, what, cudaGetErrorName(e));
         fprintf(stderr, "redlite: --vram-pin: %s\n", vt->pin_msg);
         return false;
@@ -346,14 +355,16 @@ static void pin_resolve(vram_tier *vt) {
     uint64_t n;
     if (vt->src.span && vt->src.span(vt->src.ud, 0, &p, &n)) { /* the RAM cache's arenas */
         bool ok = true;
-        for (int i = 0; ok && vt->src.span(vt->src.ud, i, &p, &n); i++) ok = pin_add(vt, p, n, cudaHostRegisterDefault, "the RAM cache");
+        for (int i = 0; ok && vt->src.span(vt->src.ud, i, &p, &n); i++)
+            ok = pin_add(vt, p, n, cudaHostRegisterDefault, "the RAM cache");
         if (!ok) {
             pin_drop(vt);
             vt->pin_resolved = true;
             return;
         }
         vt->volatile_src = true;
-        snprintf(vt->pin_msg, sizeof vt->pin_msg, "the RAM cache's %.2f GiB page-locked in %.1f s: fills are DMA",
+        snprintf(vt->pin_msg, sizeof vt->pin_msg,
+                 "the RAM cache's %.2f GiB page-locked in %.1f s: fills are DMA",
                  vt->pin_bytes / 1073741824.0, vt->pin_s);
         return;
     }
@@ -374,15 +385,17 @@ static void pin_resolve(vram_tier *vt) {
     const uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
     if (vt->pin == VRAM_PIN_AUTO && !vram_pin_mapping_ok(span, ram)) {
         snprintf(vt->pin_msg, sizeof vt->pin_msg,
-                 "the mapping's experts (%.1f GiB) are more than %.0f %% of RAM (%.1f GiB): not page-locked, fills use "
+                 "the mapping's experts (%.1f GiB) are more than %.0f %% of RAM (%.1f GiB): not page-locked, "
+                 "fills use "
                  "the staging ring (--vram-pin on forces it)",
                  span / 1073741824.0, 100 * VRAM_PIN_RAM_SHARE, ram / 1073741824.0);
         fprintf(stderr, "redlite: --vram-pin auto: %s\n", vt->pin_msg);
         return;
     }
     if (pin_add(vt, (void *)lo, span, cudaHostRegisterReadOnly, "the mapping"))
-        snprintf(vt->pin_msg, sizeof vt->pin_msg, "%.2f GiB of the mapping page-locked in %.1f s: fills are DMA",
-                 vt->pin_bytes / 1073741824.0, vt->pin_s);
+        snprintf(vt->pin_msg, sizeof vt->pin_msg,
+                 "%.2f GiB of the mapping page-locked in %.1f s: fills are DMA", vt->pin_bytes / 1073741824.0,
+                 vt->pin_s);
 }
 
 static bool in_pin(const vram_tier *vt, const uint8_t *p, uint64_t n) {
@@ -413,7 +426,8 @@ static void stage_run(void *ctx, int ith, int nth) {
 }
 
 static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
-    return in_pin(vt, vt->hg[i], ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
+    return in_pin(vt, vt->hg[i], ly->src_bytes[0]) &&
+           (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
            in_pin(vt, vt->hd[i], ly->src_bytes[2]);
 }
 
@@ -422,7 +436,8 @@ static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
  * staging ring, a chunk's group of experts staged in parallel on the pool. *done: experts whose
  * copy was queued. RL_VRAM_FAULT counts demand fills only (a failed prefetch is dropped silently,
  * so it would test nothing). 0 or -1 (rl_lasterr). */
-static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand, int *done) {
+static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand,
+                      int *done) {
     const vram_layout *ly = &vt->ly[il];
     int i = 0;
     *done = 0;
@@ -430,12 +445,14 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
         if (pinned_src(vt, ly, i)) {
             if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
             uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
-            if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0], cudaMemcpyHostToDevice, vt->cp)))
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0],
+                                         cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
-            if (ly->src_bytes[1] &&
-                CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1], cudaMemcpyHostToDevice, vt->cp)))
+            if (ly->src_bytes[1] && CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1],
+                                                             cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
-            if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2], cudaMemcpyHostToDevice, vt->cp)))
+            if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2],
+                                         cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
             vt->dma_pending |= vt->volatile_src;
             *done = ++i;
@@ -464,12 +481,13 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             }
         double t0 = rl_now();
         stage_job job = {vt, ly, i, j - i};
-        if (vt->pool && (uint64_t)(j - i) * ly->slot_bytes >= ((uint64_t)4 << 20)) pool_run(vt->pool, stage_run, &job);
+        if (vt->pool && (uint64_t)(j - i) * ly->slot_bytes >= ((uint64_t)4 << 20))
+            pool_run(vt->pool, stage_run, &job);
         else stage_run(&job, 0, 1);
         vt->stage_s += rl_now() - t0;
         for (int k = i; k < j; k++)
-            if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k], ly->slot_bytes,
-                                         cudaMemcpyHostToDevice, vt->cp)))
+            if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k],
+                                         ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
         vt->spos = pos;
         *done = i = j;
@@ -500,14 +518,17 @@ static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t 
         *d = L->down_exps;
         d->data = vt->hd[j];
         d->n_out = D;
-        vt->tasks[nt++] = (ops_mm_task){g, vt->xg + (size_t)off * D, c[j], vt->gb + (size_t)off * g->n_out, NULL};
+        vt->tasks[nt++] =
+            (ops_mm_task){g, vt->xg + (size_t)off * D, c[j], vt->gb + (size_t)off * g->n_out, NULL};
         if (!L->fused_gate_up) {
             *u = L->up_exps;
             u->data = vt->hu[j];
             u->n_out = ff;
-            vt->tasks[nt++] = (ops_mm_task){u, vt->xg + (size_t)off * D, c[j], vt->ub + (size_t)off * ff, NULL};
+            vt->tasks[nt++] =
+                (ops_mm_task){u, vt->xg + (size_t)off * D, c[j], vt->ub + (size_t)off * ff, NULL};
         }
-        need += 2 * (((ops_actq_bytes(g, c[j]) + 63) & ~(size_t)63) + ((ops_actq_bytes(d, c[j]) + 63) & ~(size_t)63));
+        need += 2 * (((ops_actq_bytes(g, c[j]) + 63) & ~(size_t)63) +
+                     ((ops_actq_bytes(d, c[j]) + 63) & ~(size_t)63));
         off += c[j];
     }
     if (need > vt->actq_cap) {
@@ -526,14 +547,16 @@ static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t 
     }
     ops_matmul_batch(vt->pool, vt->tasks, nt, true);
     for (int r = 0; r < off; r++) { /* h = silu(gate) * up, into ub rows of ff (in place when not fused) */
-        float *g = vt->gb + (size_t)r * (L->fused_gate_up ? 2 * ff : ff), *u = L->fused_gate_up ? g + ff : vt->ub + (size_t)r * ff;
+        float *g = vt->gb + (size_t)r * (L->fused_gate_up ? 2 * ff : ff),
+              *u = L->fused_gate_up ? g + ff : vt->ub + (size_t)r * ff;
         float *h = vt->ub + (size_t)r * ff;
         for (int i = 0; i < ff; i++) h[i] = ops_silu(g[i]) * u[i];
     }
     nt = 0;
     off = 0;
     for (int j = 0; j < n; j++) {
-        vt->tasks[nt++] = (ops_mm_task){&vt->mats[3 * j + 2], vt->ub + (size_t)off * ff, c[j], vt->h_eo + (size_t)off * D, NULL};
+        vt->tasks[nt++] = (ops_mm_task){&vt->mats[3 * j + 2], vt->ub + (size_t)off * ff, c[j],
+                                        vt->h_eo + (size_t)off * D, NULL};
         off += c[j];
     }
     ao = 0;
@@ -602,8 +625,8 @@ static int choose_cpu(vram_tier *vt, int il, int nres, int n) {
     return vram_cpu_pick(vt->uni, nres, n, vt->cnt, k, VRAM_CPU_MAX_T, VT_CPU_PAIRS, vt->cpu_e, &vt->n_cpu);
 }
 
-int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn, int T,
-                    int tt, cudaStream_t st) {
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn,
+                    int T, int tt, cudaStream_t st) {
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (!vt->pin_resolved) pin_resolve(vt);
@@ -611,7 +634,8 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     const bool hyb = vt->miss != VRAM_MISS_COPY && T <= VRAM_CPU_MAX_T && d_xn;
     vt->n_cpu = 0;
     if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
-    if (d_pred && CU_CHECK(cudaMemcpyAsync(vt->h_pred, d_pred, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
+    if (d_pred && CU_CHECK(cudaMemcpyAsync(vt->h_pred, d_pred, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st)))
+        return -1;
     if (hyb && CU_CHECK(cudaMemcpyAsync(vt->h_xn, d_xn, sizeof(float) * (size_t)T * vt->m->hp.n_embd,
                                         cudaMemcpyDeviceToHost, st)))
         return -1;
@@ -621,7 +645,8 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     /* pairs grouped by expert (pair order inside an expert: ascending, as read) */
     memset(vt->cnt, 0, 4 * (size_t)E);
     for (int p = 0; p < TK; p++) {
-        if (vt->h_ids[p] < 0 || vt->h_ids[p] >= E) return rl_seterr("VRAM tier: router chose expert %d (internal)", vt->h_ids[p]);
+        if (vt->h_ids[p] < 0 || vt->h_ids[p] >= E)
+            return rl_seterr("VRAM tier: router chose expert %d (internal)", vt->h_ids[p]);
         vt->cnt[vt->h_ids[p]]++;
     }
     int n = 0, o = 0;
@@ -686,7 +711,8 @@ static void prefetch_next(vram_tier *vt) {
 int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
     const int il = vt->il, cap = vt->bcap;
     const int i0 = b * cap, nb = vt->n_union - i0 < cap ? vt->n_union - i0 : cap;
-    if (b < 0 || b >= vt->n_batches || vt->open) return rl_seterr("VRAM tier: batch %d out of order (internal)", b);
+    if (b < 0 || b >= vt->n_batches || vt->open)
+        return rl_seterr("VRAM tier: batch %d out of order (internal)", b);
     const int32_t *ids = vt->uni + i0;
     int nm = vram_slots_prepare(vt->slots, il, ids, nb, vt->bslot, vt->bmiss);
     if (nm < 0) return -1;
@@ -705,8 +731,8 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
         if (rc) goto fail;
         vt->fills_demand += (uint64_t)nm;
     }
-    if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp)) || CU_CHECK(cudaEventRecord(vt->ev_copy, vt->cp)) ||
-        CU_CHECK(cudaStreamWaitEvent(st, vt->ev_copy, 0)))
+    if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp)) ||
+        CU_CHECK(cudaEventRecord(vt->ev_copy, vt->cp)) || CU_CHECK(cudaStreamWaitEvent(st, vt->ev_copy, 0)))
         goto fail;
     vram_slots_commit(vt->slots, il);
     if (b == 0 && vt->pf_pending) {
@@ -735,9 +761,12 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
         rl_seterr("VRAM tier: plan overflow (internal)");
         goto fail;
     }
-    if (CU_CHECK(cudaMemcpyAsync(vt->d_tiles + vt->tile_off, tl, sizeof(cu_tile) * (size_t)nt, cudaMemcpyHostToDevice, st)) ||
-        CU_CHECK(cudaMemcpyAsync(vt->d_pin + vt->pair_off, pin, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
-        CU_CHECK(cudaMemcpyAsync(vt->d_pout + vt->pair_off, pout, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
+    if (CU_CHECK(cudaMemcpyAsync(vt->d_tiles + vt->tile_off, tl, sizeof(cu_tile) * (size_t)nt,
+                                 cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(
+            cudaMemcpyAsync(vt->d_pin + vt->pair_off, pin, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
+        CU_CHECK(
+            cudaMemcpyAsync(vt->d_pout + vt->pair_off, pout, 4 * (size_t)np, cudaMemcpyHostToDevice, st)) ||
         CU_CHECK(cudaMemcpyAsync(vt->d_ntiles + b, vt->h_ntiles + b, 4, cudaMemcpyHostToDevice, st)))
         goto fail_committed;
     const vram_layout *ly = &vt->ly[il];
@@ -745,8 +774,12 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
     out->up = vt->base[il] + ly->up_off;
     out->down = vt->base[il] + ly->down_off;
     out->stride = ly->slot_bytes;
-    out->g = (cu_group){.tiles = vt->d_tiles + vt->tile_off, .n_tiles = vt->d_ntiles + b, .max_tiles = nt, .tt = tt,
-                        .pair_in = vt->d_pin + vt->pair_off, .pair_out = vt->d_pout + vt->pair_off};
+    out->g = (cu_group){.tiles = vt->d_tiles + vt->tile_off,
+                        .n_tiles = vt->d_ntiles + b,
+                        .max_tiles = nt,
+                        .tt = tt,
+                        .pair_in = vt->d_pin + vt->pair_off,
+                        .pair_out = vt->d_pout + vt->pair_off};
     vt->tile_off += nt;
     vt->pair_off += np;
     return 0;
@@ -767,7 +800,8 @@ int vram_tier_batch_end(vram_tier *vt, cudaStream_t st) {
     for (int i = 0; i < nb; i++) vt->slot_seq[vt->il][vt->bslot[i]] = q;
     vram_slots_release(vt->slots, vt->il);
     vt->open = false;
-    if (CU_CHECK(cudaEventRecord(vt->ring[q % VT_NRING], st)) || CU_CHECK(cudaEventRecord(vt->ev_used, st))) return -1;
+    if (CU_CHECK(cudaEventRecord(vt->ring[q % VT_NRING], st)) || CU_CHECK(cudaEventRecord(vt->ev_used, st)))
+        return -1;
     vt->used_recorded = true;
     return 0;
 }
@@ -794,8 +828,8 @@ int vram_tier_cpu(vram_tier *vt, float *d_eo, cudaStream_t st) {
     }
     if (cpu_compute(vt, il, vt->cpu_e, c, vt->n_cpu)) return -1;
     for (int i = 0; i < np; i++) /* row i -> eo row of pair cpu_pair[i]: the combine weighs it */
-        if (CU_CHECK(cudaMemcpyAsync(d_eo + (size_t)vt->cpu_pair[i] * D, vt->h_eo + (size_t)i * D, sizeof(float) * D,
-                                     cudaMemcpyHostToDevice, st)))
+        if (CU_CHECK(cudaMemcpyAsync(d_eo + (size_t)vt->cpu_pair[i] * D, vt->h_eo + (size_t)i * D,
+                                     sizeof(float) * D, cudaMemcpyHostToDevice, st)))
             return -1;
     const double t = rl_now() - t0, per = (t - vt->cpu_fixed_s) / vt->n_cpu;
     double *est = &vt->cpu_s[vt->kind[il]];
@@ -819,13 +853,15 @@ void vram_tier_print(const vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
             vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
     if (vt->miss != VRAM_MISS_COPY) {
-        fprintf(f, "vram tier: --vram-miss %s (forwards of <= %d rows; CHANGES OUTPUTS within a tolerance): fill %.3f ms "
-                   "per MiB (%.1f GB/s incl. staging)",
+        fprintf(f,
+                "vram tier: --vram-miss %s (forwards of <= %d rows; CHANGES OUTPUTS within a tolerance): "
+                "fill %.3f ms "
+                "per MiB (%.1f GB/s incl. staging)",
                 vram_miss_name(vt->miss), VRAM_CPU_MAX_T, vt->copy_s_per_byte * 1048576.0 * 1e3,
                 vt->copy_s_per_byte > 0 ? 1e-9 / vt->copy_s_per_byte : 0.0);
         for (int k = 0; k < vt->n_kind; k++)
-            fprintf(f, "; CPU expert %s/%s %.3f ms", quant_name(vt->kind_gate[k]), quant_name(vt->kind_down[k]),
-                    vt->cpu_s[k] * 1e3);
+            fprintf(f, "; CPU expert %s/%s %.3f ms", quant_name(vt->kind_gate[k]),
+                    quant_name(vt->kind_down[k]), vt->cpu_s[k] * 1e3);
         fprintf(f, " + %.3f ms per layer\n", vt->cpu_fixed_s * 1e3);
     }
     vram_stats s;
@@ -833,11 +869,15 @@ void vram_tier_print(const vram_tier *vt, FILE *f) {
     if (!s.tokens) return;
     vram_stats_print(&s, f);
     const double tok = (double)s.tokens;
-    fprintf(f, "vram tier: demand fills %.2f/token, CPU-computed experts %.2f/token (%llu in %llu layers, %.3f s)\n",
-            (double)vt->fills_demand / tok, (double)vt->cpu_experts / tok, (unsigned long long)vt->cpu_experts,
-            (unsigned long long)vt->cpu_layers, vt->cpu_total_s);
-    fprintf(f, "vram tier: host waits %.3f s (router sync + staging ring + RAM-cache DMA), staging memcpy %.3f s\n",
-            vt->wait_s, vt->stage_s);
+    fprintf(
+        f,
+        "vram tier: demand fills %.2f/token, CPU-computed experts %.2f/token (%llu in %llu layers, %.3f s)\n",
+        (double)vt->fills_demand / tok, (double)vt->cpu_experts / tok, (unsigned long long)vt->cpu_experts,
+        (unsigned long long)vt->cpu_layers, vt->cpu_total_s);
+    fprintf(
+        f,
+        "vram tier: host waits %.3f s (router sync + staging ring + RAM-cache DMA), staging memcpy %.3f s\n",
+        vt->wait_s, vt->stage_s);
 }
 #else
 typedef int vram_tier_unused; /* ISO C wants a declaration in every translation unit */

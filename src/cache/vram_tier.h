@@ -66,8 +66,8 @@ float *vram_tier_pred_w(vram_tier *vt);
  * layer goes to the CPU), or -1. tt: pairs per tile of the plans (1: one tile per pair, as full
  * residency's direct path for small T; else CU_TT). d_xn: the layer's input rows (T x n_embd),
  * downloaded for CPU-computed experts (--vram-miss cpu|auto and T <= VRAM_CPU_MAX_T). */
-int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn, int T,
-                    int tt, cudaStream_t st);
+int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn,
+                    int T, int tt, cudaStream_t st);
 int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out);
 int vram_tier_batch_end(vram_tier *vt, cudaStream_t st);
 /* An error between vram_tier_batch and _end (a failed launch): roll the open batch back. */

@@ -25,7 +25,8 @@ int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((for
 /* True if a == "--help" or "-h". */
 bool cli_is_help(const char *a);
 /* Parse helpers: return false (after printing a one-line error) on bad numbers. */
-bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi,
+                   long long *out);
 bool cli_parse_float(const char *cmd, const char *flag, const char *s, double *out);
 /* Fetch the value of a flag that needs one: returns NULL and prints an error if missing. */
 const char *cli_need_value(const char *cmd, int argc, char **argv, int *i);

@@ -31,9 +31,9 @@
 #include "cli/opts.h"
 #include "run/session.h"
 
-static const opts_cmd BENCH = {
-    "bench", CMD_BENCH, "redlite bench -m MODEL [options]",
-    "Measure decode and prompt-ingestion speed (random token ids, deterministic).", NULL};
+static const opts_cmd BENCH = {"bench", CMD_BENCH, "redlite bench -m MODEL [options]",
+                               "Measure decode and prompt-ingestion speed (random token ids, deterministic).",
+                               NULL};
 
 /* ---- bytes a token reads ------------------------------------------------------------------ */
 
@@ -74,7 +74,7 @@ static void count_bytes(const engine *e, token_bytes *b) {
         double nb = (double)t->nbytes;
         b->file_bytes += t->nbytes;
         int layer = -1, id = q3n_tensor_lookup(n, &layer); /* the model's tensor table */
-        if (layer >= hp->n_layer) continue; /* MTP block */
+        if (layer >= hp->n_layer) continue;                /* MTP block */
         if (id >= 0 && q3n_tensor((q3n_tensor_id)id)->routed) {
             double per_tok = nb * hp->n_expert_used / hp->n_expert;
             b->experts += per_tok;
@@ -105,8 +105,7 @@ static void count_bytes(const engine *e, token_bytes *b) {
         b->stage[st] += nb;
     }
     int n_attn = 0;
-    for (int il = 0; il < hp->n_layer; il++)
-        n_attn += hp->is_attn[il];
+    for (int il = 0; il < hp->n_layer; il++) n_attn += hp->is_attn[il];
     double per_dn = 4.0 * (double)(q3n_ssm_floats(hp) + q3n_conv_floats(hp));
     b->state = 2.0 * per_dn * (hp->n_layer - n_attn);
     b->stage[ST_DN_REC] += b->state;
@@ -147,25 +146,16 @@ typedef struct {
 
 static int stage_of(int prev, int cur) {
     switch (cur) {
-    case EV_DN_CONV:
-        return prev == EV_ATTN_NORM ? ST_DN_PROJ : ST_DN_REC;
-    case EV_DN_GATED:
-        return ST_DN_REC;
-    case EV_ATT_GATED:
-        return ST_ATT_CORE;
-    case EV_ATTN_OUT:
-        return prev == EV_DN_GATED ? ST_DN_OUT : prev == EV_ATT_GATED ? ST_ATT_OUT : ST_OTHER;
+    case EV_DN_CONV: return prev == EV_ATTN_NORM ? ST_DN_PROJ : ST_DN_REC;
+    case EV_DN_GATED: return ST_DN_REC;
+    case EV_ATT_GATED: return ST_ATT_CORE;
+    case EV_ATTN_OUT: return prev == EV_DN_GATED ? ST_DN_OUT : prev == EV_ATT_GATED ? ST_ATT_OUT : ST_OTHER;
     case EV_ROUTE:
-    case EV_ACQUIRE:
-        return prev == EV_FFN_NORM || prev == EV_ROUTE ? ST_ROUTER : ST_OTHER;
-    case EV_RELEASE:
-        return ST_EXPERTS;
-    case EV_FFN_OUT:
-        return prev == EV_RELEASE ? ST_SHARED : ST_OTHER;
-    case EV_END:
-        return prev == EV_RESULT_NORM ? ST_HEAD : ST_OTHER;
-    default:
-        return ST_OTHER;
+    case EV_ACQUIRE: return prev == EV_FFN_NORM || prev == EV_ROUTE ? ST_ROUTER : ST_OTHER;
+    case EV_RELEASE: return ST_EXPERTS;
+    case EV_FFN_OUT: return prev == EV_RELEASE ? ST_SHARED : ST_OTHER;
+    case EV_END: return prev == EV_RESULT_NORM ? ST_HEAD : ST_OTHER;
+    default: return ST_OTHER;
     }
 }
 
@@ -243,8 +233,11 @@ static void prof_begin(session *S, prof *p) {
     engine_set_hooks(c, on_dump, on_route, p);
     expert_cache *ec = session_expert_cache(S);
     if (ec) p->inner = expert_cache_src(ec);
-    q3n_expert_src src = {.acquire = prof_acquire, .release = prof_release,
-                          .hint = p->inner.hint ? prof_hint : NULL, .bias = p->inner.bias ? prof_bias : NULL, .ud = p};
+    q3n_expert_src src = {.acquire = prof_acquire,
+                          .release = prof_release,
+                          .hint = p->inner.hint ? prof_hint : NULL,
+                          .bias = p->inner.bias ? prof_bias : NULL,
+                          .ud = p};
     if (engine_set_expert_src(c, &src)) rl_clearerr(); /* CUDA: observers only */
 }
 
@@ -268,9 +261,7 @@ typedef struct {
     int n_vocab;
 } bench;
 
-static int32_t rand_tok(bench *b) {
-    return (int32_t)(rl_rng_u64(&b->rng) % (uint64_t)b->n_vocab);
-}
+static int32_t rand_tok(bench *b) { return (int32_t)(rl_rng_u64(&b->rng) % (uint64_t)b->n_vocab); }
 
 static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -301,8 +292,7 @@ static double decode_run(bench *b, int n, prof *p) {
 static double prefill_run(bench *b, int n, prof *p) {
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n);
     if (!tok) return rl_seterr("out of memory"), -1;
-    for (int i = 0; i < n; i++)
-        tok[i] = rand_tok(b);
+    for (int i = 0; i < n; i++) tok[i] = rand_tok(b);
     engine_reset(b->c);
     double t0 = rl_now();
     if (p) p->t_last = t0, p->last = EV_START;
@@ -351,8 +341,7 @@ static void print_tuning(json_writer *j) {
 static void print_profile(const char *title, const prof *p, double per, const token_bytes *tb,
                           json_writer *j) {
     double tot = 0;
-    for (int s = 0; s < ST_N; s++)
-        tot += p->sec[s];
+    for (int s = 0; s < ST_N; s++) tot += p->sec[s];
     if (j) {
         json_key(j, title);
         json_arr_begin(j);
@@ -418,8 +407,8 @@ static void bench_print_header(const bench_cmd *bc) {
     printf("model     %s (%.2f GiB, %d layers, %d experts top-%d, vocab %d), loaded in %.2f s\n", bc->o.model,
            (double)tb.file_bytes / (1u << 30), hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_vocab,
            bc->t_load);
-    printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(bc->b.e), bc->path, bc->kernels,
-           threads ? (int)threads : rl_ncpu());
+    printf("engine    backend %s, %s, CPU kernels %s, %d threads\n", engine_backend_name(bc->b.e), bc->path,
+           bc->kernels, threads ? (int)threads : rl_ncpu());
     engine_weights_print(bc->b.e, stdout, "weights   ");
     printf("bytes     per token at ctx 0: %.1f MB (dense %.1f + routed experts %.1f + state %.1f); KV "
            "%.1f KB per "
@@ -427,11 +416,14 @@ static void bench_print_header(const bench_cmd *bc) {
            bytes_at(&tb, 0) / 1e6, tb.dense / 1e6, tb.experts / 1e6, tb.state / 1e6, tb.kv_per_pos / 1e3);
     if (bc->have_mem) {
         printf("context   %d positions: KV %s %.2f MiB, state %.2f MiB, scratch %.2f MiB", (int)bc->need + 8,
-               bc->kv_fmt, mem.kv_bytes / 1048576.0, mem.state_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
+               bc->kv_fmt, mem.kv_bytes / 1048576.0, mem.state_bytes / 1048576.0,
+               mem.scratch_bytes / 1048576.0);
         if (mem.device)
             printf("; device %.2f GiB used of %.2f (weights %.2f GiB, context %.2f GiB)",
                    (mem.dev_total - mem.dev_free_after_ctx) / 1073741824.0, mem.dev_total / 1073741824.0,
-                   mem.dev_free_before_weights ? (mem.dev_free_before_weights - mem.dev_free_after_weights) / 1073741824.0 : 0.0,
+                   mem.dev_free_before_weights
+                       ? (mem.dev_free_before_weights - mem.dev_free_after_weights) / 1073741824.0
+                       : 0.0,
                    (mem.dev_free_after_weights - mem.dev_free_after_ctx) / 1073741824.0);
         printf("\n");
     }
@@ -459,8 +451,7 @@ static int bench_setup(bench_cmd *bc, int argc, char **argv) {
     b->n_vocab = hp->n_vocab;
     rl_rng_seed(&b->rng, (uint64_t)o->bench_seed);
     int max_prompt = 0;
-    for (int i = 0; i < n_prompts; i++)
-        max_prompt = prompts[i] > max_prompt ? prompts[i] : max_prompt;
+    for (int i = 0; i < n_prompts; i++) max_prompt = prompts[i] > max_prompt ? prompts[i] : max_prompt;
     long long need = depth + warmup + n_decode;
     if (need < max_prompt) need = max_prompt;
     bc->need = need;
@@ -481,7 +472,8 @@ static int bench_setup(bench_cmd *bc, int argc, char **argv) {
     bc->kernels = engine_cpu_kernels(b->e);
     bc->amx = strstr(bc->kernels, "AMX") != NULL; /* AMX tiles in use */
     if (bc->cpu)
-        snprintf(bc->path, sizeof bc->path, "%s", reference ? "reference (double precision)" : "fast kernels");
+        snprintf(bc->path, sizeof bc->path, "%s",
+                 reference ? "reference (double precision)" : "fast kernels");
     else /* the state format names the attention arithmetic where it is the backend's choice */
         snprintf(bc->path, sizeof bc->path, "device%s",
                  strstr(engine_state_format(session_ctx(b->S)), "-tc") ? ", attention on tensor cores" : "");
@@ -503,12 +495,12 @@ static int bench_decode(bench_cmd *bc) {
         if (d) { /* fill the context once, then restore it before every run */
             int32_t *tok = malloc(sizeof(int32_t) * (size_t)depth);
             if (!tok) return -1;
-            for (int i = 0; i < depth; i++)
-                tok[i] = rand_tok(b);
+            for (int i = 0; i < depth; i++) tok[i] = rand_tok(b);
             engine_reset(b->c);
             int e = engine_prefill(b->c, tok, (int)depth, b->logits);
             free(tok);
-            if (e || !(bc->snap = engine_snapshot_new(b->c)) || engine_snapshot_save(b->c, bc->snap)) return -1;
+            if (e || !(bc->snap = engine_snapshot_new(b->c)) || engine_snapshot_save(b->c, bc->snap))
+                return -1;
         }
         for (int k = 0; k < reps; k++) {
             if (d ? engine_snapshot_restore(b->c, bc->snap) : (engine_reset(b->c), 0)) return -1;
@@ -631,7 +623,8 @@ static void bench_json_setup(const bench_cmd *bc, json_writer *j) {
             json_kv_uint(j, "device_free_after_weights", mem.dev_free_after_weights);
             json_kv_uint(j, "device_free_after_context", mem.dev_free_after_ctx);
             if (mem.dev_free_before_weights)
-                json_kv_uint(j, "device_weights_bytes", mem.dev_free_before_weights - mem.dev_free_after_weights);
+                json_kv_uint(j, "device_weights_bytes",
+                             mem.dev_free_before_weights - mem.dev_free_after_weights);
             json_kv_uint(j, "device_context_bytes", mem.dev_free_after_weights - mem.dev_free_after_ctx);
         }
     }
@@ -661,8 +654,7 @@ static int bench_report_json(const bench_cmd *bc) {
         json_kv_num(&j, "gb_s", bytes_at(&bc->tb, dec[d].pos_avg) * dec[d].tok_s / 1e9);
         json_key(&j, "runs_tok_s");
         json_arr_begin(&j);
-        for (int k = 0; k < dec[d].reps; k++)
-            json_num(&j, dec[d].all[k]);
+        for (int k = 0; k < dec[d].reps; k++) json_num(&j, dec[d].all[k]);
         json_arr_end(&j);
         json_obj_end(&j);
     }
@@ -686,8 +678,7 @@ static int bench_report_json(const bench_cmd *bc) {
         json_kv_num(&j, "tok_s", pr[i].tok_s);
         json_key(&j, "runs_tok_s");
         json_arr_begin(&j);
-        for (int k = 0; k < pr[i].reps; k++)
-            json_num(&j, pr[i].all[k]);
+        for (int k = 0; k < pr[i].reps; k++) json_num(&j, pr[i].all[k]);
         json_arr_end(&j);
         json_obj_end(&j);
     }
@@ -713,9 +704,9 @@ static void bench_report_text(const bench_cmd *bc) {
     print_tuning(NULL);
     engine_mem gm;
     if (engine_mem_info(session_ctx(bc->b.S), &gm) == 0 && gm.decode_graph_nodes)
-        printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes, gm.decode_graph_kernels);
-    else
-        rl_clearerr();
+        printf("graph     decode step: %d nodes (%d kernels)\n", gm.decode_graph_nodes,
+               gm.decode_graph_kernels);
+    else rl_clearerr();
     if (bc->o.profile) {
         print_profile("decode", &bc->pdec, (double)n_decode, &bc->tb, NULL);
         if (bc->dec_ops_txt) fputs(bc->dec_ops_txt, stdout);
@@ -760,7 +751,8 @@ int cmd_bench(int argc, char **argv) {
     } else {
         bc->rss = rl_peak_rss();
         /* expert cache / VRAM tier counters on stderr, also with --json (bench/vram_bench.sh parses them) */
-        if (bc->o.verbose) session_print_cache_stats(bc->b.S, stderr, false); /* weights: in the table above */
+        if (bc->o.verbose)
+            session_print_cache_stats(bc->b.S, stderr, false); /* weights: in the table above */
         if (bc->o.json) rc = bench_report_json(bc);
         else bench_report_text(bc);
     }

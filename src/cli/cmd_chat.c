@@ -57,17 +57,17 @@ typedef struct {
     session_model *m;
     session *s;
     const tokenizer *tok;
-    sampler *smp;           /* one random stream across the turns */
+    sampler *smp; /* one random stream across the turns */
     chat_format fmt;
     chat_conv conv;
-    int n_sys;              /* 1 when conv starts with the system prompt */
+    int n_sys; /* 1 when conv starts with the system prompt */
     cli_opts o;
     long long n_predict;
     const char *history;
-    bool failed;            /* a turn was refused or the history not written: exit 1 */
-    bool warned;            /* the trained-context warning was shown */
-    bool tty;               /* stdin is a terminal: echo is off while an answer streams */
-    chat_buf ahead;         /* type-ahead drained after a turn, read before stdin */
+    bool failed;    /* a turn was refused or the history not written: exit 1 */
+    bool warned;    /* the trained-context warning was shown */
+    bool tty;       /* stdin is a terminal: echo is off while an answer streams */
+    chat_buf ahead; /* type-ahead drained after a turn, read before stdin */
 } chat_state;
 
 /* ---- history file ------------------------------------------------------------------------ */
@@ -98,7 +98,9 @@ static void hist_write_msgs(FILE *f, const chat_conv *c, int from, bool cut) {
  * from < 0. 0, or -1 after printing why (the turn is lost from the file, not from the chat). */
 static int hist_write(const chat_state *S, const char *path, const char *mode, int from, bool cut) {
     FILE *f = fopen(path, mode);
-    if (!f) return cli_fail(CMD, -1, "cannot %s %s: %s", *mode == 'a' ? "append to" : "write", path, strerror(errno));
+    if (!f)
+        return cli_fail(CMD, -1, "cannot %s %s: %s", *mode == 'a' ? "append to" : "write", path,
+                        strerror(errno));
     if (from < 0) fputs("/reset\n", f);
     else hist_write_msgs(f, &S->conv, from, cut);
     bool err = ferror(f) != 0;
@@ -169,7 +171,8 @@ static long conv_tokens(const chat_state *S, const chat_conv *c) {
 static int conv_tail(const chat_state *S, int from, chat_conv *out) {
     chat_conv_init(out);
     for (int i = 0; i < S->conv.n; i++)
-        if ((i < S->n_sys || i >= from) && chat_conv_add(out, S->conv.msgs[i].role, S->conv.msgs[i].content) < 0) {
+        if ((i < S->n_sys || i >= from) &&
+            chat_conv_add(out, S->conv.msgs[i].role, S->conv.msgs[i].content) < 0) {
             chat_conv_free(out);
             return rl_seterr("out of memory (history)");
         }
@@ -188,7 +191,7 @@ static int hist_trim(chat_state *S, int n_ctx) {
     if (!start) return rl_seterr("out of memory (history)");
     for (int i = S->n_sys; i < S->conv.n; i++)
         if (S->conv.msgs[i].role == CHAT_USER) start[nu++] = i;
-    start[nu] = S->conv.n; /* keep nothing but the system prompt: always fits (or nothing does) */
+    start[nu] = S->conv.n;        /* keep nothing but the system prompt: always fits (or nothing does) */
     int lo = 1, hi = nu, rc = -1; /* keep from start[k]: k = nu always qualifies, k = 0 does not */
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
@@ -275,8 +278,10 @@ static int turn_run(chat_state *S, const char *user) {
     }
     int n_ctx = session_n_ctx(S->s);
     if ((long long)ids.n + 1 >= n_ctx) {
-        fprintf(stderr, "redlite chat: the conversation (%zu tokens) no longer fits the context (%d): "
-                        "/reset, or restart with a larger --ctx\n", ids.n, n_ctx);
+        fprintf(stderr,
+                "redlite chat: the conversation (%zu tokens) no longer fits the context (%d): "
+                "/reset, or restart with a larger --ctx\n",
+                ids.n, n_ctx);
         chat_conv_truncate(&S->conv, mi);
         rc = 1;
         goto out;
@@ -294,9 +299,15 @@ static int turn_run(chat_state *S, const char *user) {
         rc = 0;
         goto out;
     }
-    session_gen_params gp = {.smp = S->smp, .n_predict = S->n_predict, .stops = S->o.stops, .n_stops = S->o.n_stops,
-                             .cancel = &g_interrupt, .on_text = cli_emit_stdout, .decode_flags = TOK_DECODE_REPLACE,
-                             .spec = S->o.spec, .draft_max = S->o.draft_max,
+    session_gen_params gp = {.smp = S->smp,
+                             .n_predict = S->n_predict,
+                             .stops = S->o.stops,
+                             .n_stops = S->o.n_stops,
+                             .cancel = &g_interrupt,
+                             .on_text = cli_emit_stdout,
+                             .decode_flags = TOK_DECODE_REPLACE,
+                             .spec = S->o.spec,
+                             .draft_max = S->o.draft_max,
                              .draft_min = S->o.draft_min};
     if (session_generate(S->s, &gp, &g)) goto out;
     if (chat_conv_add(&S->conv, CHAT_ASSISTANT, g.text) < 0) goto out;
@@ -306,7 +317,8 @@ static int turn_run(chat_state *S, const char *user) {
     if (g.reason == SESSION_CANCELLED) fprintf(stderr, "[stopped]\n");
     if (g.reason == SESSION_CONTEXT) fprintf(stderr, "[context full: /reset to start over]\n");
     char drafts[64] = "";
-    if (g.n_drafted) snprintf(drafts, sizeof drafts, " | drafts %lld/%lld accepted", g.n_accepted, g.n_drafted);
+    if (g.n_drafted)
+        snprintf(drafts, sizeof drafts, " | drafts %lld/%lld accepted", g.n_accepted, g.n_drafted);
     fprintf(stderr, "[prompt %d tok, %.1f tok/s | answer %zu tok, %.1f tok/s%s | %s]\n", st.n_evaluated,
             st.n_evaluated / (st.seconds > 0 ? st.seconds : 1e-9), g.ids.n,
             g.ids.n / (g.seconds > 0 ? g.seconds : 1e-9), drafts,
@@ -444,10 +456,11 @@ static int command(chat_state *S, const char *name, size_t len, const char *args
     } else if (is_cmd(name, len, "save")) {
         if (!*args) printf("usage: /save FILE\n");
         else if (!hist_write(S, args, "w", S->n_sys, false))
-            printf("(saved %d messages to %s; load them with --history %s)\n", S->conv.n - S->n_sys, args, args);
+            printf("(saved %d messages to %s; load them with --history %s)\n", S->conv.n - S->n_sys, args,
+                   args);
     } else {
-        printf("unknown command /%.*s (/help lists them; //%.*s sends it to the model)\n", (int)len, name, (int)len,
-               name);
+        printf("unknown command /%.*s (/help lists them; //%.*s sends it to the model)\n", (int)len, name,
+               (int)len, name);
     }
     return 0;
 }
@@ -494,7 +507,8 @@ int cmd_chat(int argc, char **argv) {
     S.fmt = chat_format_from_gguf(engine_gguf(session_model_engine(S.m)));
     if (S.o.sp.repeat_last_n < 0) S.o.sp.repeat_last_n = (int32_t)n_ctx;
     int V = tokenizer_n_vocab(S.tok);
-    if (engine_hparams(session_model_engine(S.m))->n_vocab < V) V = engine_hparams(session_model_engine(S.m))->n_vocab;
+    if (engine_hparams(session_model_engine(S.m))->n_vocab < V)
+        V = engine_hparams(session_model_engine(S.m))->n_vocab;
     if (!(S.s = cli_session_new(&o, S.m, (int)n_ctx, (int)batch)) || !(S.smp = sampler_new(&S.o.sp, V)))
         goto fail;
     if (system) {
@@ -505,13 +519,13 @@ int cmd_chat(int argc, char **argv) {
         int n = hist_load(&S), cut = n > 0 ? hist_trim(&S, (int)n_ctx) : 0;
         if (n < 0 || cut < 0) goto fail;
         if (cut > 0)
-            fprintf(stderr, "(%d earlier turns from %s; the oldest %d dropped to leave half the context free)\n", n,
+            fprintf(stderr,
+                    "(%d earlier turns from %s; the oldest %d dropped to leave half the context free)\n", n,
                     history, cut);
-        else if (n > 0)
-            fprintf(stderr, "(%d earlier turns from %s)\n", n, history);
+        else if (n > 0) fprintf(stderr, "(%d earlier turns from %s)\n", n, history);
     }
-    fprintf(stderr, "redlite chat: %s loaded in %.1f s (template: %s%s, context %lld). /help for commands.\n", model,
-            rl_now() - t0, chat_family_name(S.fmt.family), S.fmt.known ? "" : " fallback", n_ctx);
+    fprintf(stderr, "redlite chat: %s loaded in %.1f s (template: %s%s, context %lld). /help for commands.\n",
+            model, rl_now() - t0, chat_family_name(S.fmt.family), S.fmt.known ? "" : " fallback", n_ctx);
 
     if (prompt) {
         int t = turn(&S, prompt);

@@ -52,7 +52,8 @@ static void on_dump(void *ud, const char *name, int layer, int row, const float 
     d->acts_off += (uint64_t)n * sizeof(float);
 }
 
-static void on_route(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *p, int k) {
+static void on_route(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *p,
+                     int k) {
     dump_ctx *d = ud;
     if (!d->routes) return;
     fprintf(d->routes, "{\"layer\":%d,\"pos\":%d,\"ids\":[", layer, d->row_base + row);
@@ -119,6 +120,24 @@ static int32_t *parse_ids(const char *s, int *n) {
     return ids;
 }
 
+/* --mtp: the MTP head's logits for the pairs (h_p, x_{p+1}), p = 0 .. n+greedy-2, one row at a
+ * time (hid: the final-norm hidden state of every position). 0, or 1 after saying why. */
+static int dump_mtp_pairs(engine_ctx *c, const q3n_hparams *hp, const char *mtp_path, const float *hid,
+                          const int32_t *ids, int n, const int32_t *gen, int greedy, float *logits) {
+    FILE *mf = fopen(mtp_path, "wb");
+    if (!mf) return cli_fail("dump", 1, "cannot write %s", mtp_path);
+    for (int p = 0; p + 1 < n + greedy; p++) {
+        int32_t x = p + 1 < n ? ids[p + 1] : gen[p + 1 - n];
+        if (engine_mtp(c, hid + (size_t)p * hp->n_embd, &x, 1, logits, NULL)) {
+            fclose(mf);
+            return cli_fail("dump", 1, "%s", rl_lasterr());
+        }
+        fwrite(logits, sizeof(float), (size_t)hp->n_vocab, mf);
+    }
+    if (fclose(mf)) return cli_fail("dump", 1, "error writing %s (disk full?)", mtp_path);
+    return 0;
+}
+
 int cmd_dump(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
@@ -126,7 +145,8 @@ int cmd_dump(int argc, char **argv) {
     o.batch = 64; /* every row's logits are kept: 64 x n_vocab floats */
     int r = opts_parse(&DUMP, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;
-    const char *tokens = o.tokens, *logits_path = o.logits_path, *routes_path = o.routes_path, *acts_path = o.acts_path;
+    const char *tokens = o.tokens, *logits_path = o.logits_path, *routes_path = o.routes_path,
+               *acts_path = o.acts_path;
     const char *mtp_path = o.mtp_path;
     dump_ctx d = {.names = o.names, .lay_lo = 0, .lay_hi = 1 << 20};
     if (o.layers && sscanf(o.layers, "%d-%d", &d.lay_lo, &d.lay_hi) != 2) {
@@ -137,7 +157,8 @@ int cmd_dump(int argc, char **argv) {
     bool json = o.json, fast = o.fast, stats = o.stats, check_fast = o.check_fast;
     if (!tokens) return cli_fail("dump", 2, "need --tokens IDS (see redlite dump --help)");
     if (!logits_path && !routes_path && !acts_path && !mtp_path && !json && !stats)
-        return cli_fail("dump", 2, "nothing to write: give --logits, --routes, --acts, --mtp, --json or --stats "
+        return cli_fail("dump", 2,
+                        "nothing to write: give --logits, --routes, --acts, --mtp, --json or --stats "
                         "(see redlite dump --help)");
     if (check_fast && !fast) return cli_fail("dump", 2, "--check-fast checks the --fast kernels: add --fast");
     int n = 0;
@@ -193,7 +214,8 @@ int cmd_dump(int argc, char **argv) {
         }
     }
     engine_fast_check(e, check_fast && fast);
-    engine_set_hooks(c, d.acts ? on_dump : NULL, d.routes ? on_route : NULL, &d); /* observers only when wanted */
+    engine_set_hooks(c, d.acts ? on_dump : NULL, d.routes ? on_route : NULL,
+                     &d); /* observers only when wanted */
     /* prompt: chunks of `batch` rows, every row's logits */
     for (int i = 0; i < n; i += (int)batch) {
         int m = n - i < batch ? n - i : (int)batch;
@@ -215,30 +237,11 @@ int cmd_dump(int argc, char **argv) {
             goto done;
         }
         if (lf) fwrite(logits, sizeof(float), (size_t)V, lf);
-        if (hid) memcpy(hid + (size_t)(n + g) * hp->n_embd, engine_last_hidden(c, 0), sizeof(float) * hp->n_embd);
+        if (hid)
+            memcpy(hid + (size_t)(n + g) * hp->n_embd, engine_last_hidden(c, 0), sizeof(float) * hp->n_embd);
         next = sampler_argmax(logits, V);
     }
-    if (mtp_path) { /* pairs (h_p, x_{p+1}) for p = 0 .. n+greedy-2, one row at a time */
-        FILE *mf = fopen(mtp_path, "wb");
-        int total = n + (int)greedy;
-        if (!mf) {
-            cli_fail("dump", 1, "cannot write %s", mtp_path);
-            goto done;
-        }
-        for (int p = 0; p + 1 < total; p++) {
-            int32_t x = p + 1 < n ? ids[p + 1] : gen[p + 1 - n];
-            if (engine_mtp(c, hid + (size_t)p * hp->n_embd, &x, 1, logits, NULL)) {
-                fclose(mf);
-                cli_fail("dump", 1, "%s", rl_lasterr());
-                goto done;
-            }
-            fwrite(logits, sizeof(float), (size_t)V, mf);
-        }
-        if (fclose(mf)) {
-            cli_fail("dump", 1, "error writing %s (disk full?)", mtp_path);
-            goto done;
-        }
-    }
+    if (mtp_path && dump_mtp_pairs(c, hp, mtp_path, hid, ids, n, gen, (int)greedy, logits)) goto done;
     if (json) {
         printf("{\"prompt\":[");
         for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
@@ -251,8 +254,8 @@ int cmd_dump(int argc, char **argv) {
         long checked, bad;
         double worst;
         engine_fast_check_report(e, &checked, &bad, &worst);
-        fprintf(stderr, "fast-check: %ld products checked, %ld beyond tolerance, worst relative error %.3e\n", checked,
-                bad, worst);
+        fprintf(stderr, "fast-check: %ld products checked, %ld beyond tolerance, worst relative error %.3e\n",
+                checked, bad, worst);
         if (bad) rc = 1;
     }
 done:

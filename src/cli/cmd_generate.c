@@ -46,7 +46,7 @@ static double decode_cpu_now(void) {
 int cmd_generate(int argc, char **argv) {
     cli_opts o;
     opts_defaults(&o);
-    o.sp.temp = 0; /* greedy; the other sampling defaults are chat's and serve's */
+    o.sp.temp = 0;      /* greedy; the other sampling defaults are chat's and serve's */
     o.checkpoints = -1; /* one feed: a checkpoint would only copy the state */
     int r = opts_parse(&GENERATE, argc, argv, &o);
     if (r) return r == OPTS_HELP ? 0 : r;
@@ -81,8 +81,8 @@ int cmd_generate(int argc, char **argv) {
         chat_buf_put(&text, prompt, plen);
     } else {
         chat_format fmt = chat_format_from_gguf(engine_gguf(session_model_engine(sm)));
-        if ((system && chat_conv_add(&conv, CHAT_SYSTEM, system) < 0) || chat_conv_add(&conv, CHAT_USER, prompt) < 0 ||
-            chat_render(&fmt, &conv, NULL, &text))
+        if ((system && chat_conv_add(&conv, CHAT_SYSTEM, system) < 0) ||
+            chat_conv_add(&conv, CHAT_USER, prompt) < 0 || chat_render(&fmt, &conv, NULL, &text))
             goto fail;
     }
     if (text.oom || tokenizer_encode(tok, text.p ? text.p : "", text.n, TOK_PARSE_SPECIAL, &ids)) {
@@ -98,7 +98,8 @@ int cmd_generate(int argc, char **argv) {
         n_ctx = want < 4096 ? 4096 : want;
     }
     if ((long long)ids.n >= n_ctx) {
-        rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n, n_ctx);
+        rc = cli_fail(CMD, 2, "the prompt has %zu tokens, more than the context (%lld); raise --ctx", ids.n,
+                      n_ctx);
         goto done;
     }
     if ((rc = cli_spec_check(CMD, &o, sm))) goto done;
@@ -113,8 +114,13 @@ int cmd_generate(int argc, char **argv) {
     cli_feed_done(&prog);
     if (fr) goto fail;
     double t2 = rl_now(), c2 = decode_cpu_now();
-    session_gen_params gp = {.sp = o.sp, .n_predict = n_predict, .stops = o.stops, .n_stops = o.n_stops,
-                             .on_text = json ? NULL : cli_emit_stdout, .spec = o.spec, .draft_max = o.draft_max,
+    session_gen_params gp = {.sp = o.sp,
+                             .n_predict = n_predict,
+                             .stops = o.stops,
+                             .n_stops = o.n_stops,
+                             .on_text = json ? NULL : cli_emit_stdout,
+                             .spec = o.spec,
+                             .draft_max = o.draft_max,
                              .draft_min = o.draft_min};
     if (session_generate(S, &gp, &g)) goto fail;
     double decode_cpu = decode_cpu_now() - c2;
@@ -147,9 +153,9 @@ int cmd_generate(int argc, char **argv) {
     }
     if (stats) session_print_cache_stats(S, stderr, true);
     if (stats && o.spec != SPEC_NONE)
-        fprintf(stderr, "redlite: speculation %s: %lld of %lld drafts accepted (%.0f%%), %lld verifies\n", o.spec_name,
-                g.n_accepted, g.n_drafted, g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0,
-                g.n_verifies);
+        fprintf(stderr, "redlite: speculation %s: %lld of %lld drafts accepted (%.0f%%), %lld verifies\n",
+                o.spec_name, g.n_accepted, g.n_drafted,
+                g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0, g.n_verifies);
     if (stats)
         fprintf(stderr,
                 "redlite: load %.2f s | prompt %zu tok %.1f tok/s | decode %zu tok %.2f tok/s | stop: %s | "

@@ -78,7 +78,7 @@ typedef struct {
 } exp_part;
 
 typedef struct {
-    bool any;                          /* some tensor names this layer */
+    bool any; /* some tensor names this layer */
     bool nextn, ssm, ssm_in, gate, qkv, attn;
     exp_part gate_e, up_e, down_e, gate_up_e; /* routed-expert slabs */
     int64_t n_expert;
@@ -91,7 +91,7 @@ static const char KIND_CHAR[] = {'?', 'D', 'A', 'M'};
 
 typedef struct {
     gguf_file *f;
-    char arch[64];   /* key prefix: general.architecture, "qwen3next" if absent */
+    char arch[64]; /* key prefix: general.architecture, "qwen3next" if absent */
     bool arch_present;
     uint64_t file_size;
     /* hyperparameters as found (NULL if absent) */
@@ -149,7 +149,8 @@ static void mem_compute(info *in, const q3n_hparams *hp, int n_ctx, int n_batch)
 #ifdef RL_CUDA
     in->mem.cuda_ok = true;
     for (int f = 0; f < 2; f++)
-        in->mem.cuda_ctx[f] = backend_cuda_ctx_bytes(hp, in->mem.n_ctx, n_batch, f ? BACKEND_KV_F16 : BACKEND_KV_F32);
+        in->mem.cuda_ctx[f] =
+            backend_cuda_ctx_bytes(hp, in->mem.n_ctx, n_batch, f ? BACKEND_KV_F16 : BACKEND_KV_F32);
 #endif
     in->mem.ok = true;
 }
@@ -197,7 +198,8 @@ static bool hp_u64(const info *in, const char *name, uint64_t *out) {
             return true;
         }
         if ((v->type == GGUF_TYPE_INT8 || v->type == GGUF_TYPE_INT16 || v->type == GGUF_TYPE_INT32 ||
-             v->type == GGUF_TYPE_INT64) && v->v.i64 >= 0) {
+             v->type == GGUF_TYPE_INT64) &&
+            v->v.i64 >= 0) {
             *out = (uint64_t)v->v.i64;
             return true;
         }
@@ -261,7 +263,8 @@ static bool analyse(info *in) {
         else if (id == Q3N_T_SSM_GATE) L->gate = true;
         else if (id == Q3N_T_SSM_QKV) L->qkv = true; /* a fused qkv alone would be attention */
         else if (d->kind == Q3N_KIND_DELTANET) L->ssm = true;
-        else if (d->kind == Q3N_KIND_ATTN && id != Q3N_T_ATTN_Q_NORM && id != Q3N_T_ATTN_K_NORM) L->attn = true;
+        else if (d->kind == Q3N_KIND_ATTN && id != Q3N_T_ATTN_Q_NORM && id != Q3N_T_ATTN_K_NORM)
+            L->attn = true;
         else if (id == Q3N_T_GATE_EXPS) note_expert(&L->gate_e, t, &L->n_expert);
         else if (id == Q3N_T_UP_EXPS) note_expert(&L->up_e, t, &L->n_expert);
         else if (id == Q3N_T_DOWN_EXPS) note_expert(&L->down_e, t, &L->n_expert);
@@ -358,11 +361,16 @@ static void json_kv_value(json_writer *j, const char *name, const gguf_kv *kv) {
     if (!kv) return json_null(j);
     const gguf_value *v = &kv->val;
     switch (v->type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
-        json_uint(j, v->v.u64); break;
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        json_int(j, v->v.i64); break;
-    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: json_num(j, v->v.f64); break;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_UINT64: json_uint(j, v->v.u64); break;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: json_int(j, v->v.i64); break;
+    case GGUF_TYPE_FLOAT32:
+    case GGUF_TYPE_FLOAT64: json_num(j, v->v.f64); break;
     case GGUF_TYPE_BOOL: json_bool(j, v->v.u64 != 0); break;
     case GGUF_TYPE_STRING: json_strn(j, v->v.str.p, (size_t)v->v.str.n); break;
     default: json_null(j); break; /* arrays are not hyperparameters */
@@ -373,11 +381,17 @@ static void text_value(FILE *o, const gguf_kv *kv) {
     if (!kv) return (void)fputs("-", o);
     const gguf_value *v = &kv->val;
     switch (v->type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_BOOL:
-        fprintf(o, "%llu", (unsigned long long)v->v.u64); break;
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        fprintf(o, "%lld", (long long)v->v.i64); break;
-    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: fprintf(o, "%g", v->v.f64); break;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_UINT64:
+    case GGUF_TYPE_BOOL: fprintf(o, "%llu", (unsigned long long)v->v.u64); break;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: fprintf(o, "%lld", (long long)v->v.i64); break;
+    case GGUF_TYPE_FLOAT32:
+    case GGUF_TYPE_FLOAT64: fprintf(o, "%g", v->v.f64); break;
     case GGUF_TYPE_STRING: put_text(o, v->v.str.p, v->v.str.n, 80); break;
     default: fprintf(o, "(%s)", gguf_type_name(v->type)); break;
     }
@@ -391,7 +405,8 @@ static void expert_desc(const info *in, int i, char *buf, size_t n) {
     if (L->gate_up_e.present && L->down_e.present)
         snprintf(buf, n, "gate_up %s %s + down %s %s = %s", quant_name(L->gate_up_e.type),
                  human_bytes(L->gate_up_e.bytes, b1, 32), quant_name(L->down_e.type),
-                 human_bytes(L->down_e.bytes, b2, 32), human_bytes(L->gate_up_e.bytes + L->down_e.bytes, b4, 32));
+                 human_bytes(L->down_e.bytes, b2, 32),
+                 human_bytes(L->gate_up_e.bytes + L->down_e.bytes, b4, 32));
     else if (L->gate_e.present || L->up_e.present || L->down_e.present)
         snprintf(buf, n, "gate %s %s + up %s %s + down %s %s = %s",
                  L->gate_e.present ? quant_name(L->gate_e.type) : "-", human_bytes(L->gate_e.bytes, b1, 32),
@@ -452,12 +467,14 @@ static void slots_cost(const info *in, bool cuda, slot_cost *sc, int *fit, uint6
 static void mem_text(const info *in, FILE *o) {
     char a[32], b[32], c[32], d[32], e[32];
     uint64_t n = (uint64_t)in->mem.n_ctx;
-    fprintf(o, "\nmemory             context %d, batch %d (--ctx, --batch); f16 is the KV default of the fast paths\n",
+    fprintf(o,
+            "\nmemory             context %d, batch %d (--ctx, --batch); f16 is the KV default of the fast "
+            "paths\n",
             in->mem.n_ctx, in->mem.n_batch);
     fprintf(o, "  weights          %s (dense %s, routed experts %s)\n", human_bytes(in->total_bytes, a, 32),
             human_bytes(in->total_bytes - in->routed_bytes, b, 32), human_bytes(in->routed_bytes, c, 32));
-    fprintf(o, "  KV / token       f16 %s, f32 %s  (%d attention layers x K+V)", human_bytes(in->mem.kv_token[1], a, 32),
-            human_bytes(in->mem.kv_token[0], b, 32), in->mem.n_attn);
+    fprintf(o, "  KV / token       f16 %s, f32 %s  (%d attention layers x K+V)",
+            human_bytes(in->mem.kv_token[1], a, 32), human_bytes(in->mem.kv_token[0], b, 32), in->mem.n_attn);
     if (in->mem.n_mtp_attn)
         fprintf(o, "; MTP layer +%s / +%s (its own cache)", human_bytes(in->mem.kv_token_mtp[1], c, 32),
                 human_bytes(in->mem.kv_token_mtp[0], d, 32));
@@ -465,32 +482,41 @@ static void mem_text(const info *in, FILE *o) {
             human_bytes(in->mem.kv_token[0] * n, b, 32));
     fprintf(o, "  DeltaNet state   %s (%d layers: conv + recurrent; the CPU keeps 2 copies)\n",
             human_bytes(in->mem.state, a, 32), in->mem.n_dn);
-    fprintf(o, "  CPU              scratch %s; total with the weights f16 %s, f32 %s (weights are mapped:\n"
+    fprintf(o,
+            "  CPU              scratch %s; total with the weights f16 %s, f32 %s (weights are mapped:\n"
             "                   resident as far as the expert cache plan keeps them)\n",
             human_bytes(in->mem.cpu_scratch, a, 32), human_bytes(mem_cpu_total(in, 1), b, 32),
             human_bytes(mem_cpu_total(in, 0), c, 32));
     if (in->cache_min)
-        fprintf(o, "  bounded cache    f16 %s with the smallest expert cache (dense %s + context + cache %s:\n"
+        fprintf(o,
+                "  bounded cache    f16 %s with the smallest expert cache (dense %s + context + cache %s:\n"
                 "                   one layer's experts + prefetch margin; --cache-mib sets a larger one)\n",
                 human_bytes(mem_cpu_total(in, 1) - in->routed_bytes + in->cache_min, a, 32),
                 human_bytes(in->total_bytes - in->routed_bytes, b, 32), human_bytes(in->cache_min, c, 32));
     if (in->mem.cuda_ok)
-        fprintf(o, "  CUDA device      weights %s + context f16 %s / f32 %s (KV + state + scratch) = f16 %s, f32 %s\n",
+        fprintf(o,
+                "  CUDA device      weights %s + context f16 %s / f32 %s (KV + state + scratch) = f16 %s, "
+                "f32 %s\n",
                 human_bytes(in->total_bytes, a, 32), human_bytes(in->mem.cuda_ctx[1], b, 32),
-                human_bytes(in->mem.cuda_ctx[0], c, 32), human_bytes(in->total_bytes + in->mem.cuda_ctx[1], d, 32),
+                human_bytes(in->mem.cuda_ctx[0], c, 32),
+                human_bytes(in->total_bytes + in->mem.cuda_ctx[1], d, 32),
                 human_bytes(in->total_bytes + in->mem.cuda_ctx[0], e, 32));
     else
-        fprintf(o, "  CUDA device      weights %s + KV + state + scratch (the scratch is sized by a CUDA build:\n"
-                "                   make CUDA=1; redlite bench --backend cuda --json measures the allocation)\n",
-                human_bytes(in->total_bytes, a, 32));
+        fprintf(
+            o,
+            "  CUDA device      weights %s + KV + state + scratch (the scratch is sized by a CUDA build:\n"
+            "                   make CUDA=1; redlite bench --backend cuda --json measures the allocation)\n",
+            human_bytes(in->total_bytes, a, 32));
     slot_cost sc;
     int fit;
     uint64_t avail;
     slots_cost(in, false, &sc, &fit, &avail);
-    fprintf(o, "  serve slots      %d fit here (--parallel auto, at most %d): %s each on the CPU (context,\n"
-            "                   %d checkpoints, a RAM-tier state), 80 %% of MemAvailable %s less the weights\n",
-            fit, SLOT_PLAN_AUTO_MAX, human_bytes(slot_plan_bytes(&sc), a, 32), sc.max_checkpoints,
-            human_bytes(avail, b, 32));
+    fprintf(
+        o,
+        "  serve slots      %d fit here (--parallel auto, at most %d): %s each on the CPU (context,\n"
+        "                   %d checkpoints, a RAM-tier state), 80 %% of MemAvailable %s less the weights\n",
+        fit, SLOT_PLAN_AUTO_MAX, human_bytes(slot_plan_bytes(&sc), a, 32), sc.max_checkpoints,
+        human_bytes(avail, b, 32));
     if (in->mem.cuda_ok) {
         slots_cost(in, true, &sc, &fit, &avail);
         fprintf(o, "                   CUDA: %s of device memory + %s of host memory each\n",
@@ -515,10 +541,12 @@ static void print_text(const info *in, FILE *o) {
                 ad->v_tiled ? "tiled" : "grouped");
         if (ad->rope_sections) fprintf(o, ", multi-section RoPE (text: plain partial RoPE)");
     } else if (!strcmp(in->arch, "clip")) {
-        fprintf(o, "\nfamily             a vision projector (mmproj): Red Lite runs text only and does not load it");
+        fprintf(
+            o,
+            "\nfamily             a vision projector (mmproj): Red Lite runs text only and does not load it");
     }
-    fprintf(o, "\ntensors            %llu (%llu metadata keys)\n\nhyperparameters\n", (unsigned long long)f->n_tensors,
-            (unsigned long long)f->n_kv);
+    fprintf(o, "\ntensors            %llu (%llu metadata keys)\n\nhyperparameters\n",
+            (unsigned long long)f->n_tensors, (unsigned long long)f->n_kv);
     for (size_t i = 0; i < N_HP; i++) {
         fprintf(o, "  %-36s", HP[i].name);
         if (!strcmp(HP[i].name, "full_attention_interval") && in->interval_default)
@@ -538,7 +566,9 @@ static void print_text(const info *in, FILE *o) {
     fprintf(o, in->n_layer ? "   (D DeltaNet, A attention, M MTP)\n" : "(no block tensors)\n");
     int mism = 0;
     for (int i = 0; i < in->n_layer; i++) mism += in->kind[i] != expected_kind(in, i);
-    if (mism) fprintf(o, "  warning          %d layer(s) disagree with full_attention_interval %u\n", mism, in->interval);
+    if (mism)
+        fprintf(o, "  warning          %d layer(s) disagree with full_attention_interval %u\n", mism,
+                in->interval);
     char gen_desc[160], qkv[32], gate[32], in_[32]; /* tensor names from the model's table */
     short_name(Q3N_T_SSM_QKV, qkv, sizeof qkv), short_name(Q3N_T_SSM_GATE, gate, sizeof gate);
     short_name(Q3N_T_SSM_IN, in_, sizeof in_);
@@ -548,15 +578,15 @@ static void print_text(const info *in, FILE *o) {
         snprintf(gen_desc, sizeof gen_desc, "legacy fused %s (Nov-2025 converter)", in_);
     else if (!strcmp(in->generation, "mixed"))
         snprintf(gen_desc, sizeof gen_desc, "mixed (both %s and %s/%s)", in_, qkv, gate);
-    else
-        snprintf(gen_desc, sizeof gen_desc, "unknown (no Gated DeltaNet layers)");
+    else snprintf(gen_desc, sizeof gen_desc, "unknown (no Gated DeltaNet layers)");
     fprintf(o, "  generation       %s\n\ntensor types\n", gen_desc);
     for (int t = 0; t < QT_COUNT; t++)
         if (in->type_count[t])
-            fprintf(o, "  %-8s %6llu tensors  %12s\n", quant_name((uint32_t)t), (unsigned long long)in->type_count[t],
-                    human_bytes(in->type_bytes[t], b1, 32));
-    fprintf(o, "\nweights            %s: dense %s, routed experts %s (%.1f %%)\n", human_bytes(in->total_bytes, b1, 32),
-            human_bytes(in->total_bytes - in->routed_bytes, b2, 32), human_bytes(in->routed_bytes, b3, 32),
+            fprintf(o, "  %-8s %6llu tensors  %12s\n", quant_name((uint32_t)t),
+                    (unsigned long long)in->type_count[t], human_bytes(in->type_bytes[t], b1, 32));
+    fprintf(o, "\nweights            %s: dense %s, routed experts %s (%.1f %%)\n",
+            human_bytes(in->total_bytes, b1, 32), human_bytes(in->total_bytes - in->routed_bytes, b2, 32),
+            human_bytes(in->routed_bytes, b3, 32),
             in->total_bytes ? 100.0 * (double)in->routed_bytes / (double)in->total_bytes : 0.0);
     if (in->has_active)
         fprintf(o, "  active/token     %s (dense without token_embd + used/total of the routed experts)\n",
@@ -582,7 +612,8 @@ static void print_text(const info *in, FILE *o) {
         fprintf(o, "present: layer");
         for (int i = 0; i < in->n_layer; i++)
             if (in->kind[i] == K_MTP) fprintf(o, " %d", i);
-        fprintf(o, ", %llu tensors, %s\n", (unsigned long long)in->mtp_tensors, human_bytes(in->mtp_bytes, b1, 32));
+        fprintf(o, ", %llu tensors, %s\n", (unsigned long long)in->mtp_tensors,
+                human_bytes(in->mtp_bytes, b1, 32));
     } else {
         fprintf(o, "absent\n");
     }
@@ -863,7 +894,9 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
     size_t vn = sizeof in->verdict.line;
     const gguf_file *f = in->f;
     if (f->n_tensors == 0) {
-        snprintf(v, vn, "does not run: the file has no tensors (a vocabulary-only GGUF: redlite tokenize -m takes it)");
+        snprintf(
+            v, vn,
+            "does not run: the file has no tensors (a vocabulary-only GGUF: redlite tokenize -m takes it)");
         return;
     }
     q3n_model m;
@@ -880,12 +913,13 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     if (prc || need > ram) {
         uint64_t fixed = m.bytes_dense + state + reserve;
-        snprintf(v, vn,
-                 "does not run: too large for this machine even with the expert cache: dense weights %s + context "
-                 "%s + a reserve of %s leave %s of the %s of RAM for the expert cache, which needs at least %s",
-                 human_bytes(m.bytes_dense, b1, 32), human_bytes(state, b2, 32), human_bytes(reserve, b3, 32),
-                 human_bytes(ram > fixed ? ram - fixed : 0, b4, 32), human_bytes(ram, b5, 32),
-                 human_bytes(minb, b6, 32));
+        snprintf(
+            v, vn,
+            "does not run: too large for this machine even with the expert cache: dense weights %s + context "
+            "%s + a reserve of %s leave %s of the %s of RAM for the expert cache, which needs at least %s",
+            human_bytes(m.bytes_dense, b1, 32), human_bytes(state, b2, 32), human_bytes(reserve, b3, 32),
+            human_bytes(ram > fixed ? ram - fixed : 0, b4, 32), human_bytes(ram, b5, 32),
+            human_bytes(minb, b6, 32));
         q3n_free(&m);
         return;
     }
@@ -895,15 +929,18 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
         snprintf(cpu, sizeof cpu, "every expert resident (%s of weights, %s of RAM)",
                  human_bytes(m.bytes_dense + m.bytes_experts, b1, 32), human_bytes(ram, b2, 32));
     else
-        snprintf(cpu, sizeof cpu, "a bounded expert cache of %s for the %s of experts (same output, slower; "
-                 "--cache-mib)", human_bytes(plan.budget, b1, 32), human_bytes(m.bytes_experts, b2, 32));
+        snprintf(cpu, sizeof cpu,
+                 "a bounded expert cache of %s for the %s of experts (same output, slower; "
+                 "--cache-mib)",
+                 human_bytes(plan.budget, b1, 32), human_bytes(m.bytes_experts, b2, 32));
     const char *cuda = "this build has no CUDA backend: make CUDA=1";
     char cbuf[200];
 #ifdef RL_CUDA
     const gguf_tensor *bt = cuda_blocker(in->f);
     if (bt) {
-        snprintf(cbuf, sizeof cbuf, "not on cuda: tensor %s has type %s, which the CUDA kernels do not decode",
-                 bt->name, quant_name(bt->type));
+        snprintf(cbuf, sizeof cbuf,
+                 "not on cuda: tensor %s has type %s, which the CUDA kernels do not decode", bt->name,
+                 quant_name(bt->type));
         cuda = cbuf;
     } else {
         in->verdict.cuda = true;
@@ -913,8 +950,7 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
 #endif
     if (in->verdict.cuda)
         snprintf(v, vn, "runs on both cpu and cuda (cpu: %s; cuda: --vram-mib bounds the GPU memory)", cpu);
-    else
-        snprintf(v, vn, "runs on cpu: %s (%s)", cpu, cuda);
+    else snprintf(v, vn, "runs on cpu: %s (%s)", cpu, cuda);
     q3n_free(&m);
 }
 

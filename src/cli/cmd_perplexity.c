@@ -54,16 +54,16 @@ static const opts_cmd PERPLEXITY = {
     "Progress per window goes to stderr when it is a terminal.\n"};
 
 typedef struct {
-    int start;        /* first token of the window in the file's token list */
+    int start; /* first token of the window in the file's token list */
     int n_scored;
-    double nll;       /* sum over the window's scored tokens */
+    double nll; /* sum over the window's scored tokens */
     double seconds;
 } ppl_window;
 
 typedef struct {
-    long long n_top1;        /* scored positions whose trunk argmax is the text's next token */
-    long long n_accept;      /* --mtp-accept: draft == the trunk's greedy token */
-    long long n_draft_text;  /* draft == the text's token */
+    long long n_top1;       /* scored positions whose trunk argmax is the text's next token */
+    long long n_accept;     /* --mtp-accept: draft == the trunk's greedy token */
+    long long n_draft_text; /* draft == the text's token */
 } top_stats;
 
 /* log p(tok) under softmax(logits[0..n)), in double: max-shifted log-sum-exp. */
@@ -79,17 +79,17 @@ static double log_prob(const float *logits, int n, int tok) {
 /* Everything one run needs; freed by ppl_free. */
 typedef struct {
     session *s;
-    engine_ctx *c;      /* session_ctx(s) */
+    engine_ctx *c; /* session_ctx(s) */
     int V, D, ctx, batch, first;
     bool mtp;
-    float *logits;      /* [batch][V] */
-    float *mtp_logits;  /* [batch][V] (mtp) */
-    float *hid;         /* [batch][D] (mtp) */
-    int *top;           /* [ctx] argmax of the trunk's logits at each scored row */
-    int *draft;         /* [ctx] MTP draft from pair p = (hidden p, token p+1), for token p+2 */
-    double *nll_row;    /* [ctx] NLL of each scored row */
-    int32_t *win;       /* [ctx] the window's tokens (BOS substituted) */
-    FILE *tokens_out;   /* --tokens-out, or NULL */
+    float *logits;     /* [batch][V] */
+    float *mtp_logits; /* [batch][V] (mtp) */
+    float *hid;        /* [batch][D] (mtp) */
+    int *top;          /* [ctx] argmax of the trunk's logits at each scored row */
+    int *draft;        /* [ctx] MTP draft from pair p = (hidden p, token p+1), for token p+2 */
+    double *nll_row;   /* [ctx] NLL of each scored row */
+    int32_t *win;      /* [ctx] the window's tokens (BOS substituted) */
+    FILE *tokens_out;  /* --tokens-out, or NULL */
 } ppl_run;
 
 static void ppl_free(ppl_run *r) {
@@ -104,7 +104,8 @@ static void ppl_free(ppl_run *r) {
 
 /* Evaluate window number wi (tokens w[0..ctx)) from an empty state; adds its NLLs to pw and
  * *nll2 and its top-1 / MTP counts to *ts. 0 or -1 (rl_lasterr). */
-static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw, double *nll2, top_stats *ts) {
+static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw, double *nll2,
+                           top_stats *ts) {
     session_reset(r->s); /* empty state: position 0, zero recurrent state, empty MTP cache */
     const int ctx = r->ctx, first = r->first;
     int pos = 0;
@@ -132,7 +133,8 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
                 memcpy(r->hid + (size_t)i * r->D, h, sizeof(float) * (size_t)r->D);
             }
             if (m > 0 && engine_mtp(r->c, r->hid, w + pos + 1, m, r->mtp_logits, NULL)) return -1;
-            for (int i = 0; i < m; i++) r->draft[pos + i] = sampler_argmax(r->mtp_logits + (size_t)i * r->V, r->V);
+            for (int i = 0; i < m; i++)
+                r->draft[pos + i] = sampler_argmax(r->mtp_logits + (size_t)i * r->V, r->V);
         }
         pos += n;
     }
@@ -149,8 +151,8 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
             ts->n_draft_text += d == w[p + 1];
         }
         if (r->tokens_out) {
-            fprintf(r->tokens_out, "{\"w\":%d,\"p\":%d,\"tok\":%d,\"nll\":%.9g,\"top\":%d", wi, p, w[p + 1], l,
-                    r->top[p]);
+            fprintf(r->tokens_out, "{\"w\":%d,\"p\":%d,\"tok\":%d,\"nll\":%.9g,\"top\":%d", wi, p, w[p + 1],
+                    l, r->top[p]);
             if (r->mtp) fprintf(r->tokens_out, ",\"draft\":%d", d);
             fputs("}\n", r->tokens_out);
         }
@@ -161,19 +163,19 @@ static int ppl_window_eval(ppl_run *r, int wi, const int32_t *w, ppl_window *pw,
 /* One perplexity command's state, shared by its set-up, run and report pieces. */
 typedef struct {
     cli_opts o;
-    char *text;            /* -f FILE's text */
+    char *text; /* -f FILE's text */
     size_t tlen;
     session_model *sm;
     engine *e;
     const tokenizer *tok;
-    tok_ids ids;           /* the text's tokens */
+    tok_ids ids; /* the text's tokens */
     ppl_run r;
-    ppl_window *wins;      /* [n_win] */
+    ppl_window *wins; /* [n_win] */
     int n_win, n_win_max;
     bool add_bos;
-    double t0, t1, secs;   /* load start, windows start, windows' seconds */
-    double nll, nll2;      /* sums of the scored tokens' NLL and its square */
-    long long count;       /* scored tokens */
+    double t0, t1, secs; /* load start, windows start, windows' seconds */
+    double nll, nll2;    /* sums of the scored tokens' NLL and its square */
+    long long count;     /* scored tokens */
     top_stats ts;
 } ppl_cmd;
 
@@ -185,9 +187,12 @@ static int ppl_setup(ppl_cmd *pc) {
     long long ctx = o->n_ctx, batch = o->batch, chunks = o->chunks;
     bool mtp = o->mtp_accept;
     pc->t0 = rl_now();
-    pc->sm = session_model_open(&(session_model_params){
-        .model_path = o->model, .backend = o->backend, .n_threads = (int)o->threads, .reference = o->reference,
-        .iq_repack = o->iq_repack, .map_weights = cli_map_weights(o)});
+    pc->sm = session_model_open(&(session_model_params){.model_path = o->model,
+                                                        .backend = o->backend,
+                                                        .n_threads = (int)o->threads,
+                                                        .reference = o->reference,
+                                                        .iq_repack = o->iq_repack,
+                                                        .map_weights = cli_map_weights(o)});
     if (!pc->sm) return -1;
     engine *e = pc->e = session_model_engine(pc->sm);
     const tokenizer *tok = pc->tok = session_model_tokenizer(pc->sm);
@@ -199,7 +204,8 @@ static int ppl_setup(ppl_cmd *pc) {
         return -1;
     }
     if ((long long)ids->n < 2 * ctx)
-        return cli_fail(CMD, 2, "%s tokenizes to %zu tokens; a window of %lld needs at least %lld (lower --ctx)",
+        return cli_fail(CMD, 2,
+                        "%s tokenizes to %zu tokens; a window of %lld needs at least %lld (lower --ctx)",
                         o->file, ids->n, ctx, 2 * ctx);
     pc->n_win_max = (int)(ids->n / (size_t)ctx);
     pc->n_win = chunks <= 0 || chunks > pc->n_win_max ? pc->n_win_max : (int)chunks;
@@ -217,10 +223,16 @@ static int ppl_setup(ppl_cmd *pc) {
             return -1;
         }
     pc->add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    r->s = session_new(pc->sm, &(session_params){.n_ctx = r->ctx, .n_batch = r->batch, .kv = o->kv, .cache_spec = o->cache_spec,
-                                             .vram_spec = o->vram_spec, .vram_pin = o->vram_pin, .vram_miss = o->vram_miss,
-                                            .route_bias = o->route_bias, .route_trace = o->route_trace,
-                                            .verbose = !o->json});
+    r->s = session_new(pc->sm, &(session_params){.n_ctx = r->ctx,
+                                                 .n_batch = r->batch,
+                                                 .kv = o->kv,
+                                                 .cache_spec = o->cache_spec,
+                                                 .vram_spec = o->vram_spec,
+                                                 .vram_pin = o->vram_pin,
+                                                 .vram_miss = o->vram_miss,
+                                                 .route_bias = o->route_bias,
+                                                 .route_trace = o->route_trace,
+                                                 .verbose = !o->json});
     if (!r->s) return -1;
     r->c = session_ctx(r->s);
     r->logits = rl_malloc(sizeof(float) * (size_t)r->batch * r->V, "logits");
@@ -250,8 +262,8 @@ static int ppl_windows(ppl_cmd *pc) {
     bool json = pc->o.json;
     bool tty = !json && isatty(fileno(stderr));
     if (!json)
-        fprintf(stderr, "redlite perplexity: %zu tokens, %d windows of %d (%d scored each), batch %d%s\n", pc->ids.n,
-                n_win, r->ctx, r->ctx - r->first - 1, r->batch, pc->add_bos ? ", BOS first" : "");
+        fprintf(stderr, "redlite perplexity: %zu tokens, %d windows of %d (%d scored each), batch %d%s\n",
+                pc->ids.n, n_win, r->ctx, r->ctx - r->first - 1, r->batch, pc->add_bos ? ", BOS first" : "");
     double t1 = rl_now(), nll = 0, nll2 = 0;
     long long count = 0;
     top_stats ts = {0};
@@ -353,12 +365,14 @@ static void ppl_report_text(const ppl_cmd *pc) {
     ppl_stats(pc, &mean, &ppl, &sd, &tok_s);
     printf("perplexity: PPL = %.4f +/- %.5f  (mean NLL %.6f nats over %lld tokens: %d windows of %d)\n", ppl,
            sd * ppl, mean, count, pc->n_win, pc->r.ctx);
-    printf("top-1: %.2f %% of the scored tokens are the model's argmax\n", 100.0 * (double)ts.n_top1 / (double)count);
+    printf("top-1: %.2f %% of the scored tokens are the model's argmax\n",
+           100.0 * (double)ts.n_top1 / (double)count);
     if (pc->o.mtp_accept)
-        printf("mtp: %lld / %lld drafts accepted (%.2f %%: draft = the trunk's greedy token); %.2f %% equal the "
-               "text's token\n",
-               ts.n_accept, count, 100.0 * (double)ts.n_accept / (double)count,
-               100.0 * (double)ts.n_draft_text / (double)count);
+        printf(
+            "mtp: %lld / %lld drafts accepted (%.2f %%: draft = the trunk's greedy token); %.2f %% equal the "
+            "text's token\n",
+            ts.n_accept, count, 100.0 * (double)ts.n_accept / (double)count,
+            100.0 * (double)ts.n_draft_text / (double)count);
     fprintf(stderr, "redlite perplexity: %.2f s (%.1f tok/s evaluated), load %.2f s\n", pc->secs, tok_s,
             pc->t1 - pc->t0);
 }
@@ -385,7 +399,8 @@ int cmd_perplexity(int argc, char **argv) {
     o->batch = 64; /* every row's logits are kept: batch x n_vocab floats */
     int pr = opts_parse(&PERPLEXITY, argc, argv, o);
     if (pr) return pr == OPTS_HELP ? 0 : pr;
-    if (!o->file) return cli_fail(CMD, 2, "need -f FILE with the text to score (see redlite perplexity --help)");
+    if (!o->file)
+        return cli_fail(CMD, 2, "need -f FILE with the text to score (see redlite perplexity --help)");
     if (o->reference && o->backend && strcmp(o->backend, "cpu"))
         return cli_fail(CMD, 2, "--reference is the CPU reference; drop --backend %s", o->backend);
 

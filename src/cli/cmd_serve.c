@@ -189,7 +189,8 @@ static int serve_flag(int argc, char **argv, int *i, serve_flags *f) {
         }
         const char *v = eq ? eq + 1 : NULL;
         if (!v) {
-            if (*i + 1 >= argc) return cli_fail(CMD, 2, "%s needs a value (see redlite serve --help)", T[k].name), -1;
+            if (*i + 1 >= argc)
+                return cli_fail(CMD, 2, "%s needs a value (see redlite serve --help)", T[k].name), -1;
             v = argv[++*i];
         }
         if (T[k].kind == 0) {
@@ -229,19 +230,25 @@ static bool is_loopback(const char *host) {
 static int serve_check_host(const char *host, const char *api_key) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        return cli_fail(CMD, 2, "--host %s: not an IPv4 address (use 127.0.0.1, 0.0.0.0 or an address of this "
-                        "machine)", host);
+        return cli_fail(CMD, 2,
+                        "--host %s: not an IPv4 address (use 127.0.0.1, 0.0.0.0 or an address of this "
+                        "machine)",
+                        host);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd >= 0) {
         int r = bind(fd, (struct sockaddr *)&sa, sizeof sa), err = errno;
         close(fd);
         if (r && err == EADDRNOTAVAIL)
-            return cli_fail(CMD, 2, "--host %s: this machine has no such address (use 127.0.0.1, 0.0.0.0 or one of "
-                            "its interfaces' addresses)", host);
+            return cli_fail(CMD, 2,
+                            "--host %s: this machine has no such address (use 127.0.0.1, 0.0.0.0 or one of "
+                            "its interfaces' addresses)",
+                            host);
     }
     if (!is_loopback(host) && !api_key)
-        fprintf(stderr, "redlite serve: warning: --host %s is reachable from the network without an API key: "
-                "anyone who can connect can use the model (set --api-key KEY or REDLITE_API_KEY)\n", host);
+        fprintf(stderr,
+                "redlite serve: warning: --host %s is reachable from the network without an API key: "
+                "anyone who can connect can use the model (set --api-key KEY or REDLITE_API_KEY)\n",
+                host);
     return 0;
 }
 
@@ -250,19 +257,63 @@ static void serve_warn_ctx(const char *model, int n_ctx) {
     gguf_file *f = gguf_open(model);
     q3n_hparams hp;
     if (f && q3n_read_hparams(f, &hp) == 0 && hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train)
-        fprintf(stderr, "redlite serve: warning: the context (%d) is larger than the %d tokens the model was trained "
-                "on (context_length); answers past that may degrade\n", n_ctx, hp.n_ctx_train);
+        fprintf(stderr,
+                "redlite serve: warning: the context (%d) is larger than the %d tokens the model was trained "
+                "on (context_length); answers past that may degrade\n",
+                n_ctx, hp.n_ctx_train);
     gguf_close(f);
 }
 
+/* The real backend: one session per slot over the model (run/session.h). */
+static srv_backend *serve_session_backend(const cli_opts *o, const serve_flags *f, int n_ctx,
+                                          long long n_slots, bool verbose) {
+    srv_session_params pp = {
+        .model_path = o->model,
+        .backend = o->backend,
+        .n_threads = (int)o->threads,
+        .n_ctx = n_ctx,
+        .n_batch = (int)o->batch,
+        .kv = o->kv,
+        .cache_spec = o->cache_spec,
+        .iq_repack = o->iq_repack,
+        .map_weights = cli_map_weights(o),
+        .vram_spec = o->vram_spec,
+        .vram_pin = o->vram_pin,
+        .vram_miss = o->vram_miss,
+        .route_bias = o->route_bias,
+        .route_trace = o->route_trace,
+        .max_checkpoints = (int)f->checkpoints,
+        .n_slots = (int)n_slots,
+        .ram_states = (int)f->ram_states,
+        .ram_max_bytes = (uint64_t)f->ram_states_mib << 20,
+        .state_dir = f->state_dir,
+        .state_max_bytes = (uint64_t)f->state_max_mib << 20,
+        .state_min_tokens = (int)f->state_min_tokens,
+        /* cache-aware routing and speculation exclude each other: the default gives way */
+        .spec = o->route_bias > 0 && !o->spec_set ? SPEC_NONE : o->spec,
+        .draft_max = o->draft_max,
+        .verbose = verbose,
+    };
+    return srv_backend_session(&pp);
+}
+
 int cmd_serve(int argc, char **argv) {
-    serve_flags f = {.host = "127.0.0.1", .api_key = getenv("REDLITE_API_KEY"), .port = 8080, .queue = 16,
-                     .max_body = 32, .max_tokens = -1, .state_max_mib = 8192, .state_min_tokens = 256,
-                     .reasoning = -1, .parallel = "auto", .ram_states = -1, .drain_timeout = 300};
+    serve_flags f = {.host = "127.0.0.1",
+                     .api_key = getenv("REDLITE_API_KEY"),
+                     .port = 8080,
+                     .queue = 16,
+                     .max_body = 32,
+                     .max_tokens = -1,
+                     .state_max_mib = 8192,
+                     .state_min_tokens = 256,
+                     .reasoning = -1,
+                     .parallel = "auto",
+                     .ram_states = -1,
+                     .drain_timeout = 300};
     if (serve_env(&f)) return 2;
     cli_opts o;
     opts_defaults(&o); /* the shared sampling defaults (opts.h) */
-    o.n_ctx = 0;        /* planned from the model's trained length and the memory unless -c (run/ctx_plan.h) */
+    o.n_ctx = 0;       /* planned from the model's trained length and the memory unless -c (run/ctx_plan.h) */
     /* serve's own flags first; the rest goes through the option table */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return cli_fail(CMD, 1, "out of memory");
@@ -284,15 +335,16 @@ int cmd_serve(int argc, char **argv) {
     free(rest);
     if (r) return r == OPTS_HELP ? 0 : r;
     const char *model = o.model, *host = f.host, *api_key = f.api_key, *alias = f.alias;
-    const char *script_path = f.script_path, *state_dir = f.state_dir;
+    const char *script_path = f.script_path;
     long long port = f.port, queue = f.queue, max_body = f.max_body, max_tokens = f.max_tokens;
-    long long delay_ms = f.delay_ms, checkpoints = f.checkpoints, state_max_mib = f.state_max_mib;
-    long long state_min_tokens = f.state_min_tokens;
+    long long delay_ms = f.delay_ms;
     int reasoning = f.reasoning;
     bool verbose = f.verbose || o.verbose;
-    if (o.n_stops) return cli_fail(CMD, 2, "--stop is per request here: send 'stop' / 'stop_sequences' in the request");
+    if (o.n_stops)
+        return cli_fail(CMD, 2, "--stop is per request here: send 'stop' / 'stop_sequences' in the request");
     if (f.api_key_given && !*api_key)
-        return cli_fail(CMD, 2, "--api-key is empty: give a key, or leave the option out to serve without one");
+        return cli_fail(CMD, 2,
+                        "--api-key is empty: give a key, or leave the option out to serve without one");
     if (api_key && !*api_key) { /* REDLITE_API_KEY= (set but empty) */
         fprintf(stderr, "redlite serve: warning: REDLITE_API_KEY is set but empty: no API key is required\n");
         api_key = NULL;
@@ -300,7 +352,9 @@ int cmd_serve(int argc, char **argv) {
     if (!strcmp(host, "localhost")) host = "127.0.0.1"; /* the server binds IPv4 literals */
     if ((r = serve_check_host(host, api_key))) return r;
     long long n_slots = 0; /* auto */
-    if (strcmp(f.parallel, "auto") && !cli_parse_int(CMD, "--parallel", f.parallel, 1, ENGINE_ROWS_MAX, &n_slots)) return 2;
+    if (strcmp(f.parallel, "auto") &&
+        !cli_parse_int(CMD, "--parallel", f.parallel, 1, ENGINE_ROWS_MAX, &n_slots))
+        return 2;
 
     /* every thread started from here on inherits the blocked signals; sigwait takes them */
     sigset_t sigs;
@@ -318,39 +372,15 @@ int cmd_serve(int argc, char **argv) {
         size_t n;
         char *script = cli_read_file(script_path, &n);
         if (!script) return cli_fail(CMD, 1, "%s", rl_lasterr());
-        b = srv_backend_script(&(srv_script_params){.model_path = model, .n_ctx = n_ctx,
-                                                    .script = script, .delay_ms = (int)delay_ms});
+        b = srv_backend_script(&(srv_script_params){
+            .model_path = model, .n_ctx = n_ctx, .script = script, .delay_ms = (int)delay_ms});
         free(script);
-        if (b) fprintf(stderr, "redlite serve: TEST MODE: scripted answers from %s, the model is not evaluated\n", script_path);
+        if (b)
+            fprintf(stderr,
+                    "redlite serve: TEST MODE: scripted answers from %s, the model is not evaluated\n",
+                    script_path);
     } else {
-        srv_session_params pp = {
-            .model_path = model,
-            .backend = o.backend,
-            .n_threads = (int)o.threads,
-            .n_ctx = n_ctx,
-            .n_batch = (int)o.batch,
-            .kv = o.kv,
-            .cache_spec = o.cache_spec,
-            .iq_repack = o.iq_repack,
-            .map_weights = cli_map_weights(&o),
-            .vram_spec = o.vram_spec,
-            .vram_pin = o.vram_pin,
-            .vram_miss = o.vram_miss,
-            .route_bias = o.route_bias,
-            .route_trace = o.route_trace,
-            .max_checkpoints = (int)checkpoints,
-            .n_slots = (int)n_slots,
-            .ram_states = (int)f.ram_states,
-            .ram_max_bytes = (uint64_t)f.ram_states_mib << 20,
-            .state_dir = state_dir,
-            .state_max_bytes = (uint64_t)state_max_mib << 20,
-            .state_min_tokens = (int)state_min_tokens,
-            /* cache-aware routing and speculation exclude each other: the default gives way */
-            .spec = o.route_bias > 0 && !o.spec_set ? SPEC_NONE : o.spec,
-            .draft_max = o.draft_max,
-            .verbose = verbose,
-        };
-        b = srv_backend_session(&pp);
+        b = serve_session_backend(&o, &f, n_ctx, n_slots, verbose);
     }
     if (!b) return cli_fail(CMD, 1, "%s", rl_lasterr());
 
@@ -377,17 +407,21 @@ int cmd_serve(int argc, char **argv) {
     };
     server *s = server_start(&sp, b);
     if (!s) return cli_fail(CMD, 1, "%s", rl_lasterr());
-    fprintf(stderr, "redlite serve: listening on http://%s:%d (backend %s, context %d, %d slot%s, queue %lld%s)\n",
+    fprintf(stderr,
+            "redlite serve: listening on http://%s:%d (backend %s, context %d, %d slot%s, queue %lld%s)\n",
             host, server_port(s), b->name, b->n_ctx, b->n_slots, b->n_slots == 1 ? "" : "s", queue,
             api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     if (sig == SIGHUP) {
-        fprintf(stderr, "redlite serve: SIGHUP: draining (no new requests; running and queued ones finish, at most "
-                        "%lld s), then checkpoints flushed and exit\n", f.drain_timeout);
+        fprintf(stderr,
+                "redlite serve: SIGHUP: draining (no new requests; running and queued ones finish, at most "
+                "%lld s), then checkpoints flushed and exit\n",
+                f.drain_timeout);
         server_drain_stop(s, (double)f.drain_timeout);
     } else {
-        fprintf(stderr, "redlite serve: %s: stopping (in-flight requests are cancelled, checkpoints flushed)\n",
+        fprintf(stderr,
+                "redlite serve: %s: stopping (in-flight requests are cancelled, checkpoints flushed)\n",
                 sig == SIGINT ? "SIGINT" : "SIGTERM");
         server_stop(s);
     }

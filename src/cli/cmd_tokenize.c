@@ -17,7 +17,8 @@
 static const char *CMD = "tokenize";
 
 static const opts_cmd TOKENIZE = {
-    "tokenize", CMD_TOKENIZE, "redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]",
+    "tokenize", CMD_TOKENIZE,
+    "redlite tokenize -m MODEL (--text TEXT | --file PATH | --jsonl PATH) [options]",
     "Print the token ids of a text, one \"id<TAB>piece\" line per token.", NULL};
 
 /* ---- small JSON helpers (strings only) ----------------------------------------------- */
@@ -67,8 +68,7 @@ static size_t put_utf8(uint32_t cp, char *o) {
  * decoded length, or -1 with an error message in *why. */
 static long parse_json_line(const char *s, size_t n, char *out, const char **why) {
     size_t i = 0, o = 0;
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
-        i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
     if (i >= n || s[i] != '"') return *why = "expected a JSON string", -1;
     i++;
     for (;;) {
@@ -85,30 +85,14 @@ static long parse_json_line(const char *s, size_t n, char *out, const char **why
         char e = s[i + 1];
         i += 2;
         switch (e) {
-        case '"':
-            out[o++] = '"';
-            break;
-        case '\\':
-            out[o++] = '\\';
-            break;
-        case '/':
-            out[o++] = '/';
-            break;
-        case 'b':
-            out[o++] = '\b';
-            break;
-        case 'f':
-            out[o++] = '\f';
-            break;
-        case 'n':
-            out[o++] = '\n';
-            break;
-        case 'r':
-            out[o++] = '\r';
-            break;
-        case 't':
-            out[o++] = '\t';
-            break;
+        case '"': out[o++] = '"'; break;
+        case '\\': out[o++] = '\\'; break;
+        case '/': out[o++] = '/'; break;
+        case 'b': out[o++] = '\b'; break;
+        case 'f': out[o++] = '\f'; break;
+        case 'n': out[o++] = '\n'; break;
+        case 'r': out[o++] = '\r'; break;
+        case 't': out[o++] = '\t'; break;
         case 'u': {
             uint32_t cp, lo;
             if (i + 4 > n || hex4(s + i, &cp) < 0) return *why = "bad \\u escape", -1;
@@ -124,13 +108,11 @@ static long parse_json_line(const char *s, size_t n, char *out, const char **why
             o += put_utf8(cp, out + o);
             break;
         }
-        default:
-            return *why = "unknown escape", -1;
+        default: return *why = "unknown escape", -1;
         }
     }
     i++;
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
-        i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
     if (i != n) return *why = "trailing characters after the string", -1;
     return (long)o;
 }
@@ -188,20 +170,13 @@ static void print_piece(const char *p, size_t n) {
             i += len;
             continue;
         }
-        if (c == '\n')
-            fputs("\\n", stdout);
-        else if (c == '\r')
-            fputs("\\r", stdout);
-        else if (c == '\t')
-            fputs("\\t", stdout);
-        else if (c == '\\')
-            fputs("\\\\", stdout);
-        else if (c == '\'')
-            fputs("\\'", stdout);
-        else if (c < 0x20 || c >= 0x7F)
-            printf("\\x%02x", c);
-        else
-            putchar(c);
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c == '\\') fputs("\\\\", stdout);
+        else if (c == '\'') fputs("\\'", stdout);
+        else if (c < 0x20 || c >= 0x7F) printf("\\x%02x", c);
+        else putchar(c);
         i++;
     }
     putchar('\'');
@@ -239,8 +214,7 @@ static int run_jsonl(const tokenizer *t, const char *path, unsigned flags) {
                 break;
             }
             fputs("{\"ids\":[", stdout);
-            for (size_t i = 0; i < ids.n; i++)
-                printf(i ? ",%d" : "%d", ids.ids[i]);
+            for (size_t i = 0; i < ids.n; i++) printf(i ? ",%d" : "%d", ids.ids[i]);
             fputs("],\"decoded\":", stdout);
             json_write_escaped(stdout, dec, dl);
             fputs("}\n", stdout);
@@ -347,8 +321,7 @@ int cmd_tokenize(int argc, char **argv) {
             json_kv_uint(&j, "n_tokens", ids.n);
             json_key(&j, "ids");
             json_arr_begin(&j);
-            for (size_t i = 0; i < ids.n; i++)
-                json_int(&j, ids.ids[i]);
+            for (size_t i = 0; i < ids.n; i++) json_int(&j, ids.ids[i]);
             json_arr_end(&j);
             json_key(&j, "tokens");
             json_arr_begin(&j);

@@ -11,7 +11,7 @@
  * position, verify and row in the message) or a runtime error, 2 on usage errors.
  *
  * It also times the steps and the verifies (with their per-row snapshots): the ratio of a
-* K-row verify to one step is what speculative decoding's speed-up depends on (docs/SPECULATION.md). */
+ * K-row verify to one step is what speculative decoding's speed-up depends on (docs/SPECULATION.md). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,19 +83,25 @@ typedef struct {
  * drives the engine context directly: no prefix reuse, no sampling), allocate, draw the tokens. */
 static int vc_setup(vcheck *v) {
     const cli_opts *o = v->o;
-    v->sm = session_model_open(&(session_model_params){
-        .model_path = o->model, .backend = o->backend, .n_threads = (int)o->threads, .reference = o->reference});
+    v->sm = session_model_open(&(session_model_params){.model_path = o->model,
+                                                       .backend = o->backend,
+                                                       .n_threads = (int)o->threads,
+                                                       .reference = o->reference});
     v->e = v->sm ? session_model_engine(v->sm) : NULL;
     if (!v->e) return -1;
     v->V = (size_t)engine_hparams(v->e)->n_vocab;
-    v->S = session_new(v->sm, &(session_params){.n_ctx = (int)v->n + 16, .n_batch = v->K < 16 ? 16 : v->K, .kv = o->kv,
-                                                .cache_spec = o->cache_spec, .verbose = !o->json});
+    v->S = session_new(v->sm, &(session_params){.n_ctx = (int)v->n + 16,
+                                                .n_batch = v->K < 16 ? 16 : v->K,
+                                                .kv = o->kv,
+                                                .cache_spec = o->cache_spec,
+                                                .verbose = !o->json});
     if (!v->S) return -1;
     v->c = session_ctx(v->S);
     v->plain = malloc(sizeof(float) * v->V * (size_t)v->n);
     v->vl = malloc(sizeof(float) * v->V * (size_t)v->K);
     v->tok = malloc(sizeof(int32_t) * (size_t)v->n);
-    if (!v->plain || !v->vl || !v->tok) return rl_seterr("out of memory (%lld x %zu logits: lower -n)", v->n, v->V);
+    if (!v->plain || !v->vl || !v->tok)
+        return rl_seterr("out of memory (%lld x %zu logits: lower -n)", v->n, v->V);
     for (int i = 0; i < v->K; i++)
         if (!(v->snaps[i] = engine_snapshot_new(v->c))) return -1;
     uint64_t st = 0x9E3779B97F4A7C15ull ^ (uint64_t)o->bench_seed * 0xD1B54A32D192ED03ull;
@@ -131,10 +137,16 @@ static bool vc_rows_agree(vcheck *v, int p, int k, int prev_r) {
         v->rows++;
         if (!memcmp(a, b, sizeof(float) * V) && finite_row(b, V)) continue;
         mismatch *mm = &v->mm;
-        *mm = (mismatch){.found = true, .pos = p + i, .k = k, .row = i, .restored_row = prev_r,
-                         .verify_index = v->n_verifies, .nonfinite = !finite_row(b, V)};
+        *mm = (mismatch){.found = true,
+                         .pos = p + i,
+                         .k = k,
+                         .row = i,
+                         .restored_row = prev_r,
+                         .verify_index = v->n_verifies,
+                         .nonfinite = !finite_row(b, V)};
         for (size_t j = 0; j < V; j++)
-            if (fabs((double)a[j] - b[j]) > mm->max_diff || isnan(b[j])) mm->max_diff = fabs((double)a[j] - b[j]);
+            if (fabs((double)a[j] - b[j]) > mm->max_diff || isnan(b[j]))
+                mm->max_diff = fabs((double)a[j] - b[j]);
         mm->argmax_step = sampler_argmax(a, V), mm->argmax_verify = sampler_argmax(b, V);
         return false;
     }
@@ -160,8 +172,8 @@ static int vc_verifies(vcheck *v) {
         v->n_restores++;
         v->pairs++;
         if (engine_pos(v->c) != p + r + 1)
-            return rl_seterr("after restoring row %d of a %d-row verify at %d the position is %d, not %d", r, k, p,
-                             engine_pos(v->c), p + r + 1);
+            return rl_seterr("after restoring row %d of a %d-row verify at %d the position is %d, not %d", r,
+                             k, p, engine_pos(v->c), p + r + 1);
         p += r + 1;
         prev_r = r;
         if (++r == k) r = 0, k = k % v->K + 1;
@@ -171,7 +183,8 @@ static int vc_verifies(vcheck *v) {
         if (engine_step(v->c, v->tok[p], v->vl)) return -1;
         v->rows++;
         if (memcmp(v->vl, v->plain + (size_t)p * v->V, sizeof(float) * v->V))
-            v->mm = (mismatch){.found = true, .pos = p, .k = 1, .row = 0, .restored_row = prev_r, .verify_index = -1};
+            v->mm = (mismatch){
+                .found = true, .pos = p, .k = 1, .row = 0, .restored_row = prev_r, .verify_index = -1};
     }
     return 0;
 }
@@ -192,7 +205,8 @@ static int vc_timing(vcheck *v) {
             engine_snapshot *sn[9];
             for (int i = 0; i < rows; i++) sn[i] = i < rows - 1 ? v->snaps[i] : NULL;
             double tv = rl_now();
-            int e1 = rows == 1 ? engine_step(v->c, rowtok[0], v->vl) : engine_verify(v->c, rowtok, rows, v->vl, sn);
+            int e1 = rows == 1 ? engine_step(v->c, rowtok[0], v->vl)
+                               : engine_verify(v->c, rowtok, rows, v->vl, sn);
             tm[rep * K + rows - 1] = rl_now() - tv;
             if (e1 || engine_snapshot_restore(v->c, base)) goto out;
         }
@@ -285,29 +299,32 @@ static void vc_report_text(const vcheck *v, const char *cmode) {
     double step_ms = 1e3 * v->t_steps / (double)v->n;
     printf("verify-check: OK — %d verifies of 1..%d rows with %d rollbacks (%d of %d (rows, rollback row) "
            "pairs), %lld rows bit-identical to %lld steps (backend %s, experts %s)\n",
-           v->n_verifies, K, v->n_restores, v->pairs < total_pairs ? v->pairs : total_pairs, total_pairs, v->rows,
-           v->n, engine_backend_name(v->e), cmode);
+           v->n_verifies, K, v->n_restores, v->pairs < total_pairs ? v->pairs : total_pairs, total_pairs,
+           v->rows, v->n, engine_backend_name(v->e), cmode);
     printf("timing (mean / min): step %.2f / %.2f ms", step_ms, 1e3 * v->step_min);
     for (int i = 1; i <= K; i++)
         if (v->n_k[i])
-            printf(" | %d rows %.2f / %.2f ms (%.2fx / %.2fx)", i, 1e3 * v->t_verify[i] / v->n_k[i], 1e3 * v->v_min[i],
-                   1e3 * v->t_verify[i] / v->n_k[i] / step_ms, v->v_min[i] / v->step_min);
+            printf(" | %d rows %.2f / %.2f ms (%.2fx / %.2fx)", i, 1e3 * v->t_verify[i] / v->n_k[i],
+                   1e3 * v->v_min[i], 1e3 * v->t_verify[i] / v->n_k[i] / step_ms, v->v_min[i] / v->step_min);
     printf("\n");
     if (v->timing > 0) {
         printf("timing, %lld rounds at one position (median, relative to the median step):", v->timing);
         for (int rows = 1; rows <= K; rows++)
-            printf(" %d rows %.2f ms (%.2fx)%s", rows, 1e3 * v->t_med[rows - 1], v->t_med[rows - 1] / v->t_med[0],
-                   rows < K ? " |" : "\n");
+            printf(" %d rows %.2f ms (%.2fx)%s", rows, 1e3 * v->t_med[rows - 1],
+                   v->t_med[rows - 1] / v->t_med[0], rows < K ? " |" : "\n");
     }
 }
 
 static void vc_report_mismatch(const mismatch *mm) {
     if (mm->verify_index < 0)
-        fprintf(stderr, "redlite verify-check: MISMATCH at position %d: the plain step after the last rollback (to "
-                "row %d) differs from the reference\n", mm->pos, mm->restored_row);
+        fprintf(stderr,
+                "redlite verify-check: MISMATCH at position %d: the plain step after the last rollback (to "
+                "row %d) differs from the reference\n",
+                mm->pos, mm->restored_row);
     else
         fprintf(stderr,
-                "redlite verify-check: MISMATCH at position %d: row %d of verify #%d (%d rows, after a rollback to "
+                "redlite verify-check: MISMATCH at position %d: row %d of verify #%d (%d rows, after a "
+                "rollback to "
                 "row %d) differs from the single step: max |diff| %.3g%s, argmax %zu vs %zu\n",
                 mm->pos, mm->row, mm->verify_index, mm->k, mm->restored_row, mm->max_diff,
                 mm->nonfinite ? " (non-finite values)" : "", mm->argmax_verify, mm->argmax_step);

@@ -44,7 +44,8 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure decode and prompt-ingestion speed"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text file (llama.cpp's definition)"},
     {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server"},
-    {"verify-check", cmd_verify_check, "check that K-row verifies and rollbacks equal single steps, bit for bit"},
+    {"verify-check", cmd_verify_check,
+     "check that K-row verifies and rollbacks equal single steps, bit for bit"},
 };
 
 /* `redlite version` / `--version`: the version, the commit, and the CPU features this process
@@ -70,7 +71,8 @@ static void usage(FILE *out) {
             RL_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(out, "  %-10s %s\n", "version", "the version, the commit and the CPU features detected (also --version)");
+    fprintf(out, "  %-10s %s\n", "version",
+            "the version, the commit and the CPU features detected (also --version)");
     fputs("\nExit status: 0 success, 1 runtime error, 2 usage error.\n", out);
 }
 
@@ -86,7 +88,8 @@ int cli_fail(const char *cmd, int code, const char *fmt, ...) {
 
 bool cli_is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
-bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out) {
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi,
+                   long long *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10); /* out of long long's range: ERANGE (and a clamped v) */

@@ -67,11 +67,8 @@ static int set_value(const char *cmd, const opt *t, const char *flag, const char
     long long iv;
     double d;
     switch (t->kind) {
-    case K_STR:
-        *(const char **)p = v;
-        return 0;
-    case K_FN:
-        return t->set(cmd, flag, v, o);
+    case K_STR: *(const char **)p = v; return 0;
+    case K_FN: return t->set(cmd, flag, v, o);
     case K_I64:
     case K_I32:
     case K_U32:
@@ -80,14 +77,12 @@ static int set_value(const char *cmd, const opt *t, const char *flag, const char
             return 0;
         }
         /* a bound of INT64_MAX is 2^63 as a double: converting it back would overflow */
-        if (!cli_parse_int(cmd, flag, v, (long long)t->lo, t->hi >= 0x1p63 ? LLONG_MAX : (long long)t->hi, &iv))
+        if (!cli_parse_int(cmd, flag, v, (long long)t->lo, t->hi >= 0x1p63 ? LLONG_MAX : (long long)t->hi,
+                           &iv))
             return -1;
-        if (t->kind == K_I64)
-            *(long long *)p = iv;
-        else if (t->kind == K_I32)
-            *(int32_t *)p = (int32_t)iv;
-        else
-            *(uint32_t *)p = (uint32_t)iv;
+        if (t->kind == K_I64) *(long long *)p = iv;
+        else if (t->kind == K_I32) *(int32_t *)p = (int32_t)iv;
+        else *(uint32_t *)p = (uint32_t)iv;
         return 0;
     case K_F32:
         if (!cli_parse_float(cmd, flag, v, &d)) return -1;
@@ -98,8 +93,7 @@ static int set_value(const char *cmd, const opt *t, const char *flag, const char
     case K_FLAG:
     case K_ALIAS:
     case K_NOTE:
-    case K_HINT:
-        break;
+    case K_HINT: break;
     }
     return -1;
 }
@@ -121,8 +115,7 @@ static bool note_takes(const opt *t, const char *next) {
 static int take(const opts_cmd *c, const opt *t, const char *flag, const char *eq, const char *ev, int argc,
                 char **argv, int *i, cli_opts *o) {
     switch (t->kind) {
-    case K_HINT:
-        return cli_fail(c->name, 2, "%s %s", flag, t->note);
+    case K_HINT: return cli_fail(c->name, 2, "%s %s", flag, t->note);
     case K_NOTE:
         if (!eq && !ev && *i + 1 < argc && note_takes(t, argv[*i + 1])) ++*i;
         fprintf(stderr, "redlite %s: note: %s %s\n", c->name, flag, t->note);
@@ -139,13 +132,13 @@ static int take(const opts_cmd *c, const opt *t, const char *flag, const char *e
         if (eq) return cli_fail(c->name, 2, "%s takes no value", flag);
         *(bool *)((char *)o + t->off) = true;
         return 0;
-    default:
-        break;
+    default: break;
     }
     const char *v = ev ? ev : eq ? eq + 1 : NULL;
     if (!v) {
         if (*i + 1 >= argc)
-            return cli_fail(c->name, 2, "%s needs a value %s (see redlite %s --help)", flag, t->value, c->name);
+            return cli_fail(c->name, 2, "%s needs a value %s (see redlite %s --help)", flag, t->value,
+                            c->name);
         v = argv[++*i];
     }
     return set_value(c->name, t, flag, v, o) ? 2 : 0;
@@ -196,8 +189,8 @@ int opts_parse(const opts_cmd *c, int argc, char **argv, cli_opts *o) {
     }
     if (bare) o->model = bare;
     if (!o->model && !(c->bit & OPTS_MODEL_NONE))
-        return cli_fail(c->name, 2, "need %s (see redlite %s --help)", positional ? "a MODEL.gguf" : "-m MODEL",
-                        c->name);
+        return cli_fail(c->name, 2, "need %s (see redlite %s --help)",
+                        positional ? "a MODEL.gguf" : "-m MODEL", c->name);
     return 0;
 }
 
@@ -209,8 +202,7 @@ static void fmt_default(const opt *t, const cli_opts *o, char *buf, size_t n) {
     case K_FLAG:
     case K_ALIAS:
     case K_NOTE:
-    case K_HINT:
-        return;
+    case K_HINT: return;
     case K_STR:
     case K_FN:
         if (t->set == opts_set_stop) return;
@@ -221,29 +213,19 @@ static void fmt_default(const opt *t, const cli_opts *o, char *buf, size_t n) {
             if (!o->n_prompts) snprintf(buf, n, "0");
             return;
         }
-        if (*(const char *const *)p)
-            snprintf(buf, n, "%s", *(const char *const *)p);
-        else if (t->zero)
-            snprintf(buf, n, "%s", t->zero);
+        if (*(const char *const *)p) snprintf(buf, n, "%s", *(const char *const *)p);
+        else if (t->zero) snprintf(buf, n, "%s", t->zero);
         return;
     case K_I64:
-        if (*(const long long *)p == 0 && t->zero)
-            snprintf(buf, n, "%s", t->zero);
-        else
-            snprintf(buf, n, "%lld", *(const long long *)p);
+        if (*(const long long *)p == 0 && t->zero) snprintf(buf, n, "%s", t->zero);
+        else snprintf(buf, n, "%lld", *(const long long *)p);
         return;
-    case K_I32:
-        snprintf(buf, n, "%d", (int)*(const int32_t *)p);
-        return;
+    case K_I32: snprintf(buf, n, "%d", (int)*(const int32_t *)p); return;
     case K_U32:
-        if (*(const uint32_t *)p == SAMPLER_SEED_RANDOM)
-            snprintf(buf, n, "from the clock");
-        else
-            snprintf(buf, n, "%u", *(const uint32_t *)p);
+        if (*(const uint32_t *)p == SAMPLER_SEED_RANDOM) snprintf(buf, n, "from the clock");
+        else snprintf(buf, n, "%u", *(const uint32_t *)p);
         return;
-    case K_F32:
-        snprintf(buf, n, "%g", *(const float *)p);
-        return;
+    case K_F32: snprintf(buf, n, "%g", *(const float *)p); return;
     }
 }
 
@@ -261,10 +243,8 @@ void opts_usage(const opts_cmd *c, const cli_opts *o, FILE *out) {
         char head[80], def[64];
         snprintf(head, sizeof head, "%s%s%s", t->names, t->value ? " " : "", t->value ? t->value : "");
         fmt_default(t, o, def, sizeof def);
-        if (strlen(head) > 24)
-            fprintf(out, "  %s\n%27s", head, "");
-        else
-            fprintf(out, "  %-24s ", head);
+        if (strlen(head) > 24) fprintf(out, "  %s\n%27s", head, "");
+        else fprintf(out, "  %-24s ", head);
         for (const char *h = t->help; *h; h++) {
             fputc(*h, out);
             if (*h == '\n') fprintf(out, "%27s", "");
@@ -294,17 +274,22 @@ int cli_spec_check(const char *cmd, cli_opts *o, session_model *m) {
     if (!o->spec_set && o->route_bias > 0) o->spec = SPEC_NONE, o->spec_name = "none";
     if (o->spec != SPEC_MTP || engine_has_mtp(e)) return 0;
     if (engine_hparams(e)->n_nextn > 0)
-        return cli_fail(cmd, 2, "--spec mtp: the %s backend has no MTP head forward yet (use --spec lookup or auto, "
-                        "or --backend cpu)", engine_backend_name(e));
-    return cli_fail(cmd, 2, "--spec mtp: this model has no MTP head (no blk.N.nextn.* tensors); use --spec lookup "
+        return cli_fail(cmd, 2,
+                        "--spec mtp: the %s backend has no MTP head forward yet (use --spec lookup or auto, "
+                        "or --backend cpu)",
+                        engine_backend_name(e));
+    return cli_fail(cmd, 2,
+                    "--spec mtp: this model has no MTP head (no blk.N.nextn.* tensors); use --spec lookup "
                     "or auto");
 }
 
 session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_batch) {
     int train = engine_hparams(session_model_engine(m))->n_ctx_train;
     if (o->n_ctx > 0 && train > 0 && o->n_ctx > train) /* -c as given (generate's automatic size: no) */
-        fprintf(stderr, "redlite: warning: -c %lld is larger than the %d tokens the model was trained on "
-                "(context_length); answers past that may degrade\n", o->n_ctx, train);
+        fprintf(stderr,
+                "redlite: warning: -c %lld is larger than the %d tokens the model was trained on "
+                "(context_length); answers past that may degrade\n",
+                o->n_ctx, train);
     return session_new(m, &(session_params){.n_ctx = n_ctx,
                                             .n_batch = n_batch,
                                             .kv = o->kv,
@@ -315,7 +300,8 @@ session *cli_session_new(const cli_opts *o, session_model *m, int n_ctx, int n_b
                                             .route_bias = o->route_bias,
                                             .route_trace = o->route_trace,
                                             .max_checkpoints = o->checkpoints,
-                                            .verbose = o->verbose || o->stats, .progress = !o->json});
+                                            .verbose = o->verbose || o->stats,
+                                            .progress = !o->json});
 }
 
 static void progress_line(void *ud, int done, int total, double seconds) {

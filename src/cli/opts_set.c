@@ -22,7 +22,8 @@ int opts_set_backend(const char *cmd, const char *flag, const char *v, cli_opts 
 }
 
 int opts_set_weights(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (strcmp(v, "copy") && strcmp(v, "map")) return cli_fail(cmd, 2, "%s expects copy or map, got '%s'", flag, v), -1;
+    if (strcmp(v, "copy") && strcmp(v, "map"))
+        return cli_fail(cmd, 2, "%s expects copy or map, got '%s'", flag, v), -1;
     o->weights = v;
     return 0;
 }
@@ -52,21 +53,24 @@ int opts_set_cache(const char *cmd, const char *flag, const char *v, cli_opts *o
 
 /* --vram-mib: the syntax here; the VRAM planner checks the budget against the model and device. */
 int opts_set_vram(const char *cmd, const char *flag, const char *v, cli_opts *o) {
-    if (vram_spec_check(v)) return cli_fail(cmd, 2, "%s expects auto, full or a number of MiB above 0, got '%s'", flag, v), -1;
+    if (vram_spec_check(v))
+        return cli_fail(cmd, 2, "%s expects auto, full or a number of MiB above 0, got '%s'", flag, v), -1;
     o->vram_spec = v;
     return 0;
 }
 
 int opts_set_vram_pin(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     vram_pin_mode m;
-    if (vram_pin_parse(v, &m) || !*v) return cli_fail(cmd, 2, "%s expects auto, on or off, got '%s'", flag, v), -1;
+    if (vram_pin_parse(v, &m) || !*v)
+        return cli_fail(cmd, 2, "%s expects auto, on or off, got '%s'", flag, v), -1;
     o->vram_pin = v;
     return 0;
 }
 
 int opts_set_vram_miss(const char *cmd, const char *flag, const char *v, cli_opts *o) {
     vram_miss_mode m;
-    if (vram_miss_parse(v, &m) || !*v) return cli_fail(cmd, 2, "%s expects copy, cpu or auto, got '%s'", flag, v), -1;
+    if (vram_miss_parse(v, &m) || !*v)
+        return cli_fail(cmd, 2, "%s expects copy, cpu or auto, got '%s'", flag, v), -1;
     o->vram_miss = v;
     return 0;
 }

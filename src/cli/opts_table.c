@@ -15,7 +15,6 @@
 #include "run/engine.h"
 #include "run/spec.h"
 
-
 #define ALL (CMD_GENERATE | CMD_CHAT | CMD_BENCH | CMD_DUMP | CMD_PERPLEXITY | CMD_SERVE)
 #define RUNS (ALL | CMD_VERIFY) /* every command that runs the model */
 #define GEN (CMD_GENERATE | CMD_CHAT | CMD_SERVE)
@@ -57,16 +56,18 @@ const opt opts_table[] = {
      .section = "input",
      .names = "--jsonl",
      .value = "FILE",
-     .help = "batch mode: FILE holds one JSON string per line; prints one JSON\nobject per line: "
-             "{\"ids\":[...],\"decoded\":\"...\"} (decoded = the ids\ndecoded again, special tokens rendered)",
+     .help =
+         "batch mode: FILE holds one JSON string per line; prints one JSON\nobject per line: "
+         "{\"ids\":[...],\"decoded\":\"...\"} (decoded = the ids\ndecoded again, special tokens rendered)",
      .kind = K_STR,
      .off = OFF(jsonl)},
     {.cmds = CMD_TOKENIZE,
      .section = "input",
      .names = "--no-special",
      .value = NULL,
-     .help = "treat added tokens (<|im_start|>, <think>, ...) in the text as plain\ntext (default: they map to "
-             "their ids, as in HF tokenizers)",
+     .help =
+         "treat added tokens (<|im_start|>, <think>, ...) in the text as plain\ntext (default: they map to "
+         "their ids, as in HF tokenizers)",
      .kind = K_FLAG,
      .off = OFF(no_special)},
     {.cmds = CMD_TOKENIZE,
@@ -134,8 +135,9 @@ const opt opts_table[] = {
      .section = "synthetic model",
      .names = "--expert-type",
      .value = "TYPE",
-     .help = "the routed experts' type instead of the preset's: MXFP4 (as the\npublished MXFP4 repacks), Q4_K, "
-             "Q5_K, Q6_K, Q8_0, Q2_K, IQ2_XXS,\nIQ2_XS or IQ1_M",
+     .help =
+         "the routed experts' type instead of the preset's: MXFP4 (as the\npublished MXFP4 repacks), Q4_K, "
+         "Q5_K, Q6_K, Q8_0, Q2_K, IQ2_XXS,\nIQ2_XS or IQ1_M",
      .kind = K_STR,
      .off = OFF(expert_type)},
     {.cmds = CMD_SYNTH,
@@ -149,7 +151,8 @@ const opt opts_table[] = {
      .section = "synthetic model",
      .names = "--geometry",
      .value = "K=V,...",
-     .help = "override sizes: hidden, layers, vocab, ctx, ff, heads, kv_heads,\nhead_dim, rope_dims, rope_base, eps, "
+     .help = "override sizes: hidden, layers, vocab, ctx, ff, heads, kv_heads,\nhead_dim, rope_dims, "
+             "rope_base, eps, "
              "experts, top_k, expert_ff,\nshared_ff, conv, state, groups, dt_rank, inner, interval, precise\n"
              "(e.g. layers=24,experts=256,hidden=1024; rope_base=5e6 for Coder-Next)",
      .kind = K_STR,
@@ -182,8 +185,9 @@ const opt opts_table[] = {
      .section = "check",
      .names = "--draft",
      .value = "K",
-     .help = "most drafts per verify: verifies of 1..K+1 rows, as the speculative\nloop makes (pending token + K "
-             "drafts)",
+     .help =
+         "most drafts per verify: verifies of 1..K+1 rows, as the speculative\nloop makes (pending token + K "
+         "drafts)",
      .kind = K_I64,
      .off = OFF(draft),
      .lo = 0,
@@ -328,7 +332,8 @@ const opt opts_table[] = {
      .section = "measurements",
      .names = "--profile",
      .value = NULL,
-     .help = "per-stage time breakdown of a decode run and of the first prompt (CPU: also the decode at --depth)",
+     .help =
+         "per-stage time breakdown of a decode run and of the first prompt (CPU: also the decode at --depth)",
      .kind = K_FLAG,
      .off = OFF(profile)},
     {.cmds = CMD_DUMP,
@@ -437,8 +442,9 @@ const opt opts_table[] = {
      .section = "memory figures",
      .names = "-b, --batch",
      .value = "N",
-     .help = "rows per forward of the memory figures (512: the prompt batch of\ngenerate/chat/serve on the CPU; "
-             "2048 where AMX tiles run the experts)",
+     .help =
+         "rows per forward of the memory figures (512: the prompt batch of\ngenerate/chat/serve on the CPU; "
+         "2048 where AMX tiles run the experts)",
      .kind = K_I64,
      .off = OFF(batch),
      .lo = 1,
@@ -511,7 +517,8 @@ const opt opts_table[] = {
      .section = "model",
      .names = "--kv",
      .value = "f32|f16",
-     .help = "KV cache elements: f16 halves its memory (rounded on store,\nexact f32 math after; see docs/ENGINE.md)",
+     .help = "KV cache elements: f16 halves its memory (rounded on store,\nexact f32 math after; see "
+             "docs/ENGINE.md)",
      .kind = K_FN,
      .off = OFF(kv),
      .lo = 0,
@@ -530,9 +537,10 @@ const opt opts_table[] = {
      .section = "model",
      .names = "--weights",
      .value = "copy|map",
-     .help = "CPU: copy the streamed matrices (dense; the experts too when all are\nresident) into huge-page "
-             "memory at load (same output, fewer TLB misses:\ndecode +20-30 % on a 2-core Xeon), or serve them "
-             "from the file mapping",
+     .help =
+         "CPU: copy the streamed matrices (dense; the experts too when all are\nresident) into huge-page "
+         "memory at load (same output, fewer TLB misses:\ndecode +20-30 % on a 2-core Xeon), or serve them "
+         "from the file mapping",
      .kind = K_FN,
      .off = OFF(weights),
      .lo = 0,
@@ -556,8 +564,9 @@ const opt opts_table[] = {
      .section = "model",
      .names = "--vram-mib",
      .value = "N|auto|full",
-     .help = "GPU: routed experts in a VRAM slot cache of a budget of N MiB\n(everything on the device: weights, "
-             "context, slots; same output), what\nthe device has free (auto), or all resident (full)",
+     .help =
+         "GPU: routed experts in a VRAM slot cache of a budget of N MiB\n(everything on the device: weights, "
+         "context, slots; same output), what\nthe device has free (auto), or all resident (full)",
      .kind = K_FN,
      .off = OFF(vram_spec),
      .lo = 0,
@@ -568,8 +577,9 @@ const opt opts_table[] = {
      .section = "model",
      .names = "--vram-pin",
      .value = "auto|on|off",
-     .help = "with --vram-mib: page-lock the host tier (slot fills by DMA); auto:\nthe RAM cache, or the file "
-             "mapping if its experts are <= 60 % of RAM",
+     .help =
+         "with --vram-mib: page-lock the host tier (slot fills by DMA); auto:\nthe RAM cache, or the file "
+         "mapping if its experts are <= 60 % of RAM",
      .kind = K_FN,
      .off = OFF(vram_pin),
      .lo = 0,
@@ -580,8 +590,9 @@ const opt opts_table[] = {
      .section = "model",
      .names = "--vram-miss",
      .value = "copy|cpu|auto",
-     .help = "with --vram-mib, decode/verify of <= 8 rows: an expert not in VRAM is\ncopied (copy: same output), "
-             "computed on the CPU (cpu), or either by\nmeasured cost (auto); cpu/auto CHANGE OUTPUTS slightly",
+     .help =
+         "with --vram-mib, decode/verify of <= 8 rows: an expert not in VRAM is\ncopied (copy: same output), "
+         "computed on the CPU (cpu), or either by\nmeasured cost (auto); cpu/auto CHANGE OUTPUTS slightly",
      .kind = K_FN,
      .off = OFF(vram_miss),
      .lo = 0,
@@ -728,7 +739,8 @@ const opt opts_table[] = {
      .section = NULL,
      .names = "--draft-min",
      .value = "N",
-     .help = "draft at least N tokens whenever a source has drafts; 0: K (0 included)\nfrom the measured verify cost and acceptance",
+     .help = "draft at least N tokens whenever a source has drafts; 0: K (0 included)\nfrom the measured "
+             "verify cost and acceptance",
      .kind = K_I32,
      .off = OFF(draft_min),
      .lo = 0,
@@ -798,8 +810,9 @@ const opt opts_table[] = {
      .section = "output",
      .names = "--json",
      .value = NULL,
-     .help = "print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\nstrings in the byte-level "
-             "alphabet, e.g. \"\\u0120world\")",
+     .help =
+         "print {\"n_tokens\":N,\"ids\":[...],\"tokens\":[...]} (tokens = vocab\nstrings in the byte-level "
+         "alphabet, e.g. \"\\u0120world\")",
      .kind = K_FLAG,
      .off = OFF(json)},
     {.cmds = CMD_GENERATE | CMD_CHAT,
@@ -859,7 +872,8 @@ const opt opts_table[] = {
      .section = NULL,
      .names = "-ngl, --n-gpu-layers, --gpu-layers",
      .value = "N",
-     .help = "use --backend cuda (every layer on the GPU) and --vram-mib N to bound\nthe GPU memory of the experts",
+     .help = "use --backend cuda (every layer on the GPU) and --vram-mib N to bound\nthe GPU memory of the "
+             "experts",
      .kind = K_HINT,
      .note = "is llama.cpp's: here --backend cuda puts every layer on the GPU, and --vram-mib N bounds the "
              "experts' GPU memory"},

@@ -30,10 +30,8 @@ void progress_update(cli_progress *p, long long done, long long total) {
     double rate = done / (el > 0 ? el : 1e-9),
            eta = done > 0 ? el / (double)done * (double)(total - done) : 0;
     char eta_s[32] = "";
-    if (done > 0 && done < total)
-        snprintf(eta_s, sizeof eta_s, ", ETA %.0f s", eta);
-    else if (done < total)
-        snprintf(eta_s, sizeof eta_s, ", ETA unknown"); /* nothing done yet: no rate */
+    if (done > 0 && done < total) snprintf(eta_s, sizeof eta_s, ", ETA %.0f s", eta);
+    else if (done < total) snprintf(eta_s, sizeof eta_s, ", ETA unknown"); /* nothing done yet: no rate */
     if (p->tty)
         fprintf(stderr, "\r%s %lld/%lld %s, %.1f %s/s%s\033[K", p->what, done, total, p->unit, rate,
                 p->unit[0] == 't' ? "tok" : p->unit, eta_s);

@@ -33,7 +33,10 @@ template <int DPL, typename KV> __device__ __forceinline__ void load_row(const K
 #pragma unroll
         for (int d = 0; d < DPL; d += 4) {
             const float4 v4 = ldkv4(vr + d);
-            vv[d] = v4.x; vv[d + 1] = v4.y; vv[d + 2] = v4.z; vv[d + 3] = v4.w;
+            vv[d] = v4.x;
+            vv[d + 1] = v4.y;
+            vv[d + 2] = v4.z;
+            vv[d + 3] = v4.w;
         }
     } else {
 #pragma unroll
@@ -46,8 +49,8 @@ template <int DPL, typename KV> __device__ __forceinline__ void load_row(const K
 // One warp per head vector: warps [0, H) query heads, [H, H+Hkv) key heads (which also copy v).
 template <int DPL, typename KV>
 __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float *__restrict__ v,
-                               const float *__restrict__ qn, const float *__restrict__ kn, const int *pos0, KV *kc,
-                               KV *vc) {
+                               const float *__restrict__ qn, const float *__restrict__ kn, const int *pos0,
+                               KV *kc, KV *vc) {
     pdl_enter();
     constexpr int HD = DPL * 32;
     __shared__ float buf[32][HD];
@@ -56,7 +59,8 @@ __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float 
     const bool isq = wid < a.H;
     const int h = isq ? wid : wid - a.H;
     const size_t kvw = (size_t)a.Hkv * HD;
-    float *x = isq ? qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD : k + (size_t)t * kvw + (size_t)h * HD;
+    float *x =
+        isq ? qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD : k + (size_t)t * kvw + (size_t)h * HD;
     const float *nw = isq ? qn : kn;
     float r[DPL];
     double ss = 0;
@@ -113,8 +117,8 @@ __device__ __forceinline__ void qk_dots(const float *qs, const KV *kr, float (&d
 // This lane's position p of slice i (key row kr, read only if p < nmax) against the RT rows:
 // s[r][i] = its scaled score, or -inf where row r does not see p.
 template <int DPL, int RT, typename KV>
-__device__ __forceinline__ void slice_scores(const float *qs, const KV *kr, int p, int nmax, const int *nkv, float scale,
-                                             float (&s)[RT][NI], int i) {
+__device__ __forceinline__ void slice_scores(const float *qs, const KV *kr, int p, int nmax, const int *nkv,
+                                             float scale, float (&s)[RT][NI], int i) {
     float dot[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) dot[r] = 0.0f;
@@ -176,7 +180,8 @@ __device__ __forceinline__ void value_step(const float (&s)[RT][NI], int i, int 
 // then lane-per-dims values. Masked positions contribute exact zeros.
 template <int DPL, int RT, typename KV>
 __device__ __forceinline__ void attn_chunk(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
-                                           const int *nkv, float scale, float *m, float *l, float (*acc)[DPL]) {
+                                           const int *nkv, float scale, float *m, float *l,
+                                           float (*acc)[DPL]) {
     const int lane = threadIdx.x & 31, nmax = rows_nmax<RT>(nkv);
     float s[RT][NI];
 #pragma unroll
@@ -226,8 +231,8 @@ __device__ __forceinline__ void stage_rows(KV *stg, const KV *src, size_t kvw, i
 // block). The scores, max, exp-sum and value sums are the same operations in the same order as
 // attn_chunk's, so the partial has the same bits; only the rows come from shared memory.
 template <int DPL, int RT, typename KV>
-__device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, const KV *V, size_t kvw, int p0,
-                                                  const int *nkv, float scale, float *m, float *l,
+__device__ __forceinline__ void attn_chunk_staged(const float *qs, const KV *K, const KV *V, size_t kvw,
+                                                  int p0, const int *nkv, float scale, float *m, float *l,
                                                   float (*acc)[DPL], KV *stg) {
     constexpr int LD = stage_ld<DPL, KV>::LD;
     const int lane = threadIdx.x & 31, nmax = rows_nmax<RT>(nkv);
@@ -304,8 +309,8 @@ __global__ void k_attn_split_grouped(cu_attn_dims a, const float *__restrict__ q
     KV *stg = (KV *)(smg + (size_t)G * HD);
     const size_t kvw = (size_t)a.Hkv * HD;
     float m, l, acc[1][DPL];
-    attn_chunk_staged<DPL, 1, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, &nkv, a.scale, &m, &l, acc,
-                                  stg);
+    attn_chunk_staged<DPL, 1, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, &nkv, a.scale,
+                                  &m, &l, acc, stg);
     float *pp = part + (((size_t)t * a.H + h) * nch + c) * (HD + 2);
     if (lane == 0) {
         pp[0] = m;
@@ -361,10 +366,12 @@ __global__ void k_attn_prefill(cu_attn_dims a, const float *__restrict__ qg, con
     for (int p0 = 0; p0 < nmax; p0 += CH) {
         float m[PF_RT], l[PF_RT], acc[PF_RT][DPL];
         if constexpr (STAGED)
-            attn_chunk_staged<DPL, PF_RT, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale,
-                                              m, l, acc, (KV *)(qsm + (size_t)(blockDim.x >> 5) * PF_RT * HD));
+            attn_chunk_staged<DPL, PF_RT, KV>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv,
+                                              a.scale, m, l, acc,
+                                              (KV *)(qsm + (size_t)(blockDim.x >> 5) * PF_RT * HD));
         else
-            attn_chunk<DPL, PF_RT>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m, l, acc);
+            attn_chunk<DPL, PF_RT>(qs, kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, m,
+                                   l, acc);
 #pragma unroll
         for (int r = 0; r < PF_RT; r++)
             if (p0 < nkv[r]) merge_step<DPL>(M[r], L[r], O[r], m[r], l[r], acc[r]);
@@ -413,14 +420,15 @@ __device__ __forceinline__ int pt_nkv(int r, int G, int rtq, int t0, int T, int 
 }
 
 template <int DPL, typename KV>
-__global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_dims a, const float *__restrict__ qg,
-                                                                   const KV *__restrict__ kc, const KV *__restrict__ vc,
-                                                                   const int *pos0p, int T, float *o) {
+__global__ void __launch_bounds__(PT_THREADS, 1)
+    k_attn_prefill_tiled(cu_attn_dims a, const float *__restrict__ qg, const KV *__restrict__ kc,
+                         const KV *__restrict__ vc, const int *pos0p, int T, float *o) {
     pdl_enter();
     using P = pt_smem<DPL, KV>;
     constexpr int HD = P::HD, QLD = P::QLD, KLD = P::KLD, SLD = P::SLD;
     extern __shared__ __align__(16) uint8_t pt_sm[];
-    float *Qs = (float *)pt_sm, *S = (float *)(pt_sm + P::q + P::k), *Mc = S + PT_ROWS * SLD, *Lc = Mc + PT_ROWS;
+    float *Qs = (float *)pt_sm, *S = (float *)(pt_sm + P::q + P::k), *Mc = S + PT_ROWS * SLD,
+          *Lc = Mc + PT_ROWS;
     KV *Ks = (KV *)(pt_sm + P::q);
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, kvh = blockIdx.y;
     const int G = a.H / a.Hkv, rtq = PT_ROWS / G, pos0 = *pos0p;
@@ -430,7 +438,8 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
     for (int i = tid; i < PT_ROWS * HD / 4; i += PT_THREADS) { // the block's queries
         const int r = i / (HD / 4), c = 4 * (i % (HD / 4)), t = min(t0 + r / G, T - 1);
         const float *q = qg + (size_t)t * a.H * 2 * HD + (size_t)(kvh * G + r % G) * 2 * HD;
-        *(float4 *)(Qs + r * QLD + c) = r < rtq * G ? *(const float4 *)(q + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        *(float4 *)(Qs + r * QLD + c) =
+            r < rtq * G ? *(const float4 *)(q + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     const int nmax = pos0 + min(t0 + rtq, T);
     // this thread's rows in the value phase and after: lr + 8 kk; its dims dbase .. dbase + DPL - 1
@@ -463,9 +472,11 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
                     for (int d = 0; d < HD; d += 4) {
                         float4 q4[4], k4[4];
 #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) q4[kk] = *(const float4 *)(Qs + (16 * rh + lr4 + 4 * kk) * QLD + d);
+                        for (int kk = 0; kk < 4; kk++)
+                            q4[kk] = *(const float4 *)(Qs + (16 * rh + lr4 + 4 * kk) * QLD + d);
 #pragma unroll
-                        for (int j = 0; j < 4; j++) k4[j] = ldkv4(Ks + (size_t)(32 * pg + lp + 8 * j) * KLD + d);
+                        for (int j = 0; j < 4; j++)
+                            k4[j] = ldkv4(Ks + (size_t)(32 * pg + lp + 8 * j) * KLD + d);
 #pragma unroll
                         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
@@ -544,27 +555,32 @@ __global__ void __launch_bounds__(PT_THREADS, 1) k_attn_prefill_tiled(cu_attn_di
 // ---- launchers -------------------------------------------------------------------------------
 
 static int check_dims(const cu_attn_dims *a) {
-    if ((a->hd != 64 && a->hd != 128 && a->hd != 256) || a->H % a->Hkv || a->H / a->Hkv > 32 || a->H + a->Hkv > 32 ||
-        a->n_rot > a->hd)
-        return rl_seterr("CUDA attention: head_dim %d with %d/%d heads is not supported (head_dim 64/128/256, "
-                         "at most 32 heads)", a->hd, a->H, a->Hkv);
+    if ((a->hd != 64 && a->hd != 128 && a->hd != 256) || a->H % a->Hkv || a->H / a->Hkv > 32 ||
+        a->H + a->Hkv > 32 || a->n_rot > a->hd)
+        return rl_seterr(
+            "CUDA attention: head_dim %d with %d/%d heads is not supported (head_dim 64/128/256, "
+            "at most 32 heads)",
+            a->hd, a->H, a->Hkv);
     return 0;
 }
 
 template <int DPL>
-static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn, const float *kn,
-                     const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
+static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn,
+                     const float *kn, const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
     const int threads = 32 * (a->H + a->Hkv);
     if (a->kv_f16)
-        cu_go(k_qk_norm_rope<DPL, __half>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (__half *)kc, (__half *)vc);
+        cu_go(k_qk_norm_rope<DPL, __half>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (__half *)kc,
+              (__half *)vc);
     else
-        cu_go(k_qk_norm_rope<DPL, float>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (float *)kc, (float *)vc);
+        cu_go(k_qk_norm_rope<DPL, float>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (float *)kc,
+              (float *)vc);
     CU_LAUNCHED("k_qk_norm_rope");
     return 0;
 }
 
-extern "C" int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn,
-                                     const float *kn, const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
+extern "C" int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const float *v,
+                                     const float *qn, const float *kn, const int *pos0, int T, void *kc,
+                                     void *vc, cudaStream_t s) {
     if (check_dims(a)) return -1;
     switch (a->hd) {
     case 64: return qk_launch<2>(a, qg, k, v, qn, kn, pos0, T, kc, vc, s);
@@ -584,14 +600,15 @@ static int pf_launch(const cu_attn_dims *a, dim3 grid, int gs, size_t smem, cons
                      const void *vc, const int *pos0, int T, float *o, cudaStream_t s) {
     static size_t allowed; /* per instantiation */
     if (smem_allow(k_attn_prefill<DPL, KV, STAGED>, smem, &allowed)) return -1;
-    cu_go(k_attn_prefill<DPL, KV, STAGED>, grid, 32 * gs, smem, s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+    cu_go(k_attn_prefill<DPL, KV, STAGED>, grid, 32 * gs, smem, s, *a, qg, (const KV *)kc, (const KV *)vc,
+          pos0, T, o);
     CU_LAUNCHED("k_attn_prefill");
     return 0;
 }
 
 template <int DPL, typename KV>
-static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
-                       int T, bool split, float *part, float *o, cudaStream_t s) {
+static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc,
+                       const int *pos0, int T, bool split, float *part, float *o, cudaStream_t s) {
     constexpr int HD = DPL * 32;
     const int G = a->H / a->Hkv;
     if (split && !a->split_per_warp) {
@@ -599,12 +616,14 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         const size_t smem = G * HD * sizeof(float) + stage_ld<DPL, KV>::bytes;
         static size_t allowed; /* per instantiation (large groups at hd 256) */
         if (smem_allow(k_attn_split_grouped<DPL, KV>, smem, &allowed)) return -1;
-        cu_go(k_attn_split_grouped<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, smem, s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        cu_go(k_attn_split_grouped<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, smem, s, *a, qg, (const KV *)kc,
+              (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split_grouped");
         if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
-        cu_go(k_attn_split<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        cu_go(k_attn_split<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s, *a, qg,
+              (const KV *)kc, (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split");
         if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (a->prefill_tiled) {
@@ -612,13 +631,15 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
         static size_t allowed; /* per instantiation */
         if (smem_allow(k_attn_prefill_tiled<DPL, KV>, P::bytes, &allowed)) return -1;
         const int rtq = PT_ROWS / G;
-        cu_go(k_attn_prefill_tiled<DPL, KV>, dim3((T + rtq - 1) / rtq, a->Hkv), PT_THREADS, P::bytes, s, *a, qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
+        cu_go(k_attn_prefill_tiled<DPL, KV>, dim3((T + rtq - 1) / rtq, a->Hkv), PT_THREADS, P::bytes, s, *a,
+              qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
         CU_LAUNCHED("k_attn_prefill_tiled");
     } else {
         const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */
         const dim3 grid((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs);
         const size_t smem = gs * PF_RT * HD * sizeof(float);
-        if (a->prefill_staged ? pf_launch<DPL, KV, true>(a, grid, gs, smem + stage_ld<DPL, KV>::bytes, qg, kc, vc, pos0, T, o, s)
+        if (a->prefill_staged ? pf_launch<DPL, KV, true>(a, grid, gs, smem + stage_ld<DPL, KV>::bytes, qg, kc,
+                                                         vc, pos0, T, o, s)
                               : pf_launch<DPL, KV, false>(a, grid, gs, smem, qg, kc, vc, pos0, T, o, s))
             return -1;
     }
@@ -626,14 +647,14 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
 }
 
 template <int DPL>
-static int attn_kv(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
-                   bool split, float *part, float *o, cudaStream_t s) {
+static int attn_kv(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
+                   int T, bool split, float *part, float *o, cudaStream_t s) {
     return a->kv_f16 ? attn_launch<DPL, __half>(a, qg, kc, vc, pos0, T, split, part, o, s)
                      : attn_launch<DPL, float>(a, qg, kc, vc, pos0, T, split, part, o, s);
 }
 
-extern "C" int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
-                            int T, bool split, float *part, float *o, cudaStream_t s) {
+extern "C" int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc,
+                            const int *pos0, int T, bool split, float *part, float *o, cudaStream_t s) {
     if (check_dims(a)) return -1;
     if (split && T > CU_ATTN_SPLIT_MAX_T) return rl_seterr("cu_attention: split path with %d rows", T);
     if (a->tc) return attn_tc(a, qg, kc, vc, pos0, T, split, part, o, s);

@@ -55,7 +55,8 @@ __device__ __forceinline__ void attn_finish(const float *O, float L, const float
 // order. FULL (c0 + PF <= n): no bound checks, so the batch is straight-line code and the exps of a step
 // (which need only the running max) are computed ahead of the L and O chains; the same operations.
 template <int HD, int PT, int PF, bool FULL>
-__device__ __forceinline__ void merge_batch(const float *base, int d0, int c0, int n, float &M, float &L, float *O) {
+__device__ __forceinline__ void merge_batch(const float *base, int d0, int c0, int n, float &M, float &L,
+                                            float *O) {
     float pm[PF], pl[PF], pa[PF][PT];
 #pragma unroll
     for (int k = 0; k < PF; k++) {
@@ -74,9 +75,9 @@ __device__ __forceinline__ void merge_batch(const float *base, int d0, int c0, i
 }
 
 template <int DPL, int PT, int PF>
-__global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, const float *__restrict__ qg,
-                                                             const int *pos0, const float *__restrict__ part, int nch,
-                                                             float *o) {
+__global__ void __launch_bounds__(DPL * 32 / PT)
+    k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
+                 const float *__restrict__ part, int nch, float *o) {
     pdl_enter();
     constexpr int HD = DPL * 32;
     const int t = blockIdx.x, h = blockIdx.y, d0 = threadIdx.x * PT;
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, co
     int c0 = 0;
     for (; c0 + PF <= n; c0 += PF) merge_batch<HD, PT, PF, true>(base, d0, c0, n, M, L, O);
     if (c0 < n) merge_batch<HD, PT, PF, false>(base, d0, c0, n, M, L, O);
-    attn_finish<PT>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD,
-                    d0);
+    attn_finish<PT>(O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD,
+                    o + (size_t)t * a.H * HD + (size_t)h * HD, d0);
 }
 
 // The wide merge with its (M, L) factors made in parallel (cu_attn_dims.merge_scan, RL_CUDA_MERGE=scan;
@@ -102,9 +103,10 @@ __global__ void __launch_bounds__(DPL * 32 / PT) k_attn_merge(cu_attn_dims a, co
 // so its values. Then every thread runs the steps' L = L * a + l * b and its dim's O = O * a + acc * b
 // in chunk order (merge_ab / merge_o's operations): a multiply-add pair a step on the chain instead of a
 // max, two exps and the loads. The same bits as k_attn_merge.
-template <int DPL> __global__ void __launch_bounds__(DPL * 32) k_attn_merge_scan(cu_attn_dims a, const float *__restrict__ qg,
-                                                                               const int *pos0, const float *__restrict__ part,
-                                                                               int nch, float *o) {
+template <int DPL>
+__global__ void __launch_bounds__(DPL * 32)
+    k_attn_merge_scan(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
+                      const float *__restrict__ part, int nch, float *o) {
     pdl_enter();
     constexpr int HD = DPL * 32, NW = HD / 32, UF = 16;
     __shared__ float fa[HD], fb[HD], fl[HD], wmax[NW], mnext;
@@ -158,8 +160,8 @@ template <int DPL> __global__ void __launch_bounds__(DPL * 32) k_attn_merge_scan
         M = mnext;
         __syncthreads(); // fa, fb, fl, wmax and mnext are rewritten by the next batch
     }
-    attn_finish<1>(&O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD, o + (size_t)t * a.H * HD + (size_t)h * HD,
-                   d);
+    attn_finish<1>(&O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD,
+                   o + (size_t)t * a.H * HD + (size_t)h * HD, d);
 }
 
 // Partials in flight per batch of the wide merge: RL_CUDA_MERGE_PF=16|32|64 (default 64; the same
@@ -174,8 +176,8 @@ static inline int attn_merge_pf() {
 
 // The decode merge of T rows x H heads (the shape cu_attn_dims.merge_wide picks).
 template <int DPL>
-static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part, int nch,
-                             int T, float *o, cudaStream_t s) {
+static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part,
+                             int nch, int T, float *o, cudaStream_t s) {
     const int pf = attn_merge_pf();
     if (a->merge_scan)
         cu_go(k_attn_merge_scan<DPL>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
@@ -185,8 +187,7 @@ static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *
         cu_go(k_attn_merge<DPL, 1, 32>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
     else if (a->merge_wide)
         cu_go(k_attn_merge<DPL, 1, 64>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
-    else
-        cu_go(k_attn_merge<DPL, DPL, 8>, dim3(T, a->H), 32, 0, s, *a, qg, pos0, part, nch, o);
+    else cu_go(k_attn_merge<DPL, DPL, 8>, dim3(T, a->H), 32, 0, s, *a, qg, pos0, part, nch, o);
     CU_LAUNCHED("k_attn_merge");
     return 0;
 }
@@ -222,5 +223,5 @@ template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) 
 }
 
 // The tensor-core kernels (attn_tc.cu) for cu_attention when a->tc: 0 or -1 (error set).
-int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T, bool split,
-            float *part, float *o, cudaStream_t s);
+int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
+            bool split, float *part, float *o, cudaStream_t s);

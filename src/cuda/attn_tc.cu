@@ -39,19 +39,26 @@ template <int HD, int MT, int NB = 1> struct tc_smem {
 __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)) : "memory");
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)) : "memory");
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
 }
 __device__ __forceinline__ void ldsm_x2_t(uint32_t (&r)[2], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(p)) : "memory");
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_u32(p))
+                 : "memory");
 }
 // d += a * b: a 16 x 16 (row), b 16 x 8 (col), f16 operands, f32 accumulators.
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -59,7 +66,9 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // Rows b0 .. b0 + n - 1 of one head's V into dst (stage_kv_issue: one group of this thread, not waited
 // for; an empty one for n <= 0) and rows n .. upto - 1 zeroed with plain stores: the 16-position steps
 // must not meet stale values.
-template <int HD> __device__ __forceinline__ void tc_stage_v(__half *dst, const __half *src, size_t kvw, int b0, int n, int upto) {
+template <int HD>
+__device__ __forceinline__ void tc_stage_v(__half *dst, const __half *src, size_t kvw, int b0, int n,
+                                           int upto) {
     constexpr int LD = HD + 8;
     if (n > 0)
         for (int i = n * (HD / 8) + (int)threadIdx.x; i < upto * (HD / 8); i += TC_THREADS)
@@ -76,10 +85,11 @@ template <int HD, int MT> struct tc_nv { static constexpr int n = HD / 8 / (8 / 
 // The scores of slice sl (positions p0 + sl TC_SL .., n of them staged at KVs; n <= 0: none) into S:
 // this warp's NS tiles of 8 positions (positions past n: stale or unwritten rows, masked here).
 template <int HD, int MT>
-__device__ __forceinline__ void tc_scores(const __half *Qs, const __half *KVs, float *S, const int *Nk, int p0, int sl,
-                                          int n, float scale) {
+__device__ __forceinline__ void tc_scores(const __half *Qs, const __half *KVs, float *S, const int *Nk,
+                                          int p0, int sl, int n, float scale) {
     constexpr int LD = HD + 8, SLD = CH + 4, NP = 8 / MT, NS = TC_SL / 8 / NP;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % MT, np = w / MT, g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % MT, np = w / MT, g = lane >> 2,
+              t = lane & 3;
     float d[NS][4];
 #pragma unroll
     for (int j = 0; j < NS; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
@@ -90,9 +100,11 @@ __device__ __forceinline__ void tc_scores(const __half *Qs, const __half *KVs, f
             ldsm_x4(a, Qs + (size_t)(16 * mt + (lane & 15)) * LD + 16 * ks + 8 * (lane >> 4));
 #pragma unroll
             for (int j = 0; j < NS; j += 2) {
-                uint32_t b[4]; // tiles j, j + 1: positions n0 + (lane & 7) + 8 (lane >> 4), dims 16 ks + 8 ((lane >> 3) & 1)
+                uint32_t b[4]; // tiles j, j + 1: positions n0 + (lane & 7) + 8 (lane >> 4), dims 16 ks + 8
+                               // ((lane >> 3) & 1)
                 const int n0 = 8 * (np * NS + j);
-                ldsm_x4(b, KVs + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * LD + 16 * ks + 8 * ((lane >> 3) & 1));
+                ldsm_x4(b, KVs + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * LD + 16 * ks +
+                               8 * ((lane >> 3) & 1));
                 mma_f16(d[j], a, b[0], b[1]);
                 mma_f16(d[j + 1], a, b[2], b[3]);
             }
@@ -153,9 +165,11 @@ __device__ __forceinline__ void tc_values(const float *S, const __half *KVs, int
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % MT, np = w / MT;
     for (int ks = 0; ks < nks; ks++) {
         uint32_t a[4];
-        ldsm_x4(a, (const __half *)(S + (size_t)(16 * mt + (lane & 15)) * SLD) + sl * TC_SL + 16 * ks + 8 * (lane >> 4));
+        ldsm_x4(a, (const __half *)(S + (size_t)(16 * mt + (lane & 15)) * SLD) + sl * TC_SL + 16 * ks +
+                       8 * (lane >> 4));
         // tiles j, j + 1: positions 16 ks + (lane & 7) + 8 ((lane >> 3) & 1), dims d0 + 8 (lane >> 4)
-        const __half *vb = KVs + (size_t)(16 * ks + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
+        const __half *vb =
+            KVs + (size_t)(16 * ks + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
         if constexpr (NV == 1) {
             uint32_t b[2];
             ldsm_x2_t(b, vb + 8 * np);
@@ -176,8 +190,8 @@ __device__ __forceinline__ void tc_values(const float *S, const __half *KVs, int
 // (the most any row sees) are read: m and l per row into Mc / Lc, and this warp's part of acc in the
 // mma's accumulator layout. One staged slice at a time (load, wait, use). Called by all threads.
 template <int HD, int MT>
-__device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_t kvw, int p0, int nmax, float scale,
-                                         uint8_t *sm, float (&acc)[tc_nv<HD, MT>::n][4]) {
+__device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_t kvw, int p0, int nmax,
+                                         float scale, uint8_t *sm, float (&acc)[tc_nv<HD, MT>::n][4]) {
     using P = tc_smem<HD, MT>;
     constexpr int R = P::R, LD = P::LD, SLD = P::SLD, NV = tc_nv<HD, MT>::n;
     const __half *Qs = (const __half *)sm;
@@ -212,8 +226,8 @@ __device__ __forceinline__ void tc_chunk(const __half *K, const __half *V, size_
 // that slice's scores are done (and runs under the other slice's scores and the softmax). The same
 // tc_scores / tc_softmax / tc_values on the same values in the same order: the same bits as tc_chunk.
 template <int HD>
-__device__ __forceinline__ void tc_chunk2(const __half *K, const __half *V, size_t kvw, int p0, int nmax, float scale,
-                                          uint8_t *sm, float (&acc)[tc_nv<HD, 1>::n][4]) {
+__device__ __forceinline__ void tc_chunk2(const __half *K, const __half *V, size_t kvw, int p0, int nmax,
+                                          float scale, uint8_t *sm, float (&acc)[tc_nv<HD, 1>::n][4]) {
     using P = tc_smem<HD, 1, 2>;
     static_assert(CH == 2 * TC_SL, "a chunk is two staged slices");
     constexpr int R = P::R, LD = P::LD, SLD = P::SLD, NV = tc_nv<HD, 1>::n;
@@ -243,7 +257,7 @@ __device__ __forceinline__ void tc_chunk2(const __half *K, const __half *V, size
     for (int j = 0; j < NV; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
     for (int sl = 0; sl < 2; sl++) {
-        if (n[sl] <= 0) break; // uniform in the block
+        if (n[sl] <= 0) break;                 // uniform in the block
         if (sl == 0) __pipeline_wait_prior(1); // V0 (V1 may be in flight)
         else __pipeline_wait_prior(0);
         __syncthreads(); // every thread's copies and zeros of V sl; the weights written
@@ -276,9 +290,9 @@ __device__ __forceinline__ void tc_load_q(const float *qg, int H, F row, uint8_t
 // row t into part (k_attn_split's layout); k_attn_merge merges them. NB 2: tc_chunk2 (the default),
 // 1: tc_chunk (RL_CUDA_ATTN_DB=0); the same bits.
 template <int HD, int NB>
-__global__ void __launch_bounds__(TC_THREADS) k_attn_tc_split(cu_attn_dims a, const float *__restrict__ qg,
-                                                             const __half *__restrict__ kc, const __half *__restrict__ vc,
-                                                             const int *pos0, float *part, int nch) {
+__global__ void __launch_bounds__(TC_THREADS)
+    k_attn_tc_split(cu_attn_dims a, const float *__restrict__ qg, const __half *__restrict__ kc,
+                    const __half *__restrict__ vc, const int *pos0, float *part, int nch) {
     pdl_enter();
     using P = tc_smem<HD, 1, NB>;
     constexpr int NV = tc_nv<HD, 1>::n;
@@ -286,10 +300,18 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_tc_split(cu_attn_dims a, co
     const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, G = a.H / a.Hkv;
     const int nkv = *pos0 + t + 1, p0 = c * CH;
     if (p0 >= nkv) return; // the whole block
-    tc_load_q<HD, 1, NB>(qg, a.H, [&](int r, int &tt, int &h, int &nk) { tt = t; h = kvh * G + r; nk = r < G ? nkv : 0; }, tc_sm);
+    tc_load_q<HD, 1, NB>(
+        qg, a.H,
+        [&](int r, int &tt, int &h, int &nk) {
+            tt = t;
+            h = kvh * G + r;
+            nk = r < G ? nkv : 0;
+        },
+        tc_sm);
     const size_t kvw = (size_t)a.Hkv * HD;
     float acc[NV][4];
-    if constexpr (NB == 2) tc_chunk2<HD>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, tc_sm, acc);
+    if constexpr (NB == 2)
+        tc_chunk2<HD>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, tc_sm, acc);
     else tc_chunk<HD, 1>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nkv, a.scale, tc_sm, acc);
     const float *Mc = (const float *)(tc_sm + P::q + P::kv + P::s), *Lc = Mc + P::R;
     const int lane = threadIdx.x & 31, np = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -315,10 +337,9 @@ __global__ void __launch_bounds__(TC_THREADS) k_attn_tc_split(cu_attn_dims a, co
 // chunks in order, merging as it goes; the blocks with the last positions (the longest rows) first.
 #define TC_MT 4
 template <int HD>
-__global__ void __launch_bounds__(TC_THREADS, 1) k_attn_tc_prefill(cu_attn_dims a, const float *__restrict__ qg,
-                                                                  const __half *__restrict__ kc,
-                                                                  const __half *__restrict__ vc, const int *pos0p, int T,
-                                                                  float *o) {
+__global__ void __launch_bounds__(TC_THREADS, 1)
+    k_attn_tc_prefill(cu_attn_dims a, const float *__restrict__ qg, const __half *__restrict__ kc,
+                      const __half *__restrict__ vc, const int *pos0p, int T, float *o) {
     pdl_enter();
     using P = tc_smem<HD, TC_MT>;
     constexpr int NV = tc_nv<HD, TC_MT>::n;
@@ -334,7 +355,8 @@ __global__ void __launch_bounds__(TC_THREADS, 1) k_attn_tc_prefill(cu_attn_dims 
     const size_t kvw = (size_t)a.Hkv * HD;
     const int nmax = pos0 + min(t0 + rtq, T);
     const float *Mc = (const float *)(tc_sm + P::q + P::kv + P::s), *Lc = Mc + P::R;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % TC_MT, np = w / TC_MT, g = lane >> 2, tq = lane & 3;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % TC_MT, np = w / TC_MT, g = lane >> 2,
+              tq = lane & 3;
     int rt[2], rh[2], nk[2];
     float M[2], L[2], O[NV][4];
 #pragma unroll
@@ -376,19 +398,21 @@ __global__ void __launch_bounds__(TC_THREADS, 1) k_attn_tc_prefill(cu_attn_dims 
 }
 
 template <int HD>
-static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, const __half *vc, const int *pos0, int T,
-                     bool split, float *part, float *o, cudaStream_t s) {
+static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, const __half *vc,
+                     const int *pos0, int T, bool split, float *part, float *o, cudaStream_t s) {
     if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
         static size_t allowed1, allowed2;
         if (a->split_db) {
             using P = tc_smem<HD, 1, 2>;
             if (smem_allow(k_attn_tc_split<HD, 2>, P::bytes, &allowed2)) return -1;
-            cu_go(k_attn_tc_split<HD, 2>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, part, nch);
+            cu_go(k_attn_tc_split<HD, 2>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0,
+                  part, nch);
         } else {
             using P = tc_smem<HD, 1>;
             if (smem_allow(k_attn_tc_split<HD, 1>, P::bytes, &allowed1)) return -1;
-            cu_go(k_attn_tc_split<HD, 1>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, part, nch);
+            cu_go(k_attn_tc_split<HD, 1>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0,
+                  part, nch);
         }
         CU_LAUNCHED("k_attn_tc_split");
         if (attn_merge_launch<HD / 32>(a, qg, pos0, part, nch, T, o, s)) return -1;
@@ -398,16 +422,19 @@ static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, c
     const int rtq = P::R / (a->H / a->Hkv);
     static size_t allowed;
     if (smem_allow(k_attn_tc_prefill<HD>, P::bytes, &allowed)) return -1;
-    cu_go(k_attn_tc_prefill<HD>, dim3((T + rtq - 1) / rtq, a->Hkv), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0, T, o);
+    cu_go(k_attn_tc_prefill<HD>, dim3((T + rtq - 1) / rtq, a->Hkv), TC_THREADS, P::bytes, s, *a, qg, kc, vc,
+          pos0, T, o);
     CU_LAUNCHED("k_attn_tc_prefill");
     return 0;
 }
 
-int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T, bool split,
-            float *part, float *o, cudaStream_t s) {
+int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
+            bool split, float *part, float *o, cudaStream_t s) {
     if (!a->kv_f16 || a->H / a->Hkv > 16)
-        return rl_seterr("CUDA attention on tensor cores: needs the f16 KV cache and at most 16 query heads per KV "
-                         "head (have %s, %d)", a->kv_f16 ? "f16" : "f32", a->H / a->Hkv);
+        return rl_seterr(
+            "CUDA attention on tensor cores: needs the f16 KV cache and at most 16 query heads per KV "
+            "head (have %s, %d)",
+            a->kv_f16 ? "f16" : "f32", a->H / a->Hkv);
     const __half *k = (const __half *)kc, *v = (const __half *)vc;
     switch (a->hd) {
     case 64: return tc_launch<64>(a, qg, k, v, pos0, T, split, part, o, s);

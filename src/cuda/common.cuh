@@ -13,10 +13,10 @@
 #include "cuda/cuda_ops.h"
 
 // After a launch: report a launch error (bad configuration, no device, ...).
-#define CU_LAUNCHED(what)                                                      \
-    do {                                                                       \
-        cudaError_t e_ = cudaGetLastError();                                   \
-        if (e_ != cudaSuccess) return cu_fail(e_, what, __FILE__, __LINE__);   \
+#define CU_LAUNCHED(what)                                                                                    \
+    do {                                                                                                     \
+        cudaError_t e_ = cudaGetLastError();                                                                 \
+        if (e_ != cudaSuccess) return cu_fail(e_, what, __FILE__, __LINE__);                                 \
     } while (0)
 
 #define FULL_MASK 0xffffffffu
@@ -55,7 +55,8 @@ static inline bool cu_pdl_device() {
     static const bool ok = [] {
         int dev = 0, major = 0;
         return cudaGetDevice(&dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+               major >= 9;
     }();
     return ok;
 }

@@ -1,5 +1,6 @@
 /* cuda_ops.h — the C interface of the CUDA kernels (src/cuda/ *.cu), used by the CUDA
- * backend (backend_cuda*.c) and tests/cuda. Self-contained (C and C++): the .cu files include no other project header.
+ * backend (backend_cuda*.c) and tests/cuda. Self-contained (C and C++): the .cu files include no other
+ * project header.
  *
  * Conventions
  *   - Every pointer is device memory unless named h_*; activations are float32 row-major
@@ -47,8 +48,8 @@ int cu_tables_init(void);
 bool cu_type_supported(uint32_t type);
 
 /* out[t][0..n_in) = row rows[t] of W (dequantised), t < T. (Embedding lookup; tests.) */
-int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows, int T, float *out,
-                int ldo, cudaStream_t s);
+int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows, int T,
+                float *out, int ldo, cudaStream_t s);
 
 /* ---- matmul: y[t][r] = sum_i W[r][i] * x[t][i] ------------------------------------------ */
 
@@ -114,8 +115,8 @@ int cu_matmul_group_tt(uint32_t type);
  * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
  * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
  * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
- * Process-wide; the initial mode is RL_CUDA_MMQ=0|1|2 (default 2, matmul.cu int8_on). Set it before contexts run (a context's prefill and steps must use one arithmetic).
- * Returns the previous mode. */
+ * Process-wide; the initial mode is RL_CUDA_MMQ=0|1|2 (default 2, matmul.cu int8_on). Set it before contexts
+ * run (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_matmul_set_int8(int mode);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
@@ -132,7 +133,7 @@ typedef struct {
     float *x, *out;    /* ADD_NORM */
     const float *w;
     float eps;
-    int K;             /* ROUTER (E = n_out): outputs as cu_router's */
+    int K; /* ROUTER (E = n_out): outputs as cu_router's */
     int32_t *ids, *pair_in, *pair_out;
     float *wts, *probs;
     cu_tile *tiles;
@@ -146,7 +147,8 @@ int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const 
 /* ---- norms -------------------------------------------------------------------------------- */
 
 /* Per row t < T: if y: x += y (float adds, in place); if out: out = rmsnorm(x) * w. */
-int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps, cudaStream_t s);
+int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps,
+                   cudaStream_t s);
 
 /* ---- MoE ------------------------------------------------------------------------------------ */
 
@@ -159,21 +161,21 @@ int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, 
               int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s);
 /* Group the T*K (row, slot) pairs by expert: tiles of <= tt pairs; pair_in = row t,
  * pair_out = t*K + k. counts: E ints of scratch. One block; T*K <= 65536. */
-int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
-                int32_t *pair_out, int *counts, cudaStream_t s);
+int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles,
+                int32_t *pair_in, int32_t *pair_out, int *counts, cudaStream_t s);
 /* Per row t: y = sum_k w[t][k] * eo[t*K+k] + gate[t] * sh[t] with gate[t] = sigmoid(sh_gate . xn[t])
  * (double accumulation as the CPU reference; sh / sh_gate may be NULL; g: the gates made beforehand
  * by cu_moe_sh_gate, or NULL to reduce them here: the same bits), x += y, then
  * out = rmsnorm(x) * w_next (out may alias xn; NULL out skips the norm). */
-int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *g,
-                   const float *xn, float *y, float *x, const float *w_next, float *out, int D, int T, float eps,
-                   cudaStream_t s);
+int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
+                   const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
+                   int D, int T, float eps, cudaStream_t s);
 
 /* The same for one row (decode) with the norm (out != NULL) in the last block of the combine
  * launch (counter: device, 0, put back by that block): one launch, the bits of cu_moe_combine. */
-int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate, const float *g,
-                         const float *xn, float *y, float *x, const float *w_next, float *out, int D, float eps,
-                         unsigned *counter, cudaStream_t s);
+int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
+                         const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
+                         int D, float eps, unsigned *counter, cudaStream_t s);
 
 /* g[t] = sigmoid(sh_gate . xn[t]) for t < T: the combine's shared-expert gate, made where xn is ready
  * (the shared expert's branch, st2) so the combine need not reduce it (the same bits). */
@@ -186,24 +188,24 @@ typedef struct {
     float eps, scale;
     const float *inv_freq; /* [n_rot/2] */
     bool kv_f16;
-    bool split_per_warp;   /* decode: the previous split kernel (each warp reads the KV rows of its
-                              own head) instead of the grouped one (RL_CUDA_ATTN=per-warp); same bits */
-    bool prefill_staged;   /* prefill: K/V slices staged in shared memory once per block for its heads
-                              (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
-    bool prefill_tiled;    /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
-                              RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
-    bool merge_wide;       /* decode: the partials merged by a thread per output dim (the default;
-                              RL_CUDA_MERGE=warp: a warp per (row, head)); same bits */
-    bool merge_scan;       /* decode: the wide merge with the factors of a batch of partials made in
-                              parallel (RL_CUDA_MERGE=scan; not yet run on a GPU); same bits */
-    bool tc;               /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
-                              accumulation; its own numerics, shared by all three, so their rows stay
-                              bit-identical); needs kv_f16 and H / Hkv <= 16 */
-    bool split_db;         /* decode on tensor cores: the split kernel with two staged K/V slices, loads
-                              running under the block's arithmetic (the backend's default; RL_CUDA_ATTN_DB=0:
-                              one slice at a time); same bits */
-    int rope_delta; /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
-                       (h_p, x_{p+1}) sits in slot p at position p+1) */
+    bool split_per_warp; /* decode: the previous split kernel (each warp reads the KV rows of its
+                            own head) instead of the grouped one (RL_CUDA_ATTN=per-warp); same bits */
+    bool prefill_staged; /* prefill: K/V slices staged in shared memory once per block for its heads
+                            (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
+    bool prefill_tiled;  /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
+                            RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
+    bool merge_wide;     /* decode: the partials merged by a thread per output dim (the default;
+                            RL_CUDA_MERGE=warp: a warp per (row, head)); same bits */
+    bool merge_scan;     /* decode: the wide merge with the factors of a batch of partials made in
+                            parallel (RL_CUDA_MERGE=scan; not yet run on a GPU); same bits */
+    bool tc;             /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
+                            accumulation; its own numerics, shared by all three, so their rows stay
+                            bit-identical); needs kv_f16 and H / Hkv <= 16 */
+    bool split_db;       /* decode on tensor cores: the split kernel with two staged K/V slices, loads
+                            running under the block's arithmetic (the backend's default; RL_CUDA_ATTN_DB=0:
+                            one slice at a time); same bits */
+    int rope_delta;      /* RoPE position = KV slot + rope_delta (0; 1 for the MTP layer, whose pair
+                            (h_p, x_{p+1}) sits in slot p at position p+1) */
 } cu_attn_dims;
 
 /* q (in qg [T][H][2*hd], first half of each head) and k [T][Hkv*hd]: per-head RMSNorm then
@@ -220,18 +222,18 @@ int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const floa
 #define CU_ATTN_CHUNK 256
 #define CU_ATTN_SPLIT_MAX_T 4
 size_t cu_attn_part_floats(const cu_attn_dims *a, int T);
-int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
-                 bool split, float *part, float *o, cudaStream_t s);
+int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
+                 int T, bool split, float *part, float *o, cudaStream_t s);
 
 /* ---- Gated DeltaNet ----------------------------------------------------------------------- */
 
 typedef struct {
     int C, kw, dk, dv, hk, hv;
     float eps;
-    const float *conv_w;              /* [C][kw] */
-    const float *ssm_a, *dt_bias;     /* [hv] */
-    const float *ssm_norm;            /* [dv] */
-    int v_tiled;  /* value head h reads key head h % hk (Qwen3.5 files); 0: h / (hv / hk) */
+    const float *conv_w;          /* [C][kw] */
+    const float *ssm_a, *dt_bias; /* [hv] */
+    const float *ssm_norm;        /* [dv] */
+    int v_tiled;                  /* value head h reads key head h % hk (Qwen3.5 files); 0: h / (hv / hk) */
     int ba_split; /* a row of ba is [beta x hv | alpha x hv] (ssm_beta, ssm_alpha); 0: the fused
                      ssm_ba layout, per key head [b x hv/hk | a x hv/hk] */
 } cu_dn_dims;
@@ -242,7 +244,8 @@ int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *s
  * (2) the delta rule over the T rows (state in registers), raw outputs o [T][hv*dv];
  * (3) gated RMSNorm with z [T][ldz]: o = rmsnorm(o_h) * ssm_norm * silu(z_h). */
 int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s);
-int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, cudaStream_t s);
+int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+               cudaStream_t s);
 int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s);
 /* The same with per-row snapshots (verify rows): where row_slot[t] >= 0 (device ints, T of
  * them; NULL = none), the conv window / recurrent state after row t is also written to
@@ -250,8 +253,8 @@ int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, c
  * `state` / `ssm`). The outputs and the live state are those of the plain calls. */
 int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, float *snap,
                     size_t stride, const int *row_slot, cudaStream_t s);
-int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
-                    size_t stride, const int *row_slot, cudaStream_t s);
+int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+                    float *snap, size_t stride, const int *row_slot, cudaStream_t s);
 /* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. ctr NULL: one
  * block per value head; else d->hv counters (zeroed; each launch puts them back): the head spread over
  * 4 blocks, the last one normalising (same bits; the backend's default, RL_CUDA_DN_SPLIT=0 one block). */

@@ -26,9 +26,11 @@ __device__ __forceinline__ int dn_key_head(const cu_dn_dims &d, int h) {
 
 // beta = sigmoid(b), alpha = exp(ssm_a * softplus(a + dt_bias)) for value head h of a row: b and a
 // from the split layout [b x hv | a x hv] or the fused one, per key head [b x r | a x r].
-__device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, int h, float &alpha, float &beta) {
+__device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, int h, float &alpha,
+                                         float &beta) {
     const int r = d.hv / d.hk, g = h / r, e = h % r;
-    const float b = d.ba_split ? ba[h] : ba[g * 2 * r + e], a = d.ba_split ? ba[d.hv + h] : ba[g * 2 * r + r + e];
+    const float b = d.ba_split ? ba[h] : ba[g * 2 * r + e],
+                a = d.ba_split ? ba[d.hv + h] : ba[g * 2 * r + r + e];
     beta = sigmoid_f(b);
     alpha = expf(d.ssm_a[h] * softplus_f(a + d.dt_bias[h]));
 }
@@ -37,7 +39,8 @@ __device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, i
 // S *= alpha; m = S.k; delta = beta (v - m); S += k delta; returns this lane's part of S.q (its KPL
 // keys, in double); delta_col below sums the lanes   (CPU ops_delta_step)
 template <int KPL>
-__device__ __forceinline__ double delta_col_o(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+__device__ __forceinline__ double delta_col_o(float *s, const float *q, const float *k, float v, float alpha,
+                                              float beta) {
     double m = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
@@ -55,7 +58,8 @@ __device__ __forceinline__ double delta_col_o(float *s, const float *q, const fl
     return o;
 }
 template <int KPL>
-__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha, float beta) {
+__device__ __forceinline__ float delta_col(float *s, const float *q, const float *k, float v, float alpha,
+                                           float beta) {
     return (float)warp_sumd(delta_col_o<KPL>(s, q, k, v, alpha, beta));
 }
 
@@ -142,13 +146,15 @@ extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, fl
     return 0;
 }
 
-extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s) {
+extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
+                          cudaStream_t s) {
     return cu_dn_conv_snap(d, in, ldi, u, state, T, NULL, 0, NULL, s);
 }
 
 // ---- prep: one block per row; warps over the 2*hk q/k head vectors, then the gates -------
 
-template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, float *ab) {
+template <int KPL>
+__global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, float *ab) {
     pdl_enter();
     const int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float *ut = u + (size_t)t * d.C;
@@ -196,17 +202,19 @@ template <int KPL> __global__ void k_dn_prep(cu_dn_dims d, float *u, const float
 // bench/results/2026-12-03-cuda-session19-h200.md).
 #define SCAN_NC 8 // state columns (warps) per block
 #define SCAN_ROWS 16
-template <int KPL> struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
+template <int KPL>
+struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
     float q[32 * KPL], k[32 * KPL], v[SCAN_NC], alpha, beta, pad[2];
 };
 template <int KPL, bool DEFER>
 __global__ void __launch_bounds__(SCAN_NC * 32)
-    k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o, int T,
-              float *snap, size_t stride, const int *row_slot) {
+    k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o,
+              int T, float *snap, size_t stride, const int *row_slot) {
     pdl_enter();
     __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
     __shared__ double part[DEFER ? SCAN_NC : 1][DEFER ? SCAN_ROWS : 1][8]; // DEFER: b_0..b_7 per warp and row
-    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_NC, w = threadIdx.x >> 5, c = c0 + w;
+    const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_NC, w = threadIdx.x >> 5,
+              c = c0 + w;
     const int g = dn_key_head(d, h), dk = 32 * KPL;
     float s[KPL];
     {
@@ -278,7 +286,8 @@ __global__ void __launch_bounds__(SCAN_NC * 32)
 
 // ---- gated norm: warp per (row, value head) ------------------------------------------------
 
-template <int DPL> __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const float *__restrict__ z, int ldz, int T) {
+template <int DPL>
+__global__ void k_dn_gnorm(cu_dn_dims d, float *o, const float *__restrict__ z, int ldz, int T) {
     pdl_enter();
     const int lane = threadIdx.x & 31, wi = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (wi >= T * d.hv) return;
@@ -295,23 +304,24 @@ template <int DPL> __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const floa
 // ---- decode: everything of one value head in one block -------------------------------------
 //
 // SPLIT 1: one block of STEP_WARPS warps per value head (hv blocks: 32 of the H200's 132 SMs for
-// the 80B). SPLIT > 1 (cu_dn_step with counters, the default; RL_CUDA_DN_SPLIT=0 one block): the head's warps spread over
-// SPLIT blocks, each block the warps blockIdx.y * STEP_WARPS / SPLIT .. of the one-block kernel with
-// their columns (the same per-column arithmetic; q, k and the gates computed again in every block,
-// the same operations); the columns' outputs go to o, and the head's last block (a counter per
-// head, put back to 0 by it) runs the gated norm on them as the one-block kernel's warp 0 does. So
-// both give the same bits (test_cuda_ops compares them).
+// the 80B). SPLIT > 1 (cu_dn_step with counters, the default; RL_CUDA_DN_SPLIT=0 one block): the head's warps
+// spread over SPLIT blocks, each block the warps blockIdx.y * STEP_WARPS / SPLIT .. of the one-block kernel
+// with their columns (the same per-column arithmetic; q, k and the gates computed again in every block, the
+// same operations); the columns' outputs go to o, and the head's last block (a counter per head, put back to
+// 0 by it) runs the gated norm on them as the one-block kernel's warp 0 does. So both give the same bits
+// (test_cuda_ops compares them).
 #define STEP_WARPS 32
 template <int KPL, int DPL, int SPLIT>
 __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
-    k_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba, const float *__restrict__ z,
-              float *ssm, float *o, unsigned *ctr) {
+    k_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba,
+              const float *__restrict__ z, float *ssm, float *o, unsigned *ctr) {
     pdl_enter();
     __shared__ float qk[2][KPL * 32];
     __shared__ float ov[SPLIT == 1 ? DPL * 32 : 1];
     __shared__ float gates[2];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, h = blockIdx.x;
-    const int cw = SPLIT == 1 ? w : (int)blockIdx.y * (STEP_WARPS / SPLIT) + w; // the warp of the one-block kernel
+    const int cw =
+        SPLIT == 1 ? w : (int)blockIdx.y * (STEP_WARPS / SPLIT) + w; // the warp of the one-block kernel
     const int g = dn_key_head(d, h);
     // this warp's state columns cw, cw+32, ... (DPL of them when dv = 32*DPL): loaded first, so they
     // are in flight while q, k and the gates are computed (the same values: the same bits)
@@ -349,7 +359,8 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
 #pragma unroll
     for (int j = 0; j < DPL; j++) {
         const int c = cw + STEP_WARPS * j;
-        const float out = delta_col<KPL>(s[j], q, k, u[(size_t)2 * d.hk * d.dk + (size_t)h * d.dv + c], alpha, beta);
+        const float out =
+            delta_col<KPL>(s[j], q, k, u[(size_t)2 * d.hk * d.dk + (size_t)h * d.dv + c], alpha, beta);
         float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
         for (int i = 0; i < KPL; i++) S[i] = s[j][i];
@@ -385,23 +396,31 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
 // ---- launchers ---------------------------------------------------------------------------------
 
 static int check(const cu_dn_dims *d) {
-    const bool ok = (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
+    const bool ok =
+        (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
     if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
-        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)", d->dk,
-                         d->dv, d->hk, d->hv);
+        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)",
+                         d->dk, d->dv, d->hk, d->hv);
     return 0;
 }
 
 // Run F<KPL>() for KPL = n/32 in {1, 2, 4}.
 #define BY_PL(n, CALL1, CALL2, CALL4)                                                                        \
     do {                                                                                                     \
-        if ((n) == 32) { CALL1; } else if ((n) == 64) { CALL2; } else { CALL4; }                             \
+        if ((n) == 32) {                                                                                     \
+            CALL1;                                                                                           \
+        } else if ((n) == 64) {                                                                              \
+            CALL2;                                                                                           \
+        } else {                                                                                             \
+            CALL4;                                                                                           \
+        }                                                                                                    \
     } while (0)
 
 extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s) {
     if (check(d)) return -1;
     const int threads = 32 * min(32, 2 * d->hk);
-    BY_PL(d->dk, (cu_go(k_dn_prep<1>, T, threads, 0, s, *d, u, ba, ab)), (cu_go(k_dn_prep<2>, T, threads, 0, s, *d, u, ba, ab)),
+    BY_PL(d->dk, (cu_go(k_dn_prep<1>, T, threads, 0, s, *d, u, ba, ab)),
+          (cu_go(k_dn_prep<2>, T, threads, 0, s, *d, u, ba, ab)),
           (cu_go(k_dn_prep<4>, T, threads, 0, s, *d, u, ba, ab)));
     CU_LAUNCHED("k_dn_prep");
     return 0;
@@ -410,16 +429,18 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
 // The output reduction off the step's chain (k_dn_scan; RL_CUDA_DN_SCAN_DEFER=0: on it). Tuning
 // only: the same bits.
 template <bool DEFER>
-static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T, float *snap,
-                    size_t stride, const int *row_slot, cudaStream_t s) {
+static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+                    float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     const dim3 grid(d->hv, d->dv / SCAN_NC);
-    BY_PL(d->dk, (cu_go(k_dn_scan<1, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<2, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<4, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+    BY_PL(
+        d->dk,
+        (cu_go(k_dn_scan<1, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+        (cu_go(k_dn_scan<2, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+        (cu_go(k_dn_scan<4, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
 }
 
-extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                               float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
+extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o,
+                               int T, float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
     if (check(d)) return -1;
     static const bool defer = cu_env_int("RL_CUDA_DN_SCAN_DEFER", 1) != 0;
     if (defer) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
@@ -437,7 +458,8 @@ extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ld
     if (check(d)) return -1;
     const int blocks = (T * d->hv + 7) / 8;
     BY_PL(d->dv, (cu_go(k_dn_gnorm<1>, blocks, 256, 0, s, *d, o, z, ldz, T)),
-          (cu_go(k_dn_gnorm<2>, blocks, 256, 0, s, *d, o, z, ldz, T)), (cu_go(k_dn_gnorm<4>, blocks, 256, 0, s, *d, o, z, ldz, T)));
+          (cu_go(k_dn_gnorm<2>, blocks, 256, 0, s, *d, o, z, ldz, T)),
+          (cu_go(k_dn_gnorm<4>, blocks, 256, 0, s, *d, o, z, ldz, T)));
     CU_LAUNCHED("k_dn_gnorm");
     return 0;
 }
@@ -449,24 +471,23 @@ static int step_split() {
     return v;
 }
 template <int KPL, int DPL>
-static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-                    unsigned *ctr, cudaStream_t s) {
+static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
+                    float *o, unsigned *ctr, cudaStream_t s) {
     if (ctr && step_split() == 8)
         cu_go(k_dn_step<KPL, DPL, 8>, dim3(d->hv, 8), STEP_WARPS * 32 / 8, 0, s, *d, u, ba, z, ssm, o, ctr);
     else if (ctr)
         cu_go(k_dn_step<KPL, DPL, 4>, dim3(d->hv, 4), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, ssm, o, ctr);
-    else
-        cu_go(k_dn_step<KPL, DPL, 1>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
+    else cu_go(k_dn_step<KPL, DPL, 1>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
 }
 template <int KPL>
-static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-                     unsigned *ctr, cudaStream_t s) {
-    BY_PL(d->dv, (step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, s)), (step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, s)),
-          (step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, s)));
+static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
+                     float *o, unsigned *ctr, cudaStream_t s) {
+    BY_PL(d->dv, (step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, s)),
+          (step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, s)), (step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, s)));
 }
 
-extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-                          unsigned *ctr, cudaStream_t s) {
+extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
+                          float *o, unsigned *ctr, cudaStream_t s) {
     if (check(d)) return -1;
     BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, ctr, s), step_kpl<2>(d, u, ba, z, ssm, o, ctr, s),
           step_kpl<4>(d, u, ba, z, ssm, o, ctr, s));

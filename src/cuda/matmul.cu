@@ -97,8 +97,7 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     case T_Q5_1: return mm_run_q5_1(L, gateup, tt);
     case T_IQ4_NL: return mm_run_iq4_nl(L, gateup, tt);
     case T_MXFP4: return mm_run_mxfp4(L, gateup, tt);
-    default:
-        return rl_seterr("CUDA backend: no matmul kernel for tensor type %u", type);
+    default: return rl_seterr("CUDA backend: no matmul kernel for tensor type %u", type);
     }
 }
 
@@ -110,7 +109,12 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     mm_launch L = {};
     const bool small = !g && T > 1 && T <= CU_SMALL_T;
     const int tmax = small_tt_max();
-    const int tt = g ? g->tt : T == 1 ? 1 : small ? (T <= 2 || tmax == 2 ? 2 : T <= 4 || tmax == 4 ? 4 : 8) : CU_TT;
+    const int tt = g        ? g->tt
+                   : T == 1 ? 1
+                   : small  ? (T <= 2 || tmax == 2   ? 2
+                               : T <= 4 || tmax == 4 ? 4
+                                                     : 8)
+                            : CU_TT;
     /* the integer path when its largest tile of tokens fits the shared memory of a block: a condition
      * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
      * 66 KiB) */
@@ -147,8 +151,9 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     return mm_dispatch(type, L, gateup, tt);
 }
 
-extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
-                         const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cudaStream_t s) {
+extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx,
+                         int T, const cu_group *g, bool gateup, const cu_conv *conv, void *ws,
+                         cudaStream_t s) {
     return matmul_go(type, n_in, segs, nseg, x, ldx, T, g, gateup, conv, NULL, ws, s);
 }
 
@@ -156,11 +161,12 @@ extern "C" size_t cu_matmul_ws_bytes(int n_in, int rows) { return mmq_ws(n_in, r
 
 extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x,
                               const cu_tail *tail, cudaStream_t s) {
-    if (!tail || !tail->counter || nseg != 1 || (tail->kind != CU_TAIL_ADD_NORM && tail->kind != CU_TAIL_ROUTER) ||
-        segs[0].epi != CU_EPI_STORE)
+    if (!tail || !tail->counter || nseg != 1 ||
+        (tail->kind != CU_TAIL_ADD_NORM && tail->kind != CU_TAIL_ROUTER) || segs[0].epi != CU_EPI_STORE)
         return rl_seterr("cu_matmul_tail: one plain segment and a tail with a counter are needed");
-    if (tail->kind == CU_TAIL_ROUTER && (segs[0].n_out > ROUTER_MAXE || tail->K > 32 || tail->K > segs[0].n_out))
-        return rl_seterr("cu_matmul_tail: %d experts / top-%d not supported (at most %d / 32)", segs[0].n_out, tail->K,
-                         ROUTER_MAXE);
+    if (tail->kind == CU_TAIL_ROUTER &&
+        (segs[0].n_out > ROUTER_MAXE || tail->K > 32 || tail->K > segs[0].n_out))
+        return rl_seterr("cu_matmul_tail: %d experts / top-%d not supported (at most %d / 32)", segs[0].n_out,
+                         tail->K, ROUTER_MAXE);
     return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, NULL, s);
 }

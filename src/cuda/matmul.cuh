@@ -114,7 +114,8 @@ __device__ __forceinline__ void mm_unit(const cu_qtabs &tb, const uint8_t *const
     }
 #pragma unroll
     for (int j = 0; j < TT; j++) {
-        const float4 p0 = __ldg((const float4 *)(xr[j] + 8 * u)), p1 = __ldg((const float4 *)(xr[j] + 8 * u + 4));
+        const float4 p0 = __ldg((const float4 *)(xr[j] + 8 * u)),
+                     p1 = __ldg((const float4 *)(xr[j] + 8 * u + 4));
         const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
         for (int i = 0; i < NR; i++)
@@ -228,11 +229,11 @@ __device__ __forceinline__ void mm_tail(const mm_launch &a) {
         add_rmsnorm_row(a.tail.x, s0.y, a.tail.w, a.tail.out, s0.n_out, a.tail.eps, red);
     } else if (threadIdx.x < 32) {
         if (ROUTER_NV(s0.n_out) == 16)
-            router_row<false, 16>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs, a.tail.tiles,
-                                  a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
+            router_row<false, 16>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs,
+                                  a.tail.tiles, a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
         else
-            router_row<false, 32>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs, a.tail.tiles,
-                                  a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
+            router_row<false, 32>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs,
+                                  a.tail.tiles, a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
     }
     if (threadIdx.x == 0) *a.tail.counter = 0; // ready for the next launch (graph replays)
 }
@@ -270,9 +271,7 @@ static inline int mm_stage_mode() {
 }
 template <int TYPE> static inline bool mm_stage_on() {
     // MXFP4 rows can start at odd addresses (17-byte blocks), which stage_copy cannot read: never staged
-    if constexpr (TYPE == T_MXFP4) {
-        return false;
-    }
+    if constexpr (TYPE == T_MXFP4) { return false; }
     constexpr bool iq = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
                         TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
     const int m = mm_stage_mode();
@@ -283,7 +282,8 @@ template <int TYPE> static inline bool mm_stage_on() {
 // values) of at most MM_STAGE_WARP_BYTES per warp (at least one iteration); returns the dynamic
 // shared memory of a block.
 template <int TYPE, int NR> static size_t mm_stage_plan(mm_launch &L) {
-    constexpr int UPB = qtraits<TYPE>::vals / 8, B256 = 32 / UPB * qtraits<TYPE>::bytes; // bytes of 256 values
+    constexpr int UPB = qtraits<TYPE>::vals / 8,
+                  B256 = 32 / UPB * qtraits<TYPE>::bytes; // bytes of 256 values
     const int iters = (L.n_in / 8 + 31) / 32;
     int ipc = MM_STAGE_WARP_BYTES / (NR * B256);
     ipc = ipc < 1 ? 1 : ipc > iters ? iters : ipc;
@@ -301,14 +301,16 @@ template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &t
     }
 }
 
-template <int TYPE, int NR> static void mm_launch_decode(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
+template <int TYPE, int NR>
+static void mm_launch_decode(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
     if (gateup) mm_go<TYPE, NR, 1, true>(tb, grid, L);
     else mm_go<TYPE, NR, 1, false>(tb, grid, L);
 }
 
 // Small batches (verify rows): one weight row per warp (a gate and an up row for gate/up) as
 // in decode, tiles of TT = 2, 4 or 8 tokens.
-template <int TYPE, int TT> static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
+template <int TYPE, int TT>
+static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
     if (gateup) mm_go<TYPE, 2, TT, true>(tb, grid, L);
     else mm_go<TYPE, 1, TT, false>(tb, grid, L);
 }
@@ -323,7 +325,9 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) {
         switch (mm_decode_nr(gateup)) {
-        case 1: if (!gateup) mm_go<TYPE, 1, 1, false>(tb, grid, L); break;
+        case 1:
+            if (!gateup) mm_go<TYPE, 1, 1, false>(tb, grid, L);
+            break;
         case 4: mm_launch_decode<TYPE, 4>(tb, grid, L, gateup); break;
         case 8: mm_launch_decode<TYPE, 8>(tb, grid, L, gateup); break;
         default: mm_launch_decode<TYPE, 2>(tb, grid, L, gateup); break;

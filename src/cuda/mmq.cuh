@@ -22,11 +22,14 @@
 
 // The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time):
 // the K-quants, and with cu_matmul_set_int8(2) the IQ types of mmq_iq.cuh.
-__host__ __device__ constexpr bool mmq_k(uint32_t type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K; }
+__host__ __device__ constexpr bool mmq_k(uint32_t type) {
+    return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
+}
 __host__ __device__ constexpr bool mmq_type(uint32_t type) { return mmq_k(type) || mmq_iq(type); }
 #define MMQ_MMA_ROWS 32 // output rows per warp of k_mmq_mma (16 for gate/up: a gate and an up tile)
-#define MMQ_MAX_TT 16   // the largest tile of tokens a block quantises (k_mmq_mma with 2 token tiles per warp)
-#define MMQ_MAX_SMEM (200u << 10) // the shared memory of that tile must stay below (H100/H200 opt-in: 227 KiB)
+#define MMQ_MAX_TT 16 // the largest tile of tokens a block quantises (k_mmq_mma with 2 token tiles per warp)
+#define MMQ_MAX_SMEM                                                                                         \
+    (200u << 10) // the shared memory of that tile must stay below (H100/H200 opt-in: 227 KiB)
 
 // ---- Q8_K quantisation ------------------------------------------------------------------------
 
@@ -44,7 +47,9 @@ __device__ __forceinline__ uint64_t q8_key4(float4 f, int i, uint64_t m) {
     m = max(m, q8_key(f.z, i + 2));
     return max(m, q8_key(f.w, i + 3));
 }
-__device__ __forceinline__ uint64_t q8_key_xor(uint64_t m, int o) { return max(m, __shfl_xor_sync(FULL_MASK, m, o)); }
+__device__ __forceinline__ uint64_t q8_key_xor(uint64_t m, int o) {
+    return max(m, __shfl_xor_sync(FULL_MASK, m, o));
+}
 // iscale of the block (0 for an all-zero block) and the block scale d = 1 / iscale.
 __device__ __forceinline__ void q8_scale(uint64_t key, float &is, float &d) {
     const uint32_t a = (uint32_t)(key >> 32);
@@ -66,7 +71,8 @@ __device__ __forceinline__ int q8_pack(float is, float4 f) {
 }
 
 // The CPU's float epilogue of one super-block.
-template <int TYPE> __device__ __forceinline__ float mmq_term(float yd, float d, float dmin, int isum, int summs) {
+template <int TYPE>
+__device__ __forceinline__ float mmq_term(float yd, float d, float dmin, int isum, int summs) {
     if constexpr (TYPE == T_Q6_K || TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS) return d * yd * (float)isum;
     else if constexpr (TYPE == T_IQ1_M) return d * yd * ((float)isum + 0.125f * (float)summs);
     else return yd * d * (float)isum - yd * dmin * (float)summs;
@@ -217,7 +223,9 @@ __device__ __forceinline__ void mmq_store(const mm_launch &a, const cu_seg &sg, 
 // the block scales [tt][n_in / 256] as floats. Groups of 8 lanes take one (token, super-block) task
 // at a time, lane j its 32 values; the tile's missing tokens (t >= count) repeat token 0.
 __host__ __device__ constexpr int mmq_row(int n_in) { return n_in + 16; } // bytes per quantised token row
-static inline size_t mmq_smem(int n_in, int tt) { return (size_t)tt * mmq_row(n_in) + (size_t)tt * (n_in / 256) * 4; }
+static inline size_t mmq_smem(int n_in, int tt) {
+    return (size_t)tt * mmq_row(n_in) + (size_t)tt * (n_in / 256) * 4;
+}
 // the block scales of a tile of tt tokens in the shared memory at sm
 __device__ __forceinline__ float *mmq_scales_of(uint8_t *sm, int n_in, int tt) {
     return (float *)(sm + (size_t)tt * mmq_row(n_in));
@@ -229,7 +237,8 @@ __device__ __forceinline__ float *mmq_scales_of(uint8_t *sm, int n_in, int tt) {
 __host__ __device__ constexpr size_t mmq_vec_st_off(int n_in, int tt) {
     return ((size_t)tt * mmq_row(n_in) + (size_t)tt * (n_in / 256) * 4 + 15) & ~(size_t)15;
 }
-__host__ __device__ constexpr size_t mmq_vec_st_slice(size_t row_bytes, int rows) { // one matrix's rows of a warp
+__host__ __device__ constexpr size_t mmq_vec_st_slice(size_t row_bytes,
+                                                      int rows) { // one matrix's rows of a warp
     return ((size_t)rows * row_bytes + 15) & ~(size_t)15;
 }
 static inline size_t mmq_vec_st_bytes(size_t row_bytes, int rows_per_warp, bool gateup) {
@@ -272,7 +281,8 @@ __device__ __forceinline__ void mmq_q8_group(const float *src, bool on, int j, u
     }
 }
 
-__device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start, int count, int tt, uint8_t *sm) {
+__device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start, int count, int tt,
+                                                  uint8_t *sm) {
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in), lane = threadIdx.x & 31;
     float *syd = mmq_scales_of(sm, a.n_in, tt);
     const int ng = blockDim.x >> 3, ntask = tt * nsb; // groups per block; the loop is uniform per warp
@@ -298,14 +308,16 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // at once, then reads them from there: the block's whole share of the matrix is in flight while the
 // tile is quantised, with no registers held for it (the direct loads keep one super-block per lane in
 // flight and 4 blocks per SM, register-bound, move ~1.1 TB/s on the H200). The same bytes reach the
-// same arithmetic, so the same bits (test_cuda_ops / engine / verify on the H200; staged decode is 13-16 % faster on 12-layer CF2 and Q4_K_M files).
-// SM (streaming: dense one-token launches, the default; RL_CUDA_MMQ_SM=0 off; ST's copies, two slices per warp): a grid
-// of only the blocks that fit on the GPU; each quantises its input once and walks the row blocks bx,
-// bx + gridDim.x, ..., copying the next block's rows into one slice while multiplying the other's.
-// Each row block's arithmetic is ST's, so the same bits (test_cuda_ops / engine on the H200).
+// same arithmetic, so the same bits (test_cuda_ops / engine / verify on the H200; staged decode is 13-16 %
+// faster on 12-layer CF2 and Q4_K_M files). SM (streaming: dense one-token launches, the default;
+// RL_CUDA_MMQ_SM=0 off; ST's copies, two slices per warp): a grid of only the blocks that fit on the GPU;
+// each quantises its input once and walks the row blocks bx, bx + gridDim.x, ..., copying the next block's
+// rows into one slice while multiplying the other's. Each row block's arithmetic is ST's, so the same bits
+// (test_cuda_ops / engine on the H200).
 template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST, bool SM>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
-    constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes, GPR = 4 / RS; // GPR: lane groups per row set
+    constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes,
+                  GPR = 4 / RS; // GPR: lane groups per row set
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
     const int rs = RS == 1 ? 0 : q / GPR, qq = RS == 1 ? q : q % GPR; // (RS 1: the plain mapping)
@@ -317,11 +329,12 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     if (!where) return; // the whole block
     const cu_seg *sgp = SM ? a.seg : a.seg + at.si;
     int rb0 = SM ? 0 : at.r0 + rs * NR; // this lane's row set: rows rb0 .. rb0 + NR - 1
-    const uint8_t *wr[NW]; // plain: rows rb0 + i; gate/up: gate rows i < NR, up rows NR + i
+    const uint8_t *wr[NW];              // plain: rows rb0 + i; gate/up: gate rows i < NR, up rows NR + i
     // the warp's staged rows (ST, SM): wb bytes of one matrix's rows, wslice with the up rows (gate/up),
     // and the warp's part of shared memory (SM: two slices)
     const size_t wb = ST || SM ? mmq_vec_st_slice(sgp->row_bytes, NR * RS) : 0, wslice = wb * (GU ? 2 : 1);
-    uint8_t *const mine = mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wslice * (SM ? 2 : 1);
+    uint8_t *const mine =
+        mmq_sm + mmq_vec_st_off(a.n_in, TT) + (size_t)(threadIdx.x >> 5) * wslice * (SM ? 2 : 1);
     // copy the rows of the warp at t (where == 2) into the slice at dst, one commit group either way
     auto stage = [&](const mmq_at &t, int w2, uint8_t *dst) {
         if (w2 == 2) {
@@ -352,7 +365,8 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     }
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
     // this lane's weights of super-block ib0 + qq (zeros past the row)
-    constexpr bool IQ = mmq_iq(TYPE), M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
+    constexpr bool IQ = mmq_iq(TYPE),
+                   M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
     // (PF: two sets, the next step's weights in flight while this step's are multiplied)
     struct wset {
         int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
@@ -427,8 +441,14 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
                 if (on) {
                     const uint4 *src = (const uint4 *)(mmq_sm + (size_t)t * xs + 256 * ib + 32 * j);
                     const uint4 u0 = src[0], u1 = src[1];
-                    xq[0] = (int)u0.x; xq[1] = (int)u0.y; xq[2] = (int)u0.z; xq[3] = (int)u0.w;
-                    xq[4] = (int)u1.x; xq[5] = (int)u1.y; xq[6] = (int)u1.z; xq[7] = (int)u1.w;
+                    xq[0] = (int)u0.x;
+                    xq[1] = (int)u0.y;
+                    xq[2] = (int)u0.z;
+                    xq[3] = (int)u0.w;
+                    xq[4] = (int)u1.x;
+                    xq[5] = (int)u1.y;
+                    xq[6] = (int)u1.z;
+                    xq[7] = (int)u1.w;
                     yd = syd[t * nsb + ib];
                 }
 #pragma unroll
@@ -469,8 +489,9 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
 #pragma unroll
             for (int t = 0; t < TT; t++) {
                 if (t >= at.count) break;
-                const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
-                                     : mmq_out<TYPE>(acc[i][t]);
+                const float val =
+                    GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
+                       : mmq_out<TYPE>(acc[i][t]);
                 mmq_store(a, sg, rb0 + i, at.start + t, val);
             }
         }
@@ -544,9 +565,10 @@ __device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b0));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
 }
 
 // The MMAs of 32-value sub-block s of a 16-row tile (b0: the super-block of row g, b1: of row g + 8)
@@ -555,9 +577,9 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
 // weights of the sub-block for rows g (h = 0) and g + 8 (h = 1) — Q4_K/Q5_K: kw[h][0] = sc,
 // km[h] = m; Q6_K: kw[h] = the scales of its two 16-value halves; the IQ types read theirs here.
 template <int TYPE, int NT>
-__device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, const uint8_t *b1, int s, int t,
-                                        const int (&kw)[2][2], const int (&km)[2], const int (&bq)[NT][2],
-                                        int (&isum)[NT][4], int (&summs)[NT][4]) {
+__device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, const uint8_t *b1, int s,
+                                        int t, const int (&kw)[2][2], const int (&km)[2],
+                                        const int (&bq)[NT][2], int (&isum)[NT][4], int (&summs)[NT][4]) {
     int a0, a1, a2, a3, w[2][2];
     if constexpr (mmq_iq(TYPE)) {
         a0 = mmq_iq_a4<TYPE>(tb, b0, s, 4 * t);
@@ -702,8 +724,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    acc[mt][nt][i] = acc[mt][nt][i] + mmq_term<TYPE>(yc[nt][i & 1], dd[i >> 1], dm[i >> 1], isum[nt][i],
-                                                                     summs[nt][i]);
+                    acc[mt][nt][i] = acc[mt][nt][i] + mmq_term<TYPE>(yc[nt][i & 1], dd[i >> 1], dm[i >> 1],
+                                                                     isum[nt][i], summs[nt][i]);
         }
     }
     mmq_store_tile<TYPE, GU>(a, sg, at, acc);
@@ -720,16 +742,20 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 // multiplied), the Q4_K/Q5_K 6-bit scales are unpacked there once for the block, and each warp runs
 // k_mmq_mma's MMAs for its 32 rows x 8 NT tokens out of shared memory. The integer sums and the
 // per-super-block float epilogue are k_mmq_mma's, so the outputs are the same bits.
-__host__ __device__ constexpr size_t mmq_ws(int n_in, int rows) { return (size_t)rows * n_in + (size_t)rows * (n_in / 256) * 4; }
+__host__ __device__ constexpr size_t mmq_ws(int n_in, int rows) {
+    return (size_t)rows * n_in + (size_t)rows * (n_in / 256) * 4;
+}
 
 static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, uint8_t *ws) {
     pdl_enter();
     const int nsb = n_in / 256, lane = threadIdx.x & 31;
-    const int task = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 3); // one (row, super-block) per 8 lanes
+    const int task =
+        (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 3); // one (row, super-block) per 8 lanes
     const bool on = task < rows * nsb;
     const int r = on ? task / nsb : 0, ib = on ? task % nsb : 0;
     float *yd = (float *)(ws + (size_t)rows * n_in);
-    mmq_q8_group(x + (size_t)r * ldx + 256 * ib, on, lane & 7, ws + (size_t)r * n_in + 256 * ib, yd + (size_t)r * nsb + ib);
+    mmq_q8_group(x + (size_t)r * ldx + 256 * ib, on, lane & 7, ws + (size_t)r * n_in + 256 * ib,
+                 yd + (size_t)r * nsb + ib);
 }
 
 #define MMQ_TC_ROWS 128    // weight rows a block stages (4 warps x 32)
@@ -742,10 +768,13 @@ static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, u
 // A-fragment load on distinct banks (row strides of 20, 28, 36, 44 or 60 words).
 template <int TYPE> struct mmq_tc_t {
     static constexpr int BB = qtraits<TYPE>::bytes;
-    static constexpr bool WIN = TYPE != T_Q4_K && TYPE != T_Q5_K; // staged as an aligned window
+    static constexpr bool WIN = TYPE != T_Q4_K && TYPE != T_Q5_K;  // staged as an aligned window
     static constexpr int CH = WIN ? (BB + 15 + 15) / 16 : BB / 16; // chunks per row, at most
-    static constexpr int SLOT = TYPE == T_Q6_K ? 240 : TYPE == T_IQ2_XS ? 112 : WIN ? 80 : BB; // bytes per staged row
-    static constexpr int XS = 272;                                                              // bytes per staged token row
+    static constexpr int SLOT = TYPE == T_Q6_K     ? 240
+                                : TYPE == T_IQ2_XS ? 112
+                                : WIN              ? 80
+                                                   : BB; // bytes per staged row
+    static constexpr int XS = 272;          // bytes per staged token row
     static constexpr bool K45 = !WIN;
 };
 template <int TYPE, int NT> __host__ __device__ constexpr int mmq_tc_stage() { // bytes of one stage
@@ -760,7 +789,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     using P = mmq_tc_t<TYPE>;
     constexpr int MT = 2, BT = 8 * NT, STAGE = mmq_tc_stage<TYPE, NT>();
     extern __shared__ __align__(16) uint8_t mmq_sm[];
-    __shared__ int srow[BT];                 // the scratch row of each token of the tile
+    __shared__ int srow[BT];                     // the scratch row of each token of the tile
     __shared__ const uint8_t *wrow[MMQ_TC_ROWS]; // the global start of each staged weight row
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nsb = a.n_in / 256;
@@ -799,7 +828,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
         }
         for (int c = tid; c < BT * 16; c += MM_WARPS * 32) {
             const int n = c >> 4, k = c & 15;
-            __pipeline_memcpy_async(X + n * P::XS + 16 * k, xq + (size_t)srow[n] * a.n_in + 256 * ib + 16 * k, 16);
+            __pipeline_memcpy_async(X + n * P::XS + 16 * k, xq + (size_t)srow[n] * a.n_in + 256 * ib + 16 * k,
+                                    16);
         }
         if (tid < BT) __pipeline_memcpy_async(Y + tid, xyd + (size_t)srow[tid] * nsb + ib, 4);
         __pipeline_commit();
@@ -812,7 +842,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) rr[mt][h] = GU ? 64 * mt + 16 * warp + g + 8 * h : 32 * warp + 16 * mt + g + 8 * h;
+        for (int h = 0; h < 2; h++)
+            rr[mt][h] = GU ? 64 * mt + 16 * warp + g + 8 * h : 32 * warp + 16 * mt + g + 8 * h;
     float acc[MT][NT][4];
     mmq_zero(acc);
     load(0, 0);
@@ -893,8 +924,9 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    acc[mt][nt][i] = acc[mt][nt][i] + mmq_term<TYPE>(Y[8 * nt + 2 * t + (i & 1)], dd[mt][i >> 1],
-                                                                     dm[mt][i >> 1], isum[mt][nt][i], summs[mt][nt][i]);
+                    acc[mt][nt][i] =
+                        acc[mt][nt][i] + mmq_term<TYPE>(Y[8 * nt + 2 * t + (i & 1)], dd[mt][i >> 1],
+                                                        dm[mt][i >> 1], isum[mt][nt][i], summs[mt][nt][i]);
     }
     mmq_store_tile<TYPE, GU>(a, sg, at, acc);
 }

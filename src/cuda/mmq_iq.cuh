@@ -26,14 +26,17 @@ __device__ __forceinline__ int mmq_apply_signs(uint32_t v, uint32_t m) { return 
 
 // IQ1_M: the 4-bit nibble of group l of 32-value block ib (index bits 10..8, delta sign) and the
 // group's odd scale 2 s + 1.
-__device__ __forceinline__ int iq1m_nib(const uint8_t *b, int ib, int l) { return (b[32 + 2 * ib + l / 2] >> (4 * (l & 1))) & 15; }
+__device__ __forceinline__ int iq1m_nib(const uint8_t *b, int ib, int l) {
+    return (b[32 + 2 * ib + l / 2] >> (4 * (l & 1))) & 15;
+}
 __device__ __forceinline__ int iq1m_ls(const uint8_t *b, int ib, int l) {
     const int t = ld16(b + 48 + 2 * (ib / 2));
     return 2 * ((t >> (6 * (ib % 2) + 3 * (l / 2))) & 7) + 1;
 }
 
 // Codes of values k..k+3 (k = 0, 4, .., 28) of sub-block s of the super-block at b (2-byte aligned).
-template <int TYPE> __device__ __forceinline__ int mmq_iq_a4(const cu_qtabs &tb, const uint8_t *b, int s, int k) {
+template <int TYPE>
+__device__ __forceinline__ int mmq_iq_a4(const cu_qtabs &tb, const uint8_t *b, int s, int k) {
     const int l = k >> 3, half = (k >> 2) & 1;
     if constexpr (TYPE == T_IQ2_XXS) {
         const uint32_t w0 = ld32_2(b + 2 + 8 * s), w1 = ld32_2(b + 6 + 8 * s);
@@ -49,7 +52,8 @@ template <int TYPE> __device__ __forceinline__ int mmq_iq_a4(const cu_qtabs &tb,
         const int nib = iq1m_nib(b, s, l);
         const uint64_t g = __ldg(tb.iq1s + (b[4 * s + l] | (nib & 7) << 8));
         const uint32_t v = (uint32_t)(g >> (32 * half));
-        const uint32_t neg = ((v & 0x80808080u) >> 7) * 0xFFu, mag = (v & 0x01010101u) * (uint32_t)iq1m_ls(b, s, l);
+        const uint32_t neg = ((v & 0x80808080u) >> 7) * 0xFFu,
+                       mag = (v & 0x01010101u) * (uint32_t)iq1m_ls(b, s, l);
         return mmq_apply_signs(mag, neg);
     }
 }

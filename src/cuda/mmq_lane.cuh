@@ -30,24 +30,29 @@ __host__ __device__ constexpr int mql_lpr(int nsb) {
     return nsb <= 1 ? 1 : nsb <= 2 ? 2 : nsb <= 4 ? 4 : nsb <= 8 ? 8 : nsb <= 16 ? 16 : 32;
 }
 // rows per warp with SPL lanes per super-block (0: the rows are too long for this SPL)
-__host__ __device__ constexpr int mql_rpw(int nsb, int spl) { return mql_lpr(nsb) * spl <= 32 ? 32 / (mql_lpr(nsb) * spl) : 0; }
+__host__ __device__ constexpr int mql_rpw(int nsb, int spl) {
+    return mql_lpr(nsb) * spl <= 32 ? 32 / (mql_lpr(nsb) * spl) : 0;
+}
 // the token in shared memory: codes [nsb][MQL_XS], scales [nsb], 32-value sums [nsb][8]; then the
 // warps' slices (16-byte aligned)
-__host__ __device__ constexpr size_t mql_tile_bytes(int nsb) { return ((size_t)nsb * (MQL_XS + 4 + 32) + 15) & ~(size_t)15; }
+__host__ __device__ constexpr size_t mql_tile_bytes(int nsb) {
+    return ((size_t)nsb * (MQL_XS + 4 + 32) + 15) & ~(size_t)15;
+}
 // one matrix's rows of a warp (rpw rows of row_bytes), 16-byte aligned
 __host__ __device__ constexpr size_t mql_slice(size_t row_bytes, int nsb, int spl) {
     return ((size_t)mql_rpw(nsb, spl) * row_bytes + 15) & ~(size_t)15;
 }
 static inline size_t mql_smem(size_t row_bytes, int nsb, int spl, bool gateup, bool sm) {
-    return mql_tile_bytes(nsb) + (size_t)MM_WARPS * mql_slice(row_bytes, nsb, spl) * (gateup ? 2 : 1) * (sm ? 2 : 1);
+    return mql_tile_bytes(nsb) +
+           (size_t)MM_WARPS * mql_slice(row_bytes, nsb, spl) * (gateup ? 2 : 1) * (sm ? 2 : 1);
 }
 
 // The integer sums of sub-blocks p * 8 / SPL .. of one super-block: weights at b (shared memory), the
 // token's codes at xs and 32-value code sums bs. The per-sub-block integers are k_mmq_vec's (lane j
 // of its group computes sub-block j's).
 template <int TYPE, int SPL>
-__device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, const uint8_t *xs, const int *bs, int p,
-                                         int &isum, int &summs) {
+__device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, const uint8_t *xs,
+                                         const int *bs, int p, int &isum, int &summs) {
     constexpr bool IQ = mmq_iq(TYPE);
     constexpr int NS = 8 / SPL;
     int sc[TYPE == T_Q6_K ? 16 : 8], mn[8];
@@ -57,7 +62,8 @@ __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, c
     for (int i = 0; i < NS; i++) {
         const int s = (SPL == 1 ? 0 : p * NS) + i;
         const uint4 u0 = *(const uint4 *)(xs + 32 * s), u1 = *(const uint4 *)(xs + 32 * s + 16);
-        const int xq[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
+        const int xq[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w,
+                           (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
         int wq[8];
         if constexpr (IQ) {
 #pragma unroll
@@ -91,7 +97,8 @@ __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, c
     }
 }
 // The super-block's term from its integer sums (the CPU's float epilogue).
-template <int TYPE> __device__ __forceinline__ float mql_fin(const uint8_t *b, float yd, int isum, int summs) {
+template <int TYPE>
+__device__ __forceinline__ float mql_fin(const uint8_t *b, float yd, int isum, int summs) {
     float d, dmin = 0.0f;
     if constexpr (mmq_iq(TYPE)) d = mmq_iq_d<TYPE>(b);
     else mmq_d<TYPE>(b, d, dmin);
@@ -105,7 +112,8 @@ __device__ __forceinline__ void mql_quantise(const mm_launch &a, int p, uint8_t 
     float *yd = (float *)(sm + (size_t)nsb * MQL_XS);
     int *bs = (int *)(yd + nsb);
     const float *x = mmq_xrow(a, p);
-    for (int base = ((int)threadIdx.x >> 5) * 4; base < nsb; base += (int)blockDim.x >> 3) { // uniform per warp
+    for (int base = ((int)threadIdx.x >> 5) * 4; base < nsb;
+         base += (int)blockDim.x >> 3) { // uniform per warp
         const int ib = base + (lane >> 3);
         const bool on = ib < nsb;
         mmq_q8_group(x + (size_t)256 * (on ? ib : 0), on, lane & 7, sm + (size_t)ib * MQL_XS, yd + ib,
@@ -116,7 +124,8 @@ __device__ __forceinline__ void mql_quantise(const mm_launch &a, int p, uint8_t 
 // SPL lanes per super-block (1 or 2 built; each its 8 / SPL sub-blocks, the integer sums met by xor
 // shuffles: exact): shorter chains per lane, the same bits; 1 measured fastest for every type
 // (mmq_launch.cuh: mql_spl).
-template <int TYPE, bool GU, bool SM, int SPL> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
+template <int TYPE, bool GU, bool SM, int SPL>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
     constexpr int BB = qtraits<TYPE>::bytes;
     constexpr bool SUMS = TYPE == T_Q4_K || TYPE == T_Q5_K, M2 = SUMS || TYPE == T_IQ1_M;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
@@ -167,7 +176,8 @@ template <int TYPE, bool GU, bool SM, int SPL> __global__ void __launch_bounds__
             if constexpr (GU) au = au + __shfl_sync(FULL_MASK, tu, base + s * SPL);
         }
         if (k == 0 && p == 0 && r < sg.n_out)
-            mmq_store(a, sg, r, t.start, GU ? silu_f(mmq_out<TYPE>(ag)) * mmq_out<TYPE>(au) : mmq_out<TYPE>(ag));
+            mmq_store(a, sg, r, t.start,
+                      GU ? silu_f(mmq_out<TYPE>(ag)) * mmq_out<TYPE>(au) : mmq_out<TYPE>(ag));
     };
     mmq_at at;
     if constexpr (!SM) {

@@ -67,7 +67,8 @@ static inline int mql_spl(uint32_t type, int nsb) {
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc; lane:
 // k_mmq_lane.
-static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, bool lane, int n_in) {
+static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool small, bool tc, bool lane,
+                                     int n_in) {
     if (lane) return MM_WARPS * mql_rpw(n_in / 256, mql_spl(type, n_in / 256));
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
     if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
@@ -78,7 +79,8 @@ static inline int mmq_rows_per_block(uint32_t type, bool gateup, int tt, bool sm
 // launch of this kernel needs more than before: long rows).
 template <typename K> static int mmq_optin(K kern, size_t sm, size_t &opted) {
     if (sm > opted) {
-        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm))) return -1;
+        if (CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
+            return -1;
         opted = sm;
     }
     return 0;
@@ -99,7 +101,8 @@ template <typename K> static int mmq_resident(K kern, size_t sm, size_t &last_sm
         if (!nsm && (CU_CHECK(cudaGetDevice(&dev)) ||
                      CU_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev))))
             return -1;
-        if (CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MM_WARPS * 32, sm))) return -1;
+        if (CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MM_WARPS * 32, sm)))
+            return -1;
         last_n = (unsigned)(nsm * (per_sm > 0 ? per_sm : 1));
         last_sm = sm;
     }
@@ -108,8 +111,8 @@ template <typename K> static int mmq_resident(K kern, size_t sm, size_t &last_sm
 // Launch kern with sm bytes of shared memory; streaming (SM): only as many blocks as fit on the GPU
 // at once (at most grid.x; the occupancy answer cached in occ_sm / resident, the caller's per kernel).
 template <typename K>
-static int mmq_go_fit(K kern, dim3 grid, const mm_launch &L, size_t sm, bool streaming, size_t &opted, size_t &occ_sm,
-                      unsigned &resident) {
+static int mmq_go_fit(K kern, dim3 grid, const mm_launch &L, size_t sm, bool streaming, size_t &opted,
+                      size_t &occ_sm, unsigned &resident) {
     if (streaming) {
         if (mmq_optin(kern, sm, opted) || mmq_resident(kern, sm, occ_sm, resident)) return -1;
         grid.x = grid.x < resident ? grid.x : resident;
@@ -231,7 +234,8 @@ template <int TYPE, int NT> static int mmq_go_tc(dim3 grid, const mm_launch &L, 
 }
 template <int TYPE> static int mmq_launch_tc(const mm_launch &L, bool gateup) {
     const long tasks = (long)L.xq_rows * (L.n_in / 256);
-    cu_go(k_q8k_rows, (unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s, L.x, L.ldx, L.xq_rows, L.n_in, (uint8_t *)L.xq);
+    cu_go(k_q8k_rows, (unsigned)((tasks * 8 + 255) / 256), 256, 0, L.s, L.x, L.ldx, L.xq_rows, L.n_in,
+          (uint8_t *)L.xq);
     CU_LAUNCHED("k_q8k_rows");
     // tokens per block: grouped, the plan's tile (CU_TT, or 2 CU_TT from cu_matmul_group_tt); dense, 32 or 16
     const int tt = L.grouped ? L.g.tt : mmq_tc_dense_tt();
@@ -251,7 +255,8 @@ template <int TYPE> static int mmq_launch_type(const mm_launch &L, bool gateup, 
     else if (L.small && tt == 2) rc = mmq_go_vec<TYPE, 2>(grid, L, gateup);
     else if (L.small && tt == 4) rc = mmq_go_vec<TYPE, 4>(grid, L, gateup);
     else if (mmq_vec_tiles(TYPE, tt, L.small)) rc = mmq_go_vec<TYPE, 8>(grid, L, gateup);
-    else if constexpr (!mmq_iq(TYPE)) rc = gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L);
+    else if constexpr (!mmq_iq(TYPE))
+        rc = gateup ? mmq_go_mma<TYPE, true>(grid, L) : mmq_go_mma<TYPE, false>(grid, L);
     if (rc) return rc;
     CU_LAUNCHED("k_mmq");
     return 0;

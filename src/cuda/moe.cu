@@ -10,11 +10,12 @@ __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, 
     pdl_enter();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    router_row<PACKED, NV>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
+    router_row<PACKED, NV>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in,
+                           pair_out);
 }
 
-extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
-                         int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
+extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p,
+                         cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
     // packed-key picks (two single-instruction warp reductions per pick): the same selection as the
@@ -29,9 +30,9 @@ extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids,
 // One block: counts per expert, pair offsets, tiles of <= tt pairs. The order of pairs
 // inside an expert is not fixed (atomics) and does not matter: each pair's arithmetic is
 // independent of its tile neighbours.
-__global__ void __launch_bounds__(1024) k_moe_plan(const int32_t *__restrict__ ids, int n, int K, int E, int tt,
-                                                   cu_tile *tiles, int *n_tiles, int32_t *pair_in,
-                                                   int32_t *pair_out, int *counts) {
+__global__ void __launch_bounds__(1024)
+    k_moe_plan(const int32_t *__restrict__ ids, int n, int K, int E, int tt, cu_tile *tiles, int *n_tiles,
+               int32_t *pair_in, int32_t *pair_out, int *counts) {
     pdl_enter();
     extern __shared__ int sm[]; // cnt[E], off[E], toff[E]
     int *cnt = sm, *off = sm + E, *toff = sm + 2 * E;
@@ -65,7 +66,8 @@ __global__ void __launch_bounds__(1024) k_moe_plan(const int32_t *__restrict__ i
 
 extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles,
                            int32_t *pair_in, int32_t *pair_out, int *counts, cudaStream_t s) {
-    cu_go(k_moe_plan, 1, 1024, 3 * E * sizeof(int), s, ids, T * K, K, E, tt, tiles, n_tiles, pair_in, pair_out, counts);
+    cu_go(k_moe_plan, 1, 1024, 3 * E * sizeof(int), s, ids, T * K, K, E, tt, tiles, n_tiles, pair_in,
+          pair_out, counts);
     CU_LAUNCHED("k_moe_plan");
     return 0;
 }
@@ -75,11 +77,12 @@ extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_t
 // The row's shared-expert gate sigmoid(sh_gate . xn[t]): a fixed-order double sum (each thread its
 // strided part, then block_sumd over COMB_THREADS threads), the same in k_moe_sh_gate and in the
 // combine that computes it itself: the same bits.
-__device__ __forceinline__ float sh_gate_row(const float *__restrict__ sh_gate, const float *__restrict__ xn, int D,
-                                             int t, double *red) {
+__device__ __forceinline__ float sh_gate_row(const float *__restrict__ sh_gate, const float *__restrict__ xn,
+                                             int D, int t, double *red) {
     double d = 0;
 #pragma unroll 8
-    for (int j = threadIdx.x; j < D; j += COMB_THREADS) d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
+    for (int j = threadIdx.x; j < D; j += COMB_THREADS)
+        d += (double)sh_gate[j] * (double)xn[(size_t)t * D + j];
     d = block_sumd(d, red);
     return sigmoid_f((float)d);
 }
@@ -91,14 +94,15 @@ __device__ __forceinline__ float sh_gate_row(const float *__restrict__ sh_gate, 
 // the same bits either way.
 __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const float *__restrict__ w, int K,
                                             const float *__restrict__ sh, const float *__restrict__ sh_gate,
-                                            const float *__restrict__ g, const float *__restrict__ xn, float *y,
-                                            float *x, int D, int t, int i, double *red) {
+                                            const float *__restrict__ g, const float *__restrict__ xn,
+                                            float *y, float *x, int D, int t, int i, double *red) {
     const bool on = i < D;
     double acc = 0;
     float shv = 0.0f, xv = 0.0f;
     if (on) {
 #pragma unroll 8 // the loads ahead of the (ordered) sum
-        for (int k = 0; k < K; k++) acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
+        for (int k = 0; k < K; k++)
+            acc += (double)w[(size_t)t * K + k] * (double)eo[((size_t)t * K + k) * D + i];
         if (sh) shv = sh[(size_t)t * D + i];
         xv = x[(size_t)t * D + i];
     }
@@ -115,9 +119,9 @@ __device__ __forceinline__ void combine_row(const float *__restrict__ eo, const 
 // grid (D / COMB_THREADS, T): every block takes the row's shared-expert gate (g, or the same
 // fixed-order sum recomputed), then its slice of y and x += y (no norm after it).
 __global__ void __launch_bounds__(COMB_THREADS)
-    k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
-                  const float *__restrict__ sh_gate, const float *__restrict__ g, const float *__restrict__ xn, float *y,
-                  float *x, int D) {
+    k_moe_combine(const float *__restrict__ eo, const float *__restrict__ w, int K,
+                  const float *__restrict__ sh, const float *__restrict__ sh_gate,
+                  const float *__restrict__ g, const float *__restrict__ xn, float *y, float *x, int D) {
     pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
@@ -128,9 +132,10 @@ __global__ void __launch_bounds__(COMB_THREADS)
 // next RMSNorm of the row (add_rmsnorm_row: the bits of k_add_rmsnorm), one launch instead of
 // two. out may alias xn: a block that reduces the gate itself (g NULL) reads xn before it counts itself done.
 __global__ void __launch_bounds__(COMB_THREADS)
-    k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K, const float *__restrict__ sh,
-                        const float *__restrict__ sh_gate, const float *__restrict__ g, const float *xn, float *y,
-                        float *x, int D, const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
+    k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K,
+                        const float *__restrict__ sh, const float *__restrict__ sh_gate,
+                        const float *__restrict__ g, const float *xn, float *y, float *x, int D,
+                        const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
     pdl_enter();
     __shared__ double red[32];
     const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
@@ -156,20 +161,21 @@ extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, i
     return 0;
 }
 
-extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
-                                    const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
-                                    int D, float eps, unsigned *counter, cudaStream_t s) {
-    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, g, xn, y,
-          x, D, w_next, out, eps, counter);
+extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh,
+                                    const float *sh_gate, const float *g, const float *xn, float *y, float *x,
+                                    const float *w_next, float *out, int D, float eps, unsigned *counter,
+                                    cudaStream_t s) {
+    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh,
+          sh_gate, g, xn, y, x, D, w_next, out, eps, counter);
     CU_LAUNCHED("k_moe_combine_norm1");
     return 0;
 }
 
 extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
-                              const float *g, const float *xn, float *y, float *x, const float *w_next, float *out, int D,
-                              int T, float eps, cudaStream_t s) {
-    cu_go(k_moe_combine, dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s, eo, w, K, sh, sh_gate, g, xn,
-          y, x, D);
+                              const float *g, const float *xn, float *y, float *x, const float *w_next,
+                              float *out, int D, int T, float eps, cudaStream_t s) {
+    cu_go(k_moe_combine, dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s, eo, w, K, sh,
+          sh_gate, g, xn, y, x, D);
     CU_LAUNCHED("k_moe_combine");
     return out ? cu_add_rmsnorm(x, NULL, w_next, out, D, T, eps, s) : 0;
 }

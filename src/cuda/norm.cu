@@ -11,10 +11,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
     __shared__ double sh[32];
     const size_t r = (size_t)blockIdx.x * n;
     static_assert(NORM_THREADS == NORM_VT, "add_rmsnorm_row_regs: one thread per virtual thread");
-    if (n <= 8 * NORM_VT)
-        add_rmsnorm_row_regs(x + r, y ? y + r : NULL, w, out ? out + r : NULL, n, eps, sh);
-    else
-        add_rmsnorm_row(x + r, y ? y + r : NULL, w, out ? out + r : NULL, n, eps, sh);
+    if (n <= 8 * NORM_VT) add_rmsnorm_row_regs(x + r, y ? y + r : NULL, w, out ? out + r : NULL, n, eps, sh);
+    else add_rmsnorm_row(x + r, y ? y + r : NULL, w, out ? out + r : NULL, n, eps, sh);
 }
 
 extern "C" int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps,

@@ -31,9 +31,9 @@ template <typename T> static int upload(const T *src, size_t n, const T **dst, u
 extern "C" int cu_tables_init(void) {
     if (g_tabs_ready) return 0;
     size_t total = 0;
-    size_t sizes[] = {sizeof iq2xxs_grid, sizeof iq2xs_grid, sizeof iq2s_grid, sizeof iq1s_grid,
-                      sizeof iq3xxs_grid, sizeof iq3s_grid, sizeof ksigns_iq2xs, sizeof kvalues_iq4nl,
-                      sizeof kvalues_mxfp4};
+    size_t sizes[] = {sizeof iq2xxs_grid,  sizeof iq2xs_grid,    sizeof iq2s_grid,
+                      sizeof iq1s_grid,    sizeof iq3xxs_grid,   sizeof iq3s_grid,
+                      sizeof ksigns_iq2xs, sizeof kvalues_iq4nl, sizeof kvalues_mxfp4};
     for (size_t s : sizes) total += (s + 255) & ~(size_t)255;
     uint8_t *base = NULL;
     if (CU_CHECK(cudaMalloc(&base, total))) return -1;
@@ -56,8 +56,7 @@ extern "C" bool cu_type_supported(uint32_t type) {
         CU_FOR_TYPES(X)
 #undef X
         return true;
-    default:
-        return false;
+    default: return false;
     }
 }
 
@@ -77,19 +76,16 @@ __global__ void k_get_rows(cu_qtabs tb, const uint8_t *__restrict__ w, size_t ro
     for (int i = 0; i < 8; i++) o[i] = v[i];
 }
 
-extern "C" int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows, int T,
-                           float *out, int ldo, cudaStream_t s) {
+extern "C" int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows,
+                           int T, float *out, int ldo, cudaStream_t s) {
     if (n_in % 8 || T <= 0) return rl_seterr("cu_get_rows: n_in %d must be a multiple of 8", n_in);
     dim3 grid((n_in / 8 + 127) / 128, T);
     switch (type) {
 #define X(TY)                                                                                                \
-    case TY:                                                                                                 \
-        cu_go(k_get_rows<TY>, grid, 128, 0, s, g_tabs, w, row_bytes, n_in, rows, out, ldo);                  \
-        break;
+    case TY: cu_go(k_get_rows<TY>, grid, 128, 0, s, g_tabs, w, row_bytes, n_in, rows, out, ldo); break;
         CU_FOR_TYPES(X)
 #undef X
-    default:
-        return rl_seterr("CUDA backend: no kernel for tensor type %u", type);
+    default: return rl_seterr("CUDA backend: no kernel for tensor type %u", type);
     }
     CU_LAUNCHED("k_get_rows");
     return 0;

@@ -13,9 +13,29 @@
 
 // QT_* ids (quant.h; the .cu files include no project header).
 enum {
-    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11,
-    T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19,
-    T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29, T_BF16 = 30, T_MXFP4 = 39
+    T_F32 = 0,
+    T_F16 = 1,
+    T_Q4_0 = 2,
+    T_Q4_1 = 3,
+    T_Q5_0 = 6,
+    T_Q5_1 = 7,
+    T_Q8_0 = 8,
+    T_Q2_K = 10,
+    T_Q3_K = 11,
+    T_Q4_K = 12,
+    T_Q5_K = 13,
+    T_Q6_K = 14,
+    T_IQ2_XXS = 16,
+    T_IQ2_XS = 17,
+    T_IQ3_XXS = 18,
+    T_IQ1_S = 19,
+    T_IQ4_NL = 20,
+    T_IQ3_S = 21,
+    T_IQ2_S = 22,
+    T_IQ4_XS = 23,
+    T_IQ1_M = 29,
+    T_BF16 = 30,
+    T_MXFP4 = 39
 };
 
 // Device copies of the lookup grids (quant_tables.c), passed by value to kernels.
@@ -31,18 +51,19 @@ const cu_qtabs &cu_qtabs_get(); // filled by cu_tables_init (quant.cu)
 // Values per block (8 for float types: the unit) and bytes per block.
 template <int T> struct qtraits;
 #define QTR(T, V, B)                                                                                         \
-    template <> struct qtraits<T> {                                                                          \
-        static constexpr int vals = V, bytes = B;                                                            \
-    };
-QTR(T_F32, 8, 32) QTR(T_F16, 8, 16) QTR(T_BF16, 8, 16) QTR(T_Q4_0, 32, 18) QTR(T_Q4_1, 32, 20)
-QTR(T_Q5_0, 32, 22) QTR(T_Q5_1, 32, 24) QTR(T_Q8_0, 32, 34) QTR(T_IQ4_NL, 32, 18) QTR(T_Q2_K, 256, 84)
-QTR(T_Q3_K, 256, 110) QTR(T_Q4_K, 256, 144) QTR(T_Q5_K, 256, 176) QTR(T_Q6_K, 256, 210)
-QTR(T_IQ2_XXS, 256, 66) QTR(T_IQ2_XS, 256, 74) QTR(T_IQ2_S, 256, 82) QTR(T_IQ3_XXS, 256, 98)
-QTR(T_IQ3_S, 256, 110) QTR(T_IQ1_S, 256, 50) QTR(T_IQ1_M, 256, 56) QTR(T_IQ4_XS, 256, 136)
-QTR(T_MXFP4, 32, 17)
+    template <> struct qtraits<T> { static constexpr int vals = V, bytes = B; };
+QTR(T_F32, 8, 32)
+QTR(T_F16, 8, 16)
+QTR(T_BF16, 8, 16) QTR(T_Q4_0, 32, 18) QTR(T_Q4_1, 32, 20) QTR(T_Q5_0, 32, 22) QTR(T_Q5_1, 32, 24)
+    QTR(T_Q8_0, 32, 34) QTR(T_IQ4_NL, 32, 18) QTR(T_Q2_K, 256, 84) QTR(T_Q3_K, 256, 110) QTR(T_Q4_K, 256, 144)
+        QTR(T_Q5_K, 256, 176) QTR(T_Q6_K, 256, 210) QTR(T_IQ2_XXS, 256, 66) QTR(T_IQ2_XS, 256, 74)
+            QTR(T_IQ2_S, 256, 82) QTR(T_IQ3_XXS, 256, 98) QTR(T_IQ3_S, 256, 110) QTR(T_IQ1_S, 256, 50)
+                QTR(T_IQ1_M, 256, 56) QTR(T_IQ4_XS, 256, 136) QTR(T_MXFP4, 32, 17)
 #undef QTR
 
-__device__ __forceinline__ float sgnf(uint8_t s, int j) { return (s >> j) & 1 ? -1.0f : 1.0f; }
+                    __device__ __forceinline__ float sgnf(uint8_t s, int j) {
+    return (s >> j) & 1 ? -1.0f : 1.0f;
+}
 __device__ __forceinline__ int g8(uint64_t g, int j) { return (int)(uint8_t)(g >> (8 * j)); }
 __device__ __forceinline__ int g8s(uint64_t g, int j) { return (int)(int8_t)(g >> (8 * j)); }
 __device__ __forceinline__ int g4(uint32_t g, int j) { return (int)(uint8_t)(g >> (8 * j)); }
@@ -69,13 +90,22 @@ __device__ __forceinline__ void ld8_2(const uint8_t *p, uint32_t &a, uint32_t &b
     a = ld32_2(p);
     b = ld32_2(p + 4);
 }
-__device__ __forceinline__ int byte_of(uint32_t a, uint32_t b, int i) { return (int)(((i < 4 ? a : b) >> (8 * (i & 3))) & 255); }
+__device__ __forceinline__ int byte_of(uint32_t a, uint32_t b, int i) {
+    return (int)(((i < 4 ? a : b) >> (8 * (i & 3))) & 255);
+}
 
 template <int TYPE>
 __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restrict__ b, int sub, float *w) {
     if constexpr (TYPE == T_F32) {
         float4 a = *(const float4 *)b, c = *(const float4 *)(b + 16);
-        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = c.x; w[5] = c.y; w[6] = c.z; w[7] = c.w;
+        w[0] = a.x;
+        w[1] = a.y;
+        w[2] = a.z;
+        w[3] = a.w;
+        w[4] = c.x;
+        w[5] = c.y;
+        w[6] = c.z;
+        w[7] = c.w;
     } else if constexpr (TYPE == T_F16 || TYPE == T_BF16) {
         uint4 a = *(const uint4 *)b;
         uint32_t v[4] = {a.x, a.y, a.z, a.w};
@@ -129,7 +159,8 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
         const float d = h2f(ld16(b + 80)), dmin = h2f(ld16(b + 82));
         const int sc = b[k];
         const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
-        const uint32_t x0 = *(const uint32_t *)(b + 16 + 32 * h + l0), x1 = *(const uint32_t *)(b + 20 + 32 * h + l0);
+        const uint32_t x0 = *(const uint32_t *)(b + 16 + 32 * h + l0),
+                       x1 = *(const uint32_t *)(b + 20 + 32 * h + l0);
 #pragma unroll
         for (int i = 0; i < 8; i++) w[i] = dl * (float)((byte_of(x0, x1, i) >> (2 * jj)) & 3) - ml;
     } else if constexpr (TYPE == T_Q3_K) {
@@ -262,7 +293,8 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
 }
 
 // Byte address of unit u (8 values) of a row: its block and the unit within the block.
-template <int TYPE> __device__ __forceinline__ const uint8_t *unit_block(const uint8_t *row, int u, int &sub) {
+template <int TYPE>
+__device__ __forceinline__ const uint8_t *unit_block(const uint8_t *row, int u, int &sub) {
     constexpr int upb = qtraits<TYPE>::vals / 8;
     sub = u % upb;
     return row + (size_t)(u / upb) * qtraits<TYPE>::bytes;
@@ -271,5 +303,8 @@ template <int TYPE> __device__ __forceinline__ const uint8_t *unit_block(const u
 // The types with kernels (run-time dispatch lists): every type of the published Qwen3-Next files,
 // including llama-quantize's 32-value fallbacks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) and MXFP4 experts.
 #define CU_FOR_TYPES(X)                                                                                      \
-    X(T_F32) X(T_F16) X(T_BF16) X(T_Q8_0) X(T_Q2_K) X(T_Q3_K) X(T_Q4_K) X(T_Q5_K) X(T_Q6_K) X(T_IQ2_XXS) X(T_IQ2_XS) X(T_IQ2_S) X(T_IQ3_XXS) X(T_IQ3_S)       \
-    X(T_IQ1_S) X(T_IQ1_M) X(T_IQ4_XS) X(T_Q4_0) X(T_Q4_1) X(T_Q5_0) X(T_Q5_1) X(T_IQ4_NL) X(T_MXFP4)
+    X(T_F32)                                                                                                 \
+    X(T_F16)                                                                                                 \
+    X(T_BF16) X(T_Q8_0) X(T_Q2_K) X(T_Q3_K) X(T_Q4_K) X(T_Q5_K) X(T_Q6_K) X(T_IQ2_XXS) X(T_IQ2_XS)           \
+        X(T_IQ2_S) X(T_IQ3_XXS) X(T_IQ3_S) X(T_IQ1_S) X(T_IQ1_M) X(T_IQ4_XS) X(T_Q4_0) X(T_Q4_1) X(T_Q5_0)   \
+            X(T_Q5_1) X(T_IQ4_NL) X(T_MXFP4)

@@ -8,7 +8,7 @@
 
 #include "cuda/common.cuh"
 
-#define NORM_VT 256   // the reduction order of a row norm: that of 256 threads (see add_rmsnorm_row)
+#define NORM_VT 256      // the reduction order of a row norm: that of 256 threads (see add_rmsnorm_row)
 #define ROUTER_MAXE 1024 // experts per lane-array: E <= 1024 (32 per lane)
 #define ROUTER_NV(E) ((E) <= 512 ? 16 : 32) // values per lane of router_row for E experts
 
@@ -33,8 +33,8 @@ __device__ __forceinline__ float row_norm_scale(double *sh, int n, float eps) {
 // sums by one more butterfly (zeros above 8) — block_sumd's order at 256 threads, so the bits do
 // not depend on the block size of the caller. sh: 32 doubles of shared memory. Every thread of
 // the block must call it (barriers inside).
-__device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, const float *__restrict__ w, float *o,
-                                                int n, float eps, double *sh) {
+__device__ __forceinline__ void add_rmsnorm_row(float *xr, const float *yr, const float *__restrict__ w,
+                                                float *o, int n, float eps, double *sh) {
     constexpr int B = 8; // values loaded before any is stored: one memory round trip per 8, not per value
     const int nt = blockDim.x, lane = threadIdx.x & 31;
     for (int v0 = 0; v0 < NORM_VT; v0 += nt) {
@@ -126,16 +126,16 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
 // CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)), ops_topk (descending, ties -> lower id),
 // weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
-// PACKED (k_router's default; RL_CUDA_ROUTER_TOPK=butterfly selects the other; the matmul tail keeps the butterfly):
-// the same selection with two single-instruction warp reductions per pick instead of five two-value
-// butterfly rounds: a candidate's key is its probability's bits + 1 (p >= 0, so the bits order as the
-// values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the lowest
+// PACKED (k_router's default; RL_CUDA_ROUTER_TOPK=butterfly selects the other; the matmul tail keeps the
+// butterfly): the same selection with two single-instruction warp reductions per pick instead of five
+// two-value butterfly rounds: a candidate's key is its probability's bits + 1 (p >= 0, so the bits order as
+// the values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the lowest
 // id holding it (each lane offers its lowest such id: ids ascend with i). The same ids in the same
 // order, the same p: the same outputs.
 template <bool PACKED, int NV>
-__device__ __forceinline__ void router_row(const float *x, int E, int K, int t, int T, int32_t *ids, float *wout,
-                                           float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in,
-                                           int32_t *pair_out) {
+__device__ __forceinline__ void router_row(const float *x, int E, int K, int t, int T, int32_t *ids,
+                                           float *wout, float *pout, cu_tile *tiles, int *n_tiles,
+                                           int32_t *pair_in, int32_t *pair_out) {
     const int lane = threadIdx.x & 31;
     float v[NV];
     float mx = -INFINITY;
@@ -179,7 +179,7 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
 #pragma unroll
             for (int i = 0; i < NV; i++)
                 if (bi == i * 32 + lane) key[i] = 0u; // taken
-            sum += (double)bv; // selection order, as the CPU
+            sum += (double)bv;                        // selection order, as the CPU
             if (lane == k) {
                 my_id = bi;
                 my_p = bv;
@@ -227,4 +227,3 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
         }
     }
 }
-

@@ -63,10 +63,10 @@ static uint64_t cur_left(const cursor *c) { return c->size - c->pos; }
 /* Take n bytes; `what` names the item for the truncation message. */
 static const uint8_t *cur_take(cursor *c, uint64_t n, const char *what) {
     if (n > cur_left(c)) {
-        cur_fail(c, "file truncated: %s needs %llu bytes at offset %llu but only %llu remain "
-                    "(re-download or re-convert the file)",
-                 what, (unsigned long long)n, (unsigned long long)c->pos,
-                 (unsigned long long)cur_left(c));
+        cur_fail(c,
+                 "file truncated: %s needs %llu bytes at offset %llu but only %llu remain "
+                 "(re-download or re-convert the file)",
+                 what, (unsigned long long)n, (unsigned long long)c->pos, (unsigned long long)cur_left(c));
         return NULL;
     }
     const uint8_t *r = c->p + c->pos;
@@ -90,8 +90,9 @@ static bool cur_str(cursor *c, gguf_str *s, const char *what) {
     uint64_t n;
     if (!cur_u64(c, &n, what)) return false;
     if (n > cur_left(c))
-        return cur_fail(c, "%s has length %llu at offset %llu but only %llu bytes remain "
-                           "(file truncated or corrupt)",
+        return cur_fail(c,
+                        "%s has length %llu at offset %llu but only %llu bytes remain "
+                        "(file truncated or corrupt)",
                         what, (unsigned long long)n, (unsigned long long)(c->pos - 8),
                         (unsigned long long)cur_left(c));
     s->p = (const char *)c->p + c->pos;
@@ -103,8 +104,7 @@ static bool cur_str(cursor *c, gguf_str *s, const char *what) {
 /* Parse the body of a value of type t (the type tag is already consumed) into v.
  * `depth` counts array nesting; `want_off` asks for the str_off table of a string array
  * (only top-level arrays get one: nested ones are reached through gguf_arr_get). */
-static bool parse_value(cursor *c, uint32_t t, gguf_value *v, int depth, bool want_off,
-                        const char *what) {
+static bool parse_value(cursor *c, uint32_t t, gguf_value *v, int depth, bool want_off, const char *what) {
     memset(v, 0, sizeof *v);
     uint64_t fs = gguf_fixed_size(t);
     if (fs) {
@@ -118,12 +118,12 @@ static bool parse_value(cursor *c, uint32_t t, gguf_value *v, int depth, bool wa
         return cur_str(c, &v->v.str, what);
     }
     if (t != GGUF_TYPE_ARRAY)
-        return cur_fail(c, "%s has unknown value type %u at offset %llu (file corrupt or from a "
-                           "newer GGUF version)",
+        return cur_fail(c,
+                        "%s has unknown value type %u at offset %llu (file corrupt or from a "
+                        "newer GGUF version)",
                         what, t, (unsigned long long)(c->pos - 4));
     if (depth >= GGUF_MAX_NEST)
-        return cur_fail(c, "%s: arrays nested deeper than %d levels (file corrupt)", what,
-                        GGUF_MAX_NEST);
+        return cur_fail(c, "%s: arrays nested deeper than %d levels (file corrupt)", what, GGUF_MAX_NEST);
     uint32_t elem;
     uint64_t n;
     if (!cur_u32(c, &elem, what) || !cur_u64(c, &n, what)) return false;
@@ -140,8 +140,9 @@ static bool parse_value(cursor *c, uint32_t t, gguf_value *v, int depth, bool wa
     if (elem == GGUF_TYPE_ARRAY) min_elem = 12;
     uint64_t min_bytes;
     if (!rl_mul_u64(n, min_elem, &min_bytes) || min_bytes > cur_left(c))
-        return cur_fail(c, "%s claims %llu %s elements but only %llu bytes remain (file "
-                           "truncated or corrupt)",
+        return cur_fail(c,
+                        "%s claims %llu %s elements but only %llu bytes remain (file "
+                        "truncated or corrupt)",
                         what, (unsigned long long)n, gguf_type_name((gguf_type)elem),
                         (unsigned long long)cur_left(c));
     if (fs) {
@@ -314,8 +315,8 @@ static bool parse_header(cursor *c, part_parse *pp, uint64_t *n_t_out, uint64_t 
             cur_fail(c, "not a GGUF file (only %llu bytes; expected the magic \"GGUF\")",
                      (unsigned long long)size);
         else
-            cur_fail(c, "not a GGUF file (bad magic %02x %02x %02x %02x, expected \"GGUF\")",
-                     map[0], map[1], map[2], map[3]);
+            cur_fail(c, "not a GGUF file (bad magic %02x %02x %02x %02x, expected \"GGUF\")", map[0], map[1],
+                     map[2], map[3]);
         return false;
     }
     c->pos = 4;
@@ -334,12 +335,14 @@ static bool parse_header(cursor *c, part_parse *pp, uint64_t *n_t_out, uint64_t 
         return false;
     /* Each kv needs >= 13 bytes (8 key length, 4 type, 1 value), each tensor info >= 32. */
     if (n_kv > cur_left(c) / 13 || n_kv > GGUF_MAX_KV)
-        return cur_fail(c, "header claims %llu key/value pairs, more than the file can hold "
-                           "(file truncated or corrupt)",
+        return cur_fail(c,
+                        "header claims %llu key/value pairs, more than the file can hold "
+                        "(file truncated or corrupt)",
                         (unsigned long long)n_kv);
     if (n_t > cur_left(c) / 32 || n_t > GGUF_MAX_TENSORS)
-        return cur_fail(c, "header claims %llu tensors, more than the file can hold (file "
-                           "truncated or corrupt)",
+        return cur_fail(c,
+                        "header claims %llu tensors, more than the file can hold (file "
+                        "truncated or corrupt)",
                         (unsigned long long)n_t);
     *n_t_out = n_t, *n_kv_out = n_kv;
     return true;
@@ -383,7 +386,8 @@ static bool parse_alignment(cursor *c, part_parse *pp) {
     if (!found) return true;
     const gguf_value *v = &pp->kv[pp->kv_index.slot[s] - 1].val;
     if (v->type != GGUF_TYPE_UINT32)
-        return cur_fail(c, "general.alignment has type %s, expected u32 (file corrupt)", gguf_type_name(v->type));
+        return cur_fail(c, "general.alignment has type %s, expected u32 (file corrupt)",
+                        gguf_type_name(v->type));
     if (v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)) != 0)
         return cur_fail(c, "general.alignment is %llu, not a power of two (file corrupt)",
                         (unsigned long long)v->v.u64);
@@ -392,7 +396,8 @@ static bool parse_alignment(cursor *c, part_parse *pp) {
 }
 
 /* The info of tensor i of n_t into t: name, dimensions, type, offset; its byte size checked. */
-static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint64_t n_t, int part, gguf_tensor *t) {
+static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint64_t n_t, int part,
+                              gguf_tensor *t) {
     char nb[160];
     char what[200];
     gguf_str name_s;
@@ -401,14 +406,16 @@ static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint6
     if (!cur_str(c, &name_s, what)) return false;
     printable(name_s.p, name_s.n, nb, 100);
     if (name_s.n == 0 || name_s.n >= sizeof t->name || memchr(name_s.p, 0, name_s.n))
-        return cur_fail(c, "tensor %llu has an invalid name '%s' (%llu bytes; names must be 1..%zu "
-                           "bytes without NUL)",
+        return cur_fail(c,
+                        "tensor %llu has an invalid name '%s' (%llu bytes; names must be 1..%zu "
+                        "bytes without NUL)",
                         (unsigned long long)i + 1, nb, (unsigned long long)name_s.n, sizeof t->name - 1);
     memcpy(t->name, name_s.p, name_s.n);
     t->name[name_s.n] = 0;
     snprintf(what, sizeof what, "info of tensor '%s'", nb);
     if (!cur_u32(c, &t->n_dims, what)) return false;
-    if (t->n_dims < 1 || t->n_dims > 4) return cur_fail(c, "tensor '%s' has %u dimensions (must be 1..4)", nb, t->n_dims);
+    if (t->n_dims < 1 || t->n_dims > 4)
+        return cur_fail(c, "tensor '%s' has %u dimensions (must be 1..4)", nb, t->n_dims);
     uint64_t nelem = 1;
     for (int d = 0; d < 4; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
@@ -424,12 +431,14 @@ static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint6
     if (!cur_u32(c, &t->type, what) || !cur_u64(c, &t->offset, what)) return false;
     const quant_traits *q = quant_is_internal(t->type) ? NULL : quant_get(t->type); /* in-memory layouts */
     if (!q)
-        return cur_fail(c, "tensor '%s' has unknown or unsupported ggml type id %u (this build cannot "
-                           "read it)",
+        return cur_fail(c,
+                        "tensor '%s' has unknown or unsupported ggml type id %u (this build cannot "
+                        "read it)",
                         nb, t->type);
     if (q->blck <= 0 || t->ne[0] % q->blck != 0)
-        return cur_fail(c, "tensor '%s' of type %s has ne[0] = %lld, not a multiple of the block "
-                           "size %d (file corrupt)",
+        return cur_fail(c,
+                        "tensor '%s' of type %s has ne[0] = %lld, not a multiple of the block "
+                        "size %d (file corrupt)",
                         nb, q->name, (long long)t->ne[0], q->blck);
     uint64_t bytes = (uint64_t)(t->ne[0] / q->blck);
     if (!rl_mul_u64(bytes, q->type_size, &bytes) || !rl_mul_u64(bytes, (uint64_t)t->ne[1], &bytes) ||
@@ -438,8 +447,9 @@ static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint6
     t->nbytes = bytes;
     t->part = part;
     if (t->offset % pp->alignment != 0)
-        return cur_fail(c, "tensor '%s' data offset %llu is not a multiple of the alignment %u "
-                           "(file corrupt)",
+        return cur_fail(c,
+                        "tensor '%s' data offset %llu is not a multiple of the alignment %u "
+                        "(file corrupt)",
                         nb, (unsigned long long)t->offset, pp->alignment);
     return true;
 }
@@ -447,8 +457,9 @@ static bool parse_tensor_info(cursor *c, const part_parse *pp, uint64_t i, uint6
 /* The n_t tensor infos into pp->t (part stored in each). */
 static bool parse_tensor_infos(cursor *c, part_parse *pp, uint64_t n_t, int part) {
     if (n_t > cur_left(c) / 32)
-        return cur_fail(c, "header claims %llu tensors, more than the file can hold (file truncated "
-                           "or corrupt)",
+        return cur_fail(c,
+                        "header claims %llu tensors, more than the file can hold (file truncated "
+                        "or corrupt)",
                         (unsigned long long)n_t);
     pp->t = rl_calloc(n_t ? n_t : 1, sizeof *pp->t, "GGUF tensor table");
     if (!pp->t) return cur_oom(c);
@@ -467,7 +478,8 @@ static bool parse_data(cursor *c, part_parse *pp) {
     const uint64_t size = c->size, n_t = pp->n_t;
     char nb[160];
     uint64_t ds;
-    if (!rl_add_u64(c->pos, pp->alignment - 1, &ds)) return cur_fail(c, "data section offset overflows (file corrupt)");
+    if (!rl_add_u64(c->pos, pp->alignment - 1, &ds))
+        return cur_fail(c, "data section offset overflows (file corrupt)");
     ds -= ds % pp->alignment;
     pp->data_start = ds;
     for (uint64_t i = 0; i < n_t; i++) {
@@ -475,8 +487,9 @@ static bool parse_data(cursor *c, part_parse *pp) {
         uint64_t beg, end;
         if (!rl_add_u64(ds, t->offset, &beg) || !rl_add_u64(beg, t->nbytes, &end) || end > size) {
             printable(t->name, strlen(t->name), nb, 100);
-            return cur_fail(c, "tensor '%s' data (offset %llu, %llu bytes) extends past the end of the "
-                               "file (%llu bytes; file truncated?)",
+            return cur_fail(c,
+                            "tensor '%s' data (offset %llu, %llu bytes) extends past the end of the "
+                            "file (%llu bytes; file truncated?)",
                             nb, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
                             (unsigned long long)size);
         }
@@ -724,9 +737,11 @@ static bool open_split_parts(gguf_file *f, uint32_t n_split) {
         uint64_t s;
         uint64_t no = UINT64_MAX, cnt = UINT64_MAX;
         s = htab_find_kv(&pp.kv_index, pp.kv, "split.no", 8, &found);
-        if (found && gguf_fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type)) no = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
+        if (found && gguf_fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type))
+            no = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
         s = htab_find_kv(&pp.kv_index, pp.kv, "split.count", 11, &found);
-        if (found && gguf_fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type)) cnt = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
+        if (found && gguf_fixed_size(pp.kv[pp.kv_index.slot[s] - 1].val.type))
+            cnt = pp.kv[pp.kv_index.slot[s] - 1].val.v.u64;
         if (no != k || cnt != n_split) {
             rl_seterr("%s: split.no/split.count say part %lld of %lld, expected part %u of %u (a "
                       "part from another model?)",
@@ -795,7 +810,8 @@ gguf_file *gguf_open(const char *path) {
         goto fail;
     }
     if (f->n_tensors > GGUF_MAX_TENSORS) {
-        rl_seterr("%s: %llu tensors across the split parts, too many", path, (unsigned long long)f->n_tensors);
+        rl_seterr("%s: %llu tensors across the split parts, too many", path,
+                  (unsigned long long)f->n_tensors);
         goto fail;
     }
     if (!index_tensors(f, " across split parts")) goto fail; /* f->path is path */
@@ -825,7 +841,6 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
     uint64_t s = htab_find_tensor(&ix->tensor, f->tensors, name, &found);
     return found ? &f->tensors[ix->tensor.slot[s] - 1] : NULL;
 }
-
 
 int gguf_tensor_advise(const gguf_file *f, const gguf_tensor *t, int advice) {
     const struct gguf_part *p = &f->parts[t->part];

@@ -71,15 +71,15 @@ typedef struct {
 } gguf_kv;
 
 typedef struct {
-    char name[128];     /* NUL-terminated copy */
-    uint32_t n_dims;    /* 1..4 */
-    int64_t ne[4];      /* elements per dim, ne[0] fastest; unused dims are 1 */
-    uint32_t type;      /* ggml type id (see quant.h) */
-    uint64_t offset;    /* relative to the data section of its part */
-    uint64_t nbytes;    /* exact byte size */
-    uint64_t file_off;  /* absolute offset in its part's file (for pread) */
-    int part;           /* which split part holds it (0 for single files) */
-    const void *data;   /* pointer into the mapping */
+    char name[128];    /* NUL-terminated copy */
+    uint32_t n_dims;   /* 1..4 */
+    int64_t ne[4];     /* elements per dim, ne[0] fastest; unused dims are 1 */
+    uint32_t type;     /* ggml type id (see quant.h) */
+    uint64_t offset;   /* relative to the data section of its part */
+    uint64_t nbytes;   /* exact byte size */
+    uint64_t file_off; /* absolute offset in its part's file (for pread) */
+    int part;          /* which split part holds it (0 for single files) */
+    const void *data;  /* pointer into the mapping */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -93,12 +93,12 @@ typedef struct gguf_file {
     int n_parts;
     struct gguf_part {
         char *path;
-        int fd;            /* kept open for pread (expert cache) */
+        int fd; /* kept open for pread (expert cache) */
         const uint8_t *map;
         uint64_t size;
         uint64_t data_start;
-    } *parts;
-    void *index;           /* private: hash index of keys and tensor names */
+    } * parts;
+    void *index; /* private: hash index of keys and tensor names */
 } gguf_file;
 
 /* Open and validate. NULL on failure (rl_lasterr says why). */

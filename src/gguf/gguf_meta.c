@@ -21,10 +21,17 @@ const char *gguf_type_name(gguf_type t) {
 /* Wire size of a fixed-size value type; 0 for string / array / unknown. */
 uint64_t gguf_fixed_size(uint32_t t) {
     switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_UINT64:
+    case GGUF_TYPE_INT64:
+    case GGUF_TYPE_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -43,12 +50,18 @@ void gguf_decode_scalar(gguf_type t, const uint8_t *p, gguf_value *v) {
     case GGUF_TYPE_UINT64: v->v.u64 = rl_le64(p); break;
     case GGUF_TYPE_INT64: v->v.i64 = (int64_t)rl_le64(p); break;
     case GGUF_TYPE_FLOAT32: {
-        union { uint32_t u; float f; } c = { .u = rl_le32(p) };
+        union {
+            uint32_t u;
+            float f;
+        } c = {.u = rl_le32(p)};
         v->v.f64 = c.f;
         break;
     }
     case GGUF_TYPE_FLOAT64: {
-        union { uint64_t u; double f; } c = { .u = rl_le64(p) };
+        union {
+            uint64_t u;
+            double f;
+        } c = {.u = rl_le64(p)};
         v->v.f64 = c.f;
         break;
     }

@@ -77,11 +77,11 @@ typedef struct {
     char name[128];
     uint32_t type, n_dims;
     int64_t ne[4];
-    const void *data;    /* NULL: bytes come from the fill callback */
-    uint64_t nbytes;     /* exact size */
-    uint64_t row_bytes;  /* bytes of ne[0] values */
-    uint64_t blk_bytes;  /* bytes of one block */
-    uint64_t offset;     /* assigned by gguf_writer_write */
+    const void *data;   /* NULL: bytes come from the fill callback */
+    uint64_t nbytes;    /* exact size */
+    uint64_t row_bytes; /* bytes of ne[0] values */
+    uint64_t blk_bytes; /* bytes of one block */
+    uint64_t offset;    /* assigned by gguf_writer_write */
 } wtensor;
 
 struct gguf_writer {
@@ -124,24 +124,48 @@ static int encode_value(bbuf *b, const char *key, const gguf_value *v) {
     uint64_t u = v->v.u64;
     int64_t s = v->v.i64;
     switch (v->type) {
-    case GGUF_TYPE_UINT8: if (u > UINT8_MAX) goto range; bb_u8(b, (uint8_t)u); break;
-    case GGUF_TYPE_UINT16: if (u > UINT16_MAX) goto range; bb_u16(b, (uint16_t)u); break;
-    case GGUF_TYPE_UINT32: if (u > UINT32_MAX) goto range; bb_u32(b, (uint32_t)u); break;
+    case GGUF_TYPE_UINT8:
+        if (u > UINT8_MAX) goto range;
+        bb_u8(b, (uint8_t)u);
+        break;
+    case GGUF_TYPE_UINT16:
+        if (u > UINT16_MAX) goto range;
+        bb_u16(b, (uint16_t)u);
+        break;
+    case GGUF_TYPE_UINT32:
+        if (u > UINT32_MAX) goto range;
+        bb_u32(b, (uint32_t)u);
+        break;
     case GGUF_TYPE_UINT64: bb_u64(b, u); break;
     case GGUF_TYPE_BOOL: bb_u8(b, u != 0); break;
-    case GGUF_TYPE_INT8: if (s < INT8_MIN || s > INT8_MAX) goto range; bb_u8(b, (uint8_t)s); break;
-    case GGUF_TYPE_INT16: if (s < INT16_MIN || s > INT16_MAX) goto range; bb_u16(b, (uint16_t)s); break;
-    case GGUF_TYPE_INT32: if (s < INT32_MIN || s > INT32_MAX) goto range; bb_u32(b, (uint32_t)s); break;
+    case GGUF_TYPE_INT8:
+        if (s < INT8_MIN || s > INT8_MAX) goto range;
+        bb_u8(b, (uint8_t)s);
+        break;
+    case GGUF_TYPE_INT16:
+        if (s < INT16_MIN || s > INT16_MAX) goto range;
+        bb_u16(b, (uint16_t)s);
+        break;
+    case GGUF_TYPE_INT32:
+        if (s < INT32_MIN || s > INT32_MAX) goto range;
+        bb_u32(b, (uint32_t)s);
+        break;
     case GGUF_TYPE_INT64: bb_u64(b, (uint64_t)s); break;
     case GGUF_TYPE_FLOAT32: {
         double d = v->v.f64;
         if (d > 3.4028234663852886e38 || d < -3.4028234663852886e38) goto range;
-        union { float f; uint32_t u; } c = {.f = (float)d};
+        union {
+            float f;
+            uint32_t u;
+        } c = {.f = (float)d};
         bb_u32(b, c.u);
         break;
     }
     case GGUF_TYPE_FLOAT64: {
-        union { double f; uint64_t u; } c = {.f = v->v.f64};
+        union {
+            double f;
+            uint64_t u;
+        } c = {.f = v->v.f64};
         bb_u64(b, c.u);
         break;
     }
@@ -153,8 +177,7 @@ static int encode_value(bbuf *b, const char *key, const gguf_value *v) {
         gguf_type et = v->v.arr.elem;
         if ((unsigned)et >= GGUF_TYPE_COUNT)
             return rl_seterr("gguf writer: key '%s': unknown array element type %d", key, (int)et);
-        if (v->v.arr.n && !v->v.arr.data)
-            return rl_seterr("gguf writer: key '%s': NULL array data", key);
+        if (v->v.arr.n && !v->v.arr.data) return rl_seterr("gguf writer: key '%s': NULL array data", key);
         uint64_t nb = v->v.arr.n ? gguf_arr_nbytes(v) : 0;
         bb_u32(b, (uint32_t)et);
         bb_u64(b, v->v.arr.n);
@@ -281,7 +304,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
     wtensor t = {.type = type, .n_dims = n_dims, .data = data, .ne = {1, 1, 1, 1}};
     memcpy(t.name, name, nl + 1);
     for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] <= 0) return rl_seterr("gguf writer: tensor '%s': ne[%u] = %lld (must be > 0)", name, d, (long long)ne[d]);
+        if (ne[d] <= 0)
+            return rl_seterr("gguf writer: tensor '%s': ne[%u] = %lld (must be > 0)", name, d,
+                             (long long)ne[d]);
         t.ne[d] = ne[d];
     }
     if (t.ne[0] % q->blck != 0)
@@ -319,7 +344,7 @@ typedef struct {
     const uint8_t *job; /* buffer handed to the I/O thread, NULL when idle */
     size_t job_n;
     bool quit;
-    int err;            /* errno of the first failed write, 0 if none */
+    int err; /* errno of the first failed write, 0 if none */
     uint64_t written;
 } ostream;
 
@@ -452,8 +477,8 @@ static int write_stream(gguf_writer *w, int fd, const char *path, const bbuf *he
                            "write elsewhere)",
                            path, (unsigned long long)s.written, (unsigned long long)total);
         else
-            rc = rl_seterr("%s: write failed after %llu bytes: %s", path,
-                           (unsigned long long)s.written, strerror(s.err));
+            rc = rl_seterr("%s: write failed after %llu bytes: %s", path, (unsigned long long)s.written,
+                           strerror(s.err));
     } else if (!ok) {
         rc = -1; /* fill callback error, already reported */
     }
@@ -467,8 +492,7 @@ out:
 
 int gguf_writer_write(gguf_writer *w, const char *path) {
     uint32_t al = w->alignment;
-    if (al == 0 || (al & (al - 1)) != 0)
-        return rl_seterr("%s: alignment %u is not a power of two", path, al);
+    if (al == 0 || (al & (al - 1)) != 0) return rl_seterr("%s: alignment %u is not a power of two", path, al);
     /* The writer's alignment is authoritative: the key must agree with it (a copied
      * general.alignment from another file is overwritten). */
     bool has_key = false;

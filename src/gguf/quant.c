@@ -34,20 +34,20 @@ static float f32_vec_dot(int64_t n, const void *w, const void *act) {
 }
 
 /* F16 and BF16: the same three functions over each type's own conversions. */
-#define HALF_FNS(name, to_fp32, from_fp32)                                                    \
-    static void name##_to_float(const void *src, float *dst, int64_t n) {                     \
-        const uint16_t *s = src;                                                              \
-        for (int64_t i = 0; i < n; i++) dst[i] = to_fp32(s[i]);                               \
-    }                                                                                         \
-    static void name##_from_float(const float *src, void *dst, int64_t n) {                   \
-        uint16_t *d = dst;                                                                    \
-        for (int64_t i = 0; i < n; i++) d[i] = from_fp32(src[i]);                             \
-    }                                                                                         \
-    static float name##_vec_dot(int64_t n, const void *w, const void *act) {                  \
-        const uint16_t *a = w, *b = act;                                                      \
-        double s = 0;                                                                         \
-        for (int64_t i = 0; i < n; i++) s += (double)(to_fp32(a[i]) * to_fp32(b[i]));         \
-        return (float)s;                                                                      \
+#define HALF_FNS(name, to_fp32, from_fp32)                                                                   \
+    static void name##_to_float(const void *src, float *dst, int64_t n) {                                    \
+        const uint16_t *s = src;                                                                             \
+        for (int64_t i = 0; i < n; i++) dst[i] = to_fp32(s[i]);                                              \
+    }                                                                                                        \
+    static void name##_from_float(const float *src, void *dst, int64_t n) {                                  \
+        uint16_t *d = dst;                                                                                   \
+        for (int64_t i = 0; i < n; i++) d[i] = from_fp32(src[i]);                                            \
+    }                                                                                                        \
+    static float name##_vec_dot(int64_t n, const void *w, const void *act) {                                 \
+        const uint16_t *a = w, *b = act;                                                                     \
+        double s = 0;                                                                                        \
+        for (int64_t i = 0; i < n; i++) s += (double)(to_fp32(a[i]) * to_fp32(b[i]));                        \
+        return (float)s;                                                                                     \
     }
 HALF_FNS(f16, rl_fp16_to_fp32, rl_fp32_to_fp16)
 HALF_FNS(bf16, rl_bf16_to_fp32, rl_fp32_to_bf16)
@@ -123,7 +123,10 @@ static float q8_0_vec_dot(int64_t n, const void *w, const void *act) {
 static float block_signed_absmax(const float *x) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < 32; j++)
-        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
     return max;
 }
 
@@ -400,7 +403,8 @@ static float mxfp4_vec_dot(int64_t n, const void *w, const void *act) {
     for (int64_t i = 0; i < n / 32; i++) {
         int sumi = 0;
         for (int j = 0; j < 16; j++)
-            sumi += kvalues_mxfp4[x[i].qs[j] & 15] * y[i].qs[j] + kvalues_mxfp4[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+            sumi += kvalues_mxfp4[x[i].qs[j] & 15] * y[i].qs[j] +
+                    kvalues_mxfp4[x[i].qs[j] >> 4] * y[i].qs[j + 16];
         sumf += (float)sumi * (quant_e8m0_half(x[i].e) * rl_fp16_to_fp32(y[i].d));
     }
     return sumf;
@@ -408,36 +412,97 @@ static float mxfp4_vec_dot(int64_t n, const void *w, const void *act) {
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
-#define KQ(ID, NAME, fn, SIZE)                                                          \
-    [ID] = { .name = NAME, .blck = QK_K, .type_size = SIZE, .to_float = quant_to_float_##fn, \
-             .vec_dot_type = QT_Q8_K, .vec_dot = quant_vec_dot_##fn }
+#define KQ(ID, NAME, fn, SIZE)                                                                               \
+    [ID] = {.name = NAME,                                                                                    \
+            .blck = QK_K,                                                                                    \
+            .type_size = SIZE,                                                                               \
+            .to_float = quant_to_float_##fn,                                                                 \
+            .vec_dot_type = QT_Q8_K,                                                                         \
+            .vec_dot = quant_vec_dot_##fn}
 
 static const quant_traits traits[QT_COUNT] = {
-    [QT_F32] = { .name = "F32", .blck = 1, .type_size = 4, .to_float = f32_to_float,
-                 .from_float = f32_from_float, .vec_dot_type = QT_F32, .vec_dot = f32_vec_dot },
-    [QT_F16] = { .name = "F16", .blck = 1, .type_size = 2, .to_float = f16_to_float,
-                 .from_float = f16_from_float, .vec_dot_type = QT_F16, .vec_dot = f16_vec_dot },
-    [QT_BF16] = { .name = "BF16", .blck = 1, .type_size = 2, .to_float = bf16_to_float,
-                  .from_float = bf16_from_float, .vec_dot_type = QT_BF16, .vec_dot = bf16_vec_dot },
-    [QT_Q4_0] = { .name = "Q4_0", .blck = 32, .type_size = 18, .to_float = q4_0_to_float,
-                  .from_float = q4_0_from_float, .vec_dot_type = QT_Q8_0, .vec_dot = q4_0_vec_dot },
-    [QT_Q4_1] = { .name = "Q4_1", .blck = 32, .type_size = 20, .to_float = q4_1_to_float,
-                  .from_float = q4_1_from_float, .vec_dot_type = QT_Q8_1, .vec_dot = q4_1_vec_dot },
-    [QT_Q5_0] = { .name = "Q5_0", .blck = 32, .type_size = 22, .to_float = q5_0_to_float,
-                  .from_float = q5_0_from_float, .vec_dot_type = QT_Q8_0, .vec_dot = q5_0_vec_dot },
-    [QT_Q5_1] = { .name = "Q5_1", .blck = 32, .type_size = 24, .to_float = q5_1_to_float,
-                  .from_float = q5_1_from_float, .vec_dot_type = QT_Q8_1, .vec_dot = q5_1_vec_dot },
-    [QT_Q8_0] = { .name = "Q8_0", .blck = 32, .type_size = 34, .to_float = q8_0_to_float,
-                  .from_float = q8_0_from_float, .vec_dot_type = QT_Q8_0, .vec_dot = q8_0_vec_dot },
+    [QT_F32] = {.name = "F32",
+                .blck = 1,
+                .type_size = 4,
+                .to_float = f32_to_float,
+                .from_float = f32_from_float,
+                .vec_dot_type = QT_F32,
+                .vec_dot = f32_vec_dot},
+    [QT_F16] = {.name = "F16",
+                .blck = 1,
+                .type_size = 2,
+                .to_float = f16_to_float,
+                .from_float = f16_from_float,
+                .vec_dot_type = QT_F16,
+                .vec_dot = f16_vec_dot},
+    [QT_BF16] = {.name = "BF16",
+                 .blck = 1,
+                 .type_size = 2,
+                 .to_float = bf16_to_float,
+                 .from_float = bf16_from_float,
+                 .vec_dot_type = QT_BF16,
+                 .vec_dot = bf16_vec_dot},
+    [QT_Q4_0] = {.name = "Q4_0",
+                 .blck = 32,
+                 .type_size = 18,
+                 .to_float = q4_0_to_float,
+                 .from_float = q4_0_from_float,
+                 .vec_dot_type = QT_Q8_0,
+                 .vec_dot = q4_0_vec_dot},
+    [QT_Q4_1] = {.name = "Q4_1",
+                 .blck = 32,
+                 .type_size = 20,
+                 .to_float = q4_1_to_float,
+                 .from_float = q4_1_from_float,
+                 .vec_dot_type = QT_Q8_1,
+                 .vec_dot = q4_1_vec_dot},
+    [QT_Q5_0] = {.name = "Q5_0",
+                 .blck = 32,
+                 .type_size = 22,
+                 .to_float = q5_0_to_float,
+                 .from_float = q5_0_from_float,
+                 .vec_dot_type = QT_Q8_0,
+                 .vec_dot = q5_0_vec_dot},
+    [QT_Q5_1] = {.name = "Q5_1",
+                 .blck = 32,
+                 .type_size = 24,
+                 .to_float = q5_1_to_float,
+                 .from_float = q5_1_from_float,
+                 .vec_dot_type = QT_Q8_1,
+                 .vec_dot = q5_1_vec_dot},
+    [QT_Q8_0] = {.name = "Q8_0",
+                 .blck = 32,
+                 .type_size = 34,
+                 .to_float = q8_0_to_float,
+                 .from_float = q8_0_from_float,
+                 .vec_dot_type = QT_Q8_0,
+                 .vec_dot = q8_0_vec_dot},
     /* activation-only types: no vec_dot of their own */
-    [QT_Q8_1] = { .name = "Q8_1", .blck = 32, .type_size = 36, .to_float = q8_1_to_float,
-                  .from_float = q8_1_from_float, .vec_dot_type = QT_Q8_1 },
-    [QT_Q8_K] = { .name = "Q8_K", .blck = QK_K, .type_size = 292, .to_float = quant_to_float_q8_k,
-                  .from_float = quant_from_float_q8_k, .vec_dot_type = QT_Q8_K },
-    [QT_IQ4_NL] = { .name = "IQ4_NL", .blck = 32, .type_size = 18, .to_float = iq4_nl_to_float,
-                    .vec_dot_type = QT_Q8_0, .vec_dot = iq4_nl_vec_dot },
-    [QT_MXFP4] = { .name = "MXFP4", .blck = 32, .type_size = 17, .to_float = mxfp4_to_float,
-                   .from_float = mxfp4_from_float, .vec_dot_type = QT_Q8_0, .vec_dot = mxfp4_vec_dot },
+    [QT_Q8_1] = {.name = "Q8_1",
+                 .blck = 32,
+                 .type_size = 36,
+                 .to_float = q8_1_to_float,
+                 .from_float = q8_1_from_float,
+                 .vec_dot_type = QT_Q8_1},
+    [QT_Q8_K] = {.name = "Q8_K",
+                 .blck = QK_K,
+                 .type_size = 292,
+                 .to_float = quant_to_float_q8_k,
+                 .from_float = quant_from_float_q8_k,
+                 .vec_dot_type = QT_Q8_K},
+    [QT_IQ4_NL] = {.name = "IQ4_NL",
+                   .blck = 32,
+                   .type_size = 18,
+                   .to_float = iq4_nl_to_float,
+                   .vec_dot_type = QT_Q8_0,
+                   .vec_dot = iq4_nl_vec_dot},
+    [QT_MXFP4] = {.name = "MXFP4",
+                  .blck = 32,
+                  .type_size = 17,
+                  .to_float = mxfp4_to_float,
+                  .from_float = mxfp4_from_float,
+                  .vec_dot_type = QT_Q8_0,
+                  .vec_dot = mxfp4_vec_dot},
     KQ(QT_Q2_K, "Q2_K", q2_k, 84),
     KQ(QT_Q3_K, "Q3_K", q3_k, 110),
     KQ(QT_Q4_K, "Q4_K", q4_k, 144),

@@ -126,7 +126,8 @@ float quant_vec_dot_iq2_xxs(int64_t n, const void *w, const void *act) {
             const int8_t *q8 = y[i].qs + 32 * ib;
             int s = 0;
             for (int l = 0; l < 4; l++)
-                s += dot8_u64(iq2xxs_grid[(w0 >> (8 * l)) & 255], ksigns_iq2xs[(w1 >> (7 * l)) & 127], q8 + 8 * l);
+                s += dot8_u64(iq2xxs_grid[(w0 >> (8 * l)) & 255], ksigns_iq2xs[(w1 >> (7 * l)) & 127],
+                              q8 + 8 * l);
             bsum += s * (int)(2 * (w1 >> 28) + 1);
         }
         sumf += rl_fp16_to_fp32(x[i].d) * y[i].d * (float)bsum;
@@ -175,7 +176,7 @@ float quant_vec_dot_iq2_xs(int64_t n, const void *w, const void *act) {
         int bsum = 0;
         for (int ib = 0; ib < 8; ib++) {
             const int8_t *q8 = y[i].qs + 32 * ib;
-            int s[2] = { 0, 0 };
+            int s[2] = {0, 0};
             for (int l = 0; l < 4; l++) {
                 const uint16_t e = x[i].qs[4 * ib + l];
                 s[l / 2] += dot8_u64(iq2xs_grid[e & 511], ksigns_iq2xs[e >> 9], q8 + 8 * l);
@@ -221,7 +222,7 @@ float quant_vec_dot_iq2_s(int64_t n, const void *w, const void *act) {
         int bsum = 0;
         for (int ib = 0; ib < 8; ib++) {
             const int8_t *q8 = y[i].qs + 32 * ib;
-            int s[2] = { 0, 0 };
+            int s[2] = {0, 0};
             for (int l = 0; l < 4; l++)
                 s[l / 2] += dot8_u64(iq2s_group(&x[i], ib, l), x[i].qs[32 + 4 * ib + l], q8 + 8 * l);
             bsum += iq2_half_sum(s, x[i].scales[ib]);

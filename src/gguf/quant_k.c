@@ -27,7 +27,10 @@ void quant_from_float_q8_k(const float *src, void *dst, int64_t n) {
         const float *x = src + i * QK_K;
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK_K; j++)
-            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
         if (amax == 0.0f) {
             memset(&b[i], 0, sizeof b[i]);
             continue;

@@ -76,7 +76,8 @@ static void repack_iq2_xxs(const blk_iq2_xxs *x, blk_iq2_lf *o) {
         const uint32_t w0 = rl_le32(x->qs + 4 * ib), w1 = rl_le32(x->qs + 4 * ib + 2);
         o->scales[ib] = (uint8_t)((w1 >> 28) | (w1 >> 28) << 4);
         for (int l = 0; l < 4; l++)
-            put_group(o->qs, ib, l, mag_xxs[(w0 >> (8 * l)) & 255] | sign_bits[ksigns_iq2xs[(w1 >> (7 * l)) & 127]]);
+            put_group(o->qs, ib, l,
+                      mag_xxs[(w0 >> (8 * l)) & 255] | sign_bits[ksigns_iq2xs[(w1 >> (7 * l)) & 127]]);
     }
 }
 
@@ -134,7 +135,8 @@ void quant_to_float_iq2_lf(const void *src, float *dst, int64_t n) {
         const float d = rl_fp16_to_fp32(b[i].d);
         for (int h = 0; h < 16; h++) {
             const float db = d * (0.5f + (float)((b[i].scales[h / 2] >> (4 * (h % 2))) & 15)) * 0.25f;
-            for (int j = 0; j < 16; j++) dst[16 * h + j] = db * (float)iq2lf_values[lf_code(&b[i], 16 * h + j)];
+            for (int j = 0; j < 16; j++)
+                dst[16 * h + j] = db * (float)iq2lf_values[lf_code(&b[i], 16 * h + j)];
         }
     }
 }
@@ -162,7 +164,8 @@ void quant_to_float_iq1_lf(const void *src, float *dst, int64_t n) {
         for (int h = 0; h < 16; h++) {
             const float dl = d * (float)(2 * ((b[i].scales[h / 2] >> (4 * (h % 2))) & 15) + 1);
             /* (grid + delta) = value / 8, exact: IQ1_M's own to_float rounds only in the product */
-            for (int j = 0; j < 16; j++) dst[16 * h + j] = dl * ((float)iq1lf_values[lf_code(&b[i], 16 * h + j)] * 0.125f);
+            for (int j = 0; j < 16; j++)
+                dst[16 * h + j] = dl * ((float)iq1lf_values[lf_code(&b[i], 16 * h + j)] * 0.125f);
         }
     }
 }

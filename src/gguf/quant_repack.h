@@ -7,9 +7,9 @@
  *
  * The layout (internal type IQ2_LF, "lookup-free"; IQ1_M's form IQ1_LF below): every grid byte of
  * IQ2_XXS / IQ2_XS is one of the magnitudes 8, 25, 43 (checked when the repack tables are built,
- * and by tests/c/test_repack.c), so a weight with its sign folded in is one of six integers. Each weight becomes a 4-bit code into one 16-byte value table, which one
- * pshufb decodes for 32 weights at a time; the fp16 super-block scale and the 4-bit half-block
- * scales are kept as they are:
+ * and by tests/c/test_repack.c), so a weight with its sign folded in is one of six integers. Each weight
+ * becomes a 4-bit code into one 16-byte value table, which one pshufb decodes for 32 weights at a time; the
+ * fp16 super-block scale and the 4-bit half-block scales are kept as they are:
  *
  *     | d fp16 | scales[8] | qs[128] |                                   138 bytes / 256 weights
  *     scales[b]: low nibble s of values 32b..32b+15, high nibble of 32b+16..32b+31 (IQ2_XS's own

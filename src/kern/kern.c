@@ -26,8 +26,8 @@
 static kern_table tables[KERN_NLEVELS];
 static bool has_simd[KERN_NLEVELS][QT_COUNT];
 static bool supported[KERN_NLEVELS];
-static bool amx_ok;   /* CPU + OS + permission (detect) */
-static bool cpu_amd;  /* CPUID vendor AuthenticAMD (detect): picks the IQ2 mat-vecs, see kern_cfg_init */
+static bool amx_ok;  /* CPU + OS + permission (detect) */
+static bool cpu_amd; /* CPUID vendor AuthenticAMD (detect): picks the IQ2 mat-vecs, see kern_cfg_init */
 static kern_cfg default_cfg; /* kern_opts_default() applied (kern_cfg_default) */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int cfg_init(kern_cfg *c, const kern_opts *o);
@@ -35,26 +35,50 @@ static int cfg_init(kern_cfg *c, const kern_opts *o);
 static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, int64_t n_rows,
                                int64_t n_cols, const void *act, float *out) {
     const quant_traits *t = quant_get(wtype);
-    for (int64_t r = 0; r < n_rows; r++) out[r] = t->vec_dot(n_cols, (const uint8_t *)W + (size_t)r * row_bytes, act);
+    for (int64_t r = 0; r < n_rows; r++)
+        out[r] = t->vec_dot(n_cols, (const uint8_t *)W + (size_t)r * row_bytes, act);
 }
 
 /* The table stores plain function pointers, so the scalar level needs one per type: generate
  * them with a macro over the type ids that have a vec_dot. */
-#define SCALAR_MV(ID)                                                                          \
-    static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, \
-                               float *o) {                                                     \
-        scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                           \
+#define SCALAR_MV(ID)                                                                                        \
+    static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {  \
+        scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                                         \
     }
-SCALAR_MV(0) SCALAR_MV(1) SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8)
-SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12) SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17)
-SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20) SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29)
-SCALAR_MV(30) SCALAR_MV(39) SCALAR_MV(48) SCALAR_MV(49) /* 39: QT_MXFP4; 48, 49: QT_IQ2_LF, QT_IQ1_LF */
+SCALAR_MV(0)
+SCALAR_MV(1)
+SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8) SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12)
+    SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17) SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20)
+        SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29) SCALAR_MV(30) SCALAR_MV(39) SCALAR_MV(48)
+            SCALAR_MV(49) /* 39: QT_MXFP4; 48, 49: QT_IQ2_LF, QT_IQ1_LF */
 #define SET_MV(ID) t->matvec[ID] = scalar_mv_##ID
 
-static void fill_scalar(kern_table *t) {
-    SET_MV(0); SET_MV(1); SET_MV(2); SET_MV(3); SET_MV(6); SET_MV(7); SET_MV(8); SET_MV(10);
-    SET_MV(11); SET_MV(12); SET_MV(13); SET_MV(14); SET_MV(16); SET_MV(17); SET_MV(18); SET_MV(19);
-    SET_MV(20); SET_MV(21); SET_MV(22); SET_MV(23); SET_MV(29); SET_MV(30); SET_MV(39); SET_MV(48); SET_MV(49);
+    static void fill_scalar(kern_table *t) {
+    SET_MV(0);
+    SET_MV(1);
+    SET_MV(2);
+    SET_MV(3);
+    SET_MV(6);
+    SET_MV(7);
+    SET_MV(8);
+    SET_MV(10);
+    SET_MV(11);
+    SET_MV(12);
+    SET_MV(13);
+    SET_MV(14);
+    SET_MV(16);
+    SET_MV(17);
+    SET_MV(18);
+    SET_MV(19);
+    SET_MV(20);
+    SET_MV(21);
+    SET_MV(22);
+    SET_MV(23);
+    SET_MV(29);
+    SET_MV(30);
+    SET_MV(39);
+    SET_MV(48);
+    SET_MV(49);
     for (uint32_t ty = 0; ty < QT_COUNT; ty++) {
         const quant_traits *q = quant_get(ty);
         if (q && q->from_float) t->quant[ty] = q->from_float;
@@ -104,7 +128,9 @@ static void select_mm(kern_cfg *c) {
          * than they save: the core chosen above takes those batches */
         t->matmul_lo[ty] = m;
         t->amx_from[ty] = 0;
-        kern_matmul_fn x = c->amx == KERN_AMX_ON ? t->matmul_x[ty] : c->amx == KERN_AMX_EMUL ? t->matmul_xe[ty] : NULL;
+        kern_matmul_fn x = c->amx == KERN_AMX_ON     ? t->matmul_x[ty]
+                           : c->amx == KERN_AMX_EMUL ? t->matmul_xe[ty]
+                                                     : NULL;
         if (m && x) {
             t->amx_from[ty] = c->amx_rows > 0 ? c->amx_rows : t->amx_min[ty];
             m = x;
@@ -146,7 +172,8 @@ static void init_tables(void) {
             has_simd[l][ty] = tables[l].matvec[ty] != tables[KERN_SCALAR].matvec[ty];
             /* a matmul inherited from the level below next to this level's own matvec could
              * round differently (float-lane types): fall back to the matvec loop */
-            if (tables[l].matvec[ty] != tables[l - 1].matvec[ty] && tables[l].matmul[ty] == tables[l - 1].matmul[ty])
+            if (tables[l].matvec[ty] != tables[l - 1].matvec[ty] &&
+                tables[l].matmul[ty] == tables[l - 1].matmul[ty])
                 tables[l].matmul[ty] = NULL;
         }
 
@@ -179,7 +206,8 @@ int kern_cfg_init(kern_cfg *c, const kern_opts *o) {
 
 /* kern_cfg_init once the tables exist (init_tables builds the default configuration with it). */
 static int cfg_init(kern_cfg *c, const kern_opts *o) {
-    if (o->amx_rows < 0) return rl_seterr("kernel options: %d AMX rows (0 for the per-type thresholds)", o->amx_rows);
+    if (o->amx_rows < 0)
+        return rl_seterr("kernel options: %d AMX rows (0 for the per-type thresholds)", o->amx_rows);
     if (o->iq2_mv && o->iq2_mv != 256 && o->iq2_mv != 512)
         return rl_seterr("kernel options: IQ2 mat-vec width %d (256 or 512, 0 by CPU vendor)", o->iq2_mv);
     int level = o->level < 0 ? 0 : o->level >= KERN_NLEVELS ? KERN_NLEVELS - 1 : o->level;
@@ -202,7 +230,7 @@ const kern_cfg *kern_cfg_default(void) {
 }
 
 const char *kern_level_name(int level) {
-    static const char *const names[KERN_NLEVELS] = { "scalar", "avx2", "avx512" };
+    static const char *const names[KERN_NLEVELS] = {"scalar", "avx2", "avx512"};
     return level >= 0 && level < KERN_NLEVELS ? names[level] : "?";
 }
 
@@ -249,21 +277,22 @@ void kern_quantize_act(const kern_cfg *c, uint32_t wtype, const float *x, int64_
     (c ? c : kern_cfg_default())->t.quant[a](x, act_q, n);
 }
 
-void kern_matvec(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
-                 float *out) {
+void kern_matvec(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols,
+                 const void *act_q, float *out) {
     const size_t rb = quant_row_size(wtype, n_cols);
     RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0);
     (c ? c : kern_cfg_default())->t.matvec[wtype](W, rb, n_rows, n_cols, act_q, out);
 }
 
-void kern_matmul(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
-                 float *out, int64_t ldo) {
+void kern_matmul(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols,
+                 const void *act_q, int T, float *out, int64_t ldo) {
     const size_t rb = quant_row_size(wtype, n_cols), ab = kern_act_size(wtype, n_cols);
     RL_ASSERT(kern_act_type(wtype) >= 0 && rb > 0 && n_rows >= 0 && T >= 0 && (T <= 1 || ldo >= n_rows));
     const kern_table *tb = &(c ? c : kern_cfg_default())->t;
     if (T == 1 || !tb->matmul[wtype]) {
         for (int t = 0; t < T; t++)
-            tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab, out + (size_t)t * ldo);
+            tb->matvec[wtype](W, rb, n_rows, n_cols, (const uint8_t *)act_q + (size_t)t * ab,
+                              out + (size_t)t * ldo);
         return;
     }
     const kern_matmul_fn mm = T < tb->amx_from[wtype] ? tb->matmul_lo[wtype] : tb->matmul[wtype];
@@ -291,10 +320,12 @@ bool kern_amx_supported(void) {
 int kern_cfg_set_amx(kern_cfg *c, int mode) {
     pthread_once(&once, init_tables);
     if (mode == KERN_AMX_ON && !amx_ok)
-        return rl_seterr("AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
+        return rl_seterr(
+            "AMX tiles are not usable here (the CPU lacks AMX-TILE/AMX-INT8, or the OS does not grant them)");
     if (mode == KERN_AMX_EMUL && !supported[KERN_AVX512])
         return rl_seterr("the emulated AMX kernels need the AVX-512 level, which this CPU lacks");
-    if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL) return rl_seterr("kern_cfg_set_amx: unknown mode %d", mode);
+    if (mode < KERN_AMX_OFF || mode > KERN_AMX_EMUL)
+        return rl_seterr("kern_cfg_set_amx: unknown mode %d", mode);
     c->amx = mode;
     select_mm(c);
     return 0;
@@ -308,5 +339,6 @@ int kern_cfg_set_amx_rows(kern_cfg *c, int rows) {
 }
 
 const char *kern_cfg_describe(const kern_cfg *c) {
-    return c->level == KERN_AVX512 && c->amx == KERN_AMX_ON ? "avx512 + AMX tiles" : kern_level_name(c->level);
+    return c->level == KERN_AVX512 && c->amx == KERN_AMX_ON ? "avx512 + AMX tiles"
+                                                            : kern_level_name(c->level);
 }

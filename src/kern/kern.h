@@ -75,17 +75,18 @@ typedef struct kern_cfg kern_cfg;
  * Byte-identical to quant_get(kern_act_type(wtype))->from_float at every level. */
 void kern_quantize_act(const kern_cfg *c, uint32_t wtype, const float *x, int64_t n, void *act_q);
 /* out[r] = dot(row r of W, activation) for r in [0, n_rows). W's rows are contiguous. */
-void kern_matvec(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q,
-                 float *out);
+void kern_matvec(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols,
+                 const void *act_q, float *out);
 /* Batched mat-vec (prefill, verify, experts over their gathered rows): T activation rows, each
  * kern_act_size(wtype, n_cols) bytes, back to back in act_q (as kern_quantize_act wrote them):
  *     out[t * ldo + r] = dot(row r of W, activation row t)   for t < T, r < n_rows.
  * Each weight super-block is decoded once and applied to up to 8 activation rows at a time
- * (kern_x86_mm.h; kern_cfg.mm512 below selects the AVX-512 level's 512-bit core). Every value is bit-identical to kern_matvec's for that activation row at the
- * same level: batching never changes a result (tests/c/test_kern.c checks T = 1..12 and 17). Types
- * without a batched kernel at a level call kern_matvec once per activation row. */
-void kern_matmul(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols, const void *act_q, int T,
-                 float *out, int64_t ldo);
+ * (kern_x86_mm.h; kern_cfg.mm512 below selects the AVX-512 level's 512-bit core). Every value is
+ * bit-identical to kern_matvec's for that activation row at the same level: batching never changes a result
+ * (tests/c/test_kern.c checks T = 1..12 and 17). Types without a batched kernel at a level call kern_matvec
+ * once per activation row. */
+void kern_matmul(const kern_cfg *c, uint32_t wtype, const void *W, int64_t n_rows, int64_t n_cols,
+                 const void *act_q, int T, float *out, int64_t ldo);
 /* Whether `level` has a real batched kernel (not the loop over kern_matvec) for `wtype`. */
 bool kern_has_matmul(int level, uint32_t wtype);
 /* The AVX-512 level's 512-bit batched core (kern_x86_mm.h: 2 weight rows x 8 activation rows per
@@ -124,15 +125,15 @@ typedef void (*kern_matmul_fn)(const void *W, size_t row_bytes, int64_t n_rows, 
                                const void *act, size_t act_bytes, int T, float *out, size_t ldo);
 typedef void (*kern_quant_fn)(const float *x, void *dst, int64_t n);
 typedef struct {
-    kern_matvec_fn matvec[QT_COUNT]; /* by weight type */
-    kern_matmul_fn matmul[QT_COUNT]; /* by weight type; NULL: kern_matvec per activation row */
-    kern_matmul_fn matmul_w[QT_COUNT]; /* 512-bit alternatives of matmul (kern_cfg.mm512), or NULL */
-    kern_matmul_fn matmul_x[QT_COUNT]; /* AMX tile alternatives (kern_cfg.amx), or NULL */
+    kern_matvec_fn matvec[QT_COUNT];    /* by weight type */
+    kern_matmul_fn matmul[QT_COUNT];    /* by weight type; NULL: kern_matvec per activation row */
+    kern_matmul_fn matmul_w[QT_COUNT];  /* 512-bit alternatives of matmul (kern_cfg.mm512), or NULL */
+    kern_matmul_fn matmul_x[QT_COUNT];  /* AMX tile alternatives (kern_cfg.amx), or NULL */
     kern_matmul_fn matmul_xe[QT_COUNT]; /* the same with the tile operations emulated (tests) */
-    int amx_min[QT_COUNT];            /* activation rows from which matmul_x pays (fill_amx) */
+    int amx_min[QT_COUNT];              /* activation rows from which matmul_x pays (fill_amx) */
     kern_matmul_fn matmul_lo[QT_COUNT]; /* select_mm: the batched kernel below amx_from rows */
-    int amx_from[QT_COUNT];           /* select_mm: matmul takes T >= amx_from (0: any T) */
-    kern_quant_fn quant[QT_COUNT];   /* by activation type */
+    int amx_from[QT_COUNT];             /* select_mm: matmul takes T >= amx_from (0: any T) */
+    kern_quant_fn quant[QT_COUNT];      /* by activation type */
 } kern_table;
 /* Each sets the entries it implements and leaves the others untouched. A level that overrides a
  * type's matvec must override its matmul too (else init() drops the inherited matmul, so a

@@ -69,9 +69,9 @@ static inline void pf_block(const void *p, size_t bsz) {
  * 2-thread Q4_K_M decode went from 50-55 to 69.5-70.7 tok/s. (An L2 hint for the streams gave
  * 15.9-16.0: T0 kept.) A row's arithmetic does not depend on its group: the same bits. */
 #define MV4_ROW(W, rb, g, q, k) ((const uint8_t *)(W) + (size_t)((g) + (int64_t)(k) * (q)) * (rb))
-#define PF_ROWS4(x, i)                                                                                 \
-    do {                                                                                               \
-        for (int k_ = 0; k_ < 4; k_++) pf_block(&(x)[k_][i], sizeof(x)[k_][i]);                        \
+#define PF_ROWS4(x, i)                                                                                       \
+    do {                                                                                                     \
+        for (int k_ = 0; k_ < 4; k_++) pf_block(&(x)[k_][i], sizeof(x)[k_][i]);                              \
     } while (0)
 /* the 4 rows' results (lane k: row g + k q) */
 static inline void store4(float *o, int64_t g, int64_t q, __m128 v) {
@@ -109,7 +109,8 @@ static inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_c
  * broadcast to the low lane, #2k+1 to the high lane. The shuffle control for block k is
  * scale_ctrl0() + 4k in every byte; kernels step it by scale_step() instead of loading it. */
 static inline __m256i scale_ctrl0(void) {
-    return _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                            3, 2, 3, 2, 3);
 }
 static inline __m256i scale_step(__m256i ctrl) { return _mm256_add_epi8(ctrl, _mm256_set1_epi8(4)); }
 
@@ -124,10 +125,10 @@ static inline __m256i signs_at(const uint8_t *p) {
 }
 
 /* A mat-vec over rows calling a per-row dot of nb blocks. */
-#define ROWS_MATVEC(fname, dotfn, WT, AT, BLK)                                                     \
-    static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) { \
-        for (int64_t r = 0; r < nr; r++)                                                           \
-            o[r] = dotfn((const WT *)((const uint8_t *)W + (size_t)r * rb), (const AT *)a, nc / (BLK)); \
+#define ROWS_MATVEC(fname, dotfn, WT, AT, BLK)                                                               \
+    static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {           \
+        for (int64_t r = 0; r < nr; r++)                                                                     \
+            o[r] = dotfn((const WT *)((const uint8_t *)W + (size_t)r * rb), (const AT *)a, nc / (BLK));      \
     }
 
 /* ---- F32 / F16 / Q8_0: N activation rows per weight row ------------------------------------
@@ -145,36 +146,37 @@ KI void dotn_f32(const float *w, const float *x, size_t xs, int N, int64_t n, fl
     __m512 acc[F_NT][4];
     UNROLL for (int t = 0; t < N; t++) UNROLL for (int k = 0; k < 4; k++) acc[t][k] = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        UNROLL for (int k = 0; k < 4; k++) {
+    for (; i + 64 <= n; i += 64) UNROLL for (int k = 0; k < 4; k++) {
             const __m512 wv = _mm512_loadu_ps(w + i + 16 * k);
-            UNROLL for (int t = 0; t < N; t++)
-                acc[t][k] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * xs + i + 16 * k), acc[t][k]);
+            UNROLL for (int t = 0; t < N; t++) acc[t][k] =
+                _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * xs + i + 16 * k), acc[t][k]);
         }
     for (; i + 16 <= n; i += 16) {
         const __m512 wv = _mm512_loadu_ps(w + i);
-        UNROLL for (int t = 0; t < N; t++) acc[t][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * xs + i), acc[t][0]);
+        UNROLL for (int t = 0; t < N; t++) acc[t][0] =
+            _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * xs + i), acc[t][0]);
     }
     UNROLL for (int t = 0; t < N; t++) {
-        float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
+        float s = _mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
         for (int64_t j = i; j < n; j++) s += w[j] * x[t * xs + j];
         o[t * os] = s;
     }
 }
 /* F16 weights; activations F16 (x16) or already widened to float (x32: the exact same values, so the
  * same results; the batched kernel widens each activation row once instead of once per weight row) */
-KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size_t xs, int N, int64_t n, float *o,
-                  size_t os) {
+KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size_t xs, int N, int64_t n,
+                  float *o, size_t os) {
     __m512 acc[F_NT][2];
     UNROLL for (int t = 0; t < N; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        UNROLL for (int k = 0; k < 2; k++) {
+    for (; i + 32 <= n; i += 32) UNROLL for (int k = 0; k < 2; k++) {
             const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16 * k)));
-            UNROLL for (int t = 0; t < N; t++)
-                acc[t][k] = _mm512_fmadd_ps(wv, x32 ? _mm512_loadu_ps(x32 + t * xs + i + 16 * k)
-                                                    : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x16 + t * xs + i + 16 * k))),
-                                            acc[t][k]);
+            UNROLL for (int t = 0; t < N; t++) acc[t][k] = _mm512_fmadd_ps(
+                wv,
+                x32 ? _mm512_loadu_ps(x32 + t * xs + i + 16 * k)
+                    : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x16 + t * xs + i + 16 * k))),
+                acc[t][k]);
         }
     UNROLL for (int t = 0; t < N; t++) {
         float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
@@ -188,37 +190,39 @@ KI void dotn_f32(const float *w, const float *x, size_t xs, int N, int64_t n, fl
     __m256 acc[F_NT][4];
     UNROLL for (int t = 0; t < N; t++) UNROLL for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        UNROLL for (int k = 0; k < 4; k++) {
+    for (; i + 32 <= n; i += 32) UNROLL for (int k = 0; k < 4; k++) {
             const __m256 wv = _mm256_loadu_ps(w + i + 8 * k);
-            UNROLL for (int t = 0; t < N; t++)
-                acc[t][k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * xs + i + 8 * k), acc[t][k]);
+            UNROLL for (int t = 0; t < N; t++) acc[t][k] =
+                _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * xs + i + 8 * k), acc[t][k]);
         }
     for (; i + 8 <= n; i += 8) {
         const __m256 wv = _mm256_loadu_ps(w + i);
-        UNROLL for (int t = 0; t < N; t++) acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * xs + i), acc[t][0]);
+        UNROLL for (int t = 0; t < N; t++) acc[t][0] =
+            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * xs + i), acc[t][0]);
     }
     UNROLL for (int t = 0; t < N; t++) {
-        float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+        float s =
+            hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
         for (int64_t j = i; j < n; j++) s += w[j] * x[t * xs + j];
         o[t * os] = s;
     }
 }
-KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size_t xs, int N, int64_t n, float *o,
-                  size_t os) {
+KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size_t xs, int N, int64_t n,
+                  float *o, size_t os) {
     __m256 acc[F_NT][4];
     UNROLL for (int t = 0; t < N; t++) UNROLL for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        UNROLL for (int k = 0; k < 4; k++) {
+    for (; i + 32 <= n; i += 32) UNROLL for (int k = 0; k < 4; k++) {
             const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8 * k)));
-            UNROLL for (int t = 0; t < N; t++)
-                acc[t][k] = _mm256_fmadd_ps(wv, x32 ? _mm256_loadu_ps(x32 + t * xs + i + 8 * k)
-                                                    : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x16 + t * xs + i + 8 * k))),
-                                            acc[t][k]);
+            UNROLL for (int t = 0; t < N; t++) acc[t][k] = _mm256_fmadd_ps(
+                wv,
+                x32 ? _mm256_loadu_ps(x32 + t * xs + i + 8 * k)
+                    : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x16 + t * xs + i + 8 * k))),
+                acc[t][k]);
         }
     UNROLL for (int t = 0; t < N; t++) {
-        float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+        float s =
+            hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
         for (int64_t j = i; j < n; j++) s += h2f(w[j]) * (x32 ? x32[t * xs + j] : h2f(x16[t * xs + j]));
         o[t * os] = s;
     }
@@ -285,13 +289,15 @@ static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void
             const float dy = h2f(y->d);
             UNROLL for (int k = 0; k < 4; k++) {
                 const __m256i wv = loadu(x[k][i].qs);
-                const __m256i p = dot_us(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(av, wv));
+                const __m256i p =
+                    dot_us(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(av, wv));
                 acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[k][i].d) * dy), acc[k]);
             }
         }
         for (int k = 0; k < 4; k++) o[g + k * q] = hsum_f32(acc[k]);
     }
-    for (int64_t r = 4 * q; r < nr; r++) dotn_q8_0((const blk_q8_0 *)((const uint8_t *)W + r * rb), a, 0, 1, nb, o + r, 0);
+    for (int64_t r = 4 * q; r < nr; r++)
+        dotn_q8_0((const blk_q8_0 *)((const uint8_t *)W + r * rb), a, 0, 1, nb, o + r, 0);
 }
 
 /* Batched: activation rows in passes of NT (then 2, then 1) per weight row; a pass reads the
@@ -301,20 +307,26 @@ static void mv_q8_0(const void *W, size_t rb, int64_t nr, int64_t nc, const void
  * in L2 and the weight rows of a call (16-64) are what is re-read. Each output's arithmetic is
  * unchanged (dotn_*), so the order of the loops changes no result. */
 #define F_TB 64
-#define FLOAT_MATMUL(fname, dotfn, WT, NT, XS, NB)                                                    \
-    static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, \
-                      float *o, size_t ldo) {                                                        \
-        const size_t xs = (XS);                                                                      \
-        for (int t0 = 0; t0 < T; t0 += F_TB) {                                                       \
-            const int t1 = T - t0 < F_TB ? T : t0 + F_TB;                                            \
-            for (int64_t r = 0; r < nr; r++) {                                                       \
-                const WT *w = (const WT *)((const uint8_t *)W + r * rb);                             \
-                int t = t0;                                                                          \
-                for (; t + (NT) <= t1; t += (NT)) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, NT, NB, o + t * ldo + r, ldo); \
-                for (; t + 2 <= t1; t += 2) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 2, NB, o + t * ldo + r, ldo); \
-                for (; t < t1; t++) dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 1, NB, o + t * ldo + r, ldo); \
-            }                                                                                        \
-        }                                                                                            \
+#define FLOAT_MATMUL(fname, dotfn, WT, NT, XS, NB)                                                           \
+    static void fname(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T,     \
+                      float *o, size_t ldo) {                                                                \
+        const size_t xs = (XS);                                                                              \
+        for (int t0 = 0; t0 < T; t0 += F_TB) {                                                               \
+            const int t1 = T - t0 < F_TB ? T : t0 + F_TB;                                                    \
+            for (int64_t r = 0; r < nr; r++) {                                                               \
+                const WT *w = (const WT *)((const uint8_t *)W + r * rb);                                     \
+                int t = t0;                                                                                  \
+                for (; t + (NT) <= t1; t += (NT))                                                            \
+                    dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, NT, NB,                 \
+                                 o + t * ldo + r, ldo);                                                      \
+                for (; t + 2 <= t1; t += 2)                                                                  \
+                    dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 2, NB, o + t * ldo + r, \
+                                 ldo);                                                                       \
+                for (; t < t1; t++)                                                                          \
+                    dotn_##dotfn(w, (const void *)((const uint8_t *)a + t * ab), xs, 1, NB, o + t * ldo + r, \
+                                 ldo);                                                                       \
+            }                                                                                                \
+        }                                                                                                    \
     }
 FLOAT_MATMUL(mm_f32, f32, float, F_NT, ab / sizeof(float), nc)
 FLOAT_MATMUL(mm_f16_halves, f16, uint16_t, F_NT, ab / sizeof(uint16_t), nc) /* mm_f16's rows past F16_MAXC */
@@ -328,8 +340,8 @@ FLOAT_MATMUL(mm_f16_halves, f16, uint16_t, F_NT, ab / sizeof(uint16_t), nc) /* m
  * stage 43-54 GMAC/s before and after); the host has not measured it yet. Rows wider than F16_MAXC keep
  * the kernel that widens per weight row (mm_f16_halves, the other float kernels' loops). */
 #define F16_MAXC 4096
-static void mm_f16(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o,
-                   size_t ldo) {
+static void mm_f16(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T,
+                   float *o, size_t ldo) {
     if (nc > F16_MAXC) {
         mm_f16_halves(W, rb, nr, nc, a, ab, T, o, ldo);
         return;
@@ -355,10 +367,11 @@ FLOAT_MATMUL(mm_q8_0, q8_0, blk_q8_0, 8, ab, nc / 32)
 
 /* bf16 -> f32 is a 16-bit shift; products with FMA in 8 lanes x 2 */
 static inline __m256 bf16x8(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 static float dot_bf16(const uint16_t *w, const uint16_t *x, int64_t n) {
-    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         acc[0] = _mm256_fmadd_ps(bf16x8(w + i), bf16x8(x + i), acc[0]);
@@ -374,7 +387,8 @@ static void quant_f16(const float *x, void *dst, int64_t n) {
     uint16_t *d = dst;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) d[i] = rl_fp32_to_fp16(x[i]);
 }
 
@@ -405,7 +419,8 @@ ROWS_MATVEC(mv_q4_0, dot_q4_0, blk_q4_0, blk_q8_0, 32)
 static float dot_q5_0(const blk_q5_0 *x, const blk_q8_0 *y, int64_t nb) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nibbles32(x[i].qs), bit5(x[i].qh)), _mm256_set1_epi8(16));
+        const __m256i w =
+            _mm256_sub_epi8(_mm256_or_si256(nibbles32(x[i].qs), bit5(x[i].qh)), _mm256_set1_epi8(16));
         const __m256i p = dot_i8(_mm256_setzero_si256(), w, loadu(y[i].qs));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
     }
@@ -433,7 +448,8 @@ static float dot_mxfp4(const blk_mxfp4 *x, const blk_q8_0 *y, int64_t nb) {
         pf_block(&x[i], sizeof x[i]);
         const __m256i w = _mm256_shuffle_epi8(kv, nibbles32(x[i].qs));
         const __m256i p = dot_i8(_mm256_setzero_si256(), w, loadu(y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(quant_e8m0_half(x[i].e) * h2f(y[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(quant_e8m0_half(x[i].e) * h2f(y[i].d)),
+                              acc);
     }
     return hsum_f32(acc);
 }
@@ -444,7 +460,8 @@ static float dot_q4_1(const blk_q4_1 *x, const blk_q8_1 *y, int64_t nb) {
     __m256 acc = _mm256_setzero_ps();
     float summ = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles32(x[i].qs), loadu(y[i].qs)), _mm256_set1_epi16(1));
+        const __m256i p =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles32(x[i].qs), loadu(y[i].qs)), _mm256_set1_epi16(1));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
         summ += h2f(x[i].m) * h2f(y[i].s);
     }
@@ -513,7 +530,8 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float *x = src + QK_K * i;
         __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < QK_K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sgnmask, _mm256_loadu_ps(x + k)));
+        for (int k = 0; k < QK_K; k += 8)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sgnmask, _mm256_loadu_ps(x + k)));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -525,7 +543,8 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
         float max = 0.0f;
         const __m256 am = _mm256_set1_ps(amax);
         for (int k = 0; k < QK_K; k += 8) {
-            const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sgnmask, _mm256_loadu_ps(x + k)), am, _CMP_EQ_OQ));
+            const int mask = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sgnmask, _mm256_loadu_ps(x + k)), am, _CMP_EQ_OQ));
             if (mask) {
                 max = x[k + __builtin_ctz((unsigned)mask)];
                 break;
@@ -537,7 +556,8 @@ static void quant_q8_k(const float *src, void *dst, int64_t n) {
         for (int k = 0; k < QK_K; k += 32) {
             __m256i q[4];
             for (int j = 0; j < 4; j++)
-                q[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + k + 8 * j))), lim);
+                q[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + k + 8 * j))),
+                                        lim);
             /* bsums of values k..k+15 and k+16..k+31 */
             b[i].bsums[k / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
             b[i].bsums[k / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));

@@ -21,8 +21,8 @@ static inline __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
 /* vpermw indices of chunk 0: int16 lane j -> scale j/8 (lanes 8k..8k+7 hold the maddubs pairs of
  * values 16k..16k+15 of the chunk); chunk c adds 4c */
 static inline __m512i scale_idx0(void) {
-    return _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
-                                              12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+    return _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                              15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                              3);
 }
 
@@ -35,14 +35,18 @@ static inline __m512i dot_chunk512(__m512i acc, __m512i u, __m512i a, __m512i s1
  * together: 10 operations instead of 4 x 9). */
 static inline __m128i hsum4x_i32(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
     /* lane k of the result = sum of the 16 lanes of a_k */
-    const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i64x2(a0, a1, 0x44), _mm512_shuffle_i64x2(a0, a1, 0xee));
-    const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i64x2(a2, a3, 0x44), _mm512_shuffle_i64x2(a2, a3, 0xee));
+    const __m512i t01 =
+        _mm512_add_epi32(_mm512_shuffle_i64x2(a0, a1, 0x44), _mm512_shuffle_i64x2(a0, a1, 0xee));
+    const __m512i t23 =
+        _mm512_add_epi32(_mm512_shuffle_i64x2(a2, a3, 0x44), _mm512_shuffle_i64x2(a2, a3, 0xee));
     /* t01 quarters: a0 lo, a0 hi, a1 lo, a1 hi (each 4 partial sums); same for t23 */
-    const __m512i u = _mm512_add_epi32(_mm512_shuffle_i64x2(t01, t23, 0x88), _mm512_shuffle_i64x2(t01, t23, 0xdd));
+    const __m512i u =
+        _mm512_add_epi32(_mm512_shuffle_i64x2(t01, t23, 0x88), _mm512_shuffle_i64x2(t01, t23, 0xdd));
     /* u quarters: a0, a1, a2, a3 (4 partial sums each) */
     const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, 0x4e));
     const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, 0xb1));
-    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+    return _mm512_castsi512_si128(
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
 }
 
 /* ---- IQ1_M ------------------------------------------------------------------------------------
@@ -56,34 +60,35 @@ static inline __m128i hsum4x_i32(__m512i a0, __m512i a1, __m512i a2, __m512i a3)
 static inline __m512i sb_iq1_m_512(const blk_iq1_m *b, const blk_q8_k *y, uint16_t *dbits) {
     /* scale k (of 16 values) = bits 3(k%4)..+2 of scale word k/4: pick the word per int16 lane,
      * shift per lane */
-    const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
-                                          6, 7, 6, 7);
+    const __m256i wsel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4,
+                                          5, 6, 7, 6, 7, 6, 7, 6, 7);
     const __m256i wsh = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
     const __m512i four = _mm512_set1_epi16(4);
     const __m128i m4 = _mm_set1_epi8(15);
     uint64_t sc;
     memcpy(&sc, b->scales, 8);
-    *dbits = (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
+    *dbits =
+        (uint16_t)(((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000));
     const __m256i w16 = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc), wsel);
     const __m256i l16 = _mm256_and_si256(_mm256_srlv_epi16(w16, wsh), _mm256_set1_epi16(7));
     const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
     /* the -9 * sum ls * bsum correction starts the accumulator */
     const __m256i l9 = _mm256_add_epi16(_mm256_slli_epi16(lsv, 3), lsv);
-    __m512i a0 = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y->bsums))));
+    __m512i a0 = _mm512_zextsi256_si512(
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(l9, loadu(y->bsums))));
     __m512i a1 = _mm512_setzero_si512(), idx = scale_idx0();
     const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
     const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
-    const __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs),
+                  q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
     const __m128i n0 = _mm_unpacklo_epi8(nl, nh), n1 = _mm_unpackhi_epi8(nl, nh); /* groups 0-15, 16-31 */
-    const __m128i key[4] = { _mm_unpacklo_epi8(q0, n0), _mm_unpackhi_epi8(q0, n0), _mm_unpacklo_epi8(q1, n1),
-                             _mm_unpackhi_epi8(q1, n1) };
+    const __m128i key[4] = {_mm_unpacklo_epi8(q0, n0), _mm_unpackhi_epi8(q0, n0), _mm_unpacklo_epi8(q1, n1),
+                            _mm_unpackhi_epi8(q1, n1)};
     const __m512i s16 = _mm512_castsi256_si512(lsv);
     UNROLL for (int c = 0; c < 4; c++) {
         const __m512i g = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(key[c]), (const void *)iq1_fold_nq, 8);
-        if (c & 1)
-            a1 = dot_chunk512(a1, g, loadu512(y->qs + 64 * c), s16, idx);
-        else
-            a0 = dot_chunk512(a0, g, loadu512(y->qs + 64 * c), s16, idx);
+        if (c & 1) a1 = dot_chunk512(a1, g, loadu512(y->qs + 64 * c), s16, idx);
+        else a0 = dot_chunk512(a0, g, loadu512(y->qs + 64 * c), s16, idx);
         idx = _mm512_add_epi16(idx, four);
     }
     return _mm512_add_epi32(a0, a1);
@@ -114,18 +119,18 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
             __m512i acc[4];
             uint16_t dbits[4];
             PF_ROWS4(x, i);
-            UNROLL for (int k = 0; k < 4; k++) {
-                acc[k] = sb_iq1_m_512(&x[k][i], &y[i], &dbits[k]);
-            }
+            UNROLL for (int k = 0; k < 4; k++) { acc[k] = sb_iq1_m_512(&x[k][i], &y[i], &dbits[k]); }
             const __m128i S = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
-            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)dbits[0], (short)dbits[1], (short)dbits[2], (short)dbits[3], 0, 0, 0, 0));
+            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)dbits[0], (short)dbits[1], (short)dbits[2],
+                                                         (short)dbits[3], 0, 0, 0, 0));
             /* scalar: h2f(d) * y.d * ((float)S * 0.125f), per row */
             sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)),
                                                _mm_mul_ps(_mm_cvtepi32_ps(S), _mm_set1_ps(0.125f))));
         }
         store4(o, g, q, sumf);
     }
-    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_iq1_m_512((const blk_iq1_m *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++)
+        o[r] = dot_iq1_m_512((const blk_iq1_m *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* The one-row dot (dot_NAME_512) and 4-row mat-vec (mv_NAME_512) of a type whose super-block
@@ -133,37 +138,37 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
  * C * (sum over super-blocks). The mat-vec runs sb for 4 rows (the compiler shares their
  * activation loads), reduces the 4 sums together and evaluates the float epilogue in 4 lanes with
  * the scalar expression and order, so each row equals the one-row dot bit for bit. */
-#define MV4_D(NAME, WT, C)                                                                            \
-    static float dot_##NAME##_512(const WT *x, const blk_q8_k *y, int64_t nb) {                      \
-        float sumf = 0.0f;                                                                           \
-        for (int64_t i = 0; i < nb; i++) {                                                           \
-            pf_block(&x[i], sizeof x[i]);                                                            \
-            sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_##NAME##_512(&x[i], &y[i])); \
-        }                                                                                            \
-        return C * sumf;                                                                             \
-    }                                                                                                \
-    static void mv_##NAME##_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act, float *o) { \
-        const blk_q8_k *y = act;                                                                     \
-        const int64_t nb = nc / QK_K;                                                                \
-        const int64_t q = nr / 4;                                                                               \
-        for (int64_t g = 0; g < q; g++) {                                                                \
-            const WT *x[4];                                                                          \
-            UNROLL for (int k = 0; k < 4; k++) x[k] = (const WT *)MV4_ROW(W, rb, g, q, k); \
-            __m128 sumf = _mm_setzero_ps();                                                          \
-            for (int64_t i = 0; i < nb; i++) {                                                       \
-                __m512i acc[4];                                                                      \
-                PF_ROWS4(x, i);                                           \
-                UNROLL for (int k = 0; k < 4; k++) {                                                 \
-                    acc[k] = sb_##NAME##_512(&x[k][i], &y[i]);                                                  \
-                }                                                                                    \
-                const __m128i S = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);                        \
-                const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d,     \
-                                                             (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0)); \
+#define MV4_D(NAME, WT, C)                                                                                   \
+    static float dot_##NAME##_512(const WT *x, const blk_q8_k *y, int64_t nb) {                              \
+        float sumf = 0.0f;                                                                                   \
+        for (int64_t i = 0; i < nb; i++) {                                                                   \
+            pf_block(&x[i], sizeof x[i]);                                                                    \
+            sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_##NAME##_512(&x[i], &y[i]));    \
+        }                                                                                                    \
+        return C * sumf;                                                                                     \
+    }                                                                                                        \
+    static void mv_##NAME##_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act,           \
+                                float *o) {                                                                  \
+        const blk_q8_k *y = act;                                                                             \
+        const int64_t nb = nc / QK_K;                                                                        \
+        const int64_t q = nr / 4;                                                                            \
+        for (int64_t g = 0; g < q; g++) {                                                                    \
+            const WT *x[4];                                                                                  \
+            UNROLL for (int k = 0; k < 4; k++) x[k] = (const WT *)MV4_ROW(W, rb, g, q, k);                   \
+            __m128 sumf = _mm_setzero_ps();                                                                  \
+            for (int64_t i = 0; i < nb; i++) {                                                               \
+                __m512i acc[4];                                                                              \
+                PF_ROWS4(x, i);                                                                              \
+                UNROLL for (int k = 0; k < 4; k++) { acc[k] = sb_##NAME##_512(&x[k][i], &y[i]); }            \
+                const __m128i S = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);                                \
+                const __m128 d = _mm_cvtph_ps(_mm_setr_epi16(                                                \
+                    (short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0));    \
                 sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(S))); \
-            }                                                                                        \
-            store4(o, g, q, _mm_mul_ps(_mm_set1_ps(C), sumf));                                  \
-        }                                                                                            \
-        for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_##NAME##_512((const WT *)((const uint8_t *)W + (size_t)r * rb), y, nb); \
+            }                                                                                                \
+            store4(o, g, q, _mm_mul_ps(_mm_set1_ps(C), sumf));                                               \
+        }                                                                                                    \
+        for (int64_t r = 4 * q; r < nr; r++)                                                                 \
+            o[r] = dot_##NAME##_512((const WT *)((const uint8_t *)W + (size_t)r * rb), y, nb);               \
     }
 
 /* ---- IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S -------------------------------------------------------
@@ -179,14 +184,13 @@ static inline __m512i dot_chunk512_signed(__m512i acc, __m512i g, const int8_t *
 
 /* The 4 chunks of 64 values of a super-block: sum over chunk c of scale * grid g[c] * (sign ?
  * -a : a), with the sign bits of chunk c in sg[c]; two accumulators for two dependency chains. */
-static inline __m512i sum_chunks_signed(const __m512i g[4], const int8_t *a, const uint64_t sg[4], __m512i s16) {
+static inline __m512i sum_chunks_signed(const __m512i g[4], const int8_t *a, const uint64_t sg[4],
+                                        __m512i s16) {
     const __m512i four = _mm512_set1_epi16(4);
     __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = scale_idx0();
     for (int c = 0; c < 4; c++) {
-        if (c & 1)
-            acc2 = dot_chunk512_signed(acc2, g[c], a + 64 * c, (__mmask64)sg[c], s16, idx);
-        else
-            acc = dot_chunk512_signed(acc, g[c], a + 64 * c, (__mmask64)sg[c], s16, idx);
+        if (c & 1) acc2 = dot_chunk512_signed(acc2, g[c], a + 64 * c, (__mmask64)sg[c], s16, idx);
+        else acc = dot_chunk512_signed(acc, g[c], a + 64 * c, (__mmask64)sg[c], s16, idx);
         idx = _mm512_add_epi16(idx, four);
     }
     return _mm512_add_epi32(acc, acc2);
@@ -217,13 +221,15 @@ static inline __m512i sb_iq2_xs_512(const blk_iq2_xs *x, const blk_q8_k *y) {
     const __m256i m9 = _mm256_set1_epi32(511);
     /* entries: bits 8..0 grid index, bits 15..9 sign index */
     const __m256i e0 = loadu(x->qs), e1 = loadu(x->qs + 16);
-    const __m256i sidx = _mm256_permute4x64_epi64(_mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
+    const __m256i sidx = _mm256_permute4x64_epi64(
+        _mm256_packus_epi16(_mm256_srli_epi16(e0, 9), _mm256_srli_epi16(e1, 9)), 0xd8);
     uint64_t sg[4];
     _mm256_storeu_si256((__m256i *)sg, ksigns_vec(sidx));
     const __m512i s16 = _mm512_castsi256_si512(iq2_half_scales(x->scales));
     __m512i g[4];
     for (int c = 0; c < 4; c++) {
-        const __m256i k = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 8 * c))), m9);
+        const __m256i k =
+            _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 8 * c))), m9);
         g[c] = _mm512_i32gather_epi64(k, (const void *)iq2xs_grid, 8);
     }
     return sum_chunks_signed(g, y->qs, sg, s16);
@@ -299,8 +305,10 @@ static inline __m512i load2x256(const void *lo, const void *hi) {
 static inline __m512i k4_scales_512(const uint8_t *scales, const int16_t *bsums, int *summs) {
     uint32_t u[3];
     memcpy(u, scales, 12);
-    const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
-    const uint64_t m = (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+    const uint64_t sc = (u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030))
+                                                  << 32;
+    const uint64_t m =
+        (u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
     const __m128i mv = _mm_cvtsi64_si128((long long)m);
     *summs = hsum_i32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), loadu(bsums)));
     return _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -308,7 +316,7 @@ static inline __m512i k4_scales_512(const uint8_t *scales, const int16_t *bsums,
 
 static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    const __m512i ix[4] = {pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7)};
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
@@ -319,8 +327,8 @@ static float dot_q4_k_512(const blk_q4_k *x, const blk_q8_k *y, int64_t nb) {
             const __m512i q = loadu512(x[i].qs + 64 * h);
             const int8_t *a = y[i].qs + 128 * h;
             acc = dot_chunk512(acc, _mm512_and_si512(q, m4), load2x256(a, a + 64), s16, ix[2 * h]);
-            acc2 = dot_chunk512(acc2, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), load2x256(a + 32, a + 96), s16,
-                               ix[2 * h + 1]);
+            acc2 = dot_chunk512(acc2, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                load2x256(a + 32, a + 96), s16, ix[2 * h + 1]);
         }
         const int isum = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));
         sumf += y[i].d * h2f(x[i].d) * (float)isum - y[i].d * h2f(x[i].dmin) * (float)summs;
@@ -347,14 +355,16 @@ static inline __m512i row_scales512(__m256i sc8, int k) {
 
 /* The Q4_K / Q5_K float epilogue of 4 rows in 4 lanes, added to sumf: per row (lane) the scalar
  * y.d * d * (float)isum - y.d * dmin * (float)summs, same operations in the same order. */
-#define K45_EPILOGUE4(sumf, x, i, yd, isum, summs)                                                                          \
-    do {                                                                                                                    \
-        const __m128 d_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0)); \
-        const __m128 dm_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin, \
-                                                       (short)x[3][i].dmin, 0, 0, 0, 0));                                  \
-        const __m128 yd_ = _mm_set1_ps(yd);                                                                                 \
-        sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd_, d_), _mm_cvtepi32_ps(isum)),                          \
-                                           _mm_mul_ps(_mm_mul_ps(yd_, dm_), _mm_cvtepi32_ps(summs))));                     \
+#define K45_EPILOGUE4(sumf, x, i, yd, isum, summs)                                                           \
+    do {                                                                                                     \
+        const __m128 d_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d,  \
+                                                      (short)x[3][i].d, 0, 0, 0, 0));                        \
+        const __m128 dm_ =                                                                                   \
+            _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin,       \
+                                        (short)x[3][i].dmin, 0, 0, 0, 0));                                   \
+        const __m128 yd_ = _mm_set1_ps(yd);                                                                  \
+        sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd_, d_), _mm_cvtepi32_ps(isum)),           \
+                                           _mm_mul_ps(_mm_mul_ps(yd_, dm_), _mm_cvtepi32_ps(summs))));       \
     } while (0)
 
 /* Q4_K, four rows at a time (the mat-vec): the per-super-block work that does not depend on the
@@ -369,7 +379,7 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    const __m512i ix[4] = {pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7)};
     const int64_t q = nr / 4;
     for (int64_t g = 0; g < q; g++) {
         const blk_q4_k *x[4];
@@ -377,19 +387,20 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             PF_ROWS4(x, i);
-            const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
+            const uint8_t *const sp[4] = {x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales};
             __m256i sc8;
             const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
             /* the activation vectors of the 4 chunk pairs */
             const int8_t *a = y[i].qs;
-            const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
-                                   load2x256(a + 160, a + 224) };
+            const __m512i A[4] = {load2x256(a, a + 64), load2x256(a + 32, a + 96),
+                                  load2x256(a + 128, a + 192), load2x256(a + 160, a + 224)};
             __m512i acc[4];
             UNROLL for (int k = 0; k < 4; k++) {
                 const __m512i s16 = row_scales512(sc8, k);
                 const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
                 __m512i c = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(q0, m4), A[0], s16, ix[0]);
-                __m512i d = dot_chunk512(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), A[1], s16, ix[1]);
+                __m512i d = dot_chunk512(_mm512_setzero_si512(),
+                                         _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), A[1], s16, ix[1]);
                 c = dot_chunk512(c, _mm512_and_si512(q1, m4), A[2], s16, ix[2]);
                 d = dot_chunk512(d, _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), A[3], s16, ix[3]);
                 acc[k] = _mm512_add_epi32(c, d);
@@ -399,7 +410,8 @@ static void mv_q4_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
         }
         store4(o, g, q, sumf);
     }
-    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++)
+        o[r] = dot_q4_k_512((const blk_q4_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q5_K: the fifth bit of value 32c + l is bit c of qh[l]; for the nibble vectors above (two
@@ -416,7 +428,7 @@ static inline __m512i q5_hbit(__m512i qh2, int c0, int c1) {
 
 static float dot_q5_k_512(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    const __m512i ix[4] = {pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7)};
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
@@ -428,7 +440,8 @@ static float dot_q5_k_512(const blk_q5_k *x, const blk_q8_k *y, int64_t nb) {
             const __m512i q = loadu512(x[i].qs + 64 * h);
             const int8_t *a = y[i].qs + 128 * h;
             const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), q5_hbit(qh2, 4 * h, 4 * h + 2));
-            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), q5_hbit(qh2, 4 * h + 1, 4 * h + 3));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                               q5_hbit(qh2, 4 * h + 1, 4 * h + 3));
             acc = dot_chunk512(acc, lo, load2x256(a, a + 64), s16, ix[2 * h]);
             acc2 = dot_chunk512(acc2, hi, load2x256(a + 32, a + 96), s16, ix[2 * h + 1]);
         }
@@ -449,12 +462,13 @@ static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
     const blk_q8_k *y = act;
     const int64_t nb = nc / QK_K;
     const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
-    const __m512i ix[4] = { pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7) };
+    const __m512i ix[4] = {pair_idx(0, 2), pair_idx(1, 3), pair_idx(4, 6), pair_idx(5, 7)};
     /* chunk j (nibble vector of ix[j]) holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): their bits */
-    const __m512i hb[4] = { _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(1), _mm512_set1_epi8(4)),
-                            _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(2), _mm512_set1_epi8(8)),
-                            _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(16), _mm512_set1_epi8(64)),
-                            _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(32), _mm512_set1_epi8(-128)) };
+    const __m512i hb[4] = {
+        _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(1), _mm512_set1_epi8(4)),
+        _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(2), _mm512_set1_epi8(8)),
+        _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(16), _mm512_set1_epi8(64)),
+        _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(32), _mm512_set1_epi8(-128))};
     const int64_t q = nr / 4;
     for (int64_t g = 0; g < q; g++) {
         const blk_q5_k *x[4];
@@ -462,21 +476,23 @@ static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
         __m128 sumf = _mm_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             PF_ROWS4(x, i);
-            const uint8_t *const sp[4] = { x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales };
+            const uint8_t *const sp[4] = {x[0][i].scales, x[1][i].scales, x[2][i].scales, x[3][i].scales};
             __m256i sc8;
             const __m128i summs = k4_scales4_512(sp, &y[i], &sc8);
             const int8_t *a = y[i].qs;
-            const __m512i A[4] = { load2x256(a, a + 64), load2x256(a + 32, a + 96), load2x256(a + 128, a + 192),
-                                   load2x256(a + 160, a + 224) };
+            const __m512i A[4] = {load2x256(a, a + 64), load2x256(a + 32, a + 96),
+                                  load2x256(a + 128, a + 192), load2x256(a + 160, a + 224)};
             __m512i acc[4];
             UNROLL for (int k = 0; k < 4; k++) {
                 const __m512i s16 = row_scales512(sc8, k);
                 const __m512i qh2 = _mm512_broadcast_i64x4(loadu(x[k][i].qh));
                 const __m512i q0 = loadu512(x[k][i].qs), q1 = loadu512(x[k][i].qs + 64);
-                const __m512i n[4] = { _mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
-                                       _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4) };
+                const __m512i n[4] = {
+                    _mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
+                    _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4)};
                 __m512i v[4];
-                UNROLL for (int j = 0; j < 4; j++) v[j] = _mm512_mask_add_epi8(n[j], _mm512_test_epi8_mask(qh2, hb[j]), n[j], b16);
+                UNROLL for (int j = 0; j < 4; j++) v[j] =
+                    _mm512_mask_add_epi8(n[j], _mm512_test_epi8_mask(qh2, hb[j]), n[j], b16);
                 __m512i c = dot_chunk512(_mm512_setzero_si512(), v[0], A[0], s16, ix[0]);
                 __m512i d = dot_chunk512(_mm512_setzero_si512(), v[1], A[1], s16, ix[1]);
                 c = dot_chunk512(c, v[2], A[2], s16, ix[2]);
@@ -488,7 +504,8 @@ static void mv_q5_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
         }
         store4(o, g, q, sumf);
     }
-    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++)
+        o[r] = dot_q5_k_512((const blk_q5_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q6_K: half h: codes of values 128h + 32r + l from ql[64h + l + 32(r&1)] (low nibble for r < 2)
@@ -512,7 +529,8 @@ static float dot_q6_k_512(const blk_q6_k *x, const blk_q8_k *y, int64_t nb) {
         for (int h = 0; h < 2; h++) {
             const __m512i L = loadu512(x[i].ql + 64 * h);
             const __m512i H = _mm512_broadcast_i64x4(loadu(x[i].qh + 32 * h));
-            const __m512i c01 = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sl_lo), m30));
+            const __m512i c01 =
+                _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sl_lo), m30));
             const __m512i c23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
                                                 _mm512_and_si512(_mm512_srlv_epi16(H, sr_hi), m30));
             acc = dot_chunk512(acc, c01, loadu512(y[i].qs + 128 * h), s16, idx);
@@ -541,9 +559,9 @@ static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
     const __m512i sl_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
     const __m512i sr_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
     const __m512i four = _mm512_set1_epi16(4);
-    const __m512i idx[4] = { scale_idx0(), _mm512_add_epi16(scale_idx0(), four),
-                             _mm512_add_epi16(scale_idx0(), _mm512_add_epi16(four, four)),
-                             _mm512_add_epi16(scale_idx0(), _mm512_set1_epi16(12)) };
+    const __m512i idx[4] = {scale_idx0(), _mm512_add_epi16(scale_idx0(), four),
+                            _mm512_add_epi16(scale_idx0(), _mm512_add_epi16(four, four)),
+                            _mm512_add_epi16(scale_idx0(), _mm512_set1_epi16(12))};
     const int64_t q = nr / 4;
     for (int64_t g = 0; g < q; g++) {
         const blk_q6_k *x[4];
@@ -552,7 +570,8 @@ static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
         for (int64_t i = 0; i < nb; i++) {
             PF_ROWS4(x, i);
             const __m256i nbs = _mm256_sub_epi16(_mm256_setzero_si256(), loadu(y[i].bsums));
-            const __m512i A[4] = { loadu512(y[i].qs), loadu512(y[i].qs + 64), loadu512(y[i].qs + 128), loadu512(y[i].qs + 192) };
+            const __m512i A[4] = {loadu512(y[i].qs), loadu512(y[i].qs + 64), loadu512(y[i].qs + 128),
+                                  loadu512(y[i].qs + 192)};
             __m512i acc[4];
             UNROLL for (int k = 0; k < 4; k++) {
                 const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[k][i].scales));
@@ -562,7 +581,8 @@ static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
                 UNROLL for (int h = 0; h < 2; h++) {
                     const __m512i L = loadu512(x[k][i].ql + 64 * h);
                     const __m512i H = _mm512_broadcast_i64x4(loadu(x[k][i].qh + 32 * h));
-                    const __m512i c01 = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sl_lo), m30));
+                    const __m512i c01 = _mm512_or_si512(_mm512_and_si512(L, m4),
+                                                        _mm512_and_si512(_mm512_sllv_epi16(H, sl_lo), m30));
                     const __m512i c23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
                                                         _mm512_and_si512(_mm512_srlv_epi16(H, sr_hi), m30));
                     c = dot_chunk512(c, c01, A[2 * h], s16, idx[2 * h]);
@@ -571,13 +591,15 @@ static void mv_q6_k_512(const void *W, size_t rb, int64_t nr, int64_t nc, const 
                 acc[k] = _mm512_add_epi32(c, d);
             }
             const __m128i isum = hsum4x_i32(acc[0], acc[1], acc[2], acc[3]);
-            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d, (short)x[3][i].d, 0, 0, 0, 0));
+            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d,
+                                                         (short)x[3][i].d, 0, 0, 0, 0));
             /* scalar: h2f(d) * y.d * (float)isum, per row */
             sumf = _mm_add_ps(sumf, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(isum)));
         }
         store4(o, g, q, sumf);
     }
-    for (int64_t r = 4 * q; r < nr; r++) o[r] = dot_q6_k_512((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
+    for (int64_t r = 4 * q; r < nr; r++)
+        o[r] = dot_q6_k_512((const blk_q6_k *)((const uint8_t *)W + (size_t)r * rb), y, nb);
 }
 
 /* Q2_K: value 128h + 32j + l = bits 2j..2j+1 of qs[32h + l]; a zmm of [qs[32h..] | same] shifted
@@ -592,13 +614,16 @@ static float dot_q2_k_512(const blk_q2_k *x, const blk_q8_k *y, int64_t nb) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
         const int summs = hsum_i32(_mm256_madd_epi16(mins, loadu(y[i].bsums)));
-        const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(15))));
+        const __m512i s16 =
+            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(15))));
         __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(), idx = idx0;
         for (int h = 0; h < 2; h++) {
             const __m512i Q = _mm512_broadcast_i64x4(loadu(x[i].qs + 32 * h));
-            acc = dot_chunk512(acc, _mm512_and_si512(_mm512_srlv_epi16(Q, sh0), m3), loadu512(y[i].qs + 128 * h), s16, idx);
+            acc = dot_chunk512(acc, _mm512_and_si512(_mm512_srlv_epi16(Q, sh0), m3),
+                               loadu512(y[i].qs + 128 * h), s16, idx);
             idx = _mm512_add_epi16(idx, four);
-            acc2 = dot_chunk512(acc2, _mm512_and_si512(_mm512_srlv_epi16(Q, sh1), m3), loadu512(y[i].qs + 128 * h + 64), s16, idx);
+            acc2 = dot_chunk512(acc2, _mm512_and_si512(_mm512_srlv_epi16(Q, sh1), m3),
+                                loadu512(y[i].qs + 128 * h + 64), s16, idx);
             idx = _mm512_add_epi16(idx, four);
         }
         const int isum = _mm512_reduce_add_epi32(_mm512_add_epi32(acc, acc2));

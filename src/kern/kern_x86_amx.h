@@ -162,13 +162,11 @@ static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[10
     for (int g = 0; g < 16; g++) {
         __m512i d[AMX_MAXP];
         amx_digits(sc[g], k, d);
-        for (int p = 0; p < k->nd; p++)
-            dg[p][g] = d[p];
+        for (int p = 0; p < k->nd; p++) dg[p][g] = d[p];
     }
     if (k->mins) {
         amx_tr16_i16(rows, offsetof(kdsb, mn), mn);
-        for (int g = 0; g < 16; g++)
-            mn[g] = _mm512_shuffle_epi8(mn[g], AMX_REP4);
+        for (int g = 0; g < 16; g++) mn[g] = _mm512_shuffle_epi8(mn[g], AMX_REP4);
     }
     for (int c = 0; c < 4; c++) {
         for (int n = 0; n < 16; n++)
@@ -192,10 +190,8 @@ static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[10
             amx_emu_dp(em, P, bptr, uns);                                                                    \
         } else {                                                                                             \
             _tile_loadd(BT, bptr, 64);                                                                       \
-            if (uns)                                                                                         \
-                _tile_dpbsud(P, AT, BT);                                                                     \
-            else                                                                                             \
-                _tile_dpbssd(P, AT, BT);                                                                     \
+            if (uns) _tile_dpbsud(P, AT, BT);                                                                \
+            else _tile_dpbssd(P, AT, BT);                                                                    \
         }                                                                                                    \
     } while (0)
 
@@ -206,10 +202,8 @@ static inline void amx_prep(const kdsb *rows, const amx_kind *k, int8_t (*bt)[10
     do {                                                                                                     \
         const uint8_t *ac = ai + offsetof(blk_q8_k, qs) + 64 * (c);                                          \
         if (E)                                                                                               \
-            for (int m = 0; m < 16; m++)                                                                     \
-                memcpy(em.a[m], ac + (size_t)m * ab, 64);                                                    \
-        else                                                                                                 \
-            _tile_loadd(AT, ac, (long)ab);                                                                   \
+            for (int m = 0; m < 16; m++) memcpy(em.a[m], ac + (size_t)m * ab, 64);                           \
+        else _tile_loadd(AT, ac, (long)ab);                                                                  \
         if (an)                                                                                              \
             for (int m = 4 * (c); m < 4 * (c) + 4; m++)                                                      \
                 for (int q = 0; q < 4; q++)                                                                  \
@@ -245,8 +239,7 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
         amx_cfg cfg __attribute__((aligned(64)));
         memset(&cfg, 0, sizeof cfg);
         cfg.palette = 1;
-        for (int t = 0; t < 8; t++)
-            cfg.rows[t] = 16, cfg.colsb[t] = 64;
+        for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
         _tile_loadconfig(&cfg);
     }
     for (int64_t r0 = 0; r0 < nr; r0 += 16) {
@@ -255,8 +248,7 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
             for (int n = 0; n < 16; n++) /* rows past the last repeat it (computed, never stored) */
                 dec((const uint8_t *)W + (size_t)(r0 + (n < nrow ? n : nrow - 1)) * rb + (size_t)i * bsz,
                     &rows[n]);
-            for (int n = 0; n < 16; n++)
-                dv[i][n] = rows[n].d, dm[i][n] = rows[n].dmin;
+            for (int n = 0; n < 16; n++) dv[i][n] = rows[n].d, dm[i][n] = rows[n].dmin;
             amx_prep(rows, k, bt + i * np * 4);
         }
         const __mmask16 keep = (__mmask16)((1u << nrow) - 1);
@@ -266,8 +258,7 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
          * registers, each row's terms still added in super-block order from 0 */
         for (int c0 = 0; c0 < Tt; c0 += AMX_TCHUNK) {
             const int cn = Tt - c0 < AMX_TCHUNK ? Tt - c0 : AMX_TCHUNK;
-            for (int t = 0; t < cn; t++)
-                _mm512_store_ps(sum[t], _mm512_setzero_ps());
+            for (int t = 0; t < cn; t++) _mm512_store_ps(sum[t], _mm512_setzero_ps());
             for (int64_t i = 0; i < nsb; i++) {
                 const int8_t(*bi)[1024] = bt + i * np * 4;
                 const __m512 d = _mm512_load_ps(dv[i]), dmin = _mm512_load_ps(dm[i]);
@@ -341,15 +332,10 @@ static inline void amx_driver(void (*dec)(const void *, kdsb *), size_t bsz, con
                               size_t ab, int T, float *o, size_t ldo) {                                      \
         if (nc / QK_K > AMX_MAXSB || nc / QK_K == 0 || nr == 0 || T < 1)                                     \
             mm_##name(W, rb, nr, nc, a, ab, T, o, ldo);                                                      \
-        else                                                                                                 \
-            amx_driver(DEC, sizeof(BLK), &amx_kind_##name, E, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);       \
+        else amx_driver(DEC, sizeof(BLK), &amx_kind_##name, E, W, rb, nr, nc / QK_K, a, ab, T, o, ldo);      \
     }                                                                                                        \
-    static void amx_##name(AMX_ARGS) {                                                                       \
-        amx_go_##name(0, W, rb, nr, nc, a, ab, T, o, ldo);                                                   \
-    }                                                                                                        \
-    static void amxe_##name(AMX_ARGS) {                                                                      \
-        amx_go_##name(1, W, rb, nr, nc, a, ab, T, o, ldo);                                                   \
-    }
+    static void amx_##name(AMX_ARGS) { amx_go_##name(0, W, rb, nr, nc, a, ab, T, o, ldo); }                  \
+    static void amxe_##name(AMX_ARGS) { amx_go_##name(1, W, rb, nr, nc, a, ab, T, o, ldo); }
 /*                                     off uns nd dmn base sh magic mins mode     post */
 AMX_MATMUL(q2_k, dec_q2_k, blk_q2_k, 0, 1, 1, 0, 16, 4, 0, 1, EP_MIN, 1.0f)
 AMX_MATMUL(q4_k, dec_q4_k, blk_q4_k, 0, 1, 2, 0, 16, 4, 0, 1, EP_MIN, 1.0f)
@@ -364,7 +350,8 @@ AMX_MATMUL(iq1_m, DEC_IQ(iq1_m), blk_iq1_m, 9, 0, 2, -8, 16, 4, 0, 0, EP_IQ1, 1.
 static void fill_amx(kern_table *t) {
 #define SET_AMX(QT, name, rows)                                                                              \
     t->matmul_x[QT] = amx_##name, t->matmul_xe[QT] = amxe_##name, t->amx_min[QT] = rows
-    /* the activation rows from which the tiles beat the 512-bit core: one-thread sweeps on the H200 host, bench/results/2026-12-02-cpu-amx2-h200-raw.txt */
+    /* the activation rows from which the tiles beat the 512-bit core: one-thread sweeps on the H200 host,
+     * bench/results/2026-12-02-cpu-amx2-h200-raw.txt */
     SET_AMX(QT_Q2_K, q2_k, 16);
     SET_AMX(QT_Q4_K, q4_k, 32);
     SET_AMX(QT_Q5_K, q5_k, 32);
@@ -377,7 +364,5 @@ static void fill_amx(kern_table *t) {
 #undef SET_AMX
 }
 #else
-static void fill_amx(kern_table *t) {
-    (void)t;
-}
+static void fill_amx(kern_table *t) { (void)t; }
 #endif

@@ -8,11 +8,13 @@
  * layout scale_from() expects (int16 #2k / #2k+1 of each lane = the two halves of block k). */
 
 static inline __m256i ksigns_vec(__m256i idx) { /* 32 indices 0..127 -> sign bytes */
-    const __m256i lut = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
-                                         0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    const __m256i lut =
+        _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128,
+                         -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
     const __m256i m4 = _mm256_set1_epi8(15);
-    const __m256i par = _mm256_xor_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(idx, m4)),
-                                         _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(idx, 4), m4)));
+    const __m256i par =
+        _mm256_xor_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(idx, m4)),
+                         _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(idx, 4), m4)));
     return _mm256_or_si256(idx, par);
 }
 
@@ -21,11 +23,12 @@ static inline __m256i ksigns_vec(__m256i idx) { /* 32 indices 0..127 -> sign byt
 static inline __m256i signs_from_words(__m256i w) {
     const __m256i m = _mm256_set1_epi32(127);
     const __m256i t0 = _mm256_and_si256(w, m), t1 = _mm256_and_si256(_mm256_srli_epi32(w, 7), m);
-    const __m256i t2 = _mm256_and_si256(_mm256_srli_epi32(w, 14), m), t3 = _mm256_and_si256(_mm256_srli_epi32(w, 21), m);
+    const __m256i t2 = _mm256_and_si256(_mm256_srli_epi32(w, 14), m),
+                  t3 = _mm256_and_si256(_mm256_srli_epi32(w, 21), m);
     /* in-lane bytes: t0[b], t1[b], t2[b], t3[b] for the lane's 4 blocks b -> regroup by block */
     const __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(t0, t1), _mm256_packs_epi32(t2, t3));
-    const __m256i ctrl = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                          0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m256i ctrl = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12,
+                                          1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return ksigns_vec(_mm256_shuffle_epi8(v, ctrl));
 }
 
@@ -46,7 +49,8 @@ static float dot_iq2_xxs(const blk_iq2_xxs *x, const blk_q8_k *y, int64_t nb) {
         uint8_t sg[32] __attribute__((aligned(32)));
         _mm256_store_si256((__m256i *)sg, signs_from_words(w1));
         const __m256i lsv = scales_from_words(w1);
-        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        const __m256i lanes[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),
+                                  _mm256_permute2x128_si256(lsv, lsv, 0x11)};
         __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         /* unrolled: the scale lanes/controls become constants and each grid index is one byte load
          * (the rolled loop extracted them with shifts and read the scale lanes back from the stack) */
@@ -68,7 +72,8 @@ ROWS_MATVEC(mv_iq2_xxs, dot_iq2_xxs, blk_iq2_xxs, blk_q8_k, QK_K)
  * nibble -> last 16; as int16 (2s+1) in the scale_ctrl layout */
 static inline __m256i iq2_half_scales(const uint8_t *scales) {
     const __m128i m4 = _mm_set1_epi8(15), sc = _mm_loadl_epi64((const __m128i *)scales);
-    const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4)));
+    const __m256i l16 = _mm256_cvtepu8_epi16(
+        _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4)));
     return _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
 }
 
@@ -83,13 +88,15 @@ static float dot_iq2_xs(const blk_iq2_xs *x, const blk_q8_k *y, int64_t nb) {
         uint8_t sg[32] __attribute__((aligned(32)));
         _mm256_store_si256((__m256i *)sg, ksigns_vec(idx));
         const __m256i lsv = iq2_half_scales(x[i].scales);
-        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        const __m256i lanes[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),
+                                  _mm256_permute2x128_si256(lsv, lsv, 0x11)};
         __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
             uint64_t e;
             memcpy(&e, x[i].qs + 4 * ib, 8);
-            const __m256i g = _mm256_set_epi64x((long long)iq2xs_grid[(e >> 48) & 511], (long long)iq2xs_grid[(e >> 32) & 511],
-                                                (long long)iq2xs_grid[(e >> 16) & 511], (long long)iq2xs_grid[e & 511]);
+            const __m256i g = _mm256_set_epi64x(
+                (long long)iq2xs_grid[(e >> 48) & 511], (long long)iq2xs_grid[(e >> 32) & 511],
+                (long long)iq2xs_grid[(e >> 16) & 511], (long long)iq2xs_grid[e & 511]);
             const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(sg + 4 * ib));
             acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
             ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
@@ -105,7 +112,8 @@ static float dot_iq2_s(const blk_iq2_s *x, const blk_q8_k *y, int64_t nb) {
      * lanes 4b..4b+3, mask bits 2l..2l+1, multiply by 2^(8-2l) */
     const __m128i rep0 = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m128i rep1 = _mm_add_epi8(rep0, _mm_set1_epi8(4));
-    const __m256i hmask = _mm256_set1_epi64x(0x00c00030000c0003LL), hmul = _mm256_set1_epi64x(0x0004001000400100LL);
+    const __m256i hmask = _mm256_set1_epi64x(0x00c00030000c0003LL),
+                  hmul = _mm256_set1_epi64x(0x0004001000400100LL);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
@@ -118,7 +126,8 @@ static float dot_iq2_s(const blk_iq2_s *x, const blk_q8_k *y, int64_t nb) {
             _mm256_store_si256((__m256i *)idx + v, _mm256_or_si256(lo, hi));
         }
         const __m256i lsv = iq2_half_scales(x[i].scales);
-        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        const __m256i lanes[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),
+                                  _mm256_permute2x128_si256(lsv, lsv, 0x11)};
         __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
             const uint16_t *e = idx + 4 * ib;
@@ -145,15 +154,17 @@ static float dot_iq3_xxs(const blk_iq3_xxs *x, const blk_q8_k *y, int64_t nb) {
         uint8_t sg[32] __attribute__((aligned(32)));
         _mm256_store_si256((__m256i *)sg, signs_from_words(w));
         const __m256i lsv = scales_from_words(w);
-        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        const __m256i lanes[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),
+                                  _mm256_permute2x128_si256(lsv, lsv, 0x11)};
         __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
             uint64_t gi; /* 8 grid indices: extracting from one load keeps the load ports free */
             memcpy(&gi, q + 8 * ib, 8);
-            const __m256i g = _mm256_set_epi32(
-                (int)iq3xxs_grid[gi >> 56], (int)iq3xxs_grid[(gi >> 48) & 255], (int)iq3xxs_grid[(gi >> 40) & 255],
-                (int)iq3xxs_grid[(gi >> 32) & 255], (int)iq3xxs_grid[(gi >> 24) & 255], (int)iq3xxs_grid[(gi >> 16) & 255],
-                (int)iq3xxs_grid[(gi >> 8) & 255], (int)iq3xxs_grid[gi & 255]);
+            const __m256i g =
+                _mm256_set_epi32((int)iq3xxs_grid[gi >> 56], (int)iq3xxs_grid[(gi >> 48) & 255],
+                                 (int)iq3xxs_grid[(gi >> 40) & 255], (int)iq3xxs_grid[(gi >> 32) & 255],
+                                 (int)iq3xxs_grid[(gi >> 24) & 255], (int)iq3xxs_grid[(gi >> 16) & 255],
+                                 (int)iq3xxs_grid[(gi >> 8) & 255], (int)iq3xxs_grid[gi & 255]);
             const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(sg + 4 * ib));
             acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
             ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
@@ -178,7 +189,8 @@ static float dot_iq3_s(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
             const __m256i e = _mm256_shuffle_epi8(_mm256_set1_epi32(hb), shuf);
             const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(e, bit), bit), one);
             const __m256i q = loadu(x[i].qs + 32 * v);
-            const __m256i lo = _mm256_unpacklo_epi8(q, h), hi = _mm256_unpackhi_epi8(q, h); /* in-lane interleave */
+            const __m256i lo = _mm256_unpacklo_epi8(q, h),
+                          hi = _mm256_unpackhi_epi8(q, h); /* in-lane interleave */
             _mm256_store_si256((__m256i *)idx + 2 * v, _mm256_permute2x128_si256(lo, hi, 0x20));
             _mm256_store_si256((__m256i *)idx + 2 * v + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
         }
@@ -189,13 +201,14 @@ static float dot_iq3_s(const blk_iq3_s *x, const blk_q8_k *y, int64_t nb) {
         const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
         const __m256i l16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(n, n));
         const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
-        const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
+        const __m256i lanes[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),
+                                  _mm256_permute2x128_si256(lsv, lsv, 0x11)};
         __m256i acc = _mm256_setzero_si256(), ctrl = scale_ctrl0();
         for (int ib = 0; ib < 8; ib++) {
             const uint16_t *k = idx + 8 * ib;
-            const __m256i g = _mm256_set_epi32((int)iq3s_grid[k[7]], (int)iq3s_grid[k[6]], (int)iq3s_grid[k[5]],
-                                               (int)iq3s_grid[k[4]], (int)iq3s_grid[k[3]], (int)iq3s_grid[k[2]],
-                                               (int)iq3s_grid[k[1]], (int)iq3s_grid[k[0]]);
+            const __m256i g = _mm256_set_epi32(
+                (int)iq3s_grid[k[7]], (int)iq3s_grid[k[6]], (int)iq3s_grid[k[5]], (int)iq3s_grid[k[4]],
+                (int)iq3s_grid[k[3]], (int)iq3s_grid[k[2]], (int)iq3s_grid[k[1]], (int)iq3s_grid[k[0]]);
             const __m256i a = _mm256_sign_epi8(loadu(y[i].qs + 32 * ib), signs_at(x[i].signs + 4 * ib));
             acc = dot_scaled(acc, g, a, _mm256_shuffle_epi8(lanes[ib / 4], ctrl));
             ctrl = ib == 3 ? scale_ctrl0() : scale_step(ctrl);
@@ -217,21 +230,22 @@ ROWS_MATVEC(mv_iq3_s, dot_iq3_s, blk_iq3_s, blk_q8_k, QK_K)
 
 /* One super-block: 8 blocks of 4 folded-table keys (KEYS(ib, k0..k3) computes them), the 16
  * half-block scales in lsv (int16). Returns S = sum ls * sum (8g + delta8) a. */
-#define IQ1_SUPERBLOCK(S, lsv, y, KEYS)                                                            \
-    do {                                                                                           \
-        const int corr_ = hsum_i32(_mm256_madd_epi16(lsv, loadu((y)->bsums)));                     \
-        const __m256i lanes_[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00),                     \
-                                    _mm256_permute2x128_si256(lsv, lsv, 0x11) };                   \
-        __m256i acc_ = _mm256_setzero_si256(), ctrl_ = scale_ctrl0();                              \
-        for (int ib = 0; ib < 8; ib++) {                                                           \
-            unsigned k0, k1, k2, k3;                                                               \
-            KEYS(ib, k0, k1, k2, k3);                                                              \
-            const __m256i g_ = _mm256_set_epi64x((long long)iq1_fold[k3], (long long)iq1_fold[k2], \
-                                                 (long long)iq1_fold[k1], (long long)iq1_fold[k0]); \
-            acc_ = dot_scaled(acc_, g_, loadu((y)->qs + 32 * ib), _mm256_shuffle_epi8(lanes_[ib / 4], ctrl_)); \
-            ctrl_ = ib == 3 ? scale_ctrl0() : scale_step(ctrl_);                                   \
-        }                                                                                          \
-        S = hsum_i32(acc_) - 9 * corr_;                                                            \
+#define IQ1_SUPERBLOCK(S, lsv, y, KEYS)                                                                      \
+    do {                                                                                                     \
+        const int corr_ = hsum_i32(_mm256_madd_epi16(lsv, loadu((y)->bsums)));                               \
+        const __m256i lanes_[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),                                \
+                                   _mm256_permute2x128_si256(lsv, lsv, 0x11)};                               \
+        __m256i acc_ = _mm256_setzero_si256(), ctrl_ = scale_ctrl0();                                        \
+        for (int ib = 0; ib < 8; ib++) {                                                                     \
+            unsigned k0, k1, k2, k3;                                                                         \
+            KEYS(ib, k0, k1, k2, k3);                                                                        \
+            const __m256i g_ = _mm256_set_epi64x((long long)iq1_fold[k3], (long long)iq1_fold[k2],           \
+                                                 (long long)iq1_fold[k1], (long long)iq1_fold[k0]);          \
+            acc_ =                                                                                           \
+                dot_scaled(acc_, g_, loadu((y)->qs + 32 * ib), _mm256_shuffle_epi8(lanes_[ib / 4], ctrl_));  \
+            ctrl_ = ib == 3 ? scale_ctrl0() : scale_step(ctrl_);                                             \
+        }                                                                                                    \
+        S = hsum_i32(acc_) - 9 * corr_;                                                                      \
     } while (0)
 
 static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
@@ -242,22 +256,24 @@ static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
         pf_block(&x[i], sizeof x[i]);
         /* ls = 2 * ((qh >> 12) & 7) + 1 per block, duplicated for its two halves */
         const __m128i h = _mm_loadu_si128((const __m128i *)x[i].qh);
-        const __m128i l8 = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7)), 1),
-                                         _mm_set1_epi16(1));
+        const __m128i l8 = _mm_add_epi16(
+            _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
         const __m256i lsv = _mm256_set_m128i(_mm_unpackhi_epi16(l8, l8), _mm_unpacklo_epi16(l8, l8));
         /* the 32 table keys (qs << 1) | (3 index bits from qh) << 9 | delta sign, 8 at a time
          * in 32-bit lanes (lane j of vector v: block 2v + j/4, group j%4) */
         uint32_t keys[32] __attribute__((aligned(32)));
         const __m256i h32 = _mm256_cvtepu16_epi32(h);
         for (int v = 0; v < 4; v++) {
-            const __m256i hp = _mm256_permutevar8x32_epi32(h32, _mm256_add_epi32(pair, _mm256_set1_epi32(2 * v)));
+            const __m256i hp =
+                _mm256_permutevar8x32_epi32(h32, _mm256_add_epi32(pair, _mm256_set1_epi32(2 * v)));
             const __m256i bits = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(hp, sh), m7), 9);
             const __m256i q32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * v)));
-            _mm256_store_si256((__m256i *)keys + v, _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(q32, 1), bits),
-                                                                    _mm256_srli_epi32(hp, 15)));
+            _mm256_store_si256(
+                (__m256i *)keys + v,
+                _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(q32, 1), bits), _mm256_srli_epi32(hp, 15)));
         }
-#define IQ1S_KEYS(ib, k0, k1, k2, k3) \
-        k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
+#define IQ1S_KEYS(ib, k0, k1, k2, k3)                                                                        \
+    k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
         int S;
         IQ1_SUPERBLOCK(S, lsv, &y[i], IQ1S_KEYS);
 #undef IQ1S_KEYS
@@ -268,7 +284,8 @@ static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
 ROWS_MATVEC(mv_iq1_s, dot_iq1_s, blk_iq1_s, blk_q8_k, QK_K)
 
 static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
-    const __m256i sel0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), sel1 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    const __m256i sel0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+                  sel1 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), m7 = _mm256_set1_epi32(7);
     float sumf = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
@@ -280,8 +297,10 @@ static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
                                           ((sc >> 48) & 0xf000));
         /* ls[k] = 2 * ((word k/4 >> 3*(k%4)) & 7) + 1, k = 0..15 (one per 16 values) */
         const __m256i w32 = _mm256_cvtepu16_epi32(_mm_cvtsi64_si128((long long)sc));
-        const __m256i v0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel0), sh), m7);
-        const __m256i v1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel1), sh), m7);
+        const __m256i v0 =
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel0), sh), m7);
+        const __m256i v1 =
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w32, sel1), sh), m7);
         const __m256i l16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xd8);
         const __m256i lsv = _mm256_add_epi16(_mm256_add_epi16(l16, l16), _mm256_set1_epi16(1));
         /* the 32 table keys (qs << 1) | (nibble & 7) << 9 | nibble >> 3, nibble j = 4 bits of qh
@@ -289,16 +308,17 @@ static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
         uint16_t keys[32] __attribute__((aligned(32)));
         const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh), m4 = _mm_set1_epi8(15);
         const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
-        const __m128i nib[2] = { _mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh) };
+        const __m128i nib[2] = {_mm_unpacklo_epi8(nl, nh), _mm_unpackhi_epi8(nl, nh)};
         for (int v = 0; v < 2; v++) {
             const __m256i n16 = _mm256_cvtepu8_epi16(nib[v]);
             const __m256i q16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * v)));
-            const __m256i k = _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(q16, 1), _mm256_srli_epi16(n16, 3)),
-                                              _mm256_slli_epi16(_mm256_and_si256(n16, _mm256_set1_epi16(7)), 9));
+            const __m256i k =
+                _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(q16, 1), _mm256_srli_epi16(n16, 3)),
+                                _mm256_slli_epi16(_mm256_and_si256(n16, _mm256_set1_epi16(7)), 9));
             _mm256_store_si256((__m256i *)keys + v, k);
         }
-#define IQ1M_KEYS(ib, k0, k1, k2, k3) \
-        k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
+#define IQ1M_KEYS(ib, k0, k1, k2, k3)                                                                        \
+    k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
         int S;
         IQ1_SUPERBLOCK(S, lsv, &y[i], IQ1M_KEYS);
 #undef IQ1M_KEYS

@@ -17,20 +17,22 @@
 
 /* the 16-byte code -> u = value + off tables, in both lanes */
 static inline __m256i iq2lf_utab(void) { /* off 43 */
-    return _mm256_setr_epi8(51, 68, 86, 43, 35, 18, 0, 43, 43, 43, 43, 43, 43, 43, 43, 43,
-                            51, 68, 86, 43, 35, 18, 0, 43, 43, 43, 43, 43, 43, 43, 43, 43);
+    return _mm256_setr_epi8(51, 68, 86, 43, 35, 18, 0, 43, 43, 43, 43, 43, 43, 43, 43, 43, 51, 68, 86, 43, 35,
+                            18, 0, 43, 43, 43, 43, 43, 43, 43, 43, 43);
 }
 static inline __m256i iq1lf_utab(void) { /* off 9 */
-    return _mm256_setr_epi8(2, 10, 18, 9, 0, 8, 16, 9, 9, 9, 9, 9, 9, 9, 9, 9,
-                            2, 10, 18, 9, 0, 8, 16, 9, 9, 9, 9, 9, 9, 9, 9, 9);
+    return _mm256_setr_epi8(2, 10, 18, 9, 0, 8, 16, 9, 9, 9, 9, 9, 9, 9, 9, 9, 2, 10, 18, 9, 0, 8, 16, 9, 9,
+                            9, 9, 9, 9, 9, 9, 9);
 }
 
 /* The integer sum of one super-block of one row (dot_iq_lf's inner part), offset term included. */
 KI __m256i sb_iq_lf(const blk_iq_lf *x, const blk_q8_k *y, __m256i tab, __m256i koff) {
     const __m256i m4 = _mm256_set1_epi8(15);
     const __m256i lsv = iq2_half_scales(x->scales);
-    const __m256i lanes[2] = { _mm256_permute2x128_si256(lsv, lsv, 0x00), _mm256_permute2x128_si256(lsv, lsv, 0x11) };
-    __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(_mm256_mullo_epi16(lsv, koff), loadu(y->bsums)));
+    const __m256i lanes[2] = {_mm256_permute2x128_si256(lsv, lsv, 0x00),
+                              _mm256_permute2x128_si256(lsv, lsv, 0x11)};
+    __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_madd_epi16(_mm256_mullo_epi16(lsv, koff), loadu(y->bsums)));
     __m256i ctrl = scale_ctrl0();
     UNROLL for (int p = 0; p < 4; p++) {
         const __m256i v = loadu(x->qs + 32 * p);
@@ -52,10 +54,8 @@ KI float dot_iq_lf(const blk_iq_lf *x, const blk_q8_k *y, int64_t nb, __m256i ta
     for (int64_t i = 0; i < nb; i++) {
         pf_block(&x[i], sizeof x[i]);
         const int isum = hsum_i32(sb_iq_lf(&x[i], &y[i], tab, koff));
-        if (iq1)
-            sumf += h2f(x[i].d) * y[i].d * (0.125f * (float)isum);
-        else
-            sumf += h2f(x[i].d) * y[i].d * (float)isum;
+        if (iq1) sumf += h2f(x[i].d) * y[i].d * (0.125f * (float)isum);
+        else sumf += h2f(x[i].d) * y[i].d * (float)isum;
     }
     return iq1 ? sumf : 0.125f * sumf;
 }
@@ -63,8 +63,12 @@ KI float dot_iq_lf(const blk_iq_lf *x, const blk_q8_k *y, int64_t nb, __m256i ta
 /* One row at a time: a 4-row variant (shared reduction and 4-lane epilogue, next group prefetched
  * as the 4-row K-quant kernels do) ran no faster hot (13.3-13.6 GB/s) and at half the speed cold
  * (6.1 vs 11-13 GB/s, Zen 3), so it was dropped. */
-static float dot_iq2_lf(const blk_iq2_lf *x, const blk_q8_k *y, int64_t nb) { return dot_iq_lf(x, y, nb, iq2lf_utab(), 43, 0); }
-static float dot_iq1_lf(const blk_iq1_lf *x, const blk_q8_k *y, int64_t nb) { return dot_iq_lf(x, y, nb, iq1lf_utab(), 9, 1); }
+static float dot_iq2_lf(const blk_iq2_lf *x, const blk_q8_k *y, int64_t nb) {
+    return dot_iq_lf(x, y, nb, iq2lf_utab(), 43, 0);
+}
+static float dot_iq1_lf(const blk_iq1_lf *x, const blk_q8_k *y, int64_t nb) {
+    return dot_iq_lf(x, y, nb, iq1lf_utab(), 9, 1);
+}
 ROWS_MATVEC(mv_iq2_lf, dot_iq2_lf, blk_iq2_lf, blk_q8_k, QK_K)
 ROWS_MATVEC(mv_iq1_lf, dot_iq1_lf, blk_iq1_lf, blk_q8_k, QK_K)
 
@@ -88,12 +92,13 @@ static void dec_iq1_lf(const void *p, kdsb *o) { dec_iq_lf(p, o, iq1lf_utab(), 9
 
 /* EP_PLAIN with 1/8 at the end (IQ2_XXS's), EP_IQ1 (isum / 8 per super-block, IQ1_M's); the 256-bit
  * core at every level (wide = 0: no matmul_w, so kern_cfg.mm512 leaves these types alone) */
-static void mm_iq2_lf(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o,
-                      size_t ldo) {
-    mm_driver(dec_iq2_lf, sizeof(blk_iq2_lf), mv_iq2_lf, EP_PLAIN, 1, 0.125f, W, rb, nr, nc, a, ab, T, o, ldo, 0);
+static void mm_iq2_lf(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T,
+                      float *o, size_t ldo) {
+    mm_driver(dec_iq2_lf, sizeof(blk_iq2_lf), mv_iq2_lf, EP_PLAIN, 1, 0.125f, W, rb, nr, nc, a, ab, T, o, ldo,
+              0);
 }
-static void mm_iq1_lf(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T, float *o,
-                      size_t ldo) {
+static void mm_iq1_lf(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, size_t ab, int T,
+                      float *o, size_t ldo) {
     mm_driver(dec_iq1_lf, sizeof(blk_iq1_lf), mv_iq1_lf, EP_IQ1, 1, 1.0f, W, rb, nr, nc, a, ab, T, o, ldo, 0);
 }
 

@@ -60,24 +60,43 @@ static void check_fast(check_state *cs, const ops_mm_task *tasks, const void *co
 }
 
 /* ---- profile (ops_prof_begin/end/print) ------------------------------------------------------- */
-enum { OC_DN_PROJ, OC_DN_OUT, OC_ATT_QKV, OC_ATT_OUT, OC_ROUTER, OC_EXP_GU, OC_EXP_DOWN, OC_SHARED, OC_HEAD, OC_OTHER, OC_N };
+enum {
+    OC_DN_PROJ,
+    OC_DN_OUT,
+    OC_ATT_QKV,
+    OC_ATT_OUT,
+    OC_ROUTER,
+    OC_EXP_GU,
+    OC_EXP_DOWN,
+    OC_SHARED,
+    OC_HEAD,
+    OC_OTHER,
+    OC_N
+};
 static const char *const oc_names[OC_N] = {
-    "deltanet projections", "deltanet ssm_out", "attention q/k/v", "attention output", "moe router",
-    "experts gate+up (+shared)", "experts down (+shared)", "shared expert", "output head", "other products"};
+    "deltanet projections",   "deltanet ssm_out", "attention q/k/v",
+    "attention output",       "moe router",       "experts gate+up (+shared)",
+    "experts down (+shared)", "shared expert",    "output head",
+    "other products"};
 
 typedef struct {
     bool on;
-    pool *p;   /* the pool the products ran on (profiling switched on at its first product) */
+    pool *p; /* the pool the products ran on (profiling switched on at its first product) */
     int nth;
     double t0, t1;
-    double wall[OC_N], busy[OC_N], busy_max[OC_N], quant[OC_N], macs[OC_N], bytes[OC_N]; /* bytes: weights read */
+    double wall[OC_N], busy[OC_N], busy_max[OC_N], quant[OC_N], macs[OC_N],
+        bytes[OC_N]; /* bytes: weights read */
     long calls[OC_N];
-    double inline_wall;       /* products and quantisations run on the calling thread alone */
-    double pool_mm_wall;      /* pool_run time of products and their quantisation */
-    pool_stat pool_total;     /* every pool_run while on */
+    double inline_wall;   /* products and quantisations run on the calling thread alone */
+    double pool_mm_wall;  /* pool_run time of products and their quantisation */
+    pool_stat pool_total; /* every pool_run while on */
     /* labelled loops and jobs (ops_parallel_for, ops_run): wall, busy, slowest thread; inline: the
      * part that ran on the calling thread alone (below the dispatch threshold) */
-    struct { const char *label; long calls; double wall, busy, busy_max, inl, pool_wall; } job[24];
+    struct {
+        const char *label;
+        long calls;
+        double wall, busy, busy_max, inl, pool_wall;
+    } job[24];
     int n_job;
 } prof_state;
 
@@ -165,7 +184,8 @@ static int op_class(const char *name) {
     if (strstr(name, "_exps")) return strstr(name, "down") ? OC_EXP_DOWN : OC_EXP_GU;
     if (strstr(name, "shexp")) return OC_SHARED;
     if (strstr(name, "ssm_out")) return OC_DN_OUT;
-    if (strstr(name, "ssm_in") || strstr(name, "attn_qkv") || strstr(name, "attn_gate") || strstr(name, "ssm_ba"))
+    if (strstr(name, "ssm_in") || strstr(name, "attn_qkv") || strstr(name, "attn_gate") ||
+        strstr(name, "ssm_ba"))
         return OC_DN_PROJ;
     if (strstr(name, "attn_output")) return OC_ATT_OUT;
     if (strstr(name, "attn_q.") || strstr(name, "attn_k.") || strstr(name, "attn_v.")) return OC_ATT_QKV;
@@ -196,18 +216,18 @@ void ops_prof_print(const ops_rt *rt, FILE *f, const char *title, double per) {
     const double tot = g->t1 - g->t0, k = 1e3 / per;
     const int nth = g->nth ? g->nth : 1;
     fprintf(f, "\nprofile: %s, products and threads (%d threads, %.3f ms per token)\n", title, nth, tot * k);
-    fprintf(f, "  %-26s %6s %9s %6s %8s %7s %9s %9s %8s %7s\n", "stage", "calls", "ms/token", "%", "GMAC/s", "busy%",
-            "imbal ms", "dispat ms", "quant ms", "GB/s");
+    fprintf(f, "  %-26s %6s %9s %6s %8s %7s %9s %9s %8s %7s\n", "stage", "calls", "ms/token", "%", "GMAC/s",
+            "busy%", "imbal ms", "dispat ms", "quant ms", "GB/s");
     double mm = 0;
     for (int c = 0; c < OC_N; c++) {
         if (!g->calls[c]) continue;
         const double w = g->wall[c] + g->quant[c];
         mm += w;
-        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f %7.1f\n", oc_names[c], g->calls[c],
-                w * k, 100 * w / tot, g->macs[c] / (g->wall[c] > 0 ? g->wall[c] : 1) / 1e9,
+        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8.1f %6.1f%% %9.3f %9.3f %8.3f %7.1f\n", oc_names[c],
+                g->calls[c], w * k, 100 * w / tot, g->macs[c] / (g->wall[c] > 0 ? g->wall[c] : 1) / 1e9,
                 g->wall[c] > 0 ? 100 * g->busy[c] / (nth * g->wall[c]) : 0,
-                (g->busy_max[c] - g->busy[c] / nth) * k, (g->wall[c] - g->busy_max[c]) * k,
-                g->quant[c] * k, g->bytes[c] / (w > 0 ? w : 1) / 1e9);
+                (g->busy_max[c] - g->busy[c] / nth) * k, (g->wall[c] - g->busy_max[c]) * k, g->quant[c] * k,
+                g->bytes[c] / (w > 0 ? w : 1) / 1e9);
     }
     const pool_stat *pt = &g->pool_total;
     double other = pt->wall - g->pool_mm_wall, inl = 0, labelled = 0;
@@ -216,7 +236,8 @@ void ops_prof_print(const ops_rt *rt, FILE *f, const char *title, double per) {
         const double w = g->job[j].wall;
         inl += g->job[j].inl;
         labelled += g->job[j].pool_wall;
-        fprintf(f, "  %-26s %6ld %9.3f %5.1f%% %8s %6.1f%% %9.3f %9.3f   (on the calling thread alone: %.3f)\n",
+        fprintf(f,
+                "  %-26s %6ld %9.3f %5.1f%% %8s %6.1f%% %9.3f %9.3f   (on the calling thread alone: %.3f)\n",
                 g->job[j].label, g->job[j].calls, w * k, 100 * w / tot, "",
                 w > 0 ? 100 * g->job[j].busy / (nth * w) : 0, (g->job[j].busy_max - g->job[j].busy / nth) * k,
                 (w - g->job[j].busy_max) * k, g->job[j].inl * k);
@@ -225,7 +246,8 @@ void ops_prof_print(const ops_rt *rt, FILE *f, const char *title, double per) {
     double serial = tot - mm - other - inl;
     fprintf(f, "  %-26s %6s %9.3f %5.1f%%\n", "products, all", "", mm * k, 100 * mm / tot);
     fprintf(f, "  %-26s %6ld %9.3f %5.1f%%          (all pool jobs: %.1f%% of thread time busy)\n",
-            "other parallel jobs", pt->jobs, other * k, 100 * other / tot, pt->wall > 0 ? 100 * pt->busy / (nth * pt->wall) : 0);
+            "other parallel jobs", pt->jobs, other * k, 100 * other / tot,
+            pt->wall > 0 ? 100 * pt->busy / (nth * pt->wall) : 0);
     fprintf(f, "  %-26s %6s %9.3f %5.1f%%\n", "  of which unlabelled", "", unl * k, 100 * unl / tot);
     fprintf(f, "  %-26s %6s %9.3f %5.1f%%          (the calling thread alone, outside the rows above)\n",
             "serial", "", serial * k, 100 * serial / tot);
@@ -271,8 +293,8 @@ static void batch_worker(void *arg, int ith, int nth) {
             if (j->fast) {
                 /* all T activation rows against these weight rows: kern_matmul decodes each weight
                  * block once for several rows, bit-identical to kern_matvec per row */
-                kern_matmul(j->kern, W->type, W->data + (size_t)r0 * W->row_bytes, r1 - r0, W->n_in, j->actq[ti], tk->T,
-                            tk->y + r0, W->n_out);
+                kern_matmul(j->kern, W->type, W->data + (size_t)r0 * W->row_bytes, r1 - r0, W->n_in,
+                            j->actq[ti], tk->T, tk->y + r0, W->n_out);
             } else {
                 const quant_traits *qt = quant_get(W->type);
                 for (int64_t r = r0; r < r1; r++) {
@@ -290,7 +312,8 @@ static void batch_worker(void *arg, int ith, int nth) {
 }
 
 /* Activation quantisation of the tasks that own their buffer (the first task of each distinct
- * input; the others share it), rows split over the threads (prefill and verify quantise hundreds of rows per product). */
+ * input; the others share it), rows split over the threads (prefill and verify quantise hundreds of rows per
+ * product). */
 typedef struct {
     const ops_mm_task *tasks;
     const int *owners;
@@ -310,7 +333,8 @@ static void quant_worker(void *arg, int ith, int nth) {
         size_t ab = kern_act_size(W->type, W->n_in);
         for (int t = 0; t < tk->T; t++, base++)
             if (base >= lo && base < hi)
-                kern_quantize_act(q->kern, W->type, tk->x + (size_t)t * W->n_in, W->n_in, (uint8_t *)tk->actq + ab * t);
+                kern_quantize_act(q->kern, W->type, tk->x + (size_t)t * W->n_in, W->n_in,
+                                  (uint8_t *)tk->actq + ab * t);
     }
 }
 
@@ -357,10 +381,8 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         quant_job q = {tasks, owners, n_owners, kc};
         /* a dispatch costs more than quantising a few thousand values (the tiny models' 16 expert
          * rows of 256 at a 4-row verify paid one per product: 4 rows cost 0.7 steps more than 3) */
-        if (qvals >= 65536)
-            pool_run(p, quant_worker, &q);
-        else
-            quant_worker(&q, 0, 1);
+        if (qvals >= 65536) pool_run(p, quant_worker, &q);
+        else quant_worker(&q, 0, 1);
     }
     double pt1 = 0;
     if (g) {
@@ -376,7 +398,8 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
     first_unit[0] = 0;
     for (int i = 0; i < n_tasks; i++) {
         const long nb = (long)((tasks[i].W->n_out + BATCH_BLOCK - 1) / BATCH_BLOCK);
-        const double wblk = (double)BATCH_BLOCK * (double)tasks[i].W->n_in * (double)(tasks[i].T > 0 ? tasks[i].T : 1);
+        const double wblk =
+            (double)BATCH_BLOCK * (double)tasks[i].W->n_in * (double)(tasks[i].T > 0 ? tasks[i].T : 1);
         long c = (long)(target / wblk);
         if (c < 1) c = 1;
         if (c > nb) c = nb > 0 ? nb : 1;
@@ -384,16 +407,15 @@ void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast)
         first_unit[i + 1] = first_unit[i] + (nb + c - 1) / c;
     }
     batch_job j = {tasks, n_tasks, actq, fast, kc, first_unit, unit_blk, 0};
-    if (work < 32768)
-        batch_worker(&j, 0, 1);
-    else
-        pool_run(p, batch_worker, &j);
+    if (work < 32768) batch_worker(&j, 0, 1);
+    else pool_run(p, batch_worker, &j);
     if (g) {
         const double dt = rl_now() - pt1;
         g->calls[pc]++;
         g->wall[pc] += dt;
         g->macs[pc] += (double)work;
-        for (int i = 0; i < n_tasks; i++) g->bytes[pc] += (double)tasks[i].W->row_bytes * (double)tasks[i].W->n_out;
+        for (int i = 0; i < n_tasks; i++)
+            g->bytes[pc] += (double)tasks[i].W->row_bytes * (double)tasks[i].W->n_out;
         if (work < 32768 || !p) {
             g->busy[pc] += dt; /* one thread busy, the others idle */
             g->busy_max[pc] += dt;
@@ -545,12 +567,13 @@ void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, in
     for (int j = 0; j < hd; j++) out[j] = (float)(acc[j] / den);
 }
 
-void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out) {
+void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw,
+                   float *out) {
     ops_conv_step_range(state, state_out, w, u, C, kw, 0, C, true, out);
 }
 
-void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw, int c0,
-                         int c1, bool silu, float *out) {
+void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw,
+                         int c0, int c1, bool silu, float *out) {
     for (int c = c0; c < c1; c++) {
         double s = 0;
         for (int j = 0; j < kw - 1; j++) s += (double)w[(size_t)c * kw + j] * state[(size_t)j * C + c];
@@ -559,12 +582,13 @@ void ops_conv_step_range(const float *state, float *state_out, const float *w, c
     }
     /* shift the window by one input: row j <- row j + 1 (in increasing j, so in place is safe) */
     for (int j = 0; j + 1 < kw - 1; j++)
-        memmove(state_out + (size_t)j * C + c0, state + (size_t)(j + 1) * C + c0, sizeof(float) * (size_t)(c1 - c0));
+        memmove(state_out + (size_t)j * C + c0, state + (size_t)(j + 1) * C + c0,
+                sizeof(float) * (size_t)(c1 - c0));
     if (kw > 1) memcpy(state_out + (size_t)C * (kw - 2) + c0, u + c0, sizeof(float) * (size_t)(c1 - c0));
 }
 
-void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
-                    int dk, int dv, float *out) {
+void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
+                    float beta, int dk, int dv, float *out) {
     for (int c = 0; c < dv; c++) {
         const float *si = S_in + (size_t)c * dk;
         float *s = S + (size_t)c * dk;

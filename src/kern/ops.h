@@ -84,8 +84,8 @@ typedef struct {
     const ops_mat *W;
     const float *x; /* T x W->n_in */
     int T;
-    float *y;       /* T x W->n_out */
-    void *actq;     /* fast mode only */
+    float *y;   /* T x W->n_out */
+    void *actq; /* fast mode only */
 } ops_mm_task;
 void ops_matmul_batch(pool *p, const ops_mm_task *tasks, int n_tasks, bool fast);
 /* Shadow check of the fast path (tests; redlite dump --check-fast): after every fast product on a pool
@@ -147,18 +147,19 @@ void ops_attn_head_kv(const float *q, const void *K, const void *V, bool f16, in
  *   u: the current input (C). out[c] = silu(sum_j w[c][j] * window[j][c]) where window is
  *   state rows then u. The shifted state (oldest dropped, u appended) goes to state_out, which
  *   may be `state` itself (in place) or another buffer (the engine's uncommitted state). */
-void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw, float *out);
+void ops_conv_step(const float *state, float *state_out, const float *w, const float *u, int C, int kw,
+                   float *out);
 /* The same for channels [c0, c1) only (out, state_out and u indexed by channel as above): the
  * channels are independent, so threads may run disjoint ranges of one step (prefill). silu false:
  * out[c] is the window sum before the activation (rounded to float), for a caller that applies its
  * own (the fast path's vec_ops.silu_mul). */
-void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw, int c0,
-                         int c1, bool silu, float *out);
+void ops_conv_step_range(const float *state, float *state_out, const float *w, const float *u, int C, int kw,
+                         int c0, int c1, bool silu, float *out);
 
 /* Gated delta rule, one token, one value head:
  *   S: dv x dk state with the key index contiguous (element (i, v) at v*dk + i);
  *   S <- alpha S; m = S^T k; delta = beta (v - m); S <- S + k delta^T; out = S^T q.
  * Reads S_in, writes the new state to S (S_in == S: in place). */
-void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
-                    int dk, int dv, float *out);
+void ops_delta_step(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
+                    float beta, int dk, int dv, float *out);
 #endif

@@ -1,8 +1,8 @@
 /* vec.h — float32 vector primitives for the fast CPU path (DeltaNet state update, attention),
  * with a portable table, an AVX2+FMA and an AVX-512F one picked at run time by the kernel level of
  * the engine's ops runtime (ops_vec: a level of scalar takes the portable one, avx2 the AVX2 one;
- * the tuning switch RL_VEC the same for this table alone). Float accumulation in 8 (or 16) lanes: results differ from the
- * double-precision reference ops (ops.h) only by rounding; tests/c/test_vec.c bounds it. */
+ * the tuning switch RL_VEC the same for this table alone). Float accumulation in 8 (or 16) lanes: results
+ * differ from the double-precision reference ops (ops.h) only by rounding; tests/c/test_vec.c bounds it. */
 #ifndef RL_VEC_H
 #define RL_VEC_H
 
@@ -17,8 +17,8 @@ typedef struct {
     void (*axpy)(float *y, float a, const float *x, int n);
     /* one token of the gated delta rule for one value head (see ops_delta_step: reads S_in,
      * writes S, which may be S_in) */
-    void (*delta_step)(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha, float beta,
-                       int dk, int dv, float *out);
+    void (*delta_step)(const float *S_in, float *S, const float *q, const float *k, const float *v,
+                       float alpha, float beta, int dk, int dv, float *out);
     /* the same, bit for bit, for a state that is in cache (the rows after the first of a prefill:
      * each reads the state the row before wrote); faster there, slower on a state read from memory */
     void (*delta_step_hot)(const float *S_in, float *S, const float *q, const float *k, const float *v,
@@ -36,10 +36,10 @@ typedef struct {
      * The fast versions tile heads x rows so each K / V row is loaded (and widened) once for
      * several heads and the outputs stay in registers across rows; a score's lanes, chains and
      * reduction are dot's, an output element's updates axpy's in row order, whatever the tile. */
-    void (*attn_scores)(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride, int nb, int hd,
-                        float scale, float *e, int es);
-    void (*attn_mix)(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16, size_t stride,
-                     int nb, int hd);
+    void (*attn_scores)(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride, int nb,
+                        int hd, float scale, float *e, int es);
+    void (*attn_mix)(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16,
+                     size_t stride, int nb, int hd);
     /* The online-softmax step of one head over a block's nb scores e (nb >= 1), with its running max
      * *m, sum *l and unnormalised output o[hd]: bm = max of e; if bm > *m, o and *l are scaled by
      * expf(*m - bm) and *m = bm; then e[p] = exp(e[p] - *m) and *l += e[p] in position order. The
@@ -88,8 +88,8 @@ const vec_ops *vec_avx512(void);
  * spread one row's chunks over threads and fold them after: the same bits as a prefill's rows (the
  * exactness contract). Rows of at most C positions are one chunk: no merge. */
 #define VEC_ATTN_CHUNK 256
-void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V, int n_kv,
-                    size_t stride, int hd, float scale, float *out, size_t ostride);
+void vec_attn_group(const vec_ops *v, const float *q, size_t qstride, int G, const float *K, const float *V,
+                    int n_kv, size_t stride, int hd, float scale, float *out, size_t ostride);
 /* The same over a KV cache of f32 rows (f16 false: K, V are float) or f16 rows (K, V are
  * uint16_t halves; stride and offsets count elements). An f16 cache gives exactly the result
  * of an f32 cache holding the widened halves. */
@@ -103,17 +103,19 @@ void vec_attn_group_kv(const vec_ops *v, const float *q, size_t qstride, int G, 
  * VEC_ATTN_MAX_RG and hd <= VEC_ATTN_ROWS_HD, else the rows go one at a time. */
 /* One chunk: positions p0..p1-1 (p0 a multiple of VEC_ATTN_CHUNK, p1 - p0 <= it) for G heads from
  * scratch: unnormalised outputs at o + g*ostride, running max m[g] and sum l[g]. */
-void vec_attn_chunk_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V, bool f16,
-                       int p0, int p1, size_t stride, int hd, float scale, float *o, size_t ostride, float *m, float *l);
+void vec_attn_chunk_kv(const vec_ops *v, const float *q, size_t qstride, int G, const void *K, const void *V,
+                       bool f16, int p0, int p1, size_t stride, int hd, float scale, float *o, size_t ostride,
+                       float *m, float *l);
 /* Fold the next chunk (o2, m2, l2) into the running one (o, m, l), for G heads: M = max(m, m2), then
  * o = o*expf(m - M) + o2*expf(m2 - M) element by element (no fused multiply-add), l likewise, m = M. */
-void vec_attn_merge(int G, int hd, float *o, size_t ostride, float *m, float *l, const float *o2, size_t o2stride,
-                    const float *m2, const float *l2);
+void vec_attn_merge(int G, int hd, float *o, size_t ostride, float *m, float *l, const float *o2,
+                    size_t o2stride, const float *m2, const float *l2);
 /* out[g][j] = o[g][j] * (1 / l[g]) (out may be o). */
-void vec_attn_normalize(int G, int hd, const float *o, size_t ostride, const float *l, float *out, size_t outstride);
+void vec_attn_normalize(int G, int hd, const float *o, size_t ostride, const float *l, float *out,
+                        size_t outstride);
 #define VEC_ATTN_MAX_RG 64
 #define VEC_ATTN_ROWS_HD 256
-void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G, const void *K,
-                      const void *V, bool f16, int n_kv0, size_t stride, int hd, float scale, float *out, size_t orow,
-                      size_t ostride);
+void vec_attn_rows_kv(const vec_ops *v, const float *q, size_t qrow, int R, size_t qstride, int G,
+                      const void *K, const void *V, bool f16, int n_kv0, size_t stride, int hd, float scale,
+                      float *out, size_t orow, size_t ostride);
 #endif

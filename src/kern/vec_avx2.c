@@ -27,7 +27,8 @@ static float dot_avx2(const float *a, const float *b, int n) {
 static void axpy_avx2(float *y, float a, const float *x, int n) {
     __m256 va = _mm256_set1_ps(a);
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
 
@@ -64,8 +65,8 @@ static void delta_col(const float *si, float *s, const float *q, const float *k,
 
 #define UNROLL4 _Pragma("GCC unroll 4") /* the four columns stay in registers */
 
-static void delta_avx2(const float *S_in, float *S, const float *q, const float *k, const float *v, float alpha,
-                       float beta, int dk, int dv, float *out) {
+static void delta_avx2(const float *S_in, float *S, const float *q, const float *k, const float *v,
+                       float alpha, float beta, int dk, int dv, float *out) {
     const __m256 va = _mm256_set1_ps(alpha);
     for (int c = 0; c < dv; c++)
         delta_col(S_in + (size_t)c * dk, S + (size_t)c * dk, q, k, v[c], va, alpha, beta, dk, out + c);
@@ -152,7 +153,8 @@ static float dot_f16_avx2(const float *a, const uint16_t *b, int n) {
 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n) {
     __m256 va = _mm256_set1_ps(a);
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld16(x + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld16(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * _cvtsh_ss(x[i]);
 }
 
@@ -164,7 +166,8 @@ static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n) {
 #define INLINE static inline __attribute__((always_inline))
 
 /* rows p0..p0+n-1 as f32 rows: the cache itself, or widened into buf (row stride hd) */
-static const float *att_rows(const void *X, bool f16, size_t stride, int p0, int n, int hd, float *buf, size_t *rs) {
+static const float *att_rows(const void *X, bool f16, size_t stride, int p0, int n, int hd, float *buf,
+                             size_t *rs) {
     if (!f16) {
         *rs = stride;
         return (const float *)X + (size_t)p0 * stride;
@@ -178,14 +181,15 @@ static const float *att_rows(const void *X, bool f16, size_t stride, int p0, int
 }
 
 /* NQ heads x NK rows of dot_avx2 (two accumulators: even and odd 8-lane chunks; then hsum(s0 + s1)) */
-INLINE void att_dot_tile(int NQ, int NK, const float *const *q, const float *const *k, int hd, float scale, float *e,
-                         int es, int p) {
+INLINE void att_dot_tile(int NQ, int NK, const float *const *q, const float *const *k, int hd, float scale,
+                         float *e, int es, int p) {
     __m256 s0[2][2], s1[2][2];
-    UNROLL4 for (int a = 0; a < NQ; a++)
-        UNROLL4 for (int b = 0; b < NK; b++) s0[a][b] = s1[a][b] = _mm256_setzero_ps();
+    UNROLL4 for (int a = 0; a < NQ; a++) UNROLL4 for (int b = 0; b < NK; b++) s0[a][b] = s1[a][b] =
+        _mm256_setzero_ps();
     for (int i = 0; i < hd; i += 16) {
         __m256 k0[2], k1[2];
-        UNROLL4 for (int b = 0; b < NK; b++) k0[b] = _mm256_loadu_ps(k[b] + i), k1[b] = _mm256_loadu_ps(k[b] + i + 8);
+        UNROLL4 for (int b = 0; b < NK; b++) k0[b] = _mm256_loadu_ps(k[b] + i),
+                                             k1[b] = _mm256_loadu_ps(k[b] + i + 8);
         UNROLL4 for (int a = 0; a < NQ; a++) {
             const __m256 q0 = _mm256_loadu_ps(q[a] + i), q1 = _mm256_loadu_ps(q[a] + i + 8);
             UNROLL4 for (int b = 0; b < NK; b++) {
@@ -194,14 +198,14 @@ INLINE void att_dot_tile(int NQ, int NK, const float *const *q, const float *con
             }
         }
     }
-    UNROLL4 for (int a = 0; a < NQ; a++)
-        UNROLL4 for (int b = 0; b < NK; b++) e[(size_t)a * es + p + b] = hsum(_mm256_add_ps(s0[a][b], s1[a][b])) * scale;
+    UNROLL4 for (int a = 0; a < NQ; a++) UNROLL4 for (int b = 0; b < NK; b++) e[(size_t)a * es + p + b] =
+        hsum(_mm256_add_ps(s0[a][b], s1[a][b])) * scale;
 }
 
 /* the full 2 x 2 tile written out: the array version kept one accumulator in memory (a store-load
  * chain per step); the same operations in the same order as att_dot_tile(2, 2, ...) */
-static void att_dot_2x2(const float *q0, const float *q1, const float *k0, const float *k1, int hd, float scale,
-                        float *e0, float *e1) {
+static void att_dot_2x2(const float *q0, const float *q1, const float *k0, const float *k1, int hd,
+                        float scale, float *e0, float *e1) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
     for (int i = 0; i < hd; i += 16) {
         const __m256 x0 = _mm256_loadu_ps(k0 + i), x1 = _mm256_loadu_ps(k0 + i + 8);
@@ -217,14 +221,15 @@ static void att_dot_2x2(const float *q0, const float *q1, const float *k0, const
     e1[0] = hsum(_mm256_add_ps(c0, c1)) * scale, e1[1] = hsum(_mm256_add_ps(d0, d1)) * scale;
 }
 
-static void attn_scores_avx2(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride, int nb,
-                             int hd, float scale, float *e, int es) {
+static void attn_scores_avx2(const float *q, size_t qstride, int G, const void *K, bool f16, size_t stride,
+                             int nb, int hd, float scale, float *e, int es) {
     if (hd % 16 || hd > ATT_MAXHD) {
         for (int p = 0; p < nb; p++)
             for (int g = 0; g < G; g++)
-                e[(size_t)g * es + p] = (f16 ? dot_f16_avx2(q + (size_t)g * qstride, (const uint16_t *)K + (size_t)p * stride, hd)
-                                             : dot_avx2(q + (size_t)g * qstride, (const float *)K + (size_t)p * stride, hd)) *
-                                        scale;
+                e[(size_t)g * es + p] =
+                    (f16 ? dot_f16_avx2(q + (size_t)g * qstride, (const uint16_t *)K + (size_t)p * stride, hd)
+                         : dot_avx2(q + (size_t)g * qstride, (const float *)K + (size_t)p * stride, hd)) *
+                    scale;
         return;
     }
     float buf[ATT_ROWS * ATT_MAXHD] __attribute__((aligned(32)));
@@ -240,33 +245,34 @@ static void attn_scores_avx2(const float *q, size_t qstride, int G, const void *
                 const float *kk[2] = {R + (size_t)r * rs, R + (size_t)(r + 1) * rs};
                 if (g + 1 < G)
                     att_dot_2x2(qq[0], qq[1], kk[0], kk[1], hd, scale, eg + p0 + r, eg + es + p0 + r);
-                else
-                    att_dot_tile(1, 2, qq, kk, hd, scale, eg, es, p0 + r);
+                else att_dot_tile(1, 2, qq, kk, hd, scale, eg, es, p0 + r);
             }
             if (r < n) {
                 const float *kk[2] = {R + (size_t)r * rs, NULL};
-                if (g + 1 < G)
-                    att_dot_tile(2, 1, qq, kk, hd, scale, eg, es, p0 + r);
-                else
-                    att_dot_tile(1, 1, qq, kk, hd, scale, eg, es, p0 + r);
+                if (g + 1 < G) att_dot_tile(2, 1, qq, kk, hd, scale, eg, es, p0 + r);
+                else att_dot_tile(1, 1, qq, kk, hd, scale, eg, es, p0 + r);
             }
         }
     }
 }
 
 /* NG heads' outputs, 16 values each, in registers across n rows: y = fma(a, x, y) row by row (axpy_avx2) */
-INLINE void att_mix_tile(int NG, float *const *o, const float *const *eg, const float *R, size_t rs, int n, int d) {
+INLINE void att_mix_tile(int NG, float *const *o, const float *const *eg, const float *R, size_t rs, int n,
+                         int d) {
     __m256 y0[4], y1[4];
-    UNROLL4 for (int a = 0; a < NG; a++) y0[a] = _mm256_loadu_ps(o[a] + d), y1[a] = _mm256_loadu_ps(o[a] + d + 8);
+    UNROLL4 for (int a = 0; a < NG; a++) y0[a] = _mm256_loadu_ps(o[a] + d),
+                                         y1[a] = _mm256_loadu_ps(o[a] + d + 8);
     for (int r = 0; r < n; r++) {
-        const __m256 x0 = _mm256_loadu_ps(R + (size_t)r * rs + d), x1 = _mm256_loadu_ps(R + (size_t)r * rs + d + 8);
+        const __m256 x0 = _mm256_loadu_ps(R + (size_t)r * rs + d),
+                     x1 = _mm256_loadu_ps(R + (size_t)r * rs + d + 8);
         UNROLL4 for (int a = 0; a < NG; a++) {
             const __m256 va = _mm256_broadcast_ss(eg[a] + r);
             y0[a] = _mm256_fmadd_ps(va, x0, y0[a]);
             y1[a] = _mm256_fmadd_ps(va, x1, y1[a]);
         }
     }
-    UNROLL4 for (int a = 0; a < NG; a++) _mm256_storeu_ps(o[a] + d, y0[a]), _mm256_storeu_ps(o[a] + d + 8, y1[a]);
+    UNROLL4 for (int a = 0; a < NG; a++) _mm256_storeu_ps(o[a] + d, y0[a]),
+        _mm256_storeu_ps(o[a] + d + 8, y1[a]);
 }
 
 static void attn_mix_avx2(float *out, size_t ostride, int G, const float *e, int es, const void *V, bool f16,
@@ -275,9 +281,11 @@ static void attn_mix_avx2(float *out, size_t ostride, int G, const float *e, int
         for (int p = 0; p < nb; p++)
             for (int g = 0; g < G; g++) {
                 if (f16)
-                    axpy_f16_avx2(out + (size_t)g * ostride, e[(size_t)g * es + p], (const uint16_t *)V + (size_t)p * stride, hd);
+                    axpy_f16_avx2(out + (size_t)g * ostride, e[(size_t)g * es + p],
+                                  (const uint16_t *)V + (size_t)p * stride, hd);
                 else
-                    axpy_avx2(out + (size_t)g * ostride, e[(size_t)g * es + p], (const float *)V + (size_t)p * stride, hd);
+                    axpy_avx2(out + (size_t)g * ostride, e[(size_t)g * es + p],
+                              (const float *)V + (size_t)p * stride, hd);
             }
         return;
     }
@@ -290,7 +298,8 @@ static void attn_mix_avx2(float *out, size_t ostride, int G, const float *e, int
             const int ng = G - g < 4 ? G - g : 4;
             float *o[4];
             const float *eg[4];
-            for (int a = 0; a < ng; a++) o[a] = out + (size_t)(g + a) * ostride, eg[a] = e + (size_t)(g + a) * es + p0;
+            for (int a = 0; a < ng; a++)
+                o[a] = out + (size_t)(g + a) * ostride, eg[a] = e + (size_t)(g + a) * es + p0;
             for (int d = 0; d < hd; d += 16) switch (ng) {
                 case 4: att_mix_tile(4, o, eg, R, rs, n, d); break;
                 case 3: att_mix_tile(3, o, eg, R, rs, n, d); break;
@@ -309,7 +318,8 @@ static void attn_mix_avx2(float *out, size_t ostride, int G, const float *e, int
 static inline __m256 exp8(__m256 x0) {
     /* max / min return their second operand when either is NaN: a NaN input stays NaN */
     const __m256 x = _mm256_min_ps(_mm256_set1_ps(88.3f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x0));
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fmadd_ps(k, _mm256_set1_ps(-0.693145752f), x);
     r = _mm256_fmadd_ps(k, _mm256_set1_ps(-1.42860677e-6f), r);
     __m256 p = _mm256_set1_ps(1.0f / 720);
@@ -350,7 +360,8 @@ static void silu_mul_avx2(float *y, const float *g, const float *u, int n) {
 
 static void sigmoid_mul_avx2(float *y, const float *g, int n) {
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), sigm8(_mm256_loadu_ps(g + i))));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), sigm8(_mm256_loadu_ps(g + i))));
     if (i < n) {
         float gb[8] = {0}, yb[8] = {0};
         for (int j = 0; j < n - i; j++) gb[j] = g[i + j], yb[j] = y[i + j];
@@ -399,12 +410,13 @@ static void axpy_d_avx2(double *acc, double w, const float *x, int n) {
     const __m256d wv = _mm256_set1_pd(w);
     int i = 0;
     for (; i + 4 <= n; i += 4)
-        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_mul_pd(wv, _mm256_cvtps_pd(_mm_loadu_ps(x + i)))));
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i),
+                                                _mm256_mul_pd(wv, _mm256_cvtps_pd(_mm_loadu_ps(x + i)))));
     for (; i < n; i++) acc[i] += w * (double)x[i];
 }
 
-static const vec_ops avx2 = {"avx2",         dot_avx2,         axpy_avx2,    delta_avx2,
-                             delta_hot_avx2, dot_f16_avx2,     axpy_f16_avx2, attn_scores_avx2,
+static const vec_ops avx2 = {"avx2",         dot_avx2,          axpy_avx2,     delta_avx2,
+                             delta_hot_avx2, dot_f16_avx2,      axpy_f16_avx2, attn_scores_avx2,
                              attn_mix_avx2,  attn_softmax_avx2, silu_mul_avx2, sigmoid_mul_avx2,
                              axpy_d_avx2};
 

@@ -23,8 +23,8 @@ q3n_expert_slice q3n_expert_slice_of(const q3n_hparams *hp, const q3n_layer *L, 
     return s;
 }
 
-void q3n_expert_rows(const q3n_hparams *hp, const q3n_layer *L, int e, const uint8_t **gate, const uint8_t **up,
-                     const uint8_t **down) {
+void q3n_expert_rows(const q3n_hparams *hp, const q3n_layer *L, int e, const uint8_t **gate,
+                     const uint8_t **up, const uint8_t **down) {
     const q3n_expert_slice s = q3n_expert_slice_of(hp, L, e);
     *gate = L->gate_exps.data + s.gate_off;
     *up = (s.fused ? L->gate_exps.data : L->up_exps.data) + s.up_off;

@@ -30,7 +30,7 @@ typedef struct {
 q3n_expert_slice q3n_expert_slice_of(const q3n_hparams *hp, const q3n_layer *L, int e);
 /* Pointers to expert e's gate / up / down rows in L's bound tensors (the file mapping, or the copies
  * resident.h made: the same layout). */
-void q3n_expert_rows(const q3n_hparams *hp, const q3n_layer *L, int e, const uint8_t **gate, const uint8_t **up,
-                     const uint8_t **down);
+void q3n_expert_rows(const q3n_hparams *hp, const q3n_layer *L, int e, const uint8_t **gate,
+                     const uint8_t **up, const uint8_t **down);
 
 #endif

@@ -26,10 +26,11 @@
 
 /* Limits on values read from a file (checked by q3n_load / q3n_read_hparams, with a one-line
  * error naming the file, the key and the value): */
-#define Q3N_MAX_LAYERS 128    /* blocks incl. MTP (48 + 1): per-layer tables of the backends, cache */
-#define Q3N_MAX_EXPERTS 1024  /* n_expert (512): ops_matmul_batch's task table (OPS_MAX_TASKS), the
-                                 expert cache's selection (EC_MAX_SEL), the CUDA router's lanes */
-#define Q3N_MAX_HEAD_DIM 1024 /* head_dim (256), DeltaNet dk (128): the reference attention's row */
+#define Q3N_MAX_LAYERS 128 /* blocks incl. MTP (48 + 1): per-layer tables of the backends, cache */
+#define Q3N_MAX_EXPERTS                                                                                      \
+    1024                        /* n_expert (512): ops_matmul_batch's task table (OPS_MAX_TASKS), the        \
+                                   expert cache's selection (EC_MAX_SEL), the CUDA router's lanes */
+#define Q3N_MAX_HEAD_DIM 1024   /* head_dim (256), DeltaNet dk (128): the reference attention's row */
 #define Q3N_MAX_VOCAB (1 << 30) /* token_embd rows (151936): token ids are int32 */
 
 /* ---- the architectures of the family --------------------------------------------------------- */
@@ -77,22 +78,22 @@ typedef enum {
     Q3N_DIM_D,    /* n_embd */
     Q3N_DIM_2D,   /* 2 * n_embd (MTP: [embedding ; hidden]) */
     Q3N_DIM_VOCAB,
-    Q3N_DIM_E,       /* n_expert */
-    Q3N_DIM_FF,      /* expert_feed_forward_length */
-    Q3N_DIM_2FF,     /* fused gate_up: 2 * expert_feed_forward_length */
-    Q3N_DIM_FF_SH,   /* expert_shared_feed_forward_length */
-    Q3N_DIM_HD,      /* attention head dim */
-    Q3N_DIM_Q_GATE,  /* n_head * head_dim * 2 (query and output gate per head) */
-    Q3N_DIM_KV,      /* n_head_kv * head_dim */
-    Q3N_DIM_ATT,     /* n_head * head_dim */
-    Q3N_DIM_CONV,    /* conv_dim = 2 * hk * dk + hv * dv */
-    Q3N_DIM_INNER,   /* hv * dv */
-    Q3N_DIM_SSM_IN,  /* legacy fused projection: conv_dim + hv * dv */
-    Q3N_DIM_HV,      /* value heads */
-    Q3N_DIM_2HV,     /* ssm_ba rows: beta and alpha per value head */
-    Q3N_DIM_DV,      /* value head dim */
-    Q3N_DIM_KW,      /* conv kernel width */
-    Q3N_DIM_N_FF,    /* dense FFN width (feed_forward_length) */
+    Q3N_DIM_E,      /* n_expert */
+    Q3N_DIM_FF,     /* expert_feed_forward_length */
+    Q3N_DIM_2FF,    /* fused gate_up: 2 * expert_feed_forward_length */
+    Q3N_DIM_FF_SH,  /* expert_shared_feed_forward_length */
+    Q3N_DIM_HD,     /* attention head dim */
+    Q3N_DIM_Q_GATE, /* n_head * head_dim * 2 (query and output gate per head) */
+    Q3N_DIM_KV,     /* n_head_kv * head_dim */
+    Q3N_DIM_ATT,    /* n_head * head_dim */
+    Q3N_DIM_CONV,   /* conv_dim = 2 * hk * dk + hv * dv */
+    Q3N_DIM_INNER,  /* hv * dv */
+    Q3N_DIM_SSM_IN, /* legacy fused projection: conv_dim + hv * dv */
+    Q3N_DIM_HV,     /* value heads */
+    Q3N_DIM_2HV,    /* ssm_ba rows: beta and alpha per value head */
+    Q3N_DIM_DV,     /* value head dim */
+    Q3N_DIM_KW,     /* conv kernel width */
+    Q3N_DIM_N_FF,   /* dense FFN width (feed_forward_length) */
     Q3N_DIM_COUNT
 } q3n_dim;
 
@@ -148,13 +149,13 @@ typedef struct {
     const char *name; /* GGUF name; in block tensors "%d" stands for the block index */
     const char *role; /* what it is, in words */
     q3n_kind kind;
-    q3n_dim ne[3];    /* {n_in, n_out, n_expert}; vectors use ne[0] (and ne[1] for conv1d) */
+    q3n_dim ne[3]; /* {n_in, n_out, n_expert}; vectors use ne[0] (and ne[1] for conv1d) */
     q3n_need need;
-    bool vec;         /* float vector, converted to an owned float copy at load */
-    bool routed;      /* a stacked routed-expert slab (ne[2] = n_expert), served by the cache */
-    int field;        /* byte offset of its ops_mat / float * in q3n_layer (block tensors) or
-                         q3n_model (global ones); -1: bound by special code */
-    unsigned archs;   /* the architectures that have it: bit 1 << q3n_arch; 0: all of them */
+    bool vec;       /* float vector, converted to an owned float copy at load */
+    bool routed;    /* a stacked routed-expert slab (ne[2] = n_expert), served by the cache */
+    int field;      /* byte offset of its ops_mat / float * in q3n_layer (block tensors) or
+                       q3n_model (global ones); -1: bound by special code */
+    unsigned archs; /* the architectures that have it: bit 1 << q3n_arch; 0: all of them */
 } q3n_tensor_desc;
 
 /* Table order is the file order `synth` writes (and the binding order): token_embd, then per
@@ -190,29 +191,29 @@ const char *q3n_act_name(q3n_act a);
 int q3n_act_find(const char *name);
 
 typedef struct {
-    q3n_arch arch;        /* which row of the family's table (q3n_arch_get) */
-    bool moe, ba_split, v_tiled; /* that row's switches, copied */
-    int n_ff;             /* dense FFN width (dense architectures; 0 for MoE) */
-    int rope_sections[4]; /* rope.dimension_sections (qwen35*; informative for text) */
-    int n_vocab;          /* rows of token_embd / output */
-    int n_embd;           /* hidden size D (2048) */
-    int n_layer;          /* decoder layers of the main model (48); MTP layers excluded */
-    int n_nextn;          /* MTP layers appended after the main ones (0 or 1) */
-    int n_ctx_train;      /* context_length */
+    q3n_arch arch;                   /* which row of the family's table (q3n_arch_get) */
+    bool moe, ba_split, v_tiled;     /* that row's switches, copied */
+    int n_ff;                        /* dense FFN width (dense architectures; 0 for MoE) */
+    int rope_sections[4];            /* rope.dimension_sections (qwen35*; informative for text) */
+    int n_vocab;                     /* rows of token_embd / output */
+    int n_embd;                      /* hidden size D (2048) */
+    int n_layer;                     /* decoder layers of the main model (48); MTP layers excluded */
+    int n_nextn;                     /* MTP layers appended after the main ones (0 or 1) */
+    int n_ctx_train;                 /* context_length */
     int n_head, n_head_kv, head_dim; /* full attention: 16, 2, 256 */
-    int n_rot;            /* rotary dims (64) */
-    float rope_base;      /* rope.freq_base */
-    float rms_eps;        /* 1e-6 */
-    int n_expert, n_expert_used; /* 512, 10 */
-    int n_ff_exp, n_ff_shexp;    /* 512, 512 */
-    int ssm_kw;           /* conv kernel width (4) */
-    int ssm_dk;           /* key head dim (state_size, 128) */
-    int ssm_hk;           /* key heads (group_count, 16) */
-    int ssm_hv;           /* value heads (time_step_rank, 32) */
-    int ssm_dv;           /* value head dim (inner_size / hv, 128) */
-    int ssm_conv_dim;     /* 2*hk*dk + hv*dv (8192) */
+    int n_rot;                       /* rotary dims (64) */
+    float rope_base;                 /* rope.freq_base */
+    float rms_eps;                   /* 1e-6 */
+    int n_expert, n_expert_used;     /* 512, 10 */
+    int n_ff_exp, n_ff_shexp;        /* 512, 512 */
+    int ssm_kw;                      /* conv kernel width (4) */
+    int ssm_dk;                      /* key head dim (state_size, 128) */
+    int ssm_hk;                      /* key heads (group_count, 16) */
+    int ssm_hv;                      /* value heads (time_step_rank, 32) */
+    int ssm_dv;                      /* value head dim (inner_size / hv, 128) */
+    int ssm_conv_dim;                /* 2*hk*dk + hv*dv (8192) */
     int full_attn_interval;
-    bool legacy_ssm_in;   /* older GGUF generation: fused, interleaved ssm_in */
+    bool legacy_ssm_in;           /* older GGUF generation: fused, interleaved ssm_in */
     bool is_attn[Q3N_MAX_LAYERS]; /* per layer (including MTP layers, which are attention) */
 } q3n_hparams;
 
@@ -235,47 +236,47 @@ bool q3n_block_is_attn(const q3n_hparams *hp, int il);
  * and the lookup-free IQ layout: expert_repack.h). */
 typedef struct {
     bool is_attn;
-    float *attn_norm, *post_norm;          /* [D] */
+    float *attn_norm, *post_norm; /* [D] */
     /* full attention */
-    ops_mat wq;                            /* D -> H * 2 * hd (query and gate per head) */
-    ops_mat wk, wv;                        /* D -> Hkv * hd */
-    ops_mat wo;                            /* H * hd -> D */
-    float *q_norm, *k_norm;                /* [hd] */
+    ops_mat wq;             /* D -> H * 2 * hd (query and gate per head) */
+    ops_mat wk, wv;         /* D -> Hkv * hd */
+    ops_mat wo;             /* H * hd -> D */
+    float *q_norm, *k_norm; /* [hd] */
     /* Gated DeltaNet */
-    ops_mat wqkv;                          /* D -> conv_dim  [q all | k all | v all] */
-    ops_mat wgate;                         /* D -> hv * dv   (z) */
-    ops_mat wba;                           /* D -> 2 * hv    per key head [b x r | a x r] (fused) */
-    ops_mat wbeta, walpha;                 /* D -> hv each (ba_split architectures) */
-    float *conv_w;                         /* [conv_dim][kw] */
-    float *dt_bias, *ssm_a;                /* [hv]; ssm_a = -exp(A_log) */
-    float *ssm_norm;                       /* [dv] */
-    ops_mat wout;                          /* hv * dv -> D */
-    void *owned;                           /* de-interleaved legacy ssm_in rows, if any */
+    ops_mat wqkv;           /* D -> conv_dim  [q all | k all | v all] */
+    ops_mat wgate;          /* D -> hv * dv   (z) */
+    ops_mat wba;            /* D -> 2 * hv    per key head [b x r | a x r] (fused) */
+    ops_mat wbeta, walpha;  /* D -> hv each (ba_split architectures) */
+    float *conv_w;          /* [conv_dim][kw] */
+    float *dt_bias, *ssm_a; /* [hv]; ssm_a = -exp(A_log) */
+    float *ssm_norm;        /* [dv] */
+    ops_mat wout;           /* hv * dv -> D */
+    void *owned;            /* de-interleaved legacy ssm_in rows, if any */
     /* MoE */
-    ops_mat router;                        /* D -> n_expert */
-    ops_mat gate_exps, up_exps;            /* D -> n_ff rows per expert (n_out = n_ff*E) */
-    ops_mat down_exps;                     /* n_ff -> D rows per expert (n_out = D*E) */
-    bool fused_gate_up;                    /* gate_up_exps: 2*n_ff rows per expert, gate first */
-    ops_mat gate_sh, up_sh, down_sh;       /* shared expert */
-    float *sh_gate;                        /* [D] shared expert gate (sigmoid) */
+    ops_mat router;                  /* D -> n_expert */
+    ops_mat gate_exps, up_exps;      /* D -> n_ff rows per expert (n_out = n_ff*E) */
+    ops_mat down_exps;               /* n_ff -> D rows per expert (n_out = D*E) */
+    bool fused_gate_up;              /* gate_up_exps: 2*n_ff rows per expert, gate first */
+    ops_mat gate_sh, up_sh, down_sh; /* shared expert */
+    float *sh_gate;                  /* [D] shared expert gate (sigmoid) */
     /* dense FFN (dense architectures) */
-    ops_mat ffn_gate, ffn_up;              /* D -> n_ff */
-    ops_mat ffn_down;                      /* n_ff -> D */
+    ops_mat ffn_gate, ffn_up; /* D -> n_ff */
+    ops_mat ffn_down;         /* n_ff -> D */
     /* MTP (nextn) extras, only on MTP layers */
-    ops_mat eh_proj;                       /* 2D -> D */
+    ops_mat eh_proj; /* 2D -> D */
     float *enorm, *hnorm, *shared_head_norm;
 } q3n_layer;
 
 typedef struct {
     q3n_hparams hp;
     gguf_file *gguf;
-    ops_mat tok_embd;                      /* D x n_vocab */
-    ops_mat output;                        /* D -> n_vocab */
-    float *output_norm;                    /* [D] */
+    ops_mat tok_embd;   /* D x n_vocab */
+    ops_mat output;     /* D -> n_vocab */
+    float *output_norm; /* [D] */
     q3n_layer layers[Q3N_MAX_LAYERS];
-    uint64_t bytes_dense, bytes_experts;   /* as stored in the file */
-    bool dense_copied, experts_copied;     /* the views of the dense matrices / routed experts point
-                                              at copies in memory (resident.h), not at the mapping */
+    uint64_t bytes_dense, bytes_experts; /* as stored in the file */
+    bool dense_copied, experts_copied;   /* the views of the dense matrices / routed experts point
+                                            at copies in memory (resident.h), not at the mapping */
 } q3n_model;
 
 /* Read and check the hyperparameters alone (for tools that describe a file without binding
@@ -318,8 +319,8 @@ typedef struct {
 
 /* Optional observers for debugging and tests. */
 typedef void (*q3n_dump_fn)(void *ud, const char *name, int layer, int row, const float *x, int n);
-typedef void (*q3n_route_fn)(void *ud, int layer, int row, const int32_t *ids, const float *w, const float *probs,
-                             int k);
+typedef void (*q3n_route_fn)(void *ud, int layer, int row, const int32_t *ids, const float *w,
+                             const float *probs, int k);
 /* Called after each row's recurrent update of each DeltaNet layer (for per-row snapshots). */
 typedef void (*q3n_row_state_fn)(void *ud, int layer, int row, const float *conv, const float *ssm);
 /* Per-row snapshots without copies: where row `row`'s conv and recurrent state of DeltaNet layer

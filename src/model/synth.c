@@ -133,7 +133,8 @@ static void geom_qwen35moe(geo which, synth_geom *g) {
         g->ssm_hv = 64, g->ssm_inner = 64 * 128, g->n_precise = 48 / 6;
     } else if (which == GEO_397B) {
         g->n_embd = 4096, g->n_layer = 60, g->n_head = 32, g->n_ff_exp = g->n_ff_shexp = g->n_ff = 1024;
-        g->n_expert = 512, g->n_expert_used = 10, g->ssm_hv = 64, g->ssm_inner = 64 * 128, g->n_precise = 60 / 6;
+        g->n_expert = 512, g->n_expert_used = 10, g->ssm_hv = 64, g->ssm_inner = 64 * 128,
+        g->n_precise = 60 / 6;
     }
 }
 
@@ -239,7 +240,8 @@ int synth_geom_parse(synth_geom *g, const char *spec) {
         *eq = 0;
         if (!strcmp(item, "arch")) { /* the architecture of the family, by its GGUF name */
             int a = q3n_arch_find(eq + 1);
-            if (a < 0) return rl_seterr("--geometry: arch '%s' is not one of qwen3next, qwen35moe, qwen35", eq + 1);
+            if (a < 0)
+                return rl_seterr("--geometry: arch '%s' is not one of qwen3next, qwen35moe, qwen35", eq + 1);
             g->arch = a;
             continue;
         }
@@ -293,8 +295,10 @@ int synth_geom_check(const synth_params *p) {
     if (g->n_precise < 0 || g->n_precise > g->n_layer)
         return rl_seterr("geometry: precise must be 0..layers");
     if (p->expert_type && !synth_gen_has(p->expert_type))
-        return rl_seterr("expert type %s: synth has no block generator for it (it has MXFP4, Q8_0, Q2_K, Q4_K, "
-                         "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M)", quant_name(p->expert_type));
+        return rl_seterr(
+            "expert type %s: synth has no block generator for it (it has MXFP4, Q8_0, Q2_K, Q4_K, "
+            "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M)",
+            quant_name(p->expert_type));
     return 0; /* block-size multiples are checked per tensor by synth_plan */
 }
 
@@ -314,9 +318,7 @@ int synth_resolve_vocab(synth_params *p) {
 
 /* ---- tensor roles and the presets' type tables ---------------------------------------------- */
 
-static bool is_vector(role r) {
-    return r >= R_NORM;
-}
+static bool is_vector(role r) { return r >= R_NORM; }
 
 typedef struct {
     int i_ffn_down, n_blocks; /* ffn_down* tensors seen so far; decoder blocks incl. MTP */
@@ -324,9 +326,7 @@ typedef struct {
 } pick_state;
 
 /* llama.cpp's use_more_bits(): first and last eighth, and every third layer in between. */
-static bool more_bits(int i, int n) {
-    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-}
+static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* Unsloth-Dynamic-style mixes, our reading of how those files are described (not a census of a
  * downloaded file): the routed experts carry the low-bit type (down projections one step up),
@@ -335,30 +335,22 @@ static bool more_bits(int i, int n) {
  * and shared-expert projections Q5_K / Q4_K, embedding Q4_K, output Q6_K, routers F32. */
 static uint32_t pick_ud(bool iq3, role r) {
     switch (r) {
-    case R_TOKEN_EMBD:
-        return QT_Q4_K;
+    case R_TOKEN_EMBD: return QT_Q4_K;
     case R_OUTPUT:
     case R_SSM_OUT:
     case R_Q:
-    case R_O:
-        return QT_Q6_K;
+    case R_O: return QT_Q6_K;
     case R_K:
     case R_V:
-    case R_BA:
-        return QT_Q8_0;
-    case R_ROUTER:
-        return QT_F32;
+    case R_BA: return QT_Q8_0;
+    case R_ROUTER: return QT_F32;
     case R_QKV:
     case R_GATE:
-    case R_DOWN_SH:
-        return QT_Q5_K;
+    case R_DOWN_SH: return QT_Q5_K;
     case R_GATE_EXPS:
-    case R_UP_EXPS:
-        return iq3 ? QT_IQ3_XXS : QT_IQ2_XXS;
-    case R_DOWN_EXPS:
-        return iq3 ? QT_Q4_K : QT_IQ3_XXS;
-    default:
-        return QT_Q4_K;
+    case R_UP_EXPS: return iq3 ? QT_IQ3_XXS : QT_IQ2_XXS;
+    case R_DOWN_EXPS: return iq3 ? QT_Q4_K : QT_IQ3_XXS;
+    default: return QT_Q4_K;
     }
 }
 
@@ -372,61 +364,41 @@ static uint32_t pick_type(const synth_params *p, pick_state *s, role r, int il) 
          * them the file size matches the published 19,319,619,264 B to a few KB (all-Q4_K would be
          * 19.4 MB short). */
         switch (r) {
-        case R_TOKEN_EMBD:
-            return QT_Q2_K;
-        case R_OUTPUT:
-            return QT_Q5_K;
-        case R_ROUTER:
-            return QT_F32;
+        case R_TOKEN_EMBD: return QT_Q2_K;
+        case R_OUTPUT: return QT_Q5_K;
+        case R_ROUTER: return QT_F32;
         case R_K:
         case R_V:
-        case R_DOWN_SH:
-            return QT_Q6_K;
-        case R_BA:
-            return QT_Q8_0;
+        case R_DOWN_SH: return QT_Q6_K;
+        case R_BA: return QT_Q8_0;
         case R_GATE_EXPS:
         case R_UP_EXPS:
-        case R_DOWN_EXPS:
-            return il >= p->g.n_layer - p->g.n_precise ? QT_IQ2_XS : QT_IQ1_M;
-        default:
-            return QT_Q4_K;
+        case R_DOWN_EXPS: return il >= p->g.n_layer - p->g.n_precise ? QT_IQ2_XS : QT_IQ1_M;
+        default: return QT_Q4_K;
         }
     case MIX_IQ2_XXS: /* llama.cpp IQ2_XXS mix (spec §D.4) */
         switch (r) {
-        case R_TOKEN_EMBD:
-            return QT_Q2_K;
-        case R_OUTPUT:
-            return QT_Q5_K;
-        case R_ROUTER:
-            return QT_F16;
+        case R_TOKEN_EMBD: return QT_Q2_K;
+        case R_OUTPUT: return QT_Q5_K;
+        case R_ROUTER: return QT_F16;
         case R_V:
-        case R_QKV:
-            return QT_Q4_K;
+        case R_QKV: return QT_Q4_K;
         case R_DOWN_EXPS:
-        case R_DOWN_SH:
-            return s->i_ffn_down++ < s->n_blocks / 8 ? QT_Q2_K : QT_IQ2_XXS;
-        default:
-            return QT_IQ2_XXS;
+        case R_DOWN_SH: return s->i_ffn_down++ < s->n_blocks / 8 ? QT_Q2_K : QT_IQ2_XXS;
+        default: return QT_IQ2_XXS;
         }
     case MIX_Q4_K_M: /* llama.cpp Q4_K_M mix: census 55 Q6_K (output, 6 attn_v, 48 ffn_down*) */
         switch (r) {
-        case R_OUTPUT:
-            return QT_Q6_K;
-        case R_ROUTER:
-            return QT_F16;
-        case R_V:
-            return more_bits(s->i_attn_v++, s->n_attn_v) ? QT_Q6_K : QT_Q4_K;
+        case R_OUTPUT: return QT_Q6_K;
+        case R_ROUTER: return QT_F16;
+        case R_V: return more_bits(s->i_attn_v++, s->n_attn_v) ? QT_Q6_K : QT_Q4_K;
         case R_DOWN_EXPS:
-        case R_DOWN_SH:
-            return more_bits(il, s->n_blocks) ? QT_Q6_K : QT_Q4_K;
-        default:
-            return QT_Q4_K;
+        case R_DOWN_SH: return more_bits(il, s->n_blocks) ? QT_Q6_K : QT_Q4_K;
+        default: return QT_Q4_K;
         }
     case MIX_UD_IQ2:
-    case MIX_UD_IQ3:
-        return pick_ud(presets[p->preset].mix == MIX_UD_IQ3, r);
-    default:
-        return QT_F32;
+    case MIX_UD_IQ3: return pick_ud(presets[p->preset].mix == MIX_UD_IQ3, r);
+    default: return QT_F32;
     }
 }
 
@@ -441,8 +413,7 @@ typedef struct {
 
 static uint64_t name_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const char *c = name; *c; c++)
-        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
     return synth_mix64(h ^ synth_mix64(seed + 0x9e3779b97f4a7c15ull));
 }
 
@@ -463,8 +434,7 @@ static int add(plan *pl, role r, int il, const char *name, int64_t n_in, int64_t
     t->info.type = pick_type(pl->p, &pl->ps, r, il);
     int64_t ne[3] = {n_in, n_out, n_exp};
     t->info.n_dims = n_exp ? 3 : n_out ? 2 : 1;
-    for (int d = 0; d < 4; d++)
-        t->info.ne[d] = d < (int)t->info.n_dims ? ne[d] : 1;
+    for (int d = 0; d < 4; d++) t->info.ne[d] = d < (int)t->info.n_dims ? ne[d] : 1;
     size_t rb = quant_row_size(t->info.type, n_in);
     if (!rb)
         return rl_seterr("geometry: %s has rows of %lld values, not a multiple of the %s block size %d",
@@ -479,20 +449,42 @@ static int add(plan *pl, role r, int il, const char *name, int64_t n_in, int64_t
 
 /* The synth role of each entry of the model's tensor table (the type tables key on roles);
  * entries of the older GGUF generation (Q3N_ALTERNATIVE) are not written. */
-static const role ROLE_OF[Q3N_T_COUNT] = {
-    [Q3N_T_TOKEN_EMBD] = R_TOKEN_EMBD, [Q3N_T_ATTN_NORM] = R_NORM,    [Q3N_T_ATTN_Q] = R_Q,
-    [Q3N_T_ATTN_K] = R_K,              [Q3N_T_ATTN_V] = R_V,          [Q3N_T_ATTN_OUTPUT] = R_O,
-    [Q3N_T_ATTN_Q_NORM] = R_NORM,      [Q3N_T_ATTN_K_NORM] = R_NORM,  [Q3N_T_SSM_QKV] = R_QKV,
-    [Q3N_T_SSM_GATE] = R_GATE,         [Q3N_T_SSM_BA] = R_BA,         [Q3N_T_SSM_CONV] = R_CONV,
-    [Q3N_T_SSM_BETA] = R_BA,           [Q3N_T_SSM_ALPHA] = R_BA,      [Q3N_T_FFN_GATE] = R_GATE_SH,
-    [Q3N_T_FFN_UP] = R_UP_SH,          [Q3N_T_FFN_DOWN] = R_DOWN_SH,
-    [Q3N_T_SSM_DT] = R_DT,             [Q3N_T_SSM_A] = R_A,           [Q3N_T_SSM_NORM] = R_NORM,
-    [Q3N_T_SSM_OUT] = R_SSM_OUT,       [Q3N_T_POST_NORM] = R_NORM,    [Q3N_T_ROUTER] = R_ROUTER,
-    [Q3N_T_GATE_EXPS] = R_GATE_EXPS,   [Q3N_T_UP_EXPS] = R_UP_EXPS,   [Q3N_T_DOWN_EXPS] = R_DOWN_EXPS,
-    [Q3N_T_SH_GATE] = R_SH_GATE_INP,   [Q3N_T_GATE_SH] = R_GATE_SH,   [Q3N_T_UP_SH] = R_UP_SH,
-    [Q3N_T_DOWN_SH] = R_DOWN_SH,       [Q3N_T_EH_PROJ] = R_EH_PROJ,   [Q3N_T_ENORM] = R_NORM,
-    [Q3N_T_HNORM] = R_NORM,            [Q3N_T_SHARED_HEAD_NORM] = R_NORM, [Q3N_T_OUTPUT_NORM] = R_NORM,
-    [Q3N_T_OUTPUT] = R_OUTPUT};
+static const role ROLE_OF[Q3N_T_COUNT] = {[Q3N_T_TOKEN_EMBD] = R_TOKEN_EMBD,
+                                          [Q3N_T_ATTN_NORM] = R_NORM,
+                                          [Q3N_T_ATTN_Q] = R_Q,
+                                          [Q3N_T_ATTN_K] = R_K,
+                                          [Q3N_T_ATTN_V] = R_V,
+                                          [Q3N_T_ATTN_OUTPUT] = R_O,
+                                          [Q3N_T_ATTN_Q_NORM] = R_NORM,
+                                          [Q3N_T_ATTN_K_NORM] = R_NORM,
+                                          [Q3N_T_SSM_QKV] = R_QKV,
+                                          [Q3N_T_SSM_GATE] = R_GATE,
+                                          [Q3N_T_SSM_BA] = R_BA,
+                                          [Q3N_T_SSM_CONV] = R_CONV,
+                                          [Q3N_T_SSM_BETA] = R_BA,
+                                          [Q3N_T_SSM_ALPHA] = R_BA,
+                                          [Q3N_T_FFN_GATE] = R_GATE_SH,
+                                          [Q3N_T_FFN_UP] = R_UP_SH,
+                                          [Q3N_T_FFN_DOWN] = R_DOWN_SH,
+                                          [Q3N_T_SSM_DT] = R_DT,
+                                          [Q3N_T_SSM_A] = R_A,
+                                          [Q3N_T_SSM_NORM] = R_NORM,
+                                          [Q3N_T_SSM_OUT] = R_SSM_OUT,
+                                          [Q3N_T_POST_NORM] = R_NORM,
+                                          [Q3N_T_ROUTER] = R_ROUTER,
+                                          [Q3N_T_GATE_EXPS] = R_GATE_EXPS,
+                                          [Q3N_T_UP_EXPS] = R_UP_EXPS,
+                                          [Q3N_T_DOWN_EXPS] = R_DOWN_EXPS,
+                                          [Q3N_T_SH_GATE] = R_SH_GATE_INP,
+                                          [Q3N_T_GATE_SH] = R_GATE_SH,
+                                          [Q3N_T_UP_SH] = R_UP_SH,
+                                          [Q3N_T_DOWN_SH] = R_DOWN_SH,
+                                          [Q3N_T_EH_PROJ] = R_EH_PROJ,
+                                          [Q3N_T_ENORM] = R_NORM,
+                                          [Q3N_T_HNORM] = R_NORM,
+                                          [Q3N_T_SHARED_HEAD_NORM] = R_NORM,
+                                          [Q3N_T_OUTPUT_NORM] = R_NORM,
+                                          [Q3N_T_OUTPUT] = R_OUTPUT};
 
 /* The geometry as the model's hyperparameters (what the table's shapes are written in). */
 static void geom_hparams(const synth_params *p, q3n_hparams *hp) {
@@ -537,7 +529,8 @@ static int build_plan(plan *pl, const synth_params *p) {
             continue;
         }
         int last = id; /* the block entries are contiguous in the table */
-        while (last + 1 < Q3N_T_COUNT && q3n_tensor((q3n_tensor_id)(last + 1))->kind != Q3N_KIND_GLOBAL) last++;
+        while (last + 1 < Q3N_T_COUNT && q3n_tensor((q3n_tensor_id)(last + 1))->kind != Q3N_KIND_GLOBAL)
+            last++;
         for (int il = 0; il < nb && !rc; il++)
             for (int j = id; j <= last && !rc; j++) {
                 const q3n_tensor_desc *e = q3n_tensor((q3n_tensor_id)j);
@@ -564,8 +557,7 @@ synth_tensor_info *synth_plan(const synth_params *p, int *n) {
     if (build_plan(&pl, p)) return NULL;
     synth_tensor_info *out = rl_malloc(sizeof *out * (size_t)pl.n, "tensor plan");
     if (out)
-        for (int i = 0; i < pl.n; i++)
-            out[i] = pl.t[i].info;
+        for (int i = 0; i < pl.n; i++) out[i] = pl.t[i].info;
     *n = pl.n;
     free(pl.t);
     return out;
@@ -634,8 +626,8 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
         snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu)", synth_preset_name(p->preset),
                  (unsigned long long)p->seed);
     else
-        snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu, %s routing)", synth_preset_name(p->preset),
-                 (unsigned long long)p->seed, synth_routing_name(p->routing));
+        snprintf(name, sizeof name, "Red Lite synthetic %s (seed %llu, %s routing)",
+                 synth_preset_name(p->preset), (unsigned long long)p->seed, synth_routing_name(p->routing));
     const q3n_arch_desc *ad = q3n_arch_get((q3n_arch)g->arch);
     char key[96];
     int rc = gguf_writer_set_str(w, "general.architecture", ad->name) |
@@ -651,7 +643,8 @@ static int set_metadata(gguf_writer *w, const synth_params *p, gguf_file *vocab)
         rc |= gguf_writer_set_u32(w, "general.file_type", 23); /* LLAMA_FTYPE_MOSTLY_IQ3_XXS */
     if (presets[p->preset].mix == MIX_Q4_K_M)
         rc |= gguf_writer_set_u32(w, "general.file_type", 15); /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
-#define U(k, v) (snprintf(key, sizeof key, "%s.%s", ad->name, k), rc |= gguf_writer_set_u32(w, key, (uint32_t)(v)))
+#define U(k, v)                                                                                              \
+    (snprintf(key, sizeof key, "%s.%s", ad->name, k), rc |= gguf_writer_set_u32(w, key, (uint32_t)(v)))
     U("context_length", g->n_ctx);
     U("embedding_length", g->n_embd);
     U("block_count", g->n_layer + (p->mtp ? 1 : 0));
@@ -724,7 +717,8 @@ static void fill_worker(void *arg, int ith, int nth) {
     wctx *c = arg;
     long lo, hi;
     pool_range((long)c->n, ith, nth, &lo, &hi);
-    if (hi > lo) synth_gen_bytes(c->cur->tp, c->cur->key, c->dst + lo, c->off + (uint64_t)lo, (uint64_t)(hi - lo));
+    if (hi > lo)
+        synth_gen_bytes(c->cur->tp, c->cur->key, c->dst + lo, c->off + (uint64_t)lo, (uint64_t)(hi - lo));
 }
 
 static int fill(void *ctx, int ti, void *dst, uint64_t off, uint64_t n) {
@@ -733,10 +727,8 @@ static int fill(void *ctx, int ti, void *dst, uint64_t off, uint64_t n) {
     c->dst = dst;
     c->off = off;
     c->n = n;
-    if (n < (1u << 16) || pool_size(c->pool) == 1)
-        fill_worker(c, 0, 1);
-    else
-        pool_run(c->pool, fill_worker, c);
+    if (n < (1u << 16) || pool_size(c->pool) == 1) fill_worker(c, 0, 1);
+    else pool_run(c->pool, fill_worker, c);
     c->done += n;
     rl_progress_update(&c->prog, c->done);
     return 0;

@@ -84,7 +84,12 @@ typedef struct {
  *             published 67 % / 81 % of a 512-expert top-10 model (hits from static popularity:
  *             a random model's hidden states carry no temporal locality to exploit);
  * skewed      the same with beta = SYNTH_BETA_SKEWED: a small hot set (like the other generator). */
-typedef enum { SYNTH_ROUTING_UNIFORM, SYNTH_ROUTING_CALIBRATED, SYNTH_ROUTING_SKEWED, SYNTH_N_ROUTING } synth_routing;
+typedef enum {
+    SYNTH_ROUTING_UNIFORM,
+    SYNTH_ROUTING_CALIBRATED,
+    SYNTH_ROUTING_SKEWED,
+    SYNTH_N_ROUTING
+} synth_routing;
 #define SYNTH_BETA_CALIBRATED 0.65f
 #define SYNTH_BETA_SKEWED 1.5f
 
@@ -97,7 +102,8 @@ typedef struct {
     int n_threads;          /* generator threads; 0 = all CPUs */
     bool progress;          /* progress bar on stderr */
     synth_routing routing;  /* router weights' routing model (default uniform: unchanged bytes) */
-    uint32_t expert_type;   /* routed experts' ggml type instead of the preset's (e.g. QT_MXFP4); 0: the preset's */
+    uint32_t
+        expert_type; /* routed experts' ggml type instead of the preset's (e.g. QT_MXFP4); 0: the preset's */
 } synth_params;
 
 /* One tensor of the plan, in file order. */

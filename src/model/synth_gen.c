@@ -50,50 +50,30 @@ typedef struct {
     void (*mask)(uint8_t *m);
 } qgen;
 
-static int rnd(rl_rng *r, int lo, int hi) {
-    return lo + (int)(rl_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
-static void put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
-}
-static float f16at(const uint8_t *p) {
-    return rl_fp16_to_fp32(rl_le16(p));
-}
-static void mask_range(uint8_t *m, int lo, int hi) {
-    memset(m + lo, 0xff, (size_t)(hi - lo));
-}
+static int rnd(rl_rng *r, int lo, int hi) { return lo + (int)(rl_rng_u64(r) % (uint64_t)(hi - lo + 1)); }
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static float f16at(const uint8_t *p) { return rl_fp16_to_fp32(rl_le16(p)); }
+static void mask_range(uint8_t *m, int lo, int hi) { memset(m + lo, 0xff, (size_t)(hi - lo)); }
 
 /* Q8_0: | d | qs[32] | */
-static void q8_0_set(uint8_t *b, float d) {
-    put16(b, rl_fp32_to_fp16(d));
-}
-static float q8_0_get(const uint8_t *b) {
-    return f16at(b);
-}
-static void q8_0_init(uint8_t *b, rl_rng *r) {
-    (void)r;
-}
-static void q8_0_mask(uint8_t *m) {
-    mask_range(m, 2, 34);
-}
+static void q8_0_set(uint8_t *b, float d) { put16(b, rl_fp32_to_fp16(d)); }
+static float q8_0_get(const uint8_t *b) { return f16at(b); }
+static void q8_0_init(uint8_t *b, rl_rng *r) { (void)r; }
+static void q8_0_mask(uint8_t *m) { mask_range(m, 2, 34); }
 
 /* Q2_K: | scales[16] | qs[64] | d | dmin |; min = scale and dmin = 1.5 d centre q in 0..3 on 0. */
 static void q2_k_set(uint8_t *b, float d) {
     put16(b + 80, rl_fp32_to_fp16(d));
     put16(b + 82, rl_fp32_to_fp16(1.5f * d));
 }
-static float q2_k_get(const uint8_t *b) {
-    return f16at(b + 80);
-}
+static float q2_k_get(const uint8_t *b) { return f16at(b + 80); }
 static void q2_k_init(uint8_t *b, rl_rng *r) {
     for (int k = 0; k < 16; k++) {
         int s = rnd(r, 8, 15);
         b[k] = (uint8_t)(s | s << 4);
     }
 }
-static void q2_k_mask(uint8_t *m) {
-    mask_range(m, 16, 80);
-}
+static void q2_k_mask(uint8_t *m) { mask_range(m, 16, 80); }
 
 /* Q4_K / Q5_K: | d | dmin | scales[12] | (qh[32]) | qs[128] |; even 6-bit scales s, mins s/2 and
  * dmin = 15 d (Q4_K) or 31 d (Q5_K) put the mean of each sub-block at zero. */
@@ -117,43 +97,25 @@ static void q5_k_set(uint8_t *b, float d) {
     put16(b, rl_fp32_to_fp16(d));
     put16(b + 2, rl_fp32_to_fp16(31.0f * d));
 }
-static float k45_get(const uint8_t *b) {
-    return f16at(b);
-}
-static void k45_init(uint8_t *b, rl_rng *r) {
-    k45_scales(b + 4, r);
-}
-static void q4_k_mask(uint8_t *m) {
-    mask_range(m, 16, 144);
-}
-static void q5_k_mask(uint8_t *m) {
-    mask_range(m, 16, 176);
-}
+static float k45_get(const uint8_t *b) { return f16at(b); }
+static void k45_init(uint8_t *b, rl_rng *r) { k45_scales(b + 4, r); }
+static void q4_k_mask(uint8_t *m) { mask_range(m, 16, 144); }
+static void q5_k_mask(uint8_t *m) { mask_range(m, 16, 176); }
 
 /* Q6_K: | ql[128] | qh[64] | scales[16] int8 | d | */
-static void q6_k_set(uint8_t *b, float d) {
-    put16(b + 208, rl_fp32_to_fp16(d));
-}
-static float q6_k_get(const uint8_t *b) {
-    return f16at(b + 208);
-}
+static void q6_k_set(uint8_t *b, float d) { put16(b + 208, rl_fp32_to_fp16(d)); }
+static float q6_k_get(const uint8_t *b) { return f16at(b + 208); }
 static void q6_k_init(uint8_t *b, rl_rng *r) {
     for (int k = 0; k < 16; k++) {
         int mag = rnd(r, 16, 63), neg = (int)(rl_rng_u64(r) & 1);
         b[192 + k] = (uint8_t)(int8_t)(neg ? -mag : mag);
     }
 }
-static void q6_k_mask(uint8_t *m) {
-    mask_range(m, 0, 192);
-}
+static void q6_k_mask(uint8_t *m) { mask_range(m, 0, 192); }
 
 /* IQ2_XXS: | d | 8 x (grid indices u32, signs+scale u32) |; the scale is the top nibble */
-static void d0_set(uint8_t *b, float d) {
-    put16(b, rl_fp32_to_fp16(d));
-}
-static float d0_get(const uint8_t *b) {
-    return f16at(b);
-}
+static void d0_set(uint8_t *b, float d) { put16(b, rl_fp32_to_fp16(d)); }
+static float d0_get(const uint8_t *b) { return f16at(b); }
 static void iq2_xxs_init(uint8_t *b, rl_rng *r) {
     for (int ib = 0; ib < 8; ib++)
         b[2 + 8 * ib + 7] = (uint8_t)((b[2 + 8 * ib + 7] & 0x0f) | rnd(r, 3, 15) << 4);
@@ -186,9 +148,7 @@ static void iq2_xs_init(uint8_t *b, rl_rng *r) {
         b[66 + k] = (uint8_t)(lo | hi << 4);
     }
 }
-static void iq2_xs_mask(uint8_t *m) {
-    mask_range(m, 2, 66);
-}
+static void iq2_xs_mask(uint8_t *m) { mask_range(m, 2, 66); }
 
 /* IQ1_M: | qs[32] | qh[16] | four u16 words: 3-bit scales in bits 0..11, d's nibbles on top | */
 static void iq1_m_set(uint8_t *b, float d) {
@@ -198,20 +158,15 @@ static void iq1_m_set(uint8_t *b, float d) {
         put16(b + 48 + 2 * i, w);
     }
 }
-static float iq1_m_get(const uint8_t *b) {
-    return quant_iq1m_d((const blk_iq1_m *)b);
-}
+static float iq1_m_get(const uint8_t *b) { return quant_iq1m_d((const blk_iq1_m *)b); }
 static void iq1_m_init(uint8_t *b, rl_rng *r) {
     for (int i = 0; i < 4; i++) {
         uint16_t w = 0;
-        for (int k = 0; k < 4; k++)
-            w = (uint16_t)(w | rnd(r, 1, 7) << (3 * k));
+        for (int k = 0; k < 4; k++) w = (uint16_t)(w | rnd(r, 1, 7) << (3 * k));
         put16(b + 48 + 2 * i, w);
     }
 }
-static void iq1_m_mask(uint8_t *m) {
-    mask_range(m, 0, 48);
-}
+static void iq1_m_mask(uint8_t *m) { mask_range(m, 0, 48); }
 
 /* MXFP4: | e E8M0 | qs[16] |; its scale 2^(e-128) is a power of two, so set_d takes one of the two
  * powers around d, the upper with probability p = (d^2/lo^2 - 1) / 3, which keeps E[scale^2] = d^2
@@ -228,15 +183,9 @@ static void mxfp4_set(uint8_t *b, float d) {
     const int e = ex - 1 + ((double)(h >> 11) * 0x1p-53 < p) + 128;
     b[0] = (uint8_t)(e < 1 ? 1 : e > 254 ? 254 : e);
 }
-static float mxfp4_get(const uint8_t *b) {
-    return quant_e8m0_half(b[0]);
-}
-static void mxfp4_init(uint8_t *b, rl_rng *r) {
-    (void)b, (void)r;
-}
-static void mxfp4_mask(uint8_t *m) {
-    mask_range(m, 1, 17);
-}
+static float mxfp4_get(const uint8_t *b) { return quant_e8m0_half(b[0]); }
+static void mxfp4_init(uint8_t *b, rl_rng *r) { (void)b, (void)r; }
+static void mxfp4_mask(uint8_t *m) { mask_range(m, 1, 17); }
 
 static const qgen qgens[] = {
     {QT_Q8_0, q8_0_init, q8_0_get, q8_0_set, q8_0_mask},
@@ -371,23 +320,15 @@ int synth_gen_vector(stensor *t) {
     for (int64_t i = 0; i < n; i++) {
         float v;
         switch (t->r) {
-        case R_NORM:
-            v = 1.0f + rounded_f(0.05f * rl_rng_normal(&r));
-            break; /* +1 baked in, as in GGUF */
-        case R_CONV:
-            v = 0.3f * rl_rng_normal(&r);
-            break;
-        case R_A:
-            v = -expf(logf(16.0f) * rl_rng_f32(&r));
-            break;   /* -exp(A_log), A in [1, 16] */
-        case R_DT: { /* softplus^-1 of dt in [1e-3, 1e-1] */
+        case R_NORM: v = 1.0f + rounded_f(0.05f * rl_rng_normal(&r)); break; /* +1 baked in, as in GGUF */
+        case R_CONV: v = 0.3f * rl_rng_normal(&r); break;
+        case R_A: v = -expf(logf(16.0f) * rl_rng_f32(&r)); break; /* -exp(A_log), A in [1, 16] */
+        case R_DT: {                                              /* softplus^-1 of dt in [1e-3, 1e-1] */
             float dt = expf(logf(1e-3f) + rounded_f((logf(1e-1f) - logf(1e-3f)) * rl_rng_f32(&r)));
             v = logf(expm1f(dt));
             break;
         }
-        default:
-            v = t->sigma * rl_rng_normal(&r);
-            break; /* shared-expert gate vector */
+        default: v = t->sigma * rl_rng_normal(&r); break; /* shared-expert gate vector */
         }
         t->vec[i] = v;
     }
@@ -402,7 +343,8 @@ int synth_gen_router(stensor *t, synth_routing routing) {
     const int64_t n_in = t->info.ne[0], n_exp = t->info.ne[1];
     const float beta = routing == SYNTH_ROUTING_SKEWED ? SYNTH_BETA_SKEWED : SYNTH_BETA_CALIBRATED;
     if (t->info.type != QT_F32 && t->info.type != QT_F16)
-        return rl_seterr("synth: router %s has type %s (need F32 or F16)", t->info.name, quant_name(t->info.type));
+        return rl_seterr("synth: router %s has type %s (need F32 or F16)", t->info.name,
+                         quant_name(t->info.type));
     t->raw = rl_malloc(t->info.nbytes, t->info.name);
     if (!t->raw) return -1;
     rl_rng r;
@@ -412,10 +354,8 @@ int synth_gen_router(stensor *t, synth_routing routing) {
         float s = t->sigma * expf(rounded_f(beta * g) - rounded_f(beta * beta));
         for (int64_t i = 0; i < n_in; i++) {
             float v = s * rl_rng_normal(&r);
-            if (t->info.type == QT_F32)
-                memcpy(t->raw + 4 * (e * n_in + i), &v, 4);
-            else
-                put16(t->raw + 2 * (e * n_in + i), rl_fp32_to_fp16(v));
+            if (t->info.type == QT_F32) memcpy(t->raw + 4 * (e * n_in + i), &v, 4);
+            else put16(t->raw + 2 * (e * n_in + i), rl_fp32_to_fp16(v));
         }
     }
     return 0;

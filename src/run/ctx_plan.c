@@ -29,7 +29,8 @@ int ctx_plan_choose(const ctx_plan_in *in, ctx_plan *out) {
         budget = limit - fixed - (double)in->experts;
         how = "70% of RAM after the weights";
         double want = (double)in->kv_per_pos * CTX_PLAN_WANT;
-        if (budget < want) { /* tight: up to CTX_PLAN_WANT positions from a quarter, the cache gets the rest */
+        if (budget <
+            want) { /* tight: up to CTX_PLAN_WANT positions from a quarter, the cache gets the rest */
             double quarter = (limit - fixed) / 4;
             budget = quarter < want ? quarter : want;
             how = "a quarter of 70% of RAM after the dense weights, at most the 32768 positions agents need "
@@ -47,10 +48,11 @@ int ctx_plan_choose(const ctx_plan_in *in, ctx_plan *out) {
                  "(%.2f GiB); --ctx N sets another",
                  out->n_ctx, train, (double)in->kv_per_pos / 1024, how, budget > 0 ? budget / GiB : 0.0);
     else
-        snprintf(out->reason, sizeof out->reason,
-                 "context %d = the model's trained length%s (KV cache %.2f GiB, within %s); --ctx N sets another",
-                 out->n_ctx, in->n_ctx_train > 0 ? "" : " (unknown: capped)",
-                 (double)in->kv_per_pos * (double)n / GiB, how);
+        snprintf(
+            out->reason, sizeof out->reason,
+            "context %d = the model's trained length%s (KV cache %.2f GiB, within %s); --ctx N sets another",
+            out->n_ctx, in->n_ctx_train > 0 ? "" : " (unknown: capped)",
+            (double)in->kv_per_pos * (double)n / GiB, how);
     return 0;
 }
 
@@ -98,7 +100,8 @@ session *ctx_plan_session_new(session_model *m, const session_params *sp, ctx_pl
         session_free(probe);
         if (rc) return NULL;
         in.device = em.device;
-        in.mem = em.dev_free_after_ctx + em.kv_bytes + em.state_bytes + em.scratch_bytes; /* free after the weights */
+        in.mem = em.dev_free_after_ctx + em.kv_bytes + em.state_bytes +
+                 em.scratch_bytes; /* free after the weights */
         in.state = em.state_bytes + em.scratch_bytes;
         if (em.kv_bytes) in.kv_per_pos = em.kv_bytes / (uint64_t)p.n_ctx;
         if (!em.device) { /* a host backend that reports: plan in RAM */

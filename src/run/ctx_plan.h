@@ -26,24 +26,24 @@
 
 #include "run/session.h"
 
-#define CTX_PLAN_MIN 4096                /* the least a planned context gets (unless trained shorter) */
-#define CTX_PLAN_WANT 32768              /* what the plan gives before the experts' full residency */
-#define CTX_PLAN_RESERVE (1ull << 30)    /* scratch (up to ~1.1 GiB at 2048 prompt rows) and slack */
+#define CTX_PLAN_MIN 4096             /* the least a planned context gets (unless trained shorter) */
+#define CTX_PLAN_WANT 32768           /* what the plan gives before the experts' full residency */
+#define CTX_PLAN_RESERVE (1ull << 30) /* scratch (up to ~1.1 GiB at 2048 prompt rows) and slack */
 
 typedef struct {
-    int n_ctx_train;    /* the model's context_length (0: unknown, then capped at 32768) */
-    uint64_t kv_per_pos;/* KV-cache bytes per position */
-    uint64_t state;     /* bytes that do not grow with the context: recurrent state, all copies */
-    bool device;        /* the context lives in device memory */
-    uint64_t mem;       /* RAM: physical bytes; device: free bytes once the weights are in */
-    uint64_t dense;     /* RAM: dense weight bytes */
-    uint64_t experts;   /* RAM: routed-expert bytes the cache plan keeps in memory */
+    int n_ctx_train;     /* the model's context_length (0: unknown, then capped at 32768) */
+    uint64_t kv_per_pos; /* KV-cache bytes per position */
+    uint64_t state;      /* bytes that do not grow with the context: recurrent state, all copies */
+    bool device;         /* the context lives in device memory */
+    uint64_t mem;        /* RAM: physical bytes; device: free bytes once the weights are in */
+    uint64_t dense;      /* RAM: dense weight bytes */
+    uint64_t experts;    /* RAM: routed-expert bytes the cache plan keeps in memory */
 } ctx_plan_in;
 
 typedef struct {
     int n_ctx;
-    bool limited;       /* memory, not the trained length, set it */
-    char reason[320];   /* one line: what was chosen and why */
+    bool limited;     /* memory, not the trained length, set it */
+    char reason[320]; /* one line: what was chosen and why */
 } ctx_plan;
 
 /* Pure arithmetic on in (testable without a model). 0, or -1 with rl_lasterr when kv_per_pos is 0. */

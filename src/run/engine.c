@@ -35,22 +35,22 @@ struct engine {
     gguf_file *f;
     q3n_model m;
     pool *pool;
-    ops_rt *rt;            /* the CPU ops' runtime (kernel level and switches, profile), on the pool */
-    rl_tuning tuning;      /* engine_params.tuning or the environment's, as opened */
+    ops_rt *rt;       /* the CPU ops' runtime (kernel level and switches, profile), on the pool */
+    rl_tuning tuning; /* engine_params.tuning or the environment's, as opened */
     const backend_ops *be;
     bool reference;
-    expert_repack *rp;     /* --iq-repack: the repacked experts the model's views point at */
-    bool map_weights;      /* engine_params.map_weights */
-    resident *res[2];      /* the dense / expert copies the model's views point at (resident.h) */
-    char res_why[2][160];  /* why a copy was not made ("" while none was asked for) */
+    expert_repack *rp;    /* --iq-repack: the repacked experts the model's views point at */
+    bool map_weights;     /* engine_params.map_weights */
+    resident *res[2];     /* the dense / expert copies the model's views point at (resident.h) */
+    char res_why[2][160]; /* why a copy was not made ("" while none was asked for) */
     /* contexts used from several threads (server slots): every backend call waits for its turn
      * in arrival order (FIFO), so a long prompt delays the others by one chunk at most, and
      * the decode steps waiting together run as rows of one forward (engine_step) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     eng_req *qhead, *qtail;
-    bool busy;             /* a turn is running */
-    int n_decoding;        /* contexts inside a decode loop (engine_ctx_decoding) */
+    bool busy;                     /* a turn is running */
+    int n_decoding;                /* contexts inside a decode loop (engine_ctx_decoding) */
     long long batches, batch_rows; /* engine_batch_stats */
 };
 
@@ -58,14 +58,14 @@ struct engine_ctx {
     engine *e;
     backend_ctx *bc;
     int n_ctx, n_batch, pos;
-    int mtp_pos;           /* pairs in the MTP head's KV cache */
-    backend_hooks hooks;   /* user debug hooks */
-    float *hidden;         /* [n_batch][D] final-norm hidden of the last forward */
+    int mtp_pos;         /* pairs in the MTP head's KV cache */
+    backend_hooks hooks; /* user debug hooks */
+    float *hidden;       /* [n_batch][D] final-norm hidden of the last forward */
     int hidden_rows;
     engine_snapshot **row_snaps; /* during verify */
     int verify_pos;
-    char state_fmt[48];    /* engine_state_format's answer */
-    int kv;                /* backend_kv: the KV cache format */
+    char state_fmt[48]; /* engine_state_format's answer */
+    int kv;             /* backend_kv: the KV cache format */
     /* device-resident verify snapshots (backend slot_restore/slot_get): verify row i's state
      * goes to backend slot i; slot_owner[i] is the snapshot whose state that slot holds */
     bool dev_snaps;
@@ -78,9 +78,9 @@ struct engine_snapshot {
     int pos, mtp_pos;
     int n_layer;
     size_t conv_n, ssm_n;
-    float **conv, **ssm;   /* per DeltaNet layer, NULL for attention layers */
-    engine_ctx *dev;       /* non-NULL: the recurrent state is in backend slot dev_slot of this
-                              context, not in conv/ssm (a verify row's snapshot on the device) */
+    float **conv, **ssm; /* per DeltaNet layer, NULL for attention layers */
+    engine_ctx *dev;     /* non-NULL: the recurrent state is in backend slot dev_slot of this
+                            context, not in conv/ssm (a verify row's snapshot on the device) */
     int dev_slot;
 };
 
@@ -127,7 +127,8 @@ engine *engine_open(const char *path, const engine_params *p) {
     ops_rt_attach(e->rt, e->pool);
     if (p && p->iq_repack) {
         if (strcmp(e->be->name, "cpu")) {
-            rl_seterr("--iq-repack is a CPU layout; the %s backend keeps its own (drop --iq-repack or use --backend cpu)",
+            rl_seterr("--iq-repack is a CPU layout; the %s backend keeps its own (drop --iq-repack or use "
+                      "--backend cpu)",
                       e->be->name);
             goto fail;
         }
@@ -166,7 +167,9 @@ const char *engine_cpu_kernels(const engine *e) { return kern_cfg_describe(ops_k
 const char *engine_cpu_level(const engine *e) { return kern_level_name(ops_kern(e->pool)->level); }
 void engine_prof_begin(engine *e) { ops_prof_begin(e->rt); }
 void engine_prof_end(engine *e) { ops_prof_end(e->rt); }
-void engine_prof_print(const engine *e, FILE *f, const char *title, double per) { ops_prof_print(e->rt, f, title, per); }
+void engine_prof_print(const engine *e, FILE *f, const char *title, double per) {
+    ops_prof_print(e->rt, f, title, per);
+}
 void engine_fast_check(engine *e, bool on) { ops_fast_check_enable(e->rt, on); }
 void engine_fast_check_report(const engine *e, long *checked, long *bad, double *worst) {
     ops_fast_check_report(e->rt, checked, bad, worst);
@@ -183,7 +186,8 @@ bool engine_repack_describe(const engine *e, char *buf, size_t n) {
 
 int engine_copy_experts(engine *e, bool progress) {
     if (e->res[1]) return 0;
-    if (strcmp(e->be->name, "cpu")) return rl_seterr("the %s backend holds its own copy of the experts", e->be->name);
+    if (strcmp(e->be->name, "cpu"))
+        return rl_seterr("the %s backend holds its own copy of the experts", e->be->name);
     if (e->map_weights) return rl_seterr("asked for (--weights map)");
     if (e->rp) return rl_seterr("--iq-repack holds its own copy of the experts");
     if (!(e->res[1] = resident_copy(&e->m, e->pool, RESIDENT_EXPERTS, progress))) {
@@ -200,7 +204,8 @@ bool engine_weights_describe(const engine *e, char *buf, size_t n) {
     for (int i = 0; i < 2 && l < n; i++) {
         if (e->res[i]) resident_describe(e->res[i], buf + l, n - l);
         else if (e->res_why[i][0])
-            snprintf(buf + l, n - l, "%s: in the file mapping (%s)", i ? "routed experts" : "dense weights", e->res_why[i]);
+            snprintf(buf + l, n - l, "%s: in the file mapping (%s)", i ? "routed experts" : "dense weights",
+                     e->res_why[i]);
         else continue;
         l += strlen(buf + l);
         if (l + 1 < n) buf[l++] = '\n', buf[l] = 0;
@@ -245,13 +250,18 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     if (c->n_batch > ENGINE_BATCH_MAX) c->n_batch = ENGINE_BATCH_MAX;
     if (p && p->vram_spec) {
         if (!e->be->ctx_new_opts) {
-            rl_seterr("--vram-mib needs a GPU backend (--backend cuda); the %s backend keeps the experts in RAM "
-                      "(use --cache-mib)", e->be->name);
+            rl_seterr(
+                "--vram-mib needs a GPU backend (--backend cuda); the %s backend keeps the experts in RAM "
+                "(use --cache-mib)",
+                e->be->name);
             free(c);
             return NULL;
         }
-        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch, &(backend_ctx_opts){.vram_spec = p->vram_spec, .kv = (backend_kv)c->kv,
-                                                                             .vram_pin = p->vram_pin, .vram_miss = p->vram_miss});
+        c->bc = e->be->ctx_new_opts(&e->m, e->pool, c->n_ctx, c->n_batch,
+                                    &(backend_ctx_opts){.vram_spec = p->vram_spec,
+                                                        .kv = (backend_kv)c->kv,
+                                                        .vram_pin = p->vram_pin,
+                                                        .vram_miss = p->vram_miss});
     } else {
         c->bc = e->be->ctx_new(&e->m, e->pool, c->n_ctx, c->n_batch, (backend_kv)c->kv);
     }
@@ -294,7 +304,8 @@ static void reset_locked(engine_ctx *c) {
     c->hidden_rows = 0;
 }
 
-static int forward(engine_ctx *c, const int32_t *tok, int n, float *logits, bool all, const backend_hooks *h) {
+static int forward(engine_ctx *c, const int32_t *tok, int n, float *logits, bool all,
+                   const backend_hooks *h) {
     int rc = c->e->be->forward(c->bc, tok, n, c->pos, logits, all, c->hidden, h);
     if (rc) return rc;
     c->pos += n;
@@ -343,7 +354,9 @@ static void turn_end(engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-#define TURN_BEGIN(c) eng_req turn_req_ = {.c = (c)}; turn_begin((c)->e, &turn_req_)
+#define TURN_BEGIN(c)                                                                                        \
+    eng_req turn_req_ = {.c = (c)};                                                                          \
+    turn_begin((c)->e, &turn_req_)
 #define TURN_END(c) turn_end((c)->e)
 
 /* Queued requests of decoding contexts (steps, or a verify of a speculative loop). */
@@ -408,7 +421,8 @@ int engine_step(engine_ctx *c, int32_t token, float *logits) {
         }
         gather(e);
         eng_req *batch[ENGINE_ROWS_MAX];
-        int n = 0, cap = c->n_batch < ENGINE_ROWS_MAX ? c->n_batch : ENGINE_ROWS_MAX; /* c's scratch holds the rows */
+        int n = 0, cap = c->n_batch < ENGINE_ROWS_MAX ? c->n_batch
+                                                      : ENGINE_ROWS_MAX; /* c's scratch holds the rows */
         for (eng_req *r = e->qhead, *nx; r && n < cap; r = nx) {
             nx = r->next;
             if (r->step) q_remove(e, r), batch[n++] = r;
@@ -472,8 +486,10 @@ static void verify_row_dst(void *ud, int il, int row, float **conv, float **ssm)
     *ssm = s ? s->ssm[il] : NULL;
 }
 
-static int verify_locked(engine_ctx *c, const int32_t *tokens, int n, float *logits, engine_snapshot **snaps) {
-    if (n <= 0 || n > c->n_batch) return rl_seterr("verify of %d rows: must be 1..%d (n_batch)", n, c->n_batch);
+static int verify_locked(engine_ctx *c, const int32_t *tokens, int n, float *logits,
+                         engine_snapshot **snaps) {
+    if (n <= 0 || n > c->n_batch)
+        return rl_seterr("verify of %d rows: must be 1..%d (n_batch)", n, c->n_batch);
     backend_hooks h = c->hooks;
     if (snaps && c->dev_snaps) {
         /* row i's state goes to backend slot i, written in the forward itself (no host copy) */
@@ -576,8 +592,10 @@ static int snapshot_save_locked(engine_ctx *c, engine_snapshot *s) {
 
 static int snapshot_restore_locked(engine_ctx *c, const engine_snapshot *s) {
     if (s->n_layer != c->e->m.hp.n_layer) return rl_seterr("snapshot belongs to another model");
-    if (s->pos > c->n_ctx) return rl_seterr("snapshot position %d is beyond the context (%d)", s->pos, c->n_ctx);
-    if (s->dev && s->dev != c && snap_materialize((engine_snapshot *)s)) return -1; /* another context's slot */
+    if (s->pos > c->n_ctx)
+        return rl_seterr("snapshot position %d is beyond the context (%d)", s->pos, c->n_ctx);
+    if (s->dev && s->dev != c && snap_materialize((engine_snapshot *)s))
+        return -1; /* another context's slot */
     if (s->dev) {
         if (c->e->be->slot_restore(c->bc, s->dev_slot)) return -1;
     } else {
@@ -618,7 +636,8 @@ size_t engine_state_bytes(const engine_ctx *c, int pos) {
 const char *engine_state_format(const engine_ctx *c) {
     engine_ctx *m = (engine_ctx *)c;
     const backend_ops *be = c->e->be;
-    snprintf(m->state_fmt, sizeof m->state_fmt, "%s/%s", be->name, be->kv_format ? be->kv_format(c->bc) : "none");
+    snprintf(m->state_fmt, sizeof m->state_fmt, "%s/%s", be->name,
+             be->kv_format ? be->kv_format(c->bc) : "none");
     return m->state_fmt;
 }
 
@@ -630,7 +649,8 @@ static int state_export(engine_ctx *c, const engine_snapshot *snap, void *buf, s
     int pos = snap ? snap->pos : c->pos;
     if (!be->kv_get) return rl_seterr("the %s backend cannot export its state", be->name);
     if (snap && (snap->n_layer != hp->n_layer || pos > c->pos))
-        return rl_seterr("state export: the snapshot (position %d) does not belong to this context (at %d)", pos, c->pos);
+        return rl_seterr("state export: the snapshot (position %d) does not belong to this context (at %d)",
+                         pos, c->pos);
     if (snap && snap_materialize((engine_snapshot *)snap)) return -1;
     if (n != engine_state_bytes(c, pos))
         return rl_seterr("state export: buffer of %zu bytes, need %zu", n, engine_state_bytes(c, pos));
@@ -655,12 +675,12 @@ static int state_export(engine_ctx *c, const engine_snapshot *snap, void *buf, s
 }
 
 /* The public calls that touch a context's backend state, each in one turn (see engine_step). */
-#define IN_TURN(c, call)                                                                                         \
-    do {                                                                                                         \
-        TURN_BEGIN(c);                                                                                           \
-        int rc_ = (call);                                                                                        \
-        TURN_END(c);                                                                                             \
-        return rc_;                                                                                              \
+#define IN_TURN(c, call)                                                                                     \
+    do {                                                                                                     \
+        TURN_BEGIN(c);                                                                                       \
+        int rc_ = (call);                                                                                    \
+        TURN_END(c);                                                                                         \
+        return rc_;                                                                                          \
     } while (0)
 
 void engine_reset(engine_ctx *c) {
@@ -676,7 +696,9 @@ int engine_mtp(engine_ctx *c, const float *hidden, const int32_t *next_tokens, i
     IN_TURN(c, mtp_locked(c, hidden, next_tokens, n, logits, hidden_out));
 }
 int engine_snapshot_save(engine_ctx *c, engine_snapshot *s) { IN_TURN(c, snapshot_save_locked(c, s)); }
-int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s) { IN_TURN(c, snapshot_restore_locked(c, s)); }
+int engine_snapshot_restore(engine_ctx *c, const engine_snapshot *s) {
+    IN_TURN(c, snapshot_restore_locked(c, s));
+}
 int engine_state_export(engine_ctx *c, void *buf, size_t n) { IN_TURN(c, state_export(c, NULL, buf, n)); }
 
 int engine_state_export_snapshot(engine_ctx *c, const engine_snapshot *s, void *buf, size_t n) {
@@ -687,7 +709,8 @@ static int state_import_locked(engine_ctx *c, int pos, const void *buf, size_t n
     const q3n_hparams *hp = &c->e->m.hp;
     const backend_ops *be = c->e->be;
     if (!be->kv_set) return rl_seterr("the %s backend cannot import a state", be->name);
-    if (pos < 0 || pos > c->n_ctx) return rl_seterr("state import: position %d is beyond the context (%d)", pos, c->n_ctx);
+    if (pos < 0 || pos > c->n_ctx)
+        return rl_seterr("state import: position %d is beyond the context (%d)", pos, c->n_ctx);
     if (n != engine_state_bytes(c, pos))
         return rl_seterr("state import: %zu bytes, need %zu for position %d (state format %s: KV %s)", n,
                          engine_state_bytes(c, pos), pos, engine_state_format(c), engine_kv_format(c));
@@ -735,8 +758,10 @@ void engine_print_backend_stats(engine_ctx *c, FILE *f) {
 
 int engine_set_expert_src(engine_ctx *c, const q3n_expert_src *src) {
     if (!c->e->be->set_expert_src)
-        return src ? rl_seterr("the %s backend holds every expert in device memory: it takes no expert source (cache, "
-                               "route bias, profile); use the CPU backend for those", c->e->be->name)
+        return src ? rl_seterr("the %s backend holds every expert in device memory: it takes no expert "
+                               "source (cache, "
+                               "route bias, profile); use the CPU backend for those",
+                               c->e->be->name)
                    : 0;
     c->e->be->set_expert_src(c->bc, src);
     return 0;

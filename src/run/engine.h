@@ -34,16 +34,16 @@ typedef struct engine_ctx engine_ctx;
 typedef struct engine_snapshot engine_snapshot;
 
 typedef struct {
-    int n_threads;        /* 0 = all online CPUs */
-    const char *backend;  /* "cpu", "cuda" or "auto" (NULL = "cpu") */
-    bool reference;       /* CPU: double-precision reference arithmetic (the oracle) instead
-                             of the fast SIMD kernels with quantised activations */
-    bool iq_repack;       /* CPU: routed IQ2_XXS/IQ2_XS/IQ1_M experts repacked at load into a lookup-free
-                             layout in memory (src/cache/expert_repack.h; same results, 1.9-2.5x their bytes) */
-    bool map_weights;     /* CPU: serve every matrix from the file mapping; by default the dense ones are
-                             copied into huge-page memory at open (src/backend/resident.h: same results, faster
-                             streaming) and the experts too where every expert stays resident
-                             (engine_copy_experts) */
+    int n_threads;           /* 0 = all online CPUs */
+    const char *backend;     /* "cpu", "cuda" or "auto" (NULL = "cpu") */
+    bool reference;          /* CPU: double-precision reference arithmetic (the oracle) instead
+                                of the fast SIMD kernels with quantised activations */
+    bool iq_repack;          /* CPU: routed IQ2_XXS/IQ2_XS/IQ1_M experts repacked at load into a lookup-free
+                                layout in memory (src/cache/expert_repack.h; same results, 1.9-2.5x their bytes) */
+    bool map_weights;        /* CPU: serve every matrix from the file mapping; by default the dense ones are
+                                copied into huge-page memory at open (src/backend/resident.h: same results, faster
+                                streaming) and the experts too where every expert stays resident
+                                (engine_copy_experts) */
     const rl_tuning *tuning; /* the tuning switches (tuning.h, docs/TUNING.md); NULL: tuning_from_env() */
 } engine_params;
 
@@ -92,16 +92,16 @@ void engine_weights_print(const engine *e, FILE *f, const char *prefix);
 #define ENGINE_KV_DEFAULT_HELP "f16; f32 with the reference arithmetic"
 
 typedef struct {
-    int n_ctx;   /* maximum positions (KV cache size); 0 = 4096 */
-    int n_batch; /* rows per forward chunk for prefill/verify (<= ENGINE_BATCH_MAX); 0 = the
-                    backend's prompt batch (backend_ops.prompt_batch), else ENGINE_BATCH_DEFAULT */
-    const char *kv; /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
+    int n_ctx;             /* maximum positions (KV cache size); 0 = 4096 */
+    int n_batch;           /* rows per forward chunk for prefill/verify (<= ENGINE_BATCH_MAX); 0 = the
+                              backend's prompt batch (backend_ops.prompt_batch), else ENGINE_BATCH_DEFAULT */
+    const char *kv;        /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
     const char *vram_spec; /* VRAM expert tier (--vram-mib auto|full|MiB; CUDA): NULL = every
                               weight resident on the device (docs/EXPERT_CACHE.md) */
     const char *vram_pin;  /* with vram_spec: --vram-pin auto|on|off (NULL: auto; vram_plan.h) */
     const char *vram_miss; /* with vram_spec: --vram-miss copy|cpu|auto (NULL: copy = exact) */
-    bool host_snapshots; /* verify snapshots through host copies even where the backend keeps
-                            them on the device (tests of both paths; normally false) */
+    bool host_snapshots;   /* verify snapshots through host copies even where the backend keeps
+                              them on the device (tests of both paths; normally false) */
 } engine_ctx_params;
 
 /* "f32" / "f16" -> 0 with *out set; -1 with rl_lasterr naming the choices otherwise. */
@@ -174,10 +174,10 @@ void engine_snapshot_free(engine_snapshot *s);
 /* ---- state export / import (disk checkpoints) -----------------------------------------
  * The sequence state at position pos is every DeltaNet layer's conv + recurrent state and the
  * first pos K/V rows of every attention layer, as one byte blob in the backend's layout.
- * engine_state_format names that layout ("cpu/f32", "cuda/f16", "cuda/f16-tc", ...): a blob is only meaningful
- * for the same model and format, and restoring it continues exactly as the exported context
- * would (bit-identical logits, by the exactness contract). The MTP head's cache is not part of
- * it (after an import the head starts empty). */
+ * engine_state_format names that layout ("cpu/f32", "cuda/f16", "cuda/f16-tc", ...): a blob is only
+ * meaningful for the same model and format, and restoring it continues exactly as the exported context would
+ * (bit-identical logits, by the exactness contract). The MTP head's cache is not part of it (after an import
+ * the head starts empty). */
 size_t engine_state_bytes(const engine_ctx *c, int pos);
 const char *engine_state_format(const engine_ctx *c);
 /* Write the state at the current position: n must be engine_state_bytes(c, engine_pos(c)). */

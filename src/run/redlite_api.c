@@ -22,8 +22,8 @@ struct redlite_model {
 struct redlite_session {
     redlite_model *model;
     session *s;
-    tok_ids seq;     /* the sequence: what the context holds, then the pending token, if any */
-    bool pending;    /* seq's last token was emitted but not evaluated yet */
+    tok_ids seq;  /* the sequence: what the context holds, then the pending token, if any */
+    bool pending; /* seq's last token was emitted but not evaluated yet */
 };
 
 const char *redlite_version(void) { return REDLITE_VERSION_STRING; }
@@ -60,8 +60,8 @@ redlite_model *redlite_model_open(const char *path, const redlite_model_params *
         rl_seterr("out of memory");
         return NULL;
     }
-    m->m = session_model_open(&(session_model_params){.model_path = path, .backend = p.backend,
-                                                      .n_threads = p.n_threads});
+    m->m = session_model_open(
+        &(session_model_params){.model_path = path, .backend = p.backend, .n_threads = p.n_threads});
     if (!m->m) {
         free(m);
         return NULL;
@@ -83,7 +83,8 @@ int redlite_model_n_ctx_train(const redlite_model *m) {
     return engine_hparams(session_model_engine(m->m))->n_ctx_train;
 }
 
-int redlite_tokenize(const redlite_model *m, const char *text, size_t len, int parse_special, int32_t *out, int cap) {
+int redlite_tokenize(const redlite_model *m, const char *text, size_t len, int parse_special, int32_t *out,
+                     int cap) {
     const tokenizer *t = session_model_tokenizer(m->m);
     if (!t) return -1;
     tok_ids ids = {0};
@@ -127,8 +128,11 @@ redlite_session *redlite_session_new(redlite_model *m, const redlite_session_par
     }
     s->model = m;
     /* no checkpoints: the sequence only grows between resets, so every feed extends the history */
-    s->s = session_new(m->m, &(session_params){.n_ctx = p.n_ctx, .n_batch = p.n_batch, .kv = p.kv,
-                                               .cache_spec = p.cache, .max_checkpoints = -1});
+    s->s = session_new(m->m, &(session_params){.n_ctx = p.n_ctx,
+                                               .n_batch = p.n_batch,
+                                               .kv = p.kv,
+                                               .cache_spec = p.cache,
+                                               .max_checkpoints = -1});
     if (!s->s) {
         free(s);
         return NULL;
@@ -156,8 +160,10 @@ int redlite_feed_tokens(redlite_session *s, const int32_t *ids, int n) {
     if (n == 0 && !s->pending) return 0;
     const size_t had = s->seq.n;
     if (had + (size_t)n + 1 > (size_t)session_n_ctx(s->s))
-        return rl_seterr("the sequence (%zu + %d tokens) does not fit the context (%d): reset the session, or "
-                         "create it with a larger n_ctx", had, n, session_n_ctx(s->s));
+        return rl_seterr(
+            "the sequence (%zu + %d tokens) does not fit the context (%d): reset the session, or "
+            "create it with a larger n_ctx",
+            had, n, session_n_ctx(s->s));
     for (int i = 0; i < n; i++)
         if (tok_ids_push(&s->seq, ids[i])) {
             s->seq.n = had;
@@ -180,7 +186,8 @@ int redlite_feed_text(redlite_session *s, const char *text) {
     if (n <= 0) return n;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
     if (!ids) return rl_seterr("out of memory");
-    int rc = redlite_tokenize(s->model, text, strlen(text), 1, ids, n) == n ? redlite_feed_tokens(s, ids, n) : -1;
+    int rc =
+        redlite_tokenize(s->model, text, strlen(text), 1, ids, n) == n ? redlite_feed_tokens(s, ids, n) : -1;
     free(ids);
     return rc;
 }
@@ -212,7 +219,8 @@ static int on_text(void *ud, int32_t token, const char *text, size_t n) {
     return 1;
 }
 
-int redlite_generate(redlite_session *s, const redlite_gen_params *params, redlite_text_cb cb, void *user_data) {
+int redlite_generate(redlite_session *s, const redlite_gen_params *params, redlite_text_cb cb,
+                     void *user_data) {
     redlite_gen_params p;
     redlite_gen_params_init(&p);
     take_params(&p, sizeof p, params, params ? params->size : 0);
@@ -225,8 +233,8 @@ int redlite_generate(redlite_session *s, const redlite_gen_params *params, redli
     sp.min_p = p.min_p;
     sp.seed = p.seed;
     gen_cb g = {cb, user_data, false};
-    session_gen_params gp = {.sp = sp, .n_predict = p.n_predict, .on_text = on_text, .ud = &g,
-                             .decode_flags = TOK_DECODE_REPLACE};
+    session_gen_params gp = {
+        .sp = sp, .n_predict = p.n_predict, .on_text = on_text, .ud = &g, .decode_flags = TOK_DECODE_REPLACE};
     session_gen_result r = {0};
     const size_t before = s->seq.n;
     int rc = session_generate(s->s, &gp, &r);

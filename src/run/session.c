@@ -28,10 +28,10 @@
 
 struct session_model {
     engine *e;
-    tokenizer *tok;      /* NULL: the file has none (token ids work, text does not) */
-    char tok_err[256];   /* why not */
+    tokenizer *tok;    /* NULL: the file has none (token ids work, text does not) */
+    char tok_err[256]; /* why not */
     int n_sessions;
-    gvocab *gv;          /* grammar masks: built on first use, under gv_lock */
+    gvocab *gv; /* grammar masks: built on first use, under gv_lock */
     pthread_mutex_t gv_lock;
 };
 
@@ -39,25 +39,25 @@ typedef struct {
     engine_snapshot *snap; /* NULL: free entry */
     int32_t *toks;         /* tokens [0, pos) */
     int pos;
-    uint64_t used;         /* LRU stamp */
+    uint64_t used; /* LRU stamp */
 } checkpoint;
 
 struct session {
     session_model *m;
     engine_ctx *c;
-    expert_cache *ec;   /* routed-expert source, or NULL (the engine's own source) */
-    bool ec_shared;     /* ec belongs to another session (session_params.share_experts) */
+    expert_cache *ec; /* routed-expert source, or NULL (the engine's own source) */
+    bool ec_shared;   /* ec belongs to another session (session_params.share_experts) */
     int n_ctx, n_batch, n_vocab, n_sample;
     bool verbose;
-    tok_ids hist;       /* tokens the context holds */
-    float *logits;      /* n_vocab: the row of hist's last token */
+    tok_ids hist;  /* tokens the context holds */
+    float *logits; /* n_vocab: the row of hist's last token */
     bool have_logits;
     checkpoint *ck;
     int max_ck;
     uint64_t tick;
-    float route_bias;   /* cache-aware routing asked for (speculation refuses it) */
-    spec *sp;           /* speculative decoding state (created on first use) */
-    bool vram;          /* the context has a VRAM expert tier (ec, if any, feeds it) */
+    float route_bias; /* cache-aware routing asked for (speculation refuses it) */
+    spec *sp;         /* speculative decoding state (created on first use) */
+    bool vram;        /* the context has a VRAM expert tier (ec, if any, feeds it) */
 };
 
 /* ---- model -------------------------------------------------------------------------------- */
@@ -70,8 +70,11 @@ session_model *session_model_open(const session_model_params *p) {
     session_model *m = rl_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
     pthread_mutex_init(&m->gv_lock, NULL);
-    engine_params ep = {.n_threads = p->n_threads, .backend = p->backend, .reference = p->reference,
-                        .iq_repack = p->iq_repack, .map_weights = p->map_weights};
+    engine_params ep = {.n_threads = p->n_threads,
+                        .backend = p->backend,
+                        .reference = p->reference,
+                        .iq_repack = p->iq_repack,
+                        .map_weights = p->map_weights};
     if (!(m->e = engine_open(p->model_path, &ep))) {
         session_model_close(m);
         return NULL;
@@ -85,7 +88,8 @@ session_model *session_model_open(const session_model_params *p) {
 
 void session_model_close(session_model *m) {
     if (!m) return;
-    if (m->n_sessions) fprintf(stderr, "redlite: bug: model closed with %d sessions still open\n", m->n_sessions);
+    if (m->n_sessions)
+        fprintf(stderr, "redlite: bug: model closed with %d sessions still open\n", m->n_sessions);
     tokenizer_free(m->tok);
     gvocab_free(m->gv);
     pthread_mutex_destroy(&m->gv_lock);
@@ -138,7 +142,8 @@ static int attach_experts(session *s, const session_params *p) {
     if (!m->hp.moe) { /* a dense model (qwen35) has no routed experts: nothing to cache */
         if ((strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap")) || p->route_bias > 0 ||
             p->route_trace)
-            return rl_seterr("--cache-mib / --route-bias / --route-trace: this dense model has no routed experts");
+            return rl_seterr(
+                "--cache-mib / --route-bias / --route-trace: this dense model has no routed experts");
         return 0;
     }
     if (p->vram_spec && p->verbose) engine_print_backend_stats(s->c, stderr); /* the VRAM plan */
@@ -146,12 +151,18 @@ static int attach_experts(session *s, const session_params *p) {
         return rl_seterr("--route-bias / --route-trace need the CPU backend (not with --vram-mib)");
     if (!engine_can_set_expert_src(e) && !vram) {
         if (strcmp(spec, "auto") && strcmp(spec, "full"))
-            return rl_seterr("--cache-mib %s: the %s backend keeps every expert in device memory; use --cache-mib "
-                             "auto or full (or --backend cpu)", spec, engine_backend_name(e));
+            return rl_seterr(
+                "--cache-mib %s: the %s backend keeps every expert in device memory; use --cache-mib "
+                "auto or full (or --backend cpu)",
+                spec, engine_backend_name(e));
         if (p->route_bias > 0 || p->route_trace)
-            return rl_seterr("--route-bias / --route-trace need the CPU backend (the %s backend keeps every expert "
-                             "in device memory)", engine_backend_name(e));
-        if (p->verbose) fprintf(stderr, "expert cache: none; the %s backend holds every expert\n", engine_backend_name(e));
+            return rl_seterr(
+                "--route-bias / --route-trace need the CPU backend (the %s backend keeps every expert "
+                "in device memory)",
+                engine_backend_name(e));
+        if (p->verbose)
+            fprintf(stderr, "expert cache: none; the %s backend holds every expert\n",
+                    engine_backend_name(e));
         return 0;
     }
     /* --iq-repack: every repacked expert is resident in the model's own views, which the engine's
@@ -160,10 +171,13 @@ static int attach_experts(session *s, const session_params *p) {
     char rp[256];
     if (engine_repack_describe(e, rp, sizeof rp)) {
         if (strcmp(spec, "auto") && strcmp(spec, "full") && strcmp(spec, "mmap"))
-            return rl_seterr("--cache-mib %s: --iq-repack keeps every repacked expert resident in memory; use --cache-mib "
-                             "auto, full or mmap (or drop --iq-repack for a bounded cache)", spec);
+            return rl_seterr(
+                "--cache-mib %s: --iq-repack keeps every repacked expert resident in memory; use --cache-mib "
+                "auto, full or mmap (or drop --iq-repack for a bounded cache)",
+                spec);
         if (p->route_bias > 0 || p->route_trace)
-            return rl_seterr("--route-bias / --route-trace need the expert cache, which --iq-repack replaces");
+            return rl_seterr(
+                "--route-bias / --route-trace need the expert cache, which --iq-repack replaces");
         if (p->verbose) fprintf(stderr, "expert cache: none; %s\n", rp);
         return 0;
     }
@@ -176,14 +190,18 @@ static int attach_experts(session *s, const session_params *p) {
         if (plan.mode == EC_FULL)
             fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
         else if (plan.mode == EC_BOUNDED)
-            fprintf(stderr, "expert cache: %.0f MiB keep the most used experts, the others are read from the file "
-                            "when needed (%s)\n", plan.budget / MiB, plan.reason);
+            fprintf(stderr,
+                    "expert cache: %.0f MiB keep the most used experts, the others are read from the file "
+                    "when needed (%s)\n",
+                    plan.budget / MiB, plan.reason);
         else
-            fprintf(stderr, "expert cache: none; the experts are paged in from the file mapping (%s)\n", plan.reason);
+            fprintf(stderr, "expert cache: none; the experts are paged in from the file mapping (%s)\n",
+                    plan.reason);
         if (p->route_bias > 0)
-            fprintf(stderr, plan.mode == EC_BOUNDED
-                                ? "expert cache: cache-aware routing, bias %.2f: outputs differ from exact routing\n"
-                                : "expert cache: --route-bias %.2f ignored: every expert is resident\n",
+            fprintf(stderr,
+                    plan.mode == EC_BOUNDED
+                        ? "expert cache: cache-aware routing, bias %.2f: outputs differ from exact routing\n"
+                        : "expert cache: --route-bias %.2f ignored: every expert is resident\n",
                     p->route_bias);
     }
     /* full residency on the CPU: the experts go to huge-page memory (resident.h) instead of staying
@@ -228,8 +246,12 @@ session *session_new(session_model *m, const session_params *p) {
     const q3n_hparams *hp = engine_hparams(m->e);
     s->n_vocab = hp->n_vocab;
     s->n_sample = m->tok && tokenizer_n_vocab(m->tok) < hp->n_vocab ? tokenizer_n_vocab(m->tok) : hp->n_vocab;
-    engine_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .vram_spec = p->vram_spec,
-                            .vram_pin = p->vram_pin, .vram_miss = p->vram_miss};
+    engine_ctx_params cp = {.n_ctx = p->n_ctx,
+                            .n_batch = p->n_batch,
+                            .kv = p->kv,
+                            .vram_spec = p->vram_spec,
+                            .vram_pin = p->vram_pin,
+                            .vram_miss = p->vram_miss};
     if (!(s->c = engine_ctx_new(m->e, &cp))) goto fail;
     s->n_ctx = engine_n_ctx(s->c);
     s->n_batch = engine_n_batch(s->c);
@@ -340,7 +362,8 @@ fail:
     engine_snapshot_free(snap);
     free(k->toks);
     memset(k, 0, sizeof *k);
-    if (s->verbose) fprintf(stderr, "session: no checkpoint at %d (%s); prefix reuse is smaller\n", pos, rl_lasterr());
+    if (s->verbose)
+        fprintf(stderr, "session: no checkpoint at %d (%s); prefix reuse is smaller\n", pos, rl_lasterr());
 }
 
 int session_match(const session *s, const int32_t *tokens, int n) {
@@ -350,7 +373,8 @@ int session_match(const session *s, const int32_t *tokens, int n) {
     int best = L == held && held <= n - 1 ? held : 0;
     for (int i = 0; i < s->max_ck; i++) {
         const checkpoint *k = &s->ck[i];
-        if (k->snap && k->pos <= n - 1 && k->pos > best && !memcmp(k->toks, tokens, sizeof(int32_t) * (size_t)k->pos))
+        if (k->snap && k->pos <= n - 1 && k->pos > best &&
+            !memcmp(k->toks, tokens, sizeof(int32_t) * (size_t)k->pos))
             best = k->pos;
     }
     return best > 0 ? best : 0;
@@ -360,7 +384,8 @@ int session_match(const session *s, const int32_t *tokens, int n) {
  * copy per chunk (tens of MB on a real model, device-to-host on CUDA) and churn the LRU. */
 static int ck_interval(const session *s) { return s->n_batch > 512 ? s->n_batch : 512; }
 
-int session_feed(session *s, const int32_t *tokens, int n, const session_feed_opts *o, session_feed_stats *st) {
+int session_feed(session *s, const int32_t *tokens, int n, const session_feed_opts *o,
+                 session_feed_stats *st) {
     double t0 = rl_now();
     session_feed_stats dummy;
     if (!st) st = &dummy;
@@ -371,7 +396,8 @@ int session_feed(session *s, const int32_t *tokens, int n, const session_feed_op
         return rl_seterr("the prompt has %d tokens, more than the context (%d): raise --ctx", n, s->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= s->n_vocab)
-            return rl_seterr("token id %d at %d is outside the vocabulary (0..%d)", tokens[i], i, s->n_vocab - 1);
+            return rl_seterr("token id %d at %d is outside the vocabulary (0..%d)", tokens[i], i,
+                             s->n_vocab - 1);
     /* where to start: the longest of the held sequence (when it is a prefix and leaves at
      * least the last token to evaluate) and the checkpoints whose tokens are a prefix */
     int held = (int)s->hist.n, L = 0;
@@ -472,7 +498,8 @@ static int out_text(gen_state *g, int32_t token, const char *t, size_t n, bool *
         r->text_len += n;
         r->text[r->text_len] = 0;
     }
-    if (g->gp->on_text && (n || token >= 0) && g->gp->on_text(g->gp->ud, token, n ? t : "", n)) *cancel = true;
+    if (g->gp->on_text && (n || token >= 0) && g->gp->on_text(g->gp->ud, token, n ? t : "", n))
+        *cancel = true;
     return 0;
 }
 
@@ -487,7 +514,8 @@ static int gen_emit(gen_state *g, int32_t t, int pos) {
         r->reason = SESSION_EOG;
         return 1;
     }
-    if (gp->on_logprobs && sampler_last_logprobs(g->smp)) gp->on_logprobs(gp->ud, sampler_last_logprobs(g->smp));
+    if (gp->on_logprobs && sampler_last_logprobs(g->smp))
+        gp->on_logprobs(gp->ud, sampler_last_logprobs(g->smp));
     if (tok_ids_push(&r->ids, t)) return rl_seterr("out of memory (generated tokens)");
     sampler_accept(g->smp, t);
     if (g->gm && gmatch_accept(g->gm, t)) return -1; /* the mask allowed it: a bug if this fails */
@@ -579,17 +607,21 @@ static int gen_spec(gen_state *g) {
     session *s = g->s;
     const session_gen_params *gp = g->gp;
     _Static_assert((int)SPEC_LOOKUP == SPEC_DRAFT_LOOKUP && (int)SPEC_MTP == SPEC_DRAFT_MTP &&
-                       (int)SPEC_AUTO == SPEC_DRAFT_AUTO, "spec_mode values");
+                       (int)SPEC_AUTO == SPEC_DRAFT_AUTO,
+                   "spec_mode values");
     if (s->route_bias > 0 && s->ec && expert_cache_mode(s->ec) == EC_BOUNDED)
-        return rl_seterr("speculative decoding needs exact routing: --route-bias picks experts from the cache "
-                         "state, which a verify changes in another order than steps (use --spec none, or drop "
-                         "--route-bias)");
+        return rl_seterr(
+            "speculative decoding needs exact routing: --route-bias picks experts from the cache "
+            "state, which a verify changes in another order than steps (use --spec none, or drop "
+            "--route-bias)");
     if (!s->sp && !(s->sp = spec_new(s->m->e, s->c))) return -1;
     if (gp->cancel && *gp->cancel) {
         g->out->reason = SESSION_CANCELLED;
         return 0;
     }
-    spec_params p = {.mode = (int)gp->spec, .draft_max = gp->draft_max, .draft_min = gp->draft_min,
+    spec_params p = {.mode = (int)gp->spec,
+                     .draft_max = gp->draft_max,
+                     .draft_min = gp->draft_min,
                      .n_predict = gp->n_predict};
     spec_sink sink = {.emit = spec_emit, .will_write = spec_will_write, .kept = spec_kept, .ud = g};
     spec_result r;
@@ -674,7 +706,8 @@ void session_gen_result_free(session_gen_result *r) {
 /* ---- statistics --------------------------------------------------------------------------- */
 
 void session_print_cache_stats(const session *s, FILE *f, bool weights) {
-    if (weights) engine_weights_print(s->m->e, f, "weights: "); /* where the streamed weights live (resident.h) */
+    if (weights)
+        engine_weights_print(s->m->e, f, "weights: "); /* where the streamed weights live (resident.h) */
     if (s->ec) expert_cache_print_stats(s->ec, f);
     engine_print_backend_stats(s->c, f); /* the VRAM tier's plan and counters, if any */
 }

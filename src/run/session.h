@@ -43,13 +43,13 @@ typedef struct session session;
 /* ---- opening ----------------------------------------------------------------------------- */
 typedef struct {
     const char *model_path;
-    const char *backend;     /* "cpu" | "cuda" | "auto" (NULL = "cpu") */
-    int n_threads;           /* 0 = all online CPUs */
-    bool reference;          /* CPU double-precision reference arithmetic (the oracle) */
-    bool iq_repack;          /* CPU: IQ2/IQ1_M experts in the lookup-free layout (engine_params.iq_repack);
-                                every session then runs without the expert cache */
-    bool map_weights;        /* CPU: matrices served from the file mapping, no huge-page copies
-                                (engine_params.map_weights) */
+    const char *backend; /* "cpu" | "cuda" | "auto" (NULL = "cpu") */
+    int n_threads;       /* 0 = all online CPUs */
+    bool reference;      /* CPU double-precision reference arithmetic (the oracle) */
+    bool iq_repack;      /* CPU: IQ2/IQ1_M experts in the lookup-free layout (engine_params.iq_repack);
+                            every session then runs without the expert cache */
+    bool map_weights;    /* CPU: matrices served from the file mapping, no huge-page copies
+                            (engine_params.map_weights) */
 } session_model_params;
 
 typedef struct {
@@ -123,10 +123,10 @@ typedef struct {
 } session_feed_opts;
 
 typedef struct {
-    int n_tokens;      /* tokens asked for */
-    int n_reused;      /* of those, not evaluated (held prefix or restored checkpoint) */
-    int n_evaluated;   /* evaluated now */
-    double seconds;    /* wall time */
+    int n_tokens;    /* tokens asked for */
+    int n_reused;    /* of those, not evaluated (held prefix or restored checkpoint) */
+    int n_evaluated; /* evaluated now */
+    double seconds;  /* wall time */
 } session_feed_stats;
 
 /* Bring the context to exactly tokens[0..n) (see the header comment). n >= 1 and
@@ -151,23 +151,23 @@ const char *session_reason_name(session_reason r); /* "eog" "length" "stop" "con
 typedef enum { SPEC_NONE = 0, SPEC_LOOKUP, SPEC_MTP, SPEC_AUTO } spec_mode;
 
 typedef struct {
-    sampler_params sp;              /* used when smp is NULL (a sampler made for this call) */
-    sampler *smp;                   /* or the caller's sampler (its random stream continues
-                                       across calls, e.g. the turns of a chat) */
-    long long n_predict;            /* < 0: until end of generation or the context end */
-    const char *const *stops;       /* stop strings (n_stops) */
+    sampler_params sp;        /* used when smp is NULL (a sampler made for this call) */
+    sampler *smp;             /* or the caller's sampler (its random stream continues
+                                 across calls, e.g. the turns of a chat) */
+    long long n_predict;      /* < 0: until end of generation or the context end */
+    const char *const *stops; /* stop strings (n_stops) */
     int n_stops;
-    unsigned decode_flags;          /* TOK_DECODE_* for the text */
+    unsigned decode_flags; /* TOK_DECODE_* for the text */
     /* Streaming: called for each emitted token with the text that became final with it (may
      * be empty: an incomplete UTF-8 sequence or a possible stop-string prefix is held back),
      * and once more with token -1 for text released at the end (never empty then).
      * Return non-zero to stop (reason SESSION_CANCELLED). May be NULL. */
     int (*on_text)(void *ud, int32_t token, const char *text, size_t n);
     void *ud;
-    atomic_int *cancel;  /* checked between tokens */
-    spec_mode spec;                 /* speculative decoding (never changes the tokens) */
-    int draft_max;                  /* K upper bound, 1..8 (0 = 8) */
-    int draft_min;                  /* 0: cost-aware K; N: at least N drafts when a source has some */
+    atomic_int *cancel; /* checked between tokens */
+    spec_mode spec;     /* speculative decoding (never changes the tokens) */
+    int draft_max;      /* K upper bound, 1..8 (0 = 8) */
+    int draft_min;      /* 0: cost-aware K; N: at least N drafts when a source has some */
     /* Constrained decoding: the output is a sentence of this grammar (text/grammar.h; NULL: off).
      * The sampler's candidates are masked, end of generation is allowed only once the sentence is
      * complete, a sentence that nothing may follow ends generation (reason SESSION_EOG), and the
@@ -182,12 +182,12 @@ typedef struct {
 } session_gen_params;
 
 typedef struct {
-    tok_ids ids;          /* emitted tokens (EOG excluded); free with session_gen_result_free */
-    char *text;           /* emitted text, NUL terminated */
+    tok_ids ids; /* emitted tokens (EOG excluded); free with session_gen_result_free */
+    char *text;  /* emitted text, NUL terminated */
     size_t text_len;
     session_reason reason;
-    double seconds;       /* decoding wall time */
-    long long n_drafted;  /* speculation: drafted tokens, of which accepted */
+    double seconds;      /* decoding wall time */
+    long long n_drafted; /* speculation: drafted tokens, of which accepted */
     long long n_accepted;
     long long n_verifies; /* engine_verify calls */
     uint32_t seed;        /* the sampler's seed (resolved when a random one was asked for) */
@@ -196,8 +196,8 @@ typedef struct {
 /* Sample from session_logits(), emit, evaluate, until a stop condition. 0, or -1 with
  * rl_lasterr set (out->reason SESSION_ERROR; out holds what was emitted before the failure,
  * free it either way). spec != SPEC_NONE: -1 "not available yet" until the speculative loop
- * lands. Every emitted token except the last is evaluated into the sequence (history grows accordingly). The sampler's
- * random stream is consumed once per emitted token, in order, so speculation never changes the
+ * lands. Every emitted token except the last is evaluated into the sequence (history grows accordingly). The
+ * sampler's random stream is consumed once per emitted token, in order, so speculation never changes the
  * result for a given seed. The sampler's penalty history is the session's history. */
 int session_generate(session *s, const session_gen_params *gp, session_gen_result *out);
 void session_gen_result_free(session_gen_result *r);

@@ -26,12 +26,14 @@
  * tokens per second. A source whose best K is 0 is probed with its best K > 0 every
  * PROBE_MIN tokens, doubling to PROBE_MAX while probes fail, so its estimate can recover. */
 #define COST_RING 16
-#define COST_PRIOR_SLOPE 0.35 /* extra rows cost 0.35 steps each until measured (optimistic: a size
-                                 that is never tried is never measured) */
-#define COST_TRUST 4          /* samples before a size's own estimate replaces the prior's if
-                                 higher (1-3 noisy runs can overstate the cost) */
-#define ACC_DECAY 0.85       /* weight of the past per verify of a bucket (window ~7) */
-#define ACC_PRIOR_W 2.0      /* prior weight (pseudo-drafts) of a bucket's prior p (bucket_prior) */
+#define COST_PRIOR_SLOPE                                                                                     \
+    0.35 /* extra rows cost 0.35 steps each until measured (optimistic: a size                               \
+            that is never tried is never measured) */
+#define COST_TRUST                                                                                           \
+    4                   /* samples before a size's own estimate replaces the prior's if                      \
+                           higher (1-3 noisy runs can overstate the cost) */
+#define ACC_DECAY 0.85  /* weight of the past per verify of a bucket (window ~7) */
+#define ACC_PRIOR_W 2.0 /* prior weight (pseudo-drafts) of a bucket's prior p (bucket_prior) */
 #define PROBE_MIN 8
 #define PROBE_MAX 128
 #define STEP_PROBE 16 /* with fewer than 2 steps measured, a plain step after this many verifies */
@@ -149,7 +151,9 @@ static void bucket_update(acc_bucket *b, int K, int acc) {
     else b->probe = b->probe * 2 < PROBE_MAX ? b->probe * 2 : PROBE_MAX;
 }
 
-static int lookup_bucket(int match) { return B_LOOKUP + (match <= 2 ? 0 : match <= 5 ? 1 : match <= 11 ? 2 : 3); }
+static int lookup_bucket(int match) {
+    return B_LOOKUP + (match <= 2 ? 0 : match <= 5 ? 1 : match <= 11 ? 2 : 3);
+}
 
 /* The best K for bucket b with at most kmax drafts (at least kmin when it drafts at all);
  * *rate: its tokens per second (per step before a step was measured). A bucket whose best is 0
@@ -329,18 +333,18 @@ struct spec {
     int V, D, n_batch;
     spec_lookup *lk;
     engine_snapshot *snaps[SPEC_DRAFT_MAX]; /* row i's state (the last row needs none) */
-    float *vlogits;   /* (K+1) x V verify rows */
-    float *vhid;      /* (K+1) x D their hidden states (for the MTP head) */
-    float *mlogits;   /* V: an MTP draft distribution */
-    float *mh;        /* 2 x D: MTP hidden in/out of a chained draft */
-    float *ph;        /* MTP_PEND_MAX x D: pairs (hidden of position q, token at q+1) ... */
-    int32_t *ptok;    /* ... not yet fed to the head */
+    float *vlogits;                         /* (K+1) x V verify rows */
+    float *vhid;                            /* (K+1) x D their hidden states (for the MTP head) */
+    float *mlogits;                         /* V: an MTP draft distribution */
+    float *mh;                              /* 2 x D: MTP hidden in/out of a chained draft */
+    float *ph;     /* MTP_PEND_MAX x D: pairs (hidden of position q, token at q+1) ... */
+    int32_t *ptok; /* ... not yet fed to the head */
     int np;
-    float *lasth;     /* D: hidden of the last token the context holds */
+    float *lasth; /* D: hidden of the last token the context holds */
     bool have_lasth;
-    bool cpu_clock;   /* costs in process CPU time (the CPU backend) or wall time */
-    spec_costs cm;    /* measured forward costs (kept across runs: same context and backend) and
-                         acceptance (reset per run) */
+    bool cpu_clock; /* costs in process CPU time (the CPU backend) or wall time */
+    spec_costs cm;  /* measured forward costs (kept across runs: same context and backend) and
+                       acceptance (reset per run) */
 };
 
 spec *spec_new(engine *e, engine_ctx *c) {
@@ -383,13 +387,15 @@ void spec_free(spec *s) {
 }
 
 int spec_check(const spec *s, int mode, int draft_max) {
-    if (mode < SPEC_DRAFT_NONE || mode > SPEC_DRAFT_AUTO) return rl_seterr("unknown speculation mode %d", mode);
+    if (mode < SPEC_DRAFT_NONE || mode > SPEC_DRAFT_AUTO)
+        return rl_seterr("unknown speculation mode %d", mode);
     if (draft_max < 0 || draft_max > SPEC_DRAFT_MAX)
         return rl_seterr("--draft-max %d is out of range: use 1..%d", draft_max, SPEC_DRAFT_MAX);
     if (mode == SPEC_DRAFT_MTP && !engine_has_mtp(s->e)) {
         if (engine_hparams(s->e)->n_nextn > 0)
-            return rl_seterr("the %s backend has no MTP head forward yet: use --spec lookup or auto, or --backend cpu",
-                             engine_backend_name(s->e));
+            return rl_seterr(
+                "the %s backend has no MTP head forward yet: use --spec lookup or auto, or --backend cpu",
+                engine_backend_name(s->e));
         return rl_seterr("this model has no MTP head (no blk.N.nextn.* tensors): use --spec lookup or auto");
     }
     return 0;
@@ -469,12 +475,12 @@ static int min_i(int a, int b) { return a < b ? a : b; }
 typedef struct {
     spec *s;
     sampler *smp;
-    float *logits;                    /* the caller's logits: those of the last evaluated row */
+    float *logits; /* the caller's logits: those of the last evaluated row */
     const spec_params *p;
     const spec_sink *sk;
     spec_result *r;
-    int dmax, dmin;                   /* draft lengths allowed */
-    bool use_mtp, use_lookup;         /* the draft sources in play (the MTP head may switch off) */
+    int dmax, dmin;           /* draft lengths allowed */
+    bool use_mtp, use_lookup; /* the draft sources in play (the MTP head may switch off) */
     int k_last, verifies_since_step;
     long long n_go;                   /* tokens the sink took with 0 */
     int32_t rows[SPEC_DRAFT_MAX + 1]; /* the rows of one evaluation: u, then the drafts */
@@ -498,7 +504,8 @@ static int spec_run_begin(spec_loop *L, const int32_t *history, int n_hist) {
     if (spec_check(s, p->mode, p->draft_max)) return -1;
     int dmax = p->draft_max > 0 ? p->draft_max : SPEC_DRAFT_MAX;
     if (dmax > s->n_batch - 1) dmax = s->n_batch - 1;
-    bool use_mtp = (p->mode == SPEC_DRAFT_MTP || p->mode == SPEC_DRAFT_AUTO) && engine_has_mtp(s->e) && dmax > 0;
+    bool use_mtp =
+        (p->mode == SPEC_DRAFT_MTP || p->mode == SPEC_DRAFT_AUTO) && engine_has_mtp(s->e) && dmax > 0;
     bool use_lookup = (p->mode == SPEC_DRAFT_LOOKUP || p->mode == SPEC_DRAFT_AUTO) && dmax > 0;
     spec_lookup_clear(s->lk);
     if (use_lookup)
@@ -542,7 +549,8 @@ static void spec_run_choose(spec_loop *L, int kcap, spec_draft *dr) {
     }
     if (kcap > 0 && L->use_mtp && (nd == 0 || (p->mode == SPEC_DRAFT_AUTO && match < LOOKUP_LONG)))
         k_m = choose_k(&s->cm, B_MTP, dmin, kcap, &r_m);
-    if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 && ++L->verifies_since_step > STEP_PROBE) /* measure c(1) */
+    if (dmin == 0 && s->cm.n[1] < 2 && k_l + k_m > 0 &&
+        ++L->verifies_since_step > STEP_PROBE) /* measure c(1) */
         k_l = k_m = 0, L->verifies_since_step = 0;
     if (k_m > 0 && (k_l == 0 || r_m > r_l)) {
         double t0 = cost_clock(s->cpu_clock);

@@ -29,8 +29,8 @@
 
 /* Draft sources; the values are those of session.h's spec_mode. */
 enum { SPEC_DRAFT_NONE = 0, SPEC_DRAFT_LOOKUP = 1, SPEC_DRAFT_MTP = 2, SPEC_DRAFT_AUTO = 3 };
-const char *spec_mode_name(int mode);         /* "none" "lookup" "mtp" "auto" */
-int spec_mode_parse(const char *s);           /* -1 if unknown */
+const char *spec_mode_name(int mode); /* "none" "lookup" "mtp" "auto" */
+int spec_mode_parse(const char *s);   /* -1 if unknown */
 
 /* ---- prompt lookup ------------------------------------------------------------------------
  * Over the sequence (prompt + generated text): find the latest EARLIER occurrence of the last 3
@@ -83,13 +83,13 @@ typedef struct {
 } spec_params;
 
 typedef struct {
-    int sink_code;         /* the sink's stop value (0 after an error) */
-    long long n_sampled;   /* tokens given to the sink */
-    long long n_evaluated; /* tokens that entered the context */
+    int sink_code;                   /* the sink's stop value (0 after an error) */
+    long long n_sampled;             /* tokens given to the sink */
+    long long n_evaluated;           /* tokens that entered the context */
     long long n_drafted, n_accepted; /* all sources */
     long long n_drafted_lookup, n_accepted_lookup, n_drafted_mtp, n_accepted_mtp;
-    long long n_verifies, n_steps;   /* engine_verify / engine_step calls */
-    int k_final;           /* the drafts of the last verify (0: the last was a plain step) */
+    long long n_verifies, n_steps; /* engine_verify / engine_step calls */
+    int k_final;                   /* the drafts of the last verify (0: the last was a plain step) */
 } spec_result;
 
 /* Cost-aware K. For each draft source the loop measures what a forward of n rows costs this

@@ -48,7 +48,7 @@ struct statefile_dir {
     char format[32];
     sf_entry *e;
     int n, cap;
-    int lock_fd;        /* DIR/.lock: flock'd exclusively while scanning at open and while saving */
+    int lock_fd;               /* DIR/.lock: flock'd exclusively while scanning at open and while saving */
     struct timespec dir_mtime; /* when the index was last synced with the directory */
     statefile_stats st;
 };
@@ -76,7 +76,8 @@ static uint64_t sf_hash(uint64_t h, const void *p, size_t n) {
 
 /* 4 independent lanes of 8 bytes: several GB/s per thread, memory-bound with a few threads. */
 static uint64_t data_hash(const uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t h[4] = {seed, seed ^ 0x9e3779b97f4a7c15ULL, seed ^ 0xc2b2ae3d27d4eb4fULL, seed ^ 0x165667b19e3779f9ULL};
+    uint64_t h[4] = {seed, seed ^ 0x9e3779b97f4a7c15ULL, seed ^ 0xc2b2ae3d27d4eb4fULL,
+                     seed ^ 0x165667b19e3779f9ULL};
     size_t i = 0;
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; k++) {
@@ -164,7 +165,8 @@ static int make_dirs(const char *dir) {
 /* The cached data hash of the file behind fd, or compute and append it. cache may be NULL. */
 static int cached_data_hash(const struct gguf_part *pt, const char *cache, uint64_t *out) {
     struct stat sb;
-    if (pt->fd >= 0 ? fstat(pt->fd, &sb) : stat(pt->path, &sb)) return rl_seterr("cannot stat %s: %s", pt->path, strerror(errno));
+    if (pt->fd >= 0 ? fstat(pt->fd, &sb) : stat(pt->path, &sb))
+        return rl_seterr("cannot stat %s: %s", pt->path, strerror(errno));
     char key[160];
     snprintf(key, sizeof key, "v1 %llu %llu %llu %lld.%09ld %llu", (unsigned long long)sb.st_dev,
              (unsigned long long)sb.st_ino, (unsigned long long)sb.st_size, (long long)sb.st_mtim.tv_sec,
@@ -185,7 +187,9 @@ static int cached_data_hash(const struct gguf_part *pt, const char *cache, uint6
     int fd = cache ? open(cache, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
     if (fd >= 0) { /* one short append: lines of concurrent writers do not interleave */
         int n = snprintf(line, sizeof line, "%s %016llx %s\n", key, (unsigned long long)*out, pt->path);
-        if (n > 0 && write(fd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1)) < 0) { /* a cache */ }
+        if (n > 0 &&
+            write(fd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1)) < 0) { /* a cache */
+        }
         close(fd);
     }
     return 0;
@@ -247,7 +251,8 @@ int statefile_write(const char *path, uint64_t fp, const char *format, const int
                     const void *state, uint64_t state_bytes) {
     sf_header h;
     header_init(&h, fp, format, n, state_bytes);
-    h.checksum = sf_hash(sf_hash(0xcbf29ce484222325ULL, tokens, sizeof(int32_t) * (size_t)n), state, state_bytes);
+    h.checksum =
+        sf_hash(sf_hash(0xcbf29ce484222325ULL, tokens, sizeof(int32_t) * (size_t)n), state, state_bytes);
     char tmp[4096];
     const char *slash = strrchr(path, '/');
     int dl = slash ? (int)(slash - path) : 1;
@@ -260,7 +265,8 @@ int statefile_write(const char *path, uint64_t fp, const char *format, const int
         int err = errno;
         close(fd);
         unlink(tmp);
-        return rl_seterr("cannot write checkpoint %s: %s (disk full? lower --state-max-mib)", tmp, strerror(err));
+        return rl_seterr("cannot write checkpoint %s: %s (disk full? lower --state-max-mib)", tmp,
+                         strerror(err));
     }
     close(fd);
     if (rename(tmp, path)) {
@@ -318,7 +324,9 @@ static double wall_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double file_mtime(const struct stat *sb) { return (double)sb->st_mtim.tv_sec + sb->st_mtim.tv_nsec * 1e-9; }
+static double file_mtime(const struct stat *sb) {
+    return (double)sb->st_mtim.tv_sec + sb->st_mtim.tv_nsec * 1e-9;
+}
 
 /* Open a directory entry for reading only if it is a regular file: O_NOFOLLOW (no symlink
  * games), O_NONBLOCK (a FIFO or device does not block the open), then fstat. -1 otherwise. */
@@ -385,11 +393,13 @@ static void scan(statefile_dir *d, bool locked) {
         if (k == 1) {
             toks = malloc(sizeof(int32_t) * h.n_tokens);
             uint64_t want = sizeof h + sizeof(int32_t) * (uint64_t)h.n_tokens + h.state_bytes;
-            if (!toks || read_all(fd, toks, sizeof(int32_t) * h.n_tokens) || (uint64_t)sb.st_size != want) k = -1;
+            if (!toks || read_all(fd, toks, sizeof(int32_t) * h.n_tokens) || (uint64_t)sb.st_size != want)
+                k = -1;
         }
         close(fd);
         char *p = k == 1 ? strdup(path) : NULL;
-        if (k == 1 && p && !entry_add(d, p, toks, (int)h.n_tokens, (uint64_t)sb.st_size, file_mtime(&sb))) continue;
+        if (k == 1 && p && !entry_add(d, p, toks, (int)h.n_tokens, (uint64_t)sb.st_size, file_mtime(&sb)))
+            continue;
         free(p);
         free(toks);
         if (k < 0 && locked) unlink(path); /* ours by name, but broken (e.g. truncated) */
@@ -479,7 +489,8 @@ static void trim(statefile_dir *d, const char *keep) {
     }
 }
 
-int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens, int n) {
+int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens,
+                   int n) {
     int pos = snap ? engine_snapshot_pos(snap) : engine_pos(c);
     if (n != pos || n <= 0) return rl_seterr("checkpoint: %d tokens for a state at position %d", n, pos);
     double t0 = rl_now();
@@ -548,7 +559,8 @@ int statefile_best(statefile_dir *d, const int32_t *tokens, int n, int min_pos, 
     return b < 0 ? 0 : d->e[b].n;
 }
 
-int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n, int min_pos, int max_pos) {
+int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n, int min_pos,
+                      int max_pos) {
     int b = best_entry(d, tokens, n, min_pos, max_pos);
     if (b < 0) return 0;
     double t0 = rl_now();
@@ -574,7 +586,8 @@ int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, in
     if (read_all(fd, toks, sizeof(int32_t) * (size_t)e->n) || read_all(fd, buf, h.state_bytes)) goto bad;
     why = "checksum mismatch";
     if (memcmp(toks, e->toks, sizeof(int32_t) * (size_t)e->n) ||
-        sf_hash(sf_hash(0xcbf29ce484222325ULL, toks, sizeof(int32_t) * (size_t)e->n), buf, h.state_bytes) != h.checksum)
+        sf_hash(sf_hash(0xcbf29ce484222325ULL, toks, sizeof(int32_t) * (size_t)e->n), buf, h.state_bytes) !=
+            h.checksum)
         goto bad;
     why = "import failed";
     if (engine_state_import(c, e->n, buf, h.state_bytes)) goto bad;

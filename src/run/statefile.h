@@ -61,7 +61,8 @@ void statefile_close(statefile_dir *d);
 /* Save c's state with tokens[0..n): the current one (snap NULL, n == engine_pos(c)) or the one
  * of snapshot snap taken from c (n == engine_snapshot_pos(snap); see engine_state_export_snapshot).
  * 0 or -1. */
-int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens, int n);
+int statefile_save(statefile_dir *d, engine_ctx *c, const engine_snapshot *snap, const int32_t *tokens,
+                   int n);
 /* Position of the longest saved state whose tokens are a prefix of tokens[0..n), at most max_pos
  * and more than min_pos; 0 if none. Reads the directory listing (new files of this model: their
  * header and tokens); the token lists are indexed in memory. */
@@ -69,7 +70,8 @@ int statefile_best(statefile_dir *d, const int32_t *tokens, int n, int min_pos, 
 /* Import that state into c. Returns its position (> 0), 0 if there is none or its file is gone
  * (c untouched), or
  * -1 if the file failed to read or verify (deleted, c reset to position 0, rl_lasterr set). */
-int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n, int min_pos, int max_pos);
+int statefile_restore(statefile_dir *d, engine_ctx *c, const int32_t *tokens, int n, int min_pos,
+                      int max_pos);
 
 typedef struct {
     int n_files;

@@ -36,7 +36,8 @@ static int env_choice(const char *name, const char *v, const char *const *choice
 static int env_int(const char *name, const char *v, long lo, int *out) {
     char *end;
     const long n = strtol(v, &end, 10);
-    if (end == v || *end || n < lo || n > 1 << 30) return rl_seterr("%s=%s: expected a whole number >= %ld", name, v, lo);
+    if (end == v || *end || n < lo || n > 1 << 30)
+        return rl_seterr("%s=%s: expected a whole number >= %ld", name, v, lo);
     *out = (int)n;
     return 0;
 }
@@ -101,7 +102,8 @@ static int repack_from_env(expert_repack_opts *r) {
     if ((v = env("RL_REPACK_RAM_MIB"))) {
         char *end;
         const double mib = strtod(v, &end);
-        if (end == v || *end || !(mib > 0) || mib > 1e12) return rl_seterr("RL_REPACK_RAM_MIB=%s: expected MiB > 0", v);
+        if (end == v || *end || !(mib > 0) || mib > 1e12)
+            return rl_seterr("RL_REPACK_RAM_MIB=%s: expected MiB > 0", v);
         r->ram = (uint64_t)(mib * 1048576.0);
     }
     return 0;

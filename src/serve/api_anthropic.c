@@ -45,13 +45,15 @@ static int blocks_text(const cJSON *v, const char *where, chat_buf *out, srv_err
         chat_buf_puts(out, v->valuestring);
         return 0;
     }
-    if (!cJSON_IsArray(v)) return srv_fail(e, 400, NULL, where, "%s must be a string or an array of text blocks", where);
+    if (!cJSON_IsArray(v))
+        return srv_fail(e, 400, NULL, where, "%s must be a string or an array of text blocks", where);
     const cJSON *b;
     cJSON_ArrayForEach(b, v) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(b, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
-            return srv_fail(e, 400, NULL, where, "%s: only text blocks are supported here (this model reads text only)", where);
+            return srv_fail(e, 400, NULL, where,
+                            "%s: only text blocks are supported here (this model reads text only)", where);
         chat_buf_puts(out, text->valuestring);
     }
     return 0;
@@ -74,7 +76,8 @@ static const char *block_type(const cJSON *b) {
 /* A text block's "text" appended to out: 0, or -1 with a 400 in e when it is not a string. */
 static int text_block(const cJSON *b, const char *where, chat_buf *out, srv_error *e) {
     const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-    if (!cJSON_IsString(tx)) return srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
+    if (!cJSON_IsString(tx))
+        return srv_fail(e, 400, NULL, "messages", "%s: a text block needs a string 'text'", where);
     chat_buf_puts(out, tx->valuestring);
     return 0;
 }
@@ -108,7 +111,9 @@ static int load_user(const cJSON *content, const char *where, chat_conv *c, srv_
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
             if (cJSON_IsString(id) && !(c->msgs[mi].tool_call_id = srv_strdup(id->valuestring))) goto oom;
         } else {
-            srv_fail(e, 400, NULL, "messages", "%s: content blocks of type '%s' are not supported (text and tool_result only)", where, t);
+            srv_fail(e, 400, NULL, "messages",
+                     "%s: content blocks of type '%s' are not supported (text and tool_result only)", where,
+                     t);
             goto fail;
         }
     }
@@ -145,20 +150,24 @@ static int load_assistant(const cJSON *content, const char *where, chat_conv *c,
             const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id");
             if (!cJSON_IsString(name) || (input && !cJSON_IsObject(input))) {
-                srv_fail(e, 400, NULL, "messages", "%s: a tool_use block needs a string 'name' and an object 'input'", where);
+                srv_fail(e, 400, NULL, "messages",
+                         "%s: a tool_use block needs a string 'name' and an object 'input'", where);
                 goto fail;
             }
             chat_buf a = {0};
             if (input) chat_json_dumps(input, &a);
             else chat_buf_puts(&a, "{}");
-            int rc = a.oom ? -1 : chat_conv_add_call(c, mi, name->valuestring, a.p, cJSON_IsString(id) ? id->valuestring : NULL);
+            int rc = a.oom ? -1
+                           : chat_conv_add_call(c, mi, name->valuestring, a.p,
+                                                cJSON_IsString(id) ? id->valuestring : NULL);
             chat_buf_free(&a);
             if (rc) {
                 OOM(e);
                 goto fail;
             }
         } else {
-            srv_fail(e, 400, NULL, "messages", "%s: content blocks of type '%s' are not supported in assistant turns", where, t);
+            srv_fail(e, 400, NULL, "messages",
+                     "%s: content blocks of type '%s' are not supported in assistant turns", where, t);
             goto fail;
         }
     }
@@ -187,8 +196,10 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
         if (add_msg(c, CHAT_SYSTEM, &t, e) < 0) return -1;
     }
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(b, "messages");
-    if (!cJSON_IsArray(msgs)) return srv_fail(e, 400, NULL, "messages", "'messages' is required and must be an array");
-    if (!msgs->child) return srv_fail(e, 400, NULL, "messages", "'messages' is empty: send at least one user message");
+    if (!cJSON_IsArray(msgs))
+        return srv_fail(e, 400, NULL, "messages", "'messages' is required and must be an array");
+    if (!msgs->child)
+        return srv_fail(e, 400, NULL, "messages", "'messages' is empty: send at least one user message");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
@@ -199,7 +210,8 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
         if (!cJSON_IsObject(m) || !cJSON_IsString(role))
             return srv_fail(e, 400, NULL, "messages", "%s must be an object with a 'role'", where);
         if (!cJSON_IsString(content) && !cJSON_IsArray(content))
-            return srv_fail(e, 400, NULL, "messages", "%s.content must be a string or an array of content blocks", where);
+            return srv_fail(e, 400, NULL, "messages",
+                            "%s.content must be a string or an array of content blocks", where);
         if (!strcmp(role->valuestring, "user")) {
             if (load_user(content, where, c, e)) return -1;
         } else if (!strcmp(role->valuestring, "assistant")) {
@@ -223,7 +235,8 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
     if (tc && !cJSON_IsNull(tc)) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(tc, "type");
         if (!cJSON_IsObject(tc) || !cJSON_IsString(t))
-            return srv_fail(e, 400, NULL, "tool_choice", "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
+            return srv_fail(e, 400, NULL, "tool_choice",
+                            "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
         none = !strcmp(t->valuestring, "none");
     }
     if (tools && !cJSON_IsNull(tools) && !none) {
@@ -236,10 +249,12 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
             const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
             const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
             const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-            if (cJSON_IsString(type) && strcmp(type->valuestring, "custom")) continue; /* server tools: not ours */
+            if (cJSON_IsString(type) && strcmp(type->valuestring, "custom"))
+                continue; /* server tools: not ours */
             if (!cJSON_IsString(name) || !*name->valuestring || (schema && !cJSON_IsObject(schema))) {
                 cJSON_Delete(arr);
-                return srv_fail(e, 400, NULL, "tools", "tools[%d] needs a non-empty 'name' and an object 'input_schema'", k);
+                return srv_fail(e, 400, NULL, "tools",
+                                "tools[%d] needs a non-empty 'name' and an object 'input_schema'", k);
             }
             cJSON *f = cJSON_CreateObject(), *fn;
             cJSON_AddStringToObject(f, "type", "function");
@@ -258,7 +273,8 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
     if (th && !cJSON_IsNull(th)) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(th, "type");
         if (!cJSON_IsObject(th) || !cJSON_IsString(t))
-            return srv_fail(e, 400, NULL, "thinking", "'thinking' must be an object with a 'type' (enabled or disabled)");
+            return srv_fail(e, 400, NULL, "thinking",
+                            "'thinking' must be an object with a 'type' (enabled or disabled)");
         /* enabled / disabled; other kinds (adaptive, ...) leave the template's default */
         if (!strcmp(t->valuestring, "enabled")) *think = 1;
         else if (!strcmp(t->valuestring, "disabled")) *think = 0;
@@ -274,17 +290,17 @@ typedef struct {
     cJSON *tools;
     chat_parser *parser;
     srv_job *j;
-    int n_blocks;       /* content blocks started */
-    bool text_open;     /* streaming: a text block is open */
-    cJSON *content;     /* non-streaming: the blocks */
-    chat_buf text;      /* non-streaming: the current text block */
+    int n_blocks;   /* content blocks started */
+    bool text_open; /* streaming: a text block is open */
+    cJSON *content; /* non-streaming: the blocks */
+    chat_buf text;  /* non-streaming: the current text block */
     int n_calls;
     const srv_request *rq;
-    char *stops[16];    /* copies, to name the stop_sequence hit */
+    char *stops[16]; /* copies, to name the stop_sequence hit */
     int n_stops;
-    srv_think think;    /* <think> blocks -> thinking content blocks */
-    bool think_open;    /* streaming: a thinking block is open */
-    chat_buf thinking;  /* non-streaming */
+    srv_think think;   /* <think> blocks -> thinking content blocks */
+    bool think_open;   /* streaming: a thinking block is open */
+    chat_buf thinking; /* non-streaming */
 } ant_st;
 
 static void ant_free(void *p) {
@@ -328,9 +344,7 @@ static void close_block(ant_st *s, bool *open, chat_buf *buf, const char *type) 
 }
 
 /* The thinking block ends where the first text or tool call begins. */
-static void close_thinking(ant_st *s) {
-    close_block(s, &s->think_open, &s->thinking, "thinking");
-}
+static void close_thinking(ant_st *s) { close_block(s, &s->think_open, &s->thinking, "thinking"); }
 
 /* Streaming: n bytes of t as a delta of the open content block of `type` ("text" or "thinking",
  * whose field has the same name), opening the block first (content_block_start) when *open is
@@ -519,28 +533,34 @@ static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish
  * still be answered. */
 static int overflow_words(const srv_info *in, srv_error *e) {
     if (strcmp(e->code, "context_length_exceeded")) return -1;
-    snprintf(e->msg, sizeof e->msg, "prompt is too long: %lld tokens > %d maximum", e->n_prompt, in->n_ctx - 1);
+    snprintf(e->msg, sizeof e->msg, "prompt is too long: %lld tokens > %d maximum", e->n_prompt,
+             in->n_ctx - 1);
     return -1;
 }
 
 /* Fields Claude Code and the SDKs send that change nothing here (still refused with
  * --strict-fields when not listed). */
-#define ANT_TOLERATED "metadata", "service_tier", "context_management", "output_config", "betas", "container", \
-    "mcp_servers", "anthropic_version", "anthropic_beta", "store", "parallel_tool_calls", "inference_geo"
+#define ANT_TOLERATED                                                                                        \
+    "metadata", "service_tier", "context_management", "output_config", "betas", "container", "mcp_servers",  \
+        "anthropic_version", "anthropic_beta", "store", "parallel_tool_calls", "inference_geo"
 
 /* tool_choice {"type": "any"} / {"type": "tool", "name"}: the answer is forced to be a tool call
  * (api_grammar.h); the tools' own "strict": true makes their input follow input_schema */
-static int ant_constrain(const srv_info *in, const cJSON *b, const cJSON *tools, srv_request *rq, srv_error *e) {
+static int ant_constrain(const srv_info *in, const cJSON *b, const cJSON *tools, srv_request *rq,
+                         srv_error *e) {
     const char *name;
     int r = api_grammar_anthropic_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
     if (r <= 0) return r;
-    return api_grammar_tool_call(in, tools, cJSON_GetObjectItemCaseSensitive(b, "tools"), name, rq, e) < 0 ? -1 : 0;
+    return api_grammar_tool_call(in, tools, cJSON_GetObjectItemCaseSensitive(b, "tools"), name, rq, e) < 0
+               ? -1
+               : 0;
 }
 
-int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
-    static const char *const known[] = {"model", "max_tokens", "messages", "system", "stop_sequences", "stream",
-                                        "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking",
-                                        ANT_TOLERATED, NULL};
+int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep,
+                           srv_error *e) {
+    static const char *const known[] = {
+        "model", "max_tokens", "messages", "system",      "stop_sequences", "stream",      "temperature",
+        "top_p", "top_k",      "tools",    "tool_choice", "thinking",       ANT_TOLERATED, NULL};
     if (srv_check_fields(in, b, known, NULL, e)) return -1;
     ant_st *s = calloc(1, sizeof *s);
     if (!s) return OOM(e);
@@ -565,12 +585,16 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (srv_parse_sampling(b, in, &rq->sp, e)) return -1;
     const cJSON *ss = cJSON_GetObjectItemCaseSensitive(b, "stop_sequences");
     if (ss && !cJSON_IsNull(ss)) {
-        if (!cJSON_IsArray(ss)) return srv_fail(e, 400, NULL, "stop_sequences", "'stop_sequences' must be an array of strings");
+        if (!cJSON_IsArray(ss))
+            return srv_fail(e, 400, NULL, "stop_sequences", "'stop_sequences' must be an array of strings");
         const cJSON *x;
         cJSON_ArrayForEach(x, ss) {
-            if (!cJSON_IsString(x)) return srv_fail(e, 400, NULL, "stop_sequences", "'stop_sequences' must be an array of strings");
+            if (!cJSON_IsString(x))
+                return srv_fail(e, 400, NULL, "stop_sequences",
+                                "'stop_sequences' must be an array of strings");
             if (!*x->valuestring) continue;
-            if (srv_request_add_stop(rq, x->valuestring)) return srv_fail(e, 400, NULL, "stop_sequences", "%s", rl_lasterr());
+            if (srv_request_add_stop(rq, x->valuestring))
+                return srv_fail(e, 400, NULL, "stop_sequences", "%s", rl_lasterr());
             if (!(s->stops[s->n_stops++] = srv_strdup(x->valuestring))) return OOM(e);
         }
     }
@@ -599,9 +623,10 @@ out:
     return rc;
 }
 
-int api_anthropic_count_tokens(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
-    static const char *const known[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
-                                        ANT_TOLERATED, NULL};
+int api_anthropic_count_tokens(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep,
+                               srv_error *e) {
+    static const char *const known[] = {"model",       "messages", "system",      "tools",
+                                        "tool_choice", "thinking", ANT_TOLERATED, NULL};
     if (srv_check_fields(in, b, known, NULL, e)) return -1;
     chat_conv conv;
     chat_conv_init(&conv);

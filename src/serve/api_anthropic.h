@@ -9,7 +9,8 @@
 
 #include "serve/server.h"
 
-int api_anthropic_messages(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
+int api_anthropic_messages(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep,
+                           srv_error *e);
 int api_anthropic_count_tokens(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep,
                                srv_error *e);
 cJSON *api_anthropic_error(const srv_error *e);

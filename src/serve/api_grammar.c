@@ -43,17 +43,20 @@ int api_grammar_format(const srv_info *in, const cJSON *fmt, bool flat, const ch
     if (!fmt || cJSON_IsNull(fmt)) return 0;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(fmt, "type");
     if (!cJSON_IsObject(fmt) || !cJSON_IsString(t))
-        return srv_fail(e, 400, NULL, param, "'%s' must be an object with a 'type' (text, json_object or json_schema)", param);
+        return srv_fail(e, 400, NULL, param,
+                        "'%s' must be an object with a 'type' (text, json_object or json_schema)", param);
     if (!strcmp(t->valuestring, "text")) return 0;
     bool schema_mode = !strcmp(t->valuestring, "json_schema");
     if (!schema_mode && strcmp(t->valuestring, "json_object"))
-        return srv_fail(e, 400, NULL, param, "%s type '%s' is not supported: use text, json_object or json_schema", param,
+        return srv_fail(e, 400, NULL, param,
+                        "%s type '%s' is not supported: use text, json_object or json_schema", param,
                         t->valuestring);
     const cJSON *schema = NULL;
     if (schema_mode) {
         const cJSON *js = flat ? fmt : cJSON_GetObjectItemCaseSensitive(fmt, "json_schema");
         if (!cJSON_IsObject(js))
-            return srv_fail(e, 400, NULL, param, "%s: type json_schema needs a 'json_schema' object with the 'schema'", param);
+            return srv_fail(e, 400, NULL, param,
+                            "%s: type json_schema needs a 'json_schema' object with the 'schema'", param);
         schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
         if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
             return srv_fail(e, 400, NULL, param, "%s: 'schema' must be a JSON Schema object", param);
@@ -78,7 +81,8 @@ int api_grammar_tool_call(const srv_info *in, const cJSON *tools, const cJSON *r
                           srv_request *rq, srv_error *e) {
     (void)in;
     if (!tools || !cJSON_GetArraySize(tools))
-        return srv_fail(e, 400, NULL, "tool_choice", "tool_choice asks for a tool call but the request declares no function tools");
+        return srv_fail(e, 400, NULL, "tool_choice",
+                        "tool_choice asks for a tool call but the request declares no function tools");
     cJSON *dup = cJSON_Duplicate(tools, 1);
     grammar *g = grammar_new();
     if (!dup || !g) {
@@ -117,14 +121,17 @@ int api_grammar_openai_choice(const cJSON *tc, const char **name, srv_error *e) 
     if (cJSON_IsString(tc)) return !strcmp(tc->valuestring, "required");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(type))
-        return srv_fail(e, 400, NULL, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
+        return srv_fail(e, 400, NULL, "tool_choice",
+                        "'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
     if (!strcmp(type->valuestring, "auto") || !strcmp(type->valuestring, "none")) return 0;
     if (strcmp(type->valuestring, "function"))
-        return srv_fail(e, 400, NULL, "tool_choice", "tool_choice type '%s' is not supported (use function)", type->valuestring);
+        return srv_fail(e, 400, NULL, "tool_choice", "tool_choice type '%s' is not supported (use function)",
+                        type->valuestring);
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn ? fn : tc, "name");
     if (!cJSON_IsString(nm) || !*nm->valuestring)
-        return srv_fail(e, 400, NULL, "tool_choice", "tool_choice {\"type\": \"function\"} needs the function's 'name'");
+        return srv_fail(e, 400, NULL, "tool_choice",
+                        "tool_choice {\"type\": \"function\"} needs the function's 'name'");
     *name = nm->valuestring;
     return 1;
 }
@@ -134,12 +141,14 @@ int api_grammar_anthropic_choice(const cJSON *tc, const char **name, srv_error *
     if (!tc || cJSON_IsNull(tc)) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(type))
-        return srv_fail(e, 400, NULL, "tool_choice", "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
+        return srv_fail(e, 400, NULL, "tool_choice",
+                        "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
     if (!strcmp(type->valuestring, "any")) return 1;
     if (strcmp(type->valuestring, "tool")) return 0;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(tc, "name");
     if (!cJSON_IsString(nm) || !*nm->valuestring)
-        return srv_fail(e, 400, NULL, "tool_choice", "tool_choice {\"type\": \"tool\"} needs the tool's 'name'");
+        return srv_fail(e, 400, NULL, "tool_choice",
+                        "tool_choice {\"type\": \"tool\"} needs the tool's 'name'");
     *name = nm->valuestring;
     return 1;
 }
@@ -168,6 +177,7 @@ static cJSON *token_obj(const tokenizer *tok, int32_t id, float lp) {
 
 cJSON *api_grammar_logprob_entry(const tokenizer *tok, const sampler_logprobs *lp, int n_top) {
     cJSON *o = token_obj(tok, lp->token, lp->logprob), *top = cJSON_AddArrayToObject(o, "top_logprobs");
-    for (int i = 0; i < n_top && i < lp->n_top; i++) cJSON_AddItemToArray(top, token_obj(tok, lp->top_id[i], lp->top_logprob[i]));
+    for (int i = 0; i < n_top && i < lp->n_top; i++)
+        cJSON_AddItemToArray(top, token_obj(tok, lp->top_id[i], lp->top_logprob[i]));
     return o;
 }

@@ -60,14 +60,18 @@ int api_openai_model(const srv_info *in, const cJSON *body, srv_request *rq, srv
 int api_openai_stops(const cJSON *stop, const char *name, srv_request *rq, srv_error *e) {
     if (!stop || cJSON_IsNull(stop)) return 0;
     if (cJSON_IsString(stop)) {
-        if (srv_request_add_stop(rq, stop->valuestring)) return srv_fail(e, 400, NULL, name, "%s", rl_lasterr());
+        if (srv_request_add_stop(rq, stop->valuestring))
+            return srv_fail(e, 400, NULL, name, "%s", rl_lasterr());
         return 0;
     }
-    if (!cJSON_IsArray(stop)) return srv_fail(e, 400, NULL, name, "'%s' must be a string or an array of strings", name);
+    if (!cJSON_IsArray(stop))
+        return srv_fail(e, 400, NULL, name, "'%s' must be a string or an array of strings", name);
     const cJSON *s;
     cJSON_ArrayForEach(s, stop) {
-        if (!cJSON_IsString(s)) return srv_fail(e, 400, NULL, name, "'%s' must be a string or an array of strings", name);
-        if (srv_request_add_stop(rq, s->valuestring)) return srv_fail(e, 400, NULL, name, "'%s': %s", name, rl_lasterr());
+        if (!cJSON_IsString(s))
+            return srv_fail(e, 400, NULL, name, "'%s' must be a string or an array of strings", name);
+        if (srv_request_add_stop(rq, s->valuestring))
+            return srv_fail(e, 400, NULL, name, "'%s': %s", name, rl_lasterr());
     }
     return 0;
 }
@@ -77,7 +81,8 @@ int api_openai_tools(const cJSON *tools, const cJSON *tool_choice, chat_conv *co
         if (cJSON_IsString(tool_choice)) {
             const char *t = tool_choice->valuestring;
             if (strcmp(t, "none") && strcmp(t, "auto") && strcmp(t, "required"))
-                return srv_fail(e, 400, NULL, "tool_choice", "'tool_choice' must be none, auto, required or an object");
+                return srv_fail(e, 400, NULL, "tool_choice",
+                                "'tool_choice' must be none, auto, required or an object");
             if (!strcmp(t, "none")) return 0; /* the model is not told about the tools */
         } else if (!cJSON_IsObject(tool_choice)) {
             return srv_fail(e, 400, NULL, "tool_choice", "'tool_choice' must be a string or an object");
@@ -92,16 +97,20 @@ int api_openai_tools(const cJSON *tools, const cJSON *tool_choice, chat_conv *co
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return srv_fail(e, 400, NULL, "tools", "tools[%d]: only {\"type\": \"function\", \"function\": {...}} tools are supported", i);
+            return srv_fail(
+                e, 400, NULL, "tools",
+                "tools[%d]: only {\"type\": \"function\", \"function\": {...}} tools are supported", i);
         if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !*name->valuestring)
             return srv_fail(e, 400, NULL, "tools", "tools[%d].function.name must be a non-empty string", i);
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         if (params && !cJSON_IsObject(params) && !cJSON_IsNull(params))
-            return srv_fail(e, 400, NULL, "tools", "tools[%d].function.parameters must be a JSON schema object", i);
+            return srv_fail(e, 400, NULL, "tools",
+                            "tools[%d].function.parameters must be a JSON schema object", i);
         i++;
     }
     if (i == 0) return 0;
-    if (!(conv->tools = cJSON_Duplicate(tools, 1))) return srv_fail(e, 500, "server_error", NULL, "out of memory");
+    if (!(conv->tools = cJSON_Duplicate(tools, 1)))
+        return srv_fail(e, 500, "server_error", NULL, "out of memory");
     return 0;
 }
 
@@ -109,18 +118,25 @@ int api_openai_tools(const cJSON *tools, const cJSON *tool_choice, chat_conv *co
 static int content_text(const cJSON *v, const char *where, char **out, srv_error *e) {
     *out = NULL;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (cJSON_IsString(v)) return (*out = srv_strdup(v->valuestring)) ? 0 : srv_fail(e, 500, "server_error", NULL, "out of memory");
-    if (!cJSON_IsArray(v)) return srv_fail(e, 400, NULL, "messages", "%s.content must be a string, null or an array of text parts", where);
+    if (cJSON_IsString(v))
+        return (*out = srv_strdup(v->valuestring)) ? 0
+                                                   : srv_fail(e, 500, "server_error", NULL, "out of memory");
+    if (!cJSON_IsArray(v))
+        return srv_fail(e, 400, NULL, "messages",
+                        "%s.content must be a string, null or an array of text parts", where);
     chat_buf b = {0};
     chat_buf_puts(&b, "");
     const cJSON *p;
     cJSON_ArrayForEach(p, v) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
-        if (!cJSON_IsString(type) || (strcmp(type->valuestring, "text") && strcmp(type->valuestring, "input_text") &&
-                                      strcmp(type->valuestring, "output_text")) || !cJSON_IsString(text)) {
+        if (!cJSON_IsString(type) ||
+            (strcmp(type->valuestring, "text") && strcmp(type->valuestring, "input_text") &&
+             strcmp(type->valuestring, "output_text")) ||
+            !cJSON_IsString(text)) {
             chat_buf_free(&b);
-            return srv_fail(e, 400, NULL, "messages", "%s.content: only text parts are supported (this model reads text only)", where);
+            return srv_fail(e, 400, NULL, "messages",
+                            "%s.content: only text parts are supported (this model reads text only)", where);
         }
         chat_buf_puts(&b, text->valuestring);
     }
@@ -129,7 +145,8 @@ static int content_text(const cJSON *v, const char *where, char **out, srv_error
 }
 
 static int load_messages(const cJSON *msgs, chat_conv *conv, srv_error *e) {
-    if (!cJSON_IsArray(msgs)) return srv_fail(e, 400, NULL, "messages", "'messages' must be an array of message objects");
+    if (!cJSON_IsArray(msgs))
+        return srv_fail(e, 400, NULL, "messages", "'messages' must be an array of message objects");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
@@ -139,7 +156,9 @@ static int load_messages(const cJSON *msgs, chat_conv *conv, srv_error *e) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         const char *rs = cJSON_IsString(role) ? role->valuestring : "";
         int r = !strcmp(rs, "developer") ? CHAT_SYSTEM : chat_role_parse(rs);
-        if (r < 0) return srv_fail(e, 400, NULL, "messages", "%s.role must be system, developer, user, assistant or tool", where);
+        if (r < 0)
+            return srv_fail(e, 400, NULL, "messages",
+                            "%s.role must be system, developer, user, assistant or tool", where);
         char *content;
         if (content_text(cJSON_GetObjectItemCaseSensitive(m, "content"), where, &content, e)) return -1;
         int mi = chat_conv_add(conv, (chat_role)r, NULL);
@@ -155,14 +174,17 @@ static int load_messages(const cJSON *msgs, chat_conv *conv, srv_error *e) {
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
         if (calls && !cJSON_IsNull(calls)) {
             if (!cJSON_IsArray(calls) || r != CHAT_ASSISTANT)
-                return srv_fail(e, 400, NULL, "messages", "%s.tool_calls must be an array (assistant messages only)", where);
+                return srv_fail(e, 400, NULL, "messages",
+                                "%s.tool_calls must be an array (assistant messages only)", where);
             const cJSON *tc;
             cJSON_ArrayForEach(tc, calls) {
                 const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
                 const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
                 const cJSON *id = cJSON_GetObjectItemCaseSensitive(tc, "id");
-                if (!cJSON_IsString(name)) return srv_fail(e, 400, NULL, "messages", "%s.tool_calls: each call needs function.name", where);
+                if (!cJSON_IsString(name))
+                    return srv_fail(e, 400, NULL, "messages", "%s.tool_calls: each call needs function.name",
+                                    where);
                 char *a = NULL;
                 if (cJSON_IsString(args)) a = srv_strdup(args->valuestring);
                 else if (args && !cJSON_IsNull(args)) {
@@ -170,7 +192,9 @@ static int load_messages(const cJSON *msgs, chat_conv *conv, srv_error *e) {
                     chat_json_dumps(args, &b);
                     a = chat_buf_take(&b, NULL);
                 } else a = srv_strdup("{}");
-                int rc2 = a ? chat_conv_add_call(conv, mi, name->valuestring, a, cJSON_IsString(id) ? id->valuestring : NULL) : -1;
+                int rc2 = a ? chat_conv_add_call(conv, mi, name->valuestring, a,
+                                                 cJSON_IsString(id) ? id->valuestring : NULL)
+                            : -1;
                 free(a);
                 if (rc2) return srv_fail(e, 500, "server_error", NULL, "out of memory");
             }
@@ -181,25 +205,25 @@ static int load_messages(const cJSON *msgs, chat_conv *conv, srv_error *e) {
 
 /* ---- output state ------------------------------------------------------------------------ */
 typedef struct {
-    bool chat;           /* chat.completion vs text_completion */
+    bool chat; /* chat.completion vs text_completion */
     bool stream, include_usage;
     char id[64];
     char *model;
     long created;
-    cJSON *tools;        /* the request's tools (for the parser), NULL = no parsing */
+    cJSON *tools; /* the request's tools (for the parser), NULL = no parsing */
     chat_parser *parser;
-    srv_job *j;          /* valid during hooks */
-    chat_buf text;       /* non-streaming: content */
-    cJSON *calls;        /* non-streaming: tool_calls array */
+    srv_job *j;    /* valid during hooks */
+    chat_buf text; /* non-streaming: content */
+    cJSON *calls;  /* non-streaming: tool_calls array */
     int n_calls;
     bool started;
-    char *echo;          /* completions: echo the prompt */
-    srv_think think;     /* <think> blocks -> reasoning_content */
-    chat_buf reasoning;  /* non-streaming */
-    bool logprobs;       /* chat: logprobs asked for ... */
+    char *echo;         /* completions: echo the prompt */
+    srv_think think;    /* <think> blocks -> reasoning_content */
+    chat_buf reasoning; /* non-streaming */
+    bool logprobs;      /* chat: logprobs asked for ... */
     int top_logprobs;
     const tokenizer *tok;
-    cJSON *lp;           /* ... entries not yet sent (streaming) or all of them */
+    cJSON *lp; /* ... entries not yet sent (streaming) or all of them */
 } oai_st;
 
 static void oai_free(void *p) {
@@ -242,12 +266,14 @@ static int oai_logprob_fields(const cJSON *b, const srv_info *in, oai_st *s, srv
     int r = srv_get_int(b, "top_logprobs", 0, 20, &top, e);
     if (r < 0) return -1;
     if (!lp || cJSON_IsNull(lp)) {
-        if (r && s->chat) return srv_fail(e, 400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (r && s->chat)
+            return srv_fail(e, 400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         return 0;
     }
     if (s->chat) {
         if (!cJSON_IsBool(lp)) return srv_fail(e, 400, NULL, "logprobs", "'logprobs' must be a boolean");
-        if (r && !cJSON_IsTrue(lp)) return srv_fail(e, 400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (r && !cJSON_IsTrue(lp))
+            return srv_fail(e, 400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         s->logprobs = rq->logprobs = cJSON_IsTrue(lp);
         s->top_logprobs = rq->top_logprobs = (int)top;
         s->tok = in->tok;
@@ -266,7 +292,8 @@ static int oai_constrain(const srv_info *in, const cJSON *b, oai_st *s, srv_requ
     int r = api_grammar_openai_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
     if (r < 0) return -1;
     if (r) return api_grammar_tool_call(in, s->tools, NULL, name, rq, e) < 0 ? -1 : 0;
-    return api_grammar_format(in, cJSON_GetObjectItemCaseSensitive(b, "response_format"), false, "response_format", rq, e) < 0
+    return api_grammar_format(in, cJSON_GetObjectItemCaseSensitive(b, "response_format"), false,
+                              "response_format", rq, e) < 0
                ? -1
                : 0;
 }
@@ -343,7 +370,8 @@ static void on_parser_call(void *ud, const char *name, const char *args) {
         return;
     }
     /* as OpenAI streams it: the call's id, type and name with empty arguments, then arguments */
-    cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls"), *c = cJSON_CreateObject();
+    cJSON *d = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(d, "tool_calls"),
+          *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", idx);
     cJSON *full = call_obj(id, name, ""), *it;
     while ((it = full->child)) cJSON_AddItemToObject(c, it->string, cJSON_DetachItemViaPointer(full, it));
@@ -407,7 +435,8 @@ static cJSON *usage_obj(const srv_result *r) {
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", r->n_reused);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+                            r->n_reused);
     return u;
 }
 
@@ -424,7 +453,8 @@ static void oai_finish(srv_job *j, void *st, const srv_result *r) {
     if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
         /* a cut answer is never reported as finished: a 503 to retry, or an error event */
         srv_error e;
-        if (r->reason == SRV_ERROR) srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
+        if (r->reason == SRV_ERROR)
+            srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
         else
             srv_fail(&e, 503, "server_error", NULL,
                      "the answer was cancelled (the server is shutting down or the client left): retry");
@@ -493,17 +523,20 @@ static const srv_api COMPL_API = {"completions", oai_start, oai_text, oai_finish
 static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oai_st *s, srv_error *e) {
     const char *model = NULL;
     if (srv_get_str(b, "model", &model, e) < 0) return -1;
-    if (!(s->model = srv_strdup(model ? model : in->model_id))) return srv_fail(e, 500, "server_error", NULL, "out of memory");
+    if (!(s->model = srv_strdup(model ? model : in->model_id)))
+        return srv_fail(e, 500, "server_error", NULL, "out of memory");
     s->created = (long)time(NULL);
     if (srv_get_bool(b, "stream", &s->stream, e) < 0) return -1;
     rq->stream = s->stream;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return srv_fail(e, 400, NULL, "stream_options", "'stream_options' must be an object");
+        if (!cJSON_IsObject(so))
+            return srv_fail(e, 400, NULL, "stream_options", "'stream_options' must be an object");
         if (srv_get_bool(so, "include_usage", &s->include_usage, e) < 0) return -1;
     }
     long long n = 1;
-    if (srv_get_int(b, "n", 1, 1, &n, e) < 0) return srv_fail(e, 400, NULL, "n", "'n' must be 1: this server returns one choice");
+    if (srv_get_int(b, "n", 1, 1, &n, e) < 0)
+        return srv_fail(e, 400, NULL, "n", "'n' must be 1: this server returns one choice");
     if (oai_logprob_fields(b, in, s, rq, e)) return -1;
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(b, "logit_bias");
     if (lb && !cJSON_IsNull(lb) && (!cJSON_IsObject(lb) || lb->child))
@@ -521,13 +554,46 @@ static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oa
 }
 
 int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
-    static const char *const known[] = {
-        "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
-        "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
-        "tools", "tool_choice", "parallel_tool_calls", "response_format", "n", "user", "logprobs", "top_logprobs",
-        "logit_bias", "metadata", "store", "service_tier", "reasoning_effort", "chat_template_kwargs",
-        "cache_prompt", "prediction", "modalities", "audio", "web_search_options", "prompt_cache_key",
-        "safety_identifier", "verbosity", "functions", "function_call", NULL};
+    static const char *const known[] = {"model",
+                                        "messages",
+                                        "stream",
+                                        "stream_options",
+                                        "max_tokens",
+                                        "max_completion_tokens",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "repetition_penalty",
+                                        "seed",
+                                        "stop",
+                                        "tools",
+                                        "tool_choice",
+                                        "parallel_tool_calls",
+                                        "response_format",
+                                        "n",
+                                        "user",
+                                        "logprobs",
+                                        "top_logprobs",
+                                        "logit_bias",
+                                        "metadata",
+                                        "store",
+                                        "service_tier",
+                                        "reasoning_effort",
+                                        "chat_template_kwargs",
+                                        "cache_prompt",
+                                        "prediction",
+                                        "modalities",
+                                        "audio",
+                                        "web_search_options",
+                                        "prompt_cache_key",
+                                        "safety_identifier",
+                                        "verbosity",
+                                        "functions",
+                                        "function_call",
+                                        NULL};
     if (srv_check_fields(in, b, known, NULL, e)) return -1;
     oai_st *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
@@ -539,7 +605,8 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
     int think = -1;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(b, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw)) {
-        if (!cJSON_IsObject(kw)) return srv_fail(e, 400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        if (!cJSON_IsObject(kw))
+            return srv_fail(e, 400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         bool et;
         int r = srv_get_bool(kw, "enable_thinking", &et, e);
         if (r < 0) return -1;
@@ -554,8 +621,8 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
         goto out;
     }
     if (load_messages(msgs, &conv, e)) goto out;
-    if (api_openai_tools(cJSON_GetObjectItemCaseSensitive(b, "tools"), cJSON_GetObjectItemCaseSensitive(b, "tool_choice"),
-                         &conv, e))
+    if (api_openai_tools(cJSON_GetObjectItemCaseSensitive(b, "tools"),
+                         cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &conv, e))
         goto out;
     if (srv_render_prompt(in, &conv, think, rq, e)) goto out;
     srv_think_init(&s->think, rq->think, oai_reasoning, oai_content, s);
@@ -575,11 +642,31 @@ out:
     return rc;
 }
 
-int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
-    static const char *const known[] = {
-        "model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p",
-        "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "n", "best_of", "user",
-        "logprobs", "logit_bias", "echo", "suffix", "cache_prompt", NULL};
+int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep,
+                           srv_error *e) {
+    static const char *const known[] = {"model",
+                                        "prompt",
+                                        "stream",
+                                        "stream_options",
+                                        "max_tokens",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "repetition_penalty",
+                                        "seed",
+                                        "stop",
+                                        "n",
+                                        "best_of",
+                                        "user",
+                                        "logprobs",
+                                        "logit_bias",
+                                        "echo",
+                                        "suffix",
+                                        "cache_prompt",
+                                        NULL};
     if (srv_check_fields(in, b, known, NULL, e)) return -1;
     oai_st *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
@@ -590,7 +677,8 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (srv_get_int(b, "best_of", 1, 1, &best_of, e) < 0) return -1;
     const char *suffix = NULL;
     if (srv_get_str(b, "suffix", &suffix, e) < 0) return -1;
-    if (suffix && *suffix) return srv_fail(e, 400, NULL, "suffix", "'suffix' (fill-in-the-middle) is not supported yet");
+    if (suffix && *suffix)
+        return srv_fail(e, 400, NULL, "suffix", "'suffix' (fill-in-the-middle) is not supported yet");
     /* the legacy API's default length is 16 tokens */
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(b, "max_tokens");
     if (common_fields(b, in, rq, s, e)) return -1;
@@ -600,7 +688,8 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
     if (cJSON_IsString(p)) {
-        if (echo && !(s->echo = srv_strdup(p->valuestring))) return srv_fail(e, 500, "server_error", NULL, "out of memory");
+        if (echo && !(s->echo = srv_strdup(p->valuestring)))
+            return srv_fail(e, 500, "server_error", NULL, "out of memory");
         if (!srv_tokenize_prompt(in, p->valuestring, strlen(p->valuestring), NULL, 0, rq, e)) return 1;
         if (!strcmp(e->code, "context_length_exceeded")) snprintf(e->param, sizeof e->param, "prompt");
         return -1;
@@ -609,9 +698,11 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
         const cJSON *t;
         int32_t nv = tokenizer_n_vocab(in->tok);
         cJSON_ArrayForEach(t, p) {
-            if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble >= nv || t->valuedouble != (int32_t)t->valuedouble)
+            if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble >= nv ||
+                t->valuedouble != (int32_t)t->valuedouble)
                 return srv_fail(e, 400, NULL, "prompt", "'prompt' token ids must be integers in [0, %d)", nv);
-            if (tok_ids_push(&rq->prompt, (int32_t)t->valuedouble)) return srv_fail(e, 500, "server_error", NULL, "out of memory");
+            if (tok_ids_push(&rq->prompt, (int32_t)t->valuedouble))
+                return srv_fail(e, 500, "server_error", NULL, "out of memory");
         }
         if (srv_check_context(in, (long long)rq->prompt.n, "prompt", e)) return -1;
         if (echo) {
@@ -623,5 +714,6 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
         }
         return 1;
     }
-    return srv_fail(e, 400, NULL, "prompt", "'prompt' must be a string, a one-string array or an array of token ids");
+    return srv_fail(e, 400, NULL, "prompt",
+                    "'prompt' must be a string, a one-string array or an array of token ids");
 }

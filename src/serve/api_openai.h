@@ -11,7 +11,8 @@
 #include "serve/server.h"
 
 int api_openai_chat(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
-int api_openai_completions(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
+int api_openai_completions(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep,
+                           srv_error *e);
 int api_openai_models(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
 /* GET /v1/models/{id} (body: {"id": ...}, made by the router). */
 int api_openai_model(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);

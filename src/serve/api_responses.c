@@ -19,14 +19,17 @@ static int item_text(const cJSON *content, const char *where, chat_buf *out, srv
         chat_buf_puts(out, content->valuestring);
         return 0;
     }
-    if (!cJSON_IsArray(content)) return srv_fail(e, 400, NULL, "input", "%s.content must be a string or an array of parts", where);
+    if (!cJSON_IsArray(content))
+        return srv_fail(e, 400, NULL, "input", "%s.content must be a string or an array of parts", where);
     const cJSON *p;
     cJSON_ArrayForEach(p, content) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
         const char *t = cJSON_IsString(type) ? type->valuestring : "";
-        if ((strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text")) || !cJSON_IsString(text))
-            return srv_fail(e, 400, NULL, "input", "%s: parts of type '%s' are not supported (text only)", where, t);
+        if ((strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text")) ||
+            !cJSON_IsString(text))
+            return srv_fail(e, 400, NULL, "input", "%s: parts of type '%s' are not supported (text only)",
+                            where, t);
         chat_buf_puts(out, text->valuestring);
     }
     return 0;
@@ -45,7 +48,8 @@ static int add_text_msg(chat_conv *c, chat_role role, chat_buf *t, srv_error *e)
 static int load_input(const cJSON *b, chat_conv *c, srv_error *e) {
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(b, "instructions");
     if (ins && !cJSON_IsNull(ins)) {
-        if (!cJSON_IsString(ins)) return srv_fail(e, 400, NULL, "instructions", "'instructions' must be a string");
+        if (!cJSON_IsString(ins))
+            return srv_fail(e, 400, NULL, "instructions", "'instructions' must be a string");
         chat_buf t = {0};
         chat_buf_puts(&t, ins->valuestring);
         if (add_text_msg(c, CHAT_SYSTEM, &t, e) < 0) return -1;
@@ -56,7 +60,8 @@ static int load_input(const cJSON *b, chat_conv *c, srv_error *e) {
         chat_buf_puts(&t, input->valuestring);
         return add_text_msg(c, CHAT_USER, &t, e) < 0 ? -1 : 0;
     }
-    if (!cJSON_IsArray(input)) return srv_fail(e, 400, NULL, "input", "'input' is required: a string or an array of items");
+    if (!cJSON_IsArray(input))
+        return srv_fail(e, 400, NULL, "input", "'input' is required: a string or an array of items");
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, input) {
@@ -72,7 +77,9 @@ static int load_input(const cJSON *b, chat_conv *c, srv_error *e) {
             if (!strcmp(r, "user")) cr = CHAT_USER;
             else if (!strcmp(r, "assistant")) cr = CHAT_ASSISTANT;
             else if (!strcmp(r, "system") || !strcmp(r, "developer")) cr = CHAT_SYSTEM;
-            else return srv_fail(e, 400, NULL, "input", "%s.role must be user, assistant, system or developer", where);
+            else
+                return srv_fail(e, 400, NULL, "input", "%s.role must be user, assistant, system or developer",
+                                where);
             chat_buf txt = {0};
             if (item_text(cJSON_GetObjectItemCaseSensitive(it, "content"), where, &txt, e)) {
                 chat_buf_free(&txt);
@@ -84,7 +91,8 @@ static int load_input(const cJSON *b, chat_conv *c, srv_error *e) {
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(it, "arguments");
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "call_id");
             if (!cJSON_IsString(name) || (args && !cJSON_IsString(args)))
-                return srv_fail(e, 400, NULL, "input", "%s: a function_call needs a string 'name' and string 'arguments'", where);
+                return srv_fail(e, 400, NULL, "input",
+                                "%s: a function_call needs a string 'name' and string 'arguments'", where);
             int mi = c->n - 1;
             if (mi < 0 || c->msgs[mi].role != CHAT_ASSISTANT) {
                 chat_buf empty = {0};
@@ -103,7 +111,8 @@ static int load_input(const cJSON *b, chat_conv *c, srv_error *e) {
             int mi = add_text_msg(c, CHAT_TOOL, &txt, e);
             if (mi < 0) return -1;
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "call_id");
-            if (cJSON_IsString(id) && !(c->msgs[mi].tool_call_id = srv_strdup(id->valuestring))) return OOM(e);
+            if (cJSON_IsString(id) && !(c->msgs[mi].tool_call_id = srv_strdup(id->valuestring)))
+                return OOM(e);
         } else if (!strcmp(t, "reasoning")) {
             continue; /* our own reasoning is not re-sent to the template */
         } else {
@@ -125,13 +134,16 @@ static int load_tools(const cJSON *b, chat_conv *c, srv_error *e) {
     int k = 0;
     cJSON_ArrayForEach(t, tools) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function")) continue; /* web_search, ...: ignored */
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            continue; /* web_search, ...: ignored */
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
         const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-        if (!cJSON_IsString(name) || !*name->valuestring || (params && !cJSON_IsObject(params) && !cJSON_IsNull(params))) {
+        if (!cJSON_IsString(name) || !*name->valuestring ||
+            (params && !cJSON_IsObject(params) && !cJSON_IsNull(params))) {
             cJSON_Delete(arr);
-            return srv_fail(e, 400, NULL, "tools", "tools[%d]: a function tool needs a non-empty 'name' and object 'parameters'", k);
+            return srv_fail(e, 400, NULL, "tools",
+                            "tools[%d]: a function tool needs a non-empty 'name' and object 'parameters'", k);
         }
         cJSON *f = cJSON_CreateObject(), *fn;
         cJSON_AddStringToObject(f, "type", "function");
@@ -157,13 +169,13 @@ typedef struct {
     cJSON *tools, *req_tools;
     chat_parser *parser;
     srv_job *j;
-    int seq;          /* sequence_number of events */
-    cJSON *output;    /* finished items */
-    chat_buf text;    /* the open message's text */
+    int seq;       /* sequence_number of events */
+    cJSON *output; /* finished items */
+    chat_buf text; /* the open message's text */
     bool text_open;
     int n_calls;
-    srv_think think;  /* <think> blocks -> a reasoning item */
-    chat_buf rtext;   /* the open reasoning item's text */
+    srv_think think; /* <think> blocks -> a reasoning item */
+    chat_buf rtext;  /* the open reasoning item's text */
     bool r_open;
     char rs_id[64];
 } rsp_st;
@@ -207,7 +219,8 @@ static cJSON *response_obj(rsp_st *s, const char *status, const srv_result *r) {
     cJSON_AddStringToObject(o, "status", status);
     cJSON_AddNullToObject(o, "error");
     if (r && (r->reason == SRV_LENGTH || r->reason == SRV_CONTEXT))
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason", "max_output_tokens");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason",
+                                "max_output_tokens");
     else cJSON_AddNullToObject(o, "incomplete_details");
     cJSON_AddNullToObject(o, "instructions");
     cJSON_AddStringToObject(o, "model", s->model);
@@ -217,11 +230,13 @@ static cJSON *response_obj(rsp_st *s, const char *status, const srv_result *r) {
     cJSON_AddNumberToObject(o, "top_p", s->top_p);
     cJSON_AddStringToObject(o, "tool_choice", "auto");
     cJSON_AddItemToObject(o, "tools", s->req_tools ? cJSON_Duplicate(s->req_tools, 1) : cJSON_CreateArray());
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format"), "type", "text");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format"), "type",
+                            "text");
     if (r) {
         cJSON *u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "input_tokens", r->n_prompt);
-        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", r->n_reused);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens",
+                                r->n_reused);
         cJSON_AddNumberToObject(u, "output_tokens", r->n_gen);
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
         cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
@@ -361,7 +376,8 @@ static void on_text_piece(void *ud, const char *t, size_t n) {
     }
 }
 
-static cJSON *call_item(const char *id, const char *call_id, const char *name, const char *args, const char *status) {
+static cJSON *call_item(const char *id, const char *call_id, const char *name, const char *args,
+                        const char *status) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "id", id);
     cJSON_AddStringToObject(c, "type", "function_call");
@@ -441,7 +457,8 @@ static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
         /* never "completed" for a cut answer: a 5xx to retry, or response.failed mid-stream */
         srv_error e;
-        if (r->reason == SRV_ERROR) srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
+        if (r->reason == SRV_ERROR)
+            srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
         else
             srv_fail(&e, 503, "server_error", NULL,
                      "the answer was cancelled (the server is shutting down or the client left): retry");
@@ -475,28 +492,62 @@ static const srv_api RESPONSES_API = {"responses", rsp_start, rsp_text, rsp_fini
 
 /* tool_choice required / {"type": "function", "name"} forces a tool call (strict tools: their
  * parameters schema); otherwise text.format json_object / json_schema (api_grammar.h) */
-static int rsp_constrain(const srv_info *in, const cJSON *b, const cJSON *tools, srv_request *rq, srv_error *e) {
+static int rsp_constrain(const srv_info *in, const cJSON *b, const cJSON *tools, srv_request *rq,
+                         srv_error *e) {
     const char *name;
     int r = api_grammar_openai_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
     if (r < 0) return -1;
-    if (r) return api_grammar_tool_call(in, tools, cJSON_GetObjectItemCaseSensitive(b, "tools"), name, rq, e) < 0 ? -1 : 0;
+    if (r)
+        return api_grammar_tool_call(in, tools, cJSON_GetObjectItemCaseSensitive(b, "tools"), name, rq, e) < 0
+                   ? -1
+                   : 0;
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "text"), "format");
     return api_grammar_format(in, tf, true, "text.format", rq, e) < 0 ? -1 : 0;
 }
 
 int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, srv_reply *rep, srv_error *e) {
-    static const char *const known[] = {
-        "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "stream", "store",
-        "include", "reasoning", "max_output_tokens", "temperature", "top_p", "top_k", "min_p", "text",
-        "client_metadata", "prompt_cache_key", "metadata", "user", "previous_response_id", "service_tier",
-        "truncation", "seed", "safety_identifier", "stream_options", "presence_penalty", "frequency_penalty",
-        "background", "max_tool_calls", "top_logprobs", "prompt", "conversation", "context_management", NULL};
+    static const char *const known[] = {"model",
+                                        "input",
+                                        "instructions",
+                                        "tools",
+                                        "tool_choice",
+                                        "parallel_tool_calls",
+                                        "stream",
+                                        "store",
+                                        "include",
+                                        "reasoning",
+                                        "max_output_tokens",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "text",
+                                        "client_metadata",
+                                        "prompt_cache_key",
+                                        "metadata",
+                                        "user",
+                                        "previous_response_id",
+                                        "service_tier",
+                                        "truncation",
+                                        "seed",
+                                        "safety_identifier",
+                                        "stream_options",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "background",
+                                        "max_tool_calls",
+                                        "top_logprobs",
+                                        "prompt",
+                                        "conversation",
+                                        "context_management",
+                                        NULL};
     if (srv_check_fields(in, b, known, NULL, e)) return -1;
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(b, "previous_response_id");
     if (prev && !cJSON_IsNull(prev))
-        return srv_fail(e, 400, NULL, "previous_response_id",
-                        "previous_response_id is not supported: this server stores no responses; send the whole "
-                        "conversation in 'input' (Codex: store = false)");
+        return srv_fail(
+            e, 400, NULL, "previous_response_id",
+            "previous_response_id is not supported: this server stores no responses; send the whole "
+            "conversation in 'input' (Codex: store = false)");
     rsp_st *s = calloc(1, sizeof *s);
     if (!s) return OOM(e);
     rq->api = &RESPONSES_API;

@@ -11,5 +11,6 @@
 
 #include "serve/server.h"
 
-int api_responses_create(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
+int api_responses_create(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep,
+                         srv_error *e);
 #endif

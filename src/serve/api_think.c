@@ -54,7 +54,8 @@ void srv_think_feed(srv_think *t, const char *s, size_t n) {
                 t->state = 1;
                 continue;
             }
-            if (rest < 7 && (!rest || !memcmp(h + ws, "<think>", rest))) return; /* undecided (h may be NULL) */
+            if (rest < 7 && (!rest || !memcmp(h + ws, "<think>", rest)))
+                return; /* undecided (h may be NULL) */
             t->state = 2;
             t->hold.n = 0;
             think_content(t, h, hn);

@@ -18,7 +18,7 @@
 
 struct cg_conn {
     cg_conn *prev, *next;
-    int fd;          /* our duplicate (-1 if dup failed: then never shut down by us) */
+    int fd; /* our duplicate (-1 if dup failed: then never shut down by us) */
     uint32_t peer;
     cg_phase phase;
     double since;    /* when the phase began (monotonic s) */
@@ -179,10 +179,11 @@ static void refuse(int fd) {
         "{\"error\":{\"message\":\"too many connections from this address or in all: retry later\","
         "\"type\":\"server_error\",\"code\":\"too_many_connections\"}}";
     char msg[512];
-    int n = snprintf(msg, sizeof msg,
-                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                     sizeof body - 1, body);
+    int n =
+        snprintf(msg, sizeof msg,
+                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                 sizeof body - 1, body);
     ssize_t w = send(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
     shutdown(fd, SHUT_RDWR);

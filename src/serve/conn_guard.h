@@ -31,12 +31,12 @@ typedef enum { CG_NEW, CG_HEADERS, CG_BODY, CG_WORK, CG_SEND, CG_IDLE, CG_NPHASE
 const char *conn_guard_phase_name(cg_phase p);
 
 typedef struct {
-    int max_conns;        /* open connections in all (0: 256) */
-    int max_per_peer;     /* from one client address (0: 32) */
-    double read_timeout;  /* s: headers (and the base of the body deadline); 0: 10 */
-    double idle_timeout;  /* s: keep-alive with no request; 0: 15 */
-    double send_timeout;  /* s: a finished answer taken by the client; 0: 60 */
-    double body_rate;     /* bytes/s a body must arrive at least (0: 1 MiB/s) */
+    int max_conns;       /* open connections in all (0: 256) */
+    int max_per_peer;    /* from one client address (0: 32) */
+    double read_timeout; /* s: headers (and the base of the body deadline); 0: 10 */
+    double idle_timeout; /* s: keep-alive with no request; 0: 15 */
+    double send_timeout; /* s: a finished answer taken by the client; 0: 60 */
+    double body_rate;    /* bytes/s a body must arrive at least (0: 1 MiB/s) */
 } cg_params;
 
 typedef struct {

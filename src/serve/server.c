@@ -33,7 +33,7 @@ struct srv_fieldlog {
     struct {
         char name[48];
         long long n;
-    } v[64];             /* the first 64 distinct names; later ones count in `other` */
+    } v[64]; /* the first 64 distinct names; later ones count in `other` */
     int n;
     long long other;
 };
@@ -57,8 +57,11 @@ static void fieldlog_note(srv_fieldlog *f, const char *raw, const char *where) {
         snprintf(f->v[f->n].name, sizeof f->v[f->n].name, "%s", name);
         f->v[f->n++].n = 1;
         /* once per name: what a client sends is visible without flooding the log */
-        fprintf(stderr, "redlite serve: ignoring unknown request field '%s'%s%s (logged once; --strict-fields refuses "
-                        "it)\n", name, where ? " in " : "", where ? where : "");
+        fprintf(
+            stderr,
+            "redlite serve: ignoring unknown request field '%s'%s%s (logged once; --strict-fields refuses "
+            "it)\n",
+            name, where ? " in " : "", where ? where : "");
     } else f->other++;
     pthread_mutex_unlock(&f->mu);
 }
@@ -91,22 +94,22 @@ struct srv_job {
     server *srv;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    chat_buf out;        /* bytes not yet taken by the connection */
+    chat_buf out; /* bytes not yet taken by the connection */
     size_t out_read;
-    int status;          /* non-streaming: final status; 0 until set */
+    int status; /* non-streaming: final status; 0 until set */
     const char *ctype;
     bool started, done;
     atomic_int cancel; /* set by the HTTP threads, read by the inference thread */
     int refs;
-    int fd;              /* the client's socket (disconnect detection) */
+    int fd; /* the client's socket (disconnect detection) */
     srv_job *next;
     double t_queued, t_started; /* t_started: 0 until an inference thread takes it */
-    double t_sent;       /* streaming: when bytes last went to the client (keep-alives) */
-    bool ws_keepalive;   /* non-streaming answer sent as a 200 with whitespace keep-alives first */
-    bool prefilling;     /* running, prompt not yet ingested (metrics) */
-    double t_run;        /* when it began running */
-    int pf_done, pf_total; /* prefill progress: tokens evaluated of those to evaluate (server mu) */
-    double t_pf_log;     /* -v: when the last progress line was written */
+    double t_sent;              /* streaming: when bytes last went to the client (keep-alives) */
+    bool ws_keepalive;          /* non-streaming answer sent as a 200 with whitespace keep-alives first */
+    bool prefilling;            /* running, prompt not yet ingested (metrics) */
+    double t_run;               /* when it began running */
+    int pf_done, pf_total;      /* prefill progress: tokens evaluated of those to evaluate (server mu) */
+    double t_pf_log;            /* -v: when the last progress line was written */
     cg_conn *conn;              /* the connection's guard entry (the stream's end starts its send deadline) */
     srv_result res;             /* set when done (the request log line) */
 };
@@ -199,8 +202,8 @@ static cJSON *error_json(api_family fam, const srv_error *e) {
 
 /* ---- the server ---------------------------------------------------------------------------- */
 typedef struct {
-    long long requests[4];  /* by API: chat, completions, responses, messages */
-    long long status[600];  /* responses by HTTP status */
+    long long requests[4]; /* by API: chat, completions, responses, messages */
+    long long status[600]; /* responses by HTTP status */
     long long rejected, cancelled, errors;
     long long beyond_train; /* prompts longer than the trained context */
     long long abandoned;    /* queued jobs whose client left (dropped from the queue at once) */
@@ -208,7 +211,7 @@ typedef struct {
     long long queue_waits;
     long long prompt_tokens, prompt_reused, gen_tokens, drafted, accepted;
     double prompt_s, gen_s, last_decode_tps, last_prompt_tps;
-    char *backend_lines;    /* from the backend, refreshed after each job */
+    char *backend_lines; /* from the backend, refreshed after each job */
 } srv_metrics;
 
 /* One backend slot and the inference thread that serves it. */
@@ -217,9 +220,9 @@ typedef struct {
     int idx;
     pthread_t th;
     bool started;
-    pthread_cond_t cv;      /* a job was assigned, or stopping */
-    srv_job *job;           /* assigned or running; NULL: idle */
-    uint64_t used;          /* when it last finished a job (LRU among idle slots) */
+    pthread_cond_t cv; /* a job was assigned, or stopping */
+    srv_job *job;      /* assigned or running; NULL: idle */
+    uint64_t used;     /* when it last finished a job (LRU among idle slots) */
 } srv_slot;
 
 struct server {
@@ -228,29 +231,29 @@ struct server {
     srv_info info;
     struct MHD_Daemon *d;
     int port;
-    srv_slot *slots;        /* [b->n_slots] */
+    srv_slot *slots; /* [b->n_slots] */
     int n_slots;
     uint64_t tick;
-    pthread_mutex_t mu;     /* queue + slots + metrics */
+    pthread_mutex_t mu; /* queue + slots + metrics */
     pthread_cond_t cv;
     srv_job *head, *tail;
-    int n_waiting;          /* in the queue */
-    int n_jobs;             /* waiting + running: at most queue + n_slots */
+    int n_waiting; /* in the queue */
+    int n_jobs;    /* waiting + running: at most queue + n_slots */
     int n_running;
     bool stopping;
-    int n_open;             /* requests between on_access and on_completed */
+    int n_open; /* requests between on_access and on_completed */
     srv_metrics m;
     double t_start;
-    srv_fieldlog fields;    /* unknown request fields */
-    double json_ka_after;   /* seconds before a non-streaming answer switches to whitespace keep-alives */
+    srv_fieldlog fields;  /* unknown request fields */
+    double json_ka_after; /* seconds before a non-streaming answer switches to whitespace keep-alives */
     /* admission (HTTP side) */
-    conn_guard *g;          /* connection caps and deadlines */
-    http_allow allow;       /* Host / Origin allow-lists */
+    conn_guard *g;    /* connection caps and deadlines */
+    http_allow allow; /* Host / Origin allow-lists */
     char hostname[256];
-    json_limits jl;         /* parse cost bound of a body */
-    size_t body_inflight;   /* bytes of request bodies being received or parsed (mu) */
-    size_t body_budget;     /* at most this many (4 bodies of the largest size) */
-    bool draining;          /* SIGHUP: no new jobs */
+    json_limits jl;       /* parse cost bound of a body */
+    size_t body_inflight; /* bytes of request bodies being received or parsed (mu) */
+    size_t body_budget;   /* at most this many (4 bodies of the largest size) */
+    bool draining;        /* SIGHUP: no new jobs */
 };
 
 static int api_index(const srv_api *a) {
@@ -292,8 +295,8 @@ static void on_progress(void *ud, int done, int total) {
     if (s->p.verbose && done > 0 && done < total && now - j->t_pf_log >= PROGRESS_LOG_S) {
         j->t_pf_log = now;
         double dt = now - j->t_run;
-        fprintf(stderr, "serve: %s prefill %d/%d tokens (%.0f%%), %.1f tok/s, %.1f s\n", j->rq.api->name, done, total,
-                100.0 * done / total, dt > 0 ? done / dt : 0.0, dt);
+        fprintf(stderr, "serve: %s prefill %d/%d tokens (%.0f%%), %.1f tok/s, %.1f s\n", j->rq.api->name,
+                done, total, 100.0 * done / total, dt > 0 ? done / dt : 0.0, dt);
     }
 }
 
@@ -327,8 +330,8 @@ static void run_job(server *s, int slot, srv_job *j) {
         j->pf_total = (int)j->rq.prompt.n; /* until the backend says how much it reuses */
         pthread_mutex_unlock(&s->mu);
         if (s->p.verbose)
-            fprintf(stderr, "serve: %s prefill: %zu prompt tokens (waited %.2f s in the queue)\n", j->rq.api->name,
-                    j->rq.prompt.n, j->t_run - j->t_queued);
+            fprintf(stderr, "serve: %s prefill: %zu prompt tokens (waited %.2f s in the queue)\n",
+                    j->rq.api->name, j->rq.prompt.n, j->t_run - j->t_queued);
         srv_gen g = {
             .prompt = j->rq.prompt.ids,
             .n_prompt = (int)j->rq.prompt.n,
@@ -369,7 +372,8 @@ static void run_job(server *s, int slot, srv_job *j) {
     m->queue_wait_s += j->t_started - j->t_queued;
     m->queue_waits++;
     if (r.t_gen > 0 && r.n_gen > 1) m->last_decode_tps = (r.n_gen - 1) / r.t_gen;
-    if (r.t_prompt > 0 && r.n_prompt > r.n_reused) m->last_prompt_tps = (r.n_prompt - r.n_reused) / r.t_prompt;
+    if (r.t_prompt > 0 && r.n_prompt > r.n_reused)
+        m->last_prompt_tps = (r.n_prompt - r.n_reused) / r.t_prompt;
     if (extra.p && !extra.oom) {
         free(m->backend_lines);
         m->backend_lines = chat_buf_take(&extra, NULL);
@@ -396,8 +400,11 @@ static void assign(server *s) {
         for (int i = 0; i < s->n_slots; i++) {
             srv_slot *sl = &s->slots[i];
             if (sl->job || !sl->started) continue;
-            int len = s->b->match && !j->cancel ? s->b->match(s->b->ud, i, j->rq.prompt.ids, (int)j->rq.prompt.n) : 0;
-            if (len > best_len || (len == best_len && sl->used < s->slots[best].used)) best = i, best_len = len;
+            int len = s->b->match && !j->cancel
+                          ? s->b->match(s->b->ud, i, j->rq.prompt.ids, (int)j->rq.prompt.n)
+                          : 0;
+            if (len > best_len || (len == best_len && sl->used < s->slots[best].used))
+                best = i, best_len = len;
         }
         if (best < 0) return;
         s->head = j->next;
@@ -511,7 +518,8 @@ static void slots_json(server *s, chat_buf *o) {
     double oldest = 0;
     for (srv_job *q = s->head; q; q = q->next)
         if (now - q->t_queued > oldest) oldest = now - q->t_queued;
-    snprintf(tmp, sizeof tmp, ",\"queue\":{\"waiting\":%d,\"capacity\":%d,\"oldest_wait_s\":%.3f},\"draining\":%s",
+    snprintf(tmp, sizeof tmp,
+             ",\"queue\":{\"waiting\":%d,\"capacity\":%d,\"oldest_wait_s\":%.3f},\"draining\":%s",
              s->n_waiting, s->p.queue, oldest, s->draining ? "true" : "false");
     chat_buf_puts(o, tmp);
     pthread_mutex_unlock(&s->mu);
@@ -537,26 +545,31 @@ static void metrics_text(server *s, chat_buf *o) {
     pthread_mutex_lock(&s->mu);
     srv_metrics *m = &s->m;
     static const char *const api[] = {"chat", "completions", "responses", "messages"};
-    PUT("# HELP redlite_requests_total Generation requests served, by API.\n# TYPE redlite_requests_total counter\n");
+    PUT("# HELP redlite_requests_total Generation requests served, by API.\n# TYPE redlite_requests_total "
+        "counter\n");
     for (int i = 0; i < 4; i++) PUT("redlite_requests_total{api=\"%s\"} %lld\n", api[i], m->requests[i]);
     PUT("# HELP redlite_http_responses_total HTTP responses by status code.\n"
         "# TYPE redlite_http_responses_total counter\n");
     for (int i = 100; i < 600; i++)
         if (m->status[i]) PUT("redlite_http_responses_total{code=\"%d\"} %lld\n", i, m->status[i]);
-    PUT("# TYPE redlite_requests_rejected_total counter\nredlite_requests_rejected_total %lld\n", m->rejected);
-    PUT("# TYPE redlite_requests_cancelled_total counter\nredlite_requests_cancelled_total %lld\n", m->cancelled);
+    PUT("# TYPE redlite_requests_rejected_total counter\nredlite_requests_rejected_total %lld\n",
+        m->rejected);
+    PUT("# TYPE redlite_requests_cancelled_total counter\nredlite_requests_cancelled_total %lld\n",
+        m->cancelled);
     PUT("# TYPE redlite_requests_failed_total counter\nredlite_requests_failed_total %lld\n", m->errors);
     PUT("# HELP redlite_prompts_beyond_trained_total Prompts longer than the model's trained context.\n"
         "# TYPE redlite_prompts_beyond_trained_total counter\nredlite_prompts_beyond_trained_total %lld\n",
         m->beyond_train);
     PUT("# HELP redlite_prompt_tokens_total Prompt tokens of all requests.\n"
-        "# TYPE redlite_prompt_tokens_total counter\nredlite_prompt_tokens_total %lld\n", m->prompt_tokens);
+        "# TYPE redlite_prompt_tokens_total counter\nredlite_prompt_tokens_total %lld\n",
+        m->prompt_tokens);
     PUT("# HELP redlite_prompt_tokens_reused_total Prompt tokens not evaluated (held prefix or checkpoint).\n"
         "# TYPE redlite_prompt_tokens_reused_total counter\nredlite_prompt_tokens_reused_total %lld\n",
         m->prompt_reused);
     PUT("# TYPE redlite_prompt_tokens_evaluated_total counter\nredlite_prompt_tokens_evaluated_total %lld\n",
         m->prompt_tokens - m->prompt_reused);
-    PUT("# TYPE redlite_generated_tokens_total counter\nredlite_generated_tokens_total %lld\n", m->gen_tokens);
+    PUT("# TYPE redlite_generated_tokens_total counter\nredlite_generated_tokens_total %lld\n",
+        m->gen_tokens);
     PUT("# TYPE redlite_prompt_seconds_total counter\nredlite_prompt_seconds_total %.6f\n", m->prompt_s);
     PUT("# TYPE redlite_decode_seconds_total counter\nredlite_decode_seconds_total %.6f\n", m->gen_s);
     PUT("# HELP redlite_decode_tokens_per_second Decode speed of the last request.\n"
@@ -567,8 +580,8 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# TYPE redlite_queue_depth gauge\nredlite_queue_depth %d\n", s->n_waiting);
     PUT("# TYPE redlite_requests_running gauge\nredlite_requests_running %d\n", s->n_running);
     PUT("# TYPE redlite_slots gauge\nredlite_slots %d\n", s->n_slots);
-    size_t pf_tokens = 0; /* summed over the slots whose request is still in its prefill */
-    double pf_s = 0.0;    /* the longest prefill running so far */
+    size_t pf_tokens = 0;               /* summed over the slots whose request is still in its prefill */
+    double pf_s = 0.0;                  /* the longest prefill running so far */
     long long pf_done = 0, pf_left = 0; /* their progress (session_feed, chunk by chunk) */
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         const srv_job *rj = s->slots[i].job;
@@ -579,33 +592,45 @@ static void metrics_text(server *s, chat_buf *o) {
         if (rl_now() - rj->t_run > pf_s) pf_s = rl_now() - rj->t_run;
     }
     PUT("# HELP redlite_prefill_tokens Prompt tokens of the requests whose prefill runs now (0 otherwise).\n"
-        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n", pf_tokens);
-    PUT("# HELP redlite_prefill_seconds How long the longest running prefill has taken so far (0: none running).\n"
-        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n", pf_s);
-    PUT("# HELP redlite_prefill_evaluated_tokens Tokens the running prefills have evaluated so far (0: none running).\n"
-        "# TYPE redlite_prefill_evaluated_tokens gauge\nredlite_prefill_evaluated_tokens %lld\n", pf_done);
-    PUT("# HELP redlite_prefill_remaining_tokens Tokens the running prefills have still to evaluate (reused ones "
+        "# TYPE redlite_prefill_tokens gauge\nredlite_prefill_tokens %zu\n",
+        pf_tokens);
+    PUT("# HELP redlite_prefill_seconds How long the longest running prefill has taken so far (0: none "
+        "running).\n"
+        "# TYPE redlite_prefill_seconds gauge\nredlite_prefill_seconds %.3f\n",
+        pf_s);
+    PUT("# HELP redlite_prefill_evaluated_tokens Tokens the running prefills have evaluated so far (0: none "
+        "running).\n"
+        "# TYPE redlite_prefill_evaluated_tokens gauge\nredlite_prefill_evaluated_tokens %lld\n",
+        pf_done);
+    PUT("# HELP redlite_prefill_remaining_tokens Tokens the running prefills have still to evaluate (reused "
+        "ones "
         "excluded; 0: none running).\n# TYPE redlite_prefill_remaining_tokens gauge\n"
-        "redlite_prefill_remaining_tokens %lld\n", pf_left);
+        "redlite_prefill_remaining_tokens %lld\n",
+        pf_left);
     pthread_mutex_lock(&s->fields.mu);
-    PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored (--strict-fields "
+    PUT("# HELP redlite_unknown_fields_total Request fields the server does not know, ignored "
+        "(--strict-fields "
         "refuses them).\n# TYPE redlite_unknown_fields_total counter\n");
     for (int i = 0; i < s->fields.n; i++)
         PUT("redlite_unknown_fields_total{field=\"%s\"} %lld\n", s->fields.v[i].name, s->fields.v[i].n);
     if (s->fields.other) PUT("redlite_unknown_fields_total{field=\"(other)\"} %lld\n", s->fields.other);
     pthread_mutex_unlock(&s->fields.mu);
-    PUT("# TYPE redlite_spec_drafted_tokens_total counter\nredlite_spec_drafted_tokens_total %lld\n", m->drafted);
+    PUT("# TYPE redlite_spec_drafted_tokens_total counter\nredlite_spec_drafted_tokens_total %lld\n",
+        m->drafted);
     PUT("# TYPE redlite_spec_accepted_tokens_total counter\nredlite_spec_accepted_tokens_total %lld\n",
         m->accepted);
     PUT("# TYPE redlite_spec_acceptance_ratio gauge\nredlite_spec_acceptance_ratio %.4f\n",
         m->drafted ? (double)m->accepted / (double)m->drafted : 0.0);
     PUT("# HELP redlite_requests_abandoned_total Queued requests whose client left (dropped at once).\n"
-        "# TYPE redlite_requests_abandoned_total counter\nredlite_requests_abandoned_total %lld\n", m->abandoned);
+        "# TYPE redlite_requests_abandoned_total counter\nredlite_requests_abandoned_total %lld\n",
+        m->abandoned);
     PUT("# HELP redlite_queue_wait_seconds Time requests waited in the queue before running.\n"
         "# TYPE redlite_queue_wait_seconds summary\nredlite_queue_wait_seconds_sum %.6f\n"
-        "redlite_queue_wait_seconds_count %lld\n", m->queue_wait_s, m->queue_waits);
+        "redlite_queue_wait_seconds_count %lld\n",
+        m->queue_wait_s, m->queue_waits);
     /* each slot's state (idle, prefill: the prompt is being read, decode) */
-    PUT("# HELP redlite_slot_state State of each inference slot (1 = in that state).\n# TYPE redlite_slot_state gauge\n");
+    PUT("# HELP redlite_slot_state State of each inference slot (1 = in that state).\n# TYPE "
+        "redlite_slot_state gauge\n");
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         const srv_job *sj = s->slots[i].job;
         const char *slot_state = !sj || !sj->t_started ? "idle" : sj->prefilling ? "prefill" : "decode";
@@ -623,11 +648,14 @@ static void metrics_text(server *s, chat_buf *o) {
     PUT("# HELP redlite_connections Open HTTP connections by phase.\n# TYPE redlite_connections gauge\n");
     for (int k = 0; k < CG_NPHASE; k++)
         PUT("redlite_connections{phase=\"%s\"} %d\n", conn_guard_phase_name((cg_phase)k), cs.by_phase[k]);
-    PUT("# TYPE redlite_connections_accepted_total counter\nredlite_connections_accepted_total %lld\n", cs.accepted);
+    PUT("# TYPE redlite_connections_accepted_total counter\nredlite_connections_accepted_total %lld\n",
+        cs.accepted);
     PUT("# HELP redlite_connections_refused_total New connections refused at a cap (no idle one to evict).\n"
-        "# TYPE redlite_connections_refused_total counter\nredlite_connections_refused_total %lld\n", cs.refused);
+        "# TYPE redlite_connections_refused_total counter\nredlite_connections_refused_total %lld\n",
+        cs.refused);
     PUT("# HELP redlite_connections_evicted_total Idle connections closed to admit a new one at a cap.\n"
-        "# TYPE redlite_connections_evicted_total counter\nredlite_connections_evicted_total %lld\n", cs.evicted);
+        "# TYPE redlite_connections_evicted_total counter\nredlite_connections_evicted_total %lld\n",
+        cs.evicted);
     PUT("# HELP redlite_connections_timeouts_total Connections closed at a deadline, by phase.\n"
         "# TYPE redlite_connections_timeouts_total counter\n");
     for (int k = 0; k < CG_NPHASE; k++)
@@ -643,7 +671,8 @@ static void metrics_text(server *s, chat_buf *o) {
 }
 
 /* ---- routes ---------------------------------------------------------------------------------- */
-typedef int (*srv_handler)(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep, srv_error *e);
+typedef int (*srv_handler)(const srv_info *in, const cJSON *body, srv_request *rq, srv_reply *rep,
+                           srv_error *e);
 
 typedef struct {
     const char *method, *path;
@@ -686,11 +715,11 @@ typedef struct {
     const route *rt;
     chat_buf body;
     bool too_big;
-    bool answered;      /* a response was queued before the body was read (refused early) */
-    size_t body_bytes;  /* received (the log line) */
-    size_t reserved;    /* bytes of the server's body budget held by this request */
+    bool answered;     /* a response was queued before the body was read (refused early) */
+    size_t body_bytes; /* received (the log line) */
+    size_t reserved;   /* bytes of the server's body budget held by this request */
     srv_job *job;
-    char *rest;       /* what the route's '*' matched */
+    char *rest; /* what the route's '*' matched */
     double t0;
     char method[12], path[96];
 } conn_req;
@@ -755,7 +784,8 @@ static void add_length_headers(struct MHD_Response *r, const srv_request *rq) {
     MHD_add_response_header(r, "X-RedLite-Max-Tokens", v);
     if (rq->n_ctx_train_exceeded) {
         char w[160];
-        snprintf(w, sizeof w, "the prompt has %zu tokens, more than the model was trained on (%d): answers may degrade",
+        snprintf(w, sizeof w,
+                 "the prompt has %zu tokens, more than the model was trained on (%d): answers may degrade",
                  rq->prompt.n, rq->n_ctx_train_exceeded);
         MHD_add_response_header(r, "X-RedLite-Warning", w);
     }
@@ -781,8 +811,8 @@ static void add_common_headers(server *s, struct MHD_Connection *c, struct MHD_R
     }
 }
 
-static enum MHD_Result send_buf_rq(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
-                                   size_t n, const char *retry_after, const srv_request *rq) {
+static enum MHD_Result send_buf_rq(server *s, struct MHD_Connection *c, int status, const char *ctype,
+                                   char *body, size_t n, const char *retry_after, const srv_request *rq) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
@@ -798,8 +828,8 @@ static enum MHD_Result send_buf_rq(server *s, struct MHD_Connection *c, int stat
     return rc;
 }
 
-static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
-                                size_t n, const char *retry_after) {
+static enum MHD_Result send_buf(server *s, struct MHD_Connection *c, int status, const char *ctype,
+                                char *body, size_t n, const char *retry_after) {
     return send_buf_rq(s, c, status, ctype, body, n, retry_after, NULL);
 }
 
@@ -830,7 +860,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         double now = rl_now();
         if (j->out.n == j->out_read && !j->done && now - j->t_sent >= KEEPALIVE_S) {
-            static const char ping[] = "event: ping\ndata: {\"type\": \"ping\"}\n\n", comment[] = ": keep-alive\n\n";
+            static const char ping[] = "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+                              comment[] = ": keep-alive\n\n";
             const char *ka = j->ws_keepalive ? "\n" : j->fam == FAM_ANTHROPIC ? ping : comment;
             size_t k = strlen(ka);
             if (k > max) break;
@@ -910,9 +941,33 @@ static void warn_train(server *s, srv_request *rq) {
     bool first = s->m.beyond_train++ == 0;
     pthread_mutex_unlock(&s->mu);
     if (first || s->p.verbose)
-        fprintf(stderr, "redlite serve: warning: a prompt of %zu tokens is longer than the model's trained context "
-                        "(%d tokens): answers may degrade%s\n", rq->prompt.n, train,
-                first && !s->p.verbose ? " (later ones: redlite_prompts_beyond_trained_total in /metrics)" : "");
+        fprintf(stderr,
+                "redlite serve: warning: a prompt of %zu tokens is longer than the model's trained context "
+                "(%d tokens): answers may degrade%s\n",
+                rq->prompt.n, train,
+                first && !s->p.verbose ? " (later ones: redlite_prompts_beyond_trained_total in /metrics)"
+                                       : "");
+}
+
+/* GET /metrics (Prometheus text), /slots (JSON) and /health: answered on the connection thread. */
+static enum MHD_Result send_status_page(server *s, struct MHD_Connection *c, const route *rt) {
+    chat_buf o = {0};
+    if (!strcmp(rt->path, "/metrics")) metrics_text(s, &o);
+    else if (!strcmp(rt->path, "/slots")) slots_json(s, &o);
+    else {
+        pthread_mutex_lock(&s->mu);
+        int q = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        char tmp[160];
+        snprintf(tmp, sizeof tmp, "{\"status\":\"ok\",\"backend\":\"%s\",\"queue_depth\":%d}", s->b->name, q);
+        chat_buf_puts(&o, tmp);
+    }
+    size_t n;
+    char *p = chat_buf_take(&o, &n);
+    if (!p) return MHD_NO;
+    return send_buf(s, c, 200,
+                    strcmp(rt->path, "/metrics") ? "application/json" : "text/plain; version=0.0.4", p, n,
+                    NULL);
 }
 
 static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r) {
@@ -921,33 +976,18 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
     api_family fam = r->rt->fam;
     if (r->too_big) {
         srv_fail(&e, 413, fam == FAM_ANTHROPIC ? "request_too_large" : "invalid_request_error", NULL,
-                 "the request body is larger than the server's limit of %zu bytes (--max-body)", s->p.max_body);
+                 "the request body is larger than the server's limit of %zu bytes (--max-body)",
+                 s->p.max_body);
         return send_error(s, c, fam, &e, NULL);
     }
     const route *rt = r->rt;
-    if (!rt->fn) {
-        chat_buf o = {0};
-        if (!strcmp(rt->path, "/metrics")) metrics_text(s, &o);
-        else if (!strcmp(rt->path, "/slots")) slots_json(s, &o);
-        else {
-            pthread_mutex_lock(&s->mu);
-            int q = s->n_waiting;
-            pthread_mutex_unlock(&s->mu);
-            char tmp[160];
-            snprintf(tmp, sizeof tmp, "{\"status\":\"ok\",\"backend\":\"%s\",\"queue_depth\":%d}", s->b->name, q);
-            chat_buf_puts(&o, tmp);
-        }
-        size_t n;
-        char *p = chat_buf_take(&o, &n);
-        if (!p) return MHD_NO;
-        return send_buf(s, c, 200, strcmp(rt->path, "/metrics") ? "application/json" : "text/plain; version=0.0.4",
-                        p, n, NULL);
-    }
+    if (!rt->fn) return send_status_page(s, c, rt);
     cJSON *body = NULL;
     if (!strcmp(rt->method, "POST")) {
         char why[320];
         if (json_guard_check(r->body.p ? r->body.p : "", r->body.n, &s->jl, why, sizeof why)) {
-            srv_fail(&e, 413, fam == FAM_ANTHROPIC ? "request_too_large" : "invalid_request_error", NULL, "%s", why);
+            srv_fail(&e, 413, fam == FAM_ANTHROPIC ? "request_too_large" : "invalid_request_error", NULL,
+                     "%s", why);
             return send_error(s, c, fam, &e, NULL);
         }
         if (!valid_utf8(r->body.p ? r->body.p : "", r->body.n)) {
@@ -956,8 +996,8 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         }
         body = r->body.n ? chat_json_parse(r->body.p, r->body.n) : NULL;
         if (!body || !cJSON_IsObject(body)) {
-            srv_fail(&e, 400, NULL, NULL, "the request body is not a JSON object%s%s",
-                     body ? "" : ": ", body ? "" : (r->body.n ? rl_lasterr() : "empty body"));
+            srv_fail(&e, 400, NULL, NULL, "the request body is not a JSON object%s%s", body ? "" : ": ",
+                     body ? "" : (r->body.n ? rl_lasterr() : "empty body"));
             cJSON_Delete(body);
             return send_error(s, c, fam, &e, NULL);
         }
@@ -1000,8 +1040,8 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         j->t_sent = rl_now();
     }
     if (s->p.verbose)
-        fprintf(stderr, "serve: %s accepted: %zu prompt tokens, parsed and tokenised in %.1f ms%s\n", j->rq.api->name,
-                j->rq.prompt.n, (rl_now() - t_in) * 1e3, open_now ? ", stream opened" : "");
+        fprintf(stderr, "serve: %s accepted: %zu prompt tokens, parsed and tokenised in %.1f ms%s\n",
+                j->rq.api->name, j->rq.prompt.n, (rl_now() - t_in) * 1e3, open_now ? ", stream opened" : "");
     if (enqueue(s, j)) {
         srv_fail(&e, 503, fam == FAM_ANTHROPIC ? "overloaded_error" : "server_error", NULL,
                  "the server is busy (%d requests queued, --queue): retry later", s->p.queue);
@@ -1025,7 +1065,7 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
                 j->cancel = 1;
                 pthread_mutex_unlock(&j->mu);
                 if (queue_drop(s, j)) return MHD_NO; /* never ran: it leaves the queue now */
-                pthread_mutex_lock(&j->mu);      /* running: keep waiting, the job owns its output */
+                pthread_mutex_lock(&j->mu);          /* running: keep waiting, the job owns its output */
             }
             if (!j->rq.stream && !j->done && !j->cancel && rl_now() - t_wait >= s->json_ka_after) {
                 ws = j->ws_keepalive = true;
@@ -1050,7 +1090,8 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, conn_req *r
         }
     }
     job_ref(j);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
     if (!resp) {
         job_unref(j);
         return MHD_NO;
@@ -1104,18 +1145,21 @@ static int admit(server *s, struct MHD_Connection *c, conn_req *r, const char *u
     if (!http_policy_host_ok(&s->allow, host))
         return srv_fail(e, 403, ant ? "permission_error" : "invalid_request_error", NULL,
                         "Host '%.100s' is not allowed (DNS-rebinding protection): start the server with "
-                        "--allow-host NAME to accept it", host);
+                        "--allow-host NAME to accept it",
+                        host);
     if (!http_policy_origin_ok(&s->allow, origin))
         return srv_fail(e, 403, ant ? "permission_error" : "invalid_request_error", NULL,
                         "browser origin '%.100s' is not allowed: start the server with --allow-origin ORIGIN "
-                        "to accept it", origin);
+                        "to accept it",
+                        origin);
     if (!strcmp(method, "OPTIONS") && path_known) {
         *preflight_ok = true;
         return 0;
     }
     if (!r->rt)
-        return srv_fail(e, path_known ? 405 : 404, path_known ? "invalid_request_error" : "not_found_error", NULL,
-                        path_known ? "method %s is not allowed on %s" : "no such endpoint: %s %s", method, url);
+        return srv_fail(e, path_known ? 405 : 404, path_known ? "invalid_request_error" : "not_found_error",
+                        NULL, path_known ? "method %s is not allowed on %s" : "no such endpoint: %s %s",
+                        method, url);
     if (strcmp(url, "/health") && !key_ok(s, c)) {
         srv_fail(e, 401, ant ? "authentication_error" : "invalid_request_error", NULL,
                  "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
@@ -1126,15 +1170,18 @@ static int admit(server *s, struct MHD_Connection *c, conn_req *r, const char *u
     bool browser = origin || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode");
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     if (!http_policy_ctype_ok(ct, browser))
-        return srv_fail(e, 415, NULL, NULL, "Content-Type '%.60s' is not accepted: send the body as "
-                        "'Content-Type: application/json'", ct ? ct : "(none)");
+        return srv_fail(e, 415, NULL, NULL,
+                        "Content-Type '%.60s' is not accepted: send the body as "
+                        "'Content-Type: application/json'",
+                        ct ? ct : "(none)");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     char *end = NULL;
     unsigned long long len = cl ? strtoull(cl, &end, 10) : 0;
     if (cl && (end == cl || *end || len > s->p.max_body))
-        return srv_fail(e, 413, ant ? "request_too_large" : "invalid_request_error", NULL,
-                        "the request body (%s bytes) is larger than the server's limit of %zu bytes (--max-body)",
-                        cl, s->p.max_body);
+        return srv_fail(
+            e, 413, ant ? "request_too_large" : "invalid_request_error", NULL,
+            "the request body (%s bytes) is larger than the server's limit of %zu bytes (--max-body)", cl,
+            s->p.max_body);
     size_t want = cl ? (size_t)len : s->p.max_body; /* chunked: the most it may grow to */
     pthread_mutex_lock(&s->mu);
     bool room = s->body_inflight + want <= s->body_budget || s->body_inflight == 0;
@@ -1152,7 +1199,8 @@ static int admit(server *s, struct MHD_Connection *c, conn_req *r, const char *u
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+                                 const char *version, const char *upload, size_t *upload_size,
+                                 void **con_cls) {
     server *s = cls;
     conn_req *r = *con_cls;
     if (!r) {
@@ -1180,7 +1228,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             return preflight(s, c);
         }
         /* the body must arrive in read_timeout plus its size at body_rate */
-        if (is_post(method)) set_phase(s, c, CG_BODY, (double)r->reserved / conn_guard_params(s->g).body_rate);
+        if (is_post(method))
+            set_phase(s, c, CG_BODY, (double)r->reserved / conn_guard_params(s->g).body_rate);
         return MHD_YES;
     }
     if (r->answered) { /* refused early: whatever comes is dropped */
@@ -1210,7 +1259,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 }
 
 /* One structured line per request on stderr (-v): ids, sizes, timings, outcome. */
-static void log_request(server *s, struct MHD_Connection *c, conn_req *r, enum MHD_RequestTerminationCode toe) {
+static void log_request(server *s, struct MHD_Connection *c, conn_req *r,
+                        enum MHD_RequestTerminationCode toe) {
     sock_ctx *sc = sock_of(c);
     srv_result res = {0};
     double wait = 0;
@@ -1251,7 +1301,8 @@ static void log_request(server *s, struct MHD_Connection *c, conn_req *r, enum M
     free(line);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
     server *s = cls;
     conn_req *r = *con_cls;
     if (!r) return;
@@ -1271,7 +1322,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 }
 
 /* Connection start / end: the guard's admission (caps, eviction) and its entry. */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode t) {
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode t) {
     server *s = cls;
     if (t == MHD_CONNECTION_NOTIFY_STARTED) {
         sock_ctx *sc = calloc(1, sizeof *sc);
@@ -1330,15 +1382,26 @@ server *server_start(const server_params *p, srv_backend *b) {
     s->body_budget = 4 * s->p.max_body;
     /* parse cost: token-id prompts are the densest legitimate JSON (a value per ~6 bytes), a
      * prompt is at most n_ctx of them */
-    s->jl = (json_limits){.max_values = 65536 + 2 * (size_t)(b->n_ctx > 0 ? b->n_ctx : 0), .values_per_4b = 4096,
+    s->jl = (json_limits){.max_values = 65536 + 2 * (size_t)(b->n_ctx > 0 ? b->n_ctx : 0),
+                          .values_per_4b = 4096,
                           .max_depth = 128};
-    s->allow = (http_allow){.hosts = p->allow_hosts, .n_hosts = p->n_allow_hosts, .origins = p->allow_origins,
-                            .n_origins = p->n_allow_origins, .hostname = s->hostname};
+    s->allow = (http_allow){.hosts = p->allow_hosts,
+                            .n_hosts = p->n_allow_hosts,
+                            .origins = p->allow_origins,
+                            .n_origins = p->n_allow_origins,
+                            .hostname = s->hostname};
     if (gethostname(s->hostname, sizeof s->hostname - 1)) s->hostname[0] = 0;
     pthread_mutex_init(&s->fields.mu, NULL);
-    s->info = (srv_info){.tok = b->tok, .fmt = b->fmt, .n_ctx = b->n_ctx, .model_id = p->model_id, .sp = p->sp,
-                         .max_tokens = p->max_tokens, .reasoning = p->reasoning, .strict_fields = p->strict_fields,
-                         .unknown = &s->fields, .n_ctx_train = p->n_ctx_train ? p->n_ctx_train : b->n_ctx_train};
+    s->info = (srv_info){.tok = b->tok,
+                         .fmt = b->fmt,
+                         .n_ctx = b->n_ctx,
+                         .model_id = p->model_id,
+                         .sp = p->sp,
+                         .max_tokens = p->max_tokens,
+                         .reasoning = p->reasoning,
+                         .strict_fields = p->strict_fields,
+                         .unknown = &s->fields,
+                         .n_ctx_train = p->n_ctx_train ? p->n_ctx_train : b->n_ctx_train};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->t_start = rl_now();
@@ -1349,7 +1412,8 @@ server *server_start(const server_params *p, srv_backend *b) {
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host, &sa.sin_addr) != 1) {
-        rl_seterr("--host %s: not an IPv4 address (use 127.0.0.1, 0.0.0.0 or a local interface address)", p->host);
+        rl_seterr("--host %s: not an IPv4 address (use 127.0.0.1, 0.0.0.0 or a local interface address)",
+                  p->host);
         server_free(s);
         return NULL;
     }
@@ -1373,7 +1437,9 @@ server *server_start(const server_params *p, srv_backend *b) {
         sl->started = true;
         pthread_mutex_unlock(&s->mu);
     }
-    cg_params gp = {.max_conns = p->conn_limit, .max_per_peer = p->conn_per_peer, .read_timeout = p->read_timeout,
+    cg_params gp = {.max_conns = p->conn_limit,
+                    .max_per_peer = p->conn_per_peer,
+                    .read_timeout = p->read_timeout,
                     .idle_timeout = p->idle_timeout};
     if (!(s->g = conn_guard_new(&gp))) {
         server_stop(s);
@@ -1388,12 +1454,12 @@ server *server_start(const server_params *p, srv_backend *b) {
                              * room for evicted connections that are still closing */
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.conn_limit + 64,
                             /* deadlines are the guard's (a total time, not an inactivity one) */
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                            s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-                            MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_END);
     if (!s->d) {
-        rl_seterr("cannot listen on %s:%d (%s): pick another --port or stop the program using it", p->host, p->port,
-                  strerror(errno ? errno : EADDRINUSE));
+        rl_seterr("cannot listen on %s:%d (%s): pick another --port or stop the program using it", p->host,
+                  p->port, strerror(errno ? errno : EADDRINUSE));
         server_stop(s);
         return NULL;
     }

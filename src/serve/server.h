@@ -43,7 +43,7 @@ typedef struct {
     const int32_t *prompt; /* the whole prompt (the backend reuses what it holds) */
     int n_prompt;
     sampler_params sp;
-    long long n_predict;   /* < 0: until end of generation or context */
+    long long n_predict; /* < 0: until end of generation or context */
     const char *const *stops;
     int n_stops;
     /* called once the prompt is ingested (n_reused of n_prompt tokens were not evaluated) */
@@ -68,18 +68,18 @@ typedef struct {
     int n_prompt, n_reused, n_gen;
     double t_prompt, t_gen; /* seconds: prompt ingestion, decoding */
     long long n_drafted, n_accepted;
-    int stop_index;         /* SRV_STOP: which of the stop strings ended the text (-1 unknown) */
-    char error[256];        /* SRV_ERROR: one line */
+    int stop_index;  /* SRV_STOP: which of the stop strings ended the text (-1 unknown) */
+    char error[256]; /* SRV_ERROR: one line */
 } srv_result;
 
 typedef struct {
     void *ud;
-    const char *name;       /* "session", "script (test only)" */
-    const tokenizer *tok;   /* immutable: used from the HTTP threads */
+    const char *name;     /* "session", "script (test only)" */
+    const tokenizer *tok; /* immutable: used from the HTTP threads */
     chat_format fmt;
     int n_ctx;
-    int n_ctx_train;        /* the model's trained context (GGUF context_length; 0 unknown) */
-    int n_slots;            /* sequences held and run at once (>= 1) */
+    int n_ctx_train; /* the model's trained context (GGUF context_length; 0 unknown) */
+    int n_slots;     /* sequences held and run at once (>= 1) */
     /* (optional) prompt tokens slot `slot` would reuse (not evaluate) for this prompt; called by
      * the router while the slot is idle */
     int (*match)(void *ud, int slot, const int32_t *prompt, int n);
@@ -120,14 +120,14 @@ typedef struct {
     char *stops[16];
     int n_stops;
     bool stream;
-    int think;             /* srv_think mode for the output (set by srv_render_prompt) */
+    int think; /* srv_think mode for the output (set by srv_render_prompt) */
     const srv_api *api;
     void *st;
     long long max_tokens_asked; /* set by the server when it clamped n_predict (0: not clamped) */
     int n_ctx_train_exceeded;   /* set by the server: the trained length the prompt runs past (0: none) */
-    grammar *grammar;      /* structured outputs (api_grammar.h), owned; NULL = free text */
-    bool logprobs;         /* call api->logprobs per token ... */
-    int top_logprobs;      /* ... with this many alternatives (0..20) */
+    grammar *grammar;           /* structured outputs (api_grammar.h), owned; NULL = free text */
+    bool logprobs;              /* call api->logprobs per token ... */
+    int top_logprobs;           /* ... with this many alternatives (0..20) */
 } srv_request;
 void srv_request_free(srv_request *rq);
 /* Add a stop string (copied). 0 or -1 (too many / oom: rl_lasterr). */
@@ -142,22 +142,22 @@ typedef struct {
     const tokenizer *tok;
     chat_format fmt;
     int n_ctx;
-    int n_ctx_train;        /* the model's trained context (0 unknown) */
-    bool strict_fields;     /* unknown fields are a 400 (--strict-fields) instead of ignored */
+    int n_ctx_train;    /* the model's trained context (0 unknown) */
+    bool strict_fields; /* unknown fields are a 400 (--strict-fields) instead of ignored */
     srv_fieldlog *unknown;
     const char *model_id;
-    sampler_params sp;      /* defaults for fields a request leaves out */
-    long long max_tokens;   /* default n_predict (-1 = srv_default_max_tokens) */
-    int reasoning;          /* split <think> blocks: -1 auto (the template has them), 0 off, 1 on */
+    sampler_params sp;    /* defaults for fields a request leaves out */
+    long long max_tokens; /* default n_predict (-1 = srv_default_max_tokens) */
+    int reasoning;        /* split <think> blocks: -1 auto (the template has them), 0 off, 1 on */
 } srv_info;
 
 typedef struct {
-    int status;          /* HTTP status */
-    char type[48];       /* API error type, e.g. "invalid_request_error" */
-    char code[48];       /* OpenAI "code" ("" = null) */
-    char param[64];      /* offending field ("" = null) */
+    int status;     /* HTTP status */
+    char type[48];  /* API error type, e.g. "invalid_request_error" */
+    char code[48];  /* OpenAI "code" ("" = null) */
+    char param[64]; /* offending field ("" = null) */
     char msg[512];
-    long long n_prompt;  /* context_length_exceeded: the prompt's tokens (0 otherwise) */
+    long long n_prompt; /* context_length_exceeded: the prompt's tokens (0 otherwise) */
 } srv_error;
 /* Fill e; returns -1 so parsers can `return srv_fail(...)`. */
 int srv_fail(srv_error *e, int status, const char *type, const char *param, const char *fmt, ...)
@@ -219,27 +219,27 @@ char *srv_strdup(const char *s);
 
 /* ---- the server -------------------------------------------------------------------------- */
 typedef struct {
-    const char *host;        /* "127.0.0.1" */
-    int port;                /* 8080; 0 = any free port (see server_port) */
-    int queue;               /* jobs waiting or running before 503 (16) */
-    size_t max_body;         /* bytes (32 MiB) */
-    size_t max_header;       /* bytes of request line + headers (64 KiB) */
-    const char *api_key;     /* NULL = no authentication */
-    const char *model_id;    /* id shown in /v1/models and responses */
-    long long max_tokens;    /* default generation length (-1: srv_default_max_tokens) */
-    sampler_params sp;       /* default sampling */
-    int conn_limit;          /* open connections in all (0 = 256; conn_guard.h) */
-    int conn_per_peer;       /* open connections from one client address (0 = 32) */
-    double read_timeout;     /* s: request headers (+ body at >= 1 MiB/s) must arrive in (0 = 10) */
-    double idle_timeout;     /* s: keep-alive connection with no request (0 = 15) */
-    const char *const *allow_hosts;   /* extra Host names (http_policy.h) */
+    const char *host;               /* "127.0.0.1" */
+    int port;                       /* 8080; 0 = any free port (see server_port) */
+    int queue;                      /* jobs waiting or running before 503 (16) */
+    size_t max_body;                /* bytes (32 MiB) */
+    size_t max_header;              /* bytes of request line + headers (64 KiB) */
+    const char *api_key;            /* NULL = no authentication */
+    const char *model_id;           /* id shown in /v1/models and responses */
+    long long max_tokens;           /* default generation length (-1: srv_default_max_tokens) */
+    sampler_params sp;              /* default sampling */
+    int conn_limit;                 /* open connections in all (0 = 256; conn_guard.h) */
+    int conn_per_peer;              /* open connections from one client address (0 = 32) */
+    double read_timeout;            /* s: request headers (+ body at >= 1 MiB/s) must arrive in (0 = 10) */
+    double idle_timeout;            /* s: keep-alive connection with no request (0 = 15) */
+    const char *const *allow_hosts; /* extra Host names (http_policy.h) */
     int n_allow_hosts;
     const char *const *allow_origins; /* extra browser origins allowed (CORS) */
     int n_allow_origins;
-    int reasoning;           /* srv_info.reasoning */
-    bool strict_fields;      /* srv_info.strict_fields */
-    int n_ctx_train;         /* srv_info.n_ctx_train (0: the backend's) */
-    bool verbose;            /* one structured (JSON) line per request on stderr */
+    int reasoning;      /* srv_info.reasoning */
+    bool strict_fields; /* srv_info.strict_fields */
+    int n_ctx_train;    /* srv_info.n_ctx_train (0: the backend's) */
+    bool verbose;       /* one structured (JSON) line per request on stderr */
 } server_params;
 
 typedef struct server server;

@@ -123,7 +123,8 @@ static int script_generate(void *ud, int slot, const srv_gen *g, srv_result *r) 
         size_t n;
         const char *tail = tokdec_flush(&d, &n), *out;
         size_t out_n;
-        if (tail && n) stopper_push(&st, tail, n, &out, &out_n), out_n ? (void)g->on_text(g->ud, out, out_n) : (void)0;
+        if (tail && n)
+            stopper_push(&st, tail, n, &out, &out_n), out_n ? (void)g->on_text(g->ud, out, out_n) : (void)0;
         stopper_flush(&st, &out, &out_n);
         if (out_n) g->on_text(g->ud, out, out_n);
     }
@@ -210,7 +211,7 @@ typedef struct {
     engine_snapshot *snap; /* the resume point: the state at snap_n ... */
     int32_t *snap_toks;    /* ... after these tokens (NULL: none) */
     int snap_n;
-    bool pending;          /* the resume point is still to be written to disk */
+    bool pending; /* the resume point is still to be written to disk */
 } sess_slot;
 
 typedef struct {
@@ -227,8 +228,8 @@ typedef struct {
     sess_slot *slot;
     int n_slots;
     statefile_dir *sd;
-    pthread_mutex_t mu;    /* sd and the RAM tier (slots run on different threads) */
-    ram_state *ram;        /* [ram_max] */
+    pthread_mutex_t mu; /* sd and the RAM tier (slots run on different threads) */
+    ram_state *ram;     /* [ram_max] */
     int ram_max;
     uint64_t ram_max_bytes; /* their total bytes at most (0: no cap) */
     uint64_t tick;
@@ -290,8 +291,7 @@ static void sess_save(sess_be *s, sess_slot *sl) {
     pthread_mutex_lock(&s->mu);
     int rc = statefile_save(s->sd, session_ctx(sl->s), sl->snap, sl->snap_toks, sl->snap_n);
     pthread_mutex_unlock(&s->mu);
-    if (rc)
-        fprintf(stderr, "redlite serve: checkpoint not saved: %s\n", rl_lasterr());
+    if (rc) fprintf(stderr, "redlite serve: checkpoint not saved: %s\n", rl_lasterr());
     else if (s->verbose)
         fprintf(stderr, "serve: checkpoint of %d tokens saved in %.3f s\n", sl->snap_n, rl_now() - t0);
     sl->pending = false;
@@ -305,17 +305,22 @@ static void sess_save(sess_be *s, sess_slot *sl) {
 static void ram_evict(sess_be *s, sess_slot *sl, const int32_t *prompt, int n, ram_state *out) {
     memset(out, 0, sizeof *out);
     if (!s->ram_max || !sl->snap_toks || sl->snap_n < 1) return;
-    if (sl->snap_n <= n && !memcmp(sl->snap_toks, prompt, sizeof(int32_t) * (size_t)sl->snap_n)) return; /* continues */
+    if (sl->snap_n <= n && !memcmp(sl->snap_toks, prompt, sizeof(int32_t) * (size_t)sl->snap_n))
+        return; /* continues */
     engine_ctx *c = session_ctx(sl->s);
     size_t bytes = engine_state_bytes(c, sl->snap_n);
     if (s->ram_max_bytes && bytes > s->ram_max_bytes) { /* never fits: not worth the export */
-        if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens (%.1f MiB) exceeds --ram-states-mib\n", sl->snap_n, bytes / 1048576.0);
+        if (s->verbose)
+            fprintf(stderr, "serve: evicted conversation of %d tokens (%.1f MiB) exceeds --ram-states-mib\n",
+                    sl->snap_n, bytes / 1048576.0);
         return;
     }
     void *blob = bytes ? malloc(bytes) : NULL;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)sl->snap_n);
     if (!blob || !toks || engine_state_export_snapshot(c, sl->snap, blob, bytes)) {
-        if (s->verbose) fprintf(stderr, "serve: no RAM checkpoint of an evicted conversation (%s)\n", blob && toks ? rl_lasterr() : "out of memory");
+        if (s->verbose)
+            fprintf(stderr, "serve: no RAM checkpoint of an evicted conversation (%s)\n",
+                    blob && toks ? rl_lasterr() : "out of memory");
         free(blob), free(toks);
         return;
     }
@@ -356,7 +361,9 @@ static void ram_insert(sess_be *s, ram_state *e) {
         ram_drop(&s->ram[lru]);
     }
     pthread_mutex_unlock(&s->mu);
-    if (s->verbose) fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", e->n, e->bytes / 1048576.0);
+    if (s->verbose)
+        fprintf(stderr, "serve: evicted conversation of %d tokens kept in RAM (%.1f MiB)\n", e->n,
+                e->bytes / 1048576.0);
     memset(e, 0, sizeof *e);
 }
 
@@ -425,7 +432,8 @@ static int sess_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
             free(sl->snap_toks);
             sl->snap_toks = NULL;
             sl->pending = false;
-            if (!engine_snapshot_save(session_ctx(sl->s), sl->snap) && (sl->snap_toks = malloc(sizeof(int32_t) * (size_t)(n - 1)))) {
+            if (!engine_snapshot_save(session_ctx(sl->s), sl->snap) &&
+                (sl->snap_toks = malloc(sizeof(int32_t) * (size_t)(n - 1)))) {
                 memcpy(sl->snap_toks, g->prompt, sizeof(int32_t) * (size_t)(n - 1));
                 sl->snap_n = n - 1;
                 sl->pending = s->sd && sl->unsaved + fs.n_evaluated >= s->min_tokens;
@@ -447,7 +455,8 @@ static int sess_generate(void *ud, int slot, const srv_gen *g, srv_result *r) {
     sl->unsaved += fs.n_evaluated;
     r->n_reused = fs.n_reused; /* restored tokens count here: the session held them */
     r->t_prompt = rl_now() - t0;
-    if (s->verbose && restored) fprintf(stderr, "serve: slot %d: %d prompt tokens restored\n", slot, restored);
+    if (s->verbose && restored)
+        fprintf(stderr, "serve: slot %d: %d prompt tokens restored\n", slot, restored);
     if (g->on_prompt) g->on_prompt(g->ud, r->n_reused);
     session_gen_params gp = {
         .sp = g->sp,
@@ -518,10 +527,11 @@ static void sess_metrics(void *ud, chat_buf *o) {
              "# TYPE redlite_ram_checkpoint_bytes gauge\nredlite_ram_checkpoint_bytes %llu\n",
              fw, rows, n_ram, ram_bytes);
     chat_buf_puts(o, line);
-    snprintf(line, sizeof line,
-             "# TYPE redlite_ram_checkpoint_saves_total counter\nredlite_ram_checkpoint_saves_total %lld\n"
-             "# TYPE redlite_ram_checkpoint_restores_total counter\nredlite_ram_checkpoint_restores_total %lld\n",
-             s->ram_saves, s->ram_restores);
+    snprintf(
+        line, sizeof line,
+        "# TYPE redlite_ram_checkpoint_saves_total counter\nredlite_ram_checkpoint_saves_total %lld\n"
+        "# TYPE redlite_ram_checkpoint_restores_total counter\nredlite_ram_checkpoint_restores_total %lld\n",
+        s->ram_saves, s->ram_restores);
     chat_buf_puts(o, line);
     if (s->sd) {
         statefile_stats st;
@@ -531,11 +541,14 @@ static void sess_metrics(void *ud, chat_buf *o) {
                  "# TYPE redlite_disk_checkpoint_bytes gauge\nredlite_disk_checkpoint_bytes %llu\n",
                  st.n_files, (unsigned long long)st.bytes);
         chat_buf_puts(o, line);
-        snprintf(line, sizeof line,
-                 "# TYPE redlite_disk_checkpoint_saves_total counter\nredlite_disk_checkpoint_saves_total %lld\n"
-                 "# TYPE redlite_disk_checkpoint_restores_total counter\nredlite_disk_checkpoint_restores_total %lld\n"
-                 "# TYPE redlite_disk_checkpoint_rejected_total counter\nredlite_disk_checkpoint_rejected_total %lld\n",
-                 st.saves, st.restores, st.rejected);
+        snprintf(
+            line, sizeof line,
+            "# TYPE redlite_disk_checkpoint_saves_total counter\nredlite_disk_checkpoint_saves_total %lld\n"
+            "# TYPE redlite_disk_checkpoint_restores_total counter\nredlite_disk_checkpoint_restores_total "
+            "%lld\n"
+            "# TYPE redlite_disk_checkpoint_rejected_total counter\nredlite_disk_checkpoint_rejected_total "
+            "%lld\n",
+            st.saves, st.restores, st.rejected);
         chat_buf_puts(o, line);
     }
     pthread_mutex_unlock(&s->mu);
@@ -566,12 +579,23 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         return NULL;
     }
     pthread_mutex_init(&s->mu, NULL);
-    session_model_params mp = {.model_path = p->model_path, .backend = p->backend, .n_threads = p->n_threads,
-                               .iq_repack = p->iq_repack, .map_weights = p->map_weights};
+    session_model_params mp = {.model_path = p->model_path,
+                               .backend = p->backend,
+                               .n_threads = p->n_threads,
+                               .iq_repack = p->iq_repack,
+                               .map_weights = p->map_weights};
     if (!(s->m = session_model_open(&mp))) goto fail;
-    session_params sp = {.n_ctx = p->n_ctx, .n_batch = p->n_batch, .kv = p->kv, .cache_spec = p->cache_spec,
-                         .vram_spec = p->vram_spec, .vram_pin = p->vram_pin, .vram_miss = p->vram_miss,
-                         .route_bias = p->route_bias, .route_trace = p->route_trace, .verbose = p->verbose, .max_checkpoints = p->max_checkpoints};
+    session_params sp = {.n_ctx = p->n_ctx,
+                         .n_batch = p->n_batch,
+                         .kv = p->kv,
+                         .cache_spec = p->cache_spec,
+                         .vram_spec = p->vram_spec,
+                         .vram_pin = p->vram_pin,
+                         .vram_miss = p->vram_miss,
+                         .route_bias = p->route_bias,
+                         .route_trace = p->route_trace,
+                         .verbose = p->verbose,
+                         .max_checkpoints = p->max_checkpoints};
     if (!session_model_tokenizer(s->m)) {
         rl_seterr("%s has no tokenizer: serve needs one to read and write text", p->model_path);
         goto fail;
@@ -581,11 +605,13 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         goto fail;
     }
     int want = p->n_slots > 0 ? p->n_slots : 1;
-    if (!(s->slot = calloc((size_t)(want > SLOT_PLAN_AUTO_MAX ? want : SLOT_PLAN_AUTO_MAX), sizeof *s->slot))) goto oom;
+    if (!(s->slot = calloc((size_t)(want > SLOT_PLAN_AUTO_MAX ? want : SLOT_PLAN_AUTO_MAX), sizeof *s->slot)))
+        goto oom;
     if (p->n_ctx > 0) s->slot[0].s = session_new(s->m, &sp);
     else { /* the default: from the trained length and the memory plan (ctx_plan.h), for one slot */
         ctx_plan plan;
-        if ((s->slot[0].s = ctx_plan_session_new(s->m, &sp, &plan))) fprintf(stderr, "redlite serve: %s\n", plan.reason);
+        if ((s->slot[0].s = ctx_plan_session_new(s->m, &sp, &plan)))
+            fprintf(stderr, "redlite serve: %s\n", plan.reason);
     }
     if (!s->slot[0].s) goto fail;
     sp.n_ctx = session_n_ctx(s->slot[0].s); /* every slot gets the same window */
@@ -594,9 +620,11 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
         uint64_t per = 0;
         want = auto_slots(s, p->max_checkpoints > 0 ? p->max_checkpoints : 8, &per);
         if (p->verbose)
-            fprintf(stderr, "serve: --parallel auto: %d slot%s (%.1f MiB = %llu bytes each: KV cache, recurrent state, "
-                            "checkpoints, RAM tier share)\n", want, want == 1 ? "" : "s", per / 1048576.0,
-                    (unsigned long long)per);
+            fprintf(
+                stderr,
+                "serve: --parallel auto: %d slot%s (%.1f MiB = %llu bytes each: KV cache, recurrent state, "
+                "checkpoints, RAM tier share)\n",
+                want, want == 1 ? "" : "s", per / 1048576.0, (unsigned long long)per);
     }
     sp.share_experts = s->slot[0].s; /* one expert cache for every slot */
     for (; s->n_slots < want; s->n_slots++)
@@ -613,8 +641,10 @@ srv_backend *srv_backend_session(const srv_session_params *p) {
     if (s->ram_max && !(s->ram = calloc((size_t)s->ram_max, sizeof *s->ram))) goto oom;
     if (p->state_dir) {
         engine *e = session_model_engine(s->m);
-        uint64_t fp = statefile_model_fingerprint(engine_gguf(e), p->state_dir); /* weights hashed once, cached */
-        if (!fp || !(s->sd = statefile_open(p->state_dir, p->state_max_bytes, fp, engine_state_format(session_ctx(s->slot[0].s)))))
+        uint64_t fp =
+            statefile_model_fingerprint(engine_gguf(e), p->state_dir); /* weights hashed once, cached */
+        if (!fp || !(s->sd = statefile_open(p->state_dir, p->state_max_bytes, fp,
+                                            engine_state_format(session_ctx(s->slot[0].s)))))
             goto fail;
     }
     s->min_tokens = p->state_min_tokens > 0 ? p->state_min_tokens : 1;

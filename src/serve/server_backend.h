@@ -17,9 +17,9 @@
 
 typedef struct {
     const char *model_path;
-    int n_ctx;            /* 0: 32768 */
-    const char *script;   /* answers separated by a line "---" (used in turn) */
-    int delay_ms;         /* per token */
+    int n_ctx;          /* 0: 32768 */
+    const char *script; /* answers separated by a line "---" (used in turn) */
+    int delay_ms;       /* per token */
 } srv_script_params;
 
 /* NULL with rl_lasterr set. */
@@ -27,26 +27,26 @@ srv_backend *srv_backend_script(const srv_script_params *p);
 
 typedef struct {
     const char *model_path;
-    const char *backend;      /* "cpu" | "cuda" | "auto" */
+    const char *backend; /* "cpu" | "cuda" | "auto" */
     int n_threads;
-    int n_ctx, n_batch;       /* n_ctx 0: planned (run/ctx_plan.h), said in one line on stderr */
-    const char *kv;           /* KV cache format "f32" | "f16" (NULL = the default) */
+    int n_ctx, n_batch; /* n_ctx 0: planned (run/ctx_plan.h), said in one line on stderr */
+    const char *kv;     /* KV cache format "f32" | "f16" (NULL = the default) */
     const char *cache_spec;
-    bool iq_repack;           /* session_model_params.iq_repack */
-    bool map_weights;         /* session_model_params.map_weights */
-    const char *vram_spec;    /* --vram-mib (NULL: every weight on the device) */
+    bool iq_repack;        /* session_model_params.iq_repack */
+    bool map_weights;      /* session_model_params.map_weights */
+    const char *vram_spec; /* --vram-mib (NULL: every weight on the device) */
     const char *vram_pin, *vram_miss;
     float route_bias;
     const char *route_trace;
-    int n_slots;              /* --parallel: conversations held at once (0 = auto from the memory plan) */
-    int ram_states;           /* evicted conversations kept in RAM (-1 = one per slot, 0 = none) */
-    uint64_t ram_max_bytes;   /* and their bytes at most (0 = no byte cap) */
-    int max_checkpoints;      /* in-memory, per slot (0 = session default) */
-    const char *state_dir;    /* disk checkpoints, or NULL */
+    int n_slots;            /* --parallel: conversations held at once (0 = auto from the memory plan) */
+    int ram_states;         /* evicted conversations kept in RAM (-1 = one per slot, 0 = none) */
+    uint64_t ram_max_bytes; /* and their bytes at most (0 = no byte cap) */
+    int max_checkpoints;    /* in-memory, per slot (0 = session default) */
+    const char *state_dir;  /* disk checkpoints, or NULL */
     uint64_t state_max_bytes;
-    int state_min_tokens;     /* new tokens since the last disk save before saving again */
-    int spec;                 /* spec_mode (session.h): speculative decoding, never changes tokens */
-    int draft_max;            /* 0 = the session's default */
+    int state_min_tokens; /* new tokens since the last disk save before saving again */
+    int spec;             /* spec_mode (session.h): speculative decoding, never changes tokens */
+    int draft_max;        /* 0 = the session's default */
     bool verbose;
 } srv_session_params;
 

@@ -78,7 +78,6 @@ void srv_new_id(char *out, size_t cap, const char *prefix) {
     for (int i = 0; i < 12 && k + 2 < cap; i++, k += 2) snprintf(out + k, cap - k, "%02x", b[i]);
 }
 
-
 static const cJSON *field(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return v && !cJSON_IsNull(v) ? v : NULL;
@@ -178,7 +177,8 @@ int srv_tokenize_prompt(const srv_info *in, const char *text, size_t n, const si
     int r = plain ? tokenizer_encode_plain(in->tok, text, n, plain, n_plain, &rq->prompt)
                   : tokenizer_encode(in->tok, text, n, TOK_PARSE_SPECIAL, &rq->prompt);
     if (r) return srv_fail(e, 500, "server_error", NULL, "out of memory while tokenising the prompt");
-    if (rq->prompt.n == 0) return srv_fail(e, 400, NULL, NULL, "the prompt is empty: send at least one token of text");
+    if (rq->prompt.n == 0)
+        return srv_fail(e, 400, NULL, NULL, "the prompt is empty: send at least one token of text");
     return srv_check_context(in, (long long)rq->prompt.n, "messages", e);
 }
 
@@ -186,10 +186,12 @@ int srv_check_context(const srv_info *in, long long n_prompt, const char *param,
     if (n_prompt < in->n_ctx) return 0;
     /* OpenAI's wording (clients and agents match on it); the Anthropic module words it the
      * way Claude Code's compaction expects, from e->n_prompt */
-    srv_fail(e, 400, NULL, param,
-             "This model's maximum context length is %d tokens. However, your request has %lld input tokens "
-             "(one more is needed to answer). Please reduce the length of the input, or restart the server with "
-             "a larger --ctx.", in->n_ctx, n_prompt);
+    srv_fail(
+        e, 400, NULL, param,
+        "This model's maximum context length is %d tokens. However, your request has %lld input tokens "
+        "(one more is needed to answer). Please reduce the length of the input, or restart the server with "
+        "a larger --ctx.",
+        in->n_ctx, n_prompt);
     snprintf(e->code, sizeof e->code, "context_length_exceeded");
     e->n_prompt = n_prompt;
     return -1;
@@ -199,4 +201,3 @@ long long srv_default_max_tokens(int n_ctx) {
     long long cap = n_ctx / 4;
     return cap < 1024 ? 1024 : cap > 32768 ? 32768 : cap;
 }
-

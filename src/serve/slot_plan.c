@@ -7,7 +7,9 @@ uint64_t slot_plan_host_bytes(const slot_cost *c) {
     return (uint64_t)(c->max_checkpoints + 1) * c->rec_bytes + c->ram_bytes + (c->device ? 0 : c->ctx_bytes);
 }
 
-uint64_t slot_plan_bytes(const slot_cost *c) { return slot_plan_host_bytes(c) + (c->device ? c->ctx_bytes : 0); }
+uint64_t slot_plan_bytes(const slot_cost *c) {
+    return slot_plan_host_bytes(c) + (c->device ? c->ctx_bytes : 0);
+}
 
 int slot_plan_fit(const slot_cost *c, uint64_t host_free, uint64_t dev_free) {
     uint64_t host = slot_plan_host_bytes(c);

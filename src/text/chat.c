@@ -58,9 +58,9 @@ static span rstrip_nl(span s) {
 
 /* Python str.isspace() code points. */
 static bool py_space(utf8proc_int32_t c) {
-    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
-           c == 0x205f || c == 0x3000;
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+           c == 0x3000;
 }
 
 /* Python str.strip() (Jinja's |trim). */
@@ -426,7 +426,8 @@ static void render_hermes(const chat_format *f, const chat_conv *c, const chat_r
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--) {
         span s = content_of(&M[i]);
-        if (M[i].role == CHAT_USER && !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
+        if (M[i].role == CHAT_USER &&
+            !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
             last_query = i;
             break;
         }
@@ -660,8 +661,7 @@ static void render_coder(const chat_conv *c, const chat_render_opts *o, chat_buf
 
 /* ---- Qwen3.5 / Qwen3.6 ------------------------------------------------------------------ */
 
-static const char QWEN35_TOOLS_HEAD[] =
-    "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+static const char QWEN35_TOOLS_HEAD[] = "# Tools\n\nYou have access to the following functions:\n\n<tools>";
 static const char QWEN35_TOOLS_TAIL[] =
     "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
     "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
@@ -712,8 +712,7 @@ static void render_qwen35_assistant(const chat_msg *m, bool think, chat_buf *b) 
         while ((q = find_mem(rest, "</think>")))
             rest = (span){q + 8, (size_t)(content.p + content.n - (q + 8))};
         span r = rstrip_nl((span){content.p, (size_t)(et - content.p)});
-        while ((tq = find_mem(r, "<think>")))
-            r = (span){tq + 7, (size_t)(r.p + r.n - (tq + 7))};
+        while ((tq = find_mem(r, "<think>"))) r = (span){tq + 7, (size_t)(r.p + r.n - (tq + 7))};
         reasoning = lstrip_nl(r);
         content = lstrip_nl(rest);
     }
@@ -760,7 +759,8 @@ static void render_qwen35(const chat_conv *c, const chat_render_opts *o, chat_bu
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--) {
         span s = trimmed_content(&M[i]);
-        if (M[i].role == CHAT_USER && !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
+        if (M[i].role == CHAT_USER &&
+            !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
             last_query = i;
             break;
         }
@@ -786,7 +786,8 @@ static void render_qwen35(const chat_conv *c, const chat_render_opts *o, chat_bu
 
 int chat_render_spans(const chat_format *fmt, const chat_conv *c, const chat_render_opts *opts, chat_buf *out,
                       chat_spans *plain) {
-    chat_render_opts o = opts ? *opts : (chat_render_opts){.add_generation_prompt = true, .enable_thinking = -1};
+    chat_render_opts o =
+        opts ? *opts : (chat_render_opts){.add_generation_prompt = true, .enable_thinking = -1};
     chat_format f = fmt ? *fmt : (chat_format){CHAT_FAMILY_CHATML, false, false};
     if (f.family == CHAT_FAMILY_CODER) render_coder(c, &o, out, plain);
     else if (f.family == CHAT_FAMILY_QWEN35) render_qwen35(c, &o, out, plain);

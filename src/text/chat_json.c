@@ -219,7 +219,7 @@ void chat_py_float_repr(double v, char out[40]) {
         if (*p != '.') digits[nd++] = *p;
     int exp10 = atoi(p + 1);
     while (nd > 1 && digits[nd - 1] == '0') nd--; /* %e pads with zeros only when exact */
-    int decpt = exp10 + 1;                       /* value = 0.DIGITS * 10^decpt */
+    int decpt = exp10 + 1;                        /* value = 0.DIGITS * 10^decpt */
     char *o = out;
     if (neg) *o++ = '-';
     if (decpt > -4 && decpt <= 16) {

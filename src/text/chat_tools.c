@@ -93,7 +93,8 @@ static const cJSON *tool_props(const cJSON *tools, span name) {
         const cJSON *fn = get(t, "function");
         if (!fn) fn = t;
         const cJSON *nm = get(fn, "name");
-        if (cJSON_IsString(nm) && strlen(nm->valuestring) == name.n && !memcmp(nm->valuestring, name.p, name.n))
+        if (cJSON_IsString(nm) && strlen(nm->valuestring) == name.n &&
+            !memcmp(nm->valuestring, name.p, name.n))
             return get(get(fn, "parameters"), "properties");
     }
     return NULL;
@@ -219,12 +220,14 @@ static size_t value_end(span s, size_t from, span key, bool slip, const cJSON *p
     size_t best = s.n;
     *close = 0;
     const char *q;
-    if ((q = find(s, from, "</parameter>")) && (size_t)(q - s.p) < best) best = (size_t)(q - s.p), *close = 12;
+    if ((q = find(s, from, "</parameter>")) && (size_t)(q - s.p) < best)
+        best = (size_t)(q - s.p), *close = 12;
     if (slip) {
         char tag[160];
         if (key.n < sizeof tag - 4) {
             snprintf(tag, sizeof tag, "</%.*s>", (int)key.n, key.p);
-            if ((q = find(s, from, tag)) && (size_t)(q - s.p) < best) best = (size_t)(q - s.p), *close = strlen(tag);
+            if ((q = find(s, from, tag)) && (size_t)(q - s.p) < best)
+                best = (size_t)(q - s.p), *close = strlen(tag);
         }
     }
     if ((q = find(s, from, "<parameter=")) && (size_t)(q - s.p) < best) best = (size_t)(q - s.p), *close = 0;
@@ -235,7 +238,8 @@ static size_t value_end(span s, size_t from, span key, bool slip, const cJSON *p
         char tag[160];
         if (strlen(p->string) > sizeof tag - 4) continue;
         snprintf(tag, sizeof tag, "\n<%s>", p->string);
-        if ((q = find(s, from, tag)) && (size_t)(q - s.p) + 1 < best) best = (size_t)(q - s.p) + 1, *close = 0;
+        if ((q = find(s, from, tag)) && (size_t)(q - s.p) + 1 < best)
+            best = (size_t)(q - s.p) + 1, *close = 0;
     }
     return best;
 }
@@ -442,7 +446,8 @@ static bool call_fits(const cJSON *tools, const char *name, const char *args) {
     cJSON *a = chat_json_parse(args, strlen(args));
     rl_clearerr();
     bool ok = cJSON_IsObject(a);
-    const cJSON *params = get(fn, "parameters"), *props = get(params, "properties"), *req = get(params, "required"), *k;
+    const cJSON *params = get(fn, "parameters"), *props = get(params, "properties"),
+                *req = get(params, "required"), *k;
     cJSON_ArrayForEach(k, req) {
         if (ok && cJSON_IsString(k) && !cJSON_GetObjectItemCaseSensitive(a, k->valuestring)) ok = false;
     }
@@ -472,7 +477,7 @@ struct chat_parser {
     chat_buf buf;  /* bytes not yet emitted */
     chat_buf held; /* trailing whitespace of the text emitted so far */
     bool in_call, implicit;
-    bool cut;      /* the output was cut short: a block without its closing tag is text */
+    bool cut; /* the output was cut short: a block without its closing tag is text */
     int n_calls, n_failed;
     bool oom;
 };

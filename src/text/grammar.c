@@ -128,7 +128,8 @@ static int lit_cmp(const void *a, const void *b, void *g) {
     return bytes_cmp(g, x->off, x->len, y->off, y->len);
 }
 
-int grammar_object(grammar *g, int n, const char *const *names, const int *nodes, const bool *required, int extra) {
+int grammar_object(grammar *g, int n, const char *const *names, const int *nodes, const bool *required,
+                   int extra) {
     if (n < 0 || n > GRAMMAR_MAX_PROPS)
         return rl_seterr("an object with %d properties: at most %d are supported", n, GRAMMAR_MAX_PROPS);
     if (grow_arr((void **)&g->props, &g->cap_props, g->n_props + n, sizeof(gprop))) return -1;
@@ -152,7 +153,8 @@ int grammar_object(grammar *g, int n, const char *const *names, const int *nodes
             req[j] = req[j - 1], req[j - 1] = r;
         }
     for (int i = 1; i < n; i++)
-        if (!prop_cmp(g, &p[i - 1], &p[i])) return rl_seterr("an object declares the property \"%s\" twice", g->pool + p[i].off);
+        if (!prop_cmp(g, &p[i - 1], &p[i]))
+            return rl_seterr("an object declares the property \"%s\" twice", g->pool + p[i].off);
     gnode *o = &g->nodes[id];
     o->off = g->n_props;
     o->n = n;
@@ -165,7 +167,8 @@ int grammar_object(grammar *g, int n, const char *const *names, const int *nodes
 
 int grammar_array(grammar *g, int item, int min, int max) {
     if (!valid_id(g, item)) return rl_seterr("grammar_array: bad node id");
-    if (min < 0 || (max >= 0 && max < min)) return rl_seterr("an array with minItems %d > maxItems %d admits nothing", min, max);
+    if (min < 0 || (max >= 0 && max < min))
+        return rl_seterr("an array with minItems %d > maxItems %d admits nothing", min, max);
     int id = node_new(g, K_ARRAY);
     if (id < 0) return -1;
     g->nodes[id].extra = item, g->nodes[id].min = min, g->nodes[id].max = max;
@@ -173,7 +176,8 @@ int grammar_array(grammar *g, int item, int min, int max) {
 }
 
 int grammar_string(grammar *g, int min, int max) {
-    if (min < 0 || (max >= 0 && max < min)) return rl_seterr("a string with minLength %d > maxLength %d admits nothing", min, max);
+    if (min < 0 || (max >= 0 && max < min))
+        return rl_seterr("a string with minLength %d > maxLength %d admits nothing", min, max);
     int id = node_new(g, K_STRING);
     if (id < 0) return -1;
     g->nodes[id].min = min, g->nodes[id].max = max;
@@ -260,8 +264,9 @@ int grammar_any(grammar *g) {
     if (any < 0) return -1;
     const char *lits[3] = {"true", "false", "null"};
     size_t lens[3] = {4, 5, 4};
-    if ((g->any_obj = grammar_object(g, 0, NULL, NULL, NULL, any)) < 0 || (g->any_arr = grammar_array(g, any, 0, -1)) < 0 ||
-        (g->any_str = grammar_string(g, 0, -1)) < 0 || (g->any_num = grammar_number(g, false)) < 0 ||
+    if ((g->any_obj = grammar_object(g, 0, NULL, NULL, NULL, any)) < 0 ||
+        (g->any_arr = grammar_array(g, any, 0, -1)) < 0 || (g->any_str = grammar_string(g, 0, -1)) < 0 ||
+        (g->any_num = grammar_number(g, false)) < 0 ||
         (g->any_lit = grammar_literals(g, 3, lits, lens, NULL)) < 0)
         return -1;
     return g->any = any;
@@ -291,7 +296,8 @@ static long node_minlen(const grammar *g, const gnode *n) {
             }
         return sat_add(v, nr > 1 ? nr - 1 : 0);
     }
-    case K_ARRAY: return sat_add(2, sat_add(sat_mul(N[n->extra].minlen, n->min), n->min > 1 ? n->min - 1 : 0));
+    case K_ARRAY:
+        return sat_add(2, sat_add(sat_mul(N[n->extra].minlen, n->min), n->min > 1 ? n->min - 1 : 0));
     case K_STRING: return 2 + n->min;
     case K_NUMBER: return 1;
     case K_ANY: return 1;
@@ -358,7 +364,8 @@ static bool node_first(grammar *g, gnode *n) {
 int grammar_finish(grammar *g, int root) {
     if (!valid_id(g, root)) return rl_seterr("grammar_finish: bad root");
     for (int i = 0; i < g->n_nodes; i++) {
-        if (g->nodes[i].kind == K_UNDEF) return rl_seterr("grammar: node %d was reserved but never defined", i);
+        if (g->nodes[i].kind == K_UNDEF)
+            return rl_seterr("grammar: node %d was reserved but never defined", i);
         g->nodes[i].minlen = G_INF;
     }
     for (int i = 0; i < g->n_nodes; i++) /* aliases point at their final node */
@@ -399,7 +406,8 @@ int grammar_finish(grammar *g, int root) {
         if (n->kind == K_OBJECT)
             for (int k = 0; k < n->n; k++)
                 if (g->nodes[g->props[n->off + k].node].minlen >= G_INF)
-                    return rl_seterr("the property \"%s\" admits no finite value", g->pool + g->props[n->off + k].off);
+                    return rl_seterr("the property \"%s\" admits no finite value",
+                                     g->pool + g->props[n->off + k].off);
     }
     g->grow = sat_add(sat_mul(maxmin, 2), maxkey + 8);
     g->root = root;
@@ -440,7 +448,9 @@ static int lex(int st, uint8_t c) {
         if (c == 0xF4) return 12;
         return -1;
     case 1: return strchr("\"\\/bfnrt", c) && c ? 0 : c == 'u' ? 2 : -1;
-    case 2: case 3: case 4: return is_hex(c) ? st + 1 : -1;
+    case 2:
+    case 3:
+    case 4: return is_hex(c) ? st + 1 : -1;
     case 5: return is_hex(c) ? 0 : -1;
     case 6: return c >= 0x80 && c <= 0xBF ? 0 : -1;
     case 7: return c >= 0x80 && c <= 0xBF ? 6 : -1;
@@ -475,8 +485,8 @@ static bool obj_can_add(const grammar *g, const gnode *n, const gframe *f) {
 
 /* narrow the candidate keys [lo, hi) (sharing pos bytes) by byte c at pos; false when none is
  * left that is not yet given (`seen` may be 0 for literal sets) */
-static bool narrow(const grammar *g, const char *pool, const int32_t *offs, const int32_t *lens, size_t stride,
-                   gframe *f, uint8_t c, uint64_t seen) {
+static bool narrow(const grammar *g, const char *pool, const int32_t *offs, const int32_t *lens,
+                   size_t stride, gframe *f, uint8_t c, uint64_t seen) {
     int lo = -1, hi = -1;
     bool fresh = false;
     for (int i = f->lo; i < f->hi; i++) {
@@ -521,7 +531,8 @@ static int step_object(const grammar *g, const gnode *n, gframe *f, uint8_t c, i
             int s = lex(f->sub, c);
             if (s < 0) return R_REJECT;
             f->sub = (uint8_t)s;
-            if (f->lo < f->hi && !narrow(g, g->pool, &P[0].off, &P[0].len, sizeof(gprop), f, c, 0)) f->lo = f->hi = 0;
+            if (f->lo < f->hi && !narrow(g, g->pool, &P[0].off, &P[0].len, sizeof(gprop), f, c, 0))
+                f->lo = f->hi = 0;
         }
         f->pos++;
         return R_CONSUMED;
@@ -585,9 +596,7 @@ static int step_array(const gnode *n, gframe *f, uint8_t c, int *push) {
         }
         if (c == ']' && f->cnt >= n->min) return R_POP;
         return R_REJECT;
-    case A_NEXT:
-        f->cnt++, f->st = A_AFTER, f->sub = 0, *push = n->extra;
-        return R_PUSH;
+    case A_NEXT: f->cnt++, f->st = A_AFTER, f->sub = 0, *push = n->extra; return R_PUSH;
     default: return R_REJECT;
     }
 }
@@ -678,7 +687,9 @@ static int step_until(const grammar *g, const gnode *n, gframe *f, uint8_t c) {
 static bool frame_finished(const grammar *g, const gframe *f) {
     const gnode *n = &g->nodes[f->node];
     if (n->kind == K_SEQ) return f->cnt == n->n;
-    if (n->kind == K_LITS) return f->hi - f->lo == 1 && g->lits[n->off + f->lo].len == f->pos && g->lits[n->off + f->lo].cont < 0;
+    if (n->kind == K_LITS)
+        return f->hi - f->lo == 1 && g->lits[n->off + f->lo].len == f->pos &&
+               g->lits[n->off + f->lo].cont < 0;
     return false;
 }
 
@@ -711,8 +722,12 @@ static void push_frame(stepper *x, int ti, int node, uint8_t c, bool feed) {
         return;
     }
     if (feed && n->kind == K_ANY) {
-        node = c == '{' ? g->any_obj : c == '[' ? g->any_arr : c == '"' ? g->any_str
-             : (c == '-' || is_digit(c)) ? g->any_num : (c == 't' || c == 'f' || c == 'n') ? g->any_lit : -1;
+        node = c == '{'                             ? g->any_obj
+               : c == '['                           ? g->any_arr
+               : c == '"'                           ? g->any_str
+               : (c == '-' || is_digit(c))          ? g->any_num
+               : (c == 't' || c == 'f' || c == 'n') ? g->any_lit
+                                                    : -1;
         if (node < 0) {
             t->depth = -1;
             return;
@@ -874,7 +889,8 @@ static long obj_rest(const grammar *g, const gnode *n, uint64_t seen, bool has_m
             long v = sat_add(3 + p->len, g->nodes[p->node].minlen);
             if (v < best) best = v;
         }
-    if (n->extra >= 0 && sat_add(3, g->nodes[n->extra].minlen) < best) best = sat_add(3, g->nodes[n->extra].minlen);
+    if (n->extra >= 0 && sat_add(3, g->nodes[n->extra].minlen) < best)
+        best = sat_add(3, g->nodes[n->extra].minlen);
     return sat_add(best, 1);
 }
 
@@ -902,7 +918,8 @@ static long frame_rest(const grammar *g, const gframe *f) {
                 if (v < best) best = v;
             }
             if (n->extra >= 0) {
-                bool dup = f->sub == 0 && f->lo < f->hi && prop_at(g, n, f->lo)->len == f->pos && (f->seen >> f->lo & 1);
+                bool dup = f->sub == 0 && f->lo < f->hi && prop_at(g, n, f->lo)->len == f->pos &&
+                           (f->seen >> f->lo & 1);
                 long v = sat_add(lex_pending(f->sub) + 2 + dup, g->nodes[n->extra].minlen);
                 v = sat_add(v, obj_rest(g, n, f->seen, true, false));
                 if (v < best) best = v;
@@ -927,8 +944,7 @@ static long frame_rest(const grammar *g, const gframe *f) {
     case K_STRING:
         if (f->st == S_START) return n->minlen;
         return lex_pending(f->sub) + (f->cnt < n->min ? n->min - f->cnt : 0) + 1;
-    case K_NUMBER:
-        return (f->st == N_ZERO || f->st == N_INT || f->st == N_FRAC || f->st == N_EXP) ? 0 : 1;
+    case K_NUMBER: return (f->st == N_ZERO || f->st == N_INT || f->st == N_FRAC || f->st == N_EXP) ? 0 : 1;
     case K_LITS: {
         long best = G_INF;
         for (int i = f->lo; i < f->hi; i++) {

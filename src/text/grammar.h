@@ -62,7 +62,8 @@ int grammar_any(grammar *g);
 int grammar_any_object(grammar *g);
 /* Object: n properties (names as their raw UTF-8 text; JSON escaping is done here), value nodes,
  * required flags; `extra`: the node of values of undeclared keys, or -1 (none allowed). */
-int grammar_object(grammar *g, int n, const char *const *names, const int *nodes, const bool *required, int extra);
+int grammar_object(grammar *g, int n, const char *const *names, const int *nodes, const bool *required,
+                   int extra);
 /* Array of `item`, min..max items (max < 0: unbounded). */
 int grammar_array(grammar *g, int item, int min, int max);
 /* String of min..max code points (max < 0: unbounded). */

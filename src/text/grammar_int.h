@@ -5,21 +5,21 @@
 
 #include "text/grammar.h"
 
-#define G_INF 0x3fffffffL   /* "no finite sentence" (lengths saturate here) */
-#define G_STATE_THREADS 16  /* slots while a byte is stepped (forks), trimmed to GRAMMAR_MAX_THREADS */
+#define G_INF 0x3fffffffL  /* "no finite sentence" (lengths saturate here) */
+#define G_STATE_THREADS 16 /* slots while a byte is stepped (forks), trimmed to GRAMMAR_MAX_THREADS */
 
 enum { K_UNDEF, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_LITS, K_ANYOF, K_SEQ, K_UNTIL, K_ANY, K_ALIAS };
 
 typedef struct {
     uint8_t kind;
-    bool integer;       /* K_NUMBER */
-    int32_t off, n;     /* OBJECT: props; LITS: lits; ANYOF/SEQ: list; UNTIL: pool bytes + kmp in list */
-    int32_t extra;      /* OBJECT: node of undeclared keys' values (-1: none); ARRAY: item; ALIAS: target */
-    int32_t min, max;   /* ARRAY: items; STRING: code points (max < 0: unbounded) */
-    int32_t kmp;        /* UNTIL: failure table offset in list */
-    uint64_t req;       /* OBJECT: required properties (bit = index in the sorted props) */
-    long minlen;        /* bytes of the shortest value (grammar_finish) */
-    uint32_t first[8];  /* bytes a value may start with (a superset; grammar_finish) */
+    bool integer;      /* K_NUMBER */
+    int32_t off, n;    /* OBJECT: props; LITS: lits; ANYOF/SEQ: list; UNTIL: pool bytes + kmp in list */
+    int32_t extra;     /* OBJECT: node of undeclared keys' values (-1: none); ARRAY: item; ALIAS: target */
+    int32_t min, max;  /* ARRAY: items; STRING: code points (max < 0: unbounded) */
+    int32_t kmp;       /* UNTIL: failure table offset in list */
+    uint64_t req;      /* OBJECT: required properties (bit = index in the sorted props) */
+    long minlen;       /* bytes of the shortest value (grammar_finish) */
+    uint32_t first[8]; /* bytes a value may start with (a superset; grammar_finish) */
 } gnode;
 
 typedef struct {
@@ -49,13 +49,13 @@ struct grammar {
 /* One frame of a thread's stack: a node and where the match is inside it. */
 typedef struct {
     int32_t node;
-    uint8_t st;    /* kind-specific state */
-    uint8_t sub;   /* string lexer state, or whitespace bytes in the current gap */
-    uint16_t pos;  /* bytes matched of a key / literal; digits of a number part */
+    uint8_t st;     /* kind-specific state */
+    uint8_t sub;    /* string lexer state, or whitespace bytes in the current gap */
+    uint16_t pos;   /* bytes matched of a key / literal; digits of a number part */
     int32_t lo, hi; /* candidate keys / literals (sorted, sharing the first pos bytes) */
-    int32_t cnt;   /* array items, string code points, chosen property, sequence index, terminator bytes */
-    int32_t zero;  /* padding kept 0 (threads are compared with memcmp) */
-    uint64_t seen; /* object: declared properties given */
+    int32_t cnt;    /* array items, string code points, chosen property, sequence index, terminator bytes */
+    int32_t zero;   /* padding kept 0 (threads are compared with memcmp) */
+    uint64_t seen;  /* object: declared properties given */
 } gframe;
 
 typedef struct {
@@ -78,9 +78,9 @@ bool gstate_done(const gstate *s);
 
 struct gvocab {
     int32_t n_vocab;
-    uint32_t *off;    /* token bytes in pool */
+    uint32_t *off; /* token bytes in pool */
     uint16_t *len;
-    uint8_t *kind;    /* TK_BYTES, TK_EOG, TK_NEVER */
+    uint8_t *kind; /* TK_BYTES, TK_EOG, TK_NEVER */
     char *pool;
     int max_len;
     /* trie of the byte tokens in depth-first order: node i is byte tbyte[i] at depth tdepth[i]

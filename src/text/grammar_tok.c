@@ -88,7 +88,8 @@ gvocab *gvocab_new(const tokenizer *t) {
         int ty = tokenizer_token_type(t, id);
         const char *p = tokenizer_token_piece(t, id, &len);
         if (tokenizer_is_eog(t, id)) v->kind[id] = TK_EOG;
-        else if (!p || len == 0 || len > 0xffff || (ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_USER_DEFINED && ty != TOK_TYPE_BYTE))
+        else if (!p || len == 0 || len > 0xffff ||
+                 (ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_USER_DEFINED && ty != TOK_TYPE_BYTE))
             v->kind[id] = TK_NEVER;
         else v->kind[id] = TK_BYTES, total += len;
     }
@@ -128,7 +129,7 @@ struct gmatch {
     gstate save;   /* gmatch_prefix */
     gstate *stk;   /* the trie walk: the state after each depth (v->max_len of them, lazily) */
     long long left;
-    long rest;     /* gstate_min_remaining(cur), -2 = not computed */
+    long rest; /* gstate_min_remaining(cur), -2 = not computed */
     gmatch_stats st;
 };
 
@@ -222,7 +223,8 @@ bool gmatch_allows(gmatch *m, int32_t tok) {
 }
 
 int gmatch_accept(gmatch *m, int32_t tok) {
-    if (!m->v || tok < 0 || tok >= m->v->n_vocab) return rl_seterr("grammar: token %d is outside the vocabulary", tok);
+    if (!m->v || tok < 0 || tok >= m->v->n_vocab)
+        return rl_seterr("grammar: token %d is outside the vocabulary", tok);
     if (m->v->kind[tok] == TK_EOG) {
         if (cur_rest(m) != 0) return rl_seterr("grammar: end of generation before the output is complete");
     } else if (m->v->kind[tok] == TK_BYTES) {

@@ -52,15 +52,38 @@ static void path_pop(jsc *c, size_t n) { c->path[n] = 0; }
 
 static int compile(jsc *c, const cJSON *s);
 
-static const char *const UNSUPPORTED[] = {
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
-    "minContains", "maxContains", "prefixItems", "additionalItems", "unevaluatedProperties", "unevaluatedItems",
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", NULL};
+static const char *const UNSUPPORTED[] = {"pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "multipleOf",
+                                          "patternProperties",
+                                          "propertyNames",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "uniqueItems",
+                                          "contains",
+                                          "minContains",
+                                          "maxContains",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "unevaluatedProperties",
+                                          "unevaluatedItems",
+                                          "not",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "dependentRequired",
+                                          "dependentSchemas",
+                                          "dependencies",
+                                          NULL};
 /* keywords that constrain (a $ref / allOf next to them is refused) */
-static const char *const CONSTRAINTS[] = {"type", "properties", "required", "additionalProperties", "items",
-                                          "minItems", "maxItems", "minLength", "maxLength", "enum", "const",
-                                          "anyOf", "oneOf", "allOf", "$ref", NULL};
+static const char *const CONSTRAINTS[] = {"type",      "properties", "required", "additionalProperties",
+                                          "items",     "minItems",   "maxItems", "minLength",
+                                          "maxLength", "enum",       "const",    "anyOf",
+                                          "oneOf",     "allOf",      "$ref",     NULL};
 
 static bool in_list(const char *k, const char *const *l) {
     for (int i = 0; l[i]; i++)
@@ -74,7 +97,8 @@ static int get_count(jsc *c, const cJSON *s, const char *k, int dflt, int *out) 
     const cJSON *v = get(s, k);
     *out = dflt;
     if (!v) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e6 || v->valuedouble != (double)(int)v->valuedouble)
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e6 ||
+        v->valuedouble != (double)(int)v->valuedouble)
         return fail(c, "'%s' must be a non-negative integer (at most 1000000)", k);
     *out = (int)v->valuedouble;
     return 0;
@@ -110,11 +134,13 @@ out:
 }
 
 static int compile_object(jsc *c, const cJSON *s) {
-    const cJSON *props = get(s, "properties"), *req = get(s, "required"), *ap = get(s, "additionalProperties");
+    const cJSON *props = get(s, "properties"), *req = get(s, "required"),
+                *ap = get(s, "additionalProperties");
     if (props && !cJSON_IsObject(props)) return fail(c, "'properties' must be an object");
     if (req && !cJSON_IsArray(req)) return fail(c, "'required' must be an array of names");
     int n = props ? cJSON_GetArraySize(props) : 0;
-    if (n > GRAMMAR_MAX_PROPS) return fail(c, "an object with %d properties: at most %d are supported", n, GRAMMAR_MAX_PROPS);
+    if (n > GRAMMAR_MAX_PROPS)
+        return fail(c, "an object with %d properties: at most %d are supported", n, GRAMMAR_MAX_PROPS);
     const char *names[GRAMMAR_MAX_PROPS];
     int nodes[GRAMMAR_MAX_PROPS];
     bool required[GRAMMAR_MAX_PROPS];
@@ -159,7 +185,8 @@ static int compile_array(jsc *c, const cJSON *s) {
     const cJSON *items = get(s, "items");
     int min, max, item;
     if (get_count(c, s, "minItems", 0, &min) || get_count(c, s, "maxItems", -1, &max)) return -1;
-    if (items && cJSON_IsArray(items)) return fail(c, "unsupported JSON Schema keyword 'items' as a list (tuples)");
+    if (items && cJSON_IsArray(items))
+        return fail(c, "unsupported JSON Schema keyword 'items' as a list (tuples)");
     if (items && !cJSON_IsFalse(items)) {
         size_t mark = path_push(c, "items");
         item = compile(c, items);
@@ -225,7 +252,9 @@ static int compile_ref(jsc *c, const char *ref) {
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i], ref)) return c->ref_node[i]; /* compiled, or being compiled (recursion) */
     const cJSON *t = pointer(c->root, ref);
-    if (!t) return fail(c, "'$ref' \"%s\" does not name a schema in this document (only local refs like #/$defs/X)", ref);
+    if (!t)
+        return fail(
+            c, "'$ref' \"%s\" does not name a schema in this document (only local refs like #/$defs/X)", ref);
     if (c->n_refs == MAX_REFS) return fail(c, "more than %d distinct $refs", MAX_REFS);
     int id = gcheck(c, grammar_reserve(c->g));
     if (id < 0) return -1;
@@ -267,20 +296,28 @@ static int compile_body(jsc *c, const cJSON *s) {
     const cJSON *k;
     cJSON_ArrayForEach(k, s) {
         if (in_list(k->string, UNSUPPORTED))
-            return fail(c, "unsupported JSON Schema keyword '%s' (this server's grammar cannot enforce it: remove it, "
-                           "or describe the constraint in the property's description)", k->string);
+            return fail(
+                c,
+                "unsupported JSON Schema keyword '%s' (this server's grammar cannot enforce it: remove it, "
+                "or describe the constraint in the property's description)",
+                k->string);
     }
     const cJSON *ref = get(s, "$ref"), *en = get(s, "enum"), *cn = get(s, "const"), *any = get(s, "anyOf"),
-                *one = get(s, "oneOf"), *all = get(s, "allOf"), *type = get(s, "type"), *nl = get(s, "nullable");
+                *one = get(s, "oneOf"), *all = get(s, "allOf"), *type = get(s, "type"),
+                *nl = get(s, "nullable");
     int nullable = cJSON_IsTrue(nl) ? 1 : 0;
     if (ref) {
         if (!cJSON_IsString(ref)) return fail(c, "'$ref' must be a string");
-        if (other_constraints(s, "$ref")) return fail(c, "unsupported: '$ref' next to other constraints (move them into the referenced schema)");
+        if (other_constraints(s, "$ref"))
+            return fail(
+                c, "unsupported: '$ref' next to other constraints (move them into the referenced schema)");
         return compile_ref(c, ref->valuestring);
     }
     if (all) {
         if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1 || other_constraints(s, "allOf"))
-            return fail(c, "unsupported JSON Schema keyword 'allOf' (only a single schema with no other constraints)");
+            return fail(
+                c,
+                "unsupported JSON Schema keyword 'allOf' (only a single schema with no other constraints)");
         size_t mark = path_push(c, "allOf/0");
         int id = compile(c, cJSON_GetArrayItem(all, 0));
         path_pop(c, mark);
@@ -374,7 +411,8 @@ static int tool_args(jsc *c, const cJSON *fn, bool strict) {
     return gcheck(c, grammar_any_object(c->g));
 }
 
-int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool all_strict, char *err, size_t cap) {
+int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool all_strict, char *err,
+                         size_t cap) {
     jsc c = {.g = g, .err = err, .cap = cap};
     err[0] = 0;
     int n = cJSON_GetArraySize(tools), k = 0, id = -1;

@@ -43,6 +43,7 @@ int jsonschema_compile(grammar *g, const cJSON *schema, char *err, size_t cap);
  * a tool that is not strict has a schema the grammar cannot express). Returns the node or -1
  * (err: an unsupported keyword in a strict tool's schema ("strict": true or `all_strict`), or an
  * unknown name). */
-int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool all_strict, char *err, size_t cap);
+int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool all_strict, char *err,
+                         size_t cap);
 
 #endif

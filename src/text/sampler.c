@@ -18,7 +18,8 @@ enum { MT_N = 624, MT_M = 397 };
 
 void rl_mt19937_seed(rl_mt19937 *m, uint32_t seed) {
     m->mt[0] = seed;
-    for (int i = 1; i < MT_N; i++) m->mt[i] = 1812433253u * (m->mt[i - 1] ^ (m->mt[i - 1] >> 30)) + (uint32_t)i;
+    for (int i = 1; i < MT_N; i++)
+        m->mt[i] = 1812433253u * (m->mt[i - 1] ^ (m->mt[i - 1] >> 30)) + (uint32_t)i;
     m->idx = MT_N;
 }
 
@@ -118,7 +119,8 @@ sampler *sampler_new(const sampler_params *p, int32_t n_vocab) {
     s->tmp = rl_malloc(sizeof *s->tmp * (size_t)n_vocab, "sampler candidates");
     s->tmp2 = rl_malloc(sizeof *s->tmp2 * (size_t)n_vocab, "sampler candidates");
     s->count = rl_calloc((size_t)n_vocab, sizeof *s->count, "sampler history");
-    if (s->p.repeat_last_n > 0) s->ring = rl_malloc(sizeof *s->ring * (size_t)s->p.repeat_last_n, "sampler history");
+    if (s->p.repeat_last_n > 0)
+        s->ring = rl_malloc(sizeof *s->ring * (size_t)s->p.repeat_last_n, "sampler history");
     if (!s->cand || !s->tmp || !s->tmp2 || !s->count || (s->p.repeat_last_n > 0 && !s->ring)) {
         sampler_free(s);
         return NULL;
@@ -154,7 +156,8 @@ void sampler_mask_stats(const sampler *s, uint64_t *calls, uint64_t *ns) {
 
 void sampler_set_logprobs(sampler *s, int n) {
     s->lp_n = n < 0 ? -1 : n > 20 ? 20 : n;
-    if (s->lp_n >= 0 && !s->lp_logits) s->lp_logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logprobs");
+    if (s->lp_n >= 0 && !s->lp_logits)
+        s->lp_logits = rl_malloc(sizeof(float) * (size_t)s->n_vocab, "logprobs");
     if (!s->lp_logits) s->lp_n = -1;
 }
 
@@ -245,7 +248,8 @@ static void sort_desc(sampler_cand *c, size_t n, sampler_cand *tmp, bool in_id_o
 
 /* The k best of c[0..n) in descending order into out[0..k): a bounded min-heap (the heap root
  * is the worst kept candidate), then a sort of the k. */
-static void top_k_select(const sampler_cand *c, size_t n, size_t k, sampler_cand *out, sampler_cand *scratch) {
+static void top_k_select(const sampler_cand *c, size_t n, size_t k, sampler_cand *out,
+                         sampler_cand *scratch) {
     size_t h = 0;
     for (size_t i = 0; i < n; i++) {
         if (h < k) { /* sift up */
@@ -434,7 +438,8 @@ static void apply_mask(sampler *s, bool greedy) {
             goto out;
         }
     }
-    if (!s->bits && !(s->bits = rl_malloc(sizeof(uint32_t) * (size_t)((s->n_vocab + 31) / 32), "token mask"))) {
+    if (!s->bits &&
+        !(s->bits = rl_malloc(sizeof(uint32_t) * (size_t)((s->n_vocab + 31) / 32), "token mask"))) {
         s->size = 0;
         goto out;
     }

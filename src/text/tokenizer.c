@@ -67,8 +67,7 @@ static bool byte_is_printable(int b) {
 static uint32_t byte_to_cp(int b) {
     if (byte_is_printable(b)) return (uint32_t)b;
     uint32_t k = 0;
-    for (int x = 0; x < b; x++)
-        k += !byte_is_printable(x);
+    for (int x = 0; x < b; x++) k += !byte_is_printable(x);
     return 0x100 + k;
 }
 
@@ -86,14 +85,11 @@ static int cp_to_byte(uint32_t cp) {
 
 static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
 
-static inline uint64_t merge_key(int32_t a, int32_t b) {
-    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-}
+static inline uint64_t merge_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
 
 static inline uint64_t merge_hash(uint64_t key, int bits) {
     return (key * 0x9E3779B97F4A7C15ull) >> (64 - bits);
@@ -159,8 +155,7 @@ static int load_vocab(tokenizer *t, const gguf_file *f) {
                          f->path);
 
     uint64_t total = 0;
-    for (int32_t i = 0; i < n; i++)
-        total += gguf_arr_str(tok, (uint64_t)i).n;
+    for (int32_t i = 0; i < n; i++) total += gguf_arr_str(tok, (uint64_t)i).n;
     if (total >= UINT32_MAX) return rl_seterr("%s: token texts too large", f->path);
     t->text = rl_malloc(total + 1, "token texts");
     t->piece = rl_malloc(total + 1, "token pieces");
@@ -202,8 +197,7 @@ static int load_vocab(tokenizer *t, const gguf_file *f) {
     t->piece_off[n] = po;
 
     uint64_t cap = 1;
-    while (cap < (uint64_t)n * 2)
-        cap <<= 1;
+    while (cap < (uint64_t)n * 2) cap <<= 1;
     t->thash = rl_malloc(cap * sizeof(int32_t), "token hash");
     if (!t->thash) return -1;
     memset(t->thash, 0xFF, cap * sizeof(int32_t));
@@ -242,12 +236,10 @@ static int load_merges(tokenizer *t, const gguf_file *f) {
     if (m->v.arr.n >= (uint64_t)INT32_MAX) return rl_seterr("%s: too many merges", f->path);
     uint64_t n = m->v.arr.n, cap = 16;
     int bits = 4;
-    while (cap < n * 2)
-        cap <<= 1, bits++;
+    while (cap < n * 2) cap <<= 1, bits++;
     t->merges = rl_malloc(cap * sizeof(merge_slot), "merge table");
     if (!t->merges) return -1;
-    for (uint64_t i = 0; i < cap; i++)
-        t->merges[i].key = MERGE_EMPTY;
+    for (uint64_t i = 0; i < cap; i++) t->merges[i].key = MERGE_EMPTY;
     t->merge_mask = cap - 1;
     t->merge_bits = bits;
 
@@ -276,8 +268,7 @@ static int load_merges(tokenizer *t, const gguf_file *f) {
         int32_t c = tokenizer_find(t, cat, la + lb);
         if (a < 0 || b < 0 || c < 0) continue; /* unusable merge: skipped */
         uint64_t key = merge_key(a, b), h = merge_hash(key, bits);
-        while (t->merges[h].key != MERGE_EMPTY && t->merges[h].key != key)
-            h = (h + 1) & t->merge_mask;
+        while (t->merges[h].key != MERGE_EMPTY && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
         if (t->merges[h].key == key) continue; /* duplicate pair: the lower rank wins */
         t->merges[h] = (merge_slot){key, (int32_t)r, c};
         if (produced[c]) t->dup_results = true;
@@ -298,8 +289,7 @@ static int load_added(tokenizer *t) {
     t->added = rl_malloc((total ? total : 1) * sizeof(int32_t), "added tokens");
     if (!t->added) return -1;
     t->added_start[0] = 0;
-    for (int b = 0; b < 256; b++)
-        t->added_start[b + 1] = t->added_start[b] + (uint32_t)cnt[b];
+    for (int b = 0; b < 256; b++) t->added_start[b + 1] = t->added_start[b] + (uint32_t)cnt[b];
     uint32_t fill[256];
     memcpy(fill, t->added_start, sizeof fill);
     for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -393,9 +383,7 @@ tokenizer *tokenizer_load_file(const char *path) {
 
 /* ---- accessors ------------------------------------------------------------------------ */
 
-int32_t tokenizer_n_vocab(const tokenizer *t) {
-    return t->n_vocab;
-}
+int32_t tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
 
 const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n_vocab) return NULL;
@@ -413,18 +401,10 @@ int tokenizer_token_type(const tokenizer *t, int32_t id) {
     return id < 0 || id >= t->n_vocab ? TOK_TYPE_UNDEFINED : t->type[id];
 }
 
-int32_t tokenizer_eos(const tokenizer *t) {
-    return t->eos;
-}
-int32_t tokenizer_bos(const tokenizer *t) {
-    return t->bos;
-}
-int32_t tokenizer_pad(const tokenizer *t) {
-    return t->pad;
-}
-bool tokenizer_add_bos(const tokenizer *t) {
-    return t->add_bos;
-}
+int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
+int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
+int32_t tokenizer_pad(const tokenizer *t) { return t->pad; }
+bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
 
 bool tokenizer_is_eog(const tokenizer *t, int32_t id) {
     for (size_t i = 0; i < t->n_eog; i++)
@@ -453,8 +433,7 @@ void tok_ids_free(tok_ids *v) {
 static int ids_reserve(tok_ids *v, size_t extra) {
     if (v->n + extra <= v->cap) return 0;
     size_t cap = v->cap ? v->cap : 64;
-    while (cap < v->n + extra)
-        cap *= 2;
+    while (cap < v->n + extra) cap *= 2;
     int32_t *p = realloc(v->ids, cap * sizeof(int32_t));
     if (!p) return rl_seterr("out of memory growing a token list to %zu ids", cap);
     v->ids = p;
@@ -490,8 +469,7 @@ static void ctx_free(enc_ctx *c) {
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
+    while (n < need) n *= 2;
     void *q = realloc(*p, n * elem);
     if (!q) return rl_seterr("out of memory in the tokenizer (%zu bytes)", n * elem);
     *p = q;
@@ -508,9 +486,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
  * semantics: the first alternative that matches wins; greedy quantifiers backtrack. Every
  * character belongs to exactly one of L, N, M, \s, other, so some alternative always matches
  * at least one character. */
-static inline bool is_lm(uint8_t c) {
-    return c == TOK_C_L || c == TOK_C_M;
-}
+static inline bool is_lm(uint8_t c) { return c == TOK_C_L || c == TOK_C_M; }
 
 static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_t n) {
     /* 1: contractions, case-insensitive (the oracle's case folding also maps U+017F to s) */
@@ -531,14 +507,12 @@ static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_
      * mark; a lead that is itself a letter or mark just starts the run */
     if ((c == TOK_C_WS || c == TOK_C_P) && i + 1 < n && is_lm(cls[i + 1])) {
         size_t j = i + 2;
-        while (j < n && is_lm(cls[j]))
-            j++;
+        while (j < n && is_lm(cls[j])) j++;
         return j;
     }
     if (is_lm(c)) {
         size_t j = i + 1;
-        while (j < n && is_lm(cls[j]))
-            j++;
+        while (j < n && is_lm(cls[j])) j++;
         return j;
     }
     /* 3: \p{N} (one digit per pre-token) */
@@ -547,10 +521,8 @@ static size_t pretok_end(const uint32_t *cp, const uint8_t *cls, size_t i, size_
     size_t s = (cp[i] == ' ' && i + 1 < n && cls[i + 1] == TOK_C_P) ? i + 1 : i;
     if (cls[s] == TOK_C_P) {
         size_t j = s + 1;
-        while (j < n && cls[j] == TOK_C_P)
-            j++;
-        while (j < n && cls[j] == TOK_C_NL)
-            j++;
+        while (j < n && cls[j] == TOK_C_P) j++;
+        while (j < n && cls[j] == TOK_C_NL) j++;
         return j;
     }
     /* c is whitespace from here on. j = end of the whitespace run. */
@@ -581,10 +553,8 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
         /* lowest rank first, leftmost among equal ranks (equal rank = same pair) */
         int32_t sym[BPE_SMALL], rk[BPE_SMALL], nid[BPE_SMALL];
         size_t n = m;
-        for (size_t k = 0; k < n; k++)
-            sym[k] = t->byte_id[p[k]];
-        for (size_t k = 0; k + 1 < n; k++)
-            rk[k] = merge_find(t, sym[k], sym[k + 1], &nid[k]);
+        for (size_t k = 0; k < n; k++) sym[k] = t->byte_id[p[k]];
+        for (size_t k = 0; k + 1 < n; k++) rk[k] = merge_find(t, sym[k], sym[k + 1], &nid[k]);
         while (n > 1) {
             size_t best = 0;
             for (size_t k = 1; k + 1 < n; k++)
@@ -670,8 +640,7 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
 #undef HLESS
 #undef HSWAP
 #undef HPUSH
-    for (int32_t k = 0; k >= 0; k = next[k])
-        out->ids[out->n++] = id[k];
+    for (int32_t k = 0; k >= 0; k = next[k]) out->ids[out->n++] = id[k];
     return 0;
 }
 
@@ -682,8 +651,7 @@ static int bpe(const tokenizer *t, enc_ctx *c, const uint8_t *p, size_t m, tok_i
 
 static int build_piece_hash(tokenizer *t) {
     uint64_t cap = 1;
-    while (cap < (uint64_t)t->n_vocab * 2)
-        cap <<= 1;
+    while (cap < (uint64_t)t->n_vocab * 2) cap <<= 1;
     t->phash = rl_malloc(cap * sizeof(int32_t), "piece hash");
     if (!t->phash) return -1;
     memset(t->phash, 0xFF, cap * sizeof(int32_t));
@@ -795,8 +763,7 @@ static int encode_ranges(const tokenizer *t, const char *text, size_t len, unsig
     size_t start = 0, r = 0;
     if (flags & TOK_PARSE_SPECIAL) {
         for (size_t i = 0; i < len;) {
-            while (r < n_plain && plain[2 * r + 1] <= i)
-                r++;
+            while (r < n_plain && plain[2 * r + 1] <= i) r++;
             if (r < n_plain && plain[2 * r] <= i) { /* inside a plain range: jump to its end */
                 i = plain[2 * r + 1];
                 continue;
@@ -853,9 +820,7 @@ void tokdec_init(tokdec *d, const tokenizer *t, unsigned flags) {
     d->flags = flags;
 }
 
-void tokdec_reset(tokdec *d) {
-    d->npend = 0;
-}
+void tokdec_reset(tokdec *d) { d->npend = 0; }
 
 void tokdec_free(tokdec *d) {
     free(d->buf);

@@ -38,20 +38,16 @@ static inline size_t tok_utf8_scan(const uint8_t *s, size_t n, size_t *need) {
     if (n < 2) return 1;
     if (s[1] < lo || s[1] > hi) return 1;
     size_t k = 2;
-    while (k < len && k < n && (s[k] & 0xC0) == 0x80)
-        k++;
+    while (k < len && k < n && (s[k] & 0xC0) == 0x80) k++;
     return k;
 }
 
 /* Code point of a well-formed sequence of `len` bytes. */
 static inline uint32_t tok_utf8_decode(const uint8_t *s, size_t len) {
     switch (len) {
-    case 1:
-        return s[0];
-    case 2:
-        return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    case 3:
-        return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    case 1: return s[0];
+    case 2: return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    case 3: return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
     default:
         return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
                ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);

@@ -92,23 +92,19 @@ uint8_t tok_class_nonascii(uint32_t cp) {
     case UTF8PROC_CATEGORY_LL:
     case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-        return TOK_C_L;
+    case UTF8PROC_CATEGORY_LO: return TOK_C_L;
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
-        return TOK_C_N;
+    case UTF8PROC_CATEGORY_NO: return TOK_C_N;
     case UTF8PROC_CATEGORY_MN:
     case UTF8PROC_CATEGORY_MC:
-    case UTF8PROC_CATEGORY_ME:
-        return TOK_C_M;
+    case UTF8PROC_CATEGORY_ME: return TOK_C_M;
     case UTF8PROC_CATEGORY_CN:
         if (in_ranges(cp, extra_letters, sizeof extra_letters / sizeof extra_letters[0])) return TOK_C_L;
         if (in_ranges(cp, extra_numbers, sizeof extra_numbers / sizeof extra_numbers[0])) return TOK_C_N;
         if (in_ranges(cp, extra_marks, sizeof extra_marks / sizeof extra_marks[0])) return TOK_C_M;
         return TOK_C_P;
-    default:
-        return TOK_C_P;
+    default: return TOK_C_P;
     }
 }
 
@@ -118,8 +114,7 @@ static int buf_append(tok_buf *c, const uint8_t *s, size_t n) {
     if (n == 0) return 0;
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 256;
-        while (cap < c->len + n)
-            cap *= 2;
+        while (cap < c->len + n) cap *= 2;
         uint8_t *p = realloc(c->p, cap);
         if (!p) return rl_seterr("out of memory in NFC normalisation (%zu bytes)", cap);
         c->p = p;
@@ -152,10 +147,8 @@ static bool is_nfc_inert(uint32_t cp) {
     if (cp < nfc_inert[0][0]) return false;
     while (lo < hi) { /* first range whose end >= cp */
         size_t mid = (lo + hi) / 2;
-        if (nfc_inert[mid][1] < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (nfc_inert[mid][1] < cp) lo = mid + 1;
+        else hi = mid;
     }
     return lo < sizeof nfc_inert / sizeof nfc_inert[0] && cp >= nfc_inert[lo][0];
 }
@@ -214,14 +207,12 @@ int tok_nfc(const uint8_t *s, size_t n, tok_buf *c) {
     size_t i = 0;
     while (i < n) {
         size_t j = i;
-        while (j < n && s[j] < 0x80)
-            j++;
+        while (j < n && s[j] < 0x80) j++;
         size_t start = j > i ? j - 1 : j;
         if (buf_append(c, s + i, start - i) < 0) return -1;
         if (j == n) return buf_append(c, s + start, n - start);
         size_t end = j;
-        while (end < n && s[end] >= 0x80)
-            end++;
+        while (end < n && s[end] >= 0x80) end++;
         if (nfc_stretch(c, s + start, end - start) < 0) return -1;
         i = end;
     }

@@ -12,16 +12,16 @@
 
 static int check_pass, check_fail;
 
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        if (cond) {                                                                   \
-            check_pass++;                                                             \
-        } else {                                                                      \
-            check_fail++;                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fputc('\n', stderr);                                                      \
-        }                                                                             \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (cond) {                                                                                          \
+            check_pass++;                                                                                    \
+        } else {                                                                                             \
+            check_fail++;                                                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fputc('\n', stderr);                                                                             \
+        }                                                                                                    \
     } while (0)
 
 static inline int check_done(const char *name) {

@@ -40,10 +40,12 @@ static void engine_contract_kv(engine *e, const char *kv, float *step) {
     engine_ctx *c2 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = kv});
     engine_ctx *c3 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 5, .kv = kv});
     CHECK(c && c2 && c3, "ctx_new: %s", rl_lasterr());
-    if (c && kv) CHECK(!strcmp(engine_kv_format(c), kv), "context KV format %s, asked %s", engine_kv_format(c), kv);
+    if (c && kv)
+        CHECK(!strcmp(engine_kv_format(c), kv), "context KV format %s, asked %s", engine_kv_format(c), kv);
     if (!c || !c2 || !c3 || !ver || !tmp || !a || !b) goto out;
     check_poison(step, VN);
-    for (int i = 0; i < N; i++) CHECK(engine_step(c, TOKS[i], step + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
+    for (int i = 0; i < N; i++)
+        CHECK(engine_step(c, TOKS[i], step + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
     CHECK(contract_finite(step, VN), "single steps left non-finite logits");
     CHECK(engine_pos(c) == N, "pos after steps");
 
@@ -93,7 +95,8 @@ static void engine_contract_kv(engine *e, const char *kv, float *step) {
     engine_snapshot *s = engine_snapshot_new(c3);
     CHECK(s && engine_snapshot_save(c3, s) == 0, "snapshot save: %s", rl_lasterr());
     check_poison(a, V);
-    CHECK(engine_step(c3, 42, a) == 0 && engine_step(c3, 43, a) == 0, "steps after prefill: %s", rl_lasterr());
+    CHECK(engine_step(c3, 42, a) == 0 && engine_step(c3, 43, a) == 0, "steps after prefill: %s",
+          rl_lasterr());
     CHECK(s && engine_snapshot_restore(c3, s) == 0, "restore: %s", rl_lasterr());
     CHECK(engine_pos(c3) == N, "restored pos");
     check_poison(b, V);
@@ -113,8 +116,8 @@ static void engine_contract_kv(engine *e, const char *kv, float *step) {
           rl_lasterr());
     CHECK(engine_pos(c3) == 1, "a rejected token moved the position to %d", engine_pos(c3));
     engine_ctx *small = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 4, .n_batch = 8, .kv = kv});
-    CHECK(small && engine_prefill(small, TOKS, 6, tmp) != 0 && strstr(rl_lasterr(), "context is full"), "overflow: %s",
-          rl_lasterr());
+    CHECK(small && engine_prefill(small, TOKS, 6, tmp) != 0 && strstr(rl_lasterr(), "context is full"),
+          "overflow: %s", rl_lasterr());
     engine_ctx_free(small);
 
 out:

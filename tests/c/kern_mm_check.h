@@ -23,8 +23,7 @@ static void test_matmul(int level, uint32_t type, int64_t n_rows, int64_t n_cols
     for (int k = 0; k < T; k++) {
         fill_x(x, n_cols, r);
         if (k == 2) /* an all-zero activation row (Q8_K d = 0) */
-            for (int64_t i = 0; i < n_cols; i++)
-                x[i] = 0.0f;
+            for (int64_t i = 0; i < n_cols; i++) x[i] = 0.0f;
         kern_quantize_act(TK(), type, x, n_cols, act + (size_t)k * ab);
     }
     check_poison(out, n_out);
@@ -71,8 +70,7 @@ static double bench_mm_one(uint32_t type, int T, int64_t blk, double *gmacs, rl_
         for (int v = 0; v < 2; v++) {
             const double t0 = cpu_now();
             for (int64_t r0 = 0; r0 < n_rows; r0 += blk) {
-                if (v)
-                    kern_matmul(TK(), type, W + (size_t)r0 * rb, blk, n_cols, act, T, out + r0, n_rows);
+                if (v) kern_matmul(TK(), type, W + (size_t)r0 * rb, blk, n_cols, act, T, out + r0, n_rows);
                 else
                     for (int k = 0; k < T; k++)
                         kern_matvec(TK(), type, W + (size_t)r0 * rb, blk, n_cols, act + (size_t)k * ab,

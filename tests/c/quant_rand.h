@@ -14,7 +14,10 @@ static inline uint16_t rand_scale16(rl_rng *r) {
     return rl_fp32_to_fp16((rl_rng_u64(r) & 1) ? -v : v);
 }
 
-static inline void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 
 /* Random activations: N(0,1), every 7th value 5x larger (outliers as in real hidden states). */
 static inline void fill_x(float *x, int64_t n, rl_rng *r) {
@@ -36,13 +39,23 @@ static void fill_random_blocks(uint32_t type, void *dst, int64_t nb, rl_rng *r) 
         return;
     }
     for (size_t i = 0; i < (size_t)nb * t->type_size; i++) b[i] = (uint8_t)rl_rng_u64(r);
-    int off[2] = { -1, -1 };
+    int off[2] = {-1, -1};
     switch (type) {
-    case QT_Q4_1: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: off[0] = 0; off[1] = 2; break;
-    case QT_Q2_K: off[0] = 80; off[1] = 82; break;
+    case QT_Q4_1:
+    case QT_Q5_1:
+    case QT_Q4_K:
+    case QT_Q5_K:
+        off[0] = 0;
+        off[1] = 2;
+        break;
+    case QT_Q2_K:
+        off[0] = 80;
+        off[1] = 82;
+        break;
     case QT_Q3_K: off[0] = 108; break;
     case QT_Q6_K: off[0] = 208; break;
-    case QT_IQ1_M: case QT_MXFP4: break;
+    case QT_IQ1_M:
+    case QT_MXFP4: break;
     default: off[0] = 0; break;
     }
     for (int64_t i = 0; i < nb; i++) {

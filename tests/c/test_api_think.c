@@ -38,19 +38,19 @@ static void run(const char *text, int mode, const size_t *cuts, int n_cuts, int 
 static void check_case(const char *text, int mode, const char *want_r, const char *want_c) {
     out2 o;
     run(text, mode, NULL, 0, 0, &o);
-    CHECK(!strcmp(S(&o.r), want_r) && !strcmp(S(&o.c), want_c), "whole '%s': reasoning '%s' content '%s'", text, S(&o.r),
-          S(&o.c));
+    CHECK(!strcmp(S(&o.r), want_r) && !strcmp(S(&o.c), want_c), "whole '%s': reasoning '%s' content '%s'",
+          text, S(&o.r), S(&o.c));
     chat_buf_free(&o.r);
     chat_buf_free(&o.c);
     run(text, mode, NULL, 0, 1, &o);
-    CHECK(!strcmp(S(&o.r), want_r) && !strcmp(S(&o.c), want_c), "bytes '%s': reasoning '%s' content '%s'", text, S(&o.r),
-          S(&o.c));
+    CHECK(!strcmp(S(&o.r), want_r) && !strcmp(S(&o.c), want_c), "bytes '%s': reasoning '%s' content '%s'",
+          text, S(&o.r), S(&o.c));
     chat_buf_free(&o.r);
     chat_buf_free(&o.c);
     for (size_t k = 0; k <= strlen(text); k++) {
         run(text, mode, &k, 1, 0, &o);
-        CHECK(!strcmp(S(&o.r), want_r) && !strcmp(S(&o.c), want_c), "cut %zu '%s': reasoning '%s' content '%s'", k, text,
-              S(&o.r), S(&o.c));
+        CHECK(!strcmp(S(&o.r), want_r) && !strcmp(S(&o.c), want_c),
+              "cut %zu '%s': reasoning '%s' content '%s'", k, text, S(&o.r), S(&o.c));
         chat_buf_free(&o.r);
         chat_buf_free(&o.c);
     }
@@ -61,7 +61,7 @@ int main(void) {
     check_case("<think>\nline 1\n\nline 2\n</think>\n\nA\n\nB\n", 1, "line 1\n\nline 2", "A\n\nB\n");
     check_case("\n<think>x</think>y", 1, "x", "y");
     check_case("Hello <think>not at the start</think>", 1, "", "Hello <think>not at the start</think>");
-    check_case("<thin", 1, "", "<thin");                /* a partial tag that never completes */
+    check_case("<thin", 1, "", "<thin"); /* a partial tag that never completes */
     check_case("<think>\nunterminated\n", 1, "unterminated", "");
     check_case("plan\n</think>\n\nanswer", 2, "plan", "answer"); /* the prompt opened the block */
     check_case("<think>\nplan\n</think>\n\nHello", 0, "", "<think>\nplan\n</think>\n\nHello");

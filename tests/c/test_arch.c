@@ -51,12 +51,20 @@ static void test_table(void) {
     CHECK(q3n_tensor(Q3N_T_COUNT) == NULL, "past the end");
     CHECK(q3n_tensor(Q3N_T_TOKEN_EMBD)->kind == Q3N_KIND_GLOBAL && first_block == Q3N_T_TOKEN_EMBD + 1,
           "token_embd leads");
-    const char *bad[] = {"blk.x.attn_q.weight", "blk.3.attn_q.bias", "blk.3.", "blk.3.token_embd.weight",
-                         "token_embd", "blk..attn_norm.weight", "blk.3attn_norm.weight", "xblk.3.attn_norm.weight",
-                         "attn_norm.weight", ""};
+    const char *bad[] = {"blk.x.attn_q.weight",
+                         "blk.3.attn_q.bias",
+                         "blk.3.",
+                         "blk.3.token_embd.weight",
+                         "token_embd",
+                         "blk..attn_norm.weight",
+                         "blk.3attn_norm.weight",
+                         "xblk.3.attn_norm.weight",
+                         "attn_norm.weight",
+                         ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(q3n_tensor_lookup(bad[i], NULL) == -1, "'%s' accepted", bad[i]);
-    CHECK(q3n_tensor_is_routed("blk.7.ffn_down_exps.weight") && !q3n_tensor_is_routed("blk.7.ffn_down_shexp.weight"),
+    CHECK(q3n_tensor_is_routed("blk.7.ffn_down_exps.weight") &&
+              !q3n_tensor_is_routed("blk.7.ffn_down_shexp.weight"),
           "routed");
 }
 
@@ -104,19 +112,22 @@ static void test_file(void) {
         for (int il = -1; il < hp->n_layer + hp->n_nextn; il++)
             for (int id = 0; id < Q3N_T_COUNT; id++) {
                 const q3n_tensor_desc *d = q3n_tensor((q3n_tensor_id)id);
-                bool here = il < 0 ? d->kind == Q3N_KIND_GLOBAL : q3n_tensor_in_block(hp, (q3n_tensor_id)id, il);
+                bool here =
+                    il < 0 ? d->kind == Q3N_KIND_GLOBAL : q3n_tensor_in_block(hp, (q3n_tensor_id)id, il);
                 if (!here || d->need == Q3N_ALTERNATIVE) continue;
                 n_expected++;
                 char name[128];
-                const gguf_tensor *t = gguf_find_tensor(f, q3n_tensor_name((q3n_tensor_id)id, il, name, sizeof name));
+                const gguf_tensor *t =
+                    gguf_find_tensor(f, q3n_tensor_name((q3n_tensor_id)id, il, name, sizeof name));
                 CHECK(t != NULL, "%s missing", name);
                 if (!t) continue;
                 int64_t n = 1;
                 for (int k = 0; k < 3; k++) {
                     int64_t want = d->ne[k] == Q3N_DIM_NONE ? 1 : q3n_dim_value(hp, d->ne[k]);
                     n *= want;
-                    if (!d->vec) CHECK(t->ne[k] == want, "%s ne[%d] = %lld, table %lld", name, k, (long long)t->ne[k],
-                                       (long long)want);
+                    if (!d->vec)
+                        CHECK(t->ne[k] == want, "%s ne[%d] = %lld, table %lld", name, k, (long long)t->ne[k],
+                              (long long)want);
                 }
                 CHECK(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] == n, "%s: %lld values", name, (long long)n);
                 const char *base = il < 0 ? (const char *)&m : (const char *)&m.layers[il];
@@ -129,8 +140,8 @@ static void test_file(void) {
         /* block kinds: the tiny model is DDDA + the MTP block (attention) */
         const char *map = "DDDAA";
         for (int il = 0; il < hp->n_layer + hp->n_nextn; il++)
-            CHECK(q3n_block_is_attn(hp, il) == (map[il] == 'A') && hp->is_attn[il] == (map[il] == 'A'), "block %d",
-                  il);
+            CHECK(q3n_block_is_attn(hp, il) == (map[il] == 'A') && hp->is_attn[il] == (map[il] == 'A'),
+                  "block %d", il);
         CHECK(!q3n_kind_in_block(hp, Q3N_KIND_MOE, hp->n_layer + hp->n_nextn), "past the last block");
         q3n_free(&m);
     }

@@ -29,11 +29,11 @@ static char *pystr_of(const char *json) {
     return chat_buf_take(&b, NULL);
 }
 
-#define CHECK_STR(got, want)                                                           \
-    do {                                                                               \
-        char *g_ = (got);                                                              \
-        CHECK(g_ && !strcmp(g_, (want)), "got [%s] want [%s]", g_ ? g_ : "(null)", (want)); \
-        free(g_);                                                                      \
+#define CHECK_STR(got, want)                                                                                 \
+    do {                                                                                                     \
+        char *g_ = (got);                                                                                    \
+        CHECK(g_ && !strcmp(g_, (want)), "got [%s] want [%s]", g_ ? g_ : "(null)", (want));                  \
+        free(g_);                                                                                            \
     } while (0)
 
 static void test_json(void) {
@@ -50,8 +50,8 @@ static void test_json(void) {
     CHECK_STR(pystr_of("1.5e300"), "1.5e+300");
     char t[40];
     double vals[] = {0.1, 1e16, 1e15, 0.0001, 0.00001, 123456789.125, 5e-324, 1.7976931348623157e308, 2.0};
-    const char *want[] = {"0.1", "1e+16", "1000000000000000.0", "0.0001", "1e-05", "123456789.125",
-                          "5e-324", "1.7976931348623157e+308", "2.0"};
+    const char *want[] = {"0.1",           "1e+16",  "1000000000000000.0",      "0.0001", "1e-05",
+                          "123456789.125", "5e-324", "1.7976931348623157e+308", "2.0"};
     for (int i = 0; i < 9; i++) {
         chat_py_float_repr(vals[i], t);
         CHECK(!strcmp(t, want[i]), "repr %g: %s want %s", vals[i], t, want[i]);
@@ -76,12 +76,14 @@ static void test_json(void) {
 static void test_conv(void) {
     chat_conv c;
     chat_conv_init(&c);
-    const char *js = "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
-                     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
-                     "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
-                     "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1.0}\"}}]},"
-                     "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"}],"
-                     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+    const char *js =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":"
+        "\"b\"}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1.0}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
     CHECK(chat_conv_from_json(&c, js, strlen(js)) == 0, "%s", rl_lasterr());
     CHECK(c.n == 4 && c.msgs[1].content && !strcmp(c.msgs[1].content, "ab"), "parts concatenated");
     CHECK(c.msgs[2].content == NULL && c.msgs[2].n_calls == 1, "null content + call");
@@ -89,10 +91,16 @@ static void test_conv(void) {
     chat_format f = {CHAT_FAMILY_HERMES, false, true};
     chat_buf b = {0};
     CHECK(chat_render(&f, &c, NULL, &b) == 0, "render");
-    CHECK(b.p && strstr(b.p, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1.0}}\n</tool_call><|im_end|>"),
+    CHECK(b.p &&
+              strstr(b.p,
+                     "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1.0}}\n</tool_call><|im_end|>"),
           "hermes call rendered in json.dumps form: %s", b.p);
-    CHECK(b.p && strstr(b.p, "<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
-          "tool response + generation prompt");
+    CHECK(
+        b.p &&
+            strstr(
+                b.p,
+                "<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+        "tool response + generation prompt");
     chat_buf_free(&b);
     chat_conv_truncate(&c, 1);
     CHECK(c.n == 1, "truncate");
@@ -100,8 +108,8 @@ static void test_conv(void) {
 
     chat_conv_init(&c);
     const char *bad = "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}";
-    CHECK(chat_conv_from_json(&c, bad, strlen(bad)) == -1 && strstr(rl_lasterr(), "messages[0]"), "bad role: %s",
-          rl_lasterr());
+    CHECK(chat_conv_from_json(&c, bad, strlen(bad)) == -1 && strstr(rl_lasterr(), "messages[0]"),
+          "bad role: %s", rl_lasterr());
     chat_conv_free(&c);
 }
 
@@ -110,8 +118,9 @@ static void test_detect(void) {
     CHECK(!f.known && f.family == CHAT_FAMILY_CHATML, "none");
     f = chat_format_detect("<|im_start|>{{ x }}<tool_call>\\n<function=x><parameter=y>");
     CHECK(f.known && f.family == CHAT_FAMILY_CODER && !f.think, "coder");
-    f = chat_format_detect("<|im_start|><tool_call>\\n<function=x><parameter=y> {% if enable_thinking is false %}"
-                           "<think>\\n\\n</think>{% endif %}");
+    f = chat_format_detect(
+        "<|im_start|><tool_call>\\n<function=x><parameter=y> {% if enable_thinking is false %}"
+        "<think>\\n\\n</think>{% endif %}");
     CHECK(f.known && f.family == CHAT_FAMILY_QWEN35 && f.think, "qwen35");
     f = chat_format_detect("<|im_start|><tools> <tool_call>\\n{\"name\": <function-name>, \"arguments\": x} "
                            "reasoning_content");
@@ -159,39 +168,50 @@ static int parse(const char *in, size_t step, sink *k) { return parse_end(in, st
 static const char *txt(sink *k) { return k->text.p ? k->text.p : ""; }
 
 static void test_parser(void) {
-    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"parameters\":{\"type\":\"object\","
-                        "\"properties\":{\"cmd\":{\"type\":\"string\"},\"timeout\":{\"type\":\"integer\"},"
-                        "\"env\":{\"type\":\"object\"},\"dry\":{\"type\":\"boolean\"},\"tags\":{\"type\":\"array\"}}}}}]";
+    const char *tools =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"cmd\":{\"type\":\"string\"},\"timeout\":{\"type\":\"integer\"},"
+        "\"env\":{\"type\":\"object\"},\"dry\":{\"type\":\"boolean\"},\"tags\":{\"type\":\"array\"}}}}}]";
     g_tools = chat_json_parse(tools, strlen(tools));
     sink k;
     for (size_t step = 1; step <= 9; step += 4) {
         /* clean XML call with typed values */
-        int f = parse("Running it.\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -l\n</parameter>\n"
-                      "<parameter=timeout>\n30\n</parameter>\n<parameter=dry>\nfalse\n</parameter>\n"
-                      "<parameter=env>\n{\"A\": \"1\"}\n</parameter>\n<parameter=tags>\n[\"x\"]\n</parameter>\n"
-                      "</function>\n</tool_call>",
-                      step, &k);
-        CHECK(f == 0 && k.n == 1 && !strcmp(txt(&k), "Running it."), "step %zu: text [%s] n=%d", step, txt(&k), k.n);
-        CHECK(!strcmp(k.args[0], "{\"cmd\": \"ls -l\", \"timeout\": 30, \"dry\": false, \"env\": {\"A\": \"1\"}, \"tags\": [\"x\"]}"),
+        int f =
+            parse("Running it.\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -l\n</parameter>\n"
+                  "<parameter=timeout>\n30\n</parameter>\n<parameter=dry>\nfalse\n</parameter>\n"
+                  "<parameter=env>\n{\"A\": \"1\"}\n</parameter>\n<parameter=tags>\n[\"x\"]\n</parameter>\n"
+                  "</function>\n</tool_call>",
+                  step, &k);
+        CHECK(f == 0 && k.n == 1 && !strcmp(txt(&k), "Running it."), "step %zu: text [%s] n=%d", step,
+              txt(&k), k.n);
+        CHECK(!strcmp(k.args[0], "{\"cmd\": \"ls -l\", \"timeout\": 30, \"dry\": false, \"env\": {\"A\": "
+                                 "\"1\"}, \"tags\": [\"x\"]}"),
               "typed args: %s", k.args[0]);
         chat_buf_free(&k.text);
         /* the 2-bit slip: <KEY> instead of <parameter=KEY>, missing closes */
-        f = parse("<tool_call>\n<function=run>\n<cmd>\necho hi\n</cmd>\n<timeout>\n5\n</function>\n</tool_call>", step, &k);
-        CHECK(f == 0 && k.n == 1 && !strcmp(k.args[0], "{\"cmd\": \"echo hi\", \"timeout\": 5}"), "slip: %s", k.args[0]);
+        f = parse(
+            "<tool_call>\n<function=run>\n<cmd>\necho hi\n</cmd>\n<timeout>\n5\n</function>\n</tool_call>",
+            step, &k);
+        CHECK(f == 0 && k.n == 1 && !strcmp(k.args[0], "{\"cmd\": \"echo hi\", \"timeout\": 5}"), "slip: %s",
+              k.args[0]);
         chat_buf_free(&k.text);
         /* multi-line values keep inner newlines; a value of the wrong type makes the call one the
          * client cannot run: the block is text (issue 45) */
-        f = parse("<tool_call>\n<function=run>\n<parameter=timeout>\n7\n</parameter>\n<parameter=cmd>\na\n\nb\n"
-                  "</parameter>\n</function>\n</tool_call>",
-                  step, &k);
-        CHECK(k.n == 1 && !strcmp(k.args[0], "{\"timeout\": 7, \"cmd\": \"a\\n\\nb\"}"), "newlines: %s", k.args[0]);
+        f = parse(
+            "<tool_call>\n<function=run>\n<parameter=timeout>\n7\n</parameter>\n<parameter=cmd>\na\n\nb\n"
+            "</parameter>\n</function>\n</tool_call>",
+            step, &k);
+        CHECK(k.n == 1 && !strcmp(k.args[0], "{\"timeout\": 7, \"cmd\": \"a\\n\\nb\"}"), "newlines: %s",
+              k.args[0]);
         chat_buf_free(&k.text);
-        const char *mistyped = "<tool_call>\n<function=run>\n<parameter=timeout>\nsoon\n</parameter>\n</function>\n</tool_call>";
+        const char *mistyped =
+            "<tool_call>\n<function=run>\n<parameter=timeout>\nsoon\n</parameter>\n</function>\n</tool_call>";
         f = parse(mistyped, step, &k);
         CHECK(f == 1 && k.n == 0 && !strcmp(txt(&k), mistyped), "mistyped: n=%d [%s]", k.n, txt(&k));
         chat_buf_free(&k.text);
         /* JSON with the wrong closing bracket, then trailing text */
-        f = parse("<tool_call>\n{\"name\": \"run\", \"arguments\": {\"tags\": [\"a\"}}\n</tool_call>\nDone.", step, &k);
+        f = parse("<tool_call>\n{\"name\": \"run\", \"arguments\": {\"tags\": [\"a\"}}\n</tool_call>\nDone.",
+                  step, &k);
         CHECK(f == 0 && k.n == 1 && !strcmp(k.args[0], "{\"tags\": [\"a\"]}") && !strcmp(txt(&k), "\nDone."),
               "json repair: %s / [%s]", k.args[0], txt(&k));
         chat_buf_free(&k.text);
@@ -215,10 +235,13 @@ static void test_parser(void) {
         f = parse_end(cut, step, &k, true);
         CHECK(f == 1 && k.n == 0 && !strcmp(txt(&k), cut), "cut: n=%d [%s]", k.n, txt(&k));
         chat_buf_free(&k.text);
-        f = parse_end("<tool_call>\n<function=run>\n<parameter=cmd>\npwd\n</parameter>\n</function>\n</tool_call>"
-                      "<tool_call>\n<function=run>\n<parameter=cmd>\nls", step, &k, true);
+        f = parse_end(
+            "<tool_call>\n<function=run>\n<parameter=cmd>\npwd\n</parameter>\n</function>\n</tool_call>"
+            "<tool_call>\n<function=run>\n<parameter=cmd>\nls",
+            step, &k, true);
         CHECK(f == 1 && k.n == 1 && !strcmp(k.args[0], "{\"cmd\": \"pwd\"}") &&
-                  !strcmp(txt(&k), "<tool_call>\n<function=run>\n<parameter=cmd>\nls"), "cut second: n=%d [%s]", k.n, txt(&k));
+                  !strcmp(txt(&k), "<tool_call>\n<function=run>\n<parameter=cmd>\nls"),
+              "cut second: n=%d [%s]", k.n, txt(&k));
         chat_buf_free(&k.text);
         /* two calls, whitespace between them dropped; a new <tool_call> closes an unclosed one */
         f = parse("<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n<tool_call>\n{\"name\": \"run\", "
@@ -251,13 +274,15 @@ static void test_detect_gguf(void) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/rl_test_chat_%d_%d.gguf", (int)getpid(), i);
         gguf_writer *w = gguf_writer_new();
-        CHECK(w && gguf_writer_set_str(w, "general.architecture", arch[i]) == 0 && gguf_writer_write(w, path) == 0,
+        CHECK(w && gguf_writer_set_str(w, "general.architecture", arch[i]) == 0 &&
+                  gguf_writer_write(w, path) == 0,
               "write %s: %s", path, rl_lasterr());
         gguf_writer_free(w);
         gguf_file *g = gguf_open(path);
         CHECK(g != NULL, "open %s: %s", path, rl_lasterr());
         chat_format f = chat_format_from_gguf(g);
-        if (i < 2) CHECK(f.known && f.family == CHAT_FAMILY_QWEN35 && f.think, "%s: family %d", arch[i], f.family);
+        if (i < 2)
+            CHECK(f.known && f.family == CHAT_FAMILY_QWEN35 && f.think, "%s: family %d", arch[i], f.family);
         else CHECK(!f.known && f.family == CHAT_FAMILY_CHATML, "%s: family %d", arch[i], f.family);
         if (g) gguf_close(g);
         unlink(path);

@@ -10,8 +10,11 @@
 int main(void) {
     ctx_plan p;
     /* the 80B CF2 geometry: 24 KiB/position f16, 151 MiB state, dense 1.39 GiB, experts 16.59 GiB */
-    ctx_plan_in cf2 = {.n_ctx_train = 262144, .kv_per_pos = 24 * 1024, .state = 151 * MiB,
-                       .dense = (uint64_t)(1.39 * GiB), .experts = (uint64_t)(16.59 * GiB)};
+    ctx_plan_in cf2 = {.n_ctx_train = 262144,
+                       .kv_per_pos = 24 * 1024,
+                       .state = 151 * MiB,
+                       .dense = (uint64_t)(1.39 * GiB),
+                       .experts = (uint64_t)(16.59 * GiB)};
     /* 64 GiB RAM: everything fits, the trained length */
     cf2.mem = 64 * GiB;
     CHECK(ctx_plan_choose(&cf2, &p) == 0 && p.n_ctx == 262144 && !p.limited, "%d %s", p.n_ctx, p.reason);
@@ -36,12 +39,13 @@ int main(void) {
     /* 16 GiB: the experts cannot stay resident; the context gets 32768 positions (a quarter of
      * what the dense weights leave holds them), the expert cache the rest */
     cf2.mem = 16 * GiB;
-    CHECK(ctx_plan_choose(&cf2, &p) == 0 && p.limited && p.n_ctx == 32768 && strstr(p.reason, "quarter"), "%d %s",
-          p.n_ctx, p.reason);
+    CHECK(ctx_plan_choose(&cf2, &p) == 0 && p.limited && p.n_ctx == 32768 && strstr(p.reason, "quarter"),
+          "%d %s", p.n_ctx, p.reason);
     /* 6 GiB: a quarter of (0.7*6 - 1.39 - 0.147 - 1) GiB */
     cf2.mem = 6 * GiB;
     double q = (0.7 * 6 * GiB - (double)cf2.dense - (double)cf2.state - (double)GiB) / 4;
-    CHECK(ctx_plan_choose(&cf2, &p) == 0 && p.n_ctx == (int)(q / (24 * 1024)) / 1024 * 1024 && p.n_ctx < 32768,
+    CHECK(ctx_plan_choose(&cf2, &p) == 0 && p.n_ctx == (int)(q / (24 * 1024)) / 1024 * 1024 &&
+              p.n_ctx < 32768,
           "%d", p.n_ctx);
     /* 3 GiB: nothing to spare, the floor */
     cf2.mem = 3 * GiB;
@@ -52,11 +56,11 @@ int main(void) {
     /* unknown trained length: capped */
     tiny.n_ctx_train = 0;
     tiny.mem = 64 * GiB;
-    CHECK(ctx_plan_choose(&tiny, &p) == 0 && p.n_ctx == 32768 && strstr(p.reason, "unknown"), "%d %s", p.n_ctx,
-          p.reason);
+    CHECK(ctx_plan_choose(&tiny, &p) == 0 && p.n_ctx == 32768 && strstr(p.reason, "unknown"), "%d %s",
+          p.n_ctx, p.reason);
     /* device: 90% of free device memory after the weights, minus state and reserve */
-    ctx_plan_in dev = {.n_ctx_train = 262144, .kv_per_pos = 24 * 1024, .state = 400 * MiB, .device = true,
-                       .mem = 20 * GiB};
+    ctx_plan_in dev = {
+        .n_ctx_train = 262144, .kv_per_pos = 24 * 1024, .state = 400 * MiB, .device = true, .mem = 20 * GiB};
     CHECK(ctx_plan_choose(&dev, &p) == 0 && p.n_ctx == 262144, "%d", p.n_ctx);
     dev.mem = 5 * GiB;
     double db = 0.9 * 5 * GiB - 400.0 * MiB - (double)GiB;

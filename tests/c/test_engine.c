@@ -37,11 +37,13 @@ static void run(const char *model, bool reference) {
         if (!reference && ref32) floor = fmax(floor, fabs((double)step[i] - ref32[i]));
     }
     double bound = reference ? 1e-2 : fmax(1e-2, 2 * floor);
-    printf("  %s: f16 vs f32 KV max |logit diff| %.3g (bound %.3g)\n", reference ? "reference" : "fast", md, bound);
+    printf("  %s: f16 vs f32 KV max |logit diff| %.3g (bound %.3g)\n", reference ? "reference" : "fast", md,
+           bound);
     CHECK(md > 0 && md < bound, "%s: f16 vs f32 KV max |logit diff| %.3g (expected in (0, %.3g))",
           reference ? "reference" : "fast", md, bound);
     CHECK(engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 16, .kv = "q8"}) == NULL &&
-              strstr(rl_lasterr(), "expected f32 or f16"), "unknown KV format: %s", rl_lasterr());
+              strstr(rl_lasterr(), "expected f32 or f16"),
+          "unknown KV format: %s", rl_lasterr());
     if (reference) ref32 = step;
     else free(step);
     free(step16);

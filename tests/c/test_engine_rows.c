@@ -90,7 +90,8 @@ static void run(const char *path, bool reference) {
     int32_t *prompts[N];
     for (int i = 0; i < N; i++) {
         prompts[i] = malloc(sizeof(int32_t) * (size_t)lens[i]);
-        for (int k = 0; k < lens[i]; k++) prompts[i][k] = (int32_t)((k * 131 + i * 17 + 3) % (V < 400 ? V : 400));
+        for (int k = 0; k < lens[i]; k++)
+            prompts[i][k] = (int32_t)((k * 131 + i * 17 + 3) % (V < 400 ? V : 400));
     }
     engine_ctx_params cp = {.n_ctx = 512, .n_batch = 16};
     for (int i = 0; i < N; i++) {
@@ -134,8 +135,10 @@ static void run(const char *path, bool reference) {
     }
     /* N*S steps ran; shared forwards mean fewer forwards than steps */
     CHECK(r1 - r0 == (long long)N * S, "%s: %lld step rows counted, expected %d", path, r1 - r0, N * S);
-    CHECK(f1 - f0 < r1 - r0, "%s: no two steps shared a forward (%lld forwards for %lld rows)", path, f1 - f0, r1 - r0);
-    printf("%s (%s): %lld steps in %lld forwards\n", path, reference ? "reference" : "fast", r1 - r0, f1 - f0);
+    CHECK(f1 - f0 < r1 - r0, "%s: no two steps shared a forward (%lld forwards for %lld rows)", path, f1 - f0,
+          r1 - r0);
+    printf("%s (%s): %lld steps in %lld forwards\n", path, reference ? "reference" : "fast", r1 - r0,
+           f1 - f0);
     for (int i = 0; i < N; i++) {
         engine_ctx_free(alone[i].c);
         engine_ctx_free(tog[i].c);
@@ -147,7 +150,8 @@ static void run(const char *path, bool reference) {
 }
 
 int main(void) {
-    const char *models[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf", "models/default.gguf"};
+    const char *models[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf",
+                            "models/default.gguf"};
     for (int i = 0; i < 3; i++) {
         if (access(models[i], R_OK) != 0) {
             CHECK(i == 2, "fixture %s is missing", models[i]); /* the default model is built by make */

@@ -142,8 +142,8 @@ static int write_tiny(const char *path) {
 
 typedef struct {
     engine *e;
-    float *ref;      /* NTOK x n_vocab logits of the mapped source, token by token */
-    float *ref_pre;  /* NTOK x n_vocab logits of engine_verify in chunks of 8 */
+    float *ref;     /* NTOK x n_vocab logits of the mapped source, token by token */
+    float *ref_pre; /* NTOK x n_vocab logits of engine_verify in chunks of 8 */
     int nv;
 } fixture;
 
@@ -170,7 +170,8 @@ static int run_verify(engine *e, expert_cache *ec, float *out, int nv) {
     engine_ctx *c = ctx_new(e, ec);
     if (!c) return -1;
     int rc = 0;
-    for (int i = 0; i < NTOK && !rc; i += 8) rc = engine_verify(c, g_tokens + i, 8, out + (size_t)i * nv, NULL);
+    for (int i = 0; i < NTOK && !rc; i += 8)
+        rc = engine_verify(c, g_tokens + i, 8, out + (size_t)i * nv, NULL);
     engine_ctx_free(c);
     return rc;
 }
@@ -218,7 +219,8 @@ static void test_modes(fixture *fx) {
           (unsigned long long)expert_cache_slot_bytes(m, 1, false));
     uint64_t per10 = 10 * slot_sum(m, false); /* 10 slots per layer: 40 of the 64 experts */
 
-    ec_stats a = check_config(fx, "bounded, classes, prefetch", EC_BOUNDED, (ec_params){.budget = per10, .io = EC_IO_BUFFERED});
+    ec_stats a = check_config(fx, "bounded, classes, prefetch", EC_BOUNDED,
+                              (ec_params){.budget = per10, .io = EC_IO_BUFFERED});
     CHECK(a.n_classes == 2 && a.n_slots == 40, "classes %llu slots %llu", (unsigned long long)a.n_classes,
           (unsigned long long)a.n_slots);
     CHECK(a.misses > 0 && a.hits > 0 && a.evictions > 0, "misses %llu hits %llu evictions %llu",
@@ -227,7 +229,8 @@ static void test_modes(fixture *fx) {
           (unsigned long long)a.pf_loads, (unsigned long long)a.pf_loads_used);
     CHECK(a.lookups == (uint64_t)NTOK * NL * K, "lookups %llu", (unsigned long long)a.lookups);
     CHECK(a.bytes_demand + a.bytes_prefetch > 0 && a.io_errors == 0 && a.aborts == 0, "bytes/errors");
-    CHECK(a.pf_used_total == (uint64_t)NTOK * (NL - 1) * K, "pf_used_total %llu", (unsigned long long)a.pf_used_total);
+    CHECK(a.pf_used_total == (uint64_t)NTOK * (NL - 1) * K, "pf_used_total %llu",
+          (unsigned long long)a.pf_used_total);
 
     /* decisions never depend on I/O timing: a second run counts exactly the same */
     ec_stats a2 = check_config(fx, "bounded, classes, prefetch (again)", EC_BOUNDED,
@@ -238,7 +241,10 @@ static void test_modes(fixture *fx) {
           "stats differ between identical runs");
 
     ec_stats b = check_config(fx, "bounded, uniform, no prefetch, 1 I/O thread", EC_BOUNDED,
-                              (ec_params){.budget = 24 * 8192, .uniform = true, .no_prefetch = true, .io_threads = 1,
+                              (ec_params){.budget = 24 * 8192,
+                                          .uniform = true,
+                                          .no_prefetch = true,
+                                          .io_threads = 1,
                                           .io = EC_IO_BUFFERED});
     CHECK(b.n_classes == 1 && b.n_slots == 24 && b.pf_loads == 0 && b.evictions > 0, "uniform: %llu classes",
           (unsigned long long)b.n_classes);
@@ -255,8 +261,8 @@ static void test_modes(fixture *fx) {
     /* fewer predictions per row: fewer prefetch loads */
     ec_stats k2 = check_config(fx, "bounded, prefetch top-2", EC_BOUNDED,
                                (ec_params){.budget = per10, .io = EC_IO_BUFFERED, .prefetch_k = 2});
-    CHECK(k2.pf_predicted == (uint64_t)NTOK * (NL - 1) * 2 && k2.pf_loads < a.pf_loads, "prefetch_k: %llu predicted",
-          (unsigned long long)k2.pf_predicted);
+    CHECK(k2.pf_predicted == (uint64_t)NTOK * (NL - 1) * 2 && k2.pf_loads < a.pf_loads,
+          "prefetch_k: %llu predicted", (unsigned long long)k2.pf_predicted);
     CHECK(d.evictions == 0 && d.misses + d.pf_loads <= (uint64_t)NL * E, "everything fits: %llu evictions",
           (unsigned long long)d.evictions);
 
@@ -264,7 +270,8 @@ static void test_modes(fixture *fx) {
     if (fd >= 0) {
         close(fd);
         uint64_t ds = expert_cache_slot_bytes(m, 0, true);
-        ec_stats x = check_config(fx, "bounded, O_DIRECT", EC_BOUNDED, (ec_params){.budget = 24 * ds, .io = EC_IO_DIRECT});
+        ec_stats x = check_config(fx, "bounded, O_DIRECT", EC_BOUNDED,
+                                  (ec_params){.budget = 24 * ds, .io = EC_IO_DIRECT});
         CHECK(x.misses > 0 && x.evictions > 0, "direct: no misses");
     } else {
         printf("note: O_DIRECT not supported here (%s), direct test skipped\n", strerror(errno));
@@ -277,14 +284,16 @@ static void test_modes(fixture *fx) {
     /* too small: one layer plus the margin must fit */
     uint64_t minb = expert_cache_min_budget(m, false);
     CHECK(minb == (uint64_t)(E + K) * 8192, "min budget %llu", (unsigned long long)minb);
-    expert_cache *ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = minb - 1, .io = EC_IO_BUFFERED});
+    expert_cache *ec =
+        expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = minb - 1, .io = EC_IO_BUFFERED});
     CHECK(!ec && strstr(rl_lasterr(), "minimum"), "too small accepted: %s", rl_lasterr());
     expert_cache_free(ec);
 }
 
 static void test_prefill(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
-    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .io = EC_IO_BUFFERED});
+    expert_cache *ec =
+        mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .io = EC_IO_BUFFERED});
     if (!ec) return;
     float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
     check_poison(out, (size_t)NTOK * fx->nv);
@@ -293,7 +302,8 @@ static void test_prefill(fixture *fx) {
     ec_stats st;
     expert_cache_get_stats(ec, &st);
     CHECK(st.tokens == NTOK && st.acquires == (uint64_t)NTOK / 8 * NL && st.lookups > st.acquires * K,
-          "prefill: %llu acquires %llu lookups", (unsigned long long)st.acquires, (unsigned long long)st.lookups);
+          "prefill: %llu acquires %llu lookups", (unsigned long long)st.acquires,
+          (unsigned long long)st.lookups);
     CHECK(expert_cache_check(ec) == 0, "prefill: %s", rl_lasterr());
     expert_cache_free(ec);
     free(out);
@@ -335,7 +345,8 @@ static void run_fault(fixture *fx, ec_fault kind, uint64_t nth, bool prefetch, c
           restore ? "snapshot restored" : "no restore");
     CHECK(st.io_errors >= 1, "fault %d@%llu: no read error counted", kind, (unsigned long long)nth);
     if (!prefetch) /* a demand read failed: exactly one step failed and was rolled back */
-        CHECK(failures == 1 && st.aborts == 1, "failures %d aborts %llu", failures, (unsigned long long)st.aborts);
+        CHECK(failures == 1 && st.aborts == 1, "failures %d aborts %llu", failures,
+              (unsigned long long)st.aborts);
     else /* a failed prefetch is retried on demand; only a failed demand read aborts */
         CHECK(failures == (int)st.aborts && failures <= 1, "failures %d aborts %llu", failures,
               (unsigned long long)st.aborts);
@@ -360,7 +371,8 @@ static void test_faults(fixture *fx) {
     }
     /* short and interrupted reads are absorbed */
     const q3n_model *m = engine_model(fx->e);
-    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .io = EC_IO_BUFFERED});
+    expert_cache *ec =
+        mk(fx, EC_BOUNDED, (ec_params){.budget = 10 * slot_sum(m, false), .io = EC_IO_BUFFERED});
     if (!ec) return;
     float *out = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
     for (int pass = 0; pass < 2; pass++) {
@@ -380,9 +392,11 @@ static void test_faults(fixture *fx) {
 static void test_route_bias(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     uint64_t budget = 10 * slot_sum(m, false);
-    float *o1 = malloc(sizeof(float) * (size_t)NTOK * fx->nv), *o2 = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
+    float *o1 = malloc(sizeof(float) * (size_t)NTOK * fx->nv),
+          *o2 = malloc(sizeof(float) * (size_t)NTOK * fx->nv);
     ec_stats s1, s2;
-    expert_cache *ec = mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f, .io = EC_IO_BUFFERED});
+    expert_cache *ec =
+        mk(fx, EC_BOUNDED, (ec_params){.budget = budget, .route_bias = 3.0f, .io = EC_IO_BUFFERED});
     CHECK(expert_cache_src(ec).bias != NULL, "bias hook not installed");
     CHECK(run_steps(fx->e, ec, o1, NTOK, fx->nv) == 0, "bias run: %s", rl_lasterr());
     expert_cache_get_stats(ec, &s1);
@@ -409,24 +423,32 @@ static void test_route_bias(fixture *fx) {
 static void test_plan_attach_trace(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     ec_plan p;
-    CHECK(expert_cache_plan(m, 64ull << 30, 4096, 0, "auto", EC_IO_AUTO, &p) == 0 && p.mode == EC_FULL, "auto, big RAM: %s",
-          p.reason);
+    CHECK(expert_cache_plan(m, 64ull << 30, 4096, 0, "auto", EC_IO_AUTO, &p) == 0 && p.mode == EC_FULL,
+          "auto, big RAM: %s", p.reason);
     CHECK(expert_cache_plan(m, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, &p) == 0 && p.mode == EC_BOUNDED &&
               p.budget == expert_cache_min_budget(m, true) && strstr(p.reason, "tight"),
           "auto, tiny RAM: %s", p.reason);
-    /* the context's scratch is kept out of the budget: a 2 GiB scratch + 256 MiB slack replaces the 0.5 GiB floor */
-    CHECK(expert_cache_plan(m, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, &p) == 0 && strstr(p.reason, "0.5 GiB reserve"), "reserve: %s",
-          p.reason);
-    CHECK(expert_cache_plan(m, 1 << 20, 4096, 2ull << 30, NULL, EC_IO_AUTO, &p) == 0 && strstr(p.reason, "2.2 GiB reserve"),
+    /* the context's scratch is kept out of the budget: a 2 GiB scratch + 256 MiB slack replaces the 0.5 GiB
+     * floor */
+    CHECK(expert_cache_plan(m, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, &p) == 0 &&
+              strstr(p.reason, "0.5 GiB reserve"),
+          "reserve: %s", p.reason);
+    CHECK(expert_cache_plan(m, 1 << 20, 4096, 2ull << 30, NULL, EC_IO_AUTO, &p) == 0 &&
+              strstr(p.reason, "2.2 GiB reserve"),
           "reserve with scratch: %s", p.reason);
     CHECK(expert_cache_plan(m, 0, 4096, 0, "full", EC_IO_AUTO, &p) == 0 && p.mode == EC_FULL, "full");
     CHECK(expert_cache_plan(m, 0, 4096, 0, "mmap", EC_IO_AUTO, &p) == 0 && p.mode == EC_MMAP, "mmap");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "0.5", EC_IO_AUTO, &p) == 0 && p.mode == EC_BOUNDED && p.budget == 524288, "0.5 MiB");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "4096", EC_IO_AUTO, &p) == 0 && p.budget == expert_cache_full_bytes(m, true),
+    CHECK(expert_cache_plan(m, 0, 4096, 0, "0.5", EC_IO_AUTO, &p) == 0 && p.mode == EC_BOUNDED &&
+              p.budget == 524288,
+          "0.5 MiB");
+    CHECK(expert_cache_plan(m, 0, 4096, 0, "4096", EC_IO_AUTO, &p) == 0 &&
+              p.budget == expert_cache_full_bytes(m, true),
           "capped at full");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "0.1", EC_IO_AUTO, &p) == -1 && strstr(rl_lasterr(), "minimum"), "below min: %s",
-          rl_lasterr());
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "lots", EC_IO_AUTO, &p) == -1 && strstr(rl_lasterr(), "--cache-mib"), "bad spec");
+    CHECK(expert_cache_plan(m, 0, 4096, 0, "0.1", EC_IO_AUTO, &p) == -1 && strstr(rl_lasterr(), "minimum"),
+          "below min: %s", rl_lasterr());
+    CHECK(expert_cache_plan(m, 0, 4096, 0, "lots", EC_IO_AUTO, &p) == -1 &&
+              strstr(rl_lasterr(), "--cache-mib"),
+          "bad spec");
     CHECK(expert_cache_state_bytes(m, 100) == 100ull * 2 * 2 * 32 * 4 + 2ull * (3 * 128 + 4 * 16 * 16) * 4,
           "state bytes %llu", (unsigned long long)expert_cache_state_bytes(m, 100));
 
@@ -435,11 +457,14 @@ static void test_plan_attach_trace(fixture *fx) {
     snprintf(trace, sizeof trace, "%s.trace", g_path);
     session_model *sm = session_model_open(&(session_model_params){.model_path = g_path, .n_threads = 2});
     CHECK(sm != NULL, "session model: %s", rl_lasterr());
-    session *S = sm ? session_new(sm, &(session_params){.n_ctx = NTOK + 8, .n_batch = 8, .cache_spec = "0.5",
-                                                         .route_trace = trace})
-                    : NULL;
+    session *S =
+        sm ? session_new(sm,
+                         &(session_params){
+                             .n_ctx = NTOK + 8, .n_batch = 8, .cache_spec = "0.5", .route_trace = trace})
+           : NULL;
     CHECK(S != NULL, "session with a cache: %s", rl_lasterr());
-    CHECK(S && session_expert_cache(S) && expert_cache_mode(session_expert_cache(S)) == EC_BOUNDED, "owned cache");
+    CHECK(S && session_expert_cache(S) && expert_cache_mode(session_expert_cache(S)) == EC_BOUNDED,
+          "owned cache");
     float *lg = malloc(sizeof(float) * (size_t)fx->nv);
     int bad = 0;
     for (int i = 0; S && i < 16; i++) {
@@ -449,7 +474,8 @@ static void test_plan_attach_trace(fixture *fx) {
     }
     CHECK(bad == 0, "session cache: %d steps differ", bad);
     session_gen_result gr;
-    CHECK(S && session_generate(S, &(session_gen_params){.n_predict = 2}, &gr) == -1 && strstr(rl_lasterr(), "tokenizer"),
+    CHECK(S && session_generate(S, &(session_gen_params){.n_predict = 2}, &gr) == -1 &&
+              strstr(rl_lasterr(), "tokenizer"),
           "no tokenizer in this file: generate refuses (%s)", rl_lasterr());
     if (S) session_gen_result_free(&gr);
     session_free(S);

@@ -167,15 +167,9 @@ static void c_str_len_past_eof(bytes *b) {
     put(b, "short", 5);
     zeros(b, 8);
 }
-static void c_ndims0(bytes *b) {
-    tensor_file(b, "t", 0, NULL, QT_F32, 0, false, 64);
-}
-static void c_ndims5(bytes *b) {
-    tensor_file(b, "t", 5, (uint64_t[]){1, 1, 1, 1, 1}, QT_F32, 0, false, 64);
-}
-static void c_ne0(bytes *b) {
-    tensor_file(b, "t", 2, (uint64_t[]){8, 0}, QT_F32, 0, false, 64);
-}
+static void c_ndims0(bytes *b) { tensor_file(b, "t", 0, NULL, QT_F32, 0, false, 64); }
+static void c_ndims5(bytes *b) { tensor_file(b, "t", 5, (uint64_t[]){1, 1, 1, 1, 1}, QT_F32, 0, false, 64); }
+static void c_ne0(bytes *b) { tensor_file(b, "t", 2, (uint64_t[]){8, 0}, QT_F32, 0, false, 64); }
 static void c_ne_negative(bytes *b) {
     tensor_file(b, "t", 2, (uint64_t[]){8, (uint64_t)-1}, QT_F32, 0, false, 64);
 }
@@ -222,12 +216,8 @@ static void c_unknown_tensor_type(bytes *b) {
 static void c_internal_type(bytes *b) { /* IQ2_LF (quant_repack.h): an in-memory layout only */
     tensor_file(b, "blk.0.ffn_up_exps.weight", 1, (uint64_t[]){256}, 48, 0, true, 256);
 }
-static void c_misaligned(bytes *b) {
-    tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, 4, true, 64);
-}
-static void c_offset_past_eof(bytes *b) {
-    tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, 1024, true, 64);
-}
+static void c_misaligned(bytes *b) { tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, 4, true, 64); }
+static void c_offset_past_eof(bytes *b) { tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, 1024, true, 64); }
 static void c_offset_wraps(bytes *b) {
     tensor_file(b, "t", 1, (uint64_t[]){8}, QT_F32, (uint64_t)-32, true, 64);
 }
@@ -288,9 +278,7 @@ static void c_empty_key(bytes *b) {
     hdr(b, 3, 0, 1);
     kv_u32(b, "", 1);
 }
-static void c_empty_tensor_name(bytes *b) {
-    tensor_file(b, "", 1, (uint64_t[]){8}, QT_F32, 0, true, 32);
-}
+static void c_empty_tensor_name(bytes *b) { tensor_file(b, "", 1, (uint64_t[]){8}, QT_F32, 0, true, 32); }
 static void c_long_tensor_name(bytes *b) {
     char name[201];
     memset(name, 'x', 200);
@@ -354,8 +342,10 @@ static const corrupt_case corrupt[] = {
     {"unknown array element type", c_unknown_elem_type, "unknown element type 77"},
     {"array huge count", c_array_huge_count, "claims 4611686018427387904 u32 elements"},
     {"string array huge count", c_strarray_huge_count, "claims 151936 string elements"},
-    {"unknown tensor type", c_unknown_tensor_type, "tensor 'blk.0.weird.weight' has unknown or unsupported ggml type id 99"},
-    {"internal type id", c_internal_type, "tensor 'blk.0.ffn_up_exps.weight' has unknown or unsupported ggml type id 48"},
+    {"unknown tensor type", c_unknown_tensor_type,
+     "tensor 'blk.0.weird.weight' has unknown or unsupported ggml type id 99"},
+    {"internal type id", c_internal_type,
+     "tensor 'blk.0.ffn_up_exps.weight' has unknown or unsupported ggml type id 48"},
     {"misaligned offset", c_misaligned, "offset 4 is not a multiple of the alignment 32"},
     {"offset past EOF", c_offset_past_eof, "extends past the end"},
     {"offset wraps u64", c_offset_wraps, "extends past the end"},
@@ -422,7 +412,8 @@ static void test_corrupt_table(void) {
     bytes b = {0};
     hdr(&b, 3, 2, 3);
     kv_str(&b, "general.architecture", "qwen3next");
-    str(&b, "arr"), u32(&b, GGUF_TYPE_ARRAY), u32(&b, GGUF_TYPE_STRING), u64(&b, 2), str(&b, "x"), str(&b, "yy");
+    str(&b, "arr"), u32(&b, GGUF_TYPE_ARRAY), u32(&b, GGUF_TYPE_STRING), u64(&b, 2), str(&b, "x"),
+        str(&b, "yy");
     kv_u32(&b, "general.alignment", 64);
     uint64_t ne[2] = {32, 2};
     ti(&b, "w", 2, ne, QT_Q8_0, 0);
@@ -449,10 +440,10 @@ static void test_corrupt_table(void) {
 
 typedef struct {
     int calls;
-    bool bad_chunk;     /* a chunk broke the whole-rows contract or was out of order */
+    bool bad_chunk; /* a chunk broke the whole-rows contract or was out of order */
     uint64_t next_off[16];
     uint64_t row_bytes[16];
-    int fail_tensor;    /* -1: never fail */
+    int fail_tensor; /* -1: never fail */
 } fill_ctx;
 
 static uint8_t pattern(int ti, uint64_t i) { return (uint8_t)(ti * 31 + i * 7 + (i >> 9)); }
@@ -464,7 +455,8 @@ static int fill_cb(void *ctx, int ti, void *dst, uint64_t off, uint64_t n) {
         rl_seterr("synthetic failure");
         return -1;
     }
-    if (off != c->next_off[ti] || off % c->row_bytes[ti] != 0 || n % c->row_bytes[ti] != 0) c->bad_chunk = true;
+    if (off != c->next_off[ti] || off % c->row_bytes[ti] != 0 || n % c->row_bytes[ti] != 0)
+        c->bad_chunk = true;
     c->next_off[ti] = off + n;
     uint8_t *d = dst;
     for (uint64_t i = 0; i < n; i++) d[i] = pattern(ti, off + i);
@@ -589,17 +581,20 @@ static void test_roundtrip(uint32_t al) {
     CHECK(s && s[0] == 0, "empty str");
     free(s);
     CHECK(gguf_get_u32(f, "t.replaced", &u) && u == 2, "replaced value");
-    CHECK(!gguf_find_kv(f, "t.bad") && !gguf_find_kv(f, "a.bad") && !gguf_find_kv(f, "missing"), "absent keys");
+    CHECK(!gguf_find_kv(f, "t.bad") && !gguf_find_kv(f, "a.bad") && !gguf_find_kv(f, "missing"),
+          "absent keys");
     CHECK(f->n_kv == 22 + (al != 32), "n_kv %llu", (unsigned long long)f->n_kv);
     CHECK(gguf_get_arr(f, "t.u8") == NULL, "scalar is not an array");
 
     const gguf_value *a = gguf_get_arr(f, "a.i32");
     CHECK(a && a->v.arr.elem == GGUF_TYPE_INT32 && a->v.arr.n == 3 && gguf_arr_i64(a, 1) == -2 &&
-              gguf_arr_f64(a, 2) == 3.0 && gguf_arr_nbytes(a) == 12, "a.i32");
+              gguf_arr_f64(a, 2) == 3.0 && gguf_arr_nbytes(a) == 12,
+          "a.i32");
     a = gguf_get_arr(f, "a.f32");
     CHECK(a && gguf_arr_f64(a, 0) == 0.25 && gguf_arr_i64(a, 1) == -8, "a.f32");
     a = gguf_get_arr(f, "a.bool");
-    CHECK(a && a->v.arr.elem == GGUF_TYPE_BOOL && gguf_arr_i64(a, 0) == 1 && gguf_arr_i64(a, 1) == 0, "a.bool");
+    CHECK(a && a->v.arr.elem == GGUF_TYPE_BOOL && gguf_arr_i64(a, 0) == 1 && gguf_arr_i64(a, 1) == 0,
+          "a.bool");
     a = gguf_get_arr(f, "a.empty");
     CHECK(a && a->v.arr.n == 0 && a->v.arr.elem == GGUF_TYPE_UINT64 && gguf_arr_nbytes(a) == 0, "a.empty");
     a = gguf_get_arr(f, "a.str");
@@ -614,9 +609,11 @@ static void test_roundtrip(uint32_t al) {
         gguf_value e, e2;
         gguf_arr_get(a, 0, &e);
         CHECK(e.type == GGUF_TYPE_ARRAY && e.v.arr.elem == GGUF_TYPE_UINT32 && e.v.arr.n == 2 &&
-                  gguf_arr_i64(&e, 1) == 2, "nested[0]");
+                  gguf_arr_i64(&e, 1) == 2,
+              "nested[0]");
         gguf_arr_get(a, 1, &e);
-        CHECK(e.v.arr.elem == GGUF_TYPE_STRING && e.v.arr.n == 1 && str_eq(gguf_arr_str(&e, 0), "x"), "nested[1]");
+        CHECK(e.v.arr.elem == GGUF_TYPE_STRING && e.v.arr.n == 1 && str_eq(gguf_arr_str(&e, 0), "x"),
+              "nested[1]");
         gguf_arr_get(&e, 0, &e2);
         CHECK(e2.type == GGUF_TYPE_STRING && str_eq(e2.v.str, "x"), "nested[1][0] via arr_get");
         gguf_arr_get(a, 2, &e);
@@ -629,11 +626,13 @@ static void test_roundtrip(uint32_t al) {
         free(ref.p);
     }
 
-    CHECK(f->n_tensors == 4 && f->n_parts == 1 && f->parts[0].fd >= 0, "tensors %llu", (unsigned long long)f->n_tensors);
+    CHECK(f->n_tensors == 4 && f->n_parts == 1 && f->parts[0].fd >= 0, "tensors %llu",
+          (unsigned long long)f->n_tensors);
     CHECK(f->parts[0].data_start % al == 0, "data_start %llu", (unsigned long long)f->parts[0].data_start);
     const gguf_tensor *t = gguf_find_tensor(f, "a.f32");
     CHECK(t && t->n_dims == 2 && t->ne[0] == 8 && t->ne[1] == 3 && t->ne[2] == 1 && t->nbytes == 96 &&
-              memcmp(t->data, f32d, 96) == 0, "a.f32 tensor");
+              memcmp(t->data, f32d, 96) == 0,
+          "a.f32 tensor");
     t = gguf_find_tensor(f, "b.f16");
     CHECK(t && t->type == QT_F16 && t->nbytes == 32 && check_pattern(t, 1), "b.f16 tensor");
     t = gguf_find_tensor(f, "c.q8");
@@ -643,7 +642,8 @@ static void test_roundtrip(uint32_t al) {
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         t = &f->tensors[i];
         CHECK(t->offset % al == 0 && t->file_off == f->parts[0].data_start + t->offset &&
-                  (const uint8_t *)t->data == f->parts[0].map + t->file_off, "tensor %s placement", t->name);
+                  (const uint8_t *)t->data == f->parts[0].map + t->file_off,
+              "tensor %s placement", t->name);
         CHECK(gguf_tensor_advise(f, t, MADV_WILLNEED) == 0, "advise: %s", rl_lasterr());
     }
     CHECK(gguf_find_tensor(f, "nope") == NULL, "absent tensor");
@@ -653,7 +653,8 @@ static void test_roundtrip(uint32_t al) {
     /* copy_kv: every value, raw bytes identical after a second round trip */
     gguf_writer *w2 = gguf_writer_new();
     gguf_writer_set_alignment(w2, al);
-    for (uint64_t i = 0; i < f->n_kv; i++) CHECK(gguf_writer_copy_kv(w2, &f->kv[i]) == 0, "copy: %s", rl_lasterr());
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        CHECK(gguf_writer_copy_kv(w2, &f->kv[i]) == 0, "copy: %s", rl_lasterr());
     const char *path2 = tmp("rt-copy.gguf");
     CHECK(gguf_writer_write(w2, path2) == 0, "copy write: %s", rl_lasterr());
     gguf_writer_free(w2);
@@ -661,15 +662,16 @@ static void test_roundtrip(uint32_t al) {
     CHECK(g && g->n_kv == f->n_kv && g->n_tensors == 0, "copy reopen: %s", rl_lasterr());
     for (uint64_t i = 0; g && i < f->n_kv; i++) {
         const gguf_kv *x = &f->kv[i], *y = &g->kv[i];
-        bool same = x->key.n == y->key.n && !memcmp(x->key.p, y->key.p, x->key.n) && x->val.type == y->val.type;
+        bool same =
+            x->key.n == y->key.n && !memcmp(x->key.p, y->key.p, x->key.n) && x->val.type == y->val.type;
         if (same && x->val.type == GGUF_TYPE_STRING)
-            same = x->val.v.str.n == y->val.v.str.n && !memcmp(x->val.v.str.p, y->val.v.str.p, x->val.v.str.n);
+            same =
+                x->val.v.str.n == y->val.v.str.n && !memcmp(x->val.v.str.p, y->val.v.str.p, x->val.v.str.n);
         else if (same && x->val.type == GGUF_TYPE_ARRAY)
             same = x->val.v.arr.elem == y->val.v.arr.elem && x->val.v.arr.n == y->val.v.arr.n &&
                    gguf_arr_nbytes(&x->val) == gguf_arr_nbytes(&y->val) &&
                    !memcmp(x->val.v.arr.data, y->val.v.arr.data, gguf_arr_nbytes(&x->val));
-        else if (same)
-            same = x->val.v.u64 == y->val.v.u64;
+        else if (same) same = x->val.v.u64 == y->val.v.u64;
         CHECK(same, "copied kv %.*s differs", (int)x->key.n, x->key.p);
     }
     gguf_close(g);
@@ -680,8 +682,8 @@ static void test_roundtrip(uint32_t al) {
 static void test_big_tensors(void) {
     const char *path = tmp("big.gguf");
     gguf_writer *w = gguf_writer_new();
-    int64_t ne_f[2] = {4096, 5000};   /* Q8_0: 4352-byte rows, 21.8 MB */
-    int64_t ne_p[1] = {5 << 20};      /* F32: 20 MiB from a pointer */
+    int64_t ne_f[2] = {4096, 5000}; /* Q8_0: 4352-byte rows, 21.8 MB */
+    int64_t ne_p[1] = {5 << 20};    /* F32: 20 MiB from a pointer */
     uint8_t *src = malloc((size_t)ne_p[0] * 4);
     for (int64_t i = 0; i < ne_p[0] * 4; i++) src[i] = pattern(1, (uint64_t)i);
     gguf_writer_add_tensor(w, "fill", QT_Q8_0, 2, ne_f, NULL);
@@ -746,7 +748,8 @@ static void test_split(void) {
         int parts[5] = {0, 0, 1, 2, 2};
         for (int i = 0; i < 5; i++) {
             const gguf_tensor *t = gguf_find_tensor(f, names[i]);
-            CHECK(t && t->part == parts[i] && memcmp(t->data, split_data[i], 64) == 0, "split tensor %s", names[i]);
+            CHECK(t && t->part == parts[i] && memcmp(t->data, split_data[i], 64) == 0, "split tensor %s",
+                  names[i]);
             if (!t) continue;
             float buf[16];
             ssize_t r = pread(f->parts[t->part].fd, buf, 64, (off_t)t->file_off);
@@ -761,23 +764,27 @@ static void test_split(void) {
     /* entering through part 2 */
     f = gguf_open(tmp("m-00002-of-00003.gguf"));
     CHECK(!f && strstr(rl_lasterr(), "this is part 2 of a 3-part split model") &&
-              strstr(rl_lasterr(), "m-00001-of-00003.gguf"), "part 2: %s", rl_lasterr());
+              strstr(rl_lasterr(), "m-00001-of-00003.gguf"),
+          "part 2: %s", rl_lasterr());
     /* missing part 3 */
     rename(tmp("m-00003-of-00003.gguf"), tmp("m3.away"));
     f = gguf_open(tmp("m-00001-of-00003.gguf"));
-    CHECK(!f && strstr(rl_lasterr(), "split part 3 of 3 is missing") && strstr(rl_lasterr(), "m-00003-of-00003.gguf"),
+    CHECK(!f && strstr(rl_lasterr(), "split part 3 of 3 is missing") &&
+              strstr(rl_lasterr(), "m-00003-of-00003.gguf"),
           "missing part: %s", rl_lasterr());
     rename(tmp("m3.away"), tmp("m-00003-of-00003.gguf"));
     /* split.tensors.count disagrees */
     write_part("m-00001-of-00003.gguf", 0, 3, 6, n1, 2, w1);
     f = gguf_open(tmp("m-00001-of-00003.gguf"));
-    CHECK(!f && strstr(rl_lasterr(), "split.tensors.count is 6 but the 3 parts hold 5"), "count: %s", rl_lasterr());
+    CHECK(!f && strstr(rl_lasterr(), "split.tensors.count is 6 but the 3 parts hold 5"), "count: %s",
+          rl_lasterr());
     /* duplicate tensor across parts */
     write_part("m-00001-of-00003.gguf", 0, 3, -1, n1, 2, w1);
     const char *dup[1] = {"a"};
     write_part("m-00002-of-00003.gguf", 1, 3, -1, dup, 1, w2);
     f = gguf_open(tmp("m-00001-of-00003.gguf"));
-    CHECK(!f && strstr(rl_lasterr(), "duplicate tensor name 'a' across split parts"), "dup: %s", rl_lasterr());
+    CHECK(!f && strstr(rl_lasterr(), "duplicate tensor name 'a' across split parts"), "dup: %s",
+          rl_lasterr());
     /* a part that claims the wrong number */
     write_part("m-00002-of-00003.gguf", 2, 3, -1, n2, 1, w2);
     f = gguf_open(tmp("m-00001-of-00003.gguf"));
@@ -816,8 +823,8 @@ static void test_writer_errors(void) {
     gguf_writer_set_fill(w, fill_cb, &fc);
     const char *path = tmp("failfill.gguf");
     CHECK(gguf_writer_write(w, path) == -1 &&
-              strstr(rl_lasterr(), "generating tensor 'gen' failed at byte 0: synthetic failure"), "%s",
-          rl_lasterr());
+              strstr(rl_lasterr(), "generating tensor 'gen' failed at byte 0: synthetic failure"),
+          "%s", rl_lasterr());
     CHECK(access(path, F_OK) != 0, "partial file left behind");
     gguf_writer_free(w);
     free(d);

@@ -2,9 +2,9 @@
  * hand-worked accept / reject cases per keyword, byte-by-byte feeding (every prefix of a valid
  * text is accepted, the state never dies early), the exact bytes-to-completion, poisoned texts
  * (control characters, bad UTF-8, duplicate keys, trailing bytes, tokens the grammar cannot
- * take), and, with the tokenizers of models/default.gguf and tests/fixtures/qwen3-vocab.gguf: token-by-token feeding, the trie mask equal to
- * testing every token, the sampler's lazy mask equal to the full mask, and the budget rule
- * finishing every random walk within its token limit. */
+ * take), and, with the tokenizers of models/default.gguf and tests/fixtures/qwen3-vocab.gguf: token-by-token
+ * feeding, the trie mask equal to testing every token, the sampler's lazy mask equal to the full mask, and
+ * the budget rule finishing every random walk within its token limit. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,41 +43,41 @@ static int matches(const grammar *g, const char *text) {
     return ok;
 }
 
-#define ACCEPT(schema, text)                                                                            \
-    do {                                                                                                \
-        char err_[256];                                                                                 \
-        grammar *g_ = compile(schema, err_, sizeof err_);                                              \
-        CHECK(g_ != NULL, "compile %s: %s", schema, err_);                                              \
-        if (g_) CHECK(matches(g_, text), "%s should accept %s", schema, text);                          \
-        grammar_free(g_);                                                                               \
+#define ACCEPT(schema, text)                                                                                 \
+    do {                                                                                                     \
+        char err_[256];                                                                                      \
+        grammar *g_ = compile(schema, err_, sizeof err_);                                                    \
+        CHECK(g_ != NULL, "compile %s: %s", schema, err_);                                                   \
+        if (g_) CHECK(matches(g_, text), "%s should accept %s", schema, text);                               \
+        grammar_free(g_);                                                                                    \
     } while (0)
-#define REJECT(schema, text)                                                                            \
-    do {                                                                                                \
-        char err_[256];                                                                                 \
-        grammar *g_ = compile(schema, err_, sizeof err_);                                              \
-        CHECK(g_ != NULL, "compile %s: %s", schema, err_);                                              \
-        if (g_) CHECK(!matches(g_, text), "%s should reject %s", schema, text);                         \
-        grammar_free(g_);                                                                               \
+#define REJECT(schema, text)                                                                                 \
+    do {                                                                                                     \
+        char err_[256];                                                                                      \
+        grammar *g_ = compile(schema, err_, sizeof err_);                                                    \
+        CHECK(g_ != NULL, "compile %s: %s", schema, err_);                                                   \
+        if (g_) CHECK(!matches(g_, text), "%s should reject %s", schema, text);                              \
+        grammar_free(g_);                                                                                    \
     } while (0)
-#define REFUSED(schema, word)                                                                           \
-    do {                                                                                                \
-        char err_[256] = "";                                                                            \
-        grammar *g_ = compile(schema, err_, sizeof err_);                                              \
-        CHECK(g_ == NULL && strstr(err_, word), "%s should be refused naming %s (got: %s)", schema, word, \
-              err_);                                                                                    \
-        grammar_free(g_);                                                                               \
+#define REFUSED(schema, word)                                                                                \
+    do {                                                                                                     \
+        char err_[256] = "";                                                                                 \
+        grammar *g_ = compile(schema, err_, sizeof err_);                                                    \
+        CHECK(g_ == NULL && strstr(err_, word), "%s should be refused naming %s (got: %s)", schema, word,    \
+              err_);                                                                                         \
+        grammar_free(g_);                                                                                    \
     } while (0)
 
 static void test_types(void) {
     ACCEPT("{\"type\":\"string\"}", "\"hello \\\"w\\u00e9\\n\"");
     ACCEPT("{\"type\":\"string\"}", "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"");
-    REJECT("{\"type\":\"string\"}", "\"bad\x01\"");          /* unescaped control character */
-    REJECT("{\"type\":\"string\"}", "\"\xc0\xaf\"");          /* overlong UTF-8 */
-    REJECT("{\"type\":\"string\"}", "\"\xed\xa0\x80\"");      /* a surrogate in UTF-8 */
-    REJECT("{\"type\":\"string\"}", "\"\\x\"");               /* bad escape */
+    REJECT("{\"type\":\"string\"}", "\"bad\x01\"");      /* unescaped control character */
+    REJECT("{\"type\":\"string\"}", "\"\xc0\xaf\"");     /* overlong UTF-8 */
+    REJECT("{\"type\":\"string\"}", "\"\xed\xa0\x80\""); /* a surrogate in UTF-8 */
+    REJECT("{\"type\":\"string\"}", "\"\\x\"");          /* bad escape */
     REJECT("{\"type\":\"string\"}", "\"\\u12g4\"");
     REJECT("{\"type\":\"string\"}", "\"open");
-    REJECT("{\"type\":\"string\"}", "\"a\" ");                /* nothing after the root */
+    REJECT("{\"type\":\"string\"}", "\"a\" "); /* nothing after the root */
     ACCEPT("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\xc3\xa9\\n\"");
     REJECT("{\"type\":\"string\",\"minLength\":2}", "\"a\"");
     REJECT("{\"type\":\"string\",\"maxLength\":3}", "\"abcd\"");
@@ -91,7 +91,7 @@ static void test_types(void) {
     REJECT("{\"type\":\"number\"}", "1.");
     REJECT("{\"type\":\"number\"}", ".5");
     REJECT("{\"type\":\"number\"}", "1e");
-    REJECT("{\"type\":\"number\"}", "12345678901234567");     /* more than 16 digits */
+    REJECT("{\"type\":\"number\"}", "12345678901234567"); /* more than 16 digits */
     ACCEPT("{\"type\":\"boolean\"}", "false");
     REJECT("{\"type\":\"boolean\"}", "fals");
     REJECT("{\"type\":\"boolean\"}", "True");
@@ -104,29 +104,32 @@ static void test_types(void) {
 }
 
 static void test_objects(void) {
-    const char *s = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
-                    "\"nick\":{\"type\":\"string\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
+    const char *s =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
+        "\"nick\":{\"type\":\"string\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
     ACCEPT(s, "{\"name\":\"Ann\",\"age\":7}");
-    ACCEPT(s, "{\"age\":7,\"name\":\"Ann\",\"nick\":\"A\"}");                 /* any order */
-    ACCEPT(s, "{ \"name\" : \"Ann\" ,\n  \"age\" :7 }");                       /* whitespace */
-    REJECT(s, "{\"name\":\"Ann\"}");                                             /* missing required */
-    REJECT(s, "{\"name\":\"Ann\",\"age\":7,\"name\":\"B\"}");                  /* duplicate key */
-    REJECT(s, "{\"name\":\"Ann\",\"age\":7,\"other\":1}");                     /* undeclared key */
-    REJECT(s, "{\"name\":\"Ann\",\"age\":\"7\"}");                               /* wrong type */
-    REJECT(s, "{\"name\":\"Ann\",\"age\":7,}");                                  /* trailing comma */
-    REJECT(s, "{\"name\":\"Ann\",\"age\":7}}");                                  /* trailing byte */
+    ACCEPT(s, "{\"age\":7,\"name\":\"Ann\",\"nick\":\"A\"}");                     /* any order */
+    ACCEPT(s, "{ \"name\" : \"Ann\" ,\n  \"age\" :7 }");                          /* whitespace */
+    REJECT(s, "{\"name\":\"Ann\"}");                                              /* missing required */
+    REJECT(s, "{\"name\":\"Ann\",\"age\":7,\"name\":\"B\"}");                     /* duplicate key */
+    REJECT(s, "{\"name\":\"Ann\",\"age\":7,\"other\":1}");                        /* undeclared key */
+    REJECT(s, "{\"name\":\"Ann\",\"age\":\"7\"}");                                /* wrong type */
+    REJECT(s, "{\"name\":\"Ann\",\"age\":7,}");                                   /* trailing comma */
+    REJECT(s, "{\"name\":\"Ann\",\"age\":7}}");                                   /* trailing byte */
     REJECT(s, "{\"name\":\"Ann\",                                   \"age\":7}"); /* > 24 whitespace bytes */
-    const char *extra = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":"
-                        "{\"type\":\"boolean\"}}";
+    const char *extra =
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":"
+        "{\"type\":\"boolean\"}}";
     ACCEPT(extra, "{\"a\":1,\"ab\":true,\"\":false}");
-    REJECT(extra, "{\"ab\":1}");         /* extra values are booleans */
-    REJECT(extra, "{\"a\":true}");       /* a is declared: an integer */
+    REJECT(extra, "{\"ab\":1}");   /* extra values are booleans */
+    REJECT(extra, "{\"a\":true}"); /* a is declared: an integer */
     ACCEPT("{\"type\":\"object\"}", "{\"x\":[1,2],\"y\":{}}");
     REJECT("{\"type\":\"object\",\"properties\":{}}", "{\"x\":1}");
     ACCEPT("{\"type\":\"object\",\"properties\":{}}", "{}");
     /* keys with characters that JSON escapes */
-    ACCEPT("{\"properties\":{\"a\\\"b\":{\"type\":\"null\"},\"c\\nd\":{\"const\":1}},\"required\":[\"a\\\"b\"]}",
-           "{\"c\\nd\":1,\"a\\\"b\":null}");
+    ACCEPT(
+        "{\"properties\":{\"a\\\"b\":{\"type\":\"null\"},\"c\\nd\":{\"const\":1}},\"required\":[\"a\\\"b\"]}",
+        "{\"c\\nd\":1,\"a\\\"b\":null}");
 }
 
 static void test_arrays_enums_anyof_refs(void) {
@@ -150,20 +153,24 @@ static void test_arrays_enums_anyof_refs(void) {
     ACCEPT("{\"const\":\"x\"}", "\"x\"");
     REJECT("{\"const\":\"x\"}", "\"y\"");
     ACCEPT("{\"type\":\"string\",\"nullable\":true}", "null");
-    const char *any = "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
-                      "{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]},"
-                      "{\"type\":\"number\"}]}";
+    const char *any =
+        "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}"
+        ","
+        "{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]},"
+        "{\"type\":\"number\"}]}";
     ACCEPT(any, "{\"a\":1}");
     ACCEPT(any, "{\"b\":\"x\"}");
     ACCEPT(any, "2.5");
     REJECT(any, "{\"a\":\"x\"}");
     REJECT(any, "{\"a\":1,\"b\":\"x\"}");
-    const char *ref = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
-                      "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":\"null\"}]}},"
-                      "\"required\":[\"v\",\"next\"],\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
+    const char *ref =
+        "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+        "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":\"null\"}]}},"
+        "\"required\":[\"v\",\"next\"],\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
     ACCEPT(ref, "{\"v\":1,\"next\":{\"v\":2,\"next\":null}}");
     REJECT(ref, "{\"v\":1,\"next\":{\"v\":2}}");
-    ACCEPT("{\"definitions\":{\"x\":{\"type\":\"boolean\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/x\"}}",
+    ACCEPT("{\"definitions\":{\"x\":{\"type\":\"boolean\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/"
+           "definitions/x\"}}",
            "[true,false]");
 }
 
@@ -171,7 +178,8 @@ static void test_refused(void) {
     REFUSED("{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'");
     REFUSED("{\"type\":\"string\",\"format\":\"date\"}", "'format'");
     REFUSED("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0}}}", "'minimum'");
-    REFUSED("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0}}}", "#/properties/n");
+    REFUSED("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0}}}",
+            "#/properties/n");
     REFUSED("{\"type\":\"array\",\"prefixItems\":[]}", "'prefixItems'");
     REFUSED("{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'");
     REFUSED("{\"not\":{}}", "'not'");
@@ -183,7 +191,8 @@ static void test_refused(void) {
     REFUSED("false", "false");
     REFUSED("{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "minItems");
     /* recursion with no finite value: a node that requires itself */
-    REFUSED("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"n\"]}},"
+    REFUSED("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#/$defs/"
+            "n\"}},\"required\":[\"n\"]}},"
             "\"$ref\":\"#/$defs/n\"}",
             "finite");
 }
@@ -191,10 +200,11 @@ static void test_refused(void) {
 /* the exact bytes still needed */
 static void test_min_remaining(void) {
     char err[256];
-    grammar *g = compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"bb\":{\"type\":\"array\","
-                         "\"items\":{\"type\":\"integer\"},\"minItems\":2},\"c\":{\"type\":\"number\"}},"
-                         "\"required\":[\"a\",\"bb\"]}",
-                         err, sizeof err);
+    grammar *g =
+        compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"bb\":{\"type\":\"array\","
+                "\"items\":{\"type\":\"integer\"},\"minItems\":2},\"c\":{\"type\":\"number\"}},"
+                "\"required\":[\"a\",\"bb\"]}",
+                err, sizeof err);
     CHECK(g, "compile: %s", err);
     if (!g) return;
     /* shortest: {"a":"","bb":[0,0]} = 19 bytes */
@@ -203,13 +213,14 @@ static void test_min_remaining(void) {
     static const struct {
         const char *feed;
         long rest;
-    } steps[] = {{"{", 18}, {"\"", 17}, {"b", 16}, /* after {"b: b":[0,0],"a":""} */
-                 {"b", 15}, {"\":", 13}, {"[", 12},  {"5", 11}, {"7", 11}, {",", 10}, {"1", 9},
+    } steps[] = {{"{", 18}, {"\"", 17},  {"b", 16}, /* after {"b: b":[0,0],"a":""} */
+                 {"b", 15}, {"\":", 13}, {"[", 12},  {"5", 11}, {"7", 11},   {",", 10}, {"1", 9},
                  {"]", 8},  {",", 7},    {"\"a", 5}, {"\"", 4}, {":\"x", 2}, {"\"", 1}, {"}", 0}};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         CHECK(gmatch_feed(m, steps[i].feed, strlen(steps[i].feed)) == 0, "feed %s", steps[i].feed);
         long r = gmatch_min_remaining(m);
-        CHECK(r == steps[i].rest, "after %s: %ld bytes needed, expected %ld", steps[i].feed, r, steps[i].rest);
+        CHECK(r == steps[i].rest, "after %s: %ld bytes needed, expected %ld", steps[i].feed, r,
+              steps[i].rest);
     }
     CHECK(gmatch_done(m), "the object is closed");
     CHECK(gmatch_feed(m, " ", 1) < 0, "nothing after the root");
@@ -238,25 +249,32 @@ static void test_markup(void) {
 
     g = grammar_new();
     char err[256];
-    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"strict\":true,\"parameters\":"
-                               "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"}},\"required\":[\"k\"],"
-                               "\"additionalProperties\":false}}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"get_all\",\"parameters\":{}}}]");
+    cJSON *tools =
+        cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"strict\":true,\"parameters\":"
+                    "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"}},\"required\":[\"k\"],"
+                    "\"additionalProperties\":false}}},"
+                    "{\"type\":\"function\",\"function\":{\"name\":\"get_all\",\"parameters\":{}}}]");
     root = jsonschema_tool_call(g, tools, NULL, false, err, sizeof err);
     CHECK(root >= 0 && grammar_finish(g, root) == 0, "tool call grammar: %s", err);
-    CHECK(matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 3}}\n</tool_call>"), "strict call");
-    CHECK(!matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": \"3\"}}\n</tool_call>"), "strict types");
-    CHECK(matches(g, "<tool_call>\n{\"name\": \"get_all\", \"arguments\": {\"z\": [1]}}\n</tool_call>"), "non-strict: any object");
+    CHECK(matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 3}}\n</tool_call>"),
+          "strict call");
+    CHECK(!matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": \"3\"}}\n</tool_call>"),
+          "strict types");
+    CHECK(matches(g, "<tool_call>\n{\"name\": \"get_all\", \"arguments\": {\"z\": [1]}}\n</tool_call>"),
+          "non-strict: any object");
     CHECK(!matches(g, "<tool_call>\n{\"name\": \"put\", \"arguments\": {}}\n</tool_call>"), "unknown tool");
-    CHECK(!matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 3}}\n"), "cut before the closing tag");
+    CHECK(!matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 3}}\n"),
+          "cut before the closing tag");
     grammar_free(g);
     g = grammar_new();
     root = jsonschema_tool_call(g, tools, "get_all", false, err, sizeof err);
     CHECK(root >= 0 && grammar_finish(g, root) == 0, "named tool: %s", err);
-    CHECK(!matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 3}}\n</tool_call>"), "only the named tool");
+    CHECK(!matches(g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"k\": 3}}\n</tool_call>"),
+          "only the named tool");
     grammar_free(g);
     g = grammar_new();
-    CHECK(jsonschema_tool_call(g, tools, "nope", false, err, sizeof err) < 0 && strstr(err, "nope"), "unknown name: %s", err);
+    CHECK(jsonschema_tool_call(g, tools, "nope", false, err, sizeof err) < 0 && strstr(err, "nope"),
+          "unknown name: %s", err);
     grammar_free(g);
     cJSON_Delete(tools);
 }
@@ -269,11 +287,14 @@ static uint64_t rng_next(uint64_t *s) {
 }
 
 static const char *SCHEMAS[] = {
-    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},\"age\":{\"type\":\"integer\"},"
-    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bc\",\"def\"]},\"maxItems\":4}},\"required\":[\"name\",\"age\","
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},\"age\":{\"type\":"
+    "\"integer\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bc\",\"def\"]},\"maxItems\":4}},\"required\":["
+    "\"name\",\"age\","
     "\"tags\"],\"additionalProperties\":false}",
     "{\"type\":\"object\"}",
-    "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},\"required\":[\"x\"]},{\"type\":\"array\","
+    "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},\"required\":[\"x\"]},{"
+    "\"type\":\"array\","
     "\"items\":{\"type\":\"boolean\"},\"minItems\":1}]}",
 };
 
@@ -298,8 +319,9 @@ static void test_tokens(const tokenizer *tok, const gvocab *v) {
                     agree += a == b;
                     n_ok += a;
                 }
-                CHECK(agree == (size_t)nv && n_ok == cnt, "schema %zu step %d: fill and allows disagree (%zu of %d, %zu vs %zu)",
-                      si, step, agree, nv, n_ok, cnt);
+                CHECK(agree == (size_t)nv && n_ok == cnt,
+                      "schema %zu step %d: fill and allows disagree (%zu of %d, %zu vs %zu)", si, step, agree,
+                      nv, n_ok, cnt);
             }
             CHECK(cnt > 0, "schema %zu step %d: dead end", si, step);
             if (!cnt) break;
@@ -316,12 +338,14 @@ static void test_tokens(const tokenizer *tok, const gvocab *v) {
     /* tokenised valid text, fed token by token */
     grammar *g = compile(SCHEMAS[0], err, sizeof err);
     if (g) {
-        const char *text = "{\"tags\": [\"def\", \"a\"], \"name\": \"Zo\\u00eb \xc3\xa9t\xc3\xa9\", \"age\": -42}";
+        const char *text =
+            "{\"tags\": [\"def\", \"a\"], \"name\": \"Zo\\u00eb \xc3\xa9t\xc3\xa9\", \"age\": -42}";
         tok_ids ids = {0};
         tokenizer_encode(tok, text, strlen(text), 0, &ids);
         gmatch *m = gmatch_new(g, v);
         size_t ok = 0;
-        for (size_t i = 0; i < ids.n; i++) ok += gmatch_allows(m, ids.ids[i]) && gmatch_accept(m, ids.ids[i]) == 0;
+        for (size_t i = 0; i < ids.n; i++)
+            ok += gmatch_allows(m, ids.ids[i]) && gmatch_accept(m, ids.ids[i]) == 0;
         CHECK(ok == ids.n && gmatch_done(m), "token-by-token feeding (%zu of %zu)", ok, ids.n);
         /* poisoned: a control token, an end-of-generation token mid-object, a token after the end */
         gmatch_reset(m);
@@ -367,11 +391,13 @@ static void test_budget(const gvocab *v) {
                         break;
                     }
                 used++;
-                if (gmatch_complete(m) && !gmatch_done(m)) break; /* a number at the end: the model may stop */
+                if (gmatch_complete(m) && !gmatch_done(m))
+                    break; /* a number at the end: the model may stop */
             }
             runs++;
             finished += gmatch_complete(m);
-            CHECK(gmatch_complete(m), "schema %zu seed %d: not complete after %lld of %lld tokens", si, seed, used, limit);
+            CHECK(gmatch_complete(m), "schema %zu seed %d: not complete after %lld of %lld tokens", si, seed,
+                  used, limit);
             gmatch_free(m);
         }
         grammar_free(g);
@@ -408,7 +434,8 @@ static void test_sampler_mask(const gvocab *v) {
             int32_t ta = sampler_sample(a, lg), tb = sampler_sample(b, ml);
             total++;
             same += ta == tb;
-            CHECK(ta == tb, "cfg %d step %d: lazy mask %d, full mask %d (%zu allowed)", cfg, step, ta, tb, cnt);
+            CHECK(ta == tb, "cfg %d step %d: lazy mask %d, full mask %d (%zu allowed)", cfg, step, ta, tb,
+                  cnt);
             if (ta < 0 || gmatch_accept(m, ta)) break;
         }
         sampler_free(a);

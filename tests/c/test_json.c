@@ -8,18 +8,18 @@
 
 /* Run `body` against a memstream writer with `indent`; returns the malloc'd text and sets *rc
  * to json_finish's result. */
-#define CAPTURE(indent, rc, body)                                                     \
-    ({                                                                                \
-        char *buf_ = NULL;                                                            \
-        size_t len_ = 0;                                                              \
-        FILE *fp_ = open_memstream(&buf_, &len_);                                     \
-        json_writer jw_;                                                              \
-        json_writer *j = &jw_;                                                        \
-        json_init(j, fp_, indent);                                                    \
-        body;                                                                         \
-        *(rc) = json_finish(j);                                                       \
-        fclose(fp_);                                                                  \
-        buf_;                                                                         \
+#define CAPTURE(indent, rc, body)                                                                            \
+    ({                                                                                                       \
+        char *buf_ = NULL;                                                                                   \
+        size_t len_ = 0;                                                                                     \
+        FILE *fp_ = open_memstream(&buf_, &len_);                                                            \
+        json_writer jw_;                                                                                     \
+        json_writer *j = &jw_;                                                                               \
+        json_init(j, fp_, indent);                                                                           \
+        body;                                                                                                \
+        *(rc) = json_finish(j);                                                                              \
+        fclose(fp_);                                                                                         \
+        buf_;                                                                                                \
     })
 
 int main(void) {
@@ -63,7 +63,8 @@ int main(void) {
     CHECK(rc == 0 && !strcmp(s, "{\n  \"k\": 1,\n  \"l\": [\n    2\n  ]\n}\n"), "pretty: %s", s);
     free(s);
 
-    s = CAPTURE(0, &rc, json_strn(j, "q\"b\\n\n\t\x01\x7f\xc3\xa9\xff\xe2\x82\xf0\x9f\x98\x80 \xed\xa0\x80", 22));
+    s = CAPTURE(0, &rc,
+                json_strn(j, "q\"b\\n\n\t\x01\x7f\xc3\xa9\xff\xe2\x82\xf0\x9f\x98\x80 \xed\xa0\x80", 22));
     CHECK(rc == 0 && !strcmp(s, "\"q\\\"b\\\\n\\n\\t\\u0001\x7f\xc3\xa9\\ufffd\\ufffd\\ufffd\xf0\x9f\x98\x80 "
                                 "\\ufffd\\ufffd\\ufffd\""),
           "escape: %s", s);
@@ -73,25 +74,45 @@ int main(void) {
     free(s);
 
     /* misuse */
-    s = CAPTURE(0, &rc, { json_obj_begin(j); json_int(j, 1); json_obj_end(j); });
+    s = CAPTURE(0, &rc, {
+        json_obj_begin(j);
+        json_int(j, 1);
+        json_obj_end(j);
+    });
     CHECK(rc != 0, "value without key accepted");
     free(s);
-    s = CAPTURE(0, &rc, { json_arr_begin(j); json_key(j, "x"); json_arr_end(j); });
+    s = CAPTURE(0, &rc, {
+        json_arr_begin(j);
+        json_key(j, "x");
+        json_arr_end(j);
+    });
     CHECK(rc != 0, "key in array accepted");
     free(s);
-    s = CAPTURE(0, &rc, { json_obj_begin(j); json_key(j, "x"); json_obj_end(j); });
+    s = CAPTURE(0, &rc, {
+        json_obj_begin(j);
+        json_key(j, "x");
+        json_obj_end(j);
+    });
     CHECK(rc != 0, "key without value accepted");
     free(s);
-    s = CAPTURE(0, &rc, { json_arr_begin(j); json_obj_end(j); });
+    s = CAPTURE(0, &rc, {
+        json_arr_begin(j);
+        json_obj_end(j);
+    });
     CHECK(rc != 0, "mismatched end accepted");
     free(s);
-    s = CAPTURE(0, &rc, { json_int(j, 1); json_int(j, 2); });
+    s = CAPTURE(0, &rc, {
+        json_int(j, 1);
+        json_int(j, 2);
+    });
     CHECK(rc != 0, "two top-level values accepted");
     free(s);
     s = CAPTURE(0, &rc, json_arr_begin(j));
     CHECK(rc != 0, "unclosed array accepted");
     free(s);
-    s = CAPTURE(0, &rc, { for (int i = 0; i < 70; i++) json_arr_begin(j); });
+    s = CAPTURE(0, &rc, {
+        for (int i = 0; i < 70; i++) json_arr_begin(j);
+    });
     CHECK(rc != 0, "depth overflow accepted");
     free(s);
     s = CAPTURE(0, &rc, json_num(j, 3.0));

@@ -28,9 +28,9 @@
 #include "quant_rand.h"
 
 static const uint32_t types[] = {
-    QT_IQ1_M, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_Q2_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,
-    QT_Q8_0,  QT_F32,     QT_F16,    QT_BF16,  QT_Q3_K,    QT_IQ1_S, QT_IQ4_XS, QT_IQ4_NL, QT_Q4_0, QT_Q4_1,
-    QT_Q5_0,  QT_Q5_1,    QT_MXFP4,
+    QT_IQ1_M,  QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_Q2_K,  QT_Q4_K,
+    QT_Q5_K,   QT_Q6_K,    QT_Q8_0,   QT_F32,   QT_F16,     QT_BF16,  QT_Q3_K,  QT_IQ1_S,
+    QT_IQ4_XS, QT_IQ4_NL,  QT_Q4_0,   QT_Q4_1,  QT_Q5_0,    QT_Q5_1,  QT_MXFP4,
 };
 #define N_TYPES (sizeof types / sizeof types[0])
 
@@ -40,8 +40,8 @@ static bool lane_summed(uint32_t t) {
 }
 
 static void test_quantize(int level, rl_rng *r) {
-    const uint32_t acts[] = { QT_Q8_K, QT_Q8_0, QT_Q8_1, QT_F16, QT_BF16, QT_F32 };
-    const uint32_t wt_for[] = { QT_Q4_K, QT_Q8_0, QT_Q4_1, QT_F16, QT_BF16, QT_F32 };
+    const uint32_t acts[] = {QT_Q8_K, QT_Q8_0, QT_Q8_1, QT_F16, QT_BF16, QT_F32};
+    const uint32_t wt_for[] = {QT_Q4_K, QT_Q8_0, QT_Q4_1, QT_F16, QT_BF16, QT_F32};
     const int64_t n = 4 * QK_K;
     float x[4 * QK_K];
     for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) {
@@ -50,17 +50,23 @@ static void test_quantize(int level, rl_rng *r) {
             fill_x(x, n, r);
             if (rep == 1) /* all-zero block */
                 for (int i = 0; i < QK_K; i++) x[i] = 0.0f;
-            if (rep == 2) { x[5] = 3.0f; x[9] = -3.0f; x[300] = -2.0f; x[301] = 2.0f; } /* +-amax ties */
+            if (rep == 2) {
+                x[5] = 3.0f;
+                x[9] = -3.0f;
+                x[300] = -2.0f;
+                x[301] = 2.0f;
+            }             /* +-amax ties */
             if (rep == 3) /* amax 127 -> Q8_0 d = 1 exactly; k + 0.5 are rounding ties */
-                for (int64_t i = 0; i < n; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(i % 61) - 30) + 0.5f;
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(i % 61) - 30) + 0.5f;
             const size_t sz = quant_row_size(acts[k], n);
             uint8_t *a = malloc(sz), *b = malloc(sz);
             memset(a, 0xAB, sz);
             memset(b, 0xCD, sz);
             ta->from_float(x, a, n);
             kern_quantize_act(TK(), wt_for[k], x, n, b);
-            CHECK(memcmp(a, b, sz) == 0, "%s: quantize_act %s differs from scalar (rep %d)", kern_level_name(level),
-                  ta->name, rep);
+            CHECK(memcmp(a, b, sz) == 0, "%s: quantize_act %s differs from scalar (rep %d)",
+                  kern_level_name(level), ta->name, rep);
             free(a);
             free(b);
         }
@@ -92,16 +98,23 @@ static void test_matvec(int level, uint32_t type, int64_t n_rows, int64_t n_cols
         exact += out[row] == (float)ref;
         if (!(fabs(out[row] - ref) <= tol + 1e-30)) {
             if (bad++ < 3)
-                fprintf(stderr, "  %s %s row %lld/%lld n=%lld: %.9g vs scalar %.9g (tol %.3g)\n", kern_level_name(level),
-                        t->name, (long long)row, (long long)n_rows, (long long)n_cols, out[row], ref, tol);
+                fprintf(stderr, "  %s %s row %lld/%lld n=%lld: %.9g vs scalar %.9g (tol %.3g)\n",
+                        kern_level_name(level), t->name, (long long)row, (long long)n_rows, (long long)n_cols,
+                        out[row], ref, tol);
         }
     }
-    CHECK(bad == 0, "%s %s: %d of %lld rows out of tolerance", kern_level_name(level), t->name, bad, (long long)n_rows);
+    CHECK(bad == 0, "%s %s: %d of %lld rows out of tolerance", kern_level_name(level), t->name, bad,
+          (long long)n_rows);
     CHECK(isnan(out[n_rows]), "%s %s: wrote past n_rows", kern_level_name(level), t->name);
     if (!lane_summed(type))
-        CHECK(exact == n_rows, "%s %s: only %d of %lld rows bit-identical to scalar", kern_level_name(level), t->name,
-              exact, (long long)n_rows);
-    free(W); free(x); free(out); free(wf); free(af); free(act);
+        CHECK(exact == n_rows, "%s %s: only %d of %lld rows bit-identical to scalar", kern_level_name(level),
+              t->name, exact, (long long)n_rows);
+    free(W);
+    free(x);
+    free(out);
+    free(wf);
+    free(af);
+    free(act);
 }
 
 /* GB/s of weight bytes for one type at one level: best of `reps` mat-vecs over `bytes` of rows.
@@ -111,7 +124,8 @@ static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng
     const int64_t n_cols = 2048;
     const quant_traits *t = quant_get(type);
     const size_t rb = quant_row_size(type, n_cols);
-    const int64_t n_rows = (int64_t)(bytes / rb), fill_rows = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
+    const int64_t n_rows = (int64_t)(bytes / rb),
+                  fill_rows = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
     uint8_t *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
     if (W) madvise(W, rb * (size_t)n_rows, MADV_HUGEPAGE); /* as the engine's weight copies (resident.h) */
     float *x = malloc((size_t)n_cols * sizeof(float)), *out = malloc((size_t)n_rows * sizeof(float));
@@ -122,7 +136,10 @@ static double bench_one(uint32_t type, int level, size_t bytes, int reps, rl_rng
     kern_cfg_set_level(TK(), level);
     kern_quantize_act(TK(), type, x, n_cols, act);
     const double best = matvec_best(type, W, n_rows, n_cols, act, out, reps);
-    free(W); free(x); free(out); free(act);
+    free(W);
+    free(x);
+    free(out);
+    free(act);
     return (double)rb * (double)n_rows / best / 1e9;
 }
 
@@ -134,7 +151,8 @@ static void bench(void) {
     rl_rng_seed(&r, 99);
     const char *mib_env = getenv("RL_KERN_BENCH_MIB"), *types_env = getenv("RL_KERN_BENCH_TYPES");
     const size_t mib = mib_env && atoi(mib_env) > 0 ? (size_t)atoi(mib_env) : 512;
-    printf("single-thread mat-vec, 2048 cols, GB/s of weight bytes (hot 512 KiB / cold %zu MiB), per CPU-second\n%-8s",
+    printf("single-thread mat-vec, 2048 cols, GB/s of weight bytes (hot 512 KiB / cold %zu MiB), per "
+           "CPU-second\n%-8s",
            mib, "type");
     for (int l = 0; l < KERN_NLEVELS; l++)
         if (kern_level_supported(l)) printf(" %15s", kern_level_name(l));
@@ -162,10 +180,12 @@ static void bench(void) {
 static void bench_mm(void) {
     rl_rng r;
     rl_rng_seed(&r, 77);
-    if (TK()->level == KERN_AVX512 && getenv("RL_KERN_MM")) kern_cfg_set_mm512(TK(), !strcmp(getenv("RL_KERN_MM"), "512"));
+    if (TK()->level == KERN_AVX512 && getenv("RL_KERN_MM"))
+        kern_cfg_set_mm512(TK(), !strcmp(getenv("RL_KERN_MM"), "512"));
     printf("batched kernel (level %s%s), 256 x 2048 weights in 16-row blocks: speedup over T mat-vecs, "
-           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s %22s\n", kern_level_name(TK()->level),
-           TK()->mm512 ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8", "T=64", "T=512");
+           "G multiply-adds per CPU-second\n%-8s %22s %22s %22s %22s %22s\n",
+           kern_level_name(TK()->level), TK()->mm512 ? ", 512-bit core" : "", "type", "T=2", "T=4", "T=8",
+           "T=64", "T=512");
     const char *types_env = getenv("RL_KERN_BENCH_TYPES"); /* as in bench() */
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!kern_has_matmul(TK()->level, types[k])) continue;
@@ -190,9 +210,11 @@ int main(void) {
     const int initial = TK()->level;
     printf("test_kern: CPU best level %s\n", kern_level_name(initial));
     CHECK(kern_level_supported(KERN_SCALAR), "scalar always supported");
-    CHECK(kern_act_type(QT_IQ2_XXS) == QT_Q8_K && kern_act_type(QT_Q8_0) == QT_Q8_0 && kern_act_type(QT_F16) == QT_F16,
+    CHECK(kern_act_type(QT_IQ2_XXS) == QT_Q8_K && kern_act_type(QT_Q8_0) == QT_Q8_0 &&
+              kern_act_type(QT_F16) == QT_F16,
           "act types");
-    CHECK(kern_act_type(QT_Q8_K) == -1 && kern_act_type(5) == -1, "no kernel for activation-only/unknown types");
+    CHECK(kern_act_type(QT_Q8_K) == -1 && kern_act_type(5) == -1,
+          "no kernel for activation-only/unknown types");
     CHECK(kern_act_size(QT_IQ1_M, 2048) == 8 * 292, "act size");
     rl_rng r;
     rl_rng_seed(&r, 4242);
@@ -202,25 +224,27 @@ int main(void) {
             CHECK(kern_cfg_set_level(TK(), level) == -1, "setting an unsupported level fails");
             continue;
         }
-        CHECK(kern_cfg_set_level(TK(), level) == 0 && TK()->level == level, "set level %s", kern_level_name(level));
+        CHECK(kern_cfg_set_level(TK(), level) == 0 && TK()->level == level, "set level %s",
+              kern_level_name(level));
         int n_simd = 0, n_mm = 0;
         for (size_t k = 0; k < N_TYPES; k++) {
             n_simd += kern_has_simd(level, types[k]);
             n_mm += kern_has_matmul(level, types[k]);
         }
-        printf("  level %s: %d of %zu types have SIMD kernels, %d batched kernels\n", kern_level_name(level), n_simd,
-               N_TYPES, n_mm);
+        printf("  level %s: %d of %zu types have SIMD kernels, %d batched kernels\n", kern_level_name(level),
+               n_simd, N_TYPES, n_mm);
         test_quantize(level, &r);
         for (size_t k = 0; k < N_TYPES; k++) {
             const quant_traits *t = quant_get(types[k]);
             const int64_t b = t->blck == 1 ? 1 : t->blck;
-            const int64_t widths[] = { b == 1 ? 37 : b, 2048, b == 1 ? 4096 + 13 : 4096 + 3 * b };
-            const int64_t rows[] = { 1, 37, 3 };
+            const int64_t widths[] = {b == 1 ? 37 : b, 2048, b == 1 ? 4096 + 13 : 4096 + 3 * b};
+            const int64_t rows[] = {1, 37, 3};
             for (int i = 0; i < 3; i++) test_matvec(level, types[k], rows[i], widths[i], &r);
             test_matvec(level, types[k], 0, widths[1], &r); /* zero rows: writes nothing */
             /* the 4-row mat-vecs: whole groups, each remainder (nr % 4 = 1..3 rows of the one-row
              * dot after them) and 1..7 blocks a row */
-            for (int64_t nr = 4; nr <= 11; nr++) test_matvec(level, types[k], nr, b == 1 ? 29 + 8 * nr : (nr - 3) * b, &r);
+            for (int64_t nr = 4; nr <= 11; nr++)
+                test_matvec(level, types[k], nr, b == 1 ? 29 + 8 * nr : (nr - 3) * b, &r);
             /* the AVX-512 level has three batched cores: 256-bit, 512-bit (kern_cfg.mm512) and AMX tiles
              * (kern_cfg_set_amx; here with the tile operations emulated, so every AVX-512 CPU checks the
              * digits, layouts and epilogue; tests/c/test_kern_amx.c runs the tiles where the CPU has
@@ -233,7 +257,8 @@ int main(void) {
                      * tile) take them too */
                     CHECK(kern_cfg_set_amx_rows(TK(), w == 2 ? 1 : 0) == 0, "amx rows");
                 }
-                for (int T = 1; T <= 12; T++) test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
+                for (int T = 1; T <= 12; T++)
+                    test_matmul(level, types[k], T % 2 ? 13 : 6, widths[T % 3], T, &r);
                 test_matmul(level, types[k], 37, widths[1], 17, &r);
                 test_matmul(level, types[k], 19, widths[2], 23, &r); /* odd rows per group, 3 tiles */
                 test_matmul(level, types[k], 0, widths[1], 4, &r);
@@ -244,7 +269,9 @@ int main(void) {
                     test_matmul(level, types[k], 3, widths[0], 1030, &r); /* a second pass of 6 rows */
                 }
             }
-            if (level == KERN_AVX512) kern_cfg_set_mm512(TK(), false), kern_cfg_set_amx(TK(), KERN_AMX_OFF), kern_cfg_set_amx_rows(TK(), 0);
+            if (level == KERN_AVX512)
+                kern_cfg_set_mm512(TK(), false), kern_cfg_set_amx(TK(), KERN_AMX_OFF),
+                    kern_cfg_set_amx_rows(TK(), 0);
         }
     }
     /* the IQ2_XXS / IQ2_XS mat-vecs of the AVX-512 level: the AVX2 ones (AMD's default) and the
@@ -256,7 +283,8 @@ int main(void) {
             o.iq2_mv = mv;
             CHECK(kern_cfg_init(TK(), &o) == 0 && TK()->level == KERN_AVX512, "iq2_mv %d", mv);
             for (int k = 0; k < 2; k++)
-                for (int64_t nr = 1; nr <= 9; nr += 4) test_matvec(KERN_AVX512, k ? QT_IQ2_XS : QT_IQ2_XXS, nr, 2048, &r);
+                for (int64_t nr = 1; nr <= 9; nr += 4)
+                    test_matvec(KERN_AVX512, k ? QT_IQ2_XS : QT_IQ2_XXS, nr, 2048, &r);
         }
         kern_opts o = kern_opts_default();
         o.iq2_mv = 384;
@@ -265,11 +293,16 @@ int main(void) {
     }
     if (!kern_level_supported(KERN_AVX512)) {
         CHECK(kern_cfg_set_mm512(TK(), true) == -1 && !TK()->mm512, "no 512-bit core without AVX-512");
-        CHECK(kern_cfg_set_amx(TK(), KERN_AMX_EMUL) == -1 && TK()->amx == KERN_AMX_OFF, "no emulated AMX without AVX-512");
-    CHECK(kern_cfg_set_amx_rows(TK(), -1) == -1, "a negative AMX row threshold is refused");
+        CHECK(kern_cfg_set_amx(TK(), KERN_AMX_EMUL) == -1 && TK()->amx == KERN_AMX_OFF,
+              "no emulated AMX without AVX-512");
+        CHECK(kern_cfg_set_amx_rows(TK(), -1) == -1, "a negative AMX row threshold is refused");
     }
-    if (!kern_amx_supported()) CHECK(kern_cfg_set_amx(TK(), KERN_AMX_ON) == -1 && TK()->amx != KERN_AMX_ON, "no AMX tiles without AMX");
-    printf("  AMX tiles %s\n", kern_amx_supported() ? "usable here (tests/c/test_kern_amx.c checks them)" : "not usable on this CPU: only the emulated kernel was checked");
+    if (!kern_amx_supported())
+        CHECK(kern_cfg_set_amx(TK(), KERN_AMX_ON) == -1 && TK()->amx != KERN_AMX_ON,
+              "no AMX tiles without AMX");
+    printf("  AMX tiles %s\n", kern_amx_supported()
+                                   ? "usable here (tests/c/test_kern_amx.c checks them)"
+                                   : "not usable on this CPU: only the emulated kernel was checked");
     kern_cfg_set_level(TK(), initial);
     const char *bench_env = getenv("RL_KERN_BENCH");
     if (bench_env && *bench_env == '1') bench();

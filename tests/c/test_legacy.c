@@ -73,7 +73,8 @@ static int write_legacy(const char *in, const char *out) {
         }
         bad |= gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) < 0; /* index or -1 */
     }
-    int rc = bad ? rl_seterr("%s: building the legacy copy failed (%s)", in, rl_lasterr()) : gguf_writer_write(w, out);
+    int rc = bad ? rl_seterr("%s: building the legacy copy failed (%s)", in, rl_lasterr())
+                 : gguf_writer_write(w, out);
     gguf_writer_free(w);
     for (int i = 0; i < nb; i++) free(bufs[i]);
     gguf_close(f);

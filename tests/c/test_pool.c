@@ -13,9 +13,9 @@
 
 typedef struct {
     int nth;
-    long job;               /* job number the caller posted */
-    long runs[8];           /* per thread: jobs run */
-    long last[8];           /* per thread: last job number seen */
+    long job;     /* job number the caller posted */
+    long runs[8]; /* per thread: jobs run */
+    long last[8]; /* per thread: last job number seen */
     atomic_int out_of_order;
     atomic_long total;
 } count_job;
@@ -48,9 +48,11 @@ static void test_jobs(int nth) {
             pool_run(p, count_fn, &c);
             if (round == 1 || (round == 2 && i % 97 == 0)) sleep_us(2000);
         }
-    for (int t = 0; t < nth; t++) CHECK(c.runs[t] == n, "nth %d: thread %d ran %ld of %ld jobs", nth, t, c.runs[t], n);
+    for (int t = 0; t < nth; t++)
+        CHECK(c.runs[t] == n, "nth %d: thread %d ran %ld of %ld jobs", nth, t, c.runs[t], n);
     CHECK(atomic_load(&c.total) == n * nth, "nth %d: total %ld", nth, atomic_load(&c.total));
-    CHECK(atomic_load(&c.out_of_order) == 0, "nth %d: %d jobs out of order", nth, atomic_load(&c.out_of_order));
+    CHECK(atomic_load(&c.out_of_order) == 0, "nth %d: %d jobs out of order", nth,
+          atomic_load(&c.out_of_order));
     pool_free(p);
 }
 
@@ -69,7 +71,10 @@ static void test_batch(int nth) {
     for (int k = 0; k < NT; k++) {
         w[k] = malloc(sizeof(float) * NIN * nout[k]);
         for (int i = 0; i < NIN * nout[k]; i++) w[k][i] = (float)rand() / RAND_MAX - 0.5f;
-        m[k] = (ops_mat){.type = QT_F32, .data = (const uint8_t *)w[k], .n_in = NIN, .n_out = nout[k],
+        m[k] = (ops_mat){.type = QT_F32,
+                         .data = (const uint8_t *)w[k],
+                         .n_in = NIN,
+                         .n_out = nout[k],
                          .row_bytes = sizeof(float) * NIN};
         y1[k] = malloc(sizeof(float) * 3 * nout[k]);
         yn[k] = malloc(sizeof(float) * 3 * nout[k]);
@@ -87,8 +92,8 @@ static void test_batch(int nth) {
         ops_matmul_batch(pn, tn, NT, fast);
         for (int k = 0; k < NT; k++)
             for (int i = 0; i < t1[k].T * nout[k]; i++) {
-                CHECK(!isnan(yn[k][i]) && memcmp(&y1[k][i], &yn[k][i], 4) == 0, "fast %d nth %d task %d elem %d", fast,
-                      nth, k, i);
+                CHECK(!isnan(yn[k][i]) && memcmp(&y1[k][i], &yn[k][i], 4) == 0,
+                      "fast %d nth %d task %d elem %d", fast, nth, k, i);
                 y1[k][i] = yn[k][i] = NAN;
             }
     }
@@ -116,12 +121,14 @@ static void test_prof(int nth) {
     pool_run(p, sleep_fn, &sj);
     pool_stat s = pool_prof_last(p);
     const double want = 1e-3 * nth * (nth + 1) / 2; /* sum of the sleeps */
-    CHECK(s.jobs == 1 && s.busy >= want && s.busy < want + 2.0 * nth, "nth %d: busy %.4f s (sleeps %.4f)", nth, s.busy, want);
-    CHECK(s.busy_max >= 1e-3 * nth && s.busy_max <= s.wall && s.wall < 10.0, "nth %d: busy_max %.4f wall %.4f", nth,
-          s.busy_max, s.wall);
+    CHECK(s.jobs == 1 && s.busy >= want && s.busy < want + 2.0 * nth, "nth %d: busy %.4f s (sleeps %.4f)",
+          nth, s.busy, want);
+    CHECK(s.busy_max >= 1e-3 * nth && s.busy_max <= s.wall && s.wall < 10.0,
+          "nth %d: busy_max %.4f wall %.4f", nth, s.busy_max, s.wall);
     for (int i = 0; i < 4; i++) pool_run(p, sleep_fn, &sj);
     pool_stat t = pool_prof_total(p);
-    CHECK(t.jobs == 5 && t.busy >= 5 * want && t.wall >= t.busy_max, "nth %d: totals %ld jobs busy %.4f", nth, t.jobs, t.busy);
+    CHECK(t.jobs == 5 && t.busy >= 5 * want && t.wall >= t.busy_max, "nth %d: totals %ld jobs busy %.4f", nth,
+          t.jobs, t.busy);
     pool_prof(p, 0);
     pool_run(p, sleep_fn, &sj); /* not counted */
     CHECK(pool_prof_total(p).jobs == 5, "nth %d: a job with profiling off counted", nth);
@@ -131,7 +138,8 @@ static void test_prof(int nth) {
     pool_free(p);
 }
 
-/* ops_parallel_for: every index exactly once, inline below the threshold and split into claimed chunks above it */
+/* ops_parallel_for: every index exactly once, inline below the threshold and split into claimed chunks above
+ * it */
 typedef struct {
     atomic_int *hits;
     atomic_int calls;
@@ -156,9 +164,12 @@ static void test_parallel_for(int nth) {
             for (long i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
             const bool split = n >= 2 && (double)n * costs[b] >= 65536.0;
             CHECK(bad == 0, "nth %d n %ld cost %ld: %ld indices not run exactly once", nth, n, costs[b], bad);
-            /* split: the threads claim chunks of ~1/4 of a thread's share, so 2 .. 4 * nth ranges; inline: one */
+            /* split: the threads claim chunks of ~1/4 of a thread's share, so 2 .. 4 * nth ranges; inline:
+             * one */
             const int calls = atomic_load(&c.calls);
-            CHECK(n == 0 ? calls == 0 : split ? calls >= 2 && calls <= 4 * nth : calls == 1,
+            CHECK(n == 0  ? calls == 0
+                  : split ? calls >= 2 && calls <= 4 * nth
+                          : calls == 1,
                   "nth %d n %ld cost %ld: %d calls", nth, n, costs[b], calls);
             free(c.hits);
         }

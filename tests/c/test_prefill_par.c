@@ -63,7 +63,8 @@ static int32_t dtoks[TD];
 static int run_deep(const char *path, int threads, int mode, int nb, const char *kv, float *out, int V) {
     engine *e = engine_open(path, &(engine_params){.n_threads = threads});
     if (!e) return fprintf(stderr, "open: %s\n", rl_lasterr()), -1;
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = TD + 8, .n_batch = mode == 2 ? TD : nb, .kv = kv});
+    engine_ctx *c =
+        engine_ctx_new(e, &(engine_ctx_params){.n_ctx = TD + 8, .n_batch = mode == 2 ? TD : nb, .kv = kv});
     int rc = -1;
     if (!c) {
         fprintf(stderr, "ctx: %s\n", rl_lasterr());
@@ -72,7 +73,8 @@ static int run_deep(const char *path, int threads, int mode, int nb, const char 
     check_poison(out, (size_t)ND * V);
     if (mode == 0) {
         rc = 0;
-        for (int t = 0; t < TD && !rc; t++) rc = engine_step(c, dtoks[t], t >= TD - ND ? out + (size_t)(t - TD + ND) * V : NULL);
+        for (int t = 0; t < TD && !rc; t++)
+            rc = engine_step(c, dtoks[t], t >= TD - ND ? out + (size_t)(t - TD + ND) * V : NULL);
     } else if (mode == 1) {
         rc = engine_prefill(c, dtoks, TD - ND, NULL);
         if (!rc) rc = engine_verify(c, dtoks + TD - ND, ND, out, NULL);
@@ -129,8 +131,11 @@ int main(void) {
         CHECK(k == V, "%s: prefill 3 threads vs 1 thread: %d of %d logits bit-identical", path_name, k, V);
         CHECK(run(path, ref, 3, 40, other, V) == 0, "%s: prefill in chunks of 40", path_name);
         k = n_same(pre, other, V);
-        CHECK(k == V, "%s: prefill in one chunk vs chunks of 40: %d of %d logits bit-identical", path_name, k, V);
-        if (check_fail == fail0) printf("  %s: prefill of %d rows == steps == 1 thread == chunks of 40 (%d logits)\n", path_name, T, V);
+        CHECK(k == V, "%s: prefill in one chunk vs chunks of 40: %d of %d logits bit-identical", path_name, k,
+              V);
+        if (check_fail == fail0)
+            printf("  %s: prefill of %d rows == steps == 1 thread == chunks of 40 (%d logits)\n", path_name,
+                   T, V);
     }
     /* deep rows (fast path): chunk items of decode and verify == whole rows == prefill row tiles */
     for (int i = 0; i < TD; i++) dtoks[i] = (int32_t)(rl_rng_u64(&r) % (uint64_t)V);
@@ -139,24 +144,31 @@ int main(void) {
     for (int ik = 0; ik < 2; ik++) {
         const int fail0 = check_fail;
         CHECK(run_deep(path, 3, 0, 16, kvs[ik], d0, V) == 0, "deep %s: steps, 3 threads", kvs[ik]);
-        static const struct { int threads, mode, nb; const char *what; } runs[] = {
-            {1, 0, 16, "steps, 1 thread"}, {3, 0, 1, "steps, no spare scratch"},
-            {3, 1, 64, "prefill in chunks of 64 + verify"}, {2, 1, 512, "prefill + verify, 2 threads"},
+        static const struct {
+            int threads, mode, nb;
+            const char *what;
+        } runs[] = {
+            {1, 0, 16, "steps, 1 thread"},
+            {3, 0, 1, "steps, no spare scratch"},
+            {3, 1, 64, "prefill in chunks of 64 + verify"},
+            {2, 1, 512, "prefill + verify, 2 threads"},
         };
         for (int k = 0; k < 4; k++) {
-            CHECK(run_deep(path, runs[k].threads, runs[k].mode, runs[k].nb, kvs[ik], d1, V) == 0, "deep %s: %s",
-                  kvs[ik], runs[k].what);
+            CHECK(run_deep(path, runs[k].threads, runs[k].mode, runs[k].nb, kvs[ik], d1, V) == 0,
+                  "deep %s: %s", kvs[ik], runs[k].what);
             const int same = n_same(d0, d1, ND * V);
-            CHECK(same == ND * V, "deep %s: %s vs steps with chunk items: %d of %d logits bit-identical", kvs[ik],
-                  runs[k].what, same, ND * V);
+            CHECK(same == ND * V, "deep %s: %s vs steps with chunk items: %d of %d logits bit-identical",
+                  kvs[ik], runs[k].what, same, ND * V);
         }
         CHECK(run_deep(path, 3, 2, 0, kvs[ik], d1, V) == 0, "deep %s: one prefill", kvs[ik]);
         const int same = n_same(d0 + (size_t)(ND - 1) * V, d1 + (size_t)(ND - 1) * V, V);
-        CHECK(same == V, "deep %s: one prefill of %d rows vs steps: %d of %d last logits bit-identical", kvs[ik], TD,
-              same, V);
+        CHECK(same == V, "deep %s: one prefill of %d rows vs steps: %d of %d last logits bit-identical",
+              kvs[ik], TD, same, V);
         if (check_fail == fail0)
-            printf("  deep rows, KV %s: %d positions (3 chunks): steps with chunk items == 1 thread == whole rows == "
-                   "verify == prefill\n", kvs[ik], TD);
+            printf("  deep rows, KV %s: %d positions (3 chunks): steps with chunk items == 1 thread == whole "
+                   "rows == "
+                   "verify == prefill\n",
+                   kvs[ik], TD);
     }
     free(d0);
     free(d1);

@@ -18,9 +18,9 @@
 #include "quant_rand.h"
 
 static const uint32_t weight_types[] = {
-    QT_F32,  QT_F16,    QT_BF16,    QT_Q4_0,   QT_Q4_1,    QT_Q5_0,   QT_Q5_1,  QT_Q8_0,
-    QT_Q2_K, QT_Q3_K,   QT_Q4_K,    QT_Q5_K,   QT_Q6_K,    QT_IQ4_NL, QT_IQ4_XS, QT_IQ3_XXS,
-    QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S,   QT_IQ1_M,  QT_MXFP4,
+    QT_F32,   QT_F16,     QT_BF16,   QT_Q4_0,  QT_Q4_1,  QT_Q5_0,   QT_Q5_1,   QT_Q8_0,
+    QT_Q2_K,  QT_Q3_K,    QT_Q4_K,   QT_Q5_K,  QT_Q6_K,  QT_IQ4_NL, QT_IQ4_XS, QT_IQ3_XXS,
+    QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S, QT_IQ1_M,  QT_MXFP4,
 };
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
 
@@ -46,7 +46,8 @@ static double act_err_bound(uint32_t atype, const float *x, int64_t i, int blck_
     for (int64_t j = b0; j < b0 + blck_a; j++) amax = fmax(amax, fabs(x[j]));
     switch (atype) {
     case QT_Q8_K: return amax / 254.0 * 1.0001;
-    case QT_Q8_0: case QT_Q8_1: return amax / 127.0 * 0.5625;
+    case QT_Q8_0:
+    case QT_Q8_1: return amax / 127.0 * 0.5625;
     case QT_F16: return fabs(x[i]) * 0x1p-11 + 0x1p-25;
     case QT_BF16: return fabs(x[i]) * 0x1p-8;
     default: return 0;
@@ -102,7 +103,11 @@ static void test_vec_dot(uint32_t type, int64_t n, rl_rng *r) {
      * ~sqrt(n) smaller than this worst case; (1) is the tight check of the arithmetic. */
     CHECK(fabs(got - ref) <= bound + 1e-5 * mag + slack + 1e-30,
           "%s n=%lld: vec_dot %.9g vs oracle %.9g (bound %.3g)", t->name, (long long)n, got, ref, bound);
-    free(w); free(a); free(x); free(wf); free(xq);
+    free(w);
+    free(a);
+    free(x);
+    free(wf);
+    free(xq);
 }
 
 static void test_roundtrip(uint32_t atype, int64_t n, rl_rng *r) {
@@ -144,34 +149,44 @@ static void test_roundtrip(uint32_t atype, int64_t n, rl_rng *r) {
         }
         CHECK(s_ok, "Q8_1 s field");
     }
-    free(a); free(x); free(y);
+    free(a);
+    free(x);
+    free(y);
 }
 
 static void test_table(void) {
     /* sizes as the GGUF spec (D.1) */
-    static const struct { uint32_t t; int blck; size_t size; } want[] = {
-        { QT_F32, 1, 4 },       { QT_F16, 1, 2 },        { QT_BF16, 1, 2 },      { QT_Q4_0, 32, 18 },
-        { QT_Q4_1, 32, 20 },    { QT_Q5_0, 32, 22 },     { QT_Q5_1, 32, 24 },    { QT_Q8_0, 32, 34 },
-        { QT_Q8_1, 32, 36 },    { QT_Q2_K, 256, 84 },    { QT_Q3_K, 256, 110 },  { QT_Q4_K, 256, 144 },
-        { QT_Q5_K, 256, 176 },  { QT_Q6_K, 256, 210 },   { QT_Q8_K, 256, 292 },  { QT_IQ4_NL, 32, 18 },
-        { QT_IQ4_XS, 256, 136 }, { QT_IQ3_XXS, 256, 98 }, { QT_IQ3_S, 256, 110 }, { QT_IQ2_XXS, 256, 66 },
-        { QT_IQ2_XS, 256, 74 }, { QT_IQ2_S, 256, 82 },   { QT_IQ1_S, 256, 50 },  { QT_IQ1_M, 256, 56 },
-        { QT_MXFP4, 32, 17 },
+    static const struct {
+        uint32_t t;
+        int blck;
+        size_t size;
+    } want[] = {
+        {QT_F32, 1, 4},        {QT_F16, 1, 2},        {QT_BF16, 1, 2},      {QT_Q4_0, 32, 18},
+        {QT_Q4_1, 32, 20},     {QT_Q5_0, 32, 22},     {QT_Q5_1, 32, 24},    {QT_Q8_0, 32, 34},
+        {QT_Q8_1, 32, 36},     {QT_Q2_K, 256, 84},    {QT_Q3_K, 256, 110},  {QT_Q4_K, 256, 144},
+        {QT_Q5_K, 256, 176},   {QT_Q6_K, 256, 210},   {QT_Q8_K, 256, 292},  {QT_IQ4_NL, 32, 18},
+        {QT_IQ4_XS, 256, 136}, {QT_IQ3_XXS, 256, 98}, {QT_IQ3_S, 256, 110}, {QT_IQ2_XXS, 256, 66},
+        {QT_IQ2_XS, 256, 74},  {QT_IQ2_S, 256, 82},   {QT_IQ1_S, 256, 50},  {QT_IQ1_M, 256, 56},
+        {QT_MXFP4, 32, 17},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const quant_traits *t = quant_get(want[i].t);
-        CHECK(t && t->blck == want[i].blck && t->type_size == want[i].size && t->to_float,
-              "type %u traits", want[i].t);
+        CHECK(t && t->blck == want[i].blck && t->type_size == want[i].size && t->to_float, "type %u traits",
+              want[i].t);
     }
     /* vec_dot_type mapping as ggml's CPU backend */
     CHECK(quant_get(QT_Q4_K)->vec_dot_type == QT_Q8_K && quant_get(QT_IQ1_M)->vec_dot_type == QT_Q8_K &&
-          quant_get(QT_IQ4_XS)->vec_dot_type == QT_Q8_K, "K/IQ -> Q8_K");
+              quant_get(QT_IQ4_XS)->vec_dot_type == QT_Q8_K,
+          "K/IQ -> Q8_K");
     CHECK(quant_get(QT_Q8_0)->vec_dot_type == QT_Q8_0 && quant_get(QT_IQ4_NL)->vec_dot_type == QT_Q8_0 &&
-          quant_get(QT_Q5_0)->vec_dot_type == QT_Q8_0 && quant_get(QT_MXFP4)->vec_dot_type == QT_Q8_0, "-> Q8_0");
-    CHECK(quant_get(QT_Q4_1)->vec_dot_type == QT_Q8_1 && quant_get(QT_Q5_1)->vec_dot_type == QT_Q8_1, "-> Q8_1");
+              quant_get(QT_Q5_0)->vec_dot_type == QT_Q8_0 && quant_get(QT_MXFP4)->vec_dot_type == QT_Q8_0,
+          "-> Q8_0");
+    CHECK(quant_get(QT_Q4_1)->vec_dot_type == QT_Q8_1 && quant_get(QT_Q5_1)->vec_dot_type == QT_Q8_1,
+          "-> Q8_1");
     CHECK(quant_get(QT_BF16)->vec_dot_type == QT_BF16 && quant_get(QT_F16)->vec_dot_type == QT_F16, "float");
     /* unknown / unsupported ids */
-    const uint32_t unknown[] = { 4, 5, QT_I8, QT_I16, QT_I32, QT_I64, QT_F64, 31, 40, 63, 64, 1000, 0xffffffffu };
+    const uint32_t unknown[] = {4,  5,  QT_I8, QT_I16, QT_I32, QT_I64,     QT_F64,
+                                31, 40, 63,    64,     1000,   0xffffffffu};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         CHECK(quant_get(unknown[i]) == NULL, "quant_get(%u) should be NULL", unknown[i]);
         CHECK(strcmp(quant_name(unknown[i]), "?") == 0, "quant_name(%u)", unknown[i]);
@@ -193,11 +208,11 @@ int main(void) {
     test_table();
     for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
         const quant_traits *t = quant_get(weight_types[k]);
-        const int64_t ns[] = { t->blck == 1 ? 33 : t->blck, 2048, 4096 + 3 * (t->blck == 256 ? 256 : 32) };
+        const int64_t ns[] = {t->blck == 1 ? 33 : t->blck, 2048, 4096 + 3 * (t->blck == 256 ? 256 : 32)};
         for (int rep = 0; rep < 8; rep++)
             for (size_t i = 0; i < 3; i++) test_vec_dot(weight_types[k], ns[i], &r);
     }
-    const uint32_t act[] = { QT_Q8_K, QT_Q8_0, QT_Q8_1, QT_F16, QT_BF16, QT_F32 };
+    const uint32_t act[] = {QT_Q8_K, QT_Q8_0, QT_Q8_1, QT_F16, QT_BF16, QT_F32};
     for (size_t k = 0; k < 6; k++)
         for (int rep = 0; rep < 4; rep++) test_roundtrip(act[k], 2048, &r);
     return check_done("test_quant");

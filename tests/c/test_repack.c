@@ -31,7 +31,7 @@
 #include "gguf/quant_repack.h"
 #include "gguf/quant_tables.h"
 
-static const uint32_t srcs[] = { QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M };
+static const uint32_t srcs[] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M};
 
 static uint32_t fbits(float f) {
     uint32_t u;
@@ -108,7 +108,8 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
     CHECK(dbad == 0, "%s: %d scalar %s dots differ from the original", quant_name(src), dbad, quant_name(lf));
 
     /* kernels at every supported level */
-    float *out = malloc(sizeof(float) * (size_t)(n_rows * T + 1)), *mm = malloc(sizeof(float) * (size_t)((n_rows + 3) * T + 1));
+    float *out = malloc(sizeof(float) * (size_t)(n_rows * T + 1)),
+          *mm = malloc(sizeof(float) * (size_t)((n_rows + 3) * T + 1));
     for (int level = 0; level < KERN_NLEVELS; level++) {
         if (!kern_level_supported(level)) continue;
         kern_cfg_set_level(TK(), level);
@@ -116,7 +117,8 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
         for (int t = 0; t < T; t++) {
             check_poison(out, (size_t)n_rows);
             kern_matvec(TK(), lf, L, n_rows, n, act + (size_t)t * ab, out);
-            for (int64_t row = 0; row < n_rows; row++) mbad += fbits(out[row]) != fbits(ref[t * n_rows + row]);
+            for (int64_t row = 0; row < n_rows; row++)
+                mbad += fbits(out[row]) != fbits(ref[t * n_rows + row]);
         }
         CHECK(mbad == 0, "%s level %s rows %lld nb %lld: %d mat-vec values differ from the original vec_dot",
               quant_name(src), kern_level_name(level), (long long)n_rows, (long long)nb, mbad);
@@ -124,29 +126,44 @@ static void test_rows(uint32_t src, int64_t n_rows, int64_t nb, rl_rng *r) {
         /* the AVX-512 level's batched cores: 256-bit, then the AMX tiles emulated and, where the CPU
          * has them, real, from one activation row on (small batches padded to one tile, 17 rows an
          * overlapped last tile) */
-        static const char *const amx_name[] = { "off", "on", "emulated" };
+        static const char *const amx_name[] = {"off", "on", "emulated"};
         const int amx0 = TK()->amx;
         for (int amx = KERN_AMX_OFF; amx <= KERN_AMX_EMUL; amx++) {
-            if (amx != KERN_AMX_OFF && (level != KERN_AVX512 || (amx == KERN_AMX_ON && !kern_amx_supported()))) continue;
+            if (amx != KERN_AMX_OFF &&
+                (level != KERN_AVX512 || (amx == KERN_AMX_ON && !kern_amx_supported())))
+                continue;
             if (level == KERN_AVX512) {
-                CHECK(kern_cfg_set_amx(TK(), amx) == 0 && kern_cfg_set_amx_rows(TK(), amx == KERN_AMX_OFF ? 0 : 1) == 0, "amx %s", amx_name[amx]);
+                CHECK(kern_cfg_set_amx(TK(), amx) == 0 &&
+                          kern_cfg_set_amx_rows(TK(), amx == KERN_AMX_OFF ? 0 : 1) == 0,
+                      "amx %s", amx_name[amx]);
             }
             for (int TT = 1; TT <= T; TT += TT == 12 ? 5 : 1) {
                 check_poison(mm, (size_t)(ldo * TT));
                 kern_matmul(TK(), lf, L, n_rows, n, act, TT, mm, ldo);
                 int bbad = 0, pad = 0;
                 for (int t = 0; t < TT; t++) {
-                    for (int64_t row = 0; row < n_rows; row++) bbad += fbits(mm[t * ldo + row]) != fbits(ref[t * n_rows + row]);
+                    for (int64_t row = 0; row < n_rows; row++)
+                        bbad += fbits(mm[t * ldo + row]) != fbits(ref[t * n_rows + row]);
                     if (t + 1 < TT)
                         for (int64_t row = n_rows; row < ldo; row++) pad += !isnan(mm[t * ldo + row]);
                 }
-                CHECK(bbad == 0 && pad == 0, "%s level %s amx %s T %d rows %lld: %d batched values differ, %d padding written",
-                      quant_name(src), kern_level_name(level), amx_name[amx], TT, (long long)n_rows, bbad, pad);
+                CHECK(bbad == 0 && pad == 0,
+                      "%s level %s amx %s T %d rows %lld: %d batched values differ, %d padding written",
+                      quant_name(src), kern_level_name(level), amx_name[amx], TT, (long long)n_rows, bbad,
+                      pad);
             }
         }
         if (level == KERN_AVX512) kern_cfg_set_amx(TK(), amx0), kern_cfg_set_amx_rows(TK(), 0);
     }
-    free(W); free(L); free(f0); free(f1); free(act); free(x); free(ref); free(out); free(mm);
+    free(W);
+    free(L);
+    free(f0);
+    free(f1);
+    free(act);
+    free(x);
+    free(ref);
+    free(out);
+    free(mm);
 }
 
 /* Hand-built extreme IQ2_LF blocks against the scalar reference and an int64 oracle. */
@@ -159,7 +176,8 @@ static void test_extremes(uint32_t lf, rl_rng *r) {
     for (int k = 0; k < NB * ROWS; k++) {
         L[k].d = rl_fp32_to_fp16(0.0625f);
         memset(L[k].scales, 0xff, 8);
-        for (int j = 0; j < 128; j++) L[k].qs[j] = (k % 3 == 0) ? hi : (k % 3 == 1) ? lo : (uint8_t)rl_rng_u64(r) & 0x77;
+        for (int j = 0; j < 128; j++)
+            L[k].qs[j] = (k % 3 == 0) ? hi : (k % 3 == 1) ? lo : (uint8_t)rl_rng_u64(r) & 0x77;
     }
     const size_t ab = quant_row_size(QT_Q8_K, n);
     uint8_t *act = malloc(ab);
@@ -188,9 +206,12 @@ static void test_extremes(uint32_t lf, rl_rng *r) {
         kern_matvec(TK(), lf, L, ROWS, n, act, out);
         int bad = 0;
         for (int row = 0; row < ROWS; row++) bad += fbits(out[row]) != fbits(ref[row]);
-        CHECK(bad == 0, "extreme blocks %s level %s: %d rows differ", quant_name(lf), kern_level_name(level), bad);
+        CHECK(bad == 0, "extreme blocks %s level %s: %d rows differ", quant_name(lf), kern_level_name(level),
+              bad);
     }
-    free(L); free(act); free(x);
+    free(L);
+    free(act);
+    free(x);
 }
 
 /* ---- RL_KERN_BENCH=1 --------------------------------------------------------------------------- */
@@ -201,13 +222,12 @@ static double bench_one(uint32_t src, bool repacked, size_t bytes, int reps, int
     const int64_t n_cols = 2048;
     const uint32_t type = repacked ? (uint32_t)quant_repack_type(src) : src;
     const size_t rbs = quant_row_size(src, n_cols), rb = quant_row_size(type, n_cols);
-    const int64_t n_rows = (int64_t)(bytes / rb), fill = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
+    const int64_t n_rows = (int64_t)(bytes / rb),
+                  fill = n_rows < (4 << 20) / (int64_t)rb ? n_rows : (4 << 20) / (int64_t)rb;
     uint8_t *S = malloc(rbs * (size_t)fill), *W = rl_aligned_alloc(rb * (size_t)n_rows, "bench W");
     fill_random_blocks(src, S, (int64_t)(n_cols / QK_K) * fill, r);
-    if (repacked)
-        quant_repack_rows(src, S, W, fill, n_cols);
-    else
-        memcpy(W, S, rbs * (size_t)fill);
+    if (repacked) quant_repack_rows(src, S, W, fill, n_cols);
+    else memcpy(W, S, rbs * (size_t)fill);
     repeat_rows(W, rb, fill, n_rows);
     float *x = malloc(sizeof(float) * n_cols), *out = malloc(sizeof(float) * (size_t)n_rows);
     void *act = rl_aligned_alloc(kern_act_size(type, n_cols), "bench act");
@@ -215,7 +235,11 @@ static double bench_one(uint32_t src, bool repacked, size_t bytes, int reps, int
     kern_quantize_act(TK(), type, x, n_cols, act);
     const double best = matvec_best(type, W, n_rows, n_cols, act, out, reps);
     *n_weights = n_rows * n_cols;
-    free(S); free(W); free(x); free(out); free(act);
+    free(S);
+    free(W);
+    free(x);
+    free(out);
+    free(act);
     return best;
 }
 
@@ -224,9 +248,11 @@ static void bench(void) {
     rl_rng_seed(&r, 99);
     const char *mib_env = getenv("RL_KERN_BENCH_MIB");
     const size_t mib = mib_env && atoi(mib_env) > 0 ? (size_t)atoi(mib_env) : 512;
-    printf("single-thread mat-vec (level %s), 2048 cols, hot 512 KiB / cold %zu MiB of weight bytes, per CPU-second\n"
-           "%-9s %-8s %17s %17s %17s %17s\n", kern_level_name(TK()->level), mib, "source", "layout", "hot GB/s",
-           "hot Gweights/s", "cold GB/s", "cold Gweights/s");
+    printf("single-thread mat-vec (level %s), 2048 cols, hot 512 KiB / cold %zu MiB of weight bytes, per "
+           "CPU-second\n"
+           "%-9s %-8s %17s %17s %17s %17s\n",
+           kern_level_name(TK()->level), mib, "source", "layout", "hot GB/s", "hot Gweights/s", "cold GB/s",
+           "cold Gweights/s");
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int rp = 0; rp < 2; rp++) {
             int64_t nw;
@@ -234,14 +260,16 @@ static void bench(void) {
             const double rb = (double)quant_row_size(type, 2048) / 2048;
             const double hot = bench_one(srcs[k], rp, 512u << 10, 50, &nw, &r), hw = (double)nw / hot / 1e9;
             const double cold = bench_one(srcs[k], rp, mib << 20, 3, &nw, &r), cw = (double)nw / cold / 1e9;
-            printf("%-9s %-8s %17.2f %17.2f %17.2f %17.2f\n", quant_name(srcs[k]), quant_name(type), hw * rb, hw, cw * rb, cw);
+            printf("%-9s %-8s %17.2f %17.2f %17.2f %17.2f\n", quant_name(srcs[k]), quant_name(type), hw * rb,
+                   hw, cw * rb, cw);
             fflush(stdout);
         }
     /* the repack itself (load time of --iq-repack): MB of source per CPU-second, 64 MiB of rows */
     printf("repack (quant_repack_rows), 64 MiB of source rows, MB of source per CPU-second:");
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++) {
         const int64_t nc = 2048;
-        const size_t rbs = quant_row_size(srcs[k], nc), rbl = quant_row_size((uint32_t)quant_repack_type(srcs[k]), nc);
+        const size_t rbs = quant_row_size(srcs[k], nc),
+                     rbl = quant_row_size((uint32_t)quant_repack_type(srcs[k]), nc);
         const int64_t nr = (int64_t)((64u << 20) / rbs);
         uint8_t *S = malloc(rbs * (size_t)nr), *D = malloc(rbl * (size_t)nr);
         fill_random_blocks(srcs[k], S, nr * nc / QK_K, &r);
@@ -254,18 +282,22 @@ static void bench(void) {
             best = dt < best ? dt : best;
         }
         printf(" %s %.0f", quant_name(srcs[k]), (double)rbs * (double)nr / best / 1e6);
-        free(S); free(D);
+        free(S);
+        free(D);
     }
     printf("\n");
     /* batched: 256 x 2048 weights, T activation rows, G multiply-adds per CPU-second */
-    printf("batched kernel, 256 x 2048 weights in 16-row blocks, G multiply-adds per CPU-second\n%-9s %-8s %10s %10s %10s\n",
+    printf("batched kernel, 256 x 2048 weights in 16-row blocks, G multiply-adds per CPU-second\n%-9s %-8s "
+           "%10s %10s %10s\n",
            "source", "layout", "T=2", "T=8", "T=64");
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int rp = 0; rp < 2; rp++) {
             const uint32_t type = rp ? (uint32_t)quant_repack_type(srcs[k]) : srcs[k];
             const int64_t nc = 2048, nr = 256;
-            const size_t rbs = quant_row_size(srcs[k], nc), rb = quant_row_size(type, nc), ab = kern_act_size(type, nc);
-            uint8_t *S = malloc(rbs * nr), *W = rl_aligned_alloc(rb * nr, "W"), *act = rl_aligned_alloc(ab * 64, "act");
+            const size_t rbs = quant_row_size(srcs[k], nc), rb = quant_row_size(type, nc),
+                         ab = kern_act_size(type, nc);
+            uint8_t *S = malloc(rbs * nr), *W = rl_aligned_alloc(rb * nr, "W"),
+                    *act = rl_aligned_alloc(ab * 64, "act");
             float *x = malloc(sizeof(float) * nc), *out = malloc(sizeof(float) * nr * 64);
             fill_random_blocks(srcs[k], S, nr * nc / QK_K, &r);
             if (rp) quant_repack_rows(srcs[k], S, W, nr, nc);
@@ -279,14 +311,19 @@ static void bench(void) {
                 double best = 1e30;
                 for (int it = 0; it < (T == 64 ? 5 : 20); it++) {
                     const double t0 = cpu_now();
-                    for (int64_t r0 = 0; r0 < nr; r0 += 16) kern_matmul(TK(), type, W + (size_t)r0 * rb, 16, nc, act, T, out + r0, nr);
+                    for (int64_t r0 = 0; r0 < nr; r0 += 16)
+                        kern_matmul(TK(), type, W + (size_t)r0 * rb, 16, nc, act, T, out + r0, nr);
                     const double dt = cpu_now() - t0;
                     best = dt < best ? dt : best;
                 }
                 printf(" %10.1f", (double)nr * nc * T / best / 1e9);
             }
             printf("\n");
-            free(S); free(W); free(act); free(x); free(out);
+            free(S);
+            free(W);
+            free(act);
+            free(x);
+            free(out);
         }
 }
 
@@ -299,9 +336,10 @@ int main(void) {
     CHECK(quant_is_internal(QT_IQ2_LF) && !quant_is_internal(QT_IQ1_M) && quant_get(QT_IQ2_LF) &&
               quant_get(QT_IQ2_LF)->vec_dot_type == QT_Q8_K && kern_act_type(QT_IQ2_LF) == QT_Q8_K,
           "IQ2_LF is an internal type with a Q8_K vec_dot");
-    CHECK(quant_is_internal(QT_IQ1_LF) && quant_get(QT_IQ1_LF) && kern_act_type(QT_IQ1_LF) == QT_Q8_K, "IQ1_LF");
+    CHECK(quant_is_internal(QT_IQ1_LF) && quant_get(QT_IQ1_LF) && kern_act_type(QT_IQ1_LF) == QT_Q8_K,
+          "IQ1_LF");
     CHECK(quant_repack_type(QT_Q4_K) == -1 && quant_repack_bytes(QT_Q4_K, 4, 256) == 0, "no repack of Q4_K");
-    const int64_t rows[] = { 1, 3, 6, 13, 37 }, nbs[] = { 1, 2, 8, 19, 8 };
+    const int64_t rows[] = {1, 3, 6, 13, 37}, nbs[] = {1, 2, 8, 19, 8};
     for (size_t k = 0; k < sizeof srcs / sizeof srcs[0]; k++)
         for (int i = 0; i < 5; i++) test_rows(srcs[k], rows[i], nbs[i], &r);
     test_extremes(QT_IQ2_LF, &r);

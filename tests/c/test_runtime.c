@@ -36,7 +36,8 @@ static float *solo(engine *e) {
     float *out = malloc(sizeof(float) * V * NTOK);
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 16});
     CHECK(c != NULL, "context: %s", rl_lasterr());
-    for (int i = 0; c && i < NTOK; i++) CHECK(engine_step(c, toks[i], out + V * i) == 0, "step: %s", rl_lasterr());
+    for (int i = 0; c && i < NTOK; i++)
+        CHECK(engine_step(c, toks[i], out + V * i) == 0, "step: %s", rl_lasterr());
     engine_ctx_free(c);
     return out;
 }
@@ -50,8 +51,8 @@ static void test_two_engines(const char *model) {
         return;
     }
     CHECK(!strcmp(engine_cpu_level(a), "scalar"), "engine a runs %s, asked for scalar", engine_cpu_level(a));
-    CHECK(!strcmp(engine_cpu_level(b), kern_level_name(hi)), "engine b runs %s, asked for %s", engine_cpu_level(b),
-          kern_level_name(hi));
+    CHECK(!strcmp(engine_cpu_level(b), kern_level_name(hi)), "engine b runs %s, asked for %s",
+          engine_cpu_level(b), kern_level_name(hi));
     const size_t V = (size_t)engine_hparams(a)->n_vocab;
     float *sa = solo(a), *sb = solo(b);
     float *la = malloc(sizeof(float) * V * NTOK), *lb = malloc(sizeof(float) * V * NTOK);
@@ -61,9 +62,10 @@ static void test_two_engines(const char *model) {
         CHECK(engine_step(ca, toks[i], la + V * i) == 0, "a step: %s", rl_lasterr());
         CHECK(engine_step(cb, toks[i], lb + V * i) == 0, "b step: %s", rl_lasterr());
     }
-    CHECK(!memcmp(la, sa, sizeof(float) * V * NTOK), "engine a (scalar) beside engine b: logits differ from a alone");
-    CHECK(!memcmp(lb, sb, sizeof(float) * V * NTOK), "engine b (%s) beside engine a: logits differ from b alone",
-          kern_level_name(hi));
+    CHECK(!memcmp(la, sa, sizeof(float) * V * NTOK),
+          "engine a (scalar) beside engine b: logits differ from a alone");
+    CHECK(!memcmp(lb, sb, sizeof(float) * V * NTOK),
+          "engine b (%s) beside engine a: logits differ from b alone", kern_level_name(hi));
     /* the levels round the 8-bit activations' float sums differently (Q8_0 lanes, the vector table):
      * on a CPU with SIMD the two engines' logits differ, so the check above is not vacuous */
     if (hi > KERN_SCALAR)
@@ -125,8 +127,8 @@ static void test_pool_runtimes(void) {
     double worst;
     ops_fast_check_report(rt1, &checked1, &bad1, &worst);
     ops_fast_check_report(rt2, &checked2, &bad2, &worst);
-    CHECK(checked1 == NO && bad1 == 0 && checked2 == 0, "shadow check: rt1 %ld checked (%ld bad), rt2 %ld (want %d, 0, 0)",
-          checked1, bad1, checked2, NO);
+    CHECK(checked1 == NO && bad1 == 0 && checked2 == 0,
+          "shadow check: rt1 %ld checked (%ld bad), rt2 %ld (want %d, 0, 0)", checked1, bad1, checked2, NO);
     for (int k = 0; k < 2; k++) { /* k = 0: a product on rt1's pool alone; 1: one on rt2's too */
         ops_prof_begin(rt2);
         ops_matmul_fast(p, &W, x, 1, y, actq);
@@ -157,7 +159,8 @@ static void test_env(void) {
     CHECK(tuning_from_env(&t) == -1 && strstr(rl_lasterr(), "RL_KERN=avx3"), "bad RL_KERN: %s", rl_lasterr());
     setenv("RL_KERN", "avx2", 1);
     setenv("RL_KERN_AMX_ROWS", "-3", 1);
-    CHECK(tuning_from_env(&t) == -1 && strstr(rl_lasterr(), "RL_KERN_AMX_ROWS=-3"), "bad rows: %s", rl_lasterr());
+    CHECK(tuning_from_env(&t) == -1 && strstr(rl_lasterr(), "RL_KERN_AMX_ROWS=-3"), "bad rows: %s",
+          rl_lasterr());
     setenv("RL_KERN_AMX_ROWS", "64", 1);
     setenv("RL_KERN_MM", "256", 1);
     CHECK(tuning_from_env(&t) == 0 && t.kern.level == KERN_AVX2 && t.kern.amx_rows == 64 && !t.kern.mm512,
@@ -166,12 +169,13 @@ static void test_env(void) {
     unsetenv("RL_KERN_AMX_ROWS");
     unsetenv("RL_KERN_MM");
     setenv("RL_CACHE_DIRECT", "2", 1);
-    CHECK(tuning_from_env(&t) == -1 && strstr(rl_lasterr(), "RL_CACHE_DIRECT=2"), "bad RL_CACHE_DIRECT: %s", rl_lasterr());
+    CHECK(tuning_from_env(&t) == -1 && strstr(rl_lasterr(), "RL_CACHE_DIRECT=2"), "bad RL_CACHE_DIRECT: %s",
+          rl_lasterr());
     setenv("RL_CACHE_DIRECT", "0", 1);
     setenv("RL_CACHE_IO_THREADS", "6", 1);
     setenv("RL_CACHE_FAULT", "eio@3", 1);
-    CHECK(tuning_from_env(&t) == 0 && t.cache.io == EC_IO_BUFFERED && t.cache.io_threads == 6 && t.cache.fault &&
-              !strcmp(t.cache.fault, "eio@3"),
+    CHECK(tuning_from_env(&t) == 0 && t.cache.io == EC_IO_BUFFERED && t.cache.io_threads == 6 &&
+              t.cache.fault && !strcmp(t.cache.fault, "eio@3"),
           "RL_CACHE_DIRECT=0 RL_CACHE_IO_THREADS=6 RL_CACHE_FAULT=eio@3 parsed");
     unsetenv("RL_CACHE_DIRECT");
     unsetenv("RL_CACHE_IO_THREADS");

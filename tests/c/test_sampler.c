@@ -74,7 +74,8 @@ static void test_chain(void) {
         size_t m = sampler_candidates(t, flat, &cc);
         bool ok = m > 1;
         for (size_t j = 1; j < m; j++)
-            if (!(cc[j - 1].logit > cc[j].logit || (cc[j - 1].logit == cc[j].logit && cc[j - 1].id < cc[j].id)))
+            if (!(cc[j - 1].logit > cc[j].logit ||
+                  (cc[j - 1].logit == cc[j].logit && cc[j - 1].id < cc[j].id)))
                 ok = false;
         CHECK(ok && cc[0].id == 0 && cc[1].id == 3, "tie order (n=%zu)", m);
         q.top_k = 300;
@@ -82,7 +83,8 @@ static void test_chain(void) {
         sampler_free(t);
         t = sampler_new(&q, NV);
         m = sampler_candidates(t, flat, &cc);
-        CHECK(m == 300 && cc[0].id == 0 && cc[299].id == 897, "top-k ties by id (n=%zu, last %d)", m, m ? cc[m - 1].id : -1);
+        CHECK(m == 300 && cc[0].id == 0 && cc[299].id == 897, "top-k ties by id (n=%zu, last %d)", m,
+              m ? cc[m - 1].id : -1);
         sampler_free(t);
     }
 

@@ -23,14 +23,17 @@ static int V; /* model vocabulary (logit rows) */
 
 /* Cold oracle: a fresh context, engine_prefill of all tokens, logits of the last. */
 static void cold_logits(const int32_t *t, int n, float *out) {
-    engine_ctx *c = engine_ctx_new(session_model_engine(M), &(engine_ctx_params){.n_ctx = 512, .n_batch = 16});
+    engine_ctx *c =
+        engine_ctx_new(session_model_engine(M), &(engine_ctx_params){.n_ctx = 512, .n_batch = 16});
     CHECK(c != NULL, "ctx: %s", rl_lasterr());
     check_poison(out, (size_t)V);
     CHECK(c && engine_prefill(c, t, n, out) == 0, "cold prefill: %s", rl_lasterr());
     engine_ctx_free(c);
 }
 
-static bool same(const float *a, const float *b) { return a && b && !memcmp(a, b, sizeof(float) * (size_t)V); }
+static bool same(const float *a, const float *b) {
+    return a && b && !memcmp(a, b, sizeof(float) * (size_t)V);
+}
 
 static void seq(int32_t *t, int n, uint64_t seed) {
     rl_rng r;
@@ -46,8 +49,8 @@ static int feed_check(session *s, const int32_t *t, int n, const char *what) {
     memset(&st, 0xff, sizeof st);
     int rc = session_feed(s, t, n, NULL, &st);
     CHECK(rc == 0, "%s: feed: %s", what, rl_lasterr());
-    CHECK(st.n_tokens == n && st.n_reused + st.n_evaluated == n && st.n_evaluated >= 1, "%s: stats %d %d %d", what,
-          st.n_tokens, st.n_reused, st.n_evaluated);
+    CHECK(st.n_tokens == n && st.n_reused + st.n_evaluated == n && st.n_evaluated >= 1, "%s: stats %d %d %d",
+          what, st.n_tokens, st.n_reused, st.n_evaluated);
     int hn = -1;
     const int32_t *h = session_history(s, &hn);
     CHECK(hn == n && !memcmp(h, t, sizeof(int32_t) * (size_t)n), "%s: history", what);
@@ -73,9 +76,10 @@ static void test_prefix_reuse(void) {
     session *s = fresh(8);
     if (!s) return;
     CHECK(session_logits(s) == NULL, "empty sequence has no logits");
-    CHECK(feed_check(s, a, 40, "cold") == 0, "cold feed reuses nothing");          /* ck 32a 40a */
-    CHECK(feed_check(s, a, 80, "extend") == 40, "extend reuses the held 40");       /* ck 72a 80a */
-    CHECK(feed_check(s, b, 60, "diverge") == 40, "diverge restores the checkpoint at 40"); /* 72a 80a dropped */
+    CHECK(feed_check(s, a, 40, "cold") == 0, "cold feed reuses nothing");     /* ck 32a 40a */
+    CHECK(feed_check(s, a, 80, "extend") == 40, "extend reuses the held 40"); /* ck 72a 80a */
+    CHECK(feed_check(s, b, 60, "diverge") == 40,
+          "diverge restores the checkpoint at 40"); /* 72a 80a dropped */
     CHECK(feed_check(s, b, 60, "same again") == 56, "the same prompt restarts before its last chunk");
     /* b's rows 40..60 replaced a's: a's checkpoints at 72 and 80 must be gone (else 80 here,
      * and logits that differ from the cold run) */
@@ -98,11 +102,13 @@ static void test_prefix_reuse(void) {
     session_gen_result r;
     CHECK(session_generate(s, &(session_gen_params){.sp = {.temp = 0}, .n_predict = 30}, &r) == 0, "gen: %s",
           rl_lasterr());
-    CHECK(r.ids.n == 30 && r.reason == SESSION_LENGTH, "gen length %zu %s", r.ids.n, session_reason_name(r.reason));
+    CHECK(r.ids.n == 30 && r.reason == SESSION_LENGTH, "gen length %zu %s", r.ids.n,
+          session_reason_name(r.reason));
     bool differs = r.ids.n && r.ids.ids[0] != a[40];
     session_gen_result_free(&r);
     CHECK(differs, "the generated token differs from a[40] (the next check relies on it)");
-    CHECK(feed_check(s, a, 100, "after gen") == 40, "generated rows invalidate a's checkpoints at 72, 80, 81");
+    CHECK(feed_check(s, a, 100, "after gen") == 40,
+          "generated rows invalidate a's checkpoints at 72, 80, 81");
     session_free(s);
 
     /* LRU: with 2 checkpoints the oldest go */
@@ -122,9 +128,11 @@ static void test_prefix_reuse(void) {
 }
 
 /* The reference loop: what the CLI's gen_decode did (prefill, then sample / eog / step). */
-static void ref_generate(const int32_t *p, int n, const sampler_params *sp, int n_predict, int n_ctx, tok_ids *out) {
+static void ref_generate(const int32_t *p, int n, const sampler_params *sp, int n_predict, int n_ctx,
+                         tok_ids *out) {
     const tokenizer *tok = session_model_tokenizer(M);
-    engine_ctx *c = engine_ctx_new(session_model_engine(M), &(engine_ctx_params){.n_ctx = n_ctx, .n_batch = 64});
+    engine_ctx *c =
+        engine_ctx_new(session_model_engine(M), &(engine_ctx_params){.n_ctx = n_ctx, .n_batch = 64});
     float *logits = malloc(sizeof(float) * (size_t)V);
     int nv = tokenizer_n_vocab(tok) < V ? tokenizer_n_vocab(tok) : V;
     sampler *smp = sampler_new(sp, nv);
@@ -178,12 +186,14 @@ static void test_generate(void) {
         CHECK(s && session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "feed: %s", rl_lasterr());
         sink k = {0};
         session_gen_result r;
-        CHECK(session_generate(s, &(session_gen_params){.sp = *sps[v], .n_predict = 40, .on_text = on_text, .ud = &k},
-                               &r) == 0,
+        CHECK(session_generate(
+                  s, &(session_gen_params){.sp = *sps[v], .n_predict = 40, .on_text = on_text, .ud = &k},
+                  &r) == 0,
               "generate: %s", rl_lasterr());
         CHECK(r.ids.n == want.n && !memcmp(r.ids.ids, want.ids, sizeof(int32_t) * want.n),
               "variant %d: session tokens differ from the plain loop", v);
-        CHECK(r.reason == (want.n == 40 ? SESSION_LENGTH : SESSION_EOG), "reason %s", session_reason_name(r.reason));
+        CHECK(r.reason == (want.n == 40 ? SESSION_LENGTH : SESSION_EOG), "reason %s",
+              session_reason_name(r.reason));
         CHECK(v == 0 || r.seed == 123, "seed");
         char *dec = NULL;
         size_t dn = 0;
@@ -207,8 +217,13 @@ static void test_generate(void) {
             sink k2 = {0};
             session_gen_result r2;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 40, .stops = stops,
-                                                            .n_stops = 1, .on_text = on_text, .ud = &k2},
+            CHECK(session_generate(s,
+                                   &(session_gen_params){.sp = greedy,
+                                                         .n_predict = 40,
+                                                         .stops = stops,
+                                                         .n_stops = 1,
+                                                         .on_text = on_text,
+                                                         .ud = &k2},
                                    &r2) == 0,
                   "stop gen");
             CHECK(r2.reason == SESSION_STOP, "stop reason %s", session_reason_name(r2.reason));
@@ -219,7 +234,8 @@ static void test_generate(void) {
             /* n_predict */
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
             CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 5}, &r2) == 0, "n=5");
-            CHECK(r2.ids.n == 5 && r2.reason == SESSION_LENGTH && !memcmp(r2.ids.ids, want.ids, 5 * sizeof(int32_t)),
+            CHECK(r2.ids.n == 5 && r2.reason == SESSION_LENGTH &&
+                      !memcmp(r2.ids.ids, want.ids, 5 * sizeof(int32_t)),
                   "n_predict 5");
             session_history(s, &hn);
             CHECK(hn == (int)p.n + 4, "history after 5");
@@ -232,23 +248,28 @@ static void test_generate(void) {
              * on_text (as a signal handler would) */
             atomic_int flag = 1;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 40, .cancel = &flag}, &r2) == 0,
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 40, .cancel = &flag},
+                                   &r2) == 0,
                   "cancel gen");
             CHECK(r2.ids.n == 0 && r2.reason == SESSION_CANCELLED, "cancelled before the first token");
             session_gen_result_free(&r2);
             sink k3 = {.stop_after = 3};
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 40, .on_text = on_text, .ud = &k3},
-                                   &r2) == 0,
+            CHECK(session_generate(
+                      s, &(session_gen_params){.sp = greedy, .n_predict = 40, .on_text = on_text, .ud = &k3},
+                      &r2) == 0,
                   "on_text stop");
-            CHECK(r2.ids.n == 3 && r2.reason == SESSION_CANCELLED && !memcmp(r2.ids.ids, want.ids, 3 * sizeof(int32_t)),
+            CHECK(r2.ids.n == 3 && r2.reason == SESSION_CANCELLED &&
+                      !memcmp(r2.ids.ids, want.ids, 3 * sizeof(int32_t)),
                   "on_text stop after 3 (%zu)", r2.ids.n);
             session_gen_result_free(&r2);
             flag = 0;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
             sink k4 = {.flag = &flag, .flag_after = 4};
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 40, .on_text = on_text, .ud = &k4,
-                                                            .cancel = &flag},
-                                   &r2) == 0,
+            CHECK(session_generate(
+                      s,
+                      &(session_gen_params){
+                          .sp = greedy, .n_predict = 40, .on_text = on_text, .ud = &k4, .cancel = &flag},
+                      &r2) == 0,
                   "flag gen");
             CHECK(r2.ids.n == 4 && r2.reason == SESSION_CANCELLED, "cancel flag after 4 (%zu)", r2.ids.n);
             session_history(s, &hn);
@@ -259,14 +280,17 @@ static void test_generate(void) {
             int32_t big[100];
             seq(big, 100, 9);
             session_feed_opts fo = {.cancel = &flag};
-            CHECK(session_feed(s, big, 100, &fo, NULL) == -1 && strstr(rl_lasterr(), "cancel"), "cancelled feed");
+            CHECK(session_feed(s, big, 100, &fo, NULL) == -1 && strstr(rl_lasterr(), "cancel"),
+                  "cancelled feed");
             CHECK(session_logits(s) == NULL, "no logits after a cancelled feed");
             /* speculation gives plain decoding's tokens and history (the full checks: test_spec) */
             session_gen_result r3;
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12}, &r3) == 0, "plain");
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12}, &r3) == 0,
+                  "plain");
             CHECK(session_feed(s, p.ids, (int)p.n, NULL, NULL) == 0, "refeed");
-            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12, .spec = SPEC_AUTO}, &r2) == 0,
+            CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 12, .spec = SPEC_AUTO},
+                                   &r2) == 0,
                   "spec: %s", rl_lasterr());
             session_history(s, &hn);
             CHECK(r2.ids.n == r3.ids.n && !memcmp(r2.ids.ids, r3.ids.ids, sizeof(int32_t) * r3.ids.n) &&
@@ -305,12 +329,14 @@ static void test_context_end(void) {
     int32_t bad[2] = {1, V + 5};
     CHECK(session_feed(s, bad, 2, NULL, NULL) == -1 && strstr(rl_lasterr(), "vocabulary"), "id out of range");
     session_reset(s);
-    CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 3}, &r) == -1, "generate on nothing");
+    CHECK(session_generate(s, &(session_gen_params){.sp = greedy, .n_predict = 3}, &r) == -1,
+          "generate on nothing");
     session_gen_result_free(&r);
     session_free(s);
     tok_ids_free(&want);
     /* a cache spec the planner refuses */
-    CHECK(session_new(M, &(session_params){.cache_spec = "lots"}) == NULL && strstr(rl_lasterr(), "cache-mib"),
+    CHECK(session_new(M, &(session_params){.cache_spec = "lots"}) == NULL &&
+              strstr(rl_lasterr(), "cache-mib"),
           "bad cache spec: %s", rl_lasterr());
 }
 

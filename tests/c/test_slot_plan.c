@@ -10,11 +10,13 @@
 int main(void) {
     slot_cost c = {.ctx_bytes = 100 * MIB, .rec_bytes = 2 * MIB, .ram_bytes = 30 * MIB, .max_checkpoints = 8};
     /* host: context + (8 checkpoints + the resume point) recurrent states + a RAM-tier state */
-    CHECK(slot_plan_host_bytes(&c) == 148 * MIB, "host bytes %llu", (unsigned long long)slot_plan_host_bytes(&c));
+    CHECK(slot_plan_host_bytes(&c) == 148 * MIB, "host bytes %llu",
+          (unsigned long long)slot_plan_host_bytes(&c));
     CHECK(slot_plan_bytes(&c) == 148 * MIB, "total bytes");
     /* room for exactly two more: 80 % of 370 MiB = 296 MiB = 2 x 148 */
     CHECK(slot_plan_fit(&c, 370 * MIB, 0) == 3, "two more fit: %d", slot_plan_fit(&c, 370 * MIB, 0));
-    CHECK(slot_plan_fit(&c, 369 * MIB, 0) == 2, "one byte short of the second: %d", slot_plan_fit(&c, 369 * MIB, 0));
+    CHECK(slot_plan_fit(&c, 369 * MIB, 0) == 2, "one byte short of the second: %d",
+          slot_plan_fit(&c, 369 * MIB, 0));
     CHECK(slot_plan_fit(&c, 0, 0) == 1, "nothing free: the first slot only");
     CHECK(slot_plan_fit(&c, 1ull << 40, 0) == SLOT_PLAN_AUTO_MAX, "plenty: capped at %d", SLOT_PLAN_AUTO_MAX);
     /* on a device the context is device memory: the host part shrinks, the device bounds too */

@@ -100,7 +100,8 @@ static void test_lookup_64k(void) {
     for (int i = 0; i < N;) { /* runs of fresh tokens and runs copied from earlier places */
         int run = 4 + (int)(rnd() % 60);
         int from = i > 1000 && rnd() % 4 != 0 ? (int)(rnd() % (uint32_t)(i - run > 1 ? i - run : 1)) : -1;
-        for (int r = 0; r < run && i < N; r++, i++) seq[i] = from >= 0 ? seq[from + r] : (int32_t)(rnd() % 151936);
+        for (int r = 0; r < run && i < N; r++, i++)
+            seq[i] = from >= 0 ? seq[from + r] : (int32_t)(rnd() % 151936);
     }
     spec_lookup *l = spec_lookup_new();
     uint64_t worst_first = 0, worst_last = 0, matched = 0;
@@ -116,15 +117,18 @@ static void test_lookup_64k(void) {
     }
     double us = (rl_now() - t0) * 1e6 / N;
     double avg = (double)spec_lookup_probes(l) / N;
-    printf("lookup at 64K: %.2f us per push+draft, %.2f probes per draft (worst %llu in the first 4K, %llu in "
-           "the last 4K), %llu matched\n",
-           us, avg, (unsigned long long)worst_first, (unsigned long long)worst_last, (unsigned long long)matched);
+    printf(
+        "lookup at 64K: %.2f us per push+draft, %.2f probes per draft (worst %llu in the first 4K, %llu in "
+        "the last 4K), %llu matched\n",
+        us, avg, (unsigned long long)worst_first, (unsigned long long)worst_last,
+        (unsigned long long)matched);
     CHECK(avg < 4.0, "average probes per draft %.2f", avg);
     CHECK(worst_last < 64, "worst probes per draft at 60-64K: %llu", (unsigned long long)worst_last);
     CHECK(matched > N / 4, "only %llu drafts matched", (unsigned long long)matched);
     /* spot check against the linear scan at the far end */
     int32_t a[8] = {0}, b[8] = {0};
-    CHECK(spec_lookup_draft(l, 8, a, NULL) == ref_draft(seq, N, 8, b) && !memcmp(a, b, sizeof a), "64K draft");
+    CHECK(spec_lookup_draft(l, 8, a, NULL) == ref_draft(seq, N, 8, b) && !memcmp(a, b, sizeof a),
+          "64K draft");
     spec_lookup_free(l);
     free(seq);
 }
@@ -138,11 +142,11 @@ typedef struct {
     sampler *smp;
     long long n_predict;
     int n_ctx;
-    int stop_at;       /* stop after this many tokens (0: never) */
-    int cancel_at;     /* set cancel after this many tokens */
-    int32_t eog;       /* this id is an end-of-generation token (-1: none) */
+    int stop_at;   /* stop after this many tokens (0: never) */
+    int cancel_at; /* set cancel after this many tokens */
+    int32_t eog;   /* this id is an end-of-generation token (-1: none) */
     atomic_int cancel;
-    int evaluated;     /* tokens reported kept */
+    int evaluated; /* tokens reported kept */
 } sink_state;
 
 enum { END_EOG = 1, END_STOP, END_LENGTH, END_CONTEXT, END_CANCEL };
@@ -165,7 +169,8 @@ static int t_kept(void *ud, const int32_t *t, int n) {
     sink_state *s = ud;
     /* kept tokens are the emitted ones, in order */
     for (int i = 0; i < n; i++)
-        if (s->evaluated + i >= s->n || s->toks[(s->evaluated + i) % 512] != t[i]) return rl_seterr("kept token %d is not the emitted one", s->evaluated + i);
+        if (s->evaluated + i >= s->n || s->toks[(s->evaluated + i) % 512] != t[i])
+            return rl_seterr("kept token %d is not the emitted one", s->evaluated + i);
     s->evaluated += n;
     return 0;
 }
@@ -198,8 +203,8 @@ static int rig_open_ctx(rig *g, const char *path, bool bounded, int n_ctx) {
     if (!g->c) return -1;
     if (bounded) {
         const q3n_model *m = engine_model(g->e);
-        g->ec = expert_cache_new(m, EC_BOUNDED, &(ec_params){.budget = expert_cache_min_budget(m, false),
-                                                              .io = EC_IO_BUFFERED});
+        g->ec = expert_cache_new(
+            m, EC_BOUNDED, &(ec_params){.budget = expert_cache_min_budget(m, false), .io = EC_IO_BUFFERED});
         if (!g->ec) return -1;
         q3n_expert_src src = expert_cache_src(g->ec);
         engine_set_expert_src(g->c, &src);
@@ -251,7 +256,8 @@ static void run_job(rig *g, const job *j, int mode, int dmax, outcome *o) {
     CHECK(o->sk.evaluated == o->r.n_evaluated && o->pos == j->n_prompt + o->r.n_evaluated,
           "kept %d, evaluated %lld, position %d", o->sk.evaluated, o->r.n_evaluated, o->pos);
     int32_t next = o->sk.n > 0 ? o->sk.toks[(o->sk.n - 1) % 512] : 11;
-    if (o->pos < engine_n_ctx(g->c) && engine_step(g->c, next, o->lg_next) == 0) o->next_draw = sampler_sample(smp, o->lg_next);
+    if (o->pos < engine_n_ctx(g->c) && engine_step(g->c, next, o->lg_next) == 0)
+        o->next_draw = sampler_sample(smp, o->lg_next);
     sampler_free(smp);
 }
 
@@ -277,8 +283,9 @@ static bool same_outcome(const outcome *a, const outcome *b, int V, const char *
             fprintf(stderr,
                     "  %s: end %d/%d, %d/%d tokens (first difference at %d), pos %d/%d, evaluated %lld/%lld, "
                     "end logits %s, next logits %s\n",
-                    what, a->r.sink_code, b->r.sink_code, a->sk.n, b->sk.n, first, a->pos, b->pos, a->r.n_evaluated,
-                    b->r.n_evaluated, memcmp(a->lg_end, b->lg_end, sizeof(float) * (size_t)V) ? "differ" : "same",
+                    what, a->r.sink_code, b->r.sink_code, a->sk.n, b->sk.n, first, a->pos, b->pos,
+                    a->r.n_evaluated, b->r.n_evaluated,
+                    memcmp(a->lg_end, b->lg_end, sizeof(float) * (size_t)V) ? "differ" : "same",
                     memcmp(a->lg_next, b->lg_next, sizeof(float) * (size_t)V) ? "differ" : "same");
         }
     }
@@ -318,8 +325,7 @@ static void make_prompts(void) {
                 t = (int32_t)(rnd() % 151000);
             else if (p == 2 || p == 3) /* a repeated line of "code" */
                 t = i < 12 ? (int32_t)(rnd() % 151000) : prompts[p][i - 12];
-            else /* a short period */
-                t = (int32_t)(1000 + 17 * (i % (p - 1)));
+            else /* a short period */ t = (int32_t)(1000 + 17 * (i % (p - 1)));
             prompts[p][i] = t;
         }
         prompt_len[p] = n;
@@ -352,7 +358,8 @@ static void identity(const char *path, bool bounded, bool has_mtp) {
             if (pi >= 2) repetitive(&j.sp);
             outcome plain;
             run_job(&g, &j, SPEC_DRAFT_NONE, 0, &plain);
-            CHECK(plain.rc == 0 && plain.r.n_verifies == 0 && plain.sk.n == 40 && plain.r.sink_code == END_LENGTH,
+            CHECK(plain.rc == 0 && plain.r.n_verifies == 0 && plain.sk.n == 40 &&
+                      plain.r.sink_code == END_LENGTH,
                   "plain run");
             for (int mi = 0; mi < 3; mi++) {
                 if (modes[mi] == SPEC_DRAFT_MTP && !has_mtp) {
@@ -363,8 +370,9 @@ static void identity(const char *path, bool bounded, bool has_mtp) {
                 for (int dmax = bounded ? 8 : 2; dmax <= 8; dmax += 6) {
                     outcome o;
                     char what[160];
-                    snprintf(what, sizeof what, "%s %s prompt %d %s %s K<=%d", path, bounded ? "bounded" : "full",
-                             pi, si ? "sampled" : "greedy", spec_mode_name(modes[mi]), dmax);
+                    snprintf(what, sizeof what, "%s %s prompt %d %s %s K<=%d", path,
+                             bounded ? "bounded" : "full", pi, si ? "sampled" : "greedy",
+                             spec_mode_name(modes[mi]), dmax);
                     run_job(&g, &j, modes[mi], dmax, &o);
                     same_outcome(&o, &plain, g.V, what);
                     acc[modes[mi]] += o.r.n_accepted;
@@ -378,8 +386,9 @@ static void identity(const char *path, bool bounded, bool has_mtp) {
                  * choice must give the same outcome */
                 outcome o;
                 char what[160];
-                snprintf(what, sizeof what, "%s %s prompt %d %s %s cost-aware K", path, bounded ? "bounded" : "full",
-                         pi, si ? "sampled" : "greedy", spec_mode_name(modes[mi]));
+                snprintf(what, sizeof what, "%s %s prompt %d %s %s cost-aware K", path,
+                         bounded ? "bounded" : "full", pi, si ? "sampled" : "greedy",
+                         spec_mode_name(modes[mi]));
                 g_draft_min = 0;
                 run_job(&g, &j, modes[mi], 8, &o);
                 g_draft_min = 1;
@@ -428,7 +437,8 @@ static void stops(const char *path, bool has_mtp) {
                 run_job(&g, &j, SPEC_DRAFT_NONE, 0, &a);
                 run_job(&g, &j, mode, 8, &b);
                 char what[128];
-                snprintf(what, sizeof what, "%s stop kind %d at %d %s", path, kind, at, si ? "sampled" : "greedy");
+                snprintf(what, sizeof what, "%s stop kind %d at %d %s", path, kind, at,
+                         si ? "sampled" : "greedy");
                 same_outcome(&b, &a, g.V, what);
                 verifies += b.r.n_verifies;
                 outcome_free(&a);
@@ -506,8 +516,10 @@ static void failed_verify(const char *path) {
             memcpy(held, j.prompt, sizeof(int32_t) * (size_t)j.n_prompt);
             memcpy(held + j.n_prompt, sk.toks, sizeof(int32_t) * (size_t)(sk.n - 1));
             CHECK(engine_prefill(c1, held, j.n_prompt + sk.n - 1, lg1) == 0, "prefill 1");
-            CHECK(!memcmp(lg, lg1, sizeof(float) * (size_t)g.V), "fault %llu: logits after the failure are not the "
-                  "held token's", (unsigned long long)nth);
+            CHECK(!memcmp(lg, lg1, sizeof(float) * (size_t)g.V),
+                  "fault %llu: logits after the failure are not the "
+                  "held token's",
+                  (unsigned long long)nth);
             free(lg1);
             engine_ctx_free(c1);
             CHECK(engine_pos(g.c) == j.n_prompt + r.n_evaluated, "fault: position %d", engine_pos(g.c));
@@ -540,8 +552,8 @@ static void failed_verify(const char *path) {
 static void test_cost_rule(void) {
     double flat[SPEC_DRAFT_MAX + 2], linear[SPEC_DRAFT_MAX + 2], mid[SPEC_DRAFT_MAX + 2];
     for (int n = 1; n <= SPEC_DRAFT_MAX + 1; n++) {
-        flat[n] = 0.010;                      /* rows are free: every draft pays */
-        linear[n] = 0.010 * n;                /* a row costs a step: no draft can pay */
+        flat[n] = 0.010;                       /* rows are free: every draft pays */
+        linear[n] = 0.010 * n;                 /* a row costs a step: no draft can pay */
         mid[n] = 0.010 * (1 + 0.35 * (n - 1)); /* between */
     }
     int bad = 0;
@@ -562,8 +574,8 @@ static void test_cost_rule(void) {
     }
     CHECK(bad == 0, "cost-aware K: %d wrong choices", bad);
     /* mid at p = 0.9: about 3 tokens per 1.7 steps; 0 drafts below p = 0.35 */
-    CHECK(spec_best_k(mid, 0, 8, 0.9, 0, 0) >= 4 && spec_best_k(mid, 0, 8, 0.3, 0, 0) == 0, "cost-aware K: %d / %d",
-          spec_best_k(mid, 0, 8, 0.9, 0, 0), spec_best_k(mid, 0, 8, 0.3, 0, 0));
+    CHECK(spec_best_k(mid, 0, 8, 0.9, 0, 0) >= 4 && spec_best_k(mid, 0, 8, 0.3, 0, 0) == 0,
+          "cost-aware K: %d / %d", spec_best_k(mid, 0, 8, 0.9, 0, 0), spec_best_k(mid, 0, 8, 0.3, 0, 0));
 }
 
 static double lap(const char *what, double t0) {

@@ -103,7 +103,8 @@ int main(void) {
     void *blob = malloc(sb);
     CHECK(engine_state_export(a, blob, sb) == 0, "export: %s", rl_lasterr());
     CHECK(engine_state_export(a, blob, sb - 1) == -1, "export with a wrong size must fail");
-    CHECK(engine_state_import(b, N, blob, sb - 4) == -1 && engine_pos(b) == 0, "import with a wrong size must fail");
+    CHECK(engine_state_import(b, N, blob, sb - 4) == -1 && engine_pos(b) == 0,
+          "import with a wrong size must fail");
     CHECK(engine_state_import(b, N, blob, sb) == 0 && engine_pos(b) == N, "import: %s", rl_lasterr());
     check_poison(la, V);
     check_poison(lb, V);
@@ -189,20 +190,23 @@ int main(void) {
         size_t kvrow = (size_t)hpar->n_head_kv * hpar->head_dim;
         int n_attn = 0;
         for (int il = 0; il < hpar->n_layer; il++) n_attn += hpar->is_attn[il];
-        CHECK(sb - sb16 == (size_t)n_attn * 2 * kvrow * N * 2, "f16 state saves half the KV bytes (%zu vs %zu)", sb16,
-              sb);
+        CHECK(sb - sb16 == (size_t)n_attn * 2 * kvrow * N * 2,
+              "f16 state saves half the KV bytes (%zu vs %zu)", sb16, sb);
         statefile_dir *d16 = statefile_open(dir16, 0, fp, f16fmt);
         CHECK(d16 && statefile_save(d16, h, NULL, t, N) == 0, "save f16: %s", rl_lasterr());
         statefile_close(d16);
         statefile_dir *d32 = statefile_open(dir16, 0, fp, fmt);
-        CHECK(statefile_best(d32, t, N + M, 0, N + M - 1) == 0 && statefile_restore(d32, b, t, N + M, 0, N + M - 1) == 0,
+        CHECK(statefile_best(d32, t, N + M, 0, N + M - 1) == 0 &&
+                  statefile_restore(d32, b, t, N + M, 0, N + M - 1) == 0,
               "an f32 context must not take an f16 checkpoint");
         statefile_close(d32);
         CHECK(count_files(dir16) == 1, "the f16 checkpoint is kept for f16 sessions");
         void *blob16 = malloc(sb16);
         CHECK(h && blob16 && engine_state_export(h, blob16, sb16) == 0, "f16 export");
-        CHECK(engine_state_import(b, N, blob16, sb16) == -1 && strstr(rl_lasterr(), "KV f32"), "raw import of an f16 "
-              "state into an f32 context: %s", rl_lasterr());
+        CHECK(engine_state_import(b, N, blob16, sb16) == -1 && strstr(rl_lasterr(), "KV f32"),
+              "raw import of an f16 "
+              "state into an f32 context: %s",
+              rl_lasterr());
         free(blob16);
         engine_ctx *h2 = engine_ctx_new(e, &hp16);
         d16 = statefile_open(dir16, 0, fp, f16fmt);
@@ -264,7 +268,8 @@ int main(void) {
     CHECK(engine_prefill(a, other, N, NULL) == 0, "prefill other");
     CHECK(statefile_save(d, a, NULL, other, N) == 0, "save 2");
     CHECK(count_files(dir) == 1, "LRU trim keeps one file (%d)", count_files(dir));
-    CHECK(statefile_best(d, other, N + 1, 0, N) == N && statefile_best(d, t, N + 1, 0, N) == 0, "the newest stays");
+    CHECK(statefile_best(d, other, N + 1, 0, N) == N && statefile_best(d, t, N + 1, 0, N) == 0,
+          "the newest stays");
     statefile_stats ss;
     statefile_get_stats(d, &ss);
     CHECK(ss.saves == 2 && ss.n_files == 1, "stats");
@@ -289,7 +294,8 @@ int main(void) {
         /* 2 saves a longer state of the conversation: it supersedes 1's file (deleted by 2) */
         CHECK(statefile_save(r2, b, NULL, t, N + M) == 0 && count_files(rdir) == 1, "2 supersedes (%d files)",
               count_files(rdir));
-        CHECK(statefile_best(r1, t, N + M + 1, 0, N + M) == N + M, "1 sees 2's state, not its own deleted one");
+        CHECK(statefile_best(r1, t, N + M + 1, 0, N + M) == N + M,
+              "1 sees 2's state, not its own deleted one");
         statefile_stats st1;
         statefile_get_stats(r1, &st1);
         CHECK(st1.n_files == 1, "1 forgot the file 2 deleted (%d indexed)", st1.n_files);
@@ -299,11 +305,12 @@ int main(void) {
         CHECK(statefile_best(r2, t, N + M + 1, 0, N + M) == N + M && unlink(rp) == 0, "remove under 2");
         engine_reset(b);
         CHECK(engine_prefill(b, other, 5, NULL) == 0, "b holds 5 tokens");
-        CHECK(statefile_restore(r2, b, t, N + M + 1, 0, N + M) == 0 && engine_pos(b) == 5, "a vanished file is a miss");
+        CHECK(statefile_restore(r2, b, t, N + M + 1, 0, N + M) == 0 && engine_pos(b) == 5,
+              "a vanished file is a miss");
         statefile_stats st2;
         statefile_get_stats(r2, &st2);
-        CHECK(st2.rejected == 0 && st2.n_files == 0, "not counted as rejected (%lld), forgotten (%d)", st2.rejected,
-              st2.n_files);
+        CHECK(st2.rejected == 0 && st2.n_files == 0, "not counted as rejected (%lld), forgotten (%d)",
+              st2.rejected, st2.n_files);
         /* the size cap (room for two files) counts the other server's files, and reads the use
          * time of the victim from its file first: X saved by 2, Y by 1, then 2 uses X (its file
          * time moves past Y's), then 1 saves Z: Y is the least recently used and goes, not X */
@@ -319,14 +326,17 @@ int main(void) {
         first_file(rdir, px, sizeof px);
         CHECK(statefile_best(r1, t, N + 1, 0, N) == N, "1 indexes X");
         engine_reset(a);
-        CHECK(engine_prefill(a, other, N, NULL) == 0 && statefile_save(r1, a, NULL, other, N) == 0, "1 saves Y");
+        CHECK(engine_prefill(a, other, N, NULL) == 0 && statefile_save(r1, a, NULL, other, N) == 0,
+              "1 saves Y");
         struct timespec used[2] = {{time(NULL) + 5, 0}, {time(NULL) + 5, 0}};
         CHECK(utimensat(AT_FDCWD, px, used, 0) == 0, "2 uses X");
         engine_reset(a);
-        CHECK(engine_prefill(a, third, N, NULL) == 0 && statefile_save(r1, a, NULL, third, N) == 0, "1 saves Z");
+        CHECK(engine_prefill(a, third, N, NULL) == 0 && statefile_save(r1, a, NULL, third, N) == 0,
+              "1 saves Z");
         CHECK(count_files(rdir) == 2, "1's cap counts 2's file (%d files)", count_files(rdir));
         CHECK(statefile_best(r1, t, N + 1, 0, N) == N && statefile_best(r1, third, N + 1, 0, N) == N &&
-              statefile_best(r1, other, N + 1, 0, N) == 0, "X (used by 2) and Z stay, Y goes");
+                  statefile_best(r1, other, N + 1, 0, N) == 0,
+              "X (used by 2) and Z stay, Y goes");
         statefile_close(r1);
         statefile_close(r2);
         clean(rdir);
@@ -382,8 +392,8 @@ int main(void) {
         CHECK(g1 && g2, "open both: %s", rl_lasterr());
         if (g1 && g2) {
             uint64_t f1 = statefile_model_fingerprint(g1, NULL), f2 = statefile_model_fingerprint(g2, NULL);
-            CHECK(f1 && f2 && f1 != f2, "one weight bit changes the fingerprint (%llx %llx)", (unsigned long long)f1,
-                  (unsigned long long)f2);
+            CHECK(f1 && f2 && f1 != f2, "one weight bit changes the fingerprint (%llx %llx)",
+                  (unsigned long long)f1, (unsigned long long)f2);
             CHECK(f1 == fp, "the same file, the same fingerprint");
             uint64_t c1 = statefile_model_fingerprint(g2, cdir), c2 = statefile_model_fingerprint(g2, cdir);
             CHECK(c1 == f2 && c2 == f2, "cached == computed");
@@ -400,12 +410,14 @@ int main(void) {
                 fclose(w);
             }
             free(txt);
-            CHECK(statefile_model_fingerprint(g2, cdir) != f2, "the cached hash is used, the weights not re-read");
+            CHECK(statefile_model_fingerprint(g2, cdir) != f2,
+                  "the cached hash is used, the weights not re-read");
             gguf_close(g2);
             struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
             utimensat(AT_FDCWD, copy, ts, 0); /* another mtime: another identity */
             g2 = gguf_open(copy);
-            CHECK(g2 && statefile_model_fingerprint(g2, cdir) == f2, "a changed file identity is hashed again");
+            CHECK(g2 && statefile_model_fingerprint(g2, cdir) == f2,
+                  "a changed file identity is hashed again");
         }
         gguf_close(g1);
         gguf_close(g2);
@@ -453,14 +465,16 @@ int main(void) {
         struct timespec old[2] = {{1000, 0}, {1000, 0}};
         utimensat(AT_FDCWD, p3, old, 0);
         engine_reset(a);
-        CHECK(engine_prefill(a, other, N, NULL) == 0 && statefile_save(d2, a, NULL, other, N) == 0, "d2 saves");
+        CHECK(engine_prefill(a, other, N, NULL) == 0 && statefile_save(d2, a, NULL, other, N) == 0,
+              "d2 saves");
         CHECK(access(p3, F_OK) != 0, "the oldest file goes when the directory is over the cap");
         CHECK(count_files(sd) == 2, "both servers' files fit (%d)", count_files(sd));
         int32_t third[N];
         memcpy(third, other, sizeof third);
         third[0] ^= 3;
         engine_reset(a);
-        CHECK(engine_prefill(a, third, N, NULL) == 0 && statefile_save(d2, a, NULL, third, N) == 0, "d2 saves again");
+        CHECK(engine_prefill(a, third, N, NULL) == 0 && statefile_save(d2, a, NULL, third, N) == 0,
+              "d2 saves again");
         CHECK(count_files(sd) == 2, "still two files (%d)", count_files(sd));
         CHECK(statefile_best(d2, third, N + 1, 0, N) == N, "the newest is kept");
         /* d1's own file was the oldest: gone; d1 restoring it is a miss, its context untouched */

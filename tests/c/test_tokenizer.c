@@ -100,8 +100,7 @@ static void test_vocab(const tokenizer *t) {
     CHECK(!tokenizer_is_eog(t, 151644) && !tokenizer_is_eog(t, 9707), "im_start / Hello are not eog");
     CHECK(tokenizer_is_added(t, 151657) && !tokenizer_is_added(t, 151700) && !tokenizer_is_added(t, 100),
           "is_added");
-    for (int b = 0; b < 256; b++)
-        CHECK(byte_token(t, (uint8_t)b) >= 0, "byte token 0x%02x", b);
+    for (int b = 0; b < 256; b++) CHECK(byte_token(t, (uint8_t)b) >= 0, "byte token 0x%02x", b);
 }
 
 static void test_encode_basic(const tokenizer *t) {
@@ -131,13 +130,11 @@ static void test_special_switch(const tokenizer *t) {
     tok_ids on = enc(t, txt, n, TOK_PARSE_SPECIAL);
     CHECK(on.n >= 6 && on.ids[0] == 151644 && on.ids[on.n - 1] == 151645, "specials matched");
     bool think = false;
-    for (size_t i = 0; i < on.n; i++)
-        think |= on.ids[i] == 151667;
+    for (size_t i = 0; i < on.n; i++) think |= on.ids[i] == 151667;
     CHECK(think, "<think> matched (user-defined)");
     tok_ids off = enc(t, txt, n, 0);
     bool any = false;
-    for (size_t i = 0; i < off.n; i++)
-        any |= tokenizer_is_added(t, off.ids[i]);
+    for (size_t i = 0; i < off.n; i++) any |= tokenizer_is_added(t, off.ids[i]);
     CHECK(!any, "no added token ids without TOK_PARSE_SPECIAL");
     char *s = dec(t, &off, 0, &len);
     CHECK(len == n && memcmp(s, txt, n) == 0, "plain-text specials round trip");
@@ -151,8 +148,7 @@ static void test_special_switch(const tokenizer *t) {
     free(s);
     /* longest match: "<|im_end|>" must not be cut at a shorter prefix; partial text is text */
     tok_ids p = enc(t, "<|im_end|", 9, TOK_PARSE_SPECIAL);
-    for (size_t i = 0; i < p.n; i++)
-        CHECK(!tokenizer_is_added(t, p.ids[i]), "partial special is text");
+    for (size_t i = 0; i < p.n; i++) CHECK(!tokenizer_is_added(t, p.ids[i]), "partial special is text");
     tok_ids_free(&p);
     /* [PAD] ids are not added tokens: their text stays text */
     p = enc(t, "[PAD151700]", 11, TOK_PARSE_SPECIAL);
@@ -178,7 +174,8 @@ static void test_encode_plain(const tokenizer *t) {
     CHECK(tokenizer_encode_plain(t, txt, n, r, 1, &v) == 0, "encode_plain");
     int added = 0;
     for (size_t i = 0; i < v.n; i++) added += tokenizer_is_added(t, v.ids[i]);
-    CHECK(added == 2 && v.ids[0] == 151644 && v.ids[v.n - 2] == 151645, "only the markup is special (%d)", added);
+    CHECK(added == 2 && v.ids[0] == 151644 && v.ids[v.n - 2] == 151645, "only the markup is special (%d)",
+          added);
     size_t len;
     char *s = dec(t, &v, TOK_DECODE_SPECIAL, &len);
     CHECK(len == n && memcmp(s, txt, n) == 0, "plain round trip");
@@ -194,7 +191,8 @@ static void test_encode_plain(const tokenizer *t) {
     size_t un = strlen(u), rr[2] = {17, un - 11};
     tok_ids a = enc(t, u, un, TOK_PARSE_SPECIAL), b = {0};
     CHECK(tokenizer_encode_plain(t, u, un, rr, 1, &b) == 0 && a.n == b.n &&
-              memcmp(a.ids, b.ids, a.n * sizeof *a.ids) == 0, "same ids without specials in content");
+              memcmp(a.ids, b.ids, a.n * sizeof *a.ids) == 0,
+          "same ids without specials in content");
     tok_ids_free(&a);
     tok_ids_free(&b);
     size_t bad[2] = {5, 3};
@@ -223,8 +221,10 @@ static void test_stream_split_chars(const tokenizer *t) {
     tokdec_free(&d);
 
     /* real text whose tokens split characters: chunks are whole characters and add up */
-    const char *txt = "🤷‍♀️ 中文字符 ü ŋ 👨‍👩‍👧‍👦 ∑ 𝔘𝔫𝔦 ÿ ẞ ᚠᚢᚦ 🇯🇵 "
-                      "a";
+    const char *txt =
+        "🤷‍♀️ 中文字符 ü ŋ 👨‍👩‍👧‍👦 ∑ 𝔘𝔫𝔦 ÿ ẞ ᚠᚢᚦ "
+        "🇯🇵 "
+        "a";
     size_t n = strlen(txt);
     tok_ids v = enc(t, txt, n, TOK_PARSE_SPECIAL);
     tokdec_init(&d, t, 0);
@@ -315,8 +315,7 @@ static void test_stream_invalid(const tokenizer *t) {
         size_t m = rl_rng_u64(&r) % sizeof buf;
         for (size_t i = 0; i < m; i++) {
             uint8_t b;
-            do
-                b = (uint8_t)rl_rng_u64(&r);
+            do b = (uint8_t)rl_rng_u64(&r);
             while (b >= 0xCC && b <= 0xF4);
             buf[i] = (char)b;
         }

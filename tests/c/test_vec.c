@@ -13,7 +13,8 @@
 
 static void check_ops(const vec_ops *v, rl_rng *rng) {
     enum { DK = 128, DV = 128, HD = 256, NKV = 37 };
-    float *S0 = malloc(sizeof(float) * DK * DV), *S1 = malloc(sizeof(float) * DK * DV), *S2 = malloc(sizeof(float) * DK * DV);
+    float *S0 = malloc(sizeof(float) * DK * DV), *S1 = malloc(sizeof(float) * DK * DV),
+          *S2 = malloc(sizeof(float) * DK * DV);
     float q[DK], k[DK], val[DV], o1[DV], o2[DV];
     for (int i = 0; i < DK * DV; i++) S0[i] = 0.1f * rl_rng_normal(rng);
     for (int i = 0; i < DK; i++) q[i] = rl_rng_normal(rng) / sqrtf(DK), k[i] = rl_rng_normal(rng) / sqrtf(DK);
@@ -85,7 +86,8 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
                 free(B);
             }
     /* attention over 37 positions */
-    float *K = malloc(sizeof(float) * NKV * HD), *V = malloc(sizeof(float) * NKV * HD), qa[HD], a1[HD], a2[HD];
+    float *K = malloc(sizeof(float) * NKV * HD), *V = malloc(sizeof(float) * NKV * HD), qa[HD], a1[HD],
+          a2[HD];
     for (int i = 0; i < NKV * HD; i++) K[i] = rl_rng_normal(rng), V[i] = rl_rng_normal(rng);
     for (int i = 0; i < HD; i++) qa[i] = rl_rng_normal(rng);
     check_poison(a1, HD);
@@ -97,13 +99,15 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
         double e = fabs(a1[j] - a2[j]);
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
-    CHECK(worst < 1e-5, "%s attention: max abs error %.3e (values are convex combinations of N(0,1))", v->name, worst);
+    CHECK(worst < 1e-5, "%s attention: max abs error %.3e (values are convex combinations of N(0,1))",
+          v->name, worst);
     /* grouped attention: 8 heads on one KV head over 300 positions (3 blocks), each head against
      * the double reference, and a head's result independent of the group size */
     {
         enum { G = 8, NP = 300 };
         float *K2 = malloc(sizeof(float) * NP * HD), *V2 = malloc(sizeof(float) * NP * HD);
-        float *qg = malloc(sizeof(float) * G * 2 * HD), *og = malloc(sizeof(float) * G * HD), ref[HD], one[HD];
+        float *qg = malloc(sizeof(float) * G * 2 * HD), *og = malloc(sizeof(float) * G * HD), ref[HD],
+              one[HD];
         for (int i = 0; i < NP * HD; i++) K2[i] = rl_rng_normal(rng), V2[i] = rl_rng_normal(rng);
         for (int i = 0; i < G * 2 * HD; i++) qg[i] = rl_rng_normal(rng);
         for (int n_kv = 1; n_kv <= NP; n_kv += n_kv < 128 ? 127 : 86) {
@@ -122,7 +126,8 @@ static void check_ops(const vec_ops *v, rl_rng *rng) {
                 indep &= memcmp(one, og + (size_t)g * HD, sizeof one) == 0;
             }
             CHECK(gw < 1e-5, "%s grouped attention n_kv %d: max abs error %.3e", v->name, n_kv, gw);
-            CHECK(indep, "%s grouped attention n_kv %d: a head's result depends on the group size", v->name, n_kv);
+            CHECK(indep, "%s grouped attention n_kv %d: a head's result depends on the group size", v->name,
+                  n_kv);
         }
         free(K2);
         free(V2);
@@ -147,7 +152,8 @@ static void check_f16(const vec_ops *v, rl_rng *rng) {
     enum { HD = 256, NP = 300, G = 8 };
     uint16_t *Kh = malloc(sizeof(uint16_t) * NP * HD), *Vh = malloc(sizeof(uint16_t) * NP * HD);
     float *Kf = malloc(sizeof(float) * NP * HD), *Vf = malloc(sizeof(float) * NP * HD);
-    float *qg = malloc(sizeof(float) * G * 2 * HD), *o16 = malloc(sizeof(float) * G * HD), *o32 = malloc(sizeof(float) * G * HD);
+    float *qg = malloc(sizeof(float) * G * 2 * HD), *o16 = malloc(sizeof(float) * G * HD),
+          *o32 = malloc(sizeof(float) * G * HD);
     float ref[HD], y1[HD], y2[HD];
     for (int i = 0; i < NP * HD; i++) {
         /* a wide spread of magnitudes, subnormal halves included */
@@ -173,8 +179,10 @@ static void check_f16(const vec_ops *v, rl_rng *rng) {
         check_poison(o32, (size_t)G * HD);
         vec_attn_group_kv(v, qg, 2 * HD, G, Kh, Vh, true, n_kv, HD, HD, 0.0625f, o16, HD);
         vec_attn_group(v, qg, 2 * HD, G, Kf, Vf, n_kv, HD, HD, 0.0625f, o32, HD);
-        CHECK(memcmp(o16, o32, sizeof(float) * G * HD) == 0, "%s f16 attention n_kv %d: not the f32 result on the "
-              "widened cache", v->name, n_kv);
+        CHECK(memcmp(o16, o32, sizeof(float) * G * HD) == 0,
+              "%s f16 attention n_kv %d: not the f32 result on the "
+              "widened cache",
+              v->name, n_kv);
         double w = 0;
         for (int g = 0; g < G; g++) {
             float r2[HD];
@@ -182,13 +190,15 @@ static void check_f16(const vec_ops *v, rl_rng *rng) {
             check_poison(r2, HD);
             ops_attn_head_kv(qg + (size_t)g * 2 * HD, Kh, Vh, true, n_kv, HD, HD, 0.0625f, ref);
             ops_attn_head(qg + (size_t)g * 2 * HD, Kf, Vf, n_kv, HD, HD, 0.0625f, r2);
-            CHECK(memcmp(ref, r2, sizeof ref) == 0, "ops_attn_head_kv f16 differs from f32 on the widened cache");
+            CHECK(memcmp(ref, r2, sizeof ref) == 0,
+                  "ops_attn_head_kv f16 differs from f32 on the widened cache");
             for (int j = 0; j < HD; j++) {
                 double e = fabs(o16[(size_t)g * HD + j] - ref[j]);
                 if (!(e <= w)) w = isnan(e) ? INFINITY : e;
             }
         }
-        CHECK(w < 1e-5, "%s f16 attention n_kv %d: max abs error %.3e vs the double reference", v->name, n_kv, w);
+        CHECK(w < 1e-5, "%s f16 attention n_kv %d: max abs error %.3e vs the double reference", v->name, n_kv,
+              w);
     }
     /* the store rounding: nearest even, and f16 of a widened half is the half itself */
     CHECK(rl_fp32_to_fp16(1.0f + 1.0f / 2048) == 0x3c00 && rl_fp32_to_fp16(1.0f + 3.0f / 2048) == 0x3c02,
@@ -207,7 +217,8 @@ static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
     uint16_t *Kh = malloc(sizeof(uint16_t) * MAXNB * stride);
     float *e1 = malloc(sizeof(float) * MAXG * MAXNB), *e2 = malloc(sizeof(float) * MAXG * MAXNB);
     float *o1 = malloc(sizeof(float) * MAXG * MAXHD), *o2 = malloc(sizeof(float) * MAXG * MAXHD);
-    for (size_t i = 0; i < MAXNB * stride; i++) Kf[i] = rl_rng_normal(rng), Kh[i] = rl_fp32_to_fp16(rl_rng_normal(rng));
+    for (size_t i = 0; i < MAXNB * stride; i++)
+        Kf[i] = rl_rng_normal(rng), Kh[i] = rl_fp32_to_fp16(rl_rng_normal(rng));
     for (int i = 0; i < MAXG * 2 * MAXHD; i++) q[i] = rl_rng_normal(rng);
     static const int hds[] = {16, 24, 40, 64, 128, 256}, nbs[] = {1, 2, 3, 7, 8, 9, 17, 128, 130};
     int fails = 0, cases = 0;
@@ -216,7 +227,8 @@ static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
             for (int in = 0; in < 9; in++)
                 for (int f16 = 0; f16 < 2; f16++) {
                     const int hd = hds[ih], nb = nbs[in];
-                    const void *K = f16 ? (const void *)(Kh + MAXHD) : (const void *)(Kf + MAXHD); /* KV head 1 */
+                    const void *K =
+                        f16 ? (const void *)(Kh + MAXHD) : (const void *)(Kf + MAXHD); /* KV head 1 */
                     const size_t qs = 2 * (size_t)hd;
                     check_poison(e1, (size_t)MAXG * MAXNB);
                     check_poison(e2, (size_t)MAXG * MAXNB);
@@ -224,7 +236,8 @@ static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
                     for (int p = 0; p < nb; p++)
                         for (int g = 0; g < G; g++)
                             e2[(size_t)g * MAXNB + p] =
-                                (f16 ? v->dot_f16(q + g * qs, Kh + MAXHD + p * stride, hd) : v->dot(q + g * qs, Kf + MAXHD + p * stride, hd)) *
+                                (f16 ? v->dot_f16(q + g * qs, Kh + MAXHD + p * stride, hd)
+                                     : v->dot(q + g * qs, Kf + MAXHD + p * stride, hd)) *
                                 0.0625f;
                     int ok = 1;
                     for (int g = 0; g < G; g++)
@@ -235,17 +248,18 @@ static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
                     for (int p = 0; p < nb; p++)
                         for (int g = 0; g < G; g++) {
                             if (f16)
-                                v->axpy_f16(o2 + g * hd, e2[(size_t)g * MAXNB + p], Kh + MAXHD + p * stride, hd);
-                            else
-                                v->axpy(o2 + g * hd, e2[(size_t)g * MAXNB + p], Kf + MAXHD + p * stride, hd);
+                                v->axpy_f16(o2 + g * hd, e2[(size_t)g * MAXNB + p], Kh + MAXHD + p * stride,
+                                            hd);
+                            else v->axpy(o2 + g * hd, e2[(size_t)g * MAXNB + p], Kf + MAXHD + p * stride, hd);
                         }
                     ok &= memcmp(o1, o2, sizeof(float) * G * hd) == 0;
                     if (!ok && fails++ < 5)
-                        printf("%s attention blocks hd %d G %d nb %d %s: not the loops' bits\n", v->name, hd, G, nb,
-                               f16 ? "f16" : "f32");
+                        printf("%s attention blocks hd %d G %d nb %d %s: not the loops' bits\n", v->name, hd,
+                               G, nb, f16 ? "f16" : "f32");
                     cases++;
                 }
-    CHECK(fails == 0, "%s attn_scores/attn_mix: %d of %d cases differ from dot/axpy loops", v->name, fails, cases);
+    CHECK(fails == 0, "%s attn_scores/attn_mix: %d of %d cases differ from dot/axpy loops", v->name, fails,
+          cases);
     free(Kf), free(Kh), free(q), free(e1), free(e2), free(o1), free(o2);
 }
 
@@ -259,8 +273,8 @@ static void check_attn_blocks(const vec_ops *v, rl_rng *rng) {
 static void check_gates(const vec_ops *v, rl_rng *rng) {
     enum { N = 203 };
     float g[N], u[N], y[N], y2[N];
-    static const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1.0f, -1.0f, 20.0f, -20.0f, 87.0f, -87.0f,
-                                    88.5f, -88.5f, 100.0f, -100.0f, 1e4f, -1e4f};
+    static const float special[] = {0.0f,  -0.0f,  1e-30f, -1e-30f, 1.0f,   -1.0f,   20.0f, -20.0f,
+                                    87.0f, -87.0f, 88.5f,  -88.5f,  100.0f, -100.0f, 1e4f,  -1e4f};
     for (int i = 0; i < N; i++) {
         const float sc = i % 3 == 0 ? 0.5f : i % 3 == 1 ? 4.0f : 30.0f;
         g[i] = i < 16 ? special[i] : sc * rl_rng_normal(rng);
@@ -281,7 +295,9 @@ static void check_gates(const vec_ops *v, rl_rng *rng) {
             const double e = fabs(y[i] - ref) / (fabs(ref) + 1e-35 / 1e-6);
             if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
             if (v == vec_portable()) { /* the reference ops' expressions, bit for bit */
-                const float r = mode == 0 ? ops_silu(g[i]) : mode == 1 ? ops_silu(g[i]) * u[i] : u[i] * ops_sigmoid(g[i]);
+                const float r = mode == 0   ? ops_silu(g[i])
+                                : mode == 1 ? ops_silu(g[i]) * u[i]
+                                            : u[i] * ops_sigmoid(g[i]);
                 bits += memcmp(&r, &y[i], 4) != 0;
             }
         }
@@ -293,8 +309,10 @@ static void check_gates(const vec_ops *v, rl_rng *rng) {
                 if (off + n > N) continue;
                 check_poison(y2, N);
                 if (mode == 2) memcpy(y2 + off, u + off, sizeof(float) * n);
-                if (mode == 0) memcpy(y2 + off, g + off, sizeof(float) * n), v->silu_mul(y2 + off, y2 + off, NULL, n);
-                else if (mode == 1) memcpy(y2 + off, u + off, sizeof(float) * n), v->silu_mul(y2 + off, g + off, y2 + off, n);
+                if (mode == 0)
+                    memcpy(y2 + off, g + off, sizeof(float) * n), v->silu_mul(y2 + off, y2 + off, NULL, n);
+                else if (mode == 1)
+                    memcpy(y2 + off, u + off, sizeof(float) * n), v->silu_mul(y2 + off, g + off, y2 + off, n);
                 else v->sigmoid_mul(y2 + off, g + off, n);
                 moved += memcmp(y2 + off, y + off, sizeof(float) * n) != 0;
             }
@@ -324,10 +342,12 @@ static void check_attn_rows(const vec_ops *v, rl_rng *rng) {
         Kh[i] = rl_fp32_to_fp16(rl_rng_normal(rng)), Vh[i] = rl_fp32_to_fp16(rl_rng_normal(rng));
     }
     const size_t qrow = 2 * (size_t)MAXG * HD + 8, orow = (size_t)MAXG * HD + 4; /* odd row strides */
-    float *q = malloc(sizeof(float) * MAXR * qrow), *o1 = malloc(sizeof(float) * MAXR * orow), *o2 = malloc(sizeof(float) * MAXR * orow);
+    float *q = malloc(sizeof(float) * MAXR * qrow), *o1 = malloc(sizeof(float) * MAXR * orow),
+          *o2 = malloc(sizeof(float) * MAXR * orow);
     for (size_t i = 0; i < MAXR * qrow; i++) q[i] = rl_rng_normal(rng);
     /* around block edges, and chunk edges (VEC_ATTN_CHUNK 256: rows folding 2 or 3 chunks) */
-    static const int lens[] = {1, 5, 126, 127, 128, 129, 200, 254, 255, 256, 257, 383, 507, 511, 512, 513, 600};
+    static const int lens[] = {1,   5,   126, 127, 128, 129, 200, 254, 255,
+                               256, 257, 383, 507, 511, 512, 513, 600};
     enum { NL = sizeof lens / sizeof lens[0] };
     int bad = 0, cases = 0;
     for (int f16 = 0; f16 < 2; f16++)
@@ -338,10 +358,11 @@ static void check_attn_rows(const vec_ops *v, rl_rng *rng) {
                     const void *V = f16 ? (const void *)(Vh + HD) : (const void *)(Vf + HD);
                     check_poison(o1, MAXR * orow);
                     check_poison(o2, MAXR * orow);
-                    vec_attn_rows_kv(v, q, qrow, R, 2 * HD, G, K, V, f16, lens[il], stride, HD, 0.125f, o1, orow, HD);
+                    vec_attn_rows_kv(v, q, qrow, R, 2 * HD, G, K, V, f16, lens[il], stride, HD, 0.125f, o1,
+                                     orow, HD);
                     for (int r = 0; r < R; r++)
-                        vec_attn_group_kv(v, q + r * qrow, 2 * HD, G, K, V, f16, lens[il] + r, stride, HD, 0.125f,
-                                          o2 + r * orow, HD);
+                        vec_attn_group_kv(v, q + r * qrow, 2 * HD, G, K, V, f16, lens[il] + r, stride, HD,
+                                          0.125f, o2 + r * orow, HD);
                     for (int r = 0; r < R; r++)
                         bad += memcmp(o1 + r * orow, o2 + r * orow, sizeof(float) * (size_t)G * HD) != 0;
                     cases += R;
@@ -358,7 +379,8 @@ static void check_attn_chunks(const vec_ops *v, rl_rng *rng) {
     const size_t stride = (size_t)NKV * HD;
     float *Kf = malloc(sizeof(float) * MAXP * stride), *Vf = malloc(sizeof(float) * MAXP * stride);
     uint16_t *Kh = malloc(sizeof(uint16_t) * MAXP * stride), *Vh = malloc(sizeof(uint16_t) * MAXP * stride);
-    float *q = malloc(sizeof(float) * G * 2 * HD), *o1 = malloc(sizeof(float) * G * HD), *o2 = malloc(sizeof(float) * G * HD);
+    float *q = malloc(sizeof(float) * G * 2 * HD), *o1 = malloc(sizeof(float) * G * HD),
+          *o2 = malloc(sizeof(float) * G * HD);
     float *parts = malloc(sizeof(float) * 4 * G * HD), pm[4][G], pl[4][G];
     for (size_t i = 0; i < MAXP * stride; i++) {
         Kf[i] = rl_rng_normal(rng) * 2, Vf[i] = rl_rng_normal(rng);
@@ -370,17 +392,19 @@ static void check_attn_chunks(const vec_ops *v, rl_rng *rng) {
     for (int f16 = 0; f16 < 2; f16++)
         for (int il = 0; il < (int)(sizeof lens / sizeof lens[0]); il++) {
             const int n = lens[il], nch = (n + VEC_ATTN_CHUNK - 1) / VEC_ATTN_CHUNK;
-            const void *K = f16 ? (const void *)Kh : (const void *)Kf, *V = f16 ? (const void *)Vh : (const void *)Vf;
+            const void *K = f16 ? (const void *)Kh : (const void *)Kf,
+                       *V = f16 ? (const void *)Vh : (const void *)Vf;
             check_poison(o1, G * HD);
             check_poison(o2, G * HD);
             check_poison(parts, 4 * G * HD);
             vec_attn_group_kv(v, q, 2 * HD, G, K, V, f16, n, stride, HD, 0.0625f, o1, HD);
             for (int c = nch - 1; c >= 0; c--) { /* any order: each chunk starts afresh */
                 const int p0 = c * VEC_ATTN_CHUNK, p1 = n - p0 < VEC_ATTN_CHUNK ? n : p0 + VEC_ATTN_CHUNK;
-                vec_attn_chunk_kv(v, q, 2 * HD, G, K, V, f16, p0, p1, stride, HD, 0.0625f, parts + (size_t)c * G * HD, HD,
-                                  pm[c], pl[c]);
+                vec_attn_chunk_kv(v, q, 2 * HD, G, K, V, f16, p0, p1, stride, HD, 0.0625f,
+                                  parts + (size_t)c * G * HD, HD, pm[c], pl[c]);
             }
-            for (int c = 1; c < nch; c++) vec_attn_merge(G, HD, parts, HD, pm[0], pl[0], parts + (size_t)c * G * HD, HD, pm[c], pl[c]);
+            for (int c = 1; c < nch; c++)
+                vec_attn_merge(G, HD, parts, HD, pm[0], pl[0], parts + (size_t)c * G * HD, HD, pm[c], pl[c]);
             vec_attn_normalize(G, HD, parts, HD, pl[0], o2, HD);
             bad += memcmp(o1, o2, sizeof(float) * G * HD) != 0;
             cases++;
@@ -406,7 +430,10 @@ static void check_attn_softmax(const vec_ops *v, rl_rng *rng) {
         for (int p = 0; p < nb; p++) e0[p] = -20.0f + 20.0f * rl_rng_normal(rng);
         float bm = e0[0];
         for (int p = 1; p < nb; p++) bm = e0[p] > bm ? e0[p] : bm;
-        const float m0 = trial % 3 == 0 ? -INFINITY : trial % 3 == 1 ? bm - 3.0f : bm + 2.0f, l0 = trial % 3 ? 5.5f : 0;
+        const float m0 = trial % 3 == 0   ? -INFINITY
+                         : trial % 3 == 1 ? bm - 3.0f
+                                          : bm + 2.0f,
+                    l0 = trial % 3 ? 5.5f : 0;
         float m1 = m0, l1 = l0, m2 = m0, l2 = l0;
         for (int j = 0; j < HD; j++) o1[j] = o2[j] = trial % 3 ? rl_rng_normal(rng) : 0;
         memcpy(e1, e0, sizeof(float) * nb);
@@ -430,7 +457,8 @@ static void check_attn_softmax(const vec_ops *v, rl_rng *rng) {
             moved += m3 != m2 || memcmp(e3, e2 + off, sizeof(float) * (nb - off)) != 0;
         }
     }
-    CHECK(exact_bad == 0, "%s attn_softmax: %d blocks with another max or rescale (portable: other bits)", v->name, exact_bad);
+    CHECK(exact_bad == 0, "%s attn_softmax: %d blocks with another max or rescale (portable: other bits)",
+          v->name, exact_bad);
     CHECK(we < 1e-6, "%s attn_softmax: exp of a score %.3e relative from expf's (bound 1e-6)", v->name, we);
     CHECK(wl < 8.6e-6, "%s attn_softmax: sum %.3e relative from the libm loop's (bound 8.6e-6)", v->name, wl);
     CHECK(moved == 0, "%s attn_softmax: %d sub-blocks gave an element other bits", v->name, moved);
@@ -448,7 +476,8 @@ static void check_axpy_d(const vec_ops *v, rl_rng *rng) {
          * near -w x: the sum cancels, so the product's own rounding shows (a fused multiply-add, which
          * skips it, fails here) */
         const double w = (double)rl_rng_normal(rng) + 1e-9 * (double)rl_rng_normal(rng);
-        for (int i = 0; i < N; i++) x[i] = rl_rng_normal(rng), a1[i] = a2[i] = -w * x[i] * (1 + 1e-3 * rl_rng_normal(rng));
+        for (int i = 0; i < N; i++)
+            x[i] = rl_rng_normal(rng), a1[i] = a2[i] = -w * x[i] * (1 + 1e-3 * rl_rng_normal(rng));
         vec_portable()->axpy_d(a1, w, x, n);
         v->axpy_d(a2, w, x, n);
         bad += memcmp(a1, a2, sizeof a1) != 0;
@@ -466,12 +495,16 @@ int main(void) {
     check_attn_rows(vec_portable(), &rng);
     check_attn_chunks(vec_portable(), &rng);
     check_attn_softmax(vec_portable(), &rng);
-    if (vec_avx2()) check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng), check_gates(vec_avx2(), &rng), check_axpy_d(vec_avx2(), &rng),
-                      check_attn_rows(vec_avx2(), &rng), check_attn_chunks(vec_avx2(), &rng), check_attn_softmax(vec_avx2(), &rng);
+    if (vec_avx2())
+        check_ops(vec_avx2(), &rng), check_f16(vec_avx2(), &rng), check_attn_blocks(vec_avx2(), &rng),
+            check_gates(vec_avx2(), &rng), check_axpy_d(vec_avx2(), &rng), check_attn_rows(vec_avx2(), &rng),
+            check_attn_chunks(vec_avx2(), &rng), check_attn_softmax(vec_avx2(), &rng);
     else printf("test_vec: AVX2 not available, its table not checked\n");
-    if (vec_avx512()) check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng), check_gates(vec_avx512(), &rng), check_axpy_d(vec_avx512(), &rng),
-                        check_attn_rows(vec_avx512(), &rng), check_attn_chunks(vec_avx512(), &rng),
-                        check_attn_softmax(vec_avx512(), &rng);
+    if (vec_avx512())
+        check_ops(vec_avx512(), &rng), check_f16(vec_avx512(), &rng), check_attn_blocks(vec_avx512(), &rng),
+            check_gates(vec_avx512(), &rng), check_axpy_d(vec_avx512(), &rng),
+            check_attn_rows(vec_avx512(), &rng), check_attn_chunks(vec_avx512(), &rng),
+            check_attn_softmax(vec_avx512(), &rng);
     else printf("test_vec: AVX-512 not available, its table not checked\n");
     return check_done("test_vec");
 }

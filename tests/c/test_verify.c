@@ -16,7 +16,7 @@
 #include "check.h"
 #include "run/engine.h"
 
-#define NT 7 /* rows of the verify under test */
+#define NT 7  /* rows of the verify under test */
 #define PRE 3 /* tokens before it */
 static const int32_t TOK[PRE + NT + 1] = {872, 198, 9707, 11, 1879, 34, 4340, 198, 77091, 13, 55};
 
@@ -48,7 +48,8 @@ static void run(const char *model, bool reference, unsigned stride) {
     CHECK(c && step && ver && tmp && sn[0] && sn[NT - 1], "setup: %s", rl_lasterr());
     if (!c || !step || !ver || !tmp || !sn[0] || !sn[NT - 1]) goto out;
     check_poison(step, V * (PRE + NT + 1));
-    for (int i = 0; i < PRE + NT + 1; i++) CHECK(engine_step(c, TOK[i], step + V * i) == 0, "step: %s", rl_lasterr());
+    for (int i = 0; i < PRE + NT + 1; i++)
+        CHECK(engine_step(c, TOK[i], step + V * i) == 0, "step: %s", rl_lasterr());
     CHECK(all_finite(step, V * (PRE + NT + 1)), "steps left non-finite logits");
     int masks = 0, bad_rows = 0, bad_restores = 0, bad_end = 0, errs = 0;
     for (int dump = 0; dump < 2; dump++)
@@ -73,15 +74,18 @@ static void run(const char *model, bool reference, unsigned stride) {
                 errs += engine_snapshot_restore(c, use[i]) != 0 || engine_pos(c) != PRE + i + 1;
                 check_poison(tmp, V);
                 errs += engine_step(c, TOK[PRE + i + 1], tmp) != 0;
-                bad_restores += !all_finite(tmp, V) || memcmp(tmp, step + V * (PRE + i + 1), sizeof(float) * V) != 0;
+                bad_restores +=
+                    !all_finite(tmp, V) || memcmp(tmp, step + V * (PRE + i + 1), sizeof(float) * V) != 0;
             }
             masks++;
         }
     CHECK(errs == 0, "%s%s: %d calls failed: %s", model, reference ? " (reference)" : "", errs, rl_lasterr());
-    CHECK(bad_rows == 0, "%s: %d of %d verifies gave rows different from single steps", model, bad_rows, masks);
+    CHECK(bad_rows == 0, "%s: %d of %d verifies gave rows different from single steps", model, bad_rows,
+          masks);
     CHECK(bad_end == 0, "%s: %d of %d verifies ended in another state than the steps", model, bad_end, masks);
-    CHECK(bad_restores == 0, "%s: %d snapshot restores (over %d masks) did not give the state after their row",
-          model, bad_restores, masks);
+    CHECK(bad_restores == 0,
+          "%s: %d snapshot restores (over %d masks) did not give the state after their row", model,
+          bad_restores, masks);
 out:
     for (int i = 0; i < NT; i++) engine_snapshot_free(sn[i]);
     free(step);

@@ -16,18 +16,22 @@ static void test_layout(void) {
     vram_layout a, b;
     /* gate 4 rows of 100 bytes, up 400 bytes, down 8 rows of 50 */
     vram_layout_make(&(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 400, .down_bytes = 400}, &a);
-    CHECK(a.gate_off == 0 && a.up_off == 512 && a.down_off == 1024 && a.slot_bytes == 1536, "split %llu %llu %llu",
-          (unsigned long long)a.up_off, (unsigned long long)a.down_off, (unsigned long long)a.slot_bytes);
+    CHECK(a.gate_off == 0 && a.up_off == 512 && a.down_off == 1024 && a.slot_bytes == 1536,
+          "split %llu %llu %llu", (unsigned long long)a.up_off, (unsigned long long)a.down_off,
+          (unsigned long long)a.slot_bytes);
     CHECK(a.src_bytes[0] == 400 && a.src_bytes[1] == 400 && a.src_bytes[2] == 400, "split sizes");
     /* fused gate_up 800 bytes: up = gate + 4 rows */
-    vram_layout_make(&(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 400, .down_bytes = 400, .fused = true}, &b);
-    CHECK(b.up_off == 400 && b.down_off == 1024 && b.slot_bytes == 1536 && b.src_bytes[0] == 800 && b.src_bytes[1] == 0,
+    vram_layout_make(
+        &(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 400, .down_bytes = 400, .fused = true}, &b);
+    CHECK(b.up_off == 400 && b.down_off == 1024 && b.slot_bytes == 1536 && b.src_bytes[0] == 800 &&
+              b.src_bytes[1] == 0,
           "fused %llu %llu", (unsigned long long)b.up_off, (unsigned long long)b.down_off);
     CHECK(a.down_off % VRAM_ALIGN == 0 && a.slot_bytes % VRAM_ALIGN == 0, "aligned");
     vram_layout c; /* mixed types: up rows of another size than gate's (Q4_K gate, Q6_K up) */
     vram_layout_make(&(q3n_expert_slice){.gate_bytes = 400, .up_bytes = 600, .down_bytes = 300}, &c);
     CHECK(c.up_off == 512 && c.down_off == 512 + 768 && c.src_bytes[1] == 600 && c.src_bytes[2] == 300 &&
-              c.slot_bytes == 512 + 768 + 512, "mixed: up_off %llu down_off %llu slot %llu", (unsigned long long)c.up_off,
+              c.slot_bytes == 512 + 768 + 512,
+          "mixed: up_off %llu down_off %llu slot %llu", (unsigned long long)c.up_off,
           (unsigned long long)c.down_off, (unsigned long long)c.slot_bytes);
 }
 
@@ -47,8 +51,8 @@ static void test_plan(void) {
     CHECK(p.slots[0] == 2 && p.slots[3] == 2 && p.slot_total == 12 * MB, "162 slots %d", p.slots[0]);
     /* 200: 50 MiB for slots = 8 per layer (48 MiB), the 2 left give layers 0 and 1 one more */
     CHECK(vram_plan_make(&g, "200", &p) == 0, "200: %s", rl_lasterr());
-    CHECK(p.slots[0] == 9 && p.slots[1] == 9 && p.slots[2] == 8 && p.slots[3] == 8, "200: %d %d %d %d", p.slots[0],
-          p.slots[1], p.slots[2], p.slots[3]);
+    CHECK(p.slots[0] == 9 && p.slots[1] == 9 && p.slots[2] == 8 && p.slots[3] == 8, "200: %d %d %d %d",
+          p.slots[0], p.slots[1], p.slots[2], p.slots[3]);
     CHECK(p.slot_total == 50 * MB && p.min_slots == 8 && p.max_slots == 9, "200 total %llu",
           (unsigned long long)(p.slot_total / MB));
     CHECK(p.slot_total + g.dense + g.ctx <= p.budget, "within budget");
@@ -59,12 +63,16 @@ static void test_plan(void) {
     CHECK(vram_plan_make(&g, "246", &p) == 0 && p.full && p.slots[2] == 16, "246 is full residency");
     CHECK(vram_plan_make(&g, "100000", &p) == 0 && p.full, "large is full residency");
     /* errors */
-    CHECK(vram_plan_make(&g, "161", &p) == -1 && strstr(rl_lasterr(), "minimum of 162 MiB"), "161: %s", rl_lasterr());
+    CHECK(vram_plan_make(&g, "161", &p) == -1 && strstr(rl_lasterr(), "minimum of 162 MiB"), "161: %s",
+          rl_lasterr());
     CHECK(vram_plan_make(&g, "149", &p) == -1 && strstr(rl_lasterr(), "do not fit"), "149: %s", rl_lasterr());
-    CHECK(vram_plan_make(&g, "abc", &p) == -1 && strstr(rl_lasterr(), "expected auto"), "abc: %s", rl_lasterr());
-    CHECK(vram_spec_check("0") == -1 && vram_spec_check("-5") == -1 && vram_spec_check("12x") == -1 && vram_spec_check("") == -1,
+    CHECK(vram_plan_make(&g, "abc", &p) == -1 && strstr(rl_lasterr(), "expected auto"), "abc: %s",
+          rl_lasterr());
+    CHECK(vram_spec_check("0") == -1 && vram_spec_check("-5") == -1 && vram_spec_check("12x") == -1 &&
+              vram_spec_check("") == -1,
           "bad specs");
-    CHECK(vram_spec_check("auto") == 0 && vram_spec_check("full") == 0 && vram_spec_check("4096") == 0, "good specs");
+    CHECK(vram_spec_check("auto") == 0 && vram_spec_check("full") == 0 && vram_spec_check("4096") == 0,
+          "good specs");
     /* auto: free minus max(512 MiB, 5 % of the device) */
     g.dev_free = 1000 * MB;
     g.dev_total = 4096 * MB;
@@ -74,14 +82,15 @@ static void test_plan(void) {
     g.dev_total = 10240 * MB;
     CHECK(vram_plan_make(&g, NULL, &p) == 0 && !p.full && p.budget == 188 * MB, "auto bounded %llu",
           (unsigned long long)(p.budget / MB));
-    CHECK(p.slots[0] == 7 && p.slots[1] == 7 && p.slots[3] == 6 && p.slot_total == 38 * MB, "auto bounded slots %d (%llu)", p.slots[0],
-          (unsigned long long)(p.slot_total / MB));
+    CHECK(p.slots[0] == 7 && p.slots[1] == 7 && p.slots[3] == 6 && p.slot_total == 38 * MB,
+          "auto bounded slots %d (%llu)", p.slots[0], (unsigned long long)(p.slot_total / MB));
     g.dev_total = 20480 * MB; /* margin 1024 > free: nothing fits */
     CHECK(vram_plan_make(&g, "auto", &p) == -1 && strstr(rl_lasterr(), "do not fit"), "auto too small: %s",
           rl_lasterr());
     g.dev_free = 300 * MB;
     g.dev_total = 4096 * MB;
-    CHECK(vram_plan_make(&g, "full", &p) == -1 && strstr(rl_lasterr(), "need 246 MiB"), "full: %s", rl_lasterr());
+    CHECK(vram_plan_make(&g, "full", &p) == -1 && strstr(rl_lasterr(), "need 246 MiB"), "full: %s",
+          rl_lasterr());
 }
 
 static int prep(vram_slots *vs, int l, const int32_t *ids, int n, int32_t *slot) {
@@ -97,7 +106,8 @@ static void test_slots_trace(void) {
     int32_t s[8], miss[8];
     CHECK(vs && vram_slots_capacity(vs, 0) == 3 && vram_slots_capacity(vs, 1) == 0, "new");
     /* [1,2]: two misses into free slots 0, 1 */
-    CHECK(vram_slots_prepare(vs, 0, (int32_t[]){1, 2}, 2, s, miss) == 2 && s[0] == 0 && s[1] == 1, "p1 %d %d", s[0], s[1]);
+    CHECK(vram_slots_prepare(vs, 0, (int32_t[]){1, 2}, 2, s, miss) == 2 && s[0] == 0 && s[1] == 1, "p1 %d %d",
+          s[0], s[1]);
     CHECK(miss[0] == 0 && miss[1] == 1, "miss indices");
     CHECK(vram_slots_check(vs) == 0, "check: %s", rl_lasterr());
     vram_slots_commit(vs, 0);
@@ -113,17 +123,19 @@ static void test_slots_trace(void) {
     vram_slots_commit(vs, 0);
     vram_slots_release(vs, 0); /* e4(0) e3(2) e2(1) */
     /* [5,6,7]: whole capacity, evicting in LRU order: e2 (slot 1), e3 (slot 2), e4 (slot 0) */
-    CHECK(prep(vs, 0, (int32_t[]){5, 6, 7}, 3, s) == 3 && s[0] == 1 && s[1] == 2 && s[2] == 0, "p4 %d %d %d", s[0],
-          s[1], s[2]);
+    CHECK(prep(vs, 0, (int32_t[]){5, 6, 7}, 3, s) == 3 && s[0] == 1 && s[1] == 2 && s[2] == 0, "p4 %d %d %d",
+          s[0], s[1], s[2]);
     vram_slots_commit(vs, 0);
     vram_slots_release(vs, 0); /* e7(0) e6(2) e5(1) */
-    CHECK(prep(vs, 0, (int32_t[]){1, 2, 3, 4}, 4, s) == -1 && strstr(rl_lasterr(), "3 slots"), "over capacity");
+    CHECK(prep(vs, 0, (int32_t[]){1, 2, 3, 4}, 4, s) == -1 && strstr(rl_lasterr(), "3 slots"),
+          "over capacity");
     CHECK(prep(vs, 0, (int32_t[]){1, 1}, 2, s) == -1 && strstr(rl_lasterr(), "repeated"), "repeat");
     CHECK(prep(vs, 0, (int32_t[]){8}, 1, s) == -1, "out of range");
     /* [1,5]: e5 is the LRU tail but a hit, so it is pinned first; e1 evicts e6 (slot 2) */
     CHECK(prep(vs, 0, (int32_t[]){1, 5}, 2, s) == 1 && s[0] == 2 && s[1] == 1, "p5 %d %d", s[0], s[1]);
     vram_slots_abort(vs, 0); /* copy failed: e1's slot free again, e5 back in the LRU list */
-    CHECK(vram_slots_lookup(vs, 0, 1) == -1 && vram_slots_lookup(vs, 0, 6) == -1 && vram_slots_key(vs, 0, 2) == -1,
+    CHECK(vram_slots_lookup(vs, 0, 1) == -1 && vram_slots_lookup(vs, 0, 6) == -1 &&
+              vram_slots_key(vs, 0, 2) == -1,
           "abort frees the miss");
     CHECK(vram_slots_lookup(vs, 0, 5) == 1 && vram_slots_lookup(vs, 0, 7) == 0, "abort keeps hits");
     CHECK(vram_slots_check(vs) == 0, "check after abort: %s", rl_lasterr());
@@ -133,27 +145,32 @@ static void test_slots_trace(void) {
     /* prefetch {7, 3, 2}: e7 resident -> MRU; e3 evicts e5 (slot 1), e2 evicts e1 (slot 2) */
     int32_t ps[8], pe[8];
     CHECK(vram_slots_prefetch(vs, 0, (int32_t[]){7, 3, 3, 2}, 4, ps, pe) == 2, "prefetch count");
-    CHECK(ps[0] == 1 && pe[0] == 3 && ps[1] == 2 && pe[1] == 2, "prefetch slots %d/%d %d/%d", ps[0], pe[0], ps[1], pe[1]);
+    CHECK(ps[0] == 1 && pe[0] == 3 && ps[1] == 2 && pe[1] == 2, "prefetch slots %d/%d %d/%d", ps[0], pe[0],
+          ps[1], pe[1]);
     CHECK(vram_slots_check(vs) == 0, "check after prefetch: %s", rl_lasterr());
     /* a second prefetch with every slot predicted finds no victim */
     vram_slots_begin(vs, 0, (int32_t[]){3, 4, 5}, 3, 1);
     /* [3,4,5]: e3 hit (prefetched), e4 evicts e7 (slot 0), e5 evicts e2 (slot 2, prefetched unused) */
-    CHECK(prep(vs, 0, (int32_t[]){3, 4, 5}, 3, s) == 2 && s[0] == 1 && s[1] == 0 && s[2] == 2, "p6 %d %d %d", s[0],
-          s[1], s[2]);
+    CHECK(prep(vs, 0, (int32_t[]){3, 4, 5}, 3, s) == 2 && s[0] == 1 && s[1] == 0 && s[2] == 2, "p6 %d %d %d",
+          s[0], s[1], s[2]);
     vram_slots_commit(vs, 0);
     vram_slots_release(vs, 0);
-    CHECK(vram_slots_prefetch(vs, 0, (int32_t[]){3, 4, 5, 6}, 4, ps, pe) == 0, "no victim outside the prediction");
+    CHECK(vram_slots_prefetch(vs, 0, (int32_t[]){3, 4, 5, 6}, 4, ps, pe) == 0,
+          "no victim outside the prediction");
     vram_stats st;
     vram_slots_get_stats(vs, &st);
-    CHECK(st.misses == 11 && st.hits == 3 && st.evictions == 9, "counts: misses %llu hits %llu evictions %llu",
-          (unsigned long long)st.misses, (unsigned long long)st.hits, (unsigned long long)st.evictions);
+    CHECK(st.misses == 11 && st.hits == 3 && st.evictions == 9,
+          "counts: misses %llu hits %llu evictions %llu", (unsigned long long)st.misses,
+          (unsigned long long)st.hits, (unsigned long long)st.evictions);
     CHECK(st.hits_prefetched == 1 && st.pf_loads == 2 && st.pf_loads_wasted == 1 && st.pf_no_slot == 1,
-          "prefetch counts %llu %llu %llu %llu", (unsigned long long)st.hits_prefetched, (unsigned long long)st.pf_loads,
-          (unsigned long long)st.pf_loads_wasted, (unsigned long long)st.pf_no_slot);
-    CHECK(st.pf_predicted == 7 && st.pf_predicted_used == 1 && st.pf_used_total == 3, "precision %llu/%llu of %llu",
-          (unsigned long long)st.pf_predicted_used, (unsigned long long)st.pf_predicted,
-          (unsigned long long)st.pf_used_total);
-    CHECK(st.bytes_demand == 110 && st.bytes_prefetch == 20 && st.aborts == 1 && st.tokens == 1 && st.batches == 7,
+          "prefetch counts %llu %llu %llu %llu", (unsigned long long)st.hits_prefetched,
+          (unsigned long long)st.pf_loads, (unsigned long long)st.pf_loads_wasted,
+          (unsigned long long)st.pf_no_slot);
+    CHECK(st.pf_predicted == 7 && st.pf_predicted_used == 1 && st.pf_used_total == 3,
+          "precision %llu/%llu of %llu", (unsigned long long)st.pf_predicted_used,
+          (unsigned long long)st.pf_predicted, (unsigned long long)st.pf_used_total);
+    CHECK(st.bytes_demand == 110 && st.bytes_prefetch == 20 && st.aborts == 1 && st.tokens == 1 &&
+              st.batches == 7,
           "bytes %llu %llu aborts %llu tokens %llu batches %llu", (unsigned long long)st.bytes_demand,
           (unsigned long long)st.bytes_prefetch, (unsigned long long)st.aborts, (unsigned long long)st.tokens,
           (unsigned long long)st.batches);
@@ -213,20 +230,25 @@ static void test_pin_miss(void) {
     CHECK(vram_pin_parse(NULL, &pm) == 0 && pm == VRAM_PIN_AUTO, "pin default auto");
     CHECK(vram_pin_parse("on", &pm) == 0 && pm == VRAM_PIN_ON && !strcmp(vram_pin_name(pm), "on"), "pin on");
     CHECK(vram_pin_parse("off", &pm) == 0 && pm == VRAM_PIN_OFF, "pin off");
-    CHECK(vram_pin_parse("yes", &pm) == -1 && strstr(rl_lasterr(), "auto, on or off"), "pin bad: %s", rl_lasterr());
+    CHECK(vram_pin_parse("yes", &pm) == -1 && strstr(rl_lasterr(), "auto, on or off"), "pin bad: %s",
+          rl_lasterr());
     CHECK(vram_miss_parse(NULL, &mm) == 0 && mm == VRAM_MISS_COPY, "miss default copy (exact)");
-    CHECK(vram_miss_parse("cpu", &mm) == 0 && mm == VRAM_MISS_CPU && !strcmp(vram_miss_name(mm), "cpu"), "miss cpu");
+    CHECK(vram_miss_parse("cpu", &mm) == 0 && mm == VRAM_MISS_CPU && !strcmp(vram_miss_name(mm), "cpu"),
+          "miss cpu");
     CHECK(vram_miss_parse("auto", &mm) == 0 && mm == VRAM_MISS_AUTO, "miss auto");
-    CHECK(vram_miss_parse("gpu", &mm) == -1 && strstr(rl_lasterr(), "copy, cpu or auto"), "miss bad: %s", rl_lasterr());
+    CHECK(vram_miss_parse("gpu", &mm) == -1 && strstr(rl_lasterr(), "copy, cpu or auto"), "miss bad: %s",
+          rl_lasterr());
     /* auto pins the mapping only at <= 60 % of RAM */
     CHECK(vram_pin_mapping_ok(60 * MB, 100 * MB) && !vram_pin_mapping_ok(61 * MB, 100 * MB), "60 %% rule");
     CHECK(!vram_pin_mapping_ok(1, 0), "unknown RAM: not pinned");
     /* cost model, worked by hand: k on the CPU costs max(k*cpu + fixed, (m-k)*copy) */
-    CHECK(vram_miss_split(4, 1.0, 1.0, 0.0) == 2, "equal costs: half each (%d)", vram_miss_split(4, 1.0, 1.0, 0.0));
+    CHECK(vram_miss_split(4, 1.0, 1.0, 0.0) == 2, "equal costs: half each (%d)",
+          vram_miss_split(4, 1.0, 1.0, 0.0));
     CHECK(vram_miss_split(4, 1.0, 1.0, 0.5) == 2, "fixed 0.5: max(2.5, 2) = 2.5 beats k=1 max(1.5, 3)");
     CHECK(vram_miss_split(3, 1.0, 10.0, 0.0) == 0, "slow CPU: copy all");
     CHECK(vram_miss_split(3, 10.0, 1.0, 0.0) == 3, "slow copies: CPU all");
-    CHECK(vram_miss_split(10, 2.0, 1.0, 1.0) == 6, "10 misses: k=6 max(7, 8) = 8 ties k=7 max(8, 6), fewer on the CPU (%d)",
+    CHECK(vram_miss_split(10, 2.0, 1.0, 1.0) == 6,
+          "10 misses: k=6 max(7, 8) = 8 ties k=7 max(8, 6), fewer on the CPU (%d)",
           vram_miss_split(10, 2.0, 1.0, 1.0));
     CHECK(vram_miss_split(1, 1.0, 1.0, 0.0) == 0, "tie: copy (stays resident)");
     CHECK(vram_miss_split(0, 1.0, 1.0, 0.0) == 0 && vram_miss_split(5, 0.0, 1.0, 0.0) == 0 &&
@@ -256,11 +278,13 @@ static void test_cpu_pick(void) {
     CHECK(uni[0] == 6 && uni[1] == 0, "residents stay first");
     int32_t uni2[8] = {6, 0, 1, 2, 3, 4, 5, 7};
     n = vram_cpu_pick(uni2, 2, 8, cnt, 4, 8, 64, out, &no); /* k = 4: the 1-row ones, then expert 1 */
-    CHECK(no == 4 && out[3] == 1 && n == 4 && uni2[2] == 3 && uni2[3] == 5, "k 4: n %d, %d %d %d %d", n, out[3], uni2[2],
-          uni2[3], no);
+    CHECK(no == 4 && out[3] == 1 && n == 4 && uni2[2] == 3 && uni2[3] == 5, "k 4: n %d, %d %d %d %d", n,
+          out[3], uni2[2], uni2[3], no);
     int32_t uni3[8] = {6, 0, 1, 2, 3, 4, 5, 7};
-    n = vram_cpu_pick(uni3, 2, 8, cnt, 6, 8, 4, out, &no); /* at most 4 rows: 2, 4, 7 (3 rows) then none fits but 1 row */
-    CHECK(no == 3 && n == 5 && uni3[2] == 1 && uni3[3] == 3 && uni3[4] == 5, "pair limit: n %d, %d picked", n, no);
+    n = vram_cpu_pick(uni3, 2, 8, cnt, 6, 8, 4, out,
+                      &no); /* at most 4 rows: 2, 4, 7 (3 rows) then none fits but 1 row */
+    CHECK(no == 3 && n == 5 && uni3[2] == 1 && uni3[3] == 3 && uni3[4] == 5, "pair limit: n %d, %d picked", n,
+          no);
 }
 
 int main(void) {
@@ -274,7 +298,8 @@ int main(void) {
     stress(1, &b);
     stress(2, &c);
     CHECK(!memcmp(&a, &b, sizeof a), "same trace, same counters");
-    CHECK(a.hits > 0 && a.misses > 0 && a.evictions > 0 && a.pf_loads > 0 && a.aborts > 0, "stress exercised everything");
+    CHECK(a.hits > 0 && a.misses > 0 && a.evictions > 0 && a.pf_loads > 0 && a.aborts > 0,
+          "stress exercised everything");
     CHECK(memcmp(&a, &c, sizeof a) != 0, "another trace, other counters");
     return check_done("test_vram");
 }

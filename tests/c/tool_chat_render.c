@@ -165,6 +165,7 @@ int main(int argc, char **argv) {
     if (argc == 2) return render_mode(argv[1]);
     if (argc == 3 && !strcmp(argv[1], "--gguf-template")) return template_mode(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--parse")) return parse_mode(argv[2]);
-    fprintf(stderr, "usage: rl_chat_render TEMPLATE|- < cases.jsonl\n       rl_chat_render --parse TOOLS|- < texts.jsonl\n");
+    fprintf(stderr, "usage: rl_chat_render TEMPLATE|- < cases.jsonl\n       rl_chat_render --parse TOOLS|- < "
+                    "texts.jsonl\n");
     return 2;
 }

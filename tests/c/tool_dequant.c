@@ -23,9 +23,7 @@ static int parse_type(const char *s) {
     return -1;
 }
 
-static int read_all(void *buf, size_t n) {
-    return fread(buf, 1, n, stdin) == n ? 0 : -1;
-}
+static int read_all(void *buf, size_t n) { return fread(buf, 1, n, stdin) == n ? 0 : -1; }
 
 int main(int argc, char **argv) {
     int quantize = argc == 4 && strcmp(argv[1], "-q") == 0;

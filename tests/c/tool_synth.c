@@ -2,7 +2,8 @@
  * tests/test_synth_determinism.py, which compiles it together with the modules synth's bytes
  * pass through (synth, qwen3next, gguf, gguf_write, quant*, pool, common; the rest comes from
  * build/libredlite.a) under several compilers' flag sets (-O0 .. -O3, -march=native
- * -ffp-contract=fast, UBSan) and checks that every build writes the same bytes as build/redlite. Exit 0, 1 on a runtime error, 2 on a usage error. */
+ * -ffp-contract=fast, UBSan) and checks that every build writes the same bytes as build/redlite. Exit 0, 1 on
+ * a runtime error, 2 on a usage error. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -34,17 +34,20 @@ static void long_rows(engine *e, const char *model) {
     const int V = engine_hparams(e)->n_vocab;
     int32_t toks[L];
     for (int i = 0; i < L; i++) toks[i] = TOKS[(i * 7) % N];
-    float *st = malloc(sizeof(float) * V * L), *ver = malloc(sizeof(float) * V * L), *cpu = malloc(sizeof(float) * V * L);
+    float *st = malloc(sizeof(float) * V * L), *ver = malloc(sizeof(float) * V * L),
+          *cpu = malloc(sizeof(float) * V * L);
     engine_ctx *a = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
     engine_ctx *b = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
     CHECK(st && ver && cpu && a && b, "ctx: %s", rl_lasterr());
     if (!st || !ver || !cpu || !a || !b) goto out;
     check_poison(st, (size_t)V * L);
     check_poison(ver, (size_t)V * L);
-    for (int i = 0; i < L; i++) CHECK(engine_step(a, toks[i], st + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
+    for (int i = 0; i < L; i++)
+        CHECK(engine_step(a, toks[i], st + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
     CHECK(engine_verify(b, toks, L, ver, NULL) == 0, "verify: %s", rl_lasterr());
     int rows = 0;
-    for (int i = 0; i < L; i++) rows += memcmp(st + (size_t)i * V, ver + (size_t)i * V, sizeof(float) * V) != 0;
+    for (int i = 0; i < L; i++)
+        rows += memcmp(st + (size_t)i * V, ver + (size_t)i * V, sizeof(float) * V) != 0;
     CHECK(rows == 0, "%d of %d rows of a %d-row verify differ from single steps", rows, L, L);
     printf("  %d-row verify == %d single steps: %d rows differ\n", L, L, rows);
     engine *ce = engine_open(model, &(engine_params){.n_threads = 4, .backend = "cpu"});
@@ -52,12 +55,14 @@ static void long_rows(engine *e, const char *model) {
     CHECK(cc != NULL, "cpu: %s", rl_lasterr());
     if (cc) {
         check_poison(cpu, (size_t)V * L);
-        for (int i = 0; i < L; i++) CHECK(engine_step(cc, toks[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
+        for (int i = 0; i < L; i++)
+            CHECK(engine_step(cc, toks[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
         /* the float path on a fresh context (its own arithmetic from the first row on) */
         const int was = cu_matmul_set_int8(0);
         engine_ctx *cf = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
         check_poison(ver, (size_t)V * L);
-        for (int i = 0; cf && i < L; i++) CHECK(engine_step(cf, toks[i], ver + (size_t)i * V) == 0, "float step %d", i);
+        for (int i = 0; cf && i < L; i++)
+            CHECK(engine_step(cf, toks[i], ver + (size_t)i * V) == 0, "float step %d", i);
         engine_ctx_free(cf);
         cu_matmul_set_int8(was);
         /* over all 40 positions the recurrence amplifies any difference on these random models (measured
@@ -76,9 +81,10 @@ static void long_rows(engine *e, const char *model) {
             amax = fabs(cpu[i]) > amax ? fabs(cpu[i]) : amax;
         }
         CHECK(isfinite(dq) && (was ? dq0 <= df0 : dq0 == df0),
-              "CUDA vs CPU backend at position 0: max |logit diff| %.3g (int8 %s), float path %.3g", dq0, was ? "on" : "off",
-              df0);
-        printf("  vs the CPU backend (max |logit| %.3g): max |diff| at position 0 / over %d: %.3g / %.3g with the int8 "
+              "CUDA vs CPU backend at position 0: max |logit diff| %.3g (int8 %s), float path %.3g", dq0,
+              was ? "on" : "off", df0);
+        printf("  vs the CPU backend (max |logit| %.3g): max |diff| at position 0 / over %d: %.3g / %.3g "
+               "with the int8 "
                "K-quant path %s, %.3g / %.3g with the float path\n",
                amax, L, dq0, dq, was ? "on" : "off", df0, df);
         engine_ctx_free(cc);
@@ -117,8 +123,10 @@ static void q35_fixture(const char *model) {
         check_poison(cpu, (size_t)V * N);
         check_poison(ver, (size_t)V * N);
         for (int i = 0; i < N; i++) {
-            CHECK(engine_step(c, tok[i], step + (size_t)i * V) == 0, "%s: cuda step %d: %s", model, i, rl_lasterr());
-            CHECK(engine_step(cr, tok[i], cpu + (size_t)i * V) == 0, "%s: cpu step %d: %s", model, i, rl_lasterr());
+            CHECK(engine_step(c, tok[i], step + (size_t)i * V) == 0, "%s: cuda step %d: %s", model, i,
+                  rl_lasterr());
+            CHECK(engine_step(cr, tok[i], cpu + (size_t)i * V) == 0, "%s: cpu step %d: %s", model, i,
+                  rl_lasterr());
         }
         double dmax = 0;
         for (size_t i = 0; i < (size_t)V * N; i++) {
@@ -128,10 +136,11 @@ static void q35_fixture(const char *model) {
         CHECK(dmax <= 1e-2, "%s: CUDA vs CPU reference: max |logit diff| %.3g", model, dmax);
         CHECK(engine_verify(cv, tok, N, ver, NULL) == 0, "%s: verify: %s", model, rl_lasterr());
         int bad = 0;
-        for (int i = 0; i < N; i++) bad += memcmp(ver + (size_t)i * V, step + (size_t)i * V, sizeof(float) * V) != 0;
+        for (int i = 0; i < N; i++)
+            bad += memcmp(ver + (size_t)i * V, step + (size_t)i * V, sizeof(float) * V) != 0;
         CHECK(bad == 0, "%s: %d of %d verify rows differ from their single steps", model, bad, N);
-        printf("  %s: CUDA vs CPU reference max |logit diff| %.3g over %d steps; verify rows == steps: %s\n", model,
-               dmax, N, bad ? "NO" : "yes");
+        printf("  %s: CUDA vs CPU reference max |logit diff| %.3g over %d steps; verify rows == steps: %s\n",
+               model, dmax, N, bad ? "NO" : "yes");
     }
     if (cv) engine_ctx_free(cv);
     if (cr) engine_ctx_free(cr);
@@ -181,14 +190,16 @@ int main(int argc, char **argv) {
         engine_ctx *cr = engine_ctx_new(ref, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = kvs[f]});
         CHECK(cr != NULL, "ctx: %s", rl_lasterr());
         check_poison(cpu, (size_t)V * N);
-        for (int i = 0; cr && i < N; i++) CHECK(engine_step(cr, TOKS[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
+        for (int i = 0; cr && i < N; i++)
+            CHECK(engine_step(cr, TOKS[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
         double dmax = 0;
         for (size_t i = 0; i < (size_t)V * N; i++) {
             double d = !isfinite(step[i]) || !isfinite(cpu[i]) ? INFINITY : fabs((double)step[i] - cpu[i]);
             dmax = d > dmax ? d : dmax;
         }
         CHECK(dmax <= 1e-2, "KV %s: CUDA vs CPU reference: max |logit diff| %.3g", kvs[f], dmax);
-        printf("  KV %s steps: CUDA vs CPU reference max |logit diff| %.3g over %d positions\n", kvs[f], dmax, N);
+        printf("  KV %s steps: CUDA vs CPU reference max |logit diff| %.3g over %d positions\n", kvs[f], dmax,
+               N);
         engine_ctx_free(cr);
     }
 

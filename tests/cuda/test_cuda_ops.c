@@ -74,11 +74,11 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return m;
 }
 
-static const uint32_t TYPES[] = {QT_F32,     QT_F16,    QT_BF16,    QT_Q8_0,    QT_Q2_K,   QT_Q3_K,
-                                 QT_Q4_K,    QT_Q5_K,   QT_Q6_K,    QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
-                                 QT_IQ3_XXS, QT_IQ3_S,  QT_IQ1_S,   QT_IQ1_M,   QT_IQ4_XS,
+static const uint32_t TYPES[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K,
+                                 QT_Q6_K, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S,
+                                 QT_IQ1_M, QT_IQ4_XS,
                                  /* the 32-value types of llama-quantize's fallbacks, and MXFP4 experts */
-                                 QT_Q4_0,    QT_Q4_1,   QT_Q5_0,    QT_Q5_1,    QT_IQ4_NL, QT_MXFP4};
+                                 QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
 #define NTYPES (sizeof TYPES / sizeof TYPES[0])
 
 /* ---- dequantisation --------------------------------------------------------------------- */
@@ -95,10 +95,12 @@ static void test_dequant(uint32_t type, int n_in) {
     uint8_t *dw = dup_to_dev(w, rb * rows);
     int32_t *di = dup_to_dev(idx, sizeof idx);
     float *dout = dpoison(5 * (size_t)n_in);
-    CHECK(cu_get_rows(type, dw, rb, n_in, di, 5, dout, n_in, 0) == 0, "get_rows %s: %s", qt->name, rl_lasterr());
+    CHECK(cu_get_rows(type, dw, rb, n_in, di, 5, dout, n_in, 0) == 0, "get_rows %s: %s", qt->name,
+          rl_lasterr());
     to_host(got, dout, sizeof(float) * 5 * n_in);
     int bad = count_bad(got, ref, 5 * (size_t)n_in);
-    CHECK(bad == 0, "dequant %s: %d of %d values differ from the CPU (bit-exact expected)", qt->name, bad, 5 * n_in);
+    CHECK(bad == 0, "dequant %s: %d of %d values differ from the CPU (bit-exact expected)", qt->name, bad,
+          5 * n_in);
     cudaFree(dw);
     cudaFree(di);
     cudaFree(dout);
@@ -110,8 +112,8 @@ static void test_dequant(uint32_t type, int n_in) {
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 /* bound per output: 2e-5 * sum_i |w_i x_i| */
-static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float *x, int T, const float *got, int ldg,
-                    double *worst) {
+static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float *x, int T, const float *got,
+                    int ldg, double *worst) {
     const quant_traits *qt = quant_get(W->type);
     float *row = malloc(sizeof(float) * W->n_in);
     int bad = 0;
@@ -125,7 +127,9 @@ static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float 
             }
             double g = got[(size_t)t * ldg + r], err = fabs(g - s), bound = 2e-5 * a + 1e-30;
             if (!(err <= bound)) {
-                if (bad++ < 3) fprintf(stderr, "  %s row %lld tok %d: got %.9g want %.9g (bound %.3g)\n", what, (long long)r, t, g, s, bound);
+                if (bad++ < 3)
+                    fprintf(stderr, "  %s row %lld tok %d: got %.9g want %.9g (bound %.3g)\n", what,
+                            (long long)r, t, g, s, bound);
             }
             if (err / bound > *worst) *worst = err / bound;
         }
@@ -142,9 +146,11 @@ static int check_mm_q8(const ops_mat *W, const float *x, int T, const float *got
     for (int t = 0; t < T; t++) {
         q8->from_float(x + (size_t)t * W->n_in, xq, W->n_in);
         for (int64_t r = 0; r < W->n_out; r++) {
-            const float want = qt->vec_dot(W->n_in, W->data + (size_t)r * W->row_bytes, xq), g = got[(size_t)t * ldg + r];
+            const float want = qt->vec_dot(W->n_in, W->data + (size_t)r * W->row_bytes, xq),
+                        g = got[(size_t)t * ldg + r];
             if (memcmp(&want, &g, sizeof g) && bad++ < 3)
-                fprintf(stderr, "  %s int8 row %lld tok %d: got %.9g want %.9g\n", qt->name, (long long)r, t, g, want);
+                fprintf(stderr, "  %s int8 row %lld tok %d: got %.9g want %.9g\n", qt->name, (long long)r, t,
+                        g, want);
         }
     }
     free(xq);
@@ -156,7 +162,11 @@ static int check_mm_q8(const ops_mat *W, const float *x, int T, const float *got
  * chunks, the last one partial: they must still equal the unstaged 13-row launch bit for bit. */
 static void test_matmul(uint32_t type, int ti, int n_in0) {
     const quant_traits *qt = quant_get(type);
-    const int n_in = n_in0 ? n_in0 : qt->blck == 256 ? 768 : qt->blck == 32 ? 544 : 520, n_out = 37, TMAX = 13;
+    const int n_in = n_in0             ? n_in0
+                     : qt->blck == 256 ? 768
+                     : qt->blck == 32  ? 544
+                                       : 520,
+              n_out = 37, TMAX = 13;
     size_t rb = quant_row_size(type, n_in);
     uint8_t *w = malloc(rb * n_out);
     fill_random_blocks(type, w, (int64_t)n_out * n_in / qt->blck, &R);
@@ -172,7 +182,8 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     to_host(got, dy, sizeof(float) * TMAX * n_out);
     const bool exact = (int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K)) ||
                        (int8_on == 2 && (type == QT_IQ2_XXS || type == QT_IQ2_XS || type == QT_IQ1_M));
-    int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out) : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
+    int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out)
+                    : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
     CHECK(bad == 0, "matmul %s%s T=%d: %d outputs %s", qt->name, exact ? " (int8)" : "", TMAX, bad,
           exact ? "differ from the CPU's vec_dot" : "outside the bound");
     /* batch invariance: each row alone (the decode variant) */
@@ -185,7 +196,8 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
         diff += count_bad(one, got + (size_t)t * n_out, n_out);
         cudaFree(d1);
     }
-    CHECK(diff == 0, "matmul %s: %d outputs of 1-row launches differ from the %d-row launch", qt->name, diff, TMAX);
+    CHECK(diff == 0, "matmul %s: %d outputs of 1-row launches differ from the %d-row launch", qt->name, diff,
+          TMAX);
     /* two segments (rows 0..19 and 20..36 as separate matrices) in one launch, T = 3 */
     float *dy2 = dpoison((size_t)3 * 20), *dy3 = dpoison((size_t)3 * 17);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = 20, .y = dy2, .ldy = 20},
@@ -217,39 +229,44 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int t = 0; t < TMAX; t++) {
         float *d1 = dpoison(18), h1[18];
         cu_seg g1 = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = d1, .ldy = 18};
-        CHECK(cu_matmul(type, n_in, &g1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, true, NULL, NULL, 0) == 0, "%s",
-              rl_lasterr());
+        CHECK(cu_matmul(type, n_in, &g1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, true, NULL, NULL, 0) == 0,
+              "%s", rl_lasterr());
         to_host(h1, d1, sizeof h1);
         diff += count_bad(h1, hh + (size_t)t * 18, 18);
         cudaFree(d1);
     }
-    CHECK(diff == 0, "matmul %s: %d gate/up outputs of 1-row launches differ from the %d-row launch", qt->name, diff,
-          TMAX);
+    CHECK(diff == 0, "matmul %s: %d gate/up outputs of 1-row launches differ from the %d-row launch",
+          qt->name, diff, TMAX);
     /* the other shapes give the same bits: small batches (tiles of 2 and 4 tokens, one weight row
      * per warp) and a large one (T = 20 > CU_SMALL_T: 8 rows per warp), plain and gate/up */
     const int TB = 20;
     float *xb = malloc(sizeof(float) * TB * n_in), *gb = malloc(sizeof(float) * TB * n_out);
-    for (int t = 0; t < TB; t++) memcpy(xb + (size_t)t * n_in, x + (size_t)(t % TMAX) * n_in, sizeof(float) * n_in);
+    for (int t = 0; t < TB; t++)
+        memcpy(xb + (size_t)t * n_in, x + (size_t)(t % TMAX) * n_in, sizeof(float) * n_in);
     float *dxb = dup_to_dev(xb, sizeof(float) * TB * n_in), *dyb = dpoison((size_t)TB * n_out);
     const int shapes[3] = {2, 4, TB};
     diff = 0;
     for (int k = 0; k < 3; k++) {
         const int Tk = shapes[k];
         cu_seg sb = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dyb, .ldy = n_out};
-        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, NULL, 0) == 0, "%s",
+              rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * n_out);
-        for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * n_out, got + (size_t)(t % TMAX) * n_out, n_out);
+        for (int t = 0; t < Tk; t++)
+            diff += count_bad(gb + (size_t)t * n_out, got + (size_t)(t % TMAX) * n_out, n_out);
         if (exact && Tk == TB) { /* the prefill tiles (no scratch: k_mmq_mma) against vec_dot itself */
             const int b20 = check_mm_q8(&W, xb, Tk, gb, n_out);
-            CHECK(b20 == 0, "matmul %s (int8) T=%d: %d outputs differ from the CPU's vec_dot", qt->name, Tk, b20);
+            CHECK(b20 == 0, "matmul %s (int8) T=%d: %d outputs differ from the CPU's vec_dot", qt->name, Tk,
+                  b20);
         }
         cu_seg gub = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dyb, .ldy = 18};
-        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, NULL, 0) == 0, "%s",
+              rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * 18);
         for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * 18, hh + (size_t)(t % TMAX) * 18, 18);
     }
-    CHECK(diff == 0, "matmul %s: launches of 2, 4 and %d rows differ from the %d-row launch (%d)", qt->name, TB, TMAX,
-          diff);
+    CHECK(diff == 0, "matmul %s: launches of 2, 4 and %d rows differ from the %d-row launch (%d)", qt->name,
+          TB, TMAX, diff);
     cudaFree(dxb);
     cudaFree(dyb);
     free(xb);
@@ -271,7 +288,8 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
 static void test_rmsnorm(int n) { /* n > 2048: the generic row, else the register row (norm.cu) */
     const int T = 3;
     float *x = randv((size_t)T * n, 2.0f), *y = randv((size_t)T * n, 1.0f), *w = randv(n, 1.0f);
-    float *ref = malloc(sizeof(float) * T * n), *got = malloc(sizeof(float) * T * n), *gx = malloc(sizeof(float) * T * n);
+    float *ref = malloc(sizeof(float) * T * n), *got = malloc(sizeof(float) * T * n),
+          *gx = malloc(sizeof(float) * T * n);
     float *dx = dup_to_dev(x, sizeof(float) * T * n), *dy = dup_to_dev(y, sizeof(float) * T * n),
           *dw = dup_to_dev(w, sizeof(float) * n), *dout = dpoison((size_t)T * n);
     CHECK(cu_add_rmsnorm(dx, dy, dw, dout, n, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
@@ -283,8 +301,16 @@ static void test_rmsnorm(int n) { /* n > 2048: the generic row, else the registe
     double d = max_abs_diff(got, ref, (size_t)T * n);
     CHECK(d <= 1e-6, "rmsnorm max |diff| %.3g", d);
     printf("  rmsnorm n %d: max |gpu - cpu| = %.3g\n", n, d);
-    cudaFree(dx); cudaFree(dy); cudaFree(dw); cudaFree(dout);
-    free(x); free(y); free(w); free(ref); free(got); free(gx);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dw);
+    cudaFree(dout);
+    free(x);
+    free(y);
+    free(w);
+    free(ref);
+    free(got);
+    free(gx);
 }
 
 /* ---- attention -------------------------------------------------------------------------------- */
@@ -324,15 +350,16 @@ static void attn_ref(const float *qg, const void *hk, const void *hv, bool f16, 
 
 /* T query rows at positions pos + 1 .. through the split (decode / verify) path as launches of `rows`
  * rows each, into the host buffer g [T][H][hd] (outputs poisoned first). */
-static void attn_split_rows(const cu_attn_dims *a, const float *dqg, const void *dK, const void *dV, int pos, int T,
-                            int rows, float *part, float *g) {
+static void attn_split_rows(const cu_attn_dims *a, const float *dqg, const void *dK, const void *dV, int pos,
+                            int T, int rows, float *part, float *g) {
     const int H = a->H, hd = a->hd;
     const size_t on = (size_t)T * H * hd;
     float *o = dpoison(on);
     for (int t0 = 0; t0 < T; t0 += rows) {
         int nr = T - t0 < rows ? T - t0 : rows, p1 = pos + t0;
         int *dp1 = dup_to_dev(&p1, sizeof p1);
-        CHECK(cu_attention(a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part, o + (size_t)t0 * H * hd, 0) == 0,
+        CHECK(cu_attention(a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part,
+                           o + (size_t)t0 * H * hd, 0) == 0,
               "%s", rl_lasterr());
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "split launch failed");
         cudaFree(dp1);
@@ -349,15 +376,23 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
     void *dK = dup_to_dev(hk, (f16 ? 2 : 4) * n), *dV = dup_to_dev(hv, (f16 ? 2 : 4) * n);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd);
     int *dpos = dup_to_dev(&pos, sizeof pos);
-    cu_attn_dims a = {.H = H, .Hkv = Hkv, .hd = hd, .n_rot = 0, .n_ctx = n_ctx, .eps = 1e-6f,
-                      .scale = 1.0f / sqrtf((float)hd), .inv_freq = NULL, .kv_f16 = f16};
+    cu_attn_dims a = {.H = H,
+                      .Hkv = Hkv,
+                      .hd = hd,
+                      .n_rot = 0,
+                      .n_ctx = n_ctx,
+                      .eps = 1e-6f,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .inv_freq = NULL,
+                      .kv_f16 = f16};
     size_t on = (size_t)T * H * hd;
     float *o_pf = dpoison(on), *part = dpoison(cu_attn_part_floats(&a, T));
-    float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on), *ref = malloc(sizeof(float) * on);
+    float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on),
+          *ref = malloc(sizeof(float) * on);
     CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
     to_host(g_pf, o_pf, sizeof(float) * on);
     for (int v = 0; v < 2; v++) { /* the staged prefill kernel (24 heads: a partial second block of warps)
-                                    * and the tiled one: the same bits */
+                                   * and the tiled one: the same bits */
         cu_attn_dims as = a;
         as.prefill_staged = v == 0;
         as.prefill_tiled = v == 1;
@@ -368,24 +403,41 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
               f16 ? " f16" : "", H, Hkv, n_kv_last, v ? "tiled" : "staged");
         cudaFree(o);
     }
-    static const char *const vname[4] = {"grouped", "per-warp", "grouped, wide merge,", "grouped, scan merge,"};
-    for (int v = 0; v < 4; v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide / scan merge */
+    static const char *const vname[4] = {"grouped", "per-warp", "grouped, wide merge,",
+                                         "grouped, scan merge,"};
+    for (int v = 0; v < 4;
+         v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide / scan merge */
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
             a.split_per_warp = v == 1;
             a.merge_wide = v >= 2;
             a.merge_scan = v == 3;
             attn_split_rows(&a, dqg, dK, dV, pos, T, rows, part, g);
-            CHECK(count_bad(g, g_pf, on) == 0, "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill",
-                  hd, f16 ? " f16" : "", H, Hkv, n_kv_last, vname[v], rows);
+            CHECK(count_bad(g, g_pf, on) == 0,
+                  "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill", hd,
+                  f16 ? " f16" : "", H, Hkv, n_kv_last, vname[v], rows);
         }
     attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     double d = max_abs_diff(g_pf, ref, on);
-    CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", n_kv_last, d);
-    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide / scan merge == prefill (1..4 rows), "
+    CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "",
+          n_kv_last, d);
+    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide / scan merge == prefill "
+           "(1..4 rows), "
            "|gpu - cpu| %.3g\n",
            hd, f16 ? " (f16 KV)" : "", H, Hkv, n_kv_last, d);
-    cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dpos); cudaFree(o_pf); cudaFree(part);
-    free(qg); free(K); free(V); free(hk); free(hv); free(g_pf); free(g); free(ref);
+    cudaFree(dK);
+    cudaFree(dV);
+    cudaFree(dqg);
+    cudaFree(dpos);
+    cudaFree(o_pf);
+    cudaFree(part);
+    free(qg);
+    free(K);
+    free(V);
+    free(hk);
+    free(hv);
+    free(g_pf);
+    free(g);
+    free(ref);
 }
 
 static void test_attention(int hd, bool f16) {
@@ -393,23 +445,38 @@ static void test_attention(int hd, bool f16) {
     const size_t kvw = (size_t)Hkv * hd;
     float *inv = malloc(sizeof(float) * n_rot / 2);
     for (int i = 0; i < n_rot / 2; i++) inv[i] = (float)(1.0 / pow(1e7, (double)(2 * i) / n_rot));
-    float *qg = randv((size_t)T * H * 2 * hd, 1.0f), *k = randv((size_t)T * kvw, 1.0f), *v = randv((size_t)T * kvw, 1.0f);
+    float *qg = randv((size_t)T * H * 2 * hd, 1.0f), *k = randv((size_t)T * kvw, 1.0f),
+          *v = randv((size_t)T * kvw, 1.0f);
     float *qn = randv(hd, 0.3f), *kn = randv(hd, 0.3f);
-    for (int i = 0; i < hd; i++) { qn[i] += 1; kn[i] += 1; }
+    for (int i = 0; i < hd; i++) {
+        qn[i] += 1;
+        kn[i] += 1;
+    }
     float *K = randv((size_t)n_ctx * kvw, 1.0f), *V = randv((size_t)n_ctx * kvw, 1.0f);
     if (f16) /* the cache stores halves: round the host copy the same way */
-        for (size_t i = 0; i < (size_t)n_ctx * kvw; i++) { K[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(K[i])); V[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(V[i])); }
+        for (size_t i = 0; i < (size_t)n_ctx * kvw; i++) {
+            K[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(K[i]));
+            V[i] = rl_fp16_to_fp32(rl_fp32_to_fp16(V[i]));
+        }
     const size_t el = f16 ? 2 : 4;
     void *hk = kv_host(K, (size_t)n_ctx * kvw, f16), *hv = kv_host(V, (size_t)n_ctx * kvw, f16);
     void *dK = dup_to_dev(hk, el * n_ctx * kvw), *dV = dup_to_dev(hv, el * n_ctx * kvw);
     free(hk);
     free(hv);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd), *dk = dup_to_dev(k, sizeof(float) * T * kvw);
-    float *dv = dup_to_dev(v, sizeof(float) * T * kvw), *dqn = dup_to_dev(qn, sizeof(float) * hd), *dkn = dup_to_dev(kn, sizeof(float) * hd);
+    float *dv = dup_to_dev(v, sizeof(float) * T * kvw), *dqn = dup_to_dev(qn, sizeof(float) * hd),
+          *dkn = dup_to_dev(kn, sizeof(float) * hd);
     float *dinv = dup_to_dev(inv, sizeof(float) * n_rot / 2);
     int *dpos = dup_to_dev(&pos, sizeof pos);
-    cu_attn_dims a = {.H = H, .Hkv = Hkv, .hd = hd, .n_rot = n_rot, .n_ctx = n_ctx, .eps = 1e-6f,
-                      .scale = 1.0f / sqrtf((float)hd), .inv_freq = dinv, .kv_f16 = f16};
+    cu_attn_dims a = {.H = H,
+                      .Hkv = Hkv,
+                      .hd = hd,
+                      .n_rot = n_rot,
+                      .n_ctx = n_ctx,
+                      .eps = 1e-6f,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .inv_freq = dinv,
+                      .kv_f16 = f16};
     CHECK(cu_qk_norm_rope_store(&a, dqg, dk, dv, dqn, dkn, dpos, T, dK, dV, 0) == 0, "%s", rl_lasterr());
     /* CPU: the same norm + rope, cache rows pos..pos+T-1 */
     for (int t = 0; t < T; t++) {
@@ -427,7 +494,10 @@ static void test_attention(int hd, bool f16) {
         }
         for (size_t j = 0; j < kvw; j++) {
             float kk = k[(size_t)t * kvw + j], vv = v[(size_t)t * kvw + j];
-            if (f16) { kk = rl_fp16_to_fp32(rl_fp32_to_fp16(kk)); vv = rl_fp16_to_fp32(rl_fp32_to_fp16(vv)); }
+            if (f16) {
+                kk = rl_fp16_to_fp32(rl_fp32_to_fp16(kk));
+                vv = rl_fp16_to_fp32(rl_fp32_to_fp16(vv));
+            }
             K[(size_t)(pos + t) * kvw + j] = kk;
             V[(size_t)(pos + t) * kvw + j] = vv;
         }
@@ -449,21 +519,26 @@ static void test_attention(int hd, bool f16) {
     for (int t = 0; t < T; t++) {
         int p1 = pos + t;
         int *dp1 = dup_to_dev(&p1, sizeof p1);
-        CHECK(cu_attention(&a, dqg + (size_t)t * H * 2 * hd, dK, dV, dp1, 1, true, part, o_sp + (size_t)t * H * hd, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_attention(&a, dqg + (size_t)t * H * 2 * hd, dK, dV, dp1, 1, true, part,
+                           o_sp + (size_t)t * H * hd, 0) == 0,
+              "%s", rl_lasterr());
         cudaDeviceSynchronize();
         cudaFree(dp1);
     }
-    float *gpf = malloc(sizeof(float) * T * H * hd), *gsp = malloc(sizeof(float) * T * H * hd), *ref = malloc(sizeof(float) * T * H * hd);
+    float *gpf = malloc(sizeof(float) * T * H * hd), *gsp = malloc(sizeof(float) * T * H * hd),
+          *ref = malloc(sizeof(float) * T * H * hd);
     to_host(gpf, o_pf, sizeof(float) * T * H * hd);
     to_host(gsp, o_sp, sizeof(float) * T * H * hd);
-    CHECK(count_bad(gpf, gsp, (size_t)T * H * hd) == 0, "attention hd %d: split and prefill paths differ", hd);
+    CHECK(count_bad(gpf, gsp, (size_t)T * H * hd) == 0, "attention hd %d: split and prefill paths differ",
+          hd);
     { /* the staged prefill kernel (K/V slices in shared memory per block): the same bits */
         cu_attn_dims as = a;
         as.prefill_staged = true;
         float *o_st = dpoison((size_t)T * H * hd), *gst = malloc(sizeof(float) * T * H * hd);
         CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o_st, 0) == 0, "%s", rl_lasterr());
         to_host(gst, o_st, sizeof(float) * T * H * hd);
-        CHECK(count_bad(gst, gpf, (size_t)T * H * hd) == 0, "attention hd %d: staged prefill differs from prefill", hd);
+        CHECK(count_bad(gst, gpf, (size_t)T * H * hd) == 0,
+              "attention hd %d: staged prefill differs from prefill", hd);
         cudaFree(o_st);
         free(gst);
     }
@@ -471,18 +546,40 @@ static void test_attention(int hd, bool f16) {
         for (int h = 0; h < H; h++) {
             const float *q = qg + (size_t)t * H * 2 * hd + (size_t)h * 2 * hd;
             float *o = ref + (size_t)t * H * hd + (size_t)h * hd;
-            ops_attn_head(q, K + (size_t)(h / (H / Hkv)) * hd, V + (size_t)(h / (H / Hkv)) * hd, pos + t + 1, kvw, hd,
-                          1.0f / sqrtf((float)hd), o);
+            ops_attn_head(q, K + (size_t)(h / (H / Hkv)) * hd, V + (size_t)(h / (H / Hkv)) * hd, pos + t + 1,
+                          kvw, hd, 1.0f / sqrtf((float)hd), o);
             for (int i = 0; i < hd; i++) o[i] *= ops_sigmoid(q[hd + i]);
         }
     double d = max_abs_diff(gpf, ref, (size_t)T * H * hd);
     CHECK(d <= 5e-5, "attention hd %d%s: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", d);
-    printf("  attention hd %d%s: max |gpu - cpu| = %.3g (q norm+rope %.3g)\n", hd, f16 ? " (f16 KV)" : "", d, dq);
+    printf("  attention hd %d%s: max |gpu - cpu| = %.3g (q norm+rope %.3g)\n", hd, f16 ? " (f16 KV)" : "", d,
+           dq);
     (void)gK;
-    cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dk); cudaFree(dv); cudaFree(dqn); cudaFree(dkn);
-    cudaFree(dinv); cudaFree(dpos); cudaFree(o_pf); cudaFree(o_sp); cudaFree(part);
-    free(inv); free(qg); free(k); free(v); free(qn); free(kn); free(K); free(V); free(gq); free(gK);
-    free(gpf); free(gsp); free(ref);
+    cudaFree(dK);
+    cudaFree(dV);
+    cudaFree(dqg);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dqn);
+    cudaFree(dkn);
+    cudaFree(dinv);
+    cudaFree(dpos);
+    cudaFree(o_pf);
+    cudaFree(o_sp);
+    cudaFree(part);
+    free(inv);
+    free(qg);
+    free(k);
+    free(v);
+    free(qn);
+    free(kn);
+    free(K);
+    free(V);
+    free(gq);
+    free(gK);
+    free(gpf);
+    free(gsp);
+    free(ref);
 }
 
 #include "test_cuda_ops_dn.h"
@@ -504,32 +601,52 @@ static void test_fused_combine(void) {
     int bad = 0;
     for (int rep = 0; rep < 4; rep++) {
         const bool side = rep >= 2; /* reps 2, 3: the gate from cu_moe_sh_gate */
-        float *eo = randv((size_t)D * K, 1.0f), *w = randv(K, 0.3f), *sh = randv(D, 1.0f), *xn = randv(D, 1.0f),
-              *x0 = randv(D, 1.0f);
+        float *eo = randv((size_t)D * K, 1.0f), *w = randv(K, 0.3f), *sh = randv(D, 1.0f),
+              *xn = randv(D, 1.0f), *x0 = randv(D, 1.0f);
         float *deo = dup_to_dev(eo, sizeof(float) * D * K), *dw = dup_to_dev(w, sizeof(float) * K),
               *dsh = dup_to_dev(sh, sizeof(float) * D);
         float *dxn1 = dup_to_dev(xn, sizeof(float) * D), *dxn2 = dup_to_dev(xn, sizeof(float) * D);
         float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
         float *dy1 = dpoison(D), *dy2 = dpoison(D);
         if (side) CHECK(cu_moe_sh_gate(dsg, dxn2, dg, D, 1, 0) == 0, "%s", rl_lasterr());
-        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0, "%s",
-              rl_lasterr());
-        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D, 1e-6f, ctr, 0) == 0,
+        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0,
+              "%s", rl_lasterr());
+        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D,
+                                   1e-6f, ctr, 0) == 0,
               "%s", rl_lasterr());
         to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dxn1, sizeof(float) * D), to_host(b, dxn2, sizeof(float) * D), bad += count_bad(a, b, D);
-        cudaFree(deo); cudaFree(dw); cudaFree(dsh); cudaFree(dxn1); cudaFree(dxn2); cudaFree(dx1); cudaFree(dx2);
-        cudaFree(dy1); cudaFree(dy2);
-        free(eo); free(w); free(sh); free(xn); free(x0);
+        cudaFree(deo);
+        cudaFree(dw);
+        cudaFree(dsh);
+        cudaFree(dxn1);
+        cudaFree(dxn2);
+        cudaFree(dx1);
+        cudaFree(dx2);
+        cudaFree(dy1);
+        cudaFree(dy2);
+        free(eo);
+        free(w);
+        free(sh);
+        free(xn);
+        free(x0);
     }
     unsigned hc = 1;
     to_host(&hc, ctr, sizeof hc);
-    CHECK(bad == 0 && hc == 0, "decode combine + norm tail differs from combine then norm (%d values; counter %u)", bad, hc);
-    printf("  decode combine + norm tail (own gate / cu_moe_sh_gate's) == combine, then norm (2 launches): %d values differ\n",
+    CHECK(bad == 0 && hc == 0,
+          "decode combine + norm tail differs from combine then norm (%d values; counter %u)", bad, hc);
+    printf("  decode combine + norm tail (own gate / cu_moe_sh_gate's) == combine, then norm (2 launches): "
+           "%d values differ\n",
            bad);
-    cudaFree(dsg); cudaFree(dwn); cudaFree(ctr); cudaFree(dg);
-    free(sg); free(wn); free(a); free(b);
+    cudaFree(dsg);
+    cudaFree(dwn);
+    cudaFree(ctr);
+    cudaFree(dg);
+    free(sg);
+    free(wn);
+    free(a);
+    free(b);
 }
 
 /* The add+norm tail of a one-row matmul == cu_matmul then cu_add_rmsnorm, twice in a row (the
@@ -553,22 +670,36 @@ static void test_tail_add_norm(int D) {
         float *dy1 = dpoison(D), *dy2 = dpoison(D), *do1 = dpoison(D), *do2 = dpoison(D);
         cu_seg s1 = {.w = dW, .row_bytes = rb, .n_out = D, .y = dy1, .ldy = D}, s2 = s1;
         s2.y = dy2;
-        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s",
+              rl_lasterr());
         CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, 0) == 0, "%s", rl_lasterr());
         cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = ctr, .x = dx2, .out = do2, .w = dnw, .eps = 1e-6f};
         CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, 0) == 0, "%s", rl_lasterr());
         to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, do1, sizeof(float) * D), to_host(b, do2, sizeof(float) * D), bad += count_bad(a, b, D);
-        cudaFree(din); cudaFree(dx1); cudaFree(dx2); cudaFree(dy1); cudaFree(dy2); cudaFree(do1); cudaFree(do2);
-        free(in); free(x0);
+        cudaFree(din);
+        cudaFree(dx1);
+        cudaFree(dx2);
+        cudaFree(dy1);
+        cudaFree(dy2);
+        cudaFree(do1);
+        cudaFree(do2);
+        free(in);
+        free(x0);
     }
     unsigned hc = 1;
     to_host(&hc, ctr, sizeof hc);
-    CHECK(bad == 0 && hc == 0, "matmul + add/norm tail differs from matmul then norm (%d values; counter %u)", bad, hc);
+    CHECK(bad == 0 && hc == 0, "matmul + add/norm tail differs from matmul then norm (%d values; counter %u)",
+          bad, hc);
     printf("  matmul + add/norm tail == matmul, then norm (2 launches), D %d: %d values differ\n", D, bad);
-    cudaFree(dW); cudaFree(dnw); cudaFree(ctr);
-    free(w); free(nw); free(a); free(b);
+    cudaFree(dW);
+    cudaFree(dnw);
+    cudaFree(ctr);
+    free(w);
+    free(nw);
+    free(a);
+    free(b);
 }
 
 /* The router tail of a one-row F32 router GEMV == cu_matmul then cu_router (ids, weights, probs,
@@ -593,13 +724,24 @@ static void test_tail_router(void) {
         }
         cu_seg s0 = {.w = dW, .row_bytes = rb, .n_out = E, .y = lg[0], .ldy = E}, s1 = s0;
         s1.y = lg[1];
-        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
-        CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], 0) == 0, "%s", rl_lasterr());
-        cu_tail t = {.kind = CU_TAIL_ROUTER, .counter = ctr, .K = K, .ids = ids[1], .wts = wt[1], .probs = pr[1],
-                     .tiles = tl[1], .n_tiles = nt[1], .pair_in = pin[1], .pair_out = pout[1]};
+        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s",
+              rl_lasterr());
+        CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], 0) == 0, "%s",
+              rl_lasterr());
+        cu_tail t = {.kind = CU_TAIL_ROUTER,
+                     .counter = ctr,
+                     .K = K,
+                     .ids = ids[1],
+                     .wts = wt[1],
+                     .probs = pr[1],
+                     .tiles = tl[1],
+                     .n_tiles = nt[1],
+                     .pair_in = pin[1],
+                     .pair_out = pout[1]};
         CHECK(cu_matmul_tail(QT_F32, n_in, &s1, 1, din, &t, 0) == 0, "%s", rl_lasterr());
         uint8_t h[2][4096];
-        const void *pp[2][7] = {{ids[0], pin[0], pout[0], wt[0], pr[0], tl[0], nt[0]}, {ids[1], pin[1], pout[1], wt[1], pr[1], tl[1], nt[1]}};
+        const void *pp[2][7] = {{ids[0], pin[0], pout[0], wt[0], pr[0], tl[0], nt[0]},
+                                {ids[1], pin[1], pout[1], wt[1], pr[1], tl[1], nt[1]}};
         const size_t nb[7] = {4 * K, 4 * K, 4 * K, 4 * K, 4 * K, sizeof(cu_tile) * K, 4};
         for (int q = 0; q < 7; q++) {
             to_host(h[0], pp[0][q], nb[q]);
@@ -607,20 +749,30 @@ static void test_tail_router(void) {
             bad += memcmp(h[0], h[1], nb[q]) != 0;
         }
         float *l0 = malloc(sizeof(float) * E), *l1 = malloc(sizeof(float) * E);
-        to_host(l0, lg[0], sizeof(float) * E), to_host(l1, lg[1], sizeof(float) * E), bad += count_bad(l0, l1, E);
-        free(l0); free(l1);
+        to_host(l0, lg[0], sizeof(float) * E), to_host(l1, lg[1], sizeof(float) * E),
+            bad += count_bad(l0, l1, E);
+        free(l0);
+        free(l1);
         for (int k = 0; k < 2; k++) {
-            cudaFree(ids[k]); cudaFree(pin[k]); cudaFree(pout[k]); cudaFree(wt[k]); cudaFree(pr[k]); cudaFree(lg[k]);
-            cudaFree(tl[k]); cudaFree(nt[k]);
+            cudaFree(ids[k]);
+            cudaFree(pin[k]);
+            cudaFree(pout[k]);
+            cudaFree(wt[k]);
+            cudaFree(pr[k]);
+            cudaFree(lg[k]);
+            cudaFree(tl[k]);
+            cudaFree(nt[k]);
         }
         cudaFree(din);
         free(in);
     }
     unsigned hc = 1;
     to_host(&hc, ctr, sizeof hc);
-    CHECK(bad == 0 && hc == 0, "router GEMV + top-k tail differs from GEMV then router (%d; counter %u)", bad, hc);
+    CHECK(bad == 0 && hc == 0, "router GEMV + top-k tail differs from GEMV then router (%d; counter %u)", bad,
+          hc);
     printf("  router GEMV + top-k tail == GEMV, then router (2 launches): %d outputs differ\n", bad);
-    cudaFree(dW); cudaFree(ctr);
+    cudaFree(dW);
+    cudaFree(ctr);
     free(w);
 }
 
@@ -657,9 +809,14 @@ static void test_router_ties(int E) {
     }
     CHECK(bad_ids == 0, "router ids differ from the CPU's on tied logits (%d of %d)", bad_ids, T * K);
     CHECK(dwmax <= 1e-6, "router weights / probabilities differ from the CPU's by %.3g", dwmax);
-    printf("  router on tied logits, %d experts: ids == CPU (%d differ), max |w - w_cpu| %.3g\n", E, bad_ids, dwmax);
-    cudaFree(dlg); cudaFree(dw); cudaFree(dp); cudaFree(dids);
-    free(lg); free(p);
+    printf("  router on tied logits, %d experts: ids == CPU (%d differ), max |w - w_cpu| %.3g\n", E, bad_ids,
+           dwmax);
+    cudaFree(dlg);
+    cudaFree(dw);
+    cudaFree(dp);
+    cudaFree(dids);
+    free(lg);
+    free(p);
 }
 
 int main(void) {
@@ -678,14 +835,15 @@ int main(void) {
         test_dequant(TYPES[i], 1024);
         if (TYPES[i] == QT_MXFP4) test_dequant(TYPES[i], 33 * 32); /* 561-byte rows: odd addresses */
         test_matmul(TYPES[i], (int)i, 0);
-        if (TYPES[i] == QT_F32) test_matmul(TYPES[i], (int)i, 4360);      /* 17 KB rows: 3 chunks */
-        if (TYPES[i] == QT_Q8_0) test_matmul(TYPES[i], (int)i, 8288);     /* 8.8 KB rows, 2-byte aligned */
+        if (TYPES[i] == QT_F32) test_matmul(TYPES[i], (int)i, 4360);        /* 17 KB rows: 3 chunks */
+        if (TYPES[i] == QT_Q8_0) test_matmul(TYPES[i], (int)i, 8288);       /* 8.8 KB rows, 2-byte aligned */
         if (TYPES[i] == QT_IQ2_XS) test_matmul(TYPES[i], (int)i, 11 * 256); /* 814-byte rows: 2-byte copies */
         /* MXFP4: 17-byte blocks, so rows of an odd number of blocks start at odd addresses (the default
          * 544 columns: 289-byte rows); 4128 columns: 129 blocks, 2,193-byte rows over several 32-unit
          * iterations. The 32-value types: 8288 columns, rows of 259 blocks (2-byte aligned). */
         if (TYPES[i] == QT_MXFP4) test_matmul(TYPES[i], (int)i, 4128);
-        if (TYPES[i] == QT_Q4_0 || TYPES[i] == QT_Q5_1 || TYPES[i] == QT_IQ4_NL) test_matmul(TYPES[i], (int)i, 8288);
+        if (TYPES[i] == QT_Q4_0 || TYPES[i] == QT_Q5_1 || TYPES[i] == QT_IQ4_NL)
+            test_matmul(TYPES[i], (int)i, 8288);
     }
     printf("  dequant: %zu types bit-exact; matmul worst err/bound per type:", NTYPES);
     for (size_t i = 0; i < NTYPES; i++) printf(" %s %.2g", quant_name(TYPES[i]), worst_rel[i]);
@@ -695,9 +853,10 @@ int main(void) {
     static const uint32_t KQ[3] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
     const int fails0 = check_fail;
     for (int i = 0; i < 3; i++) {
-        test_matmul(KQ[i], 63, 0);        /* 3 super-blocks per row */
-        test_matmul(KQ[i], 63, 9 * 256);  /* 9: two full groups of four and one */
-        test_matmul(KQ[i], 63, 512);      /* 2 and 1 (the expert down rows; 4 row sets, RL_CUDA_MMQ_RS=1: 2 and 4) */
+        test_matmul(KQ[i], 63, 0);       /* 3 super-blocks per row */
+        test_matmul(KQ[i], 63, 9 * 256); /* 9: two full groups of four and one */
+        test_matmul(KQ[i], 63,
+                    512); /* 2 and 1 (the expert down rows; 4 row sets, RL_CUDA_MMQ_RS=1: 2 and 4) */
         test_matmul(KQ[i], 63, 256);
     }
     for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
@@ -709,9 +868,11 @@ int main(void) {
     test_matmul(QT_Q4_K, 63, 16 * 256);
     test_matmul(QT_Q6_K, 63, 32 * 256);
     test_matmul(QT_Q5_K, 63, 33 * 256);
-    test_mmq_many_rows(QT_Q4_K, 1024, 40003); /* one token, 5,000 row blocks (streamed, the default: many per block) */
-    test_mmq_many_rows(QT_Q6_K, 512, 30001);  /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
-    test_moe();           /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
+    test_mmq_many_rows(QT_Q4_K, 1024,
+                       40003); /* one token, 5,000 row blocks (streamed, the default: many per block) */
+    test_mmq_many_rows(QT_Q6_K, 512,
+                       30001);     /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
+    test_moe();                    /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
     test_tail_add_norm(2048 + 64); /* Q4_K one-row launch + tail; the norm kernel's generic row */
     test_tail_add_norm(2048);      /* its register row (the 80B's hidden size) */
     test_tail_add_norm(1000);      /* a partial last chunk */
@@ -740,29 +901,29 @@ int main(void) {
     test_attention(256, false);
     test_attention(64, false);
     test_attention(128, true);
-    test_attention_decode(256, false, 16, 2, 5000);  /* 80B geometry: ends inside a chunk */
-    test_attention_decode(256, true, 16, 2, 4096);   /* ends at a chunk edge */
-    test_attention_decode(256, true, 16, 2, 17000);  /* 67 chunks: whole merge batches (64) and a tail */
+    test_attention_decode(256, false, 16, 2, 5000); /* 80B geometry: ends inside a chunk */
+    test_attention_decode(256, true, 16, 2, 4096);  /* ends at a chunk edge */
+    test_attention_decode(256, true, 16, 2, 17000); /* 67 chunks: whole merge batches (64) and a tail */
     test_attention_decode(128, true, 16, 2, 2600);
     test_attention_decode(64, false, 8, 2, 777);     /* DPL 2: scalar V loads */
     test_attention_decode(64, true, 8, 2, 17000);    /* 67 chunks: two batches of the 64-thread scan merge */
     test_attention_decode(256, false, 24, 1, 1500);  /* 24 warps: > 48 KiB of shared memory */
-    test_attention_tiled(256, true, 16, 2, 70, 300);  /* 80B geometry: 18 blocks, the last partial; 2 chunks */
-    test_attention_tiled(256, false, 16, 2, 37, 0);   /* the first chunk only: second slice empty */
-    test_attention_tiled(128, true, 16, 2, 45, 220);  /* rows cross the edge of chunk 0 */
-    test_attention_tiled(64, false, 8, 2, 33, 500);   /* DPL 2: scalar V loads; G 4: 8 positions per block */
+    test_attention_tiled(256, true, 16, 2, 70, 300); /* 80B geometry: 18 blocks, the last partial; 2 chunks */
+    test_attention_tiled(256, false, 16, 2, 37, 0);  /* the first chunk only: second slice empty */
+    test_attention_tiled(128, true, 16, 2, 45, 220); /* rows cross the edge of chunk 0 */
+    test_attention_tiled(64, false, 8, 2, 33, 500);  /* DPL 2: scalar V loads; G 4: 8 positions per block */
     test_attention_tiled(256, false, 24, 2, 20, 700); /* G 12: 2 positions, 8 padded rows per block */
     test_attention_tiled(128, false, 3, 1, 50, 260);  /* G 3: 10 positions, 2 padded rows */
-    test_attention_tc(256, 16, 2, 70, 200, 3.0f);   /* 80B geometry: rows cross chunk 0's edge, 9 blocks */
-    test_attention_tc(256, 16, 2, 37, 0, 1.0f);     /* the first chunk only, short rows */
-    test_attention_tc(256, 16, 2, 6, 5000, 3.0f);   /* 20 chunks: the split decode's partials and merge */
-    test_attention_tc(256, 16, 2, 3, 17000, 3.0f);  /* 67 chunks: whole merge batches (64) and a tail */
+    test_attention_tc(256, 16, 2, 70, 200, 3.0f);     /* 80B geometry: rows cross chunk 0's edge, 9 blocks */
+    test_attention_tc(256, 16, 2, 37, 0, 1.0f);       /* the first chunk only, short rows */
+    test_attention_tc(256, 16, 2, 6, 5000, 3.0f);     /* 20 chunks: the split decode's partials and merge */
+    test_attention_tc(256, 16, 2, 3, 17000, 3.0f);    /* 67 chunks: whole merge batches (64) and a tail */
     test_attention_tc(128, 16, 2, 45, 220, 3.0f);
-    test_attention_tc(64, 8, 2, 33, 500, 3.0f);     /* hd 64: one value tile per warp in decode */
-    test_attention_tc(128, 3, 1, 50, 260, 3.0f);    /* G 3: 21 positions, 1 padded row per block; 13 in decode */
-    test_attention_tc(256, 24, 2, 20, 700, 3.0f);   /* G 12 */
-    test_attention_tc(128, 16, 1, 9, 1000, 3.0f);   /* G 16: a full row tile in decode */
-    test_attention_tc(64, 4, 4, 40, 100, 3.0f);     /* G 1: 64 positions per block */
+    test_attention_tc(64, 8, 2, 33, 500, 3.0f);  /* hd 64: one value tile per warp in decode */
+    test_attention_tc(128, 3, 1, 50, 260, 3.0f); /* G 3: 21 positions, 1 padded row per block; 13 in decode */
+    test_attention_tc(256, 24, 2, 20, 700, 3.0f); /* G 12 */
+    test_attention_tc(128, 16, 1, 9, 1000, 3.0f); /* G 16: a full row tile in decode */
+    test_attention_tc(64, 4, 4, 40, 100, 3.0f);   /* G 1: 64 positions per block */
     test_deltanet(128, 128, 16, 32, 5, 0);
     test_deltanet(128, 128, 16, 32, 150, 0);
     test_deltanet(32, 32, 4, 8, 5, 0);

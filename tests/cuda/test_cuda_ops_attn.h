@@ -13,8 +13,15 @@ static void test_attention_tiled(int hd, bool f16, int H, int Hkv, int T, int po
     void *dK = dup_to_dev(hk, el * n), *dV = dup_to_dev(hv, el * n);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd);
     int *dpos = dup_to_dev(&pos, sizeof pos);
-    cu_attn_dims a = {.H = H, .Hkv = Hkv, .hd = hd, .n_rot = 0, .n_ctx = n_ctx, .eps = 1e-6f,
-                      .scale = 1.0f / sqrtf((float)hd), .inv_freq = NULL, .kv_f16 = f16};
+    cu_attn_dims a = {.H = H,
+                      .Hkv = Hkv,
+                      .hd = hd,
+                      .n_rot = 0,
+                      .n_ctx = n_ctx,
+                      .eps = 1e-6f,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .inv_freq = NULL,
+                      .kv_f16 = f16};
     float *g[3], *ref = malloc(sizeof(float) * on);
     for (int v = 0; v < 3; v++) { /* k_attn_prefill, its staged form, the tiled kernel */
         cu_attn_dims av = a;
@@ -28,16 +35,26 @@ static void test_attention_tiled(int hd, bool f16, int H, int Hkv, int T, int po
         cudaFree(o);
     }
     const int b1 = count_bad(g[1], g[0], on), b2 = count_bad(g[2], g[0], on);
-    CHECK(b1 == 0 && b2 == 0, "attention hd %d%s H %d/%d T %d at %d: staged %d, tiled %d values != prefill", hd,
-          f16 ? " f16" : "", H, Hkv, T, pos, b1, b2);
+    CHECK(b1 == 0 && b2 == 0, "attention hd %d%s H %d/%d T %d at %d: staged %d, tiled %d values != prefill",
+          hd, f16 ? " f16" : "", H, Hkv, T, pos, b1, b2);
     attn_ref(qg, hk, hv, f16, T, H, Hkv, hd, pos, ref);
     const double d = max_abs_diff(g[2], ref, on); /* the bound of test_attention_decode */
-    CHECK(d <= 5e-5, "tiled prefill attention hd %d%s T %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", T, d);
-    printf("  tiled prefill attention hd %d%s H %d/%d, %d rows at %d: == prefill == staged (%s), |gpu - cpu| %.3g\n", hd,
-           f16 ? " (f16 KV)" : "", H, Hkv, T, pos, b1 || b2 ? "DIFFERENT" : "bit-identical", d);
+    CHECK(d <= 5e-5, "tiled prefill attention hd %d%s T %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "", T,
+          d);
+    printf("  tiled prefill attention hd %d%s H %d/%d, %d rows at %d: == prefill == staged (%s), |gpu - cpu| "
+           "%.3g\n",
+           hd, f16 ? " (f16 KV)" : "", H, Hkv, T, pos, b1 || b2 ? "DIFFERENT" : "bit-identical", d);
     for (int v = 0; v < 3; v++) free(g[v]);
-    cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dpos);
-    free(qg); free(K); free(V); free(hk); free(hv); free(ref);
+    cudaFree(dK);
+    cudaFree(dV);
+    cudaFree(dqg);
+    cudaFree(dpos);
+    free(qg);
+    free(K);
+    free(V);
+    free(hk);
+    free(hv);
+    free(ref);
 }
 
 /* The tensor-core attention (cu_attn_dims.tc, attn_tc.cu; f16 cache). Its own numerics, so the contract
@@ -63,9 +80,18 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
     uint16_t *dK = dup_to_dev(hk, 2 * n), *dV = dup_to_dev(hv, 2 * n);
     float *dqg = dup_to_dev(qg, sizeof(float) * T * H * 2 * hd);
     int *dpos = dup_to_dev(&pos, sizeof pos);
-    cu_attn_dims a = {.H = H, .Hkv = Hkv, .hd = hd, .n_rot = 0, .n_ctx = n_ctx, .eps = 1e-6f,
-                      .scale = 1.0f / sqrtf((float)hd), .inv_freq = NULL, .kv_f16 = true, .tc = true};
-    float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on), *g32 = malloc(sizeof(float) * on);
+    cu_attn_dims a = {.H = H,
+                      .Hkv = Hkv,
+                      .hd = hd,
+                      .n_rot = 0,
+                      .n_ctx = n_ctx,
+                      .eps = 1e-6f,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .inv_freq = NULL,
+                      .kv_f16 = true,
+                      .tc = true};
+    float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on),
+          *g32 = malloc(sizeof(float) * on);
     float *ref = malloc(sizeof(float) * on);
     float *o = dpoison(on), *part = dpoison(cu_attn_part_floats(&a, CU_ATTN_SPLIT_MAX_T));
     CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
@@ -74,16 +100,20 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
     cudaFree(o);
     int bad = 0;
     for (int db = 0; db < 2; db++) /* the split kernel one slice at a time, then double-buffered */
-        for (int rows = 1; rows <= CU_ATTN_SPLIT_MAX_T + 4; rows++) { /* 5, 6: 1 and 4 rows with the wide merge;
-                                                                     * 7, 8: with the scan merge */
+        for (int rows = 1; rows <= CU_ATTN_SPLIT_MAX_T + 4; rows++) { /* 5, 6: 1 and 4 rows with the wide
+                                                                       * merge; 7, 8: with the scan merge */
             const int nrows = rows > CU_ATTN_SPLIT_MAX_T ? (rows % 2 ? 1 : 4) : rows;
             a.merge_wide = rows > CU_ATTN_SPLIT_MAX_T;
             a.merge_scan = rows > CU_ATTN_SPLIT_MAX_T + 2;
             a.split_db = db;
             attn_split_rows(&a, dqg, dK, dV, pos, T, nrows, part, g);
             const int b = count_bad(g, g_pf, on);
-            CHECK(b == 0, "tc attention hd %d H %d/%d T %d at %d: split (%d rows%s%s) != prefill in %d values", hd, H,
-                  Hkv, T, pos, nrows, a.merge_scan ? ", scan merge" : a.merge_wide ? ", wide merge" : "",
+            CHECK(b == 0,
+                  "tc attention hd %d H %d/%d T %d at %d: split (%d rows%s%s) != prefill in %d values", hd, H,
+                  Hkv, T, pos, nrows,
+                  a.merge_scan   ? ", scan merge"
+                  : a.merge_wide ? ", wide merge"
+                                 : "",
                   db ? ", double-buffered" : "", b);
             bad += b;
         }
@@ -114,13 +144,28 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
             }
         }
     const double u = ldexp(1.0, -11), acc = ldexp(1.0, -22);
-    const double D = a.scale * smax * (u + hd * acc), bound = vmax * (2 * D + 2 * u + CU_ATTN_CHUNK * acc) + 5e-5;
-    const double d = max_abs_diff(g_pf, ref, on), d32 = max_abs_diff(g_pf, g32, on), dr32 = max_abs_diff(g32, ref, on);
-    CHECK(d <= bound, "tc attention hd %d H %d/%d T %d at %d: max |tc - cpu| %.3g > bound %.3g", hd, H, Hkv, T, pos, d,
-          bound);
-    printf("  tc attention hd %d H %d/%d, %d rows at %d (q x%.0f): split (1..4 rows, three merges, 1 or 2 slices) %s prefill; |tc - cpu| %.3g "
-           "(bound %.3g), |tc - fp32| %.3g, |fp32 - cpu| %.3g\n", hd, H, Hkv, T, pos, qscale, bad ? "!=" : "==", d, bound,
-           d32, dr32);
-    cudaFree(dK); cudaFree(dV); cudaFree(dqg); cudaFree(dpos); cudaFree(part);
-    free(qg); free(K); free(V); free(hk); free(hv); free(g_pf); free(g); free(g32); free(ref);
+    const double D = a.scale * smax * (u + hd * acc),
+                 bound = vmax * (2 * D + 2 * u + CU_ATTN_CHUNK * acc) + 5e-5;
+    const double d = max_abs_diff(g_pf, ref, on), d32 = max_abs_diff(g_pf, g32, on),
+                 dr32 = max_abs_diff(g32, ref, on);
+    CHECK(d <= bound, "tc attention hd %d H %d/%d T %d at %d: max |tc - cpu| %.3g > bound %.3g", hd, H, Hkv,
+          T, pos, d, bound);
+    printf("  tc attention hd %d H %d/%d, %d rows at %d (q x%.0f): split (1..4 rows, three merges, 1 or 2 "
+           "slices) %s prefill; |tc - cpu| %.3g "
+           "(bound %.3g), |tc - fp32| %.3g, |fp32 - cpu| %.3g\n",
+           hd, H, Hkv, T, pos, qscale, bad ? "!=" : "==", d, bound, d32, dr32);
+    cudaFree(dK);
+    cudaFree(dV);
+    cudaFree(dqg);
+    cudaFree(dpos);
+    cudaFree(part);
+    free(qg);
+    free(K);
+    free(V);
+    free(hk);
+    free(hv);
+    free(g_pf);
+    free(g);
+    free(g32);
+    free(ref);
 }

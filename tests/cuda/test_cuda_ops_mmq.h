@@ -33,7 +33,8 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     const size_t rb = quant_row_size(type, n_in);
     uint8_t *w = malloc(rb * n_out);
     fill_random_blocks(type, w, (int64_t)n_out * n_in / 256, &R);
-    float *x = randv((size_t)T * n_in, 1.0f), *got = malloc(sizeof(float) * T * n_out), *ref = malloc(sizeof(float) * T * n_out);
+    float *x = randv((size_t)T * n_in, 1.0f), *got = malloc(sizeof(float) * T * n_out),
+          *ref = malloc(sizeof(float) * T * n_out);
     uint8_t *dw = dup_to_dev(w, rb * n_out);
     float *dx = dup_to_dev(x, sizeof(float) * T * n_in), *dy = dpoison((size_t)T * n_out);
     const int P = 61, E = 3;
@@ -44,9 +45,11 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, T, NULL, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * T * n_out);
     int bad = check_mm_q8(&W, x, T, got, n_out);
-    CHECK(bad == 0, "staged int8 tiles %s n_in %d: %d outputs differ from the CPU's vec_dot", qt->name, n_in, bad);
+    CHECK(bad == 0, "staged int8 tiles %s n_in %d: %d outputs differ from the CPU's vec_dot", qt->name, n_in,
+          bad);
     /* two segments: rows 0..129 and 130..299 */
-    float *d2 = dpoison((size_t)T * 130), *d3 = dpoison((size_t)T * 170), *h2 = malloc(sizeof(float) * T * 170);
+    float *d2 = dpoison((size_t)T * 130), *d3 = dpoison((size_t)T * 170),
+          *h2 = malloc(sizeof(float) * T * 170);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = 130, .y = d2, .ldy = 130},
                     {.w = dw + 130 * rb, .row_bytes = rb, .n_out = 170, .y = d3, .ldy = 170}};
     CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, T, NULL, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
@@ -59,10 +62,12 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     /* gate/up (rows 0..149 gate, 150..299 up) == the same launch without a scratch (k_mmq_mma) */
     float *dh = dpoison((size_t)T * H), *dh0 = dpoison((size_t)T * H), *hh = malloc(sizeof(float) * T * H),
           *hh0 = malloc(sizeof(float) * T * H);
-    cu_seg gu = {.w = dw, .w2 = dw + (size_t)H * rb, .row_bytes = rb, .n_out = H, .y = dh, .ldy = H}, gu0 = gu;
+    cu_seg gu = {.w = dw, .w2 = dw + (size_t)H * rb, .row_bytes = rb, .n_out = H, .y = dh, .ldy = H},
+           gu0 = gu;
     gu0.y = dh0;
     CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, T, NULL, true, NULL, ws, 0) == 0 &&
-              cu_matmul(type, n_in, &gu0, 1, dx, n_in, T, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+              cu_matmul(type, n_in, &gu0, 1, dx, n_in, T, NULL, true, NULL, NULL, 0) == 0,
+          "%s", rl_lasterr());
     to_host(hh, dh, sizeof(float) * T * H);
     to_host(hh0, dh0, sizeof(float) * T * H);
     diff = count_bad(hh, hh0, (size_t)T * H);
@@ -78,8 +83,15 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     int *dnt = dup_to_dev(&nt, sizeof nt);
     const int ER = 100;
     float *dg = dpoison((size_t)P * ER), *gg = malloc(sizeof(float) * P * ER);
-    cu_group g = {.tiles = dtl, .n_tiles = dnt, .max_tiles = nt + 2, .tt = CU_TT, .pair_in = dpin, .pair_out = dpout, .x_rows = T};
-    cu_seg sgp = {.w = dw, .row_bytes = rb, .expert_stride = (size_t)ER * rb, .n_out = ER, .y = dg, .ldy = ER};
+    cu_group g = {.tiles = dtl,
+                  .n_tiles = dnt,
+                  .max_tiles = nt + 2,
+                  .tt = CU_TT,
+                  .pair_in = dpin,
+                  .pair_out = dpout,
+                  .x_rows = T};
+    cu_seg sgp = {
+        .w = dw, .row_bytes = rb, .expert_stride = (size_t)ER * rb, .n_out = ER, .y = dg, .ldy = ER};
     CHECK(cu_matmul(type, n_in, &sgp, 1, dx, n_in, P, &g, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
     to_host(gg, dg, sizeof(float) * P * ER);
     void *xq = malloc(quant_row_size(QT_Q8_K, n_in));
@@ -87,13 +99,17 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     for (int p = 0; p < P; p++) {
         q8->from_float(x + (size_t)pin[p] * n_in, xq, n_in);
         for (int r = 0; r < ER; r++) {
-            const float want = qt->vec_dot(n_in, w + ((size_t)ex[p] * ER + r) * rb, xq), gv = gg[(size_t)pout[p] * ER + r];
+            const float want = qt->vec_dot(n_in, w + ((size_t)ex[p] * ER + r) * rb, xq),
+                        gv = gg[(size_t)pout[p] * ER + r];
             if (memcmp(&want, &gv, sizeof gv) && bad++ < 3)
-                fprintf(stderr, "  %s grouped pair %d row %d: got %.9g want %.9g\n", qt->name, p, r, gv, want);
+                fprintf(stderr, "  %s grouped pair %d row %d: got %.9g want %.9g\n", qt->name, p, r, gv,
+                        want);
         }
     }
-    CHECK(bad == 0, "staged int8 tiles %s: grouped outputs differ from the CPU's vec_dot (%d)", qt->name, bad);
-    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt with RL_CUDA_MOE_TT=16): the same bits */
+    CHECK(bad == 0, "staged int8 tiles %s: grouped outputs differ from the CPU's vec_dot (%d)", qt->name,
+          bad);
+    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt with RL_CUDA_MOE_TT=16): the same bits
+       */
         cu_tile tl2[61];
         int n16 = mmq_tiles(P, ex, 2 * CU_TT, tl2);
         cu_tile *dtl2 = dup_to_dev(tl2, sizeof(cu_tile) * n16);
@@ -109,7 +125,8 @@ static void test_mmq_tc(uint32_t type, int n_in) {
         CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
         to_host(gg2, dg2, sizeof(float) * P * ER);
         const int d16 = count_bad(gg2, gg, (size_t)P * ER);
-        CHECK(d16 == 0, "staged int8 tiles %s: grouped tiles of 16 pairs differ from tiles of 8 (%d)", qt->name, d16);
+        CHECK(d16 == 0, "staged int8 tiles %s: grouped tiles of 16 pairs differ from tiles of 8 (%d)",
+              qt->name, d16);
         CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, NULL, 0) != 0,
               "tiles of 16 pairs without a scratch must be refused");
         cudaFree(dtl2);
@@ -118,20 +135,29 @@ static void test_mmq_tc(uint32_t type, int n_in) {
         free(gg2);
     }
     /* grouped gate/up (experts of 50 gate + 50 up rows), rows of x by pair (no pair_in): == unstaged */
-    float *dgu = dpoison((size_t)P * 50), *dgu0 = dpoison((size_t)P * 50), *hg = malloc(sizeof(float) * P * 50),
-          *hg0 = malloc(sizeof(float) * P * 50);
+    float *dgu = dpoison((size_t)P * 50), *dgu0 = dpoison((size_t)P * 50),
+          *hg = malloc(sizeof(float) * P * 50), *hg0 = malloc(sizeof(float) * P * 50);
     cu_group g2 = g;
     g2.pair_in = NULL;
     g2.pair_out = NULL;
     g2.x_rows = P;
-    cu_seg gs = {.w = dw, .w2 = dw + 50 * rb, .row_bytes = rb, .expert_stride = (size_t)ER * rb, .n_out = 50, .y = dgu, .ldy = 50}, gs0 = gs;
+    cu_seg gs = {.w = dw,
+                 .w2 = dw + 50 * rb,
+                 .row_bytes = rb,
+                 .expert_stride = (size_t)ER * rb,
+                 .n_out = 50,
+                 .y = dgu,
+                 .ldy = 50},
+           gs0 = gs;
     gs0.y = dgu0;
     CHECK(cu_matmul(type, n_in, &gs, 1, dx, n_in, P, &g2, true, NULL, ws, 0) == 0 &&
-              cu_matmul(type, n_in, &gs0, 1, dx, n_in, P, &g2, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+              cu_matmul(type, n_in, &gs0, 1, dx, n_in, P, &g2, true, NULL, NULL, 0) == 0,
+          "%s", rl_lasterr());
     to_host(hg, dgu, sizeof(float) * P * 50);
     to_host(hg0, dgu0, sizeof(float) * P * 50);
     diff = count_bad(hg, hg0, (size_t)P * 50);
-    CHECK(diff == 0, "staged int8 tiles %s: grouped gate/up differs from the unstaged launch (%d)", qt->name, diff);
+    CHECK(diff == 0, "staged int8 tiles %s: grouped gate/up differs from the unstaged launch (%d)", qt->name,
+          diff);
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dy);
@@ -161,8 +187,8 @@ static void test_mmq_tc(uint32_t type, int n_in) {
 }
 
 /* One-token launches over many rows (n_out in two segments split at an odd row): every output equals
- * vec_dot(row, q8_K(x)) bit for bit. Enough rows that a streaming launch (the default, RL_CUDA_MMQ_SM: as many
- * blocks as fit on the GPU, each walking several row blocks with two staged slices per warp) takes
+ * vec_dot(row, q8_K(x)) bit for bit. Enough rows that a streaming launch (the default, RL_CUDA_MMQ_SM: as
+ * many blocks as fit on the GPU, each walking several row blocks with two staged slices per warp) takes
  * several trips through both slices, the last row block partial; gate/up too (silu(g) * u against the
  * two plain launches). */
 static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
@@ -174,14 +200,15 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
     ops_mat W = {"w", type, n_in, n_out, rb, w};
     float *x = randv(n_in, 1.0f), *got = malloc(sizeof(float) * n_out), *gu = malloc(sizeof(float) * n_out);
     uint8_t *dw = dup_to_dev(w, rb * n_out), *du = dup_to_dev(u, rb * n_out);
-    float *dx = dup_to_dev(x, sizeof(float) * n_in), *dy = dpoison(n_out), *dz = dpoison(n_out), *dg = dpoison(n_out);
+    float *dx = dup_to_dev(x, sizeof(float) * n_in), *dy = dpoison(n_out), *dz = dpoison(n_out),
+          *dg = dpoison(n_out);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = n0, .y = dy, .ldy = n0},
                     {.w = dw + (size_t)n0 * rb, .row_bytes = rb, .n_out = n1, .y = dy + n0, .ldy = n1}};
     CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * n_out);
     int bad = check_mm_q8(&W, x, 1, got, n_out);
-    CHECK(bad == 0, "one-token %s launch over %d rows: %d outputs differ from the CPU's vec_dot", quant_name(type), n_out,
-          bad);
+    CHECK(bad == 0, "one-token %s launch over %d rows: %d outputs differ from the CPU's vec_dot",
+          quant_name(type), n_out, bad);
     /* gate/up: silu(w x) * (u x), from the plain launches of w and u */
     cu_seg su = {.w = du, .row_bytes = rb, .n_out = n_out, .y = dz, .ldy = n_out};
     cu_seg sg = {.w = dw, .w2 = du, .row_bytes = rb, .n_out = n_out, .y = dg, .ldy = n_out};
@@ -195,8 +222,18 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
         const float want = ops_silu(got[r]) * hz[r];
         diff += fabsf(gu[r] - want) > 1e-6f * fabsf(want) + 1e-30f;
     }
-    CHECK(diff == 0, "one-token %s gate/up launch over %d rows: %d outputs differ from silu(g) * u", quant_name(type),
-          n_out, diff);
-    cudaFree(dw); cudaFree(du); cudaFree(dx); cudaFree(dy); cudaFree(dz); cudaFree(dg);
-    free(w); free(u); free(x); free(got); free(gu); free(hz);
+    CHECK(diff == 0, "one-token %s gate/up launch over %d rows: %d outputs differ from silu(g) * u",
+          quant_name(type), n_out, diff);
+    cudaFree(dw);
+    cudaFree(du);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dz);
+    cudaFree(dg);
+    free(w);
+    free(u);
+    free(x);
+    free(got);
+    free(gu);
+    free(hz);
 }

@@ -48,7 +48,8 @@ static int at(engine_ctx *c, int p) {
 }
 
 /* restore s, step token `t` and compare with the reference logits ref */
-static int restore_step_same(engine_ctx *c, engine_snapshot *s, int pos, int32_t t, const float *ref, float *tmp) {
+static int restore_step_same(engine_ctx *c, engine_snapshot *s, int pos, int32_t t, const float *ref,
+                             float *tmp) {
     if (engine_snapshot_restore(c, s) || engine_pos(c) != pos) return 0;
     check_poison(tmp, (size_t)V);
     if (engine_step(c, t, tmp)) return 0;
@@ -57,7 +58,8 @@ static int restore_step_same(engine_ctx *c, engine_snapshot *s, int pos, int32_t
 
 static void verify_rows(engine *e, const float *step, float *ver, float *tmp) {
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32});
-    engine_ctx *ch = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .host_snapshots = true});
+    engine_ctx *ch =
+        engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .host_snapshots = true});
     engine_snapshot *sn[TMAX] = {0}, *sh[TMAX] = {0};
     CHECK(c && ch, "ctx: %s", rl_lasterr());
     for (int i = 0; c && ch && i < TMAX; i++) {
@@ -71,15 +73,18 @@ static void verify_rows(engine *e, const float *step, float *ver, float *tmp) {
             err += at(c, P0) != 0;
             check_poison(ver, (size_t)T * V);
             err += engine_verify(c, tok + P0, T, ver, with ? sn : NULL) != 0;
-            if (!all_finite(ver, (size_t)T * V) || memcmp(ver, step + (size_t)P0 * V, sizeof(float) * (size_t)T * V)) {
+            if (!all_finite(ver, (size_t)T * V) ||
+                memcmp(ver, step + (size_t)P0 * V, sizeof(float) * (size_t)T * V)) {
                 rows_bad++;
-                fprintf(stderr, "  verify of %d rows (%s snapshots) differs from the steps\n", T, with ? "with" : "no");
+                fprintf(stderr, "  verify of %d rows (%s snapshots) differs from the steps\n", T,
+                        with ? "with" : "no");
             }
             err += engine_pos(c) != P0 + T;
         }
         /* rollback to every row: restore it, step the next token */
         for (int r = 0; r < T && P0 + r + 1 < NT; r++, rb++)
-            if (!restore_step_same(c, sn[r], P0 + r + 1, tok[P0 + r + 1], step + (size_t)(P0 + r + 1) * V, tmp)) {
+            if (!restore_step_same(c, sn[r], P0 + r + 1, tok[P0 + r + 1], step + (size_t)(P0 + r + 1) * V,
+                                   tmp)) {
                 rb_bad++;
                 fprintf(stderr, "  verify of %d rows: rollback to row %d is not exact\n", T, r);
             }
@@ -87,14 +92,16 @@ static void verify_rows(engine *e, const float *step, float *ver, float *tmp) {
     CHECK(err == 0, "%d calls failed: %s", err, rl_lasterr());
     CHECK(rows_bad == 0, "%d verifies differ from single steps", rows_bad);
     CHECK(rb_bad == 0, "%d of %d rollbacks (device slots) not exact", rb_bad, rb);
-    printf("  verify 1..%d rows == steps (with / without snapshots), %d rollbacks exact (device slots)\n", TMAX, rb);
+    printf("  verify 1..%d rows == steps (with / without snapshots), %d rollbacks exact (device slots)\n",
+           TMAX, rb);
 
     /* 2. the host path: the same rollbacks, the same exported state */
     int hb = 0;
     err = at(ch, P0) != 0;
     check_poison(ver, (size_t)5 * V);
     err += engine_verify(ch, tok + P0, 5, ver, sh) != 0;
-    CHECK(err == 0 && all_finite(ver, (size_t)5 * V) && !memcmp(ver, step + (size_t)P0 * V, sizeof(float) * 5 * V),
+    CHECK(err == 0 && all_finite(ver, (size_t)5 * V) &&
+              !memcmp(ver, step + (size_t)P0 * V, sizeof(float) * 5 * V),
           "host-path verify rows differ: %s", rl_lasterr());
     err += at(c, P0) != 0;
     err += engine_verify(c, tok + P0, 5, ver, sn) != 0;
@@ -106,12 +113,14 @@ static void verify_rows(engine *e, const float *step, float *ver, float *tmp) {
         memset(xb, 0x5a, nb);
         err += engine_state_export_snapshot(c, sn[2], xa, nb) != 0;
         err += engine_state_export_snapshot(ch, sh[2], xb, nb) != 0;
-        CHECK(err == 0 && !memcmp(xa, xb, nb), "a device snapshot exports other bytes than the host one: %s", rl_lasterr());
+        CHECK(err == 0 && !memcmp(xa, xb, nb), "a device snapshot exports other bytes than the host one: %s",
+              rl_lasterr());
     }
     free(xa);
     free(xb);
     for (int r = 0; r < 5; r++)
-        hb += !restore_step_same(ch, sh[r], P0 + r + 1, tok[P0 + r + 1], step + (size_t)(P0 + r + 1) * V, tmp);
+        hb +=
+            !restore_step_same(ch, sh[r], P0 + r + 1, tok[P0 + r + 1], step + (size_t)(P0 + r + 1) * V, tmp);
     CHECK(hb == 0, "%d host-path rollbacks not exact", hb);
 
     /* 3. slot reuse: A takes slots 0..3; from A's row 1, B (other objects) takes slots 0..2 */
@@ -124,8 +133,10 @@ static void verify_rows(engine *e, const float *step, float *ver, float *tmp) {
     err += engine_verify(c, tok + P0 + 2, 3, ver, B) != 0;
     CHECK(err == 0, "slot reuse setup: %s", rl_lasterr());
     int sb = 0;
-    sb += !restore_step_same(c, A[2], P0 + 3, tok[P0 + 3], step + (size_t)(P0 + 3) * V, tmp); /* moved to the host */
-    sb += !restore_step_same(c, A[3], P0 + 4, tok[P0 + 4], step + (size_t)(P0 + 4) * V, tmp); /* still in slot 3 */
+    sb += !restore_step_same(c, A[2], P0 + 3, tok[P0 + 3], step + (size_t)(P0 + 3) * V,
+                             tmp); /* moved to the host */
+    sb += !restore_step_same(c, A[3], P0 + 4, tok[P0 + 4], step + (size_t)(P0 + 4) * V,
+                             tmp); /* still in slot 3 */
     sb += !restore_step_same(c, B[1], P0 + 4, tok[P0 + 4], step + (size_t)(P0 + 4) * V, tmp);
     sb += !restore_step_same(c, A[0], P0 + 1, tok[P0 + 1], step + (size_t)(P0 + 1) * V, tmp);
     CHECK(sb == 0, "%d snapshots lost their state when a later verify reused their slots", sb);
@@ -160,19 +171,23 @@ static void mtp(engine *e, engine *ref) {
     engine_ctx *c2 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
     engine_ctx *cr = engine_ctx_new(ref, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
     size_t nl = (size_t)(M - 1) * V, nh = (size_t)(M - 1) * D;
-    float *H = malloc(sizeof(float) * (size_t)M * D), *LA = malloc(sizeof(float) * nl), *LB = malloc(sizeof(float) * nl);
-    float *LC = malloc(sizeof(float) * nl), *HA = malloc(sizeof(float) * nh), *HB = malloc(sizeof(float) * nh);
+    float *H = malloc(sizeof(float) * (size_t)M * D), *LA = malloc(sizeof(float) * nl),
+          *LB = malloc(sizeof(float) * nl);
+    float *LC = malloc(sizeof(float) * nl), *HA = malloc(sizeof(float) * nh),
+          *HB = malloc(sizeof(float) * nh);
     float *HC = malloc(sizeof(float) * nh), *lg = malloc(sizeof(float) * (size_t)M * V);
     CHECK(c && c2 && cr && H && LA && LB && LC && HA && HB && HC && lg, "setup: %s", rl_lasterr());
     if (!c || !c2 || !cr || !H || !LA || !LB || !LC || !HA || !HB || !HC || !lg) goto out;
     /* real hidden states: the main model's final-norm rows of the first M tokens */
     CHECK(engine_verify(c, tok, M, lg, NULL) == 0 && engine_last_rows(c) == M, "verify: %s", rl_lasterr());
-    for (int i = 0; i < M; i++) memcpy(H + (size_t)i * D, engine_last_hidden(c, i), sizeof(float) * (size_t)D);
+    for (int i = 0; i < M; i++)
+        memcpy(H + (size_t)i * D, engine_last_hidden(c, i), sizeof(float) * (size_t)D);
     CHECK(all_finite(H, (size_t)M * D), "hidden states not finite");
     /* all pairs at once */
     check_poison(LA, nl);
     check_poison(HA, nh);
-    CHECK(engine_mtp(c, H, tok + 1, M - 1, LA, HA) == 0 && engine_mtp_pos(c) == M - 1, "mtp: %s", rl_lasterr());
+    CHECK(engine_mtp(c, H, tok + 1, M - 1, LA, HA) == 0 && engine_mtp_pos(c) == M - 1, "mtp: %s",
+          rl_lasterr());
     CHECK(all_finite(LA, nl) && all_finite(HA, nh), "MTP outputs not finite");
     /* one pair at a time */
     check_poison(LB, nl);
@@ -219,16 +234,18 @@ static void mtp(engine *e, engine *ref) {
     const float *got[4] = {LA, HA, LB, HB}, *want[4] = {LC, HC, LC, HC};
     for (int k = 0; k < 4; k++)
         for (size_t i = 0; i < (k % 2 ? nh : nl); i++) {
-            double x = !isfinite(got[k][i]) || !isfinite(want[k][i]) ? INFINITY : fabs((double)got[k][i] - want[k][i]);
+            double x = !isfinite(got[k][i]) || !isfinite(want[k][i]) ? INFINITY
+                                                                     : fabs((double)got[k][i] - want[k][i]);
             d[k] = x > d[k] ? x : d[k];
         }
-    CHECK(d[0] <= 1e-2 && d[1] <= 1e-2, "MTP CUDA (KV %s) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g",
-          engine_kv_format(c), d[0], d[1]);
-    CHECK(d[2] <= 1e-3 && d[3] <= 1e-3, "MTP CUDA (KV f32) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g",
-          d[2], d[3]);
+    CHECK(d[0] <= 1e-2 && d[1] <= 1e-2,
+          "MTP CUDA (KV %s) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g", engine_kv_format(c),
+          d[0], d[1]);
+    CHECK(d[2] <= 1e-3 && d[3] <= 1e-3,
+          "MTP CUDA (KV f32) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g", d[2], d[3]);
     printf("  MTP: %d pairs, one call == single calls == replay after rewind (bit for bit); vs CPU reference "
-           "max |logit diff| %.3g, |hidden diff| %.3g (KV %s), %.3g, %.3g (KV f32)\n", M - 1, d[0], d[1],
-           engine_kv_format(c), d[2], d[3]);
+           "max |logit diff| %.3g, |hidden diff| %.3g (KV %s), %.3g, %.3g (KV f32)\n",
+           M - 1, d[0], d[1], engine_kv_format(c), d[2], d[3]);
 out:
     free(H), free(LA), free(LB), free(LC), free(HA), free(HB), free(HC), free(lg);
     engine_ctx_free(c);
@@ -271,7 +288,8 @@ static int bench(const char *model) {
             err += engine_step(c, tok[32 + i % 16], lg) != 0;
             if (!pass) t_step[i] = rl_now() - t0;
         }
-        for (int i = 0; i < 4; i++) memcpy(h + (size_t)i * D, engine_last_hidden(c, 0), sizeof(float) * (size_t)D);
+        for (int i = 0; i < 4; i++)
+            memcpy(h + (size_t)i * D, engine_last_hidden(c, 0), sizeof(float) * (size_t)D);
         for (int i = 0; i < NB; i++) { /* a chained draft: one pair, logits and hidden out */
             engine_mtp_rewind(c, 0);
             double t0 = rl_now();
@@ -279,7 +297,9 @@ static int bench(const char *model) {
             (pass ? t_e1 : t_m1)[i] = rl_now() - t0;
         }
         if (!pass) memcpy(ref, lg, sizeof(float) * (size_t)V);
-        else CHECK(!memcmp(ref, lg, sizeof(float) * (size_t)V), "MTP graph and eager launches differ on %s", model);
+        else
+            CHECK(!memcmp(ref, lg, sizeof(float) * (size_t)V), "MTP graph and eager launches differ on %s",
+                  model);
         for (int i = 0; !pass && i < NB; i++) { /* catching up: one pair, no logits; four pairs */
             engine_mtp_rewind(c, 0);
             double t0 = rl_now();
@@ -295,10 +315,11 @@ static int bench(const char *model) {
     CHECK(err == 0, "timing calls failed: %s", rl_lasterr());
     if (err == 0) {
         double s = median(t_step, NB);
-        printf("  %s: step %.3f ms; MTP one pair (graph, logits + hidden) %.3f ms = %.3f steps; without logits "
-               "%.3f ms; four pairs %.3f ms; one pair without graphs %.3f ms (medians of %d)\n", model, 1e3 * s,
-               1e3 * median(t_m1, NB), median(t_m1, NB) / s, 1e3 * median(t_m0, NB), 1e3 * median(t_m4, NB),
-               1e3 * median(t_e1, NB), NB);
+        printf(
+            "  %s: step %.3f ms; MTP one pair (graph, logits + hidden) %.3f ms = %.3f steps; without logits "
+            "%.3f ms; four pairs %.3f ms; one pair without graphs %.3f ms (medians of %d)\n",
+            model, 1e3 * s, 1e3 * median(t_m1, NB), median(t_m1, NB) / s, 1e3 * median(t_m0, NB),
+            1e3 * median(t_m4, NB), 1e3 * median(t_e1, NB), NB);
     }
     free(lg), free(h), free(hout), free(ref);
     engine_close(e);
@@ -309,7 +330,8 @@ int main(int argc, char **argv) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) return check_skip("test_cuda_verify", why ? why : "no CUDA device");
     uint32_t r0 = 777;
-    for (int i = 0; argc > 1 && i < NT; i++) tok[i] = (int32_t)((r0 = r0 * 1664525u + 1013904223u) >> 8) % 1000;
+    for (int i = 0; argc > 1 && i < NT; i++)
+        tok[i] = (int32_t)((r0 = r0 * 1664525u + 1013904223u) >> 8) % 1000;
     if (argc > 1) return bench(argv[1]);
     const char *model = "tests/fixtures/tiny-b.gguf";
     if (access(model, R_OK) != 0) {

@@ -24,8 +24,8 @@
 #include "run/engine.h"
 #include "text/sampler.h"
 
-#define NP 40  /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
-#define NG 80  /* greedy steps */
+#define NP 40 /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
+#define NG 80 /* greedy steps */
 
 static const char *g_pin, *g_miss; /* --vram-pin / --vram-miss of the next run (NULL: defaults) */
 static double g_cpu_per_token;     /* CPU-computed experts per token of the last run (its stats) */
@@ -35,8 +35,9 @@ static double g_cpu_per_token;     /* CPU-computed experts per token of the last
  * reference run), else each step's greedy token; toks: the tokens fed. */
 static int run_forced(engine *e, const char *vram, float *logits, int32_t *toks, const int32_t *forced) {
     const int V = engine_hparams(e)->n_vocab;
-    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 32, .vram_spec = vram,
-                                                           .vram_pin = g_pin, .vram_miss = g_miss});
+    engine_ctx *c = engine_ctx_new(
+        e, &(engine_ctx_params){
+               .n_ctx = 128, .n_batch = 32, .vram_spec = vram, .vram_pin = g_pin, .vram_miss = g_miss});
     if (!c) return -1;
     int32_t p[NP];
     for (int i = 0; i < NP; i++) p[i] = (int32_t)((i * 7919 + 13) % V);
@@ -64,7 +65,9 @@ static int run_forced(engine *e, const char *vram, float *logits, int32_t *toks,
     return rc;
 }
 
-static int run(engine *e, const char *vram, float *logits, int32_t *toks) { return run_forced(e, vram, logits, toks, NULL); }
+static int run(engine *e, const char *vram, float *logits, int32_t *toks) {
+    return run_forced(e, vram, logits, toks, NULL);
+}
 
 /* Largest |a - b| and the root mean square over n values. */
 static void diff(const float *a, const float *b, size_t n, double *mx, double *rms) {
@@ -93,13 +96,15 @@ static void hybrid_vs_full(const char *model, const char *slots, const char *mis
     if (!e || !ecpu) return;
     const int V = engine_hparams(e)->n_vocab;
     const size_t n = (size_t)(NG + 1) * V;
-    float *ref = malloc(sizeof(float) * n), *cpu = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    float *ref = malloc(sizeof(float) * n), *cpu = malloc(sizeof(float) * n),
+          *got = malloc(sizeof(float) * n);
     int32_t tr[NG], tc[NG], tg[NG];
     CHECK(run(e, NULL, ref, tr) == 0, "%s full residency: %s", model, rl_lasterr());
     CHECK(run_forced(ecpu, NULL, cpu, tc, tr) == 0, "%s CPU backend: %s", model, rl_lasterr());
     setenv("RL_VRAM_SLOTS", slots, 1);
     g_miss = miss;
-    CHECK(run_forced(e, "auto", got, tg, tr) == 0, "%s vram %s slots, --vram-miss %s: %s", model, slots, miss, rl_lasterr());
+    CHECK(run_forced(e, "auto", got, tg, tr) == 0, "%s vram %s slots, --vram-miss %s: %s", model, slots, miss,
+          rl_lasterr());
     const double cpt = g_cpu_per_token;
     g_miss = NULL;
     unsetenv("RL_VRAM_SLOTS");
@@ -122,8 +127,10 @@ static void hybrid_vs_full(const char *model, const char *slots, const char *mis
         worst_margin = margin > worst_margin ? margin : worst_margin;
         if (margin > 2 * hmx) bad++;
     }
-    printf("  %s, %s slots/layer, --vram-miss %s: %.2f CPU-computed experts/token; logits vs full residency max %.3g "
-           "rms %.3g (CPU backend vs GPU: max %.3g rms %.3g); greedy argmax agrees at %d of %d positions (largest "
+    printf("  %s, %s slots/layer, --vram-miss %s: %.2f CPU-computed experts/token; logits vs full residency "
+           "max %.3g "
+           "rms %.3g (CPU backend vs GPU: max %.3g rms %.3g); greedy argmax agrees at %d of %d positions "
+           "(largest "
            "reference margin of a disagreement %.3g)\n",
            model, slots, miss, cpt, hmx, hrms, cmx, crms, agree, NG + 1, worst_margin);
     if (!strcmp(miss, "cpu")) CHECK(cpt > 0, "%s --vram-miss cpu computed no expert on the CPU", model);
@@ -133,9 +140,10 @@ static void hybrid_vs_full(const char *model, const char *slots, const char *mis
             break;
         }
     CHECK(hmx <= 2 * cmx + 1e-4 && hrms <= 2 * crms + 1e-4,
-          "%s --vram-miss %s: logits differ by max %g rms %g, more than twice the CPU backend's %g / %g", model, miss, hmx,
-          hrms, cmx, crms);
-    CHECK(bad == 0, "%s --vram-miss %s: %d greedy disagreements with a reference margin above 2 x %g", model, miss, bad, hmx);
+          "%s --vram-miss %s: logits differ by max %g rms %g, more than twice the CPU backend's %g / %g",
+          model, miss, hmx, hrms, cmx, crms);
+    CHECK(bad == 0, "%s --vram-miss %s: %d greedy disagreements with a reference margin above 2 x %g", model,
+          miss, bad, hmx);
     free(ref);
     free(cpu);
     free(got);
@@ -165,12 +173,15 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch, bo
     size_t first = n;
     for (size_t i = 0; i < n && first == n; i++)
         if (memcmp(&ref[i], &got[i], sizeof(float))) first = i;
-    CHECK(first == n, "%s, %s slots, prefetch %d, overlap %d: logits differ first at step %zu, token %zu (%g vs %g)", model, slots,
-          prefetch, overlap, first / V, first % V, first < n ? ref[first] : 0, first < n ? got[first] : 0);
+    CHECK(first == n,
+          "%s, %s slots, prefetch %d, overlap %d: logits differ first at step %zu, token %zu (%g vs %g)",
+          model, slots, prefetch, overlap, first / V, first % V, first < n ? ref[first] : 0,
+          first < n ? got[first] : 0);
     CHECK(!memcmp(tr, tg, sizeof tr), "%s: greedy tokens differ", model);
-    printf("  %s, %s slots/layer, prefetch %s, overlap %s, --vram-pin %s, --vram-miss copy: prompt + %d steps "
-           "bit-identical to full residency\n", model, slots, prefetch ? "on" : "off", overlap ? "on" : "off",
-           pin ? pin : "auto", NG);
+    printf(
+        "  %s, %s slots/layer, prefetch %s, overlap %s, --vram-pin %s, --vram-miss copy: prompt + %d steps "
+        "bit-identical to full residency\n",
+        model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", pin ? pin : "auto", NG);
     free(ref);
     free(got);
     engine_close(e);
@@ -186,7 +197,8 @@ static void verify_and_fault(const char *model) {
     int32_t t[24];
     for (int i = 0; i < M; i++) t[i] = (int32_t)((i * 104729 + 5) % V);
     engine_ctx *cr = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    for (int i = 0; cr && i < M; i++) CHECK(engine_step(cr, t[i], ref + (size_t)i * V) == 0, "ref step %d", i);
+    for (int i = 0; cr && i < M; i++)
+        CHECK(engine_step(cr, t[i], ref + (size_t)i * V) == 0, "ref step %d", i);
     engine_ctx_free(cr);
 
     setenv("RL_VRAM_SLOTS", "1", 1); /* clamped to top_k: the smallest tier */
@@ -216,7 +228,8 @@ static void verify_and_fault(const char *model) {
         CHECK(rc == 0, "step %d (retry): %s", i, rl_lasterr());
     }
     CHECK(fails == 1, "expected exactly one injected failure, got %d", fails);
-    CHECK(!memcmp(ref, got, sizeof(float) * V * M), "after the failure the outputs differ from full residency");
+    CHECK(!memcmp(ref, got, sizeof(float) * V * M),
+          "after the failure the outputs differ from full residency");
     engine_ctx_free(c);
     unsetenv("RL_VRAM_SLOTS");
 
@@ -236,14 +249,14 @@ int main(void) {
         CHECK(0, "fixtures missing");
         return check_done("test_cuda_vram");
     }
-    vram_vs_full(a, "4", true, true, NULL);   /* top_k slots: every token evicts (pin auto: DMA) */
-    vram_vs_full(a, "4", true, true, "off");  /* the staging ring */
-    vram_vs_full(a, "4", true, false, NULL);  /* batches of every slot, each fill waits for the last batch */
+    vram_vs_full(a, "4", true, true, NULL);  /* top_k slots: every token evicts (pin auto: DMA) */
+    vram_vs_full(a, "4", true, true, "off"); /* the staging ring */
+    vram_vs_full(a, "4", true, false, NULL); /* batches of every slot, each fill waits for the last batch */
     vram_vs_full(a, "6", false, true, NULL);
     vram_vs_full(b, "10", true, true, "off");
     vram_vs_full(b, "10", true, true, "on");
-    vram_vs_full(b, "31", true, true, NULL);  /* all but one */
-    hybrid_vs_full(a, "4", "cpu");            /* every miss of a step (and of the 8-row chunk) on the CPU */
+    vram_vs_full(b, "31", true, true, NULL); /* all but one */
+    hybrid_vs_full(a, "4", "cpu");           /* every miss of a step (and of the 8-row chunk) on the CPU */
     hybrid_vs_full(a, "6", "auto");
     hybrid_vs_full(b, "10", "cpu");
     hybrid_vs_full(b, "10", "auto");
