@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# bench/gpu_lcpp.sh — Red Lite against llama.cpp on the GPU machine (device tool), same files, one call.
+#
+#   carry: .cudabin, .lcp (llama.cpp.tar.xz = the llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, and
+#          optionally libggml-cuda.so.xz = its CUDA backend built elsewhere for sm_90 as a loadable module)
+#   bench/gpu_lcpp.sh setup            build llama-bench + llama-server and redlite (sm_90), write the files
+#   bench/gpu_lcpp.sh cf2              CF2 full residency: prompt 2048 + decode, interleaved (baseline check)
+#   bench/gpu_lcpp.sh q35              35B-A3B Q4_K_M-like: full residency, then VRAM budgets 8 and 4 GiB
+#                                      against llama.cpp's best-fitting --n-cpu-moe
+#
+# llama.cpp as a user builds it for this machine: Release, CUDA for sm_90, CPU backend -march=native
+# (GGML_NATIVE). With a carried libggml-cuda.so the CUDA module is not recompiled here (it takes ~400 s
+# of GPU-machine time): the CPU backend and the tools are built native (GGML_BACKEND_DL: ggml loads
+# both modules from the tools' folder at start). Same source, same ggml ABI.
+#
+# Budgets: Red Lite's --vram-mib B bounds its routed experts in VRAM; llama.cpp's --n-cpu-moe N keeps
+# the routed experts of N layers in host memory. N is the smallest count whose GPU-resident experts
+# fit B (the best-fitting -ncmoe: fewer CPU layers is faster); both engines' whole-process VRAM use is
+# sampled with nvidia-smi during each run and printed beside the rates, so "same budget" is checked,
+# not assumed. Files: `redlite synth --routing calibrated` (a stand-in for trained routing).
+# Logs and JSON under $OUT; the summary in $OUT/summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/env_cudabin.sh
+export PATH=/usr/local/cuda/bin:$PATH
+OUT=${OUT:-/tmp/lcpp_out}; mkdir -p "$OUT"
+LCP=/tmp/lcpp; mkdir -p $LCP
+S=$OUT/summary.txt
+T0=$(date +%s)
+say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$S"; }
+RL=build/cuda/redlite
+LB=$LCP/build/bin/llama-bench
+NT=${NT:-$(nproc)}
+
+setup_lcpp() {
+    [ -x $LB ] && return 0
+    tar -xJf .lcp/llama.cpp.tar.xz -C $LCP || return 1
+    local common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON"
+    if [ -f .lcp/libggml-cuda.so.xz ]; then
+        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF \
+            >"$OUT/lcpp_cmake.log" 2>&1 || return 1
+        cmake --build $LCP/build --target llama-bench llama-server ggml-cpu -j"$NT" >"$OUT/lcpp_build.log" 2>&1 || return 1
+        xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so
+    else
+        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+            >"$OUT/lcpp_cmake.log" 2>&1 || return 1
+        cmake --build $LCP/build --target llama-bench llama-server -j"$NT" >"$OUT/lcpp_build.log" 2>&1 || return 1
+    fi
+}
+
+# vram_peak CMD...: run CMD while sampling the GPU's memory in use; prints "peak MiB" to stderr's log
+vram_run() {
+    local tag=$1; shift
+    (while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null; sleep 0.25; done) \
+        >"$OUT/vram_$tag.txt" &
+    local mon=$!
+    "$@"
+    local rc=$?
+    kill $mon 2>/dev/null; wait $mon 2>/dev/null
+    echo "$tag peak VRAM $(sort -n "$OUT/vram_$tag.txt" | tail -1) MiB" >>"$S"
+    return $rc
+}
+
+case "${1:-}" in
+setup)
+    say "setup: llama.cpp + redlite builds, synthetic files"
+    (setup_lcpp; echo "llama.cpp build rc=$?" >>"$S") &
+    make -s -j"$NT" CUDA=1 BUILD=build/cuda CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build/cuda/redlite \
+        >"$OUT/rl_build.log" 2>&1 || say "redlite build failed: $(tail -3 "$OUT/rl_build.log")"
+    say "redlite built"
+    [ -s /tmp/cf2.gguf ] || $RL synth --preset cf2 --routing calibrated -o /tmp/cf2.gguf --quiet
+    [ -s /tmp/q35.gguf ] || $RL synth --preset 35b-a3b-q4_k_m --routing calibrated -o /tmp/q35.gguf --quiet
+    say "files written: $(ls -la /tmp/cf2.gguf /tmp/q35.gguf | awk '{print $5}' | tr '\n' ' ')"
+    wait
+    $LB --help >/dev/null 2>&1 && say "llama-bench runs" || say "llama-bench does not run: $(tail -5 "$OUT/lcpp_build.log")"
+    ;;
+cf2)
+    OUT=$OUT/cf2 CF2=/tmp/cf2.gguf PRESET=cf2 LCP=$LCP bench/cuda_compare.sh 1 2>&1 | tail -4 | tee -a "$S"
+    ;;
+q35)
+    M=/tmp/q35.gguf
+    say "q35 full residency"
+    vram_run lcpp_full $LB -m $M -ngl 99 -fa 1 -p 2048 -n 64 -ub 2048 -r 2 -o json >"$OUT/lcpp_q35_full.json" 2>"$OUT/lcpp_q35_full.err"
+    vram_run rl_full $RL bench -m $M --backend cuda --n-decode 64 --warmup 8 --prompt 2048 --reps 3 --json \
+        >"$OUT/rl_q35_full.json" 2>"$OUT/rl_q35_full.err"
+    read -r NL PER < <($RL info $M --json | python3 -c "
+import json, sys; d = json.load(sys.stdin); e = d['experts']
+print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e))")
+    say "q35: $NL layers, $PER routed-expert bytes per layer"
+    for B in 8192 4096; do
+        N=$(python3 -c "import math; print(max(0, $NL - ($B << 20) // $PER))")
+        say "budget $B MiB: llama.cpp --n-cpu-moe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
+        vram_run lcpp_$B $LB -m $M -ngl 99 -fa 1 -ncmoe $N -t $NT -p 2048 -n 64 -ub 2048 -r 2 -o json \
+            >"$OUT/lcpp_q35_$B.json" 2>"$OUT/lcpp_q35_$B.err"
+        vram_run rl_$B $RL bench -m $M --backend cuda --vram-mib $B --n-decode 64 --warmup 8 --prompt 2048 --reps 3 \
+            --json >"$OUT/rl_q35_$B.json" 2>"$OUT/rl_q35_$B.err"
+    done
+    python3 - "$OUT" <<'EOF' | tee -a "$S"
+import json, sys
+out = sys.argv[1]
+def lc(tag, key):
+    try: rows = json.load(open(f"{out}/lcpp_q35_{tag}.json"))
+    except Exception: return float("nan")
+    v = [r["avg_ts"] for r in rows if (r["n_gen"] == 0) == (key == "pp")]
+    return max(v) if v else float("nan")
+def rl(tag, key):
+    try: j = json.load(open(f"{out}/rl_q35_{tag}.json"))
+    except Exception: return float("nan")
+    return (j["prompt"][0] if key == "pp" else j["decode"][0])["tok_s"]
+print(f"{'35B-A3B q4_k_m-like':22s} {'lcpp tg':>8s} {'rl tg':>8s} {'ratio':>6s} {'lcpp pp':>8s} {'rl pp':>8s} {'ratio':>6s}")
+for tag in ["full", "8192", "4096"]:
+    a, b, c, d = lc(tag, "tg"), rl(tag, "tg"), lc(tag, "pp"), rl(tag, "pp")
+    print(f"{tag:22s} {a:8.1f} {b:8.1f} {b / a:6.2f} {c:8.1f} {d:8.1f} {d / c:6.2f}")
+EOF
+    ;;
+*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
+say "done: $1"
