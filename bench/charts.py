@@ -35,6 +35,7 @@ DEFAULTS = {
 ENGINES = ("redlite", "llama.cpp")
 ENGINE_NAME = {"redlite": "Red Lite", "llama.cpp": "llama.cpp"}
 MARKERS = "osD^vP*X"
+NOTE = "firebrick"  # the colour of the notes that name a series the records lack
 
 
 def _plt():
@@ -82,7 +83,7 @@ def note_missing(ax, recs, kind, what):
     missing = [ENGINE_NAME[e] for e in ENGINES if e not in have]
     lines = [f"no {e} {kind} records in {what}" for e in missing]
     if lines:
-        ax.text(0.02, 0.02, "\n".join(lines), transform=ax.transAxes, fontsize=8, color="firebrick",
+        ax.text(0.02, 0.02, "\n".join(lines), transform=ax.transAxes, fontsize=8, color=NOTE,
                 va="bottom", ha="left")
     return lines
 
@@ -131,7 +132,9 @@ def finish(fig, recs, title, out, sources, subtitle=""):
              ha="center", va="bottom", fontsize=7, color="dimgray")
     fig.tight_layout(rect=(0, bottom, 1, 0.93 if subtitle else 0.95))
     fig.savefig(out, dpi=110)
-    return out
+    notes = [line for ax in fig.axes for t in ax.texts if t.get_color() == NOTE for line in t.get_text().splitlines()]
+    _plt().close(fig)
+    return out, notes
 
 
 def chart_depth(recs, out, sources):
@@ -215,7 +218,7 @@ def chart_cache(recs, out, sources):
     if not any(r["engine"] == "llama.cpp" for r in dec):
         lines.append("llama.cpp: no expert cache (its experts are mmap'd or resident), no series")
     if lines:
-        ax.text(0.02, 0.02, "\n".join(lines), transform=ax.transAxes, fontsize=8, color="firebrick")
+        ax.text(0.02, 0.02, "\n".join(lines), transform=ax.transAxes, fontsize=8, color=NOTE)
     ax.set_ylim(0, 100)
     ax.set_ylabel("expert-cache hit rate % (decode)")
     ax.set_title("hit rate vs RAM cache budget", fontsize=10)
@@ -228,7 +231,7 @@ def chart_cache(recs, out, sources):
                 fontsize=7, transform=ax.get_yaxis_transform())
     if not gt:
         ax.text(0.02, 0.02, f"no bounded-cache decode records in {what}", transform=ax.transAxes, fontsize=8,
-                color="firebrick")
+                color=NOTE)
     ax.set_ylabel("decode tok/s")
     ax.set_ylim(bottom=0)
     ax.set_title("decode speed vs RAM cache budget", fontsize=10)
@@ -257,8 +260,8 @@ def main(argv):
         return 2
     os.makedirs(out_dir, exist_ok=True)
     for n, recs in loaded.items():
-        out = CHARTS[n](recs, os.path.join(out_dir, f"chart-{n}.png"), todo[n])
-        print(f"wrote {out} ({len(recs)} records)")
+        out, notes = CHARTS[n](recs, os.path.join(out_dir, f"chart-{n}.png"), todo[n])
+        print(f"wrote {out} ({len(recs)} records)" + "".join(f"\n  note: {x}" for x in notes))
     return 0
 
 
