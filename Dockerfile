@@ -14,7 +14,7 @@ COPY src src
 COPY tests/c tests/c
 COPY tools tools
 COPY models models
-RUN make -j"$(nproc)" build/redlite lib && make install PREFIX=/usr/local DESTDIR=/out \
+RUN make -j"$(nproc)" build/redlite lib models/default.gguf && make install PREFIX=/usr/local DESTDIR=/out \
     && install -D -m 644 models/default.gguf /out/usr/local/share/redlite/default.gguf
 
 FROM debian:12

@@ -106,14 +106,15 @@ features: $(BUILD)/redlite
 	  "$(if $(filter 1,$(CUDA)),✓,✗ (make CUDA=1))"
 	@$(BUILD)/redlite version | sed -n 's/^cpu: /this CPU: /p'
 
-# The commit embedded in the binary (redlite version): main.o alone is rebuilt when it changes.
+# The commit embedded in the binary (redlite version, bench --json): main.o and cmd_bench.o alone are
+# rebuilt when it changes.
 RL_COMMIT := $(or $(shell git describe --always --dirty 2>/dev/null),unknown)
 COMMIT_STAMP := $(BUILD)/.commit
 ifeq ($(filter clean format,$(MAKECMDGOALS)),)
   $(call stamp,$(COMMIT_STAMP),$(RL_COMMIT))
 endif
-$(OBJ)/cli/main.o: CFLAGS += -DRL_COMMIT='"$(RL_COMMIT)"'
-$(OBJ)/cli/main.o: $(COMMIT_STAMP)
+$(OBJ)/cli/main.o $(OBJ)/cli/cmd_bench.o: CFLAGS += -DRL_COMMIT='"$(RL_COMMIT)"'
+$(OBJ)/cli/main.o $(OBJ)/cli/cmd_bench.o: $(COMMIT_STAMP)
 
 # The archive is rebuilt from scratch: `ar rcs` into an old one would keep members of sources
 # that no longer exist.

@@ -11,7 +11,9 @@ vendor/ with the flags below.
 
 Each round runs llama.cpp's `llama-bench` and then `redlite bench` on the model (so drifts in
 machine load hit both alike); the medians over rounds are compared. Writes
-bench/results/<date>-cpu-<preset>.md (date, CPU, Red Lite commit, llama.cpp version, numbers).
+bench/results/<date>-cpu-<preset>.md (date, CPU, Red Lite commit, llama.cpp version, numbers) and, beside
+it, <same name>.jsonl: every round's measurements of both tools as benchmark records (bench/records.py:
+machine, date, commit, file, backend, threads, budget, depth, rate), what bench/charts.py --depth draws.
 
 llama-bench is built once from the llama.cpp tree vendored in the llama-cpp-python sdist on PyPI
 (`pip download --no-binary :all: --no-deps llama-cpp-python`), unpacked to vendor/llama.cpp
@@ -37,6 +39,8 @@ import tarfile
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import records  # noqa: E402  (bench/records.py)
 VENDOR = os.path.join(ROOT, "vendor", "llama.cpp")
 BUILD = os.path.join(VENDOR, "build-bench")
 LLAMA_BENCH = os.path.join(BUILD, "bin", "llama-bench")
@@ -99,8 +103,9 @@ def run_llama(model, a):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    out = {"decode": {}, "prompt": {}, "build": ""}
-    for row in json.loads(r.stdout):
+    rows = json.loads(r.stdout)
+    out = {"decode": {}, "prompt": {}, "build": "", "rows": rows}
+    for row in rows:
         depth = row.get("n_depth", 0)
         if row["n_gen"] > 0:
             out["decode"][depth] = row["avg_ts"]
@@ -131,6 +136,7 @@ def run_redlite(model, a):
             "gb_s": {d["depth"]: d["gb_s"] for d in j["decode"]},
             "path": f'{j["backend"]} {j["path"]} ({j["cpu_kernels"]})' + (", --iq-repack" if a.iq_repack else ""),
             "rss": j["peak_rss_bytes"],
+            "json": j,
             "batch": j["prompt"][0].get("batch", "?") if j["prompt"] else "-"}
 
 
@@ -267,6 +273,16 @@ def main():
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
+    # the records: both tools on one machine string; llama.cpp ran with its defaults (no budget, mmap)
+    machine = f"{cpu_model()}, {os.cpu_count()} CPUs"
+    recs = []
+    for i, (ll, rl) in enumerate(rounds, 1):
+        recs += records.from_llama_bench(ll["rows"], {"machine": machine, "file": os.path.basename(a.model),
+                                                      "budget.cache_mib": "mmap", "tag": f"round {i}"})
+        recs += records.from_redlite(rl["json"], {"machine": machine, "file": os.path.basename(a.model),
+                                                  "tag": f"round {i}"})
+    with open(os.path.splitext(out)[0] + ".jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
     print("\n".join(lines))
     log(f"wrote {out}")
 

@@ -15,7 +15,9 @@
 # routing (ROUTING=uniform|calibrated|skewed to change it): llama.cpp's prompt speed depends on it.
 # PROMPT=N (default 2048) sets the prompt length of both tools (32768: the long-prompt row).
 # redlite: the prompt in 2048-row chunks,
-# 128 decode steps, median of 5. Logs and JSON under $OUT; the table at the end.
+# 128 decode steps, median of 5. Logs and JSON under $OUT; the table at the end; every run of both tools as
+# benchmark records (bench/records.py: machine, date, commit, file, threads, budget, depth, rate) in
+# $OUT/records.jsonl, what bench/charts.py --depth draws.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rl_cuda_out}
@@ -100,4 +102,14 @@ for name, a, b in [(f"prompt {prompt}", "lc_pp", "rl_pp"), ("decode tg128 ctx 0"
     x, y = med(res[a]), med(res[b])
     print(f"{name:24s} {x:10.1f} {y:10.1f} {y / x if x == x and x else float('nan'):7.2f}x   runs: lc {res[a]} rl {res[b]}")
 EOF
+# the records: one machine string for both tools (the GPU's name, the host's CPU)
+MACHINE="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs"
+for f in "$LOGS"/lcpp_*.json; do
+    [ -s "$f" ] && python3 bench/records.py llama-bench "$f" --set machine="$MACHINE" --set file="$PRESET ($ROUTING routing)" \
+        --set tag="$(basename "$f" .json)" >>"$OUT/records.jsonl"
+done
+for f in "$LOGS"/rl_*.json; do
+    [ -s "$f" ] && python3 bench/records.py redlite "$f" --set machine="$MACHINE" --set file="$PRESET ($ROUTING routing)" \
+        --set tag="$(basename "$f" .json)" >>"$OUT/records.jsonl"
+done
 say "== done"

@@ -24,7 +24,9 @@
 #      page-locked) against llama.cpp at LCPP_Q4_N, then at --vram-mib 16384 with a RAM tier below the
 #      file size (--cache-mib $Q4_CACHE_MIB, default 32768, page cache dropped first): decode 2 x 32,
 #      prompt 2048 twice.
-# Output: $OUT/vram_bench.md (one table), $OUT/vram_bench.jsonl (one line per run), vram_bench.log, and
+# Output: $OUT/vram_bench.md (one table), $OUT/vram_bench.jsonl (one line per run), $OUT/records.jsonl (every
+# measurement of both tools as a benchmark record, bench/records.py: machine, date, commit, file, threads,
+# budget, rate; llama.cpp's with vram_used_mib: what bench/charts.py --vram draws), vram_bench.log, and
 # every run's full output in $OUT/logs.tar.xz (the device tool returns at most 8 files).
 # Knobs: LIMIT (seconds), CF2, Q4, Q4_CACHE_MIB, LCPP_N, LCPP_Q4_N, LCPP_ARGS, LCPP_CHECK, AUTO_BUDGETS,
 # Q4_BUDGETS, B, SKIP_CF2=1, SKIP_Q4=1.
@@ -48,12 +50,15 @@ AUTO_BUDGETS=${AUTO_BUDGETS:-"4096 8192 16384"} # budgets also run with --vram-m
 MD=$OUT/vram_bench.md
 JL=$OUT/vram_bench.jsonl
 : >"$JL"
+: >"$OUT/records.jsonl"
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/vram_bench.log"; }
 left() { [ $(($(date +%s) - T0)) -lt "$LIMIT" ]; }
 export LD_LIBRARY_PATH="$PWD/.cudabin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 say "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$OUT/vram_bench.log"
+# the records' machine: the GPU's name and the host's CPU, the same for both tools
+MACHINE="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs"
 echo "cpus $(nproc); $(free -g | awk '/Mem:/{print $2" GiB RAM"}'); $(df -h /tmp | tail -1)" | tee -a "$OUT/vram_bench.log"
 if ! "$B" --version >/dev/null 2>&1; then
     export C_INCLUDE_PATH="$PWD/.cudabin/include" LIBRARY_PATH="$PWD/.cudabin/lib"
@@ -97,6 +102,8 @@ if rc != "0":
 print(json.dumps(r))
 EOF
     tail -n 1 "$JL" | tee -a "$OUT/vram_bench.log"
+    [ "$rc" = 0 ] && python3 bench/records.py redlite "$LOGS/$name.json" --set machine="$MACHINE" \
+        --set file="$(basename "$file")" --set tag="$name" >>"$OUT/records.jsonl"
 }
 
 # llama.cpp on the same file: NAME FILE NCMOE BUDGET_MIB [llama-bench options replacing LCPP_ARGS and the
@@ -134,6 +141,11 @@ r["fits_budget"] = r["vram_peak_mib"] is not None and r["vram_peak_mib"] <= int(
 print(json.dumps(r))
 EOF
     tail -n 1 "$JL" | tee -a "$OUT/vram_bench.log"
+    local used
+    used=$(tail -n 1 "$JL" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("vram_peak_mib") or "null")')
+    [ "$rc" = 0 ] && [ "$budget" != 0 ] && python3 bench/records.py llama-bench "$LOGS/$name.json" --set machine="$MACHINE" \
+        --set file="$(basename "$file")" --set tag="$name (-ncmoe $n)" --set budget.vram_mib="$budget" \
+        --set vram_used_mib="$used" >>"$OUT/records.jsonl"
 }
 
 # 1 + 2: CF2, ours and theirs interleaved per budget; then the baseline checks against anchors.md

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -307,6 +308,7 @@ typedef struct {
     int depth;
     double tok_s, all[64], pos_avg;
     int reps;
+    uint64_t ec_hits, ec_lookups; /* the RAM expert cache over the timed runs (0/0: no cache) */
 } decode_res;
 
 typedef struct {
@@ -502,10 +504,15 @@ static int bench_decode(bench_cmd *bc) {
             if (e || !(bc->snap = engine_snapshot_new(b->c)) || engine_snapshot_save(b->c, bc->snap))
                 return -1;
         }
+        expert_cache *ec = session_expert_cache(b->S);
+        ec_stats s0 = {0}, s1 = {0};
+        if (ec) expert_cache_get_stats(ec, &s0);
         for (int k = 0; k < reps; k++) {
             if (d ? engine_snapshot_restore(b->c, bc->snap) : (engine_reset(b->c), 0)) return -1;
             if ((r->all[k] = decode_run(b, (int)n_decode, NULL)) < 0) return -1;
         }
+        if (ec) expert_cache_get_stats(ec, &s1);
+        r->ec_hits = s1.hits - s0.hits, r->ec_lookups = s1.lookups - s0.lookups;
         r->tok_s = median(r->all, (int)reps);
         if (!bc->o.json) {
             printf(
@@ -578,6 +585,69 @@ static int bench_profile(bench_cmd *bc) {
     return 0;
 }
 
+/* ---- what a JSON record says about the run (bench/charts.py, docs/INSTALL.md) ---------------- */
+
+#ifndef RL_COMMIT /* the Makefile passes `git describe --always --dirty` */
+#define RL_COMMIT "unknown"
+#endif
+
+/* "<CPU model name>, N CPUs, X GiB RAM" (+ ", GPU X GiB" on a device backend): the machine as far as
+ * this process can tell (the scripts may name it better, e.g. the GPU's name from nvidia-smi). */
+static void machine_desc(const bench_cmd *bc, char *out, size_t n) {
+    char cpu[128] = "unknown CPU", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !c) continue;
+        c += 1 + strspn(c + 1, " \t");
+        c[strcspn(c, "\n")] = 0;
+        snprintf(cpu, sizeof cpu, "%s", c);
+        break;
+    }
+    if (f) fclose(f);
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / 1073741824.0;
+    int k = snprintf(out, n, "%s, %d CPUs, %.0f GiB RAM", cpu, rl_ncpu(), ram);
+    if (bc->have_mem && bc->mem.device && k > 0 && (size_t)k < n)
+        snprintf(out + k, n - (size_t)k, ", GPU %.0f GiB", bc->mem.dev_total / 1073741824.0);
+}
+
+/* A budget option as given: a number of MiB as a number, a word (full, auto, mmap) as a string,
+ * not given (NULL) as null. */
+static void json_kv_budget(json_writer *j, const char *key, const char *spec) {
+    json_key(j, key);
+    if (!spec) json_null(j);
+    else if (spec[0] && strspn(spec, "0123456789") == strlen(spec)) json_uint(j, strtoull(spec, NULL, 10));
+    else json_str(j, spec);
+}
+
+/* machine, date (UTC), commit, the memory budgets asked for and the RAM expert cache's plan. */
+static void bench_json_provenance(const bench_cmd *bc, json_writer *j) {
+    char m[256], date[32];
+    machine_desc(bc, m, sizeof m);
+    json_kv_str(j, "machine", m);
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    json_kv_str(j, "date", date);
+    json_kv_str(j, "commit", RL_COMMIT);
+    json_key(j, "budget");
+    json_obj_begin(j);
+    json_kv_budget(j, "cache_mib", bc->o.cache_spec);
+    json_kv_budget(j, "vram_mib", bc->o.vram_spec);
+    json_obj_end(j);
+    expert_cache *ec = session_expert_cache(bc->b.S);
+    if (ec) {
+        ec_stats st;
+        expert_cache_get_stats(ec, &st);
+        json_key(j, "expert_cache");
+        json_obj_begin(j);
+        json_kv_str(j, "mode", ec_mode_name(st.mode));
+        json_kv_uint(j, "budget_bytes", st.budget);
+        json_kv_uint(j, "slots", st.n_slots);
+        json_obj_end(j);
+    }
+}
+
 /* The JSON report's description of the run: model, engine, hyperparameters, bytes, memory. */
 static void bench_json_setup(const bench_cmd *bc, json_writer *j) {
     const q3n_hparams *hp = bc->hp;
@@ -586,6 +656,7 @@ static void bench_json_setup(const bench_cmd *bc, json_writer *j) {
     long long threads = bc->o.threads;
     json_kv_str(j, "model", bc->o.model);
     json_kv_uint(j, "file_bytes", tb.file_bytes);
+    bench_json_provenance(bc, j);
     json_kv_str(j, "backend", engine_backend_name(bc->b.e));
     json_kv_str(j, "path", bc->path);
     json_kv_str(j, "cpu_kernels", engine_cpu_level(bc->b.e));
@@ -652,6 +723,11 @@ static int bench_report_json(const bench_cmd *bc) {
         json_kv_num(&j, "tok_s", dec[d].tok_s);
         json_kv_num(&j, "ms_per_token", 1e3 / dec[d].tok_s);
         json_kv_num(&j, "gb_s", bytes_at(&bc->tb, dec[d].pos_avg) * dec[d].tok_s / 1e9);
+        if (dec[d].ec_lookups) { /* the RAM expert cache over the timed runs */
+            json_kv_uint(&j, "cache_hits", dec[d].ec_hits);
+            json_kv_uint(&j, "cache_lookups", dec[d].ec_lookups);
+            json_kv_num(&j, "cache_hit_rate", (double)dec[d].ec_hits / (double)dec[d].ec_lookups);
+        }
         json_key(&j, "runs_tok_s");
         json_arr_begin(&j);
         for (int k = 0; k < dec[d].reps; k++) json_num(&j, dec[d].all[k]);
