@@ -622,15 +622,16 @@ int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *l
  * context. No graph: the launches are enqueued directly (RL_CUDA_GRAPHS=0's path: the same bits).
  * 1 (the engine then runs the steps one by one): contexts of different uploads, a VRAM expert tier
  * (its slots are planned per context: a batch would need one plan for the rows' union; not done), more
- * rows than the first context's n_batch. Bad positions, tokens or a context twice: -1 before any
- * launch (every context as it was). A device error part-way is reported like a failed forward. */
+ * rows than the first context's n_batch, RL_CUDA_ROWS=0 (A/B against turns). Bad positions, tokens or a
+ * context twice: -1 before any launch (every context as it was). A device error part-way is reported like a
+ * failed forward. */
 int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
                       float *const *logits, float *const *hidden) {
     if (n < 1) return rl_seterr("forward_rows of %d rows: must be 1 or more", n);
     backend_ctx *c = cs[0];
     const q3n_hparams *hp = c->hp;
     const int V = hp->n_vocab, D = hp->n_embd;
-    if (n > c->n_batch) return 1;
+    if (n > c->n_batch || !env_on("RL_CUDA_ROWS", true)) return 1; /* RL_CUDA_ROWS=0: turns (A/B) */
     for (int i = 0; i < n; i++) {
         const backend_ctx *r = cs[i];
         if (r->dm != c->dm || r->vt) return 1;

@@ -15,6 +15,8 @@
  *   3. through the engine: N threads decoding together (engine_ctx_decoding; their prompts and
  *      a side prefill interleaved) == each context run alone, with steps sharing forwards; the
  *      same with VRAM-tier contexts (refused: turns, still exact).
+ * `test_cuda_rows MODEL` instead times 1, 2, 4, 8 contexts decoding on MODEL: rows of one forward per
+ * step against one forward per context (turns), aggregate tok/s, the last logits compared.
  * Without a GPU: prints "test_cuda_rows: skipped: ..." and exits 77. */
 #include <pthread.h>
 #include <stdio.h>
@@ -294,9 +296,65 @@ static void through_engine(engine *e, const char *model, const char *vram) {
     }
 }
 
-int main(void) {
+/* ---- `test_cuda_rows MODEL`: aggregate decode of n contexts, rows of one forward vs turns ---- */
+
+/* n contexts (prompts of 16 different tokens), then TS steps of each: as the rows of one forward
+ * per step, or (turns) one forward per context per step, on fresh contexts each; aggregate tok/s of
+ * both, and the last step's logits of every context compared between them (the same bits). */
+static void timing(engine *e, const char *model, int n) {
+    enum { TS = 32, WARM = 4, PL = 16 };
+    const q3n_model *m = engine_model(e);
+    const int V = m->hp.n_vocab, D = m->hp.n_embd;
+    float *lg = malloc(sizeof(float) * (size_t)V * n * 2), *hd = malloc(sizeof(float) * (size_t)D * n);
+    backend_ctx *cs[2][64] = {{0}};
+    double rate[2] = {0, 0};
+    bool ok = lg && hd;
+    for (int mode = 0; ok && mode < 2; mode++) { /* 0: rows, 1: turns */
+        int32_t t[64], p[64];
+        float *lp[64], *hp[64];
+        for (int i = 0; ok && i < n; i++) {
+            cs[mode][i] = backend_cuda.ctx_new(m, NULL, 1024, n < 16 ? 16 : n, BACKEND_KV_F16);
+            int32_t pr[PL];
+            for (int k = 0; k < PL; k++) pr[k] = tok_of(i, k, V);
+            ok = cs[mode][i] && !backend_cuda.forward(cs[mode][i], pr, PL, 0, NULL, false, NULL, NULL);
+            p[i] = PL;
+            lp[i] = lg + ((size_t)mode * n + i) * V;
+            hp[i] = hd + (size_t)i * D;
+        }
+        double t0 = 0;
+        for (int s = 0; ok && s < WARM + TS; s++) {
+            if (s == WARM) t0 = rl_now();
+            for (int i = 0; i < n; i++) t[i] = tok_of(i, PL + s, V);
+            if (mode == 0) ok = backend_cuda.forward_rows(cs[0], t, p, n, lp, hp) == 0;
+            for (int i = 0; mode == 1 && ok && i < n; i++)
+                ok = !backend_cuda.forward(cs[1][i], &t[i], 1, p[i], lp[i], false, hp[i], NULL);
+            for (int i = 0; i < n; i++) p[i]++;
+        }
+        rate[mode] = ok ? (double)n * TS / (rl_now() - t0) : 0;
+    }
+    CHECK(ok, "%s timing %d contexts: %s", model, n, rl_lasterr());
+    int bad = 0;
+    for (int i = 0; ok && i < n; i++)
+        bad += memcmp(lg + (size_t)i * V, lg + ((size_t)n + i) * V, sizeof(float) * V) != 0;
+    CHECK(bad == 0, "%s: %d of %d contexts' logits differ between rows and turns", model, bad, n);
+    printf("  %s, %d contexts: rows of one forward %.1f tok/s, turns %.1f tok/s (%.2fx); last logits %s\n",
+           model, n, rate[0], rate[1], rate[1] > 0 ? rate[0] / rate[1] : 0.0, bad ? "DIFFER" : "identical");
+    for (int mode = 0; mode < 2; mode++)
+        for (int i = 0; i < n; i++) backend_cuda.ctx_free(cs[mode][i]);
+    free(lg);
+    free(hd);
+}
+
+int main(int argc, char **argv) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) return check_skip("test_cuda_rows", why ? why : "no CUDA device");
+    if (argc > 1) {
+        engine *e = engine_open(argv[1], &(engine_params){.n_threads = 4, .backend = "cuda"});
+        CHECK(e != NULL, "open %s: %s", argv[1], rl_lasterr());
+        for (int n = 1; e && n <= 8; n *= 2) timing(e, argv[1], n);
+        if (e) engine_close(e);
+        return check_done("test_cuda_rows");
+    }
     const char *models[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf",
                             "tests/fixtures/tiny-q35moe.gguf", "tests/fixtures/tiny-q35.gguf"};
     for (int i = 0; i < 4; i++) {
