@@ -2,7 +2,8 @@
  * several contexts as the rows of one forward (backend_cuda.forward_rows) must give every row the
  * bits of that context's single step, whatever runs beside it.
  *   1. direct, per fixture and KV format: 4 sequences brought to different positions by prompts of
- *      1, 7, 40 and 300 tokens (300: past one 256-position attention chunk), each with a twin
+ *      1, 7, 40 and 300 tokens (300: past one 256-position attention chunk), in contexts of 512,
+ *      768, 1024 and 1280 positions (each row's own cache geometry), each with a twin
  *      context that takes the same tokens alone (the backend forward of one token: engine_step's
  *      call, its decode graph). Then rounds of forward_rows over 1, 2, 3, 4 of the sequences in
  *      rotating order (a sequence sits at another row and has other neighbours each round), every
@@ -31,7 +32,7 @@
 
 #define NS 4       /* sequences */
 #define ROUNDS 12  /* forward_rows calls of the direct test */
-#define NCTX 512   /* positions per context */
+#define NCTX 512   /* positions per context (the direct test: + 256 per sequence) */
 #define NB 64      /* rows per context (prompt chunks, rows of a forward) */
 #define SE 20      /* engine test: steps per context */
 #define SIDE_N 100 /* engine test: the side prompt */
@@ -85,8 +86,9 @@ static void direct(engine *e, const char *model, backend_kv kv) {
     float *hr = malloc(sizeof(float) * (size_t)D * NS), *ha = malloc(sizeof(float) * D);
     bool ok = lr && la && hr && ha;
     for (int s = 0; ok && s < NS; s++) {
-        rows[s] = backend_cuda.ctx_new(m, NULL, NCTX, NB, kv);
-        alone[s] = backend_cuda.ctx_new(m, NULL, NCTX, NB, kv);
+        /* contexts of different sizes: each row's attention must use its own cache geometry */
+        rows[s] = backend_cuda.ctx_new(m, NULL, NCTX + 256 * s, NB, kv);
+        alone[s] = backend_cuda.ctx_new(m, NULL, NCTX + 256 * s, NB, kv);
         ok = rows[s] && alone[s] && !prompt(rows[s], s, V) && !prompt(alone[s], s, V);
         pos[s] = k[s] = LENS[s];
     }
@@ -116,7 +118,7 @@ static void direct(engine *e, const char *model, backend_kv kv) {
                   model);
             int far[NS];
             memcpy(far, p, sizeof far);
-            far[n - 1] = NCTX;
+            far[n - 1] = NCTX + 256 * NS;
             CHECK(backend_cuda.forward_rows(cs, t, far, n, lg, hd) == -1 &&
                       strstr(rl_lasterr(), "context is full"),
                   "%s: a position past the context: %s", model, rl_lasterr());
