@@ -450,6 +450,7 @@ const backend_ops backend_cuda = {
     .ctx_free = cuda_ctx_free,
     .reset = cuda_reset,
     .forward = cuda_forward,
+    .forward_rows = cuda_forward_rows,
     .state_get = cuda_state_get,
     .state_set = cuda_state_set,
     .set_reference = NULL, /* no double-precision mode: the CPU backend is the oracle */

@@ -91,7 +91,11 @@ static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const
     return mm_run(c, Wo, Yo, &D, NULL, 1, in, W->n_in, T, NULL, c->st);
 }
 
-static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w) {
+/* The mixers: rc (forward_rows) names each row's context, whose state, KV cache and position the row
+ * uses (its conv + step and its attention run on their own, with that context's single-step launches);
+ * NULL: every row is c's sequence, rows consecutive from *c->pos0. */
+static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,
+                          backend_ctx *const *rc) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int C = hp->ssm_conv_dim, inner = hp->ssm_hv * hp->ssm_dv, D = hp->n_embd, hv2 = 2 * hp->ssm_hv;
@@ -109,7 +113,7 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
                           .v_tiled = hp->v_tiled,
                           .ba_split = hp->ba_split};
     const bool per_row = hk && hk->row_state, snap = c->snap_rows && !per_row,
-               fused = T == 1 && !per_row && !snap;
+               fused = T == 1 && !per_row && !snap && !rc;
     const cu_conv cv = {L->conv_w, c->conv[il], hp->ssm_kw, C};
     /* beta/alpha: the fused ssm_ba, or (ba_split) ssm_beta and ssm_alpha writing the two halves
      * of each row of c->ba ([beta x hv | alpha x hv], d.ba_split) */
@@ -135,6 +139,13 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL,
                        c->st));
+    } else if (rc) { /* rows of several sequences: each row's conv and step on its own context's state */
+        for (int t = 0; t < T; t++) {
+            float *u = c->u + (size_t)t * C;
+            TRY(cu_dn_conv(&d, c->big + (size_t)t * C, C, u, rc[t]->conv[il], 1, c->st));
+            TRY(cu_dn_step(&d, u, c->ba + (size_t)t * hv2, c->kvb + (size_t)t * inner, rc[t]->ssm[il],
+                           c->o + (size_t)t * inner, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
+        }
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
         size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
         for (int t = 0; t < T; t++) {
@@ -165,7 +176,30 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     return out_proj(c, &L->wout, c->o, T, norm_w);
 }
 
-static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w) {
+/* The attention arithmetic of context c (its cache size and format, its kernel choices). */
+static cu_attn_dims attn_dims(const backend_ctx *c, int il) {
+    const q3n_hparams *hp = c->hp;
+    return (cu_attn_dims){.H = hp->n_head,
+                          .Hkv = hp->n_head_kv,
+                          .hd = hp->head_dim,
+                          .n_rot = hp->n_rot,
+                          .n_ctx = c->n_ctx,
+                          .eps = hp->rms_eps,
+                          .scale = 1.0f / sqrtf((float)hp->head_dim),
+                          .inv_freq = c->dm->inv_freq,
+                          .kv_f16 = c->kv_f16,
+                          .split_per_warp = c->attn_per_warp,
+                          .prefill_staged = c->attn_pf_staged,
+                          .prefill_tiled = c->attn_pf_tiled,
+                          .rope_delta = il >= hp->n_layer,
+                          .tc = c->attn_tc,
+                          .split_db = c->attn_db,
+                          .merge_wide = c->merge_wide,
+                          .merge_scan = c->merge_scan};
+}
+
+static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,
+                           backend_ctx *const *rc) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int H = hp->n_head, hd = hp->head_dim, kvw = hp->n_head_kv * hd, D = hp->n_embd;
@@ -174,23 +208,19 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     float *Y[3] = {c->big, k, v};
     const int ldy[3] = {2 * H * hd, kvw, kvw};
     TRY(mm_run(c, W, Y, ldy, NULL, 3, c->xn, D, T, NULL, c->st));
-    const cu_attn_dims a = {.H = H,
-                            .Hkv = hp->n_head_kv,
-                            .hd = hd,
-                            .n_rot = hp->n_rot,
-                            .n_ctx = c->n_ctx,
-                            .eps = hp->rms_eps,
-                            .scale = 1.0f / sqrtf((float)hd),
-                            .inv_freq = c->dm->inv_freq,
-                            .kv_f16 = c->kv_f16,
-                            .split_per_warp = c->attn_per_warp,
-                            .prefill_staged = c->attn_pf_staged,
-                            .prefill_tiled = c->attn_pf_tiled,
-                            .rope_delta = il >= hp->n_layer,
-                            .tc = c->attn_tc,
-                            .split_db = c->attn_db,
-                            .merge_wide = c->merge_wide,
-                            .merge_scan = c->merge_scan};
+    if (rc) { /* rows of several sequences: each row a decode step on its context's cache and position */
+        for (int t = 0; t < T; t++) {
+            backend_ctx *r = rc[t];
+            const cu_attn_dims a = attn_dims(r, il);
+            float *q = c->big + (size_t)t * 2 * H * hd;
+            TRY(cu_qk_norm_rope_store(&a, q, k + (size_t)t * kvw, v + (size_t)t * kvw, L->q_norm, L->k_norm,
+                                      r->pos0, 1, r->kc[il], r->vc[il], c->st));
+            TRY(cu_attention(&a, q, r->kc[il], r->vc[il], r->pos0, 1, true, r->part,
+                             c->o + (size_t)t * H * hd, c->st));
+        }
+        return out_proj(c, &L->wo, c->o, T, norm_w);
+    }
+    const cu_attn_dims a = attn_dims(c, il);
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il],
                               c->st));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o,
@@ -405,8 +435,8 @@ static int head(backend_ctx *c, int t0, int n) {
 }
 
 /* Every launch of a forward of T rows (tokens and position already in c->tok / c->pos0).
- * last_logits: also the head of the last row. */
-static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_logits) {
+ * last_logits: also the head of the last row. rc: forward_rows' contexts of the rows (mixers). */
+static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_logits, backend_ctx *const *rc) {
     const q3n_hparams *hp = c->hp;
     const dmodel *dm = c->dm;
     const int D = hp->n_embd;
@@ -417,7 +447,7 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
         /* decode: the residual add + norm in the output projection's tail (same bits) */
         const float *fz = (c->fuse & FUSE_NORM) && T == 1 ? dm->L[il].post_norm : NULL;
-        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz) : mixer_deltanet(c, il, T, hk, fz));
+        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz, rc) : mixer_deltanet(c, il, T, hk, fz, rc));
         if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
         float *const p1[3] = {c->y, c->x, c->xn};
@@ -456,7 +486,7 @@ static int capture(backend_ctx *c) {
     cudaGraph_t g = NULL;
     c->gtried = true;
     TRY(CU_CHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal)));
-    int rc = enqueue(c, 1, NULL, true);
+    int rc = enqueue(c, 1, NULL, true, NULL);
     cudaError_t e = cudaStreamEndCapture(c->st, &g);
     if (rc || e != cudaSuccess) {
         if (g) cudaGraphDestroy(g);
@@ -473,8 +503,8 @@ static int capture(backend_ctx *c) {
 }
 
 /* The lm head over rows 0..T-1 of xn in chunks of logit_rows, each chunk's logits copied to the
- * host rows of logits (T x n_vocab). */
-static int head_rows_to_host(backend_ctx *c, int T, float *logits) {
+ * host rows of logits (T x n_vocab), or (logits NULL) row t's to dst[t] (n_vocab; NULL: not wanted). */
+static int head_rows_to_host(backend_ctx *c, int T, float *logits, float *const *dst) {
     const size_t V = (size_t)c->hp->n_vocab;
     for (int t0 = 0; t0 < T; t0 += c->logit_rows) {
         const int n = T - t0 < c->logit_rows ? T - t0 : c->logit_rows;
@@ -482,7 +512,10 @@ static int head_rows_to_host(backend_ctx *c, int T, float *logits) {
         TRY(CU_CHECK(cudaMemcpyAsync(c->h_logits, c->logits, sizeof(float) * (size_t)n * V,
                                      cudaMemcpyDeviceToHost, c->st)));
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
-        memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
+        if (logits) memcpy(logits + (size_t)t0 * V, c->h_logits, sizeof(float) * (size_t)n * V);
+        else
+            for (int t = 0; t < n; t++)
+                if (dst[t0 + t]) memcpy(dst[t0 + t], c->h_logits + (size_t)t * V, sizeof(float) * V);
     }
     return 0;
 }
@@ -518,14 +551,14 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (T == 1 && !hooked && !c->snap_rows && c->graphs && !c->vt) {
         if (!c->gexec && !c->gtried) TRY(capture(c));
         if (c->gexec) TRY(CU_CHECK(cudaGraphLaunch(c->gexec, c->st)));
-        else TRY(enqueue(c, 1, NULL, true));
+        else TRY(enqueue(c, 1, NULL, true, NULL));
     } else if (vgraph) {
         if (!c->vexec[T] && !c->vtried[T]) TRY(capture_verify(c, T));
         if (c->vexec[T]) TRY(CU_CHECK(cudaGraphLaunch(c->vexec[T], c->st)));
-        else TRY(enqueue(c, T, NULL, false) || head(c, 0, T));
+        else TRY(enqueue(c, T, NULL, false, NULL) || head(c, 0, T));
         all_done = true;
     } else {
-        TRY(enqueue(c, T, hooks, one_row_logits));
+        TRY(enqueue(c, T, hooks, one_row_logits, NULL));
     }
     c->snap_rows = false;
     if (one_row_logits)
@@ -543,7 +576,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
         TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
         memcpy(logits, c->h_logits, sizeof(float) * (size_t)T * V);
     } else if (logits && !one_row_logits) { /* every row's logits, in chunks of logit_rows */
-        TRY(head_rows_to_host(c, T, logits));
+        TRY(head_rows_to_host(c, T, logits, NULL));
     }
     return 0;
 }
@@ -573,6 +606,72 @@ int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *l
         return rl_seterr("%s; restoring the recurrent state failed too: %s (reset the context)", err,
                          rl_lasterr());
     return rl_seterr("%s", err);
+}
+
+/* ---- rows of several sequences (continuous batching) ------------------------------------- */
+
+/* One decode step of each of n contexts as the rows of one forward (backend.h forward_rows), on the
+ * first context's scratch and streams. The embedding, every matmul (mixer projections, router,
+ * routed experts grouped over the rows' union, shared expert, lm head), the norms and the combine run
+ * over the n rows at once: every kernel computes a row with the same arithmetic whatever the number
+ * of rows (cuda_ops.h, batch invariance; the same rule that makes verify rows == steps). The parts
+ * that hold a sequence's state run row by row on the row's own context, with the launches of that
+ * context's single step: the DeltaNet conv and fused step on its conv / recurrent state, the
+ * attention's q/k norm, RoPE and K/V store and the split decode attention over its KV cache at its
+ * position (its own attention partials buffer). So each row gets the bits of engine_step on that
+ * context. No graph: the launches are enqueued directly (RL_CUDA_GRAPHS=0's path: the same bits).
+ * 1 (the engine then runs the steps one by one): contexts of different uploads, a VRAM expert tier
+ * (its slots are planned per context: a batch would need one plan for the rows' union; not done), more
+ * rows than the first context's n_batch, RL_CUDA_ROWS=0 (A/B against turns). Bad positions, tokens or a
+ * context twice: -1 before any launch (every context as it was). A device error part-way is reported like a
+ * failed forward. */
+int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                      float *const *logits, float *const *hidden) {
+    if (n < 1) return rl_seterr("forward_rows of %d rows: must be 1 or more", n);
+    backend_ctx *c = cs[0];
+    const q3n_hparams *hp = c->hp;
+    const int V = hp->n_vocab, D = hp->n_embd;
+    if (n > c->n_batch || !env_on("RL_CUDA_ROWS", true)) return 1; /* RL_CUDA_ROWS=0: turns (A/B) */
+    for (int i = 0; i < n; i++) {
+        const backend_ctx *r = cs[i];
+        if (r->dm != c->dm || r->vt) return 1;
+        for (int j = 0; j < i; j++)
+            if (cs[j] == r) return rl_seterr("forward_rows: rows %d and %d are one sequence", j, i);
+        if (pos[i] < 0 || pos[i] + 1 > r->n_ctx)
+            return rl_seterr("context is full: %d + 1 tokens exceed the context size %d (raise --ctx)",
+                             pos[i], r->n_ctx);
+    }
+    if (q3n_check_tokens(tokens, n, V)) return -1;
+    if (n == 1) /* one row: the context's own step (its decode graph) */
+        return cuda_forward(c, tokens, 1, pos[0], logits ? logits[0] : NULL, false, hidden ? hidden[0] : NULL,
+                            NULL);
+    memcpy(c->h_tok, tokens, sizeof(int32_t) * (size_t)n);
+    TRY(CU_CHECK(
+        cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->st)));
+    for (int i = 0; i < n; i++) {
+        backend_ctx *r = cs[i];
+        if (r != c) { /* what r's own stream still holds (a snapshot restore) comes first */
+            TRY(CU_CHECK(cudaEventRecord(r->ev_fork, r->st)));
+            TRY(CU_CHECK(cudaStreamWaitEvent(c->st, r->ev_fork, 0)));
+        }
+        r->h_tok[r->n_batch] = pos[i];
+        TRY(CU_CHECK(
+            cudaMemcpyAsync(r->pos0, r->h_tok + r->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
+    }
+    c->snap_rows = false;
+    TRY(enqueue(c, n, NULL, false, cs));
+    bool want_hidden = false, want_logits = false;
+    for (int i = 0; i < n; i++) {
+        want_hidden |= hidden && hidden[i];
+        want_logits |= logits && logits[i];
+    }
+    if (want_hidden)
+        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)n * D,
+                                     cudaMemcpyDeviceToHost, c->st)));
+    TRY(CU_CHECK(cudaStreamSynchronize(c->st))); /* the rows' contexts are done with before any returns */
+    for (int i = 0; want_hidden && i < n; i++)
+        if (hidden[i]) memcpy(hidden[i], c->h_hidden + (size_t)i * D, sizeof(float) * D);
+    return want_logits ? head_rows_to_host(c, n, NULL, logits) : 0;
 }
 
 /* ---- speculative decoding: verify snapshots on the device, verify graphs, the MTP head ---- */
@@ -647,7 +746,7 @@ static int graph_capture(backend_ctx *c, cudaGraphExec_t *out, int (*f)(backend_
 /* The forward of T rows with every row's logits (snapshot slots on). */
 static int verify_enqueue(backend_ctx *c, int T, int unused) {
     (void)unused;
-    return enqueue(c, T, NULL, false) || head(c, 0, T);
+    return enqueue(c, T, NULL, false, NULL) || head(c, 0, T);
 }
 
 static int capture_verify(backend_ctx *c, int T) {
@@ -727,7 +826,7 @@ int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_to
     }
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
     if (hidden_out) memcpy(hidden_out, c->h_hidden, sizeof(float) * (size_t)T * D);
-    return logits ? head_rows_to_host(c, T, logits) : 0;
+    return logits ? head_rows_to_host(c, T, logits, NULL) : 0;
 }
 
 /* The MTP head's launches on T pairs (tokens in c->tok, slot in c->pos0, hidden in c->y);
@@ -748,7 +847,7 @@ static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
     float *Ye[1] = {c->x};
     TRY(mm_run(c, We, Ye, &D, NULL, 1, c->mcat, 2 * D, T, NULL, c->st));
     TRY(cu_add_rmsnorm(c->x, NULL, L->attn_norm, c->xn, D, T, hp->rms_eps, c->st));
-    TRY(mixer_attention(c, il, T, NULL, NULL));
+    TRY(mixer_attention(c, il, T, NULL, NULL, NULL));
     TRY(cu_add_rmsnorm(c->x, c->y, L->post_norm, c->xn, D, T, hp->rms_eps, c->st));
     TRY(moe(c, il, T, NULL)); /* ends with xn = shared_head_norm(x) */
     return with_head ? head(c, 0, 1) : 0;

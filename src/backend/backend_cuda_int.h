@@ -160,5 +160,7 @@ int cuda_mtp_forward(backend_ctx *c, const float *hidden, const int32_t *next_to
                      float *logits, float *hidden_out);
 int cuda_slot_restore(backend_ctx *c, int slot);
 int cuda_slot_get(backend_ctx *c, int slot, int il, float *conv, float *ssm);
+int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                      float *const *logits, float *const *hidden);
 
 #endif

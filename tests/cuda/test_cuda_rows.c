@@ -1,0 +1,377 @@
+/* test_cuda_rows.c — continuous batching on the CUDA backend (issue 46 item 2): the decode steps of
+ * several contexts as the rows of one forward (backend_cuda.forward_rows) must give every row the
+ * bits of that context's single step, whatever runs beside it.
+ *   1. direct, per fixture and KV format: 4 sequences brought to different positions by prompts of
+ *      1, 7, 40 and 300 tokens (300: past one 256-position attention chunk), in contexts of 512,
+ *      768, 1024 and 1280 positions (each row's own cache geometry), each with a twin
+ *      context that takes the same tokens alone (the backend forward of one token: engine_step's
+ *      call, its decode graph). Then rounds of forward_rows over 1, 2, 3, 4 of the sequences in
+ *      rotating order (a sequence sits at another row and has other neighbours each round), every
+ *      row's logits and final-norm hidden state memcmp'd with its twin's step (NaN-poisoned first;
+ *      some rows ask for no logits); at the end each sequence's DeltaNet states and KV rows equal
+ *      its twin's byte for byte;
+ *   2. refusals: a context twice, a position past the context, a token outside the vocabulary
+ *      (-1, nothing changed: the rounds after them still match), more rows than the first
+ *      context's n_batch and contexts of a VRAM expert tier (1: the engine runs them one by one);
+ *   3. through the engine: N threads decoding together (engine_ctx_decoding; their prompts and
+ *      a side prefill interleaved) == each context run alone, with steps sharing forwards; the
+ *      same with VRAM-tier contexts (refused: turns, still exact).
+ * `test_cuda_rows MODEL` instead times 1, 2, 4, 8 contexts decoding on MODEL: rows of one forward per
+ * step against one forward per context (turns), aggregate tok/s, the last logits compared.
+ * Without a GPU: prints "test_cuda_rows: skipped: ..." and exits 77. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "base/common.h"
+#include "check.h"
+#include "run/engine.h"
+
+#define NS 4       /* sequences */
+#define ROUNDS 12  /* forward_rows calls of the direct test */
+#define NCTX 512   /* positions per context (the direct test: + 256 per sequence) */
+#define NB 64      /* rows per context (prompt chunks, rows of a forward) */
+#define SE 20      /* engine test: steps per context */
+#define SIDE_N 100 /* engine test: the side prompt */
+
+static const int LENS[NS] = {1, 7, 40, 300};
+
+static int32_t tok_of(int seq, int k, int V) {
+    return (int32_t)((seq * 97 + k * 131 + 11) % (V < 400 ? V : 400));
+}
+
+/* Prompt of sequence seq (LENS[seq] tokens) into backend context b, in chunks of NB rows. */
+static int prompt(backend_ctx *b, int seq, int V) {
+    int32_t t[NB];
+    for (int p0 = 0; p0 < LENS[seq]; p0 += NB) {
+        int n = LENS[seq] - p0 < NB ? LENS[seq] - p0 : NB;
+        for (int i = 0; i < n; i++) t[i] = tok_of(seq, p0 + i, V);
+        if (backend_cuda.forward(b, t, n, p0, NULL, false, NULL, NULL)) return -1;
+    }
+    return 0;
+}
+
+/* Every DeltaNet state and KV row [0, pos) of a and b equal, byte for byte. */
+static bool same_state(const q3n_hparams *hp, backend_ctx *a, backend_ctx *b, int pos) {
+    const size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp), kb = backend_cuda.kv_row_bytes(a) * pos;
+    const size_t kf = (kb + 3) / 4, n = nc + ns > 2 * kf ? nc + ns : 2 * kf; /* floats: K then V */
+    float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+    bool same = x && y;
+    for (int il = 0; same && il < hp->n_layer; il++) {
+        if (hp->is_attn[il])
+            same = !backend_cuda.kv_get(a, il, pos, x, x + kf) &&
+                   !backend_cuda.kv_get(b, il, pos, y, y + kf) && !memcmp(x, y, kb) &&
+                   !memcmp(x + kf, y + kf, kb);
+        else
+            same = !backend_cuda.state_get(a, il, x, x + nc) && !backend_cuda.state_get(b, il, y, y + nc) &&
+                   !memcmp(x, y, sizeof(float) * (nc + ns));
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Part 1 and 2 on one fixture and KV format. */
+static void direct(engine *e, const char *model, backend_kv kv) {
+    const q3n_model *m = engine_model(e);
+    const q3n_hparams *hp = &m->hp;
+    const int V = hp->n_vocab, D = hp->n_embd;
+    const char *kvs = kv == BACKEND_KV_F16 ? "f16" : "f32";
+    backend_ctx *rows[NS] = {0}, *alone[NS] = {0};
+    int pos[NS], k[NS]; /* position and tokens taken of each sequence */
+    float *lr = malloc(sizeof(float) * (size_t)V * NS), *la = malloc(sizeof(float) * V);
+    float *hr = malloc(sizeof(float) * (size_t)D * NS), *ha = malloc(sizeof(float) * D);
+    bool ok = lr && la && hr && ha;
+    for (int s = 0; ok && s < NS; s++) {
+        /* contexts of different sizes: each row's attention must use its own cache geometry */
+        rows[s] = backend_cuda.ctx_new(m, NULL, NCTX + 256 * s, NB, kv);
+        alone[s] = backend_cuda.ctx_new(m, NULL, NCTX + 256 * s, NB, kv);
+        ok = rows[s] && alone[s] && !prompt(rows[s], s, V) && !prompt(alone[s], s, V);
+        pos[s] = k[s] = LENS[s];
+    }
+    CHECK(ok, "%s KV %s: contexts and prompts: %s", model, kvs, rl_lasterr());
+    int rounds = 0, rows_run = 0, bad = 0;
+    for (int r = 0; ok && r < ROUNDS; r++) {
+        const int n = r % NS + 1;
+        backend_ctx *cs[NS];
+        int32_t t[NS];
+        int p[NS], seq[NS];
+        float *lg[NS], *hd[NS];
+        for (int j = 0; j < n; j++) {
+            seq[j] = (r + (r & 1 ? n - 1 - j : j)) % NS;
+            cs[j] = rows[seq[j]];
+            t[j] = tok_of(seq[j], k[seq[j]], V);
+            p[j] = pos[seq[j]];
+            lg[j] = r % 5 == 2 && j == 0 ? NULL : lr + (size_t)j * V; /* a row that asks no logits */
+            hd[j] = hr + (size_t)j * D;
+        }
+        check_poison(lr, (size_t)V * NS);
+        check_poison(hr, (size_t)D * NS);
+        if (r == 5) { /* bad input first: -1, and nothing may change (the round below still matches) */
+            backend_ctx *twice[2] = {cs[0], cs[0]};
+            int32_t tt[2] = {t[0], t[0]};
+            int pp[2] = {p[0], p[0]};
+            CHECK(backend_cuda.forward_rows(twice, tt, pp, 2, lg, hd) == -1, "%s: a context twice accepted",
+                  model);
+            int far[NS];
+            memcpy(far, p, sizeof far);
+            far[n - 1] = NCTX + 256 * NS;
+            CHECK(backend_cuda.forward_rows(cs, t, far, n, lg, hd) == -1 &&
+                      strstr(rl_lasterr(), "context is full"),
+                  "%s: a position past the context: %s", model, rl_lasterr());
+            int32_t badt[NS];
+            memcpy(badt, t, sizeof badt);
+            badt[0] = V;
+            CHECK(backend_cuda.forward_rows(cs, badt, p, n, lg, hd) == -1, "%s: token %d accepted", model, V);
+        }
+        if (backend_cuda.forward_rows(cs, t, p, n, lg, hd) != 0) {
+            CHECK(0, "%s KV %s round %d (%d rows): %s", model, kvs, r, n, rl_lasterr());
+            ok = false;
+            break;
+        }
+        for (int j = 0; j < n; j++) {
+            const int s = seq[j];
+            check_poison(la, (size_t)V);
+            check_poison(ha, (size_t)D);
+            if (backend_cuda.forward(alone[s], &t[j], 1, p[j], la, false, ha, NULL)) {
+                CHECK(0, "%s: alone step: %s", model, rl_lasterr());
+                ok = false;
+                break;
+            }
+            bool same =
+                !memcmp(hd[j], ha, sizeof(float) * D) && (!lg[j] || !memcmp(lg[j], la, sizeof(float) * V));
+            bad += !same;
+            CHECK(same,
+                  "%s KV %s round %d: row %d of %d (sequence %d at position %d) differs from its single step",
+                  model, kvs, r, j, n, s, p[j]);
+            pos[s]++, k[s]++;
+            rows_run++;
+        }
+        rounds++;
+    }
+    for (int s = 0; ok && s < NS; s++)
+        CHECK(same_state(hp, rows[s], alone[s], pos[s]),
+              "%s KV %s: sequence %d's state differs from its twin's", model, kvs, s);
+    if (ok) { /* refusals: 1, the engine then runs the steps one by one */
+        backend_ctx *small = backend_cuda.ctx_new(m, NULL, 64, 2, kv);
+        backend_ctx *three[3] = {small, rows[0], rows[1]};
+        int32_t t3[3] = {1, 2, 3};
+        int p3[3] = {0, pos[0], pos[1]};
+        float *l3[3] = {NULL, NULL, NULL};
+        CHECK(small && backend_cuda.forward_rows(three, t3, p3, 3, l3, l3) == 1,
+              "%s: 3 rows on a context of n_batch 2 not refused", model);
+        backend_cuda.ctx_free(small);
+        if (hp->moe) {
+            setenv("RL_VRAM_SLOTS", "2", 1);
+            backend_ctx *tier = backend_cuda.ctx_new_opts(m, NULL, 64, NB,
+                                                          &(backend_ctx_opts){.vram_spec = "auto", .kv = kv});
+            unsetenv("RL_VRAM_SLOTS");
+            backend_ctx *two[2] = {rows[0], tier}, *two_b[2] = {tier, rows[0]};
+            int p2[2] = {pos[0], 0}, p2b[2] = {0, pos[0]};
+            CHECK(tier && backend_cuda.forward_rows(two, t3, p2, 2, l3, l3) == 1 &&
+                      backend_cuda.forward_rows(two_b, t3, p2b, 2, l3, l3) == 1,
+                  "%s: rows with a VRAM-tier context not refused: %s", model, rl_lasterr());
+            backend_cuda.ctx_free(tier);
+        }
+    }
+    printf("  %s KV %s: %d rounds of 1..%d rows, %d rows == single steps (%d differ)\n", model, kvs, rounds,
+           NS, rows_run, bad);
+    for (int s = 0; s < NS; s++) {
+        backend_cuda.ctx_free(rows[s]);
+        backend_cuda.ctx_free(alone[s]);
+    }
+    free(lr);
+    free(la);
+    free(hr);
+    free(ha);
+}
+
+/* ---- part 3: through the engine (test_engine_rows.c's shape) ------------------------------ */
+
+typedef struct {
+    engine_ctx *c;
+    int seq, V;
+    float *logits; /* [SE + 1][V] */
+    bool together;
+    int rc;
+    pthread_barrier_t *bar;
+} run_arg;
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void *drive(void *p) {
+    run_arg *a = p;
+    int32_t t[300];
+    for (int i = 0; i < LENS[a->seq]; i++) t[i] = tok_of(a->seq, i, a->V);
+    if (a->bar) pthread_barrier_wait(a->bar);
+    a->rc = engine_prefill(a->c, t, LENS[a->seq], a->logits);
+    if (a->bar) pthread_barrier_wait(a->bar);
+    if (a->together) engine_ctx_decoding(a->c, true);
+    for (int s = 0; s < SE && !a->rc; s++)
+        a->rc =
+            engine_step(a->c, argmax(a->logits + (size_t)s * a->V, a->V), a->logits + (size_t)(s + 1) * a->V);
+    if (a->together) engine_ctx_decoding(a->c, false);
+    if (a->rc) fprintf(stderr, "drive %d: %s\n", a->seq, rl_lasterr());
+    return NULL;
+}
+
+static void *side(void *p) {
+    engine *e = p;
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 256, .n_batch = 8});
+    int32_t t[SIDE_N];
+    for (int i = 0; i < SIDE_N; i++) t[i] = (int32_t)(i * 37 % 200 + 5);
+    bool ok = c && engine_prefill(c, t, SIDE_N, NULL) == 0;
+    engine_ctx_free(c);
+    static int failed;
+    return ok ? NULL : &failed;
+}
+
+static void through_engine(engine *e, const char *model, const char *vram) {
+    const int V = engine_hparams(e)->n_vocab;
+    engine_ctx_params cp = {.n_ctx = NCTX, .n_batch = 16, .vram_spec = vram};
+    if (vram) setenv("RL_VRAM_SLOTS", "2", 1);
+    run_arg alone[NS], tog[NS];
+    bool ok = true;
+    for (int i = 0; i < NS; i++) {
+        alone[i] = (run_arg){.seq = i, .V = V, .c = engine_ctx_new(e, &cp)};
+        tog[i] = (run_arg){.seq = i, .V = V, .c = engine_ctx_new(e, &cp), .together = true};
+        alone[i].logits = malloc(sizeof(float) * (size_t)(SE + 1) * V);
+        tog[i].logits = malloc(sizeof(float) * (size_t)(SE + 1) * V);
+        ok = ok && alone[i].c && tog[i].c && alone[i].logits && tog[i].logits;
+    }
+    if (vram) unsetenv("RL_VRAM_SLOTS");
+    CHECK(ok, "%s: engine contexts: %s", model, rl_lasterr());
+    long long f0 = 0, r0 = 0, f1 = 0, r1 = 0;
+    if (ok) {
+        for (int i = 0; i < NS; i++) {
+            check_poison(alone[i].logits, (size_t)(SE + 1) * V);
+            check_poison(tog[i].logits, (size_t)(SE + 1) * V);
+            drive(&alone[i]);
+            CHECK(alone[i].rc == 0, "%s: alone %d", model, i);
+        }
+        engine_batch_stats(e, &f0, &r0);
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, NS);
+        pthread_t th[NS], st;
+        for (int i = 0; i < NS; i++) {
+            tog[i].bar = &bar;
+            pthread_create(&th[i], NULL, drive, &tog[i]);
+        }
+        pthread_create(&st, NULL, side, e);
+        void *side_rc = NULL;
+        for (int i = 0; i < NS; i++) pthread_join(th[i], NULL);
+        pthread_join(st, &side_rc);
+        pthread_barrier_destroy(&bar);
+        engine_batch_stats(e, &f1, &r1);
+        CHECK(side_rc == NULL, "%s: the side prefill failed", model);
+        int bad = 0;
+        for (int i = 0; i < NS; i++) {
+            CHECK(tog[i].rc == 0, "%s: together %d", model, i);
+            for (int s = 0; s <= SE; s++) {
+                const size_t o = (size_t)s * V;
+                bool same = !memcmp(alone[i].logits + o, tog[i].logits + o, sizeof(float) * (size_t)V);
+                bad += !same;
+                CHECK(same, "%s%s: context %d (prompt %d) stage %d: logits differ from the context run alone",
+                      model, vram ? " (VRAM tier)" : "", i, LENS[i], s);
+            }
+        }
+        CHECK(r1 - r0 == (long long)NS * SE, "%s: %lld step rows counted, expected %d", model, r1 - r0,
+              NS * SE);
+        CHECK(f1 - f0 < r1 - r0, "%s: no two steps shared a forward (%lld forwards for %lld rows)", model,
+              f1 - f0, r1 - r0);
+        printf("  %s%s through the engine: %lld steps in %lld batches, %d stages differ from alone\n", model,
+               vram ? " (VRAM tier: refused, turns)" : "", r1 - r0, f1 - f0, bad);
+    }
+    for (int i = 0; i < NS; i++) {
+        engine_ctx_free(alone[i].c);
+        engine_ctx_free(tog[i].c);
+        free(alone[i].logits);
+        free(tog[i].logits);
+    }
+}
+
+/* ---- `test_cuda_rows MODEL`: aggregate decode of n contexts, rows of one forward vs turns ---- */
+
+/* n contexts (prompts of 16 different tokens), then TS steps of each: as the rows of one forward
+ * per step, or (turns) one forward per context per step, on fresh contexts each; aggregate tok/s of
+ * both, and the last step's logits of every context compared between them (the same bits). */
+static void timing(engine *e, const char *model, int n) {
+    enum { TS = 32, WARM = 4, PL = 16 };
+    const q3n_model *m = engine_model(e);
+    const int V = m->hp.n_vocab, D = m->hp.n_embd;
+    float *lg = malloc(sizeof(float) * (size_t)V * n * 2), *hd = malloc(sizeof(float) * (size_t)D * n);
+    backend_ctx *cs[2][64] = {{0}};
+    double rate[2] = {0, 0};
+    bool ok = lg && hd;
+    for (int mode = 0; ok && mode < 2; mode++) { /* 0: rows, 1: turns */
+        int32_t t[64], p[64];
+        float *lp[64], *hp[64];
+        for (int i = 0; ok && i < n; i++) {
+            cs[mode][i] = backend_cuda.ctx_new(m, NULL, 1024, n < 16 ? 16 : n, BACKEND_KV_F16);
+            int32_t pr[PL];
+            for (int k = 0; k < PL; k++) pr[k] = tok_of(i, k, V);
+            ok = cs[mode][i] && !backend_cuda.forward(cs[mode][i], pr, PL, 0, NULL, false, NULL, NULL);
+            p[i] = PL;
+            lp[i] = lg + ((size_t)mode * n + i) * V;
+            hp[i] = hd + (size_t)i * D;
+        }
+        double t0 = 0;
+        for (int s = 0; ok && s < WARM + TS; s++) {
+            if (s == WARM) t0 = rl_now();
+            for (int i = 0; i < n; i++) t[i] = tok_of(i, PL + s, V);
+            if (mode == 0) ok = backend_cuda.forward_rows(cs[0], t, p, n, lp, hp) == 0;
+            for (int i = 0; mode == 1 && ok && i < n; i++)
+                ok = !backend_cuda.forward(cs[1][i], &t[i], 1, p[i], lp[i], false, hp[i], NULL);
+            for (int i = 0; i < n; i++) p[i]++;
+        }
+        rate[mode] = ok ? (double)n * TS / (rl_now() - t0) : 0;
+    }
+    CHECK(ok, "%s timing %d contexts: %s", model, n, rl_lasterr());
+    int bad = 0;
+    for (int i = 0; ok && i < n; i++)
+        bad += memcmp(lg + (size_t)i * V, lg + ((size_t)n + i) * V, sizeof(float) * V) != 0;
+    CHECK(bad == 0, "%s: %d of %d contexts' logits differ between rows and turns", model, bad, n);
+    printf("  %s, %d contexts: rows of one forward %.1f tok/s, turns %.1f tok/s (%.2fx); last logits %s\n",
+           model, n, rate[0], rate[1], rate[1] > 0 ? rate[0] / rate[1] : 0.0, bad ? "DIFFER" : "identical");
+    for (int mode = 0; mode < 2; mode++)
+        for (int i = 0; i < n; i++) backend_cuda.ctx_free(cs[mode][i]);
+    free(lg);
+    free(hd);
+}
+
+int main(int argc, char **argv) {
+    const char *why = NULL;
+    if (!backend_cuda.available(&why)) return check_skip("test_cuda_rows", why ? why : "no CUDA device");
+    if (argc > 1) {
+        engine *e = engine_open(argv[1], &(engine_params){.n_threads = 4, .backend = "cuda"});
+        CHECK(e != NULL, "open %s: %s", argv[1], rl_lasterr());
+        for (int n = 1; e && n <= 8; n *= 2) timing(e, argv[1], n);
+        if (e) engine_close(e);
+        return check_done("test_cuda_rows");
+    }
+    const char *models[] = {"tests/fixtures/tiny-a.gguf", "tests/fixtures/tiny-b.gguf",
+                            "tests/fixtures/tiny-q35moe.gguf", "tests/fixtures/tiny-q35.gguf"};
+    for (int i = 0; i < 4; i++) {
+        if (access(models[i], R_OK) != 0) {
+            CHECK(0, "fixture %s is missing", models[i]);
+            continue;
+        }
+        engine *e = engine_open(models[i], &(engine_params){.n_threads = 4, .backend = "cuda"});
+        CHECK(e != NULL, "open %s: %s", models[i], rl_lasterr());
+        if (!e) continue;
+        direct(e, models[i], BACKEND_KV_F32);
+        direct(e, models[i], BACKEND_KV_F16);
+        through_engine(e, models[i], NULL);
+        if (i == 0) through_engine(e, models[i], "auto");
+        engine_close(e);
+    }
+    return check_done("test_cuda_rows");
+}
