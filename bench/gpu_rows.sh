@@ -8,9 +8,10 @@
 #   3. a CF2 synthetic file (redlite synth --preset cf2 --routing calibrated, ~19 GB, ~1 min), then
 #      the aggregate decode of `redlite serve --backend cuda --parallel S` at 1, 4 and 8 greedy streams
 #      (bench/gpu_rows_load.py: each answer checked against the conversation run alone), and the same
-#      8 streams with forward_rows refused (RL_CUDA_ROWS=0: the slots take turns) for the ratio; before
-#      that `test_cuda_rows CF2`: 1, 2, 4, 8 contexts stepped as rows of one forward vs one by one,
-#      without the server (aggregate tok/s, the last logits compared).
+#      8 streams with forward_rows refused (RL_CUDA_ROWS=0: the slots take turns) and with the rows
+#      forward's graphs off (RL_CUDA_ROWS_GRAPH=0: its direct launches) for the ratios; before that
+#      `test_cuda_rows CF2`: 1, 2, 4, 8 contexts stepped as rows of one forward (its graph, and its direct
+#      launches) vs one by one, without the server (aggregate tok/s, the last logits compared).
 # Carry .cudabin (the libraries the GPU image lacks; bench/env_cudabin.sh). summary.txt holds the
 # lines that matter; each step's full output is in its own file.
 set -uo pipefail
@@ -43,7 +44,7 @@ t=$(date +%s)
 echo "synth rc=$? $(($(date +%s) - t))s" >>"$S"
 # forward_rows alone (no server): 1, 2, 4, 8 contexts, rows of one forward vs one forward each
 t=$(date +%s)
-timeout 150 $B/tests/test_cuda_rows $CF2 >"$OUT/rows_timing.txt" 2>&1
+timeout 240 $B/tests/test_cuda_rows $CF2 >"$OUT/rows_timing.txt" 2>&1
 echo "rows timing rc=$? $(($(date +%s) - t))s" >>"$S"
 grep -h -E '^  |FAIL|passed' "$OUT/rows_timing.txt" >>"$S"
 # --ctx 4096: 8 slots' KV caches stay small
@@ -58,4 +59,9 @@ RL_CUDA_ROWS=0 timeout 120 python3 bench/gpu_rows_load.py $B/redlite $CF2 --stre
     -- "${SERVE[@]}" >"$OUT/slots_turns.txt" 2>&1
 echo "slots (turns, RL_CUDA_ROWS=0) rc=$? $(($(date +%s) - t))s" >>"$S"
 cat "$OUT/slots_turns.txt" >>"$S"
+t=$(date +%s)
+RL_CUDA_ROWS_GRAPH=0 timeout 120 python3 bench/gpu_rows_load.py $B/redlite $CF2 --streams 8 --tokens 128 --reps 1 \
+    -- "${SERVE[@]}" >"$OUT/slots_nograph.txt" 2>&1
+echo "slots (rows without graphs, RL_CUDA_ROWS_GRAPH=0) rc=$? $(($(date +%s) - t))s" >>"$S"
+cat "$OUT/slots_nograph.txt" >>"$S"
 cat "$S"

@@ -242,6 +242,7 @@ static void cuda_ctx_free(backend_ctx *c) {
     if (!c) return;
     if (c->st) cudaStreamSynchronize(c->st);
     if (c->gexec) cudaGraphExecDestroy(c->gexec);
+    cuda_rows_free(c);
     for (int t = 0; t <= CU_SMALL_T; t++)
         if (c->vexec[t]) cudaGraphExecDestroy(c->vexec[t]);
     for (int i = 0; i < 2; i++)

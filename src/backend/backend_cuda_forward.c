@@ -1,7 +1,8 @@
 /* backend_cuda_forward.c — the CUDA backend's forward pass: the launches of a forward of T rows
  * (mixers, MoE with the shared expert on a side stream, the VRAM tier's expert batches, the lm
  * head), the decode step captured as one CUDA graph, the forward with its state rollback under a
- * VRAM tier, and speculative decoding (verify snapshots, verify graphs, the MTP head). The shape
+ * VRAM tier, and speculative decoding (verify snapshots, verify graphs, the MTP head); the rows of
+ * several sequences (forward_rows) are in backend_cuda_rows.c, on enqueue and head. The shape
  * of a forward and the environment switches are described in backend_cuda.c; the context in
  * backend_cuda_int.h.
  */
@@ -608,71 +609,15 @@ int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *l
     return rl_seterr("%s", err);
 }
 
-/* ---- rows of several sequences (continuous batching) ------------------------------------- */
+/* ---- for forward_rows (backend_cuda_rows.c) ------------------------------------------------ */
 
-/* One decode step of each of n contexts as the rows of one forward (backend.h forward_rows), on the
- * first context's scratch and streams. The embedding, every matmul (mixer projections, router,
- * routed experts grouped over the rows' union, shared expert, lm head), the norms and the combine run
- * over the n rows at once: every kernel computes a row with the same arithmetic whatever the number
- * of rows (cuda_ops.h, batch invariance; the same rule that makes verify rows == steps). The parts
- * that hold a sequence's state run row by row on the row's own context, with the launches of that
- * context's single step: the DeltaNet conv and fused step on its conv / recurrent state, the
- * attention's q/k norm, RoPE and K/V store and the split decode attention over its KV cache at its
- * position (its own attention partials buffer). So each row gets the bits of engine_step on that
- * context. No graph: the launches are enqueued directly (RL_CUDA_GRAPHS=0's path: the same bits).
- * 1 (the engine then runs the steps one by one): contexts of different uploads, a VRAM expert tier
- * (its slots are planned per context: a batch would need one plan for the rows' union; not done), more
- * rows than the first context's n_batch, RL_CUDA_ROWS=0 (A/B against turns). Bad positions, tokens or a
- * context twice: -1 before any launch (every context as it was). A device error part-way is reported like a
- * failed forward. */
-int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
-                      float *const *logits, float *const *hidden) {
-    if (n < 1) return rl_seterr("forward_rows of %d rows: must be 1 or more", n);
-    backend_ctx *c = cs[0];
-    const q3n_hparams *hp = c->hp;
-    const int V = hp->n_vocab, D = hp->n_embd;
-    if (n > c->n_batch || !env_on("RL_CUDA_ROWS", true)) return 1; /* RL_CUDA_ROWS=0: turns (A/B) */
-    for (int i = 0; i < n; i++) {
-        const backend_ctx *r = cs[i];
-        if (r->dm != c->dm || r->vt) return 1;
-        for (int j = 0; j < i; j++)
-            if (cs[j] == r) return rl_seterr("forward_rows: rows %d and %d are one sequence", j, i);
-        if (pos[i] < 0 || pos[i] + 1 > r->n_ctx)
-            return rl_seterr("context is full: %d + 1 tokens exceed the context size %d (raise --ctx)",
-                             pos[i], r->n_ctx);
-    }
-    if (q3n_check_tokens(tokens, n, V)) return -1;
-    if (n == 1) /* one row: the context's own step (its decode graph) */
-        return cuda_forward(c, tokens, 1, pos[0], logits ? logits[0] : NULL, false, hidden ? hidden[0] : NULL,
-                            NULL);
-    memcpy(c->h_tok, tokens, sizeof(int32_t) * (size_t)n);
-    TRY(CU_CHECK(
-        cudaMemcpyAsync(c->tok, c->h_tok, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->st)));
-    for (int i = 0; i < n; i++) {
-        backend_ctx *r = cs[i];
-        if (r != c) { /* what r's own stream still holds (a snapshot restore) comes first */
-            TRY(CU_CHECK(cudaEventRecord(r->ev_fork, r->st)));
-            TRY(CU_CHECK(cudaStreamWaitEvent(c->st, r->ev_fork, 0)));
-        }
-        r->h_tok[r->n_batch] = pos[i];
-        TRY(CU_CHECK(
-            cudaMemcpyAsync(r->pos0, r->h_tok + r->n_batch, sizeof(int), cudaMemcpyHostToDevice, c->st)));
-    }
-    c->snap_rows = false;
-    TRY(enqueue(c, n, NULL, false, cs));
-    bool want_hidden = false, want_logits = false;
-    for (int i = 0; i < n; i++) {
-        want_hidden |= hidden && hidden[i];
-        want_logits |= logits && logits[i];
-    }
-    if (want_hidden)
-        TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)n * D,
-                                     cudaMemcpyDeviceToHost, c->st)));
-    TRY(CU_CHECK(cudaStreamSynchronize(c->st))); /* the rows' contexts are done with before any returns */
-    for (int i = 0; want_hidden && i < n; i++)
-        if (hidden[i]) memcpy(hidden[i], c->h_hidden + (size_t)i * D, sizeof(float) * D);
-    return want_logits ? head_rows_to_host(c, n, NULL, logits) : 0;
+int cuda_enqueue_rows(backend_ctx *c, int n, backend_ctx *const *rc) {
+    return enqueue(c, n, NULL, false, rc);
 }
+
+int cuda_head(backend_ctx *c, int t0, int n) { return head(c, t0, n); }
+
+int cuda_head_to_host(backend_ctx *c, int T, float *const *dst) { return head_rows_to_host(c, T, NULL, dst); }
 
 /* ---- speculative decoding: verify snapshots on the device, verify graphs, the MTP head ---- */
 

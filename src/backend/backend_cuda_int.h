@@ -2,7 +2,8 @@
  * dmodel), the context (struct backend_ctx) and what its three files share. backend_cuda.c: the
  * context (device memory, state, KV cache access, VRAM tier set-up) and the backend_ops table;
  * backend_cuda_model.c: the upload of a q3n_model, shared by the contexts of that model;
- * backend_cuda_forward.c: the forward pass as launches, the decode and verify graphs, the MTP head.
+ * backend_cuda_forward.c: the forward pass as launches, the decode and verify graphs, the MTP head;
+ * backend_cuda_rows.c: forward_rows and its graphs.
  * Not a public API; included only under RL_CUDA. */
 #ifndef RL_BACKEND_CUDA_INT_H
 #define RL_BACKEND_CUDA_INT_H
@@ -56,6 +57,7 @@ typedef struct dmodel {
     float *output_norm, *inv_freq;
     dlayer L[Q3N_MAX_LAYERS];
     struct dmodel *next;
+    uint64_t rows_ids; /* the last backend_ctx.rows_id handed out (backend_cuda_rows.c) */
 } dmodel;
 
 /* Upload m (every tensor, or without the routed experts of the decoder layers: experts false,
@@ -137,6 +139,11 @@ struct backend_ctx {
     bool shg_side; /* the shared-expert gate made on st2 after the shared expert (shg: [T]) instead of in
                       every combine block (RL_CUDA_SHG=0: in the combine); same bits */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
+    /* forward_rows (backend_cuda_rows.c): the rows graphs this context heads (NULL until the first),
+     * and this context's identity in their keys (0 until first used: unique among dm's contexts, so a
+     * context freed and another allocated at its address never matches a graph of the first) */
+    struct cuda_rows *rows;
+    uint64_t rows_id;
 };
 
 /* An environment switch: unset or empty = def; "0", "off", "no" = false; anything else true. */
@@ -162,5 +169,14 @@ int cuda_slot_restore(backend_ctx *c, int slot);
 int cuda_slot_get(backend_ctx *c, int slot, int il, float *conv, float *ssm);
 int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
                       float *const *logits, float *const *hidden);
+/* backend_cuda_rows.c: drop c's rows graphs (cuda_ctx_free); c's rows graphs captured, launched (the first
+ * launch of each included) and held now. */
+void cuda_rows_free(backend_ctx *c);
+void cuda_rows_stats(const backend_ctx *c, long *captures, long *launches, int *cached);
+/* backend_cuda_forward.c, for forward_rows: enqueue's launches of n rows of the contexts rc (no hooks, no
+ * head); the head of rows [t0, t0+n) into c->logits; the head of rows 0..T-1 to the host rows dst[t]. */
+int cuda_enqueue_rows(backend_ctx *c, int n, backend_ctx *const *rc);
+int cuda_head(backend_ctx *c, int t0, int n);
+int cuda_head_to_host(backend_ctx *c, int T, float *const *dst);
 
 #endif

@@ -16,8 +16,15 @@
  *   3. through the engine: N threads decoding together (engine_ctx_decoding; their prompts and
  *      a side prefill interleaved) == each context run alone, with steps sharing forwards; the
  *      same with VRAM-tier contexts (refused: turns, still exact).
+   Part 1 runs on the rows graphs (backend_cuda_rows.c), then once more with RL_CUDA_ROWS_GRAPH=0 (the
+ *      direct launches, the graphs' reference);
+ *   4. the rows graphs' cache: one ordered set replayed at new tokens and positions, without logits (a
+ *      graph without the head), the same contexts in other orders, a context freed and a new one (other
+ *      KV format and size, often at the old one's address) in its place, more orderings than the cache
+ *      holds (LRU); every row == its twin's single step, the captures / launches / graphs held counted.
  * `test_cuda_rows MODEL` instead times 1, 2, 4, 8 contexts decoding on MODEL: rows of one forward per
- * step against one forward per context (turns), aggregate tok/s, the last logits compared.
+ * step (its graph, and with RL_CUDA_ROWS_GRAPH=0 its direct launches) against one forward per context
+ * (turns), aggregate tok/s, the last logits compared.
  * Without a GPU: prints "test_cuda_rows: skipped: ..." and exits 77. */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +33,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/backend_cuda_int.h" /* cuda_rows_stats */
 #include "base/common.h"
 #include "check.h"
 #include "run/engine.h"
@@ -177,8 +185,10 @@ static void direct(engine *e, const char *model, backend_kv kv) {
             backend_cuda.ctx_free(tier);
         }
     }
-    printf("  %s KV %s: %d rounds of 1..%d rows, %d rows == single steps (%d differ)\n", model, kvs, rounds,
-           NS, rows_run, bad);
+    const char *g = getenv("RL_CUDA_GRAPHS"), *rg = getenv("RL_CUDA_ROWS_GRAPH");
+    const bool direct_path = (g && !strcmp(g, "0")) || (rg && !strcmp(rg, "0"));
+    printf("  %s KV %s (%s): %d rounds of 1..%d rows, %d rows == single steps (%d differ)\n", model, kvs,
+           direct_path ? "direct launches" : "rows graphs", rounds, NS, rows_run, bad);
     for (int s = 0; s < NS; s++) {
         backend_cuda.ctx_free(rows[s]);
         backend_cuda.ctx_free(alone[s]);
@@ -187,6 +197,151 @@ static void direct(engine *e, const char *model, backend_kv kv) {
     free(la);
     free(hr);
     free(ha);
+}
+
+/* ---- part 4: the rows graphs (backend_cuda_rows.c) ---------------------------------------- */
+
+/* The graph test's sequences: a context for rows and its twin stepping alone, and where they are. */
+typedef struct {
+    backend_ctx *rows, *alone;
+    int seq, pos, k, n_ctx;
+    backend_kv kv;
+} gseq;
+
+static bool gseq_open(const q3n_model *m, gseq *q, int seq, int n_ctx, backend_kv kv) {
+    *q = (gseq){.seq = seq, .pos = LENS[seq], .k = LENS[seq], .n_ctx = n_ctx, .kv = kv};
+    q->rows = backend_cuda.ctx_new(m, NULL, n_ctx, NB, kv);
+    q->alone = backend_cuda.ctx_new(m, NULL, n_ctx, NB, kv);
+    return q->rows && q->alone && !prompt(q->rows, seq, m->hp.n_vocab) &&
+           !prompt(q->alone, seq, m->hp.n_vocab);
+}
+
+/* One forward_rows over the sequences ord[0..n) (every row's hidden state, and its logits if logits), each
+ * row memcmp'd with its twin's single step; false on a failure or a difference (reported). */
+static bool gstep(const q3n_model *m, gseq *q, const int *ord, int n, bool logits, const char *what) {
+    const int V = m->hp.n_vocab, D = m->hp.n_embd;
+    backend_ctx *cs[8];
+    int32_t t[8];
+    int p[8];
+    float *lg[8], *hd[8];
+    float *lr = malloc(sizeof(float) * (size_t)V * (n + 1)),
+          *hr = malloc(sizeof(float) * (size_t)D * (n + 1));
+    bool ok = lr && hr;
+    for (int j = 0; ok && j < n; j++) {
+        gseq *s = &q[ord[j]];
+        cs[j] = s->rows;
+        t[j] = tok_of(s->seq, s->k, V);
+        p[j] = s->pos;
+        lg[j] = logits ? lr + (size_t)j * V : NULL;
+        hd[j] = hr + (size_t)j * D;
+    }
+    if (ok) {
+        check_poison(lr, (size_t)V * (n + 1));
+        check_poison(hr, (size_t)D * (n + 1));
+        ok = backend_cuda.forward_rows(cs, t, p, n, lg, hd) == 0;
+        CHECK(ok, "graphs, %s: forward_rows: %s", what, rl_lasterr());
+    }
+    for (int j = 0; ok && j < n; j++) {
+        gseq *s = &q[ord[j]];
+        float *la = lr + (size_t)n * V, *ha = hr + (size_t)n * D;
+        ok = !backend_cuda.forward(s->alone, &t[j], 1, p[j], la, false, ha, NULL);
+        CHECK(ok, "graphs, %s: alone step: %s", what, rl_lasterr());
+        bool same =
+            ok && (!lg[j] || !memcmp(lg[j], la, sizeof(float) * V)) && !memcmp(hd[j], ha, sizeof(float) * D);
+        CHECK(same, "graphs, %s: row %d of %d (sequence %d at position %d) differs from its single step",
+              what, j, n, s->seq, p[j]);
+        ok = ok && same;
+        s->pos++, s->k++;
+    }
+    free(lr);
+    free(hr);
+    return ok;
+}
+
+/* (captures, launches, graphs held) of c's rows graphs == the expected ones. */
+static bool gstats(backend_ctx *c, long cap, long rep, int held, const char *what) {
+    long a = 0, b = 0;
+    int h = 0;
+    cuda_rows_stats(c, &a, &b, &h);
+    CHECK(a == cap && b == rep && h == held,
+          "graphs, %s: %ld captures, %ld launches, %d held; expected %ld, %ld, %d", what, a, b, h, cap, rep,
+          held);
+    return a == cap && b == rep && h == held;
+}
+
+/* Rows graphs: repeated replays with changing tokens and positions == single steps; the same contexts
+ * in another order (another graph); a context freed and a new one (other geometry and KV format, often
+ * at the same address) in its place (a new graph, never the old one's); more orderings than the cache
+ * holds (LRU: at most 8 held, an evicted one captured again). Graphs forced on (RL_CUDA_GRAPHS and
+ * RL_CUDA_ROWS_GRAPH unset here). */
+static void graphs(engine *e, const char *model, backend_kv kv) {
+    const q3n_model *m = engine_model(e);
+    const char *kvs = kv == BACKEND_KV_F16 ? "f16" : "f32";
+    char *g0 = getenv("RL_CUDA_GRAPHS") ? strdup(getenv("RL_CUDA_GRAPHS")) : NULL,
+         *g1 = getenv("RL_CUDA_ROWS_GRAPH") ? strdup(getenv("RL_CUDA_ROWS_GRAPH")) : NULL;
+    unsetenv("RL_CUDA_GRAPHS");
+    unsetenv("RL_CUDA_ROWS_GRAPH");
+    gseq q[NS] = {0};
+    bool ok = true;
+    for (int s = 0; ok && s < NS; s++) ok = gseq_open(m, &q[s], s, NCTX + 256 * s, kv);
+    CHECK(ok, "%s KV %s graphs: contexts and prompts: %s", model, kvs, rl_lasterr());
+    static const int A[NS] = {0, 1, 2, 3}, B[NS] = {0, 2, 1, 3}, R[NS] = {3, 2, 1, 0};
+    int steps = 0, rows = 0;
+    /* 1. one ordered set replayed: one capture, then replays at new positions and tokens */
+    for (int i = 0; ok && i < 5; i++, steps++, rows += NS)
+        ok = gstep(m, q, A, NS, true, "replays of one set");
+    ok = ok && gstats(q[0].rows, 1, 5, 1, "replays of one set");
+    /* no row asks for logits: a graph without the head (another key) */
+    for (int i = 0; ok && i < 2; i++, steps++, rows += NS) ok = gstep(m, q, A, NS, false, "no logits");
+    ok = ok && gstats(q[0].rows, 2, 7, 2, "no logits");
+    /* 2. the same contexts in other orders: B (same first context: a second graph), R (another first
+     * context: its own cache), then alternating, all replays */
+    for (int i = 0; ok && i < 6; i++, steps++, rows += NS)
+        ok = gstep(m, q, i % 3 == 0 ? A : i % 3 == 1 ? B : R, NS, true, "orders");
+    ok = ok && gstats(q[0].rows, 3, 11, 3, "other orders") && gstats(q[3].rows, 1, 2, 1, "reversed order");
+    /* 3. sequence 2 freed (the twin first, so the new rows context likely takes its address), a new one
+     * with another KV format and context size in its place: A's key names the old one, so A captures anew */
+    backend_ctx *old = q[2].rows;
+    backend_cuda.ctx_free(q[2].alone);
+    backend_cuda.ctx_free(q[2].rows);
+    const backend_kv kv2 = kv == BACKEND_KV_F16 ? BACKEND_KV_F32 : BACKEND_KV_F16;
+    if (ok) {
+        ok = gseq_open(m, &q[2], 2, NCTX + 128, kv2);
+        CHECK(ok, "graphs: the new context: %s", rl_lasterr());
+    } else {
+        q[2].rows = q[2].alone = NULL;
+    }
+    const bool same_addr = q[2].rows == old;
+    for (int i = 0; ok && i < 3; i++, steps++, rows += NS)
+        ok = gstep(m, q, i == 1 ? B : A, NS, true, "a context replaced");
+    ok = ok && gstats(q[0].rows, 5, 14, 5, "a context replaced");
+    /* 4. more orderings than the cache holds: 2, 3 and 4 rows behind sequence 0 (12 keys) twice */
+    static const int P[12][NS] = {{0, 1},    {0, 2},    {0, 3},    {0, 1, 2},    {0, 2, 1},    {0, 1, 3},
+                                  {0, 3, 1}, {0, 2, 3}, {0, 3, 2}, {0, 1, 3, 2}, {0, 3, 1, 2}, {0, 3, 2, 1}};
+    static const int PN[12] = {2, 2, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4};
+    for (int i = 0; ok && i < 24; i++) {
+        ok = gstep(m, q, P[i % 12], PN[i % 12], true, "LRU");
+        steps++, rows += PN[i % 12];
+    }
+    long cap = 0, rep = 0;
+    int held = 0;
+    if (ok) cuda_rows_stats(q[0].rows, &cap, &rep, &held);
+    CHECK(!ok || (held == 8 && cap == 5 + 24 && rep == 14 + 24),
+          "graphs, LRU: %ld captures, %ld launches, %d held", cap, rep, held);
+    for (int s = 0; ok && s < NS; s++)
+        CHECK(same_state(&m->hp, q[s].rows, q[s].alone, q[s].pos),
+              "%s KV %s graphs: sequence %d's state differs", model, kvs, s);
+    printf("  %s KV %s rows graphs: %d forwards, %d rows == single steps; a replaced context %s; LRU %ld "
+           "captures, %ld launches, %d held\n",
+           model, kvs, steps, rows, same_addr ? "at the same address" : "at another address", cap, rep, held);
+    for (int s = 0; s < NS; s++) {
+        backend_cuda.ctx_free(q[s].rows);
+        backend_cuda.ctx_free(q[s].alone);
+    }
+    if (g0) setenv("RL_CUDA_GRAPHS", g0, 1);
+    if (g1) setenv("RL_CUDA_ROWS_GRAPH", g1, 1);
+    free(g0);
+    free(g1);
 }
 
 /* ---- part 3: through the engine (test_engine_rows.c's shape) ------------------------------ */
@@ -300,20 +455,22 @@ static void through_engine(engine *e, const char *model, const char *vram) {
 
 /* ---- `test_cuda_rows MODEL`: aggregate decode of n contexts, rows of one forward vs turns ---- */
 
-/* n contexts (prompts of 16 different tokens), then TS steps of each: as the rows of one forward
- * per step, or (turns) one forward per context per step, on fresh contexts each; aggregate tok/s of
- * both, and the last step's logits of every context compared between them (the same bits). */
+/* n contexts (prompts of 16 different tokens), then TS steps of each: as the rows of one forward per
+ * step (its graph), the same with the graph off (RL_CUDA_ROWS_GRAPH=0: direct launches), or (turns) one
+ * forward per context per step, on fresh contexts each; aggregate tok/s of the three, and the last
+ * step's logits of every context compared between them (the same bits). */
 static void timing(engine *e, const char *model, int n) {
-    enum { TS = 32, WARM = 4, PL = 16 };
+    enum { TS = 32, WARM = 4, PL = 16, MODES = 3 };
     const q3n_model *m = engine_model(e);
     const int V = m->hp.n_vocab, D = m->hp.n_embd;
-    float *lg = malloc(sizeof(float) * (size_t)V * n * 2), *hd = malloc(sizeof(float) * (size_t)D * n);
-    backend_ctx *cs[2][64] = {{0}};
-    double rate[2] = {0, 0};
+    float *lg = malloc(sizeof(float) * (size_t)V * n * MODES), *hd = malloc(sizeof(float) * (size_t)D * n);
+    backend_ctx *cs[MODES][64] = {{0}};
+    double rate[MODES] = {0, 0, 0};
     bool ok = lg && hd;
-    for (int mode = 0; ok && mode < 2; mode++) { /* 0: rows, 1: turns */
+    for (int mode = 0; ok && mode < MODES; mode++) { /* 0: rows (graph), 1: turns, 2: rows (direct) */
         int32_t t[64], p[64];
         float *lp[64], *hp[64];
+        if (mode == 2) setenv("RL_CUDA_ROWS_GRAPH", "0", 1);
         for (int i = 0; ok && i < n; i++) {
             cs[mode][i] = backend_cuda.ctx_new(m, NULL, 1024, n < 16 ? 16 : n, BACKEND_KV_F16);
             int32_t pr[PL];
@@ -327,21 +484,27 @@ static void timing(engine *e, const char *model, int n) {
         for (int s = 0; ok && s < WARM + TS; s++) {
             if (s == WARM) t0 = rl_now();
             for (int i = 0; i < n; i++) t[i] = tok_of(i, PL + s, V);
-            if (mode == 0) ok = backend_cuda.forward_rows(cs[0], t, p, n, lp, hp) == 0;
+            if (mode != 1) ok = backend_cuda.forward_rows(cs[mode], t, p, n, lp, hp) == 0;
             for (int i = 0; mode == 1 && ok && i < n; i++)
                 ok = !backend_cuda.forward(cs[1][i], &t[i], 1, p[i], lp[i], false, hp[i], NULL);
             for (int i = 0; i < n; i++) p[i]++;
         }
         rate[mode] = ok ? (double)n * TS / (rl_now() - t0) : 0;
+        if (mode == 2) unsetenv("RL_CUDA_ROWS_GRAPH");
     }
     CHECK(ok, "%s timing %d contexts: %s", model, n, rl_lasterr());
     int bad = 0;
     for (int i = 0; ok && i < n; i++)
-        bad += memcmp(lg + (size_t)i * V, lg + ((size_t)n + i) * V, sizeof(float) * V) != 0;
-    CHECK(bad == 0, "%s: %d of %d contexts' logits differ between rows and turns", model, bad, n);
-    printf("  %s, %d contexts: rows of one forward %.1f tok/s, turns %.1f tok/s (%.2fx); last logits %s\n",
-           model, n, rate[0], rate[1], rate[1] > 0 ? rate[0] / rate[1] : 0.0, bad ? "DIFFER" : "identical");
-    for (int mode = 0; mode < 2; mode++)
+        for (int mode = 1; mode < MODES; mode++)
+            bad += memcmp(lg + (size_t)i * V, lg + ((size_t)mode * n + i) * V, sizeof(float) * V) != 0;
+    CHECK(bad == 0, "%s: %d of %d contexts' logits differ between rows (graph), turns and rows (direct)",
+          model, bad, n);
+    printf(
+        "  %s, %d contexts: rows of one forward %.1f tok/s (graph), %.1f tok/s (direct launches), turns %.1f "
+        "tok/s (%.2fx, %.2fx); last logits %s\n",
+        model, n, rate[0], rate[2], rate[1], rate[1] > 0 ? rate[0] / rate[1] : 0.0,
+        rate[1] > 0 ? rate[2] / rate[1] : 0.0, bad ? "DIFFER" : "identical");
+    for (int mode = 0; mode < MODES; mode++)
         for (int i = 0; i < n; i++) backend_cuda.ctx_free(cs[mode][i]);
     free(lg);
     free(hd);
@@ -367,8 +530,15 @@ int main(int argc, char **argv) {
         engine *e = engine_open(models[i], &(engine_params){.n_threads = 4, .backend = "cuda"});
         CHECK(e != NULL, "open %s: %s", models[i], rl_lasterr());
         if (!e) continue;
-        direct(e, models[i], BACKEND_KV_F32);
+        direct(e, models[i], BACKEND_KV_F32); /* rows graphs unless RL_CUDA_GRAPHS=0 / RL_CUDA_ROWS_GRAPH=0 */
         direct(e, models[i], BACKEND_KV_F16);
+        if (!getenv("RL_CUDA_ROWS_GRAPH")) { /* the direct launches too (the graphs' reference) */
+            setenv("RL_CUDA_ROWS_GRAPH", "0", 1);
+            direct(e, models[i], BACKEND_KV_F16);
+            unsetenv("RL_CUDA_ROWS_GRAPH");
+        }
+        graphs(e, models[i], BACKEND_KV_F32);
+        graphs(e, models[i], BACKEND_KV_F16);
         through_engine(e, models[i], NULL);
         if (i == 0) through_engine(e, models[i], "auto");
         engine_close(e);
