@@ -141,12 +141,7 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL,
                        c->st));
     } else if (rc) { /* rows of several sequences: each row's conv and step on its own context's state */
-        for (int t = 0; t < T; t++) {
-            float *u = c->u + (size_t)t * C;
-            TRY(cu_dn_conv(&d, c->big + (size_t)t * C, C, u, rc[t]->conv[il], 1, c->st));
-            TRY(cu_dn_step(&d, u, c->ba + (size_t)t * hv2, c->kvb + (size_t)t * inner, rc[t]->ssm[il],
-                           c->o + (size_t)t * inner, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
-        }
+        TRY(cuda_rows_deltanet(c, &d, il, T, rc));
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
         size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
         for (int t = 0; t < T; t++) {

@@ -172,6 +172,10 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
 /* backend_cuda_rows.c: drop c's rows graphs (cuda_ctx_free); c's rows graphs captured, launched (the first
  * launch of each included) and held now. */
 void cuda_rows_free(backend_ctx *c);
+/* forward_rows' DeltaNet of layer il (from mixer_deltanet): the conv and the step of each row t on
+ * rc[t]'s state (c->big -> c->u; c->ba, c->kvb -> c->o), in one launch each for all the rows or row by
+ * row (the same bits). */
+int cuda_rows_deltanet(backend_ctx *c, const cu_dn_dims *d, int il, int T, backend_ctx *const *rc);
 void cuda_rows_stats(const backend_ctx *c, long *captures, long *launches, int *cached);
 /* backend_cuda_forward.c, for forward_rows: enqueue's launches of n rows of the contexts rc (no hooks, no
  * head); the head of rows [t0, t0+n) into c->logits; the head of rows 0..T-1 to the host rows dst[t]. */

@@ -6,25 +6,30 @@
  * (mixer projections, router, routed experts grouped over the rows' union, shared expert, lm head), the
  * norms and the combine run over the n rows at once: every kernel computes a row with the same arithmetic
  * whatever the number of rows (cuda_ops.h, batch invariance; the rule that makes verify rows == steps).
- * The parts that hold a sequence's state run row by row on the row's own context, with the launches of
- * that context's single step: the DeltaNet conv and fused step on its conv / recurrent state, the
+ * The parts that hold a sequence's state run on the row's own context, with the arithmetic of that
+ * context's single step: the DeltaNet conv and fused step on its conv / recurrent state, the
  * attention's q/k norm, RoPE and K/V store and the split decode attention over its KV cache at its
  * position (its own attention partials buffer). So each row gets the bits of engine_step on that context.
+ * The DeltaNet conv and step of all the rows run as one launch each (cu_rows_dn_conv / cu_rows_dn_step,
+ * src/cuda/rows.cu: row r's blocks on rc[r]'s state, with the single row's device functions: the same
+ * bits; RL_CUDA_ROWS_BATCH=0 launches them row by row, as the first version did). The attention still runs
+ * row by row (its launches per row: q/k norm + RoPE + store, split attention, merge).
  *
- * Graphs: the launches of n rows are ~200 per layer-group more than a single step's (per-row mixers), so
- * they are captured once per ordered set of contexts and replayed. A graph bakes in every pointer of its
+ * Graphs: a forward of n rows is ~1,500 launches at 8 rows on the 48-layer models (the per-row mixers), so
+ * it is captured once per ordered set of contexts and replayed. A graph bakes in every pointer of its
  * launches: the first context's scratch and streams, and each row's states, KV cache, position cell
  * (pos0) and attention partials. What changes from one replay to the next is read from device memory:
  * the tokens and positions are uploaded as one array (rows->in) and spread by the graph's first kernel
  * (cu_rows_inputs) into the first context's token rows and each row's pos0, which the captured kernels
  * read (the single step's graph reads its token and position the same way). The key is n, the lm head
- * in or not, and each row's context by address and rows_id: ids come from a counter of the model upload
- * (dmodel.rows_ids), so a context freed and a new one at the same address (whose buffers may be others)
- * never replays the first one's graph; a graph naming a freed context is never launched again and leaves
- * the cache by LRU (ROWS_GRAPHS per first context, each a few MB at most). A context's buffers never move
- * while it lives (one allocation at ctx_new; the verify slots, which do move, are not used by rows).
- * The graph's launches are the direct path's (RL_CUDA_GRAPHS=0 or RL_CUDA_ROWS_GRAPH=0, the reference),
- * plus the inputs kernel for the direct path's position copies: the same bits.
+ * in or not, the DeltaNet batched or not, and each row's context by address and rows_id: ids come from a
+ * counter of the model upload (dmodel.rows_ids), so a context freed and a new one at the same address (whose
+ * buffers may be others) never replays the first one's graph; a graph naming a freed context is never
+ * launched again and leaves the cache by LRU (ROWS_GRAPHS per first context, each a few MB at most). A
+ * context's buffers never move while it lives (one allocation at ctx_new; the verify slots, which do move,
+ * are not used by rows). The graph's launches are the direct path's (RL_CUDA_GRAPHS=0 or
+ * RL_CUDA_ROWS_GRAPH=0, the reference), plus the inputs kernel for the direct path's position copies: the
+ * same bits.
  *
  * 1 (the engine then runs the steps one by one): contexts of different uploads, a VRAM expert tier (its
  * slots are planned per context: a batch would need one plan for the rows' union; not done), more rows
@@ -46,14 +51,18 @@
 typedef struct {
     cudaGraphExec_t exec; /* NULL: a free entry */
     int n;
-    bool head; /* the lm head of every row is in the graph */
+    bool head;    /* the lm head of every row is in the graph */
+    bool batched; /* the DeltaNet of all rows in one launch each (cuda_rows.batched at capture) */
     backend_ctx *cs[CU_ROWS_MAX];
     uint64_t ids[CU_ROWS_MAX];
     uint64_t used; /* cuda_rows.tick of the last replay */
 } rows_graph;
 
 typedef struct cuda_rows {
-    int32_t *in; /* device [2 * CU_ROWS_MAX]: a replay's tokens [n], then its positions [n] */
+    int32_t *in;      /* device [2 * CU_ROWS_MAX]: a replay's tokens [n], then its positions [n] */
+    unsigned *dn_ctr; /* device [CU_ROWS_MAX * ssm_hv], zeroed: the batched split DeltaNet step's counters */
+    bool batched;     /* this forward's DeltaNet in one launch per kernel for all rows (RL_CUDA_ROWS_BATCH=0:
+                         row by row, the same bits) */
     uint64_t tick;
     long captures, launches;
     rows_graph g[ROWS_GRAPHS];
@@ -65,6 +74,7 @@ void cuda_rows_free(backend_ctx *c) {
     for (int i = 0; i < ROWS_GRAPHS; i++)
         if (r->g[i].exec) cudaGraphExecDestroy(r->g[i].exec);
     if (r->in) cudaFree(r->in);
+    if (r->dn_ctr) cudaFree(r->dn_ctr);
     free(r);
     c->rows = NULL;
 }
@@ -77,11 +87,51 @@ void cuda_rows_stats(const backend_ctx *c, long *captures, long *launches, int *
     for (int i = 0; r && i < ROWS_GRAPHS; i++) *cached += r->g[i].exec != NULL;
 }
 
+/* c's rows state (graphs, inputs, counters), made on first use. */
+static int rows_get(backend_ctx *c) {
+    if (c->rows) return 0;
+    cuda_rows *r = rl_calloc(1, sizeof *r, "CUDA rows graphs");
+    if (!r) return -1;
+    const size_t nctr = (size_t)CU_ROWS_MAX * (c->hp->ssm_hv > 0 ? c->hp->ssm_hv : 1);
+    if (CU_CHECK(cudaMalloc((void **)&r->in, sizeof(int32_t) * 2 * CU_ROWS_MAX)) ||
+        CU_CHECK(cudaMalloc((void **)&r->dn_ctr, sizeof(unsigned) * nctr)) ||
+        CU_CHECK(cudaMemsetAsync(r->dn_ctr, 0, sizeof(unsigned) * nctr, c->st))) {
+        if (r->in) cudaFree(r->in);
+        if (r->dn_ctr) cudaFree(r->dn_ctr);
+        free(r);
+        return -1;
+    }
+    c->rows = r;
+    return 0;
+}
+
+int cuda_rows_deltanet(backend_ctx *c, const cu_dn_dims *d, int il, int T, backend_ctx *const *rc) {
+    const q3n_hparams *hp = c->hp;
+    const int C = d->C, hv2 = 2 * hp->ssm_hv, inner = hp->ssm_hv * hp->ssm_dv;
+    if (c->rows && c->rows->batched && T <= CU_ROWS_MAX) {
+        cu_rows_ptrs conv, ssm;
+        for (int t = 0; t < T; t++) {
+            conv.p[t] = rc[t]->conv[il];
+            ssm.p[t] = rc[t]->ssm[il];
+        }
+        TRY(cu_rows_dn_conv(d, c->big, C, c->u, &conv, T, c->st));
+        return cu_rows_dn_step(d, c->u, c->ba, c->kvb, &ssm, c->o, c->dn_split ? c->rows->dn_ctr : NULL, T,
+                               c->st);
+    }
+    for (int t = 0; t < T; t++) {
+        float *u = c->u + (size_t)t * C;
+        TRY(cu_dn_conv(d, c->big + (size_t)t * C, C, u, rc[t]->conv[il], 1, c->st));
+        TRY(cu_dn_step(d, u, c->ba + (size_t)t * hv2, c->kvb + (size_t)t * inner, rc[t]->ssm[il],
+                       c->o + (size_t)t * inner, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
+    }
+    return 0;
+}
+
 /* The graph of exactly these rows (contexts in this order, each still the context it was), or NULL. */
 static rows_graph *rows_find(cuda_rows *r, backend_ctx *const *cs, int n, bool head) {
     for (int i = 0; i < ROWS_GRAPHS; i++) {
         rows_graph *g = &r->g[i];
-        if (!g->exec || g->n != n || g->head != head) continue;
+        if (!g->exec || g->n != n || g->head != head || g->batched != r->batched) continue;
         int j = 0;
         while (j < n && g->cs[j] == cs[j] && g->ids[j] == cs[j]->rows_id) j++;
         if (j == n) return g;
@@ -123,6 +173,7 @@ static int rows_capture(cuda_rows *r, rows_graph *g, backend_ctx *const *cs, int
     }
     g->n = n;
     g->head = head;
+    g->batched = r->batched;
     for (int i = 0; i < n; i++) {
         g->cs[i] = cs[i];
         g->ids[i] = cs[i]->rows_id;
@@ -135,14 +186,6 @@ static int rows_capture(cuda_rows *r, rows_graph *g, backend_ctx *const *cs, int
  * the graph launched (the head of every row in it if head). */
 static int rows_graph_run(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n, bool head) {
     backend_ctx *c = cs[0];
-    if (!c->rows) {
-        if (!(c->rows = rl_calloc(1, sizeof *c->rows, "CUDA rows graphs"))) return -1;
-        if (CU_CHECK(cudaMalloc((void **)&c->rows->in, sizeof(int32_t) * 2 * CU_ROWS_MAX))) {
-            free(c->rows);
-            c->rows = NULL;
-            return -1;
-        }
-    }
     cuda_rows *r = c->rows;
     for (int i = 0; i < n; i++)
         if (!cs[i]->rows_id) cs[i]->rows_id = __atomic_add_fetch(&c->dm->rows_ids, 1, __ATOMIC_RELAXED);
@@ -191,6 +234,8 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
         TRY(CU_CHECK(cudaStreamWaitEvent(c->st, cs[i]->ev_fork, 0)));
     }
     c->snap_rows = false;
+    TRY(rows_get(c));
+    c->rows->batched = env_on("RL_CUDA_ROWS_BATCH", true);
     const bool graph = c->graphs && n <= CU_ROWS_MAX && env_on("RL_CUDA_ROWS_GRAPH", true);
     if (graph) {
         TRY(rows_graph_run(cs, tokens, pos, n, want_logits > 0));

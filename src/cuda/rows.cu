@@ -1,5 +1,8 @@
-// rows.cu — kernels of forward_rows (rows.h): the inputs of a captured rows graph.
-#include "cuda/common.cuh"
+// rows.cu — kernels of forward_rows (rows.h): the inputs of a captured rows graph, and the decode
+// DeltaNet of several sequences' rows in one launch (row r on its own state, the single row's device
+// functions: the same bits).
+#include "cuda/deltanet.cuh"
+#include "cuda/matmul.cuh" // conv_channel
 #include "cuda/rows.h"
 
 static_assert(CU_ROWS_MAX <= 32, "k_rows_inputs: one lane per row");
@@ -19,5 +22,76 @@ extern "C" int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_r
     if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_inputs: %d rows (1..%d)", n, CU_ROWS_MAX);
     cu_go(k_rows_inputs, 1, 32, 0, s, in, n, tok, *dst);
     CU_LAUNCHED("k_rows_inputs");
+    return 0;
+}
+
+// ---- DeltaNet: conv and step of n rows ------------------------------------------------------
+
+// Thread per channel c, blockIdx.y = row: the decode conv of one token (conv_channel: k_dn_conv's sum
+// and shift for T = 1, the qkv epilogue's too).
+__global__ void k_rows_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, float *u,
+                               cu_rows_ptrs st) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= d.C) return;
+    u[(size_t)r * d.C + c] =
+        conv_channel(d.conv_w + (size_t)c * d.kw, st.p[r], d.C, c, d.kw, in[(size_t)r * ldi + c]);
+}
+
+extern "C" int cu_rows_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u,
+                               const cu_rows_ptrs *state, int n, cudaStream_t s) {
+    if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_dn_conv: %d rows (1..%d)", n, CU_ROWS_MAX);
+    if (d->kw < 1 || d->kw > 5)
+        return rl_seterr("CUDA DeltaNet: conv kernel width %d is not supported", d->kw);
+    cu_go(k_rows_dn_conv, dim3((d->C + 127) / 128, n), 128, 0, s, *d, in, ldi, u, *state);
+    CU_LAUNCHED("k_rows_dn_conv");
+    return 0;
+}
+
+// Value head blockIdx.x, its part blockIdx.y, row blockIdx.z: k_dn_step's body on row r's slices of u, ba,
+// z and o, its state and its counters.
+template <int KPL, int DPL, int SPLIT>
+__global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
+    k_rows_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba,
+                   const float *__restrict__ z, cu_rows_ptrs ssm, float *o, unsigned *ctr) {
+    pdl_enter();
+    const size_t r = blockIdx.z, inner = (size_t)d.hv * d.dv;
+    dn_step_body<KPL, DPL, SPLIT>(d, u + r * d.C, ba + r * 2 * d.hv, z + r * inner, ssm.p[r], o + r * inner,
+                                  ctr ? ctr + r * d.hv : nullptr, blockIdx.x, blockIdx.y);
+}
+
+template <int KPL, int DPL>
+static void rows_step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
+                         const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s) {
+    if (ctr && cu_env_int("RL_CUDA_DN_BLOCKS", 4) == 8) /* the blocks per head of cu_dn_step (same bits) */
+        cu_go(k_rows_dn_step<KPL, DPL, 8>, dim3(d->hv, 8, n), STEP_WARPS * 32 / 8, 0, s, *d, u, ba, z, *ssm,
+              o, ctr);
+    else if (ctr)
+        cu_go(k_rows_dn_step<KPL, DPL, 4>, dim3(d->hv, 4, n), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, *ssm,
+              o, ctr);
+    else
+        cu_go(k_rows_dn_step<KPL, DPL, 1>, dim3(d->hv, 1, n), STEP_WARPS * 32, 0, s, *d, u, ba, z, *ssm, o,
+              (unsigned *)nullptr);
+}
+
+template <int KPL>
+static void rows_step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
+                          const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s) {
+    BY_PL(d->dv, (rows_step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, n, s)),
+          (rows_step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, n, s)),
+          (rows_step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, n, s)));
+}
+
+extern "C" int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
+                               const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s) {
+    if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_dn_step: %d rows (1..%d)", n, CU_ROWS_MAX);
+    const bool ok =
+        (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
+    if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
+        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)",
+                         d->dk, d->dv, d->hk, d->hv);
+    BY_PL(d->dk, rows_step_kpl<1>(d, u, ba, z, ssm, o, ctr, n, s),
+          rows_step_kpl<2>(d, u, ba, z, ssm, o, ctr, n, s), rows_step_kpl<4>(d, u, ba, z, ssm, o, ctr, n, s));
+    CU_LAUNCHED("k_rows_dn_step");
     return 0;
 }

@@ -21,8 +21,25 @@ typedef struct {
     int *pos[CU_ROWS_MAX];
 } cu_rows_dst;
 
+/* One device pointer per row (row i's context's buffer). */
+typedef struct {
+    float *p[CU_ROWS_MAX];
+} cu_rows_ptrs;
+
 /* in [2n]: n token ids, then n positions; tok[i] = in[i], *dst->pos[i] = in[n + i]. 1 <= n <= CU_ROWS_MAX. */
 int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_rows_dst *dst, cudaStream_t s);
+
+/* The decode DeltaNet of n rows in one launch each, row r on its own state, with the arithmetic of
+ * cu_dn_conv / cu_dn_step on that row alone (the same device functions: the same bits):
+ * conv: u[r][0..C) = conv + SiLU of in[r * ldi ..] over state->p[r] (conv_channel, the decode epilogue's
+ * and k_dn_conv's arithmetic), the state shifted;
+ * step: u [n][C], ba [n][2 hv], z [n][hv dv] -> o [n][hv dv], ssm->p[r] updated (dn_step_body);
+ * ctr: n * hv counters (zeroed; each launch puts them back): each head over the split step's blocks, as
+ * cu_dn_step with counters; NULL: one block per head (the same bits). 1 <= n <= CU_ROWS_MAX. */
+int cu_rows_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, const cu_rows_ptrs *state, int n,
+                    cudaStream_t s);
+int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
+                    const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -16,14 +16,15 @@
  *   3. through the engine: N threads decoding together (engine_ctx_decoding; their prompts and
  *      a side prefill interleaved) == each context run alone, with steps sharing forwards; the
  *      same with VRAM-tier contexts (refused: turns, still exact).
-   Part 1 runs on the rows graphs (backend_cuda_rows.c), then once more with RL_CUDA_ROWS_GRAPH=0 (the
- *      direct launches, the graphs' reference);
+   Part 1 runs on the rows graphs with the batched DeltaNet (backend_cuda_rows.c, src/cuda/rows.cu), then
+ *      with RL_CUDA_ROWS_GRAPH=0 (direct launches) and with RL_CUDA_ROWS_BATCH=0 too (the DeltaNet row by row
+ *      with the single step's launches: the first version, the reference);
  *   4. the rows graphs' cache: one ordered set replayed at new tokens and positions, without logits (a
  *      graph without the head), the same contexts in other orders, a context freed and a new one (other
  *      KV format and size, often at the old one's address) in its place, more orderings than the cache
  *      holds (LRU); every row == its twin's single step, the captures / launches / graphs held counted.
  * `test_cuda_rows MODEL` instead times 1, 2, 4, 8 contexts decoding on MODEL: rows of one forward per
- * step (its graph, and with RL_CUDA_ROWS_GRAPH=0 its direct launches) against one forward per context
+ * step (graph or direct launches, batched DeltaNet or row by row: TMODES) against one forward per context
  * (turns), aggregate tok/s, the last logits compared.
  * Without a GPU: prints "test_cuda_rows: skipped: ..." and exits 77. */
 #include <pthread.h>
@@ -185,10 +186,13 @@ static void direct(engine *e, const char *model, backend_kv kv) {
             backend_cuda.ctx_free(tier);
         }
     }
-    const char *g = getenv("RL_CUDA_GRAPHS"), *rg = getenv("RL_CUDA_ROWS_GRAPH");
-    const bool direct_path = (g && !strcmp(g, "0")) || (rg && !strcmp(rg, "0"));
-    printf("  %s KV %s (%s): %d rounds of 1..%d rows, %d rows == single steps (%d differ)\n", model, kvs,
-           direct_path ? "direct launches" : "rows graphs", rounds, NS, rows_run, bad);
+    const char *g = getenv("RL_CUDA_GRAPHS"), *rg = getenv("RL_CUDA_ROWS_GRAPH"),
+               *rb = getenv("RL_CUDA_ROWS_BATCH");
+    const bool direct_path = (g && !strcmp(g, "0")) || (rg && !strcmp(rg, "0")),
+               by_row = rb && !strcmp(rb, "0");
+    printf("  %s KV %s (%s, %s): %d rounds of 1..%d rows, %d rows == single steps (%d differ)\n", model, kvs,
+           direct_path ? "direct launches" : "rows graphs",
+           by_row ? "DeltaNet row by row" : "batched DeltaNet", rounds, NS, rows_run, bad);
     for (int s = 0; s < NS; s++) {
         backend_cuda.ctx_free(rows[s]);
         backend_cuda.ctx_free(alone[s]);
@@ -455,22 +459,44 @@ static void through_engine(engine *e, const char *model, const char *vram) {
 
 /* ---- `test_cuda_rows MODEL`: aggregate decode of n contexts, rows of one forward vs turns ---- */
 
-/* n contexts (prompts of 16 different tokens), then TS steps of each: as the rows of one forward per
- * step (its graph), the same with the graph off (RL_CUDA_ROWS_GRAPH=0: direct launches), or (turns) one
- * forward per context per step, on fresh contexts each; aggregate tok/s of the three, and the last
- * step's logits of every context compared between them (the same bits). */
+/* The timing's ways of stepping n contexts: rows of one forward with the environment switches given
+ * (NULL: unset), or one forward per context (turns). */
+typedef struct {
+    const char *name, *graph, *batch; /* RL_CUDA_ROWS_GRAPH, RL_CUDA_ROWS_BATCH */
+    bool turns;
+} tmode;
+
+static const tmode TMODES[] = {
+    {"rows (graph, batched DeltaNet)", NULL, NULL, false},
+    {"rows (graph, DeltaNet row by row)", NULL, "0", false},
+    {"rows (direct launches, batched DeltaNet)", "0", NULL, false},
+    {"rows (direct launches, row by row: the first version)", "0", "0", false},
+    {"turns (one forward per context)", NULL, NULL, true},
+};
+#define MODES (int)(sizeof TMODES / sizeof TMODES[0])
+
+static void set_or_unset(const char *name, const char *v) {
+    if (v) setenv(name, v, 1);
+    else unsetenv(name);
+}
+
+/* n contexts (prompts of 16 different tokens), then TS steps of each in every TMODES way, on fresh contexts
+ * each; aggregate tok/s of each, and the last step's logits of every context compared between them (the
+ * same bits). */
 static void timing(engine *e, const char *model, int n) {
-    enum { TS = 32, WARM = 4, PL = 16, MODES = 3 };
+    enum { TS = 32, WARM = 4, PL = 16 };
     const q3n_model *m = engine_model(e);
     const int V = m->hp.n_vocab, D = m->hp.n_embd;
     float *lg = malloc(sizeof(float) * (size_t)V * n * MODES), *hd = malloc(sizeof(float) * (size_t)D * n);
     backend_ctx *cs[MODES][64] = {{0}};
-    double rate[MODES] = {0, 0, 0};
+    double rate[MODES] = {0};
     bool ok = lg && hd;
-    for (int mode = 0; ok && mode < MODES; mode++) { /* 0: rows (graph), 1: turns, 2: rows (direct) */
+    for (int mode = 0; ok && mode < MODES; mode++) {
+        const tmode *tm = &TMODES[mode];
         int32_t t[64], p[64];
         float *lp[64], *hp[64];
-        if (mode == 2) setenv("RL_CUDA_ROWS_GRAPH", "0", 1);
+        set_or_unset("RL_CUDA_ROWS_GRAPH", tm->graph);
+        set_or_unset("RL_CUDA_ROWS_BATCH", tm->batch);
         for (int i = 0; ok && i < n; i++) {
             cs[mode][i] = backend_cuda.ctx_new(m, NULL, 1024, n < 16 ? 16 : n, BACKEND_KV_F16);
             int32_t pr[PL];
@@ -484,28 +510,27 @@ static void timing(engine *e, const char *model, int n) {
         for (int s = 0; ok && s < WARM + TS; s++) {
             if (s == WARM) t0 = rl_now();
             for (int i = 0; i < n; i++) t[i] = tok_of(i, PL + s, V);
-            if (mode != 1) ok = backend_cuda.forward_rows(cs[mode], t, p, n, lp, hp) == 0;
-            for (int i = 0; mode == 1 && ok && i < n; i++)
-                ok = !backend_cuda.forward(cs[1][i], &t[i], 1, p[i], lp[i], false, hp[i], NULL);
+            if (!tm->turns) ok = backend_cuda.forward_rows(cs[mode], t, p, n, lp, hp) == 0;
+            for (int i = 0; tm->turns && ok && i < n; i++)
+                ok = !backend_cuda.forward(cs[mode][i], &t[i], 1, p[i], lp[i], false, hp[i], NULL);
             for (int i = 0; i < n; i++) p[i]++;
         }
         rate[mode] = ok ? (double)n * TS / (rl_now() - t0) : 0;
-        if (mode == 2) unsetenv("RL_CUDA_ROWS_GRAPH");
+        for (int i = 0; i < n; i++) backend_cuda.ctx_free(cs[mode][i]);
     }
+    unsetenv("RL_CUDA_ROWS_GRAPH");
+    unsetenv("RL_CUDA_ROWS_BATCH");
     CHECK(ok, "%s timing %d contexts: %s", model, n, rl_lasterr());
     int bad = 0;
     for (int i = 0; ok && i < n; i++)
         for (int mode = 1; mode < MODES; mode++)
             bad += memcmp(lg + (size_t)i * V, lg + ((size_t)mode * n + i) * V, sizeof(float) * V) != 0;
-    CHECK(bad == 0, "%s: %d of %d contexts' logits differ between rows (graph), turns and rows (direct)",
-          model, bad, n);
-    printf(
-        "  %s, %d contexts: rows of one forward %.1f tok/s (graph), %.1f tok/s (direct launches), turns %.1f "
-        "tok/s (%.2fx, %.2fx); last logits %s\n",
-        model, n, rate[0], rate[2], rate[1], rate[1] > 0 ? rate[0] / rate[1] : 0.0,
-        rate[1] > 0 ? rate[2] / rate[1] : 0.0, bad ? "DIFFER" : "identical");
+    CHECK(bad == 0, "%s: %d (context, way) logits differ from the first way's", model, bad);
+    const double turns = rate[MODES - 1];
+    printf("  %s, %d contexts, aggregate decode (last logits %s):\n", model, n, bad ? "DIFFER" : "identical");
     for (int mode = 0; mode < MODES; mode++)
-        for (int i = 0; i < n; i++) backend_cuda.ctx_free(cs[mode][i]);
+        printf("    %-56s %8.1f tok/s  %.2fx turns\n", TMODES[mode].name, rate[mode],
+               turns > 0 ? rate[mode] / turns : 0.0);
     free(lg);
     free(hd);
 }
@@ -530,12 +555,17 @@ int main(int argc, char **argv) {
         engine *e = engine_open(models[i], &(engine_params){.n_threads = 4, .backend = "cuda"});
         CHECK(e != NULL, "open %s: %s", models[i], rl_lasterr());
         if (!e) continue;
-        direct(e, models[i], BACKEND_KV_F32); /* rows graphs unless RL_CUDA_GRAPHS=0 / RL_CUDA_ROWS_GRAPH=0 */
+        /* rows graphs with the batched DeltaNet unless RL_CUDA_GRAPHS=0 / RL_CUDA_ROWS_GRAPH=0 /
+         * RL_CUDA_ROWS_BATCH=0 are set; then the direct launches (batched), and row by row (the reference) */
+        direct(e, models[i], BACKEND_KV_F32);
         direct(e, models[i], BACKEND_KV_F16);
-        if (!getenv("RL_CUDA_ROWS_GRAPH")) { /* the direct launches too (the graphs' reference) */
+        if (!getenv("RL_CUDA_ROWS_GRAPH") && !getenv("RL_CUDA_ROWS_BATCH")) {
             setenv("RL_CUDA_ROWS_GRAPH", "0", 1);
             direct(e, models[i], BACKEND_KV_F16);
+            setenv("RL_CUDA_ROWS_BATCH", "0", 1);
+            direct(e, models[i], BACKEND_KV_F32);
             unsetenv("RL_CUDA_ROWS_GRAPH");
+            unsetenv("RL_CUDA_ROWS_BATCH");
         }
         graphs(e, models[i], BACKEND_KV_F32);
         graphs(e, models[i], BACKEND_KV_F16);
