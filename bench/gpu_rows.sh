@@ -10,8 +10,9 @@
 #      (bench/gpu_rows_load.py: each answer checked against the conversation run alone), and the same
 #      8 streams with forward_rows refused (RL_CUDA_ROWS=0: the slots take turns) and with the rows
 #      forward's graphs off (RL_CUDA_ROWS_GRAPH=0: its direct launches) for the ratios; before that
-#      `test_cuda_rows CF2`: 1, 2, 4, 8 contexts stepped as rows of one forward (its graph, and its direct
-#      launches) vs one by one, without the server (aggregate tok/s, the last logits compared).
+#      `test_cuda_rows CF2`: 1, 2, 4, 8 contexts stepped as rows of one forward (its graph or its direct
+#      launches, the DeltaNet batched or row by row) vs one by one, without the server (aggregate tok/s,
+#      the last logits compared).
 # Carry .cudabin (the libraries the GPU image lacks; bench/env_cudabin.sh). summary.txt holds the
 # lines that matter; each step's full output is in its own file.
 set -uo pipefail
