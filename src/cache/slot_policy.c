@@ -242,6 +242,12 @@ bool slot_policy_protected(const slot_policy *sp, int32_t k) { return sp->prot[k
 
 /* ---- observability ----------------------------------------------------------------------- */
 
+int slot_policy_order(const slot_policy *sp, int pool, int32_t *keys, int max) {
+    int n = 0;
+    for (int32_t s = sp->head[pool]; s >= 0 && n < max; s = sp->older[s]) keys[n++] = sp->key[s];
+    return n;
+}
+
 void slot_policy_get_stats(const slot_policy *sp, slot_stats *out) { *out = sp->st; }
 
 void slot_policy_reset_stats(slot_policy *sp) {

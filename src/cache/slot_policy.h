@@ -89,6 +89,9 @@ void slot_policy_protect_clear(slot_policy *sp);
 bool slot_policy_protected(const slot_policy *sp, int32_t key);
 
 /* ---- observability --------------------------------------------------------------------- */
+/* The keys of pool's recency list, most recent first (at most max of them); returns how many
+ * are listed (tests, debugging). */
+int slot_policy_order(const slot_policy *sp, int pool, int32_t *keys, int max);
 void slot_policy_get_stats(const slot_policy *sp, slot_stats *out);
 /* Zero the counters and the prefetch marks (so later counts are of new loads only). */
 void slot_policy_reset_stats(slot_policy *sp);
