@@ -171,8 +171,9 @@ static int alloc_slots(expert_cache *ec) {
     }
     /* the policy: one pool per class, numbered as the classes' slots are */
     int nk = ec->n_layer * ec->E;
-    int *kp = rl_malloc(sizeof(int) * (size_t)(nk + ec->n_cls), "expert cache keys"), *nc = kp + nk;
+    int *kp = rl_malloc(sizeof(int) * (size_t)(nk + ec->n_cls), "expert cache keys");
     if (!kp) return -1;
+    int *nc = kp + nk; /* slots per class */
     for (int k = 0; k < nk; k++) kp[k] = ec->layers[ec_layer_of(ec, k)].cls;
     for (int c = 0; c < ec->n_cls; c++) nc[c] = ec->cls[c].n;
     ec->sp = slot_policy_new(ec->n_cls, nc, nk, kp);
