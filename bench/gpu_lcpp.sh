@@ -3,10 +3,17 @@
 #
 #   carry: .cudabin, .lcp (llama.cpp.tar.xz = the llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, and
 #          optionally libggml-cuda.so.xz = its CUDA backend built elsewhere for sm_90 as a loadable module)
-#   bench/gpu_lcpp.sh setup            build llama-bench + llama-server and redlite (sm_90), write the files
-#   bench/gpu_lcpp.sh cf2              CF2 full residency: prompt 2048 + decode, interleaved (baseline check)
+#   bench/gpu_lcpp.sh setup            build llama-bench + llama-server, redlite and its CUDA tests (sm_90), and
+#                                      the previous main carried in .old/ (if there); write the files
+#   bench/gpu_lcpp.sh tests            every CUDA test; then the portable configuration (PDL off, shared
+#                                      memory capped at 99 KiB as on sm_86/89/120) on the ones that launch
+#                                      the big kernels
+#   bench/gpu_lcpp.sh cf2              CF2 full residency: prompt 2048 + decode vs llama.cpp (baseline check),
+#                                      and this tree vs .old (issue 44: within 2 %), interleaved
 #   bench/gpu_lcpp.sh q35              35B-A3B Q4_K_M-like: full residency, then VRAM budgets 8 and 4 GiB
 #                                      against llama.cpp's best-fitting --n-cpu-moe
+#   bench/gpu_lcpp.sh rows             aggregate decode at 1 / 4 / 8 streams on CF2: redlite serve --parallel
+#                                      vs llama-server -np (bench/gpu_rows_load.py)
 #
 # llama.cpp as a user builds it for this machine: Release, CUDA for sm_90, CPU backend -march=native
 # (GGML_NATIVE). With a carried libggml-cuda.so the CUDA module is not recompiled here (it takes ~400 s
@@ -29,6 +36,10 @@ S=$OUT/summary.txt
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$S"; }
 RL=build/cuda/redlite
+ARCH="-gencode arch=compute_90,code=sm_90"
+TPROGS="test_cuda_engine test_cuda_verify test_cuda_spec test_cuda_vram test_cuda_rows test_cuda_ops"
+TESTS=$(for t in $TPROGS; do printf 'build/cuda/tests/%s ' $t; done)
+SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=101376}
 LB=$LCP/build/bin/llama-bench
 NT=${NT:-$(nproc)}
 
@@ -66,8 +77,13 @@ case "${1:-}" in
 setup)
     say "setup: llama.cpp + redlite builds, synthetic files"
     (setup_lcpp; echo "llama.cpp build rc=$?" >>"$S") &
-    make -s -j"$NT" CUDA=1 BUILD=build/cuda CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build/cuda/redlite \
+    if [ -d .old ] && [ ! -x .old/build/cuda/redlite ]; then
+        (cd .old && make -s -j4 CUDA=1 BUILD=build/cuda CUDA_ARCH="$ARCH" build/cuda/redlite >"$OUT/old_build.log" 2>&1
+         echo "old tree build rc=$?" >>"$S") &
+    fi
+    make -s -j"$NT" CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda CUDA_ARCH="$ARCH" build/cuda/redlite $TESTS \
         >"$OUT/rl_build.log" 2>&1 || say "redlite build failed: $(tail -3 "$OUT/rl_build.log")"
+    make -s default-model >/dev/null 2>&1
     say "redlite built"
     [ -s /tmp/cf2.gguf ] || $RL synth --preset cf2 --routing calibrated -o /tmp/cf2.gguf --quiet
     [ -s /tmp/q35.gguf ] || $RL synth --preset 35b-a3b-q4_k_m --routing calibrated -o /tmp/q35.gguf --quiet
@@ -75,8 +91,36 @@ setup)
     wait
     $LB --help >/dev/null 2>&1 && say "llama-bench runs" || say "llama-bench does not run: $(tail -5 "$OUT/lcpp_build.log")"
     ;;
+tests)
+    for tp in $TPROGS; do
+        t=$(date +%s); timeout 200 build/cuda/tests/$tp >"$OUT/$tp.txt" 2>&1; rc=$?
+        say "$tp rc=$rc $(( $(date +%s) - t ))s: $(grep -E 'passed|FAIL' "$OUT/$tp.txt" | tail -1)"
+    done
+    for tp in test_cuda_engine test_cuda_verify test_cuda_rows test_cuda_vram; do
+        t=$(date +%s); env RL_CUDA_PDL=0 $SMEM_CAP_ENV timeout 150 build/cuda/tests/$tp >"$OUT/${tp}_portable.txt" 2>&1; rc=$?
+        say "$tp (PDL off, $SMEM_CAP_ENV) rc=$rc $(( $(date +%s) - t ))s: $(grep -E 'passed|FAIL' "$OUT/${tp}_portable.txt" | tail -1)"
+    done
+    grep -h -B2 -A8 'FAIL' "$OUT"/test_cuda_*.txt | head -60 >"$OUT/fails.txt"
+    ;;
 cf2)
     OUT=$OUT/cf2 CF2=/tmp/cf2.gguf PRESET=cf2 LCP=$LCP bench/cuda_compare.sh 1 2>&1 | tail -4 | tee -a "$S"
+    if [ -x .old/build/cuda/redlite ]; then
+        for side in old new old new; do
+            bin=$RL; [ $side = old ] && bin=.old/build/cuda/redlite
+            $bin bench -m /tmp/cf2.gguf --backend cuda --n-decode 128 --warmup 8 --prompt 2048 --reps 3 --json \
+                >"$OUT/cf2_$side.json" 2>/dev/null
+            say "cf2 $side: $(python3 -c "import json; d = json.load(open('$OUT/cf2_$side.json'))
+print('decode', round(d['decode'][0]['tok_s'], 1), 'prompt', round(d['prompt'][0]['tok_s'], 1))" 2>&1 | tail -1)"
+        done
+    fi
+    ;;
+rows)
+    for side in redlite llama; do
+        extra=(); [ $side = llama ] && extra=(--llama-server $LCP/build/bin/llama-server)
+        timeout 280 python3 bench/gpu_rows_load.py $RL /tmp/cf2.gguf --streams 1,4,8 --tokens 128 --reps 2 "${extra[@]}" \
+            -- --backend cuda --ctx 4096 -t 8 >"$OUT/rows_$side.txt" 2>&1
+        say "rows $side rc=$?"; cat "$OUT/rows_$side.txt" >>"$S"
+    done
     ;;
 q35)
     M=/tmp/q35.gguf
@@ -114,6 +158,6 @@ for tag in ["full", "8192", "4096"]:
     print(f"{tag:22s} {a:8.1f} {b:8.1f} {b / a:6.2f} {c:8.1f} {d:8.1f} {d / c:6.2f}")
 EOF
     ;;
-*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 say "done: $1"
