@@ -46,20 +46,6 @@
 
 /* ---- context -------------------------------------------------------------------------- */
 
-/* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
- * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md;
- * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %:
- * bench/results/2026-12-03-cuda-session17-h200.md), "1"/"all" every tail, or a comma list of combine, norm,
- * router. */
-static int fuse_mask(void) {
-    const char *v = getenv("RL_CUDA_FUSE");
-    if (!v || !*v) return 0;
-    if (!strcmp(v, "0") || !strcmp(v, "off")) return 0;
-    if (!strcmp(v, "1") || !strcmp(v, "all")) return FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER;
-    return (strstr(v, "combine") ? FUSE_COMBINE : 0) | (strstr(v, "norm") ? FUSE_NORM : 0) |
-           (strstr(v, "router") ? FUSE_ROUTER : 0);
-}
-
 static bool cuda_available(const char **why) {
     static char buf[160];
     int n = 0;
@@ -193,11 +179,8 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
     *tier = false;
     vram_pin_mode pin;
     vram_miss_mode miss;
-    const char *pin_env = getenv("RL_VRAM_PIN"); /* the older switch: 1 = on, 0 = off */
-    const char *pin_s = o->vram_pin                        ? o->vram_pin
-                        : pin_env && !strcmp(pin_env, "1") ? "on"
-                        : pin_env && !strcmp(pin_env, "0") ? "off"
-                                                           : NULL;
+    const int pin_env = c->tune.vram_pin; /* RL_VRAM_PIN, the older switch: 1 = on, 0 = off */
+    const char *pin_s = o->vram_pin ? o->vram_pin : pin_env == 1 ? "on" : pin_env == 0 ? "off" : NULL;
     if (vram_pin_parse(pin_s, &pin) || vram_miss_parse(o->vram_miss, &miss)) return -1;
     if (vram_geom_of(c->m, &g) || CU_CHECK(cudaMemGetInfo(&fr, &tot))) return -1;
     const size_t TK = (size_t)c->n_batch * hp->n_expert_used;
@@ -210,19 +193,20 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
             ((size_t)4 << 20);
     vram_plan plan;
     if (vram_plan_make(&g, spec, &plan)) return -1;
-    const char *force = getenv("RL_VRAM_SLOTS"); /* tests: N slots per layer whatever the budget */
-    if (force && atoi(force) > 0) {
-        int n = atoi(force) < hp->n_expert_used ? hp->n_expert_used : atoi(force);
+    const int force = c->tune.vram_slots; /* RL_VRAM_SLOTS (tests): N slots per layer whatever the budget */
+    if (force > 0) {
+        int n = force < hp->n_expert_used ? hp->n_expert_used : force;
         n = n > hp->n_expert ? hp->n_expert : n;
         plan.full = false;
         for (int il = 0; il < hp->n_layer; il++) plan.slots[il] = n;
         plan.min_slots = plan.max_slots = n;
-        snprintf(plan.reason, sizeof plan.reason, "%d of %d expert slots per layer (RL_VRAM_SLOTS=%s)", n,
+        snprintf(plan.reason, sizeof plan.reason, "%d of %d expert slots per layer (RL_VRAM_SLOTS=%d)", n,
                  hp->n_expert, force);
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss))) return -1;
+    const vram_tier_opts vo = {c->tune.vram_prefetch, c->tune.vram_overlap, c->tune.vram_fault};
+    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss, &vo))) return -1;
     *tier = true;
     return 0;
 }
@@ -273,8 +257,11 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         rl_seterr("CUDA backend: %s", why);
         return NULL;
     }
-    const char *dev = getenv("RL_CUDA_DEVICE");
-    if (dev && CU_CHECK(cudaSetDevice(atoi(dev)))) return NULL;
+    cuda_tune tune;
+    int ordinal = 0;
+    if (cuda_tune_from_env(&tune)) return NULL; /* every RL_CUDA_* / RL_VRAM_* switch, once */
+    if (tune.device >= 0 && CU_CHECK(cudaSetDevice(tune.device))) return NULL;
+    if (CU_CHECK(cudaGetDevice(&ordinal))) return NULL;
     if (hp->n_expert > 1024 || hp->n_expert_used > 32 || n_batch * hp->n_expert_used > 65536) {
         rl_seterr("CUDA backend: %d experts / top-%d with batch %d is not supported", hp->n_expert,
                   hp->n_expert_used, n_batch);
@@ -284,29 +271,30 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     backend_ctx *c = rl_calloc(1, sizeof *c, "CUDA context");
     if (!c) return NULL;
     c->m = m;
+    c->tune = tune;
+    if (cu_dev_init(&c->cd, ordinal, &tune.k)) goto fail;
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
-    c->graphs = env_on("RL_CUDA_GRAPHS", true);
-    c->attn_per_warp = env_is("RL_CUDA_ATTN", "per-warp");
-    c->attn_pf_staged = !env_is("RL_CUDA_ATTN_PF", "unstaged");
-    c->attn_pf_tiled = !env_is("RL_CUDA_ATTN_PF", "staged") && !env_is("RL_CUDA_ATTN_PF", "unstaged");
+    c->graphs = tune.graphs;
+    c->attn_per_warp = tune.attn_per_warp;
+    c->attn_pf_staged = tune.attn_pf_staged;
+    c->attn_pf_tiled = tune.attn_pf_tiled;
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
-    c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
-    c->merge_wide = !env_is("RL_CUDA_MERGE", "warp");
-    c->merge_scan = env_is("RL_CUDA_MERGE", "scan");
-    c->attn_db = env_on("RL_CUDA_ATTN_DB", true);
-    c->dn_split = env_on("RL_CUDA_DN_SPLIT", true);
-    c->dn_fork = env_on("RL_CUDA_DN_FORK", false);
-    c->shg_side = env_on("RL_CUDA_SHG", true);
-    c->fuse = fuse_mask();
-    c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
-    if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
+    c->attn_tc = tune.attn_tc && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
+    c->merge_wide = tune.merge_wide;
+    c->merge_scan = tune.merge_scan;
+    c->attn_db = tune.attn_db;
+    c->dn_split = tune.dn_split;
+    c->dn_fork = tune.dn_fork;
+    c->shg_side = tune.shg_side;
+    c->fuse = tune.fuse;
+    c->small_moe = tune.small_moe < 1 || tune.small_moe > CU_SMALL_T ? CU_SMALL_T : tune.small_moe;
     size_t mfree = 0;
     (void)cudaMemGetInfo(&mfree, &c->mem_total); /* for engine_mem_info; a failure leaves zeros */
     (void)cudaGetLastError();
     c->mem_free0 = mfree;
     bool tier = false;
     if (o && o->vram_spec && hp->moe && vram_setup(c, o, &tier, p)) goto fail; /* dense: no experts to tier */
-    if (!(c->dm = dmodel_get(m, !tier))) goto fail;
+    if (!(c->dm = dmodel_get(m, !tier, tune.verbose))) goto fail;
     (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
     (void)cudaGetLastError();
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
@@ -314,6 +302,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)))
         goto fail;
+    c->ks = (cu_stream){c->st, &c->cd};
+    c->ks2 = (cu_stream){c->st2, &c->cd};
     c->dev_bytes = carve(c, NULL);
     if (CU_CHECK(cudaMalloc((void **)&c->dev, c->dev_bytes))) {
         rl_seterr("cannot allocate %.2f GiB of GPU memory for the context (lower --ctx or --batch): %s",
@@ -342,16 +332,19 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         goto fail;
     (void)cudaMemGetInfo(&c->mem_free2, &c->mem_total);
     (void)cudaGetLastError();
-    if (env_on("RL_CUDA_VERBOSE", false))
-        fprintf(stderr, "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s)\n", n_ctx, n_batch,
-                c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
+    if (tune.verbose)
+        fprintf(stderr,
+                "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s); device %d sm_%d, %d SMs, "
+                "%zu KiB shared memory per block (%zu opt-in), PDL %s\n",
+                n_ctx, n_batch, c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32", c->cd.ordinal,
+                c->cd.cc, c->cd.n_sm, c->cd.smem_max >> 10, c->cd.smem_optin >> 10, c->cd.pdl ? "on" : "off");
     if (tier) {
         const vram_plan *vp = vram_tier_plan(c->vt);
         if (CU_CHECK(cudaMalloc((void **)&c->bk, sizeof(float) * (c->state_floats ? c->state_floats : 1))))
             goto fail;
         /* the host picks the slots per layer: no decode or verify graph (forward_run); the MTP
          * head's graph stays (its layer's experts are resident) */
-        if (env_on("RL_CUDA_VERBOSE", false)) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
+        if (tune.verbose) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
     }
     return c;
 fail:

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cuda_tune.h"
 #include "base/common.h"
 #include "cuda/cuda_ops.h"
 #include "cache/vram_tier.h"
@@ -61,15 +62,12 @@ typedef struct dmodel {
 /* Upload m (every tensor, or without the routed experts of the decoder layers: experts false,
  * a VRAM tier serves those) or take a reference to its existing upload; NULL with rl_lasterr
  * set on failure. dmodel_put drops the reference (the last one frees the device memory). */
-dmodel *dmodel_get(const q3n_model *m, bool experts);
+dmodel *dmodel_get(const q3n_model *m, bool experts, bool verbose);
 void dmodel_put(dmodel *dm);
 /* Device bytes of m's upload (experts: as dmodel_get), without uploading; 0 on failure. */
 size_t dmodel_bytes(const q3n_model *m, bool experts);
 
 /* ---- context -------------------------------------------------------------------------- */
-
-/* bits of backend_ctx.fuse (RL_CUDA_FUSE, parsed by fuse_mask in backend_cuda.c) */
-enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
 
 struct backend_ctx {
     dmodel *dm;
@@ -87,6 +85,12 @@ struct backend_ctx {
     size_t mem_total, mem_free0, mem_free1,
         mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
+    /* the switches (cuda_tune.h, parsed at creation), the device as the launches see it (its facts,
+     * the kernels' switches, their per-kernel state) and the two streams with it: every launch of this
+     * context goes to ks or ks2 (the st / st2 of cu_stream) */
+    cuda_tune tune;
+    cu_dev cd;
+    cu_stream ks, ks2;
     cudaEvent_t ev_fork, ev_join;
     uint8_t *dev; /* one allocation: state + scratch */
     size_t dev_bytes;
@@ -138,19 +142,6 @@ struct backend_ctx {
                       every combine block (RL_CUDA_SHG=0: in the combine); same bits */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
-
-/* An environment switch: unset or empty = def; "0", "off", "no" = false; anything else true. */
-static inline bool env_on(const char *name, bool def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    return strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "no") != 0;
-}
-
-/* An environment choice: whether name is set to value exactly. */
-static inline bool env_is(const char *name, const char *value) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, value);
-}
 
 /* The backend_ops entries of the forward pass and speculative decoding (backend_cuda_forward.c;
  * contracts in backend.h). */

@@ -179,7 +179,7 @@ static void dmodel_free(dmodel *dm) {
     free(dm);
 }
 
-static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
+static dmodel *dmodel_upload(const q3n_model *m, bool experts, bool verbose) {
     const q3n_hparams *hp = &m->hp;
     dmodel *dm = rl_calloc(1, sizeof *dm, "CUDA model");
     float *inv_freq = rl_calloc((size_t)hp->n_rot / 2 + 1, sizeof(float), "rope table");
@@ -210,7 +210,7 @@ static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     if (CU_CHECK(cudaStreamSynchronize(u.st))) goto fail_stage;
     u.pass = 1;
     if (plan_model(&u, dm, inv_freq)) goto fail_stage;
-    if (env_on("RL_CUDA_VERBOSE", false))
+    if (verbose)
         fprintf(stderr, "redlite cuda: uploaded %d tensors, %.2f GiB in %.2f s\n", u.n,
                 u.total / 1073741824.0, rl_now() - t0);
     for (int b = 0; b < 2; b++) {
@@ -257,11 +257,11 @@ size_t dmodel_bytes(const q3n_model *m, bool experts) {
     return t;
 }
 
-dmodel *dmodel_get(const q3n_model *m, bool experts) {
+dmodel *dmodel_get(const q3n_model *m, bool experts, bool verbose) {
     pthread_mutex_lock(&g_models_lock);
     dmodel *dm;
     for (dm = g_models; dm && (dm->m != m || dm->experts != experts); dm = dm->next) {}
-    if (!dm && (dm = dmodel_upload(m, experts))) {
+    if (!dm && (dm = dmodel_upload(m, experts, verbose))) {
         dm->next = g_models;
         g_models = dm;
     }

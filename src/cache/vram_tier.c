@@ -115,7 +115,7 @@ static void *dev(size_t n, int *err) {
 }
 
 vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p, vram_pin_mode pin,
-                         vram_miss_mode miss) {
+                         vram_miss_mode miss, const vram_tier_opts *o) {
     const q3n_hparams *hp = &m->hp;
     vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
     if (!vt) return NULL;
@@ -127,11 +127,9 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->miss = miss;
     vt->K = hp->n_expert_used;
     vt->E = hp->n_expert;
-    const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
-    vt->prefetch = !(pf && !strcmp(pf, "0"));
-    vt->fault_at = fault ? strtoull(fault, NULL, 10) : 0;
-    const char *ov = getenv("RL_VRAM_OVERLAP");
-    vt->overlap = !(ov && !strcmp(ov, "0"));
+    vt->prefetch = o->prefetch;
+    vt->fault_at = o->fault_at;
+    vt->overlap = o->overlap;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;

@@ -169,16 +169,16 @@ __global__ void __launch_bounds__(DPL * 32)
 // 3, and whole batches (merge_batch FULL) let the exps run ahead of the L / O chains. Nsight Compute,
 // H200, 12-layer CF2 at 32K: 17.0 us (16, the loop before merge_batch) -> 12.6 (64) -> 11.2 us (64,
 // whole batches); 16 with whole batches took 31 us.
-static inline int attn_merge_pf() {
-    static const int pf = cu_env_int("RL_CUDA_MERGE_PF", 64);
+static inline int attn_merge_pf(const cu_dev *d) {
+    const int pf = d->tune.merge_pf;
     return pf == 16 || pf == 32 ? pf : 64;
 }
 
 // The decode merge of T rows x H heads (the shape cu_attn_dims.merge_wide picks).
 template <int DPL>
 static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part,
-                             int nch, int T, float *o, cudaStream_t s) {
-    const int pf = attn_merge_pf();
+                             int nch, int T, float *o, cu_stream s) {
+    const int pf = attn_merge_pf(s.dev);
     if (a->merge_scan)
         cu_go(k_attn_merge_scan<DPL>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
     else if (a->merge_wide && pf == 16)
@@ -212,16 +212,6 @@ __device__ __forceinline__ void stage_kv_async(KV *dst, int ld, const KV *src, s
     __pipeline_wait_prior(0);
 }
 
-// Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs
-// the opt-in attribute; *allowed (one per kernel instantiation) is the size opted in so far, raised
-// when a larger launch comes (a flag set once would refuse a later, larger group). 0 or -1 (error set).
-template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) {
-    if (smem <= 48 * 1024 || smem <= *allowed) return 0;
-    if (CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return -1;
-    *allowed = smem;
-    return 0;
-}
-
 // The tensor-core kernels (attn_tc.cu) for cu_attention when a->tc: 0 or -1 (error set).
 int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
-            bool split, float *part, float *o, cudaStream_t s);
+            bool split, float *part, float *o, cu_stream s);

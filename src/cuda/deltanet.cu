@@ -133,7 +133,7 @@ __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, f
 }
 
 extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
-                               float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
+                               float *snap, size_t stride, const int *row_slot, cu_stream s) {
     const dim3 blocks((d->C + 127) / 128, T > 0 ? (T + DN_CONV_ROWS - 1) / DN_CONV_ROWS : 1);
     switch (d->kw) {
     case 2: cu_go(k_dn_conv<2>, blocks, 128, 0, s, *d, in, ldi, u, state, T, snap, stride, row_slot); break;
@@ -147,7 +147,7 @@ extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, fl
 }
 
 extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
-                          cudaStream_t s) {
+                          cu_stream s) {
     return cu_dn_conv_snap(d, in, ldi, u, state, T, NULL, 0, NULL, s);
 }
 
@@ -416,7 +416,7 @@ static int check(const cu_dn_dims *d) {
         }                                                                                                    \
     } while (0)
 
-extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s) {
+extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
     if (check(d)) return -1;
     const int threads = 32 * min(32, 2 * d->hk);
     BY_PL(d->dk, (cu_go(k_dn_prep<1>, T, threads, 0, s, *d, u, ba, ab)),
@@ -430,7 +430,7 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
 // only: the same bits.
 template <bool DEFER>
 static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                    float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
+                    float *snap, size_t stride, const int *row_slot, cu_stream s) {
     const dim3 grid(d->hv, d->dv / SCAN_NC);
     BY_PL(
         d->dk,
@@ -440,21 +440,20 @@ static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float 
 }
 
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o,
-                               int T, float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
+                               int T, float *snap, size_t stride, const int *row_slot, cu_stream s) {
     if (check(d)) return -1;
-    static const bool defer = cu_env_int("RL_CUDA_DN_SCAN_DEFER", 1) != 0;
-    if (defer) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    if (s.dev->tune.dn_scan_defer) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     else scan_go<false>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
 
 extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                          cudaStream_t s) {
+                          cu_stream s) {
     return cu_dn_scan_snap(d, u, ab, ssm, o, T, NULL, 0, NULL, s);
 }
 
-extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s) {
+extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cu_stream s) {
     if (check(d)) return -1;
     const int blocks = (T * d->hv + 7) / 8;
     BY_PL(d->dv, (cu_go(k_dn_gnorm<1>, blocks, 256, 0, s, *d, o, z, ldz, T)),
@@ -466,14 +465,11 @@ extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ld
 
 // Blocks per value head of the split step: 4 (8 warps each; the default) or RL_CUDA_DN_BLOCKS=8 (4
 // warps each). Tuning only: the same per-column arithmetic, the same bits.
-static int step_split() {
-    static const int v = cu_env_int("RL_CUDA_DN_BLOCKS", 4) == 8 ? 8 : 4;
-    return v;
-}
+static int step_split(const cu_dev *dv) { return dv->tune.dn_blocks == 8 ? 8 : 4; }
 template <int KPL, int DPL>
 static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
-                    float *o, unsigned *ctr, cudaStream_t s) {
-    if (ctr && step_split() == 8)
+                    float *o, unsigned *ctr, cu_stream s) {
+    if (ctr && step_split(s.dev) == 8)
         cu_go(k_dn_step<KPL, DPL, 8>, dim3(d->hv, 8), STEP_WARPS * 32 / 8, 0, s, *d, u, ba, z, ssm, o, ctr);
     else if (ctr)
         cu_go(k_dn_step<KPL, DPL, 4>, dim3(d->hv, 4), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, ssm, o, ctr);
@@ -481,13 +477,13 @@ static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const 
 }
 template <int KPL>
 static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
-                     float *o, unsigned *ctr, cudaStream_t s) {
+                     float *o, unsigned *ctr, cu_stream s) {
     BY_PL(d->dv, (step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, s)),
           (step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, s)), (step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, s)));
 }
 
 extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
-                          float *o, unsigned *ctr, cudaStream_t s) {
+                          float *o, unsigned *ctr, cu_stream s) {
     if (check(d)) return -1;
     BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, ctr, s), step_kpl<2>(d, u, ba, z, ssm, o, ctr, s),
           step_kpl<4>(d, u, ba, z, ssm, o, ctr, s));

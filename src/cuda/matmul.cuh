@@ -39,7 +39,7 @@ struct mm_launch {
     const uint8_t *xq;    // prefill tiles of the integer path: scratch of the quantised input rows (or NULL)
     int xq_rows;          // rows of x quantised into it
     bool lane;            // one-token launches of the integer path: k_mmq_lane (mmq_lane.cuh)
-    cudaStream_t s;
+    cu_stream s;
 };
 
 // Copy n bytes (n even) from global src to shared dst (16-byte aligned) with the warp's lanes:
@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
 // 2), or RL_CUDA_DECODE_NR=2|4|8. Any NR gives the same bits (the batch-invariance rule above).
 // H200, cf2 decode (unstaged): NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound
 // and more, smaller warps keep more loads in flight than more rows per warp.
-static inline int mm_decode_nr(bool gateup) {
-    static const int v = cu_env_int("RL_CUDA_DECODE_NR", 1), nr = (v == 2 || v == 4 || v == 8) ? v : 1;
+static inline int mm_decode_nr(const cu_dev *d, bool gateup) {
+    const int v = d->tune.decode_nr, nr = (v == 2 || v == 4 || v == 8) ? v : 1;
     return gateup && nr == 1 ? 2 : nr;
 }
 
@@ -261,20 +261,12 @@ static inline int mm_decode_nr(bool gateup) {
 // bench/results/2026-12-01-cuda-decode-h200.md): IQ types only 197.0 tok/s, none 191.7, every
 // type 179.4 (ncu: the IQ1_M expert launches 9-10 % faster; the dense K-quant GEMVs, whose loads
 // are already all in flight, only pay the copy and the wait).
-static inline int mm_stage_mode() {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("RL_CUDA_MM_STAGE");
-        mode = !e || !strcmp(e, "iq") ? 2 : strcmp(e, "0") ? 1 : 0;
-    }
-    return mode;
-}
-template <int TYPE> static inline bool mm_stage_on() {
+template <int TYPE> static inline bool mm_stage_on(const cu_dev *d) {
     // MXFP4 rows can start at odd addresses (17-byte blocks), which stage_copy cannot read: never staged
     if constexpr (TYPE == T_MXFP4) { return false; }
     constexpr bool iq = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
                         TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
-    const int m = mm_stage_mode();
+    const int m = d->tune.mm_stage;
     return m == 1 || (m == 2 && iq);
 }
 
@@ -293,7 +285,7 @@ template <int TYPE, int NR> static size_t mm_stage_plan(mm_launch &L) {
 }
 
 template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &tb, dim3 grid, mm_launch L) {
-    if (mm_stage_on<TYPE>()) {
+    if (mm_stage_on<TYPE>(L.s.dev)) { // (at most MM_STAGE_WARP_BYTES per warp: under 48 KiB, any GPU)
         const size_t sm = mm_stage_plan<TYPE, NR>(L);
         cu_go(k_mm<TYPE, NR, TT, GU, true>, grid, MM_WARPS * 32, sm, L.s, tb, L);
     } else {
@@ -324,7 +316,7 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
     const cu_qtabs &tb = cu_qtabs_get();
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) {
-        switch (mm_decode_nr(gateup)) {
+        switch (mm_decode_nr(L.s.dev, gateup)) {
         case 1:
             if (!gateup) mm_go<TYPE, 1, 1, false>(tb, grid, L);
             break;
@@ -345,8 +337,8 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
 }
 
 // Rows per block for a variant (host side).
-static inline int mm_rows_per_block(bool gateup, int tt, bool small) {
-    return MM_WARPS * (tt == 1 ? mm_decode_nr(gateup) : small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
+static inline int mm_rows_per_block(const cu_dev *d, bool gateup, int tt, bool small) {
+    return MM_WARPS * (tt == 1 ? mm_decode_nr(d, gateup) : small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
 }
 
 // One instance file per type (mm_<type>.cu): int mm_run_<name>(launch, gateup, tt).

@@ -77,7 +77,7 @@ __global__ void k_get_rows(cu_qtabs tb, const uint8_t *__restrict__ w, size_t ro
 }
 
 extern "C" int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows,
-                           int T, float *out, int ldo, cudaStream_t s) {
+                           int T, float *out, int ldo, cu_stream s) {
     if (n_in % 8 || T <= 0) return rl_seterr("cu_get_rows: n_in %d must be a multiple of 8", n_in);
     dim3 grid((n_in / 8 + 127) / 128, T);
     switch (type) {

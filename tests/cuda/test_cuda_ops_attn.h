@@ -29,7 +29,7 @@ static void test_attention_tiled(int hd, bool f16, int H, int Hkv, int T, int po
         av.prefill_tiled = v == 2;
         float *o = dpoison(on);
         g[v] = malloc(sizeof(float) * on);
-        CHECK(cu_attention(&av, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_attention(&av, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "attention hd %d: prefill variant %d failed", hd, v);
         to_host(g[v], o, sizeof(float) * on);
         cudaFree(o);
@@ -94,7 +94,7 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
           *g32 = malloc(sizeof(float) * on);
     float *ref = malloc(sizeof(float) * on);
     float *o = dpoison(on), *part = dpoison(cu_attn_part_floats(&a, CU_ATTN_SPLIT_MAX_T));
-    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "tc prefill launch failed");
     to_host(g_pf, o, sizeof(float) * on);
     cudaFree(o);
@@ -123,7 +123,7 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
     af.merge_scan = false;
     af.prefill_tiled = true;
     o = dpoison(on);
-    CHECK(cu_attention(&af, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_attention(&af, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
     to_host(g32, o, sizeof(float) * on);
     cudaFree(o);
     attn_ref(qg, hk, hv, true, T, H, Hkv, hd, pos, ref);
