@@ -39,7 +39,7 @@ RL=build/cuda/redlite
 ARCH="-gencode arch=compute_90,code=sm_90"
 TPROGS="test_cuda_engine test_cuda_verify test_cuda_spec test_cuda_vram test_cuda_rows test_cuda_ops"
 TESTS=$(for t in $TPROGS; do printf 'build/cuda/tests/%s ' $t; done)
-SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=101376}
+SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=99K}
 LB=$LCP/build/bin/llama-bench
 NT=${NT:-$(nproc)}
 
