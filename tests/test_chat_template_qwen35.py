@@ -107,7 +107,7 @@ def model(tmp_path_factory):
 @pytest.fixture
 def srv(model, tmp_path, monkeypatch):
     monkeypatch.setattr(server_util, "MODEL", model)
-    with Server("--test-script", script_file(tmp_path, [ANSWER1, ANSWER2, ANSWER3, ANSWER1])) as s:
+    with Server("--test-script", script_file(tmp_path, [ANSWER1, ANSWER2, ANSWER3, ANSWER1, ANSWER2])) as s:
         yield s
 
 
@@ -165,3 +165,9 @@ def test_openai_reasoning_text_and_xml_call(srv):
     assert [b.type for b in m.content] == ["thinking", "text", "tool_use"] and m.stop_reason == "tool_use"
     assert m.content[0].thinking == REASON1 and m.content[1].text == "Let me check."
     assert m.content[2].name == "get_weather" and m.content[2].input == ARGS1
+    # thinking off (chat_template_kwargs): the generation prompt closes an empty block, so no
+    # reasoning is split off the answer
+    r = c.chat.completions.create(model="m", messages=msgs[:1], max_tokens=200,
+                                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert r.choices[0].message.content == ANSWER2
+    assert getattr(r.choices[0].message, "reasoning_content", None) is None
