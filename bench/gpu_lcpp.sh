@@ -78,7 +78,7 @@ setup)
     say "setup: llama.cpp + redlite builds, synthetic files"
     (setup_lcpp; echo "llama.cpp build rc=$?" >>"$S") &
     if [ -d .old ] && [ ! -x .old/build/cuda/redlite ]; then
-        (cd .old && make -s -j4 CUDA=1 BUILD=build/cuda CUDA_ARCH="$ARCH" build/cuda/redlite >"$OUT/old_build.log" 2>&1
+        (cd .old && nice make -s -j4 CUDA=1 BUILD=build/cuda CUDA_ARCH="$ARCH" build/cuda/redlite >"$OUT/old_build.log" 2>&1
          echo "old tree build rc=$?" >>"$S") &
     fi
     make -s -j"$NT" CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda CUDA_ARCH="$ARCH" build/cuda/redlite $TESTS \
