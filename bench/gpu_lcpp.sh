@@ -20,9 +20,10 @@
 # of GPU-machine time): the CPU backend and the tools are built native (GGML_BACKEND_DL: ggml loads
 # both modules from the tools' folder at start). Same source, same ggml ABI.
 #
-# Budgets: Red Lite's --vram-mib B bounds its routed experts in VRAM; llama.cpp's --n-cpu-moe N keeps
-# the routed experts of N layers in host memory. N is the smallest count whose GPU-resident experts
-# fit B (the best-fitting -ncmoe: fewer CPU layers is faster); both engines' whole-process VRAM use is
+# Budgets: Red Lite's --vram-mib B is its whole device budget (dense + context + expert slots);
+# llama.cpp's --n-cpu-moe N keeps the routed experts of N layers in host memory. N is the smallest count
+# whose GPU-resident experts fit B beside the dense weights (the best-fitting -ncmoe: fewer CPU layers is
+# faster); both engines' whole-process VRAM use is
 # sampled with nvidia-smi during each run and printed beside the rates, so "same budget" is checked,
 # not assumed. Files: `redlite synth --routing calibrated` (a stand-in for trained routing).
 # Logs and JSON under $OUT; the summary in $OUT/summary.txt.
@@ -128,12 +129,14 @@ q35)
     vram_run lcpp_full $LB -m $M -ngl 99 -fa 1 -p 2048 -n 64 -ub 2048 -r 2 -o json >"$OUT/lcpp_q35_full.json" 2>"$OUT/lcpp_q35_full.err"
     vram_run rl_full $RL bench -m $M --backend cuda --n-decode 64 --warmup 8 --prompt 2048 --reps 3 --json \
         >"$OUT/rl_q35_full.json" 2>"$OUT/rl_q35_full.err"
-    read -r NL PER < <($RL info $M --json | python3 -c "
+    read -r NL PER DENSE < <($RL info $M --json | python3 -c "
 import json, sys; d = json.load(sys.stdin); e = d['experts']
-print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e))")
-    say "q35: $NL layers, $PER routed-expert bytes per layer"
+print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e), d['bytes']['dense'])")
+    say "q35: $NL layers, $PER routed-expert bytes per layer, $DENSE dense bytes"
     for B in 8192 4096; do
-        N=$(python3 -c "import math; print(max(0, $NL - ($B << 20) // $PER))")
+        # --vram-mib is Red Lite's whole device budget (dense + context + expert slots): llama.cpp gets
+        # the layers' experts that fit beside the same dense weights
+        N=$(python3 -c "print(min($NL, max(0, $NL - (($B << 20) - $DENSE) // $PER)))")
         say "budget $B MiB: llama.cpp --n-cpu-moe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
         vram_run lcpp_$B $LB -m $M -ngl 99 -fa 1 -ncmoe $N -t $NT -p 2048 -n 64 -ub 2048 -r 2 -o json \
             >"$OUT/lcpp_q35_$B.json" 2>"$OUT/lcpp_q35_$B.err"
