@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/common.h"
@@ -20,7 +19,6 @@
 #define VT_MAX_KINDS 8                     /* CPU-cost classes: distinct (gate, down) types */
 #define VT_CPU_PAIRS (VRAM_CPU_MAX_T * 32) /* CPU-computed (row, expert) pairs per layer at most */
 #define VT_EMA 0.1                         /* weight of a new measurement in the online estimates */
-#define VT_NLINK 64                        /* timed copy segments in flight (vram_link_stats) */
 
 struct vram_tier {
     const q3n_model *m;
@@ -96,15 +94,7 @@ struct vram_tier {
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
-    /* the link (vram_tier_opts.link_gbs): segment i's copies between the events lk_ev[i % VT_NLINK],
-     * lk_bytes of them, lk_hold_s planned hold; lk_head segments recorded, lk_tail harvested */
-    double link_gbs, lk_a, lk_b; /* cap; real cost of a segment: lk_a + lk_b * bytes seconds */
-    cudaEvent_t lk_ev[VT_NLINK][2];
-    uint64_t lk_bytes[VT_NLINK], lk_open_bytes;
-    double lk_hold_s[VT_NLINK];
-    int64_t lk_head, lk_tail;
-    bool lk_open;
-    vram_link_stats lk;
+    vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
 };
 
 static void *pinned(size_t n, int *err) {
@@ -123,112 +113,6 @@ static void *dev(size_t n, int *err) {
         return NULL;
     }
     return p;
-}
-
-/* ---- the link: timed copy segments, the emulated cap (vram_tier.h, vram_tier_opts) ---------- */
-
-/* The hold of an emulated link (a host function on the copy stream: no CUDA call allowed here):
- * ud is the hold in nanoseconds. Sleeps to within 200 us of the end, then spins (a sleep alone
- * overshoots by the timer slack, ~50 us, as much as a whole expert's copy at 25 GB/s). */
-static void CUDART_CB link_hold(void *ud) {
-    const double until = rl_now() + 1e-9 * (double)(uintptr_t)ud;
-    for (double left; (left = until - rl_now()) > 0;) {
-        if (left < 200e-6) continue;
-        const double s = left - 150e-6;
-        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* Account the finished segments (wait: also those in flight). The measured time less the planned
- * hold, against the model a + b * bytes, corrects a (EMA): the holds then make segments end where
- * a link of link_gbs would. */
-static void link_harvest(vram_tier *vt, bool wait) {
-    while (vt->lk_tail < vt->lk_head) {
-        const int i = (int)(vt->lk_tail % VT_NLINK);
-        cudaError_t e = wait ? cudaEventSynchronize(vt->lk_ev[i][1]) : cudaEventQuery(vt->lk_ev[i][1]);
-        if (e == cudaErrorNotReady) return;
-        float ms = 0;
-        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, vt->lk_ev[i][0], vt->lk_ev[i][1]);
-        vt->lk_tail++;
-        if (e != cudaSuccess) { /* a failed copy: its error surfaces on the streams; nothing counted */
-            (void)cudaGetLastError();
-            continue;
-        }
-        const double t = 1e-3 * ms;
-        vt->lk.bytes += vt->lk_bytes[i];
-        vt->lk.seconds += t;
-        vt->lk.segments++;
-        if (vt->lk_hold_s[i] > 0) { /* held: the real part was t - hold */
-            const double r = t - vt->lk_hold_s[i] - (vt->lk_a + vt->lk_b * (double)vt->lk_bytes[i]);
-            vt->lk_a += VT_EMA * r;
-            if (vt->lk_a < 0) vt->lk_a = 0;
-        }
-    }
-}
-
-/* Open a segment before a run of copies on the copy stream (no-op when one is open). */
-static int link_begin(vram_tier *vt) {
-    if (vt->lk_open) return 0;
-    if (vt->lk_head - vt->lk_tail == VT_NLINK) { /* the ring is full: wait for the oldest */
-        const int i = (int)(vt->lk_tail % VT_NLINK);
-        if (CU_CHECK(cudaEventSynchronize(vt->lk_ev[i][1]))) return -1;
-        link_harvest(vt, false);
-    }
-    if (CU_CHECK(cudaEventRecord(vt->lk_ev[vt->lk_head % VT_NLINK][0], vt->cp))) return -1;
-    vt->lk_open = true;
-    vt->lk_open_bytes = 0;
-    return 0;
-}
-
-/* Close the open segment (before host work on the fill path, and at the end of every fill): the
- * emulated link's hold, then the end event. */
-static int link_end(vram_tier *vt) {
-    if (!vt->lk_open) return 0;
-    vt->lk_open = false;
-    const int i = (int)(vt->lk_head % VT_NLINK);
-    const double B = (double)vt->lk_open_bytes;
-    double hold = vt->link_gbs > 0 ? B / (vt->link_gbs * 1e9) - (vt->lk_a + vt->lk_b * B) : 0;
-    hold = hold > 1e-6 ? hold : 0;
-    if (hold > 0 && CU_CHECK(cudaLaunchHostFunc(vt->cp, link_hold, (void *)(uintptr_t)(hold * 1e9))))
-        hold = 0;
-    vt->lk_hold_s[i] = hold;
-    vt->lk_bytes[i] = vt->lk_open_bytes;
-    if (CU_CHECK(cudaEventRecord(vt->lk_ev[i][1], vt->cp))) return -1;
-    vt->lk_head++;
-    link_harvest(vt, false);
-    return 0;
-}
-
-/* Copy n bytes of the first staging buffer into the slot arena (nothing valid there yet) followed
- * by an empty host function, as a held segment is: the best time of 3 (after a warm-up). */
-static double link_time(vram_tier *vt, size_t n) {
-    double best = 0;
-    for (int rep = 0; rep < 4; rep++) {
-        float ms = 0;
-        if (CU_CHECK(cudaEventRecord(vt->lk_ev[0][0], vt->cp)) ||
-            CU_CHECK(cudaMemcpyAsync(vt->arena, vt->stage[0], n, cudaMemcpyHostToDevice, vt->cp)) ||
-            CU_CHECK(cudaLaunchHostFunc(vt->cp, link_hold, NULL)) ||
-            CU_CHECK(cudaEventRecord(vt->lk_ev[0][1], vt->cp)) ||
-            CU_CHECK(cudaEventSynchronize(vt->lk_ev[0][1])) ||
-            CU_CHECK(cudaEventElapsedTime(&ms, vt->lk_ev[0][0], vt->lk_ev[0][1])))
-            return -1;
-        if (rep && (best == 0 || 1e-3 * ms < best)) best = 1e-3 * ms;
-    }
-    return best;
-}
-
-/* The real link's cost model a + b * bytes from two sizes (n and n / 8). 0 or -1 (rl_lasterr). */
-static int link_probe(vram_tier *vt, size_t n) {
-    n &= ~(size_t)4095;
-    const size_t m = n / 8;
-    const double tn = link_time(vt, n), tm = link_time(vt, m);
-    if (tn < 0 || tm < 0) return -1;
-    vt->lk_b = tn > tm && n > m ? (tn - tm) / (double)(n - m) : tn / (double)(n ? n : 1);
-    vt->lk_a = tm - vt->lk_b * (double)m > 0 ? tm - vt->lk_b * (double)m : 0;
-    vt->lk.raw_gbs = vt->lk_b > 0 ? 1e-9 / vt->lk_b : 0;
-    vt->lk.cap_gbs = vt->link_gbs;
-    return 0;
 }
 
 vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p, vram_pin_mode pin,
@@ -348,11 +232,10 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
     for (int i = 0; i < VT_NRING; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->ring[i], cudaEventDisableTiming))) goto fail;
-    for (int i = 0; i < VT_NLINK; i++)
-        for (int k = 0; k < 2; k++)
-            if (CU_CHECK(cudaEventCreate(&vt->lk_ev[i][k]))) goto fail;
-    vt->link_gbs = o->link_gbs;
-    if (vt->link_gbs > 0 && link_probe(vt, total < vt->stage_bytes ? total : vt->stage_bytes)) goto fail;
+    /* the probe copies into the arena: no slot is valid yet */
+    if (!(vt->link = vram_link_new(vt->cp, o->link_gbs, vt->arena, vt->stage[0],
+                                   total < vt->stage_bytes ? total : vt->stage_bytes)))
+        goto fail;
     return vt;
 fail:
     vram_tier_free(vt);
@@ -381,9 +264,7 @@ void vram_tier_free(vram_tier *vt) {
         if (dp[i]) cudaFree(dp[i]);
     for (int i = 0; i < VT_NRING; i++)
         if (vt->ring[i]) cudaEventDestroy(vt->ring[i]);
-    for (int i = 0; i < VT_NLINK; i++)
-        for (int k = 0; k < 2; k++)
-            if (vt->lk_ev[i][k]) cudaEventDestroy(vt->lk_ev[i][k]);
+    vram_link_free(vt->link);
     free(vt->seq_arena);
     if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
     if (vt->ev_used) cudaEventDestroy(vt->ev_used);
@@ -568,8 +449,8 @@ static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
         if (pinned_src(vt, ly, i)) {
             if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
             uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
-            if (link_begin(vt)) return -1;
-            vt->lk_open_bytes += ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2];
+            if (vram_link_begin(vt->link)) return -1;
+            vram_link_add(vt->link, ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2]);
             if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0],
                                          cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
@@ -590,8 +471,8 @@ static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             pos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
             j++;
         }
-        if (link_end(vt)) return -1; /* host work next: the copies so far are one segment */
-        if (j == i) {                /* the chunk is full: the next one, once its earlier copies are done */
+        if (vram_link_end(vt->link)) return -1; /* host work next: the copies so far are one segment */
+        if (j == i) { /* the chunk is full: the next one, once its earlier copies are done */
             if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
             vt->scur = (vt->scur + 1) % VT_NSTAGE;
             vt->spos = 0;
@@ -611,8 +492,8 @@ static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             pool_run(vt->pool, stage_run, &job);
         else stage_run(&job, 0, 1);
         vt->stage_s += rl_now() - t0;
-        if (link_begin(vt)) return -1;
-        vt->lk_open_bytes += (uint64_t)(j - i) * ly->slot_bytes;
+        if (vram_link_begin(vt->link)) return -1;
+        vram_link_add(vt->link, (uint64_t)(j - i) * ly->slot_bytes);
         for (int k = i; k < j; k++)
             if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k],
                                          ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
@@ -630,7 +511,7 @@ fault:
 static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand,
                       int *done) {
     const int rc = fill_queue(vt, il, s, e, n, demand, done);
-    return link_end(vt) || rc ? -1 : 0;
+    return vram_link_end(vt->link) || rc ? -1 : 0;
 }
 
 /* ---- CPU-computed experts (--vram-miss cpu|auto) ------------------------------------------ */
@@ -983,10 +864,7 @@ void vram_tier_abort(vram_tier *vt) {
     vt->open = false;
 }
 
-void vram_tier_link_stats(vram_tier *vt, vram_link_stats *out) {
-    link_harvest(vt, false);
-    *out = vt->lk;
-}
+void vram_tier_link_stats(vram_tier *vt, vram_link_stats *out) { vram_link_get_stats(vt->link, out); }
 
 void vram_tier_print(vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: %s\n", vt->plan.reason);

@@ -37,6 +37,7 @@
 #include "cuda/cuda_ops.h"
 #include "base/pool.h"
 #include "model/qwen3next.h"
+#include "cache/vram_link.h"
 #include "cache/vram_plan.h"
 #include "cache/vram_slots.h"
 
@@ -52,31 +53,12 @@ typedef struct {
 /* The tier's switches (parsed with the other RL_VRAM_* variables in src/backend/cuda_tune.c):
  * pre-gated prefetch (RL_VRAM_PREFETCH=0: off), copy/compute overlap between batches
  * (RL_VRAM_OVERLAP=0: off), fault_at (RL_VRAM_FAULT=N, tests: the N-th demand fill fails once; 0 off),
- * link_gbs (RL_VRAM_LINK_GBS=X: an emulated host->device link of X GB/s; 0 off).
- *
- * The emulated link: the copies are queued as always, and after each run of copies on the copy
- * stream (a "segment": the DMAs of a fill from page-locked memory, or one staging chunk's) a host
- * function (cudaLaunchHostFunc) holds the copy stream for bytes/X minus what the segment costs on
- * the real link. That cost is a + b * bytes: b (the real per-byte rate) and a (the per-segment
- * overhead, the host function's round trip included) measured once at creation, a corrected after
- * each segment by what the events measured, so the segments end where a link of X GB/s would end
- * them. Only the copy stream waits (the compute stream keeps running, and waits for a batch's
- * copies exactly as it does for a real slow link); the bytes and their order are unchanged, so
- * outputs are the same bits. A segment whose real cost is already above bytes/X is not held (the
- * emulated link is then slower than X, as a real one is for small copies). */
+ * link_gbs (RL_VRAM_LINK_GBS=X: an emulated host->device link of X GB/s, vram_link.h; 0 off). */
 typedef struct {
     bool prefetch, overlap;
     uint64_t fault_at;
     double link_gbs;
 } vram_tier_opts;
-
-/* The host->device copies so far, timed by events around each segment on the copy stream (the
- * emulated link's hold included): bytes / seconds is the bandwidth the tier obtained. cap_gbs:
- * RL_VRAM_LINK_GBS (0: none); raw_gbs: the real link's rate measured at creation (cap only, else 0). */
-typedef struct {
-    uint64_t bytes, segments;
-    double seconds, cap_gbs, raw_gbs;
-} vram_link_stats;
 
 /* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging;
  * p (may be NULL): threads for the staging memcpy. NULL with rl_lasterr (e.g. out of device
@@ -108,7 +90,7 @@ void vram_tier_abort(vram_tier *vt);
 int vram_tier_cpu(vram_tier *vt, float *d_eo, cudaStream_t st);
 const vram_plan *vram_tier_plan(const vram_tier *vt);
 void vram_tier_get_stats(const vram_tier *vt, vram_stats *out);
-/* Segments still in flight are left out (a forward ends with its copies done: none after one). */
+/* The host->device copies so far (vram_link.h). */
 void vram_tier_link_stats(vram_tier *vt, vram_link_stats *out);
 void vram_tier_print(vram_tier *vt, FILE *f);
 #endif
