@@ -17,10 +17,11 @@
 #
 # llama.cpp (-ncmoe N: the routed experts of N layers stay in host memory and run on the CPU) does not
 # move experts over the link to decode, so its decode figures here are its real ones on a consumer link
-# too: the emulation applies to Red Lite alone. Its prompt is different: for batches of >= 32 rows ggml
-# offloads the CPU layers' expert matmuls to the GPU, copying those weights over the link per micro-batch,
-# and those copies run at this machine's real link speed, not at LINK_GBS: llama.cpp's prompt figure here
-# is an upper bound of what it does on a PCIe 4 board (say so beside the prompt ratios). LINK_GBS=0 runs
+# too: the emulation applies to Red Lite alone. Its prompt may differ: for batches of >= 32 rows ggml
+# offloads matmuls of host-resident weights to the GPU (unless they sit in a repacked CPU buffer), copying
+# the CPU layers' experts over the link per micro-batch at this machine's real link speed, not at
+# LINK_GBS; llama.cpp's prompt figure here is then an upper bound of what it does on a PCIe 4 board (the
+# table says so beside the prompt ratios). LINK_GBS=0 runs
 # the sweep with no cap (the tier on this machine's own link). N is the smallest count whose GPU-side
 # experts fit the budget after the dense weights (which both engines keep on the GPU):
 # N = NL - floor((B - dense) / per_layer_experts); LCPP_NCMOE=q35 uses bench/gpu_lcpp.sh q35's count
@@ -154,8 +155,9 @@ for g in budgets:
                          "vram_peak_mib": {"redlite": peak("rl_" + g), "llama_cpp": peak("lcpp_" + g)}}) + "\n")
 print(f"\nRed Lite's host->device copies held to {cap:g} GB/s (link GB/s obtained: bytes over the copy stream's "
       "time, holds included; in brackets the machine's real link). llama.cpp's decode does not use the link for "
-      "experts (its figures are its real ones at any link); its prompt copies the CPU layers' experts to the GPU "
-      "at this machine's real link speed, so its prompt figure is an upper bound for a PCIe 4 board. VRAM peak: "
+      "experts (its figures are its real ones at any link); its prompt may copy the CPU layers' experts to the GPU "
+      "(ggml's offload of large batches) at this machine's real link speed, so its prompt figure is an upper bound "
+      "for a PCIe 4 board. VRAM peak: "
       "whole process, nvidia-smi, less what was in use before.")
 EOF
 say "done ($OUT)"
