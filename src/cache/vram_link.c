@@ -17,11 +17,15 @@ struct vram_link {
     cudaStream_t cp;
     double cap;  /* GB/s; 0: timed only */
     double a, b; /* real cost of a segment: a + b * bytes seconds */
+    /* credit (<= 0): seconds the segments so far ran faster than the cap allows, net (a model error);
+     * the next hold pays it back, so the cap holds over the run whatever the model's error */
+    double credit;
     /* segment i: its copies between ev[i % VL_RING][0] and [1], bytes[] of them, hold[] planned
-     * (-1: no cap, no host function); head segments recorded, tail harvested */
+     * (-1: no cap, no host function), extra[] of it paying back credit; head segments recorded, tail
+     * harvested */
     cudaEvent_t ev[VL_RING][2];
     uint64_t bytes[VL_RING], open_bytes;
-    double hold[VL_RING];
+    double hold[VL_RING], extra[VL_RING];
     int64_t head, tail;
     bool open;
     vram_link_stats st;
@@ -41,7 +45,9 @@ static void CUDART_CB link_hold(void *ud) {
 }
 
 /* Account the finished segments (those in flight stay for a later call). Under a cap, the measured
- * time less the planned hold, against the model a + b * bytes, corrects a. */
+ * time less the planned hold, against the model a + b * bytes, corrects a; the time less what paid
+ * back credit, against bytes / cap, adds to the credit (a slower segment only cancels credit: a real
+ * link does not bank idle time). */
 static void link_harvest(vram_link *l) {
     while (l->tail < l->head) {
         const int i = (int)(l->tail % VL_RING);
@@ -61,6 +67,8 @@ static void link_harvest(vram_link *l) {
         if (l->hold[i] >= 0) { /* under a cap: the real part was t - hold */
             l->a += VL_EMA * (t - l->hold[i] - (l->a + l->b * (double)l->bytes[i]));
             if (l->a < 0) l->a = 0;
+            l->credit += t - l->extra[i] - (double)l->bytes[i] / (l->cap * 1e9);
+            if (l->credit > 0) l->credit = 0;
         }
     }
 }
@@ -84,13 +92,17 @@ int vram_link_end(vram_link *l) {
     l->open = false;
     const int i = (int)(l->head % VL_RING);
     const double B = (double)l->open_bytes;
-    double hold = -1; /* no cap: no host function, no model */
+    double hold = -1, extra = 0; /* no cap: no host function, no model */
     if (l->cap > 0) { /* the host function even for a hold of 0: every segment costs what a models */
         hold = B / (l->cap * 1e9) - (l->a + l->b * B);
         hold = hold > 1e-6 ? hold : 0;
+        extra = -l->credit; /* paid now: counted at once, so the segments in flight do not pay it again */
+        l->credit = 0;
+        hold += extra;
         if (CU_CHECK(cudaLaunchHostFunc(l->cp, link_hold, (void *)(uintptr_t)(hold * 1e9)))) return -1;
     }
     l->hold[i] = hold;
+    l->extra[i] = extra;
     l->bytes[i] = l->open_bytes;
     if (CU_CHECK(cudaEventRecord(l->ev[i][1], l->cp))) return -1;
     l->head++;

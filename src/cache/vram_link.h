@@ -10,11 +10,12 @@
  * b (the real per-byte rate) and a (the per-segment overhead, the host function's round trip
  * included) measured once at creation by copies of two sizes, then a corrected after each segment
  * by what its events measured (so the holds converge on segments that end where X GB/s would end
- * them). Only the copy stream waits: the compute stream keeps running and waits for a batch's copies
- * exactly as it would for a real slow link. The bytes and their order are unchanged, so outputs are
- * the same bits. A segment whose real cost is already above bytes/X is not held (the emulated link
- * is then slower than X, as a real one is for small copies); the measured rate tells what was
- * obtained.
+ * them); what the model's error let run faster than X is added to the next hold, so over a run
+ * the copies never beat X. Only the copy stream waits: the compute stream keeps running and waits
+ * for a batch's copies exactly as it would for a real slow link. The bytes and their order are
+ * unchanged, so outputs are the same bits. A segment whose real cost is already above bytes/X is
+ * not held (the emulated link is then slower than X, as a real one is for small copies); the
+ * measured rate tells what was obtained.
  *
  * Use (the tier's inference thread; nothing here is thread-safe):
  *   vram_link_begin   before a run of copies on the copy stream (no-op when a segment is open)
