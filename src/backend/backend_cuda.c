@@ -205,7 +205,8 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    const vram_tier_opts vo = {c->tune.vram_prefetch, c->tune.vram_overlap, c->tune.vram_fault};
+    const vram_tier_opts vo = {c->tune.vram_prefetch, c->tune.vram_overlap, c->tune.vram_fault,
+                               c->tune.vram_link};
     if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss, &vo))) return -1;
     *tier = true;
     return 0;
@@ -414,6 +415,15 @@ static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
     out->dev_free_after_ctx = c->mem_free2;
     out->decode_graph_nodes = c->graph_nodes;
     out->decode_graph_kernels = c->graph_kernels;
+    if (c->vt) {
+        vram_link_stats l;
+        vram_tier_link_stats(c->vt, &l);
+        out->h2d = true;
+        out->h2d_bytes = l.bytes;
+        out->h2d_seconds = l.seconds;
+        out->h2d_cap_gbs = l.cap_gbs;
+        out->h2d_raw_gbs = l.raw_gbs;
+    }
 }
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {

@@ -158,6 +158,14 @@ int cuda_tune_from_env(cuda_tune *t) {
         t->vram_fault = strtoull(v, &end, 10);
         if (*end || *v == '-') return rl_seterr("RL_VRAM_FAULT=%s: expected a whole number (0: off)", v);
     }
+    if ((v = env("RL_VRAM_LINK_GBS"))) {
+        char *end;
+        t->vram_link = strtod(v, &end);
+        if (end == v || *end || !(t->vram_link >= 0 && t->vram_link <= 10000))
+            return rl_seterr("RL_VRAM_LINK_GBS=%s: expected GB/s of host->device copies, 0..10000 "
+                             "(e.g. 25 for PCIe 4.0 x16; 0: no cap)",
+                             v);
+    }
     i = -1;
     if (env_word("RL_CUDA_ATTN", "grouped|per-warp", &i)) return -1;
     if (i >= 0) t->attn_per_warp = i == 1;

@@ -3,7 +3,8 @@
  *   - unset (or empty) variables give the defaults, the measured winners (cu_tuning_default);
  *   - each kind of value lands in its field: switches (0/1/on/off), choices (RL_CUDA_ATTN_PF=staged,
  *     RL_CUDA_MERGE=scan, RL_CUDA_MM_STAGE=iq|1|0), numbers, the RL_CUDA_FUSE list, the shared
- *     memory cap with its K suffix, the RL_VRAM_* test hooks;
+ *     memory cap with its K suffix, the RL_VRAM_* test hooks, the emulated link's GB/s
+ *     (RL_VRAM_LINK_GBS, a decimal);
  *   - a bad value is refused with one line naming the variable, the value and what it takes. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +14,23 @@
 #include "backend/cuda_tune.h"
 #include "base/common.h"
 
-static const char *const VARS[] = {
-    "RL_CUDA_PDL",       "RL_CUDA_MMQ",        "RL_CUDA_ATTN_PF", "RL_CUDA_MERGE",
-    "RL_CUDA_MM_STAGE",  "RL_CUDA_SMEM_LIMIT", "RL_CUDA_FUSE",    "RL_CUDA_DEVICE",
-    "RL_CUDA_SMALL_MOE", "RL_VRAM_SLOTS",      "RL_VRAM_FAULT",   "RL_VRAM_PREFETCH",
-    "RL_VRAM_PIN",       "RL_CUDA_DN_BLOCKS",  "RL_CUDA_GRAPHS",  NULL};
+static const char *const VARS[] = {"RL_CUDA_PDL",
+                                   "RL_CUDA_MMQ",
+                                   "RL_CUDA_ATTN_PF",
+                                   "RL_CUDA_MERGE",
+                                   "RL_CUDA_MM_STAGE",
+                                   "RL_CUDA_SMEM_LIMIT",
+                                   "RL_CUDA_FUSE",
+                                   "RL_CUDA_DEVICE",
+                                   "RL_CUDA_SMALL_MOE",
+                                   "RL_VRAM_SLOTS",
+                                   "RL_VRAM_FAULT",
+                                   "RL_VRAM_PREFETCH",
+                                   "RL_VRAM_PIN",
+                                   "RL_CUDA_DN_BLOCKS",
+                                   "RL_CUDA_GRAPHS",
+                                   "RL_VRAM_LINK_GBS",
+                                   NULL};
 
 static void clear(void) {
     for (int i = 0; VARS[i]; i++) unsetenv(VARS[i]);
@@ -38,7 +51,8 @@ static void test_defaults(void) {
     CHECK(cuda_tune_from_env(&t) == 0, "%s", rl_lasterr());
     CHECK(!memcmp(&t, &d, sizeof t), "unset variables give the defaults");
     CHECK(t.k.pdl && t.k.mmq == 2 && t.k.mm_stage == 2 && t.k.smem_limit == 0 && t.graphs &&
-              t.attn_pf_tiled && t.device == -1 && t.vram_pin == -1 && t.vram_prefetch && t.small_moe == 16,
+              t.attn_pf_tiled && t.device == -1 && t.vram_pin == -1 && t.vram_prefetch && t.small_moe == 16 &&
+              t.vram_link == 0.0,
           "defaults: the measured winners");
     setenv("RL_CUDA_MMQ", "", 1); /* empty: unset */
     CHECK(cuda_tune_from_env(&t) == 0 && t.k.mmq == 2, "an empty value is the default");
@@ -70,6 +84,9 @@ static void test_values(void) {
     CHECK(parse1("RL_VRAM_FAULT", "7", &t) == 0 && t.vram_fault == 7, "RL_VRAM_FAULT=7");
     CHECK(parse1("RL_VRAM_PREFETCH", "0", &t) == 0 && !t.vram_prefetch, "RL_VRAM_PREFETCH=0");
     CHECK(parse1("RL_VRAM_PIN", "0", &t) == 0 && t.vram_pin == 0, "RL_VRAM_PIN=0");
+    CHECK(parse1("RL_VRAM_LINK_GBS", "25", &t) == 0 && t.vram_link == 25.0, "RL_VRAM_LINK_GBS=25");
+    CHECK(parse1("RL_VRAM_LINK_GBS", "12.5", &t) == 0 && t.vram_link == 12.5, "RL_VRAM_LINK_GBS=12.5");
+    CHECK(parse1("RL_VRAM_LINK_GBS", "0", &t) == 0 && t.vram_link == 0.0, "RL_VRAM_LINK_GBS=0: off");
 }
 
 /* A bad value: -1 and one line naming the variable and the value. */
@@ -90,6 +107,10 @@ static void test_refused(void) {
     refused("RL_CUDA_FUSE", "norm,tails", "combine, norm, router");
     refused("RL_CUDA_SMALL_MOE", "17", "1..16");
     refused("RL_VRAM_FAULT", "x", "whole number");
+    refused("RL_VRAM_LINK_GBS", "fast", "GB/s");
+    refused("RL_VRAM_LINK_GBS", "-3", "GB/s");
+    refused("RL_VRAM_LINK_GBS", "25GB", "GB/s");
+    refused("RL_VRAM_LINK_GBS", "nan", "GB/s");
 }
 
 int main(void) {
