@@ -62,6 +62,17 @@ static bool cuda_available(const char **why) {
 
 static size_t al(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* Make c's device current on the calling thread (and leave it so). The current device is a property of
+ * the host thread, a launch, event record or graph launch on a stream of another device fails, and the
+ * engine drives a context from threads other than the one that made it (the server's slot threads):
+ * so every entry point of this backend that touches the GPU starts here, and contexts on different
+ * devices live in one process. Costs one cudaGetDevice where the device is already current. */
+static int ctx_use(const backend_ctx *c) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == c->cd.ordinal) return 0;
+    return CU_CHECK(cudaSetDevice(c->cd.ordinal));
+}
+
 /* Carve the device allocation; base NULL only sizes it. */
 static size_t carve(backend_ctx *c, uint8_t *base) {
     const q3n_hparams *hp = c->hp;
@@ -214,6 +225,7 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
 
 static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
     if (!c->vt) return 1; /* every expert fit: nothing to feed */
+    TRY(ctx_use(c));      /* the tier syncs its copy stream and page-locks the source for this device */
     vram_tier_set_host_src(c->vt, src);
     return 0;
 }
@@ -225,6 +237,7 @@ static void cuda_print_stats(backend_ctx *c, FILE *f) {
 
 static void cuda_ctx_free(backend_ctx *c) {
     if (!c) return;
+    (void)ctx_use(c); /* the context's streams, graphs and memory are destroyed on its own device */
     if (c->st) cudaStreamSynchronize(c->st);
     if (c->gexec) cudaGraphExecDestroy(c->gexec);
     for (int t = 0; t <= CU_SMALL_T; t++)
@@ -261,8 +274,21 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     cuda_tune tune;
     int ordinal = 0;
     if (cuda_tune_from_env(&tune)) return NULL; /* every RL_CUDA_* / RL_VRAM_* switch, once */
-    if (tune.device >= 0 && CU_CHECK(cudaSetDevice(tune.device))) return NULL;
+    if (tune.device >= 0) { /* RL_CUDA_DEVICE=N; else the calling thread's current device (0 by default) */
+        int n_dev = 0;
+        if (CU_CHECK(cudaGetDeviceCount(&n_dev))) return NULL;
+        if (tune.device >= n_dev) {
+            rl_seterr("RL_CUDA_DEVICE=%d: this machine has %d CUDA device%s (0 to %d)", tune.device, n_dev,
+                      n_dev == 1 ? "" : "s", n_dev - 1);
+            return NULL;
+        }
+        if (CU_CHECK(cudaSetDevice(tune.device))) return NULL;
+    }
     if (CU_CHECK(cudaGetDevice(&ordinal))) return NULL;
+    if (ordinal >= CU_MAX_DEVICES) {
+        rl_seterr("CUDA device %d: at most %d devices are supported", ordinal, CU_MAX_DEVICES);
+        return NULL;
+    }
     if (hp->n_expert > 1024 || hp->n_expert_used > 32 || n_batch * hp->n_expert_used > 65536) {
         rl_seterr("CUDA backend: %d experts / top-%d with batch %d is not supported", hp->n_expert,
                   hp->n_expert_used, n_batch);
@@ -273,6 +299,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     if (!c) return NULL;
     c->m = m;
     c->tune = tune;
+    c->cd.ordinal = ordinal; /* what ctx_use (cuda_ctx_free too) makes current, before anything fails */
     if (cu_dev_init(&c->cd, ordinal, &tune.k)) goto fail;
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
     c->graphs = tune.graphs;
@@ -295,7 +322,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->mem_free0 = mfree;
     bool tier = false;
     if (o && o->vram_spec && hp->moe && vram_setup(c, o, &tier, p)) goto fail; /* dense: no experts to tier */
-    if (!(c->dm = dmodel_get(m, !tier, tune.verbose))) goto fail;
+    if (!(c->dm = dmodel_get(m, !tier, ordinal, tune.verbose))) goto fail;
     (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
     (void)cudaGetLastError();
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
@@ -359,6 +386,7 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
 
 static void cuda_reset(backend_ctx *c) {
     const q3n_hparams *hp = c->hp;
+    if (ctx_use(c)) return; /* reset has no error return; a failed switch leaves the error set */
     for (int il = 0; il < hp->n_layer; il++) {
         if (hp->is_attn[il]) continue;
         CU_CHECK(cudaMemsetAsync(c->conv[il], 0, sizeof(float) * q3n_conv_floats(hp), c->st));
@@ -368,6 +396,7 @@ static void cuda_reset(backend_ctx *c) {
 }
 
 static int cuda_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
         return rl_seterr("layer %d has no recurrent state", il);
     TRY(CU_CHECK(cudaMemcpyAsync(conv, c->conv[il], sizeof(float) * q3n_conv_floats(c->hp),
@@ -378,6 +407,7 @@ static int cuda_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
 }
 
 static int cuda_state_set(backend_ctx *c, int il, const float *conv, const float *ssm) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
         return rl_seterr("layer %d has no recurrent state", il);
     TRY(CU_CHECK(cudaMemcpyAsync(c->conv[il], conv, sizeof(float) * q3n_conv_floats(c->hp),
@@ -427,6 +457,7 @@ static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
 }
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il])
         return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
@@ -437,6 +468,7 @@ static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
 }
 
 static int cuda_kv_set(backend_ctx *c, int il, int n, const void *k, const void *v) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il])
         return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
@@ -446,20 +478,51 @@ static int cuda_kv_set(backend_ctx *c, int il, int n, const void *k, const void 
     return CU_CHECK(cudaStreamSynchronize(c->st));
 }
 
+/* The entry points of backend_cuda_forward.c, each on its context's device (ctx_use). forward_rows:
+ * contexts of different devices have different uploads (dmodel_get), which cuda_forward_rows already
+ * answers with 1 (the engine then runs the steps one by one, each on its own device). */
+static int cuda_forward_dev(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits,
+                            bool all_logits, float *hidden, const backend_hooks *hooks) {
+    TRY(ctx_use(c));
+    return cuda_forward(c, tokens, T, pos, logits, all_logits, hidden, hooks);
+}
+
+static int cuda_forward_rows_dev(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                                 float *const *logits, float *const *hidden) {
+    if (n >= 1) TRY(ctx_use(cs[0]));
+    return cuda_forward_rows(cs, tokens, pos, n, logits, hidden);
+}
+
+static int cuda_mtp_forward_dev(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T,
+                                int slot, float *logits, float *hidden_out) {
+    TRY(ctx_use(c));
+    return cuda_mtp_forward(c, hidden, next_tokens, T, slot, logits, hidden_out);
+}
+
+static int cuda_slot_restore_dev(backend_ctx *c, int slot) {
+    TRY(ctx_use(c));
+    return cuda_slot_restore(c, slot);
+}
+
+static int cuda_slot_get_dev(backend_ctx *c, int slot, int il, float *conv, float *ssm) {
+    TRY(ctx_use(c));
+    return cuda_slot_get(c, slot, il, conv, ssm);
+}
+
 const backend_ops backend_cuda = {
     .name = "cuda",
     .available = cuda_available,
     .ctx_new = cuda_ctx_new,
     .ctx_free = cuda_ctx_free,
     .reset = cuda_reset,
-    .forward = cuda_forward,
-    .forward_rows = cuda_forward_rows,
+    .forward = cuda_forward_dev,
+    .forward_rows = cuda_forward_rows_dev,
     .state_get = cuda_state_get,
     .state_set = cuda_state_set,
     .set_reference = NULL, /* no double-precision mode: the CPU backend is the oracle */
-    .mtp_forward = cuda_mtp_forward,
-    .slot_restore = cuda_slot_restore,
-    .slot_get = cuda_slot_get,
+    .mtp_forward = cuda_mtp_forward_dev,
+    .slot_restore = cuda_slot_restore_dev,
+    .slot_get = cuda_slot_get_dev,
     .kv_row_bytes = cuda_kv_row_bytes,
     .kv_format = cuda_kv_format,
     .mem_info = cuda_mem_info,

@@ -50,6 +50,7 @@ typedef struct {
 typedef struct dmodel {
     const q3n_model *m;
     bool experts; /* routed experts uploaded (false: a VRAM tier serves them from slots) */
+    int ordinal;  /* the CUDA device the arena lives on (one upload per model and device) */
     int refs;
     uint8_t *arena;
     size_t arena_bytes;
@@ -59,10 +60,11 @@ typedef struct dmodel {
     struct dmodel *next;
 } dmodel;
 
-/* Upload m (every tensor, or without the routed experts of the decoder layers: experts false,
- * a VRAM tier serves those) or take a reference to its existing upload; NULL with rl_lasterr
- * set on failure. dmodel_put drops the reference (the last one frees the device memory). */
-dmodel *dmodel_get(const q3n_model *m, bool experts, bool verbose);
+/* Upload m to device `ordinal` (every tensor, or without the routed experts of the decoder layers:
+ * experts false, a VRAM tier serves those) or take a reference to its existing upload on that device;
+ * NULL with rl_lasterr set on failure. The device must be current on the calling thread. dmodel_put
+ * drops the reference (the last one frees the device memory; any thread, any current device). */
+dmodel *dmodel_get(const q3n_model *m, bool experts, int ordinal, bool verbose);
 void dmodel_put(dmodel *dm);
 /* Device bytes of m's upload (experts: as dmodel_get), without uploading; 0 on failure. */
 size_t dmodel_bytes(const q3n_model *m, bool experts);

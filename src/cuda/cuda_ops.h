@@ -63,7 +63,9 @@ int cu_dev_smem(cu_dev *d, const void *fn, size_t smem, const char *what);
  * their shape with it). */
 static inline bool cu_dev_fits(const cu_dev *d, size_t smem) { return smem <= d->smem_max; }
 
-/* Device copies of the IQ lookup grids (from quant_tables.c). Idempotent; 0 or -1. */
+/* Device copies of the IQ lookup grids (from quant_tables.c) on the current device, one per device
+ * (a launch reads the copy of its cu_stream's device). Idempotent, thread-safe; 0 or -1. */
+#define CU_MAX_DEVICES 64
 int cu_tables_init(void);
 /* true if the matmul / row-gather kernels decode this ggml type */
 bool cu_type_supported(uint32_t type);

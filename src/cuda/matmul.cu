@@ -107,7 +107,7 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
      * smallest (8 tokens: k_mmq_mma with one token tile per warp, the same bits) the path stays. */
     L.q8 =
         q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8));
-    if (L.q8) L.tb = cu_qtabs_get();
+    if (L.q8) L.tb = cu_qtabs_get(d);
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
     if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on(d, type)) {
         L.xq = (const uint8_t *)ws;

@@ -313,7 +313,7 @@ static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, b
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
     if constexpr (mmq_type(TYPE))
         if (L.q8) return mmq_launch_type<TYPE>(L, gateup, tt);
-    const cu_qtabs &tb = cu_qtabs_get();
+    const cu_qtabs &tb = cu_qtabs_get(L.s.dev);
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) {
         switch (mm_decode_nr(L.s.dev, gateup)) {

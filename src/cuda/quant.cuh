@@ -46,7 +46,7 @@ struct cu_qtabs {
     const int8_t *kvalues;    // IQ4_NL / IQ4_XS codebook
     const int8_t *kvalues_mx; // MXFP4: the E2M1 values doubled (kvalues_mxfp4)
 };
-const cu_qtabs &cu_qtabs_get(); // filled by cu_tables_init (quant.cu)
+const cu_qtabs &cu_qtabs_get(const cu_dev *d); // d's device's copy, made by cu_tables_init (quant.cu)
 
 // Values per block (8 for float types: the unit) and bytes per block.
 template <int T> struct qtraits;
