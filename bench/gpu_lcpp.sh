@@ -38,7 +38,7 @@ T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$S"; }
 RL=build/cuda/redlite
 ARCH="-gencode arch=compute_90,code=sm_90"
-TPROGS="test_cuda_engine test_cuda_verify test_cuda_spec test_cuda_vram test_cuda_rows test_cuda_ops"
+TPROGS="test_cuda_engine test_cuda_verify test_cuda_spec test_cuda_vram test_cuda_rows test_cuda_mgpu test_cuda_ops"
 TESTS=$(for t in $TPROGS; do printf 'build/cuda/tests/%s ' $t; done)
 SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=99K}
 LB=$LCP/build/bin/llama-bench
