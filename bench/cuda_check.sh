@@ -98,7 +98,6 @@ has ops && RL_CUDA_MMQ_RS=0 run ops-mmq-rs0 120 $B/tests/test_cuda_ops # one row
 has ops && RL_CUDA_MMQ_RS=1 run ops-mmq-rs1 120 $B/tests/test_cuda_ops # 2 row sets for 512-column rows (the previous default)
 has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct weight loads (the default stages decode rows in shared memory)
 has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
-has ops && RL_CUDA_DN_SCAN_DEFER=0 run ops-scan-chained 120 $B/tests/test_cuda_ops # the prefill scan with the output reduction on the step's chain
 has ops && RL_CUDA_PDL=0 run ops-pdl0 120 $B/tests/test_cuda_ops # launches without PDL (the default launches with it)
 has ops && RL_CUDA_MERGE_PF=16 run ops-merge-pf16 120 $B/tests/test_cuda_ops # the decode merge 16 partials a batch (default 64)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify

@@ -130,9 +130,7 @@ static int kern_from_env(cu_tuning *k) {
         env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
         env_num("RL_CUDA_MOE_TT", "8|16", &k->moe_tt) || env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
         env_num("RL_CUDA_DECODE_NR", "1|2|4|8", &k->decode_nr) ||
-        env_num("RL_CUDA_MERGE_PF", "16|32|64", &k->merge_pf) ||
-        env_bool("RL_CUDA_DN_SCAN_DEFER", &k->dn_scan_defer) ||
-        env_num("RL_CUDA_DN_BLOCKS", "4|8", &k->dn_blocks) || env_smem(&k->smem_limit))
+        env_num("RL_CUDA_MERGE_PF", "16|32|64", &k->merge_pf) || env_smem(&k->smem_limit))
         return -1;
     i = -1;
     if (env_word("RL_CUDA_MM_STAGE", "0|1|iq", &i)) return -1;

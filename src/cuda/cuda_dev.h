@@ -34,10 +34,8 @@ typedef struct {
     int decode_nr;  /* rows per warp of the float decode GEMV: 1|2|4|8 (RL_CUDA_DECODE_NR, 1) */
     int mm_stage;   /* float GEMV weights staged: 0 none, 1 every type, 2 the IQ types (RL_CUDA_MM_STAGE) */
     int merge_pf;   /* partials in flight of the wide decode merge: 16|32|64 (RL_CUDA_MERGE_PF, 64) */
-    bool dn_scan_defer; /* the prefill scan's output reduction deferred (RL_CUDA_DN_SCAN_DEFER, 1) */
-    int dn_blocks;      /* blocks per head of the split DeltaNet step: 4|8 (RL_CUDA_DN_BLOCKS, 4) */
-    size_t smem_limit;  /* a cap on the device's opt-in shared memory per block, bytes; 0: none
-                           (RL_CUDA_SMEM_LIMIT: forces the portable launch shapes of smaller GPUs) */
+    size_t smem_limit; /* a cap on the device's opt-in shared memory per block, bytes; 0: none
+                          (RL_CUDA_SMEM_LIMIT: forces the portable launch shapes of smaller GPUs) */
 } cu_tuning;
 
 /* The defaults (every switch unset): the measured winners. */
@@ -58,8 +56,6 @@ static inline cu_tuning cu_tuning_default(void) {
     t.decode_nr = 1;
     t.mm_stage = 2;
     t.merge_pf = 64;
-    t.dn_scan_defer = true;
-    t.dn_blocks = 4;
     return t;
 }
 

@@ -17,7 +17,7 @@ static const char *const VARS[] = {
     "RL_CUDA_PDL",       "RL_CUDA_MMQ",        "RL_CUDA_ATTN_PF", "RL_CUDA_MERGE",
     "RL_CUDA_MM_STAGE",  "RL_CUDA_SMEM_LIMIT", "RL_CUDA_FUSE",    "RL_CUDA_DEVICE",
     "RL_CUDA_SMALL_MOE", "RL_VRAM_SLOTS",      "RL_VRAM_FAULT",   "RL_VRAM_PREFETCH",
-    "RL_VRAM_PIN",       "RL_CUDA_DN_BLOCKS",  "RL_CUDA_GRAPHS",  NULL};
+    "RL_VRAM_PIN",       "RL_CUDA_SMALL_TT",   "RL_CUDA_GRAPHS",  NULL};
 
 static void clear(void) {
     for (int i = 0; VARS[i]; i++) unsetenv(VARS[i]);
@@ -57,7 +57,7 @@ static void test_values(void) {
     CHECK(parse1("RL_CUDA_MERGE", "warp", &t) == 0 && !t.merge_wide && !t.merge_scan, "RL_CUDA_MERGE=warp");
     CHECK(parse1("RL_CUDA_MM_STAGE", "0", &t) == 0 && t.k.mm_stage == 0, "RL_CUDA_MM_STAGE=0");
     CHECK(parse1("RL_CUDA_MM_STAGE", "1", &t) == 0 && t.k.mm_stage == 1, "RL_CUDA_MM_STAGE=1");
-    CHECK(parse1("RL_CUDA_DN_BLOCKS", "8", &t) == 0 && t.k.dn_blocks == 8, "RL_CUDA_DN_BLOCKS=8");
+    CHECK(parse1("RL_CUDA_SMALL_TT", "8", &t) == 0 && t.k.small_tt == 8, "RL_CUDA_SMALL_TT=8");
     CHECK(parse1("RL_CUDA_SMEM_LIMIT", "99K", &t) == 0 && t.k.smem_limit == 101376, "99K: %zu",
           t.k.smem_limit);
     CHECK(parse1("RL_CUDA_SMEM_LIMIT", "166912", &t) == 0 && t.k.smem_limit == 166912, "bytes");
