@@ -123,8 +123,7 @@ static int kern_from_env(cu_tuning *k) {
     int i;
     if (env_bool("RL_CUDA_PDL", &k->pdl) || env_num("RL_CUDA_MMQ", "0|1|2", &k->mmq) ||
         env_num("RL_CUDA_MMQ_NR", "1|2", &k->mmq_nr) || env_num("RL_CUDA_MMQ_RS", "0|1|2", &k->mmq_rs) ||
-        env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_num("RL_CUDA_MQL_SPL_K", "1|2", &k->mql_spl_k) ||
-        env_num("RL_CUDA_MQL_SPL_IQ", "1|2", &k->mql_spl_iq) || env_bool("RL_CUDA_MMQ_PF", &k->mmq_pf) ||
+        env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_bool("RL_CUDA_MMQ_PF", &k->mmq_pf) ||
         env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) || env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) ||
         env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) || env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) ||
         env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||

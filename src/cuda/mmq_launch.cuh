@@ -42,30 +42,17 @@ static inline int mmq_vec_rs(const cu_dev *d, int n_in) {
 // One-token launches with a lane per (row, super-block) (k_mmq_lane, mmq_lane.cuh): the default,
 // RL_CUDA_MMQ_LANE=0 keeps k_mmq_vec (same bits). Rows of more than MQL_MAX_NSB super-blocks and the
 // fused tails (RL_CUDA_FUSE) keep k_mmq_vec.
-static inline int mql_spl(const cu_dev *d, uint32_t type, int nsb);
 static inline bool mmq_lane_ok(const cu_dev *d, uint32_t type, int tt, int n_in, size_t row_bytes,
                                bool gateup, bool tail) {
     // (its one-block-per-row-block shape must fit the device; the streamed one is checked at launch)
     return tt == 1 && !tail && n_in / 256 <= MQL_MAX_NSB && d->tune.mmq_lane &&
-           cu_dev_fits(d, mql_smem(row_bytes, n_in / 256, mql_spl(d, type, n_in / 256), gateup, false));
-}
-// Lanes per super-block of k_mmq_lane (1 or 2; tuning, the same bits): RL_CUDA_MQL_SPL_K for the
-// K-quants, RL_CUDA_MQL_SPL_IQ for the IQ types, halved while a row does not fit a warp. Default 1 for
-// both: H200, 12-layer calibrated decode, medians of 3 interleaved rounds, CF2:
-// SPL_IQ 1 / 2 / 4 = 1,032.0 / 1,016.7 / 940.1 tok/s, SPL_K 1 / 2 / 4 = 1,016.7 / 955.7 / 896.3;
-// Q4_K_M: SPL_K 1 / 2 / 4 = 1,125.8 / 1,001.2 / 878.8 (more lanes per super-block only add shuffles
-// and smaller row groups; the IQ lookups' longer chains did not need them). 4 lanes, the slowest
-// everywhere, is no longer built (compile time).
-static inline int mql_spl(const cu_dev *d, uint32_t type, int nsb) {
-    int s = (mmq_iq(type) ? d->tune.mql_spl_iq : d->tune.mql_spl_k) == 2 ? 2 : 1;
-    while (s > 1 && !mql_rpw(nsb, s)) s >>= 1;
-    return s;
+           cu_dev_fits(d, mql_smem(row_bytes, n_in / 256, gateup, false));
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc; lane:
 // k_mmq_lane.
 static inline int mmq_rows_per_block(const cu_dev *d, uint32_t type, bool gateup, int tt, bool small, bool tc,
                                      bool lane, int n_in) {
-    if (lane) return MM_WARPS * mql_rpw(n_in / 256, mql_spl(d, type, n_in / 256));
+    if (lane) return MM_WARPS * mql_rpw(n_in / 256);
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
     if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
     return MM_WARPS * mmq_vec_nr(d) * (tt == 1 ? mmq_vec_rs(d, n_in) : 1);
@@ -103,24 +90,18 @@ static int mmq_go_vec(dim3 grid, const mm_launch &L) {
 }
 // A k_mmq_lane launch; SM (dense one-token launches, RL_CUDA_MMQ_SM as k_mmq_vec's): only the blocks
 // that fit on the GPU at once, each walking the row blocks.
-template <int TYPE, bool GU, bool SM, int SPL> static int mql_go(dim3 grid, const mm_launch &L) {
-    auto kern = k_mmq_lane<TYPE, GU, SM, SPL>;
-    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, SPL, GU, SM);
+template <int TYPE, bool GU, bool SM> static int mql_go(dim3 grid, const mm_launch &L) {
+    auto kern = k_mmq_lane<TYPE, GU, SM>;
+    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, GU, SM);
     return mmq_go_fit(kern, grid, L, sm, SM, "k_mmq_lane");
 }
 static inline bool mmq_vec_sm(const cu_dev *d);
-template <int TYPE, int SPL> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
+template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
     // streamed where its two slices per warp fit the device (else one block per row block: same bits)
     if (mmq_vec_sm(L.s.dev) && !L.grouped && L.T == 1 &&
-        cu_dev_fits(L.s.dev, mql_smem(L.seg[0].row_bytes, L.n_in / 256, SPL, gateup, true)))
-        return gateup ? mql_go<TYPE, true, true, SPL>(grid, L) : mql_go<TYPE, false, true, SPL>(grid, L);
-    return gateup ? mql_go<TYPE, true, false, SPL>(grid, L) : mql_go<TYPE, false, false, SPL>(grid, L);
-}
-template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
-    switch (mql_spl(L.s.dev, TYPE, L.n_in / 256)) {
-    case 2: return mql_launch<TYPE, 2>(grid, L, gateup);
-    default: return mql_launch<TYPE, 1>(grid, L, gateup);
-    }
+        cu_dev_fits(L.s.dev, mql_smem(L.seg[0].row_bytes, L.n_in / 256, gateup, true)))
+        return gateup ? mql_go<TYPE, true, true>(grid, L) : mql_go<TYPE, false, true>(grid, L);
+    return gateup ? mql_go<TYPE, true, false>(grid, L) : mql_go<TYPE, false, false>(grid, L);
 }
 // Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
 static inline bool mmq_vec_pf(const cu_dev *d) { return d->tune.mmq_pf; }
