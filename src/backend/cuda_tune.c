@@ -122,12 +122,10 @@ static int env_fuse(int *out) {
 static int kern_from_env(cu_tuning *k) {
     int i;
     if (env_bool("RL_CUDA_PDL", &k->pdl) || env_num("RL_CUDA_MMQ", "0|1|2", &k->mmq) ||
-        env_num("RL_CUDA_MMQ_NR", "1|2", &k->mmq_nr) || env_num("RL_CUDA_MMQ_RS", "0|1|2", &k->mmq_rs) ||
-        env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_bool("RL_CUDA_MMQ_PF", &k->mmq_pf) ||
-        env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) || env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) ||
-        env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) || env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) ||
-        env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
-        env_num("RL_CUDA_MOE_TT", "8|16", &k->moe_tt) || env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
+        env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) ||
+        env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) || env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) ||
+        env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) || env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
+        env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
         env_num("RL_CUDA_DECODE_NR", "1|2|4|8", &k->decode_nr) ||
         env_num("RL_CUDA_MERGE_PF", "16|32|64", &k->merge_pf) || env_smem(&k->smem_limit))
         return -1;

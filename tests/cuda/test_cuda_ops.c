@@ -870,7 +870,7 @@ int main(void) {
         test_matmul(KQ[i], 63, 0);       /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256); /* 9: two full groups of four and one */
         test_matmul(KQ[i], 63,
-                    512); /* 2 and 1 (the expert down rows; 4 row sets, RL_CUDA_MMQ_RS=1: 2 and 4) */
+                    512); /* 2 and 1 (the expert down rows; 4 row sets) */
         test_matmul(KQ[i], 63, 256);
     }
     for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
