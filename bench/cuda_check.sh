@@ -29,7 +29,7 @@
 #     vcost     redlite synth --preset cf2 --mtp -> $CF2M, then verify-check --timing (K-row verify vs one
 #               step at full size) and generate --spec none|mtp on it
 #     tune      on $CF2M: the MTP head's call times (test_cuda_verify MODEL), and verify-check --timing under
-#               each small-batch tuning knob (RL_CUDA_SMALL_TT, RL_CUDA_SMALL_MOE, RL_CUDA_DECODE_NR, no graphs)
+#               each small-batch tuning knob (RL_CUDA_SMALL_TT, RL_CUDA_SMALL_MOE, no graphs)
 #     default   redlite bench --backend cuda on models/default.gguf (the trained default model)
 #     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
 #     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
@@ -42,7 +42,7 @@
 #               with --vram-miss auto (the full comparison with llama.cpp: bench/vram_bench.sh)
 #     decodeab  decode A/B on $CF2 (synth it first; `synth` with SYNTH_ROUTING=calibrated for the issue-15
 #               figures): redlite bench --json, decode 128 x 3 after 8 warm-up, under RL_CUDA_MM_STAGE /
-#               RL_CUDA_FUSE / RL_CUDA_DECODE_NR settings (the old kernels first: "before"); tok/s, ms/token
+#               RL_CUDA_FUSE settings (the old kernels first: "before"); tok/s, ms/token
 #               and the decode graph's node count per setting into the summary, the JSON lines in decodeab.jsonl
 #     profab    Nsight Compute per-kernel time of 2 decode tokens (graphs off) on $CF2, before (RL_CUDA_MM_STAGE=0
 #               RL_CUDA_FUSE=0) and after (defaults): prof_before.txt, prof_after.txt (bench/cuda_profile.sh)
@@ -162,7 +162,7 @@ if has bench; then
 fi
 if has decodeab; then
     for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
-        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"
@@ -245,7 +245,7 @@ if has tune; then # the MTP call cost, and the verify cost under the small-batch
     CF2M=${CF2M:-/tmp/cf2m.gguf}
     [ -s "$CF2M" ] || run synth_mtp 200 $B/redlite synth --preset cf2 --mtp -o "$CF2M" --quiet
     run mtp-cost 120 $B/tests/test_cuda_verify "$CF2M"
-    for v in "" RL_CUDA_SMALL_TT=4 RL_CUDA_SMALL_MOE=4 RL_CUDA_DECODE_NR=2 RL_CUDA_GRAPHS=0; do
+    for v in "" RL_CUDA_SMALL_TT=4 RL_CUDA_SMALL_MOE=4 RL_CUDA_GRAPHS=0; do
         name=tune-${v:-default}
         timeout 60 env $v $B/redlite verify-check -m "$CF2M" --backend cuda -n 24 --draft 8 --timing 8 --json \
             >"$LOGS/$name.json" 2>&1

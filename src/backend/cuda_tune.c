@@ -126,7 +126,6 @@ static int kern_from_env(cu_tuning *k) {
         env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) || env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) ||
         env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) || env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
         env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
-        env_num("RL_CUDA_DECODE_NR", "1|2|4|8", &k->decode_nr) ||
         env_num("RL_CUDA_MERGE_PF", "16|32|64", &k->merge_pf) || env_smem(&k->smem_limit))
         return -1;
     i = -1;

@@ -25,7 +25,6 @@ typedef struct {
     bool mmq_tc;   /* the staged prefill tiles k_mmq_tc (RL_CUDA_MMQ_TC, 1) */
     int mmq_tc_tt; /* tokens of a dense staged tile: 16|32 (RL_CUDA_MMQ_TC_TT, 32) */
     int small_tt;  /* largest token tile of a small dense batch: 2|4|8 (RL_CUDA_SMALL_TT, 4) */
-    int decode_nr; /* rows per warp of the float decode GEMV: 1|2|4|8 (RL_CUDA_DECODE_NR, 1) */
     int mm_stage;  /* float GEMV weights staged: 0 none, 1 every type, 2 the IQ types (RL_CUDA_MM_STAGE) */
     int merge_pf;  /* partials in flight of the wide decode merge: 16|32|64 (RL_CUDA_MERGE_PF, 64) */
     size_t smem_limit; /* a cap on the device's opt-in shared memory per block, bytes; 0: none
@@ -43,7 +42,6 @@ static inline cu_tuning cu_tuning_default(void) {
     t.mmq_tc = true;
     t.mmq_tc_tt = 32;
     t.small_tt = 4;
-    t.decode_nr = 1;
     t.mm_stage = 2;
     t.merge_pf = 64;
     return t;
