@@ -95,13 +95,11 @@ has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct weight loads (the default stages decode rows in shared memory)
 has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
 has ops && RL_CUDA_PDL=0 run ops-pdl0 120 $B/tests/test_cuda_ops # launches without PDL (the default launches with it)
-has ops && RL_CUDA_MERGE_PF=16 run ops-merge-pf16 120 $B/tests/test_cuda_ops # the decode merge 16 partials a batch (default 64)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_ATTN_DB=0 RL_CUDA_PDL=0 run engine-db0-pdl0 120 $B/tests/test_cuda_engine # one staged K/V slice, no PDL
-has engine && RL_CUDA_MERGE=scan run engine-merge-scan 120 $B/tests/test_cuda_engine # the decode merge's factors made in parallel
 if has kquant; then # the integer K-quant path end to end: two small synthetic K-quant models, NR 2 and 1
     V=tests/fixtures/qwen3-vocab.gguf
     $B/redlite synth --preset tiny --vocab $V -o /tmp/t_cf2.gguf --quiet
@@ -162,7 +160,7 @@ if has bench; then
 fi
 if has decodeab; then
     for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
-        "RL_CUDA_DEFAULTS=1" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"

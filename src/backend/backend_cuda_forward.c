@@ -193,9 +193,7 @@ static cu_attn_dims attn_dims(const backend_ctx *c, int il) {
                           .prefill_tiled = c->attn_pf_tiled,
                           .rope_delta = il >= hp->n_layer,
                           .tc = c->attn_tc,
-                          .split_db = c->attn_db,
-                          .merge_wide = c->merge_wide,
-                          .merge_scan = c->merge_scan};
+                          .split_db = c->attn_db};
 }
 
 static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,

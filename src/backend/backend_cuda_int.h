@@ -80,8 +80,6 @@ struct backend_ctx {
     bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;        /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
     bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
-    bool merge_wide;     /* the decode attention merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
-    bool merge_scan;     /* ... with its factors made in parallel (RL_CUDA_MERGE=scan; not yet the default) */
     size_t mem_total, mem_free0, mem_free1,
         mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;

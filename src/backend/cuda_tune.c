@@ -16,7 +16,6 @@ cuda_tune cuda_tune_default(void) {
                        .attn_pf_tiled = true,
                        .attn_tc = true,
                        .attn_db = true,
-                       .merge_wide = true,
                        .small_moe = 16, /* CU_SMALL_T (cuda_ops.h) */
                        .dn_split = true,
                        .shg_side = true,
@@ -125,8 +124,7 @@ static int kern_from_env(cu_tuning *k) {
         env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) ||
         env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) || env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) ||
         env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) || env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
-        env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
-        env_num("RL_CUDA_MERGE_PF", "16|32|64", &k->merge_pf) || env_smem(&k->smem_limit))
+        env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) || env_smem(&k->smem_limit))
         return -1;
     i = -1;
     if (env_word("RL_CUDA_MM_STAGE", "0|1|iq", &i)) return -1;
@@ -160,12 +158,6 @@ int cuda_tune_from_env(cuda_tune *t) {
     if (i >= 0) {
         t->attn_pf_tiled = i == 0;
         t->attn_pf_staged = i != 2;
-    }
-    i = -1;
-    if (env_word("RL_CUDA_MERGE", "wide|warp|scan", &i)) return -1;
-    if (i >= 0) {
-        t->merge_wide = i != 1;
-        t->merge_scan = i == 2;
     }
     i = -1;
     if (env_word("RL_VRAM_PIN", "0|1", &i)) return -1;

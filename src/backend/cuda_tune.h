@@ -27,8 +27,6 @@ typedef struct {
     bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;        /* attention on tensor cores where it applies (RL_CUDA_ATTN_TC=0: off) */
     bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
-    bool merge_wide;     /* the decode merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
-    bool merge_scan;     /* ... with its factors made in parallel (RL_CUDA_MERGE=scan) */
     int fuse;            /* FUSE_* (RL_CUDA_FUSE=0|all|combine,norm,router) */
     int small_moe;       /* verify batches of up to N rows: MoE per (row, expert) pair (RL_CUDA_SMALL_MOE) */
     bool dn_split;       /* the decode DeltaNet step over 4 blocks per head (RL_CUDA_DN_SPLIT=0: one) */

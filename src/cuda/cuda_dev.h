@@ -26,7 +26,6 @@ typedef struct {
     int mmq_tc_tt; /* tokens of a dense staged tile: 16|32 (RL_CUDA_MMQ_TC_TT, 32) */
     int small_tt;  /* largest token tile of a small dense batch: 2|4|8 (RL_CUDA_SMALL_TT, 4) */
     int mm_stage;  /* float GEMV weights staged: 0 none, 1 every type, 2 the IQ types (RL_CUDA_MM_STAGE) */
-    int merge_pf;  /* partials in flight of the wide decode merge: 16|32|64 (RL_CUDA_MERGE_PF, 64) */
     size_t smem_limit; /* a cap on the device's opt-in shared memory per block, bytes; 0: none
                           (RL_CUDA_SMEM_LIMIT: forces the portable launch shapes of smaller GPUs) */
 } cu_tuning;
@@ -43,7 +42,6 @@ static inline cu_tuning cu_tuning_default(void) {
     t.mmq_tc_tt = 32;
     t.small_tt = 4;
     t.mm_stage = 2;
-    t.merge_pf = 64;
     return t;
 }
 

@@ -215,10 +215,6 @@ typedef struct {
                             (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
     bool prefill_tiled;  /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
                             RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
-    bool merge_wide;     /* decode: the partials merged by a thread per output dim (the default;
-                            RL_CUDA_MERGE=warp: a warp per (row, head)); same bits */
-    bool merge_scan;     /* decode: the wide merge with the factors of a batch of partials made in
-                            parallel (RL_CUDA_MERGE=scan; not yet run on a GPU); same bits */
     bool tc;             /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
                             accumulation; its own numerics, shared by all three, so their rows stay
                             bit-identical); needs kv_f16 and H / Hkv <= 16 */

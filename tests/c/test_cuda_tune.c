@@ -2,7 +2,7 @@
  * runs without a GPU):
  *   - unset (or empty) variables give the defaults, the measured winners (cu_tuning_default);
  *   - each kind of value lands in its field: switches (0/1/on/off), choices (RL_CUDA_ATTN_PF=staged,
- *     RL_CUDA_MERGE=scan, RL_CUDA_MM_STAGE=iq|1|0), numbers, the RL_CUDA_FUSE list, the shared
+ *     RL_CUDA_ATTN=per-warp, RL_CUDA_MM_STAGE=iq|1|0), numbers, the RL_CUDA_FUSE list, the shared
  *     memory cap with its K suffix, the RL_VRAM_* test hooks;
  *   - a bad value is refused with one line naming the variable, the value and what it takes. */
 #include <stdio.h>
@@ -14,7 +14,7 @@
 #include "base/common.h"
 
 static const char *const VARS[] = {
-    "RL_CUDA_PDL",       "RL_CUDA_MMQ",        "RL_CUDA_ATTN_PF", "RL_CUDA_MERGE",
+    "RL_CUDA_PDL",       "RL_CUDA_MMQ",        "RL_CUDA_ATTN_PF", "RL_CUDA_ATTN",
     "RL_CUDA_MM_STAGE",  "RL_CUDA_SMEM_LIMIT", "RL_CUDA_FUSE",    "RL_CUDA_DEVICE",
     "RL_CUDA_SMALL_MOE", "RL_VRAM_SLOTS",      "RL_VRAM_FAULT",   "RL_VRAM_PREFETCH",
     "RL_VRAM_PIN",       "RL_CUDA_SMALL_TT",   "RL_CUDA_GRAPHS",  NULL};
@@ -53,8 +53,7 @@ static void test_values(void) {
     CHECK(parse1("RL_CUDA_ATTN_PF", "staged", &t) == 0 && !t.attn_pf_tiled && t.attn_pf_staged, "staged");
     CHECK(parse1("RL_CUDA_ATTN_PF", "unstaged", &t) == 0 && !t.attn_pf_tiled && !t.attn_pf_staged,
           "unstaged");
-    CHECK(parse1("RL_CUDA_MERGE", "scan", &t) == 0 && t.merge_wide && t.merge_scan, "RL_CUDA_MERGE=scan");
-    CHECK(parse1("RL_CUDA_MERGE", "warp", &t) == 0 && !t.merge_wide && !t.merge_scan, "RL_CUDA_MERGE=warp");
+    CHECK(parse1("RL_CUDA_ATTN", "per-warp", &t) == 0 && t.attn_per_warp, "RL_CUDA_ATTN=per-warp");
     CHECK(parse1("RL_CUDA_MM_STAGE", "0", &t) == 0 && t.k.mm_stage == 0, "RL_CUDA_MM_STAGE=0");
     CHECK(parse1("RL_CUDA_MM_STAGE", "1", &t) == 0 && t.k.mm_stage == 1, "RL_CUDA_MM_STAGE=1");
     CHECK(parse1("RL_CUDA_SMALL_TT", "8", &t) == 0 && t.k.small_tt == 8, "RL_CUDA_SMALL_TT=8");
