@@ -135,9 +135,6 @@ struct backend_ctx {
     int fuse;
     unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
     bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */
-    bool dn_fork;  /* decode: the DeltaNet ba projection on st2 beside the qkv/z launch (RL_CUDA_DN_FORK=1) */
-    bool shg_side; /* the shared-expert gate made on st2 after the shared expert (shg: [T]) instead of in
-                      every combine block (RL_CUDA_SHG=0: in the combine); same bits */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
 

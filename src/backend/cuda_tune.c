@@ -18,7 +18,6 @@ cuda_tune cuda_tune_default(void) {
                        .attn_db = true,
                        .small_moe = 16, /* CU_SMALL_T (cuda_ops.h) */
                        .dn_split = true,
-                       .shg_side = true,
                        .vram_pin = -1,
                        .vram_prefetch = true,
                        .vram_overlap = true};
@@ -140,7 +139,6 @@ int cuda_tune_from_env(cuda_tune *t) {
         env_bool("RL_CUDA_ROWS", &t->rows) || env_bool("RL_CUDA_ATTN_TC", &t->attn_tc) ||
         env_bool("RL_CUDA_ATTN_DB", &t->attn_db) || env_fuse(&t->fuse) ||
         env_int("RL_CUDA_SMALL_MOE", 1, 16, &t->small_moe) || env_bool("RL_CUDA_DN_SPLIT", &t->dn_split) ||
-        env_bool("RL_CUDA_DN_FORK", &t->dn_fork) || env_bool("RL_CUDA_SHG", &t->shg_side) ||
         env_int("RL_VRAM_SLOTS", 1, 1 << 20, &t->vram_slots) ||
         env_bool("RL_VRAM_PREFETCH", &t->vram_prefetch) || env_bool("RL_VRAM_OVERLAP", &t->vram_overlap))
         return -1;
