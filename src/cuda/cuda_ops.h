@@ -127,7 +127,7 @@ int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float
               const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cu_stream s);
 size_t cu_matmul_ws_bytes(int n_in, int rows);
 /* Pairs per tile the grouped prefill launches of weight type `type` take on d (the MoE plan's tt): 2 * CU_TT
- * where the staged integer tiles run them (RL_CUDA_MOE_TT=8: CU_TT), else CU_TT. cu_matmul accepts
+ * where the staged integer tiles run them, else CU_TT. cu_matmul accepts
  * 2 * CU_TT only for such launches (with a scratch). */
 int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
 
