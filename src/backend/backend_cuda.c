@@ -20,10 +20,9 @@
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
  * RL_CUDA_DN_SPLIT=0 (the decode DeltaNet step of a value head in one block; the default spreads
- * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200), RL_CUDA_MERGE=warp (the
- * previous decode attention merge, a warp per (row, head); the default is a thread per dim, same bits:
- * 12-layer decode at 32K depth +1-2 % on the H200; docs/TUNING.md), RL_CUDA_VERBOSE=1 (upload time and memory
- * on stderr), RL_CUDA_DEVICE=N; tuning of the small-batch (verify) shapes, same bits whatever the value:
+ * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200; docs/TUNING.md),
+ * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the small-batch
+ * (verify) shapes, same bits whatever the value:
  * RL_CUDA_SMALL_MOE=N (batches of up to N rows run the MoE as one tile per (row, expert) pair, larger ones
  * grouped by expert; 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
  * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md. Decode kernels, same bits
@@ -308,12 +307,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->attn_pf_tiled = tune.attn_pf_tiled;
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
     c->attn_tc = tune.attn_tc && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
-    c->merge_wide = tune.merge_wide;
-    c->merge_scan = tune.merge_scan;
     c->attn_db = tune.attn_db;
     c->dn_split = tune.dn_split;
-    c->dn_fork = tune.dn_fork;
-    c->shg_side = tune.shg_side;
     c->fuse = tune.fuse;
     c->small_moe = tune.small_moe < 1 || tune.small_moe > CU_SMALL_T ? CU_SMALL_T : tune.small_moe;
     size_t mfree = 0;

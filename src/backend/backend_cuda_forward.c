@@ -123,18 +123,7 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     const int ldy[4] = {C, inner, hv2, hv2};
     const int epi[4] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
     const int n_w = split ? 4 : 3;
-    if (fused && c->dn_fork && W[2]->type != L->wqkv.type) {
-        /* the ba projection (its own launch: another type) on the second stream, beside the qkv/z
-         * launch, joined before the step: the same launches, so the same bits (opt-in, not yet
-         * measured: RL_CUDA_DN_FORK=1) */
-        TRY(side_fork(c));
-        TRY(mm_run(c, W + 2, Y + 2, ldy + 2, epi + 2, n_w - 2, c->xn, D, T, NULL, c->st2));
-        TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
-        TRY(mm_run(c, W, Y, ldy, epi, 2, c->xn, D, T, &cv, c->st));
-        TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
-    } else {
-        TRY(mm_run(c, W, Y, ldy, epi, n_w, c->xn, D, T, &cv, c->st));
-    }
+    TRY(mm_run(c, W, Y, ldy, epi, n_w, c->xn, D, T, &cv, c->st));
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL,
@@ -193,9 +182,7 @@ static cu_attn_dims attn_dims(const backend_ctx *c, int il) {
                           .prefill_tiled = c->attn_pf_tiled,
                           .rope_delta = il >= hp->n_layer,
                           .tc = c->attn_tc,
-                          .split_db = c->attn_db,
-                          .merge_wide = c->merge_wide,
-                          .merge_scan = c->merge_scan};
+                          .split_db = c->attn_db};
 }
 
 static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,
@@ -321,7 +308,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
     const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
-    const bool shg = has_sh && L->sh_gate && c->shg_side;
+    const bool shg = has_sh && L->sh_gate;
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type)
             return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);

@@ -82,8 +82,6 @@ struct backend_ctx {
     bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;        /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
     bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
-    bool merge_wide;     /* the decode attention merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
-    bool merge_scan;     /* ... with its factors made in parallel (RL_CUDA_MERGE=scan; not yet the default) */
     size_t mem_total, mem_free0, mem_free1,
         mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
@@ -139,9 +137,6 @@ struct backend_ctx {
     int fuse;
     unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
     bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */
-    bool dn_fork;  /* decode: the DeltaNet ba projection on st2 beside the qkv/z launch (RL_CUDA_DN_FORK=1) */
-    bool shg_side; /* the shared-expert gate made on st2 after the shared expert (shg: [T]) instead of in
-                      every combine block (RL_CUDA_SHG=0: in the combine); same bits */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
 };
 

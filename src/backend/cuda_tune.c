@@ -16,10 +16,8 @@ cuda_tune cuda_tune_default(void) {
                        .attn_pf_tiled = true,
                        .attn_tc = true,
                        .attn_db = true,
-                       .merge_wide = true,
                        .small_moe = 16, /* CU_SMALL_T (cuda_ops.h) */
                        .dn_split = true,
-                       .shg_side = true,
                        .vram_pin = -1,
                        .vram_prefetch = true,
                        .vram_overlap = true};
@@ -122,17 +120,10 @@ static int env_fuse(int *out) {
 static int kern_from_env(cu_tuning *k) {
     int i;
     if (env_bool("RL_CUDA_PDL", &k->pdl) || env_num("RL_CUDA_MMQ", "0|1|2", &k->mmq) ||
-        env_num("RL_CUDA_MMQ_NR", "1|2", &k->mmq_nr) || env_num("RL_CUDA_MMQ_RS", "0|1|2", &k->mmq_rs) ||
-        env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_num("RL_CUDA_MQL_SPL_K", "1|2", &k->mql_spl_k) ||
-        env_num("RL_CUDA_MQL_SPL_IQ", "1|2", &k->mql_spl_iq) || env_bool("RL_CUDA_MMQ_PF", &k->mmq_pf) ||
-        env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) || env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) ||
-        env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) || env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) ||
-        env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
-        env_num("RL_CUDA_MOE_TT", "8|16", &k->moe_tt) || env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
-        env_num("RL_CUDA_DECODE_NR", "1|2|4|8", &k->decode_nr) ||
-        env_num("RL_CUDA_MERGE_PF", "16|32|64", &k->merge_pf) ||
-        env_bool("RL_CUDA_DN_SCAN_DEFER", &k->dn_scan_defer) ||
-        env_num("RL_CUDA_DN_BLOCKS", "4|8", &k->dn_blocks) || env_smem(&k->smem_limit))
+        env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) ||
+        env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) || env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) ||
+        env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) || env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
+        env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) || env_smem(&k->smem_limit))
         return -1;
     i = -1;
     if (env_word("RL_CUDA_MM_STAGE", "0|1|iq", &i)) return -1;
@@ -148,7 +139,6 @@ int cuda_tune_from_env(cuda_tune *t) {
         env_bool("RL_CUDA_ROWS", &t->rows) || env_bool("RL_CUDA_ATTN_TC", &t->attn_tc) ||
         env_bool("RL_CUDA_ATTN_DB", &t->attn_db) || env_fuse(&t->fuse) ||
         env_int("RL_CUDA_SMALL_MOE", 1, 16, &t->small_moe) || env_bool("RL_CUDA_DN_SPLIT", &t->dn_split) ||
-        env_bool("RL_CUDA_DN_FORK", &t->dn_fork) || env_bool("RL_CUDA_SHG", &t->shg_side) ||
         env_int("RL_VRAM_SLOTS", 1, 1 << 20, &t->vram_slots) ||
         env_bool("RL_VRAM_PREFETCH", &t->vram_prefetch) || env_bool("RL_VRAM_OVERLAP", &t->vram_overlap))
         return -1;
@@ -174,12 +164,6 @@ int cuda_tune_from_env(cuda_tune *t) {
     if (i >= 0) {
         t->attn_pf_tiled = i == 0;
         t->attn_pf_staged = i != 2;
-    }
-    i = -1;
-    if (env_word("RL_CUDA_MERGE", "wide|warp|scan", &i)) return -1;
-    if (i >= 0) {
-        t->merge_wide = i != 1;
-        t->merge_scan = i == 2;
     }
     i = -1;
     if (env_word("RL_VRAM_PIN", "0|1", &i)) return -1;

@@ -27,13 +27,9 @@ typedef struct {
     bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;        /* attention on tensor cores where it applies (RL_CUDA_ATTN_TC=0: off) */
     bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
-    bool merge_wide;     /* the decode merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
-    bool merge_scan;     /* ... with its factors made in parallel (RL_CUDA_MERGE=scan) */
     int fuse;            /* FUSE_* (RL_CUDA_FUSE=0|all|combine,norm,router) */
     int small_moe;       /* verify batches of up to N rows: MoE per (row, expert) pair (RL_CUDA_SMALL_MOE) */
     bool dn_split;       /* the decode DeltaNet step over 4 blocks per head (RL_CUDA_DN_SPLIT=0: one) */
-    bool dn_fork;        /* the DeltaNet ba projection on the second stream (RL_CUDA_DN_FORK=1) */
-    bool shg_side;       /* the shared-expert gate on the side stream (RL_CUDA_SHG=0: in the combine) */
     int vram_pin;        /* RL_VRAM_PIN=0|1, the older alias of --vram-pin; -1: unset */
     int vram_slots;      /* RL_VRAM_SLOTS=N: N expert slots per layer whatever the budget; 0: the plan's */
     bool vram_prefetch;  /* the tier's pre-gated prefetch (RL_VRAM_PREFETCH=0: off) */

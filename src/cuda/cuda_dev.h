@@ -16,28 +16,18 @@
 /* The kernels' tuning switches (the environment variable of each in brackets; docs/TUNING.md has the
  * measurements). Every value gives the same bits except `mmq` (another arithmetic). */
 typedef struct {
-    bool pdl;       /* programmatic dependent launch where the device has it (RL_CUDA_PDL, 1) */
-    int mmq;        /* the integer path: 0 off, 1 K-quants, 2 also IQ2_XXS/IQ2_XS/IQ1_M (RL_CUDA_MMQ, 2) */
-    int mmq_nr;     /* output rows per warp of k_mmq_vec: 1|2 (RL_CUDA_MMQ_NR, 2) */
-    int mmq_rs;     /* row sets of one-token k_mmq_vec: 0|1|2 (RL_CUDA_MMQ_RS, 2) */
-    bool mmq_lane;  /* one-token integer launches on k_mmq_lane (RL_CUDA_MMQ_LANE, 1) */
-    int mql_spl_k;  /* lanes per super-block of k_mmq_lane, K-quants: 1|2 (RL_CUDA_MQL_SPL_K, 1) */
-    int mql_spl_iq; /* the same for the IQ types (RL_CUDA_MQL_SPL_IQ, 1) */
-    bool mmq_pf;    /* decode GEMVs load the next step's weights first (RL_CUDA_MMQ_PF, 0) */
-    bool mmq_st;    /* decode GEMV weights staged in shared memory (RL_CUDA_MMQ_ST, 1) */
-    bool mmq_sm;    /* dense one-token launches streamed (RL_CUDA_MMQ_SM, 1) */
-    int mmq_nt;     /* token tiles per warp of k_mmq_mma: 1|2 (RL_CUDA_MMQ_NT, 2) */
-    bool mmq_tc;    /* the staged prefill tiles k_mmq_tc (RL_CUDA_MMQ_TC, 1) */
-    int mmq_tc_tt;  /* tokens of a dense staged tile: 16|32 (RL_CUDA_MMQ_TC_TT, 32) */
-    int moe_tt;     /* pairs per MoE plan tile of the staged integer tiles: 8|16 (RL_CUDA_MOE_TT, 16) */
-    int small_tt;   /* largest token tile of a small dense batch: 2|4|8 (RL_CUDA_SMALL_TT, 4) */
-    int decode_nr;  /* rows per warp of the float decode GEMV: 1|2|4|8 (RL_CUDA_DECODE_NR, 1) */
-    int mm_stage;   /* float GEMV weights staged: 0 none, 1 every type, 2 the IQ types (RL_CUDA_MM_STAGE) */
-    int merge_pf;   /* partials in flight of the wide decode merge: 16|32|64 (RL_CUDA_MERGE_PF, 64) */
-    bool dn_scan_defer; /* the prefill scan's output reduction deferred (RL_CUDA_DN_SCAN_DEFER, 1) */
-    int dn_blocks;      /* blocks per head of the split DeltaNet step: 4|8 (RL_CUDA_DN_BLOCKS, 4) */
-    size_t smem_limit;  /* a cap on the device's opt-in shared memory per block, bytes; 0: none
-                           (RL_CUDA_SMEM_LIMIT: forces the portable launch shapes of smaller GPUs) */
+    bool pdl;      /* programmatic dependent launch where the device has it (RL_CUDA_PDL, 1) */
+    int mmq;       /* the integer path: 0 off, 1 K-quants, 2 also IQ2_XXS/IQ2_XS/IQ1_M (RL_CUDA_MMQ, 2) */
+    bool mmq_lane; /* one-token integer launches on k_mmq_lane (RL_CUDA_MMQ_LANE, 1) */
+    bool mmq_st;   /* decode GEMV weights staged in shared memory (RL_CUDA_MMQ_ST, 1) */
+    bool mmq_sm;   /* dense one-token launches streamed (RL_CUDA_MMQ_SM, 1) */
+    int mmq_nt;    /* token tiles per warp of k_mmq_mma: 1|2 (RL_CUDA_MMQ_NT, 2) */
+    bool mmq_tc;   /* the staged prefill tiles k_mmq_tc (RL_CUDA_MMQ_TC, 1) */
+    int mmq_tc_tt; /* tokens of a dense staged tile: 16|32 (RL_CUDA_MMQ_TC_TT, 32) */
+    int small_tt;  /* largest token tile of a small dense batch: 2|4|8 (RL_CUDA_SMALL_TT, 4) */
+    int mm_stage;  /* float GEMV weights staged: 0 none, 1 every type, 2 the IQ types (RL_CUDA_MM_STAGE) */
+    size_t smem_limit; /* a cap on the device's opt-in shared memory per block, bytes; 0: none
+                          (RL_CUDA_SMEM_LIMIT: forces the portable launch shapes of smaller GPUs) */
 } cu_tuning;
 
 /* The defaults (every switch unset): the measured winners. */
@@ -45,21 +35,13 @@ static inline cu_tuning cu_tuning_default(void) {
     cu_tuning t = {0};
     t.pdl = true;
     t.mmq = 2;
-    t.mmq_nr = 2;
-    t.mmq_rs = 2;
     t.mmq_lane = true;
-    t.mql_spl_k = t.mql_spl_iq = 1;
     t.mmq_st = t.mmq_sm = true;
     t.mmq_nt = 2;
     t.mmq_tc = true;
     t.mmq_tc_tt = 32;
-    t.moe_tt = 16;
     t.small_tt = 4;
-    t.decode_nr = 1;
     t.mm_stage = 2;
-    t.merge_pf = 64;
-    t.dn_scan_defer = true;
-    t.dn_blocks = 4;
     return t;
 }
 

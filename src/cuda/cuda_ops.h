@@ -129,7 +129,7 @@ int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float
               const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cu_stream s);
 size_t cu_matmul_ws_bytes(int n_in, int rows);
 /* Pairs per tile the grouped prefill launches of weight type `type` take on d (the MoE plan's tt): 2 * CU_TT
- * where the staged integer tiles run them (RL_CUDA_MOE_TT=8: CU_TT), else CU_TT. cu_matmul accepts
+ * where the staged integer tiles run them, else CU_TT. cu_matmul accepts
  * 2 * CU_TT only for such launches (with a scratch). */
 int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
 
@@ -217,10 +217,6 @@ typedef struct {
                             (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
     bool prefill_tiled;  /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
                             RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
-    bool merge_wide;     /* decode: the partials merged by a thread per output dim (the default;
-                            RL_CUDA_MERGE=warp: a warp per (row, head)); same bits */
-    bool merge_scan;     /* decode: the wide merge with the factors of a batch of partials made in
-                            parallel (RL_CUDA_MERGE=scan; not yet run on a GPU); same bits */
     bool tc;             /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
                             accumulation; its own numerics, shared by all three, so their rows stay
                             bit-identical); needs kv_f16 and H / Hkv <= 16 */

@@ -49,12 +49,10 @@ static bool q8_type(const cu_dev *d, uint32_t type) {
 static bool mmq_tc_on(const cu_dev *d, uint32_t type) { return d->tune.mmq_tc && mmq_tc_fits(d, type); }
 
 // Pairs per tile of the grouped prefill launches of `type` (the MoE plan's tile size): 2 * CU_TT
-// where the staged integer tiles run them (RL_CUDA_MOE_TT=8 keeps CU_TT: tuning, same bits; H200,
-// 12-layer Q4_K_M prompt 2048: 16 pairs 1.10x, 8192 1.06x; bench/results/2026-12-02-cuda-iq-h200.md),
-// else CU_TT.
+// where the staged integer tiles run them (same bits as CU_TT; H200, 12-layer Q4_K_M prompt 2048: 16
+// pairs 1.10x, 8192 1.06x; bench/results/2026-12-02-cuda-iq-h200.md), else CU_TT.
 extern "C" int cu_matmul_group_tt(const cu_dev *d, uint32_t type) {
-    const int want = d->tune.moe_tt == CU_TT ? CU_TT : 2 * CU_TT;
-    return q8_type(d, type) && mmq_tc_on(d, type) ? want : CU_TT;
+    return q8_type(d, type) && mmq_tc_on(d, type) ? 2 * CU_TT : CU_TT;
 }
 
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {

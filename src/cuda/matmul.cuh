@@ -246,15 +246,6 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
 
-// Rows per warp of the decode GEMV (TT = 1): 1 (gate/up launches, which pair a gate and an up row,
-// 2), or RL_CUDA_DECODE_NR=2|4|8. Any NR gives the same bits (the batch-invariance rule above).
-// H200, cf2 decode (unstaged): NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound
-// and more, smaller warps keep more loads in flight than more rows per warp.
-static inline int mm_decode_nr(const cu_dev *d, bool gateup) {
-    const int v = d->tune.decode_nr, nr = (v == 2 || v == 4 || v == 8) ? v : 1;
-    return gateup && nr == 1 ? 2 : nr;
-}
-
 // Staged weights (mm_body's ST) for decode and small-batch launches, RL_CUDA_MM_STAGE: "iq" (the
 // default: the IQ types, whose grid lookups lengthen the per-unit load chain), "1" every type, "0"
 // none (the previous kernels). Same bits whatever the setting. H200, cf2 decode (
@@ -293,14 +284,11 @@ template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &t
     }
 }
 
-template <int TYPE, int NR>
-static void mm_launch_decode(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
-    if (gateup) mm_go<TYPE, NR, 1, true>(tb, grid, L);
-    else mm_go<TYPE, NR, 1, false>(tb, grid, L);
-}
-
-// Small batches (verify rows): one weight row per warp (a gate and an up row for gate/up) as
-// in decode, tiles of TT = 2, 4 or 8 tokens.
+// Decode (TT = 1) and small batches (verify rows, tiles of TT = 2, 4 or 8 tokens): one weight row per
+// warp (a gate and an up row for gate/up). The GEMVs are latency-bound: more, smaller warps keep more
+// loads in flight than more rows per warp (H200, cf2 decode, unstaged: 1 row 169.7 tok/s, 2 161.7, 4 151,
+// 8 120; the 2, 4 and 8-row decode launches are gone: bench/results/2026-12-06-cuda-variants-removed.md).
+// Any rows per warp give the same bits (the batch-invariance rule above).
 template <int TYPE, int TT>
 static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
     if (gateup) mm_go<TYPE, 2, TT, true>(tb, grid, L);
@@ -315,16 +303,8 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
         if (L.q8) return mmq_launch_type<TYPE>(L, gateup, tt);
     const cu_qtabs &tb = cu_qtabs_get(L.s.dev);
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
-    if (tt == 1) {
-        switch (mm_decode_nr(L.s.dev, gateup)) {
-        case 1:
-            if (!gateup) mm_go<TYPE, 1, 1, false>(tb, grid, L);
-            break;
-        case 4: mm_launch_decode<TYPE, 4>(tb, grid, L, gateup); break;
-        case 8: mm_launch_decode<TYPE, 8>(tb, grid, L, gateup); break;
-        default: mm_launch_decode<TYPE, 2>(tb, grid, L, gateup); break;
-        }
-    } else if (L.small) {
+    if (tt == 1) mm_launch_small<TYPE, 1>(tb, grid, L, gateup);
+    else if (L.small) {
         if (tt == 2) mm_launch_small<TYPE, 2>(tb, grid, L, gateup);
         else if (tt == 4) mm_launch_small<TYPE, 4>(tb, grid, L, gateup);
         else mm_launch_small<TYPE, 8>(tb, grid, L, gateup);
@@ -338,7 +318,7 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
 
 // Rows per block for a variant (host side).
 static inline int mm_rows_per_block(const cu_dev *d, bool gateup, int tt, bool small) {
-    return MM_WARPS * (tt == 1 ? mm_decode_nr(d, gateup) : small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
+    return MM_WARPS * (tt == 1 || small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
 }
 
 // One instance file per type (mm_<type>.cu): int mm_run_<name>(launch, gateup, tt).

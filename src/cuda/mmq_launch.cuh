@@ -12,11 +12,6 @@
 // does not fit, the launch takes a smaller one with the same bits (fewer tokens per tile, no staged
 // weights), so a 99 KiB GPU (sm_86 / sm_89 / sm_120) runs every path a 227 KiB one (sm_90) does.
 
-// Output rows per warp of the dp4a kernel: RL_CUDA_MMQ_NR=1|2 (default 2). Tuning only: both
-// give the same bits (test_cuda_ops and the engine tests passed with each on the H200). H200 decode,
-// Q4_K_M: 1 row 183.4, 2 rows 196.8 tok/s (the float GEMV 197.1); CF2: 188.9 / 193.8-195.3 (196-198).
-static inline int mmq_vec_nr(const cu_dev *d) { return d->tune.mmq_nr == 1 ? 1 : 2; }
-
 // Whether a launch without the staged tiles runs the dp4a kernel: decode rows, small batches, and
 // the IQ types' prefill tiles without a scratch. k_mmq_mma takes the K-quants only: its IQ outputs
 // were wrong on the H200 (IQ2_XS all zeros, the others far off). The cause, found in
@@ -28,47 +23,32 @@ __host__ __device__ constexpr bool mmq_vec_tiles(uint32_t type, int tt, bool sma
     return tt == 1 || small || mmq_iq(type);
 }
 // Row sets per warp of a decode launch (k_mmq_vec's RS) for rows of n_in columns: 4 for rows of 1 or 2
-// super-blocks (the default, RL_CUDA_MMQ_RS=2: each lane group walks a 2-super-block row's two blocks),
-// RL_CUDA_MMQ_RS=1: 2 for 2 super-blocks, 4 for 1; RL_CUDA_MMQ_RS=0: one row set; the same bits
-// whatever the value. 4 sets halve the blocks of a grouped expert down projection (2,048 rows x 10
-// experts, 96 registers: 5 blocks of 4 warps per SM), which then fits the H200 in one wave instead of
-// two: 12-layer calibrated decode CF2 855-862 -> 889-901 tok/s, Q4_K_M 899-919 -> 923-949.
-static inline int mmq_vec_rs(const cu_dev *d, int n_in) {
-    const int mode = d->tune.mmq_rs;
+// super-blocks (each lane group walks a 2-super-block row's two blocks), else 1; the same bits either
+// way. 4 sets halve the blocks of a grouped expert down projection (2,048 rows x 10 experts, 96
+// registers: 5 blocks of 4 warps per SM), which then fits the H200 in one wave instead of two: 12-layer
+// calibrated decode CF2 855-862 -> 889-901 tok/s, Q4_K_M 899-919 -> 923-949 (over 2 sets for 2
+// super-blocks, now gone with 1 set everywhere: bench/results/2026-12-06-cuda-variants-removed.md).
+static inline int mmq_vec_rs(int n_in) {
     const int nsb = n_in / 256;
-    if (mode < 1 || (nsb != 1 && nsb != 2)) return 1;
-    return mode == 2 ? 4 : 4 / nsb;
+    return nsb == 1 || nsb == 2 ? 4 : 1;
 }
 // One-token launches with a lane per (row, super-block) (k_mmq_lane, mmq_lane.cuh): the default,
 // RL_CUDA_MMQ_LANE=0 keeps k_mmq_vec (same bits). Rows of more than MQL_MAX_NSB super-blocks and the
 // fused tails (RL_CUDA_FUSE) keep k_mmq_vec.
-static inline int mql_spl(const cu_dev *d, uint32_t type, int nsb);
 static inline bool mmq_lane_ok(const cu_dev *d, uint32_t type, int tt, int n_in, size_t row_bytes,
                                bool gateup, bool tail) {
     // (its one-block-per-row-block shape must fit the device; the streamed one is checked at launch)
     return tt == 1 && !tail && n_in / 256 <= MQL_MAX_NSB && d->tune.mmq_lane &&
-           cu_dev_fits(d, mql_smem(row_bytes, n_in / 256, mql_spl(d, type, n_in / 256), gateup, false));
-}
-// Lanes per super-block of k_mmq_lane (1 or 2; tuning, the same bits): RL_CUDA_MQL_SPL_K for the
-// K-quants, RL_CUDA_MQL_SPL_IQ for the IQ types, halved while a row does not fit a warp. Default 1 for
-// both: H200, 12-layer calibrated decode, medians of 3 interleaved rounds, CF2:
-// SPL_IQ 1 / 2 / 4 = 1,032.0 / 1,016.7 / 940.1 tok/s, SPL_K 1 / 2 / 4 = 1,016.7 / 955.7 / 896.3;
-// Q4_K_M: SPL_K 1 / 2 / 4 = 1,125.8 / 1,001.2 / 878.8 (more lanes per super-block only add shuffles
-// and smaller row groups; the IQ lookups' longer chains did not need them). 4 lanes, the slowest
-// everywhere, is no longer built (compile time).
-static inline int mql_spl(const cu_dev *d, uint32_t type, int nsb) {
-    int s = (mmq_iq(type) ? d->tune.mql_spl_iq : d->tune.mql_spl_k) == 2 ? 2 : 1;
-    while (s > 1 && !mql_rpw(nsb, s)) s >>= 1;
-    return s;
+           cu_dev_fits(d, mql_smem(row_bytes, n_in / 256, gateup, false));
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc; lane:
 // k_mmq_lane.
 static inline int mmq_rows_per_block(const cu_dev *d, uint32_t type, bool gateup, int tt, bool small, bool tc,
                                      bool lane, int n_in) {
-    if (lane) return MM_WARPS * mql_rpw(n_in / 256, mql_spl(d, type, n_in / 256));
+    if (lane) return MM_WARPS * mql_rpw(n_in / 256);
     if (tc) return gateup ? MMQ_TC_ROWS / 2 : MMQ_TC_ROWS;
     if (!mmq_vec_tiles(type, tt, small)) return MM_WARPS * (gateup ? MMQ_MMA_ROWS / 2 : MMQ_MMA_ROWS);
-    return MM_WARPS * mmq_vec_nr(d) * (tt == 1 ? mmq_vec_rs(d, n_in) : 1);
+    return MM_WARPS * MMQ_VEC_NR * (tt == 1 ? mmq_vec_rs(n_in) : 1);
 }
 
 // Launch kernel K (named `what` in errors) with sm bytes of dynamic shared memory (opted in on the
@@ -93,37 +73,29 @@ static int mmq_go_fit(K kern, dim3 grid, const mm_launch &L, size_t sm, bool str
 }
 // A k_mmq_vec launch. SM (streaming: dense, one token): only the blocks that fit on the GPU at once
 // (at most the virtual blocks), each walking the virtual blocks with two staged slices per warp.
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST = false, bool SM = false>
+template <int TYPE, int TT, bool GU, int RS, bool ST = false, bool SM = false>
 static int mmq_go_vec(dim3 grid, const mm_launch &L) {
-    auto kern = k_mmq_vec<TYPE, TT, GU, NR, PF, RS, ST, SM>;
+    auto kern = k_mmq_vec<TYPE, TT, GU, RS, ST, SM>;
     const size_t sm = ST || SM ? mmq_vec_st_off(L.n_in, TT) +
-                                     (SM ? 2 : 1) * mmq_vec_st_bytes(L.seg[0].row_bytes, NR * RS, GU)
+                                     (SM ? 2 : 1) * mmq_vec_st_bytes(L.seg[0].row_bytes, MMQ_VEC_NR * RS, GU)
                                : mmq_smem(L.n_in, TT);
     return mmq_go_fit(kern, grid, L, sm, SM, "k_mmq_vec");
 }
 // A k_mmq_lane launch; SM (dense one-token launches, RL_CUDA_MMQ_SM as k_mmq_vec's): only the blocks
 // that fit on the GPU at once, each walking the row blocks.
-template <int TYPE, bool GU, bool SM, int SPL> static int mql_go(dim3 grid, const mm_launch &L) {
-    auto kern = k_mmq_lane<TYPE, GU, SM, SPL>;
-    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, SPL, GU, SM);
+template <int TYPE, bool GU, bool SM> static int mql_go(dim3 grid, const mm_launch &L) {
+    auto kern = k_mmq_lane<TYPE, GU, SM>;
+    const size_t sm = mql_smem(L.seg[0].row_bytes, L.n_in / 256, GU, SM);
     return mmq_go_fit(kern, grid, L, sm, SM, "k_mmq_lane");
 }
 static inline bool mmq_vec_sm(const cu_dev *d);
-template <int TYPE, int SPL> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
+template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
     // streamed where its two slices per warp fit the device (else one block per row block: same bits)
     if (mmq_vec_sm(L.s.dev) && !L.grouped && L.T == 1 &&
-        cu_dev_fits(L.s.dev, mql_smem(L.seg[0].row_bytes, L.n_in / 256, SPL, gateup, true)))
-        return gateup ? mql_go<TYPE, true, true, SPL>(grid, L) : mql_go<TYPE, false, true, SPL>(grid, L);
-    return gateup ? mql_go<TYPE, true, false, SPL>(grid, L) : mql_go<TYPE, false, false, SPL>(grid, L);
+        cu_dev_fits(L.s.dev, mql_smem(L.seg[0].row_bytes, L.n_in / 256, gateup, true)))
+        return gateup ? mql_go<TYPE, true, true>(grid, L) : mql_go<TYPE, false, true>(grid, L);
+    return gateup ? mql_go<TYPE, true, false>(grid, L) : mql_go<TYPE, false, false>(grid, L);
 }
-template <int TYPE> static int mql_launch(dim3 grid, const mm_launch &L, bool gateup) {
-    switch (mql_spl(L.s.dev, TYPE, L.n_in / 256)) {
-    case 2: return mql_launch<TYPE, 2>(grid, L, gateup);
-    default: return mql_launch<TYPE, 1>(grid, L, gateup);
-    }
-}
-// Decode rows with the next step's weights in flight: RL_CUDA_MMQ_PF=1 (default 0; same bits).
-static inline bool mmq_vec_pf(const cu_dev *d) { return d->tune.mmq_pf; }
 // Decode rows staged in shared memory (k_mmq_vec's ST): the default, RL_CUDA_MMQ_ST=0 loads them
 // directly (same bits). H200, 12-layer calibrated decode: CF2 691-695 -> 798-804 tok/s,
 // Q4_K_M 720-732 -> 822-838, Q4_K_M at 32K depth 654 -> 743; the Q5_K output head 186 -> 136 us.
@@ -132,38 +104,31 @@ static inline bool mmq_vec_st(const cu_dev *d) { return d->tune.mmq_st; }
 // block per row block (same bits). H200, 12-layer calibrated decode: CF2
 // 810 -> 837-839 tok/s, Q4_K_M 829-848 -> 875; with the split DeltaNet step 844-847 / 900-904.
 static inline bool mmq_vec_sm(const cu_dev *d) { return d->tune.mmq_sm; }
-// The launch of a (PF, RS, ST, SM) variant with the NR (RL_CUDA_MMQ_NR) and gate/up instance.
-template <int TYPE, int TT, bool PF, int RS, bool ST = false, bool SM = false>
-static int mmq_go_vec_nr(dim3 grid, const mm_launch &L, bool gateup) {
-    if (mmq_vec_nr(L.s.dev) == 1)
-        return gateup ? mmq_go_vec<TYPE, TT, true, 1, PF, RS, ST, SM>(grid, L)
-                      : mmq_go_vec<TYPE, TT, false, 1, PF, RS, ST, SM>(grid, L);
-    return gateup ? mmq_go_vec<TYPE, TT, true, 2, PF, RS, ST, SM>(grid, L)
-                  : mmq_go_vec<TYPE, TT, false, 2, PF, RS, ST, SM>(grid, L);
+// The launch of an (RS, ST, SM) variant with its gate/up instance.
+template <int TYPE, int TT, int RS, bool ST = false, bool SM = false>
+static int mmq_go_vec_gu(dim3 grid, const mm_launch &L, bool gateup) {
+    return gateup ? mmq_go_vec<TYPE, TT, true, RS, ST, SM>(grid, L)
+                  : mmq_go_vec<TYPE, TT, false, RS, ST, SM>(grid, L);
 }
 template <int TYPE, int TT> static int mmq_go_vec(dim3 grid, const mm_launch &L, bool gateup) {
     if constexpr (TT == 1) {
         const cu_dev *d = L.s.dev;
-        const int rs = mmq_vec_rs(d, L.n_in);
-        const size_t stb = mmq_vec_st_bytes(L.seg[0].row_bytes, mmq_vec_nr(d) * rs, gateup),
+        const int rs = mmq_vec_rs(L.n_in);
+        const size_t stb = mmq_vec_st_bytes(L.seg[0].row_bytes, MMQ_VEC_NR * rs, gateup),
                      off = mmq_vec_st_off(L.n_in, 1);
         // the staged shapes where their slices fit the device (else the direct loads: the same bits)
         if (mmq_vec_sm(d) && !L.grouped && L.T == 1 && stb && 2 * stb <= MMQ_ST_MAX &&
             cu_dev_fits(d, off + 2 * stb)) {
-            if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true, true>(grid, L, gateup);
-            if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4, true, true>(grid, L, gateup);
-            return mmq_go_vec_nr<TYPE, 1, false, 1, true, true>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_gu<TYPE, 1, 4, true, true>(grid, L, gateup);
+            return mmq_go_vec_gu<TYPE, 1, 1, true, true>(grid, L, gateup);
         }
         if (mmq_vec_st(d) && stb && cu_dev_fits(d, off + stb)) {
-            if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2, true>(grid, L, gateup);
-            if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4, true>(grid, L, gateup);
-            return mmq_go_vec_nr<TYPE, 1, false, 1, true>(grid, L, gateup);
+            if (rs == 4) return mmq_go_vec_gu<TYPE, 1, 4, true>(grid, L, gateup);
+            return mmq_go_vec_gu<TYPE, 1, 1, true>(grid, L, gateup);
         }
-        if (rs == 2) return mmq_go_vec_nr<TYPE, 1, false, 2>(grid, L, gateup);
-        if (rs == 4) return mmq_go_vec_nr<TYPE, 1, false, 4>(grid, L, gateup);
-        if (mmq_vec_pf(d)) return mmq_go_vec_nr<TYPE, 1, true, 1>(grid, L, gateup);
+        if (rs == 4) return mmq_go_vec_gu<TYPE, 1, 4>(grid, L, gateup);
     }
-    return mmq_go_vec_nr<TYPE, TT, false, 1>(grid, L, gateup);
+    return mmq_go_vec_gu<TYPE, TT, 1>(grid, L, gateup);
 }
 // Token tiles per warp of dense prefill launches: RL_CUDA_MMQ_NT=1|2 (default 2; same bits). H200,
 // Q4_K_M prompt 2048: 1 tile 4,667 tok/s, 2 tiles 5,049 (bench/results/2026-12-01-cuda-mmq-h200.md).

@@ -2,7 +2,7 @@
  * runs without a GPU):
  *   - unset (or empty) variables give the defaults, the measured winners (cu_tuning_default);
  *   - each kind of value lands in its field: switches (0/1/on/off), choices (RL_CUDA_ATTN_PF=staged,
- *     RL_CUDA_MERGE=scan, RL_CUDA_MM_STAGE=iq|1|0), numbers, the RL_CUDA_FUSE list, the shared
+ *     RL_CUDA_ATTN=per-warp, RL_CUDA_MM_STAGE=iq|1|0), numbers, the RL_CUDA_FUSE list, the shared
  *     memory cap with its K suffix, the RL_VRAM_* test hooks, the emulated link's GB/s
  *     (RL_VRAM_LINK_GBS, a decimal);
  *   - a bad value is refused with one line naming the variable, the value and what it takes. */
@@ -17,7 +17,7 @@
 static const char *const VARS[] = {"RL_CUDA_PDL",
                                    "RL_CUDA_MMQ",
                                    "RL_CUDA_ATTN_PF",
-                                   "RL_CUDA_MERGE",
+                                   "RL_CUDA_ATTN",
                                    "RL_CUDA_MM_STAGE",
                                    "RL_CUDA_SMEM_LIMIT",
                                    "RL_CUDA_FUSE",
@@ -27,7 +27,7 @@ static const char *const VARS[] = {"RL_CUDA_PDL",
                                    "RL_VRAM_FAULT",
                                    "RL_VRAM_PREFETCH",
                                    "RL_VRAM_PIN",
-                                   "RL_CUDA_DN_BLOCKS",
+                                   "RL_CUDA_SMALL_TT",
                                    "RL_CUDA_GRAPHS",
                                    "RL_VRAM_LINK_GBS",
                                    NULL};
@@ -67,11 +67,10 @@ static void test_values(void) {
     CHECK(parse1("RL_CUDA_ATTN_PF", "staged", &t) == 0 && !t.attn_pf_tiled && t.attn_pf_staged, "staged");
     CHECK(parse1("RL_CUDA_ATTN_PF", "unstaged", &t) == 0 && !t.attn_pf_tiled && !t.attn_pf_staged,
           "unstaged");
-    CHECK(parse1("RL_CUDA_MERGE", "scan", &t) == 0 && t.merge_wide && t.merge_scan, "RL_CUDA_MERGE=scan");
-    CHECK(parse1("RL_CUDA_MERGE", "warp", &t) == 0 && !t.merge_wide && !t.merge_scan, "RL_CUDA_MERGE=warp");
+    CHECK(parse1("RL_CUDA_ATTN", "per-warp", &t) == 0 && t.attn_per_warp, "RL_CUDA_ATTN=per-warp");
     CHECK(parse1("RL_CUDA_MM_STAGE", "0", &t) == 0 && t.k.mm_stage == 0, "RL_CUDA_MM_STAGE=0");
     CHECK(parse1("RL_CUDA_MM_STAGE", "1", &t) == 0 && t.k.mm_stage == 1, "RL_CUDA_MM_STAGE=1");
-    CHECK(parse1("RL_CUDA_DN_BLOCKS", "8", &t) == 0 && t.k.dn_blocks == 8, "RL_CUDA_DN_BLOCKS=8");
+    CHECK(parse1("RL_CUDA_SMALL_TT", "8", &t) == 0 && t.k.small_tt == 8, "RL_CUDA_SMALL_TT=8");
     CHECK(parse1("RL_CUDA_SMEM_LIMIT", "99K", &t) == 0 && t.k.smem_limit == 101376, "99K: %zu",
           t.k.smem_limit);
     CHECK(parse1("RL_CUDA_SMEM_LIMIT", "166912", &t) == 0 && t.k.smem_limit == 166912, "bytes");

@@ -406,14 +406,10 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
               f16 ? " f16" : "", H, Hkv, n_kv_last, v ? "tiled" : "staged");
         cudaFree(o);
     }
-    static const char *const vname[4] = {"grouped", "per-warp", "grouped, wide merge,",
-                                         "grouped, scan merge,"};
-    for (int v = 0; v < 4;
-         v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide / scan merge */
+    static const char *const vname[2] = {"grouped", "per-warp"};
+    for (int v = 0; v < 2; v++)                 /* the grouped split kernel, the per-warp one */
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
             a.split_per_warp = v == 1;
-            a.merge_wide = v >= 2;
-            a.merge_scan = v == 3;
             attn_split_rows(&a, dqg, dK, dV, pos, T, rows, part, g);
             CHECK(count_bad(g, g_pf, on) == 0,
                   "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill", hd,
@@ -423,7 +419,7 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
     double d = max_abs_diff(g_pf, ref, on);
     CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "",
           n_kv_last, d);
-    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide / scan merge == prefill "
+    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == prefill "
            "(1..4 rows), "
            "|gpu - cpu| %.3g\n",
            hd, f16 ? " (f16 KV)" : "", H, Hkv, n_kv_last, d);
@@ -869,8 +865,7 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         test_matmul(KQ[i], 63, 0);       /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256); /* 9: two full groups of four and one */
-        test_matmul(KQ[i], 63,
-                    512); /* 2 and 1 (the expert down rows; 4 row sets, RL_CUDA_MMQ_RS=1: 2 and 4) */
+        test_matmul(KQ[i], 63, 512);     /* 2 and 1 (the expert down rows; 4 row sets) */
         test_matmul(KQ[i], 63, 256);
     }
     for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */

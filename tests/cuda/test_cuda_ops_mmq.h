@@ -108,7 +108,7 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     }
     CHECK(bad == 0, "staged int8 tiles %s: grouped outputs differ from the CPU's vec_dot (%d)", qt->name,
           bad);
-    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt with RL_CUDA_MOE_TT=16): the same bits
+    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt's tiles): the same bits
        */
         cu_tile tl2[61];
         int n16 = mmq_tiles(P, ex, 2 * CU_TT, tl2);

@@ -25,7 +25,6 @@ static void smem_attention(cu_stream big, cu_stream small, int hd, bool f16, boo
                       .kv_f16 = f16,
                       .prefill_staged = true,
                       .prefill_tiled = true,
-                      .merge_wide = true,
                       .tc = tc,
                       .split_db = true};
     float *h1 = malloc(sizeof(float) * on), *h2 = malloc(sizeof(float) * on);
