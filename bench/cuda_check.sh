@@ -7,15 +7,14 @@
 #     ops       build/cuda/tests/test_cuda_ops      (every kernel vs the CPU reference)
 #     engine    build/cuda/tests/test_cuda_engine   (exactness contract on the tiny fixture)
 #     kquant    test_cuda_engine MODEL on two small synthetic K-quant models (the int8 K-quant path: contract,
-#               40-row verify == steps, vs the CPU backend), with the default tiles, with 1 row / 1 token tile
+#               40-row verify == steps, vs the CPU backend), with the default tiles, with 1 token tile
 #               per warp, with the float path (RL_CUDA_MMQ=0), with the unstaged prefill tiles (RL_CUDA_MMQ_TC=0) and
 #               with the staged prefill attention (RL_CUDA_ATTN_PF=staged, the previous default) and with
 #               the FP32 attention kernels under the f16 cache (RL_CUDA_ATTN_TC=0)
 #     iq        the IQ types' integer path (RL_CUDA_MMQ=2): test_cuda_engine on the tiny CF2-typed model,
 #               then prompt 2048 / decode A/B against RL_CUDA_MMQ=1 on $CF2 (needs `synth` first)
 #     pfab      prompt 2048 / 8192 (PFAB_PROMPTS, e.g. 2048,32768) on $CF2: the prefill options (PFAB_SETS; default:
-#               unstaged prefill attention RL_CUDA_ATTN_PF=unstaged, plan tiles of 8 pairs RL_CUDA_MOE_TT=8, both,
-#               the defaults, and the staged prefill attention RL_CUDA_ATTN_PF=staged, the previous default)
+#               unstaged prefill attention RL_CUDA_ATTN_PF=unstaged, the defaults, and the staged prefill attention RL_CUDA_ATTN_PF=staged, the previous default)
 #     fixtures  tests/cuda/test_cuda_fixtures.py     (greedy vs transformers, logits vs CPU, routes)
 #     long      the 16K-position CPU-vs-CUDA check   (RL_CUDA_LONG=1)
 #     spec      verify-check --backend cuda on the fixtures and $SPEC_MODEL (default: the default model) (K-row verifies
@@ -30,7 +29,7 @@
 #     vcost     redlite synth --preset cf2 --mtp -> $CF2M, then verify-check --timing (K-row verify vs one
 #               step at full size) and generate --spec none|mtp on it
 #     tune      on $CF2M: the MTP head's call times (test_cuda_verify MODEL), and verify-check --timing under
-#               each small-batch tuning knob (RL_CUDA_SMALL_TT, RL_CUDA_SMALL_MOE, RL_CUDA_DECODE_NR, no graphs)
+#               each small-batch tuning knob (RL_CUDA_SMALL_TT, RL_CUDA_SMALL_MOE, no graphs)
 #     default   redlite bench --backend cuda on models/default.gguf (the trained default model)
 #     synth     redlite synth --preset cf2 -> $CF2 (default /tmp/cf2.gguf)
 #     bench     redlite bench --backend cuda on $CF2 (decode, prompt 512/2048)
@@ -43,7 +42,7 @@
 #               with --vram-miss auto (the full comparison with llama.cpp: bench/vram_bench.sh)
 #     decodeab  decode A/B on $CF2 (synth it first; `synth` with SYNTH_ROUTING=calibrated for the issue-15
 #               figures): redlite bench --json, decode 128 x 3 after 8 warm-up, under RL_CUDA_MM_STAGE /
-#               RL_CUDA_FUSE / RL_CUDA_DECODE_NR settings (the old kernels first: "before"); tok/s, ms/token
+#               RL_CUDA_FUSE settings (the old kernels first: "before"); tok/s, ms/token
 #               and the decode graph's node count per setting into the summary, the JSON lines in decodeab.jsonl
 #     profab    Nsight Compute per-kernel time of 2 decode tokens (graphs off) on $CF2, before (RL_CUDA_MM_STAGE=0
 #               RL_CUDA_FUSE=0) and after (defaults): prof_before.txt, prof_after.txt (bench/cuda_profile.sh)
@@ -93,20 +92,14 @@ has ops && run ops 120 $B/tests/test_cuda_ops
 has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 # the decode GEMVs with the next step's weights in flight, and with row sets for short rows (both written
 # 2026-12-02, not yet run): same bits
-has ops && RL_CUDA_MMQ_PF=1 run ops-mmq-pf 120 $B/tests/test_cuda_ops
-has ops && RL_CUDA_MMQ_RS=0 run ops-mmq-rs0 120 $B/tests/test_cuda_ops # one row set (the default is 4 row sets for 512/256-column rows)
-has ops && RL_CUDA_MMQ_RS=1 run ops-mmq-rs1 120 $B/tests/test_cuda_ops # 2 row sets for 512-column rows (the previous default)
 has ops && RL_CUDA_MMQ_ST=0 run ops-mmq-st0 120 $B/tests/test_cuda_ops # direct weight loads (the default stages decode rows in shared memory)
 has ops && RL_CUDA_MMQ_SM=0 run ops-mmq-sm0 120 $B/tests/test_cuda_ops # dense one-token launches one block per row block (the default streams them)
-has ops && RL_CUDA_DN_SCAN_DEFER=0 run ops-scan-chained 120 $B/tests/test_cuda_ops # the prefill scan with the output reduction on the step's chain
 has ops && RL_CUDA_PDL=0 run ops-pdl0 120 $B/tests/test_cuda_ops # launches without PDL (the default launches with it)
-has ops && RL_CUDA_MERGE_PF=16 run ops-merge-pf16 120 $B/tests/test_cuda_ops # the decode merge 16 partials a batch (default 64)
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_ATTN_DB=0 RL_CUDA_PDL=0 run engine-db0-pdl0 120 $B/tests/test_cuda_engine # one staged K/V slice, no PDL
-has engine && RL_CUDA_MERGE=scan run engine-merge-scan 120 $B/tests/test_cuda_engine # the decode merge's factors made in parallel
 if has kquant; then # the integer K-quant path end to end: two small synthetic K-quant models, NR 2 and 1
     V=tests/fixtures/qwen3-vocab.gguf
     $B/redlite synth --preset tiny --vocab $V -o /tmp/t_cf2.gguf --quiet
@@ -114,11 +107,9 @@ if has kquant; then # the integer K-quant path end to end: two small synthetic K
         hidden=256,layers=4,heads=4,kv_heads=2,head_dim=64,rope_dims=16,experts=16,top_k=4,expert_ff=256,shared_ff=256,inner=256,state=64,groups=2,dt_rank=4
     for m in t_cf2 t_q4; do
         run kquant-$m 120 $B/tests/test_cuda_engine /tmp/$m.gguf
-        RL_CUDA_MMQ_PF=1 run kquant-$m-pf 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, weights in flight
-        RL_CUDA_MMQ_RS=0 run kquant-$m-rs0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # decode GEMVs, one row set
         RL_CUDA_MMQ_SM=0 run kquant-$m-sm0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # dense decode GEMVs not streamed
         RL_CUDA_DN_SPLIT=0 run kquant-$m-dn1 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the DeltaNet step in one block per head
-        RL_CUDA_MMQ_NR=1 RL_CUDA_MMQ_NT=1 run kquant-$m-nr1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
+        RL_CUDA_MMQ_NT=1 run kquant-$m-nt1 120 $B/tests/test_cuda_engine /tmp/$m.gguf
         RL_CUDA_MMQ=0 run kquant-$m-float 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the float path's contract
         RL_CUDA_MMQ_TC=0 run kquant-$m-tc0 120 $B/tests/test_cuda_engine /tmp/$m.gguf # unstaged prefill tiles
         RL_CUDA_ATTN_PF=staged run kquant-$m-attn-staged 120 $B/tests/test_cuda_engine /tmp/$m.gguf # the previous prefill attention
@@ -152,7 +143,7 @@ print("prompt", d["prompt"][0]["tok_s"], "decode", d["decode"][0]["tok_s"])' "$L
 fi
 if has pfab && [ -s "$CF2" ]; then # prompt A/B of the prefill options (same bits each)
     for r in 1 2; do
-        for v in ${PFAB_SETS:-"RL_CUDA_ATTN_PF=unstaged+RL_CUDA_MOE_TT=8" "RL_CUDA_ATTN_PF=unstaged" "RL_CUDA_MOE_TT=8" \
+        for v in ${PFAB_SETS:-"RL_CUDA_ATTN_PF=unstaged" \
             "RL_CUDA_DEFAULTS=1" "RL_CUDA_ATTN_PF=staged"}; do
             v=${v//+/ }
             timeout 200 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 8 --reps 3 --warmup 2 \
@@ -169,7 +160,7 @@ if has bench; then
 fi
 if has decodeab; then
     for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
-        "RL_CUDA_DEFAULTS=1" "RL_CUDA_DECODE_NR=2" "RL_CUDA_DECODE_NR=4" "RL_CUDA_MMQ_PF=1" "RL_CUDA_MMQ_RS=0" "RL_CUDA_MMQ_RS=1" "RL_CUDA_MERGE=warp" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
+        "RL_CUDA_DEFAULTS=1" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
             --prompt "${DECODEAB_PROMPT:-0}" --batch 2048 --json >"$LOGS/ab.json" 2>"$LOGS/ab.err"
@@ -252,7 +243,7 @@ if has tune; then # the MTP call cost, and the verify cost under the small-batch
     CF2M=${CF2M:-/tmp/cf2m.gguf}
     [ -s "$CF2M" ] || run synth_mtp 200 $B/redlite synth --preset cf2 --mtp -o "$CF2M" --quiet
     run mtp-cost 120 $B/tests/test_cuda_verify "$CF2M"
-    for v in "" RL_CUDA_SMALL_TT=4 RL_CUDA_SMALL_MOE=4 RL_CUDA_DECODE_NR=2 RL_CUDA_GRAPHS=0; do
+    for v in "" RL_CUDA_SMALL_TT=4 RL_CUDA_SMALL_MOE=4 RL_CUDA_GRAPHS=0; do
         name=tune-${v:-default}
         timeout 60 env $v $B/redlite verify-check -m "$CF2M" --backend cuda -n 24 --draft 8 --timing 8 --json \
             >"$LOGS/$name.json" 2>&1

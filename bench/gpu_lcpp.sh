@@ -3,19 +3,27 @@
 #
 #   carry: .cudabin, .lcp (llama.cpp.tar.xz = the llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, and
 #          optionally libggml-cuda.so.xz = its CUDA backend built elsewhere for sm_90 as a loadable module)
-#   bench/gpu_lcpp.sh setup            build llama-bench + llama-server and redlite (sm_90), write the files
-#   bench/gpu_lcpp.sh cf2              CF2 full residency: prompt 2048 + decode, interleaved (baseline check)
+#   bench/gpu_lcpp.sh setup            build llama-bench + llama-server, redlite and its CUDA tests (sm_90), and
+#                                      the previous main carried in .old/ (if there); write the files
+#   bench/gpu_lcpp.sh tests            every CUDA test; then the portable configuration (PDL off, shared
+#                                      memory capped at 99 KiB as on sm_86/89/120) on the ones that launch
+#                                      the big kernels
+#   bench/gpu_lcpp.sh cf2              CF2 full residency: prompt 2048 + decode vs llama.cpp (baseline check),
+#                                      and this tree vs .old (issue 44: within 2 %), interleaved
 #   bench/gpu_lcpp.sh q35              35B-A3B Q4_K_M-like: full residency, then VRAM budgets 8 and 4 GiB
 #                                      against llama.cpp's best-fitting --n-cpu-moe
+#   bench/gpu_lcpp.sh rows             aggregate decode at 1 / 4 / 8 streams on CF2: redlite serve --parallel
+#                                      vs llama-server -np (bench/gpu_rows_load.py)
 #
 # llama.cpp as a user builds it for this machine: Release, CUDA for sm_90, CPU backend -march=native
 # (GGML_NATIVE). With a carried libggml-cuda.so the CUDA module is not recompiled here (it takes ~400 s
 # of GPU-machine time): the CPU backend and the tools are built native (GGML_BACKEND_DL: ggml loads
 # both modules from the tools' folder at start). Same source, same ggml ABI.
 #
-# Budgets: Red Lite's --vram-mib B bounds its routed experts in VRAM; llama.cpp's --n-cpu-moe N keeps
-# the routed experts of N layers in host memory. N is the smallest count whose GPU-resident experts
-# fit B (the best-fitting -ncmoe: fewer CPU layers is faster); both engines' whole-process VRAM use is
+# Budgets: Red Lite's --vram-mib B is its whole device budget (dense + context + expert slots);
+# llama.cpp's --n-cpu-moe N keeps the routed experts of N layers in host memory. N is the smallest count
+# whose GPU-resident experts fit B beside the dense weights (the best-fitting -ncmoe: fewer CPU layers is
+# faster); both engines' whole-process VRAM use is
 # sampled with nvidia-smi during each run and printed beside the rates, so "same budget" is checked,
 # not assumed. Files: `redlite synth --routing calibrated` (a stand-in for trained routing).
 # Logs and JSON under $OUT; the summary in $OUT/summary.txt.
@@ -29,6 +37,10 @@ S=$OUT/summary.txt
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$S"; }
 RL=build/cuda/redlite
+ARCH="-gencode arch=compute_90,code=sm_90"
+TPROGS="test_cuda_engine test_cuda_verify test_cuda_spec test_cuda_vram test_cuda_rows test_cuda_mgpu test_cuda_ops"
+TESTS=$(for t in $TPROGS; do printf 'build/cuda/tests/%s ' $t; done)
+SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=99K}
 LB=$LCP/build/bin/llama-bench
 NT=${NT:-$(nproc)}
 
@@ -66,8 +78,13 @@ case "${1:-}" in
 setup)
     say "setup: llama.cpp + redlite builds, synthetic files"
     (setup_lcpp; echo "llama.cpp build rc=$?" >>"$S") &
-    make -s -j"$NT" CUDA=1 BUILD=build/cuda CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build/cuda/redlite \
+    if [ -d .old ] && [ ! -x .old/build/cuda/redlite ]; then
+        (cd .old && nice make -s -j4 CUDA=1 BUILD=build/cuda CUDA_ARCH="$ARCH" build/cuda/redlite >"$OUT/old_build.log" 2>&1
+         echo "old tree build rc=$?" >>"$S") &
+    fi
+    make -s -j"$NT" CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda CUDA_ARCH="$ARCH" build/cuda/redlite $TESTS \
         >"$OUT/rl_build.log" 2>&1 || say "redlite build failed: $(tail -3 "$OUT/rl_build.log")"
+    make -s default-model >/dev/null 2>&1
     say "redlite built"
     [ -s /tmp/cf2.gguf ] || $RL synth --preset cf2 --routing calibrated -o /tmp/cf2.gguf --quiet
     [ -s /tmp/q35.gguf ] || $RL synth --preset 35b-a3b-q4_k_m --routing calibrated -o /tmp/q35.gguf --quiet
@@ -75,8 +92,36 @@ setup)
     wait
     $LB --help >/dev/null 2>&1 && say "llama-bench runs" || say "llama-bench does not run: $(tail -5 "$OUT/lcpp_build.log")"
     ;;
+tests)
+    for tp in $TPROGS; do
+        t=$(date +%s); timeout 200 build/cuda/tests/$tp >"$OUT/$tp.txt" 2>&1; rc=$?
+        say "$tp rc=$rc $(( $(date +%s) - t ))s: $(grep -E 'passed|FAIL' "$OUT/$tp.txt" | tail -1)"
+    done
+    for tp in test_cuda_engine test_cuda_verify test_cuda_rows test_cuda_vram; do
+        t=$(date +%s); env RL_CUDA_PDL=0 $SMEM_CAP_ENV timeout 150 build/cuda/tests/$tp >"$OUT/${tp}_portable.txt" 2>&1; rc=$?
+        say "$tp (PDL off, $SMEM_CAP_ENV) rc=$rc $(( $(date +%s) - t ))s: $(grep -E 'passed|FAIL' "$OUT/${tp}_portable.txt" | tail -1)"
+    done
+    grep -h -B2 -A8 'FAIL' "$OUT"/test_cuda_*.txt | head -60 >"$OUT/fails.txt"
+    ;;
 cf2)
     OUT=$OUT/cf2 CF2=/tmp/cf2.gguf PRESET=cf2 LCP=$LCP bench/cuda_compare.sh 1 2>&1 | tail -4 | tee -a "$S"
+    if [ -x .old/build/cuda/redlite ]; then
+        for side in old new old new; do
+            bin=$RL; [ $side = old ] && bin=.old/build/cuda/redlite
+            $bin bench -m /tmp/cf2.gguf --backend cuda --n-decode 128 --warmup 8 --prompt 2048 --reps 3 --json \
+                >"$OUT/cf2_$side.json" 2>/dev/null
+            say "cf2 $side: $(python3 -c "import json; d = json.load(open('$OUT/cf2_$side.json'))
+print('decode', round(d['decode'][0]['tok_s'], 1), 'prompt', round(d['prompt'][0]['tok_s'], 1))" 2>&1 | tail -1)"
+        done
+    fi
+    ;;
+rows)
+    for side in redlite llama; do
+        extra=(); [ $side = llama ] && extra=(--llama-server $LCP/build/bin/llama-server)
+        timeout 280 python3 bench/gpu_rows_load.py $RL /tmp/cf2.gguf --streams 1,4,8 --tokens 128 --reps 2 "${extra[@]}" \
+            -- --backend cuda --ctx 4096 -t 8 >"$OUT/rows_$side.txt" 2>&1
+        say "rows $side rc=$?"; cat "$OUT/rows_$side.txt" >>"$S"
+    done
     ;;
 q35)
     M=/tmp/q35.gguf
@@ -84,12 +129,14 @@ q35)
     vram_run lcpp_full $LB -m $M -ngl 99 -fa 1 -p 2048 -n 64 -ub 2048 -r 2 -o json >"$OUT/lcpp_q35_full.json" 2>"$OUT/lcpp_q35_full.err"
     vram_run rl_full $RL bench -m $M --backend cuda --n-decode 64 --warmup 8 --prompt 2048 --reps 3 --json \
         >"$OUT/rl_q35_full.json" 2>"$OUT/rl_q35_full.err"
-    read -r NL PER < <($RL info $M --json | python3 -c "
+    read -r NL PER DENSE < <($RL info $M --json | python3 -c "
 import json, sys; d = json.load(sys.stdin); e = d['experts']
-print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e))")
-    say "q35: $NL layers, $PER routed-expert bytes per layer"
+print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e), d['bytes']['dense'])")
+    say "q35: $NL layers, $PER routed-expert bytes per layer, $DENSE dense bytes"
     for B in 8192 4096; do
-        N=$(python3 -c "import math; print(max(0, $NL - ($B << 20) // $PER))")
+        # --vram-mib is Red Lite's whole device budget (dense + context + expert slots): llama.cpp gets
+        # the layers' experts that fit beside the same dense weights
+        N=$(python3 -c "print(min($NL, max(0, $NL - (($B << 20) - $DENSE) // $PER)))")
         say "budget $B MiB: llama.cpp --n-cpu-moe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
         vram_run lcpp_$B $LB -m $M -ngl 99 -fa 1 -ncmoe $N -t $NT -p 2048 -n 64 -ub 2048 -r 2 -o json \
             >"$OUT/lcpp_q35_$B.json" 2>"$OUT/lcpp_q35_$B.err"
@@ -114,6 +161,6 @@ for tag in ["full", "8192", "4096"]:
     print(f"{tag:22s} {a:8.1f} {b:8.1f} {b / a:6.2f} {c:8.1f} {d:8.1f} {d / c:6.2f}")
 EOF
     ;;
-*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 say "done: $1"

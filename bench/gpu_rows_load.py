@@ -10,6 +10,11 @@ first content chunk to the latest last chunk (prompt ingestion excluded), best o
 answer is compared with the same conversation run alone on a one-slot server (bit-identical text
 is the contract); rows per forward from /metrics (redlite_decode_rows_total / _forwards_total).
 Prints a markdown table; exit 1 if any text differs from alone or a server fails.
+
+--llama-server PATH measures llama.cpp's server the same way instead (`llama-server -np S -ngl 99 -fa on
+-c 4096*S`: S slots of 4,096 positions, as `--ctx 4096` gives each of ours): same conversations, same
+span; its texts are compared with its own one-slot answers but only reported (llama.cpp does not
+promise batch-invariant answers), and it has no rows-per-forward counter.
 """
 import argparse
 import http.client
@@ -33,16 +38,39 @@ def conv(i):
             {"role": "user", "content": f"Write {TOPICS[i % len(TOPICS)]}, then explain every line in detail."}]
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def healthy(port):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", "/health")
+        return c.getresponse().status == 200
+    except OSError:
+        return False
+
+
 class Server:
-    def __init__(self, binary, model, slots, extra, timeout=300):
+    def __init__(self, binary, model, slots, extra, timeout=300, llama=None):
         self.log = tempfile.NamedTemporaryFile(prefix="rows-serve-", suffix=".log", delete=False)
-        cmd = [binary, "serve", "-m", model, "--port", "0", "-v", "--parallel", str(slots), *extra]
+        if llama:
+            port = free_port()
+            cmd = [llama, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", str(slots), "-ngl", "99",
+                   "-fa", "on", "-c", str(4096 * slots)]
+        else:
+            cmd = [binary, "serve", "-m", model, "--port", "0", "-v", "--parallel", str(slots), *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + timeout
         self.port = None
         while time.time() < deadline and self.port is None:
-            m = re.search(r"listening on http://[\d.]+:(\d+)", self.text())
-            if m:
+            m = None if llama else re.search(r"listening on http://[\d.]+:(\d+)", self.text())
+            if llama and healthy(port):
+                self.port = port
+            elif m:
                 self.port = int(m.group(1))
             elif self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited {self.proc.returncode}: {self.text()[-2000:]}")
@@ -57,6 +85,8 @@ class Server:
             return f.read()
 
     def metrics(self):
+        if self.proc.args[1] != "serve":
+            return {}  # llama-server: no rows counters
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         c.request("GET", "/metrics")
         out = {}
@@ -91,7 +121,7 @@ def stream_one(port, i, tokens, out):
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
     first = last = None
-    text, ntok, err = "", 0, None
+    text, ntok, err, chunks = "", 0, None, 0
     if r.status != 200:
         err = f"HTTP {r.status}: {r.read()[:300]!r}"
     else:
@@ -107,9 +137,11 @@ def stream_one(port, i, tokens, out):
                     text += piece
                     first = first or now
                     last = now
+                    chunks += 1
             if ch.get("usage"):
                 ntok = ch["usage"].get("completion_tokens", 0)
-    out[i] = {"text": text, "first": first, "last": last, "tokens": ntok, "err": err}
+    # without a usage chunk, count content chunks (one token each in both servers' streams)
+    out[i] = {"text": text, "first": first, "last": last, "tokens": ntok or chunks, "err": err}
 
 
 def run(port, S, tokens):
@@ -132,13 +164,15 @@ def main():
     ap.add_argument("--streams", default="1,4,8")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--llama-server", help="measure llama.cpp's llama-server at this path instead")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     a.serve = extra  # the serve flags after --
     counts = [int(x) for x in a.streams.split(",")]
     ok = True
-    with Server(a.binary, a.model, 1, a.serve) as s:  # the reference texts: each conversation alone
+    L = a.llama_server
+    with Server(a.binary, a.model, 1, a.serve, llama=L) as s:  # the reference texts: each conversation alone
         alone = {}
         for i in range(max(counts)):
             o = {}
@@ -148,7 +182,7 @@ def main():
     rows = []
     for S in counts:
         best, all_same = None, True
-        with Server(a.binary, a.model, S, a.serve) as s:
+        with Server(a.binary, a.model, S, a.serve, llama=L) as s:
             for _ in range(a.reps):
                 m0 = s.metrics()
                 out, n, span = run(s.port, S, a.tokens)
@@ -164,9 +198,9 @@ def main():
                     best = {"S": S, "tokens": n, "span": span, "rate": rate, "batch": rw / fw if fw else 0}
         best["same"] = all_same
         rows.append(best)
-        ok = ok and all_same
+        ok = ok and (all_same or bool(L))
     base = rows[0]["rate"] if rows and rows[0]["S"] == 1 else None
-    print(f"aggregate decode, {os.path.basename(a.model)}, serve flags: {' '.join(a.serve)}; max_tokens {a.tokens}; "
+    print(f"{'llama-server ' + L if L else 'redlite serve'}: aggregate decode, {os.path.basename(a.model)}, serve flags: {' '.join(a.serve)}; max_tokens {a.tokens}; "
           f"best of {a.reps}\n")
     print("| streams | tokens | decode span (s) | aggregate tok/s | vs 1 stream | rows per forward | texts == alone |")
     print("|---:|---:|---:|---:|---:|---:|---|")

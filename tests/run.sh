@@ -36,7 +36,7 @@ case " $* " in
     *" tests/test_cuda_build.py"* | *" tests/cuda"*)
         if command -v nvcc >/dev/null 2>&1; then
             make -s -k CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda CUDA_ARCH="$(make -s print-cuda-test-arch)" -j"$(nproc)" build/cuda/redlite \
-                build/cuda/tests/test_cuda_{ops,engine,vram,verify,spec} >/dev/null 2>&1 || true
+                build/cuda/tests/test_cuda_{ops,engine,vram,verify,spec,rows,mgpu} >/dev/null 2>&1 || true
         fi ;;
 esac
 exec "$PY" -m pytest -q -ra "$@"

@@ -29,7 +29,7 @@ def test_json_records_the_switches():
 
 
 def test_table_prints_them_only_when_set():
-    out = bench({"RL_CUDA_MERGE": "scan"})
+    out = bench({"RL_CUDA_ATTN": "per-warp"})
     lines = [l for l in out.splitlines() if l.startswith("tuning")]
-    assert lines == ["tuning    RL_CUDA_MERGE=scan"], out[-800:]
+    assert lines == ["tuning    RL_CUDA_ATTN=per-warp"], out[-800:]
     assert not any(l.startswith("tuning") for l in bench({}).splitlines())

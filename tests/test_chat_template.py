@@ -27,12 +27,7 @@ TOOL = BUILD / "tools" / "rl_chat_render"
 TPL = REPO / "tests" / "fixtures" / "templates"
 SHARED_CONFIG = Path("/work/shared/data/qwen3-tokenizer/tokenizer_config.json")
 
-TEMPLATES = {
-    "hybrid": ("Qwen3-hybrid.jinja", "hermes", 1),
-    "nothink": ("Qwen3-Instruct-nothink.jinja", "hermes", 0),
-    "coder": ("Qwen3-Coder.jinja", "coder", 0),
-    "qwen35": ("Qwen3.5.jinja", "qwen35", 1),
-}
+from chat_cases import BARE, ODD, SEARCH, TEMPLATES, WEATHER, all_cases, call  # noqa: E402
 
 
 def hf_env():
@@ -85,189 +80,6 @@ def c_render(template_path, cases):
     return head.decode(), res
 
 
-# ---- conversations ---------------------------------------------------------------------
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "  Get the current weather for a city.\n",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "City name, e.g. Paris"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
-                "days": {"type": "integer", "minimum": 1, "maximum": 14},
-            },
-            "required": ["city"],
-        },
-    },
-}
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "search_files",
-        "description": "Search files.\u3000Returns matches\u00a0",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "regex ‘quoted’ \"x\""},
-                "paths": {"type": "array", "items": {"type": "string"}, "description": "where"},
-                "options": {
-                    "type": "object",
-                    "properties": {"case": {"type": "boolean"}, "max": {"type": "number"}},
-                    "additionalProperties": False,
-                },
-                "limit": {"type": ["integer", "null"], "description": "max hits"},
-                "ratio": {"type": "number", "default": 0.5, "exclusiveMinimum": 0},
-                "big": {"type": "integer", "default": 123456789012345678901234567890},
-                "tiny": {"type": "number", "default": 1e-07, "multipleOf": 1e16},
-            },
-            "required": ["query", "paths"],
-        },
-        "strict": True,
-    },
-}
-BARE = {"name": "ping", "description": "no wrapper, no parameters"}
-ODD = {
-    "type": "function",
-    "function": {
-        "name": "odd",
-        "parameters": {"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
-                                                         "y": {"description": "no type", "examples": ["a", 1, None, True]}}},
-        "x-extra": {"nested": [1, 2.5, "é"]},
-        "x-none": None,
-    },
-}
-
-
-def call(name, args):
-    return {"id": "call_" + name, "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def base_cases():
-    sysm = {"role": "system", "content": "You are a helpful assistant."}
-    u = lambda s: {"role": "user", "content": s}  # noqa: E731
-    a = lambda s, calls=None: {"role": "assistant", "content": s, **({"tool_calls": calls} if calls else {})}  # noqa: E731
-    t = lambda s: {"role": "tool", "content": s, "tool_call_id": "x"}  # noqa: E731
-    cases = []
-
-    def add(msgs, tools=None, gp=True, **kw):
-        c = {"messages": msgs, "add_generation_prompt": gp, **kw}
-        if tools is not None:
-            c["tools"] = tools
-        cases.append(c)
-
-    add([u("Hello")])
-    add([u("Hello")], gp=False)
-    add([sysm, u("Hello")])
-    add([sysm, u("Hi"), a("Hello! How can I help?"), u("Tell me a joke.")])
-    add([sysm, u("Hi"), a("Hello!"), u("x"), a("y")], gp=False)
-    add([u("")])
-    add([sysm, u(""), a(""), u("")])
-    add([{"role": "system", "content": ""}, u("a")])
-    add([u("Ünïcödé ✓ 日本語 🎉 \u2028 line\u0085sep"), a("Réponse — «ok»"), u("e\u0301 combining")])
-    add([u("a"), {"role": "system", "content": "mid-conversation system"}, u("b")])
-    add([u("multi\nline\n\ncontent\n"), a("\n\nleading newlines\n"), u("  spaces  ")])
-    add([u("Weather in Paris?")], tools=[WEATHER])
-    add([sysm, u("Weather in Paris?")], tools=[WEATHER])
-    add([sysm, u("find foo")], tools=[WEATHER, SEARCH, BARE, ODD])
-    add([u("hi")], tools=[])
-    add([u("Weather?"), a("", [call("get_weather", {"city": "Paris"})]),
-         t('{"temp": 21}'), a("It is 21 °C.")], tools=[WEATHER], gp=False)
-    add([u("Weather?"), a("Let me check.", [call("get_weather", {"city": "Paris", "unit": "celsius", "days": 3})]),
-         t("sunny")], tools=[WEATHER])
-    add([sysm, u("two calls"),
-         a("", [call("get_weather", {"city": "Paris"}), call("get_weather", {"city": "Tōkyō"})]),
-         t("r1"), t("r2"), u("thanks")], tools=[WEATHER])
-    add([u("nested"), a("Searching…", [call("search_files", {
-        "query": "a\"b\\c\n\t\u0001", "paths": ["src/", "tests/é"],
-        "options": {"case": True, "max": 1.0, "deep": {"x": [1, 2.5, -3e-9, 1e16, 12345678901234567890]}},
-        "limit": None, "ratio": 0.1, "flag": False})]), t("[]")], tools=[SEARCH])
-    add([u("empty args"), a(None, [call("ping", {})]), t("pong")], tools=[BARE])
-    add([u("q"), a("   ", [call("ping", {})]), t("pong"), a("done")], tools=[BARE], gp=False)
-    add([u("q"), a("text", [call("odd", {"x": "1", "y": [1, {"k": "v"}]})]), t("")], tools=[ODD])
-    add([t("orphan tool message first"), u("then user")])
-    add([u("q"), t("r1"), t("r2"), t("r3")], gp=False)
-    add([u("<tool_response>\nfake\n</tool_response>"), a("ok")], gp=False)
-    add([u("x"), a("y"), u("<tool_response>r</tool_response>"), a("z")], gp=False)
-    add([u("x"), a("call", [call("ping", {"a": 1})]), u("<tool_response>r</tool_response>"), a("after")], gp=False)
-    return cases
-
-
-def think_cases():
-    u = lambda s: {"role": "user", "content": s}  # noqa: E731
-    cases = []
-    for gp in (True, False):
-        cases.append({"messages": [u("q"), {"role": "assistant", "content": "<think>\nreason\n</think>\n\nanswer"}],
-                      "add_generation_prompt": gp})
-        cases.append({"messages": [u("q"), {"role": "assistant", "content": "<think>r1</think>a1"}, u("q2"),
-                                   {"role": "assistant", "content": "x</think>\n\ny</think>z"}], "add_generation_prompt": gp})
-        cases.append({"messages": [u("q"), {"role": "assistant", "content": "ans", "reasoning_content": "\nR\n"}],
-                      "add_generation_prompt": gp})
-        cases.append({"messages": [u("q"), {"role": "assistant", "content": "ans", "reasoning_content": ""}],
-                      "add_generation_prompt": gp})
-        cases.append({"messages": [u("q"), {"role": "assistant", "content": "a", "tool_calls": [call("ping", {})]},
-                                   {"role": "tool", "content": "r"},
-                                   {"role": "assistant", "content": "<think>\nafter tool\n</think>\n\nfinal"}],
-                      "tools": [BARE], "add_generation_prompt": gp})
-    for et in (True, False):
-        cases.append({"messages": [u("q")], "add_generation_prompt": True, "enable_thinking": et})
-    return cases
-
-
-STRINGS = ["", "hi", "a\nb", " lead", "trail ", "\n", "é🎉", "<b>x</b>", "tab\there", "quote ' \" \\", "日本",
-           "</think>", "<think>x</think>y", "\u00a0nbsp\u00a0", "1.0", "true"]
-VALUES = [0, 1, -1, 2.5, 1e-05, 1e16, 1.0, 123456789012345678901, True, False, None, "s", "", "多", [1, "a"],
-          {"k": [True, None]}, {"a": {"b": {"c": 0.1}}}, [], {}]
-
-
-def random_cases(seed, n, think, need_user=False):
-    """need_user: every conversation gets a user query (the Qwen3.5 template refuses one without)."""
-    rng = random.Random(seed)
-    tools_pool = [WEATHER, SEARCH, BARE, ODD]
-    cases = []
-    for _ in range(n):
-        msgs = []
-        if rng.random() < 0.5:
-            msgs.append({"role": "system", "content": rng.choice(STRINGS)})
-        for _ in range(rng.randint(1, 7)):
-            r = rng.random()
-            if r < 0.35:
-                msgs.append({"role": "user", "content": rng.choice(STRINGS)})
-            elif r < 0.7:
-                m = {"role": "assistant", "content": rng.choice(STRINGS)}
-                if rng.random() < 0.5:
-                    m["tool_calls"] = [call(rng.choice(["get_weather", "search_files", "ping"]),
-                                            {rng.choice(["a", "city", "query", "x y", "é"]): rng.choice(VALUES)
-                                             for _ in range(rng.randint(0, 3))})
-                                       for _ in range(rng.randint(1, 3))]
-                if think and rng.random() < 0.2:
-                    m["reasoning_content"] = rng.choice(STRINGS)
-                msgs.append(m)
-            else:
-                msgs.append({"role": "tool", "content": rng.choice(STRINGS)})
-        if msgs[0]["role"] == "system" and len(msgs) == 1:
-            msgs.append({"role": "user", "content": "x"})
-        if need_user and not any(m["role"] == "user" for m in msgs):
-            msgs.insert(rng.randint(1 if msgs[0]["role"] == "system" else 0, len(msgs)),
-                        {"role": "user", "content": "query"})
-        c = {"messages": msgs, "add_generation_prompt": rng.random() < 0.6}
-        if rng.random() < 0.5:
-            c["tools"] = rng.sample(tools_pool, rng.randint(0, 3))
-        if think and rng.random() < 0.2:
-            c["enable_thinking"] = rng.random() < 0.5
-        cases.append(c)
-    return cases
-
-
-def all_cases(name):
-    cases = base_cases()
-    if name in ("hybrid", "qwen35"):
-        cases += think_cases()
-    think = name in ("hybrid", "qwen35")
-    cases += random_cases({"hybrid": 1, "nothink": 2, "coder": 3, "qwen35": 4}[name], 150, think, name == "qwen35")
-    return cases
 
 
 @pytest.fixture(scope="module")
@@ -444,3 +256,75 @@ def test_parser_never_loses_text(tool, tmp_path):
     got = c_parse([WEATHER], texts, tmp_path)
     for t, g in zip(texts, got):
         assert g["calls"] == [] and g["text"] == t, t
+
+
+# ---- transformers' own apply_chat_template ------------------------------------------------------
+
+HF_ORACLE = TPL / "hf_apply_chat_template.json.gz"
+
+
+@pytest.fixture(scope="module")
+def hf_oracle():
+    import gzip
+
+    with gzip.open(HF_ORACLE, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_render_matches_transformers(tool, hf_oracle, name):
+    """Red Lite's rendering against transformers' apply_chat_template itself, recorded by
+    tools/make_chat_oracle.py (transformers 5.25, which drops None-valued message keys and aliases
+    reasoning fields before rendering: the mirror above does neither) on the same conversations:
+    every one the template accepts is byte-identical, and so is the jinja2 mirror's rendering."""
+    fname, _, _ = TEMPLATES[name]
+    rec = hf_oracle["templates"][name]
+    text = (TPL / fname).read_text()
+    import hashlib
+
+    assert rec["sha256"] == hashlib.sha256(text.encode()).hexdigest(), "template changed: rerun the tool"
+    cases = all_cases(name)
+    # (the same conversations, key order included: the renderers keep it)
+    assert json.dumps(rec["cases"]) == json.dumps(cases), "cases changed: rerun tools/make_chat_oracle.py"
+    _, got = c_render(TPL / fname, cases)
+    bad, mirror_bad, n = [], [], 0
+    for i, (c, want, g) in enumerate(zip(cases, rec["rendered"], got)):
+        if want is None:
+            continue
+        n += 1
+        if g != want:
+            bad.append(i)
+        if jinja_render(text, c) != want:
+            mirror_bad.append(i)
+    print(f"{name}: {n - len(bad)}/{n} conversations byte-identical with transformers "
+          f"{hf_oracle['versions']['transformers']} ({len(cases) - n} refused by the template)")
+    if bad:
+        i = bad[0]
+        pytest.fail(f"{len(bad)} mismatches; first #{i}: {json.dumps(cases[i], ensure_ascii=False)}\n"
+                    f"--- transformers:\n{rec['rendered'][i]!r}\n--- ours:\n{got[i]!r}")
+    assert not mirror_bad, f"the jinja2 mirror differs from transformers on {mirror_bad[:10]}"
+    assert n >= len(cases) - len(cases) // 10
+
+
+@pytest.mark.parametrize("name", ["coder", "qwen35"])
+def test_string_arguments_render_as_objects(tool, hf_oracle, name):
+    """OpenAI clients send a call's arguments as a JSON string; the XML templates iterate over them
+    as a mapping (`arguments|items`: transformers refuses a string). Red Lite parses the string, so
+    a conversation with string arguments renders as transformers renders the object form."""
+    fname, _, _ = TEMPLATES[name]
+    rec = hf_oracle["templates"][name]
+    picked, want = [], []
+    for c, r in zip(all_cases(name), rec["rendered"]):
+        if r is None or not any(m.get("tool_calls") for m in c["messages"]):
+            continue
+        c = json.loads(json.dumps(c))
+        for m in c["messages"]:
+            for tc in m.get("tool_calls") or []:
+                tc["function"]["arguments"] = json.dumps(tc["function"]["arguments"], ensure_ascii=False)
+        picked.append(c)
+        want.append(r)
+    assert len(picked) > 40
+    _, got = c_render(TPL / fname, picked)
+    bad = [i for i, (w, g) in enumerate(zip(want, got)) if w != g]
+    assert not bad, f"{len(bad)}/{len(picked)} differ; first: {json.dumps(picked[bad[0]])[:300]}\n" \
+                    f"--- transformers (object arguments):\n{want[bad[0]]!r}\n--- ours:\n{got[bad[0]]!r}"

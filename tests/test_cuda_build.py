@@ -1,7 +1,7 @@
 """The CUDA build must never rot: where nvcc is on PATH (CI has no GPU), compile the whole tree
 with CUDA=1 into build/cuda (-Werror applies to the .cu files too) and check that the binary
 reports a missing device cleanly: `redlite dump --backend cuda` exits 1 with one line. The GPU C
-tests (test_cuda_ops, test_cuda_engine, test_cuda_vram, test_cuda_verify, test_cuda_spec, test_cuda_rows) run from that
+tests (test_cuda_ops, test_cuda_engine, test_cuda_vram, test_cuda_verify, test_cuda_spec, test_cuda_rows, test_cuda_mgpu) run from that
 build: on a GPU they must pass; without one they exit 77 saying "no CUDA device" and are reported as skips with that reason. A build that
 fails, or a GPU test that fails or crashes, is a failure, never a skip. tests/run.sh runs this
 file before tests/cuda/, whose fixture tests use the binary built here.
@@ -37,7 +37,7 @@ def cuda_build():
                         f"{BUILD}/redlite",
                         f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine",
                         f"{BUILD}/tests/test_cuda_vram", f"{BUILD}/tests/test_cuda_verify",
-                        f"{BUILD}/tests/test_cuda_spec", f"{BUILD}/tests/test_cuda_rows"],
+                        f"{BUILD}/tests/test_cuda_spec", f"{BUILD}/tests/test_cuda_rows", f"{BUILD}/tests/test_cuda_mgpu"],
                        cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, f"make CUDA=1 failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return os.path.join(ROOT, BUILD)
@@ -56,7 +56,7 @@ def test_cuda_unavailable_is_one_line(cuda_build):
 
 
 @pytest.mark.parametrize("name", ["test_cuda_ops", "test_cuda_engine", "test_cuda_vram", "test_cuda_verify",
-                                  "test_cuda_spec", "test_cuda_rows"])
+                                  "test_cuda_spec", "test_cuda_rows", "test_cuda_mgpu"])
 def test_cuda_c_test(cuda_build, name):
     r = subprocess.run([os.path.join(cuda_build, "tests", name)], cwd=ROOT, capture_output=True, text=True,
                        timeout=1800)

@@ -44,15 +44,6 @@ ALLOWED = {
     # known process state still to move (issue #44): listed so that nothing new joins them
     ("src/text/chat.c", "warned"): "TO MOVE: warn once about an unknown chat template (a race between two loads)",
     ("src/backend/backend_cuda.c", "buf"): "TO MOVE: the text of cuda_available's why (written at a probe)",
-    ("src/cuda/attn.cu", "allowed"): "TO MOVE (per-device struct, needs a GPU run): opt-in shared memory already granted",
-    ("src/cuda/attn_tc.cu", "allowed"): "TO MOVE (per-device struct, needs a GPU run): opt-in shared memory already granted",
-    ("src/cuda/attn_tc.cu", "allowed2"): "TO MOVE (per-device struct, needs a GPU run): opt-in shared memory already granted",
-    ("src/cuda/matmul.cu", "int8_mode"): "TO MOVE (per-device struct, needs a GPU run): the int8 MMQ mode chosen once",
-    ("src/cuda/matmul.cuh", "mode"): "TO MOVE (tuning struct, needs a GPU run): RL_CUDA_MM_STAGE read at the first launch",
-    ("src/cuda/mmq_launch.cuh", "nsm"): "TO MOVE (per-device struct, needs a GPU run): the SM count",
-    ("src/cuda/mmq_launch.cuh", "opted"): "TO MOVE (per-device struct, needs a GPU run): opt-in shared memory already granted",
-    ("src/cuda/mmq_launch.cuh", "occ_sm"): "TO MOVE (per-device struct, needs a GPU run): occupancy query cached",
-    ("src/cuda/mmq_launch.cuh", "resident"): "TO MOVE (per-device struct, needs a GPU run): occupancy query cached",
 }
 
 STATIC = re.compile(r"^\s*static\b(.*)$")

@@ -259,3 +259,56 @@ def test_qwen35_vocab_loads_and_other_pre_refused(tmp_path):
     assert r.returncode != 0
     err = r.stderr.decode()
     assert "pre-tokenizer 'llama3' is not supported" in err and "qwen35" in err, err
+
+
+# ---- llama.cpp's own test vectors --------------------------------------------------------------
+
+LLAMA_INP = os.path.join(os.path.dirname(VOCAB), "llama-vocab-qwen35.inp")
+LLAMA_OUT = os.path.join(os.path.dirname(VOCAB), "llama-vocab-qwen35.out")
+LLAMA_SEP = "\n__ggml_vocab_test__\n"
+
+
+def llama_vectors():
+    """llama.cpp's test-tokenizer-0 format: the inputs joined by LLAMA_SEP (each one followed by it),
+    one output line per input with the ids separated by spaces (an empty line for no tokens)."""
+    with open(LLAMA_INP, "rb") as f:
+        raw = f.read().decode("utf-8")
+    assert raw.endswith(LLAMA_SEP)
+    texts = raw[: -len(LLAMA_SEP)].split(LLAMA_SEP)
+    with open(LLAMA_OUT, encoding="ascii") as f:
+        ids = [[int(x) for x in line.split()] for line in f.read().split("\n")[:-1]]
+    assert len(texts) == len(ids) == 50
+    return texts, ids
+
+
+def test_llama_cpp_vectors(vocab, tmp_path):
+    """llama.cpp's test vectors of the qwen35 pre-tokenizer (models/ggml-vocab-qwen35.gguf.inp/.out of
+    the llama.cpp tree in the llama-cpp-python 0.3.36 sdist) on the committed vocabulary with
+    pre = qwen35. llama.cpp's vocab file for them is its Qwen2 vocabulary with pre = qwen35: its
+    151,643 BPE tokens and 151,387 merges are those of tests/fixtures/qwen3-vocab.gguf (checked when
+    the vectors were added; the files differ only in the added tokens above id 151643, which no input
+    contains), so the ids are comparable as they are.
+
+    llama.cpp applies no Unicode normalisation; Qwen's tokenizer.json (and Red Lite, following HF)
+    applies NFC first. On the inputs NFC leaves alone the ids must be llama.cpp's exactly; on the three
+    that NFC changes (a letter + U+0300/U+0301 spelt decomposed) they must be HF's (the qwen35 regex
+    tokenizer with NFC, see hf_tokenizer), and the same HF tokenizer without its normaliser must give
+    llama.cpp's ids there: the only difference is the normalisation."""
+    from tokenizers import normalizers
+
+    texts, want = llama_vectors()
+    path = str(tmp_path / "qwen35-vocab.gguf")
+    write_vocab(path, "qwen35")
+    ours = redlite_ids(path, texts, tmp_path)
+    hf = hf_tokenizer(vocab, QWEN35_RE)
+    raw_hf = hf_tokenizer(vocab, QWEN35_RE)
+    raw_hf.normalizer = normalizers.Sequence([])
+    n_nfc = 0
+    for t, o, w in zip(texts, ours, want):
+        if unicodedata.normalize("NFC", t) == t:
+            assert o == w, f"{t!r}: ours {o}, llama.cpp {w}"
+        else:
+            n_nfc += 1
+            assert raw_hf.encode(t, add_special_tokens=False).ids == w, t
+            assert o == hf.encode(t, add_special_tokens=False).ids != w, f"{t!r}: ours {o}, llama.cpp {w}"
+    assert n_nfc == 3

@@ -1199,6 +1199,47 @@ def dequant_output_weight(path: Path, gguf) -> np.ndarray:
     return np.asarray(w, dtype=np.float32).reshape(int(t.shape[1]), int(t.shape[0]))
 
 
+def llama_loadable(src: Path, dst_dir: Path, gguf) -> tuple[Path, str | None]:
+    """The GGUF llama.cpp is run on: src itself, or, for a trimmed vocabulary (trim_gguf drops the
+    merges, and llama.cpp refuses a gpt2 vocabulary without a merges key), a copy in dst_dir under the
+    same name with tokenizer.ggml.merges added: the Qwen3 merges (tests/fixtures/qwen3-vocab.gguf) whose
+    two parts and result are all kept tokens. Merges only drive text tokenization, and the cross-check
+    feeds token ids; every other key and every tensor byte is src's (checked here).
+    Returns (path, a note for the record or None)."""
+    rd = gguf.GGUFReader(str(src))
+    if "tokenizer.ggml.merges" in rd.fields or rd.fields["tokenizer.ggml.model"].contents() != "gpt2":
+        return src, None
+    dst = dst_dir / src.name
+    kept = set(rd.fields["tokenizer.ggml.tokens"].contents())
+    full = gguf.GGUFReader(str(Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "qwen3-vocab.gguf"))
+    merges = [m for m in full.fields["tokenizer.ggml.merges"].contents()
+              if {*m.split(" ", 1), m.replace(" ", "", 1)} <= kept]
+    w = gguf.GGUFWriter(str(dst), rd.fields["general.architecture"].contents())
+    for fld in rd.fields.values():
+        if fld.name.startswith("GGUF.") or fld.name == "general.architecture":
+            continue
+        vt = gguf.GGUFValueType(fld.types[0])
+        sub = gguf.GGUFValueType(fld.types[-1]) if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(fld.name, fld.contents(), vt, sub_type=sub)
+        if fld.name == "tokenizer.ggml.token_type":
+            w.add_key_value("tokenizer.ggml.merges", merges, gguf.GGUFValueType.ARRAY,
+                            sub_type=gguf.GGUFValueType.STRING)
+    for t in rd.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=gguf.GGMLQuantizationType(t.tensor_type))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    cp = gguf.GGUFReader(str(dst))
+    assert [(t.name, t.tensor_type, bytes(np.asarray(t.data).data)) for t in rd.tensors] == \
+        [(t.name, t.tensor_type, bytes(np.asarray(t.data).data)) for t in cp.tensors], "tensor copy differs"
+    assert {f.name for f in cp.fields.values()} == {f.name for f in rd.fields.values()} | {"tokenizer.ggml.merges"}
+    return dst, (f"llama.cpp ran on a copy of the GGUF with tokenizer.ggml.merges added ({len(merges)} Qwen3 "
+                 "merges within the kept tokens: the trimmed vocabulary has none and llama.cpp's loader "
+                 "requires the key; ids are fed, no text is tokenized); every tensor byte and every other "
+                 "key is the committed file's")
+
+
 def llama_cpp_only(a, gguf) -> int:
     """Runs the llama.cpp cross-check on existing OUT/NAME.{gguf,npz,json} and updates npz + json.
     Run as a separate process by the main pipeline, so a llama.cpp abort cannot lose the oracle."""
@@ -1212,9 +1253,27 @@ def llama_cpp_only(a, gguf) -> int:
     refs = {"fp32": [arrays[f"p{i}.hidden"] @ W.T for i in range(n)]}
     if a.q8act_dir is not None:
         refs["q8act"] = [np.load(a.q8act_dir / f"q8act_p{i}.npy") for i in range(n)]
+    tmp = Path(tempfile.mkdtemp(prefix="rl-llama-"))
+    try:
+        lpath, note = llama_loadable(gpath, tmp, gguf)
+        return llama_cpp_record(a, lpath, note, meta, arrays, refs, W, npath, jpath)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def llama_cpp_record(a, gpath, note, meta, arrays, refs, W, npath, jpath) -> int:
+    """llama_cpp_only's runs on gpath (the fixture's GGUF or llama_loadable's copy) and the update."""
     la, info = run_llama_cpp(gpath, meta["prompts"], refs, meta["oracle"]["n_gen"])
     if not info.get("available"):
         raise SystemExit("make_fixtures: llama-cpp-python is not available")
+    if note:
+        info["gguf_note"] = note
+    for pi, pinfo in enumerate(info["prompts"]):  # against the Q8_0-activation oracle (llama.cpp's arithmetic)
+        q8 = arrays.get(f"p{pi}.q8act.greedy_ids")
+        if q8 is not None:
+            gen = pinfo["greedy_ids"]
+            pinfo["greedy_agree_prefix_vs_q8act"] = next((i for i in range(len(gen)) if gen[i] != int(q8[i])),
+                                                         len(gen))
     if a.f32_gguf is not None:
         _, info["f32_gguf"] = run_llama_cpp(a.f32_gguf, meta["prompts"], {"fp32": refs["fp32"]},
                                             meta["oracle"]["n_gen"], store=False)
@@ -1232,6 +1291,9 @@ def llama_cpp_only(a, gguf) -> int:
                 log(f"llama.cpp MTP check failed on {gp.name}: {e}")
     arrays.update({"llama." + k: v for k, v in la.items()})
     np.savez_compressed(npath, **arrays)
+    if a.q8act_dir is None:  # run on its own, on committed files: say how (the pipeline's is in "command")
+        info["command"] = "make_fixtures.py --llama-cpp-only --name " + a.name + " (on the committed files; " \
+                          "no q8act reference or f32 GGUF: those need the checkpoint)"
     meta["llama_cpp"] = info
     meta["npz"] = {"file": npath.name, "bytes": npath.stat().st_size}
     jpath.write_text(json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")

@@ -33,6 +33,9 @@ typedef struct {
     bool device;
     uint64_t dev_total, dev_free_before_weights, dev_free_after_weights, dev_free_after_ctx;
     int decode_graph_nodes, decode_graph_kernels; /* CUDA: the captured decode step (0: none yet) */
+    bool h2d;                                     /* CUDA VRAM tier: its host->device copies so far */
+    uint64_t h2d_bytes;                           /* (vram_link_stats): bytes, copy-stream seconds, */
+    double h2d_seconds, h2d_cap_gbs, h2d_raw_gbs; /* RL_VRAM_LINK_GBS cap and real rate (0: none) */
 } engine_mem;
 
 /* KV cache element formats (engine_ctx_params.kv): f32, or IEEE half rounded to nearest even

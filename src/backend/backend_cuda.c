@@ -20,10 +20,9 @@
  * `unstaged` reads K/V from global memory per warp; the default is the register-tiled kernel:
  * 12-layer Q4_K_M prompt 32K 1.60x over staged on the H200, bench/results/2026-12-02-cuda-tiled-h200.md),
  * RL_CUDA_DN_SPLIT=0 (the decode DeltaNet step of a value head in one block; the default spreads
- * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200), RL_CUDA_MERGE=warp (the
- * previous decode attention merge, a warp per (row, head); the default is a thread per dim, same bits:
- * 12-layer decode at 32K depth +1-2 % on the H200; docs/TUNING.md), RL_CUDA_VERBOSE=1 (upload time and memory
- * on stderr), RL_CUDA_DEVICE=N; tuning of the small-batch (verify) shapes, same bits whatever the value:
+ * it over 4 blocks, same bits: 12-layer decode +1 % CF2, +3 % Q4_K_M on the H200; docs/TUNING.md),
+ * RL_CUDA_VERBOSE=1 (upload time and memory on stderr), RL_CUDA_DEVICE=N; tuning of the small-batch
+ * (verify) shapes, same bits whatever the value:
  * RL_CUDA_SMALL_MOE=N (batches of up to N rows run the MoE as one tile per (row, expert) pair, larger ones
  * grouped by expert; 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
  * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md. Decode kernels, same bits
@@ -46,20 +45,6 @@
 
 /* ---- context -------------------------------------------------------------------------- */
 
-/* RL_CUDA_FUSE: unset or "0" = none (the default: on the H200 no tail made the decode graph
- * faster — combine 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md;
- * with the lane GEMVs all -11 %, router -4 %, combine+norm -8 %:
- * bench/results/2026-12-03-cuda-session17-h200.md), "1"/"all" every tail, or a comma list of combine, norm,
- * router. */
-static int fuse_mask(void) {
-    const char *v = getenv("RL_CUDA_FUSE");
-    if (!v || !*v) return 0;
-    if (!strcmp(v, "0") || !strcmp(v, "off")) return 0;
-    if (!strcmp(v, "1") || !strcmp(v, "all")) return FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER;
-    return (strstr(v, "combine") ? FUSE_COMBINE : 0) | (strstr(v, "norm") ? FUSE_NORM : 0) |
-           (strstr(v, "router") ? FUSE_ROUTER : 0);
-}
-
 static bool cuda_available(const char **why) {
     static char buf[160];
     int n = 0;
@@ -75,6 +60,17 @@ static bool cuda_available(const char **why) {
 }
 
 static size_t al(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Make c's device current on the calling thread (and leave it so). The current device is a property of
+ * the host thread, a launch, event record or graph launch on a stream of another device fails, and the
+ * engine drives a context from threads other than the one that made it (the server's slot threads):
+ * so every entry point of this backend that touches the GPU starts here, and contexts on different
+ * devices live in one process. Costs one cudaGetDevice where the device is already current. */
+static int ctx_use(const backend_ctx *c) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == c->cd.ordinal) return 0;
+    return CU_CHECK(cudaSetDevice(c->cd.ordinal));
+}
 
 /* Carve the device allocation; base NULL only sizes it. */
 static size_t carve(backend_ctx *c, uint8_t *base) {
@@ -193,11 +189,8 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
     *tier = false;
     vram_pin_mode pin;
     vram_miss_mode miss;
-    const char *pin_env = getenv("RL_VRAM_PIN"); /* the older switch: 1 = on, 0 = off */
-    const char *pin_s = o->vram_pin                        ? o->vram_pin
-                        : pin_env && !strcmp(pin_env, "1") ? "on"
-                        : pin_env && !strcmp(pin_env, "0") ? "off"
-                                                           : NULL;
+    const int pin_env = c->tune.vram_pin; /* RL_VRAM_PIN, the older switch: 1 = on, 0 = off */
+    const char *pin_s = o->vram_pin ? o->vram_pin : pin_env == 1 ? "on" : pin_env == 0 ? "off" : NULL;
     if (vram_pin_parse(pin_s, &pin) || vram_miss_parse(o->vram_miss, &miss)) return -1;
     if (vram_geom_of(c->m, &g) || CU_CHECK(cudaMemGetInfo(&fr, &tot))) return -1;
     const size_t TK = (size_t)c->n_batch * hp->n_expert_used;
@@ -210,25 +203,28 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
             ((size_t)4 << 20);
     vram_plan plan;
     if (vram_plan_make(&g, spec, &plan)) return -1;
-    const char *force = getenv("RL_VRAM_SLOTS"); /* tests: N slots per layer whatever the budget */
-    if (force && atoi(force) > 0) {
-        int n = atoi(force) < hp->n_expert_used ? hp->n_expert_used : atoi(force);
+    const int force = c->tune.vram_slots; /* RL_VRAM_SLOTS (tests): N slots per layer whatever the budget */
+    if (force > 0) {
+        int n = force < hp->n_expert_used ? hp->n_expert_used : force;
         n = n > hp->n_expert ? hp->n_expert : n;
         plan.full = false;
         for (int il = 0; il < hp->n_layer; il++) plan.slots[il] = n;
         plan.min_slots = plan.max_slots = n;
-        snprintf(plan.reason, sizeof plan.reason, "%d of %d expert slots per layer (RL_VRAM_SLOTS=%s)", n,
+        snprintf(plan.reason, sizeof plan.reason, "%d of %d expert slots per layer (RL_VRAM_SLOTS=%d)", n,
                  hp->n_expert, force);
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss))) return -1;
+    const vram_tier_opts vo = {c->tune.vram_prefetch, c->tune.vram_overlap, c->tune.vram_fault,
+                               c->tune.vram_link};
+    if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss, &vo))) return -1;
     *tier = true;
     return 0;
 }
 
 static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
     if (!c->vt) return 1; /* every expert fit: nothing to feed */
+    TRY(ctx_use(c));      /* the tier syncs its copy stream and page-locks the source for this device */
     vram_tier_set_host_src(c->vt, src);
     return 0;
 }
@@ -240,6 +236,7 @@ static void cuda_print_stats(backend_ctx *c, FILE *f) {
 
 static void cuda_ctx_free(backend_ctx *c) {
     if (!c) return;
+    (void)ctx_use(c); /* the context's streams, graphs and memory are destroyed on its own device */
     if (c->st) cudaStreamSynchronize(c->st);
     if (c->gexec) cudaGraphExecDestroy(c->gexec);
     cuda_rows_free(c);
@@ -274,8 +271,24 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         rl_seterr("CUDA backend: %s", why);
         return NULL;
     }
-    const char *dev = getenv("RL_CUDA_DEVICE");
-    if (dev && CU_CHECK(cudaSetDevice(atoi(dev)))) return NULL;
+    cuda_tune tune;
+    int ordinal = 0;
+    if (cuda_tune_from_env(&tune)) return NULL; /* every RL_CUDA_* / RL_VRAM_* switch, once */
+    if (tune.device >= 0) { /* RL_CUDA_DEVICE=N; else the calling thread's current device (0 by default) */
+        int n_dev = 0;
+        if (CU_CHECK(cudaGetDeviceCount(&n_dev))) return NULL;
+        if (tune.device >= n_dev) {
+            rl_seterr("RL_CUDA_DEVICE=%d: this machine has %d CUDA device%s (0 to %d)", tune.device, n_dev,
+                      n_dev == 1 ? "" : "s", n_dev - 1);
+            return NULL;
+        }
+        if (CU_CHECK(cudaSetDevice(tune.device))) return NULL;
+    }
+    if (CU_CHECK(cudaGetDevice(&ordinal))) return NULL;
+    if (ordinal >= CU_MAX_DEVICES) {
+        rl_seterr("CUDA device %d: at most %d devices are supported", ordinal, CU_MAX_DEVICES);
+        return NULL;
+    }
     if (hp->n_expert > 1024 || hp->n_expert_used > 32 || n_batch * hp->n_expert_used > 65536) {
         rl_seterr("CUDA backend: %d experts / top-%d with batch %d is not supported", hp->n_expert,
                   hp->n_expert_used, n_batch);
@@ -285,29 +298,27 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     backend_ctx *c = rl_calloc(1, sizeof *c, "CUDA context");
     if (!c) return NULL;
     c->m = m;
+    c->tune = tune;
+    c->cd.ordinal = ordinal; /* what ctx_use (cuda_ctx_free too) makes current, before anything fails */
+    if (cu_dev_init(&c->cd, ordinal, &tune.k)) goto fail;
     ctx_geometry(c, hp, n_ctx, n_batch, kv);
-    c->graphs = env_on("RL_CUDA_GRAPHS", true);
-    c->attn_per_warp = env_is("RL_CUDA_ATTN", "per-warp");
-    c->attn_pf_staged = !env_is("RL_CUDA_ATTN_PF", "unstaged");
-    c->attn_pf_tiled = !env_is("RL_CUDA_ATTN_PF", "staged") && !env_is("RL_CUDA_ATTN_PF", "unstaged");
+    c->graphs = tune.graphs;
+    c->attn_per_warp = tune.attn_per_warp;
+    c->attn_pf_staged = tune.attn_pf_staged;
+    c->attn_pf_tiled = tune.attn_pf_tiled;
     /* the tensor-core attention where it applies: the f16 cache, at most 16 query heads per KV head */
-    c->attn_tc = env_on("RL_CUDA_ATTN_TC", true) && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
-    c->merge_wide = !env_is("RL_CUDA_MERGE", "warp");
-    c->merge_scan = env_is("RL_CUDA_MERGE", "scan");
-    c->attn_db = env_on("RL_CUDA_ATTN_DB", true);
-    c->dn_split = env_on("RL_CUDA_DN_SPLIT", true);
-    c->dn_fork = env_on("RL_CUDA_DN_FORK", false);
-    c->shg_side = env_on("RL_CUDA_SHG", true);
-    c->fuse = fuse_mask();
-    c->small_moe = getenv("RL_CUDA_SMALL_MOE") ? atoi(getenv("RL_CUDA_SMALL_MOE")) : CU_SMALL_T;
-    if (c->small_moe < 1 || c->small_moe > CU_SMALL_T) c->small_moe = CU_SMALL_T;
+    c->attn_tc = tune.attn_tc && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
+    c->attn_db = tune.attn_db;
+    c->dn_split = tune.dn_split;
+    c->fuse = tune.fuse;
+    c->small_moe = tune.small_moe < 1 || tune.small_moe > CU_SMALL_T ? CU_SMALL_T : tune.small_moe;
     size_t mfree = 0;
     (void)cudaMemGetInfo(&mfree, &c->mem_total); /* for engine_mem_info; a failure leaves zeros */
     (void)cudaGetLastError();
     c->mem_free0 = mfree;
     bool tier = false;
     if (o && o->vram_spec && hp->moe && vram_setup(c, o, &tier, p)) goto fail; /* dense: no experts to tier */
-    if (!(c->dm = dmodel_get(m, !tier))) goto fail;
+    if (!(c->dm = dmodel_get(m, !tier, ordinal, tune.verbose))) goto fail;
     (void)cudaMemGetInfo(&c->mem_free1, &c->mem_total);
     (void)cudaGetLastError();
     if (CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) ||
@@ -315,6 +326,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
         CU_CHECK(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)))
         goto fail;
+    c->ks = (cu_stream){c->st, &c->cd};
+    c->ks2 = (cu_stream){c->st2, &c->cd};
     c->dev_bytes = carve(c, NULL);
     if (CU_CHECK(cudaMalloc((void **)&c->dev, c->dev_bytes))) {
         rl_seterr("cannot allocate %.2f GiB of GPU memory for the context (lower --ctx or --batch): %s",
@@ -343,16 +356,19 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         goto fail;
     (void)cudaMemGetInfo(&c->mem_free2, &c->mem_total);
     (void)cudaGetLastError();
-    if (env_on("RL_CUDA_VERBOSE", false))
-        fprintf(stderr, "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s)\n", n_ctx, n_batch,
-                c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32");
+    if (tune.verbose)
+        fprintf(stderr,
+                "redlite cuda: context %d positions x %d rows: %.2f GiB (KV %s); device %d sm_%d, %d SMs, "
+                "%zu KiB shared memory per block (%zu opt-in), PDL %s\n",
+                n_ctx, n_batch, c->dev_bytes / 1073741824.0, c->kv_f16 ? "f16" : "f32", c->cd.ordinal,
+                c->cd.cc, c->cd.n_sm, c->cd.smem_max >> 10, c->cd.smem_optin >> 10, c->cd.pdl ? "on" : "off");
     if (tier) {
         const vram_plan *vp = vram_tier_plan(c->vt);
         if (CU_CHECK(cudaMalloc((void **)&c->bk, sizeof(float) * (c->state_floats ? c->state_floats : 1))))
             goto fail;
         /* the host picks the slots per layer: no decode or verify graph (forward_run); the MTP
          * head's graph stays (its layer's experts are resident) */
-        if (env_on("RL_CUDA_VERBOSE", false)) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
+        if (tune.verbose) fprintf(stderr, "redlite cuda: vram tier: %s\n", vp->reason);
     }
     return c;
 fail:
@@ -366,6 +382,7 @@ static backend_ctx *cuda_ctx_new(const q3n_model *m, pool *p, int n_ctx, int n_b
 
 static void cuda_reset(backend_ctx *c) {
     const q3n_hparams *hp = c->hp;
+    if (ctx_use(c)) return; /* reset has no error return; a failed switch leaves the error set */
     for (int il = 0; il < hp->n_layer; il++) {
         if (hp->is_attn[il]) continue;
         CU_CHECK(cudaMemsetAsync(c->conv[il], 0, sizeof(float) * q3n_conv_floats(hp), c->st));
@@ -375,6 +392,7 @@ static void cuda_reset(backend_ctx *c) {
 }
 
 static int cuda_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
         return rl_seterr("layer %d has no recurrent state", il);
     TRY(CU_CHECK(cudaMemcpyAsync(conv, c->conv[il], sizeof(float) * q3n_conv_floats(c->hp),
@@ -385,6 +403,7 @@ static int cuda_state_get(backend_ctx *c, int il, float *conv, float *ssm) {
 }
 
 static int cuda_state_set(backend_ctx *c, int il, const float *conv, const float *ssm) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->conv[il])
         return rl_seterr("layer %d has no recurrent state", il);
     TRY(CU_CHECK(cudaMemcpyAsync(c->conv[il], conv, sizeof(float) * q3n_conv_floats(c->hp),
@@ -422,9 +441,19 @@ static void cuda_mem_info(backend_ctx *c, engine_mem *out) {
     out->dev_free_after_ctx = c->mem_free2;
     out->decode_graph_nodes = c->graph_nodes;
     out->decode_graph_kernels = c->graph_kernels;
+    if (c->vt) {
+        vram_link_stats l;
+        vram_tier_link_stats(c->vt, &l);
+        out->h2d = true;
+        out->h2d_bytes = l.bytes;
+        out->h2d_seconds = l.seconds;
+        out->h2d_cap_gbs = l.cap_gbs;
+        out->h2d_raw_gbs = l.raw_gbs;
+    }
 }
 
 static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il])
         return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
@@ -435,6 +464,7 @@ static int cuda_kv_get(backend_ctx *c, int il, int n, void *k, void *v) {
 }
 
 static int cuda_kv_set(backend_ctx *c, int il, int n, const void *k, const void *v) {
+    TRY(ctx_use(c));
     if (il < 0 || il >= c->hp->n_layer || !c->hp->is_attn[il])
         return rl_seterr("layer %d has no KV cache", il);
     if (n < 0 || n > c->n_ctx) return rl_seterr("KV rows %d: beyond the context (%d)", n, c->n_ctx);
@@ -444,20 +474,51 @@ static int cuda_kv_set(backend_ctx *c, int il, int n, const void *k, const void 
     return CU_CHECK(cudaStreamSynchronize(c->st));
 }
 
+/* The entry points of backend_cuda_forward.c, each on its context's device (ctx_use). forward_rows:
+ * contexts of different devices have different uploads (dmodel_get), which cuda_forward_rows already
+ * answers with 1 (the engine then runs the steps one by one, each on its own device). */
+static int cuda_forward_dev(backend_ctx *c, const int32_t *tokens, int T, int pos, float *logits,
+                            bool all_logits, float *hidden, const backend_hooks *hooks) {
+    TRY(ctx_use(c));
+    return cuda_forward(c, tokens, T, pos, logits, all_logits, hidden, hooks);
+}
+
+static int cuda_forward_rows_dev(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                                 float *const *logits, float *const *hidden) {
+    if (n >= 1) TRY(ctx_use(cs[0]));
+    return cuda_forward_rows(cs, tokens, pos, n, logits, hidden);
+}
+
+static int cuda_mtp_forward_dev(backend_ctx *c, const float *hidden, const int32_t *next_tokens, int T,
+                                int slot, float *logits, float *hidden_out) {
+    TRY(ctx_use(c));
+    return cuda_mtp_forward(c, hidden, next_tokens, T, slot, logits, hidden_out);
+}
+
+static int cuda_slot_restore_dev(backend_ctx *c, int slot) {
+    TRY(ctx_use(c));
+    return cuda_slot_restore(c, slot);
+}
+
+static int cuda_slot_get_dev(backend_ctx *c, int slot, int il, float *conv, float *ssm) {
+    TRY(ctx_use(c));
+    return cuda_slot_get(c, slot, il, conv, ssm);
+}
+
 const backend_ops backend_cuda = {
     .name = "cuda",
     .available = cuda_available,
     .ctx_new = cuda_ctx_new,
     .ctx_free = cuda_ctx_free,
     .reset = cuda_reset,
-    .forward = cuda_forward,
-    .forward_rows = cuda_forward_rows,
+    .forward = cuda_forward_dev,
+    .forward_rows = cuda_forward_rows_dev,
     .state_get = cuda_state_get,
     .state_set = cuda_state_set,
     .set_reference = NULL, /* no double-precision mode: the CPU backend is the oracle */
-    .mtp_forward = cuda_mtp_forward,
-    .slot_restore = cuda_slot_restore,
-    .slot_get = cuda_slot_get,
+    .mtp_forward = cuda_mtp_forward_dev,
+    .slot_restore = cuda_slot_restore_dev,
+    .slot_get = cuda_slot_get_dev,
     .kv_row_bytes = cuda_kv_row_bytes,
     .kv_format = cuda_kv_format,
     .mem_info = cuda_mem_info,

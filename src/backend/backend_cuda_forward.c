@@ -59,7 +59,7 @@ static int mm_run(backend_ctx *c, const dmat *const *W, float *const *Y, const i
             i++;
         } while (i < n && k < 3 && W[i]->type == W[i - 1]->type && W[i]->n_in == W[i - 1]->n_in);
         TRY(cu_matmul(W[i - 1]->type, W[i - 1]->n_in, seg, k, x, ldx, T, NULL, false, conv,
-                      s == c->st2 ? c->ws2 : c->ws, s));
+                      s == c->st2 ? c->ws2 : c->ws, s == c->st2 ? c->ks2 : c->ks));
     }
     return 0;
 }
@@ -85,7 +85,7 @@ static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const
                      .out = c->xn,
                      .w = norm_w,
                      .eps = c->hp->rms_eps};
-        return cu_matmul_tail(W->type, W->n_in, &s, 1, in, &t, c->st);
+        return cu_matmul_tail(W->type, W->n_in, &s, 1, in, &t, c->ks);
     }
     const dmat *Wo[1] = {W};
     float *Yo[1] = {c->y};
@@ -124,32 +124,21 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     const int ldy[4] = {C, inner, hv2, hv2};
     const int epi[4] = {fused ? CU_EPI_CONV : CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE, CU_EPI_STORE};
     const int n_w = split ? 4 : 3;
-    if (fused && c->dn_fork && W[2]->type != L->wqkv.type) {
-        /* the ba projection (its own launch: another type) on the second stream, beside the qkv/z
-         * launch, joined before the step: the same launches, so the same bits (opt-in, not yet
-         * measured: RL_CUDA_DN_FORK=1) */
-        TRY(side_fork(c));
-        TRY(mm_run(c, W + 2, Y + 2, ldy + 2, epi + 2, n_w - 2, c->xn, D, T, NULL, c->st2));
-        TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
-        TRY(mm_run(c, W, Y, ldy, epi, 2, c->xn, D, T, &cv, c->st));
-        TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
-    } else {
-        TRY(mm_run(c, W, Y, ldy, epi, n_w, c->xn, D, T, &cv, c->st));
-    }
+    TRY(mm_run(c, W, Y, ldy, epi, n_w, c->xn, D, T, &cv, c->st));
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
         TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL,
-                       c->st));
+                       c->ks));
     } else if (rc) { /* rows of several sequences: each row's conv and step on its own context's state */
         TRY(cuda_rows_deltanet(c, &d, il, T, rc));
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
         size_t nc = q3n_conv_floats(hp), ns = q3n_ssm_floats(hp);
         for (int t = 0; t < T; t++) {
             float *u = c->u + (size_t)t * C, *ab = c->ab + (size_t)t * hv2;
-            TRY(cu_dn_conv(&d, c->big + (size_t)t * C, C, u, c->conv[il], 1, c->st));
+            TRY(cu_dn_conv(&d, c->big + (size_t)t * C, C, u, c->conv[il], 1, c->ks));
             TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, t, 1, u, C));
-            TRY(cu_dn_prep(&d, u, c->ba + (size_t)t * hv2, ab, 1, c->st));
-            TRY(cu_dn_scan(&d, u, ab, c->ssm[il], c->o + (size_t)t * inner, 1, c->st));
+            TRY(cu_dn_prep(&d, u, c->ba + (size_t)t * hv2, ab, 1, c->ks));
+            TRY(cu_dn_scan(&d, u, ab, c->ssm[il], c->o + (size_t)t * inner, 1, c->ks));
             TRY(CU_CHECK(
                 cudaMemcpyAsync(c->h_tmp, c->conv[il], sizeof(float) * nc, cudaMemcpyDeviceToHost, c->st)));
             TRY(CU_CHECK(cudaMemcpyAsync(c->h_tmp + nc, c->ssm[il], sizeof(float) * ns,
@@ -157,16 +146,16 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
             TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
             hk->row_state(hk->ud, il, t, c->h_tmp, c->h_tmp + nc);
         }
-        TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
+        TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->ks));
     } else { /* snap: each row's state also into its verify snapshot slot (c->row_slot) */
         float *sconv = snap ? c->slots + (c->conv[il] - c->state) : NULL,
               *sssm = snap ? c->slots + (c->ssm[il] - c->state) : NULL;
         const int32_t *rs = snap ? c->row_slot : NULL;
-        TRY(cu_dn_conv_snap(&d, c->big, C, c->u, c->conv[il], T, sconv, c->state_floats, rs, c->st));
+        TRY(cu_dn_conv_snap(&d, c->big, C, c->u, c->conv[il], T, sconv, c->state_floats, rs, c->ks));
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, T, c->u, C));
-        TRY(cu_dn_prep(&d, c->u, c->ba, c->ab, T, c->st));
-        TRY(cu_dn_scan_snap(&d, c->u, c->ab, c->ssm[il], c->o, T, sssm, c->state_floats, rs, c->st));
-        TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->st));
+        TRY(cu_dn_prep(&d, c->u, c->ba, c->ab, T, c->ks));
+        TRY(cu_dn_scan_snap(&d, c->u, c->ab, c->ssm[il], c->o, T, sssm, c->state_floats, rs, c->ks));
+        TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->ks));
     }
     TRY(dump1(c, hk, Q3N_ACT_DN_GATED, il, 0, T, c->o, inner));
     return out_proj(c, &L->wout, c->o, T, norm_w);
@@ -189,9 +178,7 @@ static cu_attn_dims attn_dims(const backend_ctx *c, int il) {
                           .prefill_tiled = c->attn_pf_tiled,
                           .rope_delta = il >= hp->n_layer,
                           .tc = c->attn_tc,
-                          .split_db = c->attn_db,
-                          .merge_wide = c->merge_wide,
-                          .merge_scan = c->merge_scan};
+                          .split_db = c->attn_db};
 }
 
 static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,
@@ -210,17 +197,17 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
             const cu_attn_dims a = attn_dims(r, il);
             float *q = c->big + (size_t)t * 2 * H * hd;
             TRY(cu_qk_norm_rope_store(&a, q, k + (size_t)t * kvw, v + (size_t)t * kvw, L->q_norm, L->k_norm,
-                                      r->pos0, 1, r->kc[il], r->vc[il], c->st));
+                                      r->pos0, 1, r->kc[il], r->vc[il], c->ks));
             TRY(cu_attention(&a, q, r->kc[il], r->vc[il], r->pos0, 1, true, r->part,
-                             c->o + (size_t)t * H * hd, c->st));
+                             c->o + (size_t)t * H * hd, c->ks));
         }
         return out_proj(c, &L->wo, c->o, T, norm_w);
     }
     const cu_attn_dims a = attn_dims(c, il);
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il],
-                              c->st));
+                              c->ks));
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o,
-                     c->st));
+                     c->ks));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
     return out_proj(c, &L->wo, c->o, T, norm_w);
 }
@@ -237,7 +224,7 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
         const dmat *Wr[1] = {&c->dm->L[il + 1].router};
         float *Yr[1] = {c->rl};
         TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
-        TRY(cu_router(c->rl, E, K, T, pred, vram_tier_pred_w(c->vt), NULL, NULL, NULL, NULL, NULL, c->st));
+        TRY(cu_router(c->rl, E, K, T, pred, vram_tier_pred_w(c->vt), NULL, NULL, NULL, NULL, NULL, c->ks));
     }
     int nb = vram_tier_layer(c->vt, il, c->ids, pred, c->xn, T, direct ? 1 : CU_TT,
                              c->st); /* tiles as full residency's */
@@ -264,8 +251,8 @@ static int experts_vram(backend_ctx *c, int il, int T, bool direct) {
                      .n_out = D,
                      .y = c->eo,
                      .ldy = D};
-        if (cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &gg, true, NULL, c->ws, c->st) ||
-            cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &gd, false, NULL, c->ws, c->st)) {
+        if (cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &gg, true, NULL, c->ws, c->ks) ||
+            cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &gd, false, NULL, c->ws, c->ks)) {
             vram_tier_abort(c->vt);
             return -1;
         }
@@ -298,14 +285,14 @@ static int ffn_dense(backend_ctx *c, int il, int T) {
                  .n_out = ff,
                  .y = c->hs,
                  .ldy = ff};
-    TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws, c->st));
+    TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws, c->ks));
     cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
-    TRY(cu_matmul(L->down_sh.type, ff, &dn, 1, c->hs, ff, T, NULL, false, NULL, c->ws, c->st));
+    TRY(cu_matmul(L->down_sh.type, ff, &dn, 1, c->hs, ff, T, NULL, false, NULL, c->ws, c->ks));
     if (T == 1 && (c->fuse & FUSE_COMBINE))
         return cu_moe_combine_norm1(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il),
-                                    c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
+                                    c->xn, D, hp->rms_eps, c->ctr + 2, c->ks);
     return cu_moe_combine(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D, T,
-                          hp->rms_eps, c->st);
+                          hp->rms_eps, c->ks);
 }
 
 static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
@@ -317,7 +304,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
     const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
-    const bool shg = has_sh && L->sh_gate && c->shg_side;
+    const bool shg = has_sh && L->sh_gate;
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type)
             return rl_seterr("CUDA backend: shared gate/up types differ (layer %d)", il);
@@ -328,12 +315,12 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                      .n_out = ffs,
                      .y = c->hs,
                      .ldy = ffs};
-        TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws2, c->st2));
+        TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws2, c->ks2));
         cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
-        TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->ws2, c->st2));
+        TRY(cu_matmul(L->down_sh.type, ffs, &dn, 1, c->hs, ffs, T, NULL, false, NULL, c->ws2, c->ks2));
         if (shg)
             TRY(cu_moe_sh_gate(L->sh_gate, c->xn, c->shg, D, T,
-                               c->st2)); /* the combine's gate, off its path */
+                               c->ks2)); /* the combine's gate, off its path */
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
     if (T == 1 &&
@@ -349,22 +336,22 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                      .n_tiles = c->n_tiles,
                      .pair_in = c->pair_in,
                      .pair_out = c->pair_out};
-        TRY(cu_matmul_tail(L->router.type, D, &s, 1, c->xn, &t, c->st));
+        TRY(cu_matmul_tail(L->router.type, D, &s, 1, c->xn, &t, c->ks));
     } else {
         const dmat *Wr[1] = {&L->router};
         float *Yr[1] = {c->rl};
         TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
         TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
-                      c->pair_in, c->pair_out, c->st));
+                      c->pair_in, c->pair_out, c->ks));
     }
     /* the plan's tile: CU_TT pairs, or 2 * CU_TT where both expert launches run the staged integer tiles */
-    const int ptt = cu_matmul_group_tt(L->gate_exps.type) == 2 * CU_TT &&
-                            cu_matmul_group_tt(L->down_exps.type) == 2 * CU_TT
+    const int ptt = cu_matmul_group_tt(&c->cd, L->gate_exps.type) == 2 * CU_TT &&
+                            cu_matmul_group_tt(&c->cd, L->down_exps.type) == 2 * CU_TT
                         ? 2 * CU_TT
                         : CU_TT;
     if (!direct && !tier)
         TRY(cu_moe_plan(c->ids, T, K, E, ptt, c->tiles, c->n_tiles, c->pair_in, c->pair_out, c->counts,
-                        c->st));
+                        c->ks));
     if (hk && hk->route) {
         int32_t *hid = (int32_t *)c->h_tmp;
         float *hw = c->h_tmp + (size_t)T * K, *hpr = hw + (size_t)T * K;
@@ -400,7 +387,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                  .n_out = ff,
                  .y = c->h,
                  .ldy = ff};
-    TRY(cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &g, true, NULL, c->ws, c->st));
+    TRY(cu_matmul(L->gate_exps.type, D, &gu, 1, c->xn, D, T, &g, true, NULL, c->ws, c->ks));
     g.pair_in = NULL;
     g.pair_out = c->pair_out;
     g.x_rows = T * K;
@@ -410,15 +397,15 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                  .n_out = D,
                  .y = c->eo,
                  .ldy = D};
-    TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->st));
+    TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->ks));
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = next_norm(c, il);
     if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
         return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL,
-                                    c->xn, c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->st);
+                                    c->xn, c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->ks);
     return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
-                          c->y, c->x, w_next, c->xn, D, T, hp->rms_eps, c->st);
+                          c->y, c->x, w_next, c->xn, D, T, hp->rms_eps, c->ks);
 }
 
 /* Logits of rows [t0, t0+n) (n <= logit_rows) into c->logits. */
@@ -427,7 +414,7 @@ static int head(backend_ctx *c, int t0, int n) {
     cu_seg s = {
         .w = o->d, .row_bytes = o->row_bytes, .n_out = (int)o->n_out, .y = c->logits, .ldy = (int)o->n_out};
     return cu_matmul(o->type, c->hp->n_embd, &s, 1, c->xn + (size_t)t0 * c->hp->n_embd, c->hp->n_embd, n,
-                     NULL, false, NULL, c->ws, c->st);
+                     NULL, false, NULL, c->ws, c->ks);
 }
 
 /* Every launch of a forward of T rows (tokens and position already in c->tok / c->pos0).
@@ -436,15 +423,15 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     const q3n_hparams *hp = c->hp;
     const dmodel *dm = c->dm;
     const int D = hp->n_embd;
-    TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
+    TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->ks));
     TRY(dump1(c, hk, Q3N_ACT_INP_EMBD, -1, 0, T, c->x, D));
-    TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->st));
+    TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->ks));
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
         /* decode: the residual add + norm in the output projection's tail (same bits) */
         const float *fz = (c->fuse & FUSE_NORM) && T == 1 ? dm->L[il].post_norm : NULL;
         TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz, rc) : mixer_deltanet(c, il, T, hk, fz, rc));
-        if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->st));
+        if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->ks));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
         float *const p1[3] = {c->y, c->x, c->xn};
         const int w1[3] = {D, D, D};
@@ -777,18 +764,18 @@ static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
     const dmodel *dm = c->dm;
     const dlayer *L = &dm->L[il];
     const size_t row = sizeof(float) * (size_t)D;
-    TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->st));
-    TRY(cu_add_rmsnorm(c->x, NULL, L->enorm, c->xn, D, T, hp->rms_eps, c->st));
-    TRY(cu_add_rmsnorm(c->y, NULL, L->hnorm, c->sh, D, T, hp->rms_eps, c->st));
+    TRY(cu_get_rows(dm->tok_embd.type, dm->tok_embd.d, dm->tok_embd.row_bytes, D, c->tok, T, c->x, D, c->ks));
+    TRY(cu_add_rmsnorm(c->x, NULL, L->enorm, c->xn, D, T, hp->rms_eps, c->ks));
+    TRY(cu_add_rmsnorm(c->y, NULL, L->hnorm, c->sh, D, T, hp->rms_eps, c->ks));
     TRY(CU_CHECK(cudaMemcpy2DAsync(c->mcat, 2 * row, c->xn, row, row, T, cudaMemcpyDeviceToDevice, c->st)));
     TRY(CU_CHECK(
         cudaMemcpy2DAsync(c->mcat + D, 2 * row, c->sh, row, row, T, cudaMemcpyDeviceToDevice, c->st)));
     const dmat *We[1] = {&L->eh_proj};
     float *Ye[1] = {c->x};
     TRY(mm_run(c, We, Ye, &D, NULL, 1, c->mcat, 2 * D, T, NULL, c->st));
-    TRY(cu_add_rmsnorm(c->x, NULL, L->attn_norm, c->xn, D, T, hp->rms_eps, c->st));
+    TRY(cu_add_rmsnorm(c->x, NULL, L->attn_norm, c->xn, D, T, hp->rms_eps, c->ks));
     TRY(mixer_attention(c, il, T, NULL, NULL, NULL));
-    TRY(cu_add_rmsnorm(c->x, c->y, L->post_norm, c->xn, D, T, hp->rms_eps, c->st));
+    TRY(cu_add_rmsnorm(c->x, c->y, L->post_norm, c->xn, D, T, hp->rms_eps, c->ks));
     TRY(moe(c, il, T, NULL)); /* ends with xn = shared_head_norm(x) */
     return with_head ? head(c, 0, 1) : 0;
 }

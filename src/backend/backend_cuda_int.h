@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cuda_tune.h"
 #include "base/common.h"
 #include "cuda/cuda_ops.h"
 #include "cache/vram_tier.h"
@@ -50,6 +51,7 @@ typedef struct {
 typedef struct dmodel {
     const q3n_model *m;
     bool experts; /* routed experts uploaded (false: a VRAM tier serves them from slots) */
+    int ordinal;  /* the CUDA device the arena lives on (one upload per model and device) */
     int refs;
     uint8_t *arena;
     size_t arena_bytes;
@@ -60,18 +62,16 @@ typedef struct dmodel {
     uint64_t rows_ids; /* the last backend_ctx.rows_id handed out (backend_cuda_rows.c) */
 } dmodel;
 
-/* Upload m (every tensor, or without the routed experts of the decoder layers: experts false,
- * a VRAM tier serves those) or take a reference to its existing upload; NULL with rl_lasterr
- * set on failure. dmodel_put drops the reference (the last one frees the device memory). */
-dmodel *dmodel_get(const q3n_model *m, bool experts);
+/* Upload m to device `ordinal` (every tensor, or without the routed experts of the decoder layers:
+ * experts false, a VRAM tier serves those) or take a reference to its existing upload on that device;
+ * NULL with rl_lasterr set on failure. The device must be current on the calling thread. dmodel_put
+ * drops the reference (the last one frees the device memory; any thread, any current device). */
+dmodel *dmodel_get(const q3n_model *m, bool experts, int ordinal, bool verbose);
 void dmodel_put(dmodel *dm);
 /* Device bytes of m's upload (experts: as dmodel_get), without uploading; 0 on failure. */
 size_t dmodel_bytes(const q3n_model *m, bool experts);
 
 /* ---- context -------------------------------------------------------------------------- */
-
-/* bits of backend_ctx.fuse (RL_CUDA_FUSE, parsed by fuse_mask in backend_cuda.c) */
-enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
 
 struct backend_ctx {
     dmodel *dm;
@@ -84,11 +84,15 @@ struct backend_ctx {
     bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;        /* attention on tensor cores (f16 KV, groups <= 16; RL_CUDA_ATTN_TC=0: off) */
     bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
-    bool merge_wide;     /* the decode attention merge, a thread per dim (RL_CUDA_MERGE=warp: off) */
-    bool merge_scan;     /* ... with its factors made in parallel (RL_CUDA_MERGE=scan; not yet the default) */
     size_t mem_total, mem_free0, mem_free1,
         mem_free2; /* cudaMemGetInfo: before/after the weights, after the context */
     cudaStream_t st, st2;
+    /* the switches (cuda_tune.h, parsed at creation), the device as the launches see it (its facts,
+     * the kernels' switches, their per-kernel state) and the two streams with it: every launch of this
+     * context goes to ks or ks2 (the st / st2 of cu_stream) */
+    cuda_tune tune;
+    cu_dev cd;
+    cu_stream ks, ks2;
     cudaEvent_t ev_fork, ev_join;
     uint8_t *dev; /* one allocation: state + scratch */
     size_t dev_bytes;
@@ -135,9 +139,6 @@ struct backend_ctx {
     int fuse;
     unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
     bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */
-    bool dn_fork;  /* decode: the DeltaNet ba projection on st2 beside the qkv/z launch (RL_CUDA_DN_FORK=1) */
-    bool shg_side; /* the shared-expert gate made on st2 after the shared expert (shg: [T]) instead of in
-                      every combine block (RL_CUDA_SHG=0: in the combine); same bits */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
     /* forward_rows (backend_cuda_rows.c): the rows graphs this context heads (NULL until the first),
      * and this context's identity in their keys (0 until first used: unique among dm's contexts, so a
@@ -145,19 +146,6 @@ struct backend_ctx {
     struct cuda_rows *rows;
     uint64_t rows_id;
 };
-
-/* An environment switch: unset or empty = def; "0", "off", "no" = false; anything else true. */
-static inline bool env_on(const char *name, bool def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    return strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "no") != 0;
-}
-
-/* An environment choice: whether name is set to value exactly. */
-static inline bool env_is(const char *name, const char *value) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, value);
-}
 
 /* The backend_ops entries of the forward pass and speculative decoding (backend_cuda_forward.c;
  * contracts in backend.h). */

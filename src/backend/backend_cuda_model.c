@@ -175,11 +175,17 @@ static int plan_model(upl *u, dmodel *dm, const float *inv_freq) {
 
 static void dmodel_free(dmodel *dm) {
     if (!dm) return;
-    if (dm->arena) cudaFree(dm->arena);
+    int cur = -1;
+    if (dm->arena && cudaGetDevice(&cur) == cudaSuccess && cur != dm->ordinal &&
+        cudaSetDevice(dm->ordinal) == cudaSuccess) {
+        cudaFree(dm->arena); /* on the arena's own device, then the caller's device back */
+        (void)cudaSetDevice(cur);
+    } else if (dm->arena) cudaFree(dm->arena);
+    (void)cudaGetLastError();
     free(dm);
 }
 
-static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
+static dmodel *dmodel_upload(const q3n_model *m, bool experts, int ordinal, bool verbose) {
     const q3n_hparams *hp = &m->hp;
     dmodel *dm = rl_calloc(1, sizeof *dm, "CUDA model");
     float *inv_freq = rl_calloc((size_t)hp->n_rot / 2 + 1, sizeof(float), "rope table");
@@ -187,6 +193,7 @@ static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     if (!dm || !inv_freq) goto fail;
     dm->m = m;
     dm->experts = experts;
+    dm->ordinal = ordinal;
     /* RoPE inverse frequencies exactly as the CPU reference computes them (ops_rope_table) */
     for (int i = 0; i < hp->n_rot / 2; i++)
         inv_freq[i] = (float)(1.0 / pow((double)hp->rope_base, (double)(2 * i) / (double)hp->n_rot));
@@ -210,7 +217,7 @@ static dmodel *dmodel_upload(const q3n_model *m, bool experts) {
     if (CU_CHECK(cudaStreamSynchronize(u.st))) goto fail_stage;
     u.pass = 1;
     if (plan_model(&u, dm, inv_freq)) goto fail_stage;
-    if (env_on("RL_CUDA_VERBOSE", false))
+    if (verbose)
         fprintf(stderr, "redlite cuda: uploaded %d tensors, %.2f GiB in %.2f s\n", u.n,
                 u.total / 1073741824.0, rl_now() - t0);
     for (int b = 0; b < 2; b++) {
@@ -257,11 +264,12 @@ size_t dmodel_bytes(const q3n_model *m, bool experts) {
     return t;
 }
 
-dmodel *dmodel_get(const q3n_model *m, bool experts) {
+dmodel *dmodel_get(const q3n_model *m, bool experts, int ordinal, bool verbose) {
     pthread_mutex_lock(&g_models_lock);
     dmodel *dm;
-    for (dm = g_models; dm && (dm->m != m || dm->experts != experts); dm = dm->next) {}
-    if (!dm && (dm = dmodel_upload(m, experts))) {
+    for (dm = g_models; dm && (dm->m != m || dm->experts != experts || dm->ordinal != ordinal);
+         dm = dm->next) {}
+    if (!dm && (dm = dmodel_upload(m, experts, ordinal, verbose))) {
         dm->next = g_models;
         g_models = dm;
     }

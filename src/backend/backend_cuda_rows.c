@@ -114,15 +114,15 @@ int cuda_rows_deltanet(backend_ctx *c, const cu_dn_dims *d, int il, int T, backe
             conv.p[t] = rc[t]->conv[il];
             ssm.p[t] = rc[t]->ssm[il];
         }
-        TRY(cu_rows_dn_conv(d, c->big, C, c->u, &conv, T, c->st));
+        TRY(cu_rows_dn_conv(d, c->big, C, c->u, &conv, T, c->ks));
         return cu_rows_dn_step(d, c->u, c->ba, c->kvb, &ssm, c->o, c->dn_split ? c->rows->dn_ctr : NULL, T,
-                               c->st);
+                               c->ks);
     }
     for (int t = 0; t < T; t++) {
         float *u = c->u + (size_t)t * C;
-        TRY(cu_dn_conv(d, c->big + (size_t)t * C, C, u, rc[t]->conv[il], 1, c->st));
+        TRY(cu_dn_conv(d, c->big + (size_t)t * C, C, u, rc[t]->conv[il], 1, c->ks));
         TRY(cu_dn_step(d, u, c->ba + (size_t)t * hv2, c->kvb + (size_t)t * inner, rc[t]->ssm[il],
-                       c->o + (size_t)t * inner, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->st));
+                       c->o + (size_t)t * inner, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->ks));
     }
     return 0;
 }
@@ -158,7 +158,7 @@ static int rows_capture(cuda_rows *r, rows_graph *g, backend_ctx *const *cs, int
     for (int i = 0; i < n; i++) dst.pos[i] = cs[i]->pos0;
     cudaGraph_t gr = NULL;
     TRY(CU_CHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal)));
-    int rc = cu_rows_inputs(r->in, n, c->tok, &dst, c->st) || cuda_enqueue_rows(c, n, cs) ||
+    int rc = cu_rows_inputs(r->in, n, c->tok, &dst, c->ks) || cuda_enqueue_rows(c, n, cs) ||
              (head && cuda_head(c, 0, n));
     cudaError_t e = cudaStreamEndCapture(c->st, &gr);
     if (rc || e != cudaSuccess) {
@@ -209,7 +209,7 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
     backend_ctx *c = cs[0];
     const q3n_hparams *hp = c->hp;
     const int V = hp->n_vocab, D = hp->n_embd;
-    if (n > c->n_batch || !env_on("RL_CUDA_ROWS", true)) return 1; /* RL_CUDA_ROWS=0: turns (A/B) */
+    if (n > c->n_batch || !c->tune.rows) return 1; /* RL_CUDA_ROWS=0: turns (A/B) */
     for (int i = 0; i < n; i++) {
         const backend_ctx *r = cs[i];
         if (r->dm != c->dm || r->vt) return 1;
@@ -235,8 +235,8 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
     }
     c->snap_rows = false;
     TRY(rows_get(c));
-    c->rows->batched = env_on("RL_CUDA_ROWS_BATCH", true);
-    const bool graph = c->graphs && n <= CU_ROWS_MAX && env_on("RL_CUDA_ROWS_GRAPH", true);
+    c->rows->batched = c->tune.rows_batch;
+    const bool graph = c->graphs && n <= CU_ROWS_MAX && c->tune.rows_graph;
     if (graph) {
         TRY(rows_graph_run(cs, tokens, pos, n, want_logits > 0));
     } else { /* direct: the same launches, the inputs copied one by one */

@@ -1,12 +1,14 @@
-/* expert_cache.c — slots, size classes, the two-phase LRU, the (layer, expert) index,
- * pre-gated prefetch and the q3n_expert_src callbacks (design: docs/EXPERT_CACHE.md).
+/* expert_cache.c — slots, size classes, the two-phase acquire, pre-gated prefetch and the
+ * q3n_expert_src callbacks (design: docs/EXPERT_CACHE.md). Which slot a (layer, expert) takes,
+ * the LRU order, pins and the prefetch protection are the shared slot policy's (slot_policy.h:
+ * one pool per size class, key = layer * E + expert); this file holds the bytes and load states.
  *
  * Invariants (checked by expert_cache_check):
- *   - index[key] == s  <=>  slots[s].key == key, and a keyed slot is LOADING, VALID or FAILED;
- *   - a slot is in exactly one of: its class's free list (FREE), its class's LRU list
- *     (unpinned, VALID / LOADING by prefetch / FAILED), or pinned by the current acquire;
+ *   - the policy's own (index, free stacks, LRU lists, pins: slot_policy_check);
+ *   - a slot holds a key in the policy  <=>  it is LOADING, VALID or FAILED (else FREE); the
+ *     LRU list holds VALID entries, prefetches still LOADING and FAILED prefetches;
  *   - a slot being filled by an I/O thread is LOADING and never reassigned until it is not;
- *   - only the inference thread changes keys, the index and the lists, so every decision is a
+ *   - only the inference thread calls the policy (under mu), so every decision is a
  *     deterministic function of the call sequence; I/O threads only move LOADING -> VALID/FAILED.
  */
 #include "cache/expert_cache.h"
@@ -155,7 +157,6 @@ static int alloc_slots(expert_cache *ec) {
     for (int c = 0; c < ec->n_cls; c++) {
         ec_class *C = &ec->cls[c];
         uint64_t len = C->slot_bytes * (uint64_t)C->n;
-        C->mru = C->lru = C->free_head = -1;
         if (len == 0) continue;
         /* anonymous memory is committed page by page as slots fill, so RSS follows use */
         void *a = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -165,109 +166,49 @@ static int alloc_slots(expert_cache *ec) {
         ec->arenas[c] = a;
         ec->arena_len[c] = len;
         ec->n_arenas = c + 1;
-        for (int i = C->n - 1; i >= 0; i--) {
-            ec_slot *s = &ec->slots[C->first + i];
-            s->mem = (uint8_t *)a + (uint64_t)i * C->slot_bytes;
-            s->key = -1;
-            s->prev = -1;
-            s->cls = (uint16_t)c;
-            s->next = C->free_head;
-            C->free_head = C->first + i;
-            C->n_free++;
-        }
+        for (int i = 0; i < C->n; i++)
+            ec->slots[C->first + i].mem = (uint8_t *)a + (uint64_t)i * C->slot_bytes;
     }
-    return 0;
+    /* the policy: one pool per class, numbered as the classes' slots are */
+    int nk = ec->n_layer * ec->E;
+    int *kp = rl_malloc(sizeof(int) * (size_t)(nk + ec->n_cls), "expert cache keys");
+    if (!kp) return -1;
+    int *nc = kp + nk; /* slots per class */
+    for (int k = 0; k < nk; k++) kp[k] = ec->layers[ec_layer_of(ec, k)].cls;
+    for (int c = 0; c < ec->n_cls; c++) nc[c] = ec->cls[c].n;
+    ec->sp = slot_policy_new(ec->n_cls, nc, nk, kp);
+    free(kp);
+    return ec->sp ? 0 : -1;
 }
 
-/* ---- lists --------------------------------------------------------------------------- */
-
-static void lru_unlink(expert_cache *ec, int32_t s) {
-    ec_slot *sl = &ec->slots[s];
-    ec_class *C = &ec->cls[sl->cls];
-    RL_ASSERT(sl->in_lru);
-    if (sl->prev >= 0) ec->slots[sl->prev].next = sl->next;
-    else C->mru = sl->next;
-    if (sl->next >= 0) ec->slots[sl->next].prev = sl->prev;
-    else C->lru = sl->prev;
-    sl->prev = sl->next = -1;
-    sl->in_lru = 0;
-}
-
-static void lru_push_mru(expert_cache *ec, int32_t s) {
-    ec_slot *sl = &ec->slots[s];
-    ec_class *C = &ec->cls[sl->cls];
-    RL_ASSERT(!sl->in_lru && !sl->pins);
-    sl->prev = -1;
-    sl->next = C->mru;
-    if (C->mru >= 0) ec->slots[C->mru].prev = s;
-    else C->lru = s;
-    C->mru = s;
-    sl->in_lru = 1;
-}
-
-static void free_push(expert_cache *ec, int32_t s) {
-    ec_slot *sl = &ec->slots[s];
-    ec_class *C = &ec->cls[sl->cls];
-    if (sl->key >= 0 && ec->index[sl->key] == s) ec->index[sl->key] = -1;
-    sl->key = -1;
-    sl->state = EC_S_FREE;
-    sl->prefetched = 0;
-    sl->prev = -1;
-    sl->next = C->free_head;
-    C->free_head = s;
-    C->n_free++;
-}
+/* ---- slots ---------------------------------------------------------------------------- */
 
 static void wait_loaded(expert_cache *ec, int32_t s) {
     while (ec->slots[s].state == EC_S_LOADING) pthread_cond_wait(&ec->cv_done, &ec->mu);
 }
 
-/* Detach slot s (in the LRU list) from its key so it can take a new one. */
-static void evict(expert_cache *ec, int32_t s) {
-    ec_slot *sl = &ec->slots[s];
-    wait_loaded(ec, s); /* its bytes may still be arriving */
-    lru_unlink(ec, s);
-    if (sl->key >= 0) ec->index[sl->key] = -1;
-    if (sl->state == EC_S_VALID) ec->st.evictions++;
-    if (sl->prefetched) ec->st.pf_loads_wasted++;
-    sl->key = -1;
-    sl->prefetched = 0;
-    sl->state = EC_S_FREE;
+/* The policy's slot for key in class c (demand: pinned; prefetch: at the MRU end, never a
+ * protected entry), to be loaded: its state becomes LOADING. A resident victim is waited for (its
+ * bytes may still be arriving); one whose load failed leaves by slot_policy_drop, not counted as
+ * an eviction. -1 if the policy has no slot. */
+static int32_t take_slot(expert_cache *ec, int c, int32_t key, bool prefetch) {
+    int32_t s = slot_policy_victim(ec->sp, c, prefetch);
+    if (s < 0) return -1;
+    if (slot_policy_key(ec->sp, s) >= 0) {
+        wait_loaded(ec, s);
+        if (ec->slots[s].state == EC_S_FAILED) slot_policy_drop(ec->sp, s);
+    }
+    slot_policy_fill(ec->sp, s, key, prefetch);
+    ec->slots[s].state = EC_S_LOADING;
+    return s;
 }
 
-/* A slot of class c to load into: a free one, else the least recently used entry, skipping
- * entries of layers pa and pb (prefetch protects the current and the next layer). *cursor
- * (prefetch) resumes the walk where the last call stopped. -1 if none. */
-static int32_t take_slot(expert_cache *ec, int c, int pa, int pb, int32_t *cursor) {
-    ec_class *C = &ec->cls[c];
-    if (C->free_head >= 0) {
-        int32_t s = C->free_head;
-        C->free_head = ec->slots[s].next;
-        C->n_free--;
-        ec->slots[s].next = -1;
-        return s;
-    }
-    int32_t s = cursor ? *cursor : C->lru;
-    while (s >= 0) {
-        int32_t prev = ec->slots[s].prev;
-        int kl = ec->slots[s].key >= 0 ? ec_layer_of(ec, ec->slots[s].key) : -1;
-        if (kl != pa && kl != pb) {
-            evict(ec, s);
-            if (cursor) *cursor = prev;
-            return s;
-        }
-        s = prev;
-    }
-    if (cursor) *cursor = -1;
-    return -1;
-}
-
-static void assign(expert_cache *ec, int32_t s, int32_t key) {
-    ec_slot *sl = &ec->slots[s];
-    sl->key = key;
-    sl->state = EC_S_LOADING;
-    sl->prefetched = 0;
-    ec->index[key] = s;
+/* A slot whose earlier (prefetch) load failed loads its key again, in the same slot. */
+static void reload(expert_cache *ec, int32_t s, bool prefetch) {
+    int32_t key = slot_policy_key(ec->sp, s);
+    slot_policy_drop(ec->sp, s); /* on top of the free stack: the fill below takes it back */
+    slot_policy_fill(ec->sp, s, key, prefetch);
+    ec->slots[s].state = EC_S_LOADING;
 }
 
 /* ---- q3n_expert_src callbacks ---------------------------------------------------------- */
@@ -314,12 +255,13 @@ static void abort_acquire(expert_cache *ec, const int32_t *slot_of, int n) {
     for (int i = 0; i < n; i++) {
         int32_t s = slot_of[i];
         if (s < 0) continue;
-        ec_slot *sl = &ec->slots[s];
         wait_loaded(ec, s);
-        sl->pins--;
-        if (sl->pins) continue;
-        if (sl->state == EC_S_VALID) lru_push_mru(ec, s);
-        else free_push(ec, s);
+        if (slot_policy_pins(ec->sp, s) > 1 || ec->slots[s].state == EC_S_VALID) {
+            slot_policy_unpin(ec->sp, s);
+        } else {
+            slot_policy_drop(ec->sp, s);
+            ec->slots[s].state = EC_S_FREE;
+        }
     }
     ec->st.aborts++;
 }
@@ -335,40 +277,30 @@ static int acquire_bounded(expert_cache *ec, int il, const int32_t *ids, int n, 
     /* phase 1: reserve the hits first, so no miss below can evict an expert of this selection */
     for (int i = 0; i < n; i++) {
         RL_ASSERT(ids[i] >= 0 && ids[i] < E);
-        int32_t s = ec->index[il * E + ids[i]];
+        int32_t s = slot_policy_lookup(ec->sp, il * E + ids[i]);
         slot_of[i] = -1;
         demand[i] = 0;
         if (s < 0 || ec->slots[s].state == EC_S_FAILED) continue;
-        ec_slot *sl = &ec->slots[s];
-        if (sl->in_lru) lru_unlink(ec, s);
-        sl->pins++;
+        slot_policy_hit(ec->sp, s); /* pinned; a prefetch's first use counted */
         slot_of[i] = s;
-        if (sl->state == EC_S_LOADING) { /* a prefetch on its way: needed now */
+        if (ec->slots[s].state == EC_S_LOADING) { /* a prefetch on its way: needed now */
             ec->st.hits_inflight++;
             ec_io_promote(ec, s);
         } else {
             ec->st.hits++;
         }
-        if (sl->prefetched) {
-            ec->st.pf_loads_used++;
-            sl->prefetched = 0;
-        }
     }
     /* phase 2: victims for the misses, loaded in parallel by the I/O threads */
     for (int i = 0; i < n; i++) {
         if (slot_of[i] >= 0) continue;
-        int32_t key = il * E + ids[i], s = ec->index[key];
+        int32_t key = il * E + ids[i], s = slot_policy_lookup(ec->sp, key);
         if (s >= 0 && ec->slots[s].state != EC_S_FAILED) { /* a duplicate id: already ours */
-            ec->slots[s].pins++;
+            slot_policy_pin(ec->sp, s);
             slot_of[i] = s;
             continue;
         }
-        if (s >= 0) { /* FAILED earlier (prefetch): reload in place */
-            if (ec->slots[s].in_lru) lru_unlink(ec, s);
-            ec->slots[s].prefetched = 0;
-        } else {
-            s = take_slot(ec, ly->cls, -1, -1, NULL);
-        }
+        if (s >= 0) reload(ec, s, false); /* FAILED earlier (prefetch): reload in place */
+        else s = take_slot(ec, ly->cls, key, false);
         if (s < 0) {
             const ec_class *C = &ec->cls[ly->cls];
             rl_seterr(
@@ -379,8 +311,6 @@ static int acquire_bounded(expert_cache *ec, int il, const int32_t *ids, int n, 
             pthread_mutex_unlock(&ec->mu);
             return -1;
         }
-        assign(ec, s, key);
-        ec->slots[s].pins = 1;
         slot_of[i] = s;
         demand[i] = 1;
         ec->st.misses++;
@@ -438,9 +368,8 @@ static void ec_release(void *ud, int il) {
     pthread_mutex_lock(&ec->mu);
     int32_t *pin = ec->pinned + (size_t)il * ec->E;
     for (int i = 0; i < ec->n_pinned[il]; i++) {
-        ec_slot *sl = &ec->slots[pin[i]];
-        RL_ASSERT(sl->pins > 0 && sl->state == EC_S_VALID);
-        if (--sl->pins == 0) lru_push_mru(ec, pin[i]);
+        RL_ASSERT(ec->slots[pin[i]].state == EC_S_VALID);
+        slot_policy_unpin(ec->sp, pin[i]); /* to the MRU end when its last pin goes */
     }
     ec->n_pinned[il] = 0;
     pthread_mutex_unlock(&ec->mu);
@@ -497,26 +426,23 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
     ec->st.pf_predicted += (uint64_t)np;
     pthread_mutex_lock(&ec->mu);
     int c = ec->layers[nl].cls;
-    int32_t cursor = ec->cls[c].lru;
+    /* protected this step: every entry of layers il (the current selection, not yet pinned) and
+     * nl (the predictions themselves) */
+    slot_policy_protect_clear(ec->sp);
+    slot_policy_protect_range(ec->sp, il * E, E);
+    slot_policy_protect_range(ec->sp, nl * E, E);
     for (int i = 0; i < np; i++) {
-        int32_t key = nl * E + order[i], s = ec->index[key];
+        int32_t key = nl * E + order[i], s = slot_policy_lookup(ec->sp, key);
         if (s >= 0 && ec->slots[s].state != EC_S_FAILED) continue; /* resident or on its way */
-        if (s >= 0) {
-            if (cursor == s) cursor = ec->slots[s].prev;
-            evict(ec, s); /* a failed earlier prefetch: retry in the same slot */
-        } else {
-            s = take_slot(ec, c, il, nl, &cursor);
-        }
+        if (s >= 0) reload(ec, s, true); /* a failed earlier prefetch: retry in the same slot */
+        else s = take_slot(ec, c, key, true);
         if (s < 0) {
             ec->st.pf_no_slot += (uint64_t)(np - i);
             break;
         }
-        assign(ec, s, key);
-        ec->slots[s].prefetched = 1;
-        lru_push_mru(ec, s);
-        ec->st.pf_loads++;
         ec_io_submit(ec, s, false);
     }
+    slot_policy_protect_clear(ec->sp);
     pthread_mutex_unlock(&ec->mu);
     ec->st.hint_s += rl_now() - t0;
 }
@@ -526,7 +452,7 @@ static void ec_bias(void *ud, int il, float *scores, int n) {
     expert_cache *ec = ud;
     pthread_mutex_lock(&ec->mu);
     for (int e = 0; e < n; e++) {
-        int32_t s = ec->index[il * ec->E + e];
+        int32_t s = slot_policy_lookup(ec->sp, il * ec->E + e);
         bool res = s >= 0 && ec->slots[s].state != EC_S_FAILED;
         scores[e] = logf(scores[e]) + (res ? ec->p.route_bias : 0.0f);
     }
@@ -556,7 +482,7 @@ bool expert_cache_direct_io(const expert_cache *ec) { return ec->direct; }
 bool expert_cache_resident(expert_cache *ec, int layer, int expert) {
     if (ec->mode != EC_BOUNDED) return true;
     pthread_mutex_lock(&ec->mu);
-    int32_t s = ec->index[layer * ec->E + expert];
+    int32_t s = slot_policy_lookup(ec->sp, layer * ec->E + expert);
     bool r = s >= 0 && ec->slots[s].state != EC_S_FAILED;
     pthread_mutex_unlock(&ec->mu);
     return r;
@@ -679,13 +605,11 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
     size_t nk = (size_t)ec->n_layer * ec->E;
     if (mode == EC_BOUNDED) {
         if (setup_classes(ec) || alloc_slots(ec)) goto fail;
-        ec->index = rl_malloc(sizeof(int32_t) * nk, "expert cache index");
         ec->pinned = rl_malloc(sizeof(int32_t) * nk, "expert cache pins");
         ec->n_pinned = rl_calloc((size_t)ec->n_layer, sizeof(int), "expert cache pins");
         ec->qd = rl_malloc(sizeof(int32_t) * (size_t)ec->n_slots, "expert I/O queue");
         ec->qp = rl_malloc(sizeof(int32_t) * (size_t)ec->n_slots, "expert I/O queue");
-        if (!ec->index || !ec->pinned || !ec->n_pinned || !ec->qd || !ec->qp) goto fail;
-        for (size_t i = 0; i < nk; i++) ec->index[i] = -1;
+        if (!ec->pinned || !ec->n_pinned || !ec->qd || !ec->qp) goto fail;
         if (ec_io_start(ec)) goto fail;
         prepare_mapping(ec);
         if (!ec->p.no_prefetch) {
@@ -733,7 +657,7 @@ void expert_cache_free(expert_cache *ec) {
     free(ec->slots);
     free(ec->cls);
     free(ec->layers);
-    free(ec->index);
+    slot_policy_free(ec->sp);
     free(ec->pinned);
     free(ec->n_pinned);
     free(ec->qd);
@@ -769,6 +693,14 @@ void expert_cache_set_fault(expert_cache *ec, ec_fault kind, uint64_t n) {
 void expert_cache_get_stats(expert_cache *ec, ec_stats *out) {
     pthread_mutex_lock(&ec->mu);
     *out = ec->st;
+    if (ec->sp) { /* the replacement counters are the policy's */
+        slot_stats p;
+        slot_policy_get_stats(ec->sp, &p);
+        out->evictions = p.evictions;
+        out->pf_loads = p.pf_loads;
+        out->pf_loads_used = p.pf_used;
+        out->pf_loads_wasted = p.pf_wasted;
+    }
     pthread_mutex_unlock(&ec->mu);
     out->mode = ec->mode;
     out->n_slots = (uint64_t)ec->n_slots;
@@ -781,7 +713,7 @@ void expert_cache_reset_stats(expert_cache *ec) {
     uint64_t budget = ec->st.budget;
     memset(&ec->st, 0, sizeof ec->st);
     ec->st.budget = budget;
-    for (int s = 0; s < ec->n_slots; s++) ec->slots[s].prefetched = 0; /* count only new loads */
+    if (ec->sp) slot_policy_reset_stats(ec->sp); /* and its prefetch marks: count only new loads */
     pthread_mutex_unlock(&ec->mu);
 }
 
@@ -822,36 +754,12 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
 
 int expert_cache_check(expert_cache *ec) {
     if (ec->mode != EC_BOUNDED) return 0;
-    int rc = 0;
     pthread_mutex_lock(&ec->mu);
-    size_t nk = (size_t)ec->n_layer * ec->E;
-    for (size_t k = 0; k < nk && !rc; k++) {
-        int32_t s = ec->index[k];
-        if (s >= 0 && (s >= ec->n_slots || ec->slots[s].key != (int32_t)k || ec->slots[s].state == EC_S_FREE))
-            rc = rl_seterr("index entry %zu -> slot %d is inconsistent", k, s);
-    }
-    for (int c = 0; c < ec->n_cls && !rc; c++) {
-        const ec_class *C = &ec->cls[c];
-        int n_lru = 0, n_free = 0, n_pin = 0;
-        for (int32_t s = C->mru, prev = -1; s >= 0 && !rc; prev = s, s = ec->slots[s].next, n_lru++) {
-            const ec_slot *sl = &ec->slots[s];
-            if (sl->prev != prev || !sl->in_lru || sl->pins || sl->cls != c || sl->key < 0 || n_lru > C->n)
-                rc = rl_seterr("class %d: LRU list broken at slot %d", c, s);
-        }
-        for (int32_t s = C->free_head; s >= 0 && !rc; s = ec->slots[s].next, n_free++)
-            if (ec->slots[s].state != EC_S_FREE || ec->slots[s].key >= 0 || n_free > C->n)
-                rc = rl_seterr("class %d: free list broken at slot %d", c, s);
-        for (int i = 0; i < C->n && !rc; i++) {
-            const ec_slot *sl = &ec->slots[C->first + i];
-            if (sl->key >= 0 && ec->index[sl->key] != C->first + i)
-                rc = rl_seterr("slot %d holds key %d but the index disagrees", C->first + i, sl->key);
-            if (sl->pins) n_pin++;
-            if (sl->key >= 0 && ec->layers[ec_layer_of(ec, sl->key)].cls != c)
-                rc = rl_seterr("slot %d holds a key of another class", C->first + i);
-        }
-        if (!rc && (n_free != C->n_free || n_lru + n_free + n_pin != C->n))
-            rc = rl_seterr("class %d: %d in LRU + %d free + %d pinned != %d slots (free count %d)", c, n_lru,
-                           n_free, n_pin, C->n, C->n_free);
+    int rc = slot_policy_check(ec->sp);
+    for (int s = 0; s < ec->n_slots && !rc; s++) {
+        int32_t key = slot_policy_key(ec->sp, s);
+        if ((key >= 0) != (ec->slots[s].state != EC_S_FREE))
+            rc = rl_seterr("slot %d: key %d in state %d", s, key, ec->slots[s].state);
     }
     pthread_mutex_unlock(&ec->mu);
     return rc;

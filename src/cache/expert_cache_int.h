@@ -1,5 +1,5 @@
-/* expert_cache_int.h — private structures shared by expert_cache.c (slots, LRU, index,
- * planner) and expert_io.c (the I/O thread pool that fills slots). Not a public API. */
+/* expert_cache_int.h — private structures shared by expert_cache.c (slots, classes, the
+ * slot policy's use, planner) and expert_io.c (the I/O thread pool that fills slots). Not a public API. */
 #ifndef RL_EXPERT_CACHE_INT_H
 #define RL_EXPERT_CACHE_INT_H
 
@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "cache/expert_cache.h"
+#include "cache/slot_policy.h"
 #include "base/pool.h"
 
 #define EC_ALIGN 4096u  /* slot and O_DIRECT alignment */
@@ -30,27 +31,21 @@ typedef struct {
 
 enum { EC_S_FREE = 0, EC_S_LOADING, EC_S_VALID, EC_S_FAILED };
 
+/* A slot's storage and load state. Which key it holds, its pins, its place in the LRU order and
+ * its prefetch mark are the slot policy's (sp: slot_policy_key / _pins / _prefetched). */
 typedef struct {
     uint8_t *mem;
-    int32_t key;        /* layer * n_expert + expert; -1 when free */
-    int32_t prev, next; /* LRU links (or free list: next) */
-    uint16_t cls;
-    uint8_t state;      /* EC_S_* (written by I/O threads under mu) */
-    uint8_t in_lru;     /* linked in its class's LRU list */
-    uint8_t prefetched; /* loaded by prefetch and not yet used */
-    uint8_t queued;     /* waiting in a job ring (cleared when an I/O thread takes it) */
-    uint8_t in_qd;      /* ... in the demand ring (else the prefetch ring) */
-    uint16_t pins;      /* pinned by the current selection (never evicted) */
-    int io_err;         /* errno of a failed load, or -1 for an unexpected end of file */
-    int io_range;       /* which range failed */
+    uint8_t state;  /* EC_S_* (written by I/O threads under mu); FREE <=> the policy has no key */
+    uint8_t queued; /* waiting in a job ring (cleared when an I/O thread takes it) */
+    uint8_t in_qd;  /* ... in the demand ring (else the prefetch ring) */
+    int io_err;     /* errno of a failed load, or -1 for an unexpected end of file */
+    int io_range;   /* which range failed */
 } ec_slot;
 
+/* A size class = one pool of the slot policy (pool c owns the slots [first, first + n)). */
 typedef struct {
     uint64_t slot_bytes;
-    int first, n;     /* slots [first, first + n) */
-    int32_t mru, lru; /* LRU list ends (-1 empty) */
-    int32_t free_head;
-    int n_free;
+    int first, n; /* slots [first, first + n) */
     int n_layers; /* layers using this class */
 } ec_class;
 
@@ -70,7 +65,7 @@ struct expert_cache {
     uint8_t **arenas; /* mmap'd slot memory */
     uint64_t *arena_len;
     int n_arenas;
-    int32_t *index;  /* [n_layer * E] -> slot or -1: a perfect hash of (layer, expert) */
+    slot_policy *sp; /* key (layer * E + expert) -> slot, LRU, pins, prefetch protection (under mu) */
     int32_t *pinned; /* [n_layer * E] slots pinned by the layer's acquire */
     int *n_pinned;   /* [n_layer] */
 

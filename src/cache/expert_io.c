@@ -127,7 +127,7 @@ static void *io_main(void *arg) {
         ec_slot *sl = &ec->slots[s];
         RL_ASSERT(sl->queued && sl->state == EC_S_LOADING);
         sl->queued = 0;
-        int32_t key = sl->key;
+        int32_t key = slot_policy_key(ec->sp, s);
         uint8_t *mem = sl->mem;
         pthread_mutex_unlock(&ec->mu);
 
@@ -135,7 +135,7 @@ static void *io_main(void *arg) {
         load_slot(ec, key, mem, &res);
 
         pthread_mutex_lock(&ec->mu);
-        RL_ASSERT(sl->state == EC_S_LOADING && sl->key == key);
+        RL_ASSERT(sl->state == EC_S_LOADING && slot_policy_key(ec->sp, s) == key);
         sl->state = res.err ? EC_S_FAILED : EC_S_VALID;
         sl->io_err = res.err;
         sl->io_range = res.range;
@@ -194,7 +194,8 @@ bool ec_io_probe_direct(gguf_file *f) {
 
 int ec_io_error(expert_cache *ec, int32_t s) {
     const ec_slot *sl = &ec->slots[s];
-    int il = ec_layer_of(ec, sl->key), e = ec_expert_of(ec, sl->key);
+    const int32_t key = slot_policy_key(ec->sp, s);
+    int il = ec_layer_of(ec, key), e = ec_expert_of(ec, key);
     const ec_range *r = &ec->layers[il].r[sl->io_range];
     const char *what =
         sl->io_err == -1 ? "unexpected end of file (truncated model file?)" : strerror(sl->io_err);

@@ -1,5 +1,6 @@
 /* vram_slots.h — the VRAM expert tier's slot bookkeeping: which (layer, expert) lives in which
- * device slot, per-layer LRU, pinning, pre-gated prefetch and the counters. Pure C (no CUDA):
+ * device slot, per-layer LRU, pinning, pre-gated prefetch and the counters; the replacement is
+ * the slot policy the RAM cache shares (slot_policy.h, one pool per layer). Pure C (no CUDA):
  * the CUDA backend (vram_tier.c, driven by backend_cuda_forward.c) moves the bytes; this module
  * only decides, so it is tested in CI on hand-worked traces (tests/c/test_vram.c). Design:
  * docs/EXPERT_CACHE.md, "VRAM tier".

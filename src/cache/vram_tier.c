@@ -94,6 +94,7 @@ struct vram_tier {
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
+    vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
 };
 
 static void *pinned(size_t n, int *err) {
@@ -115,7 +116,7 @@ static void *dev(size_t n, int *err) {
 }
 
 vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p, vram_pin_mode pin,
-                         vram_miss_mode miss) {
+                         vram_miss_mode miss, const vram_tier_opts *o) {
     const q3n_hparams *hp = &m->hp;
     vram_tier *vt = rl_calloc(1, sizeof *vt, "VRAM tier");
     if (!vt) return NULL;
@@ -127,11 +128,9 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->miss = miss;
     vt->K = hp->n_expert_used;
     vt->E = hp->n_expert;
-    const char *pf = getenv("RL_VRAM_PREFETCH"), *fault = getenv("RL_VRAM_FAULT");
-    vt->prefetch = !(pf && !strcmp(pf, "0"));
-    vt->fault_at = fault ? strtoull(fault, NULL, 10) : 0;
-    const char *ov = getenv("RL_VRAM_OVERLAP");
-    vt->overlap = !(ov && !strcmp(ov, "0"));
+    vt->prefetch = o->prefetch;
+    vt->fault_at = o->fault_at;
+    vt->overlap = o->overlap;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
@@ -233,6 +232,10 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->sev[i], cudaEventDisableTiming))) goto fail;
     for (int i = 0; i < VT_NRING; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&vt->ring[i], cudaEventDisableTiming))) goto fail;
+    /* the probe copies into the arena: no slot is valid yet */
+    if (!(vt->link = vram_link_new(vt->cp, o->link_gbs, vt->arena, vt->stage[0],
+                                   total < vt->stage_bytes ? total : vt->stage_bytes)))
+        goto fail;
     return vt;
 fail:
     vram_tier_free(vt);
@@ -261,6 +264,7 @@ void vram_tier_free(vram_tier *vt) {
         if (dp[i]) cudaFree(dp[i]);
     for (int i = 0; i < VT_NRING; i++)
         if (vt->ring[i]) cudaEventDestroy(vt->ring[i]);
+    vram_link_free(vt->link);
     free(vt->seq_arena);
     if (vt->ev_copy) cudaEventDestroy(vt->ev_copy);
     if (vt->ev_used) cudaEventDestroy(vt->ev_used);
@@ -436,7 +440,7 @@ static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
  * staging ring, a chunk's group of experts staged in parallel on the pool. *done: experts whose
  * copy was queued. RL_VRAM_FAULT counts demand fills only (a failed prefetch is dropped silently,
  * so it would test nothing). 0 or -1 (rl_lasterr). */
-static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand,
+static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand,
                       int *done) {
     const vram_layout *ly = &vt->ly[il];
     int i = 0;
@@ -445,6 +449,8 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
         if (pinned_src(vt, ly, i)) {
             if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
             uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
+            if (vram_link_begin(vt->link)) return -1;
+            vram_link_add(vt->link, ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2]);
             if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0],
                                          cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
@@ -465,6 +471,7 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             pos += ly->slot_bytes; /* slot sizes are multiples of VRAM_ALIGN */
             j++;
         }
+        if (vram_link_end(vt->link)) return -1; /* host work next: the copies so far are one segment */
         if (j == i) { /* the chunk is full: the next one, once its earlier copies are done */
             if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp))) return -1;
             vt->scur = (vt->scur + 1) % VT_NSTAGE;
@@ -485,6 +492,8 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             pool_run(vt->pool, stage_run, &job);
         else stage_run(&job, 0, 1);
         vt->stage_s += rl_now() - t0;
+        if (vram_link_begin(vt->link)) return -1;
+        vram_link_add(vt->link, (uint64_t)(j - i) * ly->slot_bytes);
         for (int k = i; k < j; k++)
             if (CU_CHECK(cudaMemcpyAsync(vt->base[il] + (size_t)s[k] * ly->slot_bytes, vt->hs[k],
                                          ly->slot_bytes, cudaMemcpyHostToDevice, vt->cp)))
@@ -496,6 +505,13 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
 fault:
     return rl_seterr("copying expert %d/%d to the GPU failed (injected by RL_VRAM_FAULT=%llu)", il, e[i],
                      (unsigned long long)vt->fault_at);
+}
+
+/* fill_queue, its last run of copies closed as a segment (the emulated link's hold behind it). */
+static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand,
+                      int *done) {
+    const int rc = fill_queue(vt, il, s, e, n, demand, done);
+    return vram_link_end(vt->link) || rc ? -1 : 0;
 }
 
 /* ---- CPU-computed experts (--vram-miss cpu|auto) ------------------------------------------ */
@@ -848,7 +864,9 @@ void vram_tier_abort(vram_tier *vt) {
     vt->open = false;
 }
 
-void vram_tier_print(const vram_tier *vt, FILE *f) {
+void vram_tier_link_stats(vram_tier *vt, vram_link_stats *out) { vram_link_get_stats(vt->link, out); }
+
+void vram_tier_print(vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: %s\n", vt->plan.reason);
     fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
             vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
@@ -878,6 +896,16 @@ void vram_tier_print(const vram_tier *vt, FILE *f) {
         f,
         "vram tier: host waits %.3f s (router sync + staging ring + RAM-cache DMA), staging memcpy %.3f s\n",
         vt->wait_s, vt->stage_s);
+    vram_link_stats l;
+    vram_tier_link_stats(vt, &l);
+    fprintf(
+        f, "vram tier: host->device copies %.2f GB/s measured (%.1f MiB in %.3f s of copy stream, %llu runs)",
+        l.seconds > 0 ? (double)l.bytes / l.seconds / 1e9 : 0.0, (double)l.bytes / 1048576.0, l.seconds,
+        (unsigned long long)l.segments);
+    if (l.cap_gbs > 0)
+        fprintf(f, "; emulated link RL_VRAM_LINK_GBS=%g (this GPU's real copies %.1f GB/s%s)", l.cap_gbs,
+                l.raw_gbs, l.raw_gbs <= l.cap_gbs ? ": at or below the cap, nothing held" : "");
+    fputc('\n', f);
 }
 #else
 typedef int vram_tier_unused; /* ISO C wants a declaration in every translation unit */

@@ -37,6 +37,7 @@
 #include "cuda/cuda_ops.h"
 #include "base/pool.h"
 #include "model/qwen3next.h"
+#include "cache/vram_link.h"
 #include "cache/vram_plan.h"
 #include "cache/vram_slots.h"
 
@@ -49,11 +50,21 @@ typedef struct {
     cu_group g;
 } vram_batch;
 
+/* The tier's switches (parsed with the other RL_VRAM_* variables in src/backend/cuda_tune.c):
+ * pre-gated prefetch (RL_VRAM_PREFETCH=0: off), copy/compute overlap between batches
+ * (RL_VRAM_OVERLAP=0: off), fault_at (RL_VRAM_FAULT=N, tests: the N-th demand fill fails once; 0 off),
+ * link_gbs (RL_VRAM_LINK_GBS=X: an emulated host->device link of X GB/s, vram_link.h; 0 off). */
+typedef struct {
+    bool prefetch, overlap;
+    uint64_t fault_at;
+    double link_gbs;
+} vram_tier_opts;
+
 /* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging;
  * p (may be NULL): threads for the staging memcpy. NULL with rl_lasterr (e.g. out of device
  * memory: "cannot allocate N MiB of VRAM slots"). */
 vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch, pool *p, vram_pin_mode pin,
-                         vram_miss_mode miss);
+                         vram_miss_mode miss, const vram_tier_opts *o);
 void vram_tier_free(vram_tier *vt);
 /* Host source of the slots' bytes (NULL: the mapped file). A non-NULL source settles
  * --vram-pin at once (its arenas, or the mapping); NULL leaves it to the first forward. */
@@ -79,6 +90,8 @@ void vram_tier_abort(vram_tier *vt);
 int vram_tier_cpu(vram_tier *vt, float *d_eo, cudaStream_t st);
 const vram_plan *vram_tier_plan(const vram_tier *vt);
 void vram_tier_get_stats(const vram_tier *vt, vram_stats *out);
-void vram_tier_print(const vram_tier *vt, FILE *f);
+/* The host->device copies so far (vram_link.h). */
+void vram_tier_link_stats(vram_tier *vt, vram_link_stats *out);
+void vram_tier_print(vram_tier *vt, FILE *f);
 #endif
 #endif

@@ -704,6 +704,27 @@ static void bench_json_setup(const bench_cmd *bc, json_writer *j) {
     if (engine_weights_describe(bc->b.e, wl, sizeof wl)) json_kv_str(j, "weights", wl);
 }
 
+/* The VRAM tier's host->device copies over the whole run (warm-ups and every measurement, the
+ * prompts' included): bytes, the copy stream's time for them (the emulated link's holds included)
+ * and their rate; the RL_VRAM_LINK_GBS cap and the real link's rate measured at creation (null
+ * when no cap). */
+static void json_vram_link(json_writer *j, const engine_mem *gm) {
+    json_key(j, "vram_link");
+    json_obj_begin(j);
+    json_kv_uint(j, "bytes", gm->h2d_bytes);
+    json_kv_num(j, "seconds", gm->h2d_seconds);
+    json_key(j, "gb_s");
+    if (gm->h2d_seconds > 0) json_num(j, (double)gm->h2d_bytes / gm->h2d_seconds / 1e9);
+    else json_null(j);
+    json_key(j, "cap_gb_s");
+    if (gm->h2d_cap_gbs > 0) json_num(j, gm->h2d_cap_gbs);
+    else json_null(j);
+    json_key(j, "raw_gb_s");
+    if (gm->h2d_raw_gbs > 0) json_num(j, gm->h2d_raw_gbs);
+    else json_null(j);
+    json_obj_end(j);
+}
+
 /* The JSON report: the run's description, then the measurements. 0, or 1 (reported). */
 static int bench_report_json(const bench_cmd *bc) {
     long long n_decode = bc->o.n_decode;
@@ -736,15 +757,17 @@ static int bench_report_json(const bench_cmd *bc) {
     }
     json_arr_end(&j);
     engine_mem gm; /* after the decode runs: the CUDA decode graph (captured on the first step) */
-    if (engine_mem_info(session_ctx(bc->b.S), &gm) == 0 && gm.decode_graph_nodes) {
+    const bool have_gm = engine_mem_info(session_ctx(bc->b.S), &gm) == 0;
+    if (have_gm && gm.decode_graph_nodes) {
         json_key(&j, "decode_graph");
         json_obj_begin(&j);
         json_kv_int(&j, "nodes", gm.decode_graph_nodes);
         json_kv_int(&j, "kernels", gm.decode_graph_kernels);
         json_obj_end(&j);
-    } else {
+    } else if (!have_gm) {
         rl_clearerr();
     }
+    if (have_gm && gm.h2d) json_vram_link(&j, &gm);
     json_key(&j, "prompt");
     json_arr_begin(&j);
     for (int i = 0; i < n_prompts; i++) {

@@ -191,8 +191,10 @@ static int hist_trim(chat_state *S, int n_ctx) {
     if (!start) return rl_seterr("out of memory (history)");
     for (int i = S->n_sys; i < S->conv.n; i++)
         if (S->conv.msgs[i].role == CHAT_USER) start[nu++] = i;
-    start[nu] = S->conv.n;        /* keep nothing but the system prompt: always fits (or nothing does) */
-    int lo = 1, hi = nu, rc = -1; /* keep from start[k]: k = nu always qualifies, k = 0 does not */
+    start[nu] = S->conv.n; /* keep nothing but the system prompt: always fits (or nothing does) */
+    /* keep from start[k]: k = nu always qualifies, k = 0 does not (and with no user turn, which the
+     * caller never passes, start[1] is not set: lo = 0) */
+    int lo = nu < 1 ? nu : 1, hi = nu, rc = -1;
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
         chat_conv t;
@@ -341,7 +343,7 @@ static ssize_t read_line(chat_state *S, char **line, size_t *cap) {
     if (S->ahead.n) {
         const char *nl = memchr(S->ahead.p, '\n', S->ahead.n);
         n = nl ? (size_t)(nl - S->ahead.p) + 1 : S->ahead.n;
-        if (n + 1 > *cap) {
+        if (!*line || n + 1 > *cap) {
             char *p = realloc(*line, n + 1);
             if (!p) return -1;
             *line = p, *cap = n + 1;

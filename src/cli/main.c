@@ -7,7 +7,7 @@
 
 #include "cli/cli.h"
 #include "base/common.h"
-#include "kern/kern.h"
+#include "run/engine.h"
 
 /* The commit this binary was built from: the Makefile passes `git describe --always --dirty`
  * when building main.o from a git checkout. */
@@ -52,9 +52,9 @@ static const command commands[] = {
  * DETECTED (what the run-time dispatch will use), not the ones the build compiled in. */
 static int version(void) {
     printf("redlite %s (commit %s)\n", RL_VERSION, RL_COMMIT);
-    printf("cpu: AVX2 %s  AVX-512/VNNI %s  AMX %s  (detected; kernels: %s)\n",
-           kern_level_supported(KERN_AVX2) ? "yes" : "no", kern_level_supported(KERN_AVX512) ? "yes" : "no",
-           kern_amx_supported() ? "yes" : "no", kern_level_name(kern_best_level()));
+    engine_cpu_info cpu = engine_cpu_features();
+    printf("cpu: AVX2 %s  AVX-512/VNNI %s  AMX %s  (detected; kernels: %s)\n", cpu.avx2 ? "yes" : "no",
+           cpu.avx512 ? "yes" : "no", cpu.amx ? "yes" : "no", cpu.best);
 #ifdef RL_CUDA
     puts("cuda: built in (--backend cuda)");
 #else

@@ -566,7 +566,7 @@ static int check_dims(const cu_attn_dims *a) {
 
 template <int DPL>
 static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn,
-                     const float *kn, const int *pos0, int T, void *kc, void *vc, cudaStream_t s) {
+                     const float *kn, const int *pos0, int T, void *kc, void *vc, cu_stream s) {
     const int threads = 32 * (a->H + a->Hkv);
     if (a->kv_f16)
         cu_go(k_qk_norm_rope<DPL, __half>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (__half *)kc,
@@ -580,7 +580,7 @@ static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v,
 
 extern "C" int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const float *v,
                                      const float *qn, const float *kn, const int *pos0, int T, void *kc,
-                                     void *vc, cudaStream_t s) {
+                                     void *vc, cu_stream s) {
     if (check_dims(a)) return -1;
     switch (a->hd) {
     case 64: return qk_launch<2>(a, qg, k, v, qn, kn, pos0, T, kc, vc, s);
@@ -597,39 +597,43 @@ extern "C" size_t cu_attn_part_floats(const cu_attn_dims *a, int T) {
 // k_attn_prefill with gs warps (query heads) per block and smem bytes of shared memory.
 template <int DPL, typename KV, bool STAGED>
 static int pf_launch(const cu_attn_dims *a, dim3 grid, int gs, size_t smem, const float *qg, const void *kc,
-                     const void *vc, const int *pos0, int T, float *o, cudaStream_t s) {
-    static size_t allowed; /* per instantiation */
-    if (smem_allow(k_attn_prefill<DPL, KV, STAGED>, smem, &allowed)) return -1;
+                     const void *vc, const int *pos0, int T, float *o, cu_stream s) {
+    if (cu_smem(s, k_attn_prefill<DPL, KV, STAGED>, smem, "k_attn_prefill")) return -1;
     cu_go(k_attn_prefill<DPL, KV, STAGED>, grid, 32 * gs, smem, s, *a, qg, (const KV *)kc, (const KV *)vc,
           pos0, T, o);
     CU_LAUNCHED("k_attn_prefill");
     return 0;
 }
 
+// The launch shape follows the switches (cu_attn_dims) and then the device: a shape whose shared memory
+// does not fit (cu_dev.smem_max) gives way to the next one of the same bits — the register-tiled prefill
+// (hd 256: 199 KB with an f32 cache, 134 KB with f16) to the staged one, the staged to the unstaged, the
+// grouped split kernel to the per-warp one.
 template <int DPL, typename KV>
 static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc,
-                       const int *pos0, int T, bool split, float *part, float *o, cudaStream_t s) {
+                       const int *pos0, int T, bool split, float *part, float *o, cu_stream s) {
     constexpr int HD = DPL * 32;
     const int G = a->H / a->Hkv;
-    if (split && !a->split_per_warp) {
+    const cu_dev *d = s.dev;
+    const size_t gsm = G * HD * sizeof(float) + stage_ld<DPL, KV>::bytes;
+    if (split && !a->split_per_warp && cu_dev_fits(d, gsm)) {
         const int nch = (a->n_ctx + CH - 1) / CH;
-        const size_t smem = G * HD * sizeof(float) + stage_ld<DPL, KV>::bytes;
-        static size_t allowed; /* per instantiation (large groups at hd 256) */
-        if (smem_allow(k_attn_split_grouped<DPL, KV>, smem, &allowed)) return -1;
-        cu_go(k_attn_split_grouped<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, smem, s, *a, qg, (const KV *)kc,
+        if (cu_smem(s, k_attn_split_grouped<DPL, KV>, gsm, "k_attn_split_grouped")) return -1;
+        cu_go(k_attn_split_grouped<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, gsm, s, *a, qg, (const KV *)kc,
               (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split_grouped");
         if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
     } else if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
-        cu_go(k_attn_split<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, G * HD * sizeof(float), s, *a, qg,
-              (const KV *)kc, (const KV *)vc, pos0, part, nch);
+        const size_t sm = G * HD * sizeof(float);
+        if (cu_smem(s, k_attn_split<DPL, KV>, sm, "k_attn_split")) return -1;
+        cu_go(k_attn_split<DPL, KV>, dim3(nch, a->Hkv, T), 32 * G, sm, s, *a, qg, (const KV *)kc,
+              (const KV *)vc, pos0, part, nch);
         CU_LAUNCHED("k_attn_split");
         if (attn_merge_launch<DPL>(a, qg, pos0, part, nch, T, o, s)) return -1;
-    } else if (a->prefill_tiled) {
+    } else if (a->prefill_tiled && cu_dev_fits(d, pt_smem<DPL, KV>::bytes)) {
         using P = pt_smem<DPL, KV>;
-        static size_t allowed; /* per instantiation */
-        if (smem_allow(k_attn_prefill_tiled<DPL, KV>, P::bytes, &allowed)) return -1;
+        if (cu_smem(s, k_attn_prefill_tiled<DPL, KV>, P::bytes, "k_attn_prefill_tiled")) return -1;
         const int rtq = PT_ROWS / G;
         cu_go(k_attn_prefill_tiled<DPL, KV>, dim3((T + rtq - 1) / rtq, a->Hkv), PT_THREADS, P::bytes, s, *a,
               qg, (const KV *)kc, (const KV *)vc, pos0, T, o);
@@ -637,10 +641,10 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
     } else {
         const int gs = G < PF_HEADS ? G : PF_HEADS; /* query heads (warps) per block */
         const dim3 grid((T + PF_RT - 1) / PF_RT, a->Hkv, (G + gs - 1) / gs);
-        const size_t smem = gs * PF_RT * HD * sizeof(float);
-        if (a->prefill_staged ? pf_launch<DPL, KV, true>(a, grid, gs, smem + stage_ld<DPL, KV>::bytes, qg, kc,
-                                                         vc, pos0, T, o, s)
-                              : pf_launch<DPL, KV, false>(a, grid, gs, smem, qg, kc, vc, pos0, T, o, s))
+        const size_t smem = gs * PF_RT * HD * sizeof(float), staged = smem + stage_ld<DPL, KV>::bytes;
+        if (a->prefill_staged && cu_dev_fits(d, staged)
+                ? pf_launch<DPL, KV, true>(a, grid, gs, staged, qg, kc, vc, pos0, T, o, s)
+                : pf_launch<DPL, KV, false>(a, grid, gs, smem, qg, kc, vc, pos0, T, o, s))
             return -1;
     }
     return 0;
@@ -648,13 +652,13 @@ static int attn_launch(const cu_attn_dims *a, const float *qg, const void *kc, c
 
 template <int DPL>
 static int attn_kv(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
-                   int T, bool split, float *part, float *o, cudaStream_t s) {
+                   int T, bool split, float *part, float *o, cu_stream s) {
     return a->kv_f16 ? attn_launch<DPL, __half>(a, qg, kc, vc, pos0, T, split, part, o, s)
                      : attn_launch<DPL, float>(a, qg, kc, vc, pos0, T, split, part, o, s);
 }
 
 extern "C" int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc,
-                            const int *pos0, int T, bool split, float *part, float *o, cudaStream_t s) {
+                            const int *pos0, int T, bool split, float *part, float *o, cu_stream s) {
     if (check_dims(a)) return -1;
     if (split && T > CU_ATTN_SPLIT_MAX_T) return rl_seterr("cu_attention: split path with %d rows", T);
     if (a->tc) return attn_tc(a, qg, kc, vc, pos0, T, split, part, o, s);

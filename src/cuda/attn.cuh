@@ -48,9 +48,10 @@ __device__ __forceinline__ void attn_finish(const float *O, float L, const float
 // merged. The operations and their order are merge_step's whatever PT and PF, so every shape gives
 // the same bits. A warp per (row, head) (PT = DPL) with 8 partials in flight (H200, 12-layer Q4_K_M,
 // decode at 32K depth: 603 -> 615-629 tok/s over one at a time) still took ~27 us per layer, as long
-// as the split kernel (16 warps on the GPU); hence the default, a thread per dim (cu_attn_dims.merge_wide:
-// 12-layer decode at 32K depth CF2 596-605 -> 608-609, Q4_K_M 615-625 -> 626-634 tok/s;
-// RL_CUDA_MERGE=warp keeps the warp shape), with PF partials in flight (attn_merge_pf).
+// as the split kernel (16 warps on the GPU); hence a thread per dim (PT = 1: 12-layer decode at 32K depth
+// CF2 596-605 -> 608-609, Q4_K_M 615-625 -> 626-634 tok/s), with 64 partials in flight (the warp shape,
+// fewer partials in flight and a merge with its factors made in parallel measured slower and are gone:
+// bench/results/2026-12-06-cuda-variants-removed.md).
 // Partials c0 .. c0 + PF - 1 (those < n) of a row merged into (M, L, O): all loaded, then merged in
 // order. FULL (c0 + PF <= n): no bound checks, so the batch is straight-line code and the exps of a step
 // (which need only the running max) are computed ahead of the L and O chains; the same operations.
@@ -74,12 +75,12 @@ __device__ __forceinline__ void merge_batch(const float *base, int d0, int c0, i
     }
 }
 
-template <int DPL, int PT, int PF>
-__global__ void __launch_bounds__(DPL * 32 / PT)
+template <int DPL>
+__global__ void __launch_bounds__(DPL * 32)
     k_attn_merge(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
                  const float *__restrict__ part, int nch, float *o) {
     pdl_enter();
-    constexpr int HD = DPL * 32;
+    constexpr int HD = DPL * 32, PT = 1, PF = 64;
     const int t = blockIdx.x, h = blockIdx.y, d0 = threadIdx.x * PT;
     const int n = (*pos0 + t) / CH + 1;
     const float *base = part + ((size_t)t * a.H + h) * nch * (HD + 2);
@@ -93,101 +94,14 @@ __global__ void __launch_bounds__(DPL * 32 / PT)
                     o + (size_t)t * a.H * HD + (size_t)h * HD, d0);
 }
 
-// The wide merge with its (M, L) factors made in parallel (cu_attn_dims.merge_scan, RL_CUDA_MERGE=scan;
-// test_cuda_ops compares it with the prefill kernel; not the default until measured).
-// merge_ab's running max before chunk k is the max of the partials' m before it (fmaxf is exact and, on
-// non-NaN values, order-free; a zero's sign never reaches a result: expf(+-0) = 1), so a block of HD
-// threads takes HD partials at a time: thread k loads chunk k's m and l, an inclusive prefix max (warp
-// scans, then the warps' maxima) gives the running max through chunk k and before it, and thread k
-// makes that step's a = expf(M_before - M_through) and b = expf(m - M_through) — merge_ab's operands,
-// so its values. Then every thread runs the steps' L = L * a + l * b and its dim's O = O * a + acc * b
-// in chunk order (merge_ab / merge_o's operations): a multiply-add pair a step on the chain instead of a
-// max, two exps and the loads. The same bits as k_attn_merge.
-template <int DPL>
-__global__ void __launch_bounds__(DPL * 32)
-    k_attn_merge_scan(cu_attn_dims a, const float *__restrict__ qg, const int *pos0,
-                      const float *__restrict__ part, int nch, float *o) {
-    pdl_enter();
-    constexpr int HD = DPL * 32, NW = HD / 32, UF = 16;
-    __shared__ float fa[HD], fb[HD], fl[HD], wmax[NW], mnext;
-    const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x, lane = d & 31, w = d >> 5;
-    const int n = (*pos0 + t) / CH + 1;
-    const float *base = part + ((size_t)t * a.H + h) * nch * (HD + 2);
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
-    for (int c0 = 0; c0 < n; c0 += HD) {
-        const int cnt = min(HD, n - c0);
-        float m = -INFINITY, l = 0.0f;
-        if (d < cnt) {
-            m = base[(size_t)(c0 + d) * (HD + 2)];
-            l = base[(size_t)(c0 + d) * (HD + 2) + 1];
-        }
-        float px = m; // the max of this warp's partials up to this lane
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float v = __shfl_up_sync(FULL_MASK, px, off);
-            if (lane >= off) px = fmaxf(px, v);
-        }
-        if (lane == 31) wmax[w] = px;
-        __syncthreads();
-        float before = M; // the running max before this warp's first partial
-        for (int i = 0; i < w; i++) before = fmaxf(before, wmax[i]);
-        const float through = fmaxf(before, px);
-        float prev = __shfl_up_sync(FULL_MASK, through, 1);
-        if (lane == 0) prev = before;
-        if (d < cnt) {
-            fa[d] = expf(prev - through);
-            fb[d] = expf(m - through);
-            fl[d] = l;
-        }
-        if (d == cnt - 1) mnext = through;
-        __syncthreads();
-        const float *acc = base + (size_t)c0 * (HD + 2) + 2 + d;
-        int k = 0;
-        for (; k + UF <= cnt; k += UF) { // UF partials' values loaded before their steps
-            float av[UF];
-#pragma unroll
-            for (int i = 0; i < UF; i++) av[i] = acc[(size_t)(k + i) * (HD + 2)];
-#pragma unroll
-            for (int i = 0; i < UF; i++) {
-                L = L * fa[k + i] + fl[k + i] * fb[k + i];
-                O = merge_o(O, av[i], fa[k + i], fb[k + i]);
-            }
-        }
-        for (; k < cnt; k++) {
-            L = L * fa[k] + fl[k] * fb[k];
-            O = merge_o(O, acc[(size_t)k * (HD + 2)], fa[k], fb[k]);
-        }
-        M = mnext;
-        __syncthreads(); // fa, fb, fl, wmax and mnext are rewritten by the next batch
-    }
-    attn_finish<1>(&O, L, qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD + HD,
-                   o + (size_t)t * a.H * HD + (size_t)h * HD, d);
-}
-
-// Partials in flight per batch of the wide merge: RL_CUDA_MERGE_PF=16|32|64 (default 64; the same
-// bits). At 32K positions a row has 129 partials: 16 a batch is 9 load round trips on the chain, 64 is
-// 3, and whole batches (merge_batch FULL) let the exps run ahead of the L / O chains. Nsight Compute,
-// H200, 12-layer CF2 at 32K: 17.0 us (16, the loop before merge_batch) -> 12.6 (64) -> 11.2 us (64,
-// whole batches); 16 with whole batches took 31 us.
-static inline int attn_merge_pf() {
-    static const int pf = cu_env_int("RL_CUDA_MERGE_PF", 64);
-    return pf == 16 || pf == 32 ? pf : 64;
-}
-
-// The decode merge of T rows x H heads (the shape cu_attn_dims.merge_wide picks).
+// The decode merge of T rows x H heads: a block of HD threads per (row, head). 64 partials in flight: at
+// 32K positions a row has 129 partials, so 3 load round trips on the chain, and whole batches
+// (merge_batch FULL) let the exps run ahead of the L / O chains (Nsight Compute, H200, 12-layer CF2 at
+// 32K: 17.0 us with 16 a batch -> 11.2 us).
 template <int DPL>
 static int attn_merge_launch(const cu_attn_dims *a, const float *qg, const int *pos0, const float *part,
-                             int nch, int T, float *o, cudaStream_t s) {
-    const int pf = attn_merge_pf();
-    if (a->merge_scan)
-        cu_go(k_attn_merge_scan<DPL>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
-    else if (a->merge_wide && pf == 16)
-        cu_go(k_attn_merge<DPL, 1, 16>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
-    else if (a->merge_wide && pf == 32)
-        cu_go(k_attn_merge<DPL, 1, 32>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
-    else if (a->merge_wide)
-        cu_go(k_attn_merge<DPL, 1, 64>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
-    else cu_go(k_attn_merge<DPL, DPL, 8>, dim3(T, a->H), 32, 0, s, *a, qg, pos0, part, nch, o);
+                             int nch, int T, float *o, cu_stream s) {
+    cu_go(k_attn_merge<DPL>, dim3(T, a->H), DPL * 32, 0, s, *a, qg, pos0, part, nch, o);
     CU_LAUNCHED("k_attn_merge");
     return 0;
 }
@@ -212,16 +126,6 @@ __device__ __forceinline__ void stage_kv_async(KV *dst, int ld, const KV *src, s
     __pipeline_wait_prior(0);
 }
 
-// Let kernel fn take smem bytes of dynamic shared memory: above the default 48 KiB a launch needs
-// the opt-in attribute; *allowed (one per kernel instantiation) is the size opted in so far, raised
-// when a larger launch comes (a flag set once would refuse a later, larger group). 0 or -1 (error set).
-template <typename F> static int smem_allow(F fn, size_t smem, size_t *allowed) {
-    if (smem <= 48 * 1024 || smem <= *allowed) return 0;
-    if (CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return -1;
-    *allowed = smem;
-    return 0;
-}
-
 // The tensor-core kernels (attn_tc.cu) for cu_attention when a->tc: 0 or -1 (error set).
 int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
-            bool split, float *part, float *o, cudaStream_t s);
+            bool split, float *part, float *o, cu_stream s);

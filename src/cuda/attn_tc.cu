@@ -333,16 +333,18 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
-// Prefill: block (tile of 64 / G positions, KV head) owns 64 (position, head) rows and walks the
+// Prefill: block (tile of 16 MT / G positions, KV head) owns 16 MT (position, head) rows and walks the
 // chunks in order, merging as it goes; the blocks with the last positions (the longest rows) first.
+// MT = TC_MT (64 rows) where its shared memory fits the device, else 2 or 1 (hd 256: 165 / 115 / 91 KB;
+// a row's arithmetic does not depend on MT: the split kernel runs it with MT = 1, the same bits).
 #define TC_MT 4
-template <int HD>
+template <int HD, int MT>
 __global__ void __launch_bounds__(TC_THREADS, 1)
     k_attn_tc_prefill(cu_attn_dims a, const float *__restrict__ qg, const __half *__restrict__ kc,
                       const __half *__restrict__ vc, const int *pos0p, int T, float *o) {
     pdl_enter();
-    using P = tc_smem<HD, TC_MT>;
-    constexpr int NV = tc_nv<HD, TC_MT>::n;
+    using P = tc_smem<HD, MT>;
+    constexpr int NV = tc_nv<HD, MT>::n;
     extern __shared__ __align__(16) uint8_t tc_sm[];
     const int kvh = blockIdx.y, G = a.H / a.Hkv, rtq = P::R / G, pos0 = *pos0p;
     const int t0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * rtq;
@@ -351,11 +353,11 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         h = kvh * G + r % G;
         nk = r < rtq * G && t < T ? pos0 + t + 1 : 0;
     };
-    tc_load_q<HD, TC_MT>(qg, a.H, row, tc_sm);
+    tc_load_q<HD, MT>(qg, a.H, row, tc_sm);
     const size_t kvw = (size_t)a.Hkv * HD;
     const int nmax = pos0 + min(t0 + rtq, T);
     const float *Mc = (const float *)(tc_sm + P::q + P::kv + P::s), *Lc = Mc + P::R;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % TC_MT, np = w / TC_MT, g = lane >> 2,
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, mt = w % MT, np = w / MT, g = lane >> 2,
               tq = lane & 3;
     int rt[2], rh[2], nk[2];
     float M[2], L[2], O[NV][4];
@@ -369,7 +371,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     for (int j = 0; j < NV; j++) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.0f;
     for (int p0 = 0; p0 < nmax; p0 += CH) {
         float acc[NV][4];
-        tc_chunk<HD, TC_MT>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nmax, a.scale, tc_sm, acc);
+        tc_chunk<HD, MT>(kc + (size_t)kvh * HD, vc + (size_t)kvh * HD, kvw, p0, nmax, a.scale, tc_sm, acc);
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             if (p0 >= nk[hh]) continue;
@@ -397,20 +399,35 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     }
 }
 
+template <int HD, int MT>
+static int tc_prefill(const cu_attn_dims *a, const float *qg, const __half *kc, const __half *vc,
+                      const int *pos0, int T, float *o, cu_stream s) {
+    using P = tc_smem<HD, MT>;
+    const int rtq = P::R / (a->H / a->Hkv);
+    if (cu_smem(s, k_attn_tc_prefill<HD, MT>, P::bytes, "k_attn_tc_prefill")) return -1;
+    cu_go(k_attn_tc_prefill<HD, MT>, dim3((T + rtq - 1) / rtq, a->Hkv), TC_THREADS, P::bytes, s, *a, qg, kc,
+          vc, pos0, T, o);
+    CU_LAUNCHED("k_attn_tc_prefill");
+    return 0;
+}
+
+// The split kernel double-buffered (a->split_db) where its two slices fit the device (hd 256: 157 KB),
+// else single-buffered (91 KB); the prefill kernel with the most rows per block that fit. The same bits
+// either way.
 template <int HD>
 static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, const __half *vc,
-                     const int *pos0, int T, bool split, float *part, float *o, cudaStream_t s) {
+                     const int *pos0, int T, bool split, float *part, float *o, cu_stream s) {
+    const cu_dev *d = s.dev;
     if (split) {
         const int nch = (a->n_ctx + CH - 1) / CH;
-        static size_t allowed1, allowed2;
-        if (a->split_db) {
+        if (a->split_db && cu_dev_fits(d, tc_smem<HD, 1, 2>::bytes)) {
             using P = tc_smem<HD, 1, 2>;
-            if (smem_allow(k_attn_tc_split<HD, 2>, P::bytes, &allowed2)) return -1;
+            if (cu_smem(s, k_attn_tc_split<HD, 2>, P::bytes, "k_attn_tc_split")) return -1;
             cu_go(k_attn_tc_split<HD, 2>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0,
                   part, nch);
         } else {
             using P = tc_smem<HD, 1>;
-            if (smem_allow(k_attn_tc_split<HD, 1>, P::bytes, &allowed1)) return -1;
+            if (cu_smem(s, k_attn_tc_split<HD, 1>, P::bytes, "k_attn_tc_split")) return -1;
             cu_go(k_attn_tc_split<HD, 1>, dim3(nch, a->Hkv, T), TC_THREADS, P::bytes, s, *a, qg, kc, vc, pos0,
                   part, nch);
         }
@@ -418,18 +435,13 @@ static int tc_launch(const cu_attn_dims *a, const float *qg, const __half *kc, c
         if (attn_merge_launch<HD / 32>(a, qg, pos0, part, nch, T, o, s)) return -1;
         return 0;
     }
-    using P = tc_smem<HD, TC_MT>;
-    const int rtq = P::R / (a->H / a->Hkv);
-    static size_t allowed;
-    if (smem_allow(k_attn_tc_prefill<HD>, P::bytes, &allowed)) return -1;
-    cu_go(k_attn_tc_prefill<HD>, dim3((T + rtq - 1) / rtq, a->Hkv), TC_THREADS, P::bytes, s, *a, qg, kc, vc,
-          pos0, T, o);
-    CU_LAUNCHED("k_attn_tc_prefill");
-    return 0;
+    if (cu_dev_fits(d, tc_smem<HD, TC_MT>::bytes)) return tc_prefill<HD, TC_MT>(a, qg, kc, vc, pos0, T, o, s);
+    if (cu_dev_fits(d, tc_smem<HD, 2>::bytes)) return tc_prefill<HD, 2>(a, qg, kc, vc, pos0, T, o, s);
+    return tc_prefill<HD, 1>(a, qg, kc, vc, pos0, T, o, s); /* too large: cu_dev_smem's one-line error */
 }
 
 int attn_tc(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0, int T,
-            bool split, float *part, float *o, cudaStream_t s) {
+            bool split, float *part, float *o, cu_stream s) {
     if (!a->kv_f16 || a->H / a->Hkv > 16)
         return rl_seterr(
             "CUDA attention on tensor cores: needs the f16 KV cache and at most 16 query heads per KV "

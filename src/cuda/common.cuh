@@ -23,15 +23,16 @@
 
 // ---- programmatic dependent launch (PDL, sm_90) --------------------------------------------------
 //
-// By default (RL_CUDA_PDL=0 turns it off) every kernel is launched (cu_go) with programmatic stream
-// serialisation, so the next kernel of the stream may be launched before this one ends: its blocks become
-// resident as this one's leave, do what needs no result of the kernels before them (a dense GEMV copies its
-// weight rows) and wait in pdl_enter until the previous grid has completed and its stores are visible. The
-// contract, for every kernel: pdl_enter runs before the first read of anything a kernel before it wrote and
-// before the first store to global memory; before it, only weights (written once at load) may be read.
-// tests/test_cuda_source.py checks that every kernel calls it. pdl_enter also lets the next kernel launch
-// (launch_dependents) once every block of this one has passed it; a kernel launched without the attribute, or
-// with no kernel before it, returns from the wait at once. Same arithmetic either way: same bits.
+// By default on sm_90 and later (RL_CUDA_PDL=0 turns it off; cu_dev.pdl) every kernel is launched (cu_go)
+// with programmatic stream serialisation, so the next kernel of the stream may be launched before this one
+// ends: its blocks become resident as this one's leave, do what needs no result of the kernels before them (a
+// dense GEMV copies its weight rows) and wait in pdl_enter until the previous grid has completed and its
+// stores are visible. The contract, for every kernel: pdl_enter runs before the first read of anything a
+// kernel before it wrote and before the first store to global memory; before it, only weights (written once
+// at load) may be read. tests/test_cuda_source.py checks that every kernel calls it. pdl_enter also lets the
+// next kernel launch (launch_dependents) once every block of this one has passed it; a kernel launched
+// without the attribute, or with no kernel before it, returns from the wait at once. Same arithmetic either
+// way: same bits.
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -39,42 +40,12 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
-// A tuning variable's value (dflt when unset) / whether it is set to value; callers read it once.
-static inline int cu_env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e ? atoi(e) : dflt;
-}
-static inline bool cu_env_is(const char *name, const char *value) {
-    const char *e = getenv(name);
-    return e && !strcmp(e, value);
-}
-
-// Whether the current device supports programmatic dependent launch (compute capability >= 9.0), asked
-// once per file for the device current at the first launch (one device per process).
-static inline bool cu_pdl_device() {
-    static const bool ok = [] {
-        int dev = 0, major = 0;
-        return cudaGetDevice(&dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-               major >= 9;
-    }();
-    return ok;
-}
-
-// Whether launches carry the PDL attribute: the default (RL_CUDA_PDL=0: off), read once per file.
-// H200, 12-layer calibrated files, decode: Q4_K_M +4 % (+10-15 % at 8K), CF2 and IQ2_XXS within the
-// noise (-3 % to +4 %) (bench/results/2026-12-04-*).
-// Only on devices of compute capability >= 9.0 (pdl_enter's wait exists only there: on older GPUs a
-// launch must not overlap the kernel before it), so one fat binary runs everywhere.
-static inline bool cu_pdl() {
-    static const bool on = cu_env_int("RL_CUDA_PDL", 1) == 1 && cu_pdl_device();
-    return on;
-}
-
-// Launch kern<<<grid, block, sm, s>>>(args...) (with the PDL attribute when cu_pdl()); errors are
-// left for cudaGetLastError (CU_LAUNCHED) as with <<< >>>.
+// Launch kern<<<grid, block, sm, s.s>>>(args...), with the PDL attribute when the device takes it
+// (cu_dev.pdl: RL_CUDA_PDL, compute capability >= 9.0; H200, 12-layer calibrated files, decode:
+// Q4_K_M +4 % (+10-15 % at 8K), CF2 and IQ2_XXS within the noise, bench/results/2026-12-04-*); errors
+// are left for cudaGetLastError (CU_LAUNCHED) as with <<< >>>.
 template <typename... P, typename... A>
-static inline void cu_go(void (*kern)(P...), dim3 grid, dim3 block, size_t sm, cudaStream_t s, A... args) {
+static inline void cu_go(void (*kern)(P...), dim3 grid, dim3 block, size_t sm, cu_stream s, A... args) {
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -82,10 +53,22 @@ static inline void cu_go(void (*kern)(P...), dim3 grid, dim3 block, size_t sm, c
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = sm;
-    cfg.stream = s;
+    cfg.stream = s.s;
     cfg.attrs = at;
-    cfg.numAttrs = cu_pdl() ? 1 : 0;
+    cfg.numAttrs = s.dev->pdl ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+// ---- per-kernel launch state in the device struct (cuda_dev.cu) ---------------------------------------
+
+// The slot of kernel fn in d's table (NULL when full: the callers then ask the runtime every time).
+cu_fn_slot *cu_dev_slot(cu_dev *d, const void *fn);
+// Blocks of fn (threads per block, smem bytes of dynamic shared memory, opted in already) resident on
+// the whole GPU at once into *n; the answer kept in fn's slot for the next launch of the same size.
+int cu_dev_resident(cu_dev *d, const void *fn, int threads, size_t smem, unsigned *n);
+// cu_dev_smem for a kernel of any signature.
+template <typename K> static inline int cu_smem(cu_stream s, K kern, size_t smem, const char *what) {
+    return cu_dev_smem(s.dev, (const void *)kern, smem, what);
 }
 
 // Butterfly sums: every lane ends with the same value, summed in one fixed tree.

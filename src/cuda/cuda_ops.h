@@ -28,6 +28,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/cuda_dev.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,14 +44,35 @@ static inline int cu_check_(cudaError_t e, const char *what, const char *file, i
 }
 #define CU_CHECK(call) cu_check_((call), #call, __FILE__, __LINE__)
 
-/* Device copies of the IQ lookup grids (from quant_tables.c). Idempotent; 0 or -1. */
+/* ---- the device and the stream a launch goes to ----------------------------------------------- */
+
+/* Fill d for device `ordinal` (its facts from cudaGetDeviceProperties) under the switches t; the
+ * launches of a context then read the device only through it. 0, or -1 with rl_lasterr. */
+int cu_dev_init(cu_dev *d, int ordinal, const cu_tuning *t);
+/* Where a launch goes: the stream, and the device (facts, switches, per-kernel launch state) of the
+ * context that owns it. One host thread at a time launches on a context's streams. */
+typedef struct {
+    cudaStream_t s;
+    cu_dev *dev;
+} cu_stream;
+/* Let kernel fn take smem bytes of dynamic shared memory (the opt-in attribute above 48 KiB, once
+ * per size per kernel): 0, or -1 with rl_lasterr naming the kernel `what`, the bytes needed and the
+ * bytes this device allows (d->smem_max). */
+int cu_dev_smem(cu_dev *d, const void *fn, size_t smem, const char *what);
+/* Whether a block of smem bytes of dynamic shared memory fits this device (the launches choose
+ * their shape with it). */
+static inline bool cu_dev_fits(const cu_dev *d, size_t smem) { return smem <= d->smem_max; }
+
+/* Device copies of the IQ lookup grids (from quant_tables.c) on the current device, one per device
+ * (a launch reads the copy of its cu_stream's device). Idempotent, thread-safe; 0 or -1. */
+#define CU_MAX_DEVICES 64
 int cu_tables_init(void);
 /* true if the matmul / row-gather kernels decode this ggml type */
 bool cu_type_supported(uint32_t type);
 
 /* out[t][0..n_in) = row rows[t] of W (dequantised), t < T. (Embedding lookup; tests.) */
 int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows, int T,
-                float *out, int ldo, cudaStream_t s);
+                float *out, int ldo, cu_stream s);
 
 /* ---- matmul: y[t][r] = sum_i W[r][i] * x[t][i] ------------------------------------------ */
 
@@ -103,21 +126,21 @@ typedef struct {
  * into it once and stage weights and codes through shared memory (the same bits as without it; one
  * launch at a time per scratch). Returns 0 or -1. */
 int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
-              const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cudaStream_t s);
+              const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cu_stream s);
 size_t cu_matmul_ws_bytes(int n_in, int rows);
-/* Pairs per tile the grouped prefill launches of weight type `type` take (the MoE plan's tt): 2 * CU_TT
- * where the staged integer tiles run them (RL_CUDA_MOE_TT=8: CU_TT), else CU_TT. cu_matmul accepts
+/* Pairs per tile the grouped prefill launches of weight type `type` take on d (the MoE plan's tt): 2 * CU_TT
+ * where the staged integer tiles run them, else CU_TT. cu_matmul accepts
  * 2 * CU_TT only for such launches (with a scratch). */
-int cu_matmul_group_tt(uint32_t type);
+int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
 
 /* The integer path of the matmuls (src/cuda/mmq.cuh): in every shape (decode, verify, prefill tiles,
  * grouped experts) each activation row is quantised to Q8_K as the CPU does and each output is
  * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
  * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
  * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
- * Process-wide; the initial mode is RL_CUDA_MMQ=0|1|2 (default 2, matmul.cu int8_on). Set it before contexts
- * run (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
-int cu_matmul_set_int8(int mode);
+ * Per device struct: the initial mode is d->tune.mmq (RL_CUDA_MMQ=0|1|2, default 2). Set it before the
+ * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
+int cu_dev_set_int8(cu_dev *d, int mode);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's
@@ -142,13 +165,13 @@ typedef struct {
 
 /* cu_matmul of one dense input row (T = 1, no gate/up, no conv) followed by `tail`. */
 int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, const cu_tail *tail,
-                   cudaStream_t s);
+                   cu_stream s);
 
 /* ---- norms -------------------------------------------------------------------------------- */
 
 /* Per row t < T: if y: x += y (float adds, in place); if out: out = rmsnorm(x) * w. */
 int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps,
-                   cudaStream_t s);
+                   cu_stream s);
 
 /* ---- MoE ------------------------------------------------------------------------------------ */
 
@@ -158,28 +181,28 @@ int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, 
  * per (row, slot) pair p = t*K + k: expert ids[p], pair_in = t, pair_out = p; *n_tiles = T*K
  * (tiles / pair_in / pair_out hold T*K entries). */
 int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p, cu_tile *tiles,
-              int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s);
+              int *n_tiles, int32_t *pair_in, int32_t *pair_out, cu_stream s);
 /* Group the T*K (row, slot) pairs by expert: tiles of <= tt pairs; pair_in = row t,
  * pair_out = t*K + k. counts: E ints of scratch. One block; T*K <= 65536. */
 int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles,
-                int32_t *pair_in, int32_t *pair_out, int *counts, cudaStream_t s);
+                int32_t *pair_in, int32_t *pair_out, int *counts, cu_stream s);
 /* Per row t: y = sum_k w[t][k] * eo[t*K+k] + gate[t] * sh[t] with gate[t] = sigmoid(sh_gate . xn[t])
  * (double accumulation as the CPU reference; sh / sh_gate may be NULL; g: the gates made beforehand
  * by cu_moe_sh_gate, or NULL to reduce them here: the same bits), x += y, then
  * out = rmsnorm(x) * w_next (out may alias xn; NULL out skips the norm). */
 int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                    const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
-                   int D, int T, float eps, cudaStream_t s);
+                   int D, int T, float eps, cu_stream s);
 
 /* The same for one row (decode) with the norm (out != NULL) in the last block of the combine
  * launch (counter: device, 0, put back by that block): one launch, the bits of cu_moe_combine. */
 int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                          const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
-                         int D, float eps, unsigned *counter, cudaStream_t s);
+                         int D, float eps, unsigned *counter, cu_stream s);
 
 /* g[t] = sigmoid(sh_gate . xn[t]) for t < T: the combine's shared-expert gate, made where xn is ready
  * (the shared expert's branch, st2) so the combine need not reduce it (the same bits). */
-int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cudaStream_t s);
+int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cu_stream s);
 
 /* ---- gated full attention ----------------------------------------------------------------- */
 
@@ -194,10 +217,6 @@ typedef struct {
                             (RL_CUDA_ATTN_PF=staged; =unstaged: false); same bits */
     bool prefill_tiled;  /* prefill: the register-tiled kernel (32 rows x a chunk per block; the default,
                             RL_CUDA_ATTN_PF=staged|unstaged turn it off); same bits, precedes prefill_staged */
-    bool merge_wide;     /* decode: the partials merged by a thread per output dim (the default;
-                            RL_CUDA_MERGE=warp: a warp per (row, head)); same bits */
-    bool merge_scan;     /* decode: the wide merge with the factors of a batch of partials made in
-                            parallel (RL_CUDA_MERGE=scan; not yet run on a GPU); same bits */
     bool tc;             /* decode, verify and prefill on tensor cores (attn_tc.cu: f16 q and weights, f32
                             accumulation; its own numerics, shared by all three, so their rows stay
                             bit-identical); needs kv_f16 and H / Hkv <= 16 */
@@ -211,7 +230,7 @@ typedef struct {
 /* q (in qg [T][H][2*hd], first half of each head) and k [T][Hkv*hd]: per-head RMSNorm then
  * partial NeoX RoPE at *pos0 + t; k and v are stored into the caches at that position. */
 int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *q_norm,
-                          const float *k_norm, const int *pos0, int T, void *kc, void *vc, cudaStream_t s);
+                          const float *k_norm, const int *pos0, int T, void *kc, void *vc, cu_stream s);
 /* o[t][h*hd..] = softmax(q k^T * scale) v * sigmoid(gate) over positions 0..*pos0+t.
  * split: chunk partials in `part` (cu_attn_part_floats), then an in-order merge (few rows, long
  * contexts: one block per (chunk, KV head, row), so a long context spreads over the SMs; the
@@ -223,7 +242,7 @@ int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const floa
 #define CU_ATTN_SPLIT_MAX_T 4
 size_t cu_attn_part_floats(const cu_attn_dims *a, int T);
 int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
-                 int T, bool split, float *part, float *o, cudaStream_t s);
+                 int T, bool split, float *part, float *o, cu_stream s);
 
 /* ---- Gated DeltaNet ----------------------------------------------------------------------- */
 
@@ -239,27 +258,27 @@ typedef struct {
 } cu_dn_dims;
 
 /* Causal conv + SiLU over T rows (sequential per channel): in [T][ldi] -> u [T][C], state shifts. */
-int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cudaStream_t s);
+int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, cu_stream s);
 /* Prefill pieces: (1) l2norm + scale q, l2norm k in u (in place), gates ab [T][2][hv] from ba;
  * (2) the delta rule over the T rows (state in registers), raw outputs o [T][hv*dv];
  * (3) gated RMSNorm with z [T][ldz]: o = rmsnorm(o_h) * ssm_norm * silu(z_h). */
-int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s);
+int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s);
 int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-               cudaStream_t s);
-int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s);
+               cu_stream s);
+int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cu_stream s);
 /* The same with per-row snapshots (verify rows): where row_slot[t] >= 0 (device ints, T of
  * them; NULL = none), the conv window / recurrent state after row t is also written to
  * snap + row_slot[t] * stride (floats; snap is the layer's state in slot 0, laid out as
  * `state` / `ssm`). The outputs and the live state are those of the plain calls. */
 int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T, float *snap,
-                    size_t stride, const int *row_slot, cudaStream_t s);
+                    size_t stride, const int *row_slot, cu_stream s);
 int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                    float *snap, size_t stride, const int *row_slot, cudaStream_t s);
+                    float *snap, size_t stride, const int *row_slot, cu_stream s);
 /* Decode (T = 1): prep + delta rule + gated norm in one kernel, the same arithmetic. ctr NULL: one
  * block per value head; else d->hv counters (zeroed; each launch puts them back): the head spread over
  * 4 blocks, the last one normalising (same bits; the backend's default, RL_CUDA_DN_SPLIT=0 one block). */
 int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm, float *o,
-               unsigned *ctr, cudaStream_t s);
+               unsigned *ctr, cu_stream s);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,7 @@ __global__ void k_dn_conv(cu_dn_dims d, const float *__restrict__ in, int ldi, f
 }
 
 extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
-                               float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
+                               float *snap, size_t stride, const int *row_slot, cu_stream s) {
     const dim3 blocks((d->C + 127) / 128, T > 0 ? (T + DN_CONV_ROWS - 1) / DN_CONV_ROWS : 1);
     switch (d->kw) {
     case 2: cu_go(k_dn_conv<2>, blocks, 128, 0, s, *d, in, ldi, u, state, T, snap, stride, row_slot); break;
@@ -75,7 +75,7 @@ extern "C" int cu_dn_conv_snap(const cu_dn_dims *d, const float *in, int ldi, fl
 }
 
 extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, float *state, int T,
-                          cudaStream_t s) {
+                          cu_stream s) {
     return cu_dn_conv_snap(d, in, ldi, u, state, T, NULL, 0, NULL, s);
 }
 
@@ -120,13 +120,13 @@ __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, 
 //
 // A step is bound by its dependent chain (2 or 4 columns per warp, whatever the block
 // shape, ran 1-17 % slower prompts, bench/results/2026-12-03-cuda-session18-h200.md; that variant is
-// gone): two double butterflies of 5 levels per step. DEFER (the default;
-// RL_CUDA_DN_SCAN_DEFER=0 for the chained reduction) takes most of the output's butterfly off the
-// chain, since the next step does not need o: after its levels 16 and 8 the warp's lanes 0..7 hold the
-// 8 distinct partial sums b_0..b_7, which go to shared memory; after each staged chunk lane r finishes
-// row r's levels 4, 2, 1 as ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)) — the tree the butterfly
-// forms at lane 0 (IEEE addition is commutative, so every lane's butterfly is that tree): the same
-// bits as delta_col (every CUDA test passed under both; prompt +2-3 %,
+// gone): two double butterflies of 5 levels per step. The output's butterfly is mostly taken off the
+// chain (the reduction on the chain ran prompts 2-3 % slower and is gone: bench/results/
+// 2026-12-06-cuda-variants-removed.md), since the next step does not need o: after its levels 16 and 8 the
+// warp's lanes 0..7 hold the 8 distinct partial sums b_0..b_7, which go to shared memory; after each staged
+// chunk lane r finishes row r's levels 4, 2, 1 as ((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7)) — the
+// tree the butterfly forms at lane 0 (IEEE addition is commutative, so every lane's butterfly is that tree):
+// the same bits as delta_col (every CUDA test passed under both; prompt +2-3 %,
 // bench/results/2026-12-03-cuda-session19-h200.md).
 #define SCAN_NC 8 // state columns (warps) per block
 #define SCAN_ROWS 16
@@ -134,13 +134,13 @@ template <int KPL>
 struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
     float q[32 * KPL], k[32 * KPL], v[SCAN_NC], alpha, beta, pad[2];
 };
-template <int KPL, bool DEFER>
+template <int KPL>
 __global__ void __launch_bounds__(SCAN_NC * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o,
               int T, float *snap, size_t stride, const int *row_slot) {
     pdl_enter();
     __shared__ __align__(16) scan_row<KPL> rows[2][SCAN_ROWS];
-    __shared__ double part[DEFER ? SCAN_NC : 1][DEFER ? SCAN_ROWS : 1][8]; // DEFER: b_0..b_7 per warp and row
+    __shared__ double part[SCAN_NC][SCAN_ROWS][8]; // b_0..b_7 per warp and row
     const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_NC, w = threadIdx.x >> 5,
               c = c0 + w;
     const int g = dn_key_head(d, h), dk = 32 * KPL;
@@ -182,30 +182,24 @@ __global__ void __launch_bounds__(SCAN_NC * 32)
                 k[i] = R.k[lane * KPL + i];
             }
             const int t = t0 + r;
-            if constexpr (DEFER) {
-                double p = delta_col_o<KPL>(s, q, k, R.v[w], R.alpha, R.beta);
-                p += __shfl_xor_sync(FULL_MASK, p, 16); // warp_sumd's first two levels
-                p += __shfl_xor_sync(FULL_MASK, p, 8);
-                if (lane < 8) part[w][r][lane] = p;
-            } else {
-                const float out = delta_col<KPL>(s, q, k, R.v[w], R.alpha, R.beta);
-                if (lane == 0) o[(size_t)t * d.hv * d.dv + (size_t)h * d.dv + c] = out;
-            }
+            double p = delta_col_o<KPL>(s, q, k, R.v[w], R.alpha, R.beta);
+            p += __shfl_xor_sync(FULL_MASK, p, 16); // warp_sumd's first two levels
+            p += __shfl_xor_sync(FULL_MASK, p, 8);
+            if (lane < 8) part[w][r][lane] = p;
             if (row_slot && row_slot[t] >= 0) { // this row's state into its snapshot slot
                 float *sn = snap + (size_t)row_slot[t] * stride + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
                 for (int i = 0; i < KPL; i++) sn[i] = s[i];
             }
         }
-        if constexpr (DEFER) { // the chunk's outputs: warp_sumd's levels 4, 2, 1 of each row
-            __syncwarp();
-            if (lane < n) {
-                const double *pb = part[w][lane];
-                const double e = ((pb[0] + pb[4]) + (pb[2] + pb[6])) + ((pb[1] + pb[5]) + (pb[3] + pb[7]));
-                o[(size_t)(t0 + lane) * d.hv * d.dv + (size_t)h * d.dv + c] = (float)e;
-            }
-            __syncwarp(); // part is rewritten by the next chunk
+        // the chunk's outputs: warp_sumd's levels 4, 2, 1 of each row
+        __syncwarp();
+        if (lane < n) {
+            const double *pb = part[w][lane];
+            const double e = ((pb[0] + pb[4]) + (pb[2] + pb[6])) + ((pb[1] + pb[5]) + (pb[3] + pb[7]));
+            o[(size_t)(t0 + lane) * d.hv * d.dv + (size_t)h * d.dv + c] = (float)e;
         }
+        __syncwarp(); // part is rewritten by the next chunk
     }
     float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
 #pragma unroll
@@ -258,7 +252,7 @@ static int check(const cu_dn_dims *d) {
     return 0;
 }
 
-extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cudaStream_t s) {
+extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
     if (check(d)) return -1;
     const int threads = 32 * min(32, 2 * d->hk);
     BY_PL(d->dk, (cu_go(k_dn_prep<1>, T, threads, 0, s, *d, u, ba, ab)),
@@ -268,35 +262,24 @@ extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float 
     return 0;
 }
 
-// The output reduction off the step's chain (k_dn_scan; RL_CUDA_DN_SCAN_DEFER=0: on it). Tuning
-// only: the same bits.
-template <bool DEFER>
-static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                    float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
-    const dim3 grid(d->hv, d->dv / SCAN_NC);
-    BY_PL(
-        d->dk,
-        (cu_go(k_dn_scan<1, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-        (cu_go(k_dn_scan<2, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-        (cu_go(k_dn_scan<4, DEFER>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
-}
-
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o,
-                               int T, float *snap, size_t stride, const int *row_slot, cudaStream_t s) {
+                               int T, float *snap, size_t stride, const int *row_slot, cu_stream s) {
     if (check(d)) return -1;
-    static const bool defer = cu_env_int("RL_CUDA_DN_SCAN_DEFER", 1) != 0;
-    if (defer) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
-    else scan_go<false>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    const dim3 grid(d->hv, d->dv / SCAN_NC);
+    BY_PL(d->dk,
+          (cu_go(k_dn_scan<1>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<2>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<4>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
 
 extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
-                          cudaStream_t s) {
+                          cu_stream s) {
     return cu_dn_scan_snap(d, u, ab, ssm, o, T, NULL, 0, NULL, s);
 }
 
-extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cudaStream_t s) {
+extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cu_stream s) {
     if (check(d)) return -1;
     const int blocks = (T * d->hv + 7) / 8;
     BY_PL(d->dv, (cu_go(k_dn_gnorm<1>, blocks, 256, 0, s, *d, o, z, ldz, T)),
@@ -306,30 +289,24 @@ extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ld
     return 0;
 }
 
-// Blocks per value head of the split step: 4 (8 warps each; the default) or RL_CUDA_DN_BLOCKS=8 (4
-// warps each). Tuning only: the same per-column arithmetic, the same bits.
-static int step_split() {
-    static const int v = cu_env_int("RL_CUDA_DN_BLOCKS", 4) == 8 ? 8 : 4;
-    return v;
-}
+// The split step runs 4 blocks per value head (8 warps each); 8 blocks of 4 warps measured a wash and
+// is gone (bench/results/2026-12-06-cuda-variants-removed.md).
 template <int KPL, int DPL>
 static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
-                    float *o, unsigned *ctr, cudaStream_t s) {
-    if (ctr && step_split() == 8)
-        cu_go(k_dn_step<KPL, DPL, 8>, dim3(d->hv, 8), STEP_WARPS * 32 / 8, 0, s, *d, u, ba, z, ssm, o, ctr);
-    else if (ctr)
+                    float *o, unsigned *ctr, cu_stream s) {
+    if (ctr)
         cu_go(k_dn_step<KPL, DPL, 4>, dim3(d->hv, 4), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, ssm, o, ctr);
     else cu_go(k_dn_step<KPL, DPL, 1>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
 }
 template <int KPL>
 static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
-                     float *o, unsigned *ctr, cudaStream_t s) {
+                     float *o, unsigned *ctr, cu_stream s) {
     BY_PL(d->dv, (step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, s)),
           (step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, s)), (step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, s)));
 }
 
 extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
-                          float *o, unsigned *ctr, cudaStream_t s) {
+                          float *o, unsigned *ctr, cu_stream s) {
     if (check(d)) return -1;
     BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, ctr, s), step_kpl<2>(d, u, ba, z, ssm, o, ctr, s),
           step_kpl<4>(d, u, ba, z, ssm, o, ctr, s));

@@ -27,49 +27,32 @@ MM_DECL(q5_1)
 MM_DECL(iq4_nl)
 MM_DECL(mxfp4)
 
-// Largest token tile of the small-batch shape: RL_CUDA_SMALL_TT=2|4|8 (default 4: 6 rows run as
-// two tiles of 4, not one of 8). Tuning only: every shape gives the same bits. H200, cf2 (full
-// size), verify of 5 / 7 / 9 rows: 14.7 / 17.7 / 24.0 ms with tiles of 8, 14.1 / 16.7 / 21.8 ms
+// Largest token tile of the small-batch shape: d->tune.small_tt = RL_CUDA_SMALL_TT=2|4|8 (default 4: 6
+// rows run as two tiles of 4, not one of 8). Tuning only: every shape gives the same bits. H200, cf2
+// (full size), verify of 5 / 7 / 9 rows: 14.7 / 17.7 / 24.0 ms with tiles of 8, 14.1 / 16.7 / 21.8 ms
 // with tiles of 4 (a step 5.7 ms); 2-4 rows unchanged.
-static int small_tt_max() {
-    static const int x = cu_env_int("RL_CUDA_SMALL_TT", 4), v = x == 2 || x == 8 ? x : 4;
-    return v;
-}
+static int small_tt_max(const cu_dev *d) { return d->tune.small_tt; }
 
-// The integer path (mmq.cuh): process-wide, RL_CUDA_MMQ=0|1|2 at first use (default 2: the K-quants
-// and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the K-quants only), cu_matmul_set_int8() after. H200,
-// full CF2 file (bench/results/2026-12-02-cuda-iq-h200.md): mode 2 vs 1, prompt 2048 3,422 -> 7,395
+// The integer path (mmq.cuh): per device struct, d->int8 = RL_CUDA_MMQ=0|1|2 at context creation (default
+// 2: the K-quants and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the K-quants only), cu_dev_set_int8() after.
+// H200, full CF2 file (bench/results/2026-12-02-cuda-iq-h200.md): mode 2 vs 1, prompt 2048 3,422 -> 7,395
 // tok/s, 32K 1,851 -> 2,612, decode 194.6 -> 184.3 (the dp4a IQ decode is 5 % slower than the float
 // GEMV: the price of decode == prefill bits). A context must not see it change between its prefill
 // and its steps (the two arithmetics give different bits).
-static int int8_mode = -1;
-static int int8_on() {
-    if (int8_mode < 0) int8_mode = cu_env_is("RL_CUDA_MMQ", "0") ? 0 : cu_env_is("RL_CUDA_MMQ", "1") ? 1 : 2;
-    return int8_mode;
-}
-extern "C" int cu_matmul_set_int8(int mode) {
-    const int old = int8_on();
-    int8_mode = mode < 0 ? 0 : mode > 2 ? 2 : mode;
-    return old;
-}
-
 // Whether launches of `type` take the integer path (the mode and the type).
-static bool q8_type(uint32_t type) { return mmq_k(type) ? int8_on() >= 1 : mmq_iq(type) && int8_on() == 2; }
+static bool q8_type(const cu_dev *d, uint32_t type) {
+    return mmq_k(type) ? d->int8 >= 1 : mmq_iq(type) && d->int8 == 2;
+}
 
 // The staged tensor-core tiles when the caller gives a scratch: RL_CUDA_MMQ_TC=0|1 (default 1;
-// 0: k_mmq_mma, which quantises in every block). Same bits either way.
-static int mmq_tc_on() {
-    static const int v = cu_env_is("RL_CUDA_MMQ_TC", "0") ? 0 : 1;
-    return v;
-}
+// 0: k_mmq_mma, which quantises in every block) where they fit the device. Same bits either way.
+static bool mmq_tc_on(const cu_dev *d, uint32_t type) { return d->tune.mmq_tc && mmq_tc_fits(d, type); }
 
 // Pairs per tile of the grouped prefill launches of `type` (the MoE plan's tile size): 2 * CU_TT
-// where the staged integer tiles run them (RL_CUDA_MOE_TT=8 keeps CU_TT: tuning, same bits; H200,
-// 12-layer Q4_K_M prompt 2048: 16 pairs 1.10x, 8192 1.06x; bench/results/2026-12-02-cuda-iq-h200.md),
-// else CU_TT.
-extern "C" int cu_matmul_group_tt(uint32_t type) {
-    static const int want = cu_env_int("RL_CUDA_MOE_TT", 2 * CU_TT) == CU_TT ? CU_TT : 2 * CU_TT;
-    return q8_type(type) && mmq_tc_on() ? want : CU_TT;
+// where the staged integer tiles run them (same bits as CU_TT; H200, 12-layer Q4_K_M prompt 2048: 16
+// pairs 1.10x, 8192 1.06x; bench/results/2026-12-02-cuda-iq-h200.md), else CU_TT.
+extern "C" int cu_matmul_group_tt(const cu_dev *d, uint32_t type) {
+    return q8_type(d, type) && mmq_tc_on(d, type) ? 2 * CU_TT : CU_TT;
 }
 
 static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
@@ -103,12 +86,13 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
 
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
                      const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, void *ws,
-                     cudaStream_t s) {
+                     cu_stream s) {
     if (nseg < 1 || nseg > 3 || n_in % 8 || ldx % 4 || T < 1)
         return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
     mm_launch L = {};
     const bool small = !g && T > 1 && T <= CU_SMALL_T;
-    const int tmax = small_tt_max();
+    const cu_dev *d = s.dev;
+    const int tmax = small_tt_max(d);
     const int tt = g        ? g->tt
                    : T == 1 ? 1
                    : small  ? (T <= 2 || tmax == 2   ? 2
@@ -116,20 +100,23 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
                                                      : 8)
                             : CU_TT;
     /* the integer path when its largest tile of tokens fits the shared memory of a block: a condition
-     * on the matrix, not on T, so every shape of a matrix takes the same path (Qwen3-Next: n_in <= 4096,
-     * 66 KiB) */
-    L.q8 = q8_type(type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM;
-    if (L.q8) L.tb = cu_qtabs_get();
+     * on the matrix (and the device), not on T, so every shape of a matrix takes the same path
+     * (Qwen3-Next: n_in <= 4096, 66 KiB). On a device that cannot hold that tile but holds the
+     * smallest (8 tokens: k_mmq_mma with one token tile per warp, the same bits) the path stays. */
+    L.q8 =
+        q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8));
+    if (L.q8) L.tb = cu_qtabs_get(d);
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
-    if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on()) {
+    if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on(d, type)) {
         L.xq = (const uint8_t *)ws;
         L.xq_rows = g ? g->x_rows : T;
     }
     if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
         return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
-    L.lane = L.q8 && !L.xq && mmq_lane_ok(tt, n_in, tail && tail->kind != CU_TAIL_NONE);
-    const int rpb = L.q8 ? mmq_rows_per_block(type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
-                         : mm_rows_per_block(gateup, tt, small);
+    L.lane = L.q8 && !L.xq &&
+             mmq_lane_ok(d, type, tt, n_in, segs[0].row_bytes, gateup, tail && tail->kind != CU_TAIL_NONE);
+    const int rpb = L.q8 ? mmq_rows_per_block(d, type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
+                         : mm_rows_per_block(d, gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {
@@ -152,15 +139,14 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
 }
 
 extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx,
-                         int T, const cu_group *g, bool gateup, const cu_conv *conv, void *ws,
-                         cudaStream_t s) {
+                         int T, const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cu_stream s) {
     return matmul_go(type, n_in, segs, nseg, x, ldx, T, g, gateup, conv, NULL, ws, s);
 }
 
 extern "C" size_t cu_matmul_ws_bytes(int n_in, int rows) { return mmq_ws(n_in, rows); }
 
 extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x,
-                              const cu_tail *tail, cudaStream_t s) {
+                              const cu_tail *tail, cu_stream s) {
     if (!tail || !tail->counter || nseg != 1 ||
         (tail->kind != CU_TAIL_ADD_NORM && tail->kind != CU_TAIL_ROUTER) || segs[0].epi != CU_EPI_STORE)
         return rl_seterr("cu_matmul_tail: one plain segment and a tail with a counter are needed");

@@ -39,7 +39,7 @@ struct mm_launch {
     const uint8_t *xq;    // prefill tiles of the integer path: scratch of the quantised input rows (or NULL)
     int xq_rows;          // rows of x quantised into it
     bool lane;            // one-token launches of the integer path: k_mmq_lane (mmq_lane.cuh)
-    cudaStream_t s;
+    cu_stream s;
 };
 
 // Copy n bytes (n even) from global src to shared dst (16-byte aligned) with the warp's lanes:
@@ -246,35 +246,18 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) 
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
 
-// Rows per warp of the decode GEMV (TT = 1): 1 (gate/up launches, which pair a gate and an up row,
-// 2), or RL_CUDA_DECODE_NR=2|4|8. Any NR gives the same bits (the batch-invariance rule above).
-// H200, cf2 decode (unstaged): NR 1 169.7 tok/s, 2 161.7, 4 151, 8 120: the GEMVs are latency-bound
-// and more, smaller warps keep more loads in flight than more rows per warp.
-static inline int mm_decode_nr(bool gateup) {
-    static const int v = cu_env_int("RL_CUDA_DECODE_NR", 1), nr = (v == 2 || v == 4 || v == 8) ? v : 1;
-    return gateup && nr == 1 ? 2 : nr;
-}
-
 // Staged weights (mm_body's ST) for decode and small-batch launches, RL_CUDA_MM_STAGE: "iq" (the
 // default: the IQ types, whose grid lookups lengthen the per-unit load chain), "1" every type, "0"
 // none (the previous kernels). Same bits whatever the setting. H200, cf2 decode (
 // bench/results/2026-12-01-cuda-decode-h200.md): IQ types only 197.0 tok/s, none 191.7, every
 // type 179.4 (ncu: the IQ1_M expert launches 9-10 % faster; the dense K-quant GEMVs, whose loads
 // are already all in flight, only pay the copy and the wait).
-static inline int mm_stage_mode() {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("RL_CUDA_MM_STAGE");
-        mode = !e || !strcmp(e, "iq") ? 2 : strcmp(e, "0") ? 1 : 0;
-    }
-    return mode;
-}
-template <int TYPE> static inline bool mm_stage_on() {
+template <int TYPE> static inline bool mm_stage_on(const cu_dev *d) {
     // MXFP4 rows can start at odd addresses (17-byte blocks), which stage_copy cannot read: never staged
     if constexpr (TYPE == T_MXFP4) { return false; }
     constexpr bool iq = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
                         TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
-    const int m = mm_stage_mode();
+    const int m = d->tune.mm_stage;
     return m == 1 || (m == 2 && iq);
 }
 
@@ -293,7 +276,7 @@ template <int TYPE, int NR> static size_t mm_stage_plan(mm_launch &L) {
 }
 
 template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &tb, dim3 grid, mm_launch L) {
-    if (mm_stage_on<TYPE>()) {
+    if (mm_stage_on<TYPE>(L.s.dev)) { // (at most MM_STAGE_WARP_BYTES per warp: under 48 KiB, any GPU)
         const size_t sm = mm_stage_plan<TYPE, NR>(L);
         cu_go(k_mm<TYPE, NR, TT, GU, true>, grid, MM_WARPS * 32, sm, L.s, tb, L);
     } else {
@@ -301,14 +284,11 @@ template <int TYPE, int NR, int TT, bool GU> static void mm_go(const cu_qtabs &t
     }
 }
 
-template <int TYPE, int NR>
-static void mm_launch_decode(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
-    if (gateup) mm_go<TYPE, NR, 1, true>(tb, grid, L);
-    else mm_go<TYPE, NR, 1, false>(tb, grid, L);
-}
-
-// Small batches (verify rows): one weight row per warp (a gate and an up row for gate/up) as
-// in decode, tiles of TT = 2, 4 or 8 tokens.
+// Decode (TT = 1) and small batches (verify rows, tiles of TT = 2, 4 or 8 tokens): one weight row per
+// warp (a gate and an up row for gate/up). The GEMVs are latency-bound: more, smaller warps keep more
+// loads in flight than more rows per warp (H200, cf2 decode, unstaged: 1 row 169.7 tok/s, 2 161.7, 4 151,
+// 8 120; the 2, 4 and 8-row decode launches are gone: bench/results/2026-12-06-cuda-variants-removed.md).
+// Any rows per warp give the same bits (the batch-invariance rule above).
 template <int TYPE, int TT>
 static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, bool gateup) {
     if (gateup) mm_go<TYPE, 2, TT, true>(tb, grid, L);
@@ -321,18 +301,10 @@ static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, b
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
     if constexpr (mmq_type(TYPE))
         if (L.q8) return mmq_launch_type<TYPE>(L, gateup, tt);
-    const cu_qtabs &tb = cu_qtabs_get();
+    const cu_qtabs &tb = cu_qtabs_get(L.s.dev);
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
-    if (tt == 1) {
-        switch (mm_decode_nr(gateup)) {
-        case 1:
-            if (!gateup) mm_go<TYPE, 1, 1, false>(tb, grid, L);
-            break;
-        case 4: mm_launch_decode<TYPE, 4>(tb, grid, L, gateup); break;
-        case 8: mm_launch_decode<TYPE, 8>(tb, grid, L, gateup); break;
-        default: mm_launch_decode<TYPE, 2>(tb, grid, L, gateup); break;
-        }
-    } else if (L.small) {
+    if (tt == 1) mm_launch_small<TYPE, 1>(tb, grid, L, gateup);
+    else if (L.small) {
         if (tt == 2) mm_launch_small<TYPE, 2>(tb, grid, L, gateup);
         else if (tt == 4) mm_launch_small<TYPE, 4>(tb, grid, L, gateup);
         else mm_launch_small<TYPE, 8>(tb, grid, L, gateup);
@@ -345,8 +317,8 @@ template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, i
 }
 
 // Rows per block for a variant (host side).
-static inline int mm_rows_per_block(bool gateup, int tt, bool small) {
-    return MM_WARPS * (tt == 1 ? mm_decode_nr(gateup) : small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
+static inline int mm_rows_per_block(const cu_dev *d, bool gateup, int tt, bool small) {
+    return MM_WARPS * (tt == 1 || small ? (gateup ? 2 : 1) : 8) / (gateup ? 2 : 1);
 }
 
 // One instance file per type (mm_<type>.cu): int mm_run_<name>(launch, gateup, tt).

@@ -296,6 +296,8 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 }
 
 // ---- dp4a: NR output rows per warp (two weight rows each for gate/up), TT tokens ---------------
+
+#define MMQ_VEC_NR 2 // output rows per warp of k_mmq_vec (1 row measured slower and is gone)
 //
 // The block quantises its TT tokens into shared memory first (mmq_quantise_tile: once for its 4
 // warps and their rows), then lanes 8q .. 8q+7 of a warp take super-block ib0 + q (four per step; with
@@ -314,9 +316,9 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // each quantises its input once and walks the row blocks bx, bx + gridDim.x, ..., copying the next block's
 // rows into one slice while multiplying the other's. Each row block's arithmetic is ST's, so the same bits
 // (test_cuda_ops / engine on the H200).
-template <int TYPE, int TT, bool GU, int NR, bool PF, int RS, bool ST, bool SM>
+template <int TYPE, int TT, bool GU, int RS, bool ST, bool SM>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
-    constexpr int NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes,
+    constexpr int NR = MMQ_VEC_NR, NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes,
                   GPR = 4 / RS; // GPR: lane groups per row set
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
@@ -367,11 +369,10 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     // this lane's weights of super-block ib0 + qq (zeros past the row)
     constexpr bool IQ = mmq_iq(TYPE),
                    M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
-    // (PF: two sets, the next step's weights in flight while this step's are multiplied)
     struct wset {
         int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
         float dd[NW], dm[NW];
-    } cur, nxt;
+    } cur;
     auto load_w = [&](wset &ws, int ib0) {
         auto &wq = ws.wq;
         auto &sc = ws.sc;
@@ -423,11 +424,7 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
         for (int ib0 = 0; ib0 < nsb; ib0 += GPR) {
             const int ib = ib0 + qq;
             const bool on = ib < nsb;
-            if constexpr (PF) {
-                if (ib0 + GPR < nsb) load_w(nxt, ib0 + GPR);
-            } else {
-                if (ib0) load_w(cur, ib0);
-            }
+            if (ib0) load_w(cur, ib0);
             const auto &wq = cur.wq;
             const auto &sc = cur.sc;
             const auto &mn = cur.mn;
@@ -480,7 +477,6 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
                     }
                 }
             }
-            if constexpr (PF) cur = nxt;
         }
         if (RS == 1 ? lane != 0 : j || qq) return; // the first lane of each row set stores its rows
 #pragma unroll
@@ -535,17 +531,15 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
     }
 }
 
-// PF: the next step's weights loaded before this step's are multiplied (RL_CUDA_MMQ_PF=1, decode rows
-// only; the same operations on the same values, so the same bits; H200: bit-identical, a wash).
-// RS: row sets per warp (1, 2 or 4; for rows of 2 / 1 super-blocks 4 by default, decode rows only; see
+// RS: row sets per warp (1 or 4: 4 for rows of 2 / 1 super-blocks, decode rows only; see
 // mmq_vec_rs): the warp's four lane groups take GPR = 4 / RS super-blocks of RS sets
 // of NR rows each, so short rows (the expert down projections, 512 columns) keep every lane busy and a
 // warp has RS NR rows; each row's terms are still added in super-block order, so the same bits (H200,
 // 12-layer calibrated decode: CF2 662-665 -> 700-704 tok/s, Q4_K_M 677-689 -> 732-734;
-// test_cuda_ops / engine / verify bit-identical). PF measured a wash there (660-686): stays off.
-template <int TYPE, int TT, bool GU, int NR, bool PF = false, int RS = 1, bool ST = false, bool SM = false>
+// test_cuda_ops / engine / verify bit-identical).
+template <int TYPE, int TT, bool GU, int RS = 1, bool ST = false, bool SM = false>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
-    mmq_vec_body<TYPE, TT, GU, NR, PF, RS, ST, SM>(a);
+    mmq_vec_body<TYPE, TT, GU, RS, ST, SM>(a);
     if constexpr (TT == 1 && !GU)
         if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }

@@ -29,38 +29,34 @@
 __host__ __device__ constexpr int mql_lpr(int nsb) {
     return nsb <= 1 ? 1 : nsb <= 2 ? 2 : nsb <= 4 ? 4 : nsb <= 8 ? 8 : nsb <= 16 ? 16 : 32;
 }
-// rows per warp with SPL lanes per super-block (0: the rows are too long for this SPL)
-__host__ __device__ constexpr int mql_rpw(int nsb, int spl) {
-    return mql_lpr(nsb) * spl <= 32 ? 32 / (mql_lpr(nsb) * spl) : 0;
-}
+// rows per warp
+__host__ __device__ constexpr int mql_rpw(int nsb) { return 32 / mql_lpr(nsb); }
 // the token in shared memory: codes [nsb][MQL_XS], scales [nsb], 32-value sums [nsb][8]; then the
 // warps' slices (16-byte aligned)
 __host__ __device__ constexpr size_t mql_tile_bytes(int nsb) {
     return ((size_t)nsb * (MQL_XS + 4 + 32) + 15) & ~(size_t)15;
 }
 // one matrix's rows of a warp (rpw rows of row_bytes), 16-byte aligned
-__host__ __device__ constexpr size_t mql_slice(size_t row_bytes, int nsb, int spl) {
-    return ((size_t)mql_rpw(nsb, spl) * row_bytes + 15) & ~(size_t)15;
+__host__ __device__ constexpr size_t mql_slice(size_t row_bytes, int nsb) {
+    return ((size_t)mql_rpw(nsb) * row_bytes + 15) & ~(size_t)15;
 }
-static inline size_t mql_smem(size_t row_bytes, int nsb, int spl, bool gateup, bool sm) {
+static inline size_t mql_smem(size_t row_bytes, int nsb, bool gateup, bool sm) {
     return mql_tile_bytes(nsb) +
-           (size_t)MM_WARPS * mql_slice(row_bytes, nsb, spl) * (gateup ? 2 : 1) * (sm ? 2 : 1);
+           (size_t)MM_WARPS * mql_slice(row_bytes, nsb) * (gateup ? 2 : 1) * (sm ? 2 : 1);
 }
 
-// The integer sums of sub-blocks p * 8 / SPL .. of one super-block: weights at b (shared memory), the
-// token's codes at xs and 32-value code sums bs. The per-sub-block integers are k_mmq_vec's (lane j
-// of its group computes sub-block j's).
-template <int TYPE, int SPL>
+// The integer sums of the 8 sub-blocks of one super-block: weights at b (shared memory), the token's
+// codes at xs and 32-value code sums bs. The per-sub-block integers are k_mmq_vec's (lane j of its
+// group computes sub-block j's).
+template <int TYPE>
 __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, const uint8_t *xs,
-                                         const int *bs, int p, int &isum, int &summs) {
+                                         const int *bs, int &isum, int &summs) {
     constexpr bool IQ = mmq_iq(TYPE);
-    constexpr int NS = 8 / SPL;
     int sc[TYPE == T_Q6_K ? 16 : 8], mn[8];
-    if constexpr (!IQ && SPL == 1) mmq_scales<TYPE>(b, sc, mn);
+    if constexpr (!IQ) mmq_scales<TYPE>(b, sc, mn);
     isum = summs = 0;
 #pragma unroll
-    for (int i = 0; i < NS; i++) {
-        const int s = (SPL == 1 ? 0 : p * NS) + i;
+    for (int s = 0; s < 8; s++) {
         const uint4 u0 = *(const uint4 *)(xs + 32 * s), u1 = *(const uint4 *)(xs + 32 * s + 16);
         const int xq[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w,
                            (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
@@ -77,8 +73,7 @@ __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, c
 #pragma unroll
         for (int w = 4; w < 8; w++) hi = __dp4a(wq[w], xq[w], hi);
         if constexpr (TYPE == T_Q6_K) {
-            if constexpr (SPL == 1) isum += sc[2 * s] * lo + sc[2 * s + 1] * hi;
-            else isum += (int)(int8_t)b[192 + 2 * s] * lo + (int)(int8_t)b[193 + 2 * s] * hi;
+            isum += sc[2 * s] * lo + sc[2 * s + 1] * hi;
         } else if constexpr (IQ) {
             int wlo, whi;
             mmq_iq_w<TYPE>(b, s, wlo, whi);
@@ -88,11 +83,8 @@ __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, c
                 for (int w = 0; w < 8; w++) summs = __dp4a(mmq_iq1m_m4(b, s, 4 * w), xq[w], summs);
             }
         } else {
-            int scs = 0, ms = 0;
-            if constexpr (SPL == 1) scs = sc[s], ms = mn[s];
-            else k4_scale_min(b + 4, s, scs, ms);
-            isum += scs * (lo + hi);
-            summs += ms * bs[s];
+            isum += sc[s] * (lo + hi);
+            summs += mn[s] * bs[s];
         }
     }
 }
@@ -121,17 +113,16 @@ __device__ __forceinline__ void mql_quantise(const mm_launch &a, int p, uint8_t 
     }
 }
 
-// SPL lanes per super-block (1 or 2 built; each its 8 / SPL sub-blocks, the integer sums met by xor
-// shuffles: exact): shorter chains per lane, the same bits; 1 measured fastest for every type
-// (mmq_launch.cuh: mql_spl).
-template <int TYPE, bool GU, bool SM, int SPL>
+// One lane per super-block (2 or 4 lanes, each with a share of the sub-blocks, measured slower for every
+// type and are gone: bench/results/2026-12-06-cuda-variants-removed.md).
+template <int TYPE, bool GU, bool SM>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
     constexpr int BB = qtraits<TYPE>::bytes;
-    constexpr bool SUMS = TYPE == T_Q4_K || TYPE == T_Q5_K, M2 = SUMS || TYPE == T_IQ1_M;
+    constexpr bool SUMS = TYPE == T_Q4_K || TYPE == T_Q5_K;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
-    const int lane = threadIdx.x & 31, nsb = a.n_in / 256, lpr = mql_lpr(nsb), rpw = mql_rpw(nsb, SPL);
-    const int p = lane % SPL, q = lane / SPL, lr = q / lpr, k = q & (lpr - 1), base = lane & ~(lpr * SPL - 1);
-    const size_t rbytes = a.seg[0].row_bytes, wb = mql_slice(rbytes, nsb, SPL), wslice = wb * (GU ? 2 : 1);
+    const int lane = threadIdx.x & 31, nsb = a.n_in / 256, lpr = mql_lpr(nsb), rpw = mql_rpw(nsb);
+    const int lr = lane / lpr, k = lane & (lpr - 1), base = lane & ~(lpr - 1);
+    const size_t rbytes = a.seg[0].row_bytes, wb = mql_slice(rbytes, nsb), wslice = wb * (GU ? 2 : 1);
     uint8_t *const mine = mmq_sm + mql_tile_bytes(nsb) + (size_t)(threadIdx.x >> 5) * wslice * (SM ? 2 : 1);
     const float *yd = (const float *)(mmq_sm + (size_t)nsb * MQL_XS);
     const int *bs = (const int *)(yd + nsb);
@@ -153,17 +144,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
         const uint8_t *xs = mmq_sm + (size_t)k * MQL_XS, *b = buf + (size_t)lr * rbytes + (size_t)k * BB;
         int ig = 0, mg = 0, iu = 0, mu = 0;
         if (on) {
-            mql_sums<TYPE, SPL>(a.tb, b, xs, bs + 8 * k, p, ig, mg);
-            if constexpr (GU) mql_sums<TYPE, SPL>(a.tb, b + wb, xs, bs + 8 * k, p, iu, mu);
-        }
-#pragma unroll
-        for (int o = 1; o < SPL; o <<= 1) {
-            ig += __shfl_xor_sync(FULL_MASK, ig, o);
-            if constexpr (M2) mg += __shfl_xor_sync(FULL_MASK, mg, o);
-            if constexpr (GU) {
-                iu += __shfl_xor_sync(FULL_MASK, iu, o);
-                if constexpr (M2) mu += __shfl_xor_sync(FULL_MASK, mu, o);
-            }
+            mql_sums<TYPE>(a.tb, b, xs, bs + 8 * k, ig, mg);
+            if constexpr (GU) mql_sums<TYPE>(a.tb, b + wb, xs, bs + 8 * k, iu, mu);
         }
         float tg = 0.0f, tu = 0.0f;
         if (on) {
@@ -172,10 +154,10 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
         }
         float ag = 0.0f, au = 0.0f; // the row's terms in super-block order, from 0.0f (k_mmq_vec's acc)
         for (int s = 0; s < nsb; s++) {
-            ag = ag + __shfl_sync(FULL_MASK, tg, base + s * SPL);
-            if constexpr (GU) au = au + __shfl_sync(FULL_MASK, tu, base + s * SPL);
+            ag = ag + __shfl_sync(FULL_MASK, tg, base + s);
+            if constexpr (GU) au = au + __shfl_sync(FULL_MASK, tu, base + s);
         }
-        if (k == 0 && p == 0 && r < sg.n_out)
+        if (k == 0 && r < sg.n_out)
             mmq_store(a, sg, r, t.start,
                       GU ? silu_f(mmq_out<TYPE>(ag)) * mmq_out<TYPE>(au) : mmq_out<TYPE>(ag));
     };

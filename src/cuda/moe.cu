@@ -15,7 +15,7 @@ __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, 
 }
 
 extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p,
-                         cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out, cudaStream_t s) {
+                         cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out, cu_stream s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
     // packed-key picks (two single-instruction warp reductions per pick): the same selection as the
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(1024)
 }
 
 extern "C" int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles, int *n_tiles,
-                           int32_t *pair_in, int32_t *pair_out, int *counts, cudaStream_t s) {
+                           int32_t *pair_in, int32_t *pair_out, int *counts, cu_stream s) {
     cu_go(k_moe_plan, 1, 1024, 3 * E * sizeof(int), s, ids, T * K, K, E, tt, tiles, n_tiles, pair_in,
           pair_out, counts);
     CU_LAUNCHED("k_moe_plan");
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(COMB_THREADS)
     if (threadIdx.x == 0) g[blockIdx.x] = v;
 }
 
-extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cudaStream_t s) {
+extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cu_stream s) {
     cu_go(k_moe_sh_gate, T, COMB_THREADS, 0, s, sh_gate, xn, g, D);
     CU_LAUNCHED("k_moe_sh_gate");
     return 0;
@@ -164,7 +164,7 @@ extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, i
 extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh,
                                     const float *sh_gate, const float *g, const float *xn, float *y, float *x,
                                     const float *w_next, float *out, int D, float eps, unsigned *counter,
-                                    cudaStream_t s) {
+                                    cu_stream s) {
     cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh,
           sh_gate, g, xn, y, x, D, w_next, out, eps, counter);
     CU_LAUNCHED("k_moe_combine_norm1");
@@ -173,7 +173,7 @@ extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, cons
 
 extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                               const float *g, const float *xn, float *y, float *x, const float *w_next,
-                              float *out, int D, int T, float eps, cudaStream_t s) {
+                              float *out, int D, int T, float eps, cu_stream s) {
     cu_go(k_moe_combine, dim3((D + COMB_THREADS - 1) / COMB_THREADS, T), COMB_THREADS, 0, s, eo, w, K, sh,
           sh_gate, g, xn, y, x, D);
     CU_LAUNCHED("k_moe_combine");

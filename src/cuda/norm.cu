@@ -16,7 +16,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 }
 
 extern "C" int cu_add_rmsnorm(float *x, const float *y, const float *w, float *out, int n, int T, float eps,
-                              cudaStream_t s) {
+                              cu_stream s) {
     cu_go(k_add_rmsnorm, T, NORM_THREADS, 0, s, x, y, w, out, n, eps);
     CU_LAUNCHED("k_add_rmsnorm");
     return 0;

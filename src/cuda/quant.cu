@@ -1,5 +1,6 @@
 // quant.cu — error reporting, the device copies of the IQ grids, and the row gather
 // (embedding lookup, and the dequantisation oracle test of tests/cuda).
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,10 +17,14 @@ extern "C" int cu_fail(cudaError_t e, const char *what, const char *file, int li
                      base ? base + 1 : file, line);
 }
 
-static cu_qtabs g_tabs;
-static bool g_tabs_ready;
+// One copy of the grids per device (a kernel reads the copy on its own GPU: device memory of another
+// GPU is not addressable without peer access), made by cu_tables_init on the current device and kept
+// for the life of the process (a few KB each).
+static cu_qtabs g_tabs[CU_MAX_DEVICES];
+static bool g_tabs_ready[CU_MAX_DEVICES];
+static pthread_mutex_t g_tabs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-const cu_qtabs &cu_qtabs_get() { return g_tabs; }
+const cu_qtabs &cu_qtabs_get(const cu_dev *d) { return g_tabs[d->ordinal]; }
 
 template <typename T> static int upload(const T *src, size_t n, const T **dst, uint8_t **cursor) {
     *dst = (const T *)*cursor;
@@ -28,8 +33,7 @@ template <typename T> static int upload(const T *src, size_t n, const T **dst, u
     return 0;
 }
 
-extern "C" int cu_tables_init(void) {
-    if (g_tabs_ready) return 0;
+static int tables_upload(cu_qtabs *tb) {
     size_t total = 0;
     size_t sizes[] = {sizeof iq2xxs_grid,  sizeof iq2xs_grid,    sizeof iq2s_grid,
                       sizeof iq1s_grid,    sizeof iq3xxs_grid,   sizeof iq3s_grid,
@@ -38,16 +42,27 @@ extern "C" int cu_tables_init(void) {
     uint8_t *base = NULL;
     if (CU_CHECK(cudaMalloc(&base, total))) return -1;
     uint8_t *cur = base;
-    if (upload(iq2xxs_grid, 256, &g_tabs.iq2xxs, &cur) || upload(iq2xs_grid, 512, &g_tabs.iq2xs, &cur) ||
-        upload(iq2s_grid, 1024, &g_tabs.iq2s, &cur) || upload(iq1s_grid, 2048, &g_tabs.iq1s, &cur) ||
-        upload(iq3xxs_grid, 256, &g_tabs.iq3xxs, &cur) || upload(iq3s_grid, 512, &g_tabs.iq3s, &cur) ||
-        upload(ksigns_iq2xs, 128, &g_tabs.ksigns, &cur) || upload(kvalues_iq4nl, 16, &g_tabs.kvalues, &cur) ||
-        upload(kvalues_mxfp4, 16, &g_tabs.kvalues_mx, &cur)) {
+    if (upload(iq2xxs_grid, 256, &tb->iq2xxs, &cur) || upload(iq2xs_grid, 512, &tb->iq2xs, &cur) ||
+        upload(iq2s_grid, 1024, &tb->iq2s, &cur) || upload(iq1s_grid, 2048, &tb->iq1s, &cur) ||
+        upload(iq3xxs_grid, 256, &tb->iq3xxs, &cur) || upload(iq3s_grid, 512, &tb->iq3s, &cur) ||
+        upload(ksigns_iq2xs, 128, &tb->ksigns, &cur) || upload(kvalues_iq4nl, 16, &tb->kvalues, &cur) ||
+        upload(kvalues_mxfp4, 16, &tb->kvalues_mx, &cur)) {
         cudaFree(base);
         return -1;
     }
-    g_tabs_ready = true; // kept for the life of the process (a few KB)
     return 0;
+}
+
+extern "C" int cu_tables_init(void) {
+    int dev = 0;
+    if (CU_CHECK(cudaGetDevice(&dev))) return -1;
+    if (dev < 0 || dev >= CU_MAX_DEVICES)
+        return rl_seterr("CUDA device %d: at most %d devices are supported", dev, CU_MAX_DEVICES);
+    pthread_mutex_lock(&g_tabs_lock); // two contexts may be made at once by two threads
+    int rc = g_tabs_ready[dev] ? 0 : tables_upload(&g_tabs[dev]);
+    if (!rc) g_tabs_ready[dev] = true;
+    pthread_mutex_unlock(&g_tabs_lock);
+    return rc;
 }
 
 extern "C" bool cu_type_supported(uint32_t type) {
@@ -77,12 +92,14 @@ __global__ void k_get_rows(cu_qtabs tb, const uint8_t *__restrict__ w, size_t ro
 }
 
 extern "C" int cu_get_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int n_in, const int32_t *rows,
-                           int T, float *out, int ldo, cudaStream_t s) {
+                           int T, float *out, int ldo, cu_stream s) {
     if (n_in % 8 || T <= 0) return rl_seterr("cu_get_rows: n_in %d must be a multiple of 8", n_in);
     dim3 grid((n_in / 8 + 127) / 128, T);
     switch (type) {
 #define X(TY)                                                                                                \
-    case TY: cu_go(k_get_rows<TY>, grid, 128, 0, s, g_tabs, w, row_bytes, n_in, rows, out, ldo); break;
+    case TY:                                                                                                 \
+        cu_go(k_get_rows<TY>, grid, 128, 0, s, cu_qtabs_get(s.dev), w, row_bytes, n_in, rows, out, ldo);     \
+        break;
         CU_FOR_TYPES(X)
 #undef X
     default: return rl_seterr("CUDA backend: no kernel for tensor type %u", type);

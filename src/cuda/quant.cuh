@@ -46,24 +46,40 @@ struct cu_qtabs {
     const int8_t *kvalues;    // IQ4_NL / IQ4_XS codebook
     const int8_t *kvalues_mx; // MXFP4: the E2M1 values doubled (kvalues_mxfp4)
 };
-const cu_qtabs &cu_qtabs_get(); // filled by cu_tables_init (quant.cu)
+const cu_qtabs &cu_qtabs_get(const cu_dev *d); // d's device's copy, made by cu_tables_init (quant.cu)
 
 // Values per block (8 for float types: the unit) and bytes per block.
 template <int T> struct qtraits;
 #define QTR(T, V, B)                                                                                         \
     template <> struct qtraits<T> { static constexpr int vals = V, bytes = B; };
+// clang-format off (a list of macro expansions: one per line)
 QTR(T_F32, 8, 32)
 QTR(T_F16, 8, 16)
-QTR(T_BF16, 8, 16) QTR(T_Q4_0, 32, 18) QTR(T_Q4_1, 32, 20) QTR(T_Q5_0, 32, 22) QTR(T_Q5_1, 32, 24)
-    QTR(T_Q8_0, 32, 34) QTR(T_IQ4_NL, 32, 18) QTR(T_Q2_K, 256, 84) QTR(T_Q3_K, 256, 110) QTR(T_Q4_K, 256, 144)
-        QTR(T_Q5_K, 256, 176) QTR(T_Q6_K, 256, 210) QTR(T_IQ2_XXS, 256, 66) QTR(T_IQ2_XS, 256, 74)
-            QTR(T_IQ2_S, 256, 82) QTR(T_IQ3_XXS, 256, 98) QTR(T_IQ3_S, 256, 110) QTR(T_IQ1_S, 256, 50)
-                QTR(T_IQ1_M, 256, 56) QTR(T_IQ4_XS, 256, 136) QTR(T_MXFP4, 32, 17)
+QTR(T_BF16, 8, 16)
+QTR(T_Q4_0, 32, 18)
+QTR(T_Q4_1, 32, 20)
+QTR(T_Q5_0, 32, 22)
+QTR(T_Q5_1, 32, 24)
+QTR(T_Q8_0, 32, 34)
+QTR(T_IQ4_NL, 32, 18)
+QTR(T_Q2_K, 256, 84)
+QTR(T_Q3_K, 256, 110)
+QTR(T_Q4_K, 256, 144)
+QTR(T_Q5_K, 256, 176)
+QTR(T_Q6_K, 256, 210)
+QTR(T_IQ2_XXS, 256, 66)
+QTR(T_IQ2_XS, 256, 74)
+QTR(T_IQ2_S, 256, 82)
+QTR(T_IQ3_XXS, 256, 98)
+QTR(T_IQ3_S, 256, 110)
+QTR(T_IQ1_S, 256, 50)
+QTR(T_IQ1_M, 256, 56)
+QTR(T_IQ4_XS, 256, 136)
+QTR(T_MXFP4, 32, 17)
+// clang-format on
 #undef QTR
 
-                    __device__ __forceinline__ float sgnf(uint8_t s, int j) {
-    return (s >> j) & 1 ? -1.0f : 1.0f;
-}
+__device__ __forceinline__ float sgnf(uint8_t s, int j) { return (s >> j) & 1 ? -1.0f : 1.0f; }
 __device__ __forceinline__ int g8(uint64_t g, int j) { return (int)(uint8_t)(g >> (8 * j)); }
 __device__ __forceinline__ int g8s(uint64_t g, int j) { return (int)(int8_t)(g >> (8 * j)); }
 __device__ __forceinline__ int g4(uint32_t g, int j) { return (int)(uint8_t)(g >> (8 * j)); }
@@ -302,9 +318,29 @@ __device__ __forceinline__ const uint8_t *unit_block(const uint8_t *row, int u, 
 
 // The types with kernels (run-time dispatch lists): every type of the published Qwen3-Next files,
 // including llama-quantize's 32-value fallbacks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) and MXFP4 experts.
+// clang-format off (one type per line)
 #define CU_FOR_TYPES(X)                                                                                      \
     X(T_F32)                                                                                                 \
     X(T_F16)                                                                                                 \
-    X(T_BF16) X(T_Q8_0) X(T_Q2_K) X(T_Q3_K) X(T_Q4_K) X(T_Q5_K) X(T_Q6_K) X(T_IQ2_XXS) X(T_IQ2_XS)           \
-        X(T_IQ2_S) X(T_IQ3_XXS) X(T_IQ3_S) X(T_IQ1_S) X(T_IQ1_M) X(T_IQ4_XS) X(T_Q4_0) X(T_Q4_1) X(T_Q5_0)   \
-            X(T_Q5_1) X(T_IQ4_NL) X(T_MXFP4)
+    X(T_BF16)                                                                                                \
+    X(T_Q8_0)                                                                                                \
+    X(T_Q2_K)                                                                                                \
+    X(T_Q3_K)                                                                                                \
+    X(T_Q4_K)                                                                                                \
+    X(T_Q5_K)                                                                                                \
+    X(T_Q6_K)                                                                                                \
+    X(T_IQ2_XXS)                                                                                             \
+    X(T_IQ2_XS)                                                                                              \
+    X(T_IQ2_S)                                                                                               \
+    X(T_IQ3_XXS)                                                                                             \
+    X(T_IQ3_S)                                                                                               \
+    X(T_IQ1_S)                                                                                               \
+    X(T_IQ1_M)                                                                                               \
+    X(T_IQ4_XS)                                                                                              \
+    X(T_Q4_0)                                                                                                \
+    X(T_Q4_1)                                                                                                \
+    X(T_Q5_0)                                                                                                \
+    X(T_Q5_1)                                                                                                \
+    X(T_IQ4_NL)                                                                                              \
+    X(T_MXFP4)
+// clang-format on

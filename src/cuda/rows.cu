@@ -17,8 +17,7 @@ __global__ void k_rows_inputs(const int32_t *in, int n, int32_t *tok, cu_rows_ds
     }
 }
 
-extern "C" int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_rows_dst *dst,
-                              cudaStream_t s) {
+extern "C" int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_rows_dst *dst, cu_stream s) {
     if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_inputs: %d rows (1..%d)", n, CU_ROWS_MAX);
     cu_go(k_rows_inputs, 1, 32, 0, s, in, n, tok, *dst);
     CU_LAUNCHED("k_rows_inputs");
@@ -39,7 +38,7 @@ __global__ void k_rows_dn_conv(cu_dn_dims d, const float *__restrict__ in, int l
 }
 
 extern "C" int cu_rows_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u,
-                               const cu_rows_ptrs *state, int n, cudaStream_t s) {
+                               const cu_rows_ptrs *state, int n, cu_stream s) {
     if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_dn_conv: %d rows (1..%d)", n, CU_ROWS_MAX);
     if (d->kw < 1 || d->kw > 5)
         return rl_seterr("CUDA DeltaNet: conv kernel width %d is not supported", d->kw);
@@ -62,11 +61,8 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
 
 template <int KPL, int DPL>
 static void rows_step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
-                         const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s) {
-    if (ctr && cu_env_int("RL_CUDA_DN_BLOCKS", 4) == 8) /* the blocks per head of cu_dn_step (same bits) */
-        cu_go(k_rows_dn_step<KPL, DPL, 8>, dim3(d->hv, 8, n), STEP_WARPS * 32 / 8, 0, s, *d, u, ba, z, *ssm,
-              o, ctr);
-    else if (ctr)
+                         const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
+    if (ctr) /* the blocks per head of cu_dn_step (the same bits either way) */
         cu_go(k_rows_dn_step<KPL, DPL, 4>, dim3(d->hv, 4, n), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, *ssm,
               o, ctr);
     else
@@ -76,14 +72,14 @@ static void rows_step_go(const cu_dn_dims *d, const float *u, const float *ba, c
 
 template <int KPL>
 static void rows_step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
-                          const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s) {
+                          const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
     BY_PL(d->dv, (rows_step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, n, s)),
           (rows_step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, n, s)),
           (rows_step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, n, s)));
 }
 
 extern "C" int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
-                               const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s) {
+                               const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
     if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_dn_step: %d rows (1..%d)", n, CU_ROWS_MAX);
     const bool ok =
         (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);

@@ -27,7 +27,7 @@ typedef struct {
 } cu_rows_ptrs;
 
 /* in [2n]: n token ids, then n positions; tok[i] = in[i], *dst->pos[i] = in[n + i]. 1 <= n <= CU_ROWS_MAX. */
-int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_rows_dst *dst, cudaStream_t s);
+int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_rows_dst *dst, cu_stream s);
 
 /* The decode DeltaNet of n rows in one launch each, row r on its own state, with the arithmetic of
  * cu_dn_conv / cu_dn_step on that row alone (the same device functions: the same bits):
@@ -37,9 +37,9 @@ int cu_rows_inputs(const int32_t *in, int n, int32_t *tok, const cu_rows_dst *ds
  * ctr: n * hv counters (zeroed; each launch puts them back): each head over the split step's blocks, as
  * cu_dn_step with counters; NULL: one block per head (the same bits). 1 <= n <= CU_ROWS_MAX. */
 int cu_rows_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *u, const cu_rows_ptrs *state, int n,
-                    cudaStream_t s);
+                    cu_stream s);
 int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
-                    const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cudaStream_t s);
+                    const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s);
 
 #ifdef __cplusplus
 }

@@ -45,15 +45,37 @@ static void scalar_matvec_impl(uint32_t wtype, const void *W, size_t row_bytes, 
     static void scalar_mv_##ID(const void *W, size_t rb, int64_t nr, int64_t nc, const void *a, float *o) {  \
         scalar_matvec_impl(ID, W, rb, nr, nc, a, o);                                                         \
     }
+// clang-format off (a list of macro expansions: one per line)
 SCALAR_MV(0)
 SCALAR_MV(1)
-SCALAR_MV(2) SCALAR_MV(3) SCALAR_MV(6) SCALAR_MV(7) SCALAR_MV(8) SCALAR_MV(10) SCALAR_MV(11) SCALAR_MV(12)
-    SCALAR_MV(13) SCALAR_MV(14) SCALAR_MV(16) SCALAR_MV(17) SCALAR_MV(18) SCALAR_MV(19) SCALAR_MV(20)
-        SCALAR_MV(21) SCALAR_MV(22) SCALAR_MV(23) SCALAR_MV(29) SCALAR_MV(30) SCALAR_MV(39) SCALAR_MV(48)
-            SCALAR_MV(49) /* 39: QT_MXFP4; 48, 49: QT_IQ2_LF, QT_IQ1_LF */
+SCALAR_MV(2)
+SCALAR_MV(3)
+SCALAR_MV(6)
+SCALAR_MV(7)
+SCALAR_MV(8)
+SCALAR_MV(10)
+SCALAR_MV(11)
+SCALAR_MV(12)
+SCALAR_MV(13)
+SCALAR_MV(14)
+SCALAR_MV(16)
+SCALAR_MV(17)
+SCALAR_MV(18)
+SCALAR_MV(19)
+SCALAR_MV(20)
+SCALAR_MV(21)
+SCALAR_MV(22)
+SCALAR_MV(23)
+SCALAR_MV(29)
+SCALAR_MV(30)
+SCALAR_MV(39)
+SCALAR_MV(48)
+SCALAR_MV(49)
+// clang-format on
+/* 39: QT_MXFP4; 48, 49: QT_IQ2_LF, QT_IQ1_LF */
 #define SET_MV(ID) t->matvec[ID] = scalar_mv_##ID
 
-    static void fill_scalar(kern_table *t) {
+static void fill_scalar(kern_table *t) {
     SET_MV(0);
     SET_MV(1);
     SET_MV(2);

@@ -245,7 +245,7 @@ ROWS_MATVEC(mv_iq3_s, dot_iq3_s, blk_iq3_s, blk_q8_k, QK_K)
                 dot_scaled(acc_, g_, loadu((y)->qs + 32 * ib), _mm256_shuffle_epi8(lanes_[ib / 4], ctrl_));  \
             ctrl_ = ib == 3 ? scale_ctrl0() : scale_step(ctrl_);                                             \
         }                                                                                                    \
-        S = hsum_i32(acc_) - 9 * corr_;                                                                      \
+        (S) = hsum_i32(acc_) - 9 * corr_;                                                                    \
     } while (0)
 
 static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
@@ -273,7 +273,7 @@ static float dot_iq1_s(const blk_iq1_s *x, const blk_q8_k *y, int64_t nb) {
                 _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(q32, 1), bits), _mm256_srli_epi32(hp, 15)));
         }
 #define IQ1S_KEYS(ib, k0, k1, k2, k3)                                                                        \
-    k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
+    (k0) = keys[4 * (ib)], (k1) = keys[4 * (ib) + 1], (k2) = keys[4 * (ib) + 2], (k3) = keys[4 * (ib) + 3]
         int S;
         IQ1_SUPERBLOCK(S, lsv, &y[i], IQ1S_KEYS);
 #undef IQ1S_KEYS
@@ -318,7 +318,7 @@ static float dot_iq1_m(const blk_iq1_m *x, const blk_q8_k *y, int64_t nb) {
             _mm256_store_si256((__m256i *)keys + v, k);
         }
 #define IQ1M_KEYS(ib, k0, k1, k2, k3)                                                                        \
-    k0 = keys[4 * ib], k1 = keys[4 * ib + 1], k2 = keys[4 * ib + 2], k3 = keys[4 * ib + 3]
+    (k0) = keys[4 * (ib)], (k1) = keys[4 * (ib) + 1], (k2) = keys[4 * (ib) + 2], (k3) = keys[4 * (ib) + 3]
         int S;
         IQ1_SUPERBLOCK(S, lsv, &y[i], IQ1M_KEYS);
 #undef IQ1M_KEYS

@@ -165,6 +165,12 @@ void engine_close(engine *e) {
 const rl_tuning *engine_tuning(const engine *e) { return &e->tuning; }
 const char *engine_cpu_kernels(const engine *e) { return kern_cfg_describe(ops_kern(e->pool)); }
 const char *engine_cpu_level(const engine *e) { return kern_level_name(ops_kern(e->pool)->level); }
+engine_cpu_info engine_cpu_features(void) {
+    return (engine_cpu_info){.avx2 = kern_level_supported(KERN_AVX2),
+                             .avx512 = kern_level_supported(KERN_AVX512),
+                             .amx = kern_amx_supported(),
+                             .best = kern_level_name(kern_best_level())};
+}
 void engine_prof_begin(engine *e) { ops_prof_begin(e->rt); }
 void engine_prof_end(engine *e) { ops_prof_end(e->rt); }
 void engine_prof_print(const engine *e, FILE *f, const char *title, double per) {

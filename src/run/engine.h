@@ -54,6 +54,14 @@ const rl_tuning *engine_tuning(const engine *e);
 const char *engine_cpu_kernels(const engine *e);
 /* The level alone: "scalar", "avx2" or "avx512". */
 const char *engine_cpu_level(const engine *e);
+/* The CPU features this process detected (what the run-time dispatch picks from, not what the
+ * build compiled in), without opening an engine (`redlite version`). best: the level the kernels
+ * run at by default, "scalar", "avx2" or "avx512". */
+typedef struct {
+    bool avx2, avx512, amx;
+    const char *best;
+} engine_cpu_info;
+engine_cpu_info engine_cpu_features(void);
 /* The CPU products' profile of this engine (ops.h ops_prof_*; bench --profile): between begin and
  * end, its products and pool jobs are timed; print writes the table, times per `per`. */
 void engine_prof_begin(engine *e);

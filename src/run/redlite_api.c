@@ -182,13 +182,13 @@ int redlite_feed_tokens(redlite_session *s, const int32_t *ids, int n) {
 }
 
 int redlite_feed_text(redlite_session *s, const char *text) {
-    int n = redlite_tokenize(s->model, text, text ? strlen(text) : 0, 1, NULL, 0);
-    if (n <= 0) return n;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
-    if (!ids) return rl_seterr("out of memory");
-    int rc =
-        redlite_tokenize(s->model, text, strlen(text), 1, ids, n) == n ? redlite_feed_tokens(s, ids, n) : -1;
-    free(ids);
+    const tokenizer *t = session_model_tokenizer(s->model->m);
+    if (!t) return -1;
+    tok_ids ids = {0}; /* tokenised once (special tokens parsed), fed as it is */
+    int rc = tokenizer_encode(t, text ? text : "", text ? strlen(text) : 0, TOK_PARSE_SPECIAL, &ids) ? -1 : 0;
+    if (!rc && ids.n > (size_t)INT32_MAX) rc = rl_seterr("redlite_feed_text: text too long");
+    if (!rc && ids.n) rc = redlite_feed_tokens(s, ids.ids, (int)ids.n);
+    tok_ids_free(&ids);
     return rc;
 }
 

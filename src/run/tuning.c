@@ -29,7 +29,8 @@ static int env_choice(const char *name, const char *v, const char *const *choice
     char list[128] = "";
     for (int i = 0; choices[i]; i++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
-    return rl_seterr("%s=%s: expected one of %s", name, v, list);
+    rl_seterr("%s=%s: expected one of %s", name, v, list);
+    return -1; /* not rl_seterr's value: the analyzer cannot see it is -1 (*out unset here) */
 }
 
 /* A whole number >= lo into *out; -1 with rl_lasterr. */

@@ -3,7 +3,9 @@
  * docs/TUNING.md is the table (name, default, what it trades). Each switch lands in the options
  * struct of the layer that uses it (kern_opts for the CPU kernels, ...); the engine takes one
  * rl_tuning at open (engine_params.tuning, or tuning_from_env when none is given) and passes the
- * parts down. Nothing below this module reads the environment for a tuning switch.
+ * parts down. The CUDA backend's RL_CUDA_* / RL_VRAM_* switches are the one other parse site
+ * (src/backend/cuda_tune.c, when a CUDA context is created: the backend_ops interface carries no
+ * tuning); nothing else below this module reads the environment for a tuning switch.
  */
 #ifndef RL_TUNING_H
 #define RL_TUNING_H

@@ -9,11 +9,13 @@
  * cache_read_input_tokens the ones reused from the held sequence or a checkpoint. */
 #include "serve/api_anthropic.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
 #include "serve/api_grammar.h"
+#include "serve/api_out.h"
 
 cJSON *api_anthropic_error(const srv_error *e) {
     const char *t = e->type;
@@ -284,12 +286,9 @@ static int load_conv(const cJSON *b, chat_conv *c, int *think, srv_error *e) {
 
 /* ---- output -------------------------------------------------------------------------------- */
 typedef struct {
-    bool stream, started;
+    api_out out; /* first (api_out.h): the job, stream flags, <think> split and tool-call parser */
     char id[64];
     char *model;
-    cJSON *tools;
-    chat_parser *parser;
-    srv_job *j;
     int n_blocks;   /* content blocks started */
     bool text_open; /* streaming: a text block is open */
     cJSON *content; /* non-streaming: the blocks */
@@ -298,19 +297,17 @@ typedef struct {
     const srv_request *rq;
     char *stops[16]; /* copies, to name the stop_sequence hit */
     int n_stops;
-    srv_think think;   /* <think> blocks -> thinking content blocks */
     bool think_open;   /* streaming: a thinking block is open */
     chat_buf thinking; /* non-streaming */
 } ant_st;
+_Static_assert(offsetof(ant_st, out) == 0, "api_out must be the first member (api_out.h)");
 
 static void ant_free(void *p) {
     ant_st *s = p;
-    chat_parser_free(s->parser);
-    cJSON_Delete(s->tools);
+    api_out_free(&s->out);
     cJSON_Delete(s->content);
     chat_buf_free(&s->text);
     chat_buf_free(&s->thinking);
-    srv_think_free(&s->think);
     for (int i = 0; i < s->n_stops; i++) free(s->stops[i]);
     free(s->model);
     free(s);
@@ -326,11 +323,11 @@ static cJSON *ev(const char *type) {
  * Streaming: content_block_stop when *open says it is open. Otherwise the text buffered in buf
  * becomes a block of the content array (a thinking block with an empty signature). */
 static void close_block(ant_st *s, bool *open, chat_buf *buf, const char *type) {
-    if (s->stream) {
+    if (s->out.stream) {
         if (!*open) return;
         cJSON *o = ev("content_block_stop");
         cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
-        srv_job_sse(s->j, "content_block_stop", o);
+        srv_job_sse(s->out.j, "content_block_stop", o);
         *open = false;
         return;
     }
@@ -356,7 +353,7 @@ static void stream_block(ant_st *s, bool *open, const char *type, const char *t,
         cJSON_AddStringToObject(b, type, "");
         if (!strcmp(type, "thinking")) cJSON_AddStringToObject(b, "signature", "");
         cJSON_AddItemToObject(o, "content_block", b);
-        srv_job_sse(s->j, "content_block_start", o);
+        srv_job_sse(s->out.j, "content_block_start", o);
         *open = true;
     }
     char dtype[32];
@@ -367,12 +364,12 @@ static void stream_block(ant_st *s, bool *open, const char *type, const char *t,
     cJSON_AddStringToObject(d, type, c ? c : "");
     free(c);
     cJSON_AddItemToObject(o, "delta", d);
-    srv_job_sse(s->j, "content_block_delta", o);
+    srv_job_sse(s->out.j, "content_block_delta", o);
 }
 
 static void on_thinking(void *ud, const char *t, size_t n) {
     ant_st *s = ud;
-    if (!s->stream) {
+    if (!s->out.stream) {
         chat_buf_put(&s->thinking, t, n);
         return;
     }
@@ -388,7 +385,7 @@ static void on_text_piece(void *ud, const char *t, size_t n) {
     ant_st *s = ud;
     if (!n) return;
     close_thinking(s);
-    if (!s->stream) {
+    if (!s->out.stream) {
         chat_buf_put(&s->text, t, n);
         return;
     }
@@ -401,7 +398,7 @@ static void on_call(void *ud, const char *name, const char *args) {
     srv_new_id(id, sizeof id, "toolu_");
     s->n_calls++;
     close_text(s);
-    if (!s->stream) {
+    if (!s->out.stream) {
         cJSON *b = ev("tool_use");
         cJSON_AddStringToObject(b, "id", id);
         cJSON_AddStringToObject(b, "name", name);
@@ -417,16 +414,16 @@ static void on_call(void *ud, const char *name, const char *args) {
     cJSON_AddStringToObject(b, "name", name);
     cJSON_AddObjectToObject(b, "input");
     cJSON_AddItemToObject(o, "content_block", b);
-    srv_job_sse(s->j, "content_block_start", o);
+    srv_job_sse(s->out.j, "content_block_start", o);
     o = ev("content_block_delta");
     cJSON *d = ev("input_json_delta");
     cJSON_AddNumberToObject(o, "index", idx);
     cJSON_AddStringToObject(d, "partial_json", args);
     cJSON_AddItemToObject(o, "delta", d);
-    srv_job_sse(s->j, "content_block_delta", o);
+    srv_job_sse(s->out.j, "content_block_delta", o);
     o = ev("content_block_stop");
     cJSON_AddNumberToObject(o, "index", idx);
-    srv_job_sse(s->j, "content_block_stop", o);
+    srv_job_sse(s->out.j, "content_block_stop", o);
 }
 
 static cJSON *usage(int n_prompt, int n_reused, int n_out) {
@@ -450,9 +447,7 @@ static cJSON *message_obj(ant_st *s) {
  * yet, so input_tokens counts the whole prompt here; message_delta's usage has the split. */
 static void ant_open(srv_job *j, void *st, int n_prompt) {
     ant_st *s = st;
-    s->j = j;
-    s->started = true;
-    if (!s->stream) return;
+    if (!api_out_open(&s->out, j)) return;
     cJSON *o = ev("message_start"), *m = message_obj(s);
     cJSON_AddArrayToObject(m, "content");
     cJSON_AddNullToObject(m, "stop_reason");
@@ -463,41 +458,15 @@ static void ant_open(srv_job *j, void *st, int n_prompt) {
     srv_job_sse(j, "ping", ev("ping"));
 }
 
-static void ant_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+/* A cut answer in an opened stream: an error event (never end_turn; api_out_finish). */
+static void ant_stream_error(void *st, const srv_result *r, const srv_error *e) {
     ant_st *s = st;
-    s->j = j;
-    if (!s->started) ant_open(j, st, n_prompt);
-}
-
-static void ant_content(void *ud, const char *t, size_t n) {
-    ant_st *s = ud;
-    if (s->parser) chat_parser_feed(s->parser, t, n);
-    else on_text_piece(s, t, n);
-}
-
-static int ant_text(srv_job *j, void *st, const char *t, size_t n) {
-    ant_st *s = st;
-    s->j = j;
-    srv_think_feed(&s->think, t, n);
-    return 0;
+    srv_job_sse(s->out.j, "error", api_anthropic_error(e));
 }
 
 static void ant_finish(srv_job *j, void *st, const srv_result *r) {
     ant_st *s = st;
-    s->j = j;
-    srv_think_finish(&s->think);
-    if (s->parser) chat_parser_finish_cut(s->parser, r->reason != SRV_EOG);
-    if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
-        /* never end_turn for a cut answer: a 5xx to retry, or an error event mid-stream */
-        srv_error e;
-        if (r->reason == SRV_ERROR) srv_fail(&e, 500, "api_error", NULL, "generation failed: %s", r->error);
-        else
-            srv_fail(&e, 503, "overloaded_error", NULL,
-                     "the answer was cancelled (the server is shutting down or the client left): retry");
-        if (!s->stream || !s->started) srv_job_body_json(j, e.status, api_anthropic_error(&e));
-        else srv_job_sse(j, "error", api_anthropic_error(&e));
-        return;
-    }
+    if (api_out_finish(st, j, r)) return;
     close_text(s);
     const char *reason = "end_turn", *seq = NULL;
     if (r->reason == SRV_LENGTH || r->reason == SRV_CONTEXT) reason = "max_tokens";
@@ -506,7 +475,7 @@ static void ant_finish(srv_job *j, void *st, const srv_result *r) {
         reason = "stop_sequence";
         if (r->stop_index >= 0 && r->stop_index < s->n_stops) seq = s->stops[r->stop_index];
     }
-    if (s->stream) {
+    if (s->out.stream) {
         cJSON *o = ev("message_delta"), *d = cJSON_AddObjectToObject(o, "delta");
         cJSON_AddStringToObject(d, "stop_reason", reason);
         if (seq) cJSON_AddStringToObject(d, "stop_sequence", seq);
@@ -526,7 +495,11 @@ static void ant_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, m);
 }
 
-static const srv_api MESSAGES_API = {"messages", ant_start, ant_text, ant_finish, ant_free, ant_open, NULL};
+static const srv_api MESSAGES_API = {"messages", api_out_start, api_out_text, ant_finish,
+                                     ant_free,   ant_open,      NULL};
+static const api_out_ops ANT_OUT = {on_thinking,        on_text_piece,       on_call,
+                                    ant_open,           api_anthropic_error, "api_error",
+                                    "overloaded_error", ant_stream_error};
 
 /* The overflow error in the words of Anthropic's API, which Claude Code's auto-compaction
  * matches ("prompt is too long: N tokens > M maximum"); M is the longest prompt that can
@@ -566,7 +539,7 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (!s) return OOM(e);
     rq->api = &MESSAGES_API;
     rq->st = s;
-    srv_think_init(&s->think, 0, on_thinking, ant_content, s);
+    api_out_init(&s->out, &ANT_OUT);
     s->content = cJSON_CreateArray();
     srv_new_id(s->id, sizeof s->id, "msg_");
     const char *model = NULL;
@@ -578,8 +551,8 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (r < 0) return -1;
     if (!r) return srv_fail(e, 400, NULL, "max_tokens", "'max_tokens' is required");
     rq->n_predict = mt;
-    if (srv_get_bool(b, "stream", &s->stream, e) < 0) return -1;
-    rq->stream = s->stream;
+    if (srv_get_bool(b, "stream", &s->out.stream, e) < 0) return -1;
+    rq->stream = s->out.stream;
     double t;
     if (srv_get_num(b, "temperature", 0, 1, &t, e) < 0) return -1;
     if (srv_parse_sampling(b, in, &rq->sp, e)) return -1;
@@ -606,17 +579,11 @@ int api_anthropic_messages(const srv_info *in, const cJSON *b, srv_request *rq, 
         overflow_words(in, e);
         goto out;
     }
-    srv_think_init(&s->think, rq->think, on_thinking, ant_content, s);
-    if (conv.tools) {
-        s->tools = conv.tools;
-        conv.tools = NULL;
-        chat_parser_cb cb = {on_text_piece, on_call, s};
-        if (!(s->parser = chat_parser_new(s->tools, &cb))) {
-            OOM(e);
-            goto out;
-        }
+    if (api_out_ready(&s->out, rq->think, &conv)) {
+        OOM(e);
+        goto out;
     }
-    if (ant_constrain(in, b, s->tools, rq, e)) goto out;
+    if (ant_constrain(in, b, s->out.tools, rq, e)) goto out;
     rc = 1;
 out:
     chat_conv_free(&conv);

@@ -4,12 +4,14 @@
  * stream_options.include_usage), ending with "data: [DONE]\n\n". */
 #include "serve/api_openai.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/common.h"
 #include "serve/api_grammar.h"
+#include "serve/api_out.h"
 
 cJSON *api_openai_error(const srv_error *e) {
     cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
@@ -205,35 +207,30 @@ static int load_messages(const cJSON *msgs, chat_conv *conv, srv_error *e) {
 
 /* ---- output state ------------------------------------------------------------------------ */
 typedef struct {
-    bool chat; /* chat.completion vs text_completion */
-    bool stream, include_usage;
+    api_out out; /* first (api_out.h): the job, stream flags, <think> split and tool-call parser */
+    bool chat;   /* chat.completion vs text_completion */
+    bool include_usage;
     char id[64];
     char *model;
     long created;
-    cJSON *tools; /* the request's tools (for the parser), NULL = no parsing */
-    chat_parser *parser;
-    srv_job *j;    /* valid during hooks */
     chat_buf text; /* non-streaming: content */
     cJSON *calls;  /* non-streaming: tool_calls array */
     int n_calls;
-    bool started;
     char *echo;         /* completions: echo the prompt */
-    srv_think think;    /* <think> blocks -> reasoning_content */
-    chat_buf reasoning; /* non-streaming */
+    chat_buf reasoning; /* non-streaming: reasoning_content */
     bool logprobs;      /* chat: logprobs asked for ... */
     int top_logprobs;
     const tokenizer *tok;
     cJSON *lp; /* ... entries not yet sent (streaming) or all of them */
 } oai_st;
+_Static_assert(offsetof(oai_st, out) == 0, "api_out must be the first member (api_out.h)");
 
 static void oai_free(void *p) {
     oai_st *s = p;
-    chat_parser_free(s->parser);
-    cJSON_Delete(s->tools);
+    api_out_free(&s->out);
     cJSON_Delete(s->calls);
     chat_buf_free(&s->text);
     chat_buf_free(&s->reasoning);
-    srv_think_free(&s->think);
     free(s->model);
     free(s->echo);
     cJSON_Delete(s->lp);
@@ -291,7 +288,7 @@ static int oai_constrain(const srv_info *in, const cJSON *b, oai_st *s, srv_requ
     const char *name;
     int r = api_grammar_openai_choice(cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &name, e);
     if (r < 0) return -1;
-    if (r) return api_grammar_tool_call(in, s->tools, NULL, name, rq, e) < 0 ? -1 : 0;
+    if (r) return api_grammar_tool_call(in, s->out.tools, NULL, name, rq, e) < 0 ? -1 : 0;
     return api_grammar_format(in, cJSON_GetObjectItemCaseSensitive(b, "response_format"), false,
                               "response_format", rq, e) < 0
                ? -1
@@ -323,7 +320,7 @@ static void send_delta(oai_st *s, cJSON *delta, const char *text, size_t n, cons
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
     if (s->include_usage) cJSON_AddNullToObject(o, "usage");
-    srv_job_sse(s->j, NULL, o);
+    srv_job_sse(s->out.j, NULL, o);
 }
 
 /* Chat streaming: a delta whose one string member `field` holds t[0..n). */
@@ -338,7 +335,7 @@ static void send_str_delta(oai_st *s, const char *field, const char *t, size_t n
 static void on_parser_text(void *ud, const char *t, size_t n) {
     oai_st *s = ud;
     if (!n) return;
-    if (!s->stream) {
+    if (!s->out.stream) {
         chat_buf_put(&s->text, t, n);
         return;
     }
@@ -364,7 +361,7 @@ static void on_parser_call(void *ud, const char *name, const char *args) {
     char id[48];
     srv_new_id(id, sizeof id, "call_");
     int idx = s->n_calls++;
-    if (!s->stream) {
+    if (!s->out.stream) {
         if (!s->calls) s->calls = cJSON_CreateArray();
         cJSON_AddItemToArray(s->calls, call_obj(id, name, args));
         return;
@@ -389,9 +386,7 @@ static void on_parser_call(void *ud, const char *name, const char *args) {
 
 static void oai_open(srv_job *j, void *st, int n_prompt) {
     oai_st *s = st;
-    s->j = j;
-    s->started = true;
-    if (!s->stream) return;
+    if (!api_out_open(&s->out, j)) return;
     if (s->chat) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "role", "assistant");
@@ -402,32 +397,13 @@ static void oai_open(srv_job *j, void *st, int n_prompt) {
     }
 }
 
-static void oai_start(srv_job *j, void *st, int n_prompt, int n_reused) {
-    oai_st *s = st;
-    s->j = j;
-    if (!s->started) oai_open(j, st, n_prompt); /* a stream opened at once has sent this */
-}
-
-static void oai_content(void *ud, const char *t, size_t n) {
-    oai_st *s = ud;
-    if (s->parser) chat_parser_feed(s->parser, t, n);
-    else on_parser_text(s, t, n);
-}
-
 static void oai_reasoning(void *ud, const char *t, size_t n) {
     oai_st *s = ud;
-    if (!s->stream) {
+    if (!s->out.stream) {
         chat_buf_put(&s->reasoning, t, n);
         return;
     }
     send_str_delta(s, "reasoning_content", t, n);
-}
-
-static int oai_text(srv_job *j, void *st, const char *t, size_t n) {
-    oai_st *s = st;
-    s->j = j;
-    srv_think_feed(&s->think, t, n);
-    return 0;
 }
 
 static cJSON *usage_obj(const srv_result *r) {
@@ -445,31 +421,18 @@ static const char *finish_reason(const oai_st *s, const srv_result *r) {
     return s->n_calls ? "tool_calls" : "stop";
 }
 
+/* A cut answer in an opened stream: an error chunk, then [DONE] (never a finish_reason). */
+static void oai_stream_error(void *st, const srv_result *r, const srv_error *e) {
+    oai_st *s = st;
+    srv_job_sse(s->out.j, NULL, api_openai_error(e));
+    srv_job_send(s->out.j, "data: [DONE]\n\n", 14);
+}
+
 static void oai_finish(srv_job *j, void *st, const srv_result *r) {
     oai_st *s = st;
-    s->j = j;
-    srv_think_finish(&s->think);
-    if (s->parser) chat_parser_finish_cut(s->parser, r->reason != SRV_EOG);
-    if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
-        /* a cut answer is never reported as finished: a 503 to retry, or an error event */
-        srv_error e;
-        if (r->reason == SRV_ERROR)
-            srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
-        else
-            srv_fail(&e, 503, "server_error", NULL,
-                     "the answer was cancelled (the server is shutting down or the client left): retry");
-        if (!s->stream) {
-            srv_job_body_json(j, e.status, api_openai_error(&e));
-        } else if (!s->started) {
-            srv_job_body_json(j, e.status, api_openai_error(&e));
-        } else {
-            srv_job_sse(j, NULL, api_openai_error(&e));
-            srv_job_send(j, "data: [DONE]\n\n", 14);
-        }
-        return;
-    }
+    if (api_out_finish(st, j, r)) return;
     const char *fin = finish_reason(s, r);
-    if (s->stream) {
+    if (s->out.stream) {
         send_delta(s, s->chat ? cJSON_CreateObject() : NULL, "", 0, fin);
         if (s->include_usage) {
             cJSON *o = chunk_new(s);
@@ -516,8 +479,12 @@ static void oai_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, o);
 }
 
-static const srv_api CHAT_API = {"chat", oai_start, oai_text, oai_finish, oai_free, oai_open, oai_logprobs};
-static const srv_api COMPL_API = {"completions", oai_start, oai_text, oai_finish, oai_free, oai_open, NULL};
+static const srv_api CHAT_API = {"chat",   api_out_start, api_out_text, oai_finish,
+                                 oai_free, oai_open,      oai_logprobs};
+static const srv_api COMPL_API = {"completions", api_out_start, api_out_text, oai_finish,
+                                  oai_free,      oai_open,      NULL};
+static const api_out_ops OAI_OUT = {oai_reasoning,    on_parser_text, on_parser_call, oai_open,
+                                    api_openai_error, "server_error", "server_error", oai_stream_error};
 
 /* Fields both endpoints share, checked here; the rest is per endpoint. */
 static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oai_st *s, srv_error *e) {
@@ -526,8 +493,8 @@ static int common_fields(const cJSON *b, const srv_info *in, srv_request *rq, oa
     if (!(s->model = srv_strdup(model ? model : in->model_id)))
         return srv_fail(e, 500, "server_error", NULL, "out of memory");
     s->created = (long)time(NULL);
-    if (srv_get_bool(b, "stream", &s->stream, e) < 0) return -1;
-    rq->stream = s->stream;
+    if (srv_get_bool(b, "stream", &s->out.stream, e) < 0) return -1;
+    rq->stream = s->out.stream;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so))
@@ -598,7 +565,7 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
     oai_st *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
     s->chat = true;
-    srv_think_init(&s->think, 0, oai_reasoning, oai_content, s);
+    api_out_init(&s->out, &OAI_OUT);
     rq->api = &CHAT_API;
     rq->st = s;
     if (common_fields(b, in, rq, s, e)) return -1;
@@ -625,15 +592,9 @@ int api_openai_chat(const srv_info *in, const cJSON *b, srv_request *rq, srv_rep
                          cJSON_GetObjectItemCaseSensitive(b, "tool_choice"), &conv, e))
         goto out;
     if (srv_render_prompt(in, &conv, think, rq, e)) goto out;
-    srv_think_init(&s->think, rq->think, oai_reasoning, oai_content, s);
-    if (conv.tools) {
-        s->tools = conv.tools;
-        conv.tools = NULL;
-        chat_parser_cb cb = {on_parser_text, on_parser_call, s};
-        if (!(s->parser = chat_parser_new(s->tools, &cb))) {
-            srv_fail(e, 500, "server_error", NULL, "out of memory");
-            goto out;
-        }
+    if (api_out_ready(&s->out, rq->think, &conv)) {
+        srv_fail(e, 500, "server_error", NULL, "out of memory");
+        goto out;
     }
     if (oai_constrain(in, b, s, rq, e)) goto out;
     rc = 1;
@@ -672,7 +633,7 @@ int api_openai_completions(const srv_info *in, const cJSON *b, srv_request *rq, 
     if (!s) return srv_fail(e, 500, "server_error", NULL, "out of memory");
     rq->api = &COMPL_API;
     rq->st = s;
-    srv_think_init(&s->think, 0, oai_reasoning, oai_content, s);
+    api_out_init(&s->out, &OAI_OUT);
     long long best_of = 1;
     if (srv_get_int(b, "best_of", 1, 1, &best_of, e) < 0) return -1;
     const char *suffix = NULL;

@@ -3,6 +3,7 @@
  * `output` as they complete. */
 #include "serve/api_responses.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 #include "serve/api_openai.h"
 #include "base/common.h"
 #include "serve/api_grammar.h"
+#include "serve/api_out.h"
 
 #define OOM(e) srv_fail(e, 500, "server_error", NULL, "out of memory")
 
@@ -161,40 +163,36 @@ static int load_tools(const cJSON *b, chat_conv *c, srv_error *e) {
 
 /* ---- output ---------------------------------------------------------------------------------- */
 typedef struct {
-    bool stream, started;
+    api_out out; /* first (api_out.h): the job, stream flags, <think> split and tool-call parser */
     char id[64], msg_id[64];
     char *model;
     long created;
     double temp, top_p;
-    cJSON *tools, *req_tools;
-    chat_parser *parser;
-    srv_job *j;
-    int seq;       /* sequence_number of events */
-    cJSON *output; /* finished items */
-    chat_buf text; /* the open message's text */
+    cJSON *req_tools; /* the request's tools as sent (echoed in the response object) */
+    int seq;          /* sequence_number of events */
+    cJSON *output;    /* finished items */
+    chat_buf text;    /* the open message's text */
     bool text_open;
     int n_calls;
-    srv_think think; /* <think> blocks -> a reasoning item */
-    chat_buf rtext;  /* the open reasoning item's text */
+    chat_buf rtext; /* the open reasoning item's text */
     bool r_open;
     char rs_id[64];
 } rsp_st;
+_Static_assert(offsetof(rsp_st, out) == 0, "api_out must be the first member (api_out.h)");
 
 static void rsp_free(void *p) {
     rsp_st *s = p;
-    chat_parser_free(s->parser);
-    cJSON_Delete(s->tools);
+    api_out_free(&s->out);
     cJSON_Delete(s->req_tools);
     cJSON_Delete(s->output);
     chat_buf_free(&s->text);
     chat_buf_free(&s->rtext);
-    srv_think_free(&s->think);
     free(s->model);
     free(s);
 }
 
 static void event(rsp_st *s, const char *type, cJSON *o) {
-    if (!s->stream) {
+    if (!s->out.stream) {
         cJSON_Delete(o);
         return;
     }
@@ -208,7 +206,7 @@ static void event(rsp_st *s, const char *type, cJSON *o) {
         c = next;
     }
     cJSON_Delete(o);
-    srv_job_sse(s->j, type, e);
+    srv_job_sse(s->out.j, type, e);
 }
 
 static cJSON *response_obj(rsp_st *s, const char *status, const srv_result *r) {
@@ -318,7 +316,7 @@ static void on_reasoning(void *ud, const char *t, size_t n) {
         event(s, "response.output_item.added", o);
     }
     chat_buf_put(&s->rtext, t, n);
-    if (s->stream) {
+    if (s->out.stream) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "item_id", s->rs_id);
         cJSON_AddNumberToObject(o, "output_index", cJSON_GetArraySize(s->output));
@@ -366,7 +364,7 @@ static void on_text_piece(void *ud, const char *t, size_t n) {
         event(s, "response.content_part.added", o);
     }
     chat_buf_put(&s->text, t, n);
-    if (s->stream) {
+    if (s->out.stream) {
         cJSON *o = idx_obj(s, true);
         char *c = strndup(t, n);
         cJSON_AddStringToObject(o, "delta", c ? c : "");
@@ -419,9 +417,7 @@ static void on_call(void *ud, const char *name, const char *args) {
 
 static void rsp_open(srv_job *j, void *st, int n_prompt) {
     rsp_st *s = st;
-    s->j = j;
-    s->started = true;
-    if (!s->stream) return;
+    if (!api_out_open(&s->out, j)) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "response", response_obj(s, "in_progress", NULL));
     event(s, "response.created", o);
@@ -430,56 +426,26 @@ static void rsp_open(srv_job *j, void *st, int n_prompt) {
     event(s, "response.in_progress", o);
 }
 
-static void rsp_start(srv_job *j, void *st, int n_prompt, int n_reused) {
+/* A cut answer in an opened stream: response.failed (never "completed"; api_out_finish). */
+static void rsp_stream_error(void *st, const srv_result *r, const srv_error *e) {
     rsp_st *s = st;
-    s->j = j;
-    if (!s->started) rsp_open(j, st, n_prompt);
-}
-
-static void rsp_content(void *ud, const char *t, size_t n) {
-    rsp_st *s = ud;
-    if (s->parser) chat_parser_feed(s->parser, t, n);
-    else on_text_piece(s, t, n);
-}
-
-static int rsp_text(srv_job *j, void *st, const char *t, size_t n) {
-    rsp_st *s = st;
-    s->j = j;
-    srv_think_feed(&s->think, t, n);
-    return 0;
+    close_text(s);
+    cJSON *resp = response_obj(s, "failed", r), *err = cJSON_CreateObject();
+    cJSON_AddStringToObject(err, "code", "server_error");
+    cJSON_AddStringToObject(err, "message", e->msg);
+    cJSON_ReplaceItemInObjectCaseSensitive(resp, "error", err);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "response", resp);
+    event(s, "response.failed", o);
 }
 
 static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     rsp_st *s = st;
-    s->j = j;
-    srv_think_finish(&s->think);
-    if (s->parser) chat_parser_finish_cut(s->parser, r->reason != SRV_EOG);
-    if (r->reason == SRV_ERROR || r->reason == SRV_CANCELLED) {
-        /* never "completed" for a cut answer: a 5xx to retry, or response.failed mid-stream */
-        srv_error e;
-        if (r->reason == SRV_ERROR)
-            srv_fail(&e, 500, "server_error", NULL, "generation failed: %s", r->error);
-        else
-            srv_fail(&e, 503, "server_error", NULL,
-                     "the answer was cancelled (the server is shutting down or the client left): retry");
-        if (!s->stream || !s->started) {
-            srv_job_body_json(j, e.status, api_openai_error(&e));
-        } else {
-            close_text(s);
-            cJSON *resp = response_obj(s, "failed", r), *err = cJSON_CreateObject();
-            cJSON_AddStringToObject(err, "code", "server_error");
-            cJSON_AddStringToObject(err, "message", e.msg);
-            cJSON_ReplaceItemInObjectCaseSensitive(resp, "error", err);
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddItemToObject(o, "response", resp);
-            event(s, "response.failed", o);
-        }
-        return;
-    }
+    if (api_out_finish(st, j, r)) return;
     close_text(s);
     bool incomplete = r->reason == SRV_LENGTH || r->reason == SRV_CONTEXT;
     const char *status = incomplete ? "incomplete" : "completed";
-    if (s->stream) {
+    if (s->out.stream) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "response", response_obj(s, status, r));
         event(s, incomplete ? "response.incomplete" : "response.completed", o);
@@ -488,7 +454,10 @@ static void rsp_finish(srv_job *j, void *st, const srv_result *r) {
     srv_job_body_json(j, 200, response_obj(s, status, r));
 }
 
-static const srv_api RESPONSES_API = {"responses", rsp_start, rsp_text, rsp_finish, rsp_free, rsp_open, NULL};
+static const srv_api RESPONSES_API = {"responses", api_out_start, api_out_text, rsp_finish,
+                                      rsp_free,    rsp_open,      NULL};
+static const api_out_ops RSP_OUT = {on_reasoning,     on_text_piece,  on_call,        rsp_open,
+                                    api_openai_error, "server_error", "server_error", rsp_stream_error};
 
 /* tool_choice required / {"type": "function", "name"} forces a tool call (strict tools: their
  * parameters schema); otherwise text.format json_object / json_schema (api_grammar.h) */
@@ -552,15 +521,15 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
     if (!s) return OOM(e);
     rq->api = &RESPONSES_API;
     rq->st = s;
-    srv_think_init(&s->think, 0, on_reasoning, rsp_content, s);
+    api_out_init(&s->out, &RSP_OUT);
     s->output = cJSON_CreateArray();
     s->created = (long)time(NULL);
     srv_new_id(s->id, sizeof s->id, "resp_");
     const char *model = NULL;
     if (srv_get_str(b, "model", &model, e) < 0) return -1;
     if (!(s->model = srv_strdup(model ? model : in->model_id))) return OOM(e);
-    if (srv_get_bool(b, "stream", &s->stream, e) < 0) return -1;
-    rq->stream = s->stream;
+    if (srv_get_bool(b, "stream", &s->out.stream, e) < 0) return -1;
+    rq->stream = s->out.stream;
     if (srv_parse_sampling(b, in, &rq->sp, e)) return -1;
     s->temp = rq->sp.temp;
     s->top_p = rq->sp.top_p;
@@ -579,17 +548,11 @@ int api_responses_create(const srv_info *in, const cJSON *b, srv_request *rq, sr
         if (!strcmp(e->code, "context_length_exceeded")) snprintf(e->param, sizeof e->param, "input");
         goto out;
     }
-    srv_think_init(&s->think, rq->think, on_reasoning, rsp_content, s);
-    if (conv.tools) {
-        s->tools = conv.tools;
-        conv.tools = NULL;
-        chat_parser_cb cb = {on_text_piece, on_call, s};
-        if (!(s->parser = chat_parser_new(s->tools, &cb))) {
-            OOM(e);
-            goto out;
-        }
+    if (api_out_ready(&s->out, rq->think, &conv)) {
+        OOM(e);
+        goto out;
     }
-    if (rsp_constrain(in, b, s->tools, rq, e)) goto out;
+    if (rsp_constrain(in, b, s->out.tools, rq, e)) goto out;
     rc = 1;
 out:
     chat_conv_free(&conv);

@@ -1,7 +1,7 @@
 /* server_req.c — see server.h: the helpers the API modules share (errors, ids, replies, stops)
  * and the parsing of the request fields every API has in common (typed getters, sampling, the
- * context check and the default answer length). Kept apart from server.c, which holds the queue,
- * the inference threads and the HTTP glue. */
+ * context check and the default answer length). Kept apart from the server core (server.c: the queue
+ * and the inference threads; server_http.c: the HTTP glue). */
 #include "serve/server.h"
 
 #include <math.h>

@@ -518,6 +518,7 @@ static void emit_text(chat_parser *p, const char *s, size_t n) {
 }
 
 static void drop_front(chat_buf *b, size_t n) {
+    if (!b->p) return; /* empty, never allocated (n is 0) */
     memmove(b->p, b->p + n, b->n - n);
     b->n -= n;
     if (b->p) b->p[b->n] = 0;

@@ -243,7 +243,7 @@ size_t gmatch_fill(gmatch *m, uint32_t *bits) {
     const gvocab *v = m->v;
     if (!v) return 0;
     memset(bits, 0, sizeof(uint32_t) * (size_t)((v->n_vocab + 31) / 32));
-    if (!m->stk && !(m->stk = malloc(sizeof(gstate) * (size_t)(v->max_len + 1)))) return 0;
+    if (!m->stk && !(m->stk = calloc((size_t)v->max_len + 1, sizeof(gstate)))) return 0;
     m->st.fills++;
     size_t count = 0;
     for (uint32_t i = 0; i < v->n_nodes;) {

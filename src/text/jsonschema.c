@@ -283,7 +283,7 @@ static int compile_alts(jsc *c, const cJSON *alts, const char *kw) {
         path_pop(c, mark);
         if (ids[k++] < 0) return -1;
     }
-    return n == 1 ? ids[0] : gcheck(c, grammar_anyof(c->g, n, ids));
+    return k == 1 ? ids[0] : gcheck(c, grammar_anyof(c->g, k, ids)); /* k == n: every one compiled */
 }
 
 static int other_constraints(const cJSON *s, const char *except) {
@@ -428,7 +428,7 @@ int jsonschema_tool_call(grammar *g, const cJSON *tools, const char *name, bool 
     cJSON_ArrayForEach(t, tools) {
         const cJSON *fn = get(t, "function");
         const cJSON *nm = fn ? get(fn, "name") : NULL;
-        if (!cJSON_IsString(nm) || (name && strcmp(nm->valuestring, name))) continue;
+        if (!nm || !cJSON_IsString(nm) || (name && strcmp(nm->valuestring, name))) continue;
         snprintf(c.path, sizeof c.path, "tools[%d].function.parameters", k);
         jsc_free(&c);
         int args = tool_args(&c, fn, all_strict);

@@ -12,7 +12,7 @@
  * (the tensor-core prefill tiles, T > CU_SMALL_T) whose every row equals its single step bit for
  * bit, and the steps against the CPU backend (not the double reference: its quantised matmul
  * arithmetic is the integer path's): at the first position the integer path must be at least as
- * close to it as the float path (cu_matmul_set_int8(0)) is.
+ * close to it as the float path (RL_CUDA_MMQ=0 at the context's creation) is.
  * The Qwen3.5-family fixtures (tiny-q35moe: split beta/alpha, tiled value heads; tiny-q35: dense
  * FFN) run a shorter form (their vocabularies are trimmed to 2,048, so the tokens are TOKS mod V):
  * CUDA steps within 1e-2 of the CPU reference and a 12-row verify bit-identical to the steps.
@@ -58,13 +58,19 @@ static void long_rows(engine *e, const char *model) {
         for (int i = 0; i < L; i++)
             CHECK(engine_step(cc, toks[i], cpu + (size_t)i * V) == 0, "cpu step %d", i);
         /* the float path on a fresh context (its own arithmetic from the first row on) */
-        const int was = cu_matmul_set_int8(0);
+        /* whether the context above ran the integer path (RL_CUDA_MMQ, default 2); the float path's
+         * context: RL_CUDA_MMQ=0, read when a context is created (src/backend/cuda_tune.c) */
+        char mm[16] = "";
+        if (getenv("RL_CUDA_MMQ")) snprintf(mm, sizeof mm, "%s", getenv("RL_CUDA_MMQ"));
+        const int was = strcmp(mm, "0") != 0;
+        setenv("RL_CUDA_MMQ", "0", 1);
         engine_ctx *cf = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 128, .n_batch = 64});
         check_poison(ver, (size_t)V * L);
         for (int i = 0; cf && i < L; i++)
             CHECK(engine_step(cf, toks[i], ver + (size_t)i * V) == 0, "float step %d", i);
         engine_ctx_free(cf);
-        cu_matmul_set_int8(was);
+        if (mm[0]) setenv("RL_CUDA_MMQ", mm, 1);
+        else unsetenv("RL_CUDA_MMQ");
         /* over all 40 positions the recurrence amplifies any difference on these random models (measured
          * on the H200: 0.27-0.81 with logits up to 2), so the assertion is at the first position, where
          * the integer path leaves only the non-K-quant operations to differ from the CPU backend */

@@ -4,7 +4,7 @@
  *   - matmul (dense, multi-segment, gate/up, grouped by expert) vs ops_matmul_ref (double):
  *     |err| <= 2e-5 * sum|w x| + 1e-30 per output (fp32 accumulation of <= 4096 products);
  *     and batch invariance: every row of a T-row launch equals its 1-row launch bit for bit;
- *   - the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K; cu_matmul_set_int8): every output
+ *   - the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K; cu_dev_set_int8): every output
  *     == quant_traits.vec_dot(row, Q8_K(x)) bit for bit (the CPU backend's value), in every shape
  *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
  *     the add+norm tail), with 3 and 9 super-blocks per row; the staged tiles of launches given a
@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
+#include "backend/cuda_tune.h"
 #include "base/common.h"
 #include "cuda/cuda_ops.h"
 #include "kern/ops.h"
@@ -29,7 +30,9 @@
 
 static rl_rng R;
 static double worst_rel[64]; /* per type: max err / bound of the matmul test */
-static int int8_on;          /* cu_matmul_set_int8 as set by main */
+static int int8_on;          /* cu_dev_set_int8 as set by main */
+static cu_dev DEV;           /* the device under the environment's switches (cuda_tune_from_env) */
+static cu_stream S0;         /* the default stream on DEV: every launch of the tests */
 
 static void *dalloc(size_t n) {
     void *p = NULL;
@@ -95,7 +98,7 @@ static void test_dequant(uint32_t type, int n_in) {
     uint8_t *dw = dup_to_dev(w, rb * rows);
     int32_t *di = dup_to_dev(idx, sizeof idx);
     float *dout = dpoison(5 * (size_t)n_in);
-    CHECK(cu_get_rows(type, dw, rb, n_in, di, 5, dout, n_in, 0) == 0, "get_rows %s: %s", qt->name,
+    CHECK(cu_get_rows(type, dw, rb, n_in, di, 5, dout, n_in, S0) == 0, "get_rows %s: %s", qt->name,
           rl_lasterr());
     to_host(got, dout, sizeof(float) * 5 * n_in);
     int bad = count_bad(got, ref, 5 * (size_t)n_in);
@@ -178,7 +181,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     float *dy = dpoison((size_t)TMAX * n_out);
     /* T = 13 in one launch (tiles of 8, a partial tile) */
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
-    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
     const bool exact = (int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K)) ||
                        (int8_on == 2 && (type == QT_IQ2_XXS || type == QT_IQ2_XS || type == QT_IQ1_M));
@@ -191,7 +194,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int t = 0; t < TMAX; t++) {
         float *d1 = dpoison(n_out);
         cu_seg s1 = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = d1, .ldy = n_out};
-        cu_matmul(type, n_in, &s1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, false, NULL, NULL, 0);
+        cu_matmul(type, n_in, &s1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, false, NULL, NULL, S0);
         to_host(one, d1, sizeof(float) * n_out);
         diff += count_bad(one, got + (size_t)t * n_out, n_out);
         cudaFree(d1);
@@ -202,7 +205,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     float *dy2 = dpoison((size_t)3 * 20), *dy3 = dpoison((size_t)3 * 17);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = 20, .y = dy2, .ldy = 20},
                     {.w = dw + 20 * rb, .row_bytes = rb, .n_out = 17, .y = dy3, .ldy = 17}};
-    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 3, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 3, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     float h2[60], h3[51];
     to_host(h2, dy2, sizeof h2);
     to_host(h3, dy3, sizeof h3);
@@ -215,7 +218,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     /* gate/up: rows 0..17 gate, 18..35 up -> silu(g) * u, T = 13 */
     float *dh = dpoison((size_t)TMAX * 18), hh[13 * 18];
     cu_seg gu = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dh, .ldy = 18};
-    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, TMAX, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, TMAX, NULL, true, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     to_host(hh, dh, sizeof hh);
     diff = 0;
     for (int t = 0; t < TMAX; t++)
@@ -229,7 +232,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int t = 0; t < TMAX; t++) {
         float *d1 = dpoison(18), h1[18];
         cu_seg g1 = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = d1, .ldy = 18};
-        CHECK(cu_matmul(type, n_in, &g1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, true, NULL, NULL, 0) == 0,
+        CHECK(cu_matmul(type, n_in, &g1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, true, NULL, NULL, S0) == 0,
               "%s", rl_lasterr());
         to_host(h1, d1, sizeof h1);
         diff += count_bad(h1, hh + (size_t)t * 18, 18);
@@ -249,7 +252,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int k = 0; k < 3; k++) {
         const int Tk = shapes[k];
         cu_seg sb = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dyb, .ldy = n_out};
-        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, NULL, 0) == 0, "%s",
+        CHECK(cu_matmul(type, n_in, &sb, 1, dxb, n_in, Tk, NULL, false, NULL, NULL, S0) == 0, "%s",
               rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * n_out);
         for (int t = 0; t < Tk; t++)
@@ -260,7 +263,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
                   b20);
         }
         cu_seg gub = {.w = dw, .w2 = dw + 18 * rb, .row_bytes = rb, .n_out = 18, .y = dyb, .ldy = 18};
-        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, NULL, 0) == 0, "%s",
+        CHECK(cu_matmul(type, n_in, &gub, 1, dxb, n_in, Tk, NULL, true, NULL, NULL, S0) == 0, "%s",
               rl_lasterr());
         to_host(gb, dyb, sizeof(float) * Tk * 18);
         for (int t = 0; t < Tk; t++) diff += count_bad(gb + (size_t)t * 18, hh + (size_t)(t % TMAX) * 18, 18);
@@ -292,7 +295,7 @@ static void test_rmsnorm(int n) { /* n > 2048: the generic row, else the registe
           *gx = malloc(sizeof(float) * T * n);
     float *dx = dup_to_dev(x, sizeof(float) * T * n), *dy = dup_to_dev(y, sizeof(float) * T * n),
           *dw = dup_to_dev(w, sizeof(float) * n), *dout = dpoison((size_t)T * n);
-    CHECK(cu_add_rmsnorm(dx, dy, dw, dout, n, T, 1e-6f, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_add_rmsnorm(dx, dy, dw, dout, n, T, 1e-6f, S0) == 0, "%s", rl_lasterr());
     to_host(got, dout, sizeof(float) * T * n);
     to_host(gx, dx, sizeof(float) * T * n);
     for (int i = 0; i < T * n; i++) x[i] += y[i];
@@ -359,7 +362,7 @@ static void attn_split_rows(const cu_attn_dims *a, const float *dqg, const void 
         int nr = T - t0 < rows ? T - t0 : rows, p1 = pos + t0;
         int *dp1 = dup_to_dev(&p1, sizeof p1);
         CHECK(cu_attention(a, dqg + (size_t)t0 * H * 2 * hd, dK, dV, dp1, nr, true, part,
-                           o + (size_t)t0 * H * hd, 0) == 0,
+                           o + (size_t)t0 * H * hd, S0) == 0,
               "%s", rl_lasterr());
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "split launch failed");
         cudaFree(dp1);
@@ -389,7 +392,7 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
     float *o_pf = dpoison(on), *part = dpoison(cu_attn_part_floats(&a, T));
     float *g_pf = malloc(sizeof(float) * on), *g = malloc(sizeof(float) * on),
           *ref = malloc(sizeof(float) * on);
-    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, S0) == 0, "%s", rl_lasterr());
     to_host(g_pf, o_pf, sizeof(float) * on);
     for (int v = 0; v < 2; v++) { /* the staged prefill kernel (24 heads: a partial second block of warps)
                                    * and the tiled one: the same bits */
@@ -397,20 +400,16 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
         as.prefill_staged = v == 0;
         as.prefill_tiled = v == 1;
         float *o = dpoison(on);
-        CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
         to_host(g, o, sizeof(float) * on);
         CHECK(count_bad(g, g_pf, on) == 0, "attention hd %d%s H %d/%d ctx %d: %s prefill != prefill", hd,
               f16 ? " f16" : "", H, Hkv, n_kv_last, v ? "tiled" : "staged");
         cudaFree(o);
     }
-    static const char *const vname[4] = {"grouped", "per-warp", "grouped, wide merge,",
-                                         "grouped, scan merge,"};
-    for (int v = 0; v < 4;
-         v++) /* the grouped split kernel, the per-warp one, the grouped one + the wide / scan merge */
+    static const char *const vname[2] = {"grouped", "per-warp"};
+    for (int v = 0; v < 2; v++)                 /* the grouped split kernel, the per-warp one */
         for (int rows = 1; rows <= T; rows++) { /* T rows as launches of `rows` rows */
             a.split_per_warp = v == 1;
-            a.merge_wide = v >= 2;
-            a.merge_scan = v == 3;
             attn_split_rows(&a, dqg, dK, dV, pos, T, rows, part, g);
             CHECK(count_bad(g, g_pf, on) == 0,
                   "decode attention hd %d%s H %d/%d ctx %d: %s split (%d rows) != prefill", hd,
@@ -420,7 +419,7 @@ static void test_attention_decode(int hd, bool f16, int H, int Hkv, int n_kv_las
     double d = max_abs_diff(g_pf, ref, on);
     CHECK(d <= 5e-5, "decode attention hd %d%s ctx %d: max |diff| vs CPU %.3g", hd, f16 ? " f16" : "",
           n_kv_last, d);
-    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == wide / scan merge == prefill "
+    printf("  decode attention hd %d%s H %d/%d ctx %d: grouped == per-warp == prefill "
            "(1..4 rows), "
            "|gpu - cpu| %.3g\n",
            hd, f16 ? " (f16 KV)" : "", H, Hkv, n_kv_last, d);
@@ -477,7 +476,7 @@ static void test_attention(int hd, bool f16) {
                       .scale = 1.0f / sqrtf((float)hd),
                       .inv_freq = dinv,
                       .kv_f16 = f16};
-    CHECK(cu_qk_norm_rope_store(&a, dqg, dk, dv, dqn, dkn, dpos, T, dK, dV, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_qk_norm_rope_store(&a, dqg, dk, dv, dqn, dkn, dpos, T, dK, dV, S0) == 0, "%s", rl_lasterr());
     /* CPU: the same norm + rope, cache rows pos..pos+T-1 */
     for (int t = 0; t < T; t++) {
         float rc[512], rs[512]; /* n_rot / 2 <= hd / 2 <= 128 in every shape here */
@@ -515,12 +514,12 @@ static void test_attention(int hd, bool f16) {
     /* attention: split (rows one by one, T<=4 per launch) vs prefill (all rows) */
     float *o_pf = dpoison((size_t)T * H * hd), *o_sp = dpoison((size_t)T * H * hd);
     float *part = dpoison(cu_attn_part_floats(&a, 1));
-    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o_pf, S0) == 0, "%s", rl_lasterr());
     for (int t = 0; t < T; t++) {
         int p1 = pos + t;
         int *dp1 = dup_to_dev(&p1, sizeof p1);
         CHECK(cu_attention(&a, dqg + (size_t)t * H * 2 * hd, dK, dV, dp1, 1, true, part,
-                           o_sp + (size_t)t * H * hd, 0) == 0,
+                           o_sp + (size_t)t * H * hd, S0) == 0,
               "%s", rl_lasterr());
         cudaDeviceSynchronize();
         cudaFree(dp1);
@@ -535,7 +534,7 @@ static void test_attention(int hd, bool f16) {
         cu_attn_dims as = a;
         as.prefill_staged = true;
         float *o_st = dpoison((size_t)T * H * hd), *gst = malloc(sizeof(float) * T * H * hd);
-        CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o_st, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_attention(&as, dqg, dK, dV, dpos, T, false, NULL, o_st, S0) == 0, "%s", rl_lasterr());
         to_host(gst, o_st, sizeof(float) * T * H * hd);
         CHECK(count_bad(gst, gpf, (size_t)T * H * hd) == 0,
               "attention hd %d: staged prefill differs from prefill", hd);
@@ -585,6 +584,7 @@ static void test_attention(int hd, bool f16) {
 #include "test_cuda_ops_dn.h"
 #include "test_cuda_ops_mmq.h"
 #include "test_cuda_ops_attn.h"
+#include "test_cuda_ops_smem.h"
 
 /* ---- fused decode kernels: the same bits as the separate launches --------------------------- */
 
@@ -608,11 +608,11 @@ static void test_fused_combine(void) {
         float *dxn1 = dup_to_dev(xn, sizeof(float) * D), *dxn2 = dup_to_dev(xn, sizeof(float) * D);
         float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
         float *dy1 = dpoison(D), *dy2 = dpoison(D);
-        if (side) CHECK(cu_moe_sh_gate(dsg, dxn2, dg, D, 1, 0) == 0, "%s", rl_lasterr());
-        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, 0) == 0,
+        if (side) CHECK(cu_moe_sh_gate(dsg, dxn2, dg, D, 1, S0) == 0, "%s", rl_lasterr());
+        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, S0) == 0,
               "%s", rl_lasterr());
         CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D,
-                                   1e-6f, ctr, 0) == 0,
+                                   1e-6f, ctr, S0) == 0,
               "%s", rl_lasterr());
         to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
@@ -670,11 +670,11 @@ static void test_tail_add_norm(int D) {
         float *dy1 = dpoison(D), *dy2 = dpoison(D), *do1 = dpoison(D), *do2 = dpoison(D);
         cu_seg s1 = {.w = dW, .row_bytes = rb, .n_out = D, .y = dy1, .ldy = D}, s2 = s1;
         s2.y = dy2;
-        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s",
+        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, NULL, S0) == 0, "%s",
               rl_lasterr());
-        CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, S0) == 0, "%s", rl_lasterr());
         cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = ctr, .x = dx2, .out = do2, .w = dnw, .eps = 1e-6f};
-        CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, S0) == 0, "%s", rl_lasterr());
         to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
         to_host(a, do1, sizeof(float) * D), to_host(b, do2, sizeof(float) * D), bad += count_bad(a, b, D);
@@ -724,9 +724,9 @@ static void test_tail_router(void) {
         }
         cu_seg s0 = {.w = dW, .row_bytes = rb, .n_out = E, .y = lg[0], .ldy = E}, s1 = s0;
         s1.y = lg[1];
-        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s",
+        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, NULL, S0) == 0, "%s",
               rl_lasterr());
-        CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], 0) == 0, "%s",
+        CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], S0) == 0, "%s",
               rl_lasterr());
         cu_tail t = {.kind = CU_TAIL_ROUTER,
                      .counter = ctr,
@@ -738,7 +738,7 @@ static void test_tail_router(void) {
                      .n_tiles = nt[1],
                      .pair_in = pin[1],
                      .pair_out = pout[1]};
-        CHECK(cu_matmul_tail(QT_F32, n_in, &s1, 1, din, &t, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul_tail(QT_F32, n_in, &s1, 1, din, &t, S0) == 0, "%s", rl_lasterr());
         uint8_t h[2][4096];
         const void *pp[2][7] = {{ids[0], pin[0], pout[0], wt[0], pr[0], tl[0], nt[0]},
                                 {ids[1], pin[1], pout[1], wt[1], pr[1], tl[1], nt[1]}};
@@ -789,7 +789,7 @@ static void test_router_ties(int E) {
     for (int i = 0; i < E * T; i++) lg[i] = i >= 3 * E ? 0.25f : (float)(rl_rng_u64(&R) % 6) * 0.75f - 1.0f;
     float *dlg = dup_to_dev(lg, sizeof(float) * E * T), *dw = dpoison(T * K), *dp = dpoison(T * K);
     int32_t *dids = dup_to_dev(lg, sizeof(int32_t) * T * K);
-    CHECK(cu_router(dlg, E, K, T, dids, dw, dp, NULL, NULL, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_router(dlg, E, K, T, dids, dw, dp, NULL, NULL, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     int32_t gid[40], rid[10];
     float gw[40], gp[40];
     to_host(gid, dids, sizeof gid), to_host(gw, dw, sizeof gw), to_host(gp, dp, sizeof gp);
@@ -825,7 +825,17 @@ int main(void) {
         return check_skip("test_cuda_ops", "no CUDA device");
     }
     rl_rng_seed(&R, 20261130);
-    cu_matmul_set_int8(int8_on = 0); /* the float path first (the bounds above) */
+    cuda_tune tune;
+    int ordinal = 0;
+    if (cuda_tune_from_env(&tune) || cudaGetDevice(&ordinal) != cudaSuccess ||
+        cu_dev_init(&DEV, ordinal, &tune.k)) {
+        fprintf(stderr, "%s\n", rl_lasterr());
+        return 1;
+    }
+    S0 = (cu_stream){0, &DEV};
+    printf("  device %d: sm_%d, %d SMs, shared memory per block %zu of %zu bytes, PDL %s\n", DEV.ordinal,
+           DEV.cc, DEV.n_sm, DEV.smem_max, DEV.smem_optin, DEV.pdl ? "on" : "off");
+    cu_dev_set_int8(&DEV, int8_on = 0); /* the float path first (the bounds above) */
     if (cu_tables_init()) {
         fprintf(stderr, "%s\n", rl_lasterr());
         return 1;
@@ -849,14 +859,13 @@ int main(void) {
     for (size_t i = 0; i < NTYPES; i++) printf(" %s %.2g", quant_name(TYPES[i]), worst_rel[i]);
     printf("\n");
     /* the integer path of the K-quants: bit-exact with the CPU's vec_dot in every shape */
-    cu_matmul_set_int8(int8_on = 1);
+    cu_dev_set_int8(&DEV, int8_on = 1);
     static const uint32_t KQ[3] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
     const int fails0 = check_fail;
     for (int i = 0; i < 3; i++) {
         test_matmul(KQ[i], 63, 0);       /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256); /* 9: two full groups of four and one */
-        test_matmul(KQ[i], 63,
-                    512); /* 2 and 1 (the expert down rows; 4 row sets, RL_CUDA_MMQ_RS=1: 2 and 4) */
+        test_matmul(KQ[i], 63, 512);     /* 2 and 1 (the expert down rows; 4 row sets) */
         test_matmul(KQ[i], 63, 256);
     }
     for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
@@ -879,7 +888,7 @@ int main(void) {
     printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
            check_fail == fails0 ? "bit-identical to" : "DIFFERENT from");
     /* mode 2: the IQ types too (mmq_iq.cuh), the same checks */
-    cu_matmul_set_int8(int8_on = 2);
+    cu_dev_set_int8(&DEV, int8_on = 2);
     static const uint32_t IQ[3] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M};
     const int fails1 = check_fail;
     for (int i = 0; i < 3; i++) {
@@ -894,7 +903,7 @@ int main(void) {
     }
     printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
            check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
-    cu_matmul_set_int8(int8_on = 0);
+    cu_dev_set_int8(&DEV, int8_on = 0);
     test_rmsnorm(2048 + 64);
     test_rmsnorm(2048);
     test_rmsnorm(1000);
@@ -924,6 +933,7 @@ int main(void) {
     test_attention_tc(256, 24, 2, 20, 700, 3.0f); /* G 12 */
     test_attention_tc(128, 16, 1, 9, 1000, 3.0f); /* G 16: a full row tile in decode */
     test_attention_tc(64, 4, 4, 40, 100, 3.0f);   /* G 1: 64 positions per block */
+    test_smem_portable();                         /* the 99 KiB launch shapes == this GPU's */
     test_deltanet(128, 128, 16, 32, 5, 0);
     test_deltanet(128, 128, 16, 32, 150, 0);
     test_deltanet(32, 32, 4, 8, 5, 0);

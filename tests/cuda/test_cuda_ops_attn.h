@@ -29,7 +29,7 @@ static void test_attention_tiled(int hd, bool f16, int H, int Hkv, int T, int po
         av.prefill_tiled = v == 2;
         float *o = dpoison(on);
         g[v] = malloc(sizeof(float) * on);
-        CHECK(cu_attention(&av, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_attention(&av, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "attention hd %d: prefill variant %d failed", hd, v);
         to_host(g[v], o, sizeof(float) * on);
         cudaFree(o);
@@ -94,36 +94,25 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
           *g32 = malloc(sizeof(float) * on);
     float *ref = malloc(sizeof(float) * on);
     float *o = dpoison(on), *part = dpoison(cu_attn_part_floats(&a, CU_ATTN_SPLIT_MAX_T));
-    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_attention(&a, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "tc prefill launch failed");
     to_host(g_pf, o, sizeof(float) * on);
     cudaFree(o);
     int bad = 0;
     for (int db = 0; db < 2; db++) /* the split kernel one slice at a time, then double-buffered */
-        for (int rows = 1; rows <= CU_ATTN_SPLIT_MAX_T + 4; rows++) { /* 5, 6: 1 and 4 rows with the wide
-                                                                       * merge; 7, 8: with the scan merge */
-            const int nrows = rows > CU_ATTN_SPLIT_MAX_T ? (rows % 2 ? 1 : 4) : rows;
-            a.merge_wide = rows > CU_ATTN_SPLIT_MAX_T;
-            a.merge_scan = rows > CU_ATTN_SPLIT_MAX_T + 2;
+        for (int nrows = 1; nrows <= CU_ATTN_SPLIT_MAX_T; nrows++) {
             a.split_db = db;
             attn_split_rows(&a, dqg, dK, dV, pos, T, nrows, part, g);
             const int b = count_bad(g, g_pf, on);
-            CHECK(b == 0,
-                  "tc attention hd %d H %d/%d T %d at %d: split (%d rows%s%s) != prefill in %d values", hd, H,
-                  Hkv, T, pos, nrows,
-                  a.merge_scan   ? ", scan merge"
-                  : a.merge_wide ? ", wide merge"
-                                 : "",
-                  db ? ", double-buffered" : "", b);
+            CHECK(b == 0, "tc attention hd %d H %d/%d T %d at %d: split (%d rows%s) != prefill in %d values",
+                  hd, H, Hkv, T, pos, nrows, db ? ", double-buffered" : "", b);
             bad += b;
         }
     cu_attn_dims af = a; /* the FP32 kernels on the same cache, for the report */
     af.tc = false;
-    af.merge_wide = false;
-    af.merge_scan = false;
     af.prefill_tiled = true;
     o = dpoison(on);
-    CHECK(cu_attention(&af, dqg, dK, dV, dpos, T, false, NULL, o, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_attention(&af, dqg, dK, dV, dpos, T, false, NULL, o, S0) == 0, "%s", rl_lasterr());
     to_host(g32, o, sizeof(float) * on);
     cudaFree(o);
     attn_ref(qg, hk, hv, true, T, H, Hkv, hd, pos, ref);
@@ -150,7 +139,7 @@ static void test_attention_tc(int hd, int H, int Hkv, int T, int pos, float qsca
                  dr32 = max_abs_diff(g32, ref, on);
     CHECK(d <= bound, "tc attention hd %d H %d/%d T %d at %d: max |tc - cpu| %.3g > bound %.3g", hd, H, Hkv,
           T, pos, d, bound);
-    printf("  tc attention hd %d H %d/%d, %d rows at %d (q x%.0f): split (1..4 rows, three merges, 1 or 2 "
+    printf("  tc attention hd %d H %d/%d, %d rows at %d (q x%.0f): split (1..4 rows, 1 or 2 "
            "slices) %s prefill; |tc - cpu| %.3g "
            "(bound %.3g), |tc - fp32| %.3g, |fp32 - cpu| %.3g\n",
            hd, H, Hkv, T, pos, qscale, bad ? "!=" : "==", d, bound, d32, dr32);

@@ -38,17 +38,17 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T, int q35) {
     /* prefill pieces over T rows */
     float *cs = dup_to_dev(cs0, sizeof(float) * (kw - 1) * C), *ss = dup_to_dev(s0, sizeof(float) * ns);
     float *u = dpoison((size_t)T * C), *ab = dpoison((size_t)T * 2 * hv), *o = dpoison((size_t)T * inner);
-    CHECK(cu_dn_conv(&d, d_in, C, u, cs, T, 0) == 0 && cu_dn_prep(&d, u, d_ba, ab, T, 0) == 0 &&
-              cu_dn_scan(&d, u, ab, ss, o, T, 0) == 0 && cu_dn_gnorm(&d, o, d_z, inner, T, 0) == 0,
+    CHECK(cu_dn_conv(&d, d_in, C, u, cs, T, S0) == 0 && cu_dn_prep(&d, u, d_ba, ab, T, S0) == 0 &&
+              cu_dn_scan(&d, u, ab, ss, o, T, S0) == 0 && cu_dn_gnorm(&d, o, d_z, inner, T, S0) == 0,
           "%s", rl_lasterr());
     /* decode: per row conv (T=1) + the fused step */
     float *cs2 = dup_to_dev(cs0, sizeof(float) * (kw - 1) * C), *ss2 = dup_to_dev(s0, sizeof(float) * ns);
     float *u2 = dpoison((size_t)T * C), *o2 = dpoison((size_t)T * inner);
     for (int t = 0; t < T; t++) {
-        CHECK(cu_dn_conv(&d, d_in + (size_t)t * C, C, u2 + (size_t)t * C, cs2, 1, 0) == 0, "%s",
+        CHECK(cu_dn_conv(&d, d_in + (size_t)t * C, C, u2 + (size_t)t * C, cs2, 1, S0) == 0, "%s",
               rl_lasterr());
         CHECK(cu_dn_step(&d, u2 + (size_t)t * C, d_ba + (size_t)t * 2 * hv, d_z + (size_t)t * inner, ss2,
-                         o2 + (size_t)t * inner, NULL, 0) == 0,
+                         o2 + (size_t)t * inner, NULL, S0) == 0,
               "%s", rl_lasterr());
     }
     /* the split step (a head over 4 blocks, counters) on the same inputs: the fused step's bits */
@@ -57,7 +57,7 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T, int q35) {
     CHECK(cudaMemset(ctr, 0, sizeof(unsigned) * hv) == cudaSuccess, "memset");
     for (int t = 0; t < T; t++)
         CHECK(cu_dn_step(&d, u2 + (size_t)t * C, d_ba + (size_t)t * 2 * hv, d_z + (size_t)t * inner, ss3,
-                         o3 + (size_t)t * inner, ctr, 0) == 0,
+                         o3 + (size_t)t * inner, ctr, S0) == 0,
               "%s", rl_lasterr());
     float *g_o = malloc(sizeof(float) * T * inner), *g_o2 = malloc(sizeof(float) * T * inner);
     float *g_s = malloc(sizeof(float) * ns), *g_s2 = malloc(sizeof(float) * ns);
@@ -102,9 +102,9 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T, int q35) {
         cu_seg s1 = {.w = dw, .row_bytes = rb, .n_out = C, .y = raw, .ldy = C};
         cu_seg s2 = {.w = dw, .row_bytes = rb, .n_out = C, .y = ua, .ldy = C, .epi = CU_EPI_CONV};
         cu_conv cv = {d_cw, csa, kw, C};
-        CHECK(cu_matmul(QT_Q8_0, D, &s1, 1, dx, D, 1, NULL, false, NULL, NULL, 0) == 0 &&
-                  cu_dn_conv(&d, raw, C, ub, csb, 1, 0) == 0 &&
-                  cu_matmul(QT_Q8_0, D, &s2, 1, dx, D, 1, NULL, false, &cv, NULL, 0) == 0,
+        CHECK(cu_matmul(QT_Q8_0, D, &s1, 1, dx, D, 1, NULL, false, NULL, NULL, S0) == 0 &&
+                  cu_dn_conv(&d, raw, C, ub, csb, 1, S0) == 0 &&
+                  cu_matmul(QT_Q8_0, D, &s2, 1, dx, D, 1, NULL, false, &cv, NULL, S0) == 0,
               "%s", rl_lasterr());
         float *ha = malloc(sizeof(float) * C), *hb = malloc(sizeof(float) * C);
         to_host(ha, ua, sizeof(float) * C);
@@ -201,7 +201,7 @@ static void test_moe(void) {
     float *w = dpoison((size_t)T * K), *p = dpoison((size_t)T * K);
     int max_tiles = T * K / CU_TT + E + 1, *nt = dalloc(4), *cnt = dalloc(4 * E);
     cu_tile *tiles = dalloc(sizeof(cu_tile) * max_tiles);
-    CHECK(cu_router(dlg, E, K, T, ids, w, p, NULL, NULL, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_router(dlg, E, K, T, ids, w, p, NULL, NULL, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     int32_t hid[11 * 4];
     float hw[11 * 4], hp[11 * 4];
     to_host(hid, ids, sizeof hid);
@@ -235,15 +235,15 @@ static void test_moe(void) {
             *dd = dup_to_dev(hd, rbd * E * D);
     float *x = randv((size_t)T * D, 1.0f), *dx = dup_to_dev(x, sizeof(float) * T * D);
     float *h = dpoison((size_t)T * K * ff), *eo = dpoison((size_t)T * K * D);
-    CHECK(cu_moe_plan(ids, T, K, E, CU_TT, tiles, nt, pin, pout, cnt, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_moe_plan(ids, T, K, E, CU_TT, tiles, nt, pin, pout, cnt, S0) == 0, "%s", rl_lasterr());
     cu_group g = {.tiles = tiles, .n_tiles = nt, .max_tiles = max_tiles, .tt = CU_TT, .pair_in = pin};
     cu_seg gu = {
         .w = dg, .w2 = du, .row_bytes = rbg, .expert_stride = rbg * ff, .n_out = ff, .y = h, .ldy = ff};
-    CHECK(cu_matmul(QT_Q4_K, D, &gu, 1, dx, D, T, &g, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(QT_Q4_K, D, &gu, 1, dx, D, T, &g, true, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     g.pair_in = NULL;
     g.pair_out = pout;
     cu_seg dn = {.w = dd, .row_bytes = rbd, .expert_stride = rbd * D, .n_out = D, .y = eo, .ldy = D};
-    CHECK(cu_matmul(QT_Q8_0, ff, &dn, 1, h, ff, T, &g, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(QT_Q8_0, ff, &dn, 1, h, ff, T, &g, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     float *geo = malloc(sizeof(float) * T * K * D), *one = malloc(sizeof(float) * D);
     to_host(geo, eo, sizeof(float) * T * K * D);
     /* each (row, slot) alone through dense 1-row launches on that expert's rows: bit-identical */
@@ -259,24 +259,24 @@ static void test_moe(void) {
                         .y = h1,
                         .ldy = ff};
             cu_seg b = {.w = dd + (size_t)e * D * rbd, .row_bytes = rbd, .n_out = D, .y = o1, .ldy = D};
-            cu_matmul(QT_Q4_K, D, &a, 1, dx + (size_t)t * D, D, 1, NULL, true, NULL, NULL, 0);
-            cu_matmul(QT_Q8_0, ff, &b, 1, h1, ff, 1, NULL, false, NULL, NULL, 0);
+            cu_matmul(QT_Q4_K, D, &a, 1, dx + (size_t)t * D, D, 1, NULL, true, NULL, NULL, S0);
+            cu_matmul(QT_Q8_0, ff, &b, 1, h1, ff, 1, NULL, false, NULL, NULL, S0);
             to_host(one, o1, sizeof(float) * D);
             diff += count_bad(one, geo + ((size_t)t * K + k) * D, D);
         }
     CHECK(diff == 0, "grouped expert matmuls differ from per-pair launches (%d values)", diff);
     /* decode plan (T = 1) from the router */
     float *eo1 = dpoison((size_t)K * D), *hh1 = dpoison((size_t)K * ff);
-    CHECK(cu_router(dlg + 5 * E, E, K, 1, ids, w, p, tiles, nt, pin, pout, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_router(dlg + 5 * E, E, K, 1, ids, w, p, tiles, nt, pin, pout, S0) == 0, "%s", rl_lasterr());
     cu_group g1 = {.tiles = tiles, .n_tiles = nt, .max_tiles = K, .tt = 1, .pair_in = pin};
     cu_seg gu1 = gu, dn1 = dn;
     gu1.y = hh1;
     dn1.y = eo1;
     g1.pair_in = pin;
-    cu_matmul(QT_Q4_K, D, &gu1, 1, dx + 5 * D, D, 1, &g1, true, NULL, NULL, 0);
+    cu_matmul(QT_Q4_K, D, &gu1, 1, dx + 5 * D, D, 1, &g1, true, NULL, NULL, S0);
     g1.pair_in = NULL;
     g1.pair_out = pout;
-    cu_matmul(QT_Q8_0, ff, &dn1, 1, hh1, ff, 1, &g1, false, NULL, NULL, 0);
+    cu_matmul(QT_Q8_0, ff, &dn1, 1, hh1, ff, 1, &g1, false, NULL, NULL, S0);
     float *geo1 = malloc(sizeof(float) * K * D);
     to_host(geo1, eo1, sizeof(float) * K * D);
     CHECK(count_bad(geo1, geo + (size_t)5 * K * D, (size_t)K * D) == 0,
@@ -293,10 +293,10 @@ static void test_moe(void) {
     float *dres2 = dup_to_dev(x0, sizeof(float) * T * D), *dy2 = dpoison((size_t)T * D),
           *dout2 = dpoison((size_t)T * D);
     float *dgt = dpoison(T);
-    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, NULL, dx, dy, dres, dwn, dout, D, T, 1e-6f, 0) == 0, "%s",
+    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, NULL, dx, dy, dres, dwn, dout, D, T, 1e-6f, S0) == 0, "%s",
           rl_lasterr());
-    CHECK(cu_moe_sh_gate(dsg, dx, dgt, D, T, 0) == 0, "%s", rl_lasterr());
-    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, dgt, dx, dy2, dres2, dwn, dout2, D, T, 1e-6f, 0) == 0, "%s",
+    CHECK(cu_moe_sh_gate(dsg, dx, dgt, D, T, S0) == 0, "%s", rl_lasterr());
+    CHECK(cu_moe_combine(eo, w, K, dsh, dsg, dgt, dx, dy2, dres2, dwn, dout2, D, T, 1e-6f, S0) == 0, "%s",
           rl_lasterr());
     float *gy = malloc(sizeof(float) * T * D), *gout = malloc(sizeof(float) * T * D),
           *ry = malloc(sizeof(float) * T * D), *rout = malloc(sizeof(float) * T * D);

@@ -42,7 +42,7 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     ops_mat W = {"w", type, n_in, n_out, rb, w};
     /* dense, one segment: == vec_dot */
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
-    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, T, NULL, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, T, NULL, false, NULL, ws, S0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * T * n_out);
     int bad = check_mm_q8(&W, x, T, got, n_out);
     CHECK(bad == 0, "staged int8 tiles %s n_in %d: %d outputs differ from the CPU's vec_dot", qt->name, n_in,
@@ -52,7 +52,7 @@ static void test_mmq_tc(uint32_t type, int n_in) {
           *h2 = malloc(sizeof(float) * T * 170);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = 130, .y = d2, .ldy = 130},
                     {.w = dw + 130 * rb, .row_bytes = rb, .n_out = 170, .y = d3, .ldy = 170}};
-    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, T, NULL, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, T, NULL, false, NULL, ws, S0) == 0, "%s", rl_lasterr());
     int diff = 0;
     to_host(h2, d2, sizeof(float) * T * 130);
     for (int t = 0; t < T; t++) diff += count_bad(h2 + (size_t)t * 130, got + (size_t)t * n_out, 130);
@@ -65,8 +65,8 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     cu_seg gu = {.w = dw, .w2 = dw + (size_t)H * rb, .row_bytes = rb, .n_out = H, .y = dh, .ldy = H},
            gu0 = gu;
     gu0.y = dh0;
-    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, T, NULL, true, NULL, ws, 0) == 0 &&
-              cu_matmul(type, n_in, &gu0, 1, dx, n_in, T, NULL, true, NULL, NULL, 0) == 0,
+    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, T, NULL, true, NULL, ws, S0) == 0 &&
+              cu_matmul(type, n_in, &gu0, 1, dx, n_in, T, NULL, true, NULL, NULL, S0) == 0,
           "%s", rl_lasterr());
     to_host(hh, dh, sizeof(float) * T * H);
     to_host(hh0, dh0, sizeof(float) * T * H);
@@ -92,7 +92,7 @@ static void test_mmq_tc(uint32_t type, int n_in) {
                   .x_rows = T};
     cu_seg sgp = {
         .w = dw, .row_bytes = rb, .expert_stride = (size_t)ER * rb, .n_out = ER, .y = dg, .ldy = ER};
-    CHECK(cu_matmul(type, n_in, &sgp, 1, dx, n_in, P, &g, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &sgp, 1, dx, n_in, P, &g, false, NULL, ws, S0) == 0, "%s", rl_lasterr());
     to_host(gg, dg, sizeof(float) * P * ER);
     void *xq = malloc(quant_row_size(QT_Q8_K, n_in));
     bad = 0;
@@ -108,7 +108,7 @@ static void test_mmq_tc(uint32_t type, int n_in) {
     }
     CHECK(bad == 0, "staged int8 tiles %s: grouped outputs differ from the CPU's vec_dot (%d)", qt->name,
           bad);
-    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt with RL_CUDA_MOE_TT=16): the same bits
+    { /* the same pairs in tiles of up to 2 * CU_TT (cu_matmul_group_tt's tiles): the same bits
        */
         cu_tile tl2[61];
         int n16 = mmq_tiles(P, ex, 2 * CU_TT, tl2);
@@ -122,12 +122,13 @@ static void test_mmq_tc(uint32_t type, int n_in) {
         g16.tt = 2 * CU_TT;
         cu_seg s16 = sgp;
         s16.y = dg2;
-        CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, ws, 0) == 0, "%s", rl_lasterr());
+        CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, ws, S0) == 0, "%s",
+              rl_lasterr());
         to_host(gg2, dg2, sizeof(float) * P * ER);
         const int d16 = count_bad(gg2, gg, (size_t)P * ER);
         CHECK(d16 == 0, "staged int8 tiles %s: grouped tiles of 16 pairs differ from tiles of 8 (%d)",
               qt->name, d16);
-        CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, NULL, 0) != 0,
+        CHECK(cu_matmul(type, n_in, &s16, 1, dx, n_in, P, &g16, false, NULL, NULL, S0) != 0,
               "tiles of 16 pairs without a scratch must be refused");
         cudaFree(dtl2);
         cudaFree(dnt2);
@@ -150,8 +151,8 @@ static void test_mmq_tc(uint32_t type, int n_in) {
                  .ldy = 50},
            gs0 = gs;
     gs0.y = dgu0;
-    CHECK(cu_matmul(type, n_in, &gs, 1, dx, n_in, P, &g2, true, NULL, ws, 0) == 0 &&
-              cu_matmul(type, n_in, &gs0, 1, dx, n_in, P, &g2, true, NULL, NULL, 0) == 0,
+    CHECK(cu_matmul(type, n_in, &gs, 1, dx, n_in, P, &g2, true, NULL, ws, S0) == 0 &&
+              cu_matmul(type, n_in, &gs0, 1, dx, n_in, P, &g2, true, NULL, NULL, S0) == 0,
           "%s", rl_lasterr());
     to_host(hg, dgu, sizeof(float) * P * 50);
     to_host(hg0, dgu0, sizeof(float) * P * 50);
@@ -204,7 +205,7 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
           *dg = dpoison(n_out);
     cu_seg ss[2] = {{.w = dw, .row_bytes = rb, .n_out = n0, .y = dy, .ldy = n0},
                     {.w = dw + (size_t)n0 * rb, .row_bytes = rb, .n_out = n1, .y = dy + n0, .ldy = n1}};
-    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, ss, 2, dx, n_in, 1, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * n_out);
     int bad = check_mm_q8(&W, x, 1, got, n_out);
     CHECK(bad == 0, "one-token %s launch over %d rows: %d outputs differ from the CPU's vec_dot",
@@ -212,8 +213,8 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
     /* gate/up: silu(w x) * (u x), from the plain launches of w and u */
     cu_seg su = {.w = du, .row_bytes = rb, .n_out = n_out, .y = dz, .ldy = n_out};
     cu_seg sg = {.w = dw, .w2 = du, .row_bytes = rb, .n_out = n_out, .y = dg, .ldy = n_out};
-    CHECK(cu_matmul(type, n_in, &su, 1, dx, n_in, 1, NULL, false, NULL, NULL, 0) == 0, "%s", rl_lasterr());
-    CHECK(cu_matmul(type, n_in, &sg, 1, dx, n_in, 1, NULL, true, NULL, NULL, 0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &su, 1, dx, n_in, 1, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
+    CHECK(cu_matmul(type, n_in, &sg, 1, dx, n_in, 1, NULL, true, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     float *hz = malloc(sizeof(float) * n_out);
     to_host(hz, dz, sizeof(float) * n_out);
     to_host(gu, dg, sizeof(float) * n_out);

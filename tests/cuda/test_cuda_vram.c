@@ -8,6 +8,9 @@
  *     retried step and every later one are bit-identical to full residency (nothing corrupted);
  *   - a budget below the dense part is refused in one line;
  *   - --vram-pin auto/on/off (DMA from the page-locked mapping, or the staging ring): bit-identical;
+ *   - an emulated slow link (RL_VRAM_LINK_GBS=2, and 0.1 where every copy run is held): bit-identical,
+ *     and the host->device rate the tier measured (its stats line) is at most the cap (+10 %), and
+ *     at 0.1 GB/s at least half of it (the hold neither missing nor far too long);
  *   - --vram-miss cpu / auto (CPU-computed experts): logits within a measured tolerance of full
  *     residency (twice the CPU backend's own distance to the GPU), greedy agreement reported and
  *     every disagreement a near tie by the reference's margin (hybrid_vs_full).
@@ -29,6 +32,8 @@
 
 static const char *g_pin, *g_miss; /* --vram-pin / --vram-miss of the next run (NULL: defaults) */
 static double g_cpu_per_token;     /* CPU-computed experts per token of the last run (its stats) */
+static double g_link_gbs;          /* host->device GB/s the tier measured in the last run (its stats) */
+static bool g_link_capped;         /* ... and its stats named the emulated link (RL_VRAM_LINK_GBS) */
 
 /* Prompt then NG steps; logits: (NG + 1) x V (the prompt's last row, then each step's). The
  * steps feed forced[i] when given (teacher forcing: the same positions and tokens as a
@@ -59,6 +64,10 @@ static int run_forced(engine *e, const char *vram, float *logits, int32_t *toks,
               "stats printed: %s", buf ? buf : "");
         const char *q = buf ? strstr(buf, "CPU-computed experts ") : NULL;
         if (q) sscanf(q, "CPU-computed experts %lf", &g_cpu_per_token);
+        g_link_gbs = -1;
+        q = buf ? strstr(buf, "host->device copies ") : NULL;
+        CHECK(q && sscanf(q, "host->device copies %lf GB/s", &g_link_gbs) == 1, "link rate in the stats");
+        g_link_capped = buf && strstr(buf, "emulated link RL_VRAM_LINK_GBS=");
         free(buf);
     }
     engine_ctx_free(c);
@@ -180,11 +189,26 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch, bo
     CHECK(!memcmp(tr, tg, sizeof tr), "%s: greedy tokens differ", model);
     printf(
         "  %s, %s slots/layer, prefetch %s, overlap %s, --vram-pin %s, --vram-miss copy: prompt + %d steps "
-        "bit-identical to full residency\n",
-        model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", pin ? pin : "auto", NG);
+        "bit-identical to full residency (host->device %.3f GB/s)\n",
+        model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", pin ? pin : "auto", NG, g_link_gbs);
     free(ref);
     free(got);
     engine_close(e);
+}
+
+/* The same run under an emulated link of `cap` GB/s (RL_VRAM_LINK_GBS): the same bits, and the
+ * rate the tier measured at most the cap. The fixtures' experts are 6.5 / 9.8 KB, so at 2 GB/s a
+ * run of copies costs about what the cap allows (few holds); at 0.1 GB/s every run is held, and the
+ * measured rate must also reach half the cap (a hold far too long, e.g. a unit slip, fails). */
+static void link_vs_full(const char *model, const char *slots, const char *pin, const char *cap) {
+    setenv("RL_VRAM_LINK_GBS", cap, 1);
+    vram_vs_full(model, slots, true, true, pin);
+    unsetenv("RL_VRAM_LINK_GBS");
+    const double c = atof(cap), got = g_link_gbs;
+    printf("  %s, emulated link RL_VRAM_LINK_GBS=%s: measured %.3f GB/s\n", model, cap, got);
+    CHECK(g_link_capped, "%s: the stats do not name the emulated link", model);
+    CHECK(got > 0 && got <= 1.10 * c, "%s: measured %.3f GB/s under a cap of %s GB/s", model, got, cap);
+    if (c <= 0.2) CHECK(got >= 0.5 * c, "%s: measured %.3f GB/s, under half the cap of %s", model, got, cap);
 }
 
 /* Verify rows on the tier == single steps at full residency; then a forced fill failure. */
@@ -256,6 +280,9 @@ int main(void) {
     vram_vs_full(b, "10", true, true, "off");
     vram_vs_full(b, "10", true, true, "on");
     vram_vs_full(b, "31", true, true, NULL); /* all but one */
+    link_vs_full(a, "4", NULL, "2");         /* DMA from the mapping, held to 2 GB/s */
+    link_vs_full(b, "10", "off", "2");       /* the staging ring, held */
+    link_vs_full(b, "10", NULL, "0.1");      /* every run of copies held */
     hybrid_vs_full(a, "4", "cpu");           /* every miss of a step (and of the 8-row chunk) on the CPU */
     hybrid_vs_full(a, "6", "auto");
     hybrid_vs_full(b, "10", "cpu");
