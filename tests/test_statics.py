@@ -31,8 +31,9 @@ ALLOWED = {
     ("src/cli/main.c", "help_flag"): "argv-style writable copy of \"--help\" handed to a command's parser; never written",
     ("src/backend/backend_cuda_model.c", "g_models_lock"): "guards g_models",
     ("src/backend/backend_cuda_model.c", "g_models"): "device copies of a model shared by the engines of one process (refcounted, under g_models_lock)",
-    ("src/cuda/quant.cu", "g_tabs"): "the quant lookup tables' device copies, uploaded once per process",
-    ("src/cuda/quant.cu", "g_tabs_ready"): "their upload flag",
+    ("src/cuda/quant.cu", "g_tabs"): "the quant lookup tables' device copies, uploaded once per device (constant data)",
+    ("src/cuda/quant.cu", "g_tabs_ready"): "their per-device upload flag (under g_tabs_lock)",
+    ("src/cuda/quant.cu", "g_tabs_lock"): "guards the per-device uploads of g_tabs",
     # pointers to string literals never reassigned (`*const` left to their owners: cli / serve edits)
     ("src/cli/cmd_chat.c", "CMD"): "the command's name, never written",
     ("src/cli/cmd_generate.c", "CMD"): "the command's name, never written",
