@@ -51,13 +51,13 @@ setup_lcpp() {
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON"
     if [ -f .lcp/libggml-cuda.so.xz ]; then
         cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF \
-            >"$OUT/lcpp_cmake.log" 2>&1 || return 1
-        cmake --build $LCP/build --target llama-bench llama-server ggml-cpu -j"$NT" >"$OUT/lcpp_build.log" 2>&1 || return 1
+            >"$LCP/lcpp_cmake.log" 2>&1 || return 1
+        cmake --build $LCP/build --target llama-bench llama-server ggml-cpu -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
         xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so
     else
         cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-            >"$OUT/lcpp_cmake.log" 2>&1 || return 1
-        cmake --build $LCP/build --target llama-bench llama-server -j"$NT" >"$OUT/lcpp_build.log" 2>&1 || return 1
+            >"$LCP/lcpp_cmake.log" 2>&1 || return 1
+        cmake --build $LCP/build --target llama-bench llama-server -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
     fi
 }
 
@@ -74,10 +74,24 @@ vram_run() {
     return $rc
 }
 
+# wait for the detached llama.cpp build (at most $1 s)
+wait_lcpp() {
+    local t=0
+    while [ ! -f $LCP/build.rc ] && [ $t -lt "$1" ]; do sleep 5; t=$((t + 5)); done
+    cp $LCP/lcpp_*.log "$OUT/" 2>/dev/null
+    if [ "$(cat $LCP/build.rc 2>/dev/null)" = 0 ] && $LB --help >/dev/null 2>&1; then return 0; fi
+    say "llama.cpp not ready (rc $(cat $LCP/build.rc 2>/dev/null), waited $t s): $(tail -3 $LCP/lcpp_build.log 2>/dev/null)"
+    return 1
+}
+
 case "${1:-}" in
 setup)
     say "setup: llama.cpp + redlite builds, synthetic files"
-    (setup_lcpp; echo "llama.cpp build rc=$?" >>"$S") &
+    # llama.cpp builds detached (it outlives this call on a warm machine; the later stages wait for it)
+    if [ ! -f $LCP/build.rc ]; then
+        export -f setup_lcpp; export LCP LB NT
+        setsid nohup bash -c 'setup_lcpp; echo $? >$LCP/build.rc' >/dev/null 2>&1 &
+    fi
     if [ -d .old ] && [ ! -x .old/build/cuda/redlite ]; then
         (cd .old && nice make -s -j4 CUDA=1 BUILD=build/cuda CUDA_ARCH="$ARCH" build/cuda/redlite >"$OUT/old_build.log" 2>&1
          echo "old tree build rc=$?" >>"$S") &
@@ -90,7 +104,7 @@ setup)
     [ -s /tmp/q35.gguf ] || $RL synth --preset 35b-a3b-q4_k_m --routing calibrated -o /tmp/q35.gguf --quiet
     say "files written: $(ls -la /tmp/cf2.gguf /tmp/q35.gguf | awk '{print $5}' | tr '\n' ' ')"
     wait
-    $LB --help >/dev/null 2>&1 && say "llama-bench runs" || say "llama-bench does not run: $(tail -5 "$OUT/lcpp_build.log")"
+    say "setup done (llama.cpp still building: bench stages wait for it)"
     ;;
 tests)
     for tp in $TPROGS; do
@@ -104,6 +118,7 @@ tests)
     grep -h -B2 -A8 'FAIL' "$OUT"/test_cuda_*.txt | head -60 >"$OUT/fails.txt"
     ;;
 cf2)
+    wait_lcpp 300 &&
     OUT=$OUT/cf2 CF2=/tmp/cf2.gguf PRESET=cf2 LCP=$LCP bench/cuda_compare.sh 1 2>&1 | tail -4 | tee -a "$S"
     if [ -x .old/build/cuda/redlite ]; then
         for side in old new old new; do
@@ -117,6 +132,7 @@ print('decode', round(d['decode'][0]['tok_s'], 1), 'prompt', round(d['prompt'][0
     ;;
 rows)
     for side in redlite llama; do
+        [ $side = llama ] && { wait_lcpp 120 || break; }
         extra=(); [ $side = llama ] && extra=(--llama-server $LCP/build/bin/llama-server)
         timeout 280 python3 bench/gpu_rows_load.py $RL /tmp/cf2.gguf --streams 1,4,8 --tokens 128 --reps 2 "${extra[@]}" \
             -- --backend cuda --ctx 4096 -t 8 >"$OUT/rows_$side.txt" 2>&1
@@ -124,6 +140,7 @@ rows)
     done
     ;;
 q35)
+    wait_lcpp 300 || exit 1
     M=/tmp/q35.gguf
     say "q35 full residency"
     vram_run lcpp_full $LB -m $M -ngl 99 -fa 1 -p 2048 -n 64 -ub 2048 -r 2 -o json >"$OUT/lcpp_q35_full.json" 2>"$OUT/lcpp_q35_full.err"
