@@ -187,8 +187,6 @@ static int rows_capture(cuda_rows *r, rows_graph *g, backend_ctx *const *cs, int
 static int rows_graph_run(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n, bool head) {
     backend_ctx *c = cs[0];
     cuda_rows *r = c->rows;
-    for (int i = 0; i < n; i++)
-        if (!cs[i]->rows_id) cs[i]->rows_id = __atomic_add_fetch(&c->dm->rows_ids, 1, __ATOMIC_RELAXED);
     int32_t *h = c->h_tok; /* 2n <= 2 n_batch + 1 entries, pinned */
     memcpy(h, tokens, sizeof(int32_t) * (size_t)n);
     for (int i = 0; i < n; i++) h[n + i] = pos[i];
@@ -201,6 +199,43 @@ static int rows_graph_run(backend_ctx *const *cs, const int32_t *tokens, const i
     g->used = ++r->tick;
     r->launches++;
     return CU_CHECK(cudaGraphLaunch(g->exec, c->st));
+}
+
+/* Captured graphs are keyed on the ordered rows and cached on the first row's context: the server
+ * hands the rows in whatever order its slots come, so the graph path takes them in one canonical order
+ * (ascending rows_id, ids handed out on first use) and every set of contexts maps to one graph. A row's
+ * bits do not depend on its place among the rows (each row's arithmetic is its own), so the order is
+ * free. */
+static bool rows_sorted(backend_ctx *const *cs, int n) {
+    for (int i = 0; i < n; i++)
+        if (!cs[i]->rows_id) cs[i]->rows_id = __atomic_add_fetch(&cs[0]->dm->rows_ids, 1, __ATOMIC_RELAXED);
+    for (int i = 1; i < n; i++)
+        if (cs[i - 1]->rows_id > cs[i]->rows_id) return false;
+    return true;
+}
+
+/* cuda_forward_rows over the rows permuted into ascending rows_id (n <= CU_ROWS_MAX). */
+static int rows_in_order(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
+                         float *const *logits, float *const *hidden) {
+    int ix[CU_ROWS_MAX], p[CU_ROWS_MAX];
+    backend_ctx *c2[CU_ROWS_MAX];
+    int32_t t2[CU_ROWS_MAX];
+    float *l2[CU_ROWS_MAX], *h2[CU_ROWS_MAX];
+    for (int i = 0; i < n; i++) ix[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by rows_id: n is small */
+        for (int j = i; j > 0 && cs[ix[j - 1]]->rows_id > cs[ix[j]]->rows_id; j--) {
+            int t = ix[j];
+            ix[j] = ix[j - 1];
+            ix[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        c2[i] = cs[ix[i]];
+        t2[i] = tokens[ix[i]];
+        p[i] = pos[ix[i]];
+        l2[i] = logits ? logits[ix[i]] : NULL;
+        h2[i] = hidden ? hidden[ix[i]] : NULL;
+    }
+    return cuda_forward_rows(c2, t2, p, n, logits ? l2 : NULL, hidden ? h2 : NULL);
 }
 
 int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *pos, int n,
@@ -233,10 +268,11 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
         TRY(CU_CHECK(cudaEventRecord(cs[i]->ev_fork, cs[i]->st)));
         TRY(CU_CHECK(cudaStreamWaitEvent(c->st, cs[i]->ev_fork, 0)));
     }
+    const bool graph = c->graphs && n <= CU_ROWS_MAX && c->tune.rows_graph;
+    if (graph && !rows_sorted(cs, n)) return rows_in_order(cs, tokens, pos, n, logits, hidden);
     c->snap_rows = false;
     TRY(rows_get(c));
     c->rows->batched = c->tune.rows_batch;
-    const bool graph = c->graphs && n <= CU_ROWS_MAX && c->tune.rows_graph;
     if (graph) {
         TRY(rows_graph_run(cs, tokens, pos, n, want_logits > 0));
     } else { /* direct: the same launches, the inputs copied one by one */

@@ -24,7 +24,7 @@
 #include "run/engine.h"
 
 #define NCTX 256
-#define NB 32
+#define NB 64 /* >= PROMPT: the prompt is one forward */
 #define PROMPT 40
 #define STEPS 8
 
