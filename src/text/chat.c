@@ -383,6 +383,18 @@ void chat_spans_free(chat_spans *sp) {
 
 static span content_of(const chat_msg *m) { return sp_of(m->content); }
 
+/* The last user message that is not a bare <tool_response> block, its content read by `content`
+ * (the templates differ: Qwen3's as given, Qwen3.5's trimmed); n - 1 when there is none. */
+static int last_query_of(const chat_msg *M, int n, span (*content)(const chat_msg *)) {
+    for (int i = n - 1; i >= 0; i--) {
+        span s = content(&M[i]);
+        if (M[i].role == CHAT_USER &&
+            !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>")))
+            return i;
+    }
+    return n - 1;
+}
+
 /* sp: where the content's range is recorded (NULL: the content is not client text) */
 static void put_turn(chat_buf *b, const char *role, span content, chat_spans *sp) {
     chat_buf_puts(b, "<|im_start|>");
@@ -423,15 +435,7 @@ static void render_hermes(const chat_format *f, const chat_conv *c, const chat_r
     } else if (n > 0 && M[0].role == CHAT_SYSTEM) {
         put_turn(b, "system", content_of(&M[0]), sp);
     }
-    int last_query = n - 1;
-    for (int i = n - 1; i >= 0; i--) {
-        span s = content_of(&M[i]);
-        if (M[i].role == CHAT_USER &&
-            !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
-            last_query = i;
-            break;
-        }
-    }
+    int last_query = last_query_of(M, n, content_of);
     for (int i = 0; i < n; i++) {
         const chat_msg *m = &M[i];
         if (m->role == CHAT_USER || (m->role == CHAT_SYSTEM && i != 0)) {
@@ -754,17 +758,9 @@ static void render_qwen35(const chat_conv *c, const chat_render_opts *o, chat_bu
     } else if (sys) {
         put_turn(b, "system", trimmed_content(&M[0]), sp);
     }
-    /* the last user message that is not a bare <tool_response> block (the template refuses a
-     * conversation without one; we render it with every assistant turn before the query) */
-    int last_query = n - 1;
-    for (int i = n - 1; i >= 0; i--) {
-        span s = trimmed_content(&M[i]);
-        if (M[i].role == CHAT_USER &&
-            !(starts_with(s, "<tool_response>") && ends_with(s, "</tool_response>"))) {
-            last_query = i;
-            break;
-        }
-    }
+    /* (the template refuses a conversation without a query; we render it with every assistant turn
+     * before the query) */
+    int last_query = last_query_of(M, n, trimmed_content);
     for (int i = 0; i < n; i++) {
         const chat_msg *m = &M[i];
         if (m->role == CHAT_USER || (m->role == CHAT_SYSTEM && i > 0)) {
