@@ -258,6 +258,9 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
     if (n == 1) /* one row: the context's own step (its decode graph) */
         return cuda_forward(c, tokens, 1, pos[0], logits ? logits[0] : NULL, false, hidden ? hidden[0] : NULL,
                             NULL);
+    /* before any launch or wait: the rows in canonical order for the graph path */
+    const bool graph = c->graphs && n <= CU_ROWS_MAX && c->tune.rows_graph;
+    if (graph && !rows_sorted(cs, n)) return rows_in_order(cs, tokens, pos, n, logits, hidden);
     int want_logits = 0; /* rows [0, want_logits) hold every row that asks for logits */
     bool want_hidden = false;
     for (int i = 0; i < n; i++) {
@@ -268,8 +271,6 @@ int cuda_forward_rows(backend_ctx *const *cs, const int32_t *tokens, const int *
         TRY(CU_CHECK(cudaEventRecord(cs[i]->ev_fork, cs[i]->st)));
         TRY(CU_CHECK(cudaStreamWaitEvent(c->st, cs[i]->ev_fork, 0)));
     }
-    const bool graph = c->graphs && n <= CU_ROWS_MAX && c->tune.rows_graph;
-    if (graph && !rows_sorted(cs, n)) return rows_in_order(cs, tokens, pos, n, logits, hidden);
     c->snap_rows = false;
     TRY(rows_get(c));
     c->rows->batched = c->tune.rows_batch;
