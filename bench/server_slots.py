@@ -28,15 +28,8 @@ sys.path.insert(0, str(REPO / "tests"))
 import openai  # noqa: E402
 from server_util import Server  # noqa: E402
 
-TOPICS = ["a Python function that merges two sorted lists", "a C function that reverses a linked list",
-          "a shell script that counts lines in every file of a folder", "a Rust function that parses an integer",
-          "a SQL query that finds duplicate emails", "a JavaScript debounce helper",
-          "a Go HTTP handler that returns JSON", "a Python class for a ring buffer"]
-
-
-def conv(i):
-    return [{"role": "system", "content": "You are a coding assistant. Answer with code and a long explanation."},
-            {"role": "user", "content": f"Write {TOPICS[i % len(TOPICS)]}, then explain every line in detail."}]
+sys.path.insert(0, str(REPO / "bench"))
+from gpu_rows_load import conv  # noqa: E402  (the same conversations as the GPU machine's load)
 
 
 def stream_one(base, i, tokens, out):
