@@ -234,6 +234,7 @@ static int g_draft_min = 1; /* spec_params.draft_min of run_job: 1 = always draf
 
 static void run_job(rig *g, const job *j, int mode, int dmax, outcome *o) {
     engine_reset(g->c);
+    o->next_draw = -1; /* stays -1 when the run ends at the context's end (no step after it) */
     o->lg_end = malloc(sizeof(float) * (size_t)g->V);
     o->lg_next = malloc(sizeof(float) * (size_t)g->V);
     check_poison(o->lg_end, (size_t)g->V);
