@@ -159,7 +159,7 @@ def main():
     flags = ["-t", a.threads, "--ctx", "8192", *a.extra]
     lock = threading.Lock()
     done = {"n": 0, "ok": 0, "fail": 0, "busy": 0, "gen": 0, "cached": 0, "prompt": 0, "errors": [],
-            "worst": 0.0}
+            "worst": 0.0, "lat": []}
     hstats = {"slow_cut": 0, "bad_sent": 0, "bad_wrong": 0, "hostile_actions": 0, "hostile_oserror": 0,
               "errors": [], "notes": []}
     marks = {}
@@ -197,6 +197,7 @@ def main():
                     conv.append({"role": "assistant", "content": text})
                     with lock:
                         done["worst"] = max(done["worst"], time.time() - t_req)
+                        done["lat"].append(time.time() - t_req)
                         done["ok"] += 1
                         done["gen"] += usage.completion_tokens
                         done["prompt"] += usage.prompt_tokens
@@ -236,6 +237,10 @@ def main():
         code = s.stop()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     mib = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
+
+    def pct(xs, q):  # the q-th percentile (nearest rank) of the ordinary requests' latencies
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, max(0, -(-q * len(xs) // 100) - 1))] if xs else float("nan")
     lines = [f"# Server soak, {datetime.date.today()}", "",
              f"`bench/server_soak.py`, commit {commit}, model `{a.model}` ({os.path.getsize(a.model) / 2**20:.0f} MiB), "
              f"flags `{' '.join(flags)}`, {a.clients} concurrent clients, {a.requests} requests of up to "
@@ -246,6 +251,8 @@ def main():
              f"| 503 (queue full) | {done['busy']} |", f"| other failures | {done['fail']} |",
              f"| wall time | {wall:.1f} s |", f"| requests / s | {done['n'] / wall:.2f} |",
              f"| worst ordinary request latency | {done['worst']:.2f} s |",
+             f"| ordinary request latency p50 / p90 / p99 | {pct(done['lat'], 50):.2f} / {pct(done['lat'], 90):.2f} / "
+             f"{pct(done['lat'], 99):.2f} s |",
              f"| generated tokens | {done['gen']} |", f"| prompt tokens | {done['prompt']} |",
              f"| prompt tokens reused (cached) | {done['cached']} ({100 * done['cached'] / max(1, done['prompt']):.1f} %) |"]
     for k in sorted(marks):
