@@ -7,6 +7,9 @@
 #          build/cuda/redlite` of `git archive REV`, built anywhere nvcc runs)
 #   bench/gpu_bisect.sh [ROUNDS]   (default 2)
 #
+#   BISECT=DIR reads the revisions from DIR instead of .bisect; NEW=BIN adds a binary built on the
+#   machine (e.g. build/cuda/redlite) as the revision "znew" (old vs new in one call: issue 44).
+#
 # The CF2 file is written once by the newest binary (sorted last by name: name the folders so);
 # every binary then runs `bench --backend cuda --n-decode 128 --warmup 8 --prompt 2048 --reps 3` in
 # each round, in the same order, so drift of the machine touches every revision alike. Results in
@@ -19,8 +22,10 @@ mkdir -p "$OUT" /tmp/bisect
 S=$OUT/summary.txt
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$S"; }
-REVS=$(ls .bisect)
-for r in $REVS; do xz -dc .bisect/$r/redlite.xz >/tmp/bisect/$r && chmod +x /tmp/bisect/$r; done
+B=${BISECT:-.bisect}
+for r in $(ls "$B"); do xz -dc "$B/$r/redlite.xz" >/tmp/bisect/$r && chmod +x /tmp/bisect/$r; done
+[ -n "${NEW:-}" ] && cp "$NEW" /tmp/bisect/znew
+REVS=$(ls /tmp/bisect)
 LAST=$(echo "$REVS" | tail -1)
 say "revisions: $(echo $REVS); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 [ -s /tmp/cf2.gguf ] || /tmp/bisect/$LAST synth --preset cf2 --routing calibrated -o /tmp/cf2.gguf --quiet
