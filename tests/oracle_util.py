@@ -35,14 +35,29 @@ def fixtures():
 
 
 _W = {}
+_READ = {}
+
+
+def gguf_read(gguf_path):
+    """gguf-py's reading of a GGUF, once per file for the whole session: (fields, tensors), where
+    fields holds every field that is not an array (the hyperparameters; the big tokenizer arrays
+    are left out) and tensors is the reader's tensor list. gguf-py takes ~8 s on this machine for a
+    file with a 151,936-token vocabulary (an object per token) and the oracle tests and test_info.py
+    read the same fixtures, so they share this one read; the arrays' objects (~0.5 GB) are not kept."""
+    import gguf
+    key = os.path.realpath(gguf_path)
+    if key not in _READ:
+        r = gguf.GGUFReader(gguf_path)
+        fields = {k: f for k, f in r.fields.items() if f.types[:1] != [gguf.GGUFValueType.ARRAY]}
+        _READ[key] = (fields, list(r.tensors))
+    return _READ[key]
 
 
 def output_matrix(gguf_path):
     """Dequantised output.weight [V, D] in float64 (the same numbers transformers used)."""
     if gguf_path not in _W:
         import gguf
-        r = gguf.GGUFReader(gguf_path)
-        t = next(t for t in r.tensors if t.name == "output.weight")
+        t = next(t for t in gguf_read(gguf_path)[1] if t.name == "output.weight")
         w = gguf.quants.dequantize(t.data, t.tensor_type)
         _W[gguf_path] = np.asarray(w, dtype=np.float64).reshape(int(t.shape[1]), int(t.shape[0]))
     return _W[gguf_path]
