@@ -63,8 +63,9 @@ def output_matrix(gguf_path):
     return _W[gguf_path]
 
 
-def run_dump(gguf_path, ids, n_greedy, extra=(), env=None):
-    """Run redlite dump; returns (generated ids, logits [T+G, V], routes list)."""
+def run_dump(gguf_path, ids, n_greedy, extra=(), env=None, stderr=None):
+    """Run redlite dump; returns (generated ids, logits [T+G, V], routes list). A list given as
+    stderr gets the run's stderr lines appended (dump --check-fast reports there)."""
     with tempfile.TemporaryDirectory() as td:
         lf, rf = os.path.join(td, "logits.f32"), os.path.join(td, "routes.jsonl")
         cmd = [REDLITE, "dump", "-m", gguf_path, "--tokens", ",".join(map(str, ids)),
@@ -73,6 +74,8 @@ def run_dump(gguf_path, ids, n_greedy, extra=(), env=None):
                            env={**os.environ, **(env or {})})
         assert r.returncode == 0, f"{' '.join(cmd)} failed: {r.stderr}"
         out = json.loads(r.stdout)
+        if stderr is not None:
+            stderr.extend(r.stderr.splitlines())
         logits = np.fromfile(lf, dtype=np.float32)
         routes = [json.loads(line) for line in open(rf)]
     return out["generated"], logits, routes
