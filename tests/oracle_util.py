@@ -53,13 +53,54 @@ def gguf_read(gguf_path):
     return _READ[key]
 
 
+CACHE = os.path.join(ROOT, "build", "oracle-cache")
+
+
+def cached(gguf_path, what, compute, kind="npy"):
+    """compute() (an array for kind "npy", a JSON value for "json") for a GGUF, kept across runs in
+    build/oracle-cache under the sha256 of the file's bytes and the gguf package's version: what
+    gguf-py reads from a file is a function of those two, and reading a fixture with the full
+    151,936-token vocabulary costs it ~8 s (tiny-a and tiny-b: ~16 s of every run). A new or changed
+    file, or another gguf version, is read again; `make clean` empties the cache."""
+    import hashlib
+    import gguf
+    h = hashlib.sha256()
+    with open(gguf_path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    version = getattr(gguf, "__version__", None)
+    if version is None:
+        from importlib.metadata import version as pkg_version
+        version = pkg_version("gguf")
+    path = os.path.join(CACHE, f"{h.hexdigest()}-gguf{version}-{what}.{kind}")
+    if os.path.exists(path):
+        if kind == "npy":
+            return np.load(path)
+        with open(path) as f:
+            return json.load(f)
+    value = compute()
+    os.makedirs(CACHE, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    if kind == "npy":
+        with open(tmp, "wb") as f:
+            np.save(f, value)
+    else:
+        with open(tmp, "w") as f:
+            json.dump(value, f)
+    os.replace(tmp, path)  # whole or absent, whatever else runs
+    return value
+
+
 def output_matrix(gguf_path):
     """Dequantised output.weight [V, D] in float64 (the same numbers transformers used)."""
     if gguf_path not in _W:
         import gguf
-        t = next(t for t in gguf_read(gguf_path)[1] if t.name == "output.weight")
-        w = gguf.quants.dequantize(t.data, t.tensor_type)
-        _W[gguf_path] = np.asarray(w, dtype=np.float64).reshape(int(t.shape[1]), int(t.shape[0]))
+
+        def dequantized():  # in gguf-py's own dtype (float32): the cache keeps it exact
+            t = next(t for t in gguf_read(gguf_path)[1] if t.name == "output.weight")
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+            return np.asarray(w).reshape(int(t.shape[1]), int(t.shape[0]))
+        _W[gguf_path] = cached(gguf_path, "output", dequantized).astype(np.float64)
     return _W[gguf_path]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 gguf = pytest.importorskip("gguf")
-from oracle_util import gguf_read  # noqa: E402 (after the importorskip)
+from oracle_util import cached, gguf_read  # noqa: E402 (after the importorskip)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("REDLITE_BIN", os.path.join(ROOT, "build", "redlite"))
@@ -343,7 +343,13 @@ MODELS = [p for p in FIXTURES if os.path.basename(p) != "qwen3-vocab.gguf"]
 
 @functools.lru_cache(maxsize=None)
 def expected_memory(path):
-    """Figures computed here from the GGUF tensor list with gguf-py (see test_memory_figures)."""
+    """Figures computed here from the GGUF tensor list with gguf-py (see test_memory_figures); kept in
+    build/oracle-cache under the file's sha256 (oracle_util.cached: gguf-py reads a fixture with the
+    full vocabulary in ~8 s)."""
+    return cached(path, "memory", lambda: compute_memory(path), kind="json")
+
+
+def compute_memory(path):
     fields, tensors = gguf_read(path)  # gguf-py's reading, shared with the oracle tests (one per file)
     arch = fields["general.architecture"].contents()
     f = lambda key: int(fields[key.replace("qwen3next.", arch + ".")].parts[-1][0])  # noqa: E731
