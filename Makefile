@@ -30,9 +30,10 @@ NVCC     ?= nvcc
 # One fat binary for the GPUs users have: A100 (sm_80), RTX 30xx / A-series (sm_86), RTX 40xx / L4 / L40
 # (sm_89), H100 / H200 (sm_90), RTX 50xx / RTX PRO Blackwell (sm_120), plus compute_120 PTX for newer
 # GPUs to JIT. CUDA_ARCH narrows it (e.g. -gencode arch=compute_90,code=sm_90 for a quicker build).
-CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
-             -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_120,code=sm_120 -gencode arch=compute_120,code=compute_120
+CUDA_ARCH_ALL := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
+                 -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
+                 -gencode arch=compute_120,code=sm_120 -gencode arch=compute_120,code=compute_120
+CUDA_ARCH ?= $(CUDA_ARCH_ALL)
 # The target the test suite builds whole (tests/test_cuda_build.py, tests/run.sh): the one that runs on
 # the GPU machine. Every other target of CUDA_ARCH is compiled there for the translation units that
 # hold the architecture-dependent code (a fat build of the whole tree takes about an hour on 2 cores).
@@ -232,6 +233,40 @@ all: $(BUILD)/tools/rl_sampler
 $(BUILD)/tools/rl_sampler: tests/c/tool_sampler.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# ---- CUDA checks of the test suite (tests/test_cuda_build.py; tests/run.sh builds them before pytest) --
+# cuda-archcheck: every target of the default fat CUDA_ARCH that CUDA_TEST_ARCH does not build, for
+# the translation units that hold the architecture-dependent code (ARCHCHECK_TUS; the test's docstring
+# says why these), with the build's own nvcc flags (-Werror included). Objects (and nvcc's -MMD
+# dependency files) in $(BUILD)/archcheck: make recompiles one only when its source, a header it
+# includes or the flags change, so the check costs the compiler once, not on every test run.
+# cuda-persist: bench/cuda_persist.cu (the persistent-kernel model), warning-free, for sm_90.
+comma := ,
+ARCHCHECK_TUS   := norm attn_tc mm_q8_0
+ARCHCHECK_PAIRS := $(filter-out -gencode $(CUDA_TEST_ARCH),$(CUDA_ARCH_ALL))
+ARCHCHECK_FLAGS := $(filter-out $(CUDA_ARCH),$(NVCCFLAGS))
+ARCHCHECK_DIR   := $(BUILD)/archcheck
+archcheck_name   = $(ARCHCHECK_DIR)/$(subst $(comma),_,$(subst =,-,$(1)))_$(2).cu.o
+ARCHCHECK_OBJ   := $(foreach p,$(ARCHCHECK_PAIRS),$(foreach t,$(ARCHCHECK_TUS),$(call archcheck_name,$(p),$(t))))
+ifneq ($(filter cuda-archcheck $(ARCHCHECK_OBJ),$(MAKECMDGOALS)),)
+  $(call stamp,$(ARCHCHECK_DIR)/.flags,$(NVCC) $(ARCHCHECK_FLAGS))
+endif
+define archcheck_rule
+$(call archcheck_name,$(1),$(2)): src/cuda/$(2).cu $(ARCHCHECK_DIR)/.flags
+	@mkdir -p $$(@D)
+	$(NVCC) $(ARCHCHECK_FLAGS) -gencode $(1) -MMD -MP -c $$< -o $$@
+endef
+$(foreach p,$(ARCHCHECK_PAIRS),$(foreach t,$(ARCHCHECK_TUS),$(eval $(call archcheck_rule,$(p),$(t)))))
+
+.PHONY: cuda-archcheck cuda-persist print-archcheck
+cuda-archcheck: $(ARCHCHECK_OBJ)
+print-archcheck:
+	@echo '$(ARCHCHECK_OBJ)'
+
+cuda-persist: $(BUILD)/cuda_persist
+$(BUILD)/cuda_persist: bench/cuda_persist.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O3 -std=c++17 -arch=sm_90 -Werror all-warnings -MMD -MP -o $@ $<
 
 # ---- the library and `make install` (docs/INSTALL.md) --------------------------------------------
 # libredlite.so.$(ABI) exports the C API of include/redlite.h only (src/run/redlite.map); its

@@ -30,13 +30,15 @@ if [ $# -eq 0 ]; then
     set -- "$@" tests/cuda
 fi
 # Where nvcc is on PATH and tests/test_cuda_build.py will run: its CUDA build (build/cuda from the
-# per-configuration objects build/obj-cuda) once, on every core, before pytest starts, so no test's
-# time is the compiler's. A failure here is left for the test to report (it runs the same make).
+# per-configuration objects build/obj-cuda), the other targets' objects (cuda-archcheck) and
+# bench/cuda_persist.cu (cuda-persist), once, on every core, before pytest starts, so no test's time
+# is the compiler's; make keeps them, so a later run recompiles only what changed. A failure here is
+# left for the test to report (it runs the same make, with the same configuration).
 case " $* " in
     *" tests/test_cuda_build.py"* | *" tests/cuda"*)
         if command -v nvcc >/dev/null 2>&1; then
             make -s -k CUDA=1 BUILD=build/cuda OBJ=build/obj-cuda CUDA_ARCH="$(make -s print-cuda-test-arch)" -j"$(nproc)" build/cuda/redlite \
-                build/cuda/tests/test_cuda_{ops,engine,vram,verify,spec,rows,mgpu} >/dev/null 2>&1 || true
+                build/cuda/tests/test_cuda_{ops,engine,vram,verify,spec,rows,mgpu} cuda-archcheck cuda-persist >/dev/null 2>&1 || true
         fi ;;
 esac
 exec "$PY" -m pytest -q -ra "$@"

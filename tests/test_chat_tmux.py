@@ -171,8 +171,12 @@ def test_type_ahead_is_not_echoed_into_the_answer(term):
     lines = s.rstrip().splitlines()
     assert lines[-1] == "> QZX typed ahead", lines[-3:]  # after the prompt, not in the answer
     assert s.count("QZX") == 1, s
-    # finishing the line sends it whole: the next turn is the typed-ahead text plus what followed
+    # finishing the line sends it whole: the next turn is the typed-ahead text plus what followed. Its
+    # answer (-n -1) is stopped once it streams: waiting for it to end took ~15 s and checked nothing more
     t.type(" and more")
+    t.wait(lambda s: len(s.split("> QZX typed ahead and more")[-1].strip()) > 20,
+           "the answer to the typed-ahead line streaming")
+    t.keys("C-c")
     s = t.wait(lambda s: n_speed(s) >= attempt + 2, "the answer to the typed-ahead line")
     assert "> QZX typed ahead and more" in s
     t.keys("C-c")

@@ -23,6 +23,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = "build/cuda"
 
 
+def cuda_make():
+    """make for build/cuda, always with the same configuration (tests/run.sh's prebuild too): every
+    make parses its stamps (Makefile: the flags of build/obj-cuda, the link of build/cuda), so another
+    CUDA_ARCH or a CPU configuration here would rebuild or delete what the others built."""
+    arch = subprocess.run(["make", "-s", "print-cuda-test-arch"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return ["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"CUDA_ARCH={arch}"]
+
+
 @pytest.fixture(scope="module")
 def cuda_build():
     if not shutil.which("nvcc"):
@@ -32,8 +40,7 @@ def cuda_build():
     # tests/run.sh builds these targets before pytest starts, so here make finds them up to date and a
     # test's duration is its own, not the build's.
     jobs = os.environ.get("RL_CUDA_JOBS") or str(os.cpu_count() or 2)
-    arch = subprocess.run(["make", "-s", "print-cuda-test-arch"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    r = subprocess.run(["make", "-s", "CUDA=1", f"BUILD={BUILD}", "OBJ=build/obj-cuda", f"CUDA_ARCH={arch}", f"-j{jobs}",
+    r = subprocess.run([*cuda_make(), f"-j{jobs}",
                         f"{BUILD}/redlite",
                         f"{BUILD}/tests/test_cuda_ops", f"{BUILD}/tests/test_cuda_engine",
                         f"{BUILD}/tests/test_cuda_vram", f"{BUILD}/tests/test_cuda_verify",
@@ -80,14 +87,15 @@ def test_cpu_backend_still_works_in_cuda_build(cuda_build):
 def test_cuda_persist_bench():
     """bench/cuda_persist.cu (the persistent-kernel model of a decode token) compiles warning-free; a bad
     argument exits 2; on a GPU its modes must match the host reference bit for bit (exit 0), without one it
-    exits 77 saying so (a skip)."""
+    exits 77 saying so (a skip). Built by `make cuda-persist` (tests/run.sh runs it before pytest; make
+    recompiles only when the source or its headers change, so the test's time is not nvcc's)."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not on PATH: bench/cuda_persist.cu is not checked here")
     exe = os.path.join(ROOT, BUILD, "cuda_persist")
-    os.makedirs(os.path.dirname(exe), exist_ok=True)
-    r = subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-Werror", "all-warnings", "-o", exe,
-                        os.path.join(ROOT, "bench", "cuda_persist.cu")], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([*cuda_make(), "cuda-persist"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert os.access(exe, os.X_OK), f"make cuda-persist left no {exe}"
     r = subprocess.run([exe, "--per-sm"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "usage:" in r.stderr, r.stderr
     for args in ([], ["--producer-max"]):
@@ -104,7 +112,9 @@ ARCH_TUS = ["norm.cu", "attn_tc.cu", "mm_q8_0.cu"]
 
 def test_every_target_compiles():
     """Each -gencode of the default (fat) CUDA_ARCH compiles the architecture-dependent translation units
-    with the build's own flags (-Werror included), in parallel."""
+    with the build's own flags (-Werror included): `make cuda-archcheck`, in parallel. The objects and
+    nvcc's dependency files stay in build/cuda/archcheck, so make recompiles one only when its source,
+    a header it includes or the flags change (tests/run.sh runs the same make before pytest starts)."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc not on PATH: the CUDA targets are not checked here")
     arch = subprocess.run(["make", "-s", "print-cuda-arch"], cwd=ROOT, capture_output=True, text=True).stdout.split()
@@ -114,24 +124,17 @@ def test_every_target_compiles():
     done = {test_arch[i + 1] for i in range(0, len(test_arch) - 1, 2) if test_arch[i] == "-gencode"}
     todo = [p for p in pairs if p not in done]
     assert len(pairs) >= 5 and todo, f"default CUDA_ARCH lists {pairs}"
-    out = os.path.join(ROOT, BUILD, "archcheck")
-    os.makedirs(out, exist_ok=True)
-    jobs, fails = [], []
-    for p in todo:
-        for tu in ARCH_TUS:
-            o = os.path.join(out, f"{p.replace(',', '_').replace('=', '-')}_{tu}.o")
-            cmd = ["nvcc", "-O3", "-std=c++17", "-gencode", p, "-fmad=false", "-Isrc", "-Xcompiler",
-                   "-Wall,-Werror,-Wno-unused-parameter", "-c", os.path.join("src", "cuda", tu), "-o", o]
-            jobs.append((p, tu, cmd))
+    # the Makefile's list of objects is exactly every (target, translation unit) pair
+    want = sorted(os.path.join(BUILD, "archcheck", f"{p.replace(',', '_').replace('=', '-')}_{tu}.o")
+                  for p in todo for tu in ARCH_TUS)
+    listed = subprocess.run([*cuda_make(), "print-archcheck"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.split()
+    assert sorted(listed) == want, f"make cuda-archcheck builds {listed}, the test expects {want}"
     n = int(os.environ.get("RL_CUDA_JOBS") or os.cpu_count() or 2)
-    running = []
-    while jobs or running:
-        while jobs and len(running) < n:
-            p, tu, cmd = jobs.pop(0)
-            running.append((p, tu, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                    text=True)))
-        p, tu, pr = running.pop(0)
-        txt = pr.communicate(timeout=1800)[0]
-        if pr.returncode != 0:
-            fails.append(f"{p} {tu}:\n{txt[-2000:]}")
-    assert not fails, "\n".join(fails)
+    r = subprocess.run([*cuda_make(), "-k", f"-j{n}", "cuda-archcheck"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, f"make cuda-archcheck failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    src = {tu: os.path.getmtime(os.path.join(ROOT, "src", "cuda", tu)) for tu in ARCH_TUS}
+    for o in want:
+        tu = next(t for t in ARCH_TUS if o.endswith(f"_{t}.o"))
+        assert os.path.getmtime(os.path.join(ROOT, o)) >= src[tu], f"{o} is older than src/cuda/{tu}"

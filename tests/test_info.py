@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 gguf = pytest.importorskip("gguf")
+from oracle_util import cached, gguf_read  # noqa: E402 (after the importorskip)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("REDLITE_BIN", os.path.join(ROOT, "build", "redlite"))
@@ -342,16 +343,22 @@ MODELS = [p for p in FIXTURES if os.path.basename(p) != "qwen3-vocab.gguf"]
 
 @functools.lru_cache(maxsize=None)
 def expected_memory(path):
-    """Figures computed here from the GGUF tensor list with gguf-py (see test_memory_figures)."""
-    r = gguf.GGUFReader(path)
-    arch = r.fields["general.architecture"].contents()
-    f = lambda key: int(r.fields[key.replace("qwen3next.", arch + ".")].parts[-1][0])  # noqa: E731
+    """Figures computed here from the GGUF tensor list with gguf-py (see test_memory_figures); kept in
+    build/oracle-cache under the file's sha256 (oracle_util.cached: gguf-py reads a fixture with the
+    full vocabulary in ~8 s)."""
+    return cached(path, "memory", lambda: compute_memory(path), kind="json")
+
+
+def compute_memory(path):
+    fields, tensors = gguf_read(path)  # gguf-py's reading, shared with the oracle tests (one per file)
+    arch = fields["general.architecture"].contents()
+    f = lambda key: int(fields[key.replace("qwen3next.", arch + ".")].parts[-1][0])  # noqa: E731
     n_layer, n_nextn = f("qwen3next.block_count"), 0
-    if arch + ".nextn_predict_layers" in r.fields:
+    if arch + ".nextn_predict_layers" in fields:
         n_nextn = f("qwen3next.nextn_predict_layers")
     hkv, hd = f("qwen3next.attention.head_count_kv"), f("qwen3next.attention.key_length")
     dk, inner = f("qwen3next.ssm.state_size"), f("qwen3next.ssm.inner_size")
-    names = {t.name: t for t in r.tensors}
+    names = {t.name: t for t in tensors}
     attn = [i for i in range(n_layer) if f"blk.{i}.attn_k.weight" in names]
     main_attn = [i for i in attn if i < n_layer - n_nextn]
     dn = [i for i in range(n_layer) if f"blk.{i}.ssm_conv1d.weight" in names]
@@ -360,8 +367,8 @@ def expected_memory(path):
     hv = int(names[f"blk.{dn[0]}.ssm_a"].shape[0])
     return dict(n_nextn=n_nextn, hkv=hkv, hd=hd, attn=len(attn), main_attn=len(main_attn), dn=len(dn),
                 state=len(dn) * 4 * ((kw - 1) * chans + hv * (inner // hv) * dk),
-                weights=sum(int(t.n_bytes) for t in r.tensors),
-                routed=sum(int(t.n_bytes) for t in r.tensors if "_exps" in t.name),
+                weights=sum(int(t.n_bytes) for t in tensors),
+                routed=sum(int(t.n_bytes) for t in tensors if "_exps" in t.name),
                 ctx_train=f("qwen3next.context_length"))
 
 

@@ -210,9 +210,20 @@ def test_abandoned_requests_leave_the_queue(tmp_path):
         assert time.time() - t0 < 1.0, "abandoned requests kept their queue places"
         m = s.metrics()
         assert m["redlite_requests_abandoned_total"] == 2
-        st, _, _ = raw(s, "POST", "/v1/chat/completions", {"messages": USER, "max_tokens": 2}, timeout=60)
-        assert st == 200
+        # a new request takes a freed place: queued behind the running answer, not refused; then the
+        # running client leaves too (no need to wait out its 300 tokens) and the new one is answered
+        new = connect(s, timeout=60)
+        small = json.dumps({"messages": USER, "max_tokens": 2}).encode()
+        new.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(small), small))
+        deadline = time.time() + 5
+        while s.metrics()["redlite_queue_depth"] < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        assert s.metrics()["redlite_queue_depth"] == 1 and s.metrics()["redlite_requests_running"] == 1
         running.close()
+        st, _ = read_response(new)
+        new.close()
+        assert st == 200
 
 
 # ---- cost bounded before parsing ---------------------------------------------------------------

@@ -666,13 +666,17 @@ def test_first_bytes_at_once_and_keepalives(tmp_path):
             kas = [t for l, t in zip(more, mt) if l.startswith(ka)]
             assert len(kas) >= 3 and kas[-1] - kas[0] < 4, (path, more[:10])
             assert not any(l.startswith("data: ") and '"delta"' in l and "Hello" in l for l in more)
+            f.close()  # the file object holds the socket open too: close both, or the client stays
             sock.close()
         assert s.metrics()["redlite_queue_depth"] <= 3
+        busy_f.close()
         busy.close()
-        # the queued ones were dropped with their clients; the server goes on
+        # the queued ones were dropped with their clients, and the busy answer is cancelled (it had
+        # seconds of tokens left); the server goes on
         deadline = time.time() + 15
         while time.time() < deadline and s.metrics()["redlite_requests_running"]:
             time.sleep(0.1)
+        assert s.metrics()["redlite_requests_running"] == 0, "a request whose client left is still running"
         assert oai(s).chat.completions.create(model="m", messages=USER, max_tokens=3).usage.completion_tokens == 3
 
 

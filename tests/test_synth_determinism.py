@@ -20,6 +20,7 @@ Checks:
   -march=native -ffp-contract=fast; -O1 with UBSan (aborting on any finding); clang -O2
   -march=native -ffp-contract=fast when clang is installed.
 """
+import glob
 import hashlib
 import os
 import shutil
@@ -86,15 +87,40 @@ FLAG_SETS = [
 ]
 
 
+def built(cmd, tmp_path):
+    """The tool built by cmd (+ -o), kept in build/synth-flags under a hash of everything the build
+    reads: the command, the compiler's identity (--version), this CPU's flags (-march=native), the
+    sources, every header of src/ and tests/c/, and the library's bytes. The same inputs give the same binary, so a rerun of the suite
+    does not compile the four flag sets again (~2-4 s each on 2 cores); any change compiles afresh."""
+    h = hashlib.sha256(repr(cmd).encode())
+    h.update(subprocess.run([cmd[0], "--version"], capture_output=True).stdout)
+    try:  # -march=native: the CPU is an input too
+        h.update(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).encode())
+    except (OSError, StopIteration):
+        pass
+    deps = sorted({*SRCS, *(os.path.relpath(p, ROOT) for d in ("src", "tests/c")
+                            for p in glob.glob(os.path.join(ROOT, d, "**", "*.h"), recursive=True))})
+    for f in deps + [LIB]:
+        h.update(f.encode())
+        h.update(open(os.path.join(ROOT, f), "rb").read())
+    exe = os.path.join(ROOT, "build", "synth-flags", h.hexdigest()[:32], "tool_synth")
+    if not os.path.exists(exe):
+        tmp = str(tmp_path / "tool_synth")
+        r = subprocess.run(cmd + ["-o", tmp], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{' '.join(cmd[:8])} failed to build the synth modules:\n{r.stderr[-3000:]}"
+        os.makedirs(os.path.dirname(exe), exist_ok=True)
+        shutil.copy2(tmp, exe + ".tmp")
+        os.replace(exe + ".tmp", exe)  # whole or absent
+    return exe
+
+
 @pytest.mark.parametrize("cc,flags", FLAG_SETS, ids=[f"{c} {' '.join(f)}" for c, f in FLAG_SETS])
 def test_same_bytes_under_other_flags(tmp_path, reference, cc, flags):
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} is not installed")
-    exe = tmp_path / "tool_synth"
-    r = subprocess.run([cc, "-std=c11", *flags, "-g0", "-D_GNU_SOURCE", "-pthread", "-Isrc", *SRCS,
-                        LIB, "-lutf8proc", "-lcjson", "-lm", "-o", str(exe)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"{cc} {flags} failed to build the synth modules:\n{r.stderr[-3000:]}"
+    cmd = [cc, "-std=c11", *flags, "-g0", "-D_GNU_SOURCE", "-pthread", "-Isrc", *SRCS, LIB, "-lutf8proc", "-lcjson",
+           "-lm"]
+    exe = built(cmd, tmp_path)
     for p, g in PRESETS:
         out = tmp_path / f"{p}.gguf"
         r = subprocess.run([str(exe), p, "1", "2", str(out)] + ([g] if g else []), capture_output=True,
