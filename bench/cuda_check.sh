@@ -41,11 +41,11 @@
 #               --vram-mib 4096, 8192, 16384 (--verbose: plan and counters), at 8192 with --vram-pin off and
 #               with --vram-miss auto (the full comparison with llama.cpp: bench/vram_bench.sh)
 #     decodeab  decode A/B on $CF2 (synth it first; `synth` with SYNTH_ROUTING=calibrated for the issue-15
-#               figures): redlite bench --json, decode 128 x 3 after 8 warm-up, under RL_CUDA_MM_STAGE and
-#               other decode settings (the old kernels first: "before"); tok/s, ms/token
+#               figures): redlite bench --json, decode 128 x 3 after 8 warm-up, under RL_CUDA_MM_STAGE /
+#               RL_CUDA_FUSE settings (the old kernels first: "before"); tok/s, ms/token
 #               and the decode graph's node count per setting into the summary, the JSON lines in decodeab.jsonl
-#     profab    Nsight Compute per-kernel time of 2 decode tokens (graphs off) on $CF2, before
-#               (RL_CUDA_MM_STAGE=0) and after (defaults): prof_before.txt, prof_after.txt (bench/cuda_profile.sh)
+#     profab    Nsight Compute per-kernel time of 2 decode tokens (graphs off) on $CF2, before (RL_CUDA_MM_STAGE=0
+#               RL_CUDA_FUSE=0) and after (defaults): prof_before.txt, prof_after.txt (bench/cuda_profile.sh)
 #   default: build,ops,engine,kquant,fixtures,synth,bench,long   (the VRAM tier alone: build,synth,vram)
 # Carry (device tool): build/cuda/redlite, build/cuda/tests, .cudabin (shared libs + headers for a
 # build there) and, for bench/cuda_compare.sh, .lcp.
@@ -88,7 +88,7 @@ if has build; then
     fi
 fi
 has ops && run ops 120 $B/tests/test_cuda_ops
-# the non-default decode kernels (staging of every type, also at the engine level): same bits
+# the non-default decode kernels (staging of every type; the fused tails at the engine level): same bits
 has ops && RL_CUDA_MM_STAGE=1 run ops-stage-all 120 $B/tests/test_cuda_ops
 # the decode GEMVs with the next step's weights in flight, and with row sets for short rows (both written
 # 2026-12-02, not yet run): same bits
@@ -98,7 +98,7 @@ has ops && RL_CUDA_PDL=0 run ops-pdl0 120 $B/tests/test_cuda_ops # launches with
 has specunit && run test_cuda_verify 120 $B/tests/test_cuda_verify
 has specunit && run test_cuda_spec 300 $B/tests/test_cuda_spec
 has engine && run engine 120 $B/tests/test_cuda_engine
-has engine && RL_CUDA_MM_STAGE=1 run engine-stage-all 120 $B/tests/test_cuda_engine
+has engine && RL_CUDA_FUSE=all RL_CUDA_MM_STAGE=1 run engine-fused 120 $B/tests/test_cuda_engine
 has engine && RL_CUDA_ATTN_DB=0 RL_CUDA_PDL=0 run engine-db0-pdl0 120 $B/tests/test_cuda_engine # one staged K/V slice, no PDL
 if has kquant; then # the integer K-quant path end to end: two small synthetic K-quant models, NR 2 and 1
     V=tests/fixtures/qwen3-vocab.gguf
@@ -159,7 +159,7 @@ if has bench; then
         --prompt 512,2048 --batch 2048
 fi
 if has decodeab; then
-    for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0" \
+    for v in ${DECODEAB_SETS:-"RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0" "RL_CUDA_FUSE=0" "RL_CUDA_MM_STAGE=0" \
         "RL_CUDA_DEFAULTS=1" "RL_CUDA_MMQ_ST=0" "RL_CUDA_MMQ_SM=0" "RL_CUDA_DN_SPLIT=0" "RL_CUDA_MMQ_SM=0+RL_CUDA_DN_SPLIT=0"} ${DECODEAB_EXTRA:-}; do
         v=${v//+/ } # DECODEAB_EXTRA: settings joined by '+'
         timeout 120 env $v $B/redlite bench -m "$CF2" --backend cuda --n-decode 128 --reps 3 --warmup 8 \
@@ -174,7 +174,7 @@ print("decode %.1f tok/s (%.3f ms/token, runs %s), graph %s nodes / %s kernels %
 fi
 if has profab; then
     for side in before after; do
-        if [ $side = before ]; then e="RL_CUDA_MM_STAGE=0"; else e="RL_CUDA_DEFAULTS=1"; fi
+        if [ $side = before ]; then e="RL_CUDA_MM_STAGE=0 RL_CUDA_FUSE=0"; else e="RL_CUDA_DEFAULTS=1"; fi
         say "--- profab $side ($e)"
         mkdir -p /tmp/prof_$side
         env $e OUT=/tmp/prof_$side LOGS=/tmp/prof_$side PROF_PREFILL=0 CF2="$CF2" timeout 200 bash bench/cuda_profile.sh \

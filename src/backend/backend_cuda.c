@@ -27,7 +27,8 @@
  * grouped by expert; 1..16, default 16), RL_CUDA_SMALL_TT=2|4|8 (largest token tile of a small dense batch,
  * default 4). Measured in bench/results/2026-12-01-spec-cuda-h200.md. Decode kernels, same bits
  * whatever the value: RL_CUDA_MM_STAGE=iq|1|0 (weights staged in shared memory: IQ types, the
- * default; all; none), measured in bench/results/2026-12-01-cuda-decode-h200.md.
+ * default; all; none), RL_CUDA_FUSE=0|all|combine,norm,router (last-block tails; default none),
+ * measured in bench/results/2026-12-01-cuda-decode-h200.md.
  *
  * Files: backend_cuda.c (this one: the context, its device memory and state, the VRAM tier's
  * set-up, the backend_ops table), backend_cuda_model.c (the model upload),
@@ -130,7 +131,7 @@ static size_t carve(backend_ctx *c, uint8_t *base) {
     TAKE(c->tiles, sizeof(cu_tile) * (size_t)c->max_tiles);
     TAKE(c->row_slot, 4 * T);
     TAKE(c->mcat, 4 * T * 2 * D);
-    TAKE(c->ctr, 4 * (size_t)hp->ssm_hv);
+    TAKE(c->ctr, 4 * (CU_CTR_DN + (size_t)hp->ssm_hv));
     { /* the largest input of a matmul on each stream (mixer/MTP inputs, expert downs; the shared expert) */
         size_t w1 = cu_matmul_ws_bytes((int)D, (int)T), w2 = w1;
         const size_t cand[4] = {
@@ -309,6 +310,7 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
     c->attn_tc = tune.attn_tc && c->kv_f16 && hp->n_head / hp->n_head_kv <= 16;
     c->attn_db = tune.attn_db;
     c->dn_split = tune.dn_split;
+    c->fuse = tune.fuse;
     c->small_moe = tune.small_moe < 1 || tune.small_moe > CU_SMALL_T ? CU_SMALL_T : tune.small_moe;
     size_t mfree = 0;
     (void)cudaMemGetInfo(&mfree, &c->mem_total); /* for engine_mem_info; a failure leaves zeros */

@@ -73,9 +73,20 @@ static int side_fork(backend_ctx *c) {
                : 0;
 }
 
-/* The mixer's output projection y = W in. */
-static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T) {
+/* The mixer's output projection y = W in; with norm_w (decode, c->fuse) its last block also does
+ * x += y, xn = rmsnorm(x) * norm_w (cu_tail: the bits of the separate cu_add_rmsnorm). */
+static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T, const float *norm_w) {
     const int D = c->hp->n_embd;
+    if (norm_w) {
+        cu_seg s = {.w = W->d, .row_bytes = W->row_bytes, .n_out = (int)W->n_out, .y = c->y, .ldy = D};
+        cu_tail t = {.kind = CU_TAIL_ADD_NORM,
+                     .counter = c->ctr,
+                     .x = c->x,
+                     .out = c->xn,
+                     .w = norm_w,
+                     .eps = c->hp->rms_eps};
+        return cu_matmul_tail(W->type, W->n_in, &s, 1, in, &t, c->ks);
+    }
     const dmat *Wo[1] = {W};
     float *Yo[1] = {c->y};
     return mm_run(c, Wo, Yo, &D, NULL, 1, in, W->n_in, T, NULL, c->st);
@@ -84,7 +95,8 @@ static int out_proj(backend_ctx *c, const dmat *W, const float *in, int T) {
 /* The mixers: rc (forward_rows) names each row's context, whose state, KV cache and position the row
  * uses (its conv + step and its attention run on their own, with that context's single-step launches);
  * NULL: every row is c's sequence, rows consecutive from *c->pos0. */
-static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk, backend_ctx *const *rc) {
+static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,
+                          backend_ctx *const *rc) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int C = hp->ssm_conv_dim, inner = hp->ssm_hv * hp->ssm_dv, D = hp->n_embd, hv2 = 2 * hp->ssm_hv;
@@ -115,7 +127,8 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
     TRY(mm_run(c, W, Y, ldy, epi, n_w, c->xn, D, T, &cv, c->st));
     if (fused) { /* conv done in the qkv epilogue */
         TRY(dump1(c, hk, Q3N_ACT_DN_CONV, il, 0, 1, c->u, C));
-        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr : NULL, c->ks));
+        TRY(cu_dn_step(&d, c->u, c->ba, c->kvb, c->ssm[il], c->o, c->dn_split ? c->ctr + CU_CTR_DN : NULL,
+                       c->ks));
     } else if (rc) { /* rows of several sequences: each row's conv and step on its own context's state */
         TRY(cuda_rows_deltanet(c, &d, il, T, rc));
     } else if (per_row) { /* row by row, the state copied out after each (per-row snapshots) */
@@ -145,7 +158,7 @@ static int mixer_deltanet(backend_ctx *c, int il, int T, const backend_hooks *hk
         TRY(cu_dn_gnorm(&d, c->o, c->kvb, inner, T, c->ks));
     }
     TRY(dump1(c, hk, Q3N_ACT_DN_GATED, il, 0, T, c->o, inner));
-    return out_proj(c, &L->wout, c->o, T);
+    return out_proj(c, &L->wout, c->o, T, norm_w);
 }
 
 /* The attention arithmetic of context c (its cache size and format, its kernel choices). */
@@ -168,7 +181,8 @@ static cu_attn_dims attn_dims(const backend_ctx *c, int il) {
                           .split_db = c->attn_db};
 }
 
-static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, backend_ctx *const *rc) {
+static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *hk, const float *norm_w,
+                           backend_ctx *const *rc) {
     const q3n_hparams *hp = c->hp;
     const dlayer *L = &c->dm->L[il];
     const int H = hp->n_head, hd = hp->head_dim, kvw = hp->n_head_kv * hd, D = hp->n_embd;
@@ -187,7 +201,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
             TRY(cu_attention(&a, q, r->kc[il], r->vc[il], r->pos0, 1, true, r->part,
                              c->o + (size_t)t * H * hd, c->ks));
         }
-        return out_proj(c, &L->wo, c->o, T);
+        return out_proj(c, &L->wo, c->o, T, norm_w);
     }
     const cu_attn_dims a = attn_dims(c, il);
     TRY(cu_qk_norm_rope_store(&a, c->big, k, v, L->q_norm, L->k_norm, c->pos0, T, c->kc[il], c->vc[il],
@@ -195,7 +209,7 @@ static int mixer_attention(backend_ctx *c, int il, int T, const backend_hooks *h
     TRY(cu_attention(&a, c->big, c->kc[il], c->vc[il], c->pos0, T, T <= CU_ATTN_SPLIT_MAX_T, c->part, c->o,
                      c->ks));
     TRY(dump1(c, hk, Q3N_ACT_ATTN_GATED, il, 0, T, c->o, H * hd));
-    return out_proj(c, &L->wo, c->o, T);
+    return out_proj(c, &L->wo, c->o, T, norm_w);
 }
 
 /* The routed experts of layer il from the VRAM slots (router ids in c->ids): the same grouped
@@ -274,6 +288,9 @@ static int ffn_dense(backend_ctx *c, int il, int T) {
     TRY(cu_matmul(L->gate_sh.type, D, &gu, 1, c->xn, D, T, NULL, true, NULL, c->ws, c->ks));
     cu_seg dn = {.w = L->down_sh.d, .row_bytes = L->down_sh.row_bytes, .n_out = D, .y = c->sh, .ldy = D};
     TRY(cu_matmul(L->down_sh.type, ff, &dn, 1, c->hs, ff, T, NULL, false, NULL, c->ws, c->ks));
+    if (T == 1 && (c->fuse & FUSE_COMBINE))
+        return cu_moe_combine_norm1(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il),
+                                    c->xn, D, hp->rms_eps, c->ctr + 2, c->ks);
     return cu_moe_combine(NULL, NULL, 0, c->sh, NULL, NULL, c->xn, c->y, c->x, next_norm(c, il), c->xn, D, T,
                           hp->rms_eps, c->ks);
 }
@@ -306,11 +323,27 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                                c->ks2)); /* the combine's gate, off its path */
         TRY(CU_CHECK(cudaEventRecord(c->ev_join, c->st2)));
     }
-    const dmat *Wr[1] = {&L->router};
-    float *Yr[1] = {c->rl};
-    TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
-    TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
-                  c->pair_in, c->pair_out, c->ks));
+    if (T == 1 &&
+        (c->fuse & FUSE_ROUTER)) { /* the router GEMV's last block does the top-k (cu_tail, same bits) */
+        cu_seg s = {.w = L->router.d, .row_bytes = L->router.row_bytes, .n_out = E, .y = c->rl, .ldy = E};
+        cu_tail t = {.kind = CU_TAIL_ROUTER,
+                     .counter = c->ctr + 1,
+                     .K = K,
+                     .ids = c->ids,
+                     .wts = c->wts,
+                     .probs = c->probs,
+                     .tiles = direct && !tier ? c->tiles : NULL,
+                     .n_tiles = c->n_tiles,
+                     .pair_in = c->pair_in,
+                     .pair_out = c->pair_out};
+        TRY(cu_matmul_tail(L->router.type, D, &s, 1, c->xn, &t, c->ks));
+    } else {
+        const dmat *Wr[1] = {&L->router};
+        float *Yr[1] = {c->rl};
+        TRY(mm_run(c, Wr, Yr, &E, NULL, 1, c->xn, D, T, NULL, c->st));
+        TRY(cu_router(c->rl, E, K, T, c->ids, c->wts, c->probs, direct && !tier ? c->tiles : NULL, c->n_tiles,
+                      c->pair_in, c->pair_out, c->ks));
+    }
     /* the plan's tile: CU_TT pairs, or 2 * CU_TT where both expert launches run the staged integer tiles */
     const int ptt = cu_matmul_group_tt(&c->cd, L->gate_exps.type) == 2 * CU_TT &&
                             cu_matmul_group_tt(&c->cd, L->down_exps.type) == 2 * CU_TT
@@ -368,6 +401,9 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = next_norm(c, il);
+    if (T == 1 && (c->fuse & FUSE_COMBINE)) /* the next norm in the combine's last block (same bits) */
+        return cu_moe_combine_norm1(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL,
+                                    c->xn, c->y, c->x, w_next, c->xn, D, hp->rms_eps, c->ctr + 2, c->ks);
     return cu_moe_combine(c->eo, c->wts, K, has_sh ? c->sh : NULL, L->sh_gate, shg ? c->shg : NULL, c->xn,
                           c->y, c->x, w_next, c->xn, D, T, hp->rms_eps, c->ks);
 }
@@ -392,8 +428,10 @@ static int enqueue(backend_ctx *c, int T, const backend_hooks *hk, bool last_log
     TRY(cu_add_rmsnorm(c->x, NULL, dm->L[0].attn_norm, c->xn, D, T, hp->rms_eps, c->ks));
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(dump1(c, hk, Q3N_ACT_ATTN_NORM, il, 0, T, c->xn, D));
-        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, rc) : mixer_deltanet(c, il, T, hk, rc));
-        TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->ks));
+        /* decode: the residual add + norm in the output projection's tail (same bits) */
+        const float *fz = (c->fuse & FUSE_NORM) && T == 1 ? dm->L[il].post_norm : NULL;
+        TRY(hp->is_attn[il] ? mixer_attention(c, il, T, hk, fz, rc) : mixer_deltanet(c, il, T, hk, fz, rc));
+        if (!fz) TRY(cu_add_rmsnorm(c->x, c->y, dm->L[il].post_norm, c->xn, D, T, hp->rms_eps, c->ks));
         static const q3n_act n1[3] = {Q3N_ACT_ATTN_OUT, Q3N_ACT_FFN_INP, Q3N_ACT_FFN_NORM};
         float *const p1[3] = {c->y, c->x, c->xn};
         const int w1[3] = {D, D, D};
@@ -736,7 +774,7 @@ static int mtp_enqueue(backend_ctx *c, int T, int with_head) {
     float *Ye[1] = {c->x};
     TRY(mm_run(c, We, Ye, &D, NULL, 1, c->mcat, 2 * D, T, NULL, c->st));
     TRY(cu_add_rmsnorm(c->x, NULL, L->attn_norm, c->xn, D, T, hp->rms_eps, c->ks));
-    TRY(mixer_attention(c, il, T, NULL, NULL));
+    TRY(mixer_attention(c, il, T, NULL, NULL, NULL));
     TRY(cu_add_rmsnorm(c->x, c->y, L->post_norm, c->xn, D, T, hp->rms_eps, c->ks));
     TRY(moe(c, il, T, NULL)); /* ends with xn = shared_head_norm(x) */
     return with_head ? head(c, 0, 1) : 0;

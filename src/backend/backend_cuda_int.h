@@ -22,6 +22,7 @@
 #include "cuda/cuda_ops.h"
 #include "cache/vram_tier.h"
 
+#define CU_CTR_DN 4 /* backend_ctx.ctr: where the split DeltaNet step's per-head counters start */
 #define TRY(x)                                                                                               \
     do {                                                                                                     \
         if ((x)) return -1;                                                                                  \
@@ -131,9 +132,12 @@ struct backend_ctx {
     cudaGraphExec_t mexec[2]; /* the MTP head on one pair, without / with its logits */
     bool mtried[2];
     int small_moe; /* RL_CUDA_SMALL_MOE */
-    /* the split DeltaNet step's per-head counters, ssm_hv of them (zeroed with the allocation; the
-     * step's last block of a head puts its counter back) */
-    unsigned *ctr;
+    /* decode kernel fusion, a mask of FUSE_* (RL_CUDA_FUSE, fuse_mask): the combine ends with
+     * the next norm, the mixer's output projection with the residual add + norm, the router GEMV
+     * with the top-k (last-block tails; same bits as the separate launches);
+     * ctr: the tails' counters (zeroed with the allocation; each tail puts its own back) */
+    int fuse;
+    unsigned *ctr; /* [0, 3): the tails; [CU_CTR_DN, + ssm_hv): the split DeltaNet step's heads */
     bool dn_split; /* the decode DeltaNet step of a value head over 4 blocks (RL_CUDA_DN_SPLIT=0: one) */
     int graph_nodes, graph_kernels; /* of the decode graph, once captured */
     /* forward_rows (backend_cuda_rows.c): the rows graphs this context heads (NULL until the first),

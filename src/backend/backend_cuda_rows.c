@@ -122,7 +122,7 @@ int cuda_rows_deltanet(backend_ctx *c, const cu_dn_dims *d, int il, int T, backe
         float *u = c->u + (size_t)t * C;
         TRY(cu_dn_conv(d, c->big + (size_t)t * C, C, u, rc[t]->conv[il], 1, c->ks));
         TRY(cu_dn_step(d, u, c->ba + (size_t)t * hv2, c->kvb + (size_t)t * inner, rc[t]->ssm[il],
-                       c->o + (size_t)t * inner, c->dn_split ? c->ctr : NULL, c->ks));
+                       c->o + (size_t)t * inner, c->dn_split ? c->ctr + CU_CTR_DN : NULL, c->ks));
     }
     return 0;
 }

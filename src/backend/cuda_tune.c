@@ -93,6 +93,31 @@ static int env_smem(size_t *out) {
     return 0;
 }
 
+/* RL_CUDA_FUSE: 0|off (none, the default: on the H200 no tail made the decode graph faster — combine
+ * 0 %, norm -0.3 %, router -1 %, bench/results/2026-12-01-cuda-decode-h200.md; with the lane GEMVs all
+ * -11 %, router -4 %, combine+norm -8 %: bench/results/2026-12-03-cuda-session17-h200.md), 1|all every
+ * tail, or a comma list of combine, norm, router. */
+static int env_fuse(int *out) {
+    const char *v = env("RL_CUDA_FUSE");
+    if (!v) return 0;
+    if (!strcmp(v, "0") || !strcmp(v, "off")) *out = 0;
+    else if (!strcmp(v, "1") || !strcmp(v, "all")) *out = FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER;
+    else {
+        *out = 0;
+        for (const char *p = v; *p;) {
+            const size_t n = strcspn(p, ",");
+            if (n == 7 && !strncmp(p, "combine", n)) *out |= FUSE_COMBINE;
+            else if (n == 4 && !strncmp(p, "norm", n)) *out |= FUSE_NORM;
+            else if (n == 6 && !strncmp(p, "router", n)) *out |= FUSE_ROUTER;
+            else
+                return rl_seterr("RL_CUDA_FUSE=%s: expected 0, all, or a comma list of combine, norm, router",
+                                 v);
+            p += n + (p[n] == ',');
+        }
+    }
+    return 0;
+}
+
 /* The kernels' switches (cu_tuning). */
 static int kern_from_env(cu_tuning *k) {
     int i;
@@ -115,8 +140,9 @@ int cuda_tune_from_env(cuda_tune *t) {
         env_bool("RL_CUDA_VERBOSE", &t->verbose) || env_bool("RL_CUDA_GRAPHS", &t->graphs) ||
         env_bool("RL_CUDA_ROWS", &t->rows) || env_bool("RL_CUDA_ROWS_GRAPH", &t->rows_graph) ||
         env_bool("RL_CUDA_ROWS_BATCH", &t->rows_batch) || env_bool("RL_CUDA_ATTN_TC", &t->attn_tc) ||
-        env_bool("RL_CUDA_ATTN_DB", &t->attn_db) || env_int("RL_CUDA_SMALL_MOE", 1, 16, &t->small_moe) ||
-        env_bool("RL_CUDA_DN_SPLIT", &t->dn_split) || env_int("RL_VRAM_SLOTS", 1, 1 << 20, &t->vram_slots) ||
+        env_bool("RL_CUDA_ATTN_DB", &t->attn_db) || env_fuse(&t->fuse) ||
+        env_int("RL_CUDA_SMALL_MOE", 1, 16, &t->small_moe) || env_bool("RL_CUDA_DN_SPLIT", &t->dn_split) ||
+        env_int("RL_VRAM_SLOTS", 1, 1 << 20, &t->vram_slots) ||
         env_bool("RL_VRAM_PREFETCH", &t->vram_prefetch) || env_bool("RL_VRAM_OVERLAP", &t->vram_overlap))
         return -1;
     const char *v = env("RL_VRAM_FAULT");

@@ -13,6 +13,9 @@
 
 #include "cuda/cuda_dev.h"
 
+/* bits of cuda_tune.fuse (RL_CUDA_FUSE) */
+enum { FUSE_COMBINE = 1, FUSE_NORM = 2, FUSE_ROUTER = 4 };
+
 typedef struct {
     cu_tuning k;         /* the kernels' switches (src/cuda/cuda_dev.h) */
     int device;          /* RL_CUDA_DEVICE=N; -1: the current device */
@@ -26,6 +29,7 @@ typedef struct {
     bool attn_pf_tiled;  /* the register-tiled prefill attention (RL_CUDA_ATTN_PF=staged|unstaged: off) */
     bool attn_tc;        /* attention on tensor cores where it applies (RL_CUDA_ATTN_TC=0: off) */
     bool attn_db;        /* its split decode kernel double-buffered (RL_CUDA_ATTN_DB=0: off) */
+    int fuse;            /* FUSE_* (RL_CUDA_FUSE=0|all|combine,norm,router) */
     int small_moe;       /* verify batches of up to N rows: MoE per (row, expert) pair (RL_CUDA_SMALL_MOE) */
     bool dn_split;       /* the decode DeltaNet step over 4 blocks per head (RL_CUDA_DN_SPLIT=0: one) */
     int vram_pin;        /* RL_VRAM_PIN=0|1, the older alias of --vram-pin; -1: unset */

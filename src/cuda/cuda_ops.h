@@ -142,6 +142,31 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
  * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_dev_set_int8(cu_dev *d, int mode);
 
+/* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
+ * zero before the launch and reset by that block) runs one more per-row step on the launch's
+ * output (segment 0's row, n_out values), with the same device function as the stand-alone
+ * kernel, so the bits are those of the two launches:
+ *   CU_TAIL_ADD_NORM  x += y; out = rmsnorm(x) * w          (cu_add_rmsnorm on the output)
+ *   CU_TAIL_ROUTER    softmax / top-k / decode plan           (cu_router on the output, T = 1)
+ * Saves one launch and its gap per use. */
+enum { CU_TAIL_NONE = 0, CU_TAIL_ADD_NORM = 1, CU_TAIL_ROUTER = 2 };
+typedef struct {
+    int kind;
+    unsigned *counter; /* device, 0 before the launch; the last block puts it back to 0 */
+    float *x, *out;    /* ADD_NORM */
+    const float *w;
+    float eps;
+    int K; /* ROUTER (E = n_out): outputs as cu_router's */
+    int32_t *ids, *pair_in, *pair_out;
+    float *wts, *probs;
+    cu_tile *tiles;
+    int *n_tiles;
+} cu_tail;
+
+/* cu_matmul of one dense input row (T = 1, no gate/up, no conv) followed by `tail`. */
+int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, const cu_tail *tail,
+                   cu_stream s);
+
 /* ---- norms -------------------------------------------------------------------------------- */
 
 /* Per row t < T: if y: x += y (float adds, in place); if out: out = rmsnorm(x) * w. */
@@ -168,6 +193,12 @@ int cu_moe_plan(const int32_t *ids, int T, int K, int E, int tt, cu_tile *tiles,
 int cu_moe_combine(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
                    const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
                    int D, int T, float eps, cu_stream s);
+
+/* The same for one row (decode) with the norm (out != NULL) in the last block of the combine
+ * launch (counter: device, 0, put back by that block): one launch, the bits of cu_moe_combine. */
+int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh, const float *sh_gate,
+                         const float *g, const float *xn, float *y, float *x, const float *w_next, float *out,
+                         int D, float eps, unsigned *counter, cu_stream s);
 
 /* g[t] = sigmoid(sh_gate . xn[t]) for t < T: the combine's shared-expert gate, made where xn is ready
  * (the shared expert's branch, st2) so the combine need not reduce it (the same bits). */

@@ -85,7 +85,8 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
 }
 
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
-                     const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cu_stream s) {
+                     const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, void *ws,
+                     cu_stream s) {
     if (nseg < 1 || nseg > 3 || n_in % 8 || ldx % 4 || T < 1)
         return rl_seterr("cu_matmul: bad arguments (nseg %d, n_in %d, ldx %d, T %d)", nseg, n_in, ldx, T);
     mm_launch L = {};
@@ -112,7 +113,8 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     }
     if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
         return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
-    L.lane = L.q8 && !L.xq && mmq_lane_ok(d, type, tt, n_in, segs[0].row_bytes, gateup);
+    L.lane = L.q8 && !L.xq &&
+             mmq_lane_ok(d, type, tt, n_in, segs[0].row_bytes, gateup, tail && tail->kind != CU_TAIL_NONE);
     const int rpb = L.q8 ? mmq_rows_per_block(d, type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
                          : mm_rows_per_block(d, gateup, tt, small);
     L.small = small;
@@ -131,13 +133,26 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     L.grouped = g != NULL;
     if (g) L.g = *g;
     if (conv) L.conv = *conv;
+    if (tail) L.tail = *tail;
     L.s = s;
     return mm_dispatch(type, L, gateup, tt);
 }
 
 extern "C" int cu_matmul(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx,
                          int T, const cu_group *g, bool gateup, const cu_conv *conv, void *ws, cu_stream s) {
-    return matmul_go(type, n_in, segs, nseg, x, ldx, T, g, gateup, conv, ws, s);
+    return matmul_go(type, n_in, segs, nseg, x, ldx, T, g, gateup, conv, NULL, ws, s);
 }
 
 extern "C" size_t cu_matmul_ws_bytes(int n_in, int rows) { return mmq_ws(n_in, rows); }
+
+extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x,
+                              const cu_tail *tail, cu_stream s) {
+    if (!tail || !tail->counter || nseg != 1 ||
+        (tail->kind != CU_TAIL_ADD_NORM && tail->kind != CU_TAIL_ROUTER) || segs[0].epi != CU_EPI_STORE)
+        return rl_seterr("cu_matmul_tail: one plain segment and a tail with a counter are needed");
+    if (tail->kind == CU_TAIL_ROUTER &&
+        (segs[0].n_out > ROUTER_MAXE || tail->K > 32 || tail->K > segs[0].n_out))
+        return rl_seterr("cu_matmul_tail: %d experts / top-%d not supported (at most %d / 32)", segs[0].n_out,
+                         tail->K, ROUTER_MAXE);
+    return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, NULL, s);
+}

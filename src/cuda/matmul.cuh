@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda/quant.cuh"
+#include "cuda/rowops.cuh"
 
 #define MM_WARPS 4
 // Decode / small-batch launches stage each warp's weight rows in shared memory first (below):
@@ -32,6 +33,7 @@ struct mm_launch {
     bool small; // dense T <= CU_SMALL_T: decode-shaped warps (1 row, 2 for gate/up) x tiles of tt tokens
     cu_conv conv;
     int st_units, st_row; // staged variants: units per chunk (a multiple of 32), smem bytes per row
+    cu_tail tail;         // one-row dense launches: the last block's extra step (cuda_ops.h)
     bool q8;              // the integer path (mmq.cuh) for this launch's K-quant type
     cu_qtabs tb;          // the integer path of the IQ types: the grids
     const uint8_t *xq;    // prefill tiles of the integer path: scratch of the quantised input rows (or NULL)
@@ -217,10 +219,31 @@ __device__ __forceinline__ void mm_body(const cu_qtabs &tb, const mm_launch &a) 
     }
 }
 
+// The tail of a one-row dense launch (cuda_ops.h, cu_tail): every block counts itself done after
+// its stores; the last one runs the per-row step on segment 0's output row.
+__device__ __forceinline__ void mm_tail(const mm_launch &a) {
+    __shared__ double red[32];
+    if (!block_last(a.tail.counter, gridDim.x * gridDim.y)) return;
+    const cu_seg &s0 = a.seg[0];
+    if (a.tail.kind == CU_TAIL_ADD_NORM) {
+        add_rmsnorm_row(a.tail.x, s0.y, a.tail.w, a.tail.out, s0.n_out, a.tail.eps, red);
+    } else if (threadIdx.x < 32) {
+        if (ROUTER_NV(s0.n_out) == 16)
+            router_row<false, 16>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs,
+                                  a.tail.tiles, a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
+        else
+            router_row<false, 32>(s0.y, s0.n_out, a.tail.K, 0, 1, a.tail.ids, a.tail.wts, a.tail.probs,
+                                  a.tail.tiles, a.tail.n_tiles, a.tail.pair_in, a.tail.pair_out);
+    }
+    if (threadIdx.x == 0) *a.tail.counter = 0; // ready for the next launch (graph replays)
+}
+
 template <int TYPE, int NR, int TT, bool GU, bool ST>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mm(cu_qtabs tb, mm_launch a) {
     pdl_enter();
     mm_body<TYPE, NR, TT, GU, ST>(tb, a);
+    if constexpr (TT == 1 && !GU)
+        if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
 
 // Staged weights (mm_body's ST) for decode and small-batch launches, RL_CUDA_MM_STAGE: "iq" (the

@@ -1,5 +1,5 @@
 // mmq.cuh — the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K weights); part of
-// matmul.cuh (included there only, after mm_launch).
+// matmul.cuh (included there only, after mm_launch and mm_tail).
 //
 // Arithmetic (the same for every shape, so decode == verify == prefill bit for bit):
 //   - each activation row is quantised per 256 values to Q8_K exactly as quant_from_float_q8_k
@@ -540,6 +540,8 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
 template <int TYPE, int TT, bool GU, int RS = 1, bool ST = false, bool SM = false>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_vec(mm_launch a) {
     mmq_vec_body<TYPE, TT, GU, RS, ST, SM>(a);
+    if constexpr (TT == 1 && !GU)
+        if (a.tail.kind != CU_TAIL_NONE) mm_tail(a);
 }
 
 // ---- int8 tensor cores: 32 weight rows (a gate and an up tile of 16 for gate/up) x 8 NT tokens -----

@@ -33,12 +33,12 @@ static inline int mmq_vec_rs(int n_in) {
     return nsb == 1 || nsb == 2 ? 4 : 1;
 }
 // One-token launches with a lane per (row, super-block) (k_mmq_lane, mmq_lane.cuh): the default,
-// RL_CUDA_MMQ_LANE=0 keeps k_mmq_vec (same bits). Rows of more than MQL_MAX_NSB super-blocks keep
-// k_mmq_vec.
+// RL_CUDA_MMQ_LANE=0 keeps k_mmq_vec (same bits). Rows of more than MQL_MAX_NSB super-blocks and the
+// fused tails (RL_CUDA_FUSE) keep k_mmq_vec.
 static inline bool mmq_lane_ok(const cu_dev *d, uint32_t type, int tt, int n_in, size_t row_bytes,
-                               bool gateup) {
+                               bool gateup, bool tail) {
     // (its one-block-per-row-block shape must fit the device; the streamed one is checked at launch)
-    return tt == 1 && n_in / 256 <= MQL_MAX_NSB && d->tune.mmq_lane &&
+    return tt == 1 && !tail && n_in / 256 <= MQL_MAX_NSB && d->tune.mmq_lane &&
            cu_dev_fits(d, mql_smem(row_bytes, n_in / 256, gateup, false));
 }
 // Rows per block of the integer path (host side; matmul_go's segment layout); tc: k_mmq_tc; lane:

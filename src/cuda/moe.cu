@@ -3,23 +3,25 @@
 // (weighted sum + gated shared expert + residual + the next RMSNorm).
 #include "cuda/rowops.cuh"
 
-// One warp per row (rowops.cuh: router_row).
-template <int NV>
+// One warp per row (rowops.cuh: router_row, shared with the router tail of the decode matmul).
+template <bool PACKED, int NV>
 __global__ void k_router(const float *__restrict__ logits, int E, int K, int T, int32_t *ids, float *wout,
                          float *pout, cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out) {
     pdl_enter();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    router_row<NV>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in, pair_out);
+    router_row<PACKED, NV>(logits + (size_t)t * E, E, K, t, T, ids, wout, pout, tiles, n_tiles, pair_in,
+                           pair_out);
 }
 
 extern "C" int cu_router(const float *logits, int E, int K, int T, int32_t *ids, float *w, float *p,
                          cu_tile *tiles, int *n_tiles, int32_t *pair_in, int32_t *pair_out, cu_stream s) {
     if (E > ROUTER_MAXE || K > 32 || K > E)
         return rl_seterr("cu_router: %d experts / top-%d not supported (at most %d / 32)", E, K, ROUTER_MAXE);
-    // packed-key picks (router_row); the butterfly picks measured slower (docs/TUNING.md, deleted variants:
-    // RL_CUDA_ROUTER_TOPK=butterfly)
-    auto k = ROUTER_NV(E) == 16 ? k_router<16> : k_router<32>;
+    // packed-key picks (two single-instruction warp reductions per pick): the same selection as the
+    // butterfly picks the matmul tail keeps (test_tail_router compares them bit for bit) and faster
+    // (docs/TUNING.md, deleted variants: RL_CUDA_ROUTER_TOPK=butterfly)
+    auto k = ROUTER_NV(E) == 16 ? k_router<true, 16> : k_router<true, 32>;
     cu_go(k, (T + 3) / 4, 128, 0, s, logits, E, K, T, ids, w, p, tiles, n_tiles, pair_in, pair_out);
     CU_LAUNCHED("k_router");
     return 0;
@@ -126,6 +128,23 @@ __global__ void __launch_bounds__(COMB_THREADS)
     combine_row(eo, w, K, sh, sh_gate, g, xn, y, x, D, blockIdx.y, i, red);
 }
 
+// Decode (T = 1): the same combine blocks, and the block that finishes last (counter) runs the
+// next RMSNorm of the row (add_rmsnorm_row: the bits of k_add_rmsnorm), one launch instead of
+// two. out may alias xn: a block that reduces the gate itself (g NULL) reads xn before it counts itself done.
+__global__ void __launch_bounds__(COMB_THREADS)
+    k_moe_combine_norm1(const float *__restrict__ eo, const float *__restrict__ w, int K,
+                        const float *__restrict__ sh, const float *__restrict__ sh_gate,
+                        const float *__restrict__ g, const float *xn, float *y, float *x, int D,
+                        const float *__restrict__ w_next, float *out, float eps, unsigned *counter) {
+    pdl_enter();
+    __shared__ double red[32];
+    const int i = blockIdx.x * COMB_THREADS + threadIdx.x;
+    combine_row(eo, w, K, sh, sh_gate, g, xn, y, x, D, 0, i, red);
+    if (!block_last(counter, gridDim.x)) return;
+    add_rmsnorm_row(x, NULL, w_next, out, D, eps, red);
+    if (threadIdx.x == 0) *counter = 0; // ready for the next launch (graph replays)
+}
+
 // grid T: g[t] = the shared-expert gate of row t (sh_gate_row), for the combine to take instead of
 // reducing it on the critical path.
 __global__ void __launch_bounds__(COMB_THREADS)
@@ -139,6 +158,16 @@ __global__ void __launch_bounds__(COMB_THREADS)
 extern "C" int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cu_stream s) {
     cu_go(k_moe_sh_gate, T, COMB_THREADS, 0, s, sh_gate, xn, g, D);
     CU_LAUNCHED("k_moe_sh_gate");
+    return 0;
+}
+
+extern "C" int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh,
+                                    const float *sh_gate, const float *g, const float *xn, float *y, float *x,
+                                    const float *w_next, float *out, int D, float eps, unsigned *counter,
+                                    cu_stream s) {
+    cu_go(k_moe_combine_norm1, (D + COMB_THREADS - 1) / COMB_THREADS, COMB_THREADS, 0, s, eo, w, K, sh,
+          sh_gate, g, xn, y, x, D, w_next, out, eps, counter);
+    CU_LAUNCHED("k_moe_combine_norm1");
     return 0;
 }
 

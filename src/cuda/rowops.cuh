@@ -1,7 +1,9 @@
-// rowops.cuh — per-row device functions: the residual add + RMSNorm of a row (norm.cu's
-// k_add_rmsnorm; moe.cu's combine ends with that kernel) and the router's softmax / top-k of a row
-// (moe.cu's k_router). Their reads of the row's inputs go through L2 (__ldcg), so a caller may read a
-// row that other blocks of its own launch wrote (L1 is not coherent between SMs).
+// rowops.cuh — per-row device functions shared by a stand-alone kernel and a fused one, so both
+// give the same bits: the residual add + RMSNorm of a row (norm.cu's k_add_rmsnorm, the combine
+// of moe.cu, the add+norm tail of a decode matmul) and the router's softmax / top-k of a row
+// (moe.cu's k_router, the router tail of a decode matmul). Their reads of the row's inputs go
+// through L2 (__ldcg): inside a fused kernel they were written by other blocks of the same launch
+// (L1 is not coherent between SMs).
 #pragma once
 
 #include "cuda/common.cuh"
@@ -124,12 +126,13 @@ __device__ __forceinline__ void add_rmsnorm_row_regs(float *xr, const float *yr,
 // CPU: ops_softmax (max, expf, double sum, inv = (float)(1/s)), ops_topk (descending, ties -> lower id),
 // weights p / sum (double, clamped at 6.1035e-5).
 // ids/wout/pout: [T][K]; tiles (may be NULL): the decode plan, one tile per (row, slot) pair.
-// The picks: two single-instruction warp reductions per pick (packed keys; five two-value butterfly rounds
-// per pick were slower, deleted): a candidate's key is its probability's bits + 1 (p >= 0, so the bits order
-// as the values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the
-// lowest id holding it (each lane offers its lowest such id: ids ascend with i). Ties go to the lower id, as
-// the CPU's ops_topk.
-template <int NV>
+// PACKED (k_router's default; RL_CUDA_ROUTER_TOPK=butterfly selects the other; the matmul tail keeps the
+// butterfly): the same selection with two single-instruction warp reductions per pick instead of five
+// two-value butterfly rounds: a candidate's key is its probability's bits + 1 (p >= 0, so the bits order as
+// the values; 0 marks taken / absent), __reduce_max_sync gives the largest key, __reduce_min_sync the lowest
+// id holding it (each lane offers its lowest such id: ids ascend with i). The same ids in the same
+// order, the same p: the same outputs.
+template <bool PACKED, int NV>
 __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, int T, int32_t *ids,
                                            float *wout, float *pout, cu_tile *tiles, int *n_tiles,
                                            int32_t *pair_in, int32_t *pair_out) {
@@ -158,27 +161,56 @@ __device__ __forceinline__ void router_row(const float *x, int E, int K, int t, 
     double sum = 0;
     int my_id = -1;
     float my_p = 0;
-    uint32_t key[NV];
+    if constexpr (PACKED) {
+        uint32_t key[NV];
 #pragma unroll
-    for (int i = 0; i < NV; i++) key[i] = i * 32 + lane < E ? __float_as_uint(v[i]) + 1u : 0u;
-    for (int k = 0; k < K; k++) {
-        uint32_t lm = 0;
+        for (int i = 0; i < NV; i++) key[i] = i * 32 + lane < E ? __float_as_uint(v[i]) + 1u : 0u;
+        for (int k = 0; k < K; k++) {
+            uint32_t lm = 0;
 #pragma unroll
-        for (int i = 0; i < NV; i++) lm = max(lm, key[i]);
-        const uint32_t m = __reduce_max_sync(FULL_MASK, lm);
-        uint32_t ci = 0xffffffffu;
+            for (int i = 0; i < NV; i++) lm = max(lm, key[i]);
+            const uint32_t m = __reduce_max_sync(FULL_MASK, lm);
+            uint32_t ci = 0xffffffffu;
 #pragma unroll
-        for (int i = NV - 1; i >= 0; i--) // the lowest i holding m wins
-            if (key[i] == m) ci = (uint32_t)(i * 32 + lane);
-        const int bi = (int)__reduce_min_sync(FULL_MASK, ci);
-        const float bv = __uint_as_float(m - 1u);
+            for (int i = NV - 1; i >= 0; i--) // the lowest i holding m wins
+                if (key[i] == m) ci = (uint32_t)(i * 32 + lane);
+            const int bi = (int)__reduce_min_sync(FULL_MASK, ci);
+            const float bv = __uint_as_float(m - 1u);
 #pragma unroll
-        for (int i = 0; i < NV; i++)
-            if (bi == i * 32 + lane) key[i] = 0u; // taken
-        sum += (double)bv;                        // selection order, as the CPU
-        if (lane == k) {
-            my_id = bi;
-            my_p = bv;
+            for (int i = 0; i < NV; i++)
+                if (bi == i * 32 + lane) key[i] = 0u; // taken
+            sum += (double)bv;                        // selection order, as the CPU
+            if (lane == k) {
+                my_id = bi;
+                my_p = bv;
+            }
+        }
+    } else {
+        uint32_t taken = 0;
+        for (int k = 0; k < K; k++) {
+            float bv = -2.0f;
+            int bi = 0x7fffffff;
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (!((taken >> i) & 1) && v[i] > bv) { // ascending ids per lane: first max wins ties
+                    bv = v[i];
+                    bi = i * 32 + lane;
+                }
+#pragma unroll
+            for (int o = 16; o; o >>= 1) {
+                float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+                int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) {
+                    bv = ov;
+                    bi = oi;
+                }
+            }
+            if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+            sum += (double)bv; // same order as the CPU: selection order
+            if (lane == k) {
+                my_id = bi;
+                my_p = bv;
+            }
         }
     }
     if (sum < 6.103515625e-5) sum = 6.103515625e-5;

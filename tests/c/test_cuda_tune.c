@@ -2,8 +2,8 @@
  * runs without a GPU):
  *   - unset (or empty) variables give the defaults, the measured winners (cu_tuning_default);
  *   - each kind of value lands in its field: switches (0/1/on/off), choices (RL_CUDA_ATTN_PF=staged,
- *     RL_CUDA_ATTN=per-warp, RL_CUDA_MM_STAGE=iq|1|0), numbers, the shared memory cap with its K
- *     suffix, the RL_VRAM_* test hooks, the emulated link's GB/s
+ *     RL_CUDA_ATTN=per-warp, RL_CUDA_MM_STAGE=iq|1|0), numbers, the RL_CUDA_FUSE list, the shared
+ *     memory cap with its K suffix, the RL_VRAM_* test hooks, the emulated link's GB/s
  *     (RL_VRAM_LINK_GBS, a decimal);
  *   - a bad value is refused with one line naming the variable, the value and what it takes. */
 #include <stdio.h>
@@ -14,11 +14,23 @@
 #include "backend/cuda_tune.h"
 #include "base/common.h"
 
-static const char *const VARS[] = {
-    "RL_CUDA_PDL",      "RL_CUDA_MMQ",        "RL_CUDA_ATTN_PF",  "RL_CUDA_ATTN",
-    "RL_CUDA_MM_STAGE", "RL_CUDA_SMEM_LIMIT", "RL_CUDA_DEVICE",   "RL_CUDA_SMALL_MOE",
-    "RL_VRAM_SLOTS",    "RL_VRAM_FAULT",      "RL_VRAM_PREFETCH", "RL_VRAM_PIN",
-    "RL_CUDA_SMALL_TT", "RL_CUDA_GRAPHS",     "RL_VRAM_LINK_GBS", NULL};
+static const char *const VARS[] = {"RL_CUDA_PDL",
+                                   "RL_CUDA_MMQ",
+                                   "RL_CUDA_ATTN_PF",
+                                   "RL_CUDA_ATTN",
+                                   "RL_CUDA_MM_STAGE",
+                                   "RL_CUDA_SMEM_LIMIT",
+                                   "RL_CUDA_FUSE",
+                                   "RL_CUDA_DEVICE",
+                                   "RL_CUDA_SMALL_MOE",
+                                   "RL_VRAM_SLOTS",
+                                   "RL_VRAM_FAULT",
+                                   "RL_VRAM_PREFETCH",
+                                   "RL_VRAM_PIN",
+                                   "RL_CUDA_SMALL_TT",
+                                   "RL_CUDA_GRAPHS",
+                                   "RL_VRAM_LINK_GBS",
+                                   NULL};
 
 static void clear(void) {
     for (int i = 0; VARS[i]; i++) unsetenv(VARS[i]);
@@ -63,6 +75,9 @@ static void test_values(void) {
           t.k.smem_limit);
     CHECK(parse1("RL_CUDA_SMEM_LIMIT", "166912", &t) == 0 && t.k.smem_limit == 166912, "bytes");
     CHECK(parse1("RL_CUDA_SMEM_LIMIT", "163KiB", &t) == 0 && t.k.smem_limit == 166912, "KiB");
+    CHECK(parse1("RL_CUDA_FUSE", "norm,router", &t) == 0 && t.fuse == (FUSE_NORM | FUSE_ROUTER), "fuse list");
+    CHECK(parse1("RL_CUDA_FUSE", "all", &t) == 0 && t.fuse == (FUSE_COMBINE | FUSE_NORM | FUSE_ROUTER),
+          "all");
     CHECK(parse1("RL_CUDA_DEVICE", "1", &t) == 0 && t.device == 1, "RL_CUDA_DEVICE=1");
     CHECK(parse1("RL_VRAM_SLOTS", "12", &t) == 0 && t.vram_slots == 12, "RL_VRAM_SLOTS=12");
     CHECK(parse1("RL_VRAM_FAULT", "7", &t) == 0 && t.vram_fault == 7, "RL_VRAM_FAULT=7");
@@ -88,6 +103,7 @@ static void test_refused(void) {
     refused("RL_CUDA_ATTN_PF", "fast", "tiled|staged|unstaged");
     refused("RL_CUDA_SMEM_LIMIT", "1000", ">= 49152");
     refused("RL_CUDA_SMEM_LIMIT", "99M", ">= 49152");
+    refused("RL_CUDA_FUSE", "norm,tails", "combine, norm, router");
     refused("RL_CUDA_SMALL_MOE", "17", "1..16");
     refused("RL_VRAM_FAULT", "x", "whole number");
     refused("RL_VRAM_LINK_GBS", "fast", "GB/s");

@@ -6,8 +6,8 @@
  *     and batch invariance: every row of a T-row launch equals its 1-row launch bit for bit;
  *   - the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K; cu_dev_set_int8): every output
  *     == quant_traits.vec_dot(row, Q8_K(x)) bit for bit (the CPU backend's value), in every shape
- *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts),
- *     with 3 and 9 super-blocks per row; the staged tiles of launches given a
+ *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
+ *     the add+norm tail), with 3 and 9 super-blocks per row; the staged tiles of launches given a
  *     scratch (test_cuda_ops_mmq.h) too; and with mode 2 the same for IQ2_XXS, IQ2_XS and IQ1_M;
  *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
  *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
@@ -586,12 +586,203 @@ static void test_attention(int hd, bool f16) {
 #include "test_cuda_ops_attn.h"
 #include "test_cuda_ops_smem.h"
 
+/* ---- fused decode kernels: the same bits as the separate launches --------------------------- */
+
+/* The decode combine with the next norm in its last block (cu_moe_combine_norm1) == cu_moe_combine
+ * (combine, then the norm kernel), with out aliasing xn (the backend's use), twice in a row (the
+ * counter must be back at 0, else the second norm never runs: poisoned out); and both again with the
+ * shared-expert gate made beforehand by cu_moe_sh_gate (the backend's default) == the combine's own. */
+static void test_fused_combine(void) {
+    const int D = 2048 + 64, K = 10;
+    float *sg = randv(D, 0.05f), *wn = randv(D, 1.0f);
+    float *dsg = dup_to_dev(sg, sizeof(float) * D), *dwn = dup_to_dev(wn, sizeof(float) * D);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
+    float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D), *dg = dpoison(1);
+    int bad = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        const bool side = rep >= 2; /* reps 2, 3: the gate from cu_moe_sh_gate */
+        float *eo = randv((size_t)D * K, 1.0f), *w = randv(K, 0.3f), *sh = randv(D, 1.0f),
+              *xn = randv(D, 1.0f), *x0 = randv(D, 1.0f);
+        float *deo = dup_to_dev(eo, sizeof(float) * D * K), *dw = dup_to_dev(w, sizeof(float) * K),
+              *dsh = dup_to_dev(sh, sizeof(float) * D);
+        float *dxn1 = dup_to_dev(xn, sizeof(float) * D), *dxn2 = dup_to_dev(xn, sizeof(float) * D);
+        float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
+        float *dy1 = dpoison(D), *dy2 = dpoison(D);
+        if (side) CHECK(cu_moe_sh_gate(dsg, dxn2, dg, D, 1, S0) == 0, "%s", rl_lasterr());
+        CHECK(cu_moe_combine(deo, dw, K, dsh, dsg, NULL, dxn1, dy1, dx1, dwn, dxn1, D, 1, 1e-6f, S0) == 0,
+              "%s", rl_lasterr());
+        CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D,
+                                   1e-6f, ctr, S0) == 0,
+              "%s", rl_lasterr());
+        to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, dxn1, sizeof(float) * D), to_host(b, dxn2, sizeof(float) * D), bad += count_bad(a, b, D);
+        cudaFree(deo);
+        cudaFree(dw);
+        cudaFree(dsh);
+        cudaFree(dxn1);
+        cudaFree(dxn2);
+        cudaFree(dx1);
+        cudaFree(dx2);
+        cudaFree(dy1);
+        cudaFree(dy2);
+        free(eo);
+        free(w);
+        free(sh);
+        free(xn);
+        free(x0);
+    }
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0,
+          "decode combine + norm tail differs from combine then norm (%d values; counter %u)", bad, hc);
+    printf("  decode combine + norm tail (own gate / cu_moe_sh_gate's) == combine, then norm (2 launches): "
+           "%d values differ\n",
+           bad);
+    cudaFree(dsg);
+    cudaFree(dwn);
+    cudaFree(ctr);
+    cudaFree(dg);
+    free(sg);
+    free(wn);
+    free(a);
+    free(b);
+}
+
+/* The add+norm tail of a one-row matmul == cu_matmul then cu_add_rmsnorm, twice in a row (the
+ * counter must be back at 0 after each launch, else the second tail never runs: poisoned out). The
+ * tail runs rowops.cuh's add_rmsnorm_row on 128 threads; k_add_rmsnorm takes add_rmsnorm_row_regs
+ * for D <= 2048 (the 80B's 2048 and a short row) and add_rmsnorm_row above: the same bits. */
+static void test_tail_add_norm(int D) {
+    const int n_in = 1024;
+    const size_t rb = quant_row_size(QT_Q4_K, n_in);
+    uint8_t *w = malloc(rb * D);
+    fill_random_blocks(QT_Q4_K, w, (int64_t)D * n_in / 256, &R);
+    uint8_t *dW = dup_to_dev(w, rb * D);
+    float *nw = randv(D, 1.0f), *dnw = dup_to_dev(nw, sizeof(float) * D);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
+    float *a = malloc(sizeof(float) * D), *b = malloc(sizeof(float) * D);
+    int bad = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        float *in = randv(n_in, 1.0f), *x0 = randv(D, 1.0f);
+        float *din = dup_to_dev(in, sizeof(float) * n_in);
+        float *dx1 = dup_to_dev(x0, sizeof(float) * D), *dx2 = dup_to_dev(x0, sizeof(float) * D);
+        float *dy1 = dpoison(D), *dy2 = dpoison(D), *do1 = dpoison(D), *do2 = dpoison(D);
+        cu_seg s1 = {.w = dW, .row_bytes = rb, .n_out = D, .y = dy1, .ldy = D}, s2 = s1;
+        s2.y = dy2;
+        CHECK(cu_matmul(QT_Q4_K, n_in, &s1, 1, din, n_in, 1, NULL, false, NULL, NULL, S0) == 0, "%s",
+              rl_lasterr());
+        CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, S0) == 0, "%s", rl_lasterr());
+        cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = ctr, .x = dx2, .out = do2, .w = dnw, .eps = 1e-6f};
+        CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, S0) == 0, "%s", rl_lasterr());
+        to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
+        to_host(a, do1, sizeof(float) * D), to_host(b, do2, sizeof(float) * D), bad += count_bad(a, b, D);
+        cudaFree(din);
+        cudaFree(dx1);
+        cudaFree(dx2);
+        cudaFree(dy1);
+        cudaFree(dy2);
+        cudaFree(do1);
+        cudaFree(do2);
+        free(in);
+        free(x0);
+    }
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0, "matmul + add/norm tail differs from matmul then norm (%d values; counter %u)",
+          bad, hc);
+    printf("  matmul + add/norm tail == matmul, then norm (2 launches), D %d: %d values differ\n", D, bad);
+    cudaFree(dW);
+    cudaFree(dnw);
+    cudaFree(ctr);
+    free(w);
+    free(nw);
+    free(a);
+    free(b);
+}
+
+/* The router tail of a one-row F32 router GEMV == cu_matmul then cu_router (ids, weights, probs,
+ * the decode plan), twice in a row; E not a multiple of 32. */
+static void test_tail_router(void) {
+    const int n_in = 2048, E = 500, K = 10;
+    const size_t rb = sizeof(float) * n_in;
+    float *w = randv((size_t)E * n_in, 0.05f);
+    uint8_t *dW = dup_to_dev(w, rb * E);
+    unsigned zero = 0, *ctr = dup_to_dev(&zero, sizeof zero);
+    int bad = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        float *in = randv(n_in, 1.0f), *din = dup_to_dev(in, sizeof(float) * n_in);
+        int32_t *ids[2], *pin[2], *pout[2];
+        float *wt[2], *pr[2], *lg[2];
+        cu_tile *tl[2];
+        int *nt[2];
+        for (int k = 0; k < 2; k++) {
+            ids[k] = dup_to_dev(in, 4 * K), pin[k] = dup_to_dev(in, 4 * K), pout[k] = dup_to_dev(in, 4 * K);
+            wt[k] = dpoison(K), pr[k] = dpoison(K), lg[k] = dpoison(E);
+            tl[k] = dup_to_dev(in, sizeof(cu_tile) * K), nt[k] = dup_to_dev(in, 4);
+        }
+        cu_seg s0 = {.w = dW, .row_bytes = rb, .n_out = E, .y = lg[0], .ldy = E}, s1 = s0;
+        s1.y = lg[1];
+        CHECK(cu_matmul(QT_F32, n_in, &s0, 1, din, n_in, 1, NULL, false, NULL, NULL, S0) == 0, "%s",
+              rl_lasterr());
+        CHECK(cu_router(lg[0], E, K, 1, ids[0], wt[0], pr[0], tl[0], nt[0], pin[0], pout[0], S0) == 0, "%s",
+              rl_lasterr());
+        cu_tail t = {.kind = CU_TAIL_ROUTER,
+                     .counter = ctr,
+                     .K = K,
+                     .ids = ids[1],
+                     .wts = wt[1],
+                     .probs = pr[1],
+                     .tiles = tl[1],
+                     .n_tiles = nt[1],
+                     .pair_in = pin[1],
+                     .pair_out = pout[1]};
+        CHECK(cu_matmul_tail(QT_F32, n_in, &s1, 1, din, &t, S0) == 0, "%s", rl_lasterr());
+        uint8_t h[2][4096];
+        const void *pp[2][7] = {{ids[0], pin[0], pout[0], wt[0], pr[0], tl[0], nt[0]},
+                                {ids[1], pin[1], pout[1], wt[1], pr[1], tl[1], nt[1]}};
+        const size_t nb[7] = {4 * K, 4 * K, 4 * K, 4 * K, 4 * K, sizeof(cu_tile) * K, 4};
+        for (int q = 0; q < 7; q++) {
+            to_host(h[0], pp[0][q], nb[q]);
+            to_host(h[1], pp[1][q], nb[q]);
+            bad += memcmp(h[0], h[1], nb[q]) != 0;
+        }
+        float *l0 = malloc(sizeof(float) * E), *l1 = malloc(sizeof(float) * E);
+        to_host(l0, lg[0], sizeof(float) * E), to_host(l1, lg[1], sizeof(float) * E),
+            bad += count_bad(l0, l1, E);
+        free(l0);
+        free(l1);
+        for (int k = 0; k < 2; k++) {
+            cudaFree(ids[k]);
+            cudaFree(pin[k]);
+            cudaFree(pout[k]);
+            cudaFree(wt[k]);
+            cudaFree(pr[k]);
+            cudaFree(lg[k]);
+            cudaFree(tl[k]);
+            cudaFree(nt[k]);
+        }
+        cudaFree(din);
+        free(in);
+    }
+    unsigned hc = 1;
+    to_host(&hc, ctr, sizeof hc);
+    CHECK(bad == 0 && hc == 0, "router GEMV + top-k tail differs from GEMV then router (%d; counter %u)", bad,
+          hc);
+    printf("  router GEMV + top-k tail == GEMV, then router (2 launches): %d outputs differ\n", bad);
+    cudaFree(dW);
+    cudaFree(ctr);
+    free(w);
+}
+
 /* cu_router against the CPU (ops_softmax, ops_topk, the weights' double sum) on logits with many ties
  * (6 levels; one row all equal, where the top 10 are ids 0..9), E = 512 and 1000 experts (router_row's 16
  * and 32 values per lane): ids and their order exactly, weights
  * and probabilities within 1e-6 (GPU and CPU expf may differ in the last bit; tied values are the same
  * value on each side, so ties break the same way: lower id first). This checks the packed-key selection
- * (the router's only one; its butterfly variant is deleted). */
+ * (the router's only one; its butterfly variant is deleted); test_tail_router checks it bit for bit
+ * against the matmul tail's butterfly picks. */
 static void test_router_ties(int E) {
     const int K = 10, T = 4;
     float *lg = malloc(sizeof(float) * E * T), *p = malloc(sizeof(float) * E);
@@ -689,8 +880,11 @@ int main(void) {
     test_mmq_many_rows(QT_Q4_K, 1024,
                        40003); /* one token, 5,000 row blocks (streamed, the default: many per block) */
     test_mmq_many_rows(QT_Q6_K, 512,
-                       30001); /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
-    test_moe();                /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
+                       30001);     /* 420-byte rows, the second segment 4-byte aligned; 2 row sets */
+    test_moe();                    /* Q4_K gate/up grouped (tensor cores) == per-pair 1-row launches */
+    test_tail_add_norm(2048 + 64); /* Q4_K one-row launch + tail; the norm kernel's generic row */
+    test_tail_add_norm(2048);      /* its register row (the 80B's hidden size) */
+    test_tail_add_norm(1000);      /* a partial last chunk */
     printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
            check_fail == fails0 ? "bit-identical to" : "DIFFERENT from");
     /* mode 2: the IQ types too (mmq_iq.cuh), the same checks */
@@ -747,6 +941,10 @@ int main(void) {
     test_deltanet(128, 128, 16, 32, 150, 1); /* Qwen3.5 layouts (35B-A3B heads) */
     test_deltanet(64, 32, 4, 8, 37, 1);
     test_moe();
+    test_fused_combine();
+    test_tail_add_norm(2048 + 64); /* the float path's GEMV + tail, both norm rows */
+    test_tail_add_norm(2048);
+    test_tail_router();
     test_router_ties(512);  /* 16 values per lane */
     test_router_ties(1000); /* 32 values per lane */
     return check_done("test_cuda_ops");
