@@ -81,7 +81,7 @@ extern "C" int cu_dn_conv(const cu_dn_dims *d, const float *in, int ldi, float *
 
 // ---- prep: one block per row; warps over the 2*hk q/k head vectors, then the gates -------
 
-template <int KPL>
+template <int KPL, bool Q35>
 __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, float *ab) {
     pdl_enter();
     const int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -102,7 +102,7 @@ __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, 
     }
     for (int h = threadIdx.x; h < d.hv; h += blockDim.x) {
         float alpha, beta;
-        dn_gates(d, ba + (size_t)t * 2 * d.hv, h, alpha, beta);
+        dn_gates<Q35>(d, ba + (size_t)t * 2 * d.hv, h, alpha, beta);
         ab[(size_t)t * 2 * d.hv + h] = alpha;
         ab[(size_t)t * 2 * d.hv + d.hv + h] = beta;
     }
@@ -134,7 +134,7 @@ template <int KPL>
 struct scan_row { // one staged row: q, k of the head group, v of the block's columns, gates
     float q[32 * KPL], k[32 * KPL], v[SCAN_NC], alpha, beta, pad[2];
 };
-template <int KPL>
+template <int KPL, bool Q35>
 __global__ void __launch_bounds__(SCAN_NC * 32)
     k_dn_scan(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ab, float *ssm, float *o,
               int T, float *snap, size_t stride, const int *row_slot) {
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(SCAN_NC * 32)
     __shared__ double part[SCAN_NC][SCAN_ROWS][8]; // b_0..b_7 per warp and row
     const int lane = threadIdx.x & 31, h = blockIdx.x, c0 = blockIdx.y * SCAN_NC, w = threadIdx.x >> 5,
               c = c0 + w;
-    const int g = dn_key_head(d, h), dk = 32 * KPL;
+    const int g = dn_key_head<Q35>(d, h), dk = 32 * KPL;
     float s[KPL];
     {
         const float *S = ssm + ((size_t)h * d.dv + c) * d.dk + lane * KPL;
@@ -233,12 +233,12 @@ __global__ void k_dn_gnorm(cu_dn_dims d, float *o, const float *__restrict__ z, 
 // 0 by it) runs the gated norm on them as the one-block kernel's warp 0 does. So both give the same bits
 // (test_cuda_ops compares them).
 // STEP_WARPS: deltanet.cuh. Value head blockIdx.x, its part blockIdx.y (deltanet.cuh: dn_step_body)
-template <int KPL, int DPL, int SPLIT>
+template <int KPL, int DPL, int SPLIT, bool Q35>
 __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
     k_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba,
               const float *__restrict__ z, float *ssm, float *o, unsigned *ctr) {
     pdl_enter();
-    dn_step_body<KPL, DPL, SPLIT>(d, u, ba, z, ssm, o, ctr, blockIdx.x, blockIdx.y);
+    dn_step_body<KPL, DPL, SPLIT, Q35>(d, u, ba, z, ssm, o, ctr, blockIdx.x, blockIdx.y);
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
@@ -252,24 +252,39 @@ static int check(const cu_dn_dims *d) {
     return 0;
 }
 
-extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
-    if (check(d)) return -1;
+template <bool Q35>
+static void prep_go(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
     const int threads = 32 * min(32, 2 * d->hk);
-    BY_PL(d->dk, (cu_go(k_dn_prep<1>, T, threads, 0, s, *d, u, ba, ab)),
-          (cu_go(k_dn_prep<2>, T, threads, 0, s, *d, u, ba, ab)),
-          (cu_go(k_dn_prep<4>, T, threads, 0, s, *d, u, ba, ab)));
+    BY_PL(d->dk, (cu_go(k_dn_prep<1, Q35>, T, threads, 0, s, *d, u, ba, ab)),
+          (cu_go(k_dn_prep<2, Q35>, T, threads, 0, s, *d, u, ba, ab)),
+          (cu_go(k_dn_prep<4, Q35>, T, threads, 0, s, *d, u, ba, ab)));
+}
+
+extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
+    const int q35 = check(d) ? -1 : dn_layout(d);
+    if (q35 < 0) return -1;
+    if (q35) prep_go<true>(d, u, ba, ab, T, s);
+    else prep_go<false>(d, u, ba, ab, T, s);
     CU_LAUNCHED("k_dn_prep");
     return 0;
 }
 
-extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o,
-                               int T, float *snap, size_t stride, const int *row_slot, cu_stream s) {
-    if (check(d)) return -1;
+template <bool Q35>
+static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o, int T,
+                    float *snap, size_t stride, const int *row_slot, cu_stream s) {
     const dim3 grid(d->hv, d->dv / SCAN_NC);
     BY_PL(d->dk,
-          (cu_go(k_dn_scan<1>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<2>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
-          (cu_go(k_dn_scan<4>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+          (cu_go(k_dn_scan<1, Q35>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<2, Q35>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)),
+          (cu_go(k_dn_scan<4, Q35>, grid, SCAN_NC * 32, 0, s, *d, u, ab, ssm, o, T, snap, stride, row_slot)));
+}
+
+extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o,
+                               int T, float *snap, size_t stride, const int *row_slot, cu_stream s) {
+    const int q35 = check(d) ? -1 : dn_layout(d);
+    if (q35 < 0) return -1;
+    if (q35) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
+    else scan_go<false>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     CU_LAUNCHED("k_dn_scan");
     return 0;
 }
@@ -291,25 +306,34 @@ extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ld
 
 // The split step runs 4 blocks per value head (8 warps each); 8 blocks of 4 warps measured a wash and
 // is gone (bench/results/2026-12-06-cuda-variants-removed.md).
-template <int KPL, int DPL>
+template <int KPL, int DPL, bool Q35>
 static void step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
                     float *o, unsigned *ctr, cu_stream s) {
     if (ctr)
-        cu_go(k_dn_step<KPL, DPL, 4>, dim3(d->hv, 4), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, ssm, o, ctr);
-    else cu_go(k_dn_step<KPL, DPL, 1>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
+        cu_go(k_dn_step<KPL, DPL, 4, Q35>, dim3(d->hv, 4), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, ssm, o,
+              ctr);
+    else cu_go(k_dn_step<KPL, DPL, 1, Q35>, d->hv, STEP_WARPS * 32, 0, s, *d, u, ba, z, ssm, o, nullptr);
 }
-template <int KPL>
+template <int KPL, bool Q35>
 static void step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
                      float *o, unsigned *ctr, cu_stream s) {
-    BY_PL(d->dv, (step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, s)),
-          (step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, s)), (step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, s)));
+    BY_PL(d->dv, (step_go<KPL, 1, Q35>(d, u, ba, z, ssm, o, ctr, s)),
+          (step_go<KPL, 2, Q35>(d, u, ba, z, ssm, o, ctr, s)),
+          (step_go<KPL, 4, Q35>(d, u, ba, z, ssm, o, ctr, s)));
+}
+template <bool Q35>
+static void step_layout(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
+                        float *o, unsigned *ctr, cu_stream s) {
+    BY_PL(d->dk, (step_kpl<1, Q35>(d, u, ba, z, ssm, o, ctr, s)),
+          (step_kpl<2, Q35>(d, u, ba, z, ssm, o, ctr, s)), (step_kpl<4, Q35>(d, u, ba, z, ssm, o, ctr, s)));
 }
 
 extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
                           float *o, unsigned *ctr, cu_stream s) {
-    if (check(d)) return -1;
-    BY_PL(d->dk, step_kpl<1>(d, u, ba, z, ssm, o, ctr, s), step_kpl<2>(d, u, ba, z, ssm, o, ctr, s),
-          step_kpl<4>(d, u, ba, z, ssm, o, ctr, s));
+    const int q35 = check(d) ? -1 : dn_layout(d);
+    if (q35 < 0) return -1;
+    if (q35) step_layout<true>(d, u, ba, z, ssm, o, ctr, s);
+    else step_layout<false>(d, u, ba, z, ssm, o, ctr, s);
     CU_LAUNCHED("k_dn_step");
     return 0;
 }

@@ -31,18 +31,39 @@ template <int DPL> __device__ __forceinline__ void l2norm_lanes(float *v, float 
     for (int d = 0; d < DPL; d++) v[d] *= scale;
 }
 
+// The two head layouts of the family, a template parameter Q35 of every kernel that reads them (so the
+// qwen3next kernels compile to the code they had before the Qwen3.5 layouts existed: the run-time
+// switches cost CF2 prompts 4.6 %, issue 44). Q35 false: value head h reads key head h / (hv / hk)
+// (grouped) and a row of ba is per key head [b x r | a x r] (the fused ssm_ba), qwen3next; true: h % hk
+// (tiled, cu_dn_dims.v_tiled) and [b x hv | a x hv] (ssm_beta, ssm_alpha: ba_split), qwen35moe and qwen35.
+// dn_layout: the instance for d, or -1 (rl_seterr) for a mix no architecture has.
+static inline int dn_layout(const cu_dn_dims *d) {
+    if (!d->v_tiled != !d->ba_split)
+        return rl_seterr(
+            "CUDA DeltaNet: v_tiled %d with ba_split %d is no layout of the family (both 1: Qwen3.5, "
+            "both 0: Qwen3-Next)",
+            d->v_tiled, d->ba_split);
+    return d->v_tiled ? 1 : 0;
+}
+
 // The key head value head h reads: tiled (h % hk) or grouped (h / (hv / hk)) order (q3n_key_head).
-__device__ __forceinline__ int dn_key_head(const cu_dn_dims &d, int h) {
-    return d.v_tiled ? h % d.hk : h / (d.hv / d.hk);
+template <bool Q35> __device__ __forceinline__ int dn_key_head(const cu_dn_dims &d, int h) {
+    if constexpr (Q35) return h % d.hk;
+    else return h / (d.hv / d.hk);
 }
 
 // beta = sigmoid(b), alpha = exp(ssm_a * softplus(a + dt_bias)) for value head h of a row: b and a
-// from the split layout [b x hv | a x hv] or the fused one, per key head [b x r | a x r].
+// from the split layout [b x hv | a x hv] (Q35) or the fused one, per key head [b x r | a x r].
+template <bool Q35>
 __device__ __forceinline__ void dn_gates(const cu_dn_dims &d, const float *ba, int h, float &alpha,
                                          float &beta) {
-    const int r = d.hv / d.hk, g = h / r, e = h % r;
-    const float b = d.ba_split ? ba[h] : ba[g * 2 * r + e],
-                a = d.ba_split ? ba[d.hv + h] : ba[g * 2 * r + r + e];
+    float b, a;
+    if constexpr (Q35) {
+        b = ba[h], a = ba[d.hv + h];
+    } else {
+        const int r = d.hv / d.hk, g = h / r, e = h % r;
+        b = ba[g * 2 * r + e], a = ba[g * 2 * r + r + e];
+    }
     beta = sigmoid_f(b);
     alpha = expf(d.ssm_a[h] * softplus_f(a + d.dt_bias[h]));
 }
@@ -92,9 +113,9 @@ __device__ __forceinline__ void gnorm_lanes(float *o, const float *w, const floa
     }
 }
 
-// ---- the decode step of value head h (part `by` of SPLIT; deltanet.cu's k_dn_step) ---------------
+// ---- the decode step of value head h (part `by` of SPLIT, layout Q35; deltanet.cu's k_dn_step) ----
 
-template <int KPL, int DPL, int SPLIT>
+template <int KPL, int DPL, int SPLIT, bool Q35>
 __device__ __forceinline__ void dn_step_body(const cu_dn_dims &d, const float *__restrict__ u,
                                              const float *__restrict__ ba, const float *__restrict__ z,
                                              float *ssm, float *o, unsigned *ctr, int h, int by) {
@@ -103,7 +124,7 @@ __device__ __forceinline__ void dn_step_body(const cu_dn_dims &d, const float *_
     __shared__ float gates[2];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int cw = SPLIT == 1 ? w : by * (STEP_WARPS / SPLIT) + w; // the warp of the one-block kernel
-    const int g = dn_key_head(d, h);
+    const int g = dn_key_head<Q35>(d, h);
     // this warp's state columns cw, cw+32, ... (DPL of them when dv = 32*DPL): loaded first, so they
     // are in flight while q, k and the gates are computed (the same values: the same bits)
     float s[DPL][KPL];
@@ -127,7 +148,7 @@ __device__ __forceinline__ void dn_step_body(const cu_dn_dims &d, const float *_
 #pragma unroll
         for (int i = 0; i < KPL; i++) qk[w][lane * KPL + i] = v[i];
     } else if (w == 2 && lane == 0) {
-        dn_gates(d, ba, h, gates[0], gates[1]);
+        dn_gates<Q35>(d, ba, h, gates[0], gates[1]);
     }
     __syncthreads();
     float q[KPL], k[KPL];

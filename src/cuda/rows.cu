@@ -49,33 +49,41 @@ extern "C" int cu_rows_dn_conv(const cu_dn_dims *d, const float *in, int ldi, fl
 
 // Value head blockIdx.x, its part blockIdx.y, row blockIdx.z: k_dn_step's body on row r's slices of u, ba,
 // z and o, its state and its counters.
-template <int KPL, int DPL, int SPLIT>
+template <int KPL, int DPL, int SPLIT, bool Q35>
 __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
     k_rows_dn_step(cu_dn_dims d, const float *__restrict__ u, const float *__restrict__ ba,
                    const float *__restrict__ z, cu_rows_ptrs ssm, float *o, unsigned *ctr) {
     pdl_enter();
     const size_t r = blockIdx.z, inner = (size_t)d.hv * d.dv;
-    dn_step_body<KPL, DPL, SPLIT>(d, u + r * d.C, ba + r * 2 * d.hv, z + r * inner, ssm.p[r], o + r * inner,
-                                  ctr ? ctr + r * d.hv : nullptr, blockIdx.x, blockIdx.y);
+    dn_step_body<KPL, DPL, SPLIT, Q35>(d, u + r * d.C, ba + r * 2 * d.hv, z + r * inner, ssm.p[r],
+                                       o + r * inner, ctr ? ctr + r * d.hv : nullptr, blockIdx.x, blockIdx.y);
 }
 
-template <int KPL, int DPL>
+template <int KPL, int DPL, bool Q35>
 static void rows_step_go(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
                          const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
     if (ctr) /* the blocks per head of cu_dn_step (the same bits either way) */
-        cu_go(k_rows_dn_step<KPL, DPL, 4>, dim3(d->hv, 4, n), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z, *ssm,
-              o, ctr);
+        cu_go(k_rows_dn_step<KPL, DPL, 4, Q35>, dim3(d->hv, 4, n), STEP_WARPS * 32 / 4, 0, s, *d, u, ba, z,
+              *ssm, o, ctr);
     else
-        cu_go(k_rows_dn_step<KPL, DPL, 1>, dim3(d->hv, 1, n), STEP_WARPS * 32, 0, s, *d, u, ba, z, *ssm, o,
-              (unsigned *)nullptr);
+        cu_go(k_rows_dn_step<KPL, DPL, 1, Q35>, dim3(d->hv, 1, n), STEP_WARPS * 32, 0, s, *d, u, ba, z, *ssm,
+              o, (unsigned *)nullptr);
 }
 
-template <int KPL>
+template <int KPL, bool Q35>
 static void rows_step_kpl(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
                           const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
-    BY_PL(d->dv, (rows_step_go<KPL, 1>(d, u, ba, z, ssm, o, ctr, n, s)),
-          (rows_step_go<KPL, 2>(d, u, ba, z, ssm, o, ctr, n, s)),
-          (rows_step_go<KPL, 4>(d, u, ba, z, ssm, o, ctr, n, s)));
+    BY_PL(d->dv, (rows_step_go<KPL, 1, Q35>(d, u, ba, z, ssm, o, ctr, n, s)),
+          (rows_step_go<KPL, 2, Q35>(d, u, ba, z, ssm, o, ctr, n, s)),
+          (rows_step_go<KPL, 4, Q35>(d, u, ba, z, ssm, o, ctr, n, s)));
+}
+
+template <bool Q35>
+static void rows_step_layout(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
+                             const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
+    BY_PL(d->dk, (rows_step_kpl<1, Q35>(d, u, ba, z, ssm, o, ctr, n, s)),
+          (rows_step_kpl<2, Q35>(d, u, ba, z, ssm, o, ctr, n, s)),
+          (rows_step_kpl<4, Q35>(d, u, ba, z, ssm, o, ctr, n, s)));
 }
 
 extern "C" int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
@@ -86,8 +94,10 @@ extern "C" int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float 
     if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
         return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)",
                          d->dk, d->dv, d->hk, d->hv);
-    BY_PL(d->dk, rows_step_kpl<1>(d, u, ba, z, ssm, o, ctr, n, s),
-          rows_step_kpl<2>(d, u, ba, z, ssm, o, ctr, n, s), rows_step_kpl<4>(d, u, ba, z, ssm, o, ctr, n, s));
+    const int q35 = dn_layout(d);
+    if (q35 < 0) return -1;
+    if (q35) rows_step_layout<true>(d, u, ba, z, ssm, o, ctr, n, s);
+    else rows_step_layout<false>(d, u, ba, z, ssm, o, ctr, n, s);
     CU_LAUNCHED("k_rows_dn_step");
     return 0;
 }

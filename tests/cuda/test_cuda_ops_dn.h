@@ -35,6 +35,14 @@ static void test_deltanet(int dk, int dv, int hk, int hv, int T, int q35) {
                     .ssm_norm = d_nw,
                     .v_tiled = q35,
                     .ba_split = q35};
+    { /* a mix of the two layouts (no architecture has one) is refused before any launch */
+        cu_dn_dims mix = d;
+        mix.v_tiled = !q35;
+        CHECK(cu_dn_prep(&mix, NULL, NULL, NULL, T, S0) != 0 && strstr(rl_lasterr(), "layout") &&
+                  cu_dn_scan(&mix, NULL, NULL, NULL, NULL, T, S0) != 0 &&
+                  cu_dn_step(&mix, NULL, NULL, NULL, NULL, NULL, NULL, S0) != 0,
+              "mixed DeltaNet layout accepted");
+    }
     /* prefill pieces over T rows */
     float *cs = dup_to_dev(cs0, sizeof(float) * (kw - 1) * C), *ss = dup_to_dev(s0, sizeof(float) * ns);
     float *u = dpoison((size_t)T * C), *ab = dpoison((size_t)T * 2 * hv), *o = dpoison((size_t)T * inner);
