@@ -114,7 +114,7 @@ __global__ void k_dn_prep(cu_dn_dims d, float *u, const float *__restrict__ ba, 
 // gates: the block copies chunks of SCAN_ROWS rows of them (and its columns' v) into shared memory
 // with cp.async, the next chunk in flight while the warps step through the current one (the scan is
 // a chain of dependent steps: loads from global memory in that chain cost more than the math). The
-// per-column arithmetic is delta_col's, as in the fused decode step. check() holds dv to 32, 64 or
+// per-column arithmetic is delta_col's, as in the fused decode step. dn_dims_check() holds dv to 32, 64 or
 // 128 and C to a multiple of 32, so every block's SCAN_NC columns lie in one head and every copied
 // piece is 16-byte aligned.
 //
@@ -243,15 +243,6 @@ __global__ void __launch_bounds__(STEP_WARPS * 32 / SPLIT)
 
 // ---- launchers ---------------------------------------------------------------------------------
 
-static int check(const cu_dn_dims *d) {
-    const bool ok =
-        (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
-    if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
-        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)",
-                         d->dk, d->dv, d->hk, d->hv);
-    return 0;
-}
-
 template <bool Q35>
 static void prep_go(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
     const int threads = 32 * min(32, 2 * d->hk);
@@ -261,7 +252,7 @@ static void prep_go(const cu_dn_dims *d, float *u, const float *ba, float *ab, i
 }
 
 extern "C" int cu_dn_prep(const cu_dn_dims *d, float *u, const float *ba, float *ab, int T, cu_stream s) {
-    const int q35 = check(d) ? -1 : dn_layout(d);
+    const int q35 = dn_layout(d);
     if (q35 < 0) return -1;
     if (q35) prep_go<true>(d, u, ba, ab, T, s);
     else prep_go<false>(d, u, ba, ab, T, s);
@@ -281,7 +272,7 @@ static void scan_go(const cu_dn_dims *d, const float *u, const float *ab, float 
 
 extern "C" int cu_dn_scan_snap(const cu_dn_dims *d, const float *u, const float *ab, float *ssm, float *o,
                                int T, float *snap, size_t stride, const int *row_slot, cu_stream s) {
-    const int q35 = check(d) ? -1 : dn_layout(d);
+    const int q35 = dn_layout(d);
     if (q35 < 0) return -1;
     if (q35) scan_go<true>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
     else scan_go<false>(d, u, ab, ssm, o, T, snap, stride, row_slot, s);
@@ -295,7 +286,7 @@ extern "C" int cu_dn_scan(const cu_dn_dims *d, const float *u, const float *ab, 
 }
 
 extern "C" int cu_dn_gnorm(const cu_dn_dims *d, float *o, const float *z, int ldz, int T, cu_stream s) {
-    if (check(d)) return -1;
+    if (dn_dims_check(d)) return -1;
     const int blocks = (T * d->hv + 7) / 8;
     BY_PL(d->dv, (cu_go(k_dn_gnorm<1>, blocks, 256, 0, s, *d, o, z, ldz, T)),
           (cu_go(k_dn_gnorm<2>, blocks, 256, 0, s, *d, o, z, ldz, T)),
@@ -330,7 +321,7 @@ static void step_layout(const cu_dn_dims *d, const float *u, const float *ba, co
 
 extern "C" int cu_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z, float *ssm,
                           float *o, unsigned *ctr, cu_stream s) {
-    const int q35 = check(d) ? -1 : dn_layout(d);
+    const int q35 = dn_layout(d);
     if (q35 < 0) return -1;
     if (q35) step_layout<true>(d, u, ba, z, ssm, o, ctr, s);
     else step_layout<false>(d, u, ba, z, ssm, o, ctr, s);

@@ -36,8 +36,19 @@ template <int DPL> __device__ __forceinline__ void l2norm_lanes(float *v, float 
 // switches cost CF2 prompts 4.6 %, issue 44). Q35 false: value head h reads key head h / (hv / hk)
 // (grouped) and a row of ba is per key head [b x r | a x r] (the fused ssm_ba), qwen3next; true: h % hk
 // (tiled, cu_dn_dims.v_tiled) and [b x hv | a x hv] (ssm_beta, ssm_alpha: ba_split), qwen35moe and qwen35.
-// dn_layout: the instance for d, or -1 (rl_seterr) for a mix no architecture has.
+// dn_dims_check: 0 when the head dimensions are ones every DeltaNet kernel has instances for, else -1
+// (rl_seterr). dn_layout: that check, then the layout instance for d (0 or 1), or -1 (rl_seterr) for a
+// mix no architecture has.
+static inline int dn_dims_check(const cu_dn_dims *d) {
+    const bool ok =
+        (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
+    if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
+        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)",
+                         d->dk, d->dv, d->hk, d->hv);
+    return 0;
+}
 static inline int dn_layout(const cu_dn_dims *d) {
+    if (dn_dims_check(d)) return -1;
     if (!d->v_tiled != !d->ba_split)
         return rl_seterr(
             "CUDA DeltaNet: v_tiled %d with ba_split %d is no layout of the family (both 1: Qwen3.5, "

@@ -89,11 +89,6 @@ static void rows_step_layout(const cu_dn_dims *d, const float *u, const float *b
 extern "C" int cu_rows_dn_step(const cu_dn_dims *d, const float *u, const float *ba, const float *z,
                                const cu_rows_ptrs *ssm, float *o, unsigned *ctr, int n, cu_stream s) {
     if (n < 1 || n > CU_ROWS_MAX) return rl_seterr("cu_rows_dn_step: %d rows (1..%d)", n, CU_ROWS_MAX);
-    const bool ok =
-        (d->dk == 32 || d->dk == 64 || d->dk == 128) && (d->dv == 32 || d->dv == 64 || d->dv == 128);
-    if (!ok || d->hv % d->hk || d->C != 2 * d->hk * d->dk + d->hv * d->dv)
-        return rl_seterr("CUDA DeltaNet: head dims %d/%d with %d/%d heads are not supported (32, 64 or 128)",
-                         d->dk, d->dv, d->hk, d->hv);
     const int q35 = dn_layout(d);
     if (q35 < 0) return -1;
     if (q35) rows_step_layout<true>(d, u, ba, z, ssm, o, ctr, n, s);
