@@ -27,6 +27,12 @@
 /* Set the calling thread's last error (one line, no trailing newline). Returns -1 so
  * callers can write `return rl_seterr(...)`. */
 int rl_seterr(const char *fmt, ...) RL_PRINTF(1, 2);
+#ifdef __clang_analyzer__
+/* make lint's static analyzer does not look into variadic functions, so it takes `return
+ * rl_seterr(...)` for a possible 0 and reports impossible paths behind it: it is shown the contract
+ * (always -1) here. Compilers build the plain call. */
+#define rl_seterr(...) (rl_seterr(__VA_ARGS__), -1)
+#endif
 /* The calling thread's last error, "" if none. Valid until the next rl_seterr. */
 const char *rl_lasterr(void);
 void rl_clearerr(void);
