@@ -41,7 +41,9 @@ void rl_clearerr(void);
     do {                                                                                                     \
         if (!(x)) rl_assert_fail(#x, __FILE__, __LINE__, __func__);                                          \
     } while (0)
-_Noreturn void rl_assert_fail(const char *expr, const char *file, int line, const char *fn);
+/* the attribute as well as _Noreturn: cppcheck 2.10 (make lint) knows only the attribute */
+_Noreturn void rl_assert_fail(const char *expr, const char *file, int line, const char *fn)
+    __attribute__((noreturn));
 
 /* Allocation helpers: return NULL and set an error naming `what` on failure. */
 void *rl_malloc(size_t n, const char *what);
