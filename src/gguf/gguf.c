@@ -503,10 +503,10 @@ static bool parse_data(cursor *c, part_parse *pp) {
     }
     /* non-overlap: sort by offset and compare neighbours */
     if (n_t > 1) {
-        gguf_tensor **ord = rl_malloc(n_t * sizeof *ord, "GGUF tensor order");
+        gguf_tensor **ord = rl_malloc(n_t * sizeof(gguf_tensor *), "GGUF tensor order");
         if (!ord) return cur_oom(c);
         for (uint64_t i = 0; i < n_t; i++) ord[i] = &pp->t[i];
-        qsort(ord, n_t, sizeof *ord, cmp_off);
+        qsort(ord, n_t, sizeof(gguf_tensor *), cmp_off);
         for (uint64_t i = 1; i < n_t; i++) {
             if (ord[i - 1]->offset + ord[i - 1]->nbytes > ord[i]->offset) {
                 char nb2[160];
