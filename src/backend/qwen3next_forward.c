@@ -25,7 +25,7 @@ static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 static size_t fl(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); } /* bytes -> floats */
 
 static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
-    scratch dummy, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
+    scratch dummy = {0}, *s = out ? out : &dummy; /* sizes only: no member address of a NULL struct */
     size_t D = hp->n_embd, inner = (size_t)hp->ssm_hv * hp->ssm_dv, hd = hp->head_dim;
     size_t ff = mx(mx(hp->n_ff_exp, hp->n_ff_shexp), hp->n_ff), E = hp->n_expert, K = hp->n_expert_used;
     /* {floats per row (times T), floats once}, in the order of the members below */
@@ -61,7 +61,7 @@ static size_t carve(const q3n_hparams *hp, int T, float *base, scratch *out) {
         {fl(sizeof(float *) * 2), 0},                   /* rdst */
     };
     enum { NP = sizeof parts / sizeof parts[0] };
-    float *p[NP];
+    float *p[NP] = {0};
     size_t off = 0;
     for (size_t i = 0; i < NP; i++) {
         p[i] = base ? base + off : NULL;

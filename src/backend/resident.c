@@ -160,7 +160,7 @@ resident *resident_copy(q3n_model *m, pool *p, int what, bool progress) {
     resident *r = rl_calloc(1, sizeof *r, "resident weights");
     rs_item *items = rl_calloc(f->n_tensors ? f->n_tensors : 1, sizeof *items, "resident items");
     const int cap = (Q3N_T_COUNT + 1) * (m->hp.n_layer + m->hp.n_nextn + 1);
-    ops_mat **views = rl_calloc((size_t)cap, sizeof *views, "resident views");
+    ops_mat **views = rl_calloc((size_t)cap, sizeof(ops_mat *), "resident views");
     long *first = NULL;
     if (!r || !items || !views) goto fail;
     r->what = what;

@@ -12,7 +12,8 @@
 
 static _Thread_local char g_err[512];
 
-int rl_seterr(const char *fmt, ...) {
+/* the name in parentheses: common.h makes rl_seterr a macro for the static analyzer */
+int(rl_seterr)(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);

@@ -110,6 +110,7 @@ static int setup_classes(expert_cache *ec) {
         for (int c = 0; c < n_distinct; c++) seen |= sizes[c] == b;
         if (!seen) sizes[n_distinct++] = b;
     }
+    if (!sum) return rl_seterr("expert cache: the model has no routed expert bytes to cache");
     uint64_t per_layer = ec->p.budget / sum;
     if (per_layer > (uint64_t)E) per_layer = (uint64_t)E;
     bool use_classes = !ec->p.uniform && n_distinct > 1;

@@ -199,9 +199,10 @@ int ec_io_error(expert_cache *ec, int32_t s) {
     const ec_range *r = &ec->layers[il].r[sl->io_range];
     const char *what =
         sl->io_err == -1 ? "unexpected end of file (truncated model file?)" : strerror(sl->io_err);
+    const uint64_t off = r->base + (uint64_t)e * r->stride;
     return rl_seterr("reading expert %d/%d from %s: %s (offset %llu, %llu bytes)", il, e,
-                     ec->f->parts[r->part].path, what,
-                     (unsigned long long)(r->base + (uint64_t)e * r->stride), (unsigned long long)r->stride);
+                     ec->f->parts[r->part].path, what, (unsigned long long)off,
+                     (unsigned long long)r->stride);
 }
 
 int ec_io_start(expert_cache *ec) {

@@ -201,7 +201,8 @@ fail:
 
 void expert_repack_free(expert_repack *r) {
     if (!r) return;
-    for (int i = 0; i < r->n_bufs; i++) rl_huge_free(r->bufs[i].mem, r->bufs[i].len);
+    if (r->bufs) /* NULL only when allocating it failed, with no buffer counted yet */
+        for (int i = 0; i < r->n_bufs; i++) rl_huge_free(r->bufs[i].mem, r->bufs[i].len);
     free(r->bufs);
     free(r);
 }

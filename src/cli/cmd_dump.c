@@ -91,7 +91,13 @@ static int32_t *parse_ids(const char *s, int *n) {
     }
     int cap = 64, cnt = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    for (char *p = buf; ids && p && *p;) {
+    if (!buf || !ids) {
+        rl_seterr("out of memory reading --tokens");
+        free(ids);
+        free(buf);
+        return NULL;
+    }
+    for (char *p = buf; *p;) {
         while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
         if (!*p) break;
         char *e;

@@ -73,6 +73,8 @@ static double log_prob(const float *logits, int n, int tok) {
         if (logits[i] > mx) mx = logits[i];
     double s = 0;
     for (int i = 0; i < n; i++) s += exp((double)logits[i] - mx);
+    /* s >= 1: the largest logit's term is exp(0) */
+    // cppcheck-suppress invalidFunctionArg
     return (double)logits[tok] - mx - log(s);
 }
 

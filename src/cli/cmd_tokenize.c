@@ -137,6 +137,8 @@ static char *read_all(const char *path, size_t *len) {
             }
             buf = nb;
         }
+        /* buf is not NULL here (the loop's condition; a failed realloc breaks out) */
+        // cppcheck-suppress nullPointerArithmeticRedundantCheck
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
         if (r == 0) break;

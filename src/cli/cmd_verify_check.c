@@ -192,6 +192,7 @@ static int vc_verifies(vcheck *v) {
 /* --timing: rows 1 (a step) .. K at the current position, restored after each; min and median. */
 static int vc_timing(vcheck *v) {
     long long timing = v->timing;
+    RL_ASSERT(timing > 0 && timing <= 1000); /* --timing's bounds (opts_table.c); col[] below */
     int K = v->K;
     double *tm = malloc(sizeof(double) * (size_t)timing * (size_t)K); /* [timing][K] seconds */
     engine_snapshot *base = engine_snapshot_new(v->c);
@@ -218,6 +219,8 @@ static int vc_timing(vcheck *v) {
                 double t = col[y];
                 col[y] = col[y - 1], col[y - 1] = t;
             }
+        /* col[0..timing) was filled above and timing >= 1 (cppcheck does not follow the loop) */
+        // cppcheck-suppress uninitvar
         v->t_min[rows - 1] = col[0];
         v->t_med[rows - 1] = timing % 2 ? col[timing / 2] : 0.5 * (col[timing / 2 - 1] + col[timing / 2]);
     }

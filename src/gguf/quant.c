@@ -203,6 +203,9 @@ static void q4_1_from_float(const float *src, void *dst, int64_t n) {
         b[i].d = rl_fp32_to_fp16(d);
         b[i].m = rl_fp32_to_fp16(min);
         for (int j = 0; j < 16; j++) {
+            /* ggml's reference rounding, kept bit for bit: (x - min) * id >= 0, where truncating
+             * v + 0.5 is round-half-up (the check's wrong case is a negative v) */
+            // NOLINTNEXTLINE(bugprone-incorrect-roundings): v >= 0, as the reference rounds
             int q0 = (int8_t)((x[j] - min) * id + 0.5f), q1 = (int8_t)((x[j + 16] - min) * id + 0.5f);
             q0 = q0 < 15 ? q0 : 15;
             q1 = q1 < 15 ? q1 : 15;
@@ -300,6 +303,7 @@ static void q5_1_from_float(const float *src, void *dst, int64_t n) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int q[32];
         for (int j = 0; j < 32; j++) {
+            // NOLINTNEXTLINE(bugprone-incorrect-roundings): v >= 0, as the reference rounds (q4_1)
             q[j] = (int8_t)((x[j] - min) * id + 0.5f);
             q[j] = q[j] < 31 ? q[j] : 31;
         }
@@ -413,9 +417,9 @@ static float mxfp4_vec_dot(int64_t n, const void *w, const void *act) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define KQ(ID, NAME, fn, SIZE)                                                                               \
-    [ID] = {.name = NAME,                                                                                    \
+    [ID] = {.name = (NAME),                                                                                  \
             .blck = QK_K,                                                                                    \
-            .type_size = SIZE,                                                                               \
+            .type_size = (SIZE),                                                                             \
             .to_float = quant_to_float_##fn,                                                                 \
             .vec_dot_type = QT_Q8_K,                                                                         \
             .vec_dot = quant_vec_dot_##fn}

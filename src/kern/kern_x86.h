@@ -175,11 +175,14 @@ KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size
             UNROLL for (int t = 0; t < N; t++) acc[t][k] = _mm512_fmadd_ps(
                 wv,
                 x32 ? _mm512_loadu_ps(x32 + t * xs + i + 16 * k)
+                    /* x16 is read only without x32 (the callers give exactly one of them) */
+                    // cppcheck-suppress nullPointerArithmetic
                     : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x16 + t * xs + i + 16 * k))),
                 acc[t][k]);
         }
     UNROLL for (int t = 0; t < N; t++) {
         float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
+        // cppcheck-suppress nullPointer ; x16 is read only without x32, as above
         for (int64_t j = i; j < n; j++) s += h2f(w[j]) * (x32 ? x32[t * xs + j] : h2f(x16[t * xs + j]));
         o[t * os] = s;
     }
@@ -217,12 +220,15 @@ KI void dotn_f16a(const uint16_t *w, const uint16_t *x16, const float *x32, size
             UNROLL for (int t = 0; t < N; t++) acc[t][k] = _mm256_fmadd_ps(
                 wv,
                 x32 ? _mm256_loadu_ps(x32 + t * xs + i + 8 * k)
+                    /* x16 is read only without x32 (the callers give exactly one of them) */
+                    // cppcheck-suppress nullPointerArithmetic
                     : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x16 + t * xs + i + 8 * k))),
                 acc[t][k]);
         }
     UNROLL for (int t = 0; t < N; t++) {
         float s =
             hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+        // cppcheck-suppress nullPointer ; x16 is read only without x32, as above
         for (int64_t j = i; j < n; j++) s += h2f(w[j]) * (x32 ? x32[t * xs + j] : h2f(x16[t * xs + j]));
         o[t * os] = s;
     }

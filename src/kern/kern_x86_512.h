@@ -145,7 +145,7 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
             pf_block(&x[i], sizeof x[i]);                                                                    \
             sumf += h2f(x[i].d) * y[i].d * (float)_mm512_reduce_add_epi32(sb_##NAME##_512(&x[i], &y[i]));    \
         }                                                                                                    \
-        return C * sumf;                                                                                     \
+        return sumf * (C);                                                                                   \
     }                                                                                                        \
     static void mv_##NAME##_512(const void *W, size_t rb, int64_t nr, int64_t nc, const void *act,           \
                                 float *o) {                                                                  \
@@ -357,14 +357,14 @@ static inline __m512i row_scales512(__m256i sc8, int k) {
  * y.d * d * (float)isum - y.d * dmin * (float)summs, same operations in the same order. */
 #define K45_EPILOGUE4(sumf, x, i, yd, isum, summs)                                                           \
     do {                                                                                                     \
-        const __m128 d_ = _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].d, (short)x[1][i].d, (short)x[2][i].d,  \
-                                                      (short)x[3][i].d, 0, 0, 0, 0));                        \
+        const __m128 d_ = _mm_cvtph_ps(_mm_setr_epi16((short)(x)[0][i].d, (short)(x)[1][i].d,                \
+                                                      (short)(x)[2][i].d, (short)(x)[3][i].d, 0, 0, 0, 0));  \
         const __m128 dm_ =                                                                                   \
-            _mm_cvtph_ps(_mm_setr_epi16((short)x[0][i].dmin, (short)x[1][i].dmin, (short)x[2][i].dmin,       \
-                                        (short)x[3][i].dmin, 0, 0, 0, 0));                                   \
+            _mm_cvtph_ps(_mm_setr_epi16((short)(x)[0][i].dmin, (short)(x)[1][i].dmin, (short)(x)[2][i].dmin, \
+                                        (short)(x)[3][i].dmin, 0, 0, 0, 0));                                 \
         const __m128 yd_ = _mm_set1_ps(yd);                                                                  \
-        sumf = _mm_add_ps(sumf, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd_, d_), _mm_cvtepi32_ps(isum)),           \
-                                           _mm_mul_ps(_mm_mul_ps(yd_, dm_), _mm_cvtepi32_ps(summs))));       \
+        (sumf) = _mm_add_ps((sumf), _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(yd_, d_), _mm_cvtepi32_ps(isum)),       \
+                                               _mm_mul_ps(_mm_mul_ps(yd_, dm_), _mm_cvtepi32_ps(summs))));   \
     } while (0)
 
 /* Q4_K, four rows at a time (the mat-vec): the per-super-block work that does not depend on the

@@ -539,9 +539,10 @@ static int build_plan(plan *pl, const synth_params *p) {
             }
         id = last;
     }
-    if (rc) {
+    if (rc) { /* an empty plan (synth_write's clean-up walks pl->t by pl->n) */
         free(pl->t);
         pl->t = NULL;
+        pl->n = pl->cap = 0;
         return -1;
     }
     for (int i = 0; i < pl->n; i++) {

@@ -71,6 +71,7 @@ static double cost_clock(bool cpu) {
  * thread's time up to a scheduler tick late, so single readings of a 5 ms forward swing by a few
  * ms both ways and the least of them is an outlier; the median is not.) */
 static double ring_est(const double *ring, int n) {
+    RL_ASSERT(n > 0); /* callers ask only for a ring that has a sample */
     double v[COST_RING];
     int m = n < COST_RING ? n : COST_RING;
     for (int i = 0; i < m; i++) { /* insertion sort of <= COST_RING values */
@@ -79,6 +80,8 @@ static double ring_est(const double *ring, int n) {
         for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
         v[j] = x;
     }
+    /* v[0..m) is sorted and m >= 1; cppcheck does not track the insertion sort's writes */
+    // cppcheck-suppress uninitvar
     return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
@@ -93,6 +96,7 @@ static double cost_step(const spec_costs *cm) {
 
 /* a measured size's estimate: its ring, capped by the prior until COST_TRUST samples */
 static double size_est(const spec_costs *cm, int rows, double c1) {
+    RL_ASSERT(rows >= 1 && rows <= SPEC_DRAFT_MAX + 1);
     double m = ring_est(cm->t[rows], cm->n[rows]), prior = c1 * (1 + COST_PRIOR_SLOPE * (rows - 1));
     return rows > 1 && cm->n[rows] < COST_TRUST && prior < m ? prior : m;
 }
@@ -159,6 +163,7 @@ static int lookup_bucket(int match) {
  * *rate: its tokens per second (per step before a step was measured). A bucket whose best is 0
  * drafts anyway (a probe) once it has skipped `probe` tokens. */
 static int choose_k(spec_costs *cm, int bi, int kmin, int kmax, double *rate) {
+    RL_ASSERT(kmax >= 0 && kmax <= SPEC_DRAFT_MAX); /* spec_check bounds draft_max: cost[1..kmax + 1] */
     double cost[SPEC_DRAFT_MAX + 2];
     for (int n = 1; n <= kmax + 1; n++) {
         cost[n] = cost_rows(cm, n);

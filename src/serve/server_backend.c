@@ -507,10 +507,11 @@ static void sess_metrics(void *ud, chat_buf *o) {
     if (ec) {
         ec_stats st;
         expert_cache_get_stats(ec, &st);
+        const uint64_t hits = st.hits + st.hits_inflight;
         snprintf(line, sizeof line,
                  "# TYPE redlite_expert_cache_hits_total counter\nredlite_expert_cache_hits_total %llu\n"
                  "# TYPE redlite_expert_cache_misses_total counter\nredlite_expert_cache_misses_total %llu\n",
-                 (unsigned long long)(st.hits + st.hits_inflight), (unsigned long long)st.misses);
+                 (unsigned long long)hits, (unsigned long long)st.misses);
         chat_buf_puts(o, line);
     }
     long long fw, rows;

@@ -221,6 +221,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             const char *ka = j->ws_keepalive ? "\n" : j->fam == FAM_ANTHROPIC ? ping : comment;
             size_t k = strlen(ka);
             if (k > max) break;
+            // NOLINTNEXTLINE(bugprone-not-null-terminated-result): buf is bytes, returned with its length k
             memcpy(buf, ka, k);
             j->t_sent = now;
             pthread_mutex_unlock(&j->mu);

@@ -20,7 +20,8 @@ const char *srv_reason_name(srv_reason r) {
     return (unsigned)r < 6 ? n[r] : "?";
 }
 
-int srv_fail(srv_error *e, int status, const char *type, const char *param, const char *fmt, ...) {
+/* the name in parentheses: server.h makes srv_fail a macro for the static analyzer */
+int(srv_fail)(srv_error *e, int status, const char *type, const char *param, const char *fmt, ...) {
     e->status = status;
     snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");

@@ -556,6 +556,7 @@ static size_t partial_suffix(span s, const char *tag) {
 
 static void process(chat_parser *p, bool final) {
     while (!p->oom && !p->buf.oom) {
+        RL_ASSERT(p->buf.p || p->buf.n == 0); /* never allocated: empty (chat_buf's contract) */
         span s = {p->buf.p ? p->buf.p : "", p->buf.n};
         if (!p->in_call) {
             const char *a = find(s, 0, TAG_OPEN), *f = find(s, 0, TAG_FN);
@@ -576,6 +577,8 @@ static void process(chat_parser *p, bool final) {
             drop_front(&p->buf, s.n - hold);
             return;
         }
+        /* in a block: the buffer starts with its opening tag (the text before it was dropped) */
+        RL_ASSERT(s.n >= (p->implicit ? sizeof TAG_FN : sizeof TAG_OPEN) - 1);
         if (!p->implicit) {
             size_t b0 = sizeof TAG_OPEN - 1;
             const char *e = find(s, b0, TAG_CLOSE), *again = find(s, b0, TAG_OPEN);

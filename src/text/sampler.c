@@ -466,6 +466,8 @@ static void record_logprobs(sampler *s) {
     }
     double sum = 0;
     for (size_t i = 0; i < s->size; i++) sum += exp((double)s->cand[i].logit - mx);
+    /* sum >= 1: the largest logit's term is exp(0) (size is the whole vocabulary here) */
+    // cppcheck-suppress invalidFunctionArg
     s->lp_logz = mx + log(sum);
     int n = 0, k = s->lp_n;
     for (size_t i = 0; i < s->size && k > 0; i++) { /* the k best, insertion into a sorted list */

@@ -466,8 +466,10 @@ static void ctx_free(enc_ctx *c) {
     free(c->bpe);
 }
 
+/* Room for `need` elements in *p (capacity *cap). On success *p is never NULL, even for need 0
+ * (callers index it without a check). */
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
+    if (need <= *cap && *p) return 0;
     size_t n = *cap ? *cap : 256;
     while (n < need) n *= 2;
     void *q = realloc(*p, n * elem);

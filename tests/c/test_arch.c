@@ -149,9 +149,29 @@ static void test_file(void) {
     unlink(path);
 }
 
+/* A geometry the checks pass but the types do not fit (expert rows of 100 values, not a multiple
+ * of the 256-value blocks): synth_write fails with the geometry error after many tensors were
+ * planned, and frees the plan without touching it (it used to free the tensor array and then walk
+ * it by the old count: a NULL dereference). */
+static void test_bad_rows(void) {
+    char path[] = "/tmp/rl_test_arch_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    close(fd);
+    synth_params p = {.preset = SYNTH_TINY, .seed = 3, .n_threads = 1};
+    synth_geom_default(SYNTH_TINY, &p.g);
+    p.g.n_ff_exp = 100;
+    CHECK(synth_geom_check(&p) == 0, "the checks accept it: %s", rl_lasterr());
+    CHECK(synth_write(&p, path, NULL) == -1, "synth_write accepted expert rows of 100 values");
+    CHECK(strstr(rl_lasterr(), "not a multiple") != NULL, "error: %s", rl_lasterr());
+    unlink(path);
+}
+
 int main(void) {
     test_table();
     test_acts();
     test_file();
+    test_bad_rows();
     return check_done("test_arch");
 }
