@@ -56,23 +56,30 @@ def gguf_read(gguf_path):
 CACHE = os.path.join(ROOT, "build", "oracle-cache")
 
 
+def file_sha256(path):
+    """sha256 of a file's bytes (hex), read in 4 MiB blocks so a multi-GiB synthetic file is never
+    held in memory whole."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def cached(gguf_path, what, compute, kind="npy"):
     """compute() (an array for kind "npy", a JSON value for "json") for a GGUF, kept across runs in
     build/oracle-cache under the sha256 of the file's bytes and the gguf package's version: what
     gguf-py reads from a file is a function of those two, and reading a fixture with the full
     151,936-token vocabulary costs it ~8 s (tiny-a and tiny-b: ~16 s of every run). A new or changed
     file, or another gguf version, is read again; `make clean` empties the cache."""
-    import hashlib
     import gguf
-    h = hashlib.sha256()
-    with open(gguf_path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
+    digest = file_sha256(gguf_path)
     version = getattr(gguf, "__version__", None)
     if version is None:
         from importlib.metadata import version as pkg_version
         version = pkg_version("gguf")
-    path = os.path.join(CACHE, f"{h.hexdigest()}-gguf{version}-{what}.{kind}")
+    path = os.path.join(CACHE, f"{digest}-gguf{version}-{what}.{kind}")
     if os.path.exists(path):
         if kind == "npy":
             return np.load(path)

@@ -10,13 +10,14 @@ spread; `redlite info` (if built) agrees; the engine runs it with finite logits 
 varies across tokens; the same seed gives the same bytes whatever the thread count, another seed
 different bytes; --mtp adds the nextn block; --geometry overrides and is validated.
 """
-import hashlib
 import json
 import os
 import subprocess
 
 import numpy as np
 import pytest
+
+from oracle_util import file_sha256 as sha256
 
 gguf = pytest.importorskip("gguf")
 
@@ -40,10 +41,6 @@ def synth(path, *extra):
     assert r.returncode == 0, r.stderr
     assert "bytes" in r.stdout and "MB/s" in r.stdout
     return path
-
-
-def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 def cf2_type(name, layer, n_layer=LAYERS, n_precise=1):

@@ -28,6 +28,8 @@ import subprocess
 
 import pytest
 
+from oracle_util import file_sha256 as sha256
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("REDLITE_BIN", os.path.join(ROOT, "build", "redlite"))
 
@@ -44,10 +46,6 @@ SRCS = ["tests/c/tool_synth.c", "src/model/synth.c", "src/model/synth_gen.c", "s
         "src/gguf/gguf.c", "src/gguf/gguf_meta.c", "src/gguf/gguf_write.c", "src/base/pool.c", "src/gguf/quant.c", "src/gguf/quant_iq.c",
         "src/gguf/quant_k.c", "src/gguf/quant_tables.c"]
 LIB = os.path.join(ROOT, "build", "libredlite.a")
-
-
-def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 def synth_cli(path, preset, geometry, threads):

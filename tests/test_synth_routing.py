@@ -13,13 +13,14 @@ model, where the hit-rate statistics live) of each routing mode run a fixed byte
 - every mode is deterministic (same bytes twice) and non-uniform modes change only the routers;
 - a bad --routing value exits 2 with a one-line error, and the default is unchanged (uniform).
 """
-import hashlib
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from oracle_util import file_sha256 as sha256
 
 gguf = pytest.importorskip("gguf")
 
@@ -44,10 +45,6 @@ def synth(path, mode):
     assert r.returncode == 0, r.stderr
     assert f"{mode} routing" in r.stdout
     return path
-
-
-def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 @pytest.fixture(scope="module")
