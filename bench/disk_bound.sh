@@ -41,7 +41,7 @@ read -r DENSE_B ACTIVE_B < <("$RL" info "$M" --json 2>/dev/null |
     python3 -c "import json, sys; b = json.load(sys.stdin)['bytes']; print(b['dense'], b['active_per_token'])")
 [ -n "${DENSE_B:-}" ] || { echo "disk_bound: redlite info $M failed" >&2; exit 1; }
 CACHE_MIB=${CACHE_MIB:-$((RAM_MIB - DENSE_B / 1048576 - 1024))}
-say "model $M: $FILE_B bytes; dense $DENSE_B bytes; RAM limit $RAM_MIB MiB (file / RAM = $(echo "scale=1; $FILE_B / ($RAM_MIB * 1048576)" | bc)); redlite --cache-mib $CACHE_MIB; $T threads; $N decode tokens; device $DEV; active bytes per token (dense + the routed experts of one row) $ACTIVE_B"
+say "model $M: $FILE_B bytes; dense $DENSE_B bytes; RAM limit $RAM_MIB MiB (file / RAM = $(awk -v f="$FILE_B" -v r="$RAM_MIB" 'BEGIN {printf "%.1f", f / (r * 1048576)}')); redlite --cache-mib $CACHE_MIB; $T threads; $N decode tokens; device $DEV; active bytes per token (dense + the routed experts of one row) $ACTIVE_B"
 fresh() { echo 1 >"$CG/memory.force_empty" 2>/dev/null; sync; echo 3 >/proc/sys/vm/drop_caches; }
 run_in_cg() { sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG" "$@"; }
 for r in $(seq 1 "$ROUNDS"); do
@@ -50,12 +50,12 @@ for r in $(seq 1 "$ROUNDS"); do
         --warmup 2 --reps 1 --json >"$OUT/rl_$r.json" 2>"$OUT/rl_$r.err"
     rc=$?; s1=$(sectors); t1=$(date +%s.%N); peak=$(cat "$CG/memory.max_usage_in_bytes"); echo 0 >"$CG/memory.max_usage_in_bytes"
     tok=$(python3 -c "import json; print(round(json.load(open('$OUT/rl_$r.json'))['decode'][0]['tok_s'], 3))" 2>/dev/null)
-    say "round $r redlite rc=$rc decode $tok tok/s; disk read $(((s1 - s0) * 512 >> 20)) MiB in $(echo "$t1 - $t0" | bc | cut -c1-6) s for $((N + 2)) tokens + load; cgroup peak $((peak >> 20)) MiB"
+    say "round $r redlite rc=$rc decode $tok tok/s; disk read $(((s1 - s0) * 512 >> 20)) MiB in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s for $((N + 2)) tokens + load; cgroup peak $((peak >> 20)) MiB"
     fresh; s0=$(sectors); t0=$(date +%s.%N)
     run_in_cg "$LB" -m "$M" -t "$T" -p 0 -n "$N" -r 1 -o json >"$OUT/lcpp_$r.json" 2>"$OUT/lcpp_$r.err"
     rc=$?; s1=$(sectors); t1=$(date +%s.%N); peak=$(cat "$CG/memory.max_usage_in_bytes"); echo 0 >"$CG/memory.max_usage_in_bytes"
     tok=$(python3 -c "import json; print(round(json.load(open('$OUT/lcpp_$r.json'))[0]['avg_ts'], 3))" 2>/dev/null)
-    say "round $r llama.cpp (mmap) rc=$rc decode $tok tok/s; disk read $(((s1 - s0) * 512 >> 20)) MiB in $(echo "$t1 - $t0" | bc | cut -c1-6) s for $N tokens (+ its warm-up run) + load; cgroup peak $((peak >> 20)) MiB"
+    say "round $r llama.cpp (mmap) rc=$rc decode $tok tok/s; disk read $(((s1 - s0) * 512 >> 20)) MiB in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s for $N tokens (+ its warm-up run) + load; cgroup peak $((peak >> 20)) MiB"
 done
 fresh
 rmdir "$CG" 2>/dev/null
