@@ -41,6 +41,7 @@ read -r DENSE_B ACTIVE_B < <("$RL" info "$M" --json 2>/dev/null |
     python3 -c "import json, sys; b = json.load(sys.stdin)['bytes']; print(b['dense'], b['active_per_token'])")
 [ -n "${DENSE_B:-}" ] || { echo "disk_bound: redlite info $M failed" >&2; exit 1; }
 CACHE_MIB=${CACHE_MIB:-$((RAM_MIB - DENSE_B / 1048576 - 1024))}
+[ "$CACHE_MIB" -gt 0 ] || { echo "disk_bound: RAM_MIB $RAM_MIB leaves no room for a cache beside the dense weights and 1 GiB: raise RAM_MIB or set CACHE_MIB" >&2; exit 2; }
 say "model $M: $FILE_B bytes; dense $DENSE_B bytes; RAM limit $RAM_MIB MiB (file / RAM = $(awk -v f="$FILE_B" -v r="$RAM_MIB" 'BEGIN {printf "%.1f", f / (r * 1048576)}')); redlite --cache-mib $CACHE_MIB; $T threads; $N decode tokens; device $DEV; active bytes per token (dense + the routed experts of one row) $ACTIVE_B"
 fresh() { echo 1 >"$CG/memory.force_empty" 2>/dev/null; sync; echo 3 >/proc/sys/vm/drop_caches; }
 run_in_cg() { sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG" "$@"; }
