@@ -46,7 +46,9 @@ template <int DPL, typename KV> __device__ __forceinline__ void load_row(const K
 
 // ---- q/k norm + RoPE + store ------------------------------------------------------------------
 
-// One warp per head vector: warps [0, H) query heads, [H, H+Hkv) key heads (which also copy v).
+// One warp per head vector: heads [0, H) query heads, [H, H+Hkv) key heads (which also copy v); a block
+// holds 32 of them (blockIdx.y: which 32), so H + Hkv may exceed a block's 32 warps (Qwen3.5-122B /
+// 397B: 32 + 2). Every head's arithmetic is its warp's alone: the same bits for any split.
 template <int DPL, typename KV>
 __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float *__restrict__ v,
                                const float *__restrict__ qn, const float *__restrict__ kn, const int *pos0,
@@ -54,10 +56,10 @@ __global__ void k_qk_norm_rope(cu_attn_dims a, float *qg, float *k, const float 
     pdl_enter();
     constexpr int HD = DPL * 32;
     __shared__ float buf[32][HD];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, t = blockIdx.x;
-    if (wid >= a.H + a.Hkv) return;
-    const bool isq = wid < a.H;
-    const int h = isq ? wid : wid - a.H;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, t = blockIdx.x, w = (int)blockIdx.y * 32 + wid;
+    if (w >= a.H + a.Hkv) return;
+    const bool isq = w < a.H;
+    const int h = isq ? w : w - a.H;
     const size_t kvw = (size_t)a.Hkv * HD;
     float *x =
         isq ? qg + (size_t)t * a.H * 2 * HD + (size_t)h * 2 * HD : k + (size_t)t * kvw + (size_t)h * HD;
@@ -556,10 +558,10 @@ __global__ void __launch_bounds__(PT_THREADS, 1)
 
 static int check_dims(const cu_attn_dims *a) {
     if ((a->hd != 64 && a->hd != 128 && a->hd != 256) || a->H % a->Hkv || a->H / a->Hkv > 32 ||
-        a->H + a->Hkv > 32 || a->n_rot > a->hd)
+        a->n_rot > a->hd)
         return rl_seterr(
             "CUDA attention: head_dim %d with %d/%d heads is not supported (head_dim 64/128/256, "
-            "at most 32 heads)",
+            "at most 32 query heads per KV head)",
             a->hd, a->H, a->Hkv);
     return 0;
 }
@@ -567,12 +569,13 @@ static int check_dims(const cu_attn_dims *a) {
 template <int DPL>
 static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn,
                      const float *kn, const int *pos0, int T, void *kc, void *vc, cu_stream s) {
-    const int threads = 32 * (a->H + a->Hkv);
+    const int nh = a->H + a->Hkv, threads = 32 * (nh < 32 ? nh : 32);
+    const dim3 grid(T, (nh + 31) / 32);
     if (a->kv_f16)
-        cu_go(k_qk_norm_rope<DPL, __half>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (__half *)kc,
+        cu_go(k_qk_norm_rope<DPL, __half>, grid, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (__half *)kc,
               (__half *)vc);
     else
-        cu_go(k_qk_norm_rope<DPL, float>, T, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (float *)kc,
+        cu_go(k_qk_norm_rope<DPL, float>, grid, threads, 0, s, *a, qg, k, v, qn, kn, pos0, (float *)kc,
               (float *)vc);
     CU_LAUNCHED("k_qk_norm_rope");
     return 0;
