@@ -38,8 +38,9 @@ GAP = 1e-4    # router near-tie: oracle prob gap between the k-th and (k+1)-th e
 NEAR_TIE = 2 * BOUND
 
 
-def run(args, timeout=1800):
-    return subprocess.run([BIN] + args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run(args, timeout=1800, env=None):
+    return subprocess.run([BIN] + args, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **env) if env else None)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def fx():
     return json.load(open(FIX + ".json")), np.load(FIX + ".npz")
 
 
-def dump(tmp, backend, ids, greedy, batch, tag, model=None, extra=(), with_routes=True):
+def dump(tmp, backend, ids, greedy, batch, tag, model=None, extra=(), with_routes=True, env=None):
     """Logits of every position (and routes: with them the backend serves a route observer,
     without them a CUDA single-row step runs as the captured graph)."""
     lp, rp = os.path.join(tmp, tag + ".logits"), os.path.join(tmp, tag + ".routes")
@@ -65,7 +66,7 @@ def dump(tmp, backend, ids, greedy, batch, tag, model=None, extra=(), with_route
         f.write(",".join(str(int(i)) for i in ids))
     r = run(["dump", "-m", model or FIX + ".gguf", "--tokens", "@" + tok, "--greedy", str(greedy), "--batch",
              str(batch), "--logits", lp, "--json", "--backend", backend, *(["--routes", rp] if with_routes else []),
-             "--kv", "f32", *extra])  # CUDA vs the CPU reference on the same KV format (the default differs)
+             "--kv", "f32", *extra], env=env)  # CUDA vs the CPU reference on the same KV format (the default differs)
     assert r.returncode == 0, r.stderr
     js = json.loads(r.stdout.strip().splitlines()[-1])
     routes = {}
@@ -252,3 +253,35 @@ def test_qwen35_family(fxq, tmp_path):
         assert np.array_equal(a[1], b[1]) and np.array_equal(a[1], c[1]), f"{name} prompt {i}: logits depend on the batch"
         report.append(f"{name} p{i}: greedy {same}/{G} = transformers (near-tie {tie}); logits vs cpu max {d.max():.2e}")
     print("\n" + "\n".join(report))
+
+
+def test_32_query_and_2_kv_heads(fx, tmp_path):
+    """The attention geometry of Qwen3.5-122B-A10B and 397B-A17B: 32 query + 2 KV heads, more heads than
+    one block of k_qk_norm_rope's 32 warps (it takes them 32 per block). A cut of the 122B preset
+    (`synth --geometry layers=4,vocab=4096,experts=16`: full width, 3 DeltaNet layers and 1 attention
+    layer), 24 prompt tokens in one forward then 8 greedy steps: CUDA's float path (RL_CUDA_MMQ=0: the
+    same arithmetic as the reference up to float32 sums) against the CPU reference, every logit within
+    BOUND up to the first greedy disagreement (this random model's margins can be ~1e-2), and batch 1
+    (every token a step) bit-identical to the one-forward prompt."""
+    tmp = str(tmp_path)
+    model = os.path.join(tmp, "c122.gguf")
+    r = run(["synth", "--preset", "122b-a10b-ud-iq2_xxs", "--geometry", "layers=4,vocab=4096,experts=16", "-o",
+             model, "--quiet"])
+    assert r.returncode == 0, r.stderr
+    info = run(["info", model, "--json"])
+    assert info.returncode == 0, info.stderr
+    ids = [(i * 7919 + 101) % 4096 for i in range(24)]
+    G, T = 8, len(ids)
+    jc, lc, _ = dump(tmp, "cuda", ids, G, 64, "c", model, with_routes=False, env={"RL_CUDA_MMQ": "0"})
+    jr, lr, _ = dump(tmp, "cpu", ids, G, 64, "r", model, with_routes=False)
+    j1, l1, _ = dump(tmp, "cuda", ids, G, 1, "c1", model, with_routes=False, env={"RL_CUDA_MMQ": "0"})
+    V = lc.size // (T + G)
+    lc, lr, l1 = lc.reshape(T + G, V), lr.reshape(T + G, V), l1.reshape(T + G, V)
+    gc, gr = np.array(jc["generated"]), np.array(jr["generated"])
+    common = int(np.argmax(gc != gr)) if (gc != gr).any() else G
+    rows = T + common
+    assert np.isfinite(lc[:rows]).all()
+    d = np.abs(lc[:rows].astype(np.float64) - lr[:rows]).max()
+    assert d <= BOUND, f"32 + 2 heads: max |logit diff| vs the CPU reference {d:.3g} > {BOUND}"
+    assert np.array_equal(lc[:T], l1[:T]), "32 + 2 heads: --batch 1 prompt logits differ from --batch 64"
+    print(f"\n32 + 2 heads (122B cut): logits vs cpu max {d:.2e} over {rows} rows, greedy {common}/{G} equal")
