@@ -190,7 +190,8 @@ static bool experts_exact(const backend_ctx *c, const q3n_layer *L) {
     const q3n_hparams *hp = &c->m->hp;
     const int D = hp->n_embd, ff = hp->n_ff_exp;
     const ops_mat *up = L->fused_gate_up ? &L->gate_exps : &L->up_exps;
-    return kern_type_exact(L->gate_exps.type) && kern_type_exact(up->type) && kern_type_exact(L->down_exps.type) &&
+    return kern_type_exact(L->gate_exps.type) && kern_type_exact(up->type) &&
+           kern_type_exact(L->down_exps.type) &&
            cu_matmul_integer(&c->cd, L->gate_exps.type, D, L->fused_gate_up ? 2 * ff : ff) &&
            cu_matmul_integer(&c->cd, up->type, D, ff) && cu_matmul_integer(&c->cd, L->down_exps.type, ff, D);
 }

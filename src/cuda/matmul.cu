@@ -93,7 +93,8 @@ static int launch_rows(const cu_seg *segs, int nseg) {
 
 extern "C" bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows) {
     (void)rows; /* the path depends on the type and the row length only (so far) */
-    return q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8));
+    return q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM &&
+           cu_dev_fits(d, mmq_smem(n_in, 8));
 }
 
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,

@@ -3,10 +3,10 @@
  *     whole finite range (every 997th bit pattern from -104 to 88.72, both signs), subnormal results
  *     included (their ulp is 2^-149);
  *   - the edges: NaN stays NaN, +inf past 88.75 (e^88.75 > FLT_MAX), 0 below -104, e^0 = 1 exactly;
- *   - swiglu_silu within 4 ulp of x / (1 + e^-x) in double for x >= -88.72 (one more rounding for the add and the
- *     divide: 2 ulp of the exp, then at most half an ulp each, 4 leaves room without hiding a wrong
- *     constant, which costs thousands of ulp), and swiglu(g, u) == swiglu_silu(g) * u.
- * The bit-for-bit agreement with the GPU is tests/cuda/test_cuda_ops.c's. */
+ *   - swiglu_silu within 4 ulp of x / (1 + e^-x) in double for x >= -88.72 (one more rounding for the add and
+ * the divide: 2 ulp of the exp, then at most half an ulp each, 4 leaves room without hiding a wrong constant,
+ * which costs thousands of ulp), and swiglu(g, u) == swiglu_silu(g) * u. The bit-for-bit agreement with the
+ * GPU is tests/cuda/test_cuda_ops.c's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +40,8 @@ static double ulps(float got, double want) {
 /* Every 997th float from bit pattern lo to hi: exp where e^x is finite (x <= 88.72), silu where e^-x
  * is (x >= -88.72: below, e^-x is +inf and silu returns -0 where the true value is a tiny normal
  * number, as libm's expf would give too). */
-static void sweep(uint32_t lo, uint32_t hi, double *worst_exp, double *worst_silu, float *at_exp, float *at_silu) {
+static void sweep(uint32_t lo, uint32_t hi, double *worst_exp, double *worst_silu, float *at_exp,
+                  float *at_silu) {
     for (uint64_t b = lo; b <= hi; b += 997) {
         const float x = from_bits((uint32_t)b);
         if (x <= 88.72f) {
@@ -57,9 +58,10 @@ static void sweep(uint32_t lo, uint32_t hi, double *worst_exp, double *worst_sil
 int main(void) {
     double we = 0, ws = 0;
     float ae = 0, as = 0;
-    sweep(0, to_bits(88.75f), &we, &ws, &ae, &as);           /* +0 .. 88.75 */
+    sweep(0, to_bits(88.75f), &we, &ws, &ae, &as);            /* +0 .. 88.75 */
     sweep(0x80000000u, to_bits(-104.0f), &we, &ws, &ae, &as); /* -0 .. -104 */
-    printf("  swiglu_exp: worst %.3f ulp (x = %.9g); swiglu_silu: worst %.3f ulp (x = %.9g)\n", we, ae, ws, as);
+    printf("  swiglu_exp: worst %.3f ulp (x = %.9g); swiglu_silu: worst %.3f ulp (x = %.9g)\n", we, ae, ws,
+           as);
     CHECK(we <= 2.0, "swiglu_exp is %.3f ulp from e^x at x = %.9g", we, ae);
     CHECK(ws <= 4.0, "swiglu_silu is %.3f ulp from x / (1 + e^-x) at x = %.9g", ws, as);
 
@@ -67,7 +69,8 @@ int main(void) {
     CHECK(isinf(swiglu_exp(88.76f)) && swiglu_exp(88.76f) > 0, "exp(88.76) = %g", swiglu_exp(88.76f));
     CHECK(isinf(swiglu_exp(INFINITY)), "exp(inf) = %g", swiglu_exp(INFINITY));
     CHECK(swiglu_exp(88.7f) < INFINITY && swiglu_exp(88.7f) > 3.0e38f, "exp(88.7) = %g", swiglu_exp(88.7f));
-    CHECK(swiglu_exp(-104.5f) == 0.0f && swiglu_exp(-INFINITY) == 0.0f, "exp(-104.5) = %g", swiglu_exp(-104.5f));
+    CHECK(swiglu_exp(-104.5f) == 0.0f && swiglu_exp(-INFINITY) == 0.0f, "exp(-104.5) = %g",
+          swiglu_exp(-104.5f));
     CHECK(swiglu_exp(-103.0f) > 0.0f, "exp(-103) = %g (a subnormal, not 0)", swiglu_exp(-103.0f));
     CHECK(swiglu_exp(0.0f) == 1.0f && swiglu_exp(-0.0f) == 1.0f, "exp(0) = %.9g", swiglu_exp(0.0f));
     CHECK(swiglu_silu(0.0f) == 0.0f, "silu(0) = %g", swiglu_silu(0.0f));

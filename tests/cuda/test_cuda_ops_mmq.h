@@ -225,7 +225,8 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
         const float want = swiglu(got[r], hz[r]);
         diff += memcmp(&gu[r], &want, sizeof want) != 0;
     }
-    CHECK(diff == 0, "one-token %s gate/up launch over %d rows: %d outputs differ from the host's swiglu(g, u)",
+    CHECK(diff == 0,
+          "one-token %s gate/up launch over %d rows: %d outputs differ from the host's swiglu(g, u)",
           quant_name(type), n_out, diff);
     cudaFree(dw);
     cudaFree(du);

@@ -98,21 +98,24 @@ static void hybrid_vs_full(const char *model, const char *slots, const char *mis
     CHECK(run(e, NULL, ref, tr) == 0, "%s full residency: %s", model, rl_lasterr());
     setenv("RL_VRAM_SLOTS", slots, 1);
     g_miss = miss;
-    CHECK(run(e, "auto", got, tg) == 0, "%s vram %s slots, --vram-miss %s: %s", model, slots, miss, rl_lasterr());
+    CHECK(run(e, "auto", got, tg) == 0, "%s vram %s slots, --vram-miss %s: %s", model, slots, miss,
+          rl_lasterr());
     const double cpt = g_cpu_per_token;
     g_miss = NULL;
     unsetenv("RL_VRAM_SLOTS");
     size_t first = n;
     for (size_t i = 0; i < n && first == n; i++)
         if (memcmp(&ref[i], &got[i], sizeof(float))) first = i;
-    CHECK(first == n, "%s, %s slots, --vram-miss %s: logits differ first at step %zu, token %zu (%.9g vs %.9g)",
-          model, slots, miss, first / V, first % V, first < n ? ref[first] : 0, first < n ? got[first] : 0);
+    CHECK(first == n,
+          "%s, %s slots, --vram-miss %s: logits differ first at step %zu, token %zu (%.9g vs %.9g)", model,
+          slots, miss, first / V, first % V, first < n ? ref[first] : 0, first < n ? got[first] : 0);
     CHECK(!memcmp(tr, tg, sizeof tr), "%s --vram-miss %s: greedy tokens differ", model, miss);
     if (!strcmp(miss, "cpu") && exact)
         CHECK(cpt > 0, "%s --vram-miss cpu computed no expert on the CPU", model);
-    if (!exact) CHECK(cpt == 0, "%s --vram-miss %s: %.2f CPU experts/token on inexact types", model, miss, cpt);
-    printf("  %s, %s slots/layer, --vram-miss %s: %.2f CPU-computed experts/token; prompt + %d steps %s\n", model,
-           slots, miss, cpt, NG, first == n ? "bit-identical to full residency" : "DIFFER");
+    if (!exact)
+        CHECK(cpt == 0, "%s --vram-miss %s: %.2f CPU experts/token on inexact types", model, miss, cpt);
+    printf("  %s, %s slots/layer, --vram-miss %s: %.2f CPU-computed experts/token; prompt + %d steps %s\n",
+           model, slots, miss, cpt, NG, first == n ? "bit-identical to full residency" : "DIFFER");
     free(ref);
     free(got);
     engine_close(e);
@@ -133,9 +136,8 @@ static void hybrid_types(void) {
     static const struct {
         uint32_t type;
         bool exact;
-    } T[] = {{0, true},          {QT_Q4_K, true},  {QT_Q5_K, true},  {QT_Q6_K, true},
-             {QT_IQ2_XXS, true}, {QT_IQ2_XS, true}, {QT_IQ3_XXS, false}, {QT_Q2_K, false},
-             {QT_Q8_0, false},   {QT_MXFP4, false}};
+    } T[] = {{0, true},         {QT_Q4_K, true},     {QT_Q5_K, true},  {QT_Q6_K, true},  {QT_IQ2_XXS, true},
+             {QT_IQ2_XS, true}, {QT_IQ3_XXS, false}, {QT_Q2_K, false}, {QT_Q8_0, false}, {QT_MXFP4, false}};
     char path[64];
     snprintf(path, sizeof path, "/tmp/rl_vram_hybrid_%d.gguf", (int)getpid());
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
@@ -273,7 +275,7 @@ int main(void) {
     link_vs_full(a, "4", NULL, "2");         /* DMA from the mapping, held to 2 GB/s */
     link_vs_full(b, "10", "off", "2");       /* the staging ring, held */
     link_vs_full(b, "10", NULL, "0.1");      /* every run of copies held */
-    hybrid_vs_full(a, "4", "cpu", false); /* Q8_0 experts: every miss copied */
+    hybrid_vs_full(a, "4", "cpu", false);    /* Q8_0 experts: every miss copied */
     hybrid_vs_full(b, "10", "auto", false);
     hybrid_types();
     verify_and_fault(a);
