@@ -141,6 +141,9 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
  * Per device struct: the initial mode is d->tune.mmq (RL_CUDA_MMQ=0|1|2, default 2). Set it before the
  * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_dev_set_int8(cu_dev *d, int mode);
+/* Whether launches of a matrix of `type`, rows x n_in, take the integer path on d in its current mode
+ * (every shape of a matrix takes the same path): then each output is quant_traits.vec_dot's bits. */
+bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's
