@@ -291,6 +291,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         rl_seterr("CUDA backend: %s", why);
         return NULL;
     }
+    /* refused here, in one line, rather than at the first forward's attention launch */
+    if (cu_attn_check(hp->head_dim, hp->n_head, hp->n_head_kv, hp->n_rot)) return NULL;
     cuda_tune tune;
     int ordinal = 0;
     if (cuda_tune_from_env(&tune)) return NULL; /* every RL_CUDA_* / RL_VRAM_* switch, once */

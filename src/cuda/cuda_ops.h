@@ -244,6 +244,9 @@ int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const floa
 #define CU_ATTN_CHUNK 256
 #define CU_ATTN_SPLIT_MAX_T 4
 size_t cu_attn_part_floats(const cu_attn_dims *a, int T);
+/* Whether the attention kernels support these dimensions (head_dim hd, H query and Hkv KV heads,
+ * n_rot rotated dims): 0, or -1 with one line naming the limit (rl_lasterr). Host only, no device. */
+int cu_attn_check(int hd, int H, int Hkv, int n_rot);
 int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
                  int T, bool split, float *part, float *o, cu_stream s);
 
