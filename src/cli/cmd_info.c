@@ -942,6 +942,10 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
                  "not on cuda: tensor %s has type %s, which the CUDA kernels do not decode", bt->name,
                  quant_name(bt->type));
         cuda = cbuf;
+    } else if (cu_attn_check(m.hp.head_dim, m.hp.n_head, m.hp.n_head_kv, m.hp.n_rot)) {
+        snprintf(cbuf, sizeof cbuf, "not on cuda: %s", rl_lasterr());
+        rl_clearerr();
+        cuda = cbuf;
     } else {
         in->verdict.cuda = true;
     }

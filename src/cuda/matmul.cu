@@ -84,6 +84,19 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     }
 }
 
+/* The output rows of a launch (a matrix's own, the same for every T). */
+static int launch_rows(const cu_seg *segs, int nseg) {
+    int n = 0;
+    for (int i = 0; i < nseg; i++) n += segs[i].n_out;
+    return n;
+}
+
+extern "C" bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows) {
+    (void)rows; /* the path depends on the type and the row length only (so far) */
+    return q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM &&
+           cu_dev_fits(d, mmq_smem(n_in, 8));
+}
+
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
                      const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, void *ws,
                      cu_stream s) {
@@ -103,8 +116,7 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
      * on the matrix (and the device), not on T, so every shape of a matrix takes the same path
      * (Qwen3-Next: n_in <= 4096, 66 KiB). On a device that cannot hold that tile but holds the
      * smallest (8 tokens: k_mmq_mma with one token tile per warp, the same bits) the path stays. */
-    L.q8 =
-        q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8));
+    L.q8 = cu_matmul_integer(d, type, n_in, launch_rows(segs, nseg));
     if (L.q8) L.tb = cu_qtabs_get(d);
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
     if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on(d, type)) {
