@@ -121,7 +121,7 @@ typedef struct {
     /* the verdict: where the model runs, or the one thing that stops it (verdict_compute) */
     struct {
         bool runs, cpu, cuda;
-        char line[512];
+        char line[640];
     } verdict;
 } info;
 
