@@ -137,10 +137,17 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
  * grouped experts) each activation row is quantised to Q8_K as the CPU does and each output is
  * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
  * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
- * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
+ * above; 1: Q4_K, Q5_K, Q6_K weights, and the 32-value types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * MXFP4 (mmq_b32.cuh: activations per 32 values to Q8_0 / Q8_1, output == vec_dot(row, q8_0(x) or
+ * q8_1(x))); 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
  * Per device struct: the initial mode is d->tune.mmq (RL_CUDA_MMQ=0|1|2, default 2). Set it before the
  * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_dev_set_int8(cu_dev *d, int mode);
+
+/* The activation quantiser of the 32-value types' integer path (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * MXFP4 weights; mode >= 1): n values at x (n a multiple of 32, x 16-byte aligned) into dst in the
+ * CPU's block layout of type QT_Q8_0 or QT_Q8_1, byte for byte quant_traits.from_float's (tests). */
+int cu_quantise_q8(uint32_t type, const float *x, int64_t n, void *dst, cu_stream s);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's

@@ -34,14 +34,15 @@ MM_DECL(mxfp4)
 static int small_tt_max(const cu_dev *d) { return d->tune.small_tt; }
 
 // The integer path (mmq.cuh): per device struct, d->int8 = RL_CUDA_MMQ=0|1|2 at context creation (default
-// 2: the K-quants and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the K-quants only), cu_dev_set_int8() after.
+// 2: the K-quants, the 32-value types of mmq_b32.cuh and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the
+// K-quants and the 32-value types; 0: the float path for every type), cu_dev_set_int8() after.
 // H200, full CF2 file (bench/results/2026-12-02-cuda-iq-h200.md): mode 2 vs 1, prompt 2048 3,422 -> 7,395
 // tok/s, 32K 1,851 -> 2,612, decode 194.6 -> 184.3 (the dp4a IQ decode is 5 % slower than the float
 // GEMV: the price of decode == prefill bits). A context must not see it change between its prefill
 // and its steps (the two arithmetics give different bits).
 // Whether launches of `type` take the integer path (the mode and the type).
 static bool q8_type(const cu_dev *d, uint32_t type) {
-    return mmq_k(type) ? d->int8 >= 1 : mmq_iq(type) && d->int8 == 2;
+    return mmq_k(type) || mmq_b32(type) ? d->int8 >= 1 : mmq_iq(type) && d->int8 == 2;
 }
 
 // The staged tensor-core tiles when the caller gives a scratch: RL_CUDA_MMQ_TC=0|1 (default 1;
@@ -103,8 +104,9 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
      * on the matrix (and the device), not on T, so every shape of a matrix takes the same path
      * (Qwen3-Next: n_in <= 4096, 66 KiB). On a device that cannot hold that tile but holds the
      * smallest (8 tokens: k_mmq_mma with one token tile per warp, the same bits) the path stays. */
-    L.q8 =
-        q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8));
+    L.q8 = q8_type(d, type) &&
+           (mmq_b32(type) ? mmqb_ok(d, type, n_in)
+                          : mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8)));
     if (L.q8) L.tb = cu_qtabs_get(d);
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
     if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on(d, type)) {
@@ -113,10 +115,11 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     }
     if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
         return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
-    L.lane = L.q8 && !L.xq &&
+    L.lane = L.q8 && !L.xq && !mmq_b32(type) &&
              mmq_lane_ok(d, type, tt, n_in, segs[0].row_bytes, gateup, tail && tail->kind != CU_TAIL_NONE);
-    const int rpb = L.q8 ? mmq_rows_per_block(d, type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
-                         : mm_rows_per_block(d, gateup, tt, small);
+    const int rpb = L.q8 && mmq_b32(type) ? mmqb_rows_per_block(gateup, tt, small)
+                    : L.q8 ? mmq_rows_per_block(d, type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
+                           : mm_rows_per_block(d, gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {
@@ -155,4 +158,17 @@ extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int n
         return rl_seterr("cu_matmul_tail: %d experts / top-%d not supported (at most %d / 32)", segs[0].n_out,
                          tail->K, ROUTER_MAXE);
     return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, NULL, s);
+}
+
+/* The quantiser of the 32-value types' integer path (mmq_b32.cuh, b32_q8_group) on n values (a
+ * multiple of 32; x 16-byte aligned) into dst in the CPU's Q8_0 / Q8_1 block layout. */
+extern "C" int cu_quantise_q8(uint32_t type, const float *x, int64_t n, void *dst, cu_stream s) {
+    if ((type != 8 && type != 9) || n % 32 || n < 0)
+        return rl_seterr("cu_quantise_q8: type %u (Q8_0 = 8, Q8_1 = 9 only) or n %lld (a multiple of 32)",
+                         type, (long long)n);
+    const long nb = (long)(n / 32);
+    if (nb == 0) return 0;
+    cu_go(k_q8b_blocks, (unsigned)((nb * 8 + 255) / 256), 256, 0, s, x, nb, (uint8_t *)dst, type == 9);
+    CU_LAUNCHED("k_q8b_blocks");
+    return 0;
 }
