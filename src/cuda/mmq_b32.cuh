@@ -28,11 +28,12 @@ __host__ __device__ constexpr bool b32_q81(uint32_t type) { return type == T_Q4_
 // ---- Q8_0 / Q8_1 quantisation --------------------------------------------------------------------
 
 // The CPU's (int8_t)roundf(v): nearest integer, halves away from zero (truncation, then the exact
-// fraction v - trunc(v) decides); NaN gives 0 (as x86's truncating conversion's low byte).
+// fraction v - trunc(v) decides). Out of int range (+-inf where 1 / d overflows, NaN) x86's truncating
+// conversion gives INT_MIN, so code 0: the same here.
 __device__ __forceinline__ int b32_round(float v) {
     const float r = truncf(v), f = __fsub_rn(v, r);
     const float o = fabsf(f) >= 0.5f ? __fadd_rn(r, copysignf(1.0f, v)) : r;
-    return __float2int_rz(o);
+    return fabsf(o) < 2147483648.0f ? __float2int_rz(o) : (int)0x80000000u;
 }
 // v rounded to fp16 (round to nearest even, as rl_fp32_to_fp16), its bits into h, its value returned.
 __device__ __forceinline__ float b32_half(float v, uint16_t &h) {
