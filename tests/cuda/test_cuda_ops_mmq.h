@@ -292,10 +292,10 @@ static void test_q8_quantise(uint32_t type) {
 
 /* Every output of a 32-value type == vec_dot(row, q8_0(x) or q8_1(x)) bit for bit: dense launches of
  * 1, 8, 16 and 37 tokens (dp4a: one token, small batches in tiles of RL_CUDA_SMALL_TT; 37: the MMA
- * tiles of 16 tokens, the last partial), over 150 rows (the last row blocks partial); gate/up == its one-token launches bit for bit (and silu(g) * u of the
- * CPU's values within 1e-6); grouped tiles of experts (pair_in, pair_out) of CU_TT pairs (MMA) and of 1
- * pair (the decode plan: dp4a), no scratch. Outputs NaN-poisoned before every launch. Token 3's first
- * block is zero, token 5 is scaled by 1e3. */
+ * tiles of 16 tokens, the last partial), over 150 rows (the last row blocks partial); gate/up == its
+ * one-token launches bit for bit (and silu(g) * u of the CPU's values within 1e-6); grouped tiles of experts
+ * (pair_in, pair_out) of CU_TT pairs (MMA) and of 1 pair (the decode plan: dp4a), no scratch. Outputs
+ * NaN-poisoned before every launch. Token 3's first block is zero, token 5 is scaled by 1e3. */
 static void test_mmq_b32(uint32_t type, int n_in) {
     const quant_traits *qt = quant_get(type), *qa = quant_get(qt->vec_dot_type);
     const int n_out = 150, T = 37, H = 75, E = 3, ER = 50, P = 61;
