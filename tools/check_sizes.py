@@ -28,9 +28,6 @@ FILE_ALLOW = {
 FUNC_ALLOW = {
     ("src/cuda/quant.cuh", "deq8"): "a dispatch table, not a sequence: one `if constexpr` branch per quant "
     "type (23 branches of a few lines each), one of which is compiled per instantiation",
-    ("src/cuda/mmq.cuh", "mmq_vec_body"): "the MMQ vector kernel's body: its template axes (PF prefetch, RS row sets, "
-    "ST staged copies, SM streaming) share registers and are being pruned by issue 44 item 3; split once the "
-    "losing axes are gone, with the speed measured on the GPU",
 }
 
 _TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)

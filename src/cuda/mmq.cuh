@@ -306,6 +306,145 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // ---- dp4a: NR output rows per warp (two weight rows each for gate/up), TT tokens ---------------
 
 #define MMQ_VEC_NR 2 // output rows per warp of k_mmq_vec (1 row measured slower and is gone)
+
+// One lane's share of one super-block of its warp's NW weight rows (mmq_vec_body): codes, scales,
+// mins and block scales; zeros past the row.
+template <int TYPE, int NW> struct mmq_wset {
+    int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
+    float dd[NW], dm[NW];
+};
+
+// ws = lane j's 32 values (and scales) of super-block ib of the rows wr; zeros when ib >= nsb
+template <int TYPE, int NW>
+__device__ __forceinline__ void mmq_vec_load_w(mmq_wset<TYPE, NW> &ws, const uint8_t *const (&wr)[NW], int ib,
+                                               int nsb, int j, const cu_qtabs &tb) {
+    constexpr bool IQ = mmq_iq(TYPE);
+    constexpr int BB = qtraits<TYPE>::bytes;
+    auto &wq = ws.wq;
+    auto &sc = ws.sc;
+    auto &mn = ws.mn;
+    auto &mq = ws.mq;
+    auto &dd = ws.dd;
+    auto &dm = ws.dm;
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        mn[i] = 0;
+        dd[i] = dm[i] = 0.0f;
+        sc[i][0] = sc[i][1] = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) wq[i][w] = 0;
+        if (ib < nsb) {
+            const uint8_t *b = wr[i] + (size_t)ib * BB;
+            if constexpr (IQ) {
+#pragma unroll
+                for (int w = 0; w < 8; w++) wq[i][w] = mmq_iq_a4<TYPE>(tb, b, j, 4 * w);
+                if constexpr (TYPE == T_IQ1_M) { // braces: see mmq_vec_tiles
+#pragma unroll
+                    for (int w = 0; w < 8; w++) mq[i][w] = mmq_iq1m_m4(b, j, 4 * w);
+                }
+                mmq_iq_w<TYPE>(b, j, sc[i][0], sc[i][1]);
+                dd[i] = mmq_iq_d<TYPE>(b);
+                continue;
+            }
+            mmq_codes32<TYPE>(b, j, wq[i]);
+            if constexpr (TYPE == T_Q6_K) {
+                sc[i][0] = (int8_t)b[192 + 2 * j];
+                sc[i][1] = (int8_t)b[193 + 2 * j];
+            } else {
+                k4_scale_min(b + 4, j, sc[i][0], mn[i]);
+            }
+            mmq_d<TYPE>(b, dd[i], dm[i]);
+        }
+    }
+}
+
+// The warp's NR rows (NW with the up rows) times the quantised tile in sm, cur holding super-block 0
+// (mmq_vec_body); the first lane of each row set stores its rows' outputs.
+template <int TYPE, int TT, bool GU, int RS, int NW>
+__device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &sg, const mmq_at &at,
+                                             const uint8_t *const (&wr)[NW], mmq_wset<TYPE, NW> &cur,
+                                             uint8_t *sm, int rb0, int lane, int j, int rs, int qq, int nsb,
+                                             int xs) {
+    constexpr int NR = MMQ_VEC_NR, GPR = 4 / RS;
+    constexpr bool IQ = mmq_iq(TYPE),
+                   M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
+    const float *syd = mmq_scales_of(sm, a.n_in, TT);
+    float acc[NW][TT];
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
+    for (int ib0 = 0; ib0 < nsb; ib0 += GPR) {
+        const int ib = ib0 + qq;
+        const bool on = ib < nsb;
+        if (ib0) mmq_vec_load_w<TYPE, NW>(cur, wr, ib0 + qq, nsb, j, a.tb);
+        const auto &wq = cur.wq;
+        const auto &sc = cur.sc;
+        const auto &mn = cur.mn;
+        const auto &mq = cur.mq;
+        const auto &dd = cur.dd;
+        const auto &dm = cur.dm;
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
+            float yd = 0.0f;
+            if (on) {
+                const uint4 *src = (const uint4 *)(sm + (size_t)t * xs + 256 * ib + 32 * j);
+                const uint4 u0 = src[0], u1 = src[1];
+                xq[0] = (int)u0.x;
+                xq[1] = (int)u0.y;
+                xq[2] = (int)u0.z;
+                xq[3] = (int)u0.w;
+                xq[4] = (int)u1.x;
+                xq[5] = (int)u1.y;
+                xq[6] = (int)u1.z;
+                xq[7] = (int)u1.w;
+                yd = syd[t * nsb + ib];
+            }
+#pragma unroll
+            for (int w = 0; w < 8; w++) qsum = __dp4a(xq[w], 0x01010101, qsum);
+#pragma unroll
+            for (int i = 0; i < NW; i++) {
+                int lo = 0, hi = 0;
+#pragma unroll
+                for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
+#pragma unroll
+                for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
+                int isum = TYPE == T_Q6_K || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
+                int summs = mn[i] * qsum;
+                if constexpr (TYPE == T_IQ1_M) {
+                    summs = 0;
+#pragma unroll
+                    for (int w = 0; w < 8; w++) summs = __dp4a(mq[i][w], xq[w], summs);
+                }
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) {
+                    isum += __shfl_xor_sync(FULL_MASK, isum, o);
+                    if constexpr (M2) summs += __shfl_xor_sync(FULL_MASK, summs, o);
+                }
+                const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
+#pragma unroll
+                for (int g = 0; g < GPR; g++) {
+                    const float tg = __shfl_sync(FULL_MASK, term, 8 * (rs * GPR + g));
+                    if (ib0 + g < nsb) acc[i][t] = acc[i][t] + tg;
+                }
+            }
+        }
+    }
+    if (RS == 1 ? lane != 0 : j || qq) return; // the first lane of each row set stores its rows
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        if (rb0 + i >= sg.n_out) break;
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            if (t >= at.count) break;
+            const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
+                                 : mmq_out<TYPE>(acc[i][t]);
+            mmq_store(a, sg, rb0 + i, at.start + t, val);
+        }
+    }
+}
+
 //
 // The block quantises its TT tokens into shared memory first (mmq_quantise_tile: once for its 4
 // warps and their rows), then lanes 8q .. 8q+7 of a warp take super-block ib0 + q (four per step; with
@@ -326,7 +465,7 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // (test_cuda_ops / engine on the H200).
 template <int TYPE, int TT, bool GU, int RS, bool ST, bool SM>
 __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
-    constexpr int NR = MMQ_VEC_NR, NW = GU ? 2 * NR : NR, BB = qtraits<TYPE>::bytes,
+    constexpr int NR = MMQ_VEC_NR, NW = GU ? 2 * NR : NR,
                   GPR = 4 / RS; // GPR: lane groups per row set
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, q = lane >> 3, j = lane & 7;
@@ -374,140 +513,19 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
         }
     }
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
-    // this lane's weights of super-block ib0 + qq (zeros past the row)
-    constexpr bool IQ = mmq_iq(TYPE),
-                   M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
-    struct wset {
-        int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
-        float dd[NW], dm[NW];
-    } cur;
-    auto load_w = [&](wset &ws, int ib0) {
-        auto &wq = ws.wq;
-        auto &sc = ws.sc;
-        auto &mn = ws.mn;
-        auto &mq = ws.mq;
-        auto &dd = ws.dd;
-        auto &dm = ws.dm;
-        const int ib = ib0 + qq;
-#pragma unroll
-        for (int i = 0; i < NW; i++) {
-            mn[i] = 0;
-            dd[i] = dm[i] = 0.0f;
-            sc[i][0] = sc[i][1] = 0;
-#pragma unroll
-            for (int w = 0; w < 8; w++) wq[i][w] = 0;
-            if (ib < nsb) {
-                const uint8_t *b = wr[i] + (size_t)ib * BB;
-                if constexpr (IQ) {
-#pragma unroll
-                    for (int w = 0; w < 8; w++) wq[i][w] = mmq_iq_a4<TYPE>(a.tb, b, j, 4 * w);
-                    if constexpr (TYPE == T_IQ1_M) { // braces: see mmq_vec_tiles
-#pragma unroll
-                        for (int w = 0; w < 8; w++) mq[i][w] = mmq_iq1m_m4(b, j, 4 * w);
-                    }
-                    mmq_iq_w<TYPE>(b, j, sc[i][0], sc[i][1]);
-                    dd[i] = mmq_iq_d<TYPE>(b);
-                    continue;
-                }
-                mmq_codes32<TYPE>(b, j, wq[i]);
-                if constexpr (TYPE == T_Q6_K) {
-                    sc[i][0] = (int8_t)b[192 + 2 * j];
-                    sc[i][1] = (int8_t)b[193 + 2 * j];
-                } else {
-                    k4_scale_min(b + 4, j, sc[i][0], mn[i]);
-                }
-                mmq_d<TYPE>(b, dd[i], dm[i]);
-            }
-        }
-    };
-    // this warp's rows times the tile (cur: super-block 0 loaded), stored by the first lane of each row set
+    mmq_wset<TYPE, NW> cur; // this lane's weights of super-block ib0 + qq
+    auto load_w = [&](int ib0) { mmq_vec_load_w<TYPE, NW>(cur, wr, ib0 + qq, nsb, j, a.tb); };
     auto rows = [&]() {
-        const cu_seg &sg = *sgp;
-        const float *syd = mmq_scales_of(mmq_sm, a.n_in, TT);
-        float acc[NW][TT];
-#pragma unroll
-        for (int i = 0; i < NW; i++)
-#pragma unroll
-            for (int t = 0; t < TT; t++) acc[i][t] = 0.0f;
-        for (int ib0 = 0; ib0 < nsb; ib0 += GPR) {
-            const int ib = ib0 + qq;
-            const bool on = ib < nsb;
-            if (ib0) load_w(cur, ib0);
-            const auto &wq = cur.wq;
-            const auto &sc = cur.sc;
-            const auto &mn = cur.mn;
-            const auto &mq = cur.mq;
-            const auto &dd = cur.dd;
-            const auto &dm = cur.dm;
-#pragma unroll
-            for (int t = 0; t < TT; t++) {
-                int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
-                float yd = 0.0f;
-                if (on) {
-                    const uint4 *src = (const uint4 *)(mmq_sm + (size_t)t * xs + 256 * ib + 32 * j);
-                    const uint4 u0 = src[0], u1 = src[1];
-                    xq[0] = (int)u0.x;
-                    xq[1] = (int)u0.y;
-                    xq[2] = (int)u0.z;
-                    xq[3] = (int)u0.w;
-                    xq[4] = (int)u1.x;
-                    xq[5] = (int)u1.y;
-                    xq[6] = (int)u1.z;
-                    xq[7] = (int)u1.w;
-                    yd = syd[t * nsb + ib];
-                }
-#pragma unroll
-                for (int w = 0; w < 8; w++) qsum = __dp4a(xq[w], 0x01010101, qsum);
-#pragma unroll
-                for (int i = 0; i < NW; i++) {
-                    int lo = 0, hi = 0;
-#pragma unroll
-                    for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
-#pragma unroll
-                    for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
-                    int isum = TYPE == T_Q6_K || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
-                    int summs = mn[i] * qsum;
-                    if constexpr (TYPE == T_IQ1_M) {
-                        summs = 0;
-#pragma unroll
-                        for (int w = 0; w < 8; w++) summs = __dp4a(mq[i][w], xq[w], summs);
-                    }
-#pragma unroll
-                    for (int o = 1; o < 8; o <<= 1) {
-                        isum += __shfl_xor_sync(FULL_MASK, isum, o);
-                        if constexpr (M2) summs += __shfl_xor_sync(FULL_MASK, summs, o);
-                    }
-                    const float term = mmq_term<TYPE>(yd, dd[i], dm[i], isum, summs);
-#pragma unroll
-                    for (int g = 0; g < GPR; g++) {
-                        const float tg = __shfl_sync(FULL_MASK, term, 8 * (rs * GPR + g));
-                        if (ib0 + g < nsb) acc[i][t] = acc[i][t] + tg;
-                    }
-                }
-            }
-        }
-        if (RS == 1 ? lane != 0 : j || qq) return; // the first lane of each row set stores its rows
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-            if (rb0 + i >= sg.n_out) break;
-#pragma unroll
-            for (int t = 0; t < TT; t++) {
-                if (t >= at.count) break;
-                const float val =
-                    GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
-                       : mmq_out<TYPE>(acc[i][t]);
-                mmq_store(a, sg, rb0 + i, at.start + t, val);
-            }
-        }
+        mmq_vec_rows<TYPE, TT, GU, RS, NW>(a, *sgp, at, wr, cur, mmq_sm, rb0, lane, j, rs, qq, nsb, xs);
     };
     if constexpr (!SM) {
-        if (!ST && where == 2) load_w(cur, 0); // in flight while the tile is quantised (ST: the copies are)
+        if (!ST && where == 2) load_w(0); // in flight while the tile is quantised (ST: the copies are)
         if (!a.grouped) pdl_enter();
         mmq_quantise_tile(a, at.start, at.count, TT, mmq_sm);
         if constexpr (ST) __pipeline_wait_prior(0);
         __syncthreads();
         if (where < 2) return;
-        if (ST) load_w(cur, 0);
+        if (ST) load_w(0);
         rows();
     } else {
         // streaming (dense one-token launches): the block's virtual blocks bx, bx + gridDim.x, ..., each
@@ -531,7 +549,7 @@ __device__ __forceinline__ void mmq_vec_body(const mm_launch &a) {
                 rb0 = at.r0 + rs * NR;
                 uint8_t *const buf = mine + k * wslice;
                 point(buf, buf + wb, at.r0);
-                load_w(cur, 0);
+                load_w(0);
                 rows();
             }
             __syncwarp(); // every lane is done with the slice before it is staged again
