@@ -145,9 +145,11 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
 int cu_dev_set_int8(cu_dev *d, int mode);
 
 /* The activation quantiser of the 32-value types' integer path (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
- * MXFP4 weights; mode >= 1): n values at x (n a multiple of 32, x 16-byte aligned) into dst in the
+ * MXFP4 weights; mode >= 1), run exactly as the matmuls run it (the same device function, row
+ * addressing and block shape): T rows of n_in values at x (stride ldx floats, a multiple of 4; x
+ * 16-byte aligned; n_in a multiple of 32) into dst, T rows of quant_row_size(type, n_in) bytes in the
  * CPU's block layout of type QT_Q8_0 or QT_Q8_1, byte for byte quant_traits.from_float's (tests). */
-int cu_quantise_q8(uint32_t type, const float *x, int64_t n, void *dst, cu_stream s);
+int cu_quantise_q8(uint32_t type, const float *x, int ldx, int T, int n_in, void *dst, cu_stream s);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's

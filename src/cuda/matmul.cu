@@ -160,15 +160,31 @@ extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int n
     return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, NULL, s);
 }
 
-/* The quantiser of the 32-value types' integer path (mmq_b32.cuh, b32_q8_group) on n values (a
- * multiple of 32; x 16-byte aligned) into dst in the CPU's Q8_0 / Q8_1 block layout. */
-extern "C" int cu_quantise_q8(uint32_t type, const float *x, int64_t n, void *dst, cu_stream s) {
-    if ((type != 8 && type != 9) || n % 32 || n < 0)
-        return rl_seterr("cu_quantise_q8: type %u (Q8_0 = 8, Q8_1 = 9 only) or n %lld (a multiple of 32)",
-                         type, (long long)n);
-    const long nb = (long)(n / 32);
-    if (nb == 0) return 0;
-    cu_go(k_q8b_blocks, (unsigned)((nb * 8 + 255) / 256), 256, 0, s, x, nb, (uint8_t *)dst, type == 9);
-    CU_LAUNCHED("k_q8b_blocks");
+/* The quantiser of the 32-value types' integer path (mmq_b32.cuh: k_q8b_tile runs b32_quantise_tile, the
+ * matmuls' own function and block shape) on T rows of n_in values (stride ldx) into dst: T rows of
+ * quant_row_size(type, n_in) bytes in the CPU's Q8_0 / Q8_1 block layout. */
+extern "C" int cu_quantise_q8(uint32_t type, const float *x, int ldx, int T, int n_in, void *dst,
+                              cu_stream s) {
+    if ((type != 8 && type != 9) || n_in % 32 || n_in <= 0 || T < 0 || ldx < n_in || ldx % 4)
+        return rl_seterr("cu_quantise_q8: type %u (Q8_0 = 8, Q8_1 = 9 only), n_in %d (a positive multiple of "
+                         "32), ldx %d (>= n_in, a multiple of 4)",
+                         type, n_in, ldx);
+    if (T == 0) return 0;
+    mm_launch L = {};
+    L.x = x;
+    L.ldx = ldx;
+    L.T = T;
+    L.n_in = n_in;
+    L.s = s;
+    const size_t sm = mmqb_tile(type, n_in, 8);
+    const dim3 grid(1, (unsigned)((T + 7) / 8));
+    if (type == 9) {
+        if (cu_smem(s, k_q8b_tile<true>, sm, "k_q8b_tile")) return -1;
+        cu_go(k_q8b_tile<true>, grid, MM_WARPS * 32, sm, s, L, (uint8_t *)dst);
+    } else {
+        if (cu_smem(s, k_q8b_tile<false>, sm, "k_q8b_tile")) return -1;
+        cu_go(k_q8b_tile<false>, grid, MM_WARPS * 32, sm, s, L, (uint8_t *)dst);
+    }
+    CU_LAUNCHED("k_q8b_tile");
     return 0;
 }

@@ -19,8 +19,8 @@
 // integer sums come from dp4a (k_mmqb_vec: decode, verify rows, small batches) or from int8
 // tensor-core MMAs (k_mmqb_mma: prefill tiles of 8 or 16 tokens, dense or grouped by expert; one
 // m16n8k32 MMA is exactly one 32-value block). Both quantise their tokens once per block into shared
-// memory with the same device function (b32_q8_group), which cu_quantise_q8 (the tests' check of the
-// quantiser against the CPU's from_float, byte for byte) runs too.
+// memory with the same function (b32_quantise_tile), which cu_quantise_q8 (the tests' check of the
+// quantiser against the CPU's from_float, byte for byte: k_q8b_tile) runs too.
 #pragma once
 
 __host__ __device__ constexpr bool b32_q81(uint32_t type) { return type == T_Q4_1 || type == T_Q5_1; }
@@ -98,31 +98,33 @@ __device__ __forceinline__ void b32_quantise_tile(const mm_launch &a, int start,
     }
 }
 
-// Rows of n blocks of 32 values at x quantised into dst in the CPU's block layout: Q8_0 | d | qs[32] |
-// (34 bytes), Q8_1 | d | s | qs[32] | (36 bytes). The tests' check of b32_q8_group (cu_quantise_q8).
-static __global__ void k_q8b_blocks(const float *x, long nblocks, uint8_t *dst, bool q81) {
+// The tests' check of the quantiser the matmuls run (cu_quantise_q8): rows start.. of a.x (stride
+// a.ldx, a.n_in values each) through b32_quantise_tile, the same function, row addressing, task mapping
+// and block shape (MM_WARPS warps) as k_mmqb_vec / k_mmqb_mma, in tiles of 8 tokens; then the tile copied
+// out in the CPU's block layout, Q8_0 | d | qs[32] | or Q8_1 | d | s | qs[32] |, rows of n_in / 32
+// blocks (d and s are fp16 values in the tile, so their bits come back exactly).
+template <bool S> __global__ void __launch_bounds__(MM_WARPS * 32) k_q8b_tile(mm_launch a, uint8_t *dst) {
     pdl_enter();
-    const long task = (long)(blockIdx.x * blockDim.x + threadIdx.x) >> 3;
-    const int j = threadIdx.x & 7;
-    const bool on = task < nblocks;
-    const float4 v = on ? __ldg((const float4 *)(x + 32 * task + 4 * j)) : make_float4(0, 0, 0, 0);
-    float d;
-    int sum;
-    const int q = b32_q8_group(v, d, sum);
-    if (!on) return;
-    const int hb = q81 ? 4 : 2;
-    uint8_t *b = dst + task * (32 + hb);
-    for (int e = 0; e < 4; e++) b[hb + 4 * j + e] = (uint8_t)(q >> (8 * e));
-    if (j == 0) {
-        uint16_t h;
-        b32_half(d, h);
-        b[0] = (uint8_t)h;
-        b[1] = (uint8_t)(h >> 8);
-        if (q81) {
-            b32_half(__fmul_rn((float)sum, d), h);
-            b[2] = (uint8_t)h;
-            b[3] = (uint8_t)(h >> 8);
+    constexpr int TT = 8, HB = S ? 4 : 2;
+    extern __shared__ __align__(16) uint8_t mmq_sm[];
+    const int start = (int)blockIdx.y * TT, count = min(TT, a.T - start), nb = a.n_in / 32,
+              xs = mmqb_row(a.n_in);
+    b32_quantise_tile<S>(a, start, count, TT, mmq_sm);
+    __syncthreads();
+    const float *dy = (const float *)(mmq_sm + (size_t)TT * xs), *sy = dy + TT * nb;
+    for (int k = threadIdx.x; k < count * nb; k += blockDim.x) {
+        const int n = k / nb, ib = k % nb;
+        uint8_t *b = dst + ((size_t)(start + n) * nb + ib) * (32 + HB);
+        const uint16_t hd = __half_as_ushort(__float2half_rn(dy[n * nb + ib]));
+        b[0] = (uint8_t)hd;
+        b[1] = (uint8_t)(hd >> 8);
+        if constexpr (S) {
+            const uint16_t hs = __half_as_ushort(__float2half_rn(sy[n * nb + ib]));
+            b[2] = (uint8_t)hs;
+            b[3] = (uint8_t)(hs >> 8);
         }
+        const uint8_t *q = mmq_sm + (size_t)n * xs + 32 * ib;
+        for (int e = 0; e < 32; e++) b[HB + e] = q[e];
     }
 }
 
