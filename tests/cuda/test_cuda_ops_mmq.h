@@ -241,19 +241,10 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
 
 /* ---- the 32-value types (mmq_b32.cuh) ---------------------------------------------------------- */
 
-/* The device quantiser (cu_quantise_q8: b32_q8_group, which every launch of the path runs) against
- * quant_traits.from_float of Q8_0 / Q8_1, byte for byte: an all-zero block, ties of roundf (halves,
- * away from zero), +-max in one block, a negative max, a single nonzero value, subnormal scales, a
- * scale whose inverse overflows (x86's conversion of +-inf: code 0), then random blocks of magnitudes
- * 1e-3 .. 1e3. Device output poisoned (0xAB) before the run. */
-static void test_q8_quantise(uint32_t type) {
-    const quant_traits *qa = quant_get(type);
-    const int nb = 72, n = nb * 32;
-    float *x = randv((size_t)n, 1.0f);
-    for (int b = 8; b < nb; b++) {
-        static const float mag[7] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f, 100.0f, 1000.0f};
-        for (int j = 0; j < 32; j++) x[32 * b + j] *= mag[b % 7];
-    }
+/* The special blocks of a quantiser check (row x of n >= 256 values): an all-zero block, ties of roundf
+ * (halves, away from zero), +-max in one block, a negative max, a single nonzero value, subnormal
+ * scales, a scale whose inverse overflows (x86's conversion of +-inf: code 0), ties at d = 0.5. */
+static void q8_special_blocks(float *x) {
     for (int j = 0; j < 32; j++) x[j] = 0.0f;                        /* block 0: all zero */
     for (int j = 0; j < 32; j++) x[32 + j] = (float)(j - 16) + 0.5f; /* block 1: d = 1, ties */
     x[32 + 31] = 127.0f;
@@ -266,26 +257,61 @@ static void test_q8_quantise(uint32_t type) {
     for (int j = 0; j < 32; j++) x[160 + j] *= 1e-36f;                 /* block 5: subnormal d */
     for (int j = 0; j < 32; j++) x[192 + j] *= 1e-38f;                 /* block 6: 1 / d overflows */
     for (int j = 0; j < 32; j++) x[224 + j] = j & 1 ? -63.5f : 0.25f;  /* block 7: d = 0.5 */
-    const size_t bytes = (size_t)nb * qa->type_size;
-    uint8_t *want = malloc(bytes), *got = malloc(bytes);
-    qa->from_float(x, want, n);
-    float *dx = dup_to_dev(x, sizeof(float) * n);
-    uint8_t *dq = dalloc(bytes);
-    CU_CHECK(cudaMemset(dq, 0xAB, bytes));
-    CHECK(cu_quantise_q8(type, dx, n, dq, S0) == 0, "%s", rl_lasterr());
-    to_host(got, dq, bytes);
+}
+
+/* The device quantiser (cu_quantise_q8: b32_quantise_tile, the matmuls' own function, task mapping and
+ * block shape) against quant_traits.from_float of Q8_0 / Q8_1, byte for byte: 11 rows (a tile of 8 and a
+ * partial one) of 72 blocks at a row stride of n + 40 floats (the padding NaN: a read past a row shows);
+ * row 0 the special blocks (q8_special_blocks) then random blocks of magnitudes 1e-3 .. 1e3, the other
+ * rows random with the magnitudes shifted per row. Device output poisoned (0xAB) before the run, the
+ * device input read back and compared first (so a mismatch is the quantiser's, not the copy's). */
+static void test_q8_quantise(uint32_t type) {
+    static const float mag[7] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f, 100.0f, 1000.0f};
+    const quant_traits *qa = quant_get(type);
+    const int nb = 72, n = nb * 32, T = 11, ldx = n + 40;
+    float *x = malloc(sizeof(float) * T * ldx), *back = malloc(sizeof(float) * T * ldx);
+    for (int t = 0; t < T; t++) {
+        float *r = x + (size_t)t * ldx;
+        for (int i = 0; i < n; i++) r[i] = rl_rng_normal(&R) * mag[(i / 32 + t) % 7];
+        for (int i = n; i < ldx; i++) r[i] = NAN;
+    }
+    q8_special_blocks(x);
+    const size_t rowb = (size_t)nb * qa->type_size;
+    uint8_t *want = malloc(rowb * T), *got = malloc(rowb * T);
+    for (int t = 0; t < T; t++) qa->from_float(x + (size_t)t * ldx, want + rowb * t, n);
+    float *dx = dup_to_dev(x, sizeof(float) * T * ldx);
+    uint8_t *dq = dalloc(rowb * T);
+    CU_CHECK(cudaMemset(dq, 0xAB, rowb * T));
+    CHECK(cu_quantise_q8(type, dx, ldx, T, n, dq, S0) == 0, "%s", rl_lasterr());
+    to_host(got, dq, rowb * T);
+    to_host(back, dx, sizeof(float) * T * ldx);
+    CHECK(memcmp(back, x, sizeof(float) * T * ldx) == 0, "device copy of the quantiser's input differs");
     int bad = 0;
-    for (int b = 0; b < nb; b++)
-        if (memcmp(got + (size_t)b * qa->type_size, want + (size_t)b * qa->type_size, qa->type_size) &&
-            bad++ < 3)
-            fprintf(stderr, "  %s block %d differs from the CPU's from_float (d %04x vs %04x)\n", qa->name, b,
-                    got[(size_t)b * qa->type_size] | got[(size_t)b * qa->type_size + 1] << 8,
-                    want[(size_t)b * qa->type_size] | want[(size_t)b * qa->type_size + 1] << 8);
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *g = got + rowb * t + (size_t)b * qa->type_size,
+                          *w = want + rowb * t + (size_t)b * qa->type_size;
+            if (!memcmp(g, w, qa->type_size) || bad++ >= 4) continue;
+            float amax = 0.0f;
+            int codes = 0, first = -1;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[(size_t)t * ldx + 32 * b + j]));
+            for (int k = 0; k < (int)qa->type_size; k++)
+                if (g[k] != w[k]) {
+                    first = first < 0 ? k : first;
+                    codes += k >= (int)qa->type_size - 32;
+                }
+            fprintf(
+                stderr,
+                "  %s row %d block %d differs from from_float: d %04x vs %04x (amax %.9g, amax/127 %.9g), "
+                "first differing byte %d, %d of 32 codes differ\n",
+                qa->name, t, b, g[0] | g[1] << 8, w[0] | w[1] << 8, amax, amax / 127.0f, first, codes);
+        }
     CHECK(bad == 0, "device %s quantiser: %d of %d blocks differ from quant_traits.from_float", qa->name, bad,
-          nb);
+          nb * T);
     cudaFree(dx);
     cudaFree(dq);
     free(x);
+    free(back);
     free(want);
     free(got);
 }
@@ -295,7 +321,9 @@ static void test_q8_quantise(uint32_t type) {
  * tiles of 16 tokens, the last partial), over 150 rows (the last row blocks partial); gate/up == its
  * one-token launches bit for bit (and silu(g) * u of the CPU's values within 1e-6); grouped tiles of experts
  * (pair_in, pair_out) of CU_TT pairs (MMA) and of 1 pair (the decode plan: dp4a), no scratch. Outputs
- * NaN-poisoned before every launch. Token 3's first block is zero, token 5 is scaled by 1e3. */
+ * NaN-poisoned before every launch. Token 3's first block is zero, token 5 is scaled by 1e3, token 7 starts
+ * with the quantiser check's special blocks (n_in >= 256); T = 37 and 1 again with the rows at a stride of
+ * n_in + 36 floats. */
 static void test_mmq_b32(uint32_t type, int n_in) {
     const quant_traits *qt = quant_get(type), *qa = quant_get(qt->vec_dot_type);
     const int n_out = 150, T = 37, H = 75, E = 3, ER = 50, P = 61;
@@ -306,8 +334,32 @@ static void test_mmq_b32(uint32_t type, int n_in) {
     float *x = randv((size_t)T * n_in, 1.0f), *got = malloc(sizeof(float) * T * n_out);
     for (int j = 0; j < 32; j++) x[(size_t)3 * n_in + j] = 0.0f;
     for (int j = 0; j < n_in; j++) x[(size_t)5 * n_in + j] *= 1e3f;
+    if (n_in >= 256) q8_special_blocks(x + (size_t)7 * n_in); /* token 7: ties, +-max, tiny scales */
     uint8_t *dw = dup_to_dev(w, rb * n_out);
     float *dx = dup_to_dev(x, sizeof(float) * T * n_in);
+    { /* the same rows at a stride of n_in + 36 floats (NaN between rows): T = 37 and one token */
+        const int ldp = n_in + 36;
+        float *xp = malloc(sizeof(float) * T * ldp);
+        for (int t = 0; t < T; t++) {
+            memcpy(xp + (size_t)t * ldp, x + (size_t)t * n_in, sizeof(float) * n_in);
+            for (int j = n_in; j < ldp; j++) xp[(size_t)t * ldp + j] = NAN;
+        }
+        float *dxp = dup_to_dev(xp, sizeof(float) * T * ldp);
+        for (int k = 0; k < 2; k++) {
+            const int Tk = k ? 1 : T;
+            float *dy = dpoison((size_t)T * n_out);
+            cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
+            CHECK(cu_matmul(type, n_in, &s, 1, dxp, ldp, Tk, NULL, false, NULL, NULL, S0) == 0, "%s",
+                  rl_lasterr());
+            to_host(got, dy, sizeof(float) * Tk * n_out);
+            const int bad = check_mm_q8(&W, x, Tk, got, n_out);
+            CHECK(bad == 0, "int8 %s n_in %d T=%d, input stride %d: %d outputs differ from the CPU's vec_dot",
+                  qt->name, n_in, Tk, ldp, bad);
+            cudaFree(dy);
+        }
+        cudaFree(dxp);
+        free(xp);
+    }
     static const int shapes[4] = {1, 8, 16, 37};
     for (int k = 0; k < 4; k++) {
         float *dy = dpoison((size_t)T * n_out);
