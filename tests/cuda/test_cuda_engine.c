@@ -149,7 +149,7 @@ static void vs_oracles(engine *e, engine *ref, const char *model, const engine_c
     CHECK(orc != NULL, "%s: open the scalar-kernel CPU oracle: %s", what, rl_lasterr());
     if (!orc) goto out;
     run_steps(orc, cp, tok, V, ora, "cpu scalar-kernel oracle");
-    cuda_int_check(what, step, ora, cpu, N, (size_t)V, false);
+    cuda_int_check(what, step, ora, cpu, N, (size_t)V);
     engine_close(orc);
 out:
     free(cpu);
