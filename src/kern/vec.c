@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "kern/kern.h"
 
 static float dot_portable(const float *a, const float *b, int n) {
     float acc[8] = {0};
@@ -110,24 +111,10 @@ static const vec_ops portable = {
 const vec_ops *vec_portable(void) { return &portable; }
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#include <cpuid.h>
-/* clang's __builtin_cpu_supports does not know "f16c" (gcc's does; clang rejects the build, and
- * make lint's clang-tidy with it): CPUID.1:ECX bit 29, as kern.c's detect reads it */
-static bool cpu_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-}
-#define CPU_F16C() cpu_f16c()
-#else
-#define CPU_F16C() __builtin_cpu_supports("f16c")
-#endif
 const vec_ops *vec_avx2_table(void); /* vec_avx2.c */
-const vec_ops *vec_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CPU_F16C() ? vec_avx2_table()
-                                                                                         : NULL;
-}
+/* AVX2 + FMA + F16C with the OS saving the YMM state: kern.c's CPUID detection of its AVX2 level
+ * (the same three features; __builtin_cpu_supports has no "f16c" in clang) */
+const vec_ops *vec_avx2(void) { return kern_level_supported(KERN_AVX2) ? vec_avx2_table() : NULL; }
 const vec_ops *vec_avx512_table(void); /* vec_avx512.c */
 const vec_ops *vec_avx512(void) {
     __builtin_cpu_init();

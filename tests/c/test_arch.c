@@ -77,12 +77,18 @@ static void test_acts(void) {
     CHECK(!strcmp(q3n_act_name(Q3N_ACT_COUNT), "?"), "out of range name");
 }
 
-static void test_file(void) {
-    char path[] = "/tmp/rl_test_arch_XXXXXX";
+/* path (a "/tmp/..._XXXXXX" template) made an empty file of our own; false (checked) if mkstemp fails */
+static bool tmp_file(char *path) {
     int fd = mkstemp(path);
     CHECK(fd >= 0, "mkstemp");
-    if (fd < 0) return;
+    if (fd < 0) return false;
     close(fd);
+    return true;
+}
+
+static void test_file(void) {
+    char path[] = "/tmp/rl_test_arch_XXXXXX";
+    if (!tmp_file(path)) return;
     synth_params p = {.preset = SYNTH_TINY, .seed = 3, .mtp = true, .n_threads = 1};
     synth_geom_default(SYNTH_TINY, &p.g);
     CHECK(synth_write(&p, path, NULL) == 0, "synth: %s", rl_lasterr());
@@ -155,10 +161,7 @@ static void test_file(void) {
  * it by the old count: a NULL dereference). */
 static void test_bad_rows(void) {
     char path[] = "/tmp/rl_test_arch_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp");
-    if (fd < 0) return;
-    close(fd);
+    if (!tmp_file(path)) return;
     synth_params p = {.preset = SYNTH_TINY, .seed = 3, .n_threads = 1};
     synth_geom_default(SYNTH_TINY, &p.g);
     p.g.n_ff_exp = 100;

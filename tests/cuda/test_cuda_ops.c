@@ -71,6 +71,12 @@ static int count_bad(const float *a, const float *b, size_t n) { /* bit differen
     for (size_t i = 0; i < n; i++) bad += isnan(a[i]) || memcmp(&a[i], &b[i], sizeof(float)) != 0;
     return bad;
 }
+/* count_bad of two device arrays of n floats, through the host buffers ha and hb */
+static int count_bad_dev(const float *d1, const float *d2, size_t n, float *ha, float *hb) {
+    to_host(ha, d1, sizeof(float) * n);
+    to_host(hb, d2, sizeof(float) * n);
+    return count_bad(ha, hb, n);
+}
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -626,9 +632,9 @@ static void test_fused_combine(void) {
         CHECK(cu_moe_combine_norm1(deo, dw, K, dsh, dsg, side ? dg : NULL, dxn2, dy2, dx2, dwn, dxn2, D,
                                    1e-6f, ctr, S0) == 0,
               "%s", rl_lasterr());
-        to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
-        to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
-        to_host(a, dxn1, sizeof(float) * D), to_host(b, dxn2, sizeof(float) * D), bad += count_bad(a, b, D);
+        bad += count_bad_dev(dy1, dy2, D, a, b);
+        bad += count_bad_dev(dx1, dx2, D, a, b);
+        bad += count_bad_dev(dxn1, dxn2, D, a, b);
         cudaFree(deo);
         cudaFree(dw);
         cudaFree(dsh);
@@ -687,9 +693,9 @@ static void test_tail_add_norm(int D) {
         CHECK(cu_add_rmsnorm(dx1, dy1, dnw, do1, D, 1, 1e-6f, S0) == 0, "%s", rl_lasterr());
         cu_tail t = {.kind = CU_TAIL_ADD_NORM, .counter = ctr, .x = dx2, .out = do2, .w = dnw, .eps = 1e-6f};
         CHECK(cu_matmul_tail(QT_Q4_K, n_in, &s2, 1, din, &t, S0) == 0, "%s", rl_lasterr());
-        to_host(a, dy1, sizeof(float) * D), to_host(b, dy2, sizeof(float) * D), bad += count_bad(a, b, D);
-        to_host(a, dx1, sizeof(float) * D), to_host(b, dx2, sizeof(float) * D), bad += count_bad(a, b, D);
-        to_host(a, do1, sizeof(float) * D), to_host(b, do2, sizeof(float) * D), bad += count_bad(a, b, D);
+        bad += count_bad_dev(dy1, dy2, D, a, b);
+        bad += count_bad_dev(dx1, dx2, D, a, b);
+        bad += count_bad_dev(do1, do2, D, a, b);
         cudaFree(din);
         cudaFree(dx1);
         cudaFree(dx2);
