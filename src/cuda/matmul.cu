@@ -85,6 +85,13 @@ static int mm_dispatch(uint32_t type, const mm_launch &L, bool gateup, int tt) {
     }
 }
 
+/* The output rows of a launch (a matrix's own, the same for every T). */
+static int launch_rows(const cu_seg *segs, int nseg) {
+    int n = 0;
+    for (int i = 0; i < nseg; i++) n += segs[i].n_out;
+    return n;
+}
+
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
                      const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, void *ws,
                      cu_stream s) {
@@ -105,7 +112,7 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
      * (Qwen3-Next: n_in <= 4096, 66 KiB). On a device that cannot hold that tile but holds the
      * smallest (8 tokens: k_mmq_mma with one token tile per warp, the same bits) the path stays. */
     L.q8 = q8_type(d, type) &&
-           (mmq_b32(type) ? mmqb_ok(d, type, n_in)
+           (mmq_b32(type) ? launch_rows(segs, nseg) >= d->tune.mmqb_rows && mmqb_ok(d, type, n_in)
                           : mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8)));
     if (L.q8) L.tb = cu_qtabs_get(d);
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */

@@ -197,6 +197,10 @@ int main(int argc, char **argv) {
     if (!backend_cuda.available(&why)) {
         return check_skip("test_cuda_engine", why ? why : "no CUDA device");
     }
+    /* the fixtures' matrices are narrower than RL_CUDA_MMQB_ROWS's default (256 rows), which would keep
+     * every one of them on the float path: 0 puts them on the integer path this test checks (a value
+     * in the environment wins) */
+    setenv("RL_CUDA_MMQB_ROWS", "0", 0);
     if (argc > 1) {
         engine *e = engine_open(argv[1], &(engine_params){.n_threads = 4, .backend = "cuda"});
         CHECK(e != NULL, "open %s: %s", argv[1], rl_lasterr());

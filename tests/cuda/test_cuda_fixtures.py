@@ -278,7 +278,9 @@ def test_integer_path_vs_scalar_oracle(fx, tmp_path, name):
         if f"p{i}.ids" not in z:
             break
         ids = z[f"p{i}.ids"]
-        _, lc, _ = dump(tmp, "cuda", ids, 0, 64, f"i{i}", model, with_routes=False)
+        # RL_CUDA_MMQB_ROWS=0: the fixtures' matrices are narrower than the default's 256 rows, which
+        # would keep them on the float path
+        _, lc, _ = dump(tmp, "cuda", ids, 0, 64, f"i{i}", model, with_routes=False, env={"RL_CUDA_MMQB_ROWS": "0"})
         _, lo, _ = dump(tmp, "cpu", ids, 0, 64, f"o{i}", model, extra=("--fast",), with_routes=False,
                         env={"RL_KERN": "scalar"})
         _, lr, _ = dump(tmp, "cpu", ids, 0, 64, f"f{i}", model, with_routes=False)

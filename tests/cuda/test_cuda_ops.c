@@ -842,6 +842,10 @@ int main(void) {
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         return check_skip("test_cuda_ops", "no CUDA device");
     }
+    /* the test matrices are narrower than RL_CUDA_MMQB_ROWS's default (256 rows), which would keep
+     * every one of them on the float path: 0 puts them on the integer path this test checks (a value
+     * in the environment wins) */
+    setenv("RL_CUDA_MMQB_ROWS", "0", 0);
     rl_rng_seed(&R, 20261130);
     cuda_tune tune;
     int ordinal = 0;

@@ -376,6 +376,10 @@ static int bench(const char *model) {
 int main(int argc, char **argv) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) return check_skip("test_cuda_verify", why ? why : "no CUDA device");
+    /* the fixtures' matrices are narrower than RL_CUDA_MMQB_ROWS's default (256 rows), which would keep
+     * every one of them on the float path: 0 puts them on the integer path this test checks (a value
+     * in the environment wins) */
+    setenv("RL_CUDA_MMQB_ROWS", "0", 0);
     uint32_t r0 = 777;
     for (int i = 0; argc > 1 && i < NT; i++)
         tok[i] = (int32_t)((r0 = r0 * 1664525u + 1013904223u) >> 8) % 1000;
