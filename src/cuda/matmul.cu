@@ -183,7 +183,9 @@ extern "C" int cu_quantise_q8(uint32_t type, const float *x, int ldx, int T, int
     L.T = T;
     L.n_in = n_in;
     L.s = s;
-    const size_t sm = mmqb_tile(type, n_in, 8);
+    /* the tile of the weight type whose activations these are (Q8_1: Q4_1's, with the s_a floats);
+     * mmqb_tile(Q8_1) would leave them out and the kernel would write past its shared memory */
+    const size_t sm = mmqb_tile(type == 9 ? T_Q4_1 : T_Q4_0, n_in, 8);
     const dim3 grid(1, (unsigned)((T + 7) / 8));
     if (type == 9) {
         if (cu_smem(s, k_q8b_tile<true>, sm, "k_q8b_tile")) return -1;
