@@ -115,14 +115,12 @@ template <bool S> __global__ void __launch_bounds__(MM_WARPS * 32) k_q8b_tile(mm
     for (int k = threadIdx.x; k < count * nb; k += blockDim.x) {
         const int n = k / nb, ib = k % nb;
         uint8_t *b = dst + ((size_t)(start + n) * nb + ib) * (32 + HB);
-        const uint16_t hd = __half_as_ushort(__float2half_rn(dy[n * nb + ib]));
-        b[0] = (uint8_t)hd;
-        b[1] = (uint8_t)(hd >> 8);
-        if constexpr (S) {
-            const uint16_t hs = __half_as_ushort(__float2half_rn(sy[n * nb + ib]));
-            b[2] = (uint8_t)hs;
-            b[3] = (uint8_t)(hs >> 8);
-        }
+        // d (and s) as 16-bit stores: blocks are 34 / 36 bytes from a cudaMalloc'd base, so 2-byte
+        // aligned. Not `b[0] = (uint8_t)hd`: nvcc 13 (sm_90, -O3) lowered that byte of the half's bits to
+        // F2I.U8.F16, the half's value converted to an integer (0 for every |d| < 1), which is what the
+        // H100 run saw (every low byte 0).
+        *(uint16_t *)b = __half_as_ushort(__float2half_rn(dy[n * nb + ib]));
+        if constexpr (S) *(uint16_t *)(b + 2) = __half_as_ushort(__float2half_rn(sy[n * nb + ib]));
         const uint8_t *q = mmq_sm + (size_t)n * xs + 32 * ib;
         for (int e = 0; e < 32; e++) b[HB + e] = q[e];
     }
