@@ -31,7 +31,8 @@
 #
 # Environment: RL (redlite binary, default build/cuda/redlite), M (default /tmp/cf2.gguf, written by
 # `redlite synth --preset cf2 --routing calibrated` if missing), BUDGETS (GiB, default "4 8 12 16 24"),
-# LINK_GBS (default 25), REPS (default 1), N_DECODE (default 64), LB (llama-bench, default
+# LINK_GBS (default 25), RL_ARGS (more redlite bench options, e.g. "--cache-mib 16384" to bound the
+# host tier under a memory limit), REPS (default 1), N_DECODE (default 64), LB (llama-bench, default
 # /tmp/lcpp/build/bin/llama-bench as bench/gpu_lcpp.sh setup builds it; skipped when absent or LCPP=0),
 # NT (llama.cpp threads, default nproc), LIMIT_S (no new run after this many seconds, default 270).
 # Output under $OUT (default /tmp/link_out): link_sweep.md (the table), link_sweep.jsonl (a line per
@@ -46,6 +47,7 @@ BUDGETS=${BUDGETS:-"4 8 12 16 24"}
 LINK_GBS=${LINK_GBS:-25}
 REPS=${REPS:-1}
 N_DECODE=${N_DECODE:-64}
+RL_ARGS=${RL_ARGS:-}
 LB=${LB:-/tmp/lcpp/build/bin/llama-bench}
 LCPP=${LCPP:-1}
 LCPP_NCMOE=${LCPP_NCMOE:-dense}
@@ -93,7 +95,7 @@ for G in $BUDGETS; do
     if left; then
         say "redlite --vram-mib $B, RL_VRAM_LINK_GBS=$LINK_GBS"
         RL_VRAM_LINK_GBS=$LINK_GBS vram_run "rl_$G" timeout 200 "$RL" bench -m "$M" --backend cuda --vram-mib $B \
-            --n-decode "$N_DECODE" --warmup 4 --prompt 2048 --reps "$REPS" --json --verbose \
+            --n-decode "$N_DECODE" --warmup 4 --prompt 2048 --reps "$REPS" --json --verbose $RL_ARGS \
             >"$OUT/rl_$G.json" 2>"$OUT/rl_$G.err"
         say "redlite $G GiB rc=$? $(grep 'host->device copies' "$OUT/rl_$G.err" | tail -1)"
     else

@@ -60,7 +60,7 @@ typedef struct {
     const char *vram_spec; /* VRAM expert tier: "auto", "full" or MiB (NULL: every weight resident) */
     backend_kv kv;         /* KV cache format (as ctx_new's kv) */
     const char *vram_pin;  /* --vram-pin auto|on|off (NULL: auto; vram_plan.h) */
-    const char *vram_miss; /* --vram-miss copy|cpu|auto (NULL: copy; vram_plan.h) */
+    const char *vram_miss; /* --vram-miss copy|cpu|auto (NULL: auto; vram_plan.h) */
 } backend_ctx_opts;
 
 typedef struct backend_ops {

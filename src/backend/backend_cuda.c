@@ -42,6 +42,7 @@
 
 #include "backend/backend_cuda_int.h"
 #include "cache/vram_plan.h"
+#include "kern/kern.h"
 
 /* ---- context -------------------------------------------------------------------------- */
 
@@ -179,6 +180,22 @@ static size_t state_bytes(const q3n_hparams *hp) {
     return n ? n : 256;
 }
 
+/* Whether the CPU computes layer L's routed experts with the GPU's bits (the exact hybrid,
+ * --vram-miss cpu|auto): each expert matrix takes CUDA's integer path on this device, so its products
+ * are the scalar vec_dot's, and its type's CPU kernels are vec_dot's bits too (kern_type_exact: the K
+ * and IQ types); the activations are quantised to Q8_K by the same rule on both sides and SiLU * up is
+ * swiglu() on both (src/base/swiglu.h). The 32-value types and the types CUDA runs on its float path
+ * are copied instead. */
+static bool experts_exact(const backend_ctx *c, const q3n_layer *L) {
+    const q3n_hparams *hp = &c->m->hp;
+    const int D = hp->n_embd, ff = hp->n_ff_exp;
+    const ops_mat *up = L->fused_gate_up ? &L->gate_exps : &L->up_exps;
+    return kern_type_exact(L->gate_exps.type) && kern_type_exact(up->type) &&
+           kern_type_exact(L->down_exps.type) &&
+           cu_matmul_integer(&c->cd, L->gate_exps.type, D, L->fused_gate_up ? 2 * ff : ff) &&
+           cu_matmul_integer(&c->cd, up->type, D, ff) && cu_matmul_integer(&c->cd, L->down_exps.type, ff, D);
+}
+
 /* Plan the tier for --vram-mib spec (c's sizes set, nothing allocated yet); *tier: slots are
  * used (false: every expert fits, the plain resident path). */
 static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, pool *p) {
@@ -215,8 +232,11 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
     }
     snprintf(c->vram_msg, sizeof c->vram_msg, "%s", plan.reason);
     if (plan.full) return 0;
-    const vram_tier_opts vo = {c->tune.vram_prefetch, c->tune.vram_overlap, c->tune.vram_fault,
-                               c->tune.vram_link};
+    vram_tier_opts vo = {.prefetch = c->tune.vram_prefetch,
+                         .overlap = c->tune.vram_overlap,
+                         .fault_at = c->tune.vram_fault,
+                         .link_gbs = c->tune.vram_link};
+    for (int il = 0; il < hp->n_layer; il++) vo.cpu_exact[il] = experts_exact(c, &c->m->layers[il]);
     if (!(c->vt = vram_tier_new(c->m, &plan, c->n_batch, p, pin, miss, &vo))) return -1;
     *tier = true;
     return 0;
@@ -271,6 +291,8 @@ static backend_ctx *cuda_ctx_new_opts(const q3n_model *m, pool *p, int n_ctx, in
         rl_seterr("CUDA backend: %s", why);
         return NULL;
     }
+    /* refused here, in one line, rather than at the first forward's attention launch */
+    if (cu_attn_check(hp->head_dim, hp->n_head, hp->n_head_kv, hp->n_rot)) return NULL;
     cuda_tune tune;
     int ordinal = 0;
     if (cuda_tune_from_env(&tune)) return NULL; /* every RL_CUDA_* / RL_VRAM_* switch, once */

@@ -148,9 +148,9 @@ int vram_pin_parse(const char *s, vram_pin_mode *out) {
 }
 
 int vram_miss_parse(const char *s, vram_miss_mode *out) {
-    if (!s || !*s || !strcmp(s, "copy")) *out = VRAM_MISS_COPY;
+    if (!s || !*s || !strcmp(s, "auto")) *out = VRAM_MISS_AUTO;
     else if (!strcmp(s, "cpu")) *out = VRAM_MISS_CPU;
-    else if (!strcmp(s, "auto")) *out = VRAM_MISS_AUTO;
+    else if (!strcmp(s, "copy")) *out = VRAM_MISS_COPY;
     else return rl_seterr("--vram-miss %s: expected copy, cpu or auto", s);
     return 0;
 }

@@ -82,14 +82,15 @@ int vram_spec_check(const char *spec);
 typedef enum { VRAM_PIN_AUTO = 0, VRAM_PIN_ON, VRAM_PIN_OFF } vram_pin_mode;
 #define VRAM_PIN_RAM_SHARE 0.60
 /* --vram-miss: what a small forward (T <= VRAM_CPU_MAX_T rows: decode, short verifies) does with
- * a routed expert that is not in VRAM. copy (default): fill a slot (bit-identical to full
- * residency). cpu: compute it on the CPU from host memory while the GPU computes the resident
- * ones, upload its output rows for the combine (a different arithmetic: a tested tolerance, not
- * bit-identical). auto: per layer, as many misses on the CPU as the measured cost model says
- * (vram_miss_split). Larger forwards (prefill) always copy. */
+ * a routed expert that is not in VRAM. copy: fill a slot. cpu: compute it on the CPU from host
+ * memory while the GPU computes the resident ones, upload its output rows for the combine. auto
+ * (default): per layer, as many misses on the CPU as the measured cost model says
+ * (vram_miss_split). The CPU takes a layer's experts only where it gives the GPU's bits
+ * (vram_tier_opts.cpu_exact), so all three are bit-identical to full residency. Larger forwards
+ * (prefill) always copy. */
 typedef enum { VRAM_MISS_COPY = 0, VRAM_MISS_CPU, VRAM_MISS_AUTO } vram_miss_mode;
 #define VRAM_CPU_MAX_T 8
-/* NULL or "" = the default (auto / copy); 0, or -1 with rl_lasterr naming the choices. */
+/* NULL or "" = the default (auto for both); 0, or -1 with rl_lasterr naming the choices. */
 int vram_pin_parse(const char *s, vram_pin_mode *out);
 int vram_miss_parse(const char *s, vram_miss_mode *out);
 const char *vram_pin_name(vram_pin_mode m);

@@ -9,6 +9,7 @@
 
 #include "base/common.h"
 #include "kern/ops.h"
+#include "base/swiglu.h"
 #include "gguf/quant.h"
 #include "model/experts.h"
 
@@ -74,6 +75,8 @@ struct vram_tier {
     char pin_msg[200];
     /* --vram-miss: CPU-computed experts of small forwards (T <= VRAM_CPU_MAX_T) */
     vram_miss_mode miss;
+    bool cpu_exact[Q3N_MAX_LAYERS]; /* the CPU computes this layer's experts with the GPU's bits */
+    int n_exact;                    /* layers with cpu_exact */
     bool calibrated;
     int kind[Q3N_MAX_LAYERS], n_kind; /* cost class of each layer */
     uint32_t kind_gate[VT_MAX_KINDS], kind_down[VT_MAX_KINDS];
@@ -126,6 +129,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->pool = p;
     vt->pin = pin;
     vt->miss = miss;
+    for (int il = 0; il < hp->n_layer; il++) vt->n_exact += vt->cpu_exact[il] = o->cpu_exact[il];
     vt->K = hp->n_expert_used;
     vt->E = hp->n_expert;
     vt->prefetch = o->prefetch;
@@ -518,8 +522,9 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
 
 /* Experts ids[0..n) of layer il on the CPU pool: expert j's rows are xg rows [off_j, off_j + c[j])
  * (off: the running sum of c), its outputs (before the router weight) go to the same rows of
- * h_eo. The fast CPU kernels (ops_matmul_batch, quantised activations): the arithmetic of the
- * CPU backend, not of the GPU kernels, so outputs differ within a tolerance. 0 or -1. */
+ * h_eo. The fast CPU kernels (ops_matmul_batch, activations quantised to Q8_K): for a layer with
+ * cpu_exact (the only ones given here) each product is the scalar vec_dot's, as on the GPU's integer
+ * path, and swiglu is the GPU epilogue's function, so every output row has the GPU's bits. 0 or -1. */
 static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t *c, int n) {
     const q3n_layer *L = &vt->m->layers[il];
     const int D = vt->m->hp.n_embd, ff = vt->m->hp.n_ff_exp;
@@ -566,7 +571,7 @@ static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t 
         float *g = vt->gb + (size_t)r * (L->fused_gate_up ? 2 * ff : ff),
               *u = L->fused_gate_up ? g + ff : vt->ub + (size_t)r * ff;
         float *h = vt->ub + (size_t)r * ff;
-        for (int i = 0; i < ff; i++) h[i] = ops_silu(g[i]) * u[i];
+        for (int i = 0; i < ff; i++) h[i] = swiglu(g[i], u[i]); /* the GPU epilogue's function and bits */
     }
     nt = 0;
     off = 0;
@@ -608,9 +613,12 @@ static void calibrate(vram_tier *vt) {
     vt->copy_s_per_byte = best / ((double)n * (double)vt->ly[0].slot_bytes);
     for (size_t i = 0; i < 4 * (size_t)D; i++) vt->xg[i] = 0.01f * (float)((i * 37) % 17) - 0.08f;
     double fixed = 0;
+    int measured = 0;
     for (int k = 0; k < vt->n_kind; k++) {
-        int il = 0;
-        while (il < vt->m->hp.n_layer && vt->kind[il] != k) il++;
+        int il = 0; /* the class's first layer the CPU may compute (no estimate: never used) */
+        while (il < vt->m->hp.n_layer && (vt->kind[il] != k || !vt->cpu_exact[il])) il++;
+        if (il == vt->m->hp.n_layer) continue;
+        measured++;
         double t1 = 1e30, t4 = 1e30;
         for (int rep = 0; rep < 3; rep++) {
             double t0 = rl_now();
@@ -626,7 +634,7 @@ static void calibrate(vram_tier *vt) {
         vt->cpu_s[k] = per;
         fixed += t1 - per > 0 ? t1 - per : 0;
     }
-    vt->cpu_fixed_s = vt->n_kind ? fixed / vt->n_kind : 0;
+    vt->cpu_fixed_s = measured ? fixed / measured : 0;
 }
 
 /* Which of the layer's non-resident experts (uni[nres..n)) the CPU computes: all (cpu), or the
@@ -634,6 +642,7 @@ static void calibrate(vram_tier *vt) {
  * Returns the new n. */
 static int choose_cpu(vram_tier *vt, int il, int nres, int n) {
     const int m = n - nres;
+    if (!vt->cpu_exact[il]) return n; /* the CPU's bits would differ: every miss is copied */
     int k = m;
     if (vt->miss == VRAM_MISS_AUTO)
         k = vram_miss_split(m, vt->copy_s_per_byte * (double)vt->ly[il].slot_bytes, vt->cpu_s[vt->kind[il]],
@@ -646,8 +655,8 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (!vt->pin_resolved) pin_resolve(vt);
-    if (vt->miss != VRAM_MISS_COPY && !vt->calibrated) calibrate(vt);
-    const bool hyb = vt->miss != VRAM_MISS_COPY && T <= VRAM_CPU_MAX_T && d_xn;
+    if (vt->miss != VRAM_MISS_COPY && vt->n_exact && !vt->calibrated) calibrate(vt);
+    const bool hyb = vt->miss != VRAM_MISS_COPY && vt->cpu_exact[il] && T <= VRAM_CPU_MAX_T && d_xn;
     vt->n_cpu = 0;
     if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
     if (d_pred && CU_CHECK(cudaMemcpyAsync(vt->h_pred, d_pred, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st)))
@@ -872,10 +881,11 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
             vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
     if (vt->miss != VRAM_MISS_COPY) {
         fprintf(f,
-                "vram tier: --vram-miss %s (forwards of <= %d rows; CHANGES OUTPUTS within a tolerance): "
-                "fill %.3f ms "
-                "per MiB (%.1f GB/s incl. staging)",
-                vram_miss_name(vt->miss), VRAM_CPU_MAX_T, vt->copy_s_per_byte * 1048576.0 * 1e3,
+                "vram tier: --vram-miss %s (forwards of <= %d rows; the CPU computes the experts of %d of %d "
+                "layers, with the GPU's bits; the other layers copy): fill %.3f ms per MiB (%.1f GB/s incl. "
+                "staging)",
+                vram_miss_name(vt->miss), VRAM_CPU_MAX_T, vt->n_exact, vt->m->hp.n_layer,
+                vt->copy_s_per_byte * 1048576.0 * 1e3,
                 vt->copy_s_per_byte > 0 ? 1e-9 / vt->copy_s_per_byte : 0.0);
         for (int k = 0; k < vt->n_kind; k++)
             fprintf(f, "; CPU expert %s/%s %.3f ms", quant_name(vt->kind_gate[k]),

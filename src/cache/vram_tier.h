@@ -18,9 +18,10 @@
  *   vram_tier_cpu      (--vram-miss cpu|auto, T <= VRAM_CPU_MAX_T) the experts the layer left to
  *                      the CPU, computed on the pool from host memory while the GPU runs the
  *                      batches; their output rows are uploaded into the combine's pair rows
- * Host synchronisation per layer means no decode graph in this mode. With --vram-miss copy
- * (the default) the output is bit-identical to full residency; cpu/auto differ within a tolerance
- * (the CPU kernels' arithmetic: tests/cuda/test_cuda_vram.c).
+ * Host synchronisation per layer means no decode graph in this mode. Every mode is bit-identical
+ * to full residency: copy by construction, cpu/auto (auto is the default) because the CPU computes
+ * only the experts of layers it can give the GPU's bits (vram_tier_opts.cpu_exact) and copies the
+ * rest (tests/cuda/test_cuda_vram.c, hybrid_vs_full).
  *
  * Errors (host source read error, copy failure, RL_VRAM_FAULT=N: the N-th slot fill fails once):
  * the open batch is aborted (no half-filled slot stays valid) and -1 returned with one line in
@@ -58,6 +59,10 @@ typedef struct {
     bool prefetch, overlap;
     uint64_t fault_at;
     double link_gbs;
+    /* per layer: the CPU computes its routed experts with the GPU's bits (the exact hybrid: every
+     * expert matrix on CUDA's integer path and of a type whose CPU kernels are vec_dot's bits,
+     * kern_type_exact); --vram-miss cpu|auto put misses on the CPU only in such layers */
+    bool cpu_exact[Q3N_MAX_LAYERS];
 } vram_tier_opts;
 
 /* Allocates the slots of plan (not full), the plan buffers for n_batch rows and the staging;

@@ -121,7 +121,7 @@ typedef struct {
     /* the verdict: where the model runs, or the one thing that stops it (verdict_compute) */
     struct {
         bool runs, cpu, cuda;
-        char line[512];
+        char line[640];
     } verdict;
 } info;
 
@@ -934,13 +934,17 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
                  "--cache-mib)",
                  human_bytes(plan.budget, b1, 32), human_bytes(m.bytes_experts, b2, 32));
     const char *cuda = "this build has no CUDA backend: make CUDA=1";
-    char cbuf[200];
+    char cbuf[320];
 #ifdef RL_CUDA
     const gguf_tensor *bt = cuda_blocker(in->f);
     if (bt) {
         snprintf(cbuf, sizeof cbuf,
                  "not on cuda: tensor %s has type %s, which the CUDA kernels do not decode", bt->name,
                  quant_name(bt->type));
+        cuda = cbuf;
+    } else if (cu_attn_check(m.hp.head_dim, m.hp.n_head, m.hp.n_head_kv, m.hp.n_rot)) {
+        snprintf(cbuf, sizeof cbuf, "not on cuda: %s", rl_lasterr());
+        rl_clearerr();
         cuda = cbuf;
     } else {
         in->verdict.cuda = true;

@@ -591,13 +591,14 @@ const opt opts_table[] = {
      .names = "--vram-miss",
      .value = "copy|cpu|auto",
      .help =
-         "with --vram-mib, decode/verify of <= 8 rows: an expert not in VRAM is\ncopied (copy: same output), "
-         "computed on the CPU (cpu), or either by\nmeasured cost (auto); cpu/auto CHANGE OUTPUTS slightly",
+         "with --vram-mib, decode/verify of <= 8 rows: an expert not in VRAM is\ncopied (copy), computed on "
+         "the CPU (cpu), or either by measured cost\n(auto); the CPU takes experts only where it gives the "
+         "GPU's bits\n(K and IQ types), so every mode has the same output",
      .kind = K_FN,
      .off = OFF(vram_miss),
      .lo = 0,
      .hi = 0,
-     .zero = "copy",
+     .zero = "auto",
      .set = opts_set_vram_miss},
     {.cmds = CMD_GENERATE | CMD_CHAT | CMD_DUMP | CMD_SERVE,
      .section = "model",

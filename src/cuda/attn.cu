@@ -554,15 +554,18 @@ __global__ void __launch_bounds__(PT_THREADS, 1)
 
 // ---- launchers -------------------------------------------------------------------------------
 
-static int check_dims(const cu_attn_dims *a) {
-    if ((a->hd != 64 && a->hd != 128 && a->hd != 256) || a->H % a->Hkv || a->H / a->Hkv > 32 ||
-        a->H + a->Hkv > 32 || a->n_rot > a->hd)
+extern "C" int cu_attn_check(int hd, int H, int Hkv, int n_rot) {
+    if ((hd != 64 && hd != 128 && hd != 256) || Hkv < 1 || H % Hkv || H / Hkv > 32 || H + Hkv > 32 ||
+        n_rot > hd)
         return rl_seterr(
-            "CUDA attention: head_dim %d with %d/%d heads is not supported (head_dim 64/128/256, "
-            "at most 32 heads)",
-            a->hd, a->H, a->Hkv);
+            "CUDA attention: head_dim %d with %d query + %d KV heads is not supported (head_dim "
+            "64/128/256, at most 32 heads in all: k_qk_norm_rope runs one block of a warp per head); "
+            "--backend cpu runs this model",
+            hd, H, Hkv);
     return 0;
 }
+
+static int check_dims(const cu_attn_dims *a) { return cu_attn_check(a->hd, a->H, a->Hkv, a->n_rot); }
 
 template <int DPL>
 static int qk_launch(const cu_attn_dims *a, float *qg, float *k, const float *v, const float *qn,

@@ -11,6 +11,9 @@
 #include <stdint.h>
 
 #include "cuda/cuda_ops.h"
+// swiglu(): the experts' silu(gate) * up of every gate/up epilogue, the function the CPU runs for the
+// VRAM tier's CPU-computed experts (the same bits: the exact hybrid, --vram-miss cpu|auto)
+#include "base/swiglu.h"
 
 // After a launch: report a launch error (bad configuration, no device, ...).
 #define CU_LAUNCHED(what)                                                                                    \

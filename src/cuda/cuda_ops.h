@@ -143,6 +143,9 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
  * Per device struct: the initial mode is d->tune.mmq (RL_CUDA_MMQ=0|1|2, default 2). Set it before the
  * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_dev_set_int8(cu_dev *d, int mode);
+/* Whether launches of a matrix of `type`, rows x n_in, take the integer path on d in its current mode
+ * (every shape of a matrix takes the same path): then each output is quant_traits.vec_dot's bits. */
+bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows);
 
 /* The activation quantiser of the 32-value types' integer path (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
  * MXFP4 weights; mode >= 1), run exactly as the matmuls run it (the same device function, row
@@ -250,6 +253,9 @@ int cu_qk_norm_rope_store(const cu_attn_dims *a, float *qg, float *k, const floa
 #define CU_ATTN_CHUNK 256
 #define CU_ATTN_SPLIT_MAX_T 4
 size_t cu_attn_part_floats(const cu_attn_dims *a, int T);
+/* Whether the attention kernels support these dimensions (head_dim hd, H query and Hkv KV heads,
+ * n_rot rotated dims): 0, or -1 with one line naming the limit (rl_lasterr). Host only, no device. */
+int cu_attn_check(int hd, int H, int Hkv, int n_rot);
 int cu_attention(const cu_attn_dims *a, const float *qg, const void *kc, const void *vc, const int *pos0,
                  int T, bool split, float *part, float *o, cu_stream s);
 

@@ -92,6 +92,12 @@ static int launch_rows(const cu_seg *segs, int nseg) {
     return n;
 }
 
+extern "C" bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows) {
+    return q8_type(d, type) &&
+           (mmq_b32(type) ? rows >= d->tune.mmqb_rows && mmqb_ok(d, type, n_in)
+                          : mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8)));
+}
+
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
                      const cu_group *g, bool gateup, const cu_conv *conv, const cu_tail *tail, void *ws,
                      cu_stream s) {
@@ -111,9 +117,7 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
      * on the matrix (and the device), not on T, so every shape of a matrix takes the same path
      * (Qwen3-Next: n_in <= 4096, 66 KiB). On a device that cannot hold that tile but holds the
      * smallest (8 tokens: k_mmq_mma with one token tile per warp, the same bits) the path stays. */
-    L.q8 = q8_type(d, type) &&
-           (mmq_b32(type) ? launch_rows(segs, nseg) >= d->tune.mmqb_rows && mmqb_ok(d, type, n_in)
-                          : mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8)));
+    L.q8 = cu_matmul_integer(d, type, n_in, launch_rows(segs, nseg));
     if (L.q8) L.tb = cu_qtabs_get(d);
     /* prefill tiles with a scratch: one quantisation, staged tiles (k_mmq_tc; same bits) */
     if (L.q8 && ws && tt != 1 && !small && (!g || g->x_rows > 0) && mmq_tc_on(d, type)) {

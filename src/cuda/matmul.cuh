@@ -210,7 +210,7 @@ __device__ __forceinline__ void mm_body(const cu_qtabs &tb, const mm_launch &a) 
         const int i = f / TT, j = f % TT, r = r0 + i;
         if (r >= sg.n_out || j >= count) continue;
         float val = acc[q / TT][q % TT];
-        if constexpr (GU) val = silu_f(val) * upv[q];
+        if constexpr (GU) val = swiglu(val, upv[q]);
         const int p = start + j;
         const int orow = a.g.pair_out ? a.g.pair_out[p] : p;
         if (sg.epi == CU_EPI_CONV)

@@ -438,7 +438,7 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
 #pragma unroll
         for (int t = 0; t < TT; t++) {
             if (t >= at.count) break;
-            const float val = GU ? silu_f(mmq_out<TYPE>(acc[i][t])) * mmq_out<TYPE>(acc[GU ? NR + i : i][t])
+            const float val = GU ? swiglu(mmq_out<TYPE>(acc[i][t]), mmq_out<TYPE>(acc[GU ? NR + i : i][t]))
                                  : mmq_out<TYPE>(acc[i][t]);
             mmq_store(a, sg, rb0 + i, at.start + t, val);
         }
@@ -665,7 +665,7 @@ __device__ __forceinline__ void mmq_store_tile(const mm_launch &a, const cu_seg 
             for (int mt = 0; mt < (GU ? 1 : 2); mt++) {
                 const int r = at.r0 + 16 * mt + g + 8 * (i >> 1);
                 if (r >= sg.n_out) continue;
-                const float val = GU ? silu_f(mmq_out<TYPE>(acc[0][nt][i])) * mmq_out<TYPE>(acc[1][nt][i])
+                const float val = GU ? swiglu(mmq_out<TYPE>(acc[0][nt][i]), mmq_out<TYPE>(acc[1][nt][i]))
                                      : mmq_out<TYPE>(acc[mt][nt][i]);
                 mmq_store(a, sg, r, at.start + n, val);
             }

@@ -304,7 +304,7 @@ template <int TYPE, int TT, bool GU> __device__ __forceinline__ void mmqb_vec_bo
     if (lane >= NR * TT) return;
     const int i = lane / TT, t = lane % TT, r = at.r0 + i;
     if (r >= sg.n_out || t >= at.count) return;
-    mmq_store(a, sg, r, at.start + t, GU ? silu_f(acc) * up : acc);
+    mmq_store(a, sg, r, at.start + t, GU ? swiglu(acc, up) : acc);
 }
 
 template <int TYPE, int TT, bool GU>

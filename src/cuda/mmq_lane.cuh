@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_lane(mm_launch a) {
         }
         if (k == 0 && r < sg.n_out)
             mmq_store(a, sg, r, t.start,
-                      GU ? silu_f(mmq_out<TYPE>(ag)) * mmq_out<TYPE>(au) : mmq_out<TYPE>(ag));
+                      GU ? swiglu(mmq_out<TYPE>(ag), mmq_out<TYPE>(au)) : mmq_out<TYPE>(ag));
     };
     mmq_at at;
     if constexpr (!SM) {

@@ -288,6 +288,8 @@ int kern_act_type(uint32_t wtype) {
     return t && t->vec_dot ? t->vec_dot_type : -1;
 }
 
+bool kern_type_exact(uint32_t wtype) { return kern_act_type(wtype) == QT_Q8_K; }
+
 size_t kern_act_size(uint32_t wtype, int64_t n_cols) {
     const int a = kern_act_type(wtype);
     return a < 0 ? 0 : quant_row_size((uint32_t)a, n_cols);

@@ -67,6 +67,11 @@ bool kern_has_simd(int level, uint32_t wtype);
 
 /* The activation type kernels for `wtype` expect, -1 if wtype is unknown. */
 int kern_act_type(uint32_t wtype);
+/* Whether every kernel of weight type wtype (every level, the batched cores and the AMX tiles) gives
+ * quant_traits.vec_dot's bits: the K and IQ types (activations Q8_K: integer sums per super-block,
+ * then the scalar float epilogue), not F32/F16/BF16 or the 32-value block types (float sums in
+ * lanes). The exact CPU+GPU hybrid (src/cache/vram_tier.c) computes only such experts on the CPU. */
+bool kern_type_exact(uint32_t wtype);
 /* Bytes of the quantised activation for a row of n_cols values; 0 if not representable. */
 size_t kern_act_size(uint32_t wtype, int64_t n_cols);
 /* The kernels below take the configuration to run (NULL: kern_cfg_default()). */

@@ -107,7 +107,7 @@ typedef struct {
     const char *vram_spec; /* VRAM expert tier (--vram-mib auto|full|MiB; CUDA): NULL = every
                               weight resident on the device (docs/EXPERT_CACHE.md) */
     const char *vram_pin;  /* with vram_spec: --vram-pin auto|on|off (NULL: auto; vram_plan.h) */
-    const char *vram_miss; /* with vram_spec: --vram-miss copy|cpu|auto (NULL: copy = exact) */
+    const char *vram_miss; /* with vram_spec: --vram-miss copy|cpu|auto (NULL: auto; every mode exact) */
     bool host_snapshots;   /* verify snapshots through host copies even where the backend keeps
                               them on the device (tests of both paths; normally false) */
 } engine_ctx_params;

@@ -60,7 +60,7 @@ typedef struct {
     const char *vram_spec;   /* VRAM expert tier (GPU backends): NULL = every weight on the device,
                                 "auto", "full" or MiB; the RAM tier (cache_spec) feeds its slots */
     const char *vram_pin;    /* --vram-pin auto|on|off (NULL: auto) */
-    const char *vram_miss;   /* --vram-miss copy|cpu|auto (NULL: copy, bit-identical) */
+    const char *vram_miss;   /* --vram-miss copy|cpu|auto (NULL: auto; every mode bit-identical) */
     float route_bias;        /* > 0: cache-aware routing (changes outputs; refused with spec) */
     const char *route_trace; /* JSON-lines trace of every row's expert choices (or NULL) */
     bool verbose;            /* one-line plan of the expert cache and similar notes on stderr */

@@ -232,7 +232,10 @@ static void test_pin_miss(void) {
     CHECK(vram_pin_parse("off", &pm) == 0 && pm == VRAM_PIN_OFF, "pin off");
     CHECK(vram_pin_parse("yes", &pm) == -1 && strstr(rl_lasterr(), "auto, on or off"), "pin bad: %s",
           rl_lasterr());
-    CHECK(vram_miss_parse(NULL, &mm) == 0 && mm == VRAM_MISS_COPY, "miss default copy (exact)");
+    CHECK(vram_miss_parse(NULL, &mm) == 0 && mm == VRAM_MISS_AUTO,
+          "miss default auto (exact: cpu_exact layers only)");
+    CHECK(vram_miss_parse("copy", &mm) == 0 && mm == VRAM_MISS_COPY && !strcmp(vram_miss_name(mm), "copy"),
+          "miss copy");
     CHECK(vram_miss_parse("cpu", &mm) == 0 && mm == VRAM_MISS_CPU && !strcmp(vram_miss_name(mm), "cpu"),
           "miss cpu");
     CHECK(vram_miss_parse("auto", &mm) == 0 && mm == VRAM_MISS_AUTO, "miss auto");
