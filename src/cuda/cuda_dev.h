@@ -17,13 +17,18 @@
  * measurements). Every value gives the same bits except `mmq` (another arithmetic). */
 typedef struct {
     bool pdl;      /* programmatic dependent launch where the device has it (RL_CUDA_PDL, 1) */
-    int mmq;       /* the integer path: 0 off, 1 K-quants, 2 also IQ2_XXS/IQ2_XS/IQ1_M (RL_CUDA_MMQ, 2) */
+    int mmq;       /* the integer path: 0 off, 1 K-quants + 32-value types, 2 also IQ2_XXS/IQ2_XS/IQ1_M
+                      (RL_CUDA_MMQ, 2) */
     bool mmq_lane; /* one-token integer launches on k_mmq_lane (RL_CUDA_MMQ_LANE, 1) */
     bool mmq_st;   /* decode GEMV weights staged in shared memory (RL_CUDA_MMQ_ST, 1) */
     bool mmq_sm;   /* dense one-token launches streamed (RL_CUDA_MMQ_SM, 1) */
     int mmq_nt;    /* token tiles per warp of k_mmq_mma: 1|2 (RL_CUDA_MMQ_NT, 2) */
     bool mmq_tc;   /* the staged prefill tiles k_mmq_tc (RL_CUDA_MMQ_TC, 1) */
     int mmq_tc_tt; /* tokens of a dense staged tile: 16|32 (RL_CUDA_MMQ_TC_TT, 32) */
+    int mmqb_rows; /* the 32-value types take the integer path in launches of at least this many output rows
+                      (RL_CUDA_MMQB_ROWS, 256: a narrower matrix -- Qwen3-Next's ssm_ba, 64 x 2048 Q8_0 --
+                      keeps the float GEMV, whose one warp per row is faster there); a property of the
+                      matrix, so every shape of it takes the same path */
     int small_tt;  /* largest token tile of a small dense batch: 2|4|8 (RL_CUDA_SMALL_TT, 4) */
     int mm_stage;  /* float GEMV weights staged: 0 none, 1 every type, 2 the IQ types (RL_CUDA_MM_STAGE) */
     size_t smem_limit; /* a cap on the device's opt-in shared memory per block, bytes; 0: none
@@ -40,6 +45,7 @@ static inline cu_tuning cu_tuning_default(void) {
     t.mmq_nt = 2;
     t.mmq_tc = true;
     t.mmq_tc_tt = 32;
+    t.mmqb_rows = 256;
     t.small_tt = 4;
     t.mm_stage = 2;
     return t;

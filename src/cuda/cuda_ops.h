@@ -137,13 +137,22 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
  * grouped experts) each activation row is quantised to Q8_K as the CPU does and each output is
  * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
  * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
- * above; 1: Q4_K, Q5_K, Q6_K weights; 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
+ * above; 1: Q4_K, Q5_K, Q6_K weights, and the 32-value types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * MXFP4 (mmq_b32.cuh: activations per 32 values to Q8_0 / Q8_1, output == vec_dot(row, q8_0(x) or
+ * q8_1(x))); 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
  * Per device struct: the initial mode is d->tune.mmq (RL_CUDA_MMQ=0|1|2, default 2). Set it before the
  * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_dev_set_int8(cu_dev *d, int mode);
 /* Whether launches of a matrix of `type`, rows x n_in, take the integer path on d in its current mode
  * (every shape of a matrix takes the same path): then each output is quant_traits.vec_dot's bits. */
 bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows);
+
+/* The activation quantiser of the 32-value types' integer path (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * MXFP4 weights; mode >= 1), run exactly as the matmuls run it (the same device function, row
+ * addressing and block shape): T rows of n_in values at x (stride ldx floats, a multiple of 4; x
+ * 16-byte aligned; n_in a multiple of 32) into dst, T rows of quant_row_size(type, n_in) bytes in the
+ * CPU's block layout of type QT_Q8_0 or QT_Q8_1, byte for byte quant_traits.from_float's (tests). */
+int cu_quantise_q8(uint32_t type, const float *x, int ldx, int T, int n_in, void *dst, cu_stream s);
 
 /* A tail of a one-row dense launch (decode): the block that finishes last (an atomic counter,
  * zero before the launch and reset by that block) runs one more per-row step on the launch's

@@ -34,14 +34,15 @@ MM_DECL(mxfp4)
 static int small_tt_max(const cu_dev *d) { return d->tune.small_tt; }
 
 // The integer path (mmq.cuh): per device struct, d->int8 = RL_CUDA_MMQ=0|1|2 at context creation (default
-// 2: the K-quants and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the K-quants only), cu_dev_set_int8() after.
+// 2: the K-quants, the 32-value types of mmq_b32.cuh and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the
+// K-quants and the 32-value types; 0: the float path for every type), cu_dev_set_int8() after.
 // H200, full CF2 file (bench/results/2026-12-02-cuda-iq-h200.md): mode 2 vs 1, prompt 2048 3,422 -> 7,395
 // tok/s, 32K 1,851 -> 2,612, decode 194.6 -> 184.3 (the dp4a IQ decode is 5 % slower than the float
 // GEMV: the price of decode == prefill bits). A context must not see it change between its prefill
 // and its steps (the two arithmetics give different bits).
 // Whether launches of `type` take the integer path (the mode and the type).
 static bool q8_type(const cu_dev *d, uint32_t type) {
-    return mmq_k(type) ? d->int8 >= 1 : mmq_iq(type) && d->int8 == 2;
+    return mmq_k(type) || mmq_b32(type) ? d->int8 >= 1 : mmq_iq(type) && d->int8 == 2;
 }
 
 // The staged tensor-core tiles when the caller gives a scratch: RL_CUDA_MMQ_TC=0|1 (default 1;
@@ -92,9 +93,9 @@ static int launch_rows(const cu_seg *segs, int nseg) {
 }
 
 extern "C" bool cu_matmul_integer(const cu_dev *d, uint32_t type, int n_in, int rows) {
-    (void)rows; /* the path depends on the type and the row length only (so far) */
-    return q8_type(d, type) && mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM &&
-           cu_dev_fits(d, mmq_smem(n_in, 8));
+    return q8_type(d, type) &&
+           (mmq_b32(type) ? rows >= d->tune.mmqb_rows && mmqb_ok(d, type, n_in)
+                          : mmq_smem(n_in, MMQ_MAX_TT) <= MMQ_MAX_SMEM && cu_dev_fits(d, mmq_smem(n_in, 8)));
 }
 
 static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, const float *x, int ldx, int T,
@@ -125,10 +126,11 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
     }
     if (tt != 1 && tt != CU_TT && !small && !(g && tt == 2 * CU_TT && L.xq))
         return rl_seterr("cu_matmul: tiles of %d tokens are not supported here", tt);
-    L.lane = L.q8 && !L.xq &&
+    L.lane = L.q8 && !L.xq && !mmq_b32(type) &&
              mmq_lane_ok(d, type, tt, n_in, segs[0].row_bytes, gateup, tail && tail->kind != CU_TAIL_NONE);
-    const int rpb = L.q8 ? mmq_rows_per_block(d, type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
-                         : mm_rows_per_block(d, gateup, tt, small);
+    const int rpb = L.q8 && mmq_b32(type) ? mmqb_rows_per_block(gateup, tt, small)
+                    : L.q8 ? mmq_rows_per_block(d, type, gateup, tt, small, L.xq != NULL, L.lane, n_in)
+                           : mm_rows_per_block(d, gateup, tt, small);
     L.small = small;
     L.nseg = nseg;
     for (int i = 0; i < nseg; i++) {
@@ -167,4 +169,35 @@ extern "C" int cu_matmul_tail(uint32_t type, int n_in, const cu_seg *segs, int n
         return rl_seterr("cu_matmul_tail: %d experts / top-%d not supported (at most %d / 32)", segs[0].n_out,
                          tail->K, ROUTER_MAXE);
     return matmul_go(type, n_in, segs, nseg, x, n_in, 1, NULL, false, NULL, tail, NULL, s);
+}
+
+/* The quantiser of the 32-value types' integer path (mmq_b32.cuh: k_q8b_tile runs b32_quantise_tile, the
+ * matmuls' own function and block shape) on T rows of n_in values (stride ldx) into dst: T rows of
+ * quant_row_size(type, n_in) bytes in the CPU's Q8_0 / Q8_1 block layout. */
+extern "C" int cu_quantise_q8(uint32_t type, const float *x, int ldx, int T, int n_in, void *dst,
+                              cu_stream s) {
+    if ((type != 8 && type != 9) || n_in % 32 || n_in <= 0 || T < 0 || ldx < n_in || ldx % 4)
+        return rl_seterr("cu_quantise_q8: type %u (Q8_0 = 8, Q8_1 = 9 only), n_in %d (a positive multiple of "
+                         "32), ldx %d (>= n_in, a multiple of 4)",
+                         type, n_in, ldx);
+    if (T == 0) return 0;
+    mm_launch L = {};
+    L.x = x;
+    L.ldx = ldx;
+    L.T = T;
+    L.n_in = n_in;
+    L.s = s;
+    /* the tile of the weight type whose activations these are (Q8_1: Q4_1's, with the s_a floats);
+     * mmqb_tile(Q8_1) would leave them out and the kernel would write past its shared memory */
+    const size_t sm = mmqb_tile(type == 9 ? T_Q4_1 : T_Q4_0, n_in, 8);
+    const dim3 grid(1, (unsigned)((T + 7) / 8));
+    if (type == 9) {
+        if (cu_smem(s, k_q8b_tile<true>, sm, "k_q8b_tile")) return -1;
+        cu_go(k_q8b_tile<true>, grid, MM_WARPS * 32, sm, s, L, (uint8_t *)dst);
+    } else {
+        if (cu_smem(s, k_q8b_tile<false>, sm, "k_q8b_tile")) return -1;
+        cu_go(k_q8b_tile<false>, grid, MM_WARPS * 32, sm, s, L, (uint8_t *)dst);
+    }
+    CU_LAUNCHED("k_q8b_tile");
+    return 0;
 }

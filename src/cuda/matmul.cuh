@@ -297,10 +297,14 @@ static void mm_launch_small(const cu_qtabs &tb, dim3 grid, const mm_launch &L, b
 
 #include "cuda/mmq.cuh"
 #include "cuda/mmq_launch.cuh"
+#include "cuda/mmq_b32.cuh"
 
 template <int TYPE> static int mm_launch_type(const mm_launch &L, bool gateup, int tt) {
-    if constexpr (mmq_type(TYPE))
+    if constexpr (mmq_b32(TYPE)) {
+        if (L.q8) return mmqb_launch_type<TYPE>(L, gateup, tt);
+    } else if constexpr (mmq_type(TYPE)) {
         if (L.q8) return mmq_launch_type<TYPE>(L, gateup, tt);
+    }
     const cu_qtabs &tb = cu_qtabs_get(L.s.dev);
     dim3 grid(L.seg_start[L.nseg], L.grouped ? L.g.max_tiles : (L.T + tt - 1) / tt);
     if (tt == 1) mm_launch_small<TYPE, 1>(tb, grid, L, gateup);

@@ -21,11 +21,19 @@
 #include "cuda/mmq_iq.cuh"
 
 // The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time):
-// the K-quants, and with cu_matmul_set_int8(2) the IQ types of mmq_iq.cuh.
+// the K-quants and the 32-value types (mmq_b32.cuh), and with cu_matmul_set_int8(2) the IQ types of
+// mmq_iq.cuh.
 __host__ __device__ constexpr bool mmq_k(uint32_t type) {
     return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
 }
-__host__ __device__ constexpr bool mmq_type(uint32_t type) { return mmq_k(type) || mmq_iq(type); }
+// The 32-value block types (mmq_b32.cuh: Q8_0 / Q8_1 activations, one integer dot per block).
+__host__ __device__ constexpr bool mmq_b32(uint32_t type) {
+    return type == T_Q8_0 || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 ||
+           type == T_IQ4_NL || type == T_MXFP4;
+}
+__host__ __device__ constexpr bool mmq_type(uint32_t type) {
+    return mmq_k(type) || mmq_iq(type) || mmq_b32(type);
+}
 #define MMQ_MMA_ROWS 32 // output rows per warp of k_mmq_mma (16 for gate/up: a gate and an up tile)
 #define MMQ_MAX_TT 16 // the largest tile of tokens a block quantises (k_mmq_mma with 2 token tiles per warp)
 #define MMQ_MAX_SMEM                                                                                         \

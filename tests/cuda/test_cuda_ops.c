@@ -9,6 +9,9 @@
  *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
  *     the add+norm tail), with 3 and 9 super-blocks per row; the staged tiles of launches given a
  *     scratch (test_cuda_ops_mmq.h) too; and with mode 2 the same for IQ2_XXS, IQ2_XS and IQ1_M;
+ *   - the integer path of the 32-value types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4; mode >= 1):
+ *     the device Q8_0 / Q8_1 quantiser == quant_traits.from_float byte for byte, and every output ==
+ *     vec_dot(row, q8_0(x) or q8_1(x)) bit for bit in every shape (test_cuda_ops_mmq.h);
  *   - RMSNorm, q/k norm + RoPE + cache store, attention (split == prefill bit for bit; vs
  *     ops_attn_head), conv, l2norm/gates, delta rule, gated norm (fused decode == prefill
  *     pieces bit for bit), router + plan, combine.
@@ -90,6 +93,13 @@ static const uint32_t TYPES[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q2_K, QT_Q
                                  /* the 32-value types of llama-quantize's fallbacks, and MXFP4 experts */
                                  QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
 #define NTYPES (sizeof TYPES / sizeof TYPES[0])
+/* the 32-value types of the integer path (mmq_b32.cuh; RL_CUDA_MMQ >= 1) */
+static const uint32_t B32[7] = {QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
+static bool b32_type(uint32_t type) {
+    for (int i = 0; i < 7; i++)
+        if (B32[i] == type) return true;
+    return false;
+}
 
 /* ---- dequantisation --------------------------------------------------------------------- */
 
@@ -148,10 +158,11 @@ static int check_mm(const char *what, const ops_mat *W, int64_t r0, const float 
     return bad;
 }
 
-/* The integer path: got[t][r] == vec_dot(row r, Q8_K(x_t)) bit for bit. */
+/* The integer path: got[t][r] == vec_dot(row r, q(x_t)) bit for bit, q the type's activation type
+ * (Q8_K; Q8_0 or Q8_1 for the 32-value types). */
 static int check_mm_q8(const ops_mat *W, const float *x, int T, const float *got, int ldg) {
-    const quant_traits *qt = quant_get(W->type), *q8 = quant_get(QT_Q8_K);
-    void *xq = malloc(quant_row_size(QT_Q8_K, W->n_in));
+    const quant_traits *qt = quant_get(W->type), *q8 = quant_get(qt->vec_dot_type);
+    void *xq = malloc(quant_row_size(qt->vec_dot_type, W->n_in));
     int bad = 0;
     for (int t = 0; t < T; t++) {
         q8->from_float(x + (size_t)t * W->n_in, xq, W->n_in);
@@ -190,8 +201,9 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
     CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
-    const bool exact = (int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K)) ||
-                       (int8_on == 2 && (type == QT_IQ2_XXS || type == QT_IQ2_XS || type == QT_IQ1_M));
+    const bool exact =
+        (int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K || b32_type(type))) ||
+        (int8_on == 2 && (type == QT_IQ2_XXS || type == QT_IQ2_XS || type == QT_IQ1_M));
     int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out)
                     : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
     CHECK(bad == 0, "matmul %s%s T=%d: %d outputs %s", qt->name, exact ? " (int8)" : "", TMAX, bad,
@@ -831,6 +843,10 @@ int main(void) {
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         return check_skip("test_cuda_ops", "no CUDA device");
     }
+    /* the test matrices are narrower than RL_CUDA_MMQB_ROWS's default (256 rows), which would keep
+     * every one of them on the float path: 0 puts them on the integer path this test checks (a value
+     * in the environment wins) */
+    setenv("RL_CUDA_MMQB_ROWS", "0", 0);
     rl_rng_seed(&R, 20261130);
     cuda_tune tune;
     int ordinal = 0;
@@ -910,6 +926,21 @@ int main(void) {
     }
     printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
            check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
+    /* the 32-value types (mmq_b32.cuh, mode >= 1): the quantiser, then every shape */
+    cu_dev_set_int8(&DEV, int8_on = 1);
+    const int fails2 = check_fail;
+    test_q8_quantise(QT_Q8_0);
+    test_q8_quantise(QT_Q8_1);
+    for (int i = 0; i < 7; i++) {
+        test_matmul(B32[i], 63, 0);      /* 544 columns: 17 blocks */
+        test_matmul(B32[i], 63, 8288);   /* 259 blocks: 9 chunks of 32 in k_mmqb_vec, the last partial */
+        test_mmq_b32(B32[i], 32);        /* one block per row */
+        test_mmq_b32(B32[i], 2048 + 96); /* 67 blocks */
+        test_mmq_many_rows(B32[i], 1024, 20001);
+    }
+    printf("  int8 32-value matmuls (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): %s the CPU's vec_dot in "
+           "every shape\n",
+           check_fail == fails2 ? "bit-identical to" : "DIFFERENT from");
     cu_dev_set_int8(&DEV, int8_on = 0);
     test_rmsnorm(2048 + 64);
     test_rmsnorm(2048);

@@ -188,16 +188,16 @@ static void test_mmq_tc(uint32_t type, int n_in) {
 }
 
 /* One-token launches over many rows (n_out in two segments split at an odd row): every output equals
- * vec_dot(row, q8_K(x)) bit for bit. Enough rows that a streaming launch (the default, RL_CUDA_MMQ_SM: as
- * many blocks as fit on the GPU, each walking several row blocks with two staged slices per warp) takes
- * several trips through both slices, the last row block partial; gate/up too (silu(g) * u against the
- * two plain launches). */
+ * vec_dot(row, q8_K(x)) (the 32-value types: q8_0 / q8_1) bit for bit. Enough rows that a streaming launch
+ * (the default, RL_CUDA_MMQ_SM: as many blocks as fit on the GPU, each walking several row blocks with two
+ * staged slices per warp) takes several trips through both slices, the last row block partial; gate/up too
+ * (silu(g) * u against the two plain launches). */
 static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
     const size_t rb = quant_row_size(type, n_in);
     const int n0 = n_out / 3 | 1, n1 = n_out - n0;
     uint8_t *w = malloc(rb * n_out), *u = malloc(rb * n_out);
-    fill_random_blocks(type, w, (int64_t)n_out * n_in / 256, &R);
-    fill_random_blocks(type, u, (int64_t)n_out * n_in / 256, &R);
+    fill_random_blocks(type, w, (int64_t)n_out * n_in / quant_get(type)->blck, &R);
+    fill_random_blocks(type, u, (int64_t)n_out * n_in / quant_get(type)->blck, &R);
     ops_mat W = {"w", type, n_in, n_out, rb, w};
     float *x = randv(n_in, 1.0f), *got = malloc(sizeof(float) * n_out), *gu = malloc(sizeof(float) * n_out);
     uint8_t *dw = dup_to_dev(w, rb * n_out), *du = dup_to_dev(u, rb * n_out);
@@ -240,4 +240,218 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
     free(got);
     free(gu);
     free(hz);
+}
+
+/* ---- the 32-value types (mmq_b32.cuh) ---------------------------------------------------------- */
+
+/* The special blocks of a quantiser check (row x of n >= 256 values): an all-zero block, ties of roundf
+ * (halves, away from zero), +-max in one block, a negative max, a single nonzero value, subnormal
+ * scales, a scale whose inverse overflows (x86's conversion of +-inf: code 0), ties at d = 0.5. */
+static void q8_special_blocks(float *x) {
+    for (int j = 0; j < 32; j++) x[j] = 0.0f;                        /* block 0: all zero */
+    for (int j = 0; j < 32; j++) x[32 + j] = (float)(j - 16) + 0.5f; /* block 1: d = 1, ties */
+    x[32 + 31] = 127.0f;
+    for (int j = 0; j < 32; j++) x[64 + j] = (float)(2 * j - 31); /* block 2: d = 2, x / 2 ties */
+    x[64] = -254.0f;
+    x[64 + 1] = 254.0f;                              /* and +-max (the first one counts) */
+    for (int j = 0; j < 32; j++) x[96 + j] *= 0.01f; /* block 3: the max negative */
+    x[96 + 7] = -5.0f;
+    for (int j = 0; j < 32; j++) x[128 + j] = j == 19 ? -0.37f : 0.0f; /* block 4: one value */
+    for (int j = 0; j < 32; j++) x[160 + j] *= 1e-36f;                 /* block 5: subnormal d */
+    for (int j = 0; j < 32; j++) x[192 + j] *= 1e-38f;                 /* block 6: 1 / d overflows */
+    for (int j = 0; j < 32; j++) x[224 + j] = j & 1 ? -63.5f : 0.25f;  /* block 7: d = 0.5 */
+}
+
+/* The device quantiser (cu_quantise_q8: b32_quantise_tile, the matmuls' own function, task mapping and
+ * block shape) against quant_traits.from_float of Q8_0 / Q8_1, byte for byte: 11 rows (a tile of 8 and a
+ * partial one) of 72 blocks at a row stride of n + 40 floats (the padding NaN: a read past a row shows);
+ * row 0 the special blocks (q8_special_blocks) then random blocks of magnitudes 1e-3 .. 1e3, the other
+ * rows random with the magnitudes shifted per row. Device output poisoned (0xAB) before the run, the
+ * device input read back and compared first (so a mismatch is the quantiser's, not the copy's). */
+static void test_q8_quantise(uint32_t type) {
+    static const float mag[7] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f, 100.0f, 1000.0f};
+    const quant_traits *qa = quant_get(type);
+    const int nb = 72, n = nb * 32, T = 11, ldx = n + 40;
+    float *x = malloc(sizeof(float) * T * ldx), *back = malloc(sizeof(float) * T * ldx);
+    for (int t = 0; t < T; t++) {
+        float *r = x + (size_t)t * ldx;
+        for (int i = 0; i < n; i++) r[i] = rl_rng_normal(&R) * mag[(i / 32 + t) % 7];
+        for (int i = n; i < ldx; i++) r[i] = NAN;
+    }
+    q8_special_blocks(x);
+    const size_t rowb = (size_t)nb * qa->type_size;
+    uint8_t *want = malloc(rowb * T), *got = malloc(rowb * T);
+    for (int t = 0; t < T; t++) qa->from_float(x + (size_t)t * ldx, want + rowb * t, n);
+    float *dx = dup_to_dev(x, sizeof(float) * T * ldx);
+    uint8_t *dq = dalloc(rowb * T);
+    CU_CHECK(cudaMemset(dq, 0xAB, rowb * T));
+    CHECK(cu_quantise_q8(type, dx, ldx, T, n, dq, S0) == 0, "%s", rl_lasterr());
+    to_host(got, dq, rowb * T);
+    to_host(back, dx, sizeof(float) * T * ldx);
+    CHECK(memcmp(back, x, sizeof(float) * T * ldx) == 0, "device copy of the quantiser's input differs");
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *g = got + rowb * t + (size_t)b * qa->type_size,
+                          *w = want + rowb * t + (size_t)b * qa->type_size;
+            if (!memcmp(g, w, qa->type_size) || bad++ >= 4) continue;
+            float amax = 0.0f;
+            int codes = 0, first = -1;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[(size_t)t * ldx + 32 * b + j]));
+            for (int k = 0; k < (int)qa->type_size; k++)
+                if (g[k] != w[k]) {
+                    first = first < 0 ? k : first;
+                    codes += k >= (int)qa->type_size - 32;
+                }
+            fprintf(
+                stderr,
+                "  %s row %d block %d differs from from_float: d %04x vs %04x (amax %.9g, amax/127 %.9g), "
+                "first differing byte %d, %d of 32 codes differ\n",
+                qa->name, t, b, g[0] | g[1] << 8, w[0] | w[1] << 8, amax, amax / 127.0f, first, codes);
+        }
+    CHECK(bad == 0, "device %s quantiser: %d of %d blocks differ from quant_traits.from_float", qa->name, bad,
+          nb * T);
+    cudaFree(dx);
+    cudaFree(dq);
+    free(x);
+    free(back);
+    free(want);
+    free(got);
+}
+
+/* Every output of a 32-value type == vec_dot(row, q8_0(x) or q8_1(x)) bit for bit: dense launches of
+ * 1, 8, 16 and 37 tokens (dp4a: one token, small batches in tiles of RL_CUDA_SMALL_TT; 37: the MMA
+ * tiles of 16 tokens, the last partial), over 150 rows (the last row blocks partial); gate/up == its
+ * one-token launches bit for bit (and silu(g) * u of the CPU's values within 1e-6); grouped tiles of experts
+ * (pair_in, pair_out) of CU_TT pairs (MMA) and of 1 pair (the decode plan: dp4a), no scratch. Outputs
+ * NaN-poisoned before every launch. Token 3's first block is zero, token 5 is scaled by 1e3, token 7 starts
+ * with the quantiser check's special blocks (n_in >= 256); T = 37 and 1 again with the rows at a stride of
+ * n_in + 36 floats. */
+static void test_mmq_b32(uint32_t type, int n_in) {
+    const quant_traits *qt = quant_get(type), *qa = quant_get(qt->vec_dot_type);
+    const int n_out = 150, T = 37, H = 75, E = 3, ER = 50, P = 61;
+    const size_t rb = quant_row_size(type, n_in);
+    uint8_t *w = malloc(rb * n_out);
+    fill_random_blocks(type, w, (int64_t)n_out * n_in / 32, &R);
+    ops_mat W = {"w", type, n_in, n_out, rb, w};
+    float *x = randv((size_t)T * n_in, 1.0f), *got = malloc(sizeof(float) * T * n_out);
+    for (int j = 0; j < 32; j++) x[(size_t)3 * n_in + j] = 0.0f;
+    for (int j = 0; j < n_in; j++) x[(size_t)5 * n_in + j] *= 1e3f;
+    if (n_in >= 256) q8_special_blocks(x + (size_t)7 * n_in); /* token 7: ties, +-max, tiny scales */
+    uint8_t *dw = dup_to_dev(w, rb * n_out);
+    float *dx = dup_to_dev(x, sizeof(float) * T * n_in);
+    { /* the same rows at a stride of n_in + 36 floats (NaN between rows): T = 37 and one token */
+        const int ldp = n_in + 36;
+        float *xp = malloc(sizeof(float) * T * ldp);
+        for (int t = 0; t < T; t++) {
+            memcpy(xp + (size_t)t * ldp, x + (size_t)t * n_in, sizeof(float) * n_in);
+            for (int j = n_in; j < ldp; j++) xp[(size_t)t * ldp + j] = NAN;
+        }
+        float *dxp = dup_to_dev(xp, sizeof(float) * T * ldp);
+        for (int k = 0; k < 2; k++) {
+            const int Tk = k ? 1 : T;
+            float *dy = dpoison((size_t)T * n_out);
+            cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
+            CHECK(cu_matmul(type, n_in, &s, 1, dxp, ldp, Tk, NULL, false, NULL, NULL, S0) == 0, "%s",
+                  rl_lasterr());
+            to_host(got, dy, sizeof(float) * Tk * n_out);
+            const int bad = check_mm_q8(&W, x, Tk, got, n_out);
+            CHECK(bad == 0, "int8 %s n_in %d T=%d, input stride %d: %d outputs differ from the CPU's vec_dot",
+                  qt->name, n_in, Tk, ldp, bad);
+            cudaFree(dy);
+        }
+        cudaFree(dxp);
+        free(xp);
+    }
+    static const int shapes[4] = {1, 8, 16, 37};
+    for (int k = 0; k < 4; k++) {
+        float *dy = dpoison((size_t)T * n_out);
+        cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
+        CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, shapes[k], NULL, false, NULL, NULL, S0) == 0, "%s",
+              rl_lasterr());
+        to_host(got, dy, sizeof(float) * shapes[k] * n_out);
+        const int bad = check_mm_q8(&W, x, shapes[k], got, n_out);
+        CHECK(bad == 0, "int8 %s n_in %d T=%d: %d outputs differ from the CPU's vec_dot", qt->name, n_in,
+              shapes[k], bad);
+        cudaFree(dy);
+    }
+    /* gate/up: rows 0..74 gate, 75..149 up; T = 37 against the one-token launches and the CPU */
+    float *dh = dpoison((size_t)T * H), *hh = malloc(sizeof(float) * T * H), h1[75];
+    cu_seg gu = {.w = dw, .w2 = dw + (size_t)H * rb, .row_bytes = rb, .n_out = H, .y = dh, .ldy = H};
+    CHECK(cu_matmul(type, n_in, &gu, 1, dx, n_in, T, NULL, true, NULL, NULL, S0) == 0, "%s", rl_lasterr());
+    to_host(hh, dh, sizeof(float) * T * H);
+    void *xq = malloc(quant_row_size(qt->vec_dot_type, n_in));
+    int diff = 0, far = 0;
+    for (int t = 0; t < T; t++) {
+        float *d1 = dpoison(H);
+        cu_seg g1 = gu;
+        g1.y = d1;
+        CHECK(cu_matmul(type, n_in, &g1, 1, dx + (size_t)t * n_in, n_in, 1, NULL, true, NULL, NULL, S0) == 0,
+              "%s", rl_lasterr());
+        to_host(h1, d1, sizeof h1);
+        diff += count_bad(h1, hh + (size_t)t * H, H);
+        cudaFree(d1);
+        qa->from_float(x + (size_t)t * n_in, xq, n_in);
+        for (int r = 0; r < H; r++) {
+            const float g = qt->vec_dot(n_in, w + (size_t)r * rb, xq),
+                        u = qt->vec_dot(n_in, w + (size_t)(H + r) * rb, xq), want = ops_silu(g) * u;
+            far += !(fabsf(hh[(size_t)t * H + r] - want) <= 1e-6f * (1 + fabsf(want)));
+        }
+    }
+    CHECK(diff == 0 && far == 0,
+          "int8 %s gate/up: %d outputs differ from the one-token launches, %d from silu(g) * u", qt->name,
+          diff, far);
+    /* grouped: 3 experts of 50 rows, 61 pairs over the 37 input rows, outputs by pair_out */
+    int32_t ex[61], pin[61], pout[61];
+    cu_tile tl[61];
+    mmq_pairs(P, E, T, ex, pin);
+    for (int p = 0; p < P; p++) pout[p] = P - 1 - p;
+    int32_t *dpin = dup_to_dev(pin, sizeof pin), *dpout = dup_to_dev(pout, sizeof pout);
+    float *gg = malloc(sizeof(float) * P * ER);
+    for (int tt = CU_TT; tt >= 1; tt -= CU_TT - 1) { /* CU_TT, then 1 */
+        const int nt = mmq_tiles(P, ex, tt, tl);
+        cu_tile *dtl = dup_to_dev(tl, sizeof(cu_tile) * nt);
+        int *dnt = dup_to_dev(&nt, sizeof nt);
+        float *dg = dpoison((size_t)P * ER);
+        cu_group g = {.tiles = dtl,
+                      .n_tiles = dnt,
+                      .max_tiles = nt + 2,
+                      .tt = tt,
+                      .pair_in = dpin,
+                      .pair_out = dpout,
+                      .x_rows = T};
+        cu_seg sgp = {
+            .w = dw, .row_bytes = rb, .expert_stride = (size_t)ER * rb, .n_out = ER, .y = dg, .ldy = ER};
+        CHECK(cu_matmul(type, n_in, &sgp, 1, dx, n_in, P, &g, false, NULL, NULL, S0) == 0, "%s",
+              rl_lasterr());
+        to_host(gg, dg, sizeof(float) * P * ER);
+        int bad = 0;
+        for (int p = 0; p < P; p++) {
+            qa->from_float(x + (size_t)pin[p] * n_in, xq, n_in);
+            for (int r = 0; r < ER; r++) {
+                const float want = qt->vec_dot(n_in, w + ((size_t)ex[p] * ER + r) * rb, xq),
+                            gv = gg[(size_t)pout[p] * ER + r];
+                if (memcmp(&want, &gv, sizeof gv) && bad++ < 3)
+                    fprintf(stderr, "  %s grouped (tiles of %d) pair %d row %d: got %.9g want %.9g\n",
+                            qt->name, tt, p, r, gv, want);
+            }
+        }
+        CHECK(bad == 0,
+              "int8 %s n_in %d: grouped tiles of %d pairs: %d outputs differ from the CPU's vec_dot",
+              qt->name, n_in, tt, bad);
+        cudaFree(dtl);
+        cudaFree(dnt);
+        cudaFree(dg);
+    }
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dh);
+    cudaFree(dpin);
+    cudaFree(dpout);
+    free(w);
+    free(x);
+    free(got);
+    free(hh);
+    free(gg);
+    free(xq);
 }

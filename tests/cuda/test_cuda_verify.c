@@ -10,10 +10,14 @@
  *      the context that took them;
  *   4. the MTP head on CUDA (tiny-b has one): T pairs in one call == T single calls (the one-pair
  *      graph) == single calls without graphs, bit for bit (logits and chained hidden states), a
- *      rewind and replay repeats exactly, and CUDA vs the CPU reference on the same inputs: with
- *      an f32 KV cache within 1e-3 (logits and hidden states; measured 7.6e-6 / 4.8e-7 on the
- *      H200), with the default f16 KV cache within 1e-2 (the bound of test_cuda_engine: the
- *      head attends over K/V rounded to half).
+ *      rewind and replay repeats exactly, and CUDA vs the oracle of each matmul arithmetic on the
+ *      same inputs (tests/cuda/cuda_oracle.h): the float path (forced, RL_CUDA_MMQ=0) vs the CPU
+ *      reference with an f32 KV cache within 1e-3 (logits and hidden states; measured 7.6e-6 /
+ *      4.8e-7 on the H200), with the default f16 KV cache within 1e-2 (the bound of
+ *      test_cuda_engine: the head attends over K/V rounded to half); the default path, the integer
+ *      one for tiny-b's Q8_0 matrices, vs the quantised-activation CPU engine with the scalar
+ *      kernels (vec_dot) with the same KV: 1e-3 at the first pair, over all pairs no farther than
+ *      the reference is.
  * Every output is NaN-poisoned before the call that writes it. Without a GPU: exit 77.
  * `test_cuda_verify MODEL` instead times a step and the MTP head's calls on MODEL (a model with
  * an MTP block, e.g. `redlite synth --preset cf2 --mtp`): median ms, graphs on and off. */
@@ -27,6 +31,8 @@
 #include "check.h"
 #include "base/common.h"
 #include "run/engine.h"
+
+#include "cuda_oracle.h"
 
 #define NT 48
 #define P0 8    /* verifies start after this many tokens */
@@ -164,20 +170,77 @@ static void verify_rows(engine *e, const float *step, float *ver, float *tmp) {
 
 #define M 14 /* MTP pairs from M tokens */
 
+/* The M - 1 MTP pairs (hidden H, tokens tok + 1) on a fresh context of e with KV kv, all in one
+ * call, into L (logits) and Ho (hidden states), NaN-poisoned first; float: the CUDA float path
+ * (RL_CUDA_MMQ=0 at the context's creation). 0, or -1 with a failed CHECK. */
+static int mtp_run(engine *e, const char *kv, bool float_path, const float *H, float *L, float *Ho) {
+    char saved[16];
+    if (float_path) cuda_float_begin(saved);
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = kv});
+    if (float_path) cuda_float_end(saved);
+    check_poison(L, (size_t)(M - 1) * V);
+    check_poison(Ho, (size_t)(M - 1) * D);
+    int rc = c && engine_mtp(c, H, tok + 1, M - 1, L, Ho) == 0 ? 0 : -1;
+    CHECK(rc == 0, "mtp (%s KV %s%s): %s", engine_backend_name(e), kv, float_path ? ", float path" : "",
+          rl_lasterr());
+    engine_ctx_free(c);
+    return rc;
+}
+
+/* CUDA's MTP outputs L, Ho (the default path, KV kv) against the oracle of each path: the float path
+ * (forced) vs the CPU reference within 1e-2 with an f16 KV (the head attends over K/V rounded to half;
+ * the bound of test_cuda_engine) and 1e-3 with an f32 KV (measured 7.6e-6 / 4.8e-7 on the H200);
+ * the integer path (the default for tiny-b's Q8_0 matrices) vs the scalar-kernel CPU engine
+ * (cuda_int_check; the oracle and the reference there with the same KV format as CUDA). */
+static void mtp_vs_oracles(engine *e, engine *ref, const float *H, const float *L, const float *Ho,
+                           const char *kv) {
+    const size_t nl = (size_t)(M - 1) * V, nh = (size_t)(M - 1) * D;
+    float *RL = malloc(sizeof(float) * nl), *RH = malloc(sizeof(float) * nh);
+    float *FL = malloc(sizeof(float) * nl), *FH = malloc(sizeof(float) * nh);
+    engine *orc = NULL;
+    CHECK(RL && RH && FL && FH, "out of memory");
+    /* the reference's own KV format (f32) for the float path's check, as the bounds were set */
+    if (!RL || !RH || !FL || !FH || mtp_run(ref, "f32", false, H, RL, RH) || mtp_run(e, kv, true, H, FL, FH))
+        goto out;
+    const double bound = strcmp(kv, "f32") ? 1e-2 : 1e-3;
+    const double dl = cuda_maxdiff(FL, RL, nl), dh = cuda_maxdiff(FH, RH, nh);
+    CHECK(
+        dl <= bound && dh <= bound,
+        "MTP CUDA float path (KV %s) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g (bound %g)",
+        kv, dl, dh, bound);
+    printf("  MTP (KV %s): CUDA float path vs CPU reference max |logit diff| %.3g, |hidden diff| %.3g\n", kv,
+           dl, dh);
+    if (!cuda_int_path()) {
+        CHECK(!memcmp(L, FL, sizeof(float) * nl) && !memcmp(Ho, FH, sizeof(float) * nh),
+              "MTP (KV %s): RL_CUDA_MMQ=0 outputs differ from the forced float path's", kv);
+        goto out;
+    }
+    orc = cuda_int_oracle("tests/fixtures/tiny-b.gguf");
+    CHECK(orc != NULL, "open the scalar-kernel CPU oracle: %s", rl_lasterr());
+    if (!orc || mtp_run(orc, kv, false, H, FL, FH)) goto out;              /* FL, FH: now the oracle's */
+    if (strcmp(kv, "f32") && mtp_run(ref, kv, false, H, RL, RH)) goto out; /* the same KV as the oracle */
+    char what[48];
+    snprintf(what, sizeof what, "MTP logits (KV %s)", kv);
+    cuda_int_check(what, L, FL, RL, M - 1, (size_t)V);
+    snprintf(what, sizeof what, "MTP hidden (KV %s)", kv);
+    cuda_int_check(what, Ho, FH, RH, M - 1, (size_t)D);
+out:
+    if (orc) engine_close(orc);
+    free(RL), free(RH), free(FL), free(FH);
+}
+
 static void mtp(engine *e, engine *ref) {
     CHECK(engine_has_mtp(e), "the CUDA backend has no MTP head forward on a model with one");
     if (!engine_has_mtp(e)) return;
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
     engine_ctx *c2 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    engine_ctx *cr = engine_ctx_new(ref, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
     size_t nl = (size_t)(M - 1) * V, nh = (size_t)(M - 1) * D;
     float *H = malloc(sizeof(float) * (size_t)M * D), *LA = malloc(sizeof(float) * nl),
           *LB = malloc(sizeof(float) * nl);
-    float *LC = malloc(sizeof(float) * nl), *HA = malloc(sizeof(float) * nh),
-          *HB = malloc(sizeof(float) * nh);
-    float *HC = malloc(sizeof(float) * nh), *lg = malloc(sizeof(float) * (size_t)M * V);
-    CHECK(c && c2 && cr && H && LA && LB && LC && HA && HB && HC && lg, "setup: %s", rl_lasterr());
-    if (!c || !c2 || !cr || !H || !LA || !LB || !LC || !HA || !HB || !HC || !lg) goto out;
+    float *HA = malloc(sizeof(float) * nh), *HB = malloc(sizeof(float) * nh);
+    float *lg = malloc(sizeof(float) * (size_t)M * V);
+    CHECK(c && c2 && H && LA && LB && HA && HB && lg, "setup: %s", rl_lasterr());
+    if (!c || !c2 || !H || !LA || !LB || !HA || !HB || !lg) goto out;
     /* real hidden states: the main model's final-norm rows of the first M tokens */
     CHECK(engine_verify(c, tok, M, lg, NULL) == 0 && engine_last_rows(c) == M, "verify: %s", rl_lasterr());
     for (int i = 0; i < M; i++)
@@ -221,36 +284,20 @@ static void mtp(engine *e, engine *ref) {
     CHECK(err == 0 && !memcmp(LA, LB, sizeof(float) * nl) && !memcmp(HA, HB, sizeof(float) * nh),
           "MTP: single calls without graphs differ from the graph: %s", rl_lasterr());
     engine_ctx_free(c3);
-    /* CUDA vs the CPU reference on the same inputs: the default KV (LA, HA) and an f32 KV (LB, HB) */
-    check_poison(LC, nl);
-    check_poison(HC, nh);
-    CHECK(engine_mtp(cr, H, tok + 1, M - 1, LC, HC) == 0, "cpu mtp: %s", rl_lasterr());
+    /* CUDA vs the oracle of each matmul arithmetic on the same inputs (tests/cuda/cuda_oracle.h), with
+     * the default KV (LA, HA: f16) and an f32 KV (LB, HB) */
+    mtp_vs_oracles(e, ref, H, LA, HA, engine_kv_format(c));
     engine_ctx *c4 = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .kv = "f32"});
     check_poison(LB, nl);
     check_poison(HB, nh);
     CHECK(c4 && engine_mtp(c4, H, tok + 1, M - 1, LB, HB) == 0, "mtp (f32 KV): %s", rl_lasterr());
     engine_ctx_free(c4);
-    double d[4] = {0, 0, 0, 0}; /* logits, hidden: default KV; logits, hidden: f32 KV */
-    const float *got[4] = {LA, HA, LB, HB}, *want[4] = {LC, HC, LC, HC};
-    for (int k = 0; k < 4; k++)
-        for (size_t i = 0; i < (k % 2 ? nh : nl); i++) {
-            double x = !isfinite(got[k][i]) || !isfinite(want[k][i]) ? INFINITY
-                                                                     : fabs((double)got[k][i] - want[k][i]);
-            d[k] = x > d[k] ? x : d[k];
-        }
-    CHECK(d[0] <= 1e-2 && d[1] <= 1e-2,
-          "MTP CUDA (KV %s) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g", engine_kv_format(c),
-          d[0], d[1]);
-    CHECK(d[2] <= 1e-3 && d[3] <= 1e-3,
-          "MTP CUDA (KV f32) vs CPU reference: max |logit diff| %.3g, |hidden diff| %.3g", d[2], d[3]);
-    printf("  MTP: %d pairs, one call == single calls == replay after rewind (bit for bit); vs CPU reference "
-           "max |logit diff| %.3g, |hidden diff| %.3g (KV %s), %.3g, %.3g (KV f32)\n",
-           M - 1, d[0], d[1], engine_kv_format(c), d[2], d[3]);
+    mtp_vs_oracles(e, ref, H, LB, HB, "f32");
+    printf("  MTP: %d pairs, one call == single calls == replay after rewind (bit for bit)\n", M - 1);
 out:
-    free(H), free(LA), free(LB), free(LC), free(HA), free(HB), free(HC), free(lg);
+    free(H), free(LA), free(LB), free(HA), free(HB), free(lg);
     engine_ctx_free(c);
     engine_ctx_free(c2);
-    engine_ctx_free(cr);
 }
 
 static double median(double *x, int n) {
@@ -329,6 +376,10 @@ static int bench(const char *model) {
 int main(int argc, char **argv) {
     const char *why = NULL;
     if (!backend_cuda.available(&why)) return check_skip("test_cuda_verify", why ? why : "no CUDA device");
+    /* the fixtures' matrices are narrower than RL_CUDA_MMQB_ROWS's default (256 rows), which would keep
+     * every one of them on the float path: 0 puts them on the integer path this test checks (a value
+     * in the environment wins) */
+    setenv("RL_CUDA_MMQB_ROWS", "0", 0);
     uint32_t r0 = 777;
     for (int i = 0; argc > 1 && i < NT; i++)
         tok[i] = (int32_t)((r0 = r0 * 1664525u + 1013904223u) >> 8) % 1000;
