@@ -184,7 +184,7 @@ static size_t state_bytes(const q3n_hparams *hp) {
  * --vram-miss cpu|auto): each expert matrix takes CUDA's integer path on this device, so its products
  * are the scalar vec_dot's, and its type's CPU kernels are vec_dot's bits too (kern_type_exact: the K
  * and IQ types); the activations are quantised to Q8_K by the same rule on both sides and SiLU * up is
- * swiglu() on both (src/kern/swiglu.h). The 32-value types and the types CUDA runs on its float path
+ * swiglu() on both (src/base/swiglu.h). The 32-value types and the types CUDA runs on its float path
  * are copied instead. */
 static bool experts_exact(const backend_ctx *c, const q3n_layer *L) {
     const q3n_hparams *hp = &c->m->hp;

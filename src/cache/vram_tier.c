@@ -9,7 +9,7 @@
 
 #include "base/common.h"
 #include "kern/ops.h"
-#include "kern/swiglu.h"
+#include "base/swiglu.h"
 #include "cache/vram_gtab.h"
 #include "gguf/quant.h"
 #include "model/experts.h"

@@ -13,7 +13,7 @@
 #include "cuda/cuda_ops.h"
 // swiglu(): the experts' silu(gate) * up of every gate/up epilogue, the function the CPU runs for the
 // VRAM tier's CPU-computed experts (the same bits: the exact hybrid, --vram-miss cpu|auto)
-#include "kern/swiglu.h"
+#include "base/swiglu.h"
 
 // After a launch: report a launch error (bad configuration, no device, ...).
 #define CU_LAUNCHED(what)                                                                                    \

@@ -1,4 +1,4 @@
-/* test_swiglu.c — the shared exp and SiLU of src/kern/swiglu.h against double-precision libm:
+/* test_swiglu.c — the shared exp and SiLU of src/base/swiglu.h against double-precision libm:
  *   - swiglu_exp within 2 ulp of e^x (the header's claim) at ~2.3 million floats spread over its
  *     whole finite range (every 997th bit pattern from -104 to 88.72, both signs), subnormal results
  *     included (their ulp is 2^-149);
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kern/swiglu.h"
+#include "base/swiglu.h"
 
 static float from_bits(uint32_t b) {
     float f;

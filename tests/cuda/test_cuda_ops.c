@@ -25,7 +25,7 @@
 #include "base/common.h"
 #include "cuda/cuda_ops.h"
 #include "kern/ops.h"
-#include "kern/swiglu.h"
+#include "base/swiglu.h"
 #include "gguf/quant.h"
 #include "quant_rand.h"
 
@@ -231,7 +231,7 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     for (int t = 0; t < TMAX; t++)
         for (int r = 0; r < 18; r++) {
             float g = got[(size_t)t * n_out + r], u = got[(size_t)t * n_out + 18 + r];
-            float want = swiglu(g, u); /* src/kern/swiglu.h, the device's function */
+            float want = swiglu(g, u); /* src/base/swiglu.h, the device's function */
             diff += !(fabsf(hh[t * 18 + r] - want) <= 1e-6f * (1 + fabsf(want)));
         }
     CHECK(diff == 0, "matmul %s: gate/up epilogue differs from silu(g)*u (%d)", qt->name, diff);

@@ -218,7 +218,7 @@ static void test_mmq_many_rows(uint32_t type, int n_in, int n_out) {
     float *hz = malloc(sizeof(float) * n_out);
     to_host(hz, dz, sizeof(float) * n_out);
     to_host(gu, dg, sizeof(float) * n_out);
-    /* bit for bit: g and u are vec_dot's bits on both sides and swiglu (src/kern/swiglu.h) is one
+    /* bit for bit: g and u are vec_dot's bits on both sides and swiglu (src/base/swiglu.h) is one
      * function for the host and the device: what the exact hybrid (--vram-miss cpu|auto) relies on */
     int diff = 0;
     for (int r = 0; r < n_out; r++) {
