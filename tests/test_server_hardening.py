@@ -207,8 +207,11 @@ def test_abandoned_requests_leave_the_queue(tmp_path):
         t0 = time.time()
         while s.metrics()["redlite_queue_depth"] > 0 and time.time() - t0 < 5:
             time.sleep(0.05)
-        assert time.time() - t0 < 1.0, "abandoned requests kept their queue places"
+        # the places freed while the running answer (300 tokens at 20 ms) still runs: an order of
+        # events read from the server, not a latency bound (the poll above waits up to 5 s)
         m = s.metrics()
+        assert m["redlite_queue_depth"] == 0 and m["redlite_requests_running"] == 1, \
+            ("abandoned requests kept their queue places while the answer ran", m)
         assert m["redlite_requests_abandoned_total"] == 2
         # a new request takes a freed place: queued behind the running answer, not refused; then the
         # running client leaves too (no need to wait out its 300 tokens) and the new one is answered
