@@ -234,6 +234,7 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
     if (plan.full) return 0;
     vram_tier_opts vo = {.prefetch = c->tune.vram_prefetch,
                          .overlap = c->tune.vram_overlap,
+                         .graph = c->tune.vram_graph,
                          .fault_at = c->tune.vram_fault,
                          .link_gbs = c->tune.vram_link};
     for (int il = 0; il < hp->n_layer; il++) vo.cpu_exact[il] = experts_exact(c, &c->m->layers[il]);
@@ -246,6 +247,11 @@ static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
     if (!c->vt) return 1; /* every expert fit: nothing to feed */
     TRY(ctx_use(c));      /* the tier syncs its copy stream and page-locks the source for this device */
     vram_tier_set_host_src(c->vt, src);
+    if (c->gexec) { /* a decode graph may hold the old source's tables (vram_gtab.h): capture again */
+        cudaGraphExecDestroy(c->gexec);
+        c->gexec = NULL;
+    }
+    c->gtried = false;
     return 0;
 }
 

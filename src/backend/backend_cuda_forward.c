@@ -303,7 +303,11 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
               ffs = hp->n_ff_shexp;
     /* direct: one tile per (row, expert) pair, planned by the router (decode and small batches) */
     const bool has_sh = L->gate_sh.d != NULL, direct = T == 1 || T <= c->small_moe;
-    const bool tier = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
+    const bool tiered = c->vt && il < hp->n_layer; /* VRAM slots (the MTP layer's experts stay resident) */
+    /* the tier inside the graph (a decode step, vram_gtab.h): full residency's launches reading each
+     * expert where the layer's tables say; else the tier's own path (host synchronisation) */
+    vram_gtab *gt = tiered ? c->gstep : NULL;
+    const bool tier = tiered && !gt;
     const bool shg = has_sh && L->sh_gate;
     if (has_sh) { /* the shared expert runs beside the router and the routed experts */
         if (L->gate_sh.type != L->up_sh.type)
@@ -372,6 +376,9 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(experts_vram(c, il, T, direct));
         goto combine;
     }
+    if (gt) /* the step's ids, for the slot policy between steps */
+        TRY(CU_CHECK(cudaMemcpyAsync(vram_gtab_ids(gt) + (size_t)il * K, c->ids,
+                                     sizeof(int32_t) * (size_t)T * K, cudaMemcpyDeviceToDevice, c->st)));
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles,
                   .n_tiles = c->n_tiles,
@@ -381,8 +388,12 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                   .pair_out = NULL,
                   .x_rows = T};
     cu_seg gu = {.w = L->gate_exps.d,
-                 .w2 = L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb : L->up_exps.d,
+                 .w2 = gt                 ? NULL
+                       : L->fused_gate_up ? L->gate_exps.d + (size_t)ff * rb
+                                          : L->up_exps.d,
                  .row_bytes = rb,
+                 .wt = gt ? vram_gtab_table(gt, il, 0) : NULL,
+                 .wt2 = gt ? vram_gtab_table(gt, il, 1) : NULL,
                  .expert_stride = (size_t)ff * rb * (L->fused_gate_up ? 2 : 1),
                  .n_out = ff,
                  .y = c->h,
@@ -392,6 +403,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
     g.pair_out = c->pair_out;
     g.x_rows = T * K;
     cu_seg dn = {.w = L->down_exps.d,
+                 .wt = gt ? vram_gtab_table(gt, il, 2) : NULL,
                  .row_bytes = L->down_exps.row_bytes,
                  .expert_stride = (size_t)D * L->down_exps.row_bytes,
                  .n_out = D,
@@ -531,7 +543,13 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (rows_to_slots || vgraph) TRY(snap_rows_upload(c, rows_to_slots, T));
     const bool one_row_logits = logits && (!all_logits || T == 1);
     bool all_done = false; /* every row's logits already in c->logits */
-    if (T == 1 && !hooked && !c->snap_rows && c->graphs && !c->vt) {
+    /* with the tier: a plain decode step runs inside the graph where the host tier allows it
+     * (vram_gtab.h: full residency's launches through per-expert tables, no host synchronisation);
+     * any other forward takes the tier's own path (which first lets the steps' fills finish) */
+    vram_gtab *gt = c->vt ? vram_tier_graph(c->vt) : NULL;
+    c->gstep = gt && T == 1 && !hooked && !c->snap_rows ? gt : NULL;
+    if (c->gstep) TRY(vram_gtab_prepare(gt, c->st));
+    if (T == 1 && !hooked && !c->snap_rows && c->graphs && (!c->vt || c->gstep)) {
         if (!c->gexec && !c->gtried) TRY(capture(c));
         if (c->gexec) TRY(CU_CHECK(cudaGraphLaunch(c->gexec, c->st)));
         else TRY(enqueue(c, 1, NULL, true, NULL));
@@ -551,6 +569,10 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
         TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D,
                                      cudaMemcpyDeviceToHost, c->st)));
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+    if (c->gstep) { /* between steps: the slot policy, the fills, the tables */
+        c->gstep = NULL;
+        TRY(vram_gtab_step(gt, c->st));
+    }
     if (one_row_logits) memcpy(logits, c->h_logits, sizeof(float) * V);
     if (hidden) memcpy(hidden, c->h_hidden, sizeof(float) * (size_t)T * D);
     if (all_done) {
@@ -594,6 +616,7 @@ int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *l
 /* ---- for forward_rows (backend_cuda_rows.c) ------------------------------------------------ */
 
 int cuda_enqueue_rows(backend_ctx *c, int n, backend_ctx *const *rc) {
+    c->gstep = NULL; /* rows of several contexts: the tier's own path */
     return enqueue(c, n, NULL, false, rc);
 }
 

@@ -111,6 +111,7 @@ struct backend_ctx {
     size_t h_tmp_floats;
     cudaGraphExec_t gexec;
     bool gtried;
+    vram_gtab *gstep; /* this forward is a decode step of the tier inside the graph (vram_gtab.h), or NULL */
     /* VRAM expert tier (NULL: every expert resident); bk: the DeltaNet states saved before
      * each forward, restored if a slot fill fails half-way (nothing corrupted, retry works) */
     vram_tier *vt;

@@ -10,6 +10,7 @@
 #include "base/common.h"
 #include "kern/ops.h"
 #include "base/swiglu.h"
+#include "cache/vram_gtab.h"
 #include "gguf/quant.h"
 #include "model/experts.h"
 
@@ -66,6 +67,10 @@ struct vram_tier {
      * rewritten after release, so a DMA from them is waited for before the release. */
     vram_pin_mode pin;
     bool pin_resolved, volatile_src;
+    /* the tier inside the decode graph (vram_gtab.h): wanted (RL_VRAM_GRAPH, no emulated link, no
+     * injected fault), and once the host tier allows it the tables (NULL: the tier's own path) */
+    bool graph_want, graph_tried;
+    vram_gtab *gt;
     struct {
         uint8_t *lo, *hi;
     } span[VT_MAX_SPANS];
@@ -135,6 +140,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->prefetch = o->prefetch;
     vt->fault_at = o->fault_at;
     vt->overlap = o->overlap;
+    /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
+    vt->graph_want = o->graph && o->link_gbs <= 0 && !o->fault_at && miss != VRAM_MISS_CPU;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
@@ -249,6 +256,7 @@ fail:
 void vram_tier_free(vram_tier *vt) {
     if (!vt) return;
     if (vt->cp) cudaStreamSynchronize(vt->cp);
+    vram_gtab_free(vt->gt);
     for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
     if (vt->h_xn) cudaFreeHost(vt->h_xn);
     if (vt->h_eo) cudaFreeHost(vt->h_eo);
@@ -291,6 +299,29 @@ void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
     if (src) pin_resolve(vt); /* NULL: the probe before the real source; resolved at first use */
 }
 
+vram_gtab *vram_tier_graph(vram_tier *vt) {
+    if (vt->gt || vt->graph_tried || !vt->graph_want) return vt->gt;
+    if (!vt->pin_resolved) pin_resolve(vt);
+    vt->graph_tried = true;
+    /* every expert in one page-locked span that is never rewritten: the pinned file mapping */
+    if (vt->n_span != 1 || vt->volatile_src || vt->src.acquire) return NULL;
+    void *dev = NULL;
+    if (cudaHostGetDevicePointer(&dev, vt->span[0].lo, 0) != cudaSuccess || !dev) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    const vram_gtab_src gs = {.m = vt->m,
+                              .slots = vt->slots,
+                              .base = vt->base,
+                              .ly = vt->ly,
+                              .lo = vt->span[0].lo,
+                              .hi = vt->span[0].hi,
+                              .dev_lo = (const uint8_t *)dev,
+                              .cp = vt->cp};
+    if (!(vt->gt = vram_gtab_new(&gs))) rl_clearerr(); /* out of memory for the tables: the own path */
+    return vt->gt;
+}
+
 int32_t *vram_tier_pred_ids(vram_tier *vt) { return vt->prefetch ? vt->d_pred : NULL; }
 float *vram_tier_pred_w(vram_tier *vt) { return vt->prefetch ? vt->d_predw : NULL; }
 const vram_plan *vram_tier_plan(const vram_tier *vt) { return &vt->plan; }
@@ -327,6 +358,9 @@ static int host_release(vram_tier *vt, int il) {
  * locks the mapping only when that span is at most VRAM_PIN_RAM_SHARE of RAM (it stays resident
  * while locked). A failure leaves the staging ring, with one stderr line saying why. */
 static void pin_drop(vram_tier *vt) {
+    vram_gtab_free(vt->gt); /* its tables point into the spans */
+    vt->gt = NULL;
+    vt->graph_tried = false;
     for (int i = 0; i < vt->n_span; i++) cudaHostUnregister(vt->span[i].lo);
     vt->n_span = 0;
     vt->pin_resolved = vt->volatile_src = false;
@@ -400,7 +434,8 @@ static void pin_resolve(vram_tier *vt) {
         fprintf(stderr, "redlite: --vram-pin auto: %s\n", vt->pin_msg);
         return;
     }
-    if (pin_add(vt, (void *)lo, span, cudaHostRegisterReadOnly, "the mapping"))
+    /* mapped too: the decode graph's tables read experts there (vram_gtab.h) */
+    if (pin_add(vt, (void *)lo, span, cudaHostRegisterReadOnly | cudaHostRegisterMapped, "the mapping"))
         snprintf(vt->pin_msg, sizeof vt->pin_msg,
                  "%.2f GiB of the mapping page-locked in %.1f s: fills are DMA", vt->pin_bytes / 1073741824.0,
                  vt->pin_s);
@@ -654,6 +689,7 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
                     int T, int tt, cudaStream_t st) {
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
+    if (vt->gt && vram_gtab_quiesce(vt->gt)) return -1; /* the graph steps' fills done, tables stale */
     if (!vt->pin_resolved) pin_resolve(vt);
     if (vt->miss != VRAM_MISS_COPY && vt->n_exact && !vt->calibrated) calibrate(vt);
     const bool hyb = vt->miss != VRAM_MISS_COPY && vt->cpu_exact[il] && T <= VRAM_CPU_MAX_T && d_xn;
@@ -879,6 +915,21 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: %s\n", vt->plan.reason);
     fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
             vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
+    if (vt->gt) {
+        vram_gtab_stats g;
+        vram_gtab_get_stats(vt->gt, &g);
+        const double n = g.steps ? (double)g.steps : 1.0;
+        fprintf(f,
+                "vram tier: in the decode graph: %llu steps, experts read over the link %.2f/step, fills "
+                "%.2f/step "
+                "(%.2f MiB/step), tables %.1f KiB/step\n",
+                (unsigned long long)g.steps, (double)g.host_reads / n, (double)g.fills / n,
+                (double)g.fill_bytes / n / 1048576.0, (double)g.table_bytes / n / 1024.0);
+    } else if (vt->graph_tried || !vt->graph_want) {
+        fprintf(f, "vram tier: decode steps outside the graph (%s)\n",
+                !vt->graph_want ? "RL_VRAM_GRAPH=0, --vram-miss cpu, an emulated link or an injected fault"
+                                : "the host tier is not one page-locked mapping");
+    }
     if (vt->miss != VRAM_MISS_COPY) {
         fprintf(f,
                 "vram tier: --vram-miss %s (forwards of <= %d rows; the CPU computes the experts of %d of %d "

@@ -38,6 +38,7 @@
 #include "cuda/cuda_ops.h"
 #include "base/pool.h"
 #include "model/qwen3next.h"
+#include "cache/vram_gtab.h"
 #include "cache/vram_link.h"
 #include "cache/vram_plan.h"
 #include "cache/vram_slots.h"
@@ -57,6 +58,7 @@ typedef struct {
  * link_gbs (RL_VRAM_LINK_GBS=X: an emulated host->device link of X GB/s, vram_link.h; 0 off). */
 typedef struct {
     bool prefetch, overlap;
+    bool graph; /* the tier inside the decode graph where the host tier allows it (vram_gtab.h) */
     uint64_t fault_at;
     double link_gbs;
     /* per layer: the CPU computes its routed experts with the GPU's bits (the exact hybrid: every
@@ -77,6 +79,10 @@ void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src);
 /* Device scratch for the pre-gated router of the next layer (ids, weights: n_batch x top_k),
  * or NULL when prefetch is off (RL_VRAM_PREFETCH=0). */
 int32_t *vram_tier_pred_ids(vram_tier *vt);
+/* The tier inside the decode graph (vram_gtab.h), or NULL where the host tier does not allow it (not
+ * the pinned file mapping, an emulated link, RL_VRAM_GRAPH=0, an injected fault): decode steps then
+ * take the tier's own path. Resolves --vram-pin if not yet. */
+vram_gtab *vram_tier_graph(vram_tier *vt);
 float *vram_tier_pred_w(vram_tier *vt);
 /* After layer il's router: returns the number of batches (>= 0: 0 when every expert of the
  * layer goes to the CPU), or -1. tt: pairs per tile of the plans (1: one tile per pair, as full

@@ -80,9 +80,13 @@ enum { CU_EPI_STORE = 0, CU_EPI_CONV = 1 };
 
 /* One output segment of a launch: n_out rows of W (all segments of a launch share the type,
  * n_in and the input rows). For grouped (expert) launches, expert e's rows start at
- * w + e * expert_stride. gate/up launches: w = gate rows, w2 = up rows, y = silu(g) * u. */
+ * w + e * expert_stride, or where the device table wt[e] (wt2[e] for w2) points when wt is given
+ * (the VRAM tier inside the decode graph: a slot in VRAM, or the expert's page-locked host bytes
+ * read over the link; the same bytes, so the same bits). gate/up launches: w = gate rows, w2 = up
+ * rows, y = silu(g) * u. */
 typedef struct {
     const uint8_t *w, *w2;
+    const uint8_t *const *wt, *const *wt2; /* NULL, or device tables of one pointer per expert */
     size_t row_bytes, expert_stride;
     int n_out;
     float *y;

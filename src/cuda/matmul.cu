@@ -137,7 +137,9 @@ static int matmul_go(uint32_t type, int n_in, const cu_seg *segs, int nseg, cons
         L.seg[i] = segs[i];
         if (segs[i].epi == CU_EPI_CONV && (T != 1 || !conv || g))
             return rl_seterr("cu_matmul: the conv epilogue needs one dense row and cu_conv");
-        if (gateup && !segs[i].w2) return rl_seterr("cu_matmul: gate/up needs w2");
+        if (gateup && !segs[i].w2 && !segs[i].wt2) return rl_seterr("cu_matmul: gate/up needs w2");
+        if ((segs[i].wt || segs[i].wt2) && !g)
+            return rl_seterr("cu_matmul: expert tables need a grouped launch");
         L.seg_start[i + 1] = L.seg_start[i] + (segs[i].n_out + rpb - 1) / rpb;
     }
     L.x = x;

@@ -150,8 +150,10 @@ __device__ __forceinline__ void mm_body(const cu_qtabs &tb, const mm_launch &a) 
         start = blockIdx.y * TT;
         count = min(TT, a.T - start);
     }
-    const uint8_t *wbase = sg.w + (size_t)expert * sg.expert_stride;
-    const uint8_t *wbase2 = GU ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
+    const uint8_t *wbase = sg.wt ? sg.wt[expert] : sg.w + (size_t)expert * sg.expert_stride;
+    const uint8_t *wbase2 = !GU      ? nullptr
+                            : sg.wt2 ? sg.wt2[expert]
+                                     : sg.w2 + (size_t)expert * sg.expert_stride;
     const uint8_t *wr[NR];
 #pragma unroll
     for (int i = 0; i < ROWS; i++) {

@@ -208,8 +208,8 @@ __device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, 
     }
     at.si = si;
     at.r0 = (bx - a.seg_start[si]) * (MM_WARPS * rows) + warp * rows;
-    at.w = sg.w + (size_t)expert * sg.expert_stride;
-    at.w2 = sg.w2 ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
+    at.w = sg.wt ? sg.wt[expert] : sg.w + (size_t)expert * sg.expert_stride;
+    at.w2 = sg.wt2 ? sg.wt2[expert] : sg.w2 ? sg.w2 + (size_t)expert * sg.expert_stride : nullptr;
     return at.r0 < sg.n_out ? 2 : 1;
 }
 __device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {

@@ -32,10 +32,11 @@
 #define NP 40 /* prompt tokens: a chunk of 32 (tiles of 8 pairs) and one of 8 (one pair per tile) */
 #define NG 80 /* greedy steps */
 
-static const char *g_pin, *g_miss; /* --vram-pin / --vram-miss of the next run (NULL: defaults) */
-static double g_cpu_per_token;     /* CPU-computed experts per token of the last run (its stats) */
-static double g_link_gbs;          /* host->device GB/s the tier measured in the last run (its stats) */
-static bool g_link_capped;         /* ... and its stats named the emulated link (RL_VRAM_LINK_GBS) */
+static const char *g_pin, *g_miss;       /* --vram-pin / --vram-miss of the next run (NULL: defaults) */
+static double g_cpu_per_token;           /* CPU-computed experts per token of the last run (its stats) */
+static double g_link_gbs;                /* host->device GB/s the tier measured in the last run (its stats) */
+static bool g_link_capped;               /* ... and its stats named the emulated link (RL_VRAM_LINK_GBS) */
+static unsigned long long g_graph_steps; /* decode steps of the last run inside the graph (its stats) */
 
 /* Prompt then NG steps; logits: (NG + 1) x V (the prompt's last row, then each step's). The
  * steps feed forced[i] when given (teacher forcing: the same positions and tokens as a
@@ -70,6 +71,9 @@ static int run_forced(engine *e, const char *vram, float *logits, int32_t *toks,
         q = buf ? strstr(buf, "host->device copies ") : NULL;
         CHECK(q && sscanf(q, "host->device copies %lf GB/s", &g_link_gbs) == 1, "link rate in the stats");
         g_link_capped = buf && strstr(buf, "emulated link RL_VRAM_LINK_GBS=");
+        g_graph_steps = 0;
+        q = buf ? strstr(buf, "in the decode graph: ") : NULL;
+        if (q) sscanf(q, "in the decode graph: %llu steps", &g_graph_steps);
         free(buf);
     }
     engine_ctx_free(c);
@@ -179,10 +183,17 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch, bo
           model, slots, prefetch, overlap, first / V, first % V, first < n ? ref[first] : 0,
           first < n ? got[first] : 0);
     CHECK(!memcmp(tr, tg, sizeof tr), "%s: greedy tokens differ", model);
+    /* the page-locked mapping (pin auto / on), no emulated link, RL_VRAM_GRAPH unset: every decode
+     * step inside the graph (vram_gtab.h), through per-expert tables; else the tier's own path */
+    const bool graph =
+        (!pin || !strcmp(pin, "on")) && !getenv("RL_VRAM_LINK_GBS") && !getenv("RL_VRAM_GRAPH");
+    if (graph) CHECK(g_graph_steps >= NG, "%s: %llu of %d steps inside the graph", model, g_graph_steps, NG);
+    else CHECK(g_graph_steps == 0, "%s: %llu steps inside the graph where it is off", model, g_graph_steps);
     printf(
         "  %s, %s slots/layer, prefetch %s, overlap %s, --vram-pin %s, --vram-miss copy: prompt + %d steps "
-        "bit-identical to full residency (host->device %.3f GB/s)\n",
-        model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", pin ? pin : "auto", NG, g_link_gbs);
+        "bit-identical to full residency (host->device %.3f GB/s; %llu steps inside the graph)\n",
+        model, slots, prefetch ? "on" : "off", overlap ? "on" : "off", pin ? pin : "auto", NG, g_link_gbs,
+        g_graph_steps);
     free(ref);
     free(got);
     engine_close(e);
@@ -272,10 +283,14 @@ int main(void) {
     vram_vs_full(b, "10", true, true, "off");
     vram_vs_full(b, "10", true, true, "on");
     vram_vs_full(b, "31", true, true, NULL); /* all but one */
-    link_vs_full(a, "4", NULL, "2");         /* DMA from the mapping, held to 2 GB/s */
-    link_vs_full(b, "10", "off", "2");       /* the staging ring, held */
-    link_vs_full(b, "10", NULL, "0.1");      /* every run of copies held */
-    hybrid_vs_full(a, "4", "cpu", false);    /* Q8_0 experts: every miss copied */
+    setenv("RL_VRAM_GRAPH", "0", 1);         /* decode steps on the tier's own path (per-layer sync) */
+    vram_vs_full(a, "4", true, true, NULL);
+    vram_vs_full(b, "10", true, true, "on");
+    unsetenv("RL_VRAM_GRAPH");
+    link_vs_full(a, "4", NULL, "2");      /* DMA from the mapping, held to 2 GB/s */
+    link_vs_full(b, "10", "off", "2");    /* the staging ring, held */
+    link_vs_full(b, "10", NULL, "0.1");   /* every run of copies held */
+    hybrid_vs_full(a, "4", "cpu", false); /* Q8_0 experts: every miss copied */
     hybrid_vs_full(b, "10", "auto", false);
     hybrid_types();
     verify_and_fault(a);

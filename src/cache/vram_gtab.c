@@ -1,0 +1,254 @@
+/* vram_gtab.c — see vram_gtab.h. Host code of the CUDA backend (compiled with CUDA=1 only). */
+#ifdef RL_CUDA
+#include "cache/vram_gtab.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "cuda/cuda_ops.h"
+#include "model/experts.h"
+
+#define GT_RING 4 /* fill generations in flight (an event each) before a step waits for the oldest */
+
+typedef struct {
+    int il, e, s, gen;
+} gt_fill;
+
+struct vram_gtab {
+    vram_gtab_src src;
+    int L, E, K, max_slots;
+    const uint8_t **h_tab; /* page-locked mirror of the device tables: [L][3][E] */
+    const uint8_t **d_tab;
+    int32_t *d_ids, *h_ids; /* [L][K] */
+    int32_t *mirror;        /* [L][max_slots]: the expert the tables know in each slot (-1 none) */
+    bool *dirty;            /* [L]: the layer's table changed since its last upload */
+    gt_fill *fill;          /* copies in flight (their entries still point at host bytes) */
+    int n_fill, cap_fill;
+    cudaEvent_t ev[GT_RING];
+    int gen_head, gen_tail; /* generations gen_tail .. gen_head - 1 are in flight */
+    bool ready;
+    int32_t *uni, *slot, *miss; /* [K] scratch */
+    vram_gtab_stats st;
+};
+
+static const uint8_t *dev_of(const vram_gtab *g, const uint8_t *p) { return g->src.dev_lo + (p - g->src.lo); }
+
+static void host_ptrs(const vram_gtab *g, int il, int e, const uint8_t *p[3]) {
+    q3n_expert_rows(&g->src.m->hp, &g->src.m->layers[il], e, &p[0], &p[1], &p[2]);
+}
+
+static void slot_ptrs(const vram_gtab *g, int il, int s, const uint8_t *p[3]) {
+    const vram_layout *ly = &g->src.ly[il];
+    const uint8_t *b = g->src.base[il] + (size_t)s * ly->slot_bytes;
+    p[0] = b + ly->gate_off;
+    p[1] = b + ly->up_off;
+    p[2] = b + ly->down_off;
+}
+
+static void set_entry(vram_gtab *g, int il, int e, const uint8_t *const p[3]) {
+    for (int w = 0; w < 3; w++) g->h_tab[((size_t)il * 3 + w) * g->E + e] = p[w];
+    g->dirty[il] = true;
+}
+
+/* Entry of (il, e) back to the expert's host bytes (as device addresses). */
+static void set_host(vram_gtab *g, int il, int e) {
+    const uint8_t *p[3];
+    host_ptrs(g, il, e, p);
+    for (int w = 0; w < 3; w++) p[w] = dev_of(g, p[w]);
+    set_entry(g, il, e, p);
+}
+
+static bool at_slot(const vram_gtab *g, int il, int e) {
+    const uint8_t *p = g->h_tab[(size_t)il * 3 * g->E + e], *b = g->src.base[il];
+    return b && p >= b && p < b + (size_t)g->max_slots * g->src.ly[il].slot_bytes;
+}
+
+vram_gtab *vram_gtab_new(const vram_gtab_src *src) {
+    vram_gtab *g = rl_calloc(1, sizeof *g, "VRAM graph tables");
+    if (!g) return NULL;
+    g->src = *src;
+    g->L = src->m->hp.n_layer;
+    g->E = src->m->hp.n_expert;
+    g->K = src->m->hp.n_expert_used;
+    for (int il = 0; il < g->L; il++) {
+        const int c = vram_slots_capacity(src->slots, il);
+        g->max_slots = c > g->max_slots ? c : g->max_slots;
+    }
+    const size_t nt = (size_t)g->L * 3 * g->E, ni = (size_t)g->L * g->K;
+    g->cap_fill = g->L * g->K * GT_RING;
+    g->mirror =
+        rl_malloc(sizeof(int32_t) * (size_t)g->L * (g->max_slots ? g->max_slots : 1), "VRAM graph tables");
+    g->dirty = rl_calloc((size_t)g->L, sizeof(bool), "VRAM graph tables");
+    g->fill = rl_malloc(sizeof(gt_fill) * (size_t)g->cap_fill, "VRAM graph tables");
+    g->uni = rl_malloc(sizeof(int32_t) * 3 * (size_t)g->K, "VRAM graph tables");
+    if (!g->mirror || !g->dirty || !g->fill || !g->uni) goto fail;
+    g->slot = g->uni + g->K;
+    g->miss = g->slot + g->K;
+    if (CU_CHECK(cudaMallocHost((void **)&g->h_tab, sizeof(void *) * nt)) ||
+        CU_CHECK(cudaMalloc((void **)&g->d_tab, sizeof(void *) * nt)) ||
+        CU_CHECK(cudaMallocHost((void **)&g->h_ids, sizeof(int32_t) * ni)) ||
+        CU_CHECK(cudaMalloc((void **)&g->d_ids, sizeof(int32_t) * ni)))
+        goto fail;
+    for (int i = 0; i < GT_RING; i++)
+        if (CU_CHECK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming))) goto fail;
+    return g;
+fail:
+    vram_gtab_free(g);
+    return NULL;
+}
+
+void vram_gtab_free(vram_gtab *g) {
+    if (!g) return;
+    cudaFreeHost(g->h_tab);
+    cudaFree(g->d_tab);
+    cudaFreeHost(g->h_ids);
+    cudaFree(g->d_ids);
+    for (int i = 0; i < GT_RING; i++)
+        if (g->ev[i]) cudaEventDestroy(g->ev[i]);
+    free(g->mirror), free(g->dirty), free(g->fill), free(g->uni);
+    free(g);
+}
+
+const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which) {
+    return g->d_tab + ((size_t)il * 3 + which) * g->E;
+}
+
+int32_t *vram_gtab_ids(const vram_gtab *g) { return g->d_ids; }
+
+void vram_gtab_get_stats(const vram_gtab *g, vram_gtab_stats *out) { *out = g->st; }
+
+static int upload(vram_gtab *g, cudaStream_t st) {
+    const size_t n = sizeof(void *) * 3 * (size_t)g->E;
+    for (int il = 0; il < g->L; il++) {
+        if (!g->dirty[il]) continue;
+        const size_t o = (size_t)il * 3 * g->E;
+        if (CU_CHECK(cudaMemcpyAsync((void *)(g->d_tab + o), g->h_tab + o, n, cudaMemcpyHostToDevice, st)))
+            return -1;
+        g->dirty[il] = false;
+        g->st.table_bytes += n;
+    }
+    return 0;
+}
+
+int vram_gtab_sync(vram_gtab *g, cudaStream_t st) {
+    if (CU_CHECK(cudaStreamSynchronize(g->src.cp)) || CU_CHECK(cudaStreamSynchronize(st))) return -1;
+    g->n_fill = 0;
+    g->gen_tail = g->gen_head;
+    for (size_t i = 0; i < (size_t)g->L * (g->max_slots ? g->max_slots : 1); i++) g->mirror[i] = -1;
+    for (int il = 0; il < g->L; il++)
+        for (int e = 0; e < g->E; e++) {
+            const int s = g->src.base[il] ? vram_slots_lookup(g->src.slots, il, e) : -1;
+            if (s < 0) {
+                set_host(g, il, e);
+                continue;
+            }
+            const uint8_t *p[3];
+            slot_ptrs(g, il, s, p);
+            set_entry(g, il, e, p);
+            g->mirror[(size_t)il * g->max_slots + s] = e;
+        }
+    g->ready = true;
+    return upload(g, st);
+}
+
+/* Entries of the fills whose copies are done move to their slots (unless evicted meanwhile); with
+ * every generation in flight, the oldest is waited for first. */
+static int retire(vram_gtab *g, bool need_room) {
+    while (g->gen_tail < g->gen_head) {
+        cudaEvent_t ev = g->ev[g->gen_tail % GT_RING];
+        if (need_room && g->gen_head - g->gen_tail == GT_RING) {
+            if (CU_CHECK(cudaEventSynchronize(ev))) return -1;
+        } else {
+            const cudaError_t q = cudaEventQuery(ev);
+            if (q == cudaErrorNotReady) break;
+            if (CU_CHECK(q)) return -1;
+        }
+        int keep = 0;
+        for (int i = 0; i < g->n_fill; i++) {
+            const gt_fill f = g->fill[i];
+            if (f.gen != g->gen_tail) {
+                g->fill[keep++] = f;
+                continue;
+            }
+            if (g->mirror[(size_t)f.il * g->max_slots + f.s] != f.e) continue; /* evicted since */
+            const uint8_t *p[3];
+            slot_ptrs(g, f.il, f.s, p);
+            set_entry(g, f.il, f.e, p);
+        }
+        g->n_fill = keep;
+        g->gen_tail++;
+    }
+    return 0;
+}
+
+/* Layer il's experts of the step (ids: K of them) through the slot policy; a miss's copy queued on
+ * the copy stream (its entry stays on the host bytes until retire), an evicted expert's entry back
+ * on its host bytes. */
+static int step_layer(vram_gtab *g, int il, const int32_t *ids) {
+    int n = 0;
+    for (int k = 0; k < g->K; k++) {
+        bool dup = ids[k] < 0 || ids[k] >= g->E;
+        for (int j = 0; j < n && !dup; j++) dup = g->uni[j] == ids[k];
+        if (ids[k] < 0 || ids[k] >= g->E)
+            return rl_seterr("VRAM graph tables: router chose expert %d", ids[k]);
+        if (!dup) g->uni[n++] = ids[k];
+    }
+    for (int j = 0; j < n; j++) g->st.host_reads += !at_slot(g, il, g->uni[j]);
+    vram_slots_begin(g->src.slots, il, g->uni, n, 1);
+    const int nm = vram_slots_prepare(g->src.slots, il, g->uni, n, g->slot, g->miss);
+    if (nm < 0) return -1;
+    const vram_layout *ly = &g->src.ly[il];
+    for (int j = 0; j < nm; j++) {
+        const int e = g->uni[g->miss[j]], s = g->slot[g->miss[j]];
+        int32_t *mo = &g->mirror[(size_t)il * g->max_slots + s];
+        if (*mo >= 0 && *mo != e) set_host(g, il, *mo);
+        *mo = e;
+        const uint8_t *h[3], *d[3];
+        host_ptrs(g, il, e, h);
+        slot_ptrs(g, il, s, d);
+        for (int r = 0; r < 3; r++) {
+            if (!ly->src_bytes[r]) continue; /* fused: up lives in the gate region */
+            if (CU_CHECK(cudaMemcpyAsync((void *)d[r], h[r], ly->src_bytes[r], cudaMemcpyHostToDevice,
+                                         g->src.cp))) {
+                vram_slots_abort(g->src.slots, il);
+                return -1;
+            }
+            g->st.fill_bytes += ly->src_bytes[r];
+        }
+        g->fill[g->n_fill++] = (gt_fill){il, e, s, g->gen_head};
+        g->st.fills++;
+    }
+    vram_slots_commit(g->src.slots, il);
+    vram_slots_release(g->src.slots, il);
+    return 0;
+}
+
+int vram_gtab_prepare(vram_gtab *g, cudaStream_t st) { return g->ready ? 0 : vram_gtab_sync(g, st); }
+
+int vram_gtab_quiesce(vram_gtab *g) {
+    if (g->gen_tail < g->gen_head && CU_CHECK(cudaStreamSynchronize(g->src.cp))) return -1;
+    g->n_fill = 0;
+    g->gen_tail = g->gen_head;
+    g->ready = false;
+    return 0;
+}
+
+int vram_gtab_step(vram_gtab *g, cudaStream_t st) {
+    if (!g->ready) return rl_seterr("VRAM graph tables: a step before the tables were made (internal)");
+    const size_t ni = (size_t)g->L * g->K;
+    if (CU_CHECK(cudaMemcpyAsync(g->h_ids, g->d_ids, sizeof(int32_t) * ni, cudaMemcpyDeviceToHost, st)) ||
+        CU_CHECK(cudaStreamSynchronize(st)))
+        return -1;
+    g->st.steps++;
+    if (retire(g, true)) return -1;
+    const int before = g->n_fill;
+    for (int il = 0; il < g->L; il++)
+        if (g->src.base[il] && step_layer(g, il, g->h_ids + (size_t)il * g->K)) return -1;
+    if (g->n_fill > before) { /* this step's copies: one generation, one event */
+        if (CU_CHECK(cudaEventRecord(g->ev[g->gen_head % GT_RING], g->src.cp))) return -1;
+        g->gen_head++;
+    }
+    return upload(g, st);
+}
+#endif
