@@ -215,6 +215,21 @@ __device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, 
 __device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, mmq_at &at) {
     return mmq_locate(a, rows, tt, at, (int)blockIdx.x);
 }
+
+// The weight rows a thread reads in the mma tiles: tile mt, half h -> row r0 + g + 8h (+ 16 mt for a
+// plain launch; gate/up: tile 0 the gate rows, tile 1 the up rows of the same index). Rows past n_out
+// read the last row (their results are never stored).
+template <int MT, bool GU>
+__device__ __forceinline__ void mmq_weight_rows(const mmq_at &at, const cu_seg &sg, int g,
+                                                const uint8_t *(&wr)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = min(at.r0 + (GU ? 0 : 16 * mt) + g + 8 * h, sg.n_out - 1);
+            wr[mt][h] = (GU && mt ? at.w2 : at.w) + (size_t)r * sg.row_bytes;
+        }
+}
 __device__ __forceinline__ const float *mmq_xrow(const mm_launch &a, int p) {
     return a.x + (size_t)(a.g.pair_in ? a.g.pair_in[p] : p) * a.ldx;
 }
@@ -689,15 +704,8 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
     __syncthreads();
     if (where < 2) return;
     const cu_seg &sg = a.seg[at.si];
-    // weight rows of the thread: tile mt, half h (row g + 8h)
     const uint8_t *wr[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = min(at.r0 + (GU ? 0 : 16 * mt) + g + 8 * h, sg.n_out - 1);
-            wr[mt][h] = (GU && mt ? at.w2 : at.w) + (size_t)r * sg.row_bytes;
-        }
+    mmq_weight_rows<MT, GU>(at, sg, g, wr);
     float acc[MT][NT][4];
     mmq_zero(acc);
     for (int ib = 0; ib < nsb; ib++) {

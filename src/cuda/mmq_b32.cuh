@@ -339,14 +339,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmqb_mma(mm_launch a) {
     if (where < 2) return;
     const cu_seg &sg = a.seg[at.si];
     const float *dy = (const float *)(mmq_sm + (size_t)TTK * xs), *sy = dy + TTK * nb;
-    const uint8_t *wr[MT][2]; // tile mt, half h: row g + 8h (gate/up: tile 0 gate, tile 1 up)
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = min(at.r0 + (GU ? 0 : 16 * mt) + g + 8 * h, sg.n_out - 1);
-            wr[mt][h] = (GU && mt ? at.w2 : at.w) + (size_t)r * sg.row_bytes;
-        }
+    const uint8_t *wr[MT][2];
+    mmq_weight_rows<MT, GU>(at, sg, g, wr);
     float acc[MT][NT][4];
     mmq_zero(acc);
     for (int ib = 0; ib < nb; ib++) {
