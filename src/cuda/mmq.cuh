@@ -216,6 +216,20 @@ __device__ __forceinline__ int mmq_locate(const mm_launch &a, int rows, int tt, 
     return mmq_locate(a, rows, tt, at, (int)blockIdx.x);
 }
 
+/* 32 int8 values of a quantised input row (two 16-byte loads from shared memory) as 8 packed words
+ * for __dp4a. */
+__device__ __forceinline__ void mmq_load_q8x32(const uint4 *src, int xq[8]) {
+    const uint4 u0 = src[0], u1 = src[1];
+    xq[0] = (int)u0.x;
+    xq[1] = (int)u0.y;
+    xq[2] = (int)u0.z;
+    xq[3] = (int)u0.w;
+    xq[4] = (int)u1.x;
+    xq[5] = (int)u1.y;
+    xq[6] = (int)u1.z;
+    xq[7] = (int)u1.w;
+}
+
 // The weight rows a thread reads in the mma tiles: tile mt, half h -> row r0 + g + 8h (+ 16 mt for a
 // plain launch; gate/up: tile 0 the gate rows, tile 1 the up rows of the same index). Rows past n_out
 // read the last row (their results are never stored).
@@ -405,15 +419,7 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
             float yd = 0.0f;
             if (on) {
                 const uint4 *src = (const uint4 *)(sm + (size_t)t * xs + 256 * ib + 32 * j);
-                const uint4 u0 = src[0], u1 = src[1];
-                xq[0] = (int)u0.x;
-                xq[1] = (int)u0.y;
-                xq[2] = (int)u0.z;
-                xq[3] = (int)u0.w;
-                xq[4] = (int)u1.x;
-                xq[5] = (int)u1.y;
-                xq[6] = (int)u1.z;
-                xq[7] = (int)u1.w;
+                mmq_load_q8x32(src, xq);
                 yd = syd[t * nsb + ib];
             }
 #pragma unroll

@@ -272,15 +272,7 @@ template <int TYPE, int TT, bool GU> __device__ __forceinline__ void mmqb_vec_bo
             float yd = 0.0f, ys = 0.0f;
             if (on) {
                 const uint4 *src = (const uint4 *)(mmq_sm + (size_t)t * xs + 32 * ib);
-                const uint4 u0 = src[0], u1 = src[1];
-                xq[0] = (int)u0.x;
-                xq[1] = (int)u0.y;
-                xq[2] = (int)u0.z;
-                xq[3] = (int)u0.w;
-                xq[4] = (int)u1.x;
-                xq[5] = (int)u1.y;
-                xq[6] = (int)u1.z;
-                xq[7] = (int)u1.w;
+                mmq_load_q8x32(src, xq);
                 yd = dy[t * nb + ib];
                 if constexpr (S) ys = sy[t * nb + ib];
             }
