@@ -303,8 +303,11 @@ vram_gtab *vram_tier_graph(vram_tier *vt) {
     if (vt->gt || vt->graph_tried || !vt->graph_want) return vt->gt;
     if (!vt->pin_resolved) pin_resolve(vt);
     vt->graph_tried = true;
-    /* every expert in one page-locked span that is never rewritten: the pinned file mapping */
-    if (vt->n_span != 1 || vt->volatile_src || vt->src.acquire) return NULL;
+    /* every expert in one page-locked span that is never rewritten: the pinned file mapping. A
+     * source without spans serves the mapping's own slices (q3n_expert_src), so its acquire only
+     * counts and traces (the expert cache's mmap / full modes): the graph's steps bypass it, as
+     * the tier's hits always do; a source with spans (the RAM cache) is volatile. */
+    if (vt->n_span != 1 || vt->volatile_src) return NULL;
     void *dev = NULL;
     if (cudaHostGetDevicePointer(&dev, vt->span[0].lo, 0) != cudaSuccess || !dev) {
         (void)cudaGetLastError();
