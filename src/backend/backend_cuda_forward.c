@@ -546,6 +546,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     /* with the tier: a plain decode step runs inside the graph where the host tier allows it
      * (vram_gtab.h: full residency's launches through per-expert tables, no host synchronisation);
      * any other forward takes the tier's own path (which first lets the steps' fills finish) */
+    if (c->vt) vram_tier_warm(c->vt); /* once: the free slots filled from the pinned mapping */
     vram_gtab *gt = c->vt ? vram_tier_graph(c->vt) : NULL;
     c->gstep = gt && T == 1 && !hooked && !c->snap_rows ? gt : NULL;
     if (c->gstep) TRY(vram_gtab_prepare(gt, c->st));

@@ -102,6 +102,10 @@ struct vram_tier {
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
+    bool warm, warmed; /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
+    int tk;            /* host pointer arrays' size (n_batch x top_k) */
+    uint64_t warm_experts, warm_bytes;
+    double warm_s;
     vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
 };
 
@@ -141,6 +145,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->fault_at = o->fault_at;
     vt->overlap = o->overlap;
     /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
+    vt->warm = o->warm;
     vt->graph_want = o->graph && o->link_gbs <= 0 && !o->fault_at && miss != VRAM_MISS_CPU;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -165,6 +170,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     }
     int err = 0;
     const size_t TK = (size_t)n_batch * vt->K;
+    vt->tk = (int)TK;
     vt->max_tiles = (int)(TK + (size_t)vt->E + 1);
     vt->stage_bytes = maxslot > VT_STAGE_MIN ? maxslot : VT_STAGE_MIN;
     for (int i = 0; i < VT_NSTAGE; i++) vt->stage[i] = pinned(vt->stage_bytes, &err);
@@ -556,6 +562,54 @@ static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
     return vram_link_end(vt->link) || rc ? -1 : 0;
 }
 
+/* Layer il: the free slots filled with the first non-resident experts (batches of at most the
+ * host pointer arrays' size, TK). Returns the experts filled. */
+static int warm_layer(vram_tier *vt, int il) {
+    const int cap = vram_slots_capacity(vt->slots, il);
+    int nfree = 0, got = 0;
+    for (int s = 0; s < cap; s++) nfree += vram_slots_key(vt->slots, il, s) < 0;
+    for (int e = 0; e < vt->E && nfree > 0;) {
+        int n = 0;
+        for (; e < vt->E && n < nfree && n < vt->tk; e++)
+            if (vram_slots_lookup(vt->slots, il, e) < 0) vt->uni[n++] = e;
+        if (!n) break;
+        vram_slots_begin(vt->slots, il, vt->uni, n, 0);
+        const int nm = vram_slots_prepare(vt->slots, il, vt->uni, n, vt->bslot, vt->bmiss);
+        int done = 0;
+        if (nm == n && host_rows(vt, il, vt->uni, n) == 0) {
+            fill_slots(vt, il, vt->bslot, vt->uni, n, false, &done);
+            if (host_release(vt, il)) done = 0;
+        }
+        if (done == n) vram_slots_commit(vt->slots, il);
+        else if (nm >= 0) vram_slots_abort(vt->slots, il);
+        vram_slots_release(vt->slots, il);
+        if (done != n) break;
+        got += n;
+        nfree -= n;
+        vt->warm_bytes += (uint64_t)n * (vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2]);
+    }
+    return got;
+}
+
+void vram_tier_warm(vram_tier *vt) {
+    if (vt->warmed || vt->open) return;
+    vt->warmed = true;
+    if (!vt->pin_resolved) pin_resolve(vt);
+    if (!vt->warm || vt->n_span != 1 || vt->volatile_src) return; /* only by DMA from the mapping */
+    const double t0 = rl_now();
+    for (int il = 0; il < vt->m->hp.n_layer; il++)
+        if (vt->base[il]) vt->warm_experts += (uint64_t)warm_layer(vt, il);
+    if (CU_CHECK(cudaStreamSynchronize(vt->cp))) { /* unknown state: start over with empty slots */
+        for (int il = 0; il < vt->m->hp.n_layer; il++)
+            for (int s = 0; vt->base[il] && s < vram_slots_capacity(vt->slots, il); s++)
+                if (vram_slots_key(vt->slots, il, s) >= 0) vram_slots_drop(vt->slots, il, s);
+        vt->warm_experts = vt->warm_bytes = 0;
+    }
+    rl_clearerr();
+    vram_slots_reset_stats(vt->slots); /* the counters describe the forwards */
+    vt->warm_s = rl_now() - t0;
+}
+
 /* ---- CPU-computed experts (--vram-miss cpu|auto) ------------------------------------------ */
 
 /* Experts ids[0..n) of layer il on the CPU pool: expert j's rows are xg rows [off_j, off_j + c[j])
@@ -628,14 +682,19 @@ static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t 
 }
 
 /* The cost model's estimates, measured once before the first forward: a fill of n slots of
- * layer 0 (through the path fills really take: DMA or the staging ring; into free slots, so no
- * cached expert is touched), and per cost class 1 and 4 experts on the CPU (one row). */
+ * layer 0 (through the path fills really take: DMA or the staging ring; a free slot gets expert
+ * i's bytes, a slot vram_tier_warm filled its own expert's again, so no slot's content changes), and per cost class 1 and 4 experts on the CPU (one row). */
 static void calibrate(vram_tier *vt) {
     vt->calibrated = true;
     if (!vt->pin_resolved) pin_resolve(vt);
     const int D = vt->m->hp.n_embd, n = vt->plan.slots[0] < 8 ? vt->plan.slots[0] : 8;
     int32_t ids[8], sl[8], c[8];
-    for (int i = 0; i < 8; i++) ids[i] = sl[i] = i % vt->E, c[i] = 1;
+    for (int i = 0; i < 8; i++) { /* a slot the warm-up filled is rewritten with its own expert */
+        const int k = i < n ? vram_slots_key(vt->slots, 0, i) : -1;
+        sl[i] = i;
+        ids[i] = k >= 0 ? k : i % vt->E;
+        c[i] = 1;
+    }
     double best = 0;
     for (int rep = 0; rep < 3 && n > 0; rep++) { /* the first warms the path up */
         int done = 0;
@@ -918,6 +977,9 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: %s\n", vt->plan.reason);
     fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
             vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
+    if (vt->warm_experts)
+        fprintf(f, "vram tier: warm-up: %llu experts (%.2f GiB) copied into free slots in %.2f s before the first forward\n",
+                (unsigned long long)vt->warm_experts, vt->warm_bytes / 1073741824.0, vt->warm_s);
     if (vt->gt) {
         vram_gtab_stats g;
         vram_gtab_get_stats(vt->gt, &g);

@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     bool prefetch, overlap;
     bool graph; /* the tier inside the decode graph where the host tier allows it (vram_gtab.h) */
+    bool warm;  /* vram_tier_warm fills the free slots (RL_VRAM_WARM=0: off) */
     uint64_t fault_at;
     double link_gbs;
     /* per layer: the CPU computes its routed experts with the GPU's bits (the exact hybrid: every
@@ -79,6 +80,12 @@ void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src);
 /* Device scratch for the pre-gated router of the next layer (ids, weights: n_batch x top_k),
  * or NULL when prefetch is off (RL_VRAM_PREFETCH=0). */
 int32_t *vram_tier_pred_ids(vram_tier *vt);
+/* Before a forward: the first time, once --vram-pin is resolved, the slots no expert holds yet are
+ * filled (experts in index order, by DMA) where the host tier is the page-locked file mapping, so
+ * the first tokens do not pay cold misses the budget has room for (the decode graph cannot prefetch;
+ * a prompt would have filled them anyway). Waits for those copies. Best effort: a failed copy leaves
+ * its slots free. Any other host tier (the RAM cache, an unpinned mapping): nothing. */
+void vram_tier_warm(vram_tier *vt);
 /* The tier inside the decode graph (vram_gtab.h), or NULL where the host tier does not allow it (not
  * the pinned file mapping, an emulated link, RL_VRAM_GRAPH=0, an injected fault): decode steps then
  * take the tier's own path. Resolves --vram-pin if not yet. */
