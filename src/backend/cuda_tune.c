@@ -127,7 +127,8 @@ static int kern_from_env(cu_tuning *k) {
         env_bool("RL_CUDA_MMQ_LANE", &k->mmq_lane) || env_bool("RL_CUDA_MMQ_ST", &k->mmq_st) ||
         env_bool("RL_CUDA_MMQ_SM", &k->mmq_sm) || env_num("RL_CUDA_MMQ_NT", "1|2", &k->mmq_nt) ||
         env_bool("RL_CUDA_MMQ_TC", &k->mmq_tc) || env_num("RL_CUDA_MMQ_TC_TT", "16|32", &k->mmq_tc_tt) ||
-        env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) || env_int("RL_CUDA_MMQB_ROWS", 0, 1 << 20, &k->mmqb_rows) || env_smem(&k->smem_limit))
+        env_num("RL_CUDA_SMALL_TT", "2|4|8", &k->small_tt) ||
+        env_int("RL_CUDA_MMQB_ROWS", 0, 1 << 20, &k->mmqb_rows) || env_smem(&k->smem_limit))
         return -1;
     i = -1;
     if (env_word("RL_CUDA_MM_STAGE", "0|1|iq", &i)) return -1;

@@ -461,6 +461,21 @@ static void ec_bias(void *ud, int il, float *scores, int n) {
     pthread_mutex_unlock(&ec->mu);
 }
 
+/* A faster tier took these experts: their unpinned, loaded entries become the next victims. */
+static void ec_demote(void *ud, int il, const int32_t *ids, int n) {
+    expert_cache *ec = ud;
+    if (ec->mode != EC_BOUNDED) return;
+    pthread_mutex_lock(&ec->mu);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= ec->E) continue;
+        const int32_t s = slot_policy_lookup(ec->sp, il * ec->E + ids[i]);
+        if (s < 0 || ec->slots[s].state != EC_S_VALID || slot_policy_pins(ec->sp, s)) continue;
+        slot_policy_demote(ec->sp, s);
+        ec->st.demoted++;
+    }
+    pthread_mutex_unlock(&ec->mu);
+}
+
 /* The slot arenas (bounded mode; the other modes serve the mapping): a GPU tier page-locks them. */
 static int ec_span(void *ud, int i, void **p, uint64_t *n) {
     expert_cache *ec = ud;
@@ -474,6 +489,7 @@ q3n_expert_src expert_cache_src(expert_cache *ec) {
     q3n_expert_src s = {
         .acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
     if (ec->mode == EC_BOUNDED && ec->p.route_bias > 0) s.bias = ec_bias;
+    if (ec->mode == EC_BOUNDED) s.demote = ec_demote;
     return s;
 }
 
@@ -739,6 +755,9 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
             (unsigned long long)s.hits, (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups,
             s.misses / tok, (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok,
             s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
+    if (s.demoted)
+        fprintf(out, "  %llu entries demoted (a GPU's VRAM slots took them: evicted first here)\n",
+                (unsigned long long)s.demoted);
     if (s.pf_predicted)
         fprintf(
             out,

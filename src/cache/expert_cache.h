@@ -114,6 +114,7 @@ typedef struct {
     uint64_t io_errors, aborts;            /* failed reads; acquires rolled back */
     uint64_t short_reads, eintr;           /* retried partial / interrupted reads */
     uint64_t bias_calls;                   /* cache-aware routing decisions */
+    uint64_t demoted;                      /* entries demoted: a faster tier holds them (demote) */
     double io_wait_s;                      /* inference thread blocked on loads */
     double hint_s;                         /* inference thread in pre-gating */
     uint64_t peak_rss;

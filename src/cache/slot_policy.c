@@ -170,6 +170,18 @@ void slot_policy_touch(slot_policy *sp, int32_t s) {
     lru_push_head(sp, s);
 }
 
+void slot_policy_demote(slot_policy *sp, int32_t s) {
+    if (sp->key[s] < 0 || sp->pins[s]) return;
+    const int p = sp->pool[s];
+    lru_unlink(sp, s);
+    sp->newer[s] = sp->tail[p];
+    sp->older[s] = -1;
+    if (sp->tail[p] >= 0) sp->older[sp->tail[p]] = s;
+    else sp->head[p] = s;
+    sp->tail[p] = s;
+    sp->bound[p] = -1; /* the new tail may be unprotected: a prefetch's search starts over */
+}
+
 /* ---- replacement ------------------------------------------------------------------------- */
 
 int32_t slot_policy_victim(slot_policy *sp, int p, bool prefetch) {

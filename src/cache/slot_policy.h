@@ -67,6 +67,10 @@ void slot_policy_pin(slot_policy *sp, int32_t slot);
 void slot_policy_unpin(slot_policy *sp, int32_t slot);
 /* An unpinned entry to the most recent end (e.g. a prediction already resident); pinned: no-op. */
 void slot_policy_touch(slot_policy *sp, int32_t slot);
+/* An unpinned entry to the least recent end: the pool's next victim (a key a faster tier now holds,
+ * so this tier keeps the others first); pinned: no-op. Entries demoted one after another leave in
+ * the reverse order (the last demoted first). */
+void slot_policy_demote(slot_policy *sp, int32_t slot);
 
 /* ---- replacement ----------------------------------------------------------------------- */
 /* The slot a new key of pool should take: the top of the free stack, else the least recently

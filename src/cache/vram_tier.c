@@ -361,6 +361,13 @@ static int host_release(vram_tier *vt, int il) {
     return rc;
 }
 
+/* Experts ids[0..n) of layer il are now in VRAM slots (their copies queued, the source released):
+ * the host source may evict them first (q3n_expert_src.demote: RAM and VRAM then hold different
+ * experts, as llama.cpp's split of layers between host and device does). */
+static void host_moved(vram_tier *vt, int il, const int32_t *ids, int n) {
+    if (n > 0 && vt->src.demote) vt->src.demote(vt->src.ud, il, ids, n);
+}
+
 /* --vram-pin (vram_plan.h). Registers the host tier's memory so fills from it are DMA: the RAM
  * cache's arenas (the source's span callback), else one span of the file mapping covering every
  * expert tensor (cudaHostRegisterReadOnly: the page cache is never written through it). auto
@@ -826,6 +833,7 @@ static void prefetch_next(vram_tier *vt) {
     if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
         fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
         if (host_release(vt, l)) done = 0; /* the copies' state is unknown: none counts */
+        host_moved(vt, l, vt->pf_e, done);
     }
     for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
     rl_clearerr();
@@ -852,6 +860,7 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
         int done, rc = fill_slots(vt, il, ms, mids, nm, true, &done);
         if (host_release(vt, il)) rc = -1;
         if (rc) goto fail;
+        host_moved(vt, il, mids, nm);
         vt->fills_demand += (uint64_t)nm;
     }
     if (CU_CHECK(cudaEventRecord(vt->sev[vt->scur], vt->cp)) ||

@@ -314,6 +314,10 @@ typedef struct {
      * 0 past the last one. NULL or no span: experts come from the file mapping. The bytes of
      * a span may be rewritten after release (a slot reused). */
     int (*span)(void *ud, int i, void **p, uint64_t *n);
+    /* (optional) experts ids[0..n) of `layer`, just served by acquire and released, are now held
+     * by a faster tier (a GPU's VRAM slots): the source may evict them first, so the two tiers
+     * together hold more distinct experts (exclusive caching). Changes no output. */
+    void (*demote)(void *ud, int layer, const int32_t *ids, int n);
     void *ud;
 } q3n_expert_src;
 

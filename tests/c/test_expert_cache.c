@@ -491,6 +491,51 @@ static void test_plan_attach_trace(fixture *fx) {
 }
 
 /* The committed oracle fixture: a bounded cache below its expert bytes. */
+/* Exclusive caching (q3n_expert_src.demote): an entry a faster tier took is the next victim. One
+ * uniform pool of E + K slots filled by layer 0's E experts, then layer 1's first K; demoting the
+ * most recent (1, K-1) makes it, not the least recent (0, 0), the victim of the next new key. */
+static void test_demote(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec = mk(fx, EC_BOUNDED,
+                          (ec_params){.budget = expert_cache_min_budget(m, false),
+                                      .uniform = true,
+                                      .no_prefetch = true,
+                                      .io = EC_IO_BUFFERED});
+    if (!ec) return;
+    q3n_expert_src src = expert_cache_src(ec);
+    CHECK(src.demote != NULL, "bounded mode: no demote callback");
+    const uint8_t *g[E], *u[E], *d[E];
+    int32_t ids[E];
+    ec_stats st;
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.n_slots == E + K, "slots %llu, want %d", (unsigned long long)st.n_slots, E + K);
+    for (int i = 0; i < E; i++) ids[i] = i;
+    for (int b = 0; b < E; b += K) { /* layer 0: experts 0..E-1, oldest first */
+        CHECK(src.acquire(src.ud, 0, ids + b, K, g, u, d) == 0, "acquire: %s", rl_lasterr());
+        src.release(src.ud, 0);
+    }
+    CHECK(src.acquire(src.ud, 1, ids, K, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 1);
+    const int32_t last = K - 1, fresh = K;
+    src.demote(src.ud, 1, &last, 1);
+    CHECK(src.acquire(src.ud, 1, &fresh, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 1);
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.demoted == 1 && st.evictions == 1 && st.misses == E + K + 1, "demoted %llu evictions %llu misses %llu",
+          (unsigned long long)st.demoted, (unsigned long long)st.evictions, (unsigned long long)st.misses);
+    const int32_t oldest = 0;
+    CHECK(src.acquire(src.ud, 0, &oldest, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 0);
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.misses == E + K + 1, "the least recent (0, 0) was evicted instead of the demoted (1, %d)", last);
+    CHECK(src.acquire(src.ud, 1, &last, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 1);
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.misses == E + K + 2, "the demoted (1, %d) is still resident", last);
+    CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    expert_cache_free(ec);
+}
+
 static void test_fixture(void) {
     const char *path = "tests/fixtures/tiny-a.gguf";
     if (access(path, R_OK) != 0) { /* committed: missing means a broken checkout or the wrong cwd */
@@ -547,6 +592,7 @@ int main(void) {
         test_prefill(&fx);
         test_faults(&fx);
         test_route_bias(&fx);
+        test_demote(&fx);
         test_plan_attach_trace(&fx);
         free(fx.ref);
         free(fx.ref_pre);

@@ -401,7 +401,45 @@ static void test_random_vs_reference(void) {
     slot_policy_free(sp);
 }
 
+/* Demote: an unpinned entry to the LRU end, the next victim; a pinned one stays; a prefetch's
+ * protected-tail bound is reset (the demoted tail may be unprotected). */
+static void test_demote(void) {
+    slot_policy *sp = one_pool(4, 20);
+    if (!sp) return;
+    for (int k = 10; k < 14; k++) {
+        CHECK(use(sp, 0, k) == k - 10, "%d -> slot %d", k, k - 10);
+        slot_policy_unpin(sp, k - 10);
+    }
+    ORDER(sp, 0, "13 12 11 10");
+    slot_policy_demote(sp, 3); /* 13 */
+    ORDER(sp, 0, "12 11 10 13");
+    slot_policy_demote(sp, 1); /* 11: the last demoted leaves first */
+    ORDER(sp, 0, "12 10 13 11");
+    OK(sp);
+    CHECK(use(sp, 0, 14) == 1 && slot_policy_lookup(sp, 11) == -1, "14 evicts the demoted 11");
+    slot_policy_demote(sp, 1); /* 14 is pinned: no-op */
+    CHECK(slot_policy_pins(sp, 1) == 1, "a pinned entry is not demoted");
+    slot_policy_unpin(sp, 1);
+    ORDER(sp, 0, "14 12 10 13");
+    /* a prefetch scan leaves its bound past protected tail entries; a demote puts an unprotected
+     * entry behind it, which the next prefetch must take */
+    slot_policy_protect(sp, 13);
+    slot_policy_protect(sp, 10);
+    CHECK(prefetch(sp, 0, 15) == 2 && slot_policy_lookup(sp, 12) == -1, "15 evicts 12 past protected 13 10");
+    ORDER(sp, 0, "15 14 10 13");
+    slot_policy_demote(sp, 1); /* 14 (slot 1), unprotected, to the tail */
+    ORDER(sp, 0, "15 10 13 14");
+    OK(sp);
+    CHECK(prefetch(sp, 0, 16) == 1 && slot_policy_lookup(sp, 14) == -1, "16 evicts the demoted 14");
+    slot_policy_protect_clear(sp);
+    slot_policy_demote(sp, 3); /* 13 again, to the tail */
+    CHECK(slot_policy_victim(sp, 0, false) == 3, "the demoted 13 is the demand victim");
+    OK(sp);
+    slot_policy_free(sp);
+}
+
 int main(void) {
+    test_demote();
     test_lru_and_pins();
     test_prefetch_protection();
     test_touch_and_bound();
