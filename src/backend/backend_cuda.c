@@ -236,6 +236,7 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
                          .overlap = c->tune.vram_overlap,
                          .graph = c->tune.vram_graph,
                          .warm = c->tune.vram_warm,
+                         .graph_mib = c->tune.vram_graph_mib,
                          .fault_at = c->tune.vram_fault,
                          .link_gbs = c->tune.vram_link};
     for (int il = 0; il < hp->n_layer; il++) vo.cpu_exact[il] = experts_exact(c, &c->m->layers[il]);

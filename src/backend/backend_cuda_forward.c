@@ -548,7 +548,8 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
      * any other forward takes the tier's own path (which first lets the steps' fills finish) */
     if (c->vt) vram_tier_warm(c->vt); /* once: the free slots filled from the pinned mapping */
     vram_gtab *gt = c->vt ? vram_tier_graph(c->vt) : NULL;
-    c->gstep = gt && T == 1 && !hooked && !c->snap_rows ? gt : NULL;
+    const bool step = T == 1 && !hooked && !c->snap_rows; /* a decode step: graph or own path */
+    c->gstep = gt && step && vram_tier_graph_next(c->vt) ? gt : NULL;
     if (c->gstep) TRY(vram_gtab_prepare(gt, c->st));
     if (T == 1 && !hooked && !c->snap_rows && c->graphs && (!c->vt || c->gstep)) {
         if (!c->gexec && !c->gtried) TRY(capture(c));
@@ -573,6 +574,9 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (c->gstep) { /* between steps: the slot policy, the fills, the tables */
         c->gstep = NULL;
         TRY(vram_gtab_step(gt, c->st));
+        vram_tier_step_done(c->vt, true);
+    } else if (gt && step) {
+        vram_tier_step_done(c->vt, false);
     }
     if (one_row_logits) memcpy(logits, c->h_logits, sizeof(float) * V);
     if (hidden) memcpy(hidden, c->h_hidden, sizeof(float) * (size_t)T * D);

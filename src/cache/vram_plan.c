@@ -185,6 +185,12 @@ int vram_cpu_pick(int32_t *uni, int nres, int n, const int32_t *cnt, int k, int 
     return o;
 }
 
+double vram_graph_ema(double ema, uint64_t step_bytes) {
+    return (1.0 - VRAM_GRAPH_EMA) * ema + VRAM_GRAPH_EMA * (double)step_bytes;
+}
+
+bool vram_graph_take(double ema, double limit_bytes) { return ema <= limit_bytes; }
+
 int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s) {
     if (m <= 0 || !(copy_s > 0) || !(cpu_s > 0) || !(cpu_fixed_s >= 0) || copy_s > 1e9 || cpu_s > 1e9 ||
         cpu_fixed_s > 1e9)

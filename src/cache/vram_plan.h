@@ -98,6 +98,18 @@ const char *vram_miss_name(vram_miss_mode m);
 /* auto's rule for the mapping: span <= VRAM_PIN_RAM_SHARE * ram (ram 0: refuse). */
 bool vram_pin_mapping_ok(uint64_t span, uint64_t ram);
 
+/* Where a decode step of the tier runs (vram_tier_graph_next): inside the graph while the
+ * host->device bytes per decode token, an EMA with weight VRAM_GRAPH_EMA for the newest step,
+ * are at most limit_bytes; else on the tier's own path. A graph step reads its misses over the
+ * link inside the GEMVs, a slow way to move many bytes; the own path copies them in bulk by DMA
+ * behind a pre-gated prefetch; both give the same bits. Measured on an H100 (2026-12-07): the
+ * graph won at 7 and 32 MiB per token (CF2 at 16 and 8 GiB) and lost at 71 and 295 MiB (Qwen3.5
+ * 35B-A3B at 8 and 4 GiB), hence VRAM_GRAPH_MIB. */
+#define VRAM_GRAPH_EMA 0.2
+#define VRAM_GRAPH_MIB 48
+double vram_graph_ema(double ema, uint64_t step_bytes);
+bool vram_graph_take(double ema, double limit_bytes);
+
 /* The cost model of --vram-miss auto for one layer of a forward: m experts not in VRAM;
  * copy_s = seconds to fill one slot (PCIe and staging; the GPU waits for the copies),
  * cpu_s = seconds to compute one expert for the forward's rows on the CPU pool, cpu_fixed_s =

@@ -103,6 +103,11 @@ struct vram_tier {
     int n_pred;
     double wait_s, stage_s;
     bool warm, warmed; /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
+    double graph_bytes;  /* vram_tier_graph_next's switch point, bytes per decode token */
+    double step_ema;     /* host->device bytes per decode token, EMA over the recent steps */
+    uint64_t last_bytes; /* the counters' bytes after the last one-row forward */
+    uint64_t graph_steps, own_steps, graph_switches;
+    bool last_graph;
     int tk;            /* host pointer arrays' size (n_batch x top_k) */
     uint64_t warm_experts, warm_bytes;
     double warm_s;
@@ -146,6 +151,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->overlap = o->overlap;
     /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
     vt->warm = o->warm;
+    vt->graph_bytes = (o->graph_mib > 0 ? o->graph_mib : VRAM_GRAPH_MIB) * 1048576.0;
     vt->graph_want = o->graph && o->link_gbs <= 0 && !o->fault_at && miss != VRAM_MISS_CPU;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -303,6 +309,31 @@ void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
     if (src) vt->src = *src;
     else memset(&vt->src, 0, sizeof vt->src);
     if (src) pin_resolve(vt); /* NULL: the probe before the real source; resolved at first use */
+}
+
+/* Host->device bytes so far: the own path's (demand + prefetch) and the graph steps' fills. */
+static uint64_t link_bytes(const vram_tier *vt) {
+    vram_stats s;
+    vram_slots_get_stats(vt->slots, &s);
+    uint64_t b = s.bytes_demand + s.bytes_prefetch;
+    if (vt->gt) {
+        vram_gtab_stats g;
+        vram_gtab_get_stats(vt->gt, &g);
+        b += g.fill_bytes;
+    }
+    return b;
+}
+
+bool vram_tier_graph_next(const vram_tier *vt) { return vram_graph_take(vt->step_ema, vt->graph_bytes); }
+
+void vram_tier_step_done(vram_tier *vt, bool in_graph) {
+    const uint64_t b = link_bytes(vt), d = b >= vt->last_bytes ? b - vt->last_bytes : 0;
+    vt->last_bytes = b;
+    vt->step_ema = vram_graph_ema(vt->step_ema, d);
+    if (in_graph) vt->graph_steps++;
+    else vt->own_steps++;
+    vt->graph_switches += (in_graph != vt->last_graph) && vt->graph_steps + vt->own_steps > 1;
+    vt->last_graph = in_graph;
 }
 
 vram_gtab *vram_tier_graph(vram_tier *vt) {
@@ -989,6 +1020,12 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
     if (vt->warm_experts)
         fprintf(f, "vram tier: warm-up: %llu experts (%.2f GiB) copied into free slots in %.2f s before the first forward\n",
                 (unsigned long long)vt->warm_experts, vt->warm_bytes / 1073741824.0, vt->warm_s);
+    if (vt->gt)
+        fprintf(f,
+                "vram tier: decode steps: %llu in the graph, %llu on the own path (%llu switches; the graph "
+                "while <= %.0f MiB per token cross the link, now %.1f)\n",
+                (unsigned long long)vt->graph_steps, (unsigned long long)vt->own_steps,
+                (unsigned long long)vt->graph_switches, vt->graph_bytes / 1048576.0, vt->step_ema / 1048576.0);
     if (vt->gt) {
         vram_gtab_stats g;
         vram_gtab_get_stats(vt->gt, &g);

@@ -60,6 +60,7 @@ typedef struct {
     bool prefetch, overlap;
     bool graph; /* the tier inside the decode graph where the host tier allows it (vram_gtab.h) */
     bool warm;  /* vram_tier_warm fills the free slots (RL_VRAM_WARM=0: off) */
+    double graph_mib; /* vram_tier_graph_next's switch point (RL_VRAM_GRAPH_MIB; 0: VRAM_GRAPH_MIB) */
     uint64_t fault_at;
     double link_gbs;
     /* per layer: the CPU computes its routed experts with the GPU's bits (the exact hybrid: every
@@ -86,6 +87,12 @@ int32_t *vram_tier_pred_ids(vram_tier *vt);
  * a prompt would have filled them anyway). Waits for those copies. Best effort: a failed copy leaves
  * its slots free. Any other host tier (the RAM cache, an unpinned mapping): nothing. */
 void vram_tier_warm(vram_tier *vt);
+/* Whether the next decode step (one row) should run inside the graph: the host->device bytes per
+ * decode token, averaged over the recent steps of either path, at most graph_mib MiB (the rule and
+ * its measurements: vram_graph_take in vram_plan.h). */
+bool vram_tier_graph_next(const vram_tier *vt);
+/* After a one-row forward (graph step or own path): its host->device bytes into that average. */
+void vram_tier_step_done(vram_tier *vt, bool in_graph);
 /* The tier inside the decode graph (vram_gtab.h), or NULL where the host tier does not allow it (not
  * the pinned file mapping, an emulated link, RL_VRAM_GRAPH=0, an injected fault): decode steps then
  * take the tier's own path. Resolves --vram-pin if not yet. */

@@ -290,7 +290,28 @@ static void test_cpu_pick(void) {
           no);
 }
 
+/* The graph-or-own-path rule on the per-token byte counts measured on the H100 (vram_plan.h):
+ * a cold 35B-A3B step at 4 GiB (295 MiB) sends the next steps to the own path at once; CF2's 7 MiB
+ * at 16 GiB keeps the graph; two steps of 7 MiB bring the graph back; the limit is inclusive. */
+static void test_graph_rule(void) {
+    const double MiB = 1048576.0, lim = VRAM_GRAPH_MIB * MiB;
+    double e = vram_graph_ema(0.0, (uint64_t)(295 * MiB));
+    CHECK(!vram_graph_take(e, lim), "295 MiB: own path next (ema %.1f MiB)", e / MiB);
+    e = vram_graph_ema(e, (uint64_t)(7 * MiB)); /* 0.8 * 59 + 1.4 = 48.6 */
+    CHECK(!vram_graph_take(e, lim), "one small step after 295 MiB: still own (ema %.1f MiB)", e / MiB);
+    e = vram_graph_ema(e, (uint64_t)(7 * MiB)); /* 40.3 */
+    CHECK(vram_graph_take(e, lim), "two small steps: the graph again (ema %.1f MiB)", e / MiB);
+    e = 0;
+    for (int i = 0; i < 100; i++) e = vram_graph_ema(e, (uint64_t)(71 * MiB));
+    CHECK(!vram_graph_take(e, lim) && e > 70 * MiB && e < 71 * MiB, "steady 71 MiB: own (ema %.2f)", e / MiB);
+    e = 0;
+    for (int i = 0; i < 100; i++) e = vram_graph_ema(e, (uint64_t)(32 * MiB));
+    CHECK(vram_graph_take(e, lim), "steady 32 MiB: graph (ema %.2f)", e / MiB);
+    CHECK(vram_graph_take(lim, lim) && !vram_graph_take(lim + 1, lim), "the limit itself takes the graph");
+}
+
 int main(void) {
+    test_graph_rule();
     test_pin_miss();
     test_cpu_pick();
     test_layout();
