@@ -102,13 +102,13 @@ struct vram_tier {
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
-    bool warm, warmed; /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
+    bool warm, warmed;   /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
     double graph_bytes;  /* vram_tier_graph_next's switch point, bytes per decode token */
     double step_ema;     /* host->device bytes per decode token, EMA over the recent steps */
     uint64_t last_bytes; /* the counters' bytes after the last one-row forward */
     uint64_t graph_steps, own_steps, graph_switches;
     bool last_graph;
-    int tk;            /* host pointer arrays' size (n_batch x top_k) */
+    int tk; /* host pointer arrays' size (n_batch x top_k) */
     uint64_t warm_experts, warm_bytes;
     double warm_s;
     vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
@@ -624,7 +624,8 @@ static int warm_layer(vram_tier *vt, int il) {
         if (done != n) break;
         got += n;
         nfree -= n;
-        vt->warm_bytes += (uint64_t)n * (vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2]);
+        vt->warm_bytes +=
+            (uint64_t)n * (vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2]);
     }
     return got;
 }
@@ -721,7 +722,8 @@ static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t 
 
 /* The cost model's estimates, measured once before the first forward: a fill of n slots of
  * layer 0 (through the path fills really take: DMA or the staging ring; a free slot gets expert
- * i's bytes, a slot vram_tier_warm filled its own expert's again, so no slot's content changes), and per cost class 1 and 4 experts on the CPU (one row). */
+ * i's bytes, a slot vram_tier_warm filled its own expert's again, so no slot's content changes), and per cost
+ * class 1 and 4 experts on the CPU (one row). */
 static void calibrate(vram_tier *vt) {
     vt->calibrated = true;
     if (!vt->pin_resolved) pin_resolve(vt);
@@ -1018,14 +1020,17 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
     fprintf(f, "vram tier: host tier --vram-pin %s: %s\n", vram_pin_name(vt->pin),
             vt->pin_msg[0] ? vt->pin_msg : "not resolved yet (first forward)");
     if (vt->warm_experts)
-        fprintf(f, "vram tier: warm-up: %llu experts (%.2f GiB) copied into free slots in %.2f s before the first forward\n",
+        fprintf(f,
+                "vram tier: warm-up: %llu experts (%.2f GiB) copied into free slots in %.2f s before the "
+                "first forward\n",
                 (unsigned long long)vt->warm_experts, vt->warm_bytes / 1073741824.0, vt->warm_s);
     if (vt->gt)
         fprintf(f,
                 "vram tier: decode steps: %llu in the graph, %llu on the own path (%llu switches; the graph "
                 "while <= %.0f MiB per token cross the link, now %.1f)\n",
                 (unsigned long long)vt->graph_steps, (unsigned long long)vt->own_steps,
-                (unsigned long long)vt->graph_switches, vt->graph_bytes / 1048576.0, vt->step_ema / 1048576.0);
+                (unsigned long long)vt->graph_switches, vt->graph_bytes / 1048576.0,
+                vt->step_ema / 1048576.0);
     if (vt->gt) {
         vram_gtab_stats g;
         vram_gtab_get_stats(vt->gt, &g);

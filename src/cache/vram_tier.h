@@ -58,8 +58,8 @@ typedef struct {
  * link_gbs (RL_VRAM_LINK_GBS=X: an emulated host->device link of X GB/s, vram_link.h; 0 off). */
 typedef struct {
     bool prefetch, overlap;
-    bool graph; /* the tier inside the decode graph where the host tier allows it (vram_gtab.h) */
-    bool warm;  /* vram_tier_warm fills the free slots (RL_VRAM_WARM=0: off) */
+    bool graph;       /* the tier inside the decode graph where the host tier allows it (vram_gtab.h) */
+    bool warm;        /* vram_tier_warm fills the free slots (RL_VRAM_WARM=0: off) */
     double graph_mib; /* vram_tier_graph_next's switch point (RL_VRAM_GRAPH_MIB; 0: VRAM_GRAPH_MIB) */
     uint64_t fault_at;
     double link_gbs;

@@ -521,8 +521,9 @@ static void test_demote(fixture *fx) {
     CHECK(src.acquire(src.ud, 1, &fresh, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
     src.release(src.ud, 1);
     expert_cache_get_stats(ec, &st);
-    CHECK(st.demoted == 1 && st.evictions == 1 && st.misses == E + K + 1, "demoted %llu evictions %llu misses %llu",
-          (unsigned long long)st.demoted, (unsigned long long)st.evictions, (unsigned long long)st.misses);
+    CHECK(st.demoted == 1 && st.evictions == 1 && st.misses == E + K + 1,
+          "demoted %llu evictions %llu misses %llu", (unsigned long long)st.demoted,
+          (unsigned long long)st.evictions, (unsigned long long)st.misses);
     const int32_t oldest = 0;
     CHECK(src.acquire(src.ud, 0, &oldest, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
     src.release(src.ud, 0);
