@@ -571,13 +571,12 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
         TRY(CU_CHECK(cudaMemcpyAsync(c->h_hidden, c->xn, sizeof(float) * (size_t)T * D,
                                      cudaMemcpyDeviceToHost, c->st)));
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
+    const bool in_graph = c->gstep != NULL;
     if (c->gstep) { /* between steps: the slot policy, the fills, the tables */
         c->gstep = NULL;
         TRY(vram_gtab_step(gt, c->st));
-        vram_tier_step_done(c->vt, true);
-    } else if (gt && step) {
-        vram_tier_step_done(c->vt, false);
     }
+    if (c->vt) vram_tier_forward_done(c->vt, gt && step, in_graph);
     if (one_row_logits) memcpy(logits, c->h_logits, sizeof(float) * V);
     if (hidden) memcpy(hidden, c->h_hidden, sizeof(float) * (size_t)T * D);
     if (all_done) {
@@ -622,7 +621,9 @@ int cuda_forward(backend_ctx *c, const int32_t *tokens, int T, int pos, float *l
 
 int cuda_enqueue_rows(backend_ctx *c, int n, backend_ctx *const *rc) {
     c->gstep = NULL; /* rows of several contexts: the tier's own path */
-    return enqueue(c, n, NULL, false, rc);
+    const int r = enqueue(c, n, NULL, false, rc);
+    if (c->vt) vram_tier_forward_done(c->vt, false, false); /* its bytes are no decode step's */
+    return r;
 }
 
 int cuda_head(backend_ctx *c, int t0, int n) { return head(c, t0, n); }

@@ -105,7 +105,7 @@ struct vram_tier {
     bool warm, warmed;   /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
     double graph_bytes;  /* vram_tier_graph_next's switch point, bytes per decode token */
     double step_ema;     /* host->device bytes per decode token, EMA over the recent steps */
-    uint64_t last_bytes; /* the counters' bytes after the last one-row forward */
+    uint64_t last_bytes; /* the counters' bytes after the last forward */
     uint64_t graph_steps, own_steps, graph_switches;
     bool last_graph;
     int tk; /* host pointer arrays' size (n_batch x top_k) */
@@ -326,9 +326,10 @@ static uint64_t link_bytes(const vram_tier *vt) {
 
 bool vram_tier_graph_next(const vram_tier *vt) { return vram_graph_take(vt->step_ema, vt->graph_bytes); }
 
-void vram_tier_step_done(vram_tier *vt, bool in_graph) {
+void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph) {
     const uint64_t b = link_bytes(vt), d = b >= vt->last_bytes ? b - vt->last_bytes : 0;
     vt->last_bytes = b;
+    if (!step) return;
     vt->step_ema = vram_graph_ema(vt->step_ema, d);
     if (in_graph) vt->graph_steps++;
     else vt->own_steps++;
@@ -613,13 +614,14 @@ static int warm_layer(vram_tier *vt, int il) {
         if (!n) break;
         vram_slots_begin(vt->slots, il, vt->uni, n, 0);
         const int nm = vram_slots_prepare(vt->slots, il, vt->uni, n, vt->bslot, vt->bmiss);
+        if (nm < 0) break; /* (cannot happen: n distinct free-slot misses) */
         int done = 0;
         if (nm == n && host_rows(vt, il, vt->uni, n) == 0) {
             fill_slots(vt, il, vt->bslot, vt->uni, n, false, &done);
             if (host_release(vt, il)) done = 0;
         }
         if (done == n) vram_slots_commit(vt->slots, il);
-        else if (nm >= 0) vram_slots_abort(vt->slots, il);
+        else vram_slots_abort(vt->slots, il);
         vram_slots_release(vt->slots, il);
         if (done != n) break;
         got += n;

@@ -91,8 +91,10 @@ void vram_tier_warm(vram_tier *vt);
  * decode token, averaged over the recent steps of either path, at most graph_mib MiB (the rule and
  * its measurements: vram_graph_take in vram_plan.h). */
 bool vram_tier_graph_next(const vram_tier *vt);
-/* After a one-row forward (graph step or own path): its host->device bytes into that average. */
-void vram_tier_step_done(vram_tier *vt, bool in_graph);
+/* After every forward: a decode step's host->device bytes (step: one row that could have run in the
+ * graph; in_graph: it did) go into that average; any other forward's (a prompt chunk, a verify) are
+ * only set aside, so they never count as a step's. */
+void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph);
 /* The tier inside the decode graph (vram_gtab.h), or NULL where the host tier does not allow it (not
  * the pinned file mapping, an emulated link, RL_VRAM_GRAPH=0, an injected fault): decode steps then
  * take the tier's own path. Resolves --vram-pin if not yet. */
