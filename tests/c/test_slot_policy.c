@@ -114,15 +114,19 @@ static void test_lru_and_pins(void) {
     slot_policy_free(sp);
 }
 
-static void test_prefetch_protection(void) {
-    slot_policy *sp = one_pool(4, 20);
-    if (!sp) return;
-    /* keys 10 11 12 13 by demand, released: slots 0 1 2 3 */
+/* Keys 10 11 12 13 by demand into slots 0 1 2 3 of a 4-slot pool, each released at once. */
+static void fill_10_to_13(slot_policy *sp) {
     for (int k = 10; k < 14; k++) {
         CHECK(use(sp, 0, k) == k - 10, "%d -> slot %d", k, k - 10);
         slot_policy_unpin(sp, k - 10);
     }
     ORDER(sp, 0, "13 12 11 10");
+}
+
+static void test_prefetch_protection(void) {
+    slot_policy *sp = one_pool(4, 20);
+    if (!sp) return;
+    fill_10_to_13(sp);
     /* the next layer's predictions {10, 11, 14, 15}: protected this step (not touched here: moving
      * resident predictions to the MRU end is the tier's choice) */
     slot_policy_protect(sp, 10);
@@ -406,11 +410,7 @@ static void test_random_vs_reference(void) {
 static void test_demote(void) {
     slot_policy *sp = one_pool(4, 20);
     if (!sp) return;
-    for (int k = 10; k < 14; k++) {
-        CHECK(use(sp, 0, k) == k - 10, "%d -> slot %d", k, k - 10);
-        slot_policy_unpin(sp, k - 10);
-    }
-    ORDER(sp, 0, "13 12 11 10");
+    fill_10_to_13(sp);
     slot_policy_demote(sp, 3); /* 13 */
     ORDER(sp, 0, "12 11 10 13");
     slot_policy_demote(sp, 1); /* 11: the last demoted leaves first */
