@@ -1,118 +1,13 @@
 /* vram_tier.c — see vram_tier.h. Host code of the CUDA backend (compiled with CUDA=1 only). */
 #ifdef RL_CUDA
 #include "cache/vram_tier.h"
+#include "cache/vram_tier_int.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/common.h"
-#include "kern/ops.h"
-#include "base/swiglu.h"
-#include "cache/vram_gtab.h"
-#include "gguf/quant.h"
-#include "model/experts.h"
-
-#define VT_NSTAGE 4                        /* staging buffers in the ring */
-#define VT_STAGE_MIN ((size_t)16 << 20)    /* each at least this (and at least one slot) */
-#define VT_NRING 4                         /* events of the last batches' ends (slot reuse) */
-#define VT_MAX_SPANS 16                    /* page-locked host spans (the RAM cache's arenas) */
-#define VT_MAX_KINDS 8                     /* CPU-cost classes: distinct (gate, down) types */
-#define VT_CPU_PAIRS (VRAM_CPU_MAX_T * 32) /* CPU-computed (row, expert) pairs per layer at most */
-#define VT_EMA 0.1                         /* weight of a new measurement in the online estimates */
-
-struct vram_tier {
-    const q3n_model *m;
-    vram_plan plan;
-    vram_layout ly[Q3N_MAX_LAYERS];
-    uint8_t *base[Q3N_MAX_LAYERS]; /* slot 0 of each layer (device) */
-    uint8_t *arena;                /* every slot (device) */
-    vram_slots *slots;
-    q3n_expert_src src; /* host source (.acquire NULL: the mapped file) */
-    int n_batch, K, E;
-    bool prefetch;
-    uint64_t fault_at, fills; /* RL_VRAM_FAULT: the fault_at-th fill fails (0 = never) */
-    cudaStream_t cp;          /* copy stream */
-    cudaEvent_t ev_copy, ev_used, sev[VT_NSTAGE];
-    bool used_recorded;
-    /* overlap (default; RL_VRAM_OVERLAP=0: off): a fill waits only for the end of the batch that
-     * last read its slot (ring[seq % VT_NRING], recorded at each batch end; a ring entry reused by
-     * a later batch makes the wait longer, never too short), and a chunk needing more experts than
-     * a layer has slots runs in batches of half the slots, so batch b+1's copies (into batch
-     * b-1's slots, the LRU ones) overlap batch b's compute. Off: every fill waits for the last
-     * batch end, batches use every slot. */
-    bool overlap;
-    cudaEvent_t ring[VT_NRING];
-    int64_t seq, *slot_seq[Q3N_MAX_LAYERS], *seq_arena; /* per slot: the batch that last read it */
-    int bcap;
-    uint8_t *stage[VT_NSTAGE]; /* pinned */
-    size_t stage_bytes, spos;
-    int scur;
-    /* device plan + prediction scratch; pinned host mirrors */
-    cu_tile *d_tiles, *h_tiles;
-    int32_t *d_pin, *d_pout, *h_pin, *h_pout, *d_ntiles, *h_ntiles, *d_pred, *h_ids, *h_pred;
-    float *d_predw;
-    int max_tiles;
-    /* the open layer */
-    int il, T, tt, n_union, n_batches, cur_b, tile_off, pair_off;
-    int32_t *uni;                 /* [E] the union: resident experts first, then the others */
-    int32_t *cnt, *first, *order; /* per expert: pair count and offset into order (pairs by expert) */
-    int32_t *bslot, *bmiss, *pf_slot, *pf_e;
-    const uint8_t **hg, **hu, **hd;
-    uint8_t **hs; /* staging address of each expert of a fill */
-    pool *pool;   /* staging memcpy threads (NULL: the calling thread) */
-    /* --vram-pin: page-locked host spans (the mapping's expert span, or the RAM cache's arenas);
-     * fills from them are DMA. volatile_src: the spans are the RAM cache's slots, which may be
-     * rewritten after release, so a DMA from them is waited for before the release. */
-    vram_pin_mode pin;
-    bool pin_resolved, volatile_src;
-    /* the tier inside the decode graph (vram_gtab.h): wanted (RL_VRAM_GRAPH, no emulated link, no
-     * injected fault), and once the host tier allows it the tables (NULL: the tier's own path) */
-    bool graph_want, graph_tried;
-    vram_gtab *gt;
-    struct {
-        uint8_t *lo, *hi;
-    } span[VT_MAX_SPANS];
-    int n_span;
-    double pin_s;
-    uint64_t pin_bytes;
-    char pin_msg[200];
-    /* --vram-miss: CPU-computed experts of small forwards (T <= VRAM_CPU_MAX_T) */
-    vram_miss_mode miss;
-    bool cpu_exact[Q3N_MAX_LAYERS]; /* the CPU computes this layer's experts with the GPU's bits */
-    int n_exact;                    /* layers with cpu_exact */
-    bool calibrated;
-    int kind[Q3N_MAX_LAYERS], n_kind; /* cost class of each layer */
-    uint32_t kind_gate[VT_MAX_KINDS], kind_down[VT_MAX_KINDS];
-    double cpu_s[VT_MAX_KINDS];          /* seconds per CPU expert (per row pair), EMA */
-    double copy_s_per_byte, cpu_fixed_s; /* fill cost, CPU path's fixed cost (EMA) */
-    float *h_xn, *h_eo;                  /* pinned: the layer's input rows, CPU outputs */
-    float *xg, *gb, *ub;                 /* gathered rows, gate and up outputs */
-    void *actq;
-    size_t actq_cap;
-    ops_mat *mats;
-    ops_mm_task *tasks;
-    int32_t *cpu_e, *cpu_pair; /* the open layer's CPU experts, their pairs */
-    int n_cpu, n_cpu_pairs;
-    uint64_t cpu_experts, cpu_pairs_total, cpu_layers, fills_demand;
-    double cpu_total_s;
-    bool dma_pending;
-    cudaEvent_t ev_dma;
-    bool open, pf_pending;
-    int n_pred;
-    double wait_s, stage_s;
-    bool warm, warmed;   /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
-    double graph_bytes;  /* vram_tier_graph_next's switch point, bytes per decode token */
-    double step_ema;     /* host->device bytes per decode token, EMA over the recent steps */
-    uint64_t last_bytes; /* the counters' bytes after the last forward */
-    uint64_t graph_steps, own_steps, graph_switches;
-    bool last_graph;
-    int tk; /* host pointer arrays' size (n_batch x top_k) */
-    uint64_t warm_experts, warm_bytes;
-    double warm_s;
-    vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
-};
 
 static void *pinned(size_t n, int *err) {
     void *p = NULL;
@@ -300,7 +195,6 @@ void vram_tier_free(vram_tier *vt) {
     free(vt);
 }
 
-static void pin_resolve(vram_tier *vt);
 static void pin_drop(vram_tier *vt);
 
 void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
@@ -308,7 +202,7 @@ void vram_tier_set_host_src(vram_tier *vt, const q3n_expert_src *src) {
     pin_drop(vt);
     if (src) vt->src = *src;
     else memset(&vt->src, 0, sizeof vt->src);
-    if (src) pin_resolve(vt); /* NULL: the probe before the real source; resolved at first use */
+    if (src) vt_pin_resolve(vt); /* NULL: the probe before the real source; resolved at first use */
 }
 
 /* Host->device bytes so far: the own path's (demand + prefetch) and the graph steps' fills. */
@@ -339,7 +233,7 @@ void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph) {
 
 vram_gtab *vram_tier_graph(vram_tier *vt) {
     if (vt->gt || vt->graph_tried || !vt->graph_want) return vt->gt;
-    if (!vt->pin_resolved) pin_resolve(vt);
+    if (!vt->pin_resolved) vt_pin_resolve(vt);
     vt->graph_tried = true;
     /* every expert in one page-locked span that is never rewritten: the pinned file mapping. A
      * source without spans serves the mapping's own slices (q3n_expert_src), so its acquire only
@@ -370,7 +264,7 @@ void vram_tier_get_stats(const vram_tier *vt, vram_stats *out) { vram_slots_get_
 
 /* Host pointers of experts ids[0..n) of layer il: the host source's (acquire; the caller
  * releases) or the mapped file's slices. */
-static int host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
+int vt_host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
     if (vt->src.acquire) return vt->src.acquire(vt->src.ud, il, ids, n, vt->hg, vt->hu, vt->hd);
     for (int i = 0; i < n; i++)
         q3n_expert_rows(&vt->m->hp, &vt->m->layers[il], ids[i], &vt->hg[i], &vt->hu[i], &vt->hd[i]);
@@ -380,7 +274,7 @@ static int host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
 /* End the use of the last host_rows. A DMA from the RAM cache's page-locked slots must be done
  * before they may be reused (dma_pending: fill_slots queued one): the host waits for the copy
  * stream here. The mapping is never rewritten, so its copies are not waited for. */
-static int host_release(vram_tier *vt, int il) {
+int vt_host_release(vram_tier *vt, int il) {
     int rc = 0;
     if (vt->dma_pending) {
         double t0 = rl_now();
@@ -435,7 +329,7 @@ static bool pin_add(vram_tier *vt, void *p, uint64_t n, unsigned flags, const ch
     return true;
 }
 
-static void pin_resolve(vram_tier *vt) {
+void vt_pin_resolve(vram_tier *vt) {
     vt->pin_resolved = true;
     if (vt->pin == VRAM_PIN_OFF) {
         snprintf(vt->pin_msg, sizeof vt->pin_msg, "off (--vram-pin off): fills use the staging ring");
@@ -595,8 +489,7 @@ fault:
 }
 
 /* fill_queue, its last run of copies closed as a segment (the emulated link's hold behind it). */
-static int fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand,
-                      int *done) {
+int vt_fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand, int *done) {
     const int rc = fill_queue(vt, il, s, e, n, demand, done);
     return vram_link_end(vt->link) || rc ? -1 : 0;
 }
@@ -616,9 +509,9 @@ static int warm_layer(vram_tier *vt, int il) {
         const int nm = vram_slots_prepare(vt->slots, il, vt->uni, n, vt->bslot, vt->bmiss);
         if (nm < 0) break; /* (cannot happen: n distinct free-slot misses) */
         int done = 0;
-        if (nm == n && host_rows(vt, il, vt->uni, n) == 0) {
-            fill_slots(vt, il, vt->bslot, vt->uni, n, false, &done);
-            if (host_release(vt, il)) done = 0;
+        if (nm == n && vt_host_rows(vt, il, vt->uni, n) == 0) {
+            vt_fill_slots(vt, il, vt->bslot, vt->uni, n, false, &done);
+            if (vt_host_release(vt, il)) done = 0;
         }
         if (done == n) vram_slots_commit(vt->slots, il);
         else vram_slots_abort(vt->slots, il);
@@ -635,7 +528,7 @@ static int warm_layer(vram_tier *vt, int il) {
 void vram_tier_warm(vram_tier *vt) {
     if (vt->warmed || vt->open) return;
     vt->warmed = true;
-    if (!vt->pin_resolved) pin_resolve(vt);
+    if (!vt->pin_resolved) vt_pin_resolve(vt);
     if (!vt->warm || vt->n_span != 1 || vt->volatile_src) return; /* only by DMA from the mapping */
     const double t0 = rl_now();
     for (int il = 0; il < vt->m->hp.n_layer; il++)
@@ -651,151 +544,13 @@ void vram_tier_warm(vram_tier *vt) {
     vt->warm_s = rl_now() - t0;
 }
 
-/* ---- CPU-computed experts (--vram-miss cpu|auto) ------------------------------------------ */
-
-/* Experts ids[0..n) of layer il on the CPU pool: expert j's rows are xg rows [off_j, off_j + c[j])
- * (off: the running sum of c), its outputs (before the router weight) go to the same rows of
- * h_eo. The fast CPU kernels (ops_matmul_batch, activations quantised to Q8_K): for a layer with
- * cpu_exact (the only ones given here) each product is the scalar vec_dot's, as on the GPU's integer
- * path, and swiglu is the GPU epilogue's function, so every output row has the GPU's bits. 0 or -1. */
-static int cpu_compute(vram_tier *vt, int il, const int32_t *ids, const int32_t *c, int n) {
-    const q3n_layer *L = &vt->m->layers[il];
-    const int D = vt->m->hp.n_embd, ff = vt->m->hp.n_ff_exp;
-    if (host_rows(vt, il, ids, n)) return -1;
-    size_t need = 0;
-    int nt = 0, off = 0;
-    for (int j = 0; j < n; j++) { /* gate and up (fused: one matrix of 2 ff rows) per expert */
-        ops_mat *g = &vt->mats[3 * j], *u = g + 1, *d = g + 2;
-        *g = L->gate_exps;
-        g->data = vt->hg[j];
-        g->n_out = L->fused_gate_up ? 2 * ff : ff;
-        *d = L->down_exps;
-        d->data = vt->hd[j];
-        d->n_out = D;
-        vt->tasks[nt++] =
-            (ops_mm_task){g, vt->xg + (size_t)off * D, c[j], vt->gb + (size_t)off * g->n_out, NULL};
-        if (!L->fused_gate_up) {
-            *u = L->up_exps;
-            u->data = vt->hu[j];
-            u->n_out = ff;
-            vt->tasks[nt++] =
-                (ops_mm_task){u, vt->xg + (size_t)off * D, c[j], vt->ub + (size_t)off * ff, NULL};
-        }
-        need += 2 * (((ops_actq_bytes(g, c[j]) + 63) & ~(size_t)63) +
-                     ((ops_actq_bytes(d, c[j]) + 63) & ~(size_t)63));
-        off += c[j];
-    }
-    if (need > vt->actq_cap) {
-        free(vt->actq);
-        if (!(vt->actq = rl_malloc(need, "VRAM tier CPU experts"))) {
-            vt->actq_cap = 0;
-            host_release(vt, il);
-            return -1;
-        }
-        vt->actq_cap = need;
-    }
-    size_t ao = 0;
-    for (int i = 0; i < nt; i++) {
-        vt->tasks[i].actq = (uint8_t *)vt->actq + ao;
-        ao += (ops_actq_bytes(vt->tasks[i].W, vt->tasks[i].T) + 63) & ~(size_t)63;
-    }
-    ops_matmul_batch(vt->pool, vt->tasks, nt, true);
-    for (int r = 0; r < off; r++) { /* h = silu(gate) * up, into ub rows of ff (in place when not fused) */
-        float *g = vt->gb + (size_t)r * (L->fused_gate_up ? 2 * ff : ff),
-              *u = L->fused_gate_up ? g + ff : vt->ub + (size_t)r * ff;
-        float *h = vt->ub + (size_t)r * ff;
-        for (int i = 0; i < ff; i++) h[i] = swiglu(g[i], u[i]); /* the GPU epilogue's function and bits */
-    }
-    nt = 0;
-    off = 0;
-    for (int j = 0; j < n; j++) {
-        vt->tasks[nt++] = (ops_mm_task){&vt->mats[3 * j + 2], vt->ub + (size_t)off * ff, c[j],
-                                        vt->h_eo + (size_t)off * D, NULL};
-        off += c[j];
-    }
-    ao = 0;
-    for (int i = 0; i < nt; i++) {
-        vt->tasks[i].actq = (uint8_t *)vt->actq + ao;
-        ao += (ops_actq_bytes(vt->tasks[i].W, vt->tasks[i].T) + 63) & ~(size_t)63;
-    }
-    ops_matmul_batch(vt->pool, vt->tasks, nt, true);
-    return host_release(vt, il);
-}
-
-/* The cost model's estimates, measured once before the first forward: a fill of n slots of
- * layer 0 (through the path fills really take: DMA or the staging ring; a free slot gets expert
- * i's bytes, a slot vram_tier_warm filled its own expert's again, so no slot's content changes), and per cost
- * class 1 and 4 experts on the CPU (one row). */
-static void calibrate(vram_tier *vt) {
-    vt->calibrated = true;
-    if (!vt->pin_resolved) pin_resolve(vt);
-    const int D = vt->m->hp.n_embd, n = vt->plan.slots[0] < 8 ? vt->plan.slots[0] : 8;
-    int32_t ids[8], sl[8], c[8];
-    for (int i = 0; i < 8; i++) { /* a slot the warm-up filled is rewritten with its own expert */
-        const int k = i < n ? vram_slots_key(vt->slots, 0, i) : -1;
-        sl[i] = i;
-        ids[i] = k >= 0 ? k : i % vt->E;
-        c[i] = 1;
-    }
-    double best = 0;
-    for (int rep = 0; rep < 3 && n > 0; rep++) { /* the first warms the path up */
-        int done = 0;
-        double t0 = rl_now();
-        if (host_rows(vt, 0, ids, n) || fill_slots(vt, 0, sl, ids, n, false, &done) || host_release(vt, 0) ||
-            CU_CHECK(cudaStreamSynchronize(vt->cp))) {
-            rl_clearerr();
-            return; /* no estimate: auto copies */
-        }
-        double t = rl_now() - t0;
-        if (rep && (best == 0 || t < best)) best = t;
-    }
-    vt->copy_s_per_byte = best / ((double)n * (double)vt->ly[0].slot_bytes);
-    for (size_t i = 0; i < 4 * (size_t)D; i++) vt->xg[i] = 0.01f * (float)((i * 37) % 17) - 0.08f;
-    double fixed = 0;
-    int measured = 0;
-    for (int k = 0; k < vt->n_kind; k++) {
-        int il = 0; /* the class's first layer the CPU may compute (no estimate: never used) */
-        while (il < vt->m->hp.n_layer && (vt->kind[il] != k || !vt->cpu_exact[il])) il++;
-        if (il == vt->m->hp.n_layer) continue;
-        measured++;
-        double t1 = 1e30, t4 = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            double t0 = rl_now();
-            if (cpu_compute(vt, il, ids, c, 1)) break;
-            double ta = rl_now();
-            if (cpu_compute(vt, il, ids, c, 4)) break;
-            double tb = rl_now();
-            t1 = ta - t0 < t1 ? ta - t0 : t1;
-            t4 = tb - ta < t4 ? tb - ta : t4;
-        }
-        rl_clearerr();
-        const double per = t4 > t1 ? (t4 - t1) / 3 : t1;
-        vt->cpu_s[k] = per;
-        fixed += t1 - per > 0 ? t1 - per : 0;
-    }
-    vt->cpu_fixed_s = measured ? fixed / measured : 0;
-}
-
-/* Which of the layer's non-resident experts (uni[nres..n)) the CPU computes: all (cpu), or the
- * cost model's k (auto), those with the fewest rows first. They leave uni; the rest keep order.
- * Returns the new n. */
-static int choose_cpu(vram_tier *vt, int il, int nres, int n) {
-    const int m = n - nres;
-    if (!vt->cpu_exact[il]) return n; /* the CPU's bits would differ: every miss is copied */
-    int k = m;
-    if (vt->miss == VRAM_MISS_AUTO)
-        k = vram_miss_split(m, vt->copy_s_per_byte * (double)vt->ly[il].slot_bytes, vt->cpu_s[vt->kind[il]],
-                            vt->cpu_fixed_s);
-    return vram_cpu_pick(vt->uni, nres, n, vt->cnt, k, VRAM_CPU_MAX_T, VT_CPU_PAIRS, vt->cpu_e, &vt->n_cpu);
-}
-
 int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *d_pred, const float *d_xn,
                     int T, int tt, cudaStream_t st) {
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (vt->gt && vram_gtab_quiesce(vt->gt)) return -1; /* the graph steps' fills done, tables stale */
-    if (!vt->pin_resolved) pin_resolve(vt);
-    if (vt->miss != VRAM_MISS_COPY && vt->n_exact && !vt->calibrated) calibrate(vt);
+    if (!vt->pin_resolved) vt_pin_resolve(vt);
+    if (vt->miss != VRAM_MISS_COPY && vt->n_exact && !vt->calibrated) vt_calibrate(vt);
     const bool hyb = vt->miss != VRAM_MISS_COPY && vt->cpu_exact[il] && T <= VRAM_CPU_MAX_T && d_xn;
     vt->n_cpu = 0;
     if (CU_CHECK(cudaMemcpyAsync(vt->h_ids, d_ids, 4 * (size_t)TK, cudaMemcpyDeviceToHost, st))) return -1;
@@ -831,7 +586,7 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     if (hyb) {
         int nres = 0;
         while (nres < n && vram_slots_lookup(vt->slots, il, vt->uni[nres]) >= 0) nres++;
-        if (nres < n) n = choose_cpu(vt, il, nres, n);
+        if (nres < n) n = vt_choose_cpu(vt, il, nres, n);
     }
     const int cap = vram_slots_capacity(vt->slots, il);
     if (cap <= 0) return rl_seterr("VRAM tier: layer %d has no slots (internal)", il);
@@ -865,9 +620,9 @@ static void prefetch_next(vram_tier *vt) {
     int k = vram_slots_prefetch(vt->slots, l, vt->h_pred, vt->n_pred, vt->pf_slot, vt->pf_e);
     if (k <= 0) return;
     int done = 0;
-    if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && host_rows(vt, l, vt->pf_e, k) == 0) {
-        fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
-        if (host_release(vt, l)) done = 0; /* the copies' state is unknown: none counts */
+    if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && vt_host_rows(vt, l, vt->pf_e, k) == 0) {
+        vt_fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
+        if (vt_host_release(vt, l)) done = 0; /* the copies' state is unknown: none counts */
         host_moved(vt, l, vt->pf_e, done);
     }
     for (int i = done; i < k; i++) vram_slots_drop(vt->slots, l, vt->pf_slot[i]);
@@ -891,9 +646,9 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
             mids[j] = ids[vt->bmiss[j]];
             ms[j] = vt->bslot[vt->bmiss[j]];
         }
-        if (host_rows(vt, il, mids, nm)) goto fail;
-        int done, rc = fill_slots(vt, il, ms, mids, nm, true, &done);
-        if (host_release(vt, il)) rc = -1;
+        if (vt_host_rows(vt, il, mids, nm)) goto fail;
+        int done, rc = vt_fill_slots(vt, il, ms, mids, nm, true, &done);
+        if (vt_host_release(vt, il)) rc = -1;
         if (rc) goto fail;
         host_moved(vt, il, mids, nm);
         vt->fills_demand += (uint64_t)nm;
@@ -993,7 +748,7 @@ int vram_tier_cpu(vram_tier *vt, float *d_eo, cudaStream_t st) {
             np++;
         }
     }
-    if (cpu_compute(vt, il, vt->cpu_e, c, vt->n_cpu)) return -1;
+    if (vt_cpu_compute(vt, il, vt->cpu_e, c, vt->n_cpu)) return -1;
     for (int i = 0; i < np; i++) /* row i -> eo row of pair cpu_pair[i]: the combine weighs it */
         if (CU_CHECK(cudaMemcpyAsync(d_eo + (size_t)vt->cpu_pair[i] * D, vt->h_eo + (size_t)i * D,
                                      sizeof(float) * D, cudaMemcpyHostToDevice, st)))
