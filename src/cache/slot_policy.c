@@ -142,6 +142,15 @@ static void lru_push_head(slot_policy *sp, int32_t s) {
     sp->head[p] = s;
 }
 
+static void lru_push_tail(slot_policy *sp, int32_t s) {
+    int p = sp->pool[s];
+    sp->older[s] = -1;
+    sp->newer[s] = sp->tail[p];
+    if (sp->tail[p] >= 0) sp->older[sp->tail[p]] = s;
+    else sp->head[p] = s;
+    sp->tail[p] = s;
+}
+
 /* ---- a selection ------------------------------------------------------------------------- */
 
 bool slot_policy_hit(slot_policy *sp, int32_t s) {
@@ -172,14 +181,9 @@ void slot_policy_touch(slot_policy *sp, int32_t s) {
 
 void slot_policy_demote(slot_policy *sp, int32_t s) {
     if (sp->key[s] < 0 || sp->pins[s]) return;
-    const int p = sp->pool[s];
     lru_unlink(sp, s);
-    sp->newer[s] = sp->tail[p];
-    sp->older[s] = -1;
-    if (sp->tail[p] >= 0) sp->older[sp->tail[p]] = s;
-    else sp->head[p] = s;
-    sp->tail[p] = s;
-    sp->bound[p] = -1; /* the new tail may be unprotected: a prefetch's search starts over */
+    lru_push_tail(sp, s);
+    sp->bound[sp->pool[s]] = -1; /* the new tail may be unprotected: a prefetch's search starts over */
 }
 
 /* ---- replacement ------------------------------------------------------------------------- */

@@ -9,6 +9,11 @@
 
 #include "base/common.h"
 
+/* Bytes one expert's fill copies (gate or fused gate_up, up, down). */
+static uint64_t copy_bytes(const vram_layout *ly) {
+    return ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2];
+}
+
 static void *pinned(size_t n, int *err) {
     void *p = NULL;
     if (*err || CU_CHECK(cudaMallocHost(&p, n ? n : 1))) {
@@ -44,14 +49,14 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->prefetch = o->prefetch;
     vt->fault_at = o->fault_at;
     vt->overlap = o->overlap;
-    /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
     vt->warm = o->warm;
     vt->graph_bytes = (o->graph_mib > 0 ? o->graph_mib : VRAM_GRAPH_MIB) * 1048576.0;
+    /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
     vt->graph_want = o->graph && o->link_gbs <= 0 && !o->fault_at && miss != VRAM_MISS_CPU;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
-        bytes[il] = vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2];
+        bytes[il] = copy_bytes(&vt->ly[il]);
         total += (uint64_t)plan->slots[il] * vt->ly[il].slot_bytes;
         if (vt->ly[il].slot_bytes > maxslot) maxslot = vt->ly[il].slot_bytes;
     }
@@ -71,7 +76,6 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     }
     int err = 0;
     const size_t TK = (size_t)n_batch * vt->K;
-    vt->tk = (int)TK;
     vt->max_tiles = (int)(TK + (size_t)vt->E + 1);
     vt->stage_bytes = maxslot > VT_STAGE_MIN ? maxslot : VT_STAGE_MIN;
     for (int i = 0; i < VT_NSTAGE; i++) vt->stage[i] = pinned(vt->stage_bytes, &err);
@@ -271,8 +275,8 @@ int vt_host_rows(vram_tier *vt, int il, const int32_t *ids, int n) {
     return 0;
 }
 
-/* End the use of the last host_rows. A DMA from the RAM cache's page-locked slots must be done
- * before they may be reused (dma_pending: fill_slots queued one): the host waits for the copy
+/* End the use of the last vt_host_rows. A DMA from the RAM cache's page-locked slots must be done
+ * before they may be reused (dma_pending: vt_fill_slots queued one): the host waits for the copy
  * stream here. The mapping is never rewritten, so its copies are not waited for. */
 int vt_host_release(vram_tier *vt, int il) {
     int rc = 0;
@@ -416,7 +420,7 @@ static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
            in_pin(vt, vt->hd[i], ly->src_bytes[2]);
 }
 
-/* Copy experts 0..n-1 of the last host_rows (ids e[], for messages) into slots s[] of layer il
+/* Copy experts 0..n-1 of the last vt_host_rows (ids e[], for messages) into slots s[] of layer il
  * on the copy stream: by DMA from the page-locked mapping (RL_VRAM_PIN), else through the
  * staging ring, a chunk's group of experts staged in parallel on the pool. *done: experts whose
  * copy was queued. RL_VRAM_FAULT counts demand fills only (a failed prefetch is dropped silently,
@@ -431,7 +435,7 @@ static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
             uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
             if (vram_link_begin(vt->link)) return -1;
-            vram_link_add(vt->link, ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2]);
+            vram_link_add(vt->link, copy_bytes(ly));
             if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0],
                                          cudaMemcpyHostToDevice, vt->cp)))
                 return -1;
@@ -495,14 +499,14 @@ int vt_fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int
 }
 
 /* Layer il: the free slots filled with the first non-resident experts (batches of at most the
- * host pointer arrays' size, TK). Returns the experts filled. */
+ * host pointer arrays' size). Returns the experts filled. */
 static int warm_layer(vram_tier *vt, int il) {
     const int cap = vram_slots_capacity(vt->slots, il);
     int nfree = 0, got = 0;
     for (int s = 0; s < cap; s++) nfree += vram_slots_key(vt->slots, il, s) < 0;
     for (int e = 0; e < vt->E && nfree > 0;) {
         int n = 0;
-        for (; e < vt->E && n < nfree && n < vt->tk; e++)
+        for (; e < vt->E && n < nfree && n < vt->n_batch * vt->K; e++) /* hg/hu/hd hold n_batch x K */
             if (vram_slots_lookup(vt->slots, il, e) < 0) vt->uni[n++] = e;
         if (!n) break;
         vram_slots_begin(vt->slots, il, vt->uni, n, 0);
@@ -519,8 +523,7 @@ static int warm_layer(vram_tier *vt, int il) {
         if (done != n) break;
         got += n;
         nfree -= n;
-        vt->warm_bytes +=
-            (uint64_t)n * (vt->ly[il].src_bytes[0] + vt->ly[il].src_bytes[1] + vt->ly[il].src_bytes[2]);
+        vt->warm_bytes += (uint64_t)n * copy_bytes(&vt->ly[il]);
     }
     return got;
 }

@@ -103,7 +103,6 @@ struct vram_tier {
     uint64_t last_bytes; /* the counters' bytes after the last forward */
     uint64_t graph_steps, own_steps, graph_switches;
     bool last_graph;
-    int tk; /* host pointer arrays' size (n_batch x top_k) */
     uint64_t warm_experts, warm_bytes;
     double warm_s;
     vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
