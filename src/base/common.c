@@ -168,9 +168,68 @@ static uint64_t status_kib(const char *key) {
 uint64_t rl_peak_rss(void) { return status_kib("VmHWM:"); }
 uint64_t rl_cur_rss(void) { return status_kib("VmRSS:"); }
 
-uint64_t rl_total_ram(void) {
+uint64_t rl_phys_ram(void) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+/* one limit file: a number of bytes; "max", a missing file or v1's "no limit" (~2^63) give 0 */
+static uint64_t limit_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long long v = 0;
+    const int ok = fscanf(f, "%llu", &v) == 1;
+    fclose(f);
+    return ok && v < (1ull << 60) ? (uint64_t)v : 0;
+}
+
+/* the smallest limit along dir and its ancestors down to (and including) base */
+static uint64_t limit_walk(const char *base, const char *rel, const char *file) {
+    char dir[1024], path[1100];
+    uint64_t best = 0;
+    if (snprintf(dir, sizeof dir, "%s%s", base, rel) >= (int)sizeof dir) return 0;
+    for (size_t nb = strlen(base);;) {
+        size_t n = strlen(dir);
+        while (n > nb && dir[n - 1] == '/') dir[--n] = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        const uint64_t v = limit_file(path);
+        if (v && (!best || v < best)) best = v;
+        char *slash = strrchr(dir, '/');
+        if (n <= nb || !slash || (size_t)(slash - dir) < nb) break;
+        *slash = 0;
+    }
+    return best;
+}
+
+uint64_t rl_cgroup_limit(const char *root, const char *self) {
+    FILE *f = fopen(self, "r");
+    if (!f) return 0;
+    char line[1024], base[1024];
+    uint64_t best = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = 0;
+        uint64_t v = 0;
+        if (!strcmp(line, "0:")) { /* v2: "0::/path" */
+            v = limit_walk(root, c2 + 1, "memory.max");
+        } else { /* v1: "N:memory[,...]:/path" */
+            char ctl[256];
+            snprintf(ctl, sizeof ctl, ",%s,", c1 + 1);
+            if (!strstr(ctl, ",memory,")) continue;
+            snprintf(base, sizeof base, "%s/memory", root);
+            v = limit_walk(base, c2 + 1, "memory.limit_in_bytes");
+        }
+        if (v && (!best || v < best)) best = v;
+    }
+    fclose(f);
+    return best;
+}
+
+uint64_t rl_total_ram(void) {
+    const uint64_t phys = rl_phys_ram(), lim = rl_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup");
+    return lim && (!phys || lim < phys) ? lim : phys;
 }
 
 int rl_ncpu(void) {

@@ -99,8 +99,16 @@ double rl_now(void);
 uint64_t rl_peak_rss(void);
 /* Current resident set size in bytes (VmRSS). */
 uint64_t rl_cur_rss(void);
-/* Total physical memory in bytes. */
+/* The memory this process may use, in bytes: physical RAM, or less where a control group limits
+ * it (a container's --memory, a systemd MemoryMax, a batch job's cgroup): what every planner must
+ * fit in. rl_phys_ram is the machine's RAM alone. */
 uint64_t rl_total_ram(void);
+uint64_t rl_phys_ram(void);
+/* The smallest memory limit of the control group a process is in and of its ancestors, read from
+ * `self` (a /proc/PID/cgroup file) under the hierarchy mounted at `root` (/sys/fs/cgroup): cgroup v2
+ * memory.max, v1 memory/.../memory.limit_in_bytes; 0 when none is set or nothing can be read.
+ * Split from rl_total_ram so a test can give it a made-up hierarchy. */
+uint64_t rl_cgroup_limit(const char *root, const char *self);
 
 /* Progress bar on stderr, drawn only when stderr is a terminal (or RL_PROGRESS=1).
  * Usage: rl_progress p; rl_progress_start(&p, "loading", total); rl_progress_update(&p, done);

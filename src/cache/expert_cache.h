@@ -83,13 +83,16 @@ typedef struct {
     char reason[256]; /* one line */
 } ec_plan;
 
-/* spec: NULL/"" or "auto", "full", "mmap", or a number of MiB. ram_bytes: physical memory
- * (0 = this machine's); n_ctx: context positions (KV cache); work_bytes: the context's scratch
- * (engine_mem.scratch_bytes; it grows with the prompt batch), kept out of an auto budget with
- * EC_SLACK on top (at least EC_RESERVE in all). 0, or -1 with rl_lasterr set on a bad spec or
- * a budget below the minimum. */
+/* spec: NULL/"" or "auto", "full", "mmap", or a number of MiB. ram_bytes: the memory the process
+ * may use (0 = rl_total_ram: this machine's RAM or its control group's limit); n_ctx: context
+ * positions (KV cache); work_bytes: the context's scratch (engine_mem.scratch_bytes; it grows with
+ * the prompt batch), kept out of an auto budget with EC_SLACK on top (at least EC_RESERVE in all).
+ * device: the cache is the host tier under a VRAM tier, so the dense weights, the state and the
+ * scratch live in device memory and only the reserve is kept out of the RAM share (the dense
+ * weights' file pages are read once, to upload them, and are the kernel's to reclaim).
+ * 0, or -1 with rl_lasterr set on a bad spec or a budget below the minimum. */
 int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes,
-                      const char *spec, ec_io io, ec_plan *out);
+                      const char *spec, ec_io io, bool device, ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
 

@@ -29,16 +29,26 @@ uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx) {
 }
 
 int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec,
-                      ec_io io, ec_plan *out) {
+                      ec_io io, bool device, ec_plan *out) {
     memset(out, 0, sizeof *out);
     if (!ram) ram = rl_total_ram();
     /* slot sizes for the planner: O_DIRECT's (a little larger) unless buffered reads are forced */
     const bool direct = io != EC_IO_BUFFERED;
-    uint64_t experts = m->bytes_experts, dense = m->bytes_dense, state = expert_cache_state_bytes(m, n_ctx);
+    uint64_t experts = m->bytes_experts, dense = device ? 0 : m->bytes_dense;
+    uint64_t state = device ? 0 : expert_cache_state_bytes(m, n_ctx);
+    if (device) work_bytes = 0;
     uint64_t need = experts + dense + state, limit = (uint64_t)(EC_RAM_SHARE * (double)ram);
     uint64_t minb = expert_cache_min_budget(m, direct), fullb = expert_cache_full_bytes(m, direct);
     int share = (int)(EC_RAM_SHARE * 100 + 0.5);
     if (!spec || !*spec || !strcmp(spec, "auto")) {
+        if (need <= limit && device) {
+            out->mode = EC_FULL;
+            snprintf(
+                out->reason, sizeof out->reason,
+                "auto: experts %.1f GiB fit in %d%% of RAM (%.1f GiB); dense weights and state on the GPU",
+                experts / GiB, share, ram / GiB);
+            return 0;
+        }
         if (need <= limit) {
             out->mode = EC_FULL;
             snprintf(out->reason, sizeof out->reason,
@@ -57,11 +67,17 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work
         }
         if (b > fullb) b = fullb;
         out->budget = b;
-        snprintf(out->reason, sizeof out->reason,
-                 "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB); cache = "
-                 "that share "
-                 "- dense - state - %.1f GiB reserve%s",
-                 experts / GiB, dense / GiB, state / GiB, share, ram / GiB, reserve / GiB, note);
+        if (device)
+            snprintf(out->reason, sizeof out->reason,
+                     "auto: experts %.1f GiB exceed %d%% of RAM (%.1f GiB); cache = that share - %.1f GiB "
+                     "reserve (dense weights and state on the GPU)%s",
+                     experts / GiB, share, ram / GiB, reserve / GiB, note);
+        else
+            snprintf(
+                out->reason, sizeof out->reason,
+                "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB); cache = "
+                "that share - dense - state - %.1f GiB reserve%s",
+                experts / GiB, dense / GiB, state / GiB, share, ram / GiB, reserve / GiB, note);
         return 0;
     }
     if (!strcmp(spec, "full")) {

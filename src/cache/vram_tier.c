@@ -369,8 +369,7 @@ void vt_pin_resolve(vram_tier *vt) {
     }
     if (!lo) return;
     const uint64_t span = (uint64_t)(hi - lo);
-    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
-    const uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    const uint64_t ram = rl_total_ram(); /* a control group's limit counts locked pages too */
     if (vt->pin == VRAM_PIN_AUTO && !vram_pin_mapping_ok(span, ram)) {
         snprintf(vt->pin_msg, sizeof vt->pin_msg,
                  "the mapping's experts (%.1f GiB) are more than %.0f %% of RAM (%.1f GiB): not page-locked, "

@@ -605,8 +605,10 @@ static void machine_desc(const bench_cmd *bc, char *out, size_t n) {
         break;
     }
     if (f) fclose(f);
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / 1073741824.0;
-    int k = snprintf(out, n, "%s, %d CPUs, %.0f GiB RAM", cpu, rl_ncpu(), ram);
+    const double ram = (double)rl_phys_ram() / 1073741824.0, lim = (double)rl_total_ram() / 1073741824.0;
+    int k = lim < ram ? snprintf(out, n, "%s, %d CPUs, %.0f GiB RAM (%.1f GiB cgroup limit)", cpu, rl_ncpu(),
+                                 ram, lim)
+                      : snprintf(out, n, "%s, %d CPUs, %.0f GiB RAM", cpu, rl_ncpu(), ram);
     if (bc->have_mem && bc->mem.device && k > 0 && (size_t)k < n)
         snprintf(out + k, n - (size_t)k, ", GPU %.0f GiB", bc->mem.dev_total / 1073741824.0);
 }

@@ -185,7 +185,7 @@ static int attach_experts(session *s, const session_params *p) {
     engine_mem mem = {0};
     uint64_t work = engine_mem_info(s->c, &mem) == 0 ? mem.scratch_bytes : 0;
     const ec_params *tuned = &engine_tuning(e)->cache; /* the RL_CACHE_* switches (run/tuning.h) */
-    if (expert_cache_plan(m, 0, s->n_ctx, work, spec, tuned->io, &plan)) return -1;
+    if (expert_cache_plan(m, 0, s->n_ctx, work, spec, tuned->io, vram, &plan)) return -1;
     if (p->verbose) {
         if (plan.mode == EC_FULL)
             fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
