@@ -380,6 +380,36 @@ static void ec_release(void *ud, int il) {
  * the misses among them are planned here (deterministically) and loaded by the I/O threads
  * while layer il computes. Never evicts entries of layers il and il+1 (the current
  * selection, not yet pinned, and the predictions themselves). */
+/* Start loading the predicted experts order[0..np) of layer nl (their pred[] flags set by the
+ * caller) on the I/O threads, protecting layers il (the current selection, not pinned yet) and nl
+ * from the evictions the loads make. Best effort: a prediction without an evictable slot is
+ * counted and dropped. */
+static void submit_prefetch(expert_cache *ec, int il, int nl, const int32_t *order, int np) {
+    const int E = ec->E;
+    ec->has_pred[nl] = 1;
+    ec->st.pf_predicted += (uint64_t)np;
+    pthread_mutex_lock(&ec->mu);
+    int c = ec->layers[nl].cls;
+    /* protected this step: every entry of layers il (the current selection, not yet pinned) and
+     * nl (the predictions themselves) */
+    slot_policy_protect_clear(ec->sp);
+    slot_policy_protect_range(ec->sp, il * E, E);
+    slot_policy_protect_range(ec->sp, nl * E, E);
+    for (int i = 0; i < np; i++) {
+        int32_t key = nl * E + order[i], s = slot_policy_lookup(ec->sp, key);
+        if (s >= 0 && ec->slots[s].state != EC_S_FAILED) continue; /* resident or on its way */
+        if (s >= 0) reload(ec, s, true); /* a failed earlier prefetch: retry in the same slot */
+        else s = take_slot(ec, c, key, true);
+        if (s < 0) {
+            ec->st.pf_no_slot += (uint64_t)(np - i);
+            break;
+        }
+        ec_io_submit(ec, s, false);
+    }
+    slot_policy_protect_clear(ec->sp);
+    pthread_mutex_unlock(&ec->mu);
+}
+
 static void ec_hint(void *ud, int il, const float *xn, int T) {
     expert_cache *ec = ud;
     if (il == 0) {
@@ -423,28 +453,7 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
                 order[np++] = e;
             }
         }
-    ec->has_pred[nl] = 1;
-    ec->st.pf_predicted += (uint64_t)np;
-    pthread_mutex_lock(&ec->mu);
-    int c = ec->layers[nl].cls;
-    /* protected this step: every entry of layers il (the current selection, not yet pinned) and
-     * nl (the predictions themselves) */
-    slot_policy_protect_clear(ec->sp);
-    slot_policy_protect_range(ec->sp, il * E, E);
-    slot_policy_protect_range(ec->sp, nl * E, E);
-    for (int i = 0; i < np; i++) {
-        int32_t key = nl * E + order[i], s = slot_policy_lookup(ec->sp, key);
-        if (s >= 0 && ec->slots[s].state != EC_S_FAILED) continue; /* resident or on its way */
-        if (s >= 0) reload(ec, s, true); /* a failed earlier prefetch: retry in the same slot */
-        else s = take_slot(ec, c, key, true);
-        if (s < 0) {
-            ec->st.pf_no_slot += (uint64_t)(np - i);
-            break;
-        }
-        ec_io_submit(ec, s, false);
-    }
-    slot_policy_protect_clear(ec->sp);
-    pthread_mutex_unlock(&ec->mu);
+    submit_prefetch(ec, il, nl, order, np);
     ec->st.hint_s += rl_now() - t0;
 }
 
@@ -462,6 +471,22 @@ static void ec_bias(void *ud, int il, float *scores, int n) {
 }
 
 /* A faster tier took these experts: their unpinned, loaded entries become the next victims. */
+/* A faster tier's predictions (a GPU tier's pre-gated router on the device): experts ids[0..n) of
+ * layer il will likely be needed soon, so their reads start now, beside this layer's demand reads,
+ * instead of when the tier asks for them (q3n_expert_src.prefetch). */
+static void ec_prefetch(void *ud, int il, const int32_t *ids, int n) {
+    expert_cache *ec = ud;
+    if (ec->mode != EC_BOUNDED || ec->p.no_prefetch || il < 0 || il >= ec->m->hp.n_layer || n <= 0) return;
+    const double t0 = rl_now();
+    const int E = ec->E;
+    uint8_t *pred = ec->pred + (size_t)il * E;
+    int32_t *order = ec->pf_ids, np = 0;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < E && !pred[ids[i]]) pred[ids[i]] = 1, order[np++] = ids[i];
+    if (np) submit_prefetch(ec, il > 0 ? il - 1 : 0, il, order, np);
+    ec->st.hint_s += rl_now() - t0;
+}
+
 static void ec_demote(void *ud, int il, const int32_t *ids, int n) {
     expert_cache *ec = ud;
     if (ec->mode != EC_BOUNDED) return;
@@ -490,6 +515,7 @@ q3n_expert_src expert_cache_src(expert_cache *ec) {
         .acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
     if (ec->mode == EC_BOUNDED && ec->p.route_bias > 0) s.bias = ec_bias;
     if (ec->mode == EC_BOUNDED) s.demote = ec_demote;
+    if (ec->mode == EC_BOUNDED && ec->pred) s.prefetch = ec_prefetch;
     return s;
 }
 
@@ -632,8 +658,9 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
         if (!ec->p.no_prefetch) {
             ec->pred = rl_calloc(nk, 1, "prefetch predictions");
             ec->has_pred = rl_calloc((size_t)ec->n_layer, 1, "prefetch predictions");
+            ec->pf_ids = rl_malloc(sizeof(int32_t) * (size_t)ec->E, "prefetch predictions");
             ec->pool = pool_new(rl_ncpu() < 8 ? rl_ncpu() : 8);
-            if (!ec->pred || !ec->has_pred || !ec->pool) goto fail;
+            if (!ec->pred || !ec->has_pred || !ec->pf_ids || !ec->pool) goto fail;
         }
         set_fault_spec(ec, ec->p.fault);
     } else if (mode == EC_FULL) {
@@ -681,6 +708,7 @@ void expert_cache_free(expert_cache *ec) {
     free(ec->qp);
     free(ec->pred);
     free(ec->has_pred);
+    free(ec->pf_ids);
     free(ec->rbuf);
     free(ec->topk);
     free(ec->actq);

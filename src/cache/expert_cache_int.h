@@ -91,6 +91,7 @@ struct expert_cache {
     size_t actq_bytes;
     uint8_t *pred;     /* [n_layer * E] predicted for that layer by the previous hint */
     uint8_t *has_pred; /* [n_layer] */
+    int32_t *pf_ids;   /* [E] scratch of ec_prefetch: the new predictions in the given order */
 
     ec_stats st;
     FILE *trace;

@@ -564,6 +564,16 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     double t0 = rl_now();
     if (CU_CHECK(cudaStreamSynchronize(st))) return -1;
     vt->wait_s += rl_now() - t0;
+    /* the host source starts reading layer il+1's predicted experts that VRAM lacks now, beside
+     * this layer's demand reads, not when prefetch_next asks for them (q3n_expert_src.prefetch) */
+    if (d_pred && vt->src.prefetch && il + 1 < vt->m->hp.n_layer) {
+        int np = 0;
+        for (int p = 0; p < TK; p++) {
+            const int e = vt->h_pred[p];
+            if (e >= 0 && e < E && vram_slots_lookup(vt->slots, il + 1, e) < 0) vt->pf_e[np++] = e;
+        }
+        vt->src.prefetch(vt->src.ud, il + 1, vt->pf_e, np);
+    }
     /* pairs grouped by expert (pair order inside an expert: ascending, as read) */
     memset(vt->cnt, 0, 4 * (size_t)E);
     for (int p = 0; p < TK; p++) {

@@ -318,6 +318,11 @@ typedef struct {
      * by a faster tier (a GPU's VRAM slots): the source may evict them first, so the two tiers
      * together hold more distinct experts (exclusive caching). Changes no output. */
     void (*demote)(void *ud, int layer, const int32_t *ids, int n);
+    /* (optional) experts ids[0..n) of `layer` will likely be asked for soon (a faster tier's own
+     * prediction, made where `hint` cannot run: a GPU's pre-gated router): the source may start
+     * reading them now, without pinning, so a later acquire finds them loaded or on their way.
+     * Best effort; changes no output. */
+    void (*prefetch)(void *ud, int layer, const int32_t *ids, int n);
     void *ud;
 } q3n_expert_src;
 

@@ -18,6 +18,7 @@
 #include "cache/expert_cache.h"
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
+#include "model/experts.h"
 #include "run/session.h"
 
 #define D 64
@@ -509,6 +510,48 @@ static void test_plan_attach_trace(fixture *fx) {
 /* Exclusive caching (q3n_expert_src.demote): an entry a faster tier took is the next victim. One
  * uniform pool of E + K slots filled by layer 0's E experts, then layer 1's first K; demoting the
  * most recent (1, K-1) makes it, not the least recent (0, 0), the victim of the next new key. */
+/* A faster tier's predictions (q3n_expert_src.prefetch): the named experts are read by the I/O
+ * threads without a demand; the acquire that follows finds them (hits, or waits for the load in
+ * flight) and counts no miss; the bytes served are the file's. Off with no_prefetch. */
+static void test_tier_prefetch(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec = mk(fx, EC_BOUNDED,
+                          (ec_params){.budget = expert_cache_min_budget(m, false) * 2, .io = EC_IO_BUFFERED});
+    if (!ec) return;
+    q3n_expert_src src = expert_cache_src(ec);
+    CHECK(src.prefetch != NULL, "bounded mode: no prefetch callback");
+    const uint8_t *g[E], *u[E], *d[E], *mg, *mu, *md;
+    const int32_t ids[K] = {3, 7, 3, 11}; /* a duplicate: one load */
+    ec_stats st;
+    src.prefetch(src.ud, 2, ids, K);
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.pf_loads == 3 && st.pf_predicted == 3, "prefetch loads %llu predicted %llu, want 3",
+          (unsigned long long)st.pf_loads, (unsigned long long)st.pf_predicted);
+    const int32_t uniq[3] = {3, 7, 11};
+    CHECK(src.acquire(src.ud, 2, uniq, 3, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.misses == 0 && st.hits + st.hits_inflight == 3 && st.pf_loads_used == 3,
+          "after the prefetch: misses %llu hits %llu + %llu used %llu", (unsigned long long)st.misses,
+          (unsigned long long)st.hits, (unsigned long long)st.hits_inflight,
+          (unsigned long long)st.pf_loads_used);
+    const q3n_layer *L = &m->layers[2];
+    for (int i = 0; i < 3; i++) {
+        const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, uniq[i]);
+        q3n_expert_rows(&m->hp, L, uniq[i], &mg, &mu, &md);
+        CHECK(!memcmp(g[i], mg, sl.gate_bytes) && !memcmp(u[i], mu, sl.up_bytes) &&
+                  !memcmp(d[i], md, sl.down_bytes),
+              "prefetched expert %d: bytes differ from the file's", uniq[i]);
+    }
+    src.release(src.ud, 2);
+    CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    expert_cache_free(ec);
+    ec = mk(fx, EC_BOUNDED, (ec_params){.budget = expert_cache_min_budget(m, false), .no_prefetch = true});
+    if (!ec) return;
+    src = expert_cache_src(ec);
+    CHECK(src.prefetch == NULL, "no_prefetch: a prefetch callback");
+    expert_cache_free(ec);
+}
+
 static void test_demote(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     expert_cache *ec = mk(fx, EC_BOUNDED,
@@ -608,6 +651,7 @@ int main(void) {
         test_prefill(&fx);
         test_faults(&fx);
         test_route_bias(&fx);
+        test_tier_prefetch(&fx);
         test_demote(&fx);
         test_plan_attach_trace(&fx);
         free(fx.ref);
