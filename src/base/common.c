@@ -167,6 +167,7 @@ static uint64_t status_kib(const char *key) {
 
 uint64_t rl_peak_rss(void) { return status_kib("VmHWM:"); }
 uint64_t rl_cur_rss(void) { return status_kib("VmRSS:"); }
+uint64_t rl_anon_rss(void) { return status_kib("RssAnon:"); }
 
 uint64_t rl_phys_ram(void) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -99,6 +99,8 @@ double rl_now(void);
 uint64_t rl_peak_rss(void);
 /* Current resident set size in bytes (VmRSS). */
 uint64_t rl_cur_rss(void);
+/* Anonymous resident memory in bytes (RssAnon: what the kernel cannot reclaim without swap). */
+uint64_t rl_anon_rss(void);
 /* The memory this process may use, in bytes: physical RAM, or less where a control group limits
  * it (a container's --memory, a systemd MemoryMax, a batch job's cgroup): what every planner must
  * fit in. rl_phys_ram is the machine's RAM alone. */

@@ -1,6 +1,8 @@
 /* slot_plan.c — see slot_plan.h. */
 #include "serve/slot_plan.h"
 
+#include "base/common.h"
+
 #include <stdio.h>
 
 uint64_t slot_plan_host_bytes(const slot_cost *c) {
@@ -29,5 +31,13 @@ uint64_t slot_plan_mem_available(void) {
     while (fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
     fclose(f);
-    return (uint64_t)kb << 10;
+    uint64_t avail = (uint64_t)kb << 10;
+    /* inside a control group the limit counts, less this process's own anonymous memory (its
+     * file pages are the kernel's to reclaim, as MemAvailable counts them) */
+    const uint64_t lim = rl_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup"), anon = rl_anon_rss();
+    if (lim) {
+        const uint64_t left = lim > anon ? lim - anon : 0;
+        if (!avail || left < avail) avail = left;
+    }
+    return avail;
 }
