@@ -906,6 +906,7 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
         return;
     }
     uint64_t ram = ram_mib ? ram_mib << 20 : rl_total_ram();
+    const char *ram_is = !ram_mib && ram < rl_phys_ram() ? "RAM (this process's control group limit)" : "RAM";
     uint64_t state = expert_cache_state_bytes(&m, n_ctx), minb = expert_cache_min_budget(&m, true);
     uint64_t reserve = 512ull << 20, need = m.bytes_dense + state + minb + reserve;
     ec_plan plan;
@@ -916,9 +917,9 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
         snprintf(
             v, vn,
             "does not run: too large for this machine even with the expert cache: dense weights %s + context "
-            "%s + a reserve of %s leave %s of the %s of RAM for the expert cache, which needs at least %s",
+            "%s + a reserve of %s leave %s of the %s of %s for the expert cache, which needs at least %s",
             human_bytes(m.bytes_dense, b1, 32), human_bytes(state, b2, 32), human_bytes(reserve, b3, 32),
-            human_bytes(ram > fixed ? ram - fixed : 0, b4, 32), human_bytes(ram, b5, 32),
+            human_bytes(ram > fixed ? ram - fixed : 0, b4, 32), human_bytes(ram, b5, 32), ram_is,
             human_bytes(minb, b6, 32));
         q3n_free(&m);
         return;
@@ -926,8 +927,8 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
     in->verdict.runs = in->verdict.cpu = true;
     char cpu[200];
     if (plan.mode == EC_FULL)
-        snprintf(cpu, sizeof cpu, "every expert resident (%s of weights, %s of RAM)",
-                 human_bytes(m.bytes_dense + m.bytes_experts, b1, 32), human_bytes(ram, b2, 32));
+        snprintf(cpu, sizeof cpu, "every expert resident (%s of weights, %s of %s)",
+                 human_bytes(m.bytes_dense + m.bytes_experts, b1, 32), human_bytes(ram, b2, 32), ram_is);
     else
         snprintf(cpu, sizeof cpu,
                  "a bounded expert cache of %s for the %s of experts (same output, slower; "
