@@ -25,6 +25,7 @@ a 5x margin and is still 1000x below the logit spread (an argmax flip needs a ma
 """
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -325,3 +326,37 @@ def test_integer_path_vs_scalar_oracle(fx, tmp_path, name):
         report.append(f"{name} p{i}: vs scalar oracle row 0 {d0:.2e}, all rows {d:.2e} (reference {dref:.2e})")
     assert report, f"{name}: no prompts in the fixture"
     print("\n" + "\n".join(report))
+
+
+def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
+    """A VRAM tier whose host tier is a bounded RAM cache smaller than the experts (a 122B on a 16 GiB
+    card with 24 GiB of RAM, in small): the tier's fills come through the cache, which evicts, demotes
+    what VRAM took (exclusive caching) and reads the tier's predictions ahead (q3n_expert_src.prefetch).
+    None of that may change a bit: a cut of the 35B-A3B preset (4 layers, 64 experts), 40 prompt tokens
+    in one forward and 24 greedy steps, logits of every row equal to full residency's; and the stats
+    show the cache really evicted, demoted and prefetched (else the test checks nothing)."""
+    tmp = str(tmp_path)
+    model = os.path.join(tmp, "c35.gguf")
+    r = run(["synth", "--preset", "35b-a3b-q4_k_m", "--geometry", "layers=4,vocab=4096,experts=64", "--routing",
+             "calibrated", "-o", model, "--quiet"])
+    assert r.returncode == 0, r.stderr
+    ids = [(i * 7919 + 101) % 4096 for i in range(40)]
+    G = 24
+    jf, lf, _ = dump(tmp, "cuda", ids, G, 64, "full", model, with_routes=False)
+    # 10 VRAM slots of 64 per layer; a RAM cache of 200 MiB holds about half of the 256 experts
+    jt, lt, _ = dump(tmp, "cuda", ids, G, 64, "tier", model, with_routes=False,
+                     extra=("--vram-mib", "4096", "--cache-mib", "200"), env={"RL_VRAM_SLOTS": "10"})
+    assert jf["generated"] == jt["generated"]
+    assert np.array_equal(lf, lt), f"tier over a bounded RAM cache: max |diff| {np.abs(lf - lt).max():.3g}"
+    r = run(["dump", "-m", model, "--tokens", ",".join(map(str, ids)), "--greedy", str(G), "--backend", "cuda",
+             "--kv", "f32", "--vram-mib", "4096", "--cache-mib", "200", "--stats", "--json"],
+            env={"RL_VRAM_SLOTS": "10"})
+    assert r.returncode == 0, r.stderr
+    ev = re.search(r"evictions (\d+)", r.stderr)
+    dm = re.search(r"(\d+) entries demoted", r.stderr)
+    pf = re.search(r"prefetch: .* loads (\d+)", r.stderr)
+    assert ev and int(ev.group(1)) > 0, "the RAM cache evicted nothing: " + r.stderr[-1500:]
+    assert dm and int(dm.group(1)) > 0, "nothing was demoted: " + r.stderr[-1500:]
+    assert pf and int(pf.group(1)) > 0, "the tier's predictions loaded nothing: " + r.stderr[-1500:]
+    print(f"\ntier over a 200 MiB RAM cache: == full residency; evictions {ev.group(1)}, demoted {dm.group(1)}, "
+          f"prefetch loads {pf.group(1)}")
