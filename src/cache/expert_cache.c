@@ -376,10 +376,6 @@ static void ec_release(void *ud, int il) {
     pthread_mutex_unlock(&ec->mu);
 }
 
-/* Pre-gating: layer il+1's router applied to layer il's MoE input predicts il+1's experts;
- * the misses among them are planned here (deterministically) and loaded by the I/O threads
- * while layer il computes. Never evicts entries of layers il and il+1 (the current
- * selection, not yet pinned, and the predictions themselves). */
 /* Start loading the predicted experts order[0..np) of layer nl (their pred[] flags set by the
  * caller) on the I/O threads, protecting layers il (the current selection, not pinned yet) and nl
  * from the evictions the loads make. Best effort: a prediction without an evictable slot is
@@ -410,6 +406,10 @@ static void submit_prefetch(expert_cache *ec, int il, int nl, const int32_t *ord
     pthread_mutex_unlock(&ec->mu);
 }
 
+/* Pre-gating: layer il+1's router applied to layer il's MoE input predicts il+1's experts;
+ * the misses among them are planned here (deterministically) and loaded by the I/O threads
+ * while layer il computes. Never evicts entries of layers il and il+1 (the current
+ * selection, not yet pinned, and the predictions themselves). */
 static void ec_hint(void *ud, int il, const float *xn, int T) {
     expert_cache *ec = ud;
     if (il == 0) {
@@ -470,7 +470,6 @@ static void ec_bias(void *ud, int il, float *scores, int n) {
     pthread_mutex_unlock(&ec->mu);
 }
 
-/* A faster tier took these experts: their unpinned, loaded entries become the next victims. */
 /* A faster tier's predictions (a GPU tier's pre-gated router on the device): experts ids[0..n) of
  * layer il will likely be needed soon, so their reads start now, beside this layer's demand reads,
  * instead of when the tier asks for them (q3n_expert_src.prefetch). */
@@ -487,6 +486,7 @@ static void ec_prefetch(void *ud, int il, const int32_t *ids, int n) {
     ec->st.hint_s += rl_now() - t0;
 }
 
+/* A faster tier took these experts: their unpinned, loaded entries become the next victims. */
 static void ec_demote(void *ud, int il, const int32_t *ids, int n) {
     expert_cache *ec = ud;
     if (ec->mode != EC_BOUNDED) return;
