@@ -72,6 +72,15 @@ int vram_spec_check(const char *spec) {
     return 0;
 }
 
+int vram_prompt_batch(const char *spec) {
+    if (!spec || !*spec || !strcmp(spec, "auto")) return VRAM_TIER_BATCH;
+    if (!strcmp(spec, "full") || vram_spec_check(spec)) {
+        rl_clearerr();
+        return 0;
+    }
+    return strtoll(spec, NULL, 10) >= VRAM_TIER_BATCH_MIB ? VRAM_TIER_BATCH : 0;
+}
+
 int vram_plan_make(const vram_geom *g, const char *spec, vram_plan *o) {
     memset(o, 0, sizeof *o);
     if (spec && *spec && vram_spec_check(spec)) return -1;

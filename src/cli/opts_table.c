@@ -484,7 +484,8 @@ const opt opts_table[] = {
      .names = "-b, --batch",
      .value = "N|auto",
      .help = "prompt rows per forward; auto: the backend's (CPU: 512, or 2048 where\n"
-             "AMX tiles run the experts); scratch grows with it (redlite info --batch N)",
+             "AMX tiles run the experts; CUDA 512, 2048 under --vram-mib auto or >= 8192);\n"
+             "scratch grows with it (redlite info --batch N)",
      .kind = K_I64,
      .off = OFF(batch),
      .lo = 0,

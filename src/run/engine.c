@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "base/common.h"
 #include "cache/expert_repack.h"
+#include "cache/vram_plan.h"
 #include "base/pool.h"
 #include "backend/resident.h"
 #include "kern/ops.h"
@@ -252,7 +253,9 @@ engine_ctx *engine_ctx_new(engine *e, const engine_ctx_params *p) {
     c->kv = kv;
     c->e = e;
     c->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : 4096;
-    c->n_batch = p && p->n_batch > 0 ? p->n_batch : engine_default_batch(e);
+    /* under a VRAM tier larger prompt chunks share each missed expert's copy (vram_prompt_batch) */
+    const int tier_batch = p && p->vram_spec ? vram_prompt_batch(p->vram_spec) : 0;
+    c->n_batch = p && p->n_batch > 0 ? p->n_batch : tier_batch > 0 ? tier_batch : engine_default_batch(e);
     if (c->n_batch > ENGINE_BATCH_MAX) c->n_batch = ENGINE_BATCH_MAX;
     if (p && p->vram_spec) {
         if (!e->be->ctx_new_opts) {

@@ -101,8 +101,9 @@ void engine_weights_print(const engine *e, FILE *f, const char *prefix);
 
 typedef struct {
     int n_ctx;             /* maximum positions (KV cache size); 0 = 4096 */
-    int n_batch;           /* rows per forward chunk for prefill/verify (<= ENGINE_BATCH_MAX); 0 = the
-                              backend's prompt batch (backend_ops.prompt_batch), else ENGINE_BATCH_DEFAULT */
+    int n_batch;           /* rows per forward chunk for prefill/verify (<= ENGINE_BATCH_MAX); 0 = under a
+                              VRAM tier vram_prompt_batch's, else the backend's prompt batch
+                              (backend_ops.prompt_batch), else ENGINE_BATCH_DEFAULT */
     const char *kv;        /* KV cache elements: "f32" or "f16" (half the memory); NULL = the default above */
     const char *vram_spec; /* VRAM expert tier (--vram-mib auto|full|MiB; CUDA): NULL = every
                               weight resident on the device (docs/EXPERT_CACHE.md) */

@@ -310,7 +310,18 @@ static void test_graph_rule(void) {
     CHECK(vram_graph_take(lim, lim) && !vram_graph_take(lim + 1, lim), "the limit itself takes the graph");
 }
 
+/* The prompt batch under a tier when --batch is auto (vram_plan.h): 2048 for auto and budgets from
+ * 8 GiB, the backend's default (0) below, for full residency and for a bad spec. */
+static void test_prompt_batch(void) {
+    CHECK(vram_prompt_batch(NULL) == 2048 && vram_prompt_batch("auto") == 2048, "auto: 2048");
+    CHECK(vram_prompt_batch("8192") == 2048 && vram_prompt_batch("16384") == 2048, ">= 8 GiB: 2048");
+    CHECK(vram_prompt_batch("8191") == 0 && vram_prompt_batch("4096") == 0, "< 8 GiB: the default");
+    CHECK(vram_prompt_batch("full") == 0 && vram_prompt_batch("lots") == 0 && !*rl_lasterr(),
+          "full / bad: the default, no error left behind");
+}
+
 int main(void) {
+    test_prompt_batch();
     test_graph_rule();
     test_pin_miss();
     test_cpu_pick();
