@@ -1,0 +1,45 @@
+"""tools/tier_sim.py (VRAM slots over a RAM cache, three RAM policies) on traces whose answer is known
+by hand: one layer, top-1, one VRAM slot and one RAM slot."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "tier_sim.py")
+
+
+def sim(tmp_path, experts, vram=1, ram=1, skip=0):
+    p = tmp_path / "t.jsonl"
+    lines = [json.dumps({"header": {"n_layer": 1, "n_expert": 4, "top_k": 1}})]
+    lines += [json.dumps({"f": i, "l": 0, "n": 1, "ids": [e]}) for i, e in enumerate(experts)]
+    p.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", str(vram), "--ram-slots", str(ram),
+                        "--skip", str(skip), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return {o["policy"]: o for o in json.loads(r.stdout)}
+
+
+def test_alternating_pair(tmp_path):
+    # 0,1,0,1,...: VRAM (1 slot) always holds the other one. Inclusive and demote keep in RAM what VRAM
+    # just took, so every token reads the disk; a victim cache holds what VRAM evicted: from the third
+    # token on every miss is a RAM hit.
+    r = sim(tmp_path, [0, 1] * 3)
+    for pol in ("inclusive", "demote"):
+        assert (r[pol]["vram"], r[pol]["ram"], r[pol]["disk"]) == (0, 0, 6), r[pol]
+    assert (r["victim"]["vram"], r["victim"]["ram"], r["victim"]["disk"]) == (0, 4, 2), r["victim"]
+
+
+def test_repeats_hit_vram_and_skip(tmp_path):
+    r = sim(tmp_path, [2, 2, 2, 3], skip=1)  # the first token is not counted
+    for pol in r.values():
+        assert (pol["lookups"], pol["vram"], pol["ram"], pol["disk"]) == (3, 2, 0, 1), pol
+
+
+def test_partial_last_line(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"header": {"n_layer": 1, "n_expert": 4, "top_k": 1}}) + "\n" +
+                 json.dumps({"f": 0, "l": 0, "n": 1, "ids": [1]}) + "\n" + '{"f": 1, "l"')
+    r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", "1", "--ram-slots", "1", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["lookups"] == 1, r.stderr

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Replay an expert route trace against two tiers, VRAM slots over a RAM cache, and print where the
+experts of the decode tokens come from.
+
+Model of the CUDA VRAM tier over the bounded RAM cache (docs/EXPERT_CACHE.md): VRAM has a fixed
+number of slots per layer with its own LRU (vram_slots); the RAM cache is one LRU over uniform slots
+(the synthetic presets' experts of one layer are one size class). A decode token asks each layer for
+its experts; a VRAM miss is served from RAM or, failing that, read from disk. Three RAM policies:
+
+  inclusive  RAM keeps what it served at its most recent end (the cache before 2026-12-07)
+  demote     exclusive caching as built: what VRAM just took becomes RAM's next victim
+             (q3n_expert_src.demote)
+  victim     RAM as VRAM's victim cache: a VRAM hit from RAM leaves RAM, and what VRAM evicts goes
+             to RAM (a device-to-host copy of the slot; not built)
+
+The tier's pre-gated prefetch is not simulated (it moves reads earlier, not fewer of them). The
+trace (`redlite dump --route-trace FILE`, tools/cache_sim.py describes it) should come from a cut of
+the preset (`synth --geometry layers=N`): every layer of a preset has the same calibrated routing, so
+slots per layer carry over to the full model. Forwards of more than one row (the prompt) pass through
+both tiers; the counts are over the decode forwards after --skip of them.
+
+usage: tools/tier_sim.py TRACE --vram-slots S --ram-slots R [R ...] [--skip N] [--json]
+       (R per layer: a RAM budget / (layers x expert bytes))
+"""
+import argparse
+import json
+from collections import OrderedDict
+
+
+def load(path):
+    header, reqs = None, []
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break  # a trace still being written: its last line is partial
+            d = json.loads(line)
+            if "header" in d:
+                header = d["header"]
+            else:
+                reqs.append((d["f"], d["l"], d["n"], d["ids"]))
+    if header is None:
+        raise SystemExit(f"{path}: no header line (not a route trace)")
+    return header, reqs
+
+
+class Lru:
+    def __init__(self, cap):
+        self.cap, self.d = cap, OrderedDict()
+
+    def __contains__(self, k):
+        return k in self.d
+
+    def touch(self, k):
+        self.d.move_to_end(k)
+
+    def put(self, k):
+        """Insert at the most recent end; returns the evicted key or None."""
+        out = None
+        if k in self.d:
+            self.d.move_to_end(k)
+            return None
+        if self.cap <= 0:
+            return k
+        if len(self.d) >= self.cap:
+            out, _ = self.d.popitem(last=False)
+        self.d[k] = True
+        return out
+
+    def demote(self, k):
+        if k in self.d:
+            self.d.move_to_end(k, last=False)
+
+    def drop(self, k):
+        self.d.pop(k, None)
+
+
+def simulate(header, reqs, vslots, rslots_layer, policy, skip):
+    n_layer = header["n_layer"]
+    vram = [Lru(vslots) for _ in range(n_layer)]
+    ram = Lru(rslots_layer * n_layer)
+    c = {"lookups": 0, "vram": 0, "ram": 0, "disk": 0}
+    decode_seen = 0
+    for f, layer, rows, ids in reqs:
+        counting = rows == 1 and decode_seen >= skip * n_layer
+        if rows == 1:
+            decode_seen += 1
+        v = vram[layer]
+        for e in ids:
+            key = (layer, e)
+            if counting:
+                c["lookups"] += 1
+            if e in v:
+                v.touch(e)
+                if counting:
+                    c["vram"] += 1
+                continue
+            hit = key in ram
+            if counting:
+                c["ram" if hit else "disk"] += 1
+            if policy == "inclusive":
+                ram.put(key)
+            elif policy == "demote":
+                ram.put(key)
+                ram.demote(key)
+            elif hit:  # victim: it moves up to VRAM
+                ram.drop(key)
+            gone = v.put(e)
+            if policy == "victim" and gone is not None:
+                ram.put((layer, gone))
+    n = max(c["lookups"], 1)
+    return {k: c[k] for k in c} | {"vram_pct": 100 * c["vram"] / n, "ram_pct": 100 * c["ram"] / n,
+                                     "disk_pct": 100 * c["disk"] / n,
+                                     "ram_hit_of_vram_misses_pct": 100 * c["ram"] / max(c["ram"] + c["disk"], 1)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--vram-slots", type=int, required=True, help="VRAM slots per layer")
+    ap.add_argument("--ram-slots", type=int, nargs="+", required=True, help="RAM slots per layer")
+    ap.add_argument("--skip", type=int, default=0, help="decode tokens not counted (warm-up)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    header, reqs = load(a.trace)
+    out = []
+    for r in a.ram_slots:
+        for pol in ("inclusive", "demote", "victim"):
+            res = simulate(header, reqs, a.vram_slots, r, pol, a.skip)
+            out.append({"vram_slots": a.vram_slots, "ram_slots": r, "policy": pol, **res})
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"{'RAM slots/layer':>15} {'policy':>10} {'VRAM %':>7} {'RAM %':>6} {'disk %':>7} "
+          f"{'RAM hit of VRAM misses %':>25}")
+    for o in out:
+        print(f"{o['ram_slots']:>15} {o['policy']:>10} {o['vram_pct']:>7.1f} {o['ram_pct']:>6.1f} "
+              f"{o['disk_pct']:>7.1f} {o['ram_hit_of_vram_misses_pct']:>25.1f}")
+
+
+if __name__ == "__main__":
+    main()
