@@ -514,7 +514,7 @@ q3n_expert_src expert_cache_src(expert_cache *ec) {
     q3n_expert_src s = {
         .acquire = ec_acquire, .release = ec_release, .hint = ec_hint, .span = ec_span, .ud = ec};
     if (ec->mode == EC_BOUNDED && ec->p.route_bias > 0) s.bias = ec_bias;
-    if (ec->mode == EC_BOUNDED) s.demote = ec_demote;
+    if (ec->mode == EC_BOUNDED && ec->p.demote) s.demote = ec_demote;
     if (ec->mode == EC_BOUNDED && ec->pred) s.prefetch = ec_prefetch;
     return s;
 }

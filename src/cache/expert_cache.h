@@ -46,6 +46,8 @@ typedef struct {
     int prefetch_k;         /* predictions per row to prefetch (0 = top-k; RL_CACHE_PREFETCH_K) */
     ec_io io;               /* RL_CACHE_DIRECT=1 / =0 force direct / buffered */
     bool uniform;           /* one slot size for every layer (RL_CACHE_CLASSES=0) */
+    bool demote;            /* serve q3n_expert_src.demote: what a VRAM tier took is evicted first
+                               (RL_CACHE_DEMOTE=1; off: plain LRU, better in tools/tier_sim.py's replay) */
     float route_bias;       /* > 0: cache-aware routing (CHANGES OUTPUTS); 0 = exact */
     const char *trace_path; /* route trace, JSON lines (--route-trace, RL_ROUTE_TRACE) */
     bool progress;          /* progress bar for the EC_FULL preload */

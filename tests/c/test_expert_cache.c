@@ -520,6 +520,7 @@ static void test_tier_prefetch(fixture *fx) {
     if (!ec) return;
     q3n_expert_src src = expert_cache_src(ec);
     CHECK(src.prefetch != NULL, "bounded mode: no prefetch callback");
+    CHECK(src.demote == NULL, "demote is off unless asked for (RL_CACHE_DEMOTE=1)");
     const uint8_t *g[E], *u[E], *d[E], *mg, *mu, *md;
     const int32_t ids[K] = {3, 7, 3, 11}; /* a duplicate: one load */
     ec_stats st;
@@ -558,10 +559,11 @@ static void test_demote(fixture *fx) {
                           (ec_params){.budget = expert_cache_min_budget(m, false),
                                       .uniform = true,
                                       .no_prefetch = true,
+                                      .demote = true,
                                       .io = EC_IO_BUFFERED});
     if (!ec) return;
     q3n_expert_src src = expert_cache_src(ec);
-    CHECK(src.demote != NULL, "bounded mode: no demote callback");
+    CHECK(src.demote != NULL, "bounded mode with demote: no demote callback");
     const uint8_t *g[E], *u[E], *d[E];
     int32_t ids[E];
     ec_stats st;
