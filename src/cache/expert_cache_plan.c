@@ -41,19 +41,18 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work
     uint64_t minb = expert_cache_min_budget(m, direct), fullb = expert_cache_full_bytes(m, direct);
     int share = (int)(EC_RAM_SHARE * 100 + 0.5);
     if (!spec || !*spec || !strcmp(spec, "auto")) {
-        if (need <= limit && device) {
-            out->mode = EC_FULL;
-            snprintf(
-                out->reason, sizeof out->reason,
-                "auto: experts %.1f GiB fit in %d%% of RAM (%.1f GiB); dense weights and state on the GPU",
-                experts / GiB, share, ram / GiB);
-            return 0;
-        }
         if (need <= limit) {
             out->mode = EC_FULL;
-            snprintf(out->reason, sizeof out->reason,
-                     "auto: experts %.1f + dense %.1f + state %.1f GiB fit in %d%% of RAM (%.1f GiB)",
-                     experts / GiB, dense / GiB, state / GiB, share, ram / GiB);
+            if (device)
+                snprintf(
+                    out->reason, sizeof out->reason,
+                    "auto: experts %.1f GiB fit in %d%% of RAM (%.1f GiB); dense weights and state on the "
+                    "GPU",
+                    experts / GiB, share, ram / GiB);
+            else
+                snprintf(out->reason, sizeof out->reason,
+                         "auto: experts %.1f + dense %.1f + state %.1f GiB fit in %d%% of RAM (%.1f GiB)",
+                         experts / GiB, dense / GiB, state / GiB, share, ram / GiB);
             return 0;
         }
         out->mode = EC_BOUNDED;
