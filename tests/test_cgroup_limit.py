@@ -20,7 +20,7 @@ LIMIT = 6 << 30
 
 
 def make_group():
-    """A fresh memory cgroup limited to LIMIT: (path, limit file); skip where none can be made."""
+    """A fresh memory cgroup limited to LIMIT (its path); skip where none can be made."""
     name = "redlite-test-" + uuid.uuid4().hex[:8]
     v2 = "/sys/fs/cgroup/cgroup.controllers"
     candidates = []
@@ -38,7 +38,7 @@ def make_group():
         try:
             with open(os.path.join(path, limit_file), "w") as f:
                 f.write(str(LIMIT))
-            return path, limit_file
+            return path
         except OSError as e:
             why = f"cannot set {limit_file} in {path}: {e}"
             os.rmdir(path)
@@ -47,7 +47,7 @@ def make_group():
 
 @pytest.fixture
 def group():
-    path, limit_file = make_group()
+    path = make_group()
     yield path
     os.rmdir(path)
 

@@ -228,8 +228,10 @@ uint64_t rl_cgroup_limit(const char *root, const char *self) {
     return best;
 }
 
+uint64_t rl_mem_limit(void) { return rl_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup"); }
+
 uint64_t rl_total_ram(void) {
-    const uint64_t phys = rl_phys_ram(), lim = rl_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup");
+    const uint64_t phys = rl_phys_ram(), lim = rl_mem_limit();
     return lim && (!phys || lim < phys) ? lim : phys;
 }
 

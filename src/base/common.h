@@ -111,6 +111,8 @@ uint64_t rl_phys_ram(void);
  * memory.max, v1 memory/.../memory.limit_in_bytes; 0 when none is set or nothing can be read.
  * Split from rl_total_ram so a test can give it a made-up hierarchy. */
 uint64_t rl_cgroup_limit(const char *root, const char *self);
+/* rl_cgroup_limit of this process (/proc/self/cgroup under /sys/fs/cgroup); 0: no limit. */
+uint64_t rl_mem_limit(void);
 
 /* Progress bar on stderr, drawn only when stderr is a terminal (or RL_PROGRESS=1).
  * Usage: rl_progress p; rl_progress_start(&p, "loading", total); rl_progress_update(&p, done);

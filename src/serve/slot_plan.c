@@ -34,7 +34,7 @@ uint64_t slot_plan_mem_available(void) {
     uint64_t avail = (uint64_t)kb << 10;
     /* inside a control group the limit counts, less this process's own anonymous memory (its
      * file pages are the kernel's to reclaim, as MemAvailable counts them) */
-    const uint64_t lim = rl_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup"), anon = rl_anon_rss();
+    const uint64_t lim = rl_mem_limit(), anon = rl_anon_rss();
     if (lim) {
         const uint64_t left = lim > anon ? lim - anon : 0;
         if (!avail || left < avail) avail = left;
