@@ -48,6 +48,9 @@ typedef struct {
     bool uniform;           /* one slot size for every layer (RL_CACHE_CLASSES=0) */
     bool demote;            /* serve q3n_expert_src.demote: what a VRAM tier took is evicted first
                                (RL_CACHE_DEMOTE=1; off: plain LRU, better in tools/tier_sim.py's replay) */
+    bool no_victim;         /* RL_CACHE_VICTIM=0: do not serve q3n_expert_src.keep (the RAM cache as a
+                               VRAM tier's victim cache: what VRAM evicts is copied back here and what it
+                               takes is evicted first; tools/tier_sim.py, docs/EXPERT_CACHE.md) */
     float route_bias;       /* > 0: cache-aware routing (CHANGES OUTPUTS); 0 = exact */
     const char *trace_path; /* route trace, JSON lines (--route-trace, RL_ROUTE_TRACE) */
     bool progress;          /* progress bar for the EC_FULL preload */
@@ -120,6 +123,7 @@ typedef struct {
     uint64_t short_reads, eintr;           /* retried partial / interrupted reads */
     uint64_t bias_calls;                   /* cache-aware routing decisions */
     uint64_t demoted;                      /* entries demoted: a faster tier holds them (demote) */
+    uint64_t kept, kept_declined;          /* evictions a faster tier handed back: taken / declined */
     double io_wait_s;                      /* inference thread blocked on loads */
     double hint_s;                         /* inference thread in pre-gating */
     uint64_t peak_rss;

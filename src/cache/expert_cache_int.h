@@ -38,6 +38,7 @@ typedef struct {
     uint8_t state;  /* EC_S_* (written by I/O threads under mu); FREE <=> the policy has no key */
     uint8_t queued; /* waiting in a job ring (cleared when an I/O thread takes it) */
     uint8_t in_qd;  /* ... in the demand ring (else the prefetch ring) */
+    uint8_t ext;    /* LOADING by a faster tier's copy (q3n_expert_src.keep), not by an I/O thread */
     int io_err;     /* errno of a failed load, or -1 for an unexpected end of file */
     int io_range;   /* which range failed */
 } ec_slot;

@@ -200,7 +200,8 @@ int32_t slot_policy_victim(slot_policy *sp, int p, bool prefetch) {
     return s;
 }
 
-void slot_policy_fill(slot_policy *sp, int32_t s, int32_t k, bool prefetch) {
+/* Key k into slot s (a free slot on top of the stack, or an unpinned resident entry, evicted). */
+static void place(slot_policy *sp, int32_t s, int32_t k) {
     int p = sp->pool[s];
     RL_ASSERT(sp->kpool[k] == p && sp->index[k] < 0 && sp->pins[s] == 0);
     if (sp->key[s] < 0) { /* free: the top of the stack (victim, or just dropped) */
@@ -214,6 +215,10 @@ void slot_policy_fill(slot_policy *sp, int32_t s, int32_t k, bool prefetch) {
     }
     sp->key[s] = k;
     sp->index[k] = s;
+}
+
+void slot_policy_fill(slot_policy *sp, int32_t s, int32_t k, bool prefetch) {
+    place(sp, s, k);
     sp->pf[s] = prefetch;
     if (prefetch) {
         lru_push_head(sp, s);
@@ -222,6 +227,13 @@ void slot_policy_fill(slot_policy *sp, int32_t s, int32_t k, bool prefetch) {
         sp->pins[s] = 1;
         sp->st.misses++;
     }
+}
+
+void slot_policy_fill_kept(slot_policy *sp, int32_t s, int32_t k) {
+    place(sp, s, k);
+    sp->pf[s] = false;
+    sp->pins[s] = 1;
+    sp->st.kept++;
 }
 
 void slot_policy_drop(slot_policy *sp, int32_t s) {

@@ -40,6 +40,7 @@ typedef struct {
     uint64_t pf_used;    /* ... hit before they left (counted at the first hit) */
     uint64_t pf_wasted;  /* ... evicted or dropped before any hit */
     uint64_t pf_refused; /* prefetch victim searches refused: every unpinned entry protected */
+    uint64_t kept;       /* fills with a key a faster tier handed back (slot_policy_fill_kept) */
 } slot_stats;
 
 /* n_pools pools of pool_slots[p] slots each (0 allowed), numbered pool after pool; key k
@@ -82,6 +83,9 @@ int32_t slot_policy_victim(slot_policy *sp, int pool, bool prefetch);
  * one). Demand: the new entry is pinned once and counted a miss. Prefetch: it goes to the most
  * recent end, marked, counted a prefetch load. */
 void slot_policy_fill(slot_policy *sp, int32_t slot, int32_t key, bool prefetch);
+/* As a demand fill (pinned once; the caller unpins it when its bytes are in), for a key a faster
+ * tier handed back (victim caching): counted kept, not a miss. */
+void slot_policy_fill_kept(slot_policy *sp, int32_t slot, int32_t key);
 /* The entry of slot leaves (its load failed, or was rolled back), pinned or not; the slot goes
  * on top of the free stack. A prefetched entry never hit counts wasted. */
 void slot_policy_drop(slot_policy *sp, int32_t slot);

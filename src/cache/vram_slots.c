@@ -15,6 +15,7 @@ typedef struct {
     int cap, first; /* slots, and the policy's number of slot 0 */
     uint64_t bytes;
     int32_t *pins, *pmiss; /* policy slots pinned by the open prepare; those it filled (misses) */
+    int32_t *gone;         /* [cap]: the expert the last fill of each slot evicted (-1: none) */
     uint8_t *pred, *seen;  /* [n_expert]: predicted by the last prefetch; scratch of one call */
     int npins, nmiss;
     bool open, has_pred;
@@ -51,9 +52,11 @@ vram_slots *vram_slots_new(int n_layer, int n_expert, const int *slots, const ui
         if (l->cap && vs->first < 0) vs->first = il;
         l->pins = rl_malloc(cs * 4, "slots");
         l->pmiss = rl_malloc(cs * 4, "slots");
+        l->gone = rl_malloc(cs * 4, "slots");
         l->pred = rl_calloc(es, 1, "slots");
         l->seen = rl_calloc(es, 1, "slots");
-        if (!l->pins || !l->pmiss || !l->pred || !l->seen) goto fail;
+        if (!l->pins || !l->pmiss || !l->gone || !l->pred || !l->seen) goto fail;
+        for (int s = 0; s < l->cap; s++) l->gone[s] = -1;
     }
     free(cap);
     free(kpool);
@@ -69,7 +72,7 @@ void vram_slots_free(vram_slots *vs) {
     if (!vs) return;
     for (int il = 0; vs->L && il < vs->n_layer; il++) {
         vlayer *l = &vs->L[il];
-        free(l->pins), free(l->pmiss), free(l->pred), free(l->seen);
+        free(l->pins), free(l->pmiss), free(l->gone), free(l->pred), free(l->seen);
     }
     slot_policy_free(vs->sp);
     free(vs->L);
@@ -116,6 +119,12 @@ static int check_ids(vram_slots *vs, int layer, const int32_t *ids, int n) {
     return 0;
 }
 
+/* Before policy slot s of layer l is filled: which expert leaves it (victim caching). */
+static void note_gone(const vram_slots *vs, vlayer *l, int32_t s) {
+    const int32_t k = slot_policy_key(vs->sp, s);
+    l->gone[s - l->first] = k < 0 ? -1 : k % vs->n_expert;
+}
+
 int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int32_t *slot, int32_t *miss) {
     if (check_ids(vs, layer, ids, n)) return -1;
     vlayer *l = &vs->L[layer];
@@ -131,6 +140,7 @@ int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int
         if (slot[i] >= 0) continue;
         int32_t s = slot_policy_victim(vs->sp, layer, false); /* cannot fail: cap - pinned >= misses */
         RL_ASSERT(s >= 0);
+        note_gone(vs, l, s);
         slot_policy_fill(vs->sp, s, key_of(vs, layer, ids[i]), false);
         slot[i] = s;
         l->pmiss[l->nmiss++] = s;
@@ -191,6 +201,7 @@ int vram_slots_prefetch(vram_slots *vs, int layer, const int32_t *ids, int n, in
         l->seen[e] = 1;                                      /* once per expert */
         int32_t s = slot_policy_victim(vs->sp, layer, true); /* never a prediction (refusal counted) */
         if (s < 0) continue;
+        note_gone(vs, l, s);
         slot_policy_fill(vs->sp, s, key_of(vs, layer, e), true);
         slot_out[k] = s - l->first;
         e_out[k++] = e;
@@ -206,6 +217,11 @@ void vram_slots_drop(vram_slots *vs, int layer, int s) {
     vlayer *l = &vs->L[layer];
     if (s < 0 || s >= l->cap || slot_policy_pins(vs->sp, l->first + s)) return;
     slot_policy_drop(vs->sp, l->first + s);
+}
+
+int vram_slots_evicted(const vram_slots *vs, int layer, int slot) {
+    if (layer < 0 || layer >= vs->n_layer || slot < 0 || slot >= vs->L[layer].cap) return -1;
+    return vs->L[layer].gone[slot];
 }
 
 int vram_slots_lookup(const vram_slots *vs, int layer, int expert) {

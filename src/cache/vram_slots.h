@@ -67,6 +67,10 @@ int vram_slots_prefetch(vram_slots *vs, int layer, const int32_t *ids, int n, in
 /* A planned prefetch copy failed: that slot leaves the index (free again). */
 void vram_slots_drop(vram_slots *vs, int layer, int slot);
 
+/* The expert that the last fill of (layer, slot) — by vram_slots_prepare or vram_slots_prefetch —
+ * evicted, -1 if the slot was free (victim caching: the tier hands it back to the host tier before
+ * its copy overwrites the slot). */
+int vram_slots_evicted(const vram_slots *vs, int layer, int slot);
 /* Slot of (layer, expert), or -1 if not resident. */
 int vram_slots_lookup(const vram_slots *vs, int layer, int expert);
 /* Expert in (layer, slot), or -1 if free. */

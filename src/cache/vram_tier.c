@@ -104,6 +104,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->hu = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hd = rl_malloc(sizeof(void *) * TK, "VRAM tier");
     vt->hs = rl_malloc(sizeof(void *) * TK, "VRAM tier");
+    vt->keep_l = rl_malloc(4 * (TK + (size_t)vt->E), "VRAM tier");
+    vt->keep_e = rl_malloc(4 * (TK + (size_t)vt->E), "VRAM tier");
     {
         size_t ns = 0;
         for (int il = 0; il < hp->n_layer; il++) ns += (size_t)plan->slots[il];
@@ -115,7 +117,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
         }
     }
     if (!vt->uni || !vt->cnt || !vt->first || !vt->order || !vt->bslot || !vt->bmiss || !vt->pf_slot ||
-        !vt->pf_e || !vt->hg || !vt->hu || !vt->hd || !vt->hs)
+        !vt->pf_e || !vt->hg || !vt->hu || !vt->hd || !vt->hs || !vt->keep_l || !vt->keep_e)
         goto fail;
     if (miss != VRAM_MISS_COPY) { /* the CPU path's buffers (decode / small verifies only) */
         const size_t P = VT_CPU_PAIRS, D = (size_t)hp->n_embd, ff = (size_t)hp->n_ff_exp;
@@ -196,6 +198,7 @@ void vram_tier_free(vram_tier *vt) {
     vram_slots_free(vt->slots);
     free(vt->uni), free(vt->cnt), free(vt->first), free(vt->order), free(vt->bslot), free(vt->bmiss);
     free(vt->pf_slot), free(vt->pf_e), free(vt->hg), free(vt->hu), free(vt->hd), free(vt->hs);
+    free(vt->keep_l), free(vt->keep_e);
     free(vt);
 }
 
@@ -287,6 +290,11 @@ int vt_host_release(vram_tier *vt, int il) {
         vt->wait_s += rl_now() - t0;
         vt->dma_pending = false;
     }
+    for (int i = 0; i < vt->n_keep; i++) /* the write-backs are in (or failed) */
+        vt->src.kept(vt->src.ud, vt->keep_l[i], vt->keep_e[i], rc == 0 && !vt->keep_err);
+    vt->kept += rc == 0 && !vt->keep_err ? (uint64_t)vt->n_keep : 0;
+    vt->n_keep = 0;
+    vt->keep_err = false;
     if (vt->src.acquire && vt->src.release) vt->src.release(vt->src.ud, il);
     return rc;
 }
@@ -491,6 +499,37 @@ fault:
                      (unsigned long long)vt->fault_at);
 }
 
+/* Victim caching (q3n_expert_src.keep): the experts slots s[0..n) of layer il held before this fill
+ * go back to the host tier, a device-to-host copy each on the copy stream, queued before the fills
+ * that overwrite them (one stream: in order). Only into page-locked memory (the RAM cache's arenas,
+ * its spans): a copy to pageable memory would stall the host. Answered (kept) in vt_host_release
+ * after its wait for the copy stream; a failed copy gives the room back. */
+static void keep_victims(vram_tier *vt, int il, const int32_t *s, int n) {
+    if (!vt->src.keep || !vt->src.kept || !vt->volatile_src) return;
+    const vram_layout *ly = &vt->ly[il];
+    for (int i = 0; i < n; i++) {
+        const int e = vram_slots_evicted(vt->slots, il, s[i]);
+        uint8_t *g, *u, *d;
+        if (e < 0 || !vt->src.keep(vt->src.ud, il, e, &g, &u, &d)) continue;
+        if (!in_pin(vt, g, ly->src_bytes[0]) || (ly->src_bytes[1] && !in_pin(vt, u, ly->src_bytes[1])) ||
+            !in_pin(vt, d, ly->src_bytes[2])) {
+            vt->src.kept(vt->src.ud, il, e, false);
+            continue;
+        }
+        const uint8_t *src = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
+        vt->keep_err |=
+            cudaMemcpyAsync(g, src + ly->gate_off, ly->src_bytes[0], cudaMemcpyDeviceToHost, vt->cp) ||
+            (ly->src_bytes[1] &&
+             cudaMemcpyAsync(u, src + ly->up_off, ly->src_bytes[1], cudaMemcpyDeviceToHost, vt->cp)) ||
+            cudaMemcpyAsync(d, src + ly->down_off, ly->src_bytes[2], cudaMemcpyDeviceToHost, vt->cp);
+        vt->keep_l[vt->n_keep] = il;
+        vt->keep_e[vt->n_keep++] = e;
+        vt->kept_bytes += copy_bytes(ly);
+        vt->dma_pending = true;
+    }
+    if (vt->keep_err) (void)cudaGetLastError();
+}
+
 /* fill_queue, its last run of copies closed as a segment (the emulated link's hold behind it). */
 int vt_fill_slots(vram_tier *vt, int il, const int32_t *s, const int32_t *e, int n, bool demand, int *done) {
     const int rc = fill_queue(vt, il, s, e, n, demand, done);
@@ -633,6 +672,7 @@ static void prefetch_next(vram_tier *vt) {
     if (k <= 0) return;
     int done = 0;
     if (wait_slots(vt, l, vt->pf_slot, NULL, k) == 0 && vt_host_rows(vt, l, vt->pf_e, k) == 0) {
+        keep_victims(vt, l, vt->pf_slot, k);
         vt_fill_slots(vt, l, vt->pf_slot, vt->pf_e, k, false, &done);
         if (vt_host_release(vt, l)) done = 0; /* the copies' state is unknown: none counts */
         host_moved(vt, l, vt->pf_e, done);
@@ -659,6 +699,7 @@ int vram_tier_batch(vram_tier *vt, int b, cudaStream_t st, vram_batch *out) {
             ms[j] = vt->bslot[vt->bmiss[j]];
         }
         if (vt_host_rows(vt, il, mids, nm)) goto fail;
+        keep_victims(vt, il, ms, nm);
         int done, rc = vt_fill_slots(vt, il, ms, mids, nm, true, &done);
         if (vt_host_release(vt, il)) rc = -1;
         if (rc) goto fail;
@@ -842,6 +883,11 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
         f,
         "vram tier: host waits %.3f s (router sync + staging ring + RAM-cache DMA), staging memcpy %.3f s\n",
         vt->wait_s, vt->stage_s);
+    if (vt->kept)
+        fprintf(f,
+                "vram tier: victim cache: %.2f evictions/token copied back to the RAM cache (%.1f MiB/token "
+                "device->host)\n",
+                (double)vt->kept / tok, (double)vt->kept_bytes / 1048576.0 / tok);
     vram_link_stats l;
     vram_tier_link_stats(vt, &l);
     fprintf(

@@ -94,6 +94,12 @@ struct vram_tier {
     double cpu_total_s;
     bool dma_pending;
     cudaEvent_t ev_dma;
+    /* victim caching (q3n_expert_src.keep): write-backs queued on the copy stream, completed by
+     * vt_host_release after its wait (keep_l/keep_e: [E + n_batch x K]) */
+    int n_keep;
+    bool keep_err;
+    int32_t *keep_l, *keep_e;
+    uint64_t kept, kept_bytes;
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;

@@ -323,6 +323,14 @@ typedef struct {
      * reading them now, without pinning, so a later acquire finds them loaded or on their way.
      * Best effort; changes no output. */
     void (*prefetch)(void *ud, int layer, const int32_t *ids, int n);
+    /* (optional) victim caching: a faster tier is about to overwrite its copy of expert `id` of
+     * `layer` (an eviction) and offers it back. 1: the source reserved room and set gate/up/down to
+     * where its rows go (acquire's layout, in a span); the tier copies the bytes there, then calls
+     * kept(ok) once they are in (ok false: a failed copy, the room is given back). Until then the
+     * entry is loading: no acquire is served from it. 0: declined (already held, no room). Every
+     * keep is answered by one kept before the tier's next acquire. Changes no output. */
+    int (*keep)(void *ud, int layer, int id, uint8_t **gate, uint8_t **up, uint8_t **down);
+    void (*kept)(void *ud, int layer, int id, bool ok);
     void *ud;
 } q3n_expert_src;
 

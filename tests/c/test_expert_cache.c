@@ -506,10 +506,6 @@ static void test_plan_attach_trace(fixture *fx) {
     free(lg);
 }
 
-/* The committed oracle fixture: a bounded cache below its expert bytes. */
-/* Exclusive caching (q3n_expert_src.demote): an entry a faster tier took is the next victim. One
- * uniform pool of E + K slots filled by layer 0's E experts, then layer 1's first K; demoting the
- * most recent (1, K-1) makes it, not the least recent (0, 0), the victim of the next new key. */
 /* A faster tier's predictions (q3n_expert_src.prefetch): the named experts are read by the I/O
  * threads without a demand; the acquire that follows finds them (hits, or waits for the load in
  * flight) and counts no miss; the bytes served are the file's. Off with no_prefetch. */
@@ -520,7 +516,8 @@ static void test_tier_prefetch(fixture *fx) {
     if (!ec) return;
     q3n_expert_src src = expert_cache_src(ec);
     CHECK(src.prefetch != NULL, "bounded mode: no prefetch callback");
-    CHECK(src.demote == NULL, "demote is off unless asked for (RL_CACHE_DEMOTE=1)");
+    CHECK(src.demote != NULL && src.keep != NULL && src.kept != NULL,
+          "the victim cache (keep + demote) is on by default");
     const uint8_t *g[E], *u[E], *d[E], *mg, *mu, *md;
     const int32_t ids[K] = {3, 7, 3, 11}; /* a duplicate: one load */
     ec_stats st;
@@ -553,6 +550,9 @@ static void test_tier_prefetch(fixture *fx) {
     expert_cache_free(ec);
 }
 
+/* Exclusive caching (q3n_expert_src.demote): an entry a faster tier took is the next victim. One
+ * uniform pool of E + K slots filled by layer 0's E experts, then layer 1's first K; demoting the
+ * most recent (1, K-1) makes it, not the least recent (0, 0), the victim of the next new key. */
 static void test_demote(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     expert_cache *ec = mk(fx, EC_BOUNDED,
@@ -593,6 +593,71 @@ static void test_demote(fixture *fx) {
     src.release(src.ud, 1);
     expert_cache_get_stats(ec, &st);
     CHECK(st.misses == E + K + 2, "the demoted (1, %d) is still resident", last);
+    CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    expert_cache_free(ec);
+}
+
+/* Victim caching (q3n_expert_src.keep / kept): what a faster tier evicts comes back into a slot the
+ * cache gives out; after kept(ok) an acquire serves it from there as a hit (no read), after
+ * kept(false) the room is free again and the key is read from the file. A held key, or no unpinned
+ * slot, is declined. RL_CACHE_VICTIM=0 (no_victim): neither keep nor demote. */
+static void test_victim(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    const ec_params base = {.budget = expert_cache_min_budget(m, false),
+                            .uniform = true,
+                            .no_prefetch = true,
+                            .io = EC_IO_BUFFERED};
+    ec_params p = base;
+    p.no_victim = true;
+    expert_cache *ec = mk(fx, EC_BOUNDED, p);
+    if (!ec) return;
+    q3n_expert_src src = expert_cache_src(ec);
+    CHECK(src.keep == NULL && src.kept == NULL && src.demote == NULL, "no_victim: keep/kept/demote served");
+    expert_cache_free(ec);
+    if (!(ec = mk(fx, EC_BOUNDED, base))) return;
+    src = expert_cache_src(ec);
+    const uint8_t *g[E], *u[E], *d[E], *mg, *mu, *md;
+    int32_t ids[E];
+    ec_stats st;
+    for (int i = 0; i < E; i++) ids[i] = i;
+    CHECK(src.acquire(src.ud, 0, ids, E, g, u, d) == 0, "acquire: %s", rl_lasterr()); /* E of E + K slots */
+    src.release(src.ud, 0);
+    const q3n_layer *L = &m->layers[1];
+    uint8_t *wg, *wu, *wd;
+    const int32_t five = 5, six = 6;
+    CHECK(src.keep(src.ud, 1, five, &wg, &wu, &wd) == 1, "keep (1, 5): declined with free slots");
+    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, five);
+    q3n_expert_rows(&m->hp, L, five, &mg, &mu, &md);
+    memcpy(wg, mg, sl.gate_bytes), memcpy(wu, mu, sl.up_bytes), memcpy(wd, md, sl.down_bytes);
+    CHECK(expert_cache_check(ec) == 0, "check while a write-back is loading: %s", rl_lasterr());
+    src.kept(src.ud, 1, five, true);
+    CHECK(src.acquire(src.ud, 1, &five, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.misses == E && st.kept == 1 && st.hits == 1, "after kept(ok): misses %llu kept %llu hits %llu",
+          (unsigned long long)st.misses, (unsigned long long)st.kept, (unsigned long long)st.hits);
+    CHECK(g[0] == wg && u[0] == wu && d[0] == wd, "the hit is not served from the kept slot");
+    src.release(src.ud, 1);
+    CHECK(src.keep(src.ud, 1, five, &wg, &wu, &wd) == 0, "keep of a held key not declined");
+    CHECK(src.keep(src.ud, 1, six, &wg, &wu, &wd) == 1, "keep (1, 6): declined");
+    memset(wg, 0xA5, 16); /* a copy that failed half-way */
+    src.kept(src.ud, 1, six, false);
+    CHECK(src.acquire(src.ud, 1, &six, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    const q3n_expert_slice s6 = q3n_expert_slice_of(&m->hp, L, six);
+    q3n_expert_rows(&m->hp, L, six, &mg, &mu, &md);
+    CHECK(!memcmp(g[0], mg, s6.gate_bytes) && !memcmp(u[0], mu, s6.up_bytes) &&
+              !memcmp(d[0], md, s6.down_bytes),
+          "after kept(false): expert (1, 6) is not the file's");
+    src.release(src.ud, 1);
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.misses == E + 1 && st.kept == 2 && st.kept_declined == 1, "misses %llu kept %llu declined %llu",
+          (unsigned long long)st.misses, (unsigned long long)st.kept, (unsigned long long)st.kept_declined);
+    /* every slot pinned (layer 0's E and layer 2's K): no room */
+    CHECK(src.acquire(src.ud, 0, ids, E, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    const uint8_t *g2[K], *u2[K], *d2[K];
+    CHECK(src.acquire(src.ud, 2, ids, K, g2, u2, d2) == 0, "acquire: %s", rl_lasterr());
+    CHECK(src.keep(src.ud, 3, five, &wg, &wu, &wd) == 0, "keep with every slot pinned not declined");
+    src.release(src.ud, 2);
+    src.release(src.ud, 0);
     CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
     expert_cache_free(ec);
 }
@@ -655,6 +720,7 @@ int main(void) {
         test_route_bias(&fx);
         test_tier_prefetch(&fx);
         test_demote(&fx);
+        test_victim(&fx);
         test_plan_attach_trace(&fx);
         free(fx.ref);
         free(fx.ref_pre);

@@ -438,7 +438,31 @@ static void test_demote(void) {
     slot_policy_free(sp);
 }
 
+/* A key a faster tier handed back (victim caching): placed like a demand fill (pinned, may evict
+ * the LRU tail) but counted kept, not a miss; unpinned it goes to the most recent end. */
+static void test_fill_kept(void) {
+    slot_policy *sp = one_pool(4, 20);
+    if (!sp) return;
+    fill_10_to_13(sp);
+    slot_stats st0, st;
+    slot_policy_get_stats(sp, &st0);
+    const int32_t v = slot_policy_victim(sp, 0, false);
+    CHECK(slot_policy_key(sp, v) == 10, "victim %d, want the LRU tail 10", slot_policy_key(sp, v));
+    slot_policy_fill_kept(sp, v, 15);
+    CHECK(slot_policy_pins(sp, v) == 1 && slot_policy_lookup(sp, 15) == v && slot_policy_lookup(sp, 10) == -1,
+          "kept 15 pinned in 10's slot");
+    slot_policy_get_stats(sp, &st);
+    CHECK(st.kept == st0.kept + 1 && st.misses == st0.misses && st.evictions == st0.evictions + 1,
+          "kept %llu misses %llu evictions %llu", (unsigned long long)st.kept, (unsigned long long)st.misses,
+          (unsigned long long)st.evictions);
+    slot_policy_unpin(sp, v);
+    ORDER(sp, 0, "15 13 12 11");
+    OK(sp);
+    slot_policy_free(sp);
+}
+
 int main(void) {
+    test_fill_kept();
     test_demote();
     test_lru_and_pins();
     test_prefetch_protection();

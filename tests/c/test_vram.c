@@ -108,6 +108,8 @@ static void test_slots_trace(void) {
     /* [1,2]: two misses into free slots 0, 1 */
     CHECK(vram_slots_prepare(vs, 0, (int32_t[]){1, 2}, 2, s, miss) == 2 && s[0] == 0 && s[1] == 1, "p1 %d %d",
           s[0], s[1]);
+    CHECK(vram_slots_evicted(vs, 0, 0) == -1 && vram_slots_evicted(vs, 0, 1) == -1,
+          "free slots evict nothing");
     CHECK(miss[0] == 0 && miss[1] == 1, "miss indices");
     CHECK(vram_slots_check(vs) == 0, "check: %s", rl_lasterr());
     vram_slots_commit(vs, 0);
@@ -120,11 +122,17 @@ static void test_slots_trace(void) {
     /* [4]: no free slot: the LRU tail e1 (slot 0) is evicted */
     CHECK(prep(vs, 0, (int32_t[]){4}, 1, s) == 1 && s[0] == 0, "p3 %d", s[0]);
     CHECK(vram_slots_lookup(vs, 0, 1) == -1 && vram_slots_lookup(vs, 0, 4) == 0, "e1 evicted");
+    CHECK(vram_slots_evicted(vs, 0, 0) == 1 && vram_slots_evicted(vs, 0, 2) == -1, "evicted: slot 0 held e1");
     vram_slots_commit(vs, 0);
     vram_slots_release(vs, 0); /* e4(0) e3(2) e2(1) */
     /* [5,6,7]: whole capacity, evicting in LRU order: e2 (slot 1), e3 (slot 2), e4 (slot 0) */
     CHECK(prep(vs, 0, (int32_t[]){5, 6, 7}, 3, s) == 3 && s[0] == 1 && s[1] == 2 && s[2] == 0, "p4 %d %d %d",
           s[0], s[1], s[2]);
+    CHECK(vram_slots_evicted(vs, 0, 1) == 2 && vram_slots_evicted(vs, 0, 2) == 3 &&
+              vram_slots_evicted(vs, 0, 0) == 4,
+          "evicted e2 e3 e4: %d %d %d", vram_slots_evicted(vs, 0, 1), vram_slots_evicted(vs, 0, 2),
+          vram_slots_evicted(vs, 0, 0));
+    CHECK(vram_slots_evicted(vs, 0, 3) == -1 && vram_slots_evicted(vs, 1, 0) == -1, "no such slot");
     vram_slots_commit(vs, 0);
     vram_slots_release(vs, 0); /* e7(0) e6(2) e5(1) */
     CHECK(prep(vs, 0, (int32_t[]){1, 2, 3, 4}, 4, s) == -1 && strstr(rl_lasterr(), "3 slots"),
@@ -147,6 +155,7 @@ static void test_slots_trace(void) {
     CHECK(vram_slots_prefetch(vs, 0, (int32_t[]){7, 3, 3, 2}, 4, ps, pe) == 2, "prefetch count");
     CHECK(ps[0] == 1 && pe[0] == 3 && ps[1] == 2 && pe[1] == 2, "prefetch slots %d/%d %d/%d", ps[0], pe[0],
           ps[1], pe[1]);
+    CHECK(vram_slots_evicted(vs, 0, 1) == 5 && vram_slots_evicted(vs, 0, 2) == 1, "prefetch evicted e5 e1");
     CHECK(vram_slots_check(vs) == 0, "check after prefetch: %s", rl_lasterr());
     /* a second prefetch with every slot predicted finds no victim */
     vram_slots_begin(vs, 0, (int32_t[]){3, 4, 5}, 3, 1);

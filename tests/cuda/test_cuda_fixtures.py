@@ -331,11 +331,14 @@ def test_integer_path_vs_scalar_oracle(fx, tmp_path, name):
 def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
     """A VRAM tier whose host tier is a bounded RAM cache smaller than the experts (a 122B on a 16 GiB
     card with 24 GiB of RAM, in small): the tier's fills come through the cache, which evicts, reads the
-    tier's predictions ahead (q3n_expert_src.prefetch) and, with RL_CACHE_DEMOTE=1, demotes what VRAM
-    took. None of that may change a bit: a cut of the 35B-A3B preset (4 layers, 64 experts), 40 prompt
-    tokens in one forward and 24 greedy steps, logits of every row equal to full residency's with and
-    without demotion; and the stats show the cache really evicted, demoted and prefetched (else the test
-    checks nothing)."""
+    tier's predictions ahead (q3n_expert_src.prefetch) and by default is VRAM's victim cache (what VRAM
+    evicts is copied back device-to-host, q3n_expert_src.keep; what VRAM took is demoted). None of that
+    may change a bit: a cut of the 35B-A3B preset (4 layers, 64 experts), 40 prompt tokens in one
+    forward and 24 greedy steps, logits of every row equal to full residency's with the victim cache
+    (default), without it (RL_CACHE_VICTIM=0: plain LRU) and with demotion alone (RL_CACHE_DEMOTE=1);
+    and the stats show the cache really evicted, kept, demoted and prefetched as configured (else the
+    test checks nothing). A kept expert is served later from the bytes VRAM gave back, so a wrong
+    write-back (offsets, a slot already overwritten) changes the logits here."""
     tmp = str(tmp_path)
     model = os.path.join(tmp, "c35.gguf")
     r = run(["synth", "--preset", "35b-a3b-q4_k_m", "--geometry", "layers=4,vocab=4096,experts=64", "--routing",
@@ -346,22 +349,22 @@ def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
     jf, lf, _ = dump(tmp, "cuda", ids, G, 64, "full", model, with_routes=False)
     # 10 VRAM slots of 64 per layer; a RAM cache of 200 MiB holds about half of the 256 experts
     tier = ("--vram-mib", "4096", "--cache-mib", "200")
-    for demote in ("0", "1"):
-        env = {"RL_VRAM_SLOTS": "10", "RL_CACHE_DEMOTE": demote}
-        jt, lt, _ = dump(tmp, "cuda", ids, G, 64, "tier" + demote, model, with_routes=False, extra=tier, env=env)
+    configs = {"victim": {}, "lru": {"RL_CACHE_VICTIM": "0"}, "demote": {"RL_CACHE_VICTIM": "0", "RL_CACHE_DEMOTE": "1"}}
+    for name, extra_env in configs.items():
+        env = {"RL_VRAM_SLOTS": "10", **extra_env}
+        jt, lt, _ = dump(tmp, "cuda", ids, G, 64, "tier" + name, model, with_routes=False, extra=tier, env=env)
         assert jf["generated"] == jt["generated"]
-        assert np.array_equal(lf, lt), f"tier over a RAM cache (demote {demote}): max |diff| {np.abs(lf - lt).max():.3g}"
+        assert np.array_equal(lf, lt), f"tier over a RAM cache ({name}): max |diff| {np.abs(lf - lt).max():.3g}"
         r = run(["dump", "-m", model, "--tokens", ",".join(map(str, ids)), "--greedy", str(G), "--backend", "cuda",
                  "--kv", "f32", *tier, "--stats", "--json"], env=env)
         assert r.returncode == 0, r.stderr
         ev = re.search(r"evictions (\d+)", r.stderr)
-        dm = re.search(r"(\d+) entries demoted", r.stderr)
+        tiers = re.search(r"(\d+) entries demoted .*?, (\d+) VRAM evictions kept here", r.stderr)
         pf = re.search(r"prefetch: .* loads (\d+)", r.stderr)
+        dm, kp = (int(tiers.group(1)), int(tiers.group(2))) if tiers else (0, 0)
         assert ev and int(ev.group(1)) > 0, "the RAM cache evicted nothing: " + r.stderr[-1500:]
         assert pf and int(pf.group(1)) > 0, "the tier's predictions loaded nothing: " + r.stderr[-1500:]
-        if demote == "1":
-            assert dm and int(dm.group(1)) > 0, "nothing was demoted: " + r.stderr[-1500:]
-        else:
-            assert dm is None, "demoted with RL_CACHE_DEMOTE=0: " + r.stderr[-1500:]
-        print(f"\ntier over a 200 MiB RAM cache, demote {demote}: == full residency; evictions {ev.group(1)}, "
-              f"demoted {dm.group(1) if dm else 0}, prefetch loads {pf.group(1)}")
+        assert (dm > 0) == (name != "lru"), f"{name}: demoted {dm}: " + r.stderr[-1500:]
+        assert (kp > 0) == (name == "victim"), f"{name}: kept {kp}: " + r.stderr[-1500:]
+        print(f"\ntier over a 200 MiB RAM cache, {name}: == full residency; evictions {ev.group(1)}, "
+              f"demoted {dm}, kept {kp}, prefetch loads {pf.group(1)}")
