@@ -1,4 +1,4 @@
-"""tools/tier_sim.py (VRAM slots over a RAM cache, three RAM policies) on traces whose answer is known
+"""tools/tier_sim.py (VRAM slots over a RAM cache, four RAM policies) on traces whose answer is known
 by hand: one layer, top-1, one VRAM slot and one RAM slot."""
 import json
 import os
@@ -28,6 +28,16 @@ def test_alternating_pair(tmp_path):
     for pol in ("inclusive", "demote"):
         assert (r[pol]["vram"], r[pol]["ram"], r[pol]["disk"]) == (0, 0, 6), r[pol]
     assert (r["victim"]["vram"], r["victim"]["ram"], r["victim"]["disk"]) == (0, 4, 2), r["victim"]
+
+
+def test_cycle_of_three(tmp_path):
+    # 0,1,2,...: one VRAM slot and two RAM slots hold three experts only if RAM keeps none of what
+    # VRAM holds. The victim cache does (every miss from the fourth token on is a RAM hit); its
+    # write-backs without the leaving (victim_incl) keep a copy of what VRAM took and lose the third
+    # expert every time, as inclusive does; demotion alone catches a third.
+    r = sim(tmp_path, [0, 1, 2] * 3, ram=2)
+    got = {p: (r[p]["vram"], r[p]["ram"], r[p]["disk"]) for p in r}
+    assert got == {"inclusive": (0, 0, 9), "demote": (0, 3, 6), "victim": (0, 6, 3), "victim_incl": (0, 0, 9)}, got
 
 
 def test_repeats_hit_vram_and_skip(tmp_path):

@@ -11,7 +11,9 @@ its experts; a VRAM miss is served from RAM or, failing that, read from disk. Th
   demote     exclusive caching as built: what VRAM just took becomes RAM's next victim
              (q3n_expert_src.demote)
   victim     RAM as VRAM's victim cache: a VRAM hit from RAM leaves RAM, and what VRAM evicts goes
-             to RAM (a device-to-host copy of the slot; not built)
+             to RAM (a device-to-host copy of the slot; built: q3n_expert_src.keep, with demotion
+             standing in for the leaving)
+  victim_incl  the victim cache's write-backs without the leaving: RAM also keeps what it served
 
 The tier's pre-gated prefetch is not simulated (it moves reads earlier, not fewer of them). The
 trace (`redlite dump --route-trace FILE`, tools/cache_sim.py describes it) should come from a cut of
@@ -97,7 +99,7 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
             hit = key in ram
             if counting:
                 c["ram" if hit else "disk"] += 1
-            if policy == "inclusive":
+            if policy in ("inclusive", "victim_incl"):
                 ram.put(key)
             elif policy == "demote":
                 ram.put(key)
@@ -105,7 +107,7 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
             elif hit:  # victim: it moves up to VRAM
                 ram.drop(key)
             gone = v.put(e)
-            if policy == "victim" and gone is not None:
+            if policy in ("victim", "victim_incl") and gone is not None:
                 ram.put((layer, gone))
     n = max(c["lookups"], 1)
     return {k: c[k] for k in c} | {"vram_pct": 100 * c["vram"] / n, "ram_pct": 100 * c["ram"] / n,
@@ -124,7 +126,7 @@ def main():
     header, reqs = load(a.trace)
     out = []
     for r in a.ram_slots:
-        for pol in ("inclusive", "demote", "victim"):
+        for pol in ("inclusive", "demote", "victim", "victim_incl"):
             res = simulate(header, reqs, a.vram_slots, r, pol, a.skip)
             out.append({"vram_slots": a.vram_slots, "ram_slots": r, "policy": pol, **res})
     if a.json:
