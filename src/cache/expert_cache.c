@@ -831,14 +831,25 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
             fprintf(out, "%s%d x %.0f KiB", c ? ", " : "", ec->cls[c].n, ec->cls[c].slot_bytes / 1024.0);
         fprintf(out, ")%s", ec->direct ? ", O_DIRECT" : ", buffered + FADV_DONTNEED");
     }
-    fprintf(out,
-            "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f "
-            "MiB/token "
-            "(demand %.2f, prefetch %.2f), evictions %llu\n",
-            (unsigned long long)s.tokens, pct(s.hits + s.hits_inflight, s.lookups),
-            (unsigned long long)s.hits, (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups,
-            s.misses / tok, (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok,
-            s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
+    if (!s.tokens && s.lookups) /* rows are counted by the hint, which a GPU's VRAM tier does not call */
+        fprintf(
+            out,
+            "\n  under a GPU's VRAM slots (rows counted there): hits %.1f%% (%llu + %llu in flight of %llu), "
+            "misses %llu, read %.1f MiB (demand %.1f, prefetch %.1f), evictions %llu\n",
+            pct(s.hits + s.hits_inflight, s.lookups), (unsigned long long)s.hits,
+            (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, (unsigned long long)s.misses,
+            (s.bytes_demand + s.bytes_prefetch) / MiB, s.bytes_demand / MiB, s.bytes_prefetch / MiB,
+            (unsigned long long)s.evictions);
+    else
+        fprintf(out,
+                "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f "
+                "MiB/token "
+                "(demand %.2f, prefetch %.2f), evictions %llu\n",
+                (unsigned long long)s.tokens, pct(s.hits + s.hits_inflight, s.lookups),
+                (unsigned long long)s.hits, (unsigned long long)s.hits_inflight,
+                (unsigned long long)s.lookups, s.misses / tok,
+                (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok,
+                s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
     if (s.demoted || s.kept || s.kept_declined)
         fprintf(out,
                 "  under a GPU's VRAM slots: %llu entries demoted (VRAM took them: evicted first here), %llu "

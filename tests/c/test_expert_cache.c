@@ -659,6 +659,18 @@ static void test_victim(fixture *fx) {
     src.release(src.ud, 2);
     src.release(src.ud, 0);
     CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    /* no hint ran (a VRAM tier's use): no rows counted, so the stats give totals, not x/token */
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    if (mf) {
+        expert_cache_print_stats(ec, mf);
+        fclose(mf);
+        CHECK(txt && strstr(txt, "rows counted there") && !strstr(txt, "/token") &&
+                  strstr(txt, "2 VRAM evictions kept"),
+              "stats without rows: %s", txt ? txt : "(none)");
+        free(txt);
+    }
     expert_cache_free(ec);
 }
 
