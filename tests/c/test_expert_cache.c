@@ -674,6 +674,77 @@ static void test_victim(fixture *fx) {
     expert_cache_free(ec);
 }
 
+/* Bytes served for expert e of layer il equal the file's. */
+static bool file_bytes(const q3n_model *m, int il, int e, const uint8_t *g, const uint8_t *u,
+                       const uint8_t *d) {
+    const q3n_layer *L = &m->layers[il];
+    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, e);
+    const uint8_t *mg, *mu, *md;
+    q3n_expert_rows(&m->hp, L, e, &mg, &mu, &md);
+    return !memcmp(g, mg, sl.gate_bytes) && !memcmp(u, mu, sl.up_bytes) && !memcmp(d, md, sl.down_bytes);
+}
+
+/* The victim cache under load, as a VRAM tier drives it: random selections of random layers (acquire,
+ * then keep of other experts with their bytes written as the tier's copy would, kept ok or failed, then
+ * release), tier predictions read by the I/O threads at the same time (prefetch), over a cache of the
+ * minimum size (every slot contended). Every acquire serves the file's bytes and the cache stays
+ * consistent (a failed copy's garbage is never served). */
+static void test_victim_random(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec =
+        mk(fx, EC_BOUNDED,
+           (ec_params){.budget = expert_cache_min_budget(m, false) * 3 / 2, .io = EC_IO_BUFFERED});
+    if (!ec) return;
+    q3n_expert_src src = expert_cache_src(ec);
+    rl_rng r;
+    rl_rng_seed(&r, 7);
+    const uint8_t *g[K], *u[K], *d[K];
+    int bad = 0;
+    for (int step = 0; step < 400 && !bad; step++) {
+        const int il = (int)(rl_rng_u64(&r) % NL);
+        int32_t ids[K], n = 0;
+        while (n < K) { /* K distinct experts */
+            const int32_t e = (int32_t)(rl_rng_u64(&r) % E);
+            bool dup = false;
+            for (int i = 0; i < n; i++) dup |= ids[i] == e;
+            if (!dup) ids[n++] = e;
+        }
+        if (src.acquire(src.ud, il, ids, K, g, u, d)) {
+            CHECK(0, "step %d acquire: %s", step, rl_lasterr());
+            break;
+        }
+        for (int i = 0; i < K; i++) bad += !file_bytes(m, il, ids[i], g[i], u[i], d[i]);
+        for (int k = 0; k < 2; k++) { /* two evictions handed back, one of them failing now and then */
+            const int e = (int)(rl_rng_u64(&r) % E);
+            uint8_t *wg, *wu, *wd;
+            if (!src.keep(src.ud, il, e, &wg, &wu, &wd)) continue;
+            const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, &m->layers[il], e);
+            const uint8_t *mg, *mu, *md;
+            q3n_expert_rows(&m->hp, &m->layers[il], e, &mg, &mu, &md);
+            const bool ok = rl_rng_u64(&r) % 5 != 0;
+            memcpy(wg, mg, sl.gate_bytes), memcpy(wu, mu, sl.up_bytes), memcpy(wd, md, sl.down_bytes);
+            if (!ok) memset(wd, 0x5A, sl.down_bytes); /* a copy that broke off: never to be served */
+            src.kept(src.ud, il, e, ok);
+        }
+        src.release(src.ud, il);
+        const int32_t pf[2] = {(int32_t)(rl_rng_u64(&r) % E), (int32_t)(rl_rng_u64(&r) % E)};
+        src.prefetch(src.ud, (il + 1) % NL, pf, 2);
+        if (expert_cache_check(ec)) {
+            CHECK(0, "step %d: %s", step, rl_lasterr());
+            break;
+        }
+    }
+    ec_stats st;
+    expert_cache_get_stats(ec, &st);
+    CHECK(bad == 0, "%d experts served with bytes other than the file's", bad);
+    CHECK(st.kept > 0 && st.kept_declined > 0 && st.evictions > 0 && st.pf_loads > 0,
+          "the run exercised nothing: kept %llu declined %llu evictions %llu prefetch loads %llu",
+          (unsigned long long)st.kept, (unsigned long long)st.kept_declined, (unsigned long long)st.evictions,
+          (unsigned long long)st.pf_loads);
+    if (getenv("VERBOSE")) expert_cache_print_stats(ec, stdout);
+    expert_cache_free(ec);
+}
+
 static void test_fixture(void) {
     const char *path = "tests/fixtures/tiny-a.gguf";
     if (access(path, R_OK) != 0) { /* committed: missing means a broken checkout or the wrong cwd */
@@ -733,6 +804,7 @@ int main(void) {
         test_tier_prefetch(&fx);
         test_demote(&fx);
         test_victim(&fx);
+        test_victim_random(&fx);
         test_plan_attach_trace(&fx);
         free(fx.ref);
         free(fx.ref_pre);
