@@ -188,18 +188,22 @@ static void wait_loaded(expert_cache *ec, int32_t s) {
     while (ec->slots[s].state == EC_S_LOADING) pthread_cond_wait(&ec->cv_done, &ec->mu);
 }
 
-/* The policy's slot for key in class c (demand: pinned; prefetch: at the MRU end, never a
+/* What a slot is taken for: a demand load, a prefetch, or a faster tier's write-back (keep). */
+typedef enum { TAKE_DEMAND, TAKE_PREFETCH, TAKE_KEPT } take_kind;
+
+/* The policy's slot for key in class c (demand and kept: pinned; prefetch: at the MRU end, never a
  * protected entry), to be loaded: its state becomes LOADING. A resident victim is waited for (its
  * bytes may still be arriving); one whose load failed leaves by slot_policy_drop, not counted as
  * an eviction. -1 if the policy has no slot. */
-static int32_t take_slot(expert_cache *ec, int c, int32_t key, bool prefetch) {
-    int32_t s = slot_policy_victim(ec->sp, c, prefetch);
+static int32_t take_slot(expert_cache *ec, int c, int32_t key, take_kind kind) {
+    int32_t s = slot_policy_victim(ec->sp, c, kind == TAKE_PREFETCH);
     if (s < 0) return -1;
     if (slot_policy_key(ec->sp, s) >= 0) {
         wait_loaded(ec, s);
         if (ec->slots[s].state == EC_S_FAILED) slot_policy_drop(ec->sp, s);
     }
-    slot_policy_fill(ec->sp, s, key, prefetch);
+    if (kind == TAKE_KEPT) slot_policy_fill_kept(ec->sp, s, key);
+    else slot_policy_fill(ec->sp, s, key, kind == TAKE_PREFETCH);
     ec->slots[s].state = EC_S_LOADING;
     return s;
 }
@@ -301,7 +305,7 @@ static int acquire_bounded(expert_cache *ec, int il, const int32_t *ids, int n, 
             continue;
         }
         if (s >= 0) reload(ec, s, false); /* FAILED earlier (prefetch): reload in place */
-        else s = take_slot(ec, ly->cls, key, false);
+        else s = take_slot(ec, ly->cls, key, TAKE_DEMAND);
         if (s < 0) {
             const ec_class *C = &ec->cls[ly->cls];
             rl_seterr(
@@ -395,7 +399,7 @@ static void submit_prefetch(expert_cache *ec, int il, int nl, const int32_t *ord
         int32_t key = nl * E + order[i], s = slot_policy_lookup(ec->sp, key);
         if (s >= 0 && ec->slots[s].state != EC_S_FAILED) continue; /* resident or on its way */
         if (s >= 0) reload(ec, s, true); /* a failed earlier prefetch: retry in the same slot */
-        else s = take_slot(ec, c, key, true);
+        else s = take_slot(ec, c, key, TAKE_PREFETCH);
         if (s < 0) {
             ec->st.pf_no_slot += (uint64_t)(np - i);
             break;
@@ -517,15 +521,9 @@ static int ec_keep(void *ud, int il, int e, uint8_t **g, uint8_t **u, uint8_t **
     if (s >= 0) { /* held (or on its way): keep it, most recent */
         if (ec->slots[s].state == EC_S_VALID) slot_policy_touch(ec->sp, s);
         ec->st.kept_declined++;
-    } else if ((s = slot_policy_victim(ec->sp, ec->layers[il].cls, false)) < 0) {
+    } else if ((s = take_slot(ec, ec->layers[il].cls, key, TAKE_KEPT)) < 0) {
         ec->st.kept_declined++; /* every slot pinned by the selection in use */
     } else {
-        if (slot_policy_key(ec->sp, s) >= 0) {
-            wait_loaded(ec, s);
-            if (ec->slots[s].state == EC_S_FAILED) slot_policy_drop(ec->sp, s);
-        }
-        slot_policy_fill_kept(ec->sp, s, key);
-        ec->slots[s].state = EC_S_LOADING;
         ec->slots[s].ext = 1;
         const uint8_t *cg, *cu, *cd;
         slot_ptrs(ec, &ec->layers[il], ec->slots[s].mem, e, &cg, &cu, &cd);
@@ -831,25 +829,20 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
             fprintf(out, "%s%d x %.0f KiB", c ? ", " : "", ec->cls[c].n, ec->cls[c].slot_bytes / 1024.0);
         fprintf(out, ")%s", ec->direct ? ", O_DIRECT" : ", buffered + FADV_DONTNEED");
     }
-    if (!s.tokens && s.lookups) /* rows are counted by the hint, which a GPU's VRAM tier does not call */
-        fprintf(
-            out,
-            "\n  under a GPU's VRAM slots (rows counted there): hits %.1f%% (%llu + %llu in flight of %llu), "
-            "misses %llu, read %.1f MiB (demand %.1f, prefetch %.1f), evictions %llu\n",
-            pct(s.hits + s.hits_inflight, s.lookups), (unsigned long long)s.hits,
-            (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, (unsigned long long)s.misses,
-            (s.bytes_demand + s.bytes_prefetch) / MiB, s.bytes_demand / MiB, s.bytes_prefetch / MiB,
-            (unsigned long long)s.evictions);
-    else
-        fprintf(out,
-                "\n  %llu tokens: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f/token, read %.2f "
-                "MiB/token "
-                "(demand %.2f, prefetch %.2f), evictions %llu\n",
-                (unsigned long long)s.tokens, pct(s.hits + s.hits_inflight, s.lookups),
-                (unsigned long long)s.hits, (unsigned long long)s.hits_inflight,
-                (unsigned long long)s.lookups, s.misses / tok,
-                (s.bytes_demand + s.bytes_prefetch) / MiB / tok, s.bytes_demand / MiB / tok,
-                s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
+    /* rows are counted by the hint, which a GPU's VRAM tier does not call: there the figures are totals */
+    const bool rows = s.tokens || !s.lookups;
+    const char *per = rows ? "/token" : "";
+    char head[64];
+    if (rows) snprintf(head, sizeof head, "%llu tokens", (unsigned long long)s.tokens);
+    else snprintf(head, sizeof head, "under a GPU's VRAM slots (rows counted there)");
+    fprintf(
+        out,
+        "\n  %s: hits %.1f%% (%llu + %llu in flight of %llu), misses %.2f%s, read %.2f MiB%s (demand %.2f, "
+        "prefetch %.2f), evictions %llu\n",
+        head, pct(s.hits + s.hits_inflight, s.lookups), (unsigned long long)s.hits,
+        (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, s.misses / tok, per,
+        (s.bytes_demand + s.bytes_prefetch) / MiB / tok, per, s.bytes_demand / MiB / tok,
+        s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
     if (s.demoted || s.kept || s.kept_declined)
         fprintf(out,
                 "  under a GPU's VRAM slots: %llu entries demoted (VRAM took them: evicted first here), %llu "

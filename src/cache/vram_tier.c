@@ -421,10 +421,32 @@ static void stage_run(void *ctx, int ith, int nth) {
     }
 }
 
+/* An expert's host rows (gate or fused gate_up, up, down) all in page-locked spans. */
+static bool rows_pinned(const vram_tier *vt, const vram_layout *ly, const uint8_t *g, const uint8_t *u,
+                        const uint8_t *d) {
+    return in_pin(vt, g, ly->src_bytes[0]) && (!ly->src_bytes[1] || in_pin(vt, u, ly->src_bytes[1])) &&
+           in_pin(vt, d, ly->src_bytes[2]);
+}
+
 static bool pinned_src(const vram_tier *vt, const vram_layout *ly, int i) {
-    return in_pin(vt, vt->hg[i], ly->src_bytes[0]) &&
-           (!ly->src_bytes[1] || in_pin(vt, vt->hu[i], ly->src_bytes[1])) &&
-           in_pin(vt, vt->hd[i], ly->src_bytes[2]);
+    return rows_pinned(vt, ly, vt->hg[i], vt->hu[i], vt->hd[i]);
+}
+
+/* The copies of one expert's regions between its host rows g/u/d and the device slot dev (the
+ * layout's offsets), on the copy stream: host to device (a fill) or back (a write-back). */
+static cudaError_t copy_rows(vram_tier *vt, const vram_layout *ly, uint8_t *dev, const uint8_t *g,
+                             const uint8_t *u, const uint8_t *d, bool to_host) {
+    const uint8_t *h[3] = {g, u, d};
+    const uint64_t off[3] = {ly->gate_off, ly->up_off, ly->down_off};
+    for (int r = 0; r < 3; r++) {
+        if (!ly->src_bytes[r]) continue; /* fused gate_up: no separate up region */
+        const cudaError_t e =
+            to_host ? cudaMemcpyAsync((void *)h[r], dev + off[r], ly->src_bytes[r], cudaMemcpyDeviceToHost,
+                                      vt->cp)
+                    : cudaMemcpyAsync(dev + off[r], h[r], ly->src_bytes[r], cudaMemcpyHostToDevice, vt->cp);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 /* Copy experts 0..n-1 of the last vt_host_rows (ids e[], for messages) into slots s[] of layer il
@@ -443,15 +465,7 @@ static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
             if (vram_link_begin(vt->link)) return -1;
             vram_link_add(vt->link, copy_bytes(ly));
-            if (CU_CHECK(cudaMemcpyAsync(dst + ly->gate_off, vt->hg[i], ly->src_bytes[0],
-                                         cudaMemcpyHostToDevice, vt->cp)))
-                return -1;
-            if (ly->src_bytes[1] && CU_CHECK(cudaMemcpyAsync(dst + ly->up_off, vt->hu[i], ly->src_bytes[1],
-                                                             cudaMemcpyHostToDevice, vt->cp)))
-                return -1;
-            if (CU_CHECK(cudaMemcpyAsync(dst + ly->down_off, vt->hd[i], ly->src_bytes[2],
-                                         cudaMemcpyHostToDevice, vt->cp)))
-                return -1;
+            if (CU_CHECK(copy_rows(vt, ly, dst, vt->hg[i], vt->hu[i], vt->hd[i], false))) return -1;
             vt->dma_pending |= vt->volatile_src;
             *done = ++i;
             continue;
@@ -511,17 +525,12 @@ static void keep_victims(vram_tier *vt, int il, const int32_t *s, int n) {
         const int e = vram_slots_evicted(vt->slots, il, s[i]);
         uint8_t *g, *u, *d;
         if (e < 0 || !vt->src.keep(vt->src.ud, il, e, &g, &u, &d)) continue;
-        if (!in_pin(vt, g, ly->src_bytes[0]) || (ly->src_bytes[1] && !in_pin(vt, u, ly->src_bytes[1])) ||
-            !in_pin(vt, d, ly->src_bytes[2])) {
+        if (!rows_pinned(vt, ly, g, u, d)) {
             vt->src.kept(vt->src.ud, il, e, false);
             continue;
         }
-        const uint8_t *src = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
         vt->keep_err |=
-            cudaMemcpyAsync(g, src + ly->gate_off, ly->src_bytes[0], cudaMemcpyDeviceToHost, vt->cp) ||
-            (ly->src_bytes[1] &&
-             cudaMemcpyAsync(u, src + ly->up_off, ly->src_bytes[1], cudaMemcpyDeviceToHost, vt->cp)) ||
-            cudaMemcpyAsync(d, src + ly->down_off, ly->src_bytes[2], cudaMemcpyDeviceToHost, vt->cp);
+            copy_rows(vt, ly, vt->base[il] + (size_t)s[i] * ly->slot_bytes, g, u, d, true) != cudaSuccess;
         vt->keep_l[vt->n_keep] = il;
         vt->keep_e[vt->n_keep++] = e;
         vt->kept_bytes += copy_bytes(ly);

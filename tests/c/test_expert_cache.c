@@ -506,6 +506,25 @@ static void test_plan_attach_trace(fixture *fx) {
     free(lg);
 }
 
+/* Bytes served for expert e of layer il equal the file's. */
+static bool file_bytes(const q3n_model *m, int il, int e, const uint8_t *g, const uint8_t *u,
+                       const uint8_t *d) {
+    const q3n_layer *L = &m->layers[il];
+    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, e);
+    const uint8_t *mg, *mu, *md;
+    q3n_expert_rows(&m->hp, L, e, &mg, &mu, &md);
+    return !memcmp(g, mg, sl.gate_bytes) && !memcmp(u, mu, sl.up_bytes) && !memcmp(d, md, sl.down_bytes);
+}
+
+/* Write expert e of layer il's bytes from the file where a write-back goes (as a tier's copy would). */
+static void put_file_bytes(const q3n_model *m, int il, int e, uint8_t *g, uint8_t *u, uint8_t *d) {
+    const q3n_layer *L = &m->layers[il];
+    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, e);
+    const uint8_t *mg, *mu, *md;
+    q3n_expert_rows(&m->hp, L, e, &mg, &mu, &md);
+    memcpy(g, mg, sl.gate_bytes), memcpy(u, mu, sl.up_bytes), memcpy(d, md, sl.down_bytes);
+}
+
 /* A faster tier's predictions (q3n_expert_src.prefetch): the named experts are read by the I/O
  * threads without a demand; the acquire that follows finds them (hits, or waits for the load in
  * flight) and counts no miss; the bytes served are the file's. Off with no_prefetch. */
@@ -518,7 +537,7 @@ static void test_tier_prefetch(fixture *fx) {
     CHECK(src.prefetch != NULL, "bounded mode: no prefetch callback");
     CHECK(src.demote != NULL && src.keep != NULL && src.kept != NULL,
           "the victim cache (keep + demote) is on by default");
-    const uint8_t *g[E], *u[E], *d[E], *mg, *mu, *md;
+    const uint8_t *g[E], *u[E], *d[E];
     const int32_t ids[K] = {3, 7, 3, 11}; /* a duplicate: one load */
     ec_stats st;
     src.prefetch(src.ud, 2, ids, K);
@@ -532,14 +551,9 @@ static void test_tier_prefetch(fixture *fx) {
           "after the prefetch: misses %llu hits %llu + %llu used %llu", (unsigned long long)st.misses,
           (unsigned long long)st.hits, (unsigned long long)st.hits_inflight,
           (unsigned long long)st.pf_loads_used);
-    const q3n_layer *L = &m->layers[2];
-    for (int i = 0; i < 3; i++) {
-        const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, uniq[i]);
-        q3n_expert_rows(&m->hp, L, uniq[i], &mg, &mu, &md);
-        CHECK(!memcmp(g[i], mg, sl.gate_bytes) && !memcmp(u[i], mu, sl.up_bytes) &&
-                  !memcmp(d[i], md, sl.down_bytes),
+    for (int i = 0; i < 3; i++)
+        CHECK(file_bytes(m, 2, uniq[i], g[i], u[i], d[i]),
               "prefetched expert %d: bytes differ from the file's", uniq[i]);
-    }
     src.release(src.ud, 2);
     CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
     expert_cache_free(ec);
@@ -616,19 +630,16 @@ static void test_victim(fixture *fx) {
     expert_cache_free(ec);
     if (!(ec = mk(fx, EC_BOUNDED, base))) return;
     src = expert_cache_src(ec);
-    const uint8_t *g[E], *u[E], *d[E], *mg, *mu, *md;
+    const uint8_t *g[E], *u[E], *d[E];
     int32_t ids[E];
     ec_stats st;
     for (int i = 0; i < E; i++) ids[i] = i;
     CHECK(src.acquire(src.ud, 0, ids, E, g, u, d) == 0, "acquire: %s", rl_lasterr()); /* E of E + K slots */
     src.release(src.ud, 0);
-    const q3n_layer *L = &m->layers[1];
     uint8_t *wg, *wu, *wd;
     const int32_t five = 5, six = 6;
     CHECK(src.keep(src.ud, 1, five, &wg, &wu, &wd) == 1, "keep (1, 5): declined with free slots");
-    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, five);
-    q3n_expert_rows(&m->hp, L, five, &mg, &mu, &md);
-    memcpy(wg, mg, sl.gate_bytes), memcpy(wu, mu, sl.up_bytes), memcpy(wd, md, sl.down_bytes);
+    put_file_bytes(m, 1, five, wg, wu, wd);
     CHECK(expert_cache_check(ec) == 0, "check while a write-back is loading: %s", rl_lasterr());
     src.kept(src.ud, 1, five, true);
     CHECK(src.acquire(src.ud, 1, &five, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
@@ -642,11 +653,7 @@ static void test_victim(fixture *fx) {
     memset(wg, 0xA5, 16); /* a copy that failed half-way */
     src.kept(src.ud, 1, six, false);
     CHECK(src.acquire(src.ud, 1, &six, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
-    const q3n_expert_slice s6 = q3n_expert_slice_of(&m->hp, L, six);
-    q3n_expert_rows(&m->hp, L, six, &mg, &mu, &md);
-    CHECK(!memcmp(g[0], mg, s6.gate_bytes) && !memcmp(u[0], mu, s6.up_bytes) &&
-              !memcmp(d[0], md, s6.down_bytes),
-          "after kept(false): expert (1, 6) is not the file's");
+    CHECK(file_bytes(m, 1, six, g[0], u[0], d[0]), "after kept(false): expert (1, 6) is not the file's");
     src.release(src.ud, 1);
     expert_cache_get_stats(ec, &st);
     CHECK(st.misses == E + 1 && st.kept == 2 && st.kept_declined == 1, "misses %llu kept %llu declined %llu",
@@ -672,16 +679,6 @@ static void test_victim(fixture *fx) {
         free(txt);
     }
     expert_cache_free(ec);
-}
-
-/* Bytes served for expert e of layer il equal the file's. */
-static bool file_bytes(const q3n_model *m, int il, int e, const uint8_t *g, const uint8_t *u,
-                       const uint8_t *d) {
-    const q3n_layer *L = &m->layers[il];
-    const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, L, e);
-    const uint8_t *mg, *mu, *md;
-    q3n_expert_rows(&m->hp, L, e, &mg, &mu, &md);
-    return !memcmp(g, mg, sl.gate_bytes) && !memcmp(u, mu, sl.up_bytes) && !memcmp(d, md, sl.down_bytes);
 }
 
 /* The victim cache under load, as a VRAM tier drives it: random selections of random layers (acquire,
@@ -718,12 +715,10 @@ static void test_victim_random(fixture *fx) {
             const int e = (int)(rl_rng_u64(&r) % E);
             uint8_t *wg, *wu, *wd;
             if (!src.keep(src.ud, il, e, &wg, &wu, &wd)) continue;
-            const q3n_expert_slice sl = q3n_expert_slice_of(&m->hp, &m->layers[il], e);
-            const uint8_t *mg, *mu, *md;
-            q3n_expert_rows(&m->hp, &m->layers[il], e, &mg, &mu, &md);
             const bool ok = rl_rng_u64(&r) % 5 != 0;
-            memcpy(wg, mg, sl.gate_bytes), memcpy(wu, mu, sl.up_bytes), memcpy(wd, md, sl.down_bytes);
-            if (!ok) memset(wd, 0x5A, sl.down_bytes); /* a copy that broke off: never to be served */
+            put_file_bytes(m, il, e, wg, wu, wd);
+            if (!ok) /* a copy that broke off: never to be served */
+                memset(wd, 0x5A, q3n_expert_slice_of(&m->hp, &m->layers[il], e).down_bytes);
             src.kept(src.ud, il, e, ok);
         }
         src.release(src.ud, il);
