@@ -151,27 +151,24 @@ def test_ctrl_d_exits_0(term):
 def test_type_ahead_is_not_echoed_into_the_answer(term):
     """Text typed while an answer streams does not appear inside it: echo is off during the turn; the
     type-ahead is shown after the next prompt, and a complete line is sent as the next message."""
-    t = term("-n", "-1", "-c", "16384", "--seed", "4")
-    t.wait(lambda s: "/help for commands" in s and prompt_ready(s, 1), "the first prompt")
-    for attempt in range(3):
-        n_stop = t.screen().count("[stopped]")
+    # seeds whose answers run to the full context here (16K tokens, ~10 s on a 2-core machine): the
+    # keys and Ctrl-C land inside the answer. Should an answer end first on another CPU (its kernels
+    # may pick other tokens), Ctrl-C at the prompt leaves (exit 130): try the next seed in a new chat
+    for attempt, seed in enumerate(("3", "12", "2")):
+        t = term("-n", "-1", "-c", "16384", "--seed", seed)
+        t.wait(lambda s: "/help for commands" in s and prompt_ready(s, 1), "the first prompt")
         t.type("Write a very long story")
         before = t.screen()
         t.wait(lambda s: len(s.rstrip()) > len(before.rstrip()) + 20, "streamed output")
         t.keys("-l", "QZX typed ahead")  # no Enter: an unfinished line
         time.sleep(0.3)
         t.keys("C-c")
-        # the stop, then the prompt with the type-ahead; or, when the answer ended by itself before the
-        # keys arrived (a fast machine, a short answer), the keys were typed at the prompt and Ctrl-C
-        # cleared that line: an empty prompt
-        t.wait(lambda s: n_speed(s) >= attempt + 1 and s.rstrip().endswith(("QZX typed ahead", ">")),
-               "the stop, then the prompt with the type-ahead")
+        t.wait(lambda s: "EXIT=130" in s or (n_speed(s) >= 1 and s.rstrip().endswith("QZX typed ahead")),
+               "the stop, then the prompt with the type-ahead (or exit 130: the answer had ended)")
         time.sleep(0.5)  # settled: the type-ahead is echoed just after the prompt
         s = t.screen()
-        if s.rstrip().endswith("QZX typed ahead") and s.count("[stopped]") > n_stop:
+        if "[stopped]" in s and "EXIT=" not in s:
             break
-        t.keys("C-u")  # the answer ended by itself first: try again
-        t.keys("Enter")
     else:
         pytest.fail("the answers ended before Ctrl-C three times")
     lines = s.rstrip().splitlines()
@@ -183,7 +180,25 @@ def test_type_ahead_is_not_echoed_into_the_answer(term):
     t.wait(lambda s: len(s.split("> QZX typed ahead and more")[-1].strip()) > 20,
            "the answer to the typed-ahead line streaming")
     t.keys("C-c")
-    s = t.wait(lambda s: n_speed(s) >= attempt + 2, "the answer to the typed-ahead line")
+    s = t.wait(lambda s: n_speed(s) >= 2, "the answer to the typed-ahead line")
     assert "> QZX typed ahead and more" in s
     t.keys("C-c")
     t.wait(lambda s: "EXIT=130" in s or "[stopped]" in s.split("QZX typed ahead and more")[-1], "a stop or exit")
+
+
+def test_ctrl_c_at_a_prompt_showing_type_ahead_leaves(term):
+    """A line typed (unfinished) while an answer streams is shown after the next prompt; Ctrl-C there
+    leaves with 130, as it does with a line typed at the prompt: the partial line is not sent as a
+    message (it was, stopped at once, and the next read met a stale error flag: exit 0). Deterministic:
+    the unfinished line arrives with the message, so it waits in the terminal while the answer runs."""
+    t = term("-n", "4", "--seed", "1")
+    t.wait(lambda s: prompt_ready(s, 1), "the first prompt")
+    t.keys("-l", "Hello")
+    t.keys("Enter")
+    t.keys("-l", "QZX partial")
+    t.wait(lambda s: n_speed(s) >= 1 and s.rstrip().endswith("> QZX partial"), "the prompt with the type-ahead")
+    time.sleep(0.3)  # the chat waits in its read
+    t.keys("C-c")
+    s = t.wait(lambda s: "EXIT=" in s, "the exit")
+    assert "EXIT=130" in s, s
+    assert n_speed(s) == 1 and "[stopped]" not in s, s  # no second turn was started

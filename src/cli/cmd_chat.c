@@ -337,7 +337,7 @@ out:
 /* ---- input ------------------------------------------------------------------------------- */
 
 /* One line: from the type-ahead first (shown after the prompt, since it was typed while echo was
- * off), the rest from stdin. Returns its length (newline kept) or -1 at end of input. */
+ * off), the rest from stdin. Returns its length (newline kept), or -1 at end of input or on Ctrl-C. */
 static ssize_t read_line(chat_state *S, char **line, size_t *cap) {
     size_t n = 0;
     if (S->ahead.n) {
@@ -360,8 +360,12 @@ static ssize_t read_line(chat_state *S, char **line, size_t *cap) {
     size_t rcap = 0;
     ssize_t k = getline(&rest, &rcap, stdin);
     if (k < 0) {
+        /* Ctrl-C with the type-ahead shown: at the prompt Ctrl-C leaves, as it does with a typed line
+         * (the partial is not a message). End of input after it: the partial is the last line. The
+         * stream's error / end flag is cleared either way: a later read must not see a stale one */
         free(rest);
-        return n ? (ssize_t)n : -1;
+        clearerr(stdin);
+        return g_interrupt || !n ? -1 : (ssize_t)n;
     }
     if (n + (size_t)k + 1 > *cap) {
         char *p = realloc(*line, n + (size_t)k + 1);
