@@ -230,6 +230,25 @@ uint64_t rl_cgroup_limit(const char *root, const char *self) {
 
 uint64_t rl_mem_limit(void) { return rl_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup"); }
 
+uint64_t rl_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    uint64_t avail = (uint64_t)kb << 10;
+    /* inside a control group the limit counts, less this process's own anonymous memory (its
+     * file pages are the kernel's to reclaim, as MemAvailable counts them) */
+    const uint64_t lim = rl_mem_limit(), anon = rl_anon_rss();
+    if (lim) {
+        const uint64_t left = lim > anon ? lim - anon : 0;
+        if (!avail || left < avail) avail = left;
+    }
+    return avail;
+}
+
 uint64_t rl_total_ram(void) {
     const uint64_t phys = rl_phys_ram(), lim = rl_mem_limit();
     return lim && (!phys || lim < phys) ? lim : phys;

@@ -113,6 +113,9 @@ uint64_t rl_phys_ram(void);
 uint64_t rl_cgroup_limit(const char *root, const char *self);
 /* rl_cgroup_limit of this process (/proc/self/cgroup under /sys/fs/cgroup); 0: no limit. */
 uint64_t rl_mem_limit(void);
+/* What the kernel could give now, in bytes: MemAvailable of /proc/meminfo, or less inside a control
+ * group (its limit less this process's anonymous memory); 0 if unknown. */
+uint64_t rl_mem_available(void);
 
 /* Progress bar on stderr, drawn only when stderr is a terminal (or RL_PROGRESS=1).
  * Usage: rl_progress p; rl_progress_start(&p, "loading", total); rl_progress_update(&p, done);

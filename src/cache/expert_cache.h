@@ -81,22 +81,30 @@ uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io);
 
 /* ---- planner ------------------------------------------------------------------------- */
 #define EC_RAM_SHARE 0.70 /* full residency when experts + dense + KV state < 70 % of RAM */
+#define EC_MAP_SHARE 0.90 /* beyond that, full residency in the page cache up to 90 % (below) */
 
 typedef struct {
     ec_mode mode;
     uint64_t budget;  /* EC_BOUNDED: slot bytes */
-    char reason[256]; /* one line */
+    bool mapped;      /* EC_FULL: the experts stay in the file mapping (page cache), not copied */
+    char reason[384]; /* one line */
 } ec_plan;
 
 /* spec: NULL/"" or "auto", "full", "mmap", or a number of MiB. ram_bytes: the memory the process
- * may use (0 = rl_total_ram: this machine's RAM or its control group's limit); n_ctx: context
+ * may use (0 = rl_total_ram: this machine's RAM or its control group's limit); avail_bytes: what
+ * the kernel could give now (0 = rl_mem_available(); ram_bytes to plan for an idle machine).
+ * auto on the CPU: full residency with anonymous copies when everything fits in EC_RAM_SHARE of
+ * RAM; else, when everything and the reserve fit in EC_MAP_SHARE of RAM and in what is free now,
+ * full residency served from the file mapping (mapped: the page cache holds the experts, as
+ * llama.cpp's mmap does, preloaded; no second copy, and the kernel may reclaim the pages under
+ * pressure, then they fault in again); else a bounded cache. n_ctx: context
  * positions (KV cache); work_bytes: the context's scratch (engine_mem.scratch_bytes; it grows with
  * the prompt batch), kept out of an auto budget with EC_SLACK on top (at least EC_RESERVE in all).
  * device: the cache is the host tier under a VRAM tier, so the dense weights, the state and the
  * scratch live in device memory and only the reserve is kept out of the RAM share (the dense
  * weights' file pages are read once, to upload them, and are the kernel's to reclaim).
  * 0, or -1 with rl_lasterr set on a bad spec or a budget below the minimum. */
-int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, int n_ctx, uint64_t work_bytes,
+int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, uint64_t avail_bytes, int n_ctx, uint64_t work_bytes,
                       const char *spec, ec_io io, bool device, ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);

@@ -3,9 +3,12 @@
  *
  * Planner rule (upstream's, docs/EXPERT_CACHE.md): full residency when
  *   experts + dense weights + per-context state (KV cache + DeltaNet states)
- * stay under EC_RAM_SHARE (70 %) of physical RAM; otherwise a bounded cache whose budget is
- * that share minus the dense weights, the state and a working-memory reserve, clamped to
- * [the minimum a layer needs, what every expert needs]. */
+ * stay under EC_RAM_SHARE (70 %) of physical RAM; ours adds full residency in the page cache
+ * (the experts served from the file mapping, preloaded) when that and a reserve stay under
+ * EC_MAP_SHARE (90 %) and under what the kernel could give now (a file that nearly fills RAM: a
+ * bounded cache there reads the misses from disk while llama.cpp's mmap holds it all); otherwise
+ * a bounded cache whose budget is the 70 % share minus the dense weights, the state and a
+ * working-memory reserve, clamped to [the minimum a layer needs, what every expert needs]. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +31,8 @@ uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx) {
     return kv_pos * (uint64_t)(n_ctx > 0 ? n_ctx : 4096) + dn;
 }
 
-int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work_bytes, const char *spec,
-                      ec_io io, bool device, ec_plan *out) {
+int expert_cache_plan(const q3n_model *m, uint64_t ram, uint64_t avail, int n_ctx, uint64_t work_bytes,
+                      const char *spec, ec_io io, bool device, ec_plan *out) {
     memset(out, 0, sizeof *out);
     if (!ram) ram = rl_total_ram();
     /* slot sizes for the planner: O_DIRECT's (a little larger) unless buffered reads are forced */
@@ -55,8 +58,23 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, int n_ctx, uint64_t work
                          experts / GiB, dense / GiB, state / GiB, share, ram / GiB);
             return 0;
         }
-        out->mode = EC_BOUNDED;
         uint64_t reserve = work_bytes + EC_SLACK > EC_RESERVE ? work_bytes + EC_SLACK : EC_RESERVE;
+        if (!device) { /* under a VRAM tier the RAM cache feeds DMA fills: page-locked slots, not the mapping */
+            if (!avail) avail = rl_mem_available();
+            const uint64_t map_limit = (uint64_t)(EC_MAP_SHARE * (double)ram);
+            if (need + reserve <= map_limit && need + reserve <= avail) {
+                out->mode = EC_FULL;
+                out->mapped = true;
+                snprintf(out->reason, sizeof out->reason,
+                         "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB) but fit "
+                         "in %d%% of it and in what is free (%.1f GiB): the experts stay in the file's page "
+                         "cache, preloaded, not copied; --cache-mib N bounds them instead",
+                         experts / GiB, dense / GiB, state / GiB, share, ram / GiB,
+                         (int)(EC_MAP_SHARE * 100 + 0.5), avail / GiB);
+                return 0;
+            }
+        }
+        out->mode = EC_BOUNDED;
         uint64_t fixed = dense + state + reserve;
         uint64_t b = limit > fixed ? limit - fixed : 0;
         const char *note = "";

@@ -460,7 +460,7 @@ static void slots_cost(const info *in, bool cuda, slot_cost *sc, int *fit, uint6
                       .max_checkpoints = 8,
                       .device = cuda};
     uint64_t first = slot_plan_host_bytes(sc) + in->total_bytes;
-    *avail = slot_plan_mem_available();
+    *avail = rl_mem_available();
     *fit = cuda ? 0 : slot_plan_fit(sc, *avail > first ? *avail - first : 0, 0);
 }
 
@@ -910,7 +910,7 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
     uint64_t state = expert_cache_state_bytes(&m, n_ctx), minb = expert_cache_min_budget(&m, true);
     uint64_t reserve = 512ull << 20, need = m.bytes_dense + state + minb + reserve;
     ec_plan plan;
-    int prc = expert_cache_plan(&m, ram, n_ctx, 0, "auto", EC_IO_AUTO, false, &plan);
+    int prc = expert_cache_plan(&m, ram, ram_mib ? ram : 0, n_ctx, 0, "auto", EC_IO_AUTO, false, &plan);
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     if (prc || need > ram) {
         uint64_t fixed = m.bytes_dense + state + reserve;

@@ -204,6 +204,10 @@ int engine_copy_experts(engine *e, bool progress) {
     return 0;
 }
 
+void engine_note_experts_mapped(engine *e, const char *why) {
+    if (!e->res[1]) snprintf(e->res_why[1], sizeof e->res_why[1], "%s", why);
+}
+
 bool engine_weights_describe(const engine *e, char *buf, size_t n) {
     if (strcmp(e->be->name, "cpu")) return false;
     size_t l = 0;

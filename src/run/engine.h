@@ -88,6 +88,9 @@ bool engine_repack_describe(const engine *e, char *buf, size_t n);
  * map_weights, --iq-repack, out of memory, a read error; the model is then unchanged). Call it
  * before any context of the engine runs a forward pass. */
 int engine_copy_experts(engine *e, bool progress);
+/* The experts stay in the file mapping by the plan's choice (ec_plan.mapped): the weights line
+ * says why (no-op when they were copied already, e.g. by an earlier session of the model). */
+void engine_note_experts_mapped(engine *e, const char *why);
 /* The weight copies as lines (resident_describe; "dense weights: in the file mapping (why)" when
  * there is none) into buf, or false on a backend other than the CPU's. */
 bool engine_weights_describe(const engine *e, char *buf, size_t n);

@@ -185,10 +185,11 @@ static int attach_experts(session *s, const session_params *p) {
     engine_mem mem = {0};
     uint64_t work = engine_mem_info(s->c, &mem) == 0 ? mem.scratch_bytes : 0;
     const ec_params *tuned = &engine_tuning(e)->cache; /* the RL_CACHE_* switches (run/tuning.h) */
-    if (expert_cache_plan(m, 0, s->n_ctx, work, spec, tuned->io, vram, &plan)) return -1;
+    if (expert_cache_plan(m, 0, 0, s->n_ctx, work, spec, tuned->io, vram, &plan)) return -1;
     if (p->verbose) {
         if (plan.mode == EC_FULL)
             fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
+        /* (mapped: the reason says so; the engine's weights line names the mapping) */
         else if (plan.mode == EC_BOUNDED)
             fprintf(stderr,
                     "expert cache: %.0f MiB keep the most used experts, the others are read from the file "
@@ -205,8 +206,10 @@ static int attach_experts(session *s, const session_params *p) {
                     p->route_bias);
     }
     /* full residency on the CPU: the experts go to huge-page memory (resident.h) instead of staying
-     * in the mapping (the cache then serves those copies and preloads nothing) */
-    if (plan.mode == EC_FULL && !vram) {
+     * in the mapping (the cache then serves those copies and preloads nothing); a mapped plan keeps
+     * them in the page cache (the cache preloads the mapping) */
+    if (plan.mode == EC_FULL && plan.mapped) engine_note_experts_mapped(e, "auto: the file nearly fills RAM");
+    else if (plan.mode == EC_FULL && !vram) {
         const double t0 = rl_now();
         const int rc = engine_copy_experts(e, p->progress || p->verbose);
         if (p->verbose && rc == 0)

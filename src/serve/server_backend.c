@@ -570,7 +570,7 @@ static int auto_slots(const sess_be *s, int max_ck, uint64_t *per_slot) {
     for (int il = 0; il < hp->n_layer; il++)
         if (!hp->is_attn[il]) sc.rec_bytes += sizeof(float) * (q3n_conv_floats(hp) + q3n_ssm_floats(hp));
     *per_slot = slot_plan_bytes(&sc);
-    return slot_plan_fit(&sc, slot_plan_mem_available(), mem.dev_free_after_ctx);
+    return slot_plan_fit(&sc, rl_mem_available(), mem.dev_free_after_ctx);
 }
 
 srv_backend *srv_backend_session(const srv_session_params *p) {

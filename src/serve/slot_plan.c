@@ -23,21 +23,3 @@ int slot_plan_fit(const slot_cost *c, uint64_t host_free, uint64_t dev_free) {
     return n < 1 ? 1 : n > SLOT_PLAN_AUTO_MAX ? SLOT_PLAN_AUTO_MAX : (int)n;
 }
 
-uint64_t slot_plan_mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    uint64_t avail = (uint64_t)kb << 10;
-    /* inside a control group the limit counts, less this process's own anonymous memory (its
-     * file pages are the kernel's to reclaim, as MemAvailable counts them) */
-    const uint64_t lim = rl_mem_limit(), anon = rl_anon_rss();
-    if (lim) {
-        const uint64_t left = lim > anon ? lim - anon : 0;
-        if (!avail || left < avail) avail = left;
-    }
-    return avail;
-}

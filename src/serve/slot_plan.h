@@ -31,7 +31,4 @@ uint64_t slot_plan_bytes(const slot_cost *c);
  * dev_free holds (device memory free beyond the first slot's context); at least 1, at most
  * SLOT_PLAN_AUTO_MAX. */
 int slot_plan_fit(const slot_cost *c, uint64_t host_free, uint64_t dev_free);
-/* What the kernel could give now, in bytes: MemAvailable of /proc/meminfo, or less inside a control
- * group (its limit less this process's anonymous memory); 0 if unknown. */
-uint64_t slot_plan_mem_available(void);
 #endif

@@ -424,17 +424,17 @@ static void test_route_bias(fixture *fx) {
 static void test_plan_attach_trace(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     ec_plan p;
-    CHECK(expert_cache_plan(m, 64ull << 30, 4096, 0, "auto", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL,
+    CHECK(expert_cache_plan(m, 64ull << 30, 64ull << 30, 4096, 0, "auto", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL,
           "auto, big RAM: %s", p.reason);
-    CHECK(expert_cache_plan(m, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED &&
+    CHECK(expert_cache_plan(m, 1 << 20, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED &&
               p.budget == expert_cache_min_budget(m, true) && strstr(p.reason, "tight"),
           "auto, tiny RAM: %s", p.reason);
     /* the context's scratch is kept out of the budget: a 2 GiB scratch + 256 MiB slack replaces the 0.5 GiB
      * floor */
-    CHECK(expert_cache_plan(m, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
+    CHECK(expert_cache_plan(m, 1 << 20, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
               strstr(p.reason, "0.5 GiB reserve"),
           "reserve: %s", p.reason);
-    CHECK(expert_cache_plan(m, 1 << 20, 4096, 2ull << 30, NULL, EC_IO_AUTO, false, &p) == 0 &&
+    CHECK(expert_cache_plan(m, 1 << 20, 1 << 20, 4096, 2ull << 30, NULL, EC_IO_AUTO, false, &p) == 0 &&
               strstr(p.reason, "2.2 GiB reserve"),
           "reserve with scratch: %s", p.reason);
     /* under a VRAM tier (device) the dense weights, the state and the scratch are the GPU's: a RAM
@@ -442,27 +442,52 @@ static void test_plan_attach_trace(fixture *fx) {
      * on the CPU; the scratch is not reserved */
     const uint64_t all = m->bytes_experts + m->bytes_dense + expert_cache_state_bytes(m, 4096);
     const uint64_t mid = (uint64_t)((double)(m->bytes_experts + all) / 2 / EC_RAM_SHARE);
-    CHECK(m->bytes_dense > 0 && expert_cache_plan(m, mid, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
+    CHECK(m->bytes_dense > 0 && expert_cache_plan(m, mid, mid, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
               p.mode == EC_BOUNDED,
           "host tier, RAM between experts and experts + dense: bounded (%s)", p.reason);
-    CHECK(expert_cache_plan(m, mid, 4096, 0, NULL, EC_IO_AUTO, true, &p) == 0 && p.mode == EC_FULL &&
+    CHECK(expert_cache_plan(m, mid, mid, 4096, 0, NULL, EC_IO_AUTO, true, &p) == 0 && p.mode == EC_FULL &&
               strstr(p.reason, "on the GPU"),
           "device tier, same RAM: full (%s)", p.reason);
-    CHECK(expert_cache_plan(m, 1024, 4096, 2ull << 30, NULL, EC_IO_AUTO, true, &p) == 0 &&
+    CHECK(expert_cache_plan(m, 1024, 1024, 4096, 2ull << 30, NULL, EC_IO_AUTO, true, &p) == 0 &&
               p.mode == EC_BOUNDED && strstr(p.reason, "0.5 GiB reserve") && strstr(p.reason, "on the GPU"),
           "device tier: the scratch is the GPU's (%s)", p.reason);
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "full", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL, "full");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "mmap", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_MMAP, "mmap");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "0.5", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED &&
+    /* between 70 % and 90 % of RAM (everything + the 0.5 GiB reserve): full residency in the page cache
+     * when that much is free now, else bounded; never under a VRAM tier; above 90 %: bounded. The
+     * tiny model's bytes are scaled to a 35B-A3B Q4_K_M file's (18.2 + 1.2 GiB; the planner reads the
+     * layers only for a bounded budget's clamps) */
+    q3n_model big = *m;
+    big.bytes_experts = (uint64_t)(18.2 * (1 << 30));
+    big.bytes_dense = (uint64_t)(1.2 * (1 << 30));
+    const uint64_t need = big.bytes_experts + big.bytes_dense + expert_cache_state_bytes(m, 4096) + (512ull << 20),
+                   r85 = (uint64_t)((double)need / 0.85), r95 = (uint64_t)((double)need / 0.95);
+    CHECK(expert_cache_plan(&big, r85, r85, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL &&
+              p.mapped && strstr(p.reason, "page cache"),
+          "85%%, free: mapped (%s)", p.reason);
+    CHECK(expert_cache_plan(&big, r85, need - 1, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
+              p.mode == EC_BOUNDED && !p.mapped,
+          "85%%, less free than needed: bounded (%s)", p.reason);
+    CHECK(expert_cache_plan(&big, r85, need, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mapped,
+          "85%%, exactly enough free: mapped (%s)", p.reason);
+    CHECK(expert_cache_plan(&big, r95, r95, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED,
+          "95%%: bounded (%s)", p.reason);
+    CHECK(expert_cache_plan(&big, r85, r85, 4096, 0, NULL, EC_IO_AUTO, true, &p) == 0 && !p.mapped,
+          "85%%, VRAM tier: not mapped (%s)", p.reason);
+    CHECK(expert_cache_plan(&big, 64ull << 30, 64ull << 30, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
+              p.mode == EC_FULL && !p.mapped,
+          "big RAM: copied, not mapped (%s)", p.reason);
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "full", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL && !p.mapped,
+          "full");
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "mmap", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_MMAP, "mmap");
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "0.5", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED &&
               p.budget == 524288,
           "0.5 MiB");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "4096", EC_IO_AUTO, false, &p) == 0 &&
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "4096", EC_IO_AUTO, false, &p) == 0 &&
               p.budget == expert_cache_full_bytes(m, true),
           "capped at full");
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "0.1", EC_IO_AUTO, false, &p) == -1 &&
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "0.1", EC_IO_AUTO, false, &p) == -1 &&
               strstr(rl_lasterr(), "minimum"),
           "below min: %s", rl_lasterr());
-    CHECK(expert_cache_plan(m, 0, 4096, 0, "lots", EC_IO_AUTO, false, &p) == -1 &&
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "lots", EC_IO_AUTO, false, &p) == -1 &&
               strstr(rl_lasterr(), "--cache-mib"),
           "bad spec");
     CHECK(expert_cache_state_bytes(m, 100) == 100ull * 2 * 2 * 32 * 4 + 2ull * (3 * 128 + 4 * 16 * 16) * 4,

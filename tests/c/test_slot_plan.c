@@ -2,6 +2,7 @@
  * (serve/slot_plan.h): what a slot costs on the host and on a device, and how many fit: the first
  * slot plus what 80 % of the free host memory (and 90 % of the free device memory) holds, at least
  * one, at most SLOT_PLAN_AUTO_MAX. */
+#include "base/common.h"
 #include "check.h"
 #include "serve/slot_plan.h"
 
@@ -30,6 +31,6 @@ int main(void) {
     /* a free slot (nothing to count) is not a division by zero */
     slot_cost z = {0};
     CHECK(slot_plan_fit(&z, 0, 0) == SLOT_PLAN_AUTO_MAX, "zero cost");
-    CHECK(slot_plan_mem_available() > 0, "MemAvailable read from /proc/meminfo");
+    CHECK(rl_mem_available() > 0, "MemAvailable read from /proc/meminfo");
     return check_done("test_slot_plan");
 }
