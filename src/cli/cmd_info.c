@@ -925,10 +925,11 @@ static void verdict_compute(info *in, int n_ctx, uint64_t ram_mib) {
         return;
     }
     in->verdict.runs = in->verdict.cpu = true;
-    char cpu[200];
+    char cpu[256];
     if (plan.mode == EC_FULL)
-        snprintf(cpu, sizeof cpu, "every expert resident (%s of weights, %s of %s)",
-                 human_bytes(m.bytes_dense + m.bytes_experts, b1, 32), human_bytes(ram, b2, 32), ram_is);
+        snprintf(cpu, sizeof cpu, "every expert resident (%s of weights, %s of %s%s)",
+                 human_bytes(m.bytes_dense + m.bytes_experts, b1, 32), human_bytes(ram, b2, 32), ram_is,
+                 plan.mapped ? "; the experts in the page cache: the file nearly fills it" : "");
     else
         snprintf(cpu, sizeof cpu,
                  "a bounded expert cache of %s for the %s of experts (same output, slower; "
