@@ -204,20 +204,24 @@ static void init_tables(void) {
 }
 
 kern_opts kern_opts_default(void) {
-    return (kern_opts){.level = KERN_NLEVELS - 1, .mm512 = true, .amx = true, .amx_rows = 0, .iq2_mv = 0};
+    return (kern_opts){.level = KERN_NLEVELS - 1, .mm512 = true, .amx = true, .amx_rows = 0, .iq_mv = 0};
 }
 
-/* The IQ2_XXS / IQ2_XS mat-vecs at the AVX-512 level: the 4-row 512-bit kernels gather the grid
- * entries (vpgatherdq), which Intel runs fast and Zen 4 slowly (measurements: docs/TUNING.md,
- * bench/results/kernels-2026-11-30.md), so AMD CPUs take the AVX2 ones unless iq2_mv says otherwise.
+/* The IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S mat-vecs at the AVX-512 level: the 4-row 512-bit kernels
+ * gather the grid entries (vpgatherdq / vpgatherdd), which Intel runs fast and Zen 4 slowly
+ * (measurements: docs/TUNING.md, bench/results/kernels-2026-11-30.md; IQ3 on a Zen 4 VM, 2026-12-07:
+ * IQ3_XXS 4.23 (AVX2) vs 3.18 GB/s, IQ3_S 4.26 vs 3.59), so AMD CPUs take the AVX2 ones unless
+ * iq_mv says otherwise.
  * Same results either way: both equal the scalar vec_dot bit for bit. The batched kernels are the
  * level's own in both cases. */
 static void select_iq2(kern_cfg *c) {
     if (c->level != KERN_AVX512) return;
-    const bool mv256 = c->iq2_mv ? c->iq2_mv == 256 : cpu_amd;
+    const bool mv256 = c->iq_mv ? c->iq_mv == 256 : cpu_amd;
     const kern_table *src = &tables[mv256 ? KERN_AVX2 : KERN_AVX512];
     c->t.matvec[QT_IQ2_XXS] = src->matvec[QT_IQ2_XXS];
     c->t.matvec[QT_IQ2_XS] = src->matvec[QT_IQ2_XS];
+    c->t.matvec[QT_IQ3_XXS] = src->matvec[QT_IQ3_XXS];
+    c->t.matvec[QT_IQ3_S] = src->matvec[QT_IQ3_S];
 }
 
 int kern_cfg_init(kern_cfg *c, const kern_opts *o) {
@@ -230,8 +234,8 @@ int kern_cfg_init(kern_cfg *c, const kern_opts *o) {
 static int cfg_init(kern_cfg *c, const kern_opts *o) {
     if (o->amx_rows < 0)
         return rl_seterr("kernel options: %d AMX rows (0 for the per-type thresholds)", o->amx_rows);
-    if (o->iq2_mv && o->iq2_mv != 256 && o->iq2_mv != 512)
-        return rl_seterr("kernel options: IQ2 mat-vec width %d (256 or 512, 0 by CPU vendor)", o->iq2_mv);
+    if (o->iq_mv && o->iq_mv != 256 && o->iq_mv != 512)
+        return rl_seterr("kernel options: IQ mat-vec width %d (256 or 512, 0 by CPU vendor)", o->iq_mv);
     int level = o->level < 0 ? 0 : o->level >= KERN_NLEVELS ? KERN_NLEVELS - 1 : o->level;
     while (level > 0 && !supported[level]) level--; /* a level the CPU lacks: the best below it */
     memset(c, 0, sizeof *c);
@@ -239,7 +243,7 @@ static int cfg_init(kern_cfg *c, const kern_opts *o) {
     c->mm512 = o->mm512 && supported[KERN_AVX512];
     c->amx = o->amx && amx_ok ? KERN_AMX_ON : KERN_AMX_OFF;
     c->amx_rows = o->amx_rows;
-    c->iq2_mv = o->iq2_mv;
+    c->iq_mv = o->iq_mv;
     c->t = tables[level];
     select_iq2(c);
     select_mm(c);

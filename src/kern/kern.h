@@ -119,7 +119,8 @@ typedef struct {
     bool amx;     /* AMX tiles where the CPU grants them (default) */
     int amx_rows; /* > 0: the tiles from this many activation rows on for every type (measuring
                      thresholds); 0: each type's own (kern_table.amx_min, measured) */
-    int iq2_mv;   /* AVX-512 IQ2_XXS / IQ2_XS mat-vecs: 0 by CPU vendor (AMD: the AVX2 ones), 256, 512 */
+    int iq_mv;    /* AVX-512 IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S mat-vecs: 0 by CPU vendor (AMD: the AVX2
+                      ones), 256, 512 */
 } kern_opts;
 kern_opts kern_opts_default(void);
 
@@ -156,7 +157,7 @@ struct kern_cfg {
     bool mm512;   /* the AVX-512 level's 512-bit batched core */
     int amx;      /* KERN_AMX_* */
     int amx_rows; /* kern_opts.amx_rows */
-    int iq2_mv;   /* kern_opts.iq2_mv */
+    int iq_mv;   /* kern_opts.iq_mv */
     kern_table t; /* the level's table with the switches applied */
 };
 /* Resolve o (NULL: kern_opts_default()) on this CPU: 0, or -1 with rl_seterr for an invalid value. */

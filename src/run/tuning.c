@@ -63,9 +63,9 @@ static int kern_from_env(rl_tuning *t) {
         t->kern.amx = i == 1;
     }
     if ((v = env("RL_KERN_AMX_ROWS")) && env_int("RL_KERN_AMX_ROWS", v, 0, &t->kern.amx_rows)) return -1;
-    if ((v = env("RL_KERN_IQ2_MV"))) {
-        if (env_choice("RL_KERN_IQ2_MV", v, (const char *const[]){"256", "512", NULL}, &i)) return -1;
-        t->kern.iq2_mv = i ? 512 : 256;
+    if ((v = env("RL_KERN_IQ_MV"))) {
+        if (env_choice("RL_KERN_IQ_MV", v, (const char *const[]){"256", "512", NULL}, &i)) return -1;
+        t->kern.iq_mv = i ? 512 : 256;
     }
     return 0;
 }

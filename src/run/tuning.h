@@ -15,7 +15,7 @@
 #include "kern/kern.h"
 
 typedef struct {
-    kern_opts kern;            /* RL_KERN, RL_KERN_MM, RL_KERN_AMX, RL_KERN_AMX_ROWS, RL_KERN_IQ2_MV */
+    kern_opts kern;            /* RL_KERN, RL_KERN_MM, RL_KERN_AMX, RL_KERN_AMX_ROWS, RL_KERN_IQ_MV */
     int vec_level;             /* RL_VEC: the vector table's widest level (KERN_*), -1: the kernel level's */
     ec_params cache;           /* the bounded cache's switches: io_threads (RL_CACHE_IO_THREADS), no_prefetch
                                   (RL_CACHE_PREFETCH=0), prefetch_k (RL_CACHE_PREFETCH_K), io (RL_CACHE_DIRECT),

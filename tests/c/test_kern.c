@@ -274,21 +274,22 @@ int main(void) {
                     kern_cfg_set_amx_rows(TK(), 0);
         }
     }
-    /* the IQ2_XXS / IQ2_XS mat-vecs of the AVX-512 level: the AVX2 ones (AMD's default) and the
-     * level's own (everyone else's), each forced through kern_opts.iq2_mv: both bit-identical */
+    /* the IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S mat-vecs of the AVX-512 level: the AVX2 ones (AMD's
+     * default) and the level's own (everyone else's), each forced through kern_opts.iq_mv: both
+     * bit-identical */
     if (kern_level_supported(KERN_AVX512)) {
         const kern_cfg saved = *TK();
         for (int mv = 256; mv <= 512; mv += 256) {
             kern_opts o = kern_opts_default();
-            o.iq2_mv = mv;
-            CHECK(kern_cfg_init(TK(), &o) == 0 && TK()->level == KERN_AVX512, "iq2_mv %d", mv);
-            for (int k = 0; k < 2; k++)
-                for (int64_t nr = 1; nr <= 9; nr += 4)
-                    test_matvec(KERN_AVX512, k ? QT_IQ2_XS : QT_IQ2_XXS, nr, 2048, &r);
+            o.iq_mv = mv;
+            CHECK(kern_cfg_init(TK(), &o) == 0 && TK()->level == KERN_AVX512, "iq_mv %d", mv);
+            const uint32_t iq[] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ3_XXS, QT_IQ3_S};
+            for (int k = 0; k < 4; k++)
+                for (int64_t nr = 1; nr <= 9; nr += 4) test_matvec(KERN_AVX512, iq[k], nr, 2048, &r);
         }
         kern_opts o = kern_opts_default();
-        o.iq2_mv = 384;
-        CHECK(kern_cfg_init(TK(), &o) == -1, "iq2_mv 384 refused");
+        o.iq_mv = 384;
+        CHECK(kern_cfg_init(TK(), &o) == -1, "iq_mv 384 refused");
         *TK() = saved;
     }
     if (!kern_level_supported(KERN_AVX512)) {

@@ -182,7 +182,7 @@ static void test_env(void) {
     unsetenv("RL_CACHE_FAULT");
     const rl_tuning d = tuning_default();
     CHECK(tuning_from_env(&t) == 0 && t.kern.level == d.kern.level && t.kern.mm512 == d.kern.mm512 &&
-              t.kern.amx == d.kern.amx && t.kern.amx_rows == 0 && t.kern.iq2_mv == 0 && t.vec_level == -1 &&
+              t.kern.amx == d.kern.amx && t.kern.amx_rows == 0 && t.kern.iq_mv == 0 && t.vec_level == -1 &&
               t.cache.io == EC_IO_AUTO && t.cache.io_threads == 0 && !t.cache.no_prefetch && !t.cache.fault &&
               !t.cache.trace_path,
           "no variables: the defaults");
