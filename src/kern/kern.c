@@ -207,11 +207,11 @@ kern_opts kern_opts_default(void) {
     return (kern_opts){.level = KERN_NLEVELS - 1, .mm512 = true, .amx = true, .amx_rows = 0, .iq_mv = 0};
 }
 
-/* The IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S mat-vecs at the AVX-512 level: the 4-row 512-bit kernels
- * gather the grid entries (vpgatherdq / vpgatherdd), which Intel runs fast and Zen 4 slowly
- * (measurements: docs/TUNING.md, bench/results/kernels-2026-11-30.md; IQ3 on a Zen 4 VM, 2026-12-07:
- * IQ3_XXS 4.23 (AVX2) vs 3.18 GB/s, IQ3_S 4.26 vs 3.59), so AMD CPUs take the AVX2 ones unless
- * iq_mv says otherwise.
+/* The IQ2_XXS / IQ2_XS / IQ3_S mat-vecs at the AVX-512 level: the 4-row 512-bit kernels gather the
+ * grid entries (vpgatherdq / vpgatherdd), which Intel runs fast and Zen 4 slowly (measurements:
+ * docs/TUNING.md, bench/results/kernels-2026-11-30.md; IQ3_S on a Zen 4 VM, 2026-12-07: 4.26 (AVX2)
+ * vs 3.59 GB/s), so AMD CPUs take the AVX2 ones unless iq_mv says otherwise. (IQ3_XXS's 512-bit
+ * kernel looks its grid up with permutes, no gather: every CPU keeps it.)
  * Same results either way: both equal the scalar vec_dot bit for bit. The batched kernels are the
  * level's own in both cases. */
 static void select_iq2(kern_cfg *c) {
@@ -220,7 +220,6 @@ static void select_iq2(kern_cfg *c) {
     const kern_table *src = &tables[mv256 ? KERN_AVX2 : KERN_AVX512];
     c->t.matvec[QT_IQ2_XXS] = src->matvec[QT_IQ2_XXS];
     c->t.matvec[QT_IQ2_XS] = src->matvec[QT_IQ2_XS];
-    c->t.matvec[QT_IQ3_XXS] = src->matvec[QT_IQ3_XXS];
     c->t.matvec[QT_IQ3_S] = src->matvec[QT_IQ3_S];
 }
 

@@ -23,7 +23,8 @@
  * it); F32, F16, BF16 and the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4)
  * accumulate floats in SIMD lanes, so only the float summation order differs.
  * The AVX-512 level has its own 512-bit mat-vecs for the hot decode types (IQ1_M, IQ2_XXS, IQ2_XS,
- * IQ3_XXS, IQ3_S, Q2_K, Q4_K, Q5_K, Q6_K: src/kern/kern_x86_512.h; grids by gather, VNNI vpdpwssd;
+ * IQ3_XXS, IQ3_S, Q2_K, Q4_K, Q5_K, Q6_K: src/kern/kern_x86_512.h; grids by gather (IQ3_XXS: by
+ * permutes), VNNI vpdpwssd;
  * IQ1_M, the IQ2/IQ3 types and Q4_K run four rows at a time, sharing activation loads, the
  * reductions and a 4-lane float epilogue that keeps each row's scalar arithmetic),
  * 512-bit F32/F16 loops and VNNI for the int8 dots; the other types share the AVX2 source
@@ -119,8 +120,8 @@ typedef struct {
     bool amx;     /* AMX tiles where the CPU grants them (default) */
     int amx_rows; /* > 0: the tiles from this many activation rows on for every type (measuring
                      thresholds); 0: each type's own (kern_table.amx_min, measured) */
-    int iq_mv;    /* AVX-512 IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S mat-vecs: 0 by CPU vendor (AMD: the AVX2
-                      ones), 256, 512 */
+    int iq_mv;    /* AVX-512 IQ2_XXS / IQ2_XS / IQ3_S mat-vecs: 0 by CPU vendor (AMD: the AVX2 ones),
+                      256, 512 */
 } kern_opts;
 kern_opts kern_opts_default(void);
 

@@ -274,9 +274,9 @@ int main(void) {
                     kern_cfg_set_amx_rows(TK(), 0);
         }
     }
-    /* the IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S mat-vecs of the AVX-512 level: the AVX2 ones (AMD's
-     * default) and the level's own (everyone else's), each forced through kern_opts.iq_mv: both
-     * bit-identical */
+    /* the IQ2_XXS / IQ2_XS / IQ3_S mat-vecs of the AVX-512 level: the AVX2 ones (AMD's default) and
+     * the level's own (everyone else's), each forced through kern_opts.iq_mv: both bit-identical
+     * (IQ3_XXS: the level's permute kernel either way, checked here too) */
     if (kern_level_supported(KERN_AVX512)) {
         const kern_cfg saved = *TK();
         for (int mv = 256; mv <= 512; mv += 256) {
