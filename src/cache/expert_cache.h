@@ -104,8 +104,8 @@ typedef struct {
  * scratch live in device memory and only the reserve is kept out of the RAM share (the dense
  * weights' file pages are read once, to upload them, and are the kernel's to reclaim).
  * 0, or -1 with rl_lasterr set on a bad spec or a budget below the minimum. */
-int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, uint64_t avail_bytes, int n_ctx, uint64_t work_bytes,
-                      const char *spec, ec_io io, bool device, ec_plan *out);
+int expert_cache_plan(const q3n_model *m, uint64_t ram_bytes, uint64_t avail_bytes, int n_ctx,
+                      uint64_t work_bytes, const char *spec, ec_io io, bool device, ec_plan *out);
 /* Bytes of per-context state: KV cache (float32, n_ctx positions) + DeltaNet states. */
 uint64_t expert_cache_state_bytes(const q3n_model *m, int n_ctx);
 

@@ -59,18 +59,20 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, uint64_t avail, int n_ct
             return 0;
         }
         uint64_t reserve = work_bytes + EC_SLACK > EC_RESERVE ? work_bytes + EC_SLACK : EC_RESERVE;
-        if (!device) { /* under a VRAM tier the RAM cache feeds DMA fills: page-locked slots, not the mapping */
+        if (!device) { /* under a VRAM tier the RAM cache feeds DMA fills: page-locked slots, not the mapping
+                        */
             if (!avail) avail = rl_mem_available();
             const uint64_t map_limit = (uint64_t)(EC_MAP_SHARE * (double)ram);
             if (need + reserve <= map_limit && need + reserve <= avail) {
                 out->mode = EC_FULL;
                 out->mapped = true;
-                snprintf(out->reason, sizeof out->reason,
-                         "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB) but fit "
-                         "in %d%% of it and in what is free (%.1f GiB): the experts stay in the file's page "
-                         "cache, preloaded, not copied; --cache-mib N bounds them instead",
-                         experts / GiB, dense / GiB, state / GiB, share, ram / GiB,
-                         (int)(EC_MAP_SHARE * 100 + 0.5), avail / GiB);
+                snprintf(
+                    out->reason, sizeof out->reason,
+                    "auto: experts %.1f + dense %.1f + state %.1f GiB exceed %d%% of RAM (%.1f GiB) but fit "
+                    "in %d%% of it and in what is free (%.1f GiB): the experts stay in the file's page "
+                    "cache, preloaded, not copied; --cache-mib N bounds them instead",
+                    experts / GiB, dense / GiB, state / GiB, share, ram / GiB,
+                    (int)(EC_MAP_SHARE * 100 + 0.5), avail / GiB);
                 return 0;
             }
         }

@@ -158,7 +158,7 @@ struct kern_cfg {
     bool mm512;   /* the AVX-512 level's 512-bit batched core */
     int amx;      /* KERN_AMX_* */
     int amx_rows; /* kern_opts.amx_rows */
-    int iq_mv;   /* kern_opts.iq_mv */
+    int iq_mv;    /* kern_opts.iq_mv */
     kern_table t; /* the level's table with the switches applied */
 };
 /* Resolve o (NULL: kern_opts_default()) on this CPU: 0, or -1 with rl_seterr for an invalid value. */

@@ -238,21 +238,32 @@ static inline __m512i sb_iq2_xs_512(const blk_iq2_xs *x, const blk_q8_k *y) {
 
 MV4_D(iq2_xs, blk_iq2_xs, 0.125f)
 
-/* IQ3_XXS, one super-block, without gathers (Zen 4 runs vpgatherdd slowly: the gathering kernel
- * this replaced decoded the 35B-A3B UD-IQ3_XXS-like preset at 10.9-11.0 tok/s on 2 threads of a Zen 4
- * VM, this one 13.2-14.8, the AVX2 one 12.2; 2026-12-07, not measured on Intel). Every byte of an IQ3_XXS grid
- * entry is one of 8 magnitudes, so entry i is 4 level indices of 3 bits: a 12-bit code. The 64 codes
- * of a super-block come from a 256-entry word table by 4 two-register permutes per 32 indices
- * (index bits 0-5) and two blends (bits 6, 7); each code's two 6-bit halves then pick their two
- * magnitude bytes from a 64-entry word table, and interleaving the halves' words gives the entries'
- * dwords, the bytes the gather loads. The indices are put in the order that interleaving undoes
- * (iq3_order). The integer sums and scales are then the other IQ types' (sum_chunks_signed); tables
- * filled by iq3_tables_init (fill_512). */
+/* 32 word indices 0..255 -> their entries' words of a 256-word table (8 registers of 32) */
+static inline __m512i lookup256_epi16(__m512i k, const __m512i *t) {
+    const __mmask32 m6 = _mm512_test_epi16_mask(k, _mm512_set1_epi16(64)),
+                    m7 = _mm512_test_epi16_mask(k, _mm512_set1_epi16(128));
+    const __m512i c01 = _mm512_mask_blend_epi16(m6, _mm512_permutex2var_epi16(t[0], k, t[1]),
+                                                _mm512_permutex2var_epi16(t[2], k, t[3]));
+    const __m512i c23 = _mm512_mask_blend_epi16(m6, _mm512_permutex2var_epi16(t[4], k, t[5]),
+                                                _mm512_permutex2var_epi16(t[6], k, t[7]));
+    return _mm512_mask_blend_epi16(m7, c01, c23);
+}
+
+/* IQ3_XXS, one super-block, without gathers (Zen 4 runs vpgatherdd slowly: the gathering kernel this
+ * replaced decoded the 35B-A3B UD-IQ3_XXS-like preset at 10.9-11.0 tok/s on 2 threads of a Zen 4 VM,
+ * this one 13.2-14.8, the AVX2 one 12.2; 2026-12-07, not measured on Intel). Every byte of an IQ3_XXS
+ * grid entry is one of 8 magnitudes, so entry i is 4 level indices of 3 bits: a 12-bit code. The 64
+ * codes of a super-block come from a 256-entry word table (lookup256_epi16); each code's two 6-bit
+ * halves then pick their two magnitude bytes from a 64-entry word table, and interleaving the halves'
+ * words gives the entries' dwords, the bytes a gather would load. The indices are put in the order
+ * that interleaving undoes (iq3_order). The integer sums and scales are then the other IQ types'
+ * (sum_chunks_signed); tables filled by iq3_tables_init (fill_512). */
 static const uint8_t iq3_lev[8] = {4, 12, 20, 28, 36, 44, 52, 62};
 static uint16_t iq3_code[256] __attribute__((aligned(64))); /* entry -> 4 level indices, 3 bits each */
 static uint16_t iq3_pair[64] __attribute__((aligned(64)));  /* 2 level indices -> their 2 bytes */
-static const uint16_t iq3_order[32] __attribute__((aligned(64))) = {
-    0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+static const uint16_t iq3_order[32]
+    __attribute__((aligned(64))) = {0, 1, 2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
+                                    8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
 
 /* false when a grid byte is not one of the levels (then IQ3_XXS keeps the AVX2 mat-vec) */
 static bool iq3_tables_init(void) {
@@ -277,17 +288,12 @@ static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y) {
     uint64_t sg[4];
     _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
     const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w));
-    const __m512i *tc = (const __m512i *)iq3_code, *tp = (const __m512i *)iq3_pair;
-    const __m512i order = _mm512_load_si512(iq3_order), b6 = _mm512_set1_epi16(64), b7 = _mm512_set1_epi16(128);
+    const __m512i *tp = (const __m512i *)iq3_pair;
+    const __m512i order = _mm512_load_si512(iq3_order);
     __m512i g[4];
     for (int h = 0; h < 2; h++) {
         const __m512i k = _mm512_permutexvar_epi16(order, _mm512_cvtepu8_epi16(loadu(q + 32 * h)));
-        const __mmask32 m6 = _mm512_test_epi16_mask(k, b6), m7 = _mm512_test_epi16_mask(k, b7);
-        const __m512i c01 = _mm512_mask_blend_epi16(m6, _mm512_permutex2var_epi16(tc[0], k, tc[1]),
-                                                    _mm512_permutex2var_epi16(tc[2], k, tc[3]));
-        const __m512i c23 = _mm512_mask_blend_epi16(m6, _mm512_permutex2var_epi16(tc[4], k, tc[5]),
-                                                    _mm512_permutex2var_epi16(tc[6], k, tc[7]));
-        const __m512i c = _mm512_mask_blend_epi16(m7, c01, c23);
+        const __m512i c = lookup256_epi16(k, (const __m512i *)iq3_code);
         const __m512i lo = _mm512_permutex2var_epi16(tp[0], c, tp[1]), /* index bits 0-5 only */
             hi = _mm512_permutex2var_epi16(tp[0], _mm512_srli_epi16(c, 6), tp[1]);
         g[2 * h] = _mm512_unpacklo_epi16(lo, hi);

@@ -187,9 +187,8 @@ static int attach_experts(session *s, const session_params *p) {
     const ec_params *tuned = &engine_tuning(e)->cache; /* the RL_CACHE_* switches (run/tuning.h) */
     if (expert_cache_plan(m, 0, 0, s->n_ctx, work, spec, tuned->io, vram, &plan)) return -1;
     if (p->verbose) {
-        if (plan.mode == EC_FULL)
+        if (plan.mode == EC_FULL) /* mapped or copied: the reason says which */
             fprintf(stderr, "expert cache: every expert stays in memory (%s)\n", plan.reason);
-        /* (mapped: the reason says so; the engine's weights line names the mapping) */
         else if (plan.mode == EC_BOUNDED)
             fprintf(stderr,
                     "expert cache: %.0f MiB keep the most used experts, the others are read from the file "

@@ -22,4 +22,3 @@ int slot_plan_fit(const slot_cost *c, uint64_t host_free, uint64_t dev_free) {
     }
     return n < 1 ? 1 : n > SLOT_PLAN_AUTO_MAX ? SLOT_PLAN_AUTO_MAX : (int)n;
 }
-

@@ -424,10 +424,12 @@ static void test_route_bias(fixture *fx) {
 static void test_plan_attach_trace(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     ec_plan p;
-    CHECK(expert_cache_plan(m, 64ull << 30, 64ull << 30, 4096, 0, "auto", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL,
+    CHECK(expert_cache_plan(m, 64ull << 30, 64ull << 30, 4096, 0, "auto", EC_IO_AUTO, false, &p) == 0 &&
+              p.mode == EC_FULL,
           "auto, big RAM: %s", p.reason);
-    CHECK(expert_cache_plan(m, 1 << 20, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED &&
-              p.budget == expert_cache_min_budget(m, true) && strstr(p.reason, "tight"),
+    CHECK(expert_cache_plan(m, 1 << 20, 1 << 20, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
+              p.mode == EC_BOUNDED && p.budget == expert_cache_min_budget(m, true) &&
+              strstr(p.reason, "tight"),
           "auto, tiny RAM: %s", p.reason);
     /* the context's scratch is kept out of the budget: a 2 GiB scratch + 256 MiB slack replaces the 0.5 GiB
      * floor */
@@ -458,7 +460,8 @@ static void test_plan_attach_trace(fixture *fx) {
     q3n_model big = *m;
     big.bytes_experts = (uint64_t)(18.2 * (1 << 30));
     big.bytes_dense = (uint64_t)(1.2 * (1 << 30));
-    const uint64_t need = big.bytes_experts + big.bytes_dense + expert_cache_state_bytes(m, 4096) + (512ull << 20),
+    const uint64_t need = big.bytes_experts + big.bytes_dense + expert_cache_state_bytes(m, 4096) +
+                          (512ull << 20),
                    r85 = (uint64_t)((double)need / 0.85), r95 = (uint64_t)((double)need / 0.95);
     CHECK(expert_cache_plan(&big, r85, r85, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL &&
               p.mapped && strstr(p.reason, "page cache"),
@@ -468,16 +471,19 @@ static void test_plan_attach_trace(fixture *fx) {
           "85%%, less free than needed: bounded (%s)", p.reason);
     CHECK(expert_cache_plan(&big, r85, need, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mapped,
           "85%%, exactly enough free: mapped (%s)", p.reason);
-    CHECK(expert_cache_plan(&big, r95, r95, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED,
+    CHECK(expert_cache_plan(&big, r95, r95, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
+              p.mode == EC_BOUNDED,
           "95%%: bounded (%s)", p.reason);
     CHECK(expert_cache_plan(&big, r85, r85, 4096, 0, NULL, EC_IO_AUTO, true, &p) == 0 && !p.mapped,
           "85%%, VRAM tier: not mapped (%s)", p.reason);
     CHECK(expert_cache_plan(&big, 64ull << 30, 64ull << 30, 4096, 0, NULL, EC_IO_AUTO, false, &p) == 0 &&
               p.mode == EC_FULL && !p.mapped,
           "big RAM: copied, not mapped (%s)", p.reason);
-    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "full", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL && !p.mapped,
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "full", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_FULL &&
+              !p.mapped,
           "full");
-    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "mmap", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_MMAP, "mmap");
+    CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "mmap", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_MMAP,
+          "mmap");
     CHECK(expert_cache_plan(m, 0, 0, 4096, 0, "0.5", EC_IO_AUTO, false, &p) == 0 && p.mode == EC_BOUNDED &&
               p.budget == 524288,
           "0.5 MiB");
