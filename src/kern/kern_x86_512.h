@@ -257,7 +257,7 @@ static inline __m512i lookup256_epi16(__m512i k, const __m512i *t) {
  * halves then pick their two magnitude bytes from a 64-entry word table, and interleaving the halves'
  * words gives the entries' dwords, the bytes a gather would load. The indices are put in the order
  * that interleaving undoes (iq3_order). The integer sums and scales are then the other IQ types'
- * (sum_chunks_signed); tables filled by iq3_tables_init (fill_512). */
+ * (sum_chunks_signed). */
 static const uint8_t iq3_lev[8] = {4, 12, 20, 28, 36, 44, 52, 62};
 static uint16_t iq3_code[256] __attribute__((aligned(64))); /* entry -> 4 level indices, 3 bits each */
 static uint16_t iq3_pair[64] __attribute__((aligned(64)));  /* 2 level indices -> their 2 bytes */
@@ -265,32 +265,28 @@ static const uint16_t iq3_order[32]
     __attribute__((aligned(64))) = {0, 1, 2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
                                     8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
 
-/* false when a grid byte is not one of the levels (then IQ3_XXS keeps the AVX2 mat-vec) */
-static bool iq3_tables_init(void) {
+/* Fill the tables (fill_512, before any kernel runs). Every byte of the grid is one of iq3_lev: were
+ * one not, its code would be wrong and test_kern's comparison with the scalar reference would fail. */
+static void iq3_tables_init(void) {
     for (int v = 0; v < 64; v++) iq3_pair[v] = (uint16_t)(iq3_lev[v & 7] | iq3_lev[v >> 3] << 8);
     for (int i = 0; i < 256; i++) {
         unsigned c = 0;
         for (int j = 0; j < 4; j++) {
             const uint8_t b = (uint8_t)(iq3xxs_grid[i] >> (8 * j));
             int l = 0;
-            while (l < 8 && iq3_lev[l] != b) l++;
-            if (l == 8) return false;
+            while (l < 7 && iq3_lev[l] != b) l++;
             c |= (unsigned)l << (3 * j);
         }
         iq3_code[i] = (uint16_t)c;
     }
-    return true;
 }
 
-static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y) {
-    const uint8_t *q = x->qs; /* 64 grid indices, then 8 words of signs + scale */
-    const __m256i w = loadu(q + 64);
-    uint64_t sg[4];
-    _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
-    const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w));
+/* The grid entries of a super-block's 64 indices q[0..63], 16 per register in index order: g[c]
+ * holds the magnitudes of values 64c..64c+63 (what gathering entries q[16c..16c+15] loads). Also the
+ * batched kernels' decoder (dec_iq3_xxs_512, kern_x86_mm.h). */
+static inline void iq3_xxs_grid64(const uint8_t *q, __m512i g[4]) {
     const __m512i *tp = (const __m512i *)iq3_pair;
     const __m512i order = _mm512_load_si512(iq3_order);
-    __m512i g[4];
     for (int h = 0; h < 2; h++) {
         const __m512i k = _mm512_permutexvar_epi16(order, _mm512_cvtepu8_epi16(loadu(q + 32 * h)));
         const __m512i c = lookup256_epi16(k, (const __m512i *)iq3_code);
@@ -299,6 +295,16 @@ static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y) {
         g[2 * h] = _mm512_unpacklo_epi16(lo, hi);
         g[2 * h + 1] = _mm512_unpackhi_epi16(lo, hi);
     }
+}
+
+static inline __m512i sb_iq3_xxs_512(const blk_iq3_xxs *x, const blk_q8_k *y) {
+    const uint8_t *q = x->qs; /* 64 grid indices, then 8 words of signs + scale */
+    const __m256i w = loadu(q + 64);
+    uint64_t sg[4];
+    _mm256_storeu_si256((__m256i *)sg, signs_from_words(w));
+    const __m512i s16 = _mm512_castsi256_si512(scales_from_words(w));
+    __m512i g[4];
+    iq3_xxs_grid64(q, g);
     return sum_chunks_signed(g, y->qs, sg, s16);
 }
 
@@ -689,7 +695,8 @@ static void fill_512(kern_table *t) {
     t->matvec[QT_IQ1_M] = mv_iq1_m_512;
     t->matvec[QT_IQ2_XXS] = mv_iq2_xxs_512;
     t->matvec[QT_IQ2_XS] = mv_iq2_xs_512;
-    if (iq3_tables_init()) t->matvec[QT_IQ3_XXS] = mv_iq3_xxs_512;
+    iq3_tables_init();
+    t->matvec[QT_IQ3_XXS] = mv_iq3_xxs_512;
     t->matvec[QT_IQ3_S] = mv_iq3_s_512;
     t->matvec[QT_Q2_K] = mv_q2_k_512;
     t->matvec[QT_Q4_K] = mv_q4_k_512;

@@ -271,8 +271,8 @@ static inline void dec_iq1_m(const void *p, kdsb *o) {
 }
 
 #if defined(KERN_X86_512)
-/* AVX-512 decoders of the IQ types: grids by gather (see kern_x86_512.h), signs applied to the
- * gathered magnitudes with the 64-bit sign mask of each 64 values, then + off. */
+/* AVX-512 decoders of the IQ types: grids by gather (IQ3_XXS: by permutes; see kern_x86_512.h), signs applied
+ * to the gathered magnitudes with the 64-bit sign mask of each 64 values, then + off. */
 static inline void store_signed512(uint8_t *u, __m512i g, __mmask64 neg, int off) {
     const __m512i w = _mm512_mask_sub_epi8(g, neg, _mm512_setzero_si512(), g);
     _mm512_store_si512((void *)u, _mm512_add_epi8(w, _mm512_set1_epi8((char)off)));
@@ -353,11 +353,9 @@ static inline void dec_iq3_xxs_512(const void *p, kdsb *o) {
     const __m256i lsv = scales_from_words(w);
     kdsb_scales16(o, lsv);
     _mm256_store_si256((__m256i *)o->bc, _mm256_mullo_epi16(lsv, _mm256_set1_epi16(62)));
-    for (int c = 0; c < 4; c++) {
-        const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * c)));
-        store_signed512(o->u + 64 * c, _mm512_i32gather_epi32(k, (const void *)iq3xxs_grid, 4),
-                        (__mmask64)sg[c], 62);
-    }
+    __m512i g[4];
+    iq3_xxs_grid64(q, g); /* by permutes, not a gather (kern_x86_512.h) */
+    for (int c = 0; c < 4; c++) store_signed512(o->u + 64 * c, g[c], (__mmask64)sg[c], 62);
     o->d = h2f(x->d);
 }
 
