@@ -59,8 +59,8 @@ int expert_cache_plan(const q3n_model *m, uint64_t ram, uint64_t avail, int n_ct
             return 0;
         }
         uint64_t reserve = work_bytes + EC_SLACK > EC_RESERVE ? work_bytes + EC_SLACK : EC_RESERVE;
-        if (!device) { /* under a VRAM tier the RAM cache feeds DMA fills: page-locked slots, not the mapping
-                        */
+        /* not under a VRAM tier: there the RAM cache feeds DMA fills from page-locked slots */
+        if (!device) {
             if (!avail) avail = rl_mem_available();
             const uint64_t map_limit = (uint64_t)(EC_MAP_SHARE * (double)ram);
             if (need + reserve <= map_limit && need + reserve <= avail) {

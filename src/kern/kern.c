@@ -214,7 +214,7 @@ kern_opts kern_opts_default(void) {
  * kernel looks its grid up with permutes, no gather: every CPU keeps it.)
  * Same results either way: both equal the scalar vec_dot bit for bit. The batched kernels are the
  * level's own in both cases. */
-static void select_iq2(kern_cfg *c) {
+static void select_iq_mv(kern_cfg *c) {
     if (c->level != KERN_AVX512) return;
     const bool mv256 = c->iq_mv ? c->iq_mv == 256 : cpu_amd;
     const kern_table *src = &tables[mv256 ? KERN_AVX2 : KERN_AVX512];
@@ -244,7 +244,7 @@ static int cfg_init(kern_cfg *c, const kern_opts *o) {
     c->amx_rows = o->amx_rows;
     c->iq_mv = o->iq_mv;
     c->t = tables[level];
-    select_iq2(c);
+    select_iq_mv(c);
     select_mm(c);
     return 0;
 }
@@ -276,7 +276,7 @@ int kern_cfg_set_level(kern_cfg *c, int level) {
         return rl_seterr("kernel level %s is not supported by this CPU", kern_level_name(level));
     c->level = level;
     c->t = tables[level];
-    select_iq2(c);
+    select_iq_mv(c);
     select_mm(c);
     return 0;
 }

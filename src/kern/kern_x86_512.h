@@ -173,8 +173,8 @@ static void mv_iq1_m_512(const void *W, size_t rb, int64_t nr, int64_t nc, const
 
 /* ---- IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S -------------------------------------------------------
  * Grid magnitudes gathered per 64 values (8 entries of 8 bytes, or 16 of 4; IQ3_XXS looks them up
- * with permutes instead); the sign bits of a
- * 64-value chunk are one 64-bit mask (bit j: value j negative) that negates activation bytes. */
+ * with permutes instead); the sign bits of a 64-value chunk are one 64-bit mask (bit j: value j
+ * negative) that negates activation bytes. */
 
 /* acc += sum over the chunk of scale * grid * (sign ? -a : a) */
 static inline __m512i dot_chunk512_signed(__m512i acc, __m512i g, const int8_t *a, __mmask64 neg, __m512i s16,

@@ -1,10 +1,6 @@
 /* slot_plan.c — see slot_plan.h. */
 #include "serve/slot_plan.h"
 
-#include "base/common.h"
-
-#include <stdio.h>
-
 uint64_t slot_plan_host_bytes(const slot_cost *c) {
     return (uint64_t)(c->max_checkpoints + 1) * c->rec_bytes + c->ram_bytes + (c->device ? 0 : c->ctx_bytes);
 }
