@@ -136,8 +136,8 @@ const opt opts_table[] = {
      .names = "--expert-type",
      .value = "TYPE",
      .help =
-         "the routed experts' type instead of the preset's: MXFP4 (as the\npublished MXFP4 repacks), Q4_K, "
-         "Q5_K, Q6_K, Q8_0, Q2_K, IQ2_XXS,\nIQ2_XS or IQ1_M",
+         "the routed experts' type instead of the preset's: MXFP4 (as the\npublished MXFP4 repacks), Q8_0, "
+         "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,\nIQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S or IQ4_XS",
      .kind = K_STR,
      .off = OFF(expert_type)},
     {.cmds = CMD_SYNTH,

@@ -294,11 +294,12 @@ int synth_geom_check(const synth_params *p) {
     if (g->n_vocab < 260) return rl_seterr("geometry: vocab must be at least 260 (256 bytes + specials)");
     if (g->n_precise < 0 || g->n_precise > g->n_layer)
         return rl_seterr("geometry: precise must be 0..layers");
-    if (p->expert_type && !synth_gen_has(p->expert_type))
-        return rl_seterr(
-            "expert type %s: synth has no block generator for it (it has MXFP4, Q8_0, Q2_K, Q4_K, "
-            "Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M)",
-            quant_name(p->expert_type));
+    if (p->expert_type && !synth_gen_has(p->expert_type)) {
+        char have[256];
+        synth_gen_names(have, sizeof have);
+        return rl_seterr("expert type %s: synth has no block generator for it (it has %s)",
+                         quant_name(p->expert_type), have);
+    }
     return 0; /* block-size multiples are checked per tensor by synth_plan */
 }
 

@@ -8,6 +8,7 @@
  * Test: tests/test_synth.py, tests/test_synth_routing.py, tests/test_synth_determinism.py.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,69 @@ static void iq2_xs_init(uint8_t *b, rl_rng *r) {
 }
 static void iq2_xs_mask(uint8_t *m) { mask_range(m, 2, 66); }
 
+/* IQ2_S: | d | qs[32] grid index low bytes | signs[32] | qh[8] (index bits 9..8) | scales[8] |; every
+ * index and sign valid, the scales as IQ2_XS's */
+static void iq2_s_init(uint8_t *b, rl_rng *r) {
+    for (int k = 0; k < 8; k++) {
+        int lo = rnd(r, 3, 15), hi = rnd(r, 3, 15); /* two declarators: drawn in this order */
+        b[74 + k] = (uint8_t)(lo | hi << 4);
+    }
+}
+static void iq2_s_mask(uint8_t *m) { mask_range(m, 2, 74); }
+
+/* IQ3_S: | d | qs[64] | qh[8] (index bit 8) | signs[32] | scales[4] (a nibble per 32 values) | */
+static void iq3_s_init(uint8_t *b, rl_rng *r) {
+    for (int k = 0; k < 4; k++) {
+        int lo = rnd(r, 1, 15), hi = rnd(r, 1, 15);
+        b[106 + k] = (uint8_t)(lo | hi << 4);
+    }
+}
+static void iq3_s_mask(uint8_t *m) { mask_range(m, 2, 106); }
+
+/* IQ4_XS: | d | scales_h u16 | scales_l[4] | qs[128] (codebook nibbles) |; 6-bit scales s - 32 with
+ * |s - 32| in 8..31, either sign */
+static void iq4_xs_init(uint8_t *b, rl_rng *r) {
+    uint16_t h = 0;
+    memset(b + 4, 0, 4);
+    for (int ib = 0; ib < 8; ib++) {
+        int mag = rnd(r, 8, 31), neg = (int)(rl_rng_u64(r) & 1);
+        const int s = 32 + (neg ? -mag : mag);
+        b[4 + ib / 2] = (uint8_t)(b[4 + ib / 2] | (s & 15) << (4 * (ib % 2)));
+        h = (uint16_t)(h | (s >> 4) << (2 * ib));
+    }
+    put16(b + 2, h);
+}
+static void iq4_xs_mask(uint8_t *m) { mask_range(m, 8, 136); }
+
+/* IQ1_S: | d | qs[32] | qh[8] u16: index bits 10..8 of the four groups (bits 11..0), the 3-bit
+ * scale (14..12), the delta sign (15) |; the scales fixed, everything else free */
+static void iq1_s_init(uint8_t *b, rl_rng *r) {
+    for (int ib = 0; ib < 8; ib++) put16(b + 34 + 2 * ib, (uint16_t)(rnd(r, 1, 7) << 12));
+}
+static void iq1_s_mask(uint8_t *m) {
+    mask_range(m, 2, 34);
+    for (int ib = 0; ib < 8; ib++) {
+        m[34 + 2 * ib] = 0xff;
+        m[35 + 2 * ib] = 0x8f;
+    }
+}
+
+/* Q3_K: | hmask[32] | qs[64] | scales[12] (16 signed 6-bit scales) | d |; |s - 32| in 8..31 */
+static void q3_k_set(uint8_t *b, float d) { put16(b + 108, rl_fp32_to_fp16(d)); }
+static float q3_k_get(const uint8_t *b) { return f16at(b + 108); }
+static void q3_k_init(uint8_t *b, rl_rng *r) {
+    uint8_t *sc = b + 96;
+    memset(sc, 0, 12);
+    for (int k = 0; k < 16; k++) { /* inverse of q3_scale (quant_k.c) */
+        int mag = rnd(r, 8, 31), neg = (int)(rl_rng_u64(r) & 1);
+        const int s = 32 + (neg ? -mag : mag);
+        if (k < 8) sc[k] = (uint8_t)(sc[k] | (s & 15));
+        else sc[k - 8] = (uint8_t)(sc[k - 8] | (s & 15) << 4);
+        sc[8 + (k & 3)] = (uint8_t)(sc[8 + (k & 3)] | (s >> 4) << (2 * (k >> 2)));
+    }
+}
+static void q3_k_mask(uint8_t *m) { mask_range(m, 0, 96); }
+
 /* IQ1_M: | qs[32] | qh[16] | four u16 words: 3-bit scales in bits 0..11, d's nibbles on top | */
 static void iq1_m_set(uint8_t *b, float d) {
     uint16_t h = rl_fp32_to_fp16(d);
@@ -190,12 +254,17 @@ static void mxfp4_mask(uint8_t *m) { mask_range(m, 1, 17); }
 static const qgen qgens[] = {
     {QT_Q8_0, q8_0_init, q8_0_get, q8_0_set, q8_0_mask},
     {QT_Q2_K, q2_k_init, q2_k_get, q2_k_set, q2_k_mask},
+    {QT_Q3_K, q3_k_init, q3_k_get, q3_k_set, q3_k_mask},
     {QT_Q4_K, k45_init, k45_get, q4_k_set, q4_k_mask},
     {QT_Q5_K, k45_init, k45_get, q5_k_set, q5_k_mask},
     {QT_Q6_K, q6_k_init, q6_k_get, q6_k_set, q6_k_mask},
     {QT_IQ2_XXS, iq2_xxs_init, d0_get, d0_set, iq2_xxs_mask},
     {QT_IQ2_XS, iq2_xs_init, d0_get, d0_set, iq2_xs_mask},
     {QT_IQ3_XXS, iq3_xxs_init, d0_get, d0_set, iq3_xxs_mask},
+    {QT_IQ2_S, iq2_s_init, d0_get, d0_set, iq2_s_mask},
+    {QT_IQ3_S, iq3_s_init, d0_get, d0_set, iq3_s_mask},
+    {QT_IQ4_XS, iq4_xs_init, d0_get, d0_set, iq4_xs_mask},
+    {QT_IQ1_S, iq1_s_init, d0_get, d0_set, iq1_s_mask},
     {QT_IQ1_M, iq1_m_init, iq1_m_get, iq1_m_set, iq1_m_mask},
     {QT_MXFP4, mxfp4_init, mxfp4_get, mxfp4_set, mxfp4_mask},
 };
@@ -204,6 +273,13 @@ bool synth_gen_has(uint32_t type) {
     for (size_t i = 0; i < sizeof qgens / sizeof qgens[0]; i++)
         if (qgens[i].type == type) return true;
     return false;
+}
+
+void synth_gen_names(char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof qgens / sizeof qgens[0] && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", quant_name(qgens[i].type));
 }
 
 static double tmpl_std(const tmpl *t, float *buf, int64_t n) {

@@ -71,6 +71,8 @@ static inline uint64_t synth_mix64(uint64_t z) {
 int synth_gen_tmpl(tmpl *t, uint32_t type, float sigma, uint64_t seed);
 /* Whether synth_gen_tmpl has a block generator for this quantised type (--expert-type). */
 bool synth_gen_has(uint32_t type);
+/* The types synth_gen_has answers yes for, ", "-separated, into buf[n] (for error messages). */
+void synth_gen_names(char *buf, size_t n);
 /* Tensor bytes [off, off + n) into dst: a pure function of (template, key, offset). */
 void synth_gen_bytes(const tmpl *tp, uint64_t key, uint8_t *dst, uint64_t off, uint64_t n);
 /* A vector tensor's values (t->vec, owned by t). 0, or -1 with the error set. */
