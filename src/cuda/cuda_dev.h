@@ -17,8 +17,8 @@
  * measurements). Every value gives the same bits except `mmq` (another arithmetic). */
 typedef struct {
     bool pdl;      /* programmatic dependent launch where the device has it (RL_CUDA_PDL, 1) */
-    int mmq;       /* the integer path: 0 off, 1 K-quants + 32-value types, 2 also IQ2_XXS/IQ2_XS/IQ1_M
-                      (RL_CUDA_MMQ, 2) */
+    int mmq;       /* the integer path: 0 off, 1 K-quants + 32-value types, 2 also the IQ types
+                      of mmq_iq.cuh (RL_CUDA_MMQ, 2) */
     bool mmq_lane; /* one-token integer launches on k_mmq_lane (RL_CUDA_MMQ_LANE, 1) */
     bool mmq_st;   /* decode GEMV weights staged in shared memory (RL_CUDA_MMQ_ST, 1) */
     bool mmq_sm;   /* dense one-token launches streamed (RL_CUDA_MMQ_SM, 1) */

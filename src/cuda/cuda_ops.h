@@ -141,9 +141,10 @@ int cu_matmul_group_tt(const cu_dev *d, uint32_t type);
  * grouped experts) each activation row is quantised to Q8_K as the CPU does and each output is
  * quant_traits.vec_dot(row, q8_K(x)) bit for bit — the CPU backend's value — with dp4a for one-row
  * and small launches and int8 tensor cores (mma.sync) for prefill tiles. mode 0: the float path
- * above; 1: Q4_K, Q5_K, Q6_K weights, and the 32-value types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * above; 1: the K-quants (Q2_K-Q6_K), and the 32-value types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
  * MXFP4 (mmq_b32.cuh: activations per 32 values to Q8_0 / Q8_1, output == vec_dot(row, q8_0(x) or
- * q8_1(x))); 2: also IQ2_XXS, IQ2_XS and IQ1_M (mmq_iq.cuh).
+ * q8_1(x))); 2: also the IQ types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_XS:
+ * mmq_iq.cuh).
  * Per device struct: the initial mode is d->tune.mmq (RL_CUDA_MMQ=0|1|2, default 2). Set it before the
  * context runs (a context's prefill and steps must use one arithmetic). Returns the previous mode. */
 int cu_dev_set_int8(cu_dev *d, int mode);

@@ -34,7 +34,7 @@ MM_DECL(mxfp4)
 static int small_tt_max(const cu_dev *d) { return d->tune.small_tt; }
 
 // The integer path (mmq.cuh): per device struct, d->int8 = RL_CUDA_MMQ=0|1|2 at context creation (default
-// 2: the K-quants, the 32-value types of mmq_b32.cuh and IQ2_XXS, IQ2_XS, IQ1_M, mmq_iq.cuh; 1: the
+// 2: the K-quants, the 32-value types of mmq_b32.cuh and the IQ types of mmq_iq.cuh; 1: the
 // K-quants and the 32-value types; 0: the float path for every type), cu_dev_set_int8() after.
 // H200, full CF2 file (bench/results/2026-12-02-cuda-iq-h200.md): mode 2 vs 1, prompt 2048 3,422 -> 7,395
 // tok/s, 32K 1,851 -> 2,612, decode 194.6 -> 184.3 (the dp4a IQ decode is 5 % slower than the float

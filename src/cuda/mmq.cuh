@@ -24,7 +24,17 @@
 // the K-quants and the 32-value types (mmq_b32.cuh), and with cu_matmul_set_int8(2) the IQ types of
 // mmq_iq.cuh.
 __host__ __device__ constexpr bool mmq_k(uint32_t type) {
-    return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
+    return type == T_Q2_K || type == T_Q3_K || type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
+}
+// The K-quants with 16 scales per super-block (a weight per 16-value half of each 32-value sub-block):
+// Q2_K, Q3_K, Q6_K.
+__host__ __device__ constexpr bool mmq_k16(uint32_t type) {
+    return type == T_Q2_K || type == T_Q3_K || type == T_Q6_K;
+}
+// The K-quants with mins (a second sum, min * sum of the activation codes, per 32 values for Q4_K /
+// Q5_K, per 16 for Q2_K; the CPU's `- dmin * summs`).
+__host__ __device__ constexpr bool mmq_kmin(uint32_t type) {
+    return type == T_Q2_K || type == T_Q4_K || type == T_Q5_K;
 }
 // The 32-value block types (mmq_b32.cuh: Q8_0 / Q8_1 activations, one integer dot per block).
 __host__ __device__ constexpr bool mmq_b32(uint32_t type) {
@@ -81,9 +91,9 @@ __device__ __forceinline__ int q8_pack(float is, float4 f) {
 // The CPU's float epilogue of one super-block.
 template <int TYPE>
 __device__ __forceinline__ float mmq_term(float yd, float d, float dmin, int isum, int summs) {
-    if constexpr (TYPE == T_Q6_K || TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS) return d * yd * (float)isum;
-    else if constexpr (TYPE == T_IQ1_M) return d * yd * ((float)isum + 0.125f * (float)summs);
-    else return yd * d * (float)isum - yd * dmin * (float)summs;
+    if constexpr (mmq_iq1(TYPE)) return d * yd * ((float)isum + 0.125f * (float)summs);
+    else if constexpr (mmq_kmin(TYPE)) return yd * d * (float)isum - yd * dmin * (float)summs;
+    else return d * yd * (float)isum;
 }
 
 template <int MT, int NT> __device__ __forceinline__ void mmq_zero(float (&acc)[MT][NT][4]) {
@@ -97,17 +107,20 @@ template <int MT, int NT> __device__ __forceinline__ void mmq_zero(float (&acc)[
 
 // ---- weights -----------------------------------------------------------------------------------
 
-// 4 consecutive bytes at b + o, o a multiple of 4 (Q4_K/Q5_K blocks are 16-byte aligned, Q6_K
-// blocks only 2-byte: quant.cuh).
+// 4 consecutive bytes at b + o, o a multiple of 4 (Q4_K/Q5_K blocks are 16-byte aligned, Q3_K and
+// Q6_K blocks only 2-byte: quant.cuh).
 template <int TYPE> __device__ __forceinline__ uint32_t mmq_ld4(const uint8_t *b, int o) {
-    if constexpr (TYPE == T_Q6_K) return ld32_2(b + o);
+    if constexpr (mmq_k16(TYPE)) return ld32_2(b + o);
     else return *(const uint32_t *)(b + o);
 }
 
-// Super-block scales: d, dmin (Q4_K/Q5_K; Q6_K: dmin unused).
+// Super-block scales: d, dmin (Q2_K, Q4_K/Q5_K; Q3_K, Q6_K: dmin unused).
 template <int TYPE> __device__ __forceinline__ void mmq_d(const uint8_t *b, float &d, float &dmin) {
-    if constexpr (TYPE == T_Q6_K) {
-        d = h2f(ld16(b + 208));
+    if constexpr (TYPE == T_Q2_K) { // | scales[16] | qs[64] | d | dmin |
+        d = h2f(ld16(b + 80));
+        dmin = h2f(ld16(b + 82));
+    } else if constexpr (mmq_k16(TYPE)) {
+        d = h2f(ld16(b + (TYPE == T_Q3_K ? 108 : 208)));
         dmin = 0.0f;
     } else {
         d = h2f(ld16(b));
@@ -123,12 +136,29 @@ template <int TYPE> __device__ __forceinline__ int mmq_k45_word(uint32_t q, uint
     else return (int)lo;
 }
 
-// 4 codes (signed bytes, the type's integer unit: Q6_K code - 32) of values 32*s + k .. +3 of the
-// super-block at b, k = 0..28 in steps of 4.
+// Q3_K's signed 6-bit scale k (0..15) of the super-block at b: | hmask[32] | qs[64] | scales[12] | d |,
+// the low nibbles of bytes 0..7 for scales 0..7, their high nibbles for 8..15, bits 5..4 in bytes 8..11.
+__device__ __forceinline__ int q3k_sc(const uint8_t *b, int k) {
+    const uint8_t *sc = b + 96;
+    const int lo = k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4);
+    return (lo | ((sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4) - 32;
+}
+
+// 4 codes (signed bytes, the type's integer unit: Q6_K code - 32, Q3_K code - 4, Q2_K code) of values
+// 32*s + k .. +3 of the super-block at b, k = 0..28 in steps of 4.
 template <int TYPE> __device__ __forceinline__ int mmq_codes4(const uint8_t *b, int s, int k) {
     if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K) {
         const uint32_t q = mmq_ld4<TYPE>(b, (TYPE == T_Q4_K ? 16 : 48) + 32 * (s >> 1) + k);
         return mmq_k45_word<TYPE>(q, TYPE == T_Q5_K ? mmq_ld4<TYPE>(b, 16 + k) : 0u, s);
+    } else if constexpr (TYPE == T_Q2_K) {
+        // value 128 h + 32 j + l: bits 2 j + 1..2 j of qs[32 h + l] (0..3)
+        return (int)((mmq_ld4<TYPE>(b, 16 + 32 * (s >> 2) + k) >> (2 * (s & 3))) & 0x03030303u);
+    } else if constexpr (TYPE == T_Q3_K) {
+        // value 128 h + 32 j + l: 2 bits of qs[32 h + l], bit 4 h + j of hmask[l]
+        const int h = s >> 2, j = s & 3;
+        const uint32_t lo = (mmq_ld4<TYPE>(b, 32 + 32 * h + k) >> (2 * j)) & 0x03030303u;
+        const uint32_t hb = (mmq_ld4<TYPE>(b, k) >> (4 * h + j)) & 0x01010101u;
+        return (int)__vsub4(lo | hb << 2, 0x04040404u);
     } else {
         const int h = s >> 2, r = s & 3;
         const uint32_t lo = (mmq_ld4<TYPE>(b, 64 * h + 32 * (r & 1) + k) >> (4 * (r >> 1))) & 0x0F0F0F0Fu;
@@ -158,9 +188,19 @@ template <int TYPE> __device__ __forceinline__ void mmq_codes32(const uint8_t *b
     }
 }
 
-// Sub-block scales of the super-block: Q4_K/Q5_K sc[0..8), m[0..8) (6-bit); Q6_K sc[0..16) (int8).
+// Sub-block scales of the super-block: Q4_K/Q5_K sc[0..8), m[0..8) (6-bit); Q6_K sc[0..16) (int8);
+// Q3_K sc[0..16) (signed 6-bit); Q2_K sc[0..16), m[0..16) (4-bit).
 template <int TYPE> __device__ __forceinline__ void mmq_scales(const uint8_t *b, int *sc, int *m) {
-    if constexpr (TYPE == T_Q6_K) {
+    if constexpr (TYPE == T_Q2_K) {
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            sc[k] = b[k] & 15;
+            m[k] = b[k] >> 4;
+        }
+    } else if constexpr (TYPE == T_Q3_K) {
+#pragma unroll
+        for (int k = 0; k < 16; k++) sc[k] = q3k_sc(b, k);
+    } else if constexpr (TYPE == T_Q6_K) {
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             const uint32_t v = mmq_ld4<TYPE>(b, 192 + 4 * w);
@@ -339,7 +379,7 @@ __device__ __forceinline__ void mmq_quantise_tile(const mm_launch &a, int start,
 // One lane's share of one super-block of its warp's NW weight rows (mmq_vec_body): codes, scales,
 // mins and block scales; zeros past the row.
 template <int TYPE, int NW> struct mmq_wset {
-    int wq[NW][8], sc[NW][2], mn[NW], mq[TYPE == T_IQ1_M ? NW : 1][8];
+    int wq[NW][8], sc[NW][2], mn[NW][2], mq[mmq_iq1(TYPE) ? NW : 1][8]; // mn: the two halves' mins
     float dd[NW], dm[NW];
 };
 
@@ -357,7 +397,7 @@ __device__ __forceinline__ void mmq_vec_load_w(mmq_wset<TYPE, NW> &ws, const uin
     auto &dm = ws.dm;
 #pragma unroll
     for (int i = 0; i < NW; i++) {
-        mn[i] = 0;
+        mn[i][0] = mn[i][1] = 0;
         dd[i] = dm[i] = 0.0f;
         sc[i][0] = sc[i][1] = 0;
 #pragma unroll
@@ -367,9 +407,9 @@ __device__ __forceinline__ void mmq_vec_load_w(mmq_wset<TYPE, NW> &ws, const uin
             if constexpr (IQ) {
 #pragma unroll
                 for (int w = 0; w < 8; w++) wq[i][w] = mmq_iq_a4<TYPE>(tb, b, j, 4 * w);
-                if constexpr (TYPE == T_IQ1_M) { // braces: see mmq_vec_tiles
+                if constexpr (mmq_iq1(TYPE)) { // braces: see mmq_vec_tiles
 #pragma unroll
-                    for (int w = 0; w < 8; w++) mq[i][w] = mmq_iq1m_m4(b, j, 4 * w);
+                    for (int w = 0; w < 8; w++) mq[i][w] = mmq_iq_m4<TYPE>(b, j, 4 * w);
                 }
                 mmq_iq_w<TYPE>(b, j, sc[i][0], sc[i][1]);
                 dd[i] = mmq_iq_d<TYPE>(b);
@@ -379,8 +419,16 @@ __device__ __forceinline__ void mmq_vec_load_w(mmq_wset<TYPE, NW> &ws, const uin
             if constexpr (TYPE == T_Q6_K) {
                 sc[i][0] = (int8_t)b[192 + 2 * j];
                 sc[i][1] = (int8_t)b[193 + 2 * j];
+            } else if constexpr (TYPE == T_Q3_K) {
+                sc[i][0] = q3k_sc(b, 2 * j);
+                sc[i][1] = q3k_sc(b, 2 * j + 1);
+            } else if constexpr (TYPE == T_Q2_K) {
+                sc[i][0] = b[2 * j] & 15;
+                sc[i][1] = b[2 * j + 1] & 15;
+                mn[i][0] = b[2 * j] >> 4;
+                mn[i][1] = b[2 * j + 1] >> 4;
             } else {
-                k4_scale_min(b + 4, j, sc[i][0], mn[i]);
+                k4_scale_min(b + 4, j, sc[i][0], mn[i][0]);
             }
             mmq_d<TYPE>(b, dd[i], dm[i]);
         }
@@ -396,7 +444,7 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
                                              int xs) {
     constexpr int NR = MMQ_VEC_NR, GPR = 4 / RS;
     constexpr bool IQ = mmq_iq(TYPE),
-                   M2 = TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M; // M2: a second sum
+                   M2 = mmq_kmin(TYPE) || mmq_iq1(TYPE); // M2: a second sum
     const float *syd = mmq_scales_of(sm, a.n_in, TT);
     float acc[NW][TT];
 #pragma unroll
@@ -415,7 +463,7 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
         const auto &dm = cur.dm;
 #pragma unroll
         for (int t = 0; t < TT; t++) {
-            int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qsum = 0;
+            int xq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, qlo = 0, qhi = 0; // the halves' code sums
             float yd = 0.0f;
             if (on) {
                 const uint4 *src = (const uint4 *)(sm + (size_t)t * xs + 256 * ib + 32 * j);
@@ -423,7 +471,9 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
                 yd = syd[t * nsb + ib];
             }
 #pragma unroll
-            for (int w = 0; w < 8; w++) qsum = __dp4a(xq[w], 0x01010101, qsum);
+            for (int w = 0; w < 4; w++) qlo = __dp4a(xq[w], 0x01010101, qlo);
+#pragma unroll
+            for (int w = 4; w < 8; w++) qhi = __dp4a(xq[w], 0x01010101, qhi);
 #pragma unroll
             for (int i = 0; i < NW; i++) {
                 int lo = 0, hi = 0;
@@ -431,9 +481,9 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
                 for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
 #pragma unroll
                 for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
-                int isum = TYPE == T_Q6_K || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
-                int summs = mn[i] * qsum;
-                if constexpr (TYPE == T_IQ1_M) {
+                int isum = mmq_k16(TYPE) || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
+                int summs = TYPE == T_Q2_K ? mn[i][0] * qlo + mn[i][1] * qhi : mn[i][0] * (qlo + qhi);
+                if constexpr (mmq_iq1(TYPE)) {
                     summs = 0;
 #pragma unroll
                     for (int w = 0; w < 8; w++) summs = __dp4a(mq[i][w], xq[w], summs);
@@ -616,10 +666,11 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
 // against NT token tiles (bq[nt]: the B fragments of values 4t.. and 16 + 4t.. of the sub-block),
 // added to the integer sums of the 4 outputs per tile this thread holds. kw/km: the K-quants'
 // weights of the sub-block for rows g (h = 0) and g + 8 (h = 1) — Q4_K/Q5_K: kw[h][0] = sc,
-// km[h] = m; Q6_K: kw[h] = the scales of its two 16-value halves; the IQ types read theirs here.
+// km[h][0] = km[h][1] = m; Q3_K, Q6_K: kw[h] = the scales of its two 16-value halves; Q2_K: those and
+// km[h] their mins; the IQ types read theirs here.
 template <int TYPE, int NT>
 __device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, const uint8_t *b1, int s,
-                                        int t, const int (&kw)[2][2], const int (&km)[2],
+                                        int t, const int (&kw)[2][2], const int (&km)[2][2],
                                         const int (&bq)[NT][2], int (&isum)[NT][4], int (&summs)[NT][4]) {
     int a0, a1, a2, a3, w[2][2];
     if constexpr (mmq_iq(TYPE)) {
@@ -637,7 +688,11 @@ __device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, c
 #pragma unroll
         for (int h = 0; h < 2; h++) w[h][0] = kw[h][0], w[h][1] = kw[h][1];
     }
-    if constexpr (TYPE == T_Q6_K || TYPE == T_IQ2_XS) { // two 16-value halves, each its own weight
+    // the K-quants' mins as the second sum's A fragment: the min of row g's (m0) and g + 8's (m1) first
+    // 16 values, then of their second 16 (m2, m3); one min per 32 values (Q4_K, Q5_K): the same twice
+    const int m0 = km[0][0] * 0x01010101, m1 = km[1][0] * 0x01010101, m2 = km[0][1] * 0x01010101,
+              m3 = km[1][1] * 0x01010101;
+    if constexpr (mmq_k16(TYPE) || mmq_iq_halves(TYPE)) { // two 16-value halves, each its own weight
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
@@ -645,17 +700,15 @@ __device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, c
             mma_k16(hi, a2, a3, bq[nt][1]);
 #pragma unroll
             for (int i = 0; i < 4; i++) isum[nt][i] += w[i >> 1][0] * lo[i] + w[i >> 1][1] * hi[i];
+            if constexpr (TYPE == T_Q2_K) mma_k32(summs[nt], m0, m1, m2, m3, bq[nt][0], bq[nt][1]);
         }
     } else {
-        int m0 = 0, m1 = 0, m2 = 0, m3 = 0; // the second sum's A fragment (Q4_K/Q5_K mins, IQ1_M deltas)
-        if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K) {
-            m0 = m2 = km[0] * 0x01010101;
-            m1 = m3 = km[1] * 0x01010101;
-        } else if constexpr (TYPE == T_IQ1_M) {
-            m0 = mmq_iq1m_m4(b0, s, 4 * t);
-            m1 = mmq_iq1m_m4(b1, s, 4 * t);
-            m2 = mmq_iq1m_m4(b0, s, 16 + 4 * t);
-            m3 = mmq_iq1m_m4(b1, s, 16 + 4 * t);
+        int d0 = m0, d1 = m1, d2 = m2, d3 = m3; // the second sum's A fragment (Q4_K/Q5_K mins, IQ1 deltas)
+        if constexpr (mmq_iq1(TYPE)) {
+            d0 = mmq_iq_m4<TYPE>(b0, s, 4 * t);
+            d1 = mmq_iq_m4<TYPE>(b1, s, 4 * t);
+            d2 = mmq_iq_m4<TYPE>(b0, s, 16 + 4 * t);
+            d3 = mmq_iq_m4<TYPE>(b1, s, 16 + 4 * t);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -663,8 +716,8 @@ __device__ __forceinline__ void mmq_sub(const cu_qtabs &tb, const uint8_t *b0, c
             mma_k32(c, a0, a1, a2, a3, bq[nt][0], bq[nt][1]);
 #pragma unroll
             for (int i = 0; i < 4; i++) isum[nt][i] += w[i >> 1][0] * c[i];
-            if constexpr (TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_IQ1_M)
-                mma_k32(summs[nt], m0, m1, m2, m3, bq[nt][0], bq[nt][1]);
+            if constexpr (mmq_kmin(TYPE) || mmq_iq1(TYPE))
+                mma_k32(summs[nt], d0, d1, d2, d3, bq[nt][0], bq[nt][1]);
         }
     }
 }
@@ -698,7 +751,7 @@ __device__ __forceinline__ void mmq_store_tile(const mm_launch &a, const cu_seg 
 template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_mma(mm_launch a) {
     pdl_enter();
     static_assert(mmq_k(TYPE), "k_mmq_mma: the K-quants only (mmq_vec_tiles)");
-    constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = TYPE == T_Q6_K ? 16 : 8, TTK = 8 * NT;
+    constexpr int MT = 2, BB = qtraits<TYPE>::bytes, NSC = mmq_k16(TYPE) ? 16 : 8, TTK = 8 * NT;
     extern __shared__ __align__(16) uint8_t mmq_sm[];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nsb = a.n_in / 256, xs = mmq_row(a.n_in);
@@ -727,7 +780,7 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
         }
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            int sc[2][NSC], mn[2][8];
+            int sc[2][NSC], mn[2][NSC];
             float dd[2], dm[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -743,12 +796,13 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             const uint8_t *b0 = wr[mt][0] + (size_t)ib * BB, *b1 = wr[mt][1] + (size_t)ib * BB;
 #pragma unroll
             for (int s = 0; s < 8; s++) {
-                int kw[2][2], km[2], bs[NT][2];
+                int kw[2][2], km[2][2], bs[NT][2];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    kw[h][0] = TYPE == T_Q6_K ? sc[h][2 * s] : sc[h][s];
-                    kw[h][1] = TYPE == T_Q6_K ? sc[h][2 * s + 1] : sc[h][s];
-                    km[h] = TYPE == T_Q6_K ? 0 : mn[h][s];
+                    kw[h][0] = mmq_k16(TYPE) ? sc[h][2 * s] : sc[h][s];
+                    kw[h][1] = mmq_k16(TYPE) ? sc[h][2 * s + 1] : sc[h][s];
+                    km[h][0] = !mmq_kmin(TYPE) ? 0 : mmq_k16(TYPE) ? mn[h][2 * s] : mn[h][s];
+                    km[h][1] = !mmq_kmin(TYPE) ? 0 : mmq_k16(TYPE) ? mn[h][2 * s + 1] : mn[h][s];
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) bs[nt][0] = bq[nt][2 * s], bs[nt][1] = bq[nt][2 * s + 1];
@@ -795,19 +849,22 @@ static __global__ void k_q8k_rows(const float *x, int ldx, int rows, int n_in, u
 #define MMQ_TC_ROWS 128    // weight rows a block stages (4 warps x 32)
 #define MMQ_TC_DENSE_TT 32 // tokens of a dense tile (grouped: the plan's tile, CU_TT or 2 CU_TT)
 // Bytes of a staged weight block: Q4_K/Q5_K as stored (16-byte aligned); the other types (Q6_K 210
-// bytes, IQ2_XXS 66, IQ2_XS 74: 2-byte aligned; IQ1_M 56: 8-byte aligned) as the 16-byte-aligned
-// window that holds them, at offset p & 15, copying only the chunks that hold a byte of the block:
-// the last one may reach up to 15 bytes past a tensor's last block, inside the aligned 16-byte chunk
-// that holds that block's last byte (so never into another page). Slot sizes keep the 8 rows of an
-// A-fragment load on distinct banks (row strides of 20, 28, 36, 44 or 60 words).
+// bytes, Q2_K 84, Q3_K 110, IQ1_S 50, IQ2_XXS 66, IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110: 2-byte aligned;
+// IQ1_M 56, IQ4_XS 136: 8-byte aligned) as the 16-byte-aligned window that holds them, at offset p & 15,
+// copying only the chunks that hold a byte of the block: the last one may reach up to 15 bytes past a
+// tensor's last block, inside the aligned 16-byte chunk that holds that block's last byte (so never into
+// another page). Slot sizes keep the 8 rows of an A-fragment load on distinct banks (row strides of 20, 28,
+// 36, 44 or 60 words).
 template <int TYPE> struct mmq_tc_t {
     static constexpr int BB = qtraits<TYPE>::bytes;
     static constexpr bool WIN = TYPE != T_Q4_K && TYPE != T_Q5_K;  // staged as an aligned window
     static constexpr int CH = WIN ? (BB + 15 + 15) / 16 : BB / 16; // chunks per row, at most
-    static constexpr int SLOT = TYPE == T_Q6_K     ? 240
-                                : TYPE == T_IQ2_XS ? 112
-                                : WIN              ? 80
-                                                   : BB; // bytes per staged row
+    static constexpr int SLOT = TYPE == T_Q6_K                                           ? 240
+                                : TYPE == T_IQ4_XS                                       ? 176
+                                : TYPE == T_IQ3_XXS || TYPE == T_IQ3_S || TYPE == T_Q3_K ? 144
+                                : TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_Q2_K  ? 112
+                                : WIN                                                    ? 80
+                                      : BB; // bytes per staged row
     static constexpr int XS = 272;          // bytes per staged token row
     static constexpr bool K45 = !WIN;
 };
@@ -937,16 +994,24 @@ template <int TYPE, bool GU, int NT> __global__ void __launch_bounds__(MM_WARPS 
             }
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                int kw[2][2] = {{0, 0}, {0, 0}}, km[2] = {0, 0};
+                int kw[2][2] = {{0, 0}, {0, 0}}, km[2][2] = {{0, 0}, {0, 0}};
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     if constexpr (TYPE == T_Q6_K) { // the int8 scales of the slice's two 16-value sub-blocks
                         kw[h][0] = (int8_t)wb[mt][h][192 + 2 * s];
                         kw[h][1] = (int8_t)wb[mt][h][193 + 2 * s];
+                    } else if constexpr (TYPE == T_Q3_K) {
+                        kw[h][0] = q3k_sc(wb[mt][h], 2 * s);
+                        kw[h][1] = q3k_sc(wb[mt][h], 2 * s + 1);
+                    } else if constexpr (TYPE == T_Q2_K) { // scale | min << 4 of each 16-value half
+                        kw[h][0] = wb[mt][h][2 * s] & 15;
+                        kw[h][1] = wb[mt][h][2 * s + 1] & 15;
+                        km[h][0] = wb[mt][h][2 * s] >> 4;
+                        km[h][1] = wb[mt][h][2 * s + 1] >> 4;
                     } else if constexpr (P::K45) {
                         const int v = scm[s * MMQ_TC_ROWS + rr[mt][h]];
                         kw[h][0] = kw[h][1] = v & 255;
-                        km[h] = v >> 8;
+                        km[h][0] = km[h][1] = v >> 8;
                     }
                 }
                 mmq_sub<TYPE, NT>(a.tb, wb[mt][0], wb[mt][1], s, t, kw, km, bq, isum[mt], summs[mt]);

@@ -52,7 +52,7 @@ template <int TYPE>
 __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, const uint8_t *xs,
                                          const int *bs, int &isum, int &summs) {
     constexpr bool IQ = mmq_iq(TYPE);
-    int sc[TYPE == T_Q6_K ? 16 : 8], mn[8];
+    int sc[mmq_k16(TYPE) ? 16 : 8], mn[mmq_k16(TYPE) ? 16 : 8];
     if constexpr (!IQ) mmq_scales<TYPE>(b, sc, mn);
     isum = summs = 0;
 #pragma unroll
@@ -72,15 +72,23 @@ __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, c
         for (int w = 0; w < 4; w++) lo = __dp4a(wq[w], xq[w], lo);
 #pragma unroll
         for (int w = 4; w < 8; w++) hi = __dp4a(wq[w], xq[w], hi);
-        if constexpr (TYPE == T_Q6_K) {
+        if constexpr (mmq_k16(TYPE)) {
             isum += sc[2 * s] * lo + sc[2 * s + 1] * hi;
+            if constexpr (TYPE == T_Q2_K) { // the halves' mins times their code sums
+                int slo = 0, shi = 0;
+#pragma unroll
+                for (int w = 0; w < 4; w++) slo = __dp4a(xq[w], 0x01010101, slo);
+#pragma unroll
+                for (int w = 4; w < 8; w++) shi = __dp4a(xq[w], 0x01010101, shi);
+                summs += mn[2 * s] * slo + mn[2 * s + 1] * shi;
+            }
         } else if constexpr (IQ) {
             int wlo, whi;
             mmq_iq_w<TYPE>(b, s, wlo, whi);
             isum += wlo * lo + whi * hi;
-            if constexpr (TYPE == T_IQ1_M) { // braces: see mmq_vec_tiles
+            if constexpr (mmq_iq1(TYPE)) { // braces: see mmq_vec_tiles
 #pragma unroll
-                for (int w = 0; w < 8; w++) summs = __dp4a(mmq_iq1m_m4(b, s, 4 * w), xq[w], summs);
+                for (int w = 0; w < 8; w++) summs = __dp4a(mmq_iq_m4<TYPE>(b, s, 4 * w), xq[w], summs);
             }
         } else {
             isum += sc[s] * (lo + hi);

@@ -153,11 +153,18 @@ static inline int mmq_tc_dense_tt(const cu_dev *d) { return d->tune.mmq_tc_tt ==
 // tile size take the staged tiles only then; k_mmq_mma and k_mmq_vec give the same bits).
 static inline bool mmq_tc_fits(const cu_dev *d, uint32_t type) {
     switch (type) {
+    case T_Q2_K: return cu_dev_fits(d, mmq_tc_smem<T_Q2_K, 4>());
+    case T_Q3_K: return cu_dev_fits(d, mmq_tc_smem<T_Q3_K, 4>());
     case T_Q4_K: return cu_dev_fits(d, mmq_tc_smem<T_Q4_K, 4>());
     case T_Q5_K: return cu_dev_fits(d, mmq_tc_smem<T_Q5_K, 4>());
     case T_Q6_K: return cu_dev_fits(d, mmq_tc_smem<T_Q6_K, 4>());
     case T_IQ2_XXS: return cu_dev_fits(d, mmq_tc_smem<T_IQ2_XXS, 4>());
     case T_IQ2_XS: return cu_dev_fits(d, mmq_tc_smem<T_IQ2_XS, 4>());
+    case T_IQ2_S: return cu_dev_fits(d, mmq_tc_smem<T_IQ2_S, 4>());
+    case T_IQ3_XXS: return cu_dev_fits(d, mmq_tc_smem<T_IQ3_XXS, 4>());
+    case T_IQ3_S: return cu_dev_fits(d, mmq_tc_smem<T_IQ3_S, 4>());
+    case T_IQ4_XS: return cu_dev_fits(d, mmq_tc_smem<T_IQ4_XS, 4>());
+    case T_IQ1_S: return cu_dev_fits(d, mmq_tc_smem<T_IQ1_S, 4>());
     case T_IQ1_M: return cu_dev_fits(d, mmq_tc_smem<T_IQ1_M, 4>());
     default: return false;
     }

@@ -4,11 +4,11 @@
  *   - matmul (dense, multi-segment, gate/up, grouped by expert) vs ops_matmul_ref (double):
  *     |err| <= 2e-5 * sum|w x| + 1e-30 per output (fp32 accumulation of <= 4096 products);
  *     and batch invariance: every row of a T-row launch equals its 1-row launch bit for bit;
- *   - the integer path of the K-quant matmuls (Q4_K, Q5_K, Q6_K; cu_dev_set_int8): every output
+ *   - the integer path of the K-quant matmuls (Q2_K-Q6_K; cu_dev_set_int8): every output
  *     == quant_traits.vec_dot(row, Q8_K(x)) bit for bit (the CPU backend's value), in every shape
  *     (1-row dp4a, small tiles, tensor-core prefill tiles, two segments, gate/up, grouped experts,
  *     the add+norm tail), with 3 and 9 super-blocks per row; the staged tiles of launches given a
- *     scratch (test_cuda_ops_mmq.h) too; and with mode 2 the same for IQ2_XXS, IQ2_XS and IQ1_M;
+ *     scratch (test_cuda_ops_mmq.h) too; and with mode 2 the same for the IQ types (IQ_INT8 below);
  *   - the integer path of the 32-value types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4; mode >= 1):
  *     the device Q8_0 / Q8_1 quantiser == quant_traits.from_float byte for byte, and every output ==
  *     vec_dot(row, q8_0(x) or q8_1(x)) bit for bit in every shape (test_cuda_ops_mmq.h);
@@ -98,6 +98,15 @@ static const uint32_t B32[7] = {QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_
 static bool b32_type(uint32_t type) {
     for (int i = 0; i < 7; i++)
         if (B32[i] == type) return true;
+    return false;
+}
+/* the IQ types of the integer path (mmq_iq.cuh; RL_CUDA_MMQ=2) */
+#define N_IQ_INT8 8
+static const uint32_t IQ[N_IQ_INT8] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M,  QT_IQ2_S,
+                                       QT_IQ3_XXS, QT_IQ3_S,  QT_IQ4_XS, QT_IQ1_S};
+static bool iq_int8_type(uint32_t type) {
+    for (int i = 0; i < N_IQ_INT8; i++)
+        if (IQ[i] == type) return true;
     return false;
 }
 
@@ -201,9 +210,9 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
     CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
-    const bool exact =
-        (int8_on && (type == QT_Q4_K || type == QT_Q5_K || type == QT_Q6_K || b32_type(type))) ||
-        (int8_on == 2 && (type == QT_IQ2_XXS || type == QT_IQ2_XS || type == QT_IQ1_M));
+    const bool exact = (int8_on && (type == QT_Q2_K || type == QT_Q3_K || type == QT_Q4_K ||
+                                    type == QT_Q5_K || type == QT_Q6_K || b32_type(type))) ||
+                       (int8_on == 2 && iq_int8_type(type));
     int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out)
                     : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
     CHECK(bad == 0, "matmul %s%s T=%d: %d outputs %s", qt->name, exact ? " (int8)" : "", TMAX, bad,
@@ -883,15 +892,15 @@ int main(void) {
     printf("\n");
     /* the integer path of the K-quants: bit-exact with the CPU's vec_dot in every shape */
     cu_dev_set_int8(&DEV, int8_on = 1);
-    static const uint32_t KQ[3] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    static const uint32_t KQ[5] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q3_K, QT_Q2_K};
     const int fails0 = check_fail;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         test_matmul(KQ[i], 63, 0);       /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256); /* 9: two full groups of four and one */
         test_matmul(KQ[i], 63, 512);     /* 2 and 1 (the expert down rows; 4 row sets) */
         test_matmul(KQ[i], 63, 256);
     }
-    for (int i = 0; i < 3; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
+    for (int i = 0; i < 5; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
         test_mmq_tc(KQ[i], 768);
         test_mmq_tc(KQ[i], 9 * 256);
     }
@@ -908,24 +917,28 @@ int main(void) {
     test_tail_add_norm(2048 + 64); /* Q4_K one-row launch + tail; the norm kernel's generic row */
     test_tail_add_norm(2048);      /* its register row (the 80B's hidden size) */
     test_tail_add_norm(1000);      /* a partial last chunk */
-    printf("  int8 K-quant matmuls (Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
+    test_mmq_many_rows(QT_Q3_K, 512, 30001); /* 220-byte rows, 2-byte aligned; 2 row sets */
+    test_mmq_many_rows(QT_Q2_K, 256, 20001); /* 84-byte rows, 4-byte aligned; 4 row sets */
+    printf("  int8 K-quant matmuls (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): %s the CPU's vec_dot in every shape\n",
            check_fail == fails0 ? "bit-identical to" : "DIFFERENT from");
     /* mode 2: the IQ types too (mmq_iq.cuh), the same checks */
     cu_dev_set_int8(&DEV, int8_on = 2);
-    static const uint32_t IQ[3] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M};
     const int fails1 = check_fail;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_IQ_INT8; i++) {
         test_matmul(IQ[i], 63, 0);
         test_matmul(IQ[i], 63, 9 * 256);
         test_matmul(IQ[i], 63, 512);
         test_matmul(IQ[i], 63, 256);
         test_mmq_tc(IQ[i], 768);
         test_mmq_tc(IQ[i], 9 * 256);
-        test_mmq_many_rows(IQ[i], i == 1 ? 256 : 2048, 20001); /* IQ2_XS: 74-byte rows, 4 row sets */
+        /* IQ2_XS / IQ2_S: 74 / 82-byte rows, 4 row sets */
+        test_mmq_many_rows(IQ[i], IQ[i] == QT_IQ2_XS || IQ[i] == QT_IQ2_S ? 256 : 2048, 20001);
         test_matmul(IQ[i], 63, 6 * 256); /* 6 super-blocks: 2 idle lanes of 8 per row in k_mmq_lane */
     }
-    printf("  int8 IQ matmuls (IQ2_XXS, IQ2_XS, IQ1_M; RL_CUDA_MMQ=2): %s the CPU's vec_dot in every shape\n",
-           check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
+    printf(
+        "  int8 IQ matmuls (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_XS; RL_CUDA_MMQ=2): %s "
+        "the CPU's vec_dot in every shape\n",
+        check_fail == fails1 ? "bit-identical to" : "DIFFERENT from");
     /* the 32-value types (mmq_b32.cuh, mode >= 1): the quantiser, then every shape */
     cu_dev_set_int8(&DEV, int8_on = 1);
     const int fails2 = check_fail;

@@ -134,14 +134,15 @@ static int synth_tiny(const char *path, uint32_t type) {
 }
 
 /* The exact hybrid on every expert type synth writes: the K and IQ types the CPU computes (cpu and
- * auto, 4 of 16 slots), and the others (the CUDA float path's IQ3_XXS, Q2_K; the 32-value Q8_0,
- * MXFP4), which must be copied. */
+ * auto, 4 of 16 slots), and the others (the 32-value Q8_0, MXFP4, which the CPU sums in float lanes),
+ * which must be copied. */
 static void hybrid_types(void) {
     static const struct {
         uint32_t type;
         bool exact;
-    } T[] = {{0, true},         {QT_Q4_K, true},     {QT_Q5_K, true},  {QT_Q6_K, true},  {QT_IQ2_XXS, true},
-             {QT_IQ2_XS, true}, {QT_IQ3_XXS, false}, {QT_Q2_K, false}, {QT_Q8_0, false}, {QT_MXFP4, false}};
+    } T[] = {{0, true},         {QT_Q4_K, true},  {QT_Q5_K, true},    {QT_Q6_K, true},  {QT_IQ2_XXS, true},
+             {QT_IQ2_XS, true}, {QT_IQ2_S, true}, {QT_IQ3_XXS, true}, {QT_IQ3_S, true}, {QT_IQ4_XS, true},
+             {QT_IQ1_S, true},  {QT_Q2_K, true},  {QT_Q3_K, true},    {QT_Q8_0, false}, {QT_MXFP4, false}};
     char path[64];
     snprintf(path, sizeof path, "/tmp/rl_vram_hybrid_%d.gguf", (int)getpid());
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
