@@ -2,7 +2,9 @@
 # bench/gpu_lcpp.sh — Red Lite against llama.cpp on the GPU machine (device tool), same files, one call.
 #
 #   carry: .cudabin, .lcp (llama.cpp.tar.xz = the llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, and
-#          optionally libggml-cuda.so.xz = its CUDA backend built elsewhere for sm_90 as a loadable module)
+#          optionally libggml-cuda.so.xz = its CUDA backend built elsewhere for sm_90 as a loadable module:
+#          `cmake -DGGML_BACKEND_DL=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_SERVER=OFF`,
+#          target ggml-cuda; 1,902 s on the 2-core development machine, 39 MB compressed)
 #   bench/gpu_lcpp.sh setup            build llama-bench + llama-server, redlite and its CUDA tests (sm_90), and
 #                                      the previous main carried in .old/ (if there); write the files
 #   bench/gpu_lcpp.sh tests            every CUDA test; then the portable configuration (PDL off, shared
@@ -48,16 +50,26 @@ setup_lcpp() {
     [ -x $LB ] && return 0
     tar -xJf .lcp/llama.cpp.tar.xz -C $LCP || return 1
     local common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON"
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF" server=llama-server
+    # the llama-cpp-python sdist leaves out tools/ui, without which llama-server does not configure
+    [ -d $LCP/llama.cpp/tools/ui ] || { common="$common -DLLAMA_BUILD_SERVER=OFF"; server=; }
     if [ -f .lcp/libggml-cuda.so.xz ]; then
-        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF \
-            >"$LCP/lcpp_cmake.log" 2>&1 || return 1
-        cmake --build $LCP/build --target llama-bench llama-server ggml-cpu -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
-        xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so
+        # GGML_NATIVE is refused with GGML_BACKEND_DL: every CPU variant is built and ggml loads the best
+        # one this CPU runs (the native build's code in effect); llama-bench depends on all of them
+        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON \
+            -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF >"$LCP/lcpp_cmake.log" 2>&1 || return 1
+        cmake --build $LCP/build --target llama-bench $server -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
+        xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so || return 1
+        # the module links libnccl.so.2 where the build machine had it: find the GPU machine's copy
+        local nc
+        nc=$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
+        [ -n "$nc" ] && echo "$(dirname "$nc")" >$LCP/ld_path
+        LD_LIBRARY_PATH=$(cat $LCP/ld_path 2>/dev/null)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $LB --list-devices 2>&1 |
+            grep -q CUDA || { echo "llama.cpp: the CUDA module does not load" >&2; return 1; }
     else
-        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_NATIVE=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
             >"$LCP/lcpp_cmake.log" 2>&1 || return 1
-        cmake --build $LCP/build --target llama-bench llama-server -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
+        cmake --build $LCP/build --target llama-bench $server -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
     fi
 }
 
@@ -79,6 +91,7 @@ wait_lcpp() {
     local t=0
     while [ ! -f $LCP/build.rc ] && [ $t -lt "$1" ]; do sleep 5; t=$((t + 5)); done
     cp $LCP/lcpp_*.log "$OUT/" 2>/dev/null
+    [ -f $LCP/ld_path ] && export LD_LIBRARY_PATH=$(cat $LCP/ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     if [ "$(cat $LCP/build.rc 2>/dev/null)" = 0 ] && $LB --help >/dev/null 2>&1; then return 0; fi
     say "llama.cpp not ready (rc $(cat $LCP/build.rc 2>/dev/null), waited $t s): $(tail -3 $LCP/lcpp_build.log 2>/dev/null)"
     return 1
@@ -158,7 +171,8 @@ print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e), d['bytes']['den
         vram_run lcpp_$B $LB -m $M -ngl 99 -fa 1 -ncmoe $N -t $NT -p 2048 -n 64 -ub 2048 -r 2 -o json \
             >"$OUT/lcpp_q35_$B.json" 2>"$OUT/lcpp_q35_$B.err"
         vram_run rl_$B $RL bench -m $M --backend cuda --vram-mib $B --n-decode 64 --warmup 8 --prompt 2048 --reps 3 \
-            --json >"$OUT/rl_q35_$B.json" 2>"$OUT/rl_q35_$B.err"
+            --json --verbose >"$OUT/rl_q35_$B.json" 2>"$OUT/rl_q35_$B.err"
+        grep -E "vram tier: (decode steps|in the decode graph|--vram-miss|demand fills)" "$OUT/rl_q35_$B.err" | sed 's/^/    /' >>"$S"
     done
     python3 - "$OUT" <<'EOF' | tee -a "$S"
 import json, sys

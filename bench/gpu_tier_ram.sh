@@ -20,6 +20,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/tier_ram}; mkdir -p "$OUT"
 S=$OUT/summary.txt
 M=${M:-/tmp/q122.gguf}; RL=build/cuda/redlite; LCP=${LCP:-/tmp/lcpp}; LB=$LCP/build/bin/llama-bench
+# gpu_lcpp.sh's build with a carried CUDA module notes where the GPU machine keeps libnccl.so.2
+[ -f $LCP/ld_path ] && export LD_LIBRARY_PATH=$(cat $LCP/ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 say() { echo "$*" | tee -a "$S"; }
 case "${1:-}" in
 synth)
