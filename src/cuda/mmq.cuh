@@ -19,11 +19,23 @@
 #pragma once
 
 #include "cuda/mmq_iq.cuh"
-#include "cuda/mmq_k.cuh"
 
 // The weight types of the integer path (matmul.cu asks at run time, mm_launch_type at compile time):
 // the K-quants and the 32-value types (mmq_b32.cuh), and with cu_matmul_set_int8(2) the IQ types of
 // mmq_iq.cuh.
+__host__ __device__ constexpr bool mmq_k(uint32_t type) {
+    return type == T_Q2_K || type == T_Q3_K || type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
+}
+// The K-quants with 16 scales per super-block (a weight per 16-value half of each 32-value sub-block):
+// Q2_K, Q3_K, Q6_K.
+__host__ __device__ constexpr bool mmq_k16(uint32_t type) {
+    return type == T_Q2_K || type == T_Q3_K || type == T_Q6_K;
+}
+// The K-quants with mins (a second sum, min * sum of the activation codes, per 32 values for Q4_K /
+// Q5_K, per 16 for Q2_K; the CPU's `- dmin * summs`).
+__host__ __device__ constexpr bool mmq_kmin(uint32_t type) {
+    return type == T_Q2_K || type == T_Q4_K || type == T_Q5_K;
+}
 // The 32-value block types (mmq_b32.cuh: Q8_0 / Q8_1 activations, one integer dot per block).
 __host__ __device__ constexpr bool mmq_b32(uint32_t type) {
     return type == T_Q8_0 || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 ||
@@ -92,6 +104,10 @@ template <int MT, int NT> __device__ __forceinline__ void mmq_zero(float (&acc)[
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
 }
+
+// ---- weights: the K-quants' operands ----------------------------------------------------------
+
+#include "cuda/mmq_k.cuh"
 
 // ---- where a warp works (segment, rows, token tile), as mm_body ------------------------------
 

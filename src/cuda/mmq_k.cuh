@@ -1,5 +1,6 @@
-// mmq_k.cuh — the K-quants of the integer path (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): which types, their
-// 4-code A operands, sub-block scales and mins, super-block scales; part of mmq.cuh.
+// mmq_k.cuh — the K-quants of the integer path (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): their 4-code A operands,
+// sub-block scales and mins, super-block scales; part of mmq.cuh (included there after its type
+// predicates mmq_k / mmq_k16 / mmq_kmin).
 //
 // Their CPU vec_dots (quant_k.c): per super-block integer sums against the Q8_K activations,
 //   Q4_K, Q5_K  isum = sum_k sc_k * dot_k over the 32-value sub-blocks, summs = sum_k m_k * sum(q8 of k);
@@ -8,19 +9,6 @@
 // then (yd*d)*isum - (yd*dmin)*summs (mins) or (d*yd)*isum (mmq_term).
 #pragma once
 
-__host__ __device__ constexpr bool mmq_k(uint32_t type) {
-    return type == T_Q2_K || type == T_Q3_K || type == T_Q4_K || type == T_Q5_K || type == T_Q6_K;
-}
-// The K-quants with 16 scales per super-block (a weight per 16-value half of each 32-value sub-block):
-// Q2_K, Q3_K, Q6_K.
-__host__ __device__ constexpr bool mmq_k16(uint32_t type) {
-    return type == T_Q2_K || type == T_Q3_K || type == T_Q6_K;
-}
-// The K-quants with mins (a second sum, min * sum of the activation codes, per 32 values for Q4_K /
-// Q5_K, per 16 for Q2_K; the CPU's `- dmin * summs`).
-__host__ __device__ constexpr bool mmq_kmin(uint32_t type) {
-    return type == T_Q2_K || type == T_Q4_K || type == T_Q5_K;
-}
 // 4 consecutive bytes at b + o, o a multiple of 4 (Q4_K/Q5_K blocks are 16-byte aligned, Q3_K and
 // Q6_K blocks only 2-byte: quant.cuh).
 template <int TYPE> __device__ __forceinline__ uint32_t mmq_ld4(const uint8_t *b, int o) {
