@@ -52,6 +52,18 @@ typedef struct {
 } qgen;
 
 static int rnd(rl_rng *r, int lo, int hi) { return lo + (int)(rl_rng_u64(r) % (uint64_t)(hi - lo + 1)); }
+/* +-(lo..hi): the magnitude drawn first, then the sign */
+static int rnd_pm(rl_rng *r, int lo, int hi) {
+    const int mag = rnd(r, lo, hi), neg = (int)(rl_rng_u64(r) & 1);
+    return neg ? -mag : mag;
+}
+/* n bytes of two 4-bit scales in lo..15 each, the low nibble drawn first */
+static void rnd_nibble_pairs(uint8_t *p, int n, int lo, rl_rng *r) {
+    for (int k = 0; k < n; k++) {
+        int a = rnd(r, lo, 15), b = rnd(r, lo, 15); /* two declarators: drawn in this order */
+        p[k] = (uint8_t)(a | b << 4);
+    }
+}
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
 static float f16at(const uint8_t *p) { return rl_fp16_to_fp32(rl_le16(p)); }
 static void mask_range(uint8_t *m, int lo, int hi) { memset(m + lo, 0xff, (size_t)(hi - lo)); }
@@ -107,10 +119,7 @@ static void q5_k_mask(uint8_t *m) { mask_range(m, 16, 176); }
 static void q6_k_set(uint8_t *b, float d) { put16(b + 208, rl_fp32_to_fp16(d)); }
 static float q6_k_get(const uint8_t *b) { return f16at(b + 208); }
 static void q6_k_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 16; k++) {
-        int mag = rnd(r, 16, 63), neg = (int)(rl_rng_u64(r) & 1);
-        b[192 + k] = (uint8_t)(int8_t)(neg ? -mag : mag);
-    }
+    for (int k = 0; k < 16; k++) b[192 + k] = (uint8_t)(int8_t)rnd_pm(r, 16, 63);
 }
 static void q6_k_mask(uint8_t *m) { mask_range(m, 0, 192); }
 
@@ -143,31 +152,16 @@ static void iq3_xxs_mask(uint8_t *m) {
 }
 
 /* IQ2_XS: | d | qs[32] u16 (grid index + sign index: any value valid) | scales[8] | */
-static void iq2_xs_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 8; k++) {
-        int lo = rnd(r, 3, 15), hi = rnd(r, 3, 15); /* two declarators: drawn in this order */
-        b[66 + k] = (uint8_t)(lo | hi << 4);
-    }
-}
+static void iq2_xs_init(uint8_t *b, rl_rng *r) { rnd_nibble_pairs(b + 66, 8, 3, r); }
 static void iq2_xs_mask(uint8_t *m) { mask_range(m, 2, 66); }
 
 /* IQ2_S: | d | qs[32] grid index low bytes | signs[32] | qh[8] (index bits 9..8) | scales[8] |; every
  * index and sign valid, the scales as IQ2_XS's */
-static void iq2_s_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 8; k++) {
-        int lo = rnd(r, 3, 15), hi = rnd(r, 3, 15); /* two declarators: drawn in this order */
-        b[74 + k] = (uint8_t)(lo | hi << 4);
-    }
-}
+static void iq2_s_init(uint8_t *b, rl_rng *r) { rnd_nibble_pairs(b + 74, 8, 3, r); }
 static void iq2_s_mask(uint8_t *m) { mask_range(m, 2, 74); }
 
 /* IQ3_S: | d | qs[64] | qh[8] (index bit 8) | signs[32] | scales[4] (a nibble per 32 values) | */
-static void iq3_s_init(uint8_t *b, rl_rng *r) {
-    for (int k = 0; k < 4; k++) {
-        int lo = rnd(r, 1, 15), hi = rnd(r, 1, 15);
-        b[106 + k] = (uint8_t)(lo | hi << 4);
-    }
-}
+static void iq3_s_init(uint8_t *b, rl_rng *r) { rnd_nibble_pairs(b + 106, 4, 1, r); }
 static void iq3_s_mask(uint8_t *m) { mask_range(m, 2, 106); }
 
 /* IQ4_XS: | d | scales_h u16 | scales_l[4] | qs[128] (codebook nibbles) |; 6-bit scales s - 32 with
@@ -176,8 +170,7 @@ static void iq4_xs_init(uint8_t *b, rl_rng *r) {
     uint16_t h = 0;
     memset(b + 4, 0, 4);
     for (int ib = 0; ib < 8; ib++) {
-        int mag = rnd(r, 8, 31), neg = (int)(rl_rng_u64(r) & 1);
-        const int s = 32 + (neg ? -mag : mag);
+        const int s = 32 + rnd_pm(r, 8, 31);
         b[4 + ib / 2] = (uint8_t)(b[4 + ib / 2] | (s & 15) << (4 * (ib % 2)));
         h = (uint16_t)(h | (s >> 4) << (2 * ib));
     }
@@ -205,8 +198,7 @@ static void q3_k_init(uint8_t *b, rl_rng *r) {
     uint8_t *sc = b + 96;
     memset(sc, 0, 12);
     for (int k = 0; k < 16; k++) { /* inverse of q3_scale (quant_k.c) */
-        int mag = rnd(r, 8, 31), neg = (int)(rl_rng_u64(r) & 1);
-        const int s = 32 + (neg ? -mag : mag);
+        const int s = 32 + rnd_pm(r, 8, 31);
         if (k < 8) sc[k] = (uint8_t)(sc[k] | (s & 15));
         else sc[k - 8] = (uint8_t)(sc[k - 8] | (s & 15) << 4);
         sc[8 + (k & 3)] = (uint8_t)(sc[8 + (k & 3)] | (s >> 4) << (2 * (k >> 2)));
