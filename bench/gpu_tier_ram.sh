@@ -10,7 +10,7 @@
 #   bench/gpu_tier_ram.sh run 24 16 12     one round per RAM_GIB (~2 min of Red Lite, ~2-3 of llama.cpp each)
 #
 # Env: ND (decode tokens, 256), NCMOE (31), LCP (/tmp/lcpp, gpu_lcpp.sh's), M (/tmp/q122.gguf), SECOND (the
-# third run: lru = RL_CACHE_VICTIM=0, the default; copy = --vram-miss copy, no CPU-computed misses). Red Lite's RAM cache is
+# third run: lru = RL_CACHE_VICTIM=0, the default; copy = --vram-miss copy, no CPU-computed misses; none). Red Lite's RAM cache is
 # --cache-mib auto (70 % of the group less 0.5 GiB under a VRAM budget). Logs and JSON under $OUT, the
 # summary in $OUT/summary.txt. Session 33 (H100, 24 GiB, one run each): victim 20.62 / 787.8 tok/s decode /
 # prompt 2048, LRU 21.00 / 631.5 (bench/results/2026-12-07-m3-session33-h100.md).
@@ -60,6 +60,8 @@ run)
         case "${SECOND:-lru}" in
         lru) rl "lru_$g" RL_CACHE_VICTIM=0 ;;
         copy) RL_ARGS="--vram-miss copy" rl "copy_$g" ;;
+        none) ;;
+        *) echo "gpu_tier_ram: SECOND=$SECOND: lru, copy or none" >&2 ;;
         esac
     done
     rmdir $CG 2>/dev/null

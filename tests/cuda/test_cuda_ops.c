@@ -93,20 +93,18 @@ static const uint32_t TYPES[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q2_K, QT_Q
                                  /* the 32-value types of llama-quantize's fallbacks, and MXFP4 experts */
                                  QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
 #define NTYPES (sizeof TYPES / sizeof TYPES[0])
-/* the 32-value types of the integer path (mmq_b32.cuh; RL_CUDA_MMQ >= 1) */
-static const uint32_t B32[7] = {QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
-static bool b32_type(uint32_t type) {
-    for (int i = 0; i < 7; i++)
-        if (B32[i] == type) return true;
-    return false;
-}
-/* the IQ types of the integer path (mmq_iq.cuh; RL_CUDA_MMQ=2) */
+/* the types of the integer path: the K-quants (mmq_k.cuh; RL_CUDA_MMQ >= 1), the 32-value types
+ * (mmq_b32.cuh; >= 1), the IQ types (mmq_iq.cuh; 2) */
+#define N_KQ 5
+#define N_B32 7
 #define N_IQ_INT8 8
+static const uint32_t KQ[N_KQ] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q3_K, QT_Q2_K};
+static const uint32_t B32[N_B32] = {QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
 static const uint32_t IQ[N_IQ_INT8] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ1_M,  QT_IQ2_S,
                                        QT_IQ3_XXS, QT_IQ3_S,  QT_IQ4_XS, QT_IQ1_S};
-static bool iq_int8_type(uint32_t type) {
-    for (int i = 0; i < N_IQ_INT8; i++)
-        if (IQ[i] == type) return true;
+static bool type_in(uint32_t type, const uint32_t *list, int n) {
+    for (int i = 0; i < n; i++)
+        if (list[i] == type) return true;
     return false;
 }
 
@@ -210,9 +208,8 @@ static void test_matmul(uint32_t type, int ti, int n_in0) {
     cu_seg s = {.w = dw, .row_bytes = rb, .n_out = n_out, .y = dy, .ldy = n_out};
     CHECK(cu_matmul(type, n_in, &s, 1, dx, n_in, TMAX, NULL, false, NULL, NULL, S0) == 0, "%s", rl_lasterr());
     to_host(got, dy, sizeof(float) * TMAX * n_out);
-    const bool exact = (int8_on && (type == QT_Q2_K || type == QT_Q3_K || type == QT_Q4_K ||
-                                    type == QT_Q5_K || type == QT_Q6_K || b32_type(type))) ||
-                       (int8_on == 2 && iq_int8_type(type));
+    const bool exact = (int8_on && (type_in(type, KQ, N_KQ) || type_in(type, B32, N_B32))) ||
+                       (int8_on == 2 && type_in(type, IQ, N_IQ_INT8));
     int bad = exact ? check_mm_q8(&W, x, TMAX, got, n_out)
                     : check_mm(qt->name, &W, 0, x, TMAX, got, n_out, &worst_rel[ti]);
     CHECK(bad == 0, "matmul %s%s T=%d: %d outputs %s", qt->name, exact ? " (int8)" : "", TMAX, bad,
@@ -892,15 +889,14 @@ int main(void) {
     printf("\n");
     /* the integer path of the K-quants: bit-exact with the CPU's vec_dot in every shape */
     cu_dev_set_int8(&DEV, int8_on = 1);
-    static const uint32_t KQ[5] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q3_K, QT_Q2_K};
     const int fails0 = check_fail;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < N_KQ; i++) {
         test_matmul(KQ[i], 63, 0);       /* 3 super-blocks per row */
         test_matmul(KQ[i], 63, 9 * 256); /* 9: two full groups of four and one */
         test_matmul(KQ[i], 63, 512);     /* 2 and 1 (the expert down rows; 4 row sets) */
         test_matmul(KQ[i], 63, 256);
     }
-    for (int i = 0; i < 5; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
+    for (int i = 0; i < N_KQ; i++) { /* the staged tiles (a scratch given): 3 and 9 super-blocks per row */
         test_mmq_tc(KQ[i], 768);
         test_mmq_tc(KQ[i], 9 * 256);
     }
@@ -944,7 +940,7 @@ int main(void) {
     const int fails2 = check_fail;
     test_q8_quantise(QT_Q8_0);
     test_q8_quantise(QT_Q8_1);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < N_B32; i++) {
         test_matmul(B32[i], 63, 0);      /* 544 columns: 17 blocks */
         test_matmul(B32[i], 63, 8288);   /* 259 blocks: 9 chunks of 32 in k_mmqb_vec, the last partial */
         test_mmq_b32(B32[i], 32);        /* one block per row */
