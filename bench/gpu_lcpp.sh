@@ -4,7 +4,11 @@
 #   carry: .cudabin, .lcp (llama.cpp.tar.xz = the llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, and
 #          optionally libggml-cuda.so.xz = its CUDA backend built elsewhere for sm_90 as a loadable module:
 #          `cmake -DGGML_BACKEND_DL=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_SERVER=OFF`,
-#          target ggml-cuda; 1,902 s on the 2-core development machine, 39 MB compressed)
+#          target ggml-cuda; 1,902 s on the 2-core development machine, 39 MB compressed; with
+#          llama-bin.tar.xz beside it, the tools and CPU variants built there too: nothing is compiled
+#          on the GPU machine; `bench/gpu_lcpp.sh pack-lcpp` makes both)
+#   bench/gpu_lcpp.sh pack-lcpp        (here, not there) build the llama.cpp tools and CUDA module into .lcp
+#   bench/gpu_lcpp.sh lcpp             only llama.cpp: unpack (or build) it, check it sees the GPU
 #   bench/gpu_lcpp.sh setup            build llama-bench + llama-server, redlite and its CUDA tests (sm_90), and
 #                                      the previous main carried in .old/ (if there); write the files
 #   bench/gpu_lcpp.sh tests            every CUDA test; then the portable configuration (PDL off, shared
@@ -46,8 +50,24 @@ SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=99K}
 LB=$LCP/build/bin/llama-bench
 NT=${NT:-$(nproc)}
 
+# the module links libnccl.so.2 where the build machine had it: find the GPU machine's copy; then check
+# that llama-bench lists the CUDA device
+lcpp_check() {
+    local nc
+    nc=$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
+    echo "$LCP/build/bin${nc:+:$(dirname "$nc")}" >$LCP/ld_path
+    LD_LIBRARY_PATH=$(cat $LCP/ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $LB --list-devices 2>&1 |
+        grep CUDA >/dev/null || { echo "llama.cpp: the CUDA module does not load" >&2; return 1; }
+}
+
 setup_lcpp() {
     [ -x $LB ] && return 0
+    if [ -f .lcp/llama-bin.tar.xz ] && [ -f .lcp/libggml-cuda.so.xz ]; then
+        # everything built elsewhere (`bench/gpu_lcpp.sh pack-lcpp`): no compiler time here at all
+        mkdir -p $LCP/build/bin && tar -xJf .lcp/llama-bin.tar.xz -C $LCP/build/bin &&
+            xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so && lcpp_check
+        return
+    fi
     tar -xJf .lcp/llama.cpp.tar.xz -C $LCP || return 1
     local common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF" server=llama-server
@@ -59,13 +79,7 @@ setup_lcpp() {
         cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON \
             -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF >"$LCP/lcpp_cmake.log" 2>&1 || return 1
         cmake --build $LCP/build --target llama-bench $server -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
-        xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so || return 1
-        # the module links libnccl.so.2 where the build machine had it: find the GPU machine's copy
-        local nc
-        nc=$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
-        [ -n "$nc" ] && echo "$(dirname "$nc")" >$LCP/ld_path
-        LD_LIBRARY_PATH=$(cat $LCP/ld_path 2>/dev/null)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $LB --list-devices 2>&1 |
-            grep -q CUDA || { echo "llama.cpp: the CUDA module does not load" >&2; return 1; }
+        xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so && lcpp_check || return 1
     else
         cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_NATIVE=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
             >"$LCP/lcpp_cmake.log" 2>&1 || return 1
@@ -98,6 +112,26 @@ wait_lcpp() {
 }
 
 case "${1:-}" in
+pack-lcpp)
+    # here, on the development machine (no GPU needed; ~45 min on 2 cores): the tools with every CPU
+    # variant and the CUDA module, from .lcp/llama.cpp.tar.xz, into .lcp/llama-bin.tar.xz and
+    # .lcp/libggml-cuda.so.xz (git-ignored; carry .lcp)
+    W=${W:-/tmp/lcpp-pack}; mkdir -p $W && tar -xJf .lcp/llama.cpp.tar.xz -C $W || exit 1
+    common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_BACKEND_DL=ON"
+    cmake -S $W/llama.cpp -B $W/cpu $common -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON -DGGML_CUDA=OFF \
+        >$W/cpu.log 2>&1 && cmake --build $W/cpu --target llama-bench -j"$NT" >>$W/cpu.log 2>&1 || exit 1
+    cmake -S $W/llama.cpp -B $W/cuda $common -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        >$W/cuda.log 2>&1 && cmake --build $W/cuda --target ggml-cuda -j"$NT" >>$W/cuda.log 2>&1 || exit 1
+    tar -C $W/cpu/bin -cf - --exclude=libggml-cuda.so . | xz -T0 -6 >.lcp/llama-bin.tar.xz &&
+        xz -T0 -6 -c $W/cuda/bin/libggml-cuda.so >.lcp/libggml-cuda.so.xz && ls -la .lcp
+    exit
+    ;;
+lcpp)
+    # llama.cpp only (the other stages wait for it; setup starts it detached)
+    [ -f $LCP/build.rc ] || { setup_lcpp; echo $? >$LCP/build.rc; }
+    say "llama.cpp rc $(cat $LCP/build.rc): $(LD_LIBRARY_PATH=$(cat $LCP/ld_path 2>/dev/null) $LB --list-devices 2>&1 | grep -m1 CUDA)"
+    ;;
 setup)
     say "setup: llama.cpp + redlite builds, synthetic files"
     # llama.cpp builds detached (it outlives this call on a warm machine; the later stages wait for it)
