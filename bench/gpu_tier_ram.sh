@@ -9,7 +9,8 @@
 #   bench/gpu_tier_ram.sh synth            /tmp/q122.gguf (36.6 GiB, calibrated routing; ~30 s on an H100 host)
 #   bench/gpu_tier_ram.sh run 24 16 12     one round per RAM_GIB (~2 min of Red Lite, ~2-3 of llama.cpp each)
 #
-# Env: ND (decode tokens, 256), WARM (decode tokens before them, 4: the page cache is dropped first), NCMOE (31), LCP (/tmp/lcpp, gpu_lcpp.sh's), M (/tmp/q122.gguf), SECOND (the
+# Env: ND (decode tokens, 256), WARM (decode tokens before them, 128: the caches fill from a dropped page cache
+# first; WARM=4 times that fill, session 36), NCMOE (31), LCP (/tmp/lcpp, gpu_lcpp.sh's), M (/tmp/q122.gguf), SECOND (the
 # third run: lru = RL_CACHE_VICTIM=0, the default; copy = --vram-miss copy, no CPU-computed misses; none). Red Lite's RAM cache is
 # --cache-mib auto (70 % of the group less 0.5 GiB under a VRAM budget). Logs and JSON under $OUT, the
 # summary in $OUT/summary.txt. Session 33 (H100, 24 GiB, one run each): victim 20.62 / 787.8 tok/s decode /
@@ -43,7 +44,7 @@ run)
     peak() { echo $(( $(cat $CG/$PEAK 2>/dev/null || echo 0) >> 20 )); }
     rl() { # rl TAG [ENV=V ...]
         local tag=$1; shift; fresh; local t=$(date +%s)
-        in_cg env "$@" $RL bench -m "$M" --backend cuda --vram-mib 16384 ${RL_ARGS:-} -b 2048 --n-decode "${ND:-256}" --warmup "${WARM:-4}" \
+        in_cg env "$@" $RL bench -m "$M" --backend cuda --vram-mib 16384 ${RL_ARGS:-} -b 2048 --n-decode "${ND:-256}" --warmup "${WARM:-128}" \
             --prompt 2048 --reps 1 --json --verbose >"$OUT/rl_$tag.json" 2>"$OUT/rl_$tag.err"
         say "RAM $g GiB redlite $tag rc=$? $(( $(date +%s) - t )) s: $(python3 -c "import json; d=json.load(open('$OUT/rl_$tag.json')); print('decode', round(d['decode'][0]['tok_s'], 2), 'prompt2048', round(d['prompt'][0]['tok_s'], 1))" 2>&1 | tail -1); cgroup peak $(peak) MiB"
         grep -E "under a GPU|victim cache|waited on I/O|vram tier:" "$OUT/rl_$tag.err" | sed 's/^/    /' >>"$S"
