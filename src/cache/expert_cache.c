@@ -205,6 +205,7 @@ static int32_t take_slot(expert_cache *ec, int c, int32_t key, take_kind kind) {
     if (kind == TAKE_KEPT) slot_policy_fill_kept(ec->sp, s, key);
     else slot_policy_fill(ec->sp, s, key, kind == TAKE_PREFETCH);
     ec->slots[s].state = EC_S_LOADING;
+    ec->slots[s].fwd = ec->fwd;
     return s;
 }
 
@@ -214,6 +215,7 @@ static void reload(expert_cache *ec, int32_t s, bool prefetch) {
     slot_policy_drop(ec->sp, s); /* on top of the free stack: the fill below takes it back */
     slot_policy_fill(ec->sp, s, key, prefetch);
     ec->slots[s].state = EC_S_LOADING;
+    ec->slots[s].fwd = ec->fwd;
 }
 
 /* ---- q3n_expert_src callbacks ---------------------------------------------------------- */
@@ -367,6 +369,13 @@ static int ec_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t
     return 0;
 }
 
+/* Release: the selection's entries go to the most recent end; in a scan (a forward of at least
+ * EC_SCAN_ROWS rows), those this forward loaded (demand or prefetch) then go to the least recent
+ * end, where the last one put there leaves first. So a prompt chunk streams its misses through
+ * the cache's tail and keeps what was resident before it (the next chunk's hits: for a cycle
+ * longer than the cache, evicting the most recent is the optimal choice, plain LRU the worst),
+ * while its hits stay recent. Decode and verify rows are plain LRU. Order only: no entry changes
+ * bytes, so results do not depend on it. */
 static void ec_release(void *ud, int il) {
     expert_cache *ec = ud;
     if (ec->mode != EC_BOUNDED) return;
@@ -376,6 +385,13 @@ static void ec_release(void *ud, int il) {
         RL_ASSERT(ec->slots[pin[i]].state == EC_S_VALID);
         slot_policy_unpin(ec->sp, pin[i]); /* to the MRU end when its last pin goes */
     }
+    if (!ec->p.no_scan && ec->rows >= EC_SCAN_ROWS)
+        for (int i = 0; i < ec->n_pinned[il]; i++)
+            if (ec->slots[pin[i]].fwd == ec->fwd && !slot_policy_pins(ec->sp, pin[i])) {
+                slot_policy_demote(ec->sp, pin[i]);
+                ec->slots[pin[i]].fwd = UINT64_MAX; /* a repeated id: once */
+                ec->st.scan_demoted++;
+            }
     ec->n_pinned[il] = 0;
     pthread_mutex_unlock(&ec->mu);
 }
@@ -843,6 +859,10 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
         (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, s.misses / tok, per,
         (s.bytes_demand + s.bytes_prefetch) / MiB / tok, per, s.bytes_demand / MiB / tok,
         s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
+    if (s.scan_demoted)
+        fprintf(out,
+                "  prompt chunks (>= %d rows): %llu of their loads streamed through the least recent end\n",
+                EC_SCAN_ROWS, (unsigned long long)s.scan_demoted);
     if (s.demoted || s.kept || s.kept_declined)
         fprintf(out,
                 "  under a GPU's VRAM slots: %llu entries demoted (VRAM took them: evicted first here), %llu "

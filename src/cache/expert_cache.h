@@ -48,6 +48,9 @@ typedef struct {
     bool uniform;           /* one slot size for every layer (RL_CACHE_CLASSES=0) */
     bool demote;            /* serve q3n_expert_src.demote: what a VRAM tier took is evicted first
                                (RL_CACHE_DEMOTE=1; off: plain LRU, better in tools/tier_sim.py's replay) */
+    bool no_scan;           /* RL_CACHE_SCAN=0: a prompt chunk's loads go to the recent end like any
+                               other (default: a forward of >= EC_SCAN_ROWS rows is a scan, and what it
+                               loads leaves first: see "Scans" in docs/EXPERT_CACHE.md) */
     bool no_victim;         /* RL_CACHE_VICTIM=0: do not serve q3n_expert_src.keep (the RAM cache as a
                                VRAM tier's victim cache: what VRAM evicts is copied back here and what it
                                takes is evicted first; tools/tier_sim.py, docs/EXPERT_CACHE.md) */
@@ -78,6 +81,12 @@ uint64_t expert_cache_slot_bytes(const q3n_model *m, int il, bool direct_io);
 uint64_t expert_cache_min_budget(const q3n_model *m, bool direct_io);
 /* Bytes to hold every expert of every layer in slots (no eviction ever). */
 uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io);
+
+/* A forward of at least this many rows (the engine's hint says how many) is a scan: a prompt chunk
+ * touches most experts of every layer in layer order, a cycle longer than a bounded cache, which
+ * plain LRU answers by evicting exactly what the next chunk needs first. Decode (1 row) and verify
+ * rows (<= 16) stay plain LRU. */
+#define EC_SCAN_ROWS 64
 
 /* ---- planner ------------------------------------------------------------------------- */
 #define EC_RAM_SHARE 0.70 /* full residency when experts + dense + KV state < 70 % of RAM */
@@ -131,6 +140,7 @@ typedef struct {
     uint64_t short_reads, eintr;           /* retried partial / interrupted reads */
     uint64_t bias_calls;                   /* cache-aware routing decisions */
     uint64_t demoted;                      /* entries demoted: a faster tier holds them (demote) */
+    uint64_t scan_demoted;                 /* entries a scan loaded, put at the least recent end */
     uint64_t kept, kept_declined;          /* evictions a faster tier handed back: taken / declined */
     double io_wait_s;                      /* inference thread blocked on loads */
     double hint_s;                         /* inference thread in pre-gating */

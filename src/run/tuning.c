@@ -92,6 +92,10 @@ static int cache_from_env(ec_params *c) {
         if (env_choice("RL_CACHE_VICTIM", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
         c->no_victim = i == 0;
     }
+    if ((v = env("RL_CACHE_SCAN"))) {
+        if (env_choice("RL_CACHE_SCAN", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
+        c->no_scan = i == 0;
+    }
     if ((v = env("RL_CACHE_CLASSES"))) {
         if (env_choice("RL_CACHE_CLASSES", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
         c->uniform = i == 0;

@@ -310,6 +310,98 @@ static void test_prefill(fixture *fx) {
     free(out);
 }
 
+/* Scans (EC_SCAN_ROWS): a prompt chunk's loads go to the least recent end, so a cycle over every
+ * layer's experts keeps what was resident instead of evicting it first. Hand-worked, uniform slots,
+ * 2E + K of them, four layers of E experts each acquired whole once per forward (what a long prompt
+ * chunk does), the forward's rows given by the hint (no prefetch: the hint only counts).
+ *   scan: after forward 0 the cache holds layer 0 (E), layer 1's first K and layer 3 (E, at the
+ *         tail); every later forward hits layer 0 and layer 1's K, and loads the rest: 3E - K misses.
+ *   plain LRU (RL_CACHE_SCAN=0): every entry is evicted before its next use: 4E misses a forward.
+ *   a decode-sized forward (1 row) is plain LRU even with scans on. */
+static uint64_t scan_misses(fixture *fx, bool no_scan, int rows, uint64_t *demoted) {
+    const q3n_model *m = engine_model(fx->e);
+    const uint64_t slot = expert_cache_min_budget(m, false) / (E + K);
+    expert_cache *ec = mk(fx, EC_BOUNDED,
+                          (ec_params){.budget = (2 * E + K) * slot,
+                                      .uniform = true,
+                                      .no_prefetch = true,
+                                      .no_scan = no_scan,
+                                      .io = EC_IO_BUFFERED});
+    if (!ec) return 0;
+    q3n_expert_src src = expert_cache_src(ec);
+    const uint8_t *g[E], *u[E], *d[E];
+    int32_t ids[E];
+    for (int i = 0; i < E; i++) ids[i] = i;
+    ec_stats st;
+    uint64_t before = 0, per = 0;
+    for (int f = 0; f < 3; f++) {
+        src.hint(src.ud, 0, NULL, rows);
+        for (int il = 0; il < NL; il++) {
+            CHECK(src.acquire(src.ud, il, ids, E, g, u, d) == 0, "acquire: %s", rl_lasterr());
+            const uint8_t *fg, *fu, *fd;
+            q3n_expert_rows(&m->hp, &m->layers[il], E - 1, &fg, &fu, &fd);
+            CHECK(memcmp(g[E - 1], fg, 16) == 0 && memcmp(d[E - 1], fd, 16) == 0,
+                  "scan: layer %d expert %d: other bytes than the file's", il, E - 1);
+            src.release(src.ud, il);
+        }
+        expert_cache_get_stats(ec, &st);
+        if (f) { /* forwards 1 and 2 must agree: the state after each is the same */
+            CHECK(f == 1 || st.misses - before == per, "scan: forward %d missed %llu, forward 1 %llu", f,
+                  (unsigned long long)(st.misses - before), (unsigned long long)per);
+            per = st.misses - before;
+        }
+        before = st.misses;
+    }
+    CHECK(expert_cache_check(ec) == 0, "scan: %s", rl_lasterr());
+    *demoted = st.scan_demoted;
+    expert_cache_free(ec);
+    return per;
+}
+
+static void test_scan(fixture *fx) {
+    uint64_t dem = 0;
+    const uint64_t scan = scan_misses(fx, false, EC_SCAN_ROWS, &dem);
+    CHECK(scan == 3 * E - K && dem > 0, "scan: %llu misses a forward (want %d), %llu demoted",
+          (unsigned long long)scan, 3 * E - K, (unsigned long long)dem);
+    const uint64_t lru = scan_misses(fx, true, EC_SCAN_ROWS, &dem);
+    CHECK(lru == 4 * E && dem == 0, "RL_CACHE_SCAN=0: %llu misses a forward (want %d), %llu demoted",
+          (unsigned long long)lru, 4 * E, (unsigned long long)dem);
+    const uint64_t step = scan_misses(fx, false, 1, &dem);
+    CHECK(step == 4 * E && dem == 0,
+          "1-row forwards: %llu misses a forward (want %d, plain LRU), %llu demoted",
+          (unsigned long long)step, 4 * E, (unsigned long long)dem);
+
+    /* through the engine: a 64-row prompt in one forward over a cache that holds 10 of 16 experts a
+     * layer, twice (the second over what the first left): the last row's logits are the steps' */
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec =
+        mk(fx, EC_BOUNDED,
+           (ec_params){.budget = expert_cache_min_budget(m, false) * 3 / 2, .io = EC_IO_BUFFERED});
+    if (!ec) return;
+    engine_ctx *c = engine_ctx_new(fx->e, &(engine_ctx_params){.n_ctx = NTOK + 8, .n_batch = NTOK});
+    CHECK(c != NULL, "context: %s", rl_lasterr());
+    if (c) {
+        q3n_expert_src src = expert_cache_src(ec);
+        engine_set_expert_src(c, &src);
+        float *lg = malloc(sizeof(float) * (size_t)fx->nv);
+        for (int r = 0; r < 2; r++) {
+            engine_reset(c);
+            check_poison(lg, (size_t)fx->nv);
+            CHECK(engine_prefill(c, g_tokens, NTOK, lg) == 0, "prefill: %s", rl_lasterr());
+            CHECK(same(lg, fx->ref + (size_t)(NTOK - 1) * fx->nv, (size_t)fx->nv),
+                  "scan prefill %d: the last row's logits differ from the steps'", r);
+        }
+        ec_stats st;
+        expert_cache_get_stats(ec, &st);
+        CHECK(st.scan_demoted > 0 && st.evictions > 0, "engine scan: %llu demoted, %llu evictions",
+              (unsigned long long)st.scan_demoted, (unsigned long long)st.evictions);
+        CHECK(expert_cache_check(ec) == 0, "engine scan: %s", rl_lasterr());
+        free(lg);
+        engine_ctx_free(c);
+    }
+    expert_cache_free(ec);
+}
+
 /* Inject a failing read; the step fails with a clear error, the cache stays consistent, and the
  * retried step and all later ones match the reference: with `restore`, after restoring a
  * snapshot taken before the step; without, as is (a failed step commits no recurrent state and
@@ -825,6 +917,7 @@ int main(void) {
         CHECK(run_verify(fx.e, NULL, fx.ref_pre, fx.nv) == 0, "reference verify: %s", rl_lasterr());
         test_modes(&fx);
         test_prefill(&fx);
+        test_scan(&fx);
         test_faults(&fx);
         test_route_bias(&fx);
         test_tier_prefetch(&fx);
