@@ -10,16 +10,16 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "cache_sim.py")
-POLICIES = ("lru", "class-lru", "belady", "class-belady")
+POLICIES = ("lru", "class-lru", "belady", "class-belady", "scan-lru", "class-scan-lru")
 
 
-def write_trace(path, n_expert, top_k, slot_bytes, acquires):
-    """acquires: (layer, ids) in order; each layer-0 acquire is one token (n = 1)."""
+def write_trace(path, n_expert, top_k, slot_bytes, acquires, rows=1):
+    """acquires: (layer, ids) in order; each layer-0 acquire is one forward of `rows` rows."""
     with open(path, "w") as f:
         f.write(json.dumps({"header": {"mode": "mmap", "n_layer": len(slot_bytes), "n_expert": n_expert,
                                        "top_k": top_k, "budget": 0, "slot_bytes": slot_bytes}}) + "\n")
         for t, (layer, ids) in enumerate(acquires):
-            f.write(json.dumps({"f": t + 1, "l": layer, "n": 1, "ids": ids}) + "\n")
+            f.write(json.dumps({"f": t + 1, "l": layer, "n": rows, "ids": ids}) + "\n")
 
 
 def run(path, *budgets_bytes):
@@ -218,3 +218,22 @@ def test_routing_stats_exact(tmp_path):
         f.write(json.dumps({"f": 9, "l": 0, "n": 3, "ids": [0]}) + "\n")
     r = subprocess.run([sys.executable, TOOL, p, "--stats"], capture_output=True, text=True)
     assert r.returncode != 0 and "--batch 1" in r.stderr
+
+
+def test_scan_cycle_by_hand(tmp_path):
+    """The C test's cycle (tests/c/test_expert_cache.c test_scan): 4 layers of 16 experts, top-4, 2E + K =
+    36 uniform slots, 3 forwards each acquiring every expert of every layer. Prompt-sized forwards (512
+    rows): LRU evicts each entry before its next use, 64 misses a forward; scan-LRU keeps layer 0 and
+    layer 1's first 4 from the first forward on, 3E - K = 44 misses a forward after it (64 + 44 + 44).
+    Decode-sized forwards (1 row): scan-LRU is LRU."""
+    E, K, L = 16, 4, 4
+    acq = [(il, list(range(E))) for _ in range(3) for il in range(L)]
+    B = (2 * E + K) * 1024
+    for rows, scan_misses in ((512, 64 + 2 * 44), (1, 3 * 64)):
+        p = str(tmp_path / f"scan{rows}.jsonl")
+        write_trace(p, E, K, [1024] * L, acq, rows=rows)
+        res = run(p, B)
+        lookups, tokens = 3 * L * E, 3 * rows
+        assert counts(res[(B, "lru")], lookups, tokens) == (0, 3 * 64)
+        assert counts(res[(B, "scan-lru")], lookups, tokens) == (lookups - scan_misses, scan_misses), rows
+        assert counts(res[(B, "class-scan-lru")], lookups, tokens) == (lookups - scan_misses, scan_misses)

@@ -15,6 +15,9 @@ once, so none of them can be a victim for another):
   belady       uniform slots, evict the expert used farthest in the future (the optimum
                for a fixed slot count; unreachable online)
   class-belady Belady inside each size class
+  scan-lru, class-scan-lru  the cache as built since 2026-12-07: LRU, except that an acquire of a
+               forward of >= SCAN_ROWS rows (a prompt chunk: a scan) puts its misses at the least
+               recent end afterwards, the last one first out (EC_SCAN_ROWS, docs/EXPERT_CACHE.md)
 Prefetch is not simulated: these are the demand misses of each policy alone.
 
 usage: tools/cache_sim.py TRACE [--budget-mib N ...] [--json]
@@ -71,10 +74,13 @@ def classes_for(header, budget, uniform):
     return cls, cap
 
 
-def sim_lru(reqs, E, cls, cap):
+SCAN_ROWS = 64  # src/cache/expert_cache.h EC_SCAN_ROWS
+
+
+def sim_lru(reqs, E, cls, cap, scan=False):
     pools = [OrderedDict() for _ in cap]
     hits = misses = 0
-    for layer, _, ids in reqs:
+    for layer, rows, ids in reqs:
         pool = pools[cls[layer]]
         keys = [layer * E + e for e in ids]
         for k in keys:
@@ -94,7 +100,14 @@ def sim_lru(reqs, E, cls, cap):
                         break
                 del pool[victim]
             pool[k] = True
+        if scan and rows >= SCAN_ROWS:  # the release of a scan: its loads to the least recent end
+            for k in need:
+                pool.move_to_end(k, last=False)
     return hits, misses
+
+
+def sim_scan_lru(reqs, E, cls, cap):
+    return sim_lru(reqs, E, cls, cap, scan=True)
 
 
 def sim_belady(reqs, E, cls, cap):
@@ -270,7 +283,8 @@ def main():
               f"{len(set(header['slot_bytes']))} slot sizes")
     for b in budgets:
         for name, sim, uniform in (("lru", sim_lru, True), ("class-lru", sim_lru, False),
-                                   ("belady", sim_belady, True), ("class-belady", sim_belady, False)):
+                                   ("belady", sim_belady, True), ("class-belady", sim_belady, False),
+                                   ("scan-lru", sim_scan_lru, True), ("class-scan-lru", sim_scan_lru, False)):
             cls, cap = classes_for(header, b, uniform)
             r = sim(reqs, E, cls, cap)
             if r is None:
