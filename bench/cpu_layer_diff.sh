@@ -8,7 +8,7 @@
 #   bench/cpu_layer_diff.sh PRESET GEOM_SMALL GEOM_BIG LAYERS [ROUNDS]
 #   e.g. bench/cpu_layer_diff.sh 397b-a17b-q4_k_m layers=4,experts=128 layers=8,experts=128 60 4
 #
-# Env: LB (llama-bench, default /work/llama.cpp-build/bin/llama-bench: tools/build_llama_cpp.sh's), T (threads,
+# Env: LB (llama-bench; default build/llama.cpp/bin/llama-bench: tools/build_llama_cpp.sh's), T (threads,
 # 2), ND (decode tokens, 32), VOCAB (tests/fixtures/qwen3-vocab.gguf), OUT (/tmp/layer_diff.jsonl), DIR (/tmp).
 # Keep both cuts in the copied regime (each under ~65 % of RAM): past it `auto` serves the experts from the
 # page cache and the difference mixes two regimes. Session 36's record: bench/results/2026-12-07-qwen35-layer-diff-cpu2.md.
@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 P=$1 GA=$2 GB=$3 NL=$4 R=${5:-4}
-LB=${LB:-/work/llama.cpp-build/bin/llama-bench}; T=${T:-2}; ND=${ND:-32}; OUT=${OUT:-/tmp/layer_diff.jsonl}
+LB=${LB:-build/llama.cpp/bin/llama-bench}; T=${T:-2}; ND=${ND:-32}; OUT=${OUT:-/tmp/layer_diff.jsonl}
 DIR=${DIR:-/tmp}; VOCAB=${VOCAB:-tests/fixtures/qwen3-vocab.gguf}; RL=build/redlite
 [ -x "$LB" ] && [ -x $RL ] || { echo "cpu_layer_diff: need $LB and $RL (make; tools/build_llama_cpp.sh)" >&2; exit 2; }
 la() { sed 's/.*layers=\([0-9]*\).*/\1/' <<<"$1"; }
