@@ -49,6 +49,17 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
+/* A 0/1 switch: when `name` is set, *dst = (value is 1), or (value is 0) for an `invert`ed field
+ * (no_prefetch, no_victim, ...); unset leaves *dst. -1 with rl_lasterr on another value. */
+static int env_flag(const char *name, bool *dst, bool invert) {
+    const char *v = env(name);
+    int i;
+    if (!v) return 0;
+    if (env_choice(name, v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
+    *dst = (i == 1) != invert;
+    return 0;
+}
+
 static int kern_from_env(rl_tuning *t) {
     const char *v;
     int i;
@@ -58,10 +69,7 @@ static int kern_from_env(rl_tuning *t) {
         if (env_choice("RL_KERN_MM", v, (const char *const[]){"256", "512", NULL}, &i)) return -1;
         t->kern.mm512 = i == 1;
     }
-    if ((v = env("RL_KERN_AMX"))) {
-        if (env_choice("RL_KERN_AMX", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        t->kern.amx = i == 1;
-    }
+    if (env_flag("RL_KERN_AMX", &t->kern.amx, false)) return -1;
     if ((v = env("RL_KERN_AMX_ROWS")) && env_int("RL_KERN_AMX_ROWS", v, 0, &t->kern.amx_rows)) return -1;
     if ((v = env("RL_KERN_IQ_MV"))) {
         if (env_choice("RL_KERN_IQ_MV", v, (const char *const[]){"256", "512", NULL}, &i)) return -1;
@@ -75,31 +83,16 @@ static int cache_from_env(ec_params *c) {
     int i;
     if ((v = env("RL_CACHE_IO_THREADS")) && env_int("RL_CACHE_IO_THREADS", v, 1, &c->io_threads)) return -1;
     if (c->io_threads > 64) return rl_seterr("RL_CACHE_IO_THREADS=%s: at most 64", v);
-    if ((v = env("RL_CACHE_PREFETCH"))) {
-        if (env_choice("RL_CACHE_PREFETCH", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        c->no_prefetch = i == 0;
-    }
+    if (env_flag("RL_CACHE_PREFETCH", &c->no_prefetch, true)) return -1;
     if ((v = env("RL_CACHE_PREFETCH_K")) && env_int("RL_CACHE_PREFETCH_K", v, 1, &c->prefetch_k)) return -1;
     if ((v = env("RL_CACHE_DIRECT"))) {
         if (env_choice("RL_CACHE_DIRECT", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
         c->io = i ? EC_IO_DIRECT : EC_IO_BUFFERED;
     }
-    if ((v = env("RL_CACHE_DEMOTE"))) {
-        if (env_choice("RL_CACHE_DEMOTE", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        c->demote = i == 1;
-    }
-    if ((v = env("RL_CACHE_VICTIM"))) {
-        if (env_choice("RL_CACHE_VICTIM", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        c->no_victim = i == 0;
-    }
-    if ((v = env("RL_CACHE_SCAN"))) {
-        if (env_choice("RL_CACHE_SCAN", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        c->no_scan = i == 0;
-    }
-    if ((v = env("RL_CACHE_CLASSES"))) {
-        if (env_choice("RL_CACHE_CLASSES", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        c->uniform = i == 0;
-    }
+    if (env_flag("RL_CACHE_DEMOTE", &c->demote, false)) return -1;
+    if (env_flag("RL_CACHE_VICTIM", &c->no_victim, true)) return -1;
+    if (env_flag("RL_CACHE_SCAN", &c->no_scan, true)) return -1;
+    if (env_flag("RL_CACHE_CLASSES", &c->uniform, true)) return -1;
     c->trace_path = env("RL_ROUTE_TRACE");
     c->fault = env("RL_CACHE_FAULT");
     return 0;
@@ -107,11 +100,7 @@ static int cache_from_env(ec_params *c) {
 
 static int repack_from_env(expert_repack_opts *r) {
     const char *v;
-    int i;
-    if ((v = env("RL_REPACK_DENSE"))) {
-        if (env_choice("RL_REPACK_DENSE", v, (const char *const[]){"0", "1", NULL}, &i)) return -1;
-        r->experts_only = i == 0;
-    }
+    if (env_flag("RL_REPACK_DENSE", &r->experts_only, true)) return -1;
     if ((v = env("RL_REPACK_RAM_MIB"))) {
         char *end;
         const double mib = strtod(v, &end);
