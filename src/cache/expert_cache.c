@@ -381,17 +381,15 @@ static void ec_release(void *ud, int il) {
     if (ec->mode != EC_BOUNDED) return;
     pthread_mutex_lock(&ec->mu);
     int32_t *pin = ec->pinned + (size_t)il * ec->E;
+    const bool scan = !ec->p.no_scan && ec->rows >= EC_SCAN_ROWS;
     for (int i = 0; i < ec->n_pinned[il]; i++) {
         RL_ASSERT(ec->slots[pin[i]].state == EC_S_VALID);
         slot_policy_unpin(ec->sp, pin[i]); /* to the MRU end when its last pin goes */
+        if (scan && ec->slots[pin[i]].fwd == ec->fwd && !slot_policy_pins(ec->sp, pin[i])) {
+            slot_policy_demote(ec->sp, pin[i]); /* a repeated id: at its last pin, once */
+            ec->st.scan_demoted++;
+        }
     }
-    if (!ec->p.no_scan && ec->rows >= EC_SCAN_ROWS)
-        for (int i = 0; i < ec->n_pinned[il]; i++)
-            if (ec->slots[pin[i]].fwd == ec->fwd && !slot_policy_pins(ec->sp, pin[i])) {
-                slot_policy_demote(ec->sp, pin[i]);
-                ec->slots[pin[i]].fwd = UINT64_MAX; /* a repeated id: once */
-                ec->st.scan_demoted++;
-            }
     ec->n_pinned[il] = 0;
     pthread_mutex_unlock(&ec->mu);
 }
