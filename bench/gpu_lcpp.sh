@@ -49,6 +49,12 @@ TESTS=$(for t in $TPROGS; do printf 'build/cuda/tests/%s ' $t; done)
 SMEM_CAP_ENV=${SMEM_CAP_ENV:-RL_CUDA_SMEM_LIMIT=99K}
 LB=$LCP/build/bin/llama-bench
 NT=${NT:-$(nproc)}
+# llama.cpp's configuration, as a user builds it; with a separately built CUDA module (GGML_BACKEND_DL)
+# GGML_NATIVE is refused: every CPU variant is built and ggml loads the best one this CPU runs (the
+# native build's code in effect)
+LCPP_FLAGS="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF"
+LCPP_CPU_DL="-DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF"
 
 # the module links libnccl.so.2 where the build machine had it: find the GPU machine's copy; then check
 # that llama-bench lists the CUDA device
@@ -69,15 +75,11 @@ setup_lcpp() {
         return
     fi
     tar -xJf .lcp/llama.cpp.tar.xz -C $LCP || return 1
-    local common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF" server=llama-server
+    local common=$LCPP_FLAGS server=llama-server
     # the llama-cpp-python sdist leaves out tools/ui, without which llama-server does not configure
     [ -d $LCP/llama.cpp/tools/ui ] || { common="$common -DLLAMA_BUILD_SERVER=OFF"; server=; }
     if [ -f .lcp/libggml-cuda.so.xz ]; then
-        # GGML_NATIVE is refused with GGML_BACKEND_DL: every CPU variant is built and ggml loads the best
-        # one this CPU runs (the native build's code in effect); llama-bench depends on all of them
-        cmake -S $LCP/llama.cpp -B $LCP/build $common -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON \
-            -DGGML_BACKEND_DL=ON -DGGML_CUDA=OFF >"$LCP/lcpp_cmake.log" 2>&1 || return 1
+        cmake -S $LCP/llama.cpp -B $LCP/build $common $LCPP_CPU_DL >"$LCP/lcpp_cmake.log" 2>&1 || return 1
         cmake --build $LCP/build --target llama-bench $server -j"$NT" >"$LCP/lcpp_build.log" 2>&1 || return 1
         xz -dc .lcp/libggml-cuda.so.xz >$LCP/build/bin/libggml-cuda.so && lcpp_check || return 1
     else
@@ -117,12 +119,12 @@ pack-lcpp)
     # variant and the CUDA module, from .lcp/llama.cpp.tar.xz, into .lcp/llama-bin.tar.xz and
     # .lcp/libggml-cuda.so.xz (git-ignored; carry .lcp)
     W=${W:-/tmp/lcpp-pack}; mkdir -p $W && tar -xJf .lcp/llama.cpp.tar.xz -C $W || exit 1
-    common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_BACKEND_DL=ON"
-    cmake -S $W/llama.cpp -B $W/cpu $common -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON -DGGML_CUDA=OFF \
-        >$W/cpu.log 2>&1 && cmake --build $W/cpu --target llama-bench -j"$NT" >>$W/cpu.log 2>&1 || exit 1
-    cmake -S $W/llama.cpp -B $W/cuda $common -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        >$W/cuda.log 2>&1 && cmake --build $W/cuda --target ggml-cuda -j"$NT" >>$W/cuda.log 2>&1 || exit 1
+    common="$LCPP_FLAGS -DLLAMA_BUILD_SERVER=OFF"
+    cmake -S $W/llama.cpp -B $W/cpu $common $LCPP_CPU_DL >$W/cpu.log 2>&1 &&
+        cmake --build $W/cpu --target llama-bench -j"$NT" >>$W/cpu.log 2>&1 || exit 1
+    cmake -S $W/llama.cpp -B $W/cuda $common -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 >$W/cuda.log 2>&1 &&
+        cmake --build $W/cuda --target ggml-cuda -j"$NT" >>$W/cuda.log 2>&1 || exit 1
     tar -C $W/cpu/bin -cf - --exclude=libggml-cuda.so . | xz -T0 -6 >.lcp/llama-bin.tar.xz &&
         xz -T0 -6 -c $W/cuda/bin/libggml-cuda.so >.lcp/libggml-cuda.so.xz && ls -la .lcp
     exit
@@ -136,7 +138,7 @@ setup)
     say "setup: llama.cpp + redlite builds, synthetic files"
     # llama.cpp builds detached (it outlives this call on a warm machine; the later stages wait for it)
     if [ ! -f $LCP/build.rc ]; then
-        export -f setup_lcpp; export LCP LB NT
+        export -f setup_lcpp lcpp_check; export LCP LB NT LCPP_FLAGS LCPP_CPU_DL
         setsid nohup bash -c 'setup_lcpp; echo $? >$LCP/build.rc' >/dev/null 2>&1 &
     fi
     if [ -d .old ] && [ ! -x .old/build/cuda/redlite ]; then
