@@ -26,6 +26,8 @@
 # experts fit the budget after the dense weights (which both engines keep on the GPU):
 # N = NL - floor((B - dense) / per_layer_experts); LCPP_NCMOE=q35 uses bench/gpu_lcpp.sh q35's count
 # (NL - floor(B / per_layer_experts), ignoring the dense part: llama.cpp then gets more VRAM than B).
+# With LCPP_FIT=1 (default) N then grows by one while llama.cpp's measured VRAM peak exceeds Red Lite's
+# at that budget (at most 4 more): the ratio is against the best count that uses no more of the GPU.
 # Both engines' whole-process VRAM use is sampled (nvidia-smi) during each run and printed beside the
 # rates, so "same budget" is checked, not assumed.
 #
@@ -104,15 +106,21 @@ for G in $BUDGETS; do
     [ $have_lcpp = 1 ] || continue
     if [ "$LCPP_NCMOE" = q35 ]; then N=$(python3 -c "print(max(0, $NL - ($B << 20) // $PER))")
     else N=$(python3 -c "print(min($NL, max(0, $NL - max(0, ($B << 20) - $DENSE) // $PER)))"); fi
-    echo "$N" >"$OUT/lcpp_$G.ncmoe"
-    if left; then
+    # that count ignores llama.cpp's own buffers (it used 0.7-1.9 GiB more than Red Lite in sessions 28 / 36):
+    # with LCPP_FIT=1 (default) one more CPU layer while its measured peak exceeds Red Lite's at this
+    # budget, at most 4 more (each try kept as lcpp_G_ncmoeN.json)
+    for try in 0 1 2 3 4; do
+        if ! left; then say "time: skipped llama.cpp $G GiB (-ncmoe $N)"; break; fi
+        echo "$N" >"$OUT/lcpp_$G.ncmoe"
         say "llama.cpp -ncmoe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
         vram_run "lcpp_$G" timeout 200 "$LB" -m "$M" -ngl 99 -fa 1 -ncmoe "$N" -t "$NT" -p 2048 -n "$N_DECODE" \
             -ub 2048 -r "$REPS" -o json >"$OUT/lcpp_$G.json" 2>"$OUT/lcpp_$G.err"
-        say "llama.cpp $G GiB rc=$?"
-    else
-        say "time: skipped llama.cpp $G GiB"
-    fi
+        say "llama.cpp $G GiB rc=$? peak $(cat "$OUT/vram_lcpp_$G.peak") MiB (Red Lite $(cat "$OUT/vram_rl_$G.peak" 2>/dev/null))"
+        cp "$OUT/lcpp_$G.json" "$OUT/lcpp_${G}_ncmoe$N.json" 2>/dev/null
+        [ "${LCPP_FIT:-1}" = 1 ] && [ -s "$OUT/vram_rl_$G.peak" ] && [ "$N" -lt "$NL" ] &&
+            [ "$(cat "$OUT/vram_lcpp_$G.peak")" -gt "$(cat "$OUT/vram_rl_$G.peak")" ] || break
+        N=$((N + 1))
+    done
 done
 
 # shellcheck disable=SC2086 # the budgets, one argument each
@@ -142,7 +150,7 @@ def lc(g):
     except Exception: n = None
     return {"tg": max(tg) if tg else nan, "pp": max(pp) if pp else nan, "ncmoe": n}
 f = lambda v, d=1: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
-print(f"# VRAM tier at an emulated {cap:g} GB/s host->device link (RL_VRAM_LINK_GBS), CF2 calibrated\n")
+print(f"# VRAM tier at an emulated {cap:g} GB/s host->device link (RL_VRAM_LINK_GBS), {os.path.basename(os.environ.get('M', 'cf2'))}\n")
 print("| budget | Red Lite decode tok/s | prompt 2048 tok/s | link GB/s obtained (real link) | GiB copied | VRAM peak MiB "
       "| llama.cpp -ncmoe | decode | prompt 2048 | VRAM peak MiB | decode x | prompt x |")
 print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
