@@ -29,7 +29,7 @@
 # Budgets: Red Lite's --vram-mib B is its whole device budget (dense + context + expert slots);
 # llama.cpp's --n-cpu-moe N keeps the routed experts of N layers in host memory. N starts at the smallest
 # count whose GPU-resident experts fit B beside the dense weights and grows by one while llama.cpp's
-# measured peak exceeds B (the best-fitting -ncmoe: fewer CPU layers is faster); both engines' whole-GPU
+# measured peak exceeds Red Lite's at B (the best-fitting -ncmoe: fewer CPU layers is faster); both engines' whole-GPU
 # VRAM use is sampled with nvidia-smi during each run and printed beside the rates, so "same budget" is
 # checked, not assumed. Files: `redlite synth --routing calibrated` (a stand-in for trained routing).
 # Logs and JSON under $OUT; the summary in $OUT/summary.txt.
@@ -202,20 +202,23 @@ print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e), d['bytes']['den
     for B in 8192 4096; do
         # --vram-mib is Red Lite's whole device budget (dense + context + expert slots): llama.cpp gets
         # the layers' experts that fit beside the same dense weights
+        vram_run rl_$B $RL bench -m $M --backend cuda --vram-mib $B --n-decode 64 --warmup 8 --prompt 2048 --reps 3 \
+            --json --verbose >"$OUT/rl_q35_$B.json" 2>"$OUT/rl_q35_$B.err"
+        grep -E "vram tier: (decode steps|in the decode graph|--vram-miss|demand fills)" "$OUT/rl_q35_$B.err" | sed 's/^/    /' >>"$S"
+        rlpk=$(sort -n "$OUT/vram_rl_$B.txt" | tail -1)
         N=$(python3 -c "print(min($NL, max(0, $NL - (($B << 20) - $DENSE) // $PER)))")
-        # that count ignores llama.cpp's own buffers (1.4-1.9 GiB more than the budget in session 36): one
-        # more CPU layer until its measured peak fits, at most 4 more (LCPP_FIT=0: the count as computed)
+        # that count ignores llama.cpp's own buffers (1.4-1.9 GiB more than Red Lite's use in session 36):
+        # one more CPU layer while its measured whole-GPU peak exceeds Red Lite's (the same CUDA context
+        # counted on both sides), at most 4 more (LCPP_FIT=0: the count as computed); every try is kept
         for try in 0 1 2 3 4; do
             say "budget $B MiB: llama.cpp --n-cpu-moe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
             vram_run lcpp_$B $LB -m $M -ngl 99 -fa 1 -ncmoe $N -t $NT -p 2048 -n 64 -ub 2048 -r 2 -o json \
                 >"$OUT/lcpp_q35_$B.json" 2>"$OUT/lcpp_q35_$B.err"
             pk=$(sort -n "$OUT/vram_lcpp_$B.txt" | tail -1)
-            [ "${LCPP_FIT:-1}" = 0 ] || [ "${pk:-0}" -le "$B" ] || [ "$N" -ge "$NL" ] && break
-            cp "$OUT/lcpp_q35_$B.json" "$OUT/lcpp_q35_${B}_ncmoe$N.json"; N=$((N + 1))
+            cp "$OUT/lcpp_q35_$B.json" "$OUT/lcpp_q35_${B}_ncmoe$N.json"
+            [ "${LCPP_FIT:-1}" = 0 ] || [ "${pk:-0}" -le "${rlpk:-$B}" ] || [ "$N" -ge "$NL" ] && break
+            N=$((N + 1))
         done
-        vram_run rl_$B $RL bench -m $M --backend cuda --vram-mib $B --n-decode 64 --warmup 8 --prompt 2048 --reps 3 \
-            --json --verbose >"$OUT/rl_q35_$B.json" 2>"$OUT/rl_q35_$B.err"
-        grep -E "vram tier: (decode steps|in the decode graph|--vram-miss|demand fills)" "$OUT/rl_q35_$B.err" | sed 's/^/    /' >>"$S"
     done
     python3 - "$OUT" <<'EOF' | tee -a "$S"
 import json, sys
