@@ -37,7 +37,24 @@ def test_cycle_of_three(tmp_path):
     # expert every time, as inclusive does; demotion alone catches a third.
     r = sim(tmp_path, [0, 1, 2] * 3, ram=2)
     got = {p: (r[p]["vram"], r[p]["ram"], r[p]["disk"]) for p in r}
-    assert got == {"inclusive": (0, 0, 9), "demote": (0, 3, 6), "victim": (0, 6, 3), "victim_incl": (0, 0, 9)}, got
+    assert got == {"inclusive": (0, 0, 9), "demote": (0, 3, 6), "victim": (0, 6, 3), "victim_incl": (0, 0, 9),
+                   "victim_scan": (0, 6, 3)}, got  # decode only: the scan policy is the victim cache
+
+
+def test_prompt_chunks_scan(tmp_path):
+    # three prompt chunks (64 rows) each asking for experts 0..3 of the one layer; one VRAM slot, two RAM
+    # slots. The victim cache writes back what VRAM evicts to RAM's recent end: a cycle of four over
+    # two, every lookup from disk (12). Scanning, RAM keeps expert 0 from the first chunk on (its reads
+    # pass through the least recent end) and VRAM's write-backs are ignored: 4 + 3 + 3 = 10.
+    p = tmp_path / "t.jsonl"
+    lines = [json.dumps({"header": {"n_layer": 1, "n_expert": 4, "top_k": 1}})]
+    lines += [json.dumps({"f": f, "l": 0, "n": 64, "ids": [0, 1, 2, 3]}) for f in range(3)]
+    p.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", "1", "--ram-slots", "2", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = {o["policy"]: (o["prompt_lookups"], o["prompt_disk"], o["lookups"]) for o in json.loads(r.stdout)}
+    assert got["victim"] == (12, 12, 0) and got["victim_scan"] == (12, 10, 0), got
 
 
 def test_repeats_hit_vram_and_skip(tmp_path):

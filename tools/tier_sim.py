@@ -14,12 +14,17 @@ its experts; a VRAM miss is served from RAM or, failing that, read from disk. Th
              to RAM (a device-to-host copy of the slot; built: q3n_expert_src.keep, with demotion
              standing in for the leaving)
   victim_incl  the victim cache's write-backs without the leaving: RAM also keeps what it served
+  victim_scan  the victim cache for decode; a forward of >= 64 rows (a prompt chunk) is a scan as
+             the RAM cache alone does it (expert_cache.h): RAM's hits stay, its misses are read to the
+             least recent end, and VRAM's demotes and write-backs are ignored (tried under the tier
+             2026-12-07, not built: docs/EXPERT_CACHE.md, "Scans")
 
 The tier's pre-gated prefetch is not simulated (it moves reads earlier, not fewer of them). The
 trace (`redlite dump --route-trace FILE`, tools/cache_sim.py describes it) should come from a cut of
 the preset (`synth --geometry layers=N`): every layer of a preset has the same calibrated routing, so
 slots per layer carry over to the full model. Forwards of more than one row (the prompt) pass through
-both tiers; the counts are over the decode forwards after --skip of them.
+both tiers; the counts are over the decode forwards after --skip of them, and separately
+(prompt_*) over every forward of >= 64 rows: the disk reads of prompt chunks.
 
 usage: tools/tier_sim.py TRACE --vram-slots S --ram-slots R [R ...] [--skip N] [--json]
        (R per layer: a RAM budget / (layers x expert bytes))
@@ -76,30 +81,49 @@ class Lru:
         self.d.pop(k, None)
 
 
+SCAN_ROWS = 64  # expert_cache.h EC_SCAN_ROWS
+POLICIES = ("inclusive", "demote", "victim", "victim_incl", "victim_scan")
+
+
 def simulate(header, reqs, vslots, rslots_layer, policy, skip):
     n_layer = header["n_layer"]
     vram = [Lru(vslots) for _ in range(n_layer)]
     ram = Lru(rslots_layer * n_layer)
-    c = {"lookups": 0, "vram": 0, "ram": 0, "disk": 0}
+    c = {"lookups": 0, "vram": 0, "ram": 0, "disk": 0,
+         "prompt_lookups": 0, "prompt_vram": 0, "prompt_ram": 0, "prompt_disk": 0}
     decode_seen = 0
     for f, layer, rows, ids in reqs:
         counting = rows == 1 and decode_seen >= skip * n_layer
         if rows == 1:
             decode_seen += 1
+        pre = "prompt_" if rows >= SCAN_ROWS else None
+        scan = pre and policy == "victim_scan"
         v = vram[layer]
         for e in ids:
             key = (layer, e)
             if counting:
                 c["lookups"] += 1
+            if pre:
+                c[pre + "lookups"] += 1
             if e in v:
                 v.touch(e)
                 if counting:
                     c["vram"] += 1
+                if pre:
+                    c[pre + "vram"] += 1
                 continue
             hit = key in ram
             if counting:
                 c["ram" if hit else "disk"] += 1
-            if policy in ("inclusive", "victim_incl"):
+            if pre:
+                c[pre + ("ram" if hit else "disk")] += 1
+            if scan:  # hits stay (most recent end), reads stream through the least recent end
+                if hit:
+                    ram.touch(key)
+                else:
+                    ram.put(key)
+                    ram.demote(key)
+            elif policy in ("inclusive", "victim_incl"):
                 ram.put(key)
             elif policy == "demote":
                 ram.put(key)
@@ -107,12 +131,13 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
             elif hit:  # victim: it moves up to VRAM
                 ram.drop(key)
             gone = v.put(e)
-            if policy in ("victim", "victim_incl") and gone is not None:
+            if policy in ("victim", "victim_incl", "victim_scan") and gone is not None and not scan:
                 ram.put((layer, gone))
     n = max(c["lookups"], 1)
     return {k: c[k] for k in c} | {"vram_pct": 100 * c["vram"] / n, "ram_pct": 100 * c["ram"] / n,
                                      "disk_pct": 100 * c["disk"] / n,
-                                     "ram_hit_of_vram_misses_pct": 100 * c["ram"] / max(c["ram"] + c["disk"], 1)}
+                                     "ram_hit_of_vram_misses_pct": 100 * c["ram"] / max(c["ram"] + c["disk"], 1),
+                                     "prompt_disk_pct": 100 * c["prompt_disk"] / max(c["prompt_lookups"], 1)}
 
 
 def main():
@@ -126,17 +151,18 @@ def main():
     header, reqs = load(a.trace)
     out = []
     for r in a.ram_slots:
-        for pol in ("inclusive", "demote", "victim", "victim_incl"):
+        for pol in POLICIES:
             res = simulate(header, reqs, a.vram_slots, r, pol, a.skip)
             out.append({"vram_slots": a.vram_slots, "ram_slots": r, "policy": pol, **res})
     if a.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"{'RAM slots/layer':>15} {'policy':>10} {'VRAM %':>7} {'RAM %':>6} {'disk %':>7} "
-          f"{'RAM hit of VRAM misses %':>25}")
+    print(f"{'RAM slots/layer':>15} {'policy':>11} {'VRAM %':>7} {'RAM %':>6} {'disk %':>7} "
+          f"{'RAM hit of VRAM misses %':>25} {'prompt reads from disk':>23}")
     for o in out:
-        print(f"{o['ram_slots']:>15} {o['policy']:>10} {o['vram_pct']:>7.1f} {o['ram_pct']:>6.1f} "
-              f"{o['disk_pct']:>7.1f} {o['ram_hit_of_vram_misses_pct']:>25.1f}")
+        print(f"{o['ram_slots']:>15} {o['policy']:>11} {o['vram_pct']:>7.1f} {o['ram_pct']:>6.1f} "
+              f"{o['disk_pct']:>7.1f} {o['ram_hit_of_vram_misses_pct']:>25.1f} "
+              f"{o['prompt_disk']:>12} ({o['prompt_disk_pct']:4.1f} %)")
 
 
 if __name__ == "__main__":

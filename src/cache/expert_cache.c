@@ -376,14 +376,12 @@ static int ec_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t
  * longer than the cache, evicting the most recent is the optimal choice, plain LRU the worst),
  * while its hits stay recent. Decode and verify rows are plain LRU. Order only: no entry changes
  * bytes, so results do not depend on it. */
-static bool scanning(const expert_cache *ec) { return !ec->p.no_scan && ec->rows >= EC_SCAN_ROWS; }
-
 static void ec_release(void *ud, int il) {
     expert_cache *ec = ud;
     if (ec->mode != EC_BOUNDED) return;
     pthread_mutex_lock(&ec->mu);
     int32_t *pin = ec->pinned + (size_t)il * ec->E;
-    const bool scan = scanning(ec);
+    const bool scan = !ec->p.no_scan && ec->rows >= EC_SCAN_ROWS;
     for (int i = 0; i < ec->n_pinned[il]; i++) {
         RL_ASSERT(ec->slots[pin[i]].state == EC_S_VALID);
         slot_policy_unpin(ec->sp, pin[i]); /* to the MRU end when its last pin goes */
@@ -429,8 +427,7 @@ static void submit_prefetch(expert_cache *ec, int il, int nl, const int32_t *ord
 /* Pre-gating: layer il+1's router applied to layer il's MoE input predicts il+1's experts;
  * the misses among them are planned here (deterministically) and loaded by the I/O threads
  * while layer il computes. Never evicts entries of layers il and il+1 (the current
- * selection, not yet pinned, and the predictions themselves). xn NULL (a GPU's VRAM tier, whose
- * input is on the device and which predicts through .prefetch): only the rows are counted. */
+ * selection, not yet pinned, and the predictions themselves). */
 static void ec_hint(void *ud, int il, const float *xn, int T) {
     expert_cache *ec = ud;
     if (il == 0) {
@@ -439,7 +436,7 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
     }
     ec->rows = T;
     int nl = il + 1, E = ec->E;
-    if (!xn || ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
+    if (ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
     int pk = ec->pk;
     double t0 = rl_now();
     if (T > ec->rbuf_rows) {
@@ -507,19 +504,11 @@ static void ec_prefetch(void *ud, int il, const int32_t *ids, int n) {
     ec->st.hint_s += rl_now() - t0;
 }
 
-/* A faster tier took these experts: their unpinned, loaded entries become the next victims. Not in
- * a scan: a prompt chunk selects more of a layer's experts than the tier has slots for that layer,
- * so its fills there are transient and this copy is what the next chunk reads (the scan's own
- * order at release applies instead). */
+/* A faster tier took these experts: their unpinned, loaded entries become the next victims. */
 static void ec_demote(void *ud, int il, const int32_t *ids, int n) {
     expert_cache *ec = ud;
     if (ec->mode != EC_BOUNDED) return;
     pthread_mutex_lock(&ec->mu);
-    if (scanning(ec)) {
-        ec->st.scan_skipped += (uint64_t)n;
-        pthread_mutex_unlock(&ec->mu);
-        return;
-    }
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= ec->E) continue;
         const int32_t s = slot_policy_lookup(ec->sp, il * ec->E + ids[i]);
@@ -543,10 +532,7 @@ static int ec_keep(void *ud, int il, int e, uint8_t **g, uint8_t **u, uint8_t **
     int rc = 0;
     pthread_mutex_lock(&ec->mu);
     int32_t s = slot_policy_lookup(ec->sp, key);
-    if (scanning(ec)) { /* a scan's evictions from VRAM: its streamed experts, which the next chunk
-                           needs last (a cycle): no write-back, and a held copy keeps its place */
-        ec->st.scan_skipped++;
-    } else if (s >= 0) { /* held (or on its way): keep it, most recent */
+    if (s >= 0) { /* held (or on its way): keep it, most recent */
         if (ec->slots[s].state == EC_S_VALID) slot_policy_touch(ec->sp, s);
         ec->st.kept_declined++;
     } else if ((s = take_slot(ec, ec->layers[il].cls, key, TAKE_KEPT)) < 0) {
@@ -857,8 +843,7 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
             fprintf(out, "%s%d x %.0f KiB", c ? ", " : "", ec->cls[c].n, ec->cls[c].slot_bytes / 1024.0);
         fprintf(out, ")%s", ec->direct ? ", O_DIRECT" : ", buffered + FADV_DONTNEED");
     }
-    /* rows are counted by the hint (a GPU's VRAM tier calls it on its own path, not in its decode graph,
-     * which never reads this cache): without it the figures are totals */
+    /* rows are counted by the hint, which a GPU's VRAM tier does not call: there the figures are totals */
     const bool rows = s.tokens || !s.lookups;
     const char *per = rows ? "/token" : "";
     char head[64];
@@ -872,12 +857,10 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
         (unsigned long long)s.hits_inflight, (unsigned long long)s.lookups, s.misses / tok, per,
         (s.bytes_demand + s.bytes_prefetch) / MiB / tok, per, s.bytes_demand / MiB / tok,
         s.bytes_prefetch / MiB / tok, (unsigned long long)s.evictions);
-    if (s.scan_demoted || s.scan_skipped)
-        fprintf(
-            out,
-            "  prompt chunks (>= %d rows): %llu of their loads streamed through the least recent end, %llu "
-            "VRAM demotions / write-backs skipped\n",
-            EC_SCAN_ROWS, (unsigned long long)s.scan_demoted, (unsigned long long)s.scan_skipped);
+    if (s.scan_demoted)
+        fprintf(out,
+                "  prompt chunks (>= %d rows): %llu of their loads streamed through the least recent end\n",
+                EC_SCAN_ROWS, (unsigned long long)s.scan_demoted);
     if (s.demoted || s.kept || s.kept_declined)
         fprintf(out,
                 "  under a GPU's VRAM slots: %llu entries demoted (VRAM took them: evicted first here), %llu "

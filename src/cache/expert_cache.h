@@ -82,11 +82,10 @@ uint64_t expert_cache_min_budget(const q3n_model *m, bool direct_io);
 /* Bytes to hold every expert of every layer in slots (no eviction ever). */
 uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io);
 
-/* A forward of at least this many rows (the engine's hint says how many; a GPU's VRAM tier says it
- * with a NULL input) is a scan: a prompt chunk touches most experts of every layer in layer order, a
- * cycle longer than a bounded cache, which plain LRU answers by evicting exactly what the next chunk
- * needs first. Under a VRAM tier a scan also ignores the tier's demotes and write-backs (its fills of
- * a chunk are transient). Decode (1 row) and verify rows (<= 16) stay plain LRU. */
+/* A forward of at least this many rows (the engine's hint says how many) is a scan: a prompt chunk
+ * touches most experts of every layer in layer order, a cycle longer than a bounded cache, which
+ * plain LRU answers by evicting exactly what the next chunk needs first. Decode (1 row) and verify
+ * rows (<= 16) stay plain LRU. */
 #define EC_SCAN_ROWS 64
 
 /* ---- planner ------------------------------------------------------------------------- */
@@ -142,7 +141,6 @@ typedef struct {
     uint64_t bias_calls;                   /* cache-aware routing decisions */
     uint64_t demoted;                      /* entries demoted: a faster tier holds them (demote) */
     uint64_t scan_demoted;                 /* entries a scan loaded, put at the least recent end */
-    uint64_t scan_skipped;                 /* a faster tier's demotes / keeps during a scan, ignored */
     uint64_t kept, kept_declined;          /* evictions a faster tier handed back: taken / declined */
     double io_wait_s;                      /* inference thread blocked on loads */
     double hint_s;                         /* inference thread in pre-gating */

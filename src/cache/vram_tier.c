@@ -599,8 +599,6 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (vt->gt && vram_gtab_quiesce(vt->gt)) return -1; /* the graph steps' fills done, tables stale */
-    /* the host source learns the forward's rows (a RAM cache streams a prompt chunk's misses, scan) */
-    if (vt->src.hint) vt->src.hint(vt->src.ud, il, NULL, T);
     if (!vt->pin_resolved) vt_pin_resolve(vt);
     if (vt->miss != VRAM_MISS_COPY && vt->n_exact && !vt->calibrated) vt_calibrate(vt);
     const bool hyb = vt->miss != VRAM_MISS_COPY && vt->cpu_exact[il] && T <= VRAM_CPU_MAX_T && d_xn;
