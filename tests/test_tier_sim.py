@@ -38,7 +38,7 @@ def test_cycle_of_three(tmp_path):
     r = sim(tmp_path, [0, 1, 2] * 3, ram=2)
     got = {p: (r[p]["vram"], r[p]["ram"], r[p]["disk"]) for p in r}
     assert got == {"inclusive": (0, 0, 9), "demote": (0, 3, 6), "victim": (0, 6, 3), "victim_incl": (0, 0, 9),
-                   "victim_scan": (0, 6, 3)}, got  # decode only: the scan policy is the victim cache
+                   "victim_scan": (0, 6, 3), "stream": (0, 6, 3)}, got  # decode only: both are the victim cache
 
 
 def test_prompt_chunks_scan(tmp_path):
@@ -70,3 +70,21 @@ def test_partial_last_line(tmp_path):
     r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", "1", "--ram-slots", "1", "--json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and json.loads(r.stdout)[0]["lookups"] == 1, r.stderr
+
+
+def test_prompt_chunks_stream(tmp_path):
+    # two decode tokens (experts 0, 1) then four prompt chunks cycling over 8 experts, 3 VRAM and 3 RAM
+    # slots: a cycle of 8 over an exclusive chain of 6. The victim cache thrashes: the first chunk hits
+    # 0 and 1 in VRAM, every other lookup is read from disk (6 + 3 x 8 = 30). Streaming, each tier keeps
+    # what it held and streams through one slot: VRAM keeps V - 1 = 2 (hits 2 a chunk), RAM from the
+    # second chunk on R - 1 = 2, so a chunk reads 8 - 2 - 2 = 4 from disk after the first's 6: 18.
+    p = tmp_path / "t.jsonl"
+    lines = [json.dumps({"header": {"n_layer": 1, "n_expert": 8, "top_k": 1}})]
+    lines += [json.dumps({"f": f, "l": 0, "n": 1, "ids": [f]}) for f in (0, 1)]
+    lines += [json.dumps({"f": f, "l": 0, "n": 64, "ids": list(range(8))}) for f in range(2, 6)]
+    p.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", "3", "--ram-slots", "3", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = {o["policy"]: (o["prompt_vram"], o["prompt_ram"], o["prompt_disk"]) for o in json.loads(r.stdout)}
+    assert got["victim"] == (2, 0, 30) and got["stream"] == (8, 6, 18), got

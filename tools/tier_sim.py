@@ -18,6 +18,11 @@ its experts; a VRAM miss is served from RAM or, failing that, read from disk. Th
              the RAM cache alone does it (expert_cache.h): RAM's hits stay, its misses are read to the
              least recent end, and VRAM's demotes and write-backs are ignored (tried under the tier
              2026-12-07, not built: docs/EXPERT_CACHE.md, "Scans")
+  stream     the victim cache for decode; in a prompt chunk both tiers keep what they held before it
+             and stream the rest (a design, not built): VRAM refills the slot it filled last in this
+             chunk (its other slots keep their experts), RAM's hits move up as in the victim cache and
+             come back to its recent end when VRAM evicts them, and what the chunk read from disk goes
+             back to RAM's least recent end
 
 The tier's pre-gated prefetch is not simulated (it moves reads earlier, not fewer of them). The
 trace (`redlite dump --route-trace FILE`, tools/cache_sim.py describes it) should come from a cut of
@@ -82,7 +87,7 @@ class Lru:
 
 
 SCAN_ROWS = 64  # expert_cache.h EC_SCAN_ROWS
-POLICIES = ("inclusive", "demote", "victim", "victim_incl", "victim_scan")
+POLICIES = ("inclusive", "demote", "victim", "victim_incl", "victim_scan", "stream")
 
 
 def simulate(header, reqs, vslots, rslots_layer, policy, skip):
@@ -91,13 +96,16 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
     ram = Lru(rslots_layer * n_layer)
     c = {"lookups": 0, "vram": 0, "ram": 0, "disk": 0,
          "prompt_lookups": 0, "prompt_vram": 0, "prompt_ram": 0, "prompt_disk": 0}
-    decode_seen = 0
+    decode_seen, cur, from_ram, last_fill = 0, None, set(), [None] * n_layer
     for f, layer, rows, ids in reqs:
         counting = rows == 1 and decode_seen >= skip * n_layer
         if rows == 1:
             decode_seen += 1
         pre = "prompt_" if rows >= SCAN_ROWS else None
         scan = pre and policy == "victim_scan"
+        stream = pre and policy == "stream"
+        if f != cur:  # a new forward
+            cur, from_ram, last_fill = f, set(), [None] * n_layer
         v = vram[layer]
         for e in ids:
             key = (layer, e)
@@ -123,6 +131,21 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
                 else:
                     ram.put(key)
                     ram.demote(key)
+            elif stream:
+                if hit:
+                    ram.drop(key)
+                    from_ram.add(key)
+                lf = last_fill[layer]
+                if lf is not None and lf in v and len(v.d) >= v.cap:  # refill the streaming slot
+                    v.drop(lf)
+                    ram.put((layer, lf))
+                    if (layer, lf) not in from_ram:
+                        ram.demote((layer, lf))
+                gone = v.put(e)  # the chunk's first fill takes the least recent slot: a write-back
+                if gone is not None:
+                    ram.put((layer, gone))
+                last_fill[layer] = e
+                continue
             elif policy in ("inclusive", "victim_incl"):
                 ram.put(key)
             elif policy == "demote":
@@ -131,7 +154,7 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
             elif hit:  # victim: it moves up to VRAM
                 ram.drop(key)
             gone = v.put(e)
-            if policy in ("victim", "victim_incl", "victim_scan") and gone is not None and not scan:
+            if policy in ("victim", "victim_incl", "victim_scan", "stream") and gone is not None and not scan:
                 ram.put((layer, gone))
     n = max(c["lookups"], 1)
     return {k: c[k] for k in c} | {"vram_pct": 100 * c["vram"] / n, "ram_pct": 100 * c["ram"] / n,
