@@ -83,8 +83,16 @@ def test_prompt_chunks_stream(tmp_path):
     lines += [json.dumps({"f": f, "l": 0, "n": 1, "ids": [f]}) for f in (0, 1)]
     lines += [json.dumps({"f": f, "l": 0, "n": 64, "ids": list(range(8))}) for f in range(2, 6)]
     p.write_text("\n".join(lines) + "\n")
-    r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", "3", "--ram-slots", "3", "--json"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    got = {o["policy"]: (o["prompt_vram"], o["prompt_ram"], o["prompt_disk"]) for o in json.loads(r.stdout)}
+
+    def run(pool):
+        r = subprocess.run([sys.executable, TOOL, str(p), "--vram-slots", "3", "--ram-slots", "3", "--json",
+                            "--stream-pool", str(pool)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return {o["policy"]: (o["prompt_vram"], o["prompt_ram"], o["prompt_disk"]) for o in json.loads(r.stdout)}
+
+    got = run(1)
     assert got["victim"] == (2, 0, 30) and got["stream"] == (8, 6, 18), got
+    # a pool of every VRAM slot (the tier's batches today): VRAM keeps nothing from chunk to chunk (its two
+    # hits are the first chunk's), RAM still keeps R - 1 = 2: 6 + 3 x (8 - 2) = 24 reads
+    got = run(3)
+    assert got["stream"] == (2, 6, 24), got

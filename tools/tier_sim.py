@@ -19,10 +19,12 @@ its experts; a VRAM miss is served from RAM or, failing that, read from disk. Th
              least recent end, and VRAM's demotes and write-backs are ignored (tried under the tier
              2026-12-07, not built: docs/EXPERT_CACHE.md, "Scans")
   stream     the victim cache for decode; in a prompt chunk both tiers keep what they held before it
-             and stream the rest (a design, not built): VRAM refills the slot it filled last in this
-             chunk (its other slots keep their experts), RAM's hits move up as in the victim cache and
-             come back to its recent end when VRAM evicts them, and what the chunk read from disk goes
-             back to RAM's least recent end
+             and stream the rest (a design, not built): once a chunk has filled --stream-pool slots of
+             a layer, VRAM refills the oldest of them (its other slots keep their experts; pool 1: the
+             slot it filled last), RAM's hits move up as in the victim cache and come back to its
+             recent end when VRAM evicts them, and what the chunk read from disk goes back to RAM's
+             least recent end. The tier's batches today take half a layer's slots each with the next
+             batch filling the other half: a pool of the whole layer
 
 The tier's pre-gated prefetch is not simulated (it moves reads earlier, not fewer of them). The
 trace (`redlite dump --route-trace FILE`, tools/cache_sim.py describes it) should come from a cut of
@@ -31,7 +33,7 @@ slots per layer carry over to the full model. Forwards of more than one row (the
 both tiers; the counts are over the decode forwards after --skip of them, and separately
 (prompt_*) over every forward of >= 64 rows: the disk reads of prompt chunks.
 
-usage: tools/tier_sim.py TRACE --vram-slots S --ram-slots R [R ...] [--skip N] [--json]
+usage: tools/tier_sim.py TRACE --vram-slots S --ram-slots R [R ...] [--skip N] [--stream-pool P] [--json]
        (R per layer: a RAM budget / (layers x expert bytes))
 """
 import argparse
@@ -90,13 +92,13 @@ SCAN_ROWS = 64  # expert_cache.h EC_SCAN_ROWS
 POLICIES = ("inclusive", "demote", "victim", "victim_incl", "victim_scan", "stream")
 
 
-def simulate(header, reqs, vslots, rslots_layer, policy, skip):
+def simulate(header, reqs, vslots, rslots_layer, policy, skip, pool=1):
     n_layer = header["n_layer"]
     vram = [Lru(vslots) for _ in range(n_layer)]
     ram = Lru(rslots_layer * n_layer)
     c = {"lookups": 0, "vram": 0, "ram": 0, "disk": 0,
          "prompt_lookups": 0, "prompt_vram": 0, "prompt_ram": 0, "prompt_disk": 0}
-    decode_seen, cur, from_ram, last_fill = 0, None, set(), [None] * n_layer
+    decode_seen, cur, from_ram, fills = 0, None, set(), {}
     for f, layer, rows, ids in reqs:
         counting = rows == 1 and decode_seen >= skip * n_layer
         if rows == 1:
@@ -105,7 +107,7 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
         scan = pre and policy == "victim_scan"
         stream = pre and policy == "stream"
         if f != cur:  # a new forward
-            cur, from_ram, last_fill = f, set(), [None] * n_layer
+            cur, from_ram, fills = f, set(), {}
         v = vram[layer]
         for e in ids:
             key = (layer, e)
@@ -135,16 +137,19 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip):
                 if hit:
                     ram.drop(key)
                     from_ram.add(key)
-                lf = last_fill[layer]
-                if lf is not None and lf in v and len(v.d) >= v.cap:  # refill the streaming slot
+                fl = fills.setdefault(layer, [])  # this chunk's fills of the layer, oldest first
+                if len(fl) >= pool and len(v.d) >= v.cap:  # refill the oldest slot of the pool
+                    lf = fl.pop(0)
                     v.drop(lf)
                     ram.put((layer, lf))
                     if (layer, lf) not in from_ram:
                         ram.demote((layer, lf))
-                gone = v.put(e)  # the chunk's first fill takes the least recent slot: a write-back
+                gone = v.put(e)  # the pool grows into the least recent slots: write-backs
                 if gone is not None:
                     ram.put((layer, gone))
-                last_fill[layer] = e
+                    if gone in fl:
+                        fl.remove(gone)
+                fl.append(e)
                 continue
             elif policy in ("inclusive", "victim_incl"):
                 ram.put(key)
@@ -169,13 +174,14 @@ def main():
     ap.add_argument("--vram-slots", type=int, required=True, help="VRAM slots per layer")
     ap.add_argument("--ram-slots", type=int, nargs="+", required=True, help="RAM slots per layer")
     ap.add_argument("--skip", type=int, default=0, help="decode tokens not counted (warm-up)")
+    ap.add_argument("--stream-pool", type=int, default=1, help="the stream policy's VRAM slots a layer")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     header, reqs = load(a.trace)
     out = []
     for r in a.ram_slots:
         for pol in POLICIES:
-            res = simulate(header, reqs, a.vram_slots, r, pol, a.skip)
+            res = simulate(header, reqs, a.vram_slots, r, pol, a.skip, max(1, a.stream_pool))
             out.append({"vram_slots": a.vram_slots, "ram_slots": r, "policy": pol, **res})
     if a.json:
         print(json.dumps(out, indent=1))
