@@ -34,7 +34,7 @@
 # checked, not assumed. Files: `redlite synth --routing calibrated` (a stand-in for trained routing).
 # Logs and JSON under $OUT; the summary in $OUT/summary.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 source bench/env_cudabin.sh
 export PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/lcpp_out}; mkdir -p "$OUT"
@@ -107,7 +107,10 @@ wait_lcpp() {
     local t=0
     while [ ! -f $LCP/build.rc ] && [ $t -lt "$1" ]; do sleep 5; t=$((t + 5)); done
     cp $LCP/lcpp_*.log "$OUT/" 2>/dev/null
-    [ -f $LCP/ld_path ] && export LD_LIBRARY_PATH=$(cat $LCP/ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if [ -f $LCP/ld_path ]; then
+        LD_LIBRARY_PATH=$(cat $LCP/ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        export LD_LIBRARY_PATH
+    fi
     if [ "$(cat $LCP/build.rc 2>/dev/null)" = 0 ] && $LB --help >/dev/null 2>&1; then return 0; fi
     say "llama.cpp not ready (rc $(cat $LCP/build.rc 2>/dev/null), waited $t s): $(tail -3 $LCP/lcpp_build.log 2>/dev/null)"
     return 1
@@ -182,7 +185,7 @@ print('decode', round(d['decode'][0]['tok_s'], 1), 'prompt', round(d['prompt'][0
 rows)
     for side in redlite llama; do
         [ $side = llama ] && { wait_lcpp 120 || break; }
-        extra=(); [ $side = llama ] && extra=(--llama-server $LCP/build/bin/llama-server)
+        extra=(); [ $side = llama ] && extra=(--llama-server "$LCP/build/bin/llama-server")
         timeout 280 python3 bench/gpu_rows_load.py $RL /tmp/cf2.gguf --streams 1,4,8 --tokens 128 --reps 2 "${extra[@]}" \
             -- --backend cuda --ctx 4096 -t 8 >"$OUT/rows_$side.txt" 2>&1
         say "rows $side rc=$?"; cat "$OUT/rows_$side.txt" >>"$S"
@@ -210,7 +213,7 @@ print(len(e), max(x['n_expert'] * x['expert_bytes'] for x in e), d['bytes']['den
         # that count ignores llama.cpp's own buffers (1.4-1.9 GiB more than Red Lite's use in session 36):
         # one more CPU layer while its measured whole-GPU peak exceeds Red Lite's (the same CUDA context
         # counted on both sides), at most 4 more (LCPP_FIT=0: the count as computed); every try is kept
-        for try in 0 1 2 3 4; do
+        for _ in 0 1 2 3 4; do
             say "budget $B MiB: llama.cpp --n-cpu-moe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
             vram_run lcpp_$B $LB -m $M -ngl 99 -fa 1 -ncmoe $N -t $NT -p 2048 -n 64 -ub 2048 -r 2 -o json \
                 >"$OUT/lcpp_q35_$B.json" 2>"$OUT/lcpp_q35_$B.err"

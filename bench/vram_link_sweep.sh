@@ -109,7 +109,7 @@ for G in $BUDGETS; do
     # that count ignores llama.cpp's own buffers (it used 0.7-1.9 GiB more than Red Lite in sessions 28 / 36):
     # with LCPP_FIT=1 (default) one more CPU layer while its measured peak exceeds Red Lite's at this
     # budget, at most 4 more (each try kept as lcpp_G_ncmoeN.json)
-    for try in 0 1 2 3 4; do
+    for _ in 0 1 2 3 4; do
         if ! left; then say "time: skipped llama.cpp $G GiB (-ncmoe $N)"; break; fi
         echo "$N" >"$OUT/lcpp_$G.ncmoe"
         say "llama.cpp -ncmoe $N ($((NL - N)) layers' experts on the GPU), $NT threads"
@@ -117,9 +117,12 @@ for G in $BUDGETS; do
             -ub 2048 -r "$REPS" -o json >"$OUT/lcpp_$G.json" 2>"$OUT/lcpp_$G.err"
         say "llama.cpp $G GiB rc=$? peak $(cat "$OUT/vram_lcpp_$G.peak") MiB (Red Lite $(cat "$OUT/vram_rl_$G.peak" 2>/dev/null))"
         cp "$OUT/lcpp_$G.json" "$OUT/lcpp_${G}_ncmoe$N.json" 2>/dev/null
-        [ "${LCPP_FIT:-1}" = 1 ] && [ -s "$OUT/vram_rl_$G.peak" ] && [ "$N" -lt "$NL" ] &&
-            [ "$(cat "$OUT/vram_lcpp_$G.peak")" -gt "$(cat "$OUT/vram_rl_$G.peak")" ] || break
-        N=$((N + 1))
+        if [ "${LCPP_FIT:-1}" = 1 ] && [ -s "$OUT/vram_rl_$G.peak" ] && [ "$N" -lt "$NL" ] &&
+            [ "$(cat "$OUT/vram_lcpp_$G.peak")" -gt "$(cat "$OUT/vram_rl_$G.peak")" ]; then
+            N=$((N + 1))
+        else
+            break
+        fi
     done
 done
 
