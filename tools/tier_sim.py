@@ -19,7 +19,7 @@ its experts; a VRAM miss is served from RAM or, failing that, read from disk. Th
              least recent end, and VRAM's demotes and write-backs are ignored (tried under the tier
              2026-12-07, not built: docs/EXPERT_CACHE.md, "Scans")
   stream     the victim cache for decode; in a prompt chunk both tiers keep what they held before it
-             and stream the rest (a design, not built): once a chunk has filled --stream-pool slots of
+             and stream the rest (RL_VRAM_STREAM=P, off by default): once a chunk has filled --stream-pool slots of
              a layer, VRAM refills the oldest of them (its other slots keep their experts; pool 1: the
              slot it filled last), RAM's hits move up as in the victim cache and come back to its
              recent end when VRAM evicts them, and what the chunk read from disk goes back to RAM's

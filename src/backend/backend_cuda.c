@@ -236,6 +236,7 @@ static int vram_setup(backend_ctx *c, const backend_ctx_opts *o, bool *tier, poo
                          .overlap = c->tune.vram_overlap,
                          .graph = c->tune.vram_graph,
                          .warm = c->tune.vram_warm,
+                         .stream = c->tune.vram_stream,
                          .graph_mib = c->tune.vram_graph_mib,
                          .fault_at = c->tune.vram_fault,
                          .link_gbs = c->tune.vram_link};

@@ -206,6 +206,7 @@ static int32_t take_slot(expert_cache *ec, int c, int32_t key, take_kind kind) {
     else slot_policy_fill(ec->sp, s, key, kind == TAKE_PREFETCH);
     ec->slots[s].state = EC_S_LOADING;
     ec->slots[s].fwd = ec->fwd;
+    if (kind != TAKE_KEPT) ec->read_fwd[key] = ec->fwd;
     return s;
 }
 
@@ -427,7 +428,8 @@ static void submit_prefetch(expert_cache *ec, int il, int nl, const int32_t *ord
 /* Pre-gating: layer il+1's router applied to layer il's MoE input predicts il+1's experts;
  * the misses among them are planned here (deterministically) and loaded by the I/O threads
  * while layer il computes. Never evicts entries of layers il and il+1 (the current
- * selection, not yet pinned, and the predictions themselves). */
+ * selection, not yet pinned, and the predictions themselves). xn NULL (a GPU's VRAM tier streaming
+ * its prompt chunks, vram_tier_opts.stream; its input is on the device): only the rows are counted. */
 static void ec_hint(void *ud, int il, const float *xn, int T) {
     expert_cache *ec = ud;
     if (il == 0) {
@@ -436,7 +438,7 @@ static void ec_hint(void *ud, int il, const float *xn, int T) {
     }
     ec->rows = T;
     int nl = il + 1, E = ec->E;
-    if (ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
+    if (!xn || ec->mode != EC_BOUNDED || ec->p.no_prefetch || nl >= ec->m->hp.n_layer) return;
     int pk = ec->pk;
     double t0 = rl_now();
     if (T > ec->rbuf_rows) {
@@ -532,7 +534,13 @@ static int ec_keep(void *ud, int il, int e, uint8_t **g, uint8_t **u, uint8_t **
     int rc = 0;
     pthread_mutex_lock(&ec->mu);
     int32_t s = slot_policy_lookup(ec->sp, key);
-    if (s >= 0) { /* held (or on its way): keep it, most recent */
+    if (ec->rows >= EC_SCAN_ROWS && ec->read_fwd[key] == ec->fwd) {
+        /* a streaming VRAM tier's prompt chunk hands back what the chunk itself read from disk: the
+         * next chunk needs it last (a cycle), so it stays where the scan put it, the least recent
+         * end, or out (tools/tier_sim.py's stream policy); what it found here comes back recent */
+        ec->st.kept_declined++;
+        ec->st.scan_declined++;
+    } else if (s >= 0) { /* held (or on its way): keep it, most recent */
         if (ec->slots[s].state == EC_S_VALID) slot_policy_touch(ec->sp, s);
         ec->st.kept_declined++;
     } else if ((s = take_slot(ec, ec->layers[il].cls, key, TAKE_KEPT)) < 0) {
@@ -720,7 +728,8 @@ expert_cache *expert_cache_new(const q3n_model *m, ec_mode mode, const ec_params
         ec->n_pinned = rl_calloc((size_t)ec->n_layer, sizeof(int), "expert cache pins");
         ec->qd = rl_malloc(sizeof(int32_t) * (size_t)ec->n_slots, "expert I/O queue");
         ec->qp = rl_malloc(sizeof(int32_t) * (size_t)ec->n_slots, "expert I/O queue");
-        if (!ec->pinned || !ec->n_pinned || !ec->qd || !ec->qp) goto fail;
+        ec->read_fwd = rl_calloc(nk, sizeof(uint64_t), "expert cache reads");
+        if (!ec->pinned || !ec->n_pinned || !ec->qd || !ec->qp || !ec->read_fwd) goto fail;
         if (ec_io_start(ec)) goto fail;
         prepare_mapping(ec);
         if (!ec->p.no_prefetch) {
@@ -775,6 +784,7 @@ void expert_cache_free(expert_cache *ec) {
     free(ec->qd);
     free(ec->qp);
     free(ec->pred);
+    free(ec->read_fwd);
     free(ec->has_pred);
     free(ec->pf_ids);
     free(ec->rbuf);
@@ -864,9 +874,10 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
     if (s.demoted || s.kept || s.kept_declined)
         fprintf(out,
                 "  under a GPU's VRAM slots: %llu entries demoted (VRAM took them: evicted first here), %llu "
-                "VRAM evictions kept here (%llu declined: held already or no room)\n",
+                "VRAM evictions kept here (%llu declined: held already, no room, or a streamed chunk's own "
+                "reads: %llu)\n",
                 (unsigned long long)s.demoted, (unsigned long long)s.kept,
-                (unsigned long long)s.kept_declined);
+                (unsigned long long)s.kept_declined, (unsigned long long)s.scan_declined);
     if (s.pf_predicted)
         fprintf(
             out,

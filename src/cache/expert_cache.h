@@ -142,6 +142,7 @@ typedef struct {
     uint64_t demoted;                      /* entries demoted: a faster tier holds them (demote) */
     uint64_t scan_demoted;                 /* entries a scan loaded, put at the least recent end */
     uint64_t kept, kept_declined;          /* evictions a faster tier handed back: taken / declined */
+    uint64_t scan_declined;                /* ... declined: a streamed prompt chunk's own disk reads */
     double io_wait_s;                      /* inference thread blocked on loads */
     double hint_s;                         /* inference thread in pre-gating */
     uint64_t peak_rss;

@@ -91,9 +91,10 @@ struct expert_cache {
     int32_t *topk;
     void *actq; /* quantised activations for the SIMD router product */
     size_t actq_bytes;
-    uint8_t *pred;     /* [n_layer * E] predicted for that layer by the previous hint */
-    uint8_t *has_pred; /* [n_layer] */
-    int32_t *pf_ids;   /* [E] scratch of ec_prefetch: the new predictions in the given order */
+    uint8_t *pred;      /* [n_layer * E] predicted for that layer by the previous hint */
+    uint64_t *read_fwd; /* [n_layer * E] the forward that last read the key from disk (0: none) */
+    uint8_t *has_pred;  /* [n_layer] */
+    int32_t *pf_ids;    /* [E] scratch of ec_prefetch: the new predictions in the given order */
 
     ec_stats st;
     FILE *trace;

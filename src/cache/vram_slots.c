@@ -17,12 +17,15 @@ typedef struct {
     int32_t *pins, *pmiss; /* policy slots pinned by the open prepare; those it filled (misses) */
     int32_t *gone;         /* [cap]: the expert the last fill of each slot evicted (-1: none) */
     uint8_t *pred, *seen;  /* [n_expert]: predicted by the last prefetch; scratch of one call */
-    int npins, nmiss;
+    uint32_t *sfs;         /* [cap]: when this forward filled the slot, if it did (0: not; streaming) */
+    uint32_t sf_seq;       /* the stamps' counter, this forward */
+    int npins, nmiss, rows, sf_live;
     bool open, has_pred;
 } vlayer;
 
 struct vram_slots {
     int n_layer, n_expert, first;
+    int stream; /* vram_slots_set_stream's pool (0: plain LRU in scans too) */
     vlayer *L;
     slot_policy *sp;
     vram_stats st; /* the tier's own counters; the policy's are merged in vram_slots_get_stats */
@@ -55,7 +58,8 @@ vram_slots *vram_slots_new(int n_layer, int n_expert, const int *slots, const ui
         l->gone = rl_malloc(cs * 4, "slots");
         l->pred = rl_calloc(es, 1, "slots");
         l->seen = rl_calloc(es, 1, "slots");
-        if (!l->pins || !l->pmiss || !l->gone || !l->pred || !l->seen) goto fail;
+        l->sfs = rl_calloc(cs, 4, "slots");
+        if (!l->pins || !l->pmiss || !l->gone || !l->pred || !l->seen || !l->sfs) goto fail;
         for (int s = 0; s < l->cap; s++) l->gone[s] = -1;
     }
     free(cap);
@@ -72,7 +76,7 @@ void vram_slots_free(vram_slots *vs) {
     if (!vs) return;
     for (int il = 0; vs->L && il < vs->n_layer; il++) {
         vlayer *l = &vs->L[il];
-        free(l->pins), free(l->pmiss), free(l->gone), free(l->pred), free(l->seen);
+        free(l->pins), free(l->pmiss), free(l->gone), free(l->pred), free(l->seen), free(l->sfs);
     }
     slot_policy_free(vs->sp);
     free(vs->L);
@@ -85,8 +89,16 @@ int vram_slots_capacity(const vram_slots *vs, int layer) {
 
 static int32_t key_of(const vram_slots *vs, int layer, int e) { return (int32_t)layer * vs->n_expert + e; }
 
+void vram_slots_set_stream(vram_slots *vs, int pool) { vs->stream = pool > 0 ? pool : 0; }
+
 void vram_slots_begin(vram_slots *vs, int layer, const int32_t *ids, int n, int rows) {
     vlayer *l = &vs->L[layer];
+    l->rows = rows;
+    if (l->sf_live || l->sf_seq) { /* a new forward of this layer: no fills of it yet */
+        memset(l->sfs, 0, 4 * (size_t)(l->cap ? l->cap : 1));
+        l->sf_live = 0;
+        l->sf_seq = 0;
+    }
     if (layer == vs->first) vs->st.tokens += (uint64_t)rows;
     vs->st.lookups += (uint64_t)n;
     if (!l->has_pred) return;
@@ -119,6 +131,28 @@ static int check_ids(vram_slots *vs, int layer, const int32_t *ids, int n) {
     return 0;
 }
 
+/* The victim of a scan's miss (streaming, vram_slots_set_stream): once this forward has filled the
+ * pool's worth of slots of the layer, the one it filled longest ago that is not pinned, so the
+ * layer's other slots keep their experts through the chunk (tools/tier_sim.py's stream policy);
+ * before that, or with every such slot pinned, -1: the least recent slot, as always. */
+static int32_t stream_victim(const vram_slots *vs, const vlayer *l) {
+    if (l->sf_live < vs->stream) return -1;
+    int32_t best = -1;
+    for (int s = 0; s < l->cap; s++)
+        if (l->sfs[s] && !slot_policy_pins(vs->sp, l->first + s) &&
+            slot_policy_key(vs->sp, l->first + s) >= 0 &&
+            (best < 0 || l->sfs[s] < l->sfs[best])) /* (a slot freed since, by an abort or a drop: not) */
+            best = s;
+    return best < 0 ? -1 : l->first + best;
+}
+
+/* A scan's fill of policy slot s: stamped the newest (counted once per slot). */
+static void sf_stamp(vlayer *l, int32_t s) {
+    uint32_t *st = &l->sfs[s - l->first];
+    l->sf_live += *st == 0;
+    *st = ++l->sf_seq;
+}
+
 /* Before policy slot s of layer l is filled: which expert leaves it (victim caching). */
 static void note_gone(const vram_slots *vs, vlayer *l, int32_t s) {
     const int32_t k = slot_policy_key(vs->sp, s);
@@ -136,10 +170,16 @@ int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int
     }
     int m = 0;
     l->nmiss = 0;
+    const bool stream = vs->stream && l->rows >= VRAM_SCAN_ROWS;
     for (int i = 0; i < n; i++) {
         if (slot[i] >= 0) continue;
         int32_t s = slot_policy_victim(vs->sp, layer, false); /* cannot fail: cap - pinned >= misses */
         RL_ASSERT(s >= 0);
+        if (stream && slot_policy_key(vs->sp, s) >= 0) { /* no free slot: the pool's oldest, if full */
+            const int32_t f = stream_victim(vs, l);
+            s = f >= 0 ? f : s;
+        }
+        if (stream) sf_stamp(l, s);
         note_gone(vs, l, s);
         slot_policy_fill(vs->sp, s, key_of(vs, layer, ids[i]), false);
         slot[i] = s;

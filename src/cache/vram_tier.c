@@ -50,6 +50,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->fault_at = o->fault_at;
     vt->overlap = o->overlap;
     vt->warm = o->warm;
+    vt->stream = o->stream;
     vt->graph_bytes = (o->graph_mib > 0 ? o->graph_mib : VRAM_GRAPH_MIB) * 1048576.0;
     /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
     vt->graph_want = o->graph && o->link_gbs <= 0 && !o->fault_at && miss != VRAM_MISS_CPU;
@@ -61,6 +62,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
         if (vt->ly[il].slot_bytes > maxslot) maxslot = vt->ly[il].slot_bytes;
     }
     if (!(vt->slots = vram_slots_new(hp->n_layer, vt->E, plan->slots, bytes))) goto fail;
+    vram_slots_set_stream(vt->slots, vt->stream);
     if (cudaMalloc((void **)&vt->arena, total) != cudaSuccess) {
         (void)cudaGetLastError();
         rl_seterr("cannot allocate %.0f MiB of VRAM expert slots (lower --vram-mib or use auto)",
@@ -599,6 +601,9 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     const int K = vt->K, E = vt->E, TK = T * K;
     if (vt->open) return rl_seterr("VRAM tier: layer %d started inside another (internal)", il);
     if (vt->gt && vram_gtab_quiesce(vt->gt)) return -1; /* the graph steps' fills done, tables stale */
+    /* streaming: the host source learns the rows (a RAM cache then declines a chunk's own disk reads
+     * among the write-backs, expert_cache.h) */
+    if (vt->stream && vt->src.hint) vt->src.hint(vt->src.ud, il, NULL, T);
     if (!vt->pin_resolved) vt_pin_resolve(vt);
     if (vt->miss != VRAM_MISS_COPY && vt->n_exact && !vt->calibrated) vt_calibrate(vt);
     const bool hyb = vt->miss != VRAM_MISS_COPY && vt->cpu_exact[il] && T <= VRAM_CPU_MAX_T && d_xn;
@@ -655,6 +660,10 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     vt->tt = tt == 1 ? 1 : CU_TT;
     vt->n_union = n;
     vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
+    if (vt->stream && T >= VRAM_SCAN_ROWS) { /* batches within the streaming pool (half: the overlap) */
+        const int sb = vt->overlap ? vt->stream / 2 : vt->stream;
+        vt->bcap = sb < 1 ? 1 : sb < vt->bcap ? sb : vt->bcap;
+    }
     vt->n_batches = (n + vt->bcap - 1) / vt->bcap; /* 0: every expert on the CPU */
     vt->cur_b = -1;
     vt->tile_off = vt->pair_off = 0;

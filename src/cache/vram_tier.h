@@ -60,6 +60,9 @@ typedef struct {
     bool prefetch, overlap;
     bool graph;       /* the tier inside the decode graph where the host tier allows it (vram_gtab.h) */
     bool warm;        /* vram_tier_warm fills the free slots (RL_VRAM_WARM=0: off) */
+    int stream;       /* RL_VRAM_STREAM=P: a prompt chunk streams through P slots of each layer and tells the
+                       * host tier its rows (vram_slots_set_stream; a chunk's batches then take at most
+                       * P/2 slots, P with the overlap off); 0: off (every slot turns over in a chunk) */
     double graph_mib; /* vram_tier_graph_next's switch point (RL_VRAM_GRAPH_MIB; 0: VRAM_GRAPH_MIB) */
     uint64_t fault_at;
     double link_gbs;

@@ -38,6 +38,7 @@ struct vram_tier {
      * b-1's slots, the LRU ones) overlap batch b's compute. Off: every fill waits for the last
      * batch end, batches use every slot. */
     bool overlap;
+    int stream; /* vram_tier_opts.stream */
     cudaEvent_t ring[VT_NRING];
     int64_t seq, *slot_seq[Q3N_MAX_LAYERS], *seq_arena; /* per slot: the batch that last read it */
     int bcap;

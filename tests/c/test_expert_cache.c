@@ -809,6 +809,77 @@ static void test_victim(fixture *fx) {
  * release), tier predictions read by the I/O threads at the same time (prefetch), over a cache of the
  * minimum size (every slot contended). Every acquire serves the file's bytes and the cache stays
  * consistent (a failed copy's garbage is never served). */
+/* A streaming VRAM tier (vram_tier_opts.stream) says its rows with a NULL input: in a forward of >= 64
+ * rows a write-back of what that forward read from disk is declined (the chunk needs it last), while
+ * one of a key read earlier is kept as always. The NULL input predicts nothing (no crash, no load). */
+static void test_stream_keep(fixture *fx) {
+    const q3n_model *m = engine_model(fx->e);
+    expert_cache *ec = mk(fx, EC_BOUNDED,
+                          (ec_params){.budget = expert_cache_min_budget(m, false) * 2, .io = EC_IO_BUFFERED});
+    if (!ec) return;
+    q3n_expert_src src = expert_cache_src(ec);
+    const uint8_t *g[1], *u[1], *d[1];
+    uint8_t *wg, *wu, *wd;
+    ec_stats st;
+    const int32_t three = 3, four = 4, five = 5;
+    src.hint(src.ud, 0, NULL, 1); /* forward 1, a decode step: reads (2, 4) */
+    CHECK(src.acquire(src.ud, 2, &four, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 2);
+    src.hint(src.ud, 0, NULL, EC_SCAN_ROWS); /* forward 2, a prompt chunk: reads (0, 3) */
+    CHECK(src.acquire(src.ud, 0, &three, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 0);
+    src.demote(src.ud, 0, &three, 1); /* VRAM took it */
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.pf_loads == 0, "a NULL input predicted %llu loads", (unsigned long long)st.pf_loads);
+    CHECK(src.keep(src.ud, 0, three, &wg, &wu, &wd) == 0, "the chunk's own read (0, 3) kept");
+    CHECK(src.keep(src.ud, 1, five, &wg, &wu, &wd) == 1, "(1, 5), never read, declined in a chunk");
+    put_file_bytes(m, 1, five, wg, wu, wd);
+    src.kept(src.ud, 1, five, true);
+    src.demote(src.ud, 2, &four, 1);
+    src.hint(src.ud, 0, NULL, 1); /* forward 3, a decode step: the same write-back is kept */
+    expert_cache_get_stats(ec, &st);
+    const uint64_t declined = st.scan_declined;
+    CHECK(declined == 1, "%llu write-backs declined as a chunk's own reads, want 1",
+          (unsigned long long)declined);
+    CHECK(src.keep(src.ud, 0, three, &wg, &wu, &wd) == 0, "(0, 3) is still held: declined as held");
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.scan_declined == declined, "a decode step's write-back counted as a chunk's own read");
+    CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    expert_cache_free(ec);
+
+    /* where it stays: E + K uniform slots, layer 0's E read by a decode step, layer 1's first K by a
+     * chunk (the cache is full); VRAM takes (1, K-1) (demoted) and hands it back: declined, it stays the
+     * next victim, so the chunk's next read (2, 0) evicts it (kept, it would have gone to the recent end) */
+    ec = mk(fx, EC_BOUNDED,
+            (ec_params){.budget = expert_cache_min_budget(m, false),
+                        .uniform = true,
+                        .no_prefetch = true,
+                        .io = EC_IO_BUFFERED});
+    if (!ec) return;
+    src = expert_cache_src(ec);
+    const uint8_t *g4[E], *u4[E], *d4[E];
+    int32_t ids[E];
+    for (int i = 0; i < E; i++) ids[i] = i;
+    src.hint(src.ud, 0, NULL, 1);
+    for (int b = 0; b < E; b += K) {
+        CHECK(src.acquire(src.ud, 0, ids + b, K, g4, u4, d4) == 0, "acquire: %s", rl_lasterr());
+        src.release(src.ud, 0);
+    }
+    src.hint(src.ud, 0, NULL, EC_SCAN_ROWS);
+    CHECK(src.acquire(src.ud, 1, ids, K, g4, u4, d4) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 1);
+    const int32_t last = K - 1, zero = 0;
+    src.demote(src.ud, 1, &last, 1);
+    CHECK(src.keep(src.ud, 1, last, &wg, &wu, &wd) == 0, "(1, K-1) kept");
+    CHECK(src.acquire(src.ud, 2, &zero, 1, g4, u4, d4) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 2);
+    CHECK(!expert_cache_resident(ec, 1, last), "the chunk's own read (1, %d) went back to the recent end",
+          last);
+    CHECK(expert_cache_resident(ec, 1, K - 2), "(1, %d) was evicted instead", K - 2);
+    CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    expert_cache_free(ec);
+}
+
 static void test_victim_random(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     expert_cache *ec =
@@ -923,6 +994,7 @@ int main(void) {
         test_tier_prefetch(&fx);
         test_demote(&fx);
         test_victim(&fx);
+        test_stream_keep(&fx);
         test_victim_random(&fx);
         test_plan_attach_trace(&fx);
         free(fx.ref);

@@ -190,10 +190,13 @@ static void test_slots_trace(void) {
 /* Random traces: after every step the invariants hold, a prepared selection is resident in
  * distinct slots, nothing pinned is ever the target of a prefetch, and the same trace twice
  * gives the same counters (determinism). */
-static void stress(uint64_t seed, vram_stats *out) {
+/* Random selections, aborts, prefetches and drops; the index and pins checked after every step. With
+ * pool > 0 streaming is on and every selection is a 64-row forward prepared in two batches. */
+static void stress(uint64_t seed, int pool, vram_stats *out) {
     const int L = 3, E = 32, slots[3] = {4, 10, 32};
     const uint64_t bytes[3] = {1, 2, 3};
     vram_slots *vs = vram_slots_new(L, E, slots, bytes);
+    vram_slots_set_stream(vs, pool);
     uint64_t r = seed;
     int bad = 0;
     for (int it = 0; it < 3000 && !bad; it++) {
@@ -207,19 +210,23 @@ static void stress(uint64_t seed, vram_stats *out) {
             int e = (int)((r >> 35) % 12 + ((r >> 50) & 1) * ((r >> 20) % 20)) % E; /* skewed */
             if (!used[e]) used[e] = 1, ids[i++] = e;
         }
-        vram_slots_begin(vs, l, ids, n, 1);
-        int m = vram_slots_prepare(vs, l, ids, n, s, miss);
-        if (m < 0) bad = 1;
-        for (int i = 0; i < n && !bad; i++) {
-            if (vram_slots_lookup(vs, l, ids[i]) != s[i]) bad = 2;
-            for (int j = 0; j < i; j++)
-                if (s[j] == s[i]) bad = 3;
-        }
-        if (vram_slots_check(vs)) bad = 4;
-        if ((r >> 13) % 17 == 0) vram_slots_abort(vs, l);
-        else {
-            vram_slots_commit(vs, l);
-            vram_slots_release(vs, l);
+        vram_slots_begin(vs, l, ids, n, pool ? VRAM_SCAN_ROWS : 1);
+        const int cut = pool && n > 1 ? n / 2 : n; /* streaming: two batches of one forward */
+        for (int b0 = 0; b0 < n && !bad; b0 = b0 ? n : cut) {
+            const int nb = b0 ? n - cut : cut;
+            int m = vram_slots_prepare(vs, l, ids + b0, nb, s, miss);
+            if (m < 0) bad = 1;
+            for (int i = 0; i < nb && !bad; i++) {
+                if (vram_slots_lookup(vs, l, ids[b0 + i]) != s[i]) bad = 2;
+                for (int j = 0; j < i; j++)
+                    if (s[j] == s[i]) bad = 3;
+            }
+            if (vram_slots_check(vs)) bad = 4;
+            if ((r >> 13) % 17 == 0) vram_slots_abort(vs, l);
+            else {
+                vram_slots_commit(vs, l);
+                vram_slots_release(vs, l);
+            }
         }
         int k = vram_slots_prefetch(vs, (l + 1) % L, ids, n, ps, pe);
         for (int i = 0; i < k && !bad; i++)
@@ -329,7 +336,51 @@ static void test_prompt_batch(void) {
           "full / bad: the default, no error left behind");
 }
 
+/* Streaming (vram_slots_set_stream), worked by hand: one layer of 6 slots holding experts 0..5 (filled
+ * one decode step each: 5 most recent), then a forward of `rows` rows selecting 0, 1, 6, 7, 8, 9 in
+ * batches of one. Plain LRU: 6, 7, 8, 9 evict 2, 3, 4, 5. Streaming with a pool of 2: 6 and 7 take the
+ * least recent slots (2, 3), then 8 and 9 refill 6's and 7's slots, so 4 and 5 stay; the write-back
+ * of the slot 8 takes is 6. A decode-sized forward (8 rows) is plain LRU with the pool set. */
+static void stream_run(int pool, int rows, const int *want, int gone8) {
+    const int slots[1] = {6};
+    const uint64_t bytes[1] = {1};
+    vram_slots *vs = vram_slots_new(1, 10, slots, bytes);
+    if (!vs) return;
+    vram_slots_set_stream(vs, pool);
+    int32_t s[1], miss[1];
+    for (int32_t e = 0; e < 6; e++) {
+        vram_slots_begin(vs, 0, &e, 1, 1);
+        CHECK(vram_slots_prepare(vs, 0, &e, 1, s, miss) == 1, "prime %d", e);
+        vram_slots_commit(vs, 0);
+        vram_slots_release(vs, 0);
+    }
+    const int32_t uni[6] = {0, 1, 6, 7, 8, 9};
+    vram_slots_begin(vs, 0, uni, 6, rows);
+    for (int i = 0; i < 6; i++) {
+        CHECK(vram_slots_prepare(vs, 0, uni + i, 1, s, miss) == (i >= 2), "pool %d rows %d: expert %d", pool,
+              rows, uni[i]);
+        if (uni[i] == 8)
+            CHECK(vram_slots_evicted(vs, 0, s[0]) == gone8, "pool %d rows %d: 8 evicted %d, want %d", pool,
+                  rows, vram_slots_evicted(vs, 0, s[0]), gone8);
+        vram_slots_commit(vs, 0);
+        vram_slots_release(vs, 0);
+    }
+    for (int e = 0; e < 10; e++)
+        CHECK((vram_slots_lookup(vs, 0, e) >= 0) == want[e], "pool %d rows %d: expert %d %s", pool, rows, e,
+              want[e] ? "evicted" : "still resident");
+    CHECK(vram_slots_check(vs) == 0, "check: %s", rl_lasterr());
+    vram_slots_free(vs);
+}
+
+static void test_slots_stream(void) {
+    const int lru[10] = {1, 1, 0, 0, 0, 0, 1, 1, 1, 1}, stream[10] = {1, 1, 0, 0, 1, 1, 0, 0, 1, 1};
+    stream_run(0, VRAM_SCAN_ROWS, lru, 4);
+    stream_run(2, VRAM_SCAN_ROWS, stream, 6);
+    stream_run(2, 8, lru, 4);
+}
+
 int main(void) {
+    test_slots_stream();
     test_prompt_batch();
     test_graph_rule();
     test_pin_miss();
@@ -337,10 +388,12 @@ int main(void) {
     test_layout();
     test_plan();
     test_slots_trace();
-    vram_stats a, b, c;
-    stress(1, &a);
-    stress(1, &b);
-    stress(2, &c);
+    vram_stats a, b, c, d;
+    stress(1, 0, &a);
+    stress(1, 0, &b);
+    stress(2, 0, &c);
+    stress(1, 3, &d);
+    CHECK(memcmp(&a, &d, sizeof a) != 0 && d.evictions > 0, "streaming: the same counters as plain LRU");
     CHECK(!memcmp(&a, &b, sizeof a), "same trace, same counters");
     CHECK(a.hits > 0 && a.misses > 0 && a.evictions > 0 && a.pf_loads > 0 && a.aborts > 0,
           "stress exercised everything");
