@@ -17,7 +17,7 @@ once, so none of them can be a victim for another):
   class-belady Belady inside each size class
   scan-lru, class-scan-lru  the cache as built since 2026-12-07: LRU, except that an acquire of a
                forward of >= SCAN_ROWS rows (a prompt chunk: a scan) puts its misses at the least
-               recent end afterwards, the last one first out (EC_SCAN_ROWS, docs/EXPERT_CACHE.md)
+               recent end afterwards, the last one first out (SLOT_SCAN_ROWS, docs/EXPERT_CACHE.md)
 Prefetch is not simulated: these are the demand misses of each policy alone.
 
 usage: tools/cache_sim.py TRACE [--budget-mib N ...] [--json]
@@ -74,7 +74,7 @@ def classes_for(header, budget, uniform):
     return cls, cap
 
 
-SCAN_ROWS = 64  # src/cache/expert_cache.h EC_SCAN_ROWS
+SCAN_ROWS = 64  # src/cache/slot_policy.h SLOT_SCAN_ROWS (tools/tier_sim.py imports it)
 
 
 def sim_lru(reqs, E, cls, cap, scan=False):

@@ -40,6 +40,8 @@ import argparse
 import json
 from collections import OrderedDict
 
+from cache_sim import SCAN_ROWS  # the scripts' folder is on the path when run as tools/tier_sim.py
+
 
 def load(path):
     header, reqs = None, []
@@ -88,7 +90,6 @@ class Lru:
         self.d.pop(k, None)
 
 
-SCAN_ROWS = 64  # expert_cache.h EC_SCAN_ROWS
 POLICIES = ("inclusive", "demote", "victim", "victim_incl", "victim_scan", "stream")
 
 
@@ -109,24 +110,22 @@ def simulate(header, reqs, vslots, rslots_layer, policy, skip, pool=1):
         if f != cur:  # a new forward
             cur, from_ram, fills = f, set(), {}
         v = vram[layer]
+
+        def count(what):  # a decode token's lookup (after --skip) and / or a prompt chunk's
+            if counting:
+                c[what] += 1
+            if pre:
+                c[pre + what] += 1
+
         for e in ids:
             key = (layer, e)
-            if counting:
-                c["lookups"] += 1
-            if pre:
-                c[pre + "lookups"] += 1
+            count("lookups")
             if e in v:
                 v.touch(e)
-                if counting:
-                    c["vram"] += 1
-                if pre:
-                    c[pre + "vram"] += 1
+                count("vram")
                 continue
             hit = key in ram
-            if counting:
-                c["ram" if hit else "disk"] += 1
-            if pre:
-                c[pre + ("ram" if hit else "disk")] += 1
+            count("ram" if hit else "disk")
             if scan:  # hits stay (most recent end), reads stream through the least recent end
                 if hit:
                     ram.touch(key)

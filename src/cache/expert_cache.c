@@ -205,7 +205,6 @@ static int32_t take_slot(expert_cache *ec, int c, int32_t key, take_kind kind) {
     if (kind == TAKE_KEPT) slot_policy_fill_kept(ec->sp, s, key);
     else slot_policy_fill(ec->sp, s, key, kind == TAKE_PREFETCH);
     ec->slots[s].state = EC_S_LOADING;
-    ec->slots[s].fwd = ec->fwd;
     if (kind != TAKE_KEPT) ec->read_fwd[key] = ec->fwd;
     return s;
 }
@@ -216,7 +215,7 @@ static void reload(expert_cache *ec, int32_t s, bool prefetch) {
     slot_policy_drop(ec->sp, s); /* on top of the free stack: the fill below takes it back */
     slot_policy_fill(ec->sp, s, key, prefetch);
     ec->slots[s].state = EC_S_LOADING;
-    ec->slots[s].fwd = ec->fwd;
+    ec->read_fwd[key] = ec->fwd;
 }
 
 /* ---- q3n_expert_src callbacks ---------------------------------------------------------- */
@@ -371,7 +370,7 @@ static int ec_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t
 }
 
 /* Release: the selection's entries go to the most recent end; in a scan (a forward of at least
- * EC_SCAN_ROWS rows), those this forward loaded (demand or prefetch) then go to the least recent
+ * SLOT_SCAN_ROWS rows), those this forward loaded (demand or prefetch) then go to the least recent
  * end, where the last one put there leaves first. So a prompt chunk streams its misses through
  * the cache's tail and keeps what was resident before it (the next chunk's hits: for a cycle
  * longer than the cache, evicting the most recent is the optimal choice, plain LRU the worst),
@@ -382,11 +381,12 @@ static void ec_release(void *ud, int il) {
     if (ec->mode != EC_BOUNDED) return;
     pthread_mutex_lock(&ec->mu);
     int32_t *pin = ec->pinned + (size_t)il * ec->E;
-    const bool scan = !ec->p.no_scan && ec->rows >= EC_SCAN_ROWS;
+    const bool scan = !ec->p.no_scan && ec->rows >= SLOT_SCAN_ROWS;
     for (int i = 0; i < ec->n_pinned[il]; i++) {
         RL_ASSERT(ec->slots[pin[i]].state == EC_S_VALID);
         slot_policy_unpin(ec->sp, pin[i]); /* to the MRU end when its last pin goes */
-        if (scan && ec->slots[pin[i]].fwd == ec->fwd && !slot_policy_pins(ec->sp, pin[i])) {
+        if (scan && ec->read_fwd[slot_policy_key(ec->sp, pin[i])] == ec->fwd &&
+            !slot_policy_pins(ec->sp, pin[i])) {
             slot_policy_demote(ec->sp, pin[i]); /* a repeated id: at its last pin, once */
             ec->st.scan_demoted++;
         }
@@ -534,7 +534,7 @@ static int ec_keep(void *ud, int il, int e, uint8_t **g, uint8_t **u, uint8_t **
     int rc = 0;
     pthread_mutex_lock(&ec->mu);
     int32_t s = slot_policy_lookup(ec->sp, key);
-    if (ec->rows >= EC_SCAN_ROWS && ec->read_fwd[key] == ec->fwd) {
+    if (ec->rows >= SLOT_SCAN_ROWS && ec->read_fwd[key] == ec->fwd) {
         /* a streaming VRAM tier's prompt chunk hands back what the chunk itself read from disk: the
          * next chunk needs it last (a cycle), so it stays where the scan put it, the least recent
          * end, or out (tools/tier_sim.py's stream policy); what it found here comes back recent */
@@ -870,7 +870,7 @@ void expert_cache_print_stats(expert_cache *ec, FILE *out) {
     if (s.scan_demoted)
         fprintf(out,
                 "  prompt chunks (>= %d rows): %llu of their loads streamed through the least recent end\n",
-                EC_SCAN_ROWS, (unsigned long long)s.scan_demoted);
+                SLOT_SCAN_ROWS, (unsigned long long)s.scan_demoted);
     if (s.demoted || s.kept || s.kept_declined)
         fprintf(out,
                 "  under a GPU's VRAM slots: %llu entries demoted (VRAM took them: evicted first here), %llu "

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cache/slot_policy.h"
 #include "model/qwen3next.h"
 
 typedef struct expert_cache expert_cache;
@@ -49,7 +50,7 @@ typedef struct {
     bool demote;            /* serve q3n_expert_src.demote: what a VRAM tier took is evicted first
                                (RL_CACHE_DEMOTE=1; off: plain LRU, better in tools/tier_sim.py's replay) */
     bool no_scan;           /* RL_CACHE_SCAN=0: a prompt chunk's loads go to the recent end like any
-                               other (default: a forward of >= EC_SCAN_ROWS rows is a scan, and what it
+                               other (default: a forward of >= SLOT_SCAN_ROWS rows is a scan, and what it
                                loads leaves first: see "Scans" in docs/EXPERT_CACHE.md) */
     bool no_victim;         /* RL_CACHE_VICTIM=0: do not serve q3n_expert_src.keep (the RAM cache as a
                                VRAM tier's victim cache: what VRAM evicts is copied back here and what it
@@ -82,11 +83,9 @@ uint64_t expert_cache_min_budget(const q3n_model *m, bool direct_io);
 /* Bytes to hold every expert of every layer in slots (no eviction ever). */
 uint64_t expert_cache_full_bytes(const q3n_model *m, bool direct_io);
 
-/* A forward of at least this many rows (the engine's hint says how many) is a scan: a prompt chunk
- * touches most experts of every layer in layer order, a cycle longer than a bounded cache, which
- * plain LRU answers by evicting exactly what the next chunk needs first. Decode (1 row) and verify
- * rows (<= 16) stay plain LRU. */
-#define EC_SCAN_ROWS 64
+/* A forward of at least SLOT_SCAN_ROWS rows (the engine's hint says how many) is a scan, whose loads
+ * stream through the least recent end (docs/EXPERT_CACHE.md, "Scans"); decode and verify rows stay
+ * plain LRU. */
 
 /* ---- planner ------------------------------------------------------------------------- */
 #define EC_RAM_SHARE 0.70 /* full residency when experts + dense + KV state < 70 % of RAM */

@@ -41,7 +41,6 @@ typedef struct {
     uint8_t ext;    /* LOADING by a faster tier's copy (q3n_expert_src.keep), not by an I/O thread */
     int io_err;     /* errno of a failed load, or -1 for an unexpected end of file */
     int io_range;   /* which range failed */
-    uint64_t fwd;   /* the forward (expert_cache.fwd) that took the slot for its key */
 } ec_slot;
 
 /* A size class = one pool of the slot policy (pool c owns the slots [first, first + n)). */
@@ -98,7 +97,7 @@ struct expert_cache {
 
     ec_stats st;
     FILE *trace;
-    uint64_t fwd; /* forward counter (trace; which forward loaded a slot) */
+    uint64_t fwd; /* forward counter (trace; read_fwd: which forward read a key) */
     int rows;     /* rows of the current forward (from the hint) */
 };
 

@@ -73,6 +73,12 @@ void slot_policy_touch(slot_policy *sp, int32_t slot);
  * the reverse order (the last demoted first). */
 void slot_policy_demote(slot_policy *sp, int32_t slot);
 
+/* A forward of at least this many rows is a scan: a prompt chunk touches most experts of every layer
+ * in layer order, a cycle longer than a bounded tier, which plain LRU answers by evicting exactly what
+ * the next chunk needs first. Decode (1 row) and verify rows (<= 16) are not. One threshold for both
+ * tiers: the RAM cache's scans (expert_cache.h) and the VRAM slots' streaming (vram_slots.h). */
+#define SLOT_SCAN_ROWS 64
+
 /* ---- replacement ----------------------------------------------------------------------- */
 /* The slot a new key of pool should take: the top of the free stack, else the least recently
  * used unpinned entry; prefetch: skipping protected keys. -1 if none (a refused prefetch is

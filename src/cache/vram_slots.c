@@ -18,8 +18,8 @@ typedef struct {
     int32_t *gone;         /* [cap]: the expert the last fill of each slot evicted (-1: none) */
     uint8_t *pred, *seen;  /* [n_expert]: predicted by the last prefetch; scratch of one call */
     uint32_t *sfs;         /* [cap]: when this forward filled the slot, if it did (0: not; streaming) */
-    uint32_t sf_seq;       /* the stamps' counter, this forward */
-    int npins, nmiss, rows, sf_live;
+    uint32_t sf_seq;       /* the stamps' counter, this forward (0: no stamp) */
+    int npins, nmiss, rows;
     bool open, has_pred;
 } vlayer;
 
@@ -94,9 +94,8 @@ void vram_slots_set_stream(vram_slots *vs, int pool) { vs->stream = pool > 0 ? p
 void vram_slots_begin(vram_slots *vs, int layer, const int32_t *ids, int n, int rows) {
     vlayer *l = &vs->L[layer];
     l->rows = rows;
-    if (l->sf_live || l->sf_seq) { /* a new forward of this layer: no fills of it yet */
+    if (l->sf_seq) { /* a new forward of this layer: no fills of it yet */
         memset(l->sfs, 0, 4 * (size_t)(l->cap ? l->cap : 1));
-        l->sf_live = 0;
         l->sf_seq = 0;
     }
     if (layer == vs->first) vs->st.tokens += (uint64_t)rows;
@@ -136,21 +135,16 @@ static int check_ids(vram_slots *vs, int layer, const int32_t *ids, int n) {
  * layer's other slots keep their experts through the chunk (tools/tier_sim.py's stream policy);
  * before that, or with every such slot pinned, -1: the least recent slot, as always. */
 static int32_t stream_victim(const vram_slots *vs, const vlayer *l) {
-    if (l->sf_live < vs->stream) return -1;
     int32_t best = -1;
-    for (int s = 0; s < l->cap; s++)
-        if (l->sfs[s] && !slot_policy_pins(vs->sp, l->first + s) &&
-            slot_policy_key(vs->sp, l->first + s) >= 0 &&
+    int filled = 0;
+    for (int s = 0; s < l->cap; s++) {
+        if (!l->sfs[s]) continue;
+        filled++;
+        if (!slot_policy_pins(vs->sp, l->first + s) && slot_policy_key(vs->sp, l->first + s) >= 0 &&
             (best < 0 || l->sfs[s] < l->sfs[best])) /* (a slot freed since, by an abort or a drop: not) */
             best = s;
-    return best < 0 ? -1 : l->first + best;
-}
-
-/* A scan's fill of policy slot s: stamped the newest (counted once per slot). */
-static void sf_stamp(vlayer *l, int32_t s) {
-    uint32_t *st = &l->sfs[s - l->first];
-    l->sf_live += *st == 0;
-    *st = ++l->sf_seq;
+    }
+    return filled < vs->stream || best < 0 ? -1 : l->first + best;
 }
 
 /* Before policy slot s of layer l is filled: which expert leaves it (victim caching). */
@@ -170,7 +164,7 @@ int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int
     }
     int m = 0;
     l->nmiss = 0;
-    const bool stream = vs->stream && l->rows >= VRAM_SCAN_ROWS;
+    const bool stream = vs->stream && l->rows >= SLOT_SCAN_ROWS;
     for (int i = 0; i < n; i++) {
         if (slot[i] >= 0) continue;
         int32_t s = slot_policy_victim(vs->sp, layer, false); /* cannot fail: cap - pinned >= misses */
@@ -179,7 +173,7 @@ int vram_slots_prepare(vram_slots *vs, int layer, const int32_t *ids, int n, int
             const int32_t f = stream_victim(vs, l);
             s = f >= 0 ? f : s;
         }
-        if (stream) sf_stamp(l, s);
+        if (stream) l->sfs[s - l->first] = ++l->sf_seq; /* a scan's fill: the newest */
         note_gone(vs, l, s);
         slot_policy_fill(vs->sp, s, key_of(vs, layer, ids[i]), false);
         slot[i] = s;

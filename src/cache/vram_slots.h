@@ -29,6 +29,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cache/slot_policy.h"
+
 typedef struct vram_slots vram_slots;
 
 typedef struct {
@@ -54,10 +56,9 @@ int vram_slots_capacity(const vram_slots *vs, int layer);
 
 void vram_slots_begin(vram_slots *vs, int layer, const int32_t *ids, int n, int rows);
 /* Streaming prompt chunks (RL_VRAM_STREAM=P, off by default until a GPU measures it): in a forward of
- * at least VRAM_SCAN_ROWS rows, once it has filled P slots of a layer, a miss refills the oldest of
+ * at least SLOT_SCAN_ROWS rows, once it has filled P slots of a layer, a miss refills the oldest of
  * those (unpinned) instead of the least recent slot, so the layer's other slots keep their experts
  * through the chunk (tools/tier_sim.py's stream policy; docs/EXPERT_CACHE.md, "Scans"). 0: off. */
-#define VRAM_SCAN_ROWS 64
 void vram_slots_set_stream(vram_slots *vs, int pool);
 /* ids: n distinct experts, n <= capacity. slot[i] = the slot of ids[i]; miss[0..ret) = the
  * indices i whose slot must be filled. Returns the number of misses, or -1 (rl_lasterr) on bad

@@ -660,7 +660,7 @@ int vram_tier_layer(vram_tier *vt, int il, const int32_t *d_ids, const int32_t *
     vt->tt = tt == 1 ? 1 : CU_TT;
     vt->n_union = n;
     vt->bcap = vt->overlap && n > cap && cap >= 2 ? cap / 2 : cap;
-    if (vt->stream && T >= VRAM_SCAN_ROWS) { /* batches within the streaming pool (half: the overlap) */
+    if (vt->stream && T >= SLOT_SCAN_ROWS) { /* batches within the streaming pool (half: the overlap) */
         const int sb = vt->overlap ? vt->stream / 2 : vt->stream;
         vt->bcap = sb < 1 ? 1 : sb < vt->bcap ? sb : vt->bcap;
     }

@@ -310,7 +310,7 @@ static void test_prefill(fixture *fx) {
     free(out);
 }
 
-/* Scans (EC_SCAN_ROWS): a prompt chunk's loads go to the least recent end, so a cycle over every
+/* Scans (SLOT_SCAN_ROWS): a prompt chunk's loads go to the least recent end, so a cycle over every
  * layer's experts keeps what was resident instead of evicting it first. Hand-worked, uniform slots,
  * 2E + K of them, four layers of E experts each acquired whole once per forward (what a long prompt
  * chunk does), the forward's rows given by the hint (no prefetch: the hint only counts).
@@ -360,10 +360,10 @@ static uint64_t scan_misses(fixture *fx, bool no_scan, int rows, uint64_t *demot
 
 static void test_scan(fixture *fx) {
     uint64_t dem = 0;
-    const uint64_t scan = scan_misses(fx, false, EC_SCAN_ROWS, &dem);
+    const uint64_t scan = scan_misses(fx, false, SLOT_SCAN_ROWS, &dem);
     CHECK(scan == 3 * E - K && dem > 0, "scan: %llu misses a forward (want %d), %llu demoted",
           (unsigned long long)scan, 3 * E - K, (unsigned long long)dem);
-    const uint64_t lru = scan_misses(fx, true, EC_SCAN_ROWS, &dem);
+    const uint64_t lru = scan_misses(fx, true, SLOT_SCAN_ROWS, &dem);
     CHECK(lru == 4 * E && dem == 0, "RL_CACHE_SCAN=0: %llu misses a forward (want %d), %llu demoted",
           (unsigned long long)lru, 4 * E, (unsigned long long)dem);
     const uint64_t step = scan_misses(fx, false, 1, &dem);
@@ -825,7 +825,7 @@ static void test_stream_keep(fixture *fx) {
     src.hint(src.ud, 0, NULL, 1); /* forward 1, a decode step: reads (2, 4) */
     CHECK(src.acquire(src.ud, 2, &four, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
     src.release(src.ud, 2);
-    src.hint(src.ud, 0, NULL, EC_SCAN_ROWS); /* forward 2, a prompt chunk: reads (0, 3) */
+    src.hint(src.ud, 0, NULL, SLOT_SCAN_ROWS); /* forward 2, a prompt chunk: reads (0, 3) */
     CHECK(src.acquire(src.ud, 0, &three, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
     src.release(src.ud, 0);
     src.demote(src.ud, 0, &three, 1); /* VRAM took it */
@@ -865,7 +865,7 @@ static void test_stream_keep(fixture *fx) {
         CHECK(src.acquire(src.ud, 0, ids + b, K, g4, u4, d4) == 0, "acquire: %s", rl_lasterr());
         src.release(src.ud, 0);
     }
-    src.hint(src.ud, 0, NULL, EC_SCAN_ROWS);
+    src.hint(src.ud, 0, NULL, SLOT_SCAN_ROWS);
     CHECK(src.acquire(src.ud, 1, ids, K, g4, u4, d4) == 0, "acquire: %s", rl_lasterr());
     src.release(src.ud, 1);
     const int32_t last = K - 1, zero = 0;

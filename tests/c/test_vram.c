@@ -210,7 +210,7 @@ static void stress(uint64_t seed, int pool, vram_stats *out) {
             int e = (int)((r >> 35) % 12 + ((r >> 50) & 1) * ((r >> 20) % 20)) % E; /* skewed */
             if (!used[e]) used[e] = 1, ids[i++] = e;
         }
-        vram_slots_begin(vs, l, ids, n, pool ? VRAM_SCAN_ROWS : 1);
+        vram_slots_begin(vs, l, ids, n, pool ? SLOT_SCAN_ROWS : 1);
         const int cut = pool && n > 1 ? n / 2 : n; /* streaming: two batches of one forward */
         for (int b0 = 0; b0 < n && !bad; b0 = b0 ? n : cut) {
             const int nb = b0 ? n - cut : cut;
@@ -374,8 +374,8 @@ static void stream_run(int pool, int rows, const int *want, int gone8) {
 
 static void test_slots_stream(void) {
     const int lru[10] = {1, 1, 0, 0, 0, 0, 1, 1, 1, 1}, stream[10] = {1, 1, 0, 0, 1, 1, 0, 0, 1, 1};
-    stream_run(0, VRAM_SCAN_ROWS, lru, 4);
-    stream_run(2, VRAM_SCAN_ROWS, stream, 6);
+    stream_run(0, SLOT_SCAN_ROWS, lru, 4);
+    stream_run(2, SLOT_SCAN_ROWS, stream, 6);
     stream_run(2, 8, lru, 4);
 }
 
