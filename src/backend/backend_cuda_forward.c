@@ -410,6 +410,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                  .y = c->eo,
                  .ldy = D};
     TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->ks));
+    if (gt) TRY(vram_gtab_hold(gt, il, c->ids, c->ks)); /* an emulated link's reads (nothing without one) */
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = next_norm(c, il);

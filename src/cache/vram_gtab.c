@@ -30,6 +30,8 @@ struct vram_gtab {
     bool ready;
     int32_t *uni, *slot, *miss; /* [K] scratch */
     vram_gtab_stats st;
+    unsigned long long *d_held; /* emulated link: cu_link_hold's counters (experts, ns at the cap, ns held) */
+    double *hold_ns;            /* [L]: ns a read over the link is held for (the expert's bytes at the cap) */
 };
 
 static const uint8_t *dev_of(const vram_gtab *g, const uint8_t *p) { return g->src.dev_lo + (p - g->src.lo); }
@@ -92,6 +94,16 @@ vram_gtab *vram_gtab_new(const vram_gtab_src *src) {
         goto fail;
     for (int i = 0; i < GT_RING; i++)
         if (CU_CHECK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming))) goto fail;
+    if (src->link_gbs > 0) { /* GB/s = bytes per ns */
+        if (!(g->hold_ns = rl_malloc(sizeof(double) * (size_t)g->L, "VRAM graph tables")) ||
+            CU_CHECK(cudaMalloc((void **)&g->d_held, 3 * sizeof(unsigned long long))) ||
+            CU_CHECK(cudaMemset(g->d_held, 0, 3 * sizeof(unsigned long long))))
+            goto fail;
+        for (int il = 0; il < g->L; il++) {
+            const vram_layout *ly = &src->ly[il];
+            g->hold_ns[il] = (double)(ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2]) / src->link_gbs;
+        }
+    }
     return g;
 fail:
     vram_gtab_free(g);
@@ -104,6 +116,8 @@ void vram_gtab_free(vram_gtab *g) {
     cudaFree(g->d_tab);
     cudaFreeHost(g->h_ids);
     cudaFree(g->d_ids);
+    cudaFree(g->d_held);
+    free(g->hold_ns);
     for (int i = 0; i < GT_RING; i++)
         if (g->ev[i]) cudaEventDestroy(g->ev[i]);
     free(g->mirror), free(g->dirty), free(g->fill), free(g->uni);
@@ -117,6 +131,21 @@ const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which) {
 int32_t *vram_gtab_ids(const vram_gtab *g) { return g->d_ids; }
 
 void vram_gtab_get_stats(const vram_gtab *g, vram_gtab_stats *out) { *out = g->st; }
+
+int vram_gtab_hold(const vram_gtab *g, int il, const int32_t *ids, cu_stream s) {
+    if (!g->hold_ns || !g->src.base[il]) return 0; /* no cap, or a layer without slots (all resident) */
+    return cu_link_hold(ids, g->K, vram_gtab_table(g, il, 0), g->src.dev_lo, (size_t)(g->src.hi - g->src.lo),
+                        g->hold_ns[il], g->d_held, s);
+}
+
+int vram_gtab_get_held(const vram_gtab *g, uint64_t *experts, double *target_s, double *held_s) {
+    unsigned long long h[3] = {0, 0, 0};
+    if (g->d_held && CU_CHECK(cudaMemcpy(h, g->d_held, sizeof h, cudaMemcpyDeviceToHost))) return -1;
+    *experts = h[0];
+    *target_s = (double)h[1] * 1e-9;
+    *held_s = (double)h[2] * 1e-9;
+    return 0;
+}
 
 static int upload(vram_gtab *g, cudaStream_t st) {
     const size_t n = sizeof(void *) * 3 * (size_t)g->E;
@@ -207,6 +236,10 @@ static int step_layer(vram_gtab *g, int il, const int32_t *ids) {
         const uint8_t *h[3], *d[3];
         host_ptrs(g, il, e, h);
         slot_ptrs(g, il, s, d);
+        if (g->src.link && vram_link_begin(g->src.link)) { /* emulated link: the fills are its segment */
+            vram_slots_abort(g->src.slots, il);
+            return -1;
+        }
         for (int r = 0; r < 3; r++) {
             if (!ly->src_bytes[r]) continue; /* fused: up lives in the gate region */
             if (CU_CHECK(cudaMemcpyAsync((void *)d[r], h[r], ly->src_bytes[r], cudaMemcpyHostToDevice,
@@ -215,6 +248,7 @@ static int step_layer(vram_gtab *g, int il, const int32_t *ids) {
                 return -1;
             }
             g->st.fill_bytes += ly->src_bytes[r];
+            if (g->src.link) vram_link_add(g->src.link, ly->src_bytes[r]);
         }
         g->fill[g->n_fill++] = (gt_fill){il, e, s, g->gen_head};
         g->st.fills++;
@@ -245,7 +279,8 @@ int vram_gtab_step(vram_gtab *g, cudaStream_t st) {
     const int before = g->n_fill;
     for (int il = 0; il < g->L; il++)
         if (g->src.base[il] && step_layer(g, il, g->h_ids + (size_t)il * g->K)) return -1;
-    if (g->n_fill > before) { /* this step's copies: one generation, one event */
+    if (g->n_fill > before) { /* this step's copies: one generation, one event (after the link's hold) */
+        if (g->src.link && vram_link_end(g->src.link)) return -1;
         if (CU_CHECK(cudaEventRecord(g->ev[g->gen_head % GT_RING], g->src.cp))) return -1;
         g->gen_head++;
     }

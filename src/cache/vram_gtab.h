@@ -18,9 +18,15 @@
  * graph (prefill, verify: the tier's own path) changes slots; vram_gtab_sync rebuilds the tables from
  * the slot index before the next graph step (vram_gtab_quiesce marks them, vram_gtab_prepare rebuilds).
  *
+ * Under an emulated link (RL_VRAM_LINK_GBS=X, vram_link.h) both kinds of traffic are held to X: the
+ * fills are the tier's link segments (the copy stream held by vram_link), and after each layer's expert
+ * launches a one-thread kernel holds the compute stream for the bytes those launches read over the link
+ * at X (vram_gtab_hold, cu_link_hold). The reads themselves ran at this machine's speed before that
+ * hold, and the two holds do not share one budget of X, so the emulation is slower than a real X link
+ * for the reads and faster where fills and reads would compete; the stats say how much each held.
+ *
  * Not used (vram_gtab_new returns NULL, the tier's own path runs): the host tier is the RAM cache
- * (its slots are rewritten: bytes come and go), the mapping is not page-locked, or the host->device
- * link is emulated (RL_VRAM_LINK_GBS: the reads over the link would not be held), --vram-miss cpu
+ * (its slots are rewritten: bytes come and go), the mapping is not page-locked, --vram-miss cpu
  * (misses computed on the CPU: the own path). RL_VRAM_GRAPH=0 turns it off. */
 #ifndef RL_VRAM_GTAB_H
 #define RL_VRAM_GTAB_H
@@ -31,15 +37,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cache/vram_link.h"
 #include "cache/vram_plan.h"
 #include "cache/vram_slots.h"
+#include "cuda/cuda_ops.h"
 #include "model/qwen3next.h"
 
 typedef struct vram_gtab vram_gtab;
 
 /* What the tables are made from: the model (host expert pointers, q3n_expert_rows), the tier's slot
  * index, per layer the device address of slot 0 (NULL: no slots) and the slot layout, the page-locked
- * host span [lo, hi) holding every expert and its device address, and the tier's copy stream. */
+ * host span [lo, hi) holding every expert and its device address, and the tier's copy stream; under an
+ * emulated link its cap link_gbs (0: none) and the tier's link (the fills' segments; NULL: none). */
 typedef struct {
     const q3n_model *m;
     vram_slots *slots;
@@ -48,6 +57,8 @@ typedef struct {
     const uint8_t *lo, *hi;
     const uint8_t *dev_lo;
     cudaStream_t cp;
+    double link_gbs;
+    vram_link *link;
 } vram_gtab_src;
 
 typedef struct {
@@ -66,6 +77,10 @@ void vram_gtab_free(vram_gtab *g);
 const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which);
 /* Device buffer of n_layer x top_k router ids: the step's layer il writes its ids at il * top_k. */
 int32_t *vram_gtab_ids(const vram_gtab *g);
+/* Under an emulated link: the hold of layer il's reads over the link (cu_link_hold: ids = the
+ * step's K router ids of the layer, on the device), queued on s after the layer's expert launches of a
+ * graph step; nothing without a cap. 0 or -1. */
+int vram_gtab_hold(const vram_gtab *g, int il, const int32_t *ids, cu_stream s);
 /* After a graph step (queued on st): reads its ids back (waits for st), updates the slots and queues
  * the fills on the copy stream and the table changes on st (ahead of the next step). 0 or -1. */
 int vram_gtab_step(vram_gtab *g, cudaStream_t st);
@@ -79,5 +94,9 @@ int vram_gtab_prepare(vram_gtab *g, cudaStream_t st);
  * tables marked for a rebuild at the next graph step (the own path moves experts). 0 or -1. */
 int vram_gtab_quiesce(vram_gtab *g);
 void vram_gtab_get_stats(const vram_gtab *g, vram_gtab_stats *out);
+/* Under an emulated link, what the graph steps' holds of reads counted (cu_link_hold, read from the
+ * device: waits for the holds queued so far): experts, the seconds their bytes take at the cap, and the
+ * seconds held. 0 or -1. */
+int vram_gtab_get_held(const vram_gtab *g, uint64_t *experts, double *target_s, double *held_s);
 #endif
 #endif

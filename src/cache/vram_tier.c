@@ -53,7 +53,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->stream = o->stream;
     vt->graph_bytes = (o->graph_mib > 0 ? o->graph_mib : VRAM_GRAPH_MIB) * 1048576.0;
     /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
-    vt->graph_want = o->graph && o->link_gbs <= 0 && !o->fault_at && miss != VRAM_MISS_CPU;
+    vt->graph_want = o->graph && !o->fault_at && miss != VRAM_MISS_CPU;
+    vt->link_gbs = o->link_gbs;
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
@@ -261,7 +262,9 @@ vram_gtab *vram_tier_graph(vram_tier *vt) {
                               .lo = vt->span[0].lo,
                               .hi = vt->span[0].hi,
                               .dev_lo = (const uint8_t *)dev,
-                              .cp = vt->cp};
+                              .cp = vt->cp,
+                              .link_gbs = vt->link_gbs,
+                              .link = vt->link_gbs > 0 ? vt->link : NULL};
     if (!(vt->gt = vram_gtab_new(&gs))) rl_clearerr(); /* out of memory for the tables: the own path */
     return vt->gt;
 }
@@ -869,9 +872,18 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
                 "(%.2f MiB/step), tables %.1f KiB/step\n",
                 (unsigned long long)g.steps, (double)g.host_reads / n, (double)g.fills / n,
                 (double)g.fill_bytes / n / 1048576.0, (double)g.table_bytes / n / 1024.0);
+        uint64_t held = 0;
+        double target_s = 0, held_s = 0;
+        if (vt->link_gbs > 0 && vram_gtab_get_held(vt->gt, &held, &target_s, &held_s) == 0)
+            fprintf(
+                f,
+                "vram tier: emulated link in the decode graph: reads over the link held %.4f ms/step for "
+                "%.4f ms/step of bytes at %g GB/s (%.2f experts/step; after the reads; the fills are held "
+                "as the copies below)\n",
+                held_s * 1e3 / n, target_s * 1e3 / n, vt->link_gbs, (double)held / n);
     } else if (vt->graph_tried || !vt->graph_want) {
         fprintf(f, "vram tier: decode steps outside the graph (%s)\n",
-                !vt->graph_want ? "RL_VRAM_GRAPH=0, --vram-miss cpu, an emulated link or an injected fault"
+                !vt->graph_want ? "RL_VRAM_GRAPH=0, --vram-miss cpu or an injected fault"
                                 : "the host tier is not one page-locked mapping");
     }
     if (vt->miss != VRAM_MISS_COPY) {

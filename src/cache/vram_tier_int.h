@@ -63,7 +63,7 @@ struct vram_tier {
      * rewritten after release, so a DMA from them is waited for before the release. */
     vram_pin_mode pin;
     bool pin_resolved, volatile_src;
-    /* the tier inside the decode graph (vram_gtab.h): wanted (RL_VRAM_GRAPH, no emulated link, no
+    /* the tier inside the decode graph (vram_gtab.h): wanted (RL_VRAM_GRAPH, no --vram-miss cpu, no
      * injected fault), and once the host tier allows it the tables (NULL: the tier's own path) */
     bool graph_want, graph_tried;
     vram_gtab *gt;
@@ -113,6 +113,7 @@ struct vram_tier {
     uint64_t warm_experts, warm_bytes;
     double warm_s;
     vram_link *link; /* the copy stream's segments timed, held under RL_VRAM_LINK_GBS */
+    double link_gbs; /* that cap (0: none); the graph steps hold their reads over the link to it too */
 };
 
 /* vram_tier.c */

@@ -221,6 +221,16 @@ int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh
  * (the shared expert's branch, st2) so the combine need not reduce it (the same bits). */
 int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cu_stream s);
 
+/* The emulated link inside the decode graph (vram_gtab.h, RL_VRAM_LINK_GBS): queued after a layer's
+ * expert launches, one thread that holds the stream for ns_per_expert times the number of the step's
+ * experts ids[0..K) (distinct: one decode row's top-k) whose table entry tab[id] lies in [lo, lo + span),
+ * i.e. was read over the link by those launches rather than from a VRAM slot: what a link of the cap
+ * would have taken for their bytes. The hold comes after the reads, which ran at this machine's own
+ * speed, so the emulation errs slow. acc (device, 3 counters, added to): experts held, the ns their
+ * bytes take at the cap, the ns actually held (the timer's ticks: at least the former). */
+int cu_link_hold(const int32_t *ids, int K, const uint8_t *const *tab, const uint8_t *lo, size_t span,
+                 double ns_per_expert, unsigned long long *acc, cu_stream s);
+
 /* ---- gated full attention ----------------------------------------------------------------- */
 
 typedef struct {

@@ -179,3 +179,35 @@ extern "C" int cu_moe_combine(const float *eo, const float *w, int K, const floa
     CU_LAUNCHED("k_moe_combine");
     return out ? cu_add_rmsnorm(x, NULL, w_next, out, D, T, eps, s) : 0;
 }
+
+// The emulated link's hold (cuda_ops.h): the device's global nanosecond timer, from this kernel's start
+// (the expert launches before it are complete: pdl_enter) to the held time.
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void k_link_hold(const int32_t *__restrict__ ids, int K, const uint8_t *const *__restrict__ tab,
+                            const uint8_t *lo, size_t span, double ns_per_expert, unsigned long long *acc) {
+    pdl_enter();
+    const unsigned long long t0 = global_ns();
+    int n = 0;
+    for (int k = 0; k < K; k++) n += (size_t)((uintptr_t)tab[ids[k]] - (uintptr_t)lo) < span;
+    const unsigned long long until = t0 + (unsigned long long)(n * ns_per_expert);
+    unsigned long long t = t0;
+    while (t < until) {
+        __nanosleep(256);
+        t = global_ns();
+    }
+    atomicAdd(&acc[0], (unsigned long long)n);
+    atomicAdd(&acc[1], until - t0);
+    atomicAdd(&acc[2], t - t0);
+}
+
+extern "C" int cu_link_hold(const int32_t *ids, int K, const uint8_t *const *tab, const uint8_t *lo,
+                            size_t span, double ns_per_expert, unsigned long long *acc, cu_stream s) {
+    cu_go(k_link_hold, 1, 1, 0, s, ids, K, tab, lo, span, ns_per_expert, acc);
+    CU_LAUNCHED("k_link_hold");
+    return 0;
+}

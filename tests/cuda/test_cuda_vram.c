@@ -10,7 +10,9 @@
  *   - --vram-pin auto/on/off (DMA from the page-locked mapping, or the staging ring): bit-identical;
  *   - an emulated slow link (RL_VRAM_LINK_GBS=2, and 0.1 where every copy run is held): bit-identical,
  *     and the host->device rate the tier measured (its stats line) is at most the cap (+10 %), and
- *     at 0.1 GB/s at least half of it (the hold neither missing nor far too long);
+ *     at 0.1 GB/s at least half of it (the hold neither missing nor far too long); from the page-locked
+ *     mapping the decode steps stay inside the graph, whose reads over the link are held on the device
+ *     for at least their bytes at the cap (cu_link_hold's counters, in the stats);
  *   - --vram-miss cpu / auto (CPU-computed experts, the exact hybrid): bit-identical to full
  *     residency on every expert type synth writes (the tiny preset), the CPU computing experts
  *     where their types allow it and none elsewhere (hybrid_vs_full, hybrid_types).
@@ -37,6 +39,7 @@ static double g_cpu_per_token;           /* CPU-computed experts per token of th
 static double g_link_gbs;                /* host->device GB/s the tier measured in the last run (its stats) */
 static bool g_link_capped;               /* ... and its stats named the emulated link (RL_VRAM_LINK_GBS) */
 static unsigned long long g_graph_steps; /* decode steps of the last run inside the graph (its stats) */
+static double g_held_ms, g_target_ms;    /* emulated link in the graph: ms/step held, and due at the cap */
 
 /* Prompt then NG steps; logits: (NG + 1) x V (the prompt's last row, then each step's). The
  * steps feed forced[i] when given (teacher forcing: the same positions and tokens as a
@@ -74,6 +77,9 @@ static int run_forced(engine *e, const char *vram, float *logits, int32_t *toks,
         g_graph_steps = 0;
         q = buf ? strstr(buf, "in the decode graph: ") : NULL;
         if (q) sscanf(q, "in the decode graph: %llu steps", &g_graph_steps);
+        g_held_ms = g_target_ms = -1;
+        q = buf ? strstr(buf, "reads over the link held ") : NULL;
+        if (q) sscanf(q, "reads over the link held %lf ms/step for %lf", &g_held_ms, &g_target_ms);
         free(buf);
     }
     engine_ctx_free(c);
@@ -184,10 +190,9 @@ static void vram_vs_full(const char *model, const char *slots, bool prefetch, bo
           model, slots, prefetch, overlap, first / V, first % V, first < n ? ref[first] : 0,
           first < n ? got[first] : 0);
     CHECK(!memcmp(tr, tg, sizeof tr), "%s: greedy tokens differ", model);
-    /* the page-locked mapping (pin auto / on), no emulated link, RL_VRAM_GRAPH unset: every decode
-     * step inside the graph (vram_gtab.h), through per-expert tables; else the tier's own path */
-    const bool graph =
-        (!pin || !strcmp(pin, "on")) && !getenv("RL_VRAM_LINK_GBS") && !getenv("RL_VRAM_GRAPH");
+    /* the page-locked mapping (pin auto / on), RL_VRAM_GRAPH unset: every decode step inside the
+     * graph (vram_gtab.h), through per-expert tables (an emulated link too); else the tier's own path */
+    const bool graph = (!pin || !strcmp(pin, "on")) && !getenv("RL_VRAM_GRAPH");
     if (graph) CHECK(g_graph_steps >= NG, "%s: %llu of %d steps inside the graph", model, g_graph_steps, NG);
     else CHECK(g_graph_steps == 0, "%s: %llu steps inside the graph where it is off", model, g_graph_steps);
     printf(
@@ -209,7 +214,16 @@ static void link_vs_full(const char *model, const char *slots, const char *pin, 
     vram_vs_full(model, slots, true, true, pin);
     unsetenv("RL_VRAM_LINK_GBS");
     const double c = atof(cap), got = g_link_gbs;
-    printf("  %s, emulated link RL_VRAM_LINK_GBS=%s: measured %.3f GB/s\n", model, cap, got);
+    printf("  %s, emulated link RL_VRAM_LINK_GBS=%s: measured %.3f GB/s", model, cap, got);
+    if (g_graph_steps) { /* the graph's reads over the link: held on the device, at least their due */
+        printf("; in the graph, reads held %.4f ms/step for %.4f due", g_held_ms, g_target_ms);
+        CHECK(g_target_ms > 0, "%s: no read over the link held in the graph (%g ms/step)", model,
+              g_target_ms);
+        CHECK(g_held_ms >= g_target_ms,
+              "%s: reads held %.4f ms/step, under the %.4f their bytes take at %s GB/s", model, g_held_ms,
+              g_target_ms, cap);
+    }
+    printf("\n");
     CHECK(g_link_capped, "%s: the stats do not name the emulated link", model);
     CHECK(got > 0 && got <= 1.10 * c, "%s: measured %.3f GB/s under a cap of %s GB/s", model, got, cap);
     if (c <= 0.2) CHECK(got >= 0.5 * c, "%s: measured %.3f GB/s, under half the cap of %s", model, got, cap);
@@ -288,9 +302,12 @@ int main(void) {
     vram_vs_full(a, "4", true, true, NULL);
     vram_vs_full(b, "10", true, true, "on");
     unsetenv("RL_VRAM_GRAPH");
-    link_vs_full(a, "4", NULL, "2");      /* DMA from the mapping, held to 2 GB/s */
-    link_vs_full(b, "10", "off", "2");    /* the staging ring, held */
-    link_vs_full(b, "10", NULL, "0.1");   /* every run of copies held */
+    link_vs_full(a, "4", NULL, "2");    /* DMA from the mapping, held to 2 GB/s; decode in the graph */
+    link_vs_full(b, "10", "off", "2");  /* the staging ring, held */
+    link_vs_full(b, "10", NULL, "0.1"); /* every run of copies held; decode in the graph */
+    setenv("RL_VRAM_GRAPH", "0", 1);    /* the own path under the cap */
+    link_vs_full(a, "4", NULL, "2");
+    unsetenv("RL_VRAM_GRAPH");
     hybrid_vs_full(a, "4", "cpu", false); /* Q8_0 experts: every miss copied */
     hybrid_vs_full(b, "10", "auto", false);
     hybrid_types();
