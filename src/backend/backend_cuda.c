@@ -255,6 +255,7 @@ static int cuda_set_host_src(backend_ctx *c, const q3n_expert_src *src) {
         c->gexec = NULL;
     }
     c->gtried = false;
+    cuda_verify_graphs_drop(c); /* so may the verify graphs (RL_VRAM_GRAPH_VERIFY) */
     return 0;
 }
 

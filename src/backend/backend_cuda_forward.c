@@ -376,9 +376,9 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         TRY(experts_vram(c, il, T, direct));
         goto combine;
     }
-    if (gt) /* the step's ids, for the slot policy between steps */
-        TRY(CU_CHECK(cudaMemcpyAsync(vram_gtab_ids(gt) + (size_t)il * K, c->ids,
-                                     sizeof(int32_t) * (size_t)T * K, cudaMemcpyDeviceToDevice, c->st)));
+    if (gt) /* the forward's ids, for the slot policy between forwards */
+        TRY(CU_CHECK(cudaMemcpyAsync(vram_gtab_ids(gt, il), c->ids, sizeof(int32_t) * (size_t)T * K,
+                                     cudaMemcpyDeviceToDevice, c->st)));
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles,
                   .n_tiles = c->n_tiles,
@@ -410,7 +410,8 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
                  .y = c->eo,
                  .ldy = D};
     TRY(cu_matmul(L->down_exps.type, ff, &dn, 1, c->h, ff, T, &g, false, NULL, c->ws, c->ks));
-    if (gt) TRY(vram_gtab_hold(gt, il, c->ids, c->ks)); /* an emulated link's reads (nothing without one) */
+    if (gt)
+        TRY(vram_gtab_hold(gt, il, c->ids, T, c->ks)); /* an emulated link's reads (nothing without one) */
 combine:
     if (has_sh) TRY(CU_CHECK(cudaStreamWaitEvent(c->st, c->ev_join, 0)));
     const float *w_next = next_norm(c, il);
@@ -531,9 +532,19 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (q3n_check_tokens(tokens, T, V)) return -1;
     const bool hooked = hooks && (hooks->dump || hooks->route || hooks->row_state);
     const int *rows_to_slots = hooks && !hooks->row_state ? hooks->row_slots : NULL;
+    /* with the tier: a plain decode step runs inside the graph where the host tier allows it
+     * (vram_gtab.h: full residency's launches through per-expert tables, no host synchronisation),
+     * and so does a verify with RL_VRAM_GRAPH_VERIFY=1; any other forward takes the tier's own path
+     * (which first lets the previous forwards' fills finish) */
+    const bool vrows = !hooked && T > 1 && T <= CU_SMALL_T && logits && all_logits; /* a verify */
+    if (c->vt) vram_tier_warm(c->vt); /* once: the free slots filled from the pinned mapping */
+    vram_gtab *gt = c->vt ? vram_tier_graph(c->vt) : NULL;
+    const bool step = T == 1 && !hooked && !rows_to_slots; /* a decode step: graph or own path */
+    c->gstep =
+        gt && (step || (vrows && c->tune.vram_graph_verify)) && vram_tier_graph_next(c->vt) ? gt : NULL;
     /* small all-logits batches (verifies) replay a graph per row count, the snapshot slots of
      * its rows read from device memory (-1: none) */
-    const bool vgraph = !hooked && c->graphs && !c->vt && T > 1 && T <= CU_SMALL_T && logits && all_logits;
+    const bool vgraph = vrows && c->graphs && (!c->vt || c->gstep);
     memcpy(c->h_tok, tokens, sizeof(int32_t) * (size_t)T);
     c->h_tok[c->n_batch] = pos;
     TRY(CU_CHECK(
@@ -544,13 +555,6 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     if (rows_to_slots || vgraph) TRY(snap_rows_upload(c, rows_to_slots, T));
     const bool one_row_logits = logits && (!all_logits || T == 1);
     bool all_done = false; /* every row's logits already in c->logits */
-    /* with the tier: a plain decode step runs inside the graph where the host tier allows it
-     * (vram_gtab.h: full residency's launches through per-expert tables, no host synchronisation);
-     * any other forward takes the tier's own path (which first lets the steps' fills finish) */
-    if (c->vt) vram_tier_warm(c->vt); /* once: the free slots filled from the pinned mapping */
-    vram_gtab *gt = c->vt ? vram_tier_graph(c->vt) : NULL;
-    const bool step = T == 1 && !hooked && !c->snap_rows; /* a decode step: graph or own path */
-    c->gstep = gt && step && vram_tier_graph_next(c->vt) ? gt : NULL;
     if (c->gstep) TRY(vram_gtab_prepare(gt, c->st));
     if (T == 1 && !hooked && !c->snap_rows && c->graphs && (!c->vt || c->gstep)) {
         if (!c->gexec && !c->gtried) TRY(capture(c));
@@ -573,9 +577,9 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
                                      cudaMemcpyDeviceToHost, c->st)));
     TRY(CU_CHECK(cudaStreamSynchronize(c->st)));
     const bool in_graph = c->gstep != NULL;
-    if (c->gstep) { /* between steps: the slot policy, the fills, the tables */
+    if (c->gstep) { /* between forwards: the slot policy, the fills, the tables */
         c->gstep = NULL;
-        TRY(vram_gtab_step(gt, c->st));
+        TRY(vram_gtab_step(gt, c->st, T));
     }
     if (c->vt) vram_tier_forward_done(c->vt, gt && step, in_graph);
     if (one_row_logits) memcpy(logits, c->h_logits, sizeof(float) * V);
@@ -633,8 +637,8 @@ int cuda_head_to_host(backend_ctx *c, int T, float *const *dst) { return head_ro
 
 /* ---- speculative decoding: verify snapshots on the device, verify graphs, the MTP head ---- */
 
-/* Drop the verify graphs (they hold the slots' address). */
-static void verify_graphs_drop(backend_ctx *c) {
+/* Drop the verify graphs (they hold the slots' address, and under the tier its tables'). */
+void cuda_verify_graphs_drop(backend_ctx *c) {
     for (int t = 0; t <= CU_SMALL_T; t++) {
         if (c->vexec[t]) cudaGraphExecDestroy(c->vexec[t]);
         c->vexec[t] = NULL;
@@ -659,7 +663,7 @@ static int slots_reserve(backend_ctx *c, int n) {
     if (c->slots) cudaFree(c->slots);
     c->slots = p;
     c->n_slots = n;
-    verify_graphs_drop(c);
+    cuda_verify_graphs_drop(c);
     return 0;
 }
 

@@ -170,6 +170,8 @@ void cuda_rows_stats(const backend_ctx *c, long *captures, long *launches, int *
  * head); the head of rows [t0, t0+n) into c->logits; the head of rows 0..T-1 to the host rows dst[t]. */
 int cuda_enqueue_rows(backend_ctx *c, int n, backend_ctx *const *rc);
 int cuda_head(backend_ctx *c, int t0, int n);
+/* Drop the captured verify graphs (the next verify of each row count captures again). */
+void cuda_verify_graphs_drop(backend_ctx *c);
 int cuda_head_to_host(backend_ctx *c, int T, float *const *dst);
 
 #endif

@@ -147,7 +147,8 @@ int cuda_tune_from_env(cuda_tune *t) {
         env_int("RL_CUDA_SMALL_MOE", 1, 16, &t->small_moe) || env_bool("RL_CUDA_DN_SPLIT", &t->dn_split) ||
         env_int("RL_VRAM_SLOTS", 1, 1 << 20, &t->vram_slots) ||
         env_bool("RL_VRAM_PREFETCH", &t->vram_prefetch) || env_bool("RL_VRAM_OVERLAP", &t->vram_overlap) ||
-        env_bool("RL_VRAM_GRAPH", &t->vram_graph) || env_bool("RL_VRAM_WARM", &t->vram_warm) ||
+        env_bool("RL_VRAM_GRAPH", &t->vram_graph) ||
+        env_bool("RL_VRAM_GRAPH_VERIFY", &t->vram_graph_verify) || env_bool("RL_VRAM_WARM", &t->vram_warm) ||
         env_int("RL_VRAM_GRAPH_MIB", 1, 1 << 20, &t->vram_graph_mib) ||
         env_int("RL_VRAM_STREAM", 0, 1 << 20, &t->vram_stream))
         return -1;

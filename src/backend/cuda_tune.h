@@ -37,12 +37,14 @@ typedef struct {
     bool vram_prefetch;  /* the tier's pre-gated prefetch (RL_VRAM_PREFETCH=0: off) */
     bool vram_overlap;   /* the tier's copy/compute overlap between batches (RL_VRAM_OVERLAP=0: off) */
     bool vram_graph;     /* the tier inside the decode graph where it can be (RL_VRAM_GRAPH=0: off) */
-    bool vram_warm;      /* free slots filled before the first forward (RL_VRAM_WARM=0: off) */
-    int vram_stream;     /* RL_VRAM_STREAM=P: prompt chunks stream through P slots a layer; 0: off */
-    int vram_graph_mib;  /* RL_VRAM_GRAPH_MIB: graph steps while <= N MiB/token cross; 0: VRAM_GRAPH_MIB */
-    uint64_t vram_fault; /* RL_VRAM_FAULT=N (tests): the N-th demand slot fill fails once; 0: off */
-    double vram_link;    /* RL_VRAM_LINK_GBS=X: the tier's host->device copies held to X GB/s (an
-                          * emulated slower link, e.g. 25 for PCIe 4.0 x16); 0: off */
+    bool vram_graph_verify; /* verifies (2..CU_SMALL_T rows) through it too (RL_VRAM_GRAPH_VERIFY=1; off
+                             * until a GPU has run it) */
+    bool vram_warm;         /* free slots filled before the first forward (RL_VRAM_WARM=0: off) */
+    int vram_stream;        /* RL_VRAM_STREAM=P: prompt chunks stream through P slots a layer; 0: off */
+    int vram_graph_mib;     /* RL_VRAM_GRAPH_MIB: graph steps while <= N MiB/token cross; 0: VRAM_GRAPH_MIB */
+    uint64_t vram_fault;    /* RL_VRAM_FAULT=N (tests): the N-th demand slot fill fails once; 0: off */
+    double vram_link;       /* RL_VRAM_LINK_GBS=X: the tier's host->device copies held to X GB/s (an
+                             * emulated slower link, e.g. 25 for PCIe 4.0 x16); 0: off */
 } cuda_tune;
 
 /* The defaults (every switch unset). */

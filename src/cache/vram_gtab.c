@@ -20,7 +20,7 @@ struct vram_gtab {
     int L, E, K, max_slots;
     const uint8_t **h_tab; /* page-locked mirror of the device tables: [L][3][E] */
     const uint8_t **d_tab;
-    int32_t *d_ids, *h_ids; /* [L][K] */
+    int32_t *d_ids, *h_ids; /* [L][GT_ROWS * K] */
     int32_t *mirror;        /* [L][max_slots]: the expert the tables know in each slot (-1 none) */
     bool *dirty;            /* [L]: the layer's table changed since its last upload */
     gt_fill *fill;          /* copies in flight (their entries still point at host bytes) */
@@ -28,7 +28,7 @@ struct vram_gtab {
     cudaEvent_t ev[GT_RING];
     int gen_head, gen_tail; /* generations gen_tail .. gen_head - 1 are in flight */
     bool ready;
-    int32_t *uni, *slot, *miss; /* [K] scratch */
+    int32_t *uni, *slot, *miss; /* [GT_ROWS * K] scratch */
     vram_gtab_stats st;
     unsigned long long *d_held; /* emulated link: cu_link_hold's counters (experts, ns at the cap, ns held) */
     double *hold_ns;            /* [L]: ns a read over the link is held for (the expert's bytes at the cap) */
@@ -77,16 +77,16 @@ vram_gtab *vram_gtab_new(const vram_gtab_src *src) {
         const int c = vram_slots_capacity(src->slots, il);
         g->max_slots = c > g->max_slots ? c : g->max_slots;
     }
-    const size_t nt = (size_t)g->L * 3 * g->E, ni = (size_t)g->L * g->K;
-    g->cap_fill = g->L * g->K * GT_RING;
+    const size_t nt = (size_t)g->L * 3 * g->E, ni = (size_t)g->L * GT_ROWS * g->K;
+    g->cap_fill = g->L * GT_ROWS * g->K * GT_RING;
     g->mirror =
         rl_malloc(sizeof(int32_t) * (size_t)g->L * (g->max_slots ? g->max_slots : 1), "VRAM graph tables");
     g->dirty = rl_calloc((size_t)g->L, sizeof(bool), "VRAM graph tables");
     g->fill = rl_malloc(sizeof(gt_fill) * (size_t)g->cap_fill, "VRAM graph tables");
-    g->uni = rl_malloc(sizeof(int32_t) * 3 * (size_t)g->K, "VRAM graph tables");
+    g->uni = rl_malloc(sizeof(int32_t) * 3 * GT_ROWS * (size_t)g->K, "VRAM graph tables");
     if (!g->mirror || !g->dirty || !g->fill || !g->uni) goto fail;
-    g->slot = g->uni + g->K;
-    g->miss = g->slot + g->K;
+    g->slot = g->uni + GT_ROWS * g->K;
+    g->miss = g->slot + GT_ROWS * g->K;
     if (CU_CHECK(cudaMallocHost((void **)&g->h_tab, sizeof(void *) * nt)) ||
         CU_CHECK(cudaMalloc((void **)&g->d_tab, sizeof(void *) * nt)) ||
         CU_CHECK(cudaMallocHost((void **)&g->h_ids, sizeof(int32_t) * ni)) ||
@@ -128,14 +128,14 @@ const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which) {
     return g->d_tab + ((size_t)il * 3 + which) * g->E;
 }
 
-int32_t *vram_gtab_ids(const vram_gtab *g) { return g->d_ids; }
+int32_t *vram_gtab_ids(const vram_gtab *g, int il) { return g->d_ids + (size_t)il * GT_ROWS * g->K; }
 
 void vram_gtab_get_stats(const vram_gtab *g, vram_gtab_stats *out) { *out = g->st; }
 
-int vram_gtab_hold(const vram_gtab *g, int il, const int32_t *ids, cu_stream s) {
+int vram_gtab_hold(const vram_gtab *g, int il, const int32_t *ids, int T, cu_stream s) {
     if (!g->hold_ns || !g->src.base[il]) return 0; /* no cap, or a layer without slots (all resident) */
-    return cu_link_hold(ids, g->K, vram_gtab_table(g, il, 0), g->src.dev_lo, (size_t)(g->src.hi - g->src.lo),
-                        g->hold_ns[il], g->d_held, s);
+    return cu_link_hold(ids, T * g->K, vram_gtab_table(g, il, 0), g->src.dev_lo,
+                        (size_t)(g->src.hi - g->src.lo), g->hold_ns[il], g->d_held, s);
 }
 
 int vram_gtab_get_held(const vram_gtab *g, uint64_t *experts, double *target_s, double *held_s) {
@@ -211,50 +211,56 @@ static int retire(vram_gtab *g, bool need_room) {
     return 0;
 }
 
-/* Layer il's experts of the step (ids: K of them) through the slot policy; a miss's copy queued on
- * the copy stream (its entry stays on the host bytes until retire), an evicted expert's entry back
- * on its host bytes. */
-static int step_layer(vram_gtab *g, int il, const int32_t *ids) {
+/* Layer il's experts of a forward (ids: n = T x K of them) through the slot policy: their union in
+ * batches of at most the layer's slots (one batch for a decode step); a miss's copy queued on the copy
+ * stream (its entry stays on the host bytes until retire), an evicted expert's entry back on its host
+ * bytes. A later batch may evict an expert an earlier one just filled: its copy and the later one go
+ * to the slot in queue order, and retire moves only the entry the mirror still names. */
+static int step_layer(vram_gtab *g, int il, const int32_t *ids, int n_ids, int T) {
     int n = 0;
-    for (int k = 0; k < g->K; k++) {
-        bool dup = ids[k] < 0 || ids[k] >= g->E;
-        for (int j = 0; j < n && !dup; j++) dup = g->uni[j] == ids[k];
+    for (int k = 0; k < n_ids; k++) {
         if (ids[k] < 0 || ids[k] >= g->E)
             return rl_seterr("VRAM graph tables: router chose expert %d", ids[k]);
+        bool dup = false;
+        for (int j = 0; j < n && !dup; j++) dup = g->uni[j] == ids[k];
         if (!dup) g->uni[n++] = ids[k];
     }
     for (int j = 0; j < n; j++) g->st.host_reads += !at_slot(g, il, g->uni[j]);
-    vram_slots_begin(g->src.slots, il, g->uni, n, 1);
-    const int nm = vram_slots_prepare(g->src.slots, il, g->uni, n, g->slot, g->miss);
-    if (nm < 0) return -1;
     const vram_layout *ly = &g->src.ly[il];
-    for (int j = 0; j < nm; j++) {
-        const int e = g->uni[g->miss[j]], s = g->slot[g->miss[j]];
-        int32_t *mo = &g->mirror[(size_t)il * g->max_slots + s];
-        if (*mo >= 0 && *mo != e) set_host(g, il, *mo);
-        *mo = e;
-        const uint8_t *h[3], *d[3];
-        host_ptrs(g, il, e, h);
-        slot_ptrs(g, il, s, d);
-        if (g->src.link && vram_link_begin(g->src.link)) { /* emulated link: the fills are its segment */
-            vram_slots_abort(g->src.slots, il);
-            return -1;
-        }
-        for (int r = 0; r < 3; r++) {
-            if (!ly->src_bytes[r]) continue; /* fused: up lives in the gate region */
-            if (CU_CHECK(cudaMemcpyAsync((void *)d[r], h[r], ly->src_bytes[r], cudaMemcpyHostToDevice,
-                                         g->src.cp))) {
+    const int cap = vram_slots_capacity(g->src.slots, il);
+    vram_slots_begin(g->src.slots, il, g->uni, n, T);
+    for (int b0 = 0; b0 < n; b0 += cap) {
+        const int nb = n - b0 < cap ? n - b0 : cap;
+        const int nm = vram_slots_prepare(g->src.slots, il, g->uni + b0, nb, g->slot, g->miss);
+        if (nm < 0) return -1;
+        for (int j = 0; j < nm; j++) {
+            const int e = g->uni[b0 + g->miss[j]], s = g->slot[g->miss[j]];
+            int32_t *mo = &g->mirror[(size_t)il * g->max_slots + s];
+            if (*mo >= 0 && *mo != e) set_host(g, il, *mo);
+            *mo = e;
+            const uint8_t *h[3], *d[3];
+            host_ptrs(g, il, e, h);
+            slot_ptrs(g, il, s, d);
+            if (g->src.link && vram_link_begin(g->src.link)) { /* emulated link: the fills are its segment */
                 vram_slots_abort(g->src.slots, il);
                 return -1;
             }
-            g->st.fill_bytes += ly->src_bytes[r];
-            if (g->src.link) vram_link_add(g->src.link, ly->src_bytes[r]);
+            for (int r = 0; r < 3; r++) {
+                if (!ly->src_bytes[r]) continue; /* fused: up lives in the gate region */
+                if (CU_CHECK(cudaMemcpyAsync((void *)d[r], h[r], ly->src_bytes[r], cudaMemcpyHostToDevice,
+                                             g->src.cp))) {
+                    vram_slots_abort(g->src.slots, il);
+                    return -1;
+                }
+                g->st.fill_bytes += ly->src_bytes[r];
+                if (g->src.link) vram_link_add(g->src.link, ly->src_bytes[r]);
+            }
+            g->fill[g->n_fill++] = (gt_fill){il, e, s, g->gen_head};
+            g->st.fills++;
         }
-        g->fill[g->n_fill++] = (gt_fill){il, e, s, g->gen_head};
-        g->st.fills++;
+        vram_slots_commit(g->src.slots, il);
+        vram_slots_release(g->src.slots, il);
     }
-    vram_slots_commit(g->src.slots, il);
-    vram_slots_release(g->src.slots, il);
     return 0;
 }
 
@@ -268,17 +274,20 @@ int vram_gtab_quiesce(vram_gtab *g) {
     return 0;
 }
 
-int vram_gtab_step(vram_gtab *g, cudaStream_t st) {
+int vram_gtab_step(vram_gtab *g, cudaStream_t st, int T) {
     if (!g->ready) return rl_seterr("VRAM graph tables: a step before the tables were made (internal)");
-    const size_t ni = (size_t)g->L * g->K;
+    if (T < 1 || T > GT_ROWS) return rl_seterr("VRAM graph tables: a forward of %d rows (internal)", T);
+    const size_t ni = (size_t)g->L * GT_ROWS * g->K;
     if (CU_CHECK(cudaMemcpyAsync(g->h_ids, g->d_ids, sizeof(int32_t) * ni, cudaMemcpyDeviceToHost, st)) ||
         CU_CHECK(cudaStreamSynchronize(st)))
         return -1;
     g->st.steps++;
+    g->st.verifies += T > 1;
     if (retire(g, true)) return -1;
     const int before = g->n_fill;
     for (int il = 0; il < g->L; il++)
-        if (g->src.base[il] && step_layer(g, il, g->h_ids + (size_t)il * g->K)) return -1;
+        if (g->src.base[il] && step_layer(g, il, g->h_ids + (size_t)il * GT_ROWS * g->K, T * g->K, T))
+            return -1;
     if (g->n_fill > before) { /* this step's copies: one generation, one event (after the link's hold) */
         if (g->src.link && vram_link_end(g->src.link)) return -1;
         if (CU_CHECK(cudaEventRecord(g->ev[g->gen_head % GT_RING], g->src.cp))) return -1;

@@ -62,7 +62,8 @@ typedef struct {
 } vram_gtab_src;
 
 typedef struct {
-    uint64_t steps;       /* graph steps seen */
+    uint64_t steps;       /* forwards through the tables seen (decode steps and verifies) */
+    uint64_t verifies;    /* ... of them with more than one row */
     uint64_t host_reads;  /* experts a step read from host memory (misses and copies in flight) */
     uint64_t fills;       /* copies into slots queued */
     uint64_t fill_bytes;  /* ... their bytes */
@@ -75,15 +76,21 @@ void vram_gtab_free(vram_gtab *g);
 /* Device tables of layer il: which 0 gate (or fused gate_up) rows, 1 up rows, 2 down rows; one
  * pointer per expert. Fixed addresses (a captured graph reads them at every replay). */
 const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which);
-/* Device buffer of n_layer x top_k router ids: the step's layer il writes its ids at il * top_k. */
-int32_t *vram_gtab_ids(const vram_gtab *g);
+/* A forward through the tables has 1 (a decode step) to GT_ROWS rows (a verify, RL_VRAM_GRAPH_VERIFY). */
+#define GT_ROWS CU_SMALL_T
+/* Where a forward's layer il writes its router ids (T x top_k, row-major; device memory, a fixed
+ * address per layer). */
+int32_t *vram_gtab_ids(const vram_gtab *g, int il);
 /* Under an emulated link: the hold of layer il's reads over the link (cu_link_hold: ids = the
- * step's K router ids of the layer, on the device), queued on s after the layer's expert launches of a
- * graph step; nothing without a cap. 0 or -1. */
-int vram_gtab_hold(const vram_gtab *g, int il, const int32_t *ids, cu_stream s);
-/* After a graph step (queued on st): reads its ids back (waits for st), updates the slots and queues
- * the fills on the copy stream and the table changes on st (ahead of the next step). 0 or -1. */
-int vram_gtab_step(vram_gtab *g, cudaStream_t st);
+ * forward's T x K router ids of the layer, on the device; each (row, expert) pair counted, as a
+ * one-row tile reads its expert once), queued on s after the layer's expert launches of a forward
+ * through the tables; nothing without a cap. 0 or -1. */
+int vram_gtab_hold(const vram_gtab *g, int il, const int32_t *ids, int T, cu_stream s);
+/* After a forward of T rows through the tables (queued on st): reads its ids back (waits for st),
+ * updates the slots with each layer's experts (their union, in batches of at most the layer's slots)
+ * and queues the fills on the copy stream and the table changes on st (ahead of the next forward).
+ * 0 or -1. */
+int vram_gtab_step(vram_gtab *g, cudaStream_t st, int T);
 /* After a forward outside the graph: waits for the copy stream, then every table from the slot index
  * (queued on st). Also the first initialisation. 0 or -1. */
 int vram_gtab_sync(vram_gtab *g, cudaStream_t st);

@@ -3,7 +3,8 @@
  *   - prompt (chunks that need more experts than a layer has slots: batches) + 80 greedy steps:
  *     every logit bit-identical (memcmp) to full residency, same greedy tokens; with and without
  *     pre-gated prefetch; the counters show hits, misses and evictions;
- *   - a multi-row verify on the tier == full residency's single steps, row for row;
+ *   - a multi-row verify on the tier == full residency's single steps, row for row; and verifies
+ *     through the decode graph's tables (RL_VRAM_GRAPH_VERIFY=1), also under an emulated link;
  *   - a forced slot-fill failure (RL_VRAM_FAULT=N): the step fails with one clear line, the
  *     retried step and every later one are bit-identical to full residency (nothing corrupted);
  *   - a budget below the dense part is refused in one line;
@@ -229,6 +230,74 @@ static void link_vs_full(const char *model, const char *slots, const char *pin, 
     if (c <= 0.2) CHECK(got >= 0.5 * c, "%s: measured %.3f GB/s, under half the cap of %s", model, got, cap);
 }
 
+/* Verifies through the decode graph's tables (RL_VRAM_GRAPH_VERIFY=1, vram_gtab.h): steps, then
+ * verifies of 8 and 16 rows (whose experts outnumber a layer's 4 slots: the policy takes them in
+ * batches), then steps again, every row's logits == full residency's single steps bit for bit, and
+ * the stats count the verifies inside the graph (the test fails if they took the own path). cap: an
+ * emulated link (RL_VRAM_LINK_GBS) or NULL. */
+static void verify_in_graph(const char *model, const char *cap) {
+    engine *e = engine_open(model, &(engine_params){.n_threads = 2, .backend = "cuda"});
+    CHECK(e != NULL, "open: %s", rl_lasterr());
+    if (!e) return;
+    const int V = engine_hparams(e)->n_vocab, M = 30;
+    float *ref = malloc(sizeof(float) * V * M), *got = malloc(sizeof(float) * V * M);
+    int32_t t[30];
+    for (int i = 0; i < M; i++) t[i] = (int32_t)((i * 7877 + 3) % V);
+    engine_ctx *cr = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
+    for (int i = 0; cr && i < M; i++)
+        CHECK(engine_step(cr, t[i], ref + (size_t)i * V) == 0, "ref step %d", i);
+    engine_ctx_free(cr);
+    setenv("RL_VRAM_SLOTS", "4", 1);
+    setenv("RL_VRAM_GRAPH_VERIFY", "1", 1);
+    if (cap) setenv("RL_VRAM_LINK_GBS", cap, 1);
+    engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .vram_spec = "auto"});
+    unsetenv("RL_VRAM_SLOTS");
+    unsetenv("RL_VRAM_GRAPH_VERIFY");
+    unsetenv("RL_VRAM_LINK_GBS");
+    CHECK(c != NULL, "vram ctx: %s", rl_lasterr());
+    check_poison(got, (size_t)V * M);
+    int i = 0;
+    for (; c && i < 3; i++)
+        CHECK(engine_step(c, t[i], got + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
+    CHECK(c && engine_verify(c, t + i, 8, got + (size_t)i * V, NULL) == 0, "verify 8: %s", rl_lasterr());
+    i += 8;
+    CHECK(c && engine_verify(c, t + i, 16, got + (size_t)i * V, NULL) == 0, "verify 16: %s", rl_lasterr());
+    i += 16;
+    for (; c && i < M; i++)
+        CHECK(engine_step(c, t[i], got + (size_t)i * V) == 0, "step %d: %s", i, rl_lasterr());
+    size_t first = (size_t)V * M;
+    for (size_t k = 0; k < (size_t)V * M && first == (size_t)V * M; k++)
+        if (memcmp(&ref[k], &got[k], sizeof(float))) first = k;
+    CHECK(first == (size_t)V * M, "%s: verifies in the graph differ from full residency first at row %zu",
+          model, first / V);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (c) engine_print_backend_stats(c, f);
+    fclose(f);
+    unsigned long long steps = 0, verifies = 0;
+    const char *q = buf ? strstr(buf, "in the decode graph: ") : NULL;
+    if (q) sscanf(q, "in the decode graph: %llu steps (%llu verifies", &steps, &verifies);
+    CHECK(verifies == 2, "%s: %llu of 2 verifies inside the graph (%llu forwards there)", model, verifies,
+          steps);
+    if (cap) {
+        double held = -1, due = -1;
+        q = buf ? strstr(buf, "reads over the link held ") : NULL;
+        if (q) sscanf(q, "reads over the link held %lf ms/step for %lf", &held, &due);
+        CHECK(due > 0 && held >= due, "%s: verifies' reads over the link held %g ms/step for %g due", model,
+              held, due);
+    }
+    printf("  %s, 4 slots/layer%s%s: 3 steps, verifies of 8 and 16 rows, 3 steps through the graph's tables "
+           "(%llu forwards, %llu verifies there): %s\n",
+           model, cap ? ", emulated link " : "", cap ? cap : "", steps, verifies,
+           first == (size_t)V * M ? "bit-identical to full residency" : "DIFFER");
+    free(buf);
+    engine_ctx_free(c);
+    free(ref);
+    free(got);
+    engine_close(e);
+}
+
 /* Verify rows on the tier == single steps at full residency; then a forced fill failure. */
 static void verify_and_fault(const char *model) {
     engine *e = engine_open(model, &(engine_params){.n_threads = 2, .backend = "cuda"});
@@ -313,5 +382,8 @@ int main(void) {
     hybrid_types();
     verify_and_fault(a);
     verify_and_fault(b);
+    verify_in_graph(a, NULL);
+    verify_in_graph(b, NULL);
+    verify_in_graph(b, "0.5");
     return check_done("test_cuda_vram");
 }
