@@ -152,6 +152,10 @@ $(BUILD)/tests/test_cuda_%: tests/cuda/test_cuda_%.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(LIB) $(LDLIBS)
 
+# test_vram_gtab compiles src/cache/vram_gtab.c against a stand-in of the CUDA runtime's host API (CPU
+# build only; a CUDA build finds the real header first and the test skips)
+$(BUILD)/tests/test_vram_gtab: CFLAGS += -Itests/c/mock_cuda
+
 $(BUILD)/tests/%: tests/c/%.c $(LIB) $(LINK_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(LIB) $(LDLIBS)

@@ -13,6 +13,7 @@
 
 typedef struct {
     int il, e, s, gen;
+    uint32_t seq; /* the fill's number: its entry moves only if it is still its slot's latest fill */
 } gt_fill;
 
 struct vram_gtab {
@@ -22,8 +23,10 @@ struct vram_gtab {
     const uint8_t **d_tab;
     int32_t *d_ids, *h_ids; /* [L][GT_ROWS * K] */
     int32_t *mirror;        /* [L][max_slots]: the expert the tables know in each slot (-1 none) */
-    bool *dirty;            /* [L]: the layer's table changed since its last upload */
-    gt_fill *fill;          /* copies in flight (their entries still point at host bytes) */
+    uint32_t *last_fill;    /* [L][max_slots]: the number of the slot's latest fill (gt_fill.seq) */
+    uint32_t fill_seq;
+    bool *dirty;   /* [L]: the layer's table changed since its last upload */
+    gt_fill *fill; /* copies in flight (their entries still point at host bytes) */
     int n_fill, cap_fill;
     cudaEvent_t ev[GT_RING];
     int gen_head, gen_tail; /* generations gen_tail .. gen_head - 1 are in flight */
@@ -81,10 +84,12 @@ vram_gtab *vram_gtab_new(const vram_gtab_src *src) {
     g->cap_fill = g->L * GT_ROWS * g->K * GT_RING;
     g->mirror =
         rl_malloc(sizeof(int32_t) * (size_t)g->L * (g->max_slots ? g->max_slots : 1), "VRAM graph tables");
+    g->last_fill =
+        rl_calloc((size_t)g->L * (g->max_slots ? g->max_slots : 1), sizeof(uint32_t), "VRAM graph tables");
     g->dirty = rl_calloc((size_t)g->L, sizeof(bool), "VRAM graph tables");
     g->fill = rl_malloc(sizeof(gt_fill) * (size_t)g->cap_fill, "VRAM graph tables");
     g->uni = rl_malloc(sizeof(int32_t) * 3 * GT_ROWS * (size_t)g->K, "VRAM graph tables");
-    if (!g->mirror || !g->dirty || !g->fill || !g->uni) goto fail;
+    if (!g->mirror || !g->last_fill || !g->dirty || !g->fill || !g->uni) goto fail;
     g->slot = g->uni + GT_ROWS * g->K;
     g->miss = g->slot + GT_ROWS * g->K;
     if (CU_CHECK(cudaMallocHost((void **)&g->h_tab, sizeof(void *) * nt)) ||
@@ -120,7 +125,7 @@ void vram_gtab_free(vram_gtab *g) {
     free(g->hold_ns);
     for (int i = 0; i < GT_RING; i++)
         if (g->ev[i]) cudaEventDestroy(g->ev[i]);
-    free(g->mirror), free(g->dirty), free(g->fill), free(g->uni);
+    free(g->mirror), free(g->last_fill), free(g->dirty), free(g->fill), free(g->uni);
     free(g);
 }
 
@@ -200,7 +205,10 @@ static int retire(vram_gtab *g, bool need_room) {
                 g->fill[keep++] = f;
                 continue;
             }
-            if (g->mirror[(size_t)f.il * g->max_slots + f.s] != f.e) continue; /* evicted since */
+            /* evicted since, or the slot refilled since (an expert that left and came back: a later
+             * copy into the slot, still in flight, would overwrite what this one wrote) */
+            const size_t si = (size_t)f.il * g->max_slots + f.s;
+            if (g->mirror[si] != f.e || g->last_fill[si] != f.seq) continue;
             const uint8_t *p[3];
             slot_ptrs(g, f.il, f.s, p);
             set_entry(g, f.il, f.e, p);
@@ -255,7 +263,9 @@ static int step_layer(vram_gtab *g, int il, const int32_t *ids, int n_ids, int T
                 g->st.fill_bytes += ly->src_bytes[r];
                 if (g->src.link) vram_link_add(g->src.link, ly->src_bytes[r]);
             }
-            g->fill[g->n_fill++] = (gt_fill){il, e, s, g->gen_head};
+            const uint32_t seq = ++g->fill_seq;
+            g->last_fill[(size_t)il * g->max_slots + s] = seq;
+            g->fill[g->n_fill++] = (gt_fill){il, e, s, g->gen_head, seq};
             g->st.fills++;
         }
         vram_slots_commit(g->src.slots, il);
