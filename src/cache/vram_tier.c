@@ -877,7 +877,7 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
         if (vt->link_gbs > 0 && vram_gtab_get_held(vt->gt, &held, &target_s, &held_s) == 0)
             fprintf(
                 f,
-                "vram tier: emulated link in the decode graph: reads over the link held %.4f ms/step for "
+                "vram tier: emulated link, graph forwards: reads over the link held %.4f ms/step for "
                 "%.4f ms/step of bytes at %g GB/s (%.2f experts/step; after the reads; the fills are held "
                 "as the copies below)\n",
                 held_s * 1e3 / n, target_s * 1e3 / n, vt->link_gbs, (double)held / n);

@@ -5,12 +5,12 @@
  * has run. Here "device" memory is host memory (tests/c/mock_cuda/cuda_runtime_api.h, implemented
  * below): copies on the tier's copy stream run only when an event recorded after them is waited for,
  * polled (sometimes), or the stream is synchronised, so an entry moved to its slot too early reads
- * stale bytes. A random run of decode steps (1 row) and verifies (4 and 16 rows, whose experts
- * outnumber a layer's slots: the policy takes them in batches) on a small fake model checks before
- * every forward that each table entry of every expert holds that expert's bytes, that no two experts
- * of a layer share a slot, and, after a quiesce and rebuild, that exactly the slot index's residents
- * point at their slots. Under an emulated link the fills are the link's segments (their bytes add up)
- * and a forward's hold covers its T x K (row, expert) pairs at the expert's bytes over the cap.
+ * stale bytes (the third layer's experts are a fused gate_up slab). A random run of decode steps (1 row) and
+ * verifies (4 and 16 rows, whose experts outnumber a layer's slots: the policy takes them in batches) on a
+ * small fake model checks before every forward that each table entry of every expert holds that expert's
+ * bytes, that no two experts of a layer share a slot, and, after a quiesce and rebuild, that exactly the slot
+ * index's residents point at their slots. Under an emulated link the fills are the link's segments (their
+ * bytes add up) and a forward's hold covers its T x K (row, expert) pairs at the expert's bytes over the cap.
  * The CUDA build skips (exit 77): test_cuda_vram runs the tables on the device. */
 #include "check.h"
 
@@ -175,7 +175,8 @@ static int fake_make(fake *f) {
     q3n_hparams *hp = &f->m->hp;
     hp->n_layer = L, hp->n_expert = E, hp->n_expert_used = K, hp->n_ff_exp = 8, hp->n_embd = 16;
     const size_t rb[3] = {24, 20, 12}, rows[3] = {8, 8, 16}; /* gate / up rows of ff, down rows of D */
-    const size_t per_layer = E * (rows[0] * rb[0] + rows[1] * rb[1] + rows[2] * rb[2]);
+    const size_t per_layer =
+        E * (2 * rows[0] * rb[0] + rows[1] * rb[1] + rows[2] * rb[2]); /* room for either form */
     f->host_bytes = L * per_layer;
     f->host = malloc(f->host_bytes);
     if (!f->host) return -1;
@@ -185,11 +186,14 @@ static int fake_make(fake *f) {
         q3n_layer *ly = &f->m->layers[il];
         uint8_t *p = f->host + il * per_layer;
         ops_mat *t[3] = {&ly->gate_exps, &ly->up_exps, &ly->down_exps};
+        ly->fused_gate_up = il == 2; /* the last layer: gate_up_exps, up inside the gate slab */
         for (int w = 0; w < 3; w++) {
+            if (w == 1 && ly->fused_gate_up) continue;
+            const size_t n_rows = rows[w] * (w == 0 && ly->fused_gate_up ? 2 : 1);
             t[w]->data = p;
             t[w]->row_bytes = rb[w];
-            t[w]->n_out = (int64_t)(rows[w] * E);
-            p += E * rows[w] * rb[w];
+            t[w]->n_out = (int64_t)(n_rows * E);
+            p += E * n_rows * rb[w];
         }
         if (vram_layout_of(f->m, il, &f->ly[il])) return -1;
         bytes[il] = f->ly[il].src_bytes[0] + f->ly[il].src_bytes[1] + f->ly[il].src_bytes[2];
@@ -221,9 +225,11 @@ static int check_tables(const fake *f, const vram_gtab *g, const char *when) {
         for (int e = 0; e < E; e++) {
             const uint8_t *h[3];
             q3n_expert_rows(&f->m->hp, &f->m->layers[il], e, &h[0], &h[1], &h[2]);
+            const q3n_expert_slice sl = q3n_expert_slice_of(&f->m->hp, &f->m->layers[il], e);
+            const size_t nb[3] = {sl.gate_bytes, sl.up_bytes, sl.down_bytes};
             for (int w = 0; w < 3; w++) {
                 const uint8_t *p = vram_gtab_table(g, il, w)[e];
-                if (memcmp(p, h[w], ly->src_bytes[w])) {
+                if (memcmp(p, h[w], nb[w])) {
                     CHECK(0, "%s: layer %d expert %d matrix %d: the table's bytes are not the expert's (%s)",
                           when, il, e, w, p >= f->host && p < f->host + f->host_bytes ? "host" : "slot");
                     return -1;
@@ -350,8 +356,8 @@ static void run(bool link, bool lazy) {
     double due = 0, held_s = 0;
     CHECK(vram_gtab_get_held(g, &held, &due, &held_s) == 0, "held");
     if (link) {
-        const double want =
-            (double)(f.ly[0].src_bytes[0] + f.ly[0].src_bytes[1] + f.ly[0].src_bytes[2]) / gbs;
+        const vram_layout *last = &f.ly[L - 1]; /* the last hold: the last layer of the last forward */
+        const double want = (double)(last->src_bytes[0] + last->src_bytes[1] + last->src_bytes[2]) / gbs;
         CHECK(g_hold_calls == (long)n_fwd * L && held > 0, "holds: %ld calls, %llu experts", g_hold_calls,
               (unsigned long long)held);
         CHECK(g_hold_ns_per_expert > 0.999 * want && g_hold_ns_per_expert < 1.001 * want,
