@@ -541,7 +541,7 @@ static int forward_run(backend_ctx *c, const int32_t *tokens, int T, int pos, fl
     vram_gtab *gt = c->vt ? vram_tier_graph(c->vt) : NULL;
     const bool step = T == 1 && !hooked && !rows_to_slots; /* a decode step: graph or own path */
     c->gstep =
-        gt && (step || (vrows && c->tune.vram_graph_verify)) && vram_tier_graph_next(c->vt) ? gt : NULL;
+        gt && (step || (vrows && c->tune.vram_graph_verify)) && vram_tier_graph_next(c->vt, T) ? gt : NULL;
     /* small all-logits batches (verifies) replay a graph per row count, the snapshot slots of
      * its rows read from device memory (-1: none) */
     const bool vgraph = vrows && c->graphs && (!c->vt || c->gstep);

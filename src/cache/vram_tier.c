@@ -228,7 +228,9 @@ static uint64_t link_bytes(const vram_tier *vt) {
     return b;
 }
 
-bool vram_tier_graph_next(const vram_tier *vt) { return vram_graph_take(vt->step_ema, vt->graph_bytes); }
+bool vram_tier_graph_next(const vram_tier *vt, int T) {
+    return vram_graph_take(vt->step_ema * T, vt->graph_bytes);
+}
 
 void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph) {
     const uint64_t b = link_bytes(vt), d = b >= vt->last_bytes ? b - vt->last_bytes : 0;
