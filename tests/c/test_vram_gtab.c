@@ -249,8 +249,42 @@ static int check_tables(const fake *f, const vram_gtab *g, const char *when) {
 }
 
 /* After a quiesce and a rebuild: exactly the slot index's residents point at their slots. */
+/* What the tier's own path (a prompt chunk, a hooked forward) does to the slots between graph forwards,
+ * after vram_gtab_quiesce: its own selection through the policy, each miss copied before its slot is
+ * read (here at once, as the own path's kernels wait for the copy). */
+static void own_path(fake *f) {
+    for (int il = 0; il < L; il++) {
+        int32_t ids[8], slot[8], miss[8];
+        const int n = 1 + (int)(rl_rng_u64(&g_rng) % (uint64_t)g_cap[il]);
+        for (int i = 0; i < n; i++) {
+            bool dup;
+            do {
+                ids[i] = (int32_t)(rl_rng_u64(&g_rng) % E);
+                dup = false;
+                for (int j = 0; j < i; j++) dup |= ids[j] == ids[i];
+            } while (dup);
+        }
+        vram_slots_begin(f->slots, il, ids, n, 64);
+        const int nm = vram_slots_prepare(f->slots, il, ids, n, slot, miss);
+        CHECK(nm >= 0, "own path: %s", rl_lasterr());
+        for (int j = 0; j < nm; j++) {
+            const vram_layout *ly = &f->ly[il];
+            const uint8_t *h[3];
+            q3n_expert_rows(&f->m->hp, &f->m->layers[il], ids[miss[j]], &h[0], &h[1], &h[2]);
+            uint8_t *b = f->base[il] + (size_t)slot[miss[j]] * ly->slot_bytes;
+            const uint64_t off[3] = {ly->gate_off, ly->up_off, ly->down_off};
+            for (int w = 0; w < 3; w++)
+                if (ly->src_bytes[w]) memcpy(b + off[w], h[w], ly->src_bytes[w]);
+        }
+        vram_slots_commit(f->slots, il);
+        vram_slots_release(f->slots, il);
+    }
+}
+
 static void check_rebuilt(fake *f, vram_gtab *g) {
-    CHECK(vram_gtab_quiesce(g) == 0 && vram_gtab_prepare(g, &f->st) == 0, "rebuild: %s", rl_lasterr());
+    CHECK(vram_gtab_quiesce(g) == 0, "quiesce: %s", rl_lasterr());
+    if (rl_rng_u64(&g_rng) % 2) own_path(f);
+    CHECK(vram_gtab_prepare(g, &f->st) == 0, "rebuild: %s", rl_lasterr());
     for (int il = 0; il < L; il++)
         for (int e = 0; e < E; e++) {
             const int s = vram_slots_lookup(f->slots, il, e);
