@@ -223,7 +223,7 @@ static int retire(vram_gtab *g, bool need_room) {
  * batches of at most the layer's slots (one batch for a decode step); a miss's copy queued on the copy
  * stream (its entry stays on the host bytes until retire), an evicted expert's entry back on its host
  * bytes. A later batch may evict an expert an earlier one just filled: its copy and the later one go
- * to the slot in queue order, and retire moves only the entry the mirror still names. */
+ * to the slot in queue order, and retire moves only the entry of the slot's latest fill. */
 static int step_layer(vram_gtab *g, int il, const int32_t *ids, int n_ids, int T) {
     int n = 0;
     for (int k = 0; k < n_ids; k++) {
