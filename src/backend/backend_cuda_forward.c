@@ -377,7 +377,7 @@ static int moe(backend_ctx *c, int il, int T, const backend_hooks *hk) {
         goto combine;
     }
     if (gt) /* the forward's ids, for the slot policy between forwards */
-        TRY(CU_CHECK(cudaMemcpyAsync(vram_gtab_ids(gt, il), c->ids, sizeof(int32_t) * (size_t)T * K,
+        TRY(CU_CHECK(cudaMemcpyAsync(vram_gtab_ids(gt, il, T), c->ids, sizeof(int32_t) * (size_t)T * K,
                                      cudaMemcpyDeviceToDevice, c->st)));
     const size_t rb = L->gate_exps.row_bytes;
     cu_group g = {.tiles = c->tiles,

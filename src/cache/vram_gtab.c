@@ -21,7 +21,7 @@ struct vram_gtab {
     int L, E, K, max_slots;
     const uint8_t **h_tab; /* page-locked mirror of the device tables: [L][3][E] */
     const uint8_t **d_tab;
-    int32_t *d_ids, *h_ids; /* [L][GT_ROWS * K] */
+    int32_t *d_ids, *h_ids; /* a forward of T rows: [L][T * K] (room for GT_ROWS rows) */
     int32_t *mirror;        /* [L][max_slots]: the expert the tables know in each slot (-1 none) */
     uint32_t *last_fill;    /* [L][max_slots]: the number of the slot's latest fill (gt_fill.seq) */
     uint32_t fill_seq;
@@ -32,6 +32,7 @@ struct vram_gtab {
     int gen_head, gen_tail; /* generations gen_tail .. gen_head - 1 are in flight */
     bool ready;
     int32_t *uni, *slot, *miss; /* [GT_ROWS * K] scratch */
+    uint8_t *seen;              /* [E] scratch of step_layer's union (all 0 between calls) */
     vram_gtab_stats st;
     unsigned long long *d_held; /* emulated link: cu_link_hold's counters (experts, ns at the cap, ns held) */
     double *hold_ns;            /* [L]: ns a read over the link is held for (the expert's bytes at the cap) */
@@ -89,7 +90,8 @@ vram_gtab *vram_gtab_new(const vram_gtab_src *src) {
     g->dirty = rl_calloc((size_t)g->L, sizeof(bool), "VRAM graph tables");
     g->fill = rl_malloc(sizeof(gt_fill) * (size_t)g->cap_fill, "VRAM graph tables");
     g->uni = rl_malloc(sizeof(int32_t) * 3 * GT_ROWS * (size_t)g->K, "VRAM graph tables");
-    if (!g->mirror || !g->last_fill || !g->dirty || !g->fill || !g->uni) goto fail;
+    g->seen = rl_calloc((size_t)g->E, 1, "VRAM graph tables");
+    if (!g->mirror || !g->last_fill || !g->dirty || !g->fill || !g->uni || !g->seen) goto fail;
     g->slot = g->uni + GT_ROWS * g->K;
     g->miss = g->slot + GT_ROWS * g->K;
     if (CU_CHECK(cudaMallocHost((void **)&g->h_tab, sizeof(void *) * nt)) ||
@@ -104,10 +106,8 @@ vram_gtab *vram_gtab_new(const vram_gtab_src *src) {
             CU_CHECK(cudaMalloc((void **)&g->d_held, 3 * sizeof(unsigned long long))) ||
             CU_CHECK(cudaMemset(g->d_held, 0, 3 * sizeof(unsigned long long))))
             goto fail;
-        for (int il = 0; il < g->L; il++) {
-            const vram_layout *ly = &src->ly[il];
-            g->hold_ns[il] = (double)(ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2]) / src->link_gbs;
-        }
+        for (int il = 0; il < g->L; il++)
+            g->hold_ns[il] = (double)vram_layout_copy_bytes(&src->ly[il]) / src->link_gbs;
     }
     return g;
 fail:
@@ -125,7 +125,7 @@ void vram_gtab_free(vram_gtab *g) {
     free(g->hold_ns);
     for (int i = 0; i < GT_RING; i++)
         if (g->ev[i]) cudaEventDestroy(g->ev[i]);
-    free(g->mirror), free(g->last_fill), free(g->dirty), free(g->fill), free(g->uni);
+    free(g->mirror), free(g->last_fill), free(g->dirty), free(g->fill), free(g->uni), free(g->seen);
     free(g);
 }
 
@@ -133,7 +133,7 @@ const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which) {
     return g->d_tab + ((size_t)il * 3 + which) * g->E;
 }
 
-int32_t *vram_gtab_ids(const vram_gtab *g, int il) { return g->d_ids + (size_t)il * GT_ROWS * g->K; }
+int32_t *vram_gtab_ids(const vram_gtab *g, int il, int T) { return g->d_ids + (size_t)il * T * g->K; }
 
 void vram_gtab_get_stats(const vram_gtab *g, vram_gtab_stats *out) { *out = g->st; }
 
@@ -205,10 +205,11 @@ static int retire(vram_gtab *g, bool need_room) {
                 g->fill[keep++] = f;
                 continue;
             }
-            /* evicted since, or the slot refilled since (an expert that left and came back: a later
-             * copy into the slot, still in flight, would overwrite what this one wrote) */
-            const size_t si = (size_t)f.il * g->max_slots + f.s;
-            if (g->mirror[si] != f.e || g->last_fill[si] != f.seq) continue;
+            /* not the slot's latest fill: evicted since, or the slot refilled since (also by the same
+             * expert, which left and came back: the later copy, still in flight, would overwrite
+             * what this one wrote). Every change of the slot's expert is a new fill (step_layer) or
+             * follows a sync, which drops the fills in flight, so this covers the mirror too. */
+            if (g->last_fill[(size_t)f.il * g->max_slots + f.s] != f.seq) continue;
             const uint8_t *p[3];
             slot_ptrs(g, f.il, f.s, p);
             set_entry(g, f.il, f.e, p);
@@ -226,13 +227,14 @@ static int retire(vram_gtab *g, bool need_room) {
  * to the slot in queue order, and retire moves only the entry of the slot's latest fill. */
 static int step_layer(vram_gtab *g, int il, const int32_t *ids, int n_ids, int T) {
     int n = 0;
-    for (int k = 0; k < n_ids; k++) {
-        if (ids[k] < 0 || ids[k] >= g->E)
+    for (int k = 0; k < n_ids; k++) { /* the union, in first-seen order */
+        if (ids[k] < 0 || ids[k] >= g->E) {
+            for (int j = 0; j < n; j++) g->seen[g->uni[j]] = 0;
             return rl_seterr("VRAM graph tables: router chose expert %d", ids[k]);
-        bool dup = false;
-        for (int j = 0; j < n && !dup; j++) dup = g->uni[j] == ids[k];
-        if (!dup) g->uni[n++] = ids[k];
+        }
+        if (!g->seen[ids[k]]) g->seen[ids[k]] = 1, g->uni[n++] = ids[k];
     }
+    for (int j = 0; j < n; j++) g->seen[g->uni[j]] = 0;
     for (int j = 0; j < n; j++) g->st.host_reads += !at_slot(g, il, g->uni[j]);
     const vram_layout *ly = &g->src.ly[il];
     const int cap = vram_slots_capacity(g->src.slots, il);
@@ -287,7 +289,7 @@ int vram_gtab_quiesce(vram_gtab *g) {
 int vram_gtab_step(vram_gtab *g, cudaStream_t st, int T) {
     if (!g->ready) return rl_seterr("VRAM graph tables: a step before the tables were made (internal)");
     if (T < 1 || T > GT_ROWS) return rl_seterr("VRAM graph tables: a forward of %d rows (internal)", T);
-    const size_t ni = (size_t)g->L * GT_ROWS * g->K;
+    const size_t ni = (size_t)g->L * T * g->K; /* this forward's ids only */
     if (CU_CHECK(cudaMemcpyAsync(g->h_ids, g->d_ids, sizeof(int32_t) * ni, cudaMemcpyDeviceToHost, st)) ||
         CU_CHECK(cudaStreamSynchronize(st)))
         return -1;
@@ -296,8 +298,7 @@ int vram_gtab_step(vram_gtab *g, cudaStream_t st, int T) {
     if (retire(g, true)) return -1;
     const int before = g->n_fill;
     for (int il = 0; il < g->L; il++)
-        if (g->src.base[il] && step_layer(g, il, g->h_ids + (size_t)il * GT_ROWS * g->K, T * g->K, T))
-            return -1;
+        if (g->src.base[il] && step_layer(g, il, g->h_ids + (size_t)il * T * g->K, T * g->K, T)) return -1;
     if (g->n_fill > before) { /* this step's copies: one generation, one event (after the link's hold) */
         if (g->src.link && vram_link_end(g->src.link)) return -1;
         if (CU_CHECK(cudaEventRecord(g->ev[g->gen_head % GT_RING], g->src.cp))) return -1;

@@ -78,9 +78,10 @@ void vram_gtab_free(vram_gtab *g);
 const uint8_t *const *vram_gtab_table(const vram_gtab *g, int il, int which);
 /* A forward through the tables has 1 (a decode step) to GT_ROWS rows (a verify, RL_VRAM_GRAPH_VERIFY). */
 #define GT_ROWS CU_SMALL_T
-/* Where a forward's layer il writes its router ids (T x top_k, row-major; device memory, a fixed
- * address per layer). */
-int32_t *vram_gtab_ids(const vram_gtab *g, int il);
+/* Where a forward of T rows writes layer il's router ids (T x top_k, row-major, the layers packed one
+ * after another: device memory, a fixed address per layer and row count, as a captured graph needs),
+ * so vram_gtab_step reads back only this forward's ids. */
+int32_t *vram_gtab_ids(const vram_gtab *g, int il, int T);
 /* Under an emulated link: the hold of layer il's reads over the link (cu_link_hold: ids = the
  * forward's T x K router ids of the layer, on the device; each (row, expert) pair counted, as a
  * one-row tile reads its expert once), queued on s after the layer's expert launches of a forward

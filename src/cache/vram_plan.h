@@ -32,6 +32,10 @@ typedef struct {
 
 /* One layer's slot layout from one expert's slice (model/experts.h: each matrix its own bytes). */
 void vram_layout_make(const q3n_expert_slice *e, vram_layout *out);
+/* The bytes a fill of one expert copies (its regions' source bytes). */
+static inline uint64_t vram_layout_copy_bytes(const vram_layout *ly) {
+    return ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2];
+}
 /* ... from the bound model: 0, or -1 (rl_lasterr) if layer il has no routed experts. */
 int vram_layout_of(const q3n_model *m, int il, vram_layout *out);
 

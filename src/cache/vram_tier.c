@@ -10,10 +10,6 @@
 #include "base/common.h"
 
 /* Bytes one expert's fill copies (gate or fused gate_up, up, down). */
-static uint64_t copy_bytes(const vram_layout *ly) {
-    return ly->src_bytes[0] + ly->src_bytes[1] + ly->src_bytes[2];
-}
-
 static void *pinned(size_t n, int *err) {
     void *p = NULL;
     if (*err || CU_CHECK(cudaMallocHost(&p, n ? n : 1))) {
@@ -58,7 +54,7 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     uint64_t bytes[Q3N_MAX_LAYERS], total = 0, maxslot = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (vram_layout_of(m, il, &vt->ly[il])) goto fail;
-        bytes[il] = copy_bytes(&vt->ly[il]);
+        bytes[il] = vram_layout_copy_bytes(&vt->ly[il]);
         total += (uint64_t)plan->slots[il] * vt->ly[il].slot_bytes;
         if (vt->ly[il].slot_bytes > maxslot) maxslot = vt->ly[il].slot_bytes;
     }
@@ -471,7 +467,7 @@ static int fill_queue(vram_tier *vt, int il, const int32_t *s, const int32_t *e,
             if (demand && vt->fault_at && ++vt->fills == vt->fault_at) goto fault;
             uint8_t *dst = vt->base[il] + (size_t)s[i] * ly->slot_bytes;
             if (vram_link_begin(vt->link)) return -1;
-            vram_link_add(vt->link, copy_bytes(ly));
+            vram_link_add(vt->link, vram_layout_copy_bytes(ly));
             if (CU_CHECK(copy_rows(vt, ly, dst, vt->hg[i], vt->hu[i], vt->hd[i], false))) return -1;
             vt->dma_pending |= vt->volatile_src;
             *done = ++i;
@@ -540,7 +536,7 @@ static void keep_victims(vram_tier *vt, int il, const int32_t *s, int n) {
             copy_rows(vt, ly, vt->base[il] + (size_t)s[i] * ly->slot_bytes, g, u, d, true) != cudaSuccess;
         vt->keep_l[vt->n_keep] = il;
         vt->keep_e[vt->n_keep++] = e;
-        vt->kept_bytes += copy_bytes(ly);
+        vt->kept_bytes += vram_layout_copy_bytes(ly);
         vt->dma_pending = true;
     }
     if (vt->keep_err) (void)cudaGetLastError();
@@ -577,7 +573,7 @@ static int warm_layer(vram_tier *vt, int il) {
         if (done != n) break;
         got += n;
         nfree -= n;
-        vt->warm_bytes += (uint64_t)n * copy_bytes(&vt->ly[il]);
+        vt->warm_bytes += (uint64_t)n * vram_layout_copy_bytes(&vt->ly[il]);
     }
     return got;
 }

@@ -196,7 +196,7 @@ static int fake_make(fake *f) {
             p += E * n_rows * rb[w];
         }
         if (vram_layout_of(f->m, il, &f->ly[il])) return -1;
-        bytes[il] = f->ly[il].src_bytes[0] + f->ly[il].src_bytes[1] + f->ly[il].src_bytes[2];
+        bytes[il] = vram_layout_copy_bytes(&f->ly[il]);
         f->base[il] = malloc((size_t)g_cap[il] * f->ly[il].slot_bytes);
         if (!f->base[il]) return -1;
         memset(f->base[il], 0xEE, (size_t)g_cap[il] * f->ly[il].slot_bytes); /* poison: no expert's bytes */
@@ -306,7 +306,7 @@ static void check_rebuilt(fake *f, vram_gtab *g) {
 /* One forward of T rows: each row K distinct experts, skewed towards low ids (hits and misses). */
 static void forward_ids(vram_gtab *g, int T) {
     for (int il = 0; il < L; il++) {
-        int32_t *ids = vram_gtab_ids(g, il);
+        int32_t *ids = vram_gtab_ids(g, il, T);
         for (int t = 0; t < T; t++)
             for (int k = 0; k < K; k++) {
                 int32_t e;
@@ -355,7 +355,8 @@ static void run(bool link, bool lazy) {
         if (at < 0) break;
         max_at_slots = at > max_at_slots ? at : max_at_slots;
         const cu_stream ks = {&f.st, NULL};
-        for (int il = 0; il < L; il++) CHECK(vram_gtab_hold(g, il, vram_gtab_ids(g, il), T, ks) == 0, "hold");
+        for (int il = 0; il < L; il++)
+            CHECK(vram_gtab_hold(g, il, vram_gtab_ids(g, il, T), T, ks) == 0, "hold");
         vram_gtab_stats before;
         vram_gtab_get_stats(g, &before);
         const uint64_t seg0 = g_seg_bytes;
