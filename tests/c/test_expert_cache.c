@@ -804,11 +804,6 @@ static void test_victim(fixture *fx) {
     expert_cache_free(ec);
 }
 
-/* The victim cache under load, as a VRAM tier drives it: random selections of random layers (acquire,
- * then keep of other experts with their bytes written as the tier's copy would, kept ok or failed, then
- * release), tier predictions read by the I/O threads at the same time (prefetch), over a cache of the
- * minimum size (every slot contended). Every acquire serves the file's bytes and the cache stays
- * consistent (a failed copy's garbage is never served). */
 /* A streaming VRAM tier (vram_tier_opts.stream) says its rows with a NULL input: in a forward of >= 64
  * rows a write-back of what that forward read from disk is declined (the chunk needs it last), while
  * one of a key read earlier is kept as always. The NULL input predicts nothing (no crash, no load). */
@@ -880,6 +875,11 @@ static void test_stream_keep(fixture *fx) {
     expert_cache_free(ec);
 }
 
+/* The victim cache under load, as a VRAM tier drives it: random selections of random layers (acquire,
+ * then keep of other experts with their bytes written as the tier's copy would, kept ok or failed, then
+ * release), tier predictions read by the I/O threads at the same time (prefetch), over a cache of the
+ * minimum size (every slot contended). Every acquire serves the file's bytes and the cache stays
+ * consistent (a failed copy's garbage is never served). */
 static void test_victim_random(fixture *fx) {
     const q3n_model *m = engine_model(fx->e);
     expert_cache *ec =

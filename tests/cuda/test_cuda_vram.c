@@ -230,6 +230,17 @@ static void link_vs_full(const char *model, const char *slots, const char *pin, 
     if (c <= 0.2) CHECK(got >= 0.5 * c, "%s: measured %.3f GB/s, under half the cap of %s", model, got, cap);
 }
 
+/* The reference: tokens t[0..M) as single decode steps at full residency, each step's logits a row of
+ * ref (M x n_vocab). */
+static void ref_steps(engine *e, const int32_t *t, int M, float *ref) {
+    const int V = engine_hparams(e)->n_vocab;
+    engine_ctx *cr = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
+    CHECK(cr != NULL, "ref ctx: %s", rl_lasterr());
+    for (int i = 0; cr && i < M; i++)
+        CHECK(engine_step(cr, t[i], ref + (size_t)i * V) == 0, "ref step %d", i);
+    engine_ctx_free(cr);
+}
+
 /* Verifies through the decode graph's tables (RL_VRAM_GRAPH_VERIFY=1, vram_gtab.h): steps, then
  * verifies of 8 and 16 rows (whose experts outnumber a layer's 4 slots: the policy takes them in
  * batches), then steps again, every row's logits == full residency's single steps bit for bit, and
@@ -243,10 +254,7 @@ static void verify_in_graph(const char *model, const char *cap) {
     float *ref = malloc(sizeof(float) * V * M), *got = malloc(sizeof(float) * V * M);
     int32_t t[30];
     for (int i = 0; i < M; i++) t[i] = (int32_t)((i * 7877 + 3) % V);
-    engine_ctx *cr = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    for (int i = 0; cr && i < M; i++)
-        CHECK(engine_step(cr, t[i], ref + (size_t)i * V) == 0, "ref step %d", i);
-    engine_ctx_free(cr);
+    ref_steps(e, t, M, ref);
     setenv("RL_VRAM_SLOTS", "4", 1);
     setenv("RL_VRAM_GRAPH_VERIFY", "1", 1);
     if (cap) setenv("RL_VRAM_LINK_GBS", cap, 1);
@@ -307,10 +315,7 @@ static void verify_and_fault(const char *model) {
     float *ref = malloc(sizeof(float) * V * M), *got = malloc(sizeof(float) * V * M);
     int32_t t[24];
     for (int i = 0; i < M; i++) t[i] = (int32_t)((i * 104729 + 5) % V);
-    engine_ctx *cr = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16});
-    for (int i = 0; cr && i < M; i++)
-        CHECK(engine_step(cr, t[i], ref + (size_t)i * V) == 0, "ref step %d", i);
-    engine_ctx_free(cr);
+    ref_steps(e, t, M, ref);
 
     setenv("RL_VRAM_SLOTS", "1", 1); /* clamped to top_k: the smallest tier */
     engine_ctx *c = engine_ctx_new(e, &(engine_ctx_params){.n_ctx = 64, .n_batch = 16, .vram_spec = "auto"});
