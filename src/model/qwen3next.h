@@ -302,7 +302,9 @@ typedef struct {
     void (*release)(void *ud, int layer);
     /* (optional) called at the start of layer `layer`'s MoE with its normed input
      * xn (T x D), before acquire: lets a cache pre-gate layer+1's experts (apply layer+1's
-     * router to xn) and prefetch them while this layer computes. */
+     * router to xn) and prefetch them while this layer computes. xn NULL: only the row count (a
+     * GPU's VRAM tier streaming its prompt chunks, whose input is on the device; a bounded cache
+     * reads a forward of many rows as a scan, expert_cache.h). */
     void (*hint)(void *ud, int layer, const float *xn, int T);
     /* (optional) cache-aware routing — CHANGES OUTPUTS, NULL (exact routing) by default:
      * called per row with a copy of the router probabilities (n = n_expert) that may be
