@@ -376,12 +376,15 @@ static int ec_acquire(void *ud, int il, const int32_t *ids, int n, const uint8_t
  * longer than the cache, evicting the most recent is the optimal choice, plain LRU the worst),
  * while its hits stay recent. Decode and verify rows are plain LRU. Order only: no entry changes
  * bytes, so results do not depend on it. */
+/* a scan forward: a prompt chunk of at least SLOT_SCAN_ROWS rows, unless RL_CACHE_SCAN=0 */
+static bool in_scan(const expert_cache *ec) { return !ec->p.no_scan && ec->rows >= SLOT_SCAN_ROWS; }
+
 static void ec_release(void *ud, int il) {
     expert_cache *ec = ud;
     if (ec->mode != EC_BOUNDED) return;
     pthread_mutex_lock(&ec->mu);
     int32_t *pin = ec->pinned + (size_t)il * ec->E;
-    const bool scan = !ec->p.no_scan && ec->rows >= SLOT_SCAN_ROWS;
+    const bool scan = in_scan(ec);
     for (int i = 0; i < ec->n_pinned[il]; i++) {
         RL_ASSERT(ec->slots[pin[i]].state == EC_S_VALID);
         slot_policy_unpin(ec->sp, pin[i]); /* to the MRU end when its last pin goes */
@@ -534,7 +537,7 @@ static int ec_keep(void *ud, int il, int e, uint8_t **g, uint8_t **u, uint8_t **
     int rc = 0;
     pthread_mutex_lock(&ec->mu);
     int32_t s = slot_policy_lookup(ec->sp, key);
-    if (ec->rows >= SLOT_SCAN_ROWS && ec->read_fwd[key] == ec->fwd) {
+    if (in_scan(ec) && ec->read_fwd[key] == ec->fwd) {
         /* a streaming VRAM tier's prompt chunk hands back what the chunk itself read from disk: the
          * next chunk needs it last (a cycle), so it stays where the scan put it, the least recent
          * end, or out (tools/tier_sim.py's stream policy); what it found here comes back recent */

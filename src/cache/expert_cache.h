@@ -50,8 +50,9 @@ typedef struct {
     bool demote;            /* serve q3n_expert_src.demote: what a VRAM tier took is evicted first
                                (RL_CACHE_DEMOTE=1; off: plain LRU, better in tools/tier_sim.py's replay) */
     bool no_scan;           /* RL_CACHE_SCAN=0: a prompt chunk's loads go to the recent end like any
-                               other (default: a forward of >= SLOT_SCAN_ROWS rows is a scan, and what it
-                               loads leaves first: see "Scans" in docs/EXPERT_CACHE.md) */
+                               other (default: a forward of >= SLOT_SCAN_ROWS rows is a scan: what it
+                               loads leaves first and is not taken back from a VRAM tier; "Scans" in
+                               docs/EXPERT_CACHE.md) */
     bool no_victim;         /* RL_CACHE_VICTIM=0: do not serve q3n_expert_src.keep (the RAM cache as a
                                VRAM tier's victim cache: what VRAM evicts is copied back here and what it
                                takes is evicted first; tools/tier_sim.py, docs/EXPERT_CACHE.md) */

@@ -842,6 +842,24 @@ static void test_stream_keep(fixture *fx) {
     CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
     expert_cache_free(ec);
 
+    /* RL_CACHE_SCAN=0: no forward is a scan, so no write-back is declined as a chunk's own read */
+    ec = mk(
+        fx, EC_BOUNDED,
+        (ec_params){.budget = expert_cache_min_budget(m, false) * 2, .io = EC_IO_BUFFERED, .no_scan = true});
+    if (!ec) return;
+    src = expert_cache_src(ec);
+    src.hint(src.ud, 0, NULL, SLOT_SCAN_ROWS);
+    CHECK(src.acquire(src.ud, 0, &three, 1, g, u, d) == 0, "acquire: %s", rl_lasterr());
+    src.release(src.ud, 0);
+    src.demote(src.ud, 0, &three, 1);
+    src.keep(src.ud, 0, three, &wg, &wu, &wd); /* held: declined as held, not as a scan's read */
+    expert_cache_get_stats(ec, &st);
+    CHECK(st.scan_declined == 0 && st.scan_demoted == 0,
+          "RL_CACHE_SCAN=0: %llu declined, %llu demoted as a scan", (unsigned long long)st.scan_declined,
+          (unsigned long long)st.scan_demoted);
+    CHECK(expert_cache_check(ec) == 0, "check: %s", rl_lasterr());
+    expert_cache_free(ec);
+
     /* where it stays: E + K uniform slots, layer 0's E read by a decode step, layer 1's first K by a
      * chunk (the cache is full); VRAM takes (1, K-1) (demoted) and hands it back: declined, it stays the
      * next victim, so the chunk's next read (2, 0) evicts it (kept, it would have gone to the recent end) */
