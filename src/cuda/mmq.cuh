@@ -159,6 +159,21 @@ __device__ __forceinline__ void mmq_load_q8x32(const uint4 *src, int xq[8]) {
     xq[7] = (int)u1.w;
 }
 
+/* The __dp4a sums of a 32-value sub-block's 8 code words a against b: values 0..15 (lo), 16..31 (hi). */
+__device__ __forceinline__ void mmq_dot_halves(const int a[8], const int b[8], int &lo, int &hi) {
+    lo = hi = 0;
+#pragma unroll
+    for (int w = 0; w < 4; w++) lo = __dp4a(a[w], b[w], lo);
+#pragma unroll
+    for (int w = 4; w < 8; w++) hi = __dp4a(a[w], b[w], hi);
+}
+/* The sums of the 32 int8 values xq over values 0..15 (lo) and 16..31 (hi): Q2_K's min terms. */
+__device__ __forceinline__ void mmq_sum_halves(const int xq[8], int &lo, int &hi) {
+    const int ones[8] = {0x01010101, 0x01010101, 0x01010101, 0x01010101,
+                         0x01010101, 0x01010101, 0x01010101, 0x01010101};
+    mmq_dot_halves(xq, ones, lo, hi);
+}
+
 // The weight rows a thread reads in the mma tiles: tile mt, half h -> row r0 + g + 8h (+ 16 mt for a
 // plain launch; gate/up: tile 0 the gate rows, tile 1 the up rows of the same index). Rows past n_out
 // read the last row (their results are never stored).
@@ -347,17 +362,11 @@ __device__ __forceinline__ void mmq_vec_rows(const mm_launch &a, const cu_seg &s
                 mmq_load_q8x32(src, xq);
                 yd = syd[t * nsb + ib];
             }
-#pragma unroll
-            for (int w = 0; w < 4; w++) qlo = __dp4a(xq[w], 0x01010101, qlo);
-#pragma unroll
-            for (int w = 4; w < 8; w++) qhi = __dp4a(xq[w], 0x01010101, qhi);
+            mmq_sum_halves(xq, qlo, qhi);
 #pragma unroll
             for (int i = 0; i < NW; i++) {
-                int lo = 0, hi = 0;
-#pragma unroll
-                for (int w = 0; w < 4; w++) lo = __dp4a(wq[i][w], xq[w], lo);
-#pragma unroll
-                for (int w = 4; w < 8; w++) hi = __dp4a(wq[i][w], xq[w], hi);
+                int lo, hi;
+                mmq_dot_halves(wq[i], xq, lo, hi);
                 int isum = mmq_k16(TYPE) || IQ ? sc[i][0] * lo + sc[i][1] * hi : sc[i][0] * (lo + hi);
                 int summs = TYPE == T_Q2_K ? mn[i][0] * qlo + mn[i][1] * qhi : mn[i][0] * (qlo + qhi);
                 if constexpr (mmq_iq1(TYPE)) {

@@ -37,18 +37,10 @@ __device__ __forceinline__ uint32_t mmq_sign_mask(uint32_t bits4) {
 }
 __device__ __forceinline__ int mmq_apply_signs(uint32_t v, uint32_t m) { return (int)__vsub4(v ^ m, m); }
 
-// IQ1_M: the 4-bit nibble of group l of 32-value block ib (index bits 10..8, delta sign) and the
-// group's odd scale 2 s + 1.
-__device__ __forceinline__ int iq1m_nib(const uint8_t *b, int ib, int l) {
-    return (b[32 + 2 * ib + l / 2] >> (4 * (l & 1))) & 15;
-}
-__device__ __forceinline__ int iq1m_ls(const uint8_t *b, int ib, int l) {
-    const int t = ld16(b + 48 + 2 * (ib / 2));
-    return 2 * ((t >> (6 * (ib % 2) + 3 * (l / 2))) & 7) + 1;
-}
-// IQ4_XS: the signed 6-bit scale of sub-block ib.
-__device__ __forceinline__ int iq4xs_ls(const uint8_t *b, int ib) {
-    return (((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((ld16(b + 2) >> (2 * ib)) & 3) << 4)) - 32;
+// IQ1: 4 codes from half `half` of grid entry g (bytes 0xFF / 0 / 1 for -1 / 0 / 1) times the scale ls.
+__device__ __forceinline__ int iq1_codes4(uint64_t g, int half, int ls) {
+    const uint32_t v = (uint32_t)(g >> (32 * half));
+    return mmq_apply_signs((v & 0x01010101u) * (uint32_t)ls, ((v & 0x80808080u) >> 7) * 0xFFu);
 }
 
 // Codes of values k..k+3 (k = 0, 4, .., 28) of sub-block s of the super-block at b.
@@ -87,20 +79,12 @@ __device__ __forceinline__ int mmq_iq_a4(const cu_qtabs &tb, const uint8_t *b, i
         for (int i = 0; i < 4; i++)
             v |= (uint32_t)(uint8_t)__ldg(tb.kvalues + ((q >> (8 * i + sh)) & 15)) << (8 * i);
         return (int)v;
-    } else if constexpr (TYPE == T_IQ1_S) { // | d | qs[32] | qh[8] u16 |: grid bytes 0xFF / 0 / 1 times ls
-        const int h = ld16(b + 34 + 2 * s);
-        const uint64_t g = __ldg(tb.iq1s + (b[2 + 4 * s + l] | (((h >> (3 * l)) & 7) << 8)));
-        const uint32_t v = (uint32_t)(g >> (32 * half));
-        const uint32_t neg = ((v & 0x80808080u) >> 7) * 0xFFu,
-                       mag = (v & 0x01010101u) * (uint32_t)(2 * ((h >> 12) & 7) + 1);
-        return mmq_apply_signs(mag, neg);
-    } else { // IQ1_M: grid bytes 0xFF / 0 / 1 times ls
-        const int nib = iq1m_nib(b, s, l);
-        const uint64_t g = __ldg(tb.iq1s + (b[4 * s + l] | (nib & 7) << 8));
-        const uint32_t v = (uint32_t)(g >> (32 * half));
-        const uint32_t neg = ((v & 0x80808080u) >> 7) * 0xFFu,
-                       mag = (v & 0x01010101u) * (uint32_t)iq1m_ls(b, s, l);
-        return mmq_apply_signs(mag, neg);
+    } else if constexpr (TYPE == T_IQ1_S) { // | d | qs[32] | qh[8] u16 |
+        const int h = iq1s_qh(b, s);
+        return iq1_codes4(__ldg(tb.iq1s + iq1s_idx(b, s, l, h)), half, iq1s_ls(h));
+    } else { // IQ1_M
+        return iq1_codes4(__ldg(tb.iq1s + (b[4 * s + l] | (iq1m_nib(b, s, l) & 7) << 8)), half,
+                          iq1m_ls(b, s, l));
     }
 }
 
@@ -109,8 +93,8 @@ __device__ __forceinline__ int mmq_iq_a4(const cu_qtabs &tb, const uint8_t *b, i
 template <int TYPE> __device__ __forceinline__ int mmq_iq_m4(const uint8_t *b, int s, int k) {
     int v;
     if constexpr (TYPE == T_IQ1_S) {
-        const int h = ld16(b + 34 + 2 * s), ls = 2 * ((h >> 12) & 7) + 1;
-        v = (h & 0x8000) ? -ls : ls;
+        const int h = iq1s_qh(b, s);
+        v = (h & 0x8000) ? -iq1s_ls(h) : iq1s_ls(h);
     } else {
         const int l = k >> 3, ls = iq1m_ls(b, s, l);
         v = (iq1m_nib(b, s, l) & 8) ? -ls : ls;

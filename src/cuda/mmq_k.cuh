@@ -38,14 +38,6 @@ template <int TYPE> __device__ __forceinline__ int mmq_k45_word(uint32_t q, uint
     else return (int)lo;
 }
 
-// Q3_K's signed 6-bit scale k (0..15) of the super-block at b: | hmask[32] | qs[64] | scales[12] | d |,
-// the low nibbles of bytes 0..7 for scales 0..7, their high nibbles for 8..15, bits 5..4 in bytes 8..11.
-__device__ __forceinline__ int q3k_sc(const uint8_t *b, int k) {
-    const uint8_t *sc = b + 96;
-    const int lo = k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4);
-    return (lo | ((sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4) - 32;
-}
-
 // 4 codes (signed bytes, the type's integer unit: Q6_K code - 32, Q3_K code - 4, Q2_K code) of values
 // 32*s + k .. +3 of the super-block at b, k = 0..28 in steps of 4.
 template <int TYPE> __device__ __forceinline__ int mmq_codes4(const uint8_t *b, int s, int k) {

@@ -67,19 +67,13 @@ __device__ __forceinline__ void mql_sums(const cu_qtabs &tb, const uint8_t *b, c
         } else {
             mmq_codes32<TYPE>(b, s, wq);
         }
-        int lo = 0, hi = 0;
-#pragma unroll
-        for (int w = 0; w < 4; w++) lo = __dp4a(wq[w], xq[w], lo);
-#pragma unroll
-        for (int w = 4; w < 8; w++) hi = __dp4a(wq[w], xq[w], hi);
+        int lo, hi;
+        mmq_dot_halves(wq, xq, lo, hi);
         if constexpr (mmq_k16(TYPE)) {
             isum += sc[2 * s] * lo + sc[2 * s + 1] * hi;
             if constexpr (TYPE == T_Q2_K) { // the halves' mins times their code sums
-                int slo = 0, shi = 0;
-#pragma unroll
-                for (int w = 0; w < 4; w++) slo = __dp4a(xq[w], 0x01010101, slo);
-#pragma unroll
-                for (int w = 4; w < 8; w++) shi = __dp4a(xq[w], 0x01010101, shi);
+                int slo, shi;
+                mmq_sum_halves(xq, slo, shi);
                 summs += mn[2 * s] * slo + mn[2 * s + 1] * shi;
             }
         } else if constexpr (IQ) {

@@ -110,6 +110,37 @@ __device__ __forceinline__ int byte_of(uint32_t a, uint32_t b, int i) {
     return (int)(((i < 4 ? a : b) >> (8 * (i & 3))) & 255);
 }
 
+// Scale decoders shared by deq8 and the integer path (mmq_k.cuh, mmq_iq.cuh): one definition of each
+// block layout's bit positions.
+// Q3_K's signed 6-bit scale k (0..15) of the super-block at b: | hmask[32] | qs[64] | scales[12] | d |,
+// the low nibbles of bytes 0..7 for scales 0..7, their high nibbles for 8..15, bits 5..4 in bytes 8..11.
+__device__ __forceinline__ int q3k_sc(const uint8_t *b, int k) {
+    const uint8_t *sc = b + 96;
+    const int lo = k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4);
+    return (lo | ((sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4) - 32;
+}
+
+// IQ1_M: the 4-bit nibble of group l of 32-value block ib (index bits 10..8, delta sign) and the
+// group's odd scale 2 s + 1.
+__device__ __forceinline__ int iq1m_nib(const uint8_t *b, int ib, int l) {
+    return (b[32 + 2 * ib + l / 2] >> (4 * (l & 1))) & 15;
+}
+__device__ __forceinline__ int iq1m_ls(const uint8_t *b, int ib, int l) {
+    const int t = ld16(b + 48 + 2 * (ib / 2));
+    return 2 * ((t >> (6 * (ib % 2) + 3 * (l / 2))) & 7) + 1;
+}
+// IQ4_XS: the signed 6-bit scale of sub-block ib.
+__device__ __forceinline__ int iq4xs_ls(const uint8_t *b, int ib) {
+    return (((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((ld16(b + 2) >> (2 * ib)) & 3) << 4)) - 32;
+}
+// IQ1_S: block ib's 16-bit qh word h (bits 3l+2..3l: group l's grid index bits 10..8; 14..12: the scale s;
+// 15: the delta sign), the odd scale 2 s + 1 and group l's grid index.
+__device__ __forceinline__ int iq1s_qh(const uint8_t *b, int ib) { return ld16(b + 34 + 2 * ib); }
+__device__ __forceinline__ int iq1s_ls(int h) { return 2 * ((h >> 12) & 7) + 1; }
+__device__ __forceinline__ int iq1s_idx(const uint8_t *b, int ib, int l, int h) {
+    return b[2 + 4 * ib + l] | (((h >> (3 * l)) & 7) << 8);
+}
+
 template <int TYPE>
 __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restrict__ b, int sub, float *w) {
     if constexpr (TYPE == T_F32) {
@@ -181,10 +212,7 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
         for (int i = 0; i < 8; i++) w[i] = dl * (float)((byte_of(x0, x1, i) >> (2 * jj)) & 3) - ml;
     } else if constexpr (TYPE == T_Q3_K) {
         const int h = sub >> 4, j = (sub >> 2) & 3, l0 = (sub & 3) * 8, k = sub >> 1;
-        const uint8_t *sc = b + 96;
-        const int lo = k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4);
-        const int hi = (sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
-        const float dl = h2f(ld16(b + 108)) * (float)((lo | (hi << 4)) - 32);
+        const float dl = h2f(ld16(b + 108)) * (float)q3k_sc(b, k);
         uint32_t q0, q1, m0, m1;
         ld8_2(b + 32 + 32 * h + l0, q0, q1);
         ld8_2(b + l0, m0, m1);
@@ -276,10 +304,10 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
     } else if constexpr (TYPE == T_IQ1_S) {
         const int ib = sub >> 2, l = sub & 3;
         const float d = h2f(ld16(b));
-        const uint16_t h = ld16(b + 34 + 2 * ib);
-        const float dl = d * (float)(2 * ((h >> 12) & 7) + 1);
+        const int h = iq1s_qh(b, ib);
+        const float dl = d * (float)iq1s_ls(h);
         const float delta = (h & 0x8000) ? -0.125f : 0.125f;
-        const uint64_t g = __ldg(tb.iq1s + (b[2 + 4 * ib + l] | (((h >> (3 * l)) & 7) << 8)));
+        const uint64_t g = __ldg(tb.iq1s + iq1s_idx(b, ib, l, h));
 #pragma unroll
         for (int j = 0; j < 8; j++) w[j] = dl * ((float)g8s(g, j) + delta);
     } else if constexpr (TYPE == T_IQ1_M) {
@@ -288,10 +316,8 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
         const uint16_t bits =
             (uint16_t)((s0 >> 12) | ((s1 >> 8) & 0x00f0) | ((s2 >> 4) & 0x0f00) | (s3 & 0xf000));
         const float d = h2f(bits);
-        const uint16_t t = ld16(b + 48 + 2 * (ib / 2));
-        const int sc = (t >> (6 * (ib % 2) + 3 * (l / 2))) & 7;
-        const float dl = d * (float)(2 * sc + 1);
-        const int nib = (b[32 + 2 * ib + l / 2] >> (4 * (l & 1))) & 15;
+        const float dl = d * (float)iq1m_ls(b, ib, l);
+        const int nib = iq1m_nib(b, ib, l);
         const float delta = (nib & 8) ? -0.125f : 0.125f;
         const uint64_t g = __ldg(tb.iq1s + (b[4 * ib + l] | ((nib & 7) << 8)));
 #pragma unroll
@@ -299,8 +325,7 @@ __device__ __forceinline__ void deq8(const cu_qtabs &tb, const uint8_t *__restri
     } else if constexpr (TYPE == T_IQ4_XS) {
         const int ib = sub >> 2, part = sub & 3;
         const float d = h2f(ld16(b));
-        const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15, hi = (ld16(b + 2) >> (2 * ib)) & 3;
-        const float dl = d * (float)((lo | (hi << 4)) - 32);
+        const float dl = d * (float)iq4xs_ls(b, ib);
         const uint2 x = *(const uint2 *)(b + 8 + 16 * ib + 8 * (part & 1));
         const int sh = part >= 2 ? 4 : 0;
 #pragma unroll
