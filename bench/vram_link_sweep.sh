@@ -36,7 +36,8 @@
 # LINK_GBS (default 25), RL_ARGS (more redlite bench options, e.g. "--cache-mib 16384" to bound the
 # host tier under a memory limit), REPS (default 1), N_DECODE (default 64), LB (llama-bench, default
 # /tmp/lcpp/build/bin/llama-bench as bench/gpu_lcpp.sh setup builds it; skipped when absent or LCPP=0),
-# NT (llama.cpp threads, default nproc), LIMIT_S (no new run after this many seconds, default 270).
+# NT (llama.cpp threads, default nproc), LIMIT_S (no new run after this many seconds, default 270), RL_RUN=0
+# (keep the Red Lite runs already in $OUT: llama.cpp only).
 # Output under $OUT (default /tmp/link_out): link_sweep.md (the table), link_sweep.jsonl (a line per
 # run), the logs and JSON of every run.
 set -uo pipefail
@@ -94,7 +95,9 @@ vram_run() {
 
 for G in $BUDGETS; do
     B=$((G * 1024))
-    if left; then
+    if [ "${RL_RUN:-1}" = 0 ]; then
+        say "redlite $G GiB: kept from an earlier run in $OUT (RL_RUN=0)"
+    elif left; then
         say "redlite --vram-mib $B, RL_VRAM_LINK_GBS=$LINK_GBS"
         RL_VRAM_LINK_GBS=$LINK_GBS vram_run "rl_$G" timeout 200 "$RL" bench -m "$M" --backend cuda --vram-mib $B \
             --n-decode "$N_DECODE" --warmup 4 --prompt 2048 --reps "$REPS" --json --verbose $RL_ARGS \

@@ -200,6 +200,10 @@ double vram_graph_ema(double ema, uint64_t step_bytes) {
 
 bool vram_graph_take(double ema, double limit_bytes) { return ema <= limit_bytes; }
 
+double vram_graph_limit(double limit_bytes, double gbs) {
+    return gbs > 0 && gbs < VRAM_GRAPH_REF_GBS ? limit_bytes * gbs / VRAM_GRAPH_REF_GBS : limit_bytes;
+}
+
 int vram_miss_split(int m, double copy_s, double cpu_s, double cpu_fixed_s) {
     if (m <= 0 || !(copy_s > 0) || !(cpu_s > 0) || !(cpu_fixed_s >= 0) || copy_s > 1e9 || cpu_s > 1e9 ||
         cpu_fixed_s > 1e9)

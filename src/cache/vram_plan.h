@@ -122,6 +122,14 @@ bool vram_pin_mapping_ok(uint64_t span, uint64_t ram);
 #define VRAM_GRAPH_MIB 48
 double vram_graph_ema(double ema, uint64_t step_bytes);
 bool vram_graph_take(double ema, double limit_bytes);
+/* The switch point is a time on the link: VRAM_GRAPH_MIB was measured on the H100's own link, where the
+ * tier's copies obtained 48-54 GB/s (VRAM_GRAPH_REF_GBS). Under a 25 GB/s link (emulated on an H100,
+ * copies obtaining 19-22 GB/s; 2026-12-07) the graph won at 12 MiB per token (CF2 at 16 GiB: 190.6 tok/s
+ * against the own path's 171.3) and lost at 28 MiB (8 GiB: 139.0 against 150.0), so the default limit
+ * shrinks with the rate the tier's copies obtain: limit_bytes * gbs / VRAM_GRAPH_REF_GBS, never above
+ * limit_bytes; gbs <= 0 (nothing measured yet): limit_bytes. */
+#define VRAM_GRAPH_REF_GBS 50.0
+double vram_graph_limit(double limit_bytes, double gbs);
 
 /* The cost model of --vram-miss auto for one layer of a forward: m experts not in VRAM;
  * copy_s = seconds to fill one slot (PCIe and staging; the GPU waits for the copies),

@@ -48,6 +48,8 @@ vram_tier *vram_tier_new(const q3n_model *m, const vram_plan *plan, int n_batch,
     vt->warm = o->warm;
     vt->stream = o->stream;
     vt->graph_bytes = (o->graph_mib > 0 ? o->graph_mib : VRAM_GRAPH_MIB) * 1048576.0;
+    vt->graph_limit = vt->graph_bytes;
+    vt->graph_fixed = o->graph_mib > 0;
     /* --vram-miss cpu asks for CPU-computed misses, which only the own path does */
     vt->graph_want = o->graph && !o->fault_at && miss != VRAM_MISS_CPU;
     vt->link_gbs = o->link_gbs;
@@ -225,7 +227,7 @@ static uint64_t link_bytes(const vram_tier *vt) {
 }
 
 bool vram_tier_graph_next(const vram_tier *vt, int T) {
-    return vram_graph_take(vt->step_ema * T, vt->graph_bytes);
+    return vram_graph_take(vt->step_ema * T, vt->graph_limit);
 }
 
 void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph) {
@@ -233,6 +235,12 @@ void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph) {
     vt->last_bytes = b;
     if (!step) return;
     vt->step_ema = vram_graph_ema(vt->step_ema, d);
+    vram_link_stats ls;
+    vram_link_get_stats(vt->link, &ls);
+    if (!vt->graph_fixed && ls.bytes >= VT_LINK_SEEN && ls.seconds > 0) { /* the rate over the run so far */
+        vt->link_seen = (double)ls.bytes / ls.seconds * 1e-9;
+        vt->graph_limit = vram_graph_limit(vt->graph_bytes, vt->link_seen);
+    }
     if (in_graph) vt->graph_steps++;
     else vt->own_steps++;
     vt->graph_switches += (in_graph != vt->last_graph) && vt->graph_steps + vt->own_steps > 1;
@@ -853,13 +861,19 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
                 "vram tier: warm-up: %llu experts (%.2f GiB) copied into free slots in %.2f s before the "
                 "first forward\n",
                 (unsigned long long)vt->warm_experts, vt->warm_bytes / 1073741824.0, vt->warm_s);
-    if (vt->gt)
+    if (vt->gt) {
+        char why[120];
+        if (vt->graph_fixed) snprintf(why, sizeof why, "RL_VRAM_GRAPH_MIB");
+        else
+            snprintf(why, sizeof why, "%.0f MiB at %.0f GB/s, scaled to the copies' %.1f GB/s",
+                     vt->graph_bytes / 1048576.0, VRAM_GRAPH_REF_GBS, vt->link_seen);
         fprintf(f,
                 "vram tier: decode steps: %llu in the graph, %llu on the own path (%llu switches; the graph "
-                "while <= %.0f MiB per token cross the link, now %.1f)\n",
+                "while <= %.1f MiB per token cross the link (%s), now %.1f)\n",
                 (unsigned long long)vt->graph_steps, (unsigned long long)vt->own_steps,
-                (unsigned long long)vt->graph_switches, vt->graph_bytes / 1048576.0,
+                (unsigned long long)vt->graph_switches, vt->graph_limit / 1048576.0, why,
                 vt->step_ema / 1048576.0);
+    }
     if (vt->gt) {
         vram_gtab_stats g;
         vram_gtab_get_stats(vt->gt, &g);

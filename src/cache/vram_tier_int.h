@@ -16,6 +16,7 @@
 #define VT_MAX_KINDS 8                     /* CPU-cost classes: distinct (gate, down) types */
 #define VT_CPU_PAIRS (VRAM_CPU_MAX_T * 32) /* CPU-computed (row, expert) pairs per layer at most */
 #define VT_EMA 0.1                         /* weight of a new measurement in the online estimates */
+#define VT_LINK_SEEN ((uint64_t)64 << 20)  /* copies measured before the graph's limit follows their rate */
 
 struct vram_tier {
     const q3n_model *m;
@@ -104,9 +105,14 @@ struct vram_tier {
     bool open, pf_pending;
     int n_pred;
     double wait_s, stage_s;
-    bool warm, warmed;   /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
-    double graph_bytes;  /* vram_tier_graph_next's switch point, bytes per decode token */
-    double step_ema;     /* host->device bytes per decode token, EMA over the recent steps */
+    bool warm, warmed; /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
+    double
+        graph_bytes; /* vram_tier_graph_next's switch point at the reference link, bytes per decode token */
+    double
+        graph_limit;  /* ... at this link (vram_graph_limit of the copies' rate; RL_VRAM_GRAPH_MIB: fixed) */
+    double link_seen; /* that rate, GB/s (0: not measured yet) */
+    bool graph_fixed; /* RL_VRAM_GRAPH_MIB given: graph_limit = graph_bytes */
+    double step_ema;  /* host->device bytes per decode token, EMA over the recent steps */
     uint64_t last_bytes; /* the counters' bytes after the last forward */
     uint64_t graph_steps, own_steps, graph_switches;
     bool last_graph;

@@ -324,6 +324,17 @@ static void test_graph_rule(void) {
     for (int i = 0; i < 100; i++) e = vram_graph_ema(e, (uint64_t)(32 * MiB));
     CHECK(vram_graph_take(e, lim), "steady 32 MiB: graph (ema %.2f)", e / MiB);
     CHECK(vram_graph_take(lim, lim) && !vram_graph_take(lim + 1, lim), "the limit itself takes the graph");
+    /* on a slower link the limit shrinks with the copies' rate: the emulated 25 GB/s link's copies
+     * obtained 19-22 GB/s; CF2 steady at 12.3 MiB (16 GiB) kept the graph, at 28.1 MiB (8 GiB) lost to
+     * the own path; never above the reference limit, unscaled before anything is measured */
+    for (double gbs = 19.0; gbs <= 22.5; gbs += 0.5) {
+        const double l = vram_graph_limit(lim, gbs);
+        CHECK(vram_graph_take(12.33 * MiB, l) && !vram_graph_take(28.12 * MiB, l),
+              "%.1f GB/s: limit %.1f MiB should take the graph at 12.3 MiB and not at 28.1", gbs, l / MiB);
+    }
+    CHECK(vram_graph_limit(lim, 0) == lim && vram_graph_limit(lim, 200) == lim &&
+              vram_graph_limit(lim, VRAM_GRAPH_REF_GBS / 2) == lim / 2,
+          "vram_graph_limit: unscaled unmeasured or fast, half at half the reference");
 }
 
 /* The prompt batch under a tier when --batch is auto (vram_plan.h): 2048 for auto and budgets from
