@@ -341,8 +341,8 @@ static void test_graph_rule(void) {
  * 8 GiB, the backend's default (0) below, for full residency and for a bad spec. */
 static void test_prompt_batch(void) {
     CHECK(vram_prompt_batch(NULL) == 2048 && vram_prompt_batch("auto") == 2048, "auto: 2048");
-    CHECK(vram_prompt_batch("8192") == 2048 && vram_prompt_batch("16384") == 2048, ">= 8 GiB: 2048");
-    CHECK(vram_prompt_batch("8191") == 0 && vram_prompt_batch("4096") == 0, "< 8 GiB: the default");
+    CHECK(vram_prompt_batch("4096") == 2048 && vram_prompt_batch("16384") == 2048, ">= 4 GiB: 2048");
+    CHECK(vram_prompt_batch("4095") == 0 && vram_prompt_batch("2048") == 0, "< 4 GiB: the default");
     CHECK(vram_prompt_batch("full") == 0 && vram_prompt_batch("lots") == 0 && !*rl_lasterr(),
           "full / bad: the default, no error left behind");
 }
