@@ -290,9 +290,12 @@ int vram_gtab_step(vram_gtab *g, cudaStream_t st, int T) {
     if (!g->ready) return rl_seterr("VRAM graph tables: a step before the tables were made (internal)");
     if (T < 1 || T > GT_ROWS) return rl_seterr("VRAM graph tables: a forward of %d rows (internal)", T);
     const size_t ni = (size_t)g->L * T * g->K; /* this forward's ids only */
+    const double t0 = rl_now();
     if (CU_CHECK(cudaMemcpyAsync(g->h_ids, g->d_ids, sizeof(int32_t) * ni, cudaMemcpyDeviceToHost, st)) ||
         CU_CHECK(cudaStreamSynchronize(st)))
         return -1;
+    const double t1 = rl_now();
+    g->st.wait_s += t1 - t0;
     g->st.steps++;
     g->st.verifies += T > 1;
     if (retire(g, true)) return -1;
@@ -304,6 +307,8 @@ int vram_gtab_step(vram_gtab *g, cudaStream_t st, int T) {
         if (CU_CHECK(cudaEventRecord(g->ev[g->gen_head % GT_RING], g->src.cp))) return -1;
         g->gen_head++;
     }
-    return upload(g, st);
+    const int rc = upload(g, st);
+    g->st.host_s += rl_now() - t1;
+    return rc;
 }
 #endif

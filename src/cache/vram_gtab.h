@@ -68,6 +68,9 @@ typedef struct {
     uint64_t fills;       /* copies into slots queued */
     uint64_t fill_bytes;  /* ... their bytes */
     uint64_t table_bytes; /* table bytes uploaded */
+    double wait_s;        /* vram_gtab_step's wait for the forward (the ids' read-back): GPU time */
+    double host_s;        /* ... its host work after that (slot policy, fills and table changes queued),
+                             during which the GPU idles until the next forward is launched */
 } vram_gtab_stats;
 
 /* NULL with rl_lasterr on failure (out of device memory). */

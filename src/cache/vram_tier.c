@@ -880,10 +880,11 @@ void vram_tier_print(vram_tier *vt, FILE *f) {
         const double n = g.steps ? (double)g.steps : 1.0;
         fprintf(f,
                 "vram tier: in the decode graph: %llu steps (%llu verifies), experts read over the link "
-                "%.2f/step, fills %.2f/step (%.2f MiB/step), tables %.1f KiB/step\n",
+                "%.2f/step, fills %.2f/step (%.2f MiB/step), tables %.1f KiB/step; between steps the host "
+                "waited %.3f ms/step for the forward and worked %.3f ms/step\n",
                 (unsigned long long)g.steps, (unsigned long long)g.verifies, (double)g.host_reads / n,
-                (double)g.fills / n, (double)g.fill_bytes / n / 1048576.0,
-                (double)g.table_bytes / n / 1024.0);
+                (double)g.fills / n, (double)g.fill_bytes / n / 1048576.0, (double)g.table_bytes / n / 1024.0,
+                g.wait_s * 1e3 / n, g.host_s * 1e3 / n);
         uint64_t held = 0;
         double target_s = 0, held_s = 0;
         if (vt->link_gbs > 0 && vram_gtab_get_held(vt->gt, &held, &target_s, &held_s) == 0)
