@@ -94,6 +94,9 @@ static int vc_setup(vcheck *v) {
                                                 .n_batch = v->K < 16 ? 16 : v->K,
                                                 .kv = o->kv,
                                                 .cache_spec = o->cache_spec,
+                                                .vram_spec = o->vram_spec,
+                                                .vram_pin = o->vram_pin,
+                                                .vram_miss = o->vram_miss,
                                                 .verbose = !o->json});
     if (!v->S) return -1;
     v->c = session_ctx(v->S);
@@ -364,6 +367,7 @@ int cmd_verify_check(int argc, char **argv) {
         vc_report_text(&v, cmode);
     }
     if (v.mm.found) vc_report_mismatch(&v.mm);
+    if (o.vram_spec && !o.json) session_print_cache_stats(v.S, stderr, false); /* the tier's counters */
     rc = v.mm.found ? 1 : 0;
     goto done;
 fail:

@@ -375,3 +375,28 @@ def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
         assert (kp > 0) == (name == "victim"), f"{name}: kept {kp}: " + r.stderr[-1500:]
         print(f"\ntier over a 200 MiB RAM cache, {name}: == full residency; evictions {ev.group(1)}, "
               f"demoted {dm}, kept {kp}, prefetch loads {pf.group(1)}")
+
+
+def test_verify_check_under_the_tier(fx, tmp_path):
+    """Speculation's contract under the VRAM tier: `redlite verify-check` runs K-row verifies (1..9 rows,
+    each rolled back to one of its rows' snapshots) and compares every row with the single step at its
+    position bit for bit, here with the experts in 10 of 64 VRAM slots per layer (misses filled, slots
+    evicted between and inside verifies), on the tier's own path (RL_VRAM_GRAPH_VERIFY=0) and through the
+    decode graph's tables (=1; the host tier the page-locked file mapping). Exit 1 names the first row
+    that differs. The stats must show the tier and, with the switch, verifies inside the graph (else
+    the second run checks nothing new)."""
+    tmp = str(tmp_path)
+    model = os.path.join(tmp, "c35v.gguf")
+    r = run(["synth", "--preset", "35b-a3b-q4_k_m", "--geometry", "layers=4,vocab=4096,experts=64", "--routing",
+             "calibrated", "-o", model, "--quiet"])
+    assert r.returncode == 0, r.stderr
+    for v in ("0", "1"):
+        r = run(["verify-check", "-m", model, "--backend", "cuda", "--vram-mib", "4096", "--cache-mib", "mmap",
+                 "-n", "120"], env={"RL_VRAM_SLOTS": "10", "RL_VRAM_GRAPH_VERIFY": v})
+        assert r.returncode == 0, f"RL_VRAM_GRAPH_VERIFY={v}: " + r.stderr[-2000:]
+        assert re.search(r"vram tier: .*expert slots per layer", r.stderr), r.stderr[-2000:]
+        g = re.search(r"in the decode graph: (\d+) steps \((\d+) verifies\)", r.stderr)
+        if v == "1":
+            assert g and int(g.group(2)) > 0, "no verify ran through the graph's tables: " + r.stderr[-2000:]
+        print(f"\nverify-check under the tier, RL_VRAM_GRAPH_VERIFY={v}: every row == its step; "
+              f"{g.group(0) if g else 'decode graph not used'}")
