@@ -235,11 +235,13 @@ void vram_tier_forward_done(vram_tier *vt, bool step, bool in_graph) {
     vt->last_bytes = b;
     if (!step) return;
     vt->step_ema = vram_graph_ema(vt->step_ema, d);
-    vram_link_stats ls;
-    vram_link_get_stats(vt->link, &ls);
-    if (!vt->graph_fixed && ls.bytes >= VT_LINK_SEEN && ls.seconds > 0) { /* the rate over the run so far */
-        vt->link_seen = (double)ls.bytes / ls.seconds * 1e-9;
-        vt->graph_limit = vram_graph_limit(vt->graph_bytes, vt->link_seen);
+    if (vt->gt && !vt->graph_fixed) { /* only the graph's choice reads the limit */
+        vram_link_stats ls;
+        vram_link_get_stats(vt->link, &ls);
+        if (ls.bytes >= VT_LINK_SEEN && ls.seconds > 0) { /* the rate over the run so far */
+            vt->link_seen = (double)ls.bytes / ls.seconds * 1e-9;
+            vt->graph_limit = vram_graph_limit(vt->graph_bytes, vt->link_seen);
+        }
     }
     if (in_graph) vt->graph_steps++;
     else vt->own_steps++;
