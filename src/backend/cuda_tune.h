@@ -38,7 +38,7 @@ typedef struct {
     bool vram_overlap;   /* the tier's copy/compute overlap between batches (RL_VRAM_OVERLAP=0: off) */
     bool vram_graph;     /* the tier inside the decode graph where it can be (RL_VRAM_GRAPH=0: off) */
     bool vram_graph_verify; /* verifies (2..CU_SMALL_T rows) through it too (RL_VRAM_GRAPH_VERIFY=1; off
-                             * until a GPU has run it) */
+                             * until its speed is measured) */
     bool vram_warm;         /* free slots filled before the first forward (RL_VRAM_WARM=0: off) */
     int vram_stream;        /* RL_VRAM_STREAM=P: prompt chunks stream through P slots a layer; 0: off */
     int vram_graph_mib;     /* RL_VRAM_GRAPH_MIB: graph steps while <= N MiB/token cross; 0: VRAM_GRAPH_MIB */

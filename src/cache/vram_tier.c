@@ -9,7 +9,6 @@
 
 #include "base/common.h"
 
-/* Bytes one expert's fill copies (gate or fused gate_up, up, down). */
 static void *pinned(size_t n, int *err) {
     void *p = NULL;
     if (*err || CU_CHECK(cudaMallocHost(&p, n ? n : 1))) {

@@ -92,9 +92,10 @@ int32_t *vram_tier_pred_ids(vram_tier *vt);
 void vram_tier_warm(vram_tier *vt);
 /* Whether the next forward of T rows (a decode step, or a verify with RL_VRAM_GRAPH_VERIFY) should
  * run inside the graph: the host->device bytes per decode token, averaged over the recent steps of
- * either path, times T at most graph_mib MiB (the rule and its measurements: vram_graph_take in
- * vram_plan.h). T times, because in the graph each row reads its missed experts over the link itself,
- * where the own path copies a layer's union once. */
+ * either path, times T at most the switch point (graph_mib MiB scaled to the rate the tier's copies
+ * obtain, vram_graph_limit; the rule and its measurements: vram_graph_take in vram_plan.h). T times, because
+ * in the graph each row reads its missed experts over the link itself, where the own path copies a layer's
+ * union once. */
 bool vram_tier_graph_next(const vram_tier *vt, int T);
 /* After every forward: a decode step's host->device bytes (step: one row that could have run in the
  * graph; in_graph: it did) go into that average; any other forward's (a prompt chunk, a verify) are

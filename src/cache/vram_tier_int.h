@@ -106,13 +106,12 @@ struct vram_tier {
     int n_pred;
     double wait_s, stage_s;
     bool warm, warmed; /* vram_tier_warm wanted (RL_VRAM_WARM), ran */
-    double
-        graph_bytes; /* vram_tier_graph_next's switch point at the reference link, bytes per decode token */
-    double
-        graph_limit;  /* ... at this link (vram_graph_limit of the copies' rate; RL_VRAM_GRAPH_MIB: fixed) */
-    double link_seen; /* that rate, GB/s (0: not measured yet) */
-    bool graph_fixed; /* RL_VRAM_GRAPH_MIB given: graph_limit = graph_bytes */
-    double step_ema;  /* host->device bytes per decode token, EMA over the recent steps */
+    /* vram_tier_graph_next's switch point, bytes per decode token: graph_bytes at the reference link,
+     * graph_limit at this one (vram_graph_limit of link_seen, the copies' rate in GB/s, 0 until
+     * measured); graph_fixed: RL_VRAM_GRAPH_MIB was given, graph_limit = graph_bytes */
+    double graph_bytes, graph_limit, link_seen;
+    bool graph_fixed;
+    double step_ema;     /* host->device bytes per decode token, EMA over the recent steps */
     uint64_t last_bytes; /* the counters' bytes after the last forward */
     uint64_t graph_steps, own_steps, graph_switches;
     bool last_graph;

@@ -222,8 +222,9 @@ int cu_moe_combine_norm1(const float *eo, const float *w, int K, const float *sh
 int cu_moe_sh_gate(const float *sh_gate, const float *xn, float *g, int D, int T, cu_stream s);
 
 /* The emulated link inside the decode graph (vram_gtab.h, RL_VRAM_LINK_GBS): queued after a layer's
- * expert launches, one thread that holds the stream for ns_per_expert times the number of the step's
- * experts ids[0..K) (distinct: one decode row's top-k) whose table entry tab[id] lies in [lo, lo + span),
+ * expert launches, one thread that holds the stream for ns_per_expert times the number of the forward's
+ * router ids ids[0..K) (T x top-k: each (row, expert) pair, as a one-row tile reads its expert once)
+ * whose table entry tab[id] lies in [lo, lo + span),
  * i.e. was read over the link by those launches rather than from a VRAM slot: what a link of the cap
  * would have taken for their bytes. The hold comes after the reads, which ran at this machine's own
  * speed, so the emulation errs slow. acc (device, 3 counters, added to): experts held, the ns their
