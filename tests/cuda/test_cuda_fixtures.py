@@ -335,7 +335,17 @@ def test_integer_path_vs_scalar_oracle(fx, tmp_path, name):
     print("\n" + "\n".join(report))
 
 
-def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
+@pytest.fixture(scope="module")
+def c35(tmp_path_factory):
+    """A cut of the Qwen3.5 35B-A3B preset for the tier's tests: 4 layers, 64 experts, vocab 4096."""
+    model = str(tmp_path_factory.mktemp("c35") / "c35.gguf")
+    r = run(["synth", "--preset", "35b-a3b-q4_k_m", "--geometry", "layers=4,vocab=4096,experts=64", "--routing",
+             "calibrated", "-o", model, "--quiet"])
+    assert r.returncode == 0, r.stderr
+    return model
+
+
+def test_tier_over_a_bounded_ram_cache(fx, c35, tmp_path):
     """A VRAM tier whose host tier is a bounded RAM cache smaller than the experts (a 122B on a 16 GiB
     card with 24 GiB of RAM, in small): the tier's fills come through the cache, which evicts, reads the
     tier's predictions ahead (q3n_expert_src.prefetch) and by default is VRAM's victim cache (what VRAM
@@ -347,10 +357,7 @@ def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
     test checks nothing). A kept expert is served later from the bytes VRAM gave back, so a wrong
     write-back (offsets, a slot already overwritten) changes the logits here."""
     tmp = str(tmp_path)
-    model = os.path.join(tmp, "c35.gguf")
-    r = run(["synth", "--preset", "35b-a3b-q4_k_m", "--geometry", "layers=4,vocab=4096,experts=64", "--routing",
-             "calibrated", "-o", model, "--quiet"])
-    assert r.returncode == 0, r.stderr
+    model = c35
     ids = [(i * 7919 + 101) % 4096 for i in range(40)]
     G = 24
     jf, lf, _ = dump(tmp, "cuda", ids, G, 64, "full", model, with_routes=False)
@@ -377,7 +384,7 @@ def test_tier_over_a_bounded_ram_cache(fx, tmp_path):
               f"demoted {dm}, kept {kp}, prefetch loads {pf.group(1)}")
 
 
-def test_verify_check_under_the_tier(fx, tmp_path):
+def test_verify_check_under_the_tier(fx, c35):
     """Speculation's contract under the VRAM tier: `redlite verify-check` runs K-row verifies (1..9 rows,
     each rolled back to one of its rows' snapshots) and compares every row with the single step at its
     position bit for bit, here with the experts in 10 of 64 VRAM slots per layer (misses filled, slots
@@ -385,13 +392,8 @@ def test_verify_check_under_the_tier(fx, tmp_path):
     decode graph's tables (=1; the host tier the page-locked file mapping). Exit 1 names the first row
     that differs. The stats must show the tier and, with the switch, verifies inside the graph (else
     the second run checks nothing new)."""
-    tmp = str(tmp_path)
-    model = os.path.join(tmp, "c35v.gguf")
-    r = run(["synth", "--preset", "35b-a3b-q4_k_m", "--geometry", "layers=4,vocab=4096,experts=64", "--routing",
-             "calibrated", "-o", model, "--quiet"])
-    assert r.returncode == 0, r.stderr
     for v in ("0", "1"):
-        r = run(["verify-check", "-m", model, "--backend", "cuda", "--vram-mib", "4096", "--cache-mib", "mmap",
+        r = run(["verify-check", "-m", c35, "--backend", "cuda", "--vram-mib", "4096", "--cache-mib", "mmap",
                  "-n", "120"], env={"RL_VRAM_SLOTS": "10", "RL_VRAM_GRAPH_VERIFY": v})
         assert r.returncode == 0, f"RL_VRAM_GRAPH_VERIFY={v}: " + r.stderr[-2000:]
         assert re.search(r"vram tier: .*expert slots per layer", r.stderr), r.stderr[-2000:]
